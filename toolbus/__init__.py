@@ -1,0 +1,47 @@
+"""toolbus: execute an LLM agent's tool calls reliably, fast and observably.
+
+Each tool runs in its own actors; a supervisor actor schedules batches and
+enforces limits, deadlines and retries; every lifecycle step is a blinker signal
+on `toolbus.bus`.
+"""
+
+from . import bus
+from .executor import Executor, ExecutorStats
+from .formatting import format_result_for_context
+from .models import (
+    Attachment,
+    BatchResult,
+    BatchSummary,
+    ErrorCode,
+    Status,
+    ToolCall,
+    ToolOutput,
+    ToolResult,
+)
+from .retry import AttemptFailure, RetryDecision, RetryPolicy
+from .tools import Tool, ToolContext, ToolError, ToolRegistry, tool
+
+__all__ = [
+    "Attachment",
+    "AttemptFailure",
+    "BatchResult",
+    "BatchSummary",
+    "ErrorCode",
+    "Executor",
+    "ExecutorStats",
+    "RetryDecision",
+    "RetryPolicy",
+    "Status",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolOutput",
+    "ToolRegistry",
+    "ToolResult",
+    "bus",
+    "format_result_for_context",
+    "tool",
+]
+
+__version__ = "0.1.0"

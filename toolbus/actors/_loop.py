@@ -1,0 +1,113 @@
+"""The event loop on which async tools run, on a daemon thread of its own.
+
+An async tool's worker hands the coroutine to this loop and waits; the
+supervisor cancels the task for real on timeout or cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+__all__ = ["AsyncTask", "LoopThread"]
+
+
+class AsyncTask:
+    """A coroutine running on the loop thread; `wait()` blocks a worker until it ends."""
+
+    __slots__ = ("_done", "_error", "_loop", "_result", "_task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._done = threading.Event()
+        self._task: asyncio.Task[Any] | None = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def _start(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
+        try:
+            self._task = self._loop.create_task(coro, context=context)
+        except BaseException as e:  # e.g. the loop is closing
+            coro.close()
+            self._error = e
+            self._done.set()
+            return
+        self._task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._error = asyncio.CancelledError("the tool's task was cancelled")
+        else:
+            self._error = task.exception()
+            if self._error is None:
+                self._result = task.result()
+        self._done.set()
+
+    def cancel(self) -> None:
+        """Cancel the task (thread-safe); `wait()` then raises CancelledError."""
+        try:
+            self._loop.call_soon_threadsafe(self._cancel)
+        except RuntimeError:
+            pass  # loop closed: the task is gone already
+
+    def _cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def wait(self) -> Any:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class LoopThread:
+    """One asyncio loop on a daemon thread, started on first use."""
+
+    def __init__(self, name: str = "toolbus-async") -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name=self._name, daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> AsyncTask:
+        """Start `coro` on the loop in a copy of the caller's context."""
+        loop = self._ensure()
+        task = AsyncTask(loop)
+        context = contextvars.copy_context()
+        try:
+            loop.call_soon_threadsafe(task._start, coro, context)
+        except RuntimeError as e:
+            coro.close()
+            task._error = e
+            task._done.set()
+        return task
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(loop.stop)
+            except RuntimeError:
+                pass

@@ -1,0 +1,258 @@
+"""The state of one submitted call, shared by the supervisor and the workers.
+
+Two atomic claims make "exactly one terminal result" hold under every race:
+
+- `try_settle(n)`: who decides the outcome of attempt `n`, the worker that ran
+  it or the supervisor (deadline, cancellation). The loser's outcome is dropped
+  and, for a worker, reported as a late result.
+- `try_complete(result)`: who sets the call's final result. Only the winner
+  announces `tool:finished` and releases the caller.
+
+Everything else on a `Run` belongs to one thread at a time: the supervisor's
+bookkeeping fields (prefixed `sv_`) only ever to the supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..masking import EMPTY_SCRUBBER, Scrubber
+from ..models import ToolCall, ToolResult
+from ..retry import RetryPolicy
+from ..scheduling import BarrierSchedule
+from ._loop import AsyncTask
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
+    from ..tools import Tool
+    from ._timers import TimerHandle
+
+__all__ = ["BatchRun", "LoopWaiter", "Run", "ThreadWaiter", "Waiter"]
+
+# Phases, for error messages that say where a call got stuck.
+QUEUED = "queued"
+ADMISSION = "pre-call hooks"
+RUNNING = "tool"
+FINISHING = "post-call hooks"
+
+
+class Waiter:
+    """Something a caller blocks or awaits on; released once with a value."""
+
+    __slots__ = ()
+
+    def release(self, value: Any) -> None:
+        raise NotImplementedError
+
+
+class ThreadWaiter(Waiter):
+    __slots__ = ("_event", "value")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.value: Any = None
+
+    def release(self, value: Any) -> None:
+        self.value = value
+        self._event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+
+class LoopWaiter(Waiter):
+    """Resolves an asyncio future from any thread without blocking its loop."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+    def release(self, value: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._set, value)
+        except RuntimeError:
+            pass  # the caller's loop is closed: nobody is waiting any more
+
+    def _set(self, value: Any) -> None:
+        if not self.future.done():
+            self.future.set_result(value)
+
+
+class Run:
+    """One call from submission to its terminal result."""
+
+    __slots__ = (
+        "_lock",
+        "admitted",
+        "attempt",
+        "batch",
+        "call",
+        "cancel_event",
+        "context",
+        "first_start",
+        "index",
+        "last_error",
+        "masked",
+        "params",
+        "phase",
+        "policy",
+        "read_only",
+        "result",
+        "retry_state",
+        "scrubber",
+        "settled",
+        "submitted",
+        "sv_closed",
+        "sv_slot",
+        "sv_timer",
+        "sv_worker",
+        "task",
+        "timeout",
+        "tool",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        call: ToolCall,
+        tool: Tool | None,
+        *,
+        index: int = 0,
+        batch: BatchRun | None = None,
+        context: contextvars.Context,
+        timeout: float | None,
+        policy: RetryPolicy,
+        waiter: Waiter | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self.call = call
+        self.tool = tool
+        self.index = index
+        self.batch = batch
+        self.context = context
+        self.timeout = timeout
+        self.policy = policy
+        self.waiter = waiter
+        self.read_only = tool.read_only if tool is not None else True
+        self.submitted = time.monotonic()
+        self.first_start = 0.0
+        self.attempt = 0
+        self.settled = True
+        self.phase = QUEUED
+        self.cancel_event = threading.Event()
+        self.task: AsyncTask | None = None
+        self.result: ToolResult | None = None
+        self.admitted = False
+        self.params: Any = None
+        self.masked: Any = None
+        self.scrubber: Scrubber = EMPTY_SCRUBBER
+        self.retry_state: RetryCallState | None = None
+        self.last_error = ""
+        self.sv_closed = False
+        self.sv_slot = False
+        self.sv_timer: TimerHandle | None = None
+        self.sv_worker: Any = None
+
+    @property
+    def batch_id(self) -> str | None:
+        return self.batch.batch_id if self.batch is not None else None
+
+    @property
+    def completed(self) -> bool:
+        return self.result is not None
+
+    def begin_attempt(self, n: int) -> None:
+        """Supervisor: attempt `n` is being dispatched."""
+        with self._lock:
+            self.attempt = n
+            self.settled = False
+            self.phase = QUEUED
+            self.cancel_event = threading.Event()
+            self.task = None
+            if n == 1:
+                self.first_start = time.monotonic()
+
+    def is_live(self, n: int) -> bool:
+        """True while attempt `n` is current and nobody has settled it."""
+        return self.attempt == n and not self.settled and self.result is None
+
+    def try_settle(self, n: int) -> bool:
+        """Claim the outcome of attempt `n`; False if it was claimed already."""
+        with self._lock:
+            if self.attempt != n or self.settled or self.result is not None:
+                return False
+            self.settled = True
+            return True
+
+    def try_complete(self, result: ToolResult) -> bool:
+        """Set the final result; False if the call already has one."""
+        with self._lock:
+            if self.result is not None:
+                return False
+            self.result = result
+            return True
+
+    def interrupt(self) -> None:
+        """Tell the running attempt its result is no longer wanted (cooperative
+        flag for sync tools, real cancellation for async ones)."""
+        self.cancel_event.set()
+        task = self.task
+        if task is not None:
+            task.cancel()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.first_start if self.first_start else 0.0
+
+
+class BatchRun:
+    """A batch: its calls, its barrier schedule and its completion (supervisor-owned)."""
+
+    __slots__ = (
+        "batch_id",
+        "group_failures",
+        "group_started",
+        "in_flight",
+        "limit",
+        "on_done",
+        "remaining",
+        "runs",
+        "schedule",
+        "started",
+        "stop_on_error",
+        "stopped",
+        "waiter",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        batch_id: str,
+        *,
+        limit: int,
+        stop_on_error: bool,
+        waiter: Waiter | None,
+        on_done: Callable[[BatchRun], None] | None = None,
+    ) -> None:
+        self.batch_id = batch_id
+        self.runs: list[Run] = []
+        self.limit = limit
+        self.stop_on_error = stop_on_error
+        self.waiter = waiter
+        self.on_done = on_done
+        self.schedule: BarrierSchedule | None = None
+        self.in_flight = 0
+        self.remaining = 0
+        self.waiting: deque[Run] = deque()
+        self.stopped = False
+        self.started = time.monotonic()
+        self.group_started: dict[int, float] = {}
+        self.group_failures: dict[int, int] = {}

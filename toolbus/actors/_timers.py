@@ -1,0 +1,102 @@
+"""Deadlines and backoffs as timers on one thread, so the supervisor never sleeps.
+
+`threading.Timer` would start a thread per deadline (tens of microseconds each,
+on every call). Here one daemon thread keeps a heap; arming a timer later than
+the earliest one does not even wake it. Callbacks must be tiny: they only `tell`
+an actor.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["TimerHandle", "TimerService"]
+
+log = logging.getLogger("toolbus.actors")
+
+
+class TimerHandle:
+    __slots__ = ("args", "callback", "cancelled", "when")
+
+    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.when = when
+        self.callback = callback
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class TimerService:
+    """Runs callbacks after delays, on one daemon thread."""
+
+    def __init__(self, name: str = "toolbus-timers") -> None:
+        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition(threading.Lock())
+        self._cancelled = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def schedule(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
+        """Call `callback(*args)` after `delay` seconds; cancel with the returned handle."""
+        handle = TimerHandle(time.monotonic() + delay, callback, args)
+        with self._cond:
+            earliest = self._heap[0][0] if self._heap else None
+            heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
+            if earliest is None or handle.when < earliest:
+                self._cond.notify()
+        return handle
+
+    def cancel(self, handle: TimerHandle | None) -> None:
+        if handle is None or handle.cancelled:
+            return
+        handle.cancelled = True
+        # Lazy deletion; rebuild when cancelled entries dominate (a 30 s deadline
+        # per call at high call rates would otherwise pile up).
+        with self._cond:
+            self._cancelled += 1
+            if self._cancelled > 1024 and self._cancelled > len(self._heap) // 2:
+                self._heap = [e for e in self._heap if not e[2].cancelled]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._heap) - self._cancelled
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    delay = self._heap[0][0] - time.monotonic()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)
+                if self._closed:
+                    return
+                _, _, handle = heapq.heappop(self._heap)
+                if handle.cancelled:
+                    self._cancelled = max(0, self._cancelled - 1)
+                    continue
+            try:
+                handle.callback(*handle.args)
+            except Exception:
+                log.exception("timer callback failed")

@@ -1,0 +1,129 @@
+"""Delivering events to receivers: robustly, off the tools' and supervisor's threads.
+
+blinker's `send()` stops at the first receiver that raises and propagates the
+exception to the sender. toolbus instead calls each receiver on its own and logs
+a failure, so one faulty observer never affects execution or other observers.
+
+Events are handed to an `Announcer` actor, which delivers them in the order they
+were announced. Nothing is built or sent for a signal without receivers.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any, Protocol, runtime_checkable
+
+import pykka
+
+from ._events import Event
+from ._signals import namespace
+
+__all__ = ["Announcer", "BusPublisher", "Emitter", "NullPublisher", "Publisher"]
+
+log = logging.getLogger("toolbus.bus")
+
+
+@runtime_checkable
+class Publisher(Protocol):
+    """Where an executor's events go. Implement both methods to route them elsewhere."""
+
+    def wants(self, name: str) -> bool:
+        """True if an event for signal `name` would reach anyone (checked before building it)."""
+        ...
+
+    def publish(self, name: str, event: Event) -> None:
+        """Deliver one event. Called on the announcer's thread, in announcement order."""
+        ...
+
+
+class BusPublisher:
+    """Delivers events to the receivers of toolbus's blinker signals, with `sender`."""
+
+    def __init__(self, sender: Any) -> None:
+        self.sender = sender
+        self._signals = {name: namespace.signal(name) for name in namespace}
+
+    def wants(self, name: str) -> bool:
+        return bool(self._signals[name].receivers)
+
+    def publish(self, name: str, event: Event) -> None:
+        sig = self._signals[name]
+        for receiver in sig.receivers_for(self.sender):
+            try:
+                receiver(self.sender, event=event)
+            except Exception as e:
+                log.error(
+                    "receiver %r of %s raised; other receivers and execution go on:\n%s",
+                    receiver,
+                    name,
+                    "".join(traceback.format_exception(e)),
+                )
+
+
+class NullPublisher:
+    """Publishes nothing (turns the bus off for one executor)."""
+
+    def wants(self, name: str) -> bool:
+        return False
+
+    def publish(self, name: str, event: Event) -> None:
+        return None
+
+
+class _Flush:
+    __slots__ = ()
+
+
+FLUSH = _Flush()
+
+
+class Announcer(pykka.ThreadingActor):
+    """The thread on which an executor's events are delivered, in announcement order."""
+
+    use_daemon_thread = True
+
+    def __init__(self, publisher: Publisher) -> None:
+        super().__init__()
+        self.publisher = publisher
+
+    def on_receive(self, message: Any) -> Any:
+        if message is FLUSH:
+            return True
+        name, event = message
+        try:
+            self.publisher.publish(name, event)
+        except Exception as e:
+            log.error(
+                "publisher failed on %s:\n%s", name, "".join(traceback.format_exception(e))
+            )
+        return None
+
+
+class Emitter:
+    """What the supervisor and workers hold to announce events without blocking."""
+
+    __slots__ = ("_announcer", "_publisher")
+
+    def __init__(self, publisher: Publisher, announcer: pykka.ActorRef[Announcer]) -> None:
+        self._publisher = publisher
+        self._announcer = announcer
+
+    def wants(self, name: str) -> bool:
+        try:
+            return self._publisher.wants(name)
+        except Exception:
+            return True
+
+    def emit(self, name: str, event: Event) -> None:
+        try:
+            self._announcer.tell((name, event))
+        except pykka.ActorDeadError:
+            pass  # the executor is closed; late events have nowhere to go
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event announced so far has been delivered."""
+        try:
+            return bool(self._announcer.ask(FLUSH, timeout=timeout))
+        except (pykka.ActorDeadError, pykka.Timeout):
+            return False

@@ -1,0 +1,400 @@
+"""What happens to one call, step by step, on a worker thread.
+
+admission (size, JSON, pre-call hooks, masking, authorization, validation)
+-> attempt (the tool) -> on failure, the retry decision -> post-call hooks ->
+the terminal result. Every step that runs user code (tools, hooks) is here and
+is contained: whatever it raises becomes a result. The supervisor runs none of
+it; it only learns the outcome ("done", "retry after d", or "lost": someone
+else settled the call first).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from .actors._loop import LoopThread
+from .actors._run import ADMISSION, FINISHING, RUNNING, Run
+from .bus import _signals as sig
+from .bus._events import (
+    CallCancelled,
+    CallFinished,
+    CallRejected,
+    Executed,
+    Executing,
+    Failed,
+    LateResult,
+    Progress,
+    RetryAttempt,
+    RetryExhausted,
+    RetrySuccess,
+)
+from .bus._publisher import Emitter
+from .masking import Scrubber, hidden_values
+from .models import ErrorCode, Status, ToolCall, ToolResult
+from .retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
+from .tools import ArgumentError, ToolContext, ToolError, error_text, normalize_output
+from .tools._tool import parse_json_arguments
+
+__all__ = ["Hooks", "Outcome", "Services", "after_timeout", "finish", "make_result", "run_attempt"]
+
+log = logging.getLogger("toolbus")
+
+Outcome = tuple[Literal["done", "retry", "lost"], float]
+DONE: Outcome = ("done", 0.0)
+LOST: Outcome = ("lost", 0.0)
+
+
+class Hooks(Protocol):
+    """The executor's extension points, as the pipeline calls them."""
+
+    def pre_execute(self, call: ToolCall) -> ToolCall: ...
+    def is_allowed(self, call: ToolCall) -> bool: ...
+    def mask_arguments(self, call: ToolCall) -> Any: ...
+    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision: ...
+    def post_execute(self, call: ToolCall, result: ToolResult) -> ToolResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What workers share: read-only after the executor starts."""
+
+    emitter: Emitter
+    hooks: Hooks
+    loop: LoopThread
+    max_argument_bytes: int
+
+
+def make_result(
+    run: Run,
+    status: Status,
+    *,
+    output: Any = None,
+    error: str | None = None,
+    code: ErrorCode | None = None,
+    attempts: int | None = None,
+    attachments: tuple[Any, ...] = (),
+    metadata: dict[str, Any] | None = None,
+) -> ToolResult:
+    # model_construct: every field is produced here, validation would only cost.
+    return ToolResult.model_construct(
+        call_id=run.call.id,
+        name=run.call.name,
+        status=status,
+        output=output,
+        error=error,
+        error_code=code,
+        attempts=run.attempt if attempts is None else attempts,
+        duration=run.elapsed(),
+        attachments=attachments,
+        metadata=metadata if metadata is not None else {},
+    )
+
+
+def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
+    if not scrubber:
+        return result
+    return result.model_copy(
+        update={
+            "output": scrubber.value(result.output),
+            "error": scrubber.text(result.error) if result.error else result.error,
+            "metadata": scrubber.value(result.metadata),
+        }
+    )
+
+
+def finish(run: Run, result: ToolResult, svc: Services) -> bool:
+    """Make `result` the call's terminal result if it has none yet; announce it.
+
+    Returns False (and announces nothing) when someone else finished the call.
+    """
+    result = _scrubbed(run.scrubber, result)
+    if not run.try_complete(result):
+        return False
+    em = svc.emitter
+    bid, att, name = run.batch_id, result.attempts, run.call.name
+    if att > 1:
+        if result.status == "ok":
+            if em.wants(sig.RETRY_SUCCESS):
+                em.emit(sig.RETRY_SUCCESS, RetrySuccess(run.call.id, name, bid, att, att))
+        elif result.status in ("error", "timeout") and em.wants(sig.RETRY_EXHAUSTED):
+            em.emit(
+                sig.RETRY_EXHAUSTED,
+                RetryExhausted(run.call.id, name, bid, att, att, result.error or ""),
+            )
+    if result.status == "rejected" and em.wants(sig.REJECTED):
+        em.emit(
+            sig.REJECTED,
+            CallRejected(
+                run.call.id, name, bid, att, result.error or "",
+                result.error_code or ErrorCode.TOOL_ERROR, run.masked,
+            ),
+        )
+    elif result.status == "cancelled" and em.wants(sig.CANCELLED):
+        em.emit(
+            sig.CANCELLED,
+            CallCancelled(
+                run.call.id, name, bid, att,
+                result.error_code or ErrorCode.CANCELLED, result.error or "",
+            ),
+        )
+    if em.wants(sig.FINISHED):
+        em.emit(sig.FINISHED, CallFinished(run.call.id, name, bid, att, result))
+    if run.waiter is not None:
+        run.waiter.release(result)
+    return True
+
+
+def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:
+    """Log a contained failure with its traceback, secrets scrubbed from all of it."""
+    text = "".join(traceback.format_exception(error))
+    log.warning("%s:\n%s", what, scrubber.text(text))
+
+
+# -- admission ------------------------------------------------------------------
+
+
+def _reject(run: Run, code: ErrorCode, message: str) -> ToolResult:
+    return make_result(run, "rejected", error=message, code=code, attempts=0)
+
+
+def _mask(run: Run, call: ToolCall, svc: Services) -> None:
+    raw = call.arguments
+    try:
+        masked = svc.hooks.mask_arguments(call)
+        if isinstance(masked, str | bytes) and not isinstance(raw, str):
+            try:
+                masked = orjson.loads(masked)
+            except orjson.JSONDecodeError:
+                pass
+        run.masked = masked
+        run.scrubber = Scrubber(hidden_values(raw, masked)) if masked != raw else run.scrubber
+    except Exception as e:
+        # A broken masker must not leak: publish nothing of the arguments.
+        from .masking import mask_arguments
+
+        run.masked = None
+        run.scrubber = Scrubber(mask_arguments(raw)[1])
+        log_contained(f"masker failed for call {call.id}", e, run.scrubber)
+
+
+def admit(run: Run, svc: Services) -> ToolResult | None:
+    """Prepare a call for its first attempt, or return why it is rejected."""
+    run.phase = ADMISSION
+    tool = run.tool
+    assert tool is not None
+    call = run.call
+    args: dict[str, Any] | str = call.arguments
+    limit = svc.max_argument_bytes
+    if isinstance(args, str):
+        size = len(args) if len(args) * 4 <= limit else len(args.encode())
+    else:
+        try:
+            size = len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
+        except TypeError as e:
+            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
+    if size > limit:
+        return _reject(
+            run,
+            ErrorCode.INVALID_ARGUMENTS,
+            f"Arguments for '{call.name}' are {size} bytes; the limit is {limit} bytes",
+        )
+    if tool.type == "function" and isinstance(args, str):
+        try:
+            call = ToolCall.model_construct(
+                id=call.id, name=call.name, arguments=parse_json_arguments(args)
+            )
+        except ArgumentError as e:
+            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}")
+        run.call = call
+    try:
+        new = svc.hooks.pre_execute(call)
+        if not isinstance(new, ToolCall):
+            raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
+    except Exception as e:
+        _mask(run, call, svc)
+        log_contained(f"pre-call hook rejected call {call.id}", e, run.scrubber)
+        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
+    if new.name != call.name:
+        _mask(run, call, svc)
+        return _reject(
+            run,
+            ErrorCode.TOOL_NOT_ALLOWED,
+            f"a pre-call hook renamed '{call.name}' to '{new.name}'; calls cannot change tools",
+        )
+    if new.id != call.id:
+        new = ToolCall.model_construct(id=call.id, name=new.name, arguments=new.arguments)
+    run.call = new
+    _mask(run, new, svc)
+    try:
+        allowed = svc.hooks.is_allowed(new)
+    except Exception as e:
+        log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
+        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
+    if not allowed:
+        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{new.name}' is not allowed")
+    try:
+        run.params = tool.parse(new.arguments)
+    except ArgumentError as e:
+        return _reject(run, ErrorCode.INVALID_ARGUMENTS, str(e))
+    except Exception as e:
+        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{new.name}': {error_text(e)}")
+    run.admitted = True
+    return None
+
+
+# -- attempts -------------------------------------------------------------------
+
+
+def _progress_sink(svc: Services, run: Run) -> Any:
+    def sink(ctx: ToolContext, message: str, fraction: float | None, data: dict[str, Any]) -> None:
+        em = svc.emitter
+        if em.wants(sig.PROGRESS):
+            s = run.scrubber
+            em.emit(
+                sig.PROGRESS,
+                Progress(
+                    ctx.call_id, ctx.tool, run.batch_id, ctx.attempt,
+                    s.text(message), fraction, s.value(data),
+                ),
+            )
+
+    return sink
+
+
+def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
+    """Run attempt `n` of `run` (admitting the call first when n == 1)."""
+    if not run.is_live(n):
+        return LOST
+    if n == 1:
+        rejection = admit(run, svc)
+        if rejection is not None:
+            if not run.try_settle(n):
+                return LOST
+            return DONE if finish(run, rejection, svc) else LOST
+        if not run.is_live(n):
+            return LOST
+    tool = run.tool
+    assert tool is not None
+    em = svc.emitter
+    call_id, name, bid = run.call.id, run.call.name, run.batch_id
+    if n > 1 and em.wants(sig.RETRY_ATTEMPT):
+        em.emit(sig.RETRY_ATTEMPT, RetryAttempt(call_id, name, bid, n, run.last_error, 0.0))
+    if em.wants(sig.EXECUTING):
+        em.emit(sig.EXECUTING, Executing(call_id, name, bid, n, run.masked, run.timeout))
+    run.phase = RUNNING
+    ctx = ToolContext(
+        call_id=call_id,
+        tool=name,
+        attempt=n,
+        deadline=time.monotonic() + run.timeout if run.timeout else None,
+        cancel=run.cancel_event,
+        sink=_progress_sink(svc, run),
+    )
+    start = time.monotonic()
+    error: BaseException | None = None
+    value: Any = None
+    try:
+        value = tool.invoke(run.params, ctx)
+        if inspect.iscoroutine(value):
+            task = svc.loop.submit(value)
+            run.task = task
+            if run.cancel_event.is_set():
+                task.cancel()
+            value = task.wait()
+        elif inspect.isawaitable(value):
+            raise TypeError("tool returned an awaitable that is not a coroutine")
+        output, attachments, metadata = normalize_output(value)
+    except BaseException as e:  # tools may raise anything; nothing escapes a worker
+        error = e
+    duration = time.monotonic() - start
+    if not run.try_settle(n):
+        if em.wants(sig.LATE_RESULT):
+            status = "ok" if error is None else "error"
+            em.emit(sig.LATE_RESULT, LateResult(call_id, name, bid, n, status, duration))
+        return LOST
+    if error is None:
+        if em.wants(sig.EXECUTED):
+            em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration))
+        return complete(
+            run,
+            make_result(run, "ok", output=output, attachments=attachments, metadata=metadata),
+            svc,
+        )
+    if em.wants(sig.ERROR):
+        text = run.scrubber.text(error_text(error))
+        em.emit(sig.ERROR, Failed(call_id, name, bid, n, text, ErrorCode.TOOL_ERROR, duration))
+    return after_failure(run, n, error, svc, timed_out=False)
+
+
+def after_timeout(run: Run, n: int, phase: str, svc: Services) -> Outcome:
+    """The supervisor timed attempt `n` out; decide what follows, on a worker."""
+    if phase == ADMISSION:
+        what = "pre-call hooks did not return"
+    elif phase == FINISHING:
+        what = "post-call hooks did not return"
+    else:
+        what = f"Tool '{run.call.name}' timed out"
+    return after_failure(run, n, AttemptTimeout(f"{what} after {run.timeout}s"), svc, timed_out=True)
+
+
+def after_failure(
+    run: Run, n: int, error: BaseException, svc: Services, *, timed_out: bool
+) -> Outcome:
+    run.phase = FINISHING
+    text = run.scrubber.text(str(error) if timed_out else error_text(error))
+    decision = RetryDecision.give_up()
+    if run.admitted and not (isinstance(error, ToolError) and error.retryable is False):
+        if run.retry_state is None:
+            run.retry_state = new_retry_state()
+        record_failure(run.retry_state, n, error)
+        failure = AttemptFailure(
+            attempt=n,
+            error=error,
+            timed_out=timed_out,
+            read_only=run.read_only,
+            policy=run.policy,
+            state=run.retry_state,
+        )
+        try:
+            answer = svc.hooks.should_retry(run.call, failure)
+            decision = answer if isinstance(answer, RetryDecision) else RetryDecision(bool(answer))
+        except Exception as e:
+            log_contained(f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber)
+    if decision.retry:
+        run.last_error = text
+        return ("retry", decision.delay)
+    if timed_out:
+        result = make_result(run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n)
+    else:
+        result = make_result(run, "error", error=text, code=ErrorCode.TOOL_ERROR, attempts=n)
+    return complete(run, result, svc)
+
+
+def complete(run: Run, result: ToolResult, svc: Services) -> Outcome:
+    """Run post-call hooks on a result and make it final."""
+    run.phase = FINISHING
+    if run.admitted:
+        try:
+            new = svc.hooks.post_execute(run.call, result)
+            if not isinstance(new, ToolResult):
+                raise TypeError(f"post-call hook returned {type(new).__name__}, not a ToolResult")
+            if new.call_id != result.call_id:
+                new = new.model_copy(update={"call_id": result.call_id})
+            result = new
+        except Exception as e:
+            log_contained(f"post-call hook failed for call {run.call.id}", e, run.scrubber)
+            result = make_result(
+                run,
+                "error",
+                error=f"post-call hook failed: {error_text(e)}",
+                code=ErrorCode.TOOL_ERROR,
+                attempts=result.attempts,
+            )
+    return DONE if finish(run, result, svc) else LOST

@@ -1,0 +1,65 @@
+"""What a running tool may know about its call, and how it reports progress."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ToolContext"]
+
+ProgressSink = Callable[["ToolContext", str, float | None, dict[str, Any]], None]
+
+
+def _no_progress(ctx: ToolContext, message: str, fraction: float | None, data: dict[str, Any]) -> None:
+    return None
+
+
+class ToolContext:
+    """Handed to a tool that declares a parameter annotated `ToolContext`.
+
+    It is left out of the tool's parameter schema. `deadline` is a
+    `time.monotonic()` value (None when there is no timeout); `cancelled` turns
+    true when the caller no longer wants the result (timeout, cancellation,
+    abort), so a cooperative tool can stop early.
+    """
+
+    __slots__ = ("_cancel", "_sink", "attempt", "call_id", "deadline", "tool")
+
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        tool: str,
+        attempt: int = 1,
+        deadline: float | None = None,
+        cancel: threading.Event | None = None,
+        sink: ProgressSink | None = None,
+    ) -> None:
+        self.call_id = call_id
+        self.tool = tool
+        self.attempt = attempt
+        self.deadline = deadline
+        self._cancel = cancel if cancel is not None else threading.Event()
+        self._sink = sink or _no_progress
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the result of this attempt is no longer wanted."""
+        return self._cancel.is_set()
+
+    @property
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline, or None without a deadline."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block up to `timeout` seconds until cancelled; True if cancelled."""
+        return self._cancel.wait(timeout)
+
+    def progress(self, message: str, fraction: float | None = None, **data: Any) -> None:
+        """Publish a `tool:progress` signal (seed 002's "stage") for this call."""
+        self._sink(self, message, fraction, data)

@@ -1,0 +1,163 @@
+"""Tools made from plain functions by `@tool`.
+
+The name comes from the function, the description from its docstring, the
+parameter schema from its type hints through pydantic. A parameter annotated
+`ToolContext` is filled in by toolbus and left out of the schema.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from ..retry import RetryPolicy
+from ._context import ToolContext
+from ._tool import Tool, ToolType
+
+__all__ = ["FunctionTool", "tool"]
+
+AnyFunction = Callable[..., Any]
+
+
+class _ParamsBase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionTool(Tool):
+    """A `Tool` whose `run` is a plain (sync or async) function.
+
+    Calling the tool object calls the function itself, so decorated functions
+    stay usable as functions.
+    """
+
+    def __init__(
+        self,
+        fn: AnyFunction,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        type: ToolType = "function",
+        read_only: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = description if description is not None else _doc_summary(fn)
+        self.type = type
+        self.read_only = read_only
+        self.timeout = timeout
+        self.retry = retry
+        self.max_concurrency = max_concurrency
+        self._ctx_param: str | None = None
+        self._param_names: tuple[str, ...] = ()
+        self._params_model = self._build_params()
+        self._setup()
+
+    def _build_params(self) -> type[BaseModel] | None:
+        sig = inspect.signature(self.fn)
+        hints = typing.get_type_hints(self.fn, include_extras=True)
+        fields: dict[str, Any] = {}
+        names: list[str] = []
+        for p in sig.parameters.values():
+            ann = hints.get(p.name, Any)
+            if ann is ToolContext:
+                self._ctx_param = p.name
+                continue
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"tool {self.name!r}: *args/**kwargs cannot be described to a model")
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (ann, default)
+            names.append(p.name)
+        self._param_names = tuple(names)
+        if self.type == "custom":
+            if len(names) != 1:
+                raise TypeError(f"custom tool {self.name!r} must take exactly one text parameter")
+            return None
+        model = create_model(  # type: ignore[call-overload]
+            f"{_camel(self.name)}Params", __base__=_ParamsBase, **fields
+        )
+        return typing.cast(type[BaseModel], model)
+
+    def _setup(self) -> None:
+        # Params is a ClassVar on Tool; function tools each have their own model.
+        self.Params = self._params_model  # type: ignore[misc]
+        super()._setup()
+
+    def _target(self) -> AnyFunction:
+        return self.fn
+
+    def _target_wants_context(self) -> bool:
+        return self._ctx_param is not None
+
+    def invoke(self, params: Any, ctx: ToolContext) -> Any:
+        if self.type == "custom":
+            kwargs: dict[str, Any] = {self._param_names[0]: params}
+        else:
+            kwargs = {n: getattr(params, n) for n in self._param_names}
+        if self._ctx_param is not None:
+            kwargs[self._ctx_param] = ctx
+        return self.fn(**kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _doc_summary(fn: AnyFunction) -> str:
+    doc = inspect.getdoc(fn) or ""
+    return doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.replace("-", "_").split("_"))
+
+
+@overload
+def tool(fn: AnyFunction, /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    type: ToolType = "function",
+    read_only: bool = False,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int | None = None,
+) -> Callable[[AnyFunction], FunctionTool]: ...
+
+
+def tool(
+    fn: AnyFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    type: ToolType = "function",
+    read_only: bool = False,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int | None = None,
+) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
+    """Make a tool from a function: `@tool` or `@tool(read_only=True, timeout=5)`."""
+
+    def make(f: AnyFunction) -> FunctionTool:
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            type=type,
+            read_only=read_only,
+            timeout=timeout,
+            retry=retry,
+            max_concurrency=max_concurrency,
+        )
+
+    return make(fn) if fn is not None else make

@@ -1,0 +1,117 @@
+"""The registry: the tools an executor can run, by name."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, overload
+
+from ..retry import RetryPolicy
+from ._function import AnyFunction, FunctionTool
+from ._tool import Tool, ToolType
+
+__all__ = ["DuplicateToolError", "ToolRegistry"]
+
+
+class DuplicateToolError(ValueError):
+    """A tool with this name is already registered."""
+
+
+class ToolRegistry:
+    """Thread-safe map of tool names to tools.
+
+    Writers copy the map under a lock and swap it in; readers (the executor, on
+    every call) read the current map without locking.
+    """
+
+    def __init__(self, tools: list[Tool | AnyFunction] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._tools: dict[str, Tool] = {}
+        for t in tools or ():
+            self.register(t)
+
+    def register(self, tool: Tool | AnyFunction) -> Tool:
+        """Add a tool (or a plain function, made a tool); duplicate names are an error."""
+        t = tool if isinstance(tool, Tool) else FunctionTool(tool)
+        with self._lock:
+            if t.name in self._tools:
+                raise DuplicateToolError(f"a tool named {t.name!r} is already registered")
+            self._tools = {**self._tools, t.name: t}
+        return t
+
+    def unregister(self, name: str) -> Tool:
+        """Remove and return the tool called `name`; `KeyError` if there is none."""
+        with self._lock:
+            tools = dict(self._tools)
+            t = tools.pop(name)
+            self._tools = tools
+        return t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def list(self) -> list[Tool]:
+        return list(self._tools.values())
+
+    def list_by_type(self, type: ToolType) -> list[Tool]:
+        return [t for t in self._tools.values() if t.type == type]
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """Every tool in OpenAI's function-tool format."""
+        return [t.to_openai() for t in self._tools.values()]
+
+    @overload
+    def tool(self, fn: AnyFunction, /) -> FunctionTool: ...
+
+    @overload
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        type: ToolType = "function",
+        read_only: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+    ) -> Callable[[AnyFunction], FunctionTool]: ...
+
+    def tool(
+        self,
+        fn: AnyFunction | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        type: ToolType = "function",
+        read_only: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+    ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
+        """Decorator: make a tool from a function and register it."""
+
+        def make(f: AnyFunction) -> FunctionTool:
+            t = FunctionTool(
+                f,
+                name=name,
+                description=description,
+                type=type,
+                read_only=read_only,
+                timeout=timeout,
+                retry=retry,
+                max_concurrency=max_concurrency,
+            )
+            self.register(t)
+            return t
+
+        return make(fn) if fn is not None else make

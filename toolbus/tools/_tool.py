@@ -1,0 +1,263 @@
+"""The `Tool` base class: a template method that validates, runs and contains.
+
+A subclass sets `name`, `description`, a pydantic `Params` model (or a JSON
+schema in `parameters`) and implements `run(self, params)` or
+`run(self, params, ctx)`, sync or async. Everything schema-related is built once,
+when the tool is created; the per-call path only validates and calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Literal
+
+import jsonschema
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from ..models import ErrorCode, ToolResult
+from ..retry import RetryPolicy
+from ._context import ToolContext
+from ._errors import ArgumentError, error_text
+from ._output import normalize_output
+
+__all__ = ["Tool", "ToolType", "format_validation_error"]
+
+ToolType = Literal["function", "custom"]
+
+
+def format_validation_error(tool: str, error: ValidationError) -> str:
+    """Readable, input-free text for a pydantic error: values are never echoed,
+    because an argument may be a secret."""
+    parts = []
+    for e in error.errors(include_input=False, include_url=False):
+        loc = ".".join(str(p) for p in e["loc"]) or "arguments"
+        parts.append(f"{loc}: {e['msg']}")
+    return f"Invalid arguments for '{tool}': " + "; ".join(parts)
+
+
+class Tool:
+    """Base class of every tool toolbus can run.
+
+    Class attributes (or instance attributes set in `__init__`) describe the
+    tool; `run` does the work. `execute`/`aexecute` are the template method for
+    use without an executor: they never raise, they return a `ToolResult`.
+    """
+
+    name: str = ""
+    description: str = ""
+    type: ToolType = "function"
+    Params: ClassVar[type[BaseModel] | None] = None
+    parameters: dict[str, Any] | None = None
+    read_only: bool = False
+    timeout: float | None = None
+    retry: RetryPolicy | None = None
+    max_concurrency: int | None = None
+
+    def __init__(self) -> None:
+        self._setup()
+
+    # -- set-up (once per tool) ------------------------------------------------
+
+    def _setup(self) -> None:
+        if not self.name:
+            raise ValueError(f"{type(self).__name__} needs a name")
+        if self.type not in ("function", "custom"):
+            raise ValueError(f"unknown tool type {self.type!r}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        self._schema_validator: jsonschema.protocols.Validator | None = None
+        if self.type == "function":
+            if self.Params is not None:
+                self._schema = self.Params.model_json_schema()
+            elif self.parameters is not None:
+                cls = jsonschema.validators.validator_for(self.parameters)
+                cls.check_schema(self.parameters)
+                self._schema = self.parameters
+                self._schema_validator = cls(self.parameters)
+            else:
+                self._schema = {"type": "object", "properties": {}}
+        else:
+            self._schema = {}
+        self.is_async = inspect.iscoroutinefunction(self._target())
+        self._wants_context = self._target_wants_context()
+
+    def _target(self) -> Callable[..., Any]:
+        return self.run
+
+    def _target_wants_context(self) -> bool:
+        params = [
+            p
+            for p in inspect.signature(self.run).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        return len(params) >= 2
+
+    # -- description -----------------------------------------------------------
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """JSON schema of the parameters (empty for custom tools)."""
+        return self._schema
+
+    def to_openai(self) -> dict[str, Any]:
+        """This tool in OpenAI's Chat Completions tool format."""
+        if self.type == "custom":
+            return {"type": "custom", "name": self.name, "description": self.description}
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self._schema,
+            },
+        }
+
+    # -- the per-call steps ----------------------------------------------------
+
+    def parse(self, arguments: dict[str, Any] | str) -> Any:
+        """Validate `arguments` into what `run` receives; raise `ArgumentError`."""
+        if self.type == "custom":
+            if isinstance(arguments, str):
+                return arguments
+            return orjson.dumps(arguments).decode()
+        if isinstance(arguments, str):
+            arguments = parse_json_arguments(arguments)
+        return self.validate(arguments)
+
+    def validate(self, arguments: dict[str, Any]) -> Any:
+        if self.Params is not None:
+            try:
+                return self.Params.model_validate(arguments)
+            except ValidationError as e:
+                raise ArgumentError(format_validation_error(self.name, e)) from None
+        if self._schema_validator is not None:
+            errors = sorted(self._schema_validator.iter_errors(arguments), key=str)
+            if errors:
+                parts = []
+                for err in errors[:5]:
+                    loc = ".".join(str(p) for p in err.absolute_path) or "arguments"
+                    parts.append(f"{loc}: {_schema_message(err)}")
+                raise ArgumentError(f"Invalid arguments for '{self.name}': " + "; ".join(parts))
+        return arguments
+
+    def invoke(self, params: Any, ctx: ToolContext) -> Any:
+        """Call `run`; for async tools this returns the coroutine, not its result."""
+        if self._wants_context:
+            return self.run(params, ctx)
+        return self.run(params)
+
+    def run(self, params: Any) -> Any:
+        """Do the work. Override; may be `async def`; may take a second `ctx` argument."""
+        raise NotImplementedError
+
+    # -- the template method, for use without an executor ------------------------
+
+    def execute(
+        self, arguments: dict[str, Any] | str, *, call_id: str = "direct"
+    ) -> ToolResult:
+        """Validate, run and contain: every outcome comes back as a `ToolResult`."""
+        start = time.monotonic()
+        ctx = ToolContext(call_id=call_id, tool=self.name)
+        try:
+            params = self.parse(arguments)
+        except ArgumentError as e:
+            return self._failed(call_id, start, e, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
+        try:
+            value = self.invoke(params, ctx)
+            if inspect.isawaitable(value):
+                value = asyncio.run(_await(value))
+            return self._succeeded(call_id, start, value)
+        except Exception as e:
+            return self._failed(call_id, start, e, ErrorCode.TOOL_ERROR, "error", 1)
+
+    async def aexecute(
+        self, arguments: dict[str, Any] | str, *, call_id: str = "direct"
+    ) -> ToolResult:
+        """Async twin of `execute` (sync tools run in a thread)."""
+        start = time.monotonic()
+        ctx = ToolContext(call_id=call_id, tool=self.name)
+        try:
+            params = self.parse(arguments)
+        except ArgumentError as e:
+            return self._failed(call_id, start, e, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
+        try:
+            if self.is_async:
+                value = await self.invoke(params, ctx)
+            else:
+                value = await asyncio.to_thread(self.invoke, params, ctx)
+            return self._succeeded(call_id, start, value)
+        except Exception as e:
+            return self._failed(call_id, start, e, ErrorCode.TOOL_ERROR, "error", 1)
+
+    def _succeeded(self, call_id: str, start: float, value: Any) -> ToolResult:
+        output, attachments, metadata = normalize_output(value)
+        return ToolResult(
+            call_id=call_id,
+            name=self.name,
+            status="ok",
+            output=output,
+            attachments=attachments,
+            metadata=metadata,
+            attempts=1,
+            duration=time.monotonic() - start,
+        )
+
+    def _failed(
+        self,
+        call_id: str,
+        start: float,
+        error: BaseException,
+        code: ErrorCode,
+        status: Literal["error", "rejected"],
+        attempts: int,
+    ) -> ToolResult:
+        return ToolResult(
+            call_id=call_id,
+            name=self.name,
+            status=status,
+            error=error_text(error),
+            error_code=code,
+            attempts=attempts,
+            duration=time.monotonic() - start,
+        )
+
+    def __repr__(self) -> str:
+        kind = "read-only" if self.read_only else "mutating"
+        return f"<{type(self).__name__} {self.name!r} {self.type} {kind}>"
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+def parse_json_arguments(text: str) -> dict[str, Any]:
+    """The model's raw JSON arguments as a dict; `ArgumentError` when they are not."""
+    if not text.strip():
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise ArgumentError(f"Arguments are not valid JSON ({e.msg} at position {e.pos})") from None
+    if not isinstance(value, dict):
+        raise ArgumentError(
+            f"Arguments must be a JSON object, got {type(value).__name__}"
+        )
+    return value
+
+
+def _schema_message(err: jsonschema.ValidationError) -> str:
+    # jsonschema's messages start with the offending value; give the rule instead,
+    # since the value may be a secret.
+    if err.validator == "required":
+        return str(err.message).split(" is a required property")[0].strip("'") + " is required"
+    if err.validator == "additionalProperties":
+        return "unexpected properties"
+    if err.validator == "type":
+        return f"should be of type {err.validator_value}"
+    if err.validator == "enum":
+        return f"should be one of {err.validator_value}"
+    return f"fails '{err.validator}' rule"
