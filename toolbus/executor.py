@@ -19,13 +19,23 @@ import itertools
 import logging
 import threading
 import time
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pykka
 from pydantic import BaseModel, ConfigDict
 
-from .actors import BatchRun, LoopThread, LoopWaiter, Run, Supervisor, ThreadWaiter, TimerService, Waiter
+from .actors import (
+    BatchRun,
+    LoopThread,
+    LoopWaiter,
+    Run,
+    Supervisor,
+    ThreadWaiter,
+    TimerService,
+    Waiter,
+)
 from .actors._messages import Cancel, Close, StatusQuery, Submit
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .masking import mask_arguments
@@ -235,7 +245,9 @@ class Executor:
         try:
             await waiter.future
         except asyncio.CancelledError:
-            self._cancel(Cancel(batch, None, ErrorCode.CANCELLED, "the awaiting task was cancelled"))
+            self._cancel(
+                Cancel(batch, None, ErrorCode.CANCELLED, "the awaiting task was cancelled")
+            )
             raise
         return _batch_result(batch)
 
@@ -243,8 +255,9 @@ class Executor:
 
     def stats(self, timeout: float = 5.0) -> ExecutorStats:
         """A snapshot of the supervisor's counters (answered even while tools hang)."""
+        data: dict[str, Any] | None
         try:
-            data = self._supervisor.ask(StatusQuery(), timeout=timeout)
+            data = typing.cast(dict[str, Any], self._supervisor.ask(StatusQuery(), timeout=timeout))
         except (pykka.ActorDeadError, pykka.Timeout):
             data = None
         if not data:
@@ -311,8 +324,14 @@ class Executor:
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
         return Run(
-            c, tool, index=index, batch=batch, context=context,
-            timeout=timeout, policy=policy, waiter=waiter,
+            c,
+            tool,
+            index=index,
+            batch=batch,
+            context=context,
+            timeout=timeout,
+            policy=policy,
+            waiter=waiter,
         )
 
     def _submit_one(self, call: CallLike, waiter: Waiter) -> Run:
@@ -339,8 +358,7 @@ class Executor:
         )
         context = contextvars.copy_context()
         runs = tuple(
-            self._make_run(c, context=context, index=i, batch=batch)
-            for i, c in enumerate(coerced)
+            self._make_run(c, context=context, index=i, batch=batch) for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
         self._tell(Submit(runs, batch), runs)
@@ -355,8 +373,11 @@ class Executor:
             # Closed executor: still exactly one result per call.
             for run in runs:
                 result = ToolResult(
-                    call_id=run.call.id, name=run.call.name, status="cancelled",
-                    error="the executor is closed", error_code=ErrorCode.CANCELLED,
+                    call_id=run.call.id,
+                    name=run.call.name,
+                    status="cancelled",
+                    error="the executor is closed",
+                    error_code=ErrorCode.CANCELLED,
                 )
                 if run.try_complete(result) and run.waiter is not None:
                     run.waiter.release(result)
@@ -379,8 +400,14 @@ def _coerce(call: CallLike) -> ToolCall:
             data = dict(call)
             if "function" in data and isinstance(data["function"], Mapping):  # OpenAI shape
                 fn = data["function"]
-                data = {"id": data.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}
-            data = {k: v for k, v in data.items() if k in ("id", "name", "arguments") and v is not None}
+                data = {
+                    "id": data.get("id"),
+                    "name": fn.get("name"),
+                    "arguments": fn.get("arguments"),
+                }
+            data = {
+                k: v for k, v in data.items() if k in ("id", "name", "arguments") and v is not None
+            }
             return ToolCall(**data)
     except Exception as e:
         log.debug("could not read a tool call: %s", e)

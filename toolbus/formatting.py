@@ -49,12 +49,11 @@ def format_result_for_context(
         content = output_text(result.output)
         if len(content) > max_length:
             omitted = len(content) - max_length
-            content = (
-                content[:max_length] + f"\n... (truncated, {omitted} characters omitted)"
-            )
+            content = content[:max_length] + f"\n... (truncated, {omitted} characters omitted)"
         lines.append(content)
         for a in result.attachments:
-            lines.append(f"[attachment: {a.type}{' ' + (a.title or a.url or '') if (a.title or a.url) else ''}]")
+            label = a.title or a.url
+            lines.append(f"[attachment: {a.type} {label}]" if label else f"[attachment: {a.type}]")
     else:
         text = f"Error: {result.error or 'unknown error'}"
         if result.error_code:

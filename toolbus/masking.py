@@ -131,9 +131,7 @@ class Scrubber:
     __slots__ = ("_pattern", "_values")
 
     def __init__(self, values: Iterable[str] = ()) -> None:
-        uniq = sorted(
-            {v for v in values if len(v) >= MIN_SCRUB_LENGTH}, key=len, reverse=True
-        )
+        uniq = sorted({v for v in values if len(v) >= MIN_SCRUB_LENGTH}, key=len, reverse=True)
         self._values: tuple[str, ...] = tuple(uniq)
         # Longest first so a secret that contains another is replaced whole.
         self._pattern = re.compile("|".join(map(re.escape, uniq))) if uniq else None

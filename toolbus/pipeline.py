@@ -132,16 +132,25 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
         em.emit(
             sig.REJECTED,
             CallRejected(
-                run.call.id, name, bid, att, result.error or "",
-                result.error_code or ErrorCode.TOOL_ERROR, run.masked,
+                run.call.id,
+                name,
+                bid,
+                att,
+                result.error or "",
+                result.error_code or ErrorCode.TOOL_ERROR,
+                run.masked,
             ),
         )
     elif result.status == "cancelled" and em.wants(sig.CANCELLED):
         em.emit(
             sig.CANCELLED,
             CallCancelled(
-                run.call.id, name, bid, att,
-                result.error_code or ErrorCode.CANCELLED, result.error or "",
+                run.call.id,
+                name,
+                bid,
+                att,
+                result.error_code or ErrorCode.CANCELLED,
+                result.error or "",
             ),
         )
     if em.wants(sig.FINISHED):
@@ -211,7 +220,9 @@ def admit(run: Run, svc: Services) -> ToolResult | None:
                 id=call.id, name=call.name, arguments=parse_json_arguments(args)
             )
         except ArgumentError as e:
-            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}")
+            return _reject(
+                run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}"
+            )
         run.call = call
     try:
         new = svc.hooks.pre_execute(call)
@@ -244,7 +255,9 @@ def admit(run: Run, svc: Services) -> ToolResult | None:
     except ArgumentError as e:
         return _reject(run, ErrorCode.INVALID_ARGUMENTS, str(e))
     except Exception as e:
-        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{new.name}': {error_text(e)}")
+        return _reject(
+            run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{new.name}': {error_text(e)}"
+        )
     run.admitted = True
     return None
 
@@ -260,8 +273,13 @@ def _progress_sink(svc: Services, run: Run) -> Any:
             em.emit(
                 sig.PROGRESS,
                 Progress(
-                    ctx.call_id, ctx.tool, run.batch_id, ctx.attempt,
-                    s.text(message), fraction, s.value(data),
+                    ctx.call_id,
+                    ctx.tool,
+                    run.batch_id,
+                    ctx.attempt,
+                    s.text(message),
+                    fraction,
+                    s.value(data),
                 ),
             )
 
@@ -341,7 +359,9 @@ def after_timeout(run: Run, n: int, phase: str, svc: Services) -> Outcome:
         what = "post-call hooks did not return"
     else:
         what = f"Tool '{run.call.name}' timed out"
-    return after_failure(run, n, AttemptTimeout(f"{what} after {run.timeout}s"), svc, timed_out=True)
+    return after_failure(
+        run, n, AttemptTimeout(f"{what} after {run.timeout}s"), svc, timed_out=True
+    )
 
 
 def after_failure(
@@ -366,12 +386,16 @@ def after_failure(
             answer = svc.hooks.should_retry(run.call, failure)
             decision = answer if isinstance(answer, RetryDecision) else RetryDecision(bool(answer))
         except Exception as e:
-            log_contained(f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber)
+            log_contained(
+                f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber
+            )
     if decision.retry:
         run.last_error = text
         return ("retry", decision.delay)
     if timed_out:
-        result = make_result(run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n)
+        result = make_result(
+            run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n
+        )
     else:
         result = make_result(run, "error", error=text, code=ErrorCode.TOOL_ERROR, attempts=n)
     return complete(run, result, svc)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+
 import tenacity
 from tenacity import RetryCallState
 from tenacity.retry import retry_base
@@ -66,7 +67,7 @@ class RetryDecision:
 _GIVE_UP = RetryDecision(False, 0.0)
 
 
-class wait_proportional_jitter(wait_base):  # noqa: N801 - tenacity's naming style
+class wait_proportional_jitter(wait_base):
     """Stretch another wait by a random factor in `[1, 1 + jitter]` (Akka's randomFactor)."""
 
     def __init__(self, inner: wait_base, jitter: float, rng: random.Random | None = None) -> None:
@@ -126,9 +127,7 @@ class RetryPolicy:
         """False when the policy can never retry (lets the hot path skip bookkeeping)."""
         return self.max_retries > 0 or self.stop is not None
 
-    def decide(
-        self, state: RetryCallState, *, read_only: bool, timed_out: bool
-    ) -> RetryDecision:
+    def decide(self, state: RetryCallState, *, read_only: bool, timed_out: bool) -> RetryDecision:
         """Decide after a failure already recorded on `state` (see `record_failure`)."""
         if timed_out and not read_only:
             return _GIVE_UP

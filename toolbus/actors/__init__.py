@@ -6,8 +6,8 @@ its own pool of worker actors, started lazily and reused.
 
 from ._loop import LoopThread
 from ._run import BatchRun, LoopWaiter, Run, ThreadWaiter, Waiter
-from ._timers import TimerHandle, TimerService
 from ._supervisor import Supervisor
+from ._timers import TimerHandle, TimerService
 from ._worker import ToolWorker, WorkerHandle
 
 __all__ = [

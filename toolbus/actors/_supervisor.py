@@ -96,9 +96,18 @@ class Supervisor(pykka.ThreadingActor):
         self.worker_seq = 0
         self.closed = False
         self.counters: dict[str, int] = {
-            "submitted": 0, "batches": 0, "ok": 0, "error": 0, "timeout": 0,
-            "cancelled": 0, "rejected": 0, "retries": 0, "timeouts": 0,
-            "late_results": 0, "abandoned_total": 0, "workers_started": 0,
+            "submitted": 0,
+            "batches": 0,
+            "ok": 0,
+            "error": 0,
+            "timeout": 0,
+            "cancelled": 0,
+            "rejected": 0,
+            "retries": 0,
+            "timeouts": 0,
+            "late_results": 0,
+            "abandoned_total": 0,
+            "workers_started": 0,
         }
         self.peak_in_flight = 0
 
@@ -125,8 +134,11 @@ class Supervisor(pykka.ThreadingActor):
                 return self._on_close(message)
             self._pump()
         except BaseException as e:  # a bug here must not stop the supervisor
-            log.error("supervisor error on %s:\n%s", type(message).__name__,
-                      "".join(traceback.format_exception(e)))
+            log.error(
+                "supervisor error on %s:\n%s",
+                type(message).__name__,
+                "".join(traceback.format_exception(e)),
+            )
         return None
 
     # -- submission and scheduling -----------------------------------------------
@@ -217,7 +229,9 @@ class Supervisor(pykka.ThreadingActor):
         worker = self._acquire(pool)
         if worker is None:
             self._finish_here(
-                run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
+                run,
+                "rejected",
+                ErrorCode.TOOL_UNAVAILABLE,
                 f"Tool '{run.call.name}' is unavailable: {len(self.detached)} workers are "
                 f"stuck in calls that timed out (limit {self.max_abandoned})",
             )
@@ -229,9 +243,7 @@ class Supervisor(pykka.ThreadingActor):
         self._take_slot(run, pool)
         run.sv_worker = worker
         if run.timeout is not None:
-            run.sv_timer = self.timers.schedule(
-                run.timeout, self.actor_ref.tell, Deadline(run, n)
-            )
+            run.sv_timer = self.timers.schedule(run.timeout, self.actor_ref.tell, Deadline(run, n))
         worker.ref.tell(Invoke(run, n))
 
     def _take_slot(self, run: Run, pool: _Pool) -> None:
@@ -338,7 +350,9 @@ class Supervisor(pykka.ThreadingActor):
         worker = self._acquire(self._pool(run.tool))
         if worker is None:
             self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
+                run,
+                "timeout",
+                ErrorCode.EXECUTION_TIMEOUT,
                 f"Tool '{run.call.name}' timed out after {run.timeout}s",
             )
             return
@@ -356,7 +370,9 @@ class Supervisor(pykka.ThreadingActor):
         run.interrupt()
         self._detach(run)
         self._finish_here(
-            run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
+            run,
+            "timeout",
+            ErrorCode.EXECUTION_TIMEOUT,
             f"Tool '{run.call.name}' timed out: its hooks did not return within "
             f"{self.hook_grace}s after the deadline",
         )
@@ -442,7 +458,11 @@ class Supervisor(pykka.ThreadingActor):
                 em.emit(
                     sig.PARALLEL_COMPLETE,
                     ParallelComplete(
-                        b.batch_id, g.index, g.size, g.size - fails, fails,
+                        b.batch_id,
+                        g.index,
+                        g.size,
+                        g.size - fails,
+                        fails,
                         now - b.group_started[g.index],
                     ),
                 )
@@ -465,8 +485,7 @@ class Supervisor(pykka.ThreadingActor):
             **self.counters,
             "in_flight": self.in_flight,
             "peak_in_flight": self.peak_in_flight,
-            "queued": len(self.ready)
-            + sum(len(p.waiting) for p in self.pools.values()),
+            "queued": len(self.ready) + sum(len(p.waiting) for p in self.pools.values()),
             "abandoned_workers": len(self.detached),
             "live_workers": sum(len(p.idle) + p.busy for p in self.pools.values()),
             "pools": {

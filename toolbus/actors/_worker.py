@@ -69,11 +69,16 @@ class ToolWorker(pykka.ThreadingActor):
                     _pipeline.after_timeout, run, message.attempt, message.phase, self.services
                 )
         except BaseException as e:
-            log.error("internal error in worker for call %s:\n%s", run.call.id,
-                      run.scrubber.text("".join(traceback.format_exception(e))))
+            log.error(
+                "internal error in worker for call %s:\n%s",
+                run.call.id,
+                run.scrubber.text("".join(traceback.format_exception(e))),
+            )
             try:
                 result = _pipeline.make_result(
-                    run, "error", error=f"internal error: {type(e).__name__}",
+                    run,
+                    "error",
+                    error=f"internal error: {type(e).__name__}",
                     code=ErrorCode.TOOL_ERROR,
                 )
                 kind = "done" if _pipeline.finish(run, result, self.services) else "lost"

@@ -1,10 +1,10 @@
 """The bus layer: one blinker signal per lifecycle step, robust delivery, subscriptions.
 
-    from toolbus import bus
+from toolbus import bus
 
-    @bus.signal("tool:finished").connect
-    def on_finished(sender, event):
-        print(event.call_id, event.result.status)
+@bus.signal("tool:finished").connect
+def on_finished(sender, event):
+    print(event.call_id, event.result.status)
 """
 
 from ._events import (

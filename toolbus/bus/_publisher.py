@@ -94,9 +94,7 @@ class Announcer(pykka.ThreadingActor):
         try:
             self.publisher.publish(name, event)
         except Exception as e:
-            log.error(
-                "publisher failed on %s:\n%s", name, "".join(traceback.format_exception(e))
-            )
+            log.error("publisher failed on %s:\n%s", name, "".join(traceback.format_exception(e)))
         return None
 
 

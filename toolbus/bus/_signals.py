@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from blinker import Namespace, NamedSignal
+from blinker import NamedSignal, Namespace
 
 __all__ = [
     "ALL_SIGNALS",

@@ -35,8 +35,12 @@ class _Mailbox(pykka.ThreadingActor):
         try:
             self.receiver(sender, event=event, signal=name)
         except Exception as e:
-            log.error("isolated receiver %r raised on %s:\n%s", self.receiver, name,
-                      "".join(traceback.format_exception(e)))
+            log.error(
+                "isolated receiver %r raised on %s:\n%s",
+                self.receiver,
+                name,
+                "".join(traceback.format_exception(e)),
+            )
         return None
 
 
@@ -54,16 +58,20 @@ class Subscription:
             self._mailbox = _Mailbox.start(receiver)
             mailbox = self._mailbox
             for name in names:
+
                 def forward(s: Any, *, event: Event, _name: str = name) -> None:
                     try:
                         mailbox.tell((s, _name, event))
                     except pykka.ActorDeadError:
                         pass
+
                 self._connected.append((name, forward))
         else:
             for name in names:
+
                 def direct(s: Any, *, event: Event, _name: str = name) -> None:
                     receiver(s, event=event, signal=_name)
+
                 self._connected.append((name, direct))
         for name, fn in self._connected:
             signal(name).connect(fn, sender=sender, weak=False)
@@ -133,6 +141,7 @@ class Recorder:
         where: Callable[[Any], bool] | None = None,
     ) -> list[Any]:
         """Block until `count` events of `name` (matching `where`) arrived; return them."""
+
         def matching() -> list[Any]:
             return [e for n, e in self.events if n == name and (where is None or where(e))]
 
@@ -155,5 +164,3 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-

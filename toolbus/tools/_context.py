@@ -12,7 +12,9 @@ __all__ = ["ToolContext"]
 ProgressSink = Callable[["ToolContext", str, float | None, dict[str, Any]], None]
 
 
-def _no_progress(ctx: ToolContext, message: str, fraction: float | None, data: dict[str, Any]) -> None:
+def _no_progress(
+    ctx: ToolContext, message: str, fraction: float | None, data: dict[str, Any]
+) -> None:
     return None
 
 

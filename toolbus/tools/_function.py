@@ -70,7 +70,9 @@ class FunctionTool(Tool):
                 self._ctx_param = p.name
                 continue
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TypeError(f"tool {self.name!r}: *args/**kwargs cannot be described to a model")
+                raise TypeError(
+                    f"tool {self.name!r}: *args/**kwargs cannot be described to a model"
+                )
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[p.name] = (ann, default)
             names.append(p.name)
@@ -79,10 +81,10 @@ class FunctionTool(Tool):
             if len(names) != 1:
                 raise TypeError(f"custom tool {self.name!r} must take exactly one text parameter")
             return None
-        model = create_model(  # type: ignore[call-overload]
+        model: type[BaseModel] = create_model(
             f"{_camel(self.name)}Params", __base__=_ParamsBase, **fields
         )
-        return typing.cast(type[BaseModel], model)
+        return model
 
     def _setup(self) -> None:
         # Params is a ClassVar on Tool; function tools each have their own model.

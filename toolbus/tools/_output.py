@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -28,7 +29,7 @@ def _default(value: Any) -> Any:
 
 
 def _json_value(value: Any) -> Any:
-    if isinstance(value, _SCALARS) and not (isinstance(value, float) and value != value):
+    if isinstance(value, _SCALARS) and not (isinstance(value, float) and math.isnan(value)):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Callable
 from typing import Any, overload
@@ -56,16 +57,16 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def names(self) -> list[str]:
+    def names(self) -> builtins.list[str]:
         return list(self._tools)
 
-    def list(self) -> list[Tool]:
+    def list(self) -> builtins.list[Tool]:
         return list(self._tools.values())
 
-    def list_by_type(self, type: ToolType) -> list[Tool]:
+    def list_by_type(self, type: ToolType) -> builtins.list[Tool]:
         return [t for t in self._tools.values() if t.type == type]
 
-    def to_openai(self) -> list[dict[str, Any]]:
+    def to_openai(self) -> builtins.list[dict[str, Any]]:
         """Every tool in OpenAI's function-tool format."""
         return [t.to_openai() for t in self._tools.values()]
 
@@ -75,6 +76,7 @@ class ToolRegistry:
     @overload
     def tool(
         self,
+        /,
         *,
         name: str | None = None,
         description: str | None = None,

@@ -47,15 +47,17 @@ class Tool:
     use without an executor: they never raise, they return a `ToolResult`.
     """
 
+    Params: ClassVar[type[BaseModel] | None] = None
     name: str = ""
     description: str = ""
     type: ToolType = "function"
-    Params: ClassVar[type[BaseModel] | None] = None
     parameters: dict[str, Any] | None = None
     read_only: bool = False
     timeout: float | None = None
     retry: RetryPolicy | None = None
     max_concurrency: int | None = None
+    is_async: bool
+    _schema: dict[str, Any]
 
     def __init__(self) -> None:
         self._setup()
@@ -146,9 +148,10 @@ class Tool:
 
     def invoke(self, params: Any, ctx: ToolContext) -> Any:
         """Call `run`; for async tools this returns the coroutine, not its result."""
+        run: Callable[..., Any] = self.run
         if self._wants_context:
-            return self.run(params, ctx)
-        return self.run(params)
+            return run(params, ctx)
+        return run(params)
 
     def run(self, params: Any) -> Any:
         """Do the work. Override; may be `async def`; may take a second `ctx` argument."""
@@ -156,9 +159,7 @@ class Tool:
 
     # -- the template method, for use without an executor ------------------------
 
-    def execute(
-        self, arguments: dict[str, Any] | str, *, call_id: str = "direct"
-    ) -> ToolResult:
+    def execute(self, arguments: dict[str, Any] | str, *, call_id: str = "direct") -> ToolResult:
         """Validate, run and contain: every outcome comes back as a `ToolResult`."""
         start = time.monotonic()
         ctx = ToolContext(call_id=call_id, tool=self.name)
@@ -243,9 +244,7 @@ def parse_json_arguments(text: str) -> dict[str, Any]:
     except orjson.JSONDecodeError as e:
         raise ArgumentError(f"Arguments are not valid JSON ({e.msg} at position {e.pos})") from None
     if not isinstance(value, dict):
-        raise ArgumentError(
-            f"Arguments must be a JSON object, got {type(value).__name__}"
-        )
+        raise ArgumentError(f"Arguments must be a JSON object, got {type(value).__name__}")
     return value
 
 
