@@ -49,7 +49,7 @@ from ._signals import (
     namespace,
     signal,
 )
-from ._subscribe import Recorder, Subscription, subscribe
+from ._subscribe import ObserverActor, Recorder, Subscription, subscribe
 
 __all__ = [
     "ALL_SIGNALS",
@@ -84,6 +84,7 @@ __all__ = [
     "Failed",
     "LateResult",
     "NullPublisher",
+    "ObserverActor",
     "ParallelComplete",
     "ParallelStart",
     "Progress",

@@ -14,59 +14,113 @@ from blinker import ANY
 from ._events import Event
 from ._signals import ALL_SIGNALS, signal
 
-__all__ = ["Recorder", "Subscription", "subscribe"]
+__all__ = ["ObserverActor", "Recorder", "Subscription", "subscribe"]
 
 log = logging.getLogger("toolbus.bus")
 
 Receiver = Callable[..., Any]
 
 
-class _Mailbox(pykka.ThreadingActor):
-    """Runs one receiver on its own thread, so it can be slow without slowing anyone."""
+class ObserverActor(pykka.ThreadingActor):
+    """Base class for an actor that observes the bus through its own mailbox.
+
+    Subclass it and override `on_event`; start it and `attach` it to signals.
+    Events are queued in its mailbox and handled on its own thread, so a slow
+    observer never slows tools, the supervisor or other observers. Anything
+    `on_event` raises is logged and the actor goes on.
+
+        class Metrics(ObserverActor):
+            def on_event(self, signal, sender, event): ...
+
+        ref = Metrics.start()
+        subscription = Metrics.attach(ref, "tool:finished")
+    """
 
     use_daemon_thread = True
+
+    def on_event(self, signal: str, sender: Any, event: Event) -> None:
+        """Handle one event (override)."""
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Delivery):
+            try:
+                self.on_event(message.signal, message.sender, message.event)
+            except Exception as e:
+                log.error(
+                    "observer %r raised on %s:\n%s",
+                    self,
+                    message.signal,
+                    "".join(traceback.format_exception(e)),
+                )
+            return None
+        return self.on_message(message)
+
+    def on_message(self, message: Any) -> Any:
+        """Handle a message that is not a bus event (override to add your own)."""
+        return None
+
+    @staticmethod
+    def attach(ref: pykka.ActorRef[Any], *names: str, sender: Any = ANY) -> Subscription:
+        """Forward the signals `names` (all by default) into the actor's mailbox."""
+        return Subscription(tuple(names) or ALL_SIGNALS, ref, sender, isolated=True)
+
+
+class _Delivery:
+    __slots__ = ("event", "sender", "signal")
+
+    def __init__(self, signal: str, sender: Any, event: Event) -> None:
+        self.signal = signal
+        self.sender = sender
+        self.event = event
+
+
+class _CallbackObserver(ObserverActor):
+    """Runs a plain receiver function on its own actor (`subscribe(isolated=True)`)."""
 
     def __init__(self, receiver: Receiver) -> None:
         super().__init__()
         self.receiver = receiver
 
-    def on_receive(self, message: Any) -> Any:
-        sender, name, event = message
-        try:
-            self.receiver(sender, event=event, signal=name)
-        except Exception as e:
-            log.error(
-                "isolated receiver %r raised on %s:\n%s",
-                self.receiver,
-                name,
-                "".join(traceback.format_exception(e)),
-            )
-        return None
+    def on_event(self, signal: str, sender: Any, event: Event) -> None:
+        self.receiver(sender, event=event, signal=signal)
 
 
 class Subscription:
     """A receiver connected to some signals; `close()` (or `with`) disconnects it."""
 
     def __init__(
-        self, names: tuple[str, ...], receiver: Receiver, sender: Any, isolated: bool
+        self,
+        names: tuple[str, ...],
+        receiver: Receiver | pykka.ActorRef[Any],
+        sender: Any,
+        isolated: bool,
+        *,
+        owns_actor: bool = False,
     ) -> None:
         self.names = names
         self._sender = sender
-        self._mailbox: pykka.ActorRef[_Mailbox] | None = None
+        # Stopped on close only when this subscription started the actor.
+        self._mailbox: pykka.ActorRef[Any] | None = None
         self._connected: list[tuple[str, Receiver]] = []
         if isolated:
-            self._mailbox = _Mailbox.start(receiver)
-            mailbox = self._mailbox
+            if isinstance(receiver, pykka.ActorRef):
+                mailbox = receiver
+            else:
+                mailbox = _CallbackObserver.start(receiver)
+                owns_actor = True
+            if owns_actor:
+                self._mailbox = mailbox
             for name in names:
 
                 def forward(s: Any, *, event: Event, _name: str = name) -> None:
                     try:
-                        mailbox.tell((s, _name, event))
+                        mailbox.tell(_Delivery(_name, s, event))
                     except pykka.ActorDeadError:
                         pass
 
                 self._connected.append((name, forward))
         else:
+            assert not isinstance(receiver, pykka.ActorRef)
             for name in names:
 
                 def direct(s: Any, *, event: Event, _name: str = name) -> None:
