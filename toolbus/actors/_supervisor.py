@@ -214,8 +214,8 @@ class Supervisor(pykka.ThreadingActor):
         if pool.idle:
             w = pool.idle.pop()
         else:
-            if len(self.detached) >= self.max_abandoned:
-                return None
+            if self.detached and len(self.detached) >= self.max_abandoned:
+                return None  # replacing stuck workers has hit its limit
             self.worker_seq += 1
             ref = ToolWorker.start(self.services, self.actor_ref)
             w = WorkerHandle(ref, pool, self.worker_seq)

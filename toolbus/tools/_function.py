@@ -8,6 +8,7 @@ parameter schema from its type hints through pydantic. A parameter annotated
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, overload
@@ -61,7 +62,7 @@ class FunctionTool(Tool):
 
     def _build_params(self) -> type[BaseModel] | None:
         sig = inspect.signature(self.fn)
-        hints = typing.get_type_hints(self.fn, include_extras=True)
+        hints = _parameter_hints(self.fn)
         fields: dict[str, Any] = {}
         names: list[str] = []
         for p in sig.parameters.values():
@@ -108,6 +109,33 @@ class FunctionTool(Tool):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+def _parameter_hints(fn: AnyFunction) -> dict[str, Any]:
+    """Resolved type hints of the parameters only.
+
+    The return annotation is never needed and, under `from __future__ import
+    annotations`, often names a class local to the defining function; the
+    function's closure variables are offered to resolve parameter hints too.
+    """
+    annotations = dict(getattr(fn, "__annotations__", {}))
+    annotations.pop("return", None)
+    localns: dict[str, Any] = {}
+    code = getattr(fn, "__code__", None)
+    for name, cell in zip(
+        code.co_freevars if code else (), getattr(fn, "__closure__", None) or (), strict=False
+    ):
+        try:
+            localns[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            pass
+    shim = types.SimpleNamespace(
+        __annotations__=annotations, __globals__=getattr(fn, "__globals__", {})
+    )
+    try:
+        return typing.get_type_hints(shim, localns=localns, include_extras=True)
+    except NameError as e:
+        raise TypeError(f"cannot resolve a parameter type of {fn.__qualname__}: {e}") from None
 
 
 def _doc_summary(fn: AnyFunction) -> str:

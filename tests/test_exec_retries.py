@@ -1,0 +1,205 @@
+"""Retries through the executor: exact attempt and signal accounting, and their rules."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+
+import pytest
+import tenacity
+
+from tests.conftest import MakeExecutor
+from toolbus import (
+    AttemptFailure,
+    ErrorCode,
+    Executor,
+    RetryDecision,
+    RetryPolicy,
+    ToolCall,
+    ToolError,
+    ToolRegistry,
+    bus,
+)
+
+FAST = RetryPolicy(max_retries=3, backoff_base=0.001, jitter=0)
+
+
+def _counts(rec: bus.Recorder) -> Counter[str]:
+    return Counter(rec.names())
+
+
+def _flaky_registry(failures: int) -> tuple[ToolRegistry, list[int]]:
+    calls: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def flaky(x: int) -> int:
+        calls.append(x)
+        if len(calls) <= failures:
+            raise ConnectionError(f"transient #{len(calls)}")
+        return x
+
+    return reg, calls
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2, 3])
+def test_recovering_call_counts_exactly(make_executor: MakeExecutor, failures: int) -> None:
+    reg, calls = _flaky_registry(failures)
+    ex = make_executor(reg, retry=FAST)
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 7}))
+        ex.drain_events()
+    assert (r.status, r.output, r.attempts) == ("ok", 7, failures + 1)
+    assert len(calls) == failures + 1
+    c = _counts(rec)
+    assert c[bus.EXECUTING] == failures + 1
+    assert c[bus.ERROR] == failures
+    assert c[bus.RETRY_ATTEMPT] == failures
+    assert c[bus.EXECUTED] == 1
+    assert c[bus.RETRY_SUCCESS] == (1 if failures else 0)
+    assert c[bus.RETRY_EXHAUSTED] == 0
+    assert c[bus.FINISHED] == 1
+    attempts = [e.attempt for e in rec.of(bus.EXECUTING)]
+    assert attempts == list(range(1, failures + 2))
+    for e in rec.of(bus.RETRY_ATTEMPT):
+        assert e.previous_error.startswith("ConnectionError: transient #")
+
+
+def test_exhausted_call_counts_exactly(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=100)
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0))
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 1}))
+        ex.drain_events()
+    assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_ERROR, 3)
+    assert r.error == "ConnectionError: transient #3"
+    assert len(calls) == 3
+    c = _counts(rec)
+    assert (c[bus.EXECUTING], c[bus.ERROR], c[bus.RETRY_ATTEMPT]) == (3, 3, 2)
+    assert (c[bus.RETRY_EXHAUSTED], c[bus.RETRY_SUCCESS], c[bus.FINISHED]) == (1, 0, 1)
+    assert ex.stats().retries == 2
+
+
+def test_errors_outside_retry_on_are_not_retried(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True)
+    def bad() -> None:
+        n.append(1)
+        raise ValueError("a bug, not a transient failure")
+
+    @reg.tool(read_only=True)
+    def final() -> None:
+        n.append(2)
+        raise ToolError("permanent", retryable=False)
+
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=5, backoff_base=0.001, retry_on=(Exception,)))
+    assert ex.execute(ToolCall(name="final")).attempts == 1
+    ex2 = make_executor(reg, retry=FAST)
+    assert ex2.execute(ToolCall(name="bad")).attempts == 1
+    assert n == [2, 1]
+
+
+def test_rejections_are_never_retried(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(0)
+    ex = make_executor(reg, retry=FAST)
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": "not a number"}))
+        ex.drain_events()
+    assert (r.status, r.attempts) == ("rejected", 0)
+    assert calls == []
+    assert rec.names() == [bus.REJECTED, bus.FINISHED]
+
+
+def test_timeouts_retried_only_for_read_only_tools(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    reg = ToolRegistry()
+    starts: Counter[str] = Counter()
+
+    @reg.tool(read_only=True, timeout=0.05)
+    def slow_read() -> None:
+        starts["read"] += 1
+        release.wait()
+
+    @reg.tool(timeout=0.05)
+    def slow_write() -> None:
+        starts["write"] += 1
+        release.wait()
+
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=2, backoff_base=0.001))
+    with bus.Recorder(sender=ex) as rec:
+        read = ex.execute(ToolCall(name="slow_read"))
+        write = ex.execute(ToolCall(name="slow_write"))
+        ex.drain_events()
+    assert (read.status, read.attempts) == ("timeout", 3)
+    assert (write.status, write.attempts) == ("timeout", 1)
+    assert starts == {"read": 3, "write": 1}
+    c = _counts(rec)
+    assert c[bus.TIMEOUT] == 4 and c[bus.RETRY_ATTEMPT] == 2 and c[bus.RETRY_EXHAUSTED] == 1
+    assert ex.stats().abandoned_workers == 4
+
+
+def test_per_tool_policy_overrides_the_executors(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=0.001))
+    def once_more() -> None:
+        n.append(1)
+        raise ConnectionError("down")
+
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=5, backoff_base=0.001))
+    assert ex.execute(ToolCall(name="once_more")).attempts == 2
+    assert len(n) == 2
+
+
+def test_tenacity_strategies_compose(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=100)
+    policy = RetryPolicy(
+        stop=tenacity.stop_after_attempt(4) | tenacity.stop_after_delay(30),
+        wait=tenacity.wait_fixed(0.001),
+        retry=tenacity.retry_if_exception_type(ConnectionError),
+    )
+    ex = make_executor(reg, retry=policy)
+    assert ex.execute(ToolCall(name="flaky", arguments={"x": 1})).attempts == 4
+
+
+def test_should_retry_override(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=2)
+    seen: list[tuple[int, bool, str]] = []
+
+    class Patient(Executor):
+        def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision:
+            seen.append((failure.attempt, failure.read_only, type(failure.error).__name__))
+            return RetryDecision(retry=failure.attempt < 5, delay=0.001)
+
+    ex = Patient(reg)
+    try:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 3}))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts) == ("ok", 3)
+    assert seen == [(1, True, "ConnectionError"), (2, True, "ConnectionError")]
+
+
+async def test_cancelling_during_backoff(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=100)
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=3, backoff_base=30, jitter=0))
+    with bus.Recorder(sender=ex) as rec:
+        task = asyncio.ensure_future(
+            ex.aexecute_batch([ToolCall(id="b1", name="flaky", arguments={"x": 1})])
+        )
+        await asyncio.to_thread(rec.wait_for, bus.ERROR)  # the first attempt failed...
+        task.cancel()  # ...and the call now waits out a 30 s backoff
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (finished,) = await asyncio.to_thread(rec.wait_for, bus.FINISHED)
+    assert finished.result.status == "cancelled"
+    assert finished.result.error_code is ErrorCode.CANCELLED
+    assert finished.result.attempts == 1
+    assert len(calls) == 1
+    stats = ex.stats()
+    assert (stats.in_flight, stats.timers) == (0, 0)
