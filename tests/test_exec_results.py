@@ -135,7 +135,11 @@ def test_unreadable_call_mapping_still_gets_a_result(ex: Executor) -> None:
 
 def test_tool_error_and_tool_error_message(ex: Executor) -> None:
     r = ex.execute(ToolCall(name="explode", arguments={"message": "disk full"}))
-    assert (r.status, r.error_code, r.error) == ("error", ErrorCode.TOOL_ERROR, "ValueError: disk full")
+    assert (r.status, r.error_code, r.error) == (
+        "error",
+        ErrorCode.TOOL_ERROR,
+        "ValueError: disk full",
+    )
     p = ex.execute(ToolCall(name="precise"))
     assert p.error == "the record is locked; try another id"
 
@@ -218,7 +222,9 @@ def test_unavailable_when_abandoned_workers_hit_the_limit(
     assert r.error is not None and "stuck" in r.error
 
 
-def test_closed_executor_still_answers(make_executor: MakeExecutor, release: threading.Event) -> None:
+def test_closed_executor_still_answers(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
     ex = make_executor(_registry(release))
     ex.close()
     r = ex.execute(ToolCall(name="add", arguments={"a": 1}))

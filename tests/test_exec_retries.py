@@ -95,7 +95,9 @@ def test_errors_outside_retry_on_are_not_retried(make_executor: MakeExecutor) ->
         n.append(2)
         raise ToolError("permanent", retryable=False)
 
-    ex = make_executor(reg, retry=RetryPolicy(max_retries=5, backoff_base=0.001, retry_on=(Exception,)))
+    ex = make_executor(
+        reg, retry=RetryPolicy(max_retries=5, backoff_base=0.001, retry_on=(Exception,))
+    )
     assert ex.execute(ToolCall(name="final")).attempts == 1
     ex2 = make_executor(reg, retry=FAST)
     assert ex2.execute(ToolCall(name="bad")).attempts == 1

@@ -98,7 +98,11 @@ def test_reads_before_a_write_see_the_state_before_it(make_executor: MakeExecuto
 
     ex = make_executor(reg)
     result = ex.execute_batch(
-        [ToolCall(name="get"), ToolCall(name="put", arguments={"value": "new"}), ToolCall(name="get")]
+        [
+            ToolCall(name="get"),
+            ToolCall(name="put", arguments={"value": "new"}),
+            ToolCall(name="get"),
+        ]
     )
     assert [r.output for r in result] == ["old", None, "new"]
 

@@ -87,5 +87,6 @@ class ToolWorker(pykka.ThreadingActor):
         try:
             self.supervisor.tell(Report(self.handle, run, message.attempt, kind, delay))  # type: ignore[arg-type]
         except pykka.ActorDeadError:
-            pass
+            # The executor closed while this worker was stuck: nobody will reuse it.
+            self.actor_ref.stop(block=False)
         return None

@@ -1,0 +1,175 @@
+"""Chaos: thousands of calls of every kind, each with exactly one result and one `tool:finished`."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections import Counter, defaultdict
+from typing import Any
+
+from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, ToolResult, bus
+
+KINDS = ["ok", "ok_async", "raise", "hang", "flaky", "unknown", "malformed", "invalid", "write"]
+WEIGHTS = [30, 10, 10, 5, 15, 5, 5, 5, 15]
+
+
+def _registry(
+    release: threading.Event, rng_lock: threading.Lock, rng: random.Random
+) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def ok(i: int) -> int:
+        return i
+
+    @reg.tool(read_only=True)
+    async def ok_async(i: int) -> int:
+        await asyncio.sleep(0)
+        return i
+
+    @reg.tool(read_only=True)
+    def raise_(i: int) -> int:
+        raise RuntimeError(f"boom {i}")
+
+    @reg.tool(read_only=True, timeout=0.05)
+    def hang(i: int) -> int:
+        release.wait()
+        return i
+
+    @reg.tool(read_only=True, retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0))
+    def flaky(i: int) -> int:
+        with rng_lock:
+            fail = rng.random() < 0.4
+        if fail:
+            raise ConnectionError(f"flaky {i}")
+        return i
+
+    @reg.tool
+    def write(i: int) -> int:
+        return i
+
+    reg.unregister("raise_")
+    reg.register(type(raise_)(raise_.fn, name="raise", read_only=True))
+    return reg
+
+
+def _call(kind: str, i: int) -> ToolCall:
+    cid = f"{kind}-{i}"
+    if kind == "unknown":
+        return ToolCall(id=cid, name="ghost", arguments={"i": i})
+    if kind == "malformed":
+        return ToolCall(id=cid, name="ok", arguments='{"i": ' + str(i))
+    if kind == "invalid":
+        return ToolCall(id=cid, name="ok", arguments={"i": "not-int"})
+    return ToolCall(id=cid, name=kind, arguments=f'{{"i": {i}}}')
+
+
+def test_chaos_every_call_gets_exactly_one_result() -> None:
+    rng = random.Random(20261122)
+    release = threading.Event()
+    rng_lock = threading.Lock()
+    reg = _registry(release, rng_lock, rng)
+    results: dict[str, list[ToolResult]] = defaultdict(list)
+    kinds: dict[str, str] = {}
+    lock = threading.Lock()
+    counter = iter(range(10**9))
+
+    def make_batch(size: int) -> list[ToolCall]:
+        with rng_lock:
+            picked = rng.choices(KINDS, WEIGHTS, k=size)
+        calls = []
+        for kind in picked:
+            c = _call(kind, next(counter))
+            kinds[c.id] = kind
+            calls.append(c)
+        return calls
+
+    def record(rs: Any) -> None:
+        with lock:
+            for r in rs:
+                results[r.call_id].append(r)
+
+    try:
+        with Executor(reg, max_parallel=16, timeout=5, max_abandoned_workers=2000) as ex:
+            with bus.Recorder(bus.FINISHED, bus.LATE_RESULT, sender=ex) as rec:
+
+                def sync_agent(seed: int) -> None:
+                    local = random.Random(seed)
+                    for _ in range(40):
+                        calls = make_batch(local.randint(1, 20))
+                        if local.random() < 0.2:
+                            for c in calls:
+                                record([ex.execute(c)])
+                        else:
+                            record(ex.execute_batch(calls, stop_on_error=local.random() < 0.2))
+
+                async def async_agent(seed: int) -> None:
+                    local = random.Random(seed)
+                    for _ in range(40):
+                        calls = make_batch(local.randint(1, 20))
+                        task = asyncio.ensure_future(ex.aexecute_batch(calls))
+                        if local.random() < 0.15:
+                            await asyncio.sleep(0)
+                            task.cancel()
+                        try:
+                            record(await task)
+                        except asyncio.CancelledError:
+                            pass  # these calls' results are only in their events
+
+                async def async_side() -> None:
+                    await asyncio.gather(*(async_agent(1000 + k) for k in range(3)))
+
+                threads = [threading.Thread(target=sync_agent, args=(k,)) for k in range(4)]
+                threads.append(threading.Thread(target=lambda: asyncio.run(async_side())))
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(120)
+                assert not any(t.is_alive() for t in threads)
+                total = len(kinds)
+                rec.wait_for(bus.FINISHED, total, timeout=30)
+                ex.drain_events()
+                finished = rec.of(bus.FINISHED)
+                stats = ex.stats()
+    finally:
+        release.set()
+
+    assert total > 2000
+    by_call = Counter(e.call_id for e in finished)
+    assert set(by_call) == set(kinds), "a call never finished"
+    assert all(n == 1 for n in by_call.values()), "a call finished twice"
+    assert all(len(rs) == 1 for rs in results.values()), "a call returned two results"
+    final = {e.call_id: e.result for e in finished}
+    for cid, (returned,) in results.items():
+        assert returned == final[cid]
+
+    statuses: Counter[tuple[str, str]] = Counter()
+    for cid, r in final.items():
+        kind = kinds[cid]
+        statuses[(kind, r.status)] += 1
+        assert r.attempts <= 3
+        if r.status == "cancelled":
+            assert r.error_code in (ErrorCode.CANCELLED, ErrorCode.ABORTED)
+            continue
+        expected = {
+            "ok": ("ok", None),
+            "ok_async": ("ok", None),
+            "write": ("ok", None),
+            "raise": ("error", ErrorCode.TOOL_ERROR),
+            "hang": ("timeout", ErrorCode.EXECUTION_TIMEOUT),
+            "unknown": ("rejected", ErrorCode.TOOL_NOT_FOUND),
+            "malformed": ("rejected", ErrorCode.INVALID_ARGUMENTS),
+            "invalid": ("rejected", ErrorCode.INVALID_ARGUMENTS),
+        }.get(kind)
+        if expected is not None:
+            assert (r.status, r.error_code) == expected, (cid, r)
+        else:  # flaky
+            assert r.status in ("ok", "error")
+        if r.status == "ok" and kind != "write":
+            assert r.output == int(cid.rsplit("-", 1)[1])
+
+    assert stats.in_flight == 0 and stats.queued == 0
+    assert stats.submitted == total
+    assert stats.ok + stats.error + stats.timeout + stats.cancelled + stats.rejected == total
+    assert statuses[("hang", "timeout")] > 0 and statuses[("flaky", "ok")] > 0

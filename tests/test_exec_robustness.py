@@ -1,0 +1,192 @@
+"""Faulty subscribers and hooks change nothing but what they own."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
+
+
+def _registry() -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def echo(text: str) -> str:
+        return text
+
+    @reg.tool
+    def fail() -> None:
+        raise RuntimeError("tool failed")
+
+    return reg
+
+
+CALLS = [
+    ToolCall(id="a", name="echo", arguments={"text": "one"}),
+    ToolCall(id="b", name="fail"),
+    ToolCall(id="c", name="nope"),
+    ToolCall(id="d", name="echo", arguments='{"text": '),
+    ToolCall(id="e", name="echo", arguments={"text": "two"}),
+]
+
+
+def _outcome(ex: Executor) -> list[tuple[str, Any, Any]]:
+    return [(r.status, r.output, r.error_code) for r in ex.execute_batch(CALLS)]
+
+
+def test_raising_subscribers_change_nothing(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    baseline_ex = make_executor(_registry())
+    with bus.Recorder(sender=baseline_ex) as base:
+        expected = _outcome(baseline_ex)
+        baseline_ex.drain_events()
+
+    ex = make_executor(_registry())
+
+    def explode(sender: object, **kw: object) -> None:
+        raise RuntimeError("subscriber bug")
+
+    for name in bus.ALL_SIGNALS:
+        bus.signal(name).connect(explode, sender=ex, weak=False)
+    try:
+        with bus.Recorder(sender=ex) as rec, caplog.at_level(logging.ERROR, "toolbus.bus"):
+            assert _outcome(ex) == expected
+            ex.drain_events()
+    finally:
+        for name in bus.ALL_SIGNALS:
+            bus.signal(name).disconnect(explode, sender=ex)
+    # The other receiver saw exactly what it sees without the faulty one.
+    assert sorted(rec.names()) == sorted(base.names())
+    assert any("subscriber bug" in r.getMessage() for r in caplog.records)
+
+
+def test_a_hanging_subscriber_never_delays_results(make_executor: MakeExecutor) -> None:
+    ex = make_executor(_registry())
+    stuck = threading.Event()
+    unblock = threading.Event()
+
+    def hang(sender: object, **kw: object) -> None:
+        stuck.set()
+        unblock.wait(30)
+
+    bus.signal(bus.EXECUTING).connect(hang, sender=ex, weak=False)
+    try:
+        first = ex.execute(ToolCall(name="echo", arguments={"text": "x"}))
+        assert stuck.wait(5)
+        # The bus thread is stuck in the subscriber; results still flow.
+        assert _outcome(ex)[0] == ("ok", "one", None)
+        assert first.status == "ok"
+    finally:
+        unblock.set()
+        bus.signal(bus.EXECUTING).disconnect(hang, sender=ex)
+
+
+def test_isolated_subscriber_is_slow_alone(make_executor: MakeExecutor) -> None:
+    ex = make_executor(_registry())
+    gate = threading.Event()
+    slow_seen: list[str] = []
+
+    def slow(sender: object, *, event: Any, signal: str) -> None:
+        gate.wait(10)
+        slow_seen.append(signal)
+
+    with (
+        bus.subscribe(slow, bus.FINISHED, sender=ex, isolated=True),
+        bus.Recorder(bus.FINISHED, sender=ex) as fast,
+    ):
+        _outcome(ex)
+        fast.wait_for(bus.FINISHED, 5)  # others are served while `slow` is blocked
+        assert slow_seen == []
+        gate.set()
+        ex.drain_events()
+
+
+def test_raising_hooks_are_contained(make_executor: MakeExecutor) -> None:
+    def pre(call: ToolCall) -> ToolCall:
+        if call.id == "a":
+            raise PermissionError("user may not echo")
+        return call
+
+    def post(call: ToolCall, result: ToolResult) -> ToolResult:
+        if call.id == "e":
+            raise KeyError("post hook bug")
+        return result
+
+    def masker(call: ToolCall) -> Any:
+        raise RuntimeError("masker bug")
+
+    def concurrency(calls: Sequence[ToolCall]) -> int:
+        raise RuntimeError("concurrency bug")
+
+    ex = make_executor(
+        _registry(), pre_call=[pre], post_call=[post], masker=masker, concurrency=concurrency
+    )
+    with bus.Recorder(bus.EXECUTING, sender=ex) as rec:
+        out = ex.execute_batch(CALLS)
+        ex.drain_events()
+    a, b, c, d, e = out
+    assert (a.status, a.error_code, a.error) == (
+        "rejected", ErrorCode.TOOL_NOT_ALLOWED, "PermissionError: user may not echo"
+    )  # fmt: skip
+    assert (b.status, b.error) == ("error", "RuntimeError: tool failed")
+    assert c.error_code is ErrorCode.TOOL_NOT_FOUND
+    assert d.error_code is ErrorCode.INVALID_ARGUMENTS
+    assert (e.status, e.error) == ("error", "post-call hook failed: KeyError: 'post hook bug'")
+    # A broken masker publishes no arguments rather than raw ones.
+    assert [ev.arguments for ev in rec.of(bus.EXECUTING)] == [None, None]
+
+
+def test_raising_authorize_rejects(make_executor: MakeExecutor) -> None:
+    def authorize(call: ToolCall) -> bool:
+        raise LookupError("policy service down")
+
+    ex = make_executor(_registry(), authorize=authorize)
+    r = ex.execute(ToolCall(name="echo", arguments={"text": "x"}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    assert r.error == "LookupError: policy service down"
+
+
+def test_hooks_returning_garbage(make_executor: MakeExecutor) -> None:
+    ex = make_executor(
+        _registry(),
+        pre_call=[lambda call: None if call.id == "a" else call],  # type: ignore[arg-type,return-value]
+        post_call=[lambda call, result: "nope" if call.id == "e" else result],  # type: ignore[arg-type,return-value]
+    )
+    a, *_, e = ex.execute_batch(CALLS)
+    assert a.status == "rejected" and a.error is not None and "not a ToolCall" in a.error
+    assert e.status == "error" and e.error is not None and "not a ToolResult" in e.error
+
+
+def test_hanging_hooks_end_in_timeouts(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    def pre(call: ToolCall) -> ToolCall:
+        if call.id == "pre":
+            release.wait()
+        return call
+
+    def post(call: ToolCall, result: ToolResult) -> ToolResult:
+        if call.id == "post":
+            release.wait()
+        return result
+
+    ex = make_executor(_registry(), timeout=0.2, hook_grace=0.2, pre_call=[pre], post_call=[post])
+    hung_pre, hung_post, fine = ex.execute_batch(
+        [
+            ToolCall(id="pre", name="echo", arguments={"text": "x"}),
+            ToolCall(id="post", name="echo", arguments={"text": "y"}),
+            ToolCall(id="ok", name="echo", arguments={"text": "z"}),
+        ]
+    )
+    assert (hung_pre.status, hung_pre.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    assert hung_pre.error is not None and "pre-call hooks did not return" in hung_pre.error
+    assert (hung_post.status, hung_post.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    assert hung_post.error is not None and "hooks did not return" in hung_post.error
+    assert fine.output == "z"
