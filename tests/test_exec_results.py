@@ -271,3 +271,8 @@ async def test_async_twins(ex: Executor) -> None:
     assert [x.output for x in b.results[:5]] == [0, 1, 2, 3, 4]
     assert b.results[5].error_code is ErrorCode.TOOL_NOT_FOUND
     assert (b.summary.total, b.summary.succeeded, b.summary.failed) == (6, 5, 1)
+
+
+def test_unknown_tool_suggests_close_names(ex: Executor) -> None:
+    r = ex.execute(ToolCall(name="ad"))
+    assert r.error == "Unknown tool 'ad'. Did you mean 'add'?"

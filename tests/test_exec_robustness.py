@@ -190,3 +190,90 @@ def test_hanging_hooks_end_in_timeouts(
     assert (hung_post.status, hung_post.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
     assert hung_post.error is not None and "hooks did not return" in hung_post.error
     assert fine.output == "z"
+
+
+@pytest.mark.parametrize("exc", [SystemExit, KeyboardInterrupt, GeneratorExit])
+def test_base_exceptions_in_tools_stop_no_actor(make_executor: MakeExecutor, exc: type) -> None:
+    import pykka
+
+    class HostActor(pykka.ThreadingActor):  # an actor of the embedding application
+        use_daemon_thread = True
+
+        def on_receive(self, message: Any) -> Any:
+            return "alive"
+
+    host = HostActor.start()
+    reg = ToolRegistry()
+
+    @reg.tool
+    def nasty() -> None:
+        raise exc("from a tool")
+
+    @reg.tool(read_only=True)
+    def fine() -> str:
+        return "fine"
+
+    try:
+        ex = make_executor(reg)
+        r = ex.execute(ToolCall(name="nasty"))
+        assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_ERROR)
+        assert r.error is not None and exc.__name__ in r.error
+        assert host.ask("ping", timeout=5) == "alive"
+        assert ex.execute(ToolCall(name="fine")).output == "fine"
+        assert ex.execute(ToolCall(name="nasty")).status == "error"  # the same worker again
+    finally:
+        host.stop()
+
+
+def test_no_toolbus_thread_keeps_the_process_alive(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    async def a() -> int:
+        return 1
+
+    @reg.tool(read_only=True)
+    def s() -> int:
+        return 2
+
+    before = set(threading.enumerate())
+    ex = make_executor(reg)
+    ex.execute_batch([ToolCall(name="a"), ToolCall(name="s")])
+    new = set(threading.enumerate()) - before
+    assert new, "the executor should have started its threads"
+    assert all(t.daemon for t in new), [t.name for t in new if not t.daemon]
+
+
+def test_stop_on_error_lets_running_calls_finish(make_executor: MakeExecutor) -> None:
+    started = threading.Barrier(3, timeout=5)
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def slow_ok(i: int) -> int:
+        started.wait()
+        return i
+
+    @reg.tool(read_only=True)
+    def quick_fail() -> None:
+        started.wait()
+        raise RuntimeError("first failure")
+
+    @reg.tool
+    def later_write() -> str:
+        return "must not run"
+
+    ex = make_executor(reg, max_parallel=3)
+    out = ex.execute_batch(
+        [
+            ToolCall(name="slow_ok", arguments={"i": 1}),
+            ToolCall(name="quick_fail"),
+            ToolCall(name="slow_ok", arguments={"i": 2}),
+            ToolCall(name="later_write"),
+            ToolCall(name="slow_ok", arguments={"i": 3}),
+        ],
+        stop_on_error=True,
+    )
+    assert [r.status for r in out] == ["ok", "error", "ok", "cancelled", "cancelled"]
+    assert [r.error_code for r in out][3:] == [ErrorCode.ABORTED, ErrorCode.ABORTED]
+    assert out[3].error is not None and "ended error" in out[3].error
+    assert out.summary.executed == 3

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import difflib
 import itertools
 import logging
 import threading
@@ -320,10 +321,11 @@ class Executor:
         tool = self.registry.get(c.name)
         if tool is None:
             timeout, policy = self.timeout, self.retry_policy
+            hint = _unknown_tool_message(c.name, self.registry.names())
         else:
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
-        return Run(
+        run = Run(
             c,
             tool,
             index=index,
@@ -333,6 +335,9 @@ class Executor:
             policy=policy,
             waiter=waiter,
         )
+        if tool is None:
+            run.last_error = hint
+        return run
 
     def _submit_one(self, call: CallLike, waiter: Waiter) -> Run:
         run = self._make_run(call, context=contextvars.copy_context(), waiter=waiter)
@@ -389,6 +394,13 @@ class Executor:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:
             pass
+
+
+def _unknown_tool_message(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if close:
+        return f"Unknown tool '{name}'. Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    return f"Unknown tool '{name}'"
 
 
 def _coerce(call: CallLike) -> ToolCall:

@@ -41,7 +41,8 @@ def format_result_for_context(
         lines.append(f"Tool: {result.name}")
         lines.append(f"Status: {_STATUS_TEXT.get(result.status, result.status)}")
         if result.duration:
-            lines.append(f"Duration: {result.duration * 1000:.0f}ms")
+            ms = result.duration * 1000
+            lines.append(f"Duration: {ms:.0f}ms" if ms >= 10 else f"Duration: {ms:.1f}ms")
         if result.attempts > 1:
             lines.append(f"Attempts: {result.attempts}")
         lines.append("---")

@@ -181,9 +181,9 @@ class Supervisor(pykka.ThreadingActor):
     def _reject_unknown(self, run: Run) -> bool:
         if run.tool is not None:
             return False
-        self._finish_here(
-            run, "rejected", ErrorCode.TOOL_NOT_FOUND, f"Unknown tool '{run.call.name}'"
-        )
+        # The executor wrote the message (with close matches) on the caller's thread.
+        message = run.last_error or f"Unknown tool '{run.call.name}'"
+        self._finish_here(run, "rejected", ErrorCode.TOOL_NOT_FOUND, message)
         return True
 
     def _pump(self) -> None:
