@@ -41,7 +41,7 @@ from .actors._messages import Cancel, Close, StatusQuery, Submit
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .masking import mask_arguments
 from .models import BatchResult, BatchSummary, ErrorCode, ToolCall, ToolResult
-from .pipeline import Services
+from .pipeline import Services, finish, make_result
 from .retry import AttemptFailure, RetryDecision, RetryPolicy
 from .tools import ToolRegistry
 
@@ -165,7 +165,10 @@ class Executor:
     def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision:
         """After a failed attempt: retry, and after how long?"""
         return failure.policy.decide(
-            failure.state, read_only=failure.read_only, timed_out=failure.timed_out
+            failure.state,
+            read_only=failure.read_only,
+            timed_out=failure.timed_out,
+            retryable=failure.retryable,
         )
 
     def max_parallel(self, calls: Sequence[ToolCall]) -> int:
@@ -289,8 +292,13 @@ class Executor:
             self._supervisor.stop(timeout=timeout)
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
-        self._emitter.flush(timeout)
-        self._announcer.stop(block=False)
+        delivered = self._emitter.flush(timeout)
+        try:
+            # Blocking when the bus is healthy, so no event lands in a dying
+            # mailbox; a subscriber stuck on the bus thread cannot hold up close.
+            self._announcer.stop(block=delivered, timeout=timeout)
+        except pykka.Timeout:
+            pass
         self._timers.close()
         self._loop.close()
 
@@ -375,17 +383,12 @@ class Executor:
                 raise pykka.ActorDeadError("closed")
             self._supervisor.tell(message)
         except pykka.ActorDeadError:
-            # Closed executor: still exactly one result per call.
+            # Closed executor: still exactly one result, and one tool:finished, per call.
             for run in runs:
-                result = ToolResult(
-                    call_id=run.call.id,
-                    name=run.call.name,
-                    status="cancelled",
-                    error="the executor is closed",
-                    error_code=ErrorCode.CANCELLED,
+                result = make_result(
+                    run, "cancelled", error="the executor is closed", code=ErrorCode.CANCELLED
                 )
-                if run.try_complete(result) and run.waiter is not None:
-                    run.waiter.release(result)
+                finish(run, result, self._services)
             if message.batch is not None and message.batch.waiter is not None:
                 message.batch.waiter.release(message.batch)
 

@@ -39,16 +39,17 @@ from .bus._publisher import Emitter
 from .masking import Scrubber, hidden_values
 from .models import ErrorCode, Status, ToolCall, ToolResult
 from .retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
-from .tools import ArgumentError, ToolContext, ToolError, error_text, normalize_output
+from .tools import ArgumentError, ToolContext, error_text, normalize_output
 from .tools._tool import parse_json_arguments
 
 __all__ = ["Hooks", "Outcome", "Services", "after_timeout", "finish", "make_result", "run_attempt"]
 
 log = logging.getLogger("toolbus")
 
-Outcome = tuple[Literal["done", "retry", "lost"], float]
+Outcome = tuple[Literal["done", "retry", "lost", "late"], float]
 DONE: Outcome = ("done", 0.0)
 LOST: Outcome = ("lost", 0.0)
+LATE: Outcome = ("late", 0.0)
 
 
 class Hooks(Protocol):
@@ -229,8 +230,10 @@ def admit(run: Run, svc: Services) -> ToolResult | None:
         if not isinstance(new, ToolCall):
             raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
     except Exception as e:
+        # Raising is the documented way for a hook to refuse a call: logged
+        # without a traceback, it is not a fault.
         _mask(run, call, svc)
-        log_contained(f"pre-call hook rejected call {call.id}", e, run.scrubber)
+        log.info("pre-call hook rejected call %s: %s", call.id, run.scrubber.text(error_text(e)))
         return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
     if new.name != call.name:
         _mask(run, call, svc)
@@ -303,7 +306,10 @@ def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
     em = svc.emitter
     call_id, name, bid = run.call.id, run.call.name, run.batch_id
     if n > 1 and em.wants(sig.RETRY_ATTEMPT):
-        em.emit(sig.RETRY_ATTEMPT, RetryAttempt(call_id, name, bid, n, run.last_error, 0.0))
+        em.emit(
+            sig.RETRY_ATTEMPT,
+            RetryAttempt(call_id, name, bid, n, run.last_error, run.retry_delay),
+        )
     if em.wants(sig.EXECUTING):
         em.emit(sig.EXECUTING, Executing(call_id, name, bid, n, run.masked, run.timeout))
     run.phase = RUNNING
@@ -311,7 +317,7 @@ def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
         call_id=call_id,
         tool=name,
         attempt=n,
-        deadline=time.monotonic() + run.timeout if run.timeout else None,
+        deadline=run.deadline,
         cancel=run.cancel_event,
         sink=_progress_sink(svc, run),
     )
@@ -336,7 +342,7 @@ def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
         if em.wants(sig.LATE_RESULT):
             status = "ok" if error is None else "error"
             em.emit(sig.LATE_RESULT, LateResult(call_id, name, bid, n, status, duration))
-        return LOST
+        return LATE
     if error is None:
         if em.wants(sig.EXECUTED):
             em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration))
@@ -370,9 +376,11 @@ def after_failure(
     run.phase = FINISHING
     text = run.scrubber.text(str(error) if timed_out else error_text(error))
     decision = RetryDecision.give_up()
-    if run.admitted and not (isinstance(error, ToolError) and error.retryable is False):
+    if run.admitted:
         if run.retry_state is None:
+            # Tenacity's clock (stop_after_delay) starts with the first attempt.
             run.retry_state = new_retry_state()
+            run.retry_state.start_time = run.first_start
         record_failure(run.retry_state, n, error)
         failure = AttemptFailure(
             attempt=n,
@@ -391,6 +399,7 @@ def after_failure(
             )
     if decision.retry:
         run.last_error = text
+        run.retry_delay = decision.delay
         return ("retry", decision.delay)
     if timed_out:
         result = make_result(

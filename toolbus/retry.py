@@ -51,6 +51,12 @@ class AttemptFailure:
     policy: RetryPolicy
     state: RetryCallState
 
+    @property
+    def retryable(self) -> bool | None:
+        """What the tool said about this failure (`ToolError(retryable=...)`), if anything."""
+        value = getattr(self.error, "retryable", None)
+        return value if isinstance(value, bool) else None
+
 
 @dataclass(frozen=True, slots=True)
 class RetryDecision:
@@ -127,12 +133,23 @@ class RetryPolicy:
         """False when the policy can never retry (lets the hot path skip bookkeeping)."""
         return self.max_retries > 0 or self.stop is not None
 
-    def decide(self, state: RetryCallState, *, read_only: bool, timed_out: bool) -> RetryDecision:
-        """Decide after a failure already recorded on `state` (see `record_failure`)."""
+    def decide(
+        self,
+        state: RetryCallState,
+        *,
+        read_only: bool,
+        timed_out: bool,
+        retryable: bool | None = None,
+    ) -> RetryDecision:
+        """Decide after a failure already recorded on `state` (see `record_failure`).
+
+        `retryable` (from `ToolError`) overrides the `retry` predicate either
+        way; `stop` and `wait` still apply.
+        """
         if timed_out and not read_only:
             return _GIVE_UP
         stop, wait, retry = self._strategies
-        if not retry(state):
+        if retryable is False or (retryable is None and not retry(state)):
             return _GIVE_UP
         delay = max(0.0, float(wait(state)))
         state.upcoming_sleep = delay

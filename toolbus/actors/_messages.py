@@ -70,7 +70,7 @@ class Report:
     worker: Any
     run: Run
     attempt: int
-    kind: Literal["done", "retry", "lost"]
+    kind: Literal["done", "retry", "lost", "late"]
     delay: float
 
 

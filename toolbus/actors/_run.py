@@ -98,6 +98,7 @@ class Run:
         "call",
         "cancel_event",
         "context",
+        "deadline",
         "first_start",
         "index",
         "last_error",
@@ -107,6 +108,7 @@ class Run:
         "policy",
         "read_only",
         "result",
+        "retry_delay",
         "retry_state",
         "scrubber",
         "settled",
@@ -157,6 +159,8 @@ class Run:
         self.scrubber: Scrubber = EMPTY_SCRUBBER
         self.retry_state: RetryCallState | None = None
         self.last_error = ""
+        self.retry_delay = 0.0
+        self.deadline: float | None = None
         self.sv_closed = False
         self.sv_slot = False
         self.sv_timer: TimerHandle | None = None
@@ -178,8 +182,10 @@ class Run:
             self.phase = QUEUED
             self.cancel_event = threading.Event()
             self.task = None
+            now = time.monotonic()
             if n == 1:
-                self.first_start = time.monotonic()
+                self.first_start = now
+            self.deadline = now + self.timeout if self.timeout is not None else None
 
     def is_live(self, n: int) -> bool:
         """True while attempt `n` is current and nobody has settled it."""

@@ -300,6 +300,9 @@ class Supervisor(pykka.ThreadingActor):
         if run.sv_worker is w:
             run.sv_worker = None
         self._free_worker(w)
+        if msg.kind == "late":
+            self.counters["late_results"] += 1
+            return
         if msg.kind == "lost":
             # Someone else (deadline, cancellation, grace) settled this attempt and
             # has already accounted for the run; only the worker is news.

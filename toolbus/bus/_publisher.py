@@ -117,7 +117,12 @@ class Emitter:
         try:
             self._announcer.tell((name, event))
         except pykka.ActorDeadError:
-            pass  # the executor is closed; late events have nowhere to go
+            # The executor is closed and its bus thread gone: deliver here, so
+            # calls made after close (and late results) are still announced.
+            try:
+                self._publisher.publish(name, event)
+            except Exception:
+                log.exception("publisher failed on %s", name)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event announced so far has been delivered."""

@@ -61,11 +61,9 @@ def _step(cid: str, name: str, arguments: dict[str, Any] | str, shows: str, expe
 SCRIPT: tuple[Step, ...] = (
     _step("c1", "get_weather", '{"city": "Oslo"}', "read, runs in parallel", "ok"),
     _step("c2", "get_weather", '{"city": "Par', "torn JSON from the model", "rejected"),
-    _step("c3", "book_flight", {"to": "Oslo"}, "a tool that does not exist", "rejected"),
+    _step("c3", "get_forecast", {"city": "Oslo"}, "a tool that does not exist", "rejected"),
     _step("c4", "get_weather", {"city": "Lima"}, "read, runs in parallel", "ok"),
-    _step(
-        "c5", "search_docs", {"query": "rotate api keys"}, "flaky: fails once, retried", "ok"
-    ),
+    _step("c5", "search_docs", {"query": "rotate api keys"}, "flaky: fails once, retried", "ok"),
     _step("c6", "legacy_inventory", {"sku": "TB-42"}, "hangs; abandoned at 0.5 s", "timeout"),
     _step(
         "c7",
@@ -82,9 +80,7 @@ SCRIPT: tuple[Step, ...] = (
         "arguments violate the schema",
         "rejected",
     ),
-    _step(
-        "c10", "read_private_repo", {"repo": "acme/billing"}, "auth injected, echoed", "ok"
-    ),
+    _step("c10", "read_private_repo", {"repo": "acme/billing"}, "auth injected, echoed", "ok"),
     _step(
         "c11",
         "deploy_status",
@@ -179,6 +175,7 @@ class _Turn:
                 stats = ex.stats()
             finally:
                 sub.close()
+                world.unplug.set()  # never leave a thread blocked, whatever happened
         with self.lock:
             events = tuple(self.events)
         return Outcome(batch, stats, events, late)

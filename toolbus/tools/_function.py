@@ -57,6 +57,7 @@ class FunctionTool(Tool):
         self.max_concurrency = max_concurrency
         self._ctx_param: str | None = None
         self._param_names: tuple[str, ...] = ()
+        self._positional_only: tuple[str, ...] = ()
         self._params_model = self._build_params()
         self._setup()
 
@@ -65,7 +66,10 @@ class FunctionTool(Tool):
         hints = _parameter_hints(self.fn)
         fields: dict[str, Any] = {}
         names: list[str] = []
+        positional: list[str] = []
         for p in sig.parameters.values():
+            if p.kind is p.POSITIONAL_ONLY:
+                positional.append(p.name)
             ann = hints.get(p.name, Any)
             if ann is ToolContext:
                 self._ctx_param = p.name
@@ -78,6 +82,8 @@ class FunctionTool(Tool):
             fields[p.name] = (ann, default)
             names.append(p.name)
         self._param_names = tuple(names)
+        # Positional-only parameters (they come first) must not be passed by name.
+        self._positional_only = tuple(positional)
         if self.type == "custom":
             if len(names) != 1:
                 raise TypeError(f"custom tool {self.name!r} must take exactly one text parameter")
@@ -105,6 +111,9 @@ class FunctionTool(Tool):
             kwargs = {n: getattr(params, n) for n in self._param_names}
         if self._ctx_param is not None:
             kwargs[self._ctx_param] = ctx
+        if self._positional_only:
+            args = [kwargs.pop(n) for n in self._positional_only]
+            return self.fn(*args, **kwargs)
         return self.fn(**kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -129,13 +138,22 @@ def _parameter_hints(fn: AnyFunction) -> dict[str, Any]:
             localns[name] = cell.cell_contents
         except ValueError:  # an empty cell
             pass
-    shim = types.SimpleNamespace(
-        __annotations__=annotations, __globals__=getattr(fn, "__globals__", {})
-    )
-    try:
-        return typing.get_type_hints(shim, localns=localns, include_extras=True)
-    except NameError as e:
-        raise TypeError(f"cannot resolve a parameter type of {fn.__qualname__}: {e}") from None
+    globalns = getattr(fn, "__globals__", {})
+    hints: dict[str, Any] = {}
+    for name, value in annotations.items():
+        shim = types.SimpleNamespace(__annotations__={name: value}, __globals__=globalns)
+        try:
+            hints.update(typing.get_type_hints(shim, localns=localns, include_extras=True))
+        except NameError as e:
+            # A ToolContext imported inside the defining function cannot be
+            # found by name later; it is recognised by its name instead.
+            if isinstance(value, str) and value.rsplit(".", 1)[-1] == "ToolContext":
+                hints[name] = ToolContext
+                continue
+            raise TypeError(
+                f"cannot resolve the type of parameter {name!r} of {fn.__qualname__}: {e}"
+            ) from None
+    return hints
 
 
 def _doc_summary(fn: AnyFunction) -> str:

@@ -29,7 +29,7 @@ def _default(value: Any) -> Any:
 
 
 def _json_value(value: Any) -> Any:
-    if isinstance(value, _SCALARS) and not (isinstance(value, float) and math.isnan(value)):
+    if isinstance(value, _SCALARS) and not (isinstance(value, float) and not math.isfinite(value)):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import jsonschema
 import orjson
@@ -33,10 +33,26 @@ def format_validation_error(tool: str, error: ValidationError) -> str:
     """Readable, input-free text for a pydantic error: values are never echoed,
     because an argument may be a secret."""
     parts = []
-    for e in error.errors(include_input=False, include_url=False):
+    for e in error.errors(include_url=False):
         loc = ".".join(str(p) for p in e["loc"]) or "arguments"
-        parts.append(f"{loc}: {e['msg']}")
+        msg = e["msg"]
+        # Some messages quote the value they rejected (a union's tag, for one).
+        for value in _leaves(e.get("input")):
+            if len(value) >= 2:
+                msg = msg.replace(value, "<value>")
+        parts.append(f"{loc}: {msg}")
     return f"Invalid arguments for '{tool}': " + "; ".join(parts)
+
+
+def _leaves(value: Any) -> list[str]:
+    """The text of every scalar in a (possibly nested) input value."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _leaves(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _leaves(v)]
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return [str(value)]
+    return []
 
 
 class Tool:
@@ -153,9 +169,16 @@ class Tool:
             return run(params, ctx)
         return run(params)
 
-    def run(self, params: Any) -> Any:
-        """Do the work. Override; may be `async def`; may take a second `ctx` argument."""
-        raise NotImplementedError
+    if TYPE_CHECKING:
+        # Subclasses define `run(self, params)` or `run(self, params, ctx)`, sync
+        # or async, with their own parameter types: declared loosely so that
+        # every documented form type-checks as an override.
+        run: Callable[..., Any]
+    else:
+
+        def run(self, params: Any) -> Any:
+            """Do the work. Override; may be `async def`; may take a second `ctx`."""
+            raise NotImplementedError
 
     # -- the template method, for use without an executor ------------------------
 

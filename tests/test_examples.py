@@ -1,0 +1,116 @@
+"""Run every example as its own process and check what it prints.
+
+The examples are documentation; this keeps them working. Each one must exit 0
+and print the lines that carry its point.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+# The demo credential in examples/auth_injection.py; it must never be printed.
+TOKEN = "tok_live_4f9a2c7e1b"
+
+EXPECTED: dict[str, list[str]] = {
+    "quickstart.py": [
+        "Tools offered to the model: get_weather, get_map, add_note",
+        '"temperature": 39',
+        "[attachment: image Lisbon]",
+        "Saved note #1",
+        "Arguments are not valid JSON",
+        "Error: Unknown tool 'book_flight' (TOOL_NOT_FOUND)",
+        "summary: 3/5 ok, 2 failed, 3 read-only, 1 mutating",
+    ],
+    "auth_injection.py": [
+        "get_profile: ok output={'person_id': 'person-42'",
+        "tool:executing get_profile: arguments={'auth': {'person_id': 'person-42', "
+        "'bearer_token': '***'}}",
+        "Authorization: Bearer ***",
+        "events or results containing the token: 0",
+        "get_profile: rejected output=None error='PermissionError: no signed-in session'",
+        "get_time: ok output='12:00'",
+        "arguments={'auth': {'person_id': '***', 'bearer_token': '***'}}",
+        "events showing the person id: 0",
+    ],
+    "subclass_executor.py": [
+        "[max_parallel]  batch of 4, mutating=True: limit 1",
+        "[pre_execute]   search: added request_id=req-1000",
+        "[post_execute]  search: cut output from 39 to 3",
+        "[should_retry]  fetch_quote attempt 1 failed (ConnectionError): retry=True",
+        "-> fetch_quote: ok after 2 attempt(s), 101.5",
+        "[is_allowed]    delete_account: denied, role 'viewer' is read-only",
+        "-> delete_account: rejected after 0 attempt(s), TOOL_NOT_ALLOWED",
+        "metadata={'role': 'viewer'}",
+        "lookup_customer attempt 1: {'email': '***'}",
+    ],
+    "observer.py": [
+        "slow_report: timeout Tool 'slow_report' timed out after 0.2s",
+        "index_documents: indexed 5/5 (100%)",
+        "retry: attempt 2 of fetch_feed",
+        "retry success: fetch_feed after 2 attempts",
+        "timeout: slow_report after 0.2s",
+        "fetch_feed: ok in 2 attempt(s)",
+        "slow sink caught up: True",
+    ],
+    "custom_actor.py": [
+        "store_get    ok       Oslo",
+        "store_get    ok       Bergen",
+        "store_keys   ok       ['city', 'country']",
+        "store_get    rejected Invalid arguments for 'store_get'",
+        "store_put    calls=3 attempts=3 statuses={'ok': 3}",
+        "store_get    calls=3 attempts=2 statuses={'ok': 2, 'rejected': 1}",
+        "after a new executor started: country = Norway",
+    ],
+}
+
+
+def run_example(name: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    # Import the toolbus of this checkout even where it is not installed.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_every_example_is_tested() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str) -> None:
+    proc = run_example(name)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
+    missing = [line for line in EXPECTED[name] if line not in proc.stdout]
+    assert not missing, f"{name} did not print {missing}:\n{proc.stdout}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_auth_example_never_prints_the_token() -> None:
+    proc = run_example("auth_injection.py")
+    assert proc.returncode == 0, proc.stderr
+    assert TOKEN in (EXAMPLES / "auth_injection.py").read_text()  # the check is not vacuous
+    assert TOKEN not in proc.stdout
+    assert TOKEN not in proc.stderr
+    assert "TOKEN LEAKED" not in proc.stdout
+    assert proc.stdout.count("token never appeared in any event or result") == 2
+
+
+def test_subclass_example_never_prints_the_masked_email() -> None:
+    proc = run_example("subclass_executor.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "ada@example.com" not in proc.stdout
