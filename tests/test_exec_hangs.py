@@ -203,3 +203,43 @@ def test_abandoned_worker_stops_when_it_returns_after_close(release: threading.E
         t.join(5)
     assert not any(t.is_alive() for t in stuck_threads)
     assert threading.active_count() <= before
+
+
+def test_late_results_are_counted(make_executor: MakeExecutor, release: threading.Event) -> None:
+    entered = threading.Event()
+    ex = make_executor(_registry(release, entered))
+    with bus.Recorder(bus.LATE_RESULT, sender=ex) as rec:
+        assert ex.execute(ToolCall(name="stuck")).status == "timeout"
+        release.set()
+        rec.wait_for(bus.LATE_RESULT)
+    # The worker reported to the supervisor before announcing the late result.
+    stats = ex.stats()
+    assert stats.late_results == 1
+    assert stats.abandoned_total == 1
+
+
+def test_tool_context_deadline_starts_at_dispatch(make_executor: MakeExecutor) -> None:
+    from toolbus import ToolContext
+
+    seen: list[float | None] = []
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=2.0)
+    def clock(ctx: ToolContext) -> None:
+        seen.append(ctx.remaining)
+
+    ex = make_executor(reg)
+    ex.execute(ToolCall(name="clock"))
+    (remaining,) = seen
+    assert remaining is not None and 0 < remaining <= 2.0
+
+
+def test_calls_after_close_are_announced(make_executor: MakeExecutor, release: threading.Event) -> None:
+    entered = threading.Event()
+    ex = make_executor(_registry(release, entered))
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        ex.close()
+        r = ex.execute(ToolCall(id="after", name="quick", arguments={"i": 1}))
+        (finished,) = rec.wait_for(bus.FINISHED)
+    assert r.status == "cancelled"
+    assert finished.call_id == "after"

@@ -205,3 +205,47 @@ async def test_cancelling_during_backoff(make_executor: MakeExecutor) -> None:
     assert len(calls) == 1
     stats = ex.stats()
     assert (stats.in_flight, stats.timers) == (0, 0)
+
+
+def test_tool_error_retryable_true_overrides_retry_on(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True)
+    def busy() -> str:
+        n.append(1)
+        if len(n) < 3:
+            raise ToolError("busy, try again", retryable=True)  # not in retry_on
+        return "done"
+
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=3, backoff_base=0.001, jitter=0))
+    r = ex.execute(ToolCall(name="busy"))
+    assert (r.status, r.attempts) == ("ok", 3)
+
+
+def test_retry_attempt_event_carries_the_delay(make_executor: MakeExecutor) -> None:
+    reg, _ = _flaky_registry(failures=2)
+    ex = make_executor(
+        reg, retry=RetryPolicy(max_retries=2, backoff_base=0.01, backoff_factor=3, jitter=0)
+    )
+    with bus.Recorder(bus.RETRY_ATTEMPT, sender=ex) as rec:
+        ex.execute(ToolCall(name="flaky", arguments={"x": 1}))
+        ex.drain_events()
+    assert [e.delay for e in rec.of(bus.RETRY_ATTEMPT)] == pytest.approx([0.01, 0.03])
+
+
+def test_stop_after_delay_counts_the_first_attempt(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True)
+    def slow_then_fail() -> None:
+        n.append(1)
+        release.wait(0.2)  # the first attempt alone uses up the retry budget
+        raise ConnectionError("down")
+
+    policy = RetryPolicy(stop=tenacity.stop_after_delay(0.1), wait=tenacity.wait_fixed(0.001))
+    ex = make_executor(reg, retry=policy)
+    assert ex.execute(ToolCall(name="slow_then_fail")).attempts == 1

@@ -46,10 +46,10 @@ __all__ = ["Hooks", "Outcome", "Services", "after_timeout", "finish", "make_resu
 
 log = logging.getLogger("toolbus")
 
-Outcome = tuple[Literal["done", "retry", "lost", "late"], float]
-DONE: Outcome = ("done", 0.0)
-LOST: Outcome = ("lost", 0.0)
-LATE: Outcome = ("late", 0.0)
+# (what became of the run, the retry delay, an event to announce after reporting)
+Outcome = tuple[Literal["done", "retry", "lost", "late"], float, LateResult | None]
+DONE: Outcome = ("done", 0.0, None)
+LOST: Outcome = ("lost", 0.0, None)
 
 
 class Hooks(Protocol):
@@ -339,10 +339,13 @@ def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
         error = e
     duration = time.monotonic() - start
     if not run.try_settle(n):
+        # Announced by the worker only after it has reported to the supervisor,
+        # so whoever sees the event also sees it in the executor's stats.
+        late = None
         if em.wants(sig.LATE_RESULT):
             status = "ok" if error is None else "error"
-            em.emit(sig.LATE_RESULT, LateResult(call_id, name, bid, n, status, duration))
-        return LATE
+            late = LateResult(call_id, name, bid, n, status, duration)
+        return ("late", 0.0, late)
     if error is None:
         if em.wants(sig.EXECUTED):
             em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration))
@@ -400,7 +403,7 @@ def after_failure(
     if decision.retry:
         run.last_error = text
         run.retry_delay = decision.delay
-        return ("retry", decision.delay)
+        return ("retry", decision.delay, None)
     if timed_out:
         result = make_result(
             run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n

@@ -14,6 +14,8 @@ from typing import Any
 import pykka
 
 from .. import pipeline as _pipeline
+from ..bus._events import LateResult
+from ..bus._signals import LATE_RESULT
 from ..models import ErrorCode
 from ._messages import AfterTimeout, Invoke, Report
 
@@ -59,13 +61,14 @@ class ToolWorker(pykka.ThreadingActor):
         run = message.run
         kind: str = "lost"
         delay = 0.0
+        late: LateResult | None = None
         try:
             if type(message) is Invoke:
-                kind, delay = run.context.copy().run(
+                kind, delay, late = run.context.copy().run(
                     _pipeline.run_attempt, run, message.attempt, self.services
                 )
             elif type(message) is AfterTimeout:
-                kind, delay = run.context.copy().run(
+                kind, delay, late = run.context.copy().run(
                     _pipeline.after_timeout, run, message.attempt, message.phase, self.services
                 )
         except BaseException as e:
@@ -89,4 +92,6 @@ class ToolWorker(pykka.ThreadingActor):
         except pykka.ActorDeadError:
             # The executor closed while this worker was stuck: nobody will reuse it.
             self.actor_ref.stop(block=False)
+        if late is not None:
+            self.services.emitter.emit(LATE_RESULT, late)
         return None
