@@ -32,7 +32,8 @@ def _sh(*args: str | Path) -> None:
 
 
 def ensure_env() -> None:
-    if sys.version_info < (3, 11):
+    # This script runs on whatever python3 the user has; the project needs 3.11.
+    if sys.version_info < (3, 11):  # noqa: UP036
         sys.exit(f"toolbus needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     if not PY.exists():
         print(f"creating virtual environment in {VENV}", flush=True)
