@@ -234,7 +234,9 @@ def test_tool_context_deadline_starts_at_dispatch(make_executor: MakeExecutor) -
     assert remaining is not None and 0 < remaining <= 2.0
 
 
-def test_calls_after_close_are_announced(make_executor: MakeExecutor, release: threading.Event) -> None:
+def test_calls_after_close_are_announced(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
     entered = threading.Event()
     ex = make_executor(_registry(release, entered))
     with bus.Recorder(bus.FINISHED, sender=ex) as rec:
