@@ -115,6 +115,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if self.jitter < 0 or self.backoff_base < 0 or self.max_backoff < 0:
+            raise ValueError("jitter, backoff_base and max_backoff must be >= 0")
         stop = self.stop or tenacity.stop_after_attempt(self.max_retries + 1)
         wait: wait_base = self.wait or wait_proportional_jitter(
             tenacity.wait_exponential(

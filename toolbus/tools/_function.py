@@ -71,7 +71,7 @@ class FunctionTool(Tool):
             if p.kind is p.POSITIONAL_ONLY:
                 positional.append(p.name)
             ann = hints.get(p.name, Any)
-            if ann is ToolContext:
+            if _is_tool_context(ann):
                 self._ctx_param = p.name
                 continue
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -154,6 +154,13 @@ def _parameter_hints(fn: AnyFunction) -> dict[str, Any]:
                 f"cannot resolve the type of parameter {name!r} of {fn.__qualname__}: {e}"
             ) from None
     return hints
+
+
+def _is_tool_context(annotation: Any) -> bool:
+    """`ToolContext`, also as `ToolContext | None` or `Annotated[ToolContext, ...]`."""
+    if annotation is ToolContext:
+        return True
+    return any(_is_tool_context(a) for a in typing.get_args(annotation) if a is not type(None))
 
 
 def _doc_summary(fn: AnyFunction) -> str:

@@ -37,11 +37,19 @@ def format_validation_error(tool: str, error: ValidationError) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "arguments"
         msg = e["msg"]
         # Some messages quote the value they rejected (a union's tag, for one).
+        # Only quoted inputs are hidden, and never a value the rule itself
+        # names (a limit, an expected tag): the model needs those to fix its call.
+        ctx = e.get("ctx") or {}
+        rule_values = {str(v) for k, v in ctx.items() if k not in _INPUT_CTX_KEYS}
         for value in _leaves(e.get("input")):
-            if len(value) >= 2:
-                msg = msg.replace(value, "<value>")
+            if value and value not in rule_values:
+                msg = msg.replace(f"'{value}'", "'<value>'").replace(f'"{value}"', '"<value>"')
         parts.append(f"{loc}: {msg}")
     return f"Invalid arguments for '{tool}': " + "; ".join(parts)
+
+
+# Keys of a pydantic error's ctx that hold the rejected input, not the rule.
+_INPUT_CTX_KEYS = frozenset({"tag"})
 
 
 def _leaves(value: Any) -> list[str]:
@@ -193,7 +201,7 @@ class Tool:
         try:
             value = self.invoke(params, ctx)
             if inspect.isawaitable(value):
-                value = asyncio.run(_await(value))
+                value = _run_to_completion(value, self.name)
             return self._succeeded(call_id, start, value)
         except Exception as e:
             return self._failed(call_id, start, e, ErrorCode.TOOL_ERROR, "error", 1)
@@ -256,6 +264,18 @@ class Tool:
 
 async def _await(value: Awaitable[Any]) -> Any:
     return await value
+
+
+def _run_to_completion(value: Awaitable[Any], name: str) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(value))
+    if inspect.iscoroutine(value):
+        value.close()
+    raise RuntimeError(
+        f"tool {name!r} is async and an event loop is running here: use `await tool.aexecute(...)`"
+    )
 
 
 def parse_json_arguments(text: str) -> dict[str, Any]:
