@@ -10,6 +10,7 @@ Pure functions, no threads: unit-tested on their own.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -47,26 +48,51 @@ _normalize = re.compile(r"[-_\s]")
 # to three-character value is not a credential.
 MIN_SCRUB_LENGTH = 4
 
+# Concrete types first: isinstance against an ABC alone takes a slow path.
+_MAPPINGS = (dict, Mapping)
+_SEQUENCES = (list, tuple)
+
 
 def is_secret_key(key: object) -> bool:
     """True if a value under this key must never be published."""
     if not isinstance(key, str):
         return False
+    return _is_secret_name(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_name(key: str) -> bool:
+    # Cached: the same few argument names come back on every call.
     k = _normalize.sub("", key).lower()
     return any(word in k for word in SECRET_KEY_WORDS)
 
 
 def mask_arguments(arguments: Any) -> tuple[Any, list[str]]:
-    """Return `(masked copy, hidden values)` for JSON-like arguments.
+    """Return `(masked, hidden values)` for JSON-like arguments.
 
-    The hidden values are the text forms of every leaf under a secret key.
+    `masked` is a copy with secrets hidden, or `arguments` itself when there is
+    nothing to hide. The hidden values are the text forms of every leaf under a
+    secret key.
     """
+    if not _has_secret(arguments):
+        return arguments, []
     hidden: list[str] = []
     return _mask(arguments, hidden), hidden
 
 
+def _has_secret(value: Any) -> bool:
+    if isinstance(value, _MAPPINGS):
+        for k, v in value.items():  # noqa: SIM110 - a loop beats any(genexpr) on the hot path
+            if (is_secret_key(k) and v is not None) or _has_secret(v):
+                return True
+        return False
+    if isinstance(value, _SEQUENCES):
+        return any(_has_secret(v) for v in value)
+    return False
+
+
 def _mask(value: Any, hidden: list[str]) -> Any:
-    if isinstance(value, Mapping):
+    if isinstance(value, _MAPPINGS):
         out: dict[Any, Any] = {}
         for k, v in value.items():
             if is_secret_key(k) and v is not None:
@@ -75,16 +101,16 @@ def _mask(value: Any, hidden: list[str]) -> Any:
             else:
                 out[k] = _mask(v, hidden)
         return out
-    if isinstance(value, list | tuple):
+    if isinstance(value, _SEQUENCES):
         return [_mask(v, hidden) for v in value]
     return value
 
 
 def _collect(value: Any, hidden: list[str]) -> None:
-    if isinstance(value, Mapping):
+    if isinstance(value, _MAPPINGS):
         for v in value.values():
             _collect(v, hidden)
-    elif isinstance(value, list | tuple):
+    elif isinstance(value, _SEQUENCES):
         for v in value:
             _collect(v, hidden)
     elif value is not None and not isinstance(value, bool):
@@ -103,7 +129,7 @@ def hidden_values(raw: Any, masked: Any) -> list[str]:
 
 
 def _diff(raw: Any, masked: Any, hidden: list[str]) -> None:
-    if isinstance(raw, Mapping):
+    if isinstance(raw, _MAPPINGS):
         if not isinstance(masked, Mapping):
             _collect(raw, hidden)
             return
@@ -112,8 +138,8 @@ def _diff(raw: Any, masked: Any, hidden: list[str]) -> None:
                 _diff(v, masked[k], hidden)
             else:
                 _collect(v, hidden)
-    elif isinstance(raw, list | tuple):
-        if not isinstance(masked, list | tuple) or len(masked) != len(raw):
+    elif isinstance(raw, _SEQUENCES):
+        if not isinstance(masked, _SEQUENCES) or len(masked) != len(raw):
             _collect(raw, hidden)
             return
         for r, m in zip(raw, masked, strict=True):
@@ -165,12 +191,12 @@ class Scrubber:
     def _value(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.text(value)
-        if isinstance(value, Mapping):
+        if isinstance(value, _MAPPINGS):
             return {
                 (self.text(k) if isinstance(k, str) else k): self._value(v)
                 for k, v in value.items()
             }
-        if isinstance(value, list | tuple):
+        if isinstance(value, _SEQUENCES):
             return [self._value(v) for v in value]
         if isinstance(value, int | float) and not isinstance(value, bool):
             text = str(value)

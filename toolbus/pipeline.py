@@ -83,8 +83,8 @@ def make_result(
     attachments: tuple[Any, ...] = (),
     metadata: dict[str, Any] | None = None,
 ) -> ToolResult:
-    # model_construct: every field is produced here, validation would only cost.
-    return ToolResult.model_construct(
+    # The validating constructor: pydantic-core makes it faster than model_construct.
+    return ToolResult(
         call_id=run.call.id,
         name=run.call.name,
         status=status,
@@ -184,7 +184,8 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> None:
             except orjson.JSONDecodeError:
                 pass
         run.masked = masked
-        run.scrubber = Scrubber(hidden_values(raw, masked)) if masked != raw else run.scrubber
+        if masked is not raw:
+            run.scrubber = Scrubber(hidden_values(raw, masked))
     except Exception as e:
         # A broken masker must not leak: publish nothing of the arguments.
         from .masking import mask_arguments
@@ -326,13 +327,13 @@ def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
     value: Any = None
     try:
         value = tool.invoke(run.params, ctx)
-        if inspect.iscoroutine(value):
+        if tool.is_async and inspect.iscoroutine(value):
             task = svc.loop.submit(value)
             run.task = task
-            if run.cancel_event.is_set():
+            if run.cancel_event is not None and run.cancel_event.is_set():
                 task.cancel()
             value = task.wait()
-        elif inspect.isawaitable(value):
+        elif tool.is_async and inspect.isawaitable(value):
             raise TypeError("tool returned an awaitable that is not a coroutine")
         output, attachments, metadata = normalize_output(value)
     except BaseException as e:  # tools may raise anything; nothing escapes a worker

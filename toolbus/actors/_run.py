@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._sync import Latch
 from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
@@ -53,18 +54,18 @@ class Waiter:
 
 
 class ThreadWaiter(Waiter):
-    __slots__ = ("_event", "value")
+    __slots__ = ("_latch", "value")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._latch = Latch()
         self.value: Any = None
 
     def release(self, value: Any) -> None:
         self.value = value
-        self._event.set()
+        self._latch.set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._event.wait(timeout)
+        return self._latch.wait(timeout)
 
 
 class LoopWaiter(Waiter):
@@ -150,7 +151,7 @@ class Run:
         self.attempt = 0
         self.settled = True
         self.phase = QUEUED
-        self.cancel_event = threading.Event()
+        self.cancel_event: Latch | None = None  # one per attempt, made at dispatch
         self.task: AsyncTask | None = None
         self.result: ToolResult | None = None
         self.admitted = False
@@ -180,7 +181,7 @@ class Run:
             self.attempt = n
             self.settled = False
             self.phase = QUEUED
-            self.cancel_event = threading.Event()
+            self.cancel_event = Latch()
             self.task = None
             now = time.monotonic()
             if n == 1:
@@ -210,7 +211,8 @@ class Run:
     def interrupt(self) -> None:
         """Tell the running attempt its result is no longer wanted (cooperative
         flag for sync tools, real cancellation for async ones)."""
-        self.cancel_event.set()
+        if self.cancel_event is not None:
+            self.cancel_event.set()
         task = self.task
         if task is not None:
             task.cancel()

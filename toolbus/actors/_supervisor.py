@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from .. import pipeline as _pipeline
+from .._sync import simple_inbox
 from ..bus import _signals as sig
 from ..bus._events import BatchComplete, BatchStart, ParallelComplete, ParallelStart, TimedOut
 from ..models import ErrorCode
@@ -71,6 +72,7 @@ class _Pool:
 
 class Supervisor(pykka.ThreadingActor):
     use_daemon_thread = True
+    _create_actor_inbox = staticmethod(simple_inbox)  # C SimpleQueue, not queue.Queue
 
     def __init__(
         self,

@@ -40,7 +40,10 @@ class TimerService:
     def __init__(self, name: str = "toolbus-timers") -> None:
         self._heap: list[tuple[float, int, TimerHandle]] = []
         self._seq = itertools.count()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        # The condition shares the lock: hot paths take the bare lock (C code)
+        # and only touch the condition to wake the timer thread.
+        self._cond = threading.Condition(self._lock)
         self._cancelled = 0
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -49,7 +52,7 @@ class TimerService:
     def schedule(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
         """Call `callback(*args)` after `delay` seconds; cancel with the returned handle."""
         handle = TimerHandle(time.monotonic() + delay, callback, args)
-        with self._cond:
+        with self._lock:
             earliest = self._heap[0][0] if self._heap else None
             heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
             if earliest is None or handle.when < earliest:
@@ -62,7 +65,7 @@ class TimerService:
         handle.cancelled = True
         # Lazy deletion; rebuild when cancelled entries dominate (a 30 s deadline
         # per call at high call rates would otherwise pile up).
-        with self._cond:
+        with self._lock:
             self._cancelled += 1
             if self._cancelled > 1024 and self._cancelled > len(self._heap) // 2:
                 self._heap = [e for e in self._heap if not e[2].cancelled]

@@ -14,6 +14,7 @@ from typing import Any
 import pykka
 
 from .. import pipeline as _pipeline
+from .._sync import simple_inbox
 from ..bus._events import LateResult
 from ..bus._signals import LATE_RESULT
 from ..models import ErrorCode
@@ -45,6 +46,7 @@ class ToolWorker(pykka.ThreadingActor):
     """
 
     use_daemon_thread = True
+    _create_actor_inbox = staticmethod(simple_inbox)  # C SimpleQueue, not queue.Queue
 
     def __init__(self, services: _pipeline.Services, supervisor: pykka.ActorRef[Any]) -> None:
         super().__init__()

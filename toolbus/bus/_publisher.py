@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import pykka
 
+from .._sync import simple_inbox
 from ._events import Event
 from ._signals import namespace
 
@@ -82,6 +83,7 @@ class Announcer(pykka.ThreadingActor):
     """The thread on which an executor's events are delivered, in announcement order."""
 
     use_daemon_thread = True
+    _create_actor_inbox = staticmethod(simple_inbox)  # C SimpleQueue, not queue.Queue
 
     def __init__(self, publisher: Publisher) -> None:
         super().__init__()

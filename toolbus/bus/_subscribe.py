@@ -11,6 +11,7 @@ from typing import Any
 import pykka
 from blinker import ANY
 
+from .._sync import simple_inbox
 from ._events import Event
 from ._signals import ALL_SIGNALS, signal
 
@@ -37,6 +38,7 @@ class ObserverActor(pykka.ThreadingActor):
     """
 
     use_daemon_thread = True
+    _create_actor_inbox = staticmethod(simple_inbox)  # C SimpleQueue, not queue.Queue
 
     def on_event(self, signal: str, sender: Any, event: Event) -> None:
         """Handle one event (override)."""

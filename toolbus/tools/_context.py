@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._sync import Latch
+
 __all__ = ["ToolContext"]
 
 ProgressSink = Callable[["ToolContext", str, float | None, dict[str, Any]], None]
@@ -36,14 +38,14 @@ class ToolContext:
         tool: str,
         attempt: int = 1,
         deadline: float | None = None,
-        cancel: threading.Event | None = None,
+        cancel: Latch | threading.Event | None = None,
         sink: ProgressSink | None = None,
     ) -> None:
         self.call_id = call_id
         self.tool = tool
         self.attempt = attempt
         self.deadline = deadline
-        self._cancel = cancel if cancel is not None else threading.Event()
+        self._cancel = cancel if cancel is not None else Latch()
         self._sink = sink or _no_progress
 
     @property
