@@ -103,13 +103,24 @@ class Announcer(pykka.ThreadingActor):
 class Emitter:
     """What the supervisor and workers hold to announce events without blocking."""
 
-    __slots__ = ("_announcer", "_publisher")
+    __slots__ = ("_announcer", "_publisher", "_receivers")
 
     def __init__(self, publisher: Publisher, announcer: pykka.ActorRef[Announcer]) -> None:
         self._publisher = publisher
         self._announcer = announcer
+        # Asked several times per call, nearly always with no receiver: for the
+        # built-in publisher, read blinker's receiver dicts (mutated in place on
+        # connect/disconnect) instead of going through two method calls.
+        self._receivers: dict[str, dict[Any, Any]] | None = (
+            {name: sig.receivers for name, sig in publisher._signals.items()}
+            if type(publisher) is BusPublisher
+            else None
+        )
 
     def wants(self, name: str) -> bool:
+        receivers = self._receivers
+        if receivers is not None:
+            return bool(receivers[name])
         try:
             return self._publisher.wants(name)
         except Exception:
