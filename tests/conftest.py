@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,3 +40,15 @@ def make_executor() -> Iterator[MakeExecutor]:
 def recorder() -> Iterator[bus.Recorder]:
     with bus.Recorder() as rec:
         yield rec
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    """Wait for a state the test expects (e.g. "one call queued"), polling it.
+
+    Used where the state has no event to wait on; fails after `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.002)  # poll interval of the wait, not a stand-in for it

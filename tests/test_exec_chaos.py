@@ -8,6 +8,7 @@ import threading
 from collections import Counter, defaultdict
 from typing import Any
 
+from tests.conftest import wait_until
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, ToolResult, bus
 
 KINDS = ["ok", "ok_async", "raise", "hang", "flaky", "unknown", "malformed", "invalid", "write"]
@@ -131,6 +132,8 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
                 rec.wait_for(bus.FINISHED, total, timeout=30)
                 ex.drain_events()
                 finished = rec.of(bus.FINISHED)
+                # Single calls wake their caller before their worker reports.
+                wait_until(lambda: ex.stats().in_flight == 0, what="quiescence")
                 stats = ex.stats()
     finally:
         release.set()

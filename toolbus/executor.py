@@ -258,7 +258,12 @@ class Executor:
     # -- observation and lifetime ---------------------------------------------------
 
     def stats(self, timeout: float = 5.0) -> ExecutorStats:
-        """A snapshot of the supervisor's counters (answered even while tools hang)."""
+        """A snapshot of the supervisor's counters (answered even while tools hang).
+
+        For speed, a single call's caller is woken before its worker reports to
+        the supervisor, so right after `execute()` returns the call may still
+        count as in flight for a moment; batches are counted before they return.
+        """
         data: dict[str, Any] | None
         try:
             data = typing.cast(dict[str, Any], self._supervisor.ask(StatusQuery(), timeout=timeout))
@@ -379,9 +384,12 @@ class Executor:
 
     def _tell(self, message: Submit, runs: Sequence[Run]) -> None:
         try:
-            if self._closed:
-                raise pykka.ActorDeadError("closed")
-            self._supervisor.tell(message)
+            # Under the lock close() takes to set `_closed`: every Submit told
+            # here is in the mailbox ahead of Close, so none can be dropped.
+            with self._close_lock:
+                if self._closed:
+                    raise pykka.ActorDeadError("closed")
+                self._supervisor.tell(message)
         except pykka.ActorDeadError:
             # Closed executor: still exactly one result, and one tool:finished, per call.
             for run in runs:

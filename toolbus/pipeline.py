@@ -327,7 +327,7 @@ def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
     value: Any = None
     try:
         value = tool.invoke(run.params, ctx)
-        if tool.is_async and inspect.iscoroutine(value):
+        if inspect.iscoroutine(value):  # also from a sync wrapper of an async function
             task = svc.loop.submit(value)
             run.task = task
             if run.cancel_event is not None and run.cancel_event.is_set():

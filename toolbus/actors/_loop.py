@@ -12,6 +12,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from .._sync import Latch
+
 __all__ = ["AsyncTask", "LoopThread"]
 
 
@@ -22,14 +24,14 @@ class AsyncTask:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._done = threading.Event()
+        self._done = Latch()
         self._task: asyncio.Task[Any] | None = None
         self._result: Any = None
         self._error: BaseException | None = None
 
     def _start(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
         try:
-            self._task = self._loop.create_task(coro, context=context)
+            self._task = self._loop.create_task(_contained(coro), context=context)
         except BaseException as e:  # e.g. the loop is closing
             coro.close()
             self._error = e
@@ -43,7 +45,11 @@ class AsyncTask:
         else:
             self._error = task.exception()
             if self._error is None:
-                self._result = task.result()
+                result = task.result()
+                if isinstance(result, _Raised):
+                    self._error = result.error
+                else:
+                    self._result = result
         self._done.set()
 
     def cancel(self) -> None:
@@ -62,6 +68,24 @@ class AsyncTask:
         if self._error is not None:
             raise self._error
         return self._result
+
+
+class _Raised:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Await a tool's coroutine; hand back SystemExit & co. instead of letting
+    asyncio re-raise them out of `run_forever`, which would end the loop."""
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        raise
+    except BaseException as e:
+        return _Raised(e)
 
 
 class LoopThread:

@@ -76,10 +76,11 @@ class Report:
 
 @dataclass(frozen=True, slots=True)
 class Deadline:
-    """Timer -> supervisor: attempt `attempt` of `run` is due."""
+    """Timer -> supervisor: attempt `attempt` of `run` is due (stale unless `gen` is current)."""
 
     run: Run
     attempt: int
+    gen: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +89,16 @@ class Grace:
 
     run: Run
     attempt: int
+    gen: int
 
 
 @dataclass(frozen=True, slots=True)
 class RetryDue:
-    """Timer -> supervisor: the backoff before attempt `attempt` is over."""
+    """Timer -> supervisor: the backoff after attempt `attempt` is over."""
 
     run: Run
     attempt: int
+    gen: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchRun", "LoopWaiter", "Run", "ThreadWaiter", "Waiter"]
 
+# Where a run waits (Run.sv_queued).
+READY = 1
+PARKED = 2
+
 # Phases, for error messages that say where a call got stuck.
 QUEUED = "queued"
 ADMISSION = "pre-call hooks"
@@ -114,7 +118,11 @@ class Run:
         "scrubber",
         "settled",
         "submitted",
+        "sv_cancel",
         "sv_closed",
+        "sv_gen",
+        "sv_pool",
+        "sv_queued",
         "sv_slot",
         "sv_timer",
         "sv_worker",
@@ -162,9 +170,16 @@ class Run:
         self.last_error = ""
         self.retry_delay = 0.0
         self.deadline: float | None = None
-        self.sv_closed = False
-        self.sv_slot = False
+        # Supervisor bookkeeping (its thread only).
+        self.sv_closed = False  # counted, slot released, batch told
+        self.sv_slot = False  # holds a concurrency slot (an attempt or its timeout stage)
+        self.sv_queued = 0  # 0: not queued, READY: in the ready queue, PARKED: in a waiting queue
         self.sv_timer: TimerHandle | None = None
+        self.sv_gen = 0  # bumped whenever sv_timer changes: older timer messages are stale
+        self.sv_cancel: tuple[Any, str] | None = (
+            None  # cancel asked while a worker held the outcome
+        )
+        self.sv_pool: Any = None
         self.sv_worker: Any = None
 
     @property
@@ -226,6 +241,7 @@ class BatchRun:
 
     __slots__ = (
         "batch_id",
+        "done",
         "group_failures",
         "group_started",
         "in_flight",
@@ -261,6 +277,7 @@ class BatchRun:
         self.remaining = 0
         self.waiting: deque[Run] = deque()
         self.stopped = False
+        self.done = False
         self.started = time.monotonic()
         self.group_started: dict[int, float] = {}
         self.group_failures: dict[int, int] = {}

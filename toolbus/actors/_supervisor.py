@@ -4,8 +4,9 @@ It receives batches, releases calls in barrier order as capacity allows
 (`max_parallel`, each batch's limit, each tool's `max_concurrency`), arms
 deadlines and backoffs as timers, and turns timeouts and cancellations into
 results. It only ever `tell`s: no blocking ask to a worker, no tool, hook or
-subscriber code on its thread, stale replies dropped by attempt number. That is
-why it answers a status query in a millisecond while tools hang.
+subscriber code on its thread. Replies are matched by attempt number and timer
+messages by a per-run generation, so anything stale is dropped. That is why it
+answers a status query in a millisecond while tools hang.
 
 A worker stuck in a sync tool cannot be stopped. At the deadline it is detached
 from its pool (counted as abandoned) and a fresh worker takes its place; if it
@@ -15,19 +16,22 @@ ever returns, its late result is discarded and the worker rejoins the pool.
 from __future__ import annotations
 
 import logging
-import time
+import math
+import threading
 import traceback
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import pykka
 
 from .. import pipeline as _pipeline
 from .._sync import simple_inbox
 from ..bus import _signals as sig
-from ..bus._events import BatchComplete, BatchStart, ParallelComplete, ParallelStart, TimedOut
-from ..models import ErrorCode
+from ..bus._events import TimedOut
+from ..models import ErrorCode, Status
 from ..scheduling import BarrierSchedule
+from ._batches import announce_groups, announce_start, finish_batch
 from ._messages import (
     AfterTimeout,
     Cancel,
@@ -40,34 +44,16 @@ from ._messages import (
     StatusQuery,
     Submit,
 )
-from ._run import ADMISSION, FINISHING, BatchRun, Run
+from ._pool import Pool
+from ._run import ADMISSION, FINISHING, PARKED, READY, Run
 from ._timers import TimerService
 from ._worker import ToolWorker, WorkerHandle
-
-if TYPE_CHECKING:
-    from ..tools import Tool
 
 __all__ = ["Supervisor"]
 
 log = logging.getLogger("toolbus.actors")
 
-
-class _Pool:
-    """The workers serving one tool (supervisor-owned, not thread-safe)."""
-
-    __slots__ = ("busy", "idle", "in_flight", "limit", "started", "tool", "waiting")
-
-    def __init__(self, tool: Tool) -> None:
-        self.tool = tool
-        self.limit = tool.max_concurrency
-        self.idle: list[WorkerHandle] = []
-        self.busy = 0
-        self.in_flight = 0
-        self.started = 0
-        self.waiting: deque[Run] = deque()
-
-    def __repr__(self) -> str:
-        return f"pool {self.tool.name!r}"
+TimerMessage = Deadline | Grace | RetryDue
 
 
 class Supervisor(pykka.ThreadingActor):
@@ -90,28 +76,21 @@ class Supervisor(pykka.ThreadingActor):
         self.max_parallel = max_parallel
         self.max_abandoned = max_abandoned
         self.hook_grace = hook_grace
-        self.pools: dict[int, _Pool] = {}
+        self.pools: dict[int, Pool] = {}
         self.ready: deque[Run] = deque()
         self.in_flight = 0
+        self.peak_in_flight = 0
         self.detached: set[WorkerHandle] = set()
         self.runs_open: set[Run] = set()
         self.worker_seq = 0
         self.closed = False
-        self.counters: dict[str, int] = {
-            "submitted": 0,
-            "batches": 0,
-            "ok": 0,
-            "error": 0,
-            "timeout": 0,
-            "cancelled": 0,
-            "rejected": 0,
-            "retries": 0,
-            "timeouts": 0,
-            "late_results": 0,
-            "abandoned_total": 0,
-            "workers_started": 0,
-        }
-        self.peak_in_flight = 0
+        self.counters: dict[str, int] = dict.fromkeys(
+            (
+                "submitted", "batches", "ok", "error", "timeout", "cancelled", "rejected",
+                "retries", "timeouts", "late_results", "abandoned_total", "workers_started",
+            ),
+            0,
+        )  # fmt: skip
 
     # -- the mailbox ------------------------------------------------------------
 
@@ -143,42 +122,57 @@ class Supervisor(pykka.ThreadingActor):
             )
         return None
 
-    # -- submission and scheduling -----------------------------------------------
+    # -- timers: every change of a run's timer bumps its generation ---------------
+
+    def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
+        self._disarm(run)
+        run.sv_timer = self.timers.schedule(
+            _finite_delay(delay), self.actor_ref.tell, make(run, run.attempt, run.sv_gen)
+        )
+
+    def _disarm(self, run: Run) -> None:
+        self.timers.cancel(run.sv_timer)
+        run.sv_timer = None
+        run.sv_gen += 1
+
+    def _current(self, msg: TimerMessage) -> bool:
+        """True if the timer message is the run's live timer (not stale)."""
+        run = msg.run
+        if run.sv_closed or msg.gen != run.sv_gen:
+            return False
+        run.sv_timer = None
+        run.sv_gen += 1
+        return True
+
+    # -- submission and the ready queue --------------------------------------------
 
     def _on_submit(self, msg: Submit) -> None:
-        c = self.counters
-        c["submitted"] += len(msg.runs)
+        self.counters["submitted"] += len(msg.runs)
+        b = msg.batch
+        if b is not None:
+            self.counters["batches"] += 1
+            b.runs = list(msg.runs)
+            b.remaining = len(b.runs)
+        self.runs_open.update(msg.runs)
+        for run in msg.runs:
+            if run.tool is not None:
+                run.sv_pool = self._pool(run)
         if self.closed:
             for run in msg.runs:
                 self._finish_here(run, "cancelled", ErrorCode.CANCELLED, "the executor is closed")
             return
-        b = msg.batch
         if b is None:
-            run = msg.runs[0]
-            self.runs_open.add(run)
-            if self._reject_unknown(run):
-                return
-            self.ready.append(run)
+            if not self._reject_unknown(msg.runs[0]):
+                self._enqueue(msg.runs[0])
             return
-        c["batches"] += 1
-        b.runs = list(msg.runs)
-        b.remaining = len(b.runs)
-        self.runs_open.update(b.runs)
-        if self.emitter.wants(sig.BATCH_START):
-            ro = sum(1 for r in b.runs if r.tool is not None and r.read_only)
-            mut = sum(1 for r in b.runs if r.tool is not None and not r.read_only)
-            self.emitter.emit(sig.BATCH_START, BatchStart(b.batch_id, len(b.runs), ro, mut))
+        announce_start(b, self.emitter)
         b.schedule = BarrierSchedule([r.read_only for r in b.runs])
         eligible = b.schedule.open()
         for run in b.runs:
             self._reject_unknown(run)
-        self._announce_groups(b)
+        announce_groups(b, self.emitter)
         for i in eligible:
-            run = b.runs[i]
-            if not run.sv_closed:
-                self.ready.append(run)
-        if b.remaining == 0:
-            self._batch_done(b)
+            self._enqueue(b.runs[i])
 
     def _reject_unknown(self, run: Run) -> bool:
         if run.tool is not None:
@@ -188,38 +182,80 @@ class Supervisor(pykka.ThreadingActor):
         self._finish_here(run, "rejected", ErrorCode.TOOL_NOT_FOUND, message)
         return True
 
+    def _pool(self, run: Run) -> Pool:
+        tool = run.tool
+        assert tool is not None
+        pool = self.pools.get(id(tool))
+        if pool is None or pool.tool is not tool:
+            pool = self.pools[id(tool)] = Pool(tool)
+        return pool
+
+    def _enqueue(self, run: Run, *, front: bool = False) -> None:
+        if run.sv_queued or run.sv_closed:
+            return
+        run.sv_queued = READY
+        if front:
+            self.ready.appendleft(run)
+        else:
+            self.ready.append(run)
+
+    def _park(self, queue: deque[Run], run: Run) -> None:
+        run.sv_queued = PARKED
+        queue.append(run)
+
+    def _unpark_one(self, queue: deque[Run]) -> None:
+        """Move the first live run of a waiting queue back to the ready queue."""
+        while queue:
+            run = queue.popleft()
+            run.sv_queued = 0
+            if not run.sv_closed:
+                self._enqueue(run, front=True)
+                return
+
     def _pump(self) -> None:
-        """Start eligible runs while there is capacity."""
+        """Start ready runs while there is capacity; park the ones that must wait."""
         ready = self.ready
         while ready and self.in_flight < self.max_parallel:
             run = ready.popleft()
+            run.sv_queued = 0
             if run.sv_closed:
                 continue
-            assert run.tool is not None
-            pool = self._pool(run.tool)
-            if pool.limit is not None and pool.in_flight >= pool.limit:
-                pool.waiting.append(run)
-                continue
+            pool: Pool = run.sv_pool
             b = run.batch
+            if not pool.has_room:
+                self._park(pool.waiting, run)
+                # It may have been let out of its batch's queue: pass that room on.
+                if b is not None and b.in_flight < b.limit:
+                    self._unpark_one(b.waiting)
+                continue
             if b is not None and b.in_flight >= b.limit:
-                b.waiting.append(run)
+                self._park(b.waiting, run)
+                self._unpark_one(pool.waiting)
                 continue
             self._dispatch(run, pool)
 
-    def _pool(self, tool: Tool) -> _Pool:
-        pool = self.pools.get(id(tool))
-        if pool is None or pool.tool is not tool:
-            pool = self.pools[id(tool)] = _Pool(tool)
-        return pool
+    def _hand_on_room(self, run: Run) -> None:
+        pool: Pool = run.sv_pool
+        if pool.has_room:
+            self._unpark_one(pool.waiting)
+        b = run.batch
+        if b is not None and b.in_flight < b.limit:
+            self._unpark_one(b.waiting)
 
-    def _acquire(self, pool: _Pool) -> WorkerHandle | None:
+    # -- dispatch and slots -------------------------------------------------------------
+
+    def _acquire(self, pool: Pool) -> WorkerHandle | None:
         if pool.idle:
             w = pool.idle.pop()
         else:
             if self.detached and len(self.detached) >= self.max_abandoned:
                 return None  # replacing stuck workers has hit its limit
+            try:
+                ref = ToolWorker.start(self.services, self.actor_ref)
+            except Exception as e:  # e.g. "can't start new thread"
+                log.error("could not start a worker for %r: %s", pool, e)
+                return None
             self.worker_seq += 1
-            ref = ToolWorker.start(self.services, self.actor_ref)
             w = WorkerHandle(ref, pool, self.worker_seq)
             ref.tell(w)
             pool.started += 1
@@ -227,52 +263,44 @@ class Supervisor(pykka.ThreadingActor):
         pool.busy += 1
         return w
 
-    def _dispatch(self, run: Run, pool: _Pool) -> None:
+    def _dispatch(self, run: Run, pool: Pool) -> None:
         worker = self._acquire(pool)
         if worker is None:
             self._finish_here(
-                run,
-                "rejected",
-                ErrorCode.TOOL_UNAVAILABLE,
+                run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
                 f"Tool '{run.call.name}' is unavailable: {len(self.detached)} workers are "
                 f"stuck in calls that timed out (limit {self.max_abandoned})",
-            )
+            )  # fmt: skip
             return
         n = run.attempt + 1
         if n > 1:
             self.counters["retries"] += 1
         run.begin_attempt(n)
-        self._take_slot(run, pool)
-        run.sv_worker = worker
-        if run.timeout is not None:
-            run.sv_timer = self.timers.schedule(run.timeout, self.actor_ref.tell, Deadline(run, n))
-        worker.ref.tell(Invoke(run, n))
-
-    def _take_slot(self, run: Run, pool: _Pool) -> None:
         run.sv_slot = True
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         pool.in_flight += 1
         if run.batch is not None:
             run.batch.in_flight += 1
+        run.sv_worker = worker
+        if run.timeout is not None:
+            self._arm(run, run.timeout, Deadline)
+        worker.ref.tell(Invoke(run, n))
 
     def _release_slot(self, run: Run) -> None:
         if not run.sv_slot:
             return
         run.sv_slot = False
         self.in_flight -= 1
-        assert run.tool is not None
-        pool = self._pool(run.tool)
+        pool: Pool = run.sv_pool
         pool.in_flight -= 1
-        if pool.waiting:
-            self.ready.appendleft(pool.waiting.popleft())
+        self._unpark_one(pool.waiting)
         b = run.batch
         if b is not None:
             b.in_flight -= 1
-            if b.waiting:
-                self.ready.appendleft(b.waiting.popleft())
+            self._unpark_one(b.waiting)
 
-    # -- workers report -------------------------------------------------------
+    # -- workers report -------------------------------------------------------------------
 
     def _free_worker(self, w: WorkerHandle | None) -> None:
         if w is None:
@@ -305,43 +333,34 @@ class Supervisor(pykka.ThreadingActor):
         if msg.kind == "late":
             self.counters["late_results"] += 1
             return
-        if msg.kind == "lost":
-            # Someone else (deadline, cancellation, grace) settled this attempt and
-            # has already accounted for the run; only the worker is news.
-            return
-        if run.sv_closed or run.attempt != msg.attempt:
-            return
-        self.timers.cancel(run.sv_timer)
-        run.sv_timer = None
+        if msg.kind == "lost" or run.sv_closed or run.attempt != msg.attempt:
+            return  # someone else settled this attempt and accounted for it
         if msg.kind == "done":
             self._closed_run(run)
-        else:  # retry
-            self._release_slot(run)
-            run.sv_timer = self.timers.schedule(
-                msg.delay, self.actor_ref.tell, RetryDue(run, msg.attempt)
-            )
+            return
+        self._disarm(run)  # retry: no deadline runs during the backoff
+        self._release_slot(run)
+        if run.sv_cancel is not None:
+            code, reason = run.sv_cancel
+            self._finish_here(run, "cancelled", code, reason)
+            return
+        self._arm(run, msg.delay, RetryDue)
 
     def _on_retry_due(self, msg: RetryDue) -> None:
-        run = msg.run
-        if run.sv_closed or run.attempt != msg.attempt:
-            return
-        run.sv_timer = None
-        self.ready.appendleft(run)
+        if self._current(msg):
+            self._enqueue(msg.run, front=True)
 
-    # -- deadlines ------------------------------------------------------------
+    # -- deadlines -----------------------------------------------------------------------
 
     def _on_deadline(self, msg: Deadline) -> None:
-        run, n = msg.run, msg.attempt
-        if run.sv_closed or run.attempt != n:
+        if not self._current(msg):
             return
-        run.sv_timer = None
+        run, n = msg.run, msg.attempt
         phase = run.phase
         if not run.try_settle(n):
             # The worker settled the attempt and is in its post-attempt hooks.
             if not run.completed:
-                run.sv_timer = self.timers.schedule(
-                    self.hook_grace, self.actor_ref.tell, Grace(run, n)
-                )
+                self._arm(run, self.hook_grace, Grace)
             return
         self.counters["timeouts"] += 1
         run.interrupt()
@@ -351,38 +370,38 @@ class Supervisor(pykka.ThreadingActor):
                 sig.TIMEOUT,
                 TimedOut(run.call.id, run.call.name, run.batch_id, n, run.timeout or 0.0),
             )
-        assert run.tool is not None
-        worker = self._acquire(self._pool(run.tool))
+        worker = self._acquire(run.sv_pool)
         if worker is None:
             self._finish_here(
-                run,
-                "timeout",
-                ErrorCode.EXECUTION_TIMEOUT,
+                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
                 f"Tool '{run.call.name}' timed out after {run.timeout}s",
-            )
+            )  # fmt: skip
             return
+        # What follows a timeout (retry decision, post-call hooks) is user code:
+        # a fresh worker of the same pool runs it, under a grace deadline.
         run.sv_worker = worker
-        run.sv_timer = self.timers.schedule(self.hook_grace, self.actor_ref.tell, Grace(run, n))
+        self._arm(run, self.hook_grace, Grace)
         worker.ref.tell(AfterTimeout(run, n, phase if phase in (ADMISSION, FINISHING) else ""))
 
     def _on_grace(self, msg: Grace) -> None:
-        run, n = msg.run, msg.attempt
-        if run.sv_closed or run.attempt != n:
+        if not self._current(msg):
             return
-        run.sv_timer = None
+        run = msg.run
         if run.completed:
-            return
+            return  # finished just now; the worker's report closes it
         run.interrupt()
         self._detach(run)
+        if run.sv_cancel is not None:
+            code, reason = run.sv_cancel
+            self._finish_here(run, "cancelled", code, reason)
+            return
         self._finish_here(
-            run,
-            "timeout",
-            ErrorCode.EXECUTION_TIMEOUT,
+            run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
             f"Tool '{run.call.name}' timed out: its hooks did not return within "
             f"{self.hook_grace}s after the deadline",
-        )
+        )  # fmt: skip
 
-    # -- cancellation -----------------------------------------------------------
+    # -- cancellation --------------------------------------------------------------------
 
     def _on_cancel(self, msg: Cancel) -> None:
         runs = msg.batch.runs if msg.batch is not None else [msg.run] if msg.run else []
@@ -392,22 +411,23 @@ class Supervisor(pykka.ThreadingActor):
     def _cancel_run(self, run: Run, code: ErrorCode, reason: str, *, only_unstarted: bool) -> None:
         if run.sv_closed or run.completed:
             return
-        if run.sv_slot:  # an attempt is running
+        if run.sv_slot:  # an attempt, or what follows its timeout, is under way
             if only_unstarted:
                 return
             if not run.try_settle(run.attempt):
-                return  # the worker has the outcome; let it finish
+                # A worker holds the outcome (in its hooks): honour the cancel
+                # when it reports, instead of retrying.
+                run.sv_cancel = (code, reason)
+                return
             run.interrupt()
             self._detach(run)
         elif only_unstarted and run.attempt > 0:
             return  # started, now backing off before a retry: let it go on
-        self.timers.cancel(run.sv_timer)
-        run.sv_timer = None
         self._finish_here(run, "cancelled", code, reason)
 
-    # -- completion -------------------------------------------------------------
+    # -- completion -----------------------------------------------------------------------
 
-    def _finish_here(self, run: Run, status: Any, code: ErrorCode, message: str) -> None:
+    def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None:
         """Finish a run with a result made by the supervisor itself (no user code)."""
         result = _pipeline.make_result(run, status, error=message, code=code)
         _pipeline.finish(run, result, self.services)
@@ -418,79 +438,44 @@ class Supervisor(pykka.ThreadingActor):
             return
         run.sv_closed = True
         self.runs_open.discard(run)
-        self.timers.cancel(run.sv_timer)
-        run.sv_timer = None
+        self._disarm(run)
         self._release_slot(run)
+        if run.sv_queued == READY and run.sv_pool is not None:
+            # It may have been let out of a waiting queue for a slot it will
+            # now never use: let the next waiting run have that room.
+            self._hand_on_room(run)
         result = run.result
         if result is not None:
             self.counters[result.status] += 1
         b = run.batch
-        if b is None or b.schedule is None:
+        if b is None:
             return
         b.remaining -= 1
-        if result is not None and result.status != "ok":
-            g = b.schedule.group_of(run.index).index
-            b.group_failures[g] = b.group_failures.get(g, 0) + 1
-        for i in b.schedule.finish(run.index):
-            nxt = b.runs[i]
-            if not nxt.sv_closed:
-                self.ready.append(nxt)
-        self._announce_groups(b)
-        if b.stop_on_error and not b.stopped and result is not None and result.status != "ok":
-            b.stopped = True
-            reason = f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
-            for other in b.runs:
-                self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
-        if b.remaining == 0:
-            self._batch_done(b)
-
-    def _announce_groups(self, b: BatchRun) -> None:
-        assert b.schedule is not None
-        transitions = b.schedule.transitions
-        if not transitions:
-            return
-        em = self.emitter
-        now = _now()
-        for what, g in transitions:
-            if not g.read_only:
-                continue
-            if what == "open":
-                b.group_started[g.index] = now
-                if em.wants(sig.PARALLEL_START):
-                    em.emit(sig.PARALLEL_START, ParallelStart(b.batch_id, g.index, g.size))
-            elif g.index in b.group_started and em.wants(sig.PARALLEL_COMPLETE):
-                fails = b.group_failures.get(g.index, 0)
-                em.emit(
-                    sig.PARALLEL_COMPLETE,
-                    ParallelComplete(
-                        b.batch_id,
-                        g.index,
-                        g.size,
-                        g.size - fails,
-                        fails,
-                        now - b.group_started[g.index],
-                    ),
+        if b.schedule is not None:
+            if result is not None and result.status != "ok":
+                g = b.schedule.group_of(run.index).index
+                b.group_failures[g] = b.group_failures.get(g, 0) + 1
+            for i in b.schedule.finish(run.index):
+                self._enqueue(b.runs[i])
+            announce_groups(b, self.emitter)
+            if b.stop_on_error and not b.stopped and result is not None and result.status != "ok":
+                b.stopped = True
+                reason = (
+                    f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
                 )
-        transitions.clear()
+                for other in b.runs:
+                    self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
+        if b.remaining == 0:
+            finish_batch(b, self.emitter)
 
-    def _batch_done(self, b: BatchRun) -> None:
-        if self.emitter.wants(sig.BATCH_COMPLETE):
-            ok = sum(1 for r in b.runs if r.result is not None and r.result.status == "ok")
-            self.emitter.emit(
-                sig.BATCH_COMPLETE,
-                BatchComplete(b.batch_id, len(b.runs), ok, len(b.runs) - ok, _now() - b.started),
-            )
-        if b.waiter is not None:
-            b.waiter.release(b)
-
-    # -- status and shutdown ------------------------------------------------------
+    # -- status and shutdown ----------------------------------------------------------------
 
     def _status(self) -> dict[str, Any]:
         return {
             **self.counters,
             "in_flight": self.in_flight,
             "peak_in_flight": self.peak_in_flight,
-            "queued": len(self.ready) + sum(len(p.waiting) for p in self.pools.values()),
+            "queued": sum(1 for r in self.runs_open if r.sv_queued),
             "abandoned_workers": len(self.detached),
             "live_workers": sum(len(p.idle) + p.busy for p in self.pools.values()),
             "pools": {
@@ -500,12 +485,28 @@ class Supervisor(pykka.ThreadingActor):
             "timers": len(self.timers),
         }
 
+    def on_stop(self) -> None:
+        # Stopped without Close (or with tells behind it): pykka would drop the
+        # Submits still in the mailbox, and their callers would wait forever.
+        others = []
+        while not self.actor_inbox.empty():
+            envelope = self.actor_inbox.get()
+            if type(envelope.message) is Submit:
+                self.closed = True
+                self._on_submit(envelope.message)
+            else:
+                others.append(envelope)
+        for envelope in others:  # asks among them get ActorDeadError from pykka
+            self.actor_inbox.put(envelope)
+        if not self.closed:
+            self._on_close(Close("the executor stopped"))
+
     def _on_close(self, msg: Close) -> bool:
         self.closed = True
         for run in list(self.runs_open):
             self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
         for run in list(self.runs_open):
-            # The worker holds the outcome but is still in its hooks: do not wait.
+            # A worker holds the outcome but is still in its hooks: do not wait.
             self._detach(run)
             self._finish_here(run, "cancelled", ErrorCode.CANCELLED, msg.reason)
         for pool in self.pools.values():
@@ -515,4 +516,16 @@ class Supervisor(pykka.ThreadingActor):
         return True
 
 
-_now = time.monotonic
+# Timer waits beyond this overflow (threading.TIMEOUT_MAX); a deadline that far
+# away is "never" in practice.
+_MAX_DELAY = min(threading.TIMEOUT_MAX, 365 * 24 * 3600.0)
+
+
+def _finite_delay(delay: Any) -> float:
+    try:
+        d = float(delay)
+    except (TypeError, ValueError):
+        return 0.0
+    if math.isnan(d) or d < 0:
+        return 0.0
+    return min(d, _MAX_DELAY)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -20,18 +21,18 @@ __all__ = ["TimerHandle", "TimerService"]
 
 log = logging.getLogger("toolbus.actors")
 
+_MAX_DELAY = min(threading.TIMEOUT_MAX, 365 * 24 * 3600.0)
+
 
 class TimerHandle:
-    __slots__ = ("args", "callback", "cancelled", "when")
+    __slots__ = ("args", "callback", "cancelled", "in_heap", "when")
 
     def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.when = when
         self.callback = callback
         self.args = args
         self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
+        self.in_heap = True
 
 
 class TimerService:
@@ -51,6 +52,8 @@ class TimerService:
 
     def schedule(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
         """Call `callback(*args)` after `delay` seconds; cancel with the returned handle."""
+        # Clamped: a wait beyond threading.TIMEOUT_MAX raises in the timer thread.
+        delay = 0.0 if math.isnan(delay) else min(max(0.0, delay), _MAX_DELAY)
         handle = TimerHandle(time.monotonic() + delay, callback, args)
         with self._lock:
             earliest = self._heap[0][0] if self._heap else None
@@ -62,10 +65,12 @@ class TimerService:
     def cancel(self, handle: TimerHandle | None) -> None:
         if handle is None or handle.cancelled:
             return
-        handle.cancelled = True
         # Lazy deletion; rebuild when cancelled entries dominate (a 30 s deadline
         # per call at high call rates would otherwise pile up).
         with self._lock:
+            handle.cancelled = True
+            if not handle.in_heap:
+                return  # already fired (or fell out at close): nothing to delete
             self._cancelled += 1
             if self._cancelled > 1024 and self._cancelled > len(self._heap) // 2:
                 self._heap = [e for e in self._heap if not e[2].cancelled]
@@ -79,7 +84,10 @@ class TimerService:
     def close(self) -> None:
         with self._cond:
             self._closed = True
+            for _, _, handle in self._heap:
+                handle.in_heap = False
             self._heap.clear()
+            self._cancelled = 0
             self._cond.notify()
 
     def _loop(self) -> None:
@@ -96,10 +104,11 @@ class TimerService:
                 if self._closed:
                     return
                 _, _, handle = heapq.heappop(self._heap)
+                handle.in_heap = False
                 if handle.cancelled:
-                    self._cancelled = max(0, self._cancelled - 1)
+                    self._cancelled -= 1
                     continue
             try:
                 handle.callback(*handle.args)
-            except Exception:
+            except BaseException:  # the timer thread must outlive any callback
                 log.exception("timer callback failed")

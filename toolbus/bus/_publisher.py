@@ -53,7 +53,7 @@ class BusPublisher:
         for receiver in sig.receivers_for(self.sender):
             try:
                 receiver(self.sender, event=event)
-            except Exception as e:
+            except BaseException as e:  # SystemExit from a receiver included
                 log.error(
                     "receiver %r of %s raised; other receivers and execution go on:\n%s",
                     receiver,
@@ -88,14 +88,19 @@ class Announcer(pykka.ThreadingActor):
     def __init__(self, publisher: Publisher) -> None:
         super().__init__()
         self.publisher = publisher
+        self._custom = type(publisher) is not BusPublisher
 
     def on_receive(self, message: Any) -> Any:
         if message is FLUSH:
             return True
         name, event = message
         try:
+            # A custom publisher's `wants` is user code: asked here, never on
+            # the supervisor's or the tools' threads.
+            if self._custom and not self.publisher.wants(name):
+                return None
             self.publisher.publish(name, event)
-        except Exception as e:
+        except BaseException as e:  # pykka would stop every actor on a BaseException
             log.error("publisher failed on %s:\n%s", name, "".join(traceback.format_exception(e)))
         return None
 
@@ -121,10 +126,7 @@ class Emitter:
         receivers = self._receivers
         if receivers is not None:
             return bool(receivers[name])
-        try:
-            return self._publisher.wants(name)
-        except Exception:
-            return True
+        return True  # a custom publisher decides on the announcer's thread
 
     def emit(self, name: str, event: Event) -> None:
         try:

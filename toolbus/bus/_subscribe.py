@@ -47,7 +47,7 @@ class ObserverActor(pykka.ThreadingActor):
         if isinstance(message, _Delivery):
             try:
                 self.on_event(message.signal, message.sender, message.event)
-            except Exception as e:
+            except BaseException as e:  # pykka would stop every actor on a BaseException
                 log.error(
                     "observer %r raised on %s:\n%s",
                     self,

@@ -1,0 +1,62 @@
+"""Batch-level announcements: start, group open/close, completion (supervisor thread)."""
+
+from __future__ import annotations
+
+import time
+
+from ..bus import _signals as sig
+from ..bus._events import BatchComplete, BatchStart, ParallelComplete, ParallelStart
+from ..bus._publisher import Emitter
+from ._run import BatchRun
+
+__all__ = ["announce_groups", "announce_start", "finish_batch"]
+
+
+def announce_start(b: BatchRun, em: Emitter) -> None:
+    if em.wants(sig.BATCH_START):
+        ro = sum(1 for r in b.runs if r.tool is not None and r.read_only)
+        mut = sum(1 for r in b.runs if r.tool is not None and not r.read_only)
+        em.emit(sig.BATCH_START, BatchStart(b.batch_id, len(b.runs), ro, mut))
+
+
+def announce_groups(b: BatchRun, em: Emitter) -> None:
+    """Announce the read-only groups that opened or closed since the last call."""
+    assert b.schedule is not None
+    transitions = b.schedule.transitions
+    if not transitions:
+        return
+    now = time.monotonic()
+    for what, g in transitions:
+        if not g.read_only:
+            continue
+        if what == "open":
+            b.group_started[g.index] = now
+            if em.wants(sig.PARALLEL_START):
+                em.emit(sig.PARALLEL_START, ParallelStart(b.batch_id, g.index, g.size))
+        elif g.index in b.group_started and em.wants(sig.PARALLEL_COMPLETE):
+            fails = b.group_failures.get(g.index, 0)
+            em.emit(
+                sig.PARALLEL_COMPLETE,
+                ParallelComplete(
+                    b.batch_id, g.index, g.size, g.size - fails, fails,
+                    now - b.group_started[g.index],
+                ),
+            )  # fmt: skip
+    transitions.clear()
+
+
+def finish_batch(b: BatchRun, em: Emitter) -> None:
+    """Announce completion and release the batch's caller, exactly once."""
+    if b.done:
+        return
+    b.done = True
+    if em.wants(sig.BATCH_COMPLETE):
+        ok = sum(1 for r in b.runs if r.result is not None and r.result.status == "ok")
+        em.emit(
+            sig.BATCH_COMPLETE,
+            BatchComplete(
+                b.batch_id, len(b.runs), ok, len(b.runs) - ok, time.monotonic() - b.started
+            ),
+        )
+    if b.waiter is not None:
+        b.waiter.release(b)
