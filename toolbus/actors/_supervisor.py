@@ -19,7 +19,6 @@ import logging
 import math
 import threading
 import traceback
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +44,8 @@ from ._messages import (
     Submit,
 )
 from ._pool import Pool
-from ._run import ADMISSION, FINISHING, PARKED, READY, Run
+from ._run import ADMISSION, FINISHING, Run
+from ._slots import Slots
 from ._timers import TimerService
 from ._worker import ToolWorker, WorkerHandle
 
@@ -77,9 +77,7 @@ class Supervisor(pykka.ThreadingActor):
         self.max_abandoned = max_abandoned
         self.hook_grace = hook_grace
         self.pools: dict[int, Pool] = {}
-        self.ready: deque[Run] = deque()
-        self.in_flight = 0
-        self.peak_in_flight = 0
+        self.slots = Slots(max_parallel)
         self.detached: set[WorkerHandle] = set()
         self.runs_open: set[Run] = set()
         self.worker_seq = 0
@@ -163,7 +161,7 @@ class Supervisor(pykka.ThreadingActor):
             return
         if b is None:
             if not self._reject_unknown(msg.runs[0]):
-                self._enqueue(msg.runs[0])
+                self.slots.enqueue(msg.runs[0])
             return
         announce_start(b, self.emitter)
         b.schedule = BarrierSchedule([r.read_only for r in b.runs])
@@ -172,7 +170,7 @@ class Supervisor(pykka.ThreadingActor):
             self._reject_unknown(run)
         announce_groups(b, self.emitter)
         for i in eligible:
-            self._enqueue(b.runs[i])
+            self.slots.enqueue(b.runs[i])
 
     def _reject_unknown(self, run: Run) -> bool:
         if run.tool is not None:
@@ -190,57 +188,10 @@ class Supervisor(pykka.ThreadingActor):
             pool = self.pools[id(tool)] = Pool(tool)
         return pool
 
-    def _enqueue(self, run: Run, *, front: bool = False) -> None:
-        if run.sv_queued or run.sv_closed:
-            return
-        run.sv_queued = READY
-        if front:
-            self.ready.appendleft(run)
-        else:
-            self.ready.append(run)
-
-    def _park(self, queue: deque[Run], run: Run) -> None:
-        run.sv_queued = PARKED
-        queue.append(run)
-
-    def _unpark_one(self, queue: deque[Run]) -> None:
-        """Move the first live run of a waiting queue back to the ready queue."""
-        while queue:
-            run = queue.popleft()
-            run.sv_queued = 0
-            if not run.sv_closed:
-                self._enqueue(run, front=True)
-                return
-
     def _pump(self) -> None:
-        """Start ready runs while there is capacity; park the ones that must wait."""
-        ready = self.ready
-        while ready and self.in_flight < self.max_parallel:
-            run = ready.popleft()
-            run.sv_queued = 0
-            if run.sv_closed:
-                continue
-            pool: Pool = run.sv_pool
-            b = run.batch
-            if not pool.has_room:
-                self._park(pool.waiting, run)
-                # It may have been let out of its batch's queue: pass that room on.
-                if b is not None and b.in_flight < b.limit:
-                    self._unpark_one(b.waiting)
-                continue
-            if b is not None and b.in_flight >= b.limit:
-                self._park(b.waiting, run)
-                self._unpark_one(pool.waiting)
-                continue
-            self._dispatch(run, pool)
-
-    def _hand_on_room(self, run: Run) -> None:
-        pool: Pool = run.sv_pool
-        if pool.has_room:
-            self._unpark_one(pool.waiting)
-        b = run.batch
-        if b is not None and b.in_flight < b.limit:
-            self._unpark_one(b.waiting)
+        """Start every run that may start now."""
+        while (run := self.slots.next_startable()) is not None:
+            self._dispatch(run)
 
     # -- dispatch and slots -------------------------------------------------------------
 
@@ -263,8 +214,8 @@ class Supervisor(pykka.ThreadingActor):
         pool.busy += 1
         return w
 
-    def _dispatch(self, run: Run, pool: Pool) -> None:
-        worker = self._acquire(pool)
+    def _dispatch(self, run: Run) -> None:
+        worker = self._acquire(run.sv_pool)
         if worker is None:
             self._finish_here(
                 run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
@@ -276,29 +227,11 @@ class Supervisor(pykka.ThreadingActor):
         if n > 1:
             self.counters["retries"] += 1
         run.begin_attempt(n)
-        run.sv_slot = True
-        self.in_flight += 1
-        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        pool.in_flight += 1
-        if run.batch is not None:
-            run.batch.in_flight += 1
+        self.slots.take(run)
         run.sv_worker = worker
         if run.timeout is not None:
             self._arm(run, run.timeout, Deadline)
         worker.ref.tell(Invoke(run, n))
-
-    def _release_slot(self, run: Run) -> None:
-        if not run.sv_slot:
-            return
-        run.sv_slot = False
-        self.in_flight -= 1
-        pool: Pool = run.sv_pool
-        pool.in_flight -= 1
-        self._unpark_one(pool.waiting)
-        b = run.batch
-        if b is not None:
-            b.in_flight -= 1
-            self._unpark_one(b.waiting)
 
     # -- workers report -------------------------------------------------------------------
 
@@ -339,7 +272,7 @@ class Supervisor(pykka.ThreadingActor):
             self._closed_run(run)
             return
         self._disarm(run)  # retry: no deadline runs during the backoff
-        self._release_slot(run)
+        self.slots.release(run)
         if run.sv_cancel is not None:
             code, reason = run.sv_cancel
             self._finish_here(run, "cancelled", code, reason)
@@ -348,7 +281,7 @@ class Supervisor(pykka.ThreadingActor):
 
     def _on_retry_due(self, msg: RetryDue) -> None:
         if self._current(msg):
-            self._enqueue(msg.run, front=True)
+            self.slots.enqueue(msg.run, front=True)
 
     # -- deadlines -----------------------------------------------------------------------
 
@@ -439,11 +372,7 @@ class Supervisor(pykka.ThreadingActor):
         run.sv_closed = True
         self.runs_open.discard(run)
         self._disarm(run)
-        self._release_slot(run)
-        if run.sv_queued == READY and run.sv_pool is not None:
-            # It may have been let out of a waiting queue for a slot it will
-            # now never use: let the next waiting run have that room.
-            self._hand_on_room(run)
+        self.slots.closed(run)
         result = run.result
         if result is not None:
             self.counters[result.status] += 1
@@ -456,7 +385,7 @@ class Supervisor(pykka.ThreadingActor):
                 g = b.schedule.group_of(run.index).index
                 b.group_failures[g] = b.group_failures.get(g, 0) + 1
             for i in b.schedule.finish(run.index):
-                self._enqueue(b.runs[i])
+                self.slots.enqueue(b.runs[i])
             announce_groups(b, self.emitter)
             if b.stop_on_error and not b.stopped and result is not None and result.status != "ok":
                 b.stopped = True
@@ -473,8 +402,8 @@ class Supervisor(pykka.ThreadingActor):
     def _status(self) -> dict[str, Any]:
         return {
             **self.counters,
-            "in_flight": self.in_flight,
-            "peak_in_flight": self.peak_in_flight,
+            "in_flight": self.slots.in_flight,
+            "peak_in_flight": self.slots.peak,
             "queued": sum(1 for r in self.runs_open if r.sv_queued),
             "abandoned_workers": len(self.detached),
             "live_workers": sum(len(p.idle) + p.busy for p in self.pools.values()),

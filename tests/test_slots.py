@@ -1,0 +1,136 @@
+"""Admission control (toolbus/actors/_slots.py), pure: no threads, no actors."""
+
+from __future__ import annotations
+
+import contextvars
+
+from toolbus import ToolCall, tool
+from toolbus.actors._pool import Pool
+from toolbus.actors._run import BatchRun, Run
+from toolbus.actors._slots import Slots
+from toolbus.retry import RetryPolicy
+
+
+def _tool(name: str, limit: int | None = None) -> Pool:
+    @tool(name=name, read_only=True, max_concurrency=limit)
+    def f() -> None:
+        return None
+
+    return Pool(f)
+
+
+def _run(pool: Pool, batch: BatchRun | None = None, index: int = 0) -> Run:
+    run = Run(
+        ToolCall(id=f"{pool.tool.name}-{index}", name=pool.tool.name),
+        pool.tool,
+        index=index,
+        batch=batch,
+        context=contextvars.copy_context(),
+        timeout=None,
+        policy=RetryPolicy(),
+    )
+    run.sv_pool = pool
+    return run
+
+
+def _start_all(slots: Slots) -> list[Run]:
+    started = []
+    while (run := slots.next_startable()) is not None:
+        slots.take(run)
+        started.append(run)
+    return started
+
+
+def test_global_limit() -> None:
+    pool = _tool("a")
+    slots = Slots(max_parallel=2)
+    runs = [_run(pool, index=i) for i in range(5)]
+    for r in runs:
+        slots.enqueue(r)
+    assert _start_all(slots) == runs[:2]
+    slots.release(runs[0])
+    assert _start_all(slots) == [runs[2]]
+    assert (slots.in_flight, slots.peak) == (2, 2)
+
+
+def test_tool_limit_parks_and_lets_out_in_order() -> None:
+    narrow, wide = _tool("narrow", limit=1), _tool("wide")
+    slots = Slots(max_parallel=8)
+    n = [_run(narrow, index=i) for i in range(3)]
+    w = _run(wide)
+    for r in [*n, w]:
+        slots.enqueue(r)
+    assert _start_all(slots) == [n[0], w]  # n[1], n[2] wait; the other tool does not
+    assert list(narrow.waiting) == [n[1], n[2]]
+    slots.release(n[0])
+    assert _start_all(slots) == [n[1]]
+    slots.release(n[1])
+    assert _start_all(slots) == [n[2]]
+
+
+def test_batch_limit() -> None:
+    pool = _tool("t")
+    b = BatchRun("b", limit=2, stop_on_error=False, waiter=None)
+    runs = [_run(pool, b, i) for i in range(4)]
+    slots = Slots(max_parallel=8)
+    for r in runs:
+        slots.enqueue(r)
+    assert _start_all(slots) == runs[:2]
+    assert list(b.waiting) == runs[2:]
+    slots.release(runs[1])
+    assert _start_all(slots) == [runs[2]]
+
+
+def test_closed_waiting_run_does_not_swallow_room() -> None:
+    pool = _tool("one", limit=1)
+    slots = Slots(max_parallel=8)
+    a, b, c = (_run(pool, index=i) for i in range(3))
+    for r in (a, b, c):
+        slots.enqueue(r)
+    assert _start_all(slots) == [a]
+    b.sv_closed = True  # cancelled while waiting
+    slots.closed(b)
+    slots.release(a)
+    assert _start_all(slots) == [c]
+
+
+def test_run_let_out_then_closed_hands_its_room_on() -> None:
+    pool = _tool("one", limit=1)
+    slots = Slots(max_parallel=8)
+    a, b, c = (_run(pool, index=i) for i in range(3))
+    for r in (a, b, c):
+        slots.enqueue(r)
+    assert _start_all(slots) == [a]
+    slots.release(a)  # lets b out into the ready queue...
+    b.sv_closed = True  # ...where it is aborted before it starts
+    slots.closed(b)
+    assert _start_all(slots) == [c]
+
+
+def test_room_left_by_a_run_blocked_elsewhere_is_passed_on() -> None:
+    narrow = _tool("narrow", limit=1)
+    other = _tool("other")
+    batch = BatchRun("b", limit=1, stop_on_error=False, waiter=None)
+    slots = Slots(max_parallel=8)
+    busy_b = _run(other, batch, 0)  # holds the batch's only slot
+    slots.enqueue(busy_b)
+    assert _start_all(slots) == [busy_b]
+    first = _run(narrow, index=1)
+    slots.enqueue(first)
+    assert _start_all(slots) == [first]  # holds the narrow tool's only slot
+    in_batch = _run(narrow, batch, 2)  # waits for narrow (and then for its batch)
+    single = _run(narrow, index=3)  # waits for narrow
+    slots.enqueue(in_batch)
+    slots.enqueue(single)
+    assert _start_all(slots) == []
+    slots.release(first)  # narrow frees: in_batch is let out but its batch is full...
+    assert _start_all(slots) == [single]  # ...so the narrow room goes to the next one
+
+
+def test_enqueue_is_idempotent() -> None:
+    pool = _tool("t")
+    slots = Slots(max_parallel=8)
+    r = _run(pool)
+    slots.enqueue(r)
+    slots.enqueue(r, front=True)
+    assert list(slots.ready) == [r]
