@@ -122,7 +122,7 @@ def main() -> None:
 
         # Delivered on the announcer thread: wait for it before reading.
         executor.drain_events()
-        bus.signal(bus.FINISHED).disconnect(on_finished, sender=executor)
+        bus.signal(bus.FINISHED).disconnect(on_finished)
         print("\nraw blinker receiver saw:")
         for line in sorted(finished):
             print(f"  {line}")

@@ -165,7 +165,7 @@ def main() -> None:
                 )
                 print(f"  peak calls in flight: {executor.stats().peak_in_flight}")
             executor.drain_events()
-            bus.signal(bus.EXECUTING).disconnect(on_executing, sender=executor)
+            bus.signal(bus.EXECUTING).disconnect(on_executing)
         print()
 
     print("Arguments as published in tool:executing events:")

@@ -61,7 +61,7 @@ def test_raising_subscribers_change_nothing(
             ex.drain_events()
     finally:
         for name in bus.ALL_SIGNALS:
-            bus.signal(name).disconnect(explode, sender=ex)
+            bus.signal(name).disconnect(explode)
     # The other receiver saw exactly what it sees without the faulty one.
     assert sorted(rec.names()) == sorted(base.names())
     assert any("subscriber bug" in r.getMessage() for r in caplog.records)
@@ -85,7 +85,7 @@ def test_a_hanging_subscriber_never_delays_results(make_executor: MakeExecutor) 
         assert first.status == "ok"
     finally:
         unblock.set()
-        bus.signal(bus.EXECUTING).disconnect(hang, sender=ex)
+        bus.signal(bus.EXECUTING).disconnect(hang)
 
 
 def test_isolated_subscriber_is_slow_alone(make_executor: MakeExecutor) -> None:
@@ -277,3 +277,25 @@ def test_stop_on_error_lets_running_calls_finish(make_executor: MakeExecutor) ->
     assert [r.error_code for r in out][3:] == [ErrorCode.ABORTED, ErrorCode.ABORTED]
     assert out[3].error is not None and "ended error" in out[3].error
     assert out.summary.executed == 3
+
+
+def test_closed_subscriptions_leave_no_receiver_behind(make_executor: MakeExecutor) -> None:
+    ex = make_executor(_registry())
+    before = len(bus.signal(bus.EXECUTED).receivers)
+    for isolated in (False, True):
+        sub = bus.subscribe(lambda *a, **k: None, bus.EXECUTED, sender=ex, isolated=isolated)
+        assert ex._emitter.wants(bus.EXECUTED)
+        sub.close()
+    with bus.Recorder(bus.EXECUTED, sender=ex):
+        pass
+    assert len(bus.signal(bus.EXECUTED).receivers) == before
+    assert not ex._emitter.wants(bus.EXECUTED)
+
+
+def test_null_publisher_builds_no_events(make_executor: MakeExecutor) -> None:
+    ex = make_executor(_registry(), publisher=bus.NullPublisher())
+    with bus.Recorder(sender=ex) as rec:
+        assert not ex._emitter.wants(bus.FINISHED)
+        assert ex.execute(ToolCall(name="echo", arguments={"text": "x"})).output == "x"
+        ex.drain_events()
+    assert rec.events == []

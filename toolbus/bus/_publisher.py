@@ -116,11 +116,11 @@ class Emitter:
         # Asked several times per call, nearly always with no receiver: for the
         # built-in publisher, read blinker's receiver dicts (mutated in place on
         # connect/disconnect) instead of going through two method calls.
-        self._receivers: dict[str, dict[Any, Any]] | None = (
-            {name: sig.receivers for name, sig in publisher._signals.items()}
-            if type(publisher) is BusPublisher
-            else None
-        )
+        self._receivers: dict[str, dict[Any, Any]] | None = None
+        if type(publisher) is BusPublisher:
+            self._receivers = {name: sig.receivers for name, sig in publisher._signals.items()}
+        elif type(publisher) is NullPublisher:
+            self._receivers = {name: {} for name in namespace}  # never wants anything
 
     def wants(self, name: str) -> bool:
         receivers = self._receivers

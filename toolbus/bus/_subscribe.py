@@ -135,7 +135,10 @@ class Subscription:
     def close(self) -> None:
         """Disconnect; an isolated receiver finishes what is in its mailbox first."""
         for name, fn in self._connected:
-            signal(name).disconnect(fn, sender=self._sender)
+            # Without `sender`: blinker's disconnect(fn, sender) drops only the
+            # sender link and keeps fn as a receiver. Each fn is this
+            # subscription's own wrapper, so removing it whole is right.
+            signal(name).disconnect(fn)
         self._connected.clear()
         if self._mailbox is not None:
             self._mailbox.stop(block=False)
