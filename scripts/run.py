@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The project's two entry points, each setting itself up: `demo` and `test`.
+"""The project's entry points, each setting itself up: `demo`, `test` and `bench`.
 
     python3 scripts/run.py demo    # the main job: one scripted agent turn, live
     python3 scripts/run.py test    # ruff, mypy --strict, pytest
+    python3 scripts/run.py bench [--smoke] [--only ...]   # the benchmark suite
 
 A virtual environment is made in .venv on first use and the project installed
 into it (again whenever pyproject.toml changes). Needs nothing but python3.
@@ -50,13 +51,18 @@ def demo(args: list[str]) -> None:
 
 
 def test(args: list[str]) -> None:
-    _sh(PY, "-m", "ruff", "check", "toolbus", "tests", "examples", "scripts")
-    _sh(PY, "-m", "ruff", "format", "--check", "toolbus", "tests", "examples", "scripts")
+    _sh(PY, "-m", "ruff", "check", "toolbus", "tests", "examples", "scripts", "benchmarks")
+    _sh(PY, "-m", "ruff", "format", "--check", "toolbus", "tests", "examples", "scripts", "benchmarks")
     _sh(PY, "-m", "mypy")
     _sh(PY, "-m", "pytest", *args)
 
 
-COMMANDS = {"demo": demo, "test": test}
+def bench(args: list[str]) -> None:
+    """`python -m benchmarks` with these arguments (see docs/performance.md)."""
+    _sh(PY, "-m", "benchmarks", *args)
+
+
+COMMANDS = {"demo": demo, "test": test, "bench": bench}
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""toolbus's benchmark suite: `python -m benchmarks` (see docs/performance.md)."""

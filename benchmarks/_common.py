@@ -1,0 +1,134 @@
+"""What every scenario shares: the run's scale (smoke or full), the report, the tools."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from toolbus import ToolCall, ToolRegistry, bus
+
+from ._report import Report
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Counts for one run. `smoke` keeps every scenario, with tiny counts."""
+
+    smoke: bool
+    rounds: int  # interleaved rounds of the latency scenarios
+    budget_ms: float  # time per case per round (the ops per round are sized to it)
+    pipe_rounds: int
+    pipe_budget_ms: float
+    pipe_threads: int
+    io_calls: int
+    io_sleep: float
+    io_parallel: int
+    io_rounds: int
+    parallel_levels: tuple[int, ...]
+    registry_sizes: tuple[int, ...]
+    longrun_calls: int
+    memory_actors: int
+    memory_reps: int
+    scenario_limit_s: float  # a scenario still running after this is hung: stacks, exit 1
+
+    @classmethod
+    def full(cls) -> Scale:
+        return cls(
+            smoke=False,
+            rounds=15,
+            budget_ms=40,
+            pipe_rounds=9,
+            pipe_budget_ms=300,
+            pipe_threads=8,
+            io_calls=1000,
+            io_sleep=0.05,
+            io_parallel=100,
+            io_rounds=5,
+            parallel_levels=(1, 4, 16, 64),
+            registry_sizes=(1, 10, 100, 1000),
+            longrun_calls=1_000_000,
+            memory_actors=500,
+            memory_reps=3,
+            scenario_limit_s=1200,
+        )
+
+    @classmethod
+    def small(cls) -> Scale:
+        return cls(
+            smoke=True,
+            rounds=3,
+            budget_ms=4,
+            pipe_rounds=2,
+            pipe_budget_ms=20,
+            pipe_threads=4,
+            io_calls=200,
+            io_sleep=0.02,
+            io_parallel=100,
+            io_rounds=1,
+            parallel_levels=(1, 4, 16, 64),
+            registry_sizes=(1, 10, 100, 1000),
+            longrun_calls=20_000,
+            memory_actors=50,
+            memory_reps=1,
+            scenario_limit_s=120,
+        )
+
+
+@dataclass
+class Ctx:
+    scale: Scale
+    report: Report
+
+
+def noop(i: int) -> int:
+    """Return i."""
+    return i
+
+
+def noop_registry(tools: int = 1) -> ToolRegistry:
+    """`noop` (read-only), plus `noop_1` ... `noop_{tools-1}` with the same body."""
+    reg = ToolRegistry()
+    reg.tool(read_only=True)(noop)
+    for k in range(1, tools):
+        reg.tool(name=f"noop_{k}", read_only=True)(_numbered())
+    return reg
+
+
+def _numbered() -> Callable[[int], int]:
+    def fn(i: int) -> int:
+        """Return i."""
+        return i
+
+    return fn
+
+
+def sleep_registry(seconds: float) -> ToolRegistry:
+    """`nap` (sync, time.sleep) and `anap` (async, asyncio.sleep), both read-only."""
+    reg = ToolRegistry()
+
+    @reg.tool(name="nap", read_only=True)
+    def nap(i: int) -> int:
+        """Sleep, then return i."""
+        time.sleep(seconds)
+        return i
+
+    @reg.tool(name="anap", read_only=True)
+    async def anap(i: int) -> int:
+        """Sleep without a thread, then return i."""
+        await asyncio.sleep(seconds)
+        return i
+
+    return reg
+
+
+def noop_call(i: int = 1, name: str = "noop") -> ToolCall:
+    return ToolCall(name=name, arguments={"i": i})
+
+
+def require_quiet_bus() -> None:
+    """Fail loudly if any bus signal has a receiver: "no subscriber" must mean none."""
+    busy = [n for n in bus.ALL_SIGNALS if bus.signal(n).receivers]
+    if busy:
+        raise RuntimeError(f"benchmark setup is broken: signals with receivers: {busy}")

@@ -1,0 +1,214 @@
+"""Scenarios 3 and 4: many calls in flight at once, and I/O-bound efficiency."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from toolbus import Executor, ToolCall
+
+from ._common import Ctx, noop, noop_call, noop_registry, sleep_registry
+from ._harness import (
+    Case,
+    Stat,
+    fmt_rate,
+    fmt_us,
+    interleave,
+    once,
+    paired_ratio,
+    per_second,
+)
+from ._report import Table
+
+TPE_BURST = "ThreadPoolExecutor(16): submit all, then gather"
+SYNC_THREADS = "toolbus execute from {} threads"
+ASYNC_GATHER = "toolbus asyncio.gather of aexecute"
+GOAL_RATE = 50_000
+
+
+class _Calls:
+    """Distinct noop calls, `n` at a time, built outside the timed rounds once sized."""
+
+    def __init__(self) -> None:
+        self._calls: list[ToolCall] = []
+
+    def __call__(self, n: int) -> list[ToolCall]:
+        if len(self._calls) != n:
+            self._calls = [noop_call(i) for i in range(n)]
+        return self._calls
+
+
+def pipelined(ctx: Ctx) -> None:
+    s, rep = ctx.scale, ctx.report
+    loop = asyncio.new_event_loop()
+    pool = ThreadPoolExecutor(16, thread_name_prefix="bench-tpe16")
+    calls = _Calls()
+    threads = s.pipe_threads
+    sync_name = SYNC_THREADS.format(threads)
+    ex = Executor(noop_registry(), max_parallel=16, timeout=30)
+
+    def tpe_burst(n: int) -> None:
+        for f in [pool.submit(noop, i) for i in range(n)]:
+            f.result()
+
+    def tpe_async(n: int) -> None:
+        async def go() -> None:
+            await asyncio.gather(*(loop.run_in_executor(pool, noop, i) for i in range(n)))
+
+        loop.run_until_complete(go())
+
+    def from_threads(n: int) -> None:
+        def work(k: int, count: int) -> None:
+            call = noop_call(k)
+            for _ in range(count):
+                ex.execute(call)
+
+        share = [n // threads + (1 if k < n % threads else 0) for k in range(threads)]
+        ts = [threading.Thread(target=work, args=(k, share[k])) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    def gather(n: int) -> None:
+        batch = calls(n)
+
+        async def go() -> None:
+            await asyncio.gather(*(ex.aexecute(c) for c in batch))
+
+        loop.run_until_complete(go())
+
+    try:
+        cases = [
+            Case(TPE_BURST, once(tpe_burst), min_ops=500),
+            Case("asyncio.gather of run_in_executor (same pool)", once(tpe_async), min_ops=500),
+            Case(sync_name, once(from_threads), min_ops=500),
+            Case(ASYNC_GATHER, once(gather), min_ops=500),
+            Case(
+                "toolbus one execute_batch of all the calls",
+                once(lambda n: ex.execute_batch(calls(n))),
+                min_ops=500,
+            ),
+        ]
+        stats = interleave(cases, rounds=s.pipe_rounds, budget_ms=s.pipe_budget_ms)
+        peak = ex.stats().peak_in_flight
+    finally:
+        ex.close()
+        pool.shutdown()
+        loop.close()
+
+    t = Table(
+        "noop calls in flight at once (max_parallel=16)",
+        ["case", "calls/s", "µs per call", "throughput vs TPE burst (IQR)", "calls per round"],
+    )
+    base = stats[TPE_BURST]
+    for name, st in stats.items():
+        t.add(
+            name,
+            fmt_rate(per_second(st.median)),
+            fmt_us(st.median),
+            paired_ratio(base, st),
+            st.ops,
+        )
+        rep.figure(
+            "pipelined",
+            name,
+            {
+                **st.summary(),
+                "calls_per_s": per_second(st.median),
+                "throughput_vs_tpe": paired_ratio(base, st).as_dict(),
+            },
+        )
+    t.notes.append(f"peak calls in flight in toolbus: {peak}")
+    rep.table(t)
+    for key, name in (("pipelined_sync", sync_name), ("pipelined_async", ASYNC_GATHER)):
+        rate = per_second(stats[name].median)
+        rep.goal(key).set(rate, f"{fmt_rate(rate)} calls/s", rate >= GOAL_RATE)
+
+
+def io_bound(ctx: Ctx) -> None:
+    s, rep = ctx.scale, ctx.report
+    n, par, nap = s.io_calls, s.io_parallel, s.io_sleep
+    ideal = math.ceil(n / par) * nap
+    loop = asyncio.new_event_loop()
+    pool = ThreadPoolExecutor(par, thread_name_prefix="bench-io")
+    naps = [ToolCall(name="nap", arguments={"i": i}) for i in range(n)]
+    anaps = [ToolCall(name="anap", arguments={"i": i}) for i in range(n)]
+
+    def sleep(i: int) -> int:
+        time.sleep(nap)
+        return i
+
+    def gather(count: int) -> None:
+        async def go() -> None:
+            await asyncio.gather(*(ex.aexecute(c) for c in naps))
+
+        loop.run_until_complete(go())
+
+    ex = Executor(sleep_registry(nap), max_parallel=par, timeout=30)
+    try:
+        ok = ex.execute_batch(naps).summary.succeeded + ex.execute_batch(anaps).summary.succeeded
+        if ok != 2 * n:
+            raise RuntimeError(f"benchmark setup is broken: {2 * n - ok} sleep calls failed")
+        sync_batch = "toolbus execute_batch (sync tool, time.sleep)"
+        cases = [
+            Case(f"ThreadPoolExecutor({par}).map", once(lambda c: list(pool.map(sleep, range(c))))),
+            Case(sync_batch, once(lambda c: ex.execute_batch(naps))),
+            Case("toolbus asyncio.gather of aexecute (sync tool)", once(gather)),
+            Case(
+                "toolbus execute_batch (async tool, asyncio.sleep)",
+                once(lambda c: ex.execute_batch(anaps)),
+            ),
+        ]
+        stats = interleave(
+            cases,
+            rounds=s.io_rounds,
+            budget_ms=0,
+            fixed_ops={c.name: n for c in cases},
+        )
+        peak = ex.stats().peak_in_flight
+    finally:
+        ex.close()
+        pool.shutdown()
+        loop.close()
+
+    t = Table(
+        f"{n} calls that sleep {nap * 1000:.0f} ms, max_parallel={par}: "
+        f"ideal {ideal * 1000:.0f} ms ({math.ceil(n / par)} waves)",
+        ["case", "wall ms (median)", "best ms", "efficiency (ideal / wall)", "vs TPE (IQR)"],
+    )
+    base = next(iter(stats.values()))
+    for name, st in stats.items():
+        wall = st.median * n / 1e9
+        t.add(
+            name,
+            f"{wall * 1000:.1f}",
+            f"{min(st.samples) * n / 1e6:.1f}",
+            f"{ideal / wall:.1%}",
+            paired_ratio(st, base),
+        )
+        rep.figure(
+            "io",
+            name,
+            {
+                **_wall(st, n),
+                "efficiency": ideal / wall,
+                "vs_tpe": paired_ratio(st, base).as_dict(),
+            },
+        )
+    rep.figure("io", "ideal_s", ideal)
+    t.notes.append(f"peak calls in flight in toolbus: {peak}; rounds: {s.io_rounds}")
+    rep.table(t)
+    eff = ideal / (stats[sync_batch].median * n / 1e9)
+    rep.goal("io_efficiency").set(eff, f"{eff:.1%} of ideal", eff >= 0.97)
+
+
+def _wall(st: Stat, n: int) -> dict[str, float]:
+    return {
+        "wall_s_median": st.median * n / 1e9,
+        "wall_s_best": min(st.samples) * n / 1e9,
+        "rounds": len(st.rounds),
+    }
