@@ -23,6 +23,7 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".toolbus-install"
+LINTED = ("toolbus", "tests", "examples", "scripts", "benchmarks")
 
 
 def _sh(*args: str | Path) -> None:
@@ -52,7 +53,18 @@ def demo(args: list[str]) -> None:
 
 def test(args: list[str]) -> None:
     _sh(PY, "-m", "ruff", "check", "toolbus", "tests", "examples", "scripts", "benchmarks")
-    _sh(PY, "-m", "ruff", "format", "--check", "toolbus", "tests", "examples", "scripts", "benchmarks")
+    _sh(
+        PY,
+        "-m",
+        "ruff",
+        "format",
+        "--check",
+        "toolbus",
+        "tests",
+        "examples",
+        "scripts",
+        "benchmarks",
+    )
     _sh(PY, "-m", "mypy")
     _sh(PY, "-m", "pytest", *args)
 
