@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from ..retry import RetryPolicy
-from ._function import AnyFunction, FunctionTool
+from ._function import AnyFunction, FunctionTool, tool
 from ._tool import Tool, ToolType
 
 __all__ = ["DuplicateToolError", "ToolRegistry"]
@@ -102,17 +102,18 @@ class ToolRegistry:
     ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
         """Decorator: make a tool from a function and register it."""
 
+        make_tool = tool(
+            name=name,
+            description=description,
+            type=type,
+            read_only=read_only,
+            timeout=timeout,
+            retry=retry,
+            max_concurrency=max_concurrency,
+        )
+
         def make(f: AnyFunction) -> FunctionTool:
-            t = FunctionTool(
-                f,
-                name=name,
-                description=description,
-                type=type,
-                read_only=read_only,
-                timeout=timeout,
-                retry=retry,
-                max_concurrency=max_concurrency,
-            )
+            t = make_tool(f)
             self.register(t)
             return t
 
