@@ -60,6 +60,50 @@ EXPECTED: dict[str, list[str]] = {
         "fetch_feed: ok in 2 attempt(s)",
         "slow sink caught up: True",
     ],
+    "mcp_client.py": [
+        "Connected to MCP server 'mcp-time'; it offers:",
+        "time_get_current_time (read-only; requires timezone)",
+        "time_convert_time (read-only; requires source_timezone, time, target_timezone)",
+        "Tools offered to the model: add_note, time_get_current_time, time_convert_time",
+        "[bus] time_convert_time -> rejected",
+        "UTC now is a ",
+        "12:00 UTC is 21:00 in Asia/Tokyo (+9.0h)",
+        "Error: Error executing tool get_current_time: Invalid timezone: "
+        "'No time zone found with key Mars/Olympus' (TOOL_ERROR)",
+        "Error: Invalid arguments for 'time_convert_time': arguments: source_timezone is "
+        "required; arguments: target_timezone is required (INVALID_ARGUMENTS)",
+        "Saved note: call Tokyo at 21:00",
+        "summary: 3/5 ok, 2 failed, 4 read-only, 1 mutating",
+        "server connection closed: True",
+    ],
+    "openai_agent.py": [
+        "tools offered: get_weather, book_table, run_sql (strict: True)",
+        "turn 1: get_weather -> ok, get_weather -> ok",
+        "turn 2: book_table -> rejected",
+        "[role=tool tool_call_id=call_bk1] Error: Invalid arguments for 'book_table': people: "
+        "Input should be a valid integer, unable to parse string as an integer (INVALID_ARGUMENTS)",
+        "[role=tool tool_call_id=call_bk2] Booked Ramiro for 2 at 20:00",
+        "answer: Lisbon is warmer (19°C against 4°C in Oslo), so I booked Ramiro for 2 at 20:00.",
+        "stopped: done after 4 model calls",
+        "turn 1: run_sql -> ok, get_wether -> rejected",
+        '[type=custom_tool_call_output call_id=call_sql1] [ { "name": "Oslo", "population": 717710 }',
+        "[type=function_call_output call_id=call_wx3] Error: Unknown tool 'get_wether'. "
+        "Did you mean 'get_weather'? (TOOL_NOT_FOUND)",
+        "stopped: done after 3 model calls",
+    ],
+    "anthropic_agent.py": [
+        "tools offered: get_weather, search_news, run_sql",
+        "one user message with 2 tool_result blocks (2 ok):",
+        '[tool_result toolu_bergen] { "city": "Bergen", "temperature": 7, "sky": "clear" }',
+        "roles sent: user -> assistant -> user",
+        "turn 1: search_news -> timeout, run_sql -> ok",
+        "[tool_result toolu_news1] is_error=True Error: Tool 'search_news' timed out after 0.3s "
+        "(EXECUTION_TIMEOUT)",
+        '[tool_result toolu_sql] [ { "name": "Sognefjord", "length_km": 205 }',
+        "turn 2: search_news -> ok",
+        "answer: The longest fjords are the Sognefjord (205 km)",
+        "stopped: done after 3 model calls",
+    ],
     "custom_actor.py": [
         "store_get    ok       Oslo",
         "store_get    ok       Bergen",

@@ -705,7 +705,10 @@ def test_custom_tool_subclass() -> None:
     assert t.schema == {}
     assert t.parse("ls -la") == "ls -la"
     assert t.execute("ls -la").output == "LS -LA"
-    assert t.to_openai() == {"type": "custom", "name": "shell", "description": "Run a command."}
+    assert t.to_openai() == {
+        "type": "custom",
+        "custom": {"name": "shell", "description": "Run a command."},
+    }
 
 
 # -- execute: outcomes -----------------------------------------------------------------
@@ -1118,7 +1121,7 @@ def test_registry_to_openai() -> None:
                 },
             },
         },
-        {"type": "custom", "name": "run_sql", "description": "Run raw SQL."},
+        {"type": "custom", "custom": {"name": "run_sql", "description": "Run raw SQL."}},
     ]
     assert ToolRegistry().to_openai() == []
 

@@ -62,6 +62,45 @@ def demo(
         raise typer.Exit(code)
 
 
+mcp_app = typer.Typer(
+    name="mcp",
+    help="MCP: serve a tool registry to MCP clients.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(mcp_app)
+
+
+@mcp_app.command("serve")
+def mcp_serve(
+    registry: Annotated[
+        str,
+        typer.Argument(
+            help="The registry to serve, as module:attribute (a ToolRegistry, "
+            "or a function returning one)."
+        ),
+    ],
+    timeout: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds per tool attempt, unless a tool sets its own (0: none)."),
+    ] = 30.0,
+    max_parallel: Annotated[int, typer.Option(min=1, help="At most this many calls at once.")] = 8,
+    name: Annotated[str, typer.Option(help="The server name MCP clients see.")] = "toolbus",
+) -> None:
+    """Serve a ToolRegistry over stdio; every call runs through a toolbus Executor."""
+    try:
+        from .mcp import load_registry, serve_stdio  # needs the `mcp` extra
+    except ImportError as e:
+        typer.echo(f"toolbus mcp: {e}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        tools = load_registry(registry)
+    except ValueError as e:
+        typer.echo(f"toolbus mcp serve: {e}", err=True)
+        raise typer.Exit(2) from None
+    serve_stdio(tools, name=name, timeout=timeout or None, max_parallel=max_parallel)
+
+
 def main() -> None:
     """Console entry point: run the typer app."""
     app()

@@ -106,6 +106,10 @@ def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
             "output": scrubber.value(result.output),
             "error": scrubber.text(result.error) if result.error else result.error,
             "metadata": scrubber.value(result.metadata),
+            "attachments": tuple(
+                a.model_copy(update=scrubber.value(a.model_dump(exclude={"type"})))
+                for a in result.attachments
+            ),
         }
     )
 

@@ -132,7 +132,10 @@ class Tool:
     def to_openai(self) -> dict[str, Any]:
         """This tool in OpenAI's Chat Completions tool format."""
         if self.type == "custom":
-            return {"type": "custom", "name": self.name, "description": self.description}
+            return {
+                "type": "custom",
+                "custom": {"name": self.name, "description": self.description},
+            }
         return {
             "type": "function",
             "function": {

@@ -1,0 +1,1 @@
+"""MCP servers and registries the MCP tests drive."""

@@ -1,0 +1,245 @@
+"""`toolbus mcp serve`: a registry served over stdio, driven by the real MCP client.
+
+The server is the command line itself, started as a subprocess; the client is
+the MCP SDK's, once with the 2026 protocol (discovery) and once with the
+initialize handshake of earlier versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+pytest.importorskip("mcp")
+
+from mcp import Client, StdioServerParameters
+from mcp.types import ImageContent, TextContent
+from typer.testing import CliRunner
+
+from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus.cli import app
+from toolbus.mcp import call_result, connect_stdio, load_registry, mcp_tool
+
+from .mcp_servers.registry_module import registry as served_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY = "tests.mcp_servers.registry_module:registry"
+SERVE = [
+    "-c",
+    "from toolbus.cli import main; main()",
+    "mcp",
+    "serve",
+    REGISTRY,
+    "--timeout",
+    "10",
+    "--name",
+    "toolbus-test",
+]
+PARAMS = StdioServerParameters(
+    command=sys.executable, args=SERVE, cwd=str(ROOT), env={"PYTHONPATH": str(ROOT)}
+)
+
+# The async tests share the module's event loop, and so the fixture's client.
+on_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["auto", "legacy"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[Client]:
+    """One server process per protocol mode, shared by this module's tests.
+
+    The client is entered and exited by one task (anyio's cancel scopes need
+    that); the tests call it from their own tasks.
+    """
+    ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def own() -> None:
+        try:
+            async with Client(PARAMS, mode=request.param) as c:
+                ready.set_result(c)
+                await done.wait()
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e)
+            raise
+
+    owner = asyncio.create_task(own())
+    yield await asyncio.wait_for(ready, 20)
+    done.set()
+    await asyncio.wait_for(owner, 20)
+
+
+@on_module_loop
+async def test_lists_every_tool_with_schema_and_read_only_hint(client: Client) -> None:
+    assert client.server_info is not None
+    assert client.server_info.name == "toolbus-test"
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == set(served_registry.names())
+    add = listed["add"]
+    assert add.description == "Add two numbers."
+    assert add.input_schema["properties"] == {
+        "a": {"title": "A", "type": "integer"},
+        "b": {"title": "B", "type": "integer"},
+    }
+    assert add.input_schema["required"] == ["a", "b"]
+    hints = {name: t.annotations.read_only_hint for name, t in listed.items() if t.annotations}
+    assert hints == {t.name: t.read_only for t in served_registry.list()}
+    assert hints["add"] is True
+    assert hints["save_note"] is False
+
+
+@on_module_loop
+async def test_a_call_works(client: Client) -> None:
+    result = await client.call_tool("add", {"a": 2, "b": 40})
+    assert not result.is_error
+    assert result.content == [TextContent(text="42")]
+    city = await client.call_tool("city", {"name": "Oslo"})
+    assert city.structured_content == {"name": "Oslo", "country": "Norway", "population": 709037}
+
+
+@on_module_loop
+async def test_an_erroring_tool_gives_is_error(client: Client) -> None:
+    result = await client.call_tool("fail", {"reason": "no disk"})
+    assert result.is_error
+    assert result.content == [TextContent(text="cannot: no disk (TOOL_ERROR)")]
+    assert result.meta is not None
+    assert result.meta["toolbus/error_code"] == "TOOL_ERROR"
+
+
+@on_module_loop
+async def test_a_hung_tool_times_out_with_is_error(client: Client) -> None:
+    result = await client.call_tool("hang", {})
+    assert result.is_error
+    assert result.content == [
+        TextContent(text="Tool 'hang' timed out after 0.5s (EXECUTION_TIMEOUT)")
+    ]
+    assert result.meta is not None
+    assert result.meta["toolbus/status"] == "timeout"
+    # The server is fine afterwards.
+    assert not (await client.call_tool("add", {"a": 1, "b": 1})).is_error
+
+
+@on_module_loop
+async def test_bad_arguments_and_unknown_tools_are_is_error(client: Client) -> None:
+    bad = await client.call_tool("add", {"a": "two"})
+    assert bad.is_error
+    text = bad.content[0]
+    assert isinstance(text, TextContent)
+    assert text.text.startswith("Invalid arguments for 'add'")
+    assert text.text.endswith("(INVALID_ARGUMENTS)")
+    unknown = await client.call_tool("ad", {})
+    assert unknown.is_error
+    assert unknown.content == [
+        TextContent(text="Unknown tool 'ad'. Did you mean 'add'? (TOOL_NOT_FOUND)")
+    ]
+
+
+@on_module_loop
+async def test_secrets_are_masked(client: Client) -> None:
+    result = await client.call_tool("login", {"user": "ada", "password": "correct-horse-42"})
+    assert result.is_error
+    assert result.content == [TextContent(text="wrong password *** for ada (TOOL_ERROR)")]
+
+
+@on_module_loop
+async def test_custom_tools_and_images(client: Client) -> None:
+    shout = await client.call_tool("shout", {"input": "hello"})
+    assert shout.content == [TextContent(text="HELLO")]
+    chart = await client.call_tool("chart", {})
+    caption, image = chart.content
+    assert caption == TextContent(text="a red dot")
+    assert isinstance(image, ImageContent)
+    assert image.mime_type == "image/png"
+    assert base64.b64decode(image.data).startswith(b"\x89PNG")
+
+
+@on_module_loop
+async def test_parallel_calls_are_served_concurrently(client: Client) -> None:
+    results = await asyncio.gather(*(client.call_tool("hang", {}) for _ in range(3)))
+    assert all(r.is_error for r in results)  # three 0.5 s timeouts, side by side
+
+
+# -- toolbus on both ends, and the pieces without a process ------------------------------------
+
+
+def test_toolbus_client_against_toolbus_server() -> None:
+    with connect_stdio(sys.executable, SERVE, cwd=ROOT, env={"PYTHONPATH": str(ROOT)}) as conn:
+        registry = ToolRegistry()
+        conn.register(registry, prefix="remote_")
+        assert {t.name for t in registry.list() if t.read_only} == {
+            "remote_add",
+            "remote_city",
+            "remote_shout",
+            "remote_chart",
+        }
+        with Executor(registry, timeout=5) as executor:
+            ok = executor.execute(ToolCall(name="remote_add", arguments={"a": 1, "b": 2}))
+            hung = executor.execute(ToolCall(name="remote_hang", arguments={}))
+    assert ok.output == "3"
+    assert hung.status == "error"
+    assert hung.error == "Tool 'hang' timed out after 0.5s (EXECUTION_TIMEOUT)"
+
+
+def test_mcp_tool_and_call_result_without_a_server() -> None:
+    add = served_registry.get("add")
+    assert add is not None
+    described = mcp_tool(add)
+    assert described.annotations is not None
+    assert described.annotations.read_only_hint is True
+    shout = served_registry.get("shout")
+    assert shout is not None
+    assert mcp_tool(shout).input_schema["required"] == ["input"]
+    ok = add.execute({"a": 1, "b": 2})
+    assert call_result(ok).content == [TextContent(text="3")]
+
+
+def test_load_registry_errors() -> None:
+    assert load_registry(REGISTRY) is served_registry
+    for spec, message in [
+        ("no_colon", "expected module:attribute"),
+        ("no.such.module:x", "cannot import"),
+        ("tests.mcp_servers.registry_module:nothing", "has no attribute"),
+        ("tests.mcp_servers.registry_module:PIXEL", "not a ToolRegistry"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_registry(spec)
+
+
+def test_cli_reports_a_bad_registry() -> None:
+    result = CliRunner().invoke(app, ["mcp", "serve", "tests.mcp_servers.registry_module:PIXEL"])
+    assert result.exit_code == 2
+    assert "not a ToolRegistry" in result.output
+
+
+def test_toolbus_works_without_the_mcp_package() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['mcp'] = None  # as if it were not installed\n"
+        "import toolbus, toolbus.cli\n"
+        "from typer.testing import CliRunner\n"
+        "result = CliRunner().invoke(toolbus.cli.app, ['mcp', 'serve', 'x:y'])\n"
+        "print(result.exit_code, result.output)\n"
+        "try:\n"
+        "    import toolbus.mcp\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("1 toolbus mcp: toolbus.mcp needs the MCP SDK"), proc.stdout
+    assert "ImportError: toolbus.mcp needs the MCP SDK: pip install 'toolbus[mcp]'" in proc.stdout

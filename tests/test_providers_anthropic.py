@@ -1,0 +1,326 @@
+"""Anthropic's Messages format: tool_use blocks in, tool_result blocks out.
+
+Responses are recorded JSON (tests/fixtures/providers) turned into the SDK's own
+objects by `model_validate`, or served to the real `anthropic` client through
+an `httpx2.MockTransport` that also records the request bodies the SDK sends.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import anthropic
+import httpx2
+import pytest
+from anthropic.types import Message
+
+from tests.conftest import MakeExecutor
+from toolbus import Executor, ToolCall, ToolContext, ToolError, ToolRegistry
+from toolbus.providers import anthropic as tb
+
+FIXTURES = Path(__file__).parent / "fixtures" / "providers"
+SECRET = "sk-live-9c41f7e2b8d3"
+SQL = "SELECT name, population FROM cities WHERE country = 'NO' ORDER BY population DESC LIMIT 2"
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+def message(name: str) -> Message:
+    return Message.model_validate(load(name))
+
+
+def wire(value: Any) -> Any:
+    """`value` as JSON data, the way it goes over the wire (and proof that it can)."""
+    return json.loads(json.dumps(value))
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def get_weather(
+        city: str, unit: Literal["celsius", "fahrenheit"] = "celsius"
+    ) -> dict[str, Any]:
+        """Current weather for a city."""
+        celsius = {"Oslo": 4, "Bergen": 15}.get(city, 20)
+        temperature = round(celsius * 9 / 5 + 32) if unit == "fahrenheit" else celsius
+        return {"city": city, "temperature": temperature, "unit": unit}
+
+    @registry.tool
+    def book_table(restaurant: str, people: int) -> str:
+        """Book a table."""
+        return f"Booked {restaurant} for {people}"
+
+    @registry.tool(type="custom", read_only=True)
+    def run_sql(query: str) -> str:
+        """Run a read-only SQL query."""
+        return f"2 rows for: {query}"
+
+    @registry.tool(read_only=True, timeout=0.1)
+    def slow_report(ctx: ToolContext) -> str:
+        """A report that takes too long (returns once the deadline cancels it)."""
+        ctx.wait_cancelled(10)
+        return "too late"
+
+    @registry.tool
+    def fetch_account(account: str, api_key: str) -> str:
+        """Fetch an account; its error names the key it was given."""
+        raise ToolError(f"account {account} refused key {api_key}", retryable=False)
+
+    return registry
+
+
+@pytest.fixture
+def executor(make_executor: MakeExecutor, registry: ToolRegistry) -> Executor:
+    return make_executor(registry)
+
+
+class Server:
+    """Serves recorded responses in order and records what the SDK sent."""
+
+    def __init__(self, *bodies: dict[str, Any] | bytes) -> None:
+        self.bodies = list(bodies)
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        assert request.url.path == "/v1/messages"
+        self.requests.append(json.loads(request.content))
+        body = self.bodies.pop(0)
+        if isinstance(body, bytes):
+            return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+        return httpx2.Response(200, json=body)
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    clients: list[anthropic.Anthropic] = []
+
+    def make(*bodies: dict[str, Any] | bytes) -> tuple[Server, anthropic.Anthropic]:
+        server = Server(*bodies)
+        clients.append(
+            anthropic.Anthropic(
+                api_key="sk-ant-test",
+                base_url="http://toolbus.test",
+                http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
+                max_retries=0,
+            )
+        )
+        return server, clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+# -- reading calls -----------------------------------------------------------------------
+
+
+def test_single_call_from_the_sdk_object() -> None:
+    assert tb.tool_calls(message("anthropic_single")) == [
+        ToolCall(
+            id="toolu_01T1x1fJ34qAmWqU8A5TKQ6v", name="get_weather", arguments={"city": "Oslo"}
+        )
+    ]
+
+
+def test_reads_message_dict_and_content_list_alike() -> None:
+    expected = tb.tool_calls(message("anthropic_parallel"))
+    assert [c.id for c in expected] == [
+        "toolu_01Ab2Cd3Ef4Gh5Ij6Kl7Mn8o",
+        "toolu_01Pq9Rs8Tu7Vw6Xy5Za4Bc3d",
+        "toolu_01Ef2Gh3Ij4Kl5Mn6Op7Qr8s",
+    ]
+    raw = load("anthropic_parallel")
+    assert tb.tool_calls(raw) == expected
+    assert tb.tool_calls(raw["content"]) == expected
+    assert tb.tool_calls(message("anthropic_parallel").content) == expected
+    assert tb.tool_calls(message("anthropic_final")) == []
+    assert tb.tool_calls({"role": "user", "content": "just text"}) == []
+
+
+def test_rejects_what_is_not_a_message() -> None:
+    with pytest.raises(TypeError, match="message"):
+        tb.tool_calls({"id": "msg_1"})
+
+
+def test_custom_tool_input_is_unwrapped_with_the_registry(
+    executor: Executor, registry: ToolRegistry
+) -> None:
+    (wrapped,) = tb.tool_calls(message("anthropic_custom"))
+    assert wrapped.arguments == {"input": SQL}
+    (call,) = tb.tool_calls(message("anthropic_custom"), registry=registry)
+    assert call.arguments == SQL
+    (result,) = executor.execute_batch([call])
+    assert result.output == f"2 rows for: {SQL}"
+
+
+# -- writing results ----------------------------------------------------------------------
+
+
+def test_parallel_results_go_in_one_user_message_in_order(
+    executor: Executor, registry: ToolRegistry
+) -> None:
+    batch = executor.execute_batch(tb.tool_calls(message("anthropic_parallel"), registry=registry))
+    reply = wire(tb.tool_results_message(batch))
+    assert reply["role"] == "user"
+    blocks = reply["content"]
+    assert [(b["type"], b["tool_use_id"], b["is_error"]) for b in blocks] == [
+        ("tool_result", "toolu_01Ab2Cd3Ef4Gh5Ij6Kl7Mn8o", False),
+        ("tool_result", "toolu_01Pq9Rs8Tu7Vw6Xy5Za4Bc3d", False),
+        ("tool_result", "toolu_01Ef2Gh3Ij4Kl5Mn6Op7Qr8s", False),
+    ]
+    assert json.loads(blocks[1]["content"]) == {
+        "city": "Bergen",
+        "temperature": 59,
+        "unit": "fahrenheit",
+    }
+    assert blocks[2]["content"] == "Booked Maaemo for 2"
+
+
+def test_invalid_input_becomes_an_error_result(executor: Executor) -> None:
+    batch = executor.execute_batch(tb.tool_calls(message("anthropic_invalid_input")))
+    wrong_type, missing = tb.tool_result_blocks(batch)
+    assert wrong_type["is_error"] is True
+    assert wrong_type["content"] == (
+        "Error: Invalid arguments for 'book_table': people: Input should be a valid integer,"
+        " unable to parse string as an integer (INVALID_ARGUMENTS)"
+    )
+    assert "two" not in wrong_type["content"]  # values are never echoed
+    assert missing["is_error"] is True
+    assert missing["content"] == (
+        "Error: Invalid arguments for 'get_weather': city: Field required (INVALID_ARGUMENTS)"
+    )
+
+
+def test_unknown_tool_is_an_error_result(executor: Executor) -> None:
+    batch = executor.execute_batch(tb.tool_calls(message("anthropic_unknown_tool")))
+    assert tb.tool_result_blocks(batch) == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_01Gh2Jk3Lz4Xc5Vb6Nm7Qw8E",
+            "content": "Error: Unknown tool 'get_wether'. Did you mean 'get_weather'? (TOOL_NOT_FOUND)",
+            "is_error": True,
+        }
+    ]
+
+
+def test_timeouts_and_errors_never_carry_the_secret(executor: Executor) -> None:
+    batch = executor.execute_batch(tb.tool_calls(message("anthropic_failures")))
+    timeout, error = tb.tool_result_blocks(batch)
+    assert (
+        timeout["content"] == "Error: Tool 'slow_report' timed out after 0.1s (EXECUTION_TIMEOUT)"
+    )
+    assert error["content"] == "Error: account acme refused key *** (TOOL_ERROR)"
+    assert timeout["is_error"] is error["is_error"] is True
+    assert SECRET not in json.dumps(tb.tool_results_message(batch))
+
+
+def test_assistant_message_keeps_every_block_as_sent() -> None:
+    turn = wire(tb.assistant_message(message("anthropic_parallel")))
+    assert turn == {"role": "assistant", "content": load("anthropic_parallel")["content"]}
+    assert turn["content"][0]["signature"].startswith("EqQB")
+
+
+# -- exporting tools ------------------------------------------------------------------------
+
+
+def test_tool_definitions(registry: ToolRegistry) -> None:
+    tools = {t["name"]: t for t in tb.tool_definitions(registry)}
+    weather = registry.get("get_weather")
+    assert weather is not None
+    assert tools["get_weather"] == {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "input_schema": weather.schema,
+    }
+    assert tools["run_sql"]["input_schema"] == {
+        "type": "object",
+        "properties": {"input": {"type": "string", "description": "The input, as free text."}},
+        "required": ["input"],
+        "additionalProperties": False,
+    }
+    assert all(t["input_schema"]["type"] == "object" for t in tools.values())
+
+
+# -- through the real client ------------------------------------------------------------------
+
+
+def test_round_trip_through_the_sdk(serve: Any, executor: Executor, registry: ToolRegistry) -> None:
+    server, client = serve(load("anthropic_parallel"), load("anthropic_final"))
+    messages: list[Any] = [
+        {"role": "user", "content": "Weather in Oslo and Bergen, and book Maaemo"}
+    ]
+    tools = tb.tool_definitions(registry)
+    reply = client.messages.create(
+        model="toolbus-test-model", max_tokens=1024, messages=messages, tools=tools
+    )
+    batch = executor.execute_batch(tb.tool_calls(reply, registry=registry))
+    messages += [tb.assistant_message(reply), tb.tool_results_message(batch)]
+    final = client.messages.create(
+        model="toolbus-test-model", max_tokens=1024, messages=messages, tools=tools
+    )
+
+    first, second = server.requests
+    assert first["tools"] == tools
+    sent = second["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"] == load("anthropic_parallel")["content"]  # thinking signature kept
+    tool_uses = [b["id"] for b in sent[1]["content"] if b["type"] == "tool_use"]
+    assert [b["tool_use_id"] for b in sent[2]["content"]] == tool_uses
+    assert all(b["type"] == "tool_result" and b["is_error"] is False for b in sent[2]["content"])
+    assert tb.tool_calls(final) == []
+
+
+def _sse(events: list[dict[str, Any]]) -> bytes:
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
+def _stream_events(recorded: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events the API streams for `recorded`, each block's content in two deltas."""
+    start = {**recorded, "content": [], "stop_reason": None}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    for i, block in enumerate(recorded["content"]):
+        if block["type"] == "tool_use":
+            text = json.dumps(block["input"])
+            first: dict[str, Any] = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in (text[:5], text[5:])]
+        elif block["type"] == "thinking":
+            first = {**block, "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        else:
+            first = {**block, "text": ""}
+            deltas = [
+                {"type": "text_delta", "text": p} for p in (block["text"][:4], block["text"][4:])
+            ]
+        events.append({"type": "content_block_start", "index": i, "content_block": first})
+        events += [{"type": "content_block_delta", "index": i, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": i})
+    stop = {"stop_reason": recorded["stop_reason"], "stop_sequence": None}
+    events.append({"type": "message_delta", "delta": stop, "usage": {"output_tokens": 214}})
+    events.append({"type": "message_stop"})
+    return events
+
+
+def test_reads_the_message_a_stream_reassembles(
+    serve: Any, executor: Executor, registry: ToolRegistry
+) -> None:
+    recorded = load("anthropic_parallel")
+    _, client = serve(_sse(_stream_events(recorded)))
+    with client.messages.stream(
+        model="toolbus-test-model", max_tokens=1024, messages=[{"role": "user", "content": "Go"}]
+    ) as stream:
+        final = stream.get_final_message()
+    calls = tb.tool_calls(final, registry=registry)
+    assert calls == tb.tool_calls(recorded)
+    assert tb.assistant_message(final)["content"] == recorded["content"]
+    assert [r.status for r in executor.execute_batch(calls)] == ["ok", "ok", "ok"]

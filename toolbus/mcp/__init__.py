@@ -1,0 +1,71 @@
+"""MCP for toolbus, both ways (needs the `mcp` extra: `pip install toolbus[mcp]`).
+
+Client: run an MCP server's tools through toolbus, with the same timeouts,
+retries, masking, events and scheduling as local tools.
+
+    from toolbus.mcp import connect_stdio
+
+    with connect_stdio("python", ["-m", "mcp_server_time"]) as time_server:
+        time_server.register(registry)          # one toolbus tool per MCP tool
+
+Server: expose a registry to MCP clients, every call supervised by an Executor.
+
+    from toolbus.mcp import serve_stdio
+
+    serve_stdio(registry, timeout=10)           # or: toolbus mcp serve module:registry
+
+See docs/mcp.md.
+"""
+
+from __future__ import annotations
+
+try:
+    import mcp as _mcp  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError("toolbus.mcp needs the MCP SDK: pip install 'toolbus[mcp]'") from e
+
+from ._connection import (
+    MCPConnection,
+    MCPTarget,
+    aconnect,
+    aconnect_http,
+    aconnect_stdio,
+    connect,
+    connect_http,
+    connect_stdio,
+)
+from ._errors import MCPCallError, MCPConnectError, MCPConnectionLost, MCPServerUnavailable
+from ._link import ConnectionStatus
+from ._server import (
+    aserve_stdio,
+    build_server,
+    call_result,
+    load_registry,
+    mcp_tool,
+    serve_stdio,
+)
+from ._tool import MCPTool, tool_output
+
+__all__ = [
+    "ConnectionStatus",
+    "MCPCallError",
+    "MCPConnectError",
+    "MCPConnection",
+    "MCPConnectionLost",
+    "MCPServerUnavailable",
+    "MCPTarget",
+    "MCPTool",
+    "aconnect",
+    "aconnect_http",
+    "aconnect_stdio",
+    "aserve_stdio",
+    "build_server",
+    "call_result",
+    "connect",
+    "connect_http",
+    "connect_stdio",
+    "load_registry",
+    "mcp_tool",
+    "serve_stdio",
+    "tool_output",
+]

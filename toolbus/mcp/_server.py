@@ -1,0 +1,195 @@
+"""A toolbus registry as an MCP server: every call goes through an `Executor`.
+
+    serve_stdio(registry, timeout=10)          # or: toolbus mcp serve module:registry
+
+MCP clients see each registry tool with its name, description, JSON schema and
+`readOnlyHint`; each call gets toolbus's validation, timeout, retries, limits,
+masking and events. Every outcome that is not `ok` comes back as a result with
+`isError: true` whose text names the toolbus error code, and whose `_meta`
+carries `toolbus/status` and `toolbus/error_code`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import os
+import sys
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from .. import __version__
+from ..executor import Executor
+from ..formatting import output_text
+from ..models import Attachment, ToolCall, ToolResult
+from ..tools import Tool, ToolRegistry
+
+__all__ = [
+    "aserve_stdio",
+    "build_server",
+    "call_result",
+    "load_registry",
+    "mcp_tool",
+    "serve_stdio",
+]
+
+# Custom (free-text) tools take their raw input as this one string parameter.
+CUSTOM_INPUT = "input"
+
+_CUSTOM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's raw input."}},
+    "required": [CUSTOM_INPUT],
+}
+
+
+def mcp_tool(tool: Tool) -> types.Tool:
+    """How an MCP client sees a toolbus tool."""
+    return types.Tool(
+        name=tool.name,
+        description=tool.description or None,
+        input_schema=_schema(tool),
+        annotations=types.ToolAnnotations(read_only_hint=tool.read_only),
+    )
+
+
+def call_result(result: ToolResult) -> types.CallToolResult:
+    """An MCP tool result for a toolbus result; anything but `ok` is `is_error`."""
+    if not result.ok:
+        code = result.error_code.value if result.error_code is not None else result.status
+        return types.CallToolResult(
+            content=[types.TextContent(text=f"{result.error or result.status} ({code})")],
+            is_error=True,
+            meta={"toolbus/status": result.status, "toolbus/error_code": code},
+        )
+    content: list[types.ContentBlock] = []
+    if result.output is not None:
+        content.append(types.TextContent(text=output_text(result.output)))
+    content.extend(_attachment_block(a) for a in result.attachments)
+    structured = result.output if isinstance(result.output, dict) else None
+    return types.CallToolResult(content=content, structured_content=structured)
+
+
+def build_server(
+    registry: ToolRegistry, executor: Executor, *, name: str = "toolbus"
+) -> Server[Any]:
+    """A low-level MCP `Server` that lists `registry`'s tools and runs calls on `executor`.
+
+    The registry is read on every request, so tools registered later show up.
+    (The low-level server, not `MCPServer`: `MCPServer` derives schemas from
+    function signatures and validates arguments itself, where toolbus's own
+    schemas and validation must apply.)
+    """
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[mcp_tool(t) for t in registry.list()])
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        given = dict(params.arguments or {})
+        tool = registry.get(params.name)
+        arguments: dict[str, Any] | str = given
+        if tool is not None and tool.type == "custom":
+            arguments = str(given.get(CUSTOM_INPUT, ""))
+        result = await executor.aexecute(ToolCall(name=params.name, arguments=arguments))
+        return call_result(result)
+
+    def input_schema(tool_name: str) -> dict[str, Any] | None:
+        tool = registry.get(tool_name)
+        return _schema(tool) if tool is not None else None
+
+    return Server(
+        name,
+        version=__version__,
+        get_tool_input_schema=input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def aserve_stdio(
+    registry: ToolRegistry,
+    *,
+    name: str = "toolbus",
+    executor: Executor | None = None,
+    **executor_options: Any,
+) -> None:
+    """Serve `registry` over this process's stdin/stdout until the client disconnects.
+
+    Calls run on `executor`, or on a new `Executor(registry, **executor_options)`
+    that is closed at the end. While serving, stdout is the protocol channel:
+    anything tools print goes to stderr.
+    """
+    own = executor is None
+    runner = executor if executor is not None else Executor(registry, **executor_options)
+    server = build_server(registry, runner, name=name)
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        if own:
+            await asyncio.to_thread(runner.close)
+
+
+def serve_stdio(registry: ToolRegistry, *, name: str = "toolbus", **executor_options: Any) -> None:
+    """Blocking twin of `aserve_stdio` (runs its own event loop)."""
+    anyio.run(functools.partial(aserve_stdio, registry, name=name, **executor_options))
+
+
+def _schema(tool: Tool) -> dict[str, Any]:
+    if tool.type == "custom":
+        return _CUSTOM_SCHEMA
+    schema = tool.schema
+    return schema if schema.get("type") == "object" else {"type": "object", **schema}
+
+
+def _attachment_block(attachment: Attachment) -> types.ContentBlock:
+    mime = attachment.type
+    if attachment.data is not None and mime.startswith("image/"):
+        return types.ImageContent(data=attachment.data, mime_type=mime)
+    if attachment.data is not None and mime.startswith("audio/"):
+        return types.AudioContent(data=attachment.data, mime_type=mime)
+    if attachment.url is not None:
+        return types.ResourceLink(
+            uri=attachment.url,
+            name=attachment.title or attachment.url,
+            mime_type=mime if "/" in mime else None,
+        )
+    label = f" {attachment.title}" if attachment.title else ""
+    return types.TextContent(text=f"[attachment: {mime}{label}]")
+
+
+def load_registry(spec: str) -> ToolRegistry:
+    """The `ToolRegistry` named by `module:attribute` (or a function returning one).
+
+    The current directory is importable, as for `python -m`. Raises
+    `ValueError` with a readable message when the spec does not name one.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"expected module:attribute, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"cannot import {module_name!r}: {e}") from e
+    value = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ValueError(f"{module_name!r} has no attribute {attribute!r}") from None
+    if callable(value) and not isinstance(value, ToolRegistry):
+        value = value()
+    if not isinstance(value, ToolRegistry):
+        raise ValueError(f"{spec} is a {type(value).__name__}, not a ToolRegistry")
+    return value

@@ -1,0 +1,324 @@
+"""What every provider format shares.
+
+- reading SDK objects and their plain-dict JSON alike (`plain`, `as_dict`);
+- the text a model reads for a result (`result_text`);
+- the tools to export (`tools_of`);
+- JSON-schema rewriting for OpenAI's strict mode (`strict_schema`) and its
+  inverse for arguments (`without_strict_nulls`).
+
+Nothing here imports a provider SDK.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from ..formatting import format_result_for_context
+from ..models import ToolResult
+from ..tools import Tool, ToolRegistry
+
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "NO_OUTPUT",
+    "StrictSchemaError",
+    "ToolSource",
+    "as_dict",
+    "plain",
+    "result_text",
+    "strict_schema",
+    "tools_of",
+    "without_strict_nulls",
+]
+
+DEFAULT_MAX_LENGTH = 4000
+"""Characters of a tool's output the model reads before the note saying it was cut."""
+
+NO_OUTPUT = "(no output)"
+"""What the model reads for a successful call that returned nothing (None or "")."""
+
+ToolSource = ToolRegistry | Iterable[Tool]
+"""Where exported tools come from: a registry, or any iterable of tools."""
+
+
+# -- reading SDK objects and dicts ------------------------------------------------
+
+
+def plain(obj: Any) -> Any:
+    """`obj` as plain JSON-like data: mappings become dicts, lists and tuples
+    lists, and SDK objects (pydantic models) dicts of the fields they were
+    given, under their wire names, without SDK-only fields (`exclude=True`,
+    `__api_exclude__`, such as `parsed_arguments`) at any depth: the form the
+    SDK itself sends an object back in. Other values are made JSON-able.
+    """
+    if isinstance(obj, Mapping):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [plain(v) for v in obj]
+    if isinstance(obj, BaseModel):
+        return _model_fields(obj)
+    return to_jsonable_python(obj)
+
+
+def _model_fields(model: BaseModel) -> dict[str, Any]:
+    excluded = getattr(model, "__api_exclude__", None)
+    skip = set(excluded) if isinstance(excluded, set | frozenset) else set()
+    out: dict[str, Any] = {}
+    for name, field in type(model).model_fields.items():
+        if name in model.model_fields_set and name not in skip and not field.exclude:
+            out[field.serialization_alias or field.alias or name] = plain(getattr(model, name))
+    for name, value in (model.model_extra or {}).items():
+        out[name] = plain(value)
+    return out
+
+
+def as_dict(obj: Any, what: str) -> dict[str, Any]:
+    """`obj` (an SDK object or its JSON as a mapping) as a plain dict.
+
+    Raises `TypeError` naming `what` when `obj` is neither.
+    """
+    data = plain(obj)
+    if not isinstance(data, dict):
+        raise TypeError(
+            f"expected {what} (an SDK object or its JSON as a dict), got {type(obj).__name__}"
+        )
+    return data
+
+
+# -- results as text --------------------------------------------------------------
+
+
+def result_text(result: ToolResult, max_length: int = DEFAULT_MAX_LENGTH) -> str:
+    """The text a model reads for `result`; never empty.
+
+    A success is its output (strings as they are, anything else as JSON, cut
+    after `max_length` characters with a note saying how much was left out,
+    attachments listed); a success without output is `NO_OUTPUT`. Anything
+    else reads `Error: <what went wrong> (<ERROR_CODE>)`, which tells the
+    model what to fix. The executor has already scrubbed secrets from outputs
+    and error texts; no metadata is included.
+    """
+    if result.status == "ok" and result.output in (None, "") and not result.attachments:
+        return NO_OUTPUT
+    text = format_result_for_context(result, max_length=max_length, include_metadata=False)
+    return text or NO_OUTPUT
+
+
+def tools_of(source: ToolSource) -> list[Tool]:
+    """The tools of a registry, or of any iterable of tools, in order."""
+    tools = source.list() if isinstance(source, ToolRegistry) else list(source)
+    for t in tools:
+        if not isinstance(t, Tool):
+            raise TypeError(f"expected toolbus tools, got {type(t).__name__}")
+    return tools
+
+
+# -- OpenAI strict mode -------------------------------------------------------------
+
+
+class StrictSchemaError(ValueError):
+    """A schema that OpenAI's strict mode cannot express without changing its meaning."""
+
+
+_NULL = {"type": "null"}
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `schema` that OpenAI accepts with `strict: true` and that means
+    the same to the model; `schema` itself is not changed.
+
+    At every depth (properties, items, prefixItems, anyOf, allOf, `$defs`,
+    `definitions`): each object lists all its properties as required and gets
+    `additionalProperties: false`; a property that was optional becomes
+    nullable (null standing for "not given"), with a non-null default moved
+    into its description; `default` and `discriminator` are removed, `oneOf`
+    becomes `anyOf`, a lone `allOf` is merged, and a `$ref` with sibling
+    keywords is inlined. Use `without_strict_nulls` on the arguments the model
+    sends back, so that the nulls reach no tool.
+
+    Raises `StrictSchemaError` for objects with free-form keys
+    (`additionalProperties` true or a schema, `patternProperties`) and for
+    `$ref`s that are not local JSON pointers.
+    """
+    root = copy.deepcopy(dict(schema))
+    return _strict(root, root, "")
+
+
+def _strict(node: Mapping[str, Any], root: Mapping[str, Any], path: str) -> dict[str, Any]:
+    out = _without(node, "default", "discriminator")
+    all_of = out.get("allOf")
+    if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
+        out = _without({**all_of[0], **_without(out, "allOf")}, "default", "discriminator")
+    ref = out.get("$ref")
+    if isinstance(ref, str) and len(out) > 1:
+        target = _without(_resolve(ref, root, path), "default", "discriminator")
+        out = {**target, **_without(out, "$ref")}
+    if "oneOf" in out:
+        out["anyOf"] = [*out.get("anyOf", ()), *out.pop("oneOf")]
+    for key in ("$defs", "definitions"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = {n: _strict(s, root, f"{path}/{key}/{n}") for n, s in out[key].items()}
+    for key in ("anyOf", "allOf", "prefixItems"):
+        if isinstance(out.get(key), list):
+            out[key] = [_strict(s, root, f"{path}/{key}/{i}") for i, s in enumerate(out[key])]
+    items = out.get("items")
+    if isinstance(items, Mapping):
+        out["items"] = _strict(items, root, f"{path}/items")
+    elif isinstance(items, list):
+        out["items"] = [_strict(s, root, f"{path}/items/{i}") for i, s in enumerate(items)]
+    if _is_object(out):
+        _close_object(out, root, path)
+    return out
+
+
+def _close_object(out: dict[str, Any], root: Mapping[str, Any], path: str) -> None:
+    extra = out.get("additionalProperties")
+    if (extra is not None and extra is not False) or "patternProperties" in out:
+        raise StrictSchemaError(
+            f"{path or '/'}: an object with free-form keys cannot be made strict"
+            " (OpenAI's strict mode requires additionalProperties: false)"
+        )
+    properties = out.get("properties") or {}
+    required = set(out.get("required") or ())
+    closed: dict[str, Any] = {}
+    for name, sub in properties.items():
+        strict = _strict(sub, root, f"{path}/properties/{name}")
+        if name not in required:
+            strict = _optional(strict, sub, root)
+        closed[name] = strict
+    out["properties"] = closed
+    out["required"] = list(closed)
+    out["additionalProperties"] = False
+
+
+def _optional(strict: dict[str, Any], original: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
+    """A strict property schema that also accepts null, which stands for "not given"."""
+    if _accepts_null(strict, root):
+        result = strict
+    elif isinstance(strict.get("type"), str) and not ({"enum", "const", "$ref"} & strict.keys()):
+        result = {**strict, "type": [strict["type"], "null"]}
+    else:
+        result = {"anyOf": [strict, _NULL]}
+        for key in ("title", "description"):
+            if key in strict:
+                result[key] = strict[key]
+    default = original.get("default")
+    if default is not None:
+        note = f"(default: {orjson.dumps(default, default=str).decode()})"
+        result["description"] = f"{result.get('description', '')} {note}".strip()
+    return result
+
+
+def _without(node: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in node.items() if k not in keys}
+
+
+def _is_object(node: Mapping[str, Any]) -> bool:
+    t = node.get("type")
+    return t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
+
+
+def _accepts_null(node: Any, root: Mapping[str, Any]) -> bool:
+    if not isinstance(node, Mapping):
+        return False
+    node = _resolve_if_ref(node, root, "")
+    if not node.keys() - {"title", "description"}:
+        return True  # an empty schema accepts anything
+    t = node.get("type")
+    if t == "null" or (isinstance(t, list) and "null" in t):
+        return True
+    if None in (node.get("enum") or ()) or ("const" in node and node["const"] is None):
+        return True
+    branches = [*(node.get("anyOf") or ()), *(node.get("oneOf") or ())]
+    return any(_accepts_null(b, root) for b in branches)
+
+
+def _resolve(ref: str, root: Mapping[str, Any], path: str) -> dict[str, Any]:
+    if not ref.startswith("#"):
+        raise StrictSchemaError(f"{path or '/'}: only local $refs can be made strict, got {ref!r}")
+    node: Any = root
+    for part in ref.lstrip("#").strip("/").split("/") if ref != "#" else ():
+        key = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, Mapping) or key not in node:
+            raise StrictSchemaError(f"{path or '/'}: $ref {ref!r} points nowhere")
+        node = node[key]
+    if not isinstance(node, Mapping):
+        raise StrictSchemaError(f"{path or '/'}: $ref {ref!r} is not a schema")
+    return dict(node)
+
+
+def _resolve_if_ref(node: Mapping[str, Any], root: Mapping[str, Any], path: str) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if not isinstance(ref, str):
+        return dict(node)
+    try:
+        target = _resolve(ref, root, path)
+    except StrictSchemaError:
+        return dict(node)
+    return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def without_strict_nulls(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
+    """`value` without the nulls that strict mode makes a model send for
+    optional fields, judged against the tool's own (non-strict) `schema`.
+
+    A null under a property that `schema` does not require and that does not
+    accept null is removed, at any depth (nested objects, array items, local
+    `$ref`s, the branch of an anyOf/oneOf that has the value's keys). Other
+    values are kept; containers are copied, `value` is not changed. `root` is
+    the schema that `$ref`s point into (usually `schema` itself).
+    """
+    node = _resolve_if_ref(schema, root, "")
+    if isinstance(value, dict):
+        branch = _object_branch(node, value, root)
+        if branch is None:
+            return value
+        properties = branch.get("properties") or {}
+        required = set(branch.get("required") or ())
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            sub = properties.get(key)
+            if not isinstance(sub, Mapping):
+                out[key] = item
+            elif item is None and key not in required and not _accepts_null(sub, root):
+                continue
+            else:
+                out[key] = without_strict_nulls(item, sub, root)
+        return out
+    if isinstance(value, list):
+        items = _items_schema(node, root)
+        if items is None:
+            return value
+        return [without_strict_nulls(v, items, root) for v in value]
+    return value
+
+
+def _branches(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[dict[str, Any]]:
+    found = [dict(node)]
+    for key in ("anyOf", "oneOf", "allOf"):
+        for b in node.get(key) or ():
+            if isinstance(b, Mapping):
+                found.append(_resolve_if_ref(b, root, ""))
+    return found
+
+
+def _object_branch(
+    node: Mapping[str, Any], value: Mapping[str, Any], root: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    objects = [b for b in _branches(node, root) if isinstance(b.get("properties"), Mapping)]
+    for b in objects:
+        if value.keys() <= b["properties"].keys():
+            return b
+    return objects[0] if objects else None
+
+
+def _items_schema(node: Mapping[str, Any], root: Mapping[str, Any]) -> dict[str, Any] | None:
+    for b in _branches(node, root):
+        if isinstance(b.get("items"), Mapping):
+            return dict(b["items"])
+    return None

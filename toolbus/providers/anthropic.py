@@ -1,0 +1,168 @@
+"""Anthropic's Messages format.
+
+Read the `tool_use` blocks a model wrote, write `tool_result` blocks back,
+export tools::
+
+    from toolbus.providers import anthropic as tb
+
+    message = client.messages.create(
+        model=model, max_tokens=1024, messages=messages, tools=tb.tool_definitions(registry)
+    )
+    batch = executor.execute_batch(tb.tool_calls(message, registry=registry))
+    messages += [tb.assistant_message(message), tb.tool_results_message(batch)]
+
+Anthropic requires the results of every `tool_use` block of a turn in one user
+message, right after the assistant message that holds the blocks:
+`tool_results_message` builds exactly that message. Readers accept the SDK's
+objects (including `stream.get_final_message()`) and their JSON as plain dicts.
+Nothing here imports the `anthropic` package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from ..models import ToolCall, ToolResult
+from ..tools import ToolRegistry
+from ._common import DEFAULT_MAX_LENGTH, ToolSource, as_dict, plain, result_text, tools_of
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from anthropic.types import Message, MessageParam, ToolParam, ToolResultBlockParam
+
+    MessageLike: TypeAlias = Message | Mapping[str, Any] | Iterable[Any]
+    """A Messages API response (object or dict), or its content blocks."""
+
+__all__ = [
+    "CUSTOM_INPUT",
+    "assistant_message",
+    "message_text",
+    "tool_calls",
+    "tool_definitions",
+    "tool_result_blocks",
+    "tool_results_message",
+]
+
+CUSTOM_INPUT = "input"
+"""The one property through which a custom (free-text) tool takes its input:
+Anthropic tools take JSON objects, so a custom tool is offered as an object
+with one string property, and its value is handed to the tool as raw text."""
+
+
+def _blocks(message: Any) -> list[dict[str, Any]]:
+    """The content blocks of a message (object or dict), or a list of blocks as they are."""
+    if isinstance(message, Mapping) or hasattr(message, "model_dump"):
+        data = as_dict(message, "a message")
+        if "content" not in data:
+            raise TypeError("expected a Messages API message or its content blocks")
+        content = data["content"]
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}]
+        found = content or []
+    else:
+        found = plain(list(message))
+    return [as_dict(block, "a content block") for block in found]
+
+
+def tool_calls(message: MessageLike, *, registry: ToolRegistry | None = None) -> list[ToolCall]:
+    """The calls of the `tool_use` blocks of `message`, in the order written.
+
+    `message` is a `Message` (or its dict) or its content list. A call's id is
+    the block's id; its arguments are the block's `input` object (the executor
+    validates it and rejects a bad one with `INVALID_ARGUMENTS`). With
+    `registry`, a call to one of its custom tools gets the text under
+    `CUSTOM_INPUT` as its raw input, as `tool_definitions` offered it. Other
+    blocks (text, thinking, server tools the API ran itself) are skipped.
+    """
+    calls = []
+    for block in _blocks(message):
+        if block.get("type") != "tool_use":
+            continue
+        name = str(block.get("name") or "")
+        raw = block.get("input")
+        tool = registry.get(name) if registry is not None else None
+        if tool is not None and tool.type == "custom" and isinstance(raw, dict):
+            text = raw.get(CUSTOM_INPUT)
+            if set(raw) == {CUSTOM_INPUT} and isinstance(text, str):
+                raw = text
+        fields: dict[str, Any] = {"name": name}
+        if block.get("id"):
+            fields["id"] = str(block["id"])
+        if isinstance(raw, dict | str):
+            fields["arguments"] = raw
+        calls.append(ToolCall(**fields))
+    return calls
+
+
+def assistant_message(message: MessageLike) -> MessageParam:
+    """The model's turn as the dict to append to `messages`:
+    `{"role": "assistant", "content": [...]}` with every block as the SDK sends
+    it back (thinking blocks keep their signatures, tool_use blocks their ids).
+    """
+    return {"role": "assistant", "content": cast("list[Any]", _blocks(message))}
+
+
+def message_text(message: MessageLike) -> str:
+    """The text of the message's text blocks, joined (`""` when it only used tools)."""
+    return "".join(str(b.get("text") or "") for b in _blocks(message) if b.get("type") == "text")
+
+
+def tool_result_blocks(
+    results: Iterable[ToolResult], *, max_length: int = DEFAULT_MAX_LENGTH
+) -> list[ToolResultBlockParam]:
+    """One `tool_result` block per result, in the order given:
+    `{"type": "tool_result", "tool_use_id", "content", "is_error"}`.
+
+    `content` is what `result_text` gives: the output, or
+    `Error: ... (ERROR_CODE)` for errors, timeouts and rejections;
+    `is_error` is true for every result that is not `ok`.
+    """
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": r.call_id,
+            "content": result_text(r, max_length),
+            "is_error": r.status != "ok",
+        }
+        for r in results
+    ]
+
+
+def tool_results_message(
+    results: Iterable[ToolResult], *, max_length: int = DEFAULT_MAX_LENGTH
+) -> MessageParam:
+    """The user message that answers a turn: every result's `tool_result` block
+    (`tool_result_blocks`), in order, in one `{"role": "user", "content": [...]}`,
+    as Anthropic requires after an assistant message with `tool_use` blocks.
+    """
+    return {"role": "user", "content": tool_result_blocks(results, max_length=max_length)}
+
+
+def tool_definitions(source: ToolSource) -> list[ToolParam]:
+    """The tools in the Messages API's `tools` format: `{name, description,
+    input_schema}`, the schema being the tool's own JSON schema.
+
+    A custom tool is offered as an object with one required string property,
+    `CUSTOM_INPUT`; `tool_calls(..., registry=...)` hands that string to the
+    tool as its raw input.
+    """
+    out: list[ToolParam] = []
+    for tool in tools_of(source):
+        if tool.type == "custom":
+            schema: dict[str, Any] = {
+                "type": "object",
+                "properties": {
+                    CUSTOM_INPUT: {"type": "string", "description": "The input, as free text."}
+                },
+                "required": [CUSTOM_INPUT],
+                "additionalProperties": False,
+            }
+        else:
+            schema = tool.schema or {"type": "object", "properties": {}}
+        entry: ToolParam = {"name": tool.name, "input_schema": schema}
+        if tool.description:
+            entry["description"] = tool.description
+        out.append(entry)
+    return out

@@ -1,0 +1,376 @@
+"""OpenAI's formats: Chat Completions and the Responses API.
+
+Read the tool calls a model made, write the results back, export tools::
+
+    from toolbus.providers import openai as tb
+
+    completion = client.chat.completions.create(
+        model=model, messages=messages, tools=tb.chat_tool_definitions(registry)
+    )
+    calls = tb.chat_tool_calls(completion)
+    batch = executor.execute_batch(calls)
+    messages += [tb.chat_assistant_message(completion), *tb.chat_tool_messages(batch)]
+
+Every reader accepts the SDK's objects (including the final object a stream
+helper reassembles, such as `stream.get_final_completion()`) and their JSON as
+plain dicts. Nothing here imports the `openai` package: install the `openai`
+extra for the client, not for this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import orjson
+
+from ..models import ToolCall, ToolResult
+from ..tools import ToolRegistry
+from ._common import (
+    DEFAULT_MAX_LENGTH,
+    StrictSchemaError,
+    ToolSource,
+    as_dict,
+    plain,
+    result_text,
+    strict_schema,
+    tools_of,
+    without_strict_nulls,
+)
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionMessage,
+        ChatCompletionMessageToolCallUnionParam,
+        ChatCompletionToolMessageParam,
+        ChatCompletionToolUnionParam,
+    )
+    from openai.types.chat.chat_completion import Choice
+    from openai.types.chat.chat_completion_custom_tool_param import Custom
+    from openai.types.responses import (
+        FunctionToolParam,
+        Response,
+        ResponseInputItemParam,
+        ToolParam,
+    )
+    from openai.types.shared_params import FunctionDefinition
+
+    from ..tools import Tool
+
+    ChatLike: TypeAlias = ChatCompletion | Choice | ChatCompletionMessage | Mapping[str, Any]
+    """A Chat Completions response, one of its choices, or its message; object or dict."""
+    ResponseLike: TypeAlias = Response | Mapping[str, Any] | Iterable[Any]
+    """A Responses API response (object or dict), or its output items."""
+
+__all__ = [
+    "StrictSchemaError",
+    "chat_assistant_message",
+    "chat_text",
+    "chat_tool_calls",
+    "chat_tool_definitions",
+    "chat_tool_messages",
+    "drop_strict_nulls",
+    "responses_output_items",
+    "responses_text",
+    "responses_tool_calls",
+    "responses_tool_definitions",
+    "responses_tool_outputs",
+    "strict_schema",
+]
+
+# -- Chat Completions ---------------------------------------------------------------
+
+
+def _chat_message(completion: Any, choice: int) -> dict[str, Any]:
+    """The assistant message of a completion, a choice, or the message itself."""
+    data = as_dict(completion, "a chat completion or message")
+    if isinstance(data.get("choices"), list):
+        choices = data["choices"]
+        if not choices:
+            return {"role": "assistant", "content": None}
+        data = as_dict(choices[choice], "a chat completion choice")
+    if isinstance(data.get("message"), Mapping):
+        data = dict(data["message"])
+    return data
+
+
+def _call_from_chat(item: Any) -> ToolCall:
+    data = as_dict(item, "a chat tool call")
+    kind = _chat_call_kind(data)
+    body = data.get(kind)
+    if not isinstance(body, Mapping):
+        body = {}
+    raw = body.get("input") if kind == "custom" else body.get("arguments")
+    fields: dict[str, Any] = {"name": str(body.get("name") or data.get("name") or "")}
+    if data.get("id"):
+        fields["id"] = str(data["id"])
+    if isinstance(raw, str | dict):
+        fields["arguments"] = raw
+    return ToolCall(**fields)
+
+
+def _chat_call_kind(data: Mapping[str, Any]) -> str:
+    return str(data.get("type") or ("custom" if "custom" in data else "function"))
+
+
+def chat_tool_calls(completion: ChatLike, *, choice: int = 0) -> list[ToolCall]:
+    """The tool calls of a Chat Completions response, in the order the model made them.
+
+    `completion` is a `ChatCompletion` (or its dict), one of its choices, or
+    the assistant message itself; for a completion, choice `choice` is read.
+    Function calls keep the model's raw JSON arguments (the executor parses
+    them, and rejects malformed JSON with `INVALID_ARGUMENTS`); custom tool
+    calls carry the model's raw text input. Ids are the model's
+    `tool_call_id`s. A message without tool calls gives `[]`.
+    """
+    message = _chat_message(completion, choice)
+    return [_call_from_chat(item) for item in message.get("tool_calls") or ()]
+
+
+def chat_assistant_message(
+    completion: ChatLike, *, choice: int = 0
+) -> ChatCompletionAssistantMessageParam:
+    """The model's message as the dict to append to `messages` before the tool
+    results: `role`, `content` (may be None) and, when it made calls,
+    `tool_calls` with each call's id, type and raw arguments or input as sent.
+    """
+    message = _chat_message(completion, choice)
+    out: ChatCompletionAssistantMessageParam = {
+        "role": "assistant",
+        "content": message.get("content"),
+    }
+    calls: list[ChatCompletionMessageToolCallUnionParam] = []
+    for item in message.get("tool_calls") or ():
+        call = _call_from_chat(item)
+        args = call.arguments
+        raw = args if isinstance(args, str) else orjson.dumps(args).decode()
+        if _chat_call_kind(item) == "custom":
+            calls.append(
+                {"id": call.id, "type": "custom", "custom": {"name": call.name, "input": raw}}
+            )
+        else:
+            calls.append(
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": raw},
+                }
+            )
+    if calls:
+        out["tool_calls"] = calls
+    if message.get("refusal"):
+        out["refusal"] = message["refusal"]
+    return out
+
+
+def chat_text(completion: ChatLike, *, choice: int = 0) -> str:
+    """The text of the model's message (`""` when it only made calls)."""
+    return str(_chat_message(completion, choice).get("content") or "")
+
+
+def chat_tool_messages(
+    results: Iterable[ToolResult], *, max_length: int = DEFAULT_MAX_LENGTH
+) -> list[ChatCompletionToolMessageParam]:
+    """One `{"role": "tool", "tool_call_id", "content"}` message per result, in
+    the order given (a `BatchResult` keeps the calls' order, as Chat requires).
+
+    `content` is what `result_text` gives: the output, or
+    `Error: ... (ERROR_CODE)` for errors, timeouts and rejections, so that the
+    model can act on them.
+    """
+    return [
+        {"role": "tool", "tool_call_id": r.call_id, "content": result_text(r, max_length)}
+        for r in results
+    ]
+
+
+def chat_tool_definitions(
+    source: ToolSource, *, strict: bool = False
+) -> list[ChatCompletionToolUnionParam]:
+    """The tools in Chat Completions' `tools` format.
+
+    Function tools: `{"type": "function", "function": {name, description,
+    parameters}}`; with `strict=True`, their schemas are made strict
+    (`strict_schema`) and marked `"strict": true`. Custom tools:
+    `{"type": "custom", "custom": {name, description}}` (free-text input).
+    Raises `StrictSchemaError` naming the tool whose schema cannot be strict.
+    """
+    out: list[ChatCompletionToolUnionParam] = []
+    for tool in tools_of(source):
+        if tool.type == "custom":
+            custom: Custom = {"name": tool.name}
+            if tool.description:
+                custom["description"] = tool.description
+            out.append({"type": "custom", "custom": custom})
+            continue
+        function: FunctionDefinition = {"name": tool.name}
+        if tool.description:
+            function["description"] = tool.description
+        function["parameters"] = _parameters(tool, strict)
+        if strict:
+            function["strict"] = True
+        out.append({"type": "function", "function": function})
+    return out
+
+
+# -- Responses API -------------------------------------------------------------------
+
+_CALL_TYPES = ("function_call", "custom_tool_call")
+
+
+def _items(response: Any) -> list[dict[str, Any]]:
+    """The output items of a `Response` (or its dict), or a list of items as they are."""
+    if isinstance(response, Mapping) or hasattr(response, "model_dump"):
+        data = as_dict(response, "a response")
+        if "output" in data:
+            found = data["output"] or []
+        elif "type" in data:
+            found = [data]
+        else:
+            raise TypeError("expected a Responses API response, its output list, or one item")
+    else:
+        found = plain(list(response))
+    return [as_dict(item, "a response output item") for item in found]
+
+
+def _call_from_item(item: Mapping[str, Any]) -> ToolCall:
+    raw = item.get("input") if item.get("type") == "custom_tool_call" else item.get("arguments")
+    fields: dict[str, Any] = {"name": str(item.get("name") or "")}
+    if item.get("call_id"):
+        fields["id"] = str(item["call_id"])
+    if isinstance(raw, str | dict):
+        fields["arguments"] = raw
+    return ToolCall(**fields)
+
+
+def responses_tool_calls(response: ResponseLike) -> list[ToolCall]:
+    """The calls to your tools in a Responses API response, in output order.
+
+    `response` is a `Response` (or its dict) or its `output` list. Reads
+    `function_call` items (raw JSON arguments, parsed and checked by the
+    executor) and `custom_tool_call` items (raw text input); a call's id is its
+    `call_id`. Other items (messages, reasoning, built-in tools the API ran
+    itself) are not calls to your tools and are skipped.
+    """
+    return [_call_from_item(i) for i in _items(response) if i.get("type") in _CALL_TYPES]
+
+
+def responses_output_items(response: ResponseLike) -> list[ResponseInputItemParam]:
+    """Every output item of `response`, as dicts to append to the next request's
+    `input` (reasoning items included, which reasoning models need back), in
+    the form the SDK itself sends them.
+    """
+    return cast("list[ResponseInputItemParam]", _items(response))
+
+
+def responses_text(response: ResponseLike) -> str:
+    """The text of every `output_text` part of the response's messages, joined
+    (what the SDK's `Response.output_text` gives, for dicts too)."""
+    return "".join(
+        str(part.get("text") or "")
+        for item in _items(response)
+        if item.get("type") == "message"
+        for part in item.get("content") or ()
+        if isinstance(part, Mapping) and part.get("type") == "output_text"
+    )
+
+
+def responses_tool_outputs(
+    results: Iterable[ToolResult],
+    response: ResponseLike,
+    *,
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> list[ResponseInputItemParam]:
+    """One output item per result, in the order given: `function_call_output`
+    for a `function_call`, `custom_tool_call_output` for a `custom_tool_call`
+    (matched by `call_id` in `response`, the response whose calls these results
+    answer), each `{"type", "call_id", "output"}`.
+
+    `output` is what `result_text` gives: the output, or
+    `Error: ... (ERROR_CODE)` for errors, timeouts and rejections.
+    """
+    custom = {
+        str(i.get("call_id")) for i in _items(response) if i.get("type") == "custom_tool_call"
+    }
+    out: list[ResponseInputItemParam] = []
+    for r in results:
+        text = result_text(r, max_length)
+        if r.call_id in custom:
+            out.append({"type": "custom_tool_call_output", "call_id": r.call_id, "output": text})
+        else:
+            out.append({"type": "function_call_output", "call_id": r.call_id, "output": text})
+    return out
+
+
+def responses_tool_definitions(source: ToolSource, *, strict: bool = False) -> list[ToolParam]:
+    """The tools in the Responses API's `tools` format.
+
+    Function tools: `{"type": "function", name, description, parameters,
+    strict}`; `strict` is always sent, because the Responses API decides for
+    itself when it is left out. With `strict=True` the schemas are made strict
+    (`strict_schema`). Custom tools: `{"type": "custom", name, description}`.
+    Raises `StrictSchemaError` naming the tool whose schema cannot be strict.
+    """
+    out: list[ToolParam] = []
+    for tool in tools_of(source):
+        if tool.type == "custom":
+            if tool.description:
+                out.append({"type": "custom", "name": tool.name, "description": tool.description})
+            else:
+                out.append({"type": "custom", "name": tool.name})
+            continue
+        function: FunctionToolParam = {
+            "type": "function",
+            "name": tool.name,
+            "parameters": _parameters(tool, strict),
+            "strict": strict,
+        }
+        if tool.description:
+            function["description"] = tool.description
+        out.append(function)
+    return out
+
+
+# -- shared by both APIs ----------------------------------------------------------------
+
+
+def _parameters(tool: Tool, strict: bool) -> dict[str, Any]:
+    schema = tool.schema or {"type": "object", "properties": {}}
+    if not strict:
+        return schema
+    try:
+        return strict_schema(schema)
+    except StrictSchemaError as e:
+        raise StrictSchemaError(f"tool {tool.name!r}: {e}") from None
+
+
+def drop_strict_nulls(calls: Iterable[ToolCall], registry: ToolRegistry) -> list[ToolCall]:
+    """The calls without the nulls strict mode makes a model send for optional fields.
+
+    With strict schemas a model must send every field, and sends null for
+    those it leaves out; a tool whose parameter is optional but not nullable
+    would reject that. For each call to a function tool of `registry`, nulls
+    under properties its own schema neither requires nor lets be null are
+    removed (`without_strict_nulls`). Calls to unknown or custom tools, calls
+    without such nulls and arguments that are not a JSON object are returned
+    unchanged, so malformed JSON still reaches the executor as it came.
+    """
+    out: list[ToolCall] = []
+    for call in calls:
+        tool = registry.get(call.name)
+        args: Any = call.arguments
+        if tool is not None and tool.type == "function" and isinstance(args, str):
+            try:
+                args = orjson.loads(args)
+            except orjson.JSONDecodeError:
+                args = None
+        if tool is None or tool.type != "function" or not isinstance(args, dict):
+            out.append(call)
+            continue
+        cleaned = without_strict_nulls(args, tool.schema, tool.schema)
+        out.append(call if cleaned == args else call.with_arguments(cleaned))
+    return out
