@@ -111,6 +111,10 @@ class Executor:
             raise ValueError("max_parallel must be >= 1")
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be > 0 (or None for no timeout)")
+        if hook_grace <= 0 or max_argument_bytes <= 0 or max_abandoned_workers < 0:
+            raise ValueError(
+                "hook_grace and max_argument_bytes must be > 0, max_abandoned_workers >= 0"
+            )
         self.registry = registry
         self.parallel_limit = max_parallel
         self.timeout = timeout

@@ -36,7 +36,7 @@ from .bus._events import (
     RetrySuccess,
 )
 from .bus._publisher import Emitter
-from .masking import Scrubber, hidden_values
+from .masking import Scrubber, hidden_values, mask_arguments
 from .models import ErrorCode, Status, ToolCall, ToolResult
 from .retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from .tools import ArgumentError, ToolContext, error_text, normalize_output
@@ -192,8 +192,6 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> None:
             run.scrubber = Scrubber(hidden_values(raw, masked))
     except Exception as e:
         # A broken masker must not leak: publish nothing of the arguments.
-        from .masking import mask_arguments
-
         run.masked = None
         run.scrubber = Scrubber(mask_arguments(raw)[1])
         log_contained(f"masker failed for call {call.id}", e, run.scrubber)
