@@ -33,8 +33,9 @@ def format_result_for_context(
 ) -> str:
     """Text the model reads for `result`, at most `max_length` characters of content.
 
-    Content longer than `max_length` is cut and followed by a note saying how many
-    characters were left out, so the model knows it saw a part.
+    Content (or error text) longer than `max_length` is cut and followed by a
+    note saying how many characters were left out, so the model knows it saw a
+    part.
     """
     lines: list[str] = []
     if include_metadata:
@@ -47,17 +48,23 @@ def format_result_for_context(
             lines.append(f"Attempts: {result.attempts}")
         lines.append("---")
     if result.status == "ok":
-        content = output_text(result.output)
-        if len(content) > max_length:
-            omitted = len(content) - max_length
-            content = content[:max_length] + f"\n... (truncated, {omitted} characters omitted)"
-        lines.append(content)
+        lines.append(_cut(output_text(result.output), max_length))
         for a in result.attachments:
-            label = a.title or a.url
+            label = _cut(a.title or a.url or "", min(max_length, 200))
             lines.append(f"[attachment: {a.type} {label}]" if label else f"[attachment: {a.type}]")
     else:
-        text = f"Error: {result.error or 'unknown error'}"
+        # Error texts can be as long as any output (a server's traceback): cut alike.
+        text = f"Error: {_cut(result.error or 'unknown error', max_length)}"
         if result.error_code:
             text += f" ({result.error_code.value})"
         lines.append(text)
     return "\n".join(lines)
+
+
+def _cut(text: str, max_length: int) -> str:
+    """At most `max_length` characters of `text`, and a note saying how many were left out."""
+    max_length = max(0, max_length)
+    if len(text) <= max_length:
+        return text
+    omitted = len(text) - max_length
+    return text[:max_length] + f"\n... (truncated, {omitted} characters omitted)"

@@ -20,16 +20,18 @@ __all__ = ["AsyncTask", "LoopThread"]
 class AsyncTask:
     """A coroutine running on the loop thread; `wait()` blocks a worker until it ends."""
 
-    __slots__ = ("_done", "_error", "_loop", "_result", "_task")
+    __slots__ = ("_coro", "_done", "_error", "_loop", "_result", "_task")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._done = Latch()
         self._task: asyncio.Task[Any] | None = None
+        self._coro: Coroutine[Any, Any, Any] | None = None
         self._result: Any = None
         self._error: BaseException | None = None
 
     def _start(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
+        self._coro = coro
         try:
             self._task = self._loop.create_task(_contained(coro), context=context)
         except BaseException as e:  # e.g. the loop is closing
@@ -42,6 +44,10 @@ class AsyncTask:
     def _finished(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
             self._error = asyncio.CancelledError("the tool's task was cancelled")
+            if self._coro is not None:
+                # Cancelled before its first step, the wrapper never started the
+                # tool's coroutine: close it, or Python warns it was never awaited.
+                self._coro.close()
         else:
             self._error = task.exception()
             if self._error is None:
@@ -88,6 +94,22 @@ async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
         return _Raised(e)
 
 
+def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left (tools of calls abandoned at close), wait a little, close."""
+    # Starts queued before the stop create tasks as soon as the loop turns
+    # again: repeat until none is left (bounded: a tool that swallows its
+    # cancellation must not keep this thread from closing the loop).
+    for _ in range(5):
+        tasks = asyncio.all_tasks(loop)
+        if not tasks:
+            break
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
 class LoopThread:
     """One asyncio loop on a daemon thread, started on first use."""
 
@@ -106,7 +128,10 @@ class LoopThread:
                 def run() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.run_forever()
+                    try:
+                        loop.run_forever()
+                    finally:
+                        _shut_down(loop)
 
                 self._thread = threading.Thread(target=run, name=self._name, daemon=True)
                 self._thread.start()

@@ -12,9 +12,11 @@ The connection stays open until `close()`; the tools it made fail with
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -264,16 +266,66 @@ async def aconnect(
     backoff_base: float = 0.5,
     max_backoff: float = 30.0,
 ) -> MCPConnection:
-    """Async twin of `connect`; never blocks the event loop."""
-    return await asyncio.to_thread(
-        connect,
-        target,
-        name=name,
-        connect_timeout=connect_timeout,
-        probe_timeout=probe_timeout,
-        backoff_base=backoff_base,
-        max_backoff=max_backoff,
-    )
+    """Async twin of `connect`; never blocks the event loop.
+
+    Cancelling it cannot stop a connect under way (it runs in a thread); the
+    connection it then yields is closed, so no server process is left behind.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[MCPConnection] = loop.create_future()
+    abandoned = threading.Event()
+    context = contextvars.copy_context()
+    def make() -> MCPConnection:
+        return connect(
+            target,
+            name=name,
+            connect_timeout=connect_timeout,
+            probe_timeout=probe_timeout,
+            backoff_base=backoff_base,
+            max_backoff=max_backoff,
+        )
+
+    def work() -> None:
+        # Our own thread, not the loop's executor: asyncio.run() cancels the
+        # executor's task at exit, and the connection made after would be lost.
+        try:
+            conn = context.run(make)
+        except BaseException as e:
+            _deliver(loop, future, None, e)
+            return
+        if abandoned.is_set() or not _deliver(loop, future, conn, None):
+            conn.close()
+
+    threading.Thread(target=work, name="toolbus-mcp-connect", daemon=True).start()
+    try:
+        return await future
+    except asyncio.CancelledError:
+        abandoned.set()
+        raise
+
+
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[MCPConnection],
+    conn: MCPConnection | None,
+    error: BaseException | None,
+) -> bool:
+    """Hand the outcome to the awaiting task; False if nobody can take it."""
+
+    def settle() -> None:
+        if future.cancelled():
+            if conn is not None:  # cancelled just now: close it, off the loop
+                threading.Thread(target=conn.close, name="toolbus-mcp-close", daemon=True).start()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(conn)  # type: ignore[arg-type]
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop is closed
+        return False
+    return True
 
 
 def connect_stdio(

@@ -127,8 +127,12 @@ class _Generation:
             self._stopped = True
             if not self.ready.done():
                 error = error or ConnectionError("closed before it connected")
-                self._on_attempt(self, error)
-                self.ready.set_exception(error)
+                try:
+                    self._on_attempt(self, error)
+                finally:
+                    # Whatever the bookkeeping does, callers waiting on this
+                    # attempt must be answered.
+                    self.ready.set_exception(error)
             elif error is not None:
                 log.debug("MCP session %d ended with %s", self.number, describe(error))
 
@@ -318,7 +322,8 @@ class Link:
                 log.info("MCP server '%s': reconnected (session %d)", self.name, generation.number)
             return
         self._failures += 1
-        delay = min(self._max_backoff, self._backoff_base * 2 ** (self._failures - 1))
+        # The exponent is capped: 2.0 ** 1024 overflows, and max_backoff wins long before.
+        delay = min(self._max_backoff, self._backoff_base * 2.0 ** min(self._failures - 1, 60))
         self._retry_at = asyncio.get_running_loop().time() + delay
         self._last_error = describe(error)
         log.log(

@@ -26,7 +26,7 @@ from mcp.server.stdio import stdio_server
 from .. import __version__
 from ..executor import Executor
 from ..formatting import output_text
-from ..models import Attachment, ToolCall, ToolResult
+from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry
 
 __all__ = [
@@ -98,7 +98,21 @@ def build_server(
         tool = registry.get(params.name)
         arguments: dict[str, Any] | str = given
         if tool is not None and tool.type == "custom":
-            arguments = str(given.get(CUSTOM_INPUT, ""))
+            text = given.get(CUSTOM_INPUT)
+            if not isinstance(text, str):
+                # A free-text tool would run on any text, "None" and "" included:
+                # refuse here what its advertised schema requires.
+                return call_result(
+                    ToolResult(
+                        call_id="-",
+                        name=params.name,
+                        status="rejected",
+                        error=f"Invalid arguments for '{params.name}': "
+                        f"'{CUSTOM_INPUT}' must be a string",
+                        error_code=ErrorCode.INVALID_ARGUMENTS,
+                    )
+                )
+            arguments = text
         result = await executor.aexecute(ToolCall(name=params.name, arguments=arguments))
         return call_result(result)
 

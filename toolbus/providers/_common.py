@@ -12,6 +12,7 @@ Nothing here imports a provider SDK.
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -91,6 +92,24 @@ def as_dict(obj: Any, what: str) -> dict[str, Any]:
 
 
 # -- results as text --------------------------------------------------------------
+
+
+def call_arguments(raw: Any) -> dict[str, Any] | str | None:
+    """A call's arguments as the executor takes them: a dict or text stays as it
+    is; anything else is handed on as JSON text, so the executor rejects it
+    (`INVALID_ARGUMENTS`) instead of the tool running with no arguments."""
+    if raw is None or isinstance(raw, dict | str):
+        return raw
+    return orjson.dumps(raw, default=str).decode()
+
+
+def fallback_call_id(index: int, name: str, raw: Any) -> str:
+    """An id for a call that came without one: the same for every read of the
+    same message (so the answer matches the echoed call), distinct across calls."""
+    digest = hashlib.sha1(
+        orjson.dumps([index, name, raw], default=str), usedforsecurity=False
+    ).hexdigest()
+    return f"call_toolbus_{digest[:16]}"
 
 
 def result_text(result: ToolResult, max_length: int = DEFAULT_MAX_LENGTH) -> str:

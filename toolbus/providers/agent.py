@@ -365,6 +365,12 @@ async def arun_agent(
         options=options,
     )
     create = fmt.method(client)
+    # Checked before anything is sent: calling a sync client's create() would
+    # send a (billed) request and block the event loop. The SDKs wrap create()
+    # in a sync decorator, so look through it.
+    if not inspect.iscoroutinefunction(inspect.unwrap(create)):
+        steps.close()
+        raise TypeError("arun_agent needs an async client; use run_agent")
     reply: Any = None
     try:
         while True:

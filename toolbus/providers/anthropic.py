@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..models import ToolCall, ToolResult
 from ..tools import ToolRegistry
-from ._common import DEFAULT_MAX_LENGTH, ToolSource, as_dict, plain, result_text, tools_of
+from ._common import (
+    DEFAULT_MAX_LENGTH,
+    ToolSource,
+    as_dict,
+    call_arguments,
+    fallback_call_id,
+    plain,
+    result_text,
+    tools_of,
+)
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -77,7 +86,7 @@ def tool_calls(message: MessageLike, *, registry: ToolRegistry | None = None) ->
     blocks (text, thinking, server tools the API ran itself) are skipped.
     """
     calls = []
-    for block in _blocks(message):
+    for index, block in enumerate(_blocks(message)):
         if block.get("type") != "tool_use":
             continue
         name = str(block.get("name") or "")
@@ -87,11 +96,10 @@ def tool_calls(message: MessageLike, *, registry: ToolRegistry | None = None) ->
             text = raw.get(CUSTOM_INPUT)
             if set(raw) == {CUSTOM_INPUT} and isinstance(text, str):
                 raw = text
-        fields: dict[str, Any] = {"name": name}
-        if block.get("id"):
-            fields["id"] = str(block["id"])
-        if isinstance(raw, dict | str):
-            fields["arguments"] = raw
+        fields: dict[str, Any] = {"name": name, "id": _block_id(block, index)}
+        arguments = call_arguments(raw)
+        if arguments is not None:
+            fields["arguments"] = arguments
         calls.append(ToolCall(**fields))
     return calls
 
@@ -101,7 +109,17 @@ def assistant_message(message: MessageLike) -> MessageParam:
     `{"role": "assistant", "content": [...]}` with every block as the SDK sends
     it back (thinking blocks keep their signatures, tool_use blocks their ids).
     """
-    return {"role": "assistant", "content": cast("list[Any]", _blocks(message))}
+    blocks = _blocks(message)
+    for index, block in enumerate(blocks):
+        if block.get("type") == "tool_use" and not block.get("id"):
+            block["id"] = _block_id(block, index)  # the id its result will carry
+    return {"role": "assistant", "content": cast("list[Any]", blocks)}
+
+
+def _block_id(block: Mapping[str, Any], index: int) -> str:
+    if block.get("id"):
+        return str(block["id"])
+    return fallback_call_id(index, str(block.get("name") or ""), block.get("input"))
 
 
 def message_text(message: MessageLike) -> str:

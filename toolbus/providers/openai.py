@@ -31,6 +31,8 @@ from ._common import (
     StrictSchemaError,
     ToolSource,
     as_dict,
+    call_arguments,
+    fallback_call_id,
     plain,
     result_text,
     strict_schema,
@@ -98,18 +100,21 @@ def _chat_message(completion: Any, choice: int) -> dict[str, Any]:
     return data
 
 
-def _call_from_chat(item: Any) -> ToolCall:
+def _call_from_chat(item: Any, index: int) -> ToolCall:
     data = as_dict(item, "a chat tool call")
     kind = _chat_call_kind(data)
     body = data.get(kind)
     if not isinstance(body, Mapping):
         body = {}
     raw = body.get("input") if kind == "custom" else body.get("arguments")
-    fields: dict[str, Any] = {"name": str(body.get("name") or data.get("name") or "")}
-    if data.get("id"):
-        fields["id"] = str(data["id"])
-    if isinstance(raw, str | dict):
-        fields["arguments"] = raw
+    name = str(body.get("name") or data.get("name") or "")
+    fields: dict[str, Any] = {
+        "name": name,
+        "id": str(data["id"]) if data.get("id") else fallback_call_id(index, name, raw),
+    }
+    arguments = call_arguments(raw)
+    if arguments is not None:
+        fields["arguments"] = arguments
     return ToolCall(**fields)
 
 
@@ -128,7 +133,7 @@ def chat_tool_calls(completion: ChatLike, *, choice: int = 0) -> list[ToolCall]:
     `tool_call_id`s. A message without tool calls gives `[]`.
     """
     message = _chat_message(completion, choice)
-    return [_call_from_chat(item) for item in message.get("tool_calls") or ()]
+    return [_call_from_chat(item, i) for i, item in enumerate(message.get("tool_calls") or ())]
 
 
 def chat_assistant_message(
@@ -144,8 +149,8 @@ def chat_assistant_message(
         "content": message.get("content"),
     }
     calls: list[ChatCompletionMessageToolCallUnionParam] = []
-    for item in message.get("tool_calls") or ():
-        call = _call_from_chat(item)
+    for i, item in enumerate(message.get("tool_calls") or ()):
+        call = _call_from_chat(item, i)
         args = call.arguments
         raw = args if isinstance(args, str) else orjson.dumps(args).decode()
         if _chat_call_kind(item) == "custom":
@@ -237,13 +242,16 @@ def _items(response: Any) -> list[dict[str, Any]]:
     return [as_dict(item, "a response output item") for item in found]
 
 
-def _call_from_item(item: Mapping[str, Any]) -> ToolCall:
+def _call_from_item(item: Mapping[str, Any], index: int) -> ToolCall:
     raw = item.get("input") if item.get("type") == "custom_tool_call" else item.get("arguments")
-    fields: dict[str, Any] = {"name": str(item.get("name") or "")}
-    if item.get("call_id"):
-        fields["id"] = str(item["call_id"])
-    if isinstance(raw, str | dict):
-        fields["arguments"] = raw
+    name = str(item.get("name") or "")
+    fields: dict[str, Any] = {
+        "name": name,
+        "id": str(item["call_id"]) if item.get("call_id") else fallback_call_id(index, name, raw),
+    }
+    arguments = call_arguments(raw)
+    if arguments is not None:
+        fields["arguments"] = arguments
     return ToolCall(**fields)
 
 
@@ -256,7 +264,11 @@ def responses_tool_calls(response: ResponseLike) -> list[ToolCall]:
     `call_id`. Other items (messages, reasoning, built-in tools the API ran
     itself) are not calls to your tools and are skipped.
     """
-    return [_call_from_item(i) for i in _items(response) if i.get("type") in _CALL_TYPES]
+    return [
+        _call_from_item(item, i)
+        for i, item in enumerate(_items(response))
+        if item.get("type") in _CALL_TYPES
+    ]
 
 
 def responses_output_items(response: ResponseLike) -> list[ResponseInputItemParam]:
