@@ -23,11 +23,11 @@ import openai
 import pytest
 
 from tests.conftest import MakeExecutor
+from tests.provider_tools import FIXTURES, SECRET, load, make_registry
 from toolbus import (
     Attachment,
     Executor,
     ToolContext,
-    ToolError,
     ToolOutput,
     ToolRegistry,
     bus,
@@ -37,52 +37,13 @@ from toolbus.providers import anthropic as tba
 from toolbus.providers import openai as tbo
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures" / "providers"
 MODEL = "toolbus-test-model"
-SECRET = "sk-live-9c41f7e2b8d3"
 QUESTION = "Weather in Oslo and Bergen, and book Maaemo for two"
-
-
-def load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
-    return data
 
 
 @pytest.fixture
 def registry() -> ToolRegistry:
-    registry = ToolRegistry()
-
-    @registry.tool(read_only=True)
-    def get_weather(
-        city: str, unit: Literal["celsius", "fahrenheit"] = "celsius"
-    ) -> dict[str, Any]:
-        """Current weather for a city."""
-        celsius = {"Oslo": 4, "Bergen": 15}.get(city, 20)
-        temperature = round(celsius * 9 / 5 + 32) if unit == "fahrenheit" else celsius
-        return {"city": city, "temperature": temperature, "unit": unit}
-
-    @registry.tool
-    def book_table(restaurant: str, people: int) -> str:
-        """Book a table."""
-        return f"Booked {restaurant} for {people}"
-
-    @registry.tool(type="custom", read_only=True)
-    def run_sql(query: str) -> str:
-        """Run a read-only SQL query."""
-        return f"2 rows for: {query}"
-
-    @registry.tool(read_only=True, timeout=0.1)
-    def slow_report(ctx: ToolContext) -> str:
-        """A report that takes too long (returns once the deadline cancels it)."""
-        ctx.wait_cancelled(10)
-        return "too late"
-
-    @registry.tool
-    def fetch_account(account: str, api_key: str) -> str:
-        """Fetch an account; its error names the key it was given."""
-        raise ToolError(f"account {account} refused key {api_key}", retryable=False)
-
-    return registry
+    return make_registry()
 
 
 @pytest.fixture

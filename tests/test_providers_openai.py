@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import httpx2
@@ -22,17 +21,10 @@ from openai.types.responses import Response
 from pydantic import BaseModel, Field
 
 from tests.conftest import MakeExecutor
-from toolbus import Executor, ToolCall, ToolContext, ToolError, ToolRegistry, ToolResult
+from tests.provider_tools import SECRET, load, make_registry, wire
+from toolbus import Executor, ToolCall, ToolRegistry, ToolResult
 from toolbus.providers import NO_OUTPUT, StrictSchemaError, result_text, strict_schema
 from toolbus.providers import openai as tb
-
-FIXTURES = Path(__file__).parent / "fixtures" / "providers"
-SECRET = "sk-live-9c41f7e2b8d3"
-
-
-def load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
-    return data
 
 
 def chat(name: str) -> ChatCompletion:
@@ -43,50 +35,9 @@ def response(name: str) -> Response:
     return Response.model_validate(load(name))
 
 
-def make_registry() -> ToolRegistry:
-    registry = ToolRegistry()
-
-    @registry.tool(read_only=True)
-    def get_weather(
-        city: str, unit: Literal["celsius", "fahrenheit"] = "celsius"
-    ) -> dict[str, Any]:
-        """Current weather for a city."""
-        celsius = {"Oslo": 4, "Bergen": 15}.get(city, 20)
-        temperature = round(celsius * 9 / 5 + 32) if unit == "fahrenheit" else celsius
-        return {"city": city, "temperature": temperature, "unit": unit}
-
-    @registry.tool
-    def book_table(restaurant: str, people: int) -> str:
-        """Book a table."""
-        return f"Booked {restaurant} for {people}"
-
-    @registry.tool(type="custom", read_only=True)
-    def run_sql(query: str) -> list[dict[str, Any]]:
-        """Run a read-only SQL query."""
-        return [{"query": query, "name": "Oslo"}, {"name": "Bergen"}]
-
-    @registry.tool(read_only=True, timeout=0.1)
-    def slow_report(ctx: ToolContext) -> str:
-        """A report that takes too long (returns once the deadline cancels it)."""
-        ctx.wait_cancelled(10)
-        return "too late"
-
-    @registry.tool
-    def fetch_account(account: str, api_key: str) -> str:
-        """Fetch an account; its error names the key it was given."""
-        raise ToolError(f"account {account} refused key {api_key}", retryable=False)
-
-    return registry
-
-
-def wire(value: Any) -> Any:
-    """`value` as JSON data, the way it goes over the wire (and proof that it can)."""
-    return json.loads(json.dumps(value))
-
-
 @pytest.fixture
 def registry() -> ToolRegistry:
-    return make_registry()
+    return make_registry(sql_rows=True)
 
 
 @pytest.fixture

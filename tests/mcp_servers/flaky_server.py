@@ -109,7 +109,7 @@ async def hangs_cancelled(at_least: int) -> int:
 @server.tool()
 async def freeze(seconds: float = 3600) -> str:
     """Block the whole server (its event loop) for `seconds`."""
-    time.sleep(seconds)
+    time.sleep(seconds)  # tool under test: a slow server tool
     return "thawed"
 
 
