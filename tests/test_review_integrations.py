@@ -84,7 +84,7 @@ def test_cancelled_aconnect_leaves_no_server_behind() -> None:
     marker = "toolbus-review-aconnect-marker"
     script = (
         # tool under test: a server that is slow to start (so connect is still going)
-        f"import time, runpy, sys; time.sleep(1.5); sys.argv = ['{marker}'];"
+        f"import time, runpy, sys; time.sleep(1.5); sys.argv = ['{marker}'];"  # tool under test
         f" runpy.run_path({FLAKY!r}, run_name='__main__')"
     )
     threads_before = {t.ident for t in threading.enumerate()}
