@@ -275,6 +275,7 @@ async def aconnect(
     future: asyncio.Future[MCPConnection] = loop.create_future()
     abandoned = threading.Event()
     context = contextvars.copy_context()
+
     def make() -> MCPConnection:
         return connect(
             target,
