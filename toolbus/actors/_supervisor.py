@@ -16,8 +16,6 @@ ever returns, its late result is discarded and the worker rejoins the pool.
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -125,7 +123,7 @@ class Supervisor(pykka.ThreadingActor):
     def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
         self._disarm(run)
         run.sv_timer = self.timers.schedule(
-            _finite_delay(delay), self.actor_ref.tell, make(run, run.attempt, run.sv_gen)
+            _as_delay(delay), self.actor_ref.tell, make(run, run.attempt, run.sv_gen)
         )
 
     def _disarm(self, run: Run) -> None:
@@ -445,16 +443,10 @@ class Supervisor(pykka.ThreadingActor):
         return True
 
 
-# Timer waits beyond this overflow (threading.TIMEOUT_MAX); a deadline that far
-# away is "never" in practice.
-_MAX_DELAY = min(threading.TIMEOUT_MAX, 365 * 24 * 3600.0)
-
-
-def _finite_delay(delay: Any) -> float:
+def _as_delay(delay: Any) -> float:
+    """A hook's retry delay as a number (garbage counts as 0); the timer service
+    clamps whatever is out of range (NaN, negative, beyond what a wait accepts)."""
     try:
-        d = float(delay)
+        return float(delay)
     except (TypeError, ValueError):
         return 0.0
-    if math.isnan(d) or d < 0:
-        return 0.0
-    return min(d, _MAX_DELAY)
