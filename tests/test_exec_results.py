@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import (
     ErrorCode,
     Executor,
@@ -207,19 +207,34 @@ async def test_cancelled_by_the_awaiting_task(ex: Executor, release: threading.E
         assert finished.result.error_code is ErrorCode.CANCELLED
 
 
-def test_unavailable_when_abandoned_workers_hit_the_limit(
+def test_only_the_stuck_tool_is_refused_when_its_budget_is_spent(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    ex = make_executor(_registry(release), max_abandoned_workers=3, max_abandoned_per_tool=1)
+    assert ex.execute(ToolCall(name="stuck")).status == "timeout"
+    assert ex.stats().abandoned_workers == 1
+    # The stuck tool has spent its budget...
+    r = ex.execute(ToolCall(name="stuck"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert r.error is not None and "stuck" in r.error and "per tool" in r.error
+    # ...healthy tools, even ones never used, go on.
+    assert ex.execute(ToolCall(name="add", arguments={"a": 1})).status == "ok"
+    assert ex.execute(ToolCall(name="explode", arguments={"message": "x"})).status == "error"
+
+
+def test_every_sync_tool_is_refused_when_stuck_threads_fill_the_budget(
     make_executor: MakeExecutor, release: threading.Event
 ) -> None:
     ex = make_executor(_registry(release), max_abandoned_workers=1)
-    assert ex.execute(ToolCall(name="add", arguments={"a": 1})).status == "ok"
     assert ex.execute(ToolCall(name="stuck")).status == "timeout"
     assert ex.stats().abandoned_workers == 1
-    # Workers already started keep serving...
-    assert ex.execute(ToolCall(name="add", arguments={"a": 1})).status == "ok"
-    # ...but no new worker thread starts while the limit of stuck ones is reached.
-    r = ex.execute(ToolCall(name="explode", arguments={"message": "x"}))
+    # Nothing can free the budget but the stuck thread: refuse rather than queue forever.
+    r = ex.execute(ToolCall(name="add", arguments={"a": 1}))
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
     assert r.error is not None and "stuck" in r.error
+    release.set()  # the stuck thread returns: its worker serves again
+    wait_until(lambda: ex.stats().abandoned_workers == 0)
+    assert ex.execute(ToolCall(name="add", arguments={"a": 1})).status == "ok"
 
 
 def test_closed_executor_still_answers(

@@ -284,7 +284,7 @@ def test_stale_deadline_after_retry_report_does_not_end_the_call(monkeypatch: An
     on_report = _supervisor.Supervisor._on_report
 
     def busy_on_report(self: Any, msg: Any) -> None:
-        if msg.kind == "retry":
+        if msg.outcome.kind == "retry":
             time.sleep(0.1)  # tool-side fault injection: the supervisor is busy meanwhile
         on_report(self, msg)
 
@@ -432,7 +432,9 @@ def test_async_tool_raising_system_exit_does_not_kill_the_loop() -> None:
 
 
 def test_worker_start_failure_still_ends_the_call(monkeypatch: Any) -> None:
-    real = _supervisor.ToolWorker.start
+    from toolbus.backends import _thread
+
+    real = _thread.ToolWorker.start
     fail = {"n": 1}
 
     def start(*a: Any, **k: Any) -> Any:
@@ -441,7 +443,7 @@ def test_worker_start_failure_still_ends_the_call(monkeypatch: Any) -> None:
             raise RuntimeError("can't start new thread")
         return real(*a, **k)
 
-    monkeypatch.setattr(_supervisor.ToolWorker, "start", start)
+    monkeypatch.setattr(_thread.ToolWorker, "start", start)
     ex = Executor(_ok_registry())
     try:
         th, out = _in_thread(lambda: ex.execute(ToolCall(name="ok", arguments={"i": 1})))

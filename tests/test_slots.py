@@ -6,7 +6,7 @@ import contextvars
 
 from toolbus import ToolCall, tool
 from toolbus.actors._pool import Pool
-from toolbus.actors._run import BatchRun, Run
+from toolbus.pipeline import BatchRun, Run
 from toolbus.actors._slots import Slots
 from toolbus.retry import RetryPolicy
 

@@ -8,7 +8,9 @@ Hooks come in both styles of the designs toolbus grew from: pass callables
 (`pre_call=[...]`, `post_call=[...]`, `authorize=`, `masker=`, `concurrency=`), or
 subclass and override `pre_execute`, `is_allowed`, `mask_arguments`,
 `should_retry`, `max_parallel`, `post_execute`; the defaults apply the options.
-Hooks run on worker threads, in the caller's captured `contextvars`.
+Hooks may be sync or async (`async def`): they run where the call runs (a
+worker thread for sync tools, the event loop for async ones), in the caller's
+captured `contextvars`; an async hook is awaited on the executor's loop.
 """
 
 from __future__ import annotations
@@ -16,32 +18,35 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import difflib
+import inspect
 import itertools
 import logging
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pykka
 from pydantic import BaseModel, ConfigDict
 
-from .actors import (
-    BatchRun,
-    LoopThread,
-    LoopWaiter,
-    Run,
-    Supervisor,
-    ThreadWaiter,
-    TimerService,
-    Waiter,
-)
+from .actors import Supervisor, TimerService
 from .actors._messages import Cancel, Close, StatusQuery, Submit
+from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .masking import mask_arguments
 from .models import BatchResult, BatchSummary, ErrorCode, ToolCall, ToolResult
-from .pipeline import Services, finish, make_result
+from .pipeline import (
+    BatchRun,
+    LoopWaiter,
+    Run,
+    Services,
+    ThreadWaiter,
+    Waiter,
+    current_run,
+    finish,
+    make_result,
+)
 from .retry import AttemptFailure, RetryDecision, RetryPolicy
 from .tools import ToolRegistry
 
@@ -49,8 +54,8 @@ __all__ = ["Executor", "ExecutorStats"]
 
 log = logging.getLogger("toolbus")
 
-PreCallHook = Callable[[ToolCall], ToolCall]
-PostCallHook = Callable[[ToolCall, ToolResult], ToolResult]
+PreCallHook = Callable[[ToolCall], ToolCall | Awaitable[ToolCall]]
+PostCallHook = Callable[[ToolCall, ToolResult], ToolResult | Awaitable[ToolResult]]
 CallLike = ToolCall | Mapping[str, Any]
 
 _batch_ids = itertools.count(1)
@@ -99,22 +104,30 @@ class Executor:
         retry: RetryPolicy | None = None,
         pre_call: Sequence[PreCallHook] = (),
         post_call: Sequence[PostCallHook] = (),
-        authorize: Callable[[ToolCall], bool] | None = None,
+        authorize: Callable[[ToolCall], bool | Awaitable[bool]] | None = None,
         masker: Callable[[ToolCall], Any] | None = None,
         concurrency: Callable[[Sequence[ToolCall]], int] | None = None,
         publisher: Publisher | None = None,
         max_argument_bytes: int = 1_000_000,
         max_abandoned_workers: int = 1000,
+        max_abandoned_per_tool: int | None = None,
         hook_grace: float = 5.0,
+        backend: str | Backend | None = "auto",
+        backends: Mapping[str, Backend] | None = None,
     ) -> None:
         if max_parallel < 1:
             raise ValueError("max_parallel must be >= 1")
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be > 0 (or None for no timeout)")
-        if hook_grace <= 0 or max_argument_bytes <= 0 or max_abandoned_workers < 0:
+        if hook_grace <= 0 or max_argument_bytes <= 0 or max_abandoned_workers < 1:
             raise ValueError(
-                "hook_grace and max_argument_bytes must be > 0, max_abandoned_workers >= 0"
+                "hook_grace and max_argument_bytes must be > 0, max_abandoned_workers >= 1"
             )
+        if max_abandoned_per_tool is None:
+            # One stuck tool may take half the budget: the rest stays for the others.
+            max_abandoned_per_tool = max(1, max_abandoned_workers // 2)
+        if max_abandoned_per_tool < 1:
+            raise ValueError("max_abandoned_per_tool must be >= 1")
         self.registry = registry
         self.parallel_limit = max_parallel
         self.timeout = timeout
@@ -125,7 +138,13 @@ class Executor:
         self._masker = masker
         self._concurrency = concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
+        # Every tool's backend is resolved now, so a pairing that cannot work
+        # fails here; tools registered later are checked on their first call.
+        self._backends = Backends(backend, backends)
+        for t in registry.list():
+            self._backends.for_tool(t)
         self._closed = False
+        self._final_stats: ExecutorStats | None = None
         self._close_lock = threading.Lock()
         self._announcer = Announcer.start(self.publisher)
         self._emitter = Emitter(self.publisher, self._announcer)
@@ -134,27 +153,30 @@ class Executor:
         self._services = Services(
             emitter=self._emitter,
             hooks=self,
-            loop=self._loop,
             max_argument_bytes=max_argument_bytes,
         )
         self._supervisor = Supervisor.start(
             self._services,
             self._timers,
+            self._loop,
             max_parallel=max_parallel,
             max_abandoned=max_abandoned_workers,
+            max_abandoned_per_tool=max_abandoned_per_tool,
             hook_grace=hook_grace,
+            backends=self._backends.all(),
         )
 
     # -- hooks: override in a subclass, or pass the options ----------------------
 
-    def pre_execute(self, call: ToolCall) -> ToolCall:
-        """Before a call runs: may return a changed call; raising rejects it."""
-        for hook in self._pre_call:
-            call = hook(call)
-        return call
+    def pre_execute(self, call: ToolCall) -> ToolCall | Awaitable[ToolCall]:
+        """Before a call runs: may return a changed call; raising rejects it.
 
-    def is_allowed(self, call: ToolCall) -> bool:
-        """Whether the call may run (after pre-call hooks)."""
+        May be overridden as `async def`; the `pre_call` hooks may be async."""
+        out: ToolCall | Awaitable[ToolCall] = _chain(self._pre_call, call, lambda hook, c: hook(c))
+        return out
+
+    def is_allowed(self, call: ToolCall) -> bool | Awaitable[bool]:
+        """Whether the call may run (after pre-call hooks); may be async."""
         return self._authorize(call) if self._authorize is not None else True
 
     def mask_arguments(self, call: ToolCall) -> Any:
@@ -181,17 +203,26 @@ class Executor:
             return self._concurrency(calls)
         return self.parallel_limit
 
-    def post_execute(self, call: ToolCall, result: ToolResult) -> ToolResult:
-        """After a call ran (ok, error or timeout): may return a changed result."""
-        for hook in self._post_call:
-            result = hook(call, result)
-        return result
+    def post_execute(
+        self, call: ToolCall, result: ToolResult
+    ) -> ToolResult | Awaitable[ToolResult]:
+        """After a call ran (ok, error or timeout): may return a changed result; may be async."""
+        out: ToolResult | Awaitable[ToolResult] = _chain(
+            self._post_call, result, lambda hook, r: hook(call, r)
+        )
+        return out
 
     # -- sync API ---------------------------------------------------------------
 
     def execute(self, call: CallLike) -> ToolResult:
-        """Run one call and return its result; blocks until it is final."""
+        """Run one call and return its result; blocks until it is final.
+
+        From an async tool or hook of this executor, use `aexecute`: blocking
+        the loop its async tools run on would deadlock, so `execute` there
+        returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
+        if self._loop.owns_current_thread():
+            return self._refuse_blocking(call)
         run = self._submit_one(call, waiter)
         if run.result is None:
             try:
@@ -212,6 +243,8 @@ class Executor:
         call that does not end `ok` ends the calls not yet started (`ABORTED`).
         """
         waiter = ThreadWaiter()
+        if self._loop.owns_current_thread():
+            return _batch_of([self._refuse_blocking(c) for c in calls])
         batch = self._submit_batch(calls, stop_on_error, waiter)
         if batch is None:
             return _empty_batch()
@@ -267,7 +300,10 @@ class Executor:
         For speed, a single call's caller is woken before its worker reports to
         the supervisor, so right after `execute()` returns the call may still
         count as in flight for a moment; batches are counted before they return.
+        After `close()`, the final counters.
         """
+        if self._final_stats is not None:
+            return self._final_stats
         data: dict[str, Any] | None
         try:
             data = typing.cast(dict[str, Any], self._supervisor.ask(StatusQuery(), timeout=timeout))
@@ -298,6 +334,7 @@ class Executor:
             self._closed = True
         try:
             self._supervisor.ask(Close("the executor was closed"), timeout=timeout)
+            self._final_stats = self.stats(timeout)
             self._supervisor.stop(timeout=timeout)
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
@@ -336,12 +373,18 @@ class Executor:
     ) -> Run:
         c = _coerce(call)
         tool = self.registry.get(c.name)
+        backend: Backend | None = None
         if tool is None:
             timeout, policy = self.timeout, self.retry_policy
             hint = _unknown_tool_message(c.name, self.registry.names())
         else:
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
+            try:
+                backend = self._backends.for_tool(tool)
+            except (ValueError, TypeError) as e:
+                hint = f"Tool '{c.name}' is unavailable: {e}"
+        parent = current_run.get()
         run = Run(
             c,
             tool,
@@ -351,8 +394,11 @@ class Executor:
             timeout=timeout,
             policy=policy,
             waiter=waiter,
+            backend=backend,
+            # Nested: made by a tool (or hook) of a call of this executor.
+            parent=parent[1] if parent is not None and parent[0] is self._services else None,
         )
-        if tool is None:
+        if tool is None or backend is None:
             run.last_error = hint
         return run
 
@@ -404,11 +450,45 @@ class Executor:
             if message.batch is not None and message.batch.waiter is not None:
                 message.batch.waiter.release(message.batch)
 
+    def _refuse_blocking(self, call: CallLike) -> ToolResult:
+        c = _coerce(call)
+        return ToolResult(
+            call_id=c.id,
+            name=c.name,
+            status="rejected",
+            error_code=ErrorCode.TOOL_UNAVAILABLE,
+            error=(
+                "execute() was called on the event loop this executor's async tools run on; "
+                "it would block them: use `await executor.aexecute(...)`"
+            ),
+        )
+
     def _cancel(self, message: Cancel) -> None:
         try:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:
             pass
+
+
+def _chain(hooks: Sequence[Callable[..., Any]], value: Any, apply: Callable[..., Any]) -> Any:
+    """`value` through each hook in turn; from the first hook that returns an
+    awaitable on, the rest run in a coroutine (which the pipeline awaits)."""
+    for i, hook in enumerate(hooks):
+        out = apply(hook, value)
+        if inspect.isawaitable(out):
+            return _chain_rest(hooks[i + 1 :], out, apply)
+        value = out
+    return value
+
+
+async def _chain_rest(
+    hooks: Sequence[Callable[..., Any]], pending: Awaitable[Any], apply: Callable[..., Any]
+) -> Any:
+    value = await pending
+    for hook in hooks:
+        out = apply(hook, value)
+        value = (await out) if inspect.isawaitable(out) else out
+    return value
 
 
 def _unknown_tool_message(name: str, known: list[str]) -> str:
@@ -440,6 +520,16 @@ def _coerce(call: CallLike) -> ToolCall:
         log.debug("could not read a tool call: %s", e)
     name = str(call.get("name", "")) if isinstance(call, Mapping) else ""
     return ToolCall(name=name or "<unreadable call>", arguments="")
+
+
+def _batch_of(results: list[ToolResult]) -> BatchResult:
+    return BatchResult(
+        results=tuple(results),
+        summary=BatchSummary(
+            total=len(results), executed=0, succeeded=0, failed=len(results),
+            read_only=0, mutating=0, duration=0.0,
+        ),
+    )  # fmt: skip
 
 
 def _batch_result(batch: BatchRun) -> BatchResult:

@@ -1,14 +1,15 @@
-"""The actors layer: the supervisor, the tool workers and the machinery they share.
+"""The actors layer: the supervisor and the machinery it owns.
 
-One supervisor actor per executor schedules every call; each tool is served by
-its own pool of worker actors, started lazily and reused.
+One supervisor actor per executor schedules every call: admission (`Slots`,
+each tool's `Pool` of slots), barriers, deadlines and backoffs on the
+`TimerService`, and cancellation. Where attempts run is the backends' job
+(`toolbus.backends`); the thread backend's workers are actors too.
 """
 
-from ._loop import LoopThread
-from ._run import BatchRun, LoopWaiter, Run, ThreadWaiter, Waiter
-from ._supervisor import Supervisor
+from ..backends import LoopThread, ToolWorker, WorkerHandle
+from ..pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter, Waiter
+from ._supervisor import Supervisor, SupervisorHost
 from ._timers import TimerHandle, TimerService
-from ._worker import ToolWorker, WorkerHandle
 
 __all__ = [
     "BatchRun",
@@ -16,6 +17,7 @@ __all__ = [
     "LoopWaiter",
     "Run",
     "Supervisor",
+    "SupervisorHost",
     "ThreadWaiter",
     "TimerHandle",
     "TimerService",

@@ -7,7 +7,7 @@ import time
 from ..bus import _signals as sig
 from ..bus._events import BatchComplete, BatchStart, ParallelComplete, ParallelStart
 from ..bus._publisher import Emitter
-from ._run import BatchRun
+from ..pipeline import BatchRun
 
 __all__ = ["announce_groups", "announce_start", "finish_batch"]
 

@@ -1,4 +1,4 @@
-"""Messages between the executor, the supervisor and the workers.
+"""Messages between the executor, the supervisor, the backends and the timers.
 
 Frozen and slotted: pykka passes messages by reference, so nothing a receiver
 does can change what the sender sent.
@@ -7,20 +7,19 @@ does can change what the sender sent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..models import ErrorCode
 
 if TYPE_CHECKING:
-    from ._run import BatchRun, Run
+    from ..backends import Job
+    from ..pipeline import BatchRun, Outcome, Run
 
 __all__ = [
-    "AfterTimeout",
     "Cancel",
     "Close",
     "Deadline",
     "Grace",
-    "Invoke",
     "Report",
     "RetryDue",
     "StatusQuery",
@@ -47,31 +46,12 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
-class Invoke:
-    """Supervisor -> worker: run attempt `attempt` of `run`."""
-
-    run: Run
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class AfterTimeout:
-    """Supervisor -> worker: attempt `attempt` timed out in `phase`; decide what follows."""
-
-    run: Run
-    attempt: int
-    phase: str
-
-
-@dataclass(frozen=True, slots=True)
 class Report:
-    """Worker -> supervisor: I am free again, and this is what became of the run."""
+    """Backend -> supervisor: `job` is over (run by `worker`); this is what became of it."""
 
     worker: Any
-    run: Run
-    attempt: int
-    kind: Literal["done", "retry", "lost", "late"]
-    delay: float
+    job: Job
+    outcome: Outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
-"""The workers and the concurrency slots of one tool (owned by the supervisor).
+"""The concurrency slots of one tool (owned by the supervisor).
 
 Slots count calls, not threads: a worker stuck in a timed-out call is detached
-(abandoned) and no longer counts, so its call's slot can be used by a fresh
-worker while the stuck thread lingers.
+by its backend (abandoned) and no longer counts here, so its call's slot can be
+used by a fresh attempt while the stuck thread lingers.
 """
 
 from __future__ import annotations
@@ -11,25 +11,21 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..pipeline import Run
     from ..tools import Tool
-    from ._run import Run
-    from ._worker import WorkerHandle
 
 __all__ = ["Pool"]
 
 
 class Pool:
-    """Idle workers, busy count, calls in flight and calls waiting for one tool."""
+    """Calls in flight and calls waiting for one tool."""
 
-    __slots__ = ("busy", "idle", "in_flight", "limit", "started", "tool", "waiting")
+    __slots__ = ("in_flight", "limit", "tool", "waiting")
 
     def __init__(self, tool: Tool) -> None:
         self.tool = tool
         self.limit = tool.max_concurrency
-        self.idle: list[WorkerHandle] = []
-        self.busy = 0
         self.in_flight = 0
-        self.started = 0
         self.waiting: deque[Run] = deque()
 
     @property

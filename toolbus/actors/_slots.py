@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from ..pipeline import PARKED, READY, Run
 from ._pool import Pool
-from ._run import PARKED, READY, Run
 
 __all__ = ["Slots"]
 
@@ -44,7 +44,11 @@ class Slots:
     def next_startable(self) -> Run | None:
         """The next run that may start now, parking those that must wait; None if none."""
         ready = self.ready
-        while ready and self.in_flight < self.max_parallel:
+        while ready:
+            # A nested call (made by a tool of this executor) runs on its
+            # caller's share: waiting for the slot its caller holds would deadlock.
+            if self.in_flight >= self.max_parallel and ready[0].parent is None:
+                return None
             run = ready.popleft()
             run.sv_queued = 0
             if run.sv_closed:

@@ -8,15 +8,20 @@ subscriber code on its thread. Replies are matched by attempt number and timer
 messages by a per-run generation, so anything stale is dropped. That is why it
 answers a status query in a millisecond while tools hang.
 
-A worker stuck in a sync tool cannot be stopped. At the deadline it is detached
-from its pool (counted as abandoned) and a fresh worker takes its place; if it
-ever returns, its late result is discarded and the worker rejoins the pool.
+Where an attempt runs is its backend's business (`toolbus/backends/`): the
+supervisor hands it a `Job` and reads its `Report`. At a deadline it settles
+the attempt, interrupts it and tells the backend to let it go (a thread stuck
+in a sync tool is abandoned, a task is cancelled). Threads are a shared budget:
+a sync attempt starts only while abandoned plus running threads stay under
+`max_abandoned_workers`, and a tool with `max_abandoned_per_tool` threads stuck
+is refused (`TOOL_UNAVAILABLE`) while other tools go on.
 """
 
 from __future__ import annotations
 
 import logging
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,34 +29,56 @@ import pykka
 
 from .. import pipeline as _pipeline
 from .._sync import simple_inbox
+from ..backends import Backend, BackendUnavailable, Job
 from ..bus import _signals as sig
 from ..bus._events import TimedOut
 from ..models import ErrorCode, Status
+from ..pipeline import ADMISSION, FINISHING, PARKED, Outcome, Run
 from ..scheduling import BarrierSchedule
 from ._batches import announce_groups, announce_start, finish_batch
 from ._messages import (
-    AfterTimeout,
     Cancel,
     Close,
     Deadline,
     Grace,
-    Invoke,
     Report,
     RetryDue,
     StatusQuery,
     Submit,
 )
 from ._pool import Pool
-from ._run import ADMISSION, FINISHING, Run
 from ._slots import Slots
 from ._timers import TimerService
-from ._worker import ToolWorker, WorkerHandle
 
-__all__ = ["Supervisor"]
+__all__ = ["Supervisor", "SupervisorHost"]
 
 log = logging.getLogger("toolbus.actors")
 
 TimerMessage = Deadline | Grace | RetryDue
+
+
+class SupervisorHost:
+    """What backends report to: tells the supervisor, then announces late results
+    (after the report, so whoever sees the event also sees it in the stats)."""
+
+    __slots__ = ("_ref", "loop", "services")
+
+    def __init__(
+        self, ref: pykka.ActorRef[Any], services: _pipeline.Services, loop: _pipeline.AsyncRunner
+    ) -> None:
+        self._ref = ref
+        self.services = services
+        self.loop = loop
+
+    def report(self, job: Job, outcome: Outcome, worker: Any = None) -> bool:
+        alive = True
+        try:
+            self._ref.tell(Report(worker, job, outcome))
+        except pykka.ActorDeadError:
+            alive = False
+        if outcome.late is not None:
+            self.services.emitter.emit(sig.LATE_RESULT, outcome.late)
+        return alive
 
 
 class Supervisor(pykka.ThreadingActor):
@@ -62,28 +89,37 @@ class Supervisor(pykka.ThreadingActor):
         self,
         services: _pipeline.Services,
         timers: TimerService,
+        loop: _pipeline.AsyncRunner,
         *,
         max_parallel: int,
         max_abandoned: int,
+        max_abandoned_per_tool: int,
         hook_grace: float,
+        backends: list[Backend] = (),  # type: ignore[assignment]
     ) -> None:
         super().__init__()
         self.services = services
         self.emitter = services.emitter
         self.timers = timers
+        self.host = SupervisorHost(self.actor_ref, services, loop)
         self.max_parallel = max_parallel
         self.max_abandoned = max_abandoned
+        self.max_abandoned_per_tool = max_abandoned_per_tool
         self.hook_grace = hook_grace
         self.pools: dict[int, Pool] = {}
         self.slots = Slots(max_parallel)
-        self.detached: set[WorkerHandle] = set()
         self.runs_open: set[Run] = set()
-        self.worker_seq = 0
+        # Backends in use, and those whose jobs hold threads of this process.
+        self.backends: dict[int, Backend] = {}
+        self.thread_backends: list[Backend] = []
+        self.thread_waiting: deque[Run] = deque()  # sync runs waiting for a thread
+        for backend in backends:
+            self._started(backend)
         self.closed = False
         self.counters: dict[str, int] = dict.fromkeys(
             (
                 "submitted", "batches", "ok", "error", "timeout", "cancelled", "rejected",
-                "retries", "timeouts", "late_results", "abandoned_total", "workers_started",
+                "retries", "timeouts", "late_results", "abandoned_total",
             ),
             0,
         )  # fmt: skip
@@ -153,30 +189,55 @@ class Supervisor(pykka.ThreadingActor):
         for run in msg.runs:
             if run.tool is not None:
                 run.sv_pool = self._pool(run)
+                if run.backend is not None:
+                    try:
+                        self._started(run.backend)
+                    except Exception as e:
+                        log.error("backend %r could not start: %s", run.backend.name, e)
         if self.closed:
             for run in msg.runs:
                 self._finish_here(run, "cancelled", ErrorCode.CANCELLED, "the executor is closed")
             return
         if b is None:
-            if not self._reject_unknown(msg.runs[0]):
-                self.slots.enqueue(msg.runs[0])
+            if not self._reject_unstartable(msg.runs[0]):
+                self.slots.enqueue(msg.runs[0], front=msg.runs[0].parent is not None)
             return
         announce_start(b, self.emitter)
         b.schedule = BarrierSchedule([r.read_only for r in b.runs])
         eligible = b.schedule.open()
         for run in b.runs:
-            self._reject_unknown(run)
+            self._reject_unstartable(run)
         announce_groups(b, self.emitter)
         for i in eligible:
             self.slots.enqueue(b.runs[i])
 
-    def _reject_unknown(self, run: Run) -> bool:
-        if run.tool is not None:
-            return False
-        # The executor wrote the message (with close matches) on the caller's thread.
-        message = run.last_error or f"Unknown tool '{run.call.name}'"
-        self._finish_here(run, "rejected", ErrorCode.TOOL_NOT_FOUND, message)
-        return True
+    def _reject_unstartable(self, run: Run) -> bool:
+        """Reject a run that can never start: unknown tool, no backend, or a
+        nested call whose tool's every slot is held by its own callers."""
+        if run.tool is None:
+            # The executor wrote the message (with close matches) on the caller's thread.
+            message = run.last_error or f"Unknown tool '{run.call.name}'"
+            self._finish_here(run, "rejected", ErrorCode.TOOL_NOT_FOUND, message)
+            return True
+        if run.backend is None:
+            self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, run.last_error)
+            return True
+        limit = run.sv_pool.limit
+        if run.parent is not None and limit is not None:
+            holders = 0
+            parent: Run | None = run.parent
+            while parent is not None:
+                holders += parent.tool is run.tool and parent.sv_slot
+                parent = parent.parent
+            if holders >= limit:
+                self._finish_here(
+                    run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
+                    f"Tool '{run.call.name}' was called from inside its own call, and its "
+                    f"callers hold all of its {limit} slot(s) (max_concurrency): waiting "
+                    "would deadlock",
+                )  # fmt: skip
+                return True
+        return False
 
     def _pool(self, run: Run) -> Pool:
         tool = run.tool
@@ -186,87 +247,143 @@ class Supervisor(pykka.ThreadingActor):
             pool = self.pools[id(tool)] = Pool(tool)
         return pool
 
+    def _started(self, backend: Backend) -> None:
+        if id(backend) in self.backends:
+            return
+        # Raises if the backend serves another executor; the call that
+        # brought it gets that as its result (see _dispatch).
+        backend.start(self.host)
+        self.backends[id(backend)] = backend
+        if backend.uses_threads:
+            self.thread_backends.append(backend)
+
     def _pump(self) -> None:
         """Start every run that may start now."""
-        while (run := self.slots.next_startable()) is not None:
+        while True:
+            self._unpark_threads()
+            run = self.slots.next_startable()
+            if run is None:
+                return
             self._dispatch(run)
 
-    # -- dispatch and slots -------------------------------------------------------------
+    # -- the thread budget: abandoned + running threads <= max_abandoned ------------------
 
-    def _acquire(self, pool: Pool) -> WorkerHandle | None:
-        if pool.idle:
-            w = pool.idle.pop()
-        else:
-            if self.detached and len(self.detached) >= self.max_abandoned:
-                return None  # replacing stuck workers has hit its limit
-            try:
-                ref = ToolWorker.start(self.services, self.actor_ref)
-            except Exception as e:  # e.g. "can't start new thread"
-                log.error("could not start a worker for %r: %s", pool, e)
-                return None
-            self.worker_seq += 1
-            w = WorkerHandle(ref, pool, self.worker_seq)
-            ref.tell(w)
-            pool.started += 1
-            self.counters["workers_started"] += 1
-        pool.busy += 1
-        return w
+    def _threads(self) -> tuple[int, int]:
+        """(threads held by running jobs, threads stuck in abandoned jobs)."""
+        busy = abandoned = 0
+        for b in self.thread_backends:
+            busy += b.busy()
+            abandoned += b.abandoned()
+        return busy, abandoned
+
+    def _thread_refusal(self, run: Run) -> str | None:
+        """Why a sync run cannot get a thread at all, or None."""
+        backend = run.backend
+        stuck = backend.abandoned(run.tool)
+        if stuck >= self.max_abandoned_per_tool:
+            return (
+                f"Tool '{run.call.name}' is unavailable: {stuck} of its calls are stuck "
+                f"after timing out (limit {self.max_abandoned_per_tool} per tool)"
+            )
+        _, abandoned = self._threads()
+        if abandoned >= self.max_abandoned:
+            return (
+                f"Tool '{run.call.name}' is unavailable: {abandoned} worker threads are "
+                f"stuck in calls that timed out (limit {self.max_abandoned})"
+            )
+        return None
+
+    def _thread_free(self) -> bool:
+        busy, abandoned = self._threads()
+        return busy + abandoned < self.max_abandoned
+
+    def _unpark_threads(self) -> None:
+        waiting = self.thread_waiting
+        while waiting:
+            run = waiting[0]
+            if run.sv_closed:
+                waiting.popleft()
+                run.sv_queued = 0
+                continue
+            refusal = self._thread_refusal(run)
+            if refusal is None and not self._thread_free():
+                return
+            waiting.popleft()
+            run.sv_queued = 0
+            if refusal is not None:
+                self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, refusal)
+            else:
+                self.slots.enqueue(run, front=True)
+                return  # one at a time: the dispatch loop decides if more fit
+
+    # -- dispatch ---------------------------------------------------------------------------
 
     def _dispatch(self, run: Run) -> None:
-        worker = self._acquire(run.sv_pool)
-        if worker is None:
+        backend: Backend = run.backend
+        if id(backend) not in self.backends:
             self._finish_here(
                 run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                f"Tool '{run.call.name}' is unavailable: {len(self.detached)} workers are "
-                f"stuck in calls that timed out (limit {self.max_abandoned})",
+                f"Tool '{run.call.name}' is unavailable: its backend {backend.name!r} "
+                "serves another executor",
             )  # fmt: skip
             return
+        if backend.uses_threads and run.parent is None:
+            refusal = self._thread_refusal(run)
+            if refusal is not None:
+                self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, refusal)
+                return
+            if not self._thread_free():
+                run.sv_queued = PARKED
+                self.thread_waiting.append(run)
+                return
         n = run.attempt + 1
         if n > 1:
             self.counters["retries"] += 1
         run.begin_attempt(n)
         self.slots.take(run)
-        run.sv_worker = worker
         if run.timeout is not None:
             self._arm(run, run.timeout, Deadline)
-        worker.ref.tell(Invoke(run, n))
+        try:
+            backend.submit(Job(run, n))
+        except BackendUnavailable as e:
+            run.try_settle(n)
+            self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, str(e))
+        except Exception as e:
+            log.error("backend %r failed to take a job: %s", backend.name, e)
+            run.try_settle(n)
+            self._finish_here(
+                run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
+                f"Tool '{run.call.name}' is unavailable: its backend failed ({type(e).__name__})",
+            )  # fmt: skip
 
-    # -- workers report -------------------------------------------------------------------
-
-    def _free_worker(self, w: WorkerHandle | None) -> None:
-        if w is None:
-            return
-        if w in self.detached:
-            # An abandoned worker came back: it is healthy again, let it serve.
-            self.detached.discard(w)
-        else:
-            w.pool.busy -= 1
-        if self.closed:
-            w.ref.stop(block=False)
-        else:
-            w.pool.idle.append(w)
+    # -- backends report -------------------------------------------------------------------
 
     def _detach(self, run: Run) -> None:
-        """The worker busy with `run` is stuck: take it out of its pool."""
-        w = run.sv_worker
-        run.sv_worker = None
-        if w is None or w in self.detached:
+        """`run`'s current job is given up: its backend lets it go (a stuck thread
+        counts as abandoned until it returns)."""
+        backend = run.backend
+        if backend is None or not run.sv_slot:
             return
-        w.pool.busy -= 1
-        self.detached.add(w)
-        self.counters["abandoned_total"] += 1
+        before = backend.abandoned()
+        backend.cancel(Job(run, run.attempt))
+        if backend.abandoned() > before:
+            self.counters["abandoned_total"] += 1
 
     def _on_report(self, msg: Report) -> None:
-        run, w = msg.run, msg.worker
-        if run.sv_worker is w:
-            run.sv_worker = None
-        self._free_worker(w)
-        if msg.kind == "late":
+        job, outcome = msg.job, msg.outcome
+        run = job.run
+        run.backend.release(job, msg.worker)
+        if outcome.kind == "late":
             self.counters["late_results"] += 1
             return
-        if msg.kind == "lost" or run.sv_closed or run.attempt != msg.attempt:
+        if outcome.timed_out:
+            # The attempt overran its deadline before the timer fired: it
+            # settled itself as a timeout, and its value is a late result.
+            self.counters["timeouts"] += 1
+            self.counters["late_results"] += 1
+        if outcome.kind == "lost" or run.sv_closed or run.attempt != job.attempt:
             return  # someone else settled this attempt and accounted for it
-        if msg.kind == "done":
+        if outcome.kind == "done":
             self._closed_run(run)
             return
         self._disarm(run)  # retry: no deadline runs during the backoff
@@ -275,7 +392,7 @@ class Supervisor(pykka.ThreadingActor):
             code, reason = run.sv_cancel
             self._finish_here(run, "cancelled", code, reason)
             return
-        self._arm(run, msg.delay, RetryDue)
+        self._arm(run, outcome.delay, RetryDue)
 
     def _on_retry_due(self, msg: RetryDue) -> None:
         if self._current(msg):
@@ -301,18 +418,25 @@ class Supervisor(pykka.ThreadingActor):
                 sig.TIMEOUT,
                 TimedOut(run.call.id, run.call.name, run.batch_id, n, run.timeout or 0.0),
             )
-        worker = self._acquire(run.sv_pool)
-        if worker is None:
+        # What follows a timeout (retry decision, post-call hooks) is user code:
+        # the backend runs it as a job of its own, under a grace deadline. If
+        # no thread may be had for it, the call ends here, its hooks unrun.
+        backend = run.backend
+        if backend.uses_threads and not (self._thread_free() or run.parent is not None):
             self._finish_here(
                 run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
                 f"Tool '{run.call.name}' timed out after {run.timeout}s",
             )  # fmt: skip
             return
-        # What follows a timeout (retry decision, post-call hooks) is user code:
-        # a fresh worker of the same pool runs it, under a grace deadline.
-        run.sv_worker = worker
         self._arm(run, self.hook_grace, Grace)
-        worker.ref.tell(AfterTimeout(run, n, phase if phase in (ADMISSION, FINISHING) else ""))
+        try:
+            backend.submit(Job(run, n, phase if phase in (ADMISSION, FINISHING) else ""))
+        except Exception as e:
+            log.error("backend %r failed to take a job: %s", backend.name, e)
+            self._finish_here(
+                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
+                f"Tool '{run.call.name}' timed out after {run.timeout}s",
+            )  # fmt: skip
 
     def _on_grace(self, msg: Grace) -> None:
         if not self._current(msg):
@@ -398,15 +522,24 @@ class Supervisor(pykka.ThreadingActor):
     # -- status and shutdown ----------------------------------------------------------------
 
     def _status(self) -> dict[str, Any]:
+        thread = self.thread_backends[0] if self.thread_backends else None
+        busy, abandoned = self._threads()
+        idle = getattr(thread, "idle", None)
         return {
             **self.counters,
             "in_flight": self.slots.in_flight,
             "peak_in_flight": self.slots.peak,
             "queued": sum(1 for r in self.runs_open if r.sv_queued),
-            "abandoned_workers": len(self.detached),
-            "live_workers": sum(len(p.idle) + p.busy for p in self.pools.values()),
+            "abandoned_workers": abandoned,
+            "live_workers": busy
+            + sum(idle(p.tool) for p in self.pools.values() if idle is not None),
+            "workers_started": sum(getattr(b, "started", 0) for b in self.thread_backends),
             "pools": {
-                p.tool.name: {"idle": len(p.idle), "busy": p.busy, "in_flight": p.in_flight}
+                p.tool.name: {
+                    "idle": idle(p.tool) if idle is not None else 0,
+                    "in_flight": p.in_flight,
+                    "abandoned": thread.abandoned(p.tool) if thread is not None else 0,
+                }
                 for p in self.pools.values()
             },
             "timers": len(self.timers),
@@ -436,10 +569,11 @@ class Supervisor(pykka.ThreadingActor):
             # A worker holds the outcome but is still in its hooks: do not wait.
             self._detach(run)
             self._finish_here(run, "cancelled", ErrorCode.CANCELLED, msg.reason)
-        for pool in self.pools.values():
-            for w in pool.idle:
-                w.ref.stop(block=False)
-            pool.idle.clear()
+        for backend in self.backends.values():
+            try:
+                backend.stop()
+            except Exception as e:
+                log.error("backend %r failed to stop: %s", backend.name, e)
         return True
 
 

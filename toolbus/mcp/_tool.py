@@ -28,6 +28,9 @@ class MCPTool(Tool):
     on the server.
     """
 
+    # Its calls go through this process's live session to the server.
+    process_local = True
+
     def __init__(
         self,
         spec: types.Tool,

@@ -11,13 +11,16 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._tool import Tool, ToolType
+
+if TYPE_CHECKING:
+    from ._tool import BackendSpec
 
 __all__ = ["FunctionTool", "tool"]
 
@@ -46,6 +49,7 @@ class FunctionTool(Tool):
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
+        backend: BackendSpec = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -55,6 +59,7 @@ class FunctionTool(Tool):
         self.timeout = timeout
         self.retry = retry
         self.max_concurrency = max_concurrency
+        self.backend = backend
         self._ctx_param: str | None = None
         self._param_names: tuple[str, ...] = ()
         self._positional_only: tuple[str, ...] = ()
@@ -186,6 +191,7 @@ def tool(
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
     max_concurrency: int | None = None,
+    backend: BackendSpec = None,
 ) -> Callable[[AnyFunction], FunctionTool]: ...
 
 
@@ -200,6 +206,7 @@ def tool(
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
     max_concurrency: int | None = None,
+    backend: BackendSpec = None,
 ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
     """Make a tool from a function: `@tool` or `@tool(read_only=True, timeout=5)`."""
 
@@ -213,6 +220,7 @@ def tool(
             timeout=timeout,
             retry=retry,
             max_concurrency=max_concurrency,
+            backend=backend,
         )
 
     return make(fn) if fn is not None else make

@@ -5,11 +5,14 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from ..retry import RetryPolicy
 from ._function import AnyFunction, FunctionTool, tool
 from ._tool import Tool, ToolType
+
+if TYPE_CHECKING:
+    from ._tool import BackendSpec
 
 __all__ = ["DuplicateToolError", "ToolRegistry"]
 
@@ -85,6 +88,7 @@ class ToolRegistry:
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
+        backend: BackendSpec = None,
     ) -> Callable[[AnyFunction], FunctionTool]: ...
 
     def tool(
@@ -99,6 +103,7 @@ class ToolRegistry:
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
+        backend: BackendSpec = None,
     ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
         """Decorator: make a tool from a function and register it."""
 
@@ -110,6 +115,7 @@ class ToolRegistry:
             timeout=timeout,
             retry=retry,
             max_concurrency=max_concurrency,
+            backend=backend,
         )
 
         def make(f: AnyFunction) -> FunctionTool:

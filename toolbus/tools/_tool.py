@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import jsonschema
 import orjson
@@ -23,6 +23,12 @@ from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._errors import ArgumentError, error_text
 from ._output import normalize_output
+
+if TYPE_CHECKING:
+    from ..backends import Backend
+
+    # A backend, its name, or None for the executor's choice.
+    BackendSpec: TypeAlias = str | Backend | None
 
 __all__ = ["Tool", "ToolType", "format_validation_error"]
 
@@ -80,6 +86,12 @@ class Tool:
     timeout: float | None = None
     retry: RetryPolicy | None = None
     max_concurrency: int | None = None
+    # Where its attempts run: a `toolbus.backends.Backend`, a name ("auto",
+    # "thread", "loop", or one bound by the executor), or None: the executor's.
+    backend: BackendSpec = None
+    # Holds resources of this process (a live session, a socket): it cannot
+    # be shipped to another process or machine.
+    process_local: bool = False
     is_async: bool
     _schema: dict[str, Any]
 
@@ -110,6 +122,9 @@ class Tool:
             self._schema = {}
         self.is_async = inspect.iscoroutinefunction(self._target())
         self._wants_context = self._target_wants_context()
+        from ..backends import check_tool_backend  # the backends layer sits above tools
+
+        check_tool_backend(self)
 
     def _target(self) -> Callable[..., Any]:
         return self.run

@@ -1,29 +1,49 @@
-"""The event loop on which async tools run, on a daemon thread of its own.
+"""The loop backend: async tools' attempts as tasks on one event loop thread.
 
-An async tool's worker hands the coroutine to this loop and waits; the
-supervisor cancels the task for real on timeout or cancellation.
+No thread is held for an in-flight async call: the supervisor hands the job to
+the loop (`call_soon_threadsafe`, the loop's own queue being the tool's
+mailbox), the job's steps run as one task, awaiting the tool and any async
+hooks, and the task's completion reports the outcome. A deadline or a
+cancellation cancels the task for real.
+
+The same loop thread also serves threads that wait for a coroutine (an async
+hook of a sync tool): `LoopThread.submit`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import threading
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from .._sync import Latch
+from ..pipeline import LOST, Outcome, drive_async
+from ._protocol import ContextSpec, Host, Job
+from ._thread import contain
 
-__all__ = ["AsyncTask", "LoopThread"]
+if TYPE_CHECKING:
+    from ..tools import Tool
+
+log = logging.getLogger("toolbus.backends")
+
+__all__ = ["AsyncTask", "LoopBackend", "LoopThread"]
 
 
 class AsyncTask:
     """A coroutine running on the loop thread; `wait()` blocks a worker until it ends."""
 
-    __slots__ = ("_coro", "_done", "_error", "_loop", "_result", "_task")
+    __slots__ = ("_coro", "_done", "_error", "_loop", "_on_done", "_result", "_task")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_done: Callable[[AsyncTask], None] | None = None,
+    ) -> None:
         self._loop = loop
+        self._on_done = on_done
         self._done = Latch()
         self._task: asyncio.Task[Any] | None = None
         self._coro: Coroutine[Any, Any, Any] | None = None
@@ -37,9 +57,14 @@ class AsyncTask:
         except BaseException as e:  # e.g. the loop is closing
             coro.close()
             self._error = e
-            self._done.set()
+            self._set_done()
             return
         self._task.add_done_callback(self._finished)
+
+    def _set_done(self) -> None:
+        self._done.set()
+        if self._on_done is not None:
+            self._on_done(self)
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
@@ -56,7 +81,7 @@ class AsyncTask:
                     self._error = result.error
                 else:
                     self._result = result
-        self._done.set()
+        self._set_done()
 
     def cancel(self) -> None:
         """Cancel the task (thread-safe); `wait()` then raises CancelledError."""
@@ -71,6 +96,10 @@ class AsyncTask:
 
     def wait(self) -> Any:
         self._done.wait()
+        return self.outcome()
+
+    def outcome(self) -> Any:
+        """The coroutine's value once done; raises what it raised."""
         if self._error is not None:
             raise self._error
         return self._result
@@ -139,18 +168,32 @@ class LoopThread:
                 self._loop = loop
             return self._loop
 
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> AsyncTask:
-        """Start `coro` on the loop in a copy of the caller's context."""
+    def submit(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        *,
+        context: contextvars.Context | None = None,
+        on_done: Callable[[AsyncTask], None] | None = None,
+    ) -> AsyncTask:
+        """Start `coro` on the loop, in `context` (default: a copy of the caller's).
+
+        `on_done(task)` runs on the loop thread when it ends (or here, at once,
+        if the loop is closed)."""
         loop = self._ensure()
-        task = AsyncTask(loop)
-        context = contextvars.copy_context()
+        task = AsyncTask(loop, on_done)
+        if context is None:
+            context = contextvars.copy_context()
         try:
             loop.call_soon_threadsafe(task._start, coro, context)
         except RuntimeError as e:
             coro.close()
             task._error = e
-            task._done.set()
+            task._set_done()
         return task
+
+    def owns_current_thread(self) -> bool:
+        """True when called on this loop's own thread."""
+        return self._thread is not None and threading.current_thread() is self._thread
 
     def close(self) -> None:
         with self._lock:
@@ -160,3 +203,76 @@ class LoopThread:
                 loop.call_soon_threadsafe(loop.stop)
             except RuntimeError:
                 pass
+
+
+class LoopBackend:
+    """Runs attempts as tasks on an event loop; an in-flight call holds no thread.
+
+    `LoopBackend()` uses the executor's loop thread; pass a `LoopThread` to
+    give a set of tools a loop of their own.
+    """
+
+    name = "loop"
+    can_kill = False
+    uses_threads = False
+    carries_context: ContextSpec = "all"
+
+    def __init__(self, loop: LoopThread | None = None) -> None:
+        self._own_loop = loop
+        self._loop: LoopThread | None = loop
+        self._host: Host | None = None
+        self._busy = 0
+
+    def check(self, tool: Tool) -> None:
+        if not tool.is_async:
+            raise ValueError(
+                f"tool {tool.name!r} is sync: the loop backend would block its event loop "
+                "(use backend='thread' or 'auto')"
+            )
+
+    def start(self, host: Host) -> None:
+        if self._host is not None and self._host is not host:
+            raise RuntimeError("this LoopBackend already serves another executor")
+        self._host = host
+        if self._loop is None:
+            self._loop = host.loop  # type: ignore[assignment]
+
+    def submit(self, job: Job) -> None:
+        host, loop = self._host, self._loop
+        assert host is not None, "LoopBackend.start was not called"
+        assert loop is not None
+        services = host.services
+
+        def done(task: AsyncTask) -> None:
+            try:
+                outcome: Outcome = task.outcome()
+            except asyncio.CancelledError:
+                outcome = LOST  # cancelled before its first step: whoever cancelled settled it
+            except BaseException as e:
+                outcome = contain(job, e, services)
+            host.report(job, outcome)
+
+        self._busy += 1
+        # Set before the task exists, so a cancel that comes first still reaches it.
+        job.run.task = loop.submit(
+            drive_async(job.steps(services)), context=job.run.context.copy(), on_done=done
+        )
+
+    def release(self, job: Job, worker: Any) -> None:
+        self._busy -= 1
+
+    def cancel(self, job: Job) -> None:
+        return None  # run.interrupt() has cancelled the task already
+
+    def kill(self, job: Job) -> bool:
+        return False
+
+    def busy(self) -> int:
+        return self._busy
+
+    def abandoned(self, tool: Tool | None = None) -> int:
+        return 0
+
+    def stop(self) -> None:
+        if self._own_loop is not None:
+            self._own_loop.close()

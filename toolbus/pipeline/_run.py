@@ -20,22 +20,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._sync import Latch
 from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
 from ..scheduling import BarrierSchedule
-from ._loop import AsyncTask
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
     from ..tools import Tool
-    from ._timers import TimerHandle
 
-__all__ = ["BatchRun", "LoopWaiter", "Run", "ThreadWaiter", "Waiter"]
+__all__ = ["BatchRun", "Cancellable", "LoopWaiter", "Run", "ThreadWaiter", "Waiter"]
 
 # Where a run waits (Run.sv_queued).
 READY = 1
@@ -46,6 +44,12 @@ QUEUED = "queued"
 ADMISSION = "pre-call hooks"
 RUNNING = "tool"
 FINISHING = "post-call hooks"
+
+
+class Cancellable(Protocol):
+    """Whatever runs an attempt's user code and can be told to stop (thread-safe)."""
+
+    def cancel(self) -> None: ...
 
 
 class Waiter:
@@ -70,6 +74,10 @@ class ThreadWaiter(Waiter):
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._latch.wait(timeout)
+
+    @property
+    def released(self) -> bool:
+        return self._latch.is_set()
 
 
 class LoopWaiter(Waiter):
@@ -99,9 +107,11 @@ class Run:
         "_lock",
         "admitted",
         "attempt",
+        "backend",
         "batch",
         "call",
         "cancel_event",
+        "completed_late",
         "context",
         "deadline",
         "first_start",
@@ -109,6 +119,7 @@ class Run:
         "last_error",
         "masked",
         "params",
+        "parent",
         "phase",
         "policy",
         "read_only",
@@ -126,6 +137,7 @@ class Run:
         "sv_slot",
         "sv_timer",
         "sv_worker",
+        "sync",
         "task",
         "timeout",
         "tool",
@@ -143,6 +155,8 @@ class Run:
         timeout: float | None,
         policy: RetryPolicy,
         waiter: Waiter | None = None,
+        backend: Any = None,
+        parent: Run | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self.call = call
@@ -154,13 +168,18 @@ class Run:
         self.policy = policy
         self.waiter = waiter
         self.read_only = tool.read_only if tool is not None else True
+        self.backend = backend  # the toolbus.backends.Backend that runs its attempts
+        # Runs on a thread of its own (counts against max_abandoned_workers).
+        self.sync = bool(getattr(backend, "uses_threads", False))
+        self.parent = parent  # the run whose tool made this call (nested), if any
+        self.completed_late = False  # a mutating attempt returned after its deadline
         self.submitted = time.monotonic()
         self.first_start = 0.0
         self.attempt = 0
         self.settled = True
         self.phase = QUEUED
         self.cancel_event: Latch | None = None  # one per attempt, made at dispatch
-        self.task: AsyncTask | None = None
+        self.task: Cancellable | None = None
         self.result: ToolResult | None = None
         self.admitted = False
         self.params: Any = None
@@ -174,7 +193,7 @@ class Run:
         self.sv_closed = False  # counted, slot released, batch told
         self.sv_slot = False  # holds a concurrency slot (an attempt or its timeout stage)
         self.sv_queued = 0  # 0: not queued, READY: in the ready queue, PARKED: in a waiting queue
-        self.sv_timer: TimerHandle | None = None
+        self.sv_timer: Any = None  # the supervisor's TimerHandle
         self.sv_gen = 0  # bumped whenever sv_timer changes: older timer messages are stale
         self.sv_cancel: tuple[Any, str] | None = (
             None  # cancel asked while a worker held the outcome
@@ -231,6 +250,15 @@ class Run:
         task = self.task
         if task is not None:
             task.cancel()
+
+    def remaining(self) -> float | None:
+        """Seconds left before the current attempt's deadline (None: no deadline).
+
+        Backends get this, not the deadline itself, so a remote one can rebase
+        it on its own clock."""
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
 
     def elapsed(self) -> float:
         return time.monotonic() - self.first_start if self.first_start else 0.0

@@ -1,28 +1,33 @@
-"""What happens to one call, step by step, on a worker thread.
+"""What happens to one call, step by step, wherever its backend runs it.
 
 admission (size, JSON, pre-call hooks, masking, authorization, validation)
 -> attempt (the tool) -> on failure, the retry decision -> post-call hooks ->
 the terminal result. Every step that runs user code (tools, hooks) is here and
 is contained: whatever it raises becomes a result. The supervisor runs none of
-it; it only learns the outcome ("done", "retry after d", or "lost": someone
-else settled the call first).
+it; it only learns the `Outcome`.
+
+The steps are generators, in the manner of tenacity's shared decision core:
+wherever user code hands back an awaitable (an async hook, an async tool), the
+step `yield`s it and its driver (`_drive.py`) resolves it, by awaiting it on an
+event loop or by waiting for it from a worker thread. So one body of code serves
+sync and async tools, and sync and async hooks, alike.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import time
 import traceback
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import orjson
 
-from .actors._loop import LoopThread
-from .actors._run import ADMISSION, FINISHING, RUNNING, Run
-from .bus import _signals as sig
-from .bus._events import (
+from ..bus import _signals as sig
+from ..bus._events import (
     CallCancelled,
     CallFinished,
     CallRejected,
@@ -34,42 +39,87 @@ from .bus._events import (
     RetryAttempt,
     RetryExhausted,
     RetrySuccess,
+    TimedOut,
 )
-from .bus._publisher import Emitter
-from .masking import Scrubber, hidden_values, mask_arguments
-from .models import ErrorCode, Status, ToolCall, ToolResult
-from .retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
-from .tools import ArgumentError, ToolContext, error_text, normalize_output
-from .tools._tool import parse_json_arguments
+from ..bus._publisher import Emitter
+from ..masking import Scrubber, hidden_values, mask_arguments
+from ..models import ErrorCode, Status, ToolCall, ToolResult
+from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
+from ..tools import ArgumentError, ToolContext, error_text, normalize_output
+from ..tools._tool import parse_json_arguments
+from ._run import ADMISSION, FINISHING, RUNNING, Run
 
-__all__ = ["Hooks", "Outcome", "Services", "after_timeout", "finish", "make_result", "run_attempt"]
+__all__ = [
+    "Hooks",
+    "Outcome",
+    "Services",
+    "Steps",
+    "after_timeout",
+    "attempt",
+    "current_run",
+    "finish",
+    "make_result",
+    "publish_progress",
+]
 
 log = logging.getLogger("toolbus")
 
-# (what became of the run, the retry delay, an event to announce after reporting)
-Outcome = tuple[Literal["done", "retry", "lost", "late"], float, LateResult | None]
-DONE: Outcome = ("done", 0.0, None)
-LOST: Outcome = ("lost", 0.0, None)
+# A step: yields awaitables to its driver, gets their values back, returns T.
+Steps = Generator[Awaitable[Any], Any, Any]
+
+# The call whose steps run in this context (with its executor's services): a
+# call made from inside a tool or hook is recognised as nested by it.
+current_run: contextvars.ContextVar[tuple[Services, Run] | None] = contextvars.ContextVar(
+    "toolbus_current_run", default=None
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a run after a step, for the supervisor's books.
+
+    kind: "done" (this step finished the call), "retry" (after `delay`), "lost"
+    (someone else settled it first) or "late" (the tool returned after the
+    call was settled without it). `timed_out`: the attempt overran its deadline
+    and the step itself decided so (the supervisor's timer had not fired yet).
+    """
+
+    kind: Literal["done", "retry", "lost", "late"]
+    delay: float = 0.0
+    late: LateResult | None = None
+    timed_out: bool = False
+
+
+DONE = Outcome("done")
+LOST = Outcome("lost")
 
 
 class Hooks(Protocol):
-    """The executor's extension points, as the pipeline calls them."""
+    """The executor's extension points, as the pipeline calls them (each may
+    return an awaitable)."""
 
-    def pre_execute(self, call: ToolCall) -> ToolCall: ...
-    def is_allowed(self, call: ToolCall) -> bool: ...
+    def pre_execute(self, call: ToolCall) -> Any: ...
+    def is_allowed(self, call: ToolCall) -> Any: ...
     def mask_arguments(self, call: ToolCall) -> Any: ...
-    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision: ...
-    def post_execute(self, call: ToolCall, result: ToolResult) -> ToolResult: ...
+    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> Any: ...
+    def post_execute(self, call: ToolCall, result: ToolResult) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """What workers share: read-only after the executor starts."""
+    """What the steps share: read-only after the executor starts."""
 
     emitter: Emitter
     hooks: Hooks
-    loop: LoopThread
     max_argument_bytes: int
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Steps:
+    """Call user code; if it hands back an awaitable, have the driver resolve it."""
+    value = fn(*args)
+    if inspect.isawaitable(value):
+        value = yield value
+    return value
 
 
 def make_result(
@@ -119,6 +169,9 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
 
     Returns False (and announces nothing) when someone else finished the call.
     """
+    if run.completed_late and "completed_late" not in result.metadata:
+        # The model must not redo a side effect that did happen, only too late.
+        result = result.model_copy(update={"metadata": {**result.metadata, "completed_late": True}})
     result = _scrubbed(run.scrubber, result)
     if not run.try_complete(result):
         return False
@@ -178,10 +231,10 @@ def _reject(run: Run, code: ErrorCode, message: str) -> ToolResult:
     return make_result(run, "rejected", error=message, code=code, attempts=0)
 
 
-def _mask(run: Run, call: ToolCall, svc: Services) -> None:
+def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     raw = call.arguments
     try:
-        masked = svc.hooks.mask_arguments(call)
+        masked = yield from _call(svc.hooks.mask_arguments, call)
         if isinstance(masked, str | bytes) and not isinstance(raw, str):
             try:
                 masked = orjson.loads(masked)
@@ -197,21 +250,24 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> None:
         log_contained(f"masker failed for call {call.id}", e, run.scrubber)
 
 
-def admit(run: Run, svc: Services) -> ToolResult | None:
-    """Prepare a call for its first attempt, or return why it is rejected."""
+def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
+    if isinstance(args, str):
+        return len(args) if len(args) * 4 <= limit else len(args.encode())
+    return len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
+
+
+def admit(run: Run, svc: Services) -> Steps:
+    """Prepare a call for its first attempt; return why it is rejected, or None."""
     run.phase = ADMISSION
     tool = run.tool
     assert tool is not None
     call = run.call
     args: dict[str, Any] | str = call.arguments
     limit = svc.max_argument_bytes
-    if isinstance(args, str):
-        size = len(args) if len(args) * 4 <= limit else len(args.encode())
-    else:
-        try:
-            size = len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
-        except TypeError as e:
-            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
+    try:
+        size = _argument_size(args, limit)
+    except TypeError as e:
+        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
     if size > limit:
         return _reject(
             run,
@@ -229,17 +285,17 @@ def admit(run: Run, svc: Services) -> ToolResult | None:
             )
         run.call = call
     try:
-        new = svc.hooks.pre_execute(call)
+        new = yield from _call(svc.hooks.pre_execute, call)
         if not isinstance(new, ToolCall):
             raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
     except Exception as e:
         # Raising is the documented way for a hook to refuse a call: logged
         # without a traceback, it is not a fault.
-        _mask(run, call, svc)
+        yield from _mask(run, call, svc)
         log.info("pre-call hook rejected call %s: %s", call.id, run.scrubber.text(error_text(e)))
         return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
     if new.name != call.name:
-        _mask(run, call, svc)
+        yield from _mask(run, call, svc)
         return _reject(
             run,
             ErrorCode.TOOL_NOT_ALLOWED,
@@ -248,9 +304,10 @@ def admit(run: Run, svc: Services) -> ToolResult | None:
     if new.id != call.id:
         new = ToolCall.model_construct(id=call.id, name=new.name, arguments=new.arguments)
     run.call = new
-    _mask(run, new, svc)
+    yield from _mask(run, new, svc)
     try:
-        allowed = svc.hooks.is_allowed(new)
+        # An async authorizer is awaited: its coroutine object is not a yes.
+        allowed = bool((yield from _call(svc.hooks.is_allowed, new)))
     except Exception as e:
         log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
         return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
@@ -271,33 +328,41 @@ def admit(run: Run, svc: Services) -> ToolResult | None:
 # -- attempts -------------------------------------------------------------------
 
 
+def publish_progress(
+    run: Run, svc: Services, message: str, fraction: float | None, data: dict[str, Any]
+) -> None:
+    """Announce a tool's progress, scrubbed; the progress channel of every backend."""
+    em = svc.emitter
+    if em.wants(sig.PROGRESS):
+        s = run.scrubber
+        em.emit(
+            sig.PROGRESS,
+            Progress(
+                run.call.id,
+                run.call.name,
+                run.batch_id,
+                run.attempt,
+                s.text(message),
+                fraction,
+                s.value(data),
+            ),
+        )
+
+
 def _progress_sink(svc: Services, run: Run) -> Any:
     def sink(ctx: ToolContext, message: str, fraction: float | None, data: dict[str, Any]) -> None:
-        em = svc.emitter
-        if em.wants(sig.PROGRESS):
-            s = run.scrubber
-            em.emit(
-                sig.PROGRESS,
-                Progress(
-                    ctx.call_id,
-                    ctx.tool,
-                    run.batch_id,
-                    ctx.attempt,
-                    s.text(message),
-                    fraction,
-                    s.value(data),
-                ),
-            )
+        publish_progress(run, svc, message, fraction, data)
 
     return sink
 
 
-def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
-    """Run attempt `n` of `run` (admitting the call first when n == 1)."""
+def attempt(run: Run, n: int, svc: Services) -> Steps:
+    """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome."""
     if not run.is_live(n):
         return LOST
+    current_run.set((svc, run))
     if n == 1:
-        rejection = admit(run, svc)
+        rejection = yield from admit(run, svc)
         if rejection is not None:
             if not run.try_settle(n):
                 return LOST
@@ -330,55 +395,64 @@ def run_attempt(run: Run, n: int, svc: Services) -> Outcome:
     try:
         value = tool.invoke(run.params, ctx)
         if inspect.iscoroutine(value):  # also from a sync wrapper of an async function
-            task = svc.loop.submit(value)
-            run.task = task
-            if run.cancel_event is not None and run.cancel_event.is_set():
-                task.cancel()
-            value = task.wait()
+            value = yield value
         elif tool.is_async and inspect.isawaitable(value):
             raise TypeError("tool returned an awaitable that is not a coroutine")
         output, attachments, metadata = normalize_output(value)
-    except BaseException as e:  # tools may raise anything; nothing escapes a worker
+    except BaseException as e:  # tools may raise anything; nothing escapes a step
         error = e
-    duration = time.monotonic() - start
+    end = time.monotonic()
+    duration = end - start
+    overran = run.deadline is not None and end > run.deadline
     if not run.try_settle(n):
-        # Announced by the worker only after it has reported to the supervisor,
+        # Announced by the driver only after it has reported to the supervisor,
         # so whoever sees the event also sees it in the executor's stats.
-        late = None
-        if em.wants(sig.LATE_RESULT):
-            status = "ok" if error is None else "error"
-            late = LateResult(call_id, name, bid, n, status, duration)
-        return ("late", 0.0, late)
+        return Outcome("late", late=_late_event(run, n, error, duration))
+    if overran:
+        # Finished, but after its deadline (the timer had not fired yet): a
+        # timeout all the same. The value is a late result; a mutating call
+        # that did complete says so, so the model does not redo it.
+        if error is None and not run.read_only:
+            run.completed_late = True
+        if em.wants(sig.TIMEOUT):
+            em.emit(sig.TIMEOUT, TimedOut(call_id, name, bid, n, run.timeout or 0.0))
+        late = _late_event(run, n, error, duration)
+        outcome = yield from after_timeout(run, n, "", svc)
+        return Outcome(outcome.kind, outcome.delay, late, timed_out=True)
     if error is None:
         if em.wants(sig.EXECUTED):
             em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration))
-        return complete(
-            run,
-            make_result(run, "ok", output=output, attachments=attachments, metadata=metadata),
-            svc,
-        )
+        result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
+        return (yield from complete(run, result, svc))
     if em.wants(sig.ERROR):
         text = run.scrubber.text(error_text(error))
         em.emit(sig.ERROR, Failed(call_id, name, bid, n, text, ErrorCode.TOOL_ERROR, duration))
-    return after_failure(run, n, error, svc, timed_out=False)
+    return (yield from after_failure(run, n, error, svc, timed_out=False))
 
 
-def after_timeout(run: Run, n: int, phase: str, svc: Services) -> Outcome:
-    """The supervisor timed attempt `n` out; decide what follows, on a worker."""
+def _late_event(run: Run, n: int, error: BaseException | None, duration: float) -> LateResult:
+    status = "ok" if error is None else "error"
+    return LateResult(run.call.id, run.call.name, run.batch_id, n, status, duration)
+
+
+def after_timeout(run: Run, n: int, phase: str, svc: Services) -> Steps:
+    """Attempt `n` timed out (in `phase`); decide what follows. Returns an Outcome."""
     if phase == ADMISSION:
         what = "pre-call hooks did not return"
     elif phase == FINISHING:
         what = "post-call hooks did not return"
     else:
         what = f"Tool '{run.call.name}' timed out"
-    return after_failure(
-        run, n, AttemptTimeout(f"{what} after {run.timeout}s"), svc, timed_out=True
+    return (
+        yield from after_failure(
+            run, n, AttemptTimeout(f"{what} after {run.timeout}s"), svc, timed_out=True
+        )
     )
 
 
 def after_failure(
     run: Run, n: int, error: BaseException, svc: Services, *, timed_out: bool
-) -> Outcome:
+) -> Steps:
     run.phase = FINISHING
     text = run.scrubber.text(str(error) if timed_out else error_text(error))
     decision = RetryDecision.give_up()
@@ -397,31 +471,31 @@ def after_failure(
             state=run.retry_state,
         )
         try:
-            answer = svc.hooks.should_retry(run.call, failure)
+            answer = yield from _call(svc.hooks.should_retry, run.call, failure)
             decision = answer if isinstance(answer, RetryDecision) else RetryDecision(bool(answer))
         except Exception as e:
             log_contained(
                 f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber
             )
-    if decision.retry:
+    if decision.retry and not (timed_out and run.completed_late):
         run.last_error = text
         run.retry_delay = decision.delay
-        return ("retry", decision.delay, None)
+        return Outcome("retry", decision.delay)
     if timed_out:
         result = make_result(
             run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n
         )
     else:
         result = make_result(run, "error", error=text, code=ErrorCode.TOOL_ERROR, attempts=n)
-    return complete(run, result, svc)
+    return (yield from complete(run, result, svc))
 
 
-def complete(run: Run, result: ToolResult, svc: Services) -> Outcome:
-    """Run post-call hooks on a result and make it final."""
+def complete(run: Run, result: ToolResult, svc: Services) -> Steps:
+    """Run post-call hooks on a result and make it final. Returns an Outcome."""
     run.phase = FINISHING
     if run.admitted:
         try:
-            new = svc.hooks.post_execute(run.call, result)
+            new = yield from _call(svc.hooks.post_execute, run.call, result)
             if not isinstance(new, ToolResult):
                 raise TypeError(f"post-call hook returned {type(new).__name__}, not a ToolResult")
             if new.call_id != result.call_id:

@@ -1,0 +1,32 @@
+"""The execution seam: where a tool's attempts run.
+
+`Backend` is the protocol; `ThreadBackend` runs sync tools on worker threads
+and `LoopBackend` runs async tools as tasks on an event loop. Tools and
+executors choose one with `backend=`: a `Backend`, or a name: `"auto"` (the
+default: thread for sync tools, loop for async ones), `"thread"`, `"loop"`, or
+a name bound with `Executor(backends={"gpu": some_backend})`. A tool's choice
+overrides its executor's.
+"""
+
+from ._loop import AsyncTask, LoopBackend, LoopThread
+from ._protocol import Backend, BackendUnavailable, Host, Job
+from ._resolve import BUILTIN_NAMES, Backends, BackendSpec, check_spec, check_tool_backend
+from ._thread import ThreadBackend, ToolWorker, WorkerHandle
+
+__all__ = [
+    "BUILTIN_NAMES",
+    "AsyncTask",
+    "Backend",
+    "BackendSpec",
+    "BackendUnavailable",
+    "Backends",
+    "Host",
+    "Job",
+    "LoopBackend",
+    "LoopThread",
+    "ThreadBackend",
+    "ToolWorker",
+    "WorkerHandle",
+    "check_spec",
+    "check_tool_backend",
+]

@@ -1,0 +1,70 @@
+"""One call's steps, from admission to its terminal result, and what they share.
+
+`Run`/`BatchRun` hold a call's state (shared by the supervisor and whoever runs
+the call); `_steps.py` holds every step that runs user code, written once as
+generators; `_drive.py` drives them on a worker thread or an event loop. This
+layer imports neither the actors nor the backends: they import it.
+"""
+
+from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
+from ._run import (
+    ADMISSION,
+    FINISHING,
+    PARKED,
+    QUEUED,
+    READY,
+    RUNNING,
+    BatchRun,
+    Cancellable,
+    LoopWaiter,
+    Run,
+    ThreadWaiter,
+    Waiter,
+)
+from ._steps import (
+    DONE,
+    LOST,
+    Hooks,
+    Outcome,
+    Services,
+    Steps,
+    after_timeout,
+    attempt,
+    current_run,
+    finish,
+    log_contained,
+    make_result,
+    publish_progress,
+)
+
+__all__ = [
+    "ADMISSION",
+    "DONE",
+    "FINISHING",
+    "LOST",
+    "PARKED",
+    "QUEUED",
+    "READY",
+    "RUNNING",
+    "AsyncRunner",
+    "BatchRun",
+    "Cancellable",
+    "Hooks",
+    "LoopWaiter",
+    "Outcome",
+    "Run",
+    "Services",
+    "Steps",
+    "ThreadWaiter",
+    "Waitable",
+    "Waiter",
+    "after_timeout",
+    "attempt",
+    "current_run",
+    "drive_async",
+    "drive_sync",
+    "finish",
+    "log_contained",
+    "make_result",
+    "publish_progress",
+]

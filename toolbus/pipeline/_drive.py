@@ -1,0 +1,81 @@
+"""The two drivers of a step generator: one on a worker thread, one on an event loop.
+
+A step (`_steps.py`) yields each awaitable that user code hands back. The
+thread driver runs it on the executor's loop thread and blocks its own thread
+until it ends (the thread is held by the call anyway); the loop driver simply
+awaits it, so an async tool holds no thread at all. Either way the awaited work
+is registered as the run's `task`, so a deadline or a cancellation cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Protocol
+
+from ._run import Cancellable, Run
+from ._steps import LOST, Outcome, Steps
+
+__all__ = ["AsyncRunner", "Waitable", "drive_async", "drive_sync"]
+
+
+class Waitable(Cancellable, Protocol):
+    def wait(self) -> Any: ...
+
+
+class AsyncRunner(Protocol):
+    """Runs a coroutine on an event loop for a thread that waits for it."""
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Waitable: ...
+
+
+async def _awaited(aw: Awaitable[Any]) -> Any:
+    return await aw
+
+
+def _as_coroutine(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
+    return aw if asyncio.iscoroutine(aw) else _awaited(aw)
+
+
+def drive_sync(steps: Steps, run: Run, runner: AsyncRunner) -> Outcome:
+    """Run `steps` to the end on this thread; return its Outcome."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            aw = steps.throw(error) if error is not None else steps.send(send)
+        except StopIteration as stop:
+            outcome: Outcome = stop.value
+            return outcome
+        except asyncio.CancelledError:
+            return LOST  # a hook was cancelled: whoever cancelled it settled the call
+        send, error = None, None
+        try:
+            task = runner.submit(_as_coroutine(aw))
+            run.task = task
+            if run.cancel_event is not None and run.cancel_event.is_set():
+                task.cancel()  # interrupted before the task existed
+            send = task.wait()
+        except BaseException as e:
+            error = e
+        finally:
+            run.task = None
+
+
+async def drive_async(steps: Steps) -> Outcome:
+    """Run `steps` to the end on the running loop; return its Outcome."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            aw = steps.throw(error) if error is not None else steps.send(send)
+        except StopIteration as stop:
+            outcome: Outcome = stop.value
+            return outcome
+        except asyncio.CancelledError:
+            return LOST
+        send, error = None, None
+        try:
+            send = await aw
+        except BaseException as e:  # CancelledError too: the step decides what it means
+            error = e
