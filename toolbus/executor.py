@@ -31,7 +31,8 @@ import pykka
 from pydantic import BaseModel, ConfigDict
 
 from .actors import Supervisor, TimerService
-from .actors._messages import Cancel, Close, StatusQuery, Submit
+from .actors._backstop import overdue
+from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .masking import mask_arguments
@@ -226,7 +227,7 @@ class Executor:
         run = self._submit_one(call, waiter)
         if run.result is None:
             try:
-                waiter.wait()
+                self._wait(waiter, (run,))
             except BaseException:
                 self._cancel(Cancel(None, run, ErrorCode.CANCELLED, "the caller was interrupted"))
                 raise
@@ -249,7 +250,7 @@ class Executor:
         if batch is None:
             return _empty_batch()
         try:
-            waiter.wait()
+            self._wait(waiter, batch.runs)
         except BaseException:
             self._cancel(Cancel(batch, None, ErrorCode.CANCELLED, "the caller was interrupted"))
             raise
@@ -264,6 +265,7 @@ class Executor:
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
         run = self._submit_one(call, waiter)
+        self._watch(waiter, (run,))
         try:
             result: ToolResult = await waiter.future
         except asyncio.CancelledError:
@@ -283,6 +285,7 @@ class Executor:
         batch = self._submit_batch(calls, stop_on_error, waiter)
         if batch is None:
             return _empty_batch()
+        self._watch(waiter, batch.runs)
         try:
             await waiter.future
         except asyncio.CancelledError:
@@ -450,6 +453,36 @@ class Executor:
             if message.batch is not None and message.batch.waiter is not None:
                 message.batch.waiter.release(message.batch)
 
+    # -- the waiting side's deadline backstop (see actors/_backstop.py) --------------
+
+    def _look(self, runs: Sequence[Run], noticed: set[tuple[Run, int]]) -> float | None:
+        """Tell the supervisor of overdue attempts; return when to look again."""
+        late, wake = overdue(runs, time.monotonic(), noticed)
+        for run, n in late:
+            try:
+                self._supervisor.tell(Expired(run, n))
+            except pykka.ActorDeadError:
+                pass
+        return wake
+
+    def _wait(self, waiter: ThreadWaiter, runs: Sequence[Run]) -> None:
+        noticed: set[tuple[Run, int]] = set()
+        while not waiter.wait(self._look(runs, noticed)):
+            pass
+
+    def _watch(self, waiter: LoopWaiter, runs: Sequence[Run]) -> None:
+        noticed: set[tuple[Run, int]] = set()
+        loop = waiter.loop
+
+        def look() -> None:
+            if waiter.future.done():
+                return
+            wake = self._look(runs, noticed)
+            if wake is not None:
+                loop.call_later(wake, look)
+
+        look()
+
     def _refuse_blocking(self, call: CallLike) -> ToolResult:
         c = _coerce(call)
         return ToolResult(
@@ -473,6 +506,8 @@ class Executor:
 def _chain(hooks: Sequence[Callable[..., Any]], value: Any, apply: Callable[..., Any]) -> Any:
     """`value` through each hook in turn; from the first hook that returns an
     awaitable on, the rest run in a coroutine (which the pipeline awaits)."""
+    if not hooks:
+        return value
     for i, hook in enumerate(hooks):
         out = apply(hook, value)
         if inspect.isawaitable(out):

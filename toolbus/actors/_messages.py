@@ -19,8 +19,10 @@ __all__ = [
     "Cancel",
     "Close",
     "Deadline",
+    "Expired",
     "Grace",
     "Report",
+    "Reports",
     "RetryDue",
     "StatusQuery",
     "Submit",
@@ -55,12 +57,28 @@ class Report:
 
 
 @dataclass(frozen=True, slots=True)
+class Reports:
+    """Backend -> supervisor: several jobs are over (reported in bulk)."""
+
+    reports: tuple[Report, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Deadline:
     """Timer -> supervisor: attempt `attempt` of `run` is due (stale unless `gen` is current)."""
 
     run: Run
     attempt: int
     gen: int
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """Waiting caller -> supervisor: attempt `attempt` of `run` is past its deadline
+    and its timer has not acted (see `_backstop.py`)."""
+
+    run: Run
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,8 +40,10 @@ from ._messages import (
     Cancel,
     Close,
     Deadline,
+    Expired,
     Grace,
     Report,
+    Reports,
     RetryDue,
     StatusQuery,
     Submit,
@@ -78,6 +80,19 @@ class SupervisorHost:
             alive = False
         if outcome.late is not None:
             self.services.emitter.emit(sig.LATE_RESULT, outcome.late)
+        return alive
+
+    def report_many(self, reports: list[tuple[Job, Outcome, Any]]) -> bool:
+        """Several jobs are over: one message, one wake-up of the supervisor."""
+        alive = True
+        try:
+            self._ref.tell(Reports(tuple(Report(w, j, o) for j, o, w in reports)))
+        except pykka.ActorDeadError:
+            alive = False
+        emitter = self.services.emitter
+        for _, outcome, _ in reports:
+            if outcome.late is not None:
+                emitter.emit(sig.LATE_RESULT, outcome.late)
         return alive
 
 
@@ -131,10 +146,15 @@ class Supervisor(pykka.ThreadingActor):
             kind = type(message)
             if kind is Report:
                 self._on_report(message)
+            elif kind is Reports:
+                for report in message.reports:
+                    self._on_report(report)
             elif kind is Submit:
                 self._on_submit(message)
             elif kind is Deadline:
                 self._on_deadline(message)
+            elif kind is Expired:
+                self._on_expired(message)
             elif kind is RetryDue:
                 self._on_retry_due(message)
             elif kind is Grace:
@@ -158,6 +178,7 @@ class Supervisor(pykka.ThreadingActor):
 
     def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
         self._disarm(run)
+        run.sv_armed = make
         run.sv_timer = self.timers.schedule(
             _as_delay(delay), self.actor_ref.tell, make(run, run.attempt, run.sv_gen)
         )
@@ -165,6 +186,7 @@ class Supervisor(pykka.ThreadingActor):
     def _disarm(self, run: Run) -> None:
         self.timers.cancel(run.sv_timer)
         run.sv_timer = None
+        run.sv_armed = None
         run.sv_gen += 1
 
     def _current(self, msg: TimerMessage) -> bool:
@@ -173,6 +195,7 @@ class Supervisor(pykka.ThreadingActor):
         if run.sv_closed or msg.gen != run.sv_gen:
             return False
         run.sv_timer = None
+        run.sv_armed = None
         run.sv_gen += 1
         return True
 
@@ -437,6 +460,13 @@ class Supervisor(pykka.ThreadingActor):
                 run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
                 f"Tool '{run.call.name}' timed out after {run.timeout}s",
             )  # fmt: skip
+
+    def _on_expired(self, msg: Expired) -> None:
+        """A caller saw the attempt overdue before its timer fired: act as the timer."""
+        run = msg.run
+        if run.sv_closed or run.attempt != msg.attempt or run.sv_armed is not Deadline:
+            return  # settled, retried, or the timer already acted
+        self._on_deadline(Deadline(run, msg.attempt, run.sv_gen))
 
     def _on_grace(self, msg: Grace) -> None:
         if not self._current(msg):

@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,8 @@ class AsyncTask:
     ) -> None:
         self._loop = loop
         self._on_done = on_done
-        self._done = Latch()
+        # Only a waiting thread needs the latch; a done callback replaces it.
+        self._done: Latch | None = Latch() if on_done is None else None
         self._task: asyncio.Task[Any] | None = None
         self._coro: Coroutine[Any, Any, Any] | None = None
         self._result: Any = None
@@ -62,7 +64,8 @@ class AsyncTask:
         self._task.add_done_callback(self._finished)
 
     def _set_done(self) -> None:
-        self._done.set()
+        if self._done is not None:
+            self._done.set()
         if self._on_done is not None:
             self._on_done(self)
 
@@ -95,6 +98,8 @@ class AsyncTask:
             self._task.cancel()
 
     def wait(self) -> Any:
+        """Block until the coroutine ends (tasks made without `on_done` only)."""
+        assert self._done is not None
         self._done.wait()
         return self.outcome()
 
@@ -191,6 +196,19 @@ class LoopThread:
             task._set_done()
         return task
 
+    @property
+    def current(self) -> asyncio.AbstractEventLoop:
+        """The running loop (started on first use)."""
+        return self._ensure()
+
+    def call_soon(self, callback: Callable[[], Any]) -> None:
+        """Run `callback` on the loop thread soon (from any thread)."""
+        loop = self._ensure()
+        if self.owns_current_thread():
+            loop.call_soon(callback)
+        else:
+            loop.call_soon_threadsafe(callback)
+
     def owns_current_thread(self) -> bool:
         """True when called on this loop's own thread."""
         return self._thread is not None and threading.current_thread() is self._thread
@@ -222,6 +240,13 @@ class LoopBackend:
         self._loop: LoopThread | None = loop
         self._host: Host | None = None
         self._busy = 0
+        # The mailbox: jobs handed over since the loop last drained it. Only
+        # the hand-over that finds it empty wakes the loop (one wake-up per
+        # burst, however many jobs a batch dispatches at once).
+        self._inbox: deque[Job] = deque()
+        self._inbox_lock = threading.Lock()
+        # Outcomes of this loop turn, reported to the supervisor in one message.
+        self._outbox: list[tuple[Job, Outcome, Any]] = []
 
     def check(self, tool: Tool) -> None:
         if not tool.is_async:
@@ -238,11 +263,30 @@ class LoopBackend:
             self._loop = host.loop  # type: ignore[assignment]
 
     def submit(self, job: Job) -> None:
+        loop = self._loop
+        assert loop is not None, "LoopBackend.start was not called"
+        self._busy += 1
+        with self._inbox_lock:
+            wake = not self._inbox
+            self._inbox.append(job)
+        if wake:
+            loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """On the loop: start a task for every job in the mailbox."""
         host, loop = self._host, self._loop
-        assert host is not None, "LoopBackend.start was not called"
+        assert host is not None
         assert loop is not None
         services = host.services
+        with self._inbox_lock:
+            jobs = list(self._inbox)
+            self._inbox.clear()
+        for job in jobs:
+            task = AsyncTask(loop.current, self._done_callback(job, services))
+            job.run.task = task
+            task._start(drive_async(job.steps(services)), job.run.context.copy())
 
+    def _done_callback(self, job: Job, services: Any) -> Callable[[AsyncTask], None]:
         def done(task: AsyncTask) -> None:
             try:
                 outcome: Outcome = task.outcome()
@@ -250,13 +294,16 @@ class LoopBackend:
                 outcome = LOST  # cancelled before its first step: whoever cancelled settled it
             except BaseException as e:
                 outcome = contain(job, e, services)
-            host.report(job, outcome)
+            if not self._outbox and self._loop is not None:
+                self._loop.current.call_soon(self._flush)
+            self._outbox.append((job, outcome, None))
 
-        self._busy += 1
-        # Set before the task exists, so a cancel that comes first still reaches it.
-        job.run.task = loop.submit(
-            drive_async(job.steps(services)), context=job.run.context.copy(), on_done=done
-        )
+        return done
+
+    def _flush(self) -> None:
+        reports, self._outbox = self._outbox, []
+        if reports and self._host is not None:
+            self._host.report_many(reports)
 
     def release(self, job: Job, worker: Any) -> None:
         self._busy -= 1

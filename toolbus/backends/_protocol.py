@@ -98,6 +98,11 @@ class Host(Protocol):
         hands it back through `Backend.release`. False: the executor is gone."""
         ...
 
+    def report_many(self, reports: list[tuple[Job, Outcome, Any]]) -> bool:
+        """`report` for several jobs at once, `(job, outcome, worker)` each: one
+        wake-up of the supervisor instead of one per job."""
+        ...
+
 
 @runtime_checkable
 class Backend(Protocol):

@@ -129,6 +129,7 @@ class Run:
         "scrubber",
         "settled",
         "submitted",
+        "sv_armed",
         "sv_cancel",
         "sv_closed",
         "sv_gen",
@@ -194,6 +195,7 @@ class Run:
         self.sv_slot = False  # holds a concurrency slot (an attempt or its timeout stage)
         self.sv_queued = 0  # 0: not queued, READY: in the ready queue, PARKED: in a waiting queue
         self.sv_timer: Any = None  # the supervisor's TimerHandle
+        self.sv_armed: Any = None  # the kind of message sv_timer will send (Deadline, ...)
         self.sv_gen = 0  # bumped whenever sv_timer changes: older timer messages are stale
         self.sv_cancel: tuple[Any, str] | None = (
             None  # cancel asked while a worker held the outcome
