@@ -6,8 +6,8 @@ import contextvars
 
 from toolbus import ToolCall, tool
 from toolbus.actors._pool import Pool
-from toolbus.pipeline import BatchRun, Run
 from toolbus.actors._slots import Slots
+from toolbus.pipeline import BatchRun, Run
 from toolbus.retry import RetryPolicy
 
 

@@ -1,0 +1,290 @@
+"""Engine v2 contract: nested calls, the thread budget, late completions, the deadline backstop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor, wait_until
+from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry
+from toolbus.actors._backstop import POLL, SLACK, overdue
+from toolbus.bus import Emitter, NullPublisher
+from toolbus.pipeline import Run, Services, attempt, drive_sync
+
+# -- nested calls: run or fail fast, never hang -------------------------------------------
+
+
+@pytest.mark.parametrize("limits", [{"max_parallel": 1}, {"max_parallel": 2}])
+def test_a_tool_calling_its_own_executor_runs(make_executor: MakeExecutor, limits: Any) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool
+    def inner(x: int) -> int:
+        return x + 1
+
+    @reg.tool
+    def outer(x: int) -> int:
+        r = holder["ex"].execute(ToolCall(name="inner", arguments={"x": x}))
+        batch = holder["ex"].execute_batch([ToolCall(name="inner", arguments={"x": x})] * 3)
+        return int(r.output) + sum(int(b.output) for b in batch)
+
+    ex = holder["ex"] = make_executor(reg, timeout=10, **limits)
+    r = ex.execute(ToolCall(name="outer", arguments={"x": 1}))
+    assert (r.status, r.output) == ("ok", 8)
+
+
+def test_a_nested_call_into_a_tool_its_callers_saturate_fails_fast(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool(max_concurrency=1)
+    def recurse(depth: int) -> Any:
+        if depth == 0:
+            return "bottom"
+        r = holder["ex"].execute(ToolCall(name="recurse", arguments={"depth": depth - 1}))
+        return {"status": r.status, "code": r.error_code, "error": r.error}
+
+    ex = holder["ex"] = make_executor(reg, timeout=None)
+    r = ex.execute(ToolCall(name="recurse", arguments={"depth": 1}))
+    assert r.status == "ok"
+    assert r.output["status"] == "rejected"
+    assert r.output["code"] == ErrorCode.TOOL_UNAVAILABLE
+    assert "deadlock" in r.output["error"]
+
+
+async def test_an_async_tool_awaiting_its_own_executor_runs(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool
+    async def leaf() -> str:
+        return "leaf"
+
+    @reg.tool
+    async def parent() -> str:
+        r = await holder["ex"].aexecute(ToolCall(name="leaf"))
+        return f"parent of {r.output}"
+
+    ex = holder["ex"] = make_executor(reg, max_parallel=1, timeout=10)
+    r = await ex.aexecute(ToolCall(name="parent"))
+    assert (r.status, r.output) == ("ok", "parent of leaf")
+
+
+def test_a_blocking_execute_from_an_async_tool_is_refused(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool
+    def leaf() -> str:
+        return "leaf"
+
+    @reg.tool
+    async def parent() -> Any:
+        r = holder["ex"].execute(ToolCall(id="n1", name="leaf"))
+        return [r.call_id, r.status, r.error_code]
+
+    ex = holder["ex"] = make_executor(reg, timeout=10)
+    r = ex.execute(ToolCall(name="parent"))
+    assert r.output == ["n1", "rejected", ErrorCode.TOOL_UNAVAILABLE]
+
+
+# -- stats survive close -------------------------------------------------------------------
+
+
+def test_stats_after_close_keep_the_final_counters() -> None:
+    reg = ToolRegistry()
+
+    @reg.tool
+    def ok() -> int:
+        return 1
+
+    ex = Executor(reg)
+    for _ in range(3):
+        ex.execute(ToolCall(name="ok"))
+    ex.execute(ToolCall(name="missing"))
+    wait_until(lambda: ex.stats().ok == 3)
+    ex.close()
+    s = ex.stats()
+    assert (s.submitted, s.ok, s.rejected) == (4, 3, 1)
+
+
+# -- the thread budget holds under concurrency ------------------------------------------------
+
+
+def test_abandoned_threads_never_exceed_the_budget(release: threading.Event) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.05)
+    def stuck(i: int) -> int:
+        release.wait(30)
+        return i
+
+    @reg.tool(read_only=True)
+    def healthy(i: int) -> int:
+        return i
+
+    before = threading.active_count()
+    peak = [0]
+    with Executor(reg, max_parallel=8, max_abandoned_workers=2, max_abandoned_per_tool=2) as ex:
+
+        def watch(*_: Any, **__: Any) -> None:
+            peak[0] = max(peak[0], ex.stats().abandoned_workers)
+
+        from toolbus import bus
+
+        with bus.subscribe(watch, bus.TIMEOUT, sender=ex):
+            calls = [ToolCall(name="stuck", arguments={"i": i}) for i in range(9)]
+            with ThreadPoolExecutor(3) as pool:
+                batches = list(pool.map(lambda _: ex.execute_batch(calls), range(3)))
+            ex.drain_events()
+        statuses = {r.status for b in batches for r in b}
+        assert statuses <= {"timeout", "rejected"}
+        rejected = [r for b in batches for r in b if r.status == "rejected"]
+        assert rejected and all(r.error_code is ErrorCode.TOOL_UNAVAILABLE for r in rejected)
+        assert ex.stats().abandoned_workers <= 2
+        assert peak[0] <= 2
+        # supervisor, timers, bus, loop, the budget's two threads and a fresh one or two
+        assert threading.active_count() <= before + 8
+        release.set()
+        wait_until(lambda: ex.stats().abandoned_workers == 0)
+        assert ex.execute(ToolCall(name="healthy", arguments={"i": 5})).output == 5
+
+
+# -- an attempt that returns after its deadline is a timeout ---------------------------------
+
+
+class _Hooks:
+    """The executor's default hooks, without an executor."""
+
+    def pre_execute(self, call: ToolCall) -> ToolCall:
+        return call
+
+    def is_allowed(self, call: ToolCall) -> bool:
+        return True
+
+    def mask_arguments(self, call: ToolCall) -> Any:
+        return call.arguments
+
+    def should_retry(self, call: ToolCall, failure: Any) -> Any:
+        return failure.policy.decide(
+            failure.state,
+            read_only=failure.read_only,
+            timed_out=failure.timed_out,
+            retryable=failure.retryable,
+        )
+
+    def post_execute(self, call: ToolCall, result: Any) -> Any:
+        return result
+
+
+class _NoLoop:
+    def submit(self, coro: Any) -> Any:
+        raise AssertionError("no awaitable expected")
+
+
+@pytest.mark.parametrize(("read_only", "late_flag"), [(False, True), (True, False)])
+def test_an_attempt_finishing_past_its_deadline_ends_as_timeout(
+    read_only: bool, late_flag: bool
+) -> None:
+    from toolbus import RetryPolicy, tool
+
+    @tool(read_only=read_only, timeout=0.01)
+    def write(ctx: ToolContext) -> str:
+        return "written"
+
+    run = Run(
+        ToolCall(name="write"),
+        write,
+        context=contextvars.copy_context(),
+        timeout=0.01,
+        policy=RetryPolicy(),
+    )
+    services = Services(
+        emitter=Emitter(NullPublisher(), None),  # type: ignore[arg-type]
+        hooks=_Hooks(),
+        max_argument_bytes=1000,
+    )
+    run.begin_attempt(1)
+    run.deadline = time.monotonic() - 1  # the tool will return a second too late
+    outcome = drive_sync(attempt(run, 1, services), run, _NoLoop())
+    assert (outcome.kind, outcome.timed_out) == ("done", True)
+    assert outcome.late is not None and outcome.late.status == "ok"
+    assert run.result is not None
+    assert (run.result.status, run.result.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    assert run.result.output is None  # the late value is never the result
+    assert run.result.metadata.get("completed_late", False) is late_flag
+
+
+# -- the waiting side's backstop (pure) -------------------------------------------------------
+
+
+def _run(timeout: float | None = 1.0) -> Run:
+    from toolbus import RetryPolicy
+
+    return Run(
+        ToolCall(name="t"),
+        None,
+        context=contextvars.copy_context(),
+        timeout=timeout,
+        policy=RetryPolicy(),
+    )
+
+
+def test_backstop_waits_for_the_earliest_deadline() -> None:
+    a, b = _run(), _run()
+    a.begin_attempt(1)
+    b.begin_attempt(1)
+    a.deadline, b.deadline = 100.0, 50.0
+    late, wake = overdue([a, b], 10.0, set())
+    assert late == []
+    assert wake == pytest.approx(40.0 + SLACK)
+
+
+def test_backstop_reports_an_overdue_attempt_once() -> None:
+    a = _run()
+    a.begin_attempt(1)
+    a.deadline = 5.0
+    noticed: set[tuple[Run, int]] = set()
+    late, wake = overdue([a], 5.0 + SLACK, noticed)
+    assert late == [(a, 1)]
+    assert wake == POLL
+    assert overdue([a], 6.0, noticed)[0] == []  # noticed already
+    a.begin_attempt(2)  # a retry is a new attempt with a deadline of its own
+    a.deadline = 7.0
+    assert overdue([a], 8.0, noticed)[0] == [(a, 2)]
+
+
+def test_backstop_ignores_settled_finished_and_untimed_calls() -> None:
+    queued, settled, untimed, done = _run(), _run(), _run(None), _run()
+    settled.begin_attempt(1)
+    settled.deadline = 1.0
+    settled.try_settle(1)
+    untimed.begin_attempt(1)
+    done.begin_attempt(1)
+    done.deadline = 1.0
+    from toolbus import ToolResult
+
+    done.result = ToolResult(call_id="x", name="t", status="ok")
+    assert overdue([queued, settled, done], 100.0, set()) == ([], POLL)
+    assert overdue([untimed, done], 100.0, set()) == ([], None)
+
+
+async def test_loop_stays_free_while_backstop_watches(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.05)
+    async def hang() -> None:
+        await asyncio.Event().wait()
+
+    ex = make_executor(reg)
+    results = await asyncio.gather(*(ex.aexecute(ToolCall(name="hang")) for _ in range(20)))
+    assert {r.status for r in results} == {"timeout"}
