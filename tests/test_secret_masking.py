@@ -83,6 +83,7 @@ def test_extra_secret_keys_follow_the_same_rules() -> None:
     ("extra", "error"),
     [
         ("pin", TypeError),  # one string, not a list of names
+        (5, TypeError),
         ([1], TypeError),
         (["ok", b"bytes"], TypeError),
         (["--"], ValueError),

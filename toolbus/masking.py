@@ -94,11 +94,15 @@ class SecretKeys:
     it runs for every key of every call's arguments.
     """
 
-    __slots__ = ("_match", "extra")
+    __slots__ = ("extra", "is_secret")
+
+    is_secret: Callable[[object], bool]
+    """True if a value under this key must never be published (never for a
+    key that is not a string)."""
 
     def __init__(self, extra: Iterable[str] = ()) -> None:
-        if isinstance(extra, str | bytes):
-            raise TypeError("secret_keys must be a list of names, not one string")
+        if isinstance(extra, str | bytes) or not isinstance(extra, Iterable):
+            raise TypeError(f"secret_keys must be a list of names, got {type(extra).__name__}")
         names = tuple(extra)
         for name in names:
             if not isinstance(name, str):
@@ -114,19 +118,19 @@ class SecretKeys:
                 anywhere.append("".join(words))
             else:
                 at_end.append(words)
-        self._match: Callable[[str], bool] = functools.lru_cache(maxsize=4096)(
+        # The cached function itself, not a method around it: one call less per
+        # key of every call's arguments.
+        self.is_secret = functools.lru_cache(maxsize=4096)(
             functools.partial(_matches, tuple(anywhere), tuple(at_end))
         )
-
-    def is_secret(self, key: object) -> bool:
-        """True if a value under this key must never be published."""
-        return isinstance(key, str) and self._match(key)
 
     def __repr__(self) -> str:
         return f"SecretKeys({list(self.extra)!r})"
 
 
-def _matches(anywhere: tuple[str, ...], at_end: tuple[tuple[str, ...], ...], key: str) -> bool:
+def _matches(anywhere: tuple[str, ...], at_end: tuple[tuple[str, ...], ...], key: object) -> bool:
+    if not isinstance(key, str):
+        return False
     words = _words(key)
     compact = "".join(words)
     if any(word in compact for word in anywhere):
@@ -140,7 +144,7 @@ DEFAULT_SECRET_KEYS = SecretKeys()
 
 def is_secret_key(key: object) -> bool:
     """True if a value under this key must never be published (default names)."""
-    return DEFAULT_SECRET_KEYS.is_secret(key)
+    return isinstance(key, str) and DEFAULT_SECRET_KEYS.is_secret(key)
 
 
 def mask_arguments(arguments: Any, keys: SecretKeys | None = None) -> tuple[Any, list[str]]:
