@@ -2,7 +2,7 @@
 
 The agent sets the current user's session in a `contextvars.ContextVar` before
 it executes the model's tool calls. A `pre_call` hook copies the session into
-the arguments of every tool that declares an `auth` parameter. The executor
+the arguments of every tool that declares an `identity` parameter. The executor
 captures the caller's context at submission and runs hooks and tools inside it,
 so the session is visible on the worker threads (and in async tools) without
 being passed around.
@@ -15,9 +15,12 @@ Shows:
   whose message contains it (toolbus scrubs every masked value from error text);
 - a custom `masker=` that hides more than the default (here: the person id).
 
-Note that `auth` stays in the parameter schema the model is shown
+Note that `identity` stays in the parameter schema the model is shown
 (`registry.to_openai()`): only `ToolContext` parameters are left out of it.
-Whatever the model sends under `auth` is overwritten by the hook.
+Whatever the model sends under `identity` is overwritten by the hook.
+(It is not called `auth`: a value under a secret-looking name such as `auth`
+is masked whole, person id included, and the second run shows hiding the
+person id as a choice.)
 
 Run: python examples/auth_injection.py
 """
@@ -56,17 +59,21 @@ registry = ToolRegistry()
 
 
 @registry.tool(read_only=True)
-def get_profile(auth: Auth) -> dict[str, str | bool]:
+def get_profile(identity: Auth) -> dict[str, str | bool]:
     """The signed-in person's profile."""
     # A real tool would send `Authorization: Bearer ...` to an API here.
-    return {"person_id": auth.person_id, "name": "Ada", "authenticated": bool(auth.bearer_token)}
+    return {
+        "person_id": identity.person_id,
+        "name": "Ada",
+        "authenticated": bool(identity.bearer_token),
+    }
 
 
 @registry.tool
-def transfer(amount: int, to: str, auth: Auth) -> str:
+def transfer(amount: int, to: str, identity: Auth) -> str:
     """Transfer money to someone."""
     # The kind of error message a careless HTTP client produces.
-    raise RuntimeError(f"401 from bank API for 'Authorization: Bearer {auth.bearer_token}'")
+    raise RuntimeError(f"401 from bank API for 'Authorization: Bearer {identity.bearer_token}'")
 
 
 @registry.tool(read_only=True)
@@ -76,27 +83,27 @@ def get_time() -> str:
 
 
 def inject_auth(call: ToolCall) -> ToolCall:
-    """Pre-call hook: add the session to calls of tools that take `auth`."""
+    """Pre-call hook: add the session to calls of tools that take `identity`."""
     tool = registry.get(call.name)
-    if tool is None or "auth" not in tool.schema.get("properties", {}):
-        return call  # the tool would reject an unexpected `auth` argument
+    if tool is None or "identity" not in tool.schema.get("properties", {}):
+        return call  # the tool would reject an unexpected `identity` argument
     session = current_session.get()
     if session is None:
         # Raising rejects the call (TOOL_NOT_ALLOWED) with this message.
         raise PermissionError("no signed-in session")
     # Arguments are a dict here: raw JSON was parsed before pre-call hooks.
     assert isinstance(call.arguments, dict)
-    # Overwrite whatever the model put under `auth`: only the session counts.
-    auth = {"person_id": session.person_id, "bearer_token": session.bearer_token}
-    return call.with_arguments({**call.arguments, "auth": auth})
+    # Overwrite whatever the model put under `identity`: only the session counts.
+    identity = {"person_id": session.person_id, "bearer_token": session.bearer_token}
+    return call.with_arguments({**call.arguments, "identity": identity})
 
 
 def mask_person_ids(call: ToolCall) -> Any:
     """A masker that hides person ids as well as the default secret-looking keys."""
     masked, _ = mask_arguments(call.arguments)
-    auth = masked.get("auth") if isinstance(masked, dict) else None
-    if isinstance(auth, dict) and "person_id" in auth:
-        masked["auth"] = {**auth, "person_id": MASK}
+    identity = masked.get("identity") if isinstance(masked, dict) else None
+    if isinstance(identity, dict) and "person_id" in identity:
+        masked["identity"] = {**identity, "person_id": MASK}
     return masked
 
 
@@ -115,7 +122,7 @@ def run_turn(executor: Executor) -> tuple[list[ToolResult], list[tuple[str, Any]
                 # The model tries to pass credentials of its own; the hook overrides them.
                 ToolCall(
                     name="transfer",
-                    arguments={"amount": 5, "to": "bob", "auth": {"bearer_token": "guess"}},
+                    arguments={"amount": 5, "to": "bob", "identity": {"bearer_token": "guess"}},
                 ),
             ]
         )

@@ -288,3 +288,17 @@ async def test_loop_stays_free_while_backstop_watches(make_executor: MakeExecuto
     ex = make_executor(reg)
     results = await asyncio.gather(*(ex.aexecute(ToolCall(name="hang")) for _ in range(20)))
     assert {r.status for r in results} == {"timeout"}
+
+
+def test_an_infinite_tool_timeout_means_no_deadline(make_executor: MakeExecutor) -> None:
+    import math
+
+    reg = ToolRegistry()
+
+    @reg.tool(timeout=math.inf)
+    def quick() -> int:
+        return 1
+
+    ex = make_executor(reg, timeout=0.01)
+    assert ex.execute(ToolCall(name="quick")).status == "ok"
+    assert overdue([_run(math.inf)], 1e9, set()) == ([], None)

@@ -31,13 +31,13 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "auth_injection.py": [
         "get_profile: ok output={'person_id': 'person-42'",
-        "tool:executing get_profile: arguments={'auth': {'person_id': 'person-42', "
+        "tool:executing get_profile: arguments={'identity': {'person_id': 'person-42', "
         "'bearer_token': '***'}}",
         "Authorization: Bearer ***",
         "events or results containing the token: 0",
         "get_profile: rejected output=None error='PermissionError: no signed-in session'",
         "get_time: ok output='12:00'",
-        "arguments={'auth': {'person_id': '***', 'bearer_token': '***'}}",
+        "arguments={'identity': {'person_id': '***', 'bearer_token': '***'}}",
         "events showing the person id: 0",
     ],
     "subclass_executor.py": [

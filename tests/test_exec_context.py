@@ -16,8 +16,8 @@ def _registry() -> ToolRegistry:
     reg = ToolRegistry()
 
     @reg.tool(read_only=True)
-    def whoami(auth: dict[str, str] | None = None) -> dict[str, str]:
-        return {"tool_sees": request_user.get(), "hook_injected": (auth or {}).get("user", "")}
+    def whoami(identity: dict[str, str] | None = None) -> dict[str, str]:
+        return {"tool_sees": request_user.get(), "hook_injected": (identity or {}).get("user", "")}
 
     @reg.tool
     def write_as() -> str:
@@ -31,7 +31,9 @@ def _hooks(seen: list[tuple[str, str]]) -> dict[str, object]:
         seen.append(("pre", request_user.get()))
         if call.name != "whoami":
             return call
-        return call.with_arguments({**dict(call.arguments), "auth": {"user": request_user.get()}})  # type: ignore[arg-type]
+        return call.with_arguments(
+            {**dict(call.arguments), "identity": {"user": request_user.get()}}
+        )  # type: ignore[arg-type]
 
     def allow(call: ToolCall) -> bool:
         seen.append(("authorize", request_user.get()))

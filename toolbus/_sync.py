@@ -44,7 +44,10 @@ class Latch:
         """Block until set or `timeout` seconds pass; True if set."""
         if self._flag:
             return True
-        if self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        if timeout is not None:
+            # NaN, negative and huge waits would raise in acquire().
+            timeout = min(max(0.0, timeout), threading.TIMEOUT_MAX) if timeout == timeout else 0.0
+        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
             self._lock.release()
             return True
         return self._flag

@@ -21,6 +21,7 @@ import difflib
 import inspect
 import itertools
 import logging
+import math
 import threading
 import time
 import typing
@@ -30,12 +31,14 @@ from typing import Any
 import pykka
 from pydantic import BaseModel, ConfigDict
 
+from ._options import positive_int, positive_number, timeout_seconds
 from .actors import Supervisor, TimerService
 from .actors._backstop import overdue
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
-from .masking import mask_arguments
+from .calls import CallLike, coerce_call
+from .masking import DEFAULT_SECRET_KEYS, SecretKeys, mask_arguments
 from .models import BatchResult, BatchSummary, ErrorCode, ToolCall, ToolResult
 from .pipeline import (
     BatchRun,
@@ -57,7 +60,6 @@ log = logging.getLogger("toolbus")
 
 PreCallHook = Callable[[ToolCall], ToolCall | Awaitable[ToolCall]]
 PostCallHook = Callable[[ToolCall, ToolResult], ToolResult | Awaitable[ToolResult]]
-CallLike = ToolCall | Mapping[str, Any]
 
 _batch_ids = itertools.count(1)
 
@@ -94,6 +96,13 @@ class Executor:
     Every call submitted gets exactly one terminal result; nothing a tool, hook
     or subscriber does raises out of `execute*`. Close it (or use `with`) to
     stop its actors; its threads are daemons and never keep a process alive.
+
+    Options are checked here, with `TypeError`/`ValueError` naming the option:
+    `max_parallel` and `max_argument_bytes` are integers >= 1,
+    `max_abandoned_workers` an integer >= 0, `hook_grace` a finite number > 0,
+    `timeout` a number > 0 or None (`math.inf` is taken as None: no deadline).
+    `secret_keys` adds names to the default secret-looking keys for this
+    executor's default masking (so it cannot be combined with `masker=`).
     """
 
     def __init__(
@@ -115,20 +124,33 @@ class Executor:
         hook_grace: float = 5.0,
         backend: str | Backend | None = "auto",
         backends: Mapping[str, Backend] | None = None,
+        secret_keys: Iterable[str] = (),
     ) -> None:
-        if max_parallel < 1:
-            raise ValueError("max_parallel must be >= 1")
-        if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be > 0 (or None for no timeout)")
-        if hook_grace <= 0 or max_argument_bytes <= 0 or max_abandoned_workers < 1:
+        max_parallel = positive_int(max_parallel, "max_parallel", "Executor")
+        timeout = timeout_seconds(timeout, "timeout", "Executor")
+        timeout = None if timeout == math.inf else timeout
+        hook_grace = positive_number(hook_grace, "hook_grace", "Executor")
+        max_argument_bytes = positive_int(max_argument_bytes, "max_argument_bytes", "Executor")
+        max_abandoned_workers = positive_int(
+            max_abandoned_workers, "max_abandoned_workers", "Executor"
+        )
+        if max_abandoned_per_tool is not None:
+            max_abandoned_per_tool = positive_int(
+                max_abandoned_per_tool, "max_abandoned_per_tool", "Executor"
+            )
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"Executor: retry must be a RetryPolicy, got {type(retry).__name__}")
+        keys = SecretKeys(secret_keys)
+        # Without extra names, share the default matcher and its warm cache.
+        self._secret_keys = keys if keys.extra else DEFAULT_SECRET_KEYS
+        if keys.extra and masker is not None:
             raise ValueError(
-                "hook_grace and max_argument_bytes must be > 0, max_abandoned_workers >= 1"
+                "Executor: secret_keys extends the default masking, which masker= replaces; "
+                "mask those keys in your masker (masking.mask_arguments(args, SecretKeys([...])))"
             )
         if max_abandoned_per_tool is None:
             # One stuck tool may take half the budget: the rest stays for the others.
             max_abandoned_per_tool = max(1, max_abandoned_workers // 2)
-        if max_abandoned_per_tool < 1:
-            raise ValueError("max_abandoned_per_tool must be >= 1")
         self.registry = registry
         self.parallel_limit = max_parallel
         self.timeout = timeout
@@ -183,11 +205,14 @@ class Executor:
     def mask_arguments(self, call: ToolCall) -> Any:
         """The arguments as they may be published (events, logs); secrets hidden.
 
-        Whatever this hides is also scrubbed from error texts and outputs.
+        The default hides values under secret-looking keys (the default names
+        and this executor's `secret_keys`). Whatever this hides is also
+        scrubbed from error texts and outputs; values the tool's schema marks
+        secret (`Tool.secret_paths`) are hidden on top of it, whatever it returns.
         """
         if self._masker is not None:
             return self._masker(call)
-        return mask_arguments(call.arguments)[0]
+        return mask_arguments(call.arguments, self._secret_keys)[0]
 
     def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision:
         """After a failed attempt: retry, and after how long?"""
@@ -374,7 +399,7 @@ class Executor:
         batch: BatchRun | None = None,
         waiter: Waiter | None = None,
     ) -> Run:
-        c = _coerce(call)
+        c = coerce_call(call)
         tool = self.registry.get(c.name)
         backend: Backend | None = None
         if tool is None:
@@ -413,7 +438,7 @@ class Executor:
     def _submit_batch(
         self, calls: Iterable[CallLike], stop_on_error: bool, waiter: Waiter
     ) -> BatchRun | None:
-        coerced = [_coerce(c) for c in calls]
+        coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
         try:
@@ -484,7 +509,7 @@ class Executor:
         look()
 
     def _refuse_blocking(self, call: CallLike) -> ToolResult:
-        c = _coerce(call)
+        c = coerce_call(call)
         return ToolResult(
             call_id=c.id,
             name=c.name,
@@ -531,30 +556,6 @@ def _unknown_tool_message(name: str, known: list[str]) -> str:
     if close:
         return f"Unknown tool '{name}'. Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
     return f"Unknown tool '{name}'"
-
-
-def _coerce(call: CallLike) -> ToolCall:
-    """A ToolCall from a ToolCall or a plain mapping; never raises."""
-    if isinstance(call, ToolCall):
-        return call
-    try:
-        if isinstance(call, Mapping):
-            data = dict(call)
-            if "function" in data and isinstance(data["function"], Mapping):  # OpenAI shape
-                fn = data["function"]
-                data = {
-                    "id": data.get("id"),
-                    "name": fn.get("name"),
-                    "arguments": fn.get("arguments"),
-                }
-            data = {
-                k: v for k, v in data.items() if k in ("id", "name", "arguments") and v is not None
-            }
-            return ToolCall(**data)
-    except Exception as e:
-        log.debug("could not read a tool call: %s", e)
-    name = str(call.get("name", "")) if isinstance(call, Mapping) else ""
-    return ToolCall(name=name or "<unreadable call>", arguments="")
 
 
 def _batch_of(results: list[ToolResult]) -> BatchResult:

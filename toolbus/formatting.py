@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from . import _json
 from .models import ToolResult
 
 __all__ = ["format_result_for_context", "output_text"]
@@ -20,10 +21,11 @@ _STATUS_TEXT = {
 
 
 def output_text(output: Any) -> str:
-    """A tool's output as text: strings as they are, anything else as indented JSON."""
+    """A tool's output as text: strings as they are, anything else as indented
+    JSON (integers of any size exact)."""
     if isinstance(output, str):
         return output
-    return orjson.dumps(
+    return _json.dumps(
         output, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str
     ).decode()
 

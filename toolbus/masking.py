@@ -1,9 +1,10 @@
 """Masking of arguments and scrubbing of everything toolbus publishes.
 
-Masking replaces the values under secret-looking keys, at any depth. Every value
-masking hides is remembered by a `Scrubber`, which removes it from free text
-(error messages, log records, outputs) so that a secret that leaks through an
-exception message never reaches an event, a log or the model.
+Masking replaces the values under secret-looking keys, at any depth, and the
+values at a tool's secret-typed paths (`mask_paths`). Every value masking hides
+is remembered by a `Scrubber`, which removes it from free text (error messages,
+log records, outputs) so that a secret that leaks through an exception message
+never reaches an event, a log or the model.
 
 Pure functions, no threads: unit-tested on their own.
 """
@@ -12,16 +13,21 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "DEFAULT_SECRET_KEYS",
     "MASK",
+    "SECRET_KEY_SUFFIXES",
     "SECRET_KEY_WORDS",
     "Scrubber",
+    "SecretKeys",
+    "SecretPath",
     "hidden_values",
     "is_secret_key",
     "mask_arguments",
+    "mask_paths",
 ]
 
 MASK = "***"
@@ -31,17 +37,31 @@ SECRET_KEY_WORDS: tuple[str, ...] = (
     "secret",
     "password",
     "passwd",
+    "passphrase",
     "apikey",
+    "accesskey",
     "authorization",
     "bearer",
     "cookie",
     "credential",
     "privatekey",
+    "sessionid",
+    "databaseurl",
+    "connectionstring",
 )
+"""Words masked wherever they occur in a key (compared without case or separators)."""
 
-# Keys are compared without case, dashes or underscores, so "X-Api-Key",
-# "api_key" and "APIKEY" are the same key.
-_normalize = re.compile(r"[-_\s]")
+SECRET_KEY_SUFFIXES: tuple[str, ...] = ("auth", "pwd", "jwt", "dsn", "key")
+"""Short words masked only as a whole key or its last words: `api_key`, `apiKey`,
+`x-api-key`, `AUTH`, `user_pwd`, but not `author`, `oauth_scope` or `keyboard`."""
+
+# A word is short, and matched only at the end of a key, below this length:
+# "key" or "auth" inside a longer word ("monkey", "author") means nothing.
+_SUBSTRING_MIN = 5
+
+# camelCase and ACRONYMWords to snake_case, then split on separators.
+_camel = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_separators = re.compile(r"[^a-z0-9]+")
 
 # Shorter values are masked in arguments but not scrubbed from free text: erasing
 # every "id" or "1" from an error message would make it unreadable, and a one-
@@ -53,56 +73,117 @@ _MAPPINGS = (dict, Mapping)
 _SEQUENCES = (list, tuple)
 
 
-def is_secret_key(key: object) -> bool:
-    """True if a value under this key must never be published."""
+def _words(key: str) -> list[str]:
+    """`key` as lower-case words: "X-Api-Key", "apiKey" and "API_KEY" give [.., "api", "key"]."""
+    words = [w for w in _separators.split(_camel.sub("_", key).lower()) if w]
+    # A numbered key ("api_key_2", "token1") is the same kind of key.
+    while words and words[-1].isdigit():
+        words.pop()
+    if words:
+        words[-1] = words[-1].rstrip("0123456789") or words[-1]
+    return words
+
+
+class SecretKeys:
+    """Which argument names hold secrets: the defaults plus `extra` words.
+
+    A word of five or more characters matches anywhere in a key, compared
+    without case or separators (`token` matches `refresh-token` and
+    `tokenizer`); a shorter word matches only the key's last words (`pin`
+    matches `card_pin` and `PIN`, not `spinner`). `is_secret(key)` is cached:
+    it runs for every key of every call's arguments.
+    """
+
+    __slots__ = ("extra", "is_secret")
+
+    is_secret: Callable[[object], bool]
+    """True if a value under this key must never be published (never for a
+    key that is not a string)."""
+
+    def __init__(self, extra: Iterable[str] = ()) -> None:
+        if isinstance(extra, str | bytes) or not isinstance(extra, Iterable):
+            raise TypeError(f"secret_keys must be a list of names, got {type(extra).__name__}")
+        names = tuple(extra)
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"secret_keys must hold strings, got {type(name).__name__}")
+            if not _words(name):
+                raise ValueError(f"secret_keys: {name!r} has no letters or digits to match")
+        self.extra = names
+        anywhere: list[str] = list(SECRET_KEY_WORDS)
+        at_end: list[tuple[str, ...]] = [(w,) for w in SECRET_KEY_SUFFIXES]
+        for name in names:
+            words = tuple(_words(name))
+            if len("".join(words)) >= _SUBSTRING_MIN:
+                anywhere.append("".join(words))
+            else:
+                at_end.append(words)
+        # The cached function itself, not a method around it: one call less per
+        # key of every call's arguments.
+        self.is_secret = functools.lru_cache(maxsize=4096)(
+            functools.partial(_matches, tuple(anywhere), tuple(at_end))
+        )
+
+    def __repr__(self) -> str:
+        return f"SecretKeys({list(self.extra)!r})"
+
+
+def _matches(anywhere: tuple[str, ...], at_end: tuple[tuple[str, ...], ...], key: object) -> bool:
     if not isinstance(key, str):
         return False
-    return _is_secret_name(key)
+    words = _words(key)
+    compact = "".join(words)
+    if any(word in compact for word in anywhere):
+        return True
+    return any(tuple(words[-len(end) :]) == end for end in at_end if len(words) >= len(end))
 
 
-@functools.lru_cache(maxsize=4096)
-def _is_secret_name(key: str) -> bool:
-    # Cached: the same few argument names come back on every call.
-    k = _normalize.sub("", key).lower()
-    return any(word in k for word in SECRET_KEY_WORDS)
+DEFAULT_SECRET_KEYS = SecretKeys()
+"""The default names alone: what `is_secret_key` and `mask_arguments` use by default."""
 
 
-def mask_arguments(arguments: Any) -> tuple[Any, list[str]]:
+def is_secret_key(key: object) -> bool:
+    """True if a value under this key must never be published (default names)."""
+    return isinstance(key, str) and DEFAULT_SECRET_KEYS.is_secret(key)
+
+
+def mask_arguments(arguments: Any, keys: SecretKeys | None = None) -> tuple[Any, list[str]]:
     """Return `(masked, hidden values)` for JSON-like arguments.
 
-    `masked` is a copy with secrets hidden, or `arguments` itself when there is
-    nothing to hide. The hidden values are the text forms of every leaf under a
-    secret key.
+    `masked` is a copy with the values under secret keys (`keys`, by default
+    the default names) hidden, or `arguments` itself when there is nothing to
+    hide. The hidden values are the text forms of every leaf under a secret key.
     """
-    if not _has_secret(arguments):
+    is_secret = (keys or DEFAULT_SECRET_KEYS).is_secret
+    if not _has_secret(arguments, is_secret):
         return arguments, []
     hidden: list[str] = []
-    return _mask(arguments, hidden), hidden
+    return _mask(arguments, hidden, is_secret), hidden
 
 
-def _has_secret(value: Any) -> bool:
+def _has_secret(value: Any, is_secret: Callable[[object], bool]) -> bool:
     if isinstance(value, _MAPPINGS):
-        for k, v in value.items():  # noqa: SIM110 - a loop beats any(genexpr) on the hot path
-            if (is_secret_key(k) and v is not None) or _has_secret(v):
+        for k, v in value.items():  # a loop beats any(genexpr) on the hot path
+            if (is_secret(k) and v is not None) or _has_secret(v, is_secret):
                 return True
         return False
     if isinstance(value, _SEQUENCES):
-        return any(_has_secret(v) for v in value)
+        return any(_has_secret(v, is_secret) for v in value)
     return False
 
 
-def _mask(value: Any, hidden: list[str]) -> Any:
+def _mask(value: Any, hidden: list[str], is_secret: Callable[[object], bool]) -> Any:
     if isinstance(value, _MAPPINGS):
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            if is_secret_key(k) and v is not None:
+            if is_secret(k) and v is not None:
                 _collect(v, hidden)
                 out[k] = MASK
             else:
-                out[k] = _mask(v, hidden)
+                out[k] = _mask(v, hidden, is_secret)
         return out
     if isinstance(value, _SEQUENCES):
-        return [_mask(v, hidden) for v in value]
+        return [_mask(v, hidden, is_secret) for v in value]
     return value
 
 
@@ -115,6 +196,68 @@ def _collect(value: Any, hidden: list[str]) -> None:
             _collect(v, hidden)
     elif value is not None and not isinstance(value, bool):
         hidden.append(str(value))
+
+
+SecretPath = tuple[str | None, ...]
+"""Where a secret sits in a call's arguments: object keys from the top; `None`
+stands for every item of an array (or every value of an object)."""
+
+
+def mask_paths(masked: Any, raw: Any, paths: Sequence[SecretPath]) -> tuple[Any, list[str]]:
+    """Mask the values at `paths` in already-masked arguments; return
+    `(masked, the raw values hidden)`.
+
+    `raw` are the arguments as the tool gets them and decide what is there;
+    `masked` is whatever a masker made of them (it may show them unmasked, or
+    be `None`). Neither is changed: containers on a masked path are copied.
+    The hidden values (text of every leaf under a path, in `raw`) are returned
+    even where `masked` does not show that place, so a scrubber can remove
+    them from free text.
+    """
+    if not paths:
+        return masked, []
+    hidden: list[str] = []
+    for path in paths:
+        masked = _mask_path(masked, raw, path, hidden)
+    return masked, hidden
+
+
+_ABSENT: Any = object()
+
+
+def _mask_path(masked: Any, raw: Any, path: SecretPath, hidden: list[str]) -> Any:
+    if not path:
+        if raw is None:
+            return masked
+        _collect(raw, hidden)
+        return MASK if masked is not _ABSENT else masked
+    head, rest = path[0], path[1:]
+    if isinstance(raw, _MAPPINGS):
+        keys = list(raw) if head is None else [head] if head in raw else []
+        if not keys:
+            return masked
+        shown = masked if isinstance(masked, _MAPPINGS) else None
+        out = masked
+        for k in keys:
+            before = shown[k] if shown is not None and k in shown else _ABSENT
+            after = _mask_path(before, raw[k], rest, hidden)
+            if after is not before:
+                if out is masked:
+                    out = dict(masked)
+                out[k] = after
+        return out
+    if head is None and isinstance(raw, _SEQUENCES):
+        same = isinstance(masked, _SEQUENCES) and len(masked) == len(raw)
+        items = list(masked) if same else None
+        changed = False
+        for i, item in enumerate(raw):
+            before = items[i] if items is not None else _ABSENT
+            after = _mask_path(before, item, rest, hidden)
+            if items is not None and after is not before:
+                items[i] = after
+                changed = True
+        return items if changed else masked
+    return masked
 
 
 def hidden_values(raw: Any, masked: Any) -> list[str]:

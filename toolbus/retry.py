@@ -21,6 +21,8 @@ from tenacity.retry import retry_base
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
+from ._options import non_negative_int, non_negative_number, positive_number
+
 __all__ = [
     "AttemptFailure",
     "AttemptTimeout",
@@ -86,6 +88,16 @@ class wait_proportional_jitter(wait_base):
         return base * (1.0 + self.rng.uniform(0.0, self.jitter)) if self.jitter else base
 
 
+def _exception_types(value: object) -> tuple[type[BaseException], ...]:
+    """`retry_on` as a tuple of exception classes (one class alone is accepted too)."""
+    items = (value,) if isinstance(value, type) else value
+    if isinstance(items, tuple | list) and all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in items
+    ):
+        return tuple(items)
+    raise TypeError(f"RetryPolicy: retry_on must be a tuple of exception classes, got {value!r}")
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """When and how often a failed attempt is tried again.
@@ -97,6 +109,12 @@ class RetryPolicy:
     Delay before retry n (n = 1, 2, ...) is
     `min(max_backoff, backoff_base * backoff_factor ** (n - 1))`, stretched by up
     to `jitter` (0.1 = up to 10 % longer).
+
+    Every setting is checked when the policy is made: a non-number (`bool` and
+    `"1"` included), NaN, infinity or a value out of range (`max_retries`,
+    `backoff_base`, `max_backoff`, `jitter` >= 0; `backoff_factor` > 0) raises
+    `TypeError` or `ValueError` naming the option; so does a `retry_on` that is
+    not a tuple of exception classes, or a `stop`/`wait`/`retry` that is not callable.
     """
 
     max_retries: int = 0
@@ -113,10 +131,25 @@ class RetryPolicy:
     )
 
     def __post_init__(self) -> None:
-        if self.max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
-        if self.jitter < 0 or self.backoff_base < 0 or self.max_backoff < 0:
-            raise ValueError("jitter, backoff_base and max_backoff must be >= 0")
+        # Checked here, not at first use: a bad number in a policy would
+        # otherwise surface as a failed retry decision in the middle of a call.
+        checked = {
+            "max_retries": non_negative_int(self.max_retries, "max_retries", "RetryPolicy"),
+            "backoff_base": non_negative_number(self.backoff_base, "backoff_base", "RetryPolicy"),
+            "backoff_factor": positive_number(self.backoff_factor, "backoff_factor", "RetryPolicy"),
+            "max_backoff": non_negative_number(self.max_backoff, "max_backoff", "RetryPolicy"),
+            "jitter": non_negative_number(self.jitter, "jitter", "RetryPolicy"),
+            "retry_on": _exception_types(self.retry_on),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+        for name in ("stop", "wait", "retry"):
+            strategy = getattr(self, name)
+            if strategy is not None and not callable(strategy):
+                raise TypeError(
+                    f"RetryPolicy: {name} must be a tenacity strategy, "
+                    f"got {type(strategy).__name__}"
+                )
         stop = self.stop or tenacity.stop_after_attempt(self.max_retries + 1)
         wait: wait_base = self.wait or wait_proportional_jitter(
             tenacity.wait_exponential(

@@ -13,6 +13,7 @@ waiting and the telling.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from ..pipeline import Run
@@ -37,7 +38,7 @@ def overdue(
     late: list[tuple[Run, int]] = []
     wake: float | None = None
     for run in runs:
-        if run.result is not None or run.timeout is None:
+        if run.result is not None or run.timeout is None or math.isinf(run.timeout):
             continue
         deadline = run.deadline
         key = (run, run.attempt)

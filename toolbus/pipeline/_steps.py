@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from .._json import dumps as json_dumps
 from ..bus import _signals as sig
 from ..bus._events import (
     CallCancelled,
@@ -42,7 +43,7 @@ from ..bus._events import (
     TimedOut,
 )
 from ..bus._publisher import Emitter
-from ..masking import Scrubber, hidden_values, mask_arguments
+from ..masking import Scrubber, hidden_values, mask_arguments, mask_paths
 from ..models import ErrorCode, Status, ToolCall, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import ArgumentError, ToolContext, error_text, normalize_output
@@ -237,6 +238,8 @@ def _reject(run: Run, code: ErrorCode, message: str) -> ToolResult:
 
 def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     raw = call.arguments
+    # Values the tool's schema types as secret are hidden whatever the masker does.
+    paths = run.tool.secret_paths if run.tool is not None else ()
     try:
         masked = yield from _call(svc.hooks.mask_arguments, call)
         if isinstance(masked, str | bytes) and not isinstance(raw, str):
@@ -244,20 +247,21 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
                 masked = orjson.loads(masked)
             except orjson.JSONDecodeError:
                 pass
+        masked, typed = mask_paths(masked, raw, paths)
         run.masked = masked
         if masked is not raw:
-            run.scrubber = Scrubber(hidden_values(raw, masked))
+            run.scrubber = Scrubber([*hidden_values(raw, masked), *typed])
     except Exception as e:
         # A broken masker must not leak: publish nothing of the arguments.
         run.masked = None
-        run.scrubber = Scrubber(mask_arguments(raw)[1])
+        run.scrubber = Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
         log_contained(f"masker failed for call {call.id}", e, run.scrubber)
 
 
 def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
     if isinstance(args, str):
         return len(args) if len(args) * 4 <= limit else len(args.encode())
-    return len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
+    return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
 
 
 def admit(run: Run, svc: Services) -> Steps:

@@ -16,10 +16,10 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import orjson
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from .. import _json
 from ..formatting import format_result_for_context
 from ..models import ToolResult
 from ..tools import Tool, ToolRegistry
@@ -100,14 +100,14 @@ def call_arguments(raw: Any) -> dict[str, Any] | str | None:
     (`INVALID_ARGUMENTS`) instead of the tool running with no arguments."""
     if raw is None or isinstance(raw, dict | str):
         return raw
-    return orjson.dumps(raw, default=str).decode()
+    return _json.dumps(raw, default=str).decode()
 
 
 def fallback_call_id(index: int, name: str, raw: Any) -> str:
     """An id for a call that came without one: the same for every read of the
     same message (so the answer matches the echoed call), distinct across calls."""
     digest = hashlib.sha1(
-        orjson.dumps([index, name, raw], default=str), usedforsecurity=False
+        _json.dumps([index, name, raw], default=str), usedforsecurity=False
     ).hexdigest()
     return f"call_toolbus_{digest[:16]}"
 
@@ -228,7 +228,7 @@ def _optional(strict: dict[str, Any], original: Mapping[str, Any], root: Mapping
                 result[key] = strict[key]
     default = original.get("default")
     if default is not None:
-        note = f"(default: {orjson.dumps(default, default=str).decode()})"
+        note = f"(default: {_json.dumps(default, default=str).decode()})"
         result["description"] = f"{result.get('description', '')} {note}".strip()
     return result
 

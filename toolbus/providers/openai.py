@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-import orjson
-
+from .. import _json
 from ..models import ToolCall, ToolResult
 from ..tools import ToolRegistry
 from ._common import (
@@ -152,7 +151,7 @@ def chat_assistant_message(
     for i, item in enumerate(message.get("tool_calls") or ()):
         call = _call_from_chat(item, i)
         args = call.arguments
-        raw = args if isinstance(args, str) else orjson.dumps(args).decode()
+        raw = args if isinstance(args, str) else _json.dumps(args).decode()
         if _chat_call_kind(item) == "custom":
             calls.append(
                 {"id": call.id, "type": "custom", "custom": {"name": call.name, "input": raw}}
@@ -377,8 +376,8 @@ def drop_strict_nulls(calls: Iterable[ToolCall], registry: ToolRegistry) -> list
         args: Any = call.arguments
         if tool is not None and tool.type == "function" and isinstance(args, str):
             try:
-                args = orjson.loads(args)
-            except orjson.JSONDecodeError:
+                args = _json.loads(args)
+            except _json.JSONDecodeError:
                 args = None
         if tool is None or tool.type != "function" or not isinstance(args, dict):
             out.append(call)

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from .. import _json
 from ..models import Attachment, ToolOutput
 
 __all__ = ["OutputError", "normalize_output"]
@@ -34,7 +35,7 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     try:
-        return orjson.loads(orjson.dumps(value, default=_default, option=_OPTS))
+        return _json.loads(_json.dumps(value, default=_default, option=_OPTS))
     except (TypeError, orjson.JSONEncodeError) as e:
         raise OutputError(f"tool returned a value that is not JSON-serializable: {e}") from None
 

@@ -12,17 +12,21 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import jsonschema
-import orjson
 from pydantic import BaseModel, ValidationError
 
+from .. import _json
+from .._options import positive_int, timeout_seconds
+from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._errors import ArgumentError, error_text
 from ._output import normalize_output
+from ._secrets import secret_paths
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -74,7 +78,18 @@ class Tool:
 
     Class attributes (or instance attributes set in `__init__`) describe the
     tool; `run` does the work. `execute`/`aexecute` are the template method for
-    use without an executor: they never raise, they return a `ToolResult`.
+    use without an executor: they return a `ToolResult` for every outcome.
+
+    Options are checked when the tool is made, with an error naming the tool
+    and the option: `timeout` is None (the executor's timeout applies), a
+    number of seconds > 0, or `math.inf` (no deadline for this tool, whatever
+    the executor's); `max_concurrency` is None or an integer >= 1; `retry` is
+    None or a `RetryPolicy`. `bool`, text such as `"1"` and NaN are refused.
+
+    `secret_paths` lists where the parameters schema marks a value secret
+    (`SecretStr`/`SecretBytes`, `writeOnly: true`, `format: password`); the
+    executor masks those values in everything it publishes, whatever their
+    names and whatever masker it uses.
     """
 
     Params: ClassVar[type[BaseModel] | None] = None
@@ -93,6 +108,7 @@ class Tool:
     # be shipped to another process or machine.
     process_local: bool = False
     is_async: bool
+    secret_paths: tuple[SecretPath, ...] = ()
     _schema: dict[str, Any]
 
     def __init__(self) -> None:
@@ -105,8 +121,7 @@ class Tool:
             raise ValueError(f"{type(self).__name__} needs a name")
         if self.type not in ("function", "custom"):
             raise ValueError(f"unknown tool type {self.type!r}")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
+        self._check_options()
         self._schema_validator: jsonschema.protocols.Validator | None = None
         if self.type == "function":
             if self.Params is not None:
@@ -120,11 +135,24 @@ class Tool:
                 self._schema = {"type": "object", "properties": {}}
         else:
             self._schema = {}
+        self.secret_paths = secret_paths(self._schema)
         self.is_async = inspect.iscoroutinefunction(self._target())
         self._wants_context = self._target_wants_context()
         from ..backends import check_tool_backend  # the backends layer sits above tools
 
         check_tool_backend(self)
+
+    def _check_options(self) -> None:
+        owner = f"tool {self.name!r}"
+        # Normalised onto the instance, so a class attribute is checked too and
+        # the executor and supervisor only ever see a number or None.
+        self.timeout = timeout_seconds(self.timeout, "timeout", owner)
+        if self.max_concurrency is not None:
+            self.max_concurrency = positive_int(self.max_concurrency, "max_concurrency", owner)
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise TypeError(
+                f"{owner}: retry must be a RetryPolicy, got {type(self.retry).__name__}"
+            )
 
     def _target(self) -> Callable[..., Any]:
         return self.run
@@ -166,8 +194,10 @@ class Tool:
         """Validate `arguments` into what `run` receives; raise `ArgumentError`."""
         if self.type == "custom":
             if isinstance(arguments, str):
+                if not arguments.isascii():
+                    _check_utf8(arguments)
                 return arguments
-            return orjson.dumps(arguments).decode()
+            return _json.dumps(arguments).decode()
         if isinstance(arguments, str):
             arguments = parse_json_arguments(arguments)
         return self.validate(arguments)
@@ -209,39 +239,62 @@ class Tool:
     # -- the template method, for use without an executor ------------------------
 
     def execute(self, arguments: dict[str, Any] | str, *, call_id: str = "direct") -> ToolResult:
-        """Validate, run and contain: every outcome comes back as a `ToolResult`."""
+        """Validate, run and contain: every outcome comes back as a `ToolResult`.
+
+        Whatever the tool raises, `SystemExit` included, becomes an `error`
+        result; only `KeyboardInterrupt`, the caller's own interrupt, passes
+        through.
+        """
         start = time.monotonic()
         ctx = ToolContext(call_id=call_id, tool=self.name)
+        rejected = self._parse_or_reject(arguments, call_id, start)
+        if isinstance(rejected, ToolResult):
+            return rejected
         try:
-            params = self.parse(arguments)
-        except ArgumentError as e:
-            return self._failed(call_id, start, e, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
-        try:
-            value = self.invoke(params, ctx)
+            value = self.invoke(rejected.params, ctx)
             if inspect.isawaitable(value):
                 value = _run_to_completion(value, self.name)
             return self._succeeded(call_id, start, value)
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # a tool's SystemExit must not end the caller
             return self._failed(call_id, start, e, ErrorCode.TOOL_ERROR, "error", 1)
 
     async def aexecute(
         self, arguments: dict[str, Any] | str, *, call_id: str = "direct"
     ) -> ToolResult:
-        """Async twin of `execute` (sync tools run in a thread)."""
+        """Async twin of `execute` (sync tools run in a thread).
+
+        Cancelling the awaiting task cancels the tool and propagates
+        `CancelledError`, as cancellation must; like `KeyboardInterrupt`, it is
+        not turned into a result. Anything else the tool raises is.
+        """
         start = time.monotonic()
         ctx = ToolContext(call_id=call_id, tool=self.name)
-        try:
-            params = self.parse(arguments)
-        except ArgumentError as e:
-            return self._failed(call_id, start, e, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
+        rejected = self._parse_or_reject(arguments, call_id, start)
+        if isinstance(rejected, ToolResult):
+            return rejected
         try:
             if self.is_async:
-                value = await self.invoke(params, ctx)
+                value = await self.invoke(rejected.params, ctx)
             else:
-                value = await asyncio.to_thread(self.invoke, params, ctx)
+                value = await asyncio.to_thread(self.invoke, rejected.params, ctx)
             return self._succeeded(call_id, start, value)
-        except Exception as e:
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            raise
+        except BaseException as e:  # a tool's SystemExit must not end the caller
             return self._failed(call_id, start, e, ErrorCode.TOOL_ERROR, "error", 1)
+
+    def _parse_or_reject(
+        self, arguments: dict[str, Any] | str, call_id: str, start: float
+    ) -> _Parsed | ToolResult:
+        try:
+            return _Parsed(self.parse(arguments))
+        except ArgumentError as e:
+            return self._failed(call_id, start, e, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
+        except Exception as e:  # a subclass's own parse or validate
+            error = ArgumentError(f"Invalid arguments for '{self.name}': {error_text(e)}")
+            return self._failed(call_id, start, error, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
 
     def _succeeded(self, call_id: str, start: float, value: Any) -> ToolResult:
         output, attachments, metadata = normalize_output(value)
@@ -280,6 +333,11 @@ class Tool:
         return f"<{type(self).__name__} {self.name!r} {self.type} {kind}>"
 
 
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    params: Any
+
+
 async def _await(value: Awaitable[Any]) -> Any:
     return await value
 
@@ -301,12 +359,21 @@ def parse_json_arguments(text: str) -> dict[str, Any]:
     if not text.strip():
         return {}
     try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
+        value = _json.loads(text)
+    except _json.JSONDecodeError as e:
         raise ArgumentError(f"Arguments are not valid JSON ({e.msg} at position {e.pos})") from None
     if not isinstance(value, dict):
         raise ArgumentError(f"Arguments must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _check_utf8(text: str) -> None:
+    """`ArgumentError` for text that cannot be UTF-8: undecodable bytes carried
+    as lone surrogates (`errors="surrogateescape"`)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as e:
+        raise ArgumentError(f"Input is not valid UTF-8 text (at position {e.start})") from None
 
 
 def _schema_message(err: jsonschema.ValidationError) -> str:

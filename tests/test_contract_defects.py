@@ -1,0 +1,424 @@
+"""Regression tests for contract defects found outside the repo, through the public API:
+option validation, calls given as mappings, logging of malformed calls, `Tool.execute`
+containment and integers beyond 64 bits."""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import logging
+import math
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import MakeExecutor
+from toolbus import (
+    ErrorCode,
+    Executor,
+    RetryPolicy,
+    ToolCall,
+    ToolContext,
+    ToolRegistry,
+    format_result_for_context,
+    tool,
+)
+from toolbus import calls as toolbus_calls
+from toolbus._json import dumps, loads
+from toolbus.calls import coerce_call
+from toolbus.providers import anthropic, openai
+
+# -- 1. options are validated at registration ----------------------------------------------
+
+NOT_NUMBERS = ["1", True, False, None, [1], b"1"]
+NOT_POSITIVE = [0, -1, -0.5, math.nan, -math.inf]
+
+
+def _noop() -> None:
+    return None
+
+
+@pytest.mark.parametrize("bad", ["1", True, b"2", 0, -1, -0.001, math.nan, -math.inf])
+def test_tool_timeout_is_validated(bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="tool 'slow': timeout must be"):
+        tool(name="slow", timeout=bad)(_noop)
+    reg = ToolRegistry()
+    with pytest.raises((TypeError, ValueError), match="timeout"):
+        reg.tool(timeout=bad)(_noop)
+    assert len(reg) == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [(None, None), (2, 2), (0.5, 0.5), (math.inf, math.inf), (fractions.Fraction(1, 4), 0.25)],
+)
+def test_tool_timeout_accepts_numbers_and_no_deadline(given: Any, kept: Any) -> None:
+    t = tool(timeout=given)(_noop)
+    assert t.timeout == kept
+    assert type(t.timeout) is type(kept)
+
+
+def test_infinite_tool_timeout_means_no_deadline_under_an_executor_timeout(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(timeout=math.inf)
+    def patient(ctx: ToolContext) -> bool:
+        return ctx.remaining is not None and ctx.remaining > 3600
+
+    @reg.tool
+    def hurried(ctx: ToolContext) -> bool:
+        return ctx.remaining is not None and ctx.remaining > 3600
+
+    ex = make_executor(reg, timeout=60)
+    assert ex.execute(ToolCall(name="patient")).output is True
+    assert ex.execute(ToolCall(name="hurried")).output is False
+
+
+@pytest.mark.parametrize("bad", ["2", True, 0, -3, 1.5, math.nan])
+def test_tool_max_concurrency_is_validated(bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="tool 'busy': max_concurrency"):
+        tool(name="busy", max_concurrency=bad)(_noop)
+
+
+def test_tool_retry_must_be_a_policy() -> None:
+    with pytest.raises(TypeError, match="tool 'flaky': retry must be a RetryPolicy"):
+        tool(name="flaky", retry=3)(_noop)  # type: ignore[call-overload]
+
+
+def test_class_attribute_options_are_validated() -> None:
+    from toolbus import Tool
+
+    class Slow(Tool):
+        name = "slow_class"
+        timeout = "1"  # type: ignore[assignment]
+
+        def run(self, params: Any) -> None:
+            return None
+
+    with pytest.raises(TypeError, match="tool 'slow_class': timeout"):
+        Slow()
+
+
+@pytest.mark.parametrize(
+    ("option", "bad"),
+    [
+        *(("max_retries", v) for v in ["1", True, -1, 1.5, math.nan]),
+        *(("backoff_base", v) for v in ["1", True, -1, math.nan, math.inf]),
+        *(("backoff_factor", v) for v in ["2", 0, -2, math.nan, math.inf]),
+        *(("max_backoff", v) for v in ["30", -1, math.nan, math.inf]),
+        *(("jitter", v) for v in ["0.1", False, -0.1, math.nan, math.inf]),
+        ("retry_on", "ConnectionError"),
+        ("retry_on", (ConnectionError, 3)),
+        ("stop", 3),
+        ("wait", "fixed"),
+    ],
+)
+def test_retry_policy_settings_are_validated(option: str, bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match=f"RetryPolicy: {option}"):
+        RetryPolicy(**{option: bad})
+
+
+def test_retry_policy_accepts_one_exception_class() -> None:
+    assert RetryPolicy(retry_on=KeyError).retry_on == (KeyError,)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("option", "bad"),
+    [
+        *(("max_parallel", v) for v in ["4", True, 0, -1, 2.0, math.nan]),
+        *(("timeout", v) for v in ["30", True, 0, -1, math.nan]),
+        *(("hook_grace", v) for v in ["5", True, 0, -1, math.nan, math.inf]),
+        *(("max_argument_bytes", v) for v in ["10", True, 0, 1.5, math.nan]),
+        *(("max_abandoned_workers", v) for v in ["10", True, -1, 1.5, math.nan]),
+        ("retry", 3),
+    ],
+)
+def test_executor_options_are_validated(option: str, bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match=f"Executor: {option}"):
+        Executor(ToolRegistry(), **{option: bad})
+
+
+def test_executor_takes_an_infinite_timeout_as_none(make_executor: MakeExecutor) -> None:
+    assert make_executor(ToolRegistry(), timeout=math.inf).timeout is None
+    assert make_executor(ToolRegistry(), timeout=None).timeout is None
+
+
+# -- 2. calls given as mappings keep their id and name; bad arguments are rejected -----------
+
+
+@pytest.fixture
+def deletions() -> list[Any]:
+    return []
+
+
+@pytest.fixture
+def ex(make_executor: MakeExecutor, deletions: list[Any]) -> Executor:
+    reg = ToolRegistry()
+
+    @reg.tool
+    def delete_files(paths: list[str] | None = None, everything: bool = True) -> str:
+        deletions.append((paths, everything))
+        return "deleted"
+
+    @reg.tool(type="custom")
+    def shout(text: str) -> str:
+        deletions.append(text)
+        return text.upper()
+
+    @reg.tool(read_only=True)
+    def echo_int(n: int) -> int:
+        return n
+
+    @reg.tool(read_only=True)
+    def big_result(shape: str) -> Any:
+        return {"int": 10**30, "nested": {"n": [10**30, -(10**25)]}, "list": [10**30]}[shape]
+
+    return make_executor(reg)
+
+
+BAD_ARGUMENTS = [[1, 2], [], 42, 1.5, True, "[1]", {1: "a"}, {"paths": [], 2: "b"}, b"\xff\xfe"]
+
+
+@pytest.mark.parametrize("arguments", BAD_ARGUMENTS)
+@pytest.mark.parametrize("shape", ["plain", "openai"])
+def test_mapping_with_non_object_arguments_is_rejected_and_keeps_its_id_and_name(
+    ex: Executor, deletions: list[Any], arguments: Any, shape: str
+) -> None:
+    if shape == "plain":
+        call: dict[str, Any] = {"id": "c1", "name": "delete_files", "arguments": arguments}
+    else:
+        function = {"name": "delete_files", "arguments": arguments}
+        call = {"id": "c1", "type": "function", "function": function}
+    r = ex.execute(call)
+    assert (r.call_id, r.name, r.status) == ("c1", "delete_files", "rejected")
+    assert r.error_code is ErrorCode.INVALID_ARGUMENTS
+    assert r.error is not None and r.error.startswith("Invalid arguments for 'delete_files'")
+    assert deletions == []  # the tool never ran
+
+
+def test_mapping_batch_with_bad_arguments(ex: Executor, deletions: list[Any]) -> None:
+    batch = ex.execute_batch(
+        [{"id": f"b{i}", "name": "delete_files", "arguments": a} for i, a in enumerate([[1], 7])]
+    )
+    assert [(r.call_id, r.error_code) for r in batch] == [
+        ("b0", ErrorCode.INVALID_ARGUMENTS),
+        ("b1", ErrorCode.INVALID_ARGUMENTS),
+    ]
+    assert deletions == []
+
+
+def test_custom_tool_refuses_text_that_is_not_utf8(ex: Executor, deletions: list[Any]) -> None:
+    r = ex.execute({"id": "c2", "name": "shout", "arguments": b"caf\xe9"})
+    assert (r.call_id, r.error_code) == ("c2", ErrorCode.INVALID_ARGUMENTS)
+    assert r.error is not None and "UTF-8" in r.error
+    assert ex.execute({"id": "c3", "name": "shout", "arguments": "café".encode()}).output == "CAFÉ"
+    assert deletions == ["café"]
+
+
+def test_mapping_with_good_arguments_runs(ex: Executor, deletions: list[Any]) -> None:
+    for arguments in [{"paths": ["a"]}, '{"paths": ["a"]}', b'{"paths": ["a"]}']:
+        r = ex.execute({"id": 7, "name": "delete_files", "arguments": arguments})
+        assert (r.call_id, r.status) == ("7", "ok")
+    assert ex.execute({"name": "delete_files", "arguments": None}).status == "ok"  # = absent
+    assert deletions == [(["a"], True)] * 3 + [(None, True)]
+
+
+def test_coercion_keeps_every_toolcall_field() -> None:
+    call = ToolCall(id="x1", name="delete_files", arguments={"paths": ["a"]})
+    as_mapping = call.model_dump()
+    assert set(as_mapping) == set(ToolCall.model_fields)
+    assert coerce_call(as_mapping) == call
+    shaped = {
+        **{k: v for k, v in as_mapping.items() if k not in ("name", "arguments")},
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    assert coerce_call(shaped) == call
+
+
+@pytest.mark.parametrize("call", [None, 42, "delete_files", ["delete_files"]])
+def test_a_call_that_is_not_a_mapping_is_unknown_not_run(
+    ex: Executor, deletions: list[Any], call: Any
+) -> None:
+    r = ex.execute(call)
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_FOUND)
+    assert deletions == []
+
+
+# -- 3. no secret in the DEBUG log of a malformed call ------------------------------------
+
+SECRET = "Zq5topsecretvalue"
+
+
+def test_malformed_calls_log_no_secret_at_debug(
+    ex: Executor, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    for arguments in [{1: SECRET, "api_key": SECRET}, [{"token": SECRET}], SECRET.encode()]:
+        ex.execute({"id": "m1", "name": "delete_files", "arguments": arguments})
+    # A field pydantic refuses reaches the log line that used to print its input.
+    monkeypatch.setattr(
+        toolbus_calls,
+        "_fields",
+        lambda call: {"id": "m2", "name": "delete_files", "arguments": {1: SECRET}},
+    )
+    coerced = coerce_call({"ignored": True})
+    assert coerced.name == toolbus_calls.UNREADABLE_CALL
+    logged = [r for r in caplog.records if r.levelno == logging.DEBUG and "tool call" in r.msg]
+    assert any("arguments" in r.getMessage() for r in logged)
+    for record in caplog.records:
+        assert SECRET not in record.getMessage()
+
+
+# -- 4. Tool.execute contains SystemExit; interrupts and cancellation pass through --------
+
+
+class Stop(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("error", [SystemExit(3), Stop("stop"), GeneratorExit()])
+def test_execute_turns_base_exceptions_into_error_results(error: BaseException) -> None:
+    def sync_tool() -> None:
+        raise error
+
+    async def async_tool() -> None:
+        raise error
+
+    for fn in (sync_tool, async_tool):
+        r = tool(fn).execute({})
+        assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_ERROR)
+        assert r.error is not None and type(error).__name__ in r.error
+
+
+@pytest.mark.parametrize("error", [SystemExit(3), Stop("stop")])
+async def test_aexecute_turns_base_exceptions_into_error_results(error: BaseException) -> None:
+    def sync_tool() -> None:
+        raise error
+
+    async def async_tool() -> None:
+        raise error
+
+    for fn in (sync_tool, async_tool):
+        r = await tool(fn).aexecute({})
+        assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_ERROR)
+
+
+def test_execute_lets_keyboard_interrupt_through() -> None:
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tool(interrupted).execute({})
+
+
+async def test_aexecute_propagates_cancellation_into_the_tool() -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @tool
+    async def waits() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    task = asyncio.ensure_future(waits.aexecute({}))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled.is_set()
+
+
+# -- 5. integers beyond 64 bits stay exact ------------------------------------------------
+
+BIG = 123456789012345678901234567890
+
+
+@pytest.mark.parametrize("arguments", [f'{{"n": {BIG}}}', {"n": BIG}, f'{{"n": {BIG}}}'.encode()])
+def test_big_integer_argument_reaches_the_tool_exactly(ex: Executor, arguments: Any) -> None:
+    r = ex.execute({"name": "echo_int", "arguments": arguments})
+    assert (r.status, r.output) == ("ok", BIG)
+    assert type(r.output) is int
+    assert tool(lambda n: n, name="direct").execute(f'{{"n": {BIG}}}').output == BIG
+
+
+@pytest.mark.parametrize("shape", ["int", "nested", "list"])
+def test_big_integer_result_formats_and_goes_through_every_provider(
+    ex: Executor, shape: str
+) -> None:
+    r = ex.execute(ToolCall(id="r1", name="big_result", arguments={"shape": shape}))
+    assert r.status == "ok", r.error
+    expected = {"int": 10**30, "nested": {"n": [10**30, -(10**25)]}, "list": [10**30]}[shape]
+    assert r.output == expected
+    texts = [
+        format_result_for_context(r, include_metadata=False),
+        openai.chat_tool_messages([r])[0]["content"],
+        openai.responses_tool_outputs([r], [])[0]["output"],
+        anthropic.tool_result_blocks([r])[0]["content"],
+    ]
+    for text in texts:
+        assert isinstance(text, str) and loads(text) == expected
+
+
+def test_big_integers_survive_provider_call_helpers() -> None:
+    reg = ToolRegistry()
+
+    @reg.tool
+    def f(n: int, note: str = "") -> int:
+        return n
+
+    raw = f'{{"n": {BIG}, "note": null}}'
+    (call,) = openai.drop_strict_nulls([ToolCall(name="f", arguments=raw)], reg)
+    assert call.arguments == {"n": BIG}
+    completion = {
+        "choices": [
+            {"message": {"role": "assistant", "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": [BIG]}},
+            ]}},
+        ]
+    }  # fmt: skip
+    sent = openai.chat_assistant_message(completion)["tool_calls"]
+    assert loads(sent[0]["function"]["arguments"]) == [BIG]  # type: ignore[typeddict-item]
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=4) | st.integers(-5, 5), children, max_size=4)
+    ),
+    max_leaves=16,
+)
+
+
+def _has_float(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_float(k) or _has_float(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return isinstance(value, float)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=json_values, indent=st.booleans())
+def test_json_fallback_writes_what_orjson_would(value: Any, indent: bool) -> None:
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    big = dumps([value, 10**30], option=option)
+    small = orjson.dumps([value, 0], option=option)
+    assert loads(big) == [loads(small)[0], 10**30]
+    if not _has_float(value):  # the stdlib spells some floats differently (1e+16, 1e16)
+        head, _, tail = small.rpartition(b"0")
+        assert big == head + str(10**30).encode() + tail

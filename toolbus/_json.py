@@ -1,0 +1,142 @@
+"""JSON in and out with orjson's speed and Python's exact integers.
+
+orjson handles integers of at most 64 bits: it reads a longer one as a float
+(silently losing digits) and refuses to write one. A model may send, and a tool
+may return, any integer, so both directions fall back to the standard `json`
+module, and only when needed: `loads` when the text has a run of 19 or more
+digits (the shortest integer orjson might get wrong), `dumps` when orjson
+reports an integer out of range. Every other text or value takes the orjson
+path unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import json
+import math
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+__all__ = ["JSONDecodeError", "dumps", "loads"]
+
+JSONDecodeError = orjson.JSONDecodeError
+
+_LONG_DIGITS = re.compile(r"\d{19,}")
+_LONG_DIGITS_BYTES = re.compile(rb"\d{19,}")
+
+
+def loads(data: str | bytes) -> Any:
+    """Parse JSON text; integers of any size come back exact.
+
+    Accepts exactly what orjson accepts (strict JSON, valid UTF-8, no NaN) and
+    raises its `JSONDecodeError` otherwise.
+    """
+    value = orjson.loads(data)
+    if len(data) < 19:
+        return value
+    if isinstance(data, bytes):
+        long_digits = _LONG_DIGITS_BYTES.search(data) is not None
+    else:
+        long_digits = _LONG_DIGITS.search(data) is not None
+    # orjson has validated the text, so the stdlib parser, which is laxer
+    # (NaN, lone surrogates), only ever re-reads valid JSON here.
+    return json.loads(data) if long_digits else value
+
+
+def dumps(
+    value: Any, *, default: Callable[[Any], Any] | None = None, option: int | None = None
+) -> bytes:
+    """`orjson.dumps(value, default=default, option=option)`, with integers
+    beyond 64 bits written exactly instead of raising.
+
+    The fallback (only for values holding such an integer) writes what orjson
+    would: compact or indented (`OPT_INDENT_2`), UTF-8, NaN and infinities as
+    null, dataclasses, datetimes, enums and UUIDs as orjson does, non-string
+    keys only with `OPT_NON_STR_KEYS`. Raises `TypeError` (orjson's
+    `JSONEncodeError`) for what cannot be written.
+    """
+    try:
+        return orjson.dumps(value, default=default, option=option)
+    except orjson.JSONEncodeError as e:
+        if "Integer exceeds" not in str(e):
+            raise
+    options = option or 0
+    prepared = _Prepare(default, options).value(value, 0)
+    indented = bool(options & orjson.OPT_INDENT_2)
+    text = json.dumps(
+        prepared,
+        ensure_ascii=False,
+        allow_nan=False,
+        indent=2 if indented else None,
+        separators=(",", ": ") if indented else (",", ":"),
+    )
+    return text.encode()
+
+
+_MAX_DEPTH = 254  # orjson's own recursion limit
+
+
+@dataclasses.dataclass(slots=True)
+class _Prepare:
+    """Turns a value into plain JSON types the way orjson would write it."""
+
+    default: Callable[[Any], Any] | None
+    options: int
+
+    def value(self, v: Any, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise orjson.JSONEncodeError("Recursion limit reached")
+        if v is None or isinstance(v, str | bool | int):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {self.key(k): self.value(x, depth + 1) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [self.value(x, depth + 1) for x in v]
+        native = _native(v, self.options)
+        if native is not _NOT_NATIVE:
+            return self.value(native, depth + 1)
+        if self.default is None:
+            raise orjson.JSONEncodeError(f"Type is not JSON serializable: {type(v).__name__}")
+        return self.value(self.default(v), depth + 1)
+
+    def key(self, k: Any) -> str:
+        if isinstance(k, str):
+            return k
+        if not self.options & orjson.OPT_NON_STR_KEYS:
+            raise orjson.JSONEncodeError("Dict key must be str")
+        if k is None or isinstance(k, bool):
+            return json.dumps(k)
+        if isinstance(k, int):
+            return str(k)
+        if isinstance(k, float):
+            return json.dumps(k) if math.isfinite(k) else "null"
+        native = _native(k, self.options)
+        if isinstance(native, str | int | float):
+            return self.key(native)
+        raise orjson.JSONEncodeError("Dict key must be a type serializable with OPT_NON_STR_KEYS")
+
+
+_NOT_NATIVE = object()
+
+
+def _native(v: Any, options: int) -> Any:
+    """What orjson writes for a type it knows without `default`."""
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, datetime.datetime | datetime.date | datetime.time):
+        return v.isoformat()
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    if options & orjson.OPT_SERIALIZE_NUMPY and hasattr(v, "tolist") and hasattr(v, "dtype"):
+        return v.tolist()
+    return _NOT_NATIVE
