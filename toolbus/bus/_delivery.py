@@ -1,0 +1,369 @@
+"""Delivering an executor's events: a queue per subscription, a small pool of daemon threads.
+
+Each subscription (a blinker receiver, a `subscribe`d function, an attached
+observer actor, or a custom `Publisher` as a whole) has its own FIFO queue.
+Announcing an event takes the executor's next `seq` and appends the event to
+the queues of its receivers, on the announcing thread and under one lock, so
+each receiver sees the events in `seq` order. A queue with events waits in line
+for a pool of at most `MAX_THREADS` daemon threads; a thread delivers `TURN` of
+its events and puts it back at the end of the line. A slow receiver therefore
+delays only itself and holds at most one thread.
+
+Not `concurrent.futures.ThreadPoolExecutor`: its workers are not daemon threads
+and the interpreter joins them at exit, so one receiver stuck for good would
+keep the process alive. The pool here is the same design (a C `SimpleQueue` of
+ready work, an idle semaphore, threads started on demand) on daemon threads.
+
+No event is lost silently: it is delivered, or counted in `dropped` and logged
+as a WARNING naming its receiver (pending when `close(timeout)` ran out of
+time, or at interpreter exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable
+from types import MethodType
+from typing import Any
+
+import pykka
+
+from ._events import Event
+from ._publisher import BusPublisher, Publisher
+from ._signals import namespace
+
+__all__ = ["Announcer", "FailureLog", "Route", "describe", "on_delivery_thread"]
+
+log = logging.getLogger("toolbus.bus")
+
+MAX_THREADS = 4
+TURN = 16  # events a queue delivers before it goes to the back of the line, for fairness
+ERROR_LOG_INTERVAL = 60.0
+EXIT_BUDGET = 1.0  # seconds that unclosed executors get at interpreter exit to deliver
+
+_local = threading.local()
+
+
+def on_delivery_thread() -> bool:
+    """True on a thread that is delivering events (where waiting for delivery would stall it)."""
+    return bool(getattr(_local, "delivering", False))
+
+
+def describe(obj: Any) -> str:
+    """A receiver's qualified name, for logs."""
+    if isinstance(obj, Route):
+        return obj.label
+    if isinstance(obj, pykka.ActorRef):
+        obj = obj.actor_class
+    qualname = getattr(obj, "__qualname__", None)
+    if isinstance(qualname, str):
+        return f"{getattr(obj, '__module__', None) or '?'}.{qualname}"
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+class Route:
+    """A receiver connected to one signal on behalf of `owner` (a `Subscription`).
+
+    All routes of one owner share one queue, so the owner receives its events
+    in announcement order across all its signals.
+    """
+
+    __slots__ = ("label", "owner", "signal", "target")
+
+    def __init__(self, owner: object, label: str, signal: str, target: Callable[..., Any]) -> None:
+        self.owner = owner
+        self.label = label
+        self.signal = signal
+        self.target = target
+
+    def __call__(self, sender: Any, *, event: Event) -> None:
+        self.target(sender, event=event, signal=self.signal)
+
+
+class _Failures:
+    __slots__ = ("last", "logged_at", "unreported")
+
+    def __init__(self, now: float) -> None:
+        self.logged_at = now
+        self.unreported = 0
+        self.last = ""
+
+
+class FailureLog:
+    """Logs receivers' failures under their names, rate-limited.
+
+    A receiver's first failure is logged with its traceback; after that, at most
+    one summary line (how many failures, the last one) per receiver every
+    `interval` seconds, and a last one on `flush()`.
+    """
+
+    def __init__(
+        self, interval: float = ERROR_LOG_INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_label: dict[str, _Failures] = {}
+
+    def failed(self, label: str, signal: str, error: BaseException) -> None:
+        now = self._clock()
+        with self._lock:
+            state = self._by_label.get(label)
+            if state is None:
+                self._by_label[label] = _Failures(now)
+            else:
+                state.unreported += 1
+                state.last = f"{type(error).__name__}: {error} (on {signal})"
+                if now - state.logged_at < self.interval:
+                    return
+                count, last = state.unreported, state.last
+                state.unreported, state.logged_at = 0, now
+        if state is None:
+            log.error(
+                "receiver %s raised on %s; other receivers and execution go on "
+                "(its further failures: one summary line per %gs):\n%s",
+                label,
+                signal,
+                self.interval,
+                "".join(traceback.format_exception(error)),
+            )
+        else:
+            self._summary(label, count, last)
+
+    def flush(self) -> None:
+        """Log the failures not yet reported, one line per receiver."""
+        with self._lock:
+            pending = [(k, s.unreported, s.last) for k, s in self._by_label.items() if s.unreported]
+            now = self._clock()
+            for s in self._by_label.values():
+                if s.unreported:
+                    s.unreported, s.logged_at = 0, now
+        for label, count, last in pending:
+            self._summary(label, count, last)
+
+    def _summary(self, label: str, count: int, last: str) -> None:
+        log.error("receiver %s raised %d more times (last: %s)", label, count, last)
+
+
+class _Queue:
+    """One subscription's pending events; drained by one thread at a time (`scheduled`)."""
+
+    __slots__ = ("delivered", "dropped", "enqueued", "items", "key", "scheduled", "source")
+
+    def __init__(self, key: object, source: Any) -> None:
+        self.key = key
+        self.source = source  # the receiver it was made for: names it, keeps its id valid
+        self.items: deque[tuple[str, Any, Event]] = deque()
+        self.scheduled = False
+        self.enqueued = 0  # under the announcer's lock
+        self.delivered = 0  # by the one thread draining it
+        self.dropped = 0  # under the announcer's lock
+
+
+def _key(receiver: Any) -> object:
+    # By identity, as blinker does (receivers need not be hashable). Safe from
+    # id reuse: a queue holds its receiver, and is removed when it runs empty.
+    if type(receiver) is Route:
+        return id(receiver.owner)
+    if type(receiver) is MethodType:  # a new bound method each time; its parts are stable
+        return (id(receiver.__self__), id(receiver.__func__))
+    return id(receiver)
+
+
+class Announcer:
+    """Delivers one executor's events to its subscriptions, each from its own queue."""
+
+    def __init__(self, publisher: Publisher, *, max_threads: int = MAX_THREADS) -> None:
+        self.publisher = publisher
+        # A subclass may override publish: it is delivered to as a custom publisher.
+        self._bus = publisher if type(publisher) is BusPublisher else None
+        self._sender = self._bus.sender if self._bus is not None else None
+        self._max_threads = max_threads
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._seq = 0
+        self._queues: dict[object, _Queue] = {}
+        self._ready: queue.SimpleQueue[_Queue | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._threads = 0
+        self._waiters = 0
+        self._closed = False
+        self.dropped = 0
+        """Events never delivered: pending when `close` ran out of time, or at exit."""
+        self.failures = FailureLog()
+        _live.add(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def announce(self, name: str, event: Event) -> None:
+        """Number `event` and queue it for every receiver of `name`; never blocks on one.
+
+        After `close`, events are delivered on this thread instead (behind any
+        delivery already under way for the same receiver).
+        """
+        try:
+            if self._bus is None:
+                targets: list[Any] = [self.publisher]  # user code: asked on a delivery thread
+            else:
+                sig = namespace.get(name)
+                targets = list(sig.receivers_for(self._sender)) if sig is not None else []
+            inline: list[_Queue] = []
+            with self._lock:
+                self._seq += 1
+                object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
+                for receiver in targets:
+                    key = _key(receiver)
+                    q = self._queues.get(key)
+                    if q is None:
+                        q = self._queues[key] = _Queue(key, receiver)
+                    q.items.append((name, receiver, event))
+                    q.enqueued += 1
+                    if not q.scheduled:
+                        q.scheduled = True
+                        if self._closed:
+                            inline.append(q)
+                        else:
+                            self._schedule(q)
+            for q in inline:
+                self._drain_here(q)
+        except Exception:  # a bug here must never reach the tool or the supervisor
+            log.exception("could not announce %s", name)
+
+    def _schedule(self, q: _Queue) -> None:
+        """Put `q` in line; start a thread if none is idle (under the lock)."""
+        self._ready.put(q)
+        if self._idle.acquire(blocking=False) or self._threads >= self._max_threads:
+            return
+        self._threads += 1
+        threading.Thread(
+            target=self._work, name=f"toolbus-bus-{self._threads}", daemon=True
+        ).start()
+
+    def _work(self) -> None:
+        _local.delivering = True
+        while True:
+            q = self._ready.get()
+            if q is None:
+                return
+            self._drain(q, here=False)
+
+    def _drain_here(self, q: _Queue) -> None:
+        was = on_delivery_thread()
+        _local.delivering = True
+        try:
+            self._drain(q, here=True)
+        finally:
+            _local.delivering = was
+
+    def _drain(self, q: _Queue, *, here: bool) -> None:
+        items = q.items
+        while True:
+            for _ in range(TURN):
+                try:
+                    name, receiver, event = items.popleft()
+                except IndexError:
+                    break
+                self._deliver(name, receiver, event)
+                q.delivered += 1
+            with self._lock:
+                if self._waiters:
+                    self._cond.notify_all()
+                if not items:
+                    q.scheduled = False
+                    if self._queues.get(q.key) is q:
+                        del self._queues[q.key]
+                    if not here:
+                        # Idle from now on; counted under the lock that `_schedule`
+                        # holds, so a thread is started only when none is free.
+                        self._idle.release()
+                    return
+                # After close no thread takes the line any more: go on here.
+                if not (here or self._closed):
+                    self._ready.put(q)  # this thread goes on with the line: still busy
+                    return
+
+    def _deliver(self, name: str, receiver: Any, event: Event) -> None:
+        try:
+            if self._bus is None:
+                if self.publisher.wants(name):
+                    self.publisher.publish(name, event)
+            else:
+                receiver(self._sender, event=event)
+        except BaseException as e:  # SystemExit from a receiver included
+            self.failures.failed(describe(receiver), name, e)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every event announced so far was delivered or dropped.
+
+        False if `timeout` seconds passed first, and at once on a delivery
+        thread (a receiver waiting for delivery would wait for itself).
+        """
+        if on_delivery_thread():
+            return False
+        with self._lock:
+            targets = [(q, q.enqueued) for q in self._queues.values()]
+
+            def done() -> bool:
+                return all(q.delivered + q.dropped >= n for q, n in targets)
+
+            self._waiters += 1
+            try:
+                return self._cond.wait_for(done, timeout)
+            finally:
+                self._waiters -= 1
+
+    def close(self, timeout: float | None, *, why: str = "close() ran out of time") -> int:
+        """Deliver what is pending within `timeout` seconds; count and log the rest.
+
+        Returns how many events were dropped. Events announced afterwards are
+        delivered on the announcing thread.
+        """
+        self.drain(timeout)
+        lost: list[tuple[str, int]] = []
+        with self._lock:
+            if self._closed:
+                return 0
+            self._closed = True
+            _live.discard(self)
+            for q in self._queues.values():
+                n = 0
+                while True:
+                    try:
+                        q.items.popleft()
+                    except IndexError:
+                        break
+                    n += 1
+                if n:
+                    q.dropped += n
+                    lost.append((describe(q.source), n))
+            self.dropped += sum(n for _, n in lost)
+            self._cond.notify_all()
+            for _ in range(self._threads):
+                self._ready.put(None)  # behind the queues in line: those are empty now
+        for label, n in lost:
+            log.warning("receiver %s lost %d event(s): not delivered when %s", label, n, why)
+        self.failures.flush()
+        return sum(n for _, n in lost)
+
+
+# Unclosed announcers: at exit, what they still hold is delivered briefly, then counted and logged.
+_live: weakref.WeakSet[Announcer] = weakref.WeakSet()
+
+
+def _at_exit() -> None:
+    deadline = time.monotonic() + EXIT_BUDGET
+    for announcer in list(_live):
+        announcer.close(max(0.0, deadline - time.monotonic()), why="the interpreter exited")
+
+
+atexit.register(_at_exit)
