@@ -154,25 +154,26 @@ class FailureLog:
 
 
 class _Queue:
-    """One subscription's pending events; drained by one thread at a time (`scheduled`)."""
+    """One subscription's pending events.
 
-    __slots__ = ("delivered", "dropped", "enqueued", "items", "key", "scheduled", "source")
+    `busy` is held while the queue is in line or being drained, so one thread at
+    a time delivers its events. It is taken with a non-blocking acquire, an
+    atomic test-and-set: announcing threads never wait for a delivery thread.
+    """
 
-    def __init__(self, key: object, source: Any) -> None:
-        self.key = key
-        self.source = source  # the receiver it was made for: names it, keeps its id valid
+    __slots__ = ("busy", "delivered", "dropped", "enqueued", "items")
+
+    def __init__(self) -> None:
+        self.busy = threading.Lock()
         self.items: deque[tuple[str, Any, Event]] = deque()
-        self.scheduled = False
         self.enqueued = 0  # under the announcer's lock
         self.delivered = 0  # by the one thread draining it
         self.dropped = 0  # under the announcer's lock
 
 
 def _key(receiver: Any) -> object:
-    # By identity, as blinker does (receivers need not be hashable). Safe from
-    # id reuse: a queue holds its receiver, and is removed when it runs empty.
-    if type(receiver) is Route:
-        return id(receiver.owner)
+    # By identity, as blinker does (receivers need not be hashable). Should an id
+    # be reused after its receiver died, the new one merely shares an idle queue.
     if type(receiver) is MethodType:  # a new bound method each time; its parts are stable
         return (id(receiver.__self__), id(receiver.__func__))
     return id(receiver)
@@ -187,12 +188,15 @@ class Announcer:
         self._bus = publisher if type(publisher) is BusPublisher else None
         self._sender = self._bus.sender if self._bus is not None else None
         self._max_threads = max_threads
+        # Taken by announcing threads, and by delivery threads only to put a busy
+        # queue back in line: it never waits for a receiver.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._seq = 0
         self._queues: dict[object, _Queue] = {}
         self._ready: queue.SimpleQueue[_Queue | None] = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)
+        # A token per idle thread: appended by it (atomic), popped under the lock.
+        self._idle: list[None] = []
         self._threads = 0
         self._waiters = 0
         self._closed = False
@@ -206,10 +210,10 @@ class Announcer:
         return self._closed
 
     def announce(self, name: str, event: Event) -> None:
-        """Number `event` and queue it for every receiver of `name`; never blocks on one.
+        """Number `event` and queue it for every receiver of `name`; never waits for one.
 
         After `close`, events are delivered on this thread instead (behind any
-        delivery already under way for the same receiver).
+        delivery still under way for the same receiver).
         """
         try:
             if self._bus is None:
@@ -217,24 +221,26 @@ class Announcer:
             else:
                 sig = namespace.get(name)
                 targets = list(sig.receivers_for(self._sender)) if sig is not None else []
-            inline: list[_Queue] = []
+            here: list[_Queue] = []
             with self._lock:
                 self._seq += 1
                 object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
+                queues = self._queues
                 for receiver in targets:
-                    key = _key(receiver)
-                    q = self._queues.get(key)
+                    key = id(receiver.owner) if type(receiver) is Route else _key(receiver)
+                    q = queues.get(key)
                     if q is None:
-                        q = self._queues[key] = _Queue(key, receiver)
+                        q = queues[key] = _Queue()
                     q.items.append((name, receiver, event))
                     q.enqueued += 1
-                    if not q.scheduled:
-                        q.scheduled = True
+                    if q.busy.acquire(False):
                         if self._closed:
-                            inline.append(q)
+                            here.append(q)
                         else:
                             self._schedule(q)
-            for q in inline:
+                if not self._seq & 255:
+                    self._prune()
+            for q in here:
                 self._drain_here(q)
         except Exception:  # a bug here must never reach the tool or the supervisor
             log.exception("could not announce %s", name)
@@ -242,12 +248,20 @@ class Announcer:
     def _schedule(self, q: _Queue) -> None:
         """Put `q` in line; start a thread if none is idle (under the lock)."""
         self._ready.put(q)
-        if self._idle.acquire(blocking=False) or self._threads >= self._max_threads:
-            return
-        self._threads += 1
-        threading.Thread(
-            target=self._work, name=f"toolbus-bus-{self._threads}", daemon=True
-        ).start()
+        if self._idle:
+            self._idle.pop()
+        elif self._threads < self._max_threads:
+            self._threads += 1
+            threading.Thread(
+                target=self._work, name=f"toolbus-bus-{self._threads}", daemon=True
+            ).start()
+
+    def _prune(self) -> None:
+        """Forget idle queues, of receivers that may be gone (under the lock)."""
+        for key, q in list(self._queues.items()):
+            if not q.items and q.busy.acquire(False):  # nobody drains it, nobody can start to
+                del self._queues[key]
+                q.busy.release()
 
     def _work(self) -> None:
         _local.delivering = True
@@ -255,7 +269,8 @@ class Announcer:
             q = self._ready.get()
             if q is None:
                 return
-            self._drain(q, here=False)
+            if self._drain(q, here=False):
+                self._idle.append(None)
 
     def _drain_here(self, q: _Queue) -> None:
         was = on_delivery_thread()
@@ -265,7 +280,8 @@ class Announcer:
         finally:
             _local.delivering = was
 
-    def _drain(self, q: _Queue, *, here: bool) -> None:
+    def _drain(self, q: _Queue, *, here: bool) -> bool:
+        """Deliver `q`'s events, `TURN` at a time; True when it ran empty and was let go."""
         items = q.items
         while True:
             for _ in range(TURN):
@@ -275,22 +291,22 @@ class Announcer:
                     break
                 self._deliver(name, receiver, event)
                 q.delivered += 1
-            with self._lock:
-                if self._waiters:
+            if self._waiters:  # read after `delivered` was counted: no wake-up is lost
+                with self._lock:
                     self._cond.notify_all()
-                if not items:
-                    q.scheduled = False
-                    if self._queues.get(q.key) is q:
-                        del self._queues[q.key]
-                    if not here:
-                        # Idle from now on; counted under the lock that `_schedule`
-                        # holds, so a thread is started only when none is free.
-                        self._idle.release()
-                    return
-                # After close no thread takes the line any more: go on here.
-                if not (here or self._closed):
-                    self._ready.put(q)  # this thread goes on with the line: still busy
-                    return
+            if items:
+                if here or self._closed:
+                    continue  # after close no thread takes the line any more
+                with self._lock:
+                    if not self._closed:
+                        self._ready.put(q)  # back of the line; this thread stays busy
+                        return False
+                continue
+            q.busy.release()
+            # An event may have come in between the last pop and the release; its
+            # announcer then found `busy` held and left it to this thread.
+            if not items or not q.busy.acquire(False):
+                return True
 
     def _deliver(self, name: str, receiver: Any, event: Event) -> None:
         try:
@@ -328,42 +344,55 @@ class Announcer:
         Returns how many events were dropped. Events announced afterwards are
         delivered on the announcing thread.
         """
+        if self._closed:
+            return 0
         self.drain(timeout)
-        lost: list[tuple[str, int]] = []
         with self._lock:
             if self._closed:
                 return 0
             self._closed = True
-            _live.discard(self)
+            for _ in range(self._threads):
+                self._ready.put(None)  # behind the queues in line, which are emptied next
+        dropped = self.drop_pending(why)
+        self.failures.flush()
+        return dropped
+
+    def drop_pending(self, why: str) -> int:
+        """Count and log, per receiver, the events still waiting; return how many."""
+        lost: list[tuple[str, int]] = []
+        with self._lock:
             for q in self._queues.values():
                 n = 0
                 while True:
                     try:
-                        q.items.popleft()
+                        _, receiver, _ = q.items.popleft()
                     except IndexError:
                         break
                     n += 1
                 if n:
                     q.dropped += n
-                    lost.append((describe(q.source), n))
-            self.dropped += sum(n for _, n in lost)
+                    lost.append((describe(receiver), n))
+            total = sum(n for _, n in lost)
+            self.dropped += total
             self._cond.notify_all()
-            for _ in range(self._threads):
-                self._ready.put(None)  # behind the queues in line: those are empty now
         for label, n in lost:
             log.warning("receiver %s lost %d event(s): not delivered when %s", label, n, why)
-        self.failures.flush()
-        return sum(n for _, n in lost)
+        return total
 
 
-# Unclosed announcers: at exit, what they still hold is delivered briefly, then counted and logged.
+# At exit, what announcers still hold is delivered briefly (unclosed ones), then
+# counted and logged: events left behind a receiver that never returned included.
 _live: weakref.WeakSet[Announcer] = weakref.WeakSet()
 
 
 def _at_exit() -> None:
     deadline = time.monotonic() + EXIT_BUDGET
+    why = "the interpreter exited"
     for announcer in list(_live):
-        announcer.close(max(0.0, deadline - time.monotonic()), why="the interpreter exited")
+        if announcer.closed:
+            announcer.drop_pending(why)
+        else:
+            announcer.close(max(0.0, deadline - time.monotonic()), why=why)
 
 
 atexit.register(_at_exit)
