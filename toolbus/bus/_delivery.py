@@ -269,8 +269,11 @@ class Announcer:
             q = self._ready.get()
             if q is None:
                 return
-            if self._drain(q, here=False):
-                self._idle.append(None)
+            try:
+                if self._drain(q, here=False):
+                    self._idle.append(None)
+            except BaseException:  # receivers' errors are contained in _deliver: a bug here
+                log.exception("event delivery failed; this delivery thread goes on")
 
     def _drain_here(self, q: _Queue) -> None:
         was = on_delivery_thread()
