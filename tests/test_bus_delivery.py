@@ -284,16 +284,33 @@ def test_close_keeps_its_budget_and_counts_what_it_drops(
     assert "lost 4 event(s)" in message
 
 
-def test_events_after_close_are_still_delivered_in_order(make_executor: MakeExecutor) -> None:
+def test_events_after_close_are_delivered_without_delaying_the_caller(
+    make_executor: MakeExecutor,
+) -> None:
     ex = make_executor(_registry())
-    with bus.Recorder(sender=ex) as rec:
-        ex.execute(_echo(1))
-        ex.close()
-        ex.execute(_echo(2))  # cancelled; announced on this thread
-        assert ex.drain_events()
+    gate, entered, seen = threading.Event(), threading.Event(), []
+    stuck = _blocked_receiver(gate, entered, seen)
+    try:
+        with bus.Recorder(sender=ex) as rec:
+            ex.execute(_echo(1))
+            ex.close()
+            with bus.subscribe(stuck, bus.FINISHED, sender=ex):
+                out: list[Any] = []
+                caller = threading.Thread(target=lambda: out.append(ex.execute(_echo(2))))
+                caller.start()
+                caller.join(10)
+                assert not caller.is_alive(), "a receiver held up a call made after close"
+                assert entered.wait(5)  # ...and it did get the event
+                rec.wait_for(bus.FINISHED, 2)  # as did the others, meanwhile
+                gate.set()
+                assert ex.drain_events()
+    finally:
+        gate.set()
+    assert out[0].status == "cancelled"
     seqs = [e.seq for _, e in rec.events]
     assert seqs == list(range(1, len(seqs) + 1))
-    assert rec.of(bus.FINISHED)[-1].result.status == "cancelled"
+    assert rec.of(bus.FINISHED)[-1].call_id == "c2"
+    assert seen[0].call_id == "c2"
     assert ex.stats().events_dropped == 0
 
 

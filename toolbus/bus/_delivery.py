@@ -16,7 +16,8 @@ ready work, an idle semaphore, threads started on demand) on daemon threads.
 
 No event is lost silently: it is delivered, or counted in `dropped` and logged
 as a WARNING naming its receiver (pending when `close(timeout)` ran out of
-time, or at interpreter exit).
+time, or at interpreter exit). Events announced after `close` (late results,
+calls submitted later) are still delivered, by short-lived threads.
 """
 
 from __future__ import annotations
@@ -212,8 +213,8 @@ class Announcer:
     def announce(self, name: str, event: Event) -> None:
         """Number `event` and queue it for every receiver of `name`; never waits for one.
 
-        After `close`, events are delivered on this thread instead (behind any
-        delivery still under way for the same receiver).
+        After `close` the pool is gone: a queue that wakes up then is drained by
+        a thread of its own, which ends when the queue is empty.
         """
         try:
             if self._bus is None:
@@ -221,7 +222,7 @@ class Announcer:
             else:
                 sig = namespace.get(name)
                 targets = list(sig.receivers_for(self._sender)) if sig is not None else []
-            here: list[_Queue] = []
+            late: list[_Queue] = []
             with self._lock:
                 self._seq += 1
                 object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
@@ -235,13 +236,13 @@ class Announcer:
                     q.enqueued += 1
                     if q.busy.acquire(False):
                         if self._closed:
-                            here.append(q)
+                            late.append(q)
                         else:
                             self._schedule(q)
                 if not self._seq & 255:
                     self._prune()
-            for q in here:
-                self._drain_here(q)
+            for q in late:
+                threading.Thread(target=self._drain_late, args=(q,), daemon=True).start()
         except Exception:  # a bug here must never reach the tool or the supervisor
             log.exception("could not announce %s", name)
 
@@ -270,21 +271,24 @@ class Announcer:
             if q is None:
                 return
             try:
-                if self._drain(q, here=False):
+                if self._drain(q, to_the_end=False):
                     self._idle.append(None)
             except BaseException:  # receivers' errors are contained in _deliver: a bug here
                 log.exception("event delivery failed; this delivery thread goes on")
 
-    def _drain_here(self, q: _Queue) -> None:
-        was = on_delivery_thread()
+    def _drain_late(self, q: _Queue) -> None:
         _local.delivering = True
         try:
-            self._drain(q, here=True)
-        finally:
-            _local.delivering = was
+            self._drain(q, to_the_end=True)
+        except BaseException:
+            log.exception("event delivery failed after close")
 
-    def _drain(self, q: _Queue, *, here: bool) -> bool:
-        """Deliver `q`'s events, `TURN` at a time; True when it ran empty and was let go."""
+    def _drain(self, q: _Queue, *, to_the_end: bool) -> bool:
+        """Deliver `q`'s events, `TURN` at a time; True when it ran empty and was let go.
+
+        A pool thread puts a queue that has more back in line after each turn;
+        `to_the_end` (after close) drains it until it is empty.
+        """
         items = q.items
         while True:
             for _ in range(TURN):
@@ -298,7 +302,7 @@ class Announcer:
                 with self._lock:
                     self._cond.notify_all()
             if items:
-                if here or self._closed:
+                if to_the_end or self._closed:
                     continue  # after close no thread takes the line any more
                 with self._lock:
                     if not self._closed:
@@ -345,7 +349,7 @@ class Announcer:
         """Deliver what is pending within `timeout` seconds; count and log the rest.
 
         Returns how many events were dropped. Events announced afterwards are
-        delivered on the announcing thread.
+        still delivered, each woken queue by a thread of its own.
         """
         if self._closed:
             return 0
@@ -392,10 +396,12 @@ def _at_exit() -> None:
     deadline = time.monotonic() + EXIT_BUDGET
     why = "the interpreter exited"
     for announcer in list(_live):
+        left = max(0.0, deadline - time.monotonic())
         if announcer.closed:
+            announcer.drain(left)
             announcer.drop_pending(why)
         else:
-            announcer.close(max(0.0, deadline - time.monotonic()), why=why)
+            announcer.close(left, why=why)
 
 
 atexit.register(_at_exit)
