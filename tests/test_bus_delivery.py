@@ -19,7 +19,7 @@ import tenacity
 import toolbus
 from tests.conftest import MakeExecutor
 from toolbus import ToolCall, ToolRegistry, bus
-from toolbus.bus._delivery import FailureLog
+from toolbus.bus._failures import FailureLog
 from toolbus.retry import RetryPolicy
 
 

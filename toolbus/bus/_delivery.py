@@ -27,7 +27,6 @@ import logging
 import queue
 import threading
 import time
-import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -37,17 +36,17 @@ from typing import Any
 import pykka
 
 from ._events import Event
+from ._failures import FailureLog
 from ._publisher import BusPublisher, Publisher
 from ._signals import namespace
 
-__all__ = ["Announcer", "FailureLog", "Route", "describe", "on_delivery_thread"]
+__all__ = ["Announcer", "Route", "describe", "on_delivery_thread"]
 
 log = logging.getLogger("toolbus.bus")
 
 MAX_THREADS = 4
 TURN = 16  # events a queue delivers before it goes to the back of the line, for fairness
-ERROR_LOG_INTERVAL = 60.0
-EXIT_BUDGET = 1.0  # seconds that unclosed executors get at interpreter exit to deliver
+EXIT_BUDGET = 1.0  # seconds all executors get, in all, to deliver at interpreter exit
 
 _local = threading.local()
 
@@ -87,71 +86,6 @@ class Route:
 
     def __call__(self, sender: Any, *, event: Event) -> None:
         self.target(sender, event=event, signal=self.signal)
-
-
-class _Failures:
-    __slots__ = ("last", "logged_at", "unreported")
-
-    def __init__(self, now: float) -> None:
-        self.logged_at = now
-        self.unreported = 0
-        self.last = ""
-
-
-class FailureLog:
-    """Logs receivers' failures under their names, rate-limited.
-
-    A receiver's first failure is logged with its traceback; after that, at most
-    one summary line (how many failures, the last one) per receiver every
-    `interval` seconds, and a last one on `flush()`.
-    """
-
-    def __init__(
-        self, interval: float = ERROR_LOG_INTERVAL, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._by_label: dict[str, _Failures] = {}
-
-    def failed(self, label: str, signal: str, error: BaseException) -> None:
-        now = self._clock()
-        with self._lock:
-            state = self._by_label.get(label)
-            if state is None:
-                self._by_label[label] = _Failures(now)
-            else:
-                state.unreported += 1
-                state.last = f"{type(error).__name__}: {error} (on {signal})"
-                if now - state.logged_at < self.interval:
-                    return
-                count, last = state.unreported, state.last
-                state.unreported, state.logged_at = 0, now
-        if state is None:
-            log.error(
-                "receiver %s raised on %s; other receivers and execution go on "
-                "(its further failures: one summary line per %gs):\n%s",
-                label,
-                signal,
-                self.interval,
-                "".join(traceback.format_exception(error)),
-            )
-        else:
-            self._summary(label, count, last)
-
-    def flush(self) -> None:
-        """Log the failures not yet reported, one line per receiver."""
-        with self._lock:
-            pending = [(k, s.unreported, s.last) for k, s in self._by_label.items() if s.unreported]
-            now = self._clock()
-            for s in self._by_label.values():
-                if s.unreported:
-                    s.unreported, s.logged_at = 0, now
-        for label, count, last in pending:
-            self._summary(label, count, last)
-
-    def _summary(self, label: str, count: int, last: str) -> None:
-        log.error("receiver %s raised %d more times (last: %s)", label, count, last)
 
 
 class _Queue:

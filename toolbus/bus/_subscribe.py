@@ -14,8 +14,9 @@ import pykka
 from blinker import ANY
 
 from .._sync import simple_inbox
-from ._delivery import FailureLog, Route, describe
+from ._delivery import Route, describe
 from ._events import Event
+from ._failures import FailureLog
 from ._signals import signal, unwatch, watch
 
 __all__ = ["ObserverActor", "Recorder", "Subscription", "subscribe"]
