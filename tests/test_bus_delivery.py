@@ -381,13 +381,17 @@ def test_undelivered_events_at_exit_are_logged() -> None:
         def echo(text: str) -> str:
             return text
 
+        entered = threading.Event()
+
         def stuck(sender, *, event, signal):
+            entered.set()
             threading.Event().wait()
 
         ex = Executor(reg)
         bus.subscribe(stuck, bus.FINISHED, sender=ex)
         for i in range(3):
             ex.execute(ToolCall(name="echo", arguments={"text": "x"}))
+        entered.wait()  # the first event is in the receiver; two wait behind it
         print("done", flush=True)
         # No close(): the process still exits, and says what was lost.
         """
