@@ -1,11 +1,12 @@
 """Observe an executor through the signal bus, three ways.
 
 1. Raw blinker: `bus.signal("tool:finished").connect(fn, sender=executor, weak=False)`.
-   The receiver runs on the executor's announcer thread, in event order; a slow
-   receiver delays later events (never results: results do not wait for events).
-2. `bus.subscribe(fn, "tool:executing", "tool:finished", isolated=True)`: the
-   receiver gets its own actor mailbox, so a slow observer (here: 0.2 s per event,
-   like a remote log sink) slows nobody but itself.
+   The receiver runs on one of the executor's delivery threads, in event order
+   (never delaying results: results do not wait for events).
+2. `bus.subscribe(fn, "tool:executing", "tool:finished")`: every receiver has
+   its own queue, so a slow observer (here: 0.2 s per event, like a remote log
+   sink) slows nobody but itself. (`isolated=True` is accepted and changes
+   nothing.)
 3. `bus.Recorder`: collects events; `wait_for` blocks until the expected events
    arrived, which is how tests should wait (never sleep and hope).
 
@@ -84,7 +85,7 @@ def main() -> None:
 
         bus.signal(bus.FINISHED).connect(on_finished, sender=executor, weak=False)
 
-        # 2. An isolated observer on its own mailbox.
+        # 2. A slow observer: it delays only its own queue.
         # Three calls, one tool:executing and one tool:finished each (the retry
         # adds a second tool:executing): 7 events.
         sink = SlowSink(expected=7)
@@ -120,7 +121,7 @@ def main() -> None:
             (timeout,) = recorder.wait_for(bus.TIMEOUT)
             print(f"timeout: {timeout.tool} after {timeout.timeout}s")
 
-        # Delivered on the announcer thread: wait for it before reading.
+        # Delivered on the delivery threads: wait for them before reading.
         executor.drain_events()
         bus.signal(bus.FINISHED).disconnect(on_finished)
         print("\nraw blinker receiver saw:")
@@ -130,8 +131,7 @@ def main() -> None:
         with sink.lock:
             handled = len(sink.received)
         print(f"\nslow sink has handled {handled} of {sink.expected} events so far")
-        # drain_events() only waits until events reach the sink's mailbox; the
-        # sink works through them at its own pace.
+        # drain_events() waited for the slow sink too (up to its 10 s default).
         caught_up = sink.all_received.wait(timeout=10)
         print(f"slow sink caught up: {caught_up}")
         with sink.lock:

@@ -8,6 +8,7 @@ do the same jobs for a few hundredths of that.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from typing import Any
@@ -46,7 +47,7 @@ class Latch:
             return True
         if timeout is not None:
             # NaN, negative and huge waits would raise in acquire().
-            timeout = min(max(0.0, timeout), threading.TIMEOUT_MAX) if timeout == timeout else 0.0
+            timeout = 0.0 if math.isnan(timeout) else min(max(0.0, timeout), threading.TIMEOUT_MAX)
         if self._lock.acquire(timeout=-1 if timeout is None else timeout):
             self._lock.release()
             return True

@@ -88,6 +88,8 @@ class ExecutorStats(BaseModel):
     workers_started: int
     timers: int
     pools: dict[str, dict[str, int]]
+    events_dropped: int = 0
+    """Events never delivered to a subscription (close's budget ran out; each one logged)."""
 
 
 class Executor:
@@ -169,8 +171,9 @@ class Executor:
         self._closed = False
         self._final_stats: ExecutorStats | None = None
         self._close_lock = threading.Lock()
-        self._announcer = Announcer.start(self.publisher)
-        self._emitter = Emitter(self.publisher, self._announcer)
+        self._announcer = Announcer(self.publisher)
+        # Public so that your own code can announce events of signals it defined.
+        self.emitter = self._emitter = Emitter(self.publisher, self._announcer)
         self._timers = TimerService()
         self._loop = LoopThread()
         self._services = Services(
@@ -331,7 +334,7 @@ class Executor:
         After `close()`, the final counters.
         """
         if self._final_stats is not None:
-            return self._final_stats
+            return self._final_stats.model_copy(update={"events_dropped": self._announcer.dropped})
         data: dict[str, Any] | None
         try:
             data = typing.cast(dict[str, Any], self._supervisor.ask(StatusQuery(), timeout=timeout))
@@ -340,12 +343,15 @@ class Executor:
         if not data:
             data = {name: 0 for name in ExecutorStats.model_fields if name != "pools"}
             data["pools"] = {}
-        return ExecutorStats(**data)
+        return ExecutorStats(**{**data, "events_dropped": self._announcer.dropped})
 
     def drain_events(self, timeout: float | None = 10.0) -> bool:
-        """Wait until every event announced so far has reached its receivers.
+        """Wait until every event announced before this call was delivered to every
+        subscription (or dropped and counted); False if `timeout` passed first.
 
-        Results never wait for observers; call this when you need both.
+        Results never wait for observers; call this when you need both. From a
+        receiver (a delivery thread) it returns False at once: waiting there
+        would stall the bus.
         """
         return self._emitter.flush(timeout)
 
@@ -354,25 +360,29 @@ class Executor:
         return self._closed
 
     def close(self, timeout: float = 5.0) -> None:
-        """Cancel what is unfinished, stop the actors. Stuck tool threads are
-        daemons and are left behind; they never keep the process alive."""
+        """Cancel what is unfinished, stop the actors, deliver pending events; all
+        within `timeout` seconds in total.
+
+        Events not delivered by then are counted (`stats().events_dropped`) and
+        logged per receiver. Stuck tool threads are daemons and are left behind;
+        they never keep the process alive.
+        """
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         try:
-            self._supervisor.ask(Close("the executor was closed"), timeout=timeout)
-            self._final_stats = self.stats(timeout)
-            self._supervisor.stop(timeout=timeout)
+            self._supervisor.ask(Close("the executor was closed"), timeout=left())
+            self._final_stats = self.stats(left())
+            self._supervisor.stop(timeout=left())
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
-        delivered = self._emitter.flush(timeout)
-        try:
-            # Blocking when the bus is healthy, so no event lands in a dying
-            # mailbox; a subscriber stuck on the bus thread cannot hold up close.
-            self._announcer.stop(block=delivered, timeout=timeout)
-        except pykka.Timeout:
-            pass
+        self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         self._timers.close()
         self._loop.close()
 

@@ -164,6 +164,23 @@ class RetryPolicy:
         object.__setattr__(self, "_strategies", (stop, wait, retry))
 
     @property
+    def max_attempts(self) -> int | None:
+        """The most attempts a call gets, the first included; None when `stop` sets no
+        count this can read (say, only a delay)."""
+        stop = self._strategies[0]
+        if isinstance(stop, tenacity.stop_after_attempt):
+            return int(stop.max_attempt_number)
+        parts = getattr(stop, "stops", ())
+        counts = [
+            int(s.max_attempt_number) for s in parts if isinstance(s, tenacity.stop_after_attempt)
+        ]
+        if counts and isinstance(stop, tenacity.stop_any):  # `a | b`: the first to stop it
+            return min(counts)
+        if counts and isinstance(stop, tenacity.stop_all) and len(counts) == len(parts):
+            return max(counts)  # `a & b`: only when every one says stop
+        return None
+
+    @property
     def may_retry(self) -> bool:
         """False when the policy can never retry (lets the hot path skip bookkeeping)."""
         return self.max_retries > 0 or self.stop is not None

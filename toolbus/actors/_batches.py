@@ -32,7 +32,16 @@ def announce_groups(b: BatchRun, em: Emitter) -> None:
         if what == "open":
             b.group_started[g.index] = now
             if em.wants(sig.PARALLEL_START):
-                em.emit(sig.PARALLEL_START, ParallelStart(b.batch_id, g.index, g.size))
+                em.emit(
+                    sig.PARALLEL_START,
+                    ParallelStart(
+                        b.batch_id,
+                        g.index,
+                        g.size,
+                        sum(1 for r in b.runs if r.tool is not None and r.read_only),
+                        sum(1 for r in b.runs if r.tool is not None and not r.read_only),
+                    ),
+                )
         elif g.index in b.group_started and em.wants(sig.PARALLEL_COMPLETE):
             fails = b.group_failures.get(g.index, 0)
             em.emit(

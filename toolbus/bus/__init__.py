@@ -5,8 +5,13 @@ from toolbus import bus
 @bus.signal("tool:finished").connect
 def on_finished(sender, event):
     print(event.call_id, event.result.status)
+
+Every subscription gets an executor's events from its own queue, in
+announcement order (`event.seq`), on a small pool of delivery threads: a slow
+receiver delays only itself. `define_signal` adds signals of your own.
 """
 
+from ._delivery import Announcer
 from ._events import (
     BatchComplete,
     BatchStart,
@@ -27,7 +32,7 @@ from ._events import (
     RetrySuccess,
     TimedOut,
 )
-from ._publisher import Announcer, BusPublisher, Emitter, NullPublisher, Publisher
+from ._publisher import BusPublisher, Emitter, NullPublisher, Publisher
 from ._signals import (
     ALL_SIGNALS,
     BATCH_COMPLETE,
@@ -46,6 +51,8 @@ from ._signals import (
     RETRY_EXHAUSTED,
     RETRY_SUCCESS,
     TIMEOUT,
+    define_signal,
+    defined_signals,
     namespace,
     signal,
 )
@@ -95,6 +102,8 @@ __all__ = [
     "RetrySuccess",
     "Subscription",
     "TimedOut",
+    "define_signal",
+    "defined_signals",
     "namespace",
     "signal",
     "subscribe",

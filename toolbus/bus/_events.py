@@ -3,11 +3,17 @@
 Frozen slotted dataclasses rather than pydantic models: they are built on the
 hot path whenever a signal has receivers, and cost a tenth as much. Every field
 is already masked and scrubbed when an event is built.
+
+Every event derives from `Event`, whose two keyword-only fields are filled in
+by toolbus: `timestamp` when the event is built (the moment of the step), `seq`
+when it is announced (see `Event`). Subclass `Event` for the payloads of
+signals of your own (`define_signal`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..models import ErrorCode, ToolResult
@@ -35,7 +41,21 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class CallEvent:
+class Event:
+    """What every event on the bus carries.
+
+    `seq`: the event's place in its executor's announcements, 1, 2, 3, ... in
+    the order they were announced (0 until it is announced; each receiver gets
+    an executor's events in `seq` order). `timestamp`: epoch seconds
+    (`time.time()`) when the step happened, that is when the event was built.
+    """
+
+    seq: int = field(default=0, kw_only=True)
+    timestamp: float = field(default_factory=time.time, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CallEvent(Event):
     """Fields every per-call event carries."""
 
     call_id: str
@@ -54,6 +74,11 @@ class Executing(CallEvent):
 class Executed(CallEvent):
     duration: float
 
+    @property
+    def success(self) -> bool:
+        """Always True: an attempt that failed is announced as `tool:error` instead."""
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class Failed(CallEvent):
@@ -71,6 +96,8 @@ class TimedOut(CallEvent):
 class RetryAttempt(CallEvent):
     previous_error: str
     delay: float
+    max_attempts: int | None = None
+    """The most attempts the call's `RetryPolicy` allows; None when it sets no such bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +143,7 @@ class LateResult(CallEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class BatchStart:
+class BatchStart(Event):
     batch_id: str
     count: int
     read_only: int
@@ -124,7 +151,7 @@ class BatchStart:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchComplete:
+class BatchComplete(Event):
     batch_id: str
     count: int
     success_count: int
@@ -133,14 +160,22 @@ class BatchComplete:
 
 
 @dataclass(frozen=True, slots=True)
-class ParallelStart:
+class ParallelStart(Event):
+    """A read-only group of `count` calls is released to run together.
+
+    `read_only` and `mutating` count the batch's calls of each kind (as in
+    `tool:batch-start`): the mutating ones run one at a time, as barriers.
+    """
+
     batch_id: str
     group: int
     count: int
+    read_only: int = 0
+    mutating: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class ParallelComplete:
+class ParallelComplete(Event):
     batch_id: str
     group: int
     count: int
@@ -148,5 +183,7 @@ class ParallelComplete:
     failure_count: int
     duration: float
 
-
-Event = CallEvent | BatchStart | BatchComplete | ParallelStart | ParallelComplete
+    @property
+    def total(self) -> int:
+        """The group's calls (`count`), under the name the event table uses."""
+        return self.count

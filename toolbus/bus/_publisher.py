@@ -1,40 +1,44 @@
-"""Delivering events to receivers: robustly, off the tools' and supervisor's threads.
+"""Where an executor's events go (`Publisher`), and how the engine announces them (`Emitter`).
 
 blinker's `send()` stops at the first receiver that raises and propagates the
-exception to the sender. toolbus instead calls each receiver on its own and logs
-a failure, so one faulty observer never affects execution or other observers.
-
-Events are handed to an `Announcer` actor, which delivers them in the order they
-were announced. Nothing is built or sent for a signal without receivers.
+exception to the sender. toolbus instead hands each event to its executor's
+`Announcer` (`_delivery.py`), which calls each receiver on its own, from its own
+queue, and logs a failure: one faulty or slow observer never affects execution
+or other observers. Nothing is built or sent for a signal without receivers.
 """
 
 from __future__ import annotations
 
 import logging
 import traceback
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import pykka
-
-from .._sync import simple_inbox
 from ._events import Event
-from ._signals import namespace
+from ._signals import ALL_SIGNALS, namespace, signal
 
-__all__ = ["Announcer", "BusPublisher", "Emitter", "NullPublisher", "Publisher"]
+if TYPE_CHECKING:
+    from ._delivery import Announcer
+
+__all__ = ["BusPublisher", "Emitter", "NullPublisher", "Publisher"]
 
 log = logging.getLogger("toolbus.bus")
 
 
 @runtime_checkable
 class Publisher(Protocol):
-    """Where an executor's events go. Implement both methods to route them elsewhere."""
+    """Where an executor's events go. Implement both methods to route them elsewhere.
+
+    A custom publisher is one subscription of its own: both methods are called
+    only on a delivery thread, one event at a time, in announcement order;
+    never on a tool's or the supervisor's thread.
+    """
 
     def wants(self, name: str) -> bool:
-        """True if an event for signal `name` would reach anyone (checked before building it)."""
+        """True if an event for signal `name` should be published."""
         ...
 
     def publish(self, name: str, event: Event) -> None:
-        """Deliver one event. Called on the announcer's thread, in announcement order."""
+        """Deliver one event."""
         ...
 
 
@@ -43,13 +47,21 @@ class BusPublisher:
 
     def __init__(self, sender: Any) -> None:
         self.sender = sender
-        self._signals = {name: namespace.signal(name) for name in namespace}
+        self._signals = {name: namespace.signal(name) for name in ALL_SIGNALS}
 
     def wants(self, name: str) -> bool:
-        return bool(self._signals[name].receivers)
+        sig = self._signals.get(name) or namespace.get(name)
+        return sig is not None and bool(sig.receivers)
 
     def publish(self, name: str, event: Event) -> None:
-        sig = self._signals[name]
+        """Call every receiver of `name` now, on this thread, each in its own `try`.
+
+        Executors do not call this: their `Announcer` delivers to each receiver
+        from its own queue.
+        """
+        sig = self._signals.get(name) or namespace.get(name)
+        if sig is None:
+            return
         for receiver in sig.receivers_for(self.sender):
             try:
                 receiver(self.sender, event=event)
@@ -72,45 +84,17 @@ class NullPublisher:
         return None
 
 
-class _Flush:
-    __slots__ = ()
-
-
-FLUSH = _Flush()
-
-
-class Announcer(pykka.ThreadingActor):
-    """The thread on which an executor's events are delivered, in announcement order."""
-
-    use_daemon_thread = True
-    _create_actor_inbox = staticmethod(simple_inbox)  # C SimpleQueue, not queue.Queue
-
-    def __init__(self, publisher: Publisher) -> None:
-        super().__init__()
-        self.publisher = publisher
-        self._custom = type(publisher) is not BusPublisher
-
-    def on_receive(self, message: Any) -> Any:
-        if message is FLUSH:
-            return True
-        name, event = message
-        try:
-            # A custom publisher's `wants` is user code: asked here, never on
-            # the supervisor's or the tools' threads.
-            if self._custom and not self.publisher.wants(name):
-                return None
-            self.publisher.publish(name, event)
-        except BaseException as e:  # pykka would stop every actor on a BaseException
-            log.error("publisher failed on %s:\n%s", name, "".join(traceback.format_exception(e)))
-        return None
-
-
 class Emitter:
-    """What the supervisor and workers hold to announce events without blocking."""
+    """What the supervisor, the workers and your own code hold to announce events.
+
+    Announcing never blocks on a receiver. `wants(name)` first, so that no event
+    is built when nobody listens; then `emit` (toolbus's own signals) or
+    `announce` (any defined signal, checked).
+    """
 
     __slots__ = ("_announcer", "_publisher", "_receivers")
 
-    def __init__(self, publisher: Publisher, announcer: pykka.ActorRef[Announcer]) -> None:
+    def __init__(self, publisher: Publisher, announcer: Announcer) -> None:
         self._publisher = publisher
         self._announcer = announcer
         # Asked several times per call, nearly always with no receiver: for the
@@ -120,28 +104,49 @@ class Emitter:
         if type(publisher) is BusPublisher:
             self._receivers = {name: sig.receivers for name, sig in publisher._signals.items()}
         elif type(publisher) is NullPublisher:
-            self._receivers = {name: {} for name in namespace}  # never wants anything
+            self._receivers = {name: {} for name in ALL_SIGNALS}  # never wants anything
 
     def wants(self, name: str) -> bool:
+        """Whether an event for signal `name` would reach anyone (build it only if so)."""
         receivers = self._receivers
         if receivers is not None:
-            return bool(receivers[name])
-        return True  # a custom publisher decides on the announcer's thread
+            try:
+                return bool(receivers[name])
+            except KeyError:
+                return self._wants_defined(receivers, name)
+        return True  # a custom publisher's `wants` is asked on a delivery thread
+
+    def _wants_defined(self, receivers: dict[str, dict[Any, Any]], name: str) -> bool:
+        sig = namespace.get(name)
+        if sig is None:
+            return False
+        # Remembered for next time: blinker's dict is stable, a dict write atomic.
+        receivers[name] = sig.receivers if type(self._publisher) is BusPublisher else {}
+        return bool(receivers[name])
 
     def emit(self, name: str, event: Event) -> None:
-        try:
-            self._announcer.tell((name, event))
-        except pykka.ActorDeadError:
-            # The executor is closed and its bus thread gone: deliver here, so
-            # calls made after close (and late results) are still announced.
-            try:
-                self._publisher.publish(name, event)
-            except Exception:
-                log.exception("publisher failed on %s", name)
+        """Announce `event` on toolbus signal `name` (the engine's hot path: no checks)."""
+        self._announcer.announce(name, event)
+
+    def announce(self, name: str, event: Event) -> bool:
+        """Announce `event` on signal `name`, toolbus's own or one made with `define_signal`.
+
+        Returns False, and delivers nothing, when nobody wants `name`. Sets
+        `event.seq` (its place in this executor's announcements); `timestamp`
+        is when the event was built. Raises KeyError for a signal that was never
+        defined and TypeError for an event that is not a `bus.Event`.
+        """
+        if not isinstance(event, Event):
+            raise TypeError(f"events must be bus.Event instances, not {type(event).__name__}")
+        signal(name)  # KeyError for a name never defined
+        if not self.wants(name):
+            return False
+        self._announcer.announce(name, event)
+        return True
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every event announced so far has been delivered."""
-        try:
-            return bool(self._announcer.ask(FLUSH, timeout=timeout))
-        except (pykka.ActorDeadError, pykka.Timeout):
-            return False
+        """Wait until every event announced so far was delivered (or dropped and counted).
+
+        False if `timeout` passed first, and at once on a delivery thread.
+        """
+        return self._announcer.drain(timeout)

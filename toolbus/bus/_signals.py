@@ -1,6 +1,16 @@
-"""The lifecycle signals, one blinker signal per step, in toolbus's own namespace."""
+"""The lifecycle signals, one blinker signal per step, in toolbus's own namespace.
+
+Signals of your own join them with `define_signal`; subscriptions to "all
+signals" (`subscribe(fn)`, `Recorder()`, `ObserverActor.attach(ref)`) also
+receive the signals defined after they were made.
+"""
 
 from __future__ import annotations
+
+import re
+import threading
+import weakref
+from typing import Protocol
 
 from blinker import NamedSignal, Namespace
 
@@ -22,67 +32,131 @@ __all__ = [
     "RETRY_EXHAUSTED",
     "RETRY_SUCCESS",
     "TIMEOUT",
+    "define_signal",
+    "defined_signals",
     "namespace",
     "signal",
 ]
 
+# Each signal's doc is in _BUILTIN, and at run time in `signal(name).__doc__`.
 EXECUTING = "tool:executing"
-"""An attempt starts. Carries the masked arguments."""
 EXECUTED = "tool:executed"
-"""An attempt succeeded."""
 ERROR = "tool:error"
-"""An attempt failed with an error."""
 TIMEOUT = "tool:timeout"
-"""An attempt did not finish by its deadline."""
 RETRY_ATTEMPT = "tool:retry-attempt"
-"""A retry attempt starts (never before the first attempt)."""
 RETRY_SUCCESS = "tool:retry-success"
-"""A call that needed retries ended ok (once per such call)."""
 RETRY_EXHAUSTED = "tool:retry-exhausted"
-"""A call that was retried ended failed (once per such call)."""
 BATCH_START = "tool:batch-start"
 BATCH_COMPLETE = "tool:batch-complete"
 PARALLEL_START = "tool:parallel-start"
-"""A group of consecutive read-only calls of a batch is released to run together."""
 PARALLEL_COMPLETE = "tool:parallel-complete"
 REJECTED = "tool:rejected"
-"""A call was refused before it ran (unknown tool, not allowed, bad arguments)."""
 CANCELLED = "tool:cancelled"
-"""A call was cancelled or aborted."""
 PROGRESS = "tool:progress"
-"""A running tool reported progress."""
 FINISHED = "tool:finished"
-"""A call ended; exactly once per call, whatever happened. Carries the result."""
 LATE_RESULT = "tool:late-result"
-"""An abandoned attempt finished after its call had moved on; its result was discarded."""
 
-ALL_SIGNALS: tuple[str, ...] = (
-    EXECUTING,
-    EXECUTED,
-    ERROR,
-    TIMEOUT,
-    RETRY_ATTEMPT,
-    RETRY_SUCCESS,
-    RETRY_EXHAUSTED,
-    BATCH_START,
-    BATCH_COMPLETE,
-    PARALLEL_START,
-    PARALLEL_COMPLETE,
-    REJECTED,
-    CANCELLED,
-    PROGRESS,
-    FINISHED,
-    LATE_RESULT,
-)
+_BUILTIN: dict[str, str] = {
+    EXECUTING: "An attempt starts. Carries the masked arguments.",
+    EXECUTED: "An attempt succeeded.",
+    ERROR: "An attempt failed with an error.",
+    TIMEOUT: "An attempt did not finish by its deadline.",
+    RETRY_ATTEMPT: "A retry attempt starts (never before the first attempt).",
+    RETRY_SUCCESS: "A call that needed retries ended ok (once per such call).",
+    RETRY_EXHAUSTED: "A call that was retried ended failed (once per such call).",
+    BATCH_START: "A batch starts.",
+    BATCH_COMPLETE: "Every call of a batch ended.",
+    PARALLEL_START: (
+        "A group of consecutive read-only calls of a batch is released to run together."
+    ),
+    PARALLEL_COMPLETE: "Every call of a read-only group ended.",
+    REJECTED: "A call was refused before it ran (unknown tool, not allowed, bad arguments).",
+    CANCELLED: "A call was cancelled or aborted.",
+    PROGRESS: "A running tool reported progress.",
+    FINISHED: "A call ended; exactly once per call, whatever happened. Carries the result.",
+    LATE_RESULT: (
+        "An abandoned attempt finished after its call had moved on; its result was discarded."
+    ),
+}
+
+ALL_SIGNALS: tuple[str, ...] = tuple(_BUILTIN)
+"""toolbus's own signals (`defined_signals()` adds those defined with `define_signal`)."""
 
 namespace = Namespace()
 
-for _name in ALL_SIGNALS:
-    namespace.signal(_name)
+_NAME = re.compile(r"[a-z][a-z0-9_.-]*(?::[a-z0-9][a-z0-9_.-]*)+")
+
+
+class Watcher(Protocol):
+    def signal_defined(self, name: str) -> None: ...
+
+
+_lock = threading.Lock()
+_docs: dict[str, str] = {}  # every defined signal and its doc, in definition order
+# Weak: a subscription that is dropped without close() must not be kept alive here.
+_watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()
+
+
+def define_signal(name: str, doc: str) -> NamedSignal:
+    """Define the signal `name`, documented by `doc`, and return it.
+
+    `name` is `scope:event` in lower case (letters, digits, `_ . -`), like
+    "tool:finished" or "myapp:deploy-started". Defining a name again with the
+    same doc returns the same signal; a different doc, a bad name or an empty
+    doc raises ValueError. Subscriptions to all signals receive it from now on.
+    Announce its events with `Emitter.announce`.
+    """
+    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"bad signal name {name!r}: use 'scope:event' in lower case, e.g. 'myapp:deployed'"
+        )
+    if not isinstance(doc, str) or not doc.strip():
+        raise ValueError(f"signal {name!r} needs a doc string saying when it is sent")
+    with _lock:
+        known = _docs.get(name)
+        if known is not None:
+            if known != doc:
+                raise ValueError(f"signal {name!r} is already defined with another doc: {known!r}")
+            return namespace.signal(name)
+        _docs[name] = doc
+        sig = namespace.signal(name, doc)
+        watchers = list(_watchers)
+    for watcher in watchers:
+        watcher.signal_defined(name)
+    return sig
+
+
+def defined_signals() -> tuple[str, ...]:
+    """Every signal's name: toolbus's own, then those defined with `define_signal`."""
+    with _lock:
+        return tuple(_docs)
+
+
+def watch(watcher: Watcher) -> tuple[str, ...]:
+    """Tell `watcher` about signals defined from now on; return those defined so far.
+
+    One step under the lock, so each signal is reported exactly once: in the
+    returned names or through `signal_defined`.
+    """
+    with _lock:
+        _watchers.add(watcher)
+        return tuple(_docs)
+
+
+def unwatch(watcher: Watcher) -> None:
+    with _lock:
+        _watchers.discard(watcher)
 
 
 def signal(name: str) -> NamedSignal:
-    """The toolbus signal called `name` (e.g. "tool:finished")."""
-    if name not in ALL_SIGNALS:
-        raise KeyError(f"no toolbus signal named {name!r}; known: {', '.join(ALL_SIGNALS)}")
+    """The toolbus signal called `name` (e.g. "tool:finished"); KeyError if it is not defined."""
+    if name not in _docs:
+        raise KeyError(
+            f"no toolbus signal named {name!r} (define it with bus.define_signal); "
+            f"known: {', '.join(defined_signals())}"
+        )
     return namespace.signal(name)
+
+
+for _name, _doc in _BUILTIN.items():
+    define_signal(_name, _doc)

@@ -1,10 +1,12 @@
-"""Subscribing to signals, directly or through an actor's mailbox."""
+"""Subscribing to signals, directly or through an actor's mailbox.
+
+Every subscription gets its executor's events from a queue of its own, on a
+delivery thread (see `_delivery.py`): a slow subscription delays only itself.
+"""
 
 from __future__ import annotations
 
-import logging
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -12,12 +14,12 @@ import pykka
 from blinker import ANY
 
 from .._sync import simple_inbox
+from ._delivery import Route, describe
 from ._events import Event
-from ._signals import ALL_SIGNALS, signal
+from ._failures import FailureLog
+from ._signals import signal, unwatch, watch
 
 __all__ = ["ObserverActor", "Recorder", "Subscription", "subscribe"]
-
-log = logging.getLogger("toolbus.bus")
 
 Receiver = Callable[..., Any]
 
@@ -28,7 +30,8 @@ class ObserverActor(pykka.ThreadingActor):
     Subclass it and override `on_event`; start it and `attach` it to signals.
     Events are queued in its mailbox and handled on its own thread, so a slow
     observer never slows tools, the supervisor or other observers. Anything
-    `on_event` raises is logged and the actor goes on.
+    `on_event` raises is logged (rate-limited, under the actor's name) and the
+    actor goes on.
 
         class Metrics(ObserverActor):
             def on_event(self, signal, sender, event): ...
@@ -39,6 +42,7 @@ class ObserverActor(pykka.ThreadingActor):
 
     use_daemon_thread = True
     _create_actor_inbox = staticmethod(simple_inbox)  # C SimpleQueue, not queue.Queue
+    _failures: FailureLog | None = None
 
     def on_event(self, signal: str, sender: Any, event: Event) -> None:
         """Handle one event (override)."""
@@ -48,14 +52,15 @@ class ObserverActor(pykka.ThreadingActor):
             try:
                 self.on_event(message.signal, message.sender, message.event)
             except BaseException as e:  # pykka would stop every actor on a BaseException
-                log.error(
-                    "observer %r raised on %s:\n%s",
-                    self,
-                    message.signal,
-                    "".join(traceback.format_exception(e)),
-                )
+                if self._failures is None:
+                    self._failures = FailureLog()
+                self._failures.failed(describe(type(self)), message.signal, e)
             return None
         return self.on_message(message)
+
+    def on_stop(self) -> None:
+        if self._failures is not None:
+            self._failures.flush()
 
     def on_message(self, message: Any) -> Any:
         """Handle a message that is not a bus event (override to add your own)."""
@@ -63,8 +68,9 @@ class ObserverActor(pykka.ThreadingActor):
 
     @staticmethod
     def attach(ref: pykka.ActorRef[Any], *names: str, sender: Any = ANY) -> Subscription:
-        """Forward the signals `names` (all by default) into the actor's mailbox."""
-        return Subscription(tuple(names) or ALL_SIGNALS, ref, sender, isolated=True)
+        """Forward the signals `names` (all by default, also those defined later) into the
+        actor's mailbox."""
+        return Subscription(tuple(names) or None, ref, sender, isolated=True)
 
 
 class _Delivery:
@@ -76,70 +82,81 @@ class _Delivery:
         self.event = event
 
 
-class _CallbackObserver(ObserverActor):
-    """Runs a plain receiver function on its own actor (`subscribe(isolated=True)`)."""
-
-    def __init__(self, receiver: Receiver) -> None:
-        super().__init__()
-        self.receiver = receiver
-
-    def on_event(self, signal: str, sender: Any, event: Event) -> None:
-        self.receiver(sender, event=event, signal=signal)
-
-
 class Subscription:
-    """A receiver connected to some signals; `close()` (or `with`) disconnects it."""
+    """A receiver connected to some signals; `close()` (or `with`) disconnects it.
+
+    `names=None` means every signal, including those defined later with
+    `define_signal`. `receiver` is a function called
+    `receiver(sender, event=..., signal=name)`, or an `ObserverActor`'s ref whose
+    mailbox gets the events. Either way the subscription has its own delivery
+    queue per executor, so `isolated` changes nothing any more (kept for
+    compatibility).
+    """
 
     def __init__(
         self,
-        names: tuple[str, ...],
+        names: tuple[str, ...] | None,
         receiver: Receiver | pykka.ActorRef[Any],
         sender: Any,
-        isolated: bool,
+        isolated: bool = False,
         *,
         owns_actor: bool = False,
     ) -> None:
-        self.names = names
         self._sender = sender
+        self._lock = threading.Lock()
+        self._closed = False
+        self._routes: list[Route] = []
         # Stopped on close only when this subscription started the actor.
-        self._mailbox: pykka.ActorRef[Any] | None = None
-        self._connected: list[tuple[str, Receiver]] = []
-        if isolated:
-            if isinstance(receiver, pykka.ActorRef):
-                mailbox = receiver
-            else:
-                mailbox = _CallbackObserver.start(receiver)
-                owns_actor = True
-            if owns_actor:
-                self._mailbox = mailbox
-            for name in names:
+        self._mailbox = receiver if owns_actor and isinstance(receiver, pykka.ActorRef) else None
+        if isinstance(receiver, pykka.ActorRef):
+            ref = receiver
 
-                def forward(s: Any, *, event: Event, _name: str = name) -> None:
-                    try:
-                        mailbox.tell(_Delivery(_name, s, event))
-                    except pykka.ActorDeadError:
-                        pass
+            def target(s: Any, *, event: Event, signal: str) -> None:
+                try:
+                    ref.tell(_Delivery(signal, s, event))
+                except pykka.ActorDeadError:
+                    pass
 
-                self._connected.append((name, forward))
+            self._target: Receiver = target
         else:
-            assert not isinstance(receiver, pykka.ActorRef)
+            self._target = receiver
+        self._label = describe(receiver)
+        if names is not None:
             for name in names:
+                signal(name)  # KeyError for an unknown name, before anything is connected
+        for name in names if names is not None else watch(self):
+            self._connect(name)
 
-                def direct(s: Any, *, event: Event, _name: str = name) -> None:
-                    receiver(s, event=event, signal=_name)
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The signals this subscription is connected to."""
+        with self._lock:
+            return tuple(r.signal for r in self._routes)
 
-                self._connected.append((name, direct))
-        for name, fn in self._connected:
-            signal(name).connect(fn, sender=sender, weak=False)
+    def _connect(self, name: str) -> None:
+        sig = signal(name)
+        with self._lock:
+            if self._closed:
+                return
+            route = Route(self, self._label, name, self._target)
+            self._routes.append(route)
+            sig.connect(route, sender=self._sender, weak=False)
+
+    def signal_defined(self, name: str) -> None:
+        """Connect a signal defined after this subscription was made (all-signals ones)."""
+        self._connect(name)
 
     def close(self) -> None:
-        """Disconnect; an isolated receiver finishes what is in its mailbox first."""
-        for name, fn in self._connected:
+        """Disconnect. Events already queued for it are still delivered."""
+        unwatch(self)
+        with self._lock:
+            self._closed = True
+            routes, self._routes = self._routes, []
+        for route in routes:
             # Without `sender`: blinker's disconnect(fn, sender) drops only the
-            # sender link and keeps fn as a receiver. Each fn is this
-            # subscription's own wrapper, so removing it whole is right.
-            signal(name).disconnect(fn)
-        self._connected.clear()
+            # sender link and keeps fn as a receiver. Each route is this
+            # subscription's own, so removing it whole is right.
+            signal(route.signal).disconnect(route)
         if self._mailbox is not None:
             self._mailbox.stop(block=False)
             self._mailbox = None
@@ -157,12 +174,15 @@ def subscribe(
     sender: Any = ANY,
     isolated: bool = False,
 ) -> Subscription:
-    """Connect `receiver(sender, event=..., signal=name)` to signals (all of them by default).
+    """Connect `receiver(sender, event=..., signal=name)` to signals (all by default).
 
-    With `isolated=True` the receiver runs on its own actor: a slow or stuck
-    receiver then delays nobody but itself. `sender` limits it to one executor.
+    With no names it receives every signal, including those defined later. The
+    receiver gets each executor's events from a queue of its own, in
+    announcement order, on a delivery thread: a slow receiver delays nobody but
+    itself. `sender` limits it to one executor. `isolated` is accepted for
+    compatibility and changes nothing (every subscription is isolated now).
     """
-    return Subscription(tuple(names) or ALL_SIGNALS, receiver, sender, isolated)
+    return Subscription(tuple(names) or None, receiver, sender, isolated)
 
 
 class Recorder:

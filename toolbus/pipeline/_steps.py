@@ -384,7 +384,9 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
     if n > 1 and em.wants(sig.RETRY_ATTEMPT):
         em.emit(
             sig.RETRY_ATTEMPT,
-            RetryAttempt(call_id, name, bid, n, run.last_error, run.retry_delay),
+            RetryAttempt(
+                call_id, name, bid, n, run.last_error, run.retry_delay, run.policy.max_attempts
+            ),
         )
     if em.wants(sig.EXECUTING):
         em.emit(sig.EXECUTING, Executing(call_id, name, bid, n, run.masked, run.timeout))

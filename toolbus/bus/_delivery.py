@@ -1,0 +1,341 @@
+"""Delivering an executor's events: a queue per subscription, a small pool of daemon threads.
+
+Each subscription (a blinker receiver, a `subscribe`d function, an attached
+observer actor, or a custom `Publisher` as a whole) has its own FIFO queue.
+Announcing an event takes the executor's next `seq` and appends the event to
+the queues of its receivers, on the announcing thread and under one lock, so
+each receiver sees the events in `seq` order. A queue with events waits in line
+for a pool of at most `MAX_THREADS` daemon threads; a thread delivers `TURN` of
+its events and puts it back at the end of the line. A slow receiver therefore
+delays only itself and holds at most one thread.
+
+Not `concurrent.futures.ThreadPoolExecutor`: its workers are not daemon threads
+and the interpreter joins them at exit, so one receiver stuck for good would
+keep the process alive. The pool here is the same design (a C `SimpleQueue` of
+ready work, an idle semaphore, threads started on demand) on daemon threads.
+
+No event is lost silently: it is delivered, or counted in `dropped` and logged
+as a WARNING naming its receiver (pending when `close(timeout)` ran out of
+time, or at interpreter exit). Events announced after `close` (late results,
+calls submitted later) are still delivered, by short-lived threads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from types import MethodType
+from typing import Any
+
+import pykka
+
+from ._events import Event
+from ._failures import FailureLog
+from ._publisher import BusPublisher, Publisher
+from ._signals import namespace
+
+__all__ = ["Announcer", "Route", "describe", "on_delivery_thread"]
+
+log = logging.getLogger("toolbus.bus")
+
+MAX_THREADS = 4
+TURN = 16  # events a queue delivers before it goes to the back of the line, for fairness
+EXIT_BUDGET = 1.0  # seconds all executors get, in all, to deliver at interpreter exit
+
+_local = threading.local()
+
+
+def on_delivery_thread() -> bool:
+    """True on a thread that is delivering events (where waiting for delivery would stall it)."""
+    return bool(getattr(_local, "delivering", False))
+
+
+def describe(obj: Any) -> str:
+    """A receiver's qualified name, for logs."""
+    if isinstance(obj, Route):
+        return obj.label
+    if isinstance(obj, pykka.ActorRef):
+        obj = obj.actor_class
+    qualname = getattr(obj, "__qualname__", None)
+    if isinstance(qualname, str):
+        return f"{getattr(obj, '__module__', None) or '?'}.{qualname}"
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+class Route:
+    """A receiver connected to one signal on behalf of `owner` (a `Subscription`).
+
+    All routes of one owner share one queue, so the owner receives its events
+    in announcement order across all its signals.
+    """
+
+    __slots__ = ("label", "owner", "signal", "target")
+
+    def __init__(self, owner: object, label: str, signal: str, target: Callable[..., Any]) -> None:
+        self.owner = owner
+        self.label = label
+        self.signal = signal
+        self.target = target
+
+    def __call__(self, sender: Any, *, event: Event) -> None:
+        self.target(sender, event=event, signal=self.signal)
+
+
+class _Queue:
+    """One subscription's pending events.
+
+    `busy` is held while the queue is in line or being drained, so one thread at
+    a time delivers its events. It is taken with a non-blocking acquire, an
+    atomic test-and-set: announcing threads never wait for a delivery thread.
+    """
+
+    __slots__ = ("busy", "delivered", "dropped", "enqueued", "items")
+
+    def __init__(self) -> None:
+        self.busy = threading.Lock()
+        self.items: deque[tuple[str, Any, Event]] = deque()
+        self.enqueued = 0  # under the announcer's lock
+        self.delivered = 0  # by the one thread draining it
+        self.dropped = 0  # under the announcer's lock
+
+
+def _key(receiver: Any) -> object:
+    # By identity, as blinker does (receivers need not be hashable). Should an id
+    # be reused after its receiver died, the new one merely shares an idle queue.
+    if type(receiver) is MethodType:  # a new bound method each time; its parts are stable
+        return (id(receiver.__self__), id(receiver.__func__))
+    return id(receiver)
+
+
+class Announcer:
+    """Delivers one executor's events to its subscriptions, each from its own queue."""
+
+    def __init__(self, publisher: Publisher, *, max_threads: int = MAX_THREADS) -> None:
+        self.publisher = publisher
+        # A subclass may override publish: it is delivered to as a custom publisher.
+        self._bus = publisher if type(publisher) is BusPublisher else None
+        self._sender = self._bus.sender if self._bus is not None else None
+        self._max_threads = max_threads
+        # Taken by announcing threads, and by delivery threads only to put a busy
+        # queue back in line: it never waits for a receiver.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._seq = 0
+        self._queues: dict[object, _Queue] = {}
+        self._ready: queue.SimpleQueue[_Queue | None] = queue.SimpleQueue()
+        # A token per idle thread: appended by it (atomic), popped under the lock.
+        self._idle: list[None] = []
+        self._threads = 0
+        self._waiters = 0
+        self._closed = False
+        self.dropped = 0
+        """Events never delivered: pending when `close` ran out of time, or at exit."""
+        self.failures = FailureLog()
+        _live.add(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def announce(self, name: str, event: Event) -> None:
+        """Number `event` and queue it for every receiver of `name`; never waits for one.
+
+        After `close` the pool is gone: a queue that wakes up then is drained by
+        a thread of its own, which ends when the queue is empty.
+        """
+        try:
+            if self._bus is None:
+                targets: list[Any] = [self.publisher]  # user code: asked on a delivery thread
+            else:
+                sig = namespace.get(name)
+                targets = list(sig.receivers_for(self._sender)) if sig is not None else []
+            late: list[_Queue] = []
+            with self._lock:
+                self._seq += 1
+                object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
+                queues = self._queues
+                for receiver in targets:
+                    key = id(receiver.owner) if type(receiver) is Route else _key(receiver)
+                    q = queues.get(key)
+                    if q is None:
+                        q = queues[key] = _Queue()
+                    q.items.append((name, receiver, event))
+                    q.enqueued += 1
+                    if q.busy.acquire(False):
+                        if self._closed:
+                            late.append(q)
+                        else:
+                            self._schedule(q)
+                if not self._seq & 255:
+                    self._prune()
+            for q in late:
+                threading.Thread(target=self._drain_late, args=(q,), daemon=True).start()
+        except Exception:  # a bug here must never reach the tool or the supervisor
+            log.exception("could not announce %s", name)
+
+    def _schedule(self, q: _Queue) -> None:
+        """Put `q` in line; start a thread if none is idle (under the lock)."""
+        self._ready.put(q)
+        if self._idle:
+            self._idle.pop()
+        elif self._threads < self._max_threads:
+            self._threads += 1
+            threading.Thread(
+                target=self._work, name=f"toolbus-bus-{self._threads}", daemon=True
+            ).start()
+
+    def _prune(self) -> None:
+        """Forget idle queues, of receivers that may be gone (under the lock)."""
+        for key, q in list(self._queues.items()):
+            if not q.items and q.busy.acquire(False):  # nobody drains it, nobody can start to
+                del self._queues[key]
+                q.busy.release()
+
+    def _work(self) -> None:
+        _local.delivering = True
+        while True:
+            q = self._ready.get()
+            if q is None:
+                return
+            try:
+                if self._drain(q, to_the_end=False):
+                    self._idle.append(None)
+            except BaseException:  # receivers' errors are contained in _deliver: a bug here
+                log.exception("event delivery failed; this delivery thread goes on")
+
+    def _drain_late(self, q: _Queue) -> None:
+        _local.delivering = True
+        try:
+            self._drain(q, to_the_end=True)
+        except BaseException:
+            log.exception("event delivery failed after close")
+
+    def _drain(self, q: _Queue, *, to_the_end: bool) -> bool:
+        """Deliver `q`'s events, `TURN` at a time; True when it ran empty and was let go.
+
+        A pool thread puts a queue that has more back in line after each turn;
+        `to_the_end` (after close) drains it until it is empty.
+        """
+        items = q.items
+        while True:
+            for _ in range(TURN):
+                try:
+                    name, receiver, event = items.popleft()
+                except IndexError:
+                    break
+                self._deliver(name, receiver, event)
+                q.delivered += 1
+            if self._waiters:  # read after `delivered` was counted: no wake-up is lost
+                with self._lock:
+                    self._cond.notify_all()
+            if items:
+                if to_the_end or self._closed:
+                    continue  # after close no thread takes the line any more
+                with self._lock:
+                    if not self._closed:
+                        self._ready.put(q)  # back of the line; this thread stays busy
+                        return False
+                continue
+            q.busy.release()
+            # An event may have come in between the last pop and the release; its
+            # announcer then found `busy` held and left it to this thread.
+            if not items or not q.busy.acquire(False):
+                return True
+
+    def _deliver(self, name: str, receiver: Any, event: Event) -> None:
+        try:
+            if self._bus is None:
+                if self.publisher.wants(name):
+                    self.publisher.publish(name, event)
+            else:
+                receiver(self._sender, event=event)
+        except BaseException as e:  # SystemExit from a receiver included
+            self.failures.failed(describe(receiver), name, e)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every event announced so far was delivered or dropped.
+
+        False if `timeout` seconds passed first, and at once on a delivery
+        thread (a receiver waiting for delivery would wait for itself).
+        """
+        if on_delivery_thread():
+            return False
+        with self._lock:
+            targets = [(q, q.enqueued) for q in self._queues.values()]
+
+            def done() -> bool:
+                return all(q.delivered + q.dropped >= n for q, n in targets)
+
+            self._waiters += 1
+            try:
+                return self._cond.wait_for(done, timeout)
+            finally:
+                self._waiters -= 1
+
+    def close(self, timeout: float | None, *, why: str = "close() ran out of time") -> int:
+        """Deliver what is pending within `timeout` seconds; count and log the rest.
+
+        Returns how many events were dropped. Events announced afterwards are
+        still delivered, each woken queue by a thread of its own.
+        """
+        if self._closed:
+            return 0
+        self.drain(timeout)
+        with self._lock:
+            if self._closed:
+                return 0
+            self._closed = True
+            for _ in range(self._threads):
+                self._ready.put(None)  # behind the queues in line, which are emptied next
+        dropped = self.drop_pending(why)
+        self.failures.flush()
+        return dropped
+
+    def drop_pending(self, why: str) -> int:
+        """Count and log, per receiver, the events still waiting; return how many."""
+        lost: list[tuple[str, int]] = []
+        with self._lock:
+            for q in self._queues.values():
+                n = 0
+                while True:
+                    try:
+                        _, receiver, _ = q.items.popleft()
+                    except IndexError:
+                        break
+                    n += 1
+                if n:
+                    q.dropped += n
+                    lost.append((describe(receiver), n))
+            total = sum(n for _, n in lost)
+            self.dropped += total
+            self._cond.notify_all()
+        for label, n in lost:
+            log.warning("receiver %s lost %d event(s): not delivered when %s", label, n, why)
+        return total
+
+
+# At exit, what announcers still hold is delivered briefly (unclosed ones), then
+# counted and logged: events left behind a receiver that never returned included.
+_live: weakref.WeakSet[Announcer] = weakref.WeakSet()
+
+
+def _at_exit() -> None:
+    deadline = time.monotonic() + EXIT_BUDGET
+    why = "the interpreter exited"
+    for announcer in list(_live):
+        left = max(0.0, deadline - time.monotonic())
+        if announcer.closed:
+            announcer.drain(left)
+            announcer.drop_pending(why)
+        else:
+            announcer.close(left, why=why)
+
+
+atexit.register(_at_exit)
