@@ -32,7 +32,7 @@ import pykka
 from pydantic import BaseModel, ConfigDict
 
 from ._options import positive_int, positive_number, timeout_seconds
-from .actors import Supervisor, TimerService
+from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .backends import Backend, Backends, LoopThread
@@ -48,8 +48,6 @@ from .pipeline import (
     ThreadWaiter,
     Waiter,
     current_run,
-    finish,
-    make_result,
 )
 from .retry import AttemptFailure, RetryDecision, RetryPolicy
 from .tools import ToolRegistry
@@ -181,16 +179,18 @@ class Executor:
             hooks=self,
             max_argument_bytes=max_argument_bytes,
         )
-        self._supervisor = Supervisor.start(
+        host = SupervisorHost(self._services, self._loop)
+        self._scheduler = host.scheduler = Scheduler(
             self._services,
             self._timers,
-            self._loop,
+            host,
             max_parallel=max_parallel,
             max_abandoned=max_abandoned_workers,
             max_abandoned_per_tool=max_abandoned_per_tool,
             hook_grace=hook_grace,
             backends=self._backends.all(),
         )
+        self._supervisor = Supervisor.start(self._scheduler)
 
     # -- hooks: override in a subclass, or pass the options ----------------------
 
@@ -328,19 +328,15 @@ class Executor:
     def stats(self, timeout: float = 5.0) -> ExecutorStats:
         """A snapshot of the supervisor's counters (answered even while tools hang).
 
-        For speed, a single call's caller is woken before its worker reports to
-        the supervisor, so right after `execute()` returns the call may still
-        count as in flight for a moment; batches are counted before they return.
-        After `close()`, the final counters.
+        Exact: a caller is woken only after its call is counted, so right after
+        `execute()` returns its call is in `ok`/`error`/... and no longer in
+        flight. After `close()`, the final counters. (`timeout` is kept for
+        compatibility: the answer never waits for a thread.)
         """
         if self._final_stats is not None:
             return self._final_stats.model_copy(update={"events_dropped": self._announcer.dropped})
-        data: dict[str, Any] | None
-        try:
-            data = typing.cast(dict[str, Any], self._supervisor.ask(StatusQuery(), timeout=timeout))
-        except (pykka.ActorDeadError, pykka.Timeout):
-            data = None
-        if not data:
+        data = typing.cast(dict[str, Any], self._scheduler.handle(StatusQuery()))
+        if not data:  # the scheduler failed to answer (logged there)
             data = {name: 0 for name in ExecutorStats.model_fields if name != "pools"}
             data["pools"] = {}
         return ExecutorStats(**{**data, "events_dropped": self._announcer.dropped})
@@ -376,9 +372,9 @@ class Executor:
         def left() -> float:
             return max(0.0, deadline - time.monotonic())
 
+        self._scheduler.handle(Close("the executor was closed"))
+        self._final_stats = self.stats()
         try:
-            self._supervisor.ask(Close("the executor was closed"), timeout=left())
-            self._final_stats = self.stats(left())
             self._supervisor.stop(timeout=left())
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
@@ -471,22 +467,9 @@ class Executor:
         return batch
 
     def _tell(self, message: Submit, runs: Sequence[Run]) -> None:
-        try:
-            # Under the lock close() takes to set `_closed`: every Submit told
-            # here is in the mailbox ahead of Close, so none can be dropped.
-            with self._close_lock:
-                if self._closed:
-                    raise pykka.ActorDeadError("closed")
-                self._supervisor.tell(message)
-        except pykka.ActorDeadError:
-            # Closed executor: still exactly one result, and one tool:finished, per call.
-            for run in runs:
-                result = make_result(
-                    run, "cancelled", error="the executor is closed", code=ErrorCode.CANCELLED
-                )
-                finish(run, result, self._services)
-            if message.batch is not None and message.batch.waiter is not None:
-                message.batch.waiter.release(message.batch)
+        # Admission and dispatch happen here, on the caller's thread, under the
+        # scheduler's lock; after close the scheduler ends the calls `cancelled`.
+        self._scheduler.handle(message)
 
     # -- the waiting side's deadline backstop (see actors/_backstop.py) --------------
 
@@ -494,10 +477,7 @@ class Executor:
         """Tell the supervisor of overdue attempts; return when to look again."""
         late, wake = overdue(runs, time.monotonic(), noticed)
         for run, n in late:
-            try:
-                self._supervisor.tell(Expired(run, n))
-            except pykka.ActorDeadError:
-                pass
+            self._scheduler.handle(Expired(run, n))
         return wake
 
     def _wait(self, waiter: ThreadWaiter, runs: Sequence[Run]) -> None:
@@ -532,10 +512,7 @@ class Executor:
         )
 
     def _cancel(self, message: Cancel) -> None:
-        try:
-            self._supervisor.tell(message)
-        except pykka.ActorDeadError:
-            pass
+        self._scheduler.handle(message)
 
 
 def _chain(hooks: Sequence[Callable[..., Any]], value: Any, apply: Callable[..., Any]) -> Any:

@@ -8,6 +8,7 @@ each tool's `Pool` of slots), barriers, deadlines and backoffs on the
 
 from ..backends import LoopThread, ToolWorker, WorkerHandle
 from ..pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter, Waiter
+from ._scheduler import Scheduler
 from ._supervisor import Supervisor, SupervisorHost
 from ._timers import TimerHandle, TimerService
 
@@ -16,6 +17,7 @@ __all__ = [
     "LoopThread",
     "LoopWaiter",
     "Run",
+    "Scheduler",
     "Supervisor",
     "SupervisorHost",
     "ThreadWaiter",

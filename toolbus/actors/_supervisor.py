@@ -1,616 +1,74 @@
-"""The supervisor: one actor that schedules every call and never blocks.
+"""The supervisor actor: the mailbox through which timers reach the scheduler.
 
-It receives batches, releases calls in barrier order as capacity allows
-(`max_parallel`, each batch's limit, each tool's `max_concurrency`), arms
-deadlines and backoffs as timers, and turns timeouts and cancellations into
-results. It only ever `tell`s: no blocking ask to a worker, no tool, hook or
-subscriber code on its thread. Replies are matched by attempt number and timer
-messages by a per-run generation, so anything stale is dropped. That is why it
-answers a status query in a millisecond while tools hang.
-
-Where an attempt runs is its backend's business (`toolbus/backends/`): the
-supervisor hands it a `Job` and reads its `Report`. At a deadline it settles
-the attempt, interrupts it and tells the backend to let it go (a thread stuck
-in a sync tool is abandoned, a task is cancelled). Threads are a shared budget:
-a sync attempt starts only while abandoned plus running threads stay under
-`max_abandoned_workers`, and a tool with `max_abandoned_per_tool` threads stuck
-is refused (`TOOL_UNAVAILABLE`) while other tools go on.
+Everything the supervisor decides lives in `Scheduler` (`_scheduler.py`),
+under its lock. Callers and backends act on it inline; the timer thread only
+`tell`s, so a deadline or a backoff is handled here, on the supervisor's own
+thread, and the timer thread stays free for the next timer. A thin shell: it
+carries each message to the scheduler.
 """
 
 from __future__ import annotations
 
-import logging
-import traceback
-from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import pykka
 
 from .. import pipeline as _pipeline
 from .._sync import simple_inbox
-from ..backends import Backend, BackendUnavailable, Job
+from ..backends import Job
 from ..bus import _signals as sig
-from ..bus._events import TimedOut
-from ..models import ErrorCode, Status
-from ..pipeline import ADMISSION, FINISHING, PARKED, Outcome, Run
-from ..scheduling import BarrierSchedule
-from ._batches import announce_groups, announce_start, finish_batch
-from ._messages import (
-    Cancel,
-    Close,
-    Deadline,
-    Expired,
-    Grace,
-    Report,
-    Reports,
-    RetryDue,
-    StatusQuery,
-    Submit,
-)
-from ._pool import Pool
-from ._slots import Slots
-from ._timers import TimerService
+from ..pipeline import Outcome
+from ._messages import Close, Report
+from ._scheduler import Scheduler
 
 __all__ = ["Supervisor", "SupervisorHost"]
 
-log = logging.getLogger("toolbus.actors")
-
-TimerMessage = Deadline | Grace | RetryDue
-
 
 class SupervisorHost:
-    """What backends report to: tells the supervisor, then announces late results
-    (after the report, so whoever sees the event also sees it in the stats)."""
+    """What backends report to: the scheduler, inline on the reporting thread.
+    Late results are announced after the report, so whoever sees the event also
+    sees it in the stats."""
 
-    __slots__ = ("_ref", "loop", "services")
+    __slots__ = ("loop", "scheduler", "services")
 
-    def __init__(
-        self, ref: pykka.ActorRef[Any], services: _pipeline.Services, loop: _pipeline.AsyncRunner
-    ) -> None:
-        self._ref = ref
+    def __init__(self, services: _pipeline.Services, loop: _pipeline.AsyncRunner) -> None:
         self.services = services
         self.loop = loop
+        self.scheduler: Scheduler | None = None
 
     def report(self, job: Job, outcome: Outcome, worker: Any = None) -> bool:
-        alive = True
-        try:
-            self._ref.tell(Report(worker, job, outcome))
-        except pykka.ActorDeadError:
-            alive = False
+        assert self.scheduler is not None
+        self.scheduler.handle(Report(worker, job, outcome))
         if outcome.late is not None:
             self.services.emitter.emit(sig.LATE_RESULT, outcome.late)
-        return alive
+        return True
 
     def report_many(self, reports: list[tuple[Job, Outcome, Any]]) -> bool:
-        """Several jobs are over: one message, one wake-up of the supervisor."""
-        alive = True
-        try:
-            self._ref.tell(Reports(tuple(Report(w, j, o) for j, o, w in reports)))
-        except pykka.ActorDeadError:
-            alive = False
+        assert self.scheduler is not None
+        self.scheduler.handle_reports([Report(w, j, o) for j, o, w in reports])
         emitter = self.services.emitter
         for _, outcome, _ in reports:
             if outcome.late is not None:
                 emitter.emit(sig.LATE_RESULT, outcome.late)
-        return alive
+        return True
 
 
 class Supervisor(pykka.ThreadingActor):
+    """Carries timer messages (Deadline, Grace, RetryDue) to the scheduler."""
+
     use_daemon_thread = True
     _create_actor_inbox = staticmethod(simple_inbox)  # C SimpleQueue, not queue.Queue
 
-    def __init__(
-        self,
-        services: _pipeline.Services,
-        timers: TimerService,
-        loop: _pipeline.AsyncRunner,
-        *,
-        max_parallel: int,
-        max_abandoned: int,
-        max_abandoned_per_tool: int,
-        hook_grace: float,
-        backends: list[Backend] = (),  # type: ignore[assignment]
-    ) -> None:
+    def __init__(self, scheduler: Scheduler) -> None:
         super().__init__()
-        self.services = services
-        self.emitter = services.emitter
-        self.timers = timers
-        self.host = SupervisorHost(self.actor_ref, services, loop)
-        self.max_parallel = max_parallel
-        self.max_abandoned = max_abandoned
-        self.max_abandoned_per_tool = max_abandoned_per_tool
-        self.hook_grace = hook_grace
-        self.pools: dict[int, Pool] = {}
-        self.slots = Slots(max_parallel)
-        self.runs_open: set[Run] = set()
-        # Backends in use, and those whose jobs hold threads of this process.
-        self.backends: dict[int, Backend] = {}
-        self.thread_backends: list[Backend] = []
-        self.thread_waiting: deque[Run] = deque()  # sync runs waiting for a thread
-        for backend in backends:
-            self._started(backend)
-        self.closed = False
-        self.counters: dict[str, int] = dict.fromkeys(
-            (
-                "submitted", "batches", "ok", "error", "timeout", "cancelled", "rejected",
-                "retries", "timeouts", "late_results", "abandoned_total",
-            ),
-            0,
-        )  # fmt: skip
+        self.scheduler = scheduler
 
-    # -- the mailbox ------------------------------------------------------------
+    def on_start(self) -> None:
+        self.scheduler.bind(self.actor_ref.tell)
 
     def on_receive(self, message: Any) -> Any:
-        try:
-            kind = type(message)
-            if kind is Report:
-                self._on_report(message)
-            elif kind is Reports:
-                for report in message.reports:
-                    self._on_report(report)
-            elif kind is Submit:
-                self._on_submit(message)
-            elif kind is Deadline:
-                self._on_deadline(message)
-            elif kind is Expired:
-                self._on_expired(message)
-            elif kind is RetryDue:
-                self._on_retry_due(message)
-            elif kind is Grace:
-                self._on_grace(message)
-            elif kind is Cancel:
-                self._on_cancel(message)
-            elif kind is StatusQuery:
-                return self._status()
-            elif kind is Close:
-                return self._on_close(message)
-            self._pump()
-        except BaseException as e:  # a bug here must not stop the supervisor
-            log.error(
-                "supervisor error on %s:\n%s",
-                type(message).__name__,
-                "".join(traceback.format_exception(e)),
-            )
-        return None
-
-    # -- timers: every change of a run's timer bumps its generation ---------------
-
-    def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
-        self._disarm(run)
-        run.sv_armed = make
-        run.sv_timer = self.timers.schedule(
-            _as_delay(delay), self.actor_ref.tell, make(run, run.attempt, run.sv_gen)
-        )
-
-    def _disarm(self, run: Run) -> None:
-        self.timers.cancel(run.sv_timer)
-        run.sv_timer = None
-        run.sv_armed = None
-        run.sv_gen += 1
-
-    def _current(self, msg: TimerMessage) -> bool:
-        """True if the timer message is the run's live timer (not stale)."""
-        run = msg.run
-        if run.sv_closed or msg.gen != run.sv_gen:
-            return False
-        run.sv_timer = None
-        run.sv_armed = None
-        run.sv_gen += 1
-        return True
-
-    # -- submission and the ready queue --------------------------------------------
-
-    def _on_submit(self, msg: Submit) -> None:
-        self.counters["submitted"] += len(msg.runs)
-        b = msg.batch
-        if b is not None:
-            self.counters["batches"] += 1
-            b.runs = list(msg.runs)
-            b.remaining = len(b.runs)
-        self.runs_open.update(msg.runs)
-        for run in msg.runs:
-            if run.tool is not None:
-                run.sv_pool = self._pool(run)
-                if run.backend is not None:
-                    try:
-                        self._started(run.backend)
-                    except Exception as e:
-                        log.error("backend %r could not start: %s", run.backend.name, e)
-        if self.closed:
-            for run in msg.runs:
-                self._finish_here(run, "cancelled", ErrorCode.CANCELLED, "the executor is closed")
-            return
-        if b is None:
-            if not self._reject_unstartable(msg.runs[0]):
-                self.slots.enqueue(msg.runs[0], front=msg.runs[0].parent is not None)
-            return
-        announce_start(b, self.emitter)
-        b.schedule = BarrierSchedule([r.read_only for r in b.runs])
-        eligible = b.schedule.open()
-        for run in b.runs:
-            self._reject_unstartable(run)
-        announce_groups(b, self.emitter)
-        for i in eligible:
-            self.slots.enqueue(b.runs[i])
-
-    def _reject_unstartable(self, run: Run) -> bool:
-        """Reject a run that can never start: unknown tool, no backend, or a
-        nested call whose tool's every slot is held by its own callers."""
-        if run.tool is None:
-            # The executor wrote the message (with close matches) on the caller's thread.
-            message = run.last_error or f"Unknown tool '{run.call.name}'"
-            self._finish_here(run, "rejected", ErrorCode.TOOL_NOT_FOUND, message)
-            return True
-        if run.backend is None:
-            self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, run.last_error)
-            return True
-        limit = run.sv_pool.limit
-        if run.parent is not None and limit is not None:
-            holders = 0
-            parent: Run | None = run.parent
-            while parent is not None:
-                holders += parent.tool is run.tool and parent.sv_slot
-                parent = parent.parent
-            if holders >= limit:
-                self._finish_here(
-                    run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                    f"Tool '{run.call.name}' was called from inside its own call, and its "
-                    f"callers hold all of its {limit} slot(s) (max_concurrency): waiting "
-                    "would deadlock",
-                )  # fmt: skip
-                return True
-        return False
-
-    def _pool(self, run: Run) -> Pool:
-        tool = run.tool
-        assert tool is not None
-        pool = self.pools.get(id(tool))
-        if pool is None or pool.tool is not tool:
-            pool = self.pools[id(tool)] = Pool(tool)
-        return pool
-
-    def _started(self, backend: Backend) -> None:
-        if id(backend) in self.backends:
-            return
-        # Raises if the backend serves another executor; the call that
-        # brought it gets that as its result (see _dispatch).
-        backend.start(self.host)
-        self.backends[id(backend)] = backend
-        if backend.uses_threads:
-            self.thread_backends.append(backend)
-
-    def _pump(self) -> None:
-        """Start every run that may start now."""
-        while True:
-            self._unpark_threads()
-            run = self.slots.next_startable()
-            if run is None:
-                return
-            self._dispatch(run)
-
-    # -- the thread budget: abandoned + running threads <= max_abandoned ------------------
-
-    def _threads(self) -> tuple[int, int]:
-        """(threads held by running jobs, threads stuck in abandoned jobs)."""
-        busy = abandoned = 0
-        for b in self.thread_backends:
-            busy += b.busy()
-            abandoned += b.abandoned()
-        return busy, abandoned
-
-    def _thread_refusal(self, run: Run) -> str | None:
-        """Why a sync run cannot get a thread at all, or None."""
-        backend = run.backend
-        stuck = backend.abandoned(run.tool)
-        if stuck >= self.max_abandoned_per_tool:
-            return (
-                f"Tool '{run.call.name}' is unavailable: {stuck} of its calls are stuck "
-                f"after timing out (limit {self.max_abandoned_per_tool} per tool)"
-            )
-        _, abandoned = self._threads()
-        if abandoned >= self.max_abandoned:
-            return (
-                f"Tool '{run.call.name}' is unavailable: {abandoned} worker threads are "
-                f"stuck in calls that timed out (limit {self.max_abandoned})"
-            )
-        return None
-
-    def _thread_free(self) -> bool:
-        busy, abandoned = self._threads()
-        return busy + abandoned < self.max_abandoned
-
-    def _unpark_threads(self) -> None:
-        waiting = self.thread_waiting
-        while waiting:
-            run = waiting[0]
-            if run.sv_closed:
-                waiting.popleft()
-                run.sv_queued = 0
-                continue
-            refusal = self._thread_refusal(run)
-            if refusal is None and not self._thread_free():
-                return
-            waiting.popleft()
-            run.sv_queued = 0
-            if refusal is not None:
-                self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, refusal)
-            else:
-                self.slots.enqueue(run, front=True)
-                return  # one at a time: the dispatch loop decides if more fit
-
-    # -- dispatch ---------------------------------------------------------------------------
-
-    def _dispatch(self, run: Run) -> None:
-        backend: Backend = run.backend
-        if id(backend) not in self.backends:
-            self._finish_here(
-                run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                f"Tool '{run.call.name}' is unavailable: its backend {backend.name!r} "
-                "serves another executor",
-            )  # fmt: skip
-            return
-        if backend.uses_threads and run.parent is None:
-            refusal = self._thread_refusal(run)
-            if refusal is not None:
-                self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, refusal)
-                return
-            if not self._thread_free():
-                run.sv_queued = PARKED
-                self.thread_waiting.append(run)
-                return
-        n = run.attempt + 1
-        if n > 1:
-            self.counters["retries"] += 1
-        run.begin_attempt(n)
-        self.slots.take(run)
-        if run.timeout is not None:
-            self._arm(run, run.timeout, Deadline)
-        try:
-            backend.submit(Job(run, n))
-        except BackendUnavailable as e:
-            run.try_settle(n)
-            self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, str(e))
-        except Exception as e:
-            log.error("backend %r failed to take a job: %s", backend.name, e)
-            run.try_settle(n)
-            self._finish_here(
-                run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                f"Tool '{run.call.name}' is unavailable: its backend failed ({type(e).__name__})",
-            )  # fmt: skip
-
-    # -- backends report -------------------------------------------------------------------
-
-    def _detach(self, run: Run) -> None:
-        """`run`'s current job is given up: its backend lets it go (a stuck thread
-        counts as abandoned until it returns)."""
-        backend = run.backend
-        if backend is None or not run.sv_slot:
-            return
-        before = backend.abandoned()
-        backend.cancel(Job(run, run.attempt))
-        if backend.abandoned() > before:
-            self.counters["abandoned_total"] += 1
-
-    def _on_report(self, msg: Report) -> None:
-        job, outcome = msg.job, msg.outcome
-        run = job.run
-        run.backend.release(job, msg.worker)
-        if outcome.kind == "late":
-            self.counters["late_results"] += 1
-            return
-        if outcome.timed_out:
-            # The attempt overran its deadline before the timer fired: it
-            # settled itself as a timeout, and its value is a late result.
-            self.counters["timeouts"] += 1
-            self.counters["late_results"] += 1
-        if outcome.kind == "lost" or run.sv_closed or run.attempt != job.attempt:
-            return  # someone else settled this attempt and accounted for it
-        if outcome.kind == "done":
-            self._closed_run(run)
-            return
-        self._disarm(run)  # retry: no deadline runs during the backoff
-        self.slots.release(run)
-        if run.sv_cancel is not None:
-            code, reason = run.sv_cancel
-            self._finish_here(run, "cancelled", code, reason)
-            return
-        self._arm(run, outcome.delay, RetryDue)
-
-    def _on_retry_due(self, msg: RetryDue) -> None:
-        if self._current(msg):
-            self.slots.enqueue(msg.run, front=True)
-
-    # -- deadlines -----------------------------------------------------------------------
-
-    def _on_deadline(self, msg: Deadline) -> None:
-        if not self._current(msg):
-            return
-        run, n = msg.run, msg.attempt
-        phase = run.phase
-        if not run.try_settle(n):
-            # The worker settled the attempt and is in its post-attempt hooks.
-            if not run.completed:
-                self._arm(run, self.hook_grace, Grace)
-            return
-        self.counters["timeouts"] += 1
-        run.interrupt()
-        self._detach(run)
-        if self.emitter.wants(sig.TIMEOUT):
-            self.emitter.emit(
-                sig.TIMEOUT,
-                TimedOut(run.call.id, run.call.name, run.batch_id, n, run.timeout or 0.0),
-            )
-        # What follows a timeout (retry decision, post-call hooks) is user code:
-        # the backend runs it as a job of its own, under a grace deadline. If
-        # no thread may be had for it, the call ends here, its hooks unrun.
-        backend = run.backend
-        if backend.uses_threads and not (self._thread_free() or run.parent is not None):
-            self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-                f"Tool '{run.call.name}' timed out after {run.timeout}s",
-            )  # fmt: skip
-            return
-        self._arm(run, self.hook_grace, Grace)
-        try:
-            backend.submit(Job(run, n, phase if phase in (ADMISSION, FINISHING) else ""))
-        except Exception as e:
-            log.error("backend %r failed to take a job: %s", backend.name, e)
-            self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-                f"Tool '{run.call.name}' timed out after {run.timeout}s",
-            )  # fmt: skip
-
-    def _on_expired(self, msg: Expired) -> None:
-        """A caller saw the attempt overdue before its timer fired: act as the timer."""
-        run = msg.run
-        if run.sv_closed or run.attempt != msg.attempt or run.sv_armed is not Deadline:
-            return  # settled, retried, or the timer already acted
-        self._on_deadline(Deadline(run, msg.attempt, run.sv_gen))
-
-    def _on_grace(self, msg: Grace) -> None:
-        if not self._current(msg):
-            return
-        run = msg.run
-        if run.completed:
-            return  # finished just now; the worker's report closes it
-        run.interrupt()
-        self._detach(run)
-        if run.sv_cancel is not None:
-            code, reason = run.sv_cancel
-            self._finish_here(run, "cancelled", code, reason)
-            return
-        self._finish_here(
-            run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-            f"Tool '{run.call.name}' timed out: its hooks did not return within "
-            f"{self.hook_grace}s after the deadline",
-        )  # fmt: skip
-
-    # -- cancellation --------------------------------------------------------------------
-
-    def _on_cancel(self, msg: Cancel) -> None:
-        runs = msg.batch.runs if msg.batch is not None else [msg.run] if msg.run else []
-        for run in runs:
-            self._cancel_run(run, msg.code, msg.reason, only_unstarted=False)
-
-    def _cancel_run(self, run: Run, code: ErrorCode, reason: str, *, only_unstarted: bool) -> None:
-        if run.sv_closed or run.completed:
-            return
-        if run.sv_slot:  # an attempt, or what follows its timeout, is under way
-            if only_unstarted:
-                return
-            if not run.try_settle(run.attempt):
-                # A worker holds the outcome (in its hooks): honour the cancel
-                # when it reports, instead of retrying.
-                run.sv_cancel = (code, reason)
-                return
-            run.interrupt()
-            self._detach(run)
-        elif only_unstarted and run.attempt > 0:
-            return  # started, now backing off before a retry: let it go on
-        self._finish_here(run, "cancelled", code, reason)
-
-    # -- completion -----------------------------------------------------------------------
-
-    def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None:
-        """Finish a run with a result made by the supervisor itself (no user code)."""
-        result = _pipeline.make_result(run, status, error=message, code=code)
-        _pipeline.finish(run, result, self.services)
-        self._closed_run(run)
-
-    def _closed_run(self, run: Run) -> None:
-        if run.sv_closed:
-            return
-        run.sv_closed = True
-        self.runs_open.discard(run)
-        self._disarm(run)
-        self.slots.closed(run)
-        result = run.result
-        if result is not None:
-            self.counters[result.status] += 1
-        b = run.batch
-        if b is None:
-            return
-        b.remaining -= 1
-        if b.schedule is not None:
-            if result is not None and result.status != "ok":
-                g = b.schedule.group_of(run.index).index
-                b.group_failures[g] = b.group_failures.get(g, 0) + 1
-            for i in b.schedule.finish(run.index):
-                self.slots.enqueue(b.runs[i])
-            announce_groups(b, self.emitter)
-            if b.stop_on_error and not b.stopped and result is not None and result.status != "ok":
-                b.stopped = True
-                reason = (
-                    f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
-                )
-                for other in b.runs:
-                    self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
-        if b.remaining == 0:
-            finish_batch(b, self.emitter)
-
-    # -- status and shutdown ----------------------------------------------------------------
-
-    def _status(self) -> dict[str, Any]:
-        thread = self.thread_backends[0] if self.thread_backends else None
-        busy, abandoned = self._threads()
-        idle = getattr(thread, "idle", None)
-        return {
-            **self.counters,
-            "in_flight": self.slots.in_flight,
-            "peak_in_flight": self.slots.peak,
-            "queued": sum(1 for r in self.runs_open if r.sv_queued),
-            "abandoned_workers": abandoned,
-            "live_workers": busy
-            + sum(idle(p.tool) for p in self.pools.values() if idle is not None),
-            "workers_started": sum(getattr(b, "started", 0) for b in self.thread_backends),
-            "pools": {
-                p.tool.name: {
-                    "idle": idle(p.tool) if idle is not None else 0,
-                    "in_flight": p.in_flight,
-                    "abandoned": thread.abandoned(p.tool) if thread is not None else 0,
-                }
-                for p in self.pools.values()
-            },
-            "timers": len(self.timers),
-        }
+        return self.scheduler.handle(message)
 
     def on_stop(self) -> None:
-        # Stopped without Close (or with tells behind it): pykka would drop the
-        # Submits still in the mailbox, and their callers would wait forever.
-        others = []
-        while not self.actor_inbox.empty():
-            envelope = self.actor_inbox.get()
-            if type(envelope.message) is Submit:
-                self.closed = True
-                self._on_submit(envelope.message)
-            else:
-                others.append(envelope)
-        for envelope in others:  # asks among them get ActorDeadError from pykka
-            self.actor_inbox.put(envelope)
-        if not self.closed:
-            self._on_close(Close("the executor stopped"))
-
-    def _on_close(self, msg: Close) -> bool:
-        self.closed = True
-        for run in list(self.runs_open):
-            self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
-        for run in list(self.runs_open):
-            # A worker holds the outcome but is still in its hooks: do not wait.
-            self._detach(run)
-            self._finish_here(run, "cancelled", ErrorCode.CANCELLED, msg.reason)
-        for backend in self.backends.values():
-            try:
-                backend.stop()
-            except Exception as e:
-                log.error("backend %r failed to stop: %s", backend.name, e)
-        return True
-
-
-def _as_delay(delay: Any) -> float:
-    """A hook's retry delay as a number (garbage counts as 0); the timer service
-    clamps whatever is out of range (NaN, negative, beyond what a wait accepts)."""
-    try:
-        return float(delay)
-    except (TypeError, ValueError):
-        return 0.0
+        # Stopped without the executor's close: every open call still gets its result.
+        self.scheduler.handle(Close("the executor stopped"))

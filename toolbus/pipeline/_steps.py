@@ -218,8 +218,8 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
         )
     if em.wants(sig.FINISHED):
         em.emit(sig.FINISHED, CallFinished(run.call.id, name, bid, att, result))
-    if run.waiter is not None:
-        run.waiter.release(result)
+    # The caller is woken by whoever closes the run's books (the scheduler),
+    # so its stats already count the call when `execute` returns.
     return True
 
 
