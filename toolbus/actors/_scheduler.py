@@ -282,22 +282,25 @@ class Scheduler:
 
     def _threads(self) -> tuple[int, int]:
         """(threads held by running jobs, threads stuck in abandoned jobs)."""
+        if len(self.thread_backends) == 1:  # the usual case, on every dispatch
+            b = self.thread_backends[0]
+            return b.busy(), b.abandoned()
         busy = abandoned = 0
         for b in self.thread_backends:
             busy += b.busy()
             abandoned += b.abandoned()
         return busy, abandoned
 
-    def _thread_refusal(self, run: Run) -> str | None:
+    def _thread_refusal(self, run: Run, abandoned: int) -> str | None:
         """Why a sync run cannot get a thread at all, or None."""
-        backend = run.backend
-        stuck = backend.abandoned(run.tool)
+        if not abandoned:
+            return None
+        stuck = run.backend.abandoned(run.tool)
         if stuck >= self.max_abandoned_per_tool:
             return (
                 f"Tool '{run.call.name}' is unavailable: {stuck} of its calls are stuck "
                 f"after timing out (limit {self.max_abandoned_per_tool} per tool)"
             )
-        _, abandoned = self._threads()
         if abandoned >= self.max_abandoned:
             return (
                 f"Tool '{run.call.name}' is unavailable: {abandoned} worker threads are "
@@ -317,8 +320,9 @@ class Scheduler:
                 waiting.popleft()
                 run.sv_queued = 0
                 continue
-            refusal = self._thread_refusal(run)
-            if refusal is None and not self._thread_free():
+            busy, abandoned = self._threads()
+            refusal = self._thread_refusal(run, abandoned)
+            if refusal is None and busy + abandoned >= self.max_abandoned:
                 return
             waiting.popleft()
             run.sv_queued = 0
@@ -340,11 +344,12 @@ class Scheduler:
             )  # fmt: skip
             return
         if backend.uses_threads and run.parent is None:
-            refusal = self._thread_refusal(run)
+            busy, abandoned = self._threads()
+            refusal = self._thread_refusal(run, abandoned)
             if refusal is not None:
                 self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, refusal)
                 return
-            if not self._thread_free():
+            if busy + abandoned >= self.max_abandoned:
                 run.sv_queued = PARKED
                 self.thread_waiting.append(run)
                 return

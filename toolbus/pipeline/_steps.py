@@ -20,7 +20,7 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -116,15 +116,15 @@ class Services:
 
 
 # What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.
-_PLAIN = frozenset({ToolCall, ToolResult, bool, type(None), dict, list, str})
+_PLAIN = frozenset({ToolCall, ToolResult, RetryDecision, bool, type(None), dict, list, str})
 
 
-def _call(fn: Callable[..., Any], *args: Any) -> Steps:
-    """Call user code; if it hands back an awaitable, have the driver resolve it."""
-    value = fn(*args)
-    if type(value) not in _PLAIN and inspect.isawaitable(value):
-        value = yield value
-    return value
+def _awaitable(value: Any) -> bool:
+    """Whether user code handed back something to await (an async hook's coroutine).
+
+    Each step writes `if _awaitable(v): v = yield v` where it calls a hook: a
+    generator per hook call (`yield from`) would cost more than the hook."""
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
 
 
 def make_result(
@@ -241,7 +241,9 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     # Values the tool's schema types as secret are hidden whatever the masker does.
     paths = run.tool.secret_paths if run.tool is not None else ()
     try:
-        masked = yield from _call(svc.hooks.mask_arguments, call)
+        masked = svc.hooks.mask_arguments(call)
+        if _awaitable(masked):
+            masked = yield masked
         if isinstance(masked, str | bytes) and not isinstance(raw, str):
             try:
                 masked = orjson.loads(masked)
@@ -293,7 +295,9 @@ def admit(run: Run, svc: Services) -> Steps:
             )
         run.call = call
     try:
-        new = yield from _call(svc.hooks.pre_execute, call)
+        new = svc.hooks.pre_execute(call)
+        if _awaitable(new):
+            new = yield new
         if not isinstance(new, ToolCall):
             raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
     except Exception as e:
@@ -315,7 +319,10 @@ def admit(run: Run, svc: Services) -> Steps:
     yield from _mask(run, new, svc)
     try:
         # An async authorizer is awaited: its coroutine object is not a yes.
-        allowed = bool((yield from _call(svc.hooks.is_allowed, new)))
+        allowed = svc.hooks.is_allowed(new)
+        if _awaitable(allowed):
+            allowed = yield allowed
+        allowed = bool(allowed)
     except Exception as e:
         log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
         return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
@@ -334,6 +341,10 @@ def admit(run: Run, svc: Services) -> Steps:
 
 
 # -- attempts -------------------------------------------------------------------
+
+
+# Handed to tools that take no context (they never see it).
+_NO_CONTEXT = ToolContext(call_id="", tool="")
 
 
 def publish_progress(
@@ -391,13 +402,18 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
     if em.wants(sig.EXECUTING):
         em.emit(sig.EXECUTING, Executing(call_id, name, bid, n, run.masked, run.timeout))
     run.phase = RUNNING
-    ctx = ToolContext(
-        call_id=call_id,
-        tool=name,
-        attempt=n,
-        deadline=run.deadline,
-        cancel=run.cancel_event,
-        sink=_progress_sink(svc, run),
+    # Built only for a tool that takes one (its `run` has a ctx parameter).
+    ctx = (
+        ToolContext(
+            call_id=call_id,
+            tool=name,
+            attempt=n,
+            deadline=run.deadline,
+            cancel=run.cancel_event,
+            sink=_progress_sink(svc, run),
+        )
+        if tool.wants_context
+        else _NO_CONTEXT
     )
     start = time.monotonic()
     error: BaseException | None = None
@@ -481,7 +497,9 @@ def after_failure(
             state=run.retry_state,
         )
         try:
-            answer = yield from _call(svc.hooks.should_retry, run.call, failure)
+            answer = svc.hooks.should_retry(run.call, failure)
+            if _awaitable(answer):
+                answer = yield answer
             decision = answer if isinstance(answer, RetryDecision) else RetryDecision(bool(answer))
         except Exception as e:
             log_contained(
@@ -505,7 +523,9 @@ def complete(run: Run, result: ToolResult, svc: Services) -> Steps:
     run.phase = FINISHING
     if run.admitted:
         try:
-            new = yield from _call(svc.hooks.post_execute, run.call, result)
+            new = svc.hooks.post_execute(run.call, result)
+            if _awaitable(new):
+                new = yield new
             if not isinstance(new, ToolResult):
                 raise TypeError(f"post-call hook returned {type(new).__name__}, not a ToolResult")
             if new.call_id != result.call_id:

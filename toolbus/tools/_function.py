@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from ..retry import RetryPolicy
 from ._context import ToolContext
-from ._tool import Tool, ToolType
+from ._tool import STANDARD_INVOKES, Tool, ToolType
 
 if TYPE_CHECKING:
     from ._tool import BackendSpec
@@ -123,6 +123,9 @@ class FunctionTool(Tool):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+STANDARD_INVOKES.add(FunctionTool.invoke)
 
 
 def _parameter_hints(fn: AnyFunction) -> dict[str, Any]:

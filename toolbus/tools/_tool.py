@@ -108,6 +108,7 @@ class Tool:
     # be shipped to another process or machine.
     process_local: bool = False
     is_async: bool
+    wants_context: bool
     secret_paths: tuple[SecretPath, ...] = ()
     _schema: dict[str, Any]
 
@@ -138,6 +139,9 @@ class Tool:
         self.secret_paths = secret_paths(self._schema)
         self.is_async = inspect.iscoroutinefunction(self._target())
         self._wants_context = self._target_wants_context()
+        # Whether a call must build a ToolContext: an `invoke` of toolbus's own
+        # passes it only when `run` takes it; one of a subclass may read it.
+        self.wants_context = self._wants_context or type(self).invoke not in STANDARD_INVOKES
         from ..backends import check_tool_backend  # the backends layer sits above tools
 
         check_tool_backend(self)
@@ -352,6 +356,10 @@ def _run_to_completion(value: Awaitable[Any], name: str) -> Any:
     raise RuntimeError(
         f"tool {name!r} is async and an event loop is running here: use `await tool.aexecute(...)`"
     )
+
+
+# `invoke` methods that pass the context only when `_wants_context` says so.
+STANDARD_INVOKES: set[Callable[..., Any]] = {Tool.invoke}
 
 
 def parse_json_arguments(text: str) -> dict[str, Any]:
