@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from tests.conftest import wait_until
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, ToolResult, bus
 
-KINDS = ["ok", "ok_async", "raise", "hang", "flaky", "unknown", "malformed", "invalid", "write"]
-WEIGHTS = [30, 10, 10, 5, 15, 5, 5, 5, 15]
+KINDS = [
+    "ok", "ok_async", "raise", "hang", "hang_async", "flaky", "unknown", "malformed", "invalid",
+    "write", "torn",
+]  # fmt: skip
+WEIGHTS = [30, 10, 10, 5, 5, 15, 5, 5, 5, 15, 3]
 
 
 def _registry(
@@ -36,6 +39,11 @@ def _registry(
     @reg.tool(read_only=True, timeout=0.05)
     def hang(i: int) -> int:
         release.wait()
+        return i
+
+    @reg.tool(read_only=True, timeout=0.05)
+    async def hang_async(i: int) -> int:
+        await asyncio.Event().wait()
         return i
 
     @reg.tool(read_only=True, retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0))
@@ -63,6 +71,8 @@ def _call(kind: str, i: int) -> ToolCall:
         return ToolCall(id=cid, name="ok", arguments='{"i": ' + str(i))
     if kind == "invalid":
         return ToolCall(id=cid, name="ok", arguments={"i": "not-int"})
+    if kind == "torn":  # a model's call cut off mid-stream, as a mapping
+        return {"id": cid, "name": "write", "arguments": [i]}  # type: ignore[return-value]
     return ToolCall(id=cid, name=kind, arguments=f'{{"i": {i}}}')
 
 
@@ -82,7 +92,7 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
         calls = []
         for kind in picked:
             c = _call(kind, next(counter))
-            kinds[c.id] = kind
+            kinds[c["id"] if isinstance(c, dict) else c.id] = kind
             calls.append(c)
         return calls
 
@@ -91,9 +101,25 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
             for r in rs:
                 results[r.call_id].append(r)
 
+    async def tag_async(call: ToolCall) -> ToolCall:  # an async pre-call hook on every call
+        await asyncio.sleep(0)
+        return call
+
+    def raising_subscriber(sender: Any, **_: Any) -> None:
+        raise RuntimeError("a faulty observer")
+
+    def slow_subscriber(sender: Any, **_: Any) -> None:
+        time.sleep(0.001)  # an observer under test that is slow, not a synchronisation
+
     try:
-        with Executor(reg, max_parallel=16, timeout=5, max_abandoned_workers=2000) as ex:
-            with bus.Recorder(bus.FINISHED, bus.LATE_RESULT, sender=ex) as rec:
+        with Executor(
+            reg, max_parallel=16, timeout=5, max_abandoned_workers=2000, pre_call=[tag_async]
+        ) as ex:
+            with (
+                bus.Recorder(bus.FINISHED, bus.LATE_RESULT, sender=ex) as rec,
+                bus.subscribe(raising_subscriber, sender=ex),
+                bus.subscribe(slow_subscriber, bus.EXECUTING, bus.FINISHED, sender=ex),
+            ):
 
                 def sync_agent(seed: int) -> None:
                     local = random.Random(seed)
@@ -132,8 +158,7 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
                 rec.wait_for(bus.FINISHED, total, timeout=30)
                 ex.drain_events()
                 finished = rec.of(bus.FINISHED)
-                # Single calls wake their caller before their worker reports.
-                wait_until(lambda: ex.stats().in_flight == 0, what="quiescence")
+                # Callers are woken after their call is counted: stats are exact now.
                 stats = ex.stats()
     finally:
         release.set()
@@ -161,6 +186,8 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
             "write": ("ok", None),
             "raise": ("error", ErrorCode.TOOL_ERROR),
             "hang": ("timeout", ErrorCode.EXECUTION_TIMEOUT),
+            "hang_async": ("timeout", ErrorCode.EXECUTION_TIMEOUT),
+            "torn": ("rejected", ErrorCode.INVALID_ARGUMENTS),
             "unknown": ("rejected", ErrorCode.TOOL_NOT_FOUND),
             "malformed": ("rejected", ErrorCode.INVALID_ARGUMENTS),
             "invalid": ("rejected", ErrorCode.INVALID_ARGUMENTS),
@@ -176,3 +203,4 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
     assert stats.submitted == total
     assert stats.ok + stats.error + stats.timeout + stats.cancelled + stats.rejected == total
     assert statuses[("hang", "timeout")] > 0 and statuses[("flaky", "ok")] > 0
+    assert statuses[("hang_async", "timeout")] > 0 and statuses[("torn", "rejected")] > 0

@@ -516,22 +516,30 @@ class Executor:
 
 
 def _chain(hooks: Sequence[Callable[..., Any]], value: Any, apply: Callable[..., Any]) -> Any:
-    """`value` through each hook in turn; from the first hook that returns an
-    awaitable on, the rest run in a coroutine (which the pipeline awaits)."""
+    """`value` through each hook in turn; from the first async hook on, the rest
+    run in a coroutine (which the pipeline awaits)."""
     if not hooks:
         return value
     for i, hook in enumerate(hooks):
+        if inspect.iscoroutinefunction(hook):
+            # Not called here: a coroutine made now would never be awaited if the
+            # call were cancelled before the chain's coroutine started.
+            return _chain_rest(hooks[i:], value, apply)
         out = apply(hook, value)
         if inspect.isawaitable(out):
-            return _chain_rest(hooks[i + 1 :], out, apply)
+            return _chain_rest(hooks[i + 1 :], value, apply, pending=out)
         value = out
     return value
 
 
 async def _chain_rest(
-    hooks: Sequence[Callable[..., Any]], pending: Awaitable[Any], apply: Callable[..., Any]
+    hooks: Sequence[Callable[..., Any]],
+    value: Any,
+    apply: Callable[..., Any],
+    pending: Awaitable[Any] | None = None,
 ) -> Any:
-    value = await pending
+    if pending is not None:
+        value = await pending
     for hook in hooks:
         out = apply(hook, value)
         value = (await out) if inspect.isawaitable(out) else out
