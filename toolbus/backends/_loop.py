@@ -223,6 +223,25 @@ class LoopThread:
                 pass
 
 
+class _TaskHandle:
+    """A job's task as the run sees it: cancellable from any thread.
+
+    The cancel is always queued on the loop (never direct), so it runs after
+    the task's first step: a task is never cancelled before it has started."""
+
+    __slots__ = ("_loop", "_task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        self._loop = loop
+        self._task = task
+
+    def cancel(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        except RuntimeError:
+            pass  # the loop is closed: the task is gone already
+
+
 class LoopBackend:
     """Runs attempts as tasks on an event loop; an in-flight call holds no thread.
 
@@ -278,27 +297,25 @@ class LoopBackend:
         assert host is not None
         assert loop is not None
         services = host.services
+        current = loop.current
         with self._inbox_lock:
             jobs = list(self._inbox)
             self._inbox.clear()
         for job in jobs:
-            task = AsyncTask(loop.current, self._done_callback(job, services))
-            job.run.task = task
-            task._start(drive_async(job.steps(services)), job.run.context.copy())
+            task = current.create_task(self._run(job, services), context=job.run.context.copy())
+            job.run.task = _TaskHandle(current, task)
 
-    def _done_callback(self, job: Job, services: Any) -> Callable[[AsyncTask], None]:
-        def done(task: AsyncTask) -> None:
-            try:
-                outcome: Outcome = task.outcome()
-            except asyncio.CancelledError:
-                outcome = LOST  # cancelled before its first step: whoever cancelled settled it
-            except BaseException as e:
-                outcome = contain(job, e, services)
-            if not self._outbox and self._loop is not None:
-                self._loop.current.call_soon(self._flush)
-            self._outbox.append((job, outcome, None))
-
-        return done
+    async def _run(self, job: Job, services: Any) -> None:
+        """One job as one task: its steps, then its report (no other wrapper)."""
+        try:
+            outcome = await drive_async(job.steps(services))
+        except asyncio.CancelledError:
+            outcome = LOST  # cancelled while no step held it: whoever cancelled settled it
+        except BaseException as e:  # SystemExit & co. must not escape into run_forever
+            outcome = contain(job, e, services)
+        if not self._outbox and self._loop is not None:
+            self._loop.current.call_soon(self._flush)
+        self._outbox.append((job, outcome, None))
 
     def _flush(self) -> None:
         reports, self._outbox = self._outbox, []
