@@ -23,12 +23,15 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 clock = time.perf_counter_ns
 
 Runner = Callable[[int], list[float]]
 """Runs `n` operations; returns samples in nanoseconds per operation."""
+
+Metric = Literal["wall", "cpu", "csw"]
+"""What a ratio compares: wall time, the process's CPU time, or its context switches."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def usage() -> Usage:
 
     Both count every thread, ended ones included: CPU from the process CPU clock,
     switches from `getrusage(RUSAGE_SELF)`, which on Linux sums them over the
-    thread group. Where `resource` is missing (not POSIX) switches read 0.
+    thread group. On Windows (no `resource` module) switches read 0.
     """
     cpu = time.process_time_ns()
     if sys.platform == "win32":
@@ -107,7 +110,7 @@ class Stat:
         """Context switches per operation, median over rounds (NaN if not measured)."""
         return statistics.median(self.csw_rounds) if self.csw_rounds else math.nan
 
-    def of(self, metric: str) -> list[float]:
+    def of(self, metric: Metric) -> list[float]:
         """The per-round values of `metric`: "wall", "cpu" or "csw"."""
         return {"wall": self.rounds, "cpu": self.cpu_rounds, "csw": self.csw_rounds}[metric]
 
@@ -159,7 +162,7 @@ class Ratio:
         return {"ratio": self.value, "q1": self.lo, "q3": self.hi}
 
 
-def paired_ratio(a: Stat, b: Stat, of: str = "wall") -> Ratio:
+def paired_ratio(a: Stat, b: Stat, of: Metric = "wall") -> Ratio:
     """How many times `a` costs `b`, compared round by round (both ran back to back).
 
     `of` picks what is compared: "wall" time, process "cpu" time or context
@@ -340,13 +343,13 @@ def per_second(ns_per_op: float) -> float:
     return 1e9 / ns_per_op if ns_per_op > 0 else math.nan
 
 
-def paired_diff(a: Stat, b: Stat, of: str = "wall") -> float:
+def paired_diff(a: Stat, b: Stat, of: Metric = "wall") -> float:
     """How much more `a` costs than `b` per operation, compared round by round."""
     diffs = [x - y for x, y in zip(a.of(of), b.of(of), strict=False)]
     return statistics.median(diffs) if diffs else math.nan
 
 
-def paired_net_ratio(a: Stat, b: Stat, c: Stat, of: str = "wall") -> Ratio:
+def paired_net_ratio(a: Stat, b: Stat, c: Stat, of: Metric = "wall") -> Ratio:
     """How many times `c` the difference `a - b` costs, compared round by round."""
     pairs = [(x - y) / z for x, y, z in zip(a.of(of), b.of(of), c.of(of), strict=False) if z > 0]
     if not pairs:

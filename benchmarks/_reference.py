@@ -35,12 +35,17 @@ def _git(*args: str) -> str:
     return out.stdout.strip() or "?"
 
 
+def _rounded(x: float) -> float:
+    """Four significant digits: more would be noise, and the file stays readable."""
+    return float(f"{x:.4g}")
+
+
 def _cases(node: Any, prefix: str, out: dict[str, dict[str, float]]) -> None:
     """Every figure dict under `node` that has per-operation figures, by its path."""
     if not isinstance(node, dict):
         return
     if "cpu_ns_per_op" in node:
-        out[prefix] = {k: node[k] for k in FIGURES if k in node}
+        out[prefix] = {k: _rounded(node[k]) for k in FIGURES if k in node}
         return
     for key, value in node.items():
         _cases(value, f"{prefix}/{key}" if prefix else str(key), out)

@@ -20,6 +20,7 @@ from . import _reference
 from ._common import Ctx, noop, noop_call, noop_registry
 from ._harness import (
     Case,
+    Metric,
     Ratio,
     Stat,
     async_per_op,
@@ -56,7 +57,7 @@ def _check(ok: bool, what: str) -> None:
         raise RuntimeError(f"benchmark setup is broken: {what}")
 
 
-def _cheaper(ctx: Ctx, key: str, peer: Stat, tb: Stat, of: str) -> Ratio:
+def _cheaper(ctx: Ctx, key: str, peer: Stat, tb: Stat, of: Metric) -> Ratio:
     """Set goal `key` (the peer costs at least 10 times toolbus in `of`); return the ratio."""
     r = paired_ratio(peer, tb, of)
     ctx.report.goal(key).set(r.value, f"{fmt_ratio(r.value)} cheaper", r.value >= 10)

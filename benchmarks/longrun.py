@@ -54,6 +54,11 @@ def run(ctx: Ctx) -> None:
     )
     rep.table(t)
     rep.figure("longrun", "result", {k: v for k, v in out.items() if k != "samples"})
+    rep.figure(
+        "longrun",
+        "per call",
+        {"cpu_ns_per_op": out["cpu_us_per_call"] * 1000, "csw_per_op": out["csw_per_call"]},
+    )
     rep.series["longrun"] = {"samples": out["samples"], "warmup_calls": out["warmup_calls"]}
     label = f"over {out['calls']:,} calls"
     rep.goal("rss_growth").set(

@@ -128,6 +128,9 @@ def test_reference_collects_every_case_with_per_op_figures() -> None:
     assert _reference.figure(ref, "batch", TB_10, "cpu_ns_per_op") == 1200.0
     assert math.isnan(_reference.figure(ref, "batch", "no such case", "cpu_ns_per_op"))
     assert math.isnan(_reference.figure(None, "batch", TB_10, "cpu_ns_per_op"))
+    report.figure("single", "odd", {"cpu_ns_per_op": 123456.789, "csw_per_op": 5.28399311})
+    odd = _reference.from_report(report)["scenarios"]["single"]["odd"]
+    assert odd == {"cpu_ns_per_op": 123500.0, "csw_per_op": 5.284}  # 4 significant digits
 
 
 def test_relative_divides_each_figure_by_its_own_runs_baseline() -> None:
