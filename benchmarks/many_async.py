@@ -77,14 +77,18 @@ class PeakThreads:
 class _Fresh:
     """A warmed executor for one round (`start` before it, `stop` after it)."""
 
-    def __init__(self, registry: ToolRegistry, par: int, warm: list[ToolCall]) -> None:
-        self.registry, self.par, self.warm = registry, par, warm
-        self.loop: asyncio.AbstractEventLoop | None = None
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        par: int,
+        warm: list[ToolCall],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.registry, self.par, self.warm, self.loop = registry, par, warm, loop
         self.ex: Executor | None = None
         self._before: set[threading.Thread] = set()
 
     def start(self) -> None:
-        assert self.loop is not None
         self._before = set(threading.enumerate())
         ex = Executor(self.registry, max_parallel=self.par, timeout=60)
         ok = self.loop.run_until_complete(ex.aexecute_batch(self.warm)).summary.succeeded
@@ -114,8 +118,7 @@ def run(ctx: Ctx) -> None:
     registry.tool(name="anap", read_only=True)(anap)
     calls = [ToolCall(name="anap", arguments={"i": i}) for i in range(n)]
     loop = asyncio.new_event_loop()
-    fresh = _Fresh(registry, par, calls[:par])
-    fresh.loop = loop
+    fresh = _Fresh(registry, par, calls[:par], loop)
     peaks: dict[str, list[int]] = {}
     floor = FLOOR.format(par)
     threads_before = os_threads()
