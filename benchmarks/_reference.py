@@ -6,9 +6,9 @@ commit it was measured at. A run reads `benchmarks/reference.json` (or
 `--reference PATH`) for goals stated against today's engine, such as "a ten-call
 batch costs ≤ 40 % of today's CPU per call".
 
-A reference recorded on another machine, or in a noisier minute, is not the same
-yardstick: such goals compare same-run ratios (the case over a baseline measured
-in the same run), never absolute times.
+Such a comparison crosses runs. `relative` makes it a comparison of same-run
+ratios (each side over a baseline measured in its own run), so that a faster
+machine, or a minute when every hand-off costs more, moves both sides alike.
 """
 
 from __future__ import annotations
