@@ -4,6 +4,8 @@ Runs every scenario (or those named with --only), prints a table per scenario
 and a final goals table. --smoke runs everything with tiny counts and never fails
 on a goal (CI runs it so the suite never rots); a scenario that crashes fails
 the run in either mode. --strict makes a missed goal fail a full run.
+--save-reference records the run's figures as today's engine, which later runs
+compare against (--reference, default benchmarks/reference.json).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
+from . import _reference
 from ._common import Ctx, Scale, require_quiet_bus
 from ._report import Report, load_average
 from ._suite import SCENARIOS, goals
@@ -23,10 +26,14 @@ from ._suite import SCENARIOS, goals
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     keys = [k for k, _, _ in SCENARIOS]
+    width = max(len(k) for k in keys)
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="toolbus against its baselines, interleaved in the same run.",
-        epilog="scenarios: " + ", ".join(keys),
+        description="toolbus against its baselines and peers, interleaved in the same run:\n"
+        "wall time, process CPU time and context switches per call.",
+        epilog="scenarios (--only KEYS):\n"
+        + "\n".join(f"  {k:<{width}}  {h.partition(': ')[2]}" for k, h, _ in SCENARIOS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--smoke", action="store_true", help="tiny counts; goals are not enforced")
     ap.add_argument(
@@ -41,7 +48,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="write the results section (replaced between its markers if PATH has them)",
     )
     ap.add_argument("--strict", action="store_true", help="exit 1 if a goal is missed")
+    ap.add_argument(
+        "--reference",
+        type=Path,
+        default=_reference.DEFAULT,
+        metavar="PATH",
+        help="today's engine's figures, for goals stated against it "
+        "(default: benchmarks/reference.json)",
+    )
+    ap.add_argument(
+        "--save-reference",
+        type=Path,
+        metavar="PATH",
+        help="record this run's figures as today's engine (full runs only)",
+    )
     args = ap.parse_args(argv)
+    if args.save_reference and args.smoke:
+        ap.error("--save-reference needs a full run: smoke counts are too small to compare with")
     only = [k.strip() for group in args.only for k in group.split(",") if k.strip()]
     unknown = sorted(set(only) - set(keys))
     if unknown:
@@ -54,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     scale = Scale.small() if args.smoke else Scale.full()
     report = Report(smoke=args.smoke, goals=goals())
-    ctx = Ctx(scale, report)
+    ctx = Ctx(scale, report, _reference.load(args.reference))
     m = report.meta
     print(
         f"toolbus benchmarks, {m['mode']} mode: {m['cpus']} CPUs, Python {m['python']}, "
@@ -100,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         report.write_markdown(args.markdown, plots)
         print(f"markdown: {args.markdown}")
+    if args.save_reference:
+        _reference.save(report, args.save_reference)
+        print(f"reference: {args.save_reference}")
 
     if crashed:
         print(f"FAILED: scenario(s) crashed: {', '.join(crashed)}")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from toolbus import ToolCall, ToolRegistry, bus
 
@@ -26,6 +28,10 @@ class Scale:
     io_sleep: float
     io_parallel: int
     io_rounds: int
+    many_calls: int  # the many-async-calls scenario: calls, max_parallel, sleep, rounds
+    many_parallel: int
+    many_sleep: float
+    many_rounds: int
     parallel_levels: tuple[int, ...]
     registry_sizes: tuple[int, ...]
     longrun_calls: int
@@ -46,6 +52,10 @@ class Scale:
             io_sleep=0.05,
             io_parallel=100,
             io_rounds=5,
+            many_calls=10_000,
+            many_parallel=1000,
+            many_sleep=0.05,
+            many_rounds=3,
             parallel_levels=(1, 4, 16, 64),
             registry_sizes=(1, 10, 100, 1000),
             longrun_calls=1_000_000,
@@ -67,6 +77,10 @@ class Scale:
             io_sleep=0.02,
             io_parallel=100,
             io_rounds=1,
+            many_calls=500,
+            many_parallel=50,
+            many_sleep=0.01,
+            many_rounds=1,
             parallel_levels=(1, 4, 16, 64),
             registry_sizes=(1, 10, 100, 1000),
             longrun_calls=20_000,
@@ -80,6 +94,7 @@ class Scale:
 class Ctx:
     scale: Scale
     report: Report
+    reference: dict[str, Any] | None = None  # today's engine (`_reference.py`), if recorded
 
 
 def noop(i: int) -> int:
@@ -114,13 +129,31 @@ def sleep_registry(seconds: float) -> ToolRegistry:
         time.sleep(seconds)
         return i
 
-    @reg.tool(name="anap", read_only=True)
+    reg.tool(name="anap", read_only=True)(async_sleeper(seconds))
+    return reg
+
+
+def async_sleeper(seconds: float) -> Callable[[int], Awaitable[int]]:
+    """An async tool body that sleeps `seconds` without a thread, then returns i."""
+
     async def anap(i: int) -> int:
         """Sleep without a thread, then return i."""
         await asyncio.sleep(seconds)
         return i
 
-    return reg
+    return anap
+
+
+def os_threads() -> int:
+    """The process's threads now: the OS count (/proc), else Python's own count."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return threading.active_count()
 
 
 def noop_call(i: int = 1, name: str = "noop") -> ToolCall:

@@ -24,6 +24,7 @@ import pykka
 from toolbus import Executor
 
 from ._common import noop_call, noop_registry
+from ._harness import usage
 
 
 def _status(field: str) -> int:
@@ -39,13 +40,17 @@ def rss_kb() -> int:
 
 
 def sample(t0: float, calls: float, drivers: int = 0) -> dict[str, float]:
-    """RSS and thread counts now; `drivers` caller threads alive are not counted."""
+    """RSS, thread counts, process CPU and context switches so far; `drivers` caller
+    threads alive are not counted as threads."""
+    spent = usage()
     return {
         "t": round(time.monotonic() - t0, 3),
         "calls": calls,
         "rss_kb": rss_kb(),
         "threads": threading.active_count() - drivers,
         "os_threads": _status("Threads") - drivers,
+        "cpu_s": spent.cpu_ns / 1e9,
+        "csw": spent.switches,
     }
 
 
@@ -140,8 +145,11 @@ def longrun(calls: int, interval: float) -> dict[str, Any]:
     gc.collect()
     closed = sample(t0, end["calls"])
     running = [base, *(s for s in samples if s["calls"] > base["calls"]), end]
+    calls_done = max(1, end["calls"] - base["calls"])
     return {
         "calls": end["calls"] - base["calls"],
+        "cpu_us_per_call": (end["cpu_s"] - base["cpu_s"]) * 1e6 / calls_done,
+        "csw_per_call": (end["csw"] - base["csw"]) / calls_done,
         "warmup_calls": base["calls"],
         "seconds": elapsed,
         "calls_per_s": (end["calls"] - base["calls"]) / elapsed,

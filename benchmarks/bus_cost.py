@@ -10,6 +10,9 @@ Two views:
   (`drain_events`; for an isolated subscriber, until its mailbox has the events).
 - a whole call, with subscribers on every signal vs none (and events turned off
   with `NullPublisher`).
+
+CPU and context switches are the whole process's, so for the emitting side they
+include the delivery (the round ends with `drain_events`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ._harness import (
     paired_diff,
     paired_ratio,
     per_op,
+    usage_cells,
 )
 from ._report import Table
 
@@ -119,7 +123,15 @@ def _emit_side(ctx: Ctx, ex: Executor, ex_null: Executor, rounds: int, budget_ms
 
     t = Table(
         "one lifecycle step on the emitting side (wants + event + emit), µs per step",
-        ["case", "emit side", "net of the loop", "emit + delivery", "vs no subscriber"],
+        [
+            "case",
+            "emit side",
+            "net of the loop",
+            "emit + delivery",
+            "CPU incl. delivery",
+            "csw",
+            "vs no subscriber",
+        ],
     )
     base = stats[NONE]
     for label, st in stats.items():
@@ -130,6 +142,7 @@ def _emit_side(ctx: Ctx, ex: Executor, ex_null: Executor, rounds: int, budget_ms
             fmt_us(st.median),
             fmt_us(net) if label != EMPTY else "",
             fmt_us(statistics.median(d)) if d else "",
+            *usage_cells(st),
             paired_ratio(st, base) if label != EMPTY else "",
         )
         ctx.report.figure("bus", f"emit: {label}", {**st.summary(), "net_ns": net})
@@ -157,13 +170,30 @@ def _whole_call(ctx: Ctx, ex: Executor, ex_null: Executor, rounds: int, budget_m
     stats = interleave(cases, rounds=rounds, budget_ms=budget_ms)
     t = Table(
         "a whole call with subscribers attached, µs per call",
-        ["case", "median", "p99", "vs no subscriber (IQR)"],
+        [
+            "case",
+            "median",
+            "p99",
+            "CPU µs",
+            "csw",
+            "vs no subscriber (IQR)",
+            "CPU vs no subscriber (IQR)",
+        ],
     )
     base = stats[NONE]
     for label, st in stats.items():
-        t.add(label, fmt_us(st.median), fmt_us(st.pct(99)), paired_ratio(st, base))
+        cpu, csw, cpu_vs = usage_cells(st, base)
+        t.add(
+            label, fmt_us(st.median), fmt_us(st.pct(99)), cpu, csw, paired_ratio(st, base), cpu_vs
+        )
         ctx.report.figure(
-            "bus", f"call: {label}", {**st.summary(), "vs_none": paired_ratio(st, base).as_dict()}
+            "bus",
+            f"call: {label}",
+            {
+                **st.summary(),
+                "vs_none": paired_ratio(st, base).as_dict(),
+                "cpu_vs_none": paired_ratio(st, base, "cpu").as_dict(),
+            },
         )
     ctx.report.table(t)
     ctx.report.series["bus"] = {label: st.median for label, st in stats.items()}

@@ -4,7 +4,9 @@ Runs in a fresh process (`_probe.py`), so earlier scenarios leave no threads or
 heap behind. Three callers at once: `execute` one at a time, `execute_batch` of
 20, and `asyncio.gather` of 50 `aexecute`. RSS is VmRSS from /proc/self/status,
 threads are `threading.active_count()` (and the OS count); the baseline is taken
-after a warm-up (2 % of the calls, at least 2 000).
+after a warm-up (2 % of the calls, at least 2 000). CPU and context switches
+per call are the whole process's from the baseline to the end, over the calls
+made meanwhile.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ def run(ctx: Ctx) -> None:
         ["measure", "value"],
     )
     t.add("seconds, calls/s", f"{out['seconds']:.1f} s, {fmt_rate(out['calls_per_s'])}/s")
+    t.add(
+        "CPU µs per call, context switches per call",
+        f"{out['cpu_us_per_call']:.1f} µs, {out['csw_per_call']:.2f}",
+    )
     t.add("calls by API (incl. warm-up)", split)
     t.add("results not ok", out["not_ok"])
     t.add("RSS after warm-up → end", f"{base['rss_kb'] * mb:.1f} → {end['rss_kb'] * mb:.1f} MB")
@@ -48,6 +54,11 @@ def run(ctx: Ctx) -> None:
     )
     rep.table(t)
     rep.figure("longrun", "result", {k: v for k, v in out.items() if k != "samples"})
+    rep.figure(
+        "longrun",
+        "per call",
+        {"cpu_ns_per_op": out["cpu_us_per_call"] * 1000, "csw_per_op": out["csw_per_call"]},
+    )
     rep.series["longrun"] = {"samples": out["samples"], "warmup_calls": out["warmup_calls"]}
     label = f"over {out['calls']:,} calls"
     rep.goal("rss_growth").set(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from toolbus import Executor, ToolCall, ToolRegistry
@@ -24,6 +24,7 @@ from ._harness import (
     Case,
     Runner,
     clock,
+    fmt_count,
     fmt_rate,
     fmt_us,
     interleave,
@@ -58,6 +59,10 @@ def _clear(lists: dict[int, list[float]]) -> None:
         xs.clear()
 
 
+def _slashed(fmt: Callable[[float], str], *xs: float) -> str:
+    return " / ".join(fmt(x) for x in xs)
+
+
 def _execute(ex: Executor, call: ToolCall) -> Runner:
     return per_op(lambda i: ex.execute(call))
 
@@ -87,10 +92,11 @@ def _parallel(ctx: Ctx) -> None:
                     record.append(clock() - t0)
 
         def go(n: int) -> list[float]:
-            each = -(-n // conc)
+            # exactly n calls, so that the round's CPU divides by the calls made
+            share = [n // conc + (1 if k < n % conc else 0) for k in range(conc)]
             t0 = clock()
-            loop.run_until_complete(_all(caller(k, each) for k in range(conc)))
-            return [(clock() - t0) / (each * conc)]
+            loop.run_until_complete(_all(caller(k, share[k]) for k in range(conc)))
+            return [(clock() - t0) / n]
 
         return go
 
@@ -124,6 +130,8 @@ def _parallel(ctx: Ctx) -> None:
             "loaded latency p50/p99 µs",
             "1 ms sleeps/s",
             "of ideal",
+            "CPU µs/call: one / noop / nap",
+            "csw/call: one / noop / nap",
         ],
     )
     first = levels[0]
@@ -147,6 +155,8 @@ def _parallel(ctx: Ctx) -> None:
             f"{fmt_us(percentile(lat, 50))} / {fmt_us(percentile(lat, 99))}",
             fmt_rate(nap_rate),
             f"{nap_rate / ideal:.0%}",
+            _slashed(fmt_us, one.cpu, noop.cpu, nap.cpu),
+            _slashed(fmt_count, one.csw, noop.csw, nap.csw),
         )
         series["single_us"].append(one.median / 1000)
         series["noop"].append(per_second(noop.median))
@@ -163,6 +173,8 @@ def _parallel(ctx: Ctx) -> None:
                 },
                 "nap_calls_per_s": nap_rate,
                 "nap_ideal_per_s": ideal,
+                "noop": noop.summary(),
+                "nap": nap.summary(),
             },
         )
     t.notes.append(
@@ -196,7 +208,16 @@ def _registry_size(ctx: Ctx) -> None:
 
     t = Table(
         "registered tools: one call at a time, µs per call",
-        ["tools", "call median", "p99", "vs 1 tool", "unknown tool median", "vs 1 tool"],
+        [
+            "tools",
+            "call median",
+            "p99",
+            "vs 1 tool",
+            "unknown tool median",
+            "vs 1 tool",
+            "CPU µs: call / unknown",
+            "csw: call / unknown",
+        ],
     )
     one, unk = stats[f"tools={sizes[0]}"], stats[f"unknown tools={sizes[0]}"]
     series: dict[str, list[float]] = {"sizes": list(sizes), "call_us": [], "unknown_us": []}
@@ -209,6 +230,8 @@ def _registry_size(ctx: Ctx) -> None:
             paired_ratio(st, one),
             fmt_us(su.median),
             paired_ratio(su, unk),
+            _slashed(fmt_us, st.cpu, su.cpu),
+            _slashed(fmt_count, st.csw, su.csw),
         )
         series["call_us"].append(st.median / 1000)
         series["unknown_us"].append(su.median / 1000)

@@ -6,7 +6,9 @@ scenario, the goals table and every output (JSON, plots, Markdown) are produced.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 
 from benchmarks._report import MD_END, MD_START
 from benchmarks._suite import SCENARIOS, goals
+from benchmarks.latency import OA_ASYNC, OA_SYNC, PA_NET, TB_10, TB_ONE, TPE, TPE_10
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +47,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 8
+    assert len(SCENARIOS) == 9
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -55,6 +58,28 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert set(data["scenarios"]) == {key for key, _, _ in SCENARIOS}
     assert [g["key"] for g in data["goals"]] == [g.key for g in goals()]
     assert data["meta"]["mode"] == "smoke"
+
+    # CPU and context switches beside wall time, for toolbus and the baselines alike.
+    scenarios = data["scenarios"]
+    for key, case in (("single", TB_ONE), ("single", TPE), ("batch", TB_10), ("batch", TPE_10)):
+        fig = scenarios[key][case]
+        assert fig["cpu_ns_per_op"] > 0, (key, case)
+        assert fig["csw_per_op"] >= 0, (key, case)
+        assert not math.isnan(fig["cpu_vs_baseline"]["ratio"]), (key, case)
+    for case, fig in scenarios["async10k"].items():
+        if isinstance(fig, dict):
+            assert fig["cpu_ns_per_op"] > 0, case
+            assert min(fig["peak_threads"]) >= 1, case
+    measured = {g["key"]: g["value"] for g in data["goals"]}
+    for key in ("single_cpu_vs_tpe", "io_vs_tpe", "many_async_batch", "many_async_threads"):
+        assert measured[key] is not None, key
+    assert measured["batch_cpu_vs_reference"] is not None  # benchmarks/reference.json is read
+    if importlib.util.find_spec("agents"):
+        assert OA_SYNC in scenarios["batch"]
+        assert OA_ASYNC in scenarios["batch"]
+        assert measured["agents_sync_vs_batch_cpu"] is not None
+    if importlib.util.find_spec("pydantic_ai"):
+        assert PA_NET in scenarios["single"]
 
     written = sorted(p.name for p in plots.glob("*.png"))
     assert written == ["bus.png", "latency.png", "longrun.png", "scaling.png"]
