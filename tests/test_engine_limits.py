@@ -302,3 +302,101 @@ def test_an_infinite_tool_timeout_means_no_deadline(make_executor: MakeExecutor)
     ex = make_executor(reg, timeout=0.01)
     assert ex.execute(ToolCall(name="quick")).status == "ok"
     assert overdue([_run(math.inf)], 1e9, set()) == ([], None)
+
+
+# -- named capacity groups shared by tools ---------------------------------------------------
+
+
+def test_tools_sharing_a_group_never_exceed_its_limit(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    lock = threading.Lock()
+    now = {"db": 0, "peak": 0}
+    two_in = threading.Event()
+    gate = threading.Event()
+
+    def enter() -> None:
+        with lock:
+            now["db"] += 1
+            now["peak"] = max(now["peak"], now["db"])
+            if now["db"] == 2:
+                two_in.set()
+        gate.wait(10)
+        with lock:
+            now["db"] -= 1
+
+    @reg.tool(read_only=True, groups=["db"])
+    def read_row(i: int) -> int:
+        enter()
+        return i
+
+    @reg.tool(read_only=True, groups=["db"])
+    async def read_async(i: int) -> int:
+        await asyncio.to_thread(enter)
+        return i
+
+    @reg.tool(read_only=True)
+    def outside(i: int) -> int:
+        return i
+
+    ex = make_executor(reg, max_parallel=16, groups={"db": 2})
+    calls = [
+        ToolCall(name="read_row" if i % 2 else "read_async", arguments={"i": i}) for i in range(8)
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        batch = pool.submit(ex.execute_batch, calls)
+        assert two_in.wait(10)
+        # The group is full; a tool outside it is not held back.
+        assert ex.execute(ToolCall(name="outside", arguments={"i": 1})).output == 1
+        assert ex.stats().queued == 6
+        gate.set()
+        assert [r.output for r in batch.result(30)] == list(range(8))
+    assert now["peak"] == 2
+
+
+def test_an_unknown_group_is_refused() -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(groups=["db"])
+    def query() -> int:
+        return 1
+
+    with pytest.raises(ValueError, match="no capacity group named 'db'"):
+        Executor(reg)
+    with pytest.raises(ValueError, match="must be"):
+        Executor(ToolRegistry(), groups={"db": 0})
+    with pytest.raises(TypeError, match="groups must be"):
+        reg.tool(groups=[3])(lambda: 1)  # type: ignore[list-item]
+
+
+def test_a_tool_added_later_with_an_unknown_group_gets_a_result(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    ex = make_executor(reg, groups={"db": 1})
+
+    @reg.tool(groups=["cache"])
+    def warm() -> int:
+        return 1
+
+    r = ex.execute(ToolCall(name="warm"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert r.error is not None and "no capacity group named 'cache'" in r.error
+
+
+def test_a_nested_call_into_a_group_its_caller_fills_fails_fast(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool(groups=["db"])
+    def inner() -> int:
+        return 1
+
+    @reg.tool(groups=["db"])
+    def outer() -> Any:
+        r = holder["ex"].execute(ToolCall(name="inner"))
+        return [r.status, r.error_code]
+
+    ex = holder["ex"] = make_executor(reg, groups={"db": 1}, timeout=None)
+    assert ex.execute(ToolCall(name="outer")).output == ["rejected", ErrorCode.TOOL_UNAVAILABLE]

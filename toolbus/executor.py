@@ -125,6 +125,7 @@ class Executor:
         backend: str | Backend | None = "auto",
         backends: Mapping[str, Backend] | None = None,
         secret_keys: Iterable[str] = (),
+        groups: Mapping[str, int] | None = None,
     ) -> None:
         max_parallel = positive_int(max_parallel, "max_parallel", "Executor")
         timeout = timeout_seconds(timeout, "timeout", "Executor")
@@ -161,11 +162,19 @@ class Executor:
         self._masker = masker
         self._concurrency = concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
-        # Every tool's backend is resolved now, so a pairing that cannot work
-        # fails here; tools registered later are checked on their first call.
+        self._groups = _check_groups(groups)
+        # Every tool's backend and groups are resolved now, so a pairing that
+        # cannot work fails here; tools registered later are checked on their
+        # first call (and refused with a result).
         self._backends = Backends(backend, backends)
         for t in registry.list():
             self._backends.for_tool(t)
+            for name in t.groups:
+                if name not in self._groups:
+                    raise ValueError(
+                        f"tool {t.name!r}: no capacity group named {name!r} "
+                        f"(known: {', '.join(sorted(self._groups)) or 'none'})"
+                    )
         self._closed = False
         self._final_stats: ExecutorStats | None = None
         self._close_lock = threading.Lock()
@@ -189,6 +198,7 @@ class Executor:
             max_abandoned_per_tool=max_abandoned_per_tool,
             hook_grace=hook_grace,
             backends=self._backends.all(),
+            groups=self._groups,
         )
         self._supervisor = Supervisor.start(self._scheduler)
 
@@ -513,6 +523,20 @@ class Executor:
 
     def _cancel(self, message: Cancel) -> None:
         self._scheduler.handle(message)
+
+
+def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
+    """Executor(groups=...): names to limits, each a positive int."""
+    if groups is None:
+        return {}
+    if not isinstance(groups, Mapping):
+        raise TypeError(f"Executor: groups must map names to limits, got {type(groups).__name__}")
+    checked: dict[str, int] = {}
+    for name, limit in groups.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
+        checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
+    return checked
 
 
 def _chain(hooks: Sequence[Callable[..., Any]], value: Any, apply: Callable[..., Any]) -> Any:

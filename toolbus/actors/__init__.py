@@ -1,9 +1,11 @@
 """The actors layer: the supervisor and the machinery it owns.
 
-One supervisor actor per executor schedules every call: admission (`Slots`,
-each tool's `Pool` of slots), barriers, deadlines and backoffs on the
-`TimerService`, and cancellation. Where attempts run is the backends' job
-(`toolbus.backends`); the thread backend's workers are actors too.
+One supervisor per executor schedules every call: its `Scheduler` holds the
+state (admission over named capacity groups, barriers, the thread budget,
+deadlines and backoffs on the `TimerService`, cancellation) under a lock that
+callers and backends take to act on it inline; its actor carries the timers.
+Where attempts run is the backends' job (`toolbus.backends`); the thread
+backend's workers are actors too.
 """
 
 from ..backends import LoopThread, ToolWorker, WorkerHandle

@@ -31,7 +31,7 @@ import logging
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import pipeline as _pipeline
@@ -42,6 +42,7 @@ from ..models import ErrorCode, Status
 from ..pipeline import ADMISSION, FINISHING, PARKED, Run
 from ..scheduling import BarrierSchedule
 from ._batches import announce_groups, announce_start, finish_batch
+from ._capacity import Capacity, Group, ToolGroup
 from ._messages import (
     Cancel,
     Close,
@@ -54,8 +55,6 @@ from ._messages import (
     StatusQuery,
     Submit,
 )
-from ._pool import Pool
-from ._slots import Slots
 from ._timers import TimerService
 
 __all__ = ["Scheduler"]
@@ -79,6 +78,7 @@ class Scheduler:
         max_abandoned_per_tool: int,
         hook_grace: float,
         backends: list[Backend] = (),  # type: ignore[assignment]
+        groups: Mapping[str, int] | None = None,
     ) -> None:
         # Re-entrant: a backend may report from inside `submit` (a job that
         # cannot even start), on the thread that holds the lock.
@@ -93,8 +93,12 @@ class Scheduler:
         self.max_abandoned = max_abandoned
         self.max_abandoned_per_tool = max_abandoned_per_tool
         self.hook_grace = hook_grace
-        self.pools: dict[int, Pool] = {}
-        self.slots = Slots(max_parallel)
+        self.pools: dict[int, ToolGroup] = {}
+        self.slots = Capacity(max_parallel)
+        # Named capacity groups that several tools share (Executor(groups=...)).
+        self.groups: dict[str, Group] = {
+            name: Group(name, limit) for name, limit in (groups or {}).items()
+        }
         self.runs_open: set[Run] = set()
         # Backends in use, and those whose jobs hold threads of this process.
         self.backends: dict[int, Backend] = {}
@@ -197,10 +201,15 @@ class Scheduler:
             self.counters["batches"] += 1
             b.runs = list(msg.runs)
             b.remaining = len(b.runs)
+            b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
         self.runs_open.update(msg.runs)
         for run in msg.runs:
             if run.tool is not None:
                 run.sv_pool = self._pool(run)
+                named = tuple(self.groups[n] for n in run.tool.groups if n in self.groups)
+                run.sv_groups = (
+                    (b.sv_group, run.sv_pool, *named) if b is not None else (run.sv_pool, *named)
+                )
                 if run.backend is not None:
                     try:
                         self._started(run.backend)
@@ -234,29 +243,39 @@ class Scheduler:
         if run.backend is None:
             self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, run.last_error)
             return True
-        limit = run.sv_pool.limit
-        if run.parent is not None and limit is not None:
-            holders = 0
-            parent: Run | None = run.parent
-            while parent is not None:
-                holders += parent.tool is run.tool and parent.sv_slot
-                parent = parent.parent
-            if holders >= limit:
-                self._finish_here(
-                    run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                    f"Tool '{run.call.name}' was called from inside its own call, and its "
-                    f"callers hold all of its {limit} slot(s) (max_concurrency): waiting "
-                    "would deadlock",
-                )  # fmt: skip
-                return True
+        missing = [n for n in run.tool.groups if n not in self.groups]
+        if missing:
+            self._finish_here(
+                run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
+                f"Tool '{run.call.name}' is unavailable: no capacity group named "
+                f"{missing[0]!r} (Executor(groups=...) defines them)",
+            )  # fmt: skip
+            return True
+        if run.parent is not None:
+            for group in run.sv_groups:
+                if group.limit is None:
+                    continue
+                holders = 0
+                parent: Run | None = run.parent
+                while parent is not None:
+                    holders += parent.sv_slot and group in parent.sv_groups
+                    parent = parent.parent
+                if holders >= group.limit:
+                    self._finish_here(
+                        run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
+                        f"Tool '{run.call.name}' was called from inside a call that, with "
+                        f"its callers, holds all {group.limit} slot(s) of {group.name!r}: "
+                        "waiting would deadlock",
+                    )  # fmt: skip
+                    return True
         return False
 
-    def _pool(self, run: Run) -> Pool:
+    def _pool(self, run: Run) -> ToolGroup:
         tool = run.tool
         assert tool is not None
         pool = self.pools.get(id(tool))
         if pool is None or pool.tool is not tool:
-            pool = self.pools[id(tool)] = Pool(tool)
+            pool = self.pools[id(tool)] = ToolGroup(tool)
         return pool
 
     def _started(self, backend: Backend) -> None:

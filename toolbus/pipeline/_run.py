@@ -18,7 +18,6 @@ import asyncio
 import contextvars
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -133,6 +132,7 @@ class Run:
         "sv_cancel",
         "sv_closed",
         "sv_gen",
+        "sv_groups",
         "sv_pool",
         "sv_queued",
         "sv_slot",
@@ -200,7 +200,8 @@ class Run:
         self.sv_cancel: tuple[Any, str] | None = (
             None  # cancel asked while a worker held the outcome
         )
-        self.sv_pool: Any = None
+        self.sv_pool: Any = None  # the tool's own capacity group
+        self.sv_groups: tuple[Any, ...] = ()  # every capacity group it needs a slot of
         self.sv_worker: Any = None
 
     @property
@@ -274,7 +275,6 @@ class BatchRun:
         "done",
         "group_failures",
         "group_started",
-        "in_flight",
         "limit",
         "on_done",
         "remaining",
@@ -283,8 +283,8 @@ class BatchRun:
         "started",
         "stop_on_error",
         "stopped",
+        "sv_group",
         "waiter",
-        "waiting",
     )
 
     def __init__(
@@ -303,9 +303,8 @@ class BatchRun:
         self.waiter = waiter
         self.on_done = on_done
         self.schedule: BarrierSchedule | None = None
-        self.in_flight = 0
         self.remaining = 0
-        self.waiting: deque[Run] = deque()
+        self.sv_group: Any = None  # its capacity group (the scheduler's)
         self.stopped = False
         self.done = False
         self.started = time.monotonic()

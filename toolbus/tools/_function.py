@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
@@ -50,6 +50,7 @@ class FunctionTool(Tool):
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
         backend: BackendSpec = None,
+        groups: Sequence[str] = (),
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -60,6 +61,7 @@ class FunctionTool(Tool):
         self.retry = retry
         self.max_concurrency = max_concurrency
         self.backend = backend
+        self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
         self._ctx_param: str | None = None
         self._param_names: tuple[str, ...] = ()
         self._positional_only: tuple[str, ...] = ()
@@ -195,6 +197,7 @@ def tool(
     retry: RetryPolicy | None = None,
     max_concurrency: int | None = None,
     backend: BackendSpec = None,
+    groups: Sequence[str] = (),
 ) -> Callable[[AnyFunction], FunctionTool]: ...
 
 
@@ -210,6 +213,7 @@ def tool(
     retry: RetryPolicy | None = None,
     max_concurrency: int | None = None,
     backend: BackendSpec = None,
+    groups: Sequence[str] = (),
 ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
     """Make a tool from a function: `@tool` or `@tool(read_only=True, timeout=5)`."""
 
@@ -224,6 +228,7 @@ def tool(
             retry=retry,
             max_concurrency=max_concurrency,
             backend=backend,
+            groups=groups,
         )
 
     return make(fn) if fn is not None else make

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from ..retry import RetryPolicy
@@ -89,6 +89,7 @@ class ToolRegistry:
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
         backend: BackendSpec = None,
+        groups: Sequence[str] = (),
     ) -> Callable[[AnyFunction], FunctionTool]: ...
 
     def tool(
@@ -104,6 +105,7 @@ class ToolRegistry:
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
         backend: BackendSpec = None,
+        groups: Sequence[str] = (),
     ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
         """Decorator: make a tool from a function and register it."""
 
@@ -116,6 +118,7 @@ class ToolRegistry:
             retry=retry,
             max_concurrency=max_concurrency,
             backend=backend,
+            groups=groups,
         )
 
         def make(f: AnyFunction) -> FunctionTool:

@@ -104,6 +104,8 @@ class Tool:
     # Where its attempts run: a `toolbus.backends.Backend`, a name ("auto",
     # "thread", "loop", or one bound by the executor), or None: the executor's.
     backend: BackendSpec = None
+    # Named capacity groups it shares with other tools (Executor(groups=...)).
+    groups: tuple[str, ...] = ()
     # Holds resources of this process (a live session, a socket): it cannot
     # be shipped to another process or machine.
     process_local: bool = False
@@ -153,6 +155,14 @@ class Tool:
         self.timeout = timeout_seconds(self.timeout, "timeout", owner)
         if self.max_concurrency is not None:
             self.max_concurrency = positive_int(self.max_concurrency, "max_concurrency", owner)
+        groups = (self.groups,) if isinstance(self.groups, str) else self.groups
+        try:
+            groups = tuple(groups)
+        except TypeError:
+            raise TypeError(f"{owner}: groups must be a list of names") from None
+        if not all(isinstance(g, str) and g for g in groups):
+            raise TypeError(f"{owner}: groups must be non-empty strings, got {groups!r}")
+        self.groups = groups
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise TypeError(
                 f"{owner}: retry must be a RetryPolicy, got {type(self.retry).__name__}"

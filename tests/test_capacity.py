@@ -1,12 +1,13 @@
-"""Admission control (toolbus/actors/_slots.py), pure: no threads, no actors."""
+"""Admission control over named capacity groups (toolbus/actors/_capacity.py), pure."""
 
 from __future__ import annotations
 
 import contextvars
 
 from toolbus import ToolCall, tool
-from toolbus.actors._pool import Pool
-from toolbus.actors._slots import Slots
+from toolbus.actors._capacity import Capacity as Slots
+from toolbus.actors._capacity import Group
+from toolbus.actors._capacity import ToolGroup as Pool
 from toolbus.pipeline import BatchRun, Run
 from toolbus.retry import RetryPolicy
 
@@ -30,6 +31,9 @@ def _run(pool: Pool, batch: BatchRun | None = None, index: int = 0) -> Run:
         policy=RetryPolicy(),
     )
     run.sv_pool = pool
+    if batch is not None and batch.sv_group is None:
+        batch.sv_group = Group(f"batch:{batch.batch_id}", batch.limit)
+    run.sv_groups = (batch.sv_group, pool) if batch is not None else (pool,)
     return run
 
 
@@ -76,7 +80,7 @@ def test_batch_limit() -> None:
     for r in runs:
         slots.enqueue(r)
     assert _start_all(slots) == runs[:2]
-    assert list(b.waiting) == runs[2:]
+    assert list(b.sv_group.waiting) == runs[2:]
     slots.release(runs[1])
     assert _start_all(slots) == [runs[2]]
 
@@ -134,3 +138,39 @@ def test_enqueue_is_idempotent() -> None:
     slots.enqueue(r)
     slots.enqueue(r, front=True)
     assert list(slots.ready) == [r]
+
+
+def test_a_named_group_limits_the_tools_that_share_it() -> None:
+    db = Group("db", 2)
+    a, b, free = _tool("a"), _tool("b"), _tool("free")
+    slots = Slots(max_parallel=8)
+    runs = [_run(a, index=0), _run(b, index=1), _run(a, index=2), _run(free, index=3)]
+    for r in runs[:3]:
+        r.sv_groups = (*r.sv_groups, db)
+    for r in runs:
+        slots.enqueue(r)
+    # The third db call waits for the group; the tool outside it goes ahead.
+    assert _start_all(slots) == [runs[0], runs[1], runs[3]]
+    assert list(db.waiting) == [runs[2]]
+    slots.release(runs[1])  # a slot of db frees: the waiting call goes first
+    assert _start_all(slots) == [runs[2]]
+    assert db.in_flight == 2
+
+
+def test_room_let_out_of_one_group_and_blocked_by_another_is_handed_on() -> None:
+    db = Group("db", 1)
+    narrow = _tool("narrow", limit=1)
+    slots = Slots(max_parallel=8)
+    hold_db = _run(_tool("x"), index=0)
+    hold_db.sv_groups = (*hold_db.sv_groups, db)
+    hold_narrow = _run(narrow, index=1)
+    both = _run(narrow, index=2)
+    both.sv_groups = (*both.sv_groups, db)
+    other_db = _run(_tool("y"), index=3)
+    other_db.sv_groups = (*other_db.sv_groups, db)
+    for r in (hold_db, hold_narrow, both, other_db):
+        slots.enqueue(r)
+    assert _start_all(slots) == [hold_db, hold_narrow]
+    # db frees while `both` still waits for `narrow`: the db slot must not idle.
+    slots.release(hold_db)
+    assert _start_all(slots) == [other_db]

@@ -1,0 +1,153 @@
+"""Who may start now: named capacity groups, the ready queue and the waiting queues.
+
+Every attempt needs a slot of the executor's `max_parallel` and of each of its
+*groups*: its batch (the batch's limit), its tool (`max_concurrency`), and any
+named group it belongs to (several tools sharing one limit, such as one MCP
+server's connection or a database pool: `Executor(groups={"db": 4})` with
+`@tool(groups=["db"])`). A run that is ready but blocked by a group waits in
+that group's queue; when a slot there frees, the first live run of the queue
+goes back to the front of the ready queue. Room is never left unused: a run
+that is let out of one queue and then blocked by another group (or closed
+before it starts) hands its room on.
+
+A call never overtakes queued calls: a new call joins the end of the ready
+queue and starts only when everything ahead of it could not. A nested call
+(made by a running tool of the same executor) runs on its caller's share of
+`max_parallel`.
+
+Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..pipeline import PARKED, READY, Run
+
+if TYPE_CHECKING:
+    from ..tools import Tool
+
+__all__ = ["Capacity", "Group", "ToolGroup"]
+
+
+class Group:
+    """A named limit on attempts in flight (None: unlimited), and who waits for it."""
+
+    __slots__ = ("in_flight", "limit", "name", "waiting")
+
+    def __init__(self, name: str, limit: int | None) -> None:
+        self.name = name
+        self.limit = limit
+        self.in_flight = 0
+        self.waiting: deque[Run] = deque()
+
+    @property
+    def has_room(self) -> bool:
+        return self.limit is None or self.in_flight < self.limit
+
+    def __repr__(self) -> str:
+        return f"<group {self.name!r} {self.in_flight}/{self.limit}>"
+
+
+class Capacity:
+    """The scheduler's admission control over `max_parallel` and each run's groups
+    (`run.sv_groups`)."""
+
+    __slots__ = ("in_flight", "max_parallel", "peak", "ready")
+
+    def __init__(self, max_parallel: int) -> None:
+        self.max_parallel = max_parallel
+        self.in_flight = 0
+        self.peak = 0
+        self.ready: deque[Run] = deque()
+
+    @property
+    def backlog(self) -> bool:
+        """True while some call waits in the ready queue."""
+        return bool(self.ready)
+
+    def enqueue(self, run: Run, *, front: bool = False) -> None:
+        """Make a run eligible to start (retries and let-out runs go to the front)."""
+        if run.sv_queued or run.sv_closed:
+            return
+        run.sv_queued = READY
+        if front:
+            self.ready.appendleft(run)
+        else:
+            self.ready.append(run)
+
+    def next_startable(self) -> Run | None:
+        """The next run that may start now, parking those that must wait; None if none."""
+        ready = self.ready
+        while ready:
+            # A nested call (made by a tool of this executor) runs on its
+            # caller's share: waiting for the slot its caller holds would deadlock.
+            if self.in_flight >= self.max_parallel and ready[0].parent is None:
+                return None
+            run = ready.popleft()
+            run.sv_queued = 0
+            if run.sv_closed:
+                continue
+            groups: tuple[Group, ...] = run.sv_groups
+            full = next((g for g in groups if not g.has_room), None)
+            if full is None:
+                return run
+            _park(full.waiting, run)
+            # It may have been let out of another group's queue: pass that room on.
+            for g in groups:
+                if g is not full and g.has_room:
+                    self._unpark_one(g.waiting)
+        return None
+
+    def take(self, run: Run) -> None:
+        """`run` starts an attempt: it holds a slot of `max_parallel` and of each group."""
+        run.sv_slot = True
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        for g in run.sv_groups:
+            g.in_flight += 1
+
+    def release(self, run: Run) -> None:
+        """`run` gives its slots back (finished, or backing off before a retry)."""
+        if not run.sv_slot:
+            return
+        run.sv_slot = False
+        self.in_flight -= 1
+        for g in run.sv_groups:
+            g.in_flight -= 1
+            self._unpark_one(g.waiting)
+
+    def closed(self, run: Run) -> None:
+        """`run` ended; if it sat in the ready queue it may have been let out of a
+        waiting queue for room it will now never use: hand that room on."""
+        self.release(run)
+        if run.sv_queued != READY:
+            return
+        for g in run.sv_groups:
+            if g.has_room:
+                self._unpark_one(g.waiting)
+
+    def _unpark_one(self, queue: deque[Run]) -> None:
+        """Move the first live run of a waiting queue to the front of the ready queue."""
+        while queue:
+            run = queue.popleft()
+            run.sv_queued = 0
+            if not run.sv_closed:
+                self.enqueue(run, front=True)
+                return
+
+
+def _park(queue: deque[Run], run: Run) -> None:
+    run.sv_queued = PARKED
+    queue.append(run)
+
+
+class ToolGroup(Group):
+    """A tool's own group: its `max_concurrency`."""
+
+    __slots__ = ("tool",)
+
+    def __init__(self, tool: Tool) -> None:
+        super().__init__(f"tool:{tool.name}", tool.max_concurrency)
+        self.tool = tool
