@@ -345,7 +345,7 @@ class Executor:
         """
         if self._final_stats is not None:
             return self._final_stats.model_copy(update={"events_dropped": self._announcer.dropped})
-        data = typing.cast(dict[str, Any], self._scheduler.handle(StatusQuery()))
+        data = typing.cast(dict[str, Any], self._scheduler.ask(StatusQuery()))
         if not data:  # the scheduler failed to answer (logged there)
             data = {name: 0 for name in ExecutorStats.model_fields if name != "pools"}
             data["pools"] = {}
@@ -382,7 +382,7 @@ class Executor:
         def left() -> float:
             return max(0.0, deadline - time.monotonic())
 
-        self._scheduler.handle(Close("the executor was closed"))
+        self._scheduler.ask(Close("the executor was closed"))
         self._final_stats = self.stats()
         try:
             self._supervisor.stop(timeout=left())
@@ -479,7 +479,7 @@ class Executor:
     def _tell(self, message: Submit, runs: Sequence[Run]) -> None:
         # Admission and dispatch happen here, on the caller's thread, under the
         # scheduler's lock; after close the scheduler ends the calls `cancelled`.
-        self._scheduler.handle(message)
+        self._scheduler.post(message)
 
     # -- the waiting side's deadline backstop (see actors/_backstop.py) --------------
 
@@ -487,7 +487,7 @@ class Executor:
         """Tell the supervisor of overdue attempts; return when to look again."""
         late, wake = overdue(runs, time.monotonic(), noticed)
         for run, n in late:
-            self._scheduler.handle(Expired(run, n))
+            self._scheduler.post(Expired(run, n))
         return wake
 
     def _wait(self, waiter: ThreadWaiter, runs: Sequence[Run]) -> None:
@@ -522,7 +522,7 @@ class Executor:
         )
 
     def _cancel(self, message: Cancel) -> None:
-        self._scheduler.handle(message)
+        self._scheduler.post(message)
 
 
 def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:

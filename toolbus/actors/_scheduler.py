@@ -5,12 +5,14 @@ It takes batches, releases calls in barrier order as capacity allows
 budget), arms deadlines and backoffs as timers, and turns timeouts and
 cancellations into results. It runs no tool, hook or subscriber code.
 
-Whoever has news runs the matching handler *inline*, under the scheduler's
-lock: a caller submitting calls (admission and dispatch happen on the caller's
-thread, so a single call costs two hand-offs: caller -> tool's backend ->
-caller), a backend reporting an outcome (the next queued call is dispatched
-from there), a caller cancelling, `stats()`. Only timers go through the
-supervisor actor's mailbox (`_supervisor.py`): it is told only when it has
+Whoever has news posts it (`post`), and the handler runs *inline* on the
+posting thread when the lock is free: a caller submitting calls (admission and
+dispatch happen on the caller's thread, so a single call costs two hand-offs:
+caller -> tool's backend -> caller), a backend reporting an outcome (the next
+queued call is dispatched from there), a caller cancelling. When the lock is
+taken, the message waits in a queue that the holder empties before letting go,
+so no thread ever blocks behind another (no convoys). Only timers go through
+the supervisor actor's mailbox (`_supervisor.py`): it is told only when it has
 work. Because every handler holds the lock, the state below belongs to one
 thread at a time, as it did when one actor owned it. Replies are matched by
 attempt number and timer messages by a per-run generation, so anything stale
@@ -80,15 +82,17 @@ class Scheduler:
         backends: list[Backend] = (),  # type: ignore[assignment]
         groups: Mapping[str, int] | None = None,
     ) -> None:
-        # Re-entrant: a backend may report from inside `submit` (a job that
-        # cannot even start), on the thread that holds the lock.
-        self.lock = threading.RLock()
+        # Held by whichever thread is acting for the supervisor. Nobody ever
+        # waits for it to post: see `post`.
+        self.lock = threading.Lock()
+        self._owner: int | None = None
+        self._pending: deque[Any] = deque()
         self.services = services
         self.emitter = services.emitter
         self.timers = timers
         self.host = host
         # Where timer messages go (the supervisor actor's tell), set by `bind`.
-        self._tell: Callable[[Any], None] = self.handle
+        self._tell: Callable[[Any], None] = self.post
         self.max_parallel = max_parallel
         self.max_abandoned = max_abandoned
         self.max_abandoned_per_tool = max_abandoned_per_tool
@@ -121,17 +125,47 @@ class Scheduler:
 
     # -- handling, inline under the lock ------------------------------------------
 
-    def handle(self, message: Any) -> Any:
-        """Act on one message, on the calling thread; never raises."""
-        with self.lock:
-            return self._handle(message)
+    def post(self, message: Any) -> None:
+        """Have `message` handled; never waits, never raises.
 
-    def handle_reports(self, reports: list[Report]) -> None:
-        """Several backend reports, under one acquisition of the lock."""
+        The message joins a queue; whoever holds the lock handles the queue
+        before letting go. If the lock is free, this thread takes it and does
+        so itself (the common case: a call is admitted and dispatched on its
+        caller's thread, a report handled on the reporting worker's). Nobody
+        blocks on a busy supervisor, so threads never convoy behind the one
+        that holds it, and a backend may post from inside `submit`.
+        """
+        pending = self._pending
+        pending.append(message)
+        # Re-check after letting go: a message posted while we held the lock,
+        # by a thread that found it taken, is ours to handle.
+        while pending and self.lock.acquire(blocking=False):
+            self._owner = threading.get_ident()
+            try:
+                self._drain()
+            finally:
+                self._owner = None
+                self.lock.release()
+
+    def ask(self, message: Any) -> Any:
+        """Handle `message` once everything posted before it is handled, and
+        return the answer (status, close). Waits for the lock."""
+        if self._owner == threading.get_ident():
+            return self._handle(message)  # asked from inside a handler (a backend)
         with self.lock:
-            for report in reports:
-                self._handle(report, pump=False)
-            self._handle(None)
+            self._owner = threading.get_ident()
+            try:
+                self._drain()
+                return self._handle(message)
+            finally:
+                self._owner = None
+
+    def _drain(self) -> None:
+        pending = self._pending
+        while pending:
+            while pending:
+                self._handle(pending.popleft(), pump=False)
+            self._handle(None)  # one pump for everything just handled
 
     def _handle(self, message: Any, *, pump: bool = True) -> Any:
         try:

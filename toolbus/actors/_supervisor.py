@@ -18,7 +18,7 @@ from .._sync import simple_inbox
 from ..backends import Job
 from ..bus import _signals as sig
 from ..pipeline import Outcome
-from ._messages import Close, Report
+from ._messages import Close, Report, Reports
 from ._scheduler import Scheduler
 
 __all__ = ["Supervisor", "SupervisorHost"]
@@ -38,14 +38,14 @@ class SupervisorHost:
 
     def report(self, job: Job, outcome: Outcome, worker: Any = None) -> bool:
         assert self.scheduler is not None
-        self.scheduler.handle(Report(worker, job, outcome))
+        self.scheduler.post(Report(worker, job, outcome))
         if outcome.late is not None:
             self.services.emitter.emit(sig.LATE_RESULT, outcome.late)
         return True
 
     def report_many(self, reports: list[tuple[Job, Outcome, Any]]) -> bool:
         assert self.scheduler is not None
-        self.scheduler.handle_reports([Report(w, j, o) for j, o, w in reports])
+        self.scheduler.post(Reports(tuple(Report(w, j, o) for j, o, w in reports)))
         emitter = self.services.emitter
         for _, outcome, _ in reports:
             if outcome.late is not None:
@@ -67,8 +67,9 @@ class Supervisor(pykka.ThreadingActor):
         self.scheduler.bind(self.actor_ref.tell)
 
     def on_receive(self, message: Any) -> Any:
-        return self.scheduler.handle(message)
+        self.scheduler.post(message)
+        return None
 
     def on_stop(self) -> None:
         # Stopped without the executor's close: every open call still gets its result.
-        self.scheduler.handle(Close("the executor stopped"))
+        self.scheduler.ask(Close("the executor stopped"))
