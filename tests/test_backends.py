@@ -190,14 +190,14 @@ async def test_in_flight_async_calls_hold_no_thread(make_executor: MakeExecutor)
     reg = ToolRegistry()
     n = 300
     arrived = 0
-    all_in = threading.Event()
-    gate: asyncio.Event | None = None
+    all_in = asyncio.Event()
+    gate = asyncio.Event()
+    loops: set[asyncio.AbstractEventLoop] = set()
 
     @reg.tool(read_only=True)
     async def wait_at_gate(i: int) -> int:
-        nonlocal arrived, gate
-        if gate is None:
-            gate = asyncio.Event()
+        nonlocal arrived
+        loops.add(asyncio.get_running_loop())
         arrived += 1  # the tools all run on one loop: no lock needed
         if arrived == n:
             all_in.set()
@@ -209,12 +209,25 @@ async def test_in_flight_async_calls_hold_no_thread(make_executor: MakeExecutor)
     batch = asyncio.ensure_future(
         ex.aexecute_batch([ToolCall(name="wait_at_gate", arguments={"i": i}) for i in range(n)])
     )
-    assert await asyncio.to_thread(all_in.wait, 10)
+    await asyncio.wait_for(all_in.wait(), 10)
     # Every call is in flight at once, and the threads are the executor's few.
     assert ex.stats().in_flight == n
     assert threading.active_count() <= before + 10
-    loop_of_tools = ex._loop.current
-    assert gate is not None
-    loop_of_tools.call_soon_threadsafe(gate.set)
+    # An async caller's calls run on its own loop: no hop between loops.
+    assert loops == {asyncio.get_running_loop()}
+    gate.set()
     result = await batch
     assert [r.output for r in result] == list(range(n))
+
+
+def test_a_blocking_callers_async_calls_run_on_the_executors_loop(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool
+    async def where() -> str:
+        return threading.current_thread().name
+
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(name="where")).output == "toolbus-async"

@@ -8,7 +8,8 @@ a name bound with `Executor(backends={"gpu": some_backend})`. A tool's choice
 overrides its executor's.
 """
 
-from ._loop import AsyncTask, LoopBackend, LoopThread
+from ._loop import LoopBackend
+from ._loop_thread import AsyncTask, LoopThread
 from ._protocol import Backend, BackendUnavailable, Host, Job
 from ._resolve import BUILTIN_NAMES, Backends, BackendSpec, check_spec, check_tool_backend
 from ._thread import ThreadBackend, ToolWorker, WorkerHandle

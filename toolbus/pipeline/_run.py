@@ -90,7 +90,10 @@ class LoopWaiter(Waiter):
 
     def release(self, value: Any) -> None:
         try:
-            self.loop.call_soon_threadsafe(self._set, value)
+            if asyncio._get_running_loop() is self.loop:
+                self.loop.call_soon(self._set, value)  # no wake-up needed: we are on it
+            else:
+                self.loop.call_soon_threadsafe(self._set, value)
         except RuntimeError:
             pass  # the caller's loop is closed: nobody is waiting any more
 
@@ -253,6 +256,11 @@ class Run:
         task = self.task
         if task is not None:
             task.cancel()
+
+    def caller_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop its caller awaits it on (None for a blocking caller)."""
+        waiter = self.waiter if self.batch is None else self.batch.waiter
+        return waiter.loop if isinstance(waiter, LoopWaiter) else None
 
     def remaining(self) -> float | None:
         """Seconds left before the current attempt's deadline (None: no deadline).
