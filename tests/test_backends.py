@@ -48,8 +48,8 @@ class RecordingBackend:
     def kill(self, job: Job) -> bool:
         return False
 
-    def busy(self) -> int:
-        return self.inner.busy()
+    def busy(self, tool: Any = None) -> int:
+        return self.inner.busy(tool)
 
     def abandoned(self, tool: Any = None) -> int:
         return self.inner.abandoned(tool)

@@ -50,7 +50,7 @@ from .pipeline import (
     current_run,
 )
 from .retry import AttemptFailure, RetryDecision, RetryPolicy
-from .tools import ToolRegistry
+from .tools import ToolRegistry, error_text
 
 __all__ = ["Executor", "ExecutorStats"]
 
@@ -260,10 +260,12 @@ class Executor:
         the loop its async tools run on would deadlock, so `execute` there
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
-        if self._loop.owns_current_thread():
-            return self._refuse_blocking(call)
-        run = self._submit_one(call, waiter)
-        if run.result is None:
+        refuse = self._loop.owns_current_thread()
+        run = self._submit_one(call, waiter, refuse=refuse)
+        if refuse:
+            assert run.result is not None  # decided at once, never waited for
+            return run.result
+        if not waiter.released:  # released once counted, which may lag the result
             try:
                 self._wait(waiter, (run,))
             except BaseException:
@@ -282,11 +284,12 @@ class Executor:
         call that does not end `ok` ends the calls not yet started (`ABORTED`).
         """
         waiter = ThreadWaiter()
-        if self._loop.owns_current_thread():
-            return _batch_of([self._refuse_blocking(c) for c in calls])
-        batch = self._submit_batch(calls, stop_on_error, waiter)
+        refuse = self._loop.owns_current_thread()
+        batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse)
         if batch is None:
             return _empty_batch()
+        if refuse:
+            return _batch_result(batch)
         try:
             self._wait(waiter, batch.runs)
         except BaseException:
@@ -426,8 +429,8 @@ class Executor:
             policy = tool.retry or self.retry_policy
             try:
                 backend = self._backends.for_tool(tool)
-            except (ValueError, TypeError) as e:
-                hint = f"Tool '{c.name}' is unavailable: {e}"
+            except Exception as e:  # a custom backend's check() may raise anything
+                hint = f"Tool '{c.name}' is unavailable: {error_text(e)}"
         parent = current_run.get()
         run = Run(
             c,
@@ -446,21 +449,34 @@ class Executor:
             run.last_error = hint
         return run
 
-    def _submit_one(self, call: CallLike, waiter: Waiter) -> Run:
+    def _submit_one(self, call: CallLike, waiter: Waiter, *, refuse: bool = False) -> Run:
         run = self._make_run(call, context=contextvars.copy_context(), waiter=waiter)
-        self._tell(Submit((run,), None), (run,))
+        if refuse:
+            self._refuse(Submit((run,), None))
+        else:
+            self._tell(Submit((run,), None), (run,))
         return run
 
     def _submit_batch(
-        self, calls: Iterable[CallLike], stop_on_error: bool, waiter: Waiter
+        self,
+        calls: Iterable[CallLike],
+        stop_on_error: bool,
+        waiter: Waiter,
+        *,
+        refuse: bool = False,
     ) -> BatchRun | None:
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
         try:
             limit = int(self.max_parallel(coerced))
-        except Exception:
-            log.exception("max_parallel hook failed; using %d", self.parallel_limit)
+        except KeyboardInterrupt:
+            raise  # the caller's own interrupt
+        except BaseException as e:
+            # No traceback or message: either may quote the calls' arguments.
+            log.warning(
+                "max_parallel hook failed (%s); using %d", type(e).__name__, self.parallel_limit
+            )
             limit = self.parallel_limit
         batch = BatchRun(
             f"batch_{next(_batch_ids)}",
@@ -473,7 +489,10 @@ class Executor:
             self._make_run(c, context=context, index=i, batch=batch) for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
-        self._tell(Submit(runs, batch), runs)
+        if refuse:
+            self._refuse(Submit(runs, batch))
+        else:
+            self._tell(Submit(runs, batch), runs)
         return batch
 
     def _tell(self, message: Submit, runs: Sequence[Run]) -> None:
@@ -508,18 +527,18 @@ class Executor:
 
         look()
 
-    def _refuse_blocking(self, call: CallLike) -> ToolResult:
-        c = coerce_call(call)
-        return ToolResult(
-            call_id=c.id,
-            name=c.name,
-            status="rejected",
-            error_code=ErrorCode.TOOL_UNAVAILABLE,
-            error=(
-                "execute() was called on the event loop this executor's async tools run on; "
-                "it would block them: use `await executor.aexecute(...)`"
-            ),
-        )
+    def _refuse(self, message: Submit) -> None:
+        """A blocking call on the loop its async tools run on would deadlock: end
+        its calls `rejected` at once, through the scheduler (counted, announced)."""
+        for run in message.runs:
+            if run.tool is not None:
+                run.backend = None
+                run.last_error = (
+                    f"Tool '{run.call.name}' is unavailable here: a blocking execute() was "
+                    "called on the event loop this executor's async tools run on, which it "
+                    "would block; use `await executor.aexecute(...)`"
+                )
+        self._scheduler.ask(message)  # handled before it returns: never waits on a tool
 
     def _cancel(self, message: Cancel) -> None:
         self._scheduler.post(message)
@@ -575,16 +594,6 @@ def _unknown_tool_message(name: str, known: list[str]) -> str:
     if close:
         return f"Unknown tool '{name}'. Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
     return f"Unknown tool '{name}'"
-
-
-def _batch_of(results: list[ToolResult]) -> BatchResult:
-    return BatchResult(
-        results=tuple(results),
-        summary=BatchSummary(
-            total=len(results), executed=0, succeeded=0, failed=len(results),
-            read_only=0, mutating=0, duration=0.0,
-        ),
-    )  # fmt: skip
 
 
 def _batch_result(batch: BatchRun) -> BatchResult:

@@ -11,9 +11,13 @@ that is let out of one queue and then blocked by another group (or closed
 before it starts) hands its room on.
 
 A call never overtakes queued calls: a new call joins the end of the ready
-queue and starts only when everything ahead of it could not. A nested call
-(made by a running tool of the same executor) runs on its caller's share of
-`max_parallel`.
+queue and starts only when everything ahead of it could not. Nested calls (made
+by a running tool or hook of the same executor) are the exception, since their
+callers hold slots while they wait for them: they run on their caller's share
+of `max_parallel`, go ahead of other calls in every queue, and a nested call
+that would wait for a group whose every slot is held by calls waiting, directly
+or through calls of their own, on its callers is refused at once (`refused`):
+that wait would never end.
 
 Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
 """
@@ -21,6 +25,7 @@ Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..pipeline import PARKED, READY, Run
@@ -54,13 +59,22 @@ class Capacity:
     """The scheduler's admission control over `max_parallel` and each run's groups
     (`run.sv_groups`)."""
 
-    __slots__ = ("in_flight", "max_parallel", "peak", "ready")
+    __slots__ = ("deadlock", "in_flight", "max_parallel", "nested", "peak", "ready", "refused")
 
-    def __init__(self, max_parallel: int) -> None:
+    def __init__(
+        self,
+        max_parallel: int,
+        deadlock: Callable[[Run, Group], str | None] | None = None,
+    ) -> None:
         self.max_parallel = max_parallel
         self.in_flight = 0
         self.peak = 0
         self.ready: deque[Run] = deque()
+        self.nested = 0  # nested runs in `ready`
+        # Asked before a nested run waits for a group: why that wait would
+        # never end, or None. Runs refused so are left in `refused`.
+        self.deadlock = deadlock
+        self.refused: list[tuple[Run, str]] = []
 
     @property
     def backlog(self) -> bool:
@@ -72,6 +86,9 @@ class Capacity:
         if run.sv_queued or run.sv_closed:
             return
         run.sv_queued = READY
+        if run.parent is not None:
+            self.nested += 1
+            front = True
         if front:
             self.ready.appendleft(run)
         else:
@@ -81,23 +98,43 @@ class Capacity:
         """The next run that may start now, parking those that must wait; None if none."""
         ready = self.ready
         while ready:
-            # A nested call (made by a tool of this executor) runs on its
-            # caller's share: waiting for the slot its caller holds would deadlock.
-            if self.in_flight >= self.max_parallel and ready[0].parent is None:
-                return None
-            run = ready.popleft()
+            if self.in_flight < self.max_parallel:
+                run = ready.popleft()
+            else:
+                # Full: only nested calls, wherever they are, run on their callers' share.
+                found = self._pop_nested()
+                if found is None:
+                    return None
+                run = found
             run.sv_queued = 0
+            if run.parent is not None:
+                self.nested -= 1
             if run.sv_closed:
                 continue
             groups: tuple[Group, ...] = run.sv_groups
             full = next((g for g in groups if not g.has_room), None)
             if full is None:
                 return run
-            _park(full.waiting, run)
+            if run.parent is not None and self.deadlock is not None:
+                why = self.deadlock(run, full)
+                if why is not None:
+                    self.refused.append((run, why))
+                    continue
+            _park(full, run)
             # It may have been let out of another group's queue: pass that room on.
             for g in groups:
                 if g is not full and g.has_room:
                     self._unpark_one(g.waiting)
+        return None
+
+    def _pop_nested(self) -> Run | None:
+        if not self.nested:
+            return None
+        for run in self.ready:
+            if run.parent is not None:
+                self.ready.remove(run)
+                return run
+        self.nested = 0  # (cannot happen: the count is exact) nothing to find
         return None
 
     def take(self, run: Run) -> None:
@@ -133,14 +170,19 @@ class Capacity:
         while queue:
             run = queue.popleft()
             run.sv_queued = 0
+            run.sv_waiting_on = None
             if not run.sv_closed:
                 self.enqueue(run, front=True)
                 return
 
 
-def _park(queue: deque[Run], run: Run) -> None:
+def _park(group: Group, run: Run) -> None:
     run.sv_queued = PARKED
-    queue.append(run)
+    run.sv_waiting_on = group
+    if run.parent is not None:
+        group.waiting.appendleft(run)  # its callers hold slots while it waits: first out
+    else:
+        group.waiting.append(run)
 
 
 class ToolGroup(Group):

@@ -41,10 +41,12 @@ from ..backends import Backend, BackendUnavailable, Host, Job
 from ..bus import _signals as sig
 from ..bus._events import TimedOut
 from ..models import ErrorCode, Status
-from ..pipeline import ADMISSION, FINISHING, PARKED, Run
+from ..pipeline import ADMISSION, FINISHING, Run
 from ..scheduling import BarrierSchedule
 from ._batches import announce_groups, announce_start, finish_batch
+from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
+from ._deadlock import would_deadlock
 from ._messages import (
     Cancel,
     Close,
@@ -98,16 +100,15 @@ class Scheduler:
         self.max_abandoned_per_tool = max_abandoned_per_tool
         self.hook_grace = hook_grace
         self.pools: dict[int, ToolGroup] = {}
-        self.slots = Capacity(max_parallel)
+        self.slots = Capacity(max_parallel, self._nested_deadlock)
         # Named capacity groups that several tools share (Executor(groups=...)).
         self.groups: dict[str, Group] = {
             name: Group(name, limit) for name, limit in (groups or {}).items()
         }
         self.runs_open: set[Run] = set()
-        # Backends in use, and those whose jobs hold threads of this process.
+        # Backends in use, and the budget of threads their jobs may hold.
         self.backends: dict[int, Backend] = {}
-        self.thread_backends: list[Backend] = []
-        self.thread_waiting: deque[Run] = deque()  # sync runs waiting for a thread
+        self.budget = ThreadBudget(max_abandoned, max_abandoned_per_tool)
         for backend in backends:
             self._started(backend)
         self.closed = False
@@ -285,24 +286,16 @@ class Scheduler:
                 f"{missing[0]!r} (Executor(groups=...) defines them)",
             )  # fmt: skip
             return True
-        if run.parent is not None:
-            for group in run.sv_groups:
-                if group.limit is None:
-                    continue
-                holders = 0
-                parent: Run | None = run.parent
-                while parent is not None:
-                    holders += parent.sv_slot and group in parent.sv_groups
-                    parent = parent.parent
-                if holders >= group.limit:
-                    self._finish_here(
-                        run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                        f"Tool '{run.call.name}' was called from inside a call that, with "
-                        f"its callers, holds all {group.limit} slot(s) of {group.name!r}: "
-                        "waiting would deadlock",
-                    )  # fmt: skip
-                    return True
         return False
+
+    def _nested_deadlock(self, run: Run, group: Group) -> str | None:
+        if not would_deadlock(run, group, self.runs_open):
+            return None
+        return (
+            f"Tool '{run.call.name}' was called from inside another call, and every slot "
+            f"of {group.name!r} is held by calls that wait, directly or through calls of "
+            "their own, for that call: waiting would deadlock"
+        )
 
     def _pool(self, run: Run) -> ToolGroup:
         tool = run.tool
@@ -320,70 +313,46 @@ class Scheduler:
         backend.start(self.host)
         self.backends[id(backend)] = backend
         if backend.uses_threads:
-            self.thread_backends.append(backend)
+            self.budget.backends.append(backend)
 
     def _pump(self) -> None:
         """Start every run that may start now."""
         while True:
             self._unpark_threads()
             run = self.slots.next_startable()
+            refused = self.slots.refused
+            while refused:
+                r, why = refused.pop()
+                self._finish_here(r, "rejected", ErrorCode.TOOL_UNAVAILABLE, why)
             if run is None:
                 return
             self._dispatch(run)
 
-    # -- the thread budget: abandoned + running threads <= max_abandoned ------------------
+    # -- the thread budget (see _budget.py) ---------------------------------------------
 
     def _threads(self) -> tuple[int, int]:
-        """(threads held by running jobs, threads stuck in abandoned jobs)."""
-        if len(self.thread_backends) == 1:  # the usual case, on every dispatch
-            b = self.thread_backends[0]
-            return b.busy(), b.abandoned()
+        """(threads held by running jobs, threads stuck in abandoned jobs), for stats."""
         busy = abandoned = 0
-        for b in self.thread_backends:
-            busy += b.busy()
-            abandoned += b.abandoned()
+        for b in self.budget.backends:
+            try:
+                busy += b.busy()
+                abandoned += b.abandoned()
+            except Exception as e:  # a custom backend's bug must not lose calls
+                log.error("backend %r failed to count its threads: %s", b.name, e)
         return busy, abandoned
 
-    def _thread_refusal(self, run: Run, abandoned: int) -> str | None:
-        """Why a sync run cannot get a thread at all, or None."""
-        if not abandoned:
-            return None
-        stuck = run.backend.abandoned(run.tool)
-        if stuck >= self.max_abandoned_per_tool:
-            return (
-                f"Tool '{run.call.name}' is unavailable: {stuck} of its calls are stuck "
-                f"after timing out (limit {self.max_abandoned_per_tool} per tool)"
-            )
-        if abandoned >= self.max_abandoned:
-            return (
-                f"Tool '{run.call.name}' is unavailable: {abandoned} worker threads are "
-                f"stuck in calls that timed out (limit {self.max_abandoned})"
-            )
-        return None
-
-    def _thread_free(self) -> bool:
-        busy, abandoned = self._threads()
-        return busy + abandoned < self.max_abandoned
-
     def _unpark_threads(self) -> None:
-        waiting = self.thread_waiting
-        while waiting:
-            run = waiting[0]
-            if run.sv_closed:
-                waiting.popleft()
-                run.sv_queued = 0
-                continue
-            busy, abandoned = self._threads()
-            refusal = self._thread_refusal(run, abandoned)
-            if refusal is None and busy + abandoned >= self.max_abandoned:
+        """Let the first waiting sync run that fits go (one: dispatch decides if
+        more fit) and refuse those that never will."""
+        while self.budget.waiting:
+            ready = self.budget.next_ready()
+            if ready is None:
                 return
-            waiting.popleft()
-            run.sv_queued = 0
-            if refusal is not None:
-                self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, refusal)
-            else:
+            run, room = ready
+            if room == "start":
                 self.slots.enqueue(run, front=True)
-                return  # one at a time: the dispatch loop decides if more fit
+                return
+            self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, room)
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -396,15 +365,20 @@ class Scheduler:
                 "serves another executor",
             )  # fmt: skip
             return
-        if backend.uses_threads and run.parent is None:
-            busy, abandoned = self._threads()
-            refusal = self._thread_refusal(run, abandoned)
-            if refusal is not None:
-                self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, refusal)
+        if backend.uses_threads:
+            room = self.budget.room(run)
+            if room == "wait" and run.parent is not None:
+                # Its callers hold threads of the budget while they wait for it.
+                room = (
+                    f"Tool '{run.call.name}' is unavailable: no thread is free within the "
+                    "thread budget for a call made from inside another, and waiting could "
+                    "deadlock"
+                )
+            if room == "wait":
+                self.budget.park(run)
                 return
-            if busy + abandoned >= self.max_abandoned:
-                run.sv_queued = PARKED
-                self.thread_waiting.append(run)
+            if room != "start":
+                self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, room)
                 return
         n = run.attempt + 1
         if n > 1:
@@ -434,15 +408,21 @@ class Scheduler:
         backend = run.backend
         if backend is None or not run.sv_slot:
             return
-        before = backend.abandoned()
-        backend.cancel(Job(run, run.attempt))
-        if backend.abandoned() > before:
-            self.counters["abandoned_total"] += 1
+        try:
+            before = backend.abandoned()
+            backend.cancel(Job(run, run.attempt))
+            if backend.abandoned() > before:
+                self.counters["abandoned_total"] += 1
+        except Exception as e:  # a custom backend's bug must not lose calls
+            log.error("backend %r failed to let a job go: %s", backend.name, e)
 
     def _on_report(self, msg: Report) -> None:
         job, outcome = msg.job, msg.outcome
         run = job.run
-        run.backend.release(job, msg.worker)
+        try:
+            run.backend.release(job, msg.worker)
+        except Exception as e:  # a custom backend's bug must not lose calls
+            log.error("backend %r failed to release a job: %s", run.backend.name, e)
         if outcome.kind == "late":
             self.counters["late_results"] += 1
             return
@@ -492,7 +472,7 @@ class Scheduler:
         # the backend runs it as a job of its own, under a grace deadline. If
         # no thread may be had for it, the call ends here, its hooks unrun.
         backend = run.backend
-        if backend.uses_threads and not (self._thread_free() or run.parent is not None):
+        if backend.uses_threads and self.budget.room(run) != "start":
             self._finish_here(
                 run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
                 f"Tool '{run.call.name}' timed out after {run.timeout}s",
@@ -602,7 +582,7 @@ class Scheduler:
     # -- status and shutdown ----------------------------------------------------------------
 
     def _status(self) -> dict[str, Any]:
-        thread = self.thread_backends[0] if self.thread_backends else None
+        thread = self.budget.backends[0] if self.budget.backends else None
         busy, abandoned = self._threads()
         idle = getattr(thread, "idle", None)
         return {
@@ -613,7 +593,7 @@ class Scheduler:
             "abandoned_workers": abandoned,
             "live_workers": busy
             + sum(idle(p.tool) for p in self.pools.values() if idle is not None),
-            "workers_started": sum(getattr(b, "started", 0) for b in self.thread_backends),
+            "workers_started": sum(getattr(b, "started", 0) for b in self.budget.backends),
             "pools": {
                 p.tool.name: {
                     "idle": idle(p.tool) if idle is not None else 0,

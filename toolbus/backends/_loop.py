@@ -94,10 +94,13 @@ class _Lane:
     async def run(self, job: Job) -> None:
         """One job as one task: its steps, then its report (no other wrapper)."""
         services = self.services
+        run = job.run
         try:
-            outcome = await drive_async(job.steps(services))
-        except asyncio.CancelledError:
-            outcome = LOST  # cancelled while no step held it: whoever cancelled settled it
+            outcome = await drive_async(job.steps(services), run)
+        except asyncio.CancelledError as e:
+            # Cancelled while no step held it: by whoever settled the call, or
+            # (an executor closing, a caller's loop shutting down) by nobody.
+            outcome = LOST if run.settled or run.completed else contain(job, e, services)
         except BaseException as e:  # SystemExit & co. must not escape into run_forever
             outcome = contain(job, e, services)
         if not self.outbox:
@@ -177,8 +180,8 @@ class LoopBackend:
     def kill(self, job: Job) -> bool:
         return False
 
-    def busy(self) -> int:
-        return self._busy
+    def busy(self, tool: Tool | None = None) -> int:
+        return self._busy if tool is None else 0  # no threads held: counted in all only
 
     def abandoned(self, tool: Tool | None = None) -> int:
         return 0

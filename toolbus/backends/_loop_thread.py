@@ -138,9 +138,13 @@ class LoopThread:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._closed:
+                # Never a fresh loop after close: its thread would never be stopped.
+                raise RuntimeError("the executor's event loop is closed")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 ready = threading.Event()
@@ -170,7 +174,11 @@ class LoopThread:
 
         `on_done(task)` runs on the loop thread when it ends (or here, at once,
         if the loop is closed)."""
-        loop = self._ensure()
+        try:
+            loop = self._ensure()
+        except RuntimeError:
+            coro.close()
+            raise
         task = AsyncTask(loop, on_done)
         if context is None:
             context = contextvars.copy_context()
@@ -201,6 +209,7 @@ class LoopThread:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             loop, self._loop = self._loop, None
         if loop is not None:
             try:

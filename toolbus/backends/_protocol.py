@@ -154,8 +154,8 @@ class Backend(Protocol):
         """Stop the job's worker for real; False if this backend cannot."""
         ...
 
-    def busy(self) -> int:
-        """Jobs running now (abandoned ones excluded)."""
+    def busy(self, tool: Tool | None = None) -> int:
+        """Jobs running now (of `tool`, or all), abandoned ones excluded."""
         ...
 
     def abandoned(self, tool: Tool | None = None) -> int:

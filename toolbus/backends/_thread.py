@@ -113,6 +113,7 @@ class ThreadBackend:
         self._detached: set[WorkerHandle] = set()
         self._detached_by_tool: Counter[int] = Counter()
         self._busy = 0
+        self._busy_by_tool: Counter[int] = Counter()
         self._seq = 0
         self._stopped = False
         self.started = 0
@@ -144,6 +145,7 @@ class ThreadBackend:
             w = WorkerHandle(ref, tool, self._seq)
             ref.tell(w)
         self._busy += 1
+        self._busy_by_tool[id(tool)] += 1
         self._serving[job.run] = w
         w.ref.tell(job)
 
@@ -159,6 +161,7 @@ class ThreadBackend:
             self._detached_by_tool[id(w.tool)] -= 1
         else:
             self._busy -= 1
+            self._busy_by_tool[id(w.tool)] -= 1
         if self._stopped:
             w.ref.stop(block=False)
         else:
@@ -169,14 +172,15 @@ class ThreadBackend:
         if w is None or w in self._detached:
             return
         self._busy -= 1
+        self._busy_by_tool[id(w.tool)] -= 1
         self._detached.add(w)
         self._detached_by_tool[id(w.tool)] += 1
 
     def kill(self, job: Job) -> bool:
         return False
 
-    def busy(self) -> int:
-        return self._busy
+    def busy(self, tool: Tool | None = None) -> int:
+        return self._busy if tool is None else self._busy_by_tool[id(tool)]
 
     def abandoned(self, tool: Tool | None = None) -> int:
         if tool is None:

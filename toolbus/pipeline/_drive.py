@@ -48,7 +48,9 @@ def drive_sync(steps: Steps, run: Run, runner: AsyncRunner) -> Outcome:
             outcome: Outcome = stop.value
             return outcome
         except asyncio.CancelledError:
-            return LOST  # a hook was cancelled: whoever cancelled it settled the call
+            if run.settled or run.completed:
+                return LOST  # cancelled by whoever settled the call
+            raise  # not a cancellation of ours: the backend contains it
         send, error = None, None
         try:
             task = runner.submit(_as_coroutine(aw))
@@ -62,7 +64,7 @@ def drive_sync(steps: Steps, run: Run, runner: AsyncRunner) -> Outcome:
             run.task = None
 
 
-async def drive_async(steps: Steps) -> Outcome:
+async def drive_async(steps: Steps, run: Run) -> Outcome:
     """Run `steps` to the end on the running loop; return its Outcome."""
     send: Any = None
     error: BaseException | None = None
@@ -73,7 +75,9 @@ async def drive_async(steps: Steps) -> Outcome:
             outcome: Outcome = stop.value
             return outcome
         except asyncio.CancelledError:
-            return LOST
+            if run.settled or run.completed:
+                return LOST  # cancelled by whoever settled the call
+            raise  # not a cancellation of ours: the backend contains it
         send, error = None, None
         try:
             send = await aw

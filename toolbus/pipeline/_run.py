@@ -140,6 +140,7 @@ class Run:
         "sv_queued",
         "sv_slot",
         "sv_timer",
+        "sv_waiting_on",
         "sv_worker",
         "sync",
         "task",
@@ -205,6 +206,7 @@ class Run:
         )
         self.sv_pool: Any = None  # the tool's own capacity group
         self.sv_groups: tuple[Any, ...] = ()  # every capacity group it needs a slot of
+        self.sv_waiting_on: Any = None  # the group it is parked for, if any
         self.sv_worker: Any = None
 
     @property

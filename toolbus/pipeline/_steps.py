@@ -15,6 +15,7 @@ sync and async tools, and sync and async hooks, alike.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import logging
@@ -253,7 +254,7 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
         run.masked = masked
         if masked is not raw:
             run.scrubber = Scrubber([*hidden_values(raw, masked), *typed])
-    except Exception as e:
+    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # A broken masker must not leak: publish nothing of the arguments.
         run.masked = None
         run.scrubber = Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
@@ -300,7 +301,7 @@ def admit(run: Run, svc: Services) -> Steps:
             new = yield new
         if not isinstance(new, ToolCall):
             raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
-    except Exception as e:
+    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # Raising is the documented way for a hook to refuse a call: logged
         # without a traceback, it is not a fault.
         yield from _mask(run, call, svc)
@@ -323,7 +324,7 @@ def admit(run: Run, svc: Services) -> Steps:
         if _awaitable(allowed):
             allowed = yield allowed
         allowed = bool(allowed)
-    except Exception as e:
+    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
         return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
     if not allowed:
@@ -463,6 +464,7 @@ def _late_event(run: Run, n: int, error: BaseException | None, duration: float) 
 
 def after_timeout(run: Run, n: int, phase: str, svc: Services) -> Steps:
     """Attempt `n` timed out (in `phase`); decide what follows. Returns an Outcome."""
+    current_run.set((svc, run))  # its hooks' calls to the executor are nested calls
     if phase == ADMISSION:
         what = "pre-call hooks did not return"
     elif phase == FINISHING:
@@ -501,7 +503,7 @@ def after_failure(
             if _awaitable(answer):
                 answer = yield answer
             decision = answer if isinstance(answer, RetryDecision) else RetryDecision(bool(answer))
-        except Exception as e:
+        except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
             log_contained(
                 f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber
             )
@@ -531,7 +533,7 @@ def complete(run: Run, result: ToolResult, svc: Services) -> Steps:
             if new.call_id != result.call_id:
                 new = new.model_copy(update={"call_id": result.call_id})
             result = new
-        except Exception as e:
+        except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
             log_contained(f"post-call hook failed for call {run.call.id}", e, run.scrubber)
             result = make_result(
                 run,

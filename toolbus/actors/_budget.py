@@ -1,0 +1,94 @@
+"""The thread budget: how many threads of this process sync tools may hold.
+
+A thread stuck in a sync tool cannot be stopped, so stuck threads are a budget
+(`Executor(max_abandoned_workers=N, max_abandoned_per_tool=M)`), and so are the
+running ones, since any of them may get stuck:
+
+- an attempt (or what follows its timeout) starts on a thread only while stuck
+  plus running threads stay under N, and those of its tool under M;
+- when stuck threads alone fill N, or a tool's fill M, calls that need a thread
+  (of that tool) are refused with `TOOL_UNAVAILABLE`: nothing but a stuck
+  thread returning could make room, and waiting for it would be a hang;
+- otherwise calls wait, in order, for a thread to come free.
+
+So at most N threads are ever stuck, at most M of them in one tool, and one
+stuck tool leaves room for the others. Decisions read the backends' counts
+(`busy`, `abandoned`) and keep no state of their own but the waiting queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Literal
+
+from ..backends import Backend
+from ..pipeline import PARKED, Run
+
+__all__ = ["ThreadBudget"]
+
+log = logging.getLogger("toolbus.actors")
+
+Room = Literal["start", "wait"] | str  # or why the run is refused
+
+
+class ThreadBudget:
+    """The budget over every backend whose jobs hold threads of this process."""
+
+    __slots__ = ("backends", "limit", "per_tool", "waiting")
+
+    def __init__(self, limit: int, per_tool: int) -> None:
+        self.limit = limit
+        self.per_tool = per_tool
+        self.backends: list[Backend] = []
+        self.waiting: deque[Run] = deque()  # runs waiting for a thread, in order
+
+    def _counts(self, run: Run) -> tuple[int, int, int, int]:
+        """(busy, stuck) over all backends, then (busy, stuck) of the run's tool."""
+        busy = stuck = tool_busy = tool_stuck = 0
+        for b in self.backends:
+            try:
+                busy += b.busy()
+                stuck += b.abandoned()
+                if b is run.backend:
+                    tool_busy, tool_stuck = b.busy(run.tool), b.abandoned(run.tool)
+            except Exception as e:  # a custom backend's bug must not lose calls
+                log.error("backend %r failed to count its threads: %s", b.name, e)
+        return busy, stuck, tool_busy, tool_stuck
+
+    def room(self, run: Run) -> Room:
+        """May `run` take a thread now ("start"), later ("wait"), or never (why)?"""
+        busy, stuck, tool_busy, tool_stuck = self._counts(run)
+        if tool_stuck >= self.per_tool:
+            return (
+                f"Tool '{run.call.name}' is unavailable: {tool_stuck} of its calls are stuck "
+                f"after timing out (limit {self.per_tool} per tool)"
+            )
+        if stuck >= self.limit:
+            return (
+                f"Tool '{run.call.name}' is unavailable: {stuck} worker threads are "
+                f"stuck in calls that timed out (limit {self.limit})"
+            )
+        if busy + stuck >= self.limit or tool_busy + tool_stuck >= self.per_tool:
+            return "wait"
+        return "start"
+
+    def park(self, run: Run) -> None:
+        run.sv_queued = PARKED
+        self.waiting.append(run)
+
+    def next_ready(self) -> tuple[Run, Room] | None:
+        """The first waiting run that may start now, or must be refused, taken
+        off the queue with its verdict; None if every one must go on waiting."""
+        waiting = self.waiting
+        for run in list(waiting):
+            if run.sv_closed:
+                waiting.remove(run)
+                run.sv_queued = 0
+                continue
+            room = self.room(run)
+            if room != "wait":
+                waiting.remove(run)
+                run.sv_queued = 0
+                return run, room
+        return None
