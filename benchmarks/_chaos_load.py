@@ -248,6 +248,10 @@ async def async_agent(ex: Executor, steps: list[Step], probe: Probe) -> None:
         calls = st.calls()
         if st.single:
             for c in calls:
+                if st.cancel_after is None:  # awaited directly: no task between call and caller
+                    r = await ex.aexecute(c)
+                    probe.single(r, time.monotonic())
+                    continue
                 one = asyncio.ensure_future(ex.aexecute(c))
                 if await _settle(one, st.cancel_after):
                     probe.single(one.result(), time.monotonic())

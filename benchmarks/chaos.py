@@ -133,7 +133,10 @@ def _report(ctx: Ctx, r: _Run) -> None:
     singles = [x for cid, _, x in late if cid in r.probe.freed_at]
     batched = [x for cid, _, x in late if cid not in r.probe.freed_at]
     every = singles + batched
-    rep.series["chaos"] = [(d - r.start, x, r.kinds[cid]) for cid, d, x in late]
+    rep.series["chaos"] = {  # seconds from the start: each late caller's deadline, each pause
+        "late": [(d - r.start, x, r.kinds[cid]) for cid, d, x in late],
+        "gc": [(a - r.start, d, g) for a, d, g in r.pauses.items],
+    }
     by_kind = _statuses(r)
 
     t = Table(
