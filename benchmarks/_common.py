@@ -37,6 +37,8 @@ class Scale:
     longrun_calls: int
     memory_actors: int
     memory_reps: int
+    chaos_calls: int  # the chaos scenario: calls in all, and how long its agents may take
+    chaos_limit_s: float
     scenario_limit_s: float  # a scenario still running after this is hung: stacks, exit 1
 
     @classmethod
@@ -61,6 +63,8 @@ class Scale:
             longrun_calls=1_000_000,
             memory_actors=500,
             memory_reps=3,
+            chaos_calls=10_000,
+            chaos_limit_s=300,
             scenario_limit_s=1200,
         )
 
@@ -86,6 +90,8 @@ class Scale:
             longrun_calls=20_000,
             memory_actors=50,
             memory_reps=1,
+            chaos_calls=500,
+            chaos_limit_s=60,
             scenario_limit_s=120,
         )
 

@@ -2,14 +2,15 @@
 
 Every goal is a ratio measured in the same run (or, against today's engine, a
 same-run ratio compared with the recorded one), except the few that are counts
-by nature (calls/s, MB, threads, the bus's idle cost).
+by nature (calls/s, MB, threads, the bus's idle cost, and the chaos run's lost
+calls and how many milliseconds past their deadline callers were freed).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import bus_cost, latency, longrun, many_async, memory, scaling, throughput
+from . import bus_cost, chaos, latency, longrun, many_async, memory, scaling, throughput
 from ._common import Ctx
 from ._report import Goal
 
@@ -25,6 +26,7 @@ SCENARIOS: list[Scenario] = [
     ("longrun", "Scenario 7: long run (RSS and threads)", longrun.run),
     ("memory", "Scenario 8: memory per idle tool actor", memory.run),
     ("async10k", "Scenario 9: many async calls in flight", many_async.run),
+    ("chaos", "Scenario 10: chaos with deadlines", chaos.run),
 ]
 
 
@@ -105,4 +107,17 @@ def goals() -> list[Goal]:
         Goal("rss_growth", "RSS growth over the long run", "≤ 5 MB", "longrun"),
         Goal("threads_flat", "thread count over the long run", "flat", "longrun"),
         Goal("bus_idle", "bus work per lifecycle step, no subscriber", "< 0.1 µs", "bus"),
+        Goal("chaos_lost", "chaos: lost + duplicated calls", "0", "chaos"),
+        Goal(
+            "chaos_late_p99",
+            "chaos: callers freed after their deadline, p99 (ms: a count, not a ratio)",
+            "≤ 50 ms",
+            "chaos",
+        ),
+        Goal(
+            "chaos_late_max",
+            "chaos: callers freed after their deadline, max (ms: a count, not a ratio)",
+            "≤ 250 ms",
+            "chaos",
+        ),
     ]

@@ -7,22 +7,27 @@ machine is (a process spends at least what its threads spent), or pure arithmeti
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from benchmarks import _reference
+from benchmarks import _chaos_load as chaos_load
+from benchmarks import _reference, chaos
 from benchmarks._common import os_threads
 from benchmarks._harness import Case, Stat, Usage, interleave, paired_diff, paired_ratio
 from benchmarks._report import Report
 from benchmarks.latency import TB_10, TPE_10
 from benchmarks.many_async import PeakThreads
 from tests.conftest import wait_until
+from toolbus import ExecutorStats, Status, ToolContext, ToolResult, bus
 
 
 def _run_on_threads(count: int, body: Callable[[], None]) -> None:
@@ -154,3 +159,113 @@ def test_load_returns_none_without_a_file(tmp_path: Path) -> None:
     assert _reference.load(tmp_path / "absent.json") is None
     (tmp_path / "ref.json").write_text(json.dumps({"scenarios": {}}))
     assert _reference.load(tmp_path / "ref.json") == {"scenarios": {}}
+
+
+# -- scenario 10 (chaos): the plan, the probe and the arithmetic of lateness ------------
+
+
+def test_chaos_plan_is_seeded_and_fills_each_quota_exactly() -> None:
+    kinds: dict[str, str] = {}
+    steps = chaos_load.plan(3, 1250, asynchronous=True, kinds=kinds)
+    again = chaos_load.plan(3, 1250, asynchronous=True, kinds={})
+    specs = [spec for st in steps for spec in st.specs]
+    assert specs == [spec for st in again for spec in st.specs]
+    assert len(specs) == 1250
+    assert len({cid for _, cid, _ in specs}) == 1250
+    assert kinds == {cid: kind for kind, cid, _ in specs}
+    assert any(st.cancel_after is not None for st in steps)
+    sync = chaos_load.plan(4, 1250, asynchronous=False, kinds={})
+    assert all(st.cancel_after is None for st in sync)
+    assert sync[0].specs != steps[0].specs  # each agent its own seed
+    torn = chaos_load.make_call("torn", "torn-0-1", 1)
+    assert torn == {"id": "torn-0-1", "name": "write", "arguments": [1]}
+
+
+def _result(cid: str, status: Status = "timeout", duration: float = 0.05) -> ToolResult:
+    return ToolResult(call_id=cid, name="hang", status=status, attempts=1, duration=duration)
+
+
+def _finished(result: ToolResult, timestamp: float) -> bus.CallFinished:
+    return bus.CallFinished(
+        result.call_id, result.name, None, 1, result=result, timestamp=timestamp
+    )
+
+
+def test_chaos_probe_counts_every_arrival_and_keeps_the_first() -> None:
+    probe = chaos_load.Probe()
+    first = _result("a")
+    probe.single(first, freed_at=5.0)
+    probe.batch([_result("a", duration=9.0), _result("b")])
+    probe.on_finished(None, event=_finished(first, 100.0), signal=bus.FINISHED)
+    probe.on_finished(None, event=_finished(_result("a", "ok"), 200.0), signal=bus.FINISHED)
+    assert probe.returns == {"a": 2, "b": 1}
+    assert probe.finishes == {"a": 2}
+    assert probe.returned["a"] == probe.finished["a"][1] == chaos_load.fingerprint(first)
+    assert probe.finished["a"][0] == 100.0
+    assert probe.freed_at == {"a": 5.0}
+    assert probe.wait_finished(2, timeout=0)
+    assert not probe.wait_finished(3, timeout=0)
+
+
+def _chaos_run(probe: chaos_load.Probe, kinds: dict[str, str], **stats: int) -> chaos._Run:
+    nan3 = (math.nan, math.nan, math.nan)
+    counts: dict[str, Any] = {"ok": 0, "error": 0, "timeout": 0, "cancelled": 0, "rejected": 0}
+    counts.update(stats)
+    return chaos._Run(
+        len(kinds), kinds, probe, ExecutorStats.model_construct(**counts), chaos_load.Pauses(),
+        Counter(), 1000.0, 0.0, 1.0, Usage(0, 0), True, 0.0, True, 0, nan3, nan3,
+    )  # fmt: skip
+
+
+def test_chaos_lateness_times_singles_by_the_caller_and_the_rest_by_their_event() -> None:
+    probe = chaos_load.Probe()
+    kinds = {"hang-0-0": "hang", "hang_async-0-1": "hang_async", "ok-0-2": "ok"}
+    for cid, deadline in (("hang-0-0", 10.0), ("hang_async-0-1", 20.0)):
+        ctx = ToolContext(call_id=cid, tool="hang", attempt=1, deadline=deadline - 1)
+        probe.deadline(ctx)
+        probe.deadline(ToolContext(call_id=cid, tool="hang", attempt=2, deadline=deadline))
+        probe.deadline(ctx)  # an earlier attempt, reported late: the last attempt's stays
+    probe.single(_result("hang-0-0"), freed_at=10.004)
+    probe.batch([_result("hang_async-0-1")])
+    # Event timestamps are epoch seconds: the run's offset (1000) moves them onto monotonic.
+    probe.on_finished(None, event=_finished(_result("hang-0-0"), 1010.5), signal=bus.FINISHED)
+    probe.on_finished(
+        None, event=_finished(_result("hang_async-0-1"), 1020.25), signal=bus.FINISHED
+    )
+    late, missing = chaos._lateness(_chaos_run(probe, kinds))
+    assert missing == 0
+    assert {cid: pytest.approx(x) for cid, _, x in late} == {
+        "hang-0-0": pytest.approx(0.004),  # the caller's clock, not the event's 0.5
+        "hang_async-0-1": pytest.approx(0.25),
+    }
+
+
+def test_chaos_exactly_once_counts_lost_and_duplicated_calls() -> None:
+    probe = chaos_load.Probe()
+    kinds = {"ok-0-0": "ok", "ok-0-1": "ok", "ok-0-2": "ok", "ok-0-3": "ok"}
+    for cid in ("ok-0-0", "ok-0-0", "ok-0-1", "ghost"):  # one twice, one stray
+        probe.on_finished(None, event=_finished(_result(cid, "ok"), 1.0), signal=bus.FINISHED)
+    probe.batch([_result("ok-0-0", "ok"), _result("ok-0-1", "ok", duration=1.0)])
+    probe.cancelled(["ok-0-2"])  # its task was cancelled: no result is owed
+    lost, dup, checks = chaos._exactly_once(_chaos_run(probe, kinds, ok=5))
+    assert checks["tool:finished, one per call"] == (2, 1)  # 0-2 and 0-3 never finished
+    assert checks["result returned to the caller"] == (1, 0)  # 0-3
+    assert checks["returned result differs from tool:finished's"] == (1, 0)  # 0-1's duration
+    assert checks["results or events for unknown call ids"] == (0, 1)
+    assert checks["executor stats: terminal results vs calls"] == (0, 1)
+    assert (lost, dup) == (4, 3)
+
+
+def test_chaos_gc_pauses_are_recorded_and_matched_to_late_callers() -> None:
+    frozen = gc.get_freeze_count()
+    with chaos_load.watched_gc() as pauses:
+        assert gc.get_freeze_count() > frozen
+        gc.collect()
+    assert pauses not in gc.callbacks
+    assert gc.get_freeze_count() == frozen
+    assert any(g == 2 for _, _, g in pauses.items)
+    pauses.items = [(10.0, 0.1, 2), (20.0, 0.005, 0)]
+    assert pauses.overlapping(10.05, 10.2, 0.01)
+    assert not pauses.overlapping(9.0, 9.99, 0.01)
+    assert not pauses.overlapping(20.0, 20.01, 0.01)  # too short to count
+    assert pauses.overlapping(20.0, 20.01, 0.001)

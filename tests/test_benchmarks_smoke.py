@@ -47,7 +47,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 9
+    assert len(SCENARIOS) == 10
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -71,8 +71,28 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
             assert fig["cpu_ns_per_op"] > 0, case
             assert min(fig["peak_threads"]) >= 1, case
     measured = {g["key"]: g["value"] for g in data["goals"]}
-    for key in ("single_cpu_vs_tpe", "io_vs_tpe", "many_async_batch", "many_async_threads"):
+    for key in (
+        "single_cpu_vs_tpe",
+        "io_vs_tpe",
+        "many_async_batch",
+        "many_async_threads",
+        "chaos_lost",
+        "chaos_late_p99",
+        "chaos_late_max",
+    ):
         assert measured[key] is not None, key
+    # Chaos: every call accounted for exactly once, hanging calls timed out and timed.
+    chaos = scenarios["chaos"]
+    assert chaos["all_finished_in_time"]
+    assert (chaos["lost"], chaos["duplicated"], chaos["unexpected_status"]) == (0, 0, 0)
+    assert sum(row["calls"] for row in chaos["by_kind"].values()) == chaos["calls"]
+    assert chaos["by_kind"]["hang"]["timeout"] > 0
+    assert chaos["by_kind"]["hang_async"]["timeout"] > 0
+    assert chaos["lateness_ms"]["singles"]["count"] > 0
+    assert chaos["lateness_ms"]["batch"]["count"] > 0
+    assert chaos["no_deadline"] == 0
+    assert chaos["cpu_ns_per_call"] > 0
+    assert chaos["events_dropped"] == 0
     assert measured["batch_cpu_vs_reference"] is not None  # benchmarks/reference.json is read
     if importlib.util.find_spec("agents"):
         assert OA_SYNC in scenarios["batch"]
