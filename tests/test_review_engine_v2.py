@@ -463,3 +463,29 @@ def test_close_leaves_no_event_loop_thread_behind() -> None:
         ex.close()
         t.join(10)
     wait_until(lambda: loops() <= before, what="the executors' loop threads to end")
+
+
+# -- found by the long-run benchmark: the async backstop held every call for its timeout ------
+
+
+def test_async_callers_do_not_keep_finished_calls_alive(make_executor: MakeExecutor) -> None:
+    import gc
+
+    from toolbus.pipeline import Run
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def noop(i: int) -> int:
+        return i
+
+    ex = make_executor(reg, timeout=30)
+    loop = asyncio.new_event_loop()
+    try:
+        for i in range(300):
+            loop.run_until_complete(ex.aexecute(ToolCall(name="noop", arguments={"i": i})))
+        gc.collect()
+        alive = sum(1 for o in gc.get_objects() if isinstance(o, Run))
+    finally:
+        loop.close()
+    assert alive < 20, f"{alive} finished calls are still held"

@@ -517,15 +517,24 @@ class Executor:
     def _watch(self, waiter: LoopWaiter, runs: Sequence[Run]) -> None:
         noticed: set[tuple[Run, int]] = set()
         loop = waiter.loop
+        timer: list[asyncio.TimerHandle] = []
 
         def look() -> None:
+            timer.clear()
             if waiter.future.done():
                 return
             wake = self._look(runs, noticed)
             if wake is not None:
-                loop.call_later(wake, look)
+                timer.append(loop.call_later(wake, look))
+
+        def done(_: object) -> None:
+            # A pending look holds the calls until it fires (as late as their
+            # deadline): let them go with the result.
+            for handle in timer:
+                handle.cancel()
 
         look()
+        waiter.future.add_done_callback(done)
 
     def _refuse(self, message: Submit) -> None:
         """A blocking call on the loop its async tools run on would deadlock: end
@@ -597,17 +606,21 @@ def _unknown_tool_message(name: str, known: list[str]) -> str:
 
 
 def _batch_result(batch: BatchRun) -> BatchResult:
-    results = tuple(r.result for r in batch.runs if r.result is not None)
+    runs = batch.runs
+    # Every run is closed now: break the batch <-> runs cycle, so the batch is
+    # freed at once rather than by a (long) garbage collection.
+    batch.runs = []
+    results = tuple(r.result for r in runs if r.result is not None)
     ok = sum(1 for r in results if r.status == "ok")
     return BatchResult(
         results=results,
         summary=BatchSummary(
-            total=len(batch.runs),
+            total=len(runs),
             executed=sum(1 for r in results if r.attempts > 0),
             succeeded=ok,
             failed=len(results) - ok,
-            read_only=sum(1 for r in batch.runs if r.tool is not None and r.read_only),
-            mutating=sum(1 for r in batch.runs if r.tool is not None and not r.read_only),
+            read_only=sum(1 for r in runs if r.tool is not None and r.read_only),
+            mutating=sum(1 for r in runs if r.tool is not None and not r.read_only),
             duration=time.monotonic() - batch.started,
         ),
     )

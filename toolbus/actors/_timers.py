@@ -69,6 +69,9 @@ class TimerService:
         # per call at high call rates would otherwise pile up).
         with self._lock:
             handle.cancelled = True
+            # A cancelled entry stays in the heap until it would have fired (or
+            # a rebuild): it must not keep its call's state alive that long.
+            handle.args = ()
             if not handle.in_heap:
                 return  # already fired (or fell out at close): nothing to delete
             self._cancelled += 1
@@ -108,7 +111,8 @@ class TimerService:
                 if handle.cancelled:
                     self._cancelled -= 1
                     continue
+                callback, args = handle.callback, handle.args  # as armed, not as cancelled
             try:
-                handle.callback(*handle.args)
+                callback(*args)
             except BaseException:  # the timer thread must outlive any callback
                 log.exception("timer callback failed")

@@ -434,6 +434,8 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
     if not run.try_settle(n):
         # Announced by the driver only after it has reported to the supervisor,
         # so whoever sees the event also sees it in the executor's stats.
+        if error is not None:
+            error.__traceback__ = None  # see after_failure
         return Outcome("late", late=_late_event(run, n, error, duration))
     if overran:
         # Finished, but after its deadline (the timer had not fired yet): a
@@ -507,6 +509,9 @@ def after_failure(
             log_contained(
                 f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber
             )
+    # The traceback's frames hold this step's locals (the run among them): a
+    # cycle only a garbage collection would free. Its text is taken already.
+    error.__traceback__ = None
     if decision.retry and not (timed_out and run.completed_late):
         run.last_error = text
         run.retry_delay = decision.delay
