@@ -489,3 +489,180 @@ def test_async_callers_do_not_keep_finished_calls_alive(make_executor: MakeExecu
     finally:
         loop.close()
     assert alive < 20, f"{alive} finished calls are still held"
+
+
+# -- the second review ---------------------------------------------------------------------
+
+
+def test_a_report_posted_while_stats_holds_the_lock_is_not_stranded(
+    make_executor: MakeExecutor,
+) -> None:
+    from toolbus.backends import ThreadBackend
+
+    in_stats, go_on = threading.Event(), threading.Event()
+
+    class SlowCount(ThreadBackend):
+        def busy(self, tool: Any = None) -> int:
+            if threading.current_thread().name == "stats":
+                in_stats.set()
+                go_on.wait(10)  # stats() holds the scheduler's lock meanwhile
+            return super().busy(tool)
+
+    reg = ToolRegistry()
+    finish = threading.Event()
+
+    @reg.tool(read_only=True, backend="slow")
+    def quick() -> str:
+        finish.wait(10)
+        return "ok"
+
+    ex = make_executor(reg, timeout=None, backends={"slow": SlowCount()})
+    t, out = _in_thread(lambda: ex.execute(ToolCall(name="quick")))
+    wait_until(lambda: ex.stats().in_flight == 1)
+    st = threading.Thread(target=ex.stats, name="stats")
+    st.start()
+    assert in_stats.wait(10)
+    finish.set()  # the worker reports while stats() holds the lock
+    wait_until(lambda: len(ex._scheduler._pending) == 1, what="the report queued")
+    go_on.set()
+    st.join(10)
+    t.join(10)
+    assert not t.is_alive(), "execute hangs: its report was stranded"
+    assert out["r"].output == "ok"
+
+
+def test_a_blocking_execute_from_an_async_tool_on_the_callers_loop_is_refused(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool(read_only=True, max_concurrency=1)
+    def limited() -> int:
+        return 1
+
+    @reg.tool(read_only=True)
+    async def caller_tool() -> Any:
+        r = holder["ex"].execute(ToolCall(name="limited"))
+        return [r.status, r.error_code]
+
+    ex = holder["ex"] = make_executor(reg, timeout=None)
+
+    async def main() -> Any:
+        return await ex.aexecute_batch([ToolCall(name="caller_tool"), ToolCall(name="limited")])
+
+    t, out = _in_thread(lambda: asyncio.run(main()))
+    t.join(10)
+    assert not t.is_alive(), "deadlock: the blocking call froze the caller's loop"
+    first, second = out["r"].results
+    assert first.output == ["rejected", ErrorCode.TOOL_UNAVAILABLE]
+    assert second.output == 1
+
+
+def test_calls_in_flight_when_asyncio_run_ends_end_cancelled(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    started = threading.Event()
+
+    @reg.tool(read_only=True)
+    async def slow(i: int) -> int:
+        started.set()
+        await asyncio.Event().wait()
+        return i
+
+    ex = make_executor(reg, timeout=None, max_parallel=20)
+
+    pending: list[asyncio.Future[Any]] = []
+
+    async def main() -> None:
+        for i in range(20):
+            call = ToolCall(id=f"c{i}", name="slow", arguments={"i": i})
+            pending.append(asyncio.ensure_future(ex.aexecute(call)))
+        await asyncio.to_thread(started.wait, 10)
+        await asyncio.sleep(0)  # then return, leaving the calls to asyncio.run's cleanup
+
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        asyncio.run(main())
+        rec.wait_for(bus.FINISHED, 20, timeout=10)
+    assert {e.result.status for e in rec.of(bus.FINISHED)} == {"cancelled"}
+    assert ex.stats().in_flight == 0
+
+
+@pytest.mark.parametrize("how", ["gather", "batch"])
+def test_nested_fan_out_stays_within_max_parallel(make_executor: MakeExecutor, how: str) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+    lock = threading.Lock()
+    now = {"n": 0, "peak": 0}
+
+    @reg.tool(read_only=True)
+    async def leaf(i: int) -> int:
+        with lock:
+            now["n"] += 1
+            now["peak"] = max(now["peak"], now["n"])
+        await asyncio.sleep(0.01)  # the tool under test works for a moment
+        with lock:
+            now["n"] -= 1
+        return i
+
+    @reg.tool(read_only=True)
+    async def fan() -> int:
+        ex = holder["ex"]
+        calls = [ToolCall(name="leaf", arguments={"i": i}) for i in range(20)]
+        if how == "batch":
+            return sum(int(r.output) for r in await ex.aexecute_batch(calls))
+        rs = await asyncio.gather(*(ex.aexecute(c) for c in calls))
+        return sum(int(r.output) for r in rs)
+
+    ex = holder["ex"] = make_executor(reg, timeout=None, max_parallel=2)
+    assert ex.execute(ToolCall(name="fan")).output == 190
+    # The caller holds one slot and lends one share: at most max_parallel leaves run.
+    assert now["peak"] <= 2
+    assert ex.stats().peak_in_flight <= 3
+
+
+def test_event_loops_that_called_are_not_kept_alive(make_executor: MakeExecutor) -> None:
+    import gc
+    import weakref
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    async def quick() -> int:
+        return 1
+
+    ex = make_executor(reg)
+    refs = []
+    for _ in range(5):
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(ex.aexecute(ToolCall(name="quick")))
+        loop.close()
+        refs.append(weakref.ref(loop))
+        del loop
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+
+
+def test_no_hook_can_retry_a_mutating_call_that_timed_out(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    from toolbus import RetryDecision
+
+    reg = ToolRegistry()
+    runs = []
+
+    @reg.tool(timeout=0.05)
+    def write() -> str:
+        runs.append(1)
+        release.wait(30)
+        return "written"
+
+    class Retrying(Executor):
+        def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+            return RetryDecision(retry=True, delay=0)
+
+    ex = Retrying(reg)
+    try:
+        r = ex.execute(ToolCall(name="write"))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts, len(runs)) == ("timeout", 1, 1)

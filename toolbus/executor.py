@@ -260,7 +260,7 @@ class Executor:
         the loop its async tools run on would deadlock, so `execute` there
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
-        refuse = self._loop.owns_current_thread()
+        refuse = self._would_block_its_tools()
         run = self._submit_one(call, waiter, refuse=refuse)
         if refuse:
             assert run.result is not None  # decided at once, never waited for
@@ -284,7 +284,7 @@ class Executor:
         call that does not end `ok` ends the calls not yet started (`ABORTED`).
         """
         waiter = ThreadWaiter()
-        refuse = self._loop.owns_current_thread()
+        refuse = self._would_block_its_tools()
         batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse)
         if batch is None:
             return _empty_batch()
@@ -536,6 +536,17 @@ class Executor:
         look()
         waiter.future.add_done_callback(done)
 
+    def _would_block_its_tools(self) -> bool:
+        """A blocking call here would stall the loop this executor's async tools
+        run on: its own loop thread, or a caller's loop that one of its async
+        tools or hooks (a nested call) is running on."""
+        if self._loop.owns_current_thread():
+            return True
+        if asyncio._get_running_loop() is None:
+            return False
+        parent = current_run.get()
+        return parent is not None and parent[0] is self._services
+
     def _refuse(self, message: Submit) -> None:
         """A blocking call on the loop its async tools run on would deadlock: end
         its calls `rejected` at once, through the scheduler (counted, announced)."""
@@ -544,7 +555,7 @@ class Executor:
                 run.backend = None
                 run.last_error = (
                     f"Tool '{run.call.name}' is unavailable here: a blocking execute() was "
-                    "called on the event loop this executor's async tools run on, which it "
+                    "called on an event loop this executor's async tools run on, which it "
                     "would block; use `await executor.aexecute(...)`"
                 )
         self._scheduler.ask(message)  # handled before it returns: never waits on a tool

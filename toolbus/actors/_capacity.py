@@ -100,12 +100,15 @@ class Capacity:
         while ready:
             if self.in_flight < self.max_parallel:
                 run = ready.popleft()
+                run.sv_borrowed = False
             else:
-                # Full: only nested calls, wherever they are, run on their callers' share.
+                # Full: a nested call, wherever it is, may run on its caller's
+                # share, one at a time per caller (so fan-out stays bounded).
                 found = self._pop_nested()
                 if found is None:
                     return None
                 run = found
+                run.sv_borrowed = True
             run.sv_queued = 0
             if run.parent is not None:
                 self.nested -= 1
@@ -115,6 +118,7 @@ class Capacity:
             full = next((g for g in groups if not g.has_room), None)
             if full is None:
                 return run
+            run.sv_borrowed = False
             if run.parent is not None and self.deadlock is not None:
                 why = self.deadlock(run, full)
                 if why is not None:
@@ -128,18 +132,21 @@ class Capacity:
         return None
 
     def _pop_nested(self) -> Run | None:
+        """The first nested run whose caller has not lent its share yet."""
         if not self.nested:
             return None
         for run in self.ready:
-            if run.parent is not None:
+            parent = run.parent
+            if parent is not None and (parent.sv_lent == 0 or run.sv_closed):
                 self.ready.remove(run)
                 return run
-        self.nested = 0  # (cannot happen: the count is exact) nothing to find
         return None
 
     def take(self, run: Run) -> None:
         """`run` starts an attempt: it holds a slot of `max_parallel` and of each group."""
         run.sv_slot = True
+        if run.sv_borrowed and run.parent is not None:
+            run.parent.sv_lent += 1
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         for g in run.sv_groups:
@@ -150,6 +157,9 @@ class Capacity:
         if not run.sv_slot:
             return
         run.sv_slot = False
+        if run.sv_borrowed and run.parent is not None:
+            run.parent.sv_lent -= 1
+            run.sv_borrowed = False
         self.in_flight -= 1
         for g in run.sv_groups:
             g.in_flight -= 1

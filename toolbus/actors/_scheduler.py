@@ -136,10 +136,15 @@ class Scheduler:
         blocks on a busy supervisor, so threads never convoy behind the one
         that holds it, and a backend may post from inside `submit`.
         """
+        self._pending.append(message)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Handle what is queued if nobody holds the lock, until nothing is.
+
+        Re-checks after letting go: a message posted while we held the lock, by
+        a thread that found it taken, is ours to handle."""
         pending = self._pending
-        pending.append(message)
-        # Re-check after letting go: a message posted while we held the lock,
-        # by a thread that found it taken, is ours to handle.
         while pending and self.lock.acquire(blocking=False):
             self._owner = threading.get_ident()
             try:
@@ -157,9 +162,12 @@ class Scheduler:
             self._owner = threading.get_ident()
             try:
                 self._drain()
-                return self._handle(message)
+                answer = self._handle(message)
+                self._drain()
             finally:
                 self._owner = None
+        self._settle()  # what was posted while we let go, as `post` does
+        return answer
 
     def _drain(self) -> None:
         pending = self._pending

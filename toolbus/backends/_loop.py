@@ -20,7 +20,8 @@ import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..pipeline import LOST, Outcome, Services, drive_async
+from ..models import ErrorCode
+from ..pipeline import LOST, Outcome, Services, drive_async, finish, make_result
 from ._loop_thread import LoopThread
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
 from ._thread import contain
@@ -53,10 +54,12 @@ class _TaskHandle:
 class _Lane:
     """One loop's mailbox and outbox."""
 
-    __slots__ = ("host", "inbox", "lock", "loop", "outbox", "services")
+    __slots__ = ("_loop", "host", "inbox", "lock", "outbox", "services")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, host: Host) -> None:
-        self.loop = loop
+        # Weak: the backend's lanes are keyed weakly by loop, and a lane that
+        # held its loop would keep every loop that ever called alive.
+        self._loop = weakref.ref(loop)
         self.host = host
         self.services: Services = host.services
         self.inbox: deque[Job] = deque()
@@ -70,11 +73,14 @@ class _Lane:
             self.inbox.append(job)
         if not wake:
             return True
+        loop = self._loop()
         try:
-            if asyncio._get_running_loop() is self.loop:
-                self.loop.call_soon(self.drain)
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            if asyncio._get_running_loop() is loop:
+                loop.call_soon(self.drain)
             else:
-                self.loop.call_soon_threadsafe(self.drain)
+                loop.call_soon_threadsafe(self.drain)
         except RuntimeError:  # closed
             with self.lock:
                 self.inbox.clear()  # nothing else can be in it: the loop never drained
@@ -86,7 +92,7 @@ class _Lane:
         with self.lock:
             jobs = list(self.inbox)
             self.inbox.clear()
-        loop = self.loop
+        loop = asyncio.get_running_loop()  # ours: drain runs on it
         for job in jobs:
             task = loop.create_task(self.run(job), context=job.run.context.copy())
             job.run.task = _TaskHandle(loop, task)
@@ -101,16 +107,34 @@ class _Lane:
             # Cancelled while no step held it: by whoever settled the call, or
             # (an executor closing, a caller's loop shutting down) by nobody.
             outcome = LOST if run.settled or run.completed else contain(job, e, services)
+        except GeneratorExit:
+            # The loop was closed with this task pending, and the coroutine is
+            # being thrown away: end the call and report from here, now.
+            self.host.report(job, _abandoned(job, services))
+            raise
         except BaseException as e:  # SystemExit & co. must not escape into run_forever
             outcome = contain(job, e, services)
         if not self.outbox:
-            self.loop.call_soon(self.flush)
+            asyncio.get_running_loop().call_soon(self.flush)
         self.outbox.append((job, outcome, None))
 
     def flush(self) -> None:
         reports, self.outbox = self.outbox, []
         if reports:
             self.host.report_many(reports)
+
+
+def _abandoned(job: Job, services: Services) -> Outcome:
+    run = job.run
+    if run.completed:
+        return LOST
+    result = make_result(
+        run,
+        "cancelled",
+        error="the event loop running it was closed",
+        code=ErrorCode.CANCELLED,
+    )
+    return Outcome("done") if finish(run, result, services) else LOST
 
 
 class LoopBackend:

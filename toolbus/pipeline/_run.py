@@ -132,10 +132,12 @@ class Run:
         "settled",
         "submitted",
         "sv_armed",
+        "sv_borrowed",
         "sv_cancel",
         "sv_closed",
         "sv_gen",
         "sv_groups",
+        "sv_lent",
         "sv_pool",
         "sv_queued",
         "sv_slot",
@@ -207,6 +209,10 @@ class Run:
         self.sv_pool: Any = None  # the tool's own capacity group
         self.sv_groups: tuple[Any, ...] = ()  # every capacity group it needs a slot of
         self.sv_waiting_on: Any = None  # the group it is parked for, if any
+        # A nested call may run past a full max_parallel on its caller's share:
+        # one such call per caller at a time (sv_lent on the caller).
+        self.sv_borrowed = False
+        self.sv_lent = 0
         self.sv_worker: Any = None
 
     @property

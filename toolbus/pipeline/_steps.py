@@ -448,6 +448,18 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
         late = _late_event(run, n, error, duration)
         outcome = yield from after_timeout(run, n, "", svc)
         return Outcome(outcome.kind, outcome.delay, late, timed_out=True)
+    if isinstance(error, asyncio.CancelledError):
+        # Not cancelled by toolbus (it settles first): by the loop the tool ran
+        # on, shutting down (asyncio.run's end), or by the tool itself.
+        error.__traceback__ = None
+        result = make_result(
+            run,
+            "cancelled",
+            error="the tool's task was cancelled (its event loop shutting down?)",
+            code=ErrorCode.CANCELLED,
+            attempts=n,
+        )
+        return DONE if finish(run, result, svc) else LOST
     if error is None:
         if em.wants(sig.EXECUTED):
             em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration))
@@ -512,7 +524,9 @@ def after_failure(
     # The traceback's frames hold this step's locals (the run among them): a
     # cycle only a garbage collection would free. Its text is taken already.
     error.__traceback__ = None
-    if decision.retry and not (timed_out and run.completed_late):
+    # A mutating attempt that timed out may still complete its side effect:
+    # never run it again, whatever a hook decided.
+    if decision.retry and not (timed_out and not run.read_only):
         run.last_error = text
         run.retry_delay = decision.delay
         return Outcome("retry", decision.delay)
