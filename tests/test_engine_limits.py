@@ -400,3 +400,48 @@ def test_a_nested_call_into_a_group_its_caller_fills_fails_fast(
 
     ex = holder["ex"] = make_executor(reg, groups={"db": 1}, timeout=None)
     assert ex.execute(ToolCall(name="outer")).output == ["rejected", ErrorCode.TOOL_UNAVAILABLE]
+
+
+@pytest.fixture
+def late_timers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer thread never gets to a deadline: only the waiting side's backstop can."""
+    from toolbus.actors import _timers
+    from toolbus.actors._messages import Deadline
+
+    real = _timers.TimerService.schedule
+
+    def schedule(self: Any, delay: float, callback: Any, *args: Any) -> Any:
+        if args and isinstance(args[0], Deadline):
+            delay = 3600.0
+        return real(self, delay, callback, *args)
+
+    monkeypatch.setattr(_timers.TimerService, "schedule", schedule)
+
+
+@pytest.mark.usefixtures("late_timers")
+def test_blocking_callers_are_freed_by_the_backstop(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.1)
+    def hang() -> None:
+        release.wait(30)
+
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(name="hang")).status == "timeout"
+    assert [r.status for r in ex.execute_batch([ToolCall(name="hang")] * 3)] == ["timeout"] * 3
+
+
+@pytest.mark.usefixtures("late_timers")
+async def test_awaiting_callers_are_freed_by_the_backstop(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.1)
+    async def hang() -> None:
+        await asyncio.Event().wait()
+
+    ex = make_executor(reg, max_parallel=4)
+    singles = await asyncio.gather(*(ex.aexecute(ToolCall(name="hang")) for _ in range(10)))
+    batch = await ex.aexecute_batch([ToolCall(name="hang")] * 6)
+    assert {r.status for r in [*singles, *batch]} == {"timeout"}

@@ -25,6 +25,7 @@ import math
 import threading
 import time
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from ._options import positive_int, positive_number, timeout_seconds
 from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
+from .actors._loopwatch import LoopWatch
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
@@ -177,6 +179,10 @@ class Executor:
                     )
         self._closed = False
         self._final_stats: ExecutorStats | None = None
+        # The deadline backstop of each event loop that awaits calls.
+        self._watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatch] = (
+            weakref.WeakKeyDictionary()
+        )
         self._close_lock = threading.Lock()
         self._announcer = Announcer(self.publisher)
         # Public so that your own code can announce events of signals it defined.
@@ -515,26 +521,13 @@ class Executor:
             pass
 
     def _watch(self, waiter: LoopWaiter, runs: Sequence[Run]) -> None:
-        noticed: set[tuple[Run, int]] = set()
         loop = waiter.loop
-        timer: list[asyncio.TimerHandle] = []
-
-        def look() -> None:
-            timer.clear()
-            if waiter.future.done():
-                return
-            wake = self._look(runs, noticed)
-            if wake is not None:
-                timer.append(loop.call_later(wake, look))
-
-        def done(_: object) -> None:
-            # A pending look holds the calls until it fires (as late as their
-            # deadline): let them go with the result.
-            for handle in timer:
-                handle.cancel()
-
-        look()
-        waiter.future.add_done_callback(done)
+        watch = self._watches.get(loop)
+        if watch is None:
+            watch = self._watches[loop] = LoopWatch(
+                loop, lambda run, n: self._scheduler.post(Expired(run, n))
+            )
+        watch.watch(runs, waiter.future)
 
     def _would_block_its_tools(self) -> bool:
         """A blocking call here would stall the loop this executor's async tools

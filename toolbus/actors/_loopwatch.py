@@ -1,0 +1,73 @@
+"""The deadline backstop for async callers: one watcher per event loop.
+
+A blocking caller wakes at the deadlines of its own calls (`_backstop.py`). An
+awaiting caller cannot block, so each event loop that awaits calls of an
+executor gets one watcher: it keeps the calls awaited on that loop and a
+single timer for the next time one of them may be overdue (or, while some are
+still queued, `POLL`). One timer per loop, not per call: ten thousand calls in
+flight cost one timer and one scan per wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..pipeline import Run
+from ._backstop import POLL, overdue
+
+__all__ = ["LoopWatch"]
+
+# Tells the supervisor an attempt is overdue.
+Notify = Callable[[Run, int], None]
+
+
+class LoopWatch:
+    """The calls awaited on one loop, watched for overdue attempts (loop thread only)."""
+
+    __slots__ = ("__weakref__", "_handle", "_loop", "_noticed", "_notify", "_runs")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, notify: Notify) -> None:
+        self._loop = weakref.ref(loop)  # weak: watches are kept per loop, weakly
+        self._notify = notify
+        self._runs: dict[Run, None] = {}  # insertion-ordered set
+        self._noticed: set[tuple[Run, int]] = set()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def watch(self, runs: Sequence[Run], future: asyncio.Future[Any]) -> None:
+        """Watch `runs` until `future` is done."""
+        loop = self._loop()
+        if loop is None:
+            return
+        for run in runs:
+            self._runs[run] = None
+        future.add_done_callback(lambda _: self._forget(runs))
+        # Queued calls have no deadline yet: look again within POLL at most.
+        due = loop.time() + POLL
+        if self._handle is None or self._handle.when() > due:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._handle = loop.call_at(due, self._look)
+
+    def _forget(self, runs: Sequence[Run]) -> None:
+        for run in runs:
+            self._runs.pop(run, None)
+        if self._noticed:
+            gone = set(runs)
+            self._noticed = {k for k in self._noticed if k[0] not in gone}
+        if not self._runs and self._handle is not None:
+            self._handle.cancel()  # nothing to watch: hold no call, no timer
+            self._handle = None
+
+    def _look(self) -> None:
+        self._handle = None
+        loop = self._loop()
+        if loop is None or not self._runs:
+            return
+        late, wake = overdue(list(self._runs), loop.time(), self._noticed)
+        for run, attempt in late:
+            self._notify(run, attempt)
+        if wake is not None and self._runs:
+            self._handle = loop.call_later(wake, self._look)
