@@ -38,14 +38,13 @@ from typing import Any
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
-from ..bus import _signals as sig
-from ..bus._events import TimedOut
 from ..models import ErrorCode, Status
-from ..pipeline import ADMISSION, FINISHING, Run
+from ..pipeline import Run
 from ..scheduling import BarrierSchedule
 from ._batches import announce_groups, announce_start, finish_batch
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
+from ._deadlines import Deadlines
 from ._deadlock import would_deadlock
 from ._messages import (
     Cancel,
@@ -65,10 +64,8 @@ __all__ = ["Scheduler"]
 
 log = logging.getLogger("toolbus.actors")
 
-TimerMessage = Deadline | Grace | RetryDue
 
-
-class Scheduler:
+class Scheduler(Deadlines):
     """The supervisor's state; every public method takes its lock."""
 
     def __init__(
@@ -209,31 +206,6 @@ class Scheduler:
                 "".join(traceback.format_exception(e)),
             )
         return None
-
-    # -- timers: every change of a run's timer bumps its generation ---------------
-
-    def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
-        self._disarm(run)
-        run.sv_armed = make
-        run.sv_timer = self.timers.schedule(
-            _as_delay(delay), self._tell, make(run, run.attempt, run.sv_gen)
-        )
-
-    def _disarm(self, run: Run) -> None:
-        self.timers.cancel(run.sv_timer)
-        run.sv_timer = None
-        run.sv_armed = None
-        run.sv_gen += 1
-
-    def _current(self, msg: TimerMessage) -> bool:
-        """True if the timer message is the run's live timer (not stale)."""
-        run = msg.run
-        if run.sv_closed or msg.gen != run.sv_gen:
-            return False
-        run.sv_timer = None
-        run.sv_armed = None
-        run.sv_gen += 1
-        return True
 
     # -- submission and the ready queue --------------------------------------------
 
@@ -452,75 +424,6 @@ class Scheduler:
             return
         self._arm(run, outcome.delay, RetryDue)
 
-    def _on_retry_due(self, msg: RetryDue) -> None:
-        if self._current(msg):
-            self.slots.enqueue(msg.run, front=True)
-
-    # -- deadlines -----------------------------------------------------------------------
-
-    def _on_deadline(self, msg: Deadline) -> None:
-        if not self._current(msg):
-            return
-        run, n = msg.run, msg.attempt
-        phase = run.phase
-        if not run.try_settle(n):
-            # The worker settled the attempt and is in its post-attempt hooks.
-            if not run.completed:
-                self._arm(run, self.hook_grace, Grace)
-            return
-        self.counters["timeouts"] += 1
-        run.interrupt()
-        self._detach(run)
-        if self.emitter.wants(sig.TIMEOUT):
-            self.emitter.emit(
-                sig.TIMEOUT,
-                TimedOut(run.call.id, run.call.name, run.batch_id, n, run.timeout or 0.0),
-            )
-        # What follows a timeout (retry decision, post-call hooks) is user code:
-        # the backend runs it as a job of its own, under a grace deadline. If
-        # no thread may be had for it, the call ends here, its hooks unrun.
-        backend = run.backend
-        if backend.uses_threads and self.budget.room(run) != "start":
-            self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-                f"Tool '{run.call.name}' timed out after {run.timeout}s",
-            )  # fmt: skip
-            return
-        self._arm(run, self.hook_grace, Grace)
-        try:
-            backend.submit(Job(run, n, phase if phase in (ADMISSION, FINISHING) else ""))
-        except Exception as e:
-            log.error("backend %r failed to take a job: %s", backend.name, e)
-            self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-                f"Tool '{run.call.name}' timed out after {run.timeout}s",
-            )  # fmt: skip
-
-    def _on_expired(self, msg: Expired) -> None:
-        """A caller saw the attempt overdue before its timer fired: act as the timer."""
-        run = msg.run
-        if run.sv_closed or run.attempt != msg.attempt or run.sv_armed is not Deadline:
-            return  # settled, retried, or the timer already acted
-        self._on_deadline(Deadline(run, msg.attempt, run.sv_gen))
-
-    def _on_grace(self, msg: Grace) -> None:
-        if not self._current(msg):
-            return
-        run = msg.run
-        if run.completed:
-            return  # finished just now; the worker's report closes it
-        run.interrupt()
-        self._detach(run)
-        if run.sv_cancel is not None:
-            code, reason = run.sv_cancel
-            self._finish_here(run, "cancelled", code, reason)
-            return
-        self._finish_here(
-            run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-            f"Tool '{run.call.name}' timed out: its hooks did not return within "
-            f"{self.hook_grace}s after the deadline",
-        )  # fmt: skip
-
     # -- cancellation --------------------------------------------------------------------
 
     def _on_cancel(self, msg: Cancel) -> None:
@@ -629,12 +532,3 @@ class Scheduler:
             except Exception as e:
                 log.error("backend %r failed to stop: %s", backend.name, e)
         return True
-
-
-def _as_delay(delay: Any) -> float:
-    """A hook's retry delay as a number (garbage counts as 0); the timer service
-    clamps whatever is out of range (NaN, negative, beyond what a wait accepts)."""
-    try:
-        return float(delay)
-    except (TypeError, ValueError):
-        return 0.0

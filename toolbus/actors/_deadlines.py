@@ -1,0 +1,158 @@
+"""Where a timeout happens: deadlines, grace periods and backoffs, as timers.
+
+Every attempt gets a `Deadline` timer when it is dispatched; what follows a
+timeout (the retry decision, post-call hooks) gets a `Grace` timer; a retry
+waits out its backoff as a `RetryDue` timer. The timers run on the
+`TimerService` thread and only `tell` the supervisor actor, which hands the
+message to these handlers, under the scheduler's lock. A waiting caller that
+sees an attempt overdue before its timer fired sends `Expired` (`_backstop.py`,
+`_loopwatch.py`), which acts as the timer would have.
+
+Every change of a run's timer bumps its generation, and a timer message counts
+only if it carries the current one: a deadline that fired just as the attempt
+reported cannot turn a retry into a timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..backends import Job
+from ..bus import _signals as sig
+from ..bus._events import TimedOut
+from ..models import ErrorCode
+from ..pipeline import ADMISSION, FINISHING, Run
+from ._messages import Deadline, Expired, Grace, RetryDue
+
+if TYPE_CHECKING:
+    from ..bus import Emitter
+    from ..models import Status
+    from ._budget import ThreadBudget
+    from ._capacity import Capacity
+    from ._timers import TimerService
+
+__all__ = ["Deadlines"]
+
+log = logging.getLogger("toolbus.actors")
+
+TimerMessage = Deadline | Grace | RetryDue
+
+
+class Deadlines:
+    """The scheduler's timer handlers (a part of `Scheduler`)."""
+
+    timers: TimerService
+    emitter: Emitter
+    counters: dict[str, int]
+    hook_grace: float
+    budget: ThreadBudget
+    slots: Capacity
+    _tell: Callable[[Any], None]
+
+    if TYPE_CHECKING:
+
+        def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None: ...
+        def _detach(self, run: Run) -> None: ...
+
+    def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
+        self._disarm(run)
+        run.sv_armed = make
+        run.sv_timer = self.timers.schedule(
+            _as_delay(delay), self._tell, make(run, run.attempt, run.sv_gen)
+        )
+
+    def _disarm(self, run: Run) -> None:
+        self.timers.cancel(run.sv_timer)
+        run.sv_timer = None
+        run.sv_armed = None
+        run.sv_gen += 1
+
+    def _current(self, msg: TimerMessage) -> bool:
+        """True if the timer message is the run's live timer (not stale)."""
+        run = msg.run
+        if run.sv_closed or msg.gen != run.sv_gen:
+            return False
+        run.sv_timer = None
+        run.sv_armed = None
+        run.sv_gen += 1
+        return True
+
+    def _on_retry_due(self, msg: RetryDue) -> None:
+        if self._current(msg):
+            self.slots.enqueue(msg.run, front=True)
+
+    # -- deadlines -----------------------------------------------------------------------
+
+    def _on_deadline(self, msg: Deadline) -> None:
+        if not self._current(msg):
+            return
+        run, n = msg.run, msg.attempt
+        phase = run.phase
+        if not run.try_settle(n):
+            # The worker settled the attempt and is in its post-attempt hooks.
+            if not run.completed:
+                self._arm(run, self.hook_grace, Grace)
+            return
+        self.counters["timeouts"] += 1
+        run.interrupt()
+        self._detach(run)
+        if self.emitter.wants(sig.TIMEOUT):
+            self.emitter.emit(
+                sig.TIMEOUT,
+                TimedOut(run.call.id, run.call.name, run.batch_id, n, run.timeout or 0.0),
+            )
+        # What follows a timeout (retry decision, post-call hooks) is user code:
+        # the backend runs it as a job of its own, under a grace deadline. If
+        # no thread may be had for it, the call ends here, its hooks unrun.
+        backend = run.backend
+        if backend.uses_threads and self.budget.room(run) != "start":
+            self._finish_here(
+                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
+                f"Tool '{run.call.name}' timed out after {run.timeout}s",
+            )  # fmt: skip
+            return
+        self._arm(run, self.hook_grace, Grace)
+        try:
+            backend.submit(Job(run, n, phase if phase in (ADMISSION, FINISHING) else ""))
+        except Exception as e:
+            log.error("backend %r failed to take a job: %s", backend.name, e)
+            self._finish_here(
+                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
+                f"Tool '{run.call.name}' timed out after {run.timeout}s",
+            )  # fmt: skip
+
+    def _on_expired(self, msg: Expired) -> None:
+        """A caller saw the attempt overdue before its timer fired: act as the timer."""
+        run = msg.run
+        if run.sv_closed or run.attempt != msg.attempt or run.sv_armed is not Deadline:
+            return  # settled, retried, or the timer already acted
+        self._on_deadline(Deadline(run, msg.attempt, run.sv_gen))
+
+    def _on_grace(self, msg: Grace) -> None:
+        if not self._current(msg):
+            return
+        run = msg.run
+        if run.completed:
+            return  # finished just now; the worker's report closes it
+        run.interrupt()
+        self._detach(run)
+        if run.sv_cancel is not None:
+            code, reason = run.sv_cancel
+            self._finish_here(run, "cancelled", code, reason)
+            return
+        self._finish_here(
+            run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
+            f"Tool '{run.call.name}' timed out: its hooks did not return within "
+            f"{self.hook_grace}s after the deadline",
+        )  # fmt: skip
+
+
+def _as_delay(delay: Any) -> float:
+    """A hook's retry delay as a number (garbage counts as 0); the timer service
+    clamps whatever is out of range (NaN, negative, beyond what a wait accepts)."""
+    try:
+        return float(delay)
+    except (TypeError, ValueError):
+        return 0.0
