@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import difflib
-import inspect
 import itertools
 import logging
 import math
@@ -40,7 +39,8 @@ from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .calls import CallLike, coerce_call
-from .masking import DEFAULT_SECRET_KEYS, SecretKeys, mask_arguments
+from .hooks import ExecutorHooks, PostCallHook, PreCallHook
+from .masking import DEFAULT_SECRET_KEYS, SecretKeys
 from .models import BatchResult, BatchSummary, ErrorCode, ToolCall, ToolResult
 from .pipeline import (
     BatchRun,
@@ -51,15 +51,13 @@ from .pipeline import (
     Waiter,
     current_run,
 )
-from .retry import AttemptFailure, RetryDecision, RetryPolicy
+from .retry import RetryPolicy
 from .tools import ToolRegistry, error_text
 
 __all__ = ["Executor", "ExecutorStats"]
 
 log = logging.getLogger("toolbus")
 
-PreCallHook = Callable[[ToolCall], ToolCall | Awaitable[ToolCall]]
-PostCallHook = Callable[[ToolCall, ToolResult], ToolResult | Awaitable[ToolResult]]
 
 _batch_ids = itertools.count(1)
 
@@ -92,7 +90,7 @@ class ExecutorStats(BaseModel):
     """Events never delivered to a subscription (close's budget ran out; each one logged)."""
 
 
-class Executor:
+class Executor(ExecutorHooks):
     """Runs tool calls from a registry with timeouts, retries, limits, hooks and events.
 
     Every call submitted gets exactly one terminal result; nothing a tool, hook
@@ -207,55 +205,6 @@ class Executor:
             groups=self._groups,
         )
         self._supervisor = Supervisor.start(self._scheduler)
-
-    # -- hooks: override in a subclass, or pass the options ----------------------
-
-    def pre_execute(self, call: ToolCall) -> ToolCall | Awaitable[ToolCall]:
-        """Before a call runs: may return a changed call; raising rejects it.
-
-        May be overridden as `async def`; the `pre_call` hooks may be async."""
-        out: ToolCall | Awaitable[ToolCall] = _chain(self._pre_call, call, lambda hook, c: hook(c))
-        return out
-
-    def is_allowed(self, call: ToolCall) -> bool | Awaitable[bool]:
-        """Whether the call may run (after pre-call hooks); may be async."""
-        return self._authorize(call) if self._authorize is not None else True
-
-    def mask_arguments(self, call: ToolCall) -> Any:
-        """The arguments as they may be published (events, logs); secrets hidden.
-
-        The default hides values under secret-looking keys (the default names
-        and this executor's `secret_keys`). Whatever this hides is also
-        scrubbed from error texts and outputs; values the tool's schema marks
-        secret (`Tool.secret_paths`) are hidden on top of it, whatever it returns.
-        """
-        if self._masker is not None:
-            return self._masker(call)
-        return mask_arguments(call.arguments, self._secret_keys)[0]
-
-    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision:
-        """After a failed attempt: retry, and after how long?"""
-        return failure.policy.decide(
-            failure.state,
-            read_only=failure.read_only,
-            timed_out=failure.timed_out,
-            retryable=failure.retryable,
-        )
-
-    def max_parallel(self, calls: Sequence[ToolCall]) -> int:
-        """How many calls of this batch may run at once (never above `parallel_limit`)."""
-        if self._concurrency is not None:
-            return self._concurrency(calls)
-        return self.parallel_limit
-
-    def post_execute(
-        self, call: ToolCall, result: ToolResult
-    ) -> ToolResult | Awaitable[ToolResult]:
-        """After a call ran (ok, error or timeout): may return a changed result; may be async."""
-        out: ToolResult | Awaitable[ToolResult] = _chain(
-            self._post_call, result, lambda hook, r: hook(call, r)
-        )
-        return out
 
     # -- sync API ---------------------------------------------------------------
 
@@ -569,37 +518,6 @@ def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
             raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
         checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
     return checked
-
-
-def _chain(hooks: Sequence[Callable[..., Any]], value: Any, apply: Callable[..., Any]) -> Any:
-    """`value` through each hook in turn; from the first async hook on, the rest
-    run in a coroutine (which the pipeline awaits)."""
-    if not hooks:
-        return value
-    for i, hook in enumerate(hooks):
-        if inspect.iscoroutinefunction(hook):
-            # Not called here: a coroutine made now would never be awaited if the
-            # call were cancelled before the chain's coroutine started.
-            return _chain_rest(hooks[i:], value, apply)
-        out = apply(hook, value)
-        if inspect.isawaitable(out):
-            return _chain_rest(hooks[i + 1 :], value, apply, pending=out)
-        value = out
-    return value
-
-
-async def _chain_rest(
-    hooks: Sequence[Callable[..., Any]],
-    value: Any,
-    apply: Callable[..., Any],
-    pending: Awaitable[Any] | None = None,
-) -> Any:
-    if pending is not None:
-        value = await pending
-    for hook in hooks:
-        out = apply(hook, value)
-        value = (await out) if inspect.isawaitable(out) else out
-    return value
 
 
 def _unknown_tool_message(name: str, known: list[str]) -> str:
