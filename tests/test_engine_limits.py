@@ -263,18 +263,19 @@ def test_backstop_reports_an_overdue_attempt_once() -> None:
     assert overdue([a], 8.0, noticed)[0] == [(a, 2)]
 
 
-def test_backstop_ignores_settled_finished_and_untimed_calls() -> None:
+def test_backstop_ignores_finished_and_untimed_calls_not_settled_ones() -> None:
     queued, settled, untimed, done = _run(), _run(), _run(None), _run()
     settled.begin_attempt(1)
     settled.deadline = 1.0
-    settled.try_settle(1)
+    settled.try_settle(1)  # returned, but its post-call hooks are still running
     untimed.begin_attempt(1)
     done.begin_attempt(1)
     done.deadline = 1.0
     from toolbus import ToolResult
 
     done.result = ToolResult(call_id="x", name="t", status="ok")
-    assert overdue([queued, settled, done], 100.0, set()) == ([], POLL)
+    # The settled one is reported, so its hooks get bounded by hook_grace.
+    assert overdue([queued, settled, done], 100.0, set()) == ([(settled, 1)], POLL)
     assert overdue([untimed, done], 100.0, set()) == ([], None)
 
 
@@ -445,3 +446,26 @@ async def test_awaiting_callers_are_freed_by_the_backstop(make_executor: MakeExe
     singles = await asyncio.gather(*(ex.aexecute(ToolCall(name="hang")) for _ in range(10)))
     batch = await ex.aexecute_batch([ToolCall(name="hang")] * 6)
     assert {r.status for r in [*singles, *batch]} == {"timeout"}
+
+
+@pytest.mark.usefixtures("late_timers")
+@pytest.mark.parametrize("api", ["execute", "aexecute"])
+def test_the_backstop_bounds_post_call_hooks_that_hang_past_the_deadline(
+    make_executor: MakeExecutor, api: str
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.1)
+    async def quick() -> str:
+        return "done"
+
+    async def post(call: ToolCall, result: Any) -> Any:
+        await asyncio.sleep(20)  # a hook under test that hangs past the deadline
+        return result
+
+    ex = make_executor(reg, post_call=[post], hook_grace=0.2)
+    if api == "execute":
+        r = ex.execute(ToolCall(name="quick"))
+    else:
+        r = asyncio.run(ex.aexecute(ToolCall(name="quick")))
+    assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)

@@ -292,8 +292,10 @@ def test_a_hook_raising_cancelled_error_is_a_failing_hook(
     t, out = _in_thread(lambda: ex.execute(ToolCall(name=tool_name)))
     t.join(10)
     assert not t.is_alive(), "the call never ends"
+    # CancelledError means cancellation: in a post-call hook the call ends
+    # cancelled, in a pre-call hook it is refused.
     expected = (
-        ("error", ErrorCode.TOOL_ERROR)
+        ("cancelled", ErrorCode.CANCELLED)
         if where == "post"
         else ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
     )
@@ -666,3 +668,97 @@ def test_no_hook_can_retry_a_mutating_call_that_timed_out(
     finally:
         ex.close()
     assert (r.status, r.attempts, len(runs)) == ("timeout", 1, 1)
+
+
+# -- the third review -----------------------------------------------------------------------
+
+
+def test_a_timed_out_caller_lends_no_share_to_its_late_nested_calls(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+    lock = threading.Lock()
+    now = {"n": 0, "peak": 0}
+    parents_timed_out = threading.Event()
+    nested_done = threading.Barrier(4, timeout=20)
+
+    overlap = threading.Event()
+
+    @reg.tool(read_only=True)
+    def leaf() -> str:
+        with lock:
+            now["n"] += 1
+            now["peak"] = max(now["peak"], now["n"])
+            if now["n"] > 1:
+                overlap.set()
+        overlap.wait(0.3)  # gives the others a moment to overlap, if they may
+        with lock:
+            now["n"] -= 1
+        return "leaf"
+
+    @reg.tool(read_only=True, timeout=0.1)
+    def parent() -> str:
+        parents_timed_out.wait(10)  # ignores its deadline; its caller is gone
+        holder["ex"].execute(ToolCall(name="leaf"))
+        nested_done.wait()
+        return "late"
+
+    ex = holder["ex"] = make_executor(reg, max_parallel=1)
+    for _ in range(3):
+        assert ex.execute(ToolCall(name="parent")).status == "timeout"
+    parents_timed_out.set()
+    nested_done.wait()  # the three abandoned parents' nested calls have all run
+    assert now["peak"] <= 1
+    assert ex.stats().peak_in_flight <= 2
+
+
+def test_a_nested_call_from_a_job_run_inside_submit_is_refused_not_hung(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool(read_only=True, backend="inline")
+    def leaf() -> str:
+        return "leaf"
+
+    @reg.tool(read_only=True, backend="inline")
+    def outer() -> Any:
+        r = holder["ex"].execute(ToolCall(name="leaf"))
+        return [r.status, r.error_code]
+
+    ex = holder["ex"] = make_executor(reg, backends={"inline": _Inline()}, timeout=1)
+    t, out = _in_thread(lambda: ex.execute(ToolCall(name="outer")))
+    t.join(10)
+    assert not t.is_alive(), "the executor hangs"
+    assert out["r"].output == ["rejected", ErrorCode.TOOL_UNAVAILABLE]
+    assert ex.stats().in_flight == 0
+
+
+def test_asyncio_run_ending_in_an_async_post_call_hook_ends_cancelled(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    in_hook = threading.Event()
+
+    @reg.tool(read_only=True)
+    async def quick() -> str:
+        return "done"
+
+    async def post(call: ToolCall, result: Any) -> Any:
+        in_hook.set()
+        await asyncio.Event().wait()
+        return result
+
+    ex = make_executor(reg, timeout=None, post_call=[post])
+    pending: list[asyncio.Future[Any]] = []
+
+    async def main() -> None:
+        pending.append(asyncio.ensure_future(ex.aexecute(ToolCall(id="q", name="quick"))))
+        await asyncio.to_thread(in_hook.wait, 10)
+
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        asyncio.run(main())
+        (finished,) = rec.wait_for(bus.FINISHED, timeout=10)
+    assert finished.result.status == "cancelled"

@@ -482,8 +482,8 @@ class Executor(ExecutorHooks):
         """A blocking call here would stall the loop this executor's async tools
         run on: its own loop thread, or a caller's loop that one of its async
         tools or hooks (a nested call) is running on."""
-        if self._loop.owns_current_thread():
-            return True
+        if self._loop.owns_current_thread() or self._scheduler.held_here():
+            return True  # (the scheduler's lock: a backend running a job inside submit)
         if asyncio._get_running_loop() is None:
             return False
         parent = current_run.get()

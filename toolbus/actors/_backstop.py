@@ -31,8 +31,8 @@ def overdue(
 ) -> tuple[list[tuple[Run, int]], float | None]:
     """(attempts overdue and not yet noticed, seconds until the next look).
 
-    An attempt is overdue when it is past its deadline plus `SLACK` and nobody
-    has settled it. The next look is None when no call waited for can time out
+    An attempt is overdue when it is past its deadline plus `SLACK` and its
+    call has no result yet. The next look is None when no call waited for can time out
     (none has a timeout), so the caller may simply wait.
     """
     late: list[tuple[Run, int]] = []
@@ -42,8 +42,10 @@ def overdue(
             continue
         deadline = run.deadline
         key = (run, run.attempt)
-        if deadline is None or run.settled or key in noticed:
-            # Queued, backing off, in its hooks, or noticed already: look again later.
+        if deadline is None or key in noticed:
+            # Queued, or noticed already: look again later. (An attempt settled
+            # but still in its hooks counts: the supervisor then bounds the
+            # hooks by `hook_grace`, as its own deadline timer would.)
             wake = POLL if wake is None else min(wake, POLL)
             continue
         due = deadline + SLACK - now

@@ -137,7 +137,11 @@ class Capacity:
             return None
         for run in self.ready:
             parent = run.parent
-            if parent is not None and (parent.sv_lent == 0 or run.sv_closed):
+            if run.sv_closed or (
+                # A caller lends only a share it holds: not once it has ended,
+                # nor while it waits out a backoff.
+                parent is not None and parent.sv_slot and parent.sv_lent == 0
+            ):
                 self.ready.remove(run)
                 return run
         return None

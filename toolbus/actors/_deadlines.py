@@ -136,17 +136,19 @@ class Deadlines:
         run = msg.run
         if run.completed:
             return  # finished just now; the worker's report closes it
-        run.interrupt()
         self._detach(run)
+        # The result first, then the interrupt: hooks that stop on it must find
+        # the call finished, not end it themselves (as cancelled, say).
         if run.sv_cancel is not None:
             code, reason = run.sv_cancel
             self._finish_here(run, "cancelled", code, reason)
-            return
-        self._finish_here(
-            run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-            f"Tool '{run.call.name}' timed out: its hooks did not return within "
-            f"{self.hook_grace}s after the deadline",
-        )  # fmt: skip
+        else:
+            self._finish_here(
+                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
+                f"Tool '{run.call.name}' timed out: its hooks did not return within "
+                f"{self.hook_grace}s after the deadline",
+            )  # fmt: skip
+        run.interrupt()
 
 
 def _as_delay(delay: Any) -> float:

@@ -150,6 +150,10 @@ class Scheduler(Deadlines):
                 self._owner = None
                 self.lock.release()
 
+    def held_here(self) -> bool:
+        """True on the thread that holds the lock (inside a handler)."""
+        return self._owner == threading.get_ident()
+
     def ask(self, message: Any) -> Any:
         """Handle `message` once everything posted before it is handled, and
         return the answer (status, close). Waits for the lock."""

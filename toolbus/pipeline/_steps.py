@@ -552,7 +552,16 @@ def complete(run: Run, result: ToolResult, svc: Services) -> Steps:
             if new.call_id != result.call_id:
                 new = new.model_copy(update={"call_id": result.call_id})
             result = new
-        except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+        except asyncio.CancelledError:
+            # Cancelled: by the loop it ran on shutting down, or by the hook.
+            result = make_result(
+                run,
+                "cancelled",
+                error="the call was cancelled in its post-call hooks",
+                code=ErrorCode.CANCELLED,
+                attempts=result.attempts,
+            )
+        except Exception as e:
             log_contained(f"post-call hook failed for call {run.call.id}", e, run.scrubber)
             result = make_result(
                 run,
