@@ -272,12 +272,22 @@ def test_stale_deadline_after_retry_report_does_not_end_the_call(monkeypatch: An
         return i
 
     on_report = _scheduler.Scheduler._on_report
+    post = _scheduler.Scheduler.post
+    deadline_posted = threading.Event()
+
+    def noting_post(self: Any, message: Any) -> None:
+        if type(message).__name__ == "Deadline":
+            deadline_posted.set()
+        post(self, message)
 
     def busy_on_report(self: Any, msg: Any) -> None:
         if msg.outcome.kind == "retry":
-            time.sleep(0.1)  # tool-side fault injection: the supervisor is busy meanwhile
+            # Fault injection: the supervisor is busy with the retry report
+            # until the attempt's Deadline has been posted behind it.
+            deadline_posted.wait(5)
         on_report(self, msg)
 
+    monkeypatch.setattr(_scheduler.Scheduler, "post", noting_post)
     monkeypatch.setattr(_scheduler.Scheduler, "_on_report", busy_on_report)
     ex = Executor(reg, hook_grace=2.0)  # a loaded machine must not turn this into a grace timeout
     try:
