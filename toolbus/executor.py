@@ -98,8 +98,8 @@ class Executor(ExecutorHooks):
     stop its actors; its threads are daemons and never keep a process alive.
 
     Options are checked here, with `TypeError`/`ValueError` naming the option:
-    `max_parallel` and `max_argument_bytes` are integers >= 1,
-    `max_abandoned_workers` an integer >= 0, `hook_grace` a finite number > 0,
+    `max_parallel`, `max_argument_bytes`, `max_abandoned_workers` and
+    `max_abandoned_per_tool` are integers >= 1, `hook_grace` a finite number > 0,
     `timeout` a number > 0 or None (`math.inf` is taken as None: no deadline).
     `secret_keys` adds names to the default secret-looking keys for this
     executor's default masking (so it cannot be combined with `masker=`).

@@ -43,17 +43,25 @@ class ThreadBudget:
         self.backends: list[Backend] = []
         self.waiting: deque[Run] = deque()  # runs waiting for a thread, in order
 
-    def _counts(self, run: Run) -> tuple[int, int, int, int]:
-        """(busy, stuck) over all backends, then (busy, stuck) of the run's tool."""
-        busy = stuck = tool_busy = tool_stuck = 0
+    def totals(self) -> tuple[int, int]:
+        """(threads running jobs, threads stuck in abandoned jobs), over all backends."""
+        busy = stuck = 0
         for b in self.backends:
             try:
                 busy += b.busy()
                 stuck += b.abandoned()
-                if b is run.backend:
-                    tool_busy, tool_stuck = b.busy(run.tool), b.abandoned(run.tool)
             except Exception as e:  # a custom backend's bug must not lose calls
                 log.error("backend %r failed to count its threads: %s", b.name, e)
+        return busy, stuck
+
+    def _counts(self, run: Run) -> tuple[int, int, int, int]:
+        """`totals()`, then (busy, stuck) of the run's tool."""
+        busy, stuck = self.totals()
+        try:
+            tool_busy, tool_stuck = run.backend.busy(run.tool), run.backend.abandoned(run.tool)
+        except Exception as e:  # a custom backend's bug must not lose calls
+            log.error("backend %r failed to count its threads: %s", run.backend.name, e)
+            tool_busy = tool_stuck = 0
         return busy, stuck, tool_busy, tool_stuck
 
     def room(self, run: Run) -> Room:

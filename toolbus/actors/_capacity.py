@@ -76,11 +76,6 @@ class Capacity:
         self.deadlock = deadlock
         self.refused: list[tuple[Run, str]] = []
 
-    @property
-    def backlog(self) -> bool:
-        """True while some call waits in the ready queue."""
-        return bool(self.ready)
-
     def enqueue(self, run: Run, *, front: bool = False) -> None:
         """Make a run eligible to start (retries and let-out runs go to the front)."""
         if run.sv_queued or run.sv_closed:

@@ -93,8 +93,6 @@ class Scheduler(Deadlines):
         # Where timer messages go (the supervisor actor's tell), set by `bind`.
         self._tell: Callable[[Any], None] = self.post
         self.max_parallel = max_parallel
-        self.max_abandoned = max_abandoned
-        self.max_abandoned_per_tool = max_abandoned_per_tool
         self.hook_grace = hook_grace
         self.pools: dict[int, ToolGroup] = {}
         self.slots = Capacity(max_parallel, self._nested_deadlock)
@@ -314,17 +312,6 @@ class Scheduler(Deadlines):
 
     # -- the thread budget (see _budget.py) ---------------------------------------------
 
-    def _threads(self) -> tuple[int, int]:
-        """(threads held by running jobs, threads stuck in abandoned jobs), for stats."""
-        busy = abandoned = 0
-        for b in self.budget.backends:
-            try:
-                busy += b.busy()
-                abandoned += b.abandoned()
-            except Exception as e:  # a custom backend's bug must not lose calls
-                log.error("backend %r failed to count its threads: %s", b.name, e)
-        return busy, abandoned
-
     def _unpark_threads(self) -> None:
         """Let the first waiting sync run that fits go (one: dispatch decides if
         more fit) and refuse those that never will."""
@@ -456,8 +443,7 @@ class Scheduler(Deadlines):
 
     def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None:
         """Finish a run with a result made by the supervisor itself (no user code)."""
-        result = _pipeline.make_result(run, status, error=message, code=code)
-        _pipeline.finish(run, result, self.services)
+        _pipeline.end_call(run, self.services, status, code, message)
         self._closed_run(run)
 
     def _closed_run(self, run: Run) -> None:
@@ -498,7 +484,7 @@ class Scheduler(Deadlines):
 
     def _status(self) -> dict[str, Any]:
         thread = self.budget.backends[0] if self.budget.backends else None
-        busy, abandoned = self._threads()
+        busy, abandoned = self.budget.totals()
         idle = getattr(thread, "idle", None)
         return {
             **self.counters,

@@ -21,7 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..models import ErrorCode
-from ..pipeline import LOST, Outcome, Services, drive_async, finish, make_result
+from ..pipeline import LOST, Outcome, Services, drive_async, end_call
 from ._loop_thread import LoopThread
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
 from ._thread import contain
@@ -125,16 +125,9 @@ class _Lane:
 
 
 def _abandoned(job: Job, services: Services) -> Outcome:
-    run = job.run
-    if run.completed:
-        return LOST
-    result = make_result(
-        run,
-        "cancelled",
-        error="the event loop running it was closed",
-        code=ErrorCode.CANCELLED,
+    return end_call(
+        job.run, services, "cancelled", ErrorCode.CANCELLED, "the event loop running it was closed"
     )
-    return Outcome("done") if finish(run, result, services) else LOST
 
 
 class LoopBackend:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from .._sync import Latch
@@ -22,17 +22,11 @@ __all__ = ["AsyncTask", "LoopThread"]
 class AsyncTask:
     """A coroutine running on the loop thread; `wait()` blocks a worker until it ends."""
 
-    __slots__ = ("_coro", "_done", "_error", "_loop", "_on_done", "_result", "_task")
+    __slots__ = ("_coro", "_done", "_error", "_loop", "_result", "_task")
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        on_done: Callable[[AsyncTask], None] | None = None,
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._on_done = on_done
-        # Only a waiting thread needs the latch; a done callback replaces it.
-        self._done: Latch | None = Latch() if on_done is None else None
+        self._done = Latch()
         self._task: asyncio.Task[Any] | None = None
         self._coro: Coroutine[Any, Any, Any] | None = None
         self._result: Any = None
@@ -45,15 +39,9 @@ class AsyncTask:
         except BaseException as e:  # e.g. the loop is closing
             coro.close()
             self._error = e
-            self._set_done()
+            self._done.set()
             return
         self._task.add_done_callback(self._finished)
-
-    def _set_done(self) -> None:
-        if self._done is not None:
-            self._done.set()
-        if self._on_done is not None:
-            self._on_done(self)
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
@@ -70,7 +58,7 @@ class AsyncTask:
                     self._error = result.error
                 else:
                     self._result = result
-        self._set_done()
+        self._done.set()
 
     def cancel(self) -> None:
         """Cancel the task (thread-safe); `wait()` then raises CancelledError."""
@@ -84,13 +72,8 @@ class AsyncTask:
             self._task.cancel()
 
     def wait(self) -> Any:
-        """Block until the coroutine ends (tasks made without `on_done` only)."""
-        assert self._done is not None
+        """Block until the coroutine ends; return its value or raise what it raised."""
         self._done.wait()
-        return self.outcome()
-
-    def outcome(self) -> Any:
-        """The coroutine's value once done; raises what it raised."""
         if self._error is not None:
             raise self._error
         return self._result
@@ -163,45 +146,27 @@ class LoopThread:
                 self._loop = loop
             return self._loop
 
-    def submit(
-        self,
-        coro: Coroutine[Any, Any, Any],
-        *,
-        context: contextvars.Context | None = None,
-        on_done: Callable[[AsyncTask], None] | None = None,
-    ) -> AsyncTask:
-        """Start `coro` on the loop, in `context` (default: a copy of the caller's).
-
-        `on_done(task)` runs on the loop thread when it ends (or here, at once,
-        if the loop is closed)."""
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> AsyncTask:
+        """Start `coro` on the loop in a copy of the caller's context."""
         try:
             loop = self._ensure()
         except RuntimeError:
             coro.close()
             raise
-        task = AsyncTask(loop, on_done)
-        if context is None:
-            context = contextvars.copy_context()
+        task = AsyncTask(loop)
+        context = contextvars.copy_context()
         try:
             loop.call_soon_threadsafe(task._start, coro, context)
         except RuntimeError as e:
             coro.close()
             task._error = e
-            task._set_done()
+            task._done.set()
         return task
 
     @property
     def current(self) -> asyncio.AbstractEventLoop:
         """The running loop (started on first use)."""
         return self._ensure()
-
-    def call_soon(self, callback: Callable[[], Any]) -> None:
-        """Run `callback` on the loop thread soon (from any thread)."""
-        loop = self._ensure()
-        if self.owns_current_thread():
-            loop.call_soon(callback)
-        else:
-            loop.call_soon_threadsafe(callback)
 
     def owns_current_thread(self) -> bool:
         """True when called on this loop's own thread."""

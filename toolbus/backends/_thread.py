@@ -21,7 +21,7 @@ import pykka
 
 from .._sync import simple_inbox
 from ..models import ErrorCode
-from ..pipeline import LOST, Outcome, Services, drive_sync, finish, make_result
+from ..pipeline import LOST, Outcome, Services, drive_sync, end_call
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
 
 if TYPE_CHECKING:
@@ -42,10 +42,9 @@ def contain(job: Job, error: BaseException, services: Services) -> Outcome:
         run.scrubber.text("".join(traceback.format_exception(error))),
     )
     try:
-        result = make_result(
-            run, "error", error=f"internal error: {type(error).__name__}", code=ErrorCode.TOOL_ERROR
+        return end_call(
+            run, services, "error", ErrorCode.TOOL_ERROR, f"internal error: {type(error).__name__}"
         )
-        return Outcome("done") if finish(run, result, services) else LOST
     except BaseException:
         return LOST
 

@@ -144,7 +144,6 @@ class Run:
         "sv_timer",
         "sv_waiting_on",
         "sv_worker",
-        "sync",
         "task",
         "timeout",
         "tool",
@@ -176,8 +175,6 @@ class Run:
         self.waiter = waiter
         self.read_only = tool.read_only if tool is not None else True
         self.backend = backend  # the toolbus.backends.Backend that runs its attempts
-        # Runs on a thread of its own (counts against max_abandoned_workers).
-        self.sync = bool(getattr(backend, "uses_threads", False))
         self.parent = parent  # the run whose tool made this call (nested), if any
         self.completed_late = False  # a mutating attempt returned after its deadline
         self.submitted = time.monotonic()

@@ -59,6 +59,7 @@ __all__ = [
     "after_timeout",
     "attempt",
     "current_run",
+    "end_call",
     "finish",
     "make_result",
     "publish_progress",
@@ -222,6 +223,13 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     # The caller is woken by whoever closes the run's books (the scheduler),
     # so its stats already count the call when `execute` returns.
     return True
+
+
+def end_call(run: Run, svc: Services, status: Status, code: ErrorCode, message: str) -> Outcome:
+    """End the call with a result made here, no user code involved (a timeout,
+    a cancellation, an internal error): DONE, or LOST if it had a result."""
+    result = make_result(run, status, error=message, code=code)
+    return DONE if finish(run, result, svc) else LOST
 
 
 def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:
@@ -452,14 +460,13 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
         # Not cancelled by toolbus (it settles first): by the loop the tool ran
         # on, shutting down (asyncio.run's end), or by the tool itself.
         error.__traceback__ = None
-        result = make_result(
+        return end_call(
             run,
+            svc,
             "cancelled",
-            error="the tool's task was cancelled (its event loop shutting down?)",
-            code=ErrorCode.CANCELLED,
-            attempts=n,
+            ErrorCode.CANCELLED,
+            "the tool's task was cancelled (its event loop shutting down?)",
         )
-        return DONE if finish(run, result, svc) else LOST
     if error is None:
         if em.wants(sig.EXECUTED):
             em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration))
