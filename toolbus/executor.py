@@ -21,6 +21,7 @@ import difflib
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 import typing
@@ -88,6 +89,9 @@ class ExecutorStats(BaseModel):
     pools: dict[str, dict[str, int]]
     events_dropped: int = 0
     """Events never delivered to a subscription (close's budget ran out; each one logged)."""
+    killed_workers: int = 0
+    """Processes killed with their process group (deadline, cancellation): each was a
+    `tool:killed` event."""
 
 
 class Executor(ExecutorHooks):
@@ -191,6 +195,7 @@ class Executor(ExecutorHooks):
             emitter=self._emitter,
             hooks=self,
             max_argument_bytes=max_argument_bytes,
+            key_secret=os.urandom(32),
         )
         host = SupervisorHost(self._services, self._loop)
         self._scheduler = host.scheduler = Scheduler(

@@ -40,6 +40,9 @@ class ErrorCode(StrEnum):
     CANCELLED = "CANCELLED"
     ABORTED = "ABORTED"
     TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"
+    TOOL_CRASHED = "TOOL_CRASHED"
+    """The process running the tool died (it exited, was killed by a signal or
+    by the kernel, or went over `memory_limit_mb` / `cpu_limit_s`)."""
 
 
 _ids = itertools.count(1)
@@ -50,11 +53,19 @@ def _new_call_id() -> str:
     return f"{_prefix}{next(_ids)}"
 
 
+def generated_id(call_id: str) -> bool:
+    """True if toolbus made `call_id` up (the model gave none): such ids are not
+    part of a call's idempotency key, since a restart would make another."""
+    return call_id.startswith(_prefix) and call_id[len(_prefix) :].isdigit()
+
+
 class ToolCall(BaseModel):
     """One tool call as the model emitted it.
 
     `arguments` is either a dict or the model's raw JSON text; raw text is
-    parsed by the executor, not here.
+    parsed by the executor, not here. `idempotency_key`, when set, is what
+    `ToolContext.idempotency_key` and the journal use for this call; otherwise
+    toolbus derives one from the tool, the arguments and the model's call id.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -62,6 +73,7 @@ class ToolCall(BaseModel):
     id: str = Field(default_factory=_new_call_id)
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
+    idempotency_key: str | None = None
 
     def with_arguments(self, arguments: dict[str, Any] | str) -> ToolCall:
         """Return a copy of this call with other arguments (for pre-call hooks)."""

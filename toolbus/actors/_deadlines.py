@@ -23,7 +23,7 @@ from ..backends import Job
 from ..bus import _signals as sig
 from ..bus._events import TimedOut
 from ..models import ErrorCode
-from ..pipeline import ADMISSION, FINISHING, Run
+from ..pipeline import ADMISSION, FINISHING, JOURNALING, Run
 from ._messages import Deadline, Expired, Grace, RetryDue
 
 if TYPE_CHECKING:
@@ -38,6 +38,10 @@ __all__ = ["Deadlines"]
 log = logging.getLogger("toolbus.actors")
 
 TimerMessage = Deadline | Grace | RetryDue
+
+# A deadline timer that fires this much before the run's deadline was armed for
+# an earlier one; the timer service itself fires on time or late, never early.
+_EARLY = 0.001
 
 
 class Deadlines:
@@ -90,6 +94,15 @@ class Deadlines:
             return
         run, n = msg.run, msg.attempt
         phase = run.phase
+        if phase == JOURNALING:
+            # Writing its intent to the journal, which is off the deadline's
+            # clock: the step moves the deadline on when the write is done.
+            self._arm(run, run.timeout or 0.0, Deadline)
+            return
+        left = run.remaining()
+        if left is not None and left > _EARLY:
+            self._arm(run, left, Deadline)  # moved on (by a journal write)
+            return
         if not run.try_settle(n):
             # The worker settled the attempt and is in its post-attempt hooks.
             if not run.completed:

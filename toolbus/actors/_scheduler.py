@@ -504,6 +504,7 @@ class Scheduler(Deadlines):
                 for p in self.pools.values()
             },
             "timers": len(self.timers),
+            "killed_workers": self.services.killed.value,
         }
 
     def _on_close(self, msg: Close) -> bool:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ..pipeline import (
     AsyncRunner,
+    Invoke,
     Outcome,
     Run,
     Services,
@@ -54,10 +55,13 @@ class Job:
     attempt: int
     timed_out_in: str | None = None
 
-    def steps(self, services: Services) -> Steps:
-        """The pipeline steps this job stands for, to be driven by the backend."""
+    def steps(self, services: Services, invoke: Invoke | None = None) -> Steps:
+        """The pipeline steps this job stands for, to be driven by the backend.
+
+        `invoke(run, params, ctx)` runs the tool itself (default: `tool.invoke`
+        right here); a backend that runs tools elsewhere passes its own."""
         if self.timed_out_in is None:
-            return attempt(self.run, self.attempt, services)
+            return attempt(self.run, self.attempt, services, invoke)
         return after_timeout(self.run, self.attempt, self.timed_out_in, services)
 
     @property

@@ -29,6 +29,7 @@ __all__ = [
     "Executed",
     "Executing",
     "Failed",
+    "InDoubt",
     "LateResult",
     "ParallelComplete",
     "ParallelStart",
@@ -37,6 +38,7 @@ __all__ = [
     "RetryExhausted",
     "RetrySuccess",
     "TimedOut",
+    "WorkerKilled",
 ]
 
 
@@ -140,6 +142,27 @@ class CallFinished(CallEvent):
 class LateResult(CallEvent):
     status: str
     duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerKilled(CallEvent):
+    """A process running attempt `attempt` was killed with its process group.
+
+    `reason`: "timeout" or "cancelled" (or "closed": its executor closed)."""
+
+    pid: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubt(Event):
+    """A journaled mutating call that started and has no recorded outcome.
+
+    `record` is the journal's `JournalRecord` (masked arguments only)."""
+
+    call_id: str
+    tool: str
+    record: Any
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ __all__ = [
     "EXECUTED",
     "EXECUTING",
     "FINISHED",
+    "IN_DOUBT",
+    "KILLED",
     "LATE_RESULT",
     "PARALLEL_COMPLETE",
     "PARALLEL_START",
@@ -55,6 +57,8 @@ CANCELLED = "tool:cancelled"
 PROGRESS = "tool:progress"
 FINISHED = "tool:finished"
 LATE_RESULT = "tool:late-result"
+KILLED = "tool:killed"
+IN_DOUBT = "tool:in-doubt"
 
 _BUILTIN: dict[str, str] = {
     EXECUTING: "An attempt starts. Carries the masked arguments.",
@@ -76,6 +80,14 @@ _BUILTIN: dict[str, str] = {
     FINISHED: "A call ended; exactly once per call, whatever happened. Carries the result.",
     LATE_RESULT: (
         "An abandoned attempt finished after its call had moved on; its result was discarded."
+    ),
+    KILLED: (
+        "A process running an attempt was killed (deadline, cancellation), with everything it "
+        "started; the call gets its result as usual."
+    ),
+    IN_DOUBT: (
+        "An executor opened on a journal found a mutating call that started under an owner "
+        "that is gone and never recorded an outcome: it may or may not have had its effect."
     ),
 }
 

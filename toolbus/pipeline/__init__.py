@@ -7,9 +7,12 @@ layer imports neither the actors nor the backends: they import it.
 """
 
 from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
+from ._faults import ToolCrashed, WorkerKilled
+from ._keys import canonical_arguments, derive_key
 from ._run import (
     ADMISSION,
     FINISHING,
+    JOURNALING,
     PARKED,
     QUEUED,
     READY,
@@ -25,9 +28,12 @@ from ._steps import (
     DONE,
     LOST,
     Hooks,
+    Invoke,
+    Journal,
     Outcome,
     Services,
     Steps,
+    Tally,
     after_timeout,
     attempt,
     current_run,
@@ -35,6 +41,7 @@ from ._steps import (
     finish,
     log_contained,
     make_result,
+    publish_killed,
     publish_progress,
 )
 
@@ -42,6 +49,7 @@ __all__ = [
     "ADMISSION",
     "DONE",
     "FINISHING",
+    "JOURNALING",
     "LOST",
     "PARKED",
     "QUEUED",
@@ -51,22 +59,30 @@ __all__ = [
     "BatchRun",
     "Cancellable",
     "Hooks",
+    "Invoke",
+    "Journal",
     "LoopWaiter",
     "Outcome",
     "Run",
     "Services",
     "Steps",
+    "Tally",
     "ThreadWaiter",
+    "ToolCrashed",
     "Waitable",
     "Waiter",
+    "WorkerKilled",
     "after_timeout",
     "attempt",
+    "canonical_arguments",
     "current_run",
+    "derive_key",
     "drive_async",
     "drive_sync",
     "end_call",
     "finish",
     "log_contained",
     "make_result",
+    "publish_killed",
     "publish_progress",
 ]

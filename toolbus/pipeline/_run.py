@@ -26,6 +26,7 @@ from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
 from ..scheduling import BarrierSchedule
+from ._keys import derive_key
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -41,6 +42,7 @@ PARKED = 2
 # Phases, for error messages that say where a call got stuck.
 QUEUED = "queued"
 ADMISSION = "pre-call hooks"
+JOURNALING = "journal"  # writing its intent: off the deadline's clock
 RUNNING = "tool"
 FINISHING = "post-call hooks"
 
@@ -118,8 +120,11 @@ class Run:
         "deadline",
         "first_start",
         "index",
+        "journaled",
+        "key",
         "last_error",
         "masked",
+        "origin",
         "params",
         "parent",
         "phase",
@@ -130,6 +135,7 @@ class Run:
         "retry_state",
         "scrubber",
         "settled",
+        "stop_reason",
         "submitted",
         "sv_armed",
         "sv_borrowed",
@@ -166,6 +172,11 @@ class Run:
     ) -> None:
         self._lock = threading.Lock()
         self.call = call
+        self.origin = call  # as submitted: before parsing and pre-call hooks
+        self.key: str | None = None  # its idempotency key, made when first needed
+        self.journaled = False  # its intent is in the journal: record its outcome too
+        # Why the supervisor let the current attempt go ("timeout", "cancelled").
+        self.stop_reason = ""
         self.tool = tool
         self.index = index
         self.batch = batch
@@ -266,6 +277,13 @@ class Run:
         """The event loop its caller awaits it on (None for a blocking caller)."""
         waiter = self.waiter if self.batch is None else self.batch.waiter
         return waiter.loop if isinstance(waiter, LoopWaiter) else None
+
+    def idempotency_key(self, secret: bytes) -> str:
+        """The call's idempotency key (see `_keys.py`), made once."""
+        key = self.key
+        if key is None:
+            key = self.key = derive_key(self.origin, secret)
+        return key
 
     def remaining(self) -> float | None:
         """Seconds left before the current attempt's deadline (None: no deadline).

@@ -19,10 +19,11 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import threading
 import time
 import traceback
-from collections.abc import Awaitable, Generator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -43,25 +44,31 @@ from ..bus._events import (
     RetrySuccess,
     TimedOut,
 )
+from ..bus._events import WorkerKilled as WorkerKilled_
 from ..bus._publisher import Emitter
 from ..masking import Scrubber, hidden_values, mask_arguments, mask_paths
 from ..models import ErrorCode, Status, ToolCall, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import ArgumentError, ToolContext, error_text, normalize_output
 from ..tools._tool import parse_json_arguments
-from ._run import ADMISSION, FINISHING, RUNNING, Run
+from ._faults import ToolCrashed, WorkerKilled
+from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
 
 __all__ = [
     "Hooks",
+    "Invoke",
+    "Journal",
     "Outcome",
     "Services",
     "Steps",
+    "Tally",
     "after_timeout",
     "attempt",
     "current_run",
     "end_call",
     "finish",
     "make_result",
+    "publish_killed",
     "publish_progress",
 ]
 
@@ -108,6 +115,33 @@ class Hooks(Protocol):
     def post_execute(self, call: ToolCall, result: ToolResult) -> Any: ...
 
 
+class Tally:
+    """A count bumped from any thread (workers killed)."""
+
+    __slots__ = ("_lock", "value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self.value += n
+
+
+class Journal(Protocol):
+    """What the steps need of a durable journal (`toolbus.journal`)."""
+
+    def begin(self, run: Run, key: str) -> Awaitable[ToolResult | None]:
+        """Record the intent of a mutating call (synced); resolves to the
+        recorded result if a call with this key already ended ok."""
+        ...
+
+    def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None: ...
+
+    def ended(self, run: Run, result: ToolResult) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Services:
     """What the steps share: read-only after the executor starts."""
@@ -115,6 +149,10 @@ class Services:
     emitter: Emitter
     hooks: Hooks
     max_argument_bytes: int
+    # The HMAC secret of idempotency keys (the journal's, or the executor's own).
+    key_secret: bytes = b""
+    journal: Journal | None = None
+    killed: Tally = field(default_factory=Tally)
 
 
 # What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.
@@ -182,6 +220,11 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     result = _scrubbed(run.scrubber, result)
     if not run.try_complete(result):
         return False
+    if run.journaled:
+        try:
+            svc.journal.ended(run, result)  # type: ignore[union-attr]
+        except Exception as e:  # the result stands; the journal's failure is logged
+            log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
     em = svc.emitter
     bid, att, name = run.batch_id, result.attempts, run.call.name
     if att > 1:
@@ -377,6 +420,18 @@ def publish_progress(
         )
 
 
+def publish_killed(run: Run, svc: Services, pid: int, reason: str) -> None:
+    """A process running `run`'s attempt was killed by toolbus: count it and
+    announce `tool:killed`. Every backend or tool that kills a process says so here."""
+    svc.killed.add()
+    em = svc.emitter
+    if em.wants(sig.KILLED):
+        em.emit(
+            sig.KILLED,
+            WorkerKilled_(run.call.id, run.call.name, run.batch_id, run.attempt, pid, reason),
+        )
+
+
 def _progress_sink(svc: Services, run: Run) -> Any:
     def sink(ctx: ToolContext, message: str, fraction: float | None, data: dict[str, Any]) -> None:
         publish_progress(run, svc, message, fraction, data)
@@ -384,7 +439,13 @@ def _progress_sink(svc: Services, run: Run) -> Any:
     return sink
 
 
-def attempt(run: Run, n: int, svc: Services) -> Steps:
+# How a backend runs the tool itself: `invoke(run, params, ctx)`, returning the
+# value or a coroutine. The default calls `tool.invoke` here; a process backend
+# ships the call to a worker instead.
+Invoke = Callable[[Run, Any, ToolContext], Any]
+
+
+def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> Steps:
     """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome."""
     if not run.is_live(n):
         return LOST
@@ -397,6 +458,14 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
             return DONE if finish(run, rejection, svc) else LOST
         if not run.is_live(n):
             return LOST
+        if svc.journal is not None and not run.read_only:
+            replayed = yield from _journal_intent(run, svc)
+            if not run.is_live(n):
+                return LOST
+            if replayed is not None:
+                if not run.try_settle(n):
+                    return LOST
+                return DONE if finish(run, replayed, svc) else LOST
     tool = run.tool
     assert tool is not None
     em = svc.emitter
@@ -420,15 +489,16 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
             deadline=run.deadline,
             cancel=run.cancel_event,
             sink=_progress_sink(svc, run),
+            idempotency_key=run.idempotency_key(svc.key_secret),
         )
-        if tool.wants_context
+        if tool.wants_context or invoke is not None
         else _NO_CONTEXT
     )
     start = time.monotonic()
     error: BaseException | None = None
     value: Any = None
     try:
-        value = tool.invoke(run.params, ctx)
+        value = tool.invoke(run.params, ctx) if invoke is None else invoke(run, run.params, ctx)
         if inspect.iscoroutine(value):  # also from a sync wrapper of an async function
             value = yield value
         elif tool.is_async and inspect.isawaitable(value):
@@ -439,7 +509,19 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
     end = time.monotonic()
     duration = end - start
     overran = run.deadline is not None and end > run.deadline
-    if not run.try_settle(n):
+    if run.journaled:
+        svc.journal.attempt_ended(  # type: ignore[union-attr]
+            run, n, "ok" if error is None else "timeout" if overran else "error", duration
+        )
+    if isinstance(error, WorkerKilled):
+        # Killed by whoever settled the attempt (deadline, cancellation): not a
+        # late result, there is none. Unsettled, it counts as a crash.
+        error.__traceback__ = None
+        if not run.try_settle(n):
+            return LOST
+        error = ToolCrashed(f"the process running '{name}' was killed")
+        overran = False
+    elif not run.try_settle(n):
         # Announced by the driver only after it has reported to the supervisor,
         # so whoever sees the event also sees it in the executor's stats.
         if error is not None:
@@ -474,8 +556,41 @@ def attempt(run: Run, n: int, svc: Services) -> Steps:
         return (yield from complete(run, result, svc))
     if em.wants(sig.ERROR):
         text = run.scrubber.text(error_text(error))
-        em.emit(sig.ERROR, Failed(call_id, name, bid, n, text, ErrorCode.TOOL_ERROR, duration))
+        code = ErrorCode.TOOL_CRASHED if isinstance(error, ToolCrashed) else ErrorCode.TOOL_ERROR
+        em.emit(sig.ERROR, Failed(call_id, name, bid, n, text, code, duration))
     return (yield from after_failure(run, n, error, svc, timed_out=False))
+
+
+def _journal_intent(run: Run, svc: Services) -> Steps:
+    """Record a mutating call's intent before its tool runs; return the recorded
+    result of an earlier call with the same idempotency key that ended ok.
+
+    The wait is off the deadline's clock: the deadline moves on by as long as
+    the write took (the supervisor re-arms a deadline that fires meanwhile)."""
+    journal = svc.journal
+    assert journal is not None
+    run.phase = JOURNALING
+    began = time.monotonic()
+    recorded: ToolResult | None = None
+    try:
+        recorded = yield journal.begin(run, run.idempotency_key(svc.key_secret))
+        run.journaled = True
+    except (Exception, asyncio.CancelledError) as e:
+        # A journal that cannot be written must not lose the call; it is logged.
+        log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
+    if run.deadline is not None:
+        run.deadline += time.monotonic() - began
+    run.phase = ADMISSION
+    if recorded is None:
+        return None
+    return make_result(
+        run,
+        "ok",
+        output=recorded.output,
+        attachments=recorded.attachments,
+        metadata={**recorded.metadata, "replayed": True},
+        attempts=0,
+    )
 
 
 def _late_event(run: Run, n: int, error: BaseException | None, duration: float) -> LateResult:
@@ -531,9 +646,12 @@ def after_failure(
     # The traceback's frames hold this step's locals (the run among them): a
     # cycle only a garbage collection would free. Its text is taken already.
     error.__traceback__ = None
-    # A mutating attempt that timed out may still complete its side effect:
-    # never run it again, whatever a hook decided.
-    if decision.retry and not (timed_out and not run.read_only):
+    crashed = isinstance(error, ToolCrashed)
+    # A mutating attempt that timed out or crashed may have had its side
+    # effect: never run it again, whatever a hook decided, unless the tool
+    # says running it twice is safe.
+    unsafe = (timed_out or crashed) and not (run.read_only or _idempotent(run))
+    if decision.retry and not unsafe:
         run.last_error = text
         run.retry_delay = decision.delay
         return Outcome("retry", decision.delay)
@@ -542,8 +660,13 @@ def after_failure(
             run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n
         )
     else:
-        result = make_result(run, "error", error=text, code=ErrorCode.TOOL_ERROR, attempts=n)
+        code = ErrorCode.TOOL_CRASHED if crashed else ErrorCode.TOOL_ERROR
+        result = make_result(run, "error", error=text, code=code, attempts=n)
     return (yield from complete(run, result, svc))
+
+
+def _idempotent(run: Run) -> bool:
+    return run.tool is not None and run.tool.idempotent
 
 
 def complete(run: Run, result: ToolResult, svc: Services) -> Steps:

@@ -29,7 +29,7 @@ class ToolContext:
     abort), so a cooperative tool can stop early.
     """
 
-    __slots__ = ("_cancel", "_sink", "attempt", "call_id", "deadline", "tool")
+    __slots__ = ("_cancel", "_sink", "attempt", "call_id", "deadline", "idempotency_key", "tool")
 
     def __init__(
         self,
@@ -40,6 +40,7 @@ class ToolContext:
         deadline: float | None = None,
         cancel: Latch | threading.Event | None = None,
         sink: ProgressSink | None = None,
+        idempotency_key: str = "",
     ) -> None:
         self.call_id = call_id
         self.tool = tool
@@ -47,6 +48,9 @@ class ToolContext:
         self.deadline = deadline
         self._cancel = cancel if cancel is not None else Latch()
         self._sink = sink or _no_progress
+        # The same for every attempt of the call and across a restart: a
+        # mutating tool can hand it to the service it calls to dedupe retries.
+        self.idempotency_key = idempotency_key
 
     @property
     def cancelled(self) -> bool:

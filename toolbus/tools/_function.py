@@ -51,6 +51,9 @@ class FunctionTool(Tool):
         max_concurrency: int | None = None,
         backend: BackendSpec = None,
         groups: Sequence[str] = (),
+        idempotent: bool = False,
+        memory_limit_mb: int | None = None,
+        cpu_limit_s: float | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -62,6 +65,9 @@ class FunctionTool(Tool):
         self.max_concurrency = max_concurrency
         self.backend = backend
         self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
+        self.idempotent = idempotent
+        self.memory_limit_mb = memory_limit_mb
+        self.cpu_limit_s = cpu_limit_s
         self._ctx_param: str | None = None
         self._param_names: tuple[str, ...] = ()
         self._positional_only: tuple[str, ...] = ()
@@ -198,6 +204,9 @@ def tool(
     max_concurrency: int | None = None,
     backend: BackendSpec = None,
     groups: Sequence[str] = (),
+    idempotent: bool = False,
+    memory_limit_mb: int | None = None,
+    cpu_limit_s: float | None = None,
 ) -> Callable[[AnyFunction], FunctionTool]: ...
 
 
@@ -214,6 +223,9 @@ def tool(
     max_concurrency: int | None = None,
     backend: BackendSpec = None,
     groups: Sequence[str] = (),
+    idempotent: bool = False,
+    memory_limit_mb: int | None = None,
+    cpu_limit_s: float | None = None,
 ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
     """Make a tool from a function: `@tool` or `@tool(read_only=True, timeout=5)`."""
 
@@ -229,6 +241,9 @@ def tool(
             max_concurrency=max_concurrency,
             backend=backend,
             groups=groups,
+            idempotent=idempotent,
+            memory_limit_mb=memory_limit_mb,
+            cpu_limit_s=cpu_limit_s,
         )
 
     return make(fn) if fn is not None else make

@@ -90,6 +90,9 @@ class ToolRegistry:
         max_concurrency: int | None = None,
         backend: BackendSpec = None,
         groups: Sequence[str] = (),
+        idempotent: bool = False,
+        memory_limit_mb: int | None = None,
+        cpu_limit_s: float | None = None,
     ) -> Callable[[AnyFunction], FunctionTool]: ...
 
     def tool(
@@ -106,6 +109,9 @@ class ToolRegistry:
         max_concurrency: int | None = None,
         backend: BackendSpec = None,
         groups: Sequence[str] = (),
+        idempotent: bool = False,
+        memory_limit_mb: int | None = None,
+        cpu_limit_s: float | None = None,
     ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
         """Decorator: make a tool from a function and register it."""
 
@@ -119,6 +125,9 @@ class ToolRegistry:
             max_concurrency=max_concurrency,
             backend=backend,
             groups=groups,
+            idempotent=idempotent,
+            memory_limit_mb=memory_limit_mb,
+            cpu_limit_s=cpu_limit_s,
         )
 
         def make(f: AnyFunction) -> FunctionTool:

@@ -19,7 +19,7 @@ import jsonschema
 from pydantic import BaseModel, ValidationError
 
 from .. import _json
-from .._options import positive_int, timeout_seconds
+from .._options import positive_int, positive_number, timeout_seconds
 from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
 from ..retry import RetryPolicy
@@ -109,6 +109,13 @@ class Tool:
     # Holds resources of this process (a live session, a socket): it cannot
     # be shipped to another process or machine.
     process_local: bool = False
+    # Safe to run again after a timeout or a crash even though it is mutating
+    # (it dedupes on `ToolContext.idempotency_key`, say).
+    idempotent: bool = False
+    # Per-worker limits, enforced by a backend that runs tools in processes
+    # (`backend="process"`): address space in MB, CPU seconds per call.
+    memory_limit_mb: int | None = None
+    cpu_limit_s: float | None = None
     is_async: bool
     wants_context: bool
     secret_paths: tuple[SecretPath, ...] = ()
@@ -163,6 +170,12 @@ class Tool:
         if not all(isinstance(g, str) and g for g in groups):
             raise TypeError(f"{owner}: groups must be non-empty strings, got {groups!r}")
         self.groups = groups
+        if self.memory_limit_mb is not None:
+            self.memory_limit_mb = positive_int(self.memory_limit_mb, "memory_limit_mb", owner)
+        if self.cpu_limit_s is not None:
+            self.cpu_limit_s = positive_number(self.cpu_limit_s, "cpu_limit_s", owner)
+        if not isinstance(self.idempotent, bool):
+            raise TypeError(f"{owner}: idempotent must be True or False, got {self.idempotent!r}")
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise TypeError(
                 f"{owner}: retry must be a RetryPolicy, got {type(self.retry).__name__}"

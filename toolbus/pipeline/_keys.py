@@ -1,0 +1,50 @@
+"""Idempotency keys: one per call, the same for every attempt and across restarts.
+
+A key is an HMAC-SHA256, under a secret of the journal's (or the executor's),
+of the tool's name, the arguments as the model sent them (canonical JSON:
+sorted keys, before pre-call hooks, so injected credentials do not change it)
+and the model's call id when it gave one. Ids toolbus made up are left out: a
+restart would make other ones. An HMAC, so the arguments cannot be recovered
+from the key, nor guessed by hashing candidate values without the secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+import orjson
+
+from .._json import loads
+from ..models import ToolCall, generated_id
+
+__all__ = ["canonical_arguments", "derive_key"]
+
+
+def canonical_arguments(arguments: dict[str, Any] | str) -> bytes:
+    """The arguments as canonical JSON (sorted keys); unparseable text as it is."""
+    value: Any = arguments
+    if isinstance(arguments, str):
+        try:
+            value = loads(arguments)
+        except (ValueError, TypeError):
+            return arguments.encode("utf-8", "surrogatepass")
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return repr(arguments).encode("utf-8", "surrogatepass")
+
+
+def derive_key(call: ToolCall, secret: bytes) -> str:
+    """`call.idempotency_key` if the caller set one, else the derived key (hex)."""
+    if call.idempotency_key is not None:
+        return call.idempotency_key
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+    mac.update(call.name.encode("utf-8", "surrogatepass"))
+    mac.update(b"\x00")
+    mac.update(canonical_arguments(call.arguments))
+    mac.update(b"\x00")
+    if not generated_id(call.id):
+        mac.update(call.id.encode("utf-8", "surrogatepass"))
+    return mac.hexdigest()
