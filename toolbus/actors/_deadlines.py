@@ -109,6 +109,7 @@ class Deadlines:
                 self._arm(run, self.hook_grace, Grace)
             return
         self.counters["timeouts"] += 1
+        run.stop_reason = "timeout"
         run.interrupt()
         self._detach(run)
         if self.emitter.wants(sig.TIMEOUT):

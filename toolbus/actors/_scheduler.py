@@ -433,6 +433,7 @@ class Scheduler(Deadlines):
                 # when it reports, instead of retrying.
                 run.sv_cancel = (code, reason)
                 return
+            run.stop_reason = "closed" if self.closed else "cancelled"
             run.interrupt()
             self._detach(run)
         elif only_unstarted and run.attempt > 0:
