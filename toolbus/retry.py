@@ -43,7 +43,8 @@ class AttemptFailure:
     """What `should_retry` is told about a failed attempt.
 
     `state` is the call's tenacity `RetryCallState`, with this failure recorded,
-    so any tenacity strategy can be evaluated on it.
+    so any tenacity strategy can be evaluated on it. `read_only` is true when
+    running the call again is safe: the tool is read-only or `idempotent`.
     """
 
     attempt: int

@@ -285,6 +285,12 @@ class Scheduler(Deadlines):
         pool = self.pools.get(id(tool))
         if pool is None or pool.tool is not tool:
             pool = self.pools[id(tool)] = ToolGroup(tool)
+            # A backend with a fixed number of workers (a process pool): calls
+            # beyond it wait here, in the queue, not on their deadline's clock.
+            capacity = getattr(run.backend, "capacity", None)
+            if capacity is not None:
+                size = capacity(tool)
+                pool.limit = size if pool.limit is None else min(pool.limit, size)
         return pool
 
     def _started(self, backend: Backend) -> None:

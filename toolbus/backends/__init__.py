@@ -4,12 +4,14 @@
 and `LoopBackend` runs async tools as tasks on an event loop. Tools and
 executors choose one with `backend=`: a `Backend`, or a name: `"auto"` (the
 default: thread for sync tools, loop for async ones), `"thread"`, `"loop"`, or
+`"process"` (`ProcessBackend`: worker processes, killed at a deadline), or
 a name bound with `Executor(backends={"gpu": some_backend})`. A tool's choice
 overrides its executor's.
 """
 
 from ._loop import LoopBackend
 from ._loop_thread import AsyncTask, LoopThread
+from ._process import ProcessBackend
 from ._protocol import Backend, BackendUnavailable, Host, Job
 from ._resolve import BUILTIN_NAMES, Backends, BackendSpec, check_spec, check_tool_backend
 from ._thread import ThreadBackend, ToolWorker, WorkerHandle
@@ -25,6 +27,7 @@ __all__ = [
     "Job",
     "LoopBackend",
     "LoopThread",
+    "ProcessBackend",
     "ThreadBackend",
     "ToolWorker",
     "WorkerHandle",

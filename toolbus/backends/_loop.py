@@ -21,7 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..models import ErrorCode
-from ..pipeline import LOST, Outcome, Services, drive_async, end_call
+from ..pipeline import LOST, Invoke, Outcome, Services, drive_async, end_call
 from ._loop_thread import LoopThread
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
 from ._thread import contain
@@ -29,7 +29,7 @@ from ._thread import contain
 if TYPE_CHECKING:
     from ..tools import Tool
 
-__all__ = ["LoopBackend"]
+__all__ = ["Lane", "LoopBackend"]
 
 
 class _TaskHandle:
@@ -51,12 +51,14 @@ class _TaskHandle:
             pass  # the loop is closed: the task is gone already
 
 
-class _Lane:
+class Lane:
     """One loop's mailbox and outbox."""
 
-    __slots__ = ("_loop", "host", "inbox", "lock", "outbox", "services")
+    __slots__ = ("_loop", "host", "inbox", "invoke", "lock", "outbox", "services")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, host: Host) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, host: Host, invoke: Invoke | None = None
+    ) -> None:
         # Weak: the backend's lanes are keyed weakly by loop, and a lane that
         # held its loop would keep every loop that ever called alive.
         self._loop = weakref.ref(loop)
@@ -65,6 +67,7 @@ class _Lane:
         self.inbox: deque[Job] = deque()
         self.lock = threading.Lock()
         self.outbox: list[tuple[Job, Outcome, Any]] = []
+        self.invoke = invoke  # how its jobs run the tool (None: right here)
 
     def submit(self, job: Job) -> bool:
         """Hand `job` over; False if this loop is closed (the job was not taken)."""
@@ -102,7 +105,7 @@ class _Lane:
         services = self.services
         run = job.run
         try:
-            outcome = await drive_async(job.steps(services), run)
+            outcome = await drive_async(job.steps(services, self.invoke), run)
         except asyncio.CancelledError as e:
             # Cancelled while no step held it: by whoever settled the call, or
             # (an executor closing, a caller's loop shutting down) by nobody.
@@ -148,8 +151,8 @@ class LoopBackend:
         self._loop: LoopThread | None = loop
         self._host: Host | None = None
         self._busy = 0
-        self._home: _Lane | None = None
-        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = (
+        self._home: Lane | None = None
+        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lane] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -174,18 +177,18 @@ class LoopBackend:
             lane = self._lanes.get(caller)
             if lane is None:
                 assert self._host is not None, "LoopBackend.start was not called"
-                lane = self._lanes[caller] = _Lane(caller, self._host)
+                lane = self._lanes[caller] = Lane(caller, self._host)
             if lane.submit(job):
                 return
         if not self._home_lane().submit(job):
             self._busy -= 1
             raise BackendUnavailable("the executor's event loop is closed")
 
-    def _home_lane(self) -> _Lane:
+    def _home_lane(self) -> Lane:
         if self._home is None:
             assert self._host is not None, "LoopBackend.start was not called"
             assert self._loop is not None
-            self._home = _Lane(self._loop.current, self._host)
+            self._home = Lane(self._loop.current, self._host)
         return self._home
 
     def release(self, job: Job, worker: Any) -> None:

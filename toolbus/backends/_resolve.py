@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._loop import LoopBackend
+from ._process import ProcessBackend, check_process_tool
 from ._protocol import Backend
 from ._thread import ThreadBackend
 
@@ -17,7 +18,6 @@ __all__ = ["BUILTIN_NAMES", "BackendSpec", "Backends", "check_spec", "check_tool
 
 BackendSpec = str | Backend | None
 
-# "process" is reserved for the process backend.
 BUILTIN_NAMES = frozenset({"auto", "thread", "loop", "process"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
@@ -45,6 +45,27 @@ def check_tool_backend(tool: Tool) -> None:
         )
     if isinstance(spec, Backend):
         spec.check(tool)
+    if spec == "process":
+        check_process_tool(tool)
+    if isinstance(spec, str | Backend):
+        _check_limits(tool, spec)
+
+
+def _check_limits(tool: Tool, backend: BackendSpec) -> None:
+    """Limits only a process backend enforces: refused where they would be ignored."""
+    if tool.memory_limit_mb is None and tool.cpu_limit_s is None:
+        return
+    if isinstance(backend, str):
+        if backend in ("process",) or backend not in BUILTIN_NAMES:
+            return  # a name the executor binds: checked again when it does
+    elif getattr(backend, "enforces_limits", False):
+        return
+    which = "memory_limit_mb" if tool.memory_limit_mb is not None else "cpu_limit_s"
+    name = backend if isinstance(backend, str) else getattr(backend, "name", "?")
+    raise ValueError(
+        f"tool {tool.name!r} sets {which}, which backend {name!r} cannot enforce: "
+        "use backend='process'"
+    )
 
 
 class Backends:
@@ -55,10 +76,14 @@ class Backends:
         self.default = check_spec(default if default is not None else "auto", owner="Executor")
         self.thread = ThreadBackend()
         self.loop = LoopBackend()
+        self._process: ProcessBackend | None = None
         self.named: dict[str, Backend] = {}
         for name, backend in (named or {}).items():
             if not isinstance(name, str) or not _NAME.match(name):
                 raise ValueError(f"Executor(backends=...): {name!r} is not a valid backend name")
+            if name == "process" and isinstance(backend, ProcessBackend):
+                self._process = backend  # the one "process" names: configured
+                continue
             if name in BUILTIN_NAMES:
                 raise ValueError(f"Executor(backends=...): {name!r} is a built-in backend name")
             if not isinstance(backend, Backend):
@@ -77,6 +102,7 @@ class Backends:
         assert backend is not None
         try:
             backend.check(tool)
+            _check_limits(tool, backend)
         except ValueError as e:
             raise ValueError(
                 f"tool {tool.name!r} cannot run on backend {backend.name!r}: {e}"
@@ -92,11 +118,21 @@ class Backends:
             return self.thread
         if name == "loop":
             return self.loop
+        if name == "process":
+            return self.process
         if name in self.named:
             return self.named[name]
-        known = sorted({"auto", "thread", "loop", *self.named})
+        known = sorted({*BUILTIN_NAMES, *self.named})
         what = f"tool {tool.name!r}" if tool is not None else "Executor(backend=...)"
         raise ValueError(f"{what}: unknown backend {name!r}; known: {', '.join(known)}")
 
+    @property
+    def process(self) -> ProcessBackend:
+        """The executor's own process backend (made when a tool first names it)."""
+        if self._process is None:
+            self._process = ProcessBackend()
+        return self._process
+
     def all(self) -> list[Backend]:
-        return [self.thread, self.loop, *self.named.values()]
+        extra = [self._process] if self._process is not None else []
+        return [self.thread, self.loop, *extra, *self.named.values()]

@@ -9,12 +9,20 @@ whoever killed it has already settled the call.
 
 from __future__ import annotations
 
+from ..tools import ToolError
+
 __all__ = ["ToolCrashed", "WorkerKilled"]
 
 
-class ToolCrashed(Exception):
+class ToolCrashed(ToolError):
     """The process running the attempt died; the message says how (exit code,
-    signal, or the limit it went over)."""
+    signal, or the limit it went over).
+
+    Worth another attempt (by the retry policy, and only for a tool that is
+    read-only or idempotent), unless `retryable=False`: a limit is hit again."""
+
+    def __init__(self, message: str, *, retryable: bool | None = True) -> None:
+        super().__init__(message, retryable=retryable)
 
 
 class WorkerKilled(BaseException):

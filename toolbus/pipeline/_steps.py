@@ -630,7 +630,7 @@ def after_failure(
             attempt=n,
             error=error,
             timed_out=timed_out,
-            read_only=run.read_only,
+            read_only=run.read_only or _idempotent(run),  # safe to run again
             policy=run.policy,
             state=run.retry_state,
         )

@@ -155,6 +155,22 @@ class Tool:
 
         check_tool_backend(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # For a process backend's workers: a compiled schema validator does not
+        # pickle, and the backend object stays where it serves.
+        state = self.__dict__.copy()
+        state.pop("_schema_validator", None)
+        state.pop("backend", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._schema_validator = None
+        if self.type == "function" and self.Params is None and self.parameters is not None:
+            self._schema_validator = jsonschema.validators.validator_for(self.parameters)(
+                self.parameters
+            )
+
     def _check_options(self) -> None:
         owner = f"tool {self.name!r}"
         # Normalised onto the instance, so a class attribute is checked too and

@@ -1,0 +1,112 @@
+"""Tools that run in worker processes (a module, so workers can import them)."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from toolbus import ToolContext, ToolRegistry, tool
+
+registry = ToolRegistry()
+tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
+unshipped: contextvars.ContextVar[str] = contextvars.ContextVar("unshipped", default="none")
+
+
+@registry.tool(backend="process", read_only=True)
+def square(x: int) -> int:
+    """Square a number."""
+    return x * x
+
+
+@registry.tool(backend="process")
+def worker_pid() -> int:
+    return os.getpid()
+
+
+@registry.tool(backend="process")
+def hang(pidfile: str = "") -> str:
+    """Hang forever (after writing its pid, and that of a child it started)."""
+    if pidfile:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+        Path(pidfile).write_text(f"{os.getpid()} {child.pid}")
+    while True:
+        time.sleep(1000)
+
+
+@registry.tool(backend="process")
+def exit_now(code: int = 7) -> None:
+    os._exit(code)
+
+
+@registry.tool(backend="process")
+def fails() -> None:
+    raise ValueError("bad input value")
+
+
+@registry.tool(backend="process", memory_limit_mb=300)
+def hog(mb: int) -> int:
+    block = bytearray(mb * 1024 * 1024)
+    return len(block)
+
+
+@registry.tool(backend="process", cpu_limit_s=1)
+def spin(seconds: float) -> float:
+    """Burn `seconds` of CPU."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+    return time.process_time() - start
+
+
+@registry.tool(backend="process")
+def report(ctx: ToolContext) -> dict[str, object]:
+    ctx.progress("halfway", 0.5, step=1)
+    return {
+        "key": ctx.idempotency_key,
+        "attempt": ctx.attempt,
+        "tenant": tenant.get(),
+        "unshipped": unshipped.get(),
+        "has_deadline": ctx.deadline is not None,
+    }
+
+
+@registry.tool(backend="process")
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+@registry.tool(backend="process")
+def unpicklable_result() -> object:
+    return lambda: None
+
+
+@tool(backend="process", idempotent=True, retry=None)
+def crash_once(marker: str, ctx: ToolContext) -> str:
+    """Crash on the first attempt (a marker file says it happened), then succeed."""
+    path = Path(marker)
+    keys = path.with_suffix(".keys")
+    with keys.open("a") as f:
+        f.write(ctx.idempotency_key + "\n")
+    if not path.exists():
+        path.write_text("crashed")
+        os._exit(3)
+    return "ok"
+
+
+@tool(backend="process")
+def crash_mutating(marker: str) -> str:
+    path = Path(marker)
+    with path.open("a") as f:
+        f.write("ran\n")
+    os._exit(3)
+
+
+@registry.tool(backend="process", read_only=True)
+def stall() -> None:
+    """Hang forever; read-only, so a batch runs many at once."""
+    while True:
+        time.sleep(1000)

@@ -1,0 +1,83 @@
+"""The wire between toolbus and its worker processes: pickles in length-prefixed frames.
+
+A frame is an 8-byte big-endian length and that many bytes of pickle. The
+worker side reads and writes with blocking calls (`send`, `recv`); the parent
+side feeds whatever bytes arrived to a `Frames` buffer, which hands back the
+whole frames, so it never blocks its event loop on a slow or dead worker.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+from typing import Any
+
+__all__ = ["Frames", "encode", "recv", "send"]
+
+_HEADER = struct.Struct(">Q")
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+def encode(message: Any) -> bytes:
+    """`message` as one frame; raises what pickling raises."""
+    body = pickle.dumps(message, protocol=_PROTOCOL)
+    return _HEADER.pack(len(body)) + body
+
+
+def send(sock: socket.socket, message: Any) -> None:
+    """Write one frame (blocking)."""
+    sock.sendall(encode(message))
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket) -> Any:
+    """Read one frame (blocking); raises EOFError when the peer has gone."""
+    header = _read_exactly(sock, _HEADER.size)
+    if header is None:
+        raise EOFError("the peer closed the connection")
+    (size,) = _HEADER.unpack(header)
+    body = _read_exactly(sock, size) if size else b""
+    if body is None:
+        raise EOFError("the peer closed the connection mid-frame")
+    return pickle.loads(body)
+
+
+class Frames:
+    """Reassembles frames from bytes as they arrive (the parent's side)."""
+
+    __slots__ = ("_buffer", "_need")
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._need = 0  # the body length of the frame being read, 0 while reading a header
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add `data`; return the bodies of the frames it completed (unpickle them)."""
+        buf = self._buffer
+        buf += data
+        bodies: list[bytes] = []
+        while True:
+            if not self._need:
+                if len(buf) < _HEADER.size:
+                    return bodies
+                (self._need,) = _HEADER.unpack_from(buf)
+                del buf[: _HEADER.size]
+                if not self._need:
+                    bodies.append(b"")
+                    continue
+            if len(buf) < self._need:
+                return bodies
+            bodies.append(bytes(buf[: self._need]))
+            del buf[: self._need]
+            self._need = 0
