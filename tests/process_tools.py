@@ -110,3 +110,20 @@ def stall() -> None:
     """Hang forever; read-only, so a batch runs many at once."""
     while True:
         time.sleep(1000)
+
+
+# For the chaos test: process tools that take the chaos calls' `i`.
+@tool(backend="process", read_only=True)
+def chaos_echo(i: int) -> int:
+    return i
+
+
+@tool(backend="process", read_only=True, timeout=0.2)
+def chaos_stall(i: int) -> int:
+    while True:
+        time.sleep(1000)
+
+
+@tool(backend="process")
+def chaos_crash(i: int) -> int:
+    os._exit(i % 200 + 1)

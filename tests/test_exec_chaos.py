@@ -11,11 +11,13 @@ from typing import Any
 
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, ToolResult, bus
 
+from . import process_tools as pt
+
 KINDS = [
     "ok", "ok_async", "raise", "hang", "hang_async", "flaky", "unknown", "malformed", "invalid",
-    "write", "torn",
+    "write", "torn", "proc", "proc_hang", "proc_crash",
 ]  # fmt: skip
-WEIGHTS = [30, 10, 10, 5, 5, 15, 5, 5, 5, 15, 3]
+WEIGHTS = [30, 10, 10, 5, 5, 15, 5, 5, 5, 15, 3, 6, 2, 2]
 
 
 def _registry(
@@ -60,6 +62,15 @@ def _registry(
 
     reg.unregister("raise_")
     reg.register(type(raise_)(raise_.fn, name="raise", read_only=True))
+    # Tools in worker processes: killed at their deadline, crashing by exiting.
+    for name, t in (
+        ("proc", pt.chaos_echo),
+        ("proc_hang", pt.chaos_stall),
+        ("proc_crash", pt.chaos_crash),
+    ):
+        reg.register(
+            type(t)(t.fn, name=name, read_only=t.read_only, timeout=t.timeout, backend="process")
+        )
     return reg
 
 
@@ -116,7 +127,7 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
             reg, max_parallel=16, timeout=5, max_abandoned_workers=2000, pre_call=[tag_async]
         ) as ex:
             with (
-                bus.Recorder(bus.FINISHED, bus.LATE_RESULT, sender=ex) as rec,
+                bus.Recorder(bus.FINISHED, bus.LATE_RESULT, bus.KILLED, sender=ex) as rec,
                 bus.subscribe(raising_subscriber, sender=ex),
                 bus.subscribe(slow_subscriber, bus.EXECUTING, bus.FINISHED, sender=ex),
             ):
@@ -158,6 +169,8 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
                 rec.wait_for(bus.FINISHED, total, timeout=30)
                 ex.drain_events()
                 finished = rec.of(bus.FINISHED)
+                killed = rec.of(bus.KILLED)
+                late = rec.of(bus.LATE_RESULT)
                 # Callers are woken after their call is counted: stats are exact now.
                 stats = ex.stats()
     finally:
@@ -168,6 +181,11 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
     assert set(by_call) == set(kinds), "a call never finished"
     assert all(n == 1 for n in by_call.values()), "a call finished twice"
     assert all(len(rs) == 1 for rs in results.values()), "a call returned two results"
+    # Process tools are killed, never abandoned: no late result, one kill per worker.
+    assert all(kinds[e.call_id] in ("proc", "proc_hang", "proc_crash") for e in killed)
+    assert not [e for e in late if kinds[e.call_id].startswith("proc")]
+    assert len({e.pid for e in killed}) == len(killed) == stats.killed_workers
+    assert any(kinds[e.call_id] == "proc_hang" and e.reason == "timeout" for e in killed)
     final = {e.call_id: e.result for e in finished}
     for cid, (returned,) in results.items():
         assert returned == final[cid]
@@ -188,6 +206,9 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
             "hang": ("timeout", ErrorCode.EXECUTION_TIMEOUT),
             "hang_async": ("timeout", ErrorCode.EXECUTION_TIMEOUT),
             "torn": ("rejected", ErrorCode.INVALID_ARGUMENTS),
+            "proc": ("ok", None),
+            "proc_hang": ("timeout", ErrorCode.EXECUTION_TIMEOUT),
+            "proc_crash": ("error", ErrorCode.TOOL_CRASHED),
             "unknown": ("rejected", ErrorCode.TOOL_NOT_FOUND),
             "malformed": ("rejected", ErrorCode.INVALID_ARGUMENTS),
             "invalid": ("rejected", ErrorCode.INVALID_ARGUMENTS),
@@ -196,7 +217,7 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
             assert (r.status, r.error_code) == expected, (cid, r)
         else:  # flaky
             assert r.status in ("ok", "error")
-        if r.status == "ok" and kind != "write":
+        if r.status == "ok" and kind not in ("write", "proc_crash"):
             assert r.output == int(cid.rsplit("-", 1)[1])
 
     assert stats.in_flight == 0 and stats.queued == 0
