@@ -290,7 +290,9 @@ class ProcessBackend:
             raise
         finally:
             with self._lock:
-                self._serving.pop(run, None)
+                # Only ours: a retry of the run may be on another worker already.
+                if self._serving.get(run) is worker:
+                    del self._serving[run]
             worker.on_message = None
         kind = message[0]
         if kind == "ok":

@@ -244,7 +244,9 @@ class Zygote:
         f = self._preloads.get(module)
         if f is None:
             f = self._preloads[module] = self.loop.create_future()
-            self._send(("preload", module))
+            # With the path as it is now: the tool's module may live on a
+            # directory added since the zygote started.
+            self._send(("preload", module, list(sys.path)))
         return await f
 
     async def fork(self, memory_limit_mb: int | None) -> WorkerProcess:

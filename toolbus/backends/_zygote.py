@@ -133,7 +133,8 @@ def main(fd: int) -> None:
             if kind == "fork":
                 workers.add(_fork_worker(ctrl, wake, *args))
             elif kind == "preload":
-                (module,) = args
+                module, path = args
+                sys.path[:] = path
                 error = None
                 try:
                     importlib.import_module(module)
