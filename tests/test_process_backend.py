@@ -52,6 +52,26 @@ def _zombies_under(pid: int) -> list[int]:
     return out
 
 
+def _session(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+def _workers() -> list[int]:
+    """Live worker processes under this one: forked by a zygote (not the root
+    zygote, our own child), session leaders."""
+    ours = set(_children_of(os.getpid()))
+    return [
+        p
+        for p in _descendants(os.getpid())
+        if p not in ours
+        if "toolbus.backends._zygote" in _cmdline(p) and _session(p) == p and _state(p) != "Z"
+    ]
+
+
 def _descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
@@ -136,21 +156,16 @@ def test_two_hundred_timeouts_leave_no_zombie_and_no_extra_worker(
         results = ex.execute_batch([call("stall") for _ in range(size)])
         assert {r.status for r in results} == {"timeout"}
         done += size
-        live = _descendants(os.getpid())
-        zygotes = [p for p in live if "toolbus.backends._zygote" in _cmdline(p)]
         ex.drain_events()
         killed = {e.pid for e in recorder.of(bus.KILLED)}
         # A killed worker may take a moment to die and be reaped: it is not live.
-        workers = [p for z in zygotes for p in _children_of(z) if p not in killed]
+        workers = [p for p in _workers() if p not in killed]
         assert len(workers) <= size, (done, workers)
     # A call whose deadline passed while its worker was still being replaced
     # had nothing to kill; every other one killed its worker.
     count = ex.stats().killed_workers
     assert done // 2 <= count <= done + size
-    wait_until(
-        lambda: len([p for z in _zygote_pids() for p in _children_of(z)]) <= size,
-        what="the killed workers reaped",
-    )
+    wait_until(lambda: len(_workers()) <= size, what="the killed workers reaped")
     wait_until(lambda: not _zombies_under(os.getpid()), what="no zombie left")
 
 
@@ -298,7 +313,7 @@ def test_a_killed_worker_is_replaced_at_once(
     ex.execute(call("hang"))
     [killed] = recorder.wait_for(bus.KILLED)
     wait_until(
-        lambda: any(p != killed.pid for z in _zygote_pids() for p in _children_of(z)),
+        lambda: any(p != killed.pid for p in _workers()),
         what="a replacement worker",
     )
 

@@ -27,10 +27,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._options import positive_int, positive_number
+from ..models import Attachment, ToolOutput
 from ..pipeline import ToolCrashed, WorkerKilled, publish_killed, publish_progress
+from ..tools import ToolError
 from ._loop import Lane
-from ._procpool import Pool, WorkerProcess, Zygote, describe_exit
+from ._procpool import START_TIMEOUT, Pool, WorkerProcess, Zygote, describe_exit, start_root
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
+from ._remote import remote_error
 from ._shipping import Shipped, check_shippable, ship
 from ._wire import encode
 from ._worker import CallRequest
@@ -115,7 +118,8 @@ class ProcessBackend:
         self.carries_context: ContextSpec = variables
         self._host: Host | None = None
         self._lane: Lane | None = None
-        self._zygote: Zygote | None = None
+        self._root: asyncio.Future[Zygote] | None = None  # the loop thread's
+        self._seq = 0
         self._pools: dict[int, Pool] = {}  # the loop thread's
         self._shipped: dict[int, tuple[Tool, Shipped]] = {}
         # Which worker serves which run: read by `cancel` on the supervisor's thread.
@@ -136,9 +140,15 @@ class ProcessBackend:
         return min(size, tool.max_concurrency) if tool.max_concurrency else size
 
     def start(self, host: Host) -> None:
-        if self._host is not None and self._host is not host:
+        if self._host is not None and self._host is not host and not self._stopped:
             raise RuntimeError("this ProcessBackend already serves another executor")
-        self._host = host
+        if self._host is not host:
+            # A backend declared on a tool outlives an executor: serve the next.
+            self._host = host
+            self._lane = None
+            self._root = None
+            self._pools.clear()
+            self._stopped = False
 
     def submit(self, job: Job) -> None:
         tool = job.run.tool
@@ -153,9 +163,7 @@ class ProcessBackend:
             except ValueError as e:
                 raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {e}") from None
         if self._lane is None:
-            loop = self._host.loop.current  # type: ignore[attr-defined]
-            self._lane = Lane(loop, self._host, self._invoke)
-            self._zygote = Zygote(loop)
+            self._lane = Lane(self._host.loop.current, self._host, self._invoke)  # type: ignore[attr-defined]
         self._busy += 1
         self._busy_by_tool[id(tool)] += 1
         if not self._lane.submit(job):
@@ -189,20 +197,45 @@ class ProcessBackend:
 
     def stop(self) -> None:
         self._stopped = True
-        zygote = self._zygote
-        if zygote is None:
+        root = self._root
+        if root is None:
             return
-        zygote.kill_all("closed")  # now, from this thread: the loop may be closing
-        try:
-            zygote.loop.call_soon_threadsafe(zygote.close)
-        except RuntimeError:  # the loop is closed: the zygote sees its socket close
-            pass
+        if root.done() and not root.cancelled() and root.exception() is None:
+            zygote = root.result()
+            zygote.kill_all("closed")  # now, from this thread: the loop may be closing
+            try:
+                zygote.loop.call_soon_threadsafe(zygote.close)
+            except RuntimeError:
+                zygote.close()  # the loop is gone: nobody else will touch it
 
     # -- the loop thread ----------------------------------------------------------
 
     @property
     def workers_started(self) -> int:
         return sum(p.started for p in self._pools.values())
+
+    async def _ready_root(self) -> Zygote:
+        """The root zygote, started on first use (and again if it died)."""
+        f = self._root
+        if f is None or (
+            f.done() and (f.cancelled() or f.exception() is not None or f.result().closed)
+        ):
+            f = self._root = asyncio.ensure_future(self._start_root())
+        return await asyncio.shield(f)
+
+    async def _start_root(self) -> Zygote:
+        if self._stopped:
+            raise RuntimeError("the process backend has stopped")
+        zygote, _ = start_root(asyncio.get_running_loop())
+        try:
+            await asyncio.wait_for(asyncio.shield(zygote.ready), START_TIMEOUT)
+        except BaseException:
+            zygote.close()
+            raise
+        if self._stopped:
+            zygote.close()
+            raise RuntimeError("the process backend has stopped")
+        return zygote
 
     def _killed(self, run: Run, worker: WorkerProcess, reason: str) -> None:
         if worker.kill(reason) and self._host is not None:
@@ -211,11 +244,10 @@ class ProcessBackend:
     def _pool(self, tool: Tool) -> Pool:
         pool = self._pools.get(id(tool))
         if pool is None:
-            assert self._zygote is not None
             shipped = self._shipped[id(tool)][1]
             memory = tool.memory_limit_mb or self.memory_limit_mb
             pool = self._pools[id(tool)] = Pool(
-                self._zygote, self.capacity(tool), memory, shipped.module
+                self._ready_root, self.capacity(tool), memory, shipped.module
             )
         return pool
 
@@ -234,17 +266,29 @@ class ProcessBackend:
             worker = await pool.acquire()
         except asyncio.CancelledError:
             raise WorkerKilled() from None
+        except ImportError as e:
+            raise ToolError(
+                f"Tool '{name}' could not be loaded in a worker process: {e}", retryable=False
+            ) from None
         except Exception as e:
             raise ToolCrashed(f"no worker process could be started for '{name}': {e}") from None
         memory = pool.memory_limit_mb
         cpu = tool.cpu_limit_s or self.cpu_limit_s
         loop = asyncio.get_running_loop()
-        reply: asyncio.Future[Any] = loop.create_future()
+        reply: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._seq += 1
+        worker.seq = seq = self._seq
 
-        def on_message(message: Any) -> None:
-            if message[0] == "progress":
-                _, text, fraction, data = message
-                publish_progress(run, services, text, fraction, data)
+        def on_message(message: dict[str, Any]) -> None:
+            if message.get("kind") == "progress":
+                data = message.get("data")
+                publish_progress(
+                    run,
+                    services,
+                    str(message.get("message", "")),
+                    _fraction(message.get("fraction")),
+                    data if isinstance(data, dict) else {},
+                )
             elif not reply.done():
                 reply.set_result(message)
 
@@ -252,11 +296,6 @@ class ProcessBackend:
         with self._lock:
             self._serving[run] = worker
         try:
-            if pool.preload_error is not None:
-                raise ImportError(
-                    f"the module of tool '{name}' failed to import in the worker: "
-                    f"{pool.preload_error}"
-                )
             context = [
                 (module, attr, value)
                 for var, module, attr in self._vars
@@ -266,6 +305,7 @@ class ProcessBackend:
                 self._shipped[id(tool)][1],
                 name,
                 run.call.arguments,
+                seq=seq,
                 call_id=run.call.id,
                 attempt=run.attempt,
                 remaining=run.remaining(),
@@ -273,7 +313,14 @@ class ProcessBackend:
                 context=context,
                 cpu_limit_s=cpu,
             )
-            data = encode(request)
+            try:
+                data = encode(request)
+            except Exception as e:
+                names = ", ".join(f"{m}.{a}" for m, a, _ in context) or "none"
+                raise TypeError(
+                    f"the call to '{name}' cannot be sent to its worker process (arguments, "
+                    f"or the context_vars values: {names}): {e}"
+                ) from None
             if run.settled:  # stopped while we prepared: the kill found no worker yet
                 raise asyncio.CancelledError
             try:
@@ -294,24 +341,37 @@ class ProcessBackend:
                 if self._serving.get(run) is worker:
                     del self._serving[run]
             worker.on_message = None
-        kind = message[0]
+        kind = message.get("kind")
         if kind == "ok":
             pool.release(worker)
-            return message[1]
+            return ToolOutput(
+                content=message.get("output"),
+                attachments=tuple(Attachment(**a) for a in message.get("attachments") or ()),
+                metadata=message.get("metadata") or {},
+            )
         if kind == "raised":
             pool.release(worker)
-            raise message[1]
+            raise remote_error(message)
         if worker.killed:
             pool.lost(worker)
             raise WorkerKilled()
+        # It crashed, or closed its end: either way it is of no more use.
+        worker.kill("lost")
         if kind == "crashed":
-            why, limit = message[1], True
-        else:  # the connection closed: the worker died; ask the zygote how
+            why, limit = str(message.get("why")), True
+        else:  # the connection closed: ask its zygote how it ended
             try:
                 status = await asyncio.wait_for(asyncio.shield(worker.status), _STATUS_TIMEOUT)
-            except (TimeoutError, asyncio.CancelledError):
+            except TimeoutError:
                 status = None
+            except asyncio.CancelledError:
+                pool.lost(worker)
+                raise WorkerKilled() from None
             why, limit = describe_exit(status, memory, cpu)
         pool.lost(worker)
         # Over a limit it would be over it again: not worth a retry.
         raise ToolCrashed(f"Tool '{name}' crashed: {why}", retryable=not limit)
+
+
+def _fraction(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

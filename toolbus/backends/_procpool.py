@@ -1,14 +1,17 @@
-"""The parent's side of worker processes: the zygote handle, workers and per-tool pools.
+"""The agent's side of worker processes: zygote handles, workers and per-tool pools.
 
 Everything here runs on the executor's event loop thread (readers registered
-with `add_reader`, so waiting for a worker holds no thread), except `kill`,
-which any thread may call: it is one `killpg`.
+with `add_reader`, so waiting for a worker holds no thread), except
+`WorkerProcess.kill` and `Zygote.kill_all`, which any thread may call: a kill
+is one `killpg`. Nothing a worker or zygote sends is unpickled here: their
+messages are JSON (`_wire.reply`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pickle
 import signal
@@ -17,17 +20,21 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from pathlib import Path
 from typing import Any
 
+from .. import _json
 from ._wire import Frames
 
-__all__ = ["Pool", "WorkerProcess", "Zygote", "describe_exit"]
+__all__ = ["Pool", "WorkerProcess", "Zygote", "describe_exit", "start_root"]
 
-# How long to wait for the zygote to start (it imports toolbus).
-_START_TIMEOUT = 60.0
-# How long a crashed worker's exit status is waited for, to name the crash.
-_STATUS_TIMEOUT = 2.0
+# How long a zygote may take to be ready (the root imports toolbus; a module
+# zygote imports the tool's module).
+START_TIMEOUT = 60.0
 EXIT_MEMORY = 86  # see _worker.py
+# The directory that holds the toolbus package this process runs: the root
+# zygote imports the same one, whatever its working directory and path.
+_TOOLBUS_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def describe_exit(
@@ -55,22 +62,37 @@ def describe_exit(
     return f"its worker process exited with code {code}", False
 
 
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        # Not a group (yet): kill the process itself.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    except PermissionError:
+        pass
+
+
 class WorkerProcess:
     """One worker: its pid (also its process group), its socket, its one call."""
 
     __slots__ = (
-        "_kill_lock", "counted_out", "frames", "killed", "loop", "on_message", "pid", "sock",
-        "status",
+        "_kill_lock", "counted_out", "frames", "killed", "loop", "on_message", "pid", "seq",
+        "sock", "status", "zygote",
     )  # fmt: skip
 
-    def __init__(self, pid: int, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, pid: int, sock: socket.socket, loop: asyncio.AbstractEventLoop, zygote: Zygote
+    ) -> None:
         self.pid = pid
         self.sock = sock
         self.loop = loop
+        self.zygote = zygote
         self.frames = Frames()
         self.killed = ""  # why toolbus killed it, once it has
-        self.counted_out = False  # its pool no longer counts it live
         self._kill_lock = threading.Lock()
+        self.counted_out = False  # its pool no longer counts it live
+        self.seq = 0  # the request it serves: frames tagged otherwise are stale
         # Where its frames go while it serves a call (None: idle).
         self.on_message: Any = None
         self.status: asyncio.Future[int | None] = loop.create_future()
@@ -87,8 +109,7 @@ class WorkerProcess:
             if self.killed:
                 return False
             self.killed = reason
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
+        _kill_group(self.pid)
         return True
 
     def _readable(self) -> None:
@@ -103,19 +124,21 @@ class WorkerProcess:
             return
         for body in self.frames.feed(data):
             try:
-                message = pickle.loads(body)
-            except Exception as e:
-                message = ("raised", RuntimeError(f"a reply could not be read: {e}"))
+                message = _json.loads(body)
+                if not isinstance(message, dict) or message.get("seq") != self.seq:
+                    continue  # stale (a thread of an earlier call) or garbage
+            except ValueError:
+                message = {"kind": "garbled"}
             if self.on_message is not None:
                 self.on_message(message)
 
     def gone(self) -> None:
-        """Its connection ended (it died): close, and tell whoever waits on it."""
+        """Its connection ended (it died, or closed it): close, and tell whoever waits."""
         if self.sock.fileno() < 0:
             return
         self.close()
         if self.on_message is not None:
-            self.on_message(("eof",))
+            self.on_message({"kind": "eof"})
 
     async def send(self, data: bytes) -> None:
         await self.loop.sock_sendall(self.sock, data)
@@ -128,52 +151,22 @@ class WorkerProcess:
 
 
 class Zygote:
-    """The parent's handle on its zygote process (see `_zygote.py`)."""
+    """The agent's handle on one zygote process (see `_zygote.py`)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, ctrl: socket.socket) -> None:
         self.loop = loop
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.ctrl: socket.socket | None = None
-        self._ready: asyncio.Future[None] | None = None
-        self._forks: deque[tuple[asyncio.Future[WorkerProcess], int | None]] = deque()
-        self._preloads: dict[str, asyncio.Future[str | None]] = {}
+        self.ctrl = ctrl
+        self.ready: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self.ready.add_done_callback(_retrieved)
+        self._forks: deque[tuple[asyncio.Future[Any], str]] = deque()
         self.workers: dict[int, WorkerProcess] = {}
+        self.children: dict[int, Zygote] = {}  # module zygotes (the root's)
         self.closed = False
-
-    async def ready(self) -> None:
-        """Start the zygote if it is not running; return once it serves."""
-        if self.closed:
-            raise RuntimeError("the process backend has stopped")
-        if self._ready is None:
-            self._ready = self.loop.create_future()
-            try:
-                self._start()
-            except BaseException as e:
-                self._ready.set_exception(e)
-        await asyncio.wait_for(asyncio.shield(self._ready), _START_TIMEOUT)
-
-    def _start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)
-        # Fewer malloc arenas: RLIMIT_AS counts every arena's reserve.
-        env["MALLOC_ARENA_MAX"] = "2"
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "toolbus.backends._zygote", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            theirs.close()
-        self.ctrl = ours
-        ours.send(pickle.dumps({"path": list(sys.path), "cwd": os.getcwd()}))
-        ours.setblocking(False)
-        self.loop.add_reader(ours.fileno(), self._readable)
+        self.on_gone: list[Any] = []
+        ctrl.setblocking(False)
+        loop.add_reader(ctrl.fileno(), self._readable)
 
     def _readable(self) -> None:
-        assert self.ctrl is not None
         try:
             data, fds, _, _ = socket.recv_fds(self.ctrl, 1 << 16, 4)
         except (BlockingIOError, InterruptedError):
@@ -181,105 +174,166 @@ class Zygote:
         except OSError:
             data, fds = b"", []
         if not data:
-            self._gone("the process backend's zygote exited")
+            self.gone("its zygote process exited")
             return
-        kind, *args = pickle.loads(data)
+        try:
+            message = json.loads(data)
+            kind = message["kind"]
+        except (ValueError, KeyError, TypeError):
+            for fd in fds:
+                os.close(fd)
+            return
         if kind == "ready":
-            if self._ready is not None and not self._ready.done():
-                self._ready.set_result(None)
+            if not self.ready.done():
+                self.ready.set_result(message)
         elif kind == "forked":
-            (pid,) = args
-            sock = socket.socket(fileno=fds[0])
-            worker = WorkerProcess(pid, sock, self.loop)
+            self._forked(int(message["pid"]), fds)
+        elif kind == "exited":
+            pid, status = int(message["pid"]), int(message["status"])
+            worker = self.workers.pop(pid, None)
+            if worker is not None:
+                if not worker.status.done():
+                    worker.status.set_result(status)
+                worker.gone()
+            child = self.children.pop(pid, None)
+            if child is not None:
+                child.gone("its zygote process exited")
+
+    def _forked(self, pid: int, fds: list[int]) -> None:
+        future, what = self._forks.popleft()
+        if not fds:
+            _kill_group(pid)
+            if not future.done():
+                future.set_exception(RuntimeError("a zygote forked without a socket"))
+            return
+        sock = socket.socket(fileno=fds[0])
+        for extra in fds[1:]:
+            os.close(extra)
+        if what == "worker":
+            worker = WorkerProcess(pid, sock, self.loop, self)
             self.workers[pid] = worker
-            future, _ = self._forks.popleft()
             if future.done():  # nobody waits any more: let it go
                 worker.kill("unused")
                 worker.close()
             else:
                 future.set_result(worker)
-        elif kind == "exited":
-            pid, status = args
-            gone = self.workers.pop(pid, None)
-            if gone is not None:
-                if not gone.status.done():
-                    gone.status.set_result(status)
-                gone.gone()
-        elif kind == "preloaded":
-            module, error = args
-            f = self._preloads.get(module)
-            if f is not None and not f.done():
-                f.set_result(error)
+        else:
+            child = Zygote(self.loop, sock)
+            self.children[pid] = child
+            if future.done():
+                child.close()
+            else:
+                future.set_result(child)
 
-    def _gone(self, why: str) -> None:
-        if self.ctrl is not None and self.ctrl.fileno() >= 0:
-            with contextlib.suppress(Exception):
-                self.loop.remove_reader(self.ctrl.fileno())
-            self.ctrl.close()
+    def gone(self, why: str) -> None:
+        """The zygote is gone (or closing): kill its workers, fail whoever waits."""
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self.ctrl.fileno())
+        self.ctrl.close()
         error = RuntimeError(why)
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(error)
+        if not self.ready.done():
+            self.ready.set_exception(error)
         while self._forks:
             f, _ = self._forks.popleft()
             if not f.done():
                 f.set_exception(error)
         for worker in list(self.workers.values()):
+            # Orphaned by a dead zygote they would run on: never leave them.
+            worker.kill("lost")
             if not worker.status.done():
                 worker.status.set_result(None)
             worker.gone()
         self.workers.clear()
-        self._ready = None  # the next call starts a new one
-        self._reap()
+        for child in list(self.children.values()):
+            child.gone(why)
+        self.children.clear()
+        for callback in self.on_gone:
+            callback(self)
 
-    def _reap(self) -> None:
-        proc = self.proc
-        if proc is not None:
-            # A daemon thread, so a zygote that takes a moment to exit is
-            # still reaped (never a zombie) and nobody waits for it.
-            threading.Thread(target=proc.wait, name="toolbus-zygote-reaper", daemon=True).start()
-
-    async def preload(self, module: str) -> str | None:
-        """Import `module` in the zygote; the error text, or None."""
-        await self.ready()
-        f = self._preloads.get(module)
-        if f is None:
-            f = self._preloads[module] = self.loop.create_future()
-            # With the path as it is now: the tool's module may live on a
-            # directory added since the zygote started.
-            self._send(("preload", module, list(sys.path)))
-        return await f
-
-    async def fork(self, memory_limit_mb: int | None) -> WorkerProcess:
-        await self.ready()
-        f: asyncio.Future[WorkerProcess] = self.loop.create_future()
-        self._forks.append((f, memory_limit_mb))
-        self._send(("fork", memory_limit_mb))
-        return await f
-
-    def _send(self, message: Any) -> None:
-        assert self.ctrl is not None
+    def _request(self, message: dict[str, Any], what: str) -> asyncio.Future[Any]:
+        f: asyncio.Future[Any] = self.loop.create_future()
+        f.add_done_callback(_retrieved)
+        if self.closed:
+            f.set_exception(RuntimeError("its zygote process has stopped"))
+            return f
+        self._forks.append((f, what))
         try:
             self.ctrl.send(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
         except OSError as e:
-            self._gone(f"the process backend's zygote is gone ({e})")
+            self.gone(f"its zygote process is gone ({e})")
+        return f
+
+    def fork(self, memory_limit_mb: int | None) -> asyncio.Future[WorkerProcess]:
+        """A new worker (resolves once it is a session leader)."""
+        return self._request({"kind": "fork", "memory_limit_mb": memory_limit_mb}, "worker")
+
+    def spawn(self, module: str) -> asyncio.Future[Zygote]:
+        """A module zygote that has imported `module` (the root only)."""
+        return self._request({"kind": "zygote", "module": module, "path": list(sys.path)}, "zygote")
 
     def kill_all(self, reason: str) -> None:
         """Any thread: kill every worker's process group now."""
         for worker in list(self.workers.values()):
             worker.kill(reason)
+        for child in list(self.children.values()):
+            child.kill_all(reason)
 
     def close(self) -> None:
-        """On the loop: stop (the zygote kills what is left and exits)."""
-        self.closed = True
+        """Stop: kill the workers; the zygote sees its socket close and exits."""
         self.kill_all("closed")
-        self._gone("the process backend has stopped")
+        self.gone("the process backend has stopped")
+
+
+def _retrieved(f: asyncio.Future[Any]) -> None:
+    # Marks a failure as seen: nobody may be left to await it (closed while starting).
+    if not f.cancelled():
+        f.exception()
+
+
+def start_root(loop: asyncio.AbstractEventLoop) -> tuple[Zygote, subprocess.Popen[bytes]]:
+    """Start a root zygote; await its `ready` before use."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = dict(os.environ)
+    # Fewer malloc arenas: RLIMIT_AS counts every arena's reserve.
+    env["MALLOC_ARENA_MAX"] = "2"
+    code = (
+        f"import sys; sys.path.insert(0, {_TOOLBUS_ROOT!r}); "
+        f"from toolbus.backends._zygote import main; main({theirs.fileno()})"
+    )
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    finally:
+        theirs.close()
+    ours.send(pickle.dumps({"path": list(sys.path), "cwd": os.getcwd()}))
+    zygote = Zygote(loop, ours)
+
+    def reap(_: Zygote) -> None:
+        # A daemon thread, so a zygote that takes a moment to exit is still
+        # reaped (never a zombie) and nobody waits for it.
+        threading.Thread(target=proc.wait, name="toolbus-zygote-reaper", daemon=True).start()
+
+    zygote.on_gone.append(reap)
+    return zygote, proc
 
 
 class Pool:
-    """One tool's warm workers, at most `size`, started as calls need them."""
+    """One tool's warm workers, at most `size`, started as calls need them.
 
-    def __init__(self, zygote: Zygote, size: int, memory_limit_mb: int | None, module: str) -> None:
-        self.zygote = zygote
+    Its workers come from the tool module's zygote, made on the first call; if
+    the module cannot be forked from (it starts threads at import), from the
+    root, importing the module themselves."""
+
+    def __init__(self, root: Any, size: int, memory_limit_mb: int | None, module: str) -> None:
+        self.root = root  # an async callable: the backend's ready root zygote
         self.size = size
         self.memory_limit_mb = memory_limit_mb
         self.module = module
@@ -288,45 +342,80 @@ class Pool:
         self.starting = 0
         self.waiting: deque[asyncio.Future[WorkerProcess]] = deque()
         self.started = 0
-        self.preload_error: str | None = None
-        self._preloaded = False
+        self._source: asyncio.Future[Zygote] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def source(self) -> Zygote:
+        """The zygote its workers are forked from (made once, shared by all calls)."""
+        f = self._source
+        if f is None or (f.done() and (f.exception() is not None or f.result().closed)):
+            self.loop = asyncio.get_running_loop()
+            f = self._source = asyncio.ensure_future(self._make_source())
+            f.add_done_callback(_retrieved)
+        # Shielded: a call cancelled while the module imports must not cancel
+        # the import for everyone else.
+        return await asyncio.shield(f)
+
+    async def _make_source(self) -> Zygote:
+        root: Zygote = await self.root()
+        child = await asyncio.wait_for(asyncio.shield(root.spawn(self.module)), START_TIMEOUT)
+        try:
+            ready = await asyncio.wait_for(asyncio.shield(child.ready), START_TIMEOUT)
+        except BaseException:
+            child.close()
+            raise
+        if ready.get("error"):
+            child.close()
+            raise ImportError(f"the module {self.module!r} failed to import: {ready['error']}")
+        if ready.get("threaded"):
+            child.close()
+            return root
+        return child
 
     async def acquire(self) -> WorkerProcess:
         """A worker of this pool, for one call; waits for one to be free."""
-        if not self._preloaded:
-            self.preload_error = await self.zygote.preload(self.module)
-            self._preloaded = True
+        await self.source()
         while self.idle:
             w = self.idle.pop()
             if w.alive:
                 return w
             self.lost(w)
-        f: asyncio.Future[WorkerProcess] = self.zygote.loop.create_future()
+        f: asyncio.Future[WorkerProcess] = asyncio.get_running_loop().create_future()
         self.waiting.append(f)
         self.fill()
-        return await f
+        try:
+            return await f
+        except asyncio.CancelledError:
+            if f.done() and not f.cancelled() and f.exception() is None:
+                self.release(f.result())  # handed over just as we were cancelled
+            raise
 
     def fill(self) -> None:
         """Start workers for the calls waiting, up to the pool's size."""
         while self.live + self.starting < self.size and self.starting < len(self.waiting):
-            self.starting += 1
-            self.zygote.loop.create_task(self._start_one())
+            self._start()
 
     def prewarm(self) -> None:
         """Replace a worker that died, so the next call finds one ready."""
-        if self.live + self.starting < self.size and not self.zygote.closed:
-            self.starting += 1
-            self.zygote.loop.create_task(self._start_one())
+        if self.live + self.starting < self.size and self._source is not None:
+            self._start()
+
+    def _start(self) -> None:
+        assert self.loop is not None
+        self.starting += 1
+        self.loop.create_task(self._start_one())
 
     async def _start_one(self) -> None:
         try:
-            w = await self.zygote.fork(self.memory_limit_mb)
+            source = await self.source()
+            w = await source.fork(self.memory_limit_mb)
         except BaseException as e:
             self.starting -= 1
+            error = e if isinstance(e, Exception) else RuntimeError(str(e))
             while self.waiting:
                 f = self.waiting.popleft()
                 if not f.done():
-                    f.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+                    f.set_exception(error)
             return
         self.starting -= 1
         self.live += 1

@@ -1,9 +1,12 @@
-"""The wire between toolbus and its worker processes: pickles in length-prefixed frames.
+"""The wire between toolbus and its worker processes: length-prefixed frames.
 
-A frame is an 8-byte big-endian length and that many bytes of pickle. The
-worker side reads and writes with blocking calls (`send`, `recv`); the parent
-side feeds whatever bytes arrived to a `Frames` buffer, which hands back the
-whole frames, so it never blocks its event loop on a slow or dead worker.
+A frame is an 8-byte big-endian length and that many bytes. Toward a worker a
+frame holds a pickle (the agent trusts its own requests); from a worker it
+holds JSON only (`reply`): a worker runs code the agent may not trust, and
+unpickling its bytes would run whatever it chose in the agent. The worker reads
+with blocking calls (`recv`); the agent feeds whatever bytes arrived to a
+`Frames` buffer, which hands back whole frames, so its event loop never blocks
+on a slow or dead worker.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import socket
 import struct
 from typing import Any
 
-__all__ = ["Frames", "encode", "recv", "send"]
+import orjson
+
+from .. import _json
+
+__all__ = ["Frames", "encode", "recv", "reply", "send"]
 
 _HEADER = struct.Struct(">Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -22,6 +29,12 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 def encode(message: Any) -> bytes:
     """`message` as one frame; raises what pickling raises."""
     body = pickle.dumps(message, protocol=_PROTOCOL)
+    return _HEADER.pack(len(body)) + body
+
+
+def reply(message: dict[str, Any]) -> bytes:
+    """A worker's message as one JSON frame; raises TypeError for what JSON cannot hold."""
+    body = _json.dumps(message, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
     return _HEADER.pack(len(body)) + body
 
 

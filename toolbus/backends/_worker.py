@@ -1,21 +1,27 @@
 """Inside a worker process: where limits are set and a shipped tool is run.
 
-A worker serves one tool, one call at a time, over its socket to the parent:
-("call", ...) in; ("progress", ...) zero or more times, then ("ok", value),
-("raised", error) or ("crashed", why) out. It is a session leader (`setsid`),
-so the parent kills it and everything it started with one `killpg`.
+A worker serves one tool, one call at a time, over its socket to the agent: a
+`CallRequest` (a pickle) in; JSON frames out, each tagged with the request's
+`seq`: "progress" zero or more times, then "ok" (the normalised output),
+"raised" (the exception's type, bases and text) or "crashed" (why). Tagging
+lets the agent drop what a thread left behind by an earlier call still sends.
+
+It is a session leader (`setsid`, done before its zygote reports it forked), so
+the agent kills it and everything it started with one `killpg`; it dies with
+its zygote (`PR_SET_PDEATHSIG`).
 
 Limits: `RLIMIT_AS` for memory, set once; `RLIMIT_CPU` per call, its soft limit
 raised before each call to the CPU used so far plus the per-call budget (the
-limit counts the process's whole life). A tool that runs out of memory gets a
-MemoryError: the worker reports a crash naming the limit and exits, since a
-process that hit its address-space limit may be in any state. Going over the
-CPU limit is SIGXCPU, which kills the worker; the parent names the limit.
+limit counts the process's whole life). Running out of memory anywhere (the
+request, the tool, the reply) is a crash naming the limit, and the worker
+exits: a process that hit its address-space limit may be in any state. Going
+over the CPU limit is SIGXCPU, which kills the worker; the agent names it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextvars
 import importlib
 import inspect
@@ -25,13 +31,12 @@ import resource
 import socket
 import threading
 import time
-import traceback
 from typing import Any
 
 from . import _wire
 from ._shipping import Shipped, resolve
 
-__all__ = ["CallRequest", "serve"]
+__all__ = ["EXIT_MEMORY", "CallRequest", "serve"]
 
 # The exit code of a worker that went over its memory limit.
 EXIT_MEMORY = 86
@@ -41,7 +46,7 @@ class CallRequest:
     """One call as the worker gets it (a plain class: it only has to pickle)."""
 
     __slots__ = ("arguments", "attempt", "call_id", "context", "cpu_limit_s", "key", "remaining",
-                 "tool", "tool_name")  # fmt: skip
+                 "seq", "tool", "tool_name")  # fmt: skip
 
     def __init__(
         self,
@@ -49,6 +54,7 @@ class CallRequest:
         tool_name: str,
         arguments: Any,
         *,
+        seq: int,
         call_id: str,
         attempt: int,
         remaining: float | None,
@@ -59,6 +65,7 @@ class CallRequest:
         self.tool = tool
         self.tool_name = tool_name
         self.arguments = arguments
+        self.seq = seq
         self.call_id = call_id
         self.attempt = attempt
         self.remaining = remaining
@@ -101,25 +108,30 @@ def _context(pairs: list[tuple[str, str, Any]]) -> contextvars.Context:
     return ctx
 
 
-class _Progress:
-    """The worker's progress channel: frames to the parent, from any thread."""
+class _Channel:
+    """The worker's side of the socket: whole frames, from any thread."""
 
-    def __init__(self, sock: socket.socket, lock: threading.Lock) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.lock = lock
+        self.lock = threading.Lock()
 
-    def __call__(
-        self, ctx: Any, message: str, fraction: float | None, data: dict[str, Any]
-    ) -> None:
-        try:
-            frame = _wire.encode(("progress", str(message), fraction, data))
-        except Exception:
-            frame = _wire.encode(("progress", str(message), fraction, {}))
+    def send(self, frame: bytes) -> None:
         with self.lock:
             self.sock.sendall(frame)
 
+    def progress_sink(self, seq: int) -> Any:
+        def sink(ctx: Any, message: str, fraction: float | None, data: dict[str, Any]) -> None:
+            msg = {"seq": seq, "kind": "progress", "message": str(message), "fraction": fraction}
+            try:
+                frame = _wire.reply({**msg, "data": data})
+            except TypeError:
+                frame = _wire.reply({**msg, "data": {"unsendable": repr(data)[:200]}})
+            self.send(frame)
 
-def _run_call(req: CallRequest, tools: dict[Shipped, Any], progress: _Progress) -> Any:
+        return sink
+
+
+def _run_call(req: CallRequest, tools: dict[Shipped, Any], channel: _Channel) -> Any:
     from ..tools import ToolContext
 
     tool = tools.get(req.tool)
@@ -132,7 +144,7 @@ def _run_call(req: CallRequest, tools: dict[Shipped, Any], progress: _Progress) 
         tool=req.tool_name,
         attempt=req.attempt,
         deadline=deadline,
-        sink=progress,
+        sink=channel.progress_sink(req.seq),
         idempotency_key=req.key,
     )
     value = tool.invoke(params, ctx)
@@ -141,62 +153,107 @@ def _run_call(req: CallRequest, tools: dict[Shipped, Any], progress: _Progress) 
     return value
 
 
-def _reply_error(error: BaseException) -> Any:
-    error.__traceback__ = None
+def _ok(seq: int, value: Any) -> bytes:
+    from ..tools import normalize_output
+
+    output, attachments, metadata = normalize_output(value)
+    return _wire.reply(
+        {
+            "seq": seq,
+            "kind": "ok",
+            "output": output,
+            "attachments": [a.model_dump() for a in attachments],
+            "metadata": metadata,
+        }
+    )
+
+
+def _raised(seq: int, error: BaseException) -> bytes:
+    """What the agent needs to rebuild the failure: never the object itself."""
+    from ..tools import ToolError, error_text
+
     try:
-        _wire.encode(error)
-        return ("raised", error)
+        text = error_text(error)
     except Exception:
-        # Unpicklable (or its class cannot be imported there): its text travels.
-        return ("raised", RuntimeError(f"{type(error).__name__}: {error}"))
+        text = type(error).__name__
+    bases = [c.__name__ for c in type(error).__mro__ if getattr(builtins, c.__name__, None) is c]
+    retryable = getattr(error, "retryable", None)
+    return _wire.reply(
+        {
+            "seq": seq,
+            "kind": "raised",
+            "type": type(error).__name__,
+            "bases": bases,
+            "text": text,
+            "tool_error": isinstance(error, ToolError),
+            "retryable": retryable if isinstance(retryable, bool) else None,
+        }
+    )
+
+
+def _memory_message(memory_limit_mb: int | None) -> str:
+    if memory_limit_mb is not None:
+        return f"it went over its memory limit (memory_limit_mb={memory_limit_mb})"
+    return "it ran out of memory"
+
+
+def _apply_memory_limit(memory_limit_mb: int | None) -> None:
+    if memory_limit_mb is None:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = memory_limit_mb * 1024 * 1024
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)  # never above what this process may set
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def serve(sock: socket.socket, memory_limit_mb: int | None) -> None:
-    """The worker's life: serve calls until the parent goes away. Never returns."""
-    os.setsid()
+    """The worker's life: serve calls until the agent goes away. Never returns."""
+    me = os.getpid()
     code = 0
+    channel = _Channel(sock)
+    tools: dict[Shipped, Any] = {}
+    seq = 0
     try:
-        if memory_limit_mb is not None:
-            limit = memory_limit_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        tools: dict[Shipped, Any] = {}
-        lock = threading.Lock()
-        progress = _Progress(sock, lock)
+        _apply_memory_limit(memory_limit_mb)
         while True:
+            frame: bytes | None = None
             try:
                 req: CallRequest = _wire.recv(sock)
+                seq = req.seq
+                _set_cpu_budget(req.cpu_limit_s)
+                value = _context(req.context).run(_run_call, req, tools, channel)
+                if os.getpid() != me:
+                    os._exit(0)  # a fork the tool made returned here: never reply twice
+                try:
+                    frame = _ok(seq, value)
+                except MemoryError:
+                    raise
+                except Exception as e:
+                    frame = _raised(
+                        seq,
+                        TypeError(
+                            f"the result of tool '{req.tool_name}' cannot be sent back from "
+                            f"its worker process: {e}"
+                        ),
+                    )
             except EOFError:
                 break
-            try:
-                _set_cpu_budget(req.cpu_limit_s)
-                value = _context(req.context).run(_run_call, req, tools, progress)
-                try:
-                    frame = _wire.encode(("ok", value))
-                except Exception as e:
-                    frame = _wire.encode(
-                        _reply_error(
-                            TypeError(
-                                f"the result of tool '{req.tool_name}' cannot be sent back from "
-                                f"its worker process: {type(e).__name__}: {e}"
-                            )
-                        )
-                    )
             except MemoryError:
-                why = (
-                    f"the tool went over its memory limit (memory_limit_mb={memory_limit_mb})"
-                    if memory_limit_mb is not None
-                    else "the tool ran out of memory"
+                frame = _wire.reply(
+                    {"seq": seq, "kind": "crashed", "why": _memory_message(memory_limit_mb)}
                 )
-                frame = _wire.encode(("crashed", why))
                 code = EXIT_MEMORY
             except BaseException as e:  # the tool's own failure, SystemExit included
-                frame = _wire.encode(_reply_error(e))
-            with lock:
-                sock.sendall(frame)
+                if os.getpid() != me:
+                    os._exit(0)
+                frame = _raised(seq, e)
+            channel.send(frame)
             if code:
                 break
+    except MemoryError:
+        code = EXIT_MEMORY
     except BaseException:
-        traceback.print_exc()
         code = code or 1
     finally:
         os._exit(code)
