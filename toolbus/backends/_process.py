@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import os
 import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._options import positive_int, positive_number
@@ -31,7 +33,15 @@ from ..models import Attachment, ToolOutput
 from ..pipeline import ToolCrashed, WorkerKilled, publish_killed, publish_progress
 from ..tools import ToolError
 from ._loop import Lane
-from ._procpool import START_TIMEOUT, Pool, WorkerProcess, Zygote, describe_exit, start_root
+from ._procpool import (
+    START_TIMEOUT,
+    Pool,
+    Sources,
+    WorkerProcess,
+    Zygote,
+    describe_exit,
+    start_root,
+)
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
 from ._remote import remote_error
 from ._shipping import Shipped, check_shippable, ship
@@ -47,7 +57,14 @@ __all__ = ["ProcessBackend", "check_process_tool"]
 log = logging.getLogger("toolbus.backends")
 
 _MISSING = object()
-_STATUS_TIMEOUT = 2.0  # how long a dead worker's exit status is waited for
+# How long a worker's exit status is waited for once its connection closed: it
+# comes at once when it died; a worker still alive after this is killed.
+_STATUS_TIMEOUT = 0.5
+# The CPU watch: how often it looks, and how far over the limit it lets a call go
+# (RLIMIT_CPU, whole seconds, fires first for a tool that does not ignore it).
+_CPU_WATCH_EVERY = 0.25
+_CPU_GRACE = 1.5
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _var_reference(var: contextvars.ContextVar[Any]) -> tuple[str, str]:
@@ -119,6 +136,7 @@ class ProcessBackend:
         self._host: Host | None = None
         self._lane: Lane | None = None
         self._root: asyncio.Future[Zygote] | None = None  # the loop thread's
+        self._sources = Sources(self._ready_root)
         self._seq = 0
         self._pools: dict[int, Pool] = {}  # the loop thread's
         self._shipped: dict[int, tuple[Tool, Shipped]] = {}
@@ -147,6 +165,7 @@ class ProcessBackend:
             self._host = host
             self._lane = None
             self._root = None
+            self._sources = Sources(self._ready_root)
             self._pools.clear()
             self._stopped = False
 
@@ -247,7 +266,7 @@ class ProcessBackend:
             shipped = self._shipped[id(tool)][1]
             memory = tool.memory_limit_mb or self.memory_limit_mb
             pool = self._pools[id(tool)] = Pool(
-                self._ready_root, self.capacity(tool), memory, shipped.module
+                functools.partial(self._sources.get, shipped.module), self.capacity(tool), memory
             )
         return pool
 
@@ -295,6 +314,7 @@ class ProcessBackend:
         worker.on_message = on_message
         with self._lock:
             self._serving[run] = worker
+        watch = loop.create_task(_watch_cpu(worker, cpu, reply)) if cpu is not None else None
         try:
             context = [
                 (module, attr, value)
@@ -336,6 +356,8 @@ class ProcessBackend:
             pool.release(worker)
             raise
         finally:
+            if watch is not None:
+                watch.cancel()
             with self._lock:
                 # Only ours: a retry of the run may be on another worker already.
                 if self._serving.get(run) is worker:
@@ -352,25 +374,59 @@ class ProcessBackend:
         if kind == "raised":
             pool.release(worker)
             raise remote_error(message)
+        if kind == "crashed":  # it said why (a limit), or the CPU watch did
+            worker.kill("lost")
+            pool.lost(worker)
+            raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retryable=False)
         if worker.killed:
             pool.lost(worker)
             raise WorkerKilled()
-        # It crashed, or closed its end: either way it is of no more use.
-        worker.kill("lost")
-        if kind == "crashed":
-            why, limit = str(message.get("why")), True
-        else:  # the connection closed: ask its zygote how it ended
-            try:
-                status = await asyncio.wait_for(asyncio.shield(worker.status), _STATUS_TIMEOUT)
-            except TimeoutError:
-                status = None
-            except asyncio.CancelledError:
-                pool.lost(worker)
-                raise WorkerKilled() from None
+        # The connection closed: its zygote says how it ended (at once, if it did).
+        try:
+            status = await asyncio.wait_for(asyncio.shield(worker.status), _STATUS_TIMEOUT)
             why, limit = describe_exit(status, memory, cpu)
+        except TimeoutError:
+            why, limit = "its worker process closed its connection to toolbus; it was killed", False
+        except asyncio.CancelledError:
+            worker.kill("lost")
+            pool.lost(worker)
+            raise WorkerKilled() from None
+        worker.kill("lost")  # of no more use, whatever it was doing
         pool.lost(worker)
         # Over a limit it would be over it again: not worth a retry.
         raise ToolCrashed(f"Tool '{name}' crashed: {why}", retryable=not limit)
+
+
+async def _watch_cpu(worker: WorkerProcess, budget: float, reply: asyncio.Future[Any]) -> None:
+    """Kill a worker whose call went well over `budget` CPU seconds.
+
+    RLIMIT_CPU does the job unless the tool ignores SIGXCPU: this catches that,
+    by reading the worker's CPU time (all its threads) from /proc."""
+    start = _cpu_seconds(worker.pid)
+    if start is None:
+        return
+    while not reply.done():
+        await asyncio.sleep(_CPU_WATCH_EVERY)
+        used = _cpu_seconds(worker.pid)
+        if used is None:
+            return
+        if used - start > budget + _CPU_GRACE and not reply.done():
+            reply.set_result(
+                {
+                    "kind": "crashed",
+                    "why": f"it went over its CPU limit (cpu_limit_s={budget}) and was killed",
+                }
+            )
+            worker.kill("cpu")
+            return
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _fraction(value: Any) -> float | None:

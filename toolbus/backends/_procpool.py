@@ -20,18 +20,20 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from .. import _json
 from ._wire import Frames
 
-__all__ = ["Pool", "WorkerProcess", "Zygote", "describe_exit", "start_root"]
+__all__ = ["Pool", "Sources", "WorkerProcess", "Zygote", "describe_exit", "start_root"]
 
 # How long a zygote may take to be ready (the root imports toolbus; a module
 # zygote imports the tool's module).
 START_TIMEOUT = 60.0
 EXIT_MEMORY = 86  # see _worker.py
+_ALLOCATION_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT})
 # The directory that holds the toolbus package this process runs: the root
 # zygote imports the same one, whatever its working directory and path.
 _TOOLBUS_ROOT = str(Path(__file__).resolve().parents[2])
@@ -55,6 +57,13 @@ def describe_exit(
         if sig == signal.SIGKILL:
             hint = f"; memory_limit_mb={memory_limit_mb}" if memory_limit_mb is not None else ""
             return f"its worker process was killed by SIGKILL (out of memory?{hint})", False
+        if memory_limit_mb is not None and sig in _ALLOCATION_SIGNALS:
+            # Native code that cannot handle a failed allocation dies so.
+            return (
+                f"its worker process was killed by {name} (it may have gone over its memory "
+                f"limit, memory_limit_mb={memory_limit_mb})",
+                True,
+            )
         return f"its worker process was killed by {name}", False
     code = os.WEXITSTATUS(status)
     if code == EXIT_MEMORY:
@@ -325,40 +334,27 @@ def start_root(loop: asyncio.AbstractEventLoop) -> tuple[Zygote, subprocess.Pope
     return zygote, proc
 
 
-class Pool:
-    """One tool's warm workers, at most `size`, started as calls need them.
+class Sources:
+    """Where each tool module's workers are forked from: its module zygote, made
+    once per module and shared by that module's tools; the root for a module
+    that starts threads at import (its workers import it themselves)."""
 
-    Its workers come from the tool module's zygote, made on the first call; if
-    the module cannot be forked from (it starts threads at import), from the
-    root, importing the module themselves."""
+    def __init__(self, root: Callable[[], Awaitable[Zygote]]) -> None:
+        self.root = root  # the backend's ready root zygote
+        self._made: dict[str, asyncio.Future[Zygote]] = {}
 
-    def __init__(self, root: Any, size: int, memory_limit_mb: int | None, module: str) -> None:
-        self.root = root  # an async callable: the backend's ready root zygote
-        self.size = size
-        self.memory_limit_mb = memory_limit_mb
-        self.module = module
-        self.idle: list[WorkerProcess] = []
-        self.live = 0  # forked and not dead (idle or serving)
-        self.starting = 0
-        self.waiting: deque[asyncio.Future[WorkerProcess]] = deque()
-        self.started = 0
-        self._source: asyncio.Future[Zygote] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def source(self) -> Zygote:
-        """The zygote its workers are forked from (made once, shared by all calls)."""
-        f = self._source
+    async def get(self, module: str) -> Zygote:
+        f = self._made.get(module)
         if f is None or (f.done() and (f.exception() is not None or f.result().closed)):
-            self.loop = asyncio.get_running_loop()
-            f = self._source = asyncio.ensure_future(self._make_source())
+            f = self._made[module] = asyncio.ensure_future(self._make(module))
             f.add_done_callback(_retrieved)
         # Shielded: a call cancelled while the module imports must not cancel
         # the import for everyone else.
         return await asyncio.shield(f)
 
-    async def _make_source(self) -> Zygote:
-        root: Zygote = await self.root()
-        child = await asyncio.wait_for(asyncio.shield(root.spawn(self.module)), START_TIMEOUT)
+    async def _make(self, module: str) -> Zygote:
+        root = await self.root()
+        child = await asyncio.wait_for(asyncio.shield(root.spawn(module)), START_TIMEOUT)
         try:
             ready = await asyncio.wait_for(asyncio.shield(child.ready), START_TIMEOUT)
         except BaseException:
@@ -366,14 +362,35 @@ class Pool:
             raise
         if ready.get("error"):
             child.close()
-            raise ImportError(f"the module {self.module!r} failed to import: {ready['error']}")
+            raise ImportError(f"the module {module!r} failed to import: {ready['error']}")
         if ready.get("threaded"):
             child.close()
             return root
         return child
 
+
+class Pool:
+    """One tool's warm workers, at most `size`, started as calls need them."""
+
+    def __init__(
+        self,
+        source: Callable[[], Awaitable[Zygote]],
+        size: int,
+        memory_limit_mb: int | None,
+    ) -> None:
+        self.source = source  # the zygote its workers are forked from
+        self.size = size
+        self.memory_limit_mb = memory_limit_mb
+        self.idle: list[WorkerProcess] = []
+        self.live = 0  # forked and not dead (idle or serving)
+        self.starting = 0
+        self.waiting: deque[asyncio.Future[WorkerProcess]] = deque()
+        self.started = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+
     async def acquire(self) -> WorkerProcess:
         """A worker of this pool, for one call; waits for one to be free."""
+        self.loop = asyncio.get_running_loop()
         await self.source()
         while self.idle:
             w = self.idle.pop()
@@ -397,7 +414,7 @@ class Pool:
 
     def prewarm(self) -> None:
         """Replace a worker that died, so the next call finds one ready."""
-        if self.live + self.starting < self.size and self._source is not None:
+        if self.live + self.starting < self.size and self.loop is not None:
             self._start()
 
     def _start(self) -> None:
