@@ -1,7 +1,7 @@
 """The tools layer: what a tool is, how functions become tools, and the registry."""
 
 from ._context import ToolContext
-from ._errors import ArgumentError, ToolError, error_text
+from ._errors import ArgumentError, ToolError, ToolFailure, error_text
 from ._function import FunctionTool, tool
 from ._output import OutputError, normalize_output
 from ._registry import DuplicateToolError, ToolRegistry
@@ -15,6 +15,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolFailure",
     "ToolRegistry",
     "ToolType",
     "error_text",
