@@ -1,5 +1,6 @@
 """The tools layer: what a tool is, how functions become tools, and the registry."""
 
+from ._command import CommandTool
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolError, ToolFailure, error_text
 from ._function import FunctionTool, tool
@@ -9,6 +10,7 @@ from ._tool import Tool, ToolType, parse_json_arguments
 
 __all__ = [
     "ArgumentError",
+    "CommandTool",
     "DuplicateToolError",
     "FunctionTool",
     "OutputError",
