@@ -10,11 +10,11 @@ its whole process group killed when toolbus gives up on it.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from .._options import positive_int
 from ..models import ErrorCode
+from ._command_process import Watch, kill_group
 from ._command_spec import check_argv, check_env, check_inherit, fill_argv
 from ._errors import ToolFailure
 from ._rlimit_exec import limit_prefix
@@ -31,7 +32,6 @@ __all__ = ["CommandTool"]
 
 log = logging.getLogger("toolbus")
 
-_CHUNK = 65536
 # After the command exits and its group is killed, how long its pipes may stay
 # open (held by a process that left the group with setsid) before the output
 # read so far is taken as all there is.
@@ -171,47 +171,45 @@ class CommandTool(Tool):
         attempt = here[1].attempt if here is not None else 0
         command = self._command(params)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            # Started here, not by asyncio: its pid is known from the first
+            # instant, so no cancellation can leave a started group unknown.
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=self._environment(),
                 cwd=self.cwd,
                 start_new_session=True,  # its own process group: killed as one
             )
         except OSError as e:  # nothing ran: the retry policy may try again
-            what = "its working directory" if e.filename == self.cwd else repr(self.argv[0])
-            raise ToolFailure(f"could not start {what}: {e.strerror or e}", retry=True) from None
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        captures = [_Capture(self.max_output_bytes), _Capture(self.max_output_bytes)]
-        readers = [
-            asyncio.ensure_future(captures[0].drain(proc.stdout)),
-            asyncio.ensure_future(captures[1].drain(proc.stderr)),
-        ]
+            where = "its working directory" if e.filename == self.cwd else repr(self.argv[0])
+            raise ToolFailure(f"could not start {where}: {e.strerror or e}", retry=True) from None
+        watch = Watch(proc, self.max_output_bytes)
         try:
-            code = await proc.wait()
-            # Whatever it left running in its group (a background job) dies with
-            # it: nothing a tool call starts outlives the call.
-            if _kill_group(proc.pid):
+            # Shielded: a cancellation must not cancel the watch's own future.
+            await asyncio.shield(watch.exited)
+            # What it left running in its group (a background job) was killed
+            # as it exited: nothing a tool call starts outlives the call.
+            if watch.leftovers:
                 log.info("tool %r: killed processes its command left running", self.name)
-            await asyncio.wait(readers, timeout=_PIPE_GRACE)
+            await asyncio.wait([watch.closed], timeout=_PIPE_GRACE)
         except asyncio.CancelledError:
-            running = proc.returncode is None
-            killed = _kill_group(proc.pid) or running
-            await _reap(proc)
+            killed = not watch.exited.done() and kill_group(proc.pid)
+            try:
+                await asyncio.shield(watch.exited)  # reaped: no zombie of ours remains
+            except asyncio.CancelledError:
+                pass  # cancelled again (its loop closing): close() reaps it
             raise self._killed(proc.pid, here, attempt, announce=killed) from None
         finally:
-            if proc.returncode is None:  # closed or collected while running
-                _kill_group(proc.pid)
-            for reader in readers:
-                reader.cancel()
-        out, err = (c.text() for c in captures)
-        cut = any(c.cut or not r.done() for c, r in zip(captures, readers, strict=True))
-        result = {"exit_code": code, "stdout": out, "stderr": err, "truncated": cut}
-        if code != 0:
-            raise self._failure(code, result)
+            watch.close()
+        # Pipes still open after the grace were held by a process outside the
+        # group: what they would have said is lost.
+        cut = watch.out.cut or watch.err.cut or not watch.closed.done()
+        out, err = watch.out.text(), watch.err.text()
+        result = {"exit_code": proc.returncode, "stdout": out, "stderr": err, "truncated": cut}
+        if proc.returncode != 0:
+            raise self._failure(proc.returncode, result)
         return result
 
     def _killed(self, pid: int, here: Any, attempt: int, *, announce: bool) -> BaseException:
@@ -261,47 +259,3 @@ class CommandTool(Tool):
         # retried as crashes are (read-only or idempotent tools only).
         data = {**result, "signal": name}
         return ToolFailure(text + said, code=ErrorCode.TOOL_CRASHED, metadata=data, retry=not over)
-
-
-class _Capture:
-    """One pipe's output: its first `limit` bytes kept, the rest read and dropped."""
-
-    __slots__ = ("cut", "data", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-        self.cut = False
-
-    async def drain(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(_CHUNK):
-            room = self.limit - len(self.data)
-            if room > 0:
-                self.data += chunk[:room]
-            if len(chunk) > room:
-                self.cut = True
-
-    def text(self) -> str:
-        # Cut output may end inside a character: drop that part, not a U+FFFD.
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        return decoder.decode(bytes(self.data), final=not self.cut)
-
-
-def _kill_group(pgid: int) -> bool:
-    """SIGKILL every process of group `pgid`; False if none was left.
-
-    Called before the leader is reaped where possible. After it, the group id
-    stays reserved while any member lives; only if none does could the id have
-    gone to a new group leader, in the instant between, a risk taken knowingly."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    try:
-        await proc.wait()
-    except asyncio.CancelledError:
-        pass  # cancelled again (its loop closing): the child watcher reaps it anyway
