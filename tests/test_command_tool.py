@@ -299,6 +299,27 @@ def test_closing_the_executor_kills_the_group(tmp_path: Path) -> None:
     assert all((e.pid, e.reason) == (leader, "closed") for e in rec.of(bus.KILLED))
 
 
+async def test_without_an_executor_cancel_and_close_kill_the_group(tmp_path: Path) -> None:
+    tool = _hang_tool()
+    # Cancelled: the CancelledError itself comes out, once the group is dead.
+    base = tmp_path / "cancelled"
+    task = asyncio.ensure_future(tool.aexecute({"base": str(base)}))
+    leader = await asyncio.to_thread(_pid, Path(f"{base}.leader"))
+    child = await asyncio.to_thread(_pid, Path(f"{base}.child"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    _wait_dead(leader, child, timeout=1)  # dead and reaped before the cancellation came out
+    # Closed mid-run (as when its task is dropped and collected): killed too.
+    base = tmp_path / "closed"
+    coro = tool.run(tool.parse({"base": str(base)}))
+    coro.send(None)  # started; now waiting for it to exit
+    leader = await asyncio.to_thread(_pid, Path(f"{base}.leader"))
+    child = await asyncio.to_thread(_pid, Path(f"{base}.child"))
+    coro.close()
+    await asyncio.to_thread(_wait_dead, leader, child)
+
+
 # -- limits ------------------------------------------------------------------------------
 
 

@@ -158,10 +158,13 @@ class CommandTool(Tool):
         "truncated"}`.
 
         Raises `ToolFailure`: `TOOL_ERROR` (no retry) for a non-zero exit,
-        `TOOL_CRASHED` for a death by a signal. If the awaiting task is
-        cancelled or this coroutine is closed, the command's process group is
-        killed first; on cancellation it is also reaped and the kill announced
-        (`tool:killed`, `killed_workers`) before the cancellation propagates.
+        `TOOL_CRASHED` for a death by a signal. If this coroutine is closed,
+        the command's process group is killed. If its task is cancelled, the
+        group is killed and reaped and the kill announced (`tool:killed`,
+        `killed_workers`) before the cancellation propagates: as
+        `pipeline.WorkerKilled` when toolbus settled the call (a deadline, a
+        cancel, a close), so that the attempt counts as killed and not as a
+        late result; as the `CancelledError` itself otherwise.
         """
         from ..pipeline import current_run  # the pipeline layer sits above tools
 
@@ -185,7 +188,12 @@ class CommandTool(Tool):
         except OSError as e:  # nothing ran: the retry policy may try again
             where = "its working directory" if e.filename == self.cwd else repr(self.argv[0])
             raise ToolFailure(f"could not start {where}: {e.strerror or e}", retry=True) from None
-        watch = Watch(proc, self.max_output_bytes)
+        try:
+            watch = Watch(proc, self.max_output_bytes)
+        except BaseException:  # a loop that cannot watch it (no add_reader): stop it
+            kill_group(proc.pid)
+            proc.communicate()
+            raise
         try:
             # Shielded: a cancellation must not cancel the watch's own future.
             await asyncio.shield(watch.exited)
@@ -200,7 +208,10 @@ class CommandTool(Tool):
                 await asyncio.shield(watch.exited)  # reaped: no zombie of ours remains
             except asyncio.CancelledError:
                 pass  # cancelled again (its loop closing): close() reaps it
-            raise self._killed(proc.pid, here, attempt, announce=killed) from None
+            error = self._killed(proc.pid, here, attempt, announce=killed)
+            if error is None:
+                raise
+            raise error from None
         finally:
             watch.close()
         # Pipes still open after the grace were held by a process outside the
@@ -212,13 +223,13 @@ class CommandTool(Tool):
             raise self._failure(proc.returncode, result)
         return result
 
-    def _killed(self, pid: int, here: Any, attempt: int, *, announce: bool) -> BaseException:
+    def _killed(self, pid: int, here: Any, attempt: int, *, announce: bool) -> BaseException | None:
         """Announce the kill (if anything was left to kill); what to raise in
-        place of the cancellation."""
+        place of the cancellation (None: the cancellation itself)."""
         from ..pipeline import WorkerKilled, publish_killed
 
         if here is None:  # run without an executor: nobody to tell
-            return asyncio.CancelledError()
+            return None
         svc, run = here
         # Settled by toolbus (deadline, cancel, close): the step drops the
         # attempt as killed, not as a late result. Otherwise it is not toolbus's
@@ -229,7 +240,7 @@ class CommandTool(Tool):
             publish_killed(run, svc, pid, reason)
         if ours:
             return WorkerKilled(f"the command of '{self.name}' was killed")
-        return asyncio.CancelledError()
+        return None
 
     def _failure(self, code: int, result: dict[str, Any]) -> ToolFailure:
         """The failure of a command that ended with `code` (< 0: killed by a signal)."""

@@ -70,9 +70,10 @@ def main(args: list[str]) -> None:
         limit = _hard_cap(resource.RLIMIT_AS, int(memory))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     if cpu != "-":
-        # CPU time survives exec: count what this shim has used already.
+        # CPU time survives exec: count the whole seconds this shim has used
+        # already (a fraction of one, as a rule: not worth a second more).
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = math.ceil(float(cpu) + usage.ru_utime + usage.ru_stime)
+        soft = math.ceil(float(cpu)) + int(usage.ru_utime + usage.ru_stime)
         hard = _hard_cap(resource.RLIMIT_CPU, soft + 1)
         resource.setrlimit(resource.RLIMIT_CPU, (min(soft, hard), hard))
     try:
