@@ -63,7 +63,8 @@ class CommandTool(Tool):
     retried; death by a signal, `error`/`TOOL_CRASHED`. When toolbus stops the
     call (deadline, cancellation, close), the whole process group is killed
     and reaped, and `tool:killed` is published. Processes the command leaves
-    running in its group when it exits are killed too.
+    running in its group when it exits are killed too. It runs on the `"loop"`
+    backend: a running command holds no thread. POSIX only.
     """
 
     def __init__(
@@ -85,6 +86,9 @@ class CommandTool(Tool):
         owner = f"tool {name!r}"
         self.name, self.description, self.read_only = name, description, read_only
         self.timeout, self.memory_limit_mb, self.cpu_limit_s = timeout, memory_limit_mb, cpu_limit_s
+        # Its limits are set on its own command, not by a process backend: it
+        # runs on the event loop, where a running command holds no thread.
+        self.backend = "loop"
         if isinstance(params, type) and issubclass(params, BaseModel):
             self.Params = params  # type: ignore[misc]  # a ClassVar on Tool; ours per instance
         elif isinstance(params, Mapping):
