@@ -49,7 +49,7 @@ from ..bus._publisher import Emitter
 from ..masking import Scrubber, hidden_values, mask_arguments, mask_paths
 from ..models import ErrorCode, Status, ToolCall, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
-from ..tools import ArgumentError, ToolContext, error_text, normalize_output
+from ..tools import ArgumentError, ToolContext, ToolFailure, error_text, normalize_output
 from ..tools._tool import parse_json_arguments
 from ._faults import ToolCrashed, WorkerKilled
 from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
@@ -556,8 +556,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         return (yield from complete(run, result, svc))
     if em.wants(sig.ERROR):
         text = run.scrubber.text(error_text(error))
-        code = ErrorCode.TOOL_CRASHED if isinstance(error, ToolCrashed) else ErrorCode.TOOL_ERROR
-        em.emit(sig.ERROR, Failed(call_id, name, bid, n, text, code, duration))
+        em.emit(sig.ERROR, Failed(call_id, name, bid, n, text, _failure_code(error), duration))
     return (yield from after_failure(run, n, error, svc, timed_out=False))
 
 
@@ -620,7 +619,10 @@ def after_failure(
     run.phase = FINISHING
     text = run.scrubber.text(str(error) if timed_out else error_text(error))
     decision = RetryDecision.give_up()
-    if run.admitted:
+    # A tool that says "no retry" (ToolFailure(retry=False)) is not second-guessed:
+    # no hook is asked, so none can force a retry.
+    final = isinstance(error, ToolFailure) and not error.retry
+    if run.admitted and not final:
         if run.retry_state is None:
             # Tenacity's clock (stop_after_delay) starts with the first attempt.
             run.retry_state = new_retry_state()
@@ -646,12 +648,13 @@ def after_failure(
     # The traceback's frames hold this step's locals (the run among them): a
     # cycle only a garbage collection would free. Its text is taken already.
     error.__traceback__ = None
-    crashed = isinstance(error, ToolCrashed)
+    code = _failure_code(error)
+    crashed = code is ErrorCode.TOOL_CRASHED
     # A mutating attempt that timed out or crashed may have had its side
     # effect: never run it again, whatever a hook decided, unless the tool
     # says running it twice is safe.
     unsafe = (timed_out or crashed) and not (run.read_only or _idempotent(run))
-    if decision.retry and not unsafe:
+    if decision.retry and not unsafe and not final:
         run.last_error = text
         run.retry_delay = decision.delay
         return Outcome("retry", decision.delay)
@@ -660,9 +663,18 @@ def after_failure(
             run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n
         )
     else:
-        code = ErrorCode.TOOL_CRASHED if crashed else ErrorCode.TOOL_ERROR
-        result = make_result(run, "error", error=text, code=code, attempts=n)
+        metadata = error.metadata if isinstance(error, ToolFailure) else None
+        result = make_result(run, "error", error=text, code=code, attempts=n, metadata=metadata)
     return (yield from complete(run, result, svc))
+
+
+def _failure_code(error: BaseException) -> ErrorCode:
+    """The error code of a failed attempt: a crash of its runner, or the tool's own."""
+    if isinstance(error, ToolCrashed):
+        return ErrorCode.TOOL_CRASHED
+    if isinstance(error, ToolFailure):
+        return error.code
+    return ErrorCode.TOOL_ERROR
 
 
 def _idempotent(run: Run) -> bool:

@@ -1,7 +1,8 @@
 """The tools layer: what a tool is, how functions become tools, and the registry."""
 
+from ._command import CommandTool
 from ._context import ToolContext
-from ._errors import ArgumentError, ToolError, error_text
+from ._errors import ArgumentError, ToolError, ToolFailure, error_text
 from ._function import FunctionTool, tool
 from ._output import OutputError, normalize_output
 from ._registry import DuplicateToolError, ToolRegistry
@@ -9,12 +10,14 @@ from ._tool import Tool, ToolType, parse_json_arguments
 
 __all__ = [
     "ArgumentError",
+    "CommandTool",
     "DuplicateToolError",
     "FunctionTool",
     "OutputError",
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolFailure",
     "ToolRegistry",
     "ToolType",
     "error_text",

@@ -24,7 +24,7 @@ from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
 from ..retry import RetryPolicy
 from ._context import ToolContext
-from ._errors import ArgumentError, error_text
+from ._errors import ArgumentError, ToolFailure, error_text
 from ._output import normalize_output
 from ._secrets import secret_paths
 
@@ -361,6 +361,9 @@ class Tool:
         status: Literal["error", "rejected"],
         attempts: int,
     ) -> ToolResult:
+        metadata: dict[str, Any] = {}
+        if isinstance(error, ToolFailure):  # the code and metadata the tool chose
+            code, metadata = error.code, error.metadata
         return ToolResult(
             call_id=call_id,
             name=self.name,
@@ -369,6 +372,7 @@ class Tool:
             error_code=code,
             attempts=attempts,
             duration=time.monotonic() - start,
+            metadata=metadata,
         )
 
     def __repr__(self) -> str:

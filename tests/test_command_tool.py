@@ -1,0 +1,489 @@
+"""Command tools: argv filled per element, limits, bounded output, and a process
+group killed at the deadline; and ToolFailure, how a tool ends error for good."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, bus
+from toolbus.retry import AttemptFailure, RetryDecision
+from toolbus.tools import CommandTool, ToolFailure
+
+PY = sys.executable
+# Prints its arguments as JSON on stdout, and "err" on stderr.
+PRINT_ARGS = "import json, sys; print(json.dumps(sys.argv[1:])); print('err', file=sys.stderr)"
+# Starts a grandchild that sleeps for ever, says who is who, and waits for it.
+FORK_AND_HANG = 'echo $$ > "$1.leader"; sleep 1000 & echo $! > "$1.child"; wait'
+RETRYING = RetryPolicy(max_retries=3, backoff_base=0.001, retry_on=(Exception,))
+
+
+def _schema(**props: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {k: {"type": "string"} for k in props},
+        "required": list(props),
+    }
+
+
+def _registry(*tools: CommandTool) -> ToolRegistry:
+    reg = ToolRegistry()
+    for t in tools:
+        reg.register(t)
+    return reg
+
+
+def _hang_tool(timeout: float | None = None) -> CommandTool:
+    return CommandTool(
+        "hang", ["sh", "-c", FORK_AND_HANG, "sh", "{base}"], _schema(base=1),
+        description="forks a grandchild and hangs", timeout=timeout,
+    )  # fmt: skip
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie that is not ours to reap (an orphan waiting for init:
+    this machine's init does not reap orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # gone (while being read, even)
+        return True
+    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+    return state == "Z" and int(ppid) != os.getpid()
+
+
+def _wait_dead(*pids: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(_dead(p) for p in pids):
+        if time.monotonic() > deadline:
+            alive = [p for p in pids if not _dead(p)]
+            raise AssertionError(f"processes {alive} still alive")
+        time.sleep(0.005)  # poll interval of the wait, not a stand-in for it
+
+
+def _pid(path: Path, timeout: float = 10.0) -> int:
+    """The pid the command wrote to `path`, once it has (bounded poll)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = path.read_text().strip() if path.exists() else ""
+        if text.endswith(("0", "1", "2", "3", "4", "5", "6", "7", "8", "9")):
+            return int(text)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} was never written")
+        time.sleep(0.005)
+
+
+@pytest.fixture(params=["pidfd", "thread"])
+def exits_seen_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A command's exit seen through a pidfd, or (as where there is none) by a thread."""
+    if request.param == "thread":
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfds here")
+    return str(request.param)
+
+
+# -- running and results ----------------------------------------------------------------
+
+
+def test_ok_result_with_argv_filled_per_element(
+    make_executor: MakeExecutor, tmp_path: Path, exits_seen_by: str
+) -> None:
+    marker = tmp_path / "pwned"
+    tool = CommandTool(
+        "args", [PY, "-c", PRINT_ARGS, "--city={city}", "{note}"], _schema(city=1, note=1),
+        description="print args", read_only=True,
+    )  # fmt: skip
+    ex = make_executor(_registry(tool))
+    note = f"; rm -rf x $(touch {marker}) `touch {marker}` | cat {{city}}"
+    r = ex.execute(ToolCall(name="args", arguments={"city": "Oslo", "note": note}))
+    assert r.status == "ok", r.error
+    assert r.output == {
+        "exit_code": 0,
+        "stdout": f'["--city=Oslo", "{note}"]\n',  # one argument each, literally
+        "stderr": "err\n",
+        "truncated": False,
+    }
+    assert not marker.exists()  # no shell ever saw it
+
+
+def test_pydantic_params_with_defaults_and_schema_defaults(make_executor: MakeExecutor) -> None:
+    class Greet(BaseModel):
+        who: str
+        times: int = 2
+
+    by_model = CommandTool("greet", ["echo", "{who}", "x{times:03d}"], Greet, description="greet")
+    schema = {
+        "type": "object",
+        "properties": {"who": {"type": "string", "default": "world"}},
+    }
+    by_schema = CommandTool("hello", ["echo", "hello", "{who}"], schema, description="hi")
+    assert by_model.schema["properties"]["who"]["type"] == "string"
+    assert by_schema.to_openai()["function"]["parameters"] == schema
+    ex = make_executor(_registry(by_model, by_schema))
+    assert ex.execute(ToolCall(name="greet", arguments={"who": "a"})).output["stdout"] == "a x002\n"
+    assert ex.execute(ToolCall(name="hello", arguments={})).output["stdout"] == "hello world\n"
+    bad = ex.execute(ToolCall(name="greet", arguments={"who": "a", "times": "many"}))
+    assert (bad.status, bad.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+    nul = ex.execute(ToolCall(name="greet", arguments={"who": "a\0b"}))
+    assert (nul.status, nul.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+
+
+def test_direct_execute_without_an_executor() -> None:
+    tool = CommandTool("e", ["echo", "{x}"], _schema(x=1), description="echo")
+    r = tool.execute({"x": "hi"})
+    assert (r.status, r.output["stdout"]) == ("ok", "hi\n")
+    failed = CommandTool("f", ["sh", "-c", "exit 4"], None, description="f").execute({})
+    assert (failed.status, failed.error_code) == ("error", ErrorCode.TOOL_ERROR)
+    assert failed.metadata["exit_code"] == 4
+
+
+class _Insistent(Executor):
+    """Asks for a retry of every failure, up to four attempts."""
+
+    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision:
+        return RetryDecision(failure.attempt < 4, 0.001)
+
+
+@pytest.mark.parametrize("insist", [False, True], ids=["policy", "hook"])
+def test_nonzero_exit_is_a_tool_error_never_retried(insist: bool) -> None:
+    tool = CommandTool(
+        "fail", ["sh", "-c", "echo partial; echo 'bad input' >&2; exit 3"], None,
+        description="fails", read_only=True,
+    )  # fmt: skip
+    ex = (_Insistent if insist else Executor)(_registry(tool), retry=RETRYING)
+    try:
+        with bus.Recorder(sender=ex) as rec:
+            r = ex.execute(ToolCall(name="fail"))
+            ex.drain_events()
+    finally:
+        ex.close()
+    assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_ERROR, 1)
+    assert "exited with code 3" in (r.error or "") and "bad input" in (r.error or "")
+    assert r.metadata == {
+        "exit_code": 3, "stdout": "partial\n", "stderr": "bad input\n", "truncated": False,
+    }  # fmt: skip
+    assert rec.of(bus.RETRY_ATTEMPT) == []
+    assert [e.error_code for e in rec.of(bus.ERROR)] == [ErrorCode.TOOL_ERROR]
+
+
+def test_output_is_bounded_and_the_command_never_blocks(make_executor: MakeExecutor) -> None:
+    script = "import sys; sys.stdout.write('x' * 10_000_000); sys.stderr.write('é' * 5_000_000)"
+    tool = CommandTool(
+        "loud", [PY, "-c", script], None, description="10 MB each way",
+        max_output_bytes=1001, timeout=30,
+    )  # fmt: skip
+    r = make_executor(_registry(tool)).execute(ToolCall(name="loud"))
+    assert r.status == "ok", r.error
+    assert r.output["stdout"] == "x" * 1001
+    assert r.output["stderr"] == "é" * 500  # the cut half of a character is dropped
+    assert r.output["truncated"] is True
+
+
+def test_environment_is_only_env_and_inherited_names(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TB_SHARED", "shared")
+    monkeypatch.setenv("TB_PRIVATE", "private")
+    some = CommandTool(
+        "some", ["env"], None, description="env",
+        env={"TB_OWN": "own", "TB_SHARED": "overridden"}, inherit_env=["TB_PRIVATE", "TB_NOT_SET"],
+    )  # fmt: skip
+    everything = CommandTool("all", ["env"], None, description="env", inherit_env=True)
+    nothing = CommandTool("none", ["env"], None, description="env")
+    ex = make_executor(_registry(some, everything, nothing))
+    lines = ex.execute(ToolCall(name="some")).output["stdout"].splitlines()
+    assert sorted(lines) == ["TB_OWN=own", "TB_PRIVATE=private", "TB_SHARED=overridden"]
+    lines = ex.execute(ToolCall(name="all")).output["stdout"].splitlines()
+    assert {"TB_SHARED=shared", "TB_PRIVATE=private"} <= set(lines)
+    assert ex.execute(ToolCall(name="none")).output["stdout"] == ""
+
+
+def test_cwd_and_a_start_failure(make_executor: MakeExecutor, tmp_path: Path) -> None:
+    here = CommandTool("pwd", ["pwd"], None, description="pwd", cwd=tmp_path)
+    nowhere = CommandTool("lost", ["pwd"], None, description="pwd", cwd=tmp_path / "missing")
+    ex = make_executor(_registry(here, nowhere))
+    assert ex.execute(ToolCall(name="pwd")).output["stdout"] == f"{tmp_path}\n"
+    r = ex.execute(ToolCall(name="lost"))
+    assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_ERROR)
+    assert "working directory" in (r.error or "")
+
+
+def test_processes_left_running_in_its_group_are_killed(
+    make_executor: MakeExecutor, tmp_path: Path, exits_seen_by: str
+) -> None:
+    # The background sleep holds stdout open: without the kill, the read would hang.
+    tool = CommandTool(
+        "leaves", ["sh", "-c", 'sleep 1000 & echo $! > "$1"; echo done', "sh", "{path}"],
+        _schema(path=1), description="leaves a job behind", timeout=30,
+    )  # fmt: skip
+    ex = make_executor(_registry(tool))
+    path = tmp_path / "child"
+    r = ex.execute(ToolCall(name="leaves", arguments={"path": str(path)}))
+    assert r.status == "ok", r.error
+    assert r.output["stdout"] == "done\n"
+    _wait_dead(_pid(path))
+    assert ex.stats().killed_workers == 0  # the call ended by itself: nothing was killed
+
+
+# -- the kill ----------------------------------------------------------------------------
+
+
+def test_command_and_grandchild_die_at_the_deadline(
+    make_executor: MakeExecutor, tmp_path: Path, exits_seen_by: str
+) -> None:
+    ex = make_executor(_registry(_hang_tool(timeout=2.0)))
+    base = tmp_path / "run"
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(id="h1", name="hang", arguments={"base": str(base)}))
+        assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+        leader, child = _pid(Path(f"{base}.leader")), _pid(Path(f"{base}.child"))
+        (killed,) = rec.wait_for(bus.KILLED)
+        _wait_dead(leader, child)
+        ex.drain_events()
+    assert (killed.call_id, killed.pid, killed.reason) == ("h1", leader, "timeout")
+    assert rec.of(bus.LATE_RESULT) == []  # killed: there is no late result
+    stats = ex.stats()
+    assert (stats.killed_workers, stats.late_results, stats.abandoned_total) == (1, 0, 0)
+
+
+async def test_cancelling_the_caller_kills_the_group(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    ex = make_executor(_registry(_hang_tool(timeout=60)))
+    base = tmp_path / "run"
+    with bus.Recorder(sender=ex) as rec:
+        task = asyncio.ensure_future(
+            ex.aexecute(ToolCall(id="c1", name="hang", arguments={"base": str(base)}))
+        )
+        child = await asyncio.to_thread(_pid, Path(f"{base}.child"))
+        leader = await asyncio.to_thread(_pid, Path(f"{base}.leader"))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (killed,) = await asyncio.to_thread(rec.wait_for, bus.KILLED)
+        (finished,) = await asyncio.to_thread(rec.wait_for, bus.FINISHED)
+        await asyncio.to_thread(_wait_dead, leader, child)
+    assert (killed.pid, killed.reason) == (leader, "cancelled")
+    assert finished.result.status == "cancelled"
+    assert ex.stats().killed_workers == 1
+
+
+def test_closing_the_executor_kills_the_group(tmp_path: Path) -> None:
+    ex = Executor(_registry(_hang_tool(timeout=60)))
+    base = tmp_path / "run"
+    results: list[Any] = []
+    with bus.Recorder(bus.KILLED, sender=ex) as rec:
+        caller = threading.Thread(
+            target=lambda: results.append(
+                ex.execute(ToolCall(name="hang", arguments={"base": str(base)}))
+            )
+        )
+        caller.start()
+        leader, child = _pid(Path(f"{base}.leader")), _pid(Path(f"{base}.child"))
+        ex.close()
+        caller.join(10)
+        _wait_dead(leader, child)
+    assert [r.status for r in results] == ["cancelled"]
+    # Announced while the executor closes: delivered if the bus was still open.
+    assert all((e.pid, e.reason) == (leader, "closed") for e in rec.of(bus.KILLED))
+
+
+async def test_without_an_executor_cancel_and_close_kill_the_group(tmp_path: Path) -> None:
+    tool = _hang_tool()
+    # Cancelled: the CancelledError itself comes out, once the group is dead.
+    base = tmp_path / "cancelled"
+    task = asyncio.ensure_future(tool.aexecute({"base": str(base)}))
+    leader = await asyncio.to_thread(_pid, Path(f"{base}.leader"))
+    child = await asyncio.to_thread(_pid, Path(f"{base}.child"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    _wait_dead(leader, child, timeout=1)  # dead and reaped before the cancellation came out
+    # Closed mid-run (as when its task is dropped and collected): killed too.
+    base = tmp_path / "closed"
+    coro = tool.run(tool.parse({"base": str(base)}))
+    coro.send(None)  # started; now waiting for it to exit
+    leader = await asyncio.to_thread(_pid, Path(f"{base}.leader"))
+    child = await asyncio.to_thread(_pid, Path(f"{base}.child"))
+    coro.close()
+    await asyncio.to_thread(_wait_dead, leader, child)
+
+
+# -- limits ------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["prlimit", "shim"])
+def limits_via(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Limits set by util-linux's prlimit, or (as without it) by the exec shim."""
+    if request.param == "prlimit":
+        if shutil.which("prlimit") is None:
+            pytest.skip("prlimit is not installed")
+    else:
+        which = shutil.which
+        monkeypatch.setattr(
+            shutil, "which", lambda cmd, *a, **k: None if cmd == "prlimit" else which(cmd, *a, **k)
+        )
+    return str(request.param)
+
+
+def test_cpu_limit_gives_tool_crashed_naming_it(
+    make_executor: MakeExecutor, limits_via: str
+) -> None:
+    spin = CommandTool(
+        "spin", [PY, "-c", "while True: pass"], None, description="spins",
+        cpu_limit_s=1, timeout=30, read_only=True,
+    )  # fmt: skip
+    assert (spin._prefix[0].endswith("prlimit")) is (limits_via == "prlimit")
+    r = make_executor(_registry(spin), retry=RETRYING).execute(ToolCall(name="spin"))
+    assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_CRASHED, 1)
+    assert "cpu_limit_s=1" in (r.error or "")
+    assert r.metadata["signal"] == "SIGXCPU"
+
+
+def test_memory_limit_gives_an_error_naming_it(
+    make_executor: MakeExecutor, limits_via: str
+) -> None:
+    hog = CommandTool(
+        "hog", [PY, "-c", "x = bytearray(2_000_000_000)"], None, description="allocates 2 GB",
+        memory_limit_mb=256, timeout=30,
+    )  # fmt: skip
+    fine = CommandTool(
+        "fine", [PY, "-c", "x = bytearray(10_000_000); print(len(x))"], None,
+        description="allocates 10 MB", memory_limit_mb=256, cpu_limit_s=5,
+    )  # fmt: skip
+    ex = make_executor(_registry(hog, fine))
+    r = ex.execute(ToolCall(name="hog"))
+    assert (r.status, r.attempts) == ("error", 1)
+    assert "memory_limit_mb=256" in (r.error or "") and "MemoryError" in (r.error or "")
+    assert ex.execute(ToolCall(name="fine")).output["stdout"] == "10000000\n"
+
+
+# -- construction ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "params", "options", "error", "words"),
+    [
+        (["no-such-program-xyz"], None, {}, ValueError, "not found on PATH"),
+        (["echo", "{nope}"], _schema(city=1), {}, ValueError, "{nope}"),
+        (["echo", "{}"], _schema(city=1), {}, ValueError, "positional"),
+        (["echo", "{city"], _schema(city=1), {}, ValueError, "argv[1]"),
+        (["{city}"], _schema(city=1), {}, ValueError, "argv[0]"),
+        ("echo hi", None, {}, TypeError, "list of strings"),
+        ([], None, {}, ValueError, "empty"),
+        (["echo", 3], None, {}, TypeError, "argv[1]"),
+        (["echo", "{c}"], {"type": "object", "properties": {"c": {}}}, {}, ValueError, "optional"),
+        (["echo"], None, {"env": {"A": 1}}, TypeError, "env"),
+        (["echo"], None, {"env": ["A=1"]}, TypeError, "env"),
+        (["echo"], None, {"inherit_env": "PATH"}, TypeError, "inherit_env"),
+        (["echo"], None, {"inherit_env": [None]}, TypeError, "inherit_env"),
+        (["echo"], None, {"max_output_bytes": 0}, ValueError, "max_output_bytes"),
+        (["echo"], None, {"memory_limit_mb": -1}, ValueError, "memory_limit_mb"),
+        (["echo"], None, {"cpu_limit_s": "1"}, TypeError, "cpu_limit_s"),
+        (["echo"], None, {"cwd": 3}, TypeError, "cwd"),
+        (["echo"], 42, {}, TypeError, "params"),
+    ],
+)
+def test_construction_errors_name_the_tool(
+    argv: Any, params: Any, options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error) as info:
+        CommandTool("broken", argv, params, description="d", **options)
+    assert "'broken'" in str(info.value) and words in str(info.value)
+
+
+def test_relative_and_absolute_programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "hello.sh"
+    script.write_text("#!/bin/sh\necho hello\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    tool = CommandTool("rel", ["./hello.sh"], None, description="d")
+    assert tool.program == str(script)  # resolved when made, not in the command's cwd
+    assert tool.execute({}).output["stdout"] == "hello\n"
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(ValueError, match="not found"):
+        CommandTool("plain", [str(tmp_path / "plain")], None, description="not executable")
+
+
+# -- secrets -----------------------------------------------------------------------------
+
+
+def test_secret_argument_never_published(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "sk-live-5f3a9c"
+    script = "import sys; print(sys.argv[1:]); print('rejected', sys.argv[1], file=sys.stderr)"
+    leaky = CommandTool(
+        "leaky", [PY, "-c", script, "--key={api_key}"], _schema(api_key=1, mode=1),
+        description="prints its key", read_only=True,
+    )  # fmt: skip
+    failing = CommandTool(
+        "failing", [PY, "-c", script + "; sys.exit(2)", "--key={api_key}"], _schema(api_key=1),
+        description="fails with its key", read_only=True,
+    )  # fmt: skip
+    ex = make_executor(_registry(leaky, failing))
+    caplog.set_level(logging.DEBUG, logger="toolbus")
+    with bus.Recorder(sender=ex) as rec:
+        ok = ex.execute(ToolCall(name="leaky", arguments={"api_key": secret, "mode": "x"}))
+        bad = ex.execute(ToolCall(name="failing", arguments={"api_key": secret}))
+        ex.drain_events()
+    assert ok.status == "ok" and bad.status == "error"
+    assert "--key=" in ok.output["stdout"] and "rejected" in (bad.error or "")
+    for published in (repr(rec.events), ok.model_dump_json(), bad.model_dump_json(), caplog.text):
+        assert secret not in published
+
+
+# -- ToolFailure -------------------------------------------------------------------------
+
+
+def test_tool_failure_code_metadata_and_no_retry(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    attempts: list[int] = []
+
+    @reg.tool(read_only=True)
+    def crashy(retry: bool) -> str:
+        attempts.append(1)
+        raise ToolFailure(
+            "it fell over", code=ErrorCode.TOOL_CRASHED, metadata={"why": "x"}, retry=retry
+        )
+
+    class Insistent(_Insistent):
+        pass
+
+    ex = Insistent(reg, retry=RETRYING)
+    try:
+        r = ex.execute(ToolCall(name="crashy", arguments={"retry": False}))
+        assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_CRASHED, 1)
+        assert (r.error, r.metadata) == ("it fell over", {"why": "x"})
+        # retry=True: the policy (here, a hook) decides, as for any failure.
+        r = ex.execute(ToolCall(name="crashy", arguments={"retry": True}))
+        assert (r.error_code, r.attempts) == (ErrorCode.TOOL_CRASHED, 4)
+    finally:
+        ex.close()
+    assert len(attempts) == 5
+    with pytest.raises(ValueError, match="TOOL_ERROR or TOOL_CRASHED"):
+        ToolFailure("x", code=ErrorCode.EXECUTION_TIMEOUT)
+
+
+def test_tool_failure_crash_of_a_mutating_tool_is_not_retried(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool
+    def mutate() -> str:
+        raise ToolFailure("died", code=ErrorCode.TOOL_CRASHED, retry=True)
+
+    r = make_executor(reg, retry=RETRYING).execute(ToolCall(name="mutate"))
+    assert (r.error_code, r.attempts) == (ErrorCode.TOOL_CRASHED, 1)

@@ -1,0 +1,146 @@
+"""A command tool's process as its event loop watches it: output, exit, the kill.
+
+No thread and no await to set up, so no cancellation can find a started
+command unwatched: its pipes are read by loop readers, its exit is seen through
+a pidfd (Linux; elsewhere a thread waits for it), and its process group is
+killed with one `killpg`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+
+__all__ = ["Watch", "kill_group"]
+
+_CHUNK = 65536
+# How long close() waits for a command it has just SIGKILLed, to reap it.
+_REAP_WAIT = 1.0
+
+
+class _Capture:
+    """One pipe's output: its first `limit` bytes kept, the rest dropped."""
+
+    __slots__ = ("cut", "data", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.cut = False
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+        if len(chunk) > room:
+            self.cut = True
+
+    def text(self) -> str:
+        # Cut output may end inside a character: drop that part, not a U+FFFD.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return decoder.decode(bytes(self.data), final=not self.cut)
+
+
+class Watch:
+    """A started command as its event loop watches it, with no thread and no
+    await to set up: its output taken as it arrives (never paused, so the
+    command never blocks on a full pipe), its exit seen through a pidfd
+    (Linux; elsewhere a thread waits for it).
+
+    `exited`: the command itself ended, what it left running in its group was
+    killed (`leftovers`: whether there was any), and it was reaped. `closed`:
+    no process holds its pipes any longer. `close()` kills what is still
+    running, reaps it and lets go of everything."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], limit: int) -> None:
+        self.proc = proc
+        self.loop = loop = asyncio.get_running_loop()
+        self.out, self.err = _Capture(limit), _Capture(limit)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self.leftovers = False
+        self._fds: list[int] = []
+        for pipe, capture in ((proc.stdout, self.out), (proc.stderr, self.err)):
+            assert pipe is not None
+            fd = pipe.fileno()
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, self._read, fd, capture)
+            self._fds.append(fd)
+        self._pidfd = -1
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+            loop.add_reader(self._pidfd, self._on_exit)
+        except (AttributeError, OSError):  # no pidfds here
+            threading.Thread(target=self._wait, name="toolbus-command", daemon=True).start()
+
+    def _read(self, fd: int, capture: _Capture) -> None:
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            capture.add(chunk)
+            return
+        self.loop.remove_reader(fd)
+        self._fds.remove(fd)
+        if not self._fds and not self.closed.done():
+            self.closed.set_result(None)
+
+    def _wait(self) -> None:
+        try:  # until it exits, leaving it unreaped (see _on_exit)
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+        except AttributeError:  # no waitid here: reaped now, its leftovers spared
+            self.proc.wait()
+        except ChildProcessError:
+            pass  # reaped by close()
+        with contextlib.suppress(RuntimeError):  # its loop closed: nobody is waiting
+            self.loop.call_soon_threadsafe(self._on_exit)
+
+    def _on_exit(self) -> None:
+        """On the loop: the command has exited (it is a zombie, or reaped already)."""
+        if self._pidfd >= 0:
+            self.loop.remove_reader(self._pidfd)
+        if self.proc.returncode is None:
+            # Killed while its zombie still holds the group id, so the kill
+            # cannot reach a new group that took the id over.
+            self.leftovers = kill_group(self.proc.pid)
+            self.proc.wait()  # it has exited: this only reaps it
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def close(self) -> None:
+        if self.proc.returncode is None:  # cancelled twice, closed or collected
+            kill_group(self.proc.pid)
+            # SIGKILLed: it is gone in moments. Reaped here, as nobody else will.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(_REAP_WAIT)
+        for fd in [*self._fds, self._pidfd]:
+            if fd >= 0:
+                with contextlib.suppress(Exception):  # its loop may be closed
+                    self.loop.remove_reader(fd)
+        self._fds.clear()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def kill_group(pgid: int) -> bool:
+    """SIGKILL every process of group `pgid`; False if there was none.
+
+    Only called while the group's leader is unreaped (running, or a zombie):
+    its id cannot have gone to another process group meanwhile."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
