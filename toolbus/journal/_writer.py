@@ -78,7 +78,7 @@ class JournalStats:
     pruned: int = 0
     failed_commits: int = 0
     pending: int = 0
-    """Operations queued and not yet committed."""
+    """Operations queued or in the transaction under way: not committed yet."""
 
 
 class Writer:
@@ -91,6 +91,8 @@ class Writer:
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._put_lock = threading.Lock()
         self._closed = False
+        self._queued = 0  # operations ever queued (under _put_lock)
+        self._done = 0  # operations ever committed or failed (the writer's)
         self._conn: sqlite3.Connection | None = None
         self._synchronous = "FULL"
         self._counts: dict[str, int] = dict.fromkeys(
@@ -121,6 +123,7 @@ class Writer:
         with self._put_lock:
             if self._closed:
                 raise JournalClosed("the journal was closed")
+            self._queued += 1
             self._queue.put(op)
 
     def submit(self, op_kind: int, *args: Any) -> Future[Any]:
@@ -146,6 +149,7 @@ class Writer:
             if self._closed:
                 return not self._thread.is_alive()
             self._closed = True
+            self._queued += 1
             self._queue.put((STOP, fut))
         try:
             fut.result(timeout)
@@ -169,7 +173,7 @@ class Writer:
             self._heartbeats.discard(session)
 
     def stats(self) -> JournalStats:
-        return JournalStats(**self._counts, pending=self._queue.qsize())
+        return JournalStats(**self._counts, pending=self._queued - self._done)
 
     # -- the writer's thread -------------------------------------------------------
 
@@ -203,6 +207,7 @@ class Writer:
                 while len(ops) < MAX_GROUP:
                     ops.append(q.get_nowait())
             stop = self._commit(ops)
+            self._done += len(ops)
             if stop is not None:
                 stop.set_result(None)
                 return
