@@ -18,7 +18,6 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -104,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
             per = max(1, n // callers)
             with Executor(reg, max_parallel=8) as plain:
                 _calls(plain, callers, 20, "warm")
-                rows.append((f"call, no journal, {callers} caller(s)", _calls(plain, callers, per, "p")))
+                plain_durations = _calls(plain, callers, per, "p")
+            rows.append((f"call, no journal, {callers} caller(s)", plain_durations))
             with Executor(reg, max_parallel=8, journal=directory / f"j{callers}.sqlite") as ex:
                 _calls(ex, callers, 20, "warm")
                 journal = ex.journal

@@ -226,3 +226,57 @@ def test_kill_9_mid_batch_leaves_exactly_the_started_calls_in_doubt(tmp_path: Pa
     with bus.Recorder(bus.IN_DOUBT) as rec, Executor(reg, journal=path) as ex:
         ex.drain_events()
         assert rec.of(bus.IN_DOUBT) == []
+
+
+EXITS_UNCLOSED = textwrap.dedent(
+    """
+    import sys
+    import threading
+
+    from toolbus import Executor, ToolCall, ToolRegistry
+
+    reg = ToolRegistry()
+    started = threading.Event()
+
+
+    @reg.tool
+    def write(item: str) -> str:
+        return "ok"
+
+
+    @reg.tool
+    def hang(item: str) -> str:
+        started.set()
+        threading.Event().wait()
+
+
+    ex = Executor(reg, journal=sys.argv[1], timeout=None)  # never closed
+    threading.Thread(
+        target=ex.execute, args=(ToolCall(id="h", name="hang", arguments={"item": "x"}),),
+        daemon=True,
+    ).start()
+    started.wait()
+    for i in range(20):
+        ex.execute(ToolCall(id=f"w{i}", name="write", arguments={"item": str(i)}))
+    # The interpreter exits here with the executor open, a call running and
+    # the last outcome perhaps still queued (written at exit).
+    """
+)
+
+
+def test_exit_without_close_writes_what_ended_and_leaves_the_rest_in_doubt(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent-journal.sqlite"
+    script = tmp_path / "agent.py"
+    script.write_text(EXITS_UNCLOSED)
+    env = {**os.environ, "PYTHONPATH": str(Path(toolbus.__file__).parent.parent)}
+    done = subprocess.run(
+        [sys.executable, str(script), str(path)], env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    with Journal(path) as journal:
+        assert [r.call_id for r in journal.in_doubt()] == ["h"]
+        records = journal.records()
+    assert len(records) == 21
+    assert all(r.status == "ok" for r in records if r.call_id != "h")

@@ -17,6 +17,7 @@ the heartbeat of sessions that could not take an owner lock.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import queue
@@ -52,6 +53,9 @@ _WAITED = frozenset({INTENT, SESSION, FLUSH, STOP, PRUNE})  # their last item is
 
 MAX_GROUP = 2000  # operations per transaction at most
 STARVED = 8  # commits in a row before a due prune step runs anyway
+CHECKPOINT_IDLE = 64  # commits after which an idle writer checkpoints the WAL
+CHECKPOINT_EVERY = 1000  # ... and after which it does so anyway (the WAL stays bounded)
+WAL_SIZE_LIMIT = 8 * 1024 * 1024
 PRUNE_EVERY = 600.0  # seconds between prunes (also after rows // 10 new records)
 HEARTBEAT_EVERY = 10.0  # seconds, for sessions without an owner lock
 
@@ -107,6 +111,7 @@ class Writer:
         self._starved = 0  # commits since a prune step while one is due
         self._pruned_now = 0  # records pruned since the prune that is due began
         self._prune_waiters: list[Future[Any]] = []
+        self._since_checkpoint = 0  # commits since the WAL was last checkpointed
         self._next_heartbeat = time.monotonic() + HEARTBEAT_EVERY
         self._thread = threading.Thread(target=self._main, name="toolbus-journal", daemon=True)
         self._ready: Future[None] = Future()
@@ -117,6 +122,15 @@ class Writer:
         """Start the thread and wait until its connection is open (errors raise here)."""
         self._thread.start()
         self._ready.result()
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        # An executor never closed: at a clean interpreter exit (daemon threads
+        # still run then), write what is queued, so that calls which did end
+        # are not taken for calls in doubt. Calls still running stay without an
+        # outcome: in doubt, as they should be.
+        if not self._closed:
+            self.flush(2.0)
 
     def put(self, op: tuple[Any, ...]) -> None:
         """Queue `op`; never waits for I/O. Raises JournalClosed after `stop`."""
@@ -151,6 +165,7 @@ class Writer:
             self._closed = True
             self._queued += 1
             self._queue.put((STOP, fut))
+        atexit.unregister(self._at_exit)
         try:
             fut.result(timeout)
         except TimeoutError:
@@ -180,7 +195,14 @@ class Writer:
     def _main(self) -> None:
         try:
             self._conn = store.connect(self._path)
+            # Checkpoints are the writer's to run when idle (see _checkpoint),
+            # not a commit's, so an intent never waits for one.
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+            # A checkpointed WAL is cut back to this size when it is reused.
+            self._conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         except BaseException as e:
+            if self._conn is not None:
+                self._conn.close()
             self._ready.set_exception(e)
             return
         self._ready.set_result(None)
@@ -200,6 +222,7 @@ class Writer:
                 if self._prune_due:
                     self._prune_some()
                 else:
+                    self._checkpoint()
                     self._periodic()
                 continue
             ops = [op]
@@ -209,8 +232,14 @@ class Writer:
             stop = self._commit(ops)
             self._done += len(ops)
             if stop is not None:
+                self._checkpoint(force=True)
                 stop.set_result(None)
                 return
+            self._since_checkpoint += 1
+            if self._since_checkpoint >= CHECKPOINT_EVERY or (
+                self._since_checkpoint >= CHECKPOINT_IDLE and q.empty()
+            ):
+                self._checkpoint()
             if self._prune_due:
                 # Under a load that never lets the queue run dry, prune anyway
                 # now and then: one small step between commits.
@@ -348,6 +377,17 @@ class Writer:
         conn.execute(
             store.SET_OUTCOME, (result.status, code, text, int(truncated), at, session, seq)
         )
+
+    def _checkpoint(self, force: bool = False) -> None:
+        """Copy the WAL into the database (PASSIVE: never waits for readers)."""
+        if not force and self._since_checkpoint == 0:
+            return
+        self._since_checkpoint = 0
+        assert self._conn is not None
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as e:
+            log.warning("journal %s: checkpoint failed: %s", self._path, e)
 
     def _write_heartbeats(self) -> None:
         conn = self._conn
