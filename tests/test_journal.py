@@ -744,3 +744,47 @@ def test_when_an_owner_is_gone(tmp_path: Path, zombie: int) -> None:
     assert not gone(_session(me, lock="held", **far, heartbeat=0.0), me, locks, 60)
     held.release()
     assert gone(_session(me, lock="held", **far, heartbeat=time.time()), me, locks, 60)
+
+
+def test_without_owner_locks_the_process_and_heartbeat_decide(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a file system without flock, a session is judged by its process (same
+    machine) and kept fresh by a heartbeat (for other hosts)."""
+    import toolbus.journal._owner as owner
+    import toolbus.journal._writer as writer
+
+    monkeypatch.setattr(owner, "fcntl", None)
+    monkeypatch.setattr(writer, "HEARTBEAT_EVERY", 0.01)
+    reg, _ = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        assert ex.execute(ToolCall(id="n1", name="book", arguments={"item": "x"})).ok
+        journal = ex.journal
+        assert journal is not None
+        assert journal.flush(5)
+        record = journal.get("n1")
+        assert record is not None
+        session = record.owner.session
+        assert not lock_dir(path).joinpath(session).exists()
+        conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+        opened = conn.execute("SELECT heartbeat FROM sessions WHERE id = ?", (session,)).fetchone()
+        wait_until(
+            lambda: (
+                conn.execute("SELECT heartbeat FROM sessions WHERE id = ?", (session,)).fetchone()[
+                    0
+                ]
+                > opened[0]
+            ),
+            what="a heartbeat",
+        )
+        # A call of this open session without an outcome: running, not in doubt.
+        conn.execute(
+            "INSERT INTO calls (session, seq, call_id, tool, arguments, key, started) "
+            "VALUES (?, 999, 'open-1', 'book', '{}', 'k', 0)",
+            (session,),
+        )
+        assert journal.get("open-1").state == "running"  # type: ignore[union-attr]
+        assert ex.in_doubt() == []
+    with Journal(path) as j:
+        assert [r.call_id for r in j.in_doubt()] == ["open-1"]  # closed: gone
+    conn.close()
