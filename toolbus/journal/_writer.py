@@ -147,12 +147,13 @@ class Writer:
         return fut
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything queued so far is committed and synced."""
+        """Wait until everything queued so far is committed and synced; False
+        if `timeout` ran out or the commit failed (logged)."""
         try:
             self.submit(FLUSH).result(timeout)
         except JournalClosed:
             return True  # stopping flushes everything queued before it
-        except TimeoutError:
+        except Exception:  # TimeoutError, or the commit's own error
             return False
         return True
 
