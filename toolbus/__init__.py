@@ -8,6 +8,7 @@ on `toolbus.bus`.
 from . import bus
 from .executor import Executor, ExecutorStats
 from .formatting import format_result_for_context
+from .journal import Journal
 from .models import (
     Attachment,
     BatchResult,
@@ -29,6 +30,7 @@ __all__ = [
     "ErrorCode",
     "Executor",
     "ExecutorStats",
+    "Journal",
     "RetryDecision",
     "RetryPolicy",
     "Status",

@@ -39,8 +39,12 @@ from .actors._loopwatch import LoopWatch
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
+from .bus import _signals as sig
+from .bus._events import InDoubt
 from .calls import CallLike, coerce_call
 from .hooks import ExecutorHooks, PostCallHook, PreCallHook
+from .journal import Journal, JournalRecord, Retention
+from .journal._session import Session
 from .masking import DEFAULT_SECRET_KEYS, SecretKeys
 from .models import BatchResult, BatchSummary, ErrorCode, ToolCall, ToolResult
 from .pipeline import (
@@ -107,6 +111,14 @@ class Executor(ExecutorHooks):
     `timeout` a number > 0 or None (`math.inf` is taken as None: no deadline).
     `secret_keys` adds names to the default secret-looking keys for this
     executor's default masking (so it cannot be combined with `masker=`).
+
+    `journal`: a path (the file is made if missing; its directory must exist)
+    or a `toolbus.Journal`. Every mutating call is then recorded before its
+    tool runs, calls left in doubt by a dead process are announced as
+    `tool:in-doubt` events now (and listed by `in_doubt()`), and a call whose
+    idempotency key already ended ok is answered from the journal without
+    running. `journal_retention` (with a path): a `toolbus.journal.Retention`
+    or `{"days": ..., "rows": ...}`. See docs/journal.md.
     """
 
     def __init__(
@@ -130,6 +142,8 @@ class Executor(ExecutorHooks):
         backends: Mapping[str, Backend] | None = None,
         secret_keys: Iterable[str] = (),
         groups: Mapping[str, int] | None = None,
+        journal: str | os.PathLike[str] | Journal | None = None,
+        journal_retention: Retention | Mapping[str, Any] | None = None,
     ) -> None:
         max_parallel = positive_int(max_parallel, "max_parallel", "Executor")
         timeout = timeout_seconds(timeout, "timeout", "Executor")
@@ -179,6 +193,9 @@ class Executor(ExecutorHooks):
                         f"tool {t.name!r}: no capacity group named {name!r} "
                         f"(known: {', '.join(sorted(self._groups)) or 'none'})"
                     )
+        # Opened last among the checks: a bad option above must not leave a
+        # writer thread behind.
+        self._journal, self._journal_owned = _open_journal(journal, journal_retention)
         self._closed = False
         self._final_stats: ExecutorStats | None = None
         # The deadline backstop of each event loop that awaits calls.
@@ -191,11 +208,21 @@ class Executor(ExecutorHooks):
         self.emitter = self._emitter = Emitter(self.publisher, self._announcer)
         self._timers = TimerService()
         self._loop = LoopThread()
+        self._journal_session: Session | None = None
+        if self._journal is not None:
+            try:
+                self._journal_session = self._journal._open_session()
+            except BaseException:
+                if self._journal_owned:
+                    self._journal.close()
+                raise
         self._services = Services(
             emitter=self._emitter,
             hooks=self,
             max_argument_bytes=max_argument_bytes,
-            key_secret=os.urandom(32),
+            # With a journal, its secret: keys stay the same across restarts.
+            key_secret=(self._journal._key_secret if self._journal is not None else os.urandom(32)),
+            journal=self._journal_session,
         )
         host = SupervisorHost(self._services, self._loop)
         self._scheduler = host.scheduler = Scheduler(
@@ -210,6 +237,8 @@ class Executor(ExecutorHooks):
             groups=self._groups,
         )
         self._supervisor = Supervisor.start(self._scheduler)
+        if self._journal is not None:
+            self._announce_in_doubt()
 
     # -- sync API ---------------------------------------------------------------
 
@@ -325,6 +354,38 @@ class Executor(ExecutorHooks):
         return self._emitter.flush(timeout)
 
     @property
+    def journal(self) -> Journal | None:
+        """The journal this executor records its mutating calls in, if any."""
+        return self._journal
+
+    def in_doubt(self) -> list[JournalRecord]:
+        """The journal's calls in doubt (`Journal.in_doubt()`): mutating calls
+        that started under an owner that is gone and never recorded an outcome.
+        Empty without a journal. Clear one with `journal.acknowledge(call_id)`."""
+        if self._journal is None:
+            return []
+        return self._journal.in_doubt()
+
+    def _announce_in_doubt(self) -> None:
+        """One `tool:in-doubt` event per call in doubt, as the executor starts
+        (subscribers connected later see `in_doubt()` instead)."""
+        assert self._journal is not None
+        found = self._journal.in_doubt()
+        if not found:
+            return
+        log.warning(
+            "journal %s: %d call(s) in doubt (started, no outcome, owner gone): %s",
+            self._journal.path,
+            len(found),
+            ", ".join(f"{r.call_id} ({r.tool})" for r in found[:20])
+            + (" ..." if len(found) > 20 else ""),
+        )
+        em = self._emitter
+        if em.wants(sig.IN_DOUBT):
+            for record in found:
+                em.emit(sig.IN_DOUBT, InDoubt(record.call_id, record.tool, record))
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -351,6 +412,12 @@ class Executor(ExecutorHooks):
             self._supervisor.stop(timeout=left())
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
+        if self._journal_session is not None:
+            # Every call has its outcome queued now: mark the session closed,
+            # wait for the disk, let go of the owner lock.
+            self._journal_session.close(left())
+            if self._journal_owned and self._journal is not None:
+                self._journal.close(left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         self._timers.close()
         self._loop.close()
@@ -509,6 +576,30 @@ class Executor(ExecutorHooks):
 
     def _cancel(self, message: Cancel) -> None:
         self._scheduler.post(message)
+
+
+def _open_journal(
+    journal: str | os.PathLike[str] | Journal | None, retention: Any
+) -> tuple[Journal | None, bool]:
+    """Executor(journal=..., journal_retention=...): the journal, and whether
+    the executor made it (and so closes it)."""
+    if journal is None:
+        if retention is not None:
+            raise ValueError("Executor: journal_retention= needs journal= (a path or a Journal)")
+        return None, False
+    if isinstance(journal, Journal):
+        if retention is not None:
+            raise ValueError(
+                "Executor: journal_retention= applies to a journal made from a path; "
+                "give a Journal its own: Journal(path, retention=...)"
+            )
+        return journal, False
+    if not isinstance(journal, str | os.PathLike):
+        raise TypeError(
+            f"Executor: journal must be a path or a toolbus.Journal, got {type(journal).__name__}"
+        )
+    checked = Retention.coerce(retention, "journal_retention", "Executor")
+    return Journal(journal, create=True, retention=checked), True
 
 
 def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:

@@ -575,8 +575,11 @@ def _journal_intent(run: Run, svc: Services) -> Steps:
         recorded = yield journal.begin(run, run.idempotency_key(svc.key_secret))
         run.journaled = True
     except (Exception, asyncio.CancelledError) as e:
-        # A journal that cannot be written must not lose the call; it is logged.
-        log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
+        if run.is_live(1):
+            # A journal that cannot be written must not lose the call; it is logged.
+            log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
+        else:  # cancelled or timed out while it waited: not the journal's failure
+            log.debug("call %s ended while its intent was being written", run.call.id)
     if run.deadline is not None:
         run.deadline += time.monotonic() - began
     run.phase = ADMISSION

@@ -1,0 +1,305 @@
+"""The journal's file: its schema and every query, on stdlib `sqlite3`.
+
+One SQLite database in WAL mode. `calls` holds one row per journaled call: its
+intent (written and synced before the tool runs), then its outcome (status,
+error code, the published result as JSON). `attempts` holds one row per
+attempt. `sessions` says who wrote each call (see `_owner.py`). `meta` holds
+the HMAC secret of idempotency keys, made once when the file is created, so
+that keys stay the same across restarts.
+
+Connections are made here with autocommit off in SQLite's sense
+(`isolation_level=None`: every transaction is an explicit `BEGIN`), a busy
+timeout, WAL and `synchronous=FULL`. Pure functions over a connection: the
+caller decides which thread runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RECORD_COLUMNS",
+    "SCHEMA_VERSION",
+    "acknowledge",
+    "attempts_of",
+    "connect",
+    "ensure_schema",
+    "idle_sessions",
+    "prepare_path",
+    "prune_chunk",
+    "select_records",
+]
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    start_ticks INTEGER,
+    process_started REAL,
+    lock TEXT,
+    opened REAL NOT NULL,
+    heartbeat REAL NOT NULL,
+    closed REAL
+);
+CREATE TABLE IF NOT EXISTS calls (
+    id INTEGER PRIMARY KEY,
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    arguments TEXT,
+    key TEXT NOT NULL,
+    batch_id TEXT,
+    started REAL NOT NULL,
+    replay_of INTEGER,
+    status TEXT,
+    error_code TEXT,
+    result TEXT,
+    truncated INTEGER NOT NULL DEFAULT 0,
+    ended REAL,
+    acknowledged REAL,
+    UNIQUE (session, seq)
+);
+CREATE INDEX IF NOT EXISTS calls_ok_by_key ON calls (key, tool) WHERE status = 'ok';
+CREATE INDEX IF NOT EXISTS calls_open ON calls (session)
+    WHERE status IS NULL AND acknowledged IS NULL;
+CREATE INDEX IF NOT EXISTS calls_by_call_id ON calls (call_id);
+CREATE TABLE IF NOT EXISTS attempts (
+    call INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    duration REAL NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (call, n)
+) WITHOUT ROWID;
+"""
+
+
+def prepare_path(path: Path, *, create: bool) -> None:
+    """Check that a journal can live at `path`; make an empty file (mode 0600:
+    it holds the key secret) when `create` and there is none yet.
+
+    Raises FileNotFoundError, NotADirectoryError, IsADirectoryError or
+    PermissionError, each saying what is wrong with which path."""
+    parent = path.parent
+    if path.is_dir():
+        raise IsADirectoryError(f"journal {str(path)!r} is a directory, not a file")
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise PermissionError(f"journal {str(path)!r} is not readable and writable by us")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            # SQLite makes its -wal and -shm files beside the journal.
+            raise PermissionError(
+                f"journal {str(path)!r}: its directory {str(parent)!r} is not writable "
+                "(SQLite keeps its -wal and -shm files there)"
+            )
+        return
+    if not create:
+        raise FileNotFoundError(f"no journal at {str(path)!r}")
+    if not parent.exists():
+        raise FileNotFoundError(
+            f"journal {str(path)!r}: the directory {str(parent)!r} does not exist"
+        )
+    if not parent.is_dir():
+        raise NotADirectoryError(f"journal {str(path)!r}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"journal {str(path)!r}: the directory {str(parent)!r} is not writable"
+        )
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return  # made meanwhile by another process: fine
+    except OSError as e:
+        raise type(e)(e.errno, f"journal {str(path)!r} cannot be created: {e.strerror}") from None
+    os.close(fd)
+
+
+def connect(path: Path, *, any_thread: bool = False) -> sqlite3.Connection:
+    """A connection in WAL mode with synchronous=FULL and a busy timeout."""
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=not any_thread, timeout=BUSY_TIMEOUT_MS / 1000
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # Only takes effect on a database with no tables yet (a new journal):
+        # pruned pages are then given back with `incremental_vacuum`.
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"cannot switch to WAL mode (got {mode!r})")
+        conn.execute("PRAGMA synchronous = FULL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def ensure_schema(conn: sqlite3.Connection, path: Path) -> bytes:
+    """Make the tables if missing; return the key secret (made once, here)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise ValueError(
+            f"journal {str(path)!r} has schema version {version}; this toolbus reads "
+            f"up to {SCHEMA_VERSION} (upgrade toolbus)"
+        )
+    if version == 0:
+        tables = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name != 'meta'"
+        ).fetchone()[0]
+        if tables:
+            raise ValueError(f"{str(path)!r} is an SQLite database but not a toolbus journal")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(
+            "INSERT OR IGNORE INTO meta (name, value) VALUES ('key_secret', ?)",
+            (secrets.token_bytes(32),),
+        )
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        secret = conn.execute("SELECT value FROM meta WHERE name = 'key_secret'").fetchone()[0]
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return bytes(secret)
+
+
+# -- the writer's statements ------------------------------------------------------
+
+INSERT_SESSION = (
+    "INSERT OR REPLACE INTO sessions (id, pid, host, machine, start_ticks, process_started, "
+    "lock, opened, heartbeat, closed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)"
+)
+CLOSE_SESSION = "UPDATE sessions SET closed = ?, heartbeat = ? WHERE id = ?"
+HEARTBEAT = "UPDATE sessions SET heartbeat = ? WHERE id = ? AND closed IS NULL"
+# The newest ok outcome of a key (for this tool), and the record it first came from.
+FIND_OK = (
+    "SELECT coalesce(replay_of, id), result FROM calls "
+    "WHERE key = ? AND tool = ? AND status = 'ok' ORDER BY id DESC LIMIT 1"
+)
+INSERT_CALL = (
+    "INSERT INTO calls (session, seq, call_id, tool, arguments, key, batch_id, started, "
+    "replay_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_ATTEMPT = (
+    "INSERT OR REPLACE INTO attempts (call, n, status, duration, at) "
+    "SELECT id, ?, ?, ?, ? FROM calls WHERE session = ? AND seq = ?"
+)
+SET_OUTCOME = (
+    "UPDATE calls SET status = ?, error_code = ?, result = ?, truncated = ?, ended = ? "
+    "WHERE session = ? AND seq = ? AND status IS NULL"
+)
+
+
+def prune_chunk(
+    conn: sqlite3.Connection, *, max_age: float | None, rows: int | None, now: float, limit: int
+) -> int:
+    """Delete up to `limit` finished records beyond the retention (in one
+    transaction, the caller's); return how many.
+
+    Finished: with an outcome, or acknowledged. Beyond the retention: ended (or
+    acknowledged) more than `max_age` seconds ago, or older than the newest
+    `rows` records. Records without an outcome are never deleted here."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if max_age is not None:
+        clauses.append("coalesce(ended, acknowledged) < ?")
+        params.append(now - max_age)
+    if rows is not None:
+        clauses.append("id <= (SELECT id FROM calls ORDER BY id DESC LIMIT 1 OFFSET ?)")
+        params.append(rows)
+    if not clauses:
+        return 0
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM calls WHERE (status IS NOT NULL OR acknowledged IS NOT NULL) "
+            f"AND ({' OR '.join(clauses)}) ORDER BY id LIMIT ?",
+            (*params, limit),
+        )
+    ]
+    if not ids:
+        return 0
+    marks = ",".join("?" * len(ids))
+    conn.execute(f"DELETE FROM attempts WHERE call IN ({marks})", ids)
+    conn.execute(f"DELETE FROM calls WHERE id IN ({marks})", ids)
+    return len(ids)
+
+
+def idle_sessions(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """Sessions with no records left: (id, lock, closed, heartbeat)."""
+    return list(
+        conn.execute(
+            "SELECT id, lock, closed, heartbeat FROM sessions s "
+            "WHERE NOT EXISTS (SELECT 1 FROM calls c WHERE c.session = s.id)"
+        )
+    )
+
+
+# -- reading ---------------------------------------------------------------------------
+
+RECORD_COLUMNS = (
+    "c.id, c.call_id, c.tool, c.arguments, c.key, c.batch_id, c.started, c.replay_of, "
+    "c.status, c.error_code, c.result, c.truncated, c.ended, c.acknowledged, "
+    "c.session, s.pid, s.host, s.machine, s.start_ticks, s.process_started, s.lock, "
+    "s.opened, s.heartbeat, s.closed"
+)
+
+
+def select_records(
+    conn: sqlite3.Connection, where: str, params: Sequence[Any], limit: int | None = None
+) -> list[tuple[Any, ...]]:
+    """Records (joined with their sessions), newest first."""
+    sql = (
+        f"SELECT {RECORD_COLUMNS} FROM calls c LEFT JOIN sessions s ON s.id = c.session "
+        f"WHERE {where} ORDER BY c.id DESC"
+    )
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return list(conn.execute(sql, tuple(params)))
+
+
+def attempts_of(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, list[tuple[Any, ...]]]:
+    """The attempts of the records `ids`, by record, in order."""
+    found: dict[int, list[tuple[Any, ...]]] = {}
+    ids = list(ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for row in conn.execute(
+            f"SELECT call, n, status, duration, at FROM attempts WHERE call IN ({marks}) "
+            "ORDER BY call, n",
+            chunk,
+        ):
+            found.setdefault(row[0], []).append(row)
+    return found
+
+
+def acknowledge(conn: sqlite3.Connection, ids: Sequence[int], now: float) -> int:
+    """Mark records `ids` acknowledged (those without an outcome); return how many."""
+    if not ids:
+        return 0
+    marks = ",".join("?" * len(ids))
+    cur = conn.execute(
+        f"UPDATE calls SET acknowledged = ? WHERE id IN ({marks}) "
+        "AND status IS NULL AND acknowledged IS NULL",
+        (now, *ids),
+    )
+    return cur.rowcount
