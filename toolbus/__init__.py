@@ -19,7 +19,7 @@ from .models import (
     ToolResult,
 )
 from .retry import AttemptFailure, RetryDecision, RetryPolicy
-from .tools import Tool, ToolContext, ToolError, ToolRegistry, tool
+from .tools import Injected, Tool, ToolContext, ToolError, ToolRegistry, tool
 
 __all__ = [
     "Attachment",
@@ -29,6 +29,7 @@ __all__ = [
     "ErrorCode",
     "Executor",
     "ExecutorStats",
+    "Injected",
     "RetryDecision",
     "RetryPolicy",
     "Status",

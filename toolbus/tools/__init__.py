@@ -3,6 +3,7 @@
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolError, error_text
 from ._function import FunctionTool, tool
+from ._injected import Injected
 from ._output import OutputError, normalize_output
 from ._registry import DuplicateToolError, ToolRegistry
 from ._tool import Tool, ToolType, parse_json_arguments
@@ -11,6 +12,7 @@ __all__ = [
     "ArgumentError",
     "DuplicateToolError",
     "FunctionTool",
+    "Injected",
     "OutputError",
     "Tool",
     "ToolContext",
