@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 from typing import Annotated, Any, ClassVar
 
 import pytest
@@ -389,8 +390,8 @@ def test_injected_values_do_not_change_the_idempotency_key(make_executor: MakeEx
         keys.append(ctx.idempotency_key)
         return "charged"
 
-    key = iter(["key-one-1111", "key-two-2222"])
-    ex = make_executor(registry, inject={"api_key": lambda call: next(key)})
+    n = itertools.count()
+    ex = make_executor(registry, inject={"api_key": lambda call: f"key-{next(n)}-secret"})
     first = ex.execute(ToolCall(id="call_1", name="charge", arguments={"amount": 5}))
     second = ex.execute(ToolCall(id="call_1", name="charge", arguments={"amount": 5}))
     assert first.ok and second.ok
