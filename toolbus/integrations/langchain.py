@@ -415,7 +415,9 @@ class LangChainTool(Tool):
             return self._output(value)
         graph = GRAPH_CALL.get()
         call_id = _current_call_id()
-        tool_input: Any = dict(params.given)
+        # The validated arguments: LangChain validates them again when the tool
+        # has an args_schema, and passes them as they are when it has none.
+        tool_input: Any = dict(params.kwargs)
         if call_id is not None:
             tool_input = {"name": self.name, "args": tool_input, "id": call_id, "type": "tool_call"}
         config = ensure_config(graph.config if graph is not None else None)
