@@ -416,9 +416,18 @@ def test_injected_state_and_tool_call_id(nodes: list[ToolbusNode]) -> None:
     assert refused.status == "error" and "needs the graph state as a dict" in str(refused.content)
     # The model cannot set them: they are not in the schema, and a value is refused.
     assert convert_to_openai_tool(field)["function"]["parameters"]["properties"].keys() == {"x"}
-    forged = state_of(call("field", "9", x=1, foo="forged"))
+    forged = state_of(call("field", "9", x=1, foo="forged", me="other"))
     (answer,) = messages_of(node.invoke({**forged, "foo": "bar"}))
     assert answer.content == "bar1 (9)"  # as in ToolNode: what the model sent is not used
+
+    @lc_tool
+    def optional(x: int, foo: Annotated[str, InjectedState("foo")] = "default") -> str:
+        """An optional state field."""
+        return foo
+
+    forged = state_of(call("optional", "o", x=1, foo="forged"))
+    theirs, mine = both(nodes, [optional], forged)
+    assert mine == theirs and mine[0].content == "default"
 
 
 def test_tools_toolbus_cannot_run_are_refused_at_construction() -> None:
@@ -498,8 +507,9 @@ def test_an_interrupt_reaches_the_graph(nodes: list[ToolbusNode]) -> None:
 # -- what toolbus adds inside LangGraph ------------------------------------------------------
 
 
-def test_langchain_tools_mutate_unless_marked_read_only(nodes: list[ToolbusNode]) -> None:
-    """Mutating calls run in order, one at a time; read-only ones in parallel."""
+def test_barrier_order_holds_inside_a_graph(nodes: list[ToolbusNode]) -> None:
+    """LangChain tools mutate unless marked read-only: mutating calls run in
+    order, one at a time; read-only ones in parallel."""
     log: list[tuple[str, str, float]] = []
     lock = threading.Lock()
 
@@ -531,7 +541,10 @@ def test_langchain_tools_mutate_unless_marked_read_only(nodes: list[ToolbusNode]
         call("read", "r3", key="r3"),
     )
     node = toolbus_node(nodes, [write, read], read_only=["read"])
-    out = messages_of(node.invoke(input))
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "tools")
+    out = messages_of(graph.compile().invoke(input)["messages"][2:])
     assert [m.content for m in out] == ["r1", "r2", "w1", "w2", "r3"]
     order = [(what, who) for what, who, _ in log]
     # r1 and r2 overlap; w1 waits for both; w2 for w1; r3 for w2.

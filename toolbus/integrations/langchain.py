@@ -233,6 +233,7 @@ class LangChainTool(Tool):
         self._call_id_params: tuple[str, ...] = ()
         self._state_params: dict[str, str | None] = {}
         self._optional_state: frozenset[str] = frozenset()
+        self._framework_params: frozenset[str] = frozenset()
         self._injected_params: tuple[str, ...] = ()
         self._classify()
         self._fast = _plain_structured(tool)
@@ -304,6 +305,7 @@ class LangChainTool(Tool):
                 injected.append(param)  # declared on the function only
         self._call_id_params = tuple(call_ids)
         self._state_params = states
+        self._framework_params = frozenset((*call_ids, *states))
         fields = self._model.model_fields if self._model is not None else {}
         self._optional_state = frozenset(
             p for p, f in states.items() if f and p in fields and not fields[p].is_required()
@@ -326,7 +328,8 @@ class LangChainTool(Tool):
     def validate(self, arguments: dict[str, Any]) -> Any:
         given = arguments
         if self._call_id_params or self._state_params:
-            given = dict(arguments)
+            # What the model sent under these names is dropped, as ToolNode drops it.
+            given = {k: v for k, v in arguments.items() if k not in self._framework_params}
             if self._call_id_params:
                 call_id = _current_call_id()
                 if call_id is None:
