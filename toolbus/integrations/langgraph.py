@@ -313,13 +313,13 @@ def _toolbus_call(tool_call: Any) -> ToolCall:
     call_id = tool_call.get("id")
     name = tool_call.get("name")
     args = tool_call.get("args")
-    if isinstance(call_id, str) and isinstance(name, str) and isinstance(args, dict):
-        return ToolCall.model_construct(id=call_id, name=name, arguments=args, idempotency_key=None)
+    if not isinstance(args, dict | str):
+        args = {}
     if call_id is None:  # a model that gave no id: toolbus makes one up
-        return ToolCall(name=str(name), arguments=args if isinstance(args, dict | str) else {})
-    return ToolCall(
-        id=str(call_id), name=str(name), arguments=args if isinstance(args, dict | str) else {}
-    )
+        return ToolCall(name=str(name), arguments=args)
+    if isinstance(call_id, str) and isinstance(name, str):
+        return ToolCall(id=call_id, name=name, arguments=args)  # validating is the quicker
+    return ToolCall(id=str(call_id), name=str(name), arguments=args)
 
 
 def _message_maker() -> Callable[[Any, str, str], ToolMessage]:
