@@ -833,7 +833,7 @@ async def test_an_async_tool_returning_a_tool_message_through_aexecute() -> None
     assert result.output == "own 4"
 
 
-def test_a_failing_tool_keeps_its_exception_text(nodes: list[ToolbusNode]) -> None:
+def test_a_secret_in_an_exception_is_scrubbed_from_the_message(nodes: list[ToolbusNode]) -> None:
     @lc_tool
     def leaky(token: str) -> str:
         """Raises with the token in the message."""
