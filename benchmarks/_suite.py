@@ -51,6 +51,18 @@ def goals() -> list[Goal]:
             "batch",
         ),
         Goal(
+            "toolbusnode_1_cpu",
+            "ToolbusNode: less CPU per call than LangGraph's ToolNode, one call",
+            "≥ 5×",
+            "single",
+        ),
+        Goal(
+            "toolbusnode_10_cpu",
+            "ToolbusNode: less CPU per call than LangGraph's ToolNode, ten calls",
+            "≥ 5×",
+            "batch",
+        ),
+        Goal(
             "batch_cpu_vs_reference",
             "ten-call batch CPU per call vs today's engine (reference.json)",
             "≤ 40%",

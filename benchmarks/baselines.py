@@ -5,7 +5,8 @@
 - a minimal queue handoff to a worker thread and back (two `SimpleQueue`s);
 - pykka's own `ask` round trip (the actor library toolbus is built on);
 - LangGraph's `ToolNode.invoke` with 1 and with 10 tool calls (a peer; optional,
-  `pip install -e '.[bench]'`).
+  `pip install -e '.[bench]'`), and toolbus's drop-in for it, `ToolbusNode.invoke`,
+  on the same message and tool.
 """
 
 from __future__ import annotations
@@ -78,25 +79,16 @@ class Baselines:
         self._actor.stop()
 
 
-def toolnode(calls: int) -> tuple[Callable[[int], object] | None, str]:
-    """`ToolNode.invoke` on an AIMessage carrying `calls` noop tool calls, or why not.
-
-    Invoked directly, outside a graph: a `Runtime` goes in the config the way a
-    graph would put it there (recent langgraph versions require one).
-    """
-    try:
-        from langchain_core.messages import AIMessage
-        from langchain_core.tools import tool
-        from langgraph.prebuilt import ToolNode
-    except ImportError:
-        return None, SKIPPED_LANGGRAPH
+def _lg_noop_state(calls: int) -> tuple[Any, dict[str, Any]]:
+    """A LangChain noop tool and a state whose AIMessage carries `calls` calls of it."""
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
 
     @tool
     def lg_noop(i: int) -> int:
         """Return i."""
         return i
 
-    node = ToolNode([lg_noop])
     message = AIMessage(
         content="",
         tool_calls=[
@@ -104,7 +96,23 @@ def toolnode(calls: int) -> tuple[Callable[[int], object] | None, str]:
             for k in range(calls)
         ],
     )
-    state = {"messages": [message]}
+    return lg_noop, {"messages": [message]}
+
+
+def toolnode(calls: int) -> tuple[Callable[[int], object] | None, str]:
+    """`ToolNode.invoke` on an AIMessage carrying `calls` noop tool calls, or why not.
+
+    Invoked directly, outside a graph: a `Runtime` goes in the config the way a
+    graph would put it there (recent langgraph versions require one).
+    """
+    try:
+        from langgraph.prebuilt import ToolNode
+
+        lg_noop, state = _lg_noop_state(calls)
+    except ImportError:
+        return None, SKIPPED_LANGGRAPH
+
+    node = ToolNode([lg_noop])
     config = _runtime_config()
 
     def invoke(i: int) -> object:
@@ -116,6 +124,34 @@ def toolnode(calls: int) -> tuple[Callable[[int], object] | None, str]:
     except Exception as e:  # a langgraph version this does not know how to drive
         return None, f"skipped ({type(e).__name__}: {e})"
     return invoke, ""
+
+
+def toolbus_node(
+    calls: int, *, read_only: bool = False
+) -> tuple[Callable[[int], object] | None, Callable[[], None], str]:
+    """`ToolbusNode.invoke` on the same message and the same LangChain tool as
+    `toolnode(calls)` (outside a graph too); with the function that closes its
+    executor; or why not. The tool is mutating, as toolbus takes an unmarked
+    LangChain tool, unless `read_only`."""
+    try:
+        from toolbus.integrations.langgraph import ToolbusNode
+
+        lg_noop, state = _lg_noop_state(calls)
+    except ImportError:
+        return None, lambda: None, SKIPPED_LANGGRAPH
+
+    node = ToolbusNode([lg_noop], read_only=read_only, max_parallel=16, timeout=30)
+
+    def invoke(i: int) -> object:
+        return node.invoke(state)
+
+    try:
+        out: Any = invoke(0)
+        assert [m.content for m in out["messages"]] == [str(k) for k in range(calls)], out
+    except Exception as e:
+        node.close()
+        return None, lambda: None, f"skipped ({type(e).__name__}: {e})"
+    return invoke, node.close, ""
 
 
 def _runtime_config() -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from toolbus import Executor, ToolCall
@@ -35,12 +36,13 @@ from ._harness import (
     usage_cells,
 )
 from ._report import Table
-from .baselines import Baselines, toolnode
+from .baselines import Baselines, toolbus_node, toolnode
 from .peers import agents_gather, close_loop, pydantic_ai_turns
 
 TPE = "ThreadPoolExecutor submit+result"
 TB_ONE = "toolbus execute (dict arguments)"
 TN_ONE = "LangGraph ToolNode.invoke (1 call)"
+TBN_ONE = "toolbus ToolbusNode.invoke (1 call)"
 PA_WITH = "pydantic-ai Agent.run, one tool call"
 PA_WITHOUT = "pydantic-ai Agent.run, no tool call"
 PA_NET = "pydantic-ai, net per tool call"
@@ -49,6 +51,8 @@ TB_10 = "toolbus execute_batch (10 calls)"
 TB_A10 = "toolbus await aexecute_batch (10 calls)"
 TB_A10_ASYNC = "toolbus await aexecute_batch (10 calls of an async tool)"
 TN_10 = "LangGraph ToolNode.invoke (10 calls)"
+TBN_10 = "toolbus ToolbusNode.invoke (10 calls)"
+TBN_10_RO = "toolbus ToolbusNode.invoke (10 calls, read_only=True)"
 OA_SYNC = "OpenAI Agents SDK on_invoke_tool, sync function, 10 gathered"
 OA_ASYNC = "OpenAI Agents SDK on_invoke_tool, async function, 10 gathered"
 
@@ -65,12 +69,24 @@ def _cheaper(ctx: Ctx, key: str, peer: Stat, tb: Stat, of: Metric) -> Ratio:
     return r
 
 
+def _node_goal(ctx: Ctx, key: str, stats: dict[str, Stat], peer: str, tbn: str, why: str) -> str:
+    """Goal `key`: ToolbusNode costs at most a fifth of ToolNode's CPU per call."""
+    goal = ctx.report.goal(key)
+    if peer not in stats or tbn not in stats:
+        goal.skip(why or "LangGraph not installed")
+        return ""
+    r = paired_ratio(stats[peer], stats[tbn], "cpu")
+    goal.set(r.value, f"{fmt_ratio(r.value)} less CPU", r.value >= 5)
+    return f"ToolbusNode costs {r} less CPU than LangGraph's ToolNode on the same input"
+
+
 def single(ctx: Ctx) -> None:
     s, rep = ctx.scale, ctx.report
     base = Baselines()
     loop = asyncio.new_event_loop()
     raw = ToolCall(name="noop", arguments='{"i": 1}')
     call = noop_call()
+    node_invoke, close_node, node_why = toolbus_node(1)
     try:
         with Executor(noop_registry(), max_parallel=16, timeout=30) as ex:
             _check(ex.execute(call).status == "ok", "noop did not return ok")
@@ -78,6 +94,8 @@ def single(ctx: Ctx) -> None:
             invoke, why = toolnode(1)
             if invoke is not None:
                 cases.append(Case(TN_ONE, per_op(invoke), per_op=True))
+            if node_invoke is not None:
+                cases.append(Case(TBN_ONE, per_op(node_invoke), per_op=True))
             turns, pa_why = pydantic_ai_turns(loop)
             if turns is not None:
                 cases += [
@@ -102,6 +120,7 @@ def single(ctx: Ctx) -> None:
             stats = interleave(cases, rounds=s.rounds, budget_ms=s.budget_ms)
     finally:
         base.close()
+        close_node()
         close_loop(loop)
 
     t = Table(
@@ -166,6 +185,11 @@ def single(ctx: Ctx) -> None:
         t.add(PA_NET, pa_why, *[""] * 7)
     if invoke is None:
         t.add(TN_ONE, why, *[""] * 7)
+    if node_invoke is None:
+        t.add(TBN_ONE, node_why, *[""] * 7)
+    note = _node_goal(ctx, "toolbusnode_1_cpu", stats, TN_ONE, TBN_ONE, why or node_why)
+    if note:
+        t.notes.append(note + " (one call)")
     t.notes.append(
         "direct call is timed in blocks (a per-call clock would cost more than the call): no p99"
     )
@@ -216,6 +240,7 @@ def batch(ctx: Ctx) -> None:
         return [ex.execute(c) for c in calls]
 
     skipped: list[tuple[str, str]] = []
+    closers: list[Callable[[], None]] = []
     try:
         with Executor(registry, max_parallel=16, timeout=30) as ex:
             _check(ex.execute_batch(calls).summary.succeeded == 10, "batch did not succeed")
@@ -226,6 +251,10 @@ def batch(ctx: Ctx) -> None:
                 (OA_SYNC, agents_gather(loop, 10, is_async=False)),
                 (OA_ASYNC, agents_gather(loop, 10, is_async=True)),
             ]
+            for read_only, name in ((False, TBN_10), (True, TBN_10_RO)):
+                node_invoke, close_node, node_why = toolbus_node(10, read_only=read_only)
+                closers.append(close_node)
+                peers.append((name, (node_invoke, node_why)))
             for name, (invoke, why) in peers:
                 if invoke is not None:
                     cases.append(Case(name, per_op(invoke), per_op=True))
@@ -245,6 +274,8 @@ def batch(ctx: Ctx) -> None:
             stats = interleave(cases, rounds=s.rounds, budget_ms=s.budget_ms * 2)
     finally:
         pool.shutdown()
+        for close in closers:
+            close()
         close_loop(loop)
 
     t = Table(
@@ -293,6 +324,12 @@ def _batch_goals(ctx: Ctx, stats: dict[str, Stat], t: Table) -> None:
     else:
         for key in ("vs_toolnode_10", "vs_toolnode_10_cpu"):
             rep.goal(key).skip("LangGraph not installed")
+    note = _node_goal(ctx, "toolbusnode_10_cpu", stats, TN_10, TBN_10, "")
+    if note:
+        t.notes.append(note + " (ten calls of a mutating tool, run in order)")
+    if TN_10 in stats and TBN_10_RO in stats:
+        r = paired_ratio(stats[TN_10], stats[TBN_10_RO], "cpu")
+        t.notes.append(f"read-only, in parallel: {r} less CPU than ToolNode")
     if OA_SYNC in stats:
         r = paired_ratio(stats[OA_SYNC], tb, "cpu")
         rep.goal("agents_sync_vs_batch_cpu").set(

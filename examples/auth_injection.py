@@ -16,8 +16,11 @@ Shows:
 - a custom `masker=` that hides more than the default (here: the person id).
 
 Note that `identity` stays in the parameter schema the model is shown
-(`registry.to_openai()`): only `ToolContext` parameters are left out of it.
-Whatever the model sends under `identity` is overwritten by the hook.
+(`registry.to_openai()`) here: whatever the model sends under it is
+overwritten by the hook. Declared `identity: Annotated[Auth, Injected]` with
+`Executor(inject={"identity": lambda call: ...})`, it would be left out of the
+schema, a model's value refused, and the whole value masked
+(docs/extending.md, "Injected arguments").
 (It is not called `auth`: a value under a secret-looking name such as `auth`
 is masked whole, person id included, and the second run shows hiding the
 person id as a choice.)

@@ -104,6 +104,20 @@ EXPECTED: dict[str, list[str]] = {
         "answer: The longest fjords are the Sognefjord (205 km)",
         "stopped: done after 3 model calls",
     ],
+    "langgraph_agent.py": [
+        "tools offered: get_weather, search_flights, get_hotel_prices, book_flight",
+        "the model sees search_flights with: origin, destination",
+        "model asks for: get_weather, get_weather, search_flights, get_hotel_prices",
+        '[call_wx2] get_weather success: {"city": "Lisbon", "celsius": 19}',
+        "[call_fl1] search_flights success: TP1234 OSL->LIS 09:40, 189 EUR",
+        "[call_ht1] get_hotel_prices error: Error: Tool 'get_hotel_prices' timed out after 0.5s",
+        "[call_bk1] book_flight success: booked TP1234, seat 14C",
+        "answer: Lisbon is 19°C against Oslo's 4°C: I booked TP1234, seat 14C.",
+        "tool:executing search_flights arguments={'origin': 'OSL', 'destination': 'LIS', "
+        "'api_key': '***'}",
+        "started in this order: call_wx1, call_wx2, call_fl1, call_ht1, call_bk1",
+        "events showing the API key: 0",
+    ],
     "custom_actor.py": [
         "store_get    ok       Oslo",
         "store_get    ok       Bergen",
@@ -152,6 +166,13 @@ def test_auth_example_never_prints_the_token() -> None:
     assert TOKEN not in proc.stderr
     assert "TOKEN LEAKED" not in proc.stdout
     assert proc.stdout.count("token never appeared in any event or result") == 2
+
+
+def test_langgraph_example_never_prints_the_api_key() -> None:
+    proc = run_example("langgraph_agent.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "fl_live_93b1c7d2e8" in (EXAMPLES / "langgraph_agent.py").read_text()
+    assert "fl_live_93b1c7d2e8" not in proc.stdout + proc.stderr
 
 
 def test_subclass_example_never_prints_the_masked_email() -> None:

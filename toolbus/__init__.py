@@ -20,7 +20,7 @@ from .models import (
     ToolResult,
 )
 from .retry import AttemptFailure, RetryDecision, RetryPolicy
-from .tools import Tool, ToolContext, ToolError, ToolRegistry, tool
+from .tools import Injected, Tool, ToolContext, ToolError, ToolRegistry, tool
 
 __all__ = [
     "Attachment",
@@ -30,6 +30,7 @@ __all__ = [
     "ErrorCode",
     "Executor",
     "ExecutorStats",
+    "Injected",
     "Journal",
     "RetryDecision",
     "RetryPolicy",

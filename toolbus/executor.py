@@ -119,6 +119,10 @@ class Executor(ExecutorHooks):
     idempotency key already ended ok is answered from the journal without
     running. `journal_retention` (with a path): a `toolbus.journal.Retention`
     or `{"days": ..., "rows": ...}`. See docs/journal.md.
+    `inject` supplies the values of injected parameters (`toolbus.Injected`):
+    `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
+    may be sync or async and runs with the caller's contextvars, before the
+    pre-call hooks.
     """
 
     def __init__(
@@ -144,6 +148,7 @@ class Executor(ExecutorHooks):
         groups: Mapping[str, int] | None = None,
         journal: str | os.PathLike[str] | Journal | None = None,
         journal_retention: Retention | Mapping[str, Any] | None = None,
+        inject: Mapping[str, Callable[[ToolCall], Any]] | None = None,
     ) -> None:
         max_parallel = positive_int(max_parallel, "max_parallel", "Executor")
         timeout = timeout_seconds(timeout, "timeout", "Executor")
@@ -181,6 +186,7 @@ class Executor(ExecutorHooks):
         self._concurrency = concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
         self._groups = _check_groups(groups)
+        self._inject = _check_inject(inject, registry)
         # Every tool's backend and groups are resolved now, so a pairing that
         # cannot work fails here; tools registered later are checked on their
         # first call (and refused with a result).
@@ -223,6 +229,7 @@ class Executor(ExecutorHooks):
             # With a journal, its secret: keys stay the same across restarts.
             key_secret=(self._journal._key_secret if self._journal is not None else os.urandom(32)),
             journal=self._journal_session,
+            inject=self._inject,
         )
         host = SupervisorHost(self._services, self._loop)
         self._scheduler = host.scheduler = Scheduler(
@@ -613,6 +620,38 @@ def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
         if not isinstance(name, str) or not name:
             raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
         checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
+    return checked
+
+
+def _check_inject(
+    inject: Mapping[str, Callable[[ToolCall], Any]] | None, registry: ToolRegistry
+) -> dict[str, Callable[[ToolCall], Any]]:
+    """Executor(inject=...): "param" or "tool.param" to a callable of the call.
+
+    A "tool.param" key for a registered tool must name one of its injected
+    parameters (a typo would otherwise leave the parameter without a value)."""
+    if inject is None:
+        return {}
+    if not isinstance(inject, Mapping):
+        raise TypeError(
+            f"Executor: inject must map parameter names to callables, got {type(inject).__name__}"
+        )
+    checked: dict[str, Callable[[ToolCall], Any]] = {}
+    for key, fn in inject.items():
+        if not isinstance(key, str) or not key or key.endswith("."):
+            raise TypeError(f"Executor: inject keys are 'param' or 'tool.param', got {key!r}")
+        if not callable(fn):
+            raise TypeError(f"Executor: inject[{key!r}] must be callable, got {type(fn).__name__}")
+        if "." in key:
+            tool_name, param = key.rsplit(".", 1)
+            t = registry.get(tool_name)
+            if t is not None and param not in t.injected:
+                raise ValueError(
+                    f"Executor: inject[{key!r}]: tool {tool_name!r} has no injected parameter "
+                    f"{param!r} (injected: {', '.join(t.injected) or 'none'}; mark it "
+                    "Annotated[..., Injected])"
+                )
+        checked[key] = fn
     return checked
 
 

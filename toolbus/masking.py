@@ -11,6 +11,7 @@ Pure functions, no threads: unit-tested on their own.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -195,7 +196,25 @@ def _collect(value: Any, hidden: list[str]) -> None:
         for v in value:
             _collect(v, hidden)
     elif value is not None and not isinstance(value, bool):
+        if not isinstance(value, str | int | float):
+            # An object (an injected value need not be JSON): its fields too.
+            fields = _fields(value)
+            if fields is not None:
+                _collect(fields, hidden)
         hidden.append(str(value))
+
+
+def _fields(value: Any) -> Any:
+    """A pydantic model's or a dataclass's fields as plain data, else None."""
+    dump = getattr(value, "model_dump", None)
+    try:
+        if callable(dump):
+            return dump(mode="json")
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.asdict(value)
+    except Exception:  # an object that cannot say: its text is still hidden
+        return None
+    return None
 
 
 SecretPath = tuple[str | None, ...]

@@ -4,8 +4,11 @@ A key is an HMAC-SHA256, under a secret of the journal's (or the executor's),
 of the tool's name, the arguments as the model sent them (canonical JSON:
 sorted keys, before pre-call hooks, so injected credentials do not change it)
 and the model's call id when it gave one. Ids toolbus made up are left out: a
-restart would make other ones. An HMAC, so the arguments cannot be recovered
-from the key, nor guessed by hashing candidate values without the secret.
+restart would make other ones. Injected arguments (`toolbus.Injected`) are never
+part of it: they are filled in after the call as submitted is kept, and a call
+that carries one from the model is refused before it runs. An HMAC, so the
+arguments cannot be recovered from the key, nor guessed by hashing candidate
+values without the secret.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -153,6 +153,8 @@ class Services:
     key_secret: bytes = b""
     journal: Journal | None = None
     killed: Tally = field(default_factory=Tally)
+    # Executor(inject=...): "param" or "tool.param" -> fn(call), sync or async.
+    inject: Mapping[str, Callable[[ToolCall], Any]] = field(default_factory=dict)
 
 
 # What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.
@@ -346,6 +348,11 @@ def admit(run: Run, svc: Services) -> Steps:
                 run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}"
             )
         run.call = call
+    if tool.injected:
+        injected = yield from _inject(run, call, svc)
+        if isinstance(injected, ToolResult):
+            return injected
+        call = run.call = injected
     try:
         new = svc.hooks.pre_execute(call)
         if _awaitable(new):
@@ -369,6 +376,17 @@ def admit(run: Run, svc: Services) -> Steps:
         new = ToolCall.model_construct(id=call.id, name=new.name, arguments=new.arguments)
     run.call = new
     yield from _mask(run, new, svc)
+    if tool.injected_required and isinstance(new.arguments, dict):
+        args = new.arguments
+        missing = [n for n in tool.injected if n in tool.injected_required and n not in args]
+        if missing:
+            names = ", ".join(f"'{n}'" for n in missing)
+            return _reject(
+                run,
+                ErrorCode.TOOL_UNAVAILABLE,
+                f"Tool '{new.name}' is unavailable: nothing supplied its injected parameter "
+                f"{names} (Executor(inject=...) or a pre-call hook does)",
+            )
     try:
         # An async authorizer is awaited: its coroutine object is not a yes.
         allowed = svc.hooks.is_allowed(new)
@@ -390,6 +408,55 @@ def admit(run: Run, svc: Services) -> Steps:
         )
     run.admitted = True
     return None
+
+
+def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
+    """Refuse a model-supplied value for an injected parameter (on the arguments
+    as the model sent them) and fill the injected values `Executor(inject=...)`
+    supplies. Returns the call with them, or why it is rejected."""
+    tool = run.tool
+    assert tool is not None
+    args = call.arguments
+    if not isinstance(args, dict):
+        return call  # unparseable: validation says so
+    given = [n for n in tool.injected if n in args]
+    if given:
+        names = ", ".join(f"'{n}'" for n in given)
+        return _reject(
+            run,
+            ErrorCode.INVALID_ARGUMENTS,
+            f"Invalid arguments for '{call.name}': {names} cannot be set by the model "
+            "(the application supplies it); leave it out",
+        )
+    providers = svc.inject
+    if not providers:
+        return call
+    values: dict[str, Any] = {}
+    for name in tool.injected:
+        fn = providers.get(f"{call.name}.{name}") or providers.get(name)
+        if fn is None:
+            continue
+        try:
+            value = fn(call)
+            if _awaitable(value):
+                value = yield value
+        except (Exception, asyncio.CancelledError) as e:  # the provider's own, too
+            # Refused like a pre-call hook that raises; whatever was supplied
+            # so far is masked (and scrubbed from the message) first.
+            yield from _mask(run, call.with_arguments({**args, **values}), svc)
+            log.info(
+                "injecting '%s' failed for call %s: %s",
+                name,
+                call.id,
+                run.scrubber.text(error_text(e)),
+            )
+            return _reject(
+                run,
+                ErrorCode.TOOL_NOT_ALLOWED,
+                run.scrubber.text(f"Could not supply '{name}': {error_text(e)}"),
+            )
+        values[name] = value
+    return call.with_arguments({**args, **values}) if values else call
 
 
 # -- attempts -------------------------------------------------------------------

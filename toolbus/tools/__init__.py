@@ -4,6 +4,7 @@ from ._command import CommandTool
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolError, ToolFailure, error_text
 from ._function import FunctionTool, tool
+from ._injected import Injected
 from ._output import OutputError, normalize_output
 from ._registry import DuplicateToolError, ToolRegistry
 from ._tool import Tool, ToolType, parse_json_arguments
@@ -13,6 +14,7 @@ __all__ = [
     "CommandTool",
     "DuplicateToolError",
     "FunctionTool",
+    "Injected",
     "OutputError",
     "Tool",
     "ToolContext",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from ..retry import RetryPolicy
 from ._context import ToolContext
+from ._injected import is_injected_marker
 from ._tool import STANDARD_INVOKES, Tool, ToolType
 
 if TYPE_CHECKING:
@@ -98,6 +99,8 @@ class FunctionTool(Tool):
         # Positional-only parameters (they come first) must not be passed by name.
         self._positional_only = tuple(positional)
         if self.type == "custom":
+            if any(_is_injected(hints.get(n, Any)) for n in names):
+                raise TypeError(f"custom tool {self.name!r}: its text parameter cannot be Injected")
             if len(names) != 1:
                 raise TypeError(f"custom tool {self.name!r} must take exactly one text parameter")
             return None
@@ -177,6 +180,13 @@ def _is_tool_context(annotation: Any) -> bool:
     if annotation is ToolContext:
         return True
     return any(_is_tool_context(a) for a in typing.get_args(annotation) if a is not type(None))
+
+
+def _is_injected(annotation: Any) -> bool:
+    """`Annotated[..., Injected]`."""
+    return typing.get_origin(annotation) is typing.Annotated and any(
+        is_injected_marker(m) for m in annotation.__metadata__
+    )
 
 
 def _doc_summary(fn: AnyFunction) -> str:

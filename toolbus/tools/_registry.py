@@ -66,6 +66,44 @@ class ToolRegistry:
     def list(self) -> builtins.list[Tool]:
         return list(self._tools.values())
 
+    def add_langchain(
+        self,
+        tool: Any,
+        *,
+        read_only: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+        backend: BackendSpec = None,
+        groups: Sequence[str] = (),
+        idempotent: bool = False,
+    ) -> Tool:
+        """Register a LangChain `BaseTool` (needs langchain-core: the `langgraph` extra).
+
+        The model sees the schema LangChain exports for it; its `args_schema`
+        validates the arguments; it runs sync or async as it supports. It is
+        mutating unless `read_only=True`. `InjectedToolArg` parameters become
+        toolbus `Injected` ones, `InjectedToolCallId` is the call's id, and
+        `InjectedState` comes from `ToolbusNode`'s input. Tools that need
+        `InjectedStore`, a `ToolRuntime`, return a `Command` or use
+        `response_format="content_and_artifact"` are refused (`ValueError`).
+        See `toolbus.integrations.langchain`.
+        """
+        from ..integrations.langchain import LangChainTool
+
+        return self.register(
+            LangChainTool(
+                tool,
+                read_only=read_only,
+                timeout=timeout,
+                retry=retry,
+                max_concurrency=max_concurrency,
+                backend=backend,
+                groups=groups,
+                idempotent=idempotent,
+            )
+        )
+
     def list_by_type(self, type: ToolType) -> builtins.list[Tool]:
         return [t for t in self._tools.values() if t.type == type]
 

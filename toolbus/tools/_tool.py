@@ -25,6 +25,7 @@ from ..models import ErrorCode, ToolResult
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolFailure, error_text
+from ._injected import injected_fields, without_properties
 from ._output import normalize_output
 from ._secrets import secret_paths
 
@@ -87,9 +88,13 @@ class Tool:
     None or a `RetryPolicy`. `bool`, text such as `"1"` and NaN are refused.
 
     `secret_paths` lists where the parameters schema marks a value secret
-    (`SecretStr`/`SecretBytes`, `writeOnly: true`, `format: password`); the
-    executor masks those values in everything it publishes, whatever their
-    names and whatever masker it uses.
+    (`SecretStr`/`SecretBytes`, `writeOnly: true`, `format: password`) and the
+    injected parameters; the executor masks those values in everything it
+    publishes, whatever their names and whatever masker it uses.
+
+    `injected` names the parameters the model never sets (see
+    `toolbus.Injected`): `schema` (what every export shows the model) leaves
+    them out; the arguments are validated with them.
     """
 
     Params: ClassVar[type[BaseModel] | None] = None
@@ -119,6 +124,11 @@ class Tool:
     is_async: bool
     wants_context: bool
     secret_paths: tuple[SecretPath, ...] = ()
+    # Parameters the model never sets (`Annotated[..., Injected]`, or named here
+    # for a tool with a JSON schema): left out of `schema`, refused from the
+    # model, supplied by `Executor(inject=...)` or a pre-call hook, always masked.
+    injected: tuple[str, ...] = ()
+    injected_required: frozenset[str] = frozenset()
     _schema: dict[str, Any]
 
     def __init__(self) -> None:
@@ -133,19 +143,29 @@ class Tool:
             raise ValueError(f"unknown tool type {self.type!r}")
         self._check_options()
         self._schema_validator: jsonschema.protocols.Validator | None = None
+        # `full`: what the arguments are validated against (injected values
+        # included); `_schema`: what the model is shown (without them).
         if self.type == "function":
             if self.Params is not None:
-                self._schema = self.Params.model_json_schema()
+                full = self.Params.model_json_schema()
             elif self.parameters is not None:
                 cls = jsonschema.validators.validator_for(self.parameters)
                 cls.check_schema(self.parameters)
-                self._schema = self.parameters
+                full = self.parameters
                 self._schema_validator = cls(self.parameters)
             else:
-                self._schema = {"type": "object", "properties": {}}
+                full = {"type": "object", "properties": {}}
         else:
-            self._schema = {}
-        self.secret_paths = secret_paths(self._schema)
+            full = {}
+        self.injected = self._injected_names(full)
+        required = full.get("required")
+        self.injected_required = frozenset(
+            n for n in self.injected if isinstance(required, list) and n in required
+        )
+        self._schema = without_properties(full, self.injected) if self.injected else full
+        # Injected values are masked whatever their names.
+        typed = secret_paths(full)
+        self.secret_paths = typed + tuple((n,) for n in self.injected if (n,) not in typed)
         self.is_async = inspect.iscoroutinefunction(self._target())
         self._wants_context = self._target_wants_context()
         # Whether a call must build a ToolContext: an `invoke` of toolbus's own
@@ -170,6 +190,27 @@ class Tool:
             self._schema_validator = jsonschema.validators.validator_for(self.parameters)(
                 self.parameters
             )
+
+    def _injected_names(self, schema: dict[str, Any]) -> tuple[str, ...]:
+        """The parameters marked `Injected` (in `Params`) or named in `injected`;
+        each must be a property of `schema` (the tool's full parameters schema)."""
+        names = dict.fromkeys(
+            (self.injected,) if isinstance(self.injected, str) else tuple(self.injected)
+        )
+        if self.Params is not None:
+            names.update(dict.fromkeys(injected_fields(self.Params)))
+        if not names:
+            return ()
+        if self.type != "function":
+            raise TypeError(f"tool {self.name!r}: a custom (free-text) tool cannot inject")
+        properties = schema.get("properties")
+        known = properties if isinstance(properties, dict) else {}
+        for name in names:
+            if not isinstance(name, str) or name not in known:
+                raise ValueError(
+                    f"tool {self.name!r}: injected parameter {name!r} is not one of its parameters"
+                )
+        return tuple(names)
 
     def _check_options(self) -> None:
         owner = f"tool {self.name!r}"
@@ -212,7 +253,8 @@ class Tool:
 
     @property
     def schema(self) -> dict[str, Any]:
-        """JSON schema of the parameters (empty for custom tools)."""
+        """JSON schema of the parameters the model sets (empty for custom tools):
+        injected parameters are left out."""
         return self._schema
 
     def to_openai(self) -> dict[str, Any]:
