@@ -35,6 +35,7 @@ from pydantic import BaseModel
 
 from .. import _json
 from ..executor import Executor
+from ..formatting import output_text
 from ..models import ToolCall
 from ..providers._common import (
     DEFAULT_MAX_LENGTH,
@@ -81,12 +82,18 @@ class _Invoke:
             else:
                 arguments = without_strict_nulls(parsed, self.schema, self.schema)
         call_id = getattr(ctx, "tool_call_id", None)
+        # Built without validation: the name and id are str, the arguments str or dict.
         call = (
-            ToolCall(id=call_id, name=self.name, arguments=arguments)
+            ToolCall.model_construct(id=call_id, name=self.name, arguments=arguments)
             if isinstance(call_id, str) and call_id
-            else ToolCall(name=self.name, arguments=arguments)
+            else ToolCall.model_construct(name=self.name, arguments=arguments)
         )
         result = await self.executor.aexecute(call)
+        if result.status == "ok" and not result.attachments:
+            output = result.output
+            text = output if isinstance(output, str) else output_text(output)
+            if text and len(text) <= self.max_length:
+                return text
         return result_text(result, self.max_length)
 
 

@@ -142,10 +142,11 @@ class ToolbusToolset(AbstractToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         call_id = ctx.tool_call_id
+        # Built without validation: a str name and id, and the dict args_validator made.
         call = (
-            ToolCall(id=call_id, name=name, arguments=tool_args)
-            if call_id
-            else ToolCall(name=name, arguments=tool_args)
+            ToolCall.model_construct(id=call_id, name=name, arguments=tool_args)
+            if isinstance(call_id, str) and call_id
+            else ToolCall.model_construct(name=name, arguments=tool_args)
         )
         result = await self.executor.aexecute(call)
         if result.status == "ok":
