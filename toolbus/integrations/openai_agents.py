@@ -47,7 +47,7 @@ from ..providers._common import (
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolContext, ToolRegistry, parse_json_arguments
 
-__all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tools"]
+__all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tool_for", "function_tools"]
 
 log = logging.getLogger("toolbus.integrations")
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from pydantic_ai import ModelRetry, RunContext
-from pydantic_ai import Tool as PydanticAITool_
+from pydantic_ai import Tool as PAITool
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ToolReturn
 from pydantic_ai.tools import ToolDefinition
@@ -54,7 +54,7 @@ from ..retry import RetryPolicy
 from ..tools import ArgumentError, Tool, ToolContext, ToolError, ToolRegistry
 from ..tools._tool import STANDARD_INVOKES, format_validation_error
 
-__all__ = ["PydanticAITool", "ToolbusToolset", "from_pydantic_ai"]
+__all__ = ["PydanticAITool", "ToolbusToolset", "from_pydantic_ai", "tool_definition"]
 
 # The model's arguments must be a JSON object; toolbus validates the rest, so
 # that its errors (and its events) are the ones the model and observers see.
@@ -199,7 +199,7 @@ class PydanticAITool(Tool):
 
     def __init__(
         self,
-        source: PydanticAITool_[Any] | Callable[..., Any],
+        source: PAITool[Any] | Callable[..., Any],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -210,7 +210,7 @@ class PydanticAITool(Tool):
         groups: Sequence[str] = (),
         idempotent: bool = False,
     ) -> None:
-        pa = source if isinstance(source, PydanticAITool_) else _as_pydantic_ai_tool(source)
+        pa = source if isinstance(source, PAITool) else _as_pydantic_ai_tool(source)
         _check_supported(pa)
         schema = pa.function_schema
         self.source = pa
@@ -276,7 +276,7 @@ STANDARD_INVOKES.add(PydanticAITool.invoke)
 
 
 def from_pydantic_ai(
-    tool_or_function: PydanticAITool_[Any] | Callable[..., Any],
+    tool_or_function: PAITool[Any] | Callable[..., Any],
     *,
     name: str | None = None,
     description: str | None = None,
@@ -308,15 +308,15 @@ def from_pydantic_ai(
     )
 
 
-def _as_pydantic_ai_tool(function: Callable[..., Any]) -> PydanticAITool_[Any]:
+def _as_pydantic_ai_tool(function: Callable[..., Any]) -> PAITool[Any]:
     if not callable(function):
         raise TypeError(
             f"add_pydantic_ai takes a pydantic_ai.Tool or a function, got {type(function).__name__}"
         )
-    return PydanticAITool_(function)
+    return PAITool(function)
 
 
-def _check_supported(pa: PydanticAITool_[Any]) -> None:
+def _check_supported(pa: PAITool[Any]) -> None:
     what = f"pydantic-ai tool {pa.name!r}"
     if pa.takes_ctx:
         raise TypeError(
