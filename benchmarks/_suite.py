@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import bus_cost, chaos, latency, longrun, many_async, memory, scaling, throughput
+from . import adapters, bus_cost, chaos, latency, longrun, many_async, memory, scaling, throughput
 from ._common import Ctx
 from ._report import Goal
 
@@ -27,6 +27,7 @@ SCENARIOS: list[Scenario] = [
     ("memory", "Scenario 8: memory per idle tool actor", memory.run),
     ("async10k", "Scenario 9: many async calls in flight", many_async.run),
     ("chaos", "Scenario 10: chaos with deadlines", chaos.run),
+    ("adapters", "Scenario 11: framework adapters over a bare aexecute", adapters.run),
 ]
 
 
@@ -131,5 +132,17 @@ def goals() -> list[Goal]:
             "chaos: callers freed after their deadline, max (ms: a count, not a ratio)",
             "≤ 250 ms",
             "chaos",
+        ),
+        Goal(
+            "pai_toolset_cpu_vs_aexecute",
+            "pydantic-ai ToolbusToolset.call_tool CPU vs a bare aexecute",
+            "≤ 1.2×",
+            "adapters",
+        ),
+        Goal(
+            "agents_tool_cpu_vs_aexecute",
+            "Agents SDK exported on_invoke_tool CPU vs a bare aexecute",
+            "≤ 1.2×",
+            "adapters",
         ),
     ]

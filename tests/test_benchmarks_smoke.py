@@ -17,6 +17,7 @@ import pytest
 
 from benchmarks._report import MD_END, MD_START
 from benchmarks._suite import SCENARIOS, goals
+from benchmarks.adapters import OAI, PAI
 from benchmarks.latency import OA_ASYNC, OA_SYNC, PA_NET, TB_10, TB_ONE, TPE, TPE_10
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 10
+    assert len(SCENARIOS) == 11
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -100,6 +101,11 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
         assert measured["agents_sync_vs_batch_cpu"] is not None
     if importlib.util.find_spec("pydantic_ai"):
         assert PA_NET in scenarios["single"]
+        assert scenarios["adapters"][PAI]["cpu_ns_per_op"] > 0
+        assert measured["pai_toolset_cpu_vs_aexecute"] is not None
+    if importlib.util.find_spec("agents"):
+        assert scenarios["adapters"][OAI]["cpu_ns_per_op"] > 0
+        assert measured["agents_tool_cpu_vs_aexecute"] is not None
 
     written = sorted(p.name for p in plots.glob("*.png"))
     assert written == ["bus.png", "latency.png", "longrun.png", "scaling.png"]

@@ -127,6 +127,36 @@ EXPECTED: dict[str, list[str]] = {
         "store_get    calls=3 attempts=2 statuses={'ok': 2, 'rejected': 1}",
         "after a new executor started: country = Norway",
     ],
+    "pydantic_ai_agent.py": [
+        "tools offered: get_weather (parallel), search_news (parallel), book_table (sequential), "
+        "price_in (parallel)",
+        "turn 1: get_weather -> success: {'city': 'Oslo', 'temperature': 4}",
+        "turn 1: get_weather -> success: {'city': 'Lisbon', 'temperature': 19}",
+        "turn 1: search_news -> failed: Error: Tool 'search_news' timed out after 0.2s "
+        "(EXECUTION_TIMEOUT)",
+        "turn 1: book_table -> retried: Invalid arguments for 'book_table': people: Input should "
+        "be a valid integer",
+        "turn 2: book_table -> success: Booked Ramiro for 2 at 20:00",
+        "turn 2: price_in -> success: 60.00 EUR",
+        "answer: Lisbon is warmer (19°C); Ramiro is booked for 2.",
+        "book_table as the bus saw it: {'restaurant': 'Ramiro', 'people': 2, 'api_key': '***'}",
+        "events showing the key: 0",
+    ],
+    "openai_agents_agent.py": [
+        "tools offered: get_weather, search_news, book_table, exchange_rate (strict: True)",
+        "get_weather schema: {'title': 'Unit', 'type': ['string', 'null'], "
+        "'description': '(default: \"celsius\")'}",
+        'turn 1: wx1 -> { "city": "Oslo", "temperature": 4, "unit": "celsius" }',
+        "turn 1: news1 -> Error: Tool 'search_news' timed out after 0.2s (EXECUTION_TIMEOUT)",
+        "turn 1: bk1 -> Error: Invalid arguments for 'book_table': people: Input should be a "
+        "valid integer, unable to parse string as an integer (INVALID_ARGUMENTS)",
+        "turn 2: bk2 -> Booked Ramiro for 2 at 20:00",
+        "turn 2: fx1 -> 11.5",
+        "answer: Lisbon is warmer (19°C); Ramiro is booked for 2.",
+        "exchange_rate attempts: [1, 2]",
+        "book_table as the bus saw it: {'restaurant': 'Ramiro', 'people': 2, 'api_key': '***'}",
+        "events showing the key: 0",
+    ],
 }
 
 

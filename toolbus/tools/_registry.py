@@ -111,6 +111,28 @@ class ToolRegistry:
         """Every tool in OpenAI's function-tool format."""
         return [t.to_openai() for t in self._tools.values()]
 
+    def add_pydantic_ai(self, tool_or_function: Any, /, **options: Any) -> Tool:
+        """Register a pydantic-ai tool (a `pydantic_ai.Tool` or a plain function,
+        described as pydantic-ai describes it); its JSON schema is kept.
+
+        Needs the `pydantic-ai` extra. Options (`name`, `read_only`, `timeout`,
+        ...) and what is refused: `toolbus.integrations.pydantic_ai.from_pydantic_ai`.
+        """
+        from ..integrations.pydantic_ai import from_pydantic_ai
+
+        return self.register(from_pydantic_ai(tool_or_function, **options))
+
+    def add_openai_agents(self, function_tool: Any, /, **options: Any) -> Tool:
+        """Register an OpenAI Agents SDK `FunctionTool`; its JSON schema is kept.
+
+        Needs the `openai-agents` extra. Options (`name`, `read_only`, `timeout`,
+        `context`, ...) and what is refused:
+        `toolbus.integrations.openai_agents.from_openai_agents`.
+        """
+        from ..integrations.openai_agents import from_openai_agents
+
+        return self.register(from_openai_agents(function_tool, **options))
+
     @overload
     def tool(self, fn: AnyFunction, /) -> FunctionTool: ...
 

@@ -1,0 +1,356 @@
+"""The OpenAI Agents SDK, both ways (needs the `openai-agents` extra:
+`pip install 'toolbus[openai-agents]'`).
+
+toolbus's tools in an agent, every call run by an `Executor`:
+
+    from toolbus.integrations.openai_agents import function_tools
+
+    agent = Agent(name="assistant", tools=function_tools(registry, executor))
+
+The SDK's function tools in a registry:
+
+    registry.add_openai_agents(get_weather)        # a FunctionTool (@function_tool)
+
+The SDK's Runner invokes each tool call of a turn on its own, concurrently
+(`asyncio` tasks): toolbus sees single calls, never the turn as a batch. So
+`max_parallel`, each tool's `max_concurrency`, timeouts, retries, masking and
+events hold, but barrier order does not: a mutating call may overlap the calls
+the model emitted around it. To keep a turn's calls in order, run them one at
+a time with `RunConfig(tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1))`.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from agents import FunctionTool, RunContextWrapper, UserError
+from agents.strict_schema import ensure_strict_json_schema
+from agents.tool_context import ToolContext as AgentsToolContext
+from pydantic import BaseModel
+
+from .. import _json
+from ..executor import Executor
+from ..formatting import output_text
+from ..models import ToolCall
+from ..providers._common import (
+    DEFAULT_MAX_LENGTH,
+    StrictSchemaError,
+    result_text,
+    strict_schema,
+    without_strict_nulls,
+)
+from ..retry import RetryPolicy
+from ..tools import Tool, ToolContext, ToolRegistry, parse_json_arguments
+
+__all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tool_for", "function_tools"]
+
+log = logging.getLogger("toolbus.integrations")
+
+
+# -- toolbus's tools for the SDK ----------------------------------------------------------
+
+
+class _Invoke:
+    """A `FunctionTool.on_invoke_tool`: the call goes through `executor.aexecute`,
+    and every result comes back as text (errors as `Error: ... (CODE)`), never
+    as an exception, so no tool failure ends the run."""
+
+    __slots__ = ("executor", "max_length", "name", "schema")
+
+    def __init__(
+        self, executor: Executor, name: str, schema: dict[str, Any] | None, max_length: int
+    ) -> None:
+        self.executor = executor
+        self.name = name
+        # The tool's own schema when the strict one made optional fields nullable:
+        # the nulls the model then sends for "not given" are removed against it.
+        self.schema = schema
+        self.max_length = max_length
+
+    async def __call__(self, ctx: AgentsToolContext[Any], input: str) -> str:
+        arguments: dict[str, Any] | str = input
+        if self.schema is not None:
+            try:
+                parsed = parse_json_arguments(input)
+            except ValueError:
+                pass  # handed on as it is: toolbus rejects it, with the reason
+            else:
+                arguments = without_strict_nulls(parsed, self.schema, self.schema)
+        call_id = getattr(ctx, "tool_call_id", None)
+        # Built without validation: the name and id are str, the arguments str or dict.
+        call = (
+            ToolCall.model_construct(id=call_id, name=self.name, arguments=arguments)
+            if isinstance(call_id, str) and call_id
+            else ToolCall.model_construct(name=self.name, arguments=arguments)
+        )
+        result = await self.executor.aexecute(call)
+        if result.status == "ok" and not result.attachments:
+            output = result.output
+            text = output if isinstance(output, str) else output_text(output)
+            if text and len(text) <= self.max_length:
+                return text
+        return result_text(result, self.max_length)
+
+
+def function_tools(
+    registry: ToolRegistry,
+    executor: Executor,
+    *,
+    strict: bool = True,
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> list[FunctionTool]:
+    """One `agents.FunctionTool` per function tool of `registry` (custom, free-text
+    tools are left out), each call run by `executor.aexecute`.
+
+    Every result reaches the model as text: a success as its output (strings
+    as they are, anything else as JSON, cut after `max_length` characters with
+    a note), a failure as `Error: <what went wrong> (<ERROR_CODE>)`; nothing is
+    raised into the Runner. The SDK's own `timeout_seconds` is left unset, so
+    the tool's (or the executor's) timeout governs, and a toolbus timeout comes
+    back as an error text like any failure.
+
+    With `strict=True` (the SDK's default), schemas are strict: a schema the
+    SDK would send unchanged is sent as it is; otherwise toolbus's
+    `strict_schema` makes every optional field required and nullable (null
+    meaning "not given": those nulls are removed before the call reaches
+    toolbus, so defaults apply). A schema strict mode cannot express (free-form
+    keys: `dict[str, ...]`, `additionalProperties`) is sent non-strict for that
+    tool, and logged.
+    """
+    if executor.registry is not registry:
+        raise ValueError(
+            "function_tools: registry must be the executor's registry "
+            "(the executor runs the tools of its own registry)"
+        )
+    return [
+        function_tool_for(t, executor, strict=strict, max_length=max_length)
+        for t in registry.list()
+        if t.type == "function"
+    ]
+
+
+def function_tool_for(
+    tool: Tool, executor: Executor, *, strict: bool = True, max_length: int = DEFAULT_MAX_LENGTH
+) -> FunctionTool:
+    """The `agents.FunctionTool` for one toolbus function tool (see `function_tools`)."""
+    schema = tool.schema
+    if strict:
+        made = _strict(tool.name, schema)
+        if made is not None:
+            params, nulls = made
+            invoke = _Invoke(executor, tool.name, schema if nulls else None, max_length)
+            try:
+                return FunctionTool(
+                    name=tool.name,
+                    description=tool.description,
+                    params_json_schema=params,
+                    on_invoke_tool=invoke,
+                    strict_json_schema=True,
+                )
+            except UserError as e:
+                log.warning("tool %r is offered non-strict: %s", tool.name, e)
+    return FunctionTool(
+        name=tool.name,
+        description=tool.description,
+        params_json_schema=copy.deepcopy(schema),
+        on_invoke_tool=_Invoke(executor, tool.name, None, max_length),
+        strict_json_schema=False,
+    )
+
+
+def _strict(name: str, schema: dict[str, Any]) -> tuple[dict[str, Any], bool] | None:
+    """(the strict schema, whether it made optional fields nullable); None if it cannot be."""
+    try:
+        if ensure_strict_json_schema(copy.deepcopy(schema)) == schema:
+            return copy.deepcopy(schema), False
+    except UserError:
+        pass
+    try:
+        return strict_schema(schema), _has_optional(schema)
+    except StrictSchemaError as e:
+        log.warning("tool %r is offered non-strict: %s", name, e)
+        return None
+
+
+def _has_optional(node: Any) -> bool:
+    """Whether an object anywhere in `node` has a property it does not require
+    (strict mode makes those nullable, and the model sends null for them)."""
+    if isinstance(node, list):
+        return any(_has_optional(n) for n in node)
+    if not isinstance(node, dict):
+        return False
+    properties = node.get("properties")
+    if isinstance(properties, dict) and set(properties) - set(node.get("required") or ()):
+        return True
+    return any(_has_optional(v) for v in node.values() if isinstance(v, dict | list))
+
+
+# -- the SDK's tools in a registry ------------------------------------------------------
+
+_UNSET: Any = object()
+
+
+class OpenAIAgentsTool(Tool):
+    """An Agents SDK `FunctionTool` run by toolbus.
+
+    Its name, description and JSON schema are the SDK's, as it sends them to
+    the model; toolbus validates the arguments against that schema, then calls
+    the tool's own `on_invoke_tool` (the SDK's validation, defaults and
+    function) with a `ToolContext` carrying the call's id. It is an async tool
+    (a sync function runs in the SDK's thread, as under the Runner); it is
+    mutating unless `read_only=True`; its `timeout` is the SDK's
+    `timeout_seconds` unless given.
+
+    Failures reach toolbus as exceptions, so its error codes, retries and
+    scrubbing apply: the tool is invoked through a copy whose
+    `failure_error_function` is off (the SDK would otherwise turn every error
+    into a successful text). A returned value becomes the output: strings,
+    JSON-able values and pydantic models (`ToolOutputText`, ...) as they are,
+    anything else as `str(value)`, as the SDK would send it.
+    """
+
+    def __init__(
+        self,
+        function_tool: FunctionTool,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        read_only: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+        groups: Sequence[str] = (),
+        idempotent: bool = False,
+        context: Any = _UNSET,
+    ) -> None:
+        if not isinstance(function_tool, FunctionTool):
+            raise TypeError(
+                "add_openai_agents takes an agents.FunctionTool, "
+                f"got {type(function_tool).__name__}"
+            )
+        _check_supported(function_tool, context is not _UNSET)
+        self.source = function_tool
+        self.name = name or function_tool.name
+        self.description = description if description is not None else function_tool.description
+        self.parameters = copy.deepcopy(function_tool.params_json_schema)
+        self.read_only = read_only
+        self.timeout = timeout if timeout is not None else function_tool.timeout_seconds
+        self.retry = retry
+        self.max_concurrency = max_concurrency
+        self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
+        self.idempotent = idempotent
+        self._context = None if context is _UNSET else context
+        self._invoke = _raising(function_tool).on_invoke_tool
+        super().__init__()
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> Any:
+        text = _json.dumps(params).decode()
+        tool_ctx = AgentsToolContext(
+            self._context,
+            tool_name=self.source.name,
+            tool_call_id=ctx.call_id,
+            tool_arguments=text,
+        )
+        return _output(await self._invoke(tool_ctx, text))
+
+
+def from_openai_agents(
+    function_tool: FunctionTool,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int | None = None,
+    groups: Sequence[str] = (),
+    idempotent: bool = False,
+    context: Any = _UNSET,
+) -> OpenAIAgentsTool:
+    """A toolbus tool for an Agents SDK `FunctionTool` (see `OpenAIAgentsTool`).
+
+    `context` is the run context (`ToolContext.context`) the tool's function
+    receives if it takes one; a tool whose function takes a `RunContextWrapper`
+    or `ToolContext` is refused without it. Refused too, with a `TypeError`
+    saying why: tools that need approval (toolbus would run them unapproved),
+    tools with input or output guardrails (the Runner runs those, not the
+    tool), and tools that are not always enabled (`is_enabled` other than True).
+    """
+    return OpenAIAgentsTool(
+        function_tool,
+        name=name,
+        description=description,
+        read_only=read_only,
+        timeout=timeout,
+        retry=retry,
+        max_concurrency=max_concurrency,
+        groups=groups,
+        idempotent=idempotent,
+        context=context,
+    )
+
+
+def _check_supported(ft: FunctionTool, has_context: bool) -> None:
+    what = f"Agents SDK tool {ft.name!r}"
+    if ft.needs_approval is not False:
+        raise TypeError(
+            f"{what} needs approval, which toolbus cannot ask for: it would run unapproved. "
+            "Keep it in the agent (with the Runner's approval flow)"
+        )
+    if ft.tool_input_guardrails or ft.tool_output_guardrails:
+        raise TypeError(
+            f"{what} has guardrails, which the Runner runs, not the tool: toolbus would skip "
+            "them. Keep it in the agent, or check its input in a toolbus pre-call hook"
+        )
+    if ft.is_enabled is not True:
+        raise TypeError(
+            f"{what} is not always enabled (is_enabled={ft.is_enabled!r}): toolbus has no "
+            "agent run to decide it. Register it only where it is enabled"
+        )
+    if not has_context and _takes_context(ft):
+        raise TypeError(
+            f"{what} takes a RunContextWrapper/ToolContext: pass the run context it should "
+            "see, add_openai_agents(tool, context=...), or keep the tool in the agent"
+        )
+
+
+def _takes_context(ft: FunctionTool) -> bool:
+    try:
+        fn = ft.__wrapped__
+    except AttributeError:
+        return False  # a hand-made FunctionTool: its invoker gets a ToolContext anyway
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        return False
+    first = params[0]
+    ann = hints.get(first.name, first.annotation)
+    if isinstance(ann, str):
+        return ann.split("[", 1)[0].rsplit(".", 1)[-1] in ("RunContextWrapper", "ToolContext")
+    origin = typing.get_origin(ann) or ann
+    return isinstance(origin, type) and issubclass(origin, RunContextWrapper)
+
+
+def _raising(ft: FunctionTool) -> FunctionTool:
+    """A copy of `ft` whose failures raise instead of becoming a successful text."""
+    try:
+        from agents.tool import set_function_tool_failure_error_function
+    except ImportError:  # pragma: no cover - another SDK version: failures stay texts
+        return ft
+    inner = copy.copy(ft)
+    set_function_tool_failure_error_function(inner, None)
+    return inner
+
+
+def _output(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool | dict | list | BaseModel):
+        return value
+    return str(value)

@@ -1,0 +1,360 @@
+"""pydantic-ai, both ways (needs the `pydantic-ai` extra: `pip install 'toolbus[pydantic-ai]'`).
+
+toolbus's tools in an agent, every call run by an `Executor`:
+
+    from toolbus.integrations.pydantic_ai import ToolbusToolset
+
+    agent = Agent(model, toolsets=[ToolbusToolset(registry, executor)])
+
+pydantic-ai's tools (or plain functions, described the way pydantic-ai
+describes them) in a registry:
+
+    registry.add_pydantic_ai(get_weather)          # or a pydantic_ai.Tool
+
+How results reach the model (see docs/integrations.md):
+
+- `ok`: the tool's output as the tool's return value (a `ToolReturn` carrying
+  the result's metadata, and its attachments listed in the text, when it has
+  any);
+- `INVALID_ARGUMENTS` and `TOOL_NOT_FOUND` (the call can be fixed): a
+  `ModelRetry`, so pydantic-ai sends its retry prompt and counts the retry
+  against the tool's `max_retries` (past it, pydantic-ai ends the run with
+  `UnexpectedModelBehavior`, as for its own tools);
+- anything else (`error`, `timeout`, `cancelled`, `rejected` for another
+  reason): a `ToolFailed` with the text toolbus gives every model,
+  `Error: <what> (<ERROR_CODE>)`, which pydantic-ai hands back as a failed tool
+  result; it does not spend the retry budget (toolbus has already retried
+  what its policy retries).
+
+Arguments that are not a JSON object never reach toolbus: pydantic-ai asks the
+model to fix them itself (a retry prompt), before any tool is called.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai import Tool as PAITool
+from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.messages import ToolReturn
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
+
+from ..executor import Executor
+from ..formatting import output_text
+from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult
+from ..providers._common import result_text
+from ..retry import RetryPolicy
+from ..tools import ArgumentError, Tool, ToolContext, ToolError, ToolRegistry
+from ..tools._tool import STANDARD_INVOKES, format_validation_error
+
+__all__ = ["PydanticAITool", "ToolbusToolset", "from_pydantic_ai", "tool_definition"]
+
+# The model's arguments must be a JSON object; toolbus validates the rest, so
+# that its errors (and its events) are the ones the model and observers see.
+_OBJECT = SchemaValidator(
+    core_schema.dict_schema(
+        keys_schema=core_schema.str_schema(), values_schema=core_schema.any_schema()
+    )
+)
+
+# Results the model can fix by calling again: they become pydantic-ai's retry prompt.
+_RETRY_CODES = frozenset({ErrorCode.INVALID_ARGUMENTS, ErrorCode.TOOL_NOT_FOUND})
+
+
+class ToolbusToolset(AbstractToolset[Any]):
+    """An `AbstractToolset` of a registry's tools, each call run by `executor.aexecute`.
+
+    Lists every function tool of `registry` (custom, free-text tools have no
+    JSON schema and are left out) with its name, description and JSON schema as
+    toolbus has them. Mutating tools are `sequential=True`, so pydantic-ai runs
+    them as barriers, as toolbus would: calls before one finish first, calls
+    after it wait. Read-only tools run in parallel, within the executor's
+    `max_parallel` and each tool's `max_concurrency`. Each `ToolDefinition`
+    carries `metadata={"toolbus": {"read_only": ...}}` (for pydantic-ai's
+    `filtered`) and no `timeout`: toolbus's governs.
+
+    `registry` must be the executor's registry (the tools listed are the tools
+    it runs). `max_retries` is each tool's retry budget for calls the model can
+    fix; None takes the agent's. The listing follows the registry: tools
+    registered or removed later appear or disappear at the next run step.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        executor: Executor,
+        *,
+        id: str | None = None,
+        max_retries: int | None = None,
+    ) -> None:
+        if executor.registry is not registry:
+            raise ValueError(
+                "ToolbusToolset: registry must be the executor's registry "
+                "(the executor runs the tools of its own registry)"
+            )
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            raise ValueError(
+                f"ToolbusToolset: max_retries must be an integer >= 0, got {max_retries!r}"
+            )
+        self.registry = registry
+        self.executor = executor
+        self.max_retries = max_retries
+        self._id = id
+        # One ToolsetTool per (tool, retry budget), kept while the tool is registered.
+        self._listed: dict[tuple[Tool, int], ToolsetTool[Any]] = {}
+
+    @property
+    def id(self) -> str | None:
+        return self._id
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        budget = self.max_retries if self.max_retries is not None else ctx.max_retries
+        listed = self._listed
+        current: dict[tuple[Tool, int], ToolsetTool[Any]] = {}
+        tools: dict[str, ToolsetTool[Any]] = {}
+        for t in self.registry.list():
+            if t.type != "function":
+                continue
+            key = (t, budget)
+            entry = listed.get(key)
+            if entry is None:
+                entry = ToolsetTool(
+                    toolset=self,
+                    tool_def=tool_definition(t),
+                    max_retries=budget,
+                    args_validator=_OBJECT,
+                )
+            current[key] = entry
+            tools[t.name] = entry
+        self._listed = current
+        return tools
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        call_id = ctx.tool_call_id
+        # Built without validation: a str name and id, and the dict args_validator made.
+        call = (
+            ToolCall.model_construct(id=call_id, name=name, arguments=tool_args)
+            if isinstance(call_id, str) and call_id
+            else ToolCall.model_construct(name=name, arguments=tool_args)
+        )
+        result = await self.executor.aexecute(call)
+        if result.status == "ok":
+            if not result.attachments and not result.metadata:
+                return result.output
+            return _tool_return(result)
+        if result.error_code in _RETRY_CODES:
+            raise ModelRetry(result.error or "the call cannot be run as given")
+        raise ToolFailed(result_text(result))
+
+
+def tool_definition(tool: Tool) -> ToolDefinition:
+    """The `ToolDefinition` pydantic-ai shows the model for a toolbus function tool."""
+    return ToolDefinition(
+        name=tool.name,
+        description=tool.description or None,
+        parameters_json_schema=copy.deepcopy(tool.schema),
+        sequential=not tool.read_only,
+        metadata={"toolbus": {"read_only": tool.read_only}},
+    )
+
+
+def _tool_return(result: ToolResult) -> ToolReturn[Any]:
+    value: Any = result.output
+    if result.attachments:
+        lines = [output_text(value)] if value not in (None, "") else []
+        for a in result.attachments:
+            label = a.title or a.url or ""
+            lines.append(f"[attachment: {a.type} {label}]" if label else f"[attachment: {a.type}]")
+        value = "\n".join(lines)
+    return ToolReturn(return_value=value, metadata=result.metadata or None)
+
+
+# -- pydantic-ai's tools in a registry ------------------------------------------------
+
+
+class PydanticAITool(Tool):
+    """A pydantic-ai tool run by toolbus.
+
+    Its name, description and JSON schema are pydantic-ai's (the docstring's
+    parameter descriptions included); its arguments are validated by
+    pydantic-ai's own validator (the same coercions as in an agent; a tool made
+    with `Tool.from_schema`, which has none, is validated against its JSON
+    schema). It is mutating unless `read_only=True`; its `timeout` is
+    pydantic-ai's unless given. A `ModelRetry` it raises becomes a
+    `ToolError` with its message (not retried by toolbus: the same arguments
+    would fail again), a `ToolFailed` too; a `ToolReturn`'s value and metadata
+    become the output (its extra `content` for the model is dropped).
+    """
+
+    def __init__(
+        self,
+        source: PAITool[Any] | Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        read_only: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+        groups: Sequence[str] = (),
+        idempotent: bool = False,
+    ) -> None:
+        pa = source if isinstance(source, PAITool) else _as_pydantic_ai_tool(source)
+        _check_supported(pa)
+        schema = pa.function_schema
+        self.source = pa
+        self.name = name or pa.name
+        self.description = description if description is not None else (pa.description or "")
+        self.parameters = copy.deepcopy(schema.json_schema)
+        self.read_only = read_only
+        self.timeout = timeout if timeout is not None else pa.timeout
+        self.retry = retry
+        self.max_concurrency = max_concurrency
+        self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
+        self.idempotent = idempotent
+        self._function = schema.function
+        self._validator = schema.validator
+        self._positional = tuple(schema.positional_fields)
+        self._var_positional = schema.var_positional_field
+        self._async = schema.is_async
+        # `Tool.from_schema` tools come with a validator that accepts anything.
+        self._by_schema = _accepts_anything(schema.validator)
+        super().__init__()
+
+    def _target(self) -> Callable[..., Any]:
+        return self._arun if self._async else self._run
+
+    def _target_wants_context(self) -> bool:
+        return False
+
+    def validate(self, arguments: dict[str, Any]) -> Any:
+        if self._by_schema:
+            return super().validate(arguments)
+        try:
+            return self._validator.validate_python(arguments)
+        except ValidationError as e:
+            raise ArgumentError(format_validation_error(self.name, e)) from None
+
+    def invoke(self, params: Any, ctx: ToolContext) -> Any:
+        return self._arun(params) if self._async else self._run(params)
+
+    def _call(self, params: dict[str, Any]) -> Any:
+        kwargs = dict(params)
+        args = [kwargs.pop(n) for n in self._positional]
+        if self._var_positional is not None:
+            args.extend(kwargs.pop(self._var_positional))
+        return self._function(*args, **kwargs)
+
+    def _run(self, params: dict[str, Any]) -> Any:
+        try:
+            return _output(self._call(params))
+        except (ModelRetry, ToolFailed) as e:
+            raise ToolError(e.message, retryable=False) from None
+
+    async def _arun(self, params: dict[str, Any]) -> Any:
+        try:
+            value = self._call(params)
+            if inspect.isawaitable(value):
+                value = await value
+            return _output(value)
+        except (ModelRetry, ToolFailed) as e:
+            raise ToolError(e.message, retryable=False) from None
+
+
+STANDARD_INVOKES.add(PydanticAITool.invoke)
+
+
+def from_pydantic_ai(
+    tool_or_function: PAITool[Any] | Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int | None = None,
+    groups: Sequence[str] = (),
+    idempotent: bool = False,
+) -> PydanticAITool:
+    """A toolbus tool for a `pydantic_ai.Tool` or a plain function (described by
+    pydantic-ai, so its schema is the one an agent would show).
+
+    Refused with a `TypeError` saying why: a tool whose first parameter is a
+    `RunContext` (there is no pydantic-ai run to take it from), one with a
+    `prepare` or `args_validator` function (both take a `RunContext`), and one
+    that `requires_approval` (toolbus would run it unapproved).
+    """
+    return PydanticAITool(
+        tool_or_function,
+        name=name,
+        description=description,
+        read_only=read_only,
+        timeout=timeout,
+        retry=retry,
+        max_concurrency=max_concurrency,
+        groups=groups,
+        idempotent=idempotent,
+    )
+
+
+def _as_pydantic_ai_tool(function: Callable[..., Any]) -> PAITool[Any]:
+    if not callable(function):
+        raise TypeError(
+            f"add_pydantic_ai takes a pydantic_ai.Tool or a function, got {type(function).__name__}"
+        )
+    return PAITool(function)
+
+
+def _check_supported(pa: PAITool[Any]) -> None:
+    what = f"pydantic-ai tool {pa.name!r}"
+    if pa.takes_ctx:
+        raise TypeError(
+            f"{what} takes a RunContext as its first parameter: toolbus runs it outside any "
+            "pydantic-ai run, so there is no RunContext to give it. Drop the parameter "
+            "(a toolbus tool may take a ToolContext instead), or keep the tool in the agent"
+        )
+    for option in ("prepare", "args_validator"):
+        if getattr(pa, option, None) is not None:
+            raise TypeError(
+                f"{what} has a {option} function, which takes a RunContext: toolbus has none "
+                "to give it. Remove it, or keep the tool in the agent"
+            )
+    if pa.requires_approval:
+        raise TypeError(
+            f"{what} requires approval, which toolbus cannot ask for: it would run unapproved. "
+            "Keep it in the agent (with its deferred-tool approval flow)"
+        )
+
+
+def _accepts_anything(validator: Any) -> bool:
+    try:
+        validator.validate_python(_Probe())
+    except ValidationError:
+        return False
+    except Exception:  # a validator of another kind: treat as a real one
+        return False
+    return True
+
+
+class _Probe:
+    """A value no real arguments validator accepts."""
+
+
+def _output(value: Any) -> Any:
+    if isinstance(value, ToolReturn):
+        metadata = value.metadata if isinstance(value.metadata, dict) else {}
+        if value.metadata is not None and not metadata:
+            metadata = {"metadata": value.metadata}
+        return ToolOutput(content=value.return_value, metadata=metadata)
+    return value
