@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import bus_cost, chaos, latency, longrun, many_async, memory, scaling, throughput
+from . import bus_cost, chaos, latency, longrun, many_async, memory, process, scaling, throughput
 from ._common import Ctx
 from ._report import Goal
 
@@ -27,6 +27,11 @@ SCENARIOS: list[Scenario] = [
     ("memory", "Scenario 8: memory per idle tool actor", memory.run),
     ("async10k", "Scenario 9: many async calls in flight", many_async.run),
     ("chaos", "Scenario 10: chaos with deadlines", chaos.run),
+    (
+        "process",
+        "Scenario 11: the process backend (a warm call, a timeout, the replacement)",
+        process.run,
+    ),
 ]
 
 
@@ -119,5 +124,23 @@ def goals() -> list[Goal]:
             "chaos: callers freed after their deadline, max (ms: a count, not a ratio)",
             "≤ 250 ms",
             "chaos",
+        ),
+        Goal(
+            "process_warm_vs_ppe",
+            "a warm process-tool call vs a ProcessPoolExecutor round trip",
+            "≤ 1.5×",
+            "process",
+        ),
+        Goal(
+            "process_timeout_release",
+            "a timed-out process tool frees its caller after the deadline, p95 (ms)",
+            "≤ 50 ms",
+            "process",
+        ),
+        Goal(
+            "process_replacement",
+            "the next call runs in the replacement worker after the deadline, p95 (ms)",
+            "≤ 500 ms",
+            "process",
         ),
     ]
