@@ -539,6 +539,11 @@ def _timeouts_report(
     rep.figure("process", "timeouts", n)
     rep.figure("process", "killed_workers", killed)
     rep.figure("process", "killed_left", left)
+    rep.figure(
+        "process",
+        "killed_worker_at_next_return",
+        {st: sum(c.hung_state == st for c in cycles) for st in states},
+    )
     rep.figure("process", "problems", problems)
     rep.figure("process", "cpu_ns_per_timed_out_call", cpu_hung)
     rep.figure("process", "load", _load())
