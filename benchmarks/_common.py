@@ -39,6 +39,8 @@ class Scale:
     memory_reps: int
     chaos_calls: int  # the chaos scenario: calls in all, and how long its agents may take
     chaos_limit_s: float
+    proc_timeouts: int  # the process backend: hung calls timed out, one after another
+    proc_timeout_s: float  # ... and their tool's timeout
     scenario_limit_s: float  # a scenario still running after this is hung: stacks, exit 1
 
     @classmethod
@@ -65,6 +67,8 @@ class Scale:
             memory_reps=3,
             chaos_calls=10_000,
             chaos_limit_s=300,
+            proc_timeouts=40,
+            proc_timeout_s=0.2,
             scenario_limit_s=1200,
         )
 
@@ -92,6 +96,8 @@ class Scale:
             memory_reps=1,
             chaos_calls=500,
             chaos_limit_s=60,
+            proc_timeouts=3,
+            proc_timeout_s=0.1,
             scenario_limit_s=120,
         )
 

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import adapters, bus_cost, chaos, latency, longrun, many_async, memory, scaling, throughput
+from . import (
+    adapters,
+    bus_cost,
+    chaos,
+    latency,
+    longrun,
+    many_async,
+    memory,
+    process,
+    scaling,
+    throughput,
+)
 from ._common import Ctx
 from ._report import Goal
 
@@ -28,6 +39,11 @@ SCENARIOS: list[Scenario] = [
     ("async10k", "Scenario 9: many async calls in flight", many_async.run),
     ("chaos", "Scenario 10: chaos with deadlines", chaos.run),
     ("adapters", "Scenario 11: framework adapters over a bare aexecute", adapters.run),
+    (
+        "process",
+        "Scenario 12: the process backend (a warm call, a timeout, the replacement)",
+        process.run,
+    ),
 ]
 
 
@@ -144,5 +160,23 @@ def goals() -> list[Goal]:
             "Agents SDK exported on_invoke_tool CPU vs a bare aexecute",
             "≤ 1.2×",
             "adapters",
+        ),
+        Goal(
+            "process_warm_vs_ppe",
+            "a warm process-tool call vs a ProcessPoolExecutor round trip",
+            "≤ 1.5×",
+            "process",
+        ),
+        Goal(
+            "process_timeout_release",
+            "a timed-out process tool frees its caller after the deadline, p95 (ms)",
+            "≤ 50 ms",
+            "process",
+        ),
+        Goal(
+            "process_replacement",
+            "the next call runs in the replacement worker after the deadline, p95 (ms)",
+            "≤ 500 ms",
+            "process",
         ),
     ]

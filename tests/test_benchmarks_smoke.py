@@ -19,6 +19,8 @@ from benchmarks._report import MD_END, MD_START
 from benchmarks._suite import SCENARIOS, goals
 from benchmarks.adapters import OAI, PAI
 from benchmarks.latency import OA_ASYNC, OA_SYNC, PA_NET, TB_10, TB_ONE, TPE, TPE_10
+from benchmarks.process import PPE as PROC_BASE
+from benchmarks.process import TB_PROC
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +50,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 11
+    assert len(SCENARIOS) == 12
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -95,6 +97,21 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert chaos["cpu_ns_per_call"] > 0
     assert chaos["events_dropped"] == 0
     assert measured["batch_cpu_vs_reference"] is not None  # benchmarks/reference.json is read
+    # The process backend: a warm call against a process pool, with the child processes'
+    # CPU beside this process's; hung calls killed (none left), each replaced.
+    proc = scenarios["process"]
+    for case in (PROC_BASE, TB_PROC):
+        assert proc[case]["cpu_ns_per_op"] > 0, case
+        assert proc[case]["children_cpu_ns_per_op"] > 0, case
+        assert not math.isnan(proc[case]["vs_baseline"]["ratio"]), case
+    assert proc["timeouts"] > 0
+    assert proc["killed_workers"] >= proc["timeouts"]
+    assert proc["killed_left"] == []
+    assert proc["problems"] == []
+    assert proc["timeout_release"]["count"] == proc["timeouts"]
+    assert proc["timeout_replacement_running"]["count"] == proc["timeouts"]
+    for key in ("process_warm_vs_ppe", "process_timeout_release", "process_replacement"):
+        assert measured[key] is not None, key
     if importlib.util.find_spec("agents"):
         assert OA_SYNC in scenarios["batch"]
         assert OA_ASYNC in scenarios["batch"]

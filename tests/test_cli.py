@@ -28,6 +28,7 @@ EXPECTED_SIGNALS = (
     "tool:progress",
     "tool:finished",
     "tool:late-result",
+    "tool:killed",
 )
 
 # Colour and terminal detection come from the environment; pin them so the
@@ -111,6 +112,36 @@ def test_demo_keeps_the_write_between_reads(wide: Result) -> None:
         assert first("tool:executing", later) > write_ends
     # The read after the write saw what it wrote.
     assert '["Oslo 4°C' in lines[first("tool:finished", "c8")]
+
+
+def hung_part_of(output: str) -> str:
+    return output[output.index(" A hung tool") :]
+
+
+def test_demo_kills_the_hung_process_tool_and_abandons_the_thread(wide: Result) -> None:
+    part = hung_part_of(wide.output)
+    lines = part.splitlines()
+
+    def line(signal: str, call_id: str) -> str:
+        return next(x for x in lines if signal in x and re.search(rf"\b{call_id}\b", x))
+
+    # The same hung client: on a thread abandoned (and back late), in a process killed.
+    assert "abandoned" in line("tool:timeout", "h1")
+    assert "late-result" in line("tool:late-result", "h1")
+    killed = line("tool:killed", "h2")
+    pid = re.search(r"worker pid (\d+)", killed)
+    assert pid, killed
+    assert "killed" in line("tool:timeout", "h2")
+    assert not any("tool:killed" in x and re.search(r"\bh1\b", x) for x in lines)
+    assert f"worker pid {pid.group(1)} and its process group; gone" in part
+    assert re.search(r"killed_workers +│ +1 ", part)
+    assert re.search(r"late_results +│ +1 ", part)
+    # The next call ran in a fresh worker; every check holds.
+    assert re.search(r"h3 +│ inventory_process +│ process +│ ok ", part)
+    fresh = re.search(r"a fresh worker, pid (\d+)", part)
+    assert fresh and fresh.group(1) != pid.group(1)
+    assert " ✗" not in part
+    assert part.count(" ✓") == 3
 
 
 def test_demo_narrow_console() -> None:

@@ -51,7 +51,8 @@ def demo(
         ),
     ] = False,
 ) -> None:
-    """Play one scripted agent turn and show every lifecycle signal as it happens."""
+    """Play one scripted agent turn and show every lifecycle signal as it happens; then
+    a hung tool, abandoned on a thread and killed in a process."""
     from .demo import run_demo  # the demo's tools load only when it runs
 
     console = Console(highlight=False)

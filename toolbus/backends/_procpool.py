@@ -123,7 +123,7 @@ class WorkerProcess:
 
     def _readable(self) -> None:
         try:
-            data = self.sock.recv(1 << 20)
+            data = self.sock.recv(1 << 16)  # not 1 MiB: a buffer that size is an mmap per read
         except (BlockingIOError, InterruptedError):
             return
         except OSError:

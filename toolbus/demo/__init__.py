@@ -1,4 +1,5 @@
-"""`toolbus demo`: one scripted agent turn, every lifecycle signal shown as it happens.
+"""`toolbus demo`: one scripted agent turn, every lifecycle signal shown as it happens;
+then one hung sync tool, abandoned on a thread and killed in a process.
 
 from rich.console import Console
 from toolbus.demo import run_demo
@@ -19,7 +20,8 @@ from rich.text import Text
 from .. import bus
 from ..formatting import format_result_for_context
 from ..models import ToolResult
-from ._tools import World, build_registry
+from ._hung import HANG_FOR, HUNG_SKU, PROCESS_TOOL, THREAD_TOOL, HungOutcome, available, play_hung
+from ._tools import HANG_TIMEOUT, World, build_registry
 from ._turn import DEMO_TOKEN, MAX_PARALLEL, SCRIPT, Outcome, play
 from ._view import STATUS_STYLE, Board, event_line, script_table, short
 
@@ -31,6 +33,14 @@ _INTRO = (
     "everything before it and holds back everything after it. A pre-call hook injects "
     "the agent's bearer token, taken from a ContextVar, into the calls that need it; "
     "the token is never printed."
+)
+
+_HUNG_INTRO = (
+    "The same sync client, legacy_lookup, registered twice with a {t:g} s timeout: "
+    '{thread} runs it on a worker thread (backend="thread"), {process} in a worker '
+    'process (backend="process"). Both are called at once with SKU {sku}, on which it '
+    "stalls for {h:g} s. A thread cannot be stopped: at the deadline it is abandoned and runs "
+    "on. A process can: toolbus kills it with its process group and starts a fresh worker."
 )
 
 # Below this many columns, event lines drop the tool name and the results table
@@ -68,7 +78,10 @@ def run_demo(console: Console, *, plain: bool = False) -> int:
     outcome = _live(console) if console.is_terminal and not plain else _plain(console)
     console.print()
     console.rule("[bold]Summary[/]")
-    return _summary(console, outcome)
+    code = _summary(console, outcome)
+    if available():
+        code = max(code, _hung_part(console))
+    return code
 
 
 def _plain(console: Console) -> Outcome:
@@ -153,6 +166,97 @@ def _verdicts(console: Console, outcome: Outcome, model_texts: list[str], mismat
         grid.add_row(Text(" ✓" if ok else " ✗", style="green" if ok else "red"), text)
     console.print(grid)
     return 0 if leaks == 0 and mismatches == 0 else 1
+
+
+def _hung_part(console: Console) -> int:
+    """Play the hung-tool part; print its events, results and checks; its exit code."""
+    console.print()
+    console.rule("[bold]A hung tool[/]: abandoned on a thread, killed in a process")
+    console.print(
+        _HUNG_INTRO.format(
+            t=HANG_TIMEOUT, thread=THREAD_TOOL, process=PROCESS_TOOL, sku=HUNG_SKU, h=HANG_FOR
+        )
+    )
+    console.print()
+    wide = console.width >= _WIDE
+    outcome: HungOutcome | None = None
+    for item in play_hung():
+        if isinstance(item, HungOutcome):
+            outcome = item
+            break
+        console.print(event_line(item, wide=wide, killing={PROCESS_TOOL}))
+    assert outcome is not None
+    o = outcome
+    console.print()
+    late = (
+        f"its thread ran on and answered at {o.late_result_s * 1000:.0f} ms; "
+        "the answer was discarded (tool:late-result)"
+        if o.late_result_s is not None
+        else "its thread is still running"
+    )
+    killed = (
+        f"killed at the deadline: worker pid {o.killed_pid} and its process group; "
+        + ("gone from the process table" if o.gone else "STILL in the process table")
+        if o.killed_pid is not None
+        else "no tool:killed seen"
+    )
+    table = Table(title="The hung calls, and the next one", title_justify="left")
+    for name in ("id", "tool", "backend", "status"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("the attempt")
+    rows = (
+        (o.thread, "thread", f"abandoned: {late}"),
+        (o.process, "process", killed),
+        (o.after, "process", f"the next call: a fresh worker, pid {o.fresh_pid}"),
+    )
+    for r, backend, what in rows:
+        status = Text(r.status, style=STATUS_STYLE[r.status])
+        table.add_row(r.call_id, r.name, backend, status, what)
+    console.print(table)
+    counters = ("abandoned_total", "late_results", "killed_workers")
+    console.print(_pairs("executor.stats()", **{k: getattr(o.stats, k) for k in counters}))
+    console.print(
+        Text(
+            f"(The process backend started before these calls, in {o.warmup_s * 1000:.0f} ms: "
+            "a zygote process imports the tool's module once, then forks warm workers.)",
+            style="dim",
+        )
+    )
+    killed_ok = (
+        o.process.status == "timeout"
+        and o.killed_pid is not None
+        and o.killed_reason == "timeout"
+        and o.gone
+        and o.stats.killed_workers == 1
+    )
+    fresh_ok = o.after.ok and o.fresh_pid not in (None, o.killed_pid, o.host_pid)
+    checks = [
+        (
+            o.thread.status == "timeout" and o.late_result_s is not None,
+            f"{THREAD_TOOL}: abandoned at the deadline; its thread came back late, "
+            "its result discarded",
+            False,
+        ),
+        (
+            killed_ok,
+            f"{PROCESS_TOOL}: worker pid {o.killed_pid} killed at the deadline and gone "
+            f"(tool:killed, killed_workers={o.stats.killed_workers}); nothing abandoned",
+            True,
+        ),
+        (
+            fresh_ok,
+            f"the next call ran in a fresh worker (pid {o.fresh_pid}); this process "
+            f"(pid {o.host_pid}) carried on",
+            True,
+        ),
+    ]
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for ok, text, _ in checks:
+        grid.add_row(Text(" ✓" if ok else " ✗", style="green" if ok else "red"), text)
+    console.print(grid)
+    return 0 if all(ok for ok, _, enforced in checks if enforced) else 1
 
 
 def _text(r: ToolResult) -> Text:

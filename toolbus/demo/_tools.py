@@ -18,7 +18,8 @@ from ..tools import ToolContext, ToolRegistry
 __all__ = ["HANG_TIMEOUT", "Auth", "World", "build_registry"]
 
 HANG_TIMEOUT = 0.5
-"""Seconds the executor gives `legacy_inventory` before it abandons the attempt."""
+"""Seconds the executor gives a hung tool (`legacy_inventory`; `legacy_lookup` in the
+second part) before it gives up the attempt."""
 
 _WEATHER = {
     "Oslo": {"temp_c": 4, "sky": "sleet"},

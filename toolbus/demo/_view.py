@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -36,6 +36,7 @@ SIGNAL_STYLE = {
     bus.PROGRESS: "dim",
     bus.FINISHED: "bold",
     bus.LATE_RESULT: "magenta",
+    bus.KILLED: "bold red",
 }
 
 STATUS_STYLE = {
@@ -59,8 +60,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-def describe(signal: str, event: bus.Event) -> tuple[str, str, str]:
-    """(call id, tool, detail) for one event, for a log line (ids are "" for batch events)."""
+def describe(signal: str, event: bus.Event, killing: Collection[str] = ()) -> tuple[str, str, str]:
+    """(call id, tool, detail) for one event, for a log line (ids are "" for batch events).
+
+    `killing`: the tools whose backend kills a timed-out attempt (the others abandon it).
+    """
     match event:
         case bus.Executing():
             detail = f"attempt {event.attempt} · args {short(event.arguments, 70)}"
@@ -69,7 +73,10 @@ def describe(signal: str, event: bus.Event) -> tuple[str, str, str]:
         case bus.Failed():
             detail = f"attempt {event.attempt} raised: {event.error}"
         case bus.TimedOut():
-            detail = f"attempt {event.attempt}: no answer within {event.timeout:g} s; abandoned"
+            fate = "killed" if event.tool in killing else "abandoned"
+            detail = f"attempt {event.attempt}: no answer within {event.timeout:g} s; {fate}"
+        case bus.WorkerKilled():
+            detail = f"attempt {event.attempt}: worker pid {event.pid} and its process group killed"
         case bus.RetryAttempt():
             detail = f"attempt {event.attempt} after: {event.previous_error}"
         case bus.RetrySuccess():
@@ -122,12 +129,13 @@ def describe(signal: str, event: bus.Event) -> tuple[str, str, str]:
     return event.call_id, event.tool, detail
 
 
-def event_line(item: TurnEvent, *, wide: bool = True) -> Table:
+def event_line(item: TurnEvent, *, wide: bool = True, killing: Collection[str] = ()) -> Table:
     """One event as a line: offset, signal, call, tool, detail (the detail wraps).
 
     Not `wide`, the tool column is left out; the call id says which call it is.
+    `killing` as for `describe`.
     """
-    call, tool, detail = describe(item.signal, item.event)
+    call, tool, detail = describe(item.signal, item.event, killing)
     style = SIGNAL_STYLE.get(item.signal, "")
     if isinstance(item.event, bus.CallFinished):
         style = STATUS_STYLE.get(item.event.result.status, style)
