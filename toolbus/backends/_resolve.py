@@ -53,7 +53,7 @@ def check_tool_backend(tool: Tool) -> None:
 
 def _check_limits(tool: Tool, backend: BackendSpec) -> None:
     """Limits only a process backend enforces: refused where they would be ignored."""
-    if tool.memory_limit_mb is None and tool.cpu_limit_s is None:
+    if tool.applies_own_limits or (tool.memory_limit_mb is None and tool.cpu_limit_s is None):
         return
     if isinstance(backend, str):
         if backend in ("process",) or backend not in BUILTIN_NAMES:

@@ -89,6 +89,7 @@ class CommandTool(Tool):
         # Its limits are set on its own command, not by a process backend: it
         # runs on the event loop, where a running command holds no thread.
         self.backend = "loop"
+        self.applies_own_limits = True  # prlimit or the exec shim, on the command
         if isinstance(params, type) and issubclass(params, BaseModel):
             self.Params = params  # type: ignore[misc]  # a ClassVar on Tool; ours per instance
         elif isinstance(params, Mapping):

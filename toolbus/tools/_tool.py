@@ -121,6 +121,9 @@ class Tool:
     # (`backend="process"`): address space in MB, CPU seconds per call.
     memory_limit_mb: int | None = None
     cpu_limit_s: float | None = None
+    # The tool applies its limits itself (a command tool, to its subprocess):
+    # any backend may run it.
+    applies_own_limits: bool = False
     is_async: bool
     wants_context: bool
     secret_paths: tuple[SecretPath, ...] = ()
