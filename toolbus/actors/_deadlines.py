@@ -23,7 +23,7 @@ from ..backends import Job
 from ..bus import _signals as sig
 from ..bus._events import TimedOut
 from ..models import ErrorCode
-from ..pipeline import ADMISSION, FINISHING, JOURNALING, Run
+from ..pipeline import ADMISSION, FINISHING, OFF_CLOCK, Run
 from ._messages import Deadline, Expired, Grace, RetryDue
 
 if TYPE_CHECKING:
@@ -94,9 +94,9 @@ class Deadlines:
             return
         run, n = msg.run, msg.attempt
         phase = run.phase
-        if phase == JOURNALING:
-            # Writing its intent to the journal, which is off the deadline's
-            # clock: the step moves the deadline on when the write is done.
+        if phase in OFF_CLOCK:
+            # Writing its intent to the journal, or waiting for its worker to
+            # start: off the deadline's clock. The step moves the deadline on.
             self._arm(run, run.timeout or 0.0, Deadline)
             return
         left = run.remaining()

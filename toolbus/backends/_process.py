@@ -17,12 +17,14 @@ limit) ends the call `error`/`TOOL_CRASHED`; the host lives on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from .._options import positive_int, positive_number
 from ..models import Attachment, ToolOutput
-from ..pipeline import ToolCrashed, WorkerKilled, publish_killed, publish_progress
+from ..pipeline import (
+    RUNNING,
+    STARTING,
+    ToolCrashed,
+    WorkerKilled,
+    publish_killed,
+    publish_progress,
+)
 from ..tools import ToolError
 from ._loop import Lane
 from ._procpool import (
@@ -39,6 +48,7 @@ from ._procpool import (
     Sources,
     WorkerProcess,
     Zygote,
+    _retrieved,
     describe_exit,
     start_root,
 )
@@ -168,6 +178,15 @@ class ProcessBackend:
             self._sources = Sources(self._ready_root)
             self._pools.clear()
             self._stopped = False
+            # Start the root zygote now, in the background: the first call
+            # then finds it ready (or nearly).
+            with contextlib.suppress(Exception):
+                host.loop.current.call_soon_threadsafe(self._warm)  # type: ignore[attr-defined]
+
+    def _warm(self) -> None:
+        if not self._stopped and self._root is None:
+            self._root = asyncio.ensure_future(self._start_root())
+            self._root.add_done_callback(_retrieved)
 
     def submit(self, job: Job) -> None:
         tool = job.run.tool
@@ -240,6 +259,7 @@ class ProcessBackend:
             f.done() and (f.cancelled() or f.exception() is not None or f.result().closed)
         ):
             f = self._root = asyncio.ensure_future(self._start_root())
+            f.add_done_callback(_retrieved)
         return await asyncio.shield(f)
 
     async def _start_root(self) -> Zygote:
@@ -281,8 +301,16 @@ class ProcessBackend:
         services = self._host.services
         name = tool.name
         pool = self._pool(tool)
+        # Starting the zygotes and a worker is off the deadline's clock (the
+        # first call of a tool pays for it; a wait for a busy pool's worker is
+        # in the scheduler's queue, not here).
+        run.phase = STARTING
+        began = time.monotonic()
         try:
             worker = await pool.acquire()
+            if run.deadline is not None:
+                run.deadline += min(time.monotonic() - began, START_TIMEOUT)
+            run.phase = RUNNING
         except asyncio.CancelledError:
             raise WorkerKilled() from None
         except ImportError as e:
@@ -321,8 +349,10 @@ class ProcessBackend:
                 for var, module, attr in self._vars
                 if (value := run.context.get(var, _MISSING)) is not _MISSING
             ]
+            tool_id = id(tool)
             request = CallRequest(
-                self._shipped[id(tool)][1],
+                None if tool_id in worker.knows else self._shipped[tool_id][1],
+                tool_id,
                 name,
                 run.call.arguments,
                 seq=seq,
@@ -345,6 +375,7 @@ class ProcessBackend:
                 raise asyncio.CancelledError
             try:
                 await worker.send(data)
+                worker.knows.add(tool_id)
             except OSError:
                 pass  # it died: its EOF says how
             message = await reply

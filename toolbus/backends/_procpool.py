@@ -86,8 +86,8 @@ class WorkerProcess:
     """One worker: its pid (also its process group), its socket, its one call."""
 
     __slots__ = (
-        "_kill_lock", "counted_out", "frames", "killed", "loop", "on_message", "pid", "seq",
-        "sock", "status", "zygote",
+        "_kill_lock", "counted_out", "frames", "killed", "knows", "loop", "on_message", "pid",
+        "seq", "sock", "status", "zygote",
     )  # fmt: skip
 
     def __init__(
@@ -102,6 +102,7 @@ class WorkerProcess:
         self._kill_lock = threading.Lock()
         self.counted_out = False  # its pool no longer counts it live
         self.seq = 0  # the request it serves: frames tagged otherwise are stale
+        self.knows: set[int] = set()  # the tools it was sent (by the backend's ids)
         # Where its frames go while it serves a call (None: idle).
         self.on_message: Any = None
         self.status: asyncio.Future[int | None] = loop.create_future()
@@ -150,7 +151,13 @@ class WorkerProcess:
             self.on_message({"kind": "eof"})
 
     async def send(self, data: bytes) -> None:
-        await self.loop.sock_sendall(self.sock, data)
+        # Most requests fit the socket's buffer: no loop turn for those.
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
 
     def close(self) -> None:
         if self.sock.fileno() >= 0:

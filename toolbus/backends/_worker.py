@@ -46,11 +46,12 @@ class CallRequest:
     """One call as the worker gets it (a plain class: it only has to pickle)."""
 
     __slots__ = ("arguments", "attempt", "call_id", "context", "cpu_limit_s", "key", "remaining",
-                 "seq", "tool", "tool_name")  # fmt: skip
+                 "seq", "tool", "tool_id", "tool_name")  # fmt: skip
 
     def __init__(
         self,
-        tool: Shipped,
+        tool: Shipped | None,
+        tool_id: int,
         tool_name: str,
         arguments: Any,
         *,
@@ -62,7 +63,8 @@ class CallRequest:
         context: list[tuple[str, str, Any]],
         cpu_limit_s: float | None,
     ) -> None:
-        self.tool = tool
+        self.tool = tool  # sent once per worker; later requests name it by `tool_id`
+        self.tool_id = tool_id
         self.tool_name = tool_name
         self.arguments = arguments
         self.seq = seq
@@ -131,12 +133,14 @@ class _Channel:
         return sink
 
 
-def _run_call(req: CallRequest, tools: dict[Shipped, Any], channel: _Channel) -> Any:
+def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel) -> Any:
     from ..tools import ToolContext
 
-    tool = tools.get(req.tool)
+    tool = tools.get(req.tool_id)
     if tool is None:
-        tool = tools[req.tool] = resolve(req.tool)
+        if req.tool is None:
+            raise RuntimeError(f"tool '{req.tool_name}' was never sent to this worker")
+        tool = tools[req.tool_id] = resolve(req.tool)
     params = tool.parse(req.arguments)
     deadline = None if req.remaining is None else time.monotonic() + req.remaining
     ctx = ToolContext(
@@ -212,8 +216,9 @@ def serve(sock: socket.socket, memory_limit_mb: int | None) -> None:
     me = os.getpid()
     code = 0
     channel = _Channel(sock)
-    tools: dict[Shipped, Any] = {}
+    tools: dict[int, Any] = {}
     seq = 0
+    cpu_limited = False
     try:
         _apply_memory_limit(memory_limit_mb)
         while True:
@@ -221,7 +226,9 @@ def serve(sock: socket.socket, memory_limit_mb: int | None) -> None:
             try:
                 req: CallRequest = _wire.recv(sock)
                 seq = req.seq
-                _set_cpu_budget(req.cpu_limit_s)
+                if req.cpu_limit_s is not None or cpu_limited:
+                    _set_cpu_budget(req.cpu_limit_s)
+                    cpu_limited = req.cpu_limit_s is not None
                 value = _context(req.context).run(_run_call, req, tools, channel)
                 if os.getpid() != me:
                     os._exit(0)  # a fork the tool made returned here: never reply twice

@@ -43,6 +43,10 @@ PARKED = 2
 QUEUED = "queued"
 ADMISSION = "pre-call hooks"
 JOURNALING = "journal"  # writing its intent: off the deadline's clock
+STARTING = "starting a worker"  # a backend starts what runs it: off the clock too
+# Phases whose time the deadline does not count: the step moves the deadline on
+# by as long as they took, and a deadline that fires meanwhile is re-armed.
+OFF_CLOCK = frozenset({JOURNALING, STARTING})
 RUNNING = "tool"
 FINISHING = "post-call hooks"
 
