@@ -122,6 +122,9 @@ def test_a_hung_tool_is_killed_at_its_deadline_with_what_it_started(
     assert stats.late_results == 0
     # The pool is whole again: the next call finds a worker.
     assert ex.execute(call("square", x=3)).output == 9
+    stats = ex.stats()
+    assert stats.workers_started >= 3  # hang's first and its replacement, square's
+    assert stats.live_workers >= 2
 
 
 async def test_a_cancelled_call_kills_its_worker(

@@ -500,8 +500,10 @@ class Scheduler(Deadlines):
             "queued": sum(1 for r in self.runs_open if r.sv_queued),
             "abandoned_workers": abandoned,
             "live_workers": busy
-            + sum(idle(p.tool) for p in self.pools.values() if idle is not None),
-            "workers_started": sum(getattr(b, "started", 0) for b in self.budget.backends),
+            + sum(idle(p.tool) for p in self.pools.values() if idle is not None)
+            + sum(getattr(b, "live_workers", 0) for b in self.backends.values()),
+            "workers_started": sum(getattr(b, "started", 0) for b in self.budget.backends)
+            + sum(getattr(b, "workers_started", 0) for b in self.backends.values()),
             "pools": {
                 p.tool.name: {
                     "idle": idle(p.tool) if idle is not None else 0,

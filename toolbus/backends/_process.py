@@ -250,7 +250,13 @@ class ProcessBackend:
 
     @property
     def workers_started(self) -> int:
-        return sum(p.started for p in self._pools.values())
+        """Worker processes started so far (for `ExecutorStats.workers_started`)."""
+        return sum(p.started for p in list(self._pools.values()))
+
+    @property
+    def live_workers(self) -> int:
+        """Worker processes alive now, idle or serving (for `ExecutorStats.live_workers`)."""
+        return sum(p.live for p in list(self._pools.values()))
 
     async def _ready_root(self) -> Zygote:
         """The root zygote, started on first use (and again if it died)."""
