@@ -63,6 +63,29 @@ def demo(
         raise typer.Exit(code)
 
 
+@app.command()
+def top(
+    url: Annotated[
+        str, typer.Argument(help="The status server's address (serve_status(...).url).")
+    ],
+    token_env: Annotated[
+        str | None,
+        typer.Option(
+            "--token-env",
+            metavar="VAR",
+            help="Send the token held by this environment variable (never on the command line).",
+        ),
+    ] = None,
+) -> None:
+    """Watch an executor in another process live: the dashboard of toolbus.observe.live,
+    fed by its status server (toolbus.observe.serve_status). Ctrl-C quits."""
+    from .observe._top import main as top_main
+
+    code = top_main(url, token_env=token_env)
+    if code:
+        raise typer.Exit(code)
+
+
 mcp_app = typer.Typer(
     name="mcp",
     help="MCP: serve a tool registry to MCP clients.",

@@ -1,0 +1,145 @@
+"""A small workload that keeps an executor busy, for the dashboard and page tests.
+
+Also a way to see them by hand:
+
+    python tests/observe_workload.py live              # the dashboard in this terminal
+    python tests/observe_workload.py serve --port 8765 # the page; then `toolbus top URL`
+
+Each round is one batch: slow reads (more than `max_parallel`, so some wait),
+a quick lookup with a secret argument, a flaky call that succeeds on its
+retry, a payment that is refused every fifth round, and every third round a
+call that hangs past its deadline (abandoned; its late result comes back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from toolbus import Executor, RetryPolicy, ToolCall, ToolContext, ToolError, ToolRegistry
+
+SECRET = "sk-live-Zq8Workload4711"  # an api_key/token value: must never reach a screen
+MAX_PARALLEL = 3
+
+
+def build_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def fetch_page(url: str) -> int:
+        """Fetch a page (0.15 to 0.55 s)."""
+        time.sleep(0.15 + (zlib.crc32(url.encode()) % 5) / 10)
+        return len(url)
+
+    @registry.tool(read_only=True)
+    def lookup(sku: str, api_key: str) -> dict[str, str]:
+        """Look a product up with a key."""
+        time.sleep(0.02)
+        return {"sku": sku, "stock": "12"}
+
+    @registry.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=0.05))
+    def flaky(n: int, ctx: ToolContext) -> int:
+        """Fails its first attempt on even n."""
+        time.sleep(0.05)
+        if n % 2 == 0 and ctx.attempt == 1:
+            raise ConnectionError("upstream reset the connection")
+        return n
+
+    @registry.tool
+    def charge(amount: int, token: str) -> str:
+        """Charge a card (mutating); refuses large amounts."""
+        time.sleep(0.05)
+        if amount > 900:
+            raise ToolError(f"amount {amount} is over the limit")
+        return f"charged {amount}"
+
+    @registry.tool(read_only=True, timeout=0.3)
+    def stuck(seconds: float) -> str:
+        """Hangs past its deadline: abandoned at 0.3 s."""
+        time.sleep(seconds)
+        return "late"
+
+    return registry
+
+
+def round_calls(i: int) -> list[ToolCall]:
+    calls = [
+        ToolCall(name="fetch_page", arguments={"url": f"https://example.org/{i}/{k}"})
+        for k in range(4)
+    ]
+    calls += [
+        ToolCall(name="lookup", arguments={"sku": f"SKU-{i}", "api_key": SECRET}),
+        ToolCall(name="flaky", arguments={"n": i}),
+    ]
+    if i % 3 == 0:
+        calls.append(ToolCall(name="stuck", arguments={"seconds": 0.6}))
+    calls.append(
+        ToolCall(name="charge", arguments={"amount": 1000 if i % 5 == 4 else 10, "token": SECRET})
+    )
+    return calls
+
+
+def run_rounds(executor: Executor, should_stop: Callable[[], bool], pause: float = 0.1) -> int:
+    """Batches until `should_stop()`; the number of rounds run."""
+    i = 0
+    while not should_stop():
+        executor.execute_batch(round_calls(i))
+        i += 1
+        time.sleep(pause)  # a breath between turns, as an agent's model call would be
+    return i
+
+
+def make_executor() -> Executor:
+    return Executor(build_registry(), max_parallel=MAX_PARALLEL, timeout=10)
+
+
+def _live(stop_file: Path | None, seconds: float) -> None:
+    from toolbus.observe import live
+
+    end = time.monotonic() + seconds
+
+    def should_stop() -> bool:
+        return time.monotonic() > end or (stop_file is not None and stop_file.exists())
+
+    with make_executor() as executor, live(executor, refresh_per_second=8):
+        rounds = run_rounds(executor, should_stop)
+    print(f"workload done: {rounds} rounds")
+
+
+def _serve(port: int, token: str | None) -> None:
+    from toolbus.observe import serve_status
+
+    stop = threading.Event()
+    with make_executor() as executor, serve_status(executor, port=port, token=token) as server:
+        print(f"serving {server.url}  (Ctrl-C stops)", flush=True)
+        worker = threading.Thread(target=run_rounds, args=(executor, stop.is_set), daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.5)
+        except KeyboardInterrupt:
+            stop.set()
+            worker.join(5)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("live", "serve"))
+    parser.add_argument("--stop-file", type=Path, default=None)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--token", default=None)
+    args = parser.parse_args(argv)
+    if args.mode == "live":
+        _live(args.stop_file, args.seconds)
+    else:
+        _serve(args.port, args.token)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

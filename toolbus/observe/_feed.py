@@ -1,0 +1,97 @@
+"""One executor's events, watched: a bus subscription feeding a `LiveState`, and
+optionally a bounded ring of recent records for clients that resume (`/events`
+with `Last-Event-ID`).
+
+The subscription is an ordinary one (its own queue, on the executor's delivery
+pool): a slow feed never slows tools or other observers. Events are seen only
+from the moment the feed starts, and only with the executor's default
+publisher (`publisher=` routes events elsewhere).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .. import bus
+from ..executor import Executor
+from ._state import LiveState
+from ._wire import encode
+
+__all__ = ["Feed"]
+
+
+class Feed:
+    """Subscribes to `executor`'s events; `close()` (or `with`) unsubscribes.
+
+    `history`: how many encoded records to keep for `since()` (0: none).
+    `on_record` callbacks run on the delivery thread after each record is
+    applied and stored; they must be quick (wake someone up, no more).
+    """
+
+    def __init__(self, executor: Executor, *, history: int = 0) -> None:
+        self.state = LiveState()
+        self._lock = threading.Lock()
+        self._ring: deque[tuple[int, bytes]] = deque(maxlen=history or None)
+        self._keep = history > 0
+        self._evicted = 0  # the highest seq that fell out of the ring
+        self._latest = 0
+        self._listeners: list[Callable[[], None]] = []
+        self._sub = bus.subscribe(self._on_event, sender=executor)
+
+    def _on_event(self, sender: Any, *, event: bus.Event, signal: str) -> None:
+        record = encode(signal, event)
+        # One lock around both: a state snapshot at seq S means S is in the ring
+        # (or evicted), so a client resuming from a snapshot never sees a false gap.
+        with self._lock:
+            self.state.apply(record)
+            if self._keep:
+                if len(self._ring) == self._ring.maxlen:
+                    self._evicted = self._ring[0][0]
+                self._ring.append((event.seq, orjson.dumps(record)))
+            self._latest = max(self._latest, event.seq)
+            listeners = tuple(self._listeners)
+        for wake in listeners:
+            wake()
+
+    def listen(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(wake)
+
+    @property
+    def latest(self) -> int:
+        """The highest `seq` seen so far (0: none)."""
+        with self._lock:
+            return self._latest
+
+    def since(self, seq: int) -> tuple[list[tuple[int, bytes]], bool]:
+        """The kept records after `seq`, oldest first, and whether some are missing.
+
+        Missing: records after `seq` fell out of the ring, or `seq` is ahead
+        of anything seen (a client of another executor or server). Such a
+        client should reload the state (`/status`) and go on from there.
+        """
+        with self._lock:
+            gap = seq < self._evicted or seq > self._latest
+            newer: list[tuple[int, bytes]] = []
+            for item in reversed(self._ring):
+                if item[0] <= seq:
+                    break
+                newer.append(item)
+        newer.reverse()
+        return newer, gap
+
+    def close(self) -> None:
+        self._sub.close()
+        with self._lock:
+            self._listeners.clear()
+
+    def __enter__(self) -> Feed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,219 @@
+"""`serve_status(executor)`: a small web server showing one executor, on a thread.
+
+    with toolbus.observe.serve_status(executor) as server:
+        print("open", server.url)
+        run_the_agent(executor)
+
+Routes: `/` (a page that updates live), `/status` (a JSON snapshot),
+`/events` (server-sent events: the masked lifecycle events, `id:` their
+`seq`, resuming after `Last-Event-ID`), `/metrics` (Prometheus text).
+
+Starlette and sse-starlette on uvicorn (the `web` extra), imported only when a
+server starts. uvicorn runs its own event loop on a daemon thread; the socket
+is bound before `serve_status` returns, so `.url` answers at once and a port
+in use is an `OSError` here, not on the thread.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+from typing import Any
+
+from ..executor import Executor
+
+__all__ = ["StatusServer", "serve_status"]
+
+_START_TIMEOUT = 10.0
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # another name: it may resolve anywhere, so it counts as exposed
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _url_host(host: str, family: int) -> str:
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if ip.is_unspecified:  # 0.0.0.0 / :: listen everywhere; loopback reaches them here
+        return "127.0.0.1" if family == socket.AF_INET else "[::1]"
+    return f"[{host}]" if ip.version == 6 else host
+
+
+class StatusServer:
+    """A running status server (see `serve_status`); `close()` or `with` stops it.
+
+    `url` is the page's address (`http://127.0.0.1:<port>/`); `port` the port
+    bound (useful with `port=0`, the default: any free port).
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        history: int = 1000,
+    ) -> None:
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            raise ValueError("serve_status: token must be a non-empty string (or None)")
+        loopback = _is_loopback(host)
+        if not loopback and token is None:
+            raise ValueError(
+                f"serve_status: binding to {host!r}, which is not a loopback address, needs a "
+                "token (serve_status(..., token=...)); every request must then send "
+                "'Authorization: Bearer <token>'"
+            )
+        if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+            raise ValueError(f"serve_status: history must be an integer >= 1, got {history!r}")
+        try:
+            import prometheus_client
+            import uvicorn
+
+            from ._app import Broadcast, build_app
+        except ImportError as e:
+            raise ImportError(
+                f"serve_status needs the web extra (pip install 'toolbus[web]'): {e}"
+            ) from e
+        from ._config import describe_executor
+        from ._feed import Feed
+        from ._metrics import instrument
+
+        self._executor = executor
+        self._closed = False
+        self._lock = threading.Lock()
+        sock = _bind(host, port)
+        self.port: int = sock.getsockname()[1]
+        self.url = f"http://{_url_host(host, sock.family)}:{self.port}/"
+        self._feed = feed = Feed(executor, history=history)
+        self._broadcast = broadcast = Broadcast()
+        feed.listen(broadcast.wake)
+        self._registry = registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        try:
+            self._metrics = instrument(executor, registry, feed.state)
+        except BaseException:
+            feed.close()
+            sock.close()
+            raise
+
+        def status() -> dict[str, Any]:
+            now = time.time()
+            return {
+                "executor": describe_executor(executor),
+                "stats": executor.stats().model_dump(),
+                "state": feed.state.snapshot(now),
+                "server": {"time": now, "history": history, "latest": feed.latest},
+            }
+
+        def metrics() -> tuple[bytes, str]:
+            return prometheus_client.generate_latest(
+                registry
+            ), prometheus_client.CONTENT_TYPE_LATEST
+
+        app = build_app(
+            feed=feed,
+            broadcast=broadcast,
+            status=status,
+            metrics=metrics,
+            token=token,
+            loopback=loopback,
+        )
+        config = uvicorn.Config(
+            app,
+            log_config=None,  # leave the application's logging as it is
+            log_level="warning",
+            access_log=False,  # a URL may carry ?token=
+            lifespan="on",
+            loop="asyncio",
+            http="h11",
+            ws="none",
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [sock]},
+            name=f"toolbus-status-{self.port}",
+            daemon=True,
+        )
+        self._socket = sock
+        self._thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not self._server.started:  # uvicorn offers no event to wait on
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"serve_status: the server on port {self.port} did not start")
+            time.sleep(0.005)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop serving: end the event streams, stop uvicorn, unsubscribe. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._broadcast.close()
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self._socket.close()
+        self._feed.close()
+        self._metrics.close()
+
+    def __enter__(self) -> StatusServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "serving"
+        return f"<StatusServer {self.url} {state}>"
+
+
+def serve_status(
+    executor: Executor,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    *,
+    history: int = 1000,
+) -> StatusServer:
+    """Serve `executor`'s status page, JSON, event stream and metrics on a thread.
+
+    Binds to loopback by default (`port=0`: any free port; see `.url`).
+    Binding to any other address without a `token` raises ValueError. With a
+    token, every request needs `Authorization: Bearer <token>`; a browser
+    opens `/?token=<token>` once and gets a cookie for the page (HttpOnly,
+    SameSite=Strict, derived from the token). `history`: how many recent
+    events are kept for clients that reconnect (`Last-Event-ID`).
+    """
+    return StatusServer(executor, host=host, port=port, token=token, history=history)

@@ -1,0 +1,196 @@
+"""`toolbus top URL`: the dashboard of an executor in another process, from its
+status server (`serve_status`).
+
+It loads `/status` (configuration, counters and the state, as of some `seq`),
+rebuilds the state (`LiveState.restore`), then follows `/events` from that
+`seq` on a thread, applying each event as it comes; the counters are read
+from `/status` again every second. The screen is the same `Board` as
+`live()`'s. Only the standard library speaks HTTP here, so `top` needs no
+extra on the watching side.
+
+If the stream drops it reconnects with `Last-Event-ID`; if the server no
+longer has the events in between (it answers `reset`), it reloads `/status`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import IO, Any
+
+from rich.console import Console
+
+from ._state import LiveState
+
+__all__ = ["main", "run_top"]
+
+_READ_TIMEOUT = 20.0  # the server pings every 5 s: silence this long means it is gone
+
+
+class _Client:
+    def __init__(self, url: str, token: str | None) -> None:
+        self.base = url if url.endswith("/") else url + "/"
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _open(self, path: str, headers: dict[str, str], timeout: float) -> Any:
+        request = urllib.request.Request(self.base + path, headers={**self.headers, **headers})
+        return urllib.request.urlopen(request, timeout=timeout)
+
+    def status(self) -> dict[str, Any]:
+        with self._open("status", {"Accept": "application/json"}, 10.0) as response:
+            data: dict[str, Any] = json.loads(response.read())
+            return data
+
+    def events(self, since: int) -> Iterator[tuple[str, str | None]]:
+        """(event name, data) per server-sent event; ("ping", None) per comment."""
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": str(since)}
+        with self._open("events", headers, _READ_TIMEOUT) as response:
+            yield from _parse(response)
+
+
+def _parse(stream: IO[bytes]) -> Iterator[tuple[str, str | None]]:
+    name, data = "message", list[str]()
+    for raw in stream:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = "message", []
+        elif line.startswith(":"):
+            yield "ping", None
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+
+
+class _Top:
+    """The client's view of the server: state, counters, configuration, connection."""
+
+    def __init__(self, client: _Client, url: str, status: dict[str, Any]) -> None:
+        self.client = client
+        self.url = url
+        self.connection = "live"
+        self._take(status, restore=True)
+
+    def _take(self, status: dict[str, Any], *, restore: bool) -> None:
+        self.config: dict[str, Any] = status["executor"]
+        self.stats: dict[str, Any] | None = status["stats"]
+        self.skew = float(status["server"]["time"]) - time.time()
+        if restore:
+            self.state = LiveState.restore(status["state"])
+
+    def poll(self) -> None:
+        try:
+            self._take(self.client.status(), restore=False)
+        except (OSError, ValueError, KeyError) as e:
+            self.connection = f"no answer: {_reason(e)}"
+
+    def follow(self, stop: threading.Event) -> None:
+        """Apply `/events` until `stop`; reconnects after a drop."""
+        while not stop.is_set():
+            try:
+                for name, data in self.client.events(self.state.seq):
+                    if stop.is_set():
+                        return
+                    self.connection = "live"
+                    if name == "reset":
+                        self._take(self.client.status(), restore=True)
+                    elif name == "message" and data is not None:
+                        self.state.apply(json.loads(data))
+                self.connection = "disconnected: the server ended the stream"
+            except (OSError, ValueError, KeyError) as e:
+                self.connection = f"disconnected: {_reason(e)}"
+            stop.wait(1.0)  # then reconnect
+
+    def board(self) -> Any:
+        from ._view import Board
+
+        now = time.time() + self.skew
+        return Board(
+            config=self.config,
+            state=self.state.snapshot(now),
+            stats=self.stats,
+            source=self.url,
+            status=self.connection,
+            now=now,
+        )
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code}"
+    if isinstance(e, urllib.error.URLError):
+        return str(e.reason)
+    return str(e) or type(e).__name__
+
+
+def run_top(
+    url: str,
+    *,
+    token: str | None = None,
+    console: Console | None = None,
+    refresh_per_second: float = 4.0,
+    poll_seconds: float = 1.0,
+    stop: threading.Event | None = None,
+) -> int:
+    """Draw the dashboard of the executor served at `url` until `stop` is set or
+    Ctrl-C; the exit code (0; 1: the server cannot be reached; 2: it wants a token)."""
+    from rich.live import Live
+
+    console = console or Console()
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    client = _Client(url, token)
+    try:
+        status = client.status()
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            hint = "a wrong token" if token else "no token (pass --token-env VAR)"
+            errors.print(f"toolbus top: {url} refused the request (HTTP {e.code}): {hint}")
+            return 2
+        errors.print(f"toolbus top: {url} answered HTTP {e.code} for /status")
+        return 1
+    except (OSError, ValueError) as e:
+        errors.print(f"toolbus top: cannot reach {url}: {_reason(e)}")
+        return 1
+    top = _Top(client, url, status)
+    stop = stop or threading.Event()
+    reader = threading.Thread(target=top.follow, args=(stop,), name="toolbus-top", daemon=True)
+    reader.start()
+    try:
+        with Live(
+            get_renderable=top.board,
+            console=console,
+            refresh_per_second=refresh_per_second,
+            screen=False,
+        ):
+            while not stop.wait(poll_seconds):
+                top.poll()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+    return 0
+
+
+def main(url: str, *, token_env: str | None = None) -> int:
+    """The `toolbus top` command: check its input, then `run_top`."""
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not url.startswith(("http://", "https://")):
+        errors.print(f"toolbus top: {url!r} is not an http:// or https:// address")
+        return 2
+    token = None
+    if token_env is not None:
+        token = os.environ.get(token_env)
+        if not token:
+            errors.print(f"toolbus top: the environment variable {token_env} is not set")
+            return 2
+    return run_top(url, token=token)

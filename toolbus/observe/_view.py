@@ -1,0 +1,263 @@
+"""The dashboard drawn with rich: one function of plain data, shared by `live()`
+(in process) and `toolbus top` (from a status server).
+
+Everything it draws comes from `describe_executor` (configuration),
+`ExecutorStats` (the executor's counters) and `LiveState.snapshot` (calls in
+flight, recent results, per-tool latencies): JSON data, the same in both
+places.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from ..bus._signals import ALL_SIGNALS
+
+__all__ = ["Board", "duration"]
+
+STATUS_STYLE = {
+    "ok": "green",
+    "error": "red",
+    "timeout": "magenta",
+    "rejected": "yellow",
+    "cancelled": "dim",
+}
+STATE_STYLE = {"running": "cyan", "retrying": "yellow", "failed": "red", "timed out": "magenta"}
+
+_MAX_IN_FLIGHT = 12
+_MAX_RECENT = 8
+_MAX_ERRORS = 5
+_SIDE_BY_SIDE = 140  # columns from which in-flight and recent sit side by side
+
+
+def duration(seconds: float | None) -> str:
+    """ "0.4 ms", "12 ms", "1.50 s", "2m03s"; "" for None."""
+    if seconds is None:
+        return ""
+    if seconds < 0.001:
+        return f"{seconds * 1000:.2f} ms"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s"
+
+
+def _clock(ts: float | None) -> str:
+    if not ts:
+        return ""
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+
+
+def _cut(text: Any, limit: int) -> str:
+    s = "" if text is None else " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Board:
+    """One frame of the dashboard.
+
+    `config`: `describe_executor(...)`; `state`: `LiveState.snapshot(now)`;
+    `stats`: `ExecutorStats.model_dump()` (None: not known, e.g. a top client
+    before its first answer); `source`: where the data comes from; `status`:
+    "live", or why it is not (shown in red).
+    """
+
+    config: Mapping[str, Any]
+    state: Mapping[str, Any]
+    stats: Mapping[str, Any] | None = None
+    source: str = "in process"
+    status: str = "live"
+    now: float = 0.0
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self._header()
+        yield self._counters()
+        in_flight, recent = self._in_flight(), self._recent()
+        if options.max_width >= _SIDE_BY_SIDE:
+            pair = Table.grid(padding=(0, 2), expand=True)
+            pair.add_column(ratio=1)
+            pair.add_column(ratio=1)
+            pair.add_row(in_flight, recent)
+            yield pair
+        else:
+            yield in_flight
+            yield recent
+        yield self._tools()
+        yield self._errors()
+        extra = self._signals()
+        if extra is not None:
+            yield extra
+
+    # -- parts --------------------------------------------------------------------
+
+    def _header(self) -> Text:
+        c = self.config
+        retry = c.get("retry") or {}
+        tools = c.get("tools") or ()
+        timeout = c.get("timeout")
+        head = Text()
+        head.append("toolbus ", style="bold")
+        head.append(str(c.get("name", "executor")), style="bold cyan")
+        head.append(
+            f"  max_parallel {c.get('max_parallel', '?')} · timeout "
+            f"{'none' if timeout is None else f'{timeout:g} s'} · retries "
+            f"{retry.get('max_retries', 0)} · {len(tools)} tools",
+            style="dim",
+        )
+        head.append(f"  {self.source} · ", style="dim")
+        head.append(self.status, style="green" if self.status == "live" else "bold red")
+        head.append(f" · seq {self.state.get('seq', 0)} · {_clock(self.now)[:8]}", style="dim")
+        return head
+
+    def _counters(self) -> Table:
+        s = self.stats
+        totals = self.state.get("totals") or {}
+        if s is not None:
+            cells: list[tuple[str, Any, str]] = [
+                ("submitted", s.get("submitted"), "bold"),
+                ("in flight", s.get("in_flight"), "cyan"),
+                ("queued", s.get("queued"), "cyan"),
+                ("ok", s.get("ok"), "green"),
+                ("error", s.get("error"), "red"),
+                ("timeout", s.get("timeout"), "magenta"),
+                ("rejected", s.get("rejected"), "yellow"),
+                ("cancelled", s.get("cancelled"), "dim"),
+                ("retries", s.get("retries"), "yellow"),
+                ("timeouts", s.get("timeouts"), "magenta"),
+                ("abandoned", f"{s.get('abandoned_workers')}/{s.get('abandoned_total')}", "red"),
+                ("killed", s.get("killed_workers"), "red"),
+                ("late", s.get("late_results"), "magenta"),
+                ("dropped", s.get("events_dropped"), "red"),
+            ]
+        else:
+            cells = [
+                ("finished", totals.get("finished"), "bold"),
+                ("in flight", len(self.state.get("in_flight") or ()), "cyan"),
+                *((k, totals.get(k), STATUS_STYLE[k]) for k in STATUS_STYLE),
+                ("retries", totals.get("retries"), "yellow"),
+                ("timeouts", totals.get("timeouts"), "magenta"),
+                ("killed", totals.get("killed"), "red"),
+                ("late", totals.get("late_results"), "magenta"),
+            ]
+        grid = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1))
+        for label, _, style in cells:
+            grid.add_column(label, justify="right", header_style="dim", style=style, no_wrap=True)
+        grid.add_row(*(str(v if v is not None else "-") for _, v, _ in cells))
+        return grid
+
+    def _in_flight(self) -> Table:
+        calls: Sequence[Mapping[str, Any]] = self.state.get("in_flight") or ()
+        queued = (self.stats or {}).get("queued")
+        title = f"In flight: {len(calls)}"
+        if queued:
+            title += f" · queued: {queued}"
+        table = Table(title=title, title_justify="left", expand=True)
+        table.add_column("call", no_wrap=True, max_width=24)
+        table.add_column("tool", no_wrap=True, max_width=22)
+        table.add_column("try", justify="right", no_wrap=True)
+        table.add_column("state", no_wrap=True)
+        table.add_column("elapsed", justify="right", no_wrap=True)
+        table.add_column("detail", overflow="ellipsis", no_wrap=True, ratio=1)
+        for c in calls[:_MAX_IN_FLIGHT]:
+            state = str(c.get("state", ""))
+            elapsed = max(0.0, self.now - float(c.get("started") or self.now))
+            detail = _cut(c.get("detail"), 60)
+            if c.get("fraction") is not None:
+                detail = f"{float(c['fraction']):.0%} {detail}"
+            table.add_row(
+                _cut(c.get("call_id"), 24),
+                _cut(c.get("tool"), 22),
+                str(c.get("attempt", "")),
+                Text(state, style=STATE_STYLE.get(state, "")),
+                duration(elapsed),
+                Text(detail, style="dim"),
+            )
+        if len(calls) > _MAX_IN_FLIGHT:
+            table.add_row("", f"+{len(calls) - _MAX_IN_FLIGHT} more", "", "", "", "")
+        return table
+
+    def _recent(self) -> Table:
+        recent: Sequence[Mapping[str, Any]] = self.state.get("recent") or ()
+        table = Table(title="Recent results", title_justify="left", expand=True)
+        table.add_column("at", no_wrap=True, style="dim")
+        table.add_column("call", no_wrap=True, max_width=24)
+        table.add_column("tool", no_wrap=True, max_width=22)
+        table.add_column("status", no_wrap=True)
+        table.add_column("tries", justify="right", no_wrap=True)
+        table.add_column("time", justify="right", no_wrap=True)
+        for r in recent[:_MAX_RECENT]:
+            status = str(r.get("status", ""))
+            label = status + (f" {r['error_code']}" if r.get("error_code") else "")
+            table.add_row(
+                _clock(r.get("timestamp"))[:12],
+                _cut(r.get("call_id"), 24),
+                _cut(r.get("tool"), 22),
+                Text(label, style=STATUS_STYLE.get(status, "")),
+                str(r.get("attempts", "")),
+                duration(r.get("duration")),
+            )
+        return table
+
+    def _tools(self) -> Table:
+        table = Table(title="Per tool (since watching)", title_justify="left")
+        table.add_column("tool", no_wrap=True, max_width=28)
+        for name in ("calls", "ok", "error", "timeout", "rejected", "cancelled", "running"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("retries", justify="right", no_wrap=True, style="yellow")
+        for name in ("p50", "p95", "p99", "max"):
+            table.add_column(name, justify="right", no_wrap=True)
+        for t in self.state.get("tools") or ():
+            table.add_row(
+                _cut(t.get("tool"), 28),
+                str(t.get("calls", 0)),
+                *(
+                    Text(str(t.get(s, 0)), style=STATUS_STYLE[s] if t.get(s) else "dim")
+                    for s in STATUS_STYLE
+                ),
+                str(t.get("in_flight", 0)),
+                str(t.get("retries", 0)),
+                *(duration(t.get(q)) for q in ("p50", "p95", "p99", "max")),
+            )
+        return table
+
+    def _errors(self) -> Table:
+        errors: Sequence[Mapping[str, Any]] = self.state.get("errors") or ()
+        table = Table(title="Recent failures", title_justify="left", expand=True)
+        table.add_column("at", no_wrap=True, style="dim")
+        table.add_column("call", no_wrap=True, max_width=24)
+        table.add_column("tool", no_wrap=True, max_width=22)
+        table.add_column("status", no_wrap=True)
+        table.add_column("error", overflow="ellipsis", no_wrap=True, ratio=1)
+        for e in errors[:_MAX_ERRORS]:
+            status = str(e.get("status", ""))
+            label = status + (f" {e['error_code']}" if e.get("error_code") else "")
+            table.add_row(
+                _clock(e.get("timestamp"))[:12],
+                _cut(e.get("call_id"), 24),
+                _cut(e.get("tool"), 22),
+                Text(label, style=STATUS_STYLE.get(status, "")),
+                _cut(e.get("error"), 200),
+            )
+        return table
+
+    def _signals(self) -> Text | None:
+        """Events of signals defined outside toolbus's own (policies, yours), if any."""
+        own = set(ALL_SIGNALS)
+        counts = {k: v for k, v in (self.state.get("signals") or {}).items() if k not in own}
+        if not counts:
+            return None
+        text = Text("Other signals: ", style="bold")
+        text.append("  ".join(f"{k} {v}" for k, v in counts.items()))
+        return text

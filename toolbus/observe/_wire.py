@@ -1,0 +1,75 @@
+"""Lifecycle events as plain JSON-able records: what `/events` sends and the state reads.
+
+A record is a flat dict: `seq`, `signal`, `timestamp`, then the event's own
+fields (`call_id`, `tool`, `attempt`, `arguments`, `result`, ...). Every event
+is already masked and scrubbed when it is built; this only makes it plain data,
+and bounds its large fields (arguments, outputs, progress data) to about
+`max_chars` bytes of JSON each, so one huge output cannot flood a page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from ..bus import Event
+from ..models import ToolResult
+
+__all__ = ["MAX_FIELD_CHARS", "encode", "plain"]
+
+MAX_FIELD_CHARS = 2000
+
+_SKIP = frozenset({"seq", "timestamp"})
+
+
+def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
+    """`value` as JSON-able data; a value whose JSON takes more than `max_chars`
+    bytes becomes the text of its first bytes, ending in "…"."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, str):
+        return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
+    if isinstance(value, ToolResult):
+        return _result(value, max_chars)
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    try:
+        text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        text = orjson.dumps(repr(value))
+    if len(text) > max_chars:
+        return text[: max_chars - 1].decode("utf-8", "ignore") + "…"
+    return orjson.loads(text)
+
+
+def _result(result: ToolResult, max_chars: int) -> dict[str, Any]:
+    return {
+        "call_id": result.call_id,
+        "name": plain(result.name, 200),
+        "status": result.status,
+        "error": plain(result.error, max_chars),
+        "error_code": result.error_code.value if result.error_code else None,
+        "attempts": result.attempts,
+        "duration": result.duration,
+        "output": plain(result.output, max_chars),
+        "attachments": len(result.attachments),
+        "metadata": plain(result.metadata, max_chars),
+    }
+
+
+def encode(signal: str, event: Event, max_chars: int = MAX_FIELD_CHARS) -> dict[str, Any]:
+    """One event as a record: `seq`, `signal`, `timestamp` and the event's fields."""
+    record: dict[str, Any] = {"seq": event.seq, "signal": signal, "timestamp": event.timestamp}
+    if dataclasses.is_dataclass(event):
+        for f in dataclasses.fields(event):
+            if f.name not in _SKIP:
+                record[f.name] = plain(getattr(event, f.name), max_chars)
+    return record
