@@ -230,11 +230,12 @@ def build_app(
             headers={**_NO_STORE, "X-Accel-Buffering": "no"},
         )
 
-    async def _stream(last: int | None) -> AsyncIterator[ServerSentEvent]:
+    async def _stream(since: int | None) -> AsyncIterator[ServerSentEvent]:
+        # Fixed before the first line goes out: a client that has read it gets
+        # every event announced after that.
+        last = feed.latest if since is None else since
         # A short retry: a page reconnects (with Last-Event-ID) a second after a drop.
         yield ServerSentEvent(comment="toolbus events", retry=1000)
-        if last is None:
-            last = feed.latest
         while not broadcast.closed:
             woken = broadcast.event
             records, gap = feed.since(last)

@@ -1,0 +1,216 @@
+"""The terminal dashboard in a real terminal: tmux runs it, capture-pane reads the screen.
+
+- `toolbus.observe.live(executor)` around a running workload (in its own
+  process): the screen shows the calls in flight, and a later screen shows
+  the counts grown; the last frame stays when the block ends.
+- `toolbus top URL --token-env VAR` against a served executor: the same board,
+  from another process, updating; Ctrl-C quits with 0.
+- `toolbus top`'s one-line errors and exit codes, as a subprocess.
+
+Every wait polls the captured screen until a condition holds (bounded), never
+a fixed sleep. The live test saves a capture (and refreshes
+docs/img/dashboard.txt when it is missing or TOOLBUS_UPDATE_DOCS=1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .observe_workload import SECRET, make_executor, run_rounds
+
+TMUX = shutil.which("tmux")
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = Path(__file__).resolve().parent / "observe_workload.py"
+DOCS_IMG = ROOT / "docs" / "img"
+TOKEN = "top-token-1a2b3c4d"
+
+needs_tmux = pytest.mark.skipif(
+    TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)"
+)
+
+
+class Tmux:
+    """A tmux server of our own (its own socket), killed at the end."""
+
+    def __init__(self) -> None:
+        assert TMUX is not None
+        self.socket = f"toolbus-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.env = {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "LANG": "C.UTF-8",
+        }
+
+    def __call__(self, *args: str) -> str:
+        assert TMUX is not None
+        done = subprocess.run(
+            [TMUX, "-u", "-L", self.socket, *args],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=True,
+            # The tmux server passes its environment on to the pane. An explicit
+            # copy of os.environ: something under pytest puts COLUMNS=80 into the
+            # process's C environment, and rich would believe it over the pane.
+            env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+        )
+        return done.stdout
+
+    def start(self, name: str, argv: list[str], **env: str) -> None:
+        pairs = [f"-e{k}={v}" for k, v in {**self.env, **env}.items()]
+        self("new-session", "-d", "-s", name, "-x", "160", "-y", "50", *pairs, shlex.join(argv))
+        # Keep the pane (and its last frame) when the program ends.
+        self("set-option", "-t", name, "remain-on-exit", "on")
+
+    def screen(self, name: str) -> str:
+        return self("capture-pane", "-p", "-t", name)
+
+    def wait_for(
+        self, name: str, condition: Callable[[str], bool], what: str, timeout: float = 30.0
+    ) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen(name)
+            if condition(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; the screen:\n{screen}")
+            time.sleep(0.1)  # the poll's interval, not a stand-in for the wait
+
+    def close(self) -> None:
+        assert TMUX is not None
+        subprocess.run([TMUX, "-L", self.socket, "kill-server"], capture_output=True, timeout=15)
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    t = Tmux()
+    yield t
+    t.close()
+
+
+def calls_of(tool: str, screen: str) -> int:
+    """The `calls` column of `tool`'s row in the per-tool table (0 if not there yet)."""
+    table = screen.partition("Per tool")[2]
+    found = re.search(rf"│ {re.escape(tool)}\s*│\s*(\d+)\s*│", table)
+    return int(found.group(1)) if found else 0
+
+
+def running(screen: str) -> bool:
+    return re.search(r"│ \S+\s*│ fetch_page\s*│\s*\d+ │ running", screen) is not None
+
+
+def save_capture(screen: str) -> None:
+    target = DOCS_IMG / "dashboard.txt"
+    if not target.exists() or os.environ.get("TOOLBUS_UPDATE_DOCS") == "1":
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("\n".join(line.rstrip() for line in screen.splitlines()).strip() + "\n")
+
+
+@needs_tmux
+def test_live_dashboard_shows_a_running_workload_and_updates(tmux: Tmux, tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    tmux.start(
+        "live",
+        [sys.executable, str(WORKLOAD), "live", "--stop-file", str(stop), "--seconds", "90"],
+    )
+    first = tmux.wait_for(
+        "live",
+        lambda s: running(s) and "Per tool" in s and calls_of("fetch_page", s) > 0,
+        "calls of the workload running on the board",
+    )
+    assert "toolbus executor" in first and "max_parallel 3" in first
+    assert re.search(r"In flight: [1-9]", first)
+    for heading in ("submitted", "queued", "retries", "abandoned", "killed", "Recent results"):
+        assert heading in first
+    seen = calls_of("fetch_page", first)
+    later = tmux.wait_for(
+        "live",
+        lambda s: calls_of("fetch_page", s) >= seen + 8 and calls_of("stuck", s) > 0 and running(s),
+        "the counts to grow (the board redrawn)",
+    )
+    assert "timeout EXECUTION_TIMEOUT" in later  # the stuck call, among recent failures
+    save_capture(later)
+    stop.touch()
+    final = tmux.wait_for("live", lambda s: "workload done" in s, "the workload to end")
+    assert "Per tool" in final  # the last frame stays on the screen
+    for screen in (first, later, final):
+        assert SECRET not in screen
+
+
+@needs_tmux
+def test_toolbus_top_follows_a_served_executor(tmux: Tmux) -> None:
+    from toolbus.observe import serve_status
+
+    pytest.importorskip("starlette", reason="the web extra is not installed")
+    stop = threading.Event()
+    with make_executor() as executor, serve_status(executor, token=TOKEN) as server:
+        worker = threading.Thread(target=run_rounds, args=(executor, stop.is_set), daemon=True)
+        worker.start()
+        try:
+            tmux.start(
+                "top",
+                [sys.executable, "-m", "toolbus", "top", server.url, "--token-env", "TB_TOKEN"],
+                TB_TOKEN=TOKEN,
+            )
+            first = tmux.wait_for(
+                "top",
+                lambda s: running(s) and calls_of("fetch_page", s) > 0,
+                "the served executor's calls on top's board",
+            )
+            assert f"{server.url} · live" in first
+            seen = calls_of("fetch_page", first)
+            tmux.wait_for(
+                "top",
+                lambda s: calls_of("fetch_page", s) >= seen + 8,
+                "top's counts to grow with the workload",
+            )
+            tmux("send-keys", "-t", "top", "C-c")
+            tmux.wait_for("top", lambda s: "Pane is dead (status 0" in s, "top to quit with 0")
+        finally:
+            stop.set()
+            worker.join(10)
+
+
+def test_toolbus_top_says_what_is_wrong_in_one_line() -> None:
+    from toolbus.observe import serve_status
+
+    pytest.importorskip("starlette", reason="the web extra is not installed")
+
+    def top(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "toolbus", "top", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200", **env},
+        )
+
+    with make_executor() as executor, serve_status(executor, token=TOKEN) as server:
+        no_token = top(server.url)
+        assert no_token.returncode == 2
+        assert "refused the request (HTTP 401): no token (pass --token-env VAR)" in no_token.stderr
+        wrong = top(server.url, "--token-env", "TB_TOKEN", TB_TOKEN="nope")
+        assert wrong.returncode == 2 and "a wrong token" in wrong.stderr
+        missing = top(server.url, "--token-env", "TB_UNSET_VARIABLE")
+        assert missing.returncode == 2
+        assert "TB_UNSET_VARIABLE is not set" in missing.stderr
+        port = server.port
+    gone = top(f"http://127.0.0.1:{port}/")
+    assert gone.returncode == 1 and "cannot reach" in gone.stderr
+    bad = top("not-a-url")
+    assert bad.returncode == 2 and "is not an http:// or https:// address" in bad.stderr
+    for done in (no_token, wrong, missing, gone, bad):
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert TOKEN not in done.stderr + done.stdout
