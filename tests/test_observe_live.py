@@ -214,3 +214,18 @@ def test_toolbus_top_says_what_is_wrong_in_one_line() -> None:
     for done in (no_token, wrong, missing, gone, bad):
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert TOKEN not in done.stderr + done.stdout
+
+
+def test_top_is_a_command_of_the_cli() -> None:
+    from typer.testing import CliRunner
+
+    from toolbus.cli import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["top", "--help"])
+    assert shown.exit_code == 0 and "--token-env" in shown.output
+    assert runner.invoke(app, ["top", "ftp://nowhere"]).exit_code == 2
+    assert (
+        runner.invoke(app, ["top", "http://127.0.0.1:9/", "--token-env", "TB_NOPE_X"]).exit_code
+        == 2
+    )
