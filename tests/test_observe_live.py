@@ -24,6 +24,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -183,37 +185,79 @@ def test_toolbus_top_follows_a_served_executor(tmux: Tmux) -> None:
             worker.join(10)
 
 
-def test_toolbus_top_says_what_is_wrong_in_one_line() -> None:
+@contextmanager
+def other_json_server() -> Iterator[str]:
+    """Some other HTTP server, answering JSON that is not a toolbus status."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"hello": "world"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_toolbus_top_says_what_is_wrong_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two cases as a subprocess (the real command, its exit code, its stderr);
+    the rest through the command's function, in this process."""
     from toolbus.observe import serve_status
+    from toolbus.observe._top import main as top_main
 
     pytest.importorskip("starlette", reason="the web extra is not installed")
 
-    def top(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+    def subprocess_top(*args: str) -> tuple[int, str]:
+        done = subprocess.run(
             [sys.executable, "-m", "toolbus", "top", *args],
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "COLUMNS": "200", **env},
+            env={**os.environ, "COLUMNS": "200"},
         )
+        assert TOKEN not in done.stdout
+        return done.returncode, done.stderr
 
+    def top(url: str, token_env: str | None = None) -> tuple[int, str]:
+        code = top_main(url, token_env=token_env)
+        return code, capsys.readouterr().err
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("TB_TOKEN", "nope")
+    monkeypatch.delenv("TB_UNSET_VARIABLE", raising=False)
     with make_executor() as executor, serve_status(executor, token=TOKEN) as server:
-        no_token = top(server.url)
-        assert no_token.returncode == 2
-        assert "refused the request (HTTP 401): no token (pass --token-env VAR)" in no_token.stderr
-        wrong = top(server.url, "--token-env", "TB_TOKEN", TB_TOKEN="nope")
-        assert wrong.returncode == 2 and "a wrong token" in wrong.stderr
-        missing = top(server.url, "--token-env", "TB_UNSET_VARIABLE")
-        assert missing.returncode == 2
-        assert "TB_UNSET_VARIABLE is not set" in missing.stderr
+        no_token = subprocess_top(server.url)
+        assert no_token[0] == 2
+        assert "refused the request (HTTP 401): no token (pass --token-env VAR)" in no_token[1]
+        wrong = top(server.url, "TB_TOKEN")
+        assert wrong[0] == 2 and "a wrong token" in wrong[1]
+        missing = top(server.url, "TB_UNSET_VARIABLE")
+        assert missing[0] == 2 and "TB_UNSET_VARIABLE is not set" in missing[1]
         port = server.port
-    gone = top(f"http://127.0.0.1:{port}/")
-    assert gone.returncode == 1 and "cannot reach" in gone.stderr
+    gone = subprocess_top(f"http://127.0.0.1:{port}/")
+    assert gone[0] == 1 and "cannot reach" in gone[1]
     bad = top("not-a-url")
-    assert bad.returncode == 2 and "is not an http:// or https:// address" in bad.stderr
-    for done in (no_token, wrong, missing, gone, bad):
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-        assert TOKEN not in done.stderr + done.stdout
+    assert bad[0] == 2 and "is not an http:// or https:// address" in bad[1]
+    with other_json_server() as url:
+        other = top(url)
+    assert other[0] == 1 and "does not answer like a toolbus status server" in other[1]
+    for _, stderr in (no_token, wrong, missing, gone, bad, other):
+        assert len(stderr.strip().splitlines()) == 1, stderr
+        assert TOKEN not in stderr
 
 
 def test_top_is_a_command_of_the_cli() -> None:

@@ -251,7 +251,7 @@ def test_events_resume_after_last_event_id(executor: Executor, http: httpx.Clien
 
 def test_events_reset_when_history_no_longer_reaches_back(executor: Executor) -> None:
     with (
-        serve_status(executor, history=5) as server,
+        serve_status(executor, history=10) as server,
         httpx.Client(base_url=server.url, timeout=10) as http,
     ):
         run_calls(executor, 4)  # 16 events: more than 10

@@ -91,7 +91,7 @@ class _Top:
     def poll(self) -> None:
         try:
             self._take(self.client.status(), restore=False)
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, TypeError) as e:
             self.connection = f"no answer: {_reason(e)}"
 
     def follow(self, stop: threading.Event) -> None:
@@ -107,7 +107,7 @@ class _Top:
                     elif name == "message" and data is not None:
                         self.state.apply(json.loads(data))
                 self.connection = "disconnected: the server ended the stream"
-            except (OSError, ValueError, KeyError) as e:
+            except (OSError, ValueError, KeyError, TypeError) as e:
                 self.connection = f"disconnected: {_reason(e)}"
             stop.wait(1.0)  # then reconnect
 
@@ -161,7 +161,11 @@ def run_top(
     except (OSError, ValueError) as e:
         errors.print(f"toolbus top: cannot reach {url}: {_reason(e)}")
         return 1
-    top = _Top(client, url, status)
+    try:
+        top = _Top(client, url, status)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        errors.print(f"toolbus top: {url} does not answer like a toolbus status server")
+        return 1
     stop = stop or threading.Event()
     reader = threading.Thread(target=top.follow, args=(stop,), name="toolbus-top", daemon=True)
     reader.start()
