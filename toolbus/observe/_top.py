@@ -176,8 +176,13 @@ def run_top(
             refresh_per_second=refresh_per_second,
             screen=False,
         ):
-            while not stop.wait(poll_seconds):
-                top.poll()
+            # Sleeps, not stop.wait(): Ctrl-C raises KeyboardInterrupt wherever the
+            # main thread is, and one raised inside Event.wait can leave the event's
+            # lock held, so the stop.set() below would hang the command forever.
+            while not stop.is_set():
+                time.sleep(poll_seconds)
+                if not stop.is_set():
+                    top.poll()
     except KeyboardInterrupt:
         pass
     finally:
