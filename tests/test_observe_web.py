@@ -118,6 +118,7 @@ def test_the_page_shows_a_running_workload_and_updates_without_reload(
         # Masked arguments only: the workload's api_key/token never reach the page.
         assert SECRET not in page.content()
         assert not [e for e in console_errors if "Content Security Policy" in e], console_errors
+        page.wait_for_selector("#in-flight tr[data-call]", timeout=15_000)  # a busy moment
         save_screenshot(page, tmp_path)
         context.close()
 
