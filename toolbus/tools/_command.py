@@ -35,7 +35,7 @@ from ._command_spec import (
     format_fields,
 )
 from ._errors import ToolFailure
-from ._rlimit_exec import check_limits, limit_prefix
+from ._rlimit_exec import limit_prefix
 from ._tool import Tool
 
 __all__ = ["CommandTool"]
@@ -125,7 +125,6 @@ class CommandTool(Tool):
         # True (everything) or the names to take from os.environ.
         self.inherit_env: bool | tuple[str, ...] = check_inherit(inherit_env, owner)
         self._setup()  # options and the schema are checked here
-        check_limits(self.memory_limit_mb, self.cpu_limit_s, owner)
         self.argv, self._fields = check_argv(argv, self._parameter_names(), owner)
         # What each argument's template reads: those that read a secret give
         # a secret argument, scrubbed from the command's output like the secret.

@@ -19,7 +19,7 @@ import resource
 import shutil
 import sys
 
-__all__ = ["MIN_MEMORY_MB", "check_limits", "limit_prefix"]
+__all__ = ["MIN_MEMORY_MB", "limit_prefix"]
 
 _SHIM = os.path.abspath(__file__)
 # The largest finite limit: below RLIM_INFINITY (all ones on Linux, 2**63 - 1
@@ -28,29 +28,6 @@ _INFINITY = resource.RLIM_INFINITY
 _MAX_RLIMIT = min(2**63 - 1, _INFINITY - 1) if _INFINITY > 0 else 2**63 - 1
 # Below this, not even the dynamic loader can map a program's libraries.
 MIN_MEMORY_MB = 16
-
-
-def check_limits(memory_limit_mb: int | None, cpu_limit_s: float | None, owner: str) -> None:
-    """ValueError naming `owner` and the option, for limits (already checked
-    as positive numbers) that no rlimit can hold or no program can start under."""
-    if memory_limit_mb is not None:
-        most = _MAX_RLIMIT // (1024 * 1024)
-        if memory_limit_mb > most:
-            raise ValueError(
-                f"{owner}: memory_limit_mb must be at most {most} (RLIMIT_AS holds at most "
-                f"{_MAX_RLIMIT} bytes), got {memory_limit_mb!r}"
-            )
-        if memory_limit_mb < MIN_MEMORY_MB:
-            raise ValueError(
-                f"{owner}: memory_limit_mb must be at least {MIN_MEMORY_MB}: with less "
-                f"address space a program cannot even load its libraries, got {memory_limit_mb!r}"
-            )
-    # The hard limit is a second above the soft one, in whole seconds.
-    if cpu_limit_s is not None and math.ceil(cpu_limit_s) + 1 > _MAX_RLIMIT:
-        raise ValueError(
-            f"{owner}: cpu_limit_s must be at most {_MAX_RLIMIT - 1} (RLIMIT_CPU holds at most "
-            f"{_MAX_RLIMIT} seconds), got {cpu_limit_s!r}"
-        )
 
 
 def limit_prefix(memory_limit_mb: int | None, cpu_limit_s: float | None) -> tuple[str, ...]:
