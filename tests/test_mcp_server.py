@@ -242,5 +242,5 @@ def test_toolbus_works_without_the_mcp_package() -> None:
         timeout=30,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("1 toolbus mcp: toolbus.mcp needs the MCP SDK"), proc.stdout
+    assert proc.stdout.startswith("2 toolbus mcp: toolbus.mcp needs the MCP SDK"), proc.stdout
     assert "ImportError: toolbus.mcp needs the MCP SDK: pip install 'toolbus[mcp]'" in proc.stdout
