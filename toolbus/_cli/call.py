@@ -39,8 +39,8 @@ def call(
         typer.Option(
             "--args",
             "-a",
-            help="The arguments, as a JSON object (as a model would send them); "
-            "'-' reads them from stdin.",
+            help="The arguments, as a JSON object (as a model would send them), or the raw "
+            "text for a free-text tool; '-' reads them from stdin.",
         ),
     ] = "{}",
     timeout: Annotated[
@@ -59,9 +59,12 @@ def call(
     """Run one call through an Executor, as an agent would; print its events and its
     result. Exit 0 when the call ended ok, 1 when it did not."""
     tools = load("call", registry)
-    arguments = _arguments(sys.stdin.read() if args == "-" else args)
-    if tool not in tools:
+    found = tools.get(tool)
+    if found is None:
         usage_error("call", _unknown_tool_message(tool, tools.names()))
+    text = sys.stdin.read() if args == "-" else args
+    # A free-text (custom) tool takes the model's raw text as it is.
+    arguments: dict[str, Any] | str = text if found.type == "custom" else _arguments(text)
     options: dict[str, Any] = {} if timeout is None else {"timeout": timeout or None}
     with Executor(tools, **options) as executor, bus.Recorder(sender=executor) as recorder:
         result = executor.execute(ToolCall(name=tool, arguments=arguments))
