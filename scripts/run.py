@@ -71,6 +71,7 @@ def _pip_install(extras: set[str]) -> None:
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     proc = subprocess.run(
         [str(PY), "-m", "pip", "install", "--quiet", "-e", target],
+        check=False,
         cwd=ROOT,
         env=env,
         capture_output=True,
