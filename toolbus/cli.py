@@ -80,6 +80,8 @@ def demo(
         raise typer.Exit(code)
 
 
+# The commands of toolbus/_cli/, one module each; a new one is a module there and
+# a line here.
 app.add_typer(_tools.app)
 app.command("call", short_help="Run one call through an Executor; print its events and result.")(
     _call.call
