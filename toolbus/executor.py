@@ -655,11 +655,26 @@ def _check_inject(
     return checked
 
 
+# An unknown tool's error lists at most this many of the registry's tool names.
+MAX_LISTED_TOOLS = 20
+# ... and echoes at most this many characters of the name the model invented.
+_MAX_NAME_ECHO = 100
+
+
 def _unknown_tool_message(name: str, known: list[str]) -> str:
+    """The error a model reads for a tool it invented: close matches first, then
+    the available names (at most `MAX_LISTED_TOOLS`, in registration order), so
+    it can recover on its next turn, as LangGraph's `ToolNode` does."""
+    shown = name if len(name) <= _MAX_NAME_ECHO else name[: _MAX_NAME_ECHO - 1] + "…"
+    if not known:
+        return f"Unknown tool '{shown}': no tools are available"
+    text = f"Unknown tool '{shown}'."
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if close:
-        return f"Unknown tool '{name}'. Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
-    return f"Unknown tool '{name}'"
+        text += " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    listed = ", ".join(known[:MAX_LISTED_TOOLS])
+    more = len(known) - MAX_LISTED_TOOLS
+    return text + f" Available tools: {listed}" + (f" (and {more} more)" if more > 0 else "")
 
 
 def _batch_result(batch: BatchRun) -> BatchResult:
