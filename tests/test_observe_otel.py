@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.conftest import MakeExecutor
-from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, ToolError
+from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry
 from toolbus.observe import OtelInstrumentation, instrument_otel
 
 SECRET = "sk-otel-5c1e7d0a93b2"
@@ -105,9 +105,7 @@ def make_registry(release: threading.Event | None = None) -> ToolRegistry:
     return registry
 
 
-def test_a_span_per_call_with_the_genai_attributes(
-    make_executor: MakeExecutor, otel: Otel
-) -> None:
+def test_a_span_per_call_with_the_genai_attributes(make_executor: MakeExecutor, otel: Otel) -> None:
     ex = make_executor(make_registry(), name="agent")
     handle = otel.instrument(ex)
     ex.execute(ToolCall(id="c1", name="get_weather", arguments={"city": "Oslo"}))
@@ -346,9 +344,7 @@ def test_the_duration_histogram(make_executor: MakeExecutor, otel: Otel) -> None
     assert ok.attributes["toolbus.executor"] == "histo"
     assert ok.explicit_bounds[0] == 0.01 and ok.explicit_bounds[-1] == pytest.approx(81.92)
     spans = otel.by_call()
-    total = sum(
-        (spans[f"w{i}"].end_time or 0) - (spans[f"w{i}"].start_time or 0) for i in range(3)
-    )
+    total = sum((spans[f"w{i}"].end_time or 0) - (spans[f"w{i}"].start_time or 0) for i in range(3))
     assert ok.sum == pytest.approx(total / 1e9, rel=1e-3, abs=1e-6)
 
 
