@@ -63,9 +63,9 @@ _STATUS = {
     sig.CANCELLED: "cancelled",
 }
 
-# A result's fields on a line: not its output, nor its attachments.
-_RESULT_FIELDS = ("status", "error_code", "error", "attempts", "duration")
 _SKIPPED = frozenset({"seq", "timestamp", "tool", "result", "record"})
+# Fields of these declared types are written as they are: they cannot be large.
+_SMALL = frozenset({"int", "float", "bool", "int | None", "float | None", "ErrorCode"})
 
 
 def _opaque(value: Any) -> Any:
@@ -109,14 +109,14 @@ class _File:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        self.file: IO[bytes] = open(path, "ab")  # noqa: SIM115 - closed by close()
+        # Unbuffered: each line is one write(2), on disk for readers at once.
+        self.file: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 - see close()
         self.size = self.file.tell()
 
     def write(self, line: bytes) -> None:
         if self.max_bytes and self.size and self.size + len(line) > self.max_bytes:
             self._rotate()
         self.file.write(line)
-        self.file.flush()
         self.size += len(line)
 
     def _rotate(self) -> None:
@@ -127,9 +127,9 @@ class _File:
                 if os.path.exists(older):
                     os.replace(older, f"{self.path}.{i + 1}")
             os.replace(self.path, f"{self.path}.1")
-            self.file = open(self.path, "ab")  # noqa: SIM115
+            self.file = open(self.path, "ab", buffering=0)  # noqa: SIM115
         else:
-            self.file = open(self.path, "wb")  # noqa: SIM115
+            self.file = open(self.path, "wb", buffering=0)  # noqa: SIM115
         self.size = 0
 
     def close(self) -> None:
@@ -165,7 +165,8 @@ class JsonLog(Handle):
         else:
             self._stream = target
             self._binary = isinstance(target, io.RawIOBase | io.BufferedIOBase)
-        self._fields: dict[type, tuple[str, ...]] = {}
+        # Per event type: its fields to write, and whether each is written as is.
+        self._plans: dict[type, tuple[tuple[str, bool], ...]] = {}
         self.path = self._file.path if self._file is not None else None
         try:
             self._subscription = Subscription(signals, self._receive, executor)
@@ -189,13 +190,20 @@ class JsonLog(Handle):
         status = _STATUS.get(signal)
         if status is not None:
             record["status"] = status
-        names = self._fields.get(type(event))
-        if names is None:
-            names = self._fields[type(event)] = tuple(
-                f.name for f in dataclasses.fields(event) if f.name not in _SKIPPED
+        plan = self._plans.get(type(event))
+        if plan is None:
+            plan = self._plans[type(event)] = tuple(
+                (f.name, isinstance(f.type, str) and f.type in _SMALL)
+                for f in dataclasses.fields(event)
+                if f.name not in _SKIPPED
             )
-        for name in names:
-            record[name] = bound(getattr(event, name))
+        limit = bound.limit
+        for name, small in plan:
+            value = getattr(event, name)
+            if small or value is None or (type(value) is str and len(value) <= limit):
+                record[name] = value
+            else:
+                record[name] = bound(value)
         result = getattr(event, "result", None)
         if isinstance(result, ToolResult):
             record["status"] = result.status

@@ -3,12 +3,12 @@
 `instrument_otel(executor)` subscribes to the executor's events and installs a
 submission hook (`Executor.on_submit`). The hook runs on the caller's thread,
 in the caller's context, and notes the caller's current OpenTelemetry context
-and the time; the events arrive later, on a delivery thread, and the call's
-span is started under that noted context, at that time. So a call's span is a
-child of whatever span was current where `execute`, `execute_batch`,
-`aexecute` or `aexecute_batch` was called, and spans its whole life: from
-submission to `tool:finished`. Times come from the events' timestamps, never
-from when the events happen to be delivered.
+and the time; the events arrive later, on a delivery thread, and when the
+call's `tool:finished` arrives its span is made under that noted context,
+starting at that time. So a call's span is a child of whatever span was current
+where `execute`, `execute_batch`, `aexecute` or `aexecute_batch` was called,
+and spans its whole life: from submission to `tool:finished`. Times come from
+the events' timestamps, never from when the events happen to be delivered.
 
 OpenTelemetry is imported when `instrument_otel` is called, never before
 (`pip install 'toolbus[otel]'`).
@@ -28,7 +28,6 @@ from ..bus._events import (
     CallEvent,
     CallFinished,
     Executed,
-    Executing,
     Failed,
     RetryAttempt,
     TimedOut,
@@ -41,7 +40,7 @@ from ._subscription import Handle, Signals
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.metrics import Histogram, MeterProvider
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.trace import Tracer, TracerProvider
 
     from ..executor import Executor, Submission
 
@@ -51,7 +50,6 @@ __all__ = ["DURATION_BUCKETS", "OtelInstrumentation", "instrument_otel"]
 DURATION_BUCKETS = tuple(0.01 * 2**i for i in range(14))  # 0.01, 0.02, ... 81.92
 
 _SIGNALS = (
-    sig.EXECUTING,
     sig.EXECUTED,
     sig.ERROR,
     sig.TIMEOUT,
@@ -86,22 +84,23 @@ def _opaque(value: Any) -> Any:
     return f"<{type(value).__name__}>"  # never str(): it might show what masking hid
 
 
-class _Open:
-    """A call whose span is open: its span and the attempt running now."""
+# A span event waiting for its call's span: (name, attributes, time in ns).
+_SpanEvent = tuple[str, dict[str, Any], int]
+_Key = tuple[str | None, str]  # (batch id, call id): what tells calls apart in events
 
-    __slots__ = ("attempt", "attempt_start", "has_arguments", "span", "start", "tool")
-
-    def __init__(self, span: Span, start: float, tool: str) -> None:
-        self.span = span
-        self.start = start
-        self.tool = tool
-        self.attempt = 0
-        self.attempt_start = 0.0
-        self.has_arguments = False
+# Calls whose span ended, remembered so that a late event (a process killed
+# after its call ended) does not start a span that would never end.
+_ENDED = 4096
 
 
 class OtelInstrumentation(Handle):
-    """An executor instrumented for OpenTelemetry (`instrument_otel`). `close()` detaches it."""
+    """An executor instrumented for OpenTelemetry (`instrument_otel`). `close()` detaches it.
+
+    A call's span is made when its `tool:finished` arrives, with every
+    attribute at once, its start time the submission's and its end time the
+    event's; the span events its earlier events made wait for it until then.
+    So a call still running when the handle is closed gets no span.
+    """
 
     def __init__(
         self,
@@ -125,14 +124,16 @@ class OtelInstrumentation(Handle):
         self._status_type = otel_trace.Status
         self._lock = threading.Lock()
         self._done = False
-        # Noted at submission (caller's thread), taken by the first event (delivery thread).
+        # Noted at submission (caller's thread), taken at tool:finished (delivery thread).
         self._singles: dict[str, list[tuple[Context, float]]] = {}
-        # A batch's note is shared by its calls: [context, time, calls not yet seen].
+        # A batch's note is shared by its calls: [context, time, calls not yet finished].
         self._batches: dict[str, list[Any]] = {}
-        # Spans open, by (batch id, call id): touched on the delivery thread only.
-        self._open: dict[tuple[str | None, str], _Open] = {}
+        # The delivery thread's own (one event at a time): span events of calls
+        # not finished yet, calls finished lately, histogram attributes by tool.
+        self._pending: dict[_Key, list[_SpanEvent]] = {}
+        self._ended: dict[_Key, None] = {}
+        self._metric_attributes: dict[tuple[str, str | None], dict[str, Any]] = {}
         self._handlers: dict[str, Callable[[Any], None]] = {
-            sig.EXECUTING: self._executing,
             sig.EXECUTED: self._executed,
             sig.ERROR: self._failed,
             sig.TIMEOUT: self._timed_out,
@@ -162,9 +163,10 @@ class OtelInstrumentation(Handle):
                 if len(self._singles) > _MAX_PENDING:
                     del self._singles[next(iter(self._singles))]
 
-    def _parent(self, event: CallEvent) -> tuple[Context, float]:
-        """The context and time noted when the call was submitted (the first event's
-        time and no parent if none was noted: instrumented after it was submitted)."""
+    def _parent(self, event: CallFinished) -> tuple[Context, float]:
+        """The context and time noted when the call was submitted (no parent, and
+        its first attempt's start, if none was noted: instrumented after it was
+        submitted)."""
         noted: tuple[Context, float] | None = None
         with self._lock:
             if event.batch_id is not None:
@@ -179,23 +181,76 @@ class OtelInstrumentation(Handle):
                 noted = waiting.pop(0) if waiting else None
                 if waiting is not None and not waiting:
                     del self._singles[event.call_id]
-        return noted if noted is not None else (self._root, event.timestamp)
+        if noted is not None:
+            return noted
+        return self._root, event.timestamp - event.result.duration
 
     # -- the delivery thread's side ---------------------------------------------------
 
     def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
-        with self._lock:
-            if self._done:
-                return
-        self._handlers[signal](event)
+        if not self._done:
+            self._handlers[signal](event)
 
-    def _span(self, event: CallEvent) -> _Open:
-        """The call's open span, started now if it has none."""
+    def _add(self, event: CallEvent, name: str, attributes: dict[str, Any], at: float) -> None:
+        """Keep a span event for the call's span (made when the call finishes)."""
         key = (event.batch_id, event.call_id)
-        state = self._open.get(key)
-        if state is not None:
-            return state
+        waiting = self._pending.get(key)
+        if waiting is None:
+            if key in self._ended:
+                return  # its call's span has ended: too late
+            waiting = self._pending[key] = []
+            if len(self._pending) > _MAX_PENDING:
+                del self._pending[next(iter(self._pending))]
+        waiting.append((name, attributes, _ns(at)))
+
+    def _attempt(
+        self,
+        event: CallEvent,
+        status: str,
+        code: ErrorCode | None,
+        duration: float,
+    ) -> None:
+        """An attempt ended: a `toolbus.attempt` span event at the attempt's start."""
+        attributes: dict[str, Any] = {
+            "toolbus.attempt": event.attempt,
+            "toolbus.status": status,
+            "toolbus.duration": duration,
+        }
+        if code is not None:
+            attributes["toolbus.error_code"] = code.value
+        self._add(event, "toolbus.attempt", attributes, event.timestamp - duration)
+
+    def _executed(self, event: Executed) -> None:
+        self._attempt(event, "ok", None, event.duration)
+
+    def _failed(self, event: Failed) -> None:
+        self._attempt(event, "error", event.error_code, event.duration)
+
+    def _timed_out(self, event: TimedOut) -> None:
+        self._attempt(event, "timeout", ErrorCode.EXECUTION_TIMEOUT, event.timeout)
+
+    def _retry(self, event: RetryAttempt) -> None:
+        attributes: dict[str, Any] = {
+            "toolbus.attempt": event.attempt,
+            "toolbus.retry.delay": event.delay,
+        }
+        if self._capture and event.previous_error:
+            attributes["toolbus.retry.previous_error"] = event.previous_error
+        self._add(event, "toolbus.retry", attributes, event.timestamp)
+
+    def _killed(self, event: WorkerKilled) -> None:
+        attributes = {"toolbus.attempt": event.attempt, "toolbus.killed.reason": event.reason}
+        self._add(event, "toolbus.killed", attributes, event.timestamp)
+
+    def _finished(self, event: CallFinished) -> None:
+        key = (event.batch_id, event.call_id)
+        waiting = self._pending.pop(key, ())
+        self._ended[key] = None
+        if len(self._ended) > _ENDED:
+            del self._ended[next(iter(self._ended))]
         parent, start = self._parent(event)
+        result = event.result
+        code = result.error_code
         tool = self.executor.registry.get(event.tool)
         name = event.tool if tool is not None else UNKNOWN_TOOL
         attributes: dict[str, Any] = {
@@ -204,11 +259,24 @@ class OtelInstrumentation(Handle):
             "gen_ai.tool.call.id": event.call_id,
             "gen_ai.tool.type": "extension" if is_extension(tool) else "function",
             "toolbus.executor": self.executor.name,
+            "toolbus.status": result.status,
+            "toolbus.attempts": result.attempts,
         }
         if tool is not None and tool.description:
             attributes["gen_ai.tool.description"] = tool.description
         if event.batch_id is not None:
             attributes["toolbus.batch_id"] = event.batch_id
+        if code is not None:
+            attributes["toolbus.error_code"] = code.value
+        failed = result.status != "ok"
+        error_type = (code.value if code is not None else result.status) if failed else None
+        if error_type is not None:
+            attributes["error.type"] = error_type
+        if self._capture:
+            if event.arguments is not None:
+                attributes["gen_ai.tool.call.arguments"] = _json_text(event.arguments)
+            if not failed:
+                attributes["gen_ai.tool.call.result"] = _json_text(result.output)
         span = self._tracer.start_span(
             f"execute_tool {name}",
             context=parent,
@@ -216,107 +284,24 @@ class OtelInstrumentation(Handle):
             attributes=attributes,
             start_time=_ns(start),
         )
-        state = self._open[key] = _Open(span, start, name)
-        return state
-
-    def _executing(self, event: Executing) -> None:
-        state = self._span(event)
-        self._end_attempt(state, "unknown", None, event.timestamp)  # one that never reported
-        state.attempt = event.attempt
-        state.attempt_start = event.timestamp
-        if self._capture and not state.has_arguments and event.arguments is not None:
-            state.span.set_attribute("gen_ai.tool.call.arguments", _json_text(event.arguments))
-            state.has_arguments = True
-
-    def _end_attempt(
-        self,
-        state: _Open,
-        status: str,
-        code: ErrorCode | None,
-        now: float,
-        duration: float | None = None,
-    ) -> None:
-        """Record the attempt running now as a `toolbus.attempt` span event, at its start."""
-        if not state.attempt:
-            return
-        attributes: dict[str, Any] = {"toolbus.attempt": state.attempt, "toolbus.status": status}
-        if code is not None:
-            attributes["toolbus.error_code"] = code.value
-        attributes["toolbus.duration"] = (
-            duration if duration is not None else max(0.0, now - state.attempt_start)
-        )
-        state.span.add_event("toolbus.attempt", attributes, _ns(state.attempt_start))
-        state.attempt = 0
-
-    # An attempt's end, or a kill, never starts a span: one that comes after its
-    # call's `tool:finished` (a process killed late) has no span left to go to.
-
-    def _executed(self, event: Executed) -> None:
-        state = self._open.get((event.batch_id, event.call_id))
-        if state is not None:
-            self._end_attempt(state, "ok", None, event.timestamp, event.duration)
-
-    def _failed(self, event: Failed) -> None:
-        state = self._open.get((event.batch_id, event.call_id))
-        if state is not None:
-            self._end_attempt(state, "error", event.error_code, event.timestamp, event.duration)
-
-    def _timed_out(self, event: TimedOut) -> None:
-        state = self._open.get((event.batch_id, event.call_id))
-        if state is not None:
-            self._end_attempt(state, "timeout", ErrorCode.EXECUTION_TIMEOUT, event.timestamp)
-
-    def _retry(self, event: RetryAttempt) -> None:
-        state = self._span(event)
-        attributes: dict[str, Any] = {
-            "toolbus.attempt": event.attempt,
-            "toolbus.retry.delay": event.delay,
-        }
-        if self._capture and event.previous_error:
-            attributes["toolbus.retry.previous_error"] = event.previous_error
-        state.span.add_event("toolbus.retry", attributes, _ns(event.timestamp))
-
-    def _killed(self, event: WorkerKilled) -> None:
-        state = self._open.get((event.batch_id, event.call_id))
-        if state is None:
-            return
-        state.span.add_event(
-            "toolbus.killed",
-            {"toolbus.attempt": event.attempt, "toolbus.killed.reason": event.reason},
-            _ns(event.timestamp),
-        )
-
-    def _finished(self, event: CallFinished) -> None:
-        state = self._span(event)
-        del self._open[(event.batch_id, event.call_id)]
-        result = event.result
-        code = result.error_code
-        self._end_attempt(state, result.status, code, event.timestamp)
-        span = state.span
-        span.set_attribute("toolbus.status", result.status)
-        span.set_attribute("toolbus.attempts", result.attempts)
-        if code is not None:
-            span.set_attribute("toolbus.error_code", code.value)
-        failed = result.status != "ok"
-        error_type = (code.value if code is not None else result.status) if failed else None
+        for what, details, at in waiting:
+            span.add_event(what, details, at)
         if error_type is not None:
-            span.set_attribute("error.type", error_type)
             description = result.error if self._capture and result.error else error_type
             span.set_status(self._status_type(self._status_error, description))
-        if self._capture:
-            if not state.has_arguments and event.arguments is not None:
-                span.set_attribute("gen_ai.tool.call.arguments", _json_text(event.arguments))
-            if not failed:
-                span.set_attribute("gen_ai.tool.call.result", _json_text(result.output))
-        span.end(_ns(max(event.timestamp, state.start)))
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": state.tool,
-            "toolbus.executor": self.executor.name,
-        }
-        if error_type is not None:
-            attributes["error.type"] = error_type
-        self._histogram.record(max(0.0, event.timestamp - state.start), attributes)
+        end = max(event.timestamp, start)
+        span.end(_ns(end))
+        metric = self._metric_attributes.get((name, error_type))
+        if metric is None:
+            metric = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "toolbus.executor": self.executor.name,
+            }
+            if error_type is not None:
+                metric["error.type"] = error_type
+            self._metric_attributes[(name, error_type)] = metric
+        self._histogram.record(end - start, metric)
 
     # -- closing ------------------------------------------------------------------------
 
@@ -324,14 +309,11 @@ class OtelInstrumentation(Handle):
         self._remove_hook()
         self._subscription.close()
         self.executor.drain_events(timeout)  # what was announced before is handled first
+        self._done = True
         with self._lock:
-            self._done = True
             self._singles.clear()
             self._batches.clear()
-        # Spans still open belong to calls that had not finished: ended now, unset.
-        for state in list(self._open.values()):
-            state.span.end()
-        self._open.clear()
+        self._pending.clear()  # calls not finished: no span
 
 
 def instrument_otel(

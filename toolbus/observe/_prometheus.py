@@ -107,6 +107,10 @@ class _Source:
             sig.TIMEOUT: self.timeouts,
             sig.KILLED: self.killed,
         }
+        # The series finished calls count in, by (tool, status, error code) and by
+        # tool: the delivery thread's own (one event at a time).
+        self._calls: dict[tuple[str, str, Any], Any] = {}
+        self._durations: dict[str, Any] = {}
         self.subscription = Signals(executor, self._receive, _SIGNALS, others=True)
 
     def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
@@ -114,10 +118,17 @@ class _Source:
         if signal == sig.FINISHED:
             assert isinstance(event, CallFinished)
             result = event.result
-            code = result.error_code.value if result.error_code is not None else ""
-            self.calls.labels(self.name, tool, result.status, code).inc()
-            if result.attempts > 0:
-                self.duration.labels(self.name, tool).observe(result.duration)
+            key = (tool, result.status, result.error_code)
+            calls = self._calls.get(key)
+            if calls is None:
+                code = result.error_code.value if result.error_code is not None else ""
+                calls = self._calls[key] = self.calls.labels(self.name, tool, result.status, code)
+            calls.inc()
+            if result.attempts > 0:  # no duration for calls that never ran (unknown tools')
+                duration = self._durations.get(tool)
+                if duration is None:
+                    duration = self._durations[tool] = self.duration.labels(self.name, tool)
+                duration.observe(result.duration)
             return
         counter = self._counters.get(signal)
         if counter is not None:
