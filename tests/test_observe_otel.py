@@ -36,9 +36,12 @@ class Otel:
         self.reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
         self.tracer = self.tracer_provider.get_tracer("the-caller")
+        self.handles: list[OtelInstrumentation] = []
 
     def instrument(self, ex: Executor, **options: Any) -> OtelInstrumentation:
-        return instrument_otel(ex, self.tracer_provider, self.meter_provider, **options)
+        handle = instrument_otel(ex, self.tracer_provider, self.meter_provider, **options)
+        self.handles.append(handle)
+        return handle
 
     def spans(self, prefix: str = "execute_tool") -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
@@ -62,6 +65,8 @@ class Otel:
 def otel() -> Iterator[Otel]:
     o = Otel()
     yield o
+    for handle in o.handles:
+        handle.close()
     o.tracer_provider.shutdown()
     o.meter_provider.shutdown()
 

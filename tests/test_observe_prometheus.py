@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_lat
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MakeExecutor, wait_until
-from toolbus import Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
+from toolbus import RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
 from toolbus.observe import instrument_prometheus
 from toolbus.tools import CommandTool
 
@@ -153,7 +153,7 @@ def test_gauges_in_flight_queued_and_abandoned(
 
     prom = CollectorRegistry()
     ex = make_executor(registry, name="gauges", max_parallel=2)
-    instrument_prometheus(ex, prom)
+    handle = instrument_prometheus(ex, prom)
     threads = [
         threading.Thread(target=ex.execute, args=(ToolCall(name="block"),)) for _ in range(3)
     ]
@@ -176,6 +176,7 @@ def test_gauges_in_flight_queued_and_abandoned(
     release.set()
     wait_until(lambda: ex.stats().abandoned_workers == 0, what="the stuck thread returned")
     assert value(scrape(prom), "toolbus_abandoned_workers", executor="gauges") == 0
+    handle.close()
 
 
 @pytest.mark.skipif(shutil.which("sleep") is None, reason="needs the sleep program")
@@ -192,12 +193,13 @@ def test_killed_workers(make_executor: MakeExecutor) -> None:
     )
     prom = CollectorRegistry()
     ex = make_executor(registry, name="killer")
-    instrument_prometheus(ex, prom)
+    handle = instrument_prometheus(ex, prom)
     assert ex.execute(ToolCall(name="nap")).status == "timeout"
     wait_until(lambda: ex.stats().killed_workers == 1, what="the process killed")
     ex.drain_events()
     s = scrape(prom)
     assert value(s, "toolbus_killed_workers_total", executor="killer", tool="nap") == 1
+    handle.close()
 
 
 def test_policy_events_are_events_of_signals_defined_later(make_executor: MakeExecutor) -> None:
@@ -240,7 +242,7 @@ def test_two_executors_one_registry_and_instrumenting_twice(make_executor: MakeE
     assert value(s, "toolbus_in_flight", executor="right") == 0
 
     with pytest.raises(ValueError, match="another executor named 'left'"):
-        instrument_prometheus(Executor(registry, name="left"), prom)
+        instrument_prometheus(make_executor(registry, name="left"), prom)
 
     # A second registry is independent of the first.
     other = CollectorRegistry()

@@ -28,7 +28,7 @@ from ..bus import Subscription
 from ..bus import _signals as sig
 from ..models import ToolResult
 from ._names import tool_label
-from ._subscription import Handle
+from ._subscription import LINGER, Handle
 
 if TYPE_CHECKING:
     from ..executor import Executor
@@ -169,7 +169,7 @@ class JsonLog(Handle):
         self._plans: dict[type, tuple[tuple[str, bool], ...]] = {}
         self.path = self._file.path if self._file is not None else None
         try:
-            self._subscription = Subscription(signals, self._receive, executor)
+            self._subscription = Subscription(signals, self._receive, executor, linger=LINGER)
         except BaseException:
             if self._file is not None:
                 self._file.close()
