@@ -4,17 +4,19 @@
 
 Two views, each interleaved round by round (see `_harness.py`):
 
-1. Nothing attached: the same workload in two fresh processes, one that never
-   imports `toolbus.observe` and one that does (and attaches nothing); rounds
-   alternate between them. With `--baseline PATH` a third process runs the
+1. Nothing attached: the same workload in fresh processes, one that never
+   imports `toolbus.observe`, one that does (and attaches nothing), and a twin
+   of the first (how far apart two identical processes land by chance); rounds
+   alternate between them. With `--baseline PATH` another process runs the
    same workload on another checkout (say, the engine before `Executor.on_submit`).
    Goal: at most 1.02x.
 2. Subscribers attached, in one process: none, each surface alone
    (`instrument_otel` with the SDK and a batch span processor, `instrument_prometheus`,
-   `log_json` to a file), and all three. The caller-visible p50 against none
-   (goal: at most 1.3x), and the subscribers' CPU per call: the whole process's
-   CPU per call minus that of the run with none, round by round (event building,
-   queueing, delivery, the exporters' own threads).
+   `log_json` to a file), and all three; then none and all three again with a
+   tool that waits 1 ms. The caller-visible p50 against none (goal: at most
+   1.3x), and the subscribers' CPU per call: the whole process's CPU per call
+   minus that of the run with none, round by round (event building, queueing,
+   delivery, the exporters' own threads).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,10 +79,11 @@ class _Worker:
 
 
 def idle_cost(rounds: int, calls: int, baseline: str | None) -> dict[str, Any]:
-    variants = [("plain", str(ROOT)), ("observe", str(ROOT))]
+    # "twin" runs exactly what "plain" runs: how far apart two processes land by chance.
+    variants = [("plain", str(ROOT)), ("observe", str(ROOT)), ("twin", str(ROOT))]
     if baseline:
         variants.append(("baseline", baseline))
-    workers = [_Worker(v if v != "baseline" else "plain", p) for v, p in variants]
+    workers = [_Worker("observe" if v == "observe" else "plain", p) for v, p in variants]
     names = [v for v, _ in variants]
     figures: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     try:
@@ -92,10 +96,10 @@ def idle_cost(rounds: int, calls: int, baseline: str | None) -> dict[str, Any]:
         for w in workers:
             w.close()
 
-    def ratio(a: str, b: str, field: str) -> float:
-        return statistics.median(
-            x[field] / y[field] for x, y in zip(figures[a], figures[b], strict=True)
-        )
+    def ratio(a: str, b: str, field: str) -> dict[str, float]:
+        pairs = sorted(x[field] / y[field] for x, y in zip(figures[a], figures[b], strict=True))
+        q = len(pairs) // 4
+        return {"ratio": statistics.median(pairs), "q1": pairs[q], "q3": pairs[-1 - q]}
 
     out: dict[str, Any] = {
         name: {f: statistics.median(x[f] for x in figures[name]) for f in ("p50", "mean", "cpu")}
@@ -103,6 +107,7 @@ def idle_cost(rounds: int, calls: int, baseline: str | None) -> dict[str, Any]:
     }
     for field in ("p50", "mean", "cpu"):
         out[f"observe_vs_plain_{field}"] = ratio("observe", "plain", field)
+        out[f"twin_vs_plain_{field}"] = ratio("twin", "plain", field)
         if baseline:
             out[f"plain_vs_baseline_{field}"] = ratio("plain", "baseline", field)
     return out
@@ -142,7 +147,13 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
     def noop(i: int) -> int:
         return i
 
+    @registry.tool(read_only=True)
+    def io_1ms(i: int) -> int:
+        time.sleep(0.001)  # an I/O-bound tool: the GIL is free while it waits
+        return i
+
     call = ToolCall(name="noop", arguments={"i": 1})
+    io_call = ToolCall(name="io_1ms", arguments={"i": 1})
     ex = Executor(registry, max_parallel=16, timeout=30, name="bench")
     surfaces: dict[str, Callable[[], Handle]] = {
         "otel": lambda: instrument_otel(ex, tracer_provider, meter_provider),
@@ -175,6 +186,17 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
         cases.append(
             Case(label, per_op(lambda i: ex.execute(call)), per_op=True, before=a.on, after=a.off)
         )
+    for label in ("none", "all three"):  # the same with a tool that waits 1 ms
+        a = Attach(configs[label])
+        cases.append(
+            Case(
+                f"{label}, 1 ms tool",
+                per_op(lambda i: ex.execute(io_call)),
+                per_op=True,
+                before=a.on,
+                after=a.off,
+            )
+        )
     try:
         stats = interleave(cases, rounds=rounds, budget_ms=budget_ms)
     finally:
@@ -182,9 +204,9 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
         tracer_provider.shutdown()
         meter_provider.shutdown()
         tmp.cleanup()
-    base = stats["none"]
     out: dict[str, Any] = {}
     for label, st in stats.items():
+        base = stats["none, 1 ms tool" if label.endswith("1 ms tool") else "none"]
         out[label] = {
             "p50_us": st.median / 1000,
             "p99_us": (st.pct(99) or 0) / 1000,
@@ -206,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     idle = idle_cost(args.rounds, args.calls, args.baseline)
     print("nothing attached (separate processes, interleaved rounds):")
-    for name in ("plain", "observe", "baseline"):
+    for name in ("plain", "observe", "twin", "baseline"):
         if name in idle:
             f = idle[name]
             print(
@@ -214,12 +236,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"CPU {f['cpu'] / 1000:7.1f} µs/call"
             )
     for key in sorted(k for k in idle if "_vs_" in k):
-        print(f"  {key}: {idle[key]:.3f}")
+        r = idle[key]
+        print(f"  {key}: {r['ratio']:.3f} ({r['q1']:.3f}-{r['q3']:.3f})")
     attached = attached_cost(args.rounds, args.budget_ms)
     print("subscribers attached (one process, interleaved rounds):")
     for label, f in attached.items():
         print(
-            f"  {label:<11} p50 {f['p50_us']:6.1f} µs  p99 {f['p99_us']:7.1f} µs  "
+            f"  {label:<20} p50 {f['p50_us']:6.1f} µs  p99 {f['p99_us']:7.1f} µs  "
             f"CPU {f['cpu_us_per_call']:6.1f} µs/call  "
             f"p50 vs none {f['p50_vs_none']['ratio']:.3f} "
             f"({f['p50_vs_none']['q1']:.3f}-{f['p50_vs_none']['q3']:.3f})  "

@@ -143,3 +143,13 @@ def test_importing_toolbus_observe_imports_no_exporter() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     plain = "import sys, toolbus\nassert 'toolbus.observe' not in sys.modules\n"
     subprocess.run([sys.executable, "-c", plain], check=True, timeout=60)
+
+
+def test_surfaces_need_the_bus(make_executor: MakeExecutor) -> None:
+    from toolbus.observe import instrument_otel, instrument_prometheus, log_json
+
+    ex = make_executor(registry(), name="quiet", publisher=bus.NullPublisher())
+    for attach in (instrument_otel, instrument_prometheus, lambda e: log_json(e, sys.stderr)):
+        with pytest.raises(ValueError, match="'quiet' sends its events to NullPublisher"):
+            attach(ex)
+    assert ex._submit_hooks == ()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..bus import _signals as sig
 from ..bus._events import CallFinished
 from ._names import tool_label
-from ._subscription import Handle, Signals
+from ._subscription import Handle, Signals, require_bus
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -257,6 +257,7 @@ def instrument_prometheus(
             "toolbus.observe.instrument_prometheus needs prometheus-client: "
             "pip install 'toolbus[prometheus]'"
         ) from e
+    require_bus(executor)
     target = registry if registry is not None else prometheus_client.REGISTRY
     with _lock:
         collector = _collectors.get(target)

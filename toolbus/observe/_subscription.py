@@ -14,12 +14,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
-from ..bus import ALL_SIGNALS, Subscription
+from ..bus import ALL_SIGNALS, BusPublisher, Subscription
 
 if TYPE_CHECKING:
     from ..executor import Executor
 
-__all__ = ["LINGER", "Handle", "Signals"]
+__all__ = ["LINGER", "Handle", "Signals", "require_bus"]
 
 _LIFECYCLE = frozenset(ALL_SIGNALS)
 
@@ -50,6 +50,16 @@ class Signals(Subscription):
             super()._connect(name)
 
 
+def require_bus(executor: Executor) -> None:
+    """ValueError if `executor`'s events do not go to the bus (a custom or null publisher)."""
+    if type(executor.publisher) is not BusPublisher:
+        raise ValueError(
+            f"executor {executor.name!r} sends its events to "
+            f"{type(executor.publisher).__name__}, not to the bus: toolbus.observe "
+            "subscribes to the bus (leave Executor(publisher=...) unset)"
+        )
+
+
 class Handle:
     """What `instrument_otel`, `instrument_prometheus` and `log_json` return.
 
@@ -58,6 +68,7 @@ class Handle:
     """
 
     def __init__(self, executor: Executor) -> None:
+        require_bus(executor)
         self.executor = executor
         self._close_lock = threading.Lock()
         self._closed = False
