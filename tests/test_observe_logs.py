@@ -264,3 +264,32 @@ def test_two_executors_one_file_stay_apart(tmp_path: Path) -> None:
     finished = [line for line in parse(out.getvalue()) if line["signal"] == "tool:finished"]
     assert sorted(line["executor"] for line in finished) == ["one", "two"]
     assert not path.exists()
+
+
+def test_an_in_doubt_line_and_custom_fields(make_executor: MakeExecutor) -> None:
+    from toolbus.journal import JournalRecord
+    from toolbus.journal._records import JournalOwner
+
+    ex = make_executor(make_registry(), name="journaled")
+    owner = JournalOwner(session="s", pid=1, host="h", opened=1.0)
+    record = JournalRecord(
+        id=1,
+        call_id="c9",
+        tool="fail",
+        arguments={"reason": "x", "token": "***"},
+        idempotency_key="k",
+        started=2.5,
+        owner=owner,
+        state="in_doubt",
+    )
+    with log_json(ex, io.StringIO()) as handle:
+        line = json.loads(handle.line("tool:in-doubt", bus.InDoubt("c9", "fail", record, seq=4)))
+    assert line["signal"] == "tool:in-doubt"
+    assert (line["seq"], line["executor"], line["tool"], line["call_id"]) == (
+        4,
+        "journaled",
+        "fail",
+        "c9",
+    )
+    assert (line["arguments"], line["started"]) == ({"reason": "x", "token": "***"}, 2.5)
+    assert "owner" not in line and "record" not in line

@@ -23,10 +23,11 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 import orjson
 
-from .. import _json
 from ..bus import Subscription
 from ..bus import _signals as sig
+from ..journal import JournalRecord
 from ..models import ToolResult
+from ._content import json_bytes, opaque
 from ._names import tool_label
 from ._subscription import LINGER, Handle
 
@@ -63,16 +64,9 @@ _STATUS = {
     sig.CANCELLED: "cancelled",
 }
 
-_SKIPPED = frozenset({"seq", "timestamp", "tool", "result", "record"})
+_SKIPPED = frozenset({"seq", "timestamp", "tool"})  # written first
 # Fields of these declared types are written as they are: they cannot be large.
 _SMALL = frozenset({"int", "float", "bool", "int | None", "float | None", "ErrorCode"})
-
-
-def _opaque(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    return f"<{type(value).__name__}>"  # never str(): it might show what masking hid
 
 
 class _Bound:
@@ -93,7 +87,7 @@ class _Bound:
         if isinstance(value, str):
             return self.cut(value)
         try:
-            data = _json.dumps(value, default=_opaque, option=orjson.OPT_NON_STR_KEYS)
+            data = json_bytes(value)
         except TypeError:
             return "<not JSON>"
         if len(data) <= self.limit:  # bytes >= characters
@@ -185,8 +179,8 @@ class JsonLog(Handle):
             "signal": signal,
         }
         tool = getattr(event, "tool", None)
-        if isinstance(tool, str):
-            record["tool"] = tool_label(self.executor, tool)
+        if tool is not None:
+            record["tool"] = tool_label(self.executor, tool) if type(tool) is str else bound(tool)
         status = _STATUS.get(signal)
         if status is not None:
             record["status"] = status
@@ -202,19 +196,18 @@ class JsonLog(Handle):
             value = getattr(event, name)
             if small or value is None or (type(value) is str and len(value) <= limit):
                 record[name] = value
+            elif isinstance(value, ToolResult):  # tool:finished: the result, never its output
+                record["status"] = value.status
+                record["error_code"] = value.error_code
+                record["error"] = bound(value.error)
+                record["attempts"] = value.attempts
+                record["duration"] = value.duration
+            elif isinstance(value, JournalRecord):  # tool:in-doubt: what the call was
+                record["arguments"] = bound(value.arguments)
+                record["started"] = value.started
             else:
                 record[name] = bound(value)
-        result = getattr(event, "result", None)
-        if isinstance(result, ToolResult):
-            record["status"] = result.status
-            record["error_code"] = result.error_code
-            record["error"] = bound(result.error)
-            record["attempts"] = result.attempts
-            record["duration"] = result.duration
-        journal_record = getattr(event, "record", None)
-        if journal_record is not None and hasattr(journal_record, "arguments"):
-            record["arguments"] = bound(journal_record.arguments)
-        return orjson.dumps(record, default=_opaque, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(record, default=opaque, option=orjson.OPT_NON_STR_KEYS)
 
     def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
         data = self.line(signal, event)

@@ -20,9 +20,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from .. import _json
 from ..bus import _signals as sig
 from ..bus._events import (
     CallEvent,
@@ -34,6 +31,7 @@ from ..bus._events import (
     WorkerKilled,
 )
 from ..models import ErrorCode
+from ._content import json_text
 from ._names import UNKNOWN_TOOL, is_extension
 from ._subscription import Handle, Signals
 
@@ -67,21 +65,6 @@ _NS = 1_000_000_000
 
 def _ns(timestamp: float) -> int:
     return int(timestamp * _NS)
-
-
-def _json_text(value: Any) -> str:
-    """Masked content as JSON text, for the opt-in content attributes."""
-    try:
-        return _json.dumps(value, default=_opaque, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:
-        return '"<not JSON>"'
-
-
-def _opaque(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    return f"<{type(value).__name__}>"  # never str(): it might show what masking hid
 
 
 # A span event waiting for its call's span: (name, attributes, time in ns).
@@ -274,9 +257,9 @@ class OtelInstrumentation(Handle):
             attributes["error.type"] = error_type
         if self._capture:
             if event.arguments is not None:
-                attributes["gen_ai.tool.call.arguments"] = _json_text(event.arguments)
+                attributes["gen_ai.tool.call.arguments"] = json_text(event.arguments)
             if not failed:
-                attributes["gen_ai.tool.call.result"] = _json_text(result.output)
+                attributes["gen_ai.tool.call.result"] = json_text(result.output)
         span = self._tracer.start_span(
             f"execute_tool {name}",
             context=parent,
