@@ -1,0 +1,34 @@
+"""Watching executors: OpenTelemetry traces and metrics, Prometheus metrics, JSON logs.
+
+Each surface is a subscriber to one executor's events (its own queue on the
+delivery pool: it never slows the tools) and returns a handle with `close()`:
+
+    from toolbus.observe import instrument_otel, instrument_prometheus, log_json
+
+    otel = instrument_otel(executor)                  # pip install 'toolbus[otel]'
+    metrics = instrument_prometheus(executor)         # pip install 'toolbus[prometheus]'
+    audit = log_json(executor, "audit.jsonl", signals=("tool:finished",))
+
+Importing this package imports neither OpenTelemetry nor prometheus_client:
+each is imported by the function that needs it. Every surface names the
+executor (`Executor(name=...)`) and shows a tool the registry does not know as
+`<unknown>`. See docs/observe.md.
+"""
+
+from ._logs import ALL, JsonLog, log_json
+from ._names import UNKNOWN_TOOL
+from ._otel import OtelInstrumentation, instrument_otel
+from ._prometheus import PrometheusInstrumentation, instrument_prometheus
+from ._subscription import Handle
+
+__all__ = [
+    "ALL",
+    "UNKNOWN_TOOL",
+    "Handle",
+    "JsonLog",
+    "OtelInstrumentation",
+    "PrometheusInstrumentation",
+    "instrument_otel",
+    "instrument_prometheus",
+    "log_json",
+]
