@@ -95,7 +95,7 @@ def run_rounds(executor: Executor, should_stop: Callable[[], bool], pause: float
 
 
 def make_executor() -> Executor:
-    return Executor(build_registry(), max_parallel=MAX_PARALLEL, timeout=10)
+    return Executor(build_registry(), name="demo-agent", max_parallel=MAX_PARALLEL, timeout=10)
 
 
 def _live(stop_file: Path | None, seconds: float) -> None:

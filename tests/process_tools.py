@@ -127,3 +127,18 @@ def chaos_stall(i: int) -> int:
 @tool(backend="process")
 def chaos_crash(i: int) -> int:
     os._exit(i % 200 + 1)
+
+
+@registry.tool(backend="process")
+def fails_final(marker: str) -> None:
+    from toolbus.models import ErrorCode
+    from toolbus.tools import ToolFailure
+
+    with Path(marker).open("a") as f:
+        f.write("ran\n")
+    raise ToolFailure("gave up", code=ErrorCode.TOOL_CRASHED, metadata={"k": 1})
+
+
+@registry.tool(backend="process", read_only=True)
+def bad_bytes() -> str:
+    return b"\xff".decode()

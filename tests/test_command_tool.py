@@ -4,6 +4,7 @@ group killed at the deadline; and ToolFailure, how a tool ends error for good.""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretBytes, SecretStr
 
 from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, bus
@@ -487,3 +488,270 @@ def test_tool_failure_crash_of_a_mutating_tool_is_not_retried(
 
     r = make_executor(reg, retry=RETRYING).execute(ToolCall(name="mutate"))
     assert (r.error_code, r.attempts) == (ErrorCode.TOOL_CRASHED, 1)
+
+
+# -- secrets at toolbus's own cuts ---------------------------------------------------------
+
+# Characters no event, id or number holds by chance.
+SECRET = "Zq9#Wv8!Xk7@Jm6~Rp5+Ls4^Yt3&Bn2*Hc1=Gd0%"
+# Writes its secret between the text before and after it, on stdout (or stderr).
+PRINT = ["printf", "%s%s%s", "{before}", "{token}", "{after}"]
+PRINT_ERR = ["sh", "-c", 'printf %s%s%s "$0" "$1" "$2" >&2; exit 3', *PRINT[2:]]
+
+
+class _Token(BaseModel):
+    token: SecretStr
+    before: str = ""
+    after: str = ""
+
+
+def _parts(secret: str) -> list[str]:
+    """Every piece of `secret` of 4 characters or more: none may be published."""
+    return [secret[i:j] for i in range(len(secret)) for j in range(i + 4, len(secret) + 1)]
+
+
+def _leaks(text: str, secret: str = SECRET) -> list[str]:
+    return [p for p in _parts(secret) if p in text]
+
+
+def test_a_secret_straddling_the_output_cut_leaves_no_part_of_it(
+    make_executor: MakeExecutor,
+) -> None:
+    limit = 64
+    tool = CommandTool(
+        "leak_out", PRINT, _Token, description="prints its secret", max_output_bytes=limit,
+        read_only=True,
+    )  # fmt: skip
+    ex = make_executor(_registry(tool))
+    with bus.Recorder(sender=ex) as rec:
+        # The secret before, across and after the cut, at every offset.
+        for before in range(limit - len(SECRET) - 2, limit + 2):
+            args = {"token": SECRET, "before": "A" * before}
+            r = ex.execute(ToolCall(name="leak_out", arguments=args))
+            out = r.output["stdout"]
+            assert r.status == "ok" and _leaks(out) == [], (before, out)
+            assert len(out.encode()) <= limit and r.output["truncated"] is (before + 40 > limit)
+            assert out.startswith("A" * min(before, limit - 3))
+        ex.drain_events()
+    assert _leaks(repr(rec.events)) == []
+    # Across the cut with room for the mask, the mask says something was there.
+    r = tool.execute({"token": SECRET, "before": "A" * (limit - 10)})
+    assert r.output["stdout"] == "A" * (limit - 10) + "***"
+
+
+def test_the_stderr_tail_in_the_error_starts_at_no_end_of_a_secret(
+    make_executor: MakeExecutor,
+) -> None:
+    tool = CommandTool("leak_err", PRINT_ERR, _Token, description="prints its secret, fails")
+    ex = make_executor(_registry(tool))
+    with bus.Recorder(sender=ex) as rec:
+        # The error quotes the last 400 characters of stderr: that cut falls
+        # inside the secret, at every offset, and the secret straddles
+        # max_output_bytes too.
+        for after in range(400 - len(SECRET) - 1, 402):
+            args = {"token": SECRET, "after": "B" * after}
+            r = ex.execute(ToolCall(name="leak_err", arguments=args))
+            assert r.status == "error" and "exited with code 3" in (r.error or "")
+            assert _leaks(r.model_dump_json()) == [], (after, r.error)
+        ex.drain_events()
+    assert _leaks(repr(rec.events)) == []
+    r = ex.execute(ToolCall(name="leak_err", arguments={"token": SECRET, "after": "B" * 390}))
+    assert (r.error or "").endswith("stderr ends: ***" + "B" * 390)
+
+
+def test_secrets_the_executor_masks_by_name_and_nested_ones_are_cut_safely_too(
+    make_executor: MakeExecutor,
+) -> None:
+    class Creds(BaseModel):
+        user: str
+        password: SecretStr
+
+    class Login(BaseModel):
+        creds: Creds
+        before: str
+
+    # `api_key` is a plain string: masked by the executor's masker (its name).
+    by_name = CommandTool(
+        "by_name", ["printf", "%s%s", "{before}", "{api_key}"], _schema(api_key=1, before=1),
+        description="d", max_output_bytes=50,
+    )  # fmt: skip
+    nested = CommandTool(
+        "nested", ["printf", "%s%s", "{before}", "{creds.password}"], Login,
+        description="d", max_output_bytes=50,
+    )  # fmt: skip
+    # An argument made from a secret (here, quoted by !r) is a secret too.
+    derived = CommandTool(
+        "derived", ["printf", "%s%s", "{before}", "{token!r}"], _Token,
+        description="d", max_output_bytes=50,
+    )  # fmt: skip
+    ex = make_executor(_registry(by_name, nested, derived))
+    for n in range(8, 52, 3):
+        before = "A" * n
+        arguments: list[tuple[str, dict[str, Any]]] = [
+            ("by_name", {"api_key": SECRET, "before": before}),
+            ("nested", {"creds": {"user": "bob", "password": SECRET}, "before": before}),
+            ("derived", {"token": SECRET, "before": before}),
+        ]
+        for name, args in arguments:
+            r = ex.execute(ToolCall(name=name, arguments=args))
+            assert r.status == "ok" and _leaks(r.output["stdout"]) == [], (name, n, r.output)
+    r = ex.execute(ToolCall(name="derived", arguments={"token": SECRET, "before": "A" * 6}))
+    assert r.output["stdout"] == "A" * 6 + "***"  # the quoted secret, whole
+
+
+def test_redactor_cuts() -> None:
+    from toolbus.tools._command_secrets import Redactor
+
+    red = Redactor(["abcdefgh", "xyz"])  # "xyz": too short to be a credential
+    text = "0123abcdefgh4567"
+    assert red.head(text, 16) == "0123***4567"
+    assert red.head(text, 8) == "0123***"  # straddles the cut: masked whole
+    assert red.head(text, 5) == "0123"  # 1 character of it before the cut: dropped
+    assert red.head("0123abcdXYZ", 8) == "0123***"  # a beginning of it left at the cut
+    assert red.head("0123abcXYZ", 7) == "0123abc"  # 3 characters: not a secret
+    assert red.tail("efgh0123", 8) == "efgh0123"  # not cut: nothing to say
+    assert red.tail("abcdefgh0123", 8) == "***0123"  # cut: an end of it at the start
+    assert red.tail("abcdefg0123", 7) == "efg0123"
+    assert red.head("xyz", 3) == "xyz" and red.scrub("xyzabcdefgh") == "xyz***"
+    # Many candidate beginnings, and none: the linear search, and no mask.
+    many = Redactor(["ab" * 5000 + "c"])
+    assert many.head("x" + "ab" * 40 + "d", 82) == "x" + "ab" * 40 + "d"
+    assert many.head("x" + "ab" * 40, 81) == "x***"
+
+
+# -- nested secrets in argv ----------------------------------------------------------------
+
+
+def test_nested_secret_fields_pass_the_value_not_the_mask(make_executor: MakeExecutor) -> None:
+    class Creds(BaseModel):
+        user: str
+        password: SecretStr
+
+    class Params(BaseModel):
+        creds: Creds
+        keys: list[SecretStr]
+        blobs: dict[str, SecretBytes]
+
+    digest = "import hashlib, sys; print(*(hashlib.sha256(a.encode()).hexdigest() for a in sys.argv[1:]))"
+    tool = CommandTool(
+        "nested", [PY, "-c", digest, "{creds.user}", "{creds.password}", "{keys[1]}",
+                   "--blob={blobs[b]}"],
+        Params, description="hashes its arguments",
+    )  # fmt: skip
+    args = {
+        "creds": {"user": "bob", "password": "hunter2-secret"},
+        "keys": ["k-0-secret", "k-1-secret"],
+        "blobs": {"b": "blob-secret"},
+    }
+    r = make_executor(_registry(tool)).execute(ToolCall(name="nested", arguments=args))
+    assert r.status == "ok", r.error
+    sent = ["bob", "hunter2-secret", "k-1-secret", "--blob=blob-secret"]
+    assert r.output["stdout"].split() == [hashlib.sha256(a.encode()).hexdigest() for a in sent]
+
+
+# -- argv bounds ---------------------------------------------------------------------------
+
+
+class _Fmt(BaseModel):
+    value: float
+    digits: int
+
+
+def test_format_specs_and_arguments_too_long_are_rejected_before_they_are_built(
+    make_executor: MakeExecutor,
+) -> None:
+    fmt = CommandTool(
+        "fmt", ["echo", "{value:.{digits}f}", "{value:>{digits}}"], _Fmt, description="d"
+    )
+    echo = CommandTool("echo", ["echo", "{text}"], _schema(text=1), description="d")
+    ex = make_executor(_registry(fmt, echo))
+    ok = ex.execute(ToolCall(name="fmt", arguments={"value": 1.5, "digits": 5}))
+    assert ok.output["stdout"] == "1.50000   1.5\n"
+    for digits in (10**6, 10**8, 10**30):
+        start = time.monotonic()
+        r = ex.execute(ToolCall(name="fmt", arguments={"value": 1.5, "digits": digits}))
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+        assert "argv[1] would be longer than 131071 bytes" in (r.error or "")
+        assert "width or precision" in (r.error or "")
+        assert time.monotonic() - start < 1
+    r = ex.execute(ToolCall(name="echo", arguments={"text": "x" * 131_072}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+    assert "argv[1] would be longer than 131071 bytes" in (r.error or "")
+    r = ex.execute(ToolCall(name="echo", arguments={"text": "é" * 65_536}))  # 131072 bytes
+    assert r.error_code == ErrorCode.INVALID_ARGUMENTS
+    r = ex.execute(ToolCall(name="echo", arguments={"text": "x" * 131_071}))
+    assert r.status == "ok", r.error
+
+
+def test_a_command_line_over_arg_max_is_rejected_and_e2big_is_not_retried(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arg_max = os.sysconf("SC_ARG_MAX")
+    n = arg_max // 100_000 + 2  # arguments of 100 kB: over ARG_MAX in all
+    tool = CommandTool(
+        "many", ["echo", *["{text}"] * n], _schema(text=1), description="d", read_only=True
+    )
+    ex = make_executor(_registry(tool), retry=RETRYING)
+    call = ToolCall(name="many", arguments={"text": "x" * 100_000})
+    r = ex.execute(call)
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+    assert f"ARG_MAX {arg_max}" in (r.error or "")
+    # Should the system refuse it all the same: a clear error, not retried.
+    monkeypatch.setattr("toolbus.tools._command.check_command_size", lambda *a: None)
+    r = ex.execute(call)
+    assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_ERROR, 1)
+    assert "E2BIG" in (r.error or "") and "more than the system allows" in (r.error or "")
+
+
+# -- limits, attributed --------------------------------------------------------------------
+
+
+def test_sigxcpu_ignored_is_killed_at_the_hard_limit_and_named_so(
+    make_executor: MakeExecutor, limits_via: str
+) -> None:
+    code = "import signal; signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass"
+    stubborn = CommandTool(
+        "stubborn", [PY, "-c", code], None, description="ignores SIGXCPU",
+        memory_limit_mb=256, cpu_limit_s=1, timeout=30, read_only=True,
+    )  # fmt: skip
+    killed = CommandTool(
+        "killed", [PY, "-c", "import os; os.kill(os.getpid(), 9)"], None,
+        description="SIGKILLs itself", memory_limit_mb=256, cpu_limit_s=5, timeout=30,
+    )  # fmt: skip
+    ex = make_executor(_registry(stubborn, killed), retry=RETRYING)
+    r = ex.execute(ToolCall(name="stubborn"))
+    assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_CRASHED, 1)
+    assert "went over cpu_limit_s=1" in (r.error or "")
+    assert "memory_limit_mb" not in (r.error or "") and r.metadata["signal"] == "SIGKILL"
+    # A SIGKILL well within its CPU time: not the CPU limit.
+    r = ex.execute(ToolCall(name="killed"))
+    assert r.error_code == ErrorCode.TOOL_CRASHED and "cpu_limit_s" not in (r.error or "")
+    assert "may have gone over memory_limit_mb=256" in (r.error or "")
+
+
+def test_limits_no_rlimit_can_hold_are_refused_when_made() -> None:
+    for options, words in [
+        ({"memory_limit_mb": 2**60}, "memory_limit_mb must be between 16 and 1099511627776"),
+        ({"memory_limit_mb": 15}, "memory_limit_mb must be between 16 and"),
+        ({"cpu_limit_s": 1e30}, "cpu_limit_s must be at most 2147483648 seconds"),
+        ({"cpu_limit_s": 2.0**63}, "cpu_limit_s must be at most"),
+    ]:
+        with pytest.raises(ValueError, match="tool 'big'") as info:
+            CommandTool("big", ["echo"], None, description="d", **options)
+        assert words in str(info.value)
+    fine = CommandTool(
+        "fine", ["echo", "hi"], None, description="d",
+        memory_limit_mb=16, cpu_limit_s=2.0**31,
+    )  # fmt: skip
+    assert fine.execute({}).output["stdout"] == "hi\n"
+
+
+def test_a_loader_out_of_address_space_names_the_memory_limit() -> None:
+    said = "sh: error while loading shared libraries: libc.so.6: failed to map segment"
+    tool = CommandTool(
+        "loader", ["sh", "-c", f"echo '{said}' >&2; exit 127"], None, description="d",
+        memory_limit_mb=64,
+    )  # fmt: skip
+    r = tool.execute({})
+    assert r.error_code == ErrorCode.TOOL_ERROR
+    assert "exited with code 127; it may have gone over memory_limit_mb=64" in (r.error or "")

@@ -26,7 +26,8 @@ EXPECTED: dict[str, list[str]] = {
         "[attachment: image Lisbon]",
         "Saved note #1",
         "Arguments are not valid JSON",
-        "Error: Unknown tool 'book_flight' (TOOL_NOT_FOUND)",
+        "Error: Unknown tool 'book_flight'. Available tools: get_weather, get_map, add_note "
+        "(TOOL_NOT_FOUND)",
         "summary: 3/5 ok, 2 failed, 3 read-only, 1 mutating",
     ],
     "auth_injection.py": [
@@ -88,7 +89,8 @@ EXPECTED: dict[str, list[str]] = {
         "turn 1: run_sql -> ok, get_wether -> rejected",
         '[type=custom_tool_call_output call_id=call_sql1] [ { "name": "Oslo", "population": 717710 }',
         "[type=function_call_output call_id=call_wx3] Error: Unknown tool 'get_wether'. "
-        "Did you mean 'get_weather'? (TOOL_NOT_FOUND)",
+        "Did you mean 'get_weather'? Available tools: get_weather, book_table, run_sql "
+        "(TOOL_NOT_FOUND)",
         "stopped: done after 3 model calls",
     ],
     "anthropic_agent.py": [

@@ -124,7 +124,10 @@ def test_oversize_arguments(make_executor: MakeExecutor, release: threading.Even
 def test_unknown_tool(ex: Executor) -> None:
     r = ex.execute(ToolCall(id="u", name="no_such_tool", arguments="{oops"))
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_FOUND)
-    assert r.error == "Unknown tool 'no_such_tool'"
+    assert r.error == (
+        "Unknown tool 'no_such_tool'. "
+        "Available tools: add, explode, stuck, shout, as_model, garbage, precise"
+    )
     assert r.call_id == "u"
 
 
@@ -290,4 +293,4 @@ async def test_async_twins(ex: Executor) -> None:
 
 def test_unknown_tool_suggests_close_names(ex: Executor) -> None:
     r = ex.execute(ToolCall(name="ad"))
-    assert r.error == "Unknown tool 'ad'. Did you mean 'add'?"
+    assert r.error.startswith("Unknown tool 'ad'. Did you mean 'add'? Available tools: add, ")

@@ -75,8 +75,11 @@ def test_ok_dict_output_is_indented_json() -> None:
     )
 
 
-def test_ok_none_output_is_null() -> None:
-    assert format_result_for_context(_result(), include_metadata=False) == "null"
+def test_ok_none_output_says_no_output() -> None:
+    # The same text the provider writers send (`result_text`): never empty, never "null".
+    assert format_result_for_context(_result(), include_metadata=False) == "(no output)"
+    assert format_result_for_context(_result(output=""), include_metadata=False) == "(no output)"
+    assert format_result_for_context(_result()).endswith("---\n(no output)")
 
 
 def test_zero_duration_omits_duration_line() -> None:

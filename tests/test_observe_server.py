@@ -140,7 +140,7 @@ def test_status_is_a_snapshot_of_config_counters_and_state(
     assert r.headers["cache-control"] == "no-store"
     body = r.json()
     config = body["executor"]
-    assert config["name"] == getattr(executor, "name", "executor")
+    assert config["name"] == executor.name
     assert config["max_parallel"] == 4 and config["timeout"] == 5
     assert [t["name"] for t in config["tools"]] == ["broken", "search"]
     search = next(t for t in config["tools"] if t["name"] == "search")
@@ -284,37 +284,34 @@ def test_metrics_are_prometheus_text(executor: Executor, http: httpx.Client) -> 
     }
     assert calls[("search", "ok", "")] == 2
     assert calls[("broken", "error", "TOOL_ERROR")] == 1
-    name = getattr(executor, "name", "executor")
-    assert {s.labels["executor"] for f in families.values() for s in f.samples} == {name}
+    assert {s.labels["executor"] for f in families.values() for s in f.samples} == {executor.name}
     retries = [s for s in families["toolbus_retries"].samples if s.name == "toolbus_retries_total"]
     assert retries[0].value == 1
     for gauge in ("toolbus_in_flight", "toolbus_queued", "toolbus_abandoned_workers"):
         assert families[gauge].samples[0].value == 0
 
 
-def test_metrics_use_instrument_prometheus_when_it_exists(
-    executor: Executor, monkeypatch: pytest.MonkeyPatch
+def test_metrics_are_the_prometheus_exporters_in_a_registry_of_its_own(
+    executor: Executor, http: httpx.Client
 ) -> None:
-    from prometheus_client import Counter
+    from prometheus_client import REGISTRY
 
-    closed: list[bool] = []
+    run_calls(executor, 2)
+    families = {f.name: f for f in text_string_to_metric_families(http.get("/metrics").text)}
+    durations = [
+        s for s in families["toolbus_call_duration_seconds"].samples if s.name.endswith("_count")
+    ]
+    assert [(s.labels["tool"], s.value) for s in durations] == [("search", 2)]
+    # The process's default registry is left alone.
+    assert REGISTRY.get_sample_value("toolbus_calls_total", {"executor": executor.name}) is None
 
-    class Handle:
-        def close(self) -> None:
-            closed.append(True)
 
-    def instrument_prometheus(ex: Executor, registry: Any = None) -> Handle:
-        assert ex is executor
-        Counter("stand_in_calls", "From the exporter", registry=registry).inc(7)
-        return Handle()
-
-    monkeypatch.setattr(
-        toolbus.observe, "instrument_prometheus", instrument_prometheus, raising=False
-    )
-    with serve_status(executor) as server:
-        text = httpx.get(server.url + "metrics", timeout=10).text
-    assert "stand_in_calls_total 7.0" in text and "toolbus_calls_total" not in text
-    assert closed == [True]
+def test_an_executor_whose_events_skip_the_bus_is_refused() -> None:
+    with Executor(make_registry(), publisher=bus.NullPublisher()) as quiet:
+        with pytest.raises(ValueError, match="not to the bus"):
+            serve_status(quiet)
+        with pytest.raises(ValueError, match="not to the bus"), toolbus.observe.live(quiet):
+            pass
 
 
 def test_the_page_is_served_with_a_strict_policy(http: httpx.Client) -> None:

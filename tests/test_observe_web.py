@@ -95,9 +95,7 @@ def test_the_page_shows_a_running_workload_and_updates_without_reload(
         assert page.url == server.url
         page.evaluate("() => { window.__sameDocument = 'yes'; }")
         expect(page.locator("#connection")).to_have_text("live", timeout=15_000)
-        expect(page.locator("#executor-name")).to_have_text(
-            str(getattr(workload, "name", None) or "executor")
-        )
+        expect(page.locator("#executor-name")).to_have_text(workload.name)
 
         # A running workload's counts, calls in flight and failures.
         page.wait_for_function("() => Number(document.getElementById('stat-ok').textContent) > 0")

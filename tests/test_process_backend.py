@@ -6,10 +6,20 @@ import asyncio
 import contextvars
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, bus, tool
+from toolbus import (
+    AttemptFailure,
+    ErrorCode,
+    Executor,
+    RetryPolicy,
+    ToolCall,
+    ToolRegistry,
+    bus,
+    tool,
+)
 from toolbus.backends import ProcessBackend
 
 from . import process_tools as pt
@@ -323,3 +333,54 @@ def test_a_killed_worker_is_replaced_at_once(
 
 def _zygote_pids() -> list[int]:
     return [p for p in _descendants(os.getpid()) if "_zygote" in _cmdline(p)]
+
+
+def test_a_tool_failure_keeps_its_code_metadata_and_no_retry(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    asked = []
+
+    class Counting(Executor):
+        def should_retry(self, call: ToolCall, failure: AttemptFailure) -> Any:
+            asked.append(call.id)
+            return super().should_retry(call, failure)
+
+    ex = Counting(pt.registry, timeout=20, retry=RetryPolicy(max_retries=3))
+    try:
+        marker = tmp_path / "ran"
+        r = ex.execute(call("fails_final", marker=str(marker)))
+        assert (r.status, r.error_code, r.metadata, r.attempts) == (
+            "error",
+            ErrorCode.TOOL_CRASHED,
+            {"k": 1},
+            1,
+        )
+        assert marker.read_text() == "ran\n"
+        assert asked == []
+        # A builtin exception that needs more than a message is rebuilt by its base.
+        r = ex.execute(call("bad_bytes"))
+        assert r.error is not None
+        assert r.error.startswith("UnicodeDecodeError: 'utf-8' codec can't decode")
+    finally:
+        ex.close()
+
+
+def test_a_module_with_threads_at_import_is_not_forked_from_and_loads_off_the_clock(
+    make_executor: MakeExecutor,
+) -> None:
+    from .proc_threaded import registry
+
+    ex = make_executor(registry)
+    # The module's own import takes 0.3 s, longer than the tool's 0.25 s timeout:
+    # its workers import it themselves (forking a copy of its held lock would
+    # deadlock them), before they count as started.
+    results = [ex.execute(call("locked")) for _ in range(3)]
+    assert [r.status for r in results] == ["ok"] * 3, results
+    assert ex.stats().killed_workers == 0
+
+
+def test_limits_beyond_what_an_rlimit_holds_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"memory_limit_mb must be between 16 and"):
+        tool(name="huge", backend="process", memory_limit_mb=2**60)(pt.square.fn)
+    with pytest.raises(ValueError, match=r"cpu_limit_s must be at most"):
+        ProcessBackend(cpu_limit_s=1e30)

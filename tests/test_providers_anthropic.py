@@ -161,7 +161,8 @@ def test_unknown_tool_is_an_error_result(executor: Executor) -> None:
         {
             "type": "tool_result",
             "tool_use_id": "toolu_01Gh2Jk3Lz4Xc5Vb6Nm7Qw8E",
-            "content": "Error: Unknown tool 'get_wether'. Did you mean 'get_weather'? (TOOL_NOT_FOUND)",
+            "content": "Error: Unknown tool 'get_wether'. Did you mean 'get_weather'? "
+            "Available tools: get_weather, book_table, run_sql, slow_report, fetch_account (TOOL_NOT_FOUND)",
             "is_error": True,
         }
     ]

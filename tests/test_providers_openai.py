@@ -179,7 +179,8 @@ def test_chat_unknown_tool_is_answered_with_a_hint(executor: Executor) -> None:
     assert message == {
         "role": "tool",
         "tool_call_id": "call_Pq7wE9rT1yU3iO5pA7sD9fG1",
-        "content": "Error: Unknown tool 'get_wether'. Did you mean 'get_weather'? (TOOL_NOT_FOUND)",
+        "content": "Error: Unknown tool 'get_wether'. Did you mean 'get_weather'? "
+        "Available tools: get_weather, book_table, run_sql, slow_report, fetch_account (TOOL_NOT_FOUND)",
     }
 
 
@@ -328,8 +329,9 @@ def test_responses_malformed_and_unknown_calls_become_errors(executor: Executor)
         "Error: Invalid arguments for 'book_table': Arguments are not valid JSON"
     )
     assert torn.endswith("(INVALID_ARGUMENTS)")
-    assert (
-        unknown == "Error: Unknown tool 'get_wether'. Did you mean 'get_weather'? (TOOL_NOT_FOUND)"
+    assert unknown == (
+        "Error: Unknown tool 'get_wether'. Did you mean 'get_weather'? Available tools: "
+        "get_weather, book_table, run_sql, slow_report, fetch_account (TOOL_NOT_FOUND)"
     )
 
 

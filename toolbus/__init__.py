@@ -20,16 +20,29 @@ from .models import (
     ToolResult,
 )
 from .retry import AttemptFailure, RetryDecision, RetryPolicy
-from .tools import Injected, Tool, ToolContext, ToolError, ToolRegistry, tool
+from .tools import (
+    CommandTool,
+    DuplicateToolError,
+    FunctionTool,
+    Injected,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    tool,
+)
 
 __all__ = [
     "Attachment",
     "AttemptFailure",
     "BatchResult",
     "BatchSummary",
+    "CommandTool",
+    "DuplicateToolError",
     "ErrorCode",
     "Executor",
     "ExecutorStats",
+    "FunctionTool",
     "Injected",
     "Journal",
     "RetryDecision",

@@ -17,6 +17,8 @@ import math
 import numbers
 
 __all__ = [
+    "check_cpu_limit",
+    "check_memory_limit",
     "non_negative_int",
     "non_negative_number",
     "positive_int",
@@ -92,3 +94,33 @@ def non_negative_int(value: object, option: str, owner: str = "") -> int:
     if number < 0:
         raise ValueError(f"{_where(option, owner)} must be >= 0, got {value!r}")
     return number
+
+
+# What an rlimit can hold, with room: beyond these a limit is a typo, not a wish.
+MEMORY_LIMIT_MB = (16, 2**40)  # below 16 MB an interpreter (or a loader) cannot start
+CPU_LIMIT_S = 2**31
+
+
+def check_memory_limit(value: object, owner: str = "") -> int | None:
+    """`memory_limit_mb`: None, or a whole number of MB an address-space limit can hold."""
+    if value is None:
+        return None
+    mb = positive_int(value, "memory_limit_mb", owner)
+    low, high = MEMORY_LIMIT_MB
+    if not low <= mb <= high:
+        raise ValueError(
+            f"{_where('memory_limit_mb', owner)} must be between {low} and {high} (MB), got {mb}"
+        )
+    return mb
+
+
+def check_cpu_limit(value: object, owner: str = "") -> float | None:
+    """`cpu_limit_s`: None, or seconds of CPU a limit can hold."""
+    if value is None:
+        return None
+    seconds = positive_number(value, "cpu_limit_s", owner)
+    if seconds > CPU_LIMIT_S:
+        raise ValueError(
+            f"{_where('cpu_limit_s', owner)} must be at most {CPU_LIMIT_S} seconds, got {value!r}"
+        )
+    return seconds

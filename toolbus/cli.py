@@ -1,4 +1,17 @@
-"""The `toolbus` command line."""
+"""The `toolbus` command line.
+
+    toolbus demo                                    one scripted agent turn, live
+    toolbus tools list module:registry [--format]   a registry's tools (table, openai, ...)
+    toolbus call module:registry TOOL --args JSON   one call through an Executor
+    toolbus bench [--smoke]                         the benchmark suite (from a clone)
+    toolbus top URL [--token-env VAR]               a served executor's live dashboard
+    toolbus mcp serve module:registry               a registry as an MCP server (stdio)
+
+Exit codes: 0 ok; 1 the call ended anything but ok; 2 bad input (usage, a
+registry that cannot be imported, bad JSON, an unknown tool), in one line on
+stderr. The commands other than `demo` and `mcp serve` live in `toolbus/_cli/`,
+one module each.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +22,11 @@ import typer
 from rich.console import Console
 
 from . import __version__
+from ._cli import bench as _bench
+from ._cli import call as _call
+from ._cli import tools as _tools
+from ._cli import top as _top
+from ._cli._common import EXIT_USAGE, OneLineErrors
 
 __all__ = ["app", "main"]
 
@@ -17,6 +35,7 @@ app = typer.Typer(
     help="Execute an LLM agent's tool calls through actors, a supervisor and a signal bus.",
     no_args_is_help=True,
     add_completion=False,
+    cls=OneLineErrors,
 )
 
 # Pipes and CI logs have no width; rich would assume 80 columns and wrap every line.
@@ -41,7 +60,7 @@ def _root(
     """toolbus: reliable, observable tool execution for LLM agents."""
 
 
-@app.command()
+@app.command(short_help="Play one scripted agent turn, every lifecycle signal live.")
 def demo(
     plain: Annotated[
         bool,
@@ -63,27 +82,20 @@ def demo(
         raise typer.Exit(code)
 
 
-@app.command()
-def top(
-    url: Annotated[
-        str, typer.Argument(help="The status server's address (serve_status(...).url).")
-    ],
-    token_env: Annotated[
-        str | None,
-        typer.Option(
-            "--token-env",
-            metavar="VAR",
-            help="Send the token held by this environment variable (never on the command line).",
-        ),
-    ] = None,
-) -> None:
-    """Watch an executor in another process live: the dashboard of toolbus.observe.live,
-    fed by its status server (toolbus.observe.serve_status). Ctrl-C quits."""
-    from .observe._top import main as top_main
-
-    code = top_main(url, token_env=token_env)
-    if code:
-        raise typer.Exit(code)
+# The commands of toolbus/_cli/, one module each; a new one is a module there and
+# a line here.
+app.add_typer(_tools.app)
+app.command("call", short_help="Run one call through an Executor; print its events and result.")(
+    _call.call
+)
+app.command(
+    "bench",
+    context_settings=_bench.CONTEXT,
+    short_help="Run the benchmark suite (from a clone of the repository).",
+)(_bench.bench)
+app.command("top", short_help="Watch an executor served by toolbus.observe.serve_status, live.")(
+    _top.top
+)
 
 
 mcp_app = typer.Typer(
@@ -116,12 +128,12 @@ def mcp_serve(
         from .mcp import load_registry, serve_stdio  # needs the `mcp` extra
     except ImportError as e:
         typer.echo(f"toolbus mcp: {e}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_USAGE) from None
     try:
         tools = load_registry(registry)
     except ValueError as e:
         typer.echo(f"toolbus mcp serve: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
     serve_stdio(tools, name=name, timeout=timeout or None, max_parallel=max_parallel)
 
 

@@ -27,6 +27,7 @@ import time
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pykka
@@ -40,7 +41,9 @@ from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .bus import _signals as sig
+from .bus._delivery import describe
 from .bus._events import InDoubt
+from .bus._failures import FailureLog
 from .calls import CallLike, coerce_call
 from .hooks import ExecutorHooks, PostCallHook, PreCallHook
 from .journal import Journal, JournalRecord, Retention
@@ -59,12 +62,33 @@ from .pipeline import (
 from .retry import RetryPolicy
 from .tools import ToolRegistry, error_text
 
-__all__ = ["Executor", "ExecutorStats"]
+__all__ = ["Executor", "ExecutorStats", "Submission"]
 
 log = logging.getLogger("toolbus")
 
 
 _batch_ids = itertools.count(1)
+_executor_numbers = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """Calls handed to an executor, as its submission hooks see them (`Executor.on_submit`).
+
+    `call_ids` in the order given; `batch_id` as in the calls' events (None for
+    a single call); `timestamp` in epoch seconds, like events' timestamps.
+    `context` is the copy of the caller's `contextvars` the calls' tools and
+    hooks run in: read it (`context.get(var)`, `context.run(fn)`), but set
+    nothing in it.
+    """
+
+    call_ids: tuple[str, ...]
+    batch_id: str | None
+    timestamp: float
+    context: contextvars.Context
+
+
+SubmitHook = Callable[[Submission], None]
 
 
 class ExecutorStats(BaseModel):
@@ -123,6 +147,9 @@ class Executor(ExecutorHooks):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
     pre-call hooks.
+    `name` tells this executor apart in metrics, traces and logs (the `executor`
+    label of `toolbus.observe`); by default `executor-1`, `executor-2`, ... in
+    the order executors are made in this process.
     """
 
     def __init__(
@@ -149,7 +176,10 @@ class Executor(ExecutorHooks):
         journal: str | os.PathLike[str] | Journal | None = None,
         journal_retention: Retention | Mapping[str, Any] | None = None,
         inject: Mapping[str, Callable[[ToolCall], Any]] | None = None,
+        name: str | None = None,
     ) -> None:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise TypeError(f"Executor: name must be a non-empty string, got {name!r}")
         max_parallel = positive_int(max_parallel, "max_parallel", "Executor")
         timeout = timeout_seconds(timeout, "timeout", "Executor")
         timeout = None if timeout == math.inf else timeout
@@ -176,6 +206,11 @@ class Executor(ExecutorHooks):
             # One stuck tool may take half the budget: the rest stays for the others.
             max_abandoned_per_tool = max(1, max_abandoned_workers // 2)
         self.registry = registry
+        self.name: str = name if name is not None else f"executor-{next(_executor_numbers)}"
+        # Submission hooks (on_submit): swapped whole under the lock, read without it.
+        self._submit_hooks: tuple[SubmitHook, ...] = ()
+        self._submit_lock = threading.Lock()
+        self._submit_failures: FailureLog | None = None
         self.parallel_limit = max_parallel
         self.timeout = timeout
         self.retry_policy = retry or RetryPolicy()
@@ -193,10 +228,10 @@ class Executor(ExecutorHooks):
         self._backends = Backends(backend, backends)
         for t in registry.list():
             self._backends.for_tool(t)
-            for name in t.groups:
-                if name not in self._groups:
+            for group in t.groups:
+                if group not in self._groups:
                     raise ValueError(
-                        f"tool {t.name!r}: no capacity group named {name!r} "
+                        f"tool {t.name!r}: no capacity group named {group!r} "
                         f"(known: {', '.join(sorted(self._groups)) or 'none'})"
                     )
         # Opened last among the checks: a bad option above must not leave a
@@ -360,6 +395,49 @@ class Executor(ExecutorHooks):
         """
         return self._emitter.flush(timeout)
 
+    def on_submit(self, hook: Callable[[Submission], None]) -> Callable[[], None]:
+        """Call `hook(submission)` whenever calls are submitted; return what removes it.
+
+        It runs on the submitting thread, in the caller's `contextvars` context
+        (an async caller's task's), before the calls are handed on: before any
+        of their events is announced, for `execute`, `execute_batch`,
+        `aexecute` and `aexecute_batch` alike. So an observer can capture what
+        the caller's context holds (a trace's current span, say) and find it
+        again by call id when the calls' events reach it later, on a delivery
+        thread (`toolbus.observe.instrument_otel` does). It gets call ids, not
+        arguments. Keep it short: the caller waits for it. Whatever it raises
+        is logged (rate-limited) and the calls go on.
+        """
+        if not callable(hook):
+            raise TypeError(f"on_submit: hook must be callable, got {type(hook).__name__}")
+        with self._submit_lock:
+            self._submit_hooks = (*self._submit_hooks, hook)
+
+        def remove() -> None:
+            with self._submit_lock:
+                hooks = list(self._submit_hooks)
+                if hook in hooks:
+                    hooks.remove(hook)
+                    self._submit_hooks = tuple(hooks)
+
+        return remove
+
+    def _submitted(self, runs: Sequence[Run], batch: BatchRun | None) -> None:
+        """Tell the submission hooks (on the caller's thread, in its context)."""
+        submission = Submission(
+            tuple(r.call.id for r in runs),
+            batch.batch_id if batch is not None else None,
+            time.time(),
+            runs[0].context,
+        )
+        for hook in self._submit_hooks:
+            try:
+                hook(submission)
+            except Exception as e:
+                if self._submit_failures is None:
+                    self._submit_failures = FailureLog()
+                self._submit_failures.failed(describe(hook), "submission", e)
+
     @property
     def journal(self) -> Journal | None:
         """The journal this executor records its mutating calls in, if any."""
@@ -426,6 +504,8 @@ class Executor(ExecutorHooks):
             if self._journal_owned and self._journal is not None:
                 self._journal.close(left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
+        if self._submit_failures is not None:
+            self._submit_failures.flush()
         self._timers.close()
         self._loop.close()
 
@@ -485,6 +565,8 @@ class Executor(ExecutorHooks):
 
     def _submit_one(self, call: CallLike, waiter: Waiter, *, refuse: bool = False) -> Run:
         run = self._make_run(call, context=contextvars.copy_context(), waiter=waiter)
+        if self._submit_hooks:
+            self._submitted((run,), None)
         if refuse:
             self._refuse(Submit((run,), None))
         else:
@@ -523,6 +605,8 @@ class Executor(ExecutorHooks):
             self._make_run(c, context=context, index=i, batch=batch) for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
+        if self._submit_hooks:
+            self._submitted(runs, batch)
         if refuse:
             self._refuse(Submit(runs, batch))
         else:
@@ -655,11 +739,26 @@ def _check_inject(
     return checked
 
 
+# An unknown tool's error lists at most this many of the registry's tool names.
+MAX_LISTED_TOOLS = 20
+# ... and echoes at most this many characters of the name the model invented.
+_MAX_NAME_ECHO = 100
+
+
 def _unknown_tool_message(name: str, known: list[str]) -> str:
+    """The error a model reads for a tool it invented: close matches first, then
+    the available names (at most `MAX_LISTED_TOOLS`, in registration order), so
+    it can recover on its next turn, as LangGraph's `ToolNode` does."""
+    shown = name if len(name) <= _MAX_NAME_ECHO else name[: _MAX_NAME_ECHO - 1] + "…"
+    if not known:
+        return f"Unknown tool '{shown}': no tools are available"
+    text = f"Unknown tool '{shown}'."
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if close:
-        return f"Unknown tool '{name}'. Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
-    return f"Unknown tool '{name}'"
+        text += " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    listed = ", ".join(known[:MAX_LISTED_TOOLS])
+    more = len(known) - MAX_LISTED_TOOLS
+    return text + f" Available tools: {listed}" + (f" (and {more} more)" if more > 0 else "")
 
 
 def _batch_result(batch: BatchRun) -> BatchResult:

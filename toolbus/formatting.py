@@ -1,4 +1,11 @@
-"""Turn a result into text for the model's context (seed 004's formatResultForContext)."""
+"""Turn a result into text for the model's context (seed 004's formatResultForContext).
+
+This is the one place that decides the text a model reads for a result: the
+provider writers (`toolbus.providers`: OpenAI, Anthropic, the agent loop) and
+the MCP server's error results use `format_result_for_context(result,
+include_metadata=False)`; with metadata (the default) a header with the tool,
+status, duration and attempts comes first, for a context you assemble yourself.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,15 @@ import orjson
 from . import _json
 from .models import ToolResult
 
-__all__ = ["format_result_for_context", "output_text"]
+__all__ = ["DEFAULT_MAX_LENGTH", "NO_OUTPUT", "format_result_for_context", "output_text"]
+
+DEFAULT_MAX_LENGTH = 4000
+"""Characters of a tool's output (or error text) the model reads before the note
+saying it was cut."""
+
+NO_OUTPUT = "(no output)"
+"""What the model reads for a successful call that returned nothing (None or "")
+and no attachments: never an empty text, which some APIs refuse."""
 
 _STATUS_TEXT = {
     "ok": "Success",
@@ -31,13 +46,21 @@ def output_text(output: Any) -> str:
 
 
 def format_result_for_context(
-    result: ToolResult, max_length: int = 4000, include_metadata: bool = True
+    result: ToolResult, max_length: int = DEFAULT_MAX_LENGTH, include_metadata: bool = True
 ) -> str:
     """Text the model reads for `result`, at most `max_length` characters of content.
 
-    Content (or error text) longer than `max_length` is cut and followed by a
-    note saying how many characters were left out, so the model knows it saw a
-    part.
+    The body: for `ok`, the output (strings as they are, anything else as
+    indented JSON), then one `[attachment: type title]` line per attachment, or
+    `NO_OUTPUT` when there is neither; for any other status, `Error: <error
+    text> (<ERROR_CODE>)`. Content (or error text) longer than `max_length` is
+    cut and followed by a note saying how many characters were left out, so the
+    model knows it saw a part.
+
+    With `include_metadata` (the default), a header comes first: `Tool:`,
+    `Status:`, `Duration:` (when measured), `Attempts:` (when more than one),
+    then `---`. Without it, the body alone: exactly what the provider writers
+    send (`toolbus.providers.result_text`).
     """
     lines: list[str] = []
     if include_metadata:
@@ -50,7 +73,10 @@ def format_result_for_context(
             lines.append(f"Attempts: {result.attempts}")
         lines.append("---")
     if result.status == "ok":
-        lines.append(_cut(output_text(result.output), max_length))
+        if result.output not in (None, ""):
+            lines.append(_cut(output_text(result.output), max_length))
+        elif not result.attachments:
+            lines.append(NO_OUTPUT)
         for a in result.attachments:
             label = _cut(a.title or a.url or "", min(max_length, 200))
             lines.append(f"[attachment: {a.type} {label}]" if label else f"[attachment: {a.type}]")

@@ -22,6 +22,7 @@ import contextvars
 import functools
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -30,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._options import positive_int, positive_number
+from .._options import check_cpu_limit, check_memory_limit, positive_int
 from ..models import Attachment, ToolOutput
 from ..pipeline import (
     RUNNING,
@@ -129,14 +130,8 @@ class ProcessBackend:
         context_vars: Iterable[contextvars.ContextVar[Any]] = (),
     ) -> None:
         owner = "ProcessBackend"
-        self.memory_limit_mb = (
-            None
-            if memory_limit_mb is None
-            else positive_int(memory_limit_mb, "memory_limit_mb", owner)
-        )
-        self.cpu_limit_s = (
-            None if cpu_limit_s is None else positive_number(cpu_limit_s, "cpu_limit_s", owner)
-        )
+        self.memory_limit_mb = check_memory_limit(memory_limit_mb, owner)
+        self.cpu_limit_s = check_cpu_limit(cpu_limit_s, owner)
         self.max_workers = (
             None if max_workers is None else positive_int(max_workers, "max_workers", owner)
         )
@@ -146,6 +141,7 @@ class ProcessBackend:
         self._host: Host | None = None
         self._lane: Lane | None = None
         self._root: asyncio.Future[Zygote] | None = None  # the loop thread's
+        self._root_proc: subprocess.Popen[bytes] | None = None
         self._sources = Sources(self._ready_root)
         self._seq = 0
         self._pools: dict[int, Pool] = {}  # the loop thread's
@@ -178,15 +174,6 @@ class ProcessBackend:
             self._sources = Sources(self._ready_root)
             self._pools.clear()
             self._stopped = False
-            # Start the root zygote now, in the background: the first call
-            # then finds it ready (or nearly).
-            with contextlib.suppress(Exception):
-                host.loop.current.call_soon_threadsafe(self._warm)  # type: ignore[attr-defined]
-
-    def _warm(self) -> None:
-        if not self._stopped and self._root is None:
-            self._root = asyncio.ensure_future(self._start_root())
-            self._root.add_done_callback(_retrieved)
 
     def submit(self, job: Job) -> None:
         tool = job.run.tool
@@ -235,9 +222,12 @@ class ProcessBackend:
 
     def stop(self) -> None:
         self._stopped = True
+        proc = self._root_proc
         root = self._root
         if root is None:
             return
+        if not root.done() and proc is not None:
+            proc.kill()  # still starting: nobody will use it
         if root.done() and not root.cancelled() and root.exception() is None:
             zygote = root.result()
             zygote.kill_all("closed")  # now, from this thread: the loop may be closing
@@ -271,7 +261,7 @@ class ProcessBackend:
     async def _start_root(self) -> Zygote:
         if self._stopped:
             raise RuntimeError("the process backend has stopped")
-        zygote, _ = start_root(asyncio.get_running_loop())
+        zygote, self._root_proc = start_root(asyncio.get_running_loop())
         try:
             await asyncio.wait_for(asyncio.shield(zygote.ready), START_TIMEOUT)
         except BaseException:
@@ -314,9 +304,6 @@ class ProcessBackend:
         began = time.monotonic()
         try:
             worker = await pool.acquire()
-            if run.deadline is not None:
-                run.deadline += min(time.monotonic() - began, START_TIMEOUT)
-            run.phase = RUNNING
         except asyncio.CancelledError:
             raise WorkerKilled() from None
         except ImportError as e:
@@ -325,6 +312,11 @@ class ProcessBackend:
             ) from None
         except Exception as e:
             raise ToolCrashed(f"no worker process could be started for '{name}': {e}") from None
+        finally:
+            # Whatever came of it, the set-up was off the clock.
+            if run.deadline is not None:
+                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
+            run.phase = RUNNING
         memory = pool.memory_limit_mb
         cpu = tool.cpu_limit_s or self.cpu_limit_s
         loop = asyncio.get_running_loop()
@@ -414,7 +406,7 @@ class ProcessBackend:
         if kind == "crashed":  # it said why (a limit), or the CPU watch did
             worker.kill("lost")
             pool.lost(worker)
-            raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retryable=False)
+            raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
         if worker.killed:
             pool.lost(worker)
             raise WorkerKilled()
@@ -431,7 +423,7 @@ class ProcessBackend:
         worker.kill("lost")  # of no more use, whatever it was doing
         pool.lost(worker)
         # Over a limit it would be over it again: not worth a retry.
-        raise ToolCrashed(f"Tool '{name}' crashed: {why}", retryable=not limit)
+        raise ToolCrashed(f"Tool '{name}' crashed: {why}", retry=not limit)
 
 
 async def _watch_cpu(worker: WorkerProcess, budget: float, reply: asyncio.Future[Any]) -> None:
@@ -459,11 +451,45 @@ async def _watch_cpu(worker: WorkerProcess, budget: float, reply: asyncio.Future
 
 
 def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of `pid` and everything it started: its live descendants'
+    and the children it has reaped (a child that ignores SIGXCPU must not carry
+    the call past its limit)."""
+    own = _stat(pid)
+    if own is None:
+        return None
+    total = own[0] + own[1]
+    todo = [pid]
+    seen = {pid}
+    while todo:
+        for child in _children(todo.pop()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+                times = _stat(child)
+                if times is not None:
+                    total += times[0] + times[1]
+    return total / _TICKS
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(utime + stime, cutime + cstime) of `pid`, in clock ticks."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+    except (OSError, IndexError, ValueError):
         return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+                found.extend(int(c) for c in text.split())
+    except OSError:
+        pass
+    return found
 
 
 def _fraction(value: Any) -> float | None:

@@ -25,13 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import _json
-from ._wire import Frames
+from ._wire import Frames, FrameTooLarge
 
 __all__ = ["Pool", "Sources", "WorkerProcess", "Zygote", "describe_exit", "start_root"]
 
 # How long a zygote may take to be ready (the root imports toolbus; a module
 # zygote imports the tool's module).
-START_TIMEOUT = 60.0
+START_TIMEOUT = 30.0
+# The longest reply a worker may send (a result as JSON): beyond it the worker
+# is killed and the call crashes, so a worker cannot make the agent's memory grow.
+MAX_REPLY_BYTES = 128 * 1024 * 1024
 EXIT_MEMORY = 86  # see _worker.py
 _ALLOCATION_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT})
 # The directory that holds the toolbus package this process runs: the root
@@ -87,7 +90,7 @@ class WorkerProcess:
 
     __slots__ = (
         "_kill_lock", "counted_out", "frames", "killed", "knows", "loop", "on_message", "pid",
-        "seq", "sock", "status", "zygote",
+        "ready", "seq", "sock", "status", "zygote",
     )  # fmt: skip
 
     def __init__(
@@ -97,7 +100,11 @@ class WorkerProcess:
         self.sock = sock
         self.loop = loop
         self.zygote = zygote
-        self.frames = Frames()
+        self.frames = Frames(MAX_REPLY_BYTES)
+        # Resolves when the worker says it is ready (its module imported), with
+        # the import's error text or None.
+        self.ready: asyncio.Future[str | None] = loop.create_future()
+        self.ready.add_done_callback(_retrieved)
         self.killed = ""  # why toolbus killed it, once it has
         self._kill_lock = threading.Lock()
         self.counted_out = False  # its pool no longer counts it live
@@ -132,23 +139,38 @@ class WorkerProcess:
         if not data:
             self.gone()
             return
-        for body in self.frames.feed(data):
+        try:
+            bodies = self.frames.feed(data)
+        except FrameTooLarge as e:
+            self.kill("lost")
+            self.gone(f"it sent a reply too large to accept ({e})")
+            return
+        for body in bodies:
             try:
                 message = _json.loads(body)
-                if not isinstance(message, dict) or message.get("seq") != self.seq:
-                    continue  # stale (a thread of an earlier call) or garbage
+                if not isinstance(message, dict):
+                    continue
             except ValueError:
-                message = {"kind": "garbled"}
+                message = {"kind": "garbled", "seq": self.seq}
+            if message.get("kind") == "ready" and message.get("seq") == 0:
+                if not self.ready.done():
+                    error = message.get("error")
+                    self.ready.set_result(str(error) if error else None)
+                continue
+            if message.get("seq") != self.seq:
+                continue  # stale: a thread of an earlier call still talking
             if self.on_message is not None:
                 self.on_message(message)
 
-    def gone(self) -> None:
+    def gone(self, why: str = "") -> None:
         """Its connection ended (it died, or closed it): close, and tell whoever waits."""
         if self.sock.fileno() < 0:
             return
         self.close()
+        if not self.ready.done():
+            self.ready.set_result(why or "its worker process died before it was ready")
         if self.on_message is not None:
-            self.on_message({"kind": "eof"})
+            self.on_message({"kind": "crashed", "why": why} if why else {"kind": "eof"})
 
     async def send(self, data: bytes) -> None:
         # Most requests fit the socket's buffer: no loop turn for those.
@@ -169,9 +191,12 @@ class WorkerProcess:
 class Zygote:
     """The agent's handle on one zygote process (see `_zygote.py`)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, ctrl: socket.socket) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, ctrl: socket.socket, pid: int | None = None
+    ) -> None:
         self.loop = loop
         self.ctrl = ctrl
+        self.pid = pid  # a module zygote's (the root's is the Popen's)
         self.ready: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.ready.add_done_callback(_retrieved)
         self._forks: deque[tuple[asyncio.Future[Any], str]] = deque()
@@ -234,7 +259,7 @@ class Zygote:
             else:
                 future.set_result(worker)
         else:
-            child = Zygote(self.loop, sock)
+            child = Zygote(self.loop, sock, pid)
             self.children[pid] = child
             if future.done():
                 child.close()
@@ -282,9 +307,14 @@ class Zygote:
             self.gone(f"its zygote process is gone ({e})")
         return f
 
-    def fork(self, memory_limit_mb: int | None) -> asyncio.Future[WorkerProcess]:
-        """A new worker (resolves once it is a session leader)."""
-        return self._request({"kind": "fork", "memory_limit_mb": memory_limit_mb}, "worker")
+    def fork(
+        self, memory_limit_mb: int | None, module: str | None = None
+    ) -> asyncio.Future[WorkerProcess]:
+        """A new worker (resolves once it is a session leader); it imports
+        `module` itself before it says it is ready, if one is given."""
+        return self._request(
+            {"kind": "fork", "memory_limit_mb": memory_limit_mb, "module": module}, "worker"
+        )
 
     def spawn(self, module: str) -> asyncio.Future[Zygote]:
         """A module zygote that has imported `module` (the root only)."""
@@ -298,8 +328,12 @@ class Zygote:
             child.kill_all(reason)
 
     def close(self) -> None:
-        """Stop: kill the workers; the zygote sees its socket close and exits."""
+        """Stop: kill the workers; the zygote sees its socket close and exits (a
+        module zygote is killed too: it may be stuck in its module's import)."""
         self.kill_all("closed")
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)
         self.gone("the process backend has stopped")
 
 
@@ -307,6 +341,13 @@ def _retrieved(f: asyncio.Future[Any]) -> None:
     # Marks a failure as seen: nobody may be left to await it (closed while starting).
     if not f.cancelled():
         f.exception()
+
+
+def _stdout_fd() -> int | None:
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return None  # not a file (captured, closed): inherit fd 1
 
 
 def start_root(loop: asyncio.AbstractEventLoop) -> tuple[Zygote, subprocess.Popen[bytes]]:
@@ -325,6 +366,9 @@ def start_root(loop: asyncio.AbstractEventLoop) -> tuple[Zygote, subprocess.Pope
             pass_fds=(theirs.fileno(),),
             start_new_session=True,
             stdin=subprocess.DEVNULL,
+            # Where this process's `sys.stdout` writes now: a server that keeps
+            # stdout for its protocol (MCP over stdio) redirects it to stderr.
+            stdout=_stdout_fd(),
             env=env,
         )
     finally:
@@ -343,27 +387,33 @@ def start_root(loop: asyncio.AbstractEventLoop) -> tuple[Zygote, subprocess.Pope
 
 class Sources:
     """Where each tool module's workers are forked from: its module zygote, made
-    once per module and shared by that module's tools; the root for a module
-    that starts threads at import (its workers import it themselves)."""
+    once per module and shared by that module's tools; or, for a module that
+    starts threads at import, the root, the workers importing it themselves."""
 
     def __init__(self, root: Callable[[], Awaitable[Zygote]]) -> None:
         self.root = root  # the backend's ready root zygote
-        self._made: dict[str, asyncio.Future[Zygote]] = {}
+        self._made: dict[str, asyncio.Future[tuple[Zygote, str | None]]] = {}
 
-    async def get(self, module: str) -> Zygote:
+    async def get(self, module: str) -> tuple[Zygote, str | None]:
+        """The zygote to fork from, and the module a new worker must import itself."""
         f = self._made.get(module)
-        if f is None or (f.done() and (f.exception() is not None or f.result().closed)):
+        if f is None or (f.done() and (f.exception() is not None or f.result()[0].closed)):
             f = self._made[module] = asyncio.ensure_future(self._make(module))
             f.add_done_callback(_retrieved)
         # Shielded: a call cancelled while the module imports must not cancel
         # the import for everyone else.
         return await asyncio.shield(f)
 
-    async def _make(self, module: str) -> Zygote:
+    async def _make(self, module: str) -> tuple[Zygote, str | None]:
         root = await self.root()
         child = await asyncio.wait_for(asyncio.shield(root.spawn(module)), START_TIMEOUT)
         try:
             ready = await asyncio.wait_for(asyncio.shield(child.ready), START_TIMEOUT)
+        except TimeoutError:
+            child.close()
+            raise ImportError(
+                f"the module {module!r} did not finish importing within {START_TIMEOUT:.0f}s"
+            ) from None
         except BaseException:
             child.close()
             raise
@@ -372,8 +422,8 @@ class Sources:
             raise ImportError(f"the module {module!r} failed to import: {ready['error']}")
         if ready.get("threaded"):
             child.close()
-            return root
-        return child
+            return root, module
+        return child, None
 
 
 class Pool:
@@ -381,7 +431,7 @@ class Pool:
 
     def __init__(
         self,
-        source: Callable[[], Awaitable[Zygote]],
+        source: Callable[[], Awaitable[tuple[Zygote, str | None]]],
         size: int,
         memory_limit_mb: int | None,
     ) -> None:
@@ -431,8 +481,16 @@ class Pool:
 
     async def _start_one(self) -> None:
         try:
-            source = await self.source()
-            w = await source.fork(self.memory_limit_mb)
+            source, module = await self.source()
+            w = await source.fork(self.memory_limit_mb, module)
+            try:
+                problem = await asyncio.wait_for(asyncio.shield(w.ready), START_TIMEOUT)
+            except TimeoutError:
+                problem = f"it was not ready within {START_TIMEOUT:.0f}s"
+            if problem is not None:
+                w.kill("lost")
+                w.close()
+                raise ImportError(f"a worker could not load the tool's module: {problem}")
         except BaseException as e:
             self.starting -= 1
             error = e if isinstance(e, Exception) else RuntimeError(str(e))

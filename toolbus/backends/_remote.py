@@ -5,7 +5,8 @@ its text, never the object: unpickling it would run the worker's code in the
 agent. The agent rebuilds a stand-in: a class of the same name that derives
 from the nearest builtin base, so `RetryPolicy(retry_on=(ConnectionError,))`
 and the like still match, and whose text is the original's. A `ToolError`
-comes back as a `ToolError`, with its `retryable`.
+comes back as a `ToolError`, with its `retryable`; a `ToolFailure` with its
+code, metadata and `retry`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from ..tools import ToolError
+from ..models import ErrorCode
+from ..tools import ToolError, ToolFailure
 
 __all__ = ["RemoteError", "remote_error"]
 
@@ -31,33 +33,61 @@ class RemoteError(Exception):
         return self.text[len(prefix) :] if self.text.startswith(prefix) else self.text
 
 
-_classes: dict[tuple[str, type[BaseException]], type[Exception]] = {}
-
-
-def _builtin_base(names: list[Any]) -> type[BaseException]:
-    for name in names:
-        cls = getattr(builtins, str(name), None)
-        if isinstance(cls, type) and issubclass(cls, Exception):
-            return cls
-    return Exception
+_classes: dict[tuple[str, type[Exception]], type[Exception]] = {}
 
 
 def remote_error(message: dict[str, Any]) -> BaseException:
     """The stand-in for the exception a worker described in `message`."""
     text = str(message.get("text") or "")
     retryable = message.get("retryable")
+    failure = message.get("failure")
+    if isinstance(failure, dict):
+        try:
+            return ToolFailure(
+                text,
+                code=ErrorCode(str(failure.get("code"))),
+                metadata=failure.get("metadata")
+                if isinstance(failure.get("metadata"), dict)
+                else None,
+                retry=bool(failure.get("retry")),
+            )
+        except (ValueError, TypeError):
+            pass  # not one toolbus could have made: rebuilt as below
     if message.get("tool_error"):
         return ToolError(text, retryable=retryable if isinstance(retryable, bool) else None)
     name = str(message.get("type") or "Exception")
     if not name.isidentifier():
         name = "RemoteError"
-    base = _builtin_base(list(message.get("bases") or ()))
-    cls = _classes.get((name, base))
-    if cls is None:
-        cls = _classes[(name, base)] = type(
-            name, (RemoteError, base), {"__module__": "toolbus.remote"}
-        )
-    error = cls(text)
+    error = _stand_in(name, list(message.get("bases") or ()), text)
     if isinstance(retryable, bool):
         error.retryable = retryable  # type: ignore[attr-defined]
     return error
+
+
+def _stand_in(name: str, bases: list[Any], text: str) -> Exception:
+    """An instance of `name` derived from the first of `bases` (builtin names)
+    that can be made from a message alone (UnicodeDecodeError, say, cannot: its
+    base UnicodeError then stands in)."""
+    for base in _builtin_bases(bases):
+        cls = _classes.get((name, base))
+        if cls is None:
+            cls = type(name, (RemoteError, base), {"__module__": "toolbus.remote"})
+        try:
+            error = cls(text)
+        except Exception:
+            continue
+        if len(_classes) < 512:  # names come from the worker: bounded
+            _classes[(name, base)] = cls
+        return error
+    return RemoteError(text)
+
+
+def _builtin_bases(names: list[Any]) -> list[type[Exception]]:
+    found: list[type[Exception]] = []
+    for n in names:
+        cls = getattr(builtins, str(n), None)
+        if isinstance(cls, type) and issubclass(cls, Exception) and cls not in found:
+            found.append(cls)
+    if Exception not in found:
+        found.append(Exception)
+    return found

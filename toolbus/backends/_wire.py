@@ -20,7 +20,7 @@ import orjson
 
 from .. import _json
 
-__all__ = ["Frames", "encode", "recv", "reply", "send"]
+__all__ = ["FrameTooLarge", "Frames", "encode", "recv", "reply", "send"]
 
 _HEADER = struct.Struct(">Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -32,9 +32,12 @@ def encode(message: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def reply(message: dict[str, Any]) -> bytes:
-    """A worker's message as one JSON frame; raises TypeError for what JSON cannot hold."""
-    body = _json.dumps(message, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+def reply(message: dict[str, Any], default: Any = None) -> bytes:
+    """A worker's message as one JSON frame; raises TypeError for what JSON cannot
+    hold (unless `default` turns it into something it can)."""
+    body = _json.dumps(
+        message, default=default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    )
     return _HEADER.pack(len(body)) + body
 
 
@@ -66,14 +69,22 @@ def recv(sock: socket.socket) -> Any:
     return pickle.loads(body)
 
 
+class FrameTooLarge(ValueError):
+    """A peer announced a frame longer than the reader accepts."""
+
+
 class Frames:
-    """Reassembles frames from bytes as they arrive (the parent's side)."""
+    """Reassembles frames from bytes as they arrive (the parent's side).
 
-    __slots__ = ("_buffer", "_need")
+    A frame longer than `limit` is refused (`FrameTooLarge`) before any of it
+    is buffered: a worker must not be able to make the agent's memory grow."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_buffer", "_need", "limit")
+
+    def __init__(self, limit: int) -> None:
         self._buffer = bytearray()
         self._need = 0  # the body length of the frame being read, 0 while reading a header
+        self.limit = limit
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add `data`; return the bodies of the frames it completed (unpickle them)."""
@@ -86,6 +97,8 @@ class Frames:
                     return bodies
                 (self._need,) = _HEADER.unpack_from(buf)
                 del buf[: _HEADER.size]
+                if self._need > self.limit:
+                    raise FrameTooLarge(f"{self._need} bytes, over the limit of {self.limit}")
                 if not self._need:
                     bodies.append(b"")
                     continue

@@ -124,11 +124,9 @@ class _Channel:
     def progress_sink(self, seq: int) -> Any:
         def sink(ctx: Any, message: str, fraction: float | None, data: dict[str, Any]) -> None:
             msg = {"seq": seq, "kind": "progress", "message": str(message), "fraction": fraction}
-            try:
-                frame = _wire.reply({**msg, "data": data})
-            except TypeError:
-                frame = _wire.reply({**msg, "data": {"unsendable": repr(data)[:200]}})
-            self.send(frame)
+            # What JSON cannot hold goes as its text, whole: the agent scrubs
+            # secrets from it, which a cut-off text could defeat.
+            self.send(_wire.reply({**msg, "data": data}, default=str))
 
         return sink
 
@@ -174,7 +172,7 @@ def _ok(seq: int, value: Any) -> bytes:
 
 def _raised(seq: int, error: BaseException) -> bytes:
     """What the agent needs to rebuild the failure: never the object itself."""
-    from ..tools import ToolError, error_text
+    from ..tools import ToolError, ToolFailure, error_text
 
     try:
         text = error_text(error)
@@ -182,17 +180,22 @@ def _raised(seq: int, error: BaseException) -> bytes:
         text = type(error).__name__
     bases = [c.__name__ for c in type(error).__mro__ if getattr(builtins, c.__name__, None) is c]
     retryable = getattr(error, "retryable", None)
-    return _wire.reply(
-        {
-            "seq": seq,
-            "kind": "raised",
-            "type": type(error).__name__,
-            "bases": bases,
-            "text": text,
-            "tool_error": isinstance(error, ToolError),
-            "retryable": retryable if isinstance(retryable, bool) else None,
+    message: dict[str, Any] = {
+        "seq": seq,
+        "kind": "raised",
+        "type": type(error).__name__,
+        "bases": bases,
+        "text": text,
+        "tool_error": isinstance(error, ToolError),
+        "retryable": retryable if isinstance(retryable, bool) else None,
+    }
+    if isinstance(error, ToolFailure):
+        message["failure"] = {
+            "code": str(error.code),
+            "metadata": error.metadata,
+            "retry": error.retry,
         }
-    )
+    return _wire.reply(message, default=str)
 
 
 def _memory_message(memory_limit_mb: int | None) -> str:
@@ -211,8 +214,10 @@ def _apply_memory_limit(memory_limit_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def serve(sock: socket.socket, memory_limit_mb: int | None) -> None:
-    """The worker's life: serve calls until the agent goes away. Never returns."""
+def serve(sock: socket.socket, memory_limit_mb: int | None, module: str | None) -> None:
+    """The worker's life: import `module` if its zygote could not (it starts
+    threads), say it is ready, then serve calls until the agent goes away.
+    Never returns."""
     me = os.getpid()
     code = 0
     channel = _Channel(sock)
@@ -221,6 +226,13 @@ def serve(sock: socket.socket, memory_limit_mb: int | None) -> None:
     cpu_limited = False
     try:
         _apply_memory_limit(memory_limit_mb)
+        error = None
+        if module is not None:
+            try:
+                importlib.import_module(module)
+            except BaseException as e:
+                error = f"{type(e).__name__}: {e}"
+        channel.send(_wire.reply({"seq": 0, "kind": "ready", "error": error}, default=str))
         while True:
             frame: bytes | None = None
             try:

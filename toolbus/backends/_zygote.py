@@ -93,7 +93,7 @@ class _Zygote:
             os.close(fd)
         self.ctrl.close()
 
-    def fork_worker(self, memory_limit_mb: int | None) -> None:
+    def fork_worker(self, memory_limit_mb: int | None, module: str | None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ready_r, ready_w = os.pipe()
         parent = os.getpid()
@@ -109,7 +109,7 @@ class _Zygote:
                 os.close(ready_w)
                 from ._worker import serve
 
-                serve(theirs, memory_limit_mb)
+                serve(theirs, memory_limit_mb, module)
             finally:
                 os._exit(1)
         theirs.close()
@@ -172,7 +172,7 @@ class _Zygote:
                     return  # the agent has gone
                 message = pickle.loads(data)
                 if message["kind"] == "fork":
-                    self.fork_worker(message["memory_limit_mb"])
+                    self.fork_worker(message["memory_limit_mb"], message.get("module"))
                 elif message["kind"] == "zygote" and self.root:
                     self.fork_zygote(message["module"], message["path"])
         finally:
@@ -200,6 +200,15 @@ class _Zygote:
                 pass
 
 
+def _threads() -> int:
+    """This process's threads, all of them (`threading` does not see threads
+    that native code or `_thread` started)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
 def _module_zygote(ctrl: socket.socket, module: str, path: list[str]) -> None:
     sys.path[:] = path
     error = None
@@ -207,7 +216,7 @@ def _module_zygote(ctrl: socket.socket, module: str, path: list[str]) -> None:
         importlib.import_module(module)
     except BaseException as e:
         error = f"{type(e).__name__}: {e}"
-    threaded = threading.active_count() > 1
+    threaded = _threads() > 1
     _send(ctrl, {"kind": "ready", "pid": os.getpid(), "error": error, "threaded": threaded})
     if error is not None or threaded:
         os._exit(0)  # nothing to fork from: the agent falls back or reports

@@ -14,6 +14,12 @@ and the interpreter joins them at exit, so one receiver stuck for good would
 keep the process alive. The pool here is the same design (a C `SimpleQueue` of
 ready work, an idle semaphore, threads started on demand) on daemon threads.
 
+A subscription may *linger* (`subscribe(..., linger=seconds)`): its queue,
+once it has an event, waits that long for more before a thread delivers them,
+so a subscription that does not need its events at once costs one wake-up per
+burst of calls instead of one per call. Someone waiting for delivery
+(`drain`, `close`) cuts the wait short.
+
 No event is lost silently: it is delivered, or counted in `dropped` and logged
 as a WARNING naming its receiver (pending when `close(timeout)` ran out of
 time, or at interpreter exit). Events announced after `close` (late results,
@@ -96,9 +102,11 @@ class _Queue:
     atomic test-and-set: announcing threads never wait for a delivery thread.
     """
 
-    __slots__ = ("busy", "delivered", "dropped", "enqueued", "items")
+    __slots__ = ("busy", "delivered", "dropped", "enqueued", "items", "linger", "since")
 
-    def __init__(self) -> None:
+    def __init__(self, linger: float = 0.0) -> None:
+        self.linger = linger  # seconds its events may wait for more before delivery
+        self.since = 0.0  # when its oldest pending event came (monotonic), if it lingers
         self.busy = threading.Lock()
         self.items: deque[tuple[str, Any, Event]] = deque()
         self.enqueued = 0  # under the announcer's lock
@@ -134,6 +142,7 @@ class Announcer:
         self._idle: list[None] = []
         self._threads = 0
         self._waiters = 0
+        self._lingering = 0  # threads letting a lingering queue's events gather
         self._closed = False
         self.dropped = 0
         """Events never delivered: pending when `close` ran out of time, or at exit."""
@@ -162,10 +171,13 @@ class Announcer:
                 object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
                 queues = self._queues
                 for receiver in targets:
-                    key = id(receiver.owner) if type(receiver) is Route else _key(receiver)
+                    owner = receiver.owner if type(receiver) is Route else None
+                    key = id(owner) if owner is not None else _key(receiver)
                     q = queues.get(key)
                     if q is None:
-                        q = queues[key] = _Queue()
+                        q = queues[key] = _Queue(getattr(owner, "linger", 0.0))
+                    if q.linger and not q.items:
+                        q.since = time.monotonic()
                     q.items.append((name, receiver, event))
                     q.enqueued += 1
                     if q.busy.acquire(False):
@@ -223,6 +235,8 @@ class Announcer:
         A pool thread puts a queue that has more back in line after each turn;
         `to_the_end` (after close) drains it until it is empty.
         """
+        if q.linger and not to_the_end:
+            self._linger(q)
         items = q.items
         while True:
             for _ in range(TURN):
@@ -249,6 +263,21 @@ class Announcer:
             if not items or not q.busy.acquire(False):
                 return True
 
+    def _linger(self, q: _Queue) -> None:
+        """Let a lingering queue's events gather until `q.linger` after the oldest
+        came; at once when someone waits for delivery or the announcer closes."""
+        with self._lock:
+            end = q.since + q.linger
+            self._lingering += 1
+            try:
+                while not (self._waiters or self._closed):
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            finally:
+                self._lingering -= 1
+
     def _deliver(self, name: str, receiver: Any, event: Event) -> None:
         try:
             if self._bus is None:
@@ -274,6 +303,8 @@ class Announcer:
                 return all(q.delivered + q.dropped >= n for q, n in targets)
 
             self._waiters += 1
+            if self._lingering:
+                self._cond.notify_all()  # lingering queues: deliver now
             try:
                 return self._cond.wait_for(done, timeout)
             finally:
@@ -292,6 +323,7 @@ class Announcer:
             if self._closed:
                 return 0
             self._closed = True
+            self._cond.notify_all()  # lingering queues: deliver now
             for _ in range(self._threads):
                 self._ready.put(None)  # behind the queues in line, which are emptied next
         dropped = self.drop_pending(why)

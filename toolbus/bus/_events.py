@@ -135,7 +135,12 @@ class Progress(CallEvent):
 
 @dataclass(frozen=True, slots=True)
 class CallFinished(CallEvent):
+    """A call's terminal result (scrubbed). `arguments`: the call's masked
+    arguments as `tool:executing` showed them, None when they were never masked
+    (an unknown tool, arguments that were not JSON, a broken masker)."""
+
     result: ToolResult
+    arguments: Any = None
 
 
 @dataclass(frozen=True, slots=True)

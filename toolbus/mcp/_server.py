@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
-import os
-import sys
 from typing import Any
 
 import anyio
@@ -27,7 +24,7 @@ from .. import __version__
 from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
-from ..tools import Tool, ToolRegistry
+from ..tools import Tool, ToolRegistry, load_registry
 
 __all__ = [
     "aserve_stdio",
@@ -179,31 +176,3 @@ def _attachment_block(attachment: Attachment) -> types.ContentBlock:
         )
     label = f" {attachment.title}" if attachment.title else ""
     return types.TextContent(text=f"[attachment: {mime}{label}]")
-
-
-def load_registry(spec: str) -> ToolRegistry:
-    """The `ToolRegistry` named by `module:attribute` (or a function returning one).
-
-    The current directory is importable, as for `python -m`. Raises
-    `ValueError` with a readable message when the spec does not name one.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"expected module:attribute, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"cannot import {module_name!r}: {e}") from e
-    value = module
-    for part in attribute.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise ValueError(f"{module_name!r} has no attribute {attribute!r}") from None
-    if callable(value) and not isinstance(value, ToolRegistry):
-        value = value()
-    if not isinstance(value, ToolRegistry):
-        raise ValueError(f"{spec} is a {type(value).__name__}, not a ToolRegistry")
-    return value

@@ -12,8 +12,8 @@ __all__ = ["describe_executor", "executor_name"]
 
 
 def executor_name(executor: Executor) -> str:
-    """The executor's name (`Executor(name=...)`), or "executor" where it has none."""
-    return str(getattr(executor, "name", None) or "executor")
+    """The executor's name (`Executor(name=...)`; by default `executor-N`)."""
+    return executor.name
 
 
 def _seconds(value: float | None) -> float | None:

@@ -3,9 +3,10 @@ optionally a bounded ring of recent records for clients that resume (`/events`
 with `Last-Event-ID`).
 
 The subscription is an ordinary one (its own queue, on the executor's delivery
-pool): a slow feed never slows tools or other observers. Events are seen only
-from the moment the feed starts, and only with the executor's default
-publisher (`publisher=` routes events elsewhere).
+pool): a slow feed never slows tools or other observers. Like every surface of
+`toolbus.observe` it lingers (`LINGER`: events handed over in bursts) and
+refuses an executor whose events do not go to the bus. Events are seen only
+from the moment the feed starts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import orjson
 from .. import bus
 from ..executor import Executor
 from ._state import LiveState
+from ._subscription import LINGER, require_bus
 from ._wire import encode
 
 __all__ = ["Feed"]
@@ -34,6 +36,7 @@ class Feed:
     """
 
     def __init__(self, executor: Executor, *, history: int = 0) -> None:
+        require_bus(executor)
         self.state = LiveState()
         self._lock = threading.Lock()
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=history or None)
@@ -41,7 +44,7 @@ class Feed:
         self._evicted = 0  # the highest seq that fell out of the ring
         self._latest = 0
         self._listeners: list[Callable[[], None]] = []
-        self._sub = bus.subscribe(self._on_event, sender=executor)
+        self._sub = bus.subscribe(self._on_event, sender=executor, linger=LINGER)
 
     def _on_event(self, sender: Any, *, event: bus.Event, signal: str) -> None:
         record = encode(signal, event)

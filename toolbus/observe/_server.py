@@ -103,7 +103,7 @@ class StatusServer:
             ) from e
         from ._config import describe_executor
         from ._feed import Feed
-        from ._metrics import instrument
+        from ._prometheus import instrument_prometheus
 
         self._executor = executor
         self._closed = False
@@ -114,9 +114,11 @@ class StatusServer:
         self._feed = feed = Feed(executor, history=history)
         self._broadcast = broadcast = Broadcast()
         feed.listen(broadcast.wake)
+        # /metrics: the Prometheus exporter's series for this executor, in a
+        # registry of the server's own (so the process's default one is untouched).
         self._registry = registry = prometheus_client.CollectorRegistry(auto_describe=True)
         try:
-            self._metrics = instrument(executor, registry, feed.state)
+            self._metrics = instrument_prometheus(executor, registry=registry)
         except BaseException:
             feed.close()
             sock.close()

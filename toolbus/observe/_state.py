@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bus import _signals as sig
+from ._names import UNKNOWN_TOOL
 
 __all__ = ["QUANTILES", "STATUSES", "UNKNOWN_TOOL", "Latencies", "LiveState"]
 
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
-UNKNOWN_TOOL = "<unknown>"
 QUANTILES = (0.5, 0.95, 0.99)
 _NAME_CHARS = 64  # a tool name the model made up is shown cut to this
 _ERROR_CHARS = 300

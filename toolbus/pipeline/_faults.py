@@ -9,20 +9,24 @@ whoever killed it has already settled the call.
 
 from __future__ import annotations
 
-from ..tools import ToolError
+from ..models import ErrorCode
+from ..tools import ToolFailure
 
 __all__ = ["ToolCrashed", "WorkerKilled"]
 
 
-class ToolCrashed(ToolError):
+class ToolCrashed(ToolFailure):
     """The process running the attempt died; the message says how (exit code,
     signal, or the limit it went over).
 
     Worth another attempt (by the retry policy, and only for a tool that is
-    read-only or idempotent), unless `retryable=False`: a limit is hit again."""
+    read-only or idempotent), unless `retry=False`: over a limit it would go
+    over again, so that ends the call whatever a hook says."""
 
-    def __init__(self, message: str, *, retryable: bool | None = True) -> None:
-        super().__init__(message, retryable=retryable)
+    def __init__(self, message: str, *, retry: bool = True) -> None:
+        super().__init__(message, code=ErrorCode.TOOL_CRASHED, retry=retry)
+        # A crash is transient: the policy's `retry_on` need not name it.
+        self.retryable = bool(retry)
 
 
 class WorkerKilled(BaseException):

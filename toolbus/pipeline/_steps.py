@@ -264,7 +264,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
             ),
         )
     if em.wants(sig.FINISHED):
-        em.emit(sig.FINISHED, CallFinished(run.call.id, name, bid, att, result))
+        em.emit(sig.FINISHED, CallFinished(run.call.id, name, bid, att, result, run.masked))
     # The caller is woken by whoever closes the run's books (the scheduler),
     # so its stats already count the call when `execute` returns.
     return True

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from .. import _json
-from ..formatting import format_result_for_context
+from ..formatting import DEFAULT_MAX_LENGTH, NO_OUTPUT, format_result_for_context
 from ..models import ToolResult
 from ..tools import Tool, ToolRegistry
 
@@ -37,11 +37,6 @@ __all__ = [
     "without_strict_nulls",
 ]
 
-DEFAULT_MAX_LENGTH = 4000
-"""Characters of a tool's output the model reads before the note saying it was cut."""
-
-NO_OUTPUT = "(no output)"
-"""What the model reads for a successful call that returned nothing (None or "")."""
 
 ToolSource = ToolRegistry | Iterable[Tool]
 """Where exported tools come from: a registry, or any iterable of tools."""
@@ -113,7 +108,8 @@ def fallback_call_id(index: int, name: str, raw: Any) -> str:
 
 
 def result_text(result: ToolResult, max_length: int = DEFAULT_MAX_LENGTH) -> str:
-    """The text a model reads for `result`; never empty.
+    """The text a model reads for `result`; never empty:
+    `format_result_for_context(result, max_length, include_metadata=False)`.
 
     A success is its output (strings as they are, anything else as JSON, cut
     after `max_length` characters with a note saying how much was left out,
@@ -122,10 +118,7 @@ def result_text(result: ToolResult, max_length: int = DEFAULT_MAX_LENGTH) -> str
     model what to fix. The executor has already scrubbed secrets from outputs
     and error texts; no metadata is included.
     """
-    if result.status == "ok" and result.output in (None, "") and not result.attachments:
-        return NO_OUTPUT
-    text = format_result_for_context(result, max_length=max_length, include_metadata=False)
-    return text or NO_OUTPUT
+    return format_result_for_context(result, max_length=max_length, include_metadata=False)
 
 
 def tools_of(source: ToolSource) -> list[Tool]:

@@ -5,6 +5,7 @@ from ._context import ToolContext
 from ._errors import ArgumentError, ToolError, ToolFailure, error_text
 from ._function import FunctionTool, tool
 from ._injected import Injected
+from ._load import load_registry
 from ._output import OutputError, normalize_output
 from ._registry import DuplicateToolError, ToolRegistry
 from ._tool import Tool, ToolType, parse_json_arguments
@@ -23,6 +24,7 @@ __all__ = [
     "ToolRegistry",
     "ToolType",
     "error_text",
+    "load_registry",
     "normalize_output",
     "parse_json_arguments",
     "tool",

@@ -10,7 +10,9 @@ its whole process group killed when toolbus gives up on it.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import math
 import os
 import shutil
 import signal
@@ -23,7 +25,15 @@ from pydantic import BaseModel
 from .._options import positive_int
 from ..models import ErrorCode
 from ._command_process import Watch, kill_group
-from ._command_spec import check_argv, check_env, check_inherit, fill_argv
+from ._command_secrets import Redactor, field_paths, secret_values
+from ._command_spec import (
+    check_argv,
+    check_command_size,
+    check_env,
+    check_inherit,
+    fill_argv,
+    format_fields,
+)
 from ._errors import ToolFailure
 from ._rlimit_exec import limit_prefix
 from ._tool import Tool
@@ -37,8 +47,15 @@ log = logging.getLogger("toolbus")
 # read so far is taken as all there is.
 _PIPE_GRACE = 1.0
 _STDERR_TAIL = 400
-# What a failed allocation looks like in a command's last words.
-_MEMORY_WORDS = ("memoryerror", "cannot allocate memory", "out of memory", "bad_alloc")
+# What a failed allocation looks like in a command's last words (the last: the
+# dynamic loader, with too little address space to map a library).
+_MEMORY_WORDS = (
+    "memoryerror",
+    "cannot allocate memory",
+    "out of memory",
+    "bad_alloc",
+    "failed to map segment",
+)
 _MEMORY_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL})
 _SIGNALS = frozenset(int(s) for s in signal.Signals)
 
@@ -57,6 +74,10 @@ class CommandTool(Tool):
       of them when `inherit_env=True`); nothing else, not even `PATH`.
     - At most `max_output_bytes` of stdout and of stderr are kept (the
       beginning); the rest is read and dropped, so the command never blocks.
+      The call's secrets are scrubbed from them before they are cut, so that
+      no part of one is left at a cut.
+    - An argument longer than 131071 bytes, or a command line over the
+      system's `ARG_MAX`, rejects the call (`INVALID_ARGUMENTS`).
 
     Exit 0 gives `ok` with `{"exit_code", "stdout", "stderr", "truncated"}`; a
     non-zero exit, `error`/`TOOL_ERROR` with that dict in `metadata`, never
@@ -105,6 +126,10 @@ class CommandTool(Tool):
         self.inherit_env: bool | tuple[str, ...] = check_inherit(inherit_env, owner)
         self._setup()  # options and the schema are checked here
         self.argv, self._fields = check_argv(argv, self._parameter_names(), owner)
+        # What each argument's template reads: those that read a secret give
+        # a secret argument, scrubbed from the command's output like the secret.
+        self._reads = tuple(field_paths(format_fields(t)) for t in self.argv[1:])
+        self._secret_paths = self._field_secret_paths()
         for field in sorted(self._fields & self._optional):
             raise ValueError(
                 f"{owner}: argv needs parameter {field!r}, which is optional with no default: "
@@ -121,6 +146,17 @@ class CommandTool(Tool):
 
     # -- set-up ---------------------------------------------------------------------
 
+    def _field_secret_paths(self) -> tuple[tuple[str | None, ...], ...]:
+        """`secret_paths` with each parameter's name as its argv fields (and
+        `_command`'s values) spell it: the field's name, not its alias."""
+        if self.Params is None:
+            return self.secret_paths
+        names = {f.alias or n: n for n, f in self.Params.model_fields.items()}
+        return tuple(
+            (names.get(p[0], p[0]) if p[0] is not None else None, *p[1:]) if p else p
+            for p in self.secret_paths
+        )
+
     def _parameter_names(self) -> set[str]:
         self._defaults: dict[str, Any] = {}
         self._optional: set[str] = set()
@@ -136,18 +172,31 @@ class CommandTool(Tool):
     # -- per call -------------------------------------------------------------------
 
     def validate(self, arguments: dict[str, Any]) -> Any:
-        """The validated parameters; `ArgumentError` also when argv cannot take them."""
+        """The validated parameters; `ArgumentError` also when argv cannot take
+        them (a NUL, an argument or a command line too long for the system)."""
         params = super().validate(arguments)
-        self._command(params)
+        self._command(params, self._environment())
         return params
 
-    def _command(self, params: Any) -> list[str]:
+    def _values(self, params: Any) -> dict[str, Any]:
         if isinstance(params, BaseModel):
-            values = {n: getattr(params, n) for n in type(params).model_fields}
-        else:
-            values = {**self._defaults, **params}
-        args = fill_argv(self.argv[1:], self._fields, values, self.name)
-        return [*self._prefix, self.program, *args]
+            return {n: getattr(params, n) for n in type(params).model_fields}
+        return {**self._defaults, **params}
+
+    def _command(self, params: Any, env: Mapping[str, str]) -> list[str]:
+        args = fill_argv(self.argv[1:], self._fields, self._values(params), self.name)
+        command = [*self._prefix, self.program, *args]
+        check_command_size(command, env, self.name)
+        return command
+
+    def _redactor(self, params: Any, command: list[str], here: Any) -> Redactor:
+        """What to scrub from this call's output: its secret parameters, the
+        arguments filled in from them, and what the executor's masker hid."""
+        args = command[len(command) - len(self._reads) :] if self._reads else []
+        found = secret_values(self._values(params), self._secret_paths, self._reads, args)
+        if here is not None:
+            found.extend(here[1].scrubber.values)
+        return Redactor(found)
 
     def _environment(self) -> dict[str, str]:
         inherit = self.inherit_env
@@ -177,7 +226,11 @@ class CommandTool(Tool):
         if here is not None and here[1].tool is not self:
             here = None  # run directly (`aexecute`) by some other call's tool
         attempt = here[1].attempt if here is not None else 0
-        command = self._command(params)
+        env = self._environment()
+        command = self._command(params, env)
+        # Known before it starts: the output is kept far enough past each cut
+        # to scrub a secret that straddles it.
+        redactor = self._redactor(params, command, here)
         try:
             # Started here, not by asyncio: its pid is known from the first
             # instant, so no cancellation can leave a started group unknown.
@@ -186,15 +239,21 @@ class CommandTool(Tool):
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=self._environment(),
+                env=env,
                 cwd=self.cwd,
                 start_new_session=True,  # its own process group: killed as one
             )
-        except OSError as e:  # nothing ran: the retry policy may try again
+        except OSError as e:
+            if e.errno == errno.E2BIG:  # too long for the system: it would be again
+                raise ToolFailure(
+                    f"could not start {self.argv[0]!r}: its arguments and environment are more "
+                    "than the system allows (E2BIG, Argument list too long)"
+                ) from None
+            # Nothing ran: the retry policy may try again.
             where = "its working directory" if e.filename == self.cwd else repr(self.argv[0])
             raise ToolFailure(f"could not start {where}: {e.strerror or e}", retry=True) from None
         try:
-            watch = Watch(proc, self.max_output_bytes)
+            watch = Watch(proc, self.max_output_bytes, redactor.lookahead)
         except BaseException:  # a loop that cannot watch it (no add_reader): stop it
             kill_group(proc.pid)
             proc.communicate()
@@ -222,10 +281,11 @@ class CommandTool(Tool):
         # Pipes still open after the grace were held by a process outside the
         # group: what they would have said is lost.
         cut = watch.out.cut or watch.err.cut or not watch.closed.done()
-        out, err = watch.out.text(), watch.err.text()
+        # Scrubbed, then cut: no part of a secret is left at a cut.
+        out, err = watch.out.text(redactor), watch.err.text(redactor)
         result = {"exit_code": proc.returncode, "stdout": out, "stderr": err, "truncated": cut}
         if proc.returncode != 0:
-            raise self._failure(proc.returncode, result)
+            raise self._failure(proc.returncode, result, redactor, watch.cpu_time)
         return result
 
     def _killed(self, pid: int, here: Any, attempt: int, *, announce: bool) -> BaseException | None:
@@ -247,11 +307,14 @@ class CommandTool(Tool):
             return WorkerKilled(f"the command of '{self.name}' was killed")
         return None
 
-    def _failure(self, code: int, result: dict[str, Any]) -> ToolFailure:
-        """The failure of a command that ended with `code` (< 0: killed by a signal)."""
+    def _failure(
+        self, code: int, result: dict[str, Any], redactor: Redactor, cpu_time: float | None
+    ) -> ToolFailure:
+        """The failure of a command that ended with `code` (< 0: killed by a
+        signal) after `cpu_time` seconds of CPU (None: not known)."""
         program = os.path.basename(self.argv[0])
-        stderr: str = result["stderr"]
-        tail = stderr[-_STDERR_TAIL:].strip()
+        stderr: str = result["stderr"]  # scrubbed already
+        tail = redactor.tail(stderr, _STDERR_TAIL).strip()
         said = f"; stderr ends: {tail}" if tail else ""
         memory, cpu = self.memory_limit_mb, self.cpu_limit_s
         # An allocation that failed under a memory limit is likely, not surely, the limit.
@@ -263,11 +326,18 @@ class CommandTool(Tool):
         sig = -code
         name = signal.Signals(sig).name if sig in _SIGNALS else f"signal {sig}"
         text, over = f"{program!r} was killed by {name}", True
+        # SIGKILL is the hard CPU limit (a second after SIGXCPU, for a command
+        # that ignores it) when the command had used its soft limit's worth.
+        over_cpu = cpu is not None and cpu_time is not None and cpu_time >= math.ceil(cpu)
         if sig == signal.SIGXCPU and cpu is not None:
             text = f"{program!r} went over cpu_limit_s={cpu} ({name})"
+        elif sig == signal.SIGKILL and over_cpu:
+            text = f"{program!r} went over cpu_limit_s={cpu} ({name}, at the hard limit)"
         elif memory is not None and (maybe_memory or sig in _MEMORY_SIGNALS):
             text += hint
-        elif sig == signal.SIGKILL and cpu is not None:  # the hard limit, a second on
+            if sig == signal.SIGKILL and cpu is not None and cpu_time is None:
+                text += f" or cpu_limit_s={cpu}"  # its CPU time is not known here
+        elif sig == signal.SIGKILL and cpu is not None and cpu_time is None:
             text += f"; it may have gone over cpu_limit_s={cpu}"
         else:
             over = False

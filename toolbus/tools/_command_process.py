@@ -16,6 +16,8 @@ import signal
 import subprocess
 import threading
 
+from ._command_secrets import Redactor
+
 __all__ = ["Watch", "kill_group"]
 
 _CHUNK = 65536
@@ -24,26 +26,47 @@ _REAP_WAIT = 1.0
 
 
 class _Capture:
-    """One pipe's output: its first `limit` bytes kept, the rest dropped."""
+    """One pipe's output: its first `limit` bytes kept, and `lookahead` more
+    to scrub a secret that straddles the cut; the rest dropped."""
 
-    __slots__ = ("cut", "data", "limit")
+    __slots__ = ("data", "keep", "limit", "size")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, lookahead: int = 0) -> None:
         self.limit = limit
+        self.keep = limit + lookahead
         self.data = bytearray()
-        self.cut = False
+        self.size = 0  # bytes read in all
 
     def add(self, chunk: bytes) -> None:
-        room = self.limit - len(self.data)
+        room = self.keep - len(self.data)
         if room > 0:
             self.data += chunk[:room]
-        if len(chunk) > room:
-            self.cut = True
+        self.size += len(chunk)
 
-    def text(self) -> str:
+    @property
+    def cut(self) -> bool:
+        return self.size > self.limit
+
+    def text(self, redactor: Redactor | None = None) -> str:
+        """Its first `limit` bytes as text, scrubbed by `redactor` before they
+        are cut: no part of a secret is left where the cut falls."""
+        data = bytes(self.data)
+        if not self.cut:
+            text = _decode(data, final=True)
+            return redactor.scrub(text) if redactor else text
         # Cut output may end inside a character: drop that part, not a U+FFFD.
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        return decoder.decode(bytes(self.data), final=not self.cut)
+        head = _decode(data[: self.limit], final=False)
+        if not redactor:
+            return head
+        whole = _decode(data, final=self.size == len(data))
+        if not whole.startswith(head):  # not expected of UTF-8: scrub what is kept
+            whole = head
+        return redactor.head(whole, len(head))
+
+
+def _decode(data: bytes, *, final: bool) -> str:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return decoder.decode(data, final=final)
 
 
 class Watch:
@@ -53,17 +76,19 @@ class Watch:
     (Linux; elsewhere a thread waits for it).
 
     `exited`: the command itself ended, what it left running in its group was
-    killed (`leftovers`: whether there was any), and it was reaped. `closed`:
-    no process holds its pipes any longer. `close()` kills what is still
-    running, reaps it and lets go of everything."""
+    killed (`leftovers`: whether there was any), and it was reaped (`cpu_time`:
+    the CPU seconds it used, when the system says). `closed`: no process holds
+    its pipes any longer. `close()` kills what is still running, reaps it and
+    lets go of everything."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], limit: int) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], limit: int, lookahead: int = 0) -> None:
         self.proc = proc
         self.loop = loop = asyncio.get_running_loop()
-        self.out, self.err = _Capture(limit), _Capture(limit)
+        self.out, self.err = _Capture(limit, lookahead), _Capture(limit, lookahead)
         self.exited: asyncio.Future[None] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
         self.leftovers = False
+        self.cpu_time: float | None = None
         self._fds: list[int] = []
         for pipe, capture in ((proc.stdout, self.out), (proc.stderr, self.err)):
             assert pipe is not None
@@ -111,9 +136,20 @@ class Watch:
             # Killed while its zombie still holds the group id, so the kill
             # cannot reach a new group that took the id over.
             self.leftovers = kill_group(self.proc.pid)
-            self.proc.wait()  # it has exited: this only reaps it
+            self._reap()
         if not self.exited.done():
             self.exited.set_result(None)
+
+    def _reap(self) -> None:
+        """Reap the command, which has exited, noting the CPU time it used
+        (`wait4`'s resource usage: the command's, and its reaped children's)."""
+        try:
+            _, status, usage = os.wait4(self.proc.pid, 0)  # it has exited: no wait
+        except (AttributeError, ChildProcessError):  # no wait4, or reaped already
+            self.proc.wait()
+            return
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.cpu_time = usage.ru_utime + usage.ru_stime
 
     def close(self) -> None:
         if self.proc.returncode is None:  # cancelled twice, closed or collected

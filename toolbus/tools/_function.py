@@ -1,7 +1,10 @@
 """Tools made from plain functions by `@tool`.
 
 The name comes from the function, the description from its docstring, the
-parameter schema from its type hints through pydantic. A parameter annotated
+parameter schema from its type hints through pydantic, each parameter's
+description from the docstring's `Args:` (Google), `Parameters` (NumPy) or
+`:param:` (Sphinx) entries unless its annotation gives one
+(`Annotated[..., Field(description=...)]`). A parameter annotated
 `ToolContext` is filled in by toolbus and left out of the schema.
 """
 
@@ -11,12 +14,14 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Annotated, Any, overload
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 from ..retry import RetryPolicy
 from ._context import ToolContext
+from ._docstring import parse_docstring
 from ._injected import is_injected_marker
 from ._tool import STANDARD_INVOKES, Tool, ToolType
 
@@ -58,7 +63,9 @@ class FunctionTool(Tool):
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
-        self.description = description if description is not None else _doc_summary(fn)
+        doc = parse_docstring(inspect.getdoc(fn))
+        self.description = description if description is not None else doc.summary
+        self._param_docs = doc.params
         self.type = type
         self.read_only = read_only
         self.timeout = timeout
@@ -93,6 +100,9 @@ class FunctionTool(Tool):
                     f"tool {self.name!r}: *args/**kwargs cannot be described to a model"
                 )
             default = ... if p.default is inspect.Parameter.empty else p.default
+            described = self._param_docs.get(p.name)
+            if described and not _has_description(ann, default) and not _is_injected(ann):
+                ann = Annotated[ann, Field(description=described)]
             fields[p.name] = (ann, default)
             names.append(p.name)
         self._param_names = tuple(names)
@@ -189,9 +199,14 @@ def _is_injected(annotation: Any) -> bool:
     )
 
 
-def _doc_summary(fn: AnyFunction) -> str:
-    doc = inspect.getdoc(fn) or ""
-    return doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+def _has_description(annotation: Any, default: Any) -> bool:
+    """Whether the parameter's own `Field(description=...)` describes it, in its
+    annotation (`Annotated[..., Field(...)]`) or as its default: that wins over
+    the docstring."""
+    infos = [default] if isinstance(default, FieldInfo) else []
+    if typing.get_origin(annotation) is typing.Annotated:
+        infos += [m for m in annotation.__metadata__ if isinstance(m, FieldInfo)]
+    return any(info.description is not None for info in infos)
 
 
 def _camel(name: str) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from ..retry import RetryPolicy
 from ._function import AnyFunction, FunctionTool, tool
@@ -107,9 +108,63 @@ class ToolRegistry:
     def list_by_type(self, type: ToolType) -> builtins.list[Tool]:
         return [t for t in self._tools.values() if t.type == type]
 
+    def merge(
+        self, other: ToolRegistry | Iterable[Tool], *, prefix: str | None = None
+    ) -> builtins.list[Tool]:
+        """Add every tool of `other` (a registry, or any iterable of tools) to this one.
+
+        With `prefix`, each is added under `prefix + name` (a copy of the tool
+        so renamed; `other` keeps its own): two sources with the same names
+        stay apart. All or nothing: if any resulting name is taken already,
+        `DuplicateToolError` names every clash and nothing is added. Returns
+        the tools added, in `other`'s order. `other` is read once: tools it
+        gets later are not added.
+        """
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"merge: prefix must be a string, got {type(prefix).__name__}")
+        given = other.list() if isinstance(other, ToolRegistry) else builtins.list(other)
+        for t in given:
+            if not isinstance(t, Tool):
+                raise TypeError(f"merge: expected toolbus tools, got {type(t).__name__}")
+        tools = [_renamed(t, prefix + t.name) for t in given] if prefix else given
+        names = [t.name for t in tools]
+        repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+        if repeated:
+            raise DuplicateToolError(f"merge: {_quoted(repeated)} given more than once")
+        with self._lock:
+            taken = [n for n in names if n in self._tools]
+            if taken:
+                raise DuplicateToolError(
+                    f"merge: {_quoted(taken)} already registered; nothing was added"
+                    + ("" if prefix else " (pass prefix= to keep the sources apart)")
+                )
+            self._tools = {**self._tools, **{t.name: t for t in tools}}
+        return tools
+
     def to_openai(self) -> builtins.list[dict[str, Any]]:
-        """Every tool in OpenAI's function-tool format."""
+        """Every tool in OpenAI's function-tool format (`Tool.to_openai`). For
+        strict schemas or the Responses API: `toolbus.providers.openai`."""
         return [t.to_openai() for t in self._tools.values()]
+
+    def to_anthropic(self) -> builtins.list[dict[str, Any]]:
+        """Every tool in Anthropic Messages' `tools` format, `{name, description,
+        input_schema}` (`toolbus.providers.anthropic.tool_definitions`)."""
+        from ..providers.anthropic import tool_definitions
+
+        return cast("builtins.list[dict[str, Any]]", tool_definitions(self))
+
+    def to_mcp(self) -> builtins.list[dict[str, Any]]:
+        """Every tool as an MCP server lists it (`tools/list`): `{name,
+        description, inputSchema, annotations: {readOnlyHint}}`, JSON as on the
+        wire. Made by `toolbus.mcp.mcp_tool`, which gives the SDK's `Tool`
+        objects; needs the `mcp` extra (`ImportError` saying so otherwise).
+        """
+        from ..mcp import mcp_tool
+
+        return [
+            mcp_tool(t).model_dump(mode="json", by_alias=True, exclude_none=True)
+            for t in self._tools.values()
+        ]
 
     def add_pydantic_ai(self, tool_or_function: Any, /, **options: Any) -> Tool:
         """Register a pydantic-ai tool (a `pydantic_ai.Tool` or a plain function,
@@ -196,3 +251,20 @@ class ToolRegistry:
             return t
 
         return make(fn) if fn is not None else make
+
+
+def _renamed(tool: Tool, name: str) -> Tool:
+    """A copy of `tool` called `name`: every attribute shared, the name its own.
+
+    Not `copy.copy`, which goes through the pickling state (`Tool.__getstate__`
+    leaves out the backend).
+    """
+    clone = object.__new__(type(tool))
+    clone.__dict__.update(tool.__dict__)
+    clone.name = name
+    return clone
+
+
+def _quoted(names: Sequence[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:10])
+    return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")

@@ -19,9 +19,15 @@ import resource
 import shutil
 import sys
 
-__all__ = ["limit_prefix"]
+__all__ = ["MIN_MEMORY_MB", "limit_prefix"]
 
 _SHIM = os.path.abspath(__file__)
+# The largest finite limit: below RLIM_INFINITY (all ones on Linux, 2**63 - 1
+# on macOS), and what `resource.setrlimit` (a C long long) takes.
+_INFINITY = resource.RLIM_INFINITY
+_MAX_RLIMIT = min(2**63 - 1, _INFINITY - 1) if _INFINITY > 0 else 2**63 - 1
+# Below this, not even the dynamic loader can map a program's libraries.
+MIN_MEMORY_MB = 16
 
 
 def limit_prefix(memory_limit_mb: int | None, cpu_limit_s: float | None) -> tuple[str, ...]:

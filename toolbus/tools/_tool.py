@@ -19,7 +19,7 @@ import jsonschema
 from pydantic import BaseModel, ValidationError
 
 from .. import _json
-from .._options import positive_int, positive_number, timeout_seconds
+from .._options import check_cpu_limit, check_memory_limit, positive_int, timeout_seconds
 from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
 from ..retry import RetryPolicy
@@ -230,10 +230,8 @@ class Tool:
         if not all(isinstance(g, str) and g for g in groups):
             raise TypeError(f"{owner}: groups must be non-empty strings, got {groups!r}")
         self.groups = groups
-        if self.memory_limit_mb is not None:
-            self.memory_limit_mb = positive_int(self.memory_limit_mb, "memory_limit_mb", owner)
-        if self.cpu_limit_s is not None:
-            self.cpu_limit_s = positive_number(self.cpu_limit_s, "cpu_limit_s", owner)
+        self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
+        self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
         if not isinstance(self.idempotent, bool):
             raise TypeError(f"{owner}: idempotent must be True or False, got {self.idempotent!r}")
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):

@@ -1,0 +1,1 @@
+"""Registries for the command-line tests (`toolbus tools list`, `toolbus call`)."""

@@ -1,0 +1,3 @@
+"""A module that fails while it is imported."""
+
+raise RuntimeError("this module is broken")

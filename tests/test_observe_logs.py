@@ -1,0 +1,295 @@
+"""JSON log lines (and the audit log): written to a stream, a logger or a rotating file,
+and parsed back."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
+from toolbus.observe import ALL, JsonLog, log_json
+
+SECRET = "sk-logs-29b8e4f1a7c6"
+
+
+def make_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def search(query: str, api_key: str = "") -> list[str]:
+        """Search."""
+        return [query]
+
+    @registry.tool
+    def fail(reason: str) -> str:
+        raise ToolError(f"failed: {reason}")
+
+    attempts: list[int] = []
+
+    @registry.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=0.001))
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("once")
+        return "ok"
+
+    return registry
+
+
+def parse(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_one_line_per_event_with_every_field(make_executor: MakeExecutor) -> None:
+    ex = make_executor(make_registry(), name="logged")
+    out = io.StringIO()
+    handle = log_json(ex, out)
+    assert isinstance(handle, JsonLog)
+    ex.execute(ToolCall(id="s1", name="search", arguments={"query": "oslo", "api_key": SECRET}))
+    ex.execute(ToolCall(id="f1", name="fail", arguments={"reason": "no"}))
+    ex.execute_batch([ToolCall(id="u1", name="serch", arguments={"query": "x"})])
+    ex.execute(ToolCall(id="r1", name="flaky"))
+    handle.close()
+    lines = parse(out.getvalue())
+    assert SECRET not in out.getvalue()
+    assert [line["seq"] for line in lines] == sorted(line["seq"] for line in lines)
+    for line in lines:
+        assert line["executor"] == "logged"
+        assert isinstance(line["timestamp"], float)
+        assert line["signal"].startswith("tool:")
+    by = {(line["signal"], line.get("call_id")): line for line in lines}
+
+    executing = by[("tool:executing", "s1")]
+    assert executing["tool"] == "search"
+    assert executing["status"] == "running"
+    assert executing["attempt"] == 1
+    assert executing["arguments"] == {"query": "oslo", "api_key": "***"}
+
+    finished = by[("tool:finished", "s1")]
+    assert finished["status"] == "ok"
+    assert finished["attempts"] == 1
+    assert finished["error_code"] is None
+    assert finished["arguments"] == {"query": "oslo", "api_key": "***"}
+    assert "output" not in finished  # results' outputs are not logged
+    assert finished["duration"] >= 0
+
+    error = by[("tool:error", "f1")]
+    assert (error["status"], error["error_code"], error["error"]) == (
+        "error",
+        "TOOL_ERROR",
+        "failed: no",
+    )
+    assert by[("tool:finished", "f1")]["status"] == "error"
+
+    rejected = by[("tool:rejected", "u1")]
+    assert rejected["tool"] == "<unknown>"
+    assert rejected["status"] == "rejected"
+    assert rejected["error_code"] == "TOOL_NOT_FOUND"
+    assert by[("tool:finished", "u1")]["tool"] == "<unknown>"
+    assert by[("tool:finished", "u1")]["batch_id"] == by[("tool:batch-start", None)]["batch_id"]
+
+    retry = by[("tool:retry-attempt", "r1")]
+    assert (retry["status"], retry["attempt"], retry["previous_error"]) == (
+        "retrying",
+        2,
+        "ConnectionError: once",
+    )
+    assert by[("tool:retry-success", "r1")]["attempts"] == 2
+
+
+def test_binary_streams_and_loggers(make_executor: MakeExecutor) -> None:
+    ex = make_executor(make_registry())
+    raw = io.BytesIO()
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("test_observe_logs.audit")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        with log_json(ex, raw, signals=("tool:finished",)), log_json(ex, logger):
+            ex.execute(ToolCall(id="b1", name="search", arguments={"query": "100%"}))
+            ex.drain_events()
+    finally:
+        logger.removeHandler(keep)
+    (line,) = parse(raw.getvalue().decode())
+    assert (line["signal"], line["call_id"], line["status"]) == ("tool:finished", "b1", "ok")
+    messages = [parse(r.getMessage())[0] for r in records]
+    assert [m["signal"] for m in messages] == ["tool:executing", "tool:executed", "tool:finished"]
+    assert messages[0]["arguments"] == {"query": "100%"}
+    assert {r.levelno for r in records} == {logging.INFO}
+
+
+def test_signals_all_includes_signals_defined_later(make_executor: MakeExecutor) -> None:
+    ex = make_executor(make_registry())
+    out = io.StringIO()
+    only = io.StringIO()
+    assert repr(ALL) == "ALL"
+    with log_json(ex, out), log_json(ex, only, signals=("tool:finished",)):
+        name = "test-logs:cache-hit"
+
+        @dataclass(frozen=True, slots=True)
+        class CacheHit(bus.Event):
+            tool: str
+            key: str
+            hits: int
+
+        bus.define_signal(name, "A cache answered (tests/test_observe_logs.py).")
+        assert ex.emitter.announce(name, CacheHit(tool="search", key="oslo", hits=3))
+        ex.execute(ToolCall(id="c", name="search", arguments={"query": "q"}))
+    lines = parse(out.getvalue())
+    (hit,) = [line for line in lines if line["signal"] == name]
+    assert (hit["tool"], hit["key"], hit["hits"]) == ("search", "oslo", 3)
+    assert [line["signal"] for line in parse(only.getvalue())] == ["tool:finished"]
+
+
+def test_fields_are_bounded(make_executor: MakeExecutor) -> None:
+    ex = make_executor(make_registry())
+    out = io.StringIO()
+    with log_json(ex, out, signals=("tool:executing", "tool:error"), max_field_chars=50):
+        ex.execute(ToolCall(id="big", name="search", arguments={"query": "x" * 10_000}))
+        ex.execute(ToolCall(id="long", name="fail", arguments={"reason": "y" * 500}))
+        ex.execute(ToolCall(id="small", name="search", arguments={"query": "z"}))
+    lines = {line["call_id"]: line for line in parse(out.getvalue())}
+    big = lines["big"]["arguments"]
+    assert isinstance(big, str)  # too big: its JSON text, cut
+    assert big.startswith('{"query":"xxxx')
+    assert big.endswith("…[+9962 chars]")
+    error = lines["long"]["error"]
+    assert error == "failed: " + "y" * 42 + "…[+458 chars]"
+    assert lines["small"]["arguments"] == {"query": "z"}
+    assert all(len(line) < 400 for line in out.getvalue().splitlines())
+
+
+def test_a_rotating_audit_log(make_executor: MakeExecutor, tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    ex = make_executor(make_registry(), name="audited")
+    handle = log_json(ex, path, signals=("tool:finished",), max_bytes=2_000, backups=2)
+    assert handle.path == str(path)
+    for i in range(60):
+        ex.execute(ToolCall(id=f"a{i}", name="search", arguments={"query": f"q{i}"}))
+    handle.close()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
+    for f in files:
+        assert 0 < f.stat().st_size <= 2_000
+    # Oldest lines went with the dropped file; the ones kept are the latest, in order.
+    kept = [
+        line
+        for f in (path.with_name("audit.jsonl.2"), path.with_name("audit.jsonl.1"), path)
+        for line in parse(f.read_text())
+    ]
+    ids = [int(line["call_id"][1:]) for line in kept]
+    assert ids == list(range(60 - len(ids), 60))
+    assert {(line["executor"], line["status"], line["tool"]) for line in kept} == {
+        ("audited", "ok", "search")
+    }
+    assert kept[-1]["arguments"] == {"query": "q59"}
+
+    # Appends to an existing file; without max_bytes it never rotates.
+    with log_json(ex, path, signals=("tool:finished",)):
+        ex.execute(ToolCall(id="more", name="search", arguments={"query": "m"}))
+    assert parse(path.read_text())[-1]["call_id"] == "more"
+    assert len(list(tmp_path.iterdir())) == 3
+
+
+def test_no_backups_truncates(make_executor: MakeExecutor, tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    ex = make_executor(make_registry())
+    with log_json(ex, str(path), max_bytes=600, backups=0):
+        for i in range(10):
+            ex.execute(ToolCall(id=f"t{i}", name="search", arguments={"query": "q"}))
+    assert [f.name for f in tmp_path.iterdir()] == ["events.jsonl"]
+    assert 0 < path.stat().st_size <= 600
+    assert parse(path.read_text())[-1]["call_id"] == "t9"
+
+
+def test_bad_options(make_executor: MakeExecutor, tmp_path: Path) -> None:
+    ex = make_executor(make_registry())
+    with pytest.raises(ValueError, match="needs a file path"):
+        log_json(ex, io.StringIO(), max_bytes=100)
+    with pytest.raises(ValueError, match="max_bytes"):
+        log_json(ex, tmp_path / "x", max_bytes=0)
+    with pytest.raises(ValueError, match="backups"):
+        log_json(ex, tmp_path / "x", backups=-1)
+    with pytest.raises(ValueError, match="max_field_chars"):
+        log_json(ex, io.StringIO(), max_field_chars=3)
+    with pytest.raises(TypeError, match="target"):
+        log_json(ex, 42)
+    with pytest.raises(TypeError, match="tuple of names"):
+        log_json(ex, io.StringIO(), signals="tool:finished")
+    with pytest.raises(KeyError, match="no toolbus signal"):
+        log_json(ex, tmp_path / "y", signals=("tool:nope",))
+    assert not (tmp_path / "y").exists() or (tmp_path / "y").stat().st_size == 0
+
+
+def test_closing_writes_what_was_announced_before_and_nothing_after(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    ex = make_executor(make_registry())
+    path = tmp_path / "log.jsonl"
+    handle = log_json(ex, path)
+    results = ex.execute_batch(
+        [ToolCall(id=f"c{i}", name="search", arguments={"query": "q"}) for i in range(20)]
+    )
+    assert results.summary.succeeded == 20
+    handle.close()  # no drain_events() before: close waits for what was announced
+    handle.close()
+    lines = parse(path.read_text())
+    assert len([line for line in lines if line["signal"] == "tool:finished"]) == 20
+    ex.execute(ToolCall(id="after", name="search", arguments={"query": "q"}))
+    ex.drain_events()
+    assert "after" not in path.read_text()
+
+
+def test_two_executors_one_file_stay_apart(tmp_path: Path) -> None:
+    path = tmp_path / "both.jsonl"
+    out = io.StringIO()
+    with Executor(make_registry(), name="one") as a, Executor(make_registry(), name="two") as b:
+        with log_json(a, out), log_json(b, out):
+            a.execute(ToolCall(id="x", name="search", arguments={"query": "q"}))
+            b.execute(ToolCall(id="x", name="search", arguments={"query": "q"}))
+    finished = [line for line in parse(out.getvalue()) if line["signal"] == "tool:finished"]
+    assert sorted(line["executor"] for line in finished) == ["one", "two"]
+    assert not path.exists()
+
+
+def test_an_in_doubt_line_and_custom_fields(make_executor: MakeExecutor) -> None:
+    from toolbus.journal import JournalRecord
+    from toolbus.journal._records import JournalOwner
+
+    ex = make_executor(make_registry(), name="journaled")
+    owner = JournalOwner(session="s", pid=1, host="h", opened=1.0)
+    record = JournalRecord(
+        id=1,
+        call_id="c9",
+        tool="fail",
+        arguments={"reason": "x", "token": "***"},
+        idempotency_key="k",
+        started=2.5,
+        owner=owner,
+        state="in_doubt",
+    )
+    with log_json(ex, io.StringIO()) as handle:
+        line = json.loads(handle.line("tool:in-doubt", bus.InDoubt("c9", "fail", record, seq=4)))
+    assert line["signal"] == "tool:in-doubt"
+    assert (line["seq"], line["executor"], line["tool"], line["call_id"]) == (
+        4,
+        "journaled",
+        "fail",
+        "c9",
+    )
+    assert (line["arguments"], line["started"]) == ({"reason": "x", "token": "***"}, 2.5)
+    assert "owner" not in line and "record" not in line

@@ -1,0 +1,146 @@
+"""`toolbus call module:registry TOOL --args JSON`: run one call through an
+Executor; print its events and its result."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from typing import Annotated, Any
+
+import orjson
+import typer
+from pydantic_core import to_jsonable_python
+from rich.table import Table
+from rich.text import Text
+
+from .. import bus
+from ..executor import Executor, _unknown_tool_message
+from ..formatting import format_result_for_context
+from ..models import ToolCall, ToolResult
+from ._common import EXIT_FAILED, EXIT_OK, console, load, usage_error, write_json
+
+__all__ = ["call", "event_fields"]
+
+# Fields every per-call event has; a line shows the rest.
+_COMMON = frozenset({"seq", "timestamp", "call_id", "tool", "batch_id"})
+
+
+def call(
+    registry: Annotated[
+        str,
+        typer.Argument(
+            help="The registry, as module:attribute (a ToolRegistry, or a function returning one)."
+        ),
+    ],
+    tool: Annotated[str, typer.Argument(help="The tool to call.")],
+    args: Annotated[
+        str,
+        typer.Option(
+            "--args",
+            "-a",
+            help="The arguments, as a JSON object (as a model would send them), or the raw "
+            "text for a free-text tool; '-' reads them from stdin.",
+        ),
+    ] = "{}",
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Seconds per attempt, unless the tool sets its own (0: none). "
+            "Default: the Executor's, 30.",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object, {result, events}, instead of text."),
+    ] = False,
+) -> None:
+    """Run one call through an Executor, as an agent would; print its events and its
+    result. Exit 0 when the call ended ok, 1 when it did not."""
+    tools = load("call", registry)
+    found = tools.get(tool)
+    if found is None:
+        usage_error("call", _unknown_tool_message(tool, tools.names()))
+    text = sys.stdin.read() if args == "-" else args
+    # A free-text (custom) tool takes the model's raw text as it is.
+    arguments: dict[str, Any] | str = text if found.type == "custom" else _arguments(text)
+    options: dict[str, Any] = {} if timeout is None else {"timeout": timeout or None}
+    with Executor(tools, **options) as executor, bus.Recorder(sender=executor) as recorder:
+        result = executor.execute(ToolCall(name=tool, arguments=arguments))
+        executor.drain_events()
+        events = sorted(recorder.events, key=lambda item: item[1].seq)
+    if as_json:
+        write_json(
+            {
+                "result": result.model_dump(mode="json"),
+                "events": [{"signal": name, **event_fields(e)} for name, e in events],
+            }
+        )
+    else:
+        _print(result, events)
+    raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        usage_error("call", f"--args is not valid JSON ({e.msg} at position {e.pos})")
+    if not isinstance(value, dict):
+        usage_error("call", f"--args must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def event_fields(event: bus.Event) -> dict[str, Any]:
+    """An event's fields as JSON-able data (its values are masked already)."""
+    return {
+        f.name: to_jsonable_python(getattr(event, f.name), fallback=repr)
+        for f in dataclasses.fields(event)
+    }
+
+
+def _print(result: ToolResult, events: list[tuple[str, bus.Event]]) -> None:
+    out = console()
+    start = events[0][1].timestamp if events else time.time()
+    lines = Table.grid(padding=(0, 1))
+    lines.add_column(justify="right", no_wrap=True, style="dim")
+    lines.add_column(justify="right", no_wrap=True, style="dim")
+    lines.add_column(no_wrap=True)
+    lines.add_column(overflow="fold")
+    for name, event in events:
+        lines.add_row(
+            f"#{event.seq}",
+            f"{(event.timestamp - start) * 1000:.1f} ms",
+            Text(name, style="bold"),
+            Text(_detail(event)),
+        )
+    out.rule(f"events ({len(events)}, masked, as subscribers receive them)", align="left")
+    out.print(lines)
+    status = "green" if result.ok else "red"
+    attempts = f"{result.attempts} attempt" + ("" if result.attempts == 1 else "s")
+    code = f" {result.error_code.value}" if result.error_code is not None else ""
+    out.rule(
+        f"result: [{status}]{result.status}{code}[/] · {attempts} · "
+        f"{result.duration * 1000:.1f} ms · what the model reads:",
+        align="left",
+    )
+    out.print(Text(format_result_for_context(result, include_metadata=False)))
+
+
+def _detail(event: bus.Event) -> str:
+    if isinstance(event, bus.CallFinished):
+        r = event.result
+        return r.status + (f" {r.error_code.value}" if r.error_code is not None else "")
+    parts = []
+    for key, value in event_fields(event).items():
+        if key in _COMMON:
+            continue
+        if isinstance(value, float):
+            text = f"{value:.6g}"
+        elif isinstance(value, str):
+            text = value
+        else:
+            text = orjson.dumps(value, default=str).decode()
+        parts.append(f"{key}={text if len(text) <= 200 else text[:199] + '…'}")
+    return " ".join(parts)

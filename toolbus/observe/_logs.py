@@ -1,0 +1,297 @@
+"""Structured logs: one JSON line per event, to a stream, a logger or a rotating file.
+
+Every line is a JSON object (orjson) with the event's `seq`, `timestamp`,
+`executor` and `signal`, then the event's own fields, each bounded in size.
+Events hold masked arguments and scrubbed texts only, so a line never holds a
+secret the executor knew of. A tool name the registry does not know is logged
+as `<unknown>`.
+
+The audit log (seed 003) is the same function on `tool:finished` only:
+
+    log_json(executor, "audit.jsonl", signals=("tool:finished",), max_bytes=50_000_000)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from typing import IO, TYPE_CHECKING, Any, Final
+
+import orjson
+
+from ..bus import Subscription
+from ..bus import _signals as sig
+from ..journal import JournalRecord
+from ..models import ToolResult
+from ._content import json_bytes, opaque
+from ._names import tool_label
+from ._subscription import LINGER, Handle
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+
+__all__ = ["ALL", "JsonLog", "log_json"]
+
+
+class _All:
+    """Every signal, toolbus's own and those defined with `define_signal`, now or later."""
+
+    _instance: _All | None = None
+
+    def __new__(cls) -> _All:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ALL"
+
+
+ALL: Final = _All()
+
+# What a line says a signal means for its call, where the event has no status.
+_STATUS = {
+    sig.EXECUTING: "running",
+    sig.EXECUTED: "ok",
+    sig.ERROR: "error",
+    sig.TIMEOUT: "timeout",
+    sig.RETRY_ATTEMPT: "retrying",
+    sig.REJECTED: "rejected",
+    sig.CANCELLED: "cancelled",
+}
+
+_SKIPPED = frozenset({"seq", "timestamp", "tool"})  # written first
+# Fields of these declared types are written as they are: they cannot be large.
+_SMALL = frozenset({"int", "float", "bool", "int | None", "float | None", "ErrorCode"})
+
+
+class _Bound:
+    """Keeps every field of a line within `limit` characters."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def cut(self, text: str) -> str:
+        extra = len(text) - self.limit
+        return text if extra <= 0 else f"{text[: self.limit]}…[+{extra} chars]"
+
+    def __call__(self, value: Any) -> Any:
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, str):
+            return self.cut(value)
+        try:
+            data = json_bytes(value)
+        except TypeError:
+            return "<not JSON>"
+        if len(data) <= self.limit:  # bytes >= characters
+            return orjson.Fragment(data)  # written as is, not encoded twice
+        return self.cut(data.decode())
+
+
+class _File:
+    """Appends lines to a file, rotating it by size like logging's RotatingFileHandler:
+    `path` -> `path.1` -> ... -> `path.{backups}` (dropped)."""
+
+    def __init__(self, path: str, max_bytes: int | None, backups: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        # Unbuffered: each line is one write(2), on disk for readers at once.
+        self.file: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 - see close()
+        self.size = self.file.tell()
+
+    def write(self, line: bytes) -> None:
+        if self.max_bytes and self.size and self.size + len(line) > self.max_bytes:
+            self._rotate()
+        self.file.write(line)
+        self.size += len(line)
+
+    def _rotate(self) -> None:
+        self.file.close()
+        if self.backups > 0:
+            for i in range(self.backups - 1, 0, -1):
+                older = f"{self.path}.{i}"
+                if os.path.exists(older):
+                    os.replace(older, f"{self.path}.{i + 1}")
+            os.replace(self.path, f"{self.path}.1")
+            self.file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        else:
+            self.file = open(self.path, "wb", buffering=0)  # noqa: SIM115
+        self.size = 0
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class JsonLog(Handle):
+    """An executor's events logged as JSON lines (`log_json`). `close()` detaches it
+    and closes the file it opened (never a stream or logger it was given)."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        target: Any,
+        *,
+        signals: tuple[str, ...] | None,
+        max_bytes: int | None,
+        backups: int,
+        max_field_chars: int,
+    ) -> None:
+        super().__init__(executor)
+        self._bound = _Bound(max_field_chars)
+        self._lock = threading.Lock()
+        self._done = False
+        self._file: _File | None = None
+        self._logger: logging.Logger | None = None
+        self._stream: Any = None
+        self._binary = False
+        if isinstance(target, logging.Logger):
+            self._logger = target
+        elif isinstance(target, str | os.PathLike):
+            self._file = _File(os.fspath(target), max_bytes, backups)
+        else:
+            self._stream = target
+            self._binary = isinstance(target, io.RawIOBase | io.BufferedIOBase)
+        # Per event type: its fields to write, and whether each is written as is.
+        self._plans: dict[type, tuple[tuple[str, bool], ...]] = {}
+        self.path = self._file.path if self._file is not None else None
+        try:
+            self._subscription = Subscription(signals, self._receive, executor, linger=LINGER)
+        except BaseException:
+            if self._file is not None:
+                self._file.close()
+            raise
+
+    def line(self, signal: str, event: Any) -> bytes:
+        """The JSON line (without its newline) written for `event` of `signal`."""
+        bound = self._bound
+        record: dict[str, Any] = {
+            "seq": event.seq,
+            "timestamp": event.timestamp,
+            "executor": self.executor.name,
+            "signal": signal,
+        }
+        tool = getattr(event, "tool", None)
+        if tool is not None:
+            record["tool"] = tool_label(self.executor, tool) if type(tool) is str else bound(tool)
+        status = _STATUS.get(signal)
+        if status is not None:
+            record["status"] = status
+        plan = self._plans.get(type(event))
+        if plan is None:
+            plan = self._plans[type(event)] = tuple(
+                (f.name, isinstance(f.type, str) and f.type in _SMALL)
+                for f in dataclasses.fields(event)
+                if f.name not in _SKIPPED
+            )
+        limit = bound.limit
+        for name, small in plan:
+            value = getattr(event, name)
+            if small or value is None or (type(value) is str and len(value) <= limit):
+                record[name] = value
+            elif isinstance(value, ToolResult):  # tool:finished: the result, never its output
+                record["status"] = value.status
+                record["error_code"] = value.error_code
+                record["error"] = bound(value.error)
+                record["attempts"] = value.attempts
+                record["duration"] = value.duration
+            elif isinstance(value, JournalRecord):  # tool:in-doubt: what the call was
+                record["arguments"] = bound(value.arguments)
+                record["started"] = value.started
+            else:
+                record[name] = bound(value)
+        return orjson.dumps(record, default=opaque, option=orjson.OPT_NON_STR_KEYS)
+
+    def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
+        data = self.line(signal, event)
+        with self._lock:
+            if self._done:
+                return
+            if self._file is not None:
+                self._file.write(data + b"\n")
+            elif self._logger is not None:
+                self._logger.info(data.decode())
+            elif self._binary:
+                self._stream.write(data + b"\n")
+                self._stream.flush()
+            else:
+                self._stream.write(data.decode() + "\n")
+                self._stream.flush()
+
+    def _detach(self, timeout: float) -> None:
+        self._subscription.close()
+        self.executor.drain_events(timeout)  # lines of events announced before: written first
+        with self._lock:
+            self._done = True
+            if self._file is not None:
+                self._file.close()
+
+
+def log_json(
+    executor: Executor,
+    target: Any,
+    *,
+    signals: Iterable[str] | _All = ALL,
+    max_bytes: int | None = None,
+    backups: int = 3,
+    max_field_chars: int = 2000,
+) -> JsonLog:
+    """Log `executor`'s events as JSON lines, one per event, and return the handle.
+
+    `target`: a text or binary stream (each line written and flushed), a
+    `logging.Logger` (each line a message at INFO), or a file path (appended
+    to; with `max_bytes`, rotated when a line would take it past that size,
+    keeping `backups` older files: `path.1`, `path.2`, ...). `signals`: the
+    signals to log; `ALL` (the default) is every signal, also those defined
+    later with `bus.define_signal`. Each field is cut to `max_field_chars`
+    characters (structured values beyond that are written as cut JSON text).
+    The audit log: `log_json(executor, path, signals=("tool:finished",))`.
+    Fields: docs/observe.md.
+    """
+    if isinstance(max_bytes, bool) or (
+        max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1)
+    ):
+        raise ValueError(f"log_json: max_bytes must be an integer >= 1 or None, got {max_bytes!r}")
+    if isinstance(backups, bool) or not isinstance(backups, int) or backups < 0:
+        raise ValueError(f"log_json: backups must be an integer >= 0, got {backups!r}")
+    if (
+        isinstance(max_field_chars, bool)
+        or not isinstance(max_field_chars, int)
+        or (max_field_chars < 16)
+    ):
+        raise ValueError(
+            f"log_json: max_field_chars must be an integer >= 16, got {max_field_chars!r}"
+        )
+    is_path = isinstance(target, str | os.PathLike)
+    if max_bytes is not None and not is_path:
+        raise ValueError("log_json: max_bytes (rotation) needs a file path as target")
+    writable = callable(getattr(target, "write", None))
+    if not (is_path or writable or isinstance(target, logging.Logger)):
+        raise TypeError(
+            "log_json: target must be a stream, a logging.Logger or a file path, "
+            f"got {type(target).__name__}"
+        )
+    names: tuple[str, ...] | None
+    if isinstance(signals, _All):
+        names = None
+    else:
+        if isinstance(signals, str):
+            raise TypeError('log_json: signals is a tuple of names, e.g. ("tool:finished",)')
+        names = tuple(signals)
+        if not names:
+            raise ValueError("log_json: signals is empty (ALL logs every signal)")
+    return JsonLog(
+        executor,
+        target,
+        signals=names,
+        max_bytes=max_bytes,
+        backups=backups,
+        max_field_chars=max_field_chars,
+    )

@@ -1,0 +1,34 @@
+"""How an executor's calls are named on every surface: the executor's name, tool labels.
+
+A tool name the registry does not know (one the model invented) becomes
+`UNKNOWN_TOOL` in metric labels, span names and log lines: the model cannot
+grow a metric's cardinality, and its invented text goes nowhere.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+    from ..tools import Tool
+
+__all__ = ["UNKNOWN_TOOL", "is_extension", "tool_label"]
+
+UNKNOWN_TOOL = "<unknown>"
+
+
+def tool_label(executor: Executor, name: Any) -> str:
+    """`name` if the executor's registry knows a tool by that name, else `UNKNOWN_TOOL`."""
+    return name if isinstance(name, str) and name in executor.registry else UNKNOWN_TOOL
+
+
+def is_extension(tool: Tool | None) -> bool:
+    """Whether `tool` runs on another server (an MCP tool): OTel's `extension` tool type."""
+    if tool is None:
+        return False
+    # Without toolbus.mcp imported no tool can be an MCPTool: never import it here.
+    module = sys.modules.get("toolbus.mcp._tool")
+    cls = getattr(module, "MCPTool", None) if module is not None else None
+    return cls is not None and isinstance(tool, cls)
