@@ -12,7 +12,8 @@ Two views, each interleaved round by round (see `_harness.py`):
    Goal: at most 1.02x.
 2. Subscribers attached, in one process: none, each surface alone
    (`instrument_otel` with the SDK and a batch span processor, `instrument_prometheus`,
-   `log_json` to a file), and all three; then none and all three again with a
+   `log_json` to a file; `serve_status` with no client, `live` drawing to a terminal
+   in memory), and the three exporters together; then none and all three again with a
    tool that waits 1 ms. The caller-visible p50 against none (goal: at most
    1.3x), and the subscribers' CPU per call: the whole process's CPU per call
    minus that of the run with none, round by round (event building, queueing,
@@ -22,6 +23,8 @@ Two views, each interleaved round by round (see `_harness.py`):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import statistics
@@ -126,9 +129,16 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
         SpanExportResult,
     )
     from prometheus_client import CollectorRegistry
+    from rich.console import Console
 
     from toolbus import Executor, ToolCall, ToolRegistry
-    from toolbus.observe import Handle, instrument_otel, instrument_prometheus, log_json
+    from toolbus.observe import (
+        instrument_otel,
+        instrument_prometheus,
+        live,
+        log_json,
+        serve_status,
+    )
 
     class Discard(SpanExporter):
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
@@ -155,21 +165,41 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
     call = ToolCall(name="noop", arguments={"i": 1})
     io_call = ToolCall(name="io_1ms", arguments={"i": 1})
     ex = Executor(registry, max_parallel=16, timeout=30, name="bench")
-    surfaces: dict[str, Callable[[], Handle]] = {
+
+    class Live:
+        """`live(ex)` drawing to a terminal in memory, closed like a handle."""
+
+        def __init__(self) -> None:
+            self.stack = contextlib.ExitStack()
+            screen = Console(file=io.StringIO(), force_terminal=True, width=160, height=50)
+            self.stack.enter_context(live(ex, console=screen))
+
+        def close(self) -> None:
+            self.stack.close()
+
+    exporters: dict[str, Callable[[], Any]] = {
         "otel": lambda: instrument_otel(ex, tracer_provider, meter_provider),
         "prometheus": lambda: instrument_prometheus(ex, prom),
         "log_json": lambda: log_json(ex, log_path, max_bytes=50_000_000, backups=1),
     }
+    # The live views: a status server nobody is reading (its feed keeps the state
+    # and the event ring; /metrics is its own instrument_prometheus), and the
+    # terminal dashboard redrawn 4 times a second.
+    surfaces: dict[str, Callable[[], Any]] = {
+        **exporters,
+        "serve_status": lambda: serve_status(ex),
+        "live": Live,
+    }
     configs: dict[str, tuple[str, ...]] = {
         "none": (),
         **{name: (name,) for name in surfaces},
-        "all three": tuple(surfaces),
+        "all three": tuple(exporters),
     }
 
     class Attach:
         def __init__(self, names: tuple[str, ...]) -> None:
             self.names = names
-            self.handles: list[Handle] = []
+            self.handles: list[Any] = []
 
         def on(self) -> None:
             self.handles = [surfaces[n]() for n in self.names]

@@ -272,5 +272,6 @@ def test_wire_records_from_real_events_are_plain_and_bounded() -> None:
     state = LiveState()
     assert state.apply(record)
     assert state.snapshot(T0)["errors"][0]["error"] == "bad"
-    assert plain({"a": (1, 2)}) == {"a": [1, 2]}
+    assert orjson.loads(orjson.dumps(plain({"a": (1, 2)}))) == {"a": [1, 2]}
+    assert plain({"when": T0, "odd": {1, 2}}) == {"when": T0, "odd": "{1, 2}"}
     assert plain(object()).startswith("<object")

@@ -24,30 +24,51 @@ __all__ = ["MAX_FIELD_CHARS", "encode", "plain"]
 MAX_FIELD_CHARS = 2000
 
 _SKIP = frozenset({"seq", "timestamp"})
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
     """`value` as JSON-able data; a value whose JSON takes more than `max_chars`
     bytes becomes the text of its first bytes, ending in "…"."""
-    if value is None or isinstance(value, bool | int | float):
+    kind = type(value)
+    if kind is str:
+        return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
+    if kind in _SCALARS:
         return value
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, str):
-        return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
+    if isinstance(value, str | int | float):  # subclasses
+        return plain(str(value) if isinstance(value, str) else float(value), max_chars)
     if isinstance(value, ToolResult):
         return _result(value, max_chars)
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        value = {name: getattr(value, name) for name in _fields(type(value))}
     try:
-        text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+        text = orjson.dumps(value)  # JSON as it is: kept as it is (the common case)
+        native = True
     except (TypeError, orjson.JSONEncodeError):
-        text = orjson.dumps(repr(value))
+        native = False
+        try:
+            text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+        except (TypeError, orjson.JSONEncodeError):
+            text = orjson.dumps(repr(value))
     if len(text) > max_chars:
         return text[: max_chars - 1].decode("utf-8", "ignore") + "…"
-    return orjson.loads(text)
+    return value if native else orjson.loads(text)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names but `seq` and `timestamp` (cached per class)."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        fields = dataclasses.fields(cls)
+        names = _FIELDS[cls] = tuple(f.name for f in fields if f.name not in _SKIP)
+    return names
 
 
 def _result(result: ToolResult, max_chars: int) -> dict[str, Any]:
@@ -68,8 +89,11 @@ def _result(result: ToolResult, max_chars: int) -> dict[str, Any]:
 def encode(signal: str, event: Event, max_chars: int = MAX_FIELD_CHARS) -> dict[str, Any]:
     """One event as a record: `seq`, `signal`, `timestamp` and the event's fields."""
     record: dict[str, Any] = {"seq": event.seq, "signal": signal, "timestamp": event.timestamp}
-    if dataclasses.is_dataclass(event):
-        for f in dataclasses.fields(event):
-            if f.name not in _SKIP:
-                record[f.name] = plain(getattr(event, f.name), max_chars)
+    names = _FIELDS.get(type(event))
+    if names is None:
+        if not dataclasses.is_dataclass(event):
+            return record
+        names = _fields(type(event))
+    for name in names:
+        record[name] = plain(getattr(event, name), max_chars)
     return record
