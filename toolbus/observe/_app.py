@@ -137,6 +137,9 @@ class Broadcast:
         self._event: asyncio.Event | None = None
         self._pending = False
         self.closed = False
+        # Streams open now (changed on the loop only): with none, nobody is woken,
+        # so a server nobody watches costs the calls no thread wake-ups.
+        self.streams = 0
 
     def bind(self) -> None:
         """Called on the server's loop as it starts."""
@@ -151,6 +154,8 @@ class Broadcast:
         return self._event
 
     def wake(self) -> None:
+        if not self.streams and not self.closed:
+            return
         with self._lock:
             if self._pending or self._loop is None:
                 return
@@ -233,24 +238,28 @@ def build_app(
     async def _stream(since: int | None) -> AsyncIterator[ServerSentEvent]:
         # Fixed before the first line goes out: a client that has read it gets
         # every event announced after that.
-        last = feed.latest if since is None else since
-        # A short retry: a page reconnects (with Last-Event-ID) a second after a drop.
-        yield ServerSentEvent(comment="toolbus events", retry=1000)
-        while not broadcast.closed:
-            woken = broadcast.event
-            records, gap = feed.since(last)
-            if gap:  # what the client missed is gone: it reloads /status and goes on
-                last = feed.latest
-                yield ServerSentEvent(
-                    data=orjson.dumps({"seq": last, "time": time.time()}).decode(),
-                    event="reset",
-                )
-                continue
-            for seq, data in records:
-                yield ServerSentEvent(data=data.decode(), id=str(seq))
-                last = seq
-            if not records:
-                await woken.wait()
+        broadcast.streams += 1  # before looking: from here on every record wakes us
+        try:
+            last = feed.latest if since is None else since
+            # A short retry: a page reconnects (with Last-Event-ID) a second after a drop.
+            yield ServerSentEvent(comment="toolbus events", retry=1000)
+            while not broadcast.closed:
+                woken = broadcast.event
+                records, gap = feed.since(last)
+                if gap:  # what the client missed is gone: it reloads /status and goes on
+                    last = feed.latest
+                    yield ServerSentEvent(
+                        data=orjson.dumps({"seq": last, "time": time.time()}).decode(),
+                        event="reset",
+                    )
+                    continue
+                for seq, data in records:
+                    yield ServerSentEvent(data=data.decode(), id=str(seq))
+                    last = seq
+                if not records:
+                    await woken.wait()
+        finally:
+            broadcast.streams -= 1
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

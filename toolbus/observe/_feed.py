@@ -20,8 +20,8 @@ import orjson
 
 from .. import bus
 from ..executor import Executor
-from ._state import LiveState
-from ._subscription import LINGER, require_bus
+from ._state import STATE_SIGNALS, LiveState
+from ._subscription import LINGER, Signals, require_bus
 from ._wire import encode
 
 __all__ = ["Feed"]
@@ -30,7 +30,9 @@ __all__ = ["Feed"]
 class Feed:
     """Subscribes to `executor`'s events; `close()` (or `with`) unsubscribes.
 
-    `history`: how many encoded records to keep for `since()` (0: none).
+    `history`: how many encoded records to keep for `since()` (0: none; then
+    the records lack the fields only a client of `/events` reads: arguments,
+    outputs, metadata).
     `on_record` callbacks run on the delivery thread after each record is
     applied and stored; they must be quick (wake someone up, no more).
     """
@@ -44,10 +46,13 @@ class Feed:
         self._evicted = 0  # the highest seq that fell out of the ring
         self._latest = 0
         self._listeners: list[Callable[[], None]] = []
-        self._sub = bus.subscribe(self._on_event, sender=executor, linger=LINGER)
+        if self._keep:  # /events sends every signal
+            self._sub = bus.subscribe(self._on_event, sender=executor, linger=LINGER)
+        else:  # only what the state reads: fewer events are built at all
+            self._sub = Signals(executor, self._on_event, STATE_SIGNALS, others=True)
 
     def _on_event(self, sender: Any, *, event: bus.Event, signal: str) -> None:
-        record = encode(signal, event)
+        record = encode(signal, event, light=not self._keep)
         # One lock around both: a state snapshot at seq S means S is in the ring
         # (or evicted), so a client resuming from a snapshot never sees a false gap.
         with self._lock:

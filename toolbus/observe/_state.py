@@ -38,9 +38,21 @@ from typing import Any
 from ..bus import _signals as sig
 from ._names import UNKNOWN_TOOL
 
-__all__ = ["QUANTILES", "STATUSES", "UNKNOWN_TOOL", "Latencies", "LiveState"]
+__all__ = ["QUANTILES", "STATE_SIGNALS", "STATUSES", "UNKNOWN_TOOL", "Latencies", "LiveState"]
 
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
+# The lifecycle signals `apply` reads (it counts any other it is given, too).
+STATE_SIGNALS = (
+    sig.EXECUTING,
+    sig.RETRY_ATTEMPT,
+    sig.ERROR,
+    sig.TIMEOUT,
+    sig.KILLED,
+    sig.LATE_RESULT,
+    sig.PROGRESS,
+    sig.FINISHED,
+    sig.BATCH_START,
+)
 QUANTILES = (0.5, 0.95, 0.99)
 _NAME_CHARS = 64  # a tool name the model made up is shown cut to this
 _ERROR_CHARS = 300

@@ -25,6 +25,7 @@ MAX_FIELD_CHARS = 2000
 
 _SKIP = frozenset({"seq", "timestamp"})
 _SCALARS = frozenset({int, float, bool, type(None)})
+_BULKY = frozenset({"arguments", "data", "record"})
 
 
 def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
@@ -71,7 +72,17 @@ def _fields(cls: type) -> tuple[str, ...]:
     return names
 
 
-def _result(result: ToolResult, max_chars: int) -> dict[str, Any]:
+def _result(result: ToolResult, max_chars: int, light: bool = False) -> dict[str, Any]:
+    if light:
+        return {
+            "call_id": result.call_id,
+            "name": plain(result.name, 200),
+            "status": result.status,
+            "error": plain(result.error, max_chars),
+            "error_code": result.error_code.value if result.error_code else None,
+            "attempts": result.attempts,
+            "duration": result.duration,
+        }
     return {
         "call_id": result.call_id,
         "name": plain(result.name, 200),
@@ -86,8 +97,14 @@ def _result(result: ToolResult, max_chars: int) -> dict[str, Any]:
     }
 
 
-def encode(signal: str, event: Event, max_chars: int = MAX_FIELD_CHARS) -> dict[str, Any]:
-    """One event as a record: `seq`, `signal`, `timestamp` and the event's fields."""
+def encode(
+    signal: str, event: Event, max_chars: int = MAX_FIELD_CHARS, *, light: bool = False
+) -> dict[str, Any]:
+    """One event as a record: `seq`, `signal`, `timestamp` and the event's fields.
+
+    `light`: without the bulky fields no view draws (arguments, outputs,
+    metadata, progress data, journal records): what `live()` feeds its state.
+    """
     record: dict[str, Any] = {"seq": event.seq, "signal": signal, "timestamp": event.timestamp}
     names = _FIELDS.get(type(event))
     if names is None:
@@ -95,5 +112,11 @@ def encode(signal: str, event: Event, max_chars: int = MAX_FIELD_CHARS) -> dict[
             return record
         names = _fields(type(event))
     for name in names:
-        record[name] = plain(getattr(event, name), max_chars)
+        if light and name in _BULKY:
+            continue
+        value = getattr(event, name)
+        if type(value) is ToolResult:
+            record[name] = _result(value, max_chars, light)
+        else:
+            record[name] = plain(value, max_chars)
     return record
