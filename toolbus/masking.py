@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "is_secret_key",
     "mask_arguments",
     "mask_paths",
+    "published_arguments",
 ]
 
 MASK = "***"
@@ -308,6 +310,78 @@ def _diff(raw: Any, masked: Any, hidden: list[str]) -> None:
             _diff(r, m, hidden)
     elif raw != masked and raw is not None and not isinstance(raw, bool):
         hidden.append(str(raw))
+
+
+def published_arguments(raw: Any, masked: Any, forced: Sequence[str]) -> tuple[Any, Scrubber]:
+    """What may be published of arguments `raw` that a masker made `masked` of,
+    and the scrubber of everything hidden; `forced` are the values that must
+    never be published whatever the masker did (typed secrets, injected
+    values: `mask_paths`'s hidden values, already masked at their paths when
+    `masked` is a mapping).
+
+    A masker may return anything. A mapping (or list) keeps its shape; any
+    other value (a text, an object) is published as its text. Whatever the
+    shape, every hidden value is scrubbed from what is published, in the forms
+    a text is likely to show it in (as it is, and escaped as JSON or a Python
+    repr would). Values the masker shows verbatim in a text are not counted as
+    hidden by it (a text cannot be compared with the arguments key by key).
+    When `masked` is not a mapping and a forced value is too short to scrub
+    from text (1 to 3 characters), nothing is published (`None`).
+    """
+    if isinstance(masked, bytes | bytearray):
+        masked = bytes(masked).decode("utf-8", "replace")
+    elif not isinstance(masked, str | int | float | bool | type(None) | list | tuple | Mapping):
+        fields = _fields(masked)  # a pydantic model or a dataclass: its data
+        masked = fields if fields is not None else _text_of(masked)
+    hidden = hidden_values(raw, masked)
+    if not isinstance(masked, Mapping) and masked is not None and hidden:
+        shown = masked if isinstance(masked, str) else _text_of(masked)
+        hidden = [v for v in hidden if v not in shown]
+    values = [*hidden, *forced]
+    scrubber = Scrubber([*values, *_escaped(values)])
+    text_only = not isinstance(masked, Mapping) and masked is not None
+    if text_only and any(0 < len(v) < MIN_SCRUB_LENGTH for v in forced):
+        return None, scrubber
+    return _scrub_published(scrubber, masked), scrubber
+
+
+def _text_of(value: Any) -> str:
+    try:
+        return value if isinstance(value, str) else repr(value)
+    except Exception:  # an object that cannot say what it is
+        return MASK
+
+
+def _escaped(values: Iterable[str]) -> list[str]:
+    """`values` as JSON and Python reprs write them inside a text, where that differs."""
+    out: list[str] = []
+    for v in values:
+        for form in (json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1], repr(v)[1:-1]):
+            if form != v:
+                out.append(form)
+    return out
+
+
+def _scrub_published(scrubber: Scrubber, value: Any) -> Any:
+    if not scrubber:
+        return value
+    if isinstance(value, str | int | float | bool | type(None) | Mapping | list | tuple):
+        if isinstance(value, Mapping):
+            return {
+                (scrubber.text(k) if isinstance(k, str) else k): _scrub_published(scrubber, v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [_scrub_published(scrubber, v) for v in value]
+        return scrubber.value(value)
+    # An object: published as it is unless its text shows a secret.
+    try:
+        rep, text = repr(value), str(value)
+    except Exception:  # an object that cannot say what it is
+        return MASK
+    if scrubber.text(rep) != rep or scrubber.text(text) != text:
+        return scrubber.text(text)
+    return value
 
 
 class Scrubber:

@@ -46,7 +46,7 @@ from ..bus._events import (
 )
 from ..bus._events import WorkerKilled as WorkerKilled_
 from ..bus._publisher import Emitter
-from ..masking import Scrubber, hidden_values, mask_arguments, mask_paths
+from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
 from ..models import ErrorCode, Status, ToolCall, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import ArgumentError, ToolContext, ToolFailure, error_text, normalize_output
@@ -304,9 +304,11 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
             except orjson.JSONDecodeError:
                 pass
         masked, typed = mask_paths(masked, raw, paths)
-        run.masked = masked
         if masked is not raw:
-            run.scrubber = Scrubber([*hidden_values(raw, masked), *typed])
+            # Whatever the masker returned (a text, a list, an object), what is
+            # published has every hidden value scrubbed from it.
+            masked, run.scrubber = published_arguments(raw, masked, typed)
+        run.masked = masked
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # A broken masker must not leak: publish nothing of the arguments.
         run.masked = None
