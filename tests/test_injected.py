@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 import pytest
-from pydantic import BaseModel, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 
 from toolbus import (
     ErrorCode,
@@ -321,6 +321,62 @@ def test_a_model_supplied_value_is_rejected_even_when_null(make_executor: MakeEx
     ex = make_executor(make_registry(), inject={"region": lambda c: "us"})
     result = ex.execute(ToolCall(name="optional", arguments={"query": "q", "region": None}))
     assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+
+
+class _AliasedParams(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    q: str
+    tenant: Annotated[str, Injected] = Field("default-tenant", alias="tenantId")
+    region: Annotated[str, Injected] = Field(
+        "eu", validation_alias=AliasChoices("regionCode", "zone")
+    )
+
+
+class _Aliased(Tool):
+    name = "aliased"
+    description = "Injected fields read under other names."
+    read_only = True
+    Params = _AliasedParams
+
+    def run(self, params: _AliasedParams) -> str:
+        return f"tenant={params.tenant} region={params.region}"
+
+
+@pytest.mark.parametrize("name", ["tenantId", "tenant", "regionCode", "zone", "region"])
+def test_an_injected_field_is_refused_under_every_name_it_is_read_from(
+    name: str, make_executor: MakeExecutor
+) -> None:
+    registry = ToolRegistry()
+    aliased = registry.register(_Aliased())
+    assert aliased.injected == ("tenantId", "regionCode")
+    assert set(aliased.schema["properties"]) == {"q"}
+    for ex in (
+        make_executor(registry),
+        make_executor(registry, inject={"tenantId": lambda c: "app", "regionCode": lambda c: "no"}),
+    ):
+        result = ex.execute(ToolCall(name="aliased", arguments={"q": "x", name: "EVIL"}))
+        assert result.status == "rejected"
+        assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+        assert f"'{name}' cannot be set by the model" in (result.error or "")
+    supplied = ex.execute(ToolCall(name="aliased", arguments={"q": "x"}))
+    assert supplied.output == "tenant=app region=no"
+
+
+def test_an_injected_value_a_hook_sets_by_its_python_name_is_masked(
+    make_executor: MakeExecutor,
+) -> None:
+    registry = ToolRegistry()
+    registry.register(_Aliased())
+
+    def supply(call: ToolCall) -> ToolCall:
+        return call.with_arguments({**call.arguments, "tenant": USER})
+
+    ex = make_executor(registry, pre_call=[supply], masker=lambda call: call.arguments)
+    with bus.Recorder("tool:executing", sender=ex) as rec:
+        result = ex.execute(ToolCall(name="aliased", arguments={"q": "x"}))
+        (event,) = rec.wait_for("tool:executing", 1)
+    assert result.output == "tenant=*** region=eu"
+    assert event.arguments == {"q": "x", "tenant": "***"}
 
 
 # -- masking ------------------------------------------------------------------------------

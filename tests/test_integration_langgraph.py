@@ -843,3 +843,36 @@ def test_a_secret_in_an_exception_is_scrubbed_from_the_message(nodes: list[Toolb
         toolbus_node(nodes, [leaky]).invoke(state_of(call("leaky", "l", token="tok-998877")))
     )
     assert message.content == "Error: ValueError: token *** expired\n Please fix your mistakes."
+
+
+class _AliasedArgs(BaseModel):
+    q: str
+    tenant: Annotated[str, InjectedToolArg] = Field("none", alias="tenantId")
+    call_ref: Annotated[str, InjectedToolCallId] = Field(alias="callRef")
+
+
+def _aliased(q: str, call_ref: str, tenant: str = "none") -> str:
+    return f"q={q} tenant={tenant} call={call_ref}"
+
+
+@pytest.mark.parametrize("path", ["direct", "through invoke"])
+def test_an_injected_field_with_an_alias(path: str) -> None:
+    t = StructuredTool.from_function(
+        _aliased, name="aliased", description="d", args_schema=_AliasedArgs
+    )
+    if path == "through invoke":
+        t.verbose = True  # off toolbus's direct path: LangChain validates the input again
+    registry = ToolRegistry()
+    imported = registry.add_langchain(t, read_only=True)
+    assert imported.injected == ("tenant",)
+    assert set(imported.schema["properties"]) == {"q"}
+    with Executor(registry, inject={"tenant": lambda call: "app-tenant-42"}) as ex:
+        # The model can set it by no name: its alias, nor its parameter name.
+        for name in ("tenantId", "tenant"):
+            refused = ex.execute(ToolCall(name="aliased", arguments={"q": "x", name: "EVIL"}))
+            assert refused.error_code == ErrorCode.INVALID_ARGUMENTS
+            assert f"'{name}' cannot be set by the model" in (refused.error or "")
+        # The value the application supplies reaches the tool (masked in the output).
+        ok = ex.execute(ToolCall(id="c1", name="aliased", arguments={"q": "x"}))
+    assert ok.status == "ok", ok.error
+    assert ok.output == "q=x tenant=*** call=c1"

@@ -57,11 +57,12 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "toolbus.integrations.langchain needs langchain-core: pip install 'toolbus[langgraph]'"
     ) from e
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AliasChoices, AliasPath, BaseModel, ValidationError
 
 from ..pipeline import current_run
 from ..retry import RetryPolicy
 from ..tools import ArgumentError, Tool, ToolError
+from ..tools._injected import argument_names, schema_name
 from ..tools._tool import format_validation_error
 
 if TYPE_CHECKING:
@@ -305,15 +306,49 @@ class LangChainTool(Tool):
                 injected.append(param)  # declared on the function only
         self._call_id_params = tuple(call_ids)
         self._state_params = states
-        self._framework_params = frozenset((*call_ids, *states))
         fields = self._model.model_fields if self._model is not None else {}
+        # What the model sends under any name of these is dropped (the
+        # aliases of an args_schema's fields too).
+        self._framework_params = frozenset(
+            n
+            for p in (*call_ids, *states)
+            for n in (argument_names(p, fields[p]) if p in fields else (p,))
+        )
         self._optional_state = frozenset(
             p for p, f in states.items() if f and p in fields and not fields[p].is_required()
         )
         self._injected_params = tuple(dict.fromkeys(injected))
+        # Injected fields the args_schema reads under another name (an alias):
+        # the value supplied under the parameter's name is validated under it.
+        self._injected_aliases: dict[str, str] = {}
+        by_alias = self._model is None or self._model.model_config.get("validate_by_alias", True)
+        for param in (*self._injected_params, *call_ids, *states):
+            f = fields.get(param)
+            if f is None or not by_alias:
+                continue
+            alias = f.validation_alias
+            first = alias.choices[0] if isinstance(alias, AliasChoices) and alias.choices else alias
+            if isinstance(first, AliasPath):
+                raise UnsupportedToolError(
+                    f"LangChain tool {self.name!r}: injected parameter {param!r} is read from "
+                    "an AliasPath, where toolbus cannot put its value; give it a plain alias"
+                )
+            name = schema_name(param, f)
+            if name != param:
+                self._injected_aliases[param] = name
 
     def _injected_names(self, schema: dict[str, Any]) -> tuple[str, ...]:
         return self._injected_params
+
+    def _injected_argument_names(self) -> tuple[str, ...]:
+        # The model may set an injected field by none of its names: its
+        # parameter name, its alias, its validation aliases.
+        names = dict.fromkeys(self._injected_params)
+        fields = self._model.model_fields if self._model is not None else {}
+        for param in self._injected_params:
+            if param in fields:
+                names.update(dict.fromkeys(argument_names(param, fields[param])))
+        return tuple(names)
 
     def _target(self) -> Callable[..., Any]:
         return self._arun if self._async else self.run
@@ -341,6 +376,10 @@ class LangChainTool(Tool):
                     given[param] = call_id
             if self._state_params:
                 given.update(self._state_values())
+        if self._injected_aliases:
+            moved = {p: a for p, a in self._injected_aliases.items() if p in given}
+            if moved:
+                given = {moved.get(k, k): v for k, v in given.items()}
         model = self._model
         if model is None:  # a JSON schema: LangChain passes the input as it is
             super().validate(arguments)
@@ -418,9 +457,14 @@ class LangChainTool(Tool):
             return self._output(value)
         graph = GRAPH_CALL.get()
         call_id = _current_call_id()
-        # The validated arguments: LangChain validates them again when the tool
-        # has an args_schema, and passes them as they are when it has none.
-        tool_input: Any = dict(params.kwargs)
+        # With a pydantic args_schema, LangChain validates the input again: it
+        # gets the input as toolbus validated it (under the schema's names,
+        # aliases included), as ToolNode would give it. Without one (or with a
+        # JSON schema), LangChain passes the input as it is: the validated
+        # arguments.
+        tool_input: Any = (
+            dict(params.given) if isinstance(tool.args_schema, type) else dict(params.kwargs)
+        )
         if call_id is not None:
             tool_input = {"name": self.name, "args": tool_input, "id": call_id, "type": "tool_call"}
         config = ensure_config(graph.config if graph is not None else None)

@@ -421,7 +421,7 @@ def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
     args = call.arguments
     if not isinstance(args, dict):
         return call  # unparseable: validation says so
-    given = [n for n in tool.injected if n in args]
+    given = [n for n in tool.injected_names if n in args]
     if given:
         names = ", ".join(f"'{n}'" for n in given)
         return _reject(
