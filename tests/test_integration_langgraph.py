@@ -39,10 +39,11 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, Field
 
-from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
+from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.integrations.langchain import LangChainTool, UnsupportedToolError
 from toolbus.integrations.langgraph import ToolbusNode, ToolCallFailed
 from toolbus.providers import anthropic, openai
+from toolbus.tools import DuplicateToolError
 
 # ToolNode needs a runtime in its config outside a graph (LangGraph 1.2).
 RUNTIME_CONFIG: Any = {"configurable": {"__pregel_runtime": Runtime()}}
@@ -876,3 +877,103 @@ def test_an_injected_field_with_an_alias(path: str) -> None:
         ok = ex.execute(ToolCall(id="c1", name="aliased", arguments={"q": "x"}))
     assert ok.status == "ok", ok.error
     assert ok.output == "q=x tenant=*** call=c1"
+
+
+def test_nodes_on_a_shared_executor_run_only_their_own_tools() -> None:
+    deleted: list[str] = []
+
+    @lc_tool
+    def search_docs(q: str) -> str:
+        """Search."""
+        return f"results for {q}"
+
+    @lc_tool
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    def lookup(key: str) -> str:
+        """A plain function, which each node makes a LangChain tool of."""
+        return key.upper()
+
+    with Executor(ToolRegistry()) as shared:
+        researcher = ToolbusNode([search_docs, lookup], shared, read_only=True)
+        writer = ToolbusNode([delete_file], shared)
+        # The same tools again on the same executor: no clash, the same tool.
+        again = ToolbusNode([search_docs, lookup], shared, read_only=True)
+        assert researcher.tool_names == ["search_docs", "lookup"] == again.tool_names
+        assert writer.tool_names == ["delete_file"]
+        assert set(shared.registry.names()) == {"search_docs", "lookup", "delete_file"}
+        with pytest.raises(DuplicateToolError, match="read_only=True"):
+            ToolbusNode([search_docs], shared)  # the same tool, mutating this time
+
+        state = state_of(
+            call("search_docs", "1", q="x"),
+            call("delete_file", "2", path="/etc/important"),
+            call("lookup", "3", key="k"),
+        )
+        mine = messages_of(researcher.invoke(state))
+        theirs = messages_of(ToolNode([search_docs, lookup]).invoke(state, RUNTIME_CONFIG))
+        assert_same(theirs, mine)
+        assert (
+            mine[1].content
+            == theirs[1].content
+            == ("Error: delete_file is not a valid tool, try one of [search_docs, lookup].")
+        )
+        assert deleted == []
+        amine = messages_of(asyncio.run(researcher.ainvoke(state)))
+        assert [(m.tool_call_id, m.status) for m in amine] == [
+            ("1", "success"),
+            ("2", "error"),
+            ("3", "success"),
+        ]
+        assert deleted == []
+        (done,) = messages_of(writer.invoke(state_of(call("delete_file", "4", path="/tmp/x"))))
+        assert done.status == "success" and deleted == ["/tmp/x"]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_interrupt_in_a_toolbus_tool_reaches_the_graph(
+    kind: str, nodes: list[ToolbusNode]
+) -> None:
+    registry = ToolRegistry()
+    if kind == "sync":
+
+        @registry.tool(read_only=True)
+        def approve_refund(order: str) -> str:
+            """Ask a person before refunding."""
+            answer = interrupt({"refund": order, "note": "VALUE-ONLY-THE-PERSON-SEES"})
+            return f"refund {order}: {answer}"
+
+    else:
+
+        @registry.tool(read_only=True)
+        async def approve_refund(order: str) -> str:
+            """Ask a person before refunding."""
+            await asyncio.sleep(0)
+            answer = interrupt({"refund": order, "note": "VALUE-ONLY-THE-PERSON-SEES"})
+            return f"refund {order}: {answer}"
+
+    retry = RetryPolicy(max_retries=3, backoff_base=0.01, retry_on=(Exception,))  # never used
+    for node in (
+        toolbus_node(nodes, registry, retry=retry),
+        toolbus_node(nodes, [registry.get("approve_refund")], retry=retry),
+    ):
+        graph = StateGraph(MessagesState)
+        graph.add_node("tools", node)
+        graph.add_edge(START, "tools")
+        app = graph.compile(checkpointer=InMemorySaver())
+        thread: Any = {"configurable": {"thread_id": f"t-{id(node)}"}}
+        with bus.Recorder(sender=node.executor) as rec:
+            paused = app.invoke(state_of(call("approve_refund", "r", order="A1")), thread)
+            node.executor.drain_events()
+        assert paused["__interrupt__"][0].value["refund"] == "A1"
+        assert not [m for m in paused["messages"] if isinstance(m, ToolMessage)]
+        published = repr([e for name in rec.names() for e in rec.of(name)])
+        assert "VALUE-ONLY-THE-PERSON-SEES" not in published
+        assert "interrupted the graph" in published
+        assert [e.result.attempts for e in rec.of("tool:finished")] == [1]  # never retried
+        resumed = app.invoke(Command(resume="yes"), thread)
+        assert resumed["messages"][-1].content == "refund A1: yes"
+        assert resumed["messages"][-1].status == "success"

@@ -61,7 +61,7 @@ from pydantic import AliasChoices, AliasPath, BaseModel, ValidationError
 
 from ..pipeline import current_run
 from ..retry import RetryPolicy
-from ..tools import ArgumentError, Tool, ToolError
+from ..tools import ArgumentError, Tool, ToolError, ToolFailure
 from ..tools._injected import argument_names, schema_name
 from ..tools._tool import format_validation_error
 
@@ -106,6 +106,20 @@ class GraphCall:
     messages: dict[str, ToolMessage] = field(default_factory=dict)
     # The first GraphInterrupt (or other GraphBubbleUp) a tool raised.
     bubble: BaseException | None = None
+
+    def intercept(self, error: BaseException) -> BaseException | None:
+        """What a tool of the batch raised, seen before toolbus judges it (as
+        `toolbus.pipeline.tool_exception_filter`): an `interrupt()` (any
+        GraphBubbleUp) is the graph's, kept for the node to raise; the call
+        ends with a final error that does not show the interrupt's value."""
+        kind = _langgraph().bubble
+        if kind is None or not isinstance(error, kind):
+            return None
+        if self.bubble is None:
+            self.bubble = error
+        current = current_run.get()
+        name = current[1].call.name if current is not None else "a tool"
+        return ToolFailure(f"Tool '{name}' interrupted the graph")
 
 
 GRAPH_CALL: contextvars.ContextVar[GraphCall | None] = contextvars.ContextVar(
@@ -488,13 +502,9 @@ class LangChainTool(Tool):
 
     def _failure(self, error: Exception) -> Exception:
         """What a tool's exception becomes: itself, or what LangChain makes of it."""
-        lg = _langgraph()
+        # An interrupt() (a GraphBubbleUp) goes on as it is: the node takes it
+        # back to the graph (GraphCall.intercept).
         graph = GRAPH_CALL.get()
-        if lg.bubble is not None and isinstance(error, lg.bubble) and graph is not None:
-            # An interrupt() in the tool: the node raises it to the graph.
-            if graph.bubble is None:
-                graph.bubble = error
-            return ToolError(f"Tool '{self.name}' interrupted the graph", retryable=False)
         flag = self.langchain_tool.handle_tool_error
         if isinstance(error, ToolException) and flag:
             # The tool's own handling, as LangChain applies it: an error message.
