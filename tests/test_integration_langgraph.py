@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, NoReturn
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import (
@@ -977,3 +978,48 @@ def test_an_interrupt_in_a_toolbus_tool_reaches_the_graph(
         resumed = app.invoke(Command(resume="yes"), thread)
         assert resumed["messages"][-1].content == "refund A1: yes"
         assert resumed["messages"][-1].status == "success"
+
+
+def test_sync_tools_off_the_direct_path_run_on_toolbus_worker_threads(
+    release: threading.Event,
+) -> None:
+    started: list[str] = []
+
+    class Handler(BaseCallbackHandler):
+        def on_tool_start(self, serialized: Any, input_str: str, **kwargs: Any) -> None:
+            started.append(input_str)
+
+    def hang(i: int) -> str:
+        """Hangs until released."""
+        release.wait(30)
+        return "late"
+
+    def where(i: int) -> str:
+        """Says where it runs."""
+        return threading.current_thread().name
+
+    class Subclassed(StructuredTool):
+        pass
+
+    tools: list[BaseTool] = [
+        StructuredTool.from_function(hang, callbacks=[Handler()]),
+        StructuredTool.from_function(where, name="with_callbacks", callbacks=[Handler()]),
+        StructuredTool.from_function(where, name="verbose", verbose=True),
+        Subclassed.from_function(where, name="subclassed"),
+    ]
+    registry = ToolRegistry()
+    for t in tools:
+        imported = registry.add_langchain(
+            t, read_only=True, timeout=0.2 if t.name == "hang" else None
+        )
+        assert imported.is_async is False
+    assert registry.add_langchain(Echo()).is_async is True  # an _arun of its own
+    with Executor(registry) as ex:
+        assert ex.execute(ToolCall(name="hang", arguments={"i": 1})).status == "timeout"
+        # The hung call holds one of toolbus's threads, counted: not one of the
+        # event loop's default thread pool, unseen and soon exhausted.
+        assert ex.stats().abandoned_workers == 1
+        for name in ("with_callbacks", "verbose", "subclassed"):
+            result = ex.execute(ToolCall(name=name, arguments={"i": 2}))
+            assert result.ok and not str(result.output).startswith("asyncio"), result
+    assert len(started) == 2  # LangChain's callbacks still run (through its invoke)

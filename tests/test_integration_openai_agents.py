@@ -476,3 +476,46 @@ def test_function_tools_refuses_another_registry(make_executor: MakeExecutor) ->
     ex = make_executor(_registry())
     with pytest.raises(ValueError, match="the executor's registry"):
         function_tools(ToolRegistry(), ex)
+
+
+def test_a_sync_tool_runs_on_toolbus_worker_threads(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    threads: list[str] = []
+
+    @function_tool
+    def hang(i: int) -> str:
+        """Hangs until released."""
+        release.wait(30)
+        return "late"
+
+    @function_tool
+    def where(i: int) -> str:
+        """Says where it runs."""
+        threads.append(threading.current_thread().name)
+        return f"ran {i}"
+
+    @function_tool
+    async def awhere(i: int) -> str:
+        """Async: runs on toolbus's loop."""
+        await asyncio.sleep(0)
+        return f"async {i}"
+
+    reg = ToolRegistry()
+    reg.add_openai_agents(hang, read_only=True, timeout=0.2)
+    reg.add_openai_agents(where, read_only=True)
+    reg.add_openai_agents(awhere, read_only=True)
+    assert reg.get("hang").is_async is False and reg.get("where").is_async is False  # type: ignore[union-attr]
+    assert reg.get("awhere").is_async is True  # type: ignore[union-attr]
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(name="hang", arguments={"i": 1})).status == "timeout"
+    # The hung call holds one of toolbus's threads, counted (not one of a
+    # thread pool of the event loop's, unseen and soon exhausted).
+    assert ex.stats().abandoned_workers == 1
+    batch = ex.execute_batch([ToolCall(name="where", arguments={"i": i}) for i in range(3)])
+    assert [r.output for r in batch] == ["ran 0", "ran 1", "ran 2"]
+    assert not [t for t in threads if t.startswith("asyncio")]
+    assert ex.execute(ToolCall(name="awhere", arguments={"i": 4})).output == "async 4"
+    # The SDK's own validation still applies (and its errors are toolbus's).
+    bad = ex.execute(ToolCall(name="where", arguments={"i": "x"}))
+    assert bad.error_code == ErrorCode.INVALID_ARGUMENTS

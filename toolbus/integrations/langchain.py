@@ -50,6 +50,7 @@ try:
         StructuredTool,
         ToolException,
     )
+    from langchain_core.tools import Tool as SimpleTool
     from langchain_core.tools.base import get_all_basemodel_annotations
     from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as e:  # pragma: no cover - depends on the installation
@@ -84,6 +85,9 @@ _BLOCK_TYPES = frozenset(
         "file",
     )
 )
+
+# LangChain's own `_arun`s, which run the sync `_run` in the event loop's thread pool.
+_SYNC_ARUNS = frozenset((BaseTool._arun, StructuredTool._arun, SimpleTool._arun))
 
 # LangChain's names for the fields of `*args` / `**kwargs`: passed only when given.
 _SYNTHETIC = frozenset(("args", "kwargs"))
@@ -260,9 +264,10 @@ class LangChainTool(Tool):
             assert target is not None
             self._config_param = _config_param(target)
         else:
-            self._async = (st is not None and st.coroutine is not None) or (
-                type(tool)._arun is not BaseTool._arun
-            )
+            # Async only where the tool has async work of its own: LangChain's
+            # ainvoke of a sync tool runs it in the event loop's default thread
+            # pool, outside toolbus's threads; toolbus runs it on those itself.
+            self._async = _has_async(tool)
             self._config_param = None
         self._setup()
         self._schema = self.parameters  # exactly what LangChain exports
@@ -599,6 +604,14 @@ def _plain_structured(tool: BaseTool) -> bool:
         and not tool.callbacks
         and not tool.verbose
     )
+
+
+def _has_async(tool: BaseTool) -> bool:
+    """Whether the tool has an async implementation: a coroutine, or an `_arun`
+    of its own (LangChain's own `_arun`s run the sync `_run` in a thread)."""
+    if getattr(tool, "coroutine", None) is not None:
+        return True
+    return type(tool)._arun not in _SYNC_ARUNS
 
 
 def _injected_keys(tool: BaseTool) -> frozenset[str]:
