@@ -40,7 +40,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, Field
 
-from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, bus
+from toolbus import ErrorCode, Executor, Injected, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.integrations.langchain import LangChainTool, UnsupportedToolError
 from toolbus.integrations.langgraph import ToolbusNode, ToolCallFailed
 from toolbus.providers import anthropic, openai
@@ -1023,3 +1023,15 @@ def test_sync_tools_off_the_direct_path_run_on_toolbus_worker_threads(
             result = ex.execute(ToolCall(name=name, arguments={"i": 2}))
             assert result.ok and not str(result.output).startswith("asyncio"), result
     assert len(started) == 2  # LangChain's callbacks still run (through its invoke)
+
+
+def test_toolbus_injected_on_a_langchain_tool_is_refused_with_the_fix() -> None:
+    @lc_tool
+    def lookup(q: str, tenant: Annotated[str, Injected]) -> str:
+        """LangChain shows `tenant` to the model: toolbus's marker means nothing to it."""
+        return q
+
+    with pytest.raises(UnsupportedToolError, match=r"InjectedToolArg"):
+        ToolRegistry().add_langchain(lookup)
+    with pytest.raises(UnsupportedToolError, match=r"'tenant' is marked with toolbus's Injected"):
+        ToolbusNode([lookup])

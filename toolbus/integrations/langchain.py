@@ -63,7 +63,7 @@ from pydantic import AliasChoices, AliasPath, BaseModel, ValidationError
 from ..pipeline import current_run
 from ..retry import RetryPolicy
 from ..tools import ArgumentError, Tool, ToolError, ToolFailure
-from ..tools._injected import argument_names, schema_name
+from ..tools._injected import argument_names, is_injected_marker, schema_name
 from ..tools._tool import format_validation_error
 
 if TYPE_CHECKING:
@@ -317,6 +317,15 @@ class LangChainTool(Tool):
                     )
                 elif _is(marker, InjectedToolArg):
                     injected.append(param)
+                elif is_injected_marker(marker):
+                    # LangChain would show it to the model (bind_tools, ToolNode):
+                    # the model would be asked for a value toolbus refuses.
+                    raise UnsupportedToolError(
+                        f"LangChain tool {self.name!r}: parameter {param!r} is marked with "
+                        "toolbus's Injected, which LangChain does not know (it shows the "
+                        "parameter to the model); mark it Annotated[..., InjectedToolArg], "
+                        "which toolbus treats as injected"
+                    )
                 else:
                     continue
                 break

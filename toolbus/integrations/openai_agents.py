@@ -50,6 +50,7 @@ from ..providers._common import (
 )
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolContext, ToolRegistry, parse_json_arguments
+from ..tools._injected import injected_parameters
 
 __all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tool_for", "function_tools"]
 
@@ -255,6 +256,10 @@ class OpenAIAgentsTool(Tool):
         # A sync function: the SDK's invoker would hand it to its event loop's
         # default thread pool; toolbus runs it on its own worker threads.
         self._sync = _is_sync(function_tool)
+        # toolbus's `Annotated[..., Injected]` parameters of its function: left
+        # out of the schema toolbus exports, refused from the model, supplied
+        # by `Executor(inject=...)` (as JSON: the SDK's invoker takes JSON text).
+        self.injected = _injected_parameters(function_tool)
         super().__init__()
 
     def _target(self) -> Any:
@@ -366,6 +371,14 @@ def _takes_context(ft: FunctionTool) -> bool:
         return ann.split("[", 1)[0].rsplit(".", 1)[-1] in ("RunContextWrapper", "ToolContext")
     origin = typing.get_origin(ann) or ann
     return isinstance(origin, type) and issubclass(origin, RunContextWrapper)
+
+
+def _injected_parameters(ft: FunctionTool) -> tuple[str, ...]:
+    try:
+        fn = ft.__wrapped__
+    except AttributeError:
+        return ()  # a hand-made FunctionTool: no function to read
+    return injected_parameters(fn)
 
 
 def _is_sync(ft: FunctionTool) -> bool:

@@ -15,6 +15,7 @@ which parameters are injected and what the model is shown.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, final
 
@@ -26,6 +27,7 @@ __all__ = [
     "argument_names",
     "injected_argument_names",
     "injected_fields",
+    "injected_parameters",
     "is_injected_marker",
     "schema_name",
     "without_properties",
@@ -60,6 +62,22 @@ def injected_fields(model: type[BaseModel]) -> list[str]:
         for name, field in model.model_fields.items()
         if any(is_injected_marker(m) for m in field.metadata)
     ]
+
+
+def injected_parameters(fn: Any) -> tuple[str, ...]:
+    """The parameters of function `fn` annotated `Annotated[..., Injected]`
+    (none if its annotations cannot be resolved)."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return ()
+    return tuple(
+        name
+        for name, annotation in hints.items()
+        if name != "return"
+        and typing.get_origin(annotation) is typing.Annotated
+        and any(is_injected_marker(m) for m in annotation.__metadata__)
+    )
 
 
 def injected_argument_names(model: type[BaseModel]) -> list[str]:
