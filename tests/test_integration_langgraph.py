@@ -20,14 +20,16 @@ from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, NoReturn
 
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForToolRun, Callbacks
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import (
     BaseTool,
     InjectedToolArg,
     InjectedToolCallId,
     StructuredTool,
+    Tool,
     ToolException,
 )
 from langchain_core.tools import tool as lc_tool
@@ -1035,3 +1037,61 @@ def test_toolbus_injected_on_a_langchain_tool_is_refused_with_the_fix() -> None:
         ToolRegistry().add_langchain(lookup)
     with pytest.raises(UnsupportedToolError, match=r"'tenant' is marked with toolbus's Injected"):
         ToolbusNode([lookup])
+
+
+class _RunManagerTool(BaseTool):
+    name: str = "with_run_manager"
+    description: str = "LangChain's documented custom tool shape."
+
+    def _run(self, query: str, run_manager: CallbackManagerForToolRun | None = None) -> str:
+        return f"rm:{query}"
+
+
+class _ConfigTool(BaseTool):
+    name: str = "with_config"
+    description: str = "Takes the run's config."
+
+    def _run(self, query: str, config: RunnableConfig) -> str:
+        return f"cfg:{query}:{sorted(config)[:1]}"
+
+
+def test_langchain_tool_variants_run_as_on_toolnode(nodes: list[ToolbusNode]) -> None:
+    single = Tool(name="single", func=lambda q: f"single:{q}", description="One string in.")
+
+    @lc_tool
+    def with_callbacks(x: int, callbacks: Callbacks) -> str:
+        """LangChain passes the run's callbacks."""
+        return f"x={x} callbacks={type(callbacks).__name__}"
+
+    @lc_tool
+    async def awith_callbacks(x: int, callbacks: Callbacks) -> str:
+        """Async, with the run's callbacks."""
+        return f"x={x} callbacks={type(callbacks).__name__}"
+
+    @lc_tool
+    def strict(x: int) -> str:
+        """Handles its own validation errors."""
+        return str(x)
+
+    strict.handle_validation_error = "please send an integer x"
+    tools = [single, _RunManagerTool(), _ConfigTool(), with_callbacks, awith_callbacks, strict]
+    state = state_of(
+        call("single", "1", __arg1="hello"),
+        call("single", "2", q="any name, as ToolNode takes it"),
+        call("with_run_manager", "3", query="q"),
+        call("with_config", "4", query="q"),
+        call("with_callbacks", "5", x=1),
+        call("awith_callbacks", "6", x=2),
+        call("strict", "7", x="not a number"),
+    )
+    theirs, mine = both(nodes, tools, state)
+    assert_same(theirs, mine)
+    assert [m.status for m in mine] == ["success"] * 6 + ["error"]
+    assert mine[0].content == "single:hello"
+    assert mine[4].content == "x=1 callbacks=CallbackManager"
+    assert mine[6].content == theirs[6].content == "please send an integer x"
+    # Two inputs to a single-input tool: refused before it runs, as invalid.
+    (two,) = messages_of(
+        toolbus_node(nodes, [single]).invoke(state_of(call("single", "8", a="x", b="y")))
+    )
+    assert two.status == "error" and "takes a single input" in str(two.content)

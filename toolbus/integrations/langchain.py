@@ -33,9 +33,10 @@ callbacks of their own) run through their own `invoke`/`ainvoke`.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import json
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -223,7 +224,11 @@ class LangChainTool(Tool):
 
         args_schema = tool.args_schema
         self._model: type[BaseModel] | None = None
-        if not isinstance(args_schema, dict):
+        # LangChain's classic single-input `Tool(name, func, description)`: the
+        # model sends one value (`__arg1`, or under any name, as ToolNode
+        # takes it), which LangChain hands to the function as it is.
+        self._single = isinstance(tool, SimpleTool) and args_schema is None
+        if not isinstance(args_schema, dict) and not self._single:
             model = tool.get_input_schema()
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise UnsupportedToolError(
@@ -241,12 +246,21 @@ class LangChainTool(Tool):
             if self._model is not None
             else ()
         )
+        # Fields LangChain fills itself, whatever the model sends: a
+        # RunnableConfig (the run's config; a `_run(self, ..., config:
+        # RunnableConfig)` puts one in the schema LangChain derives).
+        self._config_fields = (
+            tuple(n for n, f in self._model.model_fields.items() if f.annotation is RunnableConfig)
+            if self._model is not None
+            else ()
+        )
         self._raw_keys: frozenset[str] = _injected_keys(tool)
         # The validated model's own fields are the keyword arguments as they are.
         self._plain = (
             self._model is not None
             and not self._synthetic
             and not self._raw_keys
+            and not self._config_fields
             and self._model.model_config.get("extra") != "allow"
         )
         self._call_id_params: tuple[str, ...] = ()
@@ -389,7 +403,17 @@ class LangChainTool(Tool):
     # -- the per-call steps ------------------------------------------------------------
 
     def validate(self, arguments: dict[str, Any]) -> Any:
+        if self._single:
+            if len(arguments) != 1:
+                raise ArgumentError(
+                    f"Invalid arguments for '{self.name}': it takes a single input "
+                    f"(__arg1), got {len(arguments)}"
+                )
+            return _Prepared(dict(arguments), arguments)
         given = arguments
+        if self._config_fields:
+            # LangChain passes the run's config; what the model sent is dropped.
+            given = {k: v for k, v in given.items() if k not in self._config_fields}
         if self._call_id_params or self._state_params:
             # What the model sent under these names is dropped, as ToolNode drops it.
             given = {k: v for k, v in arguments.items() if k not in self._framework_params}
@@ -414,14 +438,18 @@ class LangChainTool(Tool):
             kwargs = dict(given)
         else:
             try:
-                m = model.model_validate(given)
+                m = model.model_validate(
+                    {**given, **{key: {} for key in self._config_fields}}
+                    if self._config_fields
+                    else given
+                )
             except ValidationError as e:
-                raise ArgumentError(format_validation_error(self.name, e)) from None
+                raise self._invalid(e) from None
             # What LangChain passes: every field (a default too), the fields
             # of *args/**kwargs only when given, extra fields when given.
             if self._plain:
                 return _Prepared(m.__dict__, given)
-            kwargs = {k: getattr(m, k) for k in self._fields}
+            kwargs = {k: getattr(m, k) for k in self._fields if k not in self._config_fields}
             for k in self._synthetic:
                 if k in given:
                     kwargs[k] = getattr(m, k)
@@ -432,6 +460,28 @@ class LangChainTool(Tool):
             if k in given:
                 kwargs[k] = given[k]
         return _Prepared(kwargs, given)
+
+    def _invalid(self, error: ValidationError) -> ArgumentError:
+        """The error of arguments that fail validation: toolbus's text, or the
+        tool's own (`handle_validation_error`), as LangChain's ToolMessage has it."""
+        flag = self.langchain_tool.handle_validation_error
+        if not flag:
+            return ArgumentError(format_validation_error(self.name, error))
+        if isinstance(flag, str):
+            text = flag
+        elif callable(flag):
+            try:
+                text = str(flag(error))
+            except Exception:  # a broken handler: toolbus's own text
+                return ArgumentError(format_validation_error(self.name, error))
+        else:
+            text = "Tool input validation error"
+        graph, call_id = GRAPH_CALL.get(), _current_call_id()
+        if graph is not None and call_id is not None:
+            graph.messages[call_id] = ToolMessage(
+                text, tool_call_id=call_id, name=self.name, status="error"
+            )
+        return ArgumentError(text)
 
     def _state_values(self) -> dict[str, Any]:
         graph = GRAPH_CALL.get()
@@ -601,6 +651,8 @@ def _plain_structured(tool: BaseTool) -> bool:
     if not isinstance(tool, StructuredTool) or (tool.func is None and tool.coroutine is None):
         return False
     cls = type(tool)
+    if any(fn is not None and "callbacks" in _parameters(fn) for fn in (tool.func, tool.coroutine)):
+        return False  # LangChain passes it the run's callbacks: through its invoke
     return (
         cls._run is StructuredTool._run
         and cls._arun is StructuredTool._arun
@@ -621,6 +673,13 @@ def _has_async(tool: BaseTool) -> bool:
     if getattr(tool, "coroutine", None) is not None:
         return True
     return type(tool)._arun not in _SYNC_ARUNS
+
+
+def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
 
 
 def _injected_keys(tool: BaseTool) -> frozenset[str]:

@@ -54,6 +54,10 @@ _UNKNOWN_TOOL_TEMPLATE = (
 
 InputKind = Literal["dict", "list", "tool_calls"]
 
+# Failures whose message a tool may write itself (handle_tool_error,
+# handle_validation_error, a ToolMessage with status="error").
+_OWN_ERRORS = frozenset((ErrorCode.TOOL_ERROR, ErrorCode.INVALID_ARGUMENTS))
+
 
 class ToolCallFailed(ToolException):
     """What a `handle_tool_errors` callable receives: the call's failure as
@@ -292,9 +296,9 @@ class ToolbusNode(Runnable[Any, Any]):
                 else:
                     messages.append(_tool_message(content, call.name, call.id))
                 continue
-            if own is not None and result.error_code == ErrorCode.TOOL_ERROR:
-                # The tool's own error message (it handled a ToolException, or
-                # returned a ToolMessage with status="error").
+            if own is not None and result.error_code in _OWN_ERRORS:
+                # The tool's own error message (it handled a ToolException or
+                # a validation error, or returned a ToolMessage with status="error").
                 messages.append(own.model_copy(update={"content": result.error or ""}))
                 continue
             messages.append(
