@@ -1095,3 +1095,31 @@ def test_langchain_tool_variants_run_as_on_toolnode(nodes: list[ToolbusNode]) ->
         toolbus_node(nodes, [single]).invoke(state_of(call("single", "8", a="x", b="y")))
     )
     assert two.status == "error" and "takes a single input" in str(two.content)
+
+
+def test_a_returned_tool_message_keeps_no_secret_in_any_field(nodes: list[ToolbusNode]) -> None:
+    secret = "sk-live-XYZZY-424242"
+
+    @lc_tool
+    def own(
+        q: str,
+        api_key: Annotated[str, InjectedToolArg],
+        call_id: Annotated[str, InjectedToolCallId],
+    ) -> ToolMessage:
+        """Returns its own message, the key in every field."""
+        return ToolMessage(
+            f"content {api_key}",
+            tool_call_id=call_id,
+            artifact={"key": api_key, "rows": [1, 2], "note": f"for {api_key}"},
+            additional_kwargs={"k": api_key},
+            response_metadata={"k": [api_key]},
+        )
+
+    node = toolbus_node(nodes, [own], inject={"api_key": lambda call: secret})
+    (message,) = messages_of(node.invoke(state_of(call("own", "o1", q="x"))))
+    assert message.status == "success" and message.tool_call_id == "o1"
+    assert secret not in repr(message.model_dump())
+    assert message.content == "content ***"
+    assert message.artifact == {"key": "***", "rows": [1, 2], "note": "for ***"}
+    assert message.additional_kwargs == {"k": "***"}
+    assert message.response_metadata == {"k": ["***"]}

@@ -31,6 +31,7 @@ __all__ = [
     "mask_arguments",
     "mask_paths",
     "published_arguments",
+    "scrub_published",
 ]
 
 MASK = "***"
@@ -342,7 +343,7 @@ def published_arguments(raw: Any, masked: Any, forced: Sequence[str]) -> tuple[A
     text_only = not isinstance(masked, Mapping) and masked is not None
     if text_only and any(0 < len(v) < MIN_SCRUB_LENGTH for v in forced):
         return None, scrubber
-    return _scrub_published(scrubber, masked), scrubber
+    return scrub_published(scrubber, masked), scrubber
 
 
 def _text_of(value: Any) -> str:
@@ -362,17 +363,20 @@ def _escaped(values: Iterable[str]) -> list[str]:
     return out
 
 
-def _scrub_published(scrubber: Scrubber, value: Any) -> Any:
+def scrub_published(scrubber: Scrubber, value: Any) -> Any:
+    """A copy of `value` fit to publish: secrets scrubbed from every string of
+    a JSON-like value (tuples become lists), and an object whose text shows a
+    secret replaced by that text, scrubbed."""
     if not scrubber:
         return value
     if isinstance(value, str | int | float | bool | type(None) | Mapping | list | tuple):
         if isinstance(value, Mapping):
             return {
-                (scrubber.text(k) if isinstance(k, str) else k): _scrub_published(scrubber, v)
+                (scrubber.text(k) if isinstance(k, str) else k): scrub_published(scrubber, v)
                 for k, v in value.items()
             }
         if isinstance(value, list | tuple):
-            return [_scrub_published(scrubber, v) for v in value]
+            return [scrub_published(scrubber, v) for v in value]
         return scrubber.value(value)
     # An object: published as it is unless its text shows a secret.
     try:

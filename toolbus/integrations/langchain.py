@@ -61,6 +61,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 
 from pydantic import AliasChoices, AliasPath, BaseModel, ValidationError
 
+from ..masking import scrub_published
 from ..pipeline import current_run
 from ..retry import RetryPolicy
 from ..tools import ArgumentError, Tool, ToolError, ToolFailure
@@ -606,7 +607,7 @@ class LangChainTool(Tool):
             content = tool_content(value.content)
             graph, call_id = GRAPH_CALL.get(), _current_call_id()
             if graph is not None and call_id is not None:
-                graph.messages[call_id] = value
+                graph.messages[call_id] = _scrubbed_message(value)
             if value.status == "error":
                 text = content if isinstance(content, str) else json.dumps(content)
                 raise ToolError(text, retryable=False)
@@ -638,6 +639,26 @@ def tool_content(value: Any) -> str | list[Any]:
         return json.dumps(value, ensure_ascii=False)
     except Exception:
         return str(value)
+
+
+def _scrubbed_message(message: ToolMessage) -> ToolMessage:
+    """A tool's own ToolMessage, fit to reach the graph: the call's secrets
+    (injected and masked values) scrubbed from every field but its content
+    (which the node replaces with the call's scrubbed output)."""
+    current = current_run.get()
+    scrubber = current[1].scrubber if current is not None else None
+    if not scrubber:
+        return message
+    update: dict[str, Any] = {
+        "artifact": scrub_published(scrubber, message.artifact),
+        "additional_kwargs": scrub_published(scrubber, message.additional_kwargs),
+        "response_metadata": scrub_published(scrubber, message.response_metadata),
+    }
+    for key in ("id", "name", "tool_call_id"):
+        text = getattr(message, key, None)
+        if isinstance(text, str):
+            update[key] = scrubber.text(text)
+    return message.model_copy(update=update)
 
 
 def _current_call_id() -> str | None:
