@@ -1123,3 +1123,36 @@ def test_a_returned_tool_message_keeps_no_secret_in_any_field(nodes: list[Toolbu
     assert message.artifact == {"key": "***", "rows": [1, 2], "note": "for ***"}
     assert message.additional_kwargs == {"k": "***"}
     assert message.response_metadata == {"k": ["***"]}
+
+
+def test_calls_with_the_same_id_keep_their_own_tool_messages(nodes: list[ToolbusNode]) -> None:
+    @lc_tool
+    def art(x: int, call_id: Annotated[str, InjectedToolCallId]) -> ToolMessage:
+        """Returns a ToolMessage with an artifact."""
+        return ToolMessage(f"x={x}", tool_call_id=call_id, artifact={"x": x})
+
+    state = state_of(call("art", "d", x=1), call("art", "d", x=2))
+    theirs, mine = both(nodes, [art], state, read_only=True)
+    assert_same(theirs, mine)
+    assert [m.artifact for m in mine] == [{"x": 1}, {"x": 2}]
+
+
+@pytest.mark.parametrize("args", [[1, 2], None, 5, "not json", object()])
+def test_arguments_that_are_not_an_object_are_invalid(args: Any, nodes: list[ToolbusNode]) -> None:
+    ran: list[Any] = []
+
+    @lc_tool
+    def add(a: int = 1, b: int = 1) -> int:
+        """Every parameter has a default: empty arguments would do."""
+        ran.append((a, b))
+        return a + b
+
+    message = AIMessage("", tool_calls=[call("add", "x")])
+    message.tool_calls[0]["args"] = args
+    node = toolbus_node(nodes, [add])
+    with bus.Recorder("tool:finished", sender=node.executor) as rec:
+        (answer,) = messages_of(node.invoke([message]))
+        (finished,) = rec.wait_for("tool:finished", 1)
+    assert answer.status == "error" and "Invalid arguments for 'add'" in str(answer.content)
+    assert finished.result.error_code == ErrorCode.INVALID_ARGUMENTS
+    assert ran == []

@@ -108,8 +108,17 @@ class GraphCall:
     state: Any
     config: RunnableConfig | None
     messages_key: str = "messages"
-    # call id -> the ToolMessage a tool returned (or its handled error).
-    messages: dict[str, ToolMessage] = field(default_factory=dict)
+    # (call id, its place in the batch) -> the ToolMessage a tool returned (or
+    # its handled error): calls with the same id in one turn keep their own.
+    messages: dict[tuple[str, int], ToolMessage] = field(default_factory=dict)
+
+    def stash(self, message: ToolMessage) -> None:
+        """Keep the ToolMessage of the call running now, for the node's answer."""
+        current = current_run.get()
+        if current is not None:
+            run = current[1]
+            self.messages[(run.call.id, run.index)] = message
+
     # The first GraphInterrupt (or other GraphBubbleUp) a tool raised.
     bubble: BaseException | None = None
 
@@ -479,9 +488,7 @@ class LangChainTool(Tool):
             text = "Tool input validation error"
         graph, call_id = GRAPH_CALL.get(), _current_call_id()
         if graph is not None and call_id is not None:
-            graph.messages[call_id] = ToolMessage(
-                text, tool_call_id=call_id, name=self.name, status="error"
-            )
+            graph.stash(ToolMessage(text, tool_call_id=call_id, name=self.name, status="error"))
         return ArgumentError(text)
 
     def _state_values(self) -> dict[str, Any]:
@@ -582,9 +589,7 @@ class LangChainTool(Tool):
             text = tool_content(content)
             call_id = _current_call_id()
             if graph is not None and call_id is not None:
-                graph.messages[call_id] = ToolMessage(
-                    text, tool_call_id=call_id, name=self.name, status="error"
-                )
+                graph.stash(ToolMessage(text, tool_call_id=call_id, name=self.name, status="error"))
             return ToolError(text if isinstance(text, str) else json.dumps(text), retryable=False)
         return error
 
@@ -605,9 +610,9 @@ class LangChainTool(Tool):
             )
         if isinstance(value, ToolMessage):
             content = tool_content(value.content)
-            graph, call_id = GRAPH_CALL.get(), _current_call_id()
-            if graph is not None and call_id is not None:
-                graph.messages[call_id] = _scrubbed_message(value)
+            graph = GRAPH_CALL.get()
+            if graph is not None:
+                graph.stash(_scrubbed_message(value))
             if value.status == "error":
                 text = content if isinstance(content, str) else json.dumps(content)
                 raise ToolError(text, retryable=False)

@@ -23,6 +23,7 @@ docs/integrations.md.
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal
@@ -194,7 +195,7 @@ class ToolbusNode(Runnable[Any, Any]):
         finally:
             tool_exception_filter.reset(seen)
             GRAPH_CALL.reset(token)
-        return self._output(calls, _merged(results, foreign, len(calls)), graph, kind)
+        return self._output(calls, _merged(results, foreign, len(calls)), graph, kind, foreign)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         tool_calls, kind = self._parse_input(input)
@@ -213,7 +214,7 @@ class ToolbusNode(Runnable[Any, Any]):
         finally:
             tool_exception_filter.reset(seen)
             GRAPH_CALL.reset(token)
-        return self._output(calls, _merged(results, foreign, len(calls)), graph, kind)
+        return self._output(calls, _merged(results, foreign, len(calls)), graph, kind, foreign)
 
     def _split(self, calls: list[ToolCall]) -> tuple[list[ToolCall], dict[int, ToolResult]]:
         """The calls to run, and the answers to calls of tools that are not the node's."""
@@ -282,13 +283,17 @@ class ToolbusNode(Runnable[Any, Any]):
         results: Sequence[ToolResult],
         graph: GraphCall,
         kind: InputKind,
+        foreign: Collection[int] = (),
     ) -> Any:
         if graph.bubble is not None:
             raise graph.bubble  # an interrupt(): the graph's, not a failure
         returned = graph.messages
         messages: list[ToolMessage] = []
-        for call, result in zip(calls, results, strict=True):
-            own = returned.get(call.id) if returned else None
+        place = -1  # the call's place in the batch the node ran (not the foreign ones)
+        for i, (call, result) in enumerate(zip(calls, results, strict=True)):
+            if i not in foreign:
+                place += 1
+            own = returned.get((call.id, place)) if returned else None
             if result.status == "ok":
                 content = tool_content(result.output)
                 if own is not None:  # the tool returned a ToolMessage: its fields stand
@@ -401,7 +406,12 @@ def _toolbus_call(tool_call: Any) -> ToolCall:
     name = tool_call.get("name")
     args = tool_call.get("args")
     if not isinstance(args, dict | str):
-        args = {}
+        # Not an object (a list, null, ...): handed on as its JSON text, which
+        # toolbus rejects with INVALID_ARGUMENTS, saying what it got.
+        try:
+            args = json.dumps(args)
+        except (TypeError, ValueError):
+            args = f"<{type(args).__name__}>"
     if call_id is None:  # a model that gave no id: toolbus makes one up
         return ToolCall(name=str(name), arguments=args)
     if isinstance(call_id, str) and isinstance(name, str):
