@@ -331,19 +331,25 @@ def published_arguments(raw: Any, masked: Any, forced: Sequence[str]) -> tuple[A
     """
     if isinstance(masked, bytes | bytearray):
         masked = bytes(masked).decode("utf-8", "replace")
-    elif not isinstance(masked, str | int | float | bool | type(None) | list | tuple | Mapping):
+    elif not isinstance(masked, _JSON_LIKE):
         fields = _fields(masked)  # a pydantic model or a dataclass: its data
         masked = fields if fields is not None else _text_of(masked)
     hidden = hidden_values(raw, masked)
-    if not isinstance(masked, Mapping) and masked is not None and hidden:
+    text_only = not isinstance(masked, _MAPPINGS) and masked is not None
+    if text_only and hidden:
         shown = masked if isinstance(masked, str) else _text_of(masked)
         hidden = [v for v in hidden if v not in shown]
-    values = [*hidden, *forced]
+    values = dict.fromkeys((*hidden, *forced))
     scrubber = Scrubber([*values, *_escaped(values)])
-    text_only = not isinstance(masked, Mapping) and masked is not None
     if text_only and any(0 < len(v) < MIN_SCRUB_LENGTH for v in forced):
         return None, scrubber
     return scrub_published(scrubber, masked), scrubber
+
+
+_JSON_LIKE = (str, int, float, bool, type(None), dict, list, tuple, Mapping)
+
+# A character JSON or a Python repr writes otherwise inside a string.
+_ESCAPED = re.compile(r"[\\\"'\x00-\x1f\x7f-\U0010ffff]")
 
 
 def _text_of(value: Any) -> str:
@@ -357,34 +363,53 @@ def _escaped(values: Iterable[str]) -> list[str]:
     """`values` as JSON and Python reprs write them inside a text, where that differs."""
     out: list[str] = []
     for v in values:
+        if _ESCAPED.search(v) is None:
+            continue
         for form in (json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1], repr(v)[1:-1]):
-            if form != v:
+            if form != v and form not in out:
                 out.append(form)
     return out
 
 
 def scrub_published(scrubber: Scrubber, value: Any) -> Any:
-    """A copy of `value` fit to publish: secrets scrubbed from every string of
-    a JSON-like value (tuples become lists), and an object whose text shows a
-    secret replaced by that text, scrubbed."""
-    if not scrubber:
+    """`value` fit to publish: secrets scrubbed from every string of a JSON-like
+    value (tuples become lists), and an object whose text shows a secret
+    replaced by that text, scrubbed. `value` itself where nothing changes."""
+    pattern = scrubber._pattern
+    if pattern is None:
         return value
-    if isinstance(value, str | int | float | bool | type(None) | Mapping | list | tuple):
-        if isinstance(value, Mapping):
-            return {
-                (scrubber.text(k) if isinstance(k, str) else k): scrub_published(scrubber, v)
-                for k, v in value.items()
-            }
-        if isinstance(value, list | tuple):
-            return [scrub_published(scrubber, v) for v in value]
-        return scrubber.value(value)
+    return _scrub_any(pattern, scrubber, value)
+
+
+def _scrub_any(pattern: re.Pattern[str], scrubber: Scrubber, value: Any) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(MASK, value) if pattern.search(value) else value
+    if isinstance(value, _MAPPINGS):
+        out: dict[Any, Any] | None = None
+        for i, (k, v) in enumerate(value.items()):
+            nk = _scrub_any(pattern, scrubber, k) if isinstance(k, str) else k
+            nv = _scrub_any(pattern, scrubber, v)
+            if out is None and (nk is not k or nv is not v or not isinstance(value, dict)):
+                out = dict(list(value.items())[:i])
+            if out is not None:
+                out[nk] = nv
+        return value if out is None else out
+    if isinstance(value, _SEQUENCES):
+        items = [_scrub_any(pattern, scrubber, v) for v in value]
+        if isinstance(value, list) and all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return MASK if str(value) in scrubber._values else value
     # An object: published as it is unless its text shows a secret.
     try:
         rep, text = repr(value), str(value)
     except Exception:  # an object that cannot say what it is
         return MASK
-    if scrubber.text(rep) != rep or scrubber.text(text) != text:
-        return scrubber.text(text)
+    if pattern.search(rep) or pattern.search(text):
+        return pattern.sub(MASK, text)
     return value
 
 
