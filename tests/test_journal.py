@@ -1401,3 +1401,27 @@ def test_odd_journal_paths_are_clear_errors_at_once(tmp_path: Path) -> None:
         with pytest.raises(error, match=words):
             Executor(reg, journal=where)
         assert time.monotonic() - began < 1
+
+
+def test_a_long_outage_keeps_a_bounded_backlog_and_logs_what_it_gives_up(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import toolbus.journal._writer as writer_module
+
+    _short_busy_timeout(monkeypatch)
+    monkeypatch.setattr(writer_module, "MAX_KEPT", 1)
+    reg, _ = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        journal = ex.journal
+        assert journal is not None
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            assert ex.execute(ToolCall(id="out-1", name="book", arguments={"item": "x"})).ok
+            wait_until(lambda: journal.stats().dropped >= 2, what="the backlog to be cut")
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert journal.flush(5)
+    given_up = [r.getMessage() for r in caplog.records if "too many operations" in r.getMessage()]
+    assert given_up and "call 'out-1'" in given_up[0]

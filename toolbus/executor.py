@@ -225,13 +225,21 @@ class Executor(ExecutorHooks):
         # Public so that your own code can announce events of signals it defined.
         self.emitter = self._emitter = Emitter(self.publisher, self._announcer)
         try:
-            self._start(max_parallel, max_argument_bytes, max_abandoned_workers,
-                        max_abandoned_per_tool, hook_grace)  # fmt: skip
+            self._start(
+                max_parallel,
+                max_argument_bytes,
+                max_abandoned_workers,
+                max_abandoned_per_tool,
+                hook_grace,
+            )
         except BaseException:
             self._abandon()
             raise
         if self._journal is not None:
-            self._announce_in_doubt(in_doubt)
+            try:
+                self._announce_in_doubt(in_doubt)
+            except Exception:  # the executor works all the same
+                log.exception("announcing the journal's calls in doubt failed")
 
     def _start(
         self,

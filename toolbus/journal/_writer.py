@@ -84,7 +84,9 @@ PRUNE_EVERY = 600.0  # seconds between prunes (also after rows // 10 new records
 HEARTBEAT_EVERY = 10.0  # seconds, for sessions without an owner lock
 RETRY_FIRST = 0.25  # seconds before a failed commit's operations are tried again ...
 RETRY_MOST = 5.0  # ... doubling up to this
-MAX_KEPT = 100_000  # operations kept for a retry at most (the oldest are given up, logged)
+# Operations kept for a retry at most (the oldest are given up, logged): each
+# retry writes them all in one transaction, so this bounds its size too.
+MAX_KEPT = 20_000
 
 
 class JournalClosed(RuntimeError):
@@ -180,7 +182,10 @@ class Writer:
             self._ready.result(timeout)
         except TimeoutError:
             with self._put_lock:
-                self._closed = True  # the thread closes what it opens, if it ever does
+                # Nothing more is queued; the thread stops as soon as it can.
+                self._closed = True
+                self._queued += 1
+                self._queue.put((STOP, Future()))
             raise TimeoutError(
                 f"journal {str(self._path)!r}: its file did not open for writing within "
                 f"{timeout:g}s: its disk is not answering, or another connection holds its "
@@ -204,6 +209,10 @@ class Writer:
                 raise self._failure
             if self._closed:
                 raise JournalClosed("the journal was closed")
+            if self._thread.ident is not None and not self._thread.is_alive():
+                # Gone without a word (it says why when it can): never wait for it.
+                self._failure = JournalFailed("the journal's writer is not running")
+                raise self._failure
             self._queued += 1
             self._queue.put(op)
 
@@ -316,10 +325,6 @@ class Writer:
             self._ready.set_exception(e)
             return
         self._ready.set_result(None)
-        if self._closed:  # start() gave up waiting for us
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-            return
         try:
             self._loop()
         except BaseException as e:  # a fault of the writer's own: never a silent hang
@@ -358,9 +363,8 @@ class Writer:
             with contextlib.suppress(queue.Empty):
                 while len(ops) < MAX_GROUP:
                     ops.append(q.get_nowait())
-            self._inflight = ops
+            self._inflight = ops  # until _group has them (for _fail, if the writer dies)
             stop = self._group(ops)
-            self._inflight = []
             if stop is not None:
                 if self._failure is None:
                     self._checkpoint(force=True)
@@ -409,7 +413,7 @@ class Writer:
     def _group(self, new: list[tuple[Any, ...]]) -> Future[None] | None:
         """Commit the kept operations and `new` (in this order: the order they
         were queued in). Returns the STOP operation's future when one was among them."""
-        ops = self._kept + new
+        ops = self._inflight = self._kept + new
         self._kept = []
         stop = next((op[1] for op in new if op[0] == STOP), None)
         self._busy_since = time.monotonic()
@@ -424,14 +428,17 @@ class Writer:
                 # that only it is left out.
                 applied = self._apply(ops, careful=True)
         except JournalFailed as e:
+            self._inflight = []
             self._fail(e, ops)
             return stop
         except Exception as e:  # the disk is full, the lock is held, the file went away
+            self._inflight = []
             self._failed_commit(ops, e, stopping=stop is not None)
             return stop
         finally:
             self._busy_since = None
         self._committed(ops, applied)
+        self._inflight = []
         return stop
 
     def _check_file(self) -> None:
