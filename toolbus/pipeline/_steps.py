@@ -47,7 +47,7 @@ from ..bus._events import (
 from ..bus._events import WorkerKilled as WorkerKilled_
 from ..bus._publisher import Emitter
 from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
-from ..models import ErrorCode, Status, ToolCall, ToolResult
+from ..models import ErrorCode, Status, ToolCall, ToolResult, idempotency_key_problem
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import ArgumentError, ToolContext, ToolFailure, error_text, normalize_output
 from ..tools._tool import parse_json_arguments
@@ -337,6 +337,13 @@ def admit(run: Run, svc: Services) -> Steps:
     tool = run.tool
     assert tool is not None
     call = run.call
+    key = run.origin.idempotency_key
+    if key is not None:
+        # A ToolCall checks its key when made; a mapping's (or a model_construct
+        # one's) comes here unchecked, and is answered, not run under another.
+        problem = idempotency_key_problem(key)
+        if problem is not None:
+            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid call: {problem}")
     args: dict[str, Any] | str = call.arguments
     limit = svc.max_argument_bytes
     try:
@@ -659,7 +666,10 @@ def _journal_intent(run: Run, svc: Services) -> Steps:
     result of an earlier call with the same idempotency key that ended ok.
 
     The wait is off the deadline's clock: the deadline moves on by as long as
-    the write took (the supervisor re-arms a deadline that fires meanwhile)."""
+    the write took (the supervisor re-arms a deadline that fires meanwhile).
+    It is bounded by the journal (`journal_timeout`): an intent not on disk by
+    then, or whose commit failed, resolves to None, logged by the journal, and
+    the call runs unjournaled, never held back."""
     journal = svc.journal
     assert journal is not None
     run.phase = JOURNALING
@@ -670,7 +680,8 @@ def _journal_intent(run: Run, svc: Services) -> Steps:
         run.journaled = True
     except (Exception, asyncio.CancelledError) as e:
         if run.is_live(1):
-            # A journal that cannot be written must not lose the call; it is logged.
+            # A journal that cannot be written must not lose the call (its own
+            # failures are logged by the journal; this is anything else).
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
         else:  # cancelled or timed out while it waited: not the journal's failure
             log.debug("call %s ended while its intent was being written", run.call.id)
