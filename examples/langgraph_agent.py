@@ -151,8 +151,14 @@ def main() -> None:
     for event in recorder.of("tool:executing"):
         if event.tool == "search_flights":
             print(f"tool:executing {event.tool} arguments={event.arguments}")
-    started = [e.call_id for e in recorder.of("tool:executing")]
-    print("started in this order:", ", ".join(started))
+    # Read-only calls start in parallel, in no set order: what barriers do
+    # guarantee is that a mutating call starts once every call before it ended.
+    started = {e.call_id: e.seq for e in recorder.of("tool:executing")}
+    ended = {e.call_id: e.seq for e in recorder.of("tool:finished")}
+    first_turn = sorted(c for c in started if c != "call_bk1")
+    print("turn 1, read-only, run in parallel:", ", ".join(first_turn))
+    after = all(ended[c] < started["call_bk1"] for c in first_turn)
+    print("call_bk1 (mutating) started after every call before it had ended:", after)
     events = [e for name in recorder.names() for e in recorder.of(name)]
     leaks = sum(FLIGHTS_API_KEY in repr(e) for e in events)
     print(f"events: {len(events)}; events showing the API key: {leaks}")

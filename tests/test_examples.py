@@ -117,7 +117,8 @@ EXPECTED: dict[str, list[str]] = {
         "answer: Lisbon is 19°C against Oslo's 4°C: I booked TP1234, seat 14C.",
         "tool:executing search_flights arguments={'origin': 'OSL', 'destination': 'LIS', "
         "'api_key': '***'}",
-        "started in this order: call_wx1, call_wx2, call_fl1, call_ht1, call_bk1",
+        "turn 1, read-only, run in parallel: call_fl1, call_ht1, call_wx1, call_wx2",
+        "call_bk1 (mutating) started after every call before it had ended: True",
         "events showing the API key: 0",
     ],
     "custom_actor.py": [

@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
+import json
+import sqlite3
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 import pytest
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 
 from toolbus import (
     ErrorCode,
@@ -320,6 +323,62 @@ def test_a_model_supplied_value_is_rejected_even_when_null(make_executor: MakeEx
     assert result.error_code == ErrorCode.INVALID_ARGUMENTS
 
 
+class _AliasedParams(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    q: str
+    tenant: Annotated[str, Injected] = Field("default-tenant", alias="tenantId")
+    region: Annotated[str, Injected] = Field(
+        "eu", validation_alias=AliasChoices("regionCode", "zone")
+    )
+
+
+class _Aliased(Tool):
+    name = "aliased"
+    description = "Injected fields read under other names."
+    read_only = True
+    Params = _AliasedParams
+
+    def run(self, params: _AliasedParams) -> str:
+        return f"tenant={params.tenant} region={params.region}"
+
+
+@pytest.mark.parametrize("name", ["tenantId", "tenant", "regionCode", "zone", "region"])
+def test_an_injected_field_is_refused_under_every_name_it_is_read_from(
+    name: str, make_executor: MakeExecutor
+) -> None:
+    registry = ToolRegistry()
+    aliased = registry.register(_Aliased())
+    assert aliased.injected == ("tenantId", "regionCode")
+    assert set(aliased.schema["properties"]) == {"q"}
+    for ex in (
+        make_executor(registry),
+        make_executor(registry, inject={"tenantId": lambda c: "app", "regionCode": lambda c: "no"}),
+    ):
+        result = ex.execute(ToolCall(name="aliased", arguments={"q": "x", name: "EVIL"}))
+        assert result.status == "rejected"
+        assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+        assert f"'{name}' cannot be set by the model" in (result.error or "")
+    supplied = ex.execute(ToolCall(name="aliased", arguments={"q": "x"}))
+    assert supplied.output == "tenant=app region=no"
+
+
+def test_an_injected_value_a_hook_sets_by_its_python_name_is_masked(
+    make_executor: MakeExecutor,
+) -> None:
+    registry = ToolRegistry()
+    registry.register(_Aliased())
+
+    def supply(call: ToolCall) -> ToolCall:
+        return call.with_arguments({**call.arguments, "tenant": USER})
+
+    ex = make_executor(registry, pre_call=[supply], masker=lambda call: call.arguments)
+    with bus.Recorder("tool:executing", sender=ex) as rec:
+        result = ex.execute(ToolCall(name="aliased", arguments={"q": "x"}))
+        (event,) = rec.wait_for("tool:executing", 1)
+    assert result.output == "tenant=*** region=eu"
+    assert event.arguments == {"q": "x", "tenant": "***"}
+
+
 # -- masking ------------------------------------------------------------------------------
 
 
@@ -367,6 +426,115 @@ def test_a_custom_masker_cannot_show_them(make_executor: MakeExecutor) -> None:
         ex.execute(ToolCall(name="whoami", arguments={}))
         (event,) = rec.wait_for("tool:executing", 1)
     assert event.arguments == {"user_ref": "***"}
+
+
+class _Shown:
+    """A masker's result that is neither JSON nor a model: an object whose text
+    shows the arguments."""
+
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.arguments = arguments
+
+    def __repr__(self) -> str:
+        return f"Shown({self.arguments})"
+
+
+class _ShownModel(BaseModel):
+    text: str
+
+
+# A custom masker may return any shape; none may publish an injected or
+# secret-typed value (nor one escaped as JSON or a repr writes it).
+MASKER_SHAPES: dict[str, Callable[[ToolCall], Any]] = {
+    "repr text": lambda call: str(call.arguments),
+    "key=value text": lambda call: ", ".join(f"{k}={v}" for k, v in call.arguments.items()),
+    "JSON text": lambda call: json.dumps(call.arguments),
+    "JSON text of a list": lambda call: json.dumps(list(call.arguments.items())),
+    "bytes": lambda call: str(call.arguments).encode(),
+    "list of pairs": lambda call: list(call.arguments.items()),
+    "tuple": lambda call: tuple(call.arguments.values()),
+    "nested in a dict": lambda call: {"all": str(call.arguments), "n": len(call.arguments)},
+    "None": lambda call: None,
+    "object": lambda call: _Shown(call.arguments),
+    "pydantic model": lambda call: _ShownModel(text=repr(call.arguments)),
+    "number": lambda call: 7,
+}
+
+
+@pytest.mark.parametrize("shape", list(MASKER_SHAPES))
+def test_no_masker_shape_publishes_an_injected_or_typed_secret(
+    shape: str, make_executor: MakeExecutor, tmp_path: Any
+) -> None:
+    odd = 'sk-"quoted"\\back\nline'  # escaped differently by JSON and by repr
+    registry = ToolRegistry()
+
+    @registry.tool
+    def charge(amount: int, api_key: Annotated[str, Injected]) -> str:
+        """Mutating, so the journal records its masked arguments."""
+        return f"charged {amount}"
+
+    @registry.tool(read_only=True)
+    def unlock(vault: str, blob: SecretStr) -> str:
+        """A secret-typed parameter."""
+        return f"opened {vault}"
+
+    @registry.tool(read_only=True)
+    def tricky(note: str, api_key: Annotated[str, Injected]) -> str:
+        """An injected value that JSON and repr escape."""
+        return "ok"
+
+    journal = tmp_path / "journal.db"
+    ex = make_executor(
+        registry,
+        masker=MASKER_SHAPES[shape],
+        inject={"charge.api_key": lambda c: SECRET, "tricky.api_key": lambda c: odd},
+        journal=str(journal),
+    )
+    with bus.Recorder(sender=ex) as rec:
+        results = [
+            ex.execute(ToolCall(name="charge", arguments={"amount": 5})),
+            ex.execute(ToolCall(name="unlock", arguments={"vault": "home", "blob": SECRET})),
+            ex.execute(ToolCall(name="tricky", arguments={"note": "plain"})),
+        ]
+        ex.drain_events()
+    assert [r.status for r in results] == ["ok", "ok", "ok"]
+    executing = rec.of("tool:executing")
+    assert len(executing) == 3
+    published = repr([e for name in rec.names() for e in rec.of(name)])
+    for leak in (SECRET, odd, json.dumps(odd)[1:-1], repr(odd)[1:-1]):
+        assert leak not in published
+    ex.close()
+    rows = sqlite3.connect(journal).execute("select arguments from calls").fetchall()
+    assert rows and not any(SECRET in r[0] for r in rows)
+
+
+def test_a_masker_text_keeps_what_it_shows(make_executor: MakeExecutor) -> None:
+    ex = make_executor(
+        make_registry(),
+        masker=lambda call: ", ".join(f"{k}={v}" for k, v in call.arguments.items()),
+        inject={"api_key": lambda c: SECRET},
+    )
+    with bus.Recorder("tool:executing", sender=ex) as rec:
+        result = ex.execute(ToolCall(name="search", arguments={"query": "weather oslo"}))
+        (event,) = rec.wait_for("tool:executing", 1)
+    # The text is published with the secret scrubbed; what it shows stays
+    # readable, in it and in the output (the masker did not hide it).
+    assert event.arguments == "query=weather oslo, api_key=***"
+    assert result.output == {"query": "weather oslo", "limit": 3, "key_seen": True}
+
+
+def test_a_masker_text_with_a_secret_too_short_to_scrub_publishes_nothing(
+    make_executor: MakeExecutor,
+) -> None:
+    ex = make_executor(
+        make_registry(),
+        masker=lambda call: str(call.arguments),
+        inject={"user_ref": lambda c: "u7"},
+    )
+    with bus.Recorder("tool:executing", sender=ex) as rec:
+        ex.execute(ToolCall(name="whoami", arguments={}))
+        (event,) = rec.wait_for("tool:executing", 1)
+    assert event.arguments is None
 
 
 def test_a_failing_provider_rejects_the_call_without_leaking(make_executor: MakeExecutor) -> None:

@@ -20,13 +20,16 @@ from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, NoReturn
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForToolRun, Callbacks
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import (
     BaseTool,
     InjectedToolArg,
     InjectedToolCallId,
     StructuredTool,
+    Tool,
     ToolException,
 )
 from langchain_core.tools import tool as lc_tool
@@ -39,10 +42,11 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, Field
 
-from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
+from toolbus import ErrorCode, Executor, Injected, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.integrations.langchain import LangChainTool, UnsupportedToolError
 from toolbus.integrations.langgraph import ToolbusNode, ToolCallFailed
 from toolbus.providers import anthropic, openai
+from toolbus.tools import DuplicateToolError
 
 # ToolNode needs a runtime in its config outside a graph (LangGraph 1.2).
 RUNTIME_CONFIG: Any = {"configurable": {"__pregel_runtime": Runtime()}}
@@ -843,3 +847,312 @@ def test_a_secret_in_an_exception_is_scrubbed_from_the_message(nodes: list[Toolb
         toolbus_node(nodes, [leaky]).invoke(state_of(call("leaky", "l", token="tok-998877")))
     )
     assert message.content == "Error: ValueError: token *** expired\n Please fix your mistakes."
+
+
+class _AliasedArgs(BaseModel):
+    q: str
+    tenant: Annotated[str, InjectedToolArg] = Field("none", alias="tenantId")
+    call_ref: Annotated[str, InjectedToolCallId] = Field(alias="callRef")
+
+
+def _aliased(q: str, call_ref: str, tenant: str = "none") -> str:
+    return f"q={q} tenant={tenant} call={call_ref}"
+
+
+@pytest.mark.parametrize("path", ["direct", "through invoke"])
+def test_an_injected_field_with_an_alias(path: str) -> None:
+    t = StructuredTool.from_function(
+        _aliased, name="aliased", description="d", args_schema=_AliasedArgs
+    )
+    if path == "through invoke":
+        t.verbose = True  # off toolbus's direct path: LangChain validates the input again
+    registry = ToolRegistry()
+    imported = registry.add_langchain(t, read_only=True)
+    assert imported.injected == ("tenant",)
+    assert set(imported.schema["properties"]) == {"q"}
+    with Executor(registry, inject={"tenant": lambda call: "app-tenant-42"}) as ex:
+        # The model can set it by no name: its alias, nor its parameter name.
+        for name in ("tenantId", "tenant"):
+            refused = ex.execute(ToolCall(name="aliased", arguments={"q": "x", name: "EVIL"}))
+            assert refused.error_code == ErrorCode.INVALID_ARGUMENTS
+            assert f"'{name}' cannot be set by the model" in (refused.error or "")
+        # The value the application supplies reaches the tool (masked in the output).
+        ok = ex.execute(ToolCall(id="c1", name="aliased", arguments={"q": "x"}))
+    assert ok.status == "ok", ok.error
+    assert ok.output == "q=x tenant=*** call=c1"
+
+
+def test_nodes_on_a_shared_executor_run_only_their_own_tools() -> None:
+    deleted: list[str] = []
+
+    @lc_tool
+    def search_docs(q: str) -> str:
+        """Search."""
+        return f"results for {q}"
+
+    @lc_tool
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    def lookup(key: str) -> str:
+        """A plain function, which each node makes a LangChain tool of."""
+        return key.upper()
+
+    with Executor(ToolRegistry()) as shared:
+        researcher = ToolbusNode([search_docs, lookup], shared, read_only=True)
+        writer = ToolbusNode([delete_file], shared)
+        # The same tools again on the same executor: no clash, the same tool.
+        again = ToolbusNode([search_docs, lookup], shared, read_only=True)
+        assert researcher.tool_names == ["search_docs", "lookup"] == again.tool_names
+        assert writer.tool_names == ["delete_file"]
+        assert set(shared.registry.names()) == {"search_docs", "lookup", "delete_file"}
+        with pytest.raises(DuplicateToolError, match="read_only=True"):
+            ToolbusNode([search_docs], shared)  # the same tool, mutating this time
+
+        state = state_of(
+            call("search_docs", "1", q="x"),
+            call("delete_file", "2", path="/etc/important"),
+            call("lookup", "3", key="k"),
+        )
+        mine = messages_of(researcher.invoke(state))
+        theirs = messages_of(ToolNode([search_docs, lookup]).invoke(state, RUNTIME_CONFIG))
+        assert_same(theirs, mine)
+        assert (
+            mine[1].content
+            == theirs[1].content
+            == ("Error: delete_file is not a valid tool, try one of [search_docs, lookup].")
+        )
+        assert deleted == []
+        amine = messages_of(asyncio.run(researcher.ainvoke(state)))
+        assert [(m.tool_call_id, m.status) for m in amine] == [
+            ("1", "success"),
+            ("2", "error"),
+            ("3", "success"),
+        ]
+        assert deleted == []
+        (done,) = messages_of(writer.invoke(state_of(call("delete_file", "4", path="/tmp/x"))))
+        assert done.status == "success" and deleted == ["/tmp/x"]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_interrupt_in_a_toolbus_tool_reaches_the_graph(
+    kind: str, nodes: list[ToolbusNode]
+) -> None:
+    registry = ToolRegistry()
+    if kind == "sync":
+
+        @registry.tool(read_only=True)
+        def approve_refund(order: str) -> str:
+            """Ask a person before refunding."""
+            answer = interrupt({"refund": order, "note": "VALUE-ONLY-THE-PERSON-SEES"})
+            return f"refund {order}: {answer}"
+
+    else:
+
+        @registry.tool(read_only=True)
+        async def approve_refund(order: str) -> str:
+            """Ask a person before refunding."""
+            await asyncio.sleep(0)
+            answer = interrupt({"refund": order, "note": "VALUE-ONLY-THE-PERSON-SEES"})
+            return f"refund {order}: {answer}"
+
+    retry = RetryPolicy(max_retries=3, backoff_base=0.01, retry_on=(Exception,))  # never used
+    for node in (
+        toolbus_node(nodes, registry, retry=retry),
+        toolbus_node(nodes, [registry.get("approve_refund")], retry=retry),
+    ):
+        graph = StateGraph(MessagesState)
+        graph.add_node("tools", node)
+        graph.add_edge(START, "tools")
+        app = graph.compile(checkpointer=InMemorySaver())
+        thread: Any = {"configurable": {"thread_id": f"t-{id(node)}"}}
+        with bus.Recorder(sender=node.executor) as rec:
+            paused = app.invoke(state_of(call("approve_refund", "r", order="A1")), thread)
+            node.executor.drain_events()
+        assert paused["__interrupt__"][0].value["refund"] == "A1"
+        assert not [m for m in paused["messages"] if isinstance(m, ToolMessage)]
+        published = repr([e for name in rec.names() for e in rec.of(name)])
+        assert "VALUE-ONLY-THE-PERSON-SEES" not in published
+        assert "interrupted the graph" in published
+        assert [e.result.attempts for e in rec.of("tool:finished")] == [1]  # never retried
+        resumed = app.invoke(Command(resume="yes"), thread)
+        assert resumed["messages"][-1].content == "refund A1: yes"
+        assert resumed["messages"][-1].status == "success"
+
+
+def test_sync_tools_off_the_direct_path_run_on_toolbus_worker_threads(
+    release: threading.Event,
+) -> None:
+    started: list[str] = []
+
+    class Handler(BaseCallbackHandler):
+        def on_tool_start(self, serialized: Any, input_str: str, **kwargs: Any) -> None:
+            started.append(input_str)
+
+    def hang(i: int) -> str:
+        """Hangs until released."""
+        release.wait(30)
+        return "late"
+
+    def where(i: int) -> str:
+        """Says where it runs."""
+        return threading.current_thread().name
+
+    class Subclassed(StructuredTool):
+        pass
+
+    tools: list[BaseTool] = [
+        StructuredTool.from_function(hang, callbacks=[Handler()]),
+        StructuredTool.from_function(where, name="with_callbacks", callbacks=[Handler()]),
+        StructuredTool.from_function(where, name="verbose", verbose=True),
+        Subclassed.from_function(where, name="subclassed"),
+    ]
+    registry = ToolRegistry()
+    for t in tools:
+        imported = registry.add_langchain(
+            t, read_only=True, timeout=0.2 if t.name == "hang" else None
+        )
+        assert imported.is_async is False
+    assert registry.add_langchain(Echo()).is_async is True  # an _arun of its own
+    with Executor(registry) as ex:
+        assert ex.execute(ToolCall(name="hang", arguments={"i": 1})).status == "timeout"
+        # The hung call holds one of toolbus's threads, counted: not one of the
+        # event loop's default thread pool, unseen and soon exhausted.
+        assert ex.stats().abandoned_workers == 1
+        for name in ("with_callbacks", "verbose", "subclassed"):
+            result = ex.execute(ToolCall(name=name, arguments={"i": 2}))
+            assert result.ok and not str(result.output).startswith("asyncio"), result
+    assert len(started) == 2  # LangChain's callbacks still run (through its invoke)
+
+
+def test_toolbus_injected_on_a_langchain_tool_is_refused_with_the_fix() -> None:
+    @lc_tool
+    def lookup(q: str, tenant: Annotated[str, Injected]) -> str:
+        """LangChain shows `tenant` to the model: toolbus's marker means nothing to it."""
+        return q
+
+    with pytest.raises(UnsupportedToolError, match=r"InjectedToolArg"):
+        ToolRegistry().add_langchain(lookup)
+    with pytest.raises(UnsupportedToolError, match=r"'tenant' is marked with toolbus's Injected"):
+        ToolbusNode([lookup])
+
+
+class _RunManagerTool(BaseTool):
+    name: str = "with_run_manager"
+    description: str = "LangChain's documented custom tool shape."
+
+    def _run(self, query: str, run_manager: CallbackManagerForToolRun | None = None) -> str:
+        return f"rm:{query}"
+
+
+class _ConfigTool(BaseTool):
+    name: str = "with_config"
+    description: str = "Takes the run's config."
+
+    def _run(self, query: str, config: RunnableConfig) -> str:
+        return f"cfg:{query}:{sorted(config)[:1]}"
+
+
+def test_langchain_tool_variants_run_as_on_toolnode(nodes: list[ToolbusNode]) -> None:
+    single = Tool(name="single", func=lambda q: f"single:{q}", description="One string in.")
+
+    @lc_tool
+    def with_callbacks(x: int, callbacks: Callbacks) -> str:
+        """LangChain passes the run's callbacks."""
+        return f"x={x} callbacks={type(callbacks).__name__}"
+
+    @lc_tool
+    async def awith_callbacks(x: int, callbacks: Callbacks) -> str:
+        """Async, with the run's callbacks."""
+        return f"x={x} callbacks={type(callbacks).__name__}"
+
+    @lc_tool
+    def strict(x: int) -> str:
+        """Handles its own validation errors."""
+        return str(x)
+
+    strict.handle_validation_error = "please send an integer x"
+    tools = [single, _RunManagerTool(), _ConfigTool(), with_callbacks, awith_callbacks, strict]
+    state = state_of(
+        call("single", "1", __arg1="hello"),
+        call("single", "2", q="any name, as ToolNode takes it"),
+        call("with_run_manager", "3", query="q"),
+        call("with_config", "4", query="q"),
+        call("with_callbacks", "5", x=1),
+        call("awith_callbacks", "6", x=2),
+        call("strict", "7", x="not a number"),
+    )
+    theirs, mine = both(nodes, tools, state)
+    assert_same(theirs, mine)
+    assert [m.status for m in mine] == ["success"] * 6 + ["error"]
+    assert mine[0].content == "single:hello"
+    assert mine[4].content == "x=1 callbacks=CallbackManager"
+    assert mine[6].content == theirs[6].content == "please send an integer x"
+    # Two inputs to a single-input tool: refused before it runs, as invalid.
+    (two,) = messages_of(
+        toolbus_node(nodes, [single]).invoke(state_of(call("single", "8", a="x", b="y")))
+    )
+    assert two.status == "error" and "takes a single input" in str(two.content)
+
+
+def test_a_returned_tool_message_keeps_no_secret_in_any_field(nodes: list[ToolbusNode]) -> None:
+    secret = "sk-live-XYZZY-424242"
+
+    @lc_tool
+    def own(
+        q: str,
+        api_key: Annotated[str, InjectedToolArg],
+        call_id: Annotated[str, InjectedToolCallId],
+    ) -> ToolMessage:
+        """Returns its own message, the key in every field."""
+        return ToolMessage(
+            f"content {api_key}",
+            tool_call_id=call_id,
+            artifact={"key": api_key, "rows": [1, 2], "note": f"for {api_key}"},
+            additional_kwargs={"k": api_key},
+            response_metadata={"k": [api_key]},
+        )
+
+    node = toolbus_node(nodes, [own], inject={"api_key": lambda call: secret})
+    (message,) = messages_of(node.invoke(state_of(call("own", "o1", q="x"))))
+    assert message.status == "success" and message.tool_call_id == "o1"
+    assert secret not in repr(message.model_dump())
+    assert message.content == "content ***"
+    assert message.artifact == {"key": "***", "rows": [1, 2], "note": "for ***"}
+    assert message.additional_kwargs == {"k": "***"}
+    assert message.response_metadata == {"k": ["***"]}
+
+
+def test_calls_with_the_same_id_keep_their_own_tool_messages(nodes: list[ToolbusNode]) -> None:
+    @lc_tool
+    def art(x: int, call_id: Annotated[str, InjectedToolCallId]) -> ToolMessage:
+        """Returns a ToolMessage with an artifact."""
+        return ToolMessage(f"x={x}", tool_call_id=call_id, artifact={"x": x})
+
+    state = state_of(call("art", "d", x=1), call("art", "d", x=2))
+    theirs, mine = both(nodes, [art], state, read_only=True)
+    assert_same(theirs, mine)
+    assert [m.artifact for m in mine] == [{"x": 1}, {"x": 2}]
+
+
+@pytest.mark.parametrize("args", [[1, 2], None, 5, "not json", object()])
+def test_arguments_that_are_not_an_object_are_invalid(args: Any, nodes: list[ToolbusNode]) -> None:
+    ran: list[Any] = []
+
+    @lc_tool
+    def add(a: int = 1, b: int = 1) -> int:
+        """Every parameter has a default: empty arguments would do."""
+        ran.append((a, b))
+        return a + b
+
+    message = AIMessage("", tool_calls=[call("add", "x")])
+    message.tool_calls[0]["args"] = args
+    node = toolbus_node(nodes, [add])
+    with bus.Recorder("tool:finished", sender=node.executor) as rec:
+        (answer,) = messages_of(node.invoke([message]))
+        (finished,) = rec.wait_for("tool:finished", 1)
+    assert answer.status == "error" and "Invalid arguments for 'add'" in str(answer.content)
+    assert finished.result.error_code == ErrorCode.INVALID_ARGUMENTS
+    assert ran == []

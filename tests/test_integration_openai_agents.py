@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -36,7 +36,7 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from agents.usage import Usage
 
 from tests.conftest import MakeExecutor
-from toolbus import ErrorCode, RetryPolicy, ToolCall, ToolRegistry, bus
+from toolbus import ErrorCode, Injected, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.integrations.openai_agents import OpenAIAgentsTool, function_tools
 
 Turn = Sequence[TResponseOutputItem] | str
@@ -476,3 +476,74 @@ def test_function_tools_refuses_another_registry(make_executor: MakeExecutor) ->
     ex = make_executor(_registry())
     with pytest.raises(ValueError, match="the executor's registry"):
         function_tools(ToolRegistry(), ex)
+
+
+def test_a_sync_tool_runs_on_toolbus_worker_threads(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    threads: list[str] = []
+
+    @function_tool
+    def hang(i: int) -> str:
+        """Hangs until released."""
+        release.wait(30)
+        return "late"
+
+    @function_tool
+    def where(i: int) -> str:
+        """Says where it runs."""
+        threads.append(threading.current_thread().name)
+        return f"ran {i}"
+
+    @function_tool
+    async def awhere(i: int) -> str:
+        """Async: runs on toolbus's loop."""
+        await asyncio.sleep(0)
+        return f"async {i}"
+
+    reg = ToolRegistry()
+    reg.add_openai_agents(hang, read_only=True, timeout=0.2)
+    reg.add_openai_agents(where, read_only=True)
+    reg.add_openai_agents(awhere, read_only=True)
+    assert reg.get("hang").is_async is False and reg.get("where").is_async is False  # type: ignore[union-attr]
+    assert reg.get("awhere").is_async is True  # type: ignore[union-attr]
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(name="hang", arguments={"i": 1})).status == "timeout"
+    # The hung call holds one of toolbus's threads, counted (not one of a
+    # thread pool of the event loop's, unseen and soon exhausted).
+    assert ex.stats().abandoned_workers == 1
+    batch = ex.execute_batch([ToolCall(name="where", arguments={"i": i}) for i in range(3)])
+    assert [r.output for r in batch] == ["ran 0", "ran 1", "ran 2"]
+    assert not [t for t in threads if t.startswith("asyncio")]
+    assert ex.execute(ToolCall(name="awhere", arguments={"i": 4})).output == "async 4"
+    # The SDK's own validation still applies (and its errors are toolbus's).
+    bad = ex.execute(ToolCall(name="where", arguments={"i": "x"}))
+    assert bad.error_code == ErrorCode.INVALID_ARGUMENTS
+
+
+async def test_injected_parameters_of_an_imported_function_are_honoured(
+    make_executor: MakeExecutor,
+) -> None:
+    def lookup(q: str, tenant: Annotated[str, Injected]) -> str:
+        """Look up, for the signed-in tenant."""
+        return f"{q} for tenant {tenant}"
+
+    reg = ToolRegistry()
+    imported = reg.add_openai_agents(function_tool(lookup), read_only=True)
+    assert imported.injected == ("tenant",)
+    assert set(imported.schema["properties"]) == {"q"}
+    assert imported.schema["required"] == ["q"]
+    ex = make_executor(reg, inject={"tenant": lambda call: "tenant-4711"})
+    with bus.Recorder("tool:executing", sender=ex) as rec:
+        ok = await ex.aexecute(ToolCall(name="lookup", arguments={"q": "x"}))
+        refused = await ex.aexecute(ToolCall(name="lookup", arguments={"q": "x", "tenant": "EVIL"}))
+        (event,) = rec.wait_for("tool:executing", 1)
+    assert ok.output == "x for tenant ***"  # the value reached it, masked
+    assert event.arguments == {"q": "x", "tenant": "***"}
+    assert refused.error_code == ErrorCode.INVALID_ARGUMENTS
+    # Exported back to the SDK, the model never sees it.
+    (exported,) = function_tools(reg, ex)
+    assert set(exported.params_json_schema["properties"]) == {"q"}
+    model = FakeModel([function_call("lookup", {"q": "y"}, call_id="c1")], "done")
+    await run(model, [exported])
+    assert model.outputs(1) == {"c1": "y for tenant ***"}

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -33,7 +33,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from tests.conftest import MakeExecutor
-from toolbus import Attachment, ErrorCode, ToolCall, ToolOutput, ToolRegistry, bus
+from toolbus import Attachment, ErrorCode, Injected, ToolCall, ToolOutput, ToolRegistry, bus
 from toolbus.integrations.pydantic_ai import PydanticAITool, ToolbusToolset
 
 Turn = Sequence[ToolCallPart] | str
@@ -542,3 +542,37 @@ def test_tools_that_need_a_run_context_are_refused() -> None:
     with pytest.raises(TypeError, match=r"takes a pydantic_ai\.Tool or a function"):
         reg.add_pydantic_ai(42)
     assert len(reg) == 0
+
+
+async def test_injected_parameters_of_an_imported_function_are_honoured(
+    make_executor: MakeExecutor,
+) -> None:
+    def lookup(q: str, tenant: Annotated[str, Injected], limit: int = 2) -> str:
+        """Look up, for the signed-in tenant."""
+        return f"{q} for tenant {tenant} (limit {limit})"
+
+    reg = ToolRegistry()
+    imported = reg.add_pydantic_ai(lookup, read_only=True)
+    assert imported.injected == ("tenant",)
+    assert set(imported.schema["properties"]) == {"q", "limit"}
+    assert "tenant" not in imported.schema.get("required", [])
+    ex = make_executor(reg, inject={"tenant": lambda call: "tenant-4711"})
+    with bus.Recorder("tool:executing", sender=ex) as rec:
+        ok = await ex.aexecute(ToolCall(name="lookup", arguments={"q": "x"}))
+        refused = await ex.aexecute(ToolCall(name="lookup", arguments={"q": "x", "tenant": "EVIL"}))
+        (event,) = rec.wait_for("tool:executing", 1)
+    assert ok.output == "x for tenant *** (limit 2)"  # the value reached it, masked
+    assert event.arguments == {"q": "x", "tenant": "***"}
+    assert refused.error_code == ErrorCode.INVALID_ARGUMENTS
+    # The model is never shown it through the toolset either.
+    toolset = ToolbusToolset(reg, ex)
+    seen: list[Any] = []
+
+    def record(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.extend(info.function_tools)
+        return ModelResponse(parts=[TextPart("done")])
+
+    model = FunctionModel(record)
+    await Agent(model, toolsets=[toolset]).run("go")
+    (definition,) = seen
+    assert set(definition.parameters_json_schema["properties"]) == {"q", "limit"}

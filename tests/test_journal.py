@@ -31,8 +31,12 @@ from toolbus import (
     ToolRegistry,
     bus,
 )
-from toolbus.journal import JournalRecord, Retention
+from toolbus.journal import JournalClosed, JournalFailed, JournalRecord, Retention
+from toolbus.journal import _store as store
 from toolbus.journal._owner import Here, OwnerLock, SessionInfo, gone, here, lock_dir
+from toolbus.journal._writer import Writer
+from toolbus.models import generated_id
+from toolbus.providers._common import fallback_call_id
 
 FAST = RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0)
 
@@ -788,3 +792,636 @@ def test_without_owner_locks_the_process_and_heartbeat_decide(
     with Journal(path) as j:
         assert [r.call_id for r in j.in_doubt()] == ["open-1"]  # closed: gone
     conn.close()
+
+
+# -- when the journal misbehaves: bounded waits, nothing lost, nothing silent ---------------
+
+
+class Gate:
+    """Stands in for a disk that stops answering: while closed, the writer's
+    next commit blocks (inside its transaction, as a stuck fsync would)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.blocked = threading.Event()
+        original = Writer._apply
+
+        def apply(writer: Writer, ops: list[Any], *, careful: bool) -> Any:
+            if not self.open.is_set():
+                self.blocked.set()
+                self.open.wait(30)
+            return original(writer, ops, careful=careful)
+
+        monkeypatch.setattr(Writer, "_apply", apply)
+
+    def close(self) -> None:
+        self.open.clear()
+        self.blocked.clear()
+
+    def stall(self, journal: Journal) -> threading.Thread:
+        """Close the gate and have the writer stuck in a commit (of a flush)."""
+        self.close()
+        flusher = threading.Thread(target=journal.flush, args=(30,), daemon=True)
+        flusher.start()
+        assert self.blocked.wait(5), "the writer did not start a commit"
+        return flusher
+
+
+def _threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith(("toolbus", "Supervisor"))}
+
+
+def test_a_stuck_disk_delays_a_mutating_call_by_journal_timeout_at_most(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The intent wait is bounded: after `journal_timeout` the call runs
+    unjournaled (logged as an error, by call id, and counted); its intent and
+    outcome stay queued and are written once the disk answers again."""
+    gate = Gate(monkeypatch)
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path, timeout=1, journal_timeout=0.3) as ex:
+        journal = ex.journal
+        assert journal is not None
+        assert ex.execute(ToolCall(id="before", name="book", arguments={"item": "x"})).ok
+        flusher = gate.stall(journal)
+        began = time.monotonic()
+        r = ex.execute(ToolCall(id="stuck-1", name="book", arguments={"item": "y"}))
+        first = time.monotonic() - began
+        assert r.ok and first < 1.5
+        # The writer is known to be stuck now: the next call does not wait again.
+        began = time.monotonic()
+        assert ex.execute(ToolCall(id="stuck-2", name="book", arguments={"item": "z"})).ok
+        assert time.monotonic() - began < 0.25
+        # Read-only calls never wait for the journal.
+        assert ex.execute(ToolCall(id="look", name="look", arguments={"item": "x"})).ok
+        stats = journal.stats()
+        assert stats.unjournaled == 2 and stats.pending >= 4
+        assert len(ran) == 4
+        unjournaled = [
+            rec.getMessage()
+            for rec in caplog.records
+            if rec.levelname == "ERROR" and "runs without its intent on disk" in rec.getMessage()
+        ]
+        assert len(unjournaled) == 2 and "stuck-1" in unjournaled[0]
+        assert "journal_timeout" in unjournaled[0]
+        gate.open.set()  # the disk answers again
+        flusher.join(5)
+        assert journal.flush(5)
+    with Journal(path) as j:
+        records = {r.call_id: r for r in j.records()}
+        assert j.in_doubt() == []
+    # Nothing lost: both calls are recorded, with their outcomes, and never
+    # as replays (they ran).
+    for cid in ("stuck-1", "stuck-2"):
+        assert (records[cid].state, records[cid].status) == ("ended", "ok")
+        assert records[cid].replay_of is None
+
+
+def test_a_caller_that_gave_up_on_its_intent_is_not_recorded_as_a_replay(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = Gate(monkeypatch)
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path, journal_timeout=0.2) as ex:
+        journal = ex.journal
+        assert journal is not None
+        call = ToolCall(id="pay-1", name="book", arguments={"item": "x"})
+        assert ex.execute(call).ok
+        flusher = gate.stall(journal)
+        again = ex.execute(call)  # would be a replay, but nobody waits for the journal
+        assert again.ok and "replayed" not in again.metadata
+        gate.open.set()
+        flusher.join(5)
+        assert journal.flush(5)
+        # Later, with the journal answering, the key replays as before.
+        assert ex.execute(call).metadata["replayed"] is True
+    assert len(ran) == 2
+    with Journal(path) as j:
+        second = j.records(call_id="pay-1")[1]
+    assert (second.status, second.replay_of) == ("ok", None)
+
+
+def test_an_executor_on_a_stuck_journal_fails_clearly_and_leaks_nothing(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = Gate(monkeypatch)
+    reg, _ = _counting_registry()
+    with Journal(path, create=True) as journal:
+        with Executor(reg, journal=journal):
+            pass  # the writer is running
+        flusher = gate.stall(journal)
+        before = _threads()
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"session was not recorded within 0\.3s"):
+            Executor(reg, journal=journal, journal_timeout=0.3)
+        assert time.monotonic() - began < 2
+        assert _threads() <= before  # no timers, no supervisor left behind
+        assert list(lock_dir(path).iterdir()) == []  # the owner lock was let go
+        gate.open.set()
+        flusher.join(5)
+        with Executor(reg, journal=journal) as ex:  # and it works again
+            assert ex.execute(ToolCall(id="after", name="book", arguments={"item": "x"})).ok
+
+
+def test_an_executor_on_a_locked_journal_fails_clearly(path: Path) -> None:
+    """Another process holding the write lock longer than journal_timeout."""
+    reg, _ = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        ex.execute(ToolCall(id="a", name="book", arguments={"item": "x"}))
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        began = time.monotonic()
+        with Journal(path) as reader:  # reading never waits for the write lock
+            assert [r.call_id for r in reader.records()] == ["a"]
+        assert time.monotonic() - began < 1
+        with pytest.raises(TimeoutError, match="another process holds its write lock"):
+            Executor(reg, journal=path, journal_timeout=0.3)
+        assert time.monotonic() - began < 3
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+
+
+def test_journal_timeout_is_checked(path: Path) -> None:
+    reg, _ = _counting_registry()
+    with pytest.raises(ValueError, match="Executor: journal_timeout must be > 0"):
+        Executor(reg, journal=path, journal_timeout=0)
+    with pytest.raises(TypeError, match="Executor: journal_timeout must be a number"):
+        Executor(reg, journal=path, journal_timeout="5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="journal_timeout= needs journal="):
+        Executor(reg, journal_timeout=5)
+
+
+def _short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write lock held past SQLite's busy timeout fails a commit: make the
+    timeout short, so a test needs not wait 10 s for it."""
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_MS", 150)
+
+
+def test_a_failed_commit_keeps_outcomes_until_they_are_written(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write lock held past the busy timeout while a call ends: the commit
+    of its outcome fails, the outcome is kept and written once the lock is
+    free; after a clean close the call is not in doubt and, re-sent, is
+    replayed, not run again."""
+    _short_busy_timeout(monkeypatch)
+    started, go = threading.Event(), threading.Event()
+    ran: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool
+    def pay(order: str) -> str:
+        ran.append(order)
+        started.set()
+        go.wait(10)
+        return f"paid {order}"
+
+    with Executor(reg, journal=path, timeout=None) as ex:
+        journal = ex.journal
+        assert journal is not None
+        results: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(
+                ex.execute(ToolCall(id="pay-1", name="pay", arguments={"order": "42"}))
+            )
+        )
+        worker.start()
+        assert started.wait(5)  # its intent is on disk
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        go.set()
+        worker.join(5)
+        assert results[0].ok
+        wait_until(lambda: journal.stats().failed_commits >= 1, what="a failed commit")
+        assert journal.stats().pending >= 1  # kept, not dropped
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        assert journal.flush(5)
+        assert journal.stats().dropped == 0
+    assert any("operations kept" in r.getMessage() for r in caplog.records)
+    with Journal(path) as j:
+        assert j.in_doubt() == []
+        assert j.get("pay-1").status == "ok"  # type: ignore[union-attr]
+    with Executor(reg, journal=path) as ex:
+        again = ex.execute(ToolCall(id="pay-1", name="pay", arguments={"order": "42"}))
+    assert again.metadata["replayed"] is True and ran == ["42"]
+
+
+def test_a_failed_intent_commit_releases_its_caller_and_is_written_late(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _short_busy_timeout(monkeypatch)
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        journal = ex.journal
+        assert journal is not None
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            began = time.monotonic()
+            r = ex.execute(ToolCall(id="late-1", name="book", arguments={"item": "x"}))
+            # Released by the failed commit itself, not by journal_timeout (5 s).
+            assert r.ok and time.monotonic() - began < 2
+            assert journal.stats().unjournaled == 1
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert journal.flush(5)
+    with Journal(path) as j:
+        record = j.get("late-1")
+    assert record is not None and (record.state, record.status) == ("ended", "ok")
+    with Executor(reg, journal=path) as ex:  # recorded after all: re-sent, replayed
+        assert ex.execute(ToolCall(id="late-1", name="book", arguments={"item": "x"})).metadata[
+            "replayed"
+        ]
+    assert len(ran) == 1
+
+
+def test_what_cannot_be_written_by_close_is_logged_by_call_id(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _short_busy_timeout(monkeypatch)
+    started, go = threading.Event(), threading.Event()
+    reg = ToolRegistry()
+
+    @reg.tool
+    def pay(order: str) -> str:
+        started.set()
+        go.wait(10)
+        return "paid"
+
+    ex = Executor(reg, journal=path, timeout=None)
+    journal = ex.journal
+    assert journal is not None
+    worker = threading.Thread(
+        target=ex.execute, args=(ToolCall(id="pay-9", name="pay", arguments={"order": "9"}),)
+    )
+    worker.start()
+    assert started.wait(5)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        go.set()
+        worker.join(5)
+        ex.close(timeout=5)  # the lock is still held: the outcome cannot be written
+        stats = journal.stats()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert stats.dropped >= 1
+    lost = [r.getMessage() for r in caplog.records if "not recorded" in r.getMessage()]
+    assert any("outcome (ok) of call 'pay-9'" in m for m in lost), lost
+
+
+def test_one_unwritable_operation_does_not_spoil_its_group(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operation SQLite refuses (here: an intent made unbindable on purpose)
+    is left out of its group commit alone, and logged; the others in the same
+    transaction are written."""
+    gate = Gate(monkeypatch)
+    original = Writer._intent
+
+    def intent(writer: Writer, conn: sqlite3.Connection, op: Any, counts: Any) -> Any:
+        if op[3] == "poison":
+            raise sqlite3.InterfaceError("Error binding parameter 4: type 'X' is not supported")
+        return original(writer, conn, op, counts)
+
+    monkeypatch.setattr(Writer, "_intent", intent)
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path, max_parallel=4) as ex:
+        journal = ex.journal
+        assert journal is not None
+        flusher = gate.stall(journal)
+        results: dict[str, Any] = {}
+        workers = [
+            threading.Thread(
+                target=lambda cid=cid: results.__setitem__(
+                    cid, ex.execute(ToolCall(id=cid, name="book", arguments={"item": cid}))
+                )
+            )
+            for cid in ("order-1", "poison", "order-2")
+        ]
+        for w in workers:
+            w.start()
+        wait_until(lambda: journal.stats().pending >= 4, what="three intents queued")
+        gate.open.set()  # one group: the three intents
+        for w in workers:
+            w.join(10)
+        flusher.join(5)
+        assert all(r.ok for r in results.values()) and len(ran) == 3  # nothing lost
+        stats = journal.stats()
+        assert stats.dropped == 1 and stats.unjournaled == 1 and stats.failed_commits == 0
+    assert any(
+        "intent of call 'poison'" in r.getMessage() and r.levelname == "ERROR"
+        for r in caplog.records
+    )
+    with Journal(path) as j:
+        assert {r.call_id: r.status for r in j.records()} == {"order-1": "ok", "order-2": "ok"}
+        assert j.in_doubt() == []
+
+
+def test_a_call_id_utf8_cannot_hold_is_recorded_escaped(path: Path) -> None:
+    """A lone surrogate (a model's JSON "\\udc80") in a call id or a tool's
+    output: recorded with the surrogate escaped; found by the same id."""
+    reg = ToolRegistry()
+
+    @reg.tool
+    def book(item: str) -> str:
+        return "booked \udc81" + item
+
+    odd = "bad\udc80id"
+    with Executor(reg, journal=path) as ex:
+        assert ex.execute(ToolCall(id=odd, name="book", arguments={"item": "x"})).ok
+        assert ex.execute(ToolCall(id="fine", name="book", arguments={"item": "y"})).ok
+        journal = ex.journal
+        assert journal is not None
+        assert journal.stats().failed_commits == journal.stats().dropped == 0
+    with Journal(path) as j:
+        record = j.get(odd)
+        assert record is not None and record.call_id == "bad\\udc80id"
+        assert record.status == "ok" and record.arguments == {"item": "x"}
+        assert record.result is not None and record.result.output == "booked \udc81x"
+        assert j.get("fine") is not None and j.in_doubt() == []
+
+
+def test_a_writer_that_dies_fails_fast_never_hangs(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg, ran = _counting_registry()
+    with Journal(path, create=True) as journal:
+        ex = Executor(reg, journal=journal, timeout=2)
+        assert ex.execute(ToolCall(id="a", name="book", arguments={"item": "x"})).ok
+
+        def broken(writer: Writer, ops: list[Any]) -> Any:
+            raise RuntimeError("a bug in the writer")
+
+        monkeypatch.setattr(Writer, "_group", broken)
+        began = time.monotonic()
+        assert ex.execute(ToolCall(id="b", name="book", arguments={"item": "x"})).ok
+        wait_until(lambda: journal.stats().failed, what="the journal to fail")
+        monkeypatch.undo()
+        # Every later call: no wait at all.
+        assert ex.execute(ToolCall(id="c", name="book", arguments={"item": "x"})).ok
+        assert time.monotonic() - began < 2
+        assert len(ran) == 3
+        assert any(r.levelname == "CRITICAL" for r in caplog.records)
+        with pytest.raises(JournalFailed, match="writer died: RuntimeError"):
+            Executor(reg, journal=journal)
+        assert not journal.flush(1)
+        ex.close(timeout=2)
+
+
+def test_an_error_while_pruning_does_not_stop_the_writer(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import toolbus.journal._writer as writer_module
+
+    def bad_prune(*args: Any) -> int:
+        raise OverflowError("Python int too large to convert to SQLite INTEGER")
+
+    monkeypatch.setattr(writer_module, "prune_step", bad_prune)
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        journal = ex.journal
+        assert journal is not None
+        assert ex.execute(ToolCall(id="a", name="book", arguments={"item": "x"})).ok
+        assert journal.flush(5) and not journal.stats().failed
+    with Journal(path) as j:
+        assert j.get("a").status == "ok"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_journal_file_removed_or_replaced_is_noticed(
+    path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path, timeout=2) as ex:
+        journal = ex.journal
+        assert journal is not None
+        assert ex.execute(ToolCall(id="a", name="book", arguments={"item": "x"})).ok
+        assert journal.flush(5)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        if how == "replaced":
+            path.write_text("not a database")
+        began = time.monotonic()
+        results = [
+            ex.execute(ToolCall(id=f"b{i}", name="book", arguments={"item": str(i)}))
+            for i in range(3)
+        ]
+        assert all(r.ok for r in results) and time.monotonic() - began < 2
+        stats = journal.stats()
+        assert stats.failed and stats.unjournaled == 3
+        assert not journal.flush(1)
+    loud = [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"]
+    assert len(loud) == 1 and f"was {how}" in loud[0]
+    assert len(ran) == 4
+
+
+def test_a_failed_constructor_leaves_no_thread(path: Path) -> None:
+    reg, _ = _counting_registry()
+    journal = Journal(path, create=True)
+    journal.close()
+    before = _threads()
+    for _ in range(5):
+        with pytest.raises(JournalClosed):
+            Executor(reg, journal=journal)
+    assert _threads() <= before
+
+
+def test_a_malformed_record_is_left_out_and_logged(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg, _ = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        ex.execute(ToolCall(id="a", name="book", arguments={"item": "x"}))
+    _fake_in_doubt(path, "doubt-1")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        "INSERT INTO calls (session, seq, call_id, tool, arguments, key, started) "
+        "VALUES ('gone', 99, 'bad', 'book', '{}', 'k', 'yesterday')"
+    )
+    conn.close()
+    with Journal(path) as j:
+        assert [r.call_id for r in j.in_doubt()] == ["doubt-1"]
+        assert {r.call_id for r in j.records()} == {"a", "doubt-1"}
+    assert any("is malformed and left out" in r.getMessage() for r in caplog.records)
+    before = _threads()
+    with Executor(reg, journal=path) as ex:  # starts all the same
+        assert [r.call_id for r in ex.in_doubt()] == ["doubt-1"]
+
+    # And whatever fails while the journal is opened leaves nothing behind.
+    def broken(self: Journal) -> list[JournalRecord]:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(Journal, "in_doubt", broken)
+    with pytest.raises(sqlite3.DatabaseError):
+        Executor(reg, journal=path)
+    assert _threads() <= before
+    assert list(lock_dir(path).iterdir()) == []
+
+
+def test_reading_a_journal_needs_no_write_access_and_writes_nothing(path: Path) -> None:
+    reg, _ = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        ex.execute(ToolCall(id="a", name="book", arguments={"item": "x"}))
+    files = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in path.parent.iterdir()}
+    with Journal(path) as j:
+        assert [r.call_id for r in j.records()] == ["a"] and j.in_doubt() == []
+    assert {p.name for p in path.parent.iterdir()} >= set(files)
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == files[path.name]
+    empty = path.with_name("empty.sqlite")
+    empty.touch()
+    with pytest.raises(ValueError, match="empty, not a toolbus journal yet"):
+        Journal(empty)
+    assert empty.stat().st_size == 0  # nothing made by a reader
+
+
+def test_retention_values_beyond_what_the_journal_can_hold_are_refused(path: Path) -> None:
+    reg, _ = _counting_registry()
+    for value, words in (
+        ({"rows": 2**63}, "rows must be at most"),
+        ({"rows": 10**30}, "rows must be at most"),
+        ({"days": 1e306}, "days must be at most"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            Executor(reg, journal=path, journal_retention=value)
+        with pytest.raises(ValueError, match=words):
+            Journal(path, create=True, retention=value)
+    assert not path.exists()
+    assert Retention(days=1_000_000, rows=10**12).rows == 10**12
+
+
+# -- ids and keys -------------------------------------------------------------------------
+
+
+def test_generated_ids_are_known_from_any_process() -> None:
+    assert generated_id(ToolCall(name="t").id)
+    assert generated_id("call_1f3a_12")  # made by another process
+    assert generated_id(fallback_call_id(0, "add_item", '{"item": "milk"}'))
+    for model_id in ("call_abc123", "call_Ab3xYz9QwErTy", "toolu_01A", "call_1f3a_", "c1"):
+        assert not generated_id(model_id)
+
+
+def test_provider_fallback_ids_are_never_replayed(path: Path) -> None:
+    """A model reply without call ids: each call gets `call_toolbus_<hash>`, the
+    same for the same call in a later turn. Two turns adding milk add it twice."""
+    from toolbus.providers import openai
+
+    reg = ToolRegistry()
+    basket: list[str] = []
+
+    @reg.tool
+    def add_item(item: str) -> str:
+        basket.append(item)
+        return f"{len(basket)} items"
+
+    turn = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"type": "function", "function": {"name": "add_item", "arguments": '{"item": "milk"}'}}
+        ],
+    }
+    with Executor(reg, journal=path) as ex:
+        for _ in range(2):
+            [call] = openai.chat_tool_calls(turn)
+            assert call.id.startswith("call_toolbus_")
+            assert "replayed" not in ex.execute(call).metadata
+    assert basket == ["milk", "milk"]
+
+
+def test_a_generated_id_from_another_process_keeps_the_key(path: Path) -> None:
+    """A ToolCall made (with a generated id) by a process that has since died,
+    re-sent by its successor: the same key, since the id is not part of it."""
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        ex.execute(ToolCall(name="book", arguments={"item": "eggs"}))
+        ex.execute(ToolCall(id="call_7fff0_3", name="book", arguments={"item": "eggs"}))
+        ex.execute(
+            ToolCall(id="call_toolbus_0123456789abcdef", name="book", arguments={"item": "eggs"})
+        )
+    assert len(ran) == 3 and len(set(ran)) == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("", "must not be empty or blank"),
+        ("   ", "must not be empty or blank"),
+        ("order\x00-1", "printable"),
+        ("a\nb", "printable"),
+        ("k" * 257, "at most 256 characters, got 257"),
+        ("k" * 1_000_000, "at most 256 characters"),
+    ],
+)
+def test_bad_idempotency_keys_are_refused(path: Path, key: str, words: str) -> None:
+    # A ToolCall made by the caller: an error at once, where it is made.
+    with pytest.raises(ValueError, match=words):
+        ToolCall(name="book", arguments={"item": "x"}, idempotency_key=key)
+    # A call given as a mapping (or made without validation): a result, never
+    # an exception out of execute, and the tool does not run under another key.
+    reg, ran = _counting_registry()
+    as_dict = {"id": "k1", "name": "book", "arguments": {"item": "x"}, "idempotency_key": key}
+    unchecked = ToolCall.model_construct(
+        id="k2", name="book", arguments={"item": "x"}, idempotency_key=key
+    )
+    with Executor(reg, journal=path) as ex:
+        for r in (
+            ex.execute(as_dict),
+            ex.execute(unchecked),
+            ex.execute_batch([as_dict])[0],
+            asyncio.run(ex.aexecute(as_dict)),
+        ):
+            assert (r.status, r.error_code) == ("rejected", "INVALID_ARGUMENTS")
+            assert words.split(",", maxsplit=1)[0] in (r.error or "")
+    assert ran == []
+    assert ToolCall(name="book", idempotency_key="order-42 #1").idempotency_key == "order-42 #1"
+
+
+def test_odd_journal_paths_are_clear_errors_at_once(tmp_path: Path) -> None:
+    reg, _ = _counting_registry()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere" / "j.sqlite")
+    for where, error, words in (
+        ("", ValueError, "path is empty"),
+        ("/dev/null", ValueError, r"not a regular file \(it is a character device\)"),
+        (fifo, ValueError, r"not a regular file \(it is a named pipe\)"),
+        (dangling, FileNotFoundError, "is a symbolic link to .*nowhere.*, which does not exist"),
+        (tmp_path / ("a" * 300), OSError, "journal .*: File name too long"),
+        (f"{tmp_path}/x\0y", ValueError, "NUL character"),
+    ):
+        began = time.monotonic()
+        with pytest.raises(error, match=words):
+            Executor(reg, journal=where)
+        assert time.monotonic() - began < 1
+
+
+def test_a_long_outage_keeps_a_bounded_backlog_and_logs_what_it_gives_up(
+    path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import toolbus.journal._writer as writer_module
+
+    _short_busy_timeout(monkeypatch)
+    monkeypatch.setattr(writer_module, "MAX_KEPT", 1)
+    reg, _ = _counting_registry()
+    with Executor(reg, journal=path) as ex:
+        journal = ex.journal
+        assert journal is not None
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            assert ex.execute(ToolCall(id="out-1", name="book", arguments={"item": "x"})).ok
+            wait_until(lambda: journal.stats().dropped >= 2, what="the backlog to be cut")
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert journal.flush(5)
+    given_up = [r.getMessage() for r in caplog.records if "too many operations" in r.getMessage()]
+    assert given_up and "call 'out-1'" in given_up[0]

@@ -11,6 +11,7 @@ it once every blocking tool has started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -280,3 +281,74 @@ def test_exit_without_close_writes_what_ended_and_leaves_the_rest_in_doubt(
         records = journal.records()
     assert len(records) == 21
     assert all(r.status == "ok" for r in records if r.call_id != "h")
+
+
+FORKS_A_CHILD = textwrap.dedent(
+    """
+    import multiprocessing
+    import sys
+    import threading
+    import time
+
+    from toolbus import Executor, ToolCall, ToolRegistry
+
+    journal, report = sys.argv[1], sys.argv[2]
+    reg = ToolRegistry()
+    never = threading.Event()
+
+
+    @reg.tool
+    def pay(item: str) -> str:
+        print("started", flush=True)
+        never.wait()
+
+
+    def background_job():
+        # A forked copy of the agent: its journal writer is not here, so
+        # recording fails at once instead of waiting for a thread that is gone.
+        began = time.monotonic()
+        flushed = ex.journal.flush(5)
+        with open(report, "w") as f:
+            f.write(f"{flushed} {time.monotonic() - began:.3f}")
+        time.sleep(60)  # outlives the agent
+
+
+    ex = Executor(reg, journal=journal, timeout=None)
+    multiprocessing.get_context("fork").Process(target=background_job).start()
+    ex.execute(ToolCall(id="pay-1", name="pay", arguments={"item": "x"}))
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_does_not_keep_the_agents_session_alive(tmp_path: Path) -> None:
+    """The owner lock is the parent's alone: a child forked by the agent (a
+    background job) that outlives it does not hide the agent's death."""
+    path = tmp_path / "agent-journal.sqlite"
+    report = tmp_path / "child.txt"
+    env = {**os.environ, "PYTHONPATH": str(Path(toolbus.__file__).parent.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORKS_A_CHILD, str(path), str(report)],
+        env=env,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"started"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        with Journal(path) as journal:  # the child still runs
+            assert [r.call_id for r in journal.in_doubt()] == ["pay-1"]
+        wait_for = 0.0
+        while not report.exists() or not report.read_text():
+            assert wait_for < 10, "the child did not report"
+            threading.Event().wait(0.01)
+            wait_for += 0.01
+        flushed, took = report.read_text().split()
+        assert flushed == "False" and float(took) < 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.stdout is not None:
+            proc.stdout.close()

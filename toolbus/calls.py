@@ -38,7 +38,8 @@ def coerce_call(call: CallLike) -> ToolCall:
     Every `ToolCall` field present in the mapping is kept; a field whose value
     is invalid is dropped (logged at DEBUG, by location and error type only,
     since a value may be a secret), except the id, name and arguments, which
-    are always made readable.
+    are always made readable, and an invalid `idempotency_key`, which is kept
+    as it is so that the executor refuses the call (`INVALID_ARGUMENTS`).
     """
     if isinstance(call, ToolCall):
         return call
@@ -62,9 +63,14 @@ def coerce_call(call: CallLike) -> ToolCall:
     own = {k: v for k, v in fields.items() if k in _OWN_FIELDS}
     for kept in (readable, own):
         try:
-            return ToolCall(**kept)
+            made = ToolCall(**kept)
         except ValidationError:
-            pass
+            continue
+        if "idempotency_key" in bad:
+            # Kept as it came, unchecked: the executor answers the call with
+            # INVALID_ARGUMENTS rather than run it under a key of its own.
+            return made.model_copy(update={"idempotency_key": fields["idempotency_key"]})
+        return made
     return ToolCall(name=UNREADABLE_CALL)
 
 

@@ -16,6 +16,7 @@ captured `contextvars`; an async hook is awaited on the executor's loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import difflib
 import itertools
@@ -90,6 +91,8 @@ class Submission:
 
 SubmitHook = Callable[[Submission], None]
 
+DEFAULT_JOURNAL_TIMEOUT = 5.0  # seconds: Executor(journal_timeout=...)
+
 
 class ExecutorStats(BaseModel):
     """A snapshot of an executor's counters (no arguments, no outputs)."""
@@ -142,7 +145,11 @@ class Executor(ExecutorHooks):
     `tool:in-doubt` events now (and listed by `in_doubt()`), and a call whose
     idempotency key already ended ok is answered from the journal without
     running. `journal_retention` (with a path): a `toolbus.journal.Retention`
-    or `{"days": ..., "rows": ...}`. See docs/journal.md.
+    or `{"days": ..., "rows": ...}`. `journal_timeout` (default 5 s) bounds
+    every wait for the journal's disk: opening it and recording this
+    executor's session (a `TimeoutError` here), and each mutating call's
+    intent (the call then runs unjournaled, logged as an error: see
+    docs/journal.md).
     `inject` supplies the values of injected parameters (`toolbus.Injected`):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
@@ -175,6 +182,7 @@ class Executor(ExecutorHooks):
         groups: Mapping[str, int] | None = None,
         journal: str | os.PathLike[str] | Journal | None = None,
         journal_retention: Retention | Mapping[str, Any] | None = None,
+        journal_timeout: float | None = None,
         inject: Mapping[str, Callable[[ToolCall], Any]] | None = None,
         name: str | None = None,
     ) -> None:
@@ -234,9 +242,13 @@ class Executor(ExecutorHooks):
                         f"tool {t.name!r}: no capacity group named {group!r} "
                         f"(known: {', '.join(sorted(self._groups)) or 'none'})"
                     )
-        # Opened last among the checks: a bad option above must not leave a
-        # writer thread behind.
-        self._journal, self._journal_owned = _open_journal(journal, journal_retention)
+        # Opened last among the checks, and before any thread of the executor
+        # starts: a bad option, or a journal that cannot be used (a bad path,
+        # a disk that does not answer, a malformed record), leaves nothing
+        # behind.
+        self._journal, self._journal_owned, self._journal_session, in_doubt = _open_journal(
+            journal, journal_retention, journal_timeout
+        )
         self._closed = False
         self._final_stats: ExecutorStats | None = None
         # The deadline backstop of each event loop that awaits calls.
@@ -247,16 +259,34 @@ class Executor(ExecutorHooks):
         self._announcer = Announcer(self.publisher)
         # Public so that your own code can announce events of signals it defined.
         self.emitter = self._emitter = Emitter(self.publisher, self._announcer)
-        self._timers = TimerService()
-        self._loop = LoopThread()
-        self._journal_session: Session | None = None
+        try:
+            self._start(
+                max_parallel,
+                max_argument_bytes,
+                max_abandoned_workers,
+                max_abandoned_per_tool,
+                hook_grace,
+            )
+        except BaseException:
+            self._abandon()
+            raise
         if self._journal is not None:
             try:
-                self._journal_session = self._journal._open_session()
-            except BaseException:
-                if self._journal_owned:
-                    self._journal.close()
-                raise
+                self._announce_in_doubt(in_doubt)
+            except Exception:  # the executor works all the same
+                log.exception("announcing the journal's calls in doubt failed")
+
+    def _start(
+        self,
+        max_parallel: int,
+        max_argument_bytes: int,
+        max_abandoned_workers: int,
+        max_abandoned_per_tool: int,
+        hook_grace: float,
+    ) -> None:
+        """Start the executor's threads and actors (the constructor's last part)."""
+        self._timers = TimerService()
+        self._loop = LoopThread()
         self._services = Services(
             emitter=self._emitter,
             hooks=self,
@@ -279,8 +309,19 @@ class Executor(ExecutorHooks):
             groups=self._groups,
         )
         self._supervisor = Supervisor.start(self._scheduler)
-        if self._journal is not None:
-            self._announce_in_doubt()
+
+    def _abandon(self) -> None:
+        """A constructor that failed: stop what it started, release the journal."""
+        supervisor = getattr(self, "_supervisor", None)
+        if supervisor is not None:
+            with contextlib.suppress(Exception):
+                supervisor.stop(timeout=1.0)
+        for part in ("_timers", "_loop"):
+            thing = getattr(self, part, None)
+            if thing is not None:
+                with contextlib.suppress(Exception):
+                    thing.close()
+        _close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
 
     # -- sync API ---------------------------------------------------------------
 
@@ -451,11 +492,10 @@ class Executor(ExecutorHooks):
             return []
         return self._journal.in_doubt()
 
-    def _announce_in_doubt(self) -> None:
+    def _announce_in_doubt(self, found: list[JournalRecord]) -> None:
         """One `tool:in-doubt` event per call in doubt, as the executor starts
         (subscribers connected later see `in_doubt()` instead)."""
         assert self._journal is not None
-        found = self._journal.in_doubt()
         if not found:
             return
         log.warning(
@@ -497,12 +537,9 @@ class Executor(ExecutorHooks):
             self._supervisor.stop(timeout=left())
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
-        if self._journal_session is not None:
-            # Every call has its outcome queued now: mark the session closed,
-            # wait for the disk, let go of the owner lock.
-            self._journal_session.close(left())
-            if self._journal_owned and self._journal is not None:
-                self._journal.close(left())
+        # Every call has its outcome queued now: mark the session closed, wait
+        # for the disk, let go of the owner lock.
+        _close_journal(self._journal, self._journal_owned, self._journal_session, left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         if self._submit_failures is not None:
             self._submit_failures.flush()
@@ -670,27 +707,58 @@ class Executor(ExecutorHooks):
 
 
 def _open_journal(
-    journal: str | os.PathLike[str] | Journal | None, retention: Any
-) -> tuple[Journal | None, bool]:
-    """Executor(journal=..., journal_retention=...): the journal, and whether
-    the executor made it (and so closes it)."""
+    journal: str | os.PathLike[str] | Journal | None, retention: Any, timeout: Any
+) -> tuple[Journal | None, bool, Session | None, list[JournalRecord]]:
+    """Executor(journal=..., journal_retention=..., journal_timeout=...): the
+    journal, whether the executor made it (and so closes it), the executor's
+    session on it, and the calls in doubt now. Nothing is left open on failure."""
     if journal is None:
         if retention is not None:
             raise ValueError("Executor: journal_retention= needs journal= (a path or a Journal)")
-        return None, False
+        if timeout is not None:
+            raise ValueError("Executor: journal_timeout= needs journal= (a path or a Journal)")
+        return None, False, None, []
+    wait = (
+        DEFAULT_JOURNAL_TIMEOUT
+        if timeout is None
+        else positive_number(timeout, "journal_timeout", "Executor")
+    )
     if isinstance(journal, Journal):
         if retention is not None:
             raise ValueError(
                 "Executor: journal_retention= applies to a journal made from a path; "
                 "give a Journal its own: Journal(path, retention=...)"
             )
-        return journal, False
-    if not isinstance(journal, str | os.PathLike):
+        owned = False
+    elif isinstance(journal, str | os.PathLike):
+        checked = Retention.coerce(retention, "journal_retention", "Executor")
+        journal = Journal(journal, create=True, retention=checked, timeout=wait)
+        owned = True
+    else:
         raise TypeError(
             f"Executor: journal must be a path or a toolbus.Journal, got {type(journal).__name__}"
         )
-    checked = Retention.coerce(retention, "journal_retention", "Executor")
-    return Journal(journal, create=True, retention=checked), True
+    session: Session | None = None
+    try:
+        session = journal._open_session(wait)
+        found = journal.in_doubt()
+    except BaseException:
+        # Briefly: a journal that did not answer in time will not now either.
+        _close_journal(journal, owned, session, min(wait, 1.0))
+        raise
+    return journal, owned, session, found
+
+
+def _close_journal(
+    journal: Journal | None, owned: bool, session: Session | None, timeout: float
+) -> None:
+    """Close the executor's session (its calls' outcomes on disk, its owner
+    lock let go) and the journal if the executor made it; within `timeout`."""
+    deadline = time.monotonic() + timeout
+    if session is not None:
+        session.close(timeout)
+    if owned and journal is not None:
+        journal.close(max(0.0, deadline - time.monotonic()))
 
 
 def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:

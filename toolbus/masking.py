@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -29,6 +30,8 @@ __all__ = [
     "is_secret_key",
     "mask_arguments",
     "mask_paths",
+    "published_arguments",
+    "scrub_published",
 ]
 
 MASK = "***"
@@ -308,6 +311,106 @@ def _diff(raw: Any, masked: Any, hidden: list[str]) -> None:
             _diff(r, m, hidden)
     elif raw != masked and raw is not None and not isinstance(raw, bool):
         hidden.append(str(raw))
+
+
+def published_arguments(raw: Any, masked: Any, forced: Sequence[str]) -> tuple[Any, Scrubber]:
+    """What may be published of arguments `raw` that a masker made `masked` of,
+    and the scrubber of everything hidden; `forced` are the values that must
+    never be published whatever the masker did (typed secrets, injected
+    values: `mask_paths`'s hidden values, already masked at their paths when
+    `masked` is a mapping).
+
+    A masker may return anything. A mapping (or list) keeps its shape; any
+    other value (a text, an object) is published as its text. Whatever the
+    shape, every hidden value is scrubbed from what is published, in the forms
+    a text is likely to show it in (as it is, and escaped as JSON or a Python
+    repr would). Values the masker shows verbatim in a text are not counted as
+    hidden by it (a text cannot be compared with the arguments key by key).
+    When `masked` is not a mapping and a forced value is too short to scrub
+    from text (1 to 3 characters), nothing is published (`None`).
+    """
+    if isinstance(masked, bytes | bytearray):
+        masked = bytes(masked).decode("utf-8", "replace")
+    elif not isinstance(masked, _JSON_LIKE):
+        fields = _fields(masked)  # a pydantic model or a dataclass: its data
+        masked = fields if fields is not None else _text_of(masked)
+    hidden = hidden_values(raw, masked)
+    text_only = not isinstance(masked, _MAPPINGS) and masked is not None
+    if text_only and hidden:
+        shown = masked if isinstance(masked, str) else _text_of(masked)
+        hidden = [v for v in hidden if v not in shown]
+    values = dict.fromkeys((*hidden, *forced))
+    scrubber = Scrubber([*values, *_escaped(values)])
+    if text_only and any(0 < len(v) < MIN_SCRUB_LENGTH for v in forced):
+        return None, scrubber
+    return scrub_published(scrubber, masked), scrubber
+
+
+_JSON_LIKE = (str, int, float, bool, type(None), dict, list, tuple, Mapping)
+
+# A character JSON or a Python repr writes otherwise inside a string.
+_ESCAPED = re.compile(r"[\\\"'\x00-\x1f\x7f-\U0010ffff]")
+
+
+def _text_of(value: Any) -> str:
+    try:
+        return value if isinstance(value, str) else repr(value)
+    except Exception:  # an object that cannot say what it is
+        return MASK
+
+
+def _escaped(values: Iterable[str]) -> list[str]:
+    """`values` as JSON and Python reprs write them inside a text, where that differs."""
+    out: list[str] = []
+    for v in values:
+        if _ESCAPED.search(v) is None:
+            continue
+        for form in (json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1], repr(v)[1:-1]):
+            if form != v and form not in out:
+                out.append(form)
+    return out
+
+
+def scrub_published(scrubber: Scrubber, value: Any) -> Any:
+    """`value` fit to publish: secrets scrubbed from every string of a JSON-like
+    value (tuples become lists), and an object whose text shows a secret
+    replaced by that text, scrubbed. `value` itself where nothing changes."""
+    pattern = scrubber._pattern
+    if pattern is None:
+        return value
+    return _scrub_any(pattern, scrubber, value)
+
+
+def _scrub_any(pattern: re.Pattern[str], scrubber: Scrubber, value: Any) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(MASK, value) if pattern.search(value) else value
+    if isinstance(value, _MAPPINGS):
+        out: dict[Any, Any] | None = None
+        for i, (k, v) in enumerate(value.items()):
+            nk = _scrub_any(pattern, scrubber, k) if isinstance(k, str) else k
+            nv = _scrub_any(pattern, scrubber, v)
+            if out is None and (nk is not k or nv is not v or not isinstance(value, dict)):
+                out = dict(list(value.items())[:i])
+            if out is not None:
+                out[nk] = nv
+        return value if out is None else out
+    if isinstance(value, _SEQUENCES):
+        items = [_scrub_any(pattern, scrubber, v) for v in value]
+        if isinstance(value, list) and all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return MASK if str(value) in scrubber._values else value
+    # An object: published as it is unless its text shows a secret.
+    try:
+        rep, text = repr(value), str(value)
+    except Exception:  # an object that cannot say what it is
+        return MASK
+    if pattern.search(rep) or pattern.search(text):
+        return pattern.sub(MASK, text)
+    return value
 
 
 class Scrubber:

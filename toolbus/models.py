@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "Attachment",
@@ -48,15 +49,41 @@ class ErrorCode(StrEnum):
 _ids = itertools.count(1)
 _prefix = f"call_{os.getpid():x}_"
 
+# The ids toolbus makes up, in any process: `call_<pid in hex>_<n>` (a
+# ToolCall made without an id) and `call_toolbus_<16 hex digits>` (a provider
+# message's call that came without one: `providers._common.fallback_call_id`).
+_GENERATED = re.compile(r"call_(?:[0-9a-f]{1,8}_[0-9]{1,20}|toolbus_[0-9a-f]{16})")
+
 
 def _new_call_id() -> str:
     return f"{_prefix}{next(_ids)}"
 
 
 def generated_id(call_id: str) -> bool:
-    """True if toolbus made `call_id` up (the model gave none): such ids are not
-    part of a call's idempotency key, since a restart would make another."""
-    return call_id.startswith(_prefix) and call_id[len(_prefix) :].isdigit()
+    """True if toolbus made `call_id` up (the model gave none), in this process
+    or any other: `call_<pid in hex>_<n>` or `call_toolbus_<16 hex digits>`.
+
+    Such ids are not part of a call's idempotency key (a restart, or the next
+    turn, would make another or the same one for a different call), and a call
+    with one is never replayed from the journal unless its caller set a key."""
+    return isinstance(call_id, str) and _GENERATED.fullmatch(call_id) is not None
+
+
+MAX_KEY_LENGTH = 256
+
+
+def idempotency_key_problem(key: object) -> str | None:
+    """Why `key` cannot be a `ToolCall.idempotency_key`, or None if it can:
+    a key is a string of 1 to 256 printable characters, not all blank."""
+    if not isinstance(key, str):
+        return f"idempotency_key must be a string, got {type(key).__name__}"
+    if not key.strip():
+        return "idempotency_key must not be empty or blank (leave it out to have one derived)"
+    if len(key) > MAX_KEY_LENGTH:
+        return f"idempotency_key must be at most {MAX_KEY_LENGTH} characters, got {len(key)}"
+    if not key.isprintable():
+        return "idempotency_key must hold printable characters only (no control characters)"
+    return None
 
 
 class ToolCall(BaseModel):
@@ -74,6 +101,17 @@ class ToolCall(BaseModel):
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
     idempotency_key: str | None = None
+    """The caller's key for this call (1 to 256 printable characters): the
+    same key means the same call, whatever its arguments (see docs/journal.md)."""
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _check_key(cls, key: str | None) -> str | None:
+        if key is not None:
+            problem = idempotency_key_problem(key)
+            if problem is not None:
+                raise ValueError(problem)
+        return key
 
     def with_arguments(self, arguments: dict[str, Any] | str) -> ToolCall:
         """Return a copy of this call with other arguments (for pre-call hooks)."""

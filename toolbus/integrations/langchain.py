@@ -33,9 +33,10 @@ callbacks of their own) run through their own `invoke`/`ainvoke`.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import json
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ try:
         StructuredTool,
         ToolException,
     )
+    from langchain_core.tools import Tool as SimpleTool
     from langchain_core.tools.base import get_all_basemodel_annotations
     from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as e:  # pragma: no cover - depends on the installation
@@ -57,11 +59,13 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "toolbus.integrations.langchain needs langchain-core: pip install 'toolbus[langgraph]'"
     ) from e
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AliasChoices, AliasPath, BaseModel, ValidationError
 
+from ..masking import scrub_published
 from ..pipeline import current_run
 from ..retry import RetryPolicy
-from ..tools import ArgumentError, Tool, ToolError
+from ..tools import ArgumentError, Tool, ToolError, ToolFailure
+from ..tools._injected import argument_names, is_injected_marker, schema_name
 from ..tools._tool import format_validation_error
 
 if TYPE_CHECKING:
@@ -84,6 +88,9 @@ _BLOCK_TYPES = frozenset(
     )
 )
 
+# LangChain's own `_arun`s, which run the sync `_run` in the event loop's thread pool.
+_SYNC_ARUNS = frozenset((BaseTool._arun, StructuredTool._arun, SimpleTool._arun))
+
 # LangChain's names for the fields of `*args` / `**kwargs`: passed only when given.
 _SYNTHETIC = frozenset(("args", "kwargs"))
 
@@ -101,10 +108,33 @@ class GraphCall:
     state: Any
     config: RunnableConfig | None
     messages_key: str = "messages"
-    # call id -> the ToolMessage a tool returned (or its handled error).
-    messages: dict[str, ToolMessage] = field(default_factory=dict)
+    # (call id, its place in the batch) -> the ToolMessage a tool returned (or
+    # its handled error): calls with the same id in one turn keep their own.
+    messages: dict[tuple[str, int], ToolMessage] = field(default_factory=dict)
+
+    def stash(self, message: ToolMessage) -> None:
+        """Keep the ToolMessage of the call running now, for the node's answer."""
+        current = current_run.get()
+        if current is not None:
+            run = current[1]
+            self.messages[(run.call.id, run.index)] = message
+
     # The first GraphInterrupt (or other GraphBubbleUp) a tool raised.
     bubble: BaseException | None = None
+
+    def intercept(self, error: BaseException) -> BaseException | None:
+        """What a tool of the batch raised, seen before toolbus judges it (as
+        `toolbus.pipeline.tool_exception_filter`): an `interrupt()` (any
+        GraphBubbleUp) is the graph's, kept for the node to raise; the call
+        ends with a final error that does not show the interrupt's value."""
+        kind = _langgraph().bubble
+        if kind is None or not isinstance(error, kind):
+            return None
+        if self.bubble is None:
+            self.bubble = error
+        current = current_run.get()
+        name = current[1].call.name if current is not None else "a tool"
+        return ToolFailure(f"Tool '{name}' interrupted the graph")
 
 
 GRAPH_CALL: contextvars.ContextVar[GraphCall | None] = contextvars.ContextVar(
@@ -204,7 +234,11 @@ class LangChainTool(Tool):
 
         args_schema = tool.args_schema
         self._model: type[BaseModel] | None = None
-        if not isinstance(args_schema, dict):
+        # LangChain's classic single-input `Tool(name, func, description)`: the
+        # model sends one value (`__arg1`, or under any name, as ToolNode
+        # takes it), which LangChain hands to the function as it is.
+        self._single = isinstance(tool, SimpleTool) and args_schema is None
+        if not isinstance(args_schema, dict) and not self._single:
             model = tool.get_input_schema()
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise UnsupportedToolError(
@@ -222,12 +256,21 @@ class LangChainTool(Tool):
             if self._model is not None
             else ()
         )
+        # Fields LangChain fills itself, whatever the model sends: a
+        # RunnableConfig (the run's config; a `_run(self, ..., config:
+        # RunnableConfig)` puts one in the schema LangChain derives).
+        self._config_fields = (
+            tuple(n for n, f in self._model.model_fields.items() if f.annotation is RunnableConfig)
+            if self._model is not None
+            else ()
+        )
         self._raw_keys: frozenset[str] = _injected_keys(tool)
         # The validated model's own fields are the keyword arguments as they are.
         self._plain = (
             self._model is not None
             and not self._synthetic
             and not self._raw_keys
+            and not self._config_fields
             and self._model.model_config.get("extra") != "allow"
         )
         self._call_id_params: tuple[str, ...] = ()
@@ -245,9 +288,10 @@ class LangChainTool(Tool):
             assert target is not None
             self._config_param = _config_param(target)
         else:
-            self._async = (st is not None and st.coroutine is not None) or (
-                type(tool)._arun is not BaseTool._arun
-            )
+            # Async only where the tool has async work of its own: LangChain's
+            # ainvoke of a sync tool runs it in the event loop's default thread
+            # pool, outside toolbus's threads; toolbus runs it on those itself.
+            self._async = _has_async(tool)
             self._config_param = None
         self._setup()
         self._schema = self.parameters  # exactly what LangChain exports
@@ -297,6 +341,15 @@ class LangChainTool(Tool):
                     )
                 elif _is(marker, InjectedToolArg):
                     injected.append(param)
+                elif is_injected_marker(marker):
+                    # LangChain would show it to the model (bind_tools, ToolNode):
+                    # the model would be asked for a value toolbus refuses.
+                    raise UnsupportedToolError(
+                        f"LangChain tool {self.name!r}: parameter {param!r} is marked with "
+                        "toolbus's Injected, which LangChain does not know (it shows the "
+                        "parameter to the model); mark it Annotated[..., InjectedToolArg], "
+                        "which toolbus treats as injected"
+                    )
                 else:
                     continue
                 break
@@ -305,15 +358,49 @@ class LangChainTool(Tool):
                 injected.append(param)  # declared on the function only
         self._call_id_params = tuple(call_ids)
         self._state_params = states
-        self._framework_params = frozenset((*call_ids, *states))
         fields = self._model.model_fields if self._model is not None else {}
+        # What the model sends under any name of these is dropped (the
+        # aliases of an args_schema's fields too).
+        self._framework_params = frozenset(
+            n
+            for p in (*call_ids, *states)
+            for n in (argument_names(p, fields[p]) if p in fields else (p,))
+        )
         self._optional_state = frozenset(
             p for p, f in states.items() if f and p in fields and not fields[p].is_required()
         )
         self._injected_params = tuple(dict.fromkeys(injected))
+        # Injected fields the args_schema reads under another name (an alias):
+        # the value supplied under the parameter's name is validated under it.
+        self._injected_aliases: dict[str, str] = {}
+        by_alias = self._model is None or self._model.model_config.get("validate_by_alias", True)
+        for param in (*self._injected_params, *call_ids, *states):
+            f = fields.get(param)
+            if f is None or not by_alias:
+                continue
+            alias = f.validation_alias
+            first = alias.choices[0] if isinstance(alias, AliasChoices) and alias.choices else alias
+            if isinstance(first, AliasPath):
+                raise UnsupportedToolError(
+                    f"LangChain tool {self.name!r}: injected parameter {param!r} is read from "
+                    "an AliasPath, where toolbus cannot put its value; give it a plain alias"
+                )
+            name = schema_name(param, f)
+            if name != param:
+                self._injected_aliases[param] = name
 
     def _injected_names(self, schema: dict[str, Any]) -> tuple[str, ...]:
         return self._injected_params
+
+    def _injected_argument_names(self) -> tuple[str, ...]:
+        # The model may set an injected field by none of its names: its
+        # parameter name, its alias, its validation aliases.
+        names = dict.fromkeys(self._injected_params)
+        fields = self._model.model_fields if self._model is not None else {}
+        for param in self._injected_params:
+            if param in fields:
+                names.update(dict.fromkeys(argument_names(param, fields[param])))
+        return tuple(names)
 
     def _target(self) -> Callable[..., Any]:
         return self._arun if self._async else self.run
@@ -326,7 +413,17 @@ class LangChainTool(Tool):
     # -- the per-call steps ------------------------------------------------------------
 
     def validate(self, arguments: dict[str, Any]) -> Any:
+        if self._single:
+            if len(arguments) != 1:
+                raise ArgumentError(
+                    f"Invalid arguments for '{self.name}': it takes a single input "
+                    f"(__arg1), got {len(arguments)}"
+                )
+            return _Prepared(dict(arguments), arguments)
         given = arguments
+        if self._config_fields:
+            # LangChain passes the run's config; what the model sent is dropped.
+            given = {k: v for k, v in given.items() if k not in self._config_fields}
         if self._call_id_params or self._state_params:
             # What the model sent under these names is dropped, as ToolNode drops it.
             given = {k: v for k, v in arguments.items() if k not in self._framework_params}
@@ -341,20 +438,28 @@ class LangChainTool(Tool):
                     given[param] = call_id
             if self._state_params:
                 given.update(self._state_values())
+        if self._injected_aliases:
+            moved = {p: a for p, a in self._injected_aliases.items() if p in given}
+            if moved:
+                given = {moved.get(k, k): v for k, v in given.items()}
         model = self._model
         if model is None:  # a JSON schema: LangChain passes the input as it is
             super().validate(arguments)
             kwargs = dict(given)
         else:
             try:
-                m = model.model_validate(given)
+                m = model.model_validate(
+                    {**given, **{key: {} for key in self._config_fields}}
+                    if self._config_fields
+                    else given
+                )
             except ValidationError as e:
-                raise ArgumentError(format_validation_error(self.name, e)) from None
+                raise self._invalid(e) from None
             # What LangChain passes: every field (a default too), the fields
             # of *args/**kwargs only when given, extra fields when given.
             if self._plain:
                 return _Prepared(m.__dict__, given)
-            kwargs = {k: getattr(m, k) for k in self._fields}
+            kwargs = {k: getattr(m, k) for k in self._fields if k not in self._config_fields}
             for k in self._synthetic:
                 if k in given:
                     kwargs[k] = getattr(m, k)
@@ -365,6 +470,26 @@ class LangChainTool(Tool):
             if k in given:
                 kwargs[k] = given[k]
         return _Prepared(kwargs, given)
+
+    def _invalid(self, error: ValidationError) -> ArgumentError:
+        """The error of arguments that fail validation: toolbus's text, or the
+        tool's own (`handle_validation_error`), as LangChain's ToolMessage has it."""
+        flag = self.langchain_tool.handle_validation_error
+        if not flag:
+            return ArgumentError(format_validation_error(self.name, error))
+        if isinstance(flag, str):
+            text = flag
+        elif callable(flag):
+            try:
+                text = str(flag(error))
+            except Exception:  # a broken handler: toolbus's own text
+                return ArgumentError(format_validation_error(self.name, error))
+        else:
+            text = "Tool input validation error"
+        graph, call_id = GRAPH_CALL.get(), _current_call_id()
+        if graph is not None and call_id is not None:
+            graph.stash(ToolMessage(text, tool_call_id=call_id, name=self.name, status="error"))
+        return ArgumentError(text)
 
     def _state_values(self) -> dict[str, Any]:
         graph = GRAPH_CALL.get()
@@ -418,9 +543,14 @@ class LangChainTool(Tool):
             return self._output(value)
         graph = GRAPH_CALL.get()
         call_id = _current_call_id()
-        # The validated arguments: LangChain validates them again when the tool
-        # has an args_schema, and passes them as they are when it has none.
-        tool_input: Any = dict(params.kwargs)
+        # With a pydantic args_schema, LangChain validates the input again: it
+        # gets the input as toolbus validated it (under the schema's names,
+        # aliases included), as ToolNode would give it. Without one (or with a
+        # JSON schema), LangChain passes the input as it is: the validated
+        # arguments.
+        tool_input: Any = (
+            dict(params.given) if isinstance(tool.args_schema, type) else dict(params.kwargs)
+        )
         if call_id is not None:
             tool_input = {"name": self.name, "args": tool_input, "id": call_id, "type": "tool_call"}
         config = ensure_config(graph.config if graph is not None else None)
@@ -444,13 +574,9 @@ class LangChainTool(Tool):
 
     def _failure(self, error: Exception) -> Exception:
         """What a tool's exception becomes: itself, or what LangChain makes of it."""
-        lg = _langgraph()
+        # An interrupt() (a GraphBubbleUp) goes on as it is: the node takes it
+        # back to the graph (GraphCall.intercept).
         graph = GRAPH_CALL.get()
-        if lg.bubble is not None and isinstance(error, lg.bubble) and graph is not None:
-            # An interrupt() in the tool: the node raises it to the graph.
-            if graph.bubble is None:
-                graph.bubble = error
-            return ToolError(f"Tool '{self.name}' interrupted the graph", retryable=False)
         flag = self.langchain_tool.handle_tool_error
         if isinstance(error, ToolException) and flag:
             # The tool's own handling, as LangChain applies it: an error message.
@@ -463,9 +589,7 @@ class LangChainTool(Tool):
             text = tool_content(content)
             call_id = _current_call_id()
             if graph is not None and call_id is not None:
-                graph.messages[call_id] = ToolMessage(
-                    text, tool_call_id=call_id, name=self.name, status="error"
-                )
+                graph.stash(ToolMessage(text, tool_call_id=call_id, name=self.name, status="error"))
             return ToolError(text if isinstance(text, str) else json.dumps(text), retryable=False)
         return error
 
@@ -486,9 +610,9 @@ class LangChainTool(Tool):
             )
         if isinstance(value, ToolMessage):
             content = tool_content(value.content)
-            graph, call_id = GRAPH_CALL.get(), _current_call_id()
-            if graph is not None and call_id is not None:
-                graph.messages[call_id] = value
+            graph = GRAPH_CALL.get()
+            if graph is not None:
+                graph.stash(_scrubbed_message(value))
             if value.status == "error":
                 text = content if isinstance(content, str) else json.dumps(content)
                 raise ToolError(text, retryable=False)
@@ -522,6 +646,26 @@ def tool_content(value: Any) -> str | list[Any]:
         return str(value)
 
 
+def _scrubbed_message(message: ToolMessage) -> ToolMessage:
+    """A tool's own ToolMessage, fit to reach the graph: the call's secrets
+    (injected and masked values) scrubbed from every field but its content
+    (which the node replaces with the call's scrubbed output)."""
+    current = current_run.get()
+    scrubber = current[1].scrubber if current is not None else None
+    if not scrubber:
+        return message
+    update: dict[str, Any] = {
+        "artifact": scrub_published(scrubber, message.artifact),
+        "additional_kwargs": scrub_published(scrubber, message.additional_kwargs),
+        "response_metadata": scrub_published(scrubber, message.response_metadata),
+    }
+    for key in ("id", "name", "tool_call_id"):
+        text = getattr(message, key, None)
+        if isinstance(text, str):
+            update[key] = scrubber.text(text)
+    return message.model_copy(update=update)
+
+
 def _current_call_id() -> str | None:
     current = current_run.get()
     return current[1].call.id if current is not None else None
@@ -533,6 +677,8 @@ def _plain_structured(tool: BaseTool) -> bool:
     if not isinstance(tool, StructuredTool) or (tool.func is None and tool.coroutine is None):
         return False
     cls = type(tool)
+    if any(fn is not None and "callbacks" in _parameters(fn) for fn in (tool.func, tool.coroutine)):
+        return False  # LangChain passes it the run's callbacks: through its invoke
     return (
         cls._run is StructuredTool._run
         and cls._arun is StructuredTool._arun
@@ -545,6 +691,21 @@ def _plain_structured(tool: BaseTool) -> bool:
         and not tool.callbacks
         and not tool.verbose
     )
+
+
+def _has_async(tool: BaseTool) -> bool:
+    """Whether the tool has an async implementation: a coroutine, or an `_arun`
+    of its own (LangChain's own `_arun`s run the sync `_run` in a thread)."""
+    if getattr(tool, "coroutine", None) is not None:
+        return True
+    return type(tool)._arun not in _SYNC_ARUNS
+
+
+def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
 
 
 def _injected_keys(tool: BaseTool) -> frozenset[str]:

@@ -23,6 +23,7 @@ docs/integrations.md.
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal
@@ -39,7 +40,8 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 
 from ..executor import Executor
 from ..models import BatchResult, ErrorCode, ToolCall, ToolResult
-from ..tools import Tool, ToolRegistry
+from ..pipeline import tool_exception_filter
+from ..tools import DuplicateToolError, Tool, ToolRegistry
 from .langchain import GRAPH_CALL, GraphCall, LangChainTool, tool_content
 
 __all__ = ["ErrorHandler", "ToolCallFailed", "ToolbusNode"]
@@ -52,6 +54,10 @@ _UNKNOWN_TOOL_TEMPLATE = (
 )
 
 InputKind = Literal["dict", "list", "tool_calls"]
+
+# Failures whose message a tool may write itself (handle_tool_error,
+# handle_validation_error, a ToolMessage with status="error").
+_OWN_ERRORS = frozenset((ErrorCode.TOOL_ERROR, ErrorCode.INVALID_ARGUMENTS))
 
 
 class ToolCallFailed(ToolException):
@@ -80,7 +86,11 @@ class ToolbusNode(Runnable[Any, Any]):
     unless `read_only=True` or `read_only` is a collection holding their names.
 
     `executor`: the `Executor` to run on; its registry receives the tools (or
-    is the registry given). Without one, the node makes its own with
+    is the registry given). The node runs only the tools it was given (every
+    tool of a registry given): a call to another tool of a shared executor's
+    registry is answered as `ToolNode` answers an unknown tool. Nodes may give
+    a shared executor the same tool; another tool of a name already there is
+    a `DuplicateToolError`. Without one, the node makes its own with
     `executor_options` (`timeout=`, `max_parallel=`, `retry=`, `inject=`, ...)
     and closes it in `close()` (and when the node is collected, or at exit).
 
@@ -94,6 +104,7 @@ class ToolbusNode(Runnable[Any, Any]):
     Refused at construction (`ValueError`): tools that need `InjectedStore` or a
     `ToolRuntime`, return a `Command`, or use `content_and_artifact`.
     `InjectedToolCallId` and `InjectedState` are filled from the node's input.
+    An `interrupt()` in any tool (LangChain's or toolbus's) reaches the graph.
     """
 
     def __init__(
@@ -123,6 +134,11 @@ class ToolbusNode(Runnable[Any, Any]):
         self.tags = list(tags) if tags is not None else None
         self.messages_key = messages_key
         self.handle_tool_errors: ErrorHandler = handle_tool_errors
+        # The names of the tools this node runs: None for every tool of its
+        # registry (a registry given), else the tools given. A call to any
+        # other tool (one another node put in a shared executor's registry)
+        # is answered as ToolNode answers an unknown tool, and never runs.
+        self._own: tuple[str, ...] | None = None
         if isinstance(registry_or_tools, ToolRegistry):
             if read_only is not False:
                 raise TypeError(
@@ -136,8 +152,10 @@ class ToolbusNode(Runnable[Any, Any]):
             registry = registry_or_tools
         else:
             registry = executor.registry if executor is not None else ToolRegistry()
-            for t in _tools(registry_or_tools, read_only):
-                registry.register(t)
+            own = [
+                _join(registry, t, item).name for item, t in _tools(registry_or_tools, read_only)
+            ]
+            self._own = tuple(dict.fromkeys(own))
         self.registry = registry
         self._owns_executor = executor is None
         self.executor = executor if executor is not None else Executor(registry, **executor_options)
@@ -164,33 +182,65 @@ class ToolbusNode(Runnable[Any, Any]):
         tool_calls, kind = self._parse_input(input)
         calls = [_toolbus_call(tc) for tc in tool_calls]
         graph = self._graph_call(input, kind, config)
+        mine, foreign = self._split(calls)
         token = GRAPH_CALL.set(graph)
+        seen = tool_exception_filter.set(graph.intercept)
         try:
-            if len(calls) == 1:
-                results: Sequence[ToolResult] = (self.executor.execute(calls[0]),)
-            elif calls:
-                results = _results(self.executor.execute_batch(calls))
+            if len(mine) == 1:
+                results: Sequence[ToolResult] = (self.executor.execute(mine[0]),)
+            elif mine:
+                results = _results(self.executor.execute_batch(mine))
             else:
                 results = ()
         finally:
+            tool_exception_filter.reset(seen)
             GRAPH_CALL.reset(token)
-        return self._output(calls, results, graph, kind)
+        return self._output(calls, _merged(results, foreign, len(calls)), graph, kind, foreign)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         tool_calls, kind = self._parse_input(input)
         calls = [_toolbus_call(tc) for tc in tool_calls]
         graph = self._graph_call(input, kind, config)
+        mine, foreign = self._split(calls)
         token = GRAPH_CALL.set(graph)
+        seen = tool_exception_filter.set(graph.intercept)
         try:
-            if len(calls) == 1:
-                results: Sequence[ToolResult] = (await self.executor.aexecute(calls[0]),)
-            elif calls:
-                results = _results(await self.executor.aexecute_batch(calls))
+            if len(mine) == 1:
+                results: Sequence[ToolResult] = (await self.executor.aexecute(mine[0]),)
+            elif mine:
+                results = _results(await self.executor.aexecute_batch(mine))
             else:
                 results = ()
         finally:
+            tool_exception_filter.reset(seen)
             GRAPH_CALL.reset(token)
-        return self._output(calls, results, graph, kind)
+        return self._output(calls, _merged(results, foreign, len(calls)), graph, kind, foreign)
+
+    def _split(self, calls: list[ToolCall]) -> tuple[list[ToolCall], dict[int, ToolResult]]:
+        """The calls to run, and the answers to calls of tools that are not the node's."""
+        own = self._own
+        if own is None:
+            return calls, {}
+        foreign = {
+            i: ToolResult(
+                call_id=c.id,
+                name=c.name,
+                status="rejected",
+                error=f"Unknown tool '{c.name}'",
+                error_code=ErrorCode.TOOL_NOT_FOUND,
+            )
+            for i, c in enumerate(calls)
+            if c.name not in own
+        }
+        if not foreign:
+            return calls, foreign
+        return [c for i, c in enumerate(calls) if i not in foreign], foreign
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools this node runs (every tool of its registry
+        when it was given a registry)."""
+        return list(self._own) if self._own is not None else self.registry.names()
 
     # -- input and output -------------------------------------------------------------------
 
@@ -233,13 +283,17 @@ class ToolbusNode(Runnable[Any, Any]):
         results: Sequence[ToolResult],
         graph: GraphCall,
         kind: InputKind,
+        foreign: Collection[int] = (),
     ) -> Any:
         if graph.bubble is not None:
             raise graph.bubble  # an interrupt(): the graph's, not a failure
         returned = graph.messages
         messages: list[ToolMessage] = []
-        for call, result in zip(calls, results, strict=True):
-            own = returned.get(call.id) if returned else None
+        place = -1  # the call's place in the batch the node ran (not the foreign ones)
+        for i, (call, result) in enumerate(zip(calls, results, strict=True)):
+            if i not in foreign:
+                place += 1
+            own = returned.get((call.id, place)) if returned else None
             if result.status == "ok":
                 content = tool_content(result.output)
                 if own is not None:  # the tool returned a ToolMessage: its fields stand
@@ -247,9 +301,9 @@ class ToolbusNode(Runnable[Any, Any]):
                 else:
                     messages.append(_tool_message(content, call.name, call.id))
                 continue
-            if own is not None and result.error_code == ErrorCode.TOOL_ERROR:
-                # The tool's own error message (it handled a ToolException, or
-                # returned a ToolMessage with status="error").
+            if own is not None and result.error_code in _OWN_ERRORS:
+                # The tool's own error message (it handled a ToolException or
+                # a validation error, or returned a ToolMessage with status="error").
                 messages.append(own.model_copy(update={"content": result.error or ""}))
                 continue
             messages.append(
@@ -265,7 +319,7 @@ class ToolbusNode(Runnable[Any, Any]):
     def _error_content(self, result: ToolResult) -> str:
         if result.error_code == ErrorCode.TOOL_NOT_FOUND:
             return _UNKNOWN_TOOL_TEMPLATE.format(
-                requested_tool=result.name, available_tools=", ".join(self.registry.names())
+                requested_tool=result.name, available_tools=", ".join(self.tool_names)
             )
         text = result.error or result.status
         handler = self.handle_tool_errors
@@ -281,25 +335,26 @@ class ToolbusNode(Runnable[Any, Any]):
             return _ERROR_TEMPLATE.format(error=text)
 
 
-def _tools(
-    given: Sequence[BaseTool | Tool | Callable[..., Any]], read_only: bool | Collection[str]
-) -> list[Tool]:
-    """toolbus tools for what ToolNode would take."""
+Given = BaseTool | Tool | Callable[..., Any]
+
+
+def _tools(given: Sequence[Given], read_only: bool | Collection[str]) -> list[tuple[Given, Tool]]:
+    """toolbus tools for what ToolNode would take, each with what it was made of."""
     if isinstance(read_only, str):
         raise TypeError("ToolbusNode: read_only is True, False or a collection of tool names")
     names = None if isinstance(read_only, bool) else set(read_only)
-    out: list[Tool] = []
+    out: list[tuple[Given, Tool]] = []
     for item in given:
         if isinstance(item, Tool):
-            out.append(item)
+            out.append((item, item))
             continue
         lc = item if isinstance(item, BaseTool) else make_langchain_tool(item)
         if not isinstance(lc, BaseTool):  # pragma: no cover - tool() makes BaseTools
             raise TypeError(f"ToolbusNode: cannot make a tool of {item!r}")
         ro = read_only if names is None else lc.name in names
-        out.append(LangChainTool(lc, read_only=bool(ro)))
+        out.append((item, LangChainTool(lc, read_only=bool(ro))))
     if names is not None:
-        unknown = names - {t.name for t in out if isinstance(t, LangChainTool)}
+        unknown = names - {t.name for _, t in out if isinstance(t, LangChainTool)}
         if unknown:
             raise ValueError(
                 "ToolbusNode: read_only names no LangChain tool given: "
@@ -308,13 +363,55 @@ def _tools(
     return out
 
 
+def _join(registry: ToolRegistry, tool: Tool, item: Given) -> Tool:
+    """Register `tool` (made of `item`) in the node's registry; the tool already
+    there when it is the same one (another node on a shared executor took the
+    same LangChain tool, function or toolbus tool, alike)."""
+    existing = registry.get(tool.name)
+    if existing is None or existing is tool:
+        return registry.register(tool) if existing is None else existing
+    same = existing is item
+    if isinstance(existing, LangChainTool) and isinstance(tool, LangChainTool):
+        theirs = existing.langchain_tool
+        if isinstance(item, BaseTool):
+            same = theirs is item
+        else:  # a function: the LangChain tool made of it
+            made_of = (getattr(theirs, "func", None), getattr(theirs, "coroutine", None))
+            same = any(f is item for f in made_of)
+        if same and existing.read_only != tool.read_only:
+            raise DuplicateToolError(
+                f"ToolbusNode: tool {tool.name!r} is already in the executor's registry with "
+                f"read_only={existing.read_only}; nodes sharing an executor must agree on it"
+            )
+    if not same:
+        raise DuplicateToolError(
+            f"ToolbusNode: another tool named {tool.name!r} is already in the executor's "
+            "registry (nodes sharing an executor share their tools' names)"
+        )
+    return existing
+
+
+def _merged(
+    results: Sequence[ToolResult], foreign: dict[int, ToolResult], n: int
+) -> Sequence[ToolResult]:
+    if not foreign:
+        return results
+    ran = iter(results)
+    return [foreign[i] if i in foreign else next(ran) for i in range(n)]
+
+
 def _toolbus_call(tool_call: Any) -> ToolCall:
     """A LangChain tool call as a toolbus call with the same id."""
     call_id = tool_call.get("id")
     name = tool_call.get("name")
     args = tool_call.get("args")
     if not isinstance(args, dict | str):
-        args = {}
+        # Not an object (a list, null, ...): handed on as its JSON text, which
+        # toolbus rejects with INVALID_ARGUMENTS, saying what it got.
+        try:
+            args = json.dumps(args)
+        except (TypeError, ValueError):
+            args = f"<{type(args).__name__}>"
     if call_id is None:  # a model that gave no id: toolbus makes one up
         return ToolCall(name=str(name), arguments=args)
     if isinstance(call_id, str) and isinstance(name, str):

@@ -21,10 +21,14 @@ a time with `RunConfig(tool_execution=ToolExecutionConfig(max_function_tool_conc
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import copy
 import inspect
 import logging
+import threading
 import typing
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +50,7 @@ from ..providers._common import (
 )
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolContext, ToolRegistry, parse_json_arguments
+from ..tools._injected import injected_parameters
 
 __all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tool_for", "function_tools"]
 
@@ -201,9 +206,11 @@ class OpenAIAgentsTool(Tool):
     Its name, description and JSON schema are the SDK's, as it sends them to
     the model; toolbus validates the arguments against that schema, then calls
     the tool's own `on_invoke_tool` (the SDK's validation, defaults and
-    function) with a `ToolContext` carrying the call's id. It is an async tool
-    (a sync function runs in the SDK's thread, as under the Runner); it is
-    mutating unless `read_only=True`; its `timeout` is the SDK's
+    function) with a `ToolContext` carrying the call's id. It is async when its
+    function is; a sync function makes it a sync tool, run on toolbus's worker
+    threads (the SDK's invoker runs on a private event loop in that thread,
+    whose "thread pool" is the thread itself), within the executor's thread
+    budget. It is mutating unless `read_only=True`; its `timeout` is the SDK's
     `timeout_seconds` unless given.
 
     Failures reach toolbus as exceptions, so its error codes, retries and
@@ -246,9 +253,25 @@ class OpenAIAgentsTool(Tool):
         self.idempotent = idempotent
         self._context = None if context is _UNSET else context
         self._invoke = _raising(function_tool).on_invoke_tool
+        # A sync function: the SDK's invoker would hand it to its event loop's
+        # default thread pool; toolbus runs it on its own worker threads.
+        self._sync = _is_sync(function_tool)
+        # toolbus's `Annotated[..., Injected]` parameters of its function: left
+        # out of the schema toolbus exports, refused from the model, supplied
+        # by `Executor(inject=...)` (as JSON: the SDK's invoker takes JSON text).
+        self.injected = _injected_parameters(function_tool)
         super().__init__()
 
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> Any:
+    def _target(self) -> Any:
+        return self.run_sync if self._sync else self.run
+
+    def _target_wants_context(self) -> bool:
+        return True
+
+    def invoke(self, params: Any, ctx: ToolContext) -> Any:
+        return self.run_sync(params, ctx) if self._sync else self.run(params, ctx)
+
+    def _sdk_call(self, params: dict[str, Any], ctx: ToolContext) -> tuple[Any, str]:
         text = _json.dumps(params).decode()
         tool_ctx = AgentsToolContext(
             self._context,
@@ -256,7 +279,18 @@ class OpenAIAgentsTool(Tool):
             tool_call_id=ctx.call_id,
             tool_arguments=text,
         )
+        return tool_ctx, text
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> Any:
+        tool_ctx, text = self._sdk_call(params, ctx)
         return _output(await self._invoke(tool_ctx, text))
+
+    def run_sync(self, params: dict[str, Any], ctx: ToolContext) -> Any:
+        """A sync function tool, run in the calling thread (a toolbus worker):
+        the SDK's own invoker (validation, defaults, output checks) on a
+        private event loop whose thread pool is this very thread."""
+        tool_ctx, text = self._sdk_call(params, ctx)
+        return _output(_run_here(self._invoke(tool_ctx, text)))
 
 
 def from_openai_agents(
@@ -337,6 +371,75 @@ def _takes_context(ft: FunctionTool) -> bool:
         return ann.split("[", 1)[0].rsplit(".", 1)[-1] in ("RunContextWrapper", "ToolContext")
     origin = typing.get_origin(ann) or ann
     return isinstance(origin, type) and issubclass(origin, RunContextWrapper)
+
+
+def _injected_parameters(ft: FunctionTool) -> tuple[str, ...]:
+    try:
+        fn = ft.__wrapped__
+    except AttributeError:
+        return ()  # a hand-made FunctionTool: no function to read
+    return injected_parameters(fn)
+
+
+def _is_sync(ft: FunctionTool) -> bool:
+    """Whether the tool's function is sync (the SDK would run it with `asyncio.to_thread`)."""
+    if getattr(ft.on_invoke_tool, "__agents_sync_function_tool__", False):
+        return True
+    try:
+        fn = ft.__wrapped__
+    except AttributeError:
+        return False  # a hand-made FunctionTool: its invoker is its own, and async
+    return callable(fn) and not inspect.iscoroutinefunction(fn)
+
+
+class _HereExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The default "thread pool" of `_run_here`'s loops: it runs what it is given
+    at once, in the thread that runs the loop (never starting a thread)."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # the tool's own: the invoker raises it
+            future.set_exception(e)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # shared by every loop; it holds no thread
+
+
+_HERE = _HereExecutor(max_workers=1)
+
+
+class _Loop(threading.local):
+    """One private event loop per worker thread, closed with the thread."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            loop = self.loop = asyncio.new_event_loop()
+            loop.set_default_executor(_HERE)
+            weakref.finalize(threading.current_thread(), loop.close)
+        return loop
+
+
+_loops = _Loop()
+
+
+def _run_here(coro: Any) -> Any:
+    """Run the SDK invoker's coroutine to its end in this thread."""
+    loop = _loops.get()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        # Whatever the invoker left running (none, usually) ends with the call.
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 def _raising(ft: FunctionTool) -> FunctionTool:

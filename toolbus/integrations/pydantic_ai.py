@@ -52,6 +52,7 @@ from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult
 from ..providers._common import result_text
 from ..retry import RetryPolicy
 from ..tools import ArgumentError, Tool, ToolContext, ToolError, ToolRegistry
+from ..tools._injected import injected_parameters
 from ..tools._tool import STANDARD_INVOKES, format_validation_error
 
 __all__ = ["PydanticAITool", "ToolbusToolset", "from_pydantic_ai", "tool_definition"]
@@ -230,6 +231,10 @@ class PydanticAITool(Tool):
         self._async = schema.is_async
         # `Tool.from_schema` tools come with a validator that accepts anything.
         self._by_schema = _accepts_anything(schema.validator)
+        # toolbus's `Annotated[..., Injected]` parameters: left out of the
+        # schema toolbus exports, refused from the model, supplied by
+        # `Executor(inject=...)`, validated by pydantic-ai with the rest.
+        self.injected = injected_parameters(schema.function)
         super().__init__()
 
     def _target(self) -> Callable[..., Any]:

@@ -17,12 +17,13 @@ commit), `_store.py` (schema and queries), `_records.py` (`JournalRecord`),
 from ._journal import Journal
 from ._records import JournalAttempt, JournalOwner, JournalRecord, RecordState
 from ._retention import Retention
-from ._writer import JournalClosed, JournalStats
+from ._writer import JournalClosed, JournalFailed, JournalStats
 
 __all__ = [
     "Journal",
     "JournalAttempt",
     "JournalClosed",
+    "JournalFailed",
     "JournalOwner",
     "JournalRecord",
     "JournalStats",

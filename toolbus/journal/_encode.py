@@ -9,6 +9,7 @@ data, long error texts are cut, and the result's metadata says
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -16,13 +17,34 @@ import orjson
 from .._json import dumps
 from ..models import ToolResult
 
-__all__ = ["arguments_json", "result_json"]
+__all__ = ["arguments_json", "bindable", "result_from_json", "result_json"]
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
 
 
+def bindable(text: str) -> str:
+    """`text` as SQLite can store it: lone surrogates (a model's JSON `"\\udc80"`
+    decodes to one, and UTF-8 cannot hold it) written as `\\udc80`. Text
+    that UTF-8 holds comes back as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _text(value: Any) -> str:
-    return dumps(value, default=str, option=_OPTIONS).decode()
+    try:
+        return dumps(value, default=str, option=_OPTIONS).decode()
+    except (TypeError, ValueError, RecursionError):
+        pass  # a lone surrogate, an integer over 64 bits, a cycle, nesting too deep
+    try:
+        # Escapes lone surrogates (ASCII out), takes any integer, skips odd keys.
+        return json.dumps(value, default=str, skipkeys=True)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(f"<not JSON: {type(value).__name__}>")
 
 
 def _cut(text: str, budget: int) -> str:
@@ -55,3 +77,13 @@ def result_json(result: ToolResult, limit: int) -> tuple[str, bool]:
         data["metadata"] = {"journal_truncated": True}
         text = _text(data)
     return text, True
+
+
+def result_from_json(text: str) -> ToolResult:
+    """A recorded result back; ValueError if it is not one. Text written by
+    the fallback above (lone surrogates escaped) is read by the stdlib, which
+    takes them back."""
+    try:
+        return ToolResult.model_validate_json(text)
+    except ValueError:
+        return ToolResult.model_validate(json.loads(text))

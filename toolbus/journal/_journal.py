@@ -2,18 +2,23 @@
 
 Open one to read it (`Journal(path)`), or hand a path or a `Journal` to
 `Executor(journal=...)`, which records every mutating call in it. Reading is
-done on a connection of the Journal's own; writing only ever on its writer
-thread (`_writer.py`), started when an executor first uses it.
+done on a read-only connection of the Journal's own (it needs no write access
+and never waits for the write lock); calls are recorded only ever on its
+writer thread (`_writer.py`), started when an executor first uses it;
+`acknowledge()` and a `prune()` without a writer open a write connection when
+first used.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,7 @@ from .._json import loads
 from .._options import positive_int, positive_number
 from ..models import ToolResult
 from . import _store as store
+from ._encode import bindable, result_from_json
 from ._owner import Here, OwnerLock, SessionInfo, gone, here, lock_dir
 from ._prune import CHUNK, prune_step
 from ._records import JournalAttempt, JournalOwner, JournalRecord, RecordState
@@ -29,6 +35,8 @@ from ._session import Session
 from ._writer import JournalClosed, JournalStats, Writer
 
 __all__ = ["Journal"]
+
+log = logging.getLogger("toolbus.journal")
 
 
 class Journal:
@@ -45,7 +53,14 @@ class Journal:
       output cut down, and says so (default 64 KiB);
     - `stale_after`: seconds without a heartbeat after which a session that
       could not take an owner lock, on another host, counts as gone (see
-      `in_doubt`).
+      `in_doubt`);
+    - `timeout`: seconds to wait for the disk while opening (default 5): a
+      journal whose disk does not answer, or whose tables cannot be made
+      because another process holds its write lock, is a `TimeoutError`.
+
+    `Journal(path)` only reads: it opens the file read-only (no write access
+    needed, no write lock waited for), and never makes or changes anything
+    until `acknowledge()`, `prune()` or an executor writes.
 
     Errors for a path that cannot hold a journal (a missing directory, no
     permission, a file that is not a journal) are raised here, saying which.
@@ -59,30 +74,31 @@ class Journal:
         retention: Retention | Mapping[str, Any] | None = None,
         max_result_bytes: int = 65536,
         stale_after: float = 60.0,
+        timeout: float = 5.0,
     ) -> None:
         self.retention = Retention.coerce(retention, "retention", "Journal")
         self._max_result_bytes = positive_int(max_result_bytes, "max_result_bytes", "Journal")
         self._stale_after = positive_number(stale_after, "stale_after", "Journal")
+        self._timeout = positive_number(timeout, "timeout", "Journal")
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"Journal: path must be a path, got {type(path).__name__} {path!r}")
+        if not os.fspath(path):
+            raise ValueError("Journal: path is empty; name a file, like 'agent-journal.sqlite'")
+        if "\0" in str(os.fspath(path)):
+            raise ValueError(f"Journal: path {os.fspath(path)!r} holds a NUL character")
         self.path = Path(path).absolute()
         store.prepare_path(self.path, create=create)
         self._lock = threading.Lock()
         self._closed = False
         self._writer: Writer | None = None
+        self._write_conn: sqlite3.Connection | None = None  # acknowledge, prune without a writer
         self._here: Here = here()
-        try:
-            self._conn = store.connect(self.path, any_thread=True)
-        except sqlite3.DatabaseError as e:
-            raise _error(self.path, e) from None
-        try:
-            self._key_secret = store.ensure_schema(self._conn, self.path)
-        except sqlite3.DatabaseError as e:
-            self._conn.close()
-            raise _error(self.path, e) from None
-        except BaseException:
-            self._conn.close()
-            raise
+        self._conn, self._key_secret = _bounded(
+            lambda: _open(self.path, create),
+            self._timeout,
+            f"journal {str(self.path)!r}: opening it",
+            lambda opened: opened[0].close(),
+        )
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
@@ -103,11 +119,11 @@ class Journal:
             limit = positive_int(limit, "limit", "Journal.records")
         if call_id is None:
             return self._records("1", (), limit)
-        return self._records("c.call_id = ?", (call_id,), limit)
+        return self._records("c.call_id = ?", (bindable(call_id),), limit)
 
     def get(self, call_id: str) -> JournalRecord | None:
         """The newest record of `call_id`, or None."""
-        found = self._records("c.call_id = ?", (call_id,), 1)
+        found = self._records("c.call_id = ?", (bindable(call_id),), 1)
         return found[0] if found else None
 
     def acknowledge(self, call: str | JournalRecord) -> int:
@@ -119,20 +135,22 @@ class Journal:
         if isinstance(call, JournalRecord):
             where, params = f"{_OPEN} AND c.id = ?", (call.id,)
         elif isinstance(call, str):
-            where, params = f"{_OPEN} AND c.call_id = ?", (call,)
+            where, params = f"{_OPEN} AND c.call_id = ?", (bindable(call),)
         else:
             raise TypeError(
                 f"acknowledge() takes a call id or a JournalRecord, not {type(call).__name__}"
             )
         ids = [r.id for r in self._records(where, params) if r.state == "in_doubt"]
+        if not ids:
+            return 0
         with self._lock:
-            self._check_open()
-            self._conn.execute("BEGIN IMMEDIATE")
+            conn = self._writable()
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                n = store.acknowledge(self._conn, ids, time.time())
-                self._conn.execute("COMMIT")
+                n = store.acknowledge(conn, ids, time.time())
+                conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise
         return n
 
@@ -149,9 +167,9 @@ class Journal:
                 pass
         total = 0
         with self._lock:
-            self._check_open()
+            conn = self._writable()
             while True:
-                n = prune_step(self._conn, self.retention, self.path)
+                n = prune_step(conn, self.retention, self.path)
                 total += n
                 if n < CHUNK:
                     return total
@@ -183,6 +201,8 @@ class Journal:
             writer.stop(timeout)
         with self._lock:
             self._conn.close()
+            if self._write_conn is not None:
+                self._write_conn.close()
 
     def __enter__(self) -> Journal:
         return self
@@ -192,22 +212,29 @@ class Journal:
 
     # -- for executors -----------------------------------------------------------------
 
-    def _open_session(self) -> Session:
-        """A new session for an executor (starts the writer on first use)."""
+    def _open_session(self, timeout: float | None = None) -> Session:
+        """A new session for an executor (starts the writer on first use).
+        Every wait is bounded by `timeout` (the journal's own by default)."""
+        wait = self._timeout if timeout is None else timeout
         with self._lock:
             self._check_open()
             writer = self._writer
+            if writer is not None and writer.failure is not None:
+                raise writer.failure
             if writer is None:
+                store.check_writable(self.path)
                 writer = Writer(self.path, self.retention, self._max_result_bytes)
                 try:
-                    writer.start()
+                    writer.start(wait)
                 except sqlite3.DatabaseError as e:
                     raise _error(self.path, e) from None
                 self._writer = writer
         session_id = secrets.token_hex(8)
         lock = OwnerLock(lock_dir(self.path), session_id)
         try:
-            return Session(writer, self._here, lock, session_id, self._max_result_bytes)
+            return Session(
+                writer, self._here, lock, session_id, self._max_result_bytes, wait, str(self.path)
+            )
         except BaseException:
             lock.release()
             raise
@@ -217,6 +244,18 @@ class Journal:
     def _check_open(self) -> None:
         if self._closed:
             raise JournalClosed(f"{self!r} is closed")
+
+    def _writable(self) -> sqlite3.Connection:
+        """The write connection of `acknowledge` and `prune` (under `_lock`)."""
+        self._check_open()
+        conn = self._write_conn
+        if conn is None:
+            store.check_writable(self.path)
+            try:
+                conn = self._write_conn = store.connect(self.path, any_thread=True)
+            except sqlite3.DatabaseError as e:
+                raise _error(self.path, e) from None
+        return conn
 
     def _records(
         self, where: str, params: Sequence[Any], limit: int | None = None
@@ -230,19 +269,28 @@ class Journal:
         verdicts: dict[str, bool] = {}  # session -> gone, one look per session
         records = []
         for row in rows:
-            state: RecordState
-            if row[8] is not None:
-                state = "ended"
-            elif row[13] is not None:
-                state = "acknowledged"
-            else:
-                session = row[14]
-                if session not in verdicts:
-                    verdicts[session] = row[15] is None or gone(
-                        _session_info(row), self._here, locks, self._stale_after, now
-                    )
-                state = "in_doubt" if verdicts[session] else "running"
-            records.append(_record(row, state, attempts.get(row[0], ())))
+            try:
+                state: RecordState
+                if row[8] is not None:
+                    state = "ended"
+                elif row[13] is not None:
+                    state = "acknowledged"
+                else:
+                    session = row[14]
+                    if session not in verdicts:
+                        verdicts[session] = row[15] is None or gone(
+                            _session_info(row), self._here, locks, self._stale_after, now
+                        )
+                    state = "in_doubt" if verdicts[session] else "running"
+                records.append(_record(row, state, attempts.get(row[0], ())))
+            except Exception as e:  # a damaged or hand-edited row: the others still count
+                log.warning(
+                    "journal %s: record %s is malformed and left out (%s: %s)",
+                    self.path,
+                    row[0],
+                    type(e).__name__,
+                    str(e).splitlines()[0] if str(e) else "",
+                )
         return records
 
 
@@ -251,9 +299,77 @@ _OPEN = "c.status IS NULL AND c.acknowledged IS NULL"
 
 
 def _error(path: Path, e: sqlite3.DatabaseError) -> Exception:
+    text = str(e)
+    if "readonly" in text or "read-only" in text:
+        return PermissionError(f"journal {str(path)!r} cannot be written: {text}")
     if isinstance(e, sqlite3.OperationalError):
-        return OSError(f"journal {str(path)!r}: {e}")
-    return ValueError(f"{str(path)!r} is not a toolbus journal: {e}")
+        return OSError(f"journal {str(path)!r}: {text}")
+    return ValueError(f"{str(path)!r} is not a toolbus journal: {text}")
+
+
+def _open(path: Path, create: bool) -> tuple[sqlite3.Connection, bytes]:
+    """The read-only connection and the key secret; the tables are made first
+    (`create`) when the file is new."""
+    try:
+        conn = store.connect_reader(path)
+    except sqlite3.DatabaseError as e:
+        raise _error(path, e) from None
+    try:
+        if not store.schema_ready(conn, path):
+            if not create:
+                raise ValueError(
+                    f"{str(path)!r} is empty, not a toolbus journal yet "
+                    "(Journal(path, create=True) makes one there)"
+                )
+            writer = store.connect(path)
+            try:
+                store.ensure_schema(writer, path)
+            finally:
+                writer.close()
+        return conn, store.key_secret(conn, path)
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise _error(path, e) from None
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _bounded(
+    fn: Callable[[], Any], timeout: float, what: str, undo: Callable[[Any], object]
+) -> Any:
+    """`fn()` on a thread of its own, waited for at most `timeout` seconds:
+    TimeoutError naming `what` then (and `undo` is applied to what `fn` makes,
+    if it ever returns). Errors of `fn` raise here."""
+    fut: Future[Any] = Future()
+    lock = threading.Lock()
+    abandoned = False
+
+    def run() -> None:
+        try:
+            value = fn()
+        except BaseException as e:
+            fut.set_exception(e)
+            return
+        with lock:
+            if not abandoned:
+                fut.set_result(value)
+                return
+        undo(value)  # nobody waits for it any more
+
+    threading.Thread(target=run, name="toolbus-journal-open", daemon=True).start()
+    try:
+        return fut.result(timeout)
+    except TimeoutError:
+        with lock:
+            if not fut.done():
+                abandoned = True
+        if not abandoned:
+            return fut.result()  # just in time
+        raise TimeoutError(
+            f"{what} did not finish within {timeout:g}s: is its disk answering? "
+            "(or another process holds its write lock while its tables are made)"
+        ) from None
 
 
 def _session_info(row: Sequence[Any]) -> SessionInfo:
@@ -283,7 +399,7 @@ def _record(row: Sequence[Any], state: RecordState, attempts: Sequence[Any]) -> 
     result: ToolResult | None = None
     if row[10] is not None:
         try:
-            result = ToolResult.model_validate_json(row[10])
+            result = result_from_json(row[10])
         except ValueError:
             result = None
     owner = JournalOwner(

@@ -21,6 +21,12 @@ A session is gone when:
   every few seconds while it is open) is older than `stale_after` seconds.
 
 Without `/proc` (not Linux) the fallback checks the pid alone.
+
+The lock's file descriptor is close-on-exec, and a forked child closes its
+copy at once (`os.register_at_fork`): a child that outlives the agent (a
+background job started with `os.fork` or multiprocessing's "fork") must not
+keep its sessions alive, or their calls would never show as in doubt. The
+child only closes its descriptor; the lock stays the parent's.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import contextlib
 import os
 import socket
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,19 +89,19 @@ class OwnerLock:
         self._fd = -1
         if fcntl is None:
             return
+        _LOCKS.add(self)  # from before the descriptor exists: a fork may come any time
         try:
             directory.mkdir(mode=0o700, exist_ok=True)
-            fd = os.open(self._path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            self._fd = os.open(self._path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         except OSError:
             return  # the fallback checks (pid, heartbeat) apply
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            os.close(fd)
+            self._forget()
             with contextlib.suppress(OSError):
                 self._path.unlink()
             return
-        self._fd = fd
         self.name = session
 
     def release(self) -> None:
@@ -103,8 +110,28 @@ class OwnerLock:
             return
         with contextlib.suppress(OSError):
             self._path.unlink()
-        os.close(self._fd)
-        self._fd = -1
+        self._forget()
+
+    def _forget(self) -> None:
+        """Close our descriptor (never unlock: in a forked child that would
+        drop the parent's lock, which shares the open file)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+# Every lock this process holds, so that a forked child can close its copies.
+_LOCKS: weakref.WeakSet[OwnerLock] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for lock in list(_LOCKS):
+        lock._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def lock_free(path: Path) -> bool | None:

@@ -15,7 +15,12 @@ from typing import Any
 
 from .._options import positive_int, positive_number
 
-__all__ = ["Retention"]
+__all__ = ["MAX_DAYS", "MAX_ROWS", "Retention"]
+
+# Upper bounds, so that a value the journal's arithmetic and SQLite's integers
+# cannot hold is refused when made, never a writer that dies later.
+MAX_DAYS = 1_000_000  # about 2700 years
+MAX_ROWS = 10**12
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +28,9 @@ class Retention:
     """Keep finished records for at most `days` days and at most `rows` records.
 
     Either may be None (no limit of that kind), not both: the journal must not
-    grow without bound. `days` is a number > 0 (fractions allowed), `rows` an
-    integer >= 1. Checked when made, with errors naming the option.
+    grow without bound. `days` is a number > 0 (fractions allowed) and at most
+    1 000 000, `rows` an integer from 1 to 10**12. Checked when made, with
+    errors naming the option.
     """
 
     days: float | None = 30.0
@@ -33,9 +39,21 @@ class Retention:
     def __post_init__(self) -> None:
         owner = "Retention"
         if self.days is not None:
-            object.__setattr__(self, "days", positive_number(self.days, "days", owner))
+            days = positive_number(self.days, "days", owner)
+            if days > MAX_DAYS:
+                raise ValueError(
+                    f"{owner}: days must be at most {MAX_DAYS} (None for no age limit), "
+                    f"got {self.days!r}"
+                )
+            object.__setattr__(self, "days", days)
         if self.rows is not None:
-            object.__setattr__(self, "rows", positive_int(self.rows, "rows", owner))
+            rows = positive_int(self.rows, "rows", owner)
+            if rows > MAX_ROWS:
+                raise ValueError(
+                    f"{owner}: rows must be at most {MAX_ROWS} (None for no row limit), "
+                    f"got {self.rows!r}"
+                )
+            object.__setattr__(self, "rows", rows)
         if self.days is None and self.rows is None:
             raise ValueError(
                 "Retention: days and rows are both None, so the journal would grow without "

@@ -5,6 +5,13 @@
 scheduler's lock. `begin` hands back an awaitable that resolves once the
 intent is committed and synced; the step awaits it on whichever loop drives
 it (`asyncio.wrap_future` works on any).
+
+Every wait is bounded by the executor's `journal_timeout`: the session's own
+row when it starts (an error then), and each intent. An intent that is not on
+disk in time, or whose commit failed, does not hold its call back: the call
+runs unjournaled, and that is logged (ERROR, with the call id) and counted
+(`JournalStats.unjournaled`). Its intent stays queued and is written when the
+journal can be written again, with its outcome after it.
 """
 
 from __future__ import annotations
@@ -18,9 +25,18 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..models import ToolResult, generated_id
-from ._encode import arguments_json
+from ._encode import arguments_json, bindable
 from ._owner import Here, OwnerLock
-from ._writer import ATTEMPT, CLOSE, INTENT, OUTCOME, SESSION, JournalClosed, Writer
+from ._writer import (
+    ATTEMPT,
+    CLOSE,
+    INTENT,
+    OUTCOME,
+    SESSION,
+    JournalClosed,
+    JournalFailed,
+    Writer,
+)
 
 if TYPE_CHECKING:
     from ..pipeline import Run
@@ -30,25 +46,30 @@ __all__ = ["Session"]
 log = logging.getLogger("toolbus.journal")
 
 
-async def _committed(fut: Future[Any]) -> ToolResult | None:
-    result: ToolResult | None = await asyncio.wrap_future(fut)
-    return result
-
-
 class Session:
     """The pipeline's `Journal` for one executor: its calls, under its owner id."""
 
     def __init__(
-        self, writer: Writer, me: Here, lock: OwnerLock, session_id: str, max_bytes: int
+        self,
+        writer: Writer,
+        me: Here,
+        lock: OwnerLock,
+        session_id: str,
+        max_bytes: int,
+        timeout: float,
+        path: str = "",
     ) -> None:
         self.id = session_id
         self._writer = writer
         self._lock = lock
         self._max_bytes = max_bytes
+        self._timeout = timeout
+        self._path = path
         self._seq = itertools.count(1)
         # Runs whose intent was queued, until their outcome is: dict operations
         # are atomic, so any thread may add and pop.
         self._open: dict[Run, int] = {}
+        self._warned_closed = False
         now = time.time()
         row = (
             session_id,
@@ -61,31 +82,56 @@ class Session:
             now,
             now,
         )
-        writer.submit(SESSION, row).result()  # synced before the first call
+        fut = writer.submit(SESSION, row)
+        try:
+            fut.result(timeout)  # synced before the first call
+        except TimeoutError:
+            # Written later if the disk comes back: closed at once then.
+            try:
+                writer.put((CLOSE, session_id, time.time()))
+            except JournalClosed:
+                pass
+            raise TimeoutError(
+                f"journal {path!r}: this executor's session was not recorded within "
+                f"{timeout:g}s (journal_timeout): the journal's disk is not answering, or "
+                "another process holds its write lock"
+            ) from None
+        except JournalClosed:
+            raise
+        except Exception as e:  # the commit failed (logged by the writer)
+            raise OSError(
+                f"journal {path!r}: this executor's session could not be recorded: "
+                f"{type(e).__name__}: {e}"
+            ) from None
         if lock.name is None:
             writer.heartbeat(session_id, True)
 
     def begin(self, run: Run, key: str) -> Coroutine[Any, Any, ToolResult | None]:
         """Queue the intent; the awaitable resolves when it is on disk, to the
-        recorded result of an earlier ok call with the same key (or None)."""
+        recorded result of an earlier ok call with the same key (or None). It
+        resolves to None too (logged) when the intent could not be written
+        within the journal's timeout: the call then runs unjournaled."""
         seq = next(self._seq)
         origin = run.origin
         # Calls whose key rests only on their arguments (toolbus made their id
         # up, and the caller gave no key) are never replayed: two such calls
         # may well be meant to run twice.
         replayable = origin.idempotency_key is not None or not generated_id(origin.id)
-        fut = self._writer.submit(
-            INTENT,
-            self.id,
-            seq,
-            run.call.id,
-            run.call.name,
-            arguments_json(run.masked, self._max_bytes),
-            key,
-            run.batch_id,
-            time.time(),
-            replayable,
-        )
+        try:
+            fut = self._writer.submit(
+                INTENT,
+                self.id,
+                seq,
+                bindable(run.call.id),
+                bindable(run.call.name),
+                arguments_json(run.masked, self._max_bytes),
+                bindable(key),
+                run.batch_id,
+                time.time(),
+                replayable,
+            )
+        except JournalClosed as e:  # closed before the executor, or failed: never waits
+            return self._unjournaled(run, str(e) or "the journal was closed")
         self._open[run] = seq
         # Set here, not only when the step has awaited the intent: a call that
         # ends meanwhile (cancelled, closed) then still gets its outcome
@@ -93,26 +139,76 @@ class Session:
         run.journaled = True
         if run.result is not None:
             self.ended(run, run.result)
-        return _committed(fut)
+        return self._committed(fut, run)
+
+    async def _committed(self, fut: Future[Any], run: Run) -> ToolResult | None:
+        writer = self._writer
+        # A writer already stuck in one commit for longer than the timeout
+        # (its disk not answering) is not waited for again by every call.
+        wait = 0.0 if writer.stalled_for() >= self._timeout else self._timeout
+        try:
+            result: ToolResult | None = await asyncio.wait_for(asyncio.wrap_future(fut), wait)
+            return result
+        except TimeoutError:
+            why = (
+                f"it was not on disk within {self._timeout:g}s (journal_timeout): the "
+                "journal's disk is not answering, or another process holds its write lock; "
+                "it stays queued and is written, with the outcome, if the journal recovers"
+            )
+        except JournalFailed as e:
+            why = str(e)
+        except JournalClosed:
+            why = "the journal was closed"
+        except Exception as e:  # the commit's own error (the writer logged it)
+            why = f"its commit failed ({type(e).__name__}: {e})"
+        return await self._unjournaled(run, why)
+
+    async def _unjournaled(self, run: Run, why: str) -> ToolResult | None:
+        """The call runs without its intent on disk: say so, by call id."""
+        if run.is_live(1):
+            self._writer.count_unjournaled()
+            log.error(
+                "journal %s: call %s (%s) runs without its intent on disk: %s",
+                self._path,
+                run.call.id,
+                run.call.name,
+                why,
+            )
+        return None
 
     def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None:
         """Queue an attempt's end (never raises: an attempt that returns after
         its call ended, on an abandoned thread, may come after close)."""
         seq = self._open.get(run)
         if seq is not None:
-            self._put((ATTEMPT, self.id, seq, n, status, duration, time.time()))
+            op = (ATTEMPT, self.id, seq, n, status, duration, time.time(), run.call.id)
+            self._put(op, run)
 
     def ended(self, run: Run, result: ToolResult) -> None:
         """Queue the call's outcome (once; later calls for the run do nothing)."""
         seq = self._open.pop(run, None)
         if seq is not None:
-            self._put((OUTCOME, self.id, seq, result, time.time()))
+            self._put((OUTCOME, self.id, seq, result, time.time()), run)
 
-    def _put(self, op: tuple[Any, ...]) -> None:
+    def _put(self, op: tuple[Any, ...], run: Run) -> None:
         try:
             self._writer.put(op)
-        except JournalClosed:
-            log.debug("journal closed: dropped a record of session %s", self.id)
+        except JournalClosed as e:
+            # The journal was closed before this executor, or failed (said
+            # loudly once, by the writer): the call is named here.
+            if op[0] == OUTCOME:
+                level = logging.ERROR if isinstance(e, JournalFailed) else logging.WARNING
+                log.log(
+                    level,
+                    "journal %s: the outcome (%s) of call %s (%s) is not recorded: %s",
+                    self._path,
+                    op[3].status,
+                    run.call.id,
+                    run.call.name,
+                    e,
+                )
+            else:
+                log.debug("journal: an attempt of call %s is not recorded: %s", run.call.id, e)
 
     def close(self, timeout: float | None = None) -> bool:
         """Mark the session closed and wait until everything it wrote is on
@@ -121,6 +217,8 @@ class Session:
         try:
             self._writer.put((CLOSE, self.id, time.time()))
             flushed = self._writer.flush(timeout)
+        except JournalFailed:
+            flushed = False
         except Exception:
             flushed = False  # the journal was closed first: it flushed then
         self._open.clear()

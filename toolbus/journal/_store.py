@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
+import stat
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,11 +29,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "acknowledge",
     "attempts_of",
+    "check_writable",
     "connect",
+    "connect_reader",
     "ensure_schema",
     "idle_sessions",
+    "key_secret",
     "prepare_path",
     "prune_chunk",
+    "schema_ready",
     "select_records",
 ]
 
@@ -88,45 +94,86 @@ CREATE TABLE IF NOT EXISTS attempts (
 ) WITHOUT ROWID;
 """
 
+_TABLES = frozenset({"meta", "sessions", "calls", "attempts"})
+
 
 def prepare_path(path: Path, *, create: bool) -> None:
     """Check that a journal can live at `path`; make an empty file (mode 0600:
-    it holds the key secret) when `create` and there is none yet.
+    it holds the key secret) when `create` and there is none yet. A journal
+    only read (`create=False`) needs to be readable, nothing more.
 
-    Raises FileNotFoundError, NotADirectoryError, IsADirectoryError or
-    PermissionError, each saying what is wrong with which path."""
+    Raises FileNotFoundError, NotADirectoryError, IsADirectoryError,
+    PermissionError or ValueError (not a regular file), each saying what is
+    wrong with which path."""
+    text = str(path)
     parent = path.parent
-    if path.is_dir():
-        raise IsADirectoryError(f"journal {str(path)!r} is a directory, not a file")
-    if path.exists():
-        if not os.access(path, os.R_OK | os.W_OK):
-            raise PermissionError(f"journal {str(path)!r} is not readable and writable by us")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            # SQLite makes its -wal and -shm files beside the journal.
-            raise PermissionError(
-                f"journal {str(path)!r}: its directory {str(parent)!r} is not writable "
-                "(SQLite keeps its -wal and -shm files there)"
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as e:  # too long, a symlink loop, no search permission, ...
+        raise type(e)(e.errno, f"journal {text!r}: {e.strerror}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(f"journal {text!r} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(
+                f"journal {text!r} is not a regular file (it is {_kind(st.st_mode)}); "
+                "a journal is an SQLite file"
             )
+        if not os.access(path, os.R_OK):
+            raise PermissionError(f"journal {text!r} is not readable by us")
+        if create:
+            check_writable(path)
         return
-    if not create:
-        raise FileNotFoundError(f"no journal at {str(path)!r}")
+    if os.path.islink(path):
+        raise FileNotFoundError(
+            f"journal {text!r} is a symbolic link to {os.readlink(path)!r}, which does not exist"
+        )
     if not parent.exists():
         raise FileNotFoundError(
-            f"journal {str(path)!r}: the directory {str(parent)!r} does not exist"
+            f"{'journal' if create else 'no journal at'} {text!r}: the directory "
+            f"{str(parent)!r} does not exist"
         )
     if not parent.is_dir():
-        raise NotADirectoryError(f"journal {str(path)!r}: {str(parent)!r} is not a directory")
+        raise NotADirectoryError(f"journal {text!r}: {str(parent)!r} is not a directory")
+    if not create:
+        raise FileNotFoundError(f"no journal at {text!r} (Journal(path, create=True) makes one)")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(
-            f"journal {str(path)!r}: the directory {str(parent)!r} is not writable"
-        )
+        raise PermissionError(f"journal {text!r}: the directory {str(parent)!r} is not writable")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         return  # made meanwhile by another process: fine
     except OSError as e:
-        raise type(e)(e.errno, f"journal {str(path)!r} cannot be created: {e.strerror}") from None
+        raise type(e)(e.errno, f"journal {text!r} cannot be created: {e.strerror}") from None
     os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def check_writable(path: Path) -> None:
+    """PermissionError, saying why, if a journal at `path` cannot be written."""
+    if not os.access(path, os.W_OK):
+        raise PermissionError(
+            f"journal {str(path)!r} is not writable by us (it can only be read: Journal(path))"
+        )
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        # SQLite makes its -wal and -shm files beside the journal.
+        raise PermissionError(
+            f"journal {str(path)!r}: its directory {str(path.parent)!r} is not writable "
+            "(SQLite keeps its -wal and -shm files there)"
+        )
 
 
 def connect(path: Path, *, any_thread: bool = False) -> sqlite3.Connection:
@@ -136,9 +183,10 @@ def connect(path: Path, *, any_thread: bool = False) -> sqlite3.Connection:
     )
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        # Only takes effect on a database with no tables yet (a new journal):
-        # pruned pages are then given back with `incremental_vacuum`.
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        # Only for a new file (setting it writes, so it would wait for the
+        # write lock): pruned pages are then given back with `incremental_vacuum`.
+        if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"cannot switch to WAL mode (got {mode!r})")
@@ -149,36 +197,68 @@ def connect(path: Path, *, any_thread: bool = False) -> sqlite3.Connection:
     return conn
 
 
-def ensure_schema(conn: sqlite3.Connection, path: Path) -> bytes:
-    """Make the tables if missing; return the key secret (made once, here)."""
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection (any thread): it writes nothing, so it needs no
+    write access and never waits for the journal's write lock."""
+    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+    conn = sqlite3.connect(
+        uri,
+        uri=True,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def schema_ready(conn: sqlite3.Connection, path: Path) -> bool:
+    """True if the file holds a toolbus journal, False if it is empty (a new
+    file); ValueError for anything else. Reads only."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise ValueError(
             f"journal {str(path)!r} has schema version {version}; this toolbus reads "
             f"up to {SCHEMA_VERSION} (upgrade toolbus)"
         )
-    if version == 0:
-        tables = conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name != 'meta'"
-        ).fetchone()[0]
-        if tables:
-            raise ValueError(f"{str(path)!r} is an SQLite database but not a toolbus journal")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-        conn.execute(
-            "INSERT OR IGNORE INTO meta (name, value) VALUES ('key_secret', ?)",
-            (secrets.token_bytes(32),),
-        )
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        secret = conn.execute("SELECT value FROM meta WHERE name = 'key_secret'").fetchone()[0]
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return bytes(secret)
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version == SCHEMA_VERSION and tables >= _TABLES:
+        return True
+    if version == 0 and not tables - {"meta"}:
+        return False
+    raise ValueError(f"{str(path)!r} is an SQLite database but not a toolbus journal")
+
+
+def ensure_schema(conn: sqlite3.Connection, path: Path) -> bytes:
+    """Make the tables if missing; return the key secret (made once, here)."""
+    if not schema_ready(conn, path):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (name, value) VALUES ('key_secret', ?)",
+                (secrets.token_bytes(32),),
+            )
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return key_secret(conn, path)
+
+
+def key_secret(conn: sqlite3.Connection, path: Path) -> bytes:
+    """The journal's HMAC secret of idempotency keys. Reads only."""
+    row = conn.execute("SELECT value FROM meta WHERE name = 'key_secret'").fetchone()
+    if row is None or not isinstance(row[0], bytes) or len(row[0]) < 16:
+        raise ValueError(f"journal {str(path)!r} has no key secret: it is damaged")
+    return bytes(row[0])
 
 
 # -- the writer's statements ------------------------------------------------------
@@ -198,12 +278,20 @@ INSERT_CALL = (
     "INSERT INTO calls (session, seq, call_id, tool, arguments, key, batch_id, started, "
     "replay_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# An intent written after its commit failed (its call ran meanwhile): never a replay.
+INSERT_LATE_CALL = (
+    "INSERT OR IGNORE INTO calls (session, seq, call_id, tool, arguments, key, batch_id, "
+    "started) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 INSERT_ATTEMPT = (
     "INSERT OR REPLACE INTO attempts (call, n, status, duration, at) "
     "SELECT id, ?, ?, ?, ? FROM calls WHERE session = ? AND seq = ?"
 )
+# The outcome also says whether the call was a replay: one whose caller gave up
+# waiting for its intent ran instead, whatever the intent found.
 SET_OUTCOME = (
-    "UPDATE calls SET status = ?, error_code = ?, result = ?, truncated = ?, ended = ? "
+    "UPDATE calls SET status = ?, error_code = ?, result = ?, truncated = ?, ended = ?, "
+    "replay_of = CASE WHEN ? THEN replay_of END "
     "WHERE session = ? AND seq = ? AND status IS NULL"
 )
 

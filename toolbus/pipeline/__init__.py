@@ -45,6 +45,7 @@ from ._steps import (
     make_result,
     publish_killed,
     publish_progress,
+    tool_exception_filter,
 )
 
 __all__ = [
@@ -89,4 +90,5 @@ __all__ = [
     "make_result",
     "publish_killed",
     "publish_progress",
+    "tool_exception_filter",
 ]

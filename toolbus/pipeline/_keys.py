@@ -3,8 +3,12 @@
 A key is an HMAC-SHA256, under a secret of the journal's (or the executor's),
 of the tool's name, the arguments as the model sent them (canonical JSON:
 sorted keys, before pre-call hooks, so injected credentials do not change it)
-and the model's call id when it gave one. Ids toolbus made up are left out: a
-restart would make other ones. Injected arguments (`toolbus.Injected`) are never
+and the model's call id when it gave one. Ids toolbus made up are left out
+(`models.generated_id`: `call_<pid>_<n>` from any process, and the providers'
+`call_toolbus_<hash>`): a restart would make other ones, and the provider's
+depend on the arguments alone. So two distinct calls of one tool with the same
+arguments and no model id share a key: set `ToolCall.idempotency_key` to tell
+them apart (see docs/journal.md). Injected arguments (`toolbus.Injected`) are never
 part of it: they are filled in after the call as submitted is kept, and a call
 that carries one from the model is refused before it runs. An HMAC, so the
 arguments cannot be recovered from the key, nor guessed by hashing candidate

@@ -46,8 +46,8 @@ from ..bus._events import (
 )
 from ..bus._events import WorkerKilled as WorkerKilled_
 from ..bus._publisher import Emitter
-from ..masking import Scrubber, hidden_values, mask_arguments, mask_paths
-from ..models import ErrorCode, Status, ToolCall, ToolResult
+from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
+from ..models import ErrorCode, Status, ToolCall, ToolResult, idempotency_key_problem
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import ArgumentError, ToolContext, ToolFailure, error_text, normalize_output
 from ..tools._tool import parse_json_arguments
@@ -70,6 +70,7 @@ __all__ = [
     "make_result",
     "publish_killed",
     "publish_progress",
+    "tool_exception_filter",
 ]
 
 log = logging.getLogger("toolbus")
@@ -82,6 +83,14 @@ Steps = Generator[Awaitable[Any], Any, Any]
 current_run: contextvars.ContextVar[tuple[Services, Run] | None] = contextvars.ContextVar(
     "toolbus_current_run", default=None
 )
+
+# Set by a caller around its calls (a framework's node): sees each exception a
+# tool raises and may return another to judge the attempt by. LangGraph's
+# `ToolbusNode` takes an `interrupt()` (a GraphBubbleUp, the graph's and not
+# the tool's failure) back to the graph this way, whatever kind the tool is.
+tool_exception_filter: contextvars.ContextVar[
+    Callable[[BaseException], BaseException | None] | None
+] = contextvars.ContextVar("toolbus_tool_exception_filter", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,9 +313,11 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
             except orjson.JSONDecodeError:
                 pass
         masked, typed = mask_paths(masked, raw, paths)
-        run.masked = masked
         if masked is not raw:
-            run.scrubber = Scrubber([*hidden_values(raw, masked), *typed])
+            # Whatever the masker returned (a text, a list, an object), what is
+            # published has every hidden value scrubbed from it.
+            masked, run.scrubber = published_arguments(raw, masked, typed)
+        run.masked = masked
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # A broken masker must not leak: publish nothing of the arguments.
         run.masked = None
@@ -326,6 +337,13 @@ def admit(run: Run, svc: Services) -> Steps:
     tool = run.tool
     assert tool is not None
     call = run.call
+    key = run.origin.idempotency_key
+    if key is not None:
+        # A ToolCall checks its key when made; a mapping's (or a model_construct
+        # one's) comes here unchecked, and is answered, not run under another.
+        problem = idempotency_key_problem(key)
+        if problem is not None:
+            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid call: {problem}")
     args: dict[str, Any] | str = call.arguments
     limit = svc.max_argument_bytes
     try:
@@ -419,7 +437,7 @@ def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
     args = call.arguments
     if not isinstance(args, dict):
         return call  # unparseable: validation says so
-    given = [n for n in tool.injected if n in args]
+    given = [n for n in tool.injected_names if n in args]
     if given:
         names = ", ".join(f"'{n}'" for n in given)
         return _reject(
@@ -573,6 +591,10 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         output, attachments, metadata = normalize_output(value)
     except BaseException as e:  # tools may raise anything; nothing escapes a step
         error = e
+    if error is not None:
+        seen = tool_exception_filter.get()
+        if seen is not None:
+            error = _filtered(seen, error, run)
     end = time.monotonic()
     duration = end - start
     overran = run.deadline is not None and end > run.deadline
@@ -627,12 +649,27 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     return (yield from after_failure(run, n, error, svc, timed_out=False))
 
 
+def _filtered(
+    seen: Callable[[BaseException], BaseException | None], error: BaseException, run: Run
+) -> BaseException:
+    """The exception to judge an attempt by: what the caller's filter makes of `error`."""
+    try:
+        other = seen(error)
+    except Exception as e:  # a broken filter must not lose the tool's failure
+        log_contained(f"tool exception filter failed for call {run.call.id}", e, run.scrubber)
+        return error
+    return other if isinstance(other, BaseException) else error
+
+
 def _journal_intent(run: Run, svc: Services) -> Steps:
     """Record a mutating call's intent before its tool runs; return the recorded
     result of an earlier call with the same idempotency key that ended ok.
 
     The wait is off the deadline's clock: the deadline moves on by as long as
-    the write took (the supervisor re-arms a deadline that fires meanwhile)."""
+    the write took (the supervisor re-arms a deadline that fires meanwhile).
+    It is bounded by the journal (`journal_timeout`): an intent not on disk by
+    then, or whose commit failed, resolves to None, logged by the journal, and
+    the call runs unjournaled, never held back."""
     journal = svc.journal
     assert journal is not None
     run.phase = JOURNALING
@@ -643,7 +680,8 @@ def _journal_intent(run: Run, svc: Services) -> Steps:
         run.journaled = True
     except (Exception, asyncio.CancelledError) as e:
         if run.is_live(1):
-            # A journal that cannot be written must not lose the call; it is logged.
+            # A journal that cannot be written must not lose the call (its own
+            # failures are logged by the journal; this is anything else).
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
         else:  # cancelled or timed out while it waited: not the journal's failure
             log.debug("call %s ended while its intent was being written", run.call.id)

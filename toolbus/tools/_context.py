@@ -27,6 +27,18 @@ class ToolContext:
     `time.monotonic()` value (None when there is no timeout); `cancelled` turns
     true when the caller no longer wants the result (timeout, cancellation,
     abort), so a cooperative tool can stop early.
+
+    `idempotency_key` is the same for every attempt of the call and across a
+    restart, so a mutating tool can hand it to the service it calls (a payment
+    API's `Idempotency-Key` header) to have retries deduplicated there. It is
+    `ToolCall.idempotency_key` when the caller set one; otherwise it is derived
+    from the tool, the arguments as the model sent them, and the model's call
+    id. A call whose id toolbus made up (the model gave none) has a key made of
+    its tool and arguments alone: two distinct calls with the same arguments
+    (`charge(card, 10)` in two turns) then share one key, and a service that
+    deduplicates on it would drop the second charge. Where that matters, have
+    the caller set `ToolCall.idempotency_key` (one per intended operation), or
+    keep the model's call ids. See docs/journal.md.
     """
 
     __slots__ = ("_cancel", "_sink", "attempt", "call_id", "deadline", "idempotency_key", "tool")

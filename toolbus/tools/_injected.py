@@ -15,12 +15,23 @@ which parameters are injected and what the model is shown.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, final
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, AliasPath, BaseModel
+from pydantic.fields import FieldInfo
 
-__all__ = ["Injected", "injected_fields", "is_injected_marker", "without_properties"]
+__all__ = [
+    "Injected",
+    "argument_names",
+    "injected_argument_names",
+    "injected_fields",
+    "injected_parameters",
+    "is_injected_marker",
+    "schema_name",
+    "without_properties",
+]
 
 
 @final
@@ -44,12 +55,67 @@ def is_injected_marker(value: object) -> bool:
 
 
 def injected_fields(model: type[BaseModel]) -> list[str]:
-    """The argument names (aliases where set) of `model`'s fields marked `Injected`."""
+    """The argument names (aliases where set) of `model`'s fields marked `Injected`:
+    the names its JSON schema gives them."""
     return [
-        field.alias or name
+        schema_name(name, field)
         for name, field in model.model_fields.items()
         if any(is_injected_marker(m) for m in field.metadata)
     ]
+
+
+def injected_parameters(fn: Any) -> tuple[str, ...]:
+    """The parameters of function `fn` annotated `Annotated[..., Injected]`
+    (none if its annotations cannot be resolved)."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return ()
+    return tuple(
+        name
+        for name, annotation in hints.items()
+        if name != "return"
+        and typing.get_origin(annotation) is typing.Annotated
+        and any(is_injected_marker(m) for m in annotation.__metadata__)
+    )
+
+
+def injected_argument_names(model: type[BaseModel]) -> list[str]:
+    """Every argument name that reaches one of `model`'s fields marked `Injected`
+    (see `argument_names`): the model must set none of them."""
+    out: list[str] = []
+    for name, field in model.model_fields.items():
+        if any(is_injected_marker(m) for m in field.metadata):
+            out.extend(argument_names(name, field))
+    return out
+
+
+def schema_name(name: str, field: FieldInfo) -> str:
+    """The name pydantic's JSON schema (and validation by alias) gives field `name`."""
+    alias = field.validation_alias
+    if isinstance(alias, str):
+        return alias
+    if isinstance(alias, AliasChoices) and alias.choices and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return field.alias or name
+
+
+def argument_names(name: str, field: FieldInfo) -> tuple[str, ...]:
+    """Every argument name pydantic may read field `name` from: its validation
+    aliases (an `AliasPath`'s first key), its alias and its Python name (read
+    with `populate_by_name`; counted whatever the model's config says)."""
+    out: list[str] = []
+    alias = field.validation_alias
+    choices = alias.choices if isinstance(alias, AliasChoices) else [alias] if alias else []
+    for choice in choices:
+        if isinstance(choice, str):
+            out.append(choice)
+        elif isinstance(choice, AliasPath) and choice.path and isinstance(choice.path[0], str):
+            out.append(choice.path[0])
+    if field.alias:
+        out.append(field.alias)
+    out.append(name)
+    return tuple(dict.fromkeys(out))
 
 
 def without_properties(schema: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from ..models import ErrorCode, ToolResult
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolFailure, error_text
-from ._injected import injected_fields, without_properties
+from ._injected import injected_argument_names, injected_fields, without_properties
 from ._output import normalize_output
 from ._secrets import secret_paths
 
@@ -131,6 +131,9 @@ class Tool:
     # for a tool with a JSON schema): left out of `schema`, refused from the
     # model, supplied by `Executor(inject=...)` or a pre-call hook, always masked.
     injected: tuple[str, ...] = ()
+    # Every argument name that reaches an injected parameter (aliases and the
+    # Python names of `Params` fields too): a model that sends one is refused.
+    injected_names: tuple[str, ...] = ()
     injected_required: frozenset[str] = frozenset()
     _schema: dict[str, Any]
 
@@ -161,6 +164,7 @@ class Tool:
         else:
             full = {}
         self.injected = self._injected_names(full)
+        self.injected_names = self._injected_argument_names() if self.injected else ()
         required = full.get("required")
         self.injected_required = frozenset(
             n for n in self.injected if isinstance(required, list) and n in required
@@ -168,7 +172,7 @@ class Tool:
         self._schema = without_properties(full, self.injected) if self.injected else full
         # Injected values are masked whatever their names.
         typed = secret_paths(full)
-        self.secret_paths = typed + tuple((n,) for n in self.injected if (n,) not in typed)
+        self.secret_paths = typed + tuple((n,) for n in self.injected_names if (n,) not in typed)
         self.is_async = inspect.iscoroutinefunction(self._target())
         self._wants_context = self._target_wants_context()
         # Whether a call must build a ToolContext: an `invoke` of toolbus's own
@@ -213,6 +217,15 @@ class Tool:
                 raise ValueError(
                     f"tool {self.name!r}: injected parameter {name!r} is not one of its parameters"
                 )
+        return tuple(names)
+
+    def _injected_argument_names(self) -> tuple[str, ...]:
+        """Every argument name that reaches an injected parameter: its name, and
+        for a `Params` field its aliases and Python name. The model may send
+        none of them."""
+        names = dict.fromkeys(self.injected)
+        if self.Params is not None:
+            names.update(dict.fromkeys(injected_argument_names(self.Params)))
         return tuple(names)
 
     def _check_options(self) -> None:
