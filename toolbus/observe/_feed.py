@@ -33,8 +33,8 @@ class Feed:
     `history`: how many encoded records to keep for `since()` (0: none; then
     the records lack the fields only a client of `/events` reads: arguments,
     outputs, metadata).
-    `on_record` callbacks run on the delivery thread after each record is
-    applied and stored; they must be quick (wake someone up, no more).
+    Callbacks given to `listen` run on the delivery thread after each record
+    is applied and stored; they must be quick (wake someone up, no more).
     """
 
     def __init__(self, executor: Executor, *, history: int = 0) -> None:
