@@ -92,7 +92,15 @@ class Tmux:
 
     def close(self) -> None:
         assert TMUX is not None
+        found = subprocess.run(
+            [TMUX, "-L", self.socket, "display-message", "-p", "#{socket_path}"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
         subprocess.run([TMUX, "-L", self.socket, "kill-server"], capture_output=True, timeout=15)
+        if found.returncode == 0 and found.stdout.strip():
+            Path(found.stdout.strip()).unlink(missing_ok=True)  # tmux may leave it behind
 
 
 @pytest.fixture
