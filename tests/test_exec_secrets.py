@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import string
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolbus import Executor, RetryPolicy, ToolCall, ToolContext, ToolRegistry, ToolResult, bus
+
+from .secret_strategies import nest as _nest
+from .secret_strategies import secrets
 
 session_token: contextvars.ContextVar[str] = contextvars.ContextVar("session_token", default="")
 
@@ -69,19 +71,6 @@ class _Capture(logging.Handler):
 def executor() -> Iterator[Executor]:
     with Executor(_registry(), timeout=5, pre_call=[_inject_auth], post_call=[_post]) as ex:
         yield ex
-
-
-# Marked so that a generated secret can never be a word toolbus itself prints
-# (hypothesis did find "timeouts", a stats field, when secrets were bare words).
-secrets = st.text(string.ascii_letters + string.digits, min_size=6, max_size=22).map(
-    lambda s: f"Zq{s}"
-)
-
-
-def _nest(value: dict[str, Any], shape: list[str]) -> Any:
-    for kind in shape:
-        value = {"inner": value} if kind == "dict" else [value, "filler"]
-    return value
 
 
 @settings(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextvars
 import io
-import string
 import time
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -32,6 +31,9 @@ from toolbus import Executor, Injected, RetryPolicy, ToolCall, ToolContext, Tool
 from toolbus.observe import StatusServer, serve_status
 from toolbus.observe._config import describe_executor
 from toolbus.observe._view import Board
+
+from .secret_strategies import nest as _nest
+from .secret_strategies import secrets
 
 SECRET_KEYS = ["token", "api_key", "password", "Authorization", "client_secret", "X-Api-Key"]
 
@@ -95,18 +97,6 @@ def dashboard_text(executor: Executor, state: dict[str, Any]) -> str:
         )
     )
     return console.export_text()
-
-
-# Marked, so that a secret can never be a word toolbus itself prints.
-secrets = st.text(string.ascii_letters + string.digits, min_size=6, max_size=22).map(
-    lambda s: f"Zq{s}"
-)
-
-
-def _nest(value: dict[str, Any], shape: list[str]) -> Any:
-    for kind in shape:
-        value = {"inner": value} if kind == "dict" else [value, "filler"]
-    return value
 
 
 @settings(

@@ -73,17 +73,7 @@ def _fields(cls: type) -> tuple[str, ...]:
 
 
 def _result(result: ToolResult, max_chars: int, light: bool = False) -> dict[str, Any]:
-    if light:
-        return {
-            "call_id": result.call_id,
-            "name": plain(result.name, 200),
-            "status": result.status,
-            "error": plain(result.error, max_chars),
-            "error_code": result.error_code.value if result.error_code else None,
-            "attempts": result.attempts,
-            "duration": result.duration,
-        }
-    return {
+    record: dict[str, Any] = {
         "call_id": result.call_id,
         "name": plain(result.name, 200),
         "status": result.status,
@@ -91,10 +81,12 @@ def _result(result: ToolResult, max_chars: int, light: bool = False) -> dict[str
         "error_code": result.error_code.value if result.error_code else None,
         "attempts": result.attempts,
         "duration": result.duration,
-        "output": plain(result.output, max_chars),
-        "attachments": len(result.attachments),
-        "metadata": plain(result.metadata, max_chars),
     }
+    if not light:
+        record["output"] = plain(result.output, max_chars)
+        record["attachments"] = len(result.attachments)
+        record["metadata"] = plain(result.metadata, max_chars)
+    return record
 
 
 def encode(
