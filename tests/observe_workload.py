@@ -33,19 +33,19 @@ def build_registry() -> ToolRegistry:
     @registry.tool(read_only=True)
     def fetch_page(url: str) -> int:
         """Fetch a page (0.15 to 0.55 s)."""
-        time.sleep(0.15 + (zlib.crc32(url.encode()) % 5) / 10)
+        time.sleep(0.15 + (zlib.crc32(url.encode()) % 5) / 10)  # tool under test: takes a while
         return len(url)
 
     @registry.tool(read_only=True)
     def lookup(sku: str, api_key: str) -> dict[str, str]:
         """Look a product up with a key."""
-        time.sleep(0.02)
+        time.sleep(0.02)  # tool under test: takes a while
         return {"sku": sku, "stock": "12"}
 
     @registry.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=0.05))
     def flaky(n: int, ctx: ToolContext) -> int:
         """Fails its first attempt on even n."""
-        time.sleep(0.05)
+        time.sleep(0.05)  # tool under test: takes a while
         if n % 2 == 0 and ctx.attempt == 1:
             raise ConnectionError("upstream reset the connection")
         return n
@@ -53,7 +53,7 @@ def build_registry() -> ToolRegistry:
     @registry.tool
     def charge(amount: int, token: str) -> str:
         """Charge a card (mutating); refuses large amounts."""
-        time.sleep(0.05)
+        time.sleep(0.05)  # tool under test: takes a while
         if amount > 900:
             raise ToolError(f"amount {amount} is over the limit")
         return f"charged {amount}"
@@ -61,7 +61,7 @@ def build_registry() -> ToolRegistry:
     @registry.tool(read_only=True, timeout=0.3)
     def stuck(seconds: float) -> str:
         """Hangs past its deadline: abandoned at 0.3 s."""
-        time.sleep(seconds)
+        time.sleep(seconds)  # tool under test: takes a while
         return "late"
 
     return registry

@@ -81,7 +81,7 @@ def _pid(path: Path, timeout: float = 10.0) -> int:
             return int(text)
         if time.monotonic() > deadline:
             raise AssertionError(f"{path} was never written")
-        time.sleep(0.005)
+        time.sleep(0.005)  # poll interval of the wait
 
 
 @pytest.fixture(params=["pidfd", "thread"])

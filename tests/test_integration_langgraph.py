@@ -525,7 +525,7 @@ def test_barrier_order_holds_inside_a_graph(nodes: list[ToolbusNode]) -> None:
     def write(key: str) -> str:
         """Writes."""
         note("start", key)
-        time.sleep(0.03)
+        time.sleep(0.03)  # tool under test: takes a while
         note("end", key)
         return key
 
@@ -533,7 +533,7 @@ def test_barrier_order_holds_inside_a_graph(nodes: list[ToolbusNode]) -> None:
     def read(key: str) -> str:
         """Reads."""
         note("start", key)
-        time.sleep(0.05)
+        time.sleep(0.05)  # tool under test: takes a while
         note("end", key)
         return key
 
@@ -577,7 +577,7 @@ def test_max_parallel_holds_inside_a_graph(nodes: list[ToolbusNode]) -> None:
         with lock:
             running[0] += 1
             running[1] = max(running[1], running[0])
-        time.sleep(0.03)
+        time.sleep(0.03)  # tool under test: takes a while
         with lock:
             running[0] -= 1
         return i

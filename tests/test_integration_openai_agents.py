@@ -223,7 +223,7 @@ async def test_max_parallel_holds_inside_the_runner(make_executor: MakeExecutor)
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.03)
+        time.sleep(0.03)  # tool under test: takes a while
         with lock:
             running[0] -= 1
         return i
@@ -280,7 +280,7 @@ async def test_calls_run_one_by_one_keep_their_order_with_the_sdks_own_setting(
     @reg.tool(read_only=True)
     def read(label: str) -> str:
         start = time.monotonic()
-        time.sleep(0.02)
+        time.sleep(0.02)  # tool under test: takes a while
         spans.append((label, start, time.monotonic()))
         return label
 

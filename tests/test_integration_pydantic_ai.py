@@ -208,7 +208,7 @@ async def test_max_parallel_holds_inside_the_agent(make_executor: MakeExecutor) 
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.03)
+        time.sleep(0.03)  # tool under test: takes a while
         with lock:
             running[0] -= 1
         return i
@@ -264,7 +264,7 @@ async def test_barrier_order_holds_inside_the_agent(make_executor: MakeExecutor)
 
     def record(label: str, pause: float) -> str:
         start = time.monotonic()
-        time.sleep(pause)
+        time.sleep(pause)  # tool under test: takes a while
         spans[label] = (start, time.monotonic())
         return label
 

@@ -163,9 +163,12 @@ def test_status_shows_a_call_in_flight(executor: Executor, http: httpx.Client) -
     gate = threading.Event()
     registry = executor.registry
 
+    started = threading.Event()
+
     @registry.tool(read_only=True)
     def hold(n: int) -> int:
         """Waits for the test."""
+        started.set()
         gate.wait(10)
         return n
 
@@ -174,13 +177,11 @@ def test_status_shows_a_call_in_flight(executor: Executor, http: httpx.Client) -
     )
     worker.start()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            state = http.get("/status").json()["state"]
-            if state["in_flight"]:
-                break
-            assert time.monotonic() < deadline, "the call never showed as in flight"
-            time.sleep(0.01)
+        assert started.wait(10), "the tool never started"
+        # Its tool:executing was announced before the tool ran: once delivered,
+        # the server's state has the call in flight.
+        assert executor.drain_events(10)
+        state = http.get("/status").json()["state"]
         [call] = state["in_flight"]
         assert (call["call_id"], call["tool"], call["attempt"], call["state"]) == (
             "held",
