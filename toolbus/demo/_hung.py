@@ -11,7 +11,6 @@ like `play()` does for the turn.
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
 from ..tools import ToolRegistry
 from ._tools import HANG_TIMEOUT
-from ._turn import TurnEvent
+from ._turn import Player, TurnEvent
 
 __all__ = [
     "HANG_FOR",
@@ -107,32 +106,18 @@ def _exists(pid: int) -> bool:
     return True
 
 
-class _Part:
+class _Part(Player):
     def __init__(self) -> None:
-        self.feed: queue.Queue[TurnEvent | HungOutcome | BaseException] = queue.Queue()
-        self.events: list[TurnEvent] = []
-        self.lock = threading.Lock()
+        super().__init__()
         self.killed = threading.Event()
-        self.late = threading.Event()
-        self.started = time.monotonic()
 
-    def receive(self, sender: Any, *, event: bus.Event, signal: str) -> None:
-        if not isinstance(event, bus.CallEvent):
-            return  # the batch's own events: the turn above showed those
-        item = TurnEvent(time.monotonic() - self.started, signal, event)
-        with self.lock:
-            self.events.append(item)
-        self.feed.put(item)
+    def wants(self, event: bus.Event) -> bool:
+        return isinstance(event, bus.CallEvent)  # the batch's own: the turn above showed those
+
+    def noticed(self, signal: str) -> None:
+        super().noticed(signal)
         if signal == bus.KILLED:
             self.killed.set()
-        elif signal == bus.LATE_RESULT:
-            self.late.set()
-
-    def run(self) -> None:
-        try:
-            self.feed.put(self._play())
-        except BaseException as e:  # handed to the rendering thread, which re-raises
-            self.feed.put(e)
 
     def _play(self) -> HungOutcome:
         with Executor(

@@ -126,22 +126,33 @@ class Outcome:
     late_result_seen: bool
 
 
-class _Turn:
+class Player:
+    """A part of the demo played on a thread: its events and, last, its outcome
+    (or the error that ended it) are handed to the rendering thread on `feed`."""
+
     def __init__(self) -> None:
-        self.feed: queue.Queue[TurnEvent | Outcome | BaseException] = queue.Queue()
+        self.feed: queue.Queue[Any] = queue.Queue()
         self.events: list[TurnEvent] = []
         self.lock = threading.Lock()
         self.late = threading.Event()
         self.started = time.monotonic()
 
+    def wants(self, event: bus.Event) -> bool:
+        return True
+
+    def noticed(self, signal: str) -> None:
+        if signal == bus.LATE_RESULT:
+            self.late.set()
+
     def receive(self, sender: Any, *, event: bus.Event, signal: str) -> None:
         # Runs on the executor's announcer thread: record and hand over, nothing slow.
+        if not self.wants(event):
+            return
         item = TurnEvent(time.monotonic() - self.started, signal, event)
         with self.lock:
             self.events.append(item)
         self.feed.put(item)
-        if signal == bus.LATE_RESULT:
-            self.late.set()
+        self.noticed(signal)
 
     def run(self) -> None:
         try:
@@ -149,6 +160,11 @@ class _Turn:
         except BaseException as e:  # handed to the rendering thread, which re-raises
             self.feed.put(e)
 
+    def _play(self) -> Any:
+        raise NotImplementedError
+
+
+class _Turn(Player):
     def _play(self) -> Outcome:
         world = World()
         registry = build_registry(world)
