@@ -219,6 +219,13 @@ class OpenAIAgentsTool(Tool):
     into a successful text). A returned value becomes the output: strings,
     JSON-able values and pydantic models (`ToolOutputText`, ...) as they are,
     anything else as `str(value)`, as the SDK would send it.
+
+    `context` is the run context (`ToolContext.context`) the tool's function
+    receives if it takes one; a tool whose function takes a `RunContextWrapper`
+    or `ToolContext` is refused without it. Refused too, with a `TypeError`
+    saying why: tools that need approval (toolbus would run them unapproved),
+    tools with input or output guardrails (the Runner runs those, not the
+    tool), and tools that are not always enabled (`is_enabled` other than True).
     """
 
     def __init__(
@@ -293,40 +300,8 @@ class OpenAIAgentsTool(Tool):
         return _output(_run_here(self._invoke(tool_ctx, text)))
 
 
-def from_openai_agents(
-    function_tool: FunctionTool,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    max_concurrency: int | None = None,
-    groups: Sequence[str] = (),
-    idempotent: bool = False,
-    context: Any = _UNSET,
-) -> OpenAIAgentsTool:
-    """A toolbus tool for an Agents SDK `FunctionTool` (see `OpenAIAgentsTool`).
-
-    `context` is the run context (`ToolContext.context`) the tool's function
-    receives if it takes one; a tool whose function takes a `RunContextWrapper`
-    or `ToolContext` is refused without it. Refused too, with a `TypeError`
-    saying why: tools that need approval (toolbus would run them unapproved),
-    tools with input or output guardrails (the Runner runs those, not the
-    tool), and tools that are not always enabled (`is_enabled` other than True).
-    """
-    return OpenAIAgentsTool(
-        function_tool,
-        name=name,
-        description=description,
-        read_only=read_only,
-        timeout=timeout,
-        retry=retry,
-        max_concurrency=max_concurrency,
-        groups=groups,
-        idempotent=idempotent,
-        context=context,
-    )
+# `ToolRegistry.add_openai_agents` makes its tools with this.
+from_openai_agents = OpenAIAgentsTool
 
 
 def _check_supported(ft: FunctionTool, has_context: bool) -> None:

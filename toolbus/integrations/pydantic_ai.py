@@ -196,6 +196,11 @@ class PydanticAITool(Tool):
     `ToolError` with its message (not retried by toolbus: the same arguments
     would fail again), a `ToolFailed` too; a `ToolReturn`'s value and metadata
     become the output (its extra `content` for the model is dropped).
+
+    Refused with a `TypeError` saying why: a tool whose first parameter is a
+    `RunContext` (there is no pydantic-ai run to take it from), one with a
+    `prepare` or `args_validator` function (both take a `RunContext`), and one
+    that `requires_approval` (toolbus would run it unapproved).
     """
 
     def __init__(
@@ -280,37 +285,8 @@ class PydanticAITool(Tool):
 STANDARD_INVOKES.add(PydanticAITool.invoke)
 
 
-def from_pydantic_ai(
-    tool_or_function: PAITool[Any] | Callable[..., Any],
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    max_concurrency: int | None = None,
-    groups: Sequence[str] = (),
-    idempotent: bool = False,
-) -> PydanticAITool:
-    """A toolbus tool for a `pydantic_ai.Tool` or a plain function (described by
-    pydantic-ai, so its schema is the one an agent would show).
-
-    Refused with a `TypeError` saying why: a tool whose first parameter is a
-    `RunContext` (there is no pydantic-ai run to take it from), one with a
-    `prepare` or `args_validator` function (both take a `RunContext`), and one
-    that `requires_approval` (toolbus would run it unapproved).
-    """
-    return PydanticAITool(
-        tool_or_function,
-        name=name,
-        description=description,
-        read_only=read_only,
-        timeout=timeout,
-        retry=retry,
-        max_concurrency=max_concurrency,
-        groups=groups,
-        idempotent=idempotent,
-    )
+# `ToolRegistry.add_pydantic_ai` makes its tools with this.
+from_pydantic_ai = PydanticAITool
 
 
 def _as_pydantic_ai_tool(function: Callable[..., Any]) -> PAITool[Any]:
