@@ -181,9 +181,12 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
     assert set(by_call) == set(kinds), "a call never finished"
     assert all(n == 1 for n in by_call.values()), "a call finished twice"
     assert all(len(rs) == 1 for rs in results.values()), "a call returned two results"
-    # Process tools are killed, never abandoned: no late result, one kill per worker.
+    # Process tools are killed, never abandoned: one kill per worker, and a
+    # stalled worker never replies. A quick worker may reply in the instant its
+    # call is cancelled: the tool did finish, so that is reported as late.
     assert all(kinds[e.call_id] in ("proc", "proc_hang", "proc_crash") for e in killed)
-    assert not [e for e in late if kinds[e.call_id].startswith("proc")]
+    late_proc = [e for e in late if kinds[e.call_id].startswith("proc")]
+    assert all(kinds[e.call_id] == "proc" for e in late_proc), "a stalled worker replied"
     assert len({e.pid for e in killed}) == len(killed) == stats.killed_workers
     assert any(kinds[e.call_id] == "proc_hang" and e.reason == "timeout" for e in killed)
     final = {e.call_id: e.result for e in finished}
