@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "dumps", "loads"]
+__all__ = ["JSONDecodeError", "canonical", "dumps", "loads"]
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -47,6 +47,22 @@ def loads(data: str | bytes) -> Any:
     # orjson has validated the text, so the stdlib parser, which is laxer
     # (NaN, lone surrogates), only ever re-reads valid JSON here.
     return json.loads(data) if long_digits else value
+
+
+def canonical(arguments: Any) -> bytes:
+    """A call's arguments as canonical JSON (sorted keys), for keys and digests:
+    a JSON text is parsed first, so spacing and key order do not matter; text
+    that is not JSON comes back as it is, and what JSON cannot hold as its repr."""
+    value: Any = arguments
+    if isinstance(arguments, str):
+        try:
+            value = loads(arguments)
+        except (ValueError, TypeError):
+            return arguments.encode("utf-8", "surrogatepass")
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return repr(arguments).encode("utf-8", "surrogatepass")
 
 
 def dumps(

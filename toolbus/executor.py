@@ -60,6 +60,8 @@ from .pipeline import (
     Waiter,
     current_run,
 )
+from .policies import ApprovalDecision, Policy
+from .policies._set import Guard, PolicySet, admit_at_submission, timeout_for
 from .retry import RetryPolicy
 from .tools import ToolRegistry, error_text
 
@@ -123,6 +125,8 @@ class ExecutorStats(BaseModel):
     killed_workers: int = 0
     """Processes killed with their process group (deadline, cancellation): each was a
     `tool:killed` event."""
+    deferred: int = 0
+    """Calls that ended `deferred`: they did not run and wait for an approval."""
 
 
 class Executor(ExecutorHooks):
@@ -185,6 +189,7 @@ class Executor(ExecutorHooks):
         journal_timeout: float | None = None,
         inject: Mapping[str, Callable[[ToolCall], Any]] | None = None,
         name: str | None = None,
+        policies: Sequence[Policy] = (),
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TypeError(f"Executor: name must be a non-empty string, got {name!r}")
@@ -229,6 +234,8 @@ class Executor(ExecutorHooks):
         self._concurrency = concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
         self._groups = _check_groups(groups)
+        self._policies = PolicySet(policies)
+        _add_policy_tools(registry, self._policies)
         self._inject = _check_inject(inject, registry)
         # Every tool's backend and groups are resolved now, so a pairing that
         # cannot work fails here; tools registered later are checked on their
@@ -325,15 +332,18 @@ class Executor(ExecutorHooks):
 
     # -- sync API ---------------------------------------------------------------
 
-    def execute(self, call: CallLike) -> ToolResult:
+    def execute(self, call: CallLike, *, approval: ApprovalDecision | None = None) -> ToolResult:
         """Run one call and return its result; blocks until it is final.
+
+        `approval`: the decision on this call's `ApprovalRequest`, for a tool
+        that requires one (see `toolbus.policies.requires_approval`).
 
         From an async tool or hook of this executor, use `aexecute`: blocking
         the loop its async tools run on would deadlock, so `execute` there
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        run = self._submit_one(call, waiter, refuse=refuse)
+        run = self._submit_one(call, waiter, refuse=refuse, approval=approval)
         if refuse:
             assert run.result is not None  # decided at once, never waited for
             return run.result
@@ -347,17 +357,23 @@ class Executor(ExecutorHooks):
         return run.result
 
     def execute_batch(
-        self, calls: Iterable[CallLike], *, stop_on_error: bool = False
+        self,
+        calls: Iterable[CallLike],
+        *,
+        stop_on_error: bool = False,
+        approvals: Mapping[str, ApprovalDecision] | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
 
         Read-only calls run in parallel; a mutating call waits for every earlier
         call and holds back every later one. With `stop_on_error`, the first
-        call that does not end `ok` ends the calls not yet started (`ABORTED`).
+        call that does not end `ok` (or `deferred`) ends the calls not yet
+        started (`ABORTED`). `approvals`: decisions by call id, for calls that
+        ended `deferred` before.
         """
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse)
+        batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse, approvals=approvals)
         if batch is None:
             return _empty_batch()
         if refuse:
@@ -371,13 +387,15 @@ class Executor(ExecutorHooks):
 
     # -- async API ----------------------------------------------------------------
 
-    async def aexecute(self, call: CallLike) -> ToolResult:
+    async def aexecute(
+        self, call: CallLike, *, approval: ApprovalDecision | None = None
+    ) -> ToolResult:
         """Async twin of `execute`; never blocks the event loop.
 
         Cancelling the awaiting task cancels the call (it ends `cancelled`).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        run = self._submit_one(call, waiter)
+        run = self._submit_one(call, waiter, approval=approval)
         self._watch(waiter, (run,))
         try:
             result: ToolResult = await waiter.future
@@ -387,15 +405,19 @@ class Executor(ExecutorHooks):
         return result
 
     async def aexecute_batch(
-        self, calls: Iterable[CallLike], *, stop_on_error: bool = False
+        self,
+        calls: Iterable[CallLike],
+        *,
+        stop_on_error: bool = False,
+        approvals: Mapping[str, ApprovalDecision] | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
 
         Cancelling the awaiting task cancels every call not yet finished,
-        including calls waiting out a retry backoff.
+        including calls waiting out a retry backoff (or a policy's delay).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        batch = self._submit_batch(calls, stop_on_error, waiter)
+        batch = self._submit_batch(calls, stop_on_error, waiter, approvals=approvals)
         if batch is None:
             return _empty_batch()
         self._watch(waiter, batch.runs)
@@ -568,8 +590,10 @@ class Executor(ExecutorHooks):
         index: int = 0,
         batch: BatchRun | None = None,
         waiter: Waiter | None = None,
+        approval: ApprovalDecision | None = None,
     ) -> Run:
         c = coerce_call(call)
+        guard: Guard | None = None
         tool = self.registry.get(c.name)
         backend: Backend | None = None
         if tool is None:
@@ -578,6 +602,9 @@ class Executor(ExecutorHooks):
         else:
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
+            guard = self._policies.guard(tool)
+            if guard is not None:
+                timeout = timeout_for(guard, timeout)
             try:
                 backend = self._backends.for_tool(tool)
             except Exception as e:  # a custom backend's check() may raise anything
@@ -598,10 +625,26 @@ class Executor(ExecutorHooks):
         )
         if tool is None or backend is None:
             run.last_error = hint
+        elif guard is not None:
+            run.policies = guard.chain
+            if guard.at_submission:
+                # In the batch's order, before it fans out: a quota's first calls run.
+                run.refusal = admit_at_submission(guard, c, time.monotonic())
+        if approval is not None:
+            run.approval = approval
         return run
 
-    def _submit_one(self, call: CallLike, waiter: Waiter, *, refuse: bool = False) -> Run:
-        run = self._make_run(call, context=contextvars.copy_context(), waiter=waiter)
+    def _submit_one(
+        self,
+        call: CallLike,
+        waiter: Waiter,
+        *,
+        refuse: bool = False,
+        approval: ApprovalDecision | None = None,
+    ) -> Run:
+        run = self._make_run(
+            call, context=contextvars.copy_context(), waiter=waiter, approval=approval
+        )
         if self._submit_hooks:
             self._submitted((run,), None)
         if refuse:
@@ -617,6 +660,7 @@ class Executor(ExecutorHooks):
         waiter: Waiter,
         *,
         refuse: bool = False,
+        approvals: Mapping[str, ApprovalDecision] | None = None,
     ) -> BatchRun | None:
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
@@ -638,8 +682,10 @@ class Executor(ExecutorHooks):
             waiter=waiter,
         )
         context = contextvars.copy_context()
+        decided = approvals or {}
         runs = tuple(
-            self._make_run(c, context=context, index=i, batch=batch) for i, c in enumerate(coerced)
+            self._make_run(c, context=context, index=i, batch=batch, approval=decided.get(c.id))
+            for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
         if self._submit_hooks:
@@ -761,6 +807,20 @@ def _close_journal(
         journal.close(max(0.0, deadline - time.monotonic()))
 
 
+def _add_policy_tools(registry: ToolRegistry, policies: PolicySet) -> None:
+    """Register the tools the executor's policies bring (a spill's read_artifact)."""
+    for t in policies.all_tools():
+        known = registry.get(t.name)
+        if known is t:
+            continue
+        if known is not None:
+            raise ValueError(
+                f"Executor: a policy brings a tool named {t.name!r}, and the registry "
+                "has another tool by that name"
+            )
+        registry.register(t)
+
+
 def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
     """Executor(groups=...): names to limits, each a positive int."""
     if groups is None:
@@ -836,13 +896,15 @@ def _batch_result(batch: BatchRun) -> BatchResult:
     batch.runs = []
     results = tuple(r.result for r in runs if r.result is not None)
     ok = sum(1 for r in results if r.status == "ok")
+    deferred = sum(1 for r in results if r.status == "deferred")
     return BatchResult(
         results=results,
         summary=BatchSummary(
             total=len(runs),
             executed=sum(1 for r in results if r.attempts > 0),
             succeeded=ok,
-            failed=len(results) - ok,
+            failed=len(results) - ok - deferred,
+            deferred=deferred,
             read_only=sum(1 for r in runs if r.tool is not None and r.read_only),
             mutating=sum(1 for r in runs if r.tool is not None and not r.read_only),
             duration=time.monotonic() - batch.started,

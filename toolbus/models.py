@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .approvals import ApprovalRequest
+
 __all__ = [
     "Attachment",
     "BatchResult",
@@ -27,7 +29,8 @@ __all__ = [
     "ToolResult",
 ]
 
-Status = Literal["ok", "error", "timeout", "cancelled", "rejected"]
+Status = Literal["ok", "error", "timeout", "cancelled", "rejected", "deferred"]
+"""`deferred`: the call did not run and waits for a decision (an approval)."""
 
 
 class ErrorCode(StrEnum):
@@ -44,6 +47,14 @@ class ErrorCode(StrEnum):
     TOOL_CRASHED = "TOOL_CRASHED"
     """The process running the tool died (it exited, was killed by a signal or
     by the kernel, or went over `memory_limit_mb` / `cpu_limit_s`)."""
+    RATE_LIMITED = "RATE_LIMITED"
+    """A rate limit would have made the call wait longer than it may."""
+    CIRCUIT_OPEN = "CIRCUIT_OPEN"
+    """The tool's circuit breaker is open after repeated failures: not tried now."""
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    """The tool's budget of calls is spent."""
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    """The call waits for an approval of its exact arguments (status `deferred`)."""
 
 
 _ids = itertools.count(1)
@@ -146,6 +157,8 @@ class ToolResult(BaseModel):
     scrubbed); `error_code` says why in a stable form. `attempts` counts the
     attempts that started; `duration` is seconds from the first attempt's
     dispatch to the result (0.0 for calls that never started).
+    `approval_request`: for a `deferred` call, what to approve (see
+    `toolbus.policies.requires_approval`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -160,6 +173,7 @@ class ToolResult(BaseModel):
     duration: float = 0.0
     attachments: tuple[Attachment, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
+    approval_request: ApprovalRequest | None = None
 
     @property
     def ok(self) -> bool:
@@ -167,7 +181,8 @@ class ToolResult(BaseModel):
 
 
 class BatchSummary(BaseModel):
-    """Counts for one batch. `failed` counts every result that is not `ok`."""
+    """Counts for one batch. `failed` counts every result that is neither `ok`
+    nor `deferred`; `deferred` the calls that wait for a decision."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -178,6 +193,7 @@ class BatchSummary(BaseModel):
     read_only: int
     mutating: int
     duration: float
+    deferred: int = 0
 
 
 class BatchResult(BaseModel):

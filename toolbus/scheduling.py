@@ -123,3 +123,9 @@ class BarrierSchedule:
     def is_open(self, index: int) -> bool:
         """True if call `index` belongs to the open group."""
         return self._group_of[index] == self._current
+
+    def waiters_of(self, index: int) -> list[int]:
+        """The later calls that wait for call `index` to finish: every call of
+        the groups after its own."""
+        after = self._groups[self._group_of[index]].stop
+        return list(range(after, len(self._group_of)))

@@ -39,7 +39,7 @@ from typing import Any
 from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
 from ..models import ErrorCode, Status
-from ..pipeline import Run
+from ..pipeline import BatchRun, Outcome, Run
 from ..scheduling import BarrierSchedule
 from ._batches import announce_groups, announce_start, finish_batch
 from ._budget import ThreadBudget
@@ -110,7 +110,7 @@ class Scheduler(Deadlines):
         self.counters: dict[str, int] = dict.fromkeys(
             (
                 "submitted", "batches", "ok", "error", "timeout", "cancelled", "rejected",
-                "retries", "timeouts", "late_results", "abandoned_total",
+                "deferred", "retries", "timeouts", "late_results", "abandoned_total",
             ),
             0,
         )  # fmt: skip
@@ -250,8 +250,12 @@ class Scheduler(Deadlines):
             self.slots.enqueue(b.runs[i])
 
     def _reject_unstartable(self, run: Run) -> bool:
-        """Reject a run that can never start: unknown tool, no backend, or a
-        nested call whose tool's every slot is held by its own callers."""
+        """Reject a run that can never start: unknown tool, no backend, refused
+        at submission (a quota), or a missing capacity group."""
+        if run.refusal is not None:
+            code, message = run.refusal
+            self._finish_here(run, "rejected", code, message)
+            return True
         if run.tool is None:
             # The executor wrote the message (with close matches) on the caller's thread.
             message = run.last_error or f"Unknown tool '{run.call.name}'"
@@ -413,6 +417,9 @@ class Scheduler(Deadlines):
         if outcome.kind == "done":
             self._closed_run(run)
             return
+        if outcome.kind == "delay":
+            self._delayed(run, outcome)
+            return
         self._disarm(run)  # retry: no deadline runs during the backoff
         self.slots.release(run)
         if run.sv_cancel is not None:
@@ -420,6 +427,26 @@ class Scheduler(Deadlines):
             self._finish_here(run, "cancelled", code, reason)
             return
         self._arm(run, outcome.delay, RetryDue)
+
+    def _delayed(self, run: Run, outcome: Outcome) -> None:
+        """A policy delays the run before its first attempt: it gives its slot
+        back and waits on a timer (or its policy's event), holding nothing."""
+        self._disarm(run)
+        self.slots.release(run)
+        if run.sv_cancel is not None:
+            code, reason = run.sv_cancel
+            self._finish_here(run, "cancelled", code, reason)
+            return
+        run.attempt = 0  # not started: its next dispatch is its first attempt again
+        self._arm(run, outcome.delay, RetryDue)
+        until = outcome.until
+        if until is not None:
+            due = RetryDue(run, 0, run.sv_gen)
+            try:
+                # Whichever comes first, the timer or the event; the other is stale.
+                until.add_done_callback(lambda _: self._tell(due))
+            except Exception as e:  # not a future after all: the timer stands
+                log.error("a policy's delay has no usable `until` (%s): waiting it out", e)
 
     # -- cancellation --------------------------------------------------------------------
 
@@ -471,13 +498,20 @@ class Scheduler(Deadlines):
             return
         b.remaining -= 1
         if b.schedule is not None:
-            if result is not None and result.status != "ok":
+            if result is not None and result.status == "deferred":
+                self._abort_waiters(b, run)
+            if result is not None and result.status not in ("ok", "deferred"):
                 g = b.schedule.group_of(run.index).index
                 b.group_failures[g] = b.group_failures.get(g, 0) + 1
             for i in b.schedule.finish(run.index):
                 self.slots.enqueue(b.runs[i])
             announce_groups(b, self.emitter)
-            if b.stop_on_error and not b.stopped and result is not None and result.status != "ok":
+            if (
+                b.stop_on_error
+                and not b.stopped
+                and result is not None
+                and result.status not in ("ok", "deferred")
+            ):
                 b.stopped = True
                 reason = (
                     f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
@@ -486,6 +520,17 @@ class Scheduler(Deadlines):
                     self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
         if b.remaining == 0:
             finish_batch(b, self.emitter)
+
+    def _abort_waiters(self, b: BatchRun, run: Run) -> None:
+        """A deferred call never finished, as far as order goes: the later calls
+        of its batch that would have waited for it end now, naming it."""
+        assert b.schedule is not None
+        reason = (
+            f"not run: it had to wait for call {run.call.id} ('{run.call.name}'), "
+            "which is deferred until approved"
+        )
+        for i in b.schedule.waiters_of(run.index):
+            self._cancel_run(b.runs[i], ErrorCode.ABORTED, reason, only_unstarted=True)
 
     # -- status and shutdown ----------------------------------------------------------------
 

@@ -21,9 +21,7 @@ import hashlib
 import hmac
 from typing import Any
 
-import orjson
-
-from .._json import loads
+from .._json import canonical
 from ..models import ToolCall, generated_id
 
 __all__ = ["canonical_arguments", "derive_key"]
@@ -31,16 +29,7 @@ __all__ = ["canonical_arguments", "derive_key"]
 
 def canonical_arguments(arguments: dict[str, Any] | str) -> bytes:
     """The arguments as canonical JSON (sorted keys); unparseable text as it is."""
-    value: Any = arguments
-    if isinstance(arguments, str):
-        try:
-            value = loads(arguments)
-        except (ValueError, TypeError):
-            return arguments.encode("utf-8", "surrogatepass")
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        return repr(arguments).encode("utf-8", "surrogatepass")
+    return canonical(arguments)
 
 
 def derive_key(call: ToolCall, secret: bytes) -> str:

@@ -114,12 +114,14 @@ class Run:
     __slots__ = (
         "_lock",
         "admitted",
+        "approval",
         "attempt",
         "backend",
         "batch",
         "call",
         "cancel_event",
         "completed_late",
+        "consulted",
         "context",
         "deadline",
         "first_start",
@@ -132,8 +134,11 @@ class Run:
         "params",
         "parent",
         "phase",
+        "policies",
         "policy",
+        "policy_at",
         "read_only",
+        "refusal",
         "result",
         "retry_delay",
         "retry_state",
@@ -226,6 +231,15 @@ class Run:
         self.sv_borrowed = False
         self.sv_lent = 0
         self.sv_worker: Any = None
+        # Its policies (toolbus.policies), asked in order before its first
+        # attempt; `policy_at`: how many admitted it; `consulted`: those, to
+        # be told its result.
+        self.policies: tuple[Any, ...] = ()
+        self.policy_at = 0
+        self.consulted: list[Any] = []
+        self.approval: Any = None  # the caller's ApprovalDecision for it, if any
+        # (code, message): refused at submission (a quota), before it fans out.
+        self.refusal: tuple[Any, str] | None = None
 
     @property
     def batch_id(self) -> str | None:

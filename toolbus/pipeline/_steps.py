@@ -52,6 +52,7 @@ from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_sta
 from ..tools import ArgumentError, ToolContext, ToolFailure, error_text, normalize_output
 from ..tools._tool import parse_json_arguments
 from ._faults import ToolCrashed, WorkerKilled
+from ._policies import Deferral, consult, tell_results
 from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
 
 __all__ = [
@@ -98,15 +99,19 @@ class Outcome:
     """What became of a run after a step, for the supervisor's books.
 
     kind: "done" (this step finished the call), "retry" (after `delay`), "lost"
-    (someone else settled it first) or "late" (the tool returned after the
-    call was settled without it). `timed_out`: the attempt overran its deadline
-    and the step itself decided so (the supervisor's timer had not fired yet).
+    (someone else settled it first), "late" (the tool returned after the
+    call was settled without it) or "delay" (a policy asks again after
+    `delay`, or when `until` is done: the call has not started). `timed_out`:
+    the attempt overran its deadline and the step itself decided so (the
+    supervisor's timer had not fired yet).
     """
 
-    kind: Literal["done", "retry", "lost", "late"]
+    kind: Literal["done", "retry", "lost", "late", "delay"]
     delay: float = 0.0
     late: LateResult | None = None
     timed_out: bool = False
+    # "delay": a policy asks again when this (a concurrent.futures.Future) is done.
+    until: Any = None
 
 
 DONE = Outcome("done")
@@ -231,6 +236,10 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     result = _scrubbed(run.scrubber, result)
     if not run.try_complete(result):
         return False
+    if run.consulted:
+        # Ours now: the policies that let the call through see how it ended
+        # (and a spill or cache may hand back another result to publish).
+        result = run.result = _scrubbed(run.scrubber, tell_results(run, result, svc))
     if run.journaled:
         try:
             svc.journal.ended(run, result)  # type: ignore[union-attr]
@@ -536,13 +545,24 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         return LOST
     current_run.set((svc, run))
     if n == 1:
-        rejection = yield from admit(run, svc)
-        if rejection is not None:
-            if not run.try_settle(n):
+        if not run.admitted:  # (admitted before a policy's delay)
+            rejection = yield from admit(run, svc)
+            if rejection is not None:
+                if not run.try_settle(n):
+                    return LOST
+                return DONE if finish(run, rejection, svc) else LOST
+            if not run.is_live(n):
                 return LOST
-            return DONE if finish(run, rejection, svc) else LOST
-        if not run.is_live(n):
-            return LOST
+        if run.policy_at < len(run.policies):
+            decided = yield from consult(run, svc)
+            if decided is not None:
+                if not run.try_settle(n):
+                    return LOST
+                if type(decided) is Deferral:
+                    return Outcome("delay", decided.seconds, until=decided.until)
+                return DONE if finish(run, decided, svc) else LOST
+            if not run.is_live(n):
+                return LOST
         if svc.journal is not None and not run.read_only:
             replayed = yield from _journal_intent(run, svc)
             if not run.is_live(n):

@@ -14,7 +14,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, overload
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict, Unpack, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -28,9 +28,28 @@ from ._tool import STANDARD_INVOKES, Tool, ToolType
 if TYPE_CHECKING:
     from ._tool import BackendSpec
 
-__all__ = ["FunctionTool", "tool"]
+__all__ = ["FunctionTool", "ToolOptions", "tool"]
 
 AnyFunction = Callable[..., Any]
+
+
+class ToolOptions(TypedDict, total=False):
+    """The options of `@tool`, `registry.tool` and `FunctionTool`: the `Tool`
+    attributes of the same names (see `Tool` for what each means and allows)."""
+
+    name: str | None
+    description: str | None
+    type: ToolType
+    read_only: bool
+    timeout: float | None
+    retry: RetryPolicy | None
+    max_concurrency: int | None
+    backend: BackendSpec
+    groups: Sequence[str]
+    idempotent: bool
+    memory_limit_mb: int | None
+    cpu_limit_s: float | None
+    policies: Sequence[Any]
 
 
 class _ParamsBase(BaseModel):
@@ -44,38 +63,20 @@ class FunctionTool(Tool):
     stay usable as functions.
     """
 
-    def __init__(
-        self,
-        fn: AnyFunction,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        type: ToolType = "function",
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        backend: BackendSpec = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
-        memory_limit_mb: int | None = None,
-        cpu_limit_s: float | None = None,
-    ) -> None:
+    def __init__(self, fn: AnyFunction, **options: Unpack[ToolOptions]) -> None:
         self.fn = fn
+        unknown = sorted(set(options) - set(ToolOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"tool {fn.__name__!r}: unknown option {unknown[0]!r}")
+        name = options.pop("name", None)
+        description = options.pop("description", None)
         self.name = name or fn.__name__
         doc = parse_docstring(inspect.getdoc(fn))
         self.description = description if description is not None else doc.summary
         self._param_docs = doc.params
-        self.type = type
-        self.read_only = read_only
-        self.timeout = timeout
-        self.retry = retry
-        self.max_concurrency = max_concurrency
-        self.backend = backend
-        self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
-        self.idempotent = idempotent
-        self.memory_limit_mb = memory_limit_mb
-        self.cpu_limit_s = cpu_limit_s
+        # The rest are the Tool's own attributes, checked by _setup.
+        for key, value in options.items():
+            setattr(self, key, value)
         self._ctx_param: str | None = None
         self._param_names: tuple[str, ...] = ()
         self._positional_only: tuple[str, ...] = ()
@@ -218,57 +219,17 @@ def tool(fn: AnyFunction, /) -> FunctionTool: ...
 
 
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    type: ToolType = "function",
-    read_only: bool = False,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    max_concurrency: int | None = None,
-    backend: BackendSpec = None,
-    groups: Sequence[str] = (),
-    idempotent: bool = False,
-    memory_limit_mb: int | None = None,
-    cpu_limit_s: float | None = None,
-) -> Callable[[AnyFunction], FunctionTool]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[AnyFunction], FunctionTool]: ...
 
 
 def tool(
-    fn: AnyFunction | None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    type: ToolType = "function",
-    read_only: bool = False,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    max_concurrency: int | None = None,
-    backend: BackendSpec = None,
-    groups: Sequence[str] = (),
-    idempotent: bool = False,
-    memory_limit_mb: int | None = None,
-    cpu_limit_s: float | None = None,
+    fn: AnyFunction | None = None, /, **options: Unpack[ToolOptions]
 ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
-    """Make a tool from a function: `@tool` or `@tool(read_only=True, timeout=5)`."""
+    """Make a tool from a function: `@tool` or `@tool(read_only=True, timeout=5)`.
+
+    The options (`ToolOptions`) are the `Tool` attributes of the same names."""
 
     def make(f: AnyFunction) -> FunctionTool:
-        return FunctionTool(
-            f,
-            name=name,
-            description=description,
-            type=type,
-            read_only=read_only,
-            timeout=timeout,
-            retry=retry,
-            max_concurrency=max_concurrency,
-            backend=backend,
-            groups=groups,
-            idempotent=idempotent,
-            memory_limit_mb=memory_limit_mb,
-            cpu_limit_s=cpu_limit_s,
-        )
+        return FunctionTool(f, **options)
 
     return make(fn) if fn is not None else make

@@ -6,10 +6,10 @@ import builtins
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 from ..retry import RetryPolicy
-from ._function import AnyFunction, FunctionTool, tool
+from ._function import AnyFunction, FunctionTool, ToolOptions, tool
 from ._tool import Tool, ToolType
 
 if TYPE_CHECKING:
@@ -38,10 +38,23 @@ class ToolRegistry:
     def register(self, tool: Tool | AnyFunction) -> Tool:
         """Add a tool (or a plain function, made a tool); duplicate names are an error."""
         t = tool if isinstance(tool, Tool) else FunctionTool(tool)
+        # Tools its policies bring along (a spill's read_artifact) come with it.
+        extra = [x for p in t.policies for x in (getattr(p, "tools", None) or tuple)()]
         with self._lock:
             if t.name in self._tools:
                 raise DuplicateToolError(f"a tool named {t.name!r} is already registered")
-            self._tools = {**self._tools, t.name: t}
+            added = {t.name: t}
+            for x in extra:
+                known = self._tools.get(x.name, added.get(x.name))
+                if known is x:
+                    continue
+                if known is not None:
+                    raise DuplicateToolError(
+                        f"tool {t.name!r}: its policies bring a tool named {x.name!r}, "
+                        "and one by that name is already registered"
+                    )
+                added[x.name] = x
+            self._tools = {**self._tools, **added}
         return t
 
     def unregister(self, name: str) -> Tool:
@@ -192,58 +205,14 @@ class ToolRegistry:
     def tool(self, fn: AnyFunction, /) -> FunctionTool: ...
 
     @overload
-    def tool(
-        self,
-        /,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        type: ToolType = "function",
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        backend: BackendSpec = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
-        memory_limit_mb: int | None = None,
-        cpu_limit_s: float | None = None,
-    ) -> Callable[[AnyFunction], FunctionTool]: ...
+    def tool(self, /, **options: Unpack[ToolOptions]) -> Callable[[AnyFunction], FunctionTool]: ...
 
     def tool(
-        self,
-        fn: AnyFunction | None = None,
-        /,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        type: ToolType = "function",
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        backend: BackendSpec = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
-        memory_limit_mb: int | None = None,
-        cpu_limit_s: float | None = None,
+        self, fn: AnyFunction | None = None, /, **options: Unpack[ToolOptions]
     ) -> FunctionTool | Callable[[AnyFunction], FunctionTool]:
-        """Decorator: make a tool from a function and register it."""
+        """Decorator: make a tool from a function (`@tool`'s options) and register it."""
 
-        make_tool = tool(
-            name=name,
-            description=description,
-            type=type,
-            read_only=read_only,
-            timeout=timeout,
-            retry=retry,
-            max_concurrency=max_concurrency,
-            backend=backend,
-            groups=groups,
-            idempotent=idempotent,
-            memory_limit_mb=memory_limit_mb,
-            cpu_limit_s=cpu_limit_s,
-        )
+        make_tool = tool(**options)
 
         def make(f: AnyFunction) -> FunctionTool:
             t = make_tool(f)

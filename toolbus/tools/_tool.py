@@ -22,6 +22,7 @@ from .. import _json
 from .._options import check_cpu_limit, check_memory_limit, positive_int, timeout_seconds
 from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
+from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolFailure, error_text
@@ -124,6 +125,9 @@ class Tool:
     # The tool applies its limits itself (a command tool, to its subprocess):
     # any backend may run it.
     applies_own_limits: bool = False
+    # Its policies (`toolbus.policies`): asked, after the executor's, before
+    # each call runs; each may refuse the tool here (a cache on a mutating tool).
+    policies: tuple[Any, ...] = ()
     is_async: bool
     wants_context: bool
     secret_paths: tuple[SecretPath, ...] = ()
@@ -251,6 +255,11 @@ class Tool:
             raise TypeError(
                 f"{owner}: retry must be a RetryPolicy, got {type(self.retry).__name__}"
             )
+        self.policies = check_policies(self.policies, owner)
+        for policy in self.policies:
+            check = getattr(policy, "check", None)
+            if check is not None:
+                check(self)
 
     def _target(self) -> Callable[..., Any]:
         return self.run

@@ -1,0 +1,195 @@
+"""Where a call's policies are asked, and their decisions carried out.
+
+`consult` runs after admission (the call is validated) and before the tool:
+each policy of the run's chain is asked in order until one does not admit.
+`Delay` becomes an outcome the supervisor turns into a timer (the job gives its
+slot back and holds no thread); `Reject`, `Respond` and a missing approval
+become the call's result. `tell_results` gives every policy that admitted the
+call its terminal result, innermost first, and takes a replacement if one is
+returned. Whatever a policy raises or returns amiss ends the call `rejected`
+with a message naming the policy: a broken guard fails closed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
+from ..models import ErrorCode, ToolResult
+from ..policies._protocol import Admit, Delay, Reject, RequireApproval, Respond, policy_name
+from ..policies._signals import asking, done_asking
+from ..tools import error_text
+
+if TYPE_CHECKING:
+    from ._run import Run
+    from ._steps import Services, Steps
+
+__all__ = ["Deferral", "consult", "tell_results"]
+
+
+class Deferral:
+    """`consult`'s answer when the call must wait: `seconds`, or until `until` is done."""
+
+    __slots__ = ("seconds", "until")
+
+    def __init__(self, seconds: float, until: Any) -> None:
+        self.seconds = seconds
+        self.until = until
+
+
+def consult(run: Run, svc: Services) -> Steps:
+    """Ask the run's policies not yet asked. None: go on to the tool; a
+    `ToolResult`: the call ends with it; a `Deferral`: ask again later."""
+    from ._steps import _awaitable, log_contained, make_result
+
+    chain = run.policies
+    tool = run.tool
+    assert tool is not None
+    token = asking(svc.emitter, run.batch_id)
+    try:
+        while run.policy_at < len(chain):
+            policy = chain[run.policy_at]
+            try:
+                decision = policy.admit(run.call, tool, time.monotonic())
+                if _awaitable(decision):
+                    decision = yield _asked(decision, svc, run)
+            except Exception as e:
+                log_contained(f"policy {policy_name(policy)} failed for call {run.call.id}", e,
+                              run.scrubber)  # fmt: skip
+                return _refused(run, policy, f"it raised {error_text(e)}")
+            kind = type(decision)
+            if kind is Admit:
+                run.policy_at += 1
+                run.consulted.append(policy)
+                continue
+            if kind is Delay:
+                seconds = _seconds(decision.seconds)
+                if seconds is None:
+                    return _refused(run, policy, f"it asked for a delay of {decision.seconds!r}")
+                return Deferral(seconds, decision.until)
+            if kind is Reject:
+                if not isinstance(decision.code, ErrorCode):
+                    return _refused(run, policy, f"it rejected with code {decision.code!r}")
+                return make_result(
+                    run, "rejected", error=str(decision.message), code=decision.code, attempts=0
+                )
+            if kind is Respond:
+                if not isinstance(decision.result, ToolResult):
+                    return _refused(run, policy, "it responded with something not a ToolResult")
+                return decision.result.model_copy(
+                    update={
+                        "call_id": run.call.id,
+                        "name": run.call.name,
+                        "attempts": 0,
+                        "duration": run.elapsed(),
+                    }
+                )
+            if kind is RequireApproval:
+                answer = _approval(run, decision.reason)
+                if answer is None:  # approved: the next policy's turn
+                    run.policy_at += 1
+                    run.consulted.append(policy)
+                    continue
+                return answer
+            return _refused(run, policy, f"it returned {type(decision).__name__}, not a decision")
+        return None
+    finally:
+        done_asking(token)
+
+
+async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
+    # An async policy may run on the loop thread (driven from a worker): it
+    # announces its events to this executor all the same.
+    token = asking(svc.emitter, run.batch_id)
+    try:
+        return await decision
+    finally:
+        done_asking(token)
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _refused(run: Run, policy: Any, why: str) -> ToolResult:
+    from ._steps import make_result
+
+    return make_result(
+        run,
+        "rejected",
+        error=f"Tool '{run.call.name}' is unavailable: its policy {policy_name(policy)} "
+        f"failed ({why})",
+        code=ErrorCode.TOOL_UNAVAILABLE,
+        attempts=0,
+    )
+
+
+def _approval(run: Run, reason: str) -> ToolResult | None:
+    """None if the run carries an approval of exactly its arguments; else the
+    denial (`rejected`) or the request (`deferred`)."""
+    from ._steps import make_result
+
+    origin = run.origin
+    digest = arguments_digest(origin.name, origin.arguments)
+    decision = run.approval
+    if isinstance(decision, ApprovalDecision) and decision.digest == digest:
+        if decision.approved:
+            return None
+        why = decision.reason or "denied"
+        return make_result(
+            run,
+            "rejected",
+            error=f"Tool '{run.call.name}' was not approved: {why}",
+            code=ErrorCode.TOOL_NOT_ALLOWED,
+            attempts=0,
+        )
+    request = ApprovalRequest(
+        call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
+    )
+    text = f"Tool '{run.call.name}' needs approval before it runs"
+    result = make_result(
+        run,
+        "deferred",
+        error=f"{text}: {reason}" if reason else text,
+        code=ErrorCode.APPROVAL_REQUIRED,
+        attempts=0,
+    )
+    return result.model_copy(update={"approval_request": request})
+
+
+def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
+    """Give `result` to every policy that admitted the run, innermost first;
+    return the result as the last of them left it."""
+    from ._steps import log_contained
+
+    token = asking(svc.emitter, run.batch_id)
+    try:
+        for policy in reversed(run.consulted):
+            try:
+                other = policy.on_result(run.call, result, time.monotonic())
+            except Exception as e:  # the result stands; the policy's failure is logged
+                log_contained(
+                    f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
+                    e,
+                    run.scrubber,
+                )
+                continue
+            if isinstance(other, ToolResult):
+                result = other.model_copy(update={"call_id": result.call_id, "name": result.name})
+            elif other is not None:
+                log_contained(
+                    f"policy {policy_name(policy)} returned {type(other).__name__} for the "
+                    f"result of call {run.call.id}, not a ToolResult or None; ignored",
+                    TypeError("not a ToolResult"),
+                    run.scrubber,
+                )
+    finally:
+        done_asking(token)
+    return result

@@ -1,0 +1,174 @@
+"""The policy shape: what a policy decides about a call, and when it is asked.
+
+A policy is a small strategy object, in the manner of tenacity's: `admit`
+looks at a validated call and decides, `on_result` sees how the call ended.
+Decisions are values (`Admit`, `Delay`, `Reject`, `Respond`,
+`RequireApproval`); the pipeline carries them out. A policy's own state and the
+`now` it is handed are all it decides from, so every built-in is unit-tested on
+a fake clock without threads.
+
+When the executor asks:
+- `admit` after argument validation (and the pre-call hooks and authorization),
+  before the call's deadline clock starts: a delay is queueing, not run time.
+  Executor policies first, then the tool's. Once a policy has admitted a call it
+  is not asked again for it, even when a later policy delays it.
+- `admit` of a policy with `at_submission = True` (a quota) when the call is
+  submitted, on the caller's thread, in the batch's order, before the batch
+  fans out: it must be sync.
+- `timeout(tool, default)` at submission: the deadline of the call's attempts.
+- `on_result` once per call, with its terminal result, for every policy that
+  admitted it, innermost (the tool's last) first; it may return a replacement.
+  It runs where the call finishes (possibly the supervisor's thread): quick,
+  and never blocking.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import inspect
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..models import ErrorCode, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from ..tools import Tool
+
+__all__ = [
+    "Admit",
+    "BasePolicy",
+    "Decision",
+    "Delay",
+    "Policy",
+    "Reject",
+    "RequireApproval",
+    "Respond",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Let the call go on (to the next policy, then to its tool)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """Ask again in `seconds` (or as soon as `until` is done, if sooner).
+
+    The wait is a timer: it holds no thread and no capacity slot. `until` (a
+    `concurrent.futures.Future`) lets a policy wake the call on an event, such
+    as an identical call in flight finishing."""
+
+    seconds: float
+    reason: str = ""
+    until: concurrent.futures.Future[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """End the call `rejected` with `code` and `message` (for the model to read);
+    it is not retried."""
+
+    code: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """End the call with `result` without running its tool (a cache hit, say).
+
+    The result's `call_id` and `name` are set to the call's, and `attempts` to 0."""
+
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class RequireApproval:
+    """The call runs only with an approval of its exact arguments. Without one it
+    ends `deferred` (`APPROVAL_REQUIRED`) with an `ApprovalRequest`; a denial
+    ends it `rejected` (`TOOL_NOT_ALLOWED`)."""
+
+    reason: str = ""
+
+
+Decision = Admit | Delay | Reject | Respond | RequireApproval
+
+ADMIT = Admit()
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the executor asks of a policy. `BasePolicy` supplies the optional parts."""
+
+    def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
+        """Decide about a validated `call` of `tool` at monotonic time `now`."""
+        ...
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
+        """See how an admitted call ended; return a replacement result or None."""
+        ...
+
+
+class BasePolicy:
+    """A base for policies: every optional part with its default.
+
+    - `name`: how errors and events name it.
+    - `at_submission`: ask `admit` at submission (sync only), not before the run.
+    - `applies_to(tool)`: given to an executor, whether it guards `tool`.
+    - `check(tool)`: given to `tool`, raise `ValueError` if it cannot guard it
+      (at registration).
+    - `timeout(tool, default)`: the deadline of the tool's attempts.
+    - `tools()`: tools the policy brings along, registered beside it.
+    """
+
+    name: str = "policy"
+    at_submission: bool = False
+
+    def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
+        return ADMIT
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
+        return None
+
+    def applies_to(self, tool: Tool) -> bool:
+        return True
+
+    def check(self, tool: Tool) -> None:
+        return None
+
+    def timeout(self, tool: Tool, default: float | None) -> float | None:
+        return default
+
+    def tools(self) -> Sequence[Tool]:
+        return ()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def policy_name(policy: Any) -> str:
+    """How messages name `policy`: its `name`, else its class."""
+    name = getattr(policy, "name", None)
+    return name if isinstance(name, str) and name else type(policy).__name__
+
+
+def check_policies(policies: Any, owner: str) -> tuple[Any, ...]:
+    """`policies=` as a tuple of policies, or a TypeError naming `owner`."""
+    if policies is None:
+        return ()
+    if isinstance(policies, str | bytes) or not hasattr(policies, "__iter__"):
+        raise TypeError(f"{owner}: policies must be a list of policies, got {policies!r}")
+    found = tuple(policies)
+    for p in found:
+        if not callable(getattr(p, "admit", None)) or not callable(getattr(p, "on_result", None)):
+            raise TypeError(
+                f"{owner}: {p!r} is not a policy (it needs admit(call, tool, now) and "
+                "on_result(call, result, now); toolbus.policies.BasePolicy supplies both)"
+            )
+        if getattr(p, "at_submission", False) and inspect.iscoroutinefunction(p.admit):
+            raise TypeError(
+                f"{owner}: policy {policy_name(p)!r} is asked at submission, so its admit "
+                "must not be async"
+            )
+    return found
