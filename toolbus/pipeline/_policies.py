@@ -48,7 +48,7 @@ def consult(run: Run, svc: Services) -> Steps:
     chain = run.policies
     tool = run.tool
     assert tool is not None
-    token = asking(svc.emitter, run.batch_id)
+    token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
@@ -103,7 +103,7 @@ def consult(run: Run, svc: Services) -> Steps:
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
     # An async policy may run on the loop thread (driven from a worker): it
     # announces its events to this executor all the same.
-    token = asking(svc.emitter, run.batch_id)
+    token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
         return await decision
     finally:
@@ -169,7 +169,7 @@ def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
     return the result as the last of them left it."""
     from ._steps import log_contained
 
-    token = asking(svc.emitter, run.batch_id)
+    token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
         for policy in reversed(run.consulted):
             try:

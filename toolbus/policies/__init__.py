@@ -26,6 +26,7 @@ from ._signals import (
     CircuitChanged,
     Throttled,
     announce,
+    call_timeout,
 )
 
 __all__ = [
@@ -49,4 +50,5 @@ __all__ = [
     "Throttled",
     "announce",
     "arguments_digest",
+    "call_timeout",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "Throttled",
     "announce",
     "asking",
+    "call_timeout",
 ]
 
 THROTTLED = "tool:throttled"
@@ -75,15 +76,23 @@ class CircuitChanged(Event):
     call_id: str | None = None
 
 
-# (emitter, batch id) of the call a policy is being asked about.
-_asking: contextvars.ContextVar[tuple[Emitter, str | None] | None] = contextvars.ContextVar(
-    "toolbus_policy_asking", default=None
+# (emitter, batch id, timeout) of the call a policy is being asked about.
+_asking: contextvars.ContextVar[tuple[Emitter, str | None, float | None] | None] = (
+    contextvars.ContextVar("toolbus_policy_asking", default=None)
 )
 
 
-def asking(emitter: Emitter, batch_id: str | None) -> contextvars.Token[Any]:
-    """The pipeline: a policy is asked about a call of `batch_id` now (reset the token after)."""
-    return _asking.set((emitter, batch_id))
+def asking(emitter: Emitter, batch_id: str | None, timeout: float | None) -> contextvars.Token[Any]:
+    """The pipeline: a policy is asked about a call of `batch_id`, whose attempts
+    have `timeout`, now (reset the token after)."""
+    return _asking.set((emitter, batch_id, timeout))
+
+
+def call_timeout() -> float | None:
+    """The deadline of the attempts of the call a policy is asked about (None:
+    none, or not asked by an executor)."""
+    current = _asking.get()
+    return current[2] if current is not None else None
 
 
 def done_asking(token: contextvars.Token[Any]) -> None:
@@ -96,7 +105,7 @@ def announce(name: str, make: Callable[[str | None], Event]) -> bool:
     current = _asking.get()
     if current is None:
         return False
-    emitter, batch_id = current
+    emitter, batch_id, _ = current
     if not emitter.wants(name):
         return False
     return emitter.announce(name, make(batch_id))
