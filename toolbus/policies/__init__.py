@@ -6,6 +6,7 @@ and docs/extending.md for writing one.
 """
 
 from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
+from ._approve import requires_approval
 from ._protocol import (
     Admit,
     BasePolicy,
@@ -51,4 +52,5 @@ __all__ = [
     "announce",
     "arguments_digest",
     "call_timeout",
+    "requires_approval",
 ]

@@ -1,0 +1,428 @@
+"""The policy seam through the public API: where policies are asked, and what
+each decision does to a call (no built-in policy needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
+from toolbus.policies import (
+    Admit,
+    ApprovalDecision,
+    BasePolicy,
+    Decision,
+    Delay,
+    Reject,
+    Respond,
+    requires_approval,
+)
+
+
+class Scripted(BasePolicy):
+    """Answers from a script (one decision per ask; then Admit), and records."""
+
+    def __init__(self, name: str, *decisions: Any) -> None:
+        self.name = name
+        self.script = list(decisions)
+        self.asked: list[str] = []
+        self.results: list[ToolResult] = []
+        self.log: list[str] | None = None
+        self.was_asked = threading.Event()
+
+    def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+        self.asked.append(call.id)
+        self.was_asked.set()
+        if self.log is not None:
+            self.log.append(f"admit:{self.name}")
+        return self.script.pop(0) if self.script else Admit()
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
+        self.results.append(result)
+        if self.log is not None:
+            self.log.append(f"result:{self.name}")
+        return None
+
+
+def _registry(ran: list[str]) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def read(x: int) -> int:
+        ran.append(f"read:{x}")
+        return x
+
+    @reg.tool
+    def write(x: int, token: str = "") -> int:
+        ran.append(f"write:{x}")
+        return x
+
+    return reg
+
+
+def test_reject_ends_the_call_unrun(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    p = Scripted("no", Reject(ErrorCode.RATE_LIMITED, "slow down"))
+    ex = make_executor(_registry(ran), policies=[p])
+    r = ex.execute(ToolCall(id="c1", name="read", arguments={"x": 1}))
+    assert (r.status, r.error_code, r.error, r.attempts) == (
+        "rejected",
+        ErrorCode.RATE_LIMITED,
+        "slow down",
+        0,
+    )
+    assert ran == [] and p.results == []  # it decided: it is not told its own result
+
+
+def test_respond_short_circuits_with_the_calls_identity(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    canned = ToolResult(call_id="x", name="y", status="ok", output=42, attempts=5)
+    ex = make_executor(_registry(ran), policies=[Scripted("canned", Respond(canned))])
+    r = ex.execute(ToolCall(id="c1", name="read", arguments={"x": 1}))
+    assert (r.call_id, r.name, r.status, r.output, r.attempts) == ("c1", "read", "ok", 42, 0)
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    "bad", [ValueError("boom"), "not a decision", Delay(float("nan")), Reject("X", "m")]
+)
+def test_a_broken_policy_fails_closed_naming_itself(make_executor: MakeExecutor, bad: Any) -> None:
+    ran: list[str] = []
+
+    class Broken(BasePolicy):
+        name = "broken-guard"
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            if isinstance(bad, Exception):
+                raise bad
+            return bad  # type: ignore[no-any-return]
+
+    ex = make_executor(_registry(ran), policies=[Broken()])
+    r = ex.execute(ToolCall(id="c1", name="read", arguments={"x": 1}))
+    assert r.status == "rejected" and r.error_code == ErrorCode.TOOL_UNAVAILABLE
+    assert "broken-guard" in (r.error or "")
+    assert ran == []
+
+
+def test_order_executor_first_then_tool_and_results_innermost_first(
+    make_executor: MakeExecutor,
+) -> None:
+    log: list[str] = []
+    outer, inner = Scripted("outer"), Scripted("inner")
+    outer.log = inner.log = log
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[inner])
+    def read(x: int) -> int:
+        log.append("tool")
+        return x
+
+    ex = make_executor(reg, policies=[outer])
+    assert ex.execute(ToolCall(name="read", arguments={"x": 3})).output == 3
+    assert log == ["admit:outer", "admit:inner", "tool", "result:inner", "result:outer"]
+
+
+def test_a_replacement_result_is_what_the_caller_and_events_get(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    class Shorten(BasePolicy):
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult:
+            return result.model_copy(update={"output": "short", "call_id": "forged"})
+
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[Shorten()])
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        r = ex.execute(ToolCall(id="c1", name="read", arguments={"x": 1}))
+        rec.wait_for(bus.FINISHED, 1, timeout=5)
+    assert (r.call_id, r.output) == ("c1", "short")
+    assert rec.of(bus.FINISHED)[0].result == r
+
+
+def test_a_delay_holds_no_slot_and_asks_only_the_delaying_policy_again(
+    make_executor: MakeExecutor,
+) -> None:
+    ran: list[str] = []
+    wake: concurrent.futures.Future[None] = concurrent.futures.Future()
+    first = Scripted("first")
+    gate = Scripted("gate", Delay(600, until=wake))
+    reg = _registry(ran)
+    ex = make_executor(reg, max_parallel=1, policies=[first, gate])
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        waiting = threading.Thread(
+            target=ex.execute, args=(ToolCall(id="late", name="read", arguments={"x": 1}),)
+        )
+        waiting.start()
+        # The only slot is free while it waits: another call runs to the end.
+        assert ex.execute(ToolCall(id="other", name="read", arguments={"x": 2})).output == 2
+        assert ex.stats().in_flight == 0
+        wake.set_result(None)
+        rec.wait_for(bus.FINISHED, 2, timeout=10)
+        waiting.join(10)
+    assert ran == ["read:2", "read:1"]
+    assert first.asked == ["late", "other"]  # admitted once, not asked again
+    assert gate.asked == ["late", "other", "late"]
+    late = next(e.result for e in rec.of(bus.FINISHED) if e.call_id == "late")
+    assert late.status == "ok" and late.attempts == 1
+
+
+async def test_a_delayed_call_can_be_cancelled(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    gate = Scripted("gate", Delay(600))
+    ex = make_executor(_registry(ran), policies=[gate])
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        task = asyncio.ensure_future(ex.aexecute(ToolCall(id="c", name="read", arguments={"x": 1})))
+        # Delayed (or about to be: a cancel then wins when the delay is reported).
+        assert await asyncio.to_thread(gate.was_asked.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(rec.wait_for, bus.FINISHED, 1, timeout=5)
+    assert rec.of(bus.FINISHED)[0].result.status == "cancelled" and ran == []
+
+
+def test_close_ends_delayed_calls(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    gate = Scripted("gate", Delay(600))
+    ex = Executor(_registry(ran), policies=[gate])
+    out: list[ToolResult] = []
+    t = threading.Thread(
+        target=lambda: out.append(ex.execute(ToolCall(name="read", arguments={"x": 1})))
+    )
+    t.start()
+    try:
+        assert gate.was_asked.wait(5)
+    finally:
+        ex.close()
+    t.join(10)
+    assert out[0].status == "cancelled" and ran == []
+
+
+def test_async_policies_decide_for_sync_and_async_tools(make_executor: MakeExecutor) -> None:
+    class Later(BasePolicy):
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            await asyncio.sleep(0)
+            if call.arguments["x"] < 0:  # type: ignore[index]
+                return Reject(ErrorCode.TOOL_NOT_ALLOWED, "negative")
+            return Admit()
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def sync_tool(x: int) -> int:
+        return x
+
+    @reg.tool(read_only=True)
+    async def async_tool(x: int) -> int:
+        return x
+
+    ex = make_executor(reg, policies=[Later()])
+    for name in ("sync_tool", "async_tool"):
+        assert ex.execute(ToolCall(name=name, arguments={"x": 1})).output == 1
+        assert ex.execute(ToolCall(name=name, arguments={"x": -1})).error == "negative"
+
+    async def main() -> list[ToolResult]:
+        return list(
+            await ex.aexecute_batch(
+                [ToolCall(name=n, arguments={"x": x}) for n in ("sync_tool", "async_tool")
+                 for x in (2, -2)]
+            )
+        )  # fmt: skip
+
+    assert [r.status for r in asyncio.run(main())] == ["ok", "rejected", "ok", "rejected"]
+
+
+def test_timeout_from_a_policy_is_the_attempts_deadline(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    class Quick(BasePolicy):
+        def timeout(self, tool: Any, default: float | None) -> float | None:
+            return 0.25
+
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), timeout=30, policies=[Quick()])
+    with bus.Recorder(bus.EXECUTING, sender=ex) as rec:
+        ex.execute(ToolCall(name="read", arguments={"x": 1}))
+        rec.wait_for(bus.EXECUTING, 1, timeout=5)
+    assert rec.of(bus.EXECUTING)[0].timeout == 0.25
+
+
+def test_submission_policies_refuse_in_batch_order_before_fan_out(
+    make_executor: MakeExecutor,
+) -> None:
+    class FirstTwo(BasePolicy):
+        at_submission = True
+
+        def __init__(self) -> None:
+            self.left = 2
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            if self.left == 0:
+                return Reject(ErrorCode.QUOTA_EXCEEDED, "spent")
+            self.left -= 1
+            return Admit()
+
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[FirstTwo()])
+    out = ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(4)])
+    assert [r.status for r in out] == ["ok", "ok", "rejected", "rejected"]
+    assert out[3].error_code == ErrorCode.QUOTA_EXCEEDED
+    assert sorted(ran) == ["read:0", "read:1"]
+
+
+def test_a_submission_policy_must_be_sync() -> None:
+    class Bad(BasePolicy):
+        at_submission = True
+
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            return Admit()
+
+    with pytest.raises(TypeError, match="at submission"):
+        Executor(ToolRegistry(), policies=[Bad()])
+
+
+def test_not_a_policy_is_refused_at_registration() -> None:
+    with pytest.raises(TypeError, match="not a policy"):
+        Executor(ToolRegistry(), policies=[object()])
+    reg = ToolRegistry()
+    with pytest.raises(TypeError, match="not a policy"):
+        reg.tool(policies=["rate"])(lambda x: x)
+
+
+# -- approvals ----------------------------------------------------------------------
+
+
+def _guarded(ran: list[str]) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def read(x: int) -> int:
+        ran.append(f"read:{x}")
+        return x
+
+    @reg.tool(policies=[requires_approval(reason="it deletes")])
+    def delete(path: str, api_token: str = "") -> str:
+        ran.append(f"delete:{path}")
+        return path
+
+    return reg
+
+
+def test_approval_is_bound_to_the_exact_arguments(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a", "api_token": "sk-123"})
+    first = ex.execute(call)
+    assert (first.status, first.error_code, first.attempts) == (
+        "deferred",
+        ErrorCode.APPROVAL_REQUIRED,
+        0,
+    )
+    assert "it deletes" in (first.error or "")
+    req = first.approval_request
+    assert req is not None and (req.call_id, req.tool) == ("d1", "delete")
+    assert req.arguments_masked["path"] == "/a"
+    assert "sk-123" not in str(req.arguments_masked)  # a person reviews masked arguments
+    # No decision, None, or a decision for other arguments: deferred again, never run.
+    other = ex.execute(
+        ToolCall(id="d2", name="delete", arguments={"path": "/b", "api_token": "sk-123"})
+    )
+    assert other.approval_request is not None
+    for approval in (None, other.approval_request.approve()):
+        again = ex.execute(call, approval=approval)
+        assert again.status == "deferred"
+    assert ran == []
+    # Spacing and key order do not matter: the digest is of canonical arguments.
+    text = '{ "api_token": "sk-123",  "path": "/a" }'
+    done = ex.execute(ToolCall(id="d1", name="delete", arguments=text), approval=req.approve())
+    assert done.status == "ok" and ran == ["delete:/a"]
+    assert ex.stats().deferred == 4
+
+
+def test_a_denial_is_rejected_with_its_reason(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    req = ex.execute(call).approval_request
+    assert req is not None
+    r = ex.execute(call, approval=req.deny("not on a Friday"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    assert "not on a Friday" in (r.error or "") and ran == []
+    forged = ApprovalDecision(digest="0" * 64, approved=False, reason="x")
+    assert ex.execute(call, approval=forged).status == "deferred"
+
+
+def test_each_resubmission_gets_its_own_result_and_event(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        req = ex.execute(call).approval_request
+        assert req is not None
+        ex.execute(call, approval=req.approve())
+        rec.wait_for(bus.FINISHED, 2, timeout=5)
+    assert [e.result.status for e in rec.of(bus.FINISHED)] == ["deferred", "ok"]
+
+
+def test_a_deferred_barrier_aborts_only_the_calls_that_waited_for_it(
+    make_executor: MakeExecutor,
+) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    calls = [
+        ToolCall(id="r0", name="read", arguments={"x": 0}),
+        ToolCall(id="d", name="delete", arguments={"path": "/a"}),
+        ToolCall(id="r2", name="read", arguments={"x": 2}),
+        ToolCall(id="r3", name="read", arguments={"x": 3}),
+    ]
+    out = ex.execute_batch(calls, stop_on_error=True)
+    assert [r.status for r in out] == ["ok", "deferred", "cancelled", "cancelled"]
+    assert out[2].error_code == ErrorCode.ABORTED and "'d'" not in (out[2].error or "x")
+    assert "call d ('delete')" in (out[2].error or "")
+    assert ran == ["read:0"]
+    s = out.summary
+    assert (s.succeeded, s.deferred, s.failed) == (1, 1, 2)
+    # Approved, the same batch runs whole.
+    req = out[1].approval_request
+    assert req is not None
+    again = ex.execute_batch(calls, approvals={"d": req.approve()})
+    assert [r.status for r in again] == ["ok"] * 4
+
+
+def test_a_deferred_read_does_not_hold_back_its_group(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    ran: list[str] = []
+
+    @reg.tool(read_only=True, policies=[requires_approval(lambda c: c.arguments["x"] == 1)])  # type: ignore[index]
+    def read(x: int) -> int:
+        ran.append(f"read:{x}")
+        return x
+
+    @reg.tool
+    def write(x: int) -> int:
+        ran.append(f"write:{x}")
+        return x
+
+    ex = make_executor(reg)
+    out = ex.execute_batch(
+        [ToolCall(name="read", arguments={"x": x}) for x in (0, 1, 2)]
+        + [ToolCall(name="write", arguments={"x": 9})]
+    )
+    assert [r.status for r in out] == ["ok", "deferred", "ok", "cancelled"]
+    assert sorted(ran) == ["read:0", "read:2"]
+
+
+async def test_async_approvals(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    out = await ex.aexecute_batch([call])
+    req = out[0].approval_request
+    assert req is not None
+    assert (await ex.aexecute(call, approval=req.approve())).status == "ok"
+    out = await ex.aexecute_batch([call], approvals={"d1": req.approve()})
+    assert out[0].status == "ok" and ran == ["delete:/a", "delete:/a"]

@@ -1,0 +1,54 @@
+"""`requires_approval`: the call does not run until a person approves its arguments."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..models import ToolCall
+from ._protocol import ADMIT, BasePolicy, Decision, RequireApproval
+
+if TYPE_CHECKING:
+    from ..tools import Tool
+
+__all__ = ["requires_approval"]
+
+
+# Lower case, as tenacity names its strategy classes: it reads as a call in a list.
+class requires_approval(BasePolicy):
+    """Every call (or those for which `when(call)` is true; `when` may be async)
+    waits for an approval of its exact arguments.
+
+    Without one the call ends `deferred` with an `ApprovalRequest`
+    (`result.approval_request`); with `request.approve()` passed back it runs;
+    with `request.deny(reason)` it ends `rejected` (`TOOL_NOT_ALLOWED`). A
+    decision for other arguments, or None, never runs it.
+    """
+
+    name = "requires_approval"
+
+    def __init__(
+        self,
+        when: Callable[[ToolCall], bool | Awaitable[bool]] | None = None,
+        *,
+        reason: str = "",
+    ) -> None:
+        if when is not None and not callable(when):
+            raise TypeError(f"requires_approval: when must be callable, got {when!r}")
+        if not isinstance(reason, str):
+            raise TypeError(f"requires_approval: reason must be a string, got {reason!r}")
+        self.when = when
+        self.reason = reason
+        self._needed = RequireApproval(reason)
+
+    def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
+        if self.when is None:
+            return self._needed
+        needed = self.when(call)
+        if inspect.isawaitable(needed):
+            return self._decide_later(needed)
+        return self._needed if needed else ADMIT
+
+    async def _decide_later(self, needed: Awaitable[Any]) -> Decision:
+        return self._needed if await needed else ADMIT
