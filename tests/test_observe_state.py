@@ -131,7 +131,7 @@ def test_retries_timeouts_kills_and_late_results_are_counted(feed: Feed) -> None
 
     snap = feed.state.snapshot(T0 + 3)
     assert snap["totals"] == {
-        "finished": 2, "ok": 1, "error": 0, "timeout": 1, "rejected": 0, "cancelled": 0,
+        "finished": 2, "ok": 1, "error": 0, "timeout": 1, "rejected": 0, "cancelled": 0, "deferred": 0,
         "retries": 1, "timeouts": 1, "killed": 1, "late_results": 1, "batches": 0,
     }  # fmt: skip
     tools = {t["tool"]: t for t in snap["tools"]}

@@ -40,7 +40,7 @@ from ._names import UNKNOWN_TOOL
 
 __all__ = ["QUANTILES", "STATE_SIGNALS", "STATUSES", "UNKNOWN_TOOL", "Latencies", "LiveState"]
 
-STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
+STATUSES = ("ok", "error", "timeout", "rejected", "cancelled", "deferred")
 # The lifecycle signals `apply` reads (it counts any other it is given, too).
 STATE_SIGNALS = (
     sig.EXECUTING,

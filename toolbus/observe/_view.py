@@ -28,6 +28,7 @@ STATUS_STYLE = {
     "timeout": "magenta",
     "rejected": "yellow",
     "cancelled": "dim",
+    "deferred": "blue",
 }
 STATE_STYLE = {"running": "cyan", "retrying": "yellow", "failed": "red", "timed out": "magenta"}
 
@@ -134,6 +135,7 @@ class Board:
                 ("timeout", s.get("timeout"), "magenta"),
                 ("rejected", s.get("rejected"), "yellow"),
                 ("cancelled", s.get("cancelled"), "dim"),
+                ("deferred", s.get("deferred"), "blue"),
                 ("retries", s.get("retries"), "yellow"),
                 ("timeouts", s.get("timeouts"), "magenta"),
                 ("abandoned", f"{s.get('abandoned_workers')}/{s.get('abandoned_total')}", "red"),
