@@ -131,6 +131,7 @@ class Run:
         "origin",
         "params",
         "parent",
+        "parent_call_id",
         "phase",
         "policy",
         "read_only",
@@ -139,6 +140,7 @@ class Run:
         "retry_state",
         "scrubber",
         "settled",
+        "shares_slot",
         "stop_reason",
         "submitted",
         "sv_armed",
@@ -150,6 +152,7 @@ class Run:
         "sv_lent",
         "sv_pool",
         "sv_queued",
+        "sv_shared",
         "sv_slot",
         "sv_timer",
         "sv_waiting_on",
@@ -173,6 +176,7 @@ class Run:
         waiter: Waiter | None = None,
         backend: Any = None,
         parent: Run | None = None,
+        shares_slot: bool = False,
     ) -> None:
         self._lock = threading.Lock()
         self.call = call
@@ -191,6 +195,11 @@ class Run:
         self.read_only = tool.read_only if tool is not None else True
         self.backend = backend  # the toolbus.backends.Backend that runs its attempts
         self.parent = parent  # the run whose tool made this call (nested), if any
+        # For its events: a call id never changes once the call is made.
+        self.parent_call_id = parent.call.id if parent is not None else None
+        # Runs on its parent's slot of max_parallel (a sequence's step): the
+        # parent waits for it, so it takes no capacity of its own there.
+        self.shares_slot = shares_slot and parent is not None
         self.completed_late = False  # a mutating attempt returned after its deadline
         self.submitted = time.monotonic()
         self.first_start = 0.0
@@ -225,6 +234,7 @@ class Run:
         # one such call per caller at a time (sv_lent on the caller).
         self.sv_borrowed = False
         self.sv_lent = 0
+        self.sv_shared = False  # holds a slot that does not count against max_parallel
         self.sv_worker: Any = None
 
     @property
