@@ -174,3 +174,33 @@ def test_room_let_out_of_one_group_and_blocked_by_another_is_handed_on() -> None
     # db frees while `both` still waits for `narrow`: the db slot must not idle.
     slots.release(hold_db)
     assert _start_all(slots) == [other_db]
+
+
+def test_a_run_sharing_its_callers_slot_takes_no_room_of_max_parallel() -> None:
+    pool = _tool("a")
+    slots = Slots(max_parallel=1)
+    caller = _run(pool, index=0)
+    slots.enqueue(caller)
+    assert _start_all(slots) == [caller]
+    step = Run(
+        ToolCall(id="a-0.0", name="a"),
+        pool.tool,
+        context=contextvars.copy_context(),
+        timeout=None,
+        policy=RetryPolicy(),
+        parent=caller,
+        shares_slot=True,
+    )
+    step.sv_groups = (pool,)
+    waiting = _run(pool, index=1)
+    slots.enqueue(waiting)
+    slots.enqueue(step)
+    # Full, but the step runs on its caller's slot (no loan needed), and the
+    # top-level call still waits: the step took no room.
+    assert _start_all(slots) == [step]
+    assert (slots.in_flight, slots.shared, caller.sv_lent, step.parent_call_id) == (2, 1, 0, "a-0")
+    slots.release(step)
+    assert (slots.in_flight, slots.shared) == (1, 0)
+    assert _start_all(slots) == []
+    slots.release(caller)
+    assert _start_all(slots) == [waiting]

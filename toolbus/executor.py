@@ -63,7 +63,7 @@ from .pipeline import (
 from .policies import ApprovalDecision, Policy
 from .policies._set import Guard, PolicySet, admit_at_submission, timeout_for
 from .retry import RetryPolicy
-from .tools import ToolRegistry, error_text
+from .tools import Tool, ToolRegistry, error_text
 
 __all__ = ["Executor", "ExecutorStats", "Submission"]
 
@@ -219,6 +219,9 @@ class Executor(ExecutorHooks):
             # One stuck tool may take half the budget: the rest stays for the others.
             max_abandoned_per_tool = max(1, max_abandoned_workers // 2)
         self.registry = registry
+        # Tools that ran as steps of a composite tool, registered or not (by
+        # name, the first kept): observers name those calls by them.
+        self._step_tools: dict[str, Tool] = {}
         self.name: str = name if name is not None else f"executor-{next(_executor_numbers)}"
         # Submission hooks (on_submit): swapped whole under the lock, read without it.
         self._submit_hooks: tuple[SubmitHook, ...] = ()
@@ -302,6 +305,7 @@ class Executor(ExecutorHooks):
             key_secret=(self._journal._key_secret if self._journal is not None else os.urandom(32)),
             journal=self._journal_session,
             inject=self._inject,
+            nested=_NestedCalls(self),
         )
         host = SupervisorHost(self._services, self._loop)
         self._scheduler = host.scheduler = Scheduler(
@@ -396,11 +400,15 @@ class Executor(ExecutorHooks):
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
         run = self._submit_one(call, waiter, approval=approval)
+        return await self._await_one(run, waiter, "the awaiting task was cancelled")
+
+    async def _await_one(self, run: Run, waiter: LoopWaiter, why: str) -> ToolResult:
+        """Await a submitted call's result; a cancelled wait cancels the call."""
         self._watch(waiter, (run,))
         try:
             result: ToolResult = await waiter.future
         except asyncio.CancelledError:
-            self._cancel(Cancel(None, run, ErrorCode.CANCELLED, "the awaiting task was cancelled"))
+            self._cancel(Cancel(None, run, ErrorCode.CANCELLED, why))
             raise
         return result
 
@@ -501,6 +509,12 @@ class Executor(ExecutorHooks):
                     self._submit_failures = FailureLog()
                 self._submit_failures.failed(describe(hook), "submission", e)
 
+    def _tool_named(self, name: str) -> Tool | None:
+        """The tool a call of this name ran: registered, or a composite tool's
+        step (so observers label a step's calls by its tool, not `<unknown>`)."""
+        found = self.registry.get(name)
+        return found if found is not None else self._step_tools.get(name)
+
     @property
     def journal(self) -> Journal | None:
         """The journal this executor records its mutating calls in, if any."""
@@ -591,10 +605,14 @@ class Executor(ExecutorHooks):
         batch: BatchRun | None = None,
         waiter: Waiter | None = None,
         approval: ApprovalDecision | None = None,
+        step_of: Run | None = None,
+        step_tool: Tool | None = None,
     ) -> Run:
+        """A run for `call`, its tool looked up in the registry; for a step of
+        a composite tool (`step_of`), `step_tool` whether registered or not."""
         c = coerce_call(call)
         guard: Guard | None = None
-        tool = self.registry.get(c.name)
+        tool = self.registry.get(c.name) if step_of is None else step_tool
         backend: Backend | None = None
         if tool is None:
             timeout, policy = self.timeout, self.retry_policy
@@ -610,6 +628,12 @@ class Executor(ExecutorHooks):
             except Exception as e:  # a custom backend's check() may raise anything
                 hint = f"Tool '{c.name}' is unavailable: {error_text(e)}"
         parent = current_run.get()
+        if step_of is not None:
+            nested: Run | None = step_of
+        elif parent is not None and parent[0] is self._services:
+            nested = parent[1]  # made by a tool (or hook) of a call of this executor
+        else:
+            nested = None
         run = Run(
             c,
             tool,
@@ -620,8 +644,8 @@ class Executor(ExecutorHooks):
             policy=policy,
             waiter=waiter,
             backend=backend,
-            # Nested: made by a tool (or hook) of a call of this executor.
-            parent=parent[1] if parent is not None and parent[0] is self._services else None,
+            parent=nested,
+            shares_slot=step_of is not None,
         )
         if tool is None or backend is None:
             run.last_error = hint
@@ -750,6 +774,43 @@ class Executor(ExecutorHooks):
 
     def _cancel(self, message: Cancel) -> None:
         self._scheduler.post(message)
+
+
+class _NestedCalls:
+    """The executor's way in for a tool's calls of its own (`Services.nested`):
+    a `toolbus.tools.sequence` runs its steps through it.
+
+    A step is submitted like `aexecute` submits a call (hooks, events, its own
+    timeout and retries, `on_submit`), with two differences: its tool is the
+    one given, so a step need not be registered, and it shares its caller's
+    slot of `max_parallel` (the caller only waits for it): a sequence takes
+    one slot however many steps it has, and works at `max_parallel=1`.
+    """
+
+    __slots__ = ("_executor",)
+
+    def __init__(self, executor: Executor) -> None:
+        # Strong: the executor's Services hold its hooks (the executor) anyway.
+        self._executor = executor
+
+    def tool(self, name: str) -> Tool | None:
+        return self._executor.registry.get(name)
+
+    async def call(self, tool: Tool, call: ToolCall, parent: Run) -> ToolResult:
+        ex = self._executor
+        ex._step_tools.setdefault(tool.name, tool)
+        waiter = LoopWaiter(asyncio.get_running_loop())
+        run = ex._make_run(
+            call,
+            context=contextvars.copy_context(),
+            waiter=waiter,
+            step_of=parent,
+            step_tool=tool,
+        )
+        if ex._submit_hooks:
+            ex._submitted((run,), None)
+        ex._tell(Submit((run,), None), (run,))
+        return await ex._await_one(run, waiter, f"its caller, call {parent.call.id}, was cancelled")
 
 
 def _open_journal(

@@ -62,8 +62,9 @@ _prefix = f"call_{os.getpid():x}_"
 
 # The ids toolbus makes up, in any process: `call_<pid in hex>_<n>` (a
 # ToolCall made without an id) and `call_toolbus_<16 hex digits>` (a provider
-# message's call that came without one: `providers._common.fallback_call_id`).
-_GENERATED = re.compile(r"call_(?:[0-9a-f]{1,8}_[0-9]{1,20}|toolbus_[0-9a-f]{16})")
+# message's call that came without one: `providers._common.fallback_call_id`),
+# and the ids of their composite tools' steps (`<id>.<step>`, nested too).
+_GENERATED = re.compile(r"call_(?:[0-9a-f]{1,8}_[0-9]{1,20}|toolbus_[0-9a-f]{16})(?:\.[0-9]{1,6})*")
 
 
 def _new_call_id() -> str:
@@ -72,7 +73,8 @@ def _new_call_id() -> str:
 
 def generated_id(call_id: str) -> bool:
     """True if toolbus made `call_id` up (the model gave none), in this process
-    or any other: `call_<pid in hex>_<n>` or `call_toolbus_<16 hex digits>`.
+    or any other: `call_<pid in hex>_<n>` or `call_toolbus_<16 hex digits>`,
+    or a composite tool's step of such a call (`<id>.<step index>`).
 
     Such ids are not part of a call's idempotency key (a restart, or the next
     turn, would make another or the same one for a different call), and a call

@@ -17,7 +17,10 @@ callers hold slots while they wait for them: they run on their caller's share
 of `max_parallel`, go ahead of other calls in every queue, and a nested call
 that would wait for a group whose every slot is held by calls waiting, directly
 or through calls of their own, on its callers is refused at once (`refused`):
-that wait would never end.
+that wait would never end. A nested call that *shares* its caller's slot (a
+sequence's step: `Run.shares_slot`) takes no room of `max_parallel` at all: it
+may start whenever its caller holds a slot, and does not count against the
+limit (`shared`), only against its own groups.
 
 Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
 """
@@ -59,7 +62,16 @@ class Capacity:
     """The scheduler's admission control over `max_parallel` and each run's groups
     (`run.sv_groups`)."""
 
-    __slots__ = ("deadlock", "in_flight", "max_parallel", "nested", "peak", "ready", "refused")
+    __slots__ = (
+        "deadlock",
+        "in_flight",
+        "max_parallel",
+        "nested",
+        "peak",
+        "ready",
+        "refused",
+        "shared",
+    )
 
     def __init__(
         self,
@@ -67,7 +79,8 @@ class Capacity:
         deadlock: Callable[[Run, Group], str | None] | None = None,
     ) -> None:
         self.max_parallel = max_parallel
-        self.in_flight = 0
+        self.in_flight = 0  # every attempt holding a slot, shared ones too (stats)
+        self.shared = 0  # ... of which run on their caller's slot: not counted
         self.peak = 0
         self.ready: deque[Run] = deque()
         self.nested = 0  # nested runs in `ready`
@@ -93,7 +106,7 @@ class Capacity:
         """The next run that may start now, parking those that must wait; None if none."""
         ready = self.ready
         while ready:
-            if self.in_flight < self.max_parallel:
+            if self.in_flight - self.shared < self.max_parallel:
                 run = ready.popleft()
                 run.sv_borrowed = False
             else:
@@ -134,8 +147,9 @@ class Capacity:
             parent = run.parent
             if run.sv_closed or (
                 # A caller lends only a share it holds: not once it has ended,
-                # nor while it waits out a backoff.
-                parent is not None and parent.sv_slot and parent.sv_lent == 0
+                # nor while it waits out a backoff. One that shares it (a
+                # sequence's step) needs no loan: its caller waits for it.
+                parent is not None and parent.sv_slot and (parent.sv_lent == 0 or run.shares_slot)
             ):
                 self.ready.remove(run)
                 return run
@@ -144,8 +158,14 @@ class Capacity:
     def take(self, run: Run) -> None:
         """`run` starts an attempt: it holds a slot of `max_parallel` and of each group."""
         run.sv_slot = True
-        if run.sv_borrowed and run.parent is not None:
-            run.parent.sv_lent += 1
+        parent = run.parent
+        if run.shares_slot and parent is not None and parent.sv_slot:
+            # On its caller's slot: no loan, and no room of max_parallel taken.
+            run.sv_borrowed = False
+            run.sv_shared = True
+            self.shared += 1
+        elif run.sv_borrowed and parent is not None:
+            parent.sv_lent += 1
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         for g in run.sv_groups:
@@ -156,7 +176,10 @@ class Capacity:
         if not run.sv_slot:
             return
         run.sv_slot = False
-        if run.sv_borrowed and run.parent is not None:
+        if run.sv_shared:
+            run.sv_shared = False
+            self.shared -= 1
+        elif run.sv_borrowed and run.parent is not None:
             run.parent.sv_lent -= 1
             run.sv_borrowed = False
         self.in_flight -= 1

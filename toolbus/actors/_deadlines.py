@@ -115,7 +115,14 @@ class Deadlines:
         if self.emitter.wants(sig.TIMEOUT):
             self.emitter.emit(
                 sig.TIMEOUT,
-                TimedOut(run.call.id, run.call.name, run.batch_id, n, run.timeout or 0.0),
+                TimedOut(
+                    run.call.id,
+                    run.call.name,
+                    run.batch_id,
+                    n,
+                    run.timeout or 0.0,
+                    parent_call_id=run.parent_call_id,
+                ),
             )
         # What follows a timeout (retry decision, post-call hooks) is user code:
         # the backend runs it as a job of its own, under a grace deadline. If

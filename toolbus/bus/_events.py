@@ -58,12 +58,19 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class CallEvent(Event):
-    """Fields every per-call event carries."""
+    """Fields every per-call event carries.
+
+    `parent_call_id`: for a nested call (made by a tool or hook of a call of
+    the same executor, such as a step of a `toolbus.tools.sequence`), the id of
+    the call that made it; None for a call its caller made directly.
+    """
 
     call_id: str
     tool: str
     batch_id: str | None
     attempt: int
+    # Keyword-only with a default: every subclass keeps its positional fields.
+    parent_call_id: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """How an executor's calls are named on every surface: the executor's name, tool labels.
 
-A tool name the registry does not know (one the model invented) becomes
+A tool name the executor does not know (one the model invented) becomes
 `UNKNOWN_TOOL` in metric labels, span names and log lines: the model cannot
 grow a metric's cardinality, and its invented text goes nowhere.
 """
@@ -20,8 +20,11 @@ UNKNOWN_TOOL = "<unknown>"
 
 
 def tool_label(executor: Executor, name: Any) -> str:
-    """`name` if the executor's registry knows a tool by that name, else `UNKNOWN_TOOL`."""
-    return name if isinstance(name, str) and name in executor.registry else UNKNOWN_TOOL
+    """`name` if the executor knows a tool by that name (registered, or run as a
+    composite tool's step), else `UNKNOWN_TOOL`."""
+    if not isinstance(name, str):
+        return UNKNOWN_TOOL
+    return name if executor._tool_named(name) is not None else UNKNOWN_TOOL
 
 
 def is_extension(tool: Tool | None) -> bool:

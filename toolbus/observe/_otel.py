@@ -234,7 +234,7 @@ class OtelInstrumentation(Handle):
         parent, start = self._parent(event)
         result = event.result
         code = result.error_code
-        tool = self.executor.registry.get(event.tool)
+        tool = self.executor._tool_named(event.tool)
         name = event.tool if tool is not None else UNKNOWN_TOOL
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
@@ -249,6 +249,8 @@ class OtelInstrumentation(Handle):
             attributes["gen_ai.tool.description"] = tool.description
         if event.batch_id is not None:
             attributes["toolbus.batch_id"] = event.batch_id
+        if event.parent_call_id is not None:
+            attributes["toolbus.parent_call_id"] = event.parent_call_id
         if code is not None:
             attributes["toolbus.error_code"] = code.value
         failed = result.status != "ok"

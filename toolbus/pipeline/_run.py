@@ -133,6 +133,7 @@ class Run:
         "origin",
         "params",
         "parent",
+        "parent_call_id",
         "phase",
         "policies",
         "policy",
@@ -144,6 +145,7 @@ class Run:
         "retry_state",
         "scrubber",
         "settled",
+        "shares_slot",
         "stop_reason",
         "submitted",
         "sv_armed",
@@ -155,6 +157,7 @@ class Run:
         "sv_lent",
         "sv_pool",
         "sv_queued",
+        "sv_shared",
         "sv_slot",
         "sv_timer",
         "sv_waiting_on",
@@ -178,6 +181,7 @@ class Run:
         waiter: Waiter | None = None,
         backend: Any = None,
         parent: Run | None = None,
+        shares_slot: bool = False,
     ) -> None:
         self._lock = threading.Lock()
         self.call = call
@@ -196,6 +200,11 @@ class Run:
         self.read_only = tool.read_only if tool is not None else True
         self.backend = backend  # the toolbus.backends.Backend that runs its attempts
         self.parent = parent  # the run whose tool made this call (nested), if any
+        # For its events: a call id never changes once the call is made.
+        self.parent_call_id = parent.call.id if parent is not None else None
+        # Runs on its parent's slot of max_parallel (a sequence's step): the
+        # parent waits for it, so it takes no capacity of its own there.
+        self.shares_slot = shares_slot and parent is not None
         self.completed_late = False  # a mutating attempt returned after its deadline
         self.submitted = time.monotonic()
         self.first_start = 0.0
@@ -230,6 +239,7 @@ class Run:
         # one such call per caller at a time (sv_lent on the caller).
         self.sv_borrowed = False
         self.sv_lent = 0
+        self.sv_shared = False  # holds a slot that does not count against max_parallel
         self.sv_worker: Any = None
         # Its policies (toolbus.policies), asked in order before its first
         # attempt; `policy_at`: how many admitted it; `consulted`: those, to

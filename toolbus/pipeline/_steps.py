@@ -49,7 +49,14 @@ from ..bus._publisher import Emitter
 from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
 from ..models import ErrorCode, Status, ToolCall, ToolResult, idempotency_key_problem
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
-from ..tools import ArgumentError, ToolContext, ToolFailure, error_text, normalize_output
+from ..tools import (
+    ArgumentError,
+    Tool,
+    ToolContext,
+    ToolFailure,
+    error_text,
+    normalize_output,
+)
 from ..tools._tool import parse_json_arguments
 from ._faults import ToolCrashed, WorkerKilled
 from ._policies import Deferral, consult, tell_results
@@ -59,6 +66,7 @@ __all__ = [
     "Hooks",
     "Invoke",
     "Journal",
+    "NestedCalls",
     "Outcome",
     "Services",
     "Steps",
@@ -156,6 +164,21 @@ class Journal(Protocol):
     def ended(self, run: Run, result: ToolResult) -> None: ...
 
 
+class NestedCalls(Protocol):
+    """How a tool runs calls of its own on the executor running it, as nested
+    calls of its run (a `toolbus.tools.sequence` runs its steps so)."""
+
+    def tool(self, name: str) -> Tool | None:
+        """The executor's registered tool of that name, if any."""
+        ...
+
+    def call(self, tool: Tool, call: ToolCall, parent: Run) -> Awaitable[ToolResult]:
+        """Run `call` with `tool` (registered or not) through the executor's
+        pipeline, as a nested call of `parent` on its share of `max_parallel`;
+        resolves to its result. Awaited on the loop `parent`'s tool runs on."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Services:
     """What the steps share: read-only after the executor starts."""
@@ -169,6 +192,8 @@ class Services:
     killed: Tally = field(default_factory=Tally)
     # Executor(inject=...): "param" or "tool.param" -> fn(call), sync or async.
     inject: Mapping[str, Callable[[ToolCall], Any]] = field(default_factory=dict)
+    # The executor's way in for calls its tools make of their own (None: none).
+    nested: NestedCalls | None = None
 
 
 # What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.
@@ -247,14 +272,20 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
     em = svc.emitter
     bid, att, name = run.batch_id, result.attempts, run.call.name
+    pid = run.parent_call_id
     if att > 1:
         if result.status == "ok":
             if em.wants(sig.RETRY_SUCCESS):
-                em.emit(sig.RETRY_SUCCESS, RetrySuccess(run.call.id, name, bid, att, att))
+                em.emit(
+                    sig.RETRY_SUCCESS,
+                    RetrySuccess(run.call.id, name, bid, att, att, parent_call_id=pid),
+                )
         elif result.status in ("error", "timeout") and em.wants(sig.RETRY_EXHAUSTED):
             em.emit(
                 sig.RETRY_EXHAUSTED,
-                RetryExhausted(run.call.id, name, bid, att, att, result.error or ""),
+                RetryExhausted(
+                    run.call.id, name, bid, att, att, result.error or "", parent_call_id=pid
+                ),
             )
     if result.status == "rejected" and em.wants(sig.REJECTED):
         em.emit(
@@ -267,6 +298,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
                 result.error or "",
                 result.error_code or ErrorCode.TOOL_ERROR,
                 run.masked,
+                parent_call_id=pid,
             ),
         )
     elif result.status == "cancelled" and em.wants(sig.CANCELLED):
@@ -279,10 +311,14 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
                 att,
                 result.error_code or ErrorCode.CANCELLED,
                 result.error or "",
+                parent_call_id=pid,
             ),
         )
     if em.wants(sig.FINISHED):
-        em.emit(sig.FINISHED, CallFinished(run.call.id, name, bid, att, result, run.masked))
+        em.emit(
+            sig.FINISHED,
+            CallFinished(run.call.id, name, bid, att, result, run.masked, parent_call_id=pid),
+        )
     # The caller is woken by whoever closes the run's books (the scheduler),
     # so its stats already count the call when `execute` returns.
     return True
@@ -510,6 +546,7 @@ def publish_progress(
                 s.text(message),
                 fraction,
                 s.value(data),
+                parent_call_id=run.parent_call_id,
             ),
         )
 
@@ -522,7 +559,15 @@ def publish_killed(run: Run, svc: Services, pid: int, reason: str) -> None:
     if em.wants(sig.KILLED):
         em.emit(
             sig.KILLED,
-            WorkerKilled_(run.call.id, run.call.name, run.batch_id, run.attempt, pid, reason),
+            WorkerKilled_(
+                run.call.id,
+                run.call.name,
+                run.batch_id,
+                run.attempt,
+                pid,
+                reason,
+                parent_call_id=run.parent_call_id,
+            ),
         )
 
 
@@ -575,15 +620,26 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     assert tool is not None
     em = svc.emitter
     call_id, name, bid = run.call.id, run.call.name, run.batch_id
+    pid = run.parent_call_id
     if n > 1 and em.wants(sig.RETRY_ATTEMPT):
         em.emit(
             sig.RETRY_ATTEMPT,
             RetryAttempt(
-                call_id, name, bid, n, run.last_error, run.retry_delay, run.policy.max_attempts
+                call_id,
+                name,
+                bid,
+                n,
+                run.last_error,
+                run.retry_delay,
+                run.policy.max_attempts,
+                parent_call_id=pid,
             ),
         )
     if em.wants(sig.EXECUTING):
-        em.emit(sig.EXECUTING, Executing(call_id, name, bid, n, run.masked, run.timeout))
+        em.emit(
+            sig.EXECUTING,
+            Executing(call_id, name, bid, n, run.masked, run.timeout, parent_call_id=pid),
+        )
     run.phase = RUNNING
     # Built only for a tool that takes one (its `run` has a ctx parameter).
     ctx = (
@@ -643,7 +699,10 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         if error is None and not run.read_only:
             run.completed_late = True
         if em.wants(sig.TIMEOUT):
-            em.emit(sig.TIMEOUT, TimedOut(call_id, name, bid, n, run.timeout or 0.0))
+            em.emit(
+                sig.TIMEOUT,
+                TimedOut(call_id, name, bid, n, run.timeout or 0.0, parent_call_id=pid),
+            )
         late = _late_event(run, n, error, duration)
         outcome = yield from after_timeout(run, n, "", svc)
         return Outcome(outcome.kind, outcome.delay, late, timed_out=True)
@@ -660,12 +719,24 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         )
     if error is None:
         if em.wants(sig.EXECUTED):
-            em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration))
+            em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration, parent_call_id=pid))
         result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
         return (yield from complete(run, result, svc))
     if em.wants(sig.ERROR):
         text = run.scrubber.text(error_text(error))
-        em.emit(sig.ERROR, Failed(call_id, name, bid, n, text, _failure_code(error), duration))
+        em.emit(
+            sig.ERROR,
+            Failed(
+                call_id,
+                name,
+                bid,
+                n,
+                text,
+                _failure_code(error),
+                duration,
+                parent_call_id=pid,
+            ),
+        )
     return (yield from after_failure(run, n, error, svc, timed_out=False))
 
 
@@ -722,7 +793,15 @@ def _journal_intent(run: Run, svc: Services) -> Steps:
 
 def _late_event(run: Run, n: int, error: BaseException | None, duration: float) -> LateResult:
     status = "ok" if error is None else "error"
-    return LateResult(run.call.id, run.call.name, run.batch_id, n, status, duration)
+    return LateResult(
+        run.call.id,
+        run.call.name,
+        run.batch_id,
+        n,
+        status,
+        duration,
+        parent_call_id=run.parent_call_id,
+    )
 
 
 def after_timeout(run: Run, n: int, phase: str, svc: Services) -> Steps:

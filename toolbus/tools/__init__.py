@@ -8,6 +8,7 @@ from ._injected import Injected
 from ._load import load_registry
 from ._output import OutputError, normalize_output
 from ._registry import DuplicateToolError, ToolRegistry
+from ._sequence import SequenceTool, sequence
 from ._tool import Tool, ToolType, parse_json_arguments
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "FunctionTool",
     "Injected",
     "OutputError",
+    "SequenceTool",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -27,5 +29,6 @@ __all__ = [
     "load_registry",
     "normalize_output",
     "parse_json_arguments",
+    "sequence",
     "tool",
 ]
