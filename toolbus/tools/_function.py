@@ -14,7 +14,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, overload
+from typing import TYPE_CHECKING, Annotated, Any, cast, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -57,6 +57,7 @@ class FunctionTool(Tool):
         max_concurrency: int | None = None,
         backend: BackendSpec = None,
         groups: Sequence[str] = (),
+        resource_keys: Sequence[str] = (),
         idempotent: bool = False,
         memory_limit_mb: int | None = None,
         cpu_limit_s: float | None = None,
@@ -73,6 +74,8 @@ class FunctionTool(Tool):
         self.max_concurrency = max_concurrency
         self.backend = backend
         self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
+        # As given: `_setup` checks it (a bare string is refused) and makes it a tuple.
+        self.resource_keys = cast(tuple[str, ...], resource_keys)
         self.idempotent = idempotent
         self.memory_limit_mb = memory_limit_mb
         self.cpu_limit_s = cpu_limit_s
@@ -229,6 +232,7 @@ def tool(
     max_concurrency: int | None = None,
     backend: BackendSpec = None,
     groups: Sequence[str] = (),
+    resource_keys: Sequence[str] = (),
     idempotent: bool = False,
     memory_limit_mb: int | None = None,
     cpu_limit_s: float | None = None,
@@ -248,6 +252,7 @@ def tool(
     max_concurrency: int | None = None,
     backend: BackendSpec = None,
     groups: Sequence[str] = (),
+    resource_keys: Sequence[str] = (),
     idempotent: bool = False,
     memory_limit_mb: int | None = None,
     cpu_limit_s: float | None = None,
@@ -266,6 +271,7 @@ def tool(
             max_concurrency=max_concurrency,
             backend=backend,
             groups=groups,
+            resource_keys=resource_keys,
             idempotent=idempotent,
             memory_limit_mb=memory_limit_mb,
             cpu_limit_s=cpu_limit_s,
