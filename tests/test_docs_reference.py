@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from toolbus import Executor, ExecutorStats, RetryPolicy, bus
+from toolbus import Executor, ExecutorStats, RetryPolicy, bus, tool
 from toolbus.bus import _events
 from toolbus.cli import app
 
@@ -81,6 +81,13 @@ def test_reference_states_every_executor_default() -> None:
         default = inspect.signature(getattr(Executor, method)).parameters[argument].default
         row = next(r for n, r in methods.items() if n.startswith(f"{method}("))
         assert f"{argument}={default}" in row, (method, row)
+
+
+def test_reference_lists_every_tool_option() -> None:
+    rows = table_rows(REFERENCE, "### Tools: `@tool`")
+    for name in inspect.signature(tool).parameters:
+        if name != "fn":
+            assert name in rows, f"docs/reference.md lacks @tool({name}=)"
 
 
 def test_reference_states_every_retry_default() -> None:

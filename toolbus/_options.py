@@ -1,11 +1,11 @@
-"""Validation of numeric options, in one place and one wording.
+"""Validation of options, in one place and one wording.
 
 Tools, retry policies and executors check their numbers here when they are
-made, so that a bad value is an error naming its owner and option at
+made (and tools their resource keys), so that a bad value is an error naming its owner and option at
 registration, never a lost call later (a string timeout used to reach the
 supervisor's timer and break it). Pure functions, no state.
 
-Every check rejects `bool` (an `int` to Python, never meant as a count or a
+Every numeric check rejects `bool` (an `int` to Python, never meant as a count or a
 duration), non-numbers (`"4"` included) and NaN. Numbers keep their type when
 they are `int` or `float`, so messages show them as the caller wrote them; other
 real numbers (a `Fraction`, a NumPy scalar) become `float`, other integers `int`.
@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Collection
 
 __all__ = [
     "check_cpu_limit",
     "check_memory_limit",
+    "check_resource_keys",
     "non_negative_int",
     "non_negative_number",
     "positive_int",
@@ -124,3 +126,32 @@ def check_cpu_limit(value: object, owner: str = "") -> float | None:
             f"{_where('cpu_limit_s', owner)} must be at most {CPU_LIMIT_S} seconds, got {value!r}"
         )
     return seconds
+
+
+def check_resource_keys(
+    value: object,
+    owner: str,
+    *,
+    free_text: bool,
+    known: Collection[str] | None,
+    injected: Collection[str],
+) -> tuple[str, ...]:
+    """`resource_keys`: a tuple or list of names of parameters the model sends
+    (of `known`, when the tool's schema lists them); else `ValueError`. A name
+    never found in the arguments would make every call a full barrier."""
+    where = _where("resource_keys", owner)
+    if not isinstance(value, tuple | list):
+        raise ValueError(
+            f"{where} must be a tuple or list of parameter names, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    if not all(isinstance(k, str) and k for k in value):
+        raise ValueError(f"{where} must be non-empty strings, got {value!r}")
+    if value and free_text:
+        raise ValueError(f"{where} needs named parameters; a custom tool takes free text")
+    for key in value:
+        if key in injected:
+            raise ValueError(f"{where} names {key!r}, an injected parameter the model never sends")
+        if known is not None and key not in known:
+            raise ValueError(f"{where} names {key!r}, which is not one of its parameters")
+    return tuple(dict.fromkeys(value))

@@ -1,21 +1,52 @@
-"""Order of execution inside one batch: read-only calls in parallel, mutating calls as barriers.
+"""Order of execution inside one batch: effects in the order the model wrote them.
 
-A mutating call starts only after every earlier call of the batch has finished,
-and no later call starts before it has finished. Consecutive read-only calls
-form a *group* that may run in parallel. This keeps the order the model wrote
-wherever order can matter, unlike "all reads first, then all writes", which lets
-a read see data from before a write that the model placed ahead of it.
+Without resource keys (`BarrierSchedule`): a mutating call starts only after
+every earlier call of the batch has finished, and no later call starts before it
+has finished. Consecutive read-only calls form a *group* that may run in
+parallel. This keeps the order the model wrote wherever order can matter, unlike
+"all reads first, then all writes", which lets a read see data from before a
+write that the model placed ahead of it.
 
-Pure state machine, no threads: the supervisor feeds it "finished" facts and
-starts what it says is eligible, as capacity allows.
+With resource keys (`DependencySchedule`, a tool's `resource_keys`): a call
+touches the resources its key arguments name, and waits only for the earlier
+calls it conflicts with: those touching a resource it touches, where one of the
+two is mutating. A call without keys may touch anything: a read-only one waits
+for every earlier mutating call, a mutating one is a full barrier, as is a
+keyed call whose key is missing or unparseable. For each resource, the order
+of effects is the sequential (submitted) order.
+
+Pure state machines, no threads: the supervisor feeds them "finished" facts and
+starts what they say is eligible, as capacity allows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
 
-__all__ = ["BarrierSchedule", "Group", "plan_groups"]
+import orjson
+
+from . import _json
+
+__all__ = [
+    "FULL_BARRIER",
+    "BarrierSchedule",
+    "DependencySchedule",
+    "Group",
+    "Resources",
+    "Schedule",
+    "call_resources",
+    "make_schedule",
+    "plan_dependencies",
+    "plan_groups",
+]
+
+FULL_BARRIER: Final[Literal["full-barrier"]] = "full-barrier"
+# What one call touches: None (its tool declares no keys: anything),
+# FULL_BARRIER (its keys could not be read: everything, as a barrier), or the
+# resources its key arguments name.
+Resources: TypeAlias = tuple[Hashable, ...] | Literal["full-barrier"] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +80,15 @@ def plan_groups(read_only: Sequence[bool]) -> list[Group]:
     return groups
 
 
+def _group_index(groups: list[Group], n: int) -> list[int]:
+    """For each call, the index of its group."""
+    group_of = [0] * n
+    for g in groups:
+        for i in range(g.start, g.stop):
+            group_of[i] = g.index
+    return group_of
+
+
 class BarrierSchedule:
     """Which calls of a batch may start, given which have finished.
 
@@ -62,10 +102,7 @@ class BarrierSchedule:
 
     def __init__(self, read_only: Sequence[bool]) -> None:
         self._groups = plan_groups(read_only)
-        self._group_of: list[int] = [0] * len(read_only)
-        for g in self._groups:
-            for i in range(g.start, g.stop):
-                self._group_of[i] = g.index
+        self._group_of = _group_index(self._groups, len(read_only))
         self._remaining = [g.size for g in self._groups]
         self._done = [False] * len(read_only)
         self._current = -1
@@ -125,7 +162,249 @@ class BarrierSchedule:
         return self._group_of[index] == self._current
 
     def waiters_of(self, index: int) -> list[int]:
-        """The later calls that wait for call `index` to finish: every call of
-        the groups after its own."""
-        after = self._groups[self._group_of[index]].stop
-        return list(range(after, len(self._group_of)))
+        """The later calls that wait, directly or through others, for call `index`:
+        every call after its group."""
+        return list(range(self.group_of(index).stop, len(self._done)))
+
+
+def call_resources(keys: Sequence[str], arguments: Mapping[str, Any] | str) -> Resources:
+    """The resources a call touches: the canonical JSON of each key argument's value.
+
+    `arguments` are the model's, as submitted (a mapping or raw JSON text).
+    Values are compared literally (`1` and `"1"` differ), whatever the
+    parameter's name, so one tool's `path` and another's `file` meet when they
+    name the same file. Without `keys`: None. Keys that cannot be read (text
+    that is not a JSON object, a key absent, a value that is not JSON):
+    `FULL_BARRIER`, since what the call touches is unknown.
+    """
+    if not keys:
+        return None
+    args: Any = arguments
+    if isinstance(args, str):
+        try:
+            args = _json.loads(args) if args.strip() else {}
+        except (ValueError, TypeError, RecursionError):
+            return FULL_BARRIER
+    if not isinstance(args, Mapping):
+        return FULL_BARRIER
+    touched: dict[bytes, None] = {}
+    for key in keys:
+        if key not in args:
+            return FULL_BARRIER
+        try:
+            touched[_json.dumps(args[key], option=orjson.OPT_SORT_KEYS)] = None
+        except (TypeError, RecursionError):  # orjson's JSONEncodeError is a TypeError
+            return FULL_BARRIER
+    return tuple(touched)
+
+
+def plan_dependencies(read_only: Sequence[bool], resources: Sequence[Resources]) -> list[list[int]]:
+    """For each call, the earlier nodes it waits for; then the *joins*.
+
+    Call i conflicts with an earlier call j when they touch a common resource
+    and one of them is mutating (a call touching "anything" touches every
+    resource). The edges returned are fewer than the conflicts, but every
+    conflict is a path, and every path is made of conflicts: waiting on them
+    orders exactly what must be ordered. Nodes from `len(read_only)` on are
+    joins: no call, only "all of these finished", so that many calls waiting on
+    many others cost one edge each instead of one per pair. O(n * k) for k
+    resources per call.
+    """
+    n = len(read_only)
+    if len(resources) != n:
+        raise ValueError("read_only and resources must have one entry per call")
+    deps: list[list[int]] = []
+    joins: list[list[int]] = []
+    barrier: int | None = None  # the last full barrier: every later call waits on it
+    since: list[int] = []  # every call after it: what the next one waits for
+    last_write: dict[Hashable, int] = {}
+    readers: dict[Hashable, list[int]] = {}  # keyed reads since that resource's last write
+    any_reads: list[int] = []  # reads of anything (no keys), not yet in a join
+    any_reads_join: int | None = None
+    writes: list[int] = []  # keyed writes, not yet in a join
+    writes_join: int | None = None
+
+    def join(previous: int | None, members: list[int]) -> int:
+        joins.append(members if previous is None else [previous, *members])
+        return n + len(joins) - 1
+
+    for i, res in enumerate(resources):
+        if res == FULL_BARRIER or (res is None and not read_only[i]):
+            deps.append(since if since else [barrier] if barrier is not None else [])
+            barrier, since = i, []
+            last_write, readers, any_reads, writes = {}, {}, [], []
+            any_reads_join = writes_join = None
+            continue
+        mine: dict[int, None] = {}
+        if res is None:  # read-only without keys: it may read what any write wrote
+            if writes:
+                writes_join, writes = join(writes_join, writes), []
+            if writes_join is not None:
+                mine[writes_join] = None
+            any_reads.append(i)
+        elif not res:
+            raise ValueError(f"call {i}: resources must name at least one resource")
+        elif read_only[i]:
+            for r in dict.fromkeys(res):
+                w = last_write.get(r)
+                if w is not None:
+                    mine[w] = None
+                readers.setdefault(r, []).append(i)
+        else:
+            for r in dict.fromkeys(res):
+                w = last_write.get(r)
+                if w is not None:
+                    mine[w] = None
+                mine.update(dict.fromkeys(readers.pop(r, ())))
+                last_write[r] = i
+            if any_reads:
+                any_reads_join, any_reads = join(any_reads_join, any_reads), []
+            if any_reads_join is not None:
+                mine[any_reads_join] = None
+            writes.append(i)
+        # Anything else it waits on waits on the barrier already.
+        deps.append(list(mine) if mine else [barrier] if barrier is not None else [])
+        since.append(i)
+    return deps + joins
+
+
+_WAITING, _OPEN, _CLOSED = 0, 1, 2
+
+
+class DependencySchedule:
+    """Which calls of a batch may start: each waits for the earlier calls it
+    conflicts with (see `plan_dependencies`), not for every earlier write.
+
+    The same interface as `BarrierSchedule`. Groups are the same spans; one
+    *opens* when one of its calls first becomes eligible and *closes* when all
+    of them have finished, so several may be open at once. Given no resources
+    (every entry None) it behaves exactly as `BarrierSchedule`.
+
+    A call that finished before it was eligible (cancelled, rejected up front)
+    releases the calls waiting on it only once its own wait is over: waiting on
+    it stands for waiting on what it waited for.
+    """
+
+    __slots__ = (
+        "_dependents",
+        "_done",
+        "_group_left",
+        "_group_of",
+        "_group_state",
+        "_groups",
+        "_left",
+        "_n",
+        "_opened",
+        "_unreleased",
+        "transitions",
+    )
+
+    def __init__(self, read_only: Sequence[bool], resources: Sequence[Resources]) -> None:
+        deps = plan_dependencies(read_only, resources)
+        n = self._n = len(read_only)
+        self._groups = plan_groups(read_only)
+        self._group_of = _group_index(self._groups, n)
+        self._group_left = [g.size for g in self._groups]
+        self._group_state = [_WAITING] * len(self._groups)
+        self._dependents: list[list[int]] = [[] for _ in deps]
+        for i, waits_on in enumerate(deps):
+            for j in waits_on:
+                self._dependents[j].append(i)
+        self._left = [len(waits_on) for waits_on in deps]
+        self._done = [False] * n
+        self._unreleased = n
+        self._opened = False
+        # ("open" | "close", group) in the order they happened; the owner drains it.
+        self.transitions: list[tuple[str, Group]] = []
+
+    @property
+    def groups(self) -> list[Group]:
+        return self._groups
+
+    @property
+    def current(self) -> Group | None:
+        """The first open group, or None."""
+        return next((g for g in self._groups if self._group_state[g.index] == _OPEN), None)
+
+    @property
+    def complete(self) -> bool:
+        return self._opened and self._unreleased == 0
+
+    def group_of(self, index: int) -> Group:
+        return self._groups[self._group_of[index]]
+
+    def is_open(self, index: int) -> bool:
+        """True if call `index` belongs to an open group."""
+        return self._group_state[self._group_of[index]] == _OPEN
+
+    def open(self) -> list[int]:
+        """Return the calls that may start now (those that wait for nothing)."""
+        if self._opened:
+            raise RuntimeError("schedule already opened")
+        self._opened = True
+        ready: list[int] = []
+        finished: list[int] = []
+        for i in range(self._n):
+            if self._left[i] == 0:
+                (finished if self._done[i] else ready).append(i)
+        return self._release(finished, ready)
+
+    def finish(self, index: int) -> list[int]:
+        """Record that call `index` finished; return calls that became eligible."""
+        if self._done[index]:
+            return []
+        self._done[index] = True
+        g = self._group_of[index]
+        self._group_left[g] -= 1
+        if self._group_left[g] == 0 and self._group_state[g] == _OPEN:
+            self._group_state[g] = _CLOSED
+            self.transitions.append(("close", self._groups[g]))
+        if not self._opened or self._left[index] > 0:
+            return []  # its wait is not over: released when it is
+        return self._release([index], [])
+
+    def _release(self, stack: list[int], ready: list[int]) -> list[int]:
+        n, left, done, dependents = self._n, self._left, self._done, self._dependents
+        while stack:
+            x = stack.pop()
+            if x < n:
+                self._unreleased -= 1
+            for y in dependents[x]:
+                left[y] -= 1
+                if left[y] == 0:
+                    if y >= n or done[y]:
+                        stack.append(y)  # a join, or a call that ended before it was due
+                    else:
+                        ready.append(y)
+        ready.sort()
+        for i in ready:
+            g = self._group_of[i]
+            if self._group_state[g] == _WAITING:
+                self._group_state[g] = _OPEN
+                self.transitions.append(("open", self._groups[g]))
+        return ready
+
+    def waiters_of(self, index: int) -> list[int]:
+        """The later calls that wait, directly or through others, for call `index`
+        (whatever their state): those that never start if it never finishes."""
+        n, seen = self._n, {index}
+        stack = [index]
+        while stack:
+            for y in self._dependents[stack.pop()]:
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        seen.discard(index)
+        return sorted(i for i in seen if i < n)
+
+
+Schedule: TypeAlias = BarrierSchedule | DependencySchedule
+
+
+def make_schedule(
+    read_only: Sequence[bool], resources: Sequence[Resources] | None = None
+) -> Schedule:
+    """The schedule for a batch: `BarrierSchedule` unless some call names resources."""
+    if resources is None or all(r is None for r in resources):
+        return BarrierSchedule(read_only)
+    return DependencySchedule(read_only, resources)

@@ -91,6 +91,7 @@ def describe(tool: Tool) -> dict[str, Any]:
         "max_concurrency": tool.max_concurrency,
         "backend": _backend_name(tool.backend),
         "groups": list(tool.groups),
+        "resource_keys": list(tool.resource_keys),
         "memory_limit_mb": tool.memory_limit_mb,
         "cpu_limit_s": tool.cpu_limit_s,
         "injected": list(tool.injected),

@@ -1,4 +1,5 @@
-"""Batch-level announcements: start, group open/close, completion (supervisor thread)."""
+"""Batches on the supervisor thread: their schedule, their announcements
+(start, group open/close, completion)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,28 @@ import time
 from ..bus import _signals as sig
 from ..bus._events import BatchComplete, BatchStart, ParallelComplete, ParallelStart
 from ..bus._publisher import Emitter
-from ..pipeline import BatchRun
+from ..pipeline import BatchRun, Run
+from ..scheduling import FULL_BARRIER, Resources, Schedule, call_resources, make_schedule
 
-__all__ = ["announce_groups", "announce_start", "finish_batch"]
+__all__ = ["announce_groups", "announce_start", "finish_batch", "schedule_batch"]
+
+
+def schedule_batch(b: BatchRun, max_argument_bytes: int) -> Schedule:
+    """The batch's schedule: by resource when one of its tools declares keys."""
+    read_only = [r.read_only for r in b.runs]
+    if not any(r.tool is not None and r.tool.resource_keys for r in b.runs):
+        return make_schedule(read_only)  # the barrier schedule, at no extra cost
+    return make_schedule(read_only, [_resources(r, max_argument_bytes) for r in b.runs])
+
+
+def _resources(run: Run, max_argument_bytes: int) -> Resources:
+    if run.tool is None or not run.tool.resource_keys:
+        return None
+    # As the model sent them: pre-call hooks run later, on the call's own thread.
+    arguments = run.origin.arguments
+    if isinstance(arguments, str) and len(arguments) > max_argument_bytes:
+        return FULL_BARRIER  # rejected at admission anyway: not worth parsing here
+    return call_resources(run.tool.resource_keys, arguments)
 
 
 def announce_start(b: BatchRun, em: Emitter) -> None:

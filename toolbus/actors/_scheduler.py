@@ -1,6 +1,6 @@
 """The scheduler: the supervisor's state and decisions, under one lock.
 
-It takes batches, releases calls in barrier order as capacity allows
+It takes batches, releases calls in their schedule's order as capacity allows
 (`max_parallel`, each batch's limit, each tool's `max_concurrency`, the thread
 budget), arms deadlines and backoffs as timers, and turns timeouts and
 cancellations into results. It runs no tool, hook or subscriber code.
@@ -40,8 +40,7 @@ from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
 from ..models import ErrorCode, Status
 from ..pipeline import BatchRun, Outcome, Run
-from ..scheduling import BarrierSchedule
-from ._batches import announce_groups, announce_start, finish_batch
+from ._batches import announce_groups, announce_start, finish_batch, schedule_batch
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._deadlines import Deadlines
@@ -241,7 +240,7 @@ class Scheduler(Deadlines):
                 self.slots.enqueue(msg.runs[0], front=msg.runs[0].parent is not None)
             return
         announce_start(b, self.emitter)
-        b.schedule = BarrierSchedule([r.read_only for r in b.runs])
+        b.schedule = schedule_batch(b, self.services.max_argument_bytes)
         eligible = b.schedule.open()
         for run in b.runs:
             self._reject_unstartable(run)

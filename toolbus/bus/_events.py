@@ -199,7 +199,9 @@ class ParallelStart(Event):
     """A read-only group of `count` calls is released to run together.
 
     `read_only` and `mutating` count the batch's calls of each kind (as in
-    `tool:batch-start`): the mutating ones run one at a time, as barriers.
+    `tool:batch-start`): the mutating ones run one at a time, as barriers,
+    unless their tools name resources (`resource_keys`). Then a group opens when
+    one of its calls may start, and several groups may be open at once.
     """
 
     batch_id: str

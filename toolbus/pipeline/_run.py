@@ -25,7 +25,7 @@ from .._sync import Latch
 from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
-from ..scheduling import BarrierSchedule
+from ..scheduling import Schedule
 from ._keys import derive_key
 
 if TYPE_CHECKING:
@@ -327,7 +327,7 @@ class Run:
 
 
 class BatchRun:
-    """A batch: its calls, its barrier schedule and its completion (supervisor-owned)."""
+    """A batch: its calls, its schedule and its completion (supervisor-owned)."""
 
     __slots__ = (
         "batch_id",
@@ -361,7 +361,7 @@ class BatchRun:
         self.stop_on_error = stop_on_error
         self.waiter = waiter
         self.on_done = on_done
-        self.schedule: BarrierSchedule | None = None
+        self.schedule: Schedule | None = None
         self.remaining = 0
         self.sv_group: Any = None  # its capacity group (the scheduler's)
         self.stopped = False

@@ -46,6 +46,7 @@ class ToolOptions(TypedDict, total=False):
     max_concurrency: int | None
     backend: BackendSpec
     groups: Sequence[str]
+    resource_keys: Sequence[str]
     idempotent: bool
     memory_limit_mb: int | None
     cpu_limit_s: float | None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
-from .. import _json
+from .. import _json, _options
 from .._options import check_cpu_limit, check_memory_limit, positive_int, timeout_seconds
 from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
@@ -112,6 +112,9 @@ class Tool:
     backend: BackendSpec = None
     # Named capacity groups it shares with other tools (Executor(groups=...)).
     groups: tuple[str, ...] = ()
+    # Parameters whose values name what a call touches (a path, an id): in a
+    # batch it then waits only for the calls touching the same (see scheduling.py).
+    resource_keys: tuple[str, ...] = ()
     # Holds resources of this process (a live session, a socket): it cannot
     # be shipped to another process or machine.
     process_local: bool = False
@@ -169,6 +172,14 @@ class Tool:
             full = {}
         self.injected = self._injected_names(full)
         self.injected_names = self._injected_argument_names() if self.injected else ()
+        # Without a schema of its own, the tool reads its arguments itself.
+        schema = self.Params is not None or self.parameters is not None
+        properties = full.get("properties") if schema else None
+        self.resource_keys = _options.check_resource_keys(
+            self.resource_keys, f"tool {self.name!r}", free_text=self.type != "function",
+            known=properties if isinstance(properties, dict) else None,
+            injected=self.injected_names,
+        )  # fmt: skip
         required = full.get("required")
         self.injected_required = frozenset(
             n for n in self.injected if isinstance(required, list) and n in required
