@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from toolbus import Executor, ExecutorStats, RetryPolicy, bus, tool
+from toolbus import Executor, ExecutorStats, RetryPolicy, bus
 from toolbus.bus import _events
 from toolbus.cli import app
+from toolbus.tools import ToolOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -85,9 +86,8 @@ def test_reference_states_every_executor_default() -> None:
 
 def test_reference_lists_every_tool_option() -> None:
     rows = table_rows(REFERENCE, "### Tools: `@tool`")
-    for name in inspect.signature(tool).parameters:
-        if name != "fn":
-            assert name in rows, f"docs/reference.md lacks @tool({name}=)"
+    for name in ToolOptions.__annotations__:
+        assert name in rows, f"docs/reference.md lacks @tool({name}=)"
 
 
 def test_reference_states_every_retry_default() -> None:

@@ -3,7 +3,7 @@
 from ._command import CommandTool
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolError, ToolFailure, error_text
-from ._function import FunctionTool, tool
+from ._function import FunctionTool, ToolOptions, tool
 from ._injected import Injected
 from ._load import load_registry
 from ._output import OutputError, normalize_output
@@ -23,6 +23,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolFailure",
+    "ToolOptions",
     "ToolRegistry",
     "ToolType",
     "error_text",
