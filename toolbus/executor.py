@@ -244,7 +244,9 @@ class Executor(ExecutorHooks):
         # cannot work fails here; tools registered later are checked on their
         # first call (and refused with a result).
         self._backends = Backends(backend, backends)
-        for t in registry.list():
+        tools = registry.list()
+        _learn_groups(self._groups, tools)
+        for t in tools:
             self._backends.for_tool(t)
             for group in t.groups:
                 if group not in self._groups:
@@ -894,6 +896,23 @@ def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
             raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
         checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
     return checked
+
+
+def _learn_groups(groups: dict[str, int], tools: Sequence[Tool]) -> None:
+    """Add to `groups` (Executor(groups=...), checked) the groups the tools define
+    themselves (`Tool.group_limits`); two limits for one name are a `ValueError`."""
+    defined_by = dict.fromkeys(groups, "Executor(groups=...)")
+    for t in tools:
+        for name, limit in t.group_limits.items():
+            known = groups.get(name)
+            if known is None:
+                groups[name] = limit
+                defined_by[name] = f"tool {t.name!r}"
+            elif known != limit:
+                raise ValueError(
+                    f"tool {t.name!r} defines capacity group {name!r} with limit {limit}, "
+                    f"and {defined_by[name]} with limit {known}"
+                )
 
 
 def _check_inject(

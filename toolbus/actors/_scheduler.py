@@ -34,7 +34,7 @@ import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
@@ -58,6 +58,9 @@ from ._messages import (
     Submit,
 )
 from ._timers import TimerService
+
+if TYPE_CHECKING:
+    from ..tools import Tool
 
 __all__ = ["Scheduler"]
 
@@ -222,6 +225,8 @@ class Scheduler(Deadlines):
         for run in msg.runs:
             if run.tool is not None:
                 run.sv_pool = self._pool(run)
+                if run.tool.group_limits:
+                    self._learn_groups(run.tool)
                 named = tuple(self.groups[n] for n in run.tool.groups if n in self.groups)
                 run.sv_groups = (
                     (b.sv_group, run.sv_pool, *named) if b is not None else (run.sv_pool, *named)
@@ -263,6 +268,15 @@ class Scheduler(Deadlines):
         if run.backend is None:
             self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, run.last_error)
             return True
+        for name, limit in run.tool.group_limits.items():
+            if self.groups[name].limit != limit:
+                self._finish_here(
+                    run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
+                    f"Tool '{run.call.name}' is unavailable: it defines capacity group "
+                    f"{name!r} with limit {limit}, and the executor has it with limit "
+                    f"{self.groups[name].limit}",
+                )  # fmt: skip
+                return True
         missing = [n for n in run.tool.groups if n not in self.groups]
         if missing:
             self._finish_here(
@@ -272,6 +286,13 @@ class Scheduler(Deadlines):
             )  # fmt: skip
             return True
         return False
+
+    def _learn_groups(self, tool: Tool) -> None:
+        """Make the groups a tool registered after the executor defines itself
+        (`Tool.group_limits`); a conflicting limit is refused by `_reject_unstartable`."""
+        for name, limit in tool.group_limits.items():
+            if name not in self.groups:
+                self.groups[name] = Group(name, limit)
 
     def _nested_deadlock(self, run: Run, group: Group) -> str | None:
         if not would_deadlock(run, group, self.runs_open):

@@ -24,8 +24,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError("toolbus.mcp needs the MCP SDK: pip install 'toolbus[mcp]'") from e
 
-from ._connection import (
-    MCPConnection,
+from ._connect import (
     MCPTarget,
     aconnect,
     aconnect_http,
@@ -34,8 +33,16 @@ from ._connection import (
     connect_http,
     connect_stdio,
 )
-from ._errors import MCPCallError, MCPConnectError, MCPConnectionLost, MCPServerUnavailable
+from ._connection import MCPConnection
+from ._errors import (
+    MCPCallError,
+    MCPConnectError,
+    MCPConnectionLost,
+    MCPOutputError,
+    MCPServerUnavailable,
+)
 from ._link import ConnectionStatus
+from ._output import tool_output
 from ._server import (
     aserve_stdio,
     build_server,
@@ -44,7 +51,7 @@ from ._server import (
     mcp_tool,
     serve_stdio,
 )
-from ._tool import MCPTool, tool_output
+from ._tool import MCPTool
 
 __all__ = [
     "ConnectionStatus",
@@ -52,6 +59,7 @@ __all__ = [
     "MCPConnectError",
     "MCPConnection",
     "MCPConnectionLost",
+    "MCPOutputError",
     "MCPServerUnavailable",
     "MCPTarget",
     "MCPTool",

@@ -65,6 +65,18 @@ class ToolRegistry:
             self._tools = tools
         return t
 
+    def replace(self, old: Tool, new: Tool) -> bool:
+        """Put `new` where `old` is registered (same name), in one step: a call
+        looked up meanwhile finds one or the other, never neither. False (and
+        nothing changed) when `old` is no longer registered under that name."""
+        if new.name != old.name:
+            raise ValueError(f"cannot replace {old.name!r} by a tool named {new.name!r}")
+        with self._lock:
+            if self._tools.get(old.name) is not old:
+                return False
+            self._tools = {**self._tools, new.name: new}
+        return True
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 

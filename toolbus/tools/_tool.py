@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import jsonschema
@@ -112,6 +113,10 @@ class Tool:
     backend: BackendSpec = None
     # Named capacity groups it shares with other tools (Executor(groups=...)).
     groups: tuple[str, ...] = ()
+    # Groups it defines itself, name -> limit (it belongs to each): an executor
+    # learns them from the tool, so a limit that comes with the tool (an MCP
+    # server's) needs no Executor(groups=...). Two limits for one name conflict.
+    group_limits: Mapping[str, int] = MappingProxyType({})
     # Parameters whose values name what a call touches (a path, an id): in a
     # batch it then waits only for the calls touching the same (see scheduling.py).
     resource_keys: tuple[str, ...] = ()
@@ -257,7 +262,16 @@ class Tool:
             raise TypeError(f"{owner}: groups must be a list of names") from None
         if not all(isinstance(g, str) and g for g in groups):
             raise TypeError(f"{owner}: groups must be non-empty strings, got {groups!r}")
-        self.groups = groups
+        limits = self.group_limits
+        if not isinstance(limits, Mapping):
+            raise TypeError(f"{owner}: group_limits must map group names to limits")
+        checked: dict[str, int] = {}
+        for group, limit in limits.items():
+            if not isinstance(group, str) or not group:
+                raise TypeError(f"{owner}: group_limits names must be non-empty strings")
+            checked[group] = positive_int(limit, f"group_limits[{group!r}]", owner)
+        self.group_limits = checked
+        self.groups = groups + tuple(g for g in checked if g not in groups)
         self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
         if not isinstance(self.idempotent, bool):
