@@ -111,7 +111,7 @@ def test_output_check_of_its_own() -> None:
     with pytest.raises(MCPOutputError, match="it sent no structuredContent"):
         check.check(types.CallToolResult(content=[]))
     with pytest.raises(MCPOutputError, match=r"the structured content should be of type object$"):
-        check.check(types.CallToolResult(content=[], structured_content=[1]))  # type: ignore[arg-type]
+        check.check(types.CallToolResult(content=[], structured_content=[1]))
 
 
 # -- annotations ------------------------------------------------------------------------------
