@@ -23,6 +23,8 @@ the state below is the module's).
   ones return (a timed-out call that a retry completes).
 - `wipe` (`readOnlyHint` and `destructiveHint`), `browse` (read-only, closed
   world): annotations only.
+- `report` (read-only): text, a PNG image, an embedded PDF and an embedded
+  text file (blobs), and a bare resource link.
 
 `lowlevel` (the low-level `Server`, which checks nothing it sends): tools with
 an `outputSchema` whose results match it or not, and a tool list with a TTL
@@ -31,6 +33,7 @@ that `flip` changes without announcing it.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import sys
 import threading
@@ -226,6 +229,32 @@ def wipe() -> str:
 def browse() -> str:
     """Read-only, closed world."""
     return "browsed"
+
+
+# A 1x1 PNG, and the smallest thing a PDF reader would look at.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgAAACAAAB4iG8MwAAAABJRU5ErkJggg=="
+PDF = base64.b64encode(b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n").decode()
+NOTES = base64.b64encode(b"Notes: the fjord is 204 km long.\n").decode()
+
+
+@server.tool(annotations=READ_ONLY, structured_output=False)
+def report() -> list[types.ContentBlock]:
+    """A report: text, an image, a PDF and a text file, and a link to more."""
+    return [
+        types.TextContent(text="the report"),
+        types.ImageContent(data=PNG, mime_type="image/png"),
+        types.EmbeddedResource(
+            resource=types.BlobResourceContents(
+                uri="file:///reports/report.pdf", mime_type="application/pdf", blob=PDF
+            )
+        ),
+        types.EmbeddedResource(
+            resource=types.BlobResourceContents(
+                uri="file:///reports/notes.txt", mime_type="text/plain", blob=NOTES
+            )
+        ),
+        types.ResourceLink(uri="file:///reports/big.csv", name="big.csv", mime_type="text/csv"),
+    ]
 
 
 # -- the low-level server: results off their outputSchema, a tool list with a TTL -----------
