@@ -60,7 +60,7 @@ def everything_server() -> str:
     if not Path(path).is_file():
         pytest.skip(
             "@modelcontextprotocol/server-everything is not installed: .ci/run installs it "
-            f"into {EVERYTHING_CI.parent.parent}, or set MCP_EVERYTHING_SERVER to its dist/index.js"
+            f"into {EVERYTHING_CI.parents[2]}, or set MCP_EVERYTHING_SERVER to its dist/index.js"
         )
     return path
 
