@@ -9,7 +9,10 @@ Peers: the `mcp` SDK's `MCPServer` and low-level `Server`
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -18,13 +21,15 @@ import pytest
 pytest.importorskip("mcp")
 
 from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry
-from toolbus.mcp import MCPConnection, MCPOutputError
+from toolbus.mcp import MCPConnection, MCPOutputError, connect_stdio
 from toolbus.mcp._output import OutputCheck
 from toolbus.models import ErrorCode
 
 from .conftest import MakeExecutor
 from .mcp_servers import spec_server
-from .mcp_servers.peers import PEERS, SOME_PEERS, connect_spec, use_peer
+from .mcp_servers.peers import PEERS, SOME_PEERS, SPEC, connect_spec, use_peer
+
+WIRE_TAP = str(Path(__file__).parent / "mcp_servers" / "wire_tap.py")
 
 
 def call(name: str, **arguments: object) -> ToolCall:
@@ -167,6 +172,22 @@ def test_a_timeout_cancels_the_request_on_the_server(
         assert conn.status().drops == 0  # the server answered the health check
     assert hung.status == "timeout"
     assert seen.output == {"result": 1}
+
+
+@pytest.mark.parametrize("era", ["stdio", "stdio-legacy"])
+def test_the_server_receives_notifications_cancelled(
+    era: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_executor: MakeExecutor
+) -> None:
+    use_peer(era, monkeypatch)
+    wire = tmp_path / "client-to-server.jsonl"
+    with connect_stdio(sys.executable, [WIRE_TAP, str(wire), SPEC]) as conn:
+        executor = make_executor(registry_of(conn), timeout=0.5)
+        assert executor.execute(call("hang")).status == "timeout"
+        assert executor.execute(call("cancels", at_least=1)).output == {"result": 1}
+    sent = [json.loads(line) for line in wire.read_text().splitlines()]
+    (hang,) = [m for m in sent if m.get("method") == "tools/call" and m["params"]["name"] == "hang"]
+    cancelled = [m for m in sent if m.get("method") == "notifications/cancelled"]
+    assert [m["params"]["requestId"] for m in cancelled] == [hang["id"]]
 
 
 async def test_cancelling_the_caller_cancels_the_request_on_the_server(any_peer: str) -> None:
