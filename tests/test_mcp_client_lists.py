@@ -105,7 +105,7 @@ def test_a_new_name_that_is_taken_is_skipped_and_logged(
     assert executor.execute(call("new_tool")).output == "local"
     assert "MCP server 'spec' added 'new_tool', but a tool named 'new_tool' is already " \
         "registered: skipped" in caplog.text  # fmt: skip
-    assert "MCP server 'spec' removed 'old_tool': tool 'old_tool' unregistered" in caplog.text
+    assert "MCP server 'spec' removed 'old_tool': 'old_tool' unregistered" in caplog.text
     assert narrow.names() == ["n_weather"]  # `only` keeps new tools out
     assert [t.removed for t in made if t.remote_name == "old_tool"] == [True]
     assert not any(t.removed for t in made if t.remote_name != "old_tool")
@@ -115,10 +115,19 @@ def test_refresh_applies_a_change_nobody_announced(make_executor: MakeExecutor) 
     with connect_spec("in-process", lowlevel=True) as conn:
         registry = ToolRegistry()
         conn.register(registry, prefix="ll_")
+        flip = registry.get("ll_flip")
         spec_server._Listing.flipped = True  # the low-level server announces nothing
         assert "ll_flipped" not in registry
         assert "flipped" in [s.name for s in conn.refresh()]
         assert make_executor(registry).execute(call("ll_flipped")).output == "here"
+        # A changed definition: a new tool in its place; the old one still works.
+        changed = registry.get("ll_flip")
+        assert changed is not flip and changed is not None and flip is not None
+        assert (flip.description, changed.description) == (
+            "Add a tool, telling no one.",
+            "Flipped already.",
+        )
+        assert not flip.removed  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("where", ["in-process", "stdio"])

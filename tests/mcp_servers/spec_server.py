@@ -289,7 +289,8 @@ def _lowlevel_tools() -> list[types.Tool]:
         types.Tool(name=name, input_schema={"type": "object"}, output_schema=SHAPE)
         for name in RESULTS
     ]
-    tools.append(types.Tool(name="flip", input_schema={"type": "object"}))
+    flip = "Flipped already." if _Listing.flipped else "Add a tool, telling no one."
+    tools.append(types.Tool(name="flip", description=flip, input_schema={"type": "object"}))
     if _Listing.flipped:
         tools.append(types.Tool(name="flipped", input_schema={"type": "object"}))
     return tools

@@ -85,24 +85,18 @@ class Registration:
                 continue
             spec = after.get(remote)
             if spec is None:
-                del self.tools[remote]
-                tool.removed = True
-                try:
-                    registry.unregister(tool.name)
-                except KeyError:
-                    pass  # gone meanwhile
+                self._drop(registry, remote, tool)
                 log.info(
-                    "MCP server '%s' removed '%s': tool '%s' unregistered",
-                    server,
-                    remote,
-                    tool.name,
+                    "MCP server '%s' removed '%s': '%s' unregistered", server, remote, tool.name
                 )
             elif spec != tool.spec:
                 fresh = make(spec, self.made_with)
-                if fresh is not None and registry.replace(tool, fresh):
+                if fresh is None:  # its new schema is unusable (logged): left out, as at first
+                    self._drop(registry, remote, tool)
+                elif registry.replace(tool, fresh):
                     self.tools[remote] = fresh
                     log.info(
-                        "MCP server '%s' changed '%s': tool '%s' updated", server, remote, tool.name
+                        "MCP server '%s' changed '%s': '%s' updated", server, remote, tool.name
                     )
         for remote, spec in after.items():
             if remote in before or remote in self.tools:
@@ -135,3 +129,11 @@ class Registration:
             self.tools[remote] = fresh
             log.info("MCP server '%s' added '%s': registered as '%s'", server, remote, name)
         return True
+
+    def _drop(self, registry: ToolRegistry, remote: str, tool: MCPTool) -> None:
+        del self.tools[remote]
+        tool.removed = True
+        try:
+            registry.unregister(tool.name)
+        except KeyError:
+            pass  # gone meanwhile
