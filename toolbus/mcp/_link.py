@@ -115,14 +115,17 @@ class Link:
         before the next one starts, so changes are applied in order.
         """
         async with self._listing:
-            tools = await self._list_pages()
-            self._listings += 1
-            if self.on_tools is not None:
-                try:
-                    self.on_tools(tools)
-                except Exception:  # a bug there must not fail the listing
-                    log.exception("MCP server '%s': applying its tool list failed", self.name)
-            return tools
+            return await self._list_and_apply()
+
+    async def _list_and_apply(self) -> list[types.Tool]:
+        tools = await self._list_pages()
+        self._listings += 1
+        if self.on_tools is not None:
+            try:
+                self.on_tools(tools)
+            except Exception:  # a bug there must not fail the listing
+                log.exception("MCP server '%s': applying its tool list failed", self.name)
+        return tools
 
     async def _list_pages(self) -> list[types.Tool]:
         generation = await self._live()
@@ -163,16 +166,14 @@ class Link:
 
     async def _relist(self) -> None:
         try:
-            async with self._listing:
+            async with self._listing:  # after any listing under way
                 # A change announced from now on needs a listing after this one.
                 self._relist_pending = False
-            await self.list_tools()
+                await self._list_and_apply()
         except Exception as e:
             log.warning(
                 "MCP server '%s': could not list its tools again: %s", self.name, describe(e)
             )
-        finally:
-            self._relist_pending = False
 
     async def _on_message(self, message: IncomingMessage) -> None:
         # Servers before 2026-07-28 announce tool list changes unasked (the SDK
