@@ -956,20 +956,34 @@ def _batch_result(batch: BatchRun) -> BatchResult:
     # freed at once rather than by a (long) garbage collection.
     batch.runs = []
     results = tuple(r.result for r in runs if r.result is not None)
-    ok = sum(1 for r in results if r.status == "ok")
-    deferred = sum(1 for r in results if r.status == "deferred")
     return BatchResult(
         results=results,
-        summary=BatchSummary(
+        summary=_summary(
+            results,
             total=len(runs),
-            executed=sum(1 for r in results if r.attempts > 0),
-            succeeded=ok,
-            failed=len(results) - ok - deferred,
-            deferred=deferred,
             read_only=sum(1 for r in runs if r.tool is not None and r.read_only),
             mutating=sum(1 for r in runs if r.tool is not None and not r.read_only),
             duration=time.monotonic() - batch.started,
         ),
+    )
+
+
+def _summary(
+    results: Sequence[ToolResult], *, total: int, read_only: int, mutating: int, duration: float
+) -> BatchSummary:
+    """The counts read from the results; the rest, which only the runs know, given.
+    (The agent loop also uses it, for a batch merged with its re-run after approvals.)"""
+    ok = sum(1 for r in results if r.status == "ok")
+    deferred = sum(1 for r in results if r.status == "deferred")
+    return BatchSummary(
+        total=total,
+        executed=sum(1 for r in results if r.attempts > 0),
+        succeeded=ok,
+        failed=len(results) - ok - deferred,
+        deferred=deferred,
+        read_only=read_only,
+        mutating=mutating,
+        duration=duration,
     )
 
 
