@@ -29,7 +29,7 @@ import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import pykka
 from pydantic import BaseModel, ConfigDict
@@ -285,6 +285,36 @@ class Executor(ExecutorHooks):
                 self._announce_in_doubt(in_doubt)
             except Exception:  # the executor works all the same
                 log.exception("announcing the journal's calls in doubt failed")
+
+    @classmethod
+    def from_config(
+        cls,
+        registry: ToolRegistry,
+        path: str | os.PathLike[str] | None = None,
+        **overrides: Any,
+    ) -> Self:
+        """An executor with the options of a configuration file (docs/config.md).
+
+        `path`: a `toolbus.toml`, a `pyproject.toml` (its `[tool.toolbus]`
+        table) or a directory to look in; None looks for `./toolbus.toml`, then
+        `./pyproject.toml` with that table, and with neither the executor is
+        `Executor(registry, **overrides)`. The file's values win over the
+        tools' own (their decorators'); `overrides`, any keyword options of
+        `Executor`, win over the file's, and give what a file cannot express
+        (hooks, a publisher, `inject`, policies).
+
+        `registry` is not changed. When the file has `[tools."<name>"]`
+        tables, the executor runs a registry of its own (`executor.registry`,
+        the one to export to a model): each configured tool a copy with the
+        file's values, a disabled tool absent (its calls end `TOOL_NOT_FOUND`).
+        That registry is a snapshot: register later tools on it, not on
+        `registry`. A file that cannot be used is a `toolbus.ConfigError`
+        naming the file, the key and the reason.
+        """
+        from .config import apply_config, load_config
+
+        view, options = apply_config(load_config(path), registry, overrides)
+        return cls(view, **options)
 
     def _start(
         self,
