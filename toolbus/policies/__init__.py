@@ -6,7 +6,9 @@ and docs/extending.md for writing one.
 """
 
 from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
+from ._adaptive import AdaptiveTimeout, adaptive_timeout
 from ._approve import requires_approval
+from ._cache import Cache, cache
 from ._protocol import (
     Admit,
     BasePolicy,
@@ -29,6 +31,7 @@ from ._signals import (
     announce,
     call_timeout,
 )
+from ._spill import Spill, spill
 
 __all__ = [
     "CACHE_HIT",
@@ -36,10 +39,12 @@ __all__ = [
     "CIRCUIT_HALF_OPEN",
     "CIRCUIT_OPEN",
     "THROTTLED",
+    "AdaptiveTimeout",
     "Admit",
     "ApprovalDecision",
     "ApprovalRequest",
     "BasePolicy",
+    "Cache",
     "CacheHit",
     "CircuitChanged",
     "Decision",
@@ -48,9 +53,13 @@ __all__ = [
     "Reject",
     "RequireApproval",
     "Respond",
+    "Spill",
     "Throttled",
+    "adaptive_timeout",
     "announce",
     "arguments_digest",
+    "cache",
     "call_timeout",
     "requires_approval",
+    "spill",
 ]
