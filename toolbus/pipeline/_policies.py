@@ -12,6 +12,7 @@ with a message naming the policy: a broken guard fails closed.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Awaitable
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from ._steps import Services, Steps
 
 __all__ = ["Deferral", "consult", "tell_results"]
+
+log = logging.getLogger("toolbus")
 
 
 class Deferral:
@@ -48,6 +51,9 @@ def consult(run: Run, svc: Services) -> Steps:
     chain = run.policies
     tool = run.tool
     assert tool is not None
+    # Asked again after a delay: whatever it decides now, it decided; it is
+    # told the call's result only if it admits it.
+    run.delayed_by = None
     token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
         while run.policy_at < len(chain):
@@ -63,12 +69,15 @@ def consult(run: Run, svc: Services) -> Steps:
             kind = type(decision)
             if kind is Admit:
                 run.policy_at += 1
-                run.consulted.append(policy)
+                if not run.note_policy(policy, admitted=True):
+                    return _ended_meanwhile(run, policy, svc)
                 continue
             if kind is Delay:
                 seconds = _seconds(decision.seconds)
                 if seconds is None:
                     return _refused(run, policy, f"it asked for a delay of {decision.seconds!r}")
+                if not run.note_policy(policy, admitted=False):
+                    return _ended_meanwhile(run, policy, svc)
                 return Deferral(seconds, decision.until)
             if kind is Reject:
                 if not isinstance(decision.code, ErrorCode):
@@ -91,7 +100,8 @@ def consult(run: Run, svc: Services) -> Steps:
                 answer = _approval(run, decision.reason)
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
-                    run.consulted.append(policy)
+                    if not run.note_policy(policy, admitted=True):
+                        return _ended_meanwhile(run, policy, svc)
                     continue
                 return answer
             return _refused(run, policy, f"it returned {type(decision).__name__}, not a decision")
@@ -108,6 +118,15 @@ async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
         return await decision
     finally:
         done_asking(token)
+
+
+def _ended_meanwhile(run: Run, policy: Any, svc: Services) -> None:
+    """The call ended (a deadline, a cancel) while `policy` decided: tell it how,
+    as every policy that let a call through is told. The step then finds the
+    attempt settled and stops."""
+    result = run.result
+    if result is not None:
+        _tell(policy, run, result, svc)
 
 
 def _seconds(value: Any) -> float | None:
@@ -165,31 +184,41 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
 
 
 def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
-    """Give `result` to every policy that admitted the run, innermost first;
-    return the result as the last of them left it."""
+    """Give `result` to every policy that admitted the run (and to the one it
+    waits for, if it ended while waiting), innermost first; return the result
+    as the last of them left it."""
+    # Read after the result was claimed: nobody adds to them any more.
+    told = list(reversed(run.consulted))
+    if run.delayed_by is not None:  # it ended while that policy made it wait
+        told.insert(0, run.delayed_by)
+    for policy in told:
+        result = _tell(policy, run, result, svc)
+    return result
+
+
+def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:
+    """`policy.on_result`, contained; the result as the policy leaves it."""
     from ._steps import log_contained
 
     token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
-        for policy in reversed(run.consulted):
-            try:
-                other = policy.on_result(run.call, result, time.monotonic())
-            except Exception as e:  # the result stands; the policy's failure is logged
-                log_contained(
-                    f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
-                    e,
-                    run.scrubber,
-                )
-                continue
-            if isinstance(other, ToolResult):
-                result = other.model_copy(update={"call_id": result.call_id, "name": result.name})
-            elif other is not None:
-                log_contained(
-                    f"policy {policy_name(policy)} returned {type(other).__name__} for the "
-                    f"result of call {run.call.id}, not a ToolResult or None; ignored",
-                    TypeError("not a ToolResult"),
-                    run.scrubber,
-                )
+        other = policy.on_result(run.call, result, time.monotonic())
+    except Exception as e:  # the result stands; the policy's failure is logged
+        log_contained(
+            f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
+            e,
+            run.scrubber,
+        )
+        return result
     finally:
         done_asking(token)
+    if isinstance(other, ToolResult):
+        return other.model_copy(update={"call_id": result.call_id, "name": result.name})
+    if other is not None:
+        log.warning(
+            "policy %s returned %s for the result of call %s, not a ToolResult or None; ignored",
+            policy_name(policy),
+            type(other).__name__,
+            run.call.id,
+        )
     return result

@@ -124,6 +124,7 @@ class Run:
         "consulted",
         "context",
         "deadline",
+        "delayed_by",
         "first_start",
         "index",
         "journaled",
@@ -247,6 +248,7 @@ class Run:
         self.policies: tuple[Any, ...] = ()
         self.policy_at = 0
         self.consulted: list[Any] = []
+        self.delayed_by: Any = None  # the policy whose delay it waits out, if any
         self.approval: Any = None  # the caller's ApprovalDecision for it, if any
         # (code, message): refused at submission (a quota), before it fans out.
         self.refusal: tuple[Any, str] | None = None
@@ -290,6 +292,19 @@ class Run:
             if self.result is not None:
                 return False
             self.result = result
+            return True
+
+    def note_policy(self, policy: Any, *, admitted: bool) -> bool:
+        """Record that `policy` admitted the call (or delays it); False if the
+        call has its result already (then that policy is told it directly)."""
+        with self._lock:
+            if self.result is not None:
+                return False
+            if admitted:
+                self.consulted.append(policy)
+                self.delayed_by = None
+            else:
+                self.delayed_by = policy
             return True
 
     def interrupt(self) -> None:

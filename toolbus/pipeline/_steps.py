@@ -261,7 +261,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     result = _scrubbed(run.scrubber, result)
     if not run.try_complete(result):
         return False
-    if run.consulted:
+    if run.consulted or run.delayed_by is not None:
         # Ours now: the policies that let the call through see how it ended
         # (and a spill or cache may hand back another result to publish).
         result = run.result = _scrubbed(run.scrubber, tell_results(run, result, svc))
@@ -589,33 +589,34 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     if not run.is_live(n):
         return LOST
     current_run.set((svc, run))
-    if n == 1:
-        if not run.admitted:  # (admitted before a policy's delay)
-            rejection = yield from admit(run, svc)
-            if rejection is not None:
-                if not run.try_settle(n):
-                    return LOST
-                return DONE if finish(run, rejection, svc) else LOST
-            if not run.is_live(n):
+    # Whatever attempt this is: one that timed out in its pre-call hooks or in
+    # a policy's decision left the rest undone, and a retry must not skip it.
+    if not run.admitted:  # (admitted already before a policy's delay)
+        rejection = yield from admit(run, svc)
+        if rejection is not None:
+            if not run.try_settle(n):
                 return LOST
-        if run.policy_at < len(run.policies):
-            decided = yield from consult(run, svc)
-            if decided is not None:
-                if not run.try_settle(n):
-                    return LOST
-                if type(decided) is Deferral:
-                    return Outcome("delay", decided.seconds, until=decided.until)
-                return DONE if finish(run, decided, svc) else LOST
-            if not run.is_live(n):
+            return DONE if finish(run, rejection, svc) else LOST
+        if not run.is_live(n):
+            return LOST
+    if run.policy_at < len(run.policies):
+        decided = yield from consult(run, svc)
+        if decided is not None:
+            if not run.try_settle(n):
                 return LOST
-        if svc.journal is not None and not run.read_only:
-            replayed = yield from _journal_intent(run, svc)
-            if not run.is_live(n):
+            if type(decided) is Deferral:
+                return Outcome("delay", decided.seconds, until=decided.until)
+            return DONE if finish(run, decided, svc) else LOST
+        if not run.is_live(n):
+            return LOST
+    if svc.journal is not None and not run.read_only and not run.journaled:
+        replayed = yield from _journal_intent(run, svc)
+        if not run.is_live(n):
+            return LOST
+        if replayed is not None:
+            if not run.try_settle(n):
                 return LOST
-            if replayed is not None:
-                if not run.try_settle(n):
-                    return LOST
-                return DONE if finish(run, replayed, svc) else LOST
+            return DONE if finish(run, replayed, svc) else LOST
     tool = run.tool
     assert tool is not None
     em = svc.emitter
