@@ -1,5 +1,6 @@
 """Policies: what is decided about a call before it runs, composed like tenacity strategies.
 
+Built in: `rate_limit`, `quota`, `circuit_breaker` (docs/policies.md).
 Give them to one tool (`@registry.tool(policies=[...])`) or to every tool
 (`Executor(policies=[...])`). See `_protocol.py` for when each part is asked,
 and docs/extending.md for writing one.
@@ -8,6 +9,7 @@ and docs/extending.md for writing one.
 from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
 from ._adaptive import AdaptiveTimeout, adaptive_timeout
 from ._approve import requires_approval
+from ._breaker import CircuitBreaker, circuit_breaker
 from ._cache import Cache, cache
 from ._protocol import (
     Admit,
@@ -19,6 +21,8 @@ from ._protocol import (
     RequireApproval,
     Respond,
 )
+from ._quota import Quota, quota
+from ._rate_limit import RateLimit, rate_limit
 from ._signals import (
     CACHE_HIT,
     CIRCUIT_CLOSED,
@@ -46,10 +50,13 @@ __all__ = [
     "BasePolicy",
     "Cache",
     "CacheHit",
+    "CircuitBreaker",
     "CircuitChanged",
     "Decision",
     "Delay",
     "Policy",
+    "Quota",
+    "RateLimit",
     "Reject",
     "RequireApproval",
     "Respond",
@@ -60,6 +67,9 @@ __all__ = [
     "arguments_digest",
     "cache",
     "call_timeout",
+    "circuit_breaker",
+    "quota",
+    "rate_limit",
     "requires_approval",
     "spill",
 ]
