@@ -684,6 +684,8 @@ class Executor(ExecutorHooks):
             if guard.at_submission:
                 # In the batch's order, before it fans out: a quota's first calls run.
                 run.refusal = admit_at_submission(guard, c, time.monotonic())
+                if run.refusal is None:  # they admitted it: they are told how it ends
+                    run.consulted.extend(guard.at_submission)
         if approval is not None:
             run.approval = approval
         return run
