@@ -23,6 +23,7 @@ from ..models import ErrorCode, ToolResult
 from ..policies._protocol import Admit, Delay, Reject, RequireApproval, Respond, policy_name
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
+from . import _steps  # (a cycle: _steps imports this module; used at call time only)
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -46,8 +47,6 @@ class Deferral:
 def consult(run: Run, svc: Services) -> Steps:
     """Ask the run's policies not yet asked. None: go on to the tool; a
     `ToolResult`: the call ends with it; a `Deferral`: ask again later."""
-    from ._steps import _awaitable, log_contained, make_result
-
     chain = run.policies
     tool = run.tool
     assert tool is not None
@@ -60,11 +59,11 @@ def consult(run: Run, svc: Services) -> Steps:
             policy = chain[run.policy_at]
             try:
                 decision = policy.admit(run.call, tool, time.monotonic())
-                if _awaitable(decision):
+                if type(decision) not in _DECISIONS and _steps._awaitable(decision):
                     decision = yield _asked(decision, svc, run)
             except Exception as e:
-                log_contained(f"policy {policy_name(policy)} failed for call {run.call.id}", e,
-                              run.scrubber)  # fmt: skip
+                what = f"policy {policy_name(policy)} failed for call {run.call.id}"
+                _steps.log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
             kind = type(decision)
             if kind is Admit:
@@ -82,7 +81,7 @@ def consult(run: Run, svc: Services) -> Steps:
             if kind is Reject:
                 if not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
-                return make_result(
+                return _steps.make_result(
                     run, "rejected", error=str(decision.message), code=decision.code, attempts=0
                 )
             if kind is Respond:
@@ -120,6 +119,9 @@ async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
         done_asking(token)
 
 
+_DECISIONS = frozenset({Admit, Delay, Reject, Respond, RequireApproval})
+
+
 def _ended_meanwhile(run: Run, policy: Any, svc: Services) -> None:
     """The call ended (a deadline, a cancel) while `policy` decided: tell it how,
     as every policy that let a call through is told. The step then finds the
@@ -138,9 +140,7 @@ def _seconds(value: Any) -> float | None:
 
 
 def _refused(run: Run, policy: Any, why: str) -> ToolResult:
-    from ._steps import make_result
-
-    return make_result(
+    return _steps.make_result(
         run,
         "rejected",
         error=f"Tool '{run.call.name}' is unavailable: its policy {policy_name(policy)} "
@@ -153,8 +153,6 @@ def _refused(run: Run, policy: Any, why: str) -> ToolResult:
 def _approval(run: Run, reason: str) -> ToolResult | None:
     """None if the run carries an approval of exactly its arguments; else the
     denial (`rejected`) or the request (`deferred`)."""
-    from ._steps import make_result
-
     origin = run.origin
     digest = arguments_digest(origin.name, origin.arguments)
     decision = run.approval
@@ -162,7 +160,7 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
         if decision.approved:
             return None
         why = decision.reason or "denied"
-        return make_result(
+        return _steps.make_result(
             run,
             "rejected",
             error=f"Tool '{run.call.name}' was not approved: {why}",
@@ -173,7 +171,7 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
         call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
     )
     text = f"Tool '{run.call.name}' needs approval before it runs"
-    result = make_result(
+    result = _steps.make_result(
         run,
         "deferred",
         error=f"{text}: {reason}" if reason else text,
@@ -198,13 +196,11 @@ def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
 
 def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:
     """`policy.on_result`, contained; the result as the policy leaves it."""
-    from ._steps import log_contained
-
     token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
         other = policy.on_result(run.call, result, time.monotonic())
     except Exception as e:  # the result stands; the policy's failure is logged
-        log_contained(
+        _steps.log_contained(
             f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
             e,
             run.scrubber,

@@ -29,14 +29,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cachetools import TTLCache
-
 from .._json import canonical
 from ..models import ToolCall, ToolResult
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Respond
 from ._signals import CACHE_HIT, CacheHit, announce, call_timeout
 
 if TYPE_CHECKING:
+    from cachetools import TTLCache
+
     from ..tools import Tool
 
 __all__ = ["Cache", "cache"]
@@ -97,6 +97,8 @@ class Cache(BasePolicy):
         # The cache's clock is the `now` it is handed (monotonic, or a test's
         # fake): TTLCache reads it through the timer below.
         self._now = -math.inf
+        from cachetools import TTLCache  # only when a cache is made: `import toolbus` stays light
+
         self._results: TTLCache[bytes, _Entry] = TTLCache(maxsize, self.ttl, timer=self._clock)
         self._flights: dict[bytes, _Flight] = {}
 
