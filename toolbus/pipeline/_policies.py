@@ -23,11 +23,11 @@ from ..models import ErrorCode, ToolResult
 from ..policies._protocol import Admit, Delay, Reject, RequireApproval, Respond, policy_name
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
-from . import _steps  # (a cycle: _steps imports this module; used at call time only)
+from . import _results
 
 if TYPE_CHECKING:
     from ._run import Run
-    from ._steps import Services, Steps
+    from ._services import Services, Steps
 
 __all__ = ["Deferral", "consult", "tell_results"]
 
@@ -59,11 +59,11 @@ def consult(run: Run, svc: Services) -> Steps:
             policy = chain[run.policy_at]
             try:
                 decision = policy.admit(run.call, tool, time.monotonic())
-                if type(decision) not in _DECISIONS and _steps._awaitable(decision):
+                if type(decision) not in _DECISIONS and _results._awaitable(decision):
                     decision = yield _asked(decision, svc, run)
             except Exception as e:
                 what = f"policy {policy_name(policy)} failed for call {run.call.id}"
-                _steps.log_contained(what, e, run.scrubber)
+                _results.log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
             kind = type(decision)
             if kind is Admit:
@@ -81,7 +81,7 @@ def consult(run: Run, svc: Services) -> Steps:
             if kind is Reject:
                 if not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
-                return _steps.make_result(
+                return _results.make_result(
                     run, "rejected", error=str(decision.message), code=decision.code, attempts=0
                 )
             if kind is Respond:
@@ -140,7 +140,7 @@ def _seconds(value: Any) -> float | None:
 
 
 def _refused(run: Run, policy: Any, why: str) -> ToolResult:
-    return _steps.make_result(
+    return _results.make_result(
         run,
         "rejected",
         error=f"Tool '{run.call.name}' is unavailable: its policy {policy_name(policy)} "
@@ -160,7 +160,7 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
         if decision.approved:
             return None
         why = decision.reason or "denied"
-        return _steps.make_result(
+        return _results.make_result(
             run,
             "rejected",
             error=f"Tool '{run.call.name}' was not approved: {why}",
@@ -171,7 +171,7 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
         call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
     )
     text = f"Tool '{run.call.name}' needs approval before it runs"
-    result = _steps.make_result(
+    result = _results.make_result(
         run,
         "deferred",
         error=f"{text}: {reason}" if reason else text,
@@ -200,7 +200,7 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
     try:
         other = policy.on_result(run.call, result, time.monotonic())
     except Exception as e:  # the result stands; the policy's failure is logged
-        _steps.log_contained(
+        _results.log_contained(
             f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
             e,
             run.scrubber,
