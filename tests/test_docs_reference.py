@@ -83,6 +83,14 @@ def test_reference_states_every_executor_default() -> None:
         assert f"{argument}={default}" in row, (method, row)
 
 
+def test_reference_lists_every_execute_option() -> None:
+    methods = "\n".join(table_rows(REFERENCE, "| Method | Default | Meaning |").values())
+    for method in ("execute", "execute_batch", "aexecute", "aexecute_batch"):
+        for name, param in inspect.signature(getattr(Executor, method)).parameters.items():
+            if param.kind is inspect.Parameter.KEYWORD_ONLY:
+                assert f"{name}=" in methods, f"docs/reference.md lacks {method}({name}=)"
+
+
 def test_reference_states_every_retry_default() -> None:
     rows = table_rows(REFERENCE, "### `RetryPolicy(...)`")
     policy = RetryPolicy()

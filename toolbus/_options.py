@@ -19,6 +19,7 @@ import numbers
 __all__ = [
     "check_cpu_limit",
     "check_memory_limit",
+    "check_priority",
     "non_negative_int",
     "non_negative_number",
     "positive_int",
@@ -94,6 +95,14 @@ def non_negative_int(value: object, option: str, owner: str = "") -> int:
     if number < 0:
         raise ValueError(f"{_where(option, owner)} must be >= 0, got {value!r}")
     return number
+
+
+def check_priority(value: object, owner: str = "") -> int | None:
+    """`priority` (`execute*(..., priority=N)`): None (not given), or any integer,
+    negative included; else `TypeError`."""
+    if value is None:
+        return None
+    return _integer(value, "priority", owner)
 
 
 # What an rlimit can hold, with room: beyond these a limit is a typo, not a wish.

@@ -34,7 +34,7 @@ from typing import Any
 import pykka
 from pydantic import BaseModel, ConfigDict
 
-from ._options import positive_int, positive_number, timeout_seconds
+from ._options import check_priority, positive_int, positive_number, timeout_seconds
 from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._loopwatch import LoopWatch
@@ -80,13 +80,15 @@ class Submission:
     a single call); `timestamp` in epoch seconds, like events' timestamps.
     `context` is the copy of the caller's `contextvars` the calls' tools and
     hooks run in: read it (`context.get(var)`, `context.run(fn)`), but set
-    nothing in it.
+    nothing in it. `priority` is the calls' (`execute*(..., priority=N)`; a
+    nested call given none has its caller's).
     """
 
     call_ids: tuple[str, ...]
     batch_id: str | None
     timestamp: float
     context: contextvars.Context
+    priority: int = 0
 
 
 SubmitHook = Callable[[Submission], None]
@@ -325,15 +327,18 @@ class Executor(ExecutorHooks):
 
     # -- sync API ---------------------------------------------------------------
 
-    def execute(self, call: CallLike) -> ToolResult:
+    def execute(self, call: CallLike, *, priority: int | None = None) -> ToolResult:
         """Run one call and return its result; blocks until it is final.
+
+        `priority` (an integer, default 0; a nested call's default is its
+        caller's): when capacity is short, higher priorities start first.
 
         From an async tool or hook of this executor, use `aexecute`: blocking
         the loop its async tools run on would deadlock, so `execute` there
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        run = self._submit_one(call, waiter, refuse=refuse)
+        run = self._submit_one(call, waiter, refuse=refuse, priority=priority)
         if refuse:
             assert run.result is not None  # decided at once, never waited for
             return run.result
@@ -347,17 +352,23 @@ class Executor(ExecutorHooks):
         return run.result
 
     def execute_batch(
-        self, calls: Iterable[CallLike], *, stop_on_error: bool = False
+        self,
+        calls: Iterable[CallLike],
+        *,
+        stop_on_error: bool = False,
+        priority: int | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
 
         Read-only calls run in parallel; a mutating call waits for every earlier
         call and holds back every later one. With `stop_on_error`, the first
         call that does not end `ok` ends the calls not yet started (`ABORTED`).
+        `priority` as for `execute`: it orders the batch's eligible calls among
+        other calls waiting for capacity, never the batch's own barrier order.
         """
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse)
+        batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse, priority=priority)
         if batch is None:
             return _empty_batch()
         if refuse:
@@ -371,13 +382,13 @@ class Executor(ExecutorHooks):
 
     # -- async API ----------------------------------------------------------------
 
-    async def aexecute(self, call: CallLike) -> ToolResult:
+    async def aexecute(self, call: CallLike, *, priority: int | None = None) -> ToolResult:
         """Async twin of `execute`; never blocks the event loop.
 
         Cancelling the awaiting task cancels the call (it ends `cancelled`).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        run = self._submit_one(call, waiter)
+        run = self._submit_one(call, waiter, priority=priority)
         self._watch(waiter, (run,))
         try:
             result: ToolResult = await waiter.future
@@ -387,7 +398,11 @@ class Executor(ExecutorHooks):
         return result
 
     async def aexecute_batch(
-        self, calls: Iterable[CallLike], *, stop_on_error: bool = False
+        self,
+        calls: Iterable[CallLike],
+        *,
+        stop_on_error: bool = False,
+        priority: int | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
 
@@ -395,7 +410,7 @@ class Executor(ExecutorHooks):
         including calls waiting out a retry backoff.
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        batch = self._submit_batch(calls, stop_on_error, waiter)
+        batch = self._submit_batch(calls, stop_on_error, waiter, priority=priority)
         if batch is None:
             return _empty_batch()
         self._watch(waiter, batch.runs)
@@ -470,6 +485,7 @@ class Executor(ExecutorHooks):
             batch.batch_id if batch is not None else None,
             time.time(),
             runs[0].context,
+            runs[0].priority,
         )
         for hook in self._submit_hooks:
             try:
@@ -568,6 +584,7 @@ class Executor(ExecutorHooks):
         index: int = 0,
         batch: BatchRun | None = None,
         waiter: Waiter | None = None,
+        priority: int | None = None,
     ) -> Run:
         c = coerce_call(call)
         tool = self.registry.get(c.name)
@@ -595,13 +612,20 @@ class Executor(ExecutorHooks):
             backend=backend,
             # Nested: made by a tool (or hook) of a call of this executor.
             parent=parent[1] if parent is not None and parent[0] is self._services else None,
+            priority=priority,  # None: 0, or a nested call's caller's (see Run)
         )
         if tool is None or backend is None:
             run.last_error = hint
         return run
 
-    def _submit_one(self, call: CallLike, waiter: Waiter, *, refuse: bool = False) -> Run:
-        run = self._make_run(call, context=contextvars.copy_context(), waiter=waiter)
+    def _submit_one(
+        self, call: CallLike, waiter: Waiter, *, refuse: bool = False, priority: int | None = None
+    ) -> Run:
+        if priority is not None:  # (the common call gives none: no check to pay for)
+            priority = check_priority(priority)
+        run = self._make_run(
+            call, context=contextvars.copy_context(), waiter=waiter, priority=priority
+        )
         if self._submit_hooks:
             self._submitted((run,), None)
         if refuse:
@@ -617,7 +641,10 @@ class Executor(ExecutorHooks):
         waiter: Waiter,
         *,
         refuse: bool = False,
+        priority: int | None = None,
     ) -> BatchRun | None:
+        if priority is not None:
+            priority = check_priority(priority)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
@@ -639,7 +666,8 @@ class Executor(ExecutorHooks):
         )
         context = contextvars.copy_context()
         runs = tuple(
-            self._make_run(c, context=context, index=i, batch=batch) for i, c in enumerate(coerced)
+            self._make_run(c, context=context, index=i, batch=batch, priority=priority)
+            for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
         if self._submit_hooks:

@@ -133,6 +133,7 @@ class Run:
         "parent",
         "phase",
         "policy",
+        "priority",
         "read_only",
         "result",
         "retry_delay",
@@ -141,6 +142,7 @@ class Run:
         "settled",
         "stop_reason",
         "submitted",
+        "sv_ahead",
         "sv_armed",
         "sv_borrowed",
         "sv_cancel",
@@ -173,6 +175,7 @@ class Run:
         waiter: Waiter | None = None,
         backend: Any = None,
         parent: Run | None = None,
+        priority: int | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self.call = call
@@ -191,6 +194,11 @@ class Run:
         self.read_only = tool.read_only if tool is not None else True
         self.backend = backend  # the toolbus.backends.Backend that runs its attempts
         self.parent = parent  # the run whose tool made this call (nested), if any
+        # Higher goes first when capacity is short (execute*(priority=N)); a
+        # nested call given none goes at its caller's.
+        self.priority: int = (
+            priority if priority is not None else parent.priority if parent is not None else 0
+        )
         self.completed_late = False  # a mutating attempt returned after its deadline
         self.submitted = time.monotonic()
         self.first_start = 0.0
@@ -212,6 +220,9 @@ class Run:
         self.sv_closed = False  # counted, slot released, batch told
         self.sv_slot = False  # holds a concurrency slot (an attempt or its timeout stage)
         self.sv_queued = 0  # 0: not queued, READY: in the ready queue, PARKED: in a waiting queue
+        # Last queued at the front of its priority class (a retry, a run let out
+        # of a waiting queue): should it wait again, it keeps that turn.
+        self.sv_ahead = False
         self.sv_timer: Any = None  # the supervisor's TimerHandle
         self.sv_armed: Any = None  # the kind of message sv_timer will send (Deadline, ...)
         self.sv_gen = 0  # bumped whenever sv_timer changes: older timer messages are stale
