@@ -34,7 +34,7 @@ from typing import Any, Self
 import pykka
 from pydantic import BaseModel, ConfigDict
 
-from ._options import positive_int, positive_number, timeout_seconds
+from ._options import check_priority, positive_int, positive_number, timeout_seconds
 from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._loopwatch import LoopWatch
@@ -82,13 +82,15 @@ class Submission:
     a single call); `timestamp` in epoch seconds, like events' timestamps.
     `context` is the copy of the caller's `contextvars` the calls' tools and
     hooks run in: read it (`context.get(var)`, `context.run(fn)`), but set
-    nothing in it.
+    nothing in it. `priority` is the calls' (`execute*(..., priority=N)`; a
+    nested call given none has its caller's).
     """
 
     call_ids: tuple[str, ...]
     batch_id: str | None
     timestamp: float
     context: contextvars.Context
+    priority: int = 0
 
 
 SubmitHook = Callable[[Submission], None]
@@ -366,18 +368,26 @@ class Executor(ExecutorHooks):
 
     # -- sync API ---------------------------------------------------------------
 
-    def execute(self, call: CallLike, *, approval: ApprovalDecision | None = None) -> ToolResult:
+    def execute(
+        self,
+        call: CallLike,
+        *,
+        approval: ApprovalDecision | None = None,
+        priority: int | None = None,
+    ) -> ToolResult:
         """Run one call and return its result; blocks until it is final.
 
         `approval`: the decision on this call's `ApprovalRequest`, for a tool
         that requires one (see `toolbus.policies.requires_approval`).
+        `priority` (an integer, default 0; a nested call's default is its
+        caller's): when capacity is short, higher priorities start first.
 
         From an async tool or hook of this executor, use `aexecute`: blocking
         the loop its async tools run on would deadlock, so `execute` there
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        run = self._submit_one(call, waiter, refuse=refuse, approval=approval)
+        run = self._submit_one(call, waiter, refuse=refuse, approval=approval, priority=priority)
         if refuse:
             assert run.result is not None  # decided at once, never waited for
             return run.result
@@ -396,6 +406,7 @@ class Executor(ExecutorHooks):
         *,
         stop_on_error: bool = False,
         approvals: Mapping[str, ApprovalDecision] | None = None,
+        priority: int | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
 
@@ -403,11 +414,15 @@ class Executor(ExecutorHooks):
         call and holds back every later one. With `stop_on_error`, the first
         call that does not end `ok` (or `deferred`) ends the calls not yet
         started (`ABORTED`). `approvals`: decisions by call id, for calls that
-        ended `deferred` before.
+        ended `deferred` before. `priority` as for `execute`: it orders the
+        batch's eligible calls among other calls waiting for capacity, never
+        the batch's own barrier order.
         """
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse, approvals=approvals)
+        batch = self._submit_batch(
+            calls, stop_on_error, waiter, refuse=refuse, approvals=approvals, priority=priority
+        )
         if batch is None:
             return _empty_batch()
         if refuse:
@@ -422,14 +437,18 @@ class Executor(ExecutorHooks):
     # -- async API ----------------------------------------------------------------
 
     async def aexecute(
-        self, call: CallLike, *, approval: ApprovalDecision | None = None
+        self,
+        call: CallLike,
+        *,
+        approval: ApprovalDecision | None = None,
+        priority: int | None = None,
     ) -> ToolResult:
         """Async twin of `execute`; never blocks the event loop.
 
         Cancelling the awaiting task cancels the call (it ends `cancelled`).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        run = self._submit_one(call, waiter, approval=approval)
+        run = self._submit_one(call, waiter, approval=approval, priority=priority)
         return await self._await_one(run, waiter, "the awaiting task was cancelled")
 
     async def _await_one(self, run: Run, waiter: LoopWaiter, why: str) -> ToolResult:
@@ -448,6 +467,7 @@ class Executor(ExecutorHooks):
         *,
         stop_on_error: bool = False,
         approvals: Mapping[str, ApprovalDecision] | None = None,
+        priority: int | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
 
@@ -455,7 +475,9 @@ class Executor(ExecutorHooks):
         including calls waiting out a retry backoff (or a policy's delay).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        batch = self._submit_batch(calls, stop_on_error, waiter, approvals=approvals)
+        batch = self._submit_batch(
+            calls, stop_on_error, waiter, approvals=approvals, priority=priority
+        )
         if batch is None:
             return _empty_batch()
         self._watch(waiter, batch.runs)
@@ -530,6 +552,7 @@ class Executor(ExecutorHooks):
             batch.batch_id if batch is not None else None,
             time.time(),
             runs[0].context,
+            runs[0].priority,
         )
         for hook in self._submit_hooks:
             try:
@@ -637,6 +660,7 @@ class Executor(ExecutorHooks):
         approval: ApprovalDecision | None = None,
         step_of: Run | None = None,
         step_tool: Tool | None = None,
+        priority: int | None = None,
     ) -> Run:
         """A run for `call`, its tool looked up in the registry; for a step of
         a composite tool (`step_of`), `step_tool` whether registered or not."""
@@ -676,6 +700,7 @@ class Executor(ExecutorHooks):
             backend=backend,
             parent=nested,
             shares_slot=step_of is not None,
+            priority=priority,  # None: 0, or a nested call's caller's (see Run)
         )
         if tool is None or backend is None:
             run.last_error = hint
@@ -697,9 +722,16 @@ class Executor(ExecutorHooks):
         *,
         refuse: bool = False,
         approval: ApprovalDecision | None = None,
+        priority: int | None = None,
     ) -> Run:
+        if priority is not None:  # (the common call gives none: no check to pay for)
+            priority = check_priority(priority)
         run = self._make_run(
-            call, context=contextvars.copy_context(), waiter=waiter, approval=approval
+            call,
+            context=contextvars.copy_context(),
+            waiter=waiter,
+            approval=approval,
+            priority=priority,
         )
         if self._submit_hooks:
             self._submitted((run,), None)
@@ -717,7 +749,10 @@ class Executor(ExecutorHooks):
         *,
         refuse: bool = False,
         approvals: Mapping[str, ApprovalDecision] | None = None,
+        priority: int | None = None,
     ) -> BatchRun | None:
+        if priority is not None:
+            priority = check_priority(priority)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
@@ -740,7 +775,14 @@ class Executor(ExecutorHooks):
         context = contextvars.copy_context()
         decided = approvals or {}
         runs = tuple(
-            self._make_run(c, context=context, index=i, batch=batch, approval=decided.get(c.id))
+            self._make_run(
+                c,
+                context=context,
+                index=i,
+                batch=batch,
+                approval=decided.get(c.id),
+                priority=priority,
+            )
             for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
