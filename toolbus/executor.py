@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import difflib
 import itertools
 import logging
 import math
@@ -28,13 +27,21 @@ import time
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Self
 
 import pykka
-from pydantic import BaseModel, ConfigDict
 
 from ._options import check_priority, positive_int, positive_number, timeout_seconds
+from ._records import ExecutorStats, Submission, SubmitHook, batch_result, empty_batch
+from ._setup import (
+    MAX_LISTED_TOOLS,
+    add_policy_tools,
+    check_groups,
+    check_inject,
+    close_journal,
+    open_journal,
+    unknown_tool_message,
+)
 from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._loopwatch import LoopWatch
@@ -48,9 +55,8 @@ from .bus._failures import FailureLog
 from .calls import CallLike, coerce_call
 from .hooks import ExecutorHooks, PostCallHook, PreCallHook
 from .journal import Journal, JournalRecord, Retention
-from .journal._session import Session
 from .masking import DEFAULT_SECRET_KEYS, SecretKeys
-from .models import BatchResult, BatchSummary, ErrorCode, ToolCall, ToolResult
+from .models import BatchResult, ErrorCode, ToolCall, ToolResult
 from .pipeline import (
     BatchRun,
     LoopWaiter,
@@ -65,70 +71,13 @@ from .policies._set import Guard, PolicySet, admit_at_submission, timeout_for
 from .retry import RetryPolicy
 from .tools import Tool, ToolRegistry, error_text
 
-__all__ = ["Executor", "ExecutorStats", "Submission"]
+__all__ = ["MAX_LISTED_TOOLS", "Executor", "ExecutorStats", "Submission"]
 
 log = logging.getLogger("toolbus")
 
 
 _batch_ids = itertools.count(1)
 _executor_numbers = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """Calls handed to an executor, as its submission hooks see them (`Executor.on_submit`).
-
-    `call_ids` in the order given; `batch_id` as in the calls' events (None for
-    a single call); `timestamp` in epoch seconds, like events' timestamps.
-    `context` is the copy of the caller's `contextvars` the calls' tools and
-    hooks run in: read it (`context.get(var)`, `context.run(fn)`), but set
-    nothing in it. `priority` is the calls' (`execute*(..., priority=N)`; a
-    nested call given none has its caller's).
-    """
-
-    call_ids: tuple[str, ...]
-    batch_id: str | None
-    timestamp: float
-    context: contextvars.Context
-    priority: int = 0
-
-
-SubmitHook = Callable[[Submission], None]
-
-DEFAULT_JOURNAL_TIMEOUT = 5.0  # seconds: Executor(journal_timeout=...)
-
-
-class ExecutorStats(BaseModel):
-    """A snapshot of an executor's counters (no arguments, no outputs)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    submitted: int
-    batches: int
-    ok: int
-    error: int
-    timeout: int
-    cancelled: int
-    rejected: int
-    retries: int
-    timeouts: int
-    late_results: int
-    in_flight: int
-    peak_in_flight: int
-    queued: int
-    abandoned_workers: int
-    abandoned_total: int
-    live_workers: int
-    workers_started: int
-    timers: int
-    pools: dict[str, dict[str, int]]
-    events_dropped: int = 0
-    """Events never delivered to a subscription (close's budget ran out; each one logged)."""
-    killed_workers: int = 0
-    """Processes killed with their process group (deadline, cancellation): each was a
-    `tool:killed` event."""
-    deferred: int = 0
-    """Calls that ended `deferred`: they did not run and wait for an approval."""
 
 
 class Executor(ExecutorHooks):
@@ -238,10 +187,10 @@ class Executor(ExecutorHooks):
         self._masker = masker
         self._concurrency = concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
-        self._groups = _check_groups(groups)
+        self._groups = check_groups(groups)
         self._policies = PolicySet(policies)
-        _add_policy_tools(registry, self._policies)
-        self._inject = _check_inject(inject, registry)
+        add_policy_tools(registry, self._policies)
+        self._inject = check_inject(inject, registry)
         # Every tool's backend and groups are resolved now, so a pairing that
         # cannot work fails here; tools registered later are checked on their
         # first call (and refused with a result).
@@ -258,7 +207,7 @@ class Executor(ExecutorHooks):
         # starts: a bad option, or a journal that cannot be used (a bad path,
         # a disk that does not answer, a malformed record), leaves nothing
         # behind.
-        self._journal, self._journal_owned, self._journal_session, in_doubt = _open_journal(
+        self._journal, self._journal_owned, self._journal_session, in_doubt = open_journal(
             journal, journal_retention, journal_timeout
         )
         self._closed = False
@@ -364,7 +313,7 @@ class Executor(ExecutorHooks):
             if thing is not None:
                 with contextlib.suppress(Exception):
                     thing.close()
-        _close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
+        close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
 
     # -- sync API ---------------------------------------------------------------
 
@@ -424,15 +373,15 @@ class Executor(ExecutorHooks):
             calls, stop_on_error, waiter, refuse=refuse, approvals=approvals, priority=priority
         )
         if batch is None:
-            return _empty_batch()
+            return empty_batch()
         if refuse:
-            return _batch_result(batch)
+            return batch_result(batch)
         try:
             self._wait(waiter, batch.runs)
         except BaseException:
             self._cancel(Cancel(batch, None, ErrorCode.CANCELLED, "the caller was interrupted"))
             raise
-        return _batch_result(batch)
+        return batch_result(batch)
 
     # -- async API ----------------------------------------------------------------
 
@@ -479,7 +428,7 @@ class Executor(ExecutorHooks):
             calls, stop_on_error, waiter, approvals=approvals, priority=priority
         )
         if batch is None:
-            return _empty_batch()
+            return empty_batch()
         self._watch(waiter, batch.runs)
         try:
             await waiter.future
@@ -488,7 +437,7 @@ class Executor(ExecutorHooks):
                 Cancel(batch, None, ErrorCode.CANCELLED, "the awaiting task was cancelled")
             )
             raise
-        return _batch_result(batch)
+        return batch_result(batch)
 
     # -- observation and lifetime ---------------------------------------------------
 
@@ -628,7 +577,7 @@ class Executor(ExecutorHooks):
             pass
         # Every call has its outcome queued now: mark the session closed, wait
         # for the disk, let go of the owner lock.
-        _close_journal(self._journal, self._journal_owned, self._journal_session, left())
+        close_journal(self._journal, self._journal_owned, self._journal_session, left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         if self._submit_failures is not None:
             self._submit_failures.flush()
@@ -670,7 +619,7 @@ class Executor(ExecutorHooks):
         backend: Backend | None = None
         if tool is None:
             timeout, policy = self.timeout, self.retry_policy
-            hint = _unknown_tool_message(c.name, self.registry.names())
+            hint = unknown_tool_message(c.name, self.registry.names())
         else:
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
@@ -885,186 +834,3 @@ class _NestedCalls:
             ex._submitted((run,), None)
         ex._tell(Submit((run,), None), (run,))
         return await ex._await_one(run, waiter, f"its caller, call {parent.call.id}, was cancelled")
-
-
-def _open_journal(
-    journal: str | os.PathLike[str] | Journal | None, retention: Any, timeout: Any
-) -> tuple[Journal | None, bool, Session | None, list[JournalRecord]]:
-    """Executor(journal=..., journal_retention=..., journal_timeout=...): the
-    journal, whether the executor made it (and so closes it), the executor's
-    session on it, and the calls in doubt now. Nothing is left open on failure."""
-    if journal is None:
-        if retention is not None:
-            raise ValueError("Executor: journal_retention= needs journal= (a path or a Journal)")
-        if timeout is not None:
-            raise ValueError("Executor: journal_timeout= needs journal= (a path or a Journal)")
-        return None, False, None, []
-    wait = (
-        DEFAULT_JOURNAL_TIMEOUT
-        if timeout is None
-        else positive_number(timeout, "journal_timeout", "Executor")
-    )
-    if isinstance(journal, Journal):
-        if retention is not None:
-            raise ValueError(
-                "Executor: journal_retention= applies to a journal made from a path; "
-                "give a Journal its own: Journal(path, retention=...)"
-            )
-        owned = False
-    elif isinstance(journal, str | os.PathLike):
-        checked = Retention.coerce(retention, "journal_retention", "Executor")
-        journal = Journal(journal, create=True, retention=checked, timeout=wait)
-        owned = True
-    else:
-        raise TypeError(
-            f"Executor: journal must be a path or a toolbus.Journal, got {type(journal).__name__}"
-        )
-    session: Session | None = None
-    try:
-        session = journal._open_session(wait)
-        found = journal.in_doubt()
-    except BaseException:
-        # Briefly: a journal that did not answer in time will not now either.
-        _close_journal(journal, owned, session, min(wait, 1.0))
-        raise
-    return journal, owned, session, found
-
-
-def _close_journal(
-    journal: Journal | None, owned: bool, session: Session | None, timeout: float
-) -> None:
-    """Close the executor's session (its calls' outcomes on disk, its owner
-    lock let go) and the journal if the executor made it; within `timeout`."""
-    deadline = time.monotonic() + timeout
-    if session is not None:
-        session.close(timeout)
-    if owned and journal is not None:
-        journal.close(max(0.0, deadline - time.monotonic()))
-
-
-def _add_policy_tools(registry: ToolRegistry, policies: PolicySet) -> None:
-    """Register the tools the executor's policies bring (a spill's read_artifact)."""
-    for t in policies.all_tools():
-        known = registry.get(t.name)
-        if known is t:
-            continue
-        if known is not None:
-            raise ValueError(
-                f"Executor: a policy brings a tool named {t.name!r}, and the registry "
-                "has another tool by that name"
-            )
-        registry.register(t)
-
-
-def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
-    """Executor(groups=...): names to limits, each a positive int."""
-    if groups is None:
-        return {}
-    if not isinstance(groups, Mapping):
-        raise TypeError(f"Executor: groups must map names to limits, got {type(groups).__name__}")
-    checked: dict[str, int] = {}
-    for name, limit in groups.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
-        checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
-    return checked
-
-
-def _check_inject(
-    inject: Mapping[str, Callable[[ToolCall], Any]] | None, registry: ToolRegistry
-) -> dict[str, Callable[[ToolCall], Any]]:
-    """Executor(inject=...): "param" or "tool.param" to a callable of the call.
-
-    A "tool.param" key for a registered tool must name one of its injected
-    parameters (a typo would otherwise leave the parameter without a value)."""
-    if inject is None:
-        return {}
-    if not isinstance(inject, Mapping):
-        raise TypeError(
-            f"Executor: inject must map parameter names to callables, got {type(inject).__name__}"
-        )
-    checked: dict[str, Callable[[ToolCall], Any]] = {}
-    for key, fn in inject.items():
-        if not isinstance(key, str) or not key or key.endswith("."):
-            raise TypeError(f"Executor: inject keys are 'param' or 'tool.param', got {key!r}")
-        if not callable(fn):
-            raise TypeError(f"Executor: inject[{key!r}] must be callable, got {type(fn).__name__}")
-        if "." in key:
-            tool_name, param = key.rsplit(".", 1)
-            t = registry.get(tool_name)
-            if t is not None and param not in t.injected:
-                raise ValueError(
-                    f"Executor: inject[{key!r}]: tool {tool_name!r} has no injected parameter "
-                    f"{param!r} (injected: {', '.join(t.injected) or 'none'}; mark it "
-                    "Annotated[..., Injected])"
-                )
-        checked[key] = fn
-    return checked
-
-
-# An unknown tool's error lists at most this many of the registry's tool names.
-MAX_LISTED_TOOLS = 20
-# ... and echoes at most this many characters of the name the model invented.
-_MAX_NAME_ECHO = 100
-
-
-def _unknown_tool_message(name: str, known: list[str]) -> str:
-    """The error a model reads for a tool it invented: close matches first, then
-    the available names (at most `MAX_LISTED_TOOLS`, in registration order), so
-    it can recover on its next turn, as LangGraph's `ToolNode` does."""
-    shown = name if len(name) <= _MAX_NAME_ECHO else name[: _MAX_NAME_ECHO - 1] + "…"
-    if not known:
-        return f"Unknown tool '{shown}': no tools are available"
-    text = f"Unknown tool '{shown}'."
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    if close:
-        text += " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
-    listed = ", ".join(known[:MAX_LISTED_TOOLS])
-    more = len(known) - MAX_LISTED_TOOLS
-    return text + f" Available tools: {listed}" + (f" (and {more} more)" if more > 0 else "")
-
-
-def _batch_result(batch: BatchRun) -> BatchResult:
-    runs = batch.runs
-    # Every run is closed now: break the batch <-> runs cycle, so the batch is
-    # freed at once rather than by a (long) garbage collection.
-    batch.runs = []
-    results = tuple(r.result for r in runs if r.result is not None)
-    return BatchResult(
-        results=results,
-        summary=_summary(
-            results,
-            total=len(runs),
-            read_only=sum(1 for r in runs if r.tool is not None and r.read_only),
-            mutating=sum(1 for r in runs if r.tool is not None and not r.read_only),
-            duration=time.monotonic() - batch.started,
-        ),
-    )
-
-
-def _summary(
-    results: Sequence[ToolResult], *, total: int, read_only: int, mutating: int, duration: float
-) -> BatchSummary:
-    """The counts read from the results; the rest, which only the runs know, given.
-    (The agent loop also uses it, for a batch merged with its re-run after approvals.)"""
-    ok = sum(1 for r in results if r.status == "ok")
-    deferred = sum(1 for r in results if r.status == "deferred")
-    return BatchSummary(
-        total=total,
-        executed=sum(1 for r in results if r.attempts > 0),
-        succeeded=ok,
-        failed=len(results) - ok - deferred,
-        deferred=deferred,
-        read_only=read_only,
-        mutating=mutating,
-        duration=duration,
-    )
-
-
-def _empty_batch() -> BatchResult:
-    return BatchResult(
-        results=(),
-        summary=BatchSummary(
-            total=0, executed=0, succeeded=0, failed=0, read_only=0, mutating=0, duration=0.0
-        ),
-    )

@@ -20,8 +20,8 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._records import summary as _summary
 from ..approvals import ApprovalDecision, ApprovalRequest
-from ..executor import _summary
 from ..models import BatchResult, ErrorCode, ToolCall, ToolResult
 
 log = logging.getLogger("toolbus.providers")
