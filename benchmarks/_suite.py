@@ -18,6 +18,7 @@ from . import (
     longrun,
     many_async,
     memory,
+    policies_cost,
     process,
     scaling,
     throughput,
@@ -44,6 +45,7 @@ SCENARIOS: list[Scenario] = [
         "Scenario 12: the process backend (a warm call, a timeout, the replacement)",
         process.run,
     ),
+    ("policies", "Scenario 13: what policies cost a call", policies_cost.run),
 ]
 
 
@@ -178,5 +180,11 @@ def goals() -> list[Goal]:
             "the next call runs in the replacement worker after the deadline, p95 (ms)",
             "≤ 500 ms",
             "process",
+        ),
+        Goal(
+            "policy_free_vs_unused",
+            "a tool without policies vs policies unused",
+            "≤ 1.02×",
+            "policies",
         ),
     ]

@@ -7,10 +7,11 @@
 
 A virtual environment is made in .venv on first use and the project installed
 into it, editable, with what the command needs: `demo` the base install only
-(quick), `test` the dev set (every extra, pytest, mypy, ruff), `bench` the
+(quick), `test` the dev set (every extra, pytest, mypy, ruff, and the
+example plugin package the tests find by its entry points), `bench` the
 `bench` extra (the peers it measures). It is installed again whenever
-pyproject.toml changes. pip's output is shown only when it fails. Needs nothing
-but python3.
+pyproject.toml (or the plugin's) changes. pip's output is shown only when it
+fails. Needs nothing but python3.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ PY = BIN / "python"
 STAMP = VENV / ".toolbus-install"
 LINTED = ("toolbus", "tests", "examples", "scripts", "benchmarks")
 
+# A plugin package the tests load through its entry points (tests/test_plugins.py):
+# installed, editable, with the dev set; entry points exist only once installed.
+TEST_PLUGIN = ROOT / "tests" / "plugins" / "toolbus_example_plugin"
+
 # The extras each command needs; `dev` includes every other one.
 NEEDS: dict[str, frozenset[str]] = {
     "demo": frozenset(),
@@ -47,7 +52,8 @@ def _sh(*args: str | Path) -> None:
 
 
 def _stamp() -> tuple[str | None, set[str]]:
-    """The pyproject.toml hash and the extras of the last install (none: no install)."""
+    """The install's hash (`_install_hash`) and the extras of the last install
+    (none: no install)."""
     try:
         text = STAMP.read_text().strip()
     except OSError:
@@ -61,16 +67,26 @@ def _stamp() -> tuple[str | None, set[str]]:
     return str(data.get("pyproject")), {str(e) for e in data.get("extras", ())}
 
 
+def _install_hash() -> str:
+    """What an install is made from: pyproject.toml and the test plugin's (its
+    entry points are metadata, written only when it is installed)."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    digest.update((TEST_PLUGIN / "pyproject.toml").read_bytes())
+    return digest.hexdigest()
+
+
 def _pip_install(extras: set[str]) -> None:
-    """`pip install -e .[extras]`, its output shown only if it fails (setuptools'
-    editable-install banner and the resolver's chatter are noise on success)."""
+    """`pip install -e .[extras]` (with the dev set, the test plugin too), its
+    output shown only if it fails (setuptools' editable-install banner and the
+    resolver's chatter are noise on success)."""
     target = f".[{','.join(sorted(extras))}]" if extras else "."
     what = f"toolbus[{','.join(sorted(extras))}]" if extras else "toolbus"
     print(f"installing {what} into {VENV} (editable) ...", flush=True)
     started = time.monotonic()
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    plugin = ["-e", str(TEST_PLUGIN)] if "dev" in extras else []
     proc = subprocess.run(
-        [str(PY), "-m", "pip", "install", "--quiet", "-e", target],
+        [str(PY), "-m", "pip", "install", "--quiet", "-e", target, *plugin],
         check=False,
         cwd=ROOT,
         env=env,
@@ -91,7 +107,7 @@ def ensure_env(command: str) -> None:
     if not PY.exists():
         print(f"creating virtual environment in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
-    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    want = _install_hash()
     installed_for, extras = _stamp()
     needs = NEEDS[command]
     if installed_for == want and (needs <= extras or "dev" in extras):

@@ -19,6 +19,7 @@ from benchmarks._report import MD_END, MD_START
 from benchmarks._suite import SCENARIOS, goals
 from benchmarks.adapters import OAI, PAI
 from benchmarks.latency import OA_ASYNC, OA_SYNC, PA_NET, TB_10, TB_ONE, TPE, TPE_10
+from benchmarks.policies_cost import ELSEWHERE, GUARDED, TWIN, UNUSED
 from benchmarks.process import PPE as PROC_BASE
 from benchmarks.process import TB_PROC
 
@@ -50,7 +51,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 12
+    assert len(SCENARIOS) == 13
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -112,6 +113,13 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc["timeout_replacement_running"]["count"] == proc["timeouts"]
     for key in ("process_warm_vs_ppe", "process_timeout_release", "process_replacement"):
         assert measured[key] is not None, key
+    # Policies: a tool without any, policies unused or used elsewhere, wall and CPU.
+    pol = scenarios["policies"]
+    for case in (UNUSED, ELSEWHERE, TWIN, GUARDED):
+        assert pol[case]["cpu_ns_per_op"] > 0, case
+        assert pol[case]["rounds"] >= 5, case
+        assert not math.isnan(pol[case]["cpu_vs_baseline"]["ratio"]), case
+    assert measured["policy_free_vs_unused"] is not None
     if importlib.util.find_spec("agents"):
         assert OA_SYNC in scenarios["batch"]
         assert OA_ASYNC in scenarios["batch"]

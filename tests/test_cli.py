@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from toolbus import ToolCall, ToolError, __version__
 from toolbus.cli import app
-from toolbus.demo import DEMO_TOKEN, SCRIPT
+from toolbus.demo import DEMO_TOKEN, SCRIPT, _policies
 from toolbus.demo._turn import current_token, inject_auth
 
 # Signals the scripted turn produces every time, whatever the timing.
@@ -29,6 +30,11 @@ EXPECTED_SIGNALS = (
     "tool:finished",
     "tool:late-result",
     "tool:killed",
+    "tool:throttled",
+    "tool:cache-hit",
+    "tool:circuit-open",
+    "tool:circuit-half-open",
+    "tool:circuit-closed",
 )
 
 # Colour and terminal detection come from the environment; pin them so the
@@ -115,7 +121,7 @@ def test_demo_keeps_the_write_between_reads(wide: Result) -> None:
 
 
 def hung_part_of(output: str) -> str:
-    return output[output.index(" A hung tool") :]
+    return output[output.index(" A hung tool") : output.index(" Policies: ")]
 
 
 def test_demo_kills_the_hung_process_tool_and_abandons_the_thread(wide: Result) -> None:
@@ -144,9 +150,69 @@ def test_demo_kills_the_hung_process_tool_and_abandons_the_thread(wide: Result) 
     assert part.count(" ✓") == 3
 
 
+def policies_part_of(output: str) -> str:
+    return output[output.index(" Policies: ") :]
+
+
+def test_demo_shows_the_policies_at_work(wide: Result) -> None:
+    part = policies_part_of(wide.output)
+    lines = part.splitlines()
+
+    def lines_of(signal: str, call_id: str | None = None) -> list[str]:
+        pattern = rf"\b{call_id}\b" if call_id else r"\b[rkba]\d\b"
+        return [x for x in lines if f"{signal} " in x and re.search(pattern, x)]
+
+    # rate_limit("2/second"): of four calls in one batch, two waited their turn, then ran.
+    throttled = lines_of("tool:throttled")
+    waited = {m.group(1) for x in throttled if (m := re.search(r"\b(r\d)\b", x))}
+    assert len(waited) == 2, throttled
+    assert all(
+        re.search(r"waits \d+ ms for its turn: at most 2 per 1 second", x) for x in throttled
+    )
+    for cid in ("r1", "r2", "r3", "r4"):
+        assert "OK after" in lines_of("tool:finished", cid)[0]
+    # cache(ttl=60): the second identical call is a hit and never runs.
+    assert lines_of("tool:executing", "k1") and not lines_of("tool:executing", "k2")
+    assert "answered from the cache" in lines_of("tool:cache-hit", "k2")[0]
+    assert "cache=hit, attempts 0" in part
+    # circuit_breaker: two failures open it; the next call is refused; a trial closes it.
+    assert len(lines_of("tool:error")) == 2
+    assert "2 failures in a row: open" in lines_of("tool:circuit-open", "b2")[0]
+    assert (
+        "CIRCUIT_OPEN: Tool 'status_page' is not being called" in lines_of("tool:rejected", "b3")[0]
+    )
+    assert not lines_of("tool:executing", "b3")
+    assert lines_of("tool:circuit-half-open", "b4") and lines_of("tool:circuit-closed", "b4")
+    # requires_approval: deferred with a request (secrets masked), approved, run.
+    finished = lines_of("tool:finished", "a1")
+    assert "DEFERRED APPROVAL_REQUIRED" in finished[0]
+    assert "OK after" in finished[1]
+    flat = " ".join(part.split())  # the note wraps
+    assert 'reviews deploy {"service": "billing", "version": "2.4.1", "auth": "***"}' in flat
+    assert re.search(r"\(digest [0-9a-f]{12}…\) and approves", flat)
+    assert len(lines_of("tool:executing", "a1")) == 1
+    # A line per policy, each checked; and no token.
+    assert " ✗" not in part
+    assert part.count(" ✓") == 5
+    assert "bearer token found in 0 of" in part
+
+
+def test_demo_policies_part_fails_when_a_policy_does_not_act(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A rate no batch of four reaches: nothing is throttled, so the part says so and fails.
+    monkeypatch.setattr(_policies, "RATE", "100/second")
+    console = Console(width=120, record=True, force_terminal=False, no_color=True)
+    assert _policies.policies_part(console, wide=True) == 1
+    text = console.export_text()
+    assert ' ✗ rate_limit("100/second"): r1, r2, r3, r4 started at once' in text
+    assert text.count(" ✓") == 4
+
+
 def test_demo_narrow_console() -> None:
     result = run_demo("80")
     assert result.exit_code == 0, result.output
+    assert " ✗" not in policies_part_of(result.output)
     summary = summary_of(result.output)
     assert "Outputs and errors" in summary
     for step in SCRIPT:

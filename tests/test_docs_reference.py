@@ -90,6 +90,14 @@ def test_reference_lists_every_tool_option() -> None:
         assert name in rows, f"docs/reference.md lacks @tool({name}=)"
 
 
+def test_reference_lists_every_execute_option() -> None:
+    methods = "\n".join(table_rows(REFERENCE, "| Method | Default | Meaning |").values())
+    for method in ("execute", "execute_batch", "aexecute", "aexecute_batch"):
+        for name, param in inspect.signature(getattr(Executor, method)).parameters.items():
+            if param.kind is inspect.Parameter.KEYWORD_ONLY:
+                assert f"{name}=" in methods, f"docs/reference.md lacks {method}({name}=)"
+
+
 def test_reference_states_every_retry_default() -> None:
     rows = table_rows(REFERENCE, "### `RetryPolicy(...)`")
     policy = RetryPolicy()

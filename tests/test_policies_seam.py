@@ -426,3 +426,75 @@ async def test_async_approvals(make_executor: MakeExecutor) -> None:
     assert (await ex.aexecute(call, approval=req.approve())).status == "ok"
     out = await ex.aexecute_batch([call], approvals={"d1": req.approve()})
     assert out[0].status == "ok" and ran == ["delete:/a", "delete:/a"]
+
+
+# -- races: a deadline or a cancel while a policy decides or delays ------------------
+
+
+def test_a_retry_after_a_timeout_in_a_policy_asks_the_rest(make_executor: MakeExecutor) -> None:
+    from toolbus import RetryPolicy
+
+    gate = threading.Event()
+    told: list[str] = []
+
+    class Slow(BasePolicy):
+        name = "slow"
+
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            if not gate.is_set():
+                gate.set()
+                await asyncio.Event().wait()  # hangs: the deadline cancels it
+            return Admit()
+
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            told.append(result.status)
+
+    never = Scripted("never", *[Reject(ErrorCode.TOOL_NOT_ALLOWED, "never")] * 5)
+    ran: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool(
+        read_only=True,
+        timeout=0.2,
+        retry=RetryPolicy(max_retries=1, backoff_base=0.001, jitter=0),
+        policies=[Slow(), never],
+    )
+    async def guarded(x: int) -> int:
+        ran.append("ran")
+        return x
+
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(name="guarded", arguments={"x": 1}))
+    assert (r.status, r.error) == ("rejected", "never")
+    assert ran == [] and never.asked
+    assert told == ["rejected"]
+
+
+def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor) -> None:
+    class Holding(BasePolicy):
+        def __init__(self) -> None:
+            self.asked = threading.Event()
+            self.told: list[ToolResult] = []
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            self.asked.set()
+            return Delay(600)
+
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            self.told.append(result)
+
+    holding = Holding()
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[holding])
+
+    async def main() -> None:
+        task = asyncio.ensure_future(ex.aexecute(ToolCall(name="read", arguments={"x": 1})))
+        assert await asyncio.to_thread(holding.asked.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        asyncio.run(main())
+        rec.wait_for(bus.FINISHED, 1, timeout=5)
+    assert [r.status for r in holding.told] == ["cancelled"] and ran == []

@@ -218,3 +218,30 @@ def test_unknown_tool_with_no_tools() -> None:
     with Executor(ToolRegistry()) as ex:
         r = ex.execute(ToolCall(name="anything"))
     assert r.error == "Unknown tool 'anything': no tools are available"
+
+
+class _Brings(toolbus.policies.BasePolicy):
+    """A policy that brings tools along (as a spill brings read_artifact)."""
+
+    def __init__(self, *brought: Tool) -> None:
+        self.brought = brought
+
+    def tools(self) -> tuple[Tool, ...]:
+        return self.brought
+
+
+def test_register_adds_the_tools_a_policy_brings() -> None:
+    helper = FunctionTool(lambda: "h", name="helper")
+    registry = ToolRegistry()
+    registry.register(FunctionTool(lambda: 1, name="first", policies=[_Brings(helper)]))
+    # The same helper again is no clash; another tool by its name is.
+    registry.register(FunctionTool(lambda: 2, name="second", policies=[_Brings(helper)]))
+    assert registry.names() == ["first", "helper", "second"]
+    other = FunctionTool(lambda: "o", name="helper")
+    with pytest.raises(DuplicateToolError, match="its policies bring a tool named 'helper'"):
+        registry.register(FunctionTool(lambda: 3, name="third", policies=[_Brings(other)]))
+    # Nor may a policy bring a tool under its own tool's name.
+    namesake = FunctionTool(lambda: "n", name="fourth")
+    with pytest.raises(DuplicateToolError, match="bring a tool named 'fourth'"):
+        registry.register(FunctionTool(lambda: 4, name="fourth", policies=[_Brings(namesake)]))
+    assert registry.names() == ["first", "helper", "second"]

@@ -6,6 +6,7 @@ on `toolbus.bus`.
 """
 
 from . import bus
+from .config import ConfigError
 from .executor import Executor, ExecutorStats
 from .formatting import format_result_for_context
 from .journal import Journal
@@ -38,6 +39,7 @@ __all__ = [
     "BatchResult",
     "BatchSummary",
     "CommandTool",
+    "ConfigError",
     "DuplicateToolError",
     "ErrorCode",
     "Executor",

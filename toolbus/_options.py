@@ -20,6 +20,7 @@ from collections.abc import Collection
 __all__ = [
     "check_cpu_limit",
     "check_memory_limit",
+    "check_priority",
     "check_resource_keys",
     "non_negative_int",
     "non_negative_number",
@@ -96,6 +97,14 @@ def non_negative_int(value: object, option: str, owner: str = "") -> int:
     if number < 0:
         raise ValueError(f"{_where(option, owner)} must be >= 0, got {value!r}")
     return number
+
+
+def check_priority(value: object, owner: str = "") -> int | None:
+    """`priority` (`execute*(..., priority=N)`): None (not given), or any integer,
+    negative included; else `TypeError`."""
+    if value is None:
+        return None
+    return _integer(value, "priority", owner)
 
 
 # What an rlimit can hold, with room: beyond these a limit is a typo, not a wish.

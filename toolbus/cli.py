@@ -71,7 +71,8 @@ def demo(
     ] = False,
 ) -> None:
     """Play one scripted agent turn and show every lifecycle signal as it happens; then
-    a hung tool, abandoned on a thread and killed in a process."""
+    a hung tool, abandoned on a thread and killed in a process; then the policies: a
+    throttled call, a cache hit, an open circuit breaker and an approval."""
     from .demo import run_demo  # the demo's tools load only when it runs
 
     console = Console(highlight=False)

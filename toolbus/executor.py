@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import difflib
 import itertools
 import logging
 import math
@@ -28,13 +27,22 @@ import time
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import pykka
-from pydantic import BaseModel, ConfigDict
 
-from ._options import positive_int, positive_number, timeout_seconds
+from ._options import check_priority, positive_int, positive_number, timeout_seconds
+from ._records import ExecutorStats, Submission, SubmitHook, batch_result, empty_batch
+from ._setup import (
+    MAX_LISTED_TOOLS,
+    add_policy_tools,
+    check_groups,
+    check_inject,
+    close_journal,
+    learn_groups,
+    open_journal,
+    unknown_tool_message,
+)
 from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._loopwatch import LoopWatch
@@ -48,9 +56,8 @@ from .bus._failures import FailureLog
 from .calls import CallLike, coerce_call
 from .hooks import ExecutorHooks, PostCallHook, PreCallHook
 from .journal import Journal, JournalRecord, Retention
-from .journal._session import Session
 from .masking import DEFAULT_SECRET_KEYS, SecretKeys
-from .models import BatchResult, BatchSummary, ErrorCode, ToolCall, ToolResult
+from .models import BatchResult, ErrorCode, ToolCall, ToolResult
 from .pipeline import (
     BatchRun,
     LoopWaiter,
@@ -65,68 +72,13 @@ from .policies._set import Guard, PolicySet, admit_at_submission, timeout_for
 from .retry import RetryPolicy
 from .tools import Tool, ToolRegistry, error_text
 
-__all__ = ["Executor", "ExecutorStats", "Submission"]
+__all__ = ["MAX_LISTED_TOOLS", "Executor", "ExecutorStats", "Submission"]
 
 log = logging.getLogger("toolbus")
 
 
 _batch_ids = itertools.count(1)
 _executor_numbers = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """Calls handed to an executor, as its submission hooks see them (`Executor.on_submit`).
-
-    `call_ids` in the order given; `batch_id` as in the calls' events (None for
-    a single call); `timestamp` in epoch seconds, like events' timestamps.
-    `context` is the copy of the caller's `contextvars` the calls' tools and
-    hooks run in: read it (`context.get(var)`, `context.run(fn)`), but set
-    nothing in it.
-    """
-
-    call_ids: tuple[str, ...]
-    batch_id: str | None
-    timestamp: float
-    context: contextvars.Context
-
-
-SubmitHook = Callable[[Submission], None]
-
-DEFAULT_JOURNAL_TIMEOUT = 5.0  # seconds: Executor(journal_timeout=...)
-
-
-class ExecutorStats(BaseModel):
-    """A snapshot of an executor's counters (no arguments, no outputs)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    submitted: int
-    batches: int
-    ok: int
-    error: int
-    timeout: int
-    cancelled: int
-    rejected: int
-    retries: int
-    timeouts: int
-    late_results: int
-    in_flight: int
-    peak_in_flight: int
-    queued: int
-    abandoned_workers: int
-    abandoned_total: int
-    live_workers: int
-    workers_started: int
-    timers: int
-    pools: dict[str, dict[str, int]]
-    events_dropped: int = 0
-    """Events never delivered to a subscription (close's budget ran out; each one logged)."""
-    killed_workers: int = 0
-    """Processes killed with their process group (deadline, cancellation): each was a
-    `tool:killed` event."""
-    deferred: int = 0
-    """Calls that ended `deferred`: they did not run and wait for an approval."""
 
 
 class Executor(ExecutorHooks):
@@ -236,16 +188,16 @@ class Executor(ExecutorHooks):
         self._masker = masker
         self._concurrency = concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
-        self._groups = _check_groups(groups)
+        self._groups = check_groups(groups)
         self._policies = PolicySet(policies)
-        _add_policy_tools(registry, self._policies)
-        self._inject = _check_inject(inject, registry)
+        add_policy_tools(registry, self._policies)
+        self._inject = check_inject(inject, registry)
         # Every tool's backend and groups are resolved now, so a pairing that
         # cannot work fails here; tools registered later are checked on their
         # first call (and refused with a result).
         self._backends = Backends(backend, backends)
         tools = registry.list()
-        _learn_groups(self._groups, tools)
+        learn_groups(self._groups, tools)
         for t in tools:
             self._backends.for_tool(t)
             for group in t.groups:
@@ -258,7 +210,7 @@ class Executor(ExecutorHooks):
         # starts: a bad option, or a journal that cannot be used (a bad path,
         # a disk that does not answer, a malformed record), leaves nothing
         # behind.
-        self._journal, self._journal_owned, self._journal_session, in_doubt = _open_journal(
+        self._journal, self._journal_owned, self._journal_session, in_doubt = open_journal(
             journal, journal_retention, journal_timeout
         )
         self._closed = False
@@ -287,6 +239,36 @@ class Executor(ExecutorHooks):
                 self._announce_in_doubt(in_doubt)
             except Exception:  # the executor works all the same
                 log.exception("announcing the journal's calls in doubt failed")
+
+    @classmethod
+    def from_config(
+        cls,
+        registry: ToolRegistry,
+        path: str | os.PathLike[str] | None = None,
+        **overrides: Any,
+    ) -> Self:
+        """An executor with the options of a configuration file (docs/config.md).
+
+        `path`: a `toolbus.toml`, a `pyproject.toml` (its `[tool.toolbus]`
+        table) or a directory to look in; None looks for `./toolbus.toml`, then
+        `./pyproject.toml` with that table, and with neither the executor is
+        `Executor(registry, **overrides)`. The file's values win over the
+        tools' own (their decorators'); `overrides`, any keyword options of
+        `Executor`, win over the file's, and give what a file cannot express
+        (hooks, a publisher, `inject`, policies).
+
+        `registry` is not changed. When the file has `[tools."<name>"]`
+        tables, the executor runs a registry of its own (`executor.registry`,
+        the one to export to a model): each configured tool a copy with the
+        file's values, a disabled tool absent (its calls end `TOOL_NOT_FOUND`).
+        That registry is a snapshot: register later tools on it, not on
+        `registry`. A file that cannot be used is a `toolbus.ConfigError`
+        naming the file, the key and the reason.
+        """
+        from .config import apply_config, load_config
+
+        view, options = apply_config(load_config(path), registry, overrides)
+        return cls(view, **options)
 
     def _start(
         self,
@@ -334,22 +316,30 @@ class Executor(ExecutorHooks):
             if thing is not None:
                 with contextlib.suppress(Exception):
                     thing.close()
-        _close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
+        close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
 
     # -- sync API ---------------------------------------------------------------
 
-    def execute(self, call: CallLike, *, approval: ApprovalDecision | None = None) -> ToolResult:
+    def execute(
+        self,
+        call: CallLike,
+        *,
+        approval: ApprovalDecision | None = None,
+        priority: int | None = None,
+    ) -> ToolResult:
         """Run one call and return its result; blocks until it is final.
 
         `approval`: the decision on this call's `ApprovalRequest`, for a tool
         that requires one (see `toolbus.policies.requires_approval`).
+        `priority` (an integer, default 0; a nested call's default is its
+        caller's): when capacity is short, higher priorities start first.
 
         From an async tool or hook of this executor, use `aexecute`: blocking
         the loop its async tools run on would deadlock, so `execute` there
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        run = self._submit_one(call, waiter, refuse=refuse, approval=approval)
+        run = self._submit_one(call, waiter, refuse=refuse, approval=approval, priority=priority)
         if refuse:
             assert run.result is not None  # decided at once, never waited for
             return run.result
@@ -368,6 +358,7 @@ class Executor(ExecutorHooks):
         *,
         stop_on_error: bool = False,
         approvals: Mapping[str, ApprovalDecision] | None = None,
+        priority: int | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
 
@@ -375,33 +366,41 @@ class Executor(ExecutorHooks):
         call and holds back every later one. With `stop_on_error`, the first
         call that does not end `ok` (or `deferred`) ends the calls not yet
         started (`ABORTED`). `approvals`: decisions by call id, for calls that
-        ended `deferred` before.
+        ended `deferred` before. `priority` as for `execute`: it orders the
+        batch's eligible calls among other calls waiting for capacity, never
+        the batch's own barrier order.
         """
         waiter = ThreadWaiter()
         refuse = self._would_block_its_tools()
-        batch = self._submit_batch(calls, stop_on_error, waiter, refuse=refuse, approvals=approvals)
+        batch = self._submit_batch(
+            calls, stop_on_error, waiter, refuse=refuse, approvals=approvals, priority=priority
+        )
         if batch is None:
-            return _empty_batch()
+            return empty_batch()
         if refuse:
-            return _batch_result(batch)
+            return batch_result(batch)
         try:
             self._wait(waiter, batch.runs)
         except BaseException:
             self._cancel(Cancel(batch, None, ErrorCode.CANCELLED, "the caller was interrupted"))
             raise
-        return _batch_result(batch)
+        return batch_result(batch)
 
     # -- async API ----------------------------------------------------------------
 
     async def aexecute(
-        self, call: CallLike, *, approval: ApprovalDecision | None = None
+        self,
+        call: CallLike,
+        *,
+        approval: ApprovalDecision | None = None,
+        priority: int | None = None,
     ) -> ToolResult:
         """Async twin of `execute`; never blocks the event loop.
 
         Cancelling the awaiting task cancels the call (it ends `cancelled`).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        run = self._submit_one(call, waiter, approval=approval)
+        run = self._submit_one(call, waiter, approval=approval, priority=priority)
         return await self._await_one(run, waiter, "the awaiting task was cancelled")
 
     async def _await_one(self, run: Run, waiter: LoopWaiter, why: str) -> ToolResult:
@@ -420,6 +419,7 @@ class Executor(ExecutorHooks):
         *,
         stop_on_error: bool = False,
         approvals: Mapping[str, ApprovalDecision] | None = None,
+        priority: int | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
 
@@ -427,9 +427,11 @@ class Executor(ExecutorHooks):
         including calls waiting out a retry backoff (or a policy's delay).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        batch = self._submit_batch(calls, stop_on_error, waiter, approvals=approvals)
+        batch = self._submit_batch(
+            calls, stop_on_error, waiter, approvals=approvals, priority=priority
+        )
         if batch is None:
-            return _empty_batch()
+            return empty_batch()
         self._watch(waiter, batch.runs)
         try:
             await waiter.future
@@ -438,7 +440,7 @@ class Executor(ExecutorHooks):
                 Cancel(batch, None, ErrorCode.CANCELLED, "the awaiting task was cancelled")
             )
             raise
-        return _batch_result(batch)
+        return batch_result(batch)
 
     # -- observation and lifetime ---------------------------------------------------
 
@@ -502,6 +504,7 @@ class Executor(ExecutorHooks):
             batch.batch_id if batch is not None else None,
             time.time(),
             runs[0].context,
+            runs[0].priority,
         )
         for hook in self._submit_hooks:
             try:
@@ -577,7 +580,7 @@ class Executor(ExecutorHooks):
             pass
         # Every call has its outcome queued now: mark the session closed, wait
         # for the disk, let go of the owner lock.
-        _close_journal(self._journal, self._journal_owned, self._journal_session, left())
+        close_journal(self._journal, self._journal_owned, self._journal_session, left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         if self._submit_failures is not None:
             self._submit_failures.flush()
@@ -609,6 +612,7 @@ class Executor(ExecutorHooks):
         approval: ApprovalDecision | None = None,
         step_of: Run | None = None,
         step_tool: Tool | None = None,
+        priority: int | None = None,
     ) -> Run:
         """A run for `call`, its tool looked up in the registry; for a step of
         a composite tool (`step_of`), `step_tool` whether registered or not."""
@@ -618,7 +622,7 @@ class Executor(ExecutorHooks):
         backend: Backend | None = None
         if tool is None:
             timeout, policy = self.timeout, self.retry_policy
-            hint = _unknown_tool_message(c.name, self.registry.names())
+            hint = unknown_tool_message(c.name, self.registry.names())
         else:
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
@@ -648,6 +652,7 @@ class Executor(ExecutorHooks):
             backend=backend,
             parent=nested,
             shares_slot=step_of is not None,
+            priority=priority,  # None: 0, or a nested call's caller's (see Run)
         )
         if tool is None or backend is None:
             run.last_error = hint
@@ -656,6 +661,8 @@ class Executor(ExecutorHooks):
             if guard.at_submission:
                 # In the batch's order, before it fans out: a quota's first calls run.
                 run.refusal = admit_at_submission(guard, c, time.monotonic())
+                if run.refusal is None:  # they admitted it: they are told how it ends
+                    run.consulted.extend(guard.at_submission)
         if approval is not None:
             run.approval = approval
         return run
@@ -667,9 +674,16 @@ class Executor(ExecutorHooks):
         *,
         refuse: bool = False,
         approval: ApprovalDecision | None = None,
+        priority: int | None = None,
     ) -> Run:
+        if priority is not None:  # (the common call gives none: no check to pay for)
+            priority = check_priority(priority)
         run = self._make_run(
-            call, context=contextvars.copy_context(), waiter=waiter, approval=approval
+            call,
+            context=contextvars.copy_context(),
+            waiter=waiter,
+            approval=approval,
+            priority=priority,
         )
         if self._submit_hooks:
             self._submitted((run,), None)
@@ -687,7 +701,10 @@ class Executor(ExecutorHooks):
         *,
         refuse: bool = False,
         approvals: Mapping[str, ApprovalDecision] | None = None,
+        priority: int | None = None,
     ) -> BatchRun | None:
+        if priority is not None:
+            priority = check_priority(priority)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
@@ -710,7 +727,14 @@ class Executor(ExecutorHooks):
         context = contextvars.copy_context()
         decided = approvals or {}
         runs = tuple(
-            self._make_run(c, context=context, index=i, batch=batch, approval=decided.get(c.id))
+            self._make_run(
+                c,
+                context=context,
+                index=i,
+                batch=batch,
+                approval=decided.get(c.id),
+                priority=priority,
+            )
             for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
@@ -813,189 +837,3 @@ class _NestedCalls:
             ex._submitted((run,), None)
         ex._tell(Submit((run,), None), (run,))
         return await ex._await_one(run, waiter, f"its caller, call {parent.call.id}, was cancelled")
-
-
-def _open_journal(
-    journal: str | os.PathLike[str] | Journal | None, retention: Any, timeout: Any
-) -> tuple[Journal | None, bool, Session | None, list[JournalRecord]]:
-    """Executor(journal=..., journal_retention=..., journal_timeout=...): the
-    journal, whether the executor made it (and so closes it), the executor's
-    session on it, and the calls in doubt now. Nothing is left open on failure."""
-    if journal is None:
-        if retention is not None:
-            raise ValueError("Executor: journal_retention= needs journal= (a path or a Journal)")
-        if timeout is not None:
-            raise ValueError("Executor: journal_timeout= needs journal= (a path or a Journal)")
-        return None, False, None, []
-    wait = (
-        DEFAULT_JOURNAL_TIMEOUT
-        if timeout is None
-        else positive_number(timeout, "journal_timeout", "Executor")
-    )
-    if isinstance(journal, Journal):
-        if retention is not None:
-            raise ValueError(
-                "Executor: journal_retention= applies to a journal made from a path; "
-                "give a Journal its own: Journal(path, retention=...)"
-            )
-        owned = False
-    elif isinstance(journal, str | os.PathLike):
-        checked = Retention.coerce(retention, "journal_retention", "Executor")
-        journal = Journal(journal, create=True, retention=checked, timeout=wait)
-        owned = True
-    else:
-        raise TypeError(
-            f"Executor: journal must be a path or a toolbus.Journal, got {type(journal).__name__}"
-        )
-    session: Session | None = None
-    try:
-        session = journal._open_session(wait)
-        found = journal.in_doubt()
-    except BaseException:
-        # Briefly: a journal that did not answer in time will not now either.
-        _close_journal(journal, owned, session, min(wait, 1.0))
-        raise
-    return journal, owned, session, found
-
-
-def _close_journal(
-    journal: Journal | None, owned: bool, session: Session | None, timeout: float
-) -> None:
-    """Close the executor's session (its calls' outcomes on disk, its owner
-    lock let go) and the journal if the executor made it; within `timeout`."""
-    deadline = time.monotonic() + timeout
-    if session is not None:
-        session.close(timeout)
-    if owned and journal is not None:
-        journal.close(max(0.0, deadline - time.monotonic()))
-
-
-def _add_policy_tools(registry: ToolRegistry, policies: PolicySet) -> None:
-    """Register the tools the executor's policies bring (a spill's read_artifact)."""
-    for t in policies.all_tools():
-        known = registry.get(t.name)
-        if known is t:
-            continue
-        if known is not None:
-            raise ValueError(
-                f"Executor: a policy brings a tool named {t.name!r}, and the registry "
-                "has another tool by that name"
-            )
-        registry.register(t)
-
-
-def _check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
-    """Executor(groups=...): names to limits, each a positive int."""
-    if groups is None:
-        return {}
-    if not isinstance(groups, Mapping):
-        raise TypeError(f"Executor: groups must map names to limits, got {type(groups).__name__}")
-    checked: dict[str, int] = {}
-    for name, limit in groups.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
-        checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
-    return checked
-
-
-def _learn_groups(groups: dict[str, int], tools: Sequence[Tool]) -> None:
-    """Add to `groups` (Executor(groups=...), checked) the groups the tools define
-    themselves (`Tool.group_limits`); two limits for one name are a `ValueError`."""
-    defined_by = dict.fromkeys(groups, "Executor(groups=...)")
-    for t in tools:
-        for name, limit in t.group_limits.items():
-            known = groups.get(name)
-            if known is None:
-                groups[name] = limit
-                defined_by[name] = f"tool {t.name!r}"
-            elif known != limit:
-                raise ValueError(
-                    f"tool {t.name!r} defines capacity group {name!r} with limit {limit}, "
-                    f"and {defined_by[name]} with limit {known}"
-                )
-
-
-def _check_inject(
-    inject: Mapping[str, Callable[[ToolCall], Any]] | None, registry: ToolRegistry
-) -> dict[str, Callable[[ToolCall], Any]]:
-    """Executor(inject=...): "param" or "tool.param" to a callable of the call.
-
-    A "tool.param" key for a registered tool must name one of its injected
-    parameters (a typo would otherwise leave the parameter without a value)."""
-    if inject is None:
-        return {}
-    if not isinstance(inject, Mapping):
-        raise TypeError(
-            f"Executor: inject must map parameter names to callables, got {type(inject).__name__}"
-        )
-    checked: dict[str, Callable[[ToolCall], Any]] = {}
-    for key, fn in inject.items():
-        if not isinstance(key, str) or not key or key.endswith("."):
-            raise TypeError(f"Executor: inject keys are 'param' or 'tool.param', got {key!r}")
-        if not callable(fn):
-            raise TypeError(f"Executor: inject[{key!r}] must be callable, got {type(fn).__name__}")
-        if "." in key:
-            tool_name, param = key.rsplit(".", 1)
-            t = registry.get(tool_name)
-            if t is not None and param not in t.injected:
-                raise ValueError(
-                    f"Executor: inject[{key!r}]: tool {tool_name!r} has no injected parameter "
-                    f"{param!r} (injected: {', '.join(t.injected) or 'none'}; mark it "
-                    "Annotated[..., Injected])"
-                )
-        checked[key] = fn
-    return checked
-
-
-# An unknown tool's error lists at most this many of the registry's tool names.
-MAX_LISTED_TOOLS = 20
-# ... and echoes at most this many characters of the name the model invented.
-_MAX_NAME_ECHO = 100
-
-
-def _unknown_tool_message(name: str, known: list[str]) -> str:
-    """The error a model reads for a tool it invented: close matches first, then
-    the available names (at most `MAX_LISTED_TOOLS`, in registration order), so
-    it can recover on its next turn, as LangGraph's `ToolNode` does."""
-    shown = name if len(name) <= _MAX_NAME_ECHO else name[: _MAX_NAME_ECHO - 1] + "…"
-    if not known:
-        return f"Unknown tool '{shown}': no tools are available"
-    text = f"Unknown tool '{shown}'."
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    if close:
-        text += " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
-    listed = ", ".join(known[:MAX_LISTED_TOOLS])
-    more = len(known) - MAX_LISTED_TOOLS
-    return text + f" Available tools: {listed}" + (f" (and {more} more)" if more > 0 else "")
-
-
-def _batch_result(batch: BatchRun) -> BatchResult:
-    runs = batch.runs
-    # Every run is closed now: break the batch <-> runs cycle, so the batch is
-    # freed at once rather than by a (long) garbage collection.
-    batch.runs = []
-    results = tuple(r.result for r in runs if r.result is not None)
-    ok = sum(1 for r in results if r.status == "ok")
-    deferred = sum(1 for r in results if r.status == "deferred")
-    return BatchResult(
-        results=results,
-        summary=BatchSummary(
-            total=len(runs),
-            executed=sum(1 for r in results if r.attempts > 0),
-            succeeded=ok,
-            failed=len(results) - ok - deferred,
-            deferred=deferred,
-            read_only=sum(1 for r in runs if r.tool is not None and r.read_only),
-            mutating=sum(1 for r in runs if r.tool is not None and not r.read_only),
-            duration=time.monotonic() - batch.started,
-        ),
-    )
-
-
-def _empty_batch() -> BatchResult:
-    return BatchResult(
-        results=(),
-        summary=BatchSummary(
-            total=0, executed=0, succeeded=0, failed=0, read_only=0, mutating=0, duration=0.0
-        ),
-    )

@@ -15,7 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import bus
-from ..executor import Executor, _unknown_tool_message
+from .._setup import unknown_tool_message as _unknown_tool_message
+from ..executor import Executor
 from ..formatting import format_result_for_context
 from ..models import ToolCall, ToolResult
 from ._common import EXIT_FAILED, EXIT_OK, console, load, usage_error, write_json

@@ -9,7 +9,8 @@ running ones, since any of them may get stuck:
 - when stuck threads alone fill N, or a tool's fill M, calls that need a thread
   (of that tool) are refused with `TOOL_UNAVAILABLE`: nothing but a stuck
   thread returning could make room, and waiting for it would be a hang;
-- otherwise calls wait, in order, for a thread to come free.
+- otherwise calls wait, in order (by priority, higher first, then first come
+  first served: `_queue.py`), for a thread to come free.
 
 So at most N threads are ever stuck, at most M of them in one tool, and one
 stuck tool leaves room for the others. Decisions read the backends' counts
@@ -19,11 +20,11 @@ stuck tool leaves room for the others. Decisions read the backends' counts
 from __future__ import annotations
 
 import logging
-from collections import deque
 from typing import Literal
 
 from ..backends import Backend
 from ..pipeline import PARKED, Run
+from ._queue import RunQueue
 
 __all__ = ["ThreadBudget"]
 
@@ -41,7 +42,7 @@ class ThreadBudget:
         self.limit = limit
         self.per_tool = per_tool
         self.backends: list[Backend] = []
-        self.waiting: deque[Run] = deque()  # runs waiting for a thread, in order
+        self.waiting = RunQueue()  # runs waiting for a thread, in order
 
     def totals(self) -> tuple[int, int]:
         """(threads running jobs, threads stuck in abandoned jobs), over all backends."""
@@ -83,7 +84,7 @@ class ThreadBudget:
 
     def park(self, run: Run) -> None:
         run.sv_queued = PARKED
-        self.waiting.append(run)
+        self.waiting.push(run, front=run.sv_ahead)  # a retry keeps its turn
 
     def next_ready(self) -> tuple[Run, Room] | None:
         """The first waiting run that may start now, or must be refused, taken

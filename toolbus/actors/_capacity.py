@@ -10,28 +10,37 @@ goes back to the front of the ready queue. Room is never left unused: a run
 that is let out of one queue and then blocked by another group (or closed
 before it starts) hands its room on.
 
-A call never overtakes queued calls: a new call joins the end of the ready
-queue and starts only when everything ahead of it could not. Nested calls (made
-by a running tool or hook of the same executor) are the exception, since their
-callers hold slots while they wait for them: they run on their caller's share
-of `max_parallel`, go ahead of other calls in every queue, and a nested call
-that would wait for a group whose every slot is held by calls waiting, directly
-or through calls of their own, on its callers is refused at once (`refused`):
-that wait would never end. A nested call that *shares* its caller's slot (a
-sequence's step: `Run.shares_slot`) takes no room of `max_parallel` at all: it
-may start whenever its caller holds a slot, and does not count against the
-limit (`shared`), only against its own groups.
+A call never overtakes queued calls of its priority or higher: a new call
+joins the end of its priority class in the ready queue and starts only when
+everything ahead of it could not. Every queue orders runs the same way
+(`_queue.py`: higher priority first, first come first served within one).
+Nested calls (made by a running tool or hook of the same executor) are the
+exception, since their callers hold slots while they wait for them: they run on
+their caller's share of `max_parallel`, go ahead of other calls in every queue
+whatever the priorities, and a nested call that would wait for a group whose
+every slot is held by calls waiting, directly or through calls of their own, on
+its callers is refused at once (`refused`): that wait would never end. A
+nested call that *shares* its caller's slot (a sequence's step:
+`Run.shares_slot`) takes no room of `max_parallel` at all: it may start
+whenever its caller holds a slot, and does not count against the limit
+(`shared`), only against its own groups.
+
+A run put at the front (a retry whose backoff is over, a run let out of a
+waiting queue) goes ahead of its priority class, not of higher ones; should it
+have to wait again before it starts (a higher-priority run took the room it
+was let out for), it waits at the front of its class there too, so it keeps
+its turn (`run.sv_ahead`).
 
 Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..pipeline import PARKED, READY, Run
+from ._queue import RunQueue
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -48,7 +57,7 @@ class Group:
         self.name = name
         self.limit = limit
         self.in_flight = 0
-        self.waiting: deque[Run] = deque()
+        self.waiting = RunQueue()
 
     @property
     def has_room(self) -> bool:
@@ -62,16 +71,7 @@ class Capacity:
     """The scheduler's admission control over `max_parallel` and each run's groups
     (`run.sv_groups`)."""
 
-    __slots__ = (
-        "deadlock",
-        "in_flight",
-        "max_parallel",
-        "nested",
-        "peak",
-        "ready",
-        "refused",
-        "shared",
-    )
+    __slots__ = ("deadlock", "in_flight", "max_parallel", "peak", "ready", "refused", "shared")
 
     def __init__(
         self,
@@ -82,32 +82,41 @@ class Capacity:
         self.in_flight = 0  # every attempt holding a slot, shared ones too (stats)
         self.shared = 0  # ... of which run on their caller's slot: not counted
         self.peak = 0
-        self.ready: deque[Run] = deque()
-        self.nested = 0  # nested runs in `ready`
+        self.ready = RunQueue()
         # Asked before a nested run waits for a group: why that wait would
         # never end, or None. Runs refused so are left in `refused`.
         self.deadlock = deadlock
         self.refused: list[tuple[Run, str]] = []
 
     def enqueue(self, run: Run, *, front: bool = False) -> None:
-        """Make a run eligible to start (retries and let-out runs go to the front)."""
+        """Make a run eligible to start (retries and let-out runs go to the front
+        of their priority class; nested runs ahead of every class)."""
         if run.sv_queued or run.sv_closed:
             return
         run.sv_queued = READY
-        if run.parent is not None:
-            self.nested += 1
-            front = True
+        run.sv_ahead = front
+        ready = self.ready
+        if run.parent is not None or run.priority:
+            ready.push(run, front=front)
+            return
+        # RunQueue.push inlined for the common run (priority 0, not nested): the
+        # ready queue is on every call's path, and a method call would double it.
+        ready.size += 1
         if front:
-            self.ready.appendleft(run)
+            ready.default.appendleft(run)
         else:
-            self.ready.append(run)
+            ready.default.append(run)
 
     def next_startable(self) -> Run | None:
         """The next run that may start now, parking those that must wait; None if none."""
         ready = self.ready
-        while ready:
+        while ready.size:
             if self.in_flight - self.shared < self.max_parallel:
-                run = ready.popleft()
+                if ready.others:
+                    run = ready.pop()
+                else:  # only runs of priority 0 queued: RunQueue.pop inlined
+                    run = ready.default.popleft()
+                    ready.size -= 1
                 run.sv_borrowed = False
             else:
                 # Full: a nested call, wherever it is, may run on its caller's
@@ -118,8 +127,6 @@ class Capacity:
                 run = found
                 run.sv_borrowed = True
             run.sv_queued = 0
-            if run.parent is not None:
-                self.nested -= 1
             if run.sv_closed:
                 continue
             groups: tuple[Group, ...] = run.sv_groups
@@ -141,9 +148,7 @@ class Capacity:
 
     def _pop_nested(self) -> Run | None:
         """The first nested run whose caller has not lent its share yet."""
-        if not self.nested:
-            return None
-        for run in self.ready:
+        for run in self.ready.nested:
             parent = run.parent
             if run.sv_closed or (
                 # A caller lends only a share it holds: not once it has ended,
@@ -197,10 +202,11 @@ class Capacity:
             if g.has_room:
                 self._unpark_one(g.waiting)
 
-    def _unpark_one(self, queue: deque[Run]) -> None:
-        """Move the first live run of a waiting queue to the front of the ready queue."""
-        while queue:
-            run = queue.popleft()
+    def _unpark_one(self, queue: RunQueue) -> None:
+        """Move the first live run of a waiting queue to the front of its class in
+        the ready queue."""
+        while queue.size:
+            run = queue.pop()
             run.sv_queued = 0
             run.sv_waiting_on = None
             if not run.sv_closed:
@@ -211,10 +217,9 @@ class Capacity:
 def _park(group: Group, run: Run) -> None:
     run.sv_queued = PARKED
     run.sv_waiting_on = group
-    if run.parent is not None:
-        group.waiting.appendleft(run)  # its callers hold slots while it waits: first out
-    else:
-        group.waiting.append(run)
+    # A nested run goes first (its callers hold slots while it waits); a run
+    # that was at the front of its class keeps its turn.
+    group.waiting.push(run, front=run.sv_ahead)
 
 
 class ToolGroup(Group):

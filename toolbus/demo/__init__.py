@@ -1,5 +1,6 @@
 """`toolbus demo`: one scripted agent turn, every lifecycle signal shown as it happens;
-then one hung sync tool, abandoned on a thread and killed in a process.
+then one hung sync tool, abandoned on a thread and killed in a process; then the
+built-in policies: a throttled call, a cache hit, an open breaker and an approval.
 
 from rich.console import Console
 from toolbus.demo import run_demo
@@ -21,6 +22,7 @@ from .. import bus
 from ..formatting import format_result_for_context
 from ..models import ToolResult
 from ._hung import HANG_FOR, HUNG_SKU, PROCESS_TOOL, THREAD_TOOL, HungOutcome, available, play_hung
+from ._policies import policies_part
 from ._tools import HANG_TIMEOUT, World, build_registry
 from ._turn import DEMO_TOKEN, MAX_PARALLEL, SCRIPT, Outcome, play
 from ._view import STATUS_STYLE, Board, event_line, script_table, short
@@ -65,9 +67,11 @@ _STATS = (
 def run_demo(console: Console, *, plain: bool = False) -> int:
     """Play the scripted turn on `console`; return the exit code.
 
-    Non-zero only if the bearer token leaked into an event or a result, or a
-    call ended other than the script expects. `plain` (forced when the console
-    is not a terminal) prints event lines only, without the live board.
+    Non-zero only if the bearer token leaked into an event or a result, a call
+    ended other than the script expects, or a part's checks failed (a policy
+    did not throttle, answer from its cache, open and refuse, or defer).
+    `plain` (forced when the console is not a terminal) prints event lines
+    only, without the live board.
     """
     console.rule("[bold]toolbus demo[/]: one agent turn")
     console.print(_INTRO.format(n=len(SCRIPT), p=MAX_PARALLEL))
@@ -81,7 +85,7 @@ def run_demo(console: Console, *, plain: bool = False) -> int:
     code = _summary(console, outcome)
     if available():
         code = max(code, _hung_part(console))
-    return code
+    return max(code, policies_part(console, wide=console.width >= _WIDE))
 
 
 def _plain(console: Console) -> Outcome:

@@ -14,6 +14,16 @@ from rich.text import Text
 
 from .. import bus
 from ..models import ToolResult
+from ..policies import (
+    CACHE_HIT,
+    CIRCUIT_CLOSED,
+    CIRCUIT_HALF_OPEN,
+    CIRCUIT_OPEN,
+    THROTTLED,
+    CacheHit,
+    CircuitChanged,
+    Throttled,
+)
 from ..tools import ToolRegistry
 from ._turn import Step, TurnEvent
 
@@ -37,6 +47,11 @@ SIGNAL_STYLE = {
     bus.FINISHED: "bold",
     bus.LATE_RESULT: "magenta",
     bus.KILLED: "bold red",
+    THROTTLED: "yellow",
+    CACHE_HIT: "bold green",
+    CIRCUIT_OPEN: "bold red",
+    CIRCUIT_HALF_OPEN: "yellow",
+    CIRCUIT_CLOSED: "bold green",
 }
 
 STATUS_STYLE = {
@@ -45,6 +60,7 @@ STATUS_STYLE = {
     "timeout": "magenta",
     "rejected": "yellow",
     "cancelled": "dim",
+    "deferred": "cyan",
 }
 
 
@@ -99,11 +115,28 @@ def describe(signal: str, event: bus.Event, killing: Collection[str] = ()) -> tu
                 detail += f" after {_ms(r.duration)}"
             if r.ok:  # a failure's text had its own line already; an output did not
                 detail += f" · {short(r.output, 60)}"
+            elif r.status == "deferred":  # nor had a deferral's
+                detail += f" · {r.error}"
         case bus.LateResult():
             detail = (
                 f"abandoned attempt {event.attempt} came back ({event.status}) after "
                 f"{_ms(event.duration)}; discarded"
             )
+        case Throttled():
+            detail = f"waits {_ms(event.wait)} for its turn: at most {event.limit}"
+        case CacheHit():
+            detail = (
+                "answered from an identical call in flight"
+                if event.shared
+                else "answered from the cache; the tool does not run"
+            )
+        case CircuitChanged():
+            detail = {
+                "open": f"{event.failures} failures in a row: open, its calls are rejected",
+                "half-open": "the pause is over: half-open, this call is the trial",
+                "closed": "the trial worked: closed, its calls run again",
+            }.get(event.state, event.state)
+            return event.call_id or "", event.tool, detail
         case bus.BatchStart():
             unknown = event.count - event.read_only - event.mutating
             detail = (

@@ -1,7 +1,8 @@
 """One call's steps, from admission to its terminal result, and what they share.
 
 `Run`/`BatchRun` hold a call's state (shared by the supervisor and whoever runs
-the call); `_steps.py` holds every step that runs user code, written once as
+the call); `_admission.py`, `_steps.py` (attempts, retries) and `_results.py`
+hold every step that runs user code, written once as
 generators; `_drive.py` drives them on a worker thread or an event loop. This
 layer imports neither the actors nor the backends: they import it.
 """
@@ -9,6 +10,7 @@ layer imports neither the actors nor the backends: they import it.
 from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
 from ._faults import ToolCrashed, WorkerKilled
 from ._keys import canonical_arguments, derive_key
+from ._results import end_call, finish, log_contained, make_result
 from ._run import (
     ADMISSION,
     FINISHING,
@@ -26,7 +28,7 @@ from ._run import (
     ThreadWaiter,
     Waiter,
 )
-from ._steps import (
+from ._services import (
     DONE,
     LOST,
     Hooks,
@@ -37,17 +39,10 @@ from ._steps import (
     Services,
     Steps,
     Tally,
-    after_timeout,
-    attempt,
     current_run,
-    end_call,
-    finish,
-    log_contained,
-    make_result,
-    publish_killed,
-    publish_progress,
     tool_exception_filter,
 )
+from ._steps import after_timeout, attempt, publish_killed, publish_progress
 
 __all__ = [
     "ADMISSION",

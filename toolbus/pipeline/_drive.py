@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from ._run import Cancellable, Run
-from ._steps import LOST, Outcome, Steps
+from ._services import LOST, Outcome, Steps
 
 __all__ = ["AsyncRunner", "Waitable", "drive_async", "drive_sync"]
 

@@ -12,6 +12,7 @@ with a message naming the policy: a broken guard fails closed.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Awaitable
@@ -22,12 +23,15 @@ from ..models import ErrorCode, ToolResult
 from ..policies._protocol import Admit, Delay, Reject, RequireApproval, Respond, policy_name
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
+from . import _results
 
 if TYPE_CHECKING:
     from ._run import Run
-    from ._steps import Services, Steps
+    from ._services import Services, Steps
 
 __all__ = ["Deferral", "consult", "tell_results"]
+
+log = logging.getLogger("toolbus")
 
 
 class Deferral:
@@ -43,37 +47,41 @@ class Deferral:
 def consult(run: Run, svc: Services) -> Steps:
     """Ask the run's policies not yet asked. None: go on to the tool; a
     `ToolResult`: the call ends with it; a `Deferral`: ask again later."""
-    from ._steps import _awaitable, log_contained, make_result
-
     chain = run.policies
     tool = run.tool
     assert tool is not None
+    # Asked again after a delay: whatever it decides now, it decided; it is
+    # told the call's result only if it admits it.
+    run.delayed_by = None
     token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
             try:
                 decision = policy.admit(run.call, tool, time.monotonic())
-                if _awaitable(decision):
+                if type(decision) not in _DECISIONS and _results._awaitable(decision):
                     decision = yield _asked(decision, svc, run)
             except Exception as e:
-                log_contained(f"policy {policy_name(policy)} failed for call {run.call.id}", e,
-                              run.scrubber)  # fmt: skip
+                what = f"policy {policy_name(policy)} failed for call {run.call.id}"
+                _results.log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
             kind = type(decision)
             if kind is Admit:
                 run.policy_at += 1
-                run.consulted.append(policy)
+                if not run.note_policy(policy, admitted=True):
+                    return _ended_meanwhile(run, policy, svc)
                 continue
             if kind is Delay:
                 seconds = _seconds(decision.seconds)
                 if seconds is None:
                     return _refused(run, policy, f"it asked for a delay of {decision.seconds!r}")
+                if not run.note_policy(policy, admitted=False):
+                    return _ended_meanwhile(run, policy, svc)
                 return Deferral(seconds, decision.until)
             if kind is Reject:
                 if not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
-                return make_result(
+                return _results.make_result(
                     run, "rejected", error=str(decision.message), code=decision.code, attempts=0
                 )
             if kind is Respond:
@@ -91,7 +99,8 @@ def consult(run: Run, svc: Services) -> Steps:
                 answer = _approval(run, decision.reason)
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
-                    run.consulted.append(policy)
+                    if not run.note_policy(policy, admitted=True):
+                        return _ended_meanwhile(run, policy, svc)
                     continue
                 return answer
             return _refused(run, policy, f"it returned {type(decision).__name__}, not a decision")
@@ -110,6 +119,18 @@ async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
         done_asking(token)
 
 
+_DECISIONS = frozenset({Admit, Delay, Reject, Respond, RequireApproval})
+
+
+def _ended_meanwhile(run: Run, policy: Any, svc: Services) -> None:
+    """The call ended (a deadline, a cancel) while `policy` decided: tell it how,
+    as every policy that let a call through is told. The step then finds the
+    attempt settled and stops."""
+    result = run.result
+    if result is not None:
+        _tell(policy, run, result, svc)
+
+
 def _seconds(value: Any) -> float | None:
     try:
         seconds = float(value)
@@ -119,9 +140,7 @@ def _seconds(value: Any) -> float | None:
 
 
 def _refused(run: Run, policy: Any, why: str) -> ToolResult:
-    from ._steps import make_result
-
-    return make_result(
+    return _results.make_result(
         run,
         "rejected",
         error=f"Tool '{run.call.name}' is unavailable: its policy {policy_name(policy)} "
@@ -134,8 +153,6 @@ def _refused(run: Run, policy: Any, why: str) -> ToolResult:
 def _approval(run: Run, reason: str) -> ToolResult | None:
     """None if the run carries an approval of exactly its arguments; else the
     denial (`rejected`) or the request (`deferred`)."""
-    from ._steps import make_result
-
     origin = run.origin
     digest = arguments_digest(origin.name, origin.arguments)
     decision = run.approval
@@ -143,7 +160,7 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
         if decision.approved:
             return None
         why = decision.reason or "denied"
-        return make_result(
+        return _results.make_result(
             run,
             "rejected",
             error=f"Tool '{run.call.name}' was not approved: {why}",
@@ -154,7 +171,7 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
         call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
     )
     text = f"Tool '{run.call.name}' needs approval before it runs"
-    result = make_result(
+    result = _results.make_result(
         run,
         "deferred",
         error=f"{text}: {reason}" if reason else text,
@@ -165,31 +182,39 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
 
 
 def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
-    """Give `result` to every policy that admitted the run, innermost first;
-    return the result as the last of them left it."""
-    from ._steps import log_contained
+    """Give `result` to every policy that admitted the run (and to the one it
+    waits for, if it ended while waiting), innermost first; return the result
+    as the last of them left it."""
+    # Read after the result was claimed: nobody adds to them any more.
+    told = list(reversed(run.consulted))
+    if run.delayed_by is not None:  # it ended while that policy made it wait
+        told.insert(0, run.delayed_by)
+    for policy in told:
+        result = _tell(policy, run, result, svc)
+    return result
 
+
+def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:
+    """`policy.on_result`, contained; the result as the policy leaves it."""
     token = asking(svc.emitter, run.batch_id, run.timeout)
     try:
-        for policy in reversed(run.consulted):
-            try:
-                other = policy.on_result(run.call, result, time.monotonic())
-            except Exception as e:  # the result stands; the policy's failure is logged
-                log_contained(
-                    f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
-                    e,
-                    run.scrubber,
-                )
-                continue
-            if isinstance(other, ToolResult):
-                result = other.model_copy(update={"call_id": result.call_id, "name": result.name})
-            elif other is not None:
-                log_contained(
-                    f"policy {policy_name(policy)} returned {type(other).__name__} for the "
-                    f"result of call {run.call.id}, not a ToolResult or None; ignored",
-                    TypeError("not a ToolResult"),
-                    run.scrubber,
-                )
+        other = policy.on_result(run.call, result, time.monotonic())
+    except Exception as e:  # the result stands; the policy's failure is logged
+        _results.log_contained(
+            f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
+            e,
+            run.scrubber,
+        )
+        return result
     finally:
         done_asking(token)
+    if isinstance(other, ToolResult):
+        return other.model_copy(update={"call_id": result.call_id, "name": result.name})
+    if other is not None:
+        log.warning(
+            "policy %s returned %s for the result of call %s, not a ToolResult or None; ignored",
+            policy_name(policy),
+            type(other).__name__,
+            run.call.id,
+        )
     return result

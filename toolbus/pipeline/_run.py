@@ -124,6 +124,7 @@ class Run:
         "consulted",
         "context",
         "deadline",
+        "delayed_by",
         "first_start",
         "index",
         "journaled",
@@ -138,6 +139,7 @@ class Run:
         "policies",
         "policy",
         "policy_at",
+        "priority",
         "read_only",
         "refusal",
         "result",
@@ -148,6 +150,7 @@ class Run:
         "shares_slot",
         "stop_reason",
         "submitted",
+        "sv_ahead",
         "sv_armed",
         "sv_borrowed",
         "sv_cancel",
@@ -182,6 +185,7 @@ class Run:
         backend: Any = None,
         parent: Run | None = None,
         shares_slot: bool = False,
+        priority: int | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self.call = call
@@ -205,6 +209,11 @@ class Run:
         # Runs on its parent's slot of max_parallel (a sequence's step): the
         # parent waits for it, so it takes no capacity of its own there.
         self.shares_slot = shares_slot and parent is not None
+        # Higher goes first when capacity is short (execute*(priority=N)); a
+        # nested call given none goes at its caller's.
+        self.priority: int = (
+            priority if priority is not None else parent.priority if parent is not None else 0
+        )
         self.completed_late = False  # a mutating attempt returned after its deadline
         self.submitted = time.monotonic()
         self.first_start = 0.0
@@ -226,6 +235,9 @@ class Run:
         self.sv_closed = False  # counted, slot released, batch told
         self.sv_slot = False  # holds a concurrency slot (an attempt or its timeout stage)
         self.sv_queued = 0  # 0: not queued, READY: in the ready queue, PARKED: in a waiting queue
+        # Last queued at the front of its priority class (a retry, a run let out
+        # of a waiting queue): should it wait again, it keeps that turn.
+        self.sv_ahead = False
         self.sv_timer: Any = None  # the supervisor's TimerHandle
         self.sv_armed: Any = None  # the kind of message sv_timer will send (Deadline, ...)
         self.sv_gen = 0  # bumped whenever sv_timer changes: older timer messages are stale
@@ -247,6 +259,7 @@ class Run:
         self.policies: tuple[Any, ...] = ()
         self.policy_at = 0
         self.consulted: list[Any] = []
+        self.delayed_by: Any = None  # the policy whose delay it waits out, if any
         self.approval: Any = None  # the caller's ApprovalDecision for it, if any
         # (code, message): refused at submission (a quota), before it fans out.
         self.refusal: tuple[Any, str] | None = None
@@ -290,6 +303,19 @@ class Run:
             if self.result is not None:
                 return False
             self.result = result
+            return True
+
+    def note_policy(self, policy: Any, *, admitted: bool) -> bool:
+        """Record that `policy` admitted the call (or delays it); False if the
+        call has its result already (then that policy is told it directly)."""
+        with self._lock:
+            if self.result is not None:
+                return False
+            if admitted:
+                self.consulted.append(policy)
+                self.delayed_by = None
+            else:
+                self.delayed_by = policy
             return True
 
     def interrupt(self) -> None:

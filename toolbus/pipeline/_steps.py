@@ -16,511 +16,63 @@ sync and async tools, and sync and async hooks, alike.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
-import logging
-import threading
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from collections.abc import Callable
+from typing import Any
 
-import orjson
-
-from .._json import dumps as json_dumps
 from ..bus import _signals as sig
 from ..bus._events import (
-    CallCancelled,
-    CallFinished,
-    CallRejected,
     Executed,
     Executing,
     Failed,
     LateResult,
     Progress,
     RetryAttempt,
-    RetryExhausted,
-    RetrySuccess,
     TimedOut,
 )
 from ..bus._events import WorkerKilled as WorkerKilled_
-from ..bus._publisher import Emitter
-from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
-from ..models import ErrorCode, Status, ToolCall, ToolResult, idempotency_key_problem
+from ..models import ErrorCode, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import (
-    ArgumentError,
-    Tool,
     ToolContext,
     ToolFailure,
     error_text,
     normalize_output,
 )
-from ..tools._tool import parse_json_arguments
+from ._admission import (
+    admit,
+)
 from ._faults import ToolCrashed, WorkerKilled
-from ._policies import Deferral, consult, tell_results
+from ._policies import Deferral, consult
+from ._results import (
+    _awaitable,
+    end_call,
+    finish,
+    log_contained,
+    make_result,
+)
 from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
-
-__all__ = [
-    "Hooks",
-    "Invoke",
-    "Journal",
-    "NestedCalls",
-    "Outcome",
-    "Services",
-    "Steps",
-    "Tally",
-    "after_timeout",
-    "attempt",
-    "current_run",
-    "end_call",
-    "finish",
-    "make_result",
-    "publish_killed",
-    "publish_progress",
-    "tool_exception_filter",
-]
-
-log = logging.getLogger("toolbus")
-
-# A step: yields awaitables to its driver, gets their values back, returns T.
-Steps = Generator[Awaitable[Any], Any, Any]
-
-# The call whose steps run in this context (with its executor's services): a
-# call made from inside a tool or hook is recognised as nested by it.
-current_run: contextvars.ContextVar[tuple[Services, Run] | None] = contextvars.ContextVar(
-    "toolbus_current_run", default=None
+from ._services import (
+    DONE,
+    LOST,
+    Invoke,
+    Outcome,
+    Services,
+    Steps,
+    current_run,
+    log,
+    tool_exception_filter,
 )
 
-# Set by a caller around its calls (a framework's node): sees each exception a
-# tool raises and may return another to judge the attempt by. LangGraph's
-# `ToolbusNode` takes an `interrupt()` (a GraphBubbleUp, the graph's and not
-# the tool's failure) back to the graph this way, whatever kind the tool is.
-tool_exception_filter: contextvars.ContextVar[
-    Callable[[BaseException], BaseException | None] | None
-] = contextvars.ContextVar("toolbus_tool_exception_filter", default=None)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What became of a run after a step, for the supervisor's books.
-
-    kind: "done" (this step finished the call), "retry" (after `delay`), "lost"
-    (someone else settled it first), "late" (the tool returned after the
-    call was settled without it) or "delay" (a policy asks again after
-    `delay`, or when `until` is done: the call has not started). `timed_out`:
-    the attempt overran its deadline and the step itself decided so (the
-    supervisor's timer had not fired yet).
-    """
-
-    kind: Literal["done", "retry", "lost", "late", "delay"]
-    delay: float = 0.0
-    late: LateResult | None = None
-    timed_out: bool = False
-    # "delay": a policy asks again when this (a concurrent.futures.Future) is done.
-    until: Any = None
-
-
-DONE = Outcome("done")
-LOST = Outcome("lost")
-
-
-class Hooks(Protocol):
-    """The executor's extension points, as the pipeline calls them (each may
-    return an awaitable)."""
-
-    def pre_execute(self, call: ToolCall) -> Any: ...
-    def is_allowed(self, call: ToolCall) -> Any: ...
-    def mask_arguments(self, call: ToolCall) -> Any: ...
-    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> Any: ...
-    def post_execute(self, call: ToolCall, result: ToolResult) -> Any: ...
-
-
-class Tally:
-    """A count bumped from any thread (workers killed)."""
-
-    __slots__ = ("_lock", "value")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.value = 0
-
-    def add(self, n: int = 1) -> None:
-        with self._lock:
-            self.value += n
-
-
-class Journal(Protocol):
-    """What the steps need of a durable journal (`toolbus.journal`)."""
-
-    def begin(self, run: Run, key: str) -> Awaitable[ToolResult | None]:
-        """Record the intent of a mutating call (synced); resolves to the
-        recorded result if a call with this key already ended ok."""
-        ...
-
-    def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None: ...
-
-    def ended(self, run: Run, result: ToolResult) -> None: ...
-
-
-class NestedCalls(Protocol):
-    """How a tool runs calls of its own on the executor running it, as nested
-    calls of its run (a `toolbus.tools.sequence` runs its steps so)."""
-
-    def tool(self, name: str) -> Tool | None:
-        """The executor's registered tool of that name, if any."""
-        ...
-
-    def call(self, tool: Tool, call: ToolCall, parent: Run) -> Awaitable[ToolResult]:
-        """Run `call` with `tool` (registered or not) through the executor's
-        pipeline, as a nested call of `parent` on its share of `max_parallel`;
-        resolves to its result. Awaited on the loop `parent`'s tool runs on."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    """What the steps share: read-only after the executor starts."""
-
-    emitter: Emitter
-    hooks: Hooks
-    max_argument_bytes: int
-    # The HMAC secret of idempotency keys (the journal's, or the executor's own).
-    key_secret: bytes = b""
-    journal: Journal | None = None
-    killed: Tally = field(default_factory=Tally)
-    # Executor(inject=...): "param" or "tool.param" -> fn(call), sync or async.
-    inject: Mapping[str, Callable[[ToolCall], Any]] = field(default_factory=dict)
-    # The executor's way in for calls its tools make of their own (None: none).
-    nested: NestedCalls | None = None
-
-
-# What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.
-_PLAIN = frozenset({ToolCall, ToolResult, RetryDecision, bool, type(None), dict, list, str})
-
-
-def _awaitable(value: Any) -> bool:
-    """Whether user code handed back something to await (an async hook's coroutine).
-
-    Each step writes `if _awaitable(v): v = yield v` where it calls a hook: a
-    generator per hook call (`yield from`) would cost more than the hook."""
-    return type(value) not in _PLAIN and inspect.isawaitable(value)
-
-
-def make_result(
-    run: Run,
-    status: Status,
-    *,
-    output: Any = None,
-    error: str | None = None,
-    code: ErrorCode | None = None,
-    attempts: int | None = None,
-    attachments: tuple[Any, ...] = (),
-    metadata: dict[str, Any] | None = None,
-) -> ToolResult:
-    # The validating constructor: pydantic-core makes it faster than model_construct.
-    return ToolResult(
-        call_id=run.call.id,
-        name=run.call.name,
-        status=status,
-        output=output,
-        error=error,
-        error_code=code,
-        attempts=run.attempt if attempts is None else attempts,
-        duration=run.elapsed(),
-        attachments=attachments,
-        metadata=metadata if metadata is not None else {},
-    )
-
-
-def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
-    if not scrubber:
-        return result
-    return result.model_copy(
-        update={
-            "output": scrubber.value(result.output),
-            "error": scrubber.text(result.error) if result.error else result.error,
-            "metadata": scrubber.value(result.metadata),
-            "attachments": tuple(
-                a.model_copy(update=scrubber.value(a.model_dump(exclude={"type"})))
-                for a in result.attachments
-            ),
-        }
-    )
-
-
-def finish(run: Run, result: ToolResult, svc: Services) -> bool:
-    """Make `result` the call's terminal result if it has none yet; announce it.
-
-    Returns False (and announces nothing) when someone else finished the call.
-    """
-    if run.completed_late and "completed_late" not in result.metadata:
-        # The model must not redo a side effect that did happen, only too late.
-        result = result.model_copy(update={"metadata": {**result.metadata, "completed_late": True}})
-    result = _scrubbed(run.scrubber, result)
-    if not run.try_complete(result):
-        return False
-    if run.consulted:
-        # Ours now: the policies that let the call through see how it ended
-        # (and a spill or cache may hand back another result to publish).
-        result = run.result = _scrubbed(run.scrubber, tell_results(run, result, svc))
-    if run.journaled:
-        try:
-            svc.journal.ended(run, result)  # type: ignore[union-attr]
-        except Exception as e:  # the result stands; the journal's failure is logged
-            log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
-    em = svc.emitter
-    bid, att, name = run.batch_id, result.attempts, run.call.name
-    pid = run.parent_call_id
-    if att > 1:
-        if result.status == "ok":
-            if em.wants(sig.RETRY_SUCCESS):
-                em.emit(
-                    sig.RETRY_SUCCESS,
-                    RetrySuccess(run.call.id, name, bid, att, att, parent_call_id=pid),
-                )
-        elif result.status in ("error", "timeout") and em.wants(sig.RETRY_EXHAUSTED):
-            em.emit(
-                sig.RETRY_EXHAUSTED,
-                RetryExhausted(
-                    run.call.id, name, bid, att, att, result.error or "", parent_call_id=pid
-                ),
-            )
-    if result.status == "rejected" and em.wants(sig.REJECTED):
-        em.emit(
-            sig.REJECTED,
-            CallRejected(
-                run.call.id,
-                name,
-                bid,
-                att,
-                result.error or "",
-                result.error_code or ErrorCode.TOOL_ERROR,
-                run.masked,
-                parent_call_id=pid,
-            ),
-        )
-    elif result.status == "cancelled" and em.wants(sig.CANCELLED):
-        em.emit(
-            sig.CANCELLED,
-            CallCancelled(
-                run.call.id,
-                name,
-                bid,
-                att,
-                result.error_code or ErrorCode.CANCELLED,
-                result.error or "",
-                parent_call_id=pid,
-            ),
-        )
-    if em.wants(sig.FINISHED):
-        em.emit(
-            sig.FINISHED,
-            CallFinished(run.call.id, name, bid, att, result, run.masked, parent_call_id=pid),
-        )
-    # The caller is woken by whoever closes the run's books (the scheduler),
-    # so its stats already count the call when `execute` returns.
-    return True
-
-
-def end_call(run: Run, svc: Services, status: Status, code: ErrorCode, message: str) -> Outcome:
-    """End the call with a result made here, no user code involved (a timeout,
-    a cancellation, an internal error): DONE, or LOST if it had a result."""
-    result = make_result(run, status, error=message, code=code)
-    return DONE if finish(run, result, svc) else LOST
-
-
-def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:
-    """Log a contained failure with its traceback, secrets scrubbed from all of it."""
-    text = "".join(traceback.format_exception(error))
-    log.warning("%s:\n%s", what, scrubber.text(text))
-
-
-# -- admission ------------------------------------------------------------------
-
-
-def _reject(run: Run, code: ErrorCode, message: str) -> ToolResult:
-    return make_result(run, "rejected", error=message, code=code, attempts=0)
-
-
-def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
-    raw = call.arguments
-    # Values the tool's schema types as secret are hidden whatever the masker does.
-    paths = run.tool.secret_paths if run.tool is not None else ()
-    try:
-        masked = svc.hooks.mask_arguments(call)
-        if _awaitable(masked):
-            masked = yield masked
-        if isinstance(masked, str | bytes) and not isinstance(raw, str):
-            try:
-                masked = orjson.loads(masked)
-            except orjson.JSONDecodeError:
-                pass
-        masked, typed = mask_paths(masked, raw, paths)
-        if masked is not raw:
-            # Whatever the masker returned (a text, a list, an object), what is
-            # published has every hidden value scrubbed from it.
-            masked, run.scrubber = published_arguments(raw, masked, typed)
-        run.masked = masked
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
-        # A broken masker must not leak: publish nothing of the arguments.
-        run.masked = None
-        run.scrubber = Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
-        log_contained(f"masker failed for call {call.id}", e, run.scrubber)
-
-
-def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
-    if isinstance(args, str):
-        return len(args) if len(args) * 4 <= limit else len(args.encode())
-    return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
-
-
-def admit(run: Run, svc: Services) -> Steps:
-    """Prepare a call for its first attempt; return why it is rejected, or None."""
-    run.phase = ADMISSION
-    tool = run.tool
-    assert tool is not None
-    call = run.call
-    key = run.origin.idempotency_key
-    if key is not None:
-        # A ToolCall checks its key when made; a mapping's (or a model_construct
-        # one's) comes here unchecked, and is answered, not run under another.
-        problem = idempotency_key_problem(key)
-        if problem is not None:
-            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid call: {problem}")
-    args: dict[str, Any] | str = call.arguments
-    limit = svc.max_argument_bytes
-    try:
-        size = _argument_size(args, limit)
-    except TypeError as e:
-        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
-    if size > limit:
-        return _reject(
-            run,
-            ErrorCode.INVALID_ARGUMENTS,
-            f"Arguments for '{call.name}' are {size} bytes; the limit is {limit} bytes",
-        )
-    if tool.type == "function" and isinstance(args, str):
-        try:
-            call = ToolCall.model_construct(
-                id=call.id, name=call.name, arguments=parse_json_arguments(args)
-            )
-        except ArgumentError as e:
-            return _reject(
-                run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}"
-            )
-        run.call = call
-    if tool.injected:
-        injected = yield from _inject(run, call, svc)
-        if isinstance(injected, ToolResult):
-            return injected
-        call = run.call = injected
-    try:
-        new = svc.hooks.pre_execute(call)
-        if _awaitable(new):
-            new = yield new
-        if not isinstance(new, ToolCall):
-            raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
-        # Raising is the documented way for a hook to refuse a call: logged
-        # without a traceback, it is not a fault.
-        yield from _mask(run, call, svc)
-        log.info("pre-call hook rejected call %s: %s", call.id, run.scrubber.text(error_text(e)))
-        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
-    if new.name != call.name:
-        yield from _mask(run, call, svc)
-        return _reject(
-            run,
-            ErrorCode.TOOL_NOT_ALLOWED,
-            f"a pre-call hook renamed '{call.name}' to '{new.name}'; calls cannot change tools",
-        )
-    if new.id != call.id:
-        new = ToolCall.model_construct(id=call.id, name=new.name, arguments=new.arguments)
-    run.call = new
-    yield from _mask(run, new, svc)
-    if tool.injected_required and isinstance(new.arguments, dict):
-        args = new.arguments
-        missing = [n for n in tool.injected if n in tool.injected_required and n not in args]
-        if missing:
-            names = ", ".join(f"'{n}'" for n in missing)
-            return _reject(
-                run,
-                ErrorCode.TOOL_UNAVAILABLE,
-                f"Tool '{new.name}' is unavailable: nothing supplied its injected parameter "
-                f"{names} (Executor(inject=...) or a pre-call hook does)",
-            )
-    try:
-        # An async authorizer is awaited: its coroutine object is not a yes.
-        allowed = svc.hooks.is_allowed(new)
-        if _awaitable(allowed):
-            allowed = yield allowed
-        allowed = bool(allowed)
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
-        log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
-        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
-    if not allowed:
-        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{new.name}' is not allowed")
-    try:
-        run.params = tool.parse(new.arguments)
-    except ArgumentError as e:
-        return _reject(run, ErrorCode.INVALID_ARGUMENTS, str(e))
-    except Exception as e:
-        return _reject(
-            run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{new.name}': {error_text(e)}"
-        )
-    run.admitted = True
-    return None
-
-
-def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
-    """Refuse a model-supplied value for an injected parameter (on the arguments
-    as the model sent them) and fill the injected values `Executor(inject=...)`
-    supplies. Returns the call with them, or why it is rejected."""
-    tool = run.tool
-    assert tool is not None
-    args = call.arguments
-    if not isinstance(args, dict):
-        return call  # unparseable: validation says so
-    given = [n for n in tool.injected_names if n in args]
-    if given:
-        names = ", ".join(f"'{n}'" for n in given)
-        return _reject(
-            run,
-            ErrorCode.INVALID_ARGUMENTS,
-            f"Invalid arguments for '{call.name}': {names} cannot be set by the model "
-            "(the application supplies it); leave it out",
-        )
-    providers = svc.inject
-    if not providers:
-        return call
-    values: dict[str, Any] = {}
-    for name in tool.injected:
-        fn = providers.get(f"{call.name}.{name}") or providers.get(name)
-        if fn is None:
-            continue
-        try:
-            value = fn(call)
-            if _awaitable(value):
-                value = yield value
-        except (Exception, asyncio.CancelledError) as e:  # the provider's own, too
-            # Refused like a pre-call hook that raises; whatever was supplied
-            # so far is masked (and scrubbed from the message) first.
-            yield from _mask(run, call.with_arguments({**args, **values}), svc)
-            log.info(
-                "injecting '%s' failed for call %s: %s",
-                name,
-                call.id,
-                run.scrubber.text(error_text(e)),
-            )
-            return _reject(
-                run,
-                ErrorCode.TOOL_NOT_ALLOWED,
-                run.scrubber.text(f"Could not supply '{name}': {error_text(e)}"),
-            )
-        values[name] = value
-    return call.with_arguments({**args, **values}) if values else call
-
+__all__ = [
+    "after_failure",
+    "after_timeout",
+    "attempt",
+    "complete",
+    "publish_killed",
+    "publish_progress",
+]
 
 # -- attempts -------------------------------------------------------------------
 
@@ -581,7 +133,6 @@ def _progress_sink(svc: Services, run: Run) -> Any:
 # How a backend runs the tool itself: `invoke(run, params, ctx)`, returning the
 # value or a coroutine. The default calls `tool.invoke` here; a process backend
 # ships the call to a worker instead.
-Invoke = Callable[[Run, Any, ToolContext], Any]
 
 
 def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> Steps:
@@ -589,33 +140,34 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     if not run.is_live(n):
         return LOST
     current_run.set((svc, run))
-    if n == 1:
-        if not run.admitted:  # (admitted before a policy's delay)
-            rejection = yield from admit(run, svc)
-            if rejection is not None:
-                if not run.try_settle(n):
-                    return LOST
-                return DONE if finish(run, rejection, svc) else LOST
-            if not run.is_live(n):
+    # Whatever attempt this is: one that timed out in its pre-call hooks or in
+    # a policy's decision left the rest undone, and a retry must not skip it.
+    if not run.admitted:  # (admitted already before a policy's delay)
+        rejection = yield from admit(run, svc)
+        if rejection is not None:
+            if not run.try_settle(n):
                 return LOST
-        if run.policy_at < len(run.policies):
-            decided = yield from consult(run, svc)
-            if decided is not None:
-                if not run.try_settle(n):
-                    return LOST
-                if type(decided) is Deferral:
-                    return Outcome("delay", decided.seconds, until=decided.until)
-                return DONE if finish(run, decided, svc) else LOST
-            if not run.is_live(n):
+            return DONE if finish(run, rejection, svc) else LOST
+        if not run.is_live(n):
+            return LOST
+    if run.policy_at < len(run.policies):
+        decided = yield from consult(run, svc)
+        if decided is not None:
+            if not run.try_settle(n):
                 return LOST
-        if svc.journal is not None and not run.read_only:
-            replayed = yield from _journal_intent(run, svc)
-            if not run.is_live(n):
+            if type(decided) is Deferral:
+                return Outcome("delay", decided.seconds, until=decided.until)
+            return DONE if finish(run, decided, svc) else LOST
+        if not run.is_live(n):
+            return LOST
+    if svc.journal is not None and not run.read_only and not run.journaled:
+        replayed = yield from _journal_intent(run, svc)
+        if not run.is_live(n):
+            return LOST
+        if replayed is not None:
+            if not run.try_settle(n):
                 return LOST
-            if replayed is not None:
-                if not run.try_settle(n):
-                    return LOST
-                return DONE if finish(run, replayed, svc) else LOST
+            return DONE if finish(run, replayed, svc) else LOST
     tool = run.tool
     assert tool is not None
     em = svc.emitter

@@ -1,12 +1,16 @@
 """Policies: what is decided about a call before it runs, composed like tenacity strategies.
 
+Built in: `rate_limit`, `quota`, `circuit_breaker` (docs/policies.md).
 Give them to one tool (`@registry.tool(policies=[...])`) or to every tool
 (`Executor(policies=[...])`). See `_protocol.py` for when each part is asked,
 and docs/extending.md for writing one.
 """
 
 from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
+from ._adaptive import AdaptiveTimeout, adaptive_timeout
 from ._approve import requires_approval
+from ._breaker import CircuitBreaker, circuit_breaker
+from ._cache import Cache, cache
 from ._protocol import (
     Admit,
     BasePolicy,
@@ -17,6 +21,8 @@ from ._protocol import (
     RequireApproval,
     Respond,
 )
+from ._quota import Quota, quota
+from ._rate_limit import RateLimit, rate_limit
 from ._signals import (
     CACHE_HIT,
     CIRCUIT_CLOSED,
@@ -29,6 +35,7 @@ from ._signals import (
     announce,
     call_timeout,
 )
+from ._spill import Spill, spill
 
 __all__ = [
     "CACHE_HIT",
@@ -36,21 +43,33 @@ __all__ = [
     "CIRCUIT_HALF_OPEN",
     "CIRCUIT_OPEN",
     "THROTTLED",
+    "AdaptiveTimeout",
     "Admit",
     "ApprovalDecision",
     "ApprovalRequest",
     "BasePolicy",
+    "Cache",
     "CacheHit",
+    "CircuitBreaker",
     "CircuitChanged",
     "Decision",
     "Delay",
     "Policy",
+    "Quota",
+    "RateLimit",
     "Reject",
     "RequireApproval",
     "Respond",
+    "Spill",
     "Throttled",
+    "adaptive_timeout",
     "announce",
     "arguments_digest",
+    "cache",
     "call_timeout",
+    "circuit_breaker",
+    "quota",
+    "rate_limit",
     "requires_approval",
+    "spill",
 ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..models import ErrorCode, ToolCall
-from ._protocol import Admit, Reject, check_policies, policy_name
+from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -56,7 +56,7 @@ class PolicySet:
                 tool,
                 tuple(p for p in every if not getattr(p, "at_submission", False)),
                 tuple(p for p in every if getattr(p, "at_submission", False)),
-                tuple(p for p in every if callable(getattr(p, "timeout", None))),
+                tuple(p for p in every if _sets_timeouts(p)),
             )
             self._guards[id(tool)] = found
         return found if found.chain or found.at_submission or found.timing else None
@@ -64,6 +64,12 @@ class PolicySet:
     def all_tools(self) -> Sequence[Tool]:
         """Tools the executor's policies bring along (a spill's `read_artifact`)."""
         return tuple(t for p in self.policies for t in _tools(p))
+
+
+def _sets_timeouts(policy: Any) -> bool:
+    """Whether `policy` has a `timeout` of its own (BasePolicy's returns the default)."""
+    method = getattr(type(policy), "timeout", None)
+    return callable(method) and method is not BasePolicy.timeout
 
 
 def _applies(policy: Any, tool: Tool) -> bool:

@@ -9,28 +9,34 @@
 `arun_agent` is the async twin (AsyncOpenAI, AsyncAnthropic). The provider
 follows the client: an Anthropic client speaks Messages, an OpenAI client Chat
 Completions unless `api="responses"`. Both drivers run the same turn logic
-(`_turns`), which never does I/O itself: it yields "ask the model" and "run
-these calls" steps, so the sync and async loops cannot drift apart.
+(`_turns`), which never does I/O itself: it yields "ask the model", "run these
+calls" and "ask the approver" steps, so the sync and async loops cannot drift
+apart. What a turn whose calls wait for an approval does is in `_approvals`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ..approvals import ApprovalDecision, ApprovalRequest
 from ..executor import Executor
 from ..models import BatchResult, ToolCall, ToolResult
 from ..tools import ToolRegistry
 from . import anthropic as _anthropic
 from . import openai as _openai
+from ._approvals import Approve, Decide, RunCalls, Turn, check_approve, check_resume, settle
 from ._common import DEFAULT_MAX_LENGTH
 
 __all__ = ["AgentResult", "Api", "arun_agent", "run_agent"]
 
 Api = Literal["chat", "responses", "messages"]
 """OpenAI Chat Completions, the OpenAI Responses API, or Anthropic Messages."""
+
+StopReason = Literal["done", "max_turns", "approval"]
 
 DEFAULT_MAX_TOKENS = 4096
 """`max_tokens` sent to Anthropic (which requires it) when the caller gives none."""
@@ -48,21 +54,33 @@ class AgentResult:
     counts model calls. `stop_reason` is `"done"` when the model answered
     without calling a tool, `"max_turns"` when the turn limit ended the run
     (the last turn's calls were run and answered, so the conversation can be
-    resumed). `text` is the text of the last response.
+    resumed), `"approval"` when calls of the last turn wait for a decision.
+    `text` is the text of the last response.
+
+    `pending` holds the `ApprovalRequest`s of a run stopped for approval
+    (empty otherwise). Its `messages` end with the turn whose calls wait,
+    unanswered, and its last batch has them `deferred`; pass it back as
+    `resume=` with `messages=result.messages` to finish that turn and go on.
+    `pending_turn` is what that needs (the turn's calls, results so far and
+    response); leave it to the loop.
     """
 
     messages: list[Any]
     response: Any
     batches: tuple[BatchResult, ...]
     turns: int
-    stop_reason: Literal["done", "max_turns"]
+    stop_reason: StopReason
     text: str
+    pending: tuple[ApprovalRequest, ...] = ()
+    pending_turn: Turn | None = field(default=None, repr=False)
 
 
 # -- one class per API: how to ask, what to read, what to append ---------------------
 
 
 class _Format(Protocol):
+    api: str
+
     def method(self, client: Any) -> Callable[..., Any]: ...
 
     def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]: ...
@@ -81,6 +99,8 @@ class _Format(Protocol):
 
 
 class _Chat:
+    api = "chat"
+
     def method(self, client: Any) -> Callable[..., Any]:
         return client.chat.completions.create  # type: ignore[no-any-return]
 
@@ -111,6 +131,8 @@ class _Chat:
 
 
 class _Responses:
+    api = "responses"
+
     def method(self, client: Any) -> Callable[..., Any]:
         return client.responses.create  # type: ignore[no-any-return]
 
@@ -136,6 +158,8 @@ class _Responses:
 
 
 class _Messages:
+    api = "messages"
+
     def method(self, client: Any) -> Callable[..., Any]:
         return client.messages.create  # type: ignore[no-any-return]
 
@@ -195,11 +219,6 @@ class _Ask:
 
 
 @dataclass(frozen=True)
-class _Run:
-    calls: list[ToolCall]
-
-
-@dataclass(frozen=True)
 class _Settings:
     model: str
     tools: list[Any]
@@ -208,27 +227,83 @@ class _Settings:
     strict: bool
     max_turns: int
     max_length: int
+    ask: bool  # there is an `approve=` to ask about deferred calls
+
+
+_Step = _Ask | RunCalls | Decide
+
+
+@dataclass
+class _Progress:
+    """The run so far: what every `AgentResult` is made of."""
+
+    history: list[Any]
+    batches: list[BatchResult]
+    turns: int = 0
+    response: Any = None
+
+    def result(self, fmt: _Format, stop: StopReason, pending: Turn | None = None) -> AgentResult:
+        return AgentResult(
+            messages=self.history,
+            response=self.response,
+            batches=tuple(self.batches),
+            turns=self.turns,
+            stop_reason=stop,
+            text=fmt.text(self.response),
+            pending=pending.requests if pending is not None else (),
+            pending_turn=pending,
+        )
 
 
 def _turns(
-    fmt: _Format, history: list[Any], s: _Settings
-) -> Generator[_Ask | _Run, Any, AgentResult]:
-    """Up to `max_turns` model calls, each followed by one batch of its tool calls."""
-    batches: list[BatchResult] = []
-    response: Any = None
-    for turn in range(1, s.max_turns + 1):
-        response = yield _Ask(fmt.request(s.model, list(history), s.tools, s.options))
-        history.extend(fmt.turn(response))
+    fmt: _Format,
+    run: _Progress,
+    s: _Settings,
+    resume: Turn | None,
+    approvals: Mapping[str, ApprovalDecision],
+) -> Generator[_Step, Any, AgentResult]:
+    """Up to `max_turns` model calls, each followed by one batch of its tool calls;
+    first, with `resume` (its batch not in `run.batches`), the pending turn's
+    calls are finished and answered."""
+    if resume is not None:
+        pending = yield from _answer(fmt, run, s, resume, approvals)
+        if pending is not None:
+            return run.result(fmt, "approval", pending)
+    while run.turns < s.max_turns:
+        run.turns += 1
+        response = yield _Ask(fmt.request(s.model, list(run.history), s.tools, s.options))
+        run.response = response
+        items = fmt.turn(response)
+        run.history.extend(items)
         calls = fmt.calls(response, s.registry)
         if s.strict:
             calls = _openai.drop_strict_nulls(calls, s.registry)
         if not calls:
-            return AgentResult(history, response, tuple(batches), turn, "done", fmt.text(response))
-        batch: BatchResult = yield _Run(calls)
-        batches.append(batch)
-        history.extend(fmt.answers(response, batch.results, s.max_length))
-    text = fmt.text(response)
-    return AgentResult(history, response, tuple(batches), s.max_turns, "max_turns", text)
+            return run.result(fmt, "done")
+        batch: BatchResult = yield RunCalls(calls)
+        this = Turn(fmt.api, response, tuple(items), tuple(calls), batch)
+        pending = yield from _answer(fmt, run, s, this, {})
+        if pending is not None:
+            return run.result(fmt, "approval", pending)
+    return run.result(fmt, "max_turns")
+
+
+def _answer(
+    fmt: _Format,
+    run: _Progress,
+    s: _Settings,
+    turn: Turn,
+    approvals: Mapping[str, ApprovalDecision],
+) -> Generator[_Step, Any, Turn | None]:
+    """Settle the turn's approvals and append its batch; append its answers, or,
+    while calls still wait, return the turn as pending: the model is never
+    sent a `deferred` result, which it would take for a failure."""
+    batch = yield from settle(turn.calls, turn.batch, approvals, ask=s.ask)
+    run.batches.append(batch)
+    if batch.summary.deferred:
+        return dataclasses.replace(turn, batch=batch)
+    run.history.extend(fmt.answers(turn.response, batch.results, s.max_length))
+    return None
 
 
 def _start(
@@ -242,8 +317,11 @@ def _start(
     strict: bool,
     max_turns: int,
     max_length: int,
+    approve: Approve | None,
+    resume: AgentResult | None,
+    approvals: Mapping[str, ApprovalDecision] | None,
     options: dict[str, Any],
-) -> tuple[_Format, Generator[_Ask | _Run, Any, AgentResult]]:
+) -> tuple[_Format, Generator[_Step, Any, AgentResult]]:
     """Check the arguments, pick the format, and make the turn generator."""
     if max_turns < 1:
         raise ValueError("max_turns must be >= 1")
@@ -255,6 +333,10 @@ def _start(
     else:
         exported = [dict(t) for t in tools]
     history = [{"role": "user", "content": messages}] if isinstance(messages, str) else [*messages]
+    pending = check_resume(resume, approvals, history, fmt.api)
+    run = _Progress(history, [])
+    if resume is not None and pending is not None:  # a resumed run goes on counting
+        run = _Progress(history, list(resume.batches[:-1]), resume.turns, pending.response)
     settings = _Settings(
         model=model,
         tools=exported,
@@ -263,8 +345,9 @@ def _start(
         strict=strict,
         max_turns=max_turns,
         max_length=max_length,
+        ask=approve is not None,
     )
-    return fmt, _turns(fmt, history, settings)
+    return fmt, _turns(fmt, run, settings, pending, approvals or {})
 
 
 # -- the drivers ----------------------------------------------------------------------
@@ -281,6 +364,9 @@ def run_agent(
     strict: bool = False,
     max_turns: int = 10,
     max_length: int = DEFAULT_MAX_LENGTH,
+    approve: Approve | None = None,
+    resume: AgentResult | None = None,
+    approvals: Mapping[str, ApprovalDecision] | None = None,
     **options: Any,
 ) -> AgentResult:
     """Run the model and its tool calls until it answers without calling a tool,
@@ -302,7 +388,20 @@ def run_agent(
     each result's text. `options` go into every request (`temperature`,
     `system` or `max_tokens` for Anthropic, `instructions`, ...).
     Errors of the model API (the SDK's exceptions) propagate.
+
+    Calls that need an approval (`toolbus.policies.requires_approval`) are
+    never answered `deferred`. With `approve`, a sync callable of the
+    `ApprovalRequest` that returns True, False or an `ApprovalDecision`, the
+    loop asks it about each such call, then runs the calls that were waiting
+    (the deferred ones and those held back behind them) with its decisions,
+    and the model reads their real results. Without it, or when a decision
+    does not run the call, the run stops with `stop_reason="approval"` and the
+    requests in `pending`; `resume=` that result, with
+    `messages=result.messages` and `approvals={call_id: decision}` (or
+    `approve`), finishes that turn and goes on with the run: its `batches`
+    and `turns` continue the stopped run's, and `max_turns` bounds them all.
     """
+    check_approve(approve, sync=True)
     fmt, steps = _start(
         client,
         api,
@@ -313,6 +412,9 @@ def run_agent(
         strict=strict,
         max_turns=max_turns,
         max_length=max_length,
+        approve=approve,
+        resume=resume,
+        approvals=approvals,
         options=options,
     )
     create = fmt.method(client)
@@ -325,8 +427,10 @@ def run_agent(
                 if inspect.isawaitable(reply):
                     _discard(reply)
                     raise TypeError("run_agent needs a sync client; use arun_agent")
+            elif isinstance(step, Decide):
+                reply = step.ask(approve)
             else:
-                reply = executor.execute_batch(step.calls)
+                reply = executor.execute_batch(step.calls, approvals=step.approvals)
     except StopIteration as stop:
         result: AgentResult = stop.value
         return result
@@ -345,13 +449,18 @@ async def arun_agent(
     strict: bool = False,
     max_turns: int = 10,
     max_length: int = DEFAULT_MAX_LENGTH,
+    approve: Approve | None = None,
+    resume: AgentResult | None = None,
+    approvals: Mapping[str, ApprovalDecision] | None = None,
     **options: Any,
 ) -> AgentResult:
     """Async twin of `run_agent`, for `openai.AsyncOpenAI`-like and
     `anthropic.AsyncAnthropic`-like clients; tool calls run through
     `aexecute_batch`, so the event loop is never blocked. Cancelling the
     awaiting task cancels the batch in flight (its calls end `cancelled`).
+    `approve` may be sync or async.
     """
+    check_approve(approve, sync=False)
     fmt, steps = _start(
         client,
         api,
@@ -362,6 +471,9 @@ async def arun_agent(
         strict=strict,
         max_turns=max_turns,
         max_length=max_length,
+        approve=approve,
+        resume=resume,
+        approvals=approvals,
         options=options,
     )
     create = fmt.method(client)
@@ -380,8 +492,10 @@ async def arun_agent(
                 if not inspect.isawaitable(pending):
                     raise TypeError("arun_agent needs an async client; use run_agent")
                 reply = await pending
+            elif isinstance(step, Decide):
+                reply = await step.aask(approve)
             else:
-                reply = await executor.aexecute_batch(step.calls)
+                reply = await executor.aexecute_batch(step.calls, approvals=step.approvals)
     except StopIteration as stop:
         result: AgentResult = stop.value
         return result

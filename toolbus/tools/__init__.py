@@ -7,6 +7,7 @@ from ._function import FunctionTool, ToolOptions, tool
 from ._injected import Injected
 from ._load import load_registry
 from ._output import OutputError, normalize_output
+from ._plugins import PluginError, PluginWarning
 from ._registry import DuplicateToolError, ToolRegistry
 from ._sequence import SequenceTool, sequence
 from ._tool import Tool, ToolType, parse_json_arguments
@@ -18,6 +19,8 @@ __all__ = [
     "FunctionTool",
     "Injected",
     "OutputError",
+    "PluginError",
+    "PluginWarning",
     "SequenceTool",
     "Tool",
     "ToolContext",

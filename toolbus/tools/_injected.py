@@ -9,7 +9,7 @@ An injected parameter is left out of the schema every export shows the model
 (OpenAI, Anthropic, MCP); a model that sends it anyway is refused on the raw
 arguments; its value comes from `Executor(inject=...)` or a pre-call hook; and
 it is masked in everything toolbus publishes, whatever its name. The pipeline
-applies these rules (`pipeline/_steps.py`, admission); this module only knows
+applies these rules (`pipeline/_admission.py`); this module only knows
 which parameters are injected and what the model is shown.
 """
 

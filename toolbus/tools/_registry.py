@@ -5,11 +5,12 @@ from __future__ import annotations
 import builtins
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Unpack, cast, overload
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self, Unpack, cast, overload
 
 from ..retry import RetryPolicy
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
+from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
 
 if TYPE_CHECKING:
@@ -32,29 +33,43 @@ class ToolRegistry:
     def __init__(self, tools: list[Tool | AnyFunction] | None = None) -> None:
         self._lock = threading.Lock()
         self._tools: dict[str, Tool] = {}
+        # What `load_entry_points` skipped, every time it was called, in order.
+        self.plugin_errors: builtins.list[PluginError] = []
         for t in tools or ():
             self.register(t)
+
+    @classmethod
+    def from_entry_points(cls, group: str = ENTRY_POINT_GROUP) -> Self:
+        """A new registry of the tools installed packages publish under the
+        entry-point group `group` (see `load_entry_points`)."""
+        registry = cls()
+        registry.plugin_errors.extend(load_plugins(registry, group))
+        return registry
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> builtins.list[PluginError]:
+        """Register the tools installed packages publish under the entry-point
+        group `group` (`toolbus.tools`).
+
+        An entry point's value is a `Tool`, a `ToolRegistry` (all its tools),
+        or a callable taking no arguments that returns one of those or an
+        iterable of tools. Modules are imported now, never at `import toolbus`.
+        A broken plugin (its import fails, its value is none of those, calling
+        it raises) is skipped, and so is a tool whose name is taken (by this
+        registry's own tools or an earlier plugin's): each is a `PluginWarning`
+        and a `PluginError`, returned and added to `plugin_errors`.
+        """
+        problems = load_plugins(self, group)
+        self.plugin_errors.extend(problems)
+        return problems
 
     def register(self, tool: Tool | AnyFunction) -> Tool:
         """Add a tool (or a plain function, made a tool); duplicate names are an error."""
         t = tool if isinstance(tool, Tool) else FunctionTool(tool)
-        # Tools its policies bring along (a spill's read_artifact) come with it.
-        extra = [x for p in t.policies for x in (getattr(p, "tools", None) or tuple)()]
+        extra = _policy_tools(t)  # the policies' code, run outside the lock
         with self._lock:
             if t.name in self._tools:
                 raise DuplicateToolError(f"a tool named {t.name!r} is already registered")
-            added = {t.name: t}
-            for x in extra:
-                known = self._tools.get(x.name, added.get(x.name))
-                if known is x:
-                    continue
-                if known is not None:
-                    raise DuplicateToolError(
-                        f"tool {t.name!r}: its policies bring a tool named {x.name!r}, "
-                        "and one by that name is already registered"
-                    )
-                added[x.name] = x
-            self._tools = {**self._tools, **added}
+            self._tools = {**self._tools, t.name: t, **_brought(t, extra, self._tools)}
         return t
 
     def unregister(self, name: str) -> Tool:
@@ -234,6 +249,28 @@ class ToolRegistry:
         return make(fn) if fn is not None else make
 
 
+def _policy_tools(t: Tool) -> builtins.list[Tool]:
+    """The tools `t`'s policies bring along (a spill's read_artifact)."""
+    return [x for p in t.policies for x in (getattr(p, "tools", None) or tuple)()]
+
+
+def _brought(t: Tool, extra: Iterable[Tool], known: Mapping[str, Tool]) -> dict[str, Tool]:
+    """Those of `extra` (the tools `t`'s policies bring) that `known` lacks;
+    `DuplicateToolError` if `known`, or `t` itself, has another by such a name."""
+    added: dict[str, Tool] = {}
+    for x in extra:
+        found = added.get(x.name, known.get(x.name, t if x.name == t.name else None))
+        if found is x:
+            continue
+        if found is not None:
+            raise DuplicateToolError(
+                f"tool {t.name!r}: its policies bring a tool named {x.name!r}, "
+                "and one by that name is already registered"
+            )
+        added[x.name] = x
+    return added
+
+
 def _renamed(tool: Tool, name: str) -> Tool:
     """A copy of `tool` called `name`: every attribute shared, the name its own.
 
@@ -244,6 +281,49 @@ def _renamed(tool: Tool, name: str) -> Tool:
     clone.__dict__.update(tool.__dict__)
     clone.name = name
     return clone
+
+
+def reconfigured(tool: Tool, **attributes: Any) -> Tool:
+    """A copy of `tool` with `attributes` set, checked as a new tool is.
+
+    The original is untouched (other executors, other registries may hold it).
+    The copy's options are checked again (`Tool._check_options`, the backend
+    pairing), so a value no tool could be made with fails here, as TypeError
+    or ValueError naming the tool and the option.
+    """
+    clone = _renamed(tool, tool.name)
+    for name, value in attributes.items():
+        if not hasattr(tool, name):
+            raise AttributeError(f"tool {tool.name!r} has no attribute {name!r}")
+        setattr(clone, name, value)
+    clone._check_options()
+    from ..backends import check_tool_backend  # the backends layer sits above tools
+
+    check_tool_backend(clone)
+    return clone
+
+
+def registry_view(registry: ToolRegistry, replaced: Mapping[str, Tool | None]) -> ToolRegistry:
+    """A new registry holding `registry`'s tools, in its order, except those
+    named in `replaced`: swapped for the tool given, or left out for None.
+
+    `registry` is read once and never changed. Tools the new tools' policies
+    bring along are added (`DuplicateToolError` if a name they bring is taken).
+    """
+    unknown = [n for n in replaced if n not in registry]
+    if unknown:
+        raise KeyError(f"no tool named {_quoted(unknown)} in the registry")
+    view = ToolRegistry()
+    tools: dict[str, Tool] = {}
+    for t in registry.list():
+        swapped = replaced.get(t.name, t)
+        if swapped is not None:
+            tools[t.name] = swapped
+    for swapped in replaced.values():
+        if swapped is not None:
+            tools.update(_brought(swapped, _policy_tools(swapped), tools))
+    view._tools = tools
+    return view
 
 
 def _quoted(names: Sequence[str]) -> str:

@@ -1,0 +1,331 @@
+"""circuit_breaker: the state machine on a fake clock, then through an executor."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from tests.policy_clock import FakeClock, call, probe, result
+from toolbus import ErrorCode, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
+from toolbus.models import Status
+from toolbus.policies import (
+    CIRCUIT_CLOSED,
+    CIRCUIT_HALF_OPEN,
+    CIRCUIT_OPEN,
+    Admit,
+    BasePolicy,
+    CircuitBreaker,
+    CircuitChanged,
+    Decision,
+    Reject,
+    circuit_breaker,
+)
+
+
+def ask(b: CircuitBreaker, c: ToolCall, now: float) -> Admit | Reject:
+    decision = b.admit(c, probe, now)
+    assert isinstance(decision, Admit | Reject), decision
+    return decision
+
+
+def run(b: CircuitBreaker, now: float, status: Status, **kw: object) -> ToolCall:
+    """A call admitted at `now` and ended with `status` at once."""
+    c = call()
+    assert isinstance(ask(b, c, now), Admit)
+    b.on_result(c, result(c, status, **kw), now)  # type: ignore[arg-type]
+    return c
+
+
+def opened(b: CircuitBreaker, now: float = 0.0) -> None:
+    for _ in range(b.failures):
+        run(b, now, "error")
+    assert b.state("probe") == "open"
+
+
+# -- the state machine on a fake clock ------------------------------------------------------
+
+
+def test_failures_in_a_row_open_it_and_open_rejects_at_once() -> None:
+    b = circuit_breaker(failures=3, window=60, reset_after=30)
+    run(b, 0.0, "error")
+    run(b, 1.0, "timeout")
+    assert b.state("probe") == "closed"
+    run(b, 2.0, "error", code=ErrorCode.TOOL_CRASHED)
+    assert b.state("probe") == "open"
+    refused = ask(b, call(), 10.0)
+    assert isinstance(refused, Reject) and refused.code is ErrorCode.CIRCUIT_OPEN
+    assert "failed 3 times in a row" in refused.message and "in 22 s" in refused.message
+
+
+def test_a_success_clears_the_failures_and_old_failures_leave_the_window() -> None:
+    b = circuit_breaker(failures=3, window=10, reset_after=30)
+    run(b, 0.0, "error")
+    run(b, 1.0, "error")
+    run(b, 2.0, "ok")
+    run(b, 3.0, "error")
+    run(b, 4.0, "error")
+    assert b.state("probe") == "closed"  # two in a row since the success
+    run(b, 20.0, "error")  # the two before are older than the window
+    assert b.state("probe") == "closed"
+    run(b, 21.0, "error")
+    run(b, 22.0, "error")
+    assert b.state("probe") == "open"
+
+
+@pytest.mark.parametrize("status", ["rejected", "cancelled", "deferred"])
+def test_calls_that_did_not_fail_the_tool_are_not_failures(status: Status) -> None:
+    b = circuit_breaker(failures=1)
+    run(b, 0.0, status)
+    run(b, 0.0, "cancelled", attempts=1)  # cancelled while it ran: the caller's choice
+    run(b, 0.0, "error", attempts=0)  # an error that never ran the tool (a cache's answer)
+    assert b.state("probe") == "closed"
+
+
+def test_after_the_pause_one_trial_runs_and_its_success_closes_it() -> None:
+    b = circuit_breaker(failures=2, reset_after=30)
+    opened(b, 0.0)
+    assert isinstance(ask(b, call(), 29.9), Reject)
+    trial = call()
+    assert isinstance(ask(b, trial, 30.0), Admit)
+    assert b.state("probe") == "half-open"
+    other = ask(b, call(), 31.0)  # the trial runs: the others are still rejected
+    assert isinstance(other, Reject) and other.code is ErrorCode.CIRCUIT_OPEN
+    assert "trial call" in other.message
+    b.on_result(trial, result(trial, "ok"), 32.0)
+    assert b.state("probe") == "closed"
+    assert isinstance(ask(b, call(), 32.0), Admit)
+
+
+def test_a_failed_trial_opens_it_again_for_another_pause() -> None:
+    b = circuit_breaker(failures=2, reset_after=30)
+    opened(b, 0.0)
+    trial = call()
+    assert isinstance(ask(b, trial, 30.0), Admit)
+    b.on_result(trial, result(trial, "timeout"), 35.0)
+    assert b.state("probe") == "open"
+    assert isinstance(ask(b, call(), 64.9), Reject)  # 30 s from the failed trial
+    assert isinstance(ask(b, call(), 65.0), Admit)
+
+
+@pytest.mark.parametrize("status", ["rejected", "cancelled", "deferred"])
+def test_a_trial_that_ends_saying_nothing_lets_the_next_call_be_the_trial(status: Status) -> None:
+    """Never stuck half-open: a trial rejected by a later policy (or cancelled
+    while it waited, or deferred) is reported with no attempt; the next call
+    is the trial."""
+    b = circuit_breaker(failures=1, reset_after=30)
+    opened(b, 0.0)
+    trial = call()
+    assert isinstance(ask(b, trial, 30.0), Admit)
+    b.on_result(trial, result(trial, status, attempts=0), 30.5)
+    assert b.state("probe") == "half-open"
+    second = call()
+    assert isinstance(ask(b, second, 31.0), Admit)
+    b.on_result(second, result(second, "ok"), 31.5)
+    assert b.state("probe") == "closed"
+
+
+def test_a_trial_never_heard_of_lapses() -> None:
+    b = circuit_breaker(failures=1, reset_after=30)
+    opened(b, 0.0)
+    assert isinstance(ask(b, call(), 30.0), Admit)  # its result never comes
+    assert isinstance(ask(b, call(), 59.9), Reject)
+    late = call()
+    assert isinstance(ask(b, late, 60.0), Admit)  # presumed lost: another trial
+    b.on_result(late, result(late, "ok"), 61.0)
+    assert b.state("probe") == "closed"
+
+
+def test_results_of_calls_admitted_before_it_opened_do_not_count() -> None:
+    b = circuit_breaker(failures=2, reset_after=30)
+    slow_ok, slow_fail = call(), call()
+    assert isinstance(ask(b, slow_ok, 0.0), Admit)
+    assert isinstance(ask(b, slow_fail, 0.0), Admit)
+    opened(b, 1.0)
+    b.on_result(slow_ok, result(slow_ok, "ok"), 2.0)  # no: it started before the failures
+    assert b.state("probe") == "open"
+    b.on_result(slow_fail, result(slow_fail, "error"), 29.0)  # nor does this prolong the pause
+    assert isinstance(ask(b, call(), 31.0), Admit)
+
+
+def test_a_circuit_per_key_and_a_key_that_fails() -> None:
+    b = circuit_breaker(failures=1, key=lambda c: c.arguments["user"])  # type: ignore[index]
+    c = call(user="ann")
+    assert isinstance(ask(b, c, 0.0), Admit)
+    b.on_result(c, result(c, "error"), 0.0)
+    assert b.state("ann") == "open" and b.state("bob") == "closed"
+    assert isinstance(ask(b, call(user="ann"), 1.0), Reject)
+    assert isinstance(ask(b, call(user="bob"), 1.0), Admit)
+    failed = ask(b, ToolCall(name="probe", arguments={}), 1.0)
+    assert isinstance(failed, Reject) and failed.code is ErrorCode.TOOL_UNAVAILABLE
+    assert "circuit_breaker(1 in 60 s, per key)" in failed.message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"failures": 0}, "failures"),
+        ({"window": -1}, "window"),
+        ({"reset_after": 0}, "reset_after"),
+        ({"key": "user"}, "key must be a function"),
+    ],
+)
+def test_options_are_checked_when_made(kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises((TypeError, ValueError), match="circuit_breaker") as caught:
+        circuit_breaker(**kwargs)  # type: ignore[arg-type]
+    assert words in str(caught.value)
+
+
+# -- through an executor ------------------------------------------------------------------
+
+
+class FlakyService:
+    """A tool's backend that is down while `down` is set."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.entered = threading.Event()
+        self.proceed = threading.Event()
+        self.proceed.set()
+
+    def __call__(self, n: int) -> int:
+        with self.lock:
+            self.calls += 1
+        self.entered.set()
+        assert self.proceed.wait(10)
+        if self.down:
+            raise ToolError("the service is down")
+        return n
+
+
+def registry_with(service: FlakyService, **options: object) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, **options)  # type: ignore[call-overload]
+    def lookup(n: int) -> int:
+        return service(n)
+
+    return reg
+
+
+def lookup(n: int) -> ToolCall:
+    return ToolCall(id=f"l{n}", name="lookup", arguments={"n": n})
+
+
+def test_through_an_executor_it_opens_rejects_half_opens_and_closes(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=3, window=60, reset_after=30, clock=clock)
+    service = FlakyService()
+    ex = make_executor(registry_with(service), policies=[breaker])
+    for n in range(3):
+        assert ex.execute(lookup(n)).status == "error"
+    (opening,) = recorder.wait_for(CIRCUIT_OPEN)
+    assert isinstance(opening, CircuitChanged)
+    assert (opening.tool, opening.state, opening.failures, opening.call_id) == (
+        "lookup",
+        "open",
+        3,
+        "l2",
+    )
+    rejected = ex.execute(lookup(3))
+    assert rejected.status == "rejected" and rejected.error_code is ErrorCode.CIRCUIT_OPEN
+    assert rejected.attempts == 0 and service.calls == 3, "an open circuit never runs the tool"
+
+    clock.advance(30)
+    service.down = False
+    service.proceed.clear()
+    service.entered.clear()
+    outcome: list[str] = []
+    trial = threading.Thread(target=lambda: outcome.append(ex.execute(lookup(4)).status))
+    trial.start()
+    assert service.entered.wait(10)  # the trial is running
+    (half,) = recorder.wait_for(CIRCUIT_HALF_OPEN)
+    assert half.state == "half-open" and half.call_id == "l4"
+    meanwhile = ex.execute(lookup(5))
+    assert meanwhile.status == "rejected" and meanwhile.error_code is ErrorCode.CIRCUIT_OPEN
+    service.proceed.set()
+    trial.join(timeout=10)
+    assert outcome == ["ok"]
+    (closing,) = recorder.wait_for(CIRCUIT_CLOSED)
+    assert closing.state == "closed" and closing.call_id == "l4" and closing.failures == 0
+    assert ex.execute(lookup(6)).status == "ok"
+    states = [e.state for e in recorder.of(CIRCUIT_OPEN) + recorder.of(CIRCUIT_HALF_OPEN)
+              + recorder.of(CIRCUIT_CLOSED)]  # fmt: skip
+    assert sorted(states) == ["closed", "half-open", "open"]
+
+
+def test_a_failed_trial_reopens_it_with_an_event(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=1, reset_after=10, clock=clock)
+    service = FlakyService()
+    ex = make_executor(registry_with(service), policies=[breaker])
+    assert ex.execute(lookup(1)).status == "error"
+    clock.advance(10)
+    assert ex.execute(lookup(2)).status == "error"  # the trial, still down
+    opens = recorder.wait_for(CIRCUIT_OPEN, 2)
+    assert [e.call_id for e in opens] == ["l1", "l2"]
+    assert [e.call_id for e in recorder.wait_for(CIRCUIT_HALF_OPEN)] == ["l2"]
+    assert ex.execute(lookup(3)).error_code is ErrorCode.CIRCUIT_OPEN
+
+
+def test_retries_end_first_the_breaker_hears_the_terminal_result(
+    make_executor: MakeExecutor,
+) -> None:
+    breaker = circuit_breaker(failures=2)
+    attempts: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, retry=RetryPolicy(max_retries=3, backoff_base=0.001))
+    def shaky(n: int) -> int:
+        attempts.append(n)
+        if len(attempts) % 3:  # fails twice, then works
+            raise ConnectionError("blip")
+        return n
+
+    ex = make_executor(reg, policies=[breaker])
+    for n in range(3):
+        assert ex.execute(ToolCall(name="shaky", arguments={"n": n})).status == "ok"
+    assert len(attempts) == 9 and breaker.state("shaky") == "closed"
+
+
+class RejectFirst(BasePolicy):
+    """A later policy that rejects the first call it is asked about."""
+
+    name = "reject-first"
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def admit(self, call: ToolCall, tool: object, now: float) -> Decision:  # type: ignore[override]
+        self.asked += 1
+        if self.asked == 1:
+            return Reject(ErrorCode.TOOL_NOT_ALLOWED, "not this one")
+        return Admit()
+
+
+def test_a_trial_rejected_by_a_later_policy_does_not_leave_it_half_open(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=1, reset_after=5, clock=clock)
+    later = RejectFirst()
+    service = FlakyService()
+    ex = make_executor(registry_with(service, policies=[later]), policies=[breaker])
+    later.asked = 1  # let the failure through
+    assert ex.execute(lookup(1)).status == "error"
+    later.asked = 0  # the next call it is asked about, the trial, it rejects
+    clock.advance(5)
+    service.down = False
+    trial = ex.execute(lookup(2))
+    assert trial.status == "rejected" and trial.error_code is ErrorCode.TOOL_NOT_ALLOWED
+    assert breaker.state("lookup") == "half-open"
+    assert ex.execute(lookup(3)).status == "ok"  # the next call was the trial
+    assert breaker.state("lookup") == "closed"
+    assert [e.call_id for e in recorder.wait_for(CIRCUIT_CLOSED)] == ["l3"]

@@ -1,0 +1,361 @@
+"""rate_limit: the decisions on a fake clock, then the promise under real concurrency.
+
+The unit tests drive limits' in-memory storage and the policy with one fake
+clock (tests/policy_clock.py). The live tests count the limiter's own
+admissions (its `on_admit` hook, stamped on the storage's clock) and check
+that no 1-second window holds more than the rate.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+
+import pytest
+
+from tests.conftest import MakeExecutor, wait_until
+from tests.policy_clock import FakeClock, call, drive_limits_clock, probe
+from toolbus import ErrorCode, ToolCall, ToolRegistry, bus
+from toolbus.policies import THROTTLED, Admit, Delay, RateLimit, Reject, Throttled, rate_limit
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    drive_limits_clock(monkeypatch, fake)
+    return fake
+
+
+def ask(rl: RateLimit, clock: FakeClock, c: ToolCall) -> Admit | Delay | Reject:
+    decision = rl.admit(c, probe, clock())
+    assert isinstance(decision, Admit | Delay | Reject), decision
+    return decision
+
+
+def most_in_a_window(times: list[float], window: float = 1.0) -> int:
+    """The most admissions in any half-open window [t, t + window)."""
+    times = sorted(times)
+    return max((bisect.bisect_left(times, t + window) - i for i, t in enumerate(times)), default=0)
+
+
+# -- decisions on a fake clock --------------------------------------------------------
+
+
+def test_admits_the_rate_then_delays_until_the_oldest_leaves_the_window(clock: FakeClock) -> None:
+    rl = rate_limit("3/second", clock=clock)
+    for n in range(3):
+        assert isinstance(ask(rl, clock, call(n)), Admit)
+        clock.advance(0.1)
+    late = call(3, id="late")
+    delay = ask(rl, clock, late)  # at 1000.3: the first admission (1000.0) leaves at 1001.0
+    assert isinstance(delay, Delay)
+    assert delay.seconds == pytest.approx(0.7, abs=0.001)
+    clock.advance(delay.seconds)
+    assert isinstance(ask(rl, clock, late), Admit)
+    assert rl.waiting() == 0
+
+
+def test_the_window_moves_it_never_resets_on_a_boundary(clock: FakeClock) -> None:
+    """Fixed windows let 2N through across a boundary; a moving window never does."""
+    rl = rate_limit("3/second", clock=clock)
+    clock.set(1000.9)
+    for n in range(3):
+        assert isinstance(ask(rl, clock, call(n)), Admit)
+    clock.set(1001.1)  # a new fixed window; the moving one still holds all three
+    delay = ask(rl, clock, call(9))
+    assert isinstance(delay, Delay)
+    assert delay.seconds == pytest.approx(0.8, abs=0.001)
+
+
+def test_waiting_calls_get_turns_in_order_and_each_wakes_to_a_free_slot(clock: FakeClock) -> None:
+    """No thundering herd: 15 calls waiting on a 5/second limit are asked
+    again at their own turns, in arrival order, and each is admitted the first
+    time it is asked again (a herd would wake all of them at each opening)."""
+    admitted: list[tuple[float, str]] = []
+    rl = rate_limit("5/second", clock=clock, on_admit=lambda key, at: admitted.append((at, key)))
+    for n in range(5):  # spread over the first half second
+        assert isinstance(ask(rl, clock, call(n)), Admit)
+        clock.advance(0.1)
+    waiting = [call(n, id=f"w{n}") for n in range(15)]
+    turns: list[tuple[float, int, ToolCall]] = []
+    for i, c in enumerate(waiting):
+        d = ask(rl, clock, c)
+        assert isinstance(d, Delay)
+        turns.append((clock() + d.seconds, i, c))
+    assert rl.waiting() == 15
+    times = [t for t, _, _ in turns]
+    assert times == sorted(times), "turns follow the order of arrival"
+    # The k-th waiting call's turn: a window after the admission 5 places before it.
+    assert times[0] == pytest.approx(1001.0, abs=0.001)
+    assert times[4] == pytest.approx(1001.4, abs=0.001)
+    assert times[5] == pytest.approx(1002.0, abs=0.002)
+    order = []
+    asks = 0
+    for turn, i, c in sorted(turns):
+        clock.set(max(clock(), turn))
+        asks += 1
+        assert isinstance(ask(rl, clock, c), Admit), f"call {i} was not admitted at its turn"
+        order.append(i)
+    assert order == list(range(15)), "first come, first served"
+    assert asks == 15
+    assert most_in_a_window([t for t, _ in admitted]) <= 5
+    assert rl.waiting() == 0
+
+
+def test_a_call_ahead_that_started_late_moves_the_turns_behind_it(clock: FakeClock) -> None:
+    """Turns are reckoned from the calls ahead: one that started later than
+    its turn (a busy executor) moves the turn of the call a window behind it,
+    which is told so without the storage being asked."""
+    rl = rate_limit("2/second", clock=clock)
+    asked: list[str] = []
+    hit = rl._limiter.hit
+
+    def counting_hit(*args: object, **kwargs: object) -> bool:
+        asked.append("hit")
+        return hit(*args, **kwargs)  # type: ignore[arg-type]
+
+    rl._limiter.hit = counting_hit  # type: ignore[method-assign]
+    assert isinstance(ask(rl, clock, call(0)), Admit)
+    assert isinstance(ask(rl, clock, call(1)), Admit)
+    c2, c3, c4 = call(2, id="c2"), call(3, id="c3"), call(4, id="c4")
+    d2, d3, d4 = ask(rl, clock, c2), ask(rl, clock, c3), ask(rl, clock, c4)
+    assert isinstance(d2, Delay) and isinstance(d3, Delay) and isinstance(d4, Delay)
+    assert d2.seconds == pytest.approx(1.0, abs=0.001)
+    assert d4.seconds == pytest.approx(2.0, abs=0.001)  # a window after c2's turn
+    clock.set(1001.3)  # c2 and c3 come back late, and start
+    assert isinstance(ask(rl, clock, c2), Admit)
+    assert isinstance(ask(rl, clock, c3), Admit)
+    clock.set(1000.0 + d4.seconds)
+    before = len(asked)
+    later = ask(rl, clock, c4)  # a window after c2 *started*: 0.3 s more
+    assert isinstance(later, Delay) and later.seconds == pytest.approx(0.3, abs=0.001)
+    assert len(asked) == before, "the storage was not asked"
+    clock.advance(later.seconds)
+    assert isinstance(ask(rl, clock, c4), Admit)
+
+
+def test_a_turn_the_storage_refuses_is_given_the_next_opening_spaced_from_others(
+    clock: FakeClock,
+) -> None:
+    """Another process took the slots (simulated by hitting the shared storage
+    directly): the calls refused are spread at the rate's pace, not all woken
+    at the storage's next opening."""
+    rl = rate_limit("4/second", clock=clock)
+    for _ in range(4):  # "another process" fills the window at 1000.0
+        assert rl._limiter.hit(rl.item, "toolbus", "probe")
+    clock.advance(0.5)
+    waits = []
+    for n in range(3):
+        d = ask(rl, clock, call(n, id=f"r{n}"))
+        assert isinstance(d, Delay)
+        waits.append(d.seconds)
+    assert waits[0] == pytest.approx(0.5, abs=0.001)
+    assert waits[1] == pytest.approx(0.75, abs=0.001)
+    assert waits[2] == pytest.approx(1.0, abs=0.001)
+
+
+def test_max_wait_rejects_at_once_a_call_that_would_wait_longer(clock: FakeClock) -> None:
+    rl = rate_limit("2/second", max_wait=1.0, clock=clock)
+    assert isinstance(ask(rl, clock, call(0)), Admit)
+    assert isinstance(ask(rl, clock, call(1)), Admit)
+    assert isinstance(ask(rl, clock, call(2)), Delay)  # its turn: 1 s
+    assert isinstance(ask(rl, clock, call(3)), Delay)
+    refused = ask(rl, clock, call(4))  # its turn: 2 s away, more than it may wait
+    assert isinstance(refused, Reject)
+    assert refused.code is ErrorCode.RATE_LIMITED
+    assert "2 per 1 second" in refused.message
+    assert "2 s in all" in refused.message and "1 s it may wait" in refused.message
+    assert rl.waiting() == 2
+
+
+def test_max_wait_counts_from_the_first_delay(clock: FakeClock) -> None:
+    rl = rate_limit("1/second", max_wait=1.5, clock=clock)
+    assert isinstance(ask(rl, clock, call(0)), Admit)
+    slow = call(1, id="slow")
+    first = ask(rl, clock, slow)
+    assert isinstance(first, Delay)
+    # Another process takes the slot it woke for: its next opening is a second
+    # on, 2 s after it first waited in all: more than its 1.5 s.
+    clock.advance(first.seconds)
+    assert rl._limiter.hit(rl.item, "toolbus", "probe")
+    refused = ask(rl, clock, slow)
+    assert isinstance(refused, Reject) and refused.code is ErrorCode.RATE_LIMITED
+    assert rl.waiting() == 0
+
+
+def test_wait_false_rejects_saying_when_a_call_can_start(clock: FakeClock) -> None:
+    rl = rate_limit("1/second", wait=False, clock=clock)
+    assert isinstance(ask(rl, clock, call(0)), Admit)
+    clock.advance(0.25)
+    refused = ask(rl, clock, call(1))
+    assert isinstance(refused, Reject) and refused.code is ErrorCode.RATE_LIMITED
+    assert "1 per 1 second" in refused.message and "0.75 s" in refused.message
+    clock.advance(0.76)
+    assert isinstance(ask(rl, clock, call(2)), Admit)
+
+
+def test_a_limit_per_key(clock: FakeClock) -> None:
+    rl = rate_limit("1/second", key=lambda c: c.arguments["user"], clock=clock)  # type: ignore[index]
+    assert isinstance(ask(rl, clock, call(user="ann")), Admit)
+    assert isinstance(ask(rl, clock, call(user="bob")), Admit)
+    assert isinstance(ask(rl, clock, call(user="ann")), Delay)
+    assert isinstance(ask(rl, clock, call(user="cy")), Admit)
+
+
+def test_a_key_function_that_raises_rejects_the_call_naming_the_policy(clock: FakeClock) -> None:
+    def broken(c: ToolCall) -> str:
+        raise LookupError("no user in this context")
+
+    rl = rate_limit("5/second", key=broken, clock=clock)
+    refused = ask(rl, clock, call())
+    assert isinstance(refused, Reject) and refused.code is ErrorCode.TOOL_UNAVAILABLE
+    assert "rate_limit(5/second, per key)" in refused.message
+    assert "LookupError: no user in this context" in refused.message
+
+
+def test_a_waiting_call_that_never_comes_back_is_forgotten(clock: FakeClock) -> None:
+    """A call cancelled while it waits is not reported to the policy that
+    delayed it: its place is forgotten a window after its turn."""
+    rl = rate_limit("1/second", clock=clock)
+    assert isinstance(ask(rl, clock, call(0)), Admit)
+    assert isinstance(ask(rl, clock, call(1, id="gone")), Delay)
+    assert rl.waiting() == 1
+    clock.advance(5.0)
+    assert isinstance(ask(rl, clock, call(2)), Admit)
+    assert rl.waiting() == 0
+    assert not rl._expiries
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"rate": "lots"}, ValueError, "rate must be one rate like '10/second'"),
+        ({"rate": "0/second"}, ValueError, "at least 1 call"),
+        ({"rate": "10/second;50/minute"}, ValueError, "one rate"),
+        ({"rate": 10}, TypeError, "rate must be a string"),
+        ({"rate": "1/second", "max_wait": -1}, ValueError, "max_wait"),
+        ({"rate": "1/second", "wait": "yes"}, TypeError, "wait must be True or False"),
+        ({"rate": "1/second", "key": "user"}, TypeError, "key must be a function"),
+        ({"rate": "1/second", "storage": "nowhere://x"}, ValueError, "storage 'nowhere://x'"),
+    ],
+)
+def test_options_are_checked_when_made(kwargs: dict[str, object], error: type, words: str) -> None:
+    with pytest.raises(error, match="rate_limit") as caught:
+        rate_limit(**kwargs)  # type: ignore[arg-type]
+    assert words in str(caught.value)
+
+
+def test_its_name_says_the_rate() -> None:
+    assert rate_limit("10/second").name == "rate_limit(10/second)"
+    assert "per key" in rate_limit("10/second", key=lambda c: c.name).name
+
+
+# -- through an executor ------------------------------------------------------------------
+
+
+def test_fifty_a_second_holds_over_200_calls_from_8_threads_and_waits_hold_no_thread(
+    make_executor: MakeExecutor,
+) -> None:
+    admissions: list[float] = []
+    lock = threading.Lock()
+
+    def admitted(key: str, at: float) -> None:
+        with lock:
+            admissions.append(at)
+
+    rl = rate_limit("50/second", on_admit=admitted)
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def ping(n: int) -> int:
+        return n
+
+    ex = make_executor(reg, policies=[rl], max_parallel=8)
+    results: list[str] = []
+    start = threading.Barrier(8, timeout=10)
+
+    def client(k: int) -> None:
+        start.wait()
+        batch = ex.execute_batch(
+            [ToolCall(name="ping", arguments={"n": k * 25 + i}) for i in range(25)]
+        )
+        with lock:
+            results.extend(r.status for r in batch.results)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    before = threading.active_count()
+    for t in threads:
+        t.start()
+    # While most calls wait their turn, they are timers: no thread, no slot.
+    wait_until(lambda: rl.waiting() >= 100, what="100 calls waiting for the limit")
+    stats = ex.stats()
+    assert stats.in_flight <= 8 and stats.live_workers <= 8, stats
+    assert stats.timers >= 100 - stats.in_flight, stats
+    assert threading.active_count() <= before + 8 + 8 + 4, "the waits hold threads"
+    for t in threads:
+        t.join(timeout=30)
+    assert results.count("ok") == 200, results
+    assert len(admissions) == 200
+    assert most_in_a_window(admissions) <= 50
+    # 200 at 50 a second: the last ones start three windows after the first.
+    assert max(admissions) - min(admissions) >= 3.0
+
+
+def test_throttled_events_say_who_waits_how_long_for_which_limit(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rate_limit("2/second", key=lambda c: "team-a")])
+    def ping(n: int) -> int:
+        return n
+
+    ex = make_executor(reg)
+    batch = ex.execute_batch(
+        [ToolCall(id=f"p{n}", name="ping", arguments={"n": n}) for n in range(3)]
+    )
+    assert [r.status for r in batch.results] == ["ok", "ok", "ok"]
+    throttled: list[Throttled] = recorder.wait_for(THROTTLED)
+    first = throttled[0]
+    assert first.call_id == "p2" and first.tool == "ping" and first.attempt == 0
+    assert first.batch_id is not None and first.limit == "2 per 1 second" and first.key == "team-a"
+    assert 0 < first.wait <= 1.0
+
+
+def test_by_default_a_call_waits_no_longer_than_its_timeout(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.5, policies=[rate_limit("1/minute")])
+    def ping(n: int) -> int:
+        return n
+
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(name="ping", arguments={"n": 1})).status == "ok"
+    second = ex.execute(ToolCall(name="ping", arguments={"n": 2}))  # refused at once, not in 0.5 s
+    assert second.status == "rejected" and second.error_code is ErrorCode.RATE_LIMITED
+    assert "1 per 1 minute" in (second.error or "")
+    assert second.attempts == 0
+
+
+def test_a_cancelled_wait_ends_the_call_and_frees_nothing_it_did_not_take(
+    make_executor: MakeExecutor,
+) -> None:
+    rl = rate_limit("1/minute", max_wait=math.inf)
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def ping(n: int) -> int:
+        return n
+
+    ex = make_executor(reg, policies=[rl])
+    assert ex.execute(ToolCall(name="ping", arguments={"n": 1})).status == "ok"
+    done: list[str] = []
+    waiting = threading.Thread(
+        target=lambda: done.append(ex.execute(ToolCall(name="ping", arguments={"n": 2})).status)
+    )
+    waiting.start()
+    wait_until(lambda: rl.waiting() == 1, what="the second call waiting a minute")
+    ex.close(timeout=5)  # closing cancels it: it ends at once, holding nothing
+    waiting.join(timeout=10)
+    assert done == ["cancelled"]

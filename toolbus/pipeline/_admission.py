@@ -1,0 +1,214 @@
+"""Admission: a call made ready for its first attempt (size, JSON, injected
+values, pre-call hooks, masking, authorization, validation), or why it is
+rejected."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from .._json import dumps as json_dumps
+from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
+from ..models import ErrorCode, ToolCall, ToolResult, idempotency_key_problem
+from ..tools import (
+    ArgumentError,
+    error_text,
+)
+from ..tools._tool import parse_json_arguments
+from ._results import (
+    _awaitable,
+    log_contained,
+    make_result,
+)
+from ._run import ADMISSION, Run
+from ._services import (
+    Services,
+    Steps,
+    log,
+)
+
+# -- admission ------------------------------------------------------------------
+
+
+def _reject(run: Run, code: ErrorCode, message: str) -> ToolResult:
+    return make_result(run, "rejected", error=message, code=code, attempts=0)
+
+
+def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
+    raw = call.arguments
+    # Values the tool's schema types as secret are hidden whatever the masker does.
+    paths = run.tool.secret_paths if run.tool is not None else ()
+    try:
+        masked = svc.hooks.mask_arguments(call)
+        if _awaitable(masked):
+            masked = yield masked
+        if isinstance(masked, str | bytes) and not isinstance(raw, str):
+            try:
+                masked = orjson.loads(masked)
+            except orjson.JSONDecodeError:
+                pass
+        masked, typed = mask_paths(masked, raw, paths)
+        if masked is not raw:
+            # Whatever the masker returned (a text, a list, an object), what is
+            # published has every hidden value scrubbed from it.
+            masked, run.scrubber = published_arguments(raw, masked, typed)
+        run.masked = masked
+    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+        # A broken masker must not leak: publish nothing of the arguments.
+        run.masked = None
+        run.scrubber = Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
+        log_contained(f"masker failed for call {call.id}", e, run.scrubber)
+
+
+def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
+    if isinstance(args, str):
+        return len(args) if len(args) * 4 <= limit else len(args.encode())
+    return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
+
+
+def admit(run: Run, svc: Services) -> Steps:
+    """Prepare a call for its first attempt; return why it is rejected, or None."""
+    run.phase = ADMISSION
+    tool = run.tool
+    assert tool is not None
+    call = run.call
+    key = run.origin.idempotency_key
+    if key is not None:
+        # A ToolCall checks its key when made; a mapping's (or a model_construct
+        # one's) comes here unchecked, and is answered, not run under another.
+        problem = idempotency_key_problem(key)
+        if problem is not None:
+            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid call: {problem}")
+    args: dict[str, Any] | str = call.arguments
+    limit = svc.max_argument_bytes
+    try:
+        size = _argument_size(args, limit)
+    except TypeError as e:
+        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
+    if size > limit:
+        return _reject(
+            run,
+            ErrorCode.INVALID_ARGUMENTS,
+            f"Arguments for '{call.name}' are {size} bytes; the limit is {limit} bytes",
+        )
+    if tool.type == "function" and isinstance(args, str):
+        try:
+            call = ToolCall.model_construct(
+                id=call.id, name=call.name, arguments=parse_json_arguments(args)
+            )
+        except ArgumentError as e:
+            return _reject(
+                run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}"
+            )
+        run.call = call
+    if tool.injected:
+        injected = yield from _inject(run, call, svc)
+        if isinstance(injected, ToolResult):
+            return injected
+        call = run.call = injected
+    try:
+        new = svc.hooks.pre_execute(call)
+        if _awaitable(new):
+            new = yield new
+        if not isinstance(new, ToolCall):
+            raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
+    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+        # Raising is the documented way for a hook to refuse a call: logged
+        # without a traceback, it is not a fault.
+        yield from _mask(run, call, svc)
+        log.info("pre-call hook rejected call %s: %s", call.id, run.scrubber.text(error_text(e)))
+        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
+    if new.name != call.name:
+        yield from _mask(run, call, svc)
+        return _reject(
+            run,
+            ErrorCode.TOOL_NOT_ALLOWED,
+            f"a pre-call hook renamed '{call.name}' to '{new.name}'; calls cannot change tools",
+        )
+    if new.id != call.id:
+        new = ToolCall.model_construct(id=call.id, name=new.name, arguments=new.arguments)
+    run.call = new
+    yield from _mask(run, new, svc)
+    if tool.injected_required and isinstance(new.arguments, dict):
+        args = new.arguments
+        missing = [n for n in tool.injected if n in tool.injected_required and n not in args]
+        if missing:
+            names = ", ".join(f"'{n}'" for n in missing)
+            return _reject(
+                run,
+                ErrorCode.TOOL_UNAVAILABLE,
+                f"Tool '{new.name}' is unavailable: nothing supplied its injected parameter "
+                f"{names} (Executor(inject=...) or a pre-call hook does)",
+            )
+    try:
+        # An async authorizer is awaited: its coroutine object is not a yes.
+        allowed = svc.hooks.is_allowed(new)
+        if _awaitable(allowed):
+            allowed = yield allowed
+        allowed = bool(allowed)
+    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+        log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
+        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
+    if not allowed:
+        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{new.name}' is not allowed")
+    try:
+        run.params = tool.parse(new.arguments)
+    except ArgumentError as e:
+        return _reject(run, ErrorCode.INVALID_ARGUMENTS, str(e))
+    except Exception as e:
+        return _reject(
+            run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{new.name}': {error_text(e)}"
+        )
+    run.admitted = True
+    return None
+
+
+def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
+    """Refuse a model-supplied value for an injected parameter (on the arguments
+    as the model sent them) and fill the injected values `Executor(inject=...)`
+    supplies. Returns the call with them, or why it is rejected."""
+    tool = run.tool
+    assert tool is not None
+    args = call.arguments
+    if not isinstance(args, dict):
+        return call  # unparseable: validation says so
+    given = [n for n in tool.injected_names if n in args]
+    if given:
+        names = ", ".join(f"'{n}'" for n in given)
+        return _reject(
+            run,
+            ErrorCode.INVALID_ARGUMENTS,
+            f"Invalid arguments for '{call.name}': {names} cannot be set by the model "
+            "(the application supplies it); leave it out",
+        )
+    providers = svc.inject
+    if not providers:
+        return call
+    values: dict[str, Any] = {}
+    for name in tool.injected:
+        fn = providers.get(f"{call.name}.{name}") or providers.get(name)
+        if fn is None:
+            continue
+        try:
+            value = fn(call)
+            if _awaitable(value):
+                value = yield value
+        except (Exception, asyncio.CancelledError) as e:  # the provider's own, too
+            # Refused like a pre-call hook that raises; whatever was supplied
+            # so far is masked (and scrubbed from the message) first.
+            yield from _mask(run, call.with_arguments({**args, **values}), svc)
+            log.info(
+                "injecting '%s' failed for call %s: %s",
+                name,
+                call.id,
+                run.scrubber.text(error_text(e)),
+            )
+            return _reject(
+                run,
+                ErrorCode.TOOL_NOT_ALLOWED,
+                run.scrubber.text(f"Could not supply '{name}': {error_text(e)}"),
+            )
+        values[name] = value
+    return call.with_arguments({**args, **values}) if values else call

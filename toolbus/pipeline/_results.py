@@ -1,0 +1,168 @@
+"""A call's terminal result: made, scrubbed of secrets, told to its policies,
+claimed once and announced (`finish`)."""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from typing import Any
+
+from ..bus import _signals as sig
+from ..bus._events import (
+    CallCancelled,
+    CallFinished,
+    CallRejected,
+    RetryExhausted,
+    RetrySuccess,
+)
+from ..masking import Scrubber
+from ..models import ErrorCode, Status, ToolCall, ToolResult
+from ..retry import RetryDecision
+from ._policies import tell_results
+from ._run import Run
+from ._services import (
+    DONE,
+    LOST,
+    Outcome,
+    Services,
+    log,
+)
+
+_PLAIN = frozenset({ToolCall, ToolResult, RetryDecision, bool, type(None), dict, list, str})
+
+
+def _awaitable(value: Any) -> bool:
+    """Whether user code handed back something to await (an async hook's coroutine).
+
+    Each step writes `if _awaitable(v): v = yield v` where it calls a hook: a
+    generator per hook call (`yield from`) would cost more than the hook."""
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
+def make_result(
+    run: Run,
+    status: Status,
+    *,
+    output: Any = None,
+    error: str | None = None,
+    code: ErrorCode | None = None,
+    attempts: int | None = None,
+    attachments: tuple[Any, ...] = (),
+    metadata: dict[str, Any] | None = None,
+) -> ToolResult:
+    # The validating constructor: pydantic-core makes it faster than model_construct.
+    return ToolResult(
+        call_id=run.call.id,
+        name=run.call.name,
+        status=status,
+        output=output,
+        error=error,
+        error_code=code,
+        attempts=run.attempt if attempts is None else attempts,
+        duration=run.elapsed(),
+        attachments=attachments,
+        metadata=metadata if metadata is not None else {},
+    )
+
+
+def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
+    if not scrubber:
+        return result
+    return result.model_copy(
+        update={
+            "output": scrubber.value(result.output),
+            "error": scrubber.text(result.error) if result.error else result.error,
+            "metadata": scrubber.value(result.metadata),
+            "attachments": tuple(
+                a.model_copy(update=scrubber.value(a.model_dump(exclude={"type"})))
+                for a in result.attachments
+            ),
+        }
+    )
+
+
+def finish(run: Run, result: ToolResult, svc: Services) -> bool:
+    """Make `result` the call's terminal result if it has none yet; announce it.
+
+    Returns False (and announces nothing) when someone else finished the call.
+    """
+    if run.completed_late and "completed_late" not in result.metadata:
+        # The model must not redo a side effect that did happen, only too late.
+        result = result.model_copy(update={"metadata": {**result.metadata, "completed_late": True}})
+    result = _scrubbed(run.scrubber, result)
+    if not run.try_complete(result):
+        return False
+    if run.consulted or run.delayed_by is not None:
+        # Ours now: the policies that let the call through see how it ended
+        # (and a spill or cache may hand back another result to publish).
+        result = run.result = _scrubbed(run.scrubber, tell_results(run, result, svc))
+    if run.journaled:
+        try:
+            svc.journal.ended(run, result)  # type: ignore[union-attr]
+        except Exception as e:  # the result stands; the journal's failure is logged
+            log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
+    em = svc.emitter
+    bid, att, name = run.batch_id, result.attempts, run.call.name
+    pid = run.parent_call_id
+    if att > 1:
+        if result.status == "ok":
+            if em.wants(sig.RETRY_SUCCESS):
+                em.emit(
+                    sig.RETRY_SUCCESS,
+                    RetrySuccess(run.call.id, name, bid, att, att, parent_call_id=pid),
+                )
+        elif result.status in ("error", "timeout") and em.wants(sig.RETRY_EXHAUSTED):
+            em.emit(
+                sig.RETRY_EXHAUSTED,
+                RetryExhausted(
+                    run.call.id, name, bid, att, att, result.error or "", parent_call_id=pid
+                ),
+            )
+    if result.status == "rejected" and em.wants(sig.REJECTED):
+        em.emit(
+            sig.REJECTED,
+            CallRejected(
+                run.call.id,
+                name,
+                bid,
+                att,
+                result.error or "",
+                result.error_code or ErrorCode.TOOL_ERROR,
+                run.masked,
+                parent_call_id=pid,
+            ),
+        )
+    elif result.status == "cancelled" and em.wants(sig.CANCELLED):
+        em.emit(
+            sig.CANCELLED,
+            CallCancelled(
+                run.call.id,
+                name,
+                bid,
+                att,
+                result.error_code or ErrorCode.CANCELLED,
+                result.error or "",
+                parent_call_id=pid,
+            ),
+        )
+    if em.wants(sig.FINISHED):
+        em.emit(
+            sig.FINISHED,
+            CallFinished(run.call.id, name, bid, att, result, run.masked, parent_call_id=pid),
+        )
+    # The caller is woken by whoever closes the run's books (the scheduler),
+    # so its stats already count the call when `execute` returns.
+    return True
+
+
+def end_call(run: Run, svc: Services, status: Status, code: ErrorCode, message: str) -> Outcome:
+    """End the call with a result made here, no user code involved (a timeout,
+    a cancellation, an internal error): DONE, or LOST if it had a result."""
+    result = make_result(run, status, error=message, code=code)
+    return DONE if finish(run, result, svc) else LOST
+
+
+def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:
+    """Log a contained failure with its traceback, secrets scrubbed from all of it."""
+    text = "".join(traceback.format_exception(error))
+    log.warning("%s:\n%s", what, scrubber.text(text))

@@ -1,0 +1,141 @@
+"""What a call's steps share: their executor's services, the outcome a step
+reports, and the context variables that mark a nested call."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ..bus._events import (
+    LateResult,
+)
+from ..bus._publisher import Emitter
+from ..models import ToolCall, ToolResult
+from ..retry import AttemptFailure
+from ..tools import (
+    Tool,
+    ToolContext,
+)
+from ._run import Run
+
+log = logging.getLogger("toolbus")
+
+# A step: yields awaitables to its driver, gets their values back, returns T.
+Steps = Generator[Awaitable[Any], Any, Any]
+
+# The call whose steps run in this context (with its executor's services): a
+# call made from inside a tool or hook is recognised as nested by it.
+current_run: contextvars.ContextVar[tuple[Services, Run] | None] = contextvars.ContextVar(
+    "toolbus_current_run", default=None
+)
+
+# Set by a caller around its calls (a framework's node): sees each exception a
+# tool raises and may return another to judge the attempt by. LangGraph's
+# `ToolbusNode` takes an `interrupt()` (a GraphBubbleUp, the graph's and not
+# the tool's failure) back to the graph this way, whatever kind the tool is.
+tool_exception_filter: contextvars.ContextVar[
+    Callable[[BaseException], BaseException | None] | None
+] = contextvars.ContextVar("toolbus_tool_exception_filter", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a run after a step, for the supervisor's books.
+
+    kind: "done" (this step finished the call), "retry" (after `delay`), "lost"
+    (someone else settled it first), "late" (the tool returned after the
+    call was settled without it) or "delay" (a policy asks again after
+    `delay`, or when `until` is done: the call has not started). `timed_out`:
+    the attempt overran its deadline and the step itself decided so (the
+    supervisor's timer had not fired yet).
+    """
+
+    kind: Literal["done", "retry", "lost", "late", "delay"]
+    delay: float = 0.0
+    late: LateResult | None = None
+    timed_out: bool = False
+    # "delay": a policy asks again when this (a concurrent.futures.Future) is done.
+    until: Any = None
+
+
+DONE = Outcome("done")
+LOST = Outcome("lost")
+
+
+class Hooks(Protocol):
+    """The executor's extension points, as the pipeline calls them (each may
+    return an awaitable)."""
+
+    def pre_execute(self, call: ToolCall) -> Any: ...
+    def is_allowed(self, call: ToolCall) -> Any: ...
+    def mask_arguments(self, call: ToolCall) -> Any: ...
+    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> Any: ...
+    def post_execute(self, call: ToolCall, result: ToolResult) -> Any: ...
+
+
+class Tally:
+    """A count bumped from any thread (workers killed)."""
+
+    __slots__ = ("_lock", "value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self.value += n
+
+
+class Journal(Protocol):
+    """What the steps need of a durable journal (`toolbus.journal`)."""
+
+    def begin(self, run: Run, key: str) -> Awaitable[ToolResult | None]:
+        """Record the intent of a mutating call (synced); resolves to the
+        recorded result if a call with this key already ended ok."""
+        ...
+
+    def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None: ...
+
+    def ended(self, run: Run, result: ToolResult) -> None: ...
+
+
+class NestedCalls(Protocol):
+    """How a tool runs calls of its own on the executor running it, as nested
+    calls of its run (a `toolbus.tools.sequence` runs its steps so)."""
+
+    def tool(self, name: str) -> Tool | None:
+        """The executor's registered tool of that name, if any."""
+        ...
+
+    def call(self, tool: Tool, call: ToolCall, parent: Run) -> Awaitable[ToolResult]:
+        """Run `call` with `tool` (registered or not) through the executor's
+        pipeline, as a nested call of `parent` on its share of `max_parallel`;
+        resolves to its result. Awaited on the loop `parent`'s tool runs on."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the steps share: read-only after the executor starts."""
+
+    emitter: Emitter
+    hooks: Hooks
+    max_argument_bytes: int
+    # The HMAC secret of idempotency keys (the journal's, or the executor's own).
+    key_secret: bytes = b""
+    journal: Journal | None = None
+    killed: Tally = field(default_factory=Tally)
+    # Executor(inject=...): "param" or "tool.param" -> fn(call), sync or async.
+    inject: Mapping[str, Callable[[ToolCall], Any]] = field(default_factory=dict)
+    # The executor's way in for calls its tools make of their own (None: none).
+    nested: NestedCalls | None = None
+
+
+# What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.
+
+Invoke = Callable[[Run, Any, ToolContext], Any]

@@ -1,0 +1,231 @@
+"""`cache`: answer a read-only call from an earlier identical call's result.
+
+A call's key is its tool's name and its arguments as the policy is asked about
+them: after the pre-call hooks and the injected values (a per-user value keeps
+users apart), before masking, in canonical JSON, hashed (the key holds no
+secret in memory). An `ok` result is kept `ttl` seconds (at most `maxsize`
+results, least recently used out first); errors are never kept.
+
+Identical calls at once run once. The first is the leader; each later one
+(a follower) is delayed until the leader ends (`Delay(until=...)`: a timer
+holding no thread or slot). When it ends ok, the followers are asked again
+and hit the cache; when it fails, they are asked again and one of them leads
+the next try (never all of them).
+
+A leader is only known to end through `on_result`. The executor tells every
+policy that admitted a call its terminal result, but a call settled by the
+supervisor (a deadline, a cancellation) while a policy is being asked may not
+be told (see the notes in docs/policies.md). So a flight has a budget (`wait`):
+once it has run that long, the next follower asked presumes the leader lost
+and leads a new flight itself; the others follow it. Nobody waits forever.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._json import canonical
+from ..models import ToolCall, ToolResult
+from ._protocol import ADMIT, BasePolicy, Decision, Delay, Respond
+from ._signals import CACHE_HIT, CacheHit, announce, call_timeout
+
+if TYPE_CHECKING:
+    from cachetools import TTLCache
+
+    from ..tools import Tool
+
+__all__ = ["Cache", "cache"]
+
+# A follower's wait when nothing bounds it better: the longest a flight may go
+# on before it is presumed lost, when its calls have no deadline.
+LONG_WAIT = 600.0
+# With a deadline, a flight may take this many of its attempts' deadlines
+# (room for retries and their backoff) before it is presumed lost.
+WAIT_DEADLINES = 4.0
+
+
+def cache(ttl: float = 300.0, maxsize: int = 1024, *, wait: float | None = None) -> Cache:
+    """A cache of read-only tools' `ok` results; identical calls at once run once.
+
+    - `ttl`: seconds a result is kept (from when it was stored).
+    - `maxsize`: results kept at most; the least recently used go first.
+    - `wait`: seconds identical calls wait for one in flight before one of
+      them presumes it lost and runs itself. None: 4 deadlines of the call's
+      attempts, at least 600 s (600 s when it has no deadline).
+
+    Given to a tool, a mutating tool is refused (ValueError when it is made);
+    given to an executor, it guards only the read-only tools."""
+    return Cache(ttl=ttl, maxsize=maxsize, wait=wait)
+
+
+@dataclass(slots=True)
+class _Flight:
+    """An identical call in flight: the leader, and who waits for it."""
+
+    leader: str  # its call id
+    expires: float  # when it is presumed lost
+    future: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
+    followers: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A stored result, and the followers of its flight not yet answered (their
+    hit says `shared`)."""
+
+    result: ToolResult
+    shared_with: set[str]
+
+
+class Cache(BasePolicy):
+    """See `cache()`. `waiting`: calls now delayed for an identical call in flight."""
+
+    name = "cache"
+
+    def __init__(self, *, ttl: float, maxsize: int, wait: float | None) -> None:
+        self.ttl = _positive(ttl, "ttl")
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise ValueError(f"cache: maxsize must be an integer >= 1, got {maxsize!r}")
+        self.maxsize = maxsize
+        self.wait = None if wait is None else _positive(wait, "wait")
+        self._lock = threading.Lock()
+        # The cache's clock is the `now` it is handed (monotonic, or a test's
+        # fake): TTLCache reads it through the timer below.
+        self._now = -math.inf
+        from cachetools import TTLCache  # only when a cache is made: `import toolbus` stays light
+
+        self._results: TTLCache[bytes, _Entry] = TTLCache(maxsize, self.ttl, timer=self._clock)
+        self._flights: dict[bytes, _Flight] = {}
+
+    def _clock(self) -> float:
+        return self._now
+
+    def _tick(self, now: float) -> None:
+        # Asked from several threads, `now`s may arrive a hair out of order:
+        # the clock never goes back.
+        self._now = max(self._now, now)
+
+    @property
+    def waiting(self) -> int:
+        """Calls now delayed for an identical call in flight (the leaders not counted)."""
+        with self._lock:
+            return sum(len(f.followers) for f in self._flights.values())
+
+    def __len__(self) -> int:
+        """Results stored and not expired."""
+        with self._lock:
+            return sum(1 for _ in self._results)
+
+    def clear(self) -> None:
+        """Forget every stored result (calls in flight go on)."""
+        with self._lock:
+            self._results.clear()
+
+    # -- the protocol ----------------------------------------------------------------
+
+    def applies_to(self, tool: Tool) -> bool:
+        return bool(tool.read_only)
+
+    def check(self, tool: Tool) -> None:
+        if not tool.read_only:
+            raise ValueError(
+                f"tool {tool.name!r}: a cache guards read-only tools only; a mutating "
+                "tool's calls must each run (declare it read_only=True if it is)"
+            )
+
+    def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
+        key = _key(call)
+        budget = self._budget()
+        woken: list[_Flight] = []
+        with self._lock:
+            self._tick(now)
+            entry = self._results.get(key)
+            if entry is not None:
+                shared = call.id in entry.shared_with
+                entry.shared_with.discard(call.id)
+                decision: Decision = Respond(_marked(entry.result, "hit"))
+            else:
+                flight = self._flights.get(key)
+                if flight is None or now >= flight.expires:
+                    # A flight past its budget is presumed lost (its end never
+                    # told): this call leads a new one, and the old one's
+                    # followers, woken, follow it. Others lost are let go here.
+                    woken = self._lost(now)
+                    self._flights[key] = flight = _Flight(call.id, now + budget)
+                    decision = ADMIT
+                else:
+                    flight.followers.add(call.id)
+                    decision = Delay(
+                        flight.expires - now,
+                        f"an identical call ({flight.leader}) is in flight",
+                        until=flight.future,
+                    )
+        for lost in woken:
+            _wake(lost)
+        if type(decision) is Respond:
+            announce(CACHE_HIT, lambda bid: CacheHit(call.id, call.name, bid, 0, shared))
+        return decision
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
+        key = _key(call)
+        ok = result.status == "ok"
+        woken: _Flight | None = None
+        with self._lock:
+            self._tick(now)
+            flight = self._flights.get(key)
+            if ok:
+                # Whoever brought it (the leader, or a call that presumed it
+                # lost), the followers of this key are answered by it.
+                followers = set(flight.followers) if flight is not None else set()
+                self._results[key] = _Entry(result, followers)
+                if flight is not None:
+                    woken = self._flights.pop(key)
+            elif flight is not None and flight.leader == call.id:
+                # Errors are not kept: the followers are asked again, and the
+                # first of them leads the next try.
+                woken = self._flights.pop(key)
+        if woken is not None:
+            _wake(woken)
+        return _marked(result, "miss") if ok else None
+
+    def _lost(self, now: float) -> list[_Flight]:
+        """Let go of the flights past their budget at `now` (under the lock)."""
+        lost = [k for k, f in self._flights.items() if now >= f.expires]
+        return [self._flights.pop(k) for k in lost]
+
+    def _budget(self) -> float:
+        if self.wait is not None:
+            return self.wait
+        deadline = call_timeout()
+        if deadline is None or not math.isfinite(deadline):
+            return LONG_WAIT
+        return max(LONG_WAIT, WAIT_DEADLINES * deadline)
+
+
+def _key(call: ToolCall) -> bytes:
+    data = canonical(call.arguments)
+    return hashlib.sha256(call.name.encode("utf-8", "surrogatepass") + b"\0" + data).digest()
+
+
+def _marked(result: ToolResult, how: str) -> ToolResult:
+    return result.model_copy(update={"metadata": {**result.metadata, "cache": how}})
+
+
+def _wake(flight: _Flight) -> None:
+    # Outside the lock: the future's callbacks (the followers' wake-ups) run here.
+    if not flight.future.done():
+        flight.future.set_result(None)
+
+
+def _positive(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"cache: {what} must be a number of seconds, got {value!r}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"cache: {what} must be a finite number of seconds > 0, got {value!r}")
+    return seconds

@@ -1,0 +1,366 @@
+"""`rate_limit`: at most N calls start in any window of the rate's length.
+
+Built on the `limits` library: its moving-window strategy counts the
+admissions of the last window (never a fixed window that resets, which lets
+2N through across a boundary), kept in a storage named by URI: `memory://`
+(this policy object alone) or `redis://host:port` (every process using that
+Redis with the same rate and key shares one limit).
+
+A call over the limit waits: `admit` returns a `Delay`, which the executor
+turns into a timer (the call holds no thread and no slot while it waits), and
+asks again when it is up. Waiting calls are given turns, first come, first
+served: each admission and each waiting call has a place in its key's line,
+and the call at place n is asked again a window after the use at place n - N
+(N: the rate's count), when by this policy's count the window has room for
+it. So they wake one by one as slots free, instead of all waking at the one
+instant a slot frees and all but one waiting again (a thundering herd, which
+can starve a call until it gives up). The storage decides: a call whose turn
+came but finds the window full (another process took the slot) is asked
+again at the storage's next opening, spaced at the rate's pace from the
+other calls this happened to.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .._options import non_negative_number
+from ..models import ErrorCode, ToolCall
+from ._keyed import KeyFunction, check_key, key_of, seconds_text
+from ._protocol import ADMIT, BasePolicy, Decision, Delay, Reject
+from ._signals import THROTTLED, Throttled, announce, call_timeout
+
+if TYPE_CHECKING:
+    from limits import RateLimitItem
+    from limits.strategies import MovingWindowRateLimiter
+
+    from ..tools import Tool
+
+# `limits` is imported when a rate limit is made, not with toolbus: it brings
+# `deprecated` and `wrapt` along, a tenth of a second no other import needs.
+
+__all__ = ["RateLimit", "rate_limit"]
+
+# The limits' keys in a shared storage: LIMITER/toolbus/<key>/<rate>.
+_NAMESPACE = "toolbus"
+# The shortest wait handed out: a timer of 0 would only ask again at once.
+_SHORTEST = 0.001
+# A window has room strictly after its oldest admission's expiry (limits'
+# rule): a turn falls this much after it, so a timer that fires on time finds
+# the room there.
+_MARGIN = 0.0001
+
+
+@dataclass(slots=True)
+class _Wait:
+    """A call waiting for its turn."""
+
+    key: str
+    seq: int  # its place in its key's line
+    turn: float  # on the storage's clock: when it is asked again
+    since: float  # on the executor's clock (`now`): when it was first delayed
+
+
+@dataclass(slots=True)
+class _Line:
+    """One key's uses of the limit, as this policy object knows them.
+
+    Every admission and every waiting call has a place (`seq`) in order of
+    arrival, and a time: when it was admitted, or the turn it waits for. The
+    call at place n may start a window after the use at place n - N (N: the
+    rate's count): that is when, by this reckoning, the window has room for it.
+    """
+
+    next_seq: int = 0
+    first: int = 0  # the oldest place still in `uses`
+    uses: dict[int, float] = field(default_factory=dict)  # place -> admitted at, or turn
+    refused: float = -math.inf  # the latest turn given after the storage said no
+    waiting: int = 0
+
+
+class RateLimit(BasePolicy):
+    """At most `rate` calls start in any window of its length, per tool or per key.
+
+    Promises: in any window as long as the rate's (a second for "10/second")
+    at most N calls are admitted per key, counted in the storage; a call over
+    the limit waits without holding a thread or a slot (with `wait=True`), or
+    ends `rejected` with `RATE_LIMITED` and a message saying the limit and how
+    long it would wait, when it would wait longer than `max_wait` in all
+    (counted from its first delay) or when `wait=False`. A key function that
+    raises rejects the call (`TOOL_UNAVAILABLE`, naming the policy).
+
+    A storage that cannot be reached when a call is asked about fails the call
+    closed (`rejected`, `TOOL_UNAVAILABLE`, the executor names the policy).
+    """
+
+    def __init__(
+        self,
+        rate: str,
+        *,
+        key: KeyFunction | None = None,
+        wait: bool = True,
+        max_wait: float | None = None,
+        storage: str = "memory://",
+        clock: Callable[[], float] | None = None,
+        on_admit: Callable[[str, float], object] | None = None,
+    ) -> None:
+        self.item = _parse(rate)
+        self.rate = rate
+        self.limit = str(self.item)  # "10 per 1 second", for messages and events
+        self.name = f"rate_limit({rate}{', per key' if key is not None else ''})"
+        self._key = check_key(key, "rate_limit")
+        if not isinstance(wait, bool):
+            raise TypeError(f"rate_limit: wait must be True or False, got {wait!r}")
+        self.wait = wait
+        self.max_wait = _check_max_wait(max_wait)
+        if on_admit is not None and not callable(on_admit):
+            raise TypeError(f"rate_limit: on_admit must be callable, got {on_admit!r}")
+        self._on_admit = on_admit
+        if clock is not None and not callable(clock):
+            raise TypeError(f"rate_limit: clock must be callable, got {clock!r}")
+        # The storages stamp admissions with the wall clock (`time.time()`):
+        # the only clock processes sharing a Redis agree on. Turns are reckoned
+        # on it too; the executor's `now` only counts how long a call waited.
+        self._clock: Callable[[], float] = clock if clock is not None else time.time
+        self.storage = storage
+        self._limiter = _limiter(storage)
+        self._window = float(self.item.get_expiry())
+        # How far apart calls refused by the storage are asked again: the rate's pace.
+        self._spacing = self._window / self.item.amount
+        # A waiting call that has not come back a window after its turn is
+        # gone (cancelled while it waited: a policy is not told): forget it.
+        self._stale_after = max(self._window, 1.0)
+        self._lock = threading.Lock()
+        self._lines: dict[str, _Line] = {}
+        self._waiting: dict[str, _Wait] = {}
+        self._expiries: list[tuple[float, str]] = []  # (when to forget, call id), a heap
+        self._next_sweep = -math.inf
+
+    def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
+        """Admit `call` if its key's window has room now; else a `Delay` until
+        its turn, or `Reject(RATE_LIMITED)`."""
+        key = key_of(call, self._key, self.name)
+        if isinstance(key, Reject):
+            return key
+        limit = self._limit_for_call()
+        with self._lock:
+            at = self._clock()
+            decision = self._decide(call.id, key, at, now, limit)
+        if type(decision) is Delay:
+            shown = key if self._key is not None else None
+            wait, rate = decision.seconds, self.limit
+            announce(
+                THROTTLED,
+                lambda batch_id: Throttled(call.id, call.name, batch_id, 0, wait, rate, shown),
+            )
+        elif decision is ADMIT and self._on_admit is not None:
+            self._on_admit(key, at)
+        return decision
+
+    def _decide(
+        self, call_id: str, key: str, at: float, now: float, max_wait: float | None
+    ) -> Decision:
+        """The decision about call `call_id` of `key` at `at` (the storage's
+        clock) and `now` (the executor's), when it may wait `max_wait` seconds
+        in all (None: for ever). Pure over the policy's state, its storage's
+        and the times given; call it holding the lock."""
+        self._forget_stale(at)
+        mine = self._waiting.get(call_id)
+        if mine is not None and mine.key != key:  # its key changed while it waited: start over
+            self._drop(call_id, forget_turn=True)
+            mine = None
+        line = self._lines.get(key)
+        if line is None:
+            line = _Line()
+        else:
+            self._trim(line, at)
+        seq = mine.seq if mine is not None else line.next_seq
+        before = line.uses.get(seq - self.item.amount)
+        due = before + self._window + _MARGIN if before is not None else -math.inf
+        opening: float | None = None
+        if due > at:
+            # By this policy's reckoning the window is full until then: no
+            # need to ask the storage (a call behind others in line lands here).
+            turn = due
+        elif self._limiter.hit(self.item, _NAMESPACE, key):
+            if mine is not None:
+                self._drop(call_id, forget_turn=False)
+            else:
+                line.next_seq += 1
+            line.uses[seq] = at
+            self._lines[key] = line
+            return ADMIT
+        else:
+            # The storage says no where this policy reckoned room (another
+            # process took it, or a turn came early): its next opening, spaced
+            # from the other calls this happened to, not all at that instant.
+            opening = self._opening(key, at)
+            turn = max(opening, line.refused + self._spacing)
+        turn = max(turn, at + _SHORTEST)
+        waited = max(0.0, now - mine.since) if mine is not None else 0.0
+        # (A wait within a millisecond of `max_wait` is within it: the margin
+        # added to each turn must not refuse a call that waits just `max_wait`.)
+        if not self.wait or (max_wait is not None and waited + (turn - at) > max_wait + _SHORTEST):
+            if mine is not None:
+                self._drop(call_id, forget_turn=True)  # its slot is free for those behind it
+            opens_in = (opening if opening is not None else turn) - at
+            return Reject(
+                ErrorCode.RATE_LIMITED, self._refusal(key, opens_in, waited + turn - at, max_wait)
+            )
+        if opening is not None:
+            line.refused = turn
+        if mine is None:
+            line.next_seq += 1
+            line.waiting += 1
+            self._waiting[call_id] = _Wait(key, seq, turn, now)
+        else:
+            mine.turn = turn
+        line.uses[seq] = turn
+        self._lines[key] = line
+        heapq.heappush(self._expiries, (turn + self._stale_after, call_id))
+        return Delay(turn - at, f"rate limit {self.limit}")
+
+    def _opening(self, key: str, at: float) -> float:
+        """When `key`'s full window has room again: when its oldest admission leaves it."""
+        stats = self._limiter.get_window_stats(self.item, _NAMESPACE, key)
+        return max(float(stats.reset_time) + _MARGIN, at)
+
+    def _drop(self, call_id: str, *, forget_turn: bool) -> None:
+        """`call_id` waits no more; `forget_turn`: nor will it use its turn."""
+        mine = self._waiting.pop(call_id, None)
+        if mine is None:
+            return
+        line = self._lines.get(mine.key)
+        if line is not None:
+            line.waiting -= 1
+            if forget_turn:
+                line.uses.pop(mine.seq, None)
+
+    def _trim(self, line: _Line, at: float) -> None:
+        """Forget the uses too old to hold any call back."""
+        cutoff = at - self._window - self._stale_after
+        uses = line.uses
+        while line.first < line.next_seq:
+            used = uses.get(line.first)
+            if used is not None and used >= cutoff:
+                break
+            uses.pop(line.first, None)
+            line.first += 1
+
+    def _forget_stale(self, at: float) -> None:
+        """Forget the waiting calls that never came back (cancelled while they
+        waited: a policy is not told), and the keys nobody used lately."""
+        expiries = self._expiries
+        while expiries and expiries[0][0] < at:
+            _, call_id = heapq.heappop(expiries)
+            mine = self._waiting.get(call_id)
+            if mine is not None and mine.turn + self._stale_after < at:
+                self._drop(call_id, forget_turn=False)
+        if at >= self._next_sweep:
+            self._next_sweep = at + self._stale_after
+            for key, line in list(self._lines.items()):
+                self._trim(line, at)
+                if not line.uses and line.waiting <= 0:
+                    del self._lines[key]
+
+    def _limit_for_call(self) -> float | None:
+        if self.max_wait is not None:
+            return None if self.max_wait == math.inf else self.max_wait
+        return call_timeout()  # the default: no longer than one attempt may run
+
+    def _refusal(self, key: str, opens_in: float, wait: float, max_wait: float | None) -> str:
+        whose = f" for {key!r}" if self._key is not None else ""
+        head = f"Rate limit reached{whose}: at most {self.limit}"
+        if not self.wait:
+            opens = seconds_text(opens_in)
+            return f"{head}; the next call can start in {opens}. Try again after that."
+        return (
+            f"{head}; this call would have waited {seconds_text(wait)} in all, more than the "
+            f"{seconds_text(max_wait or 0.0)} it may wait. Try again later, or make fewer calls."
+        )
+
+    def waiting(self) -> int:
+        """How many calls wait for a turn now (for tests and dashboards)."""
+        with self._lock:
+            return len(self._waiting)
+
+
+def rate_limit(
+    rate: str,
+    key: KeyFunction | None = None,
+    wait: bool = True,
+    max_wait: float | None = None,
+    storage: str = "memory://",
+    *,
+    clock: Callable[[], float] | None = None,
+    on_admit: Callable[[str, float], object] | None = None,
+) -> RateLimit:
+    """At most `rate` calls ("10/second", "100 per minute") start in any window
+    of its length: per tool, or per `key(call)`.
+
+    - `wait`: a call over the limit waits its turn (holding no thread), else it
+      ends `rejected` (`RATE_LIMITED`) at once.
+    - `max_wait`: the longest a call may wait in all, counted from its first
+      delay; None: the call's timeout (no limit if it has none); `math.inf`: for ever.
+      A call that would wait longer ends `rejected` (`RATE_LIMITED`) at once.
+    - `storage`: a `limits` storage URI; `redis://host:port` shares the limit
+      across processes (`pip install 'toolbus[redis]'`).
+    - `clock`: the storage's clock (default `time.time`, the one `limits`
+      stamps admissions with): for tests that drive limits' clock too.
+    - `on_admit(key, at)`: told each admission and its time on that clock (quick, never blocking).
+    """
+    return RateLimit(
+        rate,
+        key=key,
+        wait=wait,
+        max_wait=max_wait,
+        storage=storage,
+        clock=clock,
+        on_admit=on_admit,
+    )
+
+
+def _parse(rate: object) -> RateLimitItem:
+    import limits
+
+    if not isinstance(rate, str):
+        raise TypeError(f"rate_limit: rate must be a string like '10/second', got {rate!r}")
+    try:
+        items = limits.parse_many(rate)
+    except ValueError:
+        items = []
+    if len(items) != 1 or items[0].amount < 1:
+        raise ValueError(
+            f"rate_limit: rate must be one rate like '10/second' or '100 per minute' "
+            f"(at least 1 call), got {rate!r}"
+        )
+    return items[0]
+
+
+def _check_max_wait(value: object) -> float | None:
+    if value is None:
+        return None
+    if value == math.inf:
+        return math.inf
+    return non_negative_number(value, "max_wait", "rate_limit")
+
+
+def _limiter(uri: object) -> MovingWindowRateLimiter:
+    from limits.storage import storage_from_string
+    from limits.strategies import MovingWindowRateLimiter
+
+    if not isinstance(uri, str):
+        raise TypeError(f"rate_limit: storage must be a URI string, got {uri!r}")
+    try:
+        return MovingWindowRateLimiter(storage_from_string(uri))
+    except Exception as e:  # unknown scheme, missing client library, no moving window
+        hint = " (install toolbus[redis])" if uri.startswith("redis") else ""
+        raise ValueError(
+            f"rate_limit: storage {uri!r} cannot hold a moving-window limit: {e}{hint}"
+        ) from e
