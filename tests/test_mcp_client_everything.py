@@ -25,6 +25,7 @@ from toolbus.providers import anthropic as tb_anthropic
 from toolbus.providers import openai as tb_openai
 
 from .mcp_servers.peers import everything_server
+from .provider_tools import wire
 
 
 def call(name: str, **arguments: object) -> ToolCall:
@@ -105,7 +106,8 @@ def test_an_image_goes_to_providers_as_an_image(executor: Executor) -> None:
     blocks: Any = tb_anthropic.tool_result_blocks([image])[0]["content"]
     assert [b["type"] for b in blocks] == ["text", "image"]
     assert blocks[1]["source"]["data"] == png.data
-    parts: Any = tb_openai.responses_tool_outputs([image], [])[0]["output"]
+    (item,) = wire(tb_openai.responses_tool_outputs([image], []))
+    parts = item["output"]
     assert parts[1] == {"type": "input_image", "image_url": f"data:image/png;base64,{png.data}"}
     message = tb_openai.chat_attachment_message([image])
     assert message is not None and len(list(message["content"])) == 2
@@ -135,7 +137,8 @@ def test_embedded_resources(executor: Executor) -> None:
     blocks: Any = tb_anthropic.tool_result_blocks([blob])[0]["content"]
     assert blocks[1]["type"] == "document"
     assert blocks[1]["source"]["data"].startswith("Resource 1: This is a base64 blob")
-    parts: Any = tb_openai.responses_tool_outputs([blob], [])[0]["output"]
+    (item,) = wire(tb_openai.responses_tool_outputs([blob], []))
+    parts = item["output"]
     assert parts[1]["type"] == "input_file" and parts[1]["filename"] == "1"
     # A gzip file: no provider takes one natively, so it stays a line.
     data = "data:text/plain;base64," + base64.b64encode(b"hello").decode()
