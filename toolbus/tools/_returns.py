@@ -62,7 +62,7 @@ def return_schema(fn: Callable[..., Any]) -> dict[str, Any] | None:
         )
     except Exception:  # NameError, PydanticSchemaGenerationError, ...: no schema
         return None
-    return schema
+    return schema or None  # {} (a `type[X]`, say) says nothing
 
 
 def _mentions(hint: Any, kinds: tuple[type, ...]) -> bool:
@@ -87,10 +87,15 @@ def _for_pydantic(hint: Any, seen: set[Any]) -> Any:
         seen.add(hint)
         fields: dict[str, Any] = {}
         for name, declared in typing.get_type_hints(hint, include_extras=True).items():
+            # A field's own Required/NotRequired wins: with string annotations
+            # (`from __future__ import annotations`) Python 3.11's
+            # `__required_keys__` cannot see them.
+            wrap: Any = typing.get_origin(declared)
             bare = declared
-            if typing.get_origin(declared) in (Required, NotRequired):
+            if wrap in (Required, NotRequired):
                 bare = typing.get_args(declared)[0]
-            wrap = Required if name in hint.__required_keys__ else NotRequired
+            else:
+                wrap = Required if name in hint.__required_keys__ else NotRequired
             fields[name] = wrap[_for_pydantic(bare, seen)]
         seen.discard(hint)
         functional: Any = typing_extensions.TypedDict  # its functional form, named at run time
