@@ -131,6 +131,7 @@ def test_output_schema_is_settable_and_made_once() -> None:
         return 1
 
     first = count.output_schema
+    assert first is not None
     assert count.output_schema is first
     count.output_schema = None
     assert count.output_schema is None
@@ -376,6 +377,23 @@ def test_a_served_call_continues_the_toolbus_clients_trace_in_process(
     turn = by_name["agent turn"]
     assert _trace_id(by_name["execute_tool remote_forecast"]) == _trace_id(turn)
     assert _trace_id(by_name["execute_tool forecast"]) == _trace_id(turn)
+
+
+def test_a_traceparent_is_attached_when_no_span_is_current() -> None:
+    """Without the SDK's middleware (which makes a server span current), the
+    client's context from `_meta` is attached for the call itself."""
+    from opentelemetry import trace
+
+    from toolbus.mcp._server import _trace_continued
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with _trace_continued({"traceparent": parent}):
+        current = trace.get_current_span().get_span_context()
+        assert format(current.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+        assert format(current.span_id, "016x") == "b7ad6b7169203331"
+    assert not trace.get_current_span().get_span_context().is_valid
+    with _trace_continued({"traceparent": "garbage"}):
+        assert not trace.get_current_span().get_span_context().is_valid
 
 
 TRACED = StdioServerParameters(

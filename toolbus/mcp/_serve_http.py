@@ -38,7 +38,6 @@ import uvicorn  # a dependency of `mcp` (which imports it already)
 from mcp.server.transport_security import TransportSecuritySettings
 
 from ..executor import Executor
-from ..observe._server import _bind, _is_loopback, _url_host
 from ..tools import ToolRegistry
 from ._server import build_server
 
@@ -158,7 +157,7 @@ def check_exposure(host: str, token: str | None) -> bool:
     """Whether `host` is loopback; ValueError when it is not and there is no token."""
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise ValueError("the token must be a non-empty string (or None)")
-    loopback = _is_loopback(host)
+    loopback = _loopback_name(host)  # another name may resolve anywhere: exposed
     if not loopback and token is None:
         raise ValueError(
             f"binding to {host!r}, which is not a loopback address, needs a token: every "
@@ -188,6 +187,10 @@ async def aserve_http(
     run on `executor`, or on a new `Executor(registry, **executor_options)`
     closed at the end.
     """
+    # Bound as the status server binds (imported here: `import toolbus.mcp` need not load
+    # toolbus.observe).
+    from ..observe._server import _bind, _url_host
+
     loopback = check_exposure(host, token)
     own = executor is None
     runner = executor if executor is not None else Executor(registry, **executor_options)

@@ -55,10 +55,6 @@ class ToolOptions(TypedDict, total=False):
     policies: Sequence[Any]
 
 
-# Not worked out yet (None would mean: no schema).
-_UNKNOWN: Any = object()
-
-
 class _ParamsBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -72,7 +68,8 @@ class FunctionTool(Tool):
 
     def __init__(self, fn: AnyFunction, **options: Unpack[ToolOptions]) -> None:
         self.fn = fn
-        self._output_schema: dict[str, Any] | None = _UNKNOWN
+        self._output_schema: dict[str, Any] | None = None
+        self._output_schema_known = False  # worked out on first read
         unknown = sorted(set(options) - set(ToolOptions.__annotations__))
         if unknown:
             raise TypeError(f"tool {fn.__name__!r}: unknown option {unknown[0]!r}")
@@ -140,13 +137,15 @@ class FunctionTool(Tool):
     def output_schema(self) -> dict[str, Any] | None:
         """The JSON schema of what the function returns, from its return
         annotation (None when pydantic cannot describe it); settable."""
-        if self._output_schema is _UNKNOWN:
+        if not self._output_schema_known:
             self._output_schema = return_schema(self.fn)
+            self._output_schema_known = True
         return self._output_schema
 
     @output_schema.setter
     def output_schema(self, schema: dict[str, Any] | None) -> None:
         self._output_schema = schema
+        self._output_schema_known = True
 
     def _target(self) -> AnyFunction:
         return self.fn
