@@ -133,6 +133,9 @@ def test_output_schema_is_settable_and_made_once() -> None:
     first = count.output_schema
     assert first is not None
     assert count.output_schema is first
+    with pytest.raises(ValueError, match="tool 'count': output_schema is not a valid JSON schema"):
+        count.output_schema = {"type": 7}
+    assert count.output_schema is first
     count.output_schema = None
     assert count.output_schema is None
     assert mcp_tool(count).output_schema is None

@@ -23,7 +23,7 @@ from ._context import ToolContext
 from ._docstring import parse_docstring
 from ._injected import is_injected_marker
 from ._returns import namespaces, resolve_hint, return_schema
-from ._tool import STANDARD_INVOKES, Tool, ToolType
+from ._tool import STANDARD_INVOKES, Tool, ToolType, check_output_schema
 
 if TYPE_CHECKING:
     from ._tool import BackendSpec
@@ -144,8 +144,12 @@ class FunctionTool(Tool):
 
     @output_schema.setter
     def output_schema(self, schema: dict[str, Any] | None) -> None:
+        check_output_schema(schema, f"tool {self.name!r}")
         self._output_schema = schema
         self._output_schema_known = True
+
+    def _check_output_schema(self, owner: str) -> None:
+        pass  # not read at set-up, which would work it out; the setter checks what is set
 
     def _target(self) -> AnyFunction:
         return self.fn

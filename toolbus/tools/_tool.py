@@ -295,20 +295,7 @@ class Tool:
                 check(self)
 
     def _check_output_schema(self, owner: str) -> None:
-        schema = self.output_schema
-        if schema is None:
-            return
-        if not isinstance(schema, dict):
-            raise TypeError(
-                f"{owner}: output_schema must be a JSON schema (a dict), "
-                f"got {type(schema).__name__}"
-            )
-        try:
-            jsonschema.validators.validator_for(schema).check_schema(schema)
-        except jsonschema.SchemaError as e:
-            raise ValueError(
-                f"{owner}: output_schema is not a valid JSON schema: {e.message}"
-            ) from None
+        check_output_schema(self.output_schema, owner)
 
     def _target(self) -> Callable[..., Any]:
         return self.run
@@ -517,6 +504,22 @@ def _run_to_completion(value: Awaitable[Any], name: str) -> Any:
 
 # `invoke` methods that pass the context only when `_wants_context` says so.
 STANDARD_INVOKES: set[Callable[..., Any]] = {Tool.invoke}
+
+
+def check_output_schema(schema: Any, owner: str) -> None:
+    """TypeError or ValueError, naming `owner`, unless `schema` is None or a valid JSON schema."""
+    if schema is None:
+        return
+    if not isinstance(schema, dict):
+        raise TypeError(
+            f"{owner}: output_schema must be a JSON schema (a dict), got {type(schema).__name__}"
+        )
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ValueError(
+            f"{owner}: output_schema is not a valid JSON schema: {e.message}"
+        ) from None
 
 
 def parse_json_arguments(text: str) -> dict[str, Any]:
