@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,14 @@ import pytest
 pytest.importorskip("mcp")
 
 from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry
-from toolbus.mcp import MCPConnection, MCPOutputError, connect_stdio
+from toolbus.mcp import (
+    MCPConnection,
+    MCPOutputError,
+    connect,
+    connect_stdio,
+    mcp_tool,
+    tool_annotations,
+)
 from toolbus.mcp._output import OutputCheck
 from toolbus.models import ErrorCode
 
@@ -102,6 +110,18 @@ def test_structured_content_off_its_schema_is_an_error_naming_the_field(
         assert not {"warm", "hunter2", "two"} & set((bad[tool].error or "").split("'"))
 
 
+def test_a_tool_whose_output_schema_is_unusable_is_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="toolbus.mcp"),
+        connect(spec_server.lowlevel) as conn,
+    ):
+        names = {t.name for t in conn.tools()}
+    assert "good_shape" in names and "bad_schema" not in names
+    assert "tool 'bad_schema' left out, its schema is not usable" in caplog.text
+
+
 def test_output_check_of_its_own() -> None:
     # What toolbus checks where the SDK did not (a result it never validated).
     check = OutputCheck(spec_server.SHAPE, server="s")
@@ -141,6 +161,16 @@ def test_annotations(peer: str) -> None:
     assert trusting["put_once"].idempotent
     assert not trusting["weather"].idempotent  # no hint
     assert not any(t.read_only for t in wary)
+    # Kept for serving them on: `toolbus mcp serve` of these tools says the same.
+    assert (tools["wipe"].destructive, tools["put_once"].destructive) == (True, False)
+    assert tools["weather"].destructive is None  # read-only
+    assert tools["weather"].output_schema == tools["weather"].spec.output_schema
+    served = tool_annotations(tools["wipe"])
+    assert (served.read_only_hint, served.destructive_hint) == (False, True)
+    served = tool_annotations(trusting["put_once"])
+    assert (served.destructive_hint, served.idempotent_hint) == (False, True)
+    assert mcp_tool(tools["weather"]).output_schema == tools["weather"].spec.output_schema
+    assert tool_annotations(tools["browse"]).open_world_hint is False
 
 
 def test_trusted_idempotent_hint_lets_a_timed_out_call_be_retried(

@@ -2,7 +2,8 @@
 
 The server is the command line itself, started as a subprocess; the client is
 the MCP SDK's, once with the 2026 protocol (discovery) and once with the
-initialize handshake of earlier versions.
+initialize handshake of earlier versions. The same features in-process and
+over HTTP: test_mcp_server_features.py, test_mcp_server_http.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest_asyncio
 pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters
-from mcp.types import ImageContent, TextContent
+from mcp.types import ImageContent, TextContent, ToolAnnotations
 from typer.testing import CliRunner
 
 from toolbus import Executor, ToolCall, ToolRegistry
@@ -31,7 +32,7 @@ from toolbus.mcp import call_result, connect_stdio, load_registry, mcp_tool
 from .mcp_servers.registry_module import registry as served_registry
 
 ROOT = Path(__file__).resolve().parent.parent
-REGISTRY = "tests.mcp_servers.registry_module:registry"
+REGISTRY = "tests.mcp_servers.registry_module:served"
 SERVE = [
     "-c",
     "from toolbus.cli import main; main()",
@@ -78,7 +79,7 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[Client]:
 
 
 @on_module_loop
-async def test_lists_every_tool_with_schema_and_read_only_hint(client: Client) -> None:
+async def test_lists_every_tool_with_schema_and_hints(client: Client) -> None:
     assert client.server_info is not None
     assert client.server_info.name == "toolbus-test"
     listed = {t.name: t for t in (await client.list_tools()).tools}
@@ -94,6 +95,32 @@ async def test_lists_every_tool_with_schema_and_read_only_hint(client: Client) -
     assert hints == {t.name: t.read_only for t in served_registry.list()}
     assert hints["add"] is True
     assert hints["save_note"] is False
+    # All four hints, always given: readOnly, destructive (not read_only unless
+    # said), idempotent, openWorld.
+    four = {
+        name: (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
+        for name, t in listed.items()
+        if (a := t.annotations) is not None
+    }
+    assert four["add"] == (True, False, False, True)
+    assert four["save_note"] == (False, False, False, True)  # destructive=False
+    assert four["login"] == (False, True, False, True)
+    assert four["set_mode"] == (False, True, True, False)  # idempotent, closed world
+    assert four["reading"] == (True, False, False, False)
+    # Output schemas: typed returns have one, wrapped unless an object's.
+    assert add.output_schema == {
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+    }
+    forecast = listed["forecast"].output_schema
+    assert forecast is not None
+    assert forecast["type"] == "object"
+    assert forecast["required"] == ["city", "celsius", "summary"]
+    reading = listed["reading"].output_schema
+    assert reading is not None
+    assert reading["properties"]["value"] == {"title": "Value", "type": "number"}
+    assert listed["chart"].output_schema is None  # returns a ToolOutput: untyped
 
 
 @on_module_loop
@@ -101,8 +128,14 @@ async def test_a_call_works(client: Client) -> None:
     result = await client.call_tool("add", {"a": 2, "b": 40})
     assert not result.is_error
     assert result.content == [TextContent(text="42")]
+    assert result.structured_content == {"result": 42}
     city = await client.call_tool("city", {"name": "Oslo"})
     assert city.structured_content == {"name": "Oslo", "country": "Norway", "population": 709037}
+    # The SDK's client checks structured content against the listed schema.
+    weather = await client.call_tool("forecast", {"city": "Oslo"})
+    assert weather.structured_content == {"city": "Oslo", "celsius": 21.5, "summary": "sunny"}
+    reading = await client.call_tool("reading", {"sensor": "t1"})
+    assert reading.structured_content == {"sensor": "t1", "value": 0.5}
 
 
 @on_module_loop
@@ -163,6 +196,43 @@ async def test_custom_tools_and_images(client: Client) -> None:
 
 
 @on_module_loop
+async def test_progress_reaches_a_client_that_asks(client: Client) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    result = await client.call_tool("count_up", {"steps": 3}, progress_callback=on_progress)
+    assert result.structured_content == {"result": 3}
+    # All of it, in order, before the result.
+    assert seen == [
+        (1 / 3, 1.0, "step 1 of 3"),
+        (2 / 3, 1.0, "step 2 of 3"),
+        (1.0, 1.0, "step 3 of 3"),
+    ]
+    # No progress token, no notifications (and the call is the same).
+    assert (await client.call_tool("count_up", {"steps": 2})).structured_content == {"result": 2}
+
+
+@on_module_loop
+async def test_a_cancelled_request_cancels_the_call(client: Client) -> None:
+    call = asyncio.create_task(client.call_tool("wait", {"seconds": 15}))
+    await asyncio.sleep(0.5)  # the call is running on the server
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:
+        state = (await client.call_tool("finished", {"tool": "wait"})).structured_content
+        assert state is not None
+        if state["ends"] or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert state["ends"] == [["cancelled", "CANCELLED"]]
+    assert state["interrupted"] == 1  # the tool's task was cancelled, not left running
+
+
+@on_module_loop
 async def test_parallel_calls_are_served_concurrently(client: Client) -> None:
     results = await asyncio.gather(*(client.call_tool("hang", {}) for _ in range(3)))
     assert all(r.is_error for r in results)  # three 0.5 s timeouts, side by side
@@ -176,15 +246,13 @@ def test_toolbus_client_against_toolbus_server() -> None:
         registry = ToolRegistry()
         conn.register(registry, prefix="remote_")
         assert {t.name for t in registry.list() if t.read_only} == {
-            "remote_add",
-            "remote_city",
-            "remote_shout",
-            "remote_chart",
+            "remote_" + t.name for t in served_registry.list() if t.read_only
         }
         with Executor(registry, timeout=5) as executor:
             ok = executor.execute(ToolCall(name="remote_add", arguments={"a": 1, "b": 2}))
             hung = executor.execute(ToolCall(name="remote_hang", arguments={}))
-    assert ok.output == "3"
+    # Structured content is the output (toolbus wraps an int: `{"result": 3}`).
+    assert ok.output == {"result": 3}
     assert hung.status == "error"
     assert hung.error == "Tool 'hang' timed out after 0.5s (EXECUTION_TIMEOUT)"
 
@@ -193,17 +261,21 @@ def test_mcp_tool_and_call_result_without_a_server() -> None:
     add = served_registry.get("add")
     assert add is not None
     described = mcp_tool(add)
-    assert described.annotations is not None
-    assert described.annotations.read_only_hint is True
+    assert described.annotations == ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+    )
     shout = served_registry.get("shout")
     assert shout is not None
     assert mcp_tool(shout).input_schema["required"] == ["input"]
     ok = add.execute({"a": 1, "b": 2})
     assert call_result(ok).content == [TextContent(text="3")]
+    assert call_result(ok).structured_content is None  # no tool, no schema: a dict only
+    assert call_result(ok, add).structured_content == {"result": 3}
 
 
 def test_load_registry_errors() -> None:
     assert load_registry(REGISTRY) is served_registry
+    assert load_registry("tests.mcp_servers.registry_module:registry") is served_registry
     for spec, message in [
         ("no_colon", "expected module:attribute"),
         ("no.such.module:x", "cannot import"),

@@ -169,7 +169,12 @@ def test_to_mcp_is_the_mcp_converter_as_json() -> None:
     first = REGISTRY.to_mcp()[0]
     assert first["name"] == "search"
     assert first["inputSchema"] == search.schema
-    assert first["annotations"] == {"readOnlyHint": True}
+    assert first["annotations"] == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": False,
+        "openWorldHint": True,
+    }
     # The SDK reads it back as the same Tool.
     assert mcp_types.Tool.model_validate(first) == mcp_tool(search)
 

@@ -5,12 +5,11 @@
     toolbus call module:registry TOOL --args JSON   one call through an Executor
     toolbus bench [--smoke]                         the benchmark suite (from a clone)
     toolbus top URL [--token-env VAR]               a served executor's live dashboard
-    toolbus mcp serve module:registry               a registry as an MCP server (stdio)
+    toolbus mcp serve module:registry [--http]      a registry as an MCP server (stdio, HTTP)
 
 Exit codes: 0 ok; 1 the call ended anything but ok; 2 bad input (usage, a
 registry that cannot be imported, bad JSON, an unknown tool), in one line on
-stderr. The commands other than `demo` and `mcp serve` live in `toolbus/_cli/`,
-one module each.
+stderr. The commands other than `demo` live in `toolbus/_cli/`, one module each.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ from rich.console import Console
 from . import __version__
 from ._cli import bench as _bench
 from ._cli import call as _call
+from ._cli import mcp as _mcp
 from ._cli import tools as _tools
 from ._cli import top as _top
-from ._cli._common import EXIT_USAGE, OneLineErrors
+from ._cli._common import OneLineErrors
 
 __all__ = ["app", "main"]
 
@@ -97,45 +97,7 @@ app.command(
 app.command("top", short_help="Watch an executor served by toolbus.observe.serve_status, live.")(
     _top.top
 )
-
-
-mcp_app = typer.Typer(
-    name="mcp",
-    help="MCP: serve a tool registry to MCP clients.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-app.add_typer(mcp_app)
-
-
-@mcp_app.command("serve")
-def mcp_serve(
-    registry: Annotated[
-        str,
-        typer.Argument(
-            help="The registry to serve, as module:attribute (a ToolRegistry, "
-            "or a function returning one)."
-        ),
-    ],
-    timeout: Annotated[
-        float,
-        typer.Option(min=0, help="Seconds per tool attempt, unless a tool sets its own (0: none)."),
-    ] = 30.0,
-    max_parallel: Annotated[int, typer.Option(min=1, help="At most this many calls at once.")] = 8,
-    name: Annotated[str, typer.Option(help="The server name MCP clients see.")] = "toolbus",
-) -> None:
-    """Serve a ToolRegistry over stdio; every call runs through a toolbus Executor."""
-    try:
-        from .mcp import load_registry, serve_stdio  # needs the `mcp` extra
-    except ImportError as e:
-        typer.echo(f"toolbus mcp: {e}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    try:
-        tools = load_registry(registry)
-    except ValueError as e:
-        typer.echo(f"toolbus mcp serve: {e}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    serve_stdio(tools, name=name, timeout=timeout or None, max_parallel=max_parallel)
+app.add_typer(_mcp.app)
 
 
 def main() -> None:

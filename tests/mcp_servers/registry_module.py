@@ -1,12 +1,59 @@
-"""A toolbus registry for `toolbus mcp serve tests.mcp_servers.registry_module:registry`."""
+"""A toolbus registry for `toolbus mcp serve tests.mcp_servers.registry_module:served`.
+
+Besides plain tools: typed returns (output schemas), the four hints, progress,
+a cancellable wait, a counter, and `finished`, which tells what became of this
+process's calls of a tool (a client in another process cannot see the
+executor's results otherwise). `served()` starts that recording and returns
+the registry; importing the module (as in-process tests do) records nothing.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any, TypedDict
 
-from toolbus import Attachment, ToolError, ToolOutput, ToolRegistry
+from pydantic import BaseModel
+
+from toolbus import Attachment, ToolContext, ToolError, ToolOutput, ToolRegistry, bus
 
 registry = ToolRegistry()
+
+# Every call's end in this process, by tool: (status, error code); and the waits interrupted.
+_finished: dict[str, list[tuple[str, str | None]]] = {}
+_interrupted: list[float] = []
+_bumps = [0]
+_lock = threading.Lock()
+
+
+def _record(sender: Any, *, event: Any, signal: str) -> None:
+    code = event.result.error_code
+    with _lock:
+        _finished.setdefault(event.tool, []).append(
+            (event.result.status, code.value if code is not None else None)
+        )
+
+
+_subscriptions: list[bus.Subscription] = []
+
+
+def served() -> ToolRegistry:
+    """The registry, with this process's call endings recorded for `finished`."""
+    if not _subscriptions:
+        _subscriptions.append(bus.subscribe(_record, "tool:finished"))
+    return registry
+
+
+class Forecast(BaseModel):
+    city: str
+    celsius: float
+    summary: str
+
+
+class Reading(TypedDict):
+    sensor: str
+    value: float
+
 
 PIXEL = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgAAACAAAB4iG8MwAAAABJRU5ErkJggg=="
@@ -25,7 +72,7 @@ def city(name: str) -> dict[str, object]:
     return {"name": name, "country": "Norway", "population": 709_037}
 
 
-@registry.tool
+@registry.tool(destructive=False)
 def save_note(text: str) -> str:
     """Save a note (mutating)."""
     return f"saved {text!r}"
@@ -62,3 +109,59 @@ def chart() -> ToolOutput:
     return ToolOutput(
         content="a red dot", attachments=(Attachment(type="image/png", data=PIXEL, title="dot"),)
     )
+
+
+@registry.tool(read_only=True)
+def forecast(city: str) -> Forecast:
+    """Tomorrow's weather (a pydantic model: served with its output schema)."""
+    return Forecast(city=city, celsius=21.5, summary="sunny")
+
+
+@registry.tool(read_only=True, open_world=False)
+def reading(sensor: str) -> Reading:
+    """A sensor's value (a TypedDict), from a closed set of sensors."""
+    return {"sensor": sensor, "value": 0.5}
+
+
+@registry.tool(idempotent=True, open_world=False)
+def set_mode(mode: str) -> str:
+    """Set the mode (mutating, idempotent, closed world)."""
+    return mode
+
+
+@registry.tool(read_only=True)
+async def count_up(steps: int, ctx: ToolContext) -> int:
+    """Count to `steps`, reporting progress at each."""
+    for i in range(1, steps + 1):
+        ctx.progress(f"step {i} of {steps}", i / steps)
+        await asyncio.sleep(0.02)
+    return steps
+
+
+@registry.tool(timeout=20)
+async def wait(seconds: float) -> str:
+    """Wait; an interruption is noted (see `finished`)."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        with _lock:
+            _interrupted.append(seconds)
+        raise
+    return "waited"
+
+
+@registry.tool
+def bump() -> int:
+    """Add one to the counter."""
+    with _lock:
+        _bumps[0] += 1
+        return _bumps[0]
+
+
+@registry.tool(read_only=True)
+def finished(tool: str) -> dict[str, Any]:
+    """How this process's calls of `tool` ended, how many waits were interrupted,
+    and the counter."""
+    with _lock:
+        ends = [list(e) for e in _finished.get(tool, [])]
+        return {"ends": ends, "interrupted": len(_interrupted), "bumps": _bumps[0]}

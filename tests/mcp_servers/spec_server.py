@@ -289,6 +289,14 @@ def _lowlevel_tools() -> list[types.Tool]:
         types.Tool(name=name, input_schema={"type": "object"}, output_schema=SHAPE)
         for name in RESULTS
     ]
+    # Its outputSchema is no JSON Schema: the client leaves the tool out.
+    tools.append(
+        types.Tool(
+            name="bad_schema",
+            input_schema={"type": "object"},
+            output_schema={"type": "object", "properties": {"x": {"type": 42}}},
+        )
+    )
     flip = "Flipped already." if _Listing.flipped else "Add a tool, telling no one."
     tools.append(types.Tool(name="flip", description=flip, input_schema={"type": "object"}))
     if _Listing.flipped:

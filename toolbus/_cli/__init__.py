@@ -4,5 +4,6 @@
 - `tools`: `toolbus tools list`;
 - `call`: `toolbus call`;
 - `bench`: `toolbus bench`;
-- `top`: `toolbus top` (the work is in `toolbus/observe/_top.py`).
+- `top`: `toolbus top` (the work is in `toolbus/observe/_top.py`);
+- `mcp`: `toolbus mcp serve` (the work is in `toolbus/mcp/`).
 """

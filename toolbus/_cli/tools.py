@@ -77,6 +77,8 @@ def describe(tool: Tool) -> dict[str, Any]:
         "type": tool.type,
         "read_only": tool.read_only,
         "idempotent": tool.idempotent,
+        "destructive": tool.destructive,
+        "open_world": tool.open_world,
         "timeout": _seconds(tool.timeout),
         "retry": None
         if retry is None
@@ -96,6 +98,7 @@ def describe(tool: Tool) -> dict[str, Any]:
         "cpu_limit_s": tool.cpu_limit_s,
         "injected": list(tool.injected),
         "parameters": tool.schema,
+        "output_schema": tool.output_schema,
     }
 
 

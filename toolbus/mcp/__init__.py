@@ -10,9 +10,10 @@ retries, masking, events and scheduling as local tools.
 
 Server: expose a registry to MCP clients, every call supervised by an Executor.
 
-    from toolbus.mcp import serve_stdio
+    from toolbus.mcp import serve_http, serve_stdio
 
     serve_stdio(registry, timeout=10)           # or: toolbus mcp serve module:registry
+    serve_http(registry, port=8765)             # or: toolbus mcp serve module:registry --http
 
 See docs/mcp.md.
 """
@@ -43,6 +44,7 @@ from ._errors import (
 )
 from ._link import ConnectionStatus
 from ._output import tool_output
+from ._serve_http import aserve_http, http_app, serve_http
 from ._server import (
     aserve_stdio,
     build_server,
@@ -50,6 +52,7 @@ from ._server import (
     load_registry,
     mcp_tool,
     serve_stdio,
+    tool_annotations,
 )
 from ._tool import MCPTool
 
@@ -66,14 +69,18 @@ __all__ = [
     "aconnect",
     "aconnect_http",
     "aconnect_stdio",
+    "aserve_http",
     "aserve_stdio",
     "build_server",
     "call_result",
     "connect",
     "connect_http",
     "connect_stdio",
+    "http_app",
     "load_registry",
     "mcp_tool",
+    "serve_http",
     "serve_stdio",
+    "tool_annotations",
     "tool_output",
 ]

@@ -2,17 +2,22 @@
 
     serve_stdio(registry, timeout=10)          # or: toolbus mcp serve module:registry
 
-MCP clients see each registry tool with its name, description, JSON schema and
-`readOnlyHint`; each call gets toolbus's validation, timeout, retries, limits,
-masking and events. Every outcome that is not `ok` comes back as a result with
-`isError: true` whose text names the toolbus error code, and whose `_meta`
-carries `toolbus/status` and `toolbus/error_code`.
+MCP clients see each registry tool with its name, description, JSON schema,
+output schema (when its return type is known) and the four annotation hints;
+each call gets toolbus's validation, timeout, retries, limits, masking and
+events. Every outcome that is not `ok` comes back as a result with `isError:
+true` whose text names the toolbus error code, and whose `_meta` carries
+`toolbus/status` and `toolbus/error_code`. A client's progress token gets the
+tool's progress, its cancellation cancels the call, and its trace context
+(`traceparent` in `_meta`) is the served call's parent. Over HTTP: `_serve_http.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -25,6 +30,8 @@ from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry, load_registry
+from ._server_output import served_output
+from ._server_progress import ProgressRelay
 
 __all__ = [
     "aserve_stdio",
@@ -33,6 +40,7 @@ __all__ = [
     "load_registry",
     "mcp_tool",
     "serve_stdio",
+    "tool_annotations",
 ]
 
 # Custom (free-text) tools take their raw input as this one string parameter.
@@ -47,29 +55,62 @@ _CUSTOM_SCHEMA: dict[str, Any] = {
 
 def mcp_tool(tool: Tool) -> types.Tool:
     """How an MCP client sees a toolbus tool."""
+    served = served_output(tool)
     return types.Tool(
         name=tool.name,
         description=tool.description or None,
         input_schema=_schema(tool),
-        annotations=types.ToolAnnotations(read_only_hint=tool.read_only),
+        output_schema=served.schema if served is not None else None,
+        annotations=tool_annotations(tool),
     )
 
 
-def call_result(result: ToolResult) -> types.CallToolResult:
-    """An MCP tool result for a toolbus result; anything but `ok` is `is_error`."""
+def tool_annotations(tool: Tool) -> types.ToolAnnotations:
+    """The four hints, each given (clients default an absent one, to the
+    spec's defaults, which toolbus's need not be): `readOnlyHint` is
+    `read_only`, `destructiveHint` `destructive` (None: `not read_only`),
+    `idempotentHint` `idempotent`, `openWorldHint` `open_world`."""
+    destructive = tool.destructive if tool.destructive is not None else not tool.read_only
+    return types.ToolAnnotations(
+        read_only_hint=tool.read_only,
+        destructive_hint=destructive,
+        idempotent_hint=tool.idempotent,
+        open_world_hint=tool.open_world,
+    )
+
+
+def call_result(result: ToolResult, tool: Tool | None = None) -> types.CallToolResult:
+    """An MCP tool result for a toolbus result; anything but `ok` is `is_error`.
+
+    With the `tool` that ran, an output schema applies: `structured_content` is
+    the output (`{"result": output}` when the schema is wrapped) and must match
+    it, or the result is an error saying where it does not. Without one, a dict
+    output is the structured content.
+    """
     if not result.ok:
         code = result.error_code.value if result.error_code is not None else result.status
-        return types.CallToolResult(
-            content=[types.TextContent(text=f"{result.error or result.status} ({code})")],
-            is_error=True,
-            meta={"toolbus/status": result.status, "toolbus/error_code": code},
-        )
+        return _error(f"{result.error or result.status} ({code})", result.status, code)
+    served = served_output(tool) if tool is not None else None
+    structured = result.output if isinstance(result.output, dict) else None
+    if served is not None:
+        structured, mismatch = served.structured(result.output)
+        if mismatch is not None:
+            code = ErrorCode.TOOL_ERROR.value
+            text = f"Tool '{result.name}' returned an output its output schema refuses ({mismatch})"
+            return _error(f"{text} ({code})", "error", code)
     content: list[types.ContentBlock] = []
     if result.output is not None:
         content.append(types.TextContent(text=output_text(result.output)))
     content.extend(_attachment_block(a) for a in result.attachments)
-    structured = result.output if isinstance(result.output, dict) else None
     return types.CallToolResult(content=content, structured_content=structured)
+
+
+def _error(text: str, status: str, code: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        is_error=True,
+        meta={"toolbus/status": status, "toolbus/error_code": code},
+    )
 
 
 def build_server(
@@ -80,8 +121,15 @@ def build_server(
     The registry is read on every request, so tools registered later show up.
     (The low-level server, not `MCPServer`: `MCPServer` derives schemas from
     function signatures and validates arguments itself, where toolbus's own
-    schemas and validation must apply.)
+    schemas and validation must apply.) While the server runs (its lifespan),
+    it watches `executor`'s progress events for the clients that ask for them.
     """
+    relay = ProgressRelay(executor)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(server: Server[Any]) -> Any:
+        async with relay.opened():
+            yield {}
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -110,8 +158,18 @@ def build_server(
                     )
                 )
             arguments = text
-        result = await executor.aexecute(ToolCall(name=params.name, arguments=arguments))
-        return call_result(result)
+        call = ToolCall(name=params.name, arguments=arguments)
+        meta = ctx.meta or {}
+        # Progress only for a client that asked (a progressToken); a client's
+        # cancellation cancels this task, and aexecute the call with it.
+        wants_progress = meta.get("progress_token") is not None or _direct_progress(ctx)
+        with _trace_continued(meta):
+            if wants_progress:
+                async with relay.relay(call.id, ctx.session.report_progress):
+                    result = await executor.aexecute(call)
+            else:
+                result = await executor.aexecute(call)
+        return call_result(result, tool)
 
     def input_schema(tool_name: str) -> dict[str, Any] | None:
         tool = registry.get(tool_name)
@@ -120,6 +178,7 @@ def build_server(
     return Server(
         name,
         version=__version__,
+        lifespan=lifespan,
         get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
@@ -153,6 +212,45 @@ async def aserve_stdio(
 def serve_stdio(registry: ToolRegistry, *, name: str = "toolbus", **executor_options: Any) -> None:
     """Blocking twin of `aserve_stdio` (runs its own event loop)."""
     anyio.run(functools.partial(aserve_stdio, registry, name=name, **executor_options))
+
+
+def _direct_progress(ctx: ServerRequestContext[Any]) -> bool:
+    # An in-process client (`mcp.Client(server)`) sends no progress token: its
+    # dispatch context holds the caller's progress callback instead (wrapped by
+    # the server's runner). Not public API: should it change, in-process
+    # clients get no progress; clients over stdio and HTTP still do.
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    outbound = getattr(outbound, "_inner", outbound)
+    return getattr(outbound, "_on_progress", None) is not None
+
+
+@contextlib.contextmanager
+def _trace_continued(meta: Mapping[str, Any]) -> Iterator[None]:
+    """Within it, the client's trace (`traceparent` in `_meta`) is current,
+    so the served call's span (`instrument_otel`, noted at submission) is in it.
+
+    The SDK's OpenTelemetry middleware already made its server span, a child of
+    the client's, current: that is kept. Only without a current span (the
+    middleware removed) is the client's context attached here.
+    """
+    if "traceparent" not in meta:
+        yield
+        return
+    from opentelemetry import context, propagate, trace  # a dependency of `mcp`
+
+    if trace.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    try:
+        parent = propagate.extract(dict(meta))
+    except (TypeError, ValueError):  # a malformed carrier: no parent
+        yield
+        return
+    token = context.attach(parent)
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _schema(tool: Tool) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import mcp_types as types
 
 from ..models import ErrorCode, ToolCall, ToolResult
@@ -61,9 +60,11 @@ class MCPTool(Tool):
     as sent): `read_only` is `readOnlyHint`, unless `destructiveHint` is true,
     which always makes a tool mutating; `idempotent` is `idempotentHint` when
     the connection trusts it (`idempotent=None`); `open_world` is
-    `openWorldHint` (true when absent, as the spec says). toolbus validates the
-    arguments against the schema, then `run` sends the call to the server and
-    checks structured content against the tool's `outputSchema`. The
+    `openWorldHint` (true when absent, as the spec says); `destructive` is
+    `destructiveHint` for a mutating tool; `output_schema` is `outputSchema`.
+    toolbus validates the arguments against the schema, then `run` sends the
+    call to the server and checks structured content against the tool's
+    `outputSchema`. The
     executor's timeout, retry, concurrency and masking rules apply as to any
     tool; a timeout or cancellation cancels the request on the server.
 
@@ -106,6 +107,13 @@ class MCPTool(Tool):
         self.read_only = hinted_read_only if read_only is None else read_only
         self.idempotent = hints.get("idempotentHint") is True if idempotent is None else idempotent
         self.open_world = hints.get("openWorldHint") is not False
+        destructive = hints.get("destructiveHint")
+        # Kept for serving the tool on (toolbus mcp serve); a read-only tool is never destructive.
+        self.destructive = (
+            destructive if isinstance(destructive, bool) and not self.read_only else None
+        )
+        # An unusable outputSchema makes the tool unusable, as an unusable inputSchema does.
+        self.output_schema = spec.output_schema
         self.timeout = timeout
         self.retry = retry
         self.max_concurrency = max_concurrency
@@ -116,18 +124,11 @@ class MCPTool(Tool):
         self.policies = (_WITHDRAWN,)
         self.removed = False
         super().__init__()
-        self._output_check: OutputCheck | None = None
-        if spec.output_schema is not None:
-            try:
-                self._output_check = OutputCheck(spec.output_schema, server=self.server)
-            except jsonschema.SchemaError as e:
-                log.warning(
-                    "MCP server '%s': the outputSchema of '%s' is not usable JSON Schema (%s); "
-                    "its results are not checked",
-                    self.server,
-                    spec.name,
-                    e.message,
-                )
+        self._output_check = (
+            OutputCheck(spec.output_schema, server=self.server)
+            if spec.output_schema is not None
+            else None
+        )
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> Any:
         """Call the tool on the server; its error results raise `ToolError`.

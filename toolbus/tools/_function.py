@@ -11,7 +11,6 @@ description from the docstring's `Args:` (Google), `Parameters` (NumPy) or
 from __future__ import annotations
 
 import inspect
-import types
 import typing
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict, Unpack, overload
@@ -23,7 +22,8 @@ from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._docstring import parse_docstring
 from ._injected import is_injected_marker
-from ._tool import STANDARD_INVOKES, Tool, ToolType
+from ._returns import namespaces, resolve_hint, return_schema
+from ._tool import STANDARD_INVOKES, Tool, ToolType, check_output_schema
 
 if TYPE_CHECKING:
     from ._tool import BackendSpec
@@ -48,6 +48,8 @@ class ToolOptions(TypedDict, total=False):
     groups: Sequence[str]
     resource_keys: Sequence[str]
     idempotent: bool
+    destructive: bool | None
+    open_world: bool
     memory_limit_mb: int | None
     cpu_limit_s: float | None
     policies: Sequence[Any]
@@ -66,6 +68,8 @@ class FunctionTool(Tool):
 
     def __init__(self, fn: AnyFunction, **options: Unpack[ToolOptions]) -> None:
         self.fn = fn
+        self._output_schema: dict[str, Any] | None = None
+        self._output_schema_known = False  # worked out on first read
         unknown = sorted(set(options) - set(ToolOptions.__annotations__))
         if unknown:
             raise TypeError(f"tool {fn.__name__!r}: unknown option {unknown[0]!r}")
@@ -126,6 +130,27 @@ class FunctionTool(Tool):
         self.Params = self._params_model  # type: ignore[misc]
         super()._setup()
 
+    # Its output schema comes from the return annotation, worked out when first
+    # asked for (an MCP server lists it): most tools are never served, and
+    # pydantic's schema costs about as much as making the tool.
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema of what the function returns, from its return
+        annotation (None when pydantic cannot describe it); settable."""
+        if not self._output_schema_known:
+            self._output_schema = return_schema(self.fn)
+            self._output_schema_known = True
+        return self._output_schema
+
+    @output_schema.setter
+    def output_schema(self, schema: dict[str, Any] | None) -> None:
+        check_output_schema(schema, f"tool {self.name!r}")
+        self._output_schema = schema
+        self._output_schema_known = True
+
+    def _check_output_schema(self, owner: str) -> None:
+        pass  # not read at set-up, which would work it out; the setter checks what is set
+
     def _target(self) -> AnyFunction:
         return self.fn
 
@@ -154,27 +179,18 @@ STANDARD_INVOKES.add(FunctionTool.invoke)
 def _parameter_hints(fn: AnyFunction) -> dict[str, Any]:
     """Resolved type hints of the parameters only.
 
-    The return annotation is never needed and, under `from __future__ import
-    annotations`, often names a class local to the defining function; the
-    function's closure variables are offered to resolve parameter hints too.
+    Each is resolved on its own: the return annotation, under `from __future__
+    import annotations`, often names a class local to the defining function,
+    and must not stop the parameters from resolving; the function's closure
+    variables are offered to resolve them too.
     """
     annotations = dict(getattr(fn, "__annotations__", {}))
     annotations.pop("return", None)
-    localns: dict[str, Any] = {}
-    code = getattr(fn, "__code__", None)
-    for name, cell in zip(
-        code.co_freevars if code else (), getattr(fn, "__closure__", None) or (), strict=False
-    ):
-        try:
-            localns[name] = cell.cell_contents
-        except ValueError:  # an empty cell
-            pass
-    globalns = getattr(fn, "__globals__", {})
+    globalns, localns = namespaces(fn)
     hints: dict[str, Any] = {}
     for name, value in annotations.items():
-        shim = types.SimpleNamespace(__annotations__={name: value}, __globals__=globalns)
         try:
-            hints.update(typing.get_type_hints(shim, localns=localns, include_extras=True))
+            hints[name] = resolve_hint(value, name, globalns, localns)
         except NameError as e:
             # A ToolContext imported inside the defining function cannot be
             # found by name later; it is recognised by its name instead.

@@ -195,9 +195,11 @@ class ToolRegistry:
 
     def to_mcp(self) -> builtins.list[dict[str, Any]]:
         """Every tool as an MCP server lists it (`tools/list`): `{name,
-        description, inputSchema, annotations: {readOnlyHint}}`, JSON as on the
-        wire. Made by `toolbus.mcp.mcp_tool`, which gives the SDK's `Tool`
-        objects; needs the `mcp` extra (`ImportError` saying so otherwise).
+        description, inputSchema, outputSchema, annotations: {readOnlyHint,
+        destructiveHint, idempotentHint, openWorldHint}}`, JSON as on the wire
+        (`outputSchema` only for a tool whose output type is known). Made by
+        `toolbus.mcp.mcp_tool`, which gives the SDK's `Tool` objects; needs
+        the `mcp` extra (`ImportError` saying so otherwise).
         """
         from ..mcp import mcp_tool
 

@@ -88,6 +88,10 @@ class Tool:
     number of seconds > 0, or `math.inf` (no deadline for this tool, whatever
     the executor's); `max_concurrency` is None or an integer >= 1; `retry` is
     None or a `RetryPolicy`. `bool`, text such as `"1"` and NaN are refused.
+    `idempotent` and `open_world` are True or False; `destructive` is True,
+    False or None (None: as mutating as the tool is, `not read_only`), and a
+    read-only tool cannot be destructive. `output_schema` is None or a valid
+    JSON schema.
 
     `secret_paths` lists where the parameters schema marks a value secret
     (`SecretStr`/`SecretBytes`, `writeOnly: true`, `format: password`) and the
@@ -126,6 +130,14 @@ class Tool:
     # Safe to run again after a timeout or a crash even though it is mutating
     # (it dedupes on `ToolContext.idempotency_key`, say).
     idempotent: bool = False
+    # For MCP clients (their `destructiveHint`, `openWorldHint`): whether a
+    # mutating tool may destroy or overwrite (None: any mutating tool may), and
+    # whether it reaches beyond a closed domain (the web, other systems).
+    destructive: bool | None = None
+    open_world: bool = True
+    # The JSON schema of its output: a subclass may declare one; a function tool
+    # gets it from its return annotation when pydantic can describe that type.
+    output_schema: dict[str, Any] | None = None
     # Per-worker limits, enforced by a backend that runs tools in processes
     # (`backend="process"`): address space in MB, CPU seconds per call.
     memory_limit_mb: int | None = None
@@ -274,8 +286,18 @@ class Tool:
         self.groups = groups + tuple(g for g in checked if g not in groups)
         self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
-        if not isinstance(self.idempotent, bool):
-            raise TypeError(f"{owner}: idempotent must be True or False, got {self.idempotent!r}")
+        for flag in ("idempotent", "open_world"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(
+                    f"{owner}: {flag} must be True or False, got {getattr(self, flag)!r}"
+                )
+        if self.destructive is not None and not isinstance(self.destructive, bool):
+            raise TypeError(
+                f"{owner}: destructive must be True, False or None, got {self.destructive!r}"
+            )
+        if self.destructive and self.read_only:
+            raise ValueError(f"{owner}: a read-only tool cannot be destructive")
+        self._check_output_schema(owner)
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise TypeError(
                 f"{owner}: retry must be a RetryPolicy, got {type(self.retry).__name__}"
@@ -285,6 +307,9 @@ class Tool:
             check = getattr(policy, "check", None)
             if check is not None:
                 check(self)
+
+    def _check_output_schema(self, owner: str) -> None:
+        check_output_schema(self.output_schema, owner)
 
     def _target(self) -> Callable[..., Any]:
         return self.run
@@ -493,6 +518,22 @@ def _run_to_completion(value: Awaitable[Any], name: str) -> Any:
 
 # `invoke` methods that pass the context only when `_wants_context` says so.
 STANDARD_INVOKES: set[Callable[..., Any]] = {Tool.invoke}
+
+
+def check_output_schema(schema: Any, owner: str) -> None:
+    """TypeError or ValueError, naming `owner`, unless `schema` is None or a valid JSON schema."""
+    if schema is None:
+        return
+    if not isinstance(schema, dict):
+        raise TypeError(
+            f"{owner}: output_schema must be a JSON schema (a dict), got {type(schema).__name__}"
+        )
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ValueError(
+            f"{owner}: output_schema is not a valid JSON schema: {e.message}"
+        ) from None
 
 
 def parse_json_arguments(text: str) -> dict[str, Any]:

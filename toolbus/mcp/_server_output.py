@@ -1,0 +1,96 @@
+"""A served tool's structured output: its `outputSchema` and `structuredContent`.
+
+MCP wants an object at the top of both. A tool whose output schema is an
+object's is served with it as it is; any other (a number, a list, a model or
+None) is wrapped, `{"result": <schema>}`, and so is each output. A result is
+checked against the schema it is served with before it goes out: the spec
+says a server's structured content MUST conform, and a client (the SDK's)
+would refuse it otherwise, where an error result can say what was wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from ..tools import Tool
+
+__all__ = ["RESULT_KEY", "ServedOutput", "served_output"]
+
+# The one property of a wrapped output schema, as the MCP SDKs name it.
+RESULT_KEY = "result"
+
+
+@dataclass(frozen=True)
+class ServedOutput:
+    """How a tool's output is served: the schema clients see, and whether each
+    output is wrapped as `{"result": output}`."""
+
+    source: dict[str, Any]  # the tool's own output_schema, to notice a change
+    schema: dict[str, Any]
+    wrapped: bool
+    validator: jsonschema.protocols.Validator
+
+    def structured(self, output: Any) -> tuple[dict[str, Any] | None, str | None]:
+        """`(structured content, None)`, or `(None, why)` when `output` does not
+        match the schema (the why names where, never the value: it may be a secret)."""
+        value = {RESULT_KEY: output} if self.wrapped else output
+        error = next(iter(self.validator.iter_errors(value)), None)
+        if error is None:
+            return value, None
+        path = list(error.absolute_path)
+        if self.wrapped and path[:1] == [RESULT_KEY]:
+            path = path[1:]
+        where = ".".join(str(p) for p in path) or "output"
+        return None, f"{where}: {_rule(error)}"
+
+
+def _rule(error: jsonschema.ValidationError) -> str:
+    if error.validator == "type":
+        return f"should be of type {error.validator_value}"
+    if error.validator == "required":
+        given = error.instance if isinstance(error.instance, dict) else {}
+        required = error.validator_value if isinstance(error.validator_value, list) else []
+        missing = [k for k in required if k not in given]
+        return f"lacks {', '.join(repr(k) for k in missing)}"
+    return f"fails the schema's '{error.validator}' rule"
+
+
+_cache: weakref.WeakKeyDictionary[Tool, ServedOutput] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def served_output(tool: Tool) -> ServedOutput | None:
+    """How `tool`'s output is served, or None when it has no output schema.
+
+    Made once per tool (and again if its `output_schema` is replaced).
+    """
+    source = tool.output_schema
+    if source is None:
+        return None
+    with _lock:
+        served = _cache.get(tool)
+    if served is not None and served.source is source:
+        return served
+    if source.get("type") == "object":
+        schema = source
+    else:
+        # Definitions stay at the top: the schema's "$ref"s point at "#/$defs/...".
+        inner = {k: v for k, v in source.items() if k not in ("$defs", "$schema")}
+        schema = {
+            "type": "object",
+            "properties": {RESULT_KEY: inner},
+            "required": [RESULT_KEY],
+        }
+        for key in ("$schema", "$defs"):
+            if key in source:
+                schema[key] = source[key]
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    served = ServedOutput(source, schema, schema is not source, validator)
+    with _lock:
+        _cache[tool] = served
+    return served
