@@ -282,3 +282,45 @@ def test_top_is_a_command_of_the_cli() -> None:
         runner.invoke(app, ["top", "http://127.0.0.1:9/", "--token-env", "TB_NOPE_X"]).exit_code
         == 2
     )
+
+
+def test_top_never_prints_its_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token that cannot go in a header is refused before use, with an error
+    that does not quote it (urllib's own would) (review 10)."""
+    from toolbus.observe._top import main, run_top
+
+    tokens = ["abc\nTOKEN-SECRET-PART", "abc TOKEN-SECRET-PART", "abc\u20acTOKEN-SECRET-PART"]
+    for token in tokens:
+        monkeypatch.setenv("REVIEW_TOKEN", token)
+        assert main("http://127.0.0.1:1/", token_env="REVIEW_TOKEN") == 2
+        err = capsys.readouterr().err
+        assert "TOKEN-SECRET-PART" not in err and "REVIEW_TOKEN cannot be sent" in err
+    for token in [*tokens, "abc\x00TOKEN-SECRET-PART"]:  # (no variable may hold a NUL)
+        assert run_top("http://127.0.0.1:1/", token=token) == 2  # the function checks too
+        assert "TOKEN-SECRET-PART" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://[::1", "is not a valid address"),
+        ("http://", "names no host"),
+        ("http://host:port/", "is not a valid address"),
+        ("ftp://host/", "is not an http:// or https:// address"),
+    ],
+)
+def test_top_a_bad_address_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], url: str, words: str
+) -> None:
+    """Exit 2 (bad input), not 1 (a server that cannot be reached) (review 10)."""
+    from typer.testing import CliRunner
+
+    from toolbus.cli import app
+    from toolbus.observe._top import main
+
+    assert main(url) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+    assert CliRunner().invoke(app, ["top", url]).exit_code == 2

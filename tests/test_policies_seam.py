@@ -498,3 +498,46 @@ def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor
         asyncio.run(main())
         rec.wait_for(bus.FINISHED, 1, timeout=5)
     assert [r.status for r in holding.told] == ["cancelled"] and ran == []
+
+
+def test_a_policys_event_is_scrubbed_of_the_calls_secrets_but_its_identity(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """`announce` masks what a policy publishes like the call's arguments: a
+    secret in a text or JSON-like field is `***`; the call's identity stays."""
+    from dataclasses import dataclass
+
+    from toolbus.policies import announce, scrub
+
+    secret = "sk-SEAM-SECRET-42"
+    name = "test:seam-noted"
+    bus.define_signal(name, "A test policy noted a call.")  # (again: the same signal)
+
+    @dataclass(frozen=True)
+    class Noted(bus.CallEvent):
+        note: str
+        detail: dict[str, Any]
+        key: str
+
+    class Noting(BasePolicy):
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            token = call.arguments["token"]  # type: ignore[index]
+            key = scrub(token[:8])
+            announce(
+                name,
+                lambda bid: Noted(call.id, call.name, bid, 0, f"saw {token}", {"t": token}, key),
+            )
+            return Admit()
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[Noting()])
+    def use(token: str) -> str:
+        """Uses a token."""
+        return "ok"
+
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(id="u1", name="use", arguments={"token": secret})).status == "ok"
+    (noted,) = recorder.wait_for(name)
+    assert (noted.note, noted.detail, noted.key) == ("saw ***", {"t": "***"}, "***")
+    assert (noted.call_id, noted.tool) == ("u1", "use")

@@ -197,3 +197,54 @@ def test_one_quota_object_is_one_budget_across_executors(make_executor: MakeExec
     assert second.execute(ToolCall(name="work", arguments={"n": 3})).status == "rejected"
     assert first.execute(ToolCall(name="work", arguments={"n": 4})).status == "rejected"
     assert ran == [1, 2]
+
+
+# -- keys taken from secret arguments: asked before the arguments are masked -------------
+
+SECRET = "sk-QUOTA-SECRET-42"
+
+
+def search_registry(key: object) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[quota(1, key=key)])  # type: ignore[arg-type]
+    def search(api_key: str) -> str:
+        """Search."""
+        return "x"
+
+    return reg
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"api_key": SECRET}, f'{{"api_key": "{SECRET}"}}'],  # as given, or a model's raw JSON
+)
+def test_a_failing_key_never_quotes_a_secret_argument(
+    make_executor: MakeExecutor, arguments: object
+) -> None:
+    """At submission a key function's error text (int('sk-...')) would reach the
+    result unmasked: only its type is told (review 10)."""
+    import io
+
+    from toolbus.observe import log_json
+
+    ex = make_executor(search_registry(lambda c: int(c.arguments["api_key"])))
+    buf = io.StringIO()
+    handle = log_json(ex, buf)
+    result = ex.execute(ToolCall(id="c", name="search", arguments=arguments))  # type: ignore[arg-type]
+    handle.close()
+    assert (result.status, result.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert "(ValueError)" in (result.error or "")
+    assert SECRET not in (result.error or "") and SECRET not in buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [lambda c: c.arguments["api_key"], lambda c: c.arguments["api_key"][:10]],
+)
+def test_a_refusal_naming_a_secret_key_is_masked(make_executor: MakeExecutor, key: object) -> None:
+    ex = make_executor(search_registry(key))
+    assert ex.execute(ToolCall(name="search", arguments={"api_key": SECRET})).status == "ok"
+    refused = ex.execute(ToolCall(name="search", arguments={"api_key": SECRET}))
+    assert refused.error_code is ErrorCode.QUOTA_EXCEEDED
+    assert "for '***'" in (refused.error or "") and SECRET[:10] not in (refused.error or "")

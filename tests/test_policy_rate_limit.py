@@ -359,3 +359,78 @@ def test_a_cancelled_wait_ends_the_call_and_frees_nothing_it_did_not_take(
     ex.close(timeout=5)  # closing cancels it: it ends at once, holding nothing
     waiting.join(timeout=10)
     assert done == ["cancelled"]
+
+
+# -- keys taken from secret arguments ---------------------------------------------------
+
+SECRET = "sk-RATELIMIT-SECRET-42"
+
+
+def search_registry(**options: object) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rate_limit("1/second", **options)])  # type: ignore[arg-type]
+    def search(q: str, api_key: str) -> str:
+        """Search."""
+        return q
+
+    return reg
+
+
+def searches(n: int) -> list[ToolCall]:
+    return [
+        ToolCall(id=f"s{i}", name="search", arguments={"q": "x", "api_key": SECRET})
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        lambda c: c.arguments["api_key"],  # the secret itself
+        lambda c: c.arguments["api_key"][:12],  # a slice of it: no whole secret to scrub
+        lambda c: f"tenant:{c.arguments['api_key']}",  # a text holding it
+    ],
+)
+def test_a_key_taken_from_a_secret_argument_is_published_masked(
+    make_executor: MakeExecutor, recorder: bus.Recorder, key: object
+) -> None:
+    """tool:throttled's `key` is masked like the arguments (review 10)."""
+    ex = make_executor(search_registry(key=key))
+    batch = ex.execute_batch(searches(2))
+    assert [r.status for r in batch.results] == ["ok", "ok"]
+    events: list[Throttled] = recorder.wait_for(THROTTLED)  # (once or more: it may wake early)
+    for throttled in events:
+        assert throttled.key is not None and SECRET[:12] not in throttled.key
+        assert "***" in throttled.key
+        assert throttled.call_id == "s1" and throttled.tool == "search"  # its identity stays
+
+
+def test_a_secret_key_never_reaches_a_log_line(make_executor: MakeExecutor) -> None:
+    import io
+
+    from toolbus.observe import log_json
+
+    ex = make_executor(search_registry(key=lambda c: c.arguments["api_key"]))
+    buf = io.StringIO()
+    handle = log_json(ex, buf)
+    ex.execute_batch(searches(2))
+    handle.close()
+    assert "tool:throttled" in buf.getvalue()
+    assert SECRET not in buf.getvalue()
+
+
+def test_a_refusal_naming_a_secret_key_is_masked(make_executor: MakeExecutor) -> None:
+    ex = make_executor(search_registry(key=lambda c: c.arguments["api_key"][:12], wait=False))
+    batch = ex.execute_batch(searches(2))
+    refused = batch.results[1]
+    assert refused.error_code is ErrorCode.RATE_LIMITED
+    assert "for '***'" in (refused.error or "") and SECRET[:12] not in (refused.error or "")
+
+
+def test_a_failing_key_does_not_quote_a_secret_argument(make_executor: MakeExecutor) -> None:
+    """Asked after admission: the key function's error text is scrubbed like any."""
+    ex = make_executor(search_registry(key=lambda c: int(c.arguments["api_key"])))
+    result = ex.execute(searches(1)[0])
+    assert result.error_code is ErrorCode.TOOL_UNAVAILABLE
+    assert "ValueError" in (result.error or "") and SECRET not in (result.error or "")

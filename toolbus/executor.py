@@ -68,7 +68,13 @@ from .pipeline import (
     current_run,
 )
 from .policies import ApprovalDecision, Policy
-from .policies._set import Guard, PolicySet, admit_at_submission, timeout_for
+from .policies._set import (
+    Guard,
+    PolicySet,
+    admit_at_submission,
+    submission_scrubber,
+    timeout_for,
+)
 from .retry import RetryPolicy
 from .tools import Tool, ToolRegistry, error_text
 
@@ -505,6 +511,7 @@ class Executor(ExecutorHooks):
             time.time(),
             runs[0].context,
             runs[0].priority,
+            tuple(r.token for r in runs),
         )
         for hook in self._submit_hooks:
             try:
@@ -660,9 +667,16 @@ class Executor(ExecutorHooks):
             run.policies = guard.chain
             if guard.at_submission:
                 # In the batch's order, before it fans out: a quota's first calls run.
-                run.refusal = admit_at_submission(guard, c, time.monotonic())
+                # Before admission masks the arguments: what the default masking
+                # hides of them is scrubbed from a refusal (it may quote a key).
+                scrubber = submission_scrubber(c, guard.tool, self._secret_keys)
+                run.refusal = admit_at_submission(
+                    guard, c, time.monotonic(), scrubber, run.batch_id
+                )
                 if run.refusal is None:  # they admitted it: they are told how it ends
                     run.consulted.extend(guard.at_submission)
+                else:  # its result is scrubbed as it ends, like any call's
+                    run.scrubber = scrubber
         if approval is not None:
             run.approval = approval
         return run

@@ -122,6 +122,7 @@ class Deadlines:
                     n,
                     run.timeout or 0.0,
                     parent_call_id=run.parent_call_id,
+                    _run=run.token,
                 ),
             )
         # What follows a timeout (retry decision, post-call hooks) is user code:

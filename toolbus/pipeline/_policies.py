@@ -53,7 +53,7 @@ def consult(run: Run, svc: Services) -> Steps:
     # Asked again after a delay: whatever it decides now, it decided; it is
     # told the call's result only if it admits it.
     run.delayed_by = None
-    token = asking(svc.emitter, run.batch_id, run.timeout)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
@@ -112,7 +112,7 @@ def consult(run: Run, svc: Services) -> Steps:
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
     # An async policy may run on the loop thread (driven from a worker): it
     # announces its events to this executor all the same.
-    token = asking(svc.emitter, run.batch_id, run.timeout)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         return await decision
     finally:
@@ -196,7 +196,7 @@ def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
 
 def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:
     """`policy.on_result`, contained; the result as the policy leaves it."""
-    token = asking(svc.emitter, run.batch_id, run.timeout)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         other = policy.on_result(run.call, result, time.monotonic())
     except Exception as e:  # the result stands; the policy's failure is logged

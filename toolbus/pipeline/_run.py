@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,9 @@ __all__ = ["BatchRun", "Cancellable", "LoopWaiter", "Run", "ThreadWaiter", "Wait
 # Where a run waits (Run.sv_queued).
 READY = 1
 PARKED = 2
+
+# Run tokens: `next()` of a count is atomic under the GIL, so no lock.
+_tokens = itertools.count(1)
 
 # Phases, for error messages that say where a call got stuck.
 QUEUED = "queued"
@@ -167,6 +171,7 @@ class Run:
         "sv_worker",
         "task",
         "timeout",
+        "token",
         "tool",
         "waiter",
     )
@@ -188,6 +193,9 @@ class Run:
         priority: int | None = None,
     ) -> None:
         self._lock = threading.Lock()
+        # Unique per run in the process, unlike a call id (a model may repeat
+        # one): its events carry it (`CallEvent._run`), and so does its submission.
+        self.token = next(_tokens)
         self.call = call
         self.origin = call  # as submitted: before parsing and pre-call hooks
         self.key: str | None = None  # its idempotency key, made when first needed

@@ -99,6 +99,7 @@ def publish_progress(
                 fraction,
                 s.value(data),
                 parent_call_id=run.parent_call_id,
+                _run=run.token,
             ),
         )
 
@@ -119,6 +120,7 @@ def publish_killed(run: Run, svc: Services, pid: int, reason: str) -> None:
                 pid,
                 reason,
                 parent_call_id=run.parent_call_id,
+                _run=run.token,
             ),
         )
 
@@ -185,12 +187,15 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
                 run.retry_delay,
                 run.policy.max_attempts,
                 parent_call_id=pid,
+                _run=run.token,
             ),
         )
     if em.wants(sig.EXECUTING):
         em.emit(
             sig.EXECUTING,
-            Executing(call_id, name, bid, n, run.masked, run.timeout, parent_call_id=pid),
+            Executing(
+                call_id, name, bid, n, run.masked, run.timeout, parent_call_id=pid, _run=run.token
+            ),
         )
     run.phase = RUNNING
     # Built only for a tool that takes one (its `run` has a ctx parameter).
@@ -253,7 +258,9 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         if em.wants(sig.TIMEOUT):
             em.emit(
                 sig.TIMEOUT,
-                TimedOut(call_id, name, bid, n, run.timeout or 0.0, parent_call_id=pid),
+                TimedOut(
+                    call_id, name, bid, n, run.timeout or 0.0, parent_call_id=pid, _run=run.token
+                ),
             )
         late = _late_event(run, n, error, duration)
         outcome = yield from after_timeout(run, n, "", svc)
@@ -271,7 +278,10 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         )
     if error is None:
         if em.wants(sig.EXECUTED):
-            em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration, parent_call_id=pid))
+            em.emit(
+                sig.EXECUTED,
+                Executed(call_id, name, bid, n, duration, parent_call_id=pid, _run=run.token),
+            )
         result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
         return (yield from complete(run, result, svc))
     if em.wants(sig.ERROR):
@@ -287,6 +297,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
                 _failure_code(error),
                 duration,
                 parent_call_id=pid,
+                _run=run.token,
             ),
         )
     return (yield from after_failure(run, n, error, svc, timed_out=False))
@@ -353,6 +364,7 @@ def _late_event(run: Run, n: int, error: BaseException | None, duration: float) 
         status,
         duration,
         parent_call_id=run.parent_call_id,
+        _run=run.token,
     )
 
 

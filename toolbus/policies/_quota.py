@@ -19,6 +19,7 @@ from .._options import positive_int, positive_number
 from ..models import ErrorCode, ToolCall
 from ._keyed import KeyFunction, check_key, key_of, seconds_text
 from ._protocol import ADMIT, BasePolicy, Decision, Reject
+from ._signals import scrub
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -63,7 +64,9 @@ class Quota(BasePolicy):
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
         """Admit and count `call` if its key has budget left; else `Reject(QUOTA_EXCEEDED)`."""
-        key = key_of(call, self._key, self.name)
+        # At submission the arguments are not masked yet: a failing key function's
+        # message may quote them (int('sk-...')), so only its type is told.
+        key = key_of(call, self._key, self.name, detail=False)
         if isinstance(key, Reject):
             return key
         at = self._clock() if self._clock is not None else now
@@ -111,7 +114,8 @@ class Quota(BasePolicy):
             self._times.clear()
 
     def _refusal(self, call: ToolCall, key: str, frees_in: float) -> str:
-        whose = f" for {key!r}" if self._key is not None else f" for tool '{call.name}'"
+        # Masked like the call's arguments: a key may be taken from a secret one.
+        whose = f" for {scrub(key)!r}" if self._key is not None else f" for tool '{call.name}'"
         if self.window is None:
             return (
                 f"Quota exceeded{whose}: at most {self.max_calls} calls, all used. This call "

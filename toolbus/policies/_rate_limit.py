@@ -34,7 +34,7 @@ from .._options import non_negative_number
 from ..models import ErrorCode, ToolCall
 from ._keyed import KeyFunction, check_key, key_of, seconds_text
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Reject
-from ._signals import THROTTLED, Throttled, announce, call_timeout
+from ._signals import THROTTLED, Throttled, announce, call_timeout, scrub
 
 if TYPE_CHECKING:
     from limits import RateLimitItem
@@ -153,7 +153,8 @@ class RateLimit(BasePolicy):
             at = self._clock()
             decision = self._decide(call.id, key, at, now, limit)
         if type(decision) is Delay:
-            shown = key if self._key is not None else None
+            # Masked like the call's arguments: a key may be taken from a secret one.
+            shown = scrub(key) if self._key is not None else None
             wait, rate = decision.seconds, self.limit
             announce(
                 THROTTLED,
@@ -275,7 +276,7 @@ class RateLimit(BasePolicy):
         return call_timeout()  # the default: no longer than one attempt may run
 
     def _refusal(self, key: str, opens_in: float, wait: float, max_wait: float | None) -> str:
-        whose = f" for {key!r}" if self._key is not None else ""
+        whose = f" for {scrub(key)!r}" if self._key is not None else ""
         head = f"Rate limit reached{whose}: at most {self.limit}"
         if not self.wait:
             opens = seconds_text(opens_in)

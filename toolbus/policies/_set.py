@@ -12,8 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..masking import Scrubber, SecretKeys, mask_arguments, mask_paths
 from ..models import ErrorCode, ToolCall
+from ._keyed import parsed_arguments
 from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name
+from ._signals import asking, done_asking
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -90,8 +93,33 @@ def timeout_for(guard: Guard, default: float | None) -> float | None:
     return timeout
 
 
-def admit_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorCode, str] | None:
-    """Ask the policies that decide at submission; why the call is refused, or None."""
+def submission_scrubber(call: ToolCall, tool: Tool, keys: SecretKeys) -> Scrubber:
+    """What the default masking (`keys`) and the tool's secret-typed paths hide
+    of `call`'s raw arguments: all that is known of its secrets before
+    admission (and a masker of the executor's own) has masked them."""
+    raw = parsed_arguments(call.arguments)
+    return Scrubber(mask_arguments(raw, keys)[1] + mask_paths(None, raw, tool.secret_paths)[1])
+
+
+def admit_at_submission(
+    guard: Guard, call: ToolCall, now: float, scrubber: Scrubber, batch_id: str | None = None
+) -> tuple[ErrorCode, str] | None:
+    """Ask the policies that decide at submission; why the call is refused, or None.
+
+    The arguments are not masked yet: `scrubber` (`submission_scrubber`) is
+    what the policies mask a key with (`scrub`), and the refusal is scrubbed
+    with it. Nothing is announced at submission."""
+    token = asking(None, batch_id, None, scrubber)
+    try:
+        refusal = _ask_at_submission(guard, call, now)
+    finally:
+        done_asking(token)
+    if refusal is not None and scrubber:
+        return refusal[0], scrubber.text(refusal[1])
+    return refusal
+
+
+def _ask_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorCode, str] | None:
     for policy in guard.at_submission:
         try:
             decision = policy.admit(call, guard.tool, now)
