@@ -238,7 +238,6 @@ def test_config_errors_are_config_errors(tmp_path: Path, body: str) -> None:
 # -- 7. plugins: a broken one is fatal -----------------------------------------------------
 
 
-@bug
 @pytest.mark.parametrize("entry", ["gen_raises", "sys_exit"])
 def test_a_broken_plugin_is_skipped(tmp_path: Path, entry: str, monkeypatch: Any) -> None:
     pkg = tmp_path / "review9plug"

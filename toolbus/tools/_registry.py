@@ -53,9 +53,10 @@ class ToolRegistry:
         An entry point's value is a `Tool`, a `ToolRegistry` (all its tools),
         or a callable taking no arguments that returns one of those or an
         iterable of tools. Modules are imported now, never at `import toolbus`.
-        A broken plugin (its import fails, its value is none of those, calling
-        it raises) is skipped, and so is a tool whose name is taken (by this
-        registry's own tools or an earlier plugin's): each is a `PluginWarning`
+        A broken plugin (its import fails or exits, its value is none of those,
+        calling it or iterating over what it returns raises) is skipped, and
+        so is a tool whose name is taken (by this registry's own tools or an
+        earlier plugin's): each is a `PluginWarning`
         and a `PluginError`, returned and added to `plugin_errors`.
         """
         problems = load_plugins(self, group)
