@@ -188,7 +188,6 @@ def test_an_executor_cache_does_not_answer_calls_that_need_approval() -> None:
 # -- 6. config: enabled=false and the file's policies bypassed through a sequence ---------
 
 
-@bug
 def test_a_tool_disabled_in_the_config_does_not_run_as_a_step(tmp_path: Path) -> None:
     ran: list[str] = []
     reg = ToolRegistry()
@@ -211,7 +210,6 @@ def test_a_tool_disabled_in_the_config_does_not_run_as_a_step(tmp_path: Path) ->
     assert ran == []  # ["rm -rf /"] today
 
 
-@bug
 def test_config_of_a_spilling_tool_and_read_artifact_together_is_accepted(tmp_path: Path) -> None:
     reg = ToolRegistry()
 
@@ -224,7 +222,6 @@ def test_config_of_a_spilling_tool_and_read_artifact_together_is_accepted(tmp_pa
     Executor.from_config(reg, path).close()  # ConfigError today: read_artifact "already registered"
 
 
-@bug
 @pytest.mark.parametrize(
     "body", ['journal = "/"', "x = " + "[" * 2000 + "]" * 2000], ids=["journal-dir", "deep"]
 )

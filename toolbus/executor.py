@@ -268,13 +268,28 @@ class Executor(ExecutorHooks):
         the one to export to a model): each configured tool a copy with the
         file's values, a disabled tool absent (its calls end `TOOL_NOT_FOUND`).
         That registry is a snapshot: register later tools on it, not on
-        `registry`. A file that cannot be used is a `toolbus.ConfigError`
-        naming the file, the key and the reason.
+        `registry`. A composite tool's steps run as that registry's versions
+        of their tools (a disabled one ends `TOOL_NOT_FOUND`). A `journal`
+        the file names is opened here and closed with the executor. A file
+        that cannot be used is a `toolbus.ConfigError` naming the file, the
+        key and the reason.
         """
         from .config import apply_config, load_config
+        from .config._apply import open_file_journal
 
-        view, options = apply_config(load_config(path), registry, overrides)
-        return cls(view, **options)
+        config = load_config(path)
+        view, options = apply_config(config, registry, overrides)
+        # Opened here, so that a path that cannot hold one names the file and the key.
+        journal = open_file_journal(config, options, overrides)
+        try:
+            executor = cls(view, **options)
+        except BaseException:
+            if journal is not None:
+                journal.close(1.0)
+            raise
+        if journal is not None:
+            executor._journal_owned = True  # made from the file's path: it closes with the executor
+        return executor
 
     def _start(
         self,
@@ -838,15 +853,25 @@ class _NestedCalls:
 
     async def call(self, tool: Tool, call: ToolCall, parent: Run) -> ToolResult:
         ex = self._executor
-        ex._step_tools.setdefault(tool.name, tool)
+        # The executor's version of the step's tool: a step is a call of this
+        # executor, so its configuration (Executor.from_config) applies to it
+        # as to any call: a tool it set a timeout, a rate limit, a cache for
+        # runs as its copy with those, and one it disabled does not run.
+        mine = ex.registry._version_of(tool)
+        if mine is not None:
+            ex._step_tools.setdefault(mine.name, mine)
         waiter = LoopWaiter(asyncio.get_running_loop())
         run = ex._make_run(
             call,
             context=contextvars.copy_context(),
             waiter=waiter,
             step_of=parent,
-            step_tool=tool,
+            step_tool=mine,
         )
+        if mine is None:  # ended `rejected` (TOOL_NOT_FOUND) as a call of it would be
+            run.last_error = (
+                f"Tool '{call.name}' is not available: this executor's configuration disables it"
+            )
         if ex._submit_hooks:
             ex._submitted((run,), None)
         ex._tell(Submit((run,), None), (run,))

@@ -254,7 +254,8 @@ def _look_up(
     if found is None:
         where = "registered" if lookup is not None else "known without an executor"
         raise ToolFailure(
-            f"Step {i} ('{step}') of '{name}': no tool of that name is {where}",
+            f"Step {i} ('{step}') of '{name}': no tool of that name is {where} "
+            f"({ErrorCode.TOOL_NOT_FOUND.value})",
             metadata={"failed_step": i, "failed_tool": step, "steps": steps},
         )
     return found
