@@ -117,7 +117,6 @@ def test_on_result_raising_cancelled_error_does_not_hang_the_call() -> None:
 # -- 3. rate_limit: cancelled waiting calls keep their turns ------------------------------
 
 
-@bug
 @pytest.mark.timeout(60)
 def test_cancelled_waiting_calls_do_not_hold_back_the_next_call() -> None:
     limit = rate_limit("5/second", max_wait=math.inf)
