@@ -147,7 +147,6 @@ def test_cancelled_waiting_calls_do_not_hold_back_the_next_call() -> None:
 # -- 4. quota + requires_approval: the approved call is refused ---------------------------
 
 
-@bug
 def test_an_approved_call_is_not_refused_by_the_quota_its_deferral_spent() -> None:
     reg = ToolRegistry()
 
