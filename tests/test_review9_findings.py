@@ -366,7 +366,6 @@ def test_on_result_is_told_only_for_calls_the_policy_admitted() -> None:
 # -- 11. a sequence step that needs approval can never be approved -------------------------
 
 
-@bug
 def test_a_step_needing_approval_surfaces_its_request() -> None:
     @tool(read_only=True)
     def prep(x: int) -> int:

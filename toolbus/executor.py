@@ -67,7 +67,7 @@ from .pipeline import (
     Waiter,
     current_run,
 )
-from .policies import ApprovalDecision, Policy
+from .policies import ApprovalDecision, Policy, arguments_digest, requires_approval
 from .policies._set import (
     Guard,
     PolicySet,
@@ -872,7 +872,31 @@ class _NestedCalls:
             run.last_error = (
                 f"Tool '{call.name}' is not available: this executor's configuration disables it"
             )
+        elif run.policies and _approved_by_caller(parent):
+            # A person approved the sequence's call, which covers its steps
+            # (see toolbus/tools/_sequence.py): their approval is not asked again.
+            run.policies = tuple(p for p in run.policies if not isinstance(p, requires_approval))
         if ex._submit_hooks:
             ex._submitted((run,), None)
         ex._tell(Submit((run,), None), (run,))
         return await ex._await_one(run, waiter, f"its caller, call {parent.call.id}, was cancelled")
+
+
+def _approved_by_caller(parent: Run) -> bool:
+    """Whether `parent` (a step's caller) runs by a person's approval of its
+    exact arguments, or is itself a step of a call that does.
+
+    Approved: it got past a `requires_approval` without `when` (which admits
+    nothing unapproved), or it carries an approving decision for exactly its
+    own arguments (as the caller passed one for a conditional policy)."""
+    run: Run | None = parent
+    while run is not None:
+        if any(isinstance(p, requires_approval) and p.when is None for p in run.policies):
+            return True
+        decision = run.approval
+        if isinstance(decision, ApprovalDecision) and decision.approved:
+            origin = run.origin
+            if decision.digest == arguments_digest(origin.name, origin.arguments):
+                return True
+        run = run.parent if run.shares_slot else None  # up through steps only
+    return False
