@@ -116,6 +116,9 @@ class Executor(ExecutorHooks):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
     pre-call hooks.
+    `policies` guard every tool (before the tools' own); a tool a policy
+    brings along (a spill's `read_artifact`) is registered into `registry`
+    itself, which then has it for everyone holding it (docs/policies.md).
     `name` tells this executor apart in metrics, traces and logs (the `executor`
     label of `toolbus.observe`); by default `executor-1`, `executor-2`, ... in
     the order executors are made in this process.

@@ -97,7 +97,8 @@ class SequenceTool(Tool):
             from ..policies import requires_approval
 
             steps_text = ", ".join(f"'{n}'" for n in needs)
-            reason = f"it runs {steps_text}, which need approval"
+            verb = "needs" if len(needs) == 1 else "need"
+            reason = f"it runs {steps_text}, which {verb} approval"
             self.policies = (*self.policies, requires_approval(reason=reason))
         self._setup()
         # The sequence's arguments are the first step's: mask what it masks.
