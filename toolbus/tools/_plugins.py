@@ -130,7 +130,7 @@ def load_plugins(
             continue
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # its value's own code, asked what it is (a property, say)
+        except BaseException as e:  # its value's code run by our checks (a __class__ property)
             problem = source.error(f"cannot be used: {error_text(e)}")
             problem.__cause__ = e
             problems.append(problem)

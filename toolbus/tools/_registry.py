@@ -61,8 +61,8 @@ class ToolRegistry:
         A broken plugin (its import fails or exits, its value is none of those,
         calling it or iterating over what it returns raises) is skipped, and
         so is a tool whose name is taken (by this registry's own tools or an
-        earlier plugin's): each is a `PluginWarning`
-        and a `PluginError`, returned and added to `plugin_errors`.
+        earlier plugin's): each is a `PluginWarning` and a `PluginError`,
+        returned and added to `plugin_errors`.
         """
         problems = load_plugins(self, group)
         self.plugin_errors.extend(problems)
