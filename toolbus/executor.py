@@ -67,7 +67,7 @@ from .pipeline import (
     Waiter,
     current_run,
 )
-from .policies import ApprovalDecision, Policy
+from .policies import ApprovalDecision, Policy, arguments_digest, requires_approval
 from .policies._set import (
     Guard,
     PolicySet,
@@ -116,6 +116,9 @@ class Executor(ExecutorHooks):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
     pre-call hooks.
+    `policies` guard every tool (before the tools' own); a tool a policy
+    brings along (a spill's `read_artifact`) is registered into `registry`
+    itself, which then has it for everyone holding it (docs/policies.md).
     `name` tells this executor apart in metrics, traces and logs (the `executor`
     label of `toolbus.observe`); by default `executor-1`, `executor-2`, ... in
     the order executors are made in this process.
@@ -268,13 +271,28 @@ class Executor(ExecutorHooks):
         the one to export to a model): each configured tool a copy with the
         file's values, a disabled tool absent (its calls end `TOOL_NOT_FOUND`).
         That registry is a snapshot: register later tools on it, not on
-        `registry`. A file that cannot be used is a `toolbus.ConfigError`
-        naming the file, the key and the reason.
+        `registry`. A composite tool's steps run as that registry's versions
+        of their tools (a disabled one ends `TOOL_NOT_FOUND`). A `journal`
+        the file names is opened here and closed with the executor. A file
+        that cannot be used is a `toolbus.ConfigError` naming the file, the
+        key and the reason.
         """
         from .config import apply_config, load_config
+        from .config._apply import open_file_journal
 
-        view, options = apply_config(load_config(path), registry, overrides)
-        return cls(view, **options)
+        config = load_config(path)
+        view, options = apply_config(config, registry, overrides)
+        # Opened here, so that a path that cannot hold one names the file and the key.
+        journal = open_file_journal(config, options, overrides)
+        try:
+            executor = cls(view, **options)
+        except BaseException:
+            if journal is not None:
+                journal.close(1.0)
+            raise
+        if journal is not None:
+            executor._journal_owned = True  # made from the file's path: it closes with the executor
+        return executor
 
     def _start(
         self,
@@ -838,16 +856,50 @@ class _NestedCalls:
 
     async def call(self, tool: Tool, call: ToolCall, parent: Run) -> ToolResult:
         ex = self._executor
-        ex._step_tools.setdefault(tool.name, tool)
+        # The executor's version of the step's tool: a step is a call of this
+        # executor, so its configuration (Executor.from_config) applies to it
+        # as to any call: a tool it set a timeout, a rate limit, a cache for
+        # runs as its copy with those, and one it disabled does not run.
+        mine = ex.registry._version_of(tool)
+        if mine is not None:
+            ex._step_tools.setdefault(mine.name, mine)
         waiter = LoopWaiter(asyncio.get_running_loop())
         run = ex._make_run(
             call,
             context=contextvars.copy_context(),
             waiter=waiter,
             step_of=parent,
-            step_tool=tool,
+            step_tool=mine,
         )
+        if mine is None:  # ended `rejected` (TOOL_NOT_FOUND) as a call of it would be
+            run.last_error = (
+                f"Tool '{call.name}' is not available: this executor's configuration disables it"
+            )
+        elif run.policies and _approved_by_caller(parent):
+            # A person approved the sequence's call, which covers its steps
+            # (see toolbus/tools/_sequence.py): their approval is not asked again.
+            run.policies = tuple(p for p in run.policies if not isinstance(p, requires_approval))
         if ex._submit_hooks:
             ex._submitted((run,), None)
         ex._tell(Submit((run,), None), (run,))
         return await ex._await_one(run, waiter, f"its caller, call {parent.call.id}, was cancelled")
+
+
+def _approved_by_caller(parent: Run) -> bool:
+    """Whether `parent` (a step's caller) runs by a person's approval of its
+    exact arguments, or is itself a step of a call that does.
+
+    Approved: it got past a `requires_approval` without `when` (which admits
+    nothing unapproved), or it carries an approving decision for exactly its
+    own arguments (as the caller passed one for a conditional policy)."""
+    run: Run | None = parent
+    while run is not None:
+        if any(isinstance(p, requires_approval) and p.when is None for p in run.policies):
+            return True
+        decision = run.approval
+        if isinstance(decision, ApprovalDecision) and decision.approved:
+            origin = run.origin
+            if decision.digest == arguments_digest(origin.name, origin.arguments):
+                return True
+        run = run.parent if run.shares_slot else None  # up through steps only
+    return False
