@@ -541,3 +541,196 @@ def test_a_policys_event_is_scrubbed_of_the_calls_secrets_but_its_identity(
     (noted,) = recorder.wait_for(name)
     assert (noted.note, noted.detail, noted.key) == ("saw ***", {"t": "***"}, "***")
     assert (noted.call_id, noted.tool) == ("u1", "use")
+
+
+# -- review 9: user policy code that raises, or answers amiss ----------------------
+
+
+def _one_tool(*policies: Any, is_async: bool = False) -> ToolRegistry:
+    reg = ToolRegistry()
+    if is_async:
+
+        @reg.tool(read_only=True, policies=list(policies))
+        async def f(x: int = 0) -> int:
+            return x
+
+    else:
+
+        @reg.tool(read_only=True, policies=list(policies))
+        def f(x: int = 0) -> int:
+            return x
+
+    return reg
+
+
+_BASE_EXCEPTIONS = [asyncio.CancelledError, KeyboardInterrupt, SystemExit]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync-tool", "async-tool"])
+@pytest.mark.parametrize("exc", _BASE_EXCEPTIONS)
+def test_on_result_raising_a_base_exception_still_ends_the_call(
+    make_executor: MakeExecutor, exc: type[BaseException], is_async: bool
+) -> None:
+    """The result is claimed before on_result runs: whatever it raises, the call
+    is announced and its caller released (it used to hang for ever)."""
+
+    class Raises(BasePolicy):
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            raise exc()
+
+    ex = make_executor(_one_tool(Raises(), is_async=is_async), timeout=1)
+    box: dict[str, ToolResult] = {}
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        t = threading.Thread(
+            target=lambda: box.update(r=ex.execute(ToolCall(name="f", arguments={"x": 3}))),
+            daemon=True,
+        )
+        t.start()
+        t.join(5)
+        assert "r" in box, "the call never ended"
+        rec.wait_for(bus.FINISHED, 1, timeout=5)
+    assert (box["r"].status, box["r"].output) == ("ok", 3)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync-admit", "async-admit"])
+@pytest.mark.parametrize("exc", _BASE_EXCEPTIONS)
+def test_admit_raising_a_base_exception_is_the_policys_failure(
+    make_executor: MakeExecutor, exc: type[BaseException], is_async: bool
+) -> None:
+    """Not an "internal error": rejected, naming the policy, as any exception."""
+
+    class Raises(BasePolicy):
+        name = "raising-guard"
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            raise exc()
+
+    class AsyncRaises(BasePolicy):
+        name = "raising-guard"
+
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            await asyncio.sleep(0)
+            raise exc()
+
+    ex = make_executor(_one_tool(AsyncRaises() if is_async else Raises()), timeout=5)
+    r = ex.execute(ToolCall(name="f", arguments={"x": 1}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert "raising-guard" in (r.error or "") and exc.__name__ in (r.error or "")
+
+
+async def test_cancelling_a_call_while_an_async_policy_decides_is_a_cancel(
+    make_executor: MakeExecutor,
+) -> None:
+    """toolbus's own cancellation of the policy's task is not the policy's failure."""
+    asked = threading.Event()
+
+    class Hangs(BasePolicy):
+        name = "hangs"
+
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            asked.set()
+            await asyncio.Event().wait()
+            return Admit()
+
+    ex = make_executor(_one_tool(Hangs()))
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        task = asyncio.ensure_future(ex.aexecute(ToolCall(name="f", arguments={"x": 1})))
+        assert await asyncio.to_thread(asked.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (finished,) = await asyncio.to_thread(rec.wait_for, bus.FINISHED, 1, timeout=5)
+    assert (finished.result.status, finished.result.error_code) == (
+        "cancelled",
+        ErrorCode.CANCELLED,
+    )
+
+
+class _TimeoutRaises(BasePolicy):
+    name = "timing"
+
+    def timeout(self, tool: Any, default: float | None) -> float | None:
+        raise RuntimeError("boom")
+
+
+class _AppliesRaises(BasePolicy):
+    name = "choosy"
+
+    def applies_to(self, tool: Any) -> bool:
+        raise RuntimeError("boom")
+
+
+class _TimeoutIs(BasePolicy):
+    name = "timing"
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def timeout(self, tool: Any, default: float | None) -> Any:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        _TimeoutRaises(),
+        _AppliesRaises(),
+        _TimeoutIs("x"),
+        _TimeoutIs(-1),
+        _TimeoutIs(0),
+        _TimeoutIs(float("nan")),
+        _TimeoutIs(True),
+    ],
+    ids=["timeout-raises", "applies-raises", "str", "negative", "zero", "nan", "bool"],
+)
+def test_a_broken_policy_hook_at_submission_is_a_result_not_an_exception(
+    make_executor: MakeExecutor, policy: BasePolicy
+) -> None:
+    """applies_to and timeout are user code asked on the caller's thread: what
+    they raise or return amiss refuses the call, naming the policy."""
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[policy])
+    r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert policy.name in (r.error or "")
+    batch = ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
+    assert [b.status for b in batch] == ["rejected", "rejected"]
+    assert ran == []
+
+
+@pytest.mark.parametrize("value", [None, float("inf")])
+def test_a_policy_timeout_of_none_or_inf_means_no_deadline(
+    make_executor: MakeExecutor, value: float | None
+) -> None:
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), timeout=30, policies=[_TimeoutIs(value)])
+    with bus.Recorder(bus.EXECUTING, sender=ex) as rec:
+        assert ex.execute(ToolCall(name="read", arguments={"x": 1})).status == "ok"
+        (executing,) = rec.wait_for(bus.EXECUTING, 1, timeout=5)
+    assert executing.timeout is None
+
+
+def test_an_approval_is_asked_before_the_executors_policies(make_executor: MakeExecutor) -> None:
+    """Approvals come first whatever their level: an executor's cache must not
+    answer (nor its limits count) a call that a tool's approval guards."""
+    from toolbus.policies import cache
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[requires_approval(reason="patient data")])
+    def read_record(patient: str) -> str:
+        return f"record of {patient}"
+
+    seen = Scripted("seen")
+    ex = make_executor(reg, policies=[seen, cache(ttl=600)])
+    c1 = ToolCall(id="c1", name="read_record", arguments={"patient": "p42"})
+    request = ex.execute(c1).approval_request
+    assert request is not None
+    assert seen.asked == []  # deferred before the executor's policies were asked
+    assert ex.execute(c1, approval=request.approve()).status == "ok"
+    assert seen.asked == ["c1"]
+    later = ex.execute(ToolCall(id="c2", name="read_record", arguments={"patient": "p42"}))
+    assert later.status == "deferred", later.output  # not a cache hit
+    assert seen.asked == ["c1"]

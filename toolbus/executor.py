@@ -27,6 +27,7 @@ import time
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Self
 
 import pykka
@@ -634,8 +635,12 @@ class Executor(ExecutorHooks):
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
             guard = self._policies.guard(tool)
-            if guard is not None:
-                timeout = timeout_for(guard, timeout)
+            if guard is not None and guard.refusal is None:
+                timed = timeout_for(guard, timeout)
+                if isinstance(timed, tuple):  # a policy's timeout() failed: refused below
+                    guard = replace(guard, refusal=timed)
+                else:
+                    timeout = timed
             try:
                 backend = self._backends.for_tool(tool)
             except Exception as e:  # a custom backend's check() may raise anything
@@ -663,6 +668,10 @@ class Executor(ExecutorHooks):
         )
         if tool is None or backend is None:
             run.last_error = hint
+        elif guard is not None and guard.refusal is not None:
+            # A policy's own code (applies_to, timeout) failed for this tool:
+            # none of its calls may run, and the caller gets a result, not the error.
+            run.refusal = guard.refusal
         elif guard is not None:
             run.policies = guard.chain
             if guard.at_submission:

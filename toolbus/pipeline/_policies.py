@@ -12,6 +12,7 @@ with a message naming the policy: a broken guard fails closed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -61,7 +62,16 @@ def consult(run: Run, svc: Services) -> Steps:
                 decision = policy.admit(run.call, tool, time.monotonic())
                 if type(decision) not in _DECISIONS and _results._awaitable(decision):
                     decision = yield _asked(decision, svc, run)
-            except Exception as e:
+            except BaseException as e:
+                if isinstance(e, asyncio.CancelledError) and not run.is_live(run.attempt):
+                    # toolbus settled the attempt (a cancel, the executor
+                    # closing) and cancelled the policy's task: not the
+                    # policy's failure; the driver drops the step.
+                    raise
+                # Anything else came out of the policy's own code, SystemExit
+                # and KeyboardInterrupt included (it runs on a worker or the
+                # executor's loop, never where a caller's Ctrl-C lands): a
+                # broken guard fails closed, naming itself.
                 what = f"policy {policy_name(policy)} failed for call {run.call.id}"
                 _results.log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
@@ -199,7 +209,10 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
     token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         other = policy.on_result(run.call, result, time.monotonic())
-    except Exception as e:  # the result stands; the policy's failure is logged
+    except BaseException as e:
+        # The result stands; the policy's failure is logged. BaseException too:
+        # the result is claimed already, so anything escaping here would leave
+        # the call unannounced and its caller waiting forever.
         _results.log_contained(
             f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
             e,

@@ -10,7 +10,8 @@ a fake clock without threads.
 When the executor asks:
 - `admit` after argument validation (and the pre-call hooks and authorization),
   before the call's deadline clock starts: a delay is queueing, not run time.
-  Executor policies first, then the tool's. Once a policy has admitted a call it
+  Executor policies first, then the tool's; those with `first = True` (an
+  approval) before all of them. Once a policy has admitted a call it
   is not asked again for it, even when a later policy delays it.
 - `admit` of a policy with `at_submission = True` (a quota) when the call is
   submitted, on the caller's thread, in the batch's order, before the batch
@@ -115,6 +116,10 @@ class BasePolicy:
 
     - `name`: how errors and events name it.
     - `at_submission`: ask `admit` at submission (sync only), not before the run.
+    - `first`: ask it before every other policy of the call, the executor's
+      and the tool's alike (`requires_approval` is: nothing may answer, count
+      or let through a call nobody approved yet). Policies with `first` keep
+      their order among themselves, as the others do.
     - `applies_to(tool)`: given to an executor, whether it guards `tool`.
     - `check(tool)`: given to `tool`, raise `ValueError` if it cannot guard it
       (at registration).
@@ -124,6 +129,7 @@ class BasePolicy:
 
     name: str = "policy"
     at_submission: bool = False
+    first: bool = False
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
         return ADMIT
