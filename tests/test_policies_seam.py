@@ -734,3 +734,73 @@ def test_an_approval_is_asked_before_the_executors_policies(make_executor: MakeE
     later = ex.execute(ToolCall(id="c2", name="read_record", arguments={"patient": "p42"}))
     assert later.status == "deferred", later.output  # not a cache hit
     assert seen.asked == ["c1"]
+
+
+def test_the_published_digest_does_not_reveal_a_masked_secret(make_executor: MakeExecutor) -> None:
+    """The digest is an HMAC under the executor's secret: hashing the few
+    possible values of a masked argument no longer finds the one sent."""
+    import hashlib
+
+    from toolbus import _json
+    from toolbus.policies import arguments_digest
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def unlock(door: str, pin: str) -> str:
+        return "open"
+
+    ex = make_executor(reg, secret_keys=["pin"])
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        ex.execute(ToolCall(name="unlock", arguments={"door": "vault", "pin": "4821"}))
+        (event,) = rec.wait_for(bus.FINISHED, 1, timeout=5)
+    request = event.result.approval_request
+    assert request.arguments_masked["pin"] == "***"
+
+    def plain(pin: str) -> str:  # what the digest used to be
+        data = b"unlock\0" + _json.canonical({"door": "vault", "pin": pin})
+        return hashlib.sha256(data).hexdigest()
+
+    pins = [f"{i:04d}" for i in range(10_000)]
+    assert [p for p in pins if plain(p) == request.digest] == []
+    guessed = b"\0" * 32
+    assert [
+        p
+        for p in pins
+        if arguments_digest("unlock", {"door": "vault", "pin": p}, secret=guessed) == request.digest
+    ] == []
+    # Under the executor's own secret it is the digest of those arguments.
+    secret = ex._services.key_secret
+    args = '{"pin": "4821", "door": "vault"}'  # spacing and key order do not matter
+    assert arguments_digest("unlock", args, secret=secret) == request.digest
+
+
+def test_an_approval_is_good_for_its_executor_and_its_journal_only(tmp_path: Any) -> None:
+    ran: list[str] = []
+    reg = _guarded(ran)
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    journal = tmp_path / "journal.sqlite"
+    with Executor(reg, journal=journal) as first:
+        request = first.execute(call).approval_request
+    assert request is not None
+    with Executor(reg) as stranger:  # another secret: the decision approves nothing here
+        assert stranger.execute(call, approval=request.approve()).status == "deferred"
+    with Executor(reg, journal=journal) as restarted:  # the journal's secret: still good
+        assert restarted.execute(call, approval=request.approve()).status == "ok"
+    assert ran == ["delete:/a"]
+
+
+def test_an_approval_is_replayable(make_executor: MakeExecutor) -> None:
+    """Documented: a decision approves a tool and exact arguments, not one
+    submission nor one call id."""
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    request = ex.execute(
+        ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    ).approval_request
+    assert request is not None
+    decision = request.approve()
+    for call_id in ("d1", "d1", "other"):
+        again = ToolCall(id=call_id, name="delete", arguments={"path": "/a"})
+        assert ex.execute(again, approval=decision).status == "ok"
+    assert ran == ["delete:/a"] * 3

@@ -13,6 +13,7 @@ with a message naming the policy: a broken guard fails closed.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import math
 import time
@@ -106,7 +107,7 @@ def consult(run: Run, svc: Services) -> Steps:
                     }
                 )
             if kind is RequireApproval:
-                answer = _approval(run, decision.reason)
+                answer = _approval(run, decision.reason, svc)
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):
@@ -160,13 +161,17 @@ def _refused(run: Run, policy: Any, why: str) -> ToolResult:
     )
 
 
-def _approval(run: Run, reason: str) -> ToolResult | None:
+def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
     """None if the run carries an approval of exactly its arguments; else the
     denial (`rejected`) or the request (`deferred`)."""
     origin = run.origin
-    digest = arguments_digest(origin.name, origin.arguments)
+    # Keyed by the executor's secret: the request is published, and a plain
+    # hash of its arguments would give away a secret of few possible values.
+    digest = arguments_digest(origin.name, origin.arguments, secret=svc.key_secret)
     decision = run.approval
-    if isinstance(decision, ApprovalDecision) and decision.digest == digest:
+    if isinstance(decision, ApprovalDecision) and hmac.compare_digest(
+        decision.digest.encode("utf-8", "surrogatepass"), digest.encode()
+    ):
         if decision.approved:
             return None
         why = decision.reason or "denied"
