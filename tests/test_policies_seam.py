@@ -431,43 +431,101 @@ async def test_async_approvals(make_executor: MakeExecutor) -> None:
 # -- races: a deadline or a cancel while a policy decides or delays ------------------
 
 
-def test_a_retry_after_a_timeout_in_a_policy_asks_the_rest(make_executor: MakeExecutor) -> None:
-    from toolbus import RetryPolicy
+def test_a_policy_decision_is_not_run_time(make_executor: MakeExecutor) -> None:
+    """Policies decide before the deadline clock starts: a slow decision (a
+    remote check, say) does not eat the tool's timeout."""
 
-    gate = threading.Event()
-    told: list[str] = []
-
-    class Slow(BasePolicy):
-        name = "slow"
+    class SlowCheck(BasePolicy):
+        name = "slow_check"
 
         async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
-            if not gate.is_set():
-                gate.set()
-                await asyncio.Event().wait()  # hangs: the deadline cancels it
+            await asyncio.sleep(0.3)
+            return Admit()
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[SlowCheck()])
+    async def work() -> str:
+        await asyncio.sleep(0.2)
+        return "done"
+
+    ex = make_executor(reg, timeout=0.4)
+    r = ex.execute(ToolCall(name="work", arguments={}))
+    assert (r.status, r.attempts) == ("ok", 1), r.error
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync-policy", "async-policy"])
+def test_a_policy_that_never_decides_ends_the_call_naming_it(
+    make_executor: MakeExecutor, release: threading.Event, is_async: bool
+) -> None:
+    """Off the clock, but bounded: a policy that takes the call's whole timeout
+    to decide ends it `rejected` (TOOL_UNAVAILABLE), naming it; the call is not
+    retried, and the policies after it are never asked."""
+    from toolbus import RetryPolicy
+
+    told: list[str] = []
+    asked: list[str] = []
+
+    class Stuck(BasePolicy):
+        name = "stuck"
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            asked.append(call.id)
+            release.wait(30)
             return Admit()
 
         def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
             told.append(result.status)
 
-    never = Scripted("never", *[Reject(ErrorCode.TOOL_NOT_ALLOWED, "never")] * 5)
+    class AsyncStuck(Stuck):
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:  # type: ignore[override]
+            asked.append(call.id)
+            await asyncio.Event().wait()
+            return Admit()
+
+    never = Scripted("never")
     ran: list[str] = []
     reg = ToolRegistry()
 
     @reg.tool(
         read_only=True,
-        timeout=0.2,
-        retry=RetryPolicy(max_retries=1, backoff_base=0.001, jitter=0),
-        policies=[Slow(), never],
+        timeout=0.3,
+        retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0),
+        policies=[AsyncStuck() if is_async else Stuck(), never],
     )
-    async def guarded(x: int) -> int:
+    def guarded(x: int) -> int:
         ran.append("ran")
         return x
 
     ex = make_executor(reg)
-    r = ex.execute(ToolCall(name="guarded", arguments={"x": 1}))
-    assert (r.status, r.error) == ("rejected", "never")
-    assert ran == [] and never.asked
-    assert told == ["rejected"]
+    r = ex.execute(ToolCall(id="c", name="guarded", arguments={"x": 1}))
+    assert (r.status, r.error_code, r.attempts) == ("rejected", ErrorCode.TOOL_UNAVAILABLE, 0)
+    assert "stuck" in (r.error or "") and "did not decide" in (r.error or "")
+    assert asked == ["c"] and never.asked == [] and ran == [] and told == []
+
+
+def test_a_policy_is_asked_once_per_call_across_retries(make_executor: MakeExecutor) -> None:
+    from toolbus import RetryPolicy
+
+    once = Scripted("once")
+    failures = [1, 2]
+    reg = ToolRegistry()
+
+    @reg.tool(
+        read_only=True,
+        retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0),
+        policies=[once],
+    )
+    def flaky() -> str:
+        if failures:
+            failures.pop()
+            raise ConnectionError("flaky")
+        return "done"
+
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(id="c", name="flaky", arguments={}))
+    assert (r.status, r.attempts) == ("ok", 3)
+    assert once.asked == ["c"] and [x.status for x in once.results] == ["ok"]
 
 
 def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor) -> None:

@@ -26,6 +26,7 @@ from ..policies._protocol import Admit, Delay, Reject, RequireApproval, Respond,
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
 from . import _results
+from ._run import ADMISSION, POLICIES
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -55,6 +56,13 @@ def consult(run: Run, svc: Services) -> Steps:
     # Asked again after a delay: whatever it decides now, it decided; it is
     # told the call's result only if it admits it.
     run.delayed_by = None
+    # Off the deadline's clock (queueing, not run time): the deadline moves on
+    # by as long as the policies took. The supervisor bounds the phase itself
+    # by the call's timeout, so a policy that never decides cannot hold the
+    # call for ever. `asking_since` first: the supervisor reads it once it
+    # sees the phase.
+    began = run.asking_since = time.monotonic()
+    run.phase = POLICIES
     token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         while run.policy_at < len(chain):
@@ -118,6 +126,9 @@ def consult(run: Run, svc: Services) -> Steps:
         return None
     finally:
         done_asking(token)
+        if run.deadline is not None:
+            run.deadline += time.monotonic() - began
+        run.phase = ADMISSION  # (the deadline first: see _journal_intent)
 
 
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:

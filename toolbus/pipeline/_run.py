@@ -48,9 +48,13 @@ QUEUED = "queued"
 ADMISSION = "pre-call hooks"
 JOURNALING = "journal"  # writing its intent: off the deadline's clock
 STARTING = "starting a worker"  # a backend starts what runs it: off the clock too
+# Its policies deciding: queueing, not run time (a policy that asks a remote
+# service must not eat the tool's deadline). Off the clock, but bounded apart:
+# a policy that takes a whole timeout to decide ends the call (see _deadlines.py).
+POLICIES = "policies"
 # Phases whose time the deadline does not count: the step moves the deadline on
 # by as long as they took, and a deadline that fires meanwhile is re-armed.
-OFF_CLOCK = frozenset({JOURNALING, STARTING})
+OFF_CLOCK = frozenset({JOURNALING, STARTING, POLICIES})
 RUNNING = "tool"
 FINISHING = "post-call hooks"
 
@@ -119,6 +123,7 @@ class Run:
         "_lock",
         "admitted",
         "approval",
+        "asking_since",
         "attempt",
         "backend",
         "batch",
@@ -268,6 +273,9 @@ class Run:
         self.policy_at = 0
         self.consulted: list[Any] = []
         self.delayed_by: Any = None  # the policy whose delay it waits out, if any
+        # When its policies began deciding (phase POLICIES): the supervisor bounds
+        # that phase by the call's timeout, apart from the tool's deadline.
+        self.asking_since = 0.0
         self.approval: Any = None  # the caller's ApprovalDecision for it, if any
         # (code, message): refused at submission (a quota), before it fans out.
         self.refusal: tuple[Any, str] | None = None

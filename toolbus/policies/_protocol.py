@@ -9,7 +9,10 @@ a fake clock without threads.
 
 When the executor asks:
 - `admit` after argument validation (and the pre-call hooks and authorization),
-  before the call's deadline clock starts: a delay is queueing, not run time.
+  off the call's deadline clock: a delay, or a slow decision, is queueing, not
+  run time. The decision is bounded apart: policies that take as long as the
+  call's timeout to decide end it `rejected` (TOOL_UNAVAILABLE), naming the
+  one that did not answer.
   Executor policies first, then the tool's; those with `first = True` (an
   approval) before all of them. Once a policy has admitted a call it
   is not asked again for it, even when a later policy delays it.
