@@ -528,11 +528,17 @@ def test_a_policy_is_asked_once_per_call_across_retries(make_executor: MakeExecu
     assert once.asked == ["c"] and [x.status for x in once.results] == ["ok"]
 
 
-def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor) -> None:
+def test_a_policy_hears_of_a_call_it_delays_ending_through_on_dropped(
+    make_executor: MakeExecutor,
+) -> None:
+    """Not `on_result` (only for calls it admitted): `on_dropped`, so it can
+    give the waiting call's place up."""
+
     class Holding(BasePolicy):
         def __init__(self) -> None:
             self.asked = threading.Event()
             self.told: list[ToolResult] = []
+            self.dropped: list[ToolResult] = []
 
         def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
             self.asked.set()
@@ -541,9 +547,12 @@ def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor
         def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
             self.told.append(result)
 
-    holding = Holding()
+        def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            self.dropped.append(result)
+
+    holding, outer = Holding(), Scripted("outer")
     ran: list[str] = []
-    ex = make_executor(_registry(ran), policies=[holding])
+    ex = make_executor(_registry(ran), policies=[outer, holding])
 
     async def main() -> None:
         task = asyncio.ensure_future(ex.aexecute(ToolCall(name="read", arguments={"x": 1})))
@@ -555,7 +564,53 @@ def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor
     with bus.Recorder(bus.FINISHED, sender=ex) as rec:
         asyncio.run(main())
         rec.wait_for(bus.FINISHED, 1, timeout=5)
-    assert [r.status for r in holding.told] == ["cancelled"] and ran == []
+    assert [r.status for r in holding.dropped] == ["cancelled"] and holding.told == []
+    assert [r.status for r in outer.results] == ["cancelled"]  # it admitted the call
+    assert ran == []
+
+
+def test_on_result_is_told_only_for_calls_the_policy_admitted() -> None:
+    """A policy that counts what it let through (as extending.md invites)
+    stays balanced when calls it only delayed are cancelled."""
+
+    class InFlight(BasePolicy):
+        name = "in_flight"
+
+        def __init__(self, n: int) -> None:
+            self.n, self.count, self.lock = n, 0, threading.Lock()
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            with self.lock:
+                if self.count < self.n:
+                    self.count += 1
+                    return Admit()
+                return Delay(0.05)
+
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            with self.lock:
+                self.count -= 1
+
+    policy = InFlight(1)
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[policy])
+    async def slow(i: int) -> int:
+        await asyncio.sleep(0.3)
+        return i
+
+    async def main() -> None:
+        ex = Executor(reg)
+        task = asyncio.create_task(
+            ex.aexecute_batch([ToolCall(name="slow", arguments={"i": i}) for i in range(5)])
+        )
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(ex.close)
+
+    asyncio.run(main())
+    assert policy.count == 0
 
 
 def test_a_policys_event_is_scrubbed_of_the_calls_secrets_but_its_identity(

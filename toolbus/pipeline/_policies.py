@@ -6,7 +6,8 @@ each policy of the run's chain is asked in order until one does not admit.
 slot back and holds no thread); `Reject`, `Respond` and a missing approval
 become the call's result. `tell_results` gives every policy that admitted the
 call its terminal result, innermost first, and takes a replacement if one is
-returned. Whatever a policy raises or returns amiss ends the call `rejected`
+returned; a policy that made the call wait, when it ended waiting, hears of it
+through `on_dropped` instead. Whatever a policy raises or returns amiss ends the call `rejected`
 with a message naming the policy: a broken guard fails closed.
 """
 
@@ -88,14 +89,14 @@ def consult(run: Run, svc: Services) -> Steps:
             if kind is Admit:
                 run.policy_at += 1
                 if not run.note_policy(policy, admitted=True):
-                    return _ended_meanwhile(run, policy, svc)
+                    return _ended_meanwhile(run, policy, svc, admitted=True)
                 continue
             if kind is Delay:
                 seconds = _seconds(decision.seconds)
                 if seconds is None:
                     return _refused(run, policy, f"it asked for a delay of {decision.seconds!r}")
                 if not run.note_policy(policy, admitted=False):
-                    return _ended_meanwhile(run, policy, svc)
+                    return _ended_meanwhile(run, policy, svc, admitted=False)
                 return Deferral(seconds, decision.until)
             if kind is Reject:
                 if not isinstance(decision.code, ErrorCode):
@@ -119,7 +120,7 @@ def consult(run: Run, svc: Services) -> Steps:
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):
-                        return _ended_meanwhile(run, policy, svc)
+                        return _ended_meanwhile(run, policy, svc, admitted=True)
                     continue
                 return answer
             return _refused(run, policy, f"it returned {type(decision).__name__}, not a decision")
@@ -144,13 +145,18 @@ async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
 _DECISIONS = frozenset({Admit, Delay, Reject, Respond, RequireApproval})
 
 
-def _ended_meanwhile(run: Run, policy: Any, svc: Services) -> None:
-    """The call ended (a deadline, a cancel) while `policy` decided: tell it how,
-    as every policy that let a call through is told. The step then finds the
-    attempt settled and stops."""
+def _ended_meanwhile(run: Run, policy: Any, svc: Services, *, admitted: bool) -> None:
+    """The call ended (a cancel, its policies' time bound) while `policy`
+    decided: tell it how, as every policy that let a call through is told
+    (`on_result`), or, when it delayed the call, as a policy whose waiting call
+    is dropped is (`on_dropped`). The step then finds the attempt settled and
+    stops."""
     result = run.result
     if result is not None:
-        _tell(policy, run, result, svc)
+        if admitted:
+            _tell(policy, run, result, svc)
+        else:
+            _drop(policy, run, result, svc)
 
 
 def _seconds(value: Any) -> float | None:
@@ -208,16 +214,37 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
 
 
 def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
-    """Give `result` to every policy that admitted the run (and to the one it
-    waits for, if it ended while waiting), innermost first; return the result
-    as the last of them left it."""
+    """Give `result` to every policy that admitted the run (`on_result`),
+    innermost first; return the result as the last of them left it. The
+    policy it was waiting for, if it ended while waiting, hears of it first,
+    through `on_dropped`: it never admitted the call, so `on_result` (which
+    its docs promise only for calls it admitted) is not for it."""
     # Read after the result was claimed: nobody adds to them any more.
-    told = list(reversed(run.consulted))
-    if run.delayed_by is not None:  # it ended while that policy made it wait
-        told.insert(0, run.delayed_by)
-    for policy in told:
+    if run.delayed_by is not None:
+        _drop(run.delayed_by, run, result, svc)
+    for policy in reversed(run.consulted):
         result = _tell(policy, run, result, svc)
     return result
+
+
+def _drop(policy: Any, run: Run, result: ToolResult, svc: Services) -> None:
+    """`policy.on_dropped`, if it has one, contained: a call it made wait ended
+    while waiting (a cancel, the executor closing). Its answer is not taken:
+    the call was never its to answer."""
+    dropped = getattr(policy, "on_dropped", None)
+    if not callable(dropped):
+        return
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
+    try:
+        dropped(run.call, result, time.monotonic())
+    except BaseException as e:  # the result is claimed: see _tell
+        _results.log_contained(
+            f"policy {policy_name(policy)} failed on dropping call {run.call.id}",
+            e,
+            run.scrubber,
+        )
+    finally:
+        done_asking(token)
 
 
 def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:

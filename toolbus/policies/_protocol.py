@@ -23,7 +23,12 @@ When the executor asks:
 - `on_result` once per call, with its terminal result, for every policy that
   admitted it, innermost (the tool's last) first; it may return a replacement.
   It runs where the call finishes (possibly the supervisor's thread): quick,
-  and never blocking.
+  and never blocking. Only for calls the policy admitted.
+- `on_dropped(call, result, now)`, if the policy has it, once, for a call it
+  was making wait (`Delay`) that ended while waiting (cancelled, the executor
+  closed): so a policy that keeps places for waiting calls (a rate limiter's
+  turns, a cache's followers) can give the place up. Its return is ignored;
+  `on_result` is not called for that policy. Same thread rules.
 """
 
 from __future__ import annotations
@@ -127,6 +132,7 @@ class BasePolicy:
     - `check(tool)`: given to `tool`, raise `ValueError` if it cannot guard it
       (at registration).
     - `timeout(tool, default)`: the deadline of the tool's attempts.
+    - `on_dropped(call, result, now)`: a call it delayed ended while waiting.
     - `tools()`: tools the policy brings along, registered beside it.
     """
 
@@ -139,6 +145,11 @@ class BasePolicy:
 
     def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
         return None
+
+    def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        """A call this policy made wait (`Delay`) ended while waiting, with
+        `result` (cancelled, say): forget whatever was kept for it. It was never
+        admitted, so `on_result` is not called. Quick and never blocking."""
 
     def applies_to(self, tool: Tool) -> bool:
         return True
