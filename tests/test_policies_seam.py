@@ -917,3 +917,50 @@ def test_an_approval_is_replayable(make_executor: MakeExecutor) -> None:
         again = ToolCall(id=call_id, name="delete", arguments={"path": "/a"})
         assert ex.execute(again, approval=decision).status == "ok"
     assert ran == ["delete:/a"] * 3
+
+
+def test_a_deferred_call_closing_its_batch_does_not_race_its_caller(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing a deferred call closes the calls it holds back, the last of
+    which ends the batch: its caller, released, takes the batch's runs away
+    while the supervisor was still reading them (an IndexError, logged as a
+    supervisor error, most times with frequent thread switches)."""
+    import logging
+    import sys
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def write(x: int) -> int:
+        return x
+
+    @reg.tool(read_only=True)
+    def read(x: int) -> int:
+        return x
+
+    ex = make_executor(reg)
+    calls = [
+        ToolCall(name="write", arguments={"x": 1}),
+        ToolCall(name="read", arguments={"x": 1}),
+        ToolCall(name="nope", arguments={}),
+    ]
+    expected = ["deferred", "cancelled", "rejected"]
+
+    async def main() -> None:
+        for _ in range(300):
+            out = await ex.aexecute_batch(calls)
+            assert [r.status for r in out] == expected
+            out = await ex.aexecute_batch(calls[2:] * 2)  # all rejected at submission
+            assert [r.status for r in out] == ["rejected"] * 2
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with caplog.at_level(logging.ERROR, logger="toolbus"):
+            asyncio.run(main())
+            for _ in range(300):
+                assert [r.status for r in ex.execute_batch(calls)] == expected
+    finally:
+        sys.setswitchinterval(interval)
+    assert "supervisor error" not in caplog.text

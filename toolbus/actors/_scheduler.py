@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
-from ..models import ErrorCode, Status
+from ..models import ErrorCode, Status, ToolResult
 from ..pipeline import BatchRun, Outcome, Run
 from ._batches import announce_groups, announce_start, finish_batch, schedule_batch
 from ._budget import ThreadBudget
@@ -247,11 +247,15 @@ class Scheduler(Deadlines):
         announce_start(b, self.emitter)
         b.schedule = schedule_batch(b, self.services.max_argument_bytes)
         eligible = b.schedule.open()
-        for run in b.runs:
-            self._reject_unstartable(run)
-        announce_groups(b, self.emitter)
-        for i in eligible:
-            self.slots.enqueue(b.runs[i])
+        b.sv_busy += 1  # every call may be rejected here: the batch ends after this
+        try:
+            for run in b.runs:
+                self._reject_unstartable(run)
+            announce_groups(b, self.emitter)
+            for i in eligible:
+                self.slots.enqueue(b.runs[i])
+        finally:
+            self._done_with(b)
 
     def _reject_unstartable(self, run: Run) -> bool:
         """Reject a run that can never start: unknown tool, no backend, refused
@@ -517,6 +521,26 @@ class Scheduler(Deadlines):
         if b is None:
             return
         b.remaining -= 1
+        # Closing this run may close others of the batch (the calls a deferred
+        # one holds back, the rest after a stop_on_error): the last of those
+        # must not end the batch, and so release its caller, while this frame
+        # still reads the batch. `_done_with` ends it once the outermost is done.
+        b.sv_busy += 1
+        try:
+            self._batch_books(b, run, result)
+        finally:
+            self._done_with(b)
+
+    def _done_with(self, b: BatchRun) -> None:
+        """The supervisor is done with a part of `b`'s books: if that was the
+        last part and every call has its result, the batch ends."""
+        b.sv_busy -= 1
+        if b.remaining == 0 and b.sv_busy == 0:
+            finish_batch(b, self.emitter)
+
+    def _batch_books(self, b: BatchRun, run: Run, result: ToolResult | None) -> None:
+        """What a closed run changes in its batch: its schedule, the calls
+        that wait for it, a stop on error."""
         if b.schedule is not None:
             if result is not None and result.status == "deferred":
                 self._abort_waiters(b, run)
@@ -538,8 +562,6 @@ class Scheduler(Deadlines):
                 )
                 for other in b.runs:
                     self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
-        if b.remaining == 0:
-            finish_batch(b, self.emitter)
 
     def _abort_waiters(self, b: BatchRun, run: Run) -> None:
         """A deferred call never finished, as far as order goes: the later calls

@@ -384,6 +384,7 @@ class BatchRun:
         "started",
         "stop_on_error",
         "stopped",
+        "sv_busy",
         "sv_group",
         "waiter",
     )
@@ -406,6 +407,10 @@ class BatchRun:
         self.schedule: Schedule | None = None
         self.remaining = 0
         self.sv_group: Any = None  # its capacity group (the scheduler's)
+        # The supervisor is in the middle of the batch's bookkeeping (closing a
+        # run that closes others in turn, say): its completion waits until
+        # that is done, since its caller, once released, takes `runs` away.
+        self.sv_busy = 0
         self.stopped = False
         self.done = False
         self.started = time.monotonic()
