@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
 from toolbus.policies import (
     Admit,
@@ -964,3 +964,48 @@ def test_a_deferred_call_closing_its_batch_does_not_race_its_caller(
     finally:
         sys.setswitchinterval(interval)
     assert "supervisor error" not in caplog.text
+
+
+def test_delays_until_one_future_hold_one_callback_on_it(make_executor: MakeExecutor) -> None:
+    """However many calls wait on a future, and however often they are asked
+    again, the future holds one callback (a never-completing one used to keep
+    one, and the call with it, per delay)."""
+    never: concurrent.futures.Future[None] = concurrent.futures.Future()
+    wake: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    class Waits(BasePolicy):
+        def __init__(self) -> None:
+            self.asks: dict[str, int] = {}
+            self.lock = threading.Lock()
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            with self.lock:
+                n = self.asks[call.id] = self.asks.get(call.id, 0) + 1
+            if call.id.startswith("spin") and n < 30:
+                return Delay(0.001, until=never)  # the timer wins, again and again
+            if call.id.startswith("woken") and not wake.done():
+                return Delay(600, until=wake)
+            return Admit()
+
+    policy = Waits()
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[policy])
+    spun = ex.execute_batch(
+        [ToolCall(id=f"spin{i}", name="read", arguments={"x": i}) for i in range(4)]
+    )
+    assert [r.status for r in spun] == ["ok"] * 4
+    assert len(never._done_callbacks) == 1  # type: ignore[attr-defined]
+    out: list[Any] = []
+    t = threading.Thread(
+        target=lambda: out.append(
+            ex.execute_batch(
+                [ToolCall(id=f"woken{i}", name="read", arguments={"x": i}) for i in range(3)]
+            )
+        )
+    )
+    t.start()
+    wait_until(lambda: sum(policy.asks.get(f"woken{i}", 0) for i in range(3)) == 3)
+    assert len(wake._done_callbacks) == 1  # type: ignore[attr-defined]
+    wake.set_result(None)
+    t.join(10)
+    assert [r.status for r in out[0]] == ["ok"] * 3

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ from ._messages import (
     RetryDue,
     StatusQuery,
     Submit,
+    UntilDone,
 )
 from ._timers import TimerService
 
@@ -65,6 +67,30 @@ if TYPE_CHECKING:
 __all__ = ["Scheduler"]
 
 log = logging.getLogger("toolbus.actors")
+
+
+class _Waiting:
+    """The calls delayed until one future is done (see `Scheduler._wait_until`)."""
+
+    __slots__ = ("dues", "prune_at")
+
+    def __init__(self, due: RetryDue) -> None:
+        self.dues = [due]
+        self.prune_at = 16
+
+    def add(self, due: RetryDue) -> None:
+        dues = self.dues
+        dues.append(due)
+        if len(dues) >= self.prune_at:
+            # Drop the calls no longer waiting on it (their timer won, they
+            # ended): amortised, the list stays within twice those that wait.
+            dues[:] = [d for d in dues if _waits(d)]
+            self.prune_at = max(16, 2 * len(dues))
+
+
+def _waits(due: RetryDue) -> bool:
+    run = due.run
+    return not run.sv_closed and run.sv_gen == due.gen
 
 
 class Scheduler(Deadlines):
@@ -103,6 +129,8 @@ class Scheduler(Deadlines):
             name: Group(name, limit) for name, limit in (groups or {}).items()
         }
         self.runs_open: set[Run] = set()
+        # Policies' `Delay(until=future)`: the calls waiting on each future.
+        self._untils: weakref.WeakKeyDictionary[Any, _Waiting] = weakref.WeakKeyDictionary()
         # Backends in use, and the budget of threads their jobs may hold.
         self.backends: dict[int, Backend] = {}
         self.budget = ThreadBudget(max_abandoned, max_abandoned_per_tool)
@@ -193,6 +221,8 @@ class Scheduler(Deadlines):
                 self._on_expired(message)
             elif kind is RetryDue:
                 self._on_retry_due(message)
+            elif kind is UntilDone:
+                self._on_until_done(message)
             elif kind is Grace:
                 self._on_grace(message)
             elif kind is Cancel:
@@ -465,12 +495,45 @@ class Scheduler(Deadlines):
         self._arm(run, outcome.delay, RetryDue)
         until = outcome.until
         if until is not None:
-            due = RetryDue(run, 0, run.sv_gen)
+            # Whichever comes first, the timer or the event; the other is stale.
             try:
-                # Whichever comes first, the timer or the event; the other is stale.
-                until.add_done_callback(lambda _: self._tell(due))
+                self._wait_until(until, RetryDue(run, 0, run.sv_gen))
             except Exception as e:  # not a future after all: the timer stands
                 log.error("a policy's delay has no usable `until` (%s): waiting it out", e)
+
+    def _wait_until(self, until: Any, due: RetryDue) -> None:
+        """Send `due` when `until` is done (unless its timer wins first).
+
+        One done-callback per future, however many calls wait on it and however
+        often: a future that never completes (a flight presumed lost, a policy's
+        event that never comes) would otherwise keep a callback, and through it
+        the run, per delay, for as long as the future lives. The calls waiting
+        on it are kept here, the stale ones (their timer won) dropped as more
+        come; the entry goes with the future."""
+        try:
+            waiting = self._untils.get(until)
+        except TypeError:  # unhashable: one callback for this delay, as it comes
+            until.add_done_callback(lambda _: self._tell(due))
+            return
+        if waiting is not None:
+            waiting.add(due)
+            return
+        try:
+            self._untils[until] = _Waiting(due)
+        except TypeError:  # not weakly referenceable: as above
+            until.add_done_callback(lambda _: self._tell(due))
+            return
+        try:
+            until.add_done_callback(lambda f: self._tell(UntilDone(f)))
+        except BaseException:
+            del self._untils[until]
+            raise
+
+    def _on_until_done(self, msg: UntilDone) -> None:
+        waiting = self._untils.pop(msg.future, None)
+        if waiting is not None:
+            for due in waiting.dues:
+                self._on_retry_due(due)  # a stale one (its timer won) is dropped there
 
     # -- cancellation --------------------------------------------------------------------
 
