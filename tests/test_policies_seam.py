@@ -1009,3 +1009,64 @@ def test_delays_until_one_future_hold_one_callback_on_it(make_executor: MakeExec
     wake.set_result(None)
     t.join(10)
     assert [r.status for r in out[0]] == ["ok"] * 3
+
+
+@pytest.mark.parametrize("message", [None, ""])
+def test_a_rejection_without_a_message_names_the_policy(
+    make_executor: MakeExecutor, message: Any
+) -> None:
+    class Quiet(BasePolicy):
+        name = "quiet-guard"
+
+        def __init__(self, at_submission: bool) -> None:
+            self.at_submission = at_submission
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            return Reject(ErrorCode.TOOL_NOT_ALLOWED, message)
+
+    for at_submission in (False, True):
+        ran: list[str] = []
+        ex = make_executor(_registry(ran), policies=[Quiet(at_submission)])
+        r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+        assert r.error == "Tool 'read' was rejected by its policy quiet-guard"
+
+
+@pytest.mark.parametrize(
+    ("given", "status", "code"),
+    [
+        (ToolResult(call_id="x", name="x", status="cancelled"), "cancelled", ErrorCode.CANCELLED),
+        (ToolResult(call_id="x", name="x", status="error"), "error", ErrorCode.TOOL_ERROR),
+        (
+            ToolResult(call_id="x", name="x", status="deferred"),
+            "rejected",
+            ErrorCode.TOOL_UNAVAILABLE,
+        ),
+    ],
+    ids=["cancelled-no-code", "error-no-code", "deferred-no-request"],
+)
+def test_a_policys_result_is_mended_or_refused(
+    make_executor: MakeExecutor, given: ToolResult, status: str, code: ErrorCode
+) -> None:
+    """A failure a policy answers with gets a code and a text if it lacks them;
+    a `deferred` one with nothing to approve is refused (as Respond), or ignored
+    (as an on_result replacement)."""
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[Scripted("canned", Respond(given))])
+    r = ex.execute(ToolCall(id="c1", name="read", arguments={"x": 1}))
+    assert (r.call_id, r.status, r.error_code) == ("c1", status, code)
+    assert "canned" in (r.error or "") and ran == []
+
+    class Replaces(BasePolicy):
+        name = "replacer"
+
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult:
+            return given
+
+    ex = make_executor(_registry(ran), policies=[Replaces()])
+    r = ex.execute(ToolCall(id="c2", name="read", arguments={"x": 2}))
+    if given.status == "deferred":
+        assert (r.status, r.output) == ("ok", 2)  # the replacement is ignored
+    else:
+        assert (r.call_id, r.status, r.error_code) == ("c2", status, code)
+        assert "replacer" in (r.error or "")

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
 from ..models import ErrorCode, ToolResult
-from ..policies._protocol import Admit, Delay, Reject, RequireApproval, Respond, policy_name
+from ..policies._protocol import (
+    Admit,
+    Delay,
+    Reject,
+    RequireApproval,
+    Respond,
+    policy_name,
+    rejection_text,
+)
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
 from . import _results
@@ -102,12 +110,19 @@ def consult(run: Run, svc: Services) -> Steps:
                 if not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
                 return _results.make_result(
-                    run, "rejected", error=str(decision.message), code=decision.code, attempts=0
+                    run,
+                    "rejected",
+                    error=rejection_text(decision.message, run.call.name, policy),
+                    code=decision.code,
+                    attempts=0,
                 )
             if kind is Respond:
                 if not isinstance(decision.result, ToolResult):
                     return _refused(run, policy, "it responded with something not a ToolResult")
-                return decision.result.model_copy(
+                given = _well_formed(decision.result, run.call.name, policy)
+                if isinstance(given, str):
+                    return _refused(run, policy, f"it responded with {given}")
+                return given.model_copy(
                     update={
                         "call_id": run.call.id,
                         "name": run.call.name,
@@ -157,6 +172,41 @@ def _ended_meanwhile(run: Run, policy: Any, svc: Services, *, admitted: bool) ->
             _tell(policy, run, result, svc)
         else:
             _drop(policy, run, result, svc)
+
+
+# The code a policy's result without one gets: what toolbus itself gives a
+# result of that status when nothing more precise is known.
+_DEFAULT_CODES: dict[str, ErrorCode] = {
+    "error": ErrorCode.TOOL_ERROR,
+    "timeout": ErrorCode.EXECUTION_TIMEOUT,
+    "cancelled": ErrorCode.CANCELLED,
+    "rejected": ErrorCode.TOOL_UNAVAILABLE,
+    "deferred": ErrorCode.APPROVAL_REQUIRED,
+}
+
+
+def _well_formed(result: ToolResult, tool: str, policy: Any) -> ToolResult | str:
+    """A policy's result (`Respond`, an `on_result` replacement) as toolbus would
+    have made it; or what is wrong with it, when it cannot be mended.
+
+    Whoever reads results relies on a failure having a code and a text, and
+    on a `deferred` one carrying what to approve: a code or a text left out is
+    filled in (naming the policy); a `deferred` result without an approval
+    request (which no decision could ever run) is refused."""
+    if result.status == "ok":
+        return result
+    if result.status == "deferred" and result.approval_request is None:
+        return (
+            "a `deferred` result without an approval request (only RequireApproval defers a call)"
+        )
+    update: dict[str, Any] = {}
+    if result.error_code is None:
+        update["error_code"] = _DEFAULT_CODES[result.status]
+    if not result.error:
+        update["error"] = (
+            f"Tool '{tool}' ended {result.status}: so said its policy {policy_name(policy)}"
+        )
+    return result.model_copy(update=update) if update else result
 
 
 def _seconds(value: Any) -> float | None:
@@ -265,7 +315,16 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
     finally:
         done_asking(token)
     if isinstance(other, ToolResult):
-        return other.model_copy(update={"call_id": result.call_id, "name": result.name})
+        checked = _well_formed(other, run.call.name, policy)
+        if isinstance(checked, str):
+            log.warning(
+                "policy %s replaced the result of call %s with %s; ignored",
+                policy_name(policy),
+                run.call.id,
+                checked,
+            )
+            return result
+        return checked.model_copy(update={"call_id": result.call_id, "name": result.name})
     if other is not None:
         log.warning(
             "policy %s returned %s for the result of call %s, not a ToolResult or None; ignored",

@@ -77,10 +77,11 @@ class Delay:
 @dataclass(frozen=True, slots=True)
 class Reject:
     """End the call `rejected` with `code` and `message` (for the model to read);
-    it is not retried."""
+    it is not retried. Without a message (None or ""), the model reads that
+    the policy, named, rejected the call."""
 
     code: ErrorCode
-    message: str
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,14 @@ def policy_name(policy: Any) -> str:
     """How messages name `policy`: its `name`, else its class."""
     name = getattr(policy, "name", None)
     return name if isinstance(name, str) and name else type(policy).__name__
+
+
+def rejection_text(message: Any, tool: str, policy: Any) -> str:
+    """A `Reject`'s message as the model reads it: a default naming the policy
+    when it gave none (None, or empty), never the text "None"."""
+    if message is None or message == "":
+        return f"Tool '{tool}' was rejected by its policy {policy_name(policy)}"
+    return message if isinstance(message, str) else str(message)
 
 
 def check_policies(policies: Any, owner: str) -> tuple[Any, ...]:

@@ -20,7 +20,7 @@ from ..masking import Scrubber, SecretKeys, mask_arguments, mask_paths
 from ..models import ErrorCode, ToolCall
 from ..tools._errors import error_text
 from ._keyed import parsed_arguments
-from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name
+from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name, rejection_text
 from ._signals import asking, done_asking
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def _ask_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorC
         if type(decision) is Admit:
             continue
         if type(decision) is Reject and isinstance(decision.code, ErrorCode):
-            return decision.code, str(decision.message)
+            return decision.code, rejection_text(decision.message, call.name, policy)
         return (
             ErrorCode.TOOL_UNAVAILABLE,
             f"Tool '{call.name}' is unavailable: its policy {policy_name(policy)}, asked at "
