@@ -1070,3 +1070,34 @@ def test_a_policys_result_is_mended_or_refused(
     else:
         assert (r.call_id, r.status, r.error_code) == ("c2", status, code)
         assert "replacer" in (r.error or "")
+
+
+@pytest.mark.parametrize(
+    "approvals", [[("d1", None)], [], "d1", {"d1": {"digest": "x", "approved": True}}]
+)
+def test_approvals_that_are_not_decisions_are_a_type_error(
+    make_executor: MakeExecutor, approvals: Any
+) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    with pytest.raises(TypeError, match="approvals"):
+        ex.execute_batch([call], approvals=approvals)
+    with pytest.raises(TypeError, match="approvals"):
+        asyncio.run(ex.aexecute_batch([call], approvals=approvals))
+    assert ran == [] and ex.stats().submitted == 0
+
+
+def test_an_approval_that_is_not_a_decision_is_a_type_error(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    request = ex.execute(call).approval_request
+    assert request is not None
+    for wrong in ({"digest": request.digest, "approved": True}, request, True):
+        with pytest.raises(TypeError, match="approval"):
+            ex.execute(call, approval=wrong)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="approval"):
+            asyncio.run(ex.aexecute(call, approval=wrong))  # type: ignore[arg-type]
+    assert ex.execute_batch([call], approvals={"d1": None})[0].status == "deferred"
+    assert ran == []

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -88,3 +89,35 @@ def arguments_digest(tool: str, arguments: dict[str, Any] | str, *, secret: byte
     mac.update(b"\0")
     mac.update(_json.canonical(arguments))
     return mac.hexdigest()
+
+
+def check_approval(value: Any, option: str = "approval") -> ApprovalDecision | None:
+    """`execute(approval=...)`: None or an `ApprovalDecision`; else TypeError.
+
+    Anything else (a dict of the same fields, a request instead of its
+    decision) would only ever defer the call again, silently."""
+    if value is None or isinstance(value, ApprovalDecision):
+        return value
+    hint = (
+        " (pass request.approve() or request.deny(...))"
+        if isinstance(value, ApprovalRequest)
+        else ""
+    )
+    raise TypeError(
+        f"{option} must be an ApprovalDecision or None, got {type(value).__name__}{hint}"
+    )
+
+
+def check_approvals(value: Any) -> Mapping[str, ApprovalDecision | None]:
+    """`execute_batch(approvals=...)`: None or a mapping of call ids to
+    decisions (or None); else TypeError naming `approvals`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            "approvals must be a mapping of call ids to ApprovalDecision, got "
+            f"{type(value).__name__}"
+        )
+    for call_id, decision in value.items():
+        check_approval(decision, f"approvals[{call_id!r}]")
+    return value

@@ -48,6 +48,7 @@ from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._loopwatch import LoopWatch
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
+from .approvals import check_approval, check_approvals
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .bus import _signals as sig
@@ -701,6 +702,8 @@ class Executor(ExecutorHooks):
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
+        if approval is not None:
+            approval = check_approval(approval)
         run = self._make_run(
             call,
             context=contextvars.copy_context(),
@@ -728,6 +731,7 @@ class Executor(ExecutorHooks):
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
+        decided = check_approvals(approvals)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
@@ -748,7 +752,6 @@ class Executor(ExecutorHooks):
             waiter=waiter,
         )
         context = contextvars.copy_context()
-        decided = approvals or {}
         runs = tuple(
             self._make_run(
                 c,
