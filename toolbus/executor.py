@@ -365,7 +365,7 @@ class Executor(ExecutorHooks):
         calls: Iterable[CallLike],
         *,
         stop_on_error: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
@@ -426,7 +426,7 @@ class Executor(ExecutorHooks):
         calls: Iterable[CallLike],
         *,
         stop_on_error: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
@@ -726,7 +726,7 @@ class Executor(ExecutorHooks):
         waiter: Waiter,
         *,
         refuse: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchRun | None:
         if priority is not None:
