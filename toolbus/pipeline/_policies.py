@@ -7,8 +7,9 @@ slot back and holds no thread); `Reject`, `Respond` and a missing approval
 become the call's result. `tell_results` gives every policy that admitted the
 call its terminal result, innermost first, and takes a replacement if one is
 returned; a policy that made the call wait, when it ended waiting, hears of it
-through `on_dropped` instead. Whatever a policy raises or returns amiss ends the call `rejected`
-with a message naming the policy: a broken guard fails closed.
+through `on_dropped` instead. Whatever a policy raises or returns amiss ends
+the call `rejected` with a message naming the policy: a broken guard fails
+closed.
 """
 
 from __future__ import annotations
@@ -81,10 +82,14 @@ def consult(run: Run, svc: Services) -> Steps:
                 if type(decision) not in _DECISIONS and _results._awaitable(decision):
                     decision = yield _asked(decision, svc, run)
             except BaseException as e:
-                if isinstance(e, asyncio.CancelledError) and not run.is_live(run.attempt):
-                    # toolbus settled the attempt (a cancel, the executor
-                    # closing) and cancelled the policy's task: not the
-                    # policy's failure; the driver drops the step.
+                if isinstance(e, GeneratorExit) or (
+                    isinstance(e, asyncio.CancelledError) and not run.is_live(run.attempt)
+                ):
+                    # The step itself is being thrown away (its loop closed),
+                    # or toolbus settled the attempt (a cancel, the executor
+                    # closing, the policies' time bound) and cancelled the
+                    # policy's task: not the policy's failure; the driver
+                    # drops the step.
                     raise
                 # Anything else came out of the policy's own code, SystemExit
                 # and KeyboardInterrupt included (it runs on a worker or the
