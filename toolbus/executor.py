@@ -27,6 +27,7 @@ import time
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Self
 
 import pykka
@@ -47,6 +48,7 @@ from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._loopwatch import LoopWatch
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
+from .approvals import check_approval, check_approvals
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .bus import _signals as sig
@@ -381,7 +383,7 @@ class Executor(ExecutorHooks):
         calls: Iterable[CallLike],
         *,
         stop_on_error: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
@@ -442,7 +444,7 @@ class Executor(ExecutorHooks):
         calls: Iterable[CallLike],
         *,
         stop_on_error: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
@@ -652,8 +654,12 @@ class Executor(ExecutorHooks):
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
             guard = self._policies.guard(tool)
-            if guard is not None:
-                timeout = timeout_for(guard, timeout)
+            if guard is not None and guard.refusal is None:
+                timed = timeout_for(guard, timeout)
+                if isinstance(timed, tuple):  # a policy's timeout() failed: refused below
+                    guard = replace(guard, refusal=timed)
+                else:
+                    timeout = timed
             try:
                 backend = self._backends.for_tool(tool)
             except Exception as e:  # a custom backend's check() may raise anything
@@ -681,6 +687,10 @@ class Executor(ExecutorHooks):
         )
         if tool is None or backend is None:
             run.last_error = hint
+        elif guard is not None and guard.refusal is not None:
+            # A policy's own code (applies_to, timeout) failed for this tool:
+            # none of its calls may run, and the caller gets a result, not the error.
+            run.refusal = guard.refusal
         elif guard is not None:
             run.policies = guard.chain
             if guard.at_submission:
@@ -710,6 +720,8 @@ class Executor(ExecutorHooks):
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
+        if approval is not None:
+            approval = check_approval(approval)
         run = self._make_run(
             call,
             context=contextvars.copy_context(),
@@ -732,11 +744,12 @@ class Executor(ExecutorHooks):
         waiter: Waiter,
         *,
         refuse: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
+        decided = check_approvals(approvals)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
@@ -757,7 +770,6 @@ class Executor(ExecutorHooks):
             waiter=waiter,
         )
         context = contextvars.copy_context()
-        decided = approvals or {}
         runs = tuple(
             self._make_run(
                 c,

@@ -142,8 +142,9 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     if not run.is_live(n):
         return LOST
     current_run.set((svc, run))
-    # Whatever attempt this is: one that timed out in its pre-call hooks or in
-    # a policy's decision left the rest undone, and a retry must not skip it.
+    # Whatever attempt this is: one that timed out in its pre-call hooks left
+    # the rest undone, and a retry must not skip it. (A policy's decision is
+    # off the clock: it never times out an attempt, see `consult`.)
     if not run.admitted:  # (admitted already before a policy's delay)
         rejection = yield from admit(run, svc)
         if rejection is not None:
