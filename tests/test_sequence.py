@@ -551,7 +551,9 @@ def test_a_step_approval_the_sequence_cannot_know_of_ends_it_saying_so(
     # An approval passed for the sequence's own arguments covers it.
     from toolbus.policies import ApprovalDecision, arguments_digest
 
-    decision = ApprovalDecision(digest=arguments_digest("seq", {"x": 5}), approved=True)
+    # (Made by hand, as a caller that signs with the executor's own secret would.)
+    digest = arguments_digest("seq", {"x": 5}, secret=ex._services.key_secret)
+    decision = ApprovalDecision(digest=digest, approved=True)
     assert ex.execute(ToolCall(id="s", name="seq", arguments={"x": 5}), approval=decision).ok
     assert ran == ["prep 5", "prep 5", "danger 5"]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import hmac
 import itertools
 import logging
 import math
@@ -887,7 +888,7 @@ class _NestedCalls:
             run.last_error = (
                 f"Tool '{call.name}' is not available: this executor's configuration disables it"
             )
-        elif run.policies and _approved_by_caller(parent):
+        elif run.policies and _approved_by_caller(parent, ex._services.key_secret):
             # A person approved the sequence's call, which covers its steps
             # (see toolbus/tools/_sequence.py): their approval is not asked again.
             run.policies = tuple(p for p in run.policies if not isinstance(p, requires_approval))
@@ -897,7 +898,7 @@ class _NestedCalls:
         return await ex._await_one(run, waiter, f"its caller, call {parent.call.id}, was cancelled")
 
 
-def _approved_by_caller(parent: Run) -> bool:
+def _approved_by_caller(parent: Run, secret: bytes) -> bool:
     """Whether `parent` (a step's caller) runs by a person's approval of its
     exact arguments, or is itself a step of a call that does.
 
@@ -911,7 +912,8 @@ def _approved_by_caller(parent: Run) -> bool:
         decision = run.approval
         if isinstance(decision, ApprovalDecision) and decision.approved:
             origin = run.origin
-            if decision.digest == arguments_digest(origin.name, origin.arguments):
+            digest = arguments_digest(origin.name, origin.arguments, secret=secret)
+            if hmac.compare_digest(decision.digest, digest):
                 return True
         run = run.parent if run.shares_slot else None  # up through steps only
     return False
