@@ -246,7 +246,6 @@ def test_a_token_with_outer_whitespace_is_refused_or_usable() -> None:
 # -- client side ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a tool left out for its schema never comes back")
 def test_a_tool_whose_schema_the_server_fixes_is_registered() -> None:
     peer = Peer()
     peer.tool("fixme", output_schema={"type": "object", "properties": {"x": {"type": 42}}})
@@ -259,7 +258,6 @@ def test_a_tool_whose_schema_the_server_fixes_is_registered() -> None:
         assert "fixme" in registry
 
 
-@pytest.mark.xfail(strict=True, reason="bad tools()/register() options drop every tool")
 def test_bad_register_options_raise_instead_of_dropping_every_tool(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -272,7 +270,6 @@ def test_bad_register_options_raise_instead_of_dropping_every_tool(
             conn.register(ToolRegistry(), max_concurrency=0)
 
 
-@pytest.mark.xfail(strict=True, reason="tools()/register() do not check idempotent_hints")
 def test_register_checks_idempotent_hints() -> None:
     peer = Peer()
     peer.tool("t")
@@ -281,7 +278,6 @@ def test_register_checks_idempotent_hints() -> None:
             conn.tools(idempotent_hints="false")  # type: ignore[arg-type]  # truthy: trusts them
 
 
-@pytest.mark.xfail(strict=True, reason="a name listed twice half-registers")
 def test_a_name_listed_twice_does_not_half_register() -> None:
     async def listing(ctx: Any, params: Any) -> types.ListToolsResult:
         schema = {"type": "object"}
@@ -391,5 +387,30 @@ def test_a_risky_pattern_is_still_checked_out_of_process() -> None:
         server="s",
     )
     check.check(types.CallToolResult(content=[], structured_content={"a": "aaa"}))
-    with pytest.raises(Exception, match="does not satisfy|does not match"):
+    with pytest.raises(Exception, match=r"does not satisfy|does not match"):
         check.check(types.CallToolResult(content=[], structured_content={"a": "b"}))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"timeout": -1},
+        {"retry": "x"},
+        {"max_concurrency": 0},
+        {"read_only_hints": "no"},
+        {"prefix": 3},
+    ],
+)
+def test_each_bad_register_option_is_named(options: dict[str, Any]) -> None:
+    peer = Peer()
+    peer.tool("t")
+    with connect(peer.server) as conn:
+        with pytest.raises((TypeError, ValueError), match=next(iter(options))):
+            conn.register(ToolRegistry(), **options)
+
+
+@pytest.mark.parametrize("option", ["connect_timeout", "probe_timeout", "backoff_base"])
+def test_connect_timings_must_be_positive(option: str) -> None:
+    with pytest.raises(ValueError, match=option):
+        options: dict[str, Any] = {option: 0}
+        connect(Peer().server, **options)
