@@ -411,6 +411,6 @@ def test_each_bad_register_option_is_named(options: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("option", ["connect_timeout", "probe_timeout", "backoff_base"])
 def test_connect_timings_must_be_positive(option: str) -> None:
+    options: dict[str, Any] = {option: 0}
     with pytest.raises(ValueError, match=option):
-        options: dict[str, Any] = {option: 0}
         connect(Peer().server, **options)
