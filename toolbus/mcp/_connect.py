@@ -26,7 +26,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.server import MCPServer, Server
 
 from .. import __version__
-from .._options import positive_int
+from .._options import positive_int, positive_number
 from ._actor import Open, Opened, SessionActor
 from ._connection import MCPConnection
 from ._errors import MCPConnectError
@@ -86,6 +86,10 @@ def connect(
         raise TypeError(
             f"connect: idempotent_hints must be True or False, got {idempotent_hints!r}"
         )
+    # Checked up front: a zero or negative one would make every attempt fail at once.
+    connect_timeout = positive_number(connect_timeout, "connect_timeout", "connect")
+    probe_timeout = positive_number(probe_timeout, "probe_timeout", "connect")
+    backoff_base = positive_number(backoff_base, "backoff_base", "connect")
     link = Link(
         name or _default_name(target),
         _client_factory(target),

@@ -22,6 +22,7 @@ from typing import cast
 import mcp_types as types
 import pykka
 
+from .._options import positive_int, timeout_seconds
 from ..retry import RetryPolicy
 from ..tools import DuplicateToolError, ToolRegistry
 from ._actor import ListTools, Opened, SessionActor, Status
@@ -55,7 +56,7 @@ class MCPConnection:
         self._actor = actor
         self._link = link
         self._port = actor.proxy().port.get()
-        self._specs = opened.tools
+        self._specs = _unique(opened.tools, opened.server_name or link.name)
         self.server_name = opened.server_name
         self.server_version = opened.server_version
         self.server_max_concurrency = server_max_concurrency
@@ -144,7 +145,11 @@ class MCPConnection:
                 raise DuplicateToolError(f"tools named {taken} are already registered")
             for tool in made:
                 registry.register(tool)
-            self._registrations.append(Registration(registry, made_with, only, made))
+            # The listed tools left out (unusable schema): each comes back once the
+            # server lists it fixed.
+            wanted = {s.name for s in self._specs if only is None or s.name in only}
+            skipped = wanted - {t.remote_name for t in made}
+            self._registrations.append(Registration(registry, made_with, only, made, skipped))
         return made
 
     def refresh(self, timeout: float = 10.0) -> list[types.Tool]:
@@ -214,6 +219,24 @@ class MCPConnection:
         read_only_hints: bool,
         idempotent_hints: bool | None,
     ) -> MadeWith:
+        # Checked here, each error naming its option: a bad option must not
+        # surface later as every tool's "schema not usable" (and no tools).
+        owner = "MCPConnection.tools/register"
+        if not isinstance(prefix, str):
+            raise TypeError(f"{owner}: prefix must be a string, got {prefix!r}")
+        timeout = timeout_seconds(timeout, "timeout", owner)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"{owner}: retry must be a RetryPolicy or None, got {retry!r}")
+        if max_concurrency is not None:
+            max_concurrency = positive_int(max_concurrency, "max_concurrency", owner)
+        if not isinstance(read_only_hints, bool):
+            raise TypeError(
+                f"{owner}: read_only_hints must be True or False, got {read_only_hints!r}"
+            )
+        if idempotent_hints is not None and not isinstance(idempotent_hints, bool):
+            raise TypeError(
+                f"{owner}: idempotent_hints must be True, False or None, got {idempotent_hints!r}"
+            )
         trust = self._idempotent_hints if idempotent_hints is None else idempotent_hints
         return MadeWith(prefix, timeout, retry, max_concurrency, read_only_hints, trust)
 
@@ -260,9 +283,10 @@ class MCPConnection:
         """A new listing (on the session's loop): mark the tools the server no
         longer lists, and bring each registration in step."""
         with self._lock:
+            specs = _unique(specs, self.name)
             before = {s.name: s for s in self._specs}
             after = {s.name: s for s in specs}
-            self._specs = list(specs)
+            self._specs = specs
             if before == after:
                 return
             for tool in list(self._made):
@@ -271,3 +295,21 @@ class MCPConnection:
             self._registrations = [
                 r for r in self._registrations if r.apply(self.name, before, after, self._make)
             ]
+
+
+def _unique(specs: Iterable[types.Tool], server: str) -> list[types.Tool]:
+    """The listing with each name once (its first listing): a name listed twice
+    would otherwise fail half-way through registering (a duplicate name)."""
+    seen: set[str] = set()
+    unique = []
+    for spec in specs:
+        if spec.name in seen:
+            log.warning(
+                "MCP server '%s' lists tool '%s' more than once: only its first listing is used",
+                server,
+                spec.name,
+            )
+            continue
+        seen.add(spec.name)
+        unique.append(spec)
+    return unique

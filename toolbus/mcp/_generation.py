@@ -20,6 +20,8 @@ from mcp import Client
 from mcp.client.session import MessageHandlerFnT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ._output import skip_sdk_output_check
+
 __all__ = ["Generation", "MakeClient", "OnAttempt", "describe", "dispatcher_closed"]
 
 log = logging.getLogger("toolbus.mcp")
@@ -107,6 +109,7 @@ class Generation:
                     scope.cancel()
                 async with make_client(on_message) as client:
                     scope.deadline = math.inf
+                    skip_sdk_output_check(client)  # MCPTool checks results itself, off this loop
                     self.client = client
                     self._on_attempt(self, None)
                     self.ready.set_result(client)

@@ -60,12 +60,16 @@ class Registration:
         made_with: MadeWith,
         only: Iterable[str] | None,
         tools: Iterable[MCPTool],
+        skipped: Iterable[str] = (),
     ) -> None:
         # Weak: a registry dropped by its owner is not kept alive by the connection.
         self._registry = weakref.ref(registry)
         self.made_with = made_with
         self.only = frozenset(only) if only is not None else None
         self.tools = {t.remote_name: t for t in tools}
+        # Listed tools left out for an unusable schema: tried again when the
+        # server lists them changed (not only the names new to the listing).
+        self.skipped = set(skipped)
 
     def apply(
         self,
@@ -93,14 +97,18 @@ class Registration:
                 fresh = make(spec, self.made_with)
                 if fresh is None:  # its new schema is unusable (logged): left out, as at first
                     self._drop(registry, remote, tool)
+                    self.skipped.add(remote)
                 elif registry.replace(tool, fresh):
                     self.tools[remote] = fresh
                     log.info(
                         "MCP server '%s' changed '%s': '%s' updated", server, remote, tool.name
                     )
+        self.skipped &= after.keys()
         for remote, spec in after.items():
-            if remote in before or remote in self.tools:
+            if remote in self.tools:
                 continue
+            if remote in before and (remote not in self.skipped or before[remote] == spec):
+                continue  # not new, or left out and listed unchanged (already warned)
             if self.only is not None and remote not in self.only:
                 continue
             name = self.made_with.prefix + remote
@@ -115,6 +123,7 @@ class Registration:
                 continue
             fresh = make(spec, self.made_with)
             if fresh is None:
+                self.skipped.add(remote)
                 continue
             try:
                 registry.register(fresh)
@@ -127,6 +136,7 @@ class Registration:
                 )
                 continue
             self.tools[remote] = fresh
+            self.skipped.discard(remote)
             log.info("MCP server '%s' added '%s': registered as '%s'", server, remote, name)
         return True
 

@@ -149,5 +149,5 @@ class MCPTool(Tool):
             progress=on_progress,
         )
         if self._output_check is not None:
-            self._output_check.check(result)
+            await self._output_check.acheck(result)
         return tool_output(result, server=self.server)
