@@ -76,7 +76,6 @@ def _board(state: dict[str, Any]) -> Board:
     return Board(config=config, state={**base, **state}, stats=None, now=time.time())
 
 
-@pytest.mark.xfail(strict=True, reason="cells are rich markup: '[/x]' raises MarkupError")
 def test_the_board_draws_an_error_text_with_brackets() -> None:
     error = {
         "seq": 1,
@@ -95,7 +94,6 @@ def test_the_board_draws_an_error_text_with_brackets() -> None:
     assert "[/docs]" in out.getvalue()
 
 
-@pytest.mark.xfail(strict=True, reason="'deferred' cell added, header not: columns shift by one")
 def test_the_board_per_tool_columns_line_up() -> None:
     tool = {
         "tool": "t",

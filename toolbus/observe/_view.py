@@ -64,9 +64,16 @@ def _clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
 
-def _cut(text: Any, limit: int) -> str:
+def _cut_str(text: Any, limit: int) -> str:
     s = "" if text is None else " ".join(str(text).split())
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _cut(text: Any, limit: int) -> Text:
+    """A cell of text the model or a tool wrote (a call id, a tool name, an
+    error): a `Text`, drawn as it is, never read as rich markup (a `[/x]` in it
+    would raise, a `[link=...]` would make a link)."""
+    return Text(_cut_str(text, limit))
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,7 @@ class Board:
         for c in calls[:_MAX_IN_FLIGHT]:
             state = str(c.get("state", ""))
             elapsed = max(0.0, self.now - float(c.get("started") or self.now))
-            detail = _cut(c.get("detail"), 60)
+            detail = _cut_str(c.get("detail"), 60)
             if c.get("fraction") is not None:
                 detail = f"{float(c['fraction']):.0%} {detail}"
             table.add_row(
@@ -305,7 +312,7 @@ class Board:
         for k in keyed[:_MAX_KEYS]:
             state = str(k.get("state", ""))
             table.add_row(
-                Text(_cut(f"{k.get('tool')} · key {k.get('key')}", 40), style="dim"),
+                Text(_cut_str(f"{k.get('tool')} · key {k.get('key')}", 40), style="dim"),
                 Text(state, style=BREAKER_STYLE.get(state, "")),
                 *self._circuit_cells(k),
                 "",
@@ -317,10 +324,13 @@ class Board:
             table.add_row(Text(f"+{len(keyed) - _MAX_KEYS} more keys", style="dim"))
         waiting: Sequence[Mapping[str, Any]] = pol.get("waiting") or ()
         if waiting:
-            table.caption = "awaiting approval, newest first: " + " · ".join(
-                f"{_cut(w.get('call_id'), 24)} {_cut(w.get('tool'), 22)} "
-                f"({duration(max(0.0, self.now - float(w.get('timestamp') or self.now)))})"
-                for w in waiting[:_MAX_WAITING]
+            table.caption = Text(  # literal: call ids and tool names are not markup
+                "awaiting approval, newest first: "
+                + " · ".join(
+                    f"{_cut_str(w.get('call_id'), 24)} {_cut_str(w.get('tool'), 22)} "
+                    f"({duration(max(0.0, self.now - float(w.get('timestamp') or self.now)))})"
+                    for w in waiting[:_MAX_WAITING]
+                )
             )
             table.caption_justify = "left"
         return table
