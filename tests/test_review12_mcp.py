@@ -346,7 +346,6 @@ def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools() -> No
     assert ticks["r"].output < 0.5, f"a local async tool stalled {ticks['r'].output:.1f}s"
 
 
-@pytest.mark.xfail(strict=True, reason="secrets in a stdio command or URL reach error texts")
 def test_connect_errors_do_not_quote_credentials() -> None:
     from toolbus.mcp import MCPConnectError, connect_http
 
@@ -414,3 +413,18 @@ def test_connect_timings_must_be_positive(option: str) -> None:
     options: dict[str, Any] = {option: 0}
     with pytest.raises(ValueError, match=option):
         connect(Peer().server, **options)
+
+
+def test_default_names_hide_credentials() -> None:
+    from mcp import StdioServerParameters
+
+    from toolbus.mcp._connect import _default_name
+
+    params = StdioServerParameters(
+        command="/usr/bin/srv",
+        args=["--api-key", "k1", "--token=k2", "sk-abcdefghijk", "API_KEY=k3", "--verbose"],
+    )
+    name = _default_name(params)
+    assert not any(k in name for k in ("k1", "k2", "sk-abc", "k3")), name
+    assert "--verbose" in name
+    assert _default_name("https://u:pw@h/mcp?key=v#f") == "https://***@h/mcp?key=***#***"
