@@ -32,6 +32,7 @@ from ._connection import MCPConnection
 from ._errors import MCPConnectError
 from ._generation import MakeClient
 from ._link import Link
+from ._redact import redact_argv, redact_url
 
 __all__ = [
     "MCPTarget",
@@ -286,11 +287,12 @@ def _client_factory(target: MCPTarget) -> MakeClient:
 def _default_name(target: MCPTarget) -> str:
     if isinstance(target, _StdioTarget):
         target = target.params
+    # The name is in every error text and log line: no credentials in it.
     if isinstance(target, StdioServerParameters):
-        words = [os.path.basename(target.command), *target.args]
+        words = [os.path.basename(target.command), *redact_argv(target.args)]
         return " ".join(words)[:80]
     if isinstance(target, str):
-        return target
+        return redact_url(target)
     if isinstance(target, MCPServer | Server):
         return str(target.name)
     return "mcp"

@@ -21,6 +21,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ._output import skip_sdk_output_check
+from ._redact import redact_text
 
 __all__ = ["Generation", "MakeClient", "OnAttempt", "describe", "dispatcher_closed"]
 
@@ -38,7 +39,8 @@ def describe(error: BaseException) -> str:
 
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
-    text = str(error)
+    # A transport's error may quote the URL, with its credentials: redacted.
+    text = redact_text(str(error))
     if isinstance(error, MCPError):
         return text
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

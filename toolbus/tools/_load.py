@@ -36,6 +36,10 @@ def load_registry(spec: str) -> ToolRegistry:
         # A script's `sys.exit()` at import: it would end the command quietly
         # (exit 0, nothing listed); it is a module that cannot be imported.
         raise ValueError(f"cannot import {module_name!r}: it called sys.exit({e.code!r})") from e
+    except KeyboardInterrupt:
+        raise  # the user's Ctrl-C: not the module's failure
+    except BaseException as e:  # a module raising its own BaseException (GeneratorExit, ...)
+        raise ValueError(f"cannot import {module_name!r}: {type(e).__name__}") from e
     value: object = module
     for part in attribute.split("."):
         try:
