@@ -315,8 +315,9 @@ class Tool:
         # An output schema replaced after `__init__` (a served tool's is read
         # on every tools/list) is checked as one given at first: a bad one
         # would otherwise break the listing of every tool, not just this one.
-        if name == "output_schema":
-            check_output_schema(value, f"{type(self).__name__}.output_schema")
+        # (A class with its own property for it, FunctionTool's, checks there.)
+        if name == "output_schema" and not isinstance(getattr(type(self), name, None), property):
+            check_output_schema(value, f"tool '{getattr(self, 'name', type(self).__name__)}'")
         object.__setattr__(self, name, value)
 
     def _target(self) -> Callable[..., Any]:
