@@ -292,6 +292,8 @@ def mismatch(error: ValidationError) -> str:
     if rule == "type" and isinstance(value, str | list):
         kinds = [value] if isinstance(value, str) else value
         return f"{_field(path)} should be of type {' or '.join(map(str, kinds))}"
+    if rule is None:  # a `false` sub-schema: no value is allowed there
+        return f"{_field(path)} is not allowed (its schema accepts no value)"
     return f"{_field(path)} does not satisfy {rule!r}: {_cap(repr(value))}"
 
 
