@@ -415,9 +415,13 @@ def test_each_bad_register_option_is_named(options: dict[str, Any]) -> None:
             conn.register(ToolRegistry(), **options)
 
 
-@pytest.mark.parametrize("option", ["connect_timeout", "probe_timeout", "backoff_base"])
-def test_connect_timings_must_be_positive(option: str) -> None:
-    options: dict[str, Any] = {option: 0}
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("connect_timeout", 0), ("probe_timeout", 0), ("backoff_base", -1)],
+)
+def test_connect_timings_must_be_positive(option: str, value: float) -> None:
+    # (A backoff of 0 is allowed: reconnect at once.)
+    options: dict[str, Any] = {option: value}
     with pytest.raises(ValueError, match=option):
         connect(Peer().server, **options)
 

@@ -26,7 +26,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.server import MCPServer, Server
 
 from .. import __version__
-from .._options import positive_int, positive_number
+from .._options import non_negative_number, positive_int, positive_number
 from ._actor import Open, Opened, SessionActor
 from ._connection import MCPConnection
 from ._errors import MCPConnectError
@@ -87,10 +87,11 @@ def connect(
         raise TypeError(
             f"connect: idempotent_hints must be True or False, got {idempotent_hints!r}"
         )
-    # Checked up front: a zero or negative one would make every attempt fail at once.
+    # Checked up front: a zero or negative timeout would make every attempt fail
+    # at once; a backoff of 0 is allowed (reconnect at once), a negative one is not.
     connect_timeout = positive_number(connect_timeout, "connect_timeout", "connect")
     probe_timeout = positive_number(probe_timeout, "probe_timeout", "connect")
-    backoff_base = positive_number(backoff_base, "backoff_base", "connect")
+    backoff_base = non_negative_number(backoff_base, "backoff_base", "connect")
     link = Link(
         name or _default_name(target),
         _client_factory(target),
