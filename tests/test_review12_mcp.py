@@ -362,7 +362,6 @@ def test_connect_errors_do_not_quote_credentials() -> None:
     assert "SECRET456" not in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason="image/PDF base64 is not checked before provider blocks")
 def test_a_bad_base64_image_does_not_become_a_provider_image_block() -> None:
     peer = Peer()
     peer.tool("shot")
@@ -439,3 +438,17 @@ def test_default_names_hide_credentials() -> None:
     assert not any(k in name for k in ("k1", "k2", "sk-abc", "k3")), name
     assert "--verbose" in name
     assert _default_name("https://u:pw@h/mcp?key=v#f") == "https://***@h/mcp?key=***#***"
+
+
+def test_only_sound_base64_within_the_providers_limits_goes_as_a_block() -> None:
+    import base64
+
+    from toolbus.models import Attachment
+    from toolbus.providers._media import MAX_IMAGE_BYTES, kind_of
+
+    png = base64.b64encode(b"\x89PNG" + b"\0" * 100).decode()
+    assert kind_of(Attachment(type="image/png", data=png)) == "image"
+    assert kind_of(Attachment(type="image/png", data=png[:40] + "\n" + png[40:])) is None
+    big = base64.b64encode(b"\0" * (MAX_IMAGE_BYTES + 1)).decode()
+    assert kind_of(Attachment(type="image/png", data=big)) is None
+    assert kind_of(Attachment(type="application/pdf", data="%%% not base64")) is None

@@ -47,6 +47,10 @@ __all__ = [
 Kind = Literal["image", "pdf", "text"]
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+# Decoded sizes past which a blob goes as a text line: the providers refuse the
+# whole request for one image over 5 MB (Anthropic) or a file over 32 MB.
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_FILE_BYTES = 32 * 1024 * 1024
 TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml"})
 
 
@@ -71,12 +75,24 @@ def kind_of(attachment: Attachment) -> Kind | None:
         return None  # a link: the model cannot open it, its line names it
     mime = media_type(attachment)
     if mime in IMAGE_TYPES:
-        return "image"
+        return "image" if _sound(attachment.data, MAX_IMAGE_BYTES) else None
     if mime == "application/pdf":
-        return "pdf"
+        return "pdf" if _sound(attachment.data, MAX_FILE_BYTES) else None
     if (mime.startswith("text/") or mime in TEXT_TYPES) and text_of(attachment) is not None:
         return "text"
     return None
+
+
+def _sound(data: str, limit: int) -> bool:
+    """Whether `data` is strict base64 of at most `limit` bytes: a server's bad
+    or oversized blob would make the provider refuse the whole request, so it
+    goes as a text line instead."""
+    if len(data) // 4 * 3 > limit + 2:
+        return False  # (too big: not worth decoding)
+    try:
+        return len(base64.b64decode(data, validate=True)) <= limit
+    except ValueError:  # binascii.Error: not base64 (or whitespace inside)
+        return False
 
 
 def native_attachments(
