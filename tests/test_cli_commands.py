@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from tests.cli_registries.escapes import RAW
 from tests.cli_registries.tools import registry
 from toolbus._cli import bench as bench_command
 from toolbus.cli import app
@@ -181,6 +182,42 @@ def test_call_json_has_the_result_and_every_event_in_order() -> None:
     assert seqs == sorted(seqs) and seqs[0] >= 1
     assert data["events"][0]["arguments"] == {"a": 2}
     assert data["events"][-1]["result"]["output"] == 3
+
+
+# -- text a tool wrote reaches the terminal written out (review 10b) ---------------
+
+ESCAPES = "tests.cli_registries.escapes:registry"
+
+
+def test_tools_list_writes_out_the_control_characters_of_a_tools_text() -> None:
+    """A tool's name and description are its author's (an MCP server's)."""
+    result = invoke("tools", "list", ESCAPES)
+    assert result.exit_code == 0, result.output
+    assert not [raw for raw in RAW if raw in result.stdout]
+    assert "peek\\x1b[8m" in result.stdout
+    assert "\\x1b[2J" in result.stdout and "\\x9b2J" in result.stdout  # the description's
+
+
+def test_call_writes_out_the_control_characters_of_a_tools_text() -> None:
+    failed = invoke("call", ESCAPES, "fetch", "--args", '{"url": "u"}')
+    assert failed.exit_code == 1
+    assert not [raw for raw in RAW if raw in failed.stdout]
+    assert "\\x1b]52;c;cHduZWQ=\\x1b\\ \\x1b[2J \\x9b31m" in failed.stdout
+    # The output keeps its lines and tabs (CRLF as a newline); the rest is written out.
+    ok = invoke("call", ESCAPES, "peek\x1b[8m", "--args", '{"url": "u"}')
+    assert ok.exit_code == 0, ok.output
+    assert not [raw for raw in RAW if raw in ok.stdout]
+    assert "page:\n\\x1b]52;c;cHduZWQ=\\x1b\\" in ok.stdout
+    assert "done\\x7f\n" in ok.stdout
+    # --json: JSON escapes C0 controls itself, and DEL and C1 too here; the data is intact.
+    as_json = invoke("call", ESCAPES, "fetch", "--args", '{"url": "u"}', "--json")
+    assert not [raw for raw in RAW if raw in as_json.stdout]
+    assert "\\u009b31m" in as_json.stdout
+    assert json.loads(as_json.stdout)["result"]["error"].startswith("page said: \x1b]52;c;")
+    # A usage error that lists the registry's tool names.
+    unknown = invoke("call", ESCAPES, "nope")
+    assert unknown.exit_code == 2
+    assert not [raw for raw in RAW if raw in unknown.output] and "\\x1b[8m" in unknown.output
 
 
 def test_call_reads_arguments_from_stdin() -> None:

@@ -9,6 +9,8 @@
 - `toolbus top URL --token-env VAR` against a served executor: the same board,
   from another process, updating; Ctrl-C quits with 0.
 - `toolbus top`'s one-line errors and exit codes, as a subprocess.
+- The board in process: what a model or a tool wrote is drawn with its
+  control characters written out, never as escape sequences.
 
 Every wait polls the captured screen until a condition holds (bounded), never
 a fixed sleep. The live test saves a capture (and refreshes
@@ -378,3 +380,56 @@ def test_top_a_bad_address_is_a_usage_error(
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1
     assert CliRunner().invoke(app, ["top", url]).exit_code == 2
+
+
+# -- what a model or a tool wrote reaches the terminal written out (review 10b) -------
+
+
+def test_for_terminal_writes_control_characters_out() -> None:
+    from toolbus._text import for_terminal
+
+    assert for_terminal("plain ü €") == "plain ü €"
+    assert for_terminal("a\x1b[31mb\x9b\x7f\x00") == "a\\x1b[31mb\\x9b\\x7f\\x00"
+    assert for_terminal("a\tb\r\nc\rd\n") == "a\\x09b\\x0d\\x0ac\\x0dd\\x0a"
+    assert for_terminal("a\tb\r\nc\rd\n", lines=True) == "a\tb\nc\\x0dd\n"
+    assert for_terminal("x\ud800") == "x\ufffd"  # and writable: a lone surrogate as U+FFFD
+
+
+def test_the_board_writes_out_the_control_characters_of_all_it_draws() -> None:
+    """`live()` and `toolbus top` draw call ids and tool names (the model's),
+    errors and progress messages (a tool's, quoting a web page), a breaker's
+    keys, your signals' names; for `top`, all from another process."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from toolbus.observe._view import Board
+
+    esc = "\x1b]52;c;cHduZWQ=\x1b\\\x9b2J\x7f"
+    now = time.time()
+    call = {"call_id": f"id{esc}", "tool": f"tool{esc}", "timestamp": now}
+    ended = {**call, "status": f"error{esc}", "error_code": f"E{esc}", "error": f"line\n{esc}"}
+    state = {
+        "seq": 1,
+        "totals": {},
+        "in_flight": [{**call, "state": f"running{esc}", "detail": f"50%{esc}", "started": now}],
+        "recent": [ended],
+        "errors": [ended],
+        "tools": [{"tool": f"tool{esc}", "calls": 1}],
+        "policies": {
+            "tools": [{"tool": f"tool{esc}", "breaker": f"open{esc}", "waiting": 1}],
+            "totals": {"waiting": 1},
+            "breakers": [{"tool": f"tool{esc}", "key": f"k{esc}", "state": f"open{esc}"}],
+            "waiting": [call],
+        },
+        "signals": {f"mine{esc}": 1},
+    }
+    config = {"name": f"ex{esc}", "max_parallel": 1, "timeout": None, "retry": {}, "tools": []}
+    board = Board(config=config, state=state, source=f"http://h{esc}/", status=f"gone{esc}")
+    out = io.StringIO()  # no terminal: rich adds no sequences of its own
+    Console(file=out, width=400, color_system=None).print(board)
+    screen = out.getvalue()
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", screen), screen
+    assert screen.count("\\x1b]52") >= 20, screen  # written out, in every place
+    assert "mine\\x1b]52;c;cHduZWQ=\\x1b\\\\x9b2J\\x7f 1" in screen

@@ -41,9 +41,6 @@ registry = _fetch_registry()  # for `toolbus call tests.test_review10b_findings:
 # -- escape sequences reach the terminal raw ------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the dashboard draws the escape sequences of a model's or a tool's text raw"
-)
 def test_live_dashboard_does_not_pass_terminal_escapes_through() -> None:
     """A call id (the model's) and an error text (a tool's, quoting a web page)
     are drawn on the user's terminal: their ESC sequences must not reach it raw."""
@@ -58,9 +55,6 @@ def test_live_dashboard_does_not_pass_terminal_escapes_through() -> None:
     assert f"call_{RED}x" not in screen
 
 
-@pytest.mark.xfail(
-    strict=True, reason="toolbus call prints the escape sequences of a tool's text raw"
-)
 def test_toolbus_call_does_not_pass_terminal_escapes_through() -> None:
     from toolbus.cli import app
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from .._text import for_terminal
 from ..tools import ToolRegistry, load_registry
 
 __all__ = [
@@ -32,6 +34,10 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 """Bad input: a wrong option, a registry that cannot be imported, bad JSON, an unknown tool."""
 
+# DEL and C1 controls, which JSON does not escape: in JSON text they stand only inside
+# strings, where a \u escape means the same character.
+_DEL_C1 = re.compile("[\x7f-\x9f]")
+
 # Pipes and CI logs have no width; rich would assume 80 columns and wrap every line.
 PIPE_WIDTH = 120
 
@@ -46,7 +52,8 @@ def console() -> Console:
 
 def usage_error(command: str, message: str) -> NoReturn:
     """Print `toolbus <command>: <message>` on one line to stderr and exit 2."""
-    one_line = " ".join(message.split())
+    # The message may quote a registry's tool names (an MCP server's) or an import error.
+    one_line = for_terminal(" ".join(message.split()))
     typer.echo(f"toolbus {command}: {one_line}", err=True)
     raise typer.Exit(EXIT_USAGE)
 
@@ -60,8 +67,12 @@ def load(command: str, spec: str) -> ToolRegistry:
 
 
 def write_json(data: Any) -> None:
-    """`data` as indented JSON on stdout, unwrapped, for pipes and `jq`."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    """`data` as indented JSON on stdout, unwrapped, for pipes and `jq`.
+
+    JSON escapes C0 controls (ESC among them) itself; DEL and C1 controls are
+    escaped too (`\\u009b`), so no string in it acts on a terminal."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    sys.stdout.write(_DEL_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
 class OneLineErrors(TyperGroup):

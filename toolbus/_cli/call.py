@@ -1,5 +1,11 @@
 """`toolbus call module:registry TOOL --args JSON`: run one call through an
-Executor; print its events and its result."""
+Executor; print its events and its result.
+
+What it prints comes from the tool (its output, its errors) and from the
+events: in text, every control character is written as `\\xNN`
+(`for_terminal`), so a sequence a tool's text carries never reaches the
+terminal; --json escapes them as JSON does (`write_json`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from rich.text import Text
 
 from .. import bus
 from .._setup import unknown_tool_message as _unknown_tool_message
+from .._text import for_terminal
 from ..executor import Executor
 from ..formatting import format_result_for_context
 from ..models import ToolCall, ToolResult
@@ -113,8 +120,8 @@ def _print(result: ToolResult, events: list[tuple[str, bus.Event]]) -> None:
         lines.add_row(
             f"#{event.seq}",
             f"{(event.timestamp - start) * 1000:.1f} ms",
-            Text(name, style="bold"),
-            Text(_detail(event)),
+            Text(for_terminal(name), style="bold"),
+            Text(for_terminal(_detail(event), lines=True)),
         )
     out.rule(f"events ({len(events)}, masked, as subscribers receive them)", align="left")
     out.print(lines)
@@ -126,7 +133,8 @@ def _print(result: ToolResult, events: list[tuple[str, bus.Event]]) -> None:
         f"{result.duration * 1000:.1f} ms · what the model reads:",
         align="left",
     )
-    out.print(Text(format_result_for_context(result, include_metadata=False)))
+    text = format_result_for_context(result, include_metadata=False)
+    out.print(Text(for_terminal(text, lines=True)))
 
 
 def _detail(event: bus.Event) -> str:

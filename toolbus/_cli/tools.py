@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from .._text import for_terminal
 from ..backends import Backend
 from ..tools import Tool, ToolRegistry
 from ._common import console, load, usage_error, write_json
@@ -115,16 +116,19 @@ def _backend_name(backend: str | Backend | None) -> str | None:
 def _print_table(spec: str, registry: ToolRegistry) -> None:
     out = console()
     tools = registry.list()
-    table = Table(title=f"{spec}: {len(tools)} tools", title_justify="left")
+    title = Text(f"{for_terminal(spec)}: {len(tools)} tools")
+    table = Table(title=title, title_justify="left")
     table.add_column("tool", style="bold", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("timeout", justify="right", no_wrap=True)
     table.add_column("retries", justify="right", no_wrap=True)
     table.add_column("parameters (* required)", overflow="fold")
     table.add_column("description", overflow="fold")
+    # A tool's name, parameters and description are its author's (an MCP
+    # server's, for its tools): drawn as text, their control characters written out.
     for t in tools:
         table.add_row(
-            t.name,
+            Text(for_terminal(t.name)),
             _kind(t),
             "executor's"
             if t.timeout is None
@@ -132,8 +136,8 @@ def _print_table(spec: str, registry: ToolRegistry) -> None:
             if t.timeout == math.inf
             else f"{t.timeout:g} s",
             "executor's" if t.retry is None else str(t.retry.max_retries),
-            Text(_parameters(t)),
-            Text(t.description),
+            Text(for_terminal(_parameters(t))),
+            Text(for_terminal(t.description, lines=True)),
         )
     out.print(table)
 

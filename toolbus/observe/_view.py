@@ -5,6 +5,12 @@ Everything it draws comes from `describe_executor` (configuration),
 `ExecutorStats` (the executor's counters) and `LiveState.snapshot` (calls in
 flight, recent results, per-tool latencies, what the policies did): JSON
 data, the same in both places.
+
+Every text the data holds may come from a model or a tool (a call id, a tool
+name, an error quoting a web page, a progress message) or, for `top`, from
+another process: it is drawn through `_cut`/`_cut_str`/`_safe` (whitespace
+collapsed, control characters written as `\\xNN` by `for_terminal`), so no
+escape sequence in it reaches the terminal, and never read as rich markup.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from .._text import for_terminal
 from ..bus._signals import ALL_SIGNALS
 from ._policy_state import POLICY_SIGNALS
 
@@ -64,16 +71,23 @@ def _clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
 
+def _safe(text: Any) -> str:
+    """`text` on one line, safe for a terminal: whitespace (newlines, tabs)
+    collapsed to single spaces, other control characters (ESC) as `\\xNN`."""
+    return "" if text is None else for_terminal(" ".join(str(text).split()))
+
+
 def _cut_str(text: Any, limit: int) -> str:
-    s = "" if text is None else " ".join(str(text).split())
+    s = _safe(text)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-def _cut(text: Any, limit: int) -> Text:
+def _cut(text: Any, limit: int, style: str = "") -> Text:
     """A cell of text the model or a tool wrote (a call id, a tool name, an
     error): a `Text`, drawn as it is, never read as rich markup (a `[/x]` in it
-    would raise, a `[link=...]` would make a link)."""
-    return Text(_cut_str(text, limit))
+    would raise, a `[link=...]` would make a link), its escape sequences
+    written out (`_safe`)."""
+    return Text(_cut_str(text, limit), style=style)
 
 
 @dataclass(frozen=True)
@@ -124,15 +138,15 @@ class Board:
         timeout = c.get("timeout")
         head = Text()
         head.append("toolbus ", style="bold")
-        head.append(str(c.get("name", "executor")), style="bold cyan")
+        head.append(_safe(c.get("name", "executor")), style="bold cyan")
         head.append(
             f"  max_parallel {c.get('max_parallel', '?')} · timeout "
             f"{'none' if timeout is None else f'{timeout:g} s'} · retries "
             f"{retry.get('max_retries', 0)} · {len(tools)} tools",
             style="dim",
         )
-        head.append(f"  {self.source} · ", style="dim")
-        head.append(self.status, style="green" if self.status == "live" else "bold red")
+        head.append(f"  {_safe(self.source)} · ", style="dim")
+        head.append(_safe(self.status), style="green" if self.status == "live" else "bold red")
         head.append(f" · seq {self.state.get('seq', 0)} · {_clock(self.now)[:8]}", style="dim")
         return head
 
@@ -196,7 +210,7 @@ class Board:
                 _cut(c.get("call_id"), 24),
                 _cut(c.get("tool"), 22),
                 str(c.get("attempt", "")),
-                Text(state, style=STATE_STYLE.get(state, "")),
+                _cut(state, 20, STATE_STYLE.get(state, "")),
                 duration(elapsed),
                 Text(detail, style="dim"),
             )
@@ -220,7 +234,7 @@ class Board:
                 _clock(r.get("timestamp"))[:12],
                 _cut(r.get("call_id"), 24),
                 _cut(r.get("tool"), 22),
-                Text(label, style=STATUS_STYLE.get(status, "")),
+                _cut(label, 40, STATUS_STYLE.get(status, "")),
                 str(r.get("attempts", "")),
                 duration(r.get("duration")),
             )
@@ -263,7 +277,7 @@ class Board:
                 _clock(e.get("timestamp"))[:12],
                 _cut(e.get("call_id"), 24),
                 _cut(e.get("tool"), 22),
-                Text(label, style=STATUS_STYLE.get(status, "")),
+                _cut(label, 40, STATUS_STYLE.get(status, "")),
                 _cut(e.get("error"), 200),
             )
         return table
@@ -301,7 +315,7 @@ class Board:
             )
             table.add_row(
                 _cut(tool, 40),
-                Text(label or "-", style=BREAKER_STYLE.get(state, "dim")),
+                _cut(label or "-", 40, BREAKER_STYLE.get(state, "dim")),
                 *self._circuit_cells(b),
                 str(row.get("throttled", 0)),
                 duration(row.get("throttle_wait")) if row.get("throttled") else "",
@@ -312,8 +326,8 @@ class Board:
         for k in keyed[:_MAX_KEYS]:
             state = str(k.get("state", ""))
             table.add_row(
-                Text(_cut_str(f"{k.get('tool')} · key {k.get('key')}", 40), style="dim"),
-                Text(state, style=BREAKER_STYLE.get(state, "")),
+                _cut(f"{k.get('tool')} · key {k.get('key')}", 40, "dim"),
+                _cut(state, 20, BREAKER_STYLE.get(state, "")),
                 *self._circuit_cells(k),
                 "",
                 "",
@@ -350,5 +364,5 @@ class Board:
         if not counts:
             return None
         text = Text("Other signals: ", style="bold")
-        text.append("  ".join(f"{k} {v}" for k, v in counts.items()))
+        text.append("  ".join(f"{_safe(k)} {_safe(v)}" for k, v in counts.items()))
         return text
