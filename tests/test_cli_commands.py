@@ -184,6 +184,14 @@ def test_call_json_has_the_result_and_every_event_in_order() -> None:
     assert data["events"][-1]["result"]["output"] == 3
 
 
+def test_call_leaves_out_the_events_private_fields() -> None:
+    """`_run` is toolbus's own, not the event's data: no surface shows it (review 10b)."""
+    text = invoke("call", SPEC, "add", "--args", '{"a": 1}')
+    assert text.exit_code == 0 and "_run" not in text.stdout
+    as_json = json.loads(invoke("call", SPEC, "add", "--args", '{"a": 1}', "--json").stdout)
+    assert not [key for e in as_json["events"] for key in e if key.startswith("_")]
+
+
 # -- text a tool wrote reaches the terminal written out (review 10b) ---------------
 
 ESCAPES = "tests.cli_registries.escapes:registry"

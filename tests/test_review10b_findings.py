@@ -69,7 +69,6 @@ def test_toolbus_call_does_not_pass_terminal_escapes_through() -> None:
 # -- toolbus call shows toolbus's private _run token ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="toolbus call prints CallEvent._run")
 def test_toolbus_call_does_not_print_the_private_run_token() -> None:
     """Every other surface leaves out CallEvent._run ("toolbus's own, not the
     event's data (no surface publishes it)"); `toolbus call` prints it, in

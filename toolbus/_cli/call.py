@@ -101,10 +101,13 @@ def _arguments(text: str) -> dict[str, Any]:
 
 
 def event_fields(event: bus.Event) -> dict[str, Any]:
-    """An event's fields as JSON-able data (its values are masked already)."""
+    """An event's fields as JSON-able data (its values are masked already), but
+    the private ones (`_run`: toolbus's own, not the event's data), which no
+    surface shows: the rule of `toolbus.observe`'s records."""
     return {
         f.name: to_jsonable_python(getattr(event, f.name), fallback=repr)
         for f in dataclasses.fields(event)
+        if not f.name.startswith("_")
     }
 
 
