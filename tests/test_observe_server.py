@@ -271,6 +271,29 @@ def test_events_reset_when_history_no_longer_reaches_back(executor: Executor) ->
             assert reset.name == "reset"
 
 
+def test_a_feed_knows_what_came_before_its_first_event(executor: Executor) -> None:
+    """A client resuming on a server started after its last event (a restart)
+    gets a gap (then `reset`), not the next events as if nothing was missed;
+    a client that has the event just before the feed's first misses nothing
+    (review 10b)."""
+    from toolbus.observe._feed import Feed
+
+    with bus.Recorder(sender=executor) as rec:  # another subscriber: the seqs go on
+        run_calls(executor, 1)  # before the feed: never seen by it
+        before = max(event.seq for _, event in rec.events)
+        with Feed(executor, history=100) as feed:
+            run_calls(executor, 1)
+            seqs = sorted(event.seq for _, event in rec.events if event.seq > before)
+            first = seqs[0]
+            assert first == before + 1 > 2 and feed.latest == seqs[-1]
+            records, gap = feed.since(first - 1)  # has all before the first: nothing missed
+            assert not gap and [seq for seq, _ in records] == seqs
+            assert feed.since(first - 2)[1]  # lacks `first - 1`, never kept
+            assert not feed.since(0)[1]  # a new client: misses nothing
+            assert not feed.since(seqs[-1])[1] and not feed.since(seqs[-1])[0]
+            assert feed.since(seqs[-1] + 1)[1]  # an id from elsewhere
+
+
 @pytest.mark.parametrize(
     ("headers", "query"),
     [

@@ -108,9 +108,6 @@ def test_default_executor_name_never_repeats_a_name_in_use() -> None:
 # -- /events: a resume across a server restart skips events silently ----------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="Feed.since misses a seq before the first event the feed saw"
-)
 def test_events_resume_on_a_new_server_reports_the_gap() -> None:
     """A client (the page's EventSource, `toolbus top`) reconnects with
     Last-Event-ID to a status server that started after that id: the events in

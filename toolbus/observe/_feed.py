@@ -46,6 +46,7 @@ class Feed:
         self._keep = history > 0
         self._evicted = 0  # the highest seq that fell out of the ring
         self._latest = 0
+        self._first = 0  # the first seq seen (0: none yet); the lowest, as seqs come in order
         self._listeners: list[Callable[[], None]] = []
         if self._keep:  # /events sends every signal
             self._sub = bus.subscribe(self._on_event, sender=executor, linger=LINGER)
@@ -70,6 +71,8 @@ class Feed:
                 # id) is written as U+FFFD, not lost with the whole record.
                 self._ring.append((event.seq, dumps(record)))
             self._latest = max(self._latest, event.seq)
+            if not self._first:
+                self._first = event.seq
             listeners = tuple(self._listeners)
         for wake in listeners:
             wake()
@@ -87,12 +90,19 @@ class Feed:
     def since(self, seq: int) -> tuple[list[tuple[int, bytes]], bool]:
         """The kept records after `seq`, oldest first, and whether some are missing.
 
-        Missing: records after `seq` fell out of the ring, or `seq` is ahead
-        of anything seen (a client of another executor or server). Such a
-        client should reload the state (`/status`) and go on from there.
+        Missing: records after `seq` fell out of the ring, or came before the
+        first this feed saw (a client resuming on a server started since), or
+        `seq` is ahead of anything seen (a client of another executor or
+        server). Such a client should reload the state (`/status`) and go on
+        from there. `seq` 0 (no event had: a new client) misses nothing.
         """
         with self._lock:
-            gap = seq < self._evicted or seq > self._latest
+            gap = (
+                seq < self._evicted
+                or seq > self._latest
+                # The client has `seq`: it needs `seq + 1` on, and this feed has `_first` on.
+                or 0 < seq < self._first - 1
+            )
             newer: list[tuple[int, bytes]] = []
             for item in reversed(self._ring):
                 if item[0] <= seq:
