@@ -543,6 +543,16 @@ def test_loopback_answers_only_to_loopback_names(executor: Executor, host: str) 
 def test_bad_options_are_refused(executor: Executor) -> None:
     with pytest.raises(ValueError, match="token"):
         serve_status(executor, token="")
+    # Tokens no request can send (review 10b): HTTP strips a header's outer
+    # whitespace, refuses control characters, carries only Latin-1.
+    for bad in (" {}", "{} ", "{}\t{}", "{} {}", "{}\x00", "{}\x7f", "{}\x85", "{}€"):
+        token = bad.format("zq9x", "zq9y")
+        with pytest.raises(ValueError, match="no request could send this token") as refused:
+            serve_status(executor, token=token)
+        assert "zq9" not in str(refused.value)  # an error never quotes a token
+    with serve_status(executor, token="t\xf6k") as server:  # Latin-1 is what a header carries
+        auth = {"Authorization": b"Bearer t\xf6k"}
+        assert httpx.get(server.url + "metrics", headers=auth, timeout=10).status_code == 200
     with pytest.raises(ValueError, match="history"):
         serve_status(executor, history=0)
     with serve_status(executor) as server, pytest.raises(OSError):

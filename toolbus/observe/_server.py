@@ -24,9 +24,24 @@ from typing import Any
 
 from ..executor import Executor
 
-__all__ = ["StatusServer", "serve_status"]
+__all__ = ["StatusServer", "serve_status", "token_problem"]
 
 _START_TIMEOUT = 10.0
+
+
+def token_problem(token: str) -> str | None:
+    """Why `token` cannot go in an `Authorization` header, None if it can: a
+    server refuses such a token (no request could send it), a client will not
+    send it. The reason never quotes it: an error about a token must not print
+    the token."""
+    for char in token:
+        if char.isspace() or not char.isprintable():
+            # Whitespace at either end is stripped from a header's value; a
+            # control character is refused in one.
+            return "it holds whitespace or a control character"
+        if ord(char) > 0xFF:
+            return "it holds a character an HTTP header cannot carry (beyond Latin-1)"
+    return None
 
 
 def _is_loopback(host: str) -> bool:
@@ -83,6 +98,8 @@ class StatusServer:
     ) -> None:
         if token is not None and (not isinstance(token, str) or not token.strip()):
             raise ValueError("serve_status: token must be a non-empty string (or None)")
+        if token is not None and (problem := token_problem(token)) is not None:
+            raise ValueError(f"serve_status: no request could send this token: {problem}")
         loopback = _is_loopback(host)
         if not loopback and token is None:
             raise ValueError(
@@ -219,10 +236,11 @@ def serve_status(
     """Serve `executor`'s status page, JSON, event stream and metrics on a thread.
 
     Binds to loopback by default (`port=0`: any free port; see `.url`).
-    Binding to any other address without a `token` raises ValueError. With a
-    token, every request needs `Authorization: Bearer <token>`; a browser
-    opens `/?token=<token>` once and gets a cookie for the page (HttpOnly,
-    SameSite=Strict, derived from the token). `history`: how many recent
+    Binding to any other address without a `token` raises ValueError, as
+    does a token no header can carry (whitespace, control characters, beyond
+    Latin-1). With a token, every request needs `Authorization: Bearer
+    <token>`; a browser opens `/?token=<token>` once and gets a cookie for the
+    page (HttpOnly, SameSite=Strict, derived from the token). `history`: how many recent
     events are kept for clients that reconnect (`Last-Event-ID`).
     """
     return StatusServer(executor, host=host, port=port, token=token, history=history)

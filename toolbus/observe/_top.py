@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
+from ._server import token_problem
 from ._state import LiveState
 
 __all__ = ["main", "run_top"]
@@ -132,17 +133,6 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, urllib.error.URLError):
         return str(e.reason)
     return str(e) or type(e).__name__
-
-
-def token_problem(token: str) -> str | None:
-    """Why `token` cannot go in an `Authorization` header, None if it can. The
-    reason never quotes it: an error about a token must not print the token."""
-    for char in token:
-        if char.isspace() or not char.isprintable():
-            return "it holds whitespace or a control character"
-        if ord(char) > 0xFF:
-            return "it holds a character an HTTP header cannot carry (beyond Latin-1)"
-    return None
 
 
 def address_problem(url: str) -> str | None:
