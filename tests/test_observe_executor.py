@@ -46,6 +46,57 @@ def test_names_default_to_executor_n_in_order(make_executor: MakeExecutor) -> No
             Executor(registry(), name=bad)  # type: ignore[arg-type]
 
 
+def test_a_default_name_skips_the_names_of_live_executors(make_executor: MakeExecutor) -> None:
+    """A name given explicitly that a default would repeat is skipped, while
+    its executor lives (closed or not): two executors never share a default
+    name, which a shared Prometheus registry would refuse (review 10b)."""
+    n = int(make_executor(registry()).name.split("-")[1])
+    given = [make_executor(registry(), name=f"executor-{n + k}") for k in (1, 2, 4)]
+    given[1].close()  # closed, but alive: its name is still taken
+    defaults = [make_executor(registry()).name for _ in range(3)]
+    assert defaults == [f"executor-{n + 3}", f"executor-{n + 5}", f"executor-{n + 6}"]
+
+
+def test_default_names_made_at_once_are_distinct() -> None:
+    barrier = threading.Barrier(4)
+    names: list[str] = []
+    made: list[Executor] = []
+    lock = threading.Lock()
+
+    def make() -> None:
+        barrier.wait(10)
+        for _ in range(3):
+            ex = Executor(registry())
+            with lock:
+                made.append(ex)
+                names.append(ex.name)
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for ex in made:
+        ex.close()
+    assert len(names) == 12 and len(set(names)) == 12
+
+
+def test_an_executors_name_does_not_keep_it_alive() -> None:
+    """The names in use are held weakly: an executor that is gone frees its name."""
+    import gc
+    import weakref
+
+    from toolbus.executor import _named_executors
+
+    ex = Executor(registry(), name="short-lived")
+    ex.close()
+    gone = weakref.ref(ex)
+    del ex
+    gc.collect()
+    assert gone() is None
+    assert "short-lived" not in {e.name for e in _named_executors}
+
+
 def test_unknown_tool_label(make_executor: MakeExecutor) -> None:
     ex = make_executor(registry())
     assert tool_label(ex, "echo") == "echo"

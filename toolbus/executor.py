@@ -88,6 +88,10 @@ log = logging.getLogger("toolbus")
 
 _batch_ids = itertools.count(1)
 _executor_numbers = itertools.count(1)
+# Every executor alive in this process (not yet garbage collected), for the
+# names a default name must not repeat; added to under the lock.
+_named_executors: weakref.WeakSet[Executor] = weakref.WeakSet()
+_names_lock = threading.Lock()
 
 
 class Executor(ExecutorHooks):
@@ -124,7 +128,10 @@ class Executor(ExecutorHooks):
     itself, which then has it for everyone holding it (docs/policies.md).
     `name` tells this executor apart in metrics, traces and logs (the `executor`
     label of `toolbus.observe`); by default `executor-1`, `executor-2`, ... in
-    the order executors are made in this process.
+    the order executors are made in this process, skipping a name an executor
+    still alive (closed or not, until it is garbage collected) was given: a
+    default name never repeats one in use. A name given explicitly is taken
+    as it is, even if another executor has it.
     """
 
     def __init__(
@@ -186,7 +193,7 @@ class Executor(ExecutorHooks):
         # Tools that ran as steps of a composite tool, registered or not (by
         # name, the first kept): observers name those calls by them.
         self._step_tools: dict[str, Tool] = {}
-        self.name: str = name if name is not None else f"executor-{next(_executor_numbers)}"
+        self.name: str = self._take_name(name)  # (set under the names' lock too)
         # Submission hooks (on_submit): swapped whole under the lock, read without it.
         self._submit_hooks: tuple[SubmitHook, ...] = ()
         self._submit_lock = threading.Lock()
@@ -541,6 +548,19 @@ class Executor(ExecutorHooks):
                 if self._submit_failures is None:
                     self._submit_failures = FailureLog()
                 self._submit_failures.failed(describe(hook), "submission", e)
+
+    def _take_name(self, name: str | None) -> str:
+        """`name`, or the next `executor-N` no live executor has; either is
+        then in use until this executor is garbage collected."""
+        with _names_lock:
+            if name is None:
+                taken = {ex.name for ex in _named_executors}
+                name = f"executor-{next(_executor_numbers)}"
+                while name in taken:
+                    name = f"executor-{next(_executor_numbers)}"
+            self.name = name
+            _named_executors.add(self)
+        return name
 
     def _tool_named(self, name: str) -> Tool | None:
         """The tool a call of this name ran: registered, or a composite tool's
