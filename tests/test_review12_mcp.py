@@ -250,6 +250,21 @@ def test_a_token_with_outer_whitespace_is_refused_or_usable() -> None:
         check_exposure("127.0.0.1", "s3cret\r")
 
 
+@pytest.mark.parametrize("token", ["s3cret token", "s3cret\ttoken", "s3cret-\u20ac-token"])
+def test_a_token_no_request_could_send_is_refused(token: str) -> None:
+    # The status server's rule (toolbus._tokens): whitespace, a control
+    # character or a character beyond Latin-1 cannot go in a header.
+    with pytest.raises(ValueError, match="no request could send this token") as refused:
+        check_exposure("127.0.0.1", token)
+    assert token not in str(refused.value)
+
+
+async def test_a_latin1_token_matches_the_header_bytes_a_client_sends() -> None:
+    guard = Guard(_ok_app, token="t\xf6k", loopback=True)
+    sent = [(b"host", b"127.0.0.1:8765"), (b"authorization", "Bearer t\xf6k".encode("latin-1"))]
+    assert await _status(guard, sent) == 200
+
+
 # -- client side ---------------------------------------------------------------------
 
 

@@ -37,6 +37,7 @@ import anyio
 import uvicorn  # a dependency of `mcp` (which imports it already)
 from mcp.server.transport_security import TransportSecuritySettings
 
+from .._tokens import token_problem
 from ..executor import Executor
 from ..tools import ToolRegistry
 from ._server import build_server
@@ -86,7 +87,9 @@ class Guard:
     ) -> None:
         self.app = app
         self.loopback = loopback
-        self._token = token.encode() if token is not None else None
+        # A header's bytes are Latin-1 (RFC 9110 5.5), and token_problem keeps the
+        # token within it.
+        self._token = token.encode("latin-1") if token is not None else None
         self._origins = frozenset(_origin(o) for o in allowed_origins)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -162,13 +165,13 @@ def _authorized(header: bytes, token: bytes) -> bool:
 
 def check_exposure(host: str, token: str | None) -> bool:
     """Whether `host` is loopback; ValueError when it is not and there is no token,
-    or when the token is empty or has outer whitespace."""
+    or when the token is empty or no request could send it."""
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise ValueError("the token must be a non-empty string (or None)")
-    if token is not None and token != token.strip():
-        # HTTP servers strip a header value's outer whitespace: such a token
-        # (an env file's trailing space or CR) could never match. Not quoted.
-        raise ValueError("the token has leading or trailing whitespace (a stray space or CR?)")
+    if token is not None and (problem := token_problem(token)) is not None:
+        # No request could send it (a header's outer whitespace is stripped, an
+        # env file's stray CR...), so the server would refuse everyone. Not quoted.
+        raise ValueError(f"no request could send this token: {problem}")
     loopback = _loopback_name(host)  # another name may resolve anywhere: exposed
     if not loopback and token is None:
         raise ValueError(

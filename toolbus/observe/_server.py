@@ -22,26 +22,12 @@ import threading
 import time
 from typing import Any
 
+from .._tokens import token_problem
 from ..executor import Executor
 
-__all__ = ["StatusServer", "serve_status", "token_problem"]
+__all__ = ["StatusServer", "serve_status"]
 
 _START_TIMEOUT = 10.0
-
-
-def token_problem(token: str) -> str | None:
-    """Why `token` cannot go in an `Authorization` header, None if it can: a
-    server refuses such a token (no request could send it), a client will not
-    send it. The reason never quotes it: an error about a token must not print
-    the token."""
-    for char in token:
-        if char.isspace() or not char.isprintable():
-            # Whitespace at either end is stripped from a header's value; a
-            # control character is refused in one.
-            return "it holds whitespace or a control character"
-        if ord(char) > 0xFF:
-            return "it holds a character an HTTP header cannot carry (beyond Latin-1)"
-    return None
 
 
 def _is_loopback(host: str) -> bool:

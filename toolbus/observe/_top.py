@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from ._server import token_problem
+from .._tokens import token_problem
 from ._state import LiveState
 
 __all__ = ["main", "run_top"]
