@@ -43,6 +43,17 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
         return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
     if kind in _SCALARS:
         return value
+    if kind is dict or kind is list:  # arguments, outputs: JSON as they are, mostly
+        try:
+            text = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):
+            pass  # not JSON as it is: the general way below
+        else:
+            return (
+                value
+                if len(text) <= max_chars
+                else text[: max_chars - 1].decode("utf-8", "ignore") + "…"
+            )
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, str | int | float):  # subclasses
