@@ -52,25 +52,19 @@ import queue
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable
-from types import MethodType
 from typing import Any
-
-import pykka
 
 from ._events import CallEvent, Event
 from ._failures import FailureLog
 from ._publisher import BusPublisher, Publisher
+from ._queues import BURST, TURN, EventQueue, Plan, Route, Unbuilt, built, describe, queue_key
 from ._signals import RECEIVERS_VERSION, namespace
 
-__all__ = ["Announcer", "Route", "describe", "on_delivery_thread"]
+__all__ = ["BURST", "TURN", "Announcer", "Route", "describe", "on_delivery_thread"]
 
 log = logging.getLogger("toolbus.bus")
 
 MAX_THREADS = 4
-TURN = 16  # events a queue delivers before it goes to the back of the line, for fairness
-BURST = 4096  # the same for a lingering queue: it wants its events in one go
 EXIT_BUDGET = 1.0  # seconds all executors get, in all, to deliver at interpreter exit
 
 _local = threading.local()
@@ -79,112 +73,6 @@ _local = threading.local()
 def on_delivery_thread() -> bool:
     """True on a thread that is delivering events (where waiting for delivery would stall it)."""
     return bool(getattr(_local, "delivering", False))
-
-
-def describe(obj: Any) -> str:
-    """A receiver's qualified name, for logs."""
-    if isinstance(obj, Route):
-        return obj.label
-    if isinstance(obj, pykka.ActorRef):
-        obj = obj.actor_class
-    qualname = getattr(obj, "__qualname__", None)
-    if isinstance(qualname, str):
-        return f"{getattr(obj, '__module__', None) or '?'}.{qualname}"
-    kind = type(obj)
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-class Route:
-    """A receiver connected to one signal on behalf of `owner` (a `Subscription`).
-
-    All routes of one owner share one queue, so the owner receives its events
-    in announcement order across all its signals.
-    """
-
-    __slots__ = ("label", "owner", "signal", "target")
-
-    def __init__(self, owner: object, label: str, signal: str, target: Callable[..., Any]) -> None:
-        self.owner = owner
-        self.label = label
-        self.signal = signal
-        self.target = target
-
-    def __call__(self, sender: Any, *, event: Event) -> None:
-        self.target(sender, event=event, signal=self.signal)
-
-
-class _Queue:
-    """One subscription's pending events.
-
-    `busy` is held while the queue is in line or being drained, so one thread at
-    a time delivers its events. It is taken with a non-blocking acquire, an
-    atomic test-and-set: announcing threads never wait for a delivery thread.
-    """
-
-    __slots__ = (
-        "busy",
-        "delivered",
-        "dropped",
-        "enqueued",
-        "flush",
-        "items",
-        "linger",
-        "owner",
-        "since",
-        "turn",
-    )
-
-    def __init__(self, owner: object = None) -> None:
-        # A subscription (the owner of `Route`s), kept while the queue is: its id,
-        # the queue's key, is not reused meanwhile. None for other receivers.
-        self.owner = owner
-        # Seconds its events may wait for more before delivery.
-        self.linger: float = getattr(owner, "linger", 0.0)
-        self.turn = BURST if self.linger else TURN
-        self.flush: Callable[[], object] | None = getattr(owner, "flush", None)
-        self.since = 0.0  # when its oldest pending event came (monotonic), if it lingers
-        self.busy = threading.Lock()
-        self.items: deque[tuple[str, Any, Event | _Unbuilt]] = deque()
-        self.enqueued = 0  # under the announcer's lock
-        self.delivered = 0  # by the one thread draining it
-        self.dropped = 0  # under the announcer's lock
-
-
-class _Plan:
-    """Who receives one signal: each receiver with its queue (see the module's doc)."""
-
-    __slots__ = ("targets", "version")
-
-    def __init__(self, version: int, targets: list[tuple[Any, _Queue]]) -> None:
-        self.version = version
-        self.targets = targets
-
-
-# An event announced unbuilt: [class, arguments, parent_call_id, run token,
-# timestamp], then its seq appended when announced, then the event appended
-# when built.
-_Unbuilt = list[Any]
-
-
-def _built(item: Event | _Unbuilt) -> Event:
-    """The event of a queue item, built now if it was announced unbuilt."""
-    if type(item) is not list:
-        return item  # type: ignore[return-value]  # an Event
-    if len(item) == 6:
-        make, args, parent, run, timestamp, seq = item
-        # Two threads may both build it: list.append is atomic, so both then
-        # hand over the first one appended.
-        item.append(make(*args, seq=seq, timestamp=timestamp, parent_call_id=parent, _run=run))
-    built: Event = item[6]
-    return built
-
-
-def _key(receiver: Any) -> object:
-    # By identity, as blinker does (receivers need not be hashable). Should an id
-    # be reused after its receiver died, the new one merely shares an idle queue.
-    if type(receiver) is MethodType:  # a new bound method each time; its parts are stable
-        return (id(receiver.__self__), id(receiver.__func__))
-    return id(receiver)
 
 
 class Announcer:
@@ -201,9 +89,9 @@ class Announcer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._seq = 0
-        self._queues: dict[object, _Queue] = {}
-        self._plans: dict[str, _Plan] = {}  # under the lock
-        self._ready: queue.SimpleQueue[_Queue | None] = queue.SimpleQueue()
+        self._queues: dict[object, EventQueue] = {}
+        self._plans: dict[str, Plan] = {}  # under the lock
+        self._ready: queue.SimpleQueue[EventQueue | None] = queue.SimpleQueue()
         # A token per idle thread: appended by it (atomic), popped under the lock.
         self._idle: list[None] = []
         self._threads = 0
@@ -232,14 +120,14 @@ class Announcer:
         module's doc)."""
         self.announce(name, [make, args, parent_call_id, run, time.time()])
 
-    def announce(self, name: str, event: Event | _Unbuilt) -> None:
+    def announce(self, name: str, event: Event | Unbuilt) -> None:
         """Number `event` and queue it for every receiver of `name`; never waits for one.
 
         After `close` the pool is gone: a queue that wakes up then is drained by
         a thread of its own, which ends when the queue is empty.
         """
         try:
-            late: list[_Queue] | None = None
+            late: list[EventQueue] | None = None
             with self._lock:
                 plan = self._plans.get(name)
                 if plan is None or plan.version != RECEIVERS_VERSION[0]:
@@ -266,7 +154,7 @@ class Announcer:
         except Exception:  # a bug here must never reach the tool or the supervisor
             log.exception("could not announce %s", name)
 
-    def _plan(self, name: str) -> _Plan:
+    def _plan(self, name: str) -> Plan:
         """Who receives `name`, and their queues (under the lock); kept unless a
         receiver is weakly connected."""
         version = RECEIVERS_VERSION[0]  # before asking: a change meanwhile makes it stale
@@ -280,20 +168,20 @@ class Announcer:
                 isinstance(r, weakref.ref) for r in sig.receivers.values()
             )
         queues = self._queues
-        pairs: list[tuple[Any, _Queue]] = []
+        pairs: list[tuple[Any, EventQueue]] = []
         for receiver in targets:
             owner = receiver.owner if type(receiver) is Route else None
-            key = id(owner) if owner is not None else _key(receiver)
+            key = id(owner) if owner is not None else queue_key(receiver)
             q = queues.get(key)
             if q is None:
-                q = queues[key] = _Queue(owner)
+                q = queues[key] = EventQueue(owner)
             pairs.append((receiver, q))
-        plan = _Plan(version, pairs)
+        plan = Plan(version, pairs)
         if keep:
             self._plans[name] = plan
         return plan
 
-    def _schedule(self, q: _Queue) -> None:
+    def _schedule(self, q: EventQueue) -> None:
         """Put `q` in line; start a thread if none is idle (under the lock)."""
         self._ready.put(q)
         if self._idle:
@@ -324,14 +212,14 @@ class Announcer:
             except BaseException:  # receivers' errors are contained in _deliver: a bug here
                 log.exception("event delivery failed; this delivery thread goes on")
 
-    def _drain_late(self, q: _Queue) -> None:
+    def _drain_late(self, q: EventQueue) -> None:
         _local.delivering = True
         try:
             self._drain(q, to_the_end=True)
         except BaseException:
             log.exception("event delivery failed after close")
 
-    def _drain(self, q: _Queue, *, to_the_end: bool) -> bool:
+    def _drain(self, q: EventQueue, *, to_the_end: bool) -> bool:
         """Deliver `q`'s events, a turn at a time (`TURN`, or `BURST` if it lingers);
         True when it ran empty and was let go.
 
@@ -371,7 +259,7 @@ class Announcer:
             if not items or not q.busy.acquire(False):
                 return True
 
-    def _linger(self, q: _Queue) -> None:
+    def _linger(self, q: EventQueue) -> None:
         """Let a lingering queue's events gather until `q.linger` after the oldest
         came; at once when someone waits for delivery or the announcer closes."""
         with self._lock:
@@ -386,9 +274,9 @@ class Announcer:
             finally:
                 self._lingering -= 1
 
-    def _deliver(self, name: str, receiver: Any, item: Event | _Unbuilt) -> None:
+    def _deliver(self, name: str, receiver: Any, item: Event | Unbuilt) -> None:
         try:
-            event = _built(item)
+            event = built(item)
             if self._bus is None:
                 if self.publisher.wants(name):
                     self.publisher.publish(name, event)
@@ -399,7 +287,7 @@ class Announcer:
         except BaseException as e:  # SystemExit from a receiver included
             self.failures.failed(describe(receiver), name, e)
 
-    def _flush(self, q: _Queue, receiver: Any) -> None:
+    def _flush(self, q: EventQueue, receiver: Any) -> None:
         try:
             q.flush()  # type: ignore[misc]  # checked by the caller
         except BaseException as e:
