@@ -137,12 +137,12 @@ class Announcer:
                     event.append(self._seq)
                 else:
                     object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
-                for receiver, q in plan.targets:
-                    if q.linger and not q.items:
+                for receiver, q, items, acquire in plan.targets:
+                    if not items and q.linger:
                         q.since = time.monotonic()
-                    q.items.append((name, receiver, event))
+                    items.append((name, receiver, event))
                     q.enqueued += 1
-                    if q.busy.acquire(False):
+                    if acquire(False):
                         if self._closed:
                             late = [*(late or ()), q]
                         else:

@@ -100,13 +100,17 @@ class EventQueue:
 
 
 class Plan:
-    """Who receives one signal: each receiver with its queue (see the module's doc)."""
+    """Who receives one signal: each receiver with its queue (see the module's doc),
+    and the queue's `items` and `busy.acquire` (announcing is on the call's path:
+    looked up once here, not per event)."""
 
     __slots__ = ("targets", "version")
 
-    def __init__(self, version: int, targets: list[tuple[Any, EventQueue]]) -> None:
+    def __init__(self, version: int, pairs: list[tuple[Any, EventQueue]]) -> None:
         self.version = version
-        self.targets = targets
+        self.targets: list[tuple[Any, EventQueue, Any, Callable[[bool], bool]]] = [
+            (receiver, q, q.items, q.busy.acquire) for receiver, q in pairs
+        ]
 
 
 # An event announced unbuilt: [class, arguments, parent_call_id, run token,
