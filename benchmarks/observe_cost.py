@@ -1,6 +1,7 @@
 """What watching an executor costs (toolbus.observe), measured on one blocking noop call.
 
     python -m benchmarks.observe_cost [--rounds N] [--calls N] [--baseline PYTHONPATH]
+                                      [--attached-only] [--only LABEL,...]
 
 Two views, each interleaved round by round (see `_harness.py`):
 
@@ -13,11 +14,19 @@ Two views, each interleaved round by round (see `_harness.py`):
 2. Subscribers attached, in one process: none, each surface alone
    (`instrument_otel` with the SDK and a batch span processor, `instrument_prometheus`,
    `log_json` to a file; `serve_status` with no client, `live` drawing to a terminal
-   in memory), and the three exporters together; then none and all three again with a
-   tool that waits 1 ms. The caller-visible p50 against none (goal: at most
-   1.3x), and the subscribers' CPU per call: the whole process's CPU per call
-   minus that of the run with none, round by round (event building, queueing,
-   delivery, the exporters' own threads).
+   in memory), the three exporters together, and every surface at once; then none,
+   all three and every surface again with a tool that waits 1 ms. The caller-visible
+   p50 against none (goal: at most 1.3x), and the subscribers' CPU per call: the
+   whole process's CPU per call minus that of the run with none, round by round
+   (event building, queueing, delivery, the exporters' own threads).
+
+   None, all three and every surface also run with every thread of the process
+   on one CPU ("..., one CPU", compared with "none, one CPU" in the same rounds):
+   on a 2-core VM an executor's threads sometimes settle on the other core than
+   the caller's, which makes calls 1.5-6 times as costly for reasons of
+   placement, not of code (`policies_cost.one_cpu`). Pinning is per round
+   (`_pin_all`: each thread's affinity, new threads inherit it), so pinned and
+   unpinned rounds interleave in one run.
 """
 
 from __future__ import annotations
@@ -119,7 +128,21 @@ def idle_cost(rounds: int, calls: int, baseline: str | None) -> dict[str, Any]:
 # -- 2. subscribers attached ------------------------------------------------------------
 
 
-def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
+def _pin_all(cpus: set[int]) -> None:
+    """Every thread of this process on `cpus` (Linux); threads started later inherit it."""
+    pin = getattr(os, "sched_setaffinity", None)
+    if pin is None:
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            pin(int(tid), cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def attached_cost(
+    rounds: int, budget_ms: float, only: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -194,14 +217,23 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
         "none": (),
         **{name: (name,) for name in surfaces},
         "all three": tuple(exporters),
+        "every surface": tuple(surfaces),
     }
+    goals = ("none", "all three", "every surface")  # also pinned, and with the 1 ms tool
+
+    affinity = getattr(os, "sched_getaffinity", None)
+    every_cpu = affinity(0) if affinity is not None else None
+    one = {max(every_cpu)} if every_cpu is not None and len(every_cpu) > 1 else None
 
     class Attach:
-        def __init__(self, names: tuple[str, ...]) -> None:
+        def __init__(self, names: tuple[str, ...], pinned: bool = False) -> None:
             self.names = names
+            self.pinned = pinned
             self.handles: list[Any] = []
 
         def on(self) -> None:
+            if self.pinned and one is not None:
+                _pin_all(one)  # before attaching: the surfaces' threads start pinned
             self.handles = [surfaces[n]() for n in self.names]
 
         def off(self) -> None:
@@ -209,6 +241,8 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
             for h in self.handles:
                 h.close()
             self.handles = []
+            if self.pinned and every_cpu is not None:
+                _pin_all(every_cpu)
 
     def timed(c: Any) -> Callable[[int], list[float]]:
         """Each call timed on its own; the round's CPU also covers delivering its
@@ -224,10 +258,18 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
 
     cases = []
     for label, names in configs.items():
-        a = Attach(names)
-        cases.append(Case(label, timed(call), per_op=True, before=a.on, after=a.off))
-    for label in ("none", "all three"):  # the same with a tool that waits 1 ms
-        a = Attach(configs[label])
+        if only is None or label in only or label == "none":
+            a = Attach(names)
+            cases.append(Case(label, timed(call), per_op=True, before=a.on, after=a.off))
+    for label in goals:
+        if only is not None and label not in only and label != "none":
+            continue
+        if one is not None:  # every thread on one CPU
+            a = Attach(configs[label], pinned=True)
+            cases.append(
+                Case(f"{label}, one CPU", timed(call), per_op=True, before=a.on, after=a.off)
+            )
+        a = Attach(configs[label])  # the same with a tool that waits 1 ms
         cases.append(
             Case(f"{label}, 1 ms tool", timed(io_call), per_op=True, before=a.on, after=a.off)
         )
@@ -240,7 +282,8 @@ def attached_cost(rounds: int, budget_ms: float) -> dict[str, Any]:
         tmp.cleanup()
     out: dict[str, Any] = {}
     for label, st in stats.items():
-        base = stats["none, 1 ms tool" if label.endswith("1 ms tool") else "none"]
+        suffix = label.partition(", ")[2]
+        base = stats[f"none, {suffix}" if suffix else "none"]
         out[label] = {
             "p50_us": st.median / 1000,
             "p99_us": (st.pct(99) or 0) / 1000,
@@ -258,25 +301,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=2000, help="calls per round (nothing attached)")
     ap.add_argument("--budget-ms", type=float, default=200, help="time per case per round")
     ap.add_argument("--baseline", metavar="PYTHONPATH", help="another checkout to compare with")
+    ap.add_argument(
+        "--attached-only", action="store_true", help="view 2 only (subscribers attached)"
+    )
+    ap.add_argument(
+        "--only",
+        metavar="LABELS",
+        help="view 2: only these configurations, comma-separated (none always runs), "
+        'e.g. "all three,every surface"',
+    )
     ap.add_argument("--json", type=Path, metavar="PATH")
     args = ap.parse_args(argv)
-    idle = idle_cost(args.rounds, args.calls, args.baseline)
-    print("nothing attached (separate processes, interleaved rounds):")
-    for name in ("plain", "observe", "twin", "baseline"):
-        if name in idle:
-            f = idle[name]
-            print(
-                f"  {name:<9} p50 {f['p50'] / 1000:7.1f} µs  mean {f['mean'] / 1000:7.1f} µs  "
-                f"CPU {f['cpu'] / 1000:7.1f} µs/call"
-            )
-    for key in sorted(k for k in idle if "_vs_" in k):
-        r = idle[key]
-        print(f"  {key}: {r['ratio']:.3f} ({r['q1']:.3f}-{r['q3']:.3f})")
-    attached = attached_cost(args.rounds, args.budget_ms)
-    print("subscribers attached (one process, interleaved rounds):")
+    idle: dict[str, Any] = {}
+    if not args.attached_only:
+        idle = idle_cost(args.rounds, args.calls, args.baseline)
+        print("nothing attached (separate processes, interleaved rounds):")
+        for name in ("plain", "observe", "twin", "baseline"):
+            if name in idle:
+                f = idle[name]
+                print(
+                    f"  {name:<9} p50 {f['p50'] / 1000:7.1f} µs  mean {f['mean'] / 1000:7.1f} µs  "
+                    f"CPU {f['cpu'] / 1000:7.1f} µs/call"
+                )
+        for key in sorted(k for k in idle if "_vs_" in k):
+            r = idle[key]
+            print(f"  {key}: {r['ratio']:.3f} ({r['q1']:.3f}-{r['q3']:.3f})")
+    only = tuple(x.strip() for x in args.only.split(",")) if args.only else None
+    attached = attached_cost(args.rounds, args.budget_ms, only)
+    print("subscribers attached (one process, interleaved rounds; '..., one CPU': every")
+    print("thread on one CPU, against 'none, one CPU'):")
     for label, f in attached.items():
         print(
-            f"  {label:<20} p50 {f['p50_us']:6.1f} µs  p99 {f['p99_us']:7.1f} µs  "
+            f"  {label:<26} p50 {f['p50_us']:6.1f} µs  p99 {f['p99_us']:7.1f} µs  "
             f"CPU {f['cpu_us_per_call']:6.1f} µs/call  "
             f"p50 vs none {f['p50_vs_none']['ratio']:.3f} "
             f"({f['p50_vs_none']['q1']:.3f}-{f['p50_vs_none']['q3']:.3f})  "

@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import toolbus.observe
 from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.observe import StatusServer, serve_status
+from toolbus.observe._state import LiveState
 
 TOKEN = "tok-9f8e7d6c5b4a"
 
@@ -195,6 +196,55 @@ def test_status_shows_a_call_in_flight(executor: Executor, http: httpx.Client) -
     finally:
         gate.set()
         worker.join(10)
+
+
+def test_calls_running_at_once_with_the_same_id_are_two_rows(
+    executor: Executor, http: httpx.Client
+) -> None:
+    """A model may give two calls the same id: /status, and a view fed from
+    /status and /events (as `toolbus top` is), show both, and drop each as it ends."""
+    gate = threading.Event()
+
+    @executor.registry.tool(read_only=True)
+    def hold(n: int) -> int:
+        """Waits for the test."""
+        gate.wait(10)
+        return n
+
+    def call(n: int) -> None:
+        executor.execute(ToolCall(id="call_0", name="hold", arguments={"n": n}))
+
+    workers = [threading.Thread(target=call, args=(n,)) for n in (1, 2)]
+    try:
+        with bus.Recorder(bus.EXECUTING, sender=executor) as rec:
+            for w in workers:
+                w.start()
+            rec.wait_for(bus.EXECUTING, 2, timeout=10)  # both calls are running
+        assert executor.drain_events(10)
+        rows = http.get("/status").json()["state"]["in_flight"]
+        assert [r["call_id"] for r in rows] == ["call_0", "call_0"]
+        assert len({r["run"] for r in rows}) == 2 and all(r["run"] > 0 for r in rows)
+        with http.stream("GET", "/events?since=0") as r:
+            lines = r.iter_lines()
+            remote = LiveState()
+            executing = read_events(
+                lines, lambda evs: sum(e.json()["signal"] == bus.EXECUTING for e in evs) == 2
+            )
+            remote.apply_all(e.json() for e in executing)
+            assert [c["run"] for c in remote.snapshot(time.time())["in_flight"]] == sorted(
+                r["run"] for r in rows
+            )
+            gate.set()
+            done = read_events(
+                lines, lambda evs: sum(e.json()["signal"] == bus.FINISHED for e in evs) == 2
+            )
+            remote.apply_all(e.json() for e in done)
+        snap = remote.snapshot(time.time())
+        assert snap["in_flight"] == [] and snap["totals"]["ok"] == 2
+    finally:
+        gate.set()
+        for w in workers:
+            w.join(10)
 
 
 # -- /events -------------------------------------------------------------------------

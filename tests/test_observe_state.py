@@ -59,6 +59,7 @@ class Feed:
         duration: float = 0.1,
         error: str | None = None,
         batch_id: str | None = None,
+        **extra: Any,
     ) -> None:
         result = {
             "call_id": call_id,
@@ -69,7 +70,9 @@ class Feed:
             "attempts": attempts,
             "duration": duration,
         }
-        self.call(bus.FINISHED, at, call_id, tool, attempts, batch_id=batch_id, result=result)
+        self.call(
+            bus.FINISHED, at, call_id, tool, attempts, batch_id=batch_id, result=result, **extra
+        )
 
 
 @pytest.fixture
@@ -275,3 +278,25 @@ def test_wire_records_from_real_events_are_plain_and_bounded() -> None:
     assert orjson.loads(orjson.dumps(plain({"a": (1, 2)}))) == {"a": [1, 2]}
     assert plain({"when": T0, "odd": {1, 2}}) == {"when": T0, "odd": "{1, 2}"}
     assert plain(object()).startswith("<object")
+
+
+def test_calls_with_the_same_id_at_once_are_two_calls_by_run(feed: Feed) -> None:
+    # A model may give two calls the same id: the record's `run` tells them apart.
+    feed.call(bus.EXECUTING, 0.0, "c", "search", run=7)
+    feed.call(bus.EXECUTING, 0.1, "c", "search", run=8)
+    snap = feed.state.snapshot(T0 + 1)
+    assert [(c["call_id"], c["run"]) for c in snap["in_flight"]] == [("c", 7), ("c", 8)]
+    assert snap["tools"][0]["in_flight"] == 2
+    restored = LiveState.restore(orjson.loads(orjson.dumps(snap)))  # as /status serves it
+    assert restored.snapshot(T0 + 1) == snap
+    feed.call(bus.PROGRESS, 0.2, "c", "search", run=8, message="half", fraction=0.5)
+    feed.finish(0.3, "c", "search", run=7)
+    [left] = feed.state.snapshot(T0 + 1)["in_flight"]
+    assert (left["run"], left["detail"], left["fraction"]) == (8, "half", 0.5)
+
+
+def test_wire_records_of_a_call_carry_its_run() -> None:
+    event = bus.Executing("c", "search", None, 1, {"q": "x"}, None, _run=41)
+    assert encode(bus.EXECUTING, event)["run"] == 41
+    assert "run" not in encode(bus.EXECUTING, bus.Executing("c", "search", None, 1, {}, None))
+    assert "_run" not in encode(bus.EXECUTING, event)

@@ -24,6 +24,7 @@ pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 from playwright.sync_api import expect, sync_playwright
 
+from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.observe import serve_status
 
 from .observe_workload import SECRET, make_executor, run_rounds
@@ -158,3 +159,41 @@ def test_the_page_reconnects_and_reports_a_server_that_went_away(
     finally:
         server.close()
         page.close()
+
+
+def test_the_page_shows_calls_running_at_once_with_the_same_id_as_two_rows(browser: Any) -> None:
+    gate = threading.Event()
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def hold(n: int) -> int:
+        """Waits for the test."""
+        gate.wait(20)
+        return n
+
+    with Executor(registry, max_parallel=4) as executor, serve_status(executor) as server:
+        page = browser.new_page()
+        workers = [
+            threading.Thread(
+                target=executor.execute,
+                args=(ToolCall(id="call_0", name="hold", arguments={"n": n}),),
+            )
+            for n in (1, 2)
+        ]
+        try:
+            page.goto(server.url)
+            expect(page.locator("#connection")).to_have_text("live", timeout=15_000)
+            for w in workers:
+                w.start()
+            rows = page.locator("#in-flight tr[data-call='call_0']")
+            expect(rows).to_have_count(2, timeout=15_000)  # from the events
+            page.reload()  # from /status
+            expect(page.locator("#connection")).to_have_text("live", timeout=15_000)
+            expect(rows).to_have_count(2, timeout=15_000)
+            gate.set()
+            expect(rows).to_have_count(0, timeout=15_000)
+        finally:
+            gate.set()
+            for w in workers:
+                w.join(10)
+            page.close()

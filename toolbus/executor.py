@@ -533,13 +533,16 @@ class Executor(ExecutorHooks):
 
     def _submitted(self, runs: Sequence[Run], batch: BatchRun | None) -> None:
         """Tell the submission hooks (on the caller's thread, in its context)."""
+        first = runs[0]
+        call_ids: tuple[str, ...]
+        tokens: tuple[int, ...]
+        if batch is None:  # a single call: no generators (this is on the caller's path)
+            call_ids, tokens, batch_id = (first.call.id,), (first.token,), None
+        else:
+            call_ids = tuple(r.call.id for r in runs)
+            tokens, batch_id = tuple(r.token for r in runs), batch.batch_id
         submission = Submission(
-            tuple(r.call.id for r in runs),
-            batch.batch_id if batch is not None else None,
-            time.time(),
-            runs[0].context,
-            runs[0].priority,
-            tuple(r.token for r in runs),
+            call_ids, batch_id, time.time(), first.context, first.priority, tokens
         )
         for hook in self._submit_hooks:
             try:

@@ -18,7 +18,25 @@ A subscription may *linger* (`subscribe(..., linger=seconds)`): its queue,
 once it has an event, waits that long for more before a thread delivers them,
 so a subscription that does not need its events at once costs one wake-up per
 burst of calls instead of one per call. Someone waiting for delivery
-(`drain`, `close`) cuts the wait short.
+(`drain`, `close`) cuts the wait short. A lingering queue's turn is the whole
+burst (up to `BURST` events): it asked to be handed its events together, and
+each turn ends in a trip through the line, a wake-up of another thread.
+A subscription may also have a `flush()`: called after each turn's events
+were handed over, before they count as delivered (a log writes the turn's
+lines in one go there), so `drain` returns only once it ran.
+
+The engine's own per-call events are announced *unbuilt* (`announce_later`):
+their class, arguments and time, numbered at once, built by the first
+delivery thread that hands them over (every receiver gets that one object).
+Building a frozen dataclass costs about as much as announcing it, and the
+engine's thread is the caller's critical path.
+
+Who receives a signal is asked of blinker once and kept (a *plan*: each
+receiver with its queue), until a receiver connects or disconnects anywhere
+(`RECEIVERS_VERSION`) or idle queues are pruned: announcing is on the
+engine's hot path, and blinker's `receivers_for` costs more than the rest of
+it. A signal with a weakly connected receiver is asked about every time (the
+receiver may die without telling anyone).
 
 No event is lost silently: it is delivered, or counted in `dropped` and logged
 as a WARNING naming its receiver (pending when `close(timeout)` ran out of
@@ -34,24 +52,19 @@ import queue
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable
-from types import MethodType
 from typing import Any
 
-import pykka
-
-from ._events import Event
+from ._events import CallEvent, Event
 from ._failures import FailureLog
 from ._publisher import BusPublisher, Publisher
-from ._signals import namespace
+from ._queues import BURST, TURN, EventQueue, Plan, Route, Unbuilt, built, describe, queue_key
+from ._signals import RECEIVERS_VERSION, namespace
 
-__all__ = ["Announcer", "Route", "describe", "on_delivery_thread"]
+__all__ = ["BURST", "TURN", "Announcer", "Route", "describe", "on_delivery_thread"]
 
 log = logging.getLogger("toolbus.bus")
 
 MAX_THREADS = 4
-TURN = 16  # events a queue delivers before it goes to the back of the line, for fairness
 EXIT_BUDGET = 1.0  # seconds all executors get, in all, to deliver at interpreter exit
 
 _local = threading.local()
@@ -60,66 +73,6 @@ _local = threading.local()
 def on_delivery_thread() -> bool:
     """True on a thread that is delivering events (where waiting for delivery would stall it)."""
     return bool(getattr(_local, "delivering", False))
-
-
-def describe(obj: Any) -> str:
-    """A receiver's qualified name, for logs."""
-    if isinstance(obj, Route):
-        return obj.label
-    if isinstance(obj, pykka.ActorRef):
-        obj = obj.actor_class
-    qualname = getattr(obj, "__qualname__", None)
-    if isinstance(qualname, str):
-        return f"{getattr(obj, '__module__', None) or '?'}.{qualname}"
-    kind = type(obj)
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-class Route:
-    """A receiver connected to one signal on behalf of `owner` (a `Subscription`).
-
-    All routes of one owner share one queue, so the owner receives its events
-    in announcement order across all its signals.
-    """
-
-    __slots__ = ("label", "owner", "signal", "target")
-
-    def __init__(self, owner: object, label: str, signal: str, target: Callable[..., Any]) -> None:
-        self.owner = owner
-        self.label = label
-        self.signal = signal
-        self.target = target
-
-    def __call__(self, sender: Any, *, event: Event) -> None:
-        self.target(sender, event=event, signal=self.signal)
-
-
-class _Queue:
-    """One subscription's pending events.
-
-    `busy` is held while the queue is in line or being drained, so one thread at
-    a time delivers its events. It is taken with a non-blocking acquire, an
-    atomic test-and-set: announcing threads never wait for a delivery thread.
-    """
-
-    __slots__ = ("busy", "delivered", "dropped", "enqueued", "items", "linger", "since")
-
-    def __init__(self, linger: float = 0.0) -> None:
-        self.linger = linger  # seconds its events may wait for more before delivery
-        self.since = 0.0  # when its oldest pending event came (monotonic), if it lingers
-        self.busy = threading.Lock()
-        self.items: deque[tuple[str, Any, Event]] = deque()
-        self.enqueued = 0  # under the announcer's lock
-        self.delivered = 0  # by the one thread draining it
-        self.dropped = 0  # under the announcer's lock
-
-
-def _key(receiver: Any) -> object:
-    # By identity, as blinker does (receivers need not be hashable). Should an id
-    # be reused after its receiver died, the new one merely shares an idle queue.
-    if type(receiver) is MethodType:  # a new bound method each time; its parts are stable
-        return (id(receiver.__self__), id(receiver.__func__))
-    return id(receiver)
 
 
 class Announcer:
@@ -136,8 +89,9 @@ class Announcer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._seq = 0
-        self._queues: dict[object, _Queue] = {}
-        self._ready: queue.SimpleQueue[_Queue | None] = queue.SimpleQueue()
+        self._queues: dict[object, EventQueue] = {}
+        self._plans: dict[str, Plan] = {}  # under the lock
+        self._ready: queue.SimpleQueue[EventQueue | None] = queue.SimpleQueue()
         # A token per idle thread: appended by it (atomic), popped under the lock.
         self._idle: list[None] = []
         self._threads = 0
@@ -153,46 +107,81 @@ class Announcer:
     def closed(self) -> bool:
         return self._closed
 
-    def announce(self, name: str, event: Event) -> None:
+    def announce_later(
+        self,
+        name: str,
+        make: type[CallEvent],
+        args: tuple[Any, ...],
+        parent_call_id: str | None = None,
+        run: int = 0,
+    ) -> None:
+        """Announce the event `make(*args, parent_call_id=..., _run=run)`,
+        timestamped and numbered now, built on the delivery thread (see the
+        module's doc)."""
+        self.announce(name, [make, args, parent_call_id, run, time.time()])
+
+    def announce(self, name: str, event: Event | Unbuilt) -> None:
         """Number `event` and queue it for every receiver of `name`; never waits for one.
 
         After `close` the pool is gone: a queue that wakes up then is drained by
         a thread of its own, which ends when the queue is empty.
         """
         try:
-            if self._bus is None:
-                targets: list[Any] = [self.publisher]  # user code: asked on a delivery thread
-            else:
-                sig = namespace.get(name)
-                targets = list(sig.receivers_for(self._sender)) if sig is not None else []
-            late: list[_Queue] = []
+            late: list[EventQueue] | None = None
             with self._lock:
+                plan = self._plans.get(name)
+                if plan is None or plan.version != RECEIVERS_VERSION[0]:
+                    plan = self._plan(name)
                 self._seq += 1
-                object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
-                queues = self._queues
-                for receiver in targets:
-                    owner = receiver.owner if type(receiver) is Route else None
-                    key = id(owner) if owner is not None else _key(receiver)
-                    q = queues.get(key)
-                    if q is None:
-                        q = queues[key] = _Queue(getattr(owner, "linger", 0.0))
-                    if q.linger and not q.items:
+                if type(event) is list:
+                    event.append(self._seq)
+                else:
+                    object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
+                for receiver, q, items, acquire in plan.targets:
+                    if not items and q.linger:
                         q.since = time.monotonic()
-                    q.items.append((name, receiver, event))
+                    items.append((name, receiver, event))
                     q.enqueued += 1
-                    if q.busy.acquire(False):
+                    if acquire(False):
                         if self._closed:
-                            late.append(q)
+                            late = [*(late or ()), q]
                         else:
                             self._schedule(q)
                 if not self._seq & 255:
                     self._prune()
-            for q in late:
+            for q in late or ():
                 threading.Thread(target=self._drain_late, args=(q,), daemon=True).start()
         except Exception:  # a bug here must never reach the tool or the supervisor
             log.exception("could not announce %s", name)
 
-    def _schedule(self, q: _Queue) -> None:
+    def _plan(self, name: str) -> Plan:
+        """Who receives `name`, and their queues (under the lock); kept unless a
+        receiver is weakly connected."""
+        version = RECEIVERS_VERSION[0]  # before asking: a change meanwhile makes it stale
+        keep = True
+        if self._bus is None:
+            targets: list[Any] = [self.publisher]  # user code: asked on a delivery thread
+        else:
+            sig = namespace.get(name)
+            targets = list(sig.receivers_for(self._sender)) if sig is not None else []
+            keep = sig is None or not any(
+                isinstance(r, weakref.ref) for r in sig.receivers.values()
+            )
+        queues = self._queues
+        pairs: list[tuple[Any, EventQueue]] = []
+        for receiver in targets:
+            owner = receiver.owner if type(receiver) is Route else None
+            key = id(owner) if owner is not None else queue_key(receiver)
+            q = queues.get(key)
+            if q is None:
+                q = queues[key] = EventQueue(owner)
+            pairs.append((receiver, q))
+        plan = Plan(version, pairs)
+        if keep:
+            self._plans[name] = plan
+        return plan
+
+    def _schedule(self, q: EventQueue) -> None:
         """Put `q` in line; start a thread if none is idle (under the lock)."""
         self._ready.put(q)
         if self._idle:
@@ -205,6 +194,7 @@ class Announcer:
 
     def _prune(self) -> None:
         """Forget idle queues, of receivers that may be gone (under the lock)."""
+        self._plans.clear()  # they hold queues: asked again, they make new ones as needed
         for key, q in list(self._queues.items()):
             if not q.items and q.busy.acquire(False):  # nobody drains it, nobody can start to
                 del self._queues[key]
@@ -222,15 +212,16 @@ class Announcer:
             except BaseException:  # receivers' errors are contained in _deliver: a bug here
                 log.exception("event delivery failed; this delivery thread goes on")
 
-    def _drain_late(self, q: _Queue) -> None:
+    def _drain_late(self, q: EventQueue) -> None:
         _local.delivering = True
         try:
             self._drain(q, to_the_end=True)
         except BaseException:
             log.exception("event delivery failed after close")
 
-    def _drain(self, q: _Queue, *, to_the_end: bool) -> bool:
-        """Deliver `q`'s events, `TURN` at a time; True when it ran empty and was let go.
+    def _drain(self, q: EventQueue, *, to_the_end: bool) -> bool:
+        """Deliver `q`'s events, a turn at a time (`TURN`, or `BURST` if it lingers);
+        True when it ran empty and was let go.
 
         A pool thread puts a queue that has more back in line after each turn;
         `to_the_end` (after close) drains it until it is empty.
@@ -238,14 +229,19 @@ class Announcer:
         if q.linger and not to_the_end:
             self._linger(q)
         items = q.items
+        receiver: Any = None
         while True:
-            for _ in range(TURN):
+            n = 0
+            for _ in range(q.turn):
                 try:
                     name, receiver, event = items.popleft()
                 except IndexError:
                     break
                 self._deliver(name, receiver, event)
-                q.delivered += 1
+                n += 1
+            if n and q.flush is not None:
+                self._flush(q, receiver)
+            q.delivered += n  # after the flush: `drain` returns once the turn is done
             if self._waiters:  # read after `delivered` was counted: no wake-up is lost
                 with self._lock:
                     self._cond.notify_all()
@@ -263,7 +259,7 @@ class Announcer:
             if not items or not q.busy.acquire(False):
                 return True
 
-    def _linger(self, q: _Queue) -> None:
+    def _linger(self, q: EventQueue) -> None:
         """Let a lingering queue's events gather until `q.linger` after the oldest
         came; at once when someone waits for delivery or the announcer closes."""
         with self._lock:
@@ -278,15 +274,24 @@ class Announcer:
             finally:
                 self._lingering -= 1
 
-    def _deliver(self, name: str, receiver: Any, event: Event) -> None:
+    def _deliver(self, name: str, receiver: Any, item: Event | Unbuilt) -> None:
         try:
+            event = built(item)
             if self._bus is None:
                 if self.publisher.wants(name):
                     self.publisher.publish(name, event)
+            elif type(receiver) is Route:  # Route.__call__'s body: one call less per event
+                receiver.target(self._sender, event=event, signal=receiver.signal)
             else:
                 receiver(self._sender, event=event)
         except BaseException as e:  # SystemExit from a receiver included
             self.failures.failed(describe(receiver), name, e)
+
+    def _flush(self, q: EventQueue, receiver: Any) -> None:
+        try:
+            q.flush()  # type: ignore[misc]  # checked by the caller
+        except BaseException as e:
+            self.failures.failed(describe(receiver), "flush", e)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every event announced so far was delivered or dropped.

@@ -10,10 +10,11 @@ or other observers. Nothing is built or sent for a signal without receivers.
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._events import Event
+from ._events import CallEvent, Event
 from ._signals import ALL_SIGNALS, namespace, signal
 
 if TYPE_CHECKING:
@@ -127,6 +128,21 @@ class Emitter:
     def emit(self, name: str, event: Event) -> None:
         """Announce `event` on toolbus signal `name` (the engine's hot path: no checks)."""
         self._announcer.announce(name, event)
+
+    def emit_later(
+        self,
+        name: str,
+        make: type[CallEvent],
+        args: tuple[Any, ...],
+        parent_call_id: str | None = None,
+        run: int = 0,
+    ) -> None:
+        """Announce `make(*args, parent_call_id=..., _run=run)` on toolbus signal
+        `name`, its time and `seq` those of now, built on a delivery thread: what
+        the engine does on a call's path, where building the event would cost the
+        caller (the arguments must not change afterwards)."""
+        # Announcer.announce_later's body, one call less (this runs three times a call).
+        self._announcer.announce(name, [make, args, parent_call_id, run, time.time()])
 
     def announce(self, name: str, event: Event) -> bool:
         """Announce `event` on signal `name`, toolbus's own or one made with `define_signal`.

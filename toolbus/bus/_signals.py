@@ -103,6 +103,20 @@ class Watcher(Protocol):
     def signal_defined(self, name: str) -> None: ...
 
 
+RECEIVERS_VERSION = [0]
+"""Bumped whenever a receiver connects to or disconnects from a toolbus signal
+(blinker tells each signal's `receiver_connected` / `receiver_disconnected`):
+announcers keep who receives each signal until it moves (`_delivery.py`)."""
+
+
+_moved_lock = threading.Lock()
+
+
+def _receivers_moved(signal: object, **kwargs: object) -> None:
+    with _moved_lock:  # rare (a connect, a close): a lost increment could hide a change
+        RECEIVERS_VERSION[0] += 1
+
+
 _lock = threading.Lock()
 _docs: dict[str, str] = {}  # every defined signal and its doc, in definition order
 # Weak: a subscription that is dropped without close() must not be kept alive here.
@@ -132,6 +146,8 @@ def define_signal(name: str, doc: str) -> NamedSignal:
             return namespace.signal(name)
         _docs[name] = doc
         sig = namespace.signal(name, doc)
+        sig.receiver_connected.connect(_receivers_moved, weak=False)
+        sig.receiver_disconnected.connect(_receivers_moved, weak=False)
         watchers = list(_watchers)
     for watcher in watchers:
         watcher.signal_defined(name)

@@ -92,7 +92,10 @@ class Subscription:
     `receiver(sender, event=..., signal=name)`, or an `ObserverActor`'s ref whose
     mailbox gets the events. Either way the subscription has its own delivery
     queue per executor, so `isolated` changes nothing any more (kept for
-    compatibility). `linger`: see `subscribe`.
+    compatibility). `linger`: see `subscribe`. `flush`: called on the delivery
+    thread after each run of events handed over (all of a burst, for a
+    lingering subscription), before they count as delivered: a receiver that
+    gathers its work (lines to write) finishes it there.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class Subscription:
         *,
         owns_actor: bool = False,
         linger: float = 0.0,
+        flush: Callable[[], object] | None = None,
     ) -> None:
         if (
             isinstance(linger, bool)
@@ -114,6 +118,7 @@ class Subscription:
                 f"linger must be a number of seconds in [0, {MAX_LINGER}], got {linger!r}"
             )
         self.linger = float(linger)
+        self.flush = flush
         self._sender = sender
         self._lock = threading.Lock()
         self._closed = False

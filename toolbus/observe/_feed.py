@@ -33,8 +33,9 @@ class Feed:
     `history`: how many encoded records to keep for `since()` (0: none; then
     the records lack the fields only a client of `/events` reads: arguments,
     outputs, metadata).
-    Callbacks given to `listen` run on the delivery thread after each record
-    is applied and stored; they must be quick (wake someone up, no more).
+    Callbacks given to `listen` run on the delivery thread after each burst
+    of records is applied and stored; they must be quick (wake someone up, no
+    more).
     """
 
     def __init__(self, executor: Executor, *, history: int = 0) -> None:
@@ -48,10 +49,18 @@ class Feed:
         self._latest = 0
         self._first = 0  # the first seq seen (0: none yet); the lowest, as seqs come in order
         self._listeners: list[Callable[[], None]] = []
+        # The delivery thread's own: records of the burst handed over so far,
+        # applied and stored together when it ends (`_flush`), one lock and one
+        # wake-up per burst.
+        self._batch: list[tuple[int, dict[str, Any]]] = []
         if self._keep:  # /events sends every signal
-            self._sub = bus.subscribe(self._on_event, sender=executor, linger=LINGER)
+            self._sub: bus.Subscription = bus.Subscription(
+                None, self._on_event, executor, linger=LINGER, flush=self._flush
+            )
         else:  # only what the state reads: fewer events are built at all
-            self._sub = Signals(executor, self._on_event, STATE_SIGNALS, others=True)
+            self._sub = Signals(
+                executor, self._on_event, STATE_SIGNALS, others=True, flush=self._flush
+            )
 
     def _on_event(self, sender: Any, *, event: bus.Event, signal: str) -> None:
         record = encode(signal, event, light=not self._keep)
@@ -60,19 +69,27 @@ class Feed:
             # `<unknown>`, as in log lines and metrics: asked of the registry,
             # whatever the call's error code (a closed executor cancels it).
             record["tool"] = tool_label(self._executor, getattr(event, "tool", None))
+        self._batch.append((event.seq, record))
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        # `dumps`: a lone surrogate a model sent (a tool name, a call id) is
+        # written as U+FFFD, not lost with the whole record.
+        ring = [(seq, dumps(record)) for seq, record in batch] if self._keep else []
         # One lock around both: a state snapshot at seq S means S is in the ring
         # (or evicted), so a client resuming from a snapshot never sees a false gap.
         with self._lock:
-            self.state.apply(record)
-            if self._keep:
+            for _, record in batch:
+                self.state.apply(record)
+            for item in ring:
                 if len(self._ring) == self._ring.maxlen:
                     self._evicted = self._ring[0][0]
-                # `dumps`: a lone surrogate a model sent (a tool name, a call
-                # id) is written as U+FFFD, not lost with the whole record.
-                self._ring.append((event.seq, dumps(record)))
-            self._latest = max(self._latest, event.seq)
+                self._ring.append(item)
+            self._latest = max(self._latest, batch[-1][0])
             if not self._first:
-                self._first = event.seq
+                self._first = batch[0][0]
             listeners = tuple(self._listeners)
         for wake in listeners:
             wake()

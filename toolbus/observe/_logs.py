@@ -111,16 +111,28 @@ class _File:
         self.key = os.path.realpath(path)  # its entry in _files
         self.users = 0  # the handles sharing it (under _files_lock)
         self.lock = threading.Lock()
-        # Unbuffered: each line is one write(2), on disk for readers at once.
+        # Unbuffered: each burst's lines are one write(2), on disk for readers at once.
         self.file: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 - see close()
         self.size = self.file.tell()
 
-    def write(self, line: bytes) -> None:
+    def write(self, lines: list[bytes]) -> None:
+        """Append `lines` (each ending in a newline), rotating before a line that
+        would take the file past `max_bytes`."""
         with self.lock:
-            if self.max_bytes and self.size and self.size + len(line) > self.max_bytes:
-                self._rotate()
-            self.file.write(line)
-            self.size += len(line)
+            if not self.max_bytes:
+                data = b"".join(lines)
+                self.file.write(data)
+                self.size += len(data)
+                return
+            start, size = 0, self.size
+            for i, line in enumerate(lines):
+                if size and size + len(line) > self.max_bytes:
+                    self.file.write(b"".join(lines[start:i]))
+                    self._rotate()
+                    start, size = i, 0
+                size += len(line)
+            self.file.write(b"".join(lines[start:]))
+            self.size = size
 
     def _rotate(self) -> None:
         self.file.close()
@@ -216,9 +228,14 @@ class JsonLog(Handle):
             self._binary = _is_binary(target)
         # Per event type: its fields to write, and whether each is written as is.
         self._plans: dict[type, tuple[tuple[str, bool], ...]] = {}
+        # The delivery thread's own: the lines of the events handed over so far,
+        # written together when the burst ends (`_flush`): one write, one flush.
+        self._lines: list[bytes] = []
         self.path = self._file.path if self._file is not None else None
         try:
-            self._subscription = Subscription(signals, self._receive, executor, linger=LINGER)
+            self._subscription = Subscription(
+                signals, self._receive, executor, linger=LINGER, flush=self._flush
+            )
         except BaseException:
             if self._file is not None:
                 _release_file(self._file)
@@ -266,19 +283,26 @@ class JsonLog(Handle):
         return dumps(record, default=opaque, option=orjson.OPT_NON_STR_KEYS)
 
     def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
-        data = self.line(signal, event)
+        self._lines.append(self.line(signal, event) + b"\n")
+
+    def _flush(self) -> None:
+        """Write the burst's lines (on the delivery thread, before they count as delivered)."""
+        lines, self._lines = self._lines, []
+        if not lines:
+            return
         with self._lock:
             if self._done:
                 return
             if self._file is not None:
-                self._file.write(data + b"\n")
+                self._file.write(lines)
             elif self._logger is not None:
-                self._logger.info(data.decode())
+                for data in lines:
+                    self._logger.info(data[:-1].decode())
             elif self._binary:
-                self._stream.write(data + b"\n")
+                self._stream.write(b"".join(lines))
                 self._stream.flush()
             else:
-                self._stream.write(data.decode() + "\n")
+                self._stream.write(b"".join(lines).decode())
                 self._stream.flush()
 
     def _detach(self, timeout: float) -> None:
@@ -301,10 +325,11 @@ def log_json(
 ) -> JsonLog:
     """Log `executor`'s events as JSON lines, one per event, and return the handle.
 
-    `target`: a text or binary stream (each line written and flushed), a
-    `logging.Logger` (each line a message at INFO), or a file path (appended
-    to; with `max_bytes`, rotated when a line would take it past that size,
-    keeping `backups` older files: `path.1`, `path.2`, ...). `signals`: the
+    `target`: a text or binary stream (the lines of each burst of events
+    written and flushed together), a `logging.Logger` (each line a message at
+    INFO), or a file path (appended to, a burst's lines in one write; with
+    `max_bytes`, rotated when a line would take it past that size, keeping
+    `backups` older files: `path.1`, `path.2`, ...). `signals`: the
     signals to log; `ALL` (the default) is every signal, also those defined
     later with `bus.define_signal`. Each field is cut to `max_field_chars`
     characters (structured values beyond that are written as cut JSON text).

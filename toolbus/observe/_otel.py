@@ -1,11 +1,14 @@
 """OpenTelemetry: one span per call, following the GenAI conventions for tools.
 
 `instrument_otel(executor)` subscribes to the executor's events and installs a
-submission hook (`Executor.on_submit`). The hook runs on the caller's thread,
-in the caller's context, and notes the caller's current OpenTelemetry context
-and the time; the events arrive later, on a delivery thread, and when the
-call's `tool:finished` arrives its span is made under that noted context,
-starting at that time. So a call's span is a child of whatever span was current
+submission hook (`Executor.on_submit`). The hook runs on the caller's thread
+and keeps the submission (its runs, its time and the copy of the caller's
+context the calls run in), no more: the caller waits for it. The events
+arrive later, on a delivery thread, which reads the OpenTelemetry context
+current in that copy (as it was when the calls were submitted: toolbus never
+enters that copy itself, its tools run in copies of it); when the call's
+`tool:finished` arrives its span is made under that context, starting at the
+submission's time. So a call's span is a child of whatever span was current
 where `execute`, `execute_batch`, `aexecute` or `aexecute_batch` was called,
 and spans its whole life: from submission to `tool:finished`. Times come from
 the events' timestamps, never from when the events happen to be delivered.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -135,8 +139,10 @@ class OtelInstrumentation(Handle):
         self._status_type = otel_trace.Status
         self._lock = threading.Lock()
         self._done = False
-        # Noted at submission (caller's thread), taken at tool:finished (delivery
-        # thread). A single call's note by its run token: call ids may repeat.
+        # Appended on the caller's thread (atomic), taken on the delivery thread.
+        self._submitted_calls: deque[Submission] = deque()
+        # Noted from those (delivery thread), taken at tool:finished. A single
+        # call's note by its run token: call ids may repeat.
         self._singles: dict[int, tuple[Context, float]] = {}
         # A batch's note is shared by its calls: [context, time, calls not yet finished].
         self._batches: dict[str, list[Any]] = {}
@@ -159,8 +165,25 @@ class OtelInstrumentation(Handle):
     # -- the caller's side --------------------------------------------------------
 
     def _submitted(self, submission: Submission) -> None:
-        current = self._get_current()
-        with self._lock:
+        self._submitted_calls.append(submission)  # the rest off the caller's path: `_note`
+        if len(self._submitted_calls) > _MAX_PENDING:  # nobody takes them (a stalled bus)
+            try:
+                self._submitted_calls.popleft()
+            except IndexError:  # the delivery thread took them meanwhile
+                pass
+
+    def _note(self) -> None:
+        """Note the submissions made since last time: each one's OpenTelemetry
+        context, read in a copy of the caller's context as it was then (under the
+        lock; a copy, because a submission hook may be running in that context)."""
+        taken = self._submitted_calls
+        get_current = self._get_current
+        while True:
+            try:
+                submission = taken.popleft()
+            except IndexError:  # (the caller's thread may drop the oldest meanwhile)
+                return
+            current = submission.context.copy().run(get_current)
             if submission.batch_id is not None:
                 self._batches[submission.batch_id] = [
                     current,
@@ -181,6 +204,7 @@ class OtelInstrumentation(Handle):
         submitted)."""
         noted: tuple[Context, float] | None = None
         with self._lock:
+            self._note()
             if event.batch_id is not None:
                 shared = self._batches.get(event.batch_id)
                 if shared is not None:
@@ -326,6 +350,7 @@ class OtelInstrumentation(Handle):
         self.executor.drain_events(timeout)  # what was announced before is handled first
         self._done = True
         with self._lock:
+            self._submitted_calls.clear()
             self._singles.clear()
             self._batches.clear()
         self._pending.clear()  # calls not finished: no span

@@ -15,7 +15,9 @@ apply events while a renderer takes snapshots.
 What it tracks, from the moment it starts watching (the executor's own
 counters since it started are `executor.stats()`):
 
-- calls in flight: tool, attempt, state, elapsed since the first attempt;
+- calls in flight: tool, attempt, state, elapsed since the first attempt; one
+  row per run (the record's `run`), so two calls a model gave the same id are
+  two rows (records without `run` fall back to batch and call id);
 - recent results and recent failures (bounded);
 - per tool: calls by status and by outcome (status and error code), retries, timeouts, killed
   workers, latency percentiles (log-spaced buckets, within 2.5 %);
@@ -81,10 +83,12 @@ class _Call:
     state: str = "running"
     detail: str | None = None
     fraction: float | None = None
+    run: int = 0
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {
             "call_id": self.call_id,
+            "run": self.run,
             "tool": self.tool,
             "batch_id": self.batch_id,
             "attempt": self.attempt,
@@ -135,6 +139,9 @@ class _Tool:
         return t
 
 
+# A call in flight: (batch id, call id, run); run 0 for a record without one.
+_Key = tuple[str | None, str, int]
+
 _TOTALS = ("finished", *STATUSES, "retries", "timeouts", "killed", "late_results", "batches")
 
 
@@ -159,7 +166,7 @@ class LiveState:
         self._events = 0
         self._malformed = 0
         self._since: float | None = None
-        self._in_flight: dict[tuple[str | None, str], _Call] = {}
+        self._in_flight: dict[_Key, _Call] = {}
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self._errors: deque[dict[str, Any]] = deque(maxlen=errors)
         self._tools: dict[str, _Tool] = {}
@@ -218,7 +225,7 @@ class LiveState:
             if signal == sig.BATCH_START:
                 self._totals["batches"] += 1
             return
-        key = (r.get("batch_id"), str(r["call_id"]))
+        key = (r.get("batch_id"), str(r["call_id"]), int(r.get("run") or 0))
         call = self._in_flight.get(key)
         attempt = int(r.get("attempt") or 0)
         tool = _name(r.get("tool"))
@@ -226,7 +233,7 @@ class LiveState:
             if call is None:
                 if len(self._in_flight) >= _MAX_IN_FLIGHT:
                     self._in_flight.pop(next(iter(self._in_flight)))
-                call = self._in_flight[key] = _Call(key[1], tool, key[0], attempt, ts)
+                call = self._in_flight[key] = _Call(key[1], tool, key[0], attempt, ts, run=key[2])
             call.attempt, call.state, call.detail, call.fraction = attempt, "running", None, None
         elif signal == sig.RETRY_ATTEMPT:
             self._totals["retries"] += 1
@@ -255,7 +262,7 @@ class LiveState:
         elif signal == sig.FINISHED:
             self._finished(key, r, ts)
 
-    def _finished(self, key: tuple[str | None, str], r: Mapping[str, Any], ts: float) -> None:
+    def _finished(self, key: _Key, r: Mapping[str, Any], ts: float) -> None:
         self._in_flight.pop(key, None)
         result = r["result"]
         status = str(result["status"])
@@ -348,8 +355,9 @@ class LiveState:
                 str(c.get("state") or "running"),
                 c.get("detail"),
                 c.get("fraction"),
+                int(c.get("run") or 0),
             )
-            state._in_flight[(call.batch_id, call.call_id)] = call
+            state._in_flight[(call.batch_id, call.call_id, call.run)] = call
         state._recent.extend(reversed([dict(e) for e in snapshot.get("recent") or ()]))
         state._errors.extend(reversed([dict(e) for e in snapshot.get("errors") or ()]))
         for t in snapshot.get("tools") or ():

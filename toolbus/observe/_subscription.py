@@ -39,11 +39,12 @@ class Signals(Subscription):
         names: tuple[str, ...],
         *,
         others: bool = False,
+        flush: Callable[[], object] | None = None,
     ) -> None:
         self._wanted = frozenset(names)
         self._others = others
         # names=None: watch every signal, connect the ones this subscription wants.
-        super().__init__(None, receiver, executor, linger=LINGER)
+        super().__init__(None, receiver, executor, linger=LINGER, flush=flush)
 
     def _connect(self, name: str) -> None:
         if name in self._wanted or (self._others and name not in _LIFECYCLE):

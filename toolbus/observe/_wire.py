@@ -1,7 +1,10 @@
 """Lifecycle events as plain JSON-able records: what `/events` sends and the state reads.
 
 A record is a flat dict: `seq`, `signal`, `timestamp`, then the event's own
-fields (`call_id`, `tool`, `attempt`, `arguments`, `result`, ...). Every event
+fields (`call_id`, `tool`, `attempt`, `arguments`, `result`, ...), and for a
+call's event `run`: which run of a call it is (`CallEvent._run`, a number
+counted up per submitted call in the process: it tells apart two calls a model
+gave the same id, which a view of calls in flight must show as two). Every event
 is already masked and scrubbed when it is built; this only makes it plain data,
 and bounds its large fields (arguments, outputs, progress data) to about
 `max_chars` bytes of JSON each, so one huge output cannot flood a page.
@@ -40,6 +43,17 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
         return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
     if kind in _SCALARS:
         return value
+    if kind is dict or kind is list:  # arguments, outputs: JSON as they are, mostly
+        try:
+            text = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):
+            pass  # not JSON as it is: the general way below
+        else:
+            return (
+                value
+                if len(text) <= max_chars
+                else text[: max_chars - 1].decode("utf-8", "ignore") + "…"
+            )
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, str | int | float):  # subclasses
@@ -118,4 +132,7 @@ def encode(
             record[name] = _result(value, max_chars, light)
         else:
             record[name] = plain(value, max_chars)
+    run = getattr(event, "_run", 0)
+    if run and type(run) is int:
+        record["run"] = run
     return record

@@ -157,11 +157,12 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
             ),
         )
     if em.wants(sig.FINISHED):
-        em.emit(
+        em.emit_later(  # built on a delivery thread: the caller waits for this one
             sig.FINISHED,
-            CallFinished(
-                run.call.id, name, bid, att, result, run.masked, parent_call_id=pid, _run=run.token
-            ),
+            CallFinished,
+            (run.call.id, name, bid, att, result, run.masked),
+            pid,
+            run.token,
         )
     # The caller is woken by whoever closes the run's books (the scheduler),
     # so its stats already count the call when `execute` returns.

@@ -176,27 +176,22 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     em = svc.emitter
     call_id, name, bid = run.call.id, run.call.name, run.batch_id
     pid = run.parent_call_id
+    # Built on a delivery thread (`emit_later`): this is the caller's critical path.
     if n > 1 and em.wants(sig.RETRY_ATTEMPT):
-        em.emit(
+        em.emit_later(
             sig.RETRY_ATTEMPT,
-            RetryAttempt(
-                call_id,
-                name,
-                bid,
-                n,
-                run.last_error,
-                run.retry_delay,
-                run.policy.max_attempts,
-                parent_call_id=pid,
-                _run=run.token,
-            ),
+            RetryAttempt,
+            (call_id, name, bid, n, run.last_error, run.retry_delay, run.policy.max_attempts),
+            pid,
+            run.token,
         )
     if em.wants(sig.EXECUTING):
-        em.emit(
+        em.emit_later(
             sig.EXECUTING,
-            Executing(
-                call_id, name, bid, n, run.masked, run.timeout, parent_call_id=pid, _run=run.token
-            ),
+            Executing,
+            (call_id, name, bid, n, run.masked, run.timeout),
+            pid,
+            run.token,
         )
     run.phase = RUNNING
     # Built only for a tool that takes one (its `run` has a ctx parameter).
@@ -279,10 +274,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         )
     if error is None:
         if em.wants(sig.EXECUTED):
-            em.emit(
-                sig.EXECUTED,
-                Executed(call_id, name, bid, n, duration, parent_call_id=pid, _run=run.token),
-            )
+            em.emit_later(sig.EXECUTED, Executed, (call_id, name, bid, n, duration), pid, run.token)
         result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
         return (yield from complete(run, result, svc))
     if em.wants(sig.ERROR):
