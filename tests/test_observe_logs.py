@@ -106,6 +106,27 @@ def test_one_line_per_event_with_every_field(make_executor: MakeExecutor) -> Non
     assert by[("tool:retry-success", "r1")]["attempts"] == 2
 
 
+def test_calls_a_model_gave_one_id_stay_apart_by_run(make_executor: MakeExecutor) -> None:
+    ex = make_executor(make_registry())
+    out = io.StringIO()
+    handle = log_json(ex, out)
+    for query in ("a", "b"):
+        ex.execute(ToolCall(id="same", name="search", arguments={"query": query}))
+    ex.drain_events()
+    runs: dict[int, list[str]] = {}
+    for line in parse(out.getvalue()):
+        if line.get("call_id") == "same":
+            runs.setdefault(line["run"], []).append(line["signal"])
+    assert len(runs) == 2  # one number per submitted call, on every event of it
+    for signals in runs.values():
+        assert signals[0] == "tool:executing" and signals[-1] == "tool:finished"
+    ex.execute_batch([ToolCall(id="b1", name="search", arguments={"query": "c"})])
+    handle.close()
+    lines = parse(out.getvalue())
+    batch_start = next(line for line in lines if line["signal"] == "tool:batch-start")
+    assert "run" not in batch_start  # a batch's own events are no call's
+
+
 def test_binary_streams_and_loggers(make_executor: MakeExecutor) -> None:
     ex = make_executor(make_registry())
     raw = io.BytesIO()

@@ -2,12 +2,11 @@
 
 Each test states what should happen. The bugs of escape sequences reaching
 the terminal, `/events` resuming across a server restart, the private `_run`
-in `toolbus call`, default executor names and tokens no request can send are
-fixed: those tests are regression tests now (more next to what they test:
+in `toolbus call`, default executor names, tokens no request can send, an
+OTel span processor raising and a log's close() waiting for other subscribers
+are fixed: these tests are regression tests now (more next to what they test:
 test_cli_commands.py, test_observe_server.py, test_observe_executor.py,
-test_observe_live.py). The two still open (an OTel span processor raising, a
-log's close() waiting for other subscribers) are marked xfail(strict=True):
-when a fix lands the test passes, the strict xfail fails, and the marker goes.
+test_observe_live.py).
 """
 
 from __future__ import annotations
@@ -159,9 +158,6 @@ def test_events_resume_on_a_new_server_reports_the_gap() -> None:
 # -- a slow, unrelated subscriber makes every handle's close() take its whole timeout --
 
 
-@pytest.mark.xfail(
-    strict=True, reason="JsonLog.close drains every subscription's events, not only its own"
-)
 def test_log_json_close_does_not_wait_for_other_subscribers() -> None:
     """close() waits for "those announced before" (the handle's own events);
     it waits for every subscription's instead (`executor.drain_events`), so an
@@ -245,9 +241,6 @@ def test_serve_status_refuses_a_token_that_cannot_authenticate(token: str) -> No
 # -- OpenTelemetry: a span processor that raises loses the duration metric too -------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a span processor raising in on_end skips the histogram's record"
-)
 def test_otel_histogram_survives_a_failing_span_processor() -> None:
     """The span and the histogram point are independent signals; a span
     processor (a vendor exporter's) raising in on_end makes `_finished` stop

@@ -51,7 +51,7 @@ from .actors._loopwatch import LoopWatch
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
 from .approvals import check_approval, check_approvals
 from .backends import Backend, Backends, LoopThread
-from .bus import Announcer, BusPublisher, Emitter, Publisher
+from .bus import Announcer, BusPublisher, Emitter, Publisher, Subscription
 from .bus import _signals as sig
 from .bus._delivery import describe
 from .bus._events import InDoubt
@@ -494,15 +494,19 @@ class Executor(ExecutorHooks):
             data["pools"] = {}
         return ExecutorStats(**{**data, "events_dropped": self._announcer.dropped})
 
-    def drain_events(self, timeout: float | None = 10.0) -> bool:
+    def drain_events(
+        self, timeout: float | None = 10.0, *, subscription: Subscription | None = None
+    ) -> bool:
         """Wait until every event announced before this call was delivered to every
         subscription (or dropped and counted); False if `timeout` passed first.
+        With `subscription`, wait for that one only: closing an observer need not
+        wait for a slow neighbour.
 
         Results never wait for observers; call this when you need both. From a
         receiver (a delivery thread) it returns False at once: waiting there
         would stall the bus.
         """
-        return self._emitter.flush(timeout)
+        return self._emitter.flush(timeout, subscription)
 
     def on_submit(self, hook: Callable[[Submission], None]) -> Callable[[], None]:
         """Call `hook(submission)` whenever calls are submitted; return what removes it.

@@ -293,8 +293,9 @@ class Announcer:
         except BaseException as e:
             self.failures.failed(describe(receiver), "flush", e)
 
-    def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every event announced so far was delivered or dropped.
+    def drain(self, timeout: float | None = None, owner: object = None) -> bool:
+        """Wait until every event announced so far was delivered or dropped; with
+        `owner` (a `Subscription`), only those announced to it.
 
         False if `timeout` seconds passed first, and at once on a delivery
         thread (a receiver waiting for delivery would wait for itself).
@@ -302,7 +303,9 @@ class Announcer:
         if on_delivery_thread():
             return False
         with self._lock:
-            targets = [(q, q.enqueued) for q in self._queues.values()]
+            targets = [
+                (q, q.enqueued) for q in self._queues.values() if owner is None or q.owner is owner
+            ]
 
             def done() -> bool:
                 return all(q.delivered + q.dropped >= n for q, n in targets)

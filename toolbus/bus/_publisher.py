@@ -160,9 +160,10 @@ class Emitter:
         self._announcer.announce(name, event)
         return True
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every event announced so far was delivered (or dropped and counted).
+    def flush(self, timeout: float | None = None, owner: object = None) -> bool:
+        """Wait until every event announced so far was delivered (or dropped and
+        counted); with `owner` (a `Subscription`), every event announced to it.
 
         False if `timeout` passed first, and at once on a delivery thread.
         """
-        return self._announcer.drain(timeout)
+        return self._announcer.drain(timeout, owner)

@@ -54,11 +54,11 @@ class Feed:
         # wake-up per burst.
         self._batch: list[tuple[int, dict[str, Any]]] = []
         if self._keep:  # /events sends every signal
-            self._sub: bus.Subscription = bus.Subscription(
+            self.subscription: bus.Subscription = bus.Subscription(
                 None, self._on_event, executor, linger=LINGER, flush=self._flush
             )
         else:  # only what the state reads: fewer events are built at all
-            self._sub = Signals(
+            self.subscription = Signals(
                 executor, self._on_event, STATE_SIGNALS, others=True, flush=self._flush
             )
 
@@ -129,7 +129,7 @@ class Feed:
         return newer, gap
 
     def close(self) -> None:
-        self._sub.close()
+        self.subscription.close()
         with self._lock:
             self._listeners.clear()
 

@@ -79,7 +79,7 @@ def live(
             redirect_stderr=True,
         ) as screen:
             yield LiveView(feed.state, screen.refresh)
-            executor.drain_events(timeout=2.0)
+            executor.drain_events(timeout=2.0, subscription=feed.subscription)
             screen.refresh()
     finally:
         feed.close()

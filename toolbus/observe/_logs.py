@@ -279,6 +279,9 @@ class JsonLog(Handle):
                 record["started"] = value.started
             else:
                 record[name] = bound(value)
+        run = getattr(event, "_run", 0)
+        if run and type(run) is int:  # two calls a model gave one id stay apart
+            record["run"] = run
         # `dumps`: a lone surrogate a model sent is written as U+FFFD, the line kept.
         return dumps(record, default=opaque, option=orjson.OPT_NON_STR_KEYS)
 
@@ -307,7 +310,9 @@ class JsonLog(Handle):
 
     def _detach(self, timeout: float) -> None:
         self._subscription.close()
-        self.executor.drain_events(timeout)  # lines of events announced before: written first
+        # Lines of events announced before are written first; a slow neighbour
+        # is not waited for.
+        self.executor.drain_events(timeout, subscription=self._subscription)
         with self._lock:
             self._done = True
         if self._file is not None:

@@ -316,6 +316,10 @@ class OtelInstrumentation(Handle):
                 attributes["gen_ai.tool.call.arguments"] = json_text(event.arguments)
             if result.status == "ok":
                 attributes["gen_ai.tool.call.result"] = json_text(result.output)
+        end = max(event.timestamp, start)
+        # The duration is recorded first: a span processor that raises (in
+        # `end`, on this thread) must not take the metric down with the span.
+        self._record(name, error_type, end - start)
         span = self._tracer.start_span(
             f"execute_tool {name}",
             context=parent,
@@ -328,8 +332,9 @@ class OtelInstrumentation(Handle):
         if error_type is not None:
             description = text_of(result.error) if self._capture and result.error else error_type
             span.set_status(self._status_type(self._status_error, description))
-        end = max(event.timestamp, start)
         span.end(_ns(end))
+
+    def _record(self, name: str, error_type: str | None, seconds: float) -> None:
         metric = self._metric_attributes.get((name, error_type))
         if metric is None:
             metric = {
@@ -340,14 +345,15 @@ class OtelInstrumentation(Handle):
             if error_type is not None:
                 metric["error.type"] = error_type
             self._metric_attributes[(name, error_type)] = metric
-        self._histogram.record(end - start, metric)
+        self._histogram.record(seconds, metric)
 
     # -- closing ------------------------------------------------------------------------
 
     def _detach(self, timeout: float) -> None:
         self._remove_hook()
         self._subscription.close()
-        self.executor.drain_events(timeout)  # what was announced before is handled first
+        # What was announced to it before is handled first; not its neighbours.
+        self.executor.drain_events(timeout, subscription=self._subscription)
         self._done = True
         with self._lock:
             self._submitted_calls.clear()
