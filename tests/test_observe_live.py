@@ -14,11 +14,12 @@
 
 Every wait polls the captured screen until a condition holds (bounded), never
 a fixed sleep. The live test saves a capture (and refreshes
-docs/img/dashboard.txt when it is missing or TOOLBUS_UPDATE_DOCS=1).
+docs/img/dashboard.txt and dashboard.svg when missing or TOOLBUS_UPDATE_DOCS=1).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shlex
@@ -80,8 +81,8 @@ class Tmux:
         # Keep the pane (and its last frame) when the program ends.
         self("set-option", "-t", name, "remain-on-exit", "on")
 
-    def screen(self, name: str) -> str:
-        return self("capture-pane", "-p", "-t", name)
+    def screen(self, name: str, *, colours: bool = False) -> str:
+        return self("capture-pane", "-p", *(["-e"] if colours else []), "-t", name)
 
     def wait_for(
         self, name: str, condition: Callable[[str], bool], what: str, timeout: float = 30.0
@@ -148,11 +149,21 @@ def running(screen: str) -> bool:
     return re.search(r"│ \S+\s*│ fetch_page\s*│\s*\d+ │ running", screen) is not None
 
 
-def save_capture(screen: str) -> None:
+def save_capture(screen: str, coloured: str) -> None:
+    """The README's pictures of the board: the text capture, and an SVG drawn by
+    rich from the pane's colours (`capture-pane -e`)."""
     target = DOCS_IMG / "dashboard.txt"
     if not target.exists() or os.environ.get("TOOLBUS_UPDATE_DOCS") == "1":
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("\n".join(line.rstrip() for line in screen.splitlines()).strip() + "\n")
+    picture = DOCS_IMG / "dashboard.svg"
+    if not picture.exists() or os.environ.get("TOOLBUS_UPDATE_DOCS") == "1":
+        from rich.console import Console
+        from rich.text import Text
+
+        console = Console(record=True, width=160, file=io.StringIO(), color_system="truecolor")
+        console.print(Text.from_ansi(coloured.rstrip("\n")))
+        console.save_svg(str(picture), title="toolbus live dashboard (tmux)")
 
 
 @needs_tmux
@@ -207,7 +218,7 @@ def test_live_dashboard_shows_a_running_workload_and_updates(tmux: Tmux, tmp_pat
         "throttled calls, cache hits and a refund awaiting approval",
     )
     assert "awaiting approval, newest first:" in counts and "refund" in counts
-    save_capture(counts)
+    save_capture(counts, tmux.screen("live", colours=True))
     stop.touch()
     final = tmux.wait_for("live", lambda s: "workload done" in s, "the workload to end")
     assert "Per tool" in final  # the last frame stays on the screen

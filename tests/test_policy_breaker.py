@@ -59,6 +59,14 @@ def test_failures_in_a_row_open_it_and_open_rejects_at_once() -> None:
     assert "failed 3 times in a row" in refused.message and "in 22 s" in refused.message
 
 
+def test_one_failure_is_told_as_one() -> None:
+    b = circuit_breaker(failures=1, window=60, reset_after=30)
+    run(b, 0.0, "error")
+    refused = ask(b, call(), 1.0)
+    assert isinstance(refused, Reject)
+    assert "not being called: it failed, so its circuit breaker is open" in refused.message
+
+
 def test_a_success_clears_the_failures_and_old_failures_leave_the_window() -> None:
     b = circuit_breaker(failures=3, window=10, reset_after=30)
     run(b, 0.0, "error")

@@ -224,11 +224,11 @@ class CircuitBreaker(BasePolicy):
         )
 
     def _open_text(self, call: ToolCall, retry_in: float) -> str:
+        failed = "it failed" if self.failures == 1 else f"it failed {self.failures} times in a row"
         return (
-            f"Tool '{call.name}' is not being called: it failed {self.failures} times in a "
-            "row, so its circuit breaker is open. It will be tried again in "
-            f"{seconds_text(retry_in)}; until then do not call it (use another tool, or tell "
-            "the user it is failing)."
+            f"Tool '{call.name}' is not being called: {failed}, so its circuit breaker is "
+            f"open. It will be tried again in {seconds_text(retry_in)}; until then do not "
+            "call it (use another tool, or tell the user it is failing)."
         )
 
     def _trial_text(self, call: ToolCall) -> str:
