@@ -506,6 +506,12 @@ class Executor(ExecutorHooks):
         receiver (a delivery thread) it returns False at once: waiting there
         would stall the bus.
         """
+        if subscription is not None and not isinstance(subscription, Subscription):
+            # Anything else matches no queue: it would claim delivery at once.
+            raise TypeError(
+                "drain_events: subscription must be a toolbus.bus.Subscription, got "
+                f"{type(subscription).__name__}"
+            )
         return self._emitter.flush(timeout, subscription)
 
     def on_submit(self, hook: Callable[[Submission], None]) -> Callable[[], None]:

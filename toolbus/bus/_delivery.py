@@ -57,10 +57,29 @@ from typing import Any
 from ._events import CallEvent, Event
 from ._failures import FailureLog
 from ._publisher import BusPublisher, Publisher
-from ._queues import BURST, TURN, EventQueue, Plan, Route, Unbuilt, built, describe, queue_key
+from ._queues import (
+    BURST,
+    TURN,
+    EventQueue,
+    NotBuilt,
+    Plan,
+    Route,
+    Unbuilt,
+    built,
+    describe,
+    queue_key,
+)
 from ._signals import RECEIVERS_VERSION, namespace
 
-__all__ = ["BURST", "TURN", "Announcer", "Route", "describe", "on_delivery_thread"]
+__all__ = [
+    "BURST",
+    "TURN",
+    "Announcer",
+    "Route",
+    "describe",
+    "on_delivery_thread",
+    "release",
+]
 
 log = logging.getLogger("toolbus.bus")
 
@@ -171,10 +190,12 @@ class Announcer:
         pairs: list[tuple[Any, EventQueue]] = []
         for receiver in targets:
             owner = receiver.owner if type(receiver) is Route else None
-            key = id(owner) if owner is not None else queue_key(receiver)
+            # Two key spaces: a subscription's queue must never be a dead plain
+            # receiver's idle one whose id its own happens to reuse (no flush).
+            key = (_OWNED, id(owner)) if owner is not None else queue_key(receiver)
             q = queues.get(key)
             if q is None:
-                q = queues[key] = EventQueue(owner)
+                q = queues[key] = EventQueue(owner, key)
             pairs.append((receiver, q))
         plan = Plan(version, pairs)
         if keep:
@@ -191,6 +212,25 @@ class Announcer:
             threading.Thread(
                 target=self._work, name=f"toolbus-bus-{self._threads}", daemon=True
             ).start()
+
+    def release(self, owner: object) -> None:
+        """Forget `owner`'s queue (a closed subscription's), and the plans that hold
+        it: at once when idle, else once its last events are delivered."""
+        with self._lock:
+            self._plans.clear()  # asked again at the next announcement
+            q = self._queues.get((_OWNED, id(owner)))
+            if q is None or q.owner is not owner:
+                return
+            # Marked before trying: a thread letting it go just now then sees the
+            # mark (and forgets it), or has let go already (and it is forgotten here).
+            q.released = True
+            self._forget(q)
+
+    def _forget(self, q: EventQueue) -> None:
+        """Drop a released queue from the table if it is idle (under the lock)."""
+        if not q.items and self._queues.get(q.key) is q and q.busy.acquire(False):
+            del self._queues[q.key]
+            q.busy.release()
 
     def _prune(self) -> None:
         """Forget idle queues, of receivers that may be gone (under the lock)."""
@@ -211,6 +251,9 @@ class Announcer:
                     self._idle.append(None)
             except BaseException:  # receivers' errors are contained in _deliver: a bug here
                 log.exception("event delivery failed; this delivery thread goes on")
+            # An idle thread must not keep its last queue (and so a closed
+            # subscription's receiver) alive while it waits.
+            q = None
 
     def _drain_late(self, q: EventQueue) -> None:
         _local.delivering = True
@@ -254,6 +297,9 @@ class Announcer:
                         return False
                 continue
             q.busy.release()
+            if q.released:
+                with self._lock:
+                    self._forget(q)
             # An event may have come in between the last pop and the release; its
             # announcer then found `busy` held and left it to this thread.
             if not items or not q.busy.acquire(False):
@@ -275,11 +321,18 @@ class Announcer:
                 self._lingering -= 1
 
     def _deliver(self, name: str, receiver: Any, item: Event | Unbuilt) -> None:
+        if self._bus is None and not self.publisher.wants(name):
+            return  # before building: an event nobody wants is never made
         try:
             event = built(item)
+        except NotBuilt:
+            return  # reported by the receiver that tried first
+        except BaseException as e:  # toolbus's bug or a custom event's: not the receiver's
+            self.failures.failed(f"(building the {name} event)", name, e)
+            return
+        try:
             if self._bus is None:
-                if self.publisher.wants(name):
-                    self.publisher.publish(name, event)
+                self.publisher.publish(name, event)
             elif type(receiver) is Route:  # Route.__call__'s body: one call less per event
                 receiver.target(self._sender, event=event, signal=receiver.signal)
             else:
@@ -364,6 +417,13 @@ class Announcer:
 # At exit, what announcers still hold is delivered briefly (unclosed ones), then
 # counted and logged: events left behind a receiver that never returned included.
 _live: weakref.WeakSet[Announcer] = weakref.WeakSet()
+_OWNED = "subscription"  # tags a subscription's queue key
+
+
+def release(owner: object) -> None:
+    """A subscription closed: every announcer forgets its queue (see `Announcer.release`)."""
+    for announcer in list(_live):
+        announcer.release(owner)
 
 
 def _at_exit() -> None:

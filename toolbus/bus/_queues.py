@@ -77,16 +77,22 @@ class EventQueue:
         "enqueued",
         "flush",
         "items",
+        "key",
         "linger",
         "owner",
+        "released",
         "since",
         "turn",
     )
 
-    def __init__(self, owner: object = None) -> None:
+    def __init__(self, owner: object = None, key: object = None) -> None:
         # A subscription (the owner of `Route`s), kept while the queue is: its id,
-        # the queue's key, is not reused meanwhile. None for other receivers.
+        # in the queue's key, is not reused meanwhile. None for other receivers.
         self.owner = owner
+        self.key = key  # in its announcer's table
+        # Its subscription closed while events were pending: forgotten once they
+        # are delivered (an idle announcer would otherwise keep it for good).
+        self.released = False
         # Seconds its events may wait for more before delivery.
         self.linger: float = getattr(owner, "linger", 0.0)
         self.turn = BURST if self.linger else TURN
@@ -119,17 +125,34 @@ class Plan:
 Unbuilt = list[Any]
 
 
+class NotBuilt(Exception):
+    """An event announced unbuilt could not be built (reported once, as the event's)."""
+
+
+_FAILED = object()
+
+
 def built(item: Event | Unbuilt) -> Event:
-    """The event of a queue item, built now if it was announced unbuilt."""
+    """The event of a queue item, built now if it was announced unbuilt.
+
+    Raises the error of building it the first time, `NotBuilt` afterwards (for
+    its other receivers: one failure, reported once)."""
     if type(item) is not list:
         return item  # type: ignore[return-value]  # an Event
     if len(item) == 6:
         make, args, parent, run, timestamp, seq = item
+        try:
+            event = make(*args, seq=seq, timestamp=timestamp, parent_call_id=parent, _run=run)
+        except BaseException:
+            item.append(_FAILED)
+            raise
         # Two threads may both build it: list.append is atomic, so both then
         # hand over the first one appended.
-        item.append(make(*args, seq=seq, timestamp=timestamp, parent_call_id=parent, _run=run))
-    built: Event = item[6]
-    return built
+        item.append(event)
+    built: Any = item[6]
+    if built is _FAILED:
+        raise NotBuilt
+    return built  # type: ignore[no-any-return]
 
 
 def queue_key(receiver: Any) -> object:

@@ -14,7 +14,7 @@ import pykka
 from blinker import ANY
 
 from .._sync import simple_inbox
-from ._delivery import Route, describe
+from ._delivery import Route, describe, release
 from ._events import Event
 from ._failures import FailureLog
 from ._signals import signal, unwatch, watch
@@ -174,6 +174,7 @@ class Subscription:
             # sender link and keeps fn as a receiver. Each route is this
             # subscription's own, so removing it whole is right.
             signal(route.signal).disconnect(route)
+        release(self)  # its queue and the plans that hold it (and so its receiver)
         if self._mailbox is not None:
             self._mailbox.stop(block=False)
             self._mailbox = None
