@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._options import check_cpu_limit, check_memory_limit, positive_int
-from ..models import Attachment, ToolOutput
 from ..pipeline import (
     RUNNING,
     STARTING,
@@ -53,7 +52,7 @@ from ._procpool import (
     start_root,
 )
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
-from ._remote import remote_error
+from ._remote import output_of, remote_error
 from ._shipping import Shipped, check_shippable, ship
 from ._wire import encode
 from ._worker import CallRequest
@@ -389,11 +388,7 @@ class ProcessBackend:
         kind = message.get("kind")
         if kind == "ok":
             pool.release(worker)
-            return ToolOutput(
-                content=message.get("output"),
-                attachments=tuple(Attachment(**a) for a in message.get("attachments") or ()),
-                metadata=message.get("metadata") or {},
-            )
+            return output_of(message)
         if kind == "raised":
             pool.release(worker)
             raise remote_error(message)

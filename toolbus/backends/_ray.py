@@ -1,0 +1,449 @@
+"""The Ray backend: a tool's calls run on Ray actors, anywhere on a cluster.
+
+Only the tool moves. Its calls' steps (hooks, masking, validation, retries,
+events, the journal) stay in the agent's process, on the executor's event
+loop, as for the process backend: `job.steps(services, invoke)` with an
+`invoke` that sends the call to an actor and awaits the Ray ObjectRef there,
+holding no thread. The tool travels by value (`_ray_shipping.py`); the actor
+side is `_ray_actor.py`; one tool's actors are `_ray_pool.py`; the Ray session
+the backends share is `_ray_session.py`.
+
+At a deadline or a cancellation, a sync call's actor is killed
+(`ray.kill(no_restart=True)`, announced as `tool:killed`) and replaced, so a
+hung call never holds its slot; an async call is cancelled with `ray.cancel`
+(its actor serves other calls). An actor or a node that dies ends the call
+`TOOL_CRASHED`; Ray never retries a call behind the supervisor
+(`max_task_retries=0`, `max_restarts=0`: toolbus replaces actors itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import _json
+from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled, publish_killed
+from ..pipeline import publish_progress as _publish_progress
+from ..tools import ToolError
+from ._loop import Lane
+from ._protocol import BackendUnavailable, ContextSpec, Host, Job
+from ._remote import output_of, remote_error
+
+if TYPE_CHECKING:
+    from ..pipeline import Run, Services
+    from ..tools import Tool, ToolContext
+    from ._ray_pool import RayActor, ToolActors
+
+__all__ = ["RayBackend"]
+
+log = logging.getLogger("toolbus.backends")
+
+_HINT = "RayBackend needs Ray: pip install 'toolbus[ray]'"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"{_HINT} ({e})") from None
+    return ray
+
+
+def _check_placement(
+    num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise ValueError(f"RayBackend: {name} must be a number >= 0, got {value!r}")
+        out[name] = value
+    if resources is not None:
+        if not isinstance(resources, Mapping):
+            raise TypeError(f"RayBackend: resources must be a mapping, got {resources!r}")
+        for key, value in resources.items():
+            if not isinstance(key, str) or isinstance(value, bool) or not value >= 0:
+                raise ValueError(f"RayBackend: resources[{key!r}] must be a number >= 0")
+        out["resources"] = dict(resources)
+    return out
+
+
+class RayBackend:
+    """Runs each tool's attempts on Ray actors, on this machine or a cluster.
+
+    `address` and `init_options` go to `ray.init` when toolbus starts Ray (no
+    session in this process yet); a session the application started is used
+    as it is. `num_cpus`, `num_gpus` and `resources` are what each actor needs
+    to be placed. `max_restarts` bounds how many times a tool's actors are
+    replaced after crashing (-1: no bound); past it the tool's calls get
+    `TOOL_UNAVAILABLE`. `context_vars` lists the ContextVars whose values
+    travel with each call: no others do.
+    """
+
+    name = "ray"
+    can_kill = True
+    uses_threads = False
+    enforces_limits = False
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        init_options: Mapping[str, Any] | None = None,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        resources: Mapping[str, float] | None = None,
+        max_restarts: int = 3,
+        context_vars: Iterable[contextvars.ContextVar[Any]] = (),
+    ) -> None:
+        self._ray = _import_ray()
+        from ._ray_shipping import shipped_vars
+
+        if address is not None and not isinstance(address, str):
+            raise TypeError(f"RayBackend: address must be a string, got {address!r}")
+        if init_options is not None and not isinstance(init_options, Mapping):
+            raise TypeError(f"RayBackend: init_options must be a mapping, got {init_options!r}")
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+            raise ValueError(f"RayBackend: max_restarts must be an int >= -1, got {max_restarts!r}")
+        self.address = address
+        self.init_options: dict[str, Any] = dict(init_options or {})
+        self.placement = _check_placement(num_cpus, num_gpus, resources)
+        self.max_restarts = max_restarts
+        variables = tuple(context_vars)
+        self._vars = shipped_vars(variables)
+        self.carries_context: ContextSpec = variables
+        self._host: Host | None = None
+        self._max_parallel: int | None = None
+        self._lane: Lane | None = None
+        self._session: Any = None  # concurrent Future: Ray is up
+        self._pools: dict[int, tuple[Tool, ToolActors]] = {}
+        # Which actor serves which run, and its ObjectRef: read by `cancel` on
+        # the supervisor's thread.
+        self._serving: dict[Run, tuple[RayActor, Any]] = {}
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._busy_by_tool: Counter[int] = Counter()
+        self._stopped = False
+
+    # -- the Backend protocol (the supervisor's thread) ---------------------------
+
+    def check(self, tool: Tool) -> None:
+        if tool.process_local:
+            raise ValueError(
+                f"tool {tool.name!r} holds resources of this process (a live session, a "
+                "socket): it cannot run on a Ray actor"
+            )
+
+    def capacity(self, tool: Tool) -> int:
+        """How many calls of `tool` may run at once: a sync tool's pool size
+        (one actor each), an async tool's actor's `max_concurrency`."""
+        if tool.max_concurrency:
+            return tool.max_concurrency
+        return self._max_parallel or 1_000_000  # the executor's max_parallel caps it anyway
+
+    def start(self, host: Host) -> None:
+        if self._host is not None and self._host is not host and not self._stopped:
+            raise RuntimeError("this RayBackend already serves another executor")
+        if self._host is not host:
+            # A backend declared on a tool outlives an executor: serve the next.
+            self._host = host
+            scheduler = getattr(host, "scheduler", None)
+            self._max_parallel = getattr(scheduler, "max_parallel", None)
+            self._lane = None
+            self._session = None
+            self._pools.clear()
+            self._stopped = False
+
+    def submit(self, job: Job) -> None:
+        tool = job.run.tool
+        assert tool is not None
+        assert self._host is not None
+        if self._stopped:
+            raise BackendUnavailable("the Ray backend has stopped")
+        known = self._pools.get(id(tool))
+        if known is None or known[0] is not tool:
+            known = self._pools[id(tool)] = (tool, self._make_pool(tool))
+        if known[1].unavailable is not None:
+            raise BackendUnavailable(known[1].unavailable)
+        if self._session is None:
+            from ._ray_session import SESSION
+
+            self._session = SESSION.join(self, self.address, self.init_options)
+        if self._lane is None:
+            self._lane = Lane(self._host.loop.current, self._host, self._invoke)  # type: ignore[attr-defined]
+        self._busy += 1
+        self._busy_by_tool[id(tool)] += 1
+        if not self._lane.submit(job):
+            self._busy -= 1
+            self._busy_by_tool[id(tool)] -= 1
+            raise BackendUnavailable("the executor's event loop is closed")
+
+    def release(self, job: Job, worker: Any) -> None:
+        self._busy -= 1
+        tool = job.run.tool
+        if tool is not None:
+            self._busy_by_tool[id(tool)] -= 1
+
+    def cancel(self, job: Job) -> None:
+        self.kill(job)
+
+    def kill(self, job: Job) -> bool:
+        """Kill the actor running a sync call (its task's cancellation then
+        replaces it); an async call's actor serves others: it is cancelled."""
+        run = job.run
+        with self._lock:
+            serving = self._serving.get(run)
+        if serving is None:
+            return True
+        actor, ref = serving
+        if run.tool is not None and run.tool.is_async:
+            self._cancel_ref(ref)
+            return False
+        self._killed(run, actor, run.stop_reason or "cancelled")
+        return True
+
+    def busy(self, tool: Tool | None = None) -> int:
+        return self._busy if tool is None else self._busy_by_tool[id(tool)]
+
+    def abandoned(self, tool: Tool | None = None) -> int:
+        return 0  # killed or cancelled, never abandoned
+
+    def stop(self) -> None:
+        self._stopped = True
+        for _, pool in list(self._pools.values()):
+            pool.kill_all()
+        if self._session is not None:
+            from ._ray_session import SESSION
+
+            self._session = None
+            SESSION.leave(self)
+
+    # -- stats (any thread) ---------------------------------------------------------
+
+    @property
+    def workers_started(self) -> int:
+        """Actors started so far (for `ExecutorStats.workers_started`)."""
+        return sum(p.started for _, p in list(self._pools.values()))
+
+    @property
+    def live_workers(self) -> int:
+        """Actors alive now, idle or serving (for `ExecutorStats.live_workers`)."""
+        return sum(len(p.live) for _, p in list(self._pools.values()))
+
+    # -- the loop thread ----------------------------------------------------------
+
+    def _make_pool(self, tool: Tool) -> ToolActors:
+        from ._ray_actor import AsyncToolActor, SyncToolActor
+        from ._ray_pool import ToolActors
+        from ._ray_shipping import ship_tool
+
+        try:
+            payload = ship_tool(tool)
+        except ValueError as e:
+            raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {e}") from None
+        ray = self._ray
+        options: dict[str, Any] = {
+            **self.placement,
+            "max_restarts": 0,  # toolbus replaces actors, within its own budget
+            "max_task_retries": 0,  # and the supervisor alone decides retries
+        }
+        if tool.is_async:
+            options["max_concurrency"] = self.capacity(tool)
+            cls = _remote_class(ray, AsyncToolActor)
+        else:
+            options["max_concurrency"] = 1
+            cls = _remote_class(ray, SyncToolActor)
+        needs = ", ".join(f"{k}={v}" for k, v in self.placement.items()) or "Ray's defaults"
+        return ToolActors(
+            cls,
+            options,
+            payload,
+            tool.name,
+            is_async=tool.is_async,
+            max_restarts=self.max_restarts,
+            placement=needs,
+        )
+
+    def _killed(self, run: Run, actor: RayActor, reason: str) -> None:
+        if actor.kill() and self._host is not None:
+            publish_killed(run, self._host.services, actor.pid, reason)
+
+    def _cancel_ref(self, ref: Any) -> None:
+        try:
+            self._ray.cancel(ref)
+        except Exception:
+            pass  # finished already
+
+    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
+        return self._call(run, ctx)
+
+    async def _ready(self, run: Run, pool: ToolActors) -> RayActor:
+        """Ray up and an actor ready: off the deadline's clock (the first call
+        of a tool pays for it; a wait for a busy pool is in the scheduler's queue)."""
+        run.phase = STARTING
+        began = time.monotonic()
+        from ._ray_pool import START_TIMEOUT
+
+        try:
+            session = self._session
+            if session is None:
+                raise RuntimeError("the Ray backend has stopped")
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(session), START_TIMEOUT)
+            except TimeoutError:
+                raise ToolCrashed(
+                    f"Ray did not start within {START_TIMEOUT:g} s", retry=False
+                ) from None
+            except (ToolCrashed, asyncio.CancelledError):
+                raise
+            except Exception as e:
+                raise ToolCrashed(f"Ray could not be started: {e}", retry=False) from None
+            return await pool.acquire()
+        except (ToolError, asyncio.CancelledError):
+            raise  # ToolCrashed is a ToolError
+        except Exception as e:
+            raise ToolCrashed(f"no Ray actor could be started for '{pool.name}': {e}") from None
+        finally:
+            if run.deadline is not None:
+                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
+            run.phase = RUNNING
+
+    async def _call(self, run: Run, ctx: ToolContext) -> Any:
+        """Run the tool of `run` on an actor; its value, or raise what it raised."""
+        tool = run.tool
+        assert tool is not None
+        assert self._host is not None
+        services = self._host.services
+        name, is_async = tool.name, tool.is_async
+        pool = self._pools[id(tool)][1]
+        session = self._session
+        actor = pool.ready() if session is not None and session.done() else None
+        if actor is None:
+            try:
+                actor = await self._ready(run, pool)
+            except asyncio.CancelledError:
+                if is_async:
+                    raise
+                raise WorkerKilled() from None
+        if run.settled:  # stopped while it waited for its actor
+            pool.release(actor)
+            if is_async:
+                raise asyncio.CancelledError
+            raise WorkerKilled()
+        from ._ray_shipping import context_pairs
+
+        pairs = context_pairs(self._vars, run.context) if self._vars else []
+        request = (
+            run.call.arguments, run.call.id, run.attempt, run.remaining(),
+            ctx.idempotency_key, pairs,
+        )  # fmt: skip
+        method = actor.handle.stream if tool.wants_context else actor.handle.call
+        try:
+            ref = method.remote(request)
+        except Exception as e:
+            pool.release(actor)
+            names = ", ".join(f"{m}.{a}" if m else k for k, m, a, _ in pairs) or "none"
+            raise TypeError(
+                f"the call to '{name}' cannot be sent to its Ray actor (arguments, or the "
+                f"context_vars values: {names}): {e}"
+            ) from None
+        serving = (actor, ref)
+        with self._lock:
+            self._serving[run] = serving
+        try:
+            if tool.wants_context:
+                message = await _consume(ref, run, services)
+            else:
+                message = _json.loads(await ref)
+        except asyncio.CancelledError:
+            if is_async:
+                self._cancel_ref(ref)
+                raise
+            self._killed(run, actor, run.stop_reason or "cancelled")
+            pool.lost(actor, crashed=False)
+            raise WorkerKilled() from None
+        except Exception as e:
+            raise self._failed(run, pool, actor, e) from None
+        finally:
+            with self._lock:
+                # Only ours: a retry of the run may be on another actor already.
+                if self._serving.get(run) is serving:
+                    del self._serving[run]
+        pool.release(actor)
+        if message.get("kind") == "ok":
+            return output_of(message)
+        raise remote_error(message)
+
+    def _failed(
+        self, run: Run, pool: ToolActors, actor: RayActor, error: Exception
+    ) -> BaseException:
+        """What a Ray error on a call means for the call and for its actor."""
+        from ray import exceptions as rx
+
+        from ._ray_pool import describe_death
+
+        name = pool.name
+        if actor.killed:  # by toolbus (a deadline, or the executor closing)
+            pool.lost(actor, crashed=False)
+            return WorkerKilled()
+        cause = getattr(error, "cause", None)
+        if isinstance(error, rx.TaskCancelledError) or isinstance(
+            cause, rx.TaskCancelledError | asyncio.CancelledError
+        ):
+            # Not asked for by toolbus (that is the CancelledError above): the
+            # tool's own cancellation, reported as a local one is.
+            pool.release(actor)
+            return asyncio.CancelledError()
+        if isinstance(error, rx.RayTaskError):
+            pool.release(actor)
+            return ToolError(f"Tool '{name}' failed on its Ray actor: {cause or error}")
+        if isinstance(error, rx.RayError):
+            pool.lost(actor, crashed=True)
+            where = f"pid {actor.pid} on {actor.node}" if actor.pid else "starting"
+            return ToolCrashed(
+                f"Tool '{name}' crashed: its Ray actor ({where}) died: {describe_death(error)}"
+            )
+        pool.release(actor)
+        return error  # the reply could not be read: a bug, reported as the tool's error
+
+
+async def _consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
+    """A streamed call: publish each progress message as it comes; the reply."""
+    reply: dict[str, Any] | None = None
+    async for item in ref:
+        message = _json.loads(await item)
+        if message.get("kind") == "progress":
+            data = message.get("data")
+            fraction = message.get("fraction")
+            if not isinstance(fraction, int | float) or isinstance(fraction, bool):
+                fraction = None
+            _publish_progress(
+                run,
+                services,
+                str(message.get("message", "")),
+                fraction,
+                data if isinstance(data, dict) else {},
+            )
+        else:
+            reply = message
+    if reply is None:
+        raise RuntimeError("the Ray actor's stream ended without a reply")
+    return reply
+
+
+_classes: dict[type, Any] = {}
+
+
+def _remote_class(ray: Any, cls: type) -> Any:
+    """`ray.remote(cls)`, made once per process."""
+    remote = _classes.get(cls)
+    if remote is None:
+        remote = _classes[cls] = ray.remote(cls)
+    return remote
