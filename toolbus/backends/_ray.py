@@ -104,7 +104,12 @@ class RayBackend:
         context_vars: Iterable[contextvars.ContextVar[Any]] = (),
     ) -> None:
         self._ray = _import_ray()
-        from ._ray_shipping import shipped_vars
+        # Modules that import Ray: loaded here, not with toolbus.backends.
+        from ._ray_actor import encode_request
+        from ._ray_shipping import context_pairs, shipped_vars
+
+        self._encode = encode_request
+        self._context_pairs = context_pairs
 
         if address is not None and not isinstance(address, str):
             raise TypeError(f"RayBackend: address must be a string, got {address!r}")
@@ -337,16 +342,14 @@ class RayBackend:
             if is_async:
                 raise asyncio.CancelledError
             raise WorkerKilled()
-        from ._ray_shipping import context_pairs
-
-        pairs = context_pairs(self._vars, run.context) if self._vars else []
+        pairs = self._context_pairs(self._vars, run.context) if self._vars else []
         request = (
             run.call.arguments, run.call.id, run.attempt, run.remaining(),
             ctx.idempotency_key, pairs,
         )  # fmt: skip
         method = actor.handle.stream if tool.wants_context else actor.handle.call
         try:
-            ref = method.remote(request)
+            ref = method.remote(self._encode(request))
         except Exception as e:
             pool.release(actor)
             names = ", ".join(f"{m}.{a}" if m else k for k, m, a, _ in pairs) or "none"

@@ -42,12 +42,25 @@ from ._worker import ok_message, raised_message
 if TYPE_CHECKING:
     from ..tools import Tool, ToolContext
 
-__all__ = ["AsyncToolActor", "Request", "SyncToolActor", "shared_var"]
+__all__ = ["AsyncToolActor", "Request", "SyncToolActor", "encode_request", "shared_var"]
 
-# One call as it travels: (arguments, call_id, attempt, remaining seconds or
-# None, idempotency key, [(var key, module, attribute, value), ...]). A tuple:
-# it is pickled by Ray for every call.
+# One call: (arguments, call_id, attempt, remaining seconds or None,
+# idempotency key, [(var key, module, attribute, value), ...]). It travels
+# pickled here into bytes: Ray passes bytes through as they are, where a tuple
+# would take its slower path (about 40 µs more per call).
 Request = tuple[Any, str, int, float | None, str, list[tuple[str, str, str, Any]]]
+
+
+def encode_request(request: Request) -> bytes:
+    """`request` as bytes (the agent's side); raises what pickling raises."""
+    try:
+        return pickle.dumps(request, protocol=5)
+    except Exception:
+        from ray import cloudpickle  # lambdas and the like among the values
+
+        dumps: Any = cloudpickle.dumps  # untyped
+        return bytes(dumps(request, protocol=5))
+
 
 _MISSING = object()
 _NO_DEFAULT = "toolbus:no-default"
@@ -99,6 +112,16 @@ def load_tool(payload: bytes) -> Tool:
     tool = rest[0]
     assert isinstance(tool, Tool)
     return tool
+
+
+def _no_context() -> Any:
+    from ..tools import ToolContext
+
+    return ToolContext(call_id="", tool="")
+
+
+# Handed to tools that take no context (they never see it).
+_NO_CONTEXT = _no_context()
 
 
 def _drop(ctx: Any, message: str, fraction: float | None, data: dict[str, Any]) -> None:
@@ -156,6 +179,8 @@ class _Runner:
             raise RuntimeError(f"tool '{self.name}' could not be loaded: {self.error}")
         arguments, call_id, attempt, remaining, key, _ = req
         params = tool.parse(arguments)
+        if not tool.wants_context:
+            return tool.invoke(params, _NO_CONTEXT)
         # The agent's deadline, rebased on this node's clock.
         deadline = None if remaining is None else time.monotonic() + remaining
         ctx: ToolContext = ToolContext(
@@ -188,13 +213,15 @@ class SyncToolActor(_Runner):
             return _raised(e)
         return _ok(self.name, value)
 
-    def call(self, req: Request) -> bytes:
+    def call(self, data: bytes) -> bytes:
+        req: Request = pickle.loads(data)
         if req[5]:
             return _context(req[5]).run(self._run, req, _drop)
         return self._run(req, _drop)
 
     @ray.method(num_returns="streaming")  # type: ignore[call-arg,untyped-decorator,unused-ignore]
-    def stream(self, req: Request) -> Iterator[bytes]:
+    def stream(self, data: bytes) -> Iterator[bytes]:
+        req: Request = pickle.loads(data)
         # The tool runs on a helper thread so that this generator can yield its
         # progress while it runs; killing the actor stops both.
         items: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
@@ -237,7 +264,8 @@ class AsyncToolActor(_Runner):
             return _raised(e)
         return _ok(self.name, value)
 
-    async def call(self, req: Request) -> bytes:
+    async def call(self, data: bytes) -> bytes:
+        req: Request = pickle.loads(data)
         if req[5]:
             task = asyncio.get_running_loop().create_task(
                 self._run(req, _drop), context=_context(req[5])
@@ -246,7 +274,8 @@ class AsyncToolActor(_Runner):
         return await self._run(req, _drop)
 
     @ray.method(num_returns="streaming")  # type: ignore[call-arg,untyped-decorator,unused-ignore]
-    async def stream(self, req: Request) -> AsyncIterator[bytes]:
+    async def stream(self, data: bytes) -> AsyncIterator[bytes]:
+        req: Request = pickle.loads(data)
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[bytes | None] = asyncio.Queue()
         here = threading.get_ident()
