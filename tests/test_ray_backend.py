@@ -367,3 +367,23 @@ def test_a_named_backend_and_the_executor_default(make_executor: MakeExecutor) -
     a, b = ex.execute(call("where")).output, ex.execute(call("default")).output
     assert os.getpid() not in (a, b)
     assert a != b
+
+
+def test_workers_without_toolbus_are_said_so_not_waited_for(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolbus.backends import _ray_session
+
+    # Stands for a cluster whose workers lack toolbus (or have an older one):
+    # an actor there would never start, and Ray would not say why.
+    probe = _ray_session._PROBE.replace("toolbus.backends._ray_actor", "toolbus.no_such_module")
+    monkeypatch.setattr(_ray_session, "_PROBE", probe)
+    ex = make_executor(rt.ray_registry(RayBackend()), timeout=20)
+    r = ex.execute(call("pid"))
+    assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_CRASHED)
+    assert "toolbus cannot be imported on the Ray cluster's workers" in (r.error or "")
+    assert "No module named 'toolbus.no_such_module'" in (r.error or "")
+    r = ex.execute(call("apid"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert (r.error or "").startswith("Tool 'apid' is unavailable: toolbus cannot be imported")
+    assert ex.stats().workers_started == 0

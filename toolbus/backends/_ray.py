@@ -29,14 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _json
 from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled, publish_killed
-from ..pipeline import publish_progress as _publish_progress
 from ..tools import ToolError
 from ._loop import Lane
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
 from ._remote import output_of, remote_error
 
 if TYPE_CHECKING:
-    from ..pipeline import Run, Services
+    from ..pipeline import Run
     from ..tools import Tool, ToolContext
     from ._ray_pool import RayActor, ToolActors
 
@@ -106,10 +105,13 @@ class RayBackend:
         self._ray = _import_ray()
         # Modules that import Ray: loaded here, not with toolbus.backends.
         from ._ray_actor import encode_request
+        from ._ray_reply import consume, failure
         from ._ray_shipping import context_pairs, shipped_vars
 
         self._encode = encode_request
         self._context_pairs = context_pairs
+        self._consume = consume
+        self._failure = failure
 
         if address is not None and not isinstance(address, str):
             raise TypeError(f"RayBackend: address must be a string, got {address!r}")
@@ -128,6 +130,10 @@ class RayBackend:
         self._max_parallel: int | None = None
         self._lane: Lane | None = None
         self._session: Any = None  # concurrent Future: Ray is up
+        # Whether Ray's workers can host toolbus's actors (None: not asked yet),
+        # and why not, once known: every later call is refused with it.
+        self._checked: asyncio.Future[str | None] | None = None
+        self._unavailable: str | None = None
         self._pools: dict[int, tuple[Tool, ToolActors]] = {}
         # Which actor serves which run, and its ObjectRef: read by `cancel` on
         # the supervisor's thread.
@@ -163,6 +169,8 @@ class RayBackend:
             self._max_parallel = getattr(scheduler, "max_parallel", None)
             self._lane = None
             self._session = None
+            self._checked = None
+            self._unavailable = None
             self._pools.clear()
             self._stopped = False
 
@@ -172,6 +180,8 @@ class RayBackend:
         assert self._host is not None
         if self._stopped:
             raise BackendUnavailable("the Ray backend has stopped")
+        if self._unavailable is not None:
+            raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {self._unavailable}")
         known = self._pools.get(id(tool))
         if known is None or known[0] is not tool:
             known = self._pools[id(tool)] = (tool, self._make_pool(tool))
@@ -310,6 +320,7 @@ class RayBackend:
                 raise
             except Exception as e:
                 raise ToolCrashed(f"Ray could not be started: {e}", retry=False) from None
+            await self._check_workers(pool.name)
             return await pool.acquire()
         except (ToolError, asyncio.CancelledError):
             raise  # ToolCrashed is a ToolError
@@ -319,6 +330,23 @@ class RayBackend:
             if run.deadline is not None:
                 run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
             run.phase = RUNNING
+
+    async def _check_workers(self, name: str) -> None:
+        """Once per executor: can Ray's workers host toolbus's actors at all?"""
+        from ._ray_pool import START_TIMEOUT
+        from ._ray_session import check_workers
+
+        if self._checked is None or (self._checked.done() and self._checked.exception()):
+            self._checked = asyncio.ensure_future(check_workers(START_TIMEOUT))
+        try:
+            why = await asyncio.shield(self._checked)
+        except TimeoutError:
+            raise ToolCrashed(
+                f"no Ray worker answered within {START_TIMEOUT:g} s", retry=False
+            ) from None
+        if why is not None:
+            self._unavailable = why  # every later call is refused with it
+            raise ToolCrashed(f"Tool '{name}' cannot run on Ray: {why}", retry=False)
 
     async def _call(self, run: Run, ctx: ToolContext) -> Any:
         """Run the tool of `run` on an actor; its value, or raise what it raised."""
@@ -362,7 +390,7 @@ class RayBackend:
             self._serving[run] = serving
         try:
             if tool.wants_context:
-                message = await _consume(ref, run, services)
+                message = await self._consume(ref, run, services)
             else:
                 message = _json.loads(await ref)
         except asyncio.CancelledError:
@@ -373,7 +401,7 @@ class RayBackend:
             pool.lost(actor, crashed=False)
             raise WorkerKilled() from None
         except Exception as e:
-            raise self._failed(run, pool, actor, e) from None
+            raise self._failure(pool, actor, e) from None
         finally:
             with self._lock:
                 # Only ours: a retry of the run may be on another actor already.
@@ -383,62 +411,6 @@ class RayBackend:
         if message.get("kind") == "ok":
             return output_of(message)
         raise remote_error(message)
-
-    def _failed(
-        self, run: Run, pool: ToolActors, actor: RayActor, error: Exception
-    ) -> BaseException:
-        """What a Ray error on a call means for the call and for its actor."""
-        from ray import exceptions as rx
-
-        from ._ray_pool import describe_death
-
-        name = pool.name
-        if actor.killed:  # by toolbus (a deadline, or the executor closing)
-            pool.lost(actor, crashed=False)
-            return WorkerKilled()
-        cause = getattr(error, "cause", None)
-        if isinstance(error, rx.TaskCancelledError) or isinstance(
-            cause, rx.TaskCancelledError | asyncio.CancelledError
-        ):
-            # Not asked for by toolbus (that is the CancelledError above): the
-            # tool's own cancellation, reported as a local one is.
-            pool.release(actor)
-            return asyncio.CancelledError()
-        if isinstance(error, rx.RayTaskError):
-            pool.release(actor)
-            return ToolError(f"Tool '{name}' failed on its Ray actor: {cause or error}")
-        if isinstance(error, rx.RayError):
-            pool.lost(actor, crashed=True)
-            where = f"pid {actor.pid} on {actor.node}" if actor.pid else "starting"
-            return ToolCrashed(
-                f"Tool '{name}' crashed: its Ray actor ({where}) died: {describe_death(error)}"
-            )
-        pool.release(actor)
-        return error  # the reply could not be read: a bug, reported as the tool's error
-
-
-async def _consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
-    """A streamed call: publish each progress message as it comes; the reply."""
-    reply: dict[str, Any] | None = None
-    async for item in ref:
-        message = _json.loads(await item)
-        if message.get("kind") == "progress":
-            data = message.get("data")
-            fraction = message.get("fraction")
-            if not isinstance(fraction, int | float) or isinstance(fraction, bool):
-                fraction = None
-            _publish_progress(
-                run,
-                services,
-                str(message.get("message", "")),
-                fraction,
-                data if isinstance(data, dict) else {},
-            )
-        else:
-            reply = message
-    if reply is None:
-        raise RuntimeError("the Ray actor's stream ended without a reply")
-    return reply
 
 
 _classes: dict[type, Any] = {}

@@ -24,7 +24,7 @@ import ray
 from ..pipeline import ToolCrashed
 from ..tools import ToolError
 
-__all__ = ["START_TIMEOUT", "RayActor", "ToolActors", "describe_death"]
+__all__ = ["START_TIMEOUT", "RayActor", "ToolActors"]
 
 # How long starting an actor may take: a new worker process that imports
 # toolbus and loads the tool, or longer while the cluster finds room for it
@@ -241,19 +241,3 @@ class ToolActors:
         for actor in actors:
             actor.dead = True
             actor.kill()
-
-
-def describe_death(error: BaseException) -> str:
-    """What a Ray error says about an actor's death, in a sentence or two."""
-    text = " ".join(str(error).split())
-    at = text.find("Worker exit detail:")
-    if at >= 0:
-        detail = text[at + len("Worker exit detail:") :].strip()
-        # Ray goes on with the common causes of any death: not about this one.
-        detail = detail.split(" Some common causes")[0]
-        return detail[:200]
-    at = text.find("The actor is dead because")
-    if at >= 0:
-        return text[at : at + 200]
-    first = str(error).strip().splitlines()
-    return (first[0] if first else type(error).__name__)[:200]

@@ -14,14 +14,16 @@ it must not block the supervisor or the event loop for the seconds it takes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any
 
 import ray
 
-__all__ = ["SESSION", "Session"]
+__all__ = ["SESSION", "Session", "check_workers"]
 
 log = logging.getLogger("toolbus.backends")
 
@@ -123,3 +125,46 @@ class Session:
 
 
 SESSION = Session()
+
+
+# What a Ray worker is asked before the first actor starts. Made from source
+# in a module of no name (below), so it travels by value: it must run even
+# where toolbus cannot be imported, to say so.
+_PROBE = """
+def toolbus_probe():
+    import sys
+    try:
+        import toolbus
+        import toolbus.backends._ray_actor
+    except BaseException as e:
+        return None, f"{type(e).__name__}: {e}", list(sys.version_info[:2])
+    return getattr(toolbus, "__version__", "?"), None, list(sys.version_info[:2])
+"""
+
+
+async def check_workers(timeout: float) -> str | None:
+    """Why Ray's workers cannot host toolbus's actors, or None if they can.
+
+    Without this, an actor whose class cannot be loaded on the node (toolbus
+    missing, or an older one) never starts, and Ray says nothing. Raises
+    TimeoutError if no worker answered (worth asking again later)."""
+    import toolbus
+
+    namespace: dict[str, Any] = {"__name__": "toolbus_ray_probe"}
+    exec(_PROBE, namespace)
+    probe = ray.remote(num_cpus=0, max_retries=0)(namespace["toolbus_probe"])
+    version, error, python = await asyncio.wait_for(probe.remote(), timeout)
+    if error is not None:
+        return (
+            f"toolbus cannot be imported on the Ray cluster's workers ({error}): install "
+            f"toolbus {toolbus.__version__} there"
+        )
+    here = list(sys.version_info[:2])
+    if python != here:
+        return (
+            f"the Ray workers run Python {python[0]}.{python[1]} and this agent "
+            f"{here[0]}.{here[1]}: tools travel by value (cloudpickle) and need the same one"
+        )
+    if version != toolbus.__version__:
+        log.warning("the Ray workers have toolbus %s, this agent %s", version, toolbus.__version__)
+    return None
