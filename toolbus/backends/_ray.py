@@ -54,26 +54,6 @@ def _import_ray() -> Any:
     return ray
 
 
-def _check_placement(
-    num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise ValueError(f"RayBackend: {name} must be a number >= 0, got {value!r}")
-        out[name] = value
-    if resources is not None:
-        if not isinstance(resources, Mapping):
-            raise TypeError(f"RayBackend: resources must be a mapping, got {resources!r}")
-        for key, value in resources.items():
-            if not isinstance(key, str) or isinstance(value, bool) or not value >= 0:
-                raise ValueError(f"RayBackend: resources[{key!r}] must be a number >= 0")
-        out["resources"] = dict(resources)
-    return out
-
-
 class RayBackend:
     """Runs each tool's attempts on Ray actors, on this machine or a cluster.
 
@@ -105,6 +85,7 @@ class RayBackend:
         self._ray = _import_ray()
         # Modules that import Ray: loaded here, not with toolbus.backends.
         from ._ray_actor import encode_request
+        from ._ray_pool import check_placement
         from ._ray_reply import consume, failure
         from ._ray_shipping import context_pairs, shipped_vars
 
@@ -121,7 +102,7 @@ class RayBackend:
             raise ValueError(f"RayBackend: max_restarts must be an int >= -1, got {max_restarts!r}")
         self.address = address
         self.init_options: dict[str, Any] = dict(init_options or {})
-        self.placement = _check_placement(num_cpus, num_gpus, resources)
+        self.placement = check_placement(num_cpus, num_gpus, resources)
         self.max_restarts = max_restarts
         variables = tuple(context_vars)
         self._vars = shipped_vars(variables)
@@ -252,18 +233,19 @@ class RayBackend:
         """Actors alive now, idle or serving (for `ExecutorStats.live_workers`)."""
         return sum(len(p.live) for _, p in list(self._pools.values()))
 
-    # -- the loop thread ----------------------------------------------------------
+    # -- the dispatching thread, once per tool ----------------------------------------
 
     def _make_pool(self, tool: Tool) -> ToolActors:
+        """The tool's actors (none started yet), with the tool pickled once, now:
+        later changes to the tool object do not reach its actors."""
         from ._ray_actor import AsyncToolActor, SyncToolActor
-        from ._ray_pool import ToolActors
+        from ._ray_pool import ToolActors, remote_class
         from ._ray_shipping import ship_tool
 
         try:
             payload = ship_tool(tool)
         except ValueError as e:
             raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {e}") from None
-        ray = self._ray
         options: dict[str, Any] = {
             **self.placement,
             "max_restarts": 0,  # toolbus replaces actors, within its own budget
@@ -271,10 +253,10 @@ class RayBackend:
         }
         if tool.is_async:
             options["max_concurrency"] = self.capacity(tool)
-            cls = _remote_class(ray, AsyncToolActor)
+            cls = remote_class(AsyncToolActor)
         else:
             options["max_concurrency"] = 1
-            cls = _remote_class(ray, SyncToolActor)
+            cls = remote_class(SyncToolActor)
         needs = ", ".join(f"{k}={v}" for k, v in self.placement.items()) or "Ray's defaults"
         return ToolActors(
             cls,
@@ -285,6 +267,8 @@ class RayBackend:
             max_restarts=self.max_restarts,
             placement=needs,
         )
+
+    # -- the loop thread (and `_killed`, `_cancel_ref`: any thread) ---------------
 
     def _killed(self, run: Run, actor: RayActor, reason: str) -> None:
         if actor.kill() and self._host is not None:
@@ -411,14 +395,3 @@ class RayBackend:
         if message.get("kind") == "ok":
             return output_of(message)
         raise remote_error(message)
-
-
-_classes: dict[type, Any] = {}
-
-
-def _remote_class(ray: Any, cls: type) -> Any:
-    """`ray.remote(cls)`, made once per process."""
-    remote = _classes.get(cls)
-    if remote is None:
-        remote = _classes[cls] = ray.remote(cls)
-    return remote

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import ray
@@ -24,7 +25,7 @@ import ray
 from ..pipeline import ToolCrashed
 from ..tools import ToolError
 
-__all__ = ["START_TIMEOUT", "RayActor", "ToolActors"]
+__all__ = ["START_TIMEOUT", "RayActor", "ToolActors", "check_placement", "remote_class"]
 
 # How long starting an actor may take: a new worker process that imports
 # toolbus and loads the tool, or longer while the cluster finds room for it
@@ -241,3 +242,36 @@ class ToolActors:
         for actor in actors:
             actor.dead = True
             actor.kill()
+
+
+def check_placement(
+    num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None
+) -> dict[str, Any]:
+    """`RayBackend`'s placement options, checked: the keywords for an actor's options."""
+    out: dict[str, Any] = {}
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise ValueError(f"RayBackend: {name} must be a number >= 0, got {value!r}")
+        out[name] = value
+    if resources is not None:
+        if not isinstance(resources, Mapping):
+            raise TypeError(f"RayBackend: resources must be a mapping, got {resources!r}")
+        for key, value in resources.items():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not isinstance(key, str) or not number or not value >= 0:
+                raise ValueError(f"RayBackend: resources[{key!r}] must be a number >= 0")
+        out["resources"] = dict(resources)
+    return out
+
+
+_classes: dict[type, Any] = {}
+
+
+def remote_class(cls: type) -> Any:
+    """`ray.remote(cls)`, made once per process."""
+    remote = _classes.get(cls)
+    if remote is None:
+        remote = _classes[cls] = ray.remote(cls)
+    return remote
