@@ -190,6 +190,9 @@ def test_an_actor_that_dies_gives_tool_crashed_and_is_restarted(
     assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_CRASHED, 1)
     assert r.error is not None
     assert r.error.startswith(f"Tool '{name}' crashed: its Ray actor (pid ")
+    # A replacement starts at once, before any call asks for it.
+    wait_until(lambda: ex.stats().workers_started == 2, 30, "the replacement actor started")
+    assert ex.stats().live_workers == 1
     # Restarted at once: the next call finds a fresh actor; the tool's budget
     # of one restart is then used up by a second crash.
     r = ex.execute(call(name))
