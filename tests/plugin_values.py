@@ -64,3 +64,30 @@ def needs_arguments(city: str) -> str:
 def names() -> list[str]:
     """Text is iterable, but not of tools."""
     return ["ping"]
+
+
+def fails_half_way() -> Iterator[Tool]:
+    """A generator factory that raises after its first tool: its body runs
+    only when iterated."""
+    yield ping
+    raise RuntimeError("half way")
+
+
+class _IterRaises:
+    def __iter__(self) -> Iterator[Tool]:
+        raise RuntimeError("no iter")
+
+
+def iter_raises() -> Any:
+    """An iterable whose __iter__ raises."""
+    return _IterRaises()
+
+
+def exits() -> Any:
+    """A factory that exits the process."""
+    raise SystemExit("a plugin that exits")
+
+
+def interrupted() -> Any:
+    """The user's Ctrl-C while a factory runs: not the plugin's fault."""
+    raise KeyboardInterrupt

@@ -219,7 +219,11 @@ def test_a_decision_is_used_as_given_and_an_unclear_answer_denies(
 
 def test_a_decision_for_other_arguments_stops_the_run(clients: Any, executor: Executor) -> None:
     server, client = serve(clients, "chat", model_turn("chat", TURN))
-    other = ApprovalDecision(digest=arguments_digest("delete_file", {"path": "/"}), approved=True)
+    # A digest the executor would make, of other arguments.
+    secret = executor._services.key_secret
+    other = ApprovalDecision(
+        digest=arguments_digest("delete_file", {"path": "/"}, secret=secret), approved=True
+    )
     run = run_agent(
         client, model=MODEL, messages=QUESTION, executor=executor, approve=lambda r: other
     )

@@ -136,6 +136,9 @@ def test_tools_list_a_factory_is_called() -> None:
         ("tests.cli_registries.tools:nothing", "has no attribute 'nothing'"),
         ("tests.cli_registries.tools:NOT_A_REGISTRY", "is a int, not a ToolRegistry"),
         ("tests.cli_registries.tools:broken_factory", "raised RuntimeError: no registry today"),
+        # A script's sys.exit(0) at import: not a quiet success with nothing listed.
+        ("tests.cli_registries.exits:registry", "cannot import 'tests.cli_registries.exits'"),
+        ("tests.cli_registries.tools:exiting_factory", "called sys.exit(3)"),
     ],
 )
 def test_tools_list_a_bad_registry_is_one_line_exit_2(spec: str, message: str) -> None:

@@ -397,6 +397,10 @@ def test_pyproject_keys_are_named_from_tool_toolbus(tmp_path: Path, registry: To
         ("journal_retention = { days = -1 }", "journal_retention", "days must be > 0"),
         ("journal_retention = { weeks = 1 }", "journal_retention", "unknown key(s) 'weeks'"),
         ('name = ""', "name", "must be a non-empty string"),
+        # Review 9: a path no journal can live at is the file's error, not an OSError.
+        ('journal = "/"', "journal", "'/' is a directory, not a file"),
+        ('journal = "no/such/dir/j.sqlite"', "journal", "does not exist"),
+        ('journal = "toolbus.toml"', "journal", "is not a toolbus journal"),
     ],
 )
 def test_bad_keys_and_values_name_the_file_and_the_key(
@@ -414,6 +418,30 @@ def test_bad_keys_and_values_name_the_file_and_the_key(
     assert reason in error.reason, error.reason
     assert (error.path, error.key) == (str(path), key)
     assert isinstance(error, ValueError) and toolbus.ConfigError is ConfigError
+
+
+def test_a_file_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
+    # Review 9: tomllib recurses per level; its RecursionError is the file's fault.
+    path = write(tmp_path, "x = " + "[" * 5000 + "]" * 5000)
+    with pytest.raises(ConfigError, match="nest too deeply") as caught:
+        Executor.from_config(ToolRegistry(), path)
+    assert caught.value.path == str(path)
+
+
+def test_the_journal_the_file_names_closes_with_the_executor(
+    tmp_path: Path, registry: ToolRegistry
+) -> None:
+    path = write(tmp_path, 'journal = "j.sqlite"\njournal_retention = { rows = 10 }\n')
+    ex = Executor.from_config(registry, path)
+    journal = ex.journal
+    assert journal is not None and journal.retention.rows == 10
+    ex.close()
+    assert journal.closed  # the executor made it (from the file's path): it closes it
+    # A constructor that fails after the journal was opened closes it too.
+    with pytest.raises(ValueError, match="max_parallel"):
+        Executor.from_config(registry, path, max_parallel=0)
+    again = Executor.from_config(registry, path)  # not held open by the failed one
+    again.close()
 
 
 def test_the_brief_example_message(
@@ -560,3 +588,100 @@ def test_the_example_in_docs_config_md(tmp_path: Path, fake_policies: list[FakeP
     assert options["journal"] == tmp_path / "state" / "agent-journal.sqlite"
     assert options["retry"] == RetryPolicy(max_retries=1)
     assert [p.factory for p in fake_policies] == ["rate_limit", "cache", "rate_limit"]
+
+
+# -- review 9: a step of a composite tool is a call of the executor, configured as any -------
+
+
+def step_registry(ran: list[str]) -> ToolRegistry:
+    from toolbus.tools import sequence
+
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def prep(src: str) -> str:
+        return src
+
+    @registry.tool
+    def code_exec(src: str) -> str:
+        ran.append(src)
+        return "executed"
+
+    registry.register(sequence("by_object", [prep, code_exec]))
+    registry.register(sequence("by_name", [prep, "code_exec"]))
+    return registry
+
+
+@pytest.mark.parametrize("sequence_name", ["by_object", "by_name"])
+def test_a_step_the_file_disables_is_refused(
+    tmp_path: Path, made: list[Executor], sequence_name: str
+) -> None:
+    ran: list[str] = []
+    path = write(tmp_path, '[tools."code_exec"]\nenabled = false\n')
+    ex = from_config(made, step_registry(ran), path)
+    r = ex.execute(ToolCall(id="s", name=sequence_name, arguments={"src": "rm -rf /"}))
+    assert ran == []
+    assert r.status == "error" and r.metadata["failed_step"] == 1, r
+    assert "Step 1 ('code_exec')" in (r.error or "") and "TOOL_NOT_FOUND" in (r.error or "")
+
+
+def test_a_step_runs_as_the_files_copy_of_its_tool(
+    tmp_path: Path, made: list[Executor], fake_policies: list[FakePolicy]
+) -> None:
+    ran: list[str] = []
+    registry = step_registry(ran)
+    original = registry.get("code_exec")
+    path = write(tmp_path, '[tools."code_exec"]\nrate_limit = "1/minute"\ntimeout = 7\n')
+    ex = from_config(made, registry, path)
+    (limit,) = fake_policies
+    limit.reject = True  # the file's rate limit guards the step as it guards a call
+    r = ex.execute(ToolCall(id="s", name="by_object", arguments={"src": "x"}))
+    assert ran == [] and r.metadata["failed_step"] == 1, r
+    assert "refused by rate_limit" in (r.error or "")
+    limit.reject = False
+    with toolbus.bus.Recorder("tool:executing", sender=ex) as rec:
+        assert ex.execute(ToolCall(id="t", name="by_object", arguments={"src": "y"})).ok
+        events = rec.wait_for("tool:executing", 3, timeout=5)  # t, t.0, t.1
+    step = next(e for e in events if e.call_id == "t.1")
+    assert step.timeout == 7  # the file's timeout, not the decorator's (none)
+    assert ran == ["y"] and original is not None and original.timeout is None
+
+
+def test_a_view_of_a_view_maps_the_original_tool_through_both(
+    tmp_path: Path, made: list[Executor]
+) -> None:
+    ran: list[str] = []
+    registry = step_registry(ran)
+    first = from_config(made, registry, write(tmp_path, '[tools."code_exec"]\ntimeout = 5\n'))
+    second = from_config(
+        made, first.registry, write(tmp_path, '[tools."code_exec"]\nenabled = false\n', "b.toml")
+    )
+    original = registry.get("code_exec")
+    assert original is not None
+    assert first.registry._version_of(original) is first.registry.get("code_exec")
+    assert second.registry._version_of(original) is None
+    r = second.execute(ToolCall(id="s", name="by_object", arguments={"src": "x"}))
+    assert r.status == "error" and ran == []
+
+
+def test_settings_for_a_spilling_tool_and_its_read_artifact(
+    tmp_path: Path, made: list[Executor]
+) -> None:
+    from toolbus.policies import spill
+
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True, policies=[spill(store=tmp_path / "store", max_chars=1000)])
+    def big(n: int) -> str:
+        return "x" * n
+
+    path = write(tmp_path, '[tools."big"]\ntimeout = 5\n[tools."read_artifact"]\ntimeout = 1\n')
+    ex = from_config(made, registry, path)
+    reader = ex.registry.get("read_artifact")
+    assert reader is not None and reader.timeout == 1  # the file's copy, not the brought one
+    handle = ex.execute(ToolCall(name="big", arguments={"n": 5000})).metadata["artifact"]
+    page = ex.execute(ToolCall(name="read_artifact", arguments={"handle": handle}))
+    assert page.ok and page.output == "x" * 1000
+    # Disabled, it stays out: the file's word, though the spill brings it.
+    path = write(tmp_path, '[tools."read_artifact"]\nenabled = false\n', "off.toml")
+    assert "read_artifact" not in from_config(made, registry, path).registry

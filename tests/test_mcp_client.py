@@ -4,16 +4,16 @@ Servers driven here:
 - the real `mcp-server-time` package from PyPI, as a subprocess over stdio;
 - `tests/mcp_servers/flaky_server.py` (tools that hang, fail, freeze the server
   or kill it), as a subprocess over stdio, in-process, and over streamable HTTP;
-- opt-in: npm's `@modelcontextprotocol/server-everything` (TypeScript SDK,
-  2025-11-25 protocol), when MCP_EVERYTHING_SERVER points at its dist/index.js.
+npm's `@modelcontextprotocol/server-everything` is driven by
+test_mcp_client_everything.py; the spec's later features (structured output,
+annotations, cancellation, limits, list changes, rich content) by the other
+test_mcp_client_*.py files.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import shutil
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -380,29 +380,3 @@ async def test_streamable_http(http_url: str) -> None:
             ]
     assert [r.status for r in results] == ["ok", "timeout", "ok"]
     assert results[2].output == {"result": "after"}
-
-
-# -- opt-in: the TypeScript reference server ---------------------------------------------------
-
-EVERYTHING = os.environ.get("MCP_EVERYTHING_SERVER", "")
-
-
-@pytest.mark.skipif(
-    not (EVERYTHING and shutil.which("node")),
-    reason="set MCP_EVERYTHING_SERVER to the dist/index.js of "
-    "@modelcontextprotocol/server-everything (npm) to run",
-)
-def test_everything_reference_server(make_executor: MakeExecutor) -> None:
-    with connect_stdio("node", [EVERYTHING, "stdio"]) as conn:
-        assert conn.server_name == "mcp-servers/everything"
-        executor = make_executor(registry_of(conn, prefix="ev_"), timeout=0.5)
-        echo = executor.execute(call("ev_echo", message="hello"))
-        assert echo.output == "Echo: hello"
-        image = executor.execute(call("ev_get-tiny-image"))
-        assert [a.type for a in image.attachments] == ["image/png"]
-        structured = executor.execute(call("ev_get-structured-content", location="New York"))
-        assert set(structured.output) == {"temperature", "conditions", "humidity"}
-        slow = executor.execute(call("ev_trigger-long-running-operation", duration=10, steps=5))
-        assert slow.status == "timeout"
-        assert executor.execute(call("ev_echo", message="after")).output == "Echo: after"
-        assert conn.status().drops == 0

@@ -2,7 +2,10 @@
 
 - `toolbus.observe.live(executor)` around a running workload (in its own
   process): the screen shows the calls in flight, and a later screen shows
-  the counts grown; the last frame stays when the block ends.
+  the counts grown; the policies' panel shows the workload's circuit breaker
+  open (and opening again after its trial call failed), throttled calls,
+  cache hits and a refund awaiting approval; the last frame stays when the
+  block ends.
 - `toolbus top URL --token-env VAR` against a served executor: the same board,
   from another process, updating; Ctrl-C quits with 0.
 - `toolbus top`'s one-line errors and exit codes, as a subprocess.
@@ -117,6 +120,28 @@ def calls_of(tool: str, screen: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def row_of(tool: str, screen: str) -> list[int]:
+    """The numbers of `tool`'s row in the per-tool table: calls, then one per status."""
+    table = screen.partition("Per tool")[2].partition("Policies")[0]
+    found = re.search(rf"│ {re.escape(tool)}\s*│([\s│\d]+)", table)
+    return [int(n) for n in re.findall(r"\d+", found.group(1))] if found else []
+
+
+POLICIES = re.compile(
+    r"Policies: throttled (\d+) · cache hits (\d+) · awaiting approval (\d+) · breakers open (\d+)"
+)
+
+
+def breaker_of(tool: str, screen: str) -> tuple[str, int] | None:
+    """`tool`'s circuit on the policies' panel: its state and how often it opened."""
+    table = screen.partition("Policies:")[2].partition("Recent failures")[0]
+    found = re.search(
+        rf"│ {re.escape(tool)}\s*│ (open|half-open|closed)\s*│\s*\d+ │\s*[\d.]+ m?s │\s*(\d+) │",
+        table,
+    )
+    return (found.group(1), int(found.group(2))) if found else None
+
+
 def running(screen: str) -> bool:
     return re.search(r"│ \S+\s*│ fetch_page\s*│\s*\d+ │ running", screen) is not None
 
@@ -150,12 +175,41 @@ def test_live_dashboard_shows_a_running_workload_and_updates(tmux: Tmux, tmp_pat
         lambda s: calls_of("fetch_page", s) >= seen + 8 and calls_of("stuck", s) > 0 and running(s),
         "the counts to grow (the board redrawn)",
     )
-    assert "timeout EXECUTION_TIMEOUT" in later  # the stuck call, among recent failures
-    save_capture(later)
+    assert row_of("stuck", later)[3] >= 1  # calls, ok, error, timeout: it timed out
+
+    # The policies at work: the rates service's breaker opened at its first
+    # failure; a second later its trial call fails and it opens again.
+    opened = tmux.wait_for(
+        "live", lambda s: breaker_of("rates", s) is not None, "the rates breaker on the board"
+    )
+    state = breaker_of("rates", opened)
+    assert state is not None and state[0] in ("open", "half-open")
+    policies = POLICIES.search(opened)
+    assert policies is not None and int(policies.group(4)) <= 1
+    times = state[1]
+    reopened = tmux.wait_for(
+        "live",
+        lambda s: (b := breaker_of("rates", s)) is not None and b[0] == "open" and b[1] > times,
+        "the breaker to open again after its trial call failed",
+    )
+    assert "rejected CIRCUIT_OPEN" in reopened  # a call refused while it was open
+    counts = tmux.wait_for(
+        "live",
+        # fetch_page throttled, lookup answered from its cache, a refund awaiting approval
+        lambda s: (
+            (m := POLICIES.search(s)) is not None
+            and int(m.group(1)) > 0
+            and int(m.group(2)) > 0
+            and int(m.group(3)) == 1
+        ),
+        "throttled calls, cache hits and a refund awaiting approval",
+    )
+    assert "awaiting approval, newest first:" in counts and "refund" in counts
+    save_capture(counts)
     stop.touch()
     final = tmux.wait_for("live", lambda s: "workload done" in s, "the workload to end")
     assert "Per tool" in final  # the last frame stays on the screen
-    for screen in (first, later, final):
+    for screen in (first, later, opened, reopened, counts, final):
         assert SECRET not in screen
 
 
@@ -282,3 +336,45 @@ def test_top_is_a_command_of_the_cli() -> None:
         runner.invoke(app, ["top", "http://127.0.0.1:9/", "--token-env", "TB_NOPE_X"]).exit_code
         == 2
     )
+
+
+def test_top_never_prints_its_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token that cannot go in a header is refused before use, with an error
+    that does not quote it (urllib's own would) (review 10)."""
+    from toolbus.observe._top import main, run_top
+
+    tokens = ["abc\nTOKEN-SECRET-PART", "abc TOKEN-SECRET-PART", "abc\u20acTOKEN-SECRET-PART"]
+    for token in tokens:
+        monkeypatch.setenv("REVIEW_TOKEN", token)
+        assert main("http://127.0.0.1:1/", token_env="REVIEW_TOKEN") == 2
+        err = capsys.readouterr().err
+        assert "TOKEN-SECRET-PART" not in err and "REVIEW_TOKEN cannot be sent" in err
+    for token in [*tokens, "abc\x00TOKEN-SECRET-PART"]:  # (no variable may hold a NUL)
+        assert run_top("http://127.0.0.1:1/", token=token) == 2  # the function checks too
+        assert "TOKEN-SECRET-PART" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://[::1", "is not a valid address"),
+        ("http://", "names no host"),
+        ("http://host:port/", "is not a valid address"),
+        ("ftp://host/", "is not an http:// or https:// address"),
+    ],
+)
+def test_top_a_bad_address_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], url: str, words: str
+) -> None:
+    """Exit 2 (bad input), not 1 (a server that cannot be reached) (review 10)."""
+    from typer.testing import CliRunner
+
+    from toolbus.cli import app
+    from toolbus.observe._top import main
+
+    assert main(url) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+    assert CliRunner().invoke(app, ["top", url]).exit_code == 2

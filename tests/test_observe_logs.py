@@ -3,9 +3,11 @@ and parsed back."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -293,3 +295,77 @@ def test_an_in_doubt_line_and_custom_fields(make_executor: MakeExecutor) -> None
     )
     assert (line["arguments"], line["started"]) == ({"reason": "x", "token": "***"}, 2.5)
     assert "owner" not in line and "record" not in line
+
+
+@pytest.mark.parametrize(
+    "make_target",
+    [
+        tempfile.NamedTemporaryFile,  # a wrapper, not an io class: its mode says "rb+"
+        tempfile.SpooledTemporaryFile,  # neither: "w+b"
+        functools.partial(tempfile.NamedTemporaryFile, "w+"),  # a text one stays text
+    ],
+)
+def test_binary_file_objects_that_are_no_io_class(
+    make_executor: MakeExecutor, make_target: Any
+) -> None:
+    ex = make_executor(make_registry())
+    with make_target() as target:
+        handle = log_json(ex, target, signals=("tool:finished",))
+        ex.execute(ToolCall(id="t", name="search", arguments={"query": "q"}))
+        handle.close()
+        target.seek(0)
+        written = target.read()
+    text = written.decode() if isinstance(written, bytes) else written
+    (line,) = parse(text)
+    assert line["call_id"] == "t"
+
+
+def test_a_lone_surrogate_a_model_sent_keeps_its_line(make_executor: MakeExecutor) -> None:
+    """orjson refuses a lone surrogate: it is written as U+FFFD, the line kept."""
+    bad = json.loads('"t\\ud800"')  # valid JSON a model or provider may send
+    ex = make_executor(make_registry(), name=json.loads('"ex\\udfff"'))
+    out = io.StringIO()
+    handle = log_json(ex, out, signals=("tool:finished",))
+    ex.execute(ToolCall(id=bad, name=bad, arguments={"query": "q"}))
+    handle.close()
+    (unknown,) = parse(out.getvalue())
+    assert (unknown["call_id"], unknown["tool"], unknown["executor"]) == (
+        "t\ufffd",
+        "<unknown>",
+        "ex\ufffd",
+    )
+    assert "Unknown tool 't\ufffd'" in unknown["error"]
+
+
+def test_handles_on_one_file_share_its_writer_and_size_limit(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    """Each handle counting the file's size alone would let it grow past the limit."""
+    path = tmp_path / "shared.jsonl"
+    a = make_executor(make_registry(), name="a")
+    b = make_executor(make_registry(), name="b")
+    ha = log_json(a, path, signals=("tool:finished",), max_bytes=1_500, backups=40)
+    # Another name for the same file, another handle of the same executor: one writer.
+    hb = log_json(
+        b, tmp_path / "." / "shared.jsonl", signals=("tool:finished",), max_bytes=1_500, backups=40
+    )
+    hc = log_json(a, str(path), signals=("tool:finished",), max_bytes=1_500, backups=40)
+    with pytest.raises(ValueError, match="must rotate it alike"):
+        log_json(b, path, max_bytes=9_999)
+    for i in range(30):
+        a.execute(ToolCall(id=f"a{i}", name="search", arguments={"query": "q"}))
+        b.execute(ToolCall(id=f"b{i}", name="search", arguments={"query": "q"}))
+    ha.close()
+    b.execute(ToolCall(id="after-a", name="search", arguments={"query": "q"}))
+    hb.close()
+    hc.close()
+    files = sorted(tmp_path.iterdir())
+    assert len(files) > 2
+    for f in files:
+        assert 0 < f.stat().st_size <= 1_500, f.name
+    lines = [line for f in files for line in parse(f.read_text())]
+    assert len(lines) == 30 * 3 + 1  # a's calls twice (two handles), b's once, and the last
+    assert parse(path.read_text())[-1]["call_id"] == "after-a"  # open until the last closed
+    from toolbus.observe import _logs
+
+    assert _logs._files == {}  # the last handle closed the file

@@ -4,7 +4,9 @@ duration histogram; checked with the SDK's in-memory span exporter and metric re
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -437,3 +439,104 @@ def test_a_call_in_flight_at_close_leaves_no_span_and_nothing_behind(
     assert done[0].status == "ok"
     ex.drain_events()
     assert otel.spans() == []
+
+
+def test_concurrent_calls_with_the_same_id_each_get_their_own_parent(
+    make_executor: MakeExecutor, otel: Otel
+) -> None:
+    """Submissions are matched to results by the call (its run), not its id: a
+    long call and a short one both named `call_0` keep their own parents and
+    start times (review 10)."""
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def work(delay: float) -> str:
+        """Works for a while."""
+        time.sleep(delay)
+        return "ok"
+
+    ex = make_executor(registry, max_parallel=4)
+    otel.instrument(ex)
+    parents: dict[str, int] = {}
+    submitted: dict[str, int] = {}
+
+    def conversation(name: str, delay: float, after: float) -> None:
+        time.sleep(after)
+        with otel.tracer.start_as_current_span(name) as span:
+            parents[name] = span.get_span_context().span_id
+            submitted[name] = time.time_ns()
+            ex.execute(ToolCall(id="call_0", name="work", arguments={"delay": delay}))
+
+    threads = [
+        threading.Thread(target=conversation, args=("long", 0.5, 0.0)),
+        threading.Thread(target=conversation, args=("short", 0.05, 0.1)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ex.drain_events()
+    spans = otel.spans()
+    assert len(spans) == 2
+    for span in spans:
+        assert span.start_time is not None and span.end_time is not None
+        which = "long" if span.end_time - span.start_time > 0.3e9 else "short"
+        assert span.parent is not None and span.parent.span_id == parents[which]
+        assert abs(span.start_time - submitted[which]) < 0.05e9
+
+
+def test_a_deferred_call_is_not_an_error(make_executor: MakeExecutor, otel: Otel) -> None:
+    """A call waiting for an approval (APPROVAL_REQUIRED) feeds no error rate."""
+    from toolbus.policies import requires_approval
+
+    registry = ToolRegistry()
+
+    @registry.tool(policies=[requires_approval(reason="it deletes")])
+    def delete(path: str) -> str:
+        """Deletes a file."""
+        return "gone"
+
+    ex = make_executor(registry)
+    otel.instrument(ex, capture_content=True)
+    assert (
+        ex.execute(ToolCall(id="d", name="delete", arguments={"path": "/x"})).status == "deferred"
+    )
+    ex.drain_events()
+    (span,) = otel.spans()
+    assert span.status.status_code is StatusCode.UNSET
+    attributes = dict(span.attributes or {})
+    assert attributes["toolbus.status"] == "deferred"
+    assert attributes["toolbus.error_code"] == "APPROVAL_REQUIRED"
+    assert "error.type" not in attributes and "gen_ai.tool.call.result" not in attributes
+    (point,) = otel.durations()
+    assert "error.type" not in point.attributes
+
+
+def test_an_executor_is_instrumented_once_at_a_time(
+    make_executor: MakeExecutor, otel: Otel
+) -> None:
+    ex = make_executor(make_registry(), name="twice")
+    first = otel.instrument(ex)
+    with pytest.raises(ValueError, match="'twice' is instrumented already"):
+        otel.instrument(ex)
+    assert len(ex._submit_hooks) == 1  # the refused one left nothing behind
+    ex.execute(ToolCall(id="one", name="get_weather", arguments={"city": "Oslo"}))
+    ex.drain_events()
+    assert [s.attributes["gen_ai.tool.call.id"] for s in otel.spans() if s.attributes] == ["one"]
+    first.close()
+    otel.instrument(ex)  # closed: it may be instrumented anew
+
+
+def test_a_lone_surrogate_in_a_call_id_is_written_as_a_replacement(
+    make_executor: MakeExecutor, otel: Otel
+) -> None:
+    """An exporter encodes attributes as UTF-8: a model's lone surrogate is U+FFFD."""
+    bad = json.loads('"call\\ud800"')
+    ex = make_executor(make_registry(), name=json.loads('"ex\\udfff"'))
+    otel.instrument(ex)
+    ex.execute(ToolCall(id=bad, name="get_weather", arguments={"city": "Oslo"}))
+    ex.drain_events()
+    (span,) = otel.spans()
+    attributes = dict(span.attributes or {})
+    assert attributes["gen_ai.tool.call.id"] == "call\ufffd"
+    assert attributes["toolbus.executor"] == "ex\ufffd"

@@ -38,6 +38,7 @@ from toolbus import (
     ToolRegistry,
 )
 from toolbus.observe import instrument_otel, instrument_prometheus, log_json
+from toolbus.policies import circuit_breaker
 
 MODES = ("ok", "echo", "raise", "progress", "retry", "model-sets-injected", "unknown")
 
@@ -51,7 +52,13 @@ secrets = st.builds(
 def make_registry(failures: dict[str, int]) -> ToolRegistry:
     registry = ToolRegistry()
 
-    @registry.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=0.001))
+    # A breaker that opens at a failure and lets the next call try again: its
+    # events (tool:circuit-*) go to every surface too, and carry no arguments.
+    @registry.tool(
+        read_only=True,
+        retry=RetryPolicy(max_retries=1, backoff_base=0.001),
+        policies=[circuit_breaker(failures=1, reset_after=0.001)],
+    )
     def act(
         mode: str,
         note: str,

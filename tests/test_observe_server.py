@@ -9,7 +9,9 @@ closing, and that importing toolbus loads none of the web machinery.
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -269,6 +271,82 @@ def test_events_reset_when_history_no_longer_reaches_back(executor: Executor) ->
             assert reset.name == "reset"
 
 
+@pytest.mark.parametrize(
+    ("headers", "query"),
+    [
+        ({"Last-Event-ID": "1" * 5000}, ""),  # int() refuses beyond 4300 digits
+        ({"Last-Event-ID": "-1"}, ""),
+        ({}, "?since=%C2%B2"),  # "²": str.isdigit() takes it, int() does not
+        ({}, "?since=1e3"),
+        ({}, "?since=%D9%A3"),  # an Arabic-Indic three: a digit, not an ASCII one
+    ],
+)
+def test_a_resume_point_that_is_no_seq_is_ignored(
+    executor: Executor, http: httpx.Client, headers: dict[str, str], query: str
+) -> None:
+    """Not a 500: the stream starts from now on, as if nothing was sent (review 10)."""
+    run_calls(executor, 1)  # events before: not sent again
+    with http.stream("GET", "/events" + query, headers=headers) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        wait_for_opening(lines)
+        more = run_calls(executor, 1)
+        events = read_events(lines, finished(more))
+    assert {e.json()["call_id"] for e in events if "call_id" in e.json()} == set(more)
+
+
+def test_a_lone_surrogate_breaks_neither_status_nor_events_nor_metrics() -> None:
+    """A model's tool name or call id, or an executor's name, that UTF-8 cannot
+    hold is written as U+FFFD everywhere (review 10)."""
+    bad = json.loads('"t\\ud800"')  # valid JSON a model or provider may send
+    with (
+        Executor(make_registry(), name=json.loads('"ex\\udfff"')) as executor,
+        serve_status(executor) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+        http.stream("GET", "/events") as r,
+    ):
+        lines = r.iter_lines()
+        wait_for_opening(lines)
+        executor.execute(ToolCall(id=bad, name=bad, arguments={}))
+        executor.execute(ToolCall(id=bad, name="search", arguments={"query": "q"}))
+        assert executor.drain_events(5)
+        events = read_events(
+            lines, lambda es: sum(e.json()["signal"] == bus.FINISHED for e in es) == 2
+        )
+        status = http.get("/status")
+        metrics = http.get("/metrics")
+    assert status.status_code == 200 and metrics.status_code == 200
+    assert status.json()["executor"]["name"] == "ex\ufffd"
+    assert 'executor="ex\ufffd"' in metrics.text
+    done = [e.json() for e in events if e.json()["signal"] == bus.FINISHED]
+    assert [(d["call_id"], d["tool"]) for d in done] == [
+        ("t\ufffd", "<unknown>"),
+        ("t\ufffd", "search"),
+    ]
+    recent = status.json()["state"]["recent"]
+    assert {e["call_id"] for e in recent} == {"t\ufffd"}
+
+
+def test_unknown_tools_are_one_row_whatever_ended_them(executor: Executor) -> None:
+    """Whether a tool is known is asked of the registry, not read off the error
+    code: on a closed executor an invented name ends `cancelled`, and still
+    gets no row of its own (review 10)."""
+    with (
+        serve_status(executor) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+    ):
+        executor.execute(ToolCall(id="open", name="invented_one", arguments={}))
+        executor.close()
+        closed = executor.execute(ToolCall(id="closed", name="invented_two", arguments={}))
+        assert closed.error_code is not None and closed.error_code.value == "CANCELLED"
+        assert executor.drain_events(5)
+        state = http.get("/status").json()["state"]
+    assert [t["tool"] for t in state["tools"]] == ["<unknown>"]
+    rows = {t["tool"]: t for t in state["tools"]}
+    assert rows["<unknown>"]["rejected"] == 1 and rows["<unknown>"]["cancelled"] == 1
+    assert {e["tool"] for e in state["recent"]} == {"<unknown>"}
+
+
 # -- /metrics and / ------------------------------------------------------------------------
 
 
@@ -315,6 +393,22 @@ def test_an_executor_whose_events_skip_the_bus_is_refused() -> None:
             pass
 
 
+def test_refusing_an_executor_leaves_no_listening_socket() -> None:
+    """The executor is checked before the socket is bound (review 10)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with Executor(make_registry(), publisher=bus.NullPublisher()) as quiet:
+        kept: list[BaseException] = []  # a caller that logs or keeps the error
+        try:
+            serve_status(quiet, port=port)
+        except ValueError as e:
+            kept.append(e)
+        assert kept
+        with socket.socket() as client, pytest.raises(OSError):
+            client.connect(("127.0.0.1", port))
+
+
 def test_the_page_is_served_with_a_strict_policy(http: httpx.Client) -> None:
     r = http.get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
@@ -348,6 +442,26 @@ def test_with_a_token_every_request_needs_it(executor: Executor) -> None:
             assert r.status_code == 200
             wait_for_opening(r.iter_lines())
         assert http.get("/nowhere", headers=good).status_code == 404
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_the_bearer_schemes_name_is_case_insensitive(executor: Executor, scheme: str) -> None:
+    """RFC 7235: an auth scheme's name is case-insensitive; the token is not."""
+    with serve_status(executor, token=TOKEN) as server:
+        good = httpx.get(
+            server.url + "status", headers={"Authorization": f"{scheme} {TOKEN}"}, timeout=10
+        )
+        assert good.status_code == 200
+        wrong = httpx.get(
+            server.url + "status",
+            headers={"Authorization": f"{scheme} {TOKEN.upper()}"},
+            timeout=10,
+        )
+        assert wrong.status_code == 401
+        other = httpx.get(
+            server.url + "status", headers={"Authorization": f"Basic {TOKEN}"}, timeout=10
+        )
+        assert other.status_code == 401
 
 
 def test_a_browser_trades_the_token_for_a_cookie_once(executor: Executor) -> None:

@@ -1,8 +1,10 @@
 """The status page in a real browser: Debian's headless Chromium driven by Playwright.
 
 The page loads (through the token's cookie exchange), shows a running
-workload's counts, in-flight calls and errors, and keeps updating without a
-reload. The test saves a screenshot (and refreshes docs/img/status-page.png
+workload's counts, in-flight calls and errors, what its policies did (a
+circuit breaker opening, and opening again after its trial call failed;
+throttled calls, cache hits, a refund awaiting approval), and keeps updating
+without a reload. The test saves a screenshot (and refreshes docs/img/status-page.png
 when that file is missing or TOOLBUS_UPDATE_DOCS=1).
 """
 
@@ -110,6 +112,28 @@ def test_the_page_shows_a_running_workload_and_updates_without_reload(
             timeout=20_000,
         )
         assert number(page, "#seq") > seq
+
+        # The policies: the rates service's breaker opened at its first failure,
+        # and opens again when its trial call fails a second later.
+        breaker = page.locator("#policies tr[data-tool='rates']:not([data-key]) td")
+        expect(breaker.nth(2)).to_have_class("breaker open", timeout=15_000)
+        expect(page.locator("#pol-open")).to_have_text("1")
+        opened = int(breaker.nth(5).text_content() or "0")
+        assert opened >= 1
+        page.wait_for_function(
+            "() => { const cells = document.querySelectorAll("
+            "\"#policies tr[data-tool='rates'] td\");"
+            f" return cells.length > 5 && Number(cells[5].textContent) > {opened}"
+            " && cells[2].classList.contains('open'); }",
+            timeout=20_000,
+        )
+        page.wait_for_function(
+            "() => Number(document.getElementById('pol-throttled').textContent) > 0"
+            " && Number(document.getElementById('pol-cache_hits').textContent) > 0",
+            timeout=20_000,
+        )
+        page.wait_for_selector("#waiting tr[data-call]", timeout=20_000)  # a refund waits
+        expect(page.locator("#waiting tr[data-call] td").nth(2)).to_have_text("refund")
         assert page.evaluate("() => window.__sameDocument") == "yes"
         assert page.evaluate("() => performance.getEntriesByType('navigation').length") == 1
 

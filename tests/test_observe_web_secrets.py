@@ -31,6 +31,7 @@ from toolbus import Executor, Injected, RetryPolicy, ToolCall, ToolContext, Tool
 from toolbus.observe import StatusServer, serve_status
 from toolbus.observe._config import describe_executor
 from toolbus.observe._view import Board
+from toolbus.policies import circuit_breaker
 
 from .secret_strategies import nest as _nest
 from .secret_strategies import secrets
@@ -44,7 +45,13 @@ received: list[Any] = []
 def make_registry() -> ToolRegistry:
     registry = ToolRegistry()
 
-    @registry.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=0.001))
+    # A breaker that opens at a failure and lets the next call try again: its
+    # events (tool:circuit-*) go to every surface too, and carry no arguments.
+    @registry.tool(
+        read_only=True,
+        retry=RetryPolicy(max_retries=1, backoff_base=0.001),
+        policies=[circuit_breaker(failures=1, reset_after=0.001)],
+    )
     def leaky(
         ctx: ToolContext, mode: str, login: Annotated[str, Injected], payload: Any = None
     ) -> Any:

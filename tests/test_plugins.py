@@ -150,6 +150,11 @@ def test_every_kind_of_entry_point_value(monkeypatch: pytest.MonkeyPatch) -> Non
         ("tests.plugin_values:names", "it gave str is not a Tool"),
         ("tests.plugin_values:nothing_here", "cannot be loaded: AttributeError"),
         ("tests.no_such_module:x", "cannot be loaded: ModuleNotFoundError"),
+        # Review 9: the plugin's own code raising anywhere, even SystemExit, skips it.
+        ("tests.plugin_values:fails_half_way", "iterating over its tools raised RuntimeError"),
+        ("tests.plugin_values:iter_raises", "iterating over its tools raised RuntimeError"),
+        ("tests.plugin_values:exits", "calling it raised SystemExit: a plugin that exits"),
+        ("tests.plugin_exit_on_import:x", "cannot be loaded: SystemExit: this plugin refuses"),
     ],
 )
 def test_a_broken_entry_point_is_skipped(
@@ -162,6 +167,13 @@ def test_a_broken_entry_point_is_skipped(
     (error,) = registry.plugin_errors
     assert (error.entry_point, error.value, error.tool) == ("broken", value, None)
     assert reason in str(error)
+
+
+def test_a_keyboard_interrupt_in_a_plugin_is_the_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C while a plugin loads is not the plugin's failure: it stops the caller.
+    fake_entry_points(monkeypatch, broken="tests.plugin_values:interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        ToolRegistry.from_entry_points("test.plugins")
 
 
 def test_plugin_error_pickles() -> None:

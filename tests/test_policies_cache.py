@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import threading
+import time
 from typing import Annotated, Any
 
 import pytest
@@ -33,6 +35,7 @@ from toolbus.policies import (
     Delay,
     Respond,
     cache,
+    circuit_breaker,
 )
 
 from .conftest import MakeExecutor, wait_until
@@ -134,6 +137,27 @@ def test_a_failed_leader_is_not_kept_and_one_follower_leads_the_next_try() -> No
     assert isinstance(again, Delay) and again.until is not d1.until  # the others follow it
     c.on_result(f1, _ok(f1), 2.0)
     assert isinstance(c.admit(f2, lookup, 2.0), Respond)
+
+
+@pytest.mark.parametrize("told", ["on_dropped", "on_result", "both"])
+def test_a_follower_that_ends_while_it_waits_leaves_the_flight(told: str) -> None:
+    """Review 9: cancelled while it waited, a follower is no longer counted as
+    waiting, nor answered when the flight ends; told both ways, it leaves once."""
+    c = cache(ttl=60, wait=30)
+    leader, f1, f2 = _call("L"), _call("f1"), _call("f2")
+    c.admit(leader, lookup, 0.0)
+    c.admit(f1, lookup, 0.0)
+    c.admit(f2, lookup, 0.0)
+    gone = f1.model_copy()
+    result = ToolResult(call_id="f1", name="lookup", status="cancelled", error="x", attempts=0)
+    if told in ("on_dropped", "both"):
+        c.on_dropped(gone, result, 1.0)
+    if told in ("on_result", "both"):
+        assert c.on_result(gone, result, 1.0) is None
+    assert c.waiting == 1
+    c.on_result(leader, _ok(leader), 2.0)
+    (entry,) = c._results.values()
+    assert entry.shared_with == {"f2"}  # f1 is not waiting for an answer any more
 
 
 def test_a_leader_never_heard_of_again_is_presumed_lost_after_the_budget() -> None:
@@ -343,6 +367,47 @@ def test_a_leader_that_times_out_hands_over(make_executor: MakeExecutor) -> None
     assert sorted(r.status for r in results) == ["ok", "ok", "timeout"]
     assert len(runs) == 2
     assert sorted(r.metadata["cache"] for r in results if r.ok) == ["hit", "miss"]
+
+
+def _always_times_out(policies: list[Any]) -> tuple[ToolRegistry, list[float]]:
+    reg = ToolRegistry()
+    starts: list[float] = []
+
+    @reg.tool(read_only=True, timeout=0.1, policies=policies)
+    async def lookup(q: str) -> str:
+        starts.append(time.monotonic())
+        await asyncio.sleep(30)
+        return q
+
+    return reg, starts
+
+
+def test_while_the_tool_keeps_failing_identical_calls_run_one_after_another(
+    make_executor: MakeExecutor,
+) -> None:
+    """Errors are not cached: each follower leads the next try once the one
+    before failed. Never two at once; each ends with its own failure."""
+    c = cache(ttl=60)
+    reg, starts = _always_times_out([c])
+    ex = make_executor(reg)
+    results = ex.execute_batch(_calls(4)).results
+    assert [r.status for r in results] == ["timeout"] * 4
+    assert len(starts) == 4
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(gap >= 0.09 for gap in gaps), gaps  # each after the one before timed out
+    assert c.waiting == 0
+
+
+def test_a_breaker_after_the_cache_stops_the_serial_retries(make_executor: MakeExecutor) -> None:
+    """The remedy docs/policies.md gives: the followers that lead a new try
+    meet the open breaker and end at once."""
+    reg, starts = _always_times_out([cache(ttl=60), circuit_breaker(failures=2)])
+    ex = make_executor(reg)
+    results = ex.execute_batch(_calls(5)).results
+    assert len(starts) == 2
+    assert sorted(r.error_code.value for r in results if r.error_code) == (
+        ["CIRCUIT_OPEN"] * 3 + ["EXECUTION_TIMEOUT"] * 2
+    )
 
 
 class _HoldOnce(BasePolicy):

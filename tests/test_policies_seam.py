@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
 from toolbus.policies import (
     Admit,
@@ -431,50 +431,114 @@ async def test_async_approvals(make_executor: MakeExecutor) -> None:
 # -- races: a deadline or a cancel while a policy decides or delays ------------------
 
 
-def test_a_retry_after_a_timeout_in_a_policy_asks_the_rest(make_executor: MakeExecutor) -> None:
-    from toolbus import RetryPolicy
+def test_a_policy_decision_is_not_run_time(make_executor: MakeExecutor) -> None:
+    """Policies decide before the deadline clock starts: a slow decision (a
+    remote check, say) does not eat the tool's timeout."""
 
-    gate = threading.Event()
-    told: list[str] = []
-
-    class Slow(BasePolicy):
-        name = "slow"
+    class SlowCheck(BasePolicy):
+        name = "slow_check"
 
         async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
-            if not gate.is_set():
-                gate.set()
-                await asyncio.Event().wait()  # hangs: the deadline cancels it
+            await asyncio.sleep(0.3)
+            return Admit()
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[SlowCheck()])
+    async def work() -> str:
+        await asyncio.sleep(0.2)
+        return "done"
+
+    ex = make_executor(reg, timeout=0.4)
+    r = ex.execute(ToolCall(name="work", arguments={}))
+    assert (r.status, r.attempts) == ("ok", 1), r.error
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync-policy", "async-policy"])
+def test_a_policy_that_never_decides_ends_the_call_naming_it(
+    make_executor: MakeExecutor, release: threading.Event, is_async: bool
+) -> None:
+    """Off the clock, but bounded: a policy that takes the call's whole timeout
+    to decide ends it `rejected` (TOOL_UNAVAILABLE), naming it; the call is not
+    retried, and the policies after it are never asked."""
+    from toolbus import RetryPolicy
+
+    told: list[str] = []
+    asked: list[str] = []
+
+    class Stuck(BasePolicy):
+        name = "stuck"
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            asked.append(call.id)
+            release.wait(30)
             return Admit()
 
         def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
             told.append(result.status)
 
-    never = Scripted("never", *[Reject(ErrorCode.TOOL_NOT_ALLOWED, "never")] * 5)
+    class AsyncStuck(Stuck):
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:  # type: ignore[override]
+            asked.append(call.id)
+            await asyncio.Event().wait()
+            return Admit()
+
+    never = Scripted("never")
     ran: list[str] = []
     reg = ToolRegistry()
 
     @reg.tool(
         read_only=True,
-        timeout=0.2,
-        retry=RetryPolicy(max_retries=1, backoff_base=0.001, jitter=0),
-        policies=[Slow(), never],
+        timeout=0.3,
+        retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0),
+        policies=[AsyncStuck() if is_async else Stuck(), never],
     )
-    async def guarded(x: int) -> int:
+    def guarded(x: int) -> int:
         ran.append("ran")
         return x
 
     ex = make_executor(reg)
-    r = ex.execute(ToolCall(name="guarded", arguments={"x": 1}))
-    assert (r.status, r.error) == ("rejected", "never")
-    assert ran == [] and never.asked
-    assert told == ["rejected"]
+    r = ex.execute(ToolCall(id="c", name="guarded", arguments={"x": 1}))
+    assert (r.status, r.error_code, r.attempts) == ("rejected", ErrorCode.TOOL_UNAVAILABLE, 0)
+    assert "stuck" in (r.error or "") and "did not decide" in (r.error or "")
+    assert asked == ["c"] and never.asked == [] and ran == [] and told == []
 
 
-def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor) -> None:
+def test_a_policy_is_asked_once_per_call_across_retries(make_executor: MakeExecutor) -> None:
+    from toolbus import RetryPolicy
+
+    once = Scripted("once")
+    failures = [1, 2]
+    reg = ToolRegistry()
+
+    @reg.tool(
+        read_only=True,
+        retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0),
+        policies=[once],
+    )
+    def flaky() -> str:
+        if failures:
+            failures.pop()
+            raise ConnectionError("flaky")
+        return "done"
+
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(id="c", name="flaky", arguments={}))
+    assert (r.status, r.attempts) == ("ok", 3)
+    assert once.asked == ["c"] and [x.status for x in once.results] == ["ok"]
+
+
+def test_a_policy_hears_of_a_call_it_delays_ending_through_on_dropped(
+    make_executor: MakeExecutor,
+) -> None:
+    """Not `on_result` (only for calls it admitted): `on_dropped`, so it can
+    give the waiting call's place up."""
+
     class Holding(BasePolicy):
         def __init__(self) -> None:
             self.asked = threading.Event()
             self.told: list[ToolResult] = []
+            self.dropped: list[ToolResult] = []
 
         def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
             self.asked.set()
@@ -483,9 +547,12 @@ def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor
         def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
             self.told.append(result)
 
-    holding = Holding()
+        def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            self.dropped.append(result)
+
+    holding, outer = Holding(), Scripted("outer")
     ran: list[str] = []
-    ex = make_executor(_registry(ran), policies=[holding])
+    ex = make_executor(_registry(ran), policies=[outer, holding])
 
     async def main() -> None:
         task = asyncio.ensure_future(ex.aexecute(ToolCall(name="read", arguments={"x": 1})))
@@ -497,4 +564,540 @@ def test_a_policy_is_told_when_a_call_it_delays_ends(make_executor: MakeExecutor
     with bus.Recorder(bus.FINISHED, sender=ex) as rec:
         asyncio.run(main())
         rec.wait_for(bus.FINISHED, 1, timeout=5)
-    assert [r.status for r in holding.told] == ["cancelled"] and ran == []
+    assert [r.status for r in holding.dropped] == ["cancelled"] and holding.told == []
+    assert [r.status for r in outer.results] == ["cancelled"]  # it admitted the call
+    assert ran == []
+
+
+def test_on_result_is_told_only_for_calls_the_policy_admitted() -> None:
+    """A policy that counts what it let through (as extending.md invites)
+    stays balanced when calls it only delayed are cancelled."""
+
+    class InFlight(BasePolicy):
+        name = "in_flight"
+
+        def __init__(self, n: int) -> None:
+            self.n, self.count, self.lock = n, 0, threading.Lock()
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            with self.lock:
+                if self.count < self.n:
+                    self.count += 1
+                    return Admit()
+                return Delay(0.05)
+
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            with self.lock:
+                self.count -= 1
+
+    policy = InFlight(1)
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[policy])
+    async def slow(i: int) -> int:
+        await asyncio.sleep(0.3)
+        return i
+
+    async def main() -> None:
+        ex = Executor(reg)
+        task = asyncio.create_task(
+            ex.aexecute_batch([ToolCall(name="slow", arguments={"i": i}) for i in range(5)])
+        )
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(ex.close)
+
+    asyncio.run(main())
+    assert policy.count == 0
+
+
+def test_a_policys_event_is_scrubbed_of_the_calls_secrets_but_its_identity(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """`announce` masks what a policy publishes like the call's arguments: a
+    secret in a text or JSON-like field is `***`; the call's identity stays."""
+    from dataclasses import dataclass
+
+    from toolbus.policies import announce, scrub
+
+    secret = "sk-SEAM-SECRET-42"
+    name = "test:seam-noted"
+    bus.define_signal(name, "A test policy noted a call.")  # (again: the same signal)
+
+    @dataclass(frozen=True)
+    class Noted(bus.CallEvent):
+        note: str
+        detail: dict[str, Any]
+        key: str
+
+    class Noting(BasePolicy):
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            token = call.arguments["token"]  # type: ignore[index]
+            key = scrub(token[:8])
+            announce(
+                name,
+                lambda bid: Noted(call.id, call.name, bid, 0, f"saw {token}", {"t": token}, key),
+            )
+            return Admit()
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[Noting()])
+    def use(token: str) -> str:
+        """Uses a token."""
+        return "ok"
+
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(id="u1", name="use", arguments={"token": secret})).status == "ok"
+    (noted,) = recorder.wait_for(name)
+    assert (noted.note, noted.detail, noted.key) == ("saw ***", {"t": "***"}, "***")
+    assert (noted.call_id, noted.tool) == ("u1", "use")
+
+
+# -- review 9: user policy code that raises, or answers amiss ----------------------
+
+
+def _one_tool(*policies: Any, is_async: bool = False) -> ToolRegistry:
+    reg = ToolRegistry()
+    if is_async:
+
+        @reg.tool(read_only=True, policies=list(policies))
+        async def f(x: int = 0) -> int:
+            return x
+
+    else:
+
+        @reg.tool(read_only=True, policies=list(policies))
+        def f(x: int = 0) -> int:
+            return x
+
+    return reg
+
+
+_BASE_EXCEPTIONS = [asyncio.CancelledError, KeyboardInterrupt, SystemExit]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync-tool", "async-tool"])
+@pytest.mark.parametrize("exc", _BASE_EXCEPTIONS)
+def test_on_result_raising_a_base_exception_still_ends_the_call(
+    make_executor: MakeExecutor, exc: type[BaseException], is_async: bool
+) -> None:
+    """The result is claimed before on_result runs: whatever it raises, the call
+    is announced and its caller released (it used to hang for ever)."""
+
+    class Raises(BasePolicy):
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+            raise exc()
+
+    ex = make_executor(_one_tool(Raises(), is_async=is_async), timeout=1)
+    box: dict[str, ToolResult] = {}
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        t = threading.Thread(
+            target=lambda: box.update(r=ex.execute(ToolCall(name="f", arguments={"x": 3}))),
+            daemon=True,
+        )
+        t.start()
+        t.join(5)
+        assert "r" in box, "the call never ended"
+        rec.wait_for(bus.FINISHED, 1, timeout=5)
+    assert (box["r"].status, box["r"].output) == ("ok", 3)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync-admit", "async-admit"])
+@pytest.mark.parametrize("exc", _BASE_EXCEPTIONS)
+def test_admit_raising_a_base_exception_is_the_policys_failure(
+    make_executor: MakeExecutor, exc: type[BaseException], is_async: bool
+) -> None:
+    """Not an "internal error": rejected, naming the policy, as any exception."""
+
+    class Raises(BasePolicy):
+        name = "raising-guard"
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            raise exc()
+
+    class AsyncRaises(BasePolicy):
+        name = "raising-guard"
+
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            await asyncio.sleep(0)
+            raise exc()
+
+    ex = make_executor(_one_tool(AsyncRaises() if is_async else Raises()), timeout=5)
+    r = ex.execute(ToolCall(name="f", arguments={"x": 1}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert "raising-guard" in (r.error or "") and exc.__name__ in (r.error or "")
+
+
+async def test_cancelling_a_call_while_an_async_policy_decides_is_a_cancel(
+    make_executor: MakeExecutor,
+) -> None:
+    """toolbus's own cancellation of the policy's task is not the policy's failure."""
+    asked = threading.Event()
+
+    class Hangs(BasePolicy):
+        name = "hangs"
+
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            asked.set()
+            await asyncio.Event().wait()
+            return Admit()
+
+    ex = make_executor(_one_tool(Hangs()))
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        task = asyncio.ensure_future(ex.aexecute(ToolCall(name="f", arguments={"x": 1})))
+        assert await asyncio.to_thread(asked.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (finished,) = await asyncio.to_thread(rec.wait_for, bus.FINISHED, 1, timeout=5)
+    assert (finished.result.status, finished.result.error_code) == (
+        "cancelled",
+        ErrorCode.CANCELLED,
+    )
+
+
+class _TimeoutRaises(BasePolicy):
+    name = "timing"
+
+    def timeout(self, tool: Any, default: float | None) -> float | None:
+        raise RuntimeError("boom")
+
+
+class _AppliesRaises(BasePolicy):
+    name = "choosy"
+
+    def applies_to(self, tool: Any) -> bool:
+        raise RuntimeError("boom")
+
+
+class _TimeoutIs(BasePolicy):
+    name = "timing"
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def timeout(self, tool: Any, default: float | None) -> Any:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        _TimeoutRaises(),
+        _AppliesRaises(),
+        _TimeoutIs("x"),
+        _TimeoutIs(-1),
+        _TimeoutIs(0),
+        _TimeoutIs(float("nan")),
+        _TimeoutIs(True),
+    ],
+    ids=["timeout-raises", "applies-raises", "str", "negative", "zero", "nan", "bool"],
+)
+def test_a_broken_policy_hook_at_submission_is_a_result_not_an_exception(
+    make_executor: MakeExecutor, policy: BasePolicy
+) -> None:
+    """applies_to and timeout are user code asked on the caller's thread: what
+    they raise or return amiss refuses the call, naming the policy."""
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[policy])
+    r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert policy.name in (r.error or "")
+    batch = ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
+    assert [b.status for b in batch] == ["rejected", "rejected"]
+    assert ran == []
+
+
+@pytest.mark.parametrize("value", [None, float("inf")])
+def test_a_policy_timeout_of_none_or_inf_means_no_deadline(
+    make_executor: MakeExecutor, value: float | None
+) -> None:
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), timeout=30, policies=[_TimeoutIs(value)])
+    with bus.Recorder(bus.EXECUTING, sender=ex) as rec:
+        assert ex.execute(ToolCall(name="read", arguments={"x": 1})).status == "ok"
+        (executing,) = rec.wait_for(bus.EXECUTING, 1, timeout=5)
+    assert executing.timeout is None
+
+
+def test_an_approval_is_asked_before_the_executors_policies(make_executor: MakeExecutor) -> None:
+    """Approvals come first whatever their level: an executor's cache must not
+    answer (nor its limits count) a call that a tool's approval guards."""
+    from toolbus.policies import cache
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[requires_approval(reason="patient data")])
+    def read_record(patient: str) -> str:
+        return f"record of {patient}"
+
+    seen = Scripted("seen")
+    ex = make_executor(reg, policies=[seen, cache(ttl=600)])
+    c1 = ToolCall(id="c1", name="read_record", arguments={"patient": "p42"})
+    request = ex.execute(c1).approval_request
+    assert request is not None
+    assert seen.asked == []  # deferred before the executor's policies were asked
+    assert ex.execute(c1, approval=request.approve()).status == "ok"
+    assert seen.asked == ["c1"]
+    later = ex.execute(ToolCall(id="c2", name="read_record", arguments={"patient": "p42"}))
+    assert later.status == "deferred", later.output  # not a cache hit
+    assert seen.asked == ["c1"]
+
+
+def test_the_published_digest_does_not_reveal_a_masked_secret(make_executor: MakeExecutor) -> None:
+    """The digest is an HMAC under the executor's secret: hashing the few
+    possible values of a masked argument no longer finds the one sent."""
+    import hashlib
+
+    from toolbus import _json
+    from toolbus.policies import arguments_digest
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def unlock(door: str, pin: str) -> str:
+        return "open"
+
+    ex = make_executor(reg, secret_keys=["pin"])
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        ex.execute(ToolCall(name="unlock", arguments={"door": "vault", "pin": "4821"}))
+        (event,) = rec.wait_for(bus.FINISHED, 1, timeout=5)
+    request = event.result.approval_request
+    assert request.arguments_masked["pin"] == "***"
+
+    def plain(pin: str) -> str:  # what the digest used to be
+        data = b"unlock\0" + _json.canonical({"door": "vault", "pin": pin})
+        return hashlib.sha256(data).hexdigest()
+
+    pins = [f"{i:04d}" for i in range(10_000)]
+    assert [p for p in pins if plain(p) == request.digest] == []
+    guessed = b"\0" * 32
+    assert [
+        p
+        for p in pins
+        if arguments_digest("unlock", {"door": "vault", "pin": p}, secret=guessed) == request.digest
+    ] == []
+    # Under the executor's own secret it is the digest of those arguments.
+    secret = ex._services.key_secret
+    args = '{"pin": "4821", "door": "vault"}'  # spacing and key order do not matter
+    assert arguments_digest("unlock", args, secret=secret) == request.digest
+
+
+def test_an_approval_is_good_for_its_executor_and_its_journal_only(tmp_path: Any) -> None:
+    ran: list[str] = []
+    reg = _guarded(ran)
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    journal = tmp_path / "journal.sqlite"
+    with Executor(reg, journal=journal) as first:
+        request = first.execute(call).approval_request
+    assert request is not None
+    with Executor(reg) as stranger:  # another secret: the decision approves nothing here
+        assert stranger.execute(call, approval=request.approve()).status == "deferred"
+    with Executor(reg, journal=journal) as restarted:  # the journal's secret: still good
+        assert restarted.execute(call, approval=request.approve()).status == "ok"
+    assert ran == ["delete:/a"]
+
+
+def test_an_approval_is_replayable(make_executor: MakeExecutor) -> None:
+    """Documented: a decision approves a tool and exact arguments, not one
+    submission nor one call id."""
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    request = ex.execute(
+        ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    ).approval_request
+    assert request is not None
+    decision = request.approve()
+    for call_id in ("d1", "d1", "other"):
+        again = ToolCall(id=call_id, name="delete", arguments={"path": "/a"})
+        assert ex.execute(again, approval=decision).status == "ok"
+    assert ran == ["delete:/a"] * 3
+
+
+def test_a_deferred_call_closing_its_batch_does_not_race_its_caller(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing a deferred call closes the calls it holds back, the last of
+    which ends the batch: its caller, released, takes the batch's runs away
+    while the supervisor was still reading them (an IndexError, logged as a
+    supervisor error, most times with frequent thread switches)."""
+    import logging
+    import sys
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def write(x: int) -> int:
+        return x
+
+    @reg.tool(read_only=True)
+    def read(x: int) -> int:
+        return x
+
+    ex = make_executor(reg)
+    calls = [
+        ToolCall(name="write", arguments={"x": 1}),
+        ToolCall(name="read", arguments={"x": 1}),
+        ToolCall(name="nope", arguments={}),
+    ]
+    expected = ["deferred", "cancelled", "rejected"]
+
+    async def main() -> None:
+        for _ in range(300):
+            out = await ex.aexecute_batch(calls)
+            assert [r.status for r in out] == expected
+            out = await ex.aexecute_batch(calls[2:] * 2)  # all rejected at submission
+            assert [r.status for r in out] == ["rejected"] * 2
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with caplog.at_level(logging.ERROR, logger="toolbus"):
+            asyncio.run(main())
+            for _ in range(300):
+                assert [r.status for r in ex.execute_batch(calls)] == expected
+    finally:
+        sys.setswitchinterval(interval)
+    assert "supervisor error" not in caplog.text
+
+
+def test_delays_until_one_future_hold_one_callback_on_it(make_executor: MakeExecutor) -> None:
+    """However many calls wait on a future, and however often they are asked
+    again, the future holds one callback (a never-completing one used to keep
+    one, and the call with it, per delay)."""
+    never: concurrent.futures.Future[None] = concurrent.futures.Future()
+    wake: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    class Waits(BasePolicy):
+        def __init__(self) -> None:
+            self.asks: dict[str, int] = {}
+            self.lock = threading.Lock()
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            with self.lock:
+                n = self.asks[call.id] = self.asks.get(call.id, 0) + 1
+            if call.id.startswith("spin") and n < 30:
+                return Delay(0.001, until=never)  # the timer wins, again and again
+            if call.id.startswith("woken") and not wake.done():
+                return Delay(600, until=wake)
+            return Admit()
+
+    policy = Waits()
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[policy])
+    spun = ex.execute_batch(
+        [ToolCall(id=f"spin{i}", name="read", arguments={"x": i}) for i in range(4)]
+    )
+    assert [r.status for r in spun] == ["ok"] * 4
+    assert len(never._done_callbacks) == 1  # type: ignore[attr-defined]
+    out: list[Any] = []
+    t = threading.Thread(
+        target=lambda: out.append(
+            ex.execute_batch(
+                [ToolCall(id=f"woken{i}", name="read", arguments={"x": i}) for i in range(3)]
+            )
+        )
+    )
+    t.start()
+    wait_until(lambda: sum(policy.asks.get(f"woken{i}", 0) for i in range(3)) == 3)
+    assert len(wake._done_callbacks) == 1  # type: ignore[attr-defined]
+    wake.set_result(None)
+    t.join(10)
+    assert [r.status for r in out[0]] == ["ok"] * 3
+
+
+@pytest.mark.parametrize("message", [None, ""])
+def test_a_rejection_without_a_message_names_the_policy(
+    make_executor: MakeExecutor, message: Any
+) -> None:
+    class Quiet(BasePolicy):
+        name = "quiet-guard"
+
+        def __init__(self, at_submission: bool) -> None:
+            self.at_submission = at_submission
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            return Reject(ErrorCode.TOOL_NOT_ALLOWED, message)
+
+    for at_submission in (False, True):
+        ran: list[str] = []
+        ex = make_executor(_registry(ran), policies=[Quiet(at_submission)])
+        r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+        assert r.error == "Tool 'read' was rejected by its policy quiet-guard"
+
+
+@pytest.mark.parametrize(
+    ("given", "status", "code"),
+    [
+        (ToolResult(call_id="x", name="x", status="cancelled"), "cancelled", ErrorCode.CANCELLED),
+        (ToolResult(call_id="x", name="x", status="error"), "error", ErrorCode.TOOL_ERROR),
+        (
+            ToolResult(call_id="x", name="x", status="deferred"),
+            "rejected",
+            ErrorCode.TOOL_UNAVAILABLE,
+        ),
+    ],
+    ids=["cancelled-no-code", "error-no-code", "deferred-no-request"],
+)
+def test_a_policys_result_is_mended_or_refused(
+    make_executor: MakeExecutor, given: ToolResult, status: str, code: ErrorCode
+) -> None:
+    """A failure a policy answers with gets a code and a text if it lacks them;
+    a `deferred` one with nothing to approve is refused (as Respond), or ignored
+    (as an on_result replacement)."""
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[Scripted("canned", Respond(given))])
+    r = ex.execute(ToolCall(id="c1", name="read", arguments={"x": 1}))
+    assert (r.call_id, r.status, r.error_code) == ("c1", status, code)
+    assert "canned" in (r.error or "") and ran == []
+
+    class Replaces(BasePolicy):
+        name = "replacer"
+
+        def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult:
+            return given
+
+    ex = make_executor(_registry(ran), policies=[Replaces()])
+    r = ex.execute(ToolCall(id="c2", name="read", arguments={"x": 2}))
+    if given.status == "deferred":
+        assert (r.status, r.output) == ("ok", 2)  # the replacement is ignored
+    else:
+        assert (r.call_id, r.status, r.error_code) == ("c2", status, code)
+        assert "replacer" in (r.error or "")
+
+
+@pytest.mark.parametrize(
+    "approvals", [[("d1", None)], [], "d1", {"d1": {"digest": "x", "approved": True}}]
+)
+def test_approvals_that_are_not_decisions_are_a_type_error(
+    make_executor: MakeExecutor, approvals: Any
+) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    with pytest.raises(TypeError, match="approvals"):
+        ex.execute_batch([call], approvals=approvals)
+    with pytest.raises(TypeError, match="approvals"):
+        asyncio.run(ex.aexecute_batch([call], approvals=approvals))
+    assert ran == [] and ex.stats().submitted == 0
+
+
+def test_an_approval_that_is_not_a_decision_is_a_type_error(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    request = ex.execute(call).approval_request
+    assert request is not None
+    for wrong in ({"digest": request.digest, "approved": True}, request, True):
+        with pytest.raises(TypeError, match="approval"):
+            ex.execute(call, approval=wrong)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="approval"):
+            asyncio.run(ex.aexecute(call, approval=wrong))  # type: ignore[arg-type]
+    assert ex.execute_batch([call], approvals={"d1": None})[0].status == "deferred"
+    assert ran == []

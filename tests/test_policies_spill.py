@@ -236,6 +236,21 @@ def test_an_executor_spill_never_spills_its_own_pages(
     assert len(list(tmp_path.iterdir())) == 1
 
 
+def test_an_executor_spill_registers_its_reader_into_the_registry_given(
+    tmp_path: Path, make_executor: MakeExecutor
+) -> None:
+    """Documented (docs/policies.md, review 9): the registry passed gets
+    read_artifact; an executor given a copy of its own leaves the original alone."""
+    reg = ToolRegistry()
+    reg.tool(read_only=True, name="dump")(lambda: _text(5000))
+    own = ToolRegistry()
+    own.merge(reg)
+    make_executor(own, policies=[spill(store=tmp_path)])
+    assert "read_artifact" in own and "read_artifact" not in reg
+    make_executor(reg, policies=[spill(store=tmp_path / "b")])
+    assert "read_artifact" in reg  # the caller's own registry: everyone holding it sees it
+
+
 def test_a_name_clash_is_refused(tmp_path: Path, make_executor: MakeExecutor) -> None:
     reg = ToolRegistry()
 

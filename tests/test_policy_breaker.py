@@ -329,3 +329,25 @@ def test_a_trial_rejected_by_a_later_policy_does_not_leave_it_half_open(
     assert ex.execute(lookup(3)).status == "ok"  # the next call was the trial
     assert breaker.state("lookup") == "closed"
     assert [e.call_id for e in recorder.wait_for(CIRCUIT_CLOSED)] == ["l3"]
+
+
+def test_a_key_taken_from_a_secret_argument_is_published_masked(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """tool:circuit-*'s `key` is masked like the arguments (review 10)."""
+    secret = "sk-BREAKER-SECRET-42"
+    reg = ToolRegistry()
+    breaker = circuit_breaker(failures=1, key=lambda c: c.arguments["token"])  # type: ignore[index]
+
+    @reg.tool(read_only=True, policies=[breaker])
+    def fetch(token: str) -> str:
+        """Always fails."""
+        raise ToolError("down")
+
+    ex = make_executor(reg)
+    assert (
+        ex.execute(ToolCall(id="f1", name="fetch", arguments={"token": secret})).status == "error"
+    )
+    (opening,) = recorder.wait_for(CIRCUIT_OPEN)
+    assert (opening.key, opening.call_id, opening.tool) == ("***", "f1", "fetch")
+    assert breaker.state(secret) == "open"  # the caller's own API takes the key as it is

@@ -7,9 +7,10 @@ import threading
 import pytest
 
 from tests.conftest import MakeExecutor
-from tests.policy_clock import FakeClock, call, probe
+from tests.policy_clock import FakeClock, call, probe, result
 from toolbus import ErrorCode, RetryPolicy, ToolCall, ToolRegistry
-from toolbus.policies import Admit, Quota, Reject, quota
+from toolbus.models import Status
+from toolbus.policies import Admit, Quota, Reject, quota, requires_approval
 
 
 def ask(q: Quota, c: ToolCall, now: float) -> Admit | Reject:
@@ -71,6 +72,54 @@ def test_a_budget_per_key_and_a_key_that_fails() -> None:
     failed = ask(broken, call(), 0.0)
     assert isinstance(failed, Reject) and failed.code is ErrorCode.TOOL_UNAVAILABLE
     assert "quota(1, per key)" in failed.message and "KeyError" in failed.message
+
+
+@pytest.mark.parametrize(
+    ("status", "attempts", "given_back"),
+    [
+        ("deferred", 0, True),  # waits for an approval: it comes again, counted then
+        ("cancelled", 0, True),  # never attempted: its batch cancelled, or aborted
+        ("cancelled", 1, False),  # cancelled while it ran: it was let through
+        ("rejected", 0, False),  # refused after the quota: an answer, counted
+        ("ok", 1, False),
+        ("error", 2, False),
+    ],
+)
+def test_a_call_that_ends_unanswered_gives_its_unit_back(
+    status: Status, attempts: int, given_back: bool
+) -> None:
+    q = quota(1)
+    first = call(1, id="c1")
+    assert isinstance(ask(q, first, 0.0), Admit)
+    q.on_result(first, result(first, status, attempts=attempts), 1.0)
+    q.on_result(first, result(first, status, attempts=attempts), 1.0)  # told twice: once
+    assert q.used("probe") == (0 if given_back else 1)
+    assert isinstance(ask(q, call(2, id="c2"), 2.0), Admit if given_back else Reject)
+
+
+def test_a_unit_given_back_in_a_window_is_that_admissions() -> None:
+    clock = FakeClock()
+    q = quota(2, window=10.0, clock=clock)
+    early, late = call(1, id="early"), call(2, id="late")
+    assert isinstance(ask(q, early, 0.0), Admit)  # at 1000
+    clock.advance(5.0)
+    assert isinstance(ask(q, late, 0.0), Admit)  # at 1005
+    q.on_result(late, result(late, "deferred", attempts=0), 0.0)
+    assert q.used("probe") == 1
+    assert isinstance(ask(q, call(3), 0.0), Admit)  # the late one's unit, at 1005
+    assert isinstance(ask(q, call(4), 0.0), Reject)
+    clock.set(1010.0)  # the early one leaves the window: one unit again
+    assert isinstance(ask(q, call(5), 0.0), Admit)
+
+
+def test_after_a_reset_an_earlier_admission_gives_nothing_back() -> None:
+    q = quota(1)
+    before = call(1, id="before")
+    assert isinstance(ask(q, before, 0.0), Admit)
+    q.reset()
+    assert isinstance(ask(q, call(2, id="after"), 0.0), Admit)
+    q.on_result(before, result(before, "deferred", attempts=0), 0.0)
+    assert q.used("probe") == 1 and not q._open.get("before")
 
 
 @pytest.mark.parametrize(
@@ -197,3 +246,109 @@ def test_one_quota_object_is_one_budget_across_executors(make_executor: MakeExec
     assert second.execute(ToolCall(name="work", arguments={"n": 3})).status == "rejected"
     assert first.execute(ToolCall(name="work", arguments={"n": 4})).status == "rejected"
     assert ran == [1, 2]
+
+
+# -- keys taken from secret arguments: asked before the arguments are masked -------------
+
+SECRET = "sk-QUOTA-SECRET-42"
+
+
+def search_registry(key: object) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[quota(1, key=key)])  # type: ignore[arg-type]
+    def search(api_key: str) -> str:
+        """Search."""
+        return "x"
+
+    return reg
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"api_key": SECRET}, f'{{"api_key": "{SECRET}"}}'],  # as given, or a model's raw JSON
+)
+def test_a_failing_key_never_quotes_a_secret_argument(
+    make_executor: MakeExecutor, arguments: object
+) -> None:
+    """At submission a key function's error text (int('sk-...')) would reach the
+    result unmasked: only its type is told (review 10)."""
+    import io
+
+    from toolbus.observe import log_json
+
+    ex = make_executor(search_registry(lambda c: int(c.arguments["api_key"])))
+    buf = io.StringIO()
+    handle = log_json(ex, buf)
+    result = ex.execute(ToolCall(id="c", name="search", arguments=arguments))  # type: ignore[arg-type]
+    handle.close()
+    assert (result.status, result.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert "(ValueError)" in (result.error or "")
+    assert SECRET not in (result.error or "") and SECRET not in buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [lambda c: c.arguments["api_key"], lambda c: c.arguments["api_key"][:10]],
+)
+def test_a_refusal_naming_a_secret_key_is_masked(make_executor: MakeExecutor, key: object) -> None:
+    ex = make_executor(search_registry(key))
+    assert ex.execute(ToolCall(name="search", arguments={"api_key": SECRET})).status == "ok"
+    refused = ex.execute(ToolCall(name="search", arguments={"api_key": SECRET}))
+    assert refused.error_code is ErrorCode.QUOTA_EXCEEDED
+    assert "for '***'" in (refused.error or "") and SECRET[:10] not in (refused.error or "")
+
+
+def test_an_approved_call_spends_the_quota_once(make_executor: MakeExecutor) -> None:
+    """Review 9: the deferral did not spend the unit the approved call needs;
+    a later call finds the budget spent by the one that ran."""
+    q = quota(1)
+    reg = ToolRegistry()
+    sent: list[str] = []
+
+    @reg.tool(policies=[q, requires_approval()])
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return "sent"
+
+    ex = make_executor(reg)
+    mail = ToolCall(id="e1", name="send_email", arguments={"to": "bob"})
+    first = ex.execute(mail)
+    assert first.status == "deferred" and first.approval_request is not None
+    assert q.used("send_email") == 0
+    assert ex.execute(mail).status == "deferred"  # asked again, still undecided: no unit
+    approved = ex.execute(mail, approval=first.approval_request.approve())
+    assert approved.status == "ok" and sent == ["bob"]
+    other = ex.execute(ToolCall(id="e2", name="send_email", arguments={"to": "eve"}))
+    assert other.status == "rejected" and other.error_code is ErrorCode.QUOTA_EXCEEDED
+
+
+def test_calls_aborted_behind_a_deferred_call_give_their_units_back(
+    make_executor: MakeExecutor,
+) -> None:
+    """A batch's later calls that would have waited for a deferred one end
+    cancelled (ABORTED), unattempted: resubmitted with the approval, the whole
+    batch runs within a budget of exactly its size."""
+    q = quota(2)
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[q, requires_approval()])
+    def pay(amount: int) -> str:
+        return "paid"
+
+    @reg.tool(policies=[q])
+    def log_it(text: str) -> str:
+        return "logged"
+
+    ex = make_executor(reg)
+    calls = [
+        ToolCall(id="p", name="pay", arguments={"amount": 5}),
+        ToolCall(id="l", name="log_it", arguments={"text": "paid 5"}),
+    ]
+    first = ex.execute_batch(calls).results
+    assert [r.status for r in first] == ["deferred", "cancelled"]
+    assert first[1].error_code is ErrorCode.ABORTED and first[1].attempts == 0
+    request = first[0].approval_request
+    assert request is not None
+    again = ex.execute_batch(calls, approvals={"p": request.approve()}).results
+    assert [r.status for r in again] == ["ok", "ok"]

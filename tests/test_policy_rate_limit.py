@@ -8,6 +8,7 @@ that no 1-second window holds more than the rate.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 import threading
@@ -16,7 +17,7 @@ import pytest
 
 from tests.conftest import MakeExecutor, wait_until
 from tests.policy_clock import FakeClock, call, drive_limits_clock, probe
-from toolbus import ErrorCode, ToolCall, ToolRegistry, bus
+from toolbus import ErrorCode, ToolCall, ToolRegistry, ToolResult, bus
 from toolbus.policies import THROTTLED, Admit, Delay, RateLimit, Reject, Throttled, rate_limit
 
 
@@ -53,7 +54,7 @@ def test_admits_the_rate_then_delays_until_the_oldest_leaves_the_window(clock: F
     assert delay.seconds == pytest.approx(0.7, abs=0.001)
     clock.advance(delay.seconds)
     assert isinstance(ask(rl, clock, late), Admit)
-    assert rl.waiting() == 0
+    assert rl.waiting == 0
 
 
 def test_the_window_moves_it_never_resets_on_a_boundary(clock: FakeClock) -> None:
@@ -83,7 +84,7 @@ def test_waiting_calls_get_turns_in_order_and_each_wakes_to_a_free_slot(clock: F
         d = ask(rl, clock, c)
         assert isinstance(d, Delay)
         turns.append((clock() + d.seconds, i, c))
-    assert rl.waiting() == 15
+    assert rl.waiting == 15
     times = [t for t, _, _ in turns]
     assert times == sorted(times), "turns follow the order of arrival"
     # The k-th waiting call's turn: a window after the admission 5 places before it.
@@ -100,7 +101,7 @@ def test_waiting_calls_get_turns_in_order_and_each_wakes_to_a_free_slot(clock: F
     assert order == list(range(15)), "first come, first served"
     assert asks == 15
     assert most_in_a_window([t for t, _ in admitted]) <= 5
-    assert rl.waiting() == 0
+    assert rl.waiting == 0
 
 
 def test_a_call_ahead_that_started_late_moves_the_turns_behind_it(clock: FakeClock) -> None:
@@ -166,7 +167,7 @@ def test_max_wait_rejects_at_once_a_call_that_would_wait_longer(clock: FakeClock
     assert refused.code is ErrorCode.RATE_LIMITED
     assert "2 per 1 second" in refused.message
     assert "2 s in all" in refused.message and "1 s it may wait" in refused.message
-    assert rl.waiting() == 2
+    assert rl.waiting == 2
 
 
 def test_max_wait_counts_from_the_first_delay(clock: FakeClock) -> None:
@@ -181,7 +182,7 @@ def test_max_wait_counts_from_the_first_delay(clock: FakeClock) -> None:
     assert rl._limiter.hit(rl.item, "toolbus", "probe")
     refused = ask(rl, clock, slow)
     assert isinstance(refused, Reject) and refused.code is ErrorCode.RATE_LIMITED
-    assert rl.waiting() == 0
+    assert rl.waiting == 0
 
 
 def test_wait_false_rejects_saying_when_a_call_can_start(clock: FakeClock) -> None:
@@ -215,16 +216,85 @@ def test_a_key_function_that_raises_rejects_the_call_naming_the_policy(clock: Fa
 
 
 def test_a_waiting_call_that_never_comes_back_is_forgotten(clock: FakeClock) -> None:
-    """A call cancelled while it waits is not reported to the policy that
-    delayed it: its place is forgotten a window after its turn."""
+    """A call that ended while it waited, the policy not told: it is let go a
+    window after its turn, its place given back."""
     rl = rate_limit("1/second", clock=clock)
     assert isinstance(ask(rl, clock, call(0)), Admit)
     assert isinstance(ask(rl, clock, call(1, id="gone")), Delay)
-    assert rl.waiting() == 1
+    assert rl.waiting == 1
     clock.advance(5.0)
     assert isinstance(ask(rl, clock, call(2)), Admit)
-    assert rl.waiting() == 0
+    assert rl.waiting == 0
     assert not rl._expiries
+    line = rl._lines["probe"]
+    assert list(line.uses.values()) == [clock()] and not line.given_back  # nothing held back
+
+
+def _cancelled(c: ToolCall) -> ToolResult:
+    return ToolResult(call_id=c.id, name=c.name, status="cancelled", error="cancelled", attempts=0)
+
+
+@pytest.mark.parametrize("told", ["on_dropped", "on_result", "both"])
+def test_waiting_calls_that_end_give_their_turns_back_at_once(clock: FakeClock, told: str) -> None:
+    """Review 9: calls cancelled while they wait hand their places back: the
+    next call waits only for the window, not behind the crowd that left. The
+    executor tells `on_dropped` (or, before it had one, `on_result` of the
+    policy that delayed the call); told both ways, it counts once."""
+    rl = rate_limit("5/second", max_wait=math.inf, clock=clock)
+    for n in range(5):
+        assert isinstance(ask(rl, clock, call(n)), Admit)
+    crowd = [call(n, id=f"w{n}") for n in range(400)]
+    for c in crowd:
+        assert isinstance(ask(rl, clock, c), Delay)
+    assert rl.waiting == 400
+    clock.advance(0.3)
+    for c in crowd:
+        if told in ("on_dropped", "both"):
+            rl.on_dropped(c, _cancelled(c), clock())
+        if told in ("on_result", "both"):
+            rl.on_result(c, _cancelled(c), clock())
+    assert rl.waiting == 0
+    line = rl._lines["probe"]
+    assert (line.next_seq, line.given_back, line.refused) == (5, set(), -math.inf)
+    later = [call(n, id=f"n{n}") for n in range(6)]
+    waits = [ask(rl, clock, c) for c in later]
+    # The first five: when the five admitted leave the window (0.7 s on); the
+    # sixth a window after the first of them.
+    assert all(isinstance(d, Delay) for d in waits)
+    assert [round(d.seconds, 3) for d in waits if isinstance(d, Delay)] == [0.7] * 5 + [1.7]
+
+
+def test_a_call_that_leaves_mid_line_keeps_the_turns_behind_it(clock: FakeClock) -> None:
+    """One that leaves from the middle of the line: those behind keep their
+    turns (reckoned from its), and a newcomer still queues behind them, not
+    straight at the storage ahead of them."""
+    rl = rate_limit("1/second", max_wait=math.inf, clock=clock)
+    assert isinstance(ask(rl, clock, call(0)), Admit)
+    a, b, c = call(1, id="a"), call(2, id="b"), call(3, id="c")
+    da, db, dc = ask(rl, clock, a), ask(rl, clock, b), ask(rl, clock, c)
+    assert isinstance(da, Delay) and isinstance(db, Delay) and isinstance(dc, Delay)
+    rl.on_dropped(b, _cancelled(b), clock())
+    assert rl.waiting == 2
+    new = call(4, id="new")
+    newcomer = ask(rl, clock, new)
+    assert isinstance(newcomer, Delay) and newcomer.seconds == pytest.approx(4.0, abs=0.01)
+    start = clock()
+    for waiting, delay in ((a, da), (c, dc)):  # each admitted at its own turn
+        clock.set(start + delay.seconds)
+        assert isinstance(ask(rl, clock, waiting), Admit)
+    rl.on_dropped(new, _cancelled(new), clock())
+    line = rl._lines["probe"]
+    # The newcomer's place, at the end, is freed; b's, between a and c, is kept.
+    assert (line.next_seq, line.given_back) == (4, {2})
+
+
+def test_an_admitted_calls_result_gives_nothing_back(clock: FakeClock) -> None:
+    rl = rate_limit("1/second", clock=clock)
+    first = call(0, id="first")
+    assert isinstance(ask(rl, clock, first), Admit)
+    rl.on_result(first, _cancelled(first), clock())  # it started: its admission stands
+    rl.on_dropped(first, _cancelled(first), clock())
+    assert isinstance(ask(rl, clock, call(1)), Delay)
 
 
 @pytest.mark.parametrize(
@@ -288,7 +358,7 @@ def test_fifty_a_second_holds_over_200_calls_from_8_threads_and_waits_hold_no_th
     for t in threads:
         t.start()
     # While most calls wait their turn, they are timers: no thread, no slot.
-    wait_until(lambda: rl.waiting() >= 100, what="100 calls waiting for the limit")
+    wait_until(lambda: rl.waiting >= 100, what="100 calls waiting for the limit")
     stats = ex.stats()
     assert stats.in_flight <= 8 and stats.live_workers <= 8, stats
     assert stats.timers >= 100 - stats.in_flight, stats
@@ -318,7 +388,9 @@ def test_throttled_events_say_who_waits_how_long_for_which_limit(
     assert [r.status for r in batch.results] == ["ok", "ok", "ok"]
     throttled: list[Throttled] = recorder.wait_for(THROTTLED)
     first = throttled[0]
-    assert first.call_id == "p2" and first.tool == "ping" and first.attempt == 0
+    # The three start together (read-only): whichever reached the limit third waits.
+    assert {e.call_id for e in throttled} == {first.call_id}
+    assert first.call_id in ("p0", "p1", "p2") and first.tool == "ping" and first.attempt == 0
     assert first.batch_id is not None and first.limit == "2 per 1 second" and first.key == "team-a"
     assert 0 < first.wait <= 1.0
 
@@ -355,7 +427,122 @@ def test_a_cancelled_wait_ends_the_call_and_frees_nothing_it_did_not_take(
         target=lambda: done.append(ex.execute(ToolCall(name="ping", arguments={"n": 2})).status)
     )
     waiting.start()
-    wait_until(lambda: rl.waiting() == 1, what="the second call waiting a minute")
+    wait_until(lambda: rl.waiting == 1, what="the second call waiting a minute")
     ex.close(timeout=5)  # closing cancels it: it ends at once, holding nothing
     waiting.join(timeout=10)
     assert done == ["cancelled"]
+
+
+@pytest.mark.timeout(60)
+def test_a_cancelled_crowd_of_waiting_calls_does_not_hold_back_the_next_call(
+    make_executor: MakeExecutor,
+) -> None:
+    """Review 9: 400 calls on "5/second", their batch cancelled while 395 of
+    them wait: the next call waits at most for the window of the five that
+    ran (no turn behind the 395, some 80 s away), and the policy holds no one."""
+    rl = rate_limit("5/second", max_wait=math.inf)
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rl])
+    def ping(n: int) -> int:
+        return n
+
+    ex = make_executor(reg, timeout=None)
+    with bus.Recorder("tool:throttled", "tool:finished", sender=ex) as rec:
+
+        async def main() -> ToolResult:
+            calls = [ToolCall(id=f"c{n}", name="ping", arguments={"n": n}) for n in range(400)]
+            task = asyncio.create_task(ex.aexecute_batch(calls))
+            await asyncio.to_thread(rec.wait_for, "tool:throttled", 395)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            finished = await asyncio.to_thread(rec.wait_for, "tool:finished", 400)
+            assert sorted(e.result.status for e in finished).count("cancelled") == 395
+            assert rl.waiting == 0  # every waiting call gave its turn back as it ended
+            # (Without that it would wait its turn behind theirs: about 80 s.)
+            after = ToolCall(id="after", name="ping", arguments={"n": 0})
+            return await asyncio.wait_for(ex.aexecute(after), 10)
+
+        result = asyncio.run(main())
+        assert result.ok, result
+        waits = [e.wait for e in rec.of("tool:throttled") if e.call_id == "after"]
+        assert all(w <= 1.0 for w in waits), waits  # at most the five's window, if any
+
+
+# -- keys taken from secret arguments ---------------------------------------------------
+
+SECRET = "sk-RATELIMIT-SECRET-42"
+
+
+def search_registry(**options: object) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rate_limit("1/second", **options)])  # type: ignore[arg-type]
+    def search(q: str, api_key: str) -> str:
+        """Search."""
+        return q
+
+    return reg
+
+
+def searches(n: int) -> list[ToolCall]:
+    return [
+        ToolCall(id=f"s{i}", name="search", arguments={"q": "x", "api_key": SECRET})
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        lambda c: c.arguments["api_key"],  # the secret itself
+        lambda c: c.arguments["api_key"][:12],  # a slice of it: no whole secret to scrub
+        lambda c: f"tenant:{c.arguments['api_key']}",  # a text holding it
+    ],
+)
+def test_a_key_taken_from_a_secret_argument_is_published_masked(
+    make_executor: MakeExecutor, recorder: bus.Recorder, key: object
+) -> None:
+    """tool:throttled's `key` is masked like the arguments (review 10)."""
+    ex = make_executor(search_registry(key=key))
+    batch = ex.execute_batch(searches(2))
+    assert [r.status for r in batch.results] == ["ok", "ok"]
+    events: list[Throttled] = recorder.wait_for(THROTTLED)  # (once or more: it may wake early)
+    for throttled in events:
+        assert throttled.key is not None and SECRET[:12] not in throttled.key
+        assert "***" in throttled.key
+        # Its identity stays (whichever of the two read-only calls, which start
+        # together, reached the limit second).
+        assert throttled.call_id in ("s0", "s1") and throttled.tool == "search"
+    assert len({e.call_id for e in events}) == 1
+
+
+def test_a_secret_key_never_reaches_a_log_line(make_executor: MakeExecutor) -> None:
+    import io
+
+    from toolbus.observe import log_json
+
+    ex = make_executor(search_registry(key=lambda c: c.arguments["api_key"]))
+    buf = io.StringIO()
+    handle = log_json(ex, buf)
+    ex.execute_batch(searches(2))
+    handle.close()
+    assert "tool:throttled" in buf.getvalue()
+    assert SECRET not in buf.getvalue()
+
+
+def test_a_refusal_naming_a_secret_key_is_masked(make_executor: MakeExecutor) -> None:
+    ex = make_executor(search_registry(key=lambda c: c.arguments["api_key"][:12], wait=False))
+    batch = ex.execute_batch(searches(2))
+    refused = batch.results[1]
+    assert refused.error_code is ErrorCode.RATE_LIMITED
+    assert "for '***'" in (refused.error or "") and SECRET[:12] not in (refused.error or "")
+
+
+def test_a_failing_key_does_not_quote_a_secret_argument(make_executor: MakeExecutor) -> None:
+    """Asked after admission: the key function's error text is scrubbed like any."""
+    ex = make_executor(search_registry(key=lambda c: int(c.arguments["api_key"])))
+    result = ex.execute(searches(1)[0])
+    assert result.error_code is ErrorCode.TOOL_UNAVAILABLE
+    assert "ValueError" in (result.error or "") and SECRET not in (result.error or "")

@@ -450,3 +450,131 @@ def test_construction_is_checked() -> None:
     s = sequence("s", [fetch])
     assert isinstance(s, SequenceTool) and s.is_async and s.process_local
     assert s.description == "Runs fetch: each step's output is the next one's input."
+
+
+# -- approvals (review 9): a step guarded by requires_approval makes the sequence ask --------
+
+
+def _guarded(ran: list[str], **approval: Any) -> tuple[Tool, Tool]:
+    from toolbus.policies import requires_approval
+
+    @tool(read_only=True)
+    def prep(x: int) -> int:
+        ran.append(f"prep {x}")
+        return x
+
+    @tool(policies=[requires_approval(**approval)])
+    def danger(x: int) -> str:
+        ran.append(f"danger {x}")
+        return "boom"
+
+    return prep, danger
+
+
+def test_a_step_needing_approval_makes_the_sequence_ask_before_any_step_runs(
+    make_executor: MakeExecutor,
+) -> None:
+    ran: list[str] = []
+    prep, danger = _guarded(ran)
+    seq = sequence("seq", [prep, danger])
+    assert not prep.policies and len(seq.policies) == 1  # the sequence's own requires_approval
+    ex = make_executor(_registry(seq))
+    call = ToolCall(id="s1", name="seq", arguments={"x": 1})
+    first = ex.execute(call)
+    assert (first.status, first.error_code) == ("deferred", ErrorCode.APPROVAL_REQUIRED)
+    request = first.approval_request
+    assert request is not None and (request.call_id, request.tool) == ("s1", "seq")
+    assert "'danger'" in (first.error or "") and ran == []  # nothing ran before the decision
+    # A decision for other arguments, or none, never runs it.
+    other = ex.execute(
+        ToolCall(id="s1", name="seq", arguments={"x": 2}), approval=request.approve()
+    )
+    assert other.status == "deferred" and ran == []
+    denied = ex.execute(call, approval=request.deny("not today"))
+    assert denied.status == "rejected" and denied.error_code is ErrorCode.TOOL_NOT_ALLOWED
+    approved = ex.execute(call, approval=request.approve())
+    assert (approved.status, approved.output) == ("ok", "boom"), approved
+    assert ran == ["prep 1", "danger 1"]  # the sequence's approval covered its step's
+    # The step itself, called alone, still asks.
+    assert ex.execute(ToolCall(name="danger", arguments={"x": 1})).status == "rejected"
+
+
+def test_a_sequence_of_sequences_asks_once_at_the_top(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    prep, danger = _guarded(ran, when=lambda c: True)  # conditional: the sequence asks anyway
+    inner = sequence("inner", [prep, danger])
+    outer = sequence("outer", [prep, inner])
+    ex = make_executor(_registry(outer))
+    call = ToolCall(id="o", name="outer", arguments={"x": 3})
+    request = ex.execute(call).approval_request
+    assert request is not None and request.tool == "outer" and ran == []
+    assert ex.execute(call, approval=request.approve()).status == "ok"
+    assert ran == ["prep 3", "prep 3", "danger 3"]
+
+
+def test_an_executors_approval_policy_covers_a_sequences_steps(
+    make_executor: MakeExecutor,
+) -> None:
+    """Executor policies guard the steps too: the sequence's approval (asked
+    by them, unconditional or for the sequence's name) covers its steps'."""
+    from toolbus.policies import requires_approval
+
+    ran: list[str] = []
+    prep, danger = _guarded(ran)
+    for policy in (requires_approval(), requires_approval(when=lambda c: c.name != "prep")):
+        ran.clear()
+        reg = ToolRegistry()
+        reg.register(sequence("seq", [prep, "danger"]))
+        reg.register(danger)
+        ex = make_executor(reg, policies=[policy])
+        call = ToolCall(id="s", name="seq", arguments={"x": 4})
+        request = ex.execute(call).approval_request
+        assert request is not None and ran == []
+        assert ex.execute(call, approval=request.approve()).status == "ok"
+        assert ran == ["prep 4", "danger 4"]
+
+
+def test_a_step_approval_the_sequence_cannot_know_of_ends_it_saying_so(
+    make_executor: MakeExecutor,
+) -> None:
+    """A step given by name is found when the sequence runs: the sequence did
+    not ask for approval, and the step's cannot be given. It ends `error`
+    saying how to guard it, having run nothing that needed approval."""
+    ran: list[str] = []
+    prep, danger = _guarded(ran)
+    reg = _registry(sequence("seq", [prep, "danger"]), danger)
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(id="s", name="seq", arguments={"x": 5}))
+    assert r.status == "error" and r.metadata["failed_step"] == 1
+    assert "ended deferred" in (r.error or "") and "requires_approval()" in (r.error or "")
+    assert ran == ["prep 5"]
+    # An approval passed for the sequence's own arguments covers it.
+    from toolbus.policies import ApprovalDecision, arguments_digest
+
+    # (Made by hand, as a caller that signs with the executor's own secret would.)
+    digest = arguments_digest("seq", {"x": 5}, secret=ex._services.key_secret)
+    decision = ApprovalDecision(digest=digest, approved=True)
+    assert ex.execute(ToolCall(id="s", name="seq", arguments={"x": 5}), approval=decision).ok
+    assert ran == ["prep 5", "prep 5", "danger 5"]
+
+
+def test_a_sequences_own_policies(make_executor: MakeExecutor) -> None:
+    """`policies=`: asked for the sequence's call, before any step runs; its
+    own requires_approval() covers a step given by name."""
+    from toolbus.policies import quota, requires_approval
+
+    ran: list[str] = []
+    prep, danger = _guarded(ran)
+    own = requires_approval()
+    seq = sequence("seq", [prep, "danger"], policies=[quota(1), own])
+    assert seq.policies[1] is own and len(seq.policies) == 2  # no second approval added
+    ex = make_executor(_registry(seq, danger))
+    call = ToolCall(id="s", name="seq", arguments={"x": 6})
+    request = ex.execute(call).approval_request
+    assert request is not None and ran == []
+    assert ex.execute(call, approval=request.approve()).ok
+    assert ran == ["prep 6", "danger 6"]
+    again = ex.execute(ToolCall(id="t", name="seq", arguments={"x": 7}))
+    assert again.error_code is ErrorCode.QUOTA_EXCEEDED  # the sequence's own quota
+    with pytest.raises(TypeError, match="sequence 'bad'"):
+        sequence("bad", [prep], policies=["not a policy"])

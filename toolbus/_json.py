@@ -52,7 +52,14 @@ def loads(data: str | bytes) -> Any:
 def canonical(arguments: Any) -> bytes:
     """A call's arguments as canonical JSON (sorted keys), for keys and digests:
     a JSON text is parsed first, so spacing and key order do not matter; text
-    that is not JSON comes back as it is, and what JSON cannot hold as its repr."""
+    that is not JSON comes back as it is, and what JSON cannot hold as its repr.
+
+    Distinct arguments give distinct bytes. Plain JSON cannot tell NaN or an
+    infinity from null (orjson writes all three as null), nor `{1: x}` from
+    `{"1": x}`: arguments holding those (only a Python caller can give them,
+    never a JSON text) get a tagged encoding of their own (`_tagged`), which
+    no other arguments share. Everything else is written exactly as before, so
+    the idempotency keys a journal holds stay valid."""
     value: Any = arguments
     if isinstance(arguments, str):
         try:
@@ -60,9 +67,88 @@ def canonical(arguments: Any) -> bytes:
         except (ValueError, TypeError):
             return arguments.encode("utf-8", "surrogatepass")
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:
+        # A key that is not a string; or else an integer beyond 64 bits, or a
+        # type orjson cannot write, written as their repr (as they always were).
+        if _has_non_str_key(value):
+            try:
+                return _tagged(value)
+            except (TypeError, ValueError, RecursionError):
+                pass
         return repr(arguments).encode("utf-8", "surrogatepass")
+    # NaN and the infinities come out as null: only then is a look needed.
+    if b"null" in data and _has_non_finite(value):
+        try:
+            return _tagged(value)
+        except (TypeError, ValueError, RecursionError):
+            return repr(arguments).encode("utf-8", "surrogatepass")
+    return data
+
+
+# Starts every tagged encoding: 0xFF is never in UTF-8, so never in JSON text,
+# a text argument (even with lone surrogates, "surrogatepass"), or a repr.
+_TAGGED = b"\xff"
+
+
+def _children(value: Any) -> Any:
+    if isinstance(value, dict):
+        return value.values()
+    if isinstance(value, list | tuple):
+        return value
+    return ()
+
+
+def _has_non_str_key(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict) and any(not isinstance(k, str) for k in v):
+            return True
+        stack.extend(_children(v))
+    return False
+
+
+def _has_non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return True
+        stack.extend(_children(v))
+    return False
+
+
+def _tagged(value: Any) -> bytes:
+    """`value` in an encoding with no collisions, for the arguments plain JSON
+    would confuse: every string is written with a leading "'", every float that
+    is not finite as "#nan", "#inf" or "#-inf", and a dict as an object whose
+    keys are the encodings of its keys (so 1 and "1" stay apart)."""
+    return _TAGGED + dumps(_tag(value, 0), option=orjson.OPT_SORT_KEYS)
+
+
+def _tag(v: Any, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise ValueError("too deep")
+    if v is None or isinstance(v, bool | int):
+        return v
+    if isinstance(v, str):
+        return "'" + v
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return v
+        return "#nan" if math.isnan(v) else "#inf" if v > 0 else "#-inf"
+    if isinstance(v, dict):
+        return {
+            dumps(_tag(k, depth + 1), option=orjson.OPT_SORT_KEYS).decode(): _tag(x, depth + 1)
+            for k, x in v.items()
+        }
+    if isinstance(v, list | tuple):
+        return [_tag(x, depth + 1) for x in v]
+    native = _native(v, 0)
+    if native is _NOT_NATIVE:
+        raise TypeError(f"Type is not JSON serializable: {type(v).__name__}")
+    return _tag(native, depth + 1)
 
 
 def dumps(

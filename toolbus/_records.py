@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +33,8 @@ class Submission:
     timestamp: float
     context: contextvars.Context
     priority: int = 0
+    # toolbus's own: the calls' `_run` tokens, as their events carry them.
+    _runs: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
 
 SubmitHook = Callable[[Submission], None]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._options import positive_int, positive_number
@@ -15,7 +15,7 @@ from .journal import Journal, JournalRecord, Retention
 from .journal._session import Session
 from .models import ToolCall
 from .policies._set import PolicySet
-from .tools import ToolRegistry
+from .tools import Tool, ToolRegistry
 
 DEFAULT_JOURNAL_TIMEOUT = 5.0  # seconds: Executor(journal_timeout=...)
 
@@ -101,6 +101,23 @@ def check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
             raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
         checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
     return checked
+
+
+def learn_groups(groups: dict[str, int], tools: Sequence[Tool]) -> None:
+    """Add to `groups` (Executor(groups=...), checked) the groups the tools define
+    themselves (`Tool.group_limits`); two limits for one name are a `ValueError`."""
+    defined_by = dict.fromkeys(groups, "Executor(groups=...)")
+    for t in tools:
+        for name, limit in t.group_limits.items():
+            known = groups.get(name)
+            if known is None:
+                groups[name] = limit
+                defined_by[name] = f"tool {t.name!r}"
+            elif known != limit:
+                raise ValueError(
+                    f"tool {t.name!r} defines capacity group {name!r} with limit {limit}, "
+                    f"and {defined_by[name]} with limit {known}"
+                )
 
 
 def check_inject(

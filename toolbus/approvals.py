@@ -4,9 +4,21 @@ A tool guarded by `toolbus.policies.requires_approval` does not run at first:
 its call ends `deferred` (code `APPROVAL_REQUIRED`) with an `ApprovalRequest`.
 Whoever decides answers with `request.approve()` or `request.deny(reason)`, and
 the caller submits the same call again with that `ApprovalDecision`. The
-decision names the SHA-256 digest of the arguments the model sent, so it
-approves exactly those: a decision for other arguments, a missing one or None
-never runs the call (the pydantic-ai#8060 case).
+decision names the digest of the arguments the model sent, so it approves
+exactly those: a decision for other arguments, a missing one or None never
+runs the call (the pydantic-ai#8060 case).
+
+The digest is an HMAC-SHA256 under the executor's secret (its journal's, when
+it has one), not a plain SHA-256: requests are published (in `tool:finished`
+events, logs, a UI), and a plain hash of arguments that hold a secret of few
+possible values (a PIN, a short token) gives the secret back to whoever hashes
+the candidates. Keyed, it reveals nothing without the secret. So a decision
+is good for the executor that asked for it, or any executor on the same
+journal (after a restart too), and for no other.
+
+A decision is not single-use, nor bound to the call's id: it approves a tool
+and exact arguments, and whoever holds it may submit those again, as often
+as they like, under any call id. Keep it as you would the permission itself.
 
 Pure data, no threads: the models are frozen and serialisable, so a request can
 be shown in a UI, stored, and answered from another process.
@@ -15,6 +27,8 @@ be shown in a UI, stored, and answered from another process.
 from __future__ import annotations
 
 import hashlib
+import hmac
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -55,9 +69,55 @@ class ApprovalRequest(BaseModel):
         return ApprovalDecision(digest=self.digest, approved=False, reason=reason)
 
 
-def arguments_digest(tool: str, arguments: dict[str, Any] | str) -> str:
-    """SHA-256 (hex) of the tool's name and its canonical arguments, as the
-    model sent them: a JSON text is parsed first, so spacing and key order do
-    not matter."""
-    data = tool.encode("utf-8", "surrogatepass") + b"\0" + _json.canonical(arguments)
-    return hashlib.sha256(data).hexdigest()
+# Keeps approval digests apart from the other HMACs under the same secret
+# (idempotency keys): one can never be taken for the other.
+_DOMAIN = b"toolbus approval\0"
+
+
+def arguments_digest(tool: str, arguments: dict[str, Any] | str, *, secret: bytes) -> str:
+    """HMAC-SHA256 (hex), under `secret`, of the tool's name and its canonical
+    arguments as the model sent them: a JSON text is parsed first, so spacing
+    and key order do not matter.
+
+    The executor signs its requests with its own secret (its journal's, when it
+    has one); keyed, a published digest does not give away the arguments, even
+    a secret one of few possible values."""
+    if not isinstance(secret, bytes):
+        raise TypeError(f"arguments_digest: secret must be bytes, got {type(secret).__name__}")
+    mac = hmac.new(secret, _DOMAIN, hashlib.sha256)
+    mac.update(tool.encode("utf-8", "surrogatepass"))
+    mac.update(b"\0")
+    mac.update(_json.canonical(arguments))
+    return mac.hexdigest()
+
+
+def check_approval(value: Any, option: str = "approval") -> ApprovalDecision | None:
+    """`execute(approval=...)`: None or an `ApprovalDecision`; else TypeError.
+
+    Anything else (a dict of the same fields, a request instead of its
+    decision) would only ever defer the call again, silently."""
+    if value is None or isinstance(value, ApprovalDecision):
+        return value
+    hint = (
+        " (pass request.approve() or request.deny(...))"
+        if isinstance(value, ApprovalRequest)
+        else ""
+    )
+    raise TypeError(
+        f"{option} must be an ApprovalDecision or None, got {type(value).__name__}{hint}"
+    )
+
+
+def check_approvals(value: Any) -> Mapping[str, ApprovalDecision | None]:
+    """`execute_batch(approvals=...)`: None or a mapping of call ids to
+    decisions (or None); else TypeError naming `approvals`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            "approvals must be a mapping of call ids to ApprovalDecision, got "
+            f"{type(value).__name__}"
+        )
+    for call_id, decision in value.items():
+        check_approval(decision, f"approvals[{call_id!r}]")
+    return value

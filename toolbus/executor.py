@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import hmac
 import itertools
 import logging
 import math
@@ -27,6 +28,7 @@ import time
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Self
 
 import pykka
@@ -39,6 +41,7 @@ from ._setup import (
     check_groups,
     check_inject,
     close_journal,
+    learn_groups,
     open_journal,
     unknown_tool_message,
 )
@@ -46,6 +49,7 @@ from .actors import Scheduler, Supervisor, SupervisorHost, TimerService
 from .actors._backstop import overdue
 from .actors._loopwatch import LoopWatch
 from .actors._messages import Cancel, Close, Expired, StatusQuery, Submit
+from .approvals import check_approval, check_approvals
 from .backends import Backend, Backends, LoopThread
 from .bus import Announcer, BusPublisher, Emitter, Publisher
 from .bus import _signals as sig
@@ -66,8 +70,14 @@ from .pipeline import (
     Waiter,
     current_run,
 )
-from .policies import ApprovalDecision, Policy
-from .policies._set import Guard, PolicySet, admit_at_submission, timeout_for
+from .policies import ApprovalDecision, Policy, arguments_digest, requires_approval
+from .policies._set import (
+    Guard,
+    PolicySet,
+    admit_at_submission,
+    submission_scrubber,
+    timeout_for,
+)
 from .retry import RetryPolicy
 from .tools import Tool, ToolRegistry, error_text
 
@@ -109,6 +119,9 @@ class Executor(ExecutorHooks):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
     pre-call hooks.
+    `policies` guard every tool (before the tools' own); a tool a policy
+    brings along (a spill's `read_artifact`) is registered into `registry`
+    itself, which then has it for everyone holding it (docs/policies.md).
     `name` tells this executor apart in metrics, traces and logs (the `executor`
     label of `toolbus.observe`); by default `executor-1`, `executor-2`, ... in
     the order executors are made in this process.
@@ -195,7 +208,9 @@ class Executor(ExecutorHooks):
         # cannot work fails here; tools registered later are checked on their
         # first call (and refused with a result).
         self._backends = Backends(backend, backends)
-        for t in registry.list():
+        tools = registry.list()
+        learn_groups(self._groups, tools)
+        for t in tools:
             self._backends.for_tool(t)
             for group in t.groups:
                 if group not in self._groups:
@@ -259,13 +274,28 @@ class Executor(ExecutorHooks):
         the one to export to a model): each configured tool a copy with the
         file's values, a disabled tool absent (its calls end `TOOL_NOT_FOUND`).
         That registry is a snapshot: register later tools on it, not on
-        `registry`. A file that cannot be used is a `toolbus.ConfigError`
-        naming the file, the key and the reason.
+        `registry`. A composite tool's steps run as that registry's versions
+        of their tools (a disabled one ends `TOOL_NOT_FOUND`). A `journal`
+        the file names is opened here and closed with the executor. A file
+        that cannot be used is a `toolbus.ConfigError` naming the file, the
+        key and the reason.
         """
         from .config import apply_config, load_config
+        from .config._apply import open_file_journal
 
-        view, options = apply_config(load_config(path), registry, overrides)
-        return cls(view, **options)
+        config = load_config(path)
+        view, options = apply_config(config, registry, overrides)
+        # Opened here, so that a path that cannot hold one names the file and the key.
+        journal = open_file_journal(config, options, overrides)
+        try:
+            executor = cls(view, **options)
+        except BaseException:
+            if journal is not None:
+                journal.close(1.0)
+            raise
+        if journal is not None:
+            executor._journal_owned = True  # made from the file's path: it closes with the executor
+        return executor
 
     def _start(
         self,
@@ -354,7 +384,7 @@ class Executor(ExecutorHooks):
         calls: Iterable[CallLike],
         *,
         stop_on_error: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
@@ -415,7 +445,7 @@ class Executor(ExecutorHooks):
         calls: Iterable[CallLike],
         *,
         stop_on_error: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
@@ -502,6 +532,7 @@ class Executor(ExecutorHooks):
             time.time(),
             runs[0].context,
             runs[0].priority,
+            tuple(r.token for r in runs),
         )
         for hook in self._submit_hooks:
             try:
@@ -624,8 +655,12 @@ class Executor(ExecutorHooks):
             timeout = tool.timeout if tool.timeout is not None else self.timeout
             policy = tool.retry or self.retry_policy
             guard = self._policies.guard(tool)
-            if guard is not None:
-                timeout = timeout_for(guard, timeout)
+            if guard is not None and guard.refusal is None:
+                timed = timeout_for(guard, timeout)
+                if isinstance(timed, tuple):  # a policy's timeout() failed: refused below
+                    guard = replace(guard, refusal=timed)
+                else:
+                    timeout = timed
             try:
                 backend = self._backends.for_tool(tool)
             except Exception as e:  # a custom backend's check() may raise anything
@@ -653,13 +688,24 @@ class Executor(ExecutorHooks):
         )
         if tool is None or backend is None:
             run.last_error = hint
+        elif guard is not None and guard.refusal is not None:
+            # A policy's own code (applies_to, timeout) failed for this tool:
+            # none of its calls may run, and the caller gets a result, not the error.
+            run.refusal = guard.refusal
         elif guard is not None:
             run.policies = guard.chain
             if guard.at_submission:
                 # In the batch's order, before it fans out: a quota's first calls run.
-                run.refusal = admit_at_submission(guard, c, time.monotonic())
+                # Before admission masks the arguments: what the default masking
+                # hides of them is scrubbed from a refusal (it may quote a key).
+                scrubber = submission_scrubber(c, guard.tool, self._secret_keys)
+                run.refusal = admit_at_submission(
+                    guard, c, time.monotonic(), scrubber, run.batch_id
+                )
                 if run.refusal is None:  # they admitted it: they are told how it ends
                     run.consulted.extend(guard.at_submission)
+                else:  # its result is scrubbed as it ends, like any call's
+                    run.scrubber = scrubber
         if approval is not None:
             run.approval = approval
         return run
@@ -675,6 +721,8 @@ class Executor(ExecutorHooks):
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
+        if approval is not None:
+            approval = check_approval(approval)
         run = self._make_run(
             call,
             context=contextvars.copy_context(),
@@ -697,11 +745,12 @@ class Executor(ExecutorHooks):
         waiter: Waiter,
         *,
         refuse: bool = False,
-        approvals: Mapping[str, ApprovalDecision] | None = None,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
+        decided = check_approvals(approvals)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
             return None
@@ -722,7 +771,6 @@ class Executor(ExecutorHooks):
             waiter=waiter,
         )
         context = contextvars.copy_context()
-        decided = approvals or {}
         runs = tuple(
             self._make_run(
                 c,
@@ -821,16 +869,51 @@ class _NestedCalls:
 
     async def call(self, tool: Tool, call: ToolCall, parent: Run) -> ToolResult:
         ex = self._executor
-        ex._step_tools.setdefault(tool.name, tool)
+        # The executor's version of the step's tool: a step is a call of this
+        # executor, so its configuration (Executor.from_config) applies to it
+        # as to any call: a tool it set a timeout, a rate limit, a cache for
+        # runs as its copy with those, and one it disabled does not run.
+        mine = ex.registry._version_of(tool)
+        if mine is not None:
+            ex._step_tools.setdefault(mine.name, mine)
         waiter = LoopWaiter(asyncio.get_running_loop())
         run = ex._make_run(
             call,
             context=contextvars.copy_context(),
             waiter=waiter,
             step_of=parent,
-            step_tool=tool,
+            step_tool=mine,
         )
+        if mine is None:  # ended `rejected` (TOOL_NOT_FOUND) as a call of it would be
+            run.last_error = (
+                f"Tool '{call.name}' is not available: this executor's configuration disables it"
+            )
+        elif run.policies and _approved_by_caller(parent, ex._services.key_secret):
+            # A person approved the sequence's call, which covers its steps
+            # (see toolbus/tools/_sequence.py): their approval is not asked again.
+            run.policies = tuple(p for p in run.policies if not isinstance(p, requires_approval))
         if ex._submit_hooks:
             ex._submitted((run,), None)
         ex._tell(Submit((run,), None), (run,))
         return await ex._await_one(run, waiter, f"its caller, call {parent.call.id}, was cancelled")
+
+
+def _approved_by_caller(parent: Run, secret: bytes) -> bool:
+    """Whether `parent` (a step's caller) runs by a person's approval of its
+    exact arguments, or is itself a step of a call that does.
+
+    Approved: it got past a `requires_approval` without `when` (which admits
+    nothing unapproved), or it carries an approving decision for exactly its
+    own arguments (as the caller passed one for a conditional policy)."""
+    run: Run | None = parent
+    while run is not None:
+        if any(isinstance(p, requires_approval) and p.when is None for p in run.policies):
+            return True
+        decision = run.approval
+        if isinstance(decision, ApprovalDecision) and decision.approved:
+            origin = run.origin
+            digest = arguments_digest(origin.name, origin.arguments, secret=secret)
+            if hmac.compare_digest(decision.digest, digest):
+                return True
+        run = run.parent if run.shares_slot else None  # up through steps only
+    return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 from pydantic import Field
@@ -54,6 +55,10 @@ def make_registry() -> ToolRegistry:
 
 def broken_factory() -> ToolRegistry:
     raise RuntimeError("no registry today")
+
+
+def exiting_factory() -> ToolRegistry:
+    sys.exit(3)
 
 
 NOT_A_REGISTRY = 42

@@ -106,7 +106,8 @@ def serve(
         try:
             check_exposure(bind, token)
         except ValueError as e:
-            usage_error(_COMMAND, f"{e} (pass --token-env VAR)")
+            hint = " (pass --token-env VAR)" if token is None else ""
+            usage_error(_COMMAND, f"{e}{hint}")
     try:
         tools = load_registry(registry)
     except ValueError as e:
@@ -120,11 +121,12 @@ def serve(
         # stdout stays quiet (as with stdio); the address goes where people look.
         typer.echo(f"toolbus mcp serve: {registry} at {url}", err=True)
 
+    listen = port if port is not None else DEFAULT_PORT
     try:
         serve_http(
             tools,
             host=bind,
-            port=port if port is not None else DEFAULT_PORT,
+            port=listen,
             token=token,
             allowed_origins=allow_origin or (),
             name=name,
@@ -132,4 +134,4 @@ def serve(
             **options,
         )
     except OSError as e:  # the port is taken, the address is not this machine's
-        usage_error(_COMMAND, f"cannot listen on {bind}:{port}: {e.strerror or e}")
+        usage_error(_COMMAND, f"cannot listen on {bind}:{listen}: {e.strerror or e}")

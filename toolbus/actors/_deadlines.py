@@ -16,6 +16,7 @@ reported cannot turn a retry into a timeout.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +24,14 @@ from ..backends import Job
 from ..bus import _signals as sig
 from ..bus._events import TimedOut
 from ..models import ErrorCode
-from ..pipeline import ADMISSION, FINISHING, OFF_CLOCK, Run
+from ..pipeline import ADMISSION, FINISHING, OFF_CLOCK, POLICIES, Run, finish, make_result
+from ..policies._protocol import policy_name
 from ._messages import Deadline, Expired, Grace, RetryDue
 
 if TYPE_CHECKING:
     from ..bus import Emitter
     from ..models import Status
+    from ..pipeline import Services
     from ._budget import ThreadBudget
     from ._capacity import Capacity
     from ._timers import TimerService
@@ -48,6 +51,7 @@ class Deadlines:
     """The scheduler's timer handlers (a part of `Scheduler`)."""
 
     timers: TimerService
+    services: Services
     emitter: Emitter
     counters: dict[str, int]
     hook_grace: float
@@ -59,6 +63,7 @@ class Deadlines:
 
         def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None: ...
         def _detach(self, run: Run) -> None: ...
+        def _closed_run(self, run: Run) -> None: ...
 
     def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
         self._disarm(run)
@@ -94,6 +99,15 @@ class Deadlines:
             return
         run, n = msg.run, msg.attempt
         phase = run.phase
+        if phase == POLICIES:
+            # Its policies deciding: off the deadline's clock, but not for
+            # ever. They get as long as the call's timeout, apart from it.
+            undecided = run.asking_since + (run.timeout or 0.0) - time.monotonic()
+            if undecided > _EARLY:
+                self._arm(run, undecided, Deadline)
+            else:
+                self._undecided(run, n)
+            return
         if phase in OFF_CLOCK:
             # Writing its intent to the journal, or waiting for its worker to
             # start: off the deadline's clock. The step moves the deadline on.
@@ -122,6 +136,7 @@ class Deadlines:
                     n,
                     run.timeout or 0.0,
                     parent_call_id=run.parent_call_id,
+                    _run=run.token,
                 ),
             )
         # What follows a timeout (retry decision, post-call hooks) is user code:
@@ -143,6 +158,31 @@ class Deadlines:
                 run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
                 f"Tool '{run.call.name}' timed out after {run.timeout}s",
             )  # fmt: skip
+
+    def _undecided(self, run: Run, n: int) -> None:
+        """A policy took a whole timeout to decide about `run`: the call ends
+        `rejected`, naming it (a guard that cannot answer fails closed)."""
+        if not run.try_settle(n):
+            # It decided just now, and the worker holds the outcome: let it go
+            # on, bounded as any attempt is.
+            if not run.completed:
+                self._arm(run, self.hook_grace, Grace)
+            return
+        at = run.policy_at
+        name = policy_name(run.policies[at]) if at < len(run.policies) else "?"
+        run.stop_reason = "timeout"
+        run.interrupt()  # cancels an async policy's task; a sync one's thread is let go
+        self._detach(run)
+        message = (
+            f"Tool '{run.call.name}' is unavailable: its policy {name} did not decide "
+            f"within {run.timeout}s"
+        )
+        # attempts=0, as for any call its policies refused: its tool never ran.
+        result = make_result(
+            run, "rejected", error=message, code=ErrorCode.TOOL_UNAVAILABLE, attempts=0
+        )
+        finish(run, result, self.services)
+        self._closed_run(run)
 
     def _on_expired(self, msg: Expired) -> None:
         """A caller saw the attempt overdue before its timer fired: act as the timer."""

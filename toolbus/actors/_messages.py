@@ -26,6 +26,7 @@ __all__ = [
     "RetryDue",
     "StatusQuery",
     "Submit",
+    "UntilDone",
 ]
 
 
@@ -97,6 +98,14 @@ class RetryDue:
     run: Run
     attempt: int
     gen: int
+
+
+@dataclass(frozen=True, slots=True)
+class UntilDone:
+    """A policy's `Delay(until=future)` -> supervisor: the future is done; the
+    calls delayed until it are asked again."""
+
+    future: Any
 
 
 @dataclass(frozen=True, slots=True)

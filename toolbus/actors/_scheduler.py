@@ -32,13 +32,14 @@ from __future__ import annotations
 import logging
 import threading
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
-from ..models import ErrorCode, Status
+from ..models import ErrorCode, Status, ToolResult
 from ..pipeline import BatchRun, Outcome, Run
 from ._batches import announce_groups, announce_start, finish_batch, schedule_batch
 from ._budget import ThreadBudget
@@ -56,12 +57,40 @@ from ._messages import (
     RetryDue,
     StatusQuery,
     Submit,
+    UntilDone,
 )
 from ._timers import TimerService
+
+if TYPE_CHECKING:
+    from ..tools import Tool
 
 __all__ = ["Scheduler"]
 
 log = logging.getLogger("toolbus.actors")
+
+
+class _Waiting:
+    """The calls delayed until one future is done (see `Scheduler._wait_until`)."""
+
+    __slots__ = ("dues", "prune_at")
+
+    def __init__(self, due: RetryDue) -> None:
+        self.dues = [due]
+        self.prune_at = 16
+
+    def add(self, due: RetryDue) -> None:
+        dues = self.dues
+        dues.append(due)
+        if len(dues) >= self.prune_at:
+            # Drop the calls no longer waiting on it (their timer won, they
+            # ended): amortised, the list stays within twice those that wait.
+            dues[:] = [d for d in dues if _waits(d)]
+            self.prune_at = max(16, 2 * len(dues))
+
+
+def _waits(due: RetryDue) -> bool:
+    run = due.run
+    return not run.sv_closed and run.sv_gen == due.gen
 
 
 class Scheduler(Deadlines):
@@ -100,6 +129,8 @@ class Scheduler(Deadlines):
             name: Group(name, limit) for name, limit in (groups or {}).items()
         }
         self.runs_open: set[Run] = set()
+        # Policies' `Delay(until=future)`: the calls waiting on each future.
+        self._untils: weakref.WeakKeyDictionary[Any, _Waiting] = weakref.WeakKeyDictionary()
         # Backends in use, and the budget of threads their jobs may hold.
         self.backends: dict[int, Backend] = {}
         self.budget = ThreadBudget(max_abandoned, max_abandoned_per_tool)
@@ -190,6 +221,8 @@ class Scheduler(Deadlines):
                 self._on_expired(message)
             elif kind is RetryDue:
                 self._on_retry_due(message)
+            elif kind is UntilDone:
+                self._on_until_done(message)
             elif kind is Grace:
                 self._on_grace(message)
             elif kind is Cancel:
@@ -222,6 +255,8 @@ class Scheduler(Deadlines):
         for run in msg.runs:
             if run.tool is not None:
                 run.sv_pool = self._pool(run)
+                if run.tool.group_limits:
+                    self._learn_groups(run.tool)
                 named = tuple(self.groups[n] for n in run.tool.groups if n in self.groups)
                 run.sv_groups = (
                     (b.sv_group, run.sv_pool, *named) if b is not None else (run.sv_pool, *named)
@@ -242,11 +277,15 @@ class Scheduler(Deadlines):
         announce_start(b, self.emitter)
         b.schedule = schedule_batch(b, self.services.max_argument_bytes)
         eligible = b.schedule.open()
-        for run in b.runs:
-            self._reject_unstartable(run)
-        announce_groups(b, self.emitter)
-        for i in eligible:
-            self.slots.enqueue(b.runs[i])
+        b.sv_busy += 1  # every call may be rejected here: the batch ends after this
+        try:
+            for run in b.runs:
+                self._reject_unstartable(run)
+            announce_groups(b, self.emitter)
+            for i in eligible:
+                self.slots.enqueue(b.runs[i])
+        finally:
+            self._done_with(b)
 
     def _reject_unstartable(self, run: Run) -> bool:
         """Reject a run that can never start: unknown tool, no backend, refused
@@ -263,6 +302,15 @@ class Scheduler(Deadlines):
         if run.backend is None:
             self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, run.last_error)
             return True
+        for name, limit in run.tool.group_limits.items():
+            if self.groups[name].limit != limit:
+                self._finish_here(
+                    run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
+                    f"Tool '{run.call.name}' is unavailable: it defines capacity group "
+                    f"{name!r} with limit {limit}, and the executor has it with limit "
+                    f"{self.groups[name].limit}",
+                )  # fmt: skip
+                return True
         missing = [n for n in run.tool.groups if n not in self.groups]
         if missing:
             self._finish_here(
@@ -272,6 +320,13 @@ class Scheduler(Deadlines):
             )  # fmt: skip
             return True
         return False
+
+    def _learn_groups(self, tool: Tool) -> None:
+        """Make the groups a tool registered after the executor defines itself
+        (`Tool.group_limits`); a conflicting limit is refused by `_reject_unstartable`."""
+        for name, limit in tool.group_limits.items():
+            if name not in self.groups:
+                self.groups[name] = Group(name, limit)
 
     def _nested_deadlock(self, run: Run, group: Group) -> str | None:
         if not would_deadlock(run, group, self.runs_open):
@@ -440,12 +495,45 @@ class Scheduler(Deadlines):
         self._arm(run, outcome.delay, RetryDue)
         until = outcome.until
         if until is not None:
-            due = RetryDue(run, 0, run.sv_gen)
+            # Whichever comes first, the timer or the event; the other is stale.
             try:
-                # Whichever comes first, the timer or the event; the other is stale.
-                until.add_done_callback(lambda _: self._tell(due))
+                self._wait_until(until, RetryDue(run, 0, run.sv_gen))
             except Exception as e:  # not a future after all: the timer stands
                 log.error("a policy's delay has no usable `until` (%s): waiting it out", e)
+
+    def _wait_until(self, until: Any, due: RetryDue) -> None:
+        """Send `due` when `until` is done (unless its timer wins first).
+
+        One done-callback per future, however many calls wait on it and however
+        often: a future that never completes (a flight presumed lost, a policy's
+        event that never comes) would otherwise keep a callback, and through it
+        the run, per delay, for as long as the future lives. The calls waiting
+        on it are kept here, the stale ones (their timer won) dropped as more
+        come; the entry goes with the future."""
+        try:
+            waiting = self._untils.get(until)
+        except TypeError:  # unhashable: one callback for this delay, as it comes
+            until.add_done_callback(lambda _: self._tell(due))
+            return
+        if waiting is not None:
+            waiting.add(due)
+            return
+        try:
+            self._untils[until] = _Waiting(due)
+        except TypeError:  # not weakly referenceable: as above
+            until.add_done_callback(lambda _: self._tell(due))
+            return
+        try:
+            until.add_done_callback(lambda f: self._tell(UntilDone(f)))
+        except BaseException:
+            del self._untils[until]
+            raise
+
+    def _on_until_done(self, msg: UntilDone) -> None:
+        waiting = self._untils.pop(msg.future, None)
+        if waiting is not None:
+            for due in waiting.dues:
+                self._on_retry_due(due)  # a stale one (its timer won) is dropped there
 
     # -- cancellation --------------------------------------------------------------------
 
@@ -496,6 +584,26 @@ class Scheduler(Deadlines):
         if b is None:
             return
         b.remaining -= 1
+        # Closing this run may close others of the batch (the calls a deferred
+        # one holds back, the rest after a stop_on_error): the last of those
+        # must not end the batch, and so release its caller, while this frame
+        # still reads the batch. `_done_with` ends it once the outermost is done.
+        b.sv_busy += 1
+        try:
+            self._batch_books(b, run, result)
+        finally:
+            self._done_with(b)
+
+    def _done_with(self, b: BatchRun) -> None:
+        """The supervisor is done with a part of `b`'s books: if that was the
+        last part and every call has its result, the batch ends."""
+        b.sv_busy -= 1
+        if b.remaining == 0 and b.sv_busy == 0:
+            finish_batch(b, self.emitter)
+
+    def _batch_books(self, b: BatchRun, run: Run, result: ToolResult | None) -> None:
+        """What a closed run changes in its batch: its schedule, the calls
+        that wait for it, a stop on error."""
         if b.schedule is not None:
             if result is not None and result.status == "deferred":
                 self._abort_waiters(b, run)
@@ -517,8 +625,6 @@ class Scheduler(Deadlines):
                 )
                 for other in b.runs:
                     self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
-        if b.remaining == 0:
-            finish_batch(b, self.emitter)
 
     def _abort_waiters(self, b: BatchRun, run: Run) -> None:
         """A deferred call never finished, as far as order goes: the later calls

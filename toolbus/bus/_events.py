@@ -71,6 +71,11 @@ class CallEvent(Event):
     attempt: int
     # Keyword-only with a default: every subclass keeps its positional fields.
     parent_call_id: str | None = field(default=None, kw_only=True)
+    # toolbus's own, not the event's data (no surface publishes it): which
+    # submitted call this is, unique in the process, so an observer that noted
+    # the call at submission (`Executor.on_submit`, `Submission._runs`) finds
+    # it again when two calls with the same id run at once. 0: not a call's run.
+    _run: int = field(default=0, kw_only=True, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,24 +4,32 @@ The caller's registry is never changed: other executors, the command line, a
 test may hold it. An executor whose file configures tools gets a new registry
 of its own, where each configured tool is a copy with the file's values (see
 `toolbus.tools._registry.reconfigured`) and a disabled tool is absent, so it
-is neither exported to a model nor callable (`TOOL_NOT_FOUND`).
+is neither exported to a model nor callable (`TOOL_NOT_FOUND`). The view maps
+each original it replaced to its copy (or to None, disabled), so a tool held
+by another (a sequence's step, a spill's read_artifact) is run, or left out,
+as the file says, not as the object held.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import sqlite3
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._options import positive_number
 from ..backends._resolve import Backends
-from ..tools import Tool, ToolRegistry
+from ..tools import Tool, ToolRegistry, error_text
 from ..tools._registry import reconfigured, registry_view
 from ._errors import ConfigError
 from ._file import read_config
 from ._settings import Config, ToolSettings, parse_config, reason
 
-__all__ = ["apply_config", "load_config"]
+if TYPE_CHECKING:
+    from ..journal import Journal
+
+__all__ = ["apply_config", "load_config", "open_file_journal"]
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -55,6 +63,43 @@ def apply_config(
     _check_backends(config, view, options, from_file)
     _check_groups(config, view, options, from_file)
     return view, options
+
+
+def open_file_journal(
+    config: Config, options: dict[str, Any], overrides: Mapping[str, Any]
+) -> Journal | None:
+    """The journal at the file's `journal` path, opened now, so that a path no
+    journal can live at (a directory, a file that is not one, a directory
+    that does not exist) is a `ConfigError` naming the file and the key, not
+    an `OSError` out of `Executor(...)`. `options["journal"]` becomes the
+    open journal (and `journal_retention` goes into it): the executor is to
+    own it, closing it when it closes. None when the file sets no journal, or
+    the code overrides it."""
+    if "journal" not in options or "journal" in overrides or config.path is None:
+        return None
+    from .._setup import DEFAULT_JOURNAL_TIMEOUT
+    from ..journal import Journal, Retention
+
+    # The executor's own checks of the other two options, as it would make them.
+    retention = Retention.coerce(
+        options.pop("journal_retention", None), "journal_retention", "Executor"
+    )
+    timeout = options.get("journal_timeout")
+    wait = (
+        DEFAULT_JOURNAL_TIMEOUT
+        if timeout is None
+        else positive_number(timeout, "journal_timeout", "Executor")
+    )
+    path = options["journal"]
+    try:
+        journal = Journal(path, create=True, retention=retention, timeout=wait)
+    except (OSError, ValueError, sqlite3.Error) as e:  # TimeoutError is an OSError
+        key = config.option_keys.get("journal", "journal")
+        raise config.error(
+            key, f"no journal can be kept at {str(path)!r}: {error_text(e)}"
+        ) from None
+    options["journal"] = journal
+    return journal
 
 
 def _tool_view(config: Config, registry: ToolRegistry) -> ToolRegistry:

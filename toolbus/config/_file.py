@@ -84,6 +84,10 @@ def _parse(file: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(shown, None, f"not valid TOML: {e}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(
+            shown, None, "not usable TOML: its arrays or tables nest too deeply"
+        ) from None
     except OSError as e:
         raise ConfigError(shown, None, f"cannot be read: {e.strerror or e}") from None
 

@@ -25,8 +25,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError("toolbus.mcp needs the MCP SDK: pip install 'toolbus[mcp]'") from e
 
-from ._connection import (
-    MCPConnection,
+from ._connect import (
     MCPTarget,
     aconnect,
     aconnect_http,
@@ -35,8 +34,16 @@ from ._connection import (
     connect_http,
     connect_stdio,
 )
-from ._errors import MCPCallError, MCPConnectError, MCPConnectionLost, MCPServerUnavailable
+from ._connection import MCPConnection
+from ._errors import (
+    MCPCallError,
+    MCPConnectError,
+    MCPConnectionLost,
+    MCPOutputError,
+    MCPServerUnavailable,
+)
 from ._link import ConnectionStatus
+from ._output import tool_output
 from ._serve_http import aserve_http, http_app, serve_http
 from ._server import (
     aserve_stdio,
@@ -47,7 +54,7 @@ from ._server import (
     serve_stdio,
     tool_annotations,
 )
-from ._tool import MCPTool, tool_output
+from ._tool import MCPTool
 
 __all__ = [
     "ConnectionStatus",
@@ -55,6 +62,7 @@ __all__ = [
     "MCPConnectError",
     "MCPConnection",
     "MCPConnectionLost",
+    "MCPOutputError",
     "MCPServerUnavailable",
     "MCPTarget",
     "MCPTool",

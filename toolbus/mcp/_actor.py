@@ -49,7 +49,8 @@ class Opened:
 
 @dataclass(frozen=True)
 class ListTools:
-    """List the server's tools again; the reply is a list of `mcp.types.Tool`."""
+    """List the server's tools again (and apply the list: `Link.on_tools`); the
+    reply is a list of `mcp.types.Tool`."""
 
     timeout: float
 
@@ -84,11 +85,11 @@ class SessionPort:
         tool: str,
         arguments: dict[str, Any],
         *,
-        read_only: bool,
+        retry_safe: bool,
         progress: ProgressFnT | None = None,
     ) -> types.CallToolResult:
         """`Link.call` on the session's loop (its errors are raised here)."""
-        coro = self.link.call(tool, arguments, read_only=read_only, progress=progress)
+        coro = self.link.call(tool, arguments, retry_safe=retry_safe, progress=progress)
         with self._lock:
             try:
                 if self._closed:
@@ -108,7 +109,7 @@ class SessionPort:
             # The session's side was cancelled: the connection closed under the call.
             raise MCPConnectionLost(
                 self._closed_message("was closed during the call"),
-                retryable=None if read_only else False,
+                retryable=None if retry_safe else False,
             ) from None
 
     def close(self) -> None:

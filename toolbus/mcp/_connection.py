@@ -1,4 +1,4 @@
-"""Connecting to an MCP server, and handing its tools to a toolbus registry.
+"""A connection to an MCP server, and handing its tools to a toolbus registry.
 
     with connect_stdio(sys.executable, ["-m", "mcp_server_time"]) as time_server:
         time_server.register(registry, prefix="time_")
@@ -6,54 +6,34 @@
             executor.execute(ToolCall(name="time_get_current_time", arguments={...}))
 
 The connection stays open until `close()`; the tools it made fail with
-`MCPServerUnavailable` after that.
+`MCPServerUnavailable` after that. Tools it registered follow the server's
+tool list (`_registrations.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-import os
-import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, TextIO, cast
+import weakref
+from collections.abc import Iterable
+from typing import cast
 
 import mcp_types as types
 import pykka
-from mcp import Client, StdioServerParameters, stdio_client
-from mcp.client import Transport
-from mcp.server import MCPServer, Server
 
-from .. import __version__
+from .._options import positive_int, timeout_seconds
 from ..retry import RetryPolicy
 from ..tools import DuplicateToolError, ToolRegistry
-from ._actor import ListTools, Open, Opened, SessionActor, Status
+from ._actor import ListTools, Opened, SessionActor, Status
 from ._errors import MCPConnectError
 from ._link import ConnectionStatus, Link
-from ._tool import MCPTool
+from ._registrations import MadeWith, Registration
+from ._tool import MCPTool, server_group
 
-__all__ = [
-    "MCPConnection",
-    "MCPTarget",
-    "aconnect",
-    "aconnect_http",
-    "aconnect_stdio",
-    "connect",
-    "connect_http",
-    "connect_stdio",
-]
-
-MCPTarget = StdioServerParameters | str | Server[Any] | MCPServer[Any] | Callable[[], Transport]
-"""What `connect` accepts: stdio parameters, a streamable HTTP URL, an in-process
-server, or a function that makes a fresh transport (called once per connection
-attempt, since transports are single-use)."""
+__all__ = ["MCPConnection"]
 
 log = logging.getLogger("toolbus.mcp")
-
-_CLIENT_INFO = types.Implementation(name="toolbus", version=__version__)
 
 
 class MCPConnection:
@@ -64,18 +44,39 @@ class MCPConnection:
     Thread-safe; use it with `with` (or `async with`) or call `close()`.
     """
 
-    def __init__(self, actor: pykka.ActorRef[SessionActor], opened: Opened, link: Link) -> None:
+    def __init__(
+        self,
+        actor: pykka.ActorRef[SessionActor],
+        opened: Opened,
+        link: Link,
+        *,
+        server_max_concurrency: int | None = None,
+        idempotent_hints: bool = False,
+    ) -> None:
         self._actor = actor
         self._link = link
         self._port = actor.proxy().port.get()
-        self._specs = opened.tools
+        self._specs = _unique(opened.tools, opened.server_name or link.name)
         self.server_name = opened.server_name
         self.server_version = opened.server_version
+        self.server_max_concurrency = server_max_concurrency
+        self._idempotent_hints = idempotent_hints
+        # Guards the specs, the tools made and the registrations: the session's
+        # loop applies new listings while callers make and register tools.
+        self._lock = threading.Lock()
+        self._made: weakref.WeakSet[MCPTool] = weakref.WeakSet()
+        self._registrations: list[Registration] = []
+        link.on_tools = self._apply
 
     @property
     def name(self) -> str:
         """The name used in error messages (the server's own name unless given)."""
         return self._link.name
+
+    @property
+    def capacity_group(self) -> str | None:
+        """The capacity group of `server_max_concurrency` (`mcp:<name>`), or None without one."""
+        return None if self.server_max_concurrency is None else server_group(self.name)
 
     @property
     def closed(self) -> bool:
@@ -95,39 +96,23 @@ class MCPConnection:
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
         read_only_hints: bool = True,
+        idempotent_hints: bool | None = None,
     ) -> list[MCPTool]:
         """toolbus tools for the server's tools (all, or those named in `only`).
 
         Each is named `prefix + the server's name`. `timeout`, `retry` and
         `max_concurrency` apply to each tool (None: the executor's). With
         `read_only_hints=False` the servers' `readOnlyHint`s are not trusted
-        and every tool is mutating (runs alone, in order). A tool whose schema
-        is not valid JSON Schema is left out, with a warning in the log.
+        and every tool is mutating (runs alone, in order). `idempotent_hints`
+        (None: the connection's, False unless `connect(idempotent_hints=True)`)
+        says whether `idempotentHint`s make tools `idempotent`. A tool whose
+        schema is not valid JSON Schema is left out, with a warning in the log.
         """
-        wanted = set(only) if only is not None else None
-        made: list[MCPTool] = []
-        for spec in self._specs:
-            if wanted is not None and spec.name not in wanted:
-                continue
-            try:
-                made.append(
-                    MCPTool(
-                        spec,
-                        self._port,
-                        name=prefix + spec.name,
-                        read_only=None if read_only_hints else False,
-                        timeout=timeout,
-                        retry=retry,
-                        max_concurrency=max_concurrency,
-                    )
-                )
-            except Exception as e:
-                _log_skipped(self.name, spec.name, e)
-        if wanted is not None:
-            missing = wanted - {s.name for s in self._specs}
-            if missing:
-                raise KeyError(f"MCP server '{self.name}' has no tool {sorted(missing)}")
-        return made
+        made_with = self._made_with(
+            prefix, timeout, retry, max_concurrency, read_only_hints, idempotent_hints
+        )
+        with self._lock:
+            return self._tools(made_with, only)
 
     def register(
         self,
@@ -139,32 +124,40 @@ class MCPConnection:
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
         read_only_hints: bool = True,
+        idempotent_hints: bool | None = None,
     ) -> list[MCPTool]:
         """Make the tools (as `tools()` does) and register each in `registry`.
 
         A name already in the registry raises `DuplicateToolError` before any
         tool is registered; use `prefix` to keep two servers' tools apart.
+        From then on the registry follows the server's tool list: tools it
+        adds are registered alike (a name already taken is skipped, with a
+        warning), tools it removes are unregistered, changed ones replaced.
         """
-        made = self.tools(
-            prefix=prefix,
-            only=only,
-            timeout=timeout,
-            retry=retry,
-            max_concurrency=max_concurrency,
-            read_only_hints=read_only_hints,
+        made_with = self._made_with(
+            prefix, timeout, retry, max_concurrency, read_only_hints, idempotent_hints
         )
-        taken = [t.name for t in made if t.name in registry]
-        if taken:
-            raise DuplicateToolError(f"tools named {taken} are already registered")
-        for tool in made:
-            registry.register(tool)
+        only = list(only) if only is not None else None
+        with self._lock:
+            made = self._tools(made_with, only)
+            taken = [t.name for t in made if t.name in registry]
+            if taken:
+                raise DuplicateToolError(f"tools named {taken} are already registered")
+            for tool in made:
+                registry.register(tool)
+            # The listed tools left out (unusable schema): each comes back once the
+            # server lists it fixed.
+            wanted = {s.name for s in self._specs if only is None or s.name in only}
+            skipped = wanted - {t.remote_name for t in made}
+            self._registrations.append(Registration(registry, made_with, only, made, skipped))
         return made
 
     def refresh(self, timeout: float = 10.0) -> list[types.Tool]:
-        """List the server's tools again (for `tools()` made from now on).
+        """List the server's tools again, and bring the registered tools in step.
 
-        Raises `MCPConnectError` when the server does not answer in time or
-        the connection is closed.
+        The server's announced changes do this by themselves; `refresh()` is
+        for servers that announce none. Raises `MCPConnectError` when the
+        server does not answer in time or the connection is closed.
         """
         try:
             specs = cast(list[types.Tool], self._actor.ask(ListTools(timeout), timeout=timeout + 5))
@@ -172,7 +165,6 @@ class MCPConnection:
             raise MCPConnectError(f"the connection to MCP server '{self.name}' is closed") from None
         except pykka.Timeout:
             raise MCPConnectError(f"MCP server '{self.name}' did not list its tools") from None
-        self._specs = specs
         return list(specs)
 
     async def arefresh(self, timeout: float = 10.0) -> list[types.Tool]:
@@ -193,6 +185,8 @@ class MCPConnection:
             self._actor.stop(timeout=timeout)
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
+        with self._lock:
+            self._registrations.clear()
 
     async def aclose(self, timeout: float = 10.0) -> None:
         """Async twin of `close`."""
@@ -214,215 +208,108 @@ class MCPConnection:
         state = "closed" if self.closed else f"{len(self._specs)} tools"
         return f"<MCPConnection {self.name!r} {state}>"
 
+    # -- making tools, and following the server's list ---------------------------------
 
-def connect(
-    target: MCPTarget,
-    *,
-    name: str | None = None,
-    connect_timeout: float = 10.0,
-    probe_timeout: float = 2.0,
-    backoff_base: float = 0.5,
-    max_backoff: float = 30.0,
-) -> MCPConnection:
-    """Connect to an MCP server and list its tools; blocks until both are done.
+    def _made_with(
+        self,
+        prefix: str,
+        timeout: float | None,
+        retry: RetryPolicy | None,
+        max_concurrency: int | None,
+        read_only_hints: bool,
+        idempotent_hints: bool | None,
+    ) -> MadeWith:
+        # Checked here, each error naming its option: a bad option must not
+        # surface later as every tool's "schema not usable" (and no tools).
+        owner = "MCPConnection.tools/register"
+        if not isinstance(prefix, str):
+            raise TypeError(f"{owner}: prefix must be a string, got {prefix!r}")
+        timeout = timeout_seconds(timeout, "timeout", owner)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"{owner}: retry must be a RetryPolicy or None, got {retry!r}")
+        if max_concurrency is not None:
+            max_concurrency = positive_int(max_concurrency, "max_concurrency", owner)
+        if not isinstance(read_only_hints, bool):
+            raise TypeError(
+                f"{owner}: read_only_hints must be True or False, got {read_only_hints!r}"
+            )
+        if idempotent_hints is not None and not isinstance(idempotent_hints, bool):
+            raise TypeError(
+                f"{owner}: idempotent_hints must be True, False or None, got {idempotent_hints!r}"
+            )
+        trust = self._idempotent_hints if idempotent_hints is None else idempotent_hints
+        return MadeWith(prefix, timeout, retry, max_concurrency, read_only_hints, trust)
 
-    Raises `MCPConnectError` when the server cannot be reached within
-    `connect_timeout` seconds. Later failures never raise here: calls end as
-    errors, and the connection reconnects (at once after a drop; after a
-    failed attempt not before `backoff_base * 2**n` seconds, at most
-    `max_backoff`). A call cancelled by toolbus (timeout) triggers a health
-    check; a server that does not answer it within `probe_timeout` seconds is
-    restarted.
-    """
-    link = Link(
-        name or _default_name(target),
-        _client_factory(target),
-        connect_timeout=connect_timeout,
-        probe_timeout=probe_timeout,
-        backoff_base=backoff_base,
-        max_backoff=max_backoff,
-    )
-    actor = SessionActor.start(link)
-    try:
-        opened = cast(
-            Opened, actor.ask(Open(2 * connect_timeout + 5), timeout=2 * connect_timeout + 10)
-        )
-    except BaseException as e:
-        actor.stop(block=False)
-        if isinstance(e, pykka.Timeout):
-            raise MCPConnectError(f"MCP server '{link.name}' did not connect in time") from None
-        raise
-    if name is None and opened.server_name:
-        link.name = opened.server_name
-    return MCPConnection(actor, opened, link)
+    def _tools(self, made_with: MadeWith, only: Iterable[str] | None) -> list[MCPTool]:
+        """The tools for the specs as last listed (the caller holds the lock)."""
+        wanted = set(only) if only is not None else None
+        if wanted is not None:
+            missing = wanted - {s.name for s in self._specs}
+            if missing:
+                raise KeyError(f"MCP server '{self.name}' has no tool {sorted(missing)}")
+        made = []
+        for spec in self._specs:
+            if wanted is None or spec.name in wanted:
+                tool = self._make(spec, made_with)
+                if tool is not None:
+                    made.append(tool)
+        return made
 
-
-async def aconnect(
-    target: MCPTarget,
-    *,
-    name: str | None = None,
-    connect_timeout: float = 10.0,
-    probe_timeout: float = 2.0,
-    backoff_base: float = 0.5,
-    max_backoff: float = 30.0,
-) -> MCPConnection:
-    """Async twin of `connect`; never blocks the event loop.
-
-    Cancelling it cannot stop a connect under way (it runs in a thread); the
-    connection it then yields is closed, so no server process is left behind.
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[MCPConnection] = loop.create_future()
-    abandoned = threading.Event()
-    context = contextvars.copy_context()
-
-    def make() -> MCPConnection:
-        return connect(
-            target,
-            name=name,
-            connect_timeout=connect_timeout,
-            probe_timeout=probe_timeout,
-            backoff_base=backoff_base,
-            max_backoff=max_backoff,
-        )
-
-    def work() -> None:
-        # Our own thread, not the loop's executor: asyncio.run() cancels the
-        # executor's task at exit, and the connection made after would be lost.
+    def _make(self, spec: types.Tool, made_with: MadeWith) -> MCPTool | None:
         try:
-            conn = context.run(make)
-        except BaseException as e:
-            _deliver(loop, future, None, e)
-            return
-        if abandoned.is_set() or not _deliver(loop, future, conn, None):
-            conn.close()
+            tool = MCPTool(
+                spec,
+                self._port,
+                name=made_with.prefix + spec.name,
+                read_only=None if made_with.read_only_hints else False,
+                idempotent=None if made_with.idempotent_hints else False,
+                timeout=made_with.timeout,
+                retry=made_with.retry,
+                max_concurrency=made_with.max_concurrency,
+                server_max_concurrency=self.server_max_concurrency,
+            )
+        except Exception as e:
+            log.warning(
+                "MCP server '%s': tool '%s' left out, its schema is not usable: %s",
+                self.name,
+                spec.name,
+                e,
+            )
+            return None
+        self._made.add(tool)
+        return tool
 
-    threading.Thread(target=work, name="toolbus-mcp-connect", daemon=True).start()
-    try:
-        return await future
-    except asyncio.CancelledError:
-        abandoned.set()
-        raise
-
-
-def _deliver(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[MCPConnection],
-    conn: MCPConnection | None,
-    error: BaseException | None,
-) -> bool:
-    """Hand the outcome to the awaiting task; False if nobody can take it."""
-
-    def settle() -> None:
-        if future.cancelled():
-            if conn is not None:  # cancelled just now: close it, off the loop
-                threading.Thread(target=conn.close, name="toolbus-mcp-close", daemon=True).start()
-        elif error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(conn)  # type: ignore[arg-type]
-
-    try:
-        loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the loop is closed
-        return False
-    return True
-
-
-def connect_stdio(
-    command: str,
-    args: Sequence[str] = (),
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: str | Path | None = None,
-    errlog: TextIO | None = None,
-    **options: Any,
-) -> MCPConnection:
-    """Start `command args` as an MCP server and connect to it over its stdin/stdout.
-
-    `env` is added to a minimal inherited environment (PATH, HOME, ...); the
-    server's stderr goes to `errlog` (default: this process's stderr).
-    `options` are `connect`'s. Each reconnection starts a new process.
-    """
-    return connect(_stdio_target(command, args, env, cwd, errlog), **options)
+    def _apply(self, specs: list[types.Tool]) -> None:
+        """A new listing (on the session's loop): mark the tools the server no
+        longer lists, and bring each registration in step."""
+        with self._lock:
+            specs = _unique(specs, self.name)
+            before = {s.name: s for s in self._specs}
+            after = {s.name: s for s in specs}
+            self._specs = specs
+            if before == after:
+                return
+            for tool in list(self._made):
+                if tool.remote_name not in after:
+                    tool.removed = True
+            self._registrations = [
+                r for r in self._registrations if r.apply(self.name, before, after, self._make)
+            ]
 
 
-async def aconnect_stdio(
-    command: str,
-    args: Sequence[str] = (),
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: str | Path | None = None,
-    errlog: TextIO | None = None,
-    **options: Any,
-) -> MCPConnection:
-    """Async twin of `connect_stdio`."""
-    return await aconnect(_stdio_target(command, args, env, cwd, errlog), **options)
-
-
-def connect_http(url: str, **options: Any) -> MCPConnection:
-    """Connect to an MCP server over streamable HTTP at `url` (e.g. `http://host/mcp`).
-
-    For headers or authentication, pass `connect` a function that makes the
-    transport: `lambda: streamable_http_client(url, http_client=...)`.
-    """
-    return connect(url, **options)
-
-
-async def aconnect_http(url: str, **options: Any) -> MCPConnection:
-    """Async twin of `connect_http`."""
-    return await aconnect(url, **options)
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-class _StdioTarget:
-    """A transport factory for a stdio server: a fresh process per connection attempt."""
-
-    def __init__(self, params: StdioServerParameters, errlog: TextIO) -> None:
-        self.params = params
-        self.errlog = errlog
-
-    def __call__(self) -> Transport:
-        return stdio_client(self.params, errlog=self.errlog)
-
-
-def _stdio_target(
-    command: str,
-    args: Sequence[str],
-    env: Mapping[str, str] | None,
-    cwd: str | Path | None,
-    errlog: TextIO | None,
-) -> _StdioTarget:
-    params = StdioServerParameters(
-        command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
-    )
-    return _StdioTarget(params, errlog if errlog is not None else sys.stderr)
-
-
-def _client_factory(target: MCPTarget) -> Callable[[], Client]:
-    if isinstance(target, StdioServerParameters | str | Server | MCPServer):
-        fixed = target
-        return lambda: Client(fixed, client_info=_CLIENT_INFO)
-    make_transport = target
-    return lambda: Client(make_transport(), client_info=_CLIENT_INFO)
-
-
-def _default_name(target: MCPTarget) -> str:
-    if isinstance(target, _StdioTarget):
-        target = target.params
-    if isinstance(target, StdioServerParameters):
-        words = [os.path.basename(target.command), *target.args]
-        return " ".join(words)[:80]
-    if isinstance(target, str):
-        return target
-    if isinstance(target, MCPServer | Server):
-        return str(target.name)
-    return "mcp"
-
-
-def _log_skipped(server: str, tool: str, error: Exception) -> None:
-    log.warning(
-        "MCP server '%s': tool '%s' left out, its schema is not usable: %s", server, tool, error
-    )
+def _unique(specs: Iterable[types.Tool], server: str) -> list[types.Tool]:
+    """The listing with each name once (its first listing): a name listed twice
+    would otherwise fail half-way through registering (a duplicate name)."""
+    seen: set[str] = set()
+    unique = []
+    for spec in specs:
+        if spec.name in seen:
+            log.warning(
+                "MCP server '%s' lists tool '%s' more than once: only its first listing is used",
+                server,
+                spec.name,
+            )
+            continue
+        seen.add(spec.name)
+        unique.append(spec)
+    return unique

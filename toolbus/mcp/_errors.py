@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from ..tools import ToolError
 
-__all__ = ["MCPCallError", "MCPConnectError", "MCPConnectionLost", "MCPServerUnavailable"]
+__all__ = [
+    "MCPCallError",
+    "MCPConnectError",
+    "MCPConnectionLost",
+    "MCPOutputError",
+    "MCPServerUnavailable",
+]
 
 
 class MCPConnectError(ConnectionError):
@@ -33,3 +39,8 @@ class MCPConnectionLost(ToolError, ConnectionError):
 
 class MCPCallError(ToolError):
     """The server refused the call with a protocol error (unknown tool, bad parameters)."""
+
+
+class MCPOutputError(ToolError):
+    """The server's structured content does not match the tool's `outputSchema`
+    (or is missing although the tool declares one); the message names the field."""

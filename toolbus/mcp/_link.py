@@ -1,8 +1,9 @@
 """The MCP session of one connection, kept alive on the connection's own event loop.
 
 A `Link` lives on one asyncio loop (the `SessionActor`'s) and is only touched
-from it, so it needs no locks. It holds at most one live `_Generation` (one
-`mcp.Client`, one server process for stdio) and replaces it when it dies:
+from it, so it needs no locks. It holds at most one live `Generation` (one
+`mcp.Client`, one server process for stdio; `_generation.py`) and replaces it
+when it dies:
 
 - a call that finds the connection closed, or loses it mid-call, drops the
   generation, and a new one is started at once;
@@ -11,13 +12,17 @@ from it, so it needs no locks. It holds at most one live `_Generation` (one
 - a failed connection attempt is retried only on demand, and not before a
   backoff delay (doubling, capped at `max_backoff`); calls in between fail fast
   with `MCPServerUnavailable`.
+
+It also keeps the server's tool list current: a change the server announces
+(`notifications/tools/list_changed`, or a `subscriptions/listen` event), a
+reconnection, and a call made after the last listing's `ttlMs` ran out each
+list the tools again, in the background, and hand them to `on_tools`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,18 +30,20 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client, MCPError
+from mcp.client.session import IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import CONNECTION_CLOSED
 
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
+from ._generation import Generation, MakeClient, describe
+from ._output import sdk_output_error
 
 __all__ = ["ConnectionStatus", "Link", "describe"]
 
 log = logging.getLogger("toolbus.mcp")
 
-MakeClient = Callable[[], Client]
-# Told the outcome of a connection attempt (None: connected), before anyone awaiting it.
-OnAttempt = Callable[["_Generation", BaseException | None], None]
+# Told the server's tools each time they were listed again (on the session's loop).
+OnTools = Callable[[list[types.Tool]], None]
 
 _LIST_PAGE_CAP = 100
 # How long a dropped generation may take to shut its server down before close() gives up on it.
@@ -52,95 +59,8 @@ class ConnectionStatus:
     connects: int
     drops: int
     last_error: str | None
-
-
-def describe(error: BaseException) -> str:
-    """One readable line for an error, looking inside exception groups."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    text = str(error)
-    if isinstance(error, MCPError):
-        return text
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def _dispatcher_closed(client: Client) -> bool:
-    # The JSON-RPC dispatcher marks itself closed when the server's output ends.
-    # Not public API: without it a call to an idle server that died fails once
-    # (MCPConnectionLost) instead of reconnecting first.
-    session = getattr(client, "_session", None)
-    return bool(getattr(getattr(session, "_dispatcher", None), "_closed", False))
-
-
-class _Generation:
-    """One connection attempt and, when it succeeds, one live MCP session.
-
-    The client is entered and exited by one owner task, inside one cancel scope
-    (anyio requires both in the same task); `stop()` cancels that scope, which
-    closes the session and stops the server process.
-    """
-
-    def __init__(
-        self, number: int, make_client: MakeClient, connect_timeout: float, on_attempt: OnAttempt
-    ) -> None:
-        self.number = number
-        self.client: Client | None = None
-        self.ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
-        self.ready.add_done_callback(_retrieve)
-        self._on_attempt = on_attempt
-        self._scope: anyio.CancelScope | None = None
-        self._stopped = False
-        self.task = asyncio.create_task(
-            self._own(make_client, connect_timeout), name=f"toolbus-mcp-gen-{number}"
-        )
-
-    @property
-    def usable(self) -> bool:
-        client = self.client
-        return client is not None and not self._stopped and not _dispatcher_closed(client)
-
-    def stop(self) -> None:
-        """Close the session and stop the server (asynchronously, in the owner task)."""
-        self._stopped = True
-        if self._scope is not None:
-            self._scope.cancel()
-
-    async def _own(self, make_client: MakeClient, connect_timeout: float) -> None:
-        error: BaseException | None = None
-        try:
-            with anyio.CancelScope(deadline=anyio.current_time() + connect_timeout) as scope:
-                self._scope = scope
-                if self._stopped:
-                    scope.cancel()
-                async with make_client() as client:
-                    scope.deadline = math.inf
-                    self.client = client
-                    self._on_attempt(self, None)
-                    self.ready.set_result(client)
-                    await anyio.sleep_forever()
-            if scope.cancelled_caught and not self._stopped:
-                error = TimeoutError(f"no answer to the handshake within {connect_timeout:g}s")
-        except Exception as e:
-            error = e
-        finally:
-            self.client = None
-            self._stopped = True
-            if not self.ready.done():
-                error = error or ConnectionError("closed before it connected")
-                try:
-                    self._on_attempt(self, error)
-                finally:
-                    # Whatever the bookkeeping does, callers waiting on this
-                    # attempt must be answered.
-                    self.ready.set_exception(error)
-            elif error is not None:
-                log.debug("MCP session %d ended with %s", self.number, describe(error))
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    # Mark a failed attempt's error as seen: nobody may be waiting for an eager reconnect.
-    if not future.cancelled():
-        future.exception()
+    listings: int = 0
+    """How often the tools were listed (connecting, `refresh()`, a change the server announced)."""
 
 
 class Link:
@@ -162,8 +82,8 @@ class Link:
         self._probe_timeout = probe_timeout
         self._backoff_base = backoff_base
         self._max_backoff = max_backoff
-        self._current: _Generation | None = None
-        self._generations: set[_Generation] = set()
+        self._current: Generation | None = None
+        self._generations: set[Generation] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._probing: set[int] = set()
         self._count = 0
@@ -173,6 +93,13 @@ class Link:
         self._drops = 0
         self._last_error: str | None = None
         self._closed = False
+        # Given each new listing of the tools (the connection updates its registrations).
+        self.on_tools: OnTools | None = None
+        self._listings = 0
+        self._listing = asyncio.Lock()
+        self._relist_pending = False
+        # When the last listing's ttlMs runs out (loop time), if it set one.
+        self._tools_expire: float | None = None
 
     # -- what the connection offers ------------------------------------------------
 
@@ -182,15 +109,36 @@ class Link:
         return await asyncio.shield(generation.ready)
 
     async def list_tools(self) -> list[types.Tool]:
-        """Every tool the server lists, all pages."""
+        """Every tool the server lists, all pages, fresh (never the SDK's cached listing).
+
+        Listings are made one at a time, and each is handed to `on_tools`
+        before the next one starts, so changes are applied in order.
+        """
+        async with self._listing:
+            return await self._list_and_apply()
+
+    async def _list_and_apply(self) -> list[types.Tool]:
+        tools = await self._list_pages()
+        self._listings += 1
+        if self.on_tools is not None:
+            try:
+                self.on_tools(tools)
+            except Exception:  # a bug there must not fail the listing
+                log.exception("MCP server '%s': applying its tool list failed", self.name)
+        return tools
+
+    async def _list_pages(self) -> list[types.Tool]:
         generation = await self._live()
         assert generation.client is not None
         tools: list[types.Tool] = []
         cursor: str | None = None
+        ttl: int | None = None
         try:
             for _ in range(_LIST_PAGE_CAP):
-                page = await generation.client.list_tools(cursor=cursor)
+                page = await generation.client.list_tools(cursor=cursor, cache_mode="refresh")
                 tools.extend(page.tools)
+                if cursor is None:
+                    ttl = getattr(page, "ttl_ms", None)
                 cursor = page.next_cursor
                 if not cursor:
                     break
@@ -199,38 +147,82 @@ class Link:
                 raise
             self._drop(generation, "closed the connection while listing tools")
             raise MCPServerUnavailable(self._message("closed the connection")) from None
+        # ttlMs 0 (or none, before 2026-07-28) sets no expiry: changes are announced.
+        self._tools_expire = (
+            asyncio.get_running_loop().time() + ttl / 1000
+            if isinstance(ttl, int) and ttl > 0
+            else None
+        )
         return tools
+
+    def tools_changed(self) -> None:
+        """List the tools again, in the background; several changes at once make one listing."""
+        if self._closed or self._relist_pending:
+            return
+        self._relist_pending = True
+        task = asyncio.create_task(self._relist(), name="toolbus-mcp-relist")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _relist(self) -> None:
+        try:
+            async with self._listing:  # after any listing under way
+                # A change announced from now on needs a listing after this one.
+                self._relist_pending = False
+                await self._list_and_apply()
+        except Exception as e:
+            log.warning(
+                "MCP server '%s': could not list its tools again: %s", self.name, describe(e)
+            )
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        # Servers before 2026-07-28 announce tool list changes unasked (the SDK
+        # also hands this handler the events of a `subscriptions/listen` stream).
+        # Runs in the session's read loop: it may not wait for the session.
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            self.tools_changed()
 
     async def call(
         self,
         tool: str,
         arguments: dict[str, Any],
         *,
-        read_only: bool,
+        retry_safe: bool,
         progress: ProgressFnT | None = None,
     ) -> types.CallToolResult:
         """Call `tool` on a live session (connecting first if need be).
 
         Raises `MCPServerUnavailable` (never sent), `MCPConnectionLost` (sent,
-        no answer), `MCPCallError` (a protocol error). Cancellation cancels the
-        request on the server and starts a health check of the server.
+        no answer; retryable only if `retry_safe`: read-only or idempotent),
+        `MCPCallError` (a protocol error), `MCPOutputError` (the SDK found the
+        structured content off the tool's outputSchema). Cancellation cancels
+        the request on the server and starts a health check of the server.
         """
         generation = await self._live()
         client = generation.client
         assert client is not None
+        expire = self._tools_expire
+        if expire is not None and asyncio.get_running_loop().time() >= expire:
+            self._tools_expire = None
+            self.tools_changed()
         lost: BaseException
         try:
             return await client.call_tool(tool, arguments, progress_callback=progress)
         except asyncio.CancelledError:
             self._probe(generation)
             raise
+        except RuntimeError as e:
+            output_error = sdk_output_error(e, server=self.name, tool=tool)
+            if output_error is None:
+                raise
+            raise output_error from None
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:
                 raise MCPCallError(f"MCP server '{self.name}' refused the call: {e}") from None
             lost = e
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as e:
             lost = e
-        retryable = None if read_only else False
+        retryable = None if retry_safe else False
         if self._closed:
             raise MCPConnectionLost(
                 f"the connection to MCP server '{self.name}' was closed during the call",
@@ -253,6 +245,7 @@ class Link:
             connects=self._connects,
             drops=self._drops,
             last_error=self._last_error,
+            listings=self._listings,
         )
 
     async def close(self) -> None:
@@ -279,7 +272,7 @@ class Link:
 
     # -- generations ------------------------------------------------------------------
 
-    async def _live(self) -> _Generation:
+    async def _live(self) -> Generation:
         if self._closed:
             raise MCPServerUnavailable(f"the connection to MCP server '{self.name}' is closed")
         generation = self._current
@@ -304,22 +297,28 @@ class Link:
             raise MCPServerUnavailable(self._message(f"is unavailable ({describe(e)})")) from None
         return generation
 
-    def _start(self) -> _Generation:
+    def _start(self) -> Generation:
         self._count += 1
-        generation = _Generation(
-            self._count, self._make_client, self._connect_timeout, self._attempted
+        generation = Generation(
+            self._count,
+            self._make_client,
+            self._connect_timeout,
+            self._attempted,
+            self._on_message,
+            self.tools_changed,
         )
         self._current = generation
         self._generations.add(generation)
         generation.task.add_done_callback(lambda _: self._generations.discard(generation))
         return generation
 
-    def _attempted(self, generation: _Generation, error: BaseException | None) -> None:
+    def _attempted(self, generation: Generation, error: BaseException | None) -> None:
         if error is None:
             self._failures = 0
             self._connects += 1
             if self._connects > 1:
                 log.info("MCP server '%s': reconnected (session %d)", self.name, generation.number)
+                self.tools_changed()  # a restarted server may offer other tools
             return
         self._failures += 1
         # The exponent is capped: 2.0 ** 1024 overflows, and max_backoff wins long before.
@@ -337,7 +336,7 @@ class Link:
         if self._current is generation:
             self._current = None
 
-    def _drop(self, generation: _Generation, reason: str) -> None:
+    def _drop(self, generation: Generation, reason: str) -> None:
         """Give up on `generation`; start a new one at once unless the link is closed."""
         generation.stop()
         if self._current is not generation:
@@ -349,7 +348,7 @@ class Link:
         if not self._closed:
             self._start()
 
-    def _probe(self, generation: _Generation) -> None:
+    def _probe(self, generation: Generation) -> None:
         """After a cancelled call: check, in the background, that the server still answers."""
         if self._closed or generation is not self._current or generation.number in self._probing:
             return
@@ -358,7 +357,7 @@ class Link:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _check(self, generation: _Generation) -> None:
+    async def _check(self, generation: Generation) -> None:
         try:
             client = generation.client
             if client is None:

@@ -86,7 +86,7 @@ class Guard:
     ) -> None:
         self.app = app
         self.loopback = loopback
-        self._bearer = f"Bearer {token}".encode() if token is not None else None
+        self._token = token.encode() if token is not None else None
         self._origins = frozenset(_origin(o) for o in allowed_origins)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -100,8 +100,8 @@ class Guard:
             await _refuse(send, 403, "403: requests from this origin are not allowed\n")
         elif self.loopback and host is not None and not _loopback_name(host.decode("latin-1")):
             await _refuse(send, 403, "403: this server answers on loopback names only\n")
-        elif self._bearer is not None and not hmac.compare_digest(
-            headers.get(b"authorization", b""), self._bearer
+        elif self._token is not None and not _authorized(
+            headers.get(b"authorization", b""), self._token
         ):
             await _refuse(
                 send,
@@ -153,10 +153,22 @@ async def _refuse(
     await send({"type": "http.response.body", "body": body})
 
 
+def _authorized(header: bytes, token: bytes) -> bool:
+    """`Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 9110
+    11.1), the token compared in constant time."""
+    scheme, _, given = header.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(b" "), token)
+
+
 def check_exposure(host: str, token: str | None) -> bool:
-    """Whether `host` is loopback; ValueError when it is not and there is no token."""
+    """Whether `host` is loopback; ValueError when it is not and there is no token,
+    or when the token is empty or has outer whitespace."""
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise ValueError("the token must be a non-empty string (or None)")
+    if token is not None and token != token.strip():
+        # HTTP servers strip a header value's outer whitespace: such a token
+        # (an env file's trailing space or CR) could never match. Not quoted.
+        raise ValueError("the token has leading or trailing whitespace (a stray space or CR?)")
     loopback = _loopback_name(host)  # another name may resolve anywhere: exposed
     if not loopback and token is None:
         raise ValueError(

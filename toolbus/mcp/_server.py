@@ -26,6 +26,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from .. import __version__
+from .._text import encodable, text_of
 from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
@@ -56,11 +57,13 @@ _CUSTOM_SCHEMA: dict[str, Any] = {
 def mcp_tool(tool: Tool) -> types.Tool:
     """How an MCP client sees a toolbus tool."""
     served = served_output(tool)
+    # Everything sent is made writable (`text_of`): a lone surrogate in one
+    # description would fail the SDK's writer, and with it the whole listing.
     return types.Tool(
-        name=tool.name,
-        description=tool.description or None,
-        input_schema=_schema(tool),
-        output_schema=served.schema if served is not None else None,
+        name=text_of(tool.name),
+        description=text_of(tool.description) if tool.description else None,
+        input_schema=encodable(_schema(tool)),
+        output_schema=encodable(served.schema) if served is not None else None,
         annotations=tool_annotations(tool),
     )
 
@@ -98,16 +101,20 @@ def call_result(result: ToolResult, tool: Tool | None = None) -> types.CallToolR
             code = ErrorCode.TOOL_ERROR.value
             text = f"Tool '{result.name}' returned an output its output schema refuses ({mismatch})"
             return _error(f"{text} ({code})", "error", code)
+    # Text the tool made (a file name decoded with surrogateescape, a model's
+    # "\ud800") may hold a lone surrogate, which the SDK cannot write: on stdio
+    # its writer dies and the server with it, over HTTP the response is lost.
+    # Such a character is sent as U+FFFD (checked above as the tool returned it).
     content: list[types.ContentBlock] = []
     if result.output is not None:
-        content.append(types.TextContent(text=output_text(result.output)))
+        content.append(types.TextContent(text=text_of(output_text(result.output))))
     content.extend(_attachment_block(a) for a in result.attachments)
-    return types.CallToolResult(content=content, structured_content=structured)
+    return types.CallToolResult(content=content, structured_content=encodable(structured))
 
 
 def _error(text: str, status: str, code: str) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(text=text)],
+        content=[types.TextContent(text=text_of(text))],  # writable, as results are
         is_error=True,
         meta={"toolbus/status": status, "toolbus/error_code": code},
     )
@@ -261,16 +268,20 @@ def _schema(tool: Tool) -> dict[str, Any]:
 
 
 def _attachment_block(attachment: Attachment) -> types.ContentBlock:
-    mime = attachment.type
-    if attachment.data is not None and mime.startswith("image/"):
-        return types.ImageContent(data=attachment.data, mime_type=mime)
-    if attachment.data is not None and mime.startswith("audio/"):
-        return types.AudioContent(data=attachment.data, mime_type=mime)
+    # Every string writable (`text_of`), as in the rest of a result.
+    mime = text_of(attachment.type)
+    data = text_of(attachment.data) if attachment.data is not None else None
+    title = text_of(attachment.title) if attachment.title else None
+    if data is not None and mime.startswith("image/"):
+        return types.ImageContent(data=data, mime_type=mime)
+    if data is not None and mime.startswith("audio/"):
+        return types.AudioContent(data=data, mime_type=mime)
     if attachment.url is not None:
+        url = text_of(attachment.url)
         return types.ResourceLink(
-            uri=attachment.url,
-            name=attachment.title or attachment.url,
+            uri=url,
+            name=title or url,
             mime_type=mime if "/" in mime else None,
         )
-    label = f" {attachment.title}" if attachment.title else ""
+    label = f" {title}" if title else ""
     return types.TextContent(text=f"[attachment: {mime}{label}]")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+from referencing.exceptions import Unresolvable
 
 from ..tools import Tool
 
@@ -39,7 +40,10 @@ class ServedOutput:
         """`(structured content, None)`, or `(None, why)` when `output` does not
         match the schema (the why names where, never the value: it may be a secret)."""
         value = {RESULT_KEY: output} if self.wrapped else output
-        error = next(iter(self.validator.iter_errors(value)), None)
+        try:
+            error = next(iter(self.validator.iter_errors(value)), None)
+        except Unresolvable as e:  # a "$ref" the schema does not hold: an error result
+            return None, f"the output schema cannot be used ({type(e).__name__}: {e})"
         if error is None:
             return value, None
         path = list(error.absolute_path)

@@ -69,6 +69,7 @@ class _Watch:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[Progress | None] = field(default_factory=asyncio.Queue)
     count: int = 0
+    last: float = -math.inf
 
 
 class ProgressRelay:
@@ -133,6 +134,15 @@ class ProgressRelay:
         while (event := await watch.queue.get()) is not _END:
             watch.count += 1
             progress, total = progress_values(watch.count, event.fraction, event.data)
+            if progress <= watch.last:
+                # MCP: progress MUST increase with each notification. A tool
+                # whose fraction stalls or goes down (or that mixes counted
+                # and fractional reports) gets the next value up: the same
+                # figure to a reader, never a step back.
+                progress = math.nextafter(watch.last, math.inf)
+                if total is not None and progress > total:
+                    total = None  # past its total: no total rather than a wrong one
+            watch.last = progress
             try:
                 await send(progress, total, event.message or None)
             except Exception as e:  # the client went away: the call goes on regardless

@@ -1,31 +1,77 @@
-"""An MCP server's tool as a toolbus `Tool`, and its results as toolbus outputs."""
+"""An MCP server's tool as a toolbus `Tool`."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
-from ..models import Attachment, ToolOutput
+from ..models import ErrorCode, ToolCall, ToolResult
+from ..policies import Admit, Reject
 from ..retry import RetryPolicy
-from ..tools import Tool, ToolContext, ToolError
+from ..tools import Tool, ToolContext
 from ._actor import SessionPort
+from ._output import OutputCheck, tool_output
 
-__all__ = ["MCPTool", "tool_output"]
+if TYPE_CHECKING:
+    from ..policies import Decision
+
+__all__ = ["MCPTool", "server_group", "tool_output"]
 
 log = logging.getLogger("toolbus.mcp")
+
+
+def server_group(server: str) -> str:
+    """The capacity group of a connection's `server_max_concurrency`: `mcp:<name>`."""
+    return f"mcp:{server}"
+
+
+class _Withdrawn:
+    """The policy of every MCP tool: a call of a tool its server no longer lists
+    (it waited in toolbus while the list changed) ends `rejected`, `TOOL_NOT_FOUND`,
+    as it would had it come after the change."""
+
+    name = "mcp-tool-list"
+    at_submission = False
+
+    def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
+        if getattr(tool, "removed", False):
+            server = getattr(tool, "server", "?")
+            return Reject(
+                ErrorCode.TOOL_NOT_FOUND,
+                f"Unknown tool '{call.name}': MCP server '{server}' no longer offers it",
+            )
+        return _ADMIT
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        return None
+
+
+_ADMIT = Admit()
+_WITHDRAWN = _Withdrawn()
 
 
 class MCPTool(Tool):
     """A tool of an MCP server, run on that server through its connection.
 
     Its name, description and JSON schema are the server's (under an optional
-    prefix); `read_only` comes from the tool's `readOnlyHint` annotation.
+    prefix). From the annotations (the server's hints, kept in `annotations`
+    as sent): `read_only` is `readOnlyHint`, unless `destructiveHint` is true,
+    which always makes a tool mutating; `idempotent` is `idempotentHint` when
+    the connection trusts it (`idempotent=None`); `open_world` is
+    `openWorldHint` (true when absent, as the spec says); `destructive` is
+    `destructiveHint` for a mutating tool; `output_schema` is `outputSchema`.
     toolbus validates the arguments against the schema, then `run` sends the
-    call to the server. The executor's timeout, retry, concurrency and masking
-    rules apply as to any tool; a timeout or cancellation cancels the request
-    on the server.
+    call to the server and checks structured content against the tool's
+    `outputSchema`. The
+    executor's timeout, retry, concurrency and masking rules apply as to any
+    tool; a timeout or cancellation cancels the request on the server.
+
+    With `server_max_concurrency=N` the tool belongs to the capacity group
+    `mcp:<server>` (limit N), shared by every tool of that server: calls beyond
+    N wait in toolbus, off the clock of their timeout. `removed` is set when
+    the server stops listing the tool.
     """
 
     # Its calls go through this process's live session to the server.
@@ -38,9 +84,11 @@ class MCPTool(Tool):
         *,
         name: str | None = None,
         read_only: bool | None = None,
+        idempotent: bool | None = False,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
+        server_max_concurrency: int | None = None,
     ) -> None:
         self.spec = spec
         self.remote_name = spec.name
@@ -49,12 +97,38 @@ class MCPTool(Tool):
         self.name = name or spec.name
         self.description = spec.description or spec.title or ""
         self.parameters = spec.input_schema
-        hint = spec.annotations.read_only_hint if spec.annotations is not None else None
-        self.read_only = bool(hint) if read_only is None else read_only
+        hints: dict[str, Any] = (
+            spec.annotations.model_dump(by_alias=True, exclude_none=True)
+            if spec.annotations is not None
+            else {}
+        )
+        self.annotations = hints
+        hinted_read_only = hints.get("readOnlyHint") is True and not hints.get("destructiveHint")
+        self.read_only = hinted_read_only if read_only is None else read_only
+        self.idempotent = hints.get("idempotentHint") is True if idempotent is None else idempotent
+        self.open_world = hints.get("openWorldHint") is not False
+        destructive = hints.get("destructiveHint")
+        # Kept for serving the tool on (toolbus mcp serve); a read-only tool is never destructive.
+        self.destructive = (
+            destructive if isinstance(destructive, bool) and not self.read_only else None
+        )
+        # An unusable outputSchema makes the tool unusable, as an unusable inputSchema does.
+        self.output_schema = spec.output_schema
         self.timeout = timeout
         self.retry = retry
         self.max_concurrency = max_concurrency
+        if server_max_concurrency is not None:
+            group = server_group(port.name)
+            self.groups = (group,)
+            self.group_limits = {group: server_max_concurrency}
+        self.policies = (_WITHDRAWN,)
+        self.removed = False
         super().__init__()
+        self._output_check = (
+            OutputCheck(spec.output_schema, server=self.server)
+            if spec.output_schema is not None
+            else None
+        )
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> Any:
         """Call the tool on the server; its error results raise `ToolError`.
@@ -69,52 +143,11 @@ class MCPTool(Tool):
             ctx.progress(message, fraction, progress=progress, total=total)
 
         result = await self._port.call(
-            self.remote_name, params, read_only=self.read_only, progress=on_progress
+            self.remote_name,
+            params,
+            retry_safe=self.read_only or self.idempotent,
+            progress=on_progress,
         )
+        if self._output_check is not None:
+            await self._output_check.acheck(result)
         return tool_output(result, server=self.server)
-
-
-def tool_output(result: types.CallToolResult, *, server: str) -> ToolOutput:
-    """The toolbus output of an MCP tool result; raise `ToolError` for an error result.
-
-    Structured content, when the server sent it, is the output; otherwise the
-    text blocks, joined. Images, audio, blobs and resource links become
-    attachments (`type` is the MIME type, `data` base64); embedded text
-    resources are added to the text.
-    """
-    texts: list[str] = []
-    attachments: list[Attachment] = []
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            texts.append(block.text)
-        elif isinstance(block, types.ImageContent | types.AudioContent):
-            attachments.append(Attachment(type=block.mime_type, data=block.data))
-        elif isinstance(block, types.ResourceLink):
-            attachments.append(
-                Attachment(
-                    type=block.mime_type or "resource",
-                    url=str(block.uri),
-                    title=block.title or block.name,
-                )
-            )
-        elif isinstance(block, types.EmbeddedResource):
-            res = block.resource
-            if isinstance(res, types.TextResourceContents):
-                texts.append(res.text)
-            else:
-                attachments.append(
-                    Attachment(
-                        type=res.mime_type or "application/octet-stream",
-                        url=str(res.uri),
-                        data=res.blob,
-                    )
-                )
-        else:
-            log.debug("MCP server '%s' sent a %s block; ignored", server, type(block).__name__)
-    text = "\n".join(texts)
-    if result.is_error:
-        raise ToolError(text or f"the MCP server '{server}' reported an error without a message")
-    content = result.structured_content if result.structured_content is not None else text
-    return ToolOutput(
-        content=content, attachments=tuple(attachments), metadata={"mcp_server": server}
-    )

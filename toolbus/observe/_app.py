@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
 import threading
 import time
@@ -28,6 +29,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ._content import dumps
 from ._feed import Feed
 
 __all__ = ["COOKIE", "Broadcast", "Guard", "build_app", "cookie_value"]
@@ -70,7 +72,8 @@ class Guard:
 
     - Bound to loopback: the Host header must name a loopback host, so a web
       page whose name was rebound to 127.0.0.1 (DNS rebinding) gets 403.
-    - With a token: `Authorization: Bearer <token>` on any path; or, for the
+    - With a token: `Authorization: Bearer <token>` on any path (the scheme's
+      name in any case, as RFC 7235 has it); or, for the
       page's own paths (`/`, `/status`, `/events`), the cookie that
       `/?token=<token>` sets (HttpOnly, SameSite=Strict) before redirecting
       to `/`. Anything else gets 401. Comparisons are constant-time.
@@ -80,7 +83,6 @@ class Guard:
         self.app = app
         self.token = token
         self.loopback = loopback
-        self._bearer = f"Bearer {token}" if token is not None else ""
         self._cookie = cookie_value(token) if token is not None else ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -94,7 +96,7 @@ class Guard:
                 scope, receive, send
             )
             return
-        if self.token is None or _same(headers.get("authorization"), self._bearer):
+        if self.token is None or _same(_bearer(headers.get("authorization")), self.token):
             await self.app(scope, receive, send)
             return
         path = scope["path"]
@@ -114,6 +116,16 @@ class Guard:
             401,
             headers={"WWW-Authenticate": 'Bearer realm="toolbus"', **_NO_STORE},
         )(scope, receive, send)
+
+
+def _bearer(header: str | None) -> str | None:
+    """The credentials of an `Authorization: Bearer <token>` header, None for
+    another scheme. The scheme's name is case-insensitive (RFC 7235): `bearer`
+    and `BEARER` are the same scheme; the token is compared as it is."""
+    if header is None:
+        return None
+    scheme, space, credentials = header.partition(" ")
+    return credentials if space and scheme.lower() == "bearer" else None
 
 
 def _cookie(headers: Headers, name: str) -> str | None:
@@ -178,11 +190,17 @@ class Broadcast:
         self.wake()
 
 
+# A seq: ASCII digits only (str.isdigit() also takes "²", which int() refuses),
+# at most 18 of them (any seq fits; int() refuses beyond 4300 digits).
+_SEQ = re.compile(r"[0-9]{1,18}")
+
+
 def _last_event_id(request: Request) -> int | None:
     """Where a client resumes: `Last-Event-ID` (an EventSource reconnecting), else
-    `?since=` (a first connection after loading /status); None: from now on."""
+    `?since=` (a first connection after loading /status); None: from now on
+    (also for a value that is not a seq: a header is the client's to send)."""
     for value in (request.headers.get("last-event-id"), request.query_params.get("since")):
-        if value is not None and value.strip().isdigit():
+        if value is not None and _SEQ.fullmatch(value.strip()):
             return int(value)
     return None
 
@@ -221,7 +239,9 @@ def build_app(
         )
 
     def status_json(request: Request) -> Response:  # sync: runs on a worker thread
-        return Response(orjson.dumps(status()), media_type="application/json", headers=_NO_STORE)
+        # `dumps`: a lone surrogate (a model's tool name or call id, an
+        # executor's name) is written as U+FFFD instead of failing with a 500.
+        return Response(dumps(status()), media_type="application/json", headers=_NO_STORE)
 
     def metrics_text(request: Request) -> Response:
         body, media_type = metrics()

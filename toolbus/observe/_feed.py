@@ -16,10 +16,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from .. import bus
 from ..executor import Executor
+from ._content import dumps
+from ._names import tool_label
 from ._state import STATE_SIGNALS, LiveState
 from ._subscription import LINGER, Signals, require_bus
 from ._wire import encode
@@ -39,6 +39,7 @@ class Feed:
 
     def __init__(self, executor: Executor, *, history: int = 0) -> None:
         require_bus(executor)
+        self._executor = executor
         self.state = LiveState()
         self._lock = threading.Lock()
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=history or None)
@@ -53,6 +54,11 @@ class Feed:
 
     def _on_event(self, sender: Any, *, event: bus.Event, signal: str) -> None:
         record = encode(signal, event, light=not self._keep)
+        if "tool" in record:
+            # A name the executor does not know (one the model invented) is
+            # `<unknown>`, as in log lines and metrics: asked of the registry,
+            # whatever the call's error code (a closed executor cancels it).
+            record["tool"] = tool_label(self._executor, getattr(event, "tool", None))
         # One lock around both: a state snapshot at seq S means S is in the ring
         # (or evicted), so a client resuming from a snapshot never sees a false gap.
         with self._lock:
@@ -60,7 +66,9 @@ class Feed:
             if self._keep:
                 if len(self._ring) == self._ring.maxlen:
                     self._evicted = self._ring[0][0]
-                self._ring.append((event.seq, orjson.dumps(record)))
+                # `dumps`: a lone surrogate a model sent (a tool name, a call
+                # id) is written as U+FFFD, not lost with the whole record.
+                self._ring.append((event.seq, dumps(record)))
             self._latest = max(self._latest, event.seq)
             listeners = tuple(self._listeners)
         for wake in listeners:

@@ -27,7 +27,7 @@ from ..bus import Subscription
 from ..bus import _signals as sig
 from ..journal import JournalRecord
 from ..models import ToolResult
-from ._content import json_bytes, opaque
+from ._content import dumps, json_bytes, opaque
 from ._names import tool_label
 from ._subscription import LINGER, Handle
 
@@ -97,21 +97,30 @@ class _Bound:
 
 class _File:
     """Appends lines to a file, rotating it by size like logging's RotatingFileHandler:
-    `path` -> `path.1` -> ... -> `path.{backups}` (dropped)."""
+    `path` -> `path.1` -> ... -> `path.{backups}` (dropped).
+
+    One per file in the process (`_open_file`), shared by every handle logging
+    to it: each handle counting the size on its own would rotate too late (or
+    rotate a file another still appends to), so they share the count and a lock.
+    """
 
     def __init__(self, path: str, max_bytes: int | None, backups: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
+        self.key = os.path.realpath(path)  # its entry in _files
+        self.users = 0  # the handles sharing it (under _files_lock)
+        self.lock = threading.Lock()
         # Unbuffered: each line is one write(2), on disk for readers at once.
         self.file: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 - see close()
         self.size = self.file.tell()
 
     def write(self, line: bytes) -> None:
-        if self.max_bytes and self.size and self.size + len(line) > self.max_bytes:
-            self._rotate()
-        self.file.write(line)
-        self.size += len(line)
+        with self.lock:
+            if self.max_bytes and self.size and self.size + len(line) > self.max_bytes:
+                self._rotate()
+            self.file.write(line)
+            self.size += len(line)
 
     def _rotate(self) -> None:
         self.file.close()
@@ -127,7 +136,53 @@ class _File:
         self.size = 0
 
     def close(self) -> None:
-        self.file.close()
+        with self.lock:
+            self.file.close()
+
+
+# The files log_json handles write to in this process, by real path.
+_files: dict[str, _File] = {}
+_files_lock = threading.Lock()
+
+
+def _open_file(path: str, max_bytes: int | None, backups: int) -> _File:
+    """The writer of `path`, shared with the other handles on the same file
+    (whatever name they gave it); ValueError if they rotate it otherwise."""
+    key = os.path.realpath(path)
+    with _files_lock:
+        shared = _files.get(key)
+        if shared is None:
+            shared = _files[key] = _File(path, max_bytes, backups)
+        elif (shared.max_bytes, shared.backups) != (max_bytes, backups):
+            raise ValueError(
+                f"log_json: {path!r} is logged to already with max_bytes={shared.max_bytes!r}, "
+                f"backups={shared.backups!r}; handles sharing a file must rotate it alike"
+            )
+        shared.users += 1
+        return shared
+
+
+def _release_file(shared: _File) -> None:
+    """One handle less on `shared`; the last one closes the file."""
+    with _files_lock:
+        shared.users -= 1
+        if shared.users > 0:
+            return
+        if _files.get(shared.key) is shared:
+            del _files[shared.key]
+    shared.close()
+
+
+def _is_binary(stream: Any) -> bool:
+    """Whether `stream` takes bytes. A file object need not derive from io's
+    classes (tempfile.NamedTemporaryFile() is a wrapper around one, a
+    SpooledTemporaryFile neither), so its `mode` ("rb+", "w+b") decides then."""
+    if isinstance(stream, io.TextIOBase):
+        return False
+    if isinstance(stream, io.RawIOBase | io.BufferedIOBase):
+        return True
+    mode = getattr(stream, "mode", None)
+    return isinstance(mode, str) and "b" in mode
 
 
 class JsonLog(Handle):
@@ -155,10 +210,10 @@ class JsonLog(Handle):
         if isinstance(target, logging.Logger):
             self._logger = target
         elif isinstance(target, str | os.PathLike):
-            self._file = _File(os.fspath(target), max_bytes, backups)
+            self._file = _open_file(os.fspath(target), max_bytes, backups)
         else:
             self._stream = target
-            self._binary = isinstance(target, io.RawIOBase | io.BufferedIOBase)
+            self._binary = _is_binary(target)
         # Per event type: its fields to write, and whether each is written as is.
         self._plans: dict[type, tuple[tuple[str, bool], ...]] = {}
         self.path = self._file.path if self._file is not None else None
@@ -166,7 +221,7 @@ class JsonLog(Handle):
             self._subscription = Subscription(signals, self._receive, executor, linger=LINGER)
         except BaseException:
             if self._file is not None:
-                self._file.close()
+                _release_file(self._file)
             raise
 
     def line(self, signal: str, event: Any) -> bytes:
@@ -189,7 +244,7 @@ class JsonLog(Handle):
             plan = self._plans[type(event)] = tuple(
                 (f.name, isinstance(f.type, str) and f.type in _SMALL)
                 for f in dataclasses.fields(event)
-                if f.name not in _SKIPPED
+                if f.name not in _SKIPPED and not f.name.startswith("_")  # `_run`: toolbus's own
             )
         limit = bound.limit
         for name, small in plan:
@@ -207,7 +262,8 @@ class JsonLog(Handle):
                 record["started"] = value.started
             else:
                 record[name] = bound(value)
-        return orjson.dumps(record, default=opaque, option=orjson.OPT_NON_STR_KEYS)
+        # `dumps`: a lone surrogate a model sent is written as U+FFFD, the line kept.
+        return dumps(record, default=opaque, option=orjson.OPT_NON_STR_KEYS)
 
     def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
         data = self.line(signal, event)
@@ -230,8 +286,8 @@ class JsonLog(Handle):
         self.executor.drain_events(timeout)  # lines of events announced before: written first
         with self._lock:
             self._done = True
-            if self._file is not None:
-                self._file.close()
+        if self._file is not None:
+            _release_file(self._file)
 
 
 def log_json(

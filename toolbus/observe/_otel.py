@@ -17,6 +17,7 @@ OpenTelemetry is imported when `instrument_otel` is called, never before
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from ..bus._events import (
     WorkerKilled,
 )
 from ..models import ErrorCode
-from ._content import json_text
+from ._content import json_text, text_of
 from ._names import UNKNOWN_TOOL, is_extension
 from ._subscription import Handle, Signals
 
@@ -62,6 +63,11 @@ _MAX_PENDING = 100_000
 
 _NS = 1_000_000_000
 
+# Executors with an open instrumentation: a second would make every call's span
+# and duration point twice. Weak: an executor dropped unclosed is forgotten.
+_instrumented: weakref.WeakKeyDictionary[Executor, None] = weakref.WeakKeyDictionary()
+_instrumented_lock = threading.Lock()
+
 
 def _ns(timestamp: float) -> int:
     return int(timestamp * _NS)
@@ -69,7 +75,9 @@ def _ns(timestamp: float) -> int:
 
 # A span event waiting for its call's span: (name, attributes, time in ns).
 _SpanEvent = tuple[str, dict[str, Any], int]
-_Key = tuple[str | None, str]  # (batch id, call id): what tells calls apart in events
+# (batch id, call id, run token): what tells calls apart in events. The token
+# (`CallEvent._run`) because a model may give two calls at once the same id.
+_Key = tuple[str | None, str, int]
 
 # Calls whose span ended, remembered so that a late event (a process killed
 # after its call ended) does not start a span that would never end.
@@ -94,6 +102,26 @@ class OtelInstrumentation(Handle):
         capture_content: bool,
     ) -> None:
         super().__init__(executor)
+        with _instrumented_lock:
+            if executor in _instrumented:
+                raise ValueError(
+                    f"instrument_otel: executor {executor.name!r} is instrumented already "
+                    "(every call would get two spans); close that handle first"
+                )
+            _instrumented[executor] = None
+        try:
+            self._start(executor, tracer, histogram, capture_content)
+        except BaseException:
+            self._forget()
+            raise
+
+    def _forget(self) -> None:
+        with _instrumented_lock:
+            _instrumented.pop(self.executor, None)
+
+    def _start(
+        self, executor: Executor, tracer: Tracer, histogram: Histogram, capture_content: bool
+    ) -> None:
         from opentelemetry import context as otel_context
         from opentelemetry import trace as otel_trace
 
@@ -107,8 +135,9 @@ class OtelInstrumentation(Handle):
         self._status_type = otel_trace.Status
         self._lock = threading.Lock()
         self._done = False
-        # Noted at submission (caller's thread), taken at tool:finished (delivery thread).
-        self._singles: dict[str, list[tuple[Context, float]]] = {}
+        # Noted at submission (caller's thread), taken at tool:finished (delivery
+        # thread). A single call's note by its run token: call ids may repeat.
+        self._singles: dict[int, tuple[Context, float]] = {}
         # A batch's note is shared by its calls: [context, time, calls not yet finished].
         self._batches: dict[str, list[Any]] = {}
         # The delivery thread's own (one event at a time): span events of calls
@@ -141,8 +170,8 @@ class OtelInstrumentation(Handle):
                 if len(self._batches) > _MAX_PENDING:
                     del self._batches[next(iter(self._batches))]
             else:
-                for call_id in submission.call_ids:
-                    self._singles.setdefault(call_id, []).append((current, submission.timestamp))
+                for token in submission._runs:
+                    self._singles[token] = (current, submission.timestamp)
                 if len(self._singles) > _MAX_PENDING:
                     del self._singles[next(iter(self._singles))]
 
@@ -160,10 +189,7 @@ class OtelInstrumentation(Handle):
                     if shared[2] <= 0:
                         del self._batches[event.batch_id]
             else:
-                waiting = self._singles.get(event.call_id)
-                noted = waiting.pop(0) if waiting else None
-                if waiting is not None and not waiting:
-                    del self._singles[event.call_id]
+                noted = self._singles.pop(event._run, None)
         if noted is not None:
             return noted
         return self._root, event.timestamp - event.result.duration
@@ -176,7 +202,7 @@ class OtelInstrumentation(Handle):
 
     def _add(self, event: CallEvent, name: str, attributes: dict[str, Any], at: float) -> None:
         """Keep a span event for the call's span (made when the call finishes)."""
-        key = (event.batch_id, event.call_id)
+        key = (event.batch_id, event.call_id, event._run)
         waiting = self._pending.get(key)
         if waiting is None:
             if key in self._ended:
@@ -218,7 +244,7 @@ class OtelInstrumentation(Handle):
             "toolbus.retry.delay": event.delay,
         }
         if self._capture and event.previous_error:
-            attributes["toolbus.retry.previous_error"] = event.previous_error
+            attributes["toolbus.retry.previous_error"] = text_of(event.previous_error)
         self._add(event, "toolbus.retry", attributes, event.timestamp)
 
     def _killed(self, event: WorkerKilled) -> None:
@@ -226,7 +252,7 @@ class OtelInstrumentation(Handle):
         self._add(event, "toolbus.killed", attributes, event.timestamp)
 
     def _finished(self, event: CallFinished) -> None:
-        key = (event.batch_id, event.call_id)
+        key = (event.batch_id, event.call_id, event._run)
         waiting = self._pending.pop(key, ())
         self._ended[key] = None
         if len(self._ended) > _ENDED:
@@ -236,12 +262,14 @@ class OtelInstrumentation(Handle):
         code = result.error_code
         tool = self.executor._tool_named(event.tool)
         name = event.tool if tool is not None else UNKNOWN_TOOL
+        # `text_of`: an exporter encodes attributes as UTF-8, which a lone
+        # surrogate in a model's call id (or an executor's name) would fail.
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": event.call_id,
+            "gen_ai.tool.call.id": text_of(event.call_id),
             "gen_ai.tool.type": "extension" if is_extension(tool) else "function",
-            "toolbus.executor": self.executor.name,
+            "toolbus.executor": text_of(self.executor.name),
             "toolbus.status": result.status,
             "toolbus.attempts": result.attempts,
         }
@@ -250,17 +278,19 @@ class OtelInstrumentation(Handle):
         if event.batch_id is not None:
             attributes["toolbus.batch_id"] = event.batch_id
         if event.parent_call_id is not None:
-            attributes["toolbus.parent_call_id"] = event.parent_call_id
+            attributes["toolbus.parent_call_id"] = text_of(event.parent_call_id)
         if code is not None:
             attributes["toolbus.error_code"] = code.value
-        failed = result.status != "ok"
+        # A deferred call waits for a person's approval (APPROVAL_REQUIRED): not
+        # an error, so it feeds no error rate; `toolbus.status` says it waits.
+        failed = result.status not in ("ok", "deferred")
         error_type = (code.value if code is not None else result.status) if failed else None
         if error_type is not None:
             attributes["error.type"] = error_type
         if self._capture:
             if event.arguments is not None:
                 attributes["gen_ai.tool.call.arguments"] = json_text(event.arguments)
-            if not failed:
+            if result.status == "ok":
                 attributes["gen_ai.tool.call.result"] = json_text(result.output)
         span = self._tracer.start_span(
             f"execute_tool {name}",
@@ -272,7 +302,7 @@ class OtelInstrumentation(Handle):
         for what, details, at in waiting:
             span.add_event(what, details, at)
         if error_type is not None:
-            description = result.error if self._capture and result.error else error_type
+            description = text_of(result.error) if self._capture and result.error else error_type
             span.set_status(self._status_type(self._status_error, description))
         end = max(event.timestamp, start)
         span.end(_ns(end))
@@ -281,7 +311,7 @@ class OtelInstrumentation(Handle):
             metric = {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": name,
-                "toolbus.executor": self.executor.name,
+                "toolbus.executor": text_of(self.executor.name),
             }
             if error_type is not None:
                 metric["error.type"] = error_type
@@ -299,6 +329,7 @@ class OtelInstrumentation(Handle):
             self._singles.clear()
             self._batches.clear()
         self._pending.clear()  # calls not finished: no span
+        self._forget()
 
 
 def instrument_otel(
@@ -315,7 +346,8 @@ def instrument_otel(
     given. `capture_content=True` adds the call's arguments (masked) and its
     result's output (scrubbed) as `gen_ai.tool.call.arguments` and
     `gen_ai.tool.call.result`, and error texts; off by default. Attributes:
-    docs/observe.md. Returns a handle; `close()` detaches it.
+    docs/observe.md. Returns a handle; `close()` detaches it. An executor is
+    instrumented once at a time: ValueError while its last handle is open.
     """
     try:
         from opentelemetry import metrics, trace

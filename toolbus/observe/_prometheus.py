@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bus import _signals as sig
 from ..bus._events import CallFinished
+from ._content import text_of
 from ._names import tool_label
 from ._subscription import Handle, Signals, require_bus
 
@@ -86,6 +87,9 @@ class _Source:
 
         self.executor = executor
         self.name = executor.name
+        # The label as the exposition's UTF-8 can hold it (a lone surrogate:
+        # U+FFFD), so one odd name does not fail every scrape.
+        self.label = text_of(executor.name)
         self.handles = 0
         per_tool = ("executor", "tool")
         self.calls = Counter(*_CALLS, (*per_tool, "status", "error_code"), registry=None)
@@ -122,21 +126,21 @@ class _Source:
             calls = self._calls.get(key)
             if calls is None:
                 code = result.error_code.value if result.error_code is not None else ""
-                calls = self._calls[key] = self.calls.labels(self.name, tool, result.status, code)
+                calls = self._calls[key] = self.calls.labels(self.label, tool, result.status, code)
             calls.inc()
             if result.attempts > 0:  # no duration for calls that never ran (unknown tools')
                 duration = self._durations.get(tool)
                 if duration is None:
-                    duration = self._durations[tool] = self.duration.labels(self.name, tool)
+                    duration = self._durations[tool] = self.duration.labels(self.label, tool)
                 duration.observe(result.duration)
             return
         counter = self._counters.get(signal)
         if counter is not None:
-            counter.labels(self.name, tool).inc()
+            counter.labels(self.label, tool).inc()
         else:  # a signal defined with bus.define_signal
             if not isinstance(getattr(event, "tool", None), str):
                 tool = ""
-            self.policy.labels(self.name, tool, signal).inc()
+            self.policy.labels(self.label, tool, signal).inc()
 
     def stats(self) -> Any:
         try:
@@ -183,7 +187,7 @@ class _Collector:
                             merged.samples.extend(family.samples)
                 if merged is not None:
                     yield merged
-        stats = [(s.name, s.stats()) for s in sources]
+        stats = [(s.label, s.stats()) for s in sources]
         for name, doc, field in _GAUGES:
             gauge = GaugeMetricFamily(name, doc, labels=("executor",))
             for executor, snapshot in stats:

@@ -104,14 +104,21 @@ class StatusServer:
         from ._config import describe_executor
         from ._feed import Feed
         from ._prometheus import instrument_prometheus
+        from ._subscription import require_bus
 
+        # Checked before the socket is bound: a refused executor leaves no port open.
+        require_bus(executor)
         self._executor = executor
         self._closed = False
         self._lock = threading.Lock()
         sock = _bind(host, port)
-        self.port: int = sock.getsockname()[1]
-        self.url = f"http://{_url_host(host, sock.family)}:{self.port}/"
-        self._feed = feed = Feed(executor, history=history)
+        try:
+            self.port: int = sock.getsockname()[1]
+            self.url = f"http://{_url_host(host, sock.family)}:{self.port}/"
+            self._feed = feed = Feed(executor, history=history)
+        except BaseException:
+            sock.close()  # whatever failed, the port is not left listening
+            raise
         self._broadcast = broadcast = Broadcast()
         feed.listen(broadcast.wake)
         # /metrics: the Prometheus exporter's series for this executor, in a

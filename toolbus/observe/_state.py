@@ -20,7 +20,9 @@ counters since it started are `executor.stats()`):
 - per tool: calls by status and by outcome (status and error code), retries, timeouts, killed
   workers, latency percentiles (log-spaced buckets, within 2.5 %);
 - totals: finished calls by status, retries, timeouts, killed workers, late
-  results, batches; events by signal (signals defined later included).
+  results, batches; events by signal (signals defined later included);
+- what the policies did (`_policy_state.py`): circuit breakers' states per
+  tool (and key), calls throttled, cache hits, calls waiting for approval.
 
 A tool name the registry did not know (`TOOL_NOT_FOUND`: one the model
 invented) is counted under `<unknown>`, which bounds the number of rows.
@@ -28,7 +30,6 @@ invented) is counted under `<unknown>`, which bounds the number of rows.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -36,12 +37,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bus import _signals as sig
+from ._latency import Latencies
 from ._names import UNKNOWN_TOOL
+from ._policy_state import POLICY_SIGNALS, PolicyState
 
-__all__ = ["QUANTILES", "STATE_SIGNALS", "STATUSES", "UNKNOWN_TOOL", "Latencies", "LiveState"]
+__all__ = [
+    "POLICY_SIGNALS",
+    "QUANTILES",
+    "STATE_SIGNALS",
+    "STATUSES",
+    "UNKNOWN_TOOL",
+    "Latencies",
+    "LiveState",
+]
 
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled", "deferred")
-# The lifecycle signals `apply` reads (it counts any other it is given, too).
+# The lifecycle signals `apply` reads (it counts any other it is given, too, and
+# reads the policies' own: `POLICY_SIGNALS`).
 STATE_SIGNALS = (
     sig.EXECUTING,
     sig.RETRY_ATTEMPT,
@@ -57,72 +69,6 @@ QUANTILES = (0.5, 0.95, 0.99)
 _NAME_CHARS = 64  # a tool name the model made up is shown cut to this
 _ERROR_CHARS = 300
 _MAX_IN_FLIGHT = 10_000  # only reached if events were lost: the oldest go first
-
-
-class Latencies:
-    """Durations in log-spaced buckets (each 5 % wider than the last).
-
-    A quantile is the middle of its bucket: within 2.5 % of the true value,
-    whatever the count. Small (one entry per bucket in use), so a snapshot
-    carries it and a client restores it.
-    """
-
-    GAMMA = 1.05
-    _LOG_GAMMA = math.log(GAMMA)
-    _FLOOR = 1e-6  # durations below a microsecond share one bucket
-
-    __slots__ = ("buckets", "count", "max", "total")
-
-    def __init__(self) -> None:
-        self.buckets: dict[int, int] = {}
-        self.count = 0
-        self.total = 0.0
-        self.max = 0.0
-
-    def add(self, seconds: float) -> None:
-        if not math.isfinite(seconds) or seconds < 0:
-            return
-        index = math.ceil(math.log(max(seconds, self._FLOOR)) / self._LOG_GAMMA)
-        self.buckets[index] = self.buckets.get(index, 0) + 1
-        self.count += 1
-        self.total += seconds
-        self.max = max(self.max, seconds)
-
-    def quantile(self, q: float) -> float | None:
-        """The `q` quantile (0 < q <= 1) by nearest rank; None without data."""
-        if not self.count:
-            return None
-        rank = max(1, math.ceil(q * self.count))
-        seen = 0
-        for index in sorted(self.buckets):
-            seen += self.buckets[index]
-            if seen >= rank:
-                middle = 2 * self.GAMMA**index / (self.GAMMA + 1)
-                return min(middle, self.max)
-        return self.max
-
-    @property
-    def mean(self) -> float | None:
-        return self.total / self.count if self.count else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "buckets": {str(i): n for i, n in sorted(self.buckets.items())},
-            "count": self.count,
-            "sum": self.total,
-            "max": self.max,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> Latencies:
-        lat = cls()
-        if not data:
-            return lat
-        lat.buckets = {int(i): int(n) for i, n in dict(data.get("buckets") or {}).items()}
-        lat.count = int(data.get("count") or 0)
-        lat.total = float(data.get("sum") or 0.0)
-        lat.max = float(data.get("max") or 0.0)
-        return lat
 
 
 @dataclass(slots=True)
@@ -219,6 +165,7 @@ class LiveState:
         self._tools: dict[str, _Tool] = {}
         self._totals: dict[str, int] = dict.fromkeys(_TOTALS, 0)
         self._signals: dict[str, int] = {}
+        self._policies = PolicyState(_name)
 
     @property
     def seq(self) -> int:
@@ -264,6 +211,9 @@ class LiveState:
         if self._since is None and ts:
             self._since = ts
         self._signals[signal] = self._signals.get(signal, 0) + 1
+        if signal in POLICY_SIGNALS:
+            self._policies.apply(signal, r, ts)
+            return
         if signal in (sig.BATCH_START, sig.IN_DOUBT) or "call_id" not in r:
             if signal == sig.BATCH_START:
                 self._totals["batches"] += 1
@@ -335,8 +285,9 @@ class LiveState:
             "attempts": attempts,
         }
         self._recent.append(entry)
-        if status != "ok":
+        if status not in ("ok", "deferred"):  # a deferred call waits, it did not fail
             self._errors.append(entry)
+        self._policies.finished(r, tool, status, ts)
 
     # -- reading ------------------------------------------------------------------
 
@@ -346,7 +297,8 @@ class LiveState:
         Keys: `seq`, `events`, `malformed`, `since` (the first event's time),
         `totals`, `in_flight` (oldest first), `recent` and `errors` (newest
         first), `tools` (by name, with `p50`/`p95`/`p99`/`mean`/`max` in
-        seconds and the `latency` buckets), `signals` (events by signal).
+        seconds and the `latency` buckets), `signals` (events by signal),
+        `policies` (`PolicyState.to_json`: `breakers`, `tools`, `waiting`, `totals`).
         """
         with self._lock:
             per_tool: dict[str, int] = {}
@@ -369,6 +321,7 @@ class LiveState:
                     self._tools.get(n, _Tool()).to_json(n, per_tool.get(n, 0)) for n in names
                 ],
                 "signals": dict(sorted(self._signals.items())),
+                "policies": self._policies.to_json(),
             }
 
     @classmethod
@@ -402,4 +355,5 @@ class LiveState:
         for t in snapshot.get("tools") or ():
             state._tools[_name(t["tool"])] = _Tool.from_json(t)
         state._signals = {str(k): int(v) for k, v in dict(snapshot.get("signals") or {}).items()}
+        state._policies = PolicyState.from_json(snapshot.get("policies"), _name)
         return state

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import IO, Any
@@ -133,6 +134,31 @@ def _reason(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+def token_problem(token: str) -> str | None:
+    """Why `token` cannot go in an `Authorization` header, None if it can. The
+    reason never quotes it: an error about a token must not print the token."""
+    for char in token:
+        if char.isspace() or not char.isprintable():
+            return "it holds whitespace or a control character"
+        if ord(char) > 0xFF:
+            return "it holds a character an HTTP header cannot carry (beyond Latin-1)"
+    return None
+
+
+def address_problem(url: str) -> str | None:
+    """Why `url` is not the address of a status server, None if it may be."""
+    if not url.startswith(("http://", "https://")):
+        return "is not an http:// or https:// address"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - read for its check: a port that is no number raises
+    except ValueError as e:
+        return f"is not a valid address ({e})"
+    if not parts.hostname:
+        return "names no host"
+    return None
+
+
 def run_top(
     url: str,
     *,
@@ -143,28 +169,42 @@ def run_top(
     stop: threading.Event | None = None,
 ) -> int:
     """Draw the dashboard of the executor served at `url` until `stop` is set or
-    Ctrl-C; the exit code (0; 1: the server cannot be reached; 2: it wants a token)."""
+    Ctrl-C; the exit code (0; 1: the server cannot be reached; 2: a bad address
+    or token, or it wants a token)."""
     from rich.live import Live
 
     console = console or Console()
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    problem = address_problem(url)
+    if problem is not None:
+        errors.print(f"toolbus top: {url!r} {problem}", markup=False)
+        return 2
+    if token is not None:
+        problem = token_problem(token)
+        if problem is not None:
+            errors.print(f"toolbus top: the token cannot be sent: {problem}", markup=False)
+            return 2
     client = _Client(url, token)
     try:
         status = client.status()
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
             hint = "a wrong token" if token else "no token (pass --token-env VAR)"
-            errors.print(f"toolbus top: {url} refused the request (HTTP {e.code}): {hint}")
+            errors.print(
+                f"toolbus top: {url} refused the request (HTTP {e.code}): {hint}", markup=False
+            )
             return 2
-        errors.print(f"toolbus top: {url} answered HTTP {e.code} for /status")
+        errors.print(f"toolbus top: {url} answered HTTP {e.code} for /status", markup=False)
         return 1
     except (OSError, ValueError) as e:
-        errors.print(f"toolbus top: cannot reach {url}: {_reason(e)}")
+        errors.print(f"toolbus top: cannot reach {url}: {_reason(e)}", markup=False)
         return 1
     try:
         top = _Top(client, url, status)
     except (KeyError, TypeError, ValueError, AttributeError):
-        errors.print(f"toolbus top: {url} does not answer like a toolbus status server")
+        errors.print(
+            f"toolbus top: {url} does not answer like a toolbus status server", markup=False
+        )
         return 1
     stop = stop or threading.Event()
     reader = threading.Thread(target=top.follow, args=(stop,), name="toolbus-top", daemon=True)
@@ -193,13 +233,23 @@ def run_top(
 def main(url: str, *, token_env: str | None = None) -> int:
     """The `toolbus top` command: check its input, then `run_top`."""
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    if not url.startswith(("http://", "https://")):
-        errors.print(f"toolbus top: {url!r} is not an http:// or https:// address")
+    problem = address_problem(url)
+    if problem is not None:  # a usage error (2), not a server that cannot be reached (1)
+        errors.print(f"toolbus top: {url!r} {problem}", markup=False)
         return 2
     token = None
     if token_env is not None:
         token = os.environ.get(token_env)
         if not token:
-            errors.print(f"toolbus top: the environment variable {token_env} is not set")
+            errors.print(
+                f"toolbus top: the environment variable {token_env} is not set", markup=False
+            )
+            return 2
+        # Checked before use: urllib's own error for such a header quotes it.
+        problem = token_problem(token)
+        if problem is not None:
+            errors.print(
+                f"toolbus top: the token in {token_env} cannot be sent: {problem}", markup=False
+            )
             return 2
     return run_top(url, token=token)

@@ -3,8 +3,8 @@
 
 Everything it draws comes from `describe_executor` (configuration),
 `ExecutorStats` (the executor's counters) and `LiveState.snapshot` (calls in
-flight, recent results, per-tool latencies): JSON data, the same in both
-places.
+flight, recent results, per-tool latencies, what the policies did): JSON
+data, the same in both places.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..bus._signals import ALL_SIGNALS
+from ._policy_state import POLICY_SIGNALS
 
 __all__ = ["Board", "duration"]
 
@@ -31,10 +32,13 @@ STATUS_STYLE = {
     "deferred": "blue",
 }
 STATE_STYLE = {"running": "cyan", "retrying": "yellow", "failed": "red", "timed out": "magenta"}
+BREAKER_STYLE = {"open": "bold red", "half-open": "yellow", "closed": "green"}
 
 _MAX_IN_FLIGHT = 12
 _MAX_RECENT = 8
 _MAX_ERRORS = 5
+_MAX_KEYS = 6  # rows of a breaker per key's circuits (open ones first)
+_MAX_WAITING = 3  # calls awaiting approval named under the policies
 _SIDE_BY_SIDE = 140  # columns from which in-flight and recent sit side by side
 
 
@@ -60,9 +64,16 @@ def _clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
 
-def _cut(text: Any, limit: int) -> str:
+def _cut_str(text: Any, limit: int) -> str:
     s = "" if text is None else " ".join(str(text).split())
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _cut(text: Any, limit: int) -> Text:
+    """A cell of text the model or a tool wrote (a call id, a tool name, an
+    error): a `Text`, drawn as it is, never read as rich markup (a `[/x]` in it
+    would raise, a `[link=...]` would make a link)."""
+    return Text(_cut_str(text, limit))
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,9 @@ class Board:
             yield in_flight
             yield recent
         yield self._tools()
+        policies = self._policies()
+        if policies is not None:
+            yield policies
         yield self._errors()
         extra = self._signals()
         if extra is not None:
@@ -175,7 +189,7 @@ class Board:
         for c in calls[:_MAX_IN_FLIGHT]:
             state = str(c.get("state", ""))
             elapsed = max(0.0, self.now - float(c.get("started") or self.now))
-            detail = _cut(c.get("detail"), 60)
+            detail = _cut_str(c.get("detail"), 60)
             if c.get("fraction") is not None:
                 detail = f"{float(c['fraction']):.0%} {detail}"
             table.add_row(
@@ -215,7 +229,7 @@ class Board:
     def _tools(self) -> Table:
         table = Table(title="Per tool (since watching)", title_justify="left")
         table.add_column("tool", no_wrap=True, max_width=28)
-        for name in ("calls", "ok", "error", "timeout", "rejected", "cancelled", "running"):
+        for name in ("calls", *STATUS_STYLE, "running"):  # one column per status, in order
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("retries", justify="right", no_wrap=True, style="yellow")
         for name in ("p50", "p95", "p99", "max"):
@@ -254,9 +268,84 @@ class Board:
             )
         return table
 
+    def _policies(self) -> Table | None:
+        """Breakers, throttled calls, cache hits and calls awaiting approval, per
+        tool; None while no policy did anything."""
+        pol: Mapping[str, Any] = self.state.get("policies") or {}
+        tools: Sequence[Mapping[str, Any]] = pol.get("tools") or ()
+        if not tools:
+            return None
+        t = pol.get("totals") or {}
+        title = (
+            f"Policies: throttled {t.get('throttled', 0)} · cache hits {t.get('cache_hits', 0)}"
+            f" · awaiting approval {t.get('waiting', 0)} · breakers open {t.get('open', 0)}"
+            f", half-open {t.get('half-open', 0)}"
+        )
+        table = Table(title=title, title_justify="left")
+        table.add_column("tool", no_wrap=True, max_width=40)
+        table.add_column("breaker", no_wrap=True)
+        for name in ("failures", "for", "opened", "throttled", "waited", "cache hits"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("awaiting approval", justify="right", no_wrap=True, style="blue")
+        breakers: Sequence[Mapping[str, Any]] = pol.get("breakers") or ()
+        own = {b.get("tool"): b for b in breakers if b.get("key") is None}
+        keyed = [b for b in breakers if b.get("key") is not None]
+        for row in tools:
+            tool = row.get("tool")
+            b = own.get(tool)
+            keys = sum(k.get("tool") == tool for k in keyed)
+            state = str(row.get("breaker") or "")
+            label = state + (f" ({keys} keys)" if keys else "")
+            hits = f"{row.get('cache_hits', 0)}" + (
+                f" ({row['shared']} shared)" if row.get("shared") else ""
+            )
+            table.add_row(
+                _cut(tool, 40),
+                Text(label or "-", style=BREAKER_STYLE.get(state, "dim")),
+                *self._circuit_cells(b),
+                str(row.get("throttled", 0)),
+                duration(row.get("throttle_wait")) if row.get("throttled") else "",
+                hits,
+                str(row.get("waiting", 0)),
+            )
+        keyed.sort(key=lambda k: (k.get("state") == "closed", -float(k.get("since") or 0.0)))
+        for k in keyed[:_MAX_KEYS]:
+            state = str(k.get("state", ""))
+            table.add_row(
+                Text(_cut_str(f"{k.get('tool')} · key {k.get('key')}", 40), style="dim"),
+                Text(state, style=BREAKER_STYLE.get(state, "")),
+                *self._circuit_cells(k),
+                "",
+                "",
+                "",
+                "",
+            )
+        if len(keyed) > _MAX_KEYS:
+            table.add_row(Text(f"+{len(keyed) - _MAX_KEYS} more keys", style="dim"))
+        waiting: Sequence[Mapping[str, Any]] = pol.get("waiting") or ()
+        if waiting:
+            table.caption = Text(  # literal: call ids and tool names are not markup
+                "awaiting approval, newest first: "
+                + " · ".join(
+                    f"{_cut_str(w.get('call_id'), 24)} {_cut_str(w.get('tool'), 22)} "
+                    f"({duration(max(0.0, self.now - float(w.get('timestamp') or self.now)))})"
+                    for w in waiting[:_MAX_WAITING]
+                )
+            )
+            table.caption_justify = "left"
+        return table
+
+    def _circuit_cells(self, b: Mapping[str, Any] | None) -> tuple[str, str, str]:
+        """failures, since (how long it has been in its state), opened."""
+        if b is None:
+            return "", "", ""
+        since = b.get("since")
+        ago = "" if since is None else duration(max(0.0, self.now - float(since)))
+        return str(b.get("failures", 0)), ago, str(b.get("opened", 0))
+
     def _signals(self) -> Text | None:
-        """Events of signals defined outside toolbus's own (policies, yours), if any."""
-        own = set(ALL_SIGNALS)
+        """Events of signals defined outside toolbus's own and the policies' (yours), if any."""
+        own = {*ALL_SIGNALS, *POLICY_SIGNALS}
         counts = {k: v for k, v in (self.state.get("signals") or {}).items() if k not in own}
         if not counts:
             return None

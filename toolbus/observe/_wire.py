@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from ..bus import Event
 from ..models import ToolResult
+from ._content import dumps, text_of
 
 __all__ = ["MAX_FIELD_CHARS", "encode", "plain"]
 
@@ -33,6 +34,9 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
     bytes becomes the text of its first bytes, ending in "…"."""
     kind = type(value)
     if kind is str:
+        # A lone surrogate a model sent: no UTF-8 (no JSON, no terminal) can
+        # hold it, so every reader of the record gets U+FFFD instead.
+        value = text_of(value)
         return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
     if kind in _SCALARS:
         return value
@@ -51,10 +55,10 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
         native = True
     except (TypeError, orjson.JSONEncodeError):
         native = False
-        try:
-            text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+        try:  # (a lone surrogate a model sent is written as U+FFFD: `dumps`)
+            text = dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
         except (TypeError, orjson.JSONEncodeError):
-            text = orjson.dumps(repr(value))
+            text = dumps(repr(value))
     if len(text) > max_chars:
         return text[: max_chars - 1].decode("utf-8", "ignore") + "…"
     return value if native else orjson.loads(text)
@@ -64,11 +68,14 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _fields(cls: type) -> tuple[str, ...]:
-    """A dataclass's field names but `seq` and `timestamp` (cached per class)."""
+    """A dataclass's field names but `seq`, `timestamp` and private ones
+    (`_run`: toolbus's own, not the event's data), cached per class."""
     names = _FIELDS.get(cls)
     if names is None:
         fields = dataclasses.fields(cls)
-        names = _FIELDS[cls] = tuple(f.name for f in fields if f.name not in _SKIP)
+        names = _FIELDS[cls] = tuple(
+            f.name for f in fields if f.name not in _SKIP and not f.name.startswith("_")
+        )
     return names
 
 

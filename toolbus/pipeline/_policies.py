@@ -6,12 +6,16 @@ each policy of the run's chain is asked in order until one does not admit.
 slot back and holds no thread); `Reject`, `Respond` and a missing approval
 become the call's result. `tell_results` gives every policy that admitted the
 call its terminal result, innermost first, and takes a replacement if one is
-returned. Whatever a policy raises or returns amiss ends the call `rejected`
-with a message naming the policy: a broken guard fails closed.
+returned; a policy that made the call wait, when it ended waiting, hears of it
+through `on_dropped` instead. Whatever a policy raises or returns amiss ends
+the call `rejected` with a message naming the policy: a broken guard fails
+closed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import logging
 import math
 import time
@@ -20,10 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
 from ..models import ErrorCode, ToolResult
-from ..policies._protocol import Admit, Delay, Reject, RequireApproval, Respond, policy_name
+from ..policies._protocol import (
+    Admit,
+    Delay,
+    Reject,
+    RequireApproval,
+    Respond,
+    policy_name,
+    rejection_text,
+)
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
 from . import _results
+from ._run import ADMISSION, POLICIES
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -53,7 +66,14 @@ def consult(run: Run, svc: Services) -> Steps:
     # Asked again after a delay: whatever it decides now, it decided; it is
     # told the call's result only if it admits it.
     run.delayed_by = None
-    token = asking(svc.emitter, run.batch_id, run.timeout)
+    # Off the deadline's clock (queueing, not run time): the deadline moves on
+    # by as long as the policies took. The supervisor bounds the phase itself
+    # by the call's timeout, so a policy that never decides cannot hold the
+    # call for ever. `asking_since` first: the supervisor reads it once it
+    # sees the phase.
+    began = run.asking_since = time.monotonic()
+    run.phase = POLICIES
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
@@ -61,7 +81,20 @@ def consult(run: Run, svc: Services) -> Steps:
                 decision = policy.admit(run.call, tool, time.monotonic())
                 if type(decision) not in _DECISIONS and _results._awaitable(decision):
                     decision = yield _asked(decision, svc, run)
-            except Exception as e:
+            except BaseException as e:
+                if isinstance(e, GeneratorExit) or (
+                    isinstance(e, asyncio.CancelledError) and not run.is_live(run.attempt)
+                ):
+                    # The step itself is being thrown away (its loop closed),
+                    # or toolbus settled the attempt (a cancel, the executor
+                    # closing, the policies' time bound) and cancelled the
+                    # policy's task: not the policy's failure; the driver
+                    # drops the step.
+                    raise
+                # Anything else came out of the policy's own code, SystemExit
+                # and KeyboardInterrupt included (it runs on a worker or the
+                # executor's loop, never where a caller's Ctrl-C lands): a
+                # broken guard fails closed, naming itself.
                 what = f"policy {policy_name(policy)} failed for call {run.call.id}"
                 _results.log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
@@ -69,25 +102,32 @@ def consult(run: Run, svc: Services) -> Steps:
             if kind is Admit:
                 run.policy_at += 1
                 if not run.note_policy(policy, admitted=True):
-                    return _ended_meanwhile(run, policy, svc)
+                    return _ended_meanwhile(run, policy, svc, admitted=True)
                 continue
             if kind is Delay:
                 seconds = _seconds(decision.seconds)
                 if seconds is None:
                     return _refused(run, policy, f"it asked for a delay of {decision.seconds!r}")
                 if not run.note_policy(policy, admitted=False):
-                    return _ended_meanwhile(run, policy, svc)
+                    return _ended_meanwhile(run, policy, svc, admitted=False)
                 return Deferral(seconds, decision.until)
             if kind is Reject:
                 if not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
                 return _results.make_result(
-                    run, "rejected", error=str(decision.message), code=decision.code, attempts=0
+                    run,
+                    "rejected",
+                    error=rejection_text(decision.message, run.call.name, policy),
+                    code=decision.code,
+                    attempts=0,
                 )
             if kind is Respond:
                 if not isinstance(decision.result, ToolResult):
                     return _refused(run, policy, "it responded with something not a ToolResult")
-                return decision.result.model_copy(
+                given = _well_formed(decision.result, run.call.name, policy)
+                if isinstance(given, str):
+                    return _refused(run, policy, f"it responded with {given}")
+                return given.model_copy(
                     update={
                         "call_id": run.call.id,
                         "name": run.call.name,
@@ -96,23 +136,26 @@ def consult(run: Run, svc: Services) -> Steps:
                     }
                 )
             if kind is RequireApproval:
-                answer = _approval(run, decision.reason)
+                answer = _approval(run, decision.reason, svc)
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):
-                        return _ended_meanwhile(run, policy, svc)
+                        return _ended_meanwhile(run, policy, svc, admitted=True)
                     continue
                 return answer
             return _refused(run, policy, f"it returned {type(decision).__name__}, not a decision")
         return None
     finally:
         done_asking(token)
+        if run.deadline is not None:
+            run.deadline += time.monotonic() - began
+        run.phase = ADMISSION  # (the deadline first: see _journal_intent)
 
 
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
     # An async policy may run on the loop thread (driven from a worker): it
     # announces its events to this executor all the same.
-    token = asking(svc.emitter, run.batch_id, run.timeout)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         return await decision
     finally:
@@ -122,13 +165,53 @@ async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
 _DECISIONS = frozenset({Admit, Delay, Reject, Respond, RequireApproval})
 
 
-def _ended_meanwhile(run: Run, policy: Any, svc: Services) -> None:
-    """The call ended (a deadline, a cancel) while `policy` decided: tell it how,
-    as every policy that let a call through is told. The step then finds the
-    attempt settled and stops."""
+def _ended_meanwhile(run: Run, policy: Any, svc: Services, *, admitted: bool) -> None:
+    """The call ended (a cancel, its policies' time bound) while `policy`
+    decided: tell it how, as every policy that let a call through is told
+    (`on_result`), or, when it delayed the call, as a policy whose waiting call
+    is dropped is (`on_dropped`). The step then finds the attempt settled and
+    stops."""
     result = run.result
     if result is not None:
-        _tell(policy, run, result, svc)
+        if admitted:
+            _tell(policy, run, result, svc)
+        else:
+            _drop(policy, run, result, svc)
+
+
+# The code a policy's result without one gets: what toolbus itself gives a
+# result of that status when nothing more precise is known.
+_DEFAULT_CODES: dict[str, ErrorCode] = {
+    "error": ErrorCode.TOOL_ERROR,
+    "timeout": ErrorCode.EXECUTION_TIMEOUT,
+    "cancelled": ErrorCode.CANCELLED,
+    "rejected": ErrorCode.TOOL_UNAVAILABLE,
+    "deferred": ErrorCode.APPROVAL_REQUIRED,
+}
+
+
+def _well_formed(result: ToolResult, tool: str, policy: Any) -> ToolResult | str:
+    """A policy's result (`Respond`, an `on_result` replacement) as toolbus would
+    have made it; or what is wrong with it, when it cannot be mended.
+
+    Whoever reads results relies on a failure having a code and a text, and
+    on a `deferred` one carrying what to approve: a code or a text left out is
+    filled in (naming the policy); a `deferred` result without an approval
+    request (which no decision could ever run) is refused."""
+    if result.status == "ok":
+        return result
+    if result.status == "deferred" and result.approval_request is None:
+        return (
+            "a `deferred` result without an approval request (only RequireApproval defers a call)"
+        )
+    update: dict[str, Any] = {}
+    if result.error_code is None:
+        update["error_code"] = _DEFAULT_CODES[result.status]
+    if not result.error:
+        update["error"] = (
+            f"Tool '{tool}' ended {result.status}: so said its policy {policy_name(policy)}"
+        )
+    return result.model_copy(update=update) if update else result
 
 
 def _seconds(value: Any) -> float | None:
@@ -150,13 +233,17 @@ def _refused(run: Run, policy: Any, why: str) -> ToolResult:
     )
 
 
-def _approval(run: Run, reason: str) -> ToolResult | None:
+def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
     """None if the run carries an approval of exactly its arguments; else the
     denial (`rejected`) or the request (`deferred`)."""
     origin = run.origin
-    digest = arguments_digest(origin.name, origin.arguments)
+    # Keyed by the executor's secret: the request is published, and a plain
+    # hash of its arguments would give away a secret of few possible values.
+    digest = arguments_digest(origin.name, origin.arguments, secret=svc.key_secret)
     decision = run.approval
-    if isinstance(decision, ApprovalDecision) and decision.digest == digest:
+    if isinstance(decision, ApprovalDecision) and hmac.compare_digest(
+        decision.digest.encode("utf-8", "surrogatepass"), digest.encode()
+    ):
         if decision.approved:
             return None
         why = decision.reason or "denied"
@@ -182,24 +269,48 @@ def _approval(run: Run, reason: str) -> ToolResult | None:
 
 
 def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
-    """Give `result` to every policy that admitted the run (and to the one it
-    waits for, if it ended while waiting), innermost first; return the result
-    as the last of them left it."""
+    """Give `result` to every policy that admitted the run (`on_result`),
+    innermost first; return the result as the last of them left it. The
+    policy it was waiting for, if it ended while waiting, hears of it first,
+    through `on_dropped`: it never admitted the call, so `on_result` (which
+    its docs promise only for calls it admitted) is not for it."""
     # Read after the result was claimed: nobody adds to them any more.
-    told = list(reversed(run.consulted))
-    if run.delayed_by is not None:  # it ended while that policy made it wait
-        told.insert(0, run.delayed_by)
-    for policy in told:
+    if run.delayed_by is not None:
+        _drop(run.delayed_by, run, result, svc)
+    for policy in reversed(run.consulted):
         result = _tell(policy, run, result, svc)
     return result
 
 
+def _drop(policy: Any, run: Run, result: ToolResult, svc: Services) -> None:
+    """`policy.on_dropped`, if it has one, contained: a call it made wait ended
+    while waiting (a cancel, the executor closing). Its answer is not taken:
+    the call was never its to answer."""
+    dropped = getattr(policy, "on_dropped", None)
+    if not callable(dropped):
+        return
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
+    try:
+        dropped(run.call, result, time.monotonic())
+    except BaseException as e:  # the result is claimed: see _tell
+        _results.log_contained(
+            f"policy {policy_name(policy)} failed on dropping call {run.call.id}",
+            e,
+            run.scrubber,
+        )
+    finally:
+        done_asking(token)
+
+
 def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:
     """`policy.on_result`, contained; the result as the policy leaves it."""
-    token = asking(svc.emitter, run.batch_id, run.timeout)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
     try:
         other = policy.on_result(run.call, result, time.monotonic())
-    except Exception as e:  # the result stands; the policy's failure is logged
+    except BaseException as e:
+        # The result stands; the policy's failure is logged. BaseException too:
+        # the result is claimed already, so anything escaping here would leave
+        # the call unannounced and its caller waiting forever.
         _results.log_contained(
             f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
             e,
@@ -209,7 +320,16 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
     finally:
         done_asking(token)
     if isinstance(other, ToolResult):
-        return other.model_copy(update={"call_id": result.call_id, "name": result.name})
+        checked = _well_formed(other, run.call.name, policy)
+        if isinstance(checked, str):
+            log.warning(
+                "policy %s replaced the result of call %s with %s; ignored",
+                policy_name(policy),
+                run.call.id,
+                checked,
+            )
+            return result
+        return checked.model_copy(update={"call_id": result.call_id, "name": result.name})
     if other is not None:
         log.warning(
             "policy %s returned %s for the result of call %s, not a ToolResult or None; ignored",

@@ -109,13 +109,22 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
             if em.wants(sig.RETRY_SUCCESS):
                 em.emit(
                     sig.RETRY_SUCCESS,
-                    RetrySuccess(run.call.id, name, bid, att, att, parent_call_id=pid),
+                    RetrySuccess(
+                        run.call.id, name, bid, att, att, parent_call_id=pid, _run=run.token
+                    ),
                 )
         elif result.status in ("error", "timeout") and em.wants(sig.RETRY_EXHAUSTED):
             em.emit(
                 sig.RETRY_EXHAUSTED,
                 RetryExhausted(
-                    run.call.id, name, bid, att, att, result.error or "", parent_call_id=pid
+                    run.call.id,
+                    name,
+                    bid,
+                    att,
+                    att,
+                    result.error or "",
+                    parent_call_id=pid,
+                    _run=run.token,
                 ),
             )
     if result.status == "rejected" and em.wants(sig.REJECTED):
@@ -130,6 +139,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
                 result.error_code or ErrorCode.TOOL_ERROR,
                 run.masked,
                 parent_call_id=pid,
+                _run=run.token,
             ),
         )
     elif result.status == "cancelled" and em.wants(sig.CANCELLED):
@@ -143,12 +153,15 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
                 result.error_code or ErrorCode.CANCELLED,
                 result.error or "",
                 parent_call_id=pid,
+                _run=run.token,
             ),
         )
     if em.wants(sig.FINISHED):
         em.emit(
             sig.FINISHED,
-            CallFinished(run.call.id, name, bid, att, result, run.masked, parent_call_id=pid),
+            CallFinished(
+                run.call.id, name, bid, att, result, run.masked, parent_call_id=pid, _run=run.token
+            ),
         )
     # The caller is woken by whoever closes the run's books (the scheduler),
     # so its stats already count the call when `execute` returns.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -39,14 +40,21 @@ __all__ = ["BatchRun", "Cancellable", "LoopWaiter", "Run", "ThreadWaiter", "Wait
 READY = 1
 PARKED = 2
 
+# Run tokens: `next()` of a count is atomic under the GIL, so no lock.
+_tokens = itertools.count(1)
+
 # Phases, for error messages that say where a call got stuck.
 QUEUED = "queued"
 ADMISSION = "pre-call hooks"
 JOURNALING = "journal"  # writing its intent: off the deadline's clock
 STARTING = "starting a worker"  # a backend starts what runs it: off the clock too
+# Its policies deciding: queueing, not run time (a policy that asks a remote
+# service must not eat the tool's deadline). Off the clock, but bounded apart:
+# a policy that takes a whole timeout to decide ends the call (see _deadlines.py).
+POLICIES = "policies"
 # Phases whose time the deadline does not count: the step moves the deadline on
 # by as long as they took, and a deadline that fires meanwhile is re-armed.
-OFF_CLOCK = frozenset({JOURNALING, STARTING})
+OFF_CLOCK = frozenset({JOURNALING, STARTING, POLICIES})
 RUNNING = "tool"
 FINISHING = "post-call hooks"
 
@@ -115,6 +123,7 @@ class Run:
         "_lock",
         "admitted",
         "approval",
+        "asking_since",
         "attempt",
         "backend",
         "batch",
@@ -167,6 +176,7 @@ class Run:
         "sv_worker",
         "task",
         "timeout",
+        "token",
         "tool",
         "waiter",
     )
@@ -188,6 +198,9 @@ class Run:
         priority: int | None = None,
     ) -> None:
         self._lock = threading.Lock()
+        # Unique per run in the process, unlike a call id (a model may repeat
+        # one): its events carry it (`CallEvent._run`), and so does its submission.
+        self.token = next(_tokens)
         self.call = call
         self.origin = call  # as submitted: before parsing and pre-call hooks
         self.key: str | None = None  # its idempotency key, made when first needed
@@ -260,6 +273,9 @@ class Run:
         self.policy_at = 0
         self.consulted: list[Any] = []
         self.delayed_by: Any = None  # the policy whose delay it waits out, if any
+        # When its policies began deciding (phase POLICIES): the supervisor bounds
+        # that phase by the call's timeout, apart from the tool's deadline.
+        self.asking_since = 0.0
         self.approval: Any = None  # the caller's ApprovalDecision for it, if any
         # (code, message): refused at submission (a quota), before it fans out.
         self.refusal: tuple[Any, str] | None = None
@@ -368,6 +384,7 @@ class BatchRun:
         "started",
         "stop_on_error",
         "stopped",
+        "sv_busy",
         "sv_group",
         "waiter",
     )
@@ -390,6 +407,10 @@ class BatchRun:
         self.schedule: Schedule | None = None
         self.remaining = 0
         self.sv_group: Any = None  # its capacity group (the scheduler's)
+        # The supervisor is in the middle of the batch's bookkeeping (closing a
+        # run that closes others in turn, say): its completion waits until
+        # that is done, since its caller, once released, takes `runs` away.
+        self.sv_busy = 0
         self.stopped = False
         self.done = False
         self.started = time.monotonic()

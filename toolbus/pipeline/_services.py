@@ -126,7 +126,8 @@ class Services:
     emitter: Emitter
     hooks: Hooks
     max_argument_bytes: int
-    # The HMAC secret of idempotency keys (the journal's, or the executor's own).
+    # The HMAC secret of idempotency keys and approval digests (the journal's,
+    # so both stay the same across restarts, or the executor's own).
     key_secret: bytes = b""
     journal: Journal | None = None
     killed: Tally = field(default_factory=Tally)

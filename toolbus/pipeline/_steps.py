@@ -99,6 +99,7 @@ def publish_progress(
                 fraction,
                 s.value(data),
                 parent_call_id=run.parent_call_id,
+                _run=run.token,
             ),
         )
 
@@ -119,6 +120,7 @@ def publish_killed(run: Run, svc: Services, pid: int, reason: str) -> None:
                 pid,
                 reason,
                 parent_call_id=run.parent_call_id,
+                _run=run.token,
             ),
         )
 
@@ -140,8 +142,9 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     if not run.is_live(n):
         return LOST
     current_run.set((svc, run))
-    # Whatever attempt this is: one that timed out in its pre-call hooks or in
-    # a policy's decision left the rest undone, and a retry must not skip it.
+    # Whatever attempt this is: one that timed out in its pre-call hooks left
+    # the rest undone, and a retry must not skip it. (A policy's decision is
+    # off the clock: it never times out an attempt, see `consult`.)
     if not run.admitted:  # (admitted already before a policy's delay)
         rejection = yield from admit(run, svc)
         if rejection is not None:
@@ -185,12 +188,15 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
                 run.retry_delay,
                 run.policy.max_attempts,
                 parent_call_id=pid,
+                _run=run.token,
             ),
         )
     if em.wants(sig.EXECUTING):
         em.emit(
             sig.EXECUTING,
-            Executing(call_id, name, bid, n, run.masked, run.timeout, parent_call_id=pid),
+            Executing(
+                call_id, name, bid, n, run.masked, run.timeout, parent_call_id=pid, _run=run.token
+            ),
         )
     run.phase = RUNNING
     # Built only for a tool that takes one (its `run` has a ctx parameter),
@@ -255,7 +261,9 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         if em.wants(sig.TIMEOUT):
             em.emit(
                 sig.TIMEOUT,
-                TimedOut(call_id, name, bid, n, run.timeout or 0.0, parent_call_id=pid),
+                TimedOut(
+                    call_id, name, bid, n, run.timeout or 0.0, parent_call_id=pid, _run=run.token
+                ),
             )
         late = _late_event(run, n, error, duration)
         outcome = yield from after_timeout(run, n, "", svc)
@@ -273,7 +281,10 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         )
     if error is None:
         if em.wants(sig.EXECUTED):
-            em.emit(sig.EXECUTED, Executed(call_id, name, bid, n, duration, parent_call_id=pid))
+            em.emit(
+                sig.EXECUTED,
+                Executed(call_id, name, bid, n, duration, parent_call_id=pid, _run=run.token),
+            )
         result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
         return (yield from complete(run, result, svc))
     if em.wants(sig.ERROR):
@@ -289,6 +300,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
                 _failure_code(error),
                 duration,
                 parent_call_id=pid,
+                _run=run.token,
             ),
         )
     return (yield from after_failure(run, n, error, svc, timed_out=False))
@@ -355,6 +367,7 @@ def _late_event(run: Run, n: int, error: BaseException | None, duration: float) 
         status,
         duration,
         parent_call_id=run.parent_call_id,
+        _run=run.token,
     )
 
 

@@ -34,6 +34,7 @@ from ._signals import (
     Throttled,
     announce,
     call_timeout,
+    scrub,
 )
 from ._spill import Spill, spill
 
@@ -71,5 +72,6 @@ __all__ = [
     "quota",
     "rate_limit",
     "requires_approval",
+    "scrub",
     "spill",
 ]

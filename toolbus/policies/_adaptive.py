@@ -3,9 +3,10 @@
 Seed 004's dynamic timeout. Per tool, a window of recent samples:
 
 - an `ok` result of one attempt gives its `duration` (seconds from the
-  attempt's dispatch to the result: hooks and policies included, as the
-  deadline counts them). A call that took retries is left out: its duration
-  also holds failed attempts and backoff, and says nothing of one attempt.
+  attempt's dispatch to the result: hooks included, as the deadline counts
+  them, and the policies' decisions, which it does not: it errs long). A
+  call that took retries is left out: its duration also holds failed
+  attempts and backoff, and says nothing of one attempt.
 - a `timeout` result gives the deadline it missed (the call's attempt timeout):
   the call took at least that long. So a tool whose calls keep timing out sees
   its deadline grow, by `factor` each round, up to `ceiling`.

@@ -27,6 +27,9 @@ class requires_approval(BasePolicy):
     """
 
     name = "requires_approval"
+    # Asked before every other policy, the executor's included: a cache must
+    # not answer, nor a limit count, a call that nobody approved.
+    first = True
 
     def __init__(
         self,

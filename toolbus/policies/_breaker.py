@@ -40,6 +40,7 @@ from ._signals import (
     CircuitChanged,
     announce,
     call_timeout,
+    scrub,
 )
 
 if TYPE_CHECKING:
@@ -213,7 +214,8 @@ class CircuitBreaker(BasePolicy):
     def _announce(self, change: _Change | None, key: str) -> None:
         if change is None:
             return
-        call, shown = change.call, key if self._key is not None else None
+        # Masked like the call's arguments: a key may be taken from a secret one.
+        call, shown = change.call, scrub(key) if self._key is not None else None
         announce(
             _SIGNALS[change.state],
             lambda _batch: CircuitChanged(

@@ -10,7 +10,12 @@ Identical calls at once run once. The first is the leader; each later one
 (a follower) is delayed until the leader ends (`Delay(until=...)`: a timer
 holding no thread or slot). When it ends ok, the followers are asked again
 and hit the cache; when it fails, they are asked again and one of them leads
-the next try (never all of them).
+the next try, the others following it: never two at once. So while the tool
+keeps failing (timing out, say), the calls run one after another, each after
+the one before failed, and each ends with its own failure: n identical calls
+of a tool that always times out take n deadlines in all. Errors are not kept,
+so no call is answered with another's failure. A follower that ends while it
+waits (cancelled) leaves the flight (`on_dropped`).
 
 A leader is only known to end through `on_result`. The executor tells every
 policy that admitted a call its terminal result, but a call settled by the
@@ -189,9 +194,23 @@ class Cache(BasePolicy):
                 # Errors are not kept: the followers are asked again, and the
                 # first of them leads the next try.
                 woken = self._flights.pop(key)
+            elif flight is not None:
+                # A follower that ended while it waited (told here by an
+                # executor without on_dropped): it waits no more.
+                flight.followers.discard(call.id)
         if woken is not None:
             _wake(woken)
         return _marked(result, "miss") if ok else None
+
+    def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        """A follower ended while it waited (cancelled, its executor closed):
+        it no longer counts as waiting, nor is it answered when the flight ends."""
+        key = _key(call)
+        with self._lock:
+            self._tick(now)
+            flight = self._flights.get(key)
+            if flight is not None and flight.leader != call.id:
+                flight.followers.discard(call.id)
 
     def _lost(self, now: float) -> list[_Flight]:
         """Let go of the flights past their budget at `now` (under the lock)."""

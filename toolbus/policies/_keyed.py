@@ -14,7 +14,7 @@ from .._json import loads
 from ..models import ErrorCode, ToolCall
 from ._protocol import Reject
 
-__all__ = ["KeyFunction", "check_key", "key_of", "seconds_text"]
+__all__ = ["KeyFunction", "check_key", "key_of", "parsed_arguments", "seconds_text"]
 
 KeyFunction = Callable[[ToolCall], object]
 """A call -> its key: a `str`, or anything `str()` turns into one."""
@@ -32,12 +32,17 @@ def check_key(key: object, owner: str) -> KeyFunction | None:
     return key
 
 
-def key_of(call: ToolCall, key: KeyFunction | None, owner: str) -> str | Reject:
+def key_of(
+    call: ToolCall, key: KeyFunction | None, owner: str, *, detail: bool = True
+) -> str | Reject:
     """The budget `call` spends from: its tool's name, or `key(call)` as a str.
 
     A key function that raises (or returns something `str()` fails on) rejects
-    the call with a message naming the policy: a guard that cannot tell whose
-    budget a call spends fails closed, and the call never crashes the executor.
+    the call with a message naming the policy and the exception (its type and,
+    with `detail`, its text): a guard that cannot tell whose budget a call
+    spends fails closed, and the call never crashes the executor. Without
+    `detail` (asked at submission, before the arguments are masked) the text,
+    which may quote an argument, is left out.
     """
     if key is None:
         return call.name
@@ -49,7 +54,7 @@ def key_of(call: ToolCall, key: KeyFunction | None, owner: str) -> str | Reject:
         value = key(call)
         return value if isinstance(value, str) else str(value)
     except Exception as e:
-        text = str(e)
+        text = str(e) if detail else ""
         if len(text) > _MAX_ERROR_TEXT:
             text = text[:_MAX_ERROR_TEXT] + "..."
         why = f"{type(e).__name__}: {text}" if text else type(e).__name__
@@ -60,13 +65,22 @@ def key_of(call: ToolCall, key: KeyFunction | None, owner: str) -> str | Reject:
 
 
 def _parsed(call: ToolCall, text: str) -> ToolCall:
-    try:
-        arguments = loads(text)
-    except ValueError:
-        return call  # not JSON: the call is rejected for it later, its key is the function's
-    if not isinstance(arguments, dict):
-        return call
+    arguments = parsed_arguments(text)
+    if arguments is text:
+        return call  # not a JSON object: the call is rejected for it later
     return call.model_copy(update={"arguments": arguments})
+
+
+def parsed_arguments(arguments: object) -> object:
+    """A call's arguments as admission will see them: the model's raw JSON
+    text parsed when it is an object, else `arguments` as they are."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        parsed = loads(arguments)
+    except ValueError:
+        return arguments
+    return parsed if isinstance(parsed, dict) else arguments
 
 
 def seconds_text(seconds: float) -> str:

@@ -9,8 +9,12 @@ a fake clock without threads.
 
 When the executor asks:
 - `admit` after argument validation (and the pre-call hooks and authorization),
-  before the call's deadline clock starts: a delay is queueing, not run time.
-  Executor policies first, then the tool's. Once a policy has admitted a call it
+  off the call's deadline clock: a delay, or a slow decision, is queueing, not
+  run time. The decision is bounded apart: policies that take as long as the
+  call's timeout to decide end it `rejected` (TOOL_UNAVAILABLE), naming the
+  one that did not answer.
+  Executor policies first, then the tool's; those with `first = True` (an
+  approval) before all of them. Once a policy has admitted a call it
   is not asked again for it, even when a later policy delays it.
 - `admit` of a policy with `at_submission = True` (a quota) when the call is
   submitted, on the caller's thread, in the batch's order, before the batch
@@ -19,7 +23,12 @@ When the executor asks:
 - `on_result` once per call, with its terminal result, for every policy that
   admitted it, innermost (the tool's last) first; it may return a replacement.
   It runs where the call finishes (possibly the supervisor's thread): quick,
-  and never blocking.
+  and never blocking. Only for calls the policy admitted.
+- `on_dropped(call, result, now)`, if the policy has it, once, for a call it
+  was making wait (`Delay`) that ended while waiting (cancelled, the executor
+  closed): so a policy that keeps places for waiting calls (a rate limiter's
+  turns, a cache's followers) can give the place up. Its return is ignored;
+  `on_result` is not called for that policy. Same thread rules.
 """
 
 from __future__ import annotations
@@ -68,10 +77,11 @@ class Delay:
 @dataclass(frozen=True, slots=True)
 class Reject:
     """End the call `rejected` with `code` and `message` (for the model to read);
-    it is not retried."""
+    it is not retried. Without a message (None or ""), the model reads that
+    the policy, named, rejected the call."""
 
     code: ErrorCode
-    message: str
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,21 +125,32 @@ class BasePolicy:
 
     - `name`: how errors and events name it.
     - `at_submission`: ask `admit` at submission (sync only), not before the run.
+    - `first`: ask it before every other policy of the call, the executor's
+      and the tool's alike (`requires_approval` is: nothing may answer, count
+      or let through a call nobody approved yet). Policies with `first` keep
+      their order among themselves, as the others do.
     - `applies_to(tool)`: given to an executor, whether it guards `tool`.
     - `check(tool)`: given to `tool`, raise `ValueError` if it cannot guard it
       (at registration).
     - `timeout(tool, default)`: the deadline of the tool's attempts.
+    - `on_dropped(call, result, now)`: a call it delayed ended while waiting.
     - `tools()`: tools the policy brings along, registered beside it.
     """
 
     name: str = "policy"
     at_submission: bool = False
+    first: bool = False
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
         return ADMIT
 
     def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
         return None
+
+    def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        """A call this policy made wait (`Delay`) ended while waiting, with
+        `result` (cancelled, say): forget whatever was kept for it. It was never
+        admitted, so `on_result` is not called. Quick and never blocking."""
 
     def applies_to(self, tool: Tool) -> bool:
         return True
@@ -151,6 +172,14 @@ def policy_name(policy: Any) -> str:
     """How messages name `policy`: its `name`, else its class."""
     name = getattr(policy, "name", None)
     return name if isinstance(name, str) and name else type(policy).__name__
+
+
+def rejection_text(message: Any, tool: str, policy: Any) -> str:
+    """A `Reject`'s message as the model reads it: a default naming the policy
+    when it gave none (None, or empty), never the text "None"."""
+    if message is None or message == "":
+        return f"Tool '{tool}' was rejected by its policy {policy_name(policy)}"
+    return message if isinstance(message, str) else str(message)
 
 
 def check_policies(policies: Any, owner: str) -> tuple[Any, ...]:

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._options import positive_int, positive_number
-from ..models import ErrorCode, ToolCall
+from ..models import ErrorCode, ToolCall, ToolResult
 from ._keyed import KeyFunction, check_key, key_of, seconds_text
 from ._protocol import ADMIT, BasePolicy, Decision, Reject
+from ._signals import scrub
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -33,10 +34,15 @@ class Quota(BasePolicy):
     Promises: the calls it admits are counted at once, so however many threads
     submit, no more than `max_calls` are admitted per key (per window). What it
     counts is admissions: the call is asked about once (retries are the same
-    call and do not count), and an admitted call counts however it ends, even
-    if its arguments turn out invalid, since it is asked at submission, before
-    they are checked. Over budget, the call ends `rejected` with
-    `QUOTA_EXCEEDED` and a message the model can read. `reset()` starts over.
+    call and do not count), and an admitted call counts however it is
+    answered: run, or refused after the quota (its arguments invalid, another
+    policy rejecting it, a person denying it). A call that ends unanswered
+    gives its unit back when told how it ended: `deferred` for an approval,
+    or `cancelled` before its first attempt (its batch cancelled, stopped, or
+    aborted behind a deferred call): it was not let through to run, and the
+    same call comes again (approved, resubmitted) to be counted then. Over
+    budget, the call ends `rejected` with `QUOTA_EXCEEDED` and a message the
+    model can read. `reset()` starts over.
     """
 
     at_submission = True
@@ -60,18 +66,53 @@ class Quota(BasePolicy):
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}  # window None: admissions per key
         self._times: dict[str, deque[float]] = {}  # a window: their times, oldest first
+        # The admissions whose calls have not ended yet, by call id: (key, at),
+        # the oldest first (one id may be submitted again before it ends).
+        # What a unit given back is taken from: the key as it was at
+        # admission (hooks may change the arguments a key is taken from).
+        self._open: dict[str, list[tuple[str, float]]] = {}
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
         """Admit and count `call` if its key has budget left; else `Reject(QUOTA_EXCEEDED)`."""
-        key = key_of(call, self._key, self.name)
+        # At submission the arguments are not masked yet: a failing key function's
+        # message may quote them (int('sk-...')), so only its type is told.
+        key = key_of(call, self._key, self.name, detail=False)
         if isinstance(key, Reject):
             return key
         at = self._clock() if self._clock is not None else now
         with self._lock:
             frees_in = self._take(key, at)
+            if frees_in is None:
+                self._open.setdefault(call.id, []).append((key, at))
         if frees_in is None:
             return ADMIT
         return Reject(ErrorCode.QUOTA_EXCEEDED, self._refusal(call, key, frees_in))
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        """An admitted call ended: it stays counted, unless it ended
+        unanswered (deferred, or cancelled before it was attempted)."""
+        with self._lock:
+            admitted = self._open.get(call.id)
+            if not admitted:
+                return  # admitted before a reset(), or not by this policy
+            key, at = admitted.pop(0)
+            if not admitted:
+                del self._open[call.id]
+            if _unanswered(result):
+                self._give_back(key, at)
+
+    def _give_back(self, key: str, at: float) -> None:
+        """Uncount the admission of `key` at `at` (under the lock)."""
+        if self.window is None:
+            used = self._counts.get(key, 0)
+            if used > 1:
+                self._counts[key] = used - 1
+            else:
+                self._counts.pop(key, None)
+            return
+        times = self._times.get(key)
+        if times is not None and at in times:  # (not if it left the window already)
+            times.remove(at)
 
     def _take(self, key: str, at: float) -> float | None:
         """Count one admission for `key` at `at`: None if there was room; else
@@ -109,9 +150,11 @@ class Quota(BasePolicy):
         with self._lock:
             self._counts.clear()
             self._times.clear()
+            self._open.clear()  # the calls in flight count against nothing now
 
     def _refusal(self, call: ToolCall, key: str, frees_in: float) -> str:
-        whose = f" for {key!r}" if self._key is not None else f" for tool '{call.name}'"
+        # Masked like the call's arguments: a key may be taken from a secret one.
+        whose = f" for {scrub(key)!r}" if self._key is not None else f" for tool '{call.name}'"
         if self.window is None:
             return (
                 f"Quota exceeded{whose}: at most {self.max_calls} calls, all used. This call "
@@ -121,6 +164,12 @@ class Quota(BasePolicy):
             f"Quota exceeded{whose}: at most {self.max_calls} calls in any {self.window:g} s. "
             f"This call was not made; the next one may be made in {seconds_text(frees_in)}."
         )
+
+
+def _unanswered(result: ToolResult) -> bool:
+    """The call ended without running and without an answer to its caller: it
+    waits for an approval, or was cancelled before its first attempt."""
+    return result.status == "deferred" or (result.status == "cancelled" and result.attempts == 0)
 
 
 def quota(

@@ -18,6 +18,15 @@ can starve a call until it gives up). The storage decides: a call whose turn
 came but finds the window full (another process took the slot) is asked
 again at the storage's next opening, spaced at the rate's pace from the
 other calls this happened to.
+
+A waiting call that ends without its turn (cancelled while it waits: its
+batch cancelled, the executor closed) gives its place back at once: the
+executor tells the policy (`on_dropped`, or `on_result` for a call it only
+delayed), and a call never heard of again is let go a window after its turn.
+Its place is then as if it had been used at its turn (the calls behind it in
+line keep theirs), and places given back at the end of the line are freed
+for good: with nothing live behind them the next call takes the first of
+them, so a cancelled crowd does not hold back the calls that come after it.
 """
 
 from __future__ import annotations
@@ -31,10 +40,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._options import non_negative_number
-from ..models import ErrorCode, ToolCall
+from ..models import ErrorCode, ToolCall, ToolResult
 from ._keyed import KeyFunction, check_key, key_of, seconds_text
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Reject
-from ._signals import THROTTLED, Throttled, announce, call_timeout
+from ._signals import THROTTLED, Throttled, announce, call_timeout, scrub
 
 if TYPE_CHECKING:
     from limits import RateLimitItem
@@ -82,6 +91,10 @@ class _Line:
     uses: dict[int, float] = field(default_factory=dict)  # place -> admitted at, or turn
     refused: float = -math.inf  # the latest turn given after the storage said no
     waiting: int = 0
+    # Places whose waiting call ended without its turn: still in `uses` (at
+    # that turn, so those behind keep theirs) until the end of the line
+    # reaches them, which then moves back over them.
+    given_back: set[int] = field(default_factory=set)
 
 
 class RateLimit(BasePolicy):
@@ -134,7 +147,7 @@ class RateLimit(BasePolicy):
         # How far apart calls refused by the storage are asked again: the rate's pace.
         self._spacing = self._window / self.item.amount
         # A waiting call that has not come back a window after its turn is
-        # gone (cancelled while it waited: a policy is not told): forget it.
+        # gone (ended while it waited, and the policy was not told): let it go.
         self._stale_after = max(self._window, 1.0)
         self._lock = threading.Lock()
         self._lines: dict[str, _Line] = {}
@@ -153,7 +166,8 @@ class RateLimit(BasePolicy):
             at = self._clock()
             decision = self._decide(call.id, key, at, now, limit)
         if type(decision) is Delay:
-            shown = key if self._key is not None else None
+            # Masked like the call's arguments: a key may be taken from a secret one.
+            shown = scrub(key) if self._key is not None else None
             wait, rate = decision.seconds, self.limit
             announce(
                 THROTTLED,
@@ -173,7 +187,7 @@ class RateLimit(BasePolicy):
         self._forget_stale(at)
         mine = self._waiting.get(call_id)
         if mine is not None and mine.key != key:  # its key changed while it waited: start over
-            self._drop(call_id, forget_turn=True)
+            self._drop(call_id, give_back=True)
             mine = None
         line = self._lines.get(key)
         if line is None:
@@ -190,7 +204,7 @@ class RateLimit(BasePolicy):
             turn = due
         elif self._limiter.hit(self.item, _NAMESPACE, key):
             if mine is not None:
-                self._drop(call_id, forget_turn=False)
+                self._drop(call_id, give_back=False)
             else:
                 line.next_seq += 1
             line.uses[seq] = at
@@ -208,7 +222,7 @@ class RateLimit(BasePolicy):
         # added to each turn must not refuse a call that waits just `max_wait`.)
         if not self.wait or (max_wait is not None and waited + (turn - at) > max_wait + _SHORTEST):
             if mine is not None:
-                self._drop(call_id, forget_turn=True)  # its slot is free for those behind it
+                self._drop(call_id, give_back=True)  # it will not use its turn
             opens_in = (opening if opening is not None else turn) - at
             return Reject(
                 ErrorCode.RATE_LIMITED, self._refusal(key, opens_in, waited + turn - at, max_wait)
@@ -231,16 +245,45 @@ class RateLimit(BasePolicy):
         stats = self._limiter.get_window_stats(self.item, _NAMESPACE, key)
         return max(float(stats.reset_time) + _MARGIN, at)
 
-    def _drop(self, call_id: str, *, forget_turn: bool) -> None:
-        """`call_id` waits no more; `forget_turn`: nor will it use its turn."""
+    def _drop(self, call_id: str, *, give_back: bool) -> None:
+        """`call_id` waits no more; `give_back`: nor will it use its turn.
+
+        A place given back keeps its turn in `uses` while live places follow
+        it (their turns were reckoned from it, and a place left empty would
+        send the next newcomer straight to the storage, ahead of them). At
+        the end of the line it is freed, with every given-back place before
+        it: the line is then as if those calls had never come."""
         mine = self._waiting.pop(call_id, None)
         if mine is None:
             return
         line = self._lines.get(mine.key)
-        if line is not None:
-            line.waiting -= 1
-            if forget_turn:
-                line.uses.pop(mine.seq, None)
+        if line is None:
+            return
+        line.waiting -= 1
+        if not give_back or mine.seq not in line.uses:
+            return
+        line.given_back.add(mine.seq)
+        while line.next_seq > line.first and (line.next_seq - 1) in line.given_back:
+            line.next_seq -= 1
+            line.given_back.discard(line.next_seq)
+            line.uses.pop(line.next_seq, None)
+        if line.waiting <= 0:
+            # Nobody waits: no turn given after a refusal is still to come.
+            line.refused = -math.inf
+
+    def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        """A call this policy delayed ended while it waited (cancelled, its
+        executor closed, its batch stopped): its turn is given back at once."""
+        with self._lock:
+            self._drop(call.id, give_back=True)
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        """A call this policy admitted ended: nothing to do (its admission
+        stands, in the storage). A call it still made wait ended meanwhile
+        (told here by executors without `on_dropped`): as `on_dropped`."""
+        with self._lock:
+            if call.id in self._waiting:
+                self._drop(call.id, give_back=True)
 
     def _trim(self, line: _Line, at: float) -> None:
         """Forget the uses too old to hold any call back."""
@@ -251,17 +294,19 @@ class RateLimit(BasePolicy):
             if used is not None and used >= cutoff:
                 break
             uses.pop(line.first, None)
+            line.given_back.discard(line.first)
             line.first += 1
 
     def _forget_stale(self, at: float) -> None:
-        """Forget the waiting calls that never came back (cancelled while they
-        waited: a policy is not told), and the keys nobody used lately."""
+        """Let go of the waiting calls that never came back (they ended while
+        they waited, and the policy was not told), giving their turns back,
+        and forget the keys nobody used lately."""
         expiries = self._expiries
         while expiries and expiries[0][0] < at:
             _, call_id = heapq.heappop(expiries)
             mine = self._waiting.get(call_id)
             if mine is not None and mine.turn + self._stale_after < at:
-                self._drop(call_id, forget_turn=False)
+                self._drop(call_id, give_back=True)
         if at >= self._next_sweep:
             self._next_sweep = at + self._stale_after
             for key, line in list(self._lines.items()):
@@ -275,7 +320,7 @@ class RateLimit(BasePolicy):
         return call_timeout()  # the default: no longer than one attempt may run
 
     def _refusal(self, key: str, opens_in: float, wait: float, max_wait: float | None) -> str:
-        whose = f" for {key!r}" if self._key is not None else ""
+        whose = f" for {scrub(key)!r}" if self._key is not None else ""
         head = f"Rate limit reached{whose}: at most {self.limit}"
         if not self.wait:
             opens = seconds_text(opens_in)
@@ -285,6 +330,7 @@ class RateLimit(BasePolicy):
             f"{seconds_text(max_wait or 0.0)} it may wait. Try again later, or make fewer calls."
         )
 
+    @property
     def waiting(self) -> int:
         """How many calls wait for a turn now (for tests and dashboards)."""
         with self._lock:

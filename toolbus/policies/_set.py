@@ -1,35 +1,53 @@
 """Which policies guard which tool, for one executor.
 
 `Executor(policies=...)` first (those whose `applies_to(tool)` is true), then
-the tool's own. Worked out once per tool and kept, so a call of a tool without
+the tool's own; but the policies with `first = True` (approvals) before all
+the others, wherever they were given. Worked out once per tool and kept, so a call of a tool without
 policies pays one dictionary lookup.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._options import timeout_seconds
+from ..masking import Scrubber, SecretKeys, mask_arguments, mask_paths
 from ..models import ErrorCode, ToolCall
-from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name
+from ..tools._errors import error_text
+from ._keyed import parsed_arguments
+from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name, rejection_text
+from ._signals import asking, done_asking
 
 if TYPE_CHECKING:
     from ..tools import Tool
 
-__all__ = ["Guard", "PolicySet"]
+__all__ = ["Guard", "PolicySet", "Refusal"]
+
+log = logging.getLogger("toolbus")
+
+
+Refusal = tuple[ErrorCode, str]
 
 
 @dataclass(frozen=True, slots=True)
 class Guard:
     """The policies of one tool: asked before it runs, at submission, and for
-    its timeout."""
+    its timeout. `refusal`: why none of its calls may run (a policy's
+    `applies_to` raised), or None."""
 
     tool: Tool
     chain: tuple[Any, ...]
     at_submission: tuple[Any, ...]
     timing: tuple[Any, ...]
+    refusal: Refusal | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.chain or self.at_submission or self.timing or self.refusal)
 
 
 _NONE: tuple[Any, ...] = ()
@@ -47,11 +65,32 @@ class PolicySet:
         """`tool`'s policies, or None when it has none (the common case)."""
         found = self._guards.get(id(tool))
         if found is not None and found.tool is tool:
-            return found if found.chain or found.at_submission or found.timing else None
+            return found or None
         with self._lock:
             # A policy's applies_to is user code: asked once per tool, not per call.
-            mine = tuple(p for p in self.policies if _applies(p, tool))
-            every = mine + tuple(getattr(tool, "policies", ()) or ())
+            mine = []
+            for p in self.policies:
+                try:
+                    applies = _applies(p, tool)
+                except Exception as e:
+                    # Whether it guards the tool is unknown: fail closed, as a
+                    # guard that raises in `admit` does. Not kept: asked again
+                    # by the next call, in case the failure was passing.
+                    log.warning(
+                        "policy %s failed in applies_to(%r): %s",
+                        policy_name(p),
+                        tool.name,
+                        error_text(e),
+                    )
+                    why = f"its applies_to raised {error_text(e)}"
+                    return Guard(tool, (), (), (), _failed(tool.name, p, why))
+                if applies:
+                    mine.append(p)
+            given = tuple(mine) + tuple(getattr(tool, "policies", ()) or ())
+            # Approvals first, whatever their level: nothing may answer (a
+            # cache), count (a limit) or let through a call that a person has
+            # not approved yet. The order is otherwise as given.
+            every = tuple(p for p in given if _first(p)) + tuple(p for p in given if not _first(p))
             found = Guard(
                 tool,
                 tuple(p for p in every if not getattr(p, "at_submission", False)),
@@ -59,7 +98,7 @@ class PolicySet:
                 tuple(p for p in every if _sets_timeouts(p)),
             )
             self._guards[id(tool)] = found
-        return found if found.chain or found.at_submission or found.timing else None
+        return found or None
 
     def all_tools(self) -> Sequence[Tool]:
         """Tools the executor's policies bring along (a spill's `read_artifact`)."""
@@ -72,6 +111,11 @@ def _sets_timeouts(policy: Any) -> bool:
     return callable(method) and method is not BasePolicy.timeout
 
 
+def _first(policy: Any) -> bool:
+    """Whether `policy` is asked before the others (`first = True`: an approval)."""
+    return getattr(policy, "first", False) is True
+
+
 def _applies(policy: Any, tool: Tool) -> bool:
     applies = getattr(policy, "applies_to", None)
     return True if applies is None else bool(applies(tool))
@@ -82,16 +126,70 @@ def _tools(policy: Any) -> Sequence[Tool]:
     return tuple(tools()) if callable(tools) else ()
 
 
-def timeout_for(guard: Guard, default: float | None) -> float | None:
-    """The deadline of `guard.tool`'s attempts, as its policies set it."""
+def _failed(tool: str, policy: Any, why: str) -> Refusal:
+    return (
+        ErrorCode.TOOL_UNAVAILABLE,
+        f"Tool '{tool}' is unavailable: its policy {policy_name(policy)} failed ({why})",
+    )
+
+
+def timeout_for(guard: Guard, default: float | None) -> float | Refusal | None:
+    """The deadline of `guard.tool`'s attempts, as its policies set it (None:
+    no deadline); or, when a policy's `timeout` raised or gave what is not a
+    timeout, why the call is refused.
+
+    A policy's answer is held to what `timeout=` accepts anywhere: None or
+    `math.inf` (no deadline) or a number > 0. Anything else (a string, 0, a
+    negative number, NaN) would end every call at once unrun, or never."""
     timeout = default
     for policy in guard.timing:
-        timeout = policy.timeout(guard.tool, timeout)
+        try:
+            given = policy.timeout(guard.tool, timeout)
+        except Exception as e:
+            why = f"its timeout() raised {error_text(e)}"
+        else:
+            try:
+                timeout = timeout_seconds(given, "its timeout()")
+            except (TypeError, ValueError) as e:
+                why = str(e)
+            else:
+                if timeout == math.inf:
+                    timeout = None
+                continue
+        log.warning(
+            "policy %s: no usable timeout for %r: %s", policy_name(policy), guard.tool.name, why
+        )
+        return _failed(guard.tool.name, policy, why)
     return timeout
 
 
-def admit_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorCode, str] | None:
-    """Ask the policies that decide at submission; why the call is refused, or None."""
+def submission_scrubber(call: ToolCall, tool: Tool, keys: SecretKeys) -> Scrubber:
+    """What the default masking (`keys`) and the tool's secret-typed paths hide
+    of `call`'s raw arguments: all that is known of its secrets before
+    admission (and a masker of the executor's own) has masked them."""
+    raw = parsed_arguments(call.arguments)
+    return Scrubber(mask_arguments(raw, keys)[1] + mask_paths(None, raw, tool.secret_paths)[1])
+
+
+def admit_at_submission(
+    guard: Guard, call: ToolCall, now: float, scrubber: Scrubber, batch_id: str | None = None
+) -> tuple[ErrorCode, str] | None:
+    """Ask the policies that decide at submission; why the call is refused, or None.
+
+    The arguments are not masked yet: `scrubber` (`submission_scrubber`) is
+    what the policies mask a key with (`scrub`), and the refusal is scrubbed
+    with it. Nothing is announced at submission."""
+    token = asking(None, batch_id, None, scrubber)
+    try:
+        refusal = _ask_at_submission(guard, call, now)
+    finally:
+        done_asking(token)
+    if refusal is not None and scrubber:
+        return refusal[0], scrubber.text(refusal[1])
+    return refusal
+
+
+def _ask_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorCode, str] | None:
     for policy in guard.at_submission:
         try:
             decision = policy.admit(call, guard.tool, now)
@@ -104,7 +202,7 @@ def admit_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[Error
         if type(decision) is Admit:
             continue
         if type(decision) is Reject and isinstance(decision.code, ErrorCode):
-            return decision.code, str(decision.message)
+            return decision.code, rejection_text(decision.message, call.name, policy)
         return (
             ErrorCode.TOOL_UNAVAILABLE,
             f"Tool '{call.name}' is unavailable: its policy {policy_name(policy)}, asked at "

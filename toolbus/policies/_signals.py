@@ -3,18 +3,22 @@
 Each built-in policy announces what it did on a signal defined with
 `bus.define_signal`. A policy is shared (one object may guard tools of several
 executors), so it does not hold an emitter: while the executor asks a policy,
-`announce` finds the asking executor's emitter and the call's batch.
+`announce` finds the asking executor's emitter and the call's batch, and
+masks the event with the call's scrubber: a policy keyed on an argument
+(`key=lambda c: c.arguments["api_key"]`) never publishes a secret as its key.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..bus import Event, define_signal
 from ..bus._events import CallEvent
+from ..masking import EMPTY_SCRUBBER, MASK, MIN_SCRUB_LENGTH, Scrubber, scrub_published
 
 if TYPE_CHECKING:
     from ..bus import Emitter
@@ -31,6 +35,7 @@ __all__ = [
     "announce",
     "asking",
     "call_timeout",
+    "scrub",
 ]
 
 THROTTLED = "tool:throttled"
@@ -76,16 +81,23 @@ class CircuitChanged(Event):
     call_id: str | None = None
 
 
-# (emitter, batch id, timeout) of the call a policy is being asked about.
-_asking: contextvars.ContextVar[tuple[Emitter, str | None, float | None] | None] = (
-    contextvars.ContextVar("toolbus_policy_asking", default=None)
+# (emitter, batch id, timeout, scrubber) of the call a policy is being asked
+# about; no emitter at submission, when nothing is announced yet.
+_Asking: TypeAlias = tuple["Emitter | None", str | None, float | None, Scrubber]
+_asking: contextvars.ContextVar[_Asking | None] = contextvars.ContextVar(
+    "toolbus_policy_asking", default=None
 )
 
 
-def asking(emitter: Emitter, batch_id: str | None, timeout: float | None) -> contextvars.Token[Any]:
+def asking(
+    emitter: Emitter | None,
+    batch_id: str | None,
+    timeout: float | None,
+    scrubber: Scrubber = EMPTY_SCRUBBER,
+) -> contextvars.Token[Any]:
     """The pipeline: a policy is asked about a call of `batch_id`, whose attempts
-    have `timeout`, now (reset the token after)."""
-    return _asking.set((emitter, batch_id, timeout))
+    have `timeout` and whose secrets `scrubber` hides, now (reset the token after)."""
+    return _asking.set((emitter, batch_id, timeout, scrubber))
 
 
 def call_timeout() -> float | None:
@@ -101,11 +113,60 @@ def done_asking(token: contextvars.Token[Any]) -> None:
 
 def announce(name: str, make: Callable[[str | None], Event]) -> bool:
     """Announce the event `make(batch_id)` on signal `name` to the executor that
-    is asking; built only if somebody listens. False outside an executor's ask."""
+    is asking; built only if somebody listens. False outside an executor's ask.
+
+    The event's fields are masked like the call's arguments (see `scrub`)
+    before anyone sees it; the call's identity (`call_id`, `tool`,
+    `batch_id`, `parent_call_id`) is published as in every other event."""
     current = _asking.get()
     if current is None:
         return False
-    emitter, batch_id, _ = current
-    if not emitter.wants(name):
+    emitter, batch_id, _, scrubber = current
+    if emitter is None or not emitter.wants(name):
         return False
-    return emitter.announce(name, make(batch_id))
+    event = make(batch_id)
+    if scrubber:
+        event = _scrubbed(event, scrubber)
+    return emitter.announce(name, event)
+
+
+def scrub(text: str) -> str:
+    """`text` (a key, a name) fit to publish for the call a policy is asked
+    about: masked whole if it is part of a value the call's masking hides (a
+    key taken from a secret argument, or a slice of one), else with every such
+    value scrubbed from it. `text` itself outside an executor's ask.
+
+    Built-in policies publish their keys through it (events, refusals)."""
+    current = _asking.get()
+    if current is None or not current[3]:
+        return text
+    values = current[3].values
+    # A key sliced from a secret (`api_key[:8]`) holds no whole secret for the
+    # scrubber to find; a part that long of a hidden value is masked whole.
+    if len(text) >= MIN_SCRUB_LENGTH and any(text in v for v in values):
+        return MASK
+    return current[3].text(text)
+
+
+# The call's identity: the same in every event of the call, never masked.
+_IDENTITY = frozenset({"call_id", "tool", "batch_id", "parent_call_id"})
+
+
+def _scrubbed(event: Event, scrubber: Scrubber) -> Event:
+    """`event` with the call's secrets scrubbed from its strings and JSON-like
+    values, but its identity: whatever a policy puts in an event is published
+    no rawer than the call's arguments."""
+    if not dataclasses.is_dataclass(event):
+        return event
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(event):
+        if f.name in _IDENTITY or not f.init:
+            continue
+        value = getattr(event, f.name)
+        if isinstance(value, str | dict | list | tuple):
+            shown = scrub_published(scrubber, value)
+            # (a tuple comes back a list: only a changed one is replaced)
+            if shown is not value and not (isinstance(value, tuple) and shown == list(value)):
+                changes[f.name] = shown
+        # numbers, flags, objects of its own: as the policy made them
+    return dataclasses.replace(event, **changes) if changes else event

@@ -21,7 +21,7 @@ Nothing here imports the `anthropic` package.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..models import ToolCall, ToolResult
 from ..tools import ToolRegistry
@@ -35,11 +35,13 @@ from ._common import (
     result_text,
     tools_of,
 )
+from ._media import anthropic_content
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from anthropic.types import Message, MessageParam, ToolParam, ToolResultBlockParam
+    from anthropic.types.tool_result_block_param import Content
 
     MessageLike: TypeAlias = Message | Mapping[str, Any] | Iterable[Any]
     """A Messages API response (object or dict), or its content blocks."""
@@ -128,34 +130,54 @@ def message_text(message: MessageLike) -> str:
 
 
 def tool_result_blocks(
-    results: Iterable[ToolResult], *, max_length: int = DEFAULT_MAX_LENGTH
+    results: Iterable[ToolResult],
+    *,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    attachments: Literal["native", "text"] = "native",
 ) -> list[ToolResultBlockParam]:
     """One `tool_result` block per result, in the order given:
     `{"type": "tool_result", "tool_use_id", "content", "is_error"}`.
 
     `content` is what `result_text` gives: the output, or
     `Error: ... (ERROR_CODE)` for errors, timeouts and rejections;
-    `is_error` is true for every result that is not `ok`.
+    `is_error` is true for every result that is not `ok`. A successful
+    result's images (PNG, JPEG, GIF, WebP) and files (PDF, UTF-8 text) with
+    data go as `image` and `document` blocks after its text (`content` is then
+    a list); attachments that are links, and other types, stay a line of the
+    text. `attachments="text"`: every attachment as a line of text.
     """
     return [
         {
             "type": "tool_result",
             "tool_use_id": r.call_id,
-            "content": result_text(r, max_length),
+            "content": _content(r, max_length, attachments),
             "is_error": r.status != "ok",
         }
         for r in results
     ]
 
 
+def _content(
+    result: ToolResult, max_length: int, attachments: Literal["native", "text"]
+) -> str | list[Content]:
+    blocks = anthropic_content(result, max_length) if attachments == "native" else None
+    if blocks is None:
+        return result_text(result, max_length)
+    return cast("list[Content]", blocks)
+
+
 def tool_results_message(
-    results: Iterable[ToolResult], *, max_length: int = DEFAULT_MAX_LENGTH
+    results: Iterable[ToolResult],
+    *,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    attachments: Literal["native", "text"] = "native",
 ) -> MessageParam:
     """The user message that answers a turn: every result's `tool_result` block
     (`tool_result_blocks`), in order, in one `{"role": "user", "content": [...]}`,
     as Anthropic requires after an assistant message with `tool_use` blocks.
     """
-    return {"role": "user", "content": tool_result_blocks(results, max_length=max_length)}
+    blocks = tool_result_blocks(results, max_length=max_length, attachments=attachments)
+    return {"role": "user", "content": blocks}
 
 
 def tool_definitions(source: ToolSource) -> list[ToolParam]:

@@ -20,7 +20,7 @@ extra for the client, not for this module.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .. import _json
 from ..models import ToolCall, ToolResult
@@ -38,6 +38,7 @@ from ._common import (
     tools_of,
     without_strict_nulls,
 )
+from ._media import chat_attachment_parts, responses_output
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -45,16 +46,19 @@ if TYPE_CHECKING:
     from openai.types.chat import (
         ChatCompletion,
         ChatCompletionAssistantMessageParam,
+        ChatCompletionContentPartParam,
         ChatCompletionMessage,
         ChatCompletionMessageToolCallUnionParam,
         ChatCompletionToolMessageParam,
         ChatCompletionToolUnionParam,
+        ChatCompletionUserMessageParam,
     )
     from openai.types.chat.chat_completion import Choice
     from openai.types.chat.chat_completion_custom_tool_param import Custom
     from openai.types.responses import (
         FunctionToolParam,
         Response,
+        ResponseFunctionCallOutputItemParam,
         ResponseInputItemParam,
         ToolParam,
     )
@@ -70,6 +74,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StrictSchemaError",
     "chat_assistant_message",
+    "chat_attachment_message",
     "chat_text",
     "chat_tool_calls",
     "chat_tool_definitions",
@@ -192,6 +197,26 @@ def chat_tool_messages(
     ]
 
 
+def chat_attachment_message(
+    results: Iterable[ToolResult],
+) -> ChatCompletionUserMessageParam | None:
+    """A user message with the images and PDFs of `results`, to send after
+    their tool messages; None when they have none.
+
+    Chat Completions tool messages carry text only: there an image is the line
+    `[attachment: image/png ...]` of its result's text. A model that should
+    see it needs it in a user message: for each successful result with
+    attachments of those types (with data), a text part naming the call, then
+    an `image_url` part per image (a `data:` URL) and a `file` part per PDF.
+    Append the message after every tool message of the turn, as Chat requires
+    the tool messages to follow the assistant's message directly.
+    """
+    parts = chat_attachment_parts(results, DEFAULT_MAX_LENGTH)
+    if not parts:
+        return None
+    return {"role": "user", "content": cast("list[ChatCompletionContentPartParam]", parts)}
+
+
 def chat_tool_definitions(
     source: ToolSource, *, strict: bool = False
 ) -> list[ChatCompletionToolUnionParam]:
@@ -295,6 +320,7 @@ def responses_tool_outputs(
     response: ResponseLike,
     *,
     max_length: int = DEFAULT_MAX_LENGTH,
+    attachments: Literal["native", "text"] = "native",
 ) -> list[ResponseInputItemParam]:
     """One output item per result, in the order given: `function_call_output`
     for a `function_call`, `custom_tool_call_output` for a `custom_tool_call`
@@ -302,19 +328,33 @@ def responses_tool_outputs(
     answer), each `{"type", "call_id", "output"}`.
 
     `output` is what `result_text` gives: the output, or
-    `Error: ... (ERROR_CODE)` for errors, timeouts and rejections.
+    `Error: ... (ERROR_CODE)` for errors, timeouts and rejections. A
+    successful result's images (PNG, JPEG, GIF, WebP) and files (PDF, UTF-8
+    text) with data make `output` a list: an `input_text` part, then an
+    `input_image` or `input_file` part each (`data:` URLs); attachments that are
+    links, and other types, stay a line of the text. `attachments="text"`:
+    every attachment as a line of text.
     """
     custom = {
         str(i.get("call_id")) for i in _items(response) if i.get("type") == "custom_tool_call"
     }
     out: list[ResponseInputItemParam] = []
     for r in results:
-        text = result_text(r, max_length)
-        if r.call_id in custom:
-            out.append({"type": "custom_tool_call_output", "call_id": r.call_id, "output": text})
-        else:
-            out.append({"type": "function_call_output", "call_id": r.call_id, "output": text})
+        output = _responses_output(r, max_length, attachments)
+        kind = "custom_tool_call_output" if r.call_id in custom else "function_call_output"
+        out.append(
+            cast("ResponseInputItemParam", {"type": kind, "call_id": r.call_id, "output": output})
+        )
     return out
+
+
+def _responses_output(
+    result: ToolResult, max_length: int, attachments: Literal["native", "text"]
+) -> str | list[ResponseFunctionCallOutputItemParam]:
+    parts = responses_output(result, max_length) if attachments == "native" else None
+    if parts is None:
+        return result_text(result, max_length)
+    return cast("list[ResponseFunctionCallOutputItemParam]", parts)
 
 
 def responses_tool_definitions(source: ToolSource, *, strict: bool = False) -> list[ToolParam]:

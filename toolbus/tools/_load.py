@@ -32,6 +32,14 @@ def load_registry(spec: str) -> ToolRegistry:
         raise ValueError(f"cannot import {module_name!r}: {e}") from e
     except Exception as e:  # the module's own code failed: a SyntaxError, a bad import-time call
         raise ValueError(f"cannot import {module_name!r}: {error_text(e)}") from e
+    except SystemExit as e:
+        # A script's `sys.exit()` at import: it would end the command quietly
+        # (exit 0, nothing listed); it is a module that cannot be imported.
+        raise ValueError(f"cannot import {module_name!r}: it called sys.exit({e.code!r})") from e
+    except KeyboardInterrupt:
+        raise  # the user's Ctrl-C: not the module's failure
+    except BaseException as e:  # a module raising its own BaseException (GeneratorExit, ...)
+        raise ValueError(f"cannot import {module_name!r}: {type(e).__name__}") from e
     value: object = module
     for part in attribute.split("."):
         try:
@@ -43,6 +51,8 @@ def load_registry(spec: str) -> ToolRegistry:
             value = value()
         except Exception as e:
             raise ValueError(f"{spec}() raised {error_text(e)}") from e
+        except SystemExit as e:
+            raise ValueError(f"{spec}() called sys.exit({e.code!r})") from e
     if not isinstance(value, ToolRegistry):
         raise ValueError(f"{spec} is a {type(value).__name__}, not a ToolRegistry")
     return value

@@ -9,10 +9,11 @@ A package declares, in its pyproject.toml,
 
 and `ToolRegistry.from_entry_points()` finds them. Nothing is imported before
 that call (a plugin's import may be slow, or fail): `import toolbus` never
-looks. One plugin that is broken (its import fails, its value is not a tool,
-its factory raises) or that brings a name already taken is reported, as a
-`PluginWarning` and in `registry.plugin_errors`, and skipped: a bad package in
-the environment must not take the agent down with it.
+looks. One plugin that is broken (its import fails or exits, its value is not
+a tool, its factory or the generator it returns raises) or that brings a name
+already taken is reported, as a `PluginWarning` and in
+`registry.plugin_errors`, and skipped: a bad package in the environment must
+not take the agent down with it. Only `KeyboardInterrupt` goes on up.
 """
 
 from __future__ import annotations
@@ -127,6 +128,13 @@ def load_plugins(
         except PluginError as e:
             problems.append(e)
             continue
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # its value's code run by our checks (a __class__ property)
+            problem = source.error(f"cannot be used: {error_text(e)}")
+            problem.__cause__ = e
+            problems.append(problem)
+            continue
         for t in tools:
             known = registry.get(t.name)
             if known is t:  # brought along already (by a policy of an earlier tool)
@@ -140,7 +148,9 @@ def load_plugins(
                 continue
             try:
                 registry.register(t)
-            except ValueError as e:  # a name its policies bring is taken
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # a name its policies bring is taken, or their code raised
                 problem = source.error(f"its tool {t.name!r}: {error_text(e)}", t.name)
                 problem.__cause__ = e
                 problems.append(problem)
@@ -158,10 +168,18 @@ def _distribution_name(ep: EntryPoint) -> str:
 
 
 def _tools_of(ep: EntryPoint, source: _Source) -> list[Tool]:
-    """The tools an entry point gives; `PluginError` saying why it gives none."""
+    """The tools an entry point gives; `PluginError` saying why it gives none.
+
+    Everything the plugin's code does happens inside a `try`: its import, its
+    factory, and the iteration of what the factory gave (a generator runs its
+    body only then, and may raise half way). Anything it raises, `SystemExit`
+    included (a plugin calling `sys.exit()` at import), skips the plugin; only
+    `KeyboardInterrupt` is the user's and goes on up."""
     try:
         value = ep.load()
-    except Exception as e:  # an import error, or the module's own code failing
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # an import error, the module's own code failing, sys.exit
         raise source.error(f"cannot be loaded: {error_text(e)}") from e
     from ._registry import ToolRegistry
 
@@ -176,7 +194,9 @@ def _tools_of(ep: EntryPoint, source: _Source) -> list[Tool]:
         )
     try:
         made = value()
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
         raise source.error(f"calling it raised {error_text(e)}") from e
     return _as_tools(made, source)
 
@@ -190,7 +210,12 @@ def _as_tools(value: object, source: _Source) -> list[Tool]:
         return value.list()
     # Text and mappings are iterable too, but of names: never of tools.
     if isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping):
-        items = list(value)
+        try:
+            items = list(value)  # the plugin's code runs here too (a generator's body)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            raise source.error(f"iterating over its tools raised {error_text(e)}") from e
         wrong = [x for x in items if not isinstance(x, Tool)]
         if not wrong:
             return items
@@ -208,7 +233,7 @@ def _not_a_tool(value: object) -> str:
 def _needs_arguments(fn: Any) -> bool:
     try:
         signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin without one: let the call decide
+    except Exception:  # a builtin without one (or a broken __signature__): let the call decide
         return False
     return any(
         p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)

@@ -35,6 +35,11 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         # What `load_entry_points` skipped, every time it was called, in order.
         self.plugin_errors: builtins.list[PluginError] = []
+        # An executor's configured view of another registry (`registry_view`):
+        # id(original) -> (the original, its copy here or None if left out).
+        # Tools hold tools (a sequence's steps, a spill's read_artifact): this
+        # says which one this registry runs for a tool object held so.
+        self._configured: dict[int, tuple[Tool, Tool | None]] = {}
         for t in tools or ():
             self.register(t)
 
@@ -53,10 +58,11 @@ class ToolRegistry:
         An entry point's value is a `Tool`, a `ToolRegistry` (all its tools),
         or a callable taking no arguments that returns one of those or an
         iterable of tools. Modules are imported now, never at `import toolbus`.
-        A broken plugin (its import fails, its value is none of those, calling
-        it raises) is skipped, and so is a tool whose name is taken (by this
-        registry's own tools or an earlier plugin's): each is a `PluginWarning`
-        and a `PluginError`, returned and added to `plugin_errors`.
+        A broken plugin (its import fails or exits, its value is none of those,
+        calling it or iterating over what it returns raises) is skipped, and
+        so is a tool whose name is taken (by this registry's own tools or an
+        earlier plugin's): each is a `PluginWarning` and a `PluginError`,
+        returned and added to `plugin_errors`.
         """
         problems = load_plugins(self, group)
         self.plugin_errors.extend(problems)
@@ -80,8 +86,30 @@ class ToolRegistry:
             self._tools = tools
         return t
 
+    def replace(self, old: Tool, new: Tool) -> bool:
+        """Put `new` where `old` is registered (same name), in one step: a call
+        looked up meanwhile finds one or the other, never neither. False (and
+        nothing changed) when `old` is no longer registered under that name."""
+        if new.name != old.name:
+            raise ValueError(f"cannot replace {old.name!r} by a tool named {new.name!r}")
+        with self._lock:
+            if self._tools.get(old.name) is not old:
+                return False
+            self._tools = {**self._tools, new.name: new}
+        return True
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def _version_of(self, tool: Tool) -> Tool | None:
+        """The tool this registry runs for the tool object `tool`: `tool`
+        itself, unless this registry is a configured view of another
+        (`Executor.from_config`) that replaced it by a copy with the file's
+        settings (that copy) or disabled it (None)."""
+        found = self._configured.get(id(tool))
+        if found is None or found[0] is not tool:
+            return tool
+        return found[1]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -297,13 +325,27 @@ def registry_view(registry: ToolRegistry, replaced: Mapping[str, Tool | None]) -
     """A new registry holding `registry`'s tools, in its order, except those
     named in `replaced`: swapped for the tool given, or left out for None.
 
-    `registry` is read once and never changed. Tools the new tools' policies
-    bring along are added (`DuplicateToolError` if a name they bring is taken).
+    `registry` is read once and never changed. The view remembers which tool
+    object it swapped or left out (`_version_of`), so a tool that holds
+    another (a sequence's step) runs the view's version of it. Tools the new
+    tools' policies bring along are added, as the view has them: a brought
+    tool `replaced` swaps is its copy, one it leaves out stays out
+    (`DuplicateToolError` if a name they bring is taken by another tool).
     """
     unknown = [n for n in replaced if n not in registry]
     if unknown:
         raise KeyError(f"no tool named {_quoted(unknown)} in the registry")
     view = ToolRegistry()
+    # A view of a view: what the earlier one mapped maps on through this one.
+    configured = {
+        key: (original, _swapped(copy, registry, replaced))
+        for key, (original, copy) in registry._configured.items()
+    }
+    for name, swapped in replaced.items():
+        original = registry._tools[name]
+        if swapped is not original:
+            configured[id(original)] = (original, swapped)
+    view._configured = configured
     tools: dict[str, Tool] = {}
     for t in registry.list():
         swapped = replaced.get(t.name, t)
@@ -311,9 +353,19 @@ def registry_view(registry: ToolRegistry, replaced: Mapping[str, Tool | None]) -
             tools[t.name] = swapped
     for swapped in replaced.values():
         if swapped is not None:
-            tools.update(_brought(swapped, _policy_tools(swapped), tools))
+            brought = [view._version_of(x) for x in _policy_tools(swapped)]
+            tools.update(_brought(swapped, [x for x in brought if x is not None], tools))
     view._tools = tools
     return view
+
+
+def _swapped(
+    tool: Tool | None, registry: ToolRegistry, replaced: Mapping[str, Tool | None]
+) -> Tool | None:
+    """`tool` (None, or what `registry` runs for some tool) as `replaced` leaves it."""
+    if tool is None or tool.name not in replaced or registry.get(tool.name) is not tool:
+        return tool
+    return replaced[tool.name]
 
 
 def _quoted(names: Sequence[str]) -> str:

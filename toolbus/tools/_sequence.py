@@ -9,7 +9,17 @@ events carry `parent_call_id="c"`), and on the sequence's slot of
 `max_parallel`, so a sequence takes one slot however many steps it has.
 
 The sequence is an async tool: while a step runs it holds no thread, only a
-task waiting for the step's result. It finds its executor through the call it
+task waiting for the step's result.
+
+Approvals: a step cannot end its sequence `deferred` (a tool's call ends with
+what the tool returns or raises), so a step that would wait for a person
+could never be approved. Instead the sequence asks first: if a step given as
+a `Tool` is guarded by `requires_approval`, the sequence gets a
+`requires_approval()` of its own, so its call is `deferred` before any step
+runs, with a request for the sequence's arguments; approved, it runs, and its
+steps' `requires_approval` policies are satisfied by that approval (the
+executor leaves them out of the steps' calls). A person approves the whole
+run: these arguments, through these steps. It finds its executor through the call it
 runs in (`pipeline.current_run`); called without one (`Tool.execute`), it runs
 its steps' own `aexecute` instead, without deadlines or retries.
 """
@@ -23,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _json
 from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult, idempotency_key_problem
+from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._errors import ArgumentError, ToolFailure
@@ -57,6 +68,7 @@ class SequenceTool(Tool):
         description: str | None = None,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        policies: Sequence[Any] = (),
     ) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"sequence: name must be a non-empty string, got {name!r}")
@@ -78,6 +90,16 @@ class SequenceTool(Tool):
         self.timeout = timeout
         self.retry = retry
         self.description = description if description is not None else _describe(self.steps)
+        self.policies = check_policies(policies, f"sequence {name!r}")
+        needs = _needing_approval(tools)
+        if needs and not _asks_always(self.policies):
+            # Asked before any step runs; its approval covers the steps' own.
+            from ..policies import requires_approval
+
+            steps_text = ", ".join(f"'{n}'" for n in needs)
+            verb = "needs" if len(needs) == 1 else "need"
+            reason = f"it runs {steps_text}, which {verb} approval"
+            self.policies = (*self.policies, requires_approval(reason=reason))
         self._setup()
         # The sequence's arguments are the first step's: mask what it masks.
         self.secret_paths = tuple(dict.fromkeys((*self.secret_paths, *first.secret_paths)))
@@ -138,9 +160,16 @@ class SequenceTool(Tool):
             steps.append(_summary(i, result))
             if not result.ok:
                 code = result.error_code.value if result.error_code else result.status
+                hint = ""
+                if result.status == "deferred":
+                    hint = (
+                        f"; a step's approval cannot be asked for by the sequence as it runs: "
+                        f"give '{self.name}' policies=[requires_approval()], whose approval "
+                        "covers its steps"
+                    )
                 raise ToolFailure(
                     f"Step {i} ('{tool.name}') of '{self.name}' ended {result.status}: "
-                    f"{result.error} ({code})",
+                    f"{result.error} ({code}){hint}",
                     # A crash stays a crash (retried only if safe); anything else
                     # is the sequence's error, the step's code in its metadata.
                     code=ErrorCode.TOOL_CRASHED
@@ -183,6 +212,7 @@ def sequence(
     description: str | None = None,
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
+    policies: Sequence[Any] = (),
 ) -> SequenceTool:
     """A tool that runs `steps` one after another; register it like any tool.
 
@@ -202,12 +232,20 @@ def sequence(
     carrying its error (`metadata["failed_step"]`, `["failed_tool"]`),
     never retried as a whole.
 
+    `policies`: the sequence's own, asked before any step runs (its steps
+    keep theirs). A step given as a `Tool` guarded by `requires_approval`
+    makes the sequence require approval itself (a `requires_approval()` is
+    added unless `policies` has one without `when`); the approval of the
+    sequence's call then covers its steps' (docs/extending.md, Composite tools).
+
     Read-only only if every step is a read-only `Tool`; `idempotent` if every
     step is read-only or idempotent. `timeout` (default: the executor's)
     bounds the whole sequence, `retry` (default: the executor's) applies to a
     timed-out sequence; a failed step never retries the sequence.
     """
-    return SequenceTool(name, steps, description=description, timeout=timeout, retry=retry)
+    return SequenceTool(
+        name, steps, description=description, timeout=timeout, retry=retry, policies=policies
+    )
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -233,6 +271,24 @@ def _check_steps(name: str, steps: Any) -> tuple[Tool | str, ...]:
     return checked
 
 
+def _asks_always(policies: Sequence[Any]) -> bool:
+    from ..policies import requires_approval
+
+    return any(isinstance(p, requires_approval) and p.when is None for p in policies)
+
+
+def _needing_approval(tools: list[Tool]) -> list[str]:
+    """The names of the steps guarded by `requires_approval` (a sequence's
+    own counts: a sequence of sequences asks once, at the top)."""
+    from ..policies import requires_approval
+
+    return list(
+        dict.fromkeys(
+            t.name for t in tools if any(isinstance(p, requires_approval) for p in t.policies)
+        )
+    )
+
+
 def _describe(steps: tuple[Tool | str, ...]) -> str:
     names = [s.name if isinstance(s, Tool) else s for s in steps]
     return "Runs " + ", then ".join(names) + ": each step's output is the next one's input."
@@ -254,7 +310,8 @@ def _look_up(
     if found is None:
         where = "registered" if lookup is not None else "known without an executor"
         raise ToolFailure(
-            f"Step {i} ('{step}') of '{name}': no tool of that name is {where}",
+            f"Step {i} ('{step}') of '{name}': no tool of that name is {where} "
+            f"({ErrorCode.TOOL_NOT_FOUND.value})",
             metadata={"failed_step": i, "failed_tool": step, "steps": steps},
         )
     return found

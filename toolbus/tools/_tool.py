@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import jsonschema
@@ -116,6 +117,10 @@ class Tool:
     backend: BackendSpec = None
     # Named capacity groups it shares with other tools (Executor(groups=...)).
     groups: tuple[str, ...] = ()
+    # Groups it defines itself, name -> limit (it belongs to each): an executor
+    # learns them from the tool, so a limit that comes with the tool (an MCP
+    # server's) needs no Executor(groups=...). Two limits for one name conflict.
+    group_limits: Mapping[str, int] = MappingProxyType({})
     # Parameters whose values name what a call touches (a path, an id): in a
     # batch it then waits only for the calls touching the same (see scheduling.py).
     resource_keys: tuple[str, ...] = ()
@@ -269,7 +274,16 @@ class Tool:
             raise TypeError(f"{owner}: groups must be a list of names") from None
         if not all(isinstance(g, str) and g for g in groups):
             raise TypeError(f"{owner}: groups must be non-empty strings, got {groups!r}")
-        self.groups = groups
+        limits = self.group_limits
+        if not isinstance(limits, Mapping):
+            raise TypeError(f"{owner}: group_limits must map group names to limits")
+        checked: dict[str, int] = {}
+        for group, limit in limits.items():
+            if not isinstance(group, str) or not group:
+                raise TypeError(f"{owner}: group_limits names must be non-empty strings")
+            checked[group] = positive_int(limit, f"group_limits[{group!r}]", owner)
+        self.group_limits = checked
+        self.groups = groups + tuple(g for g in checked if g not in groups)
         self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
         for flag in ("idempotent", "open_world"):
@@ -296,6 +310,15 @@ class Tool:
 
     def _check_output_schema(self, owner: str) -> None:
         check_output_schema(self.output_schema, owner)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # An output schema replaced after `__init__` (a served tool's is read
+        # on every tools/list) is checked as one given at first: a bad one
+        # would otherwise break the listing of every tool, not just this one.
+        # (A class with its own property for it, FunctionTool's, checks there.)
+        if name == "output_schema" and not isinstance(getattr(type(self), name, None), property):
+            check_output_schema(value, f"tool '{getattr(self, 'name', type(self).__name__)}'")
+        object.__setattr__(self, name, value)
 
     def _target(self) -> Callable[..., Any]:
         return self.run
@@ -514,12 +537,53 @@ def check_output_schema(schema: Any, owner: str) -> None:
         raise TypeError(
             f"{owner}: output_schema must be a JSON schema (a dict), got {type(schema).__name__}"
         )
+    cls = jsonschema.validators.validator_for(schema)
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        cls.check_schema(schema)
     except jsonschema.SchemaError as e:
         raise ValueError(
             f"{owner}: output_schema is not a valid JSON schema: {e.message}"
         ) from None
+    # check_schema does not follow "$ref"s: one that points nowhere would fail
+    # every output's check instead. Local ones ("#/...") are resolved here.
+    from referencing import Registry, Resource
+    from referencing.exceptions import Unresolvable
+
+    spec = cls.META_SCHEMA.get("$schema")
+    try:
+        resource = Resource.from_contents(schema, default_specification=_specification(spec))
+        resolver = Registry().with_resource("", resource).resolver()
+        for ref in _local_refs(schema):
+            resolver.lookup(ref)
+    except Unresolvable as e:
+        raise ValueError(f"{owner}: output_schema has a $ref that does not resolve: {e}") from None
+
+
+def _specification(uri: Any) -> Any:
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    return specification_with(uri, default=DRAFT202012) if isinstance(uri, str) else DRAFT202012
+
+
+def _local_refs(schema: Any, depth: int = 0) -> list[str]:
+    """The "#..." references in `schema` (a nested "$id" starts another
+    document: its references are left to the validator)."""
+    if depth > 100:
+        return []
+    refs: list[str] = []
+    if isinstance(schema, dict):
+        if depth and "$id" in schema:
+            return []
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            refs.append(ref)
+        for key, value in schema.items():
+            if key not in ("const", "enum", "default", "examples"):
+                refs.extend(_local_refs(value, depth + 1))
+    elif isinstance(schema, list):
+        for item in schema:
+            refs.extend(_local_refs(item, depth + 1))
+    return refs
 
 
 def parse_json_arguments(text: str) -> dict[str, Any]:

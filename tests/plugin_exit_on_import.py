@@ -1,0 +1,5 @@
+"""A plugin module that calls sys.exit() when imported (tests/test_plugins.py)."""
+
+import sys
+
+sys.exit("this plugin refuses to load")

@@ -1,0 +1,299 @@
+"""Connecting to an MCP server: `connect`, `connect_stdio`, `connect_http` and their async twins.
+
+    with connect_stdio(sys.executable, ["-m", "mcp_server_time"]) as time_server:
+        time_server.register(registry, prefix="time_")
+
+Each returns an `MCPConnection` (`_connection.py`) once the server answered
+the handshake and listed its tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+import mcp_types as types
+import pykka
+from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client import Transport
+from mcp.client.session import MessageHandlerFnT
+from mcp.server import MCPServer, Server
+
+from .. import __version__
+from .._options import non_negative_number, positive_int, positive_number
+from ._actor import Open, Opened, SessionActor
+from ._connection import MCPConnection
+from ._errors import MCPConnectError
+from ._generation import MakeClient
+from ._link import Link
+from ._redact import redact_argv, redact_url
+
+__all__ = [
+    "MCPTarget",
+    "aconnect",
+    "aconnect_http",
+    "aconnect_stdio",
+    "connect",
+    "connect_http",
+    "connect_stdio",
+]
+
+MCPTarget = StdioServerParameters | str | Server[Any] | MCPServer[Any] | Callable[[], Transport]
+"""What `connect` accepts: stdio parameters, a streamable HTTP URL, an in-process
+server, or a function that makes a fresh transport (called once per connection
+attempt, since transports are single-use)."""
+
+_CLIENT_INFO = types.Implementation(name="toolbus", version=__version__)
+
+
+def connect(
+    target: MCPTarget,
+    *,
+    name: str | None = None,
+    connect_timeout: float = 10.0,
+    probe_timeout: float = 2.0,
+    backoff_base: float = 0.5,
+    max_backoff: float = 30.0,
+    server_max_concurrency: int | None = None,
+    idempotent_hints: bool = False,
+) -> MCPConnection:
+    """Connect to an MCP server and list its tools; blocks until both are done.
+
+    Raises `MCPConnectError` when the server cannot be reached within
+    `connect_timeout` seconds. Later failures never raise here: calls end as
+    errors, and the connection reconnects (at once after a drop; after a
+    failed attempt not before `backoff_base * 2**n` seconds, at most
+    `max_backoff`). A call cancelled by toolbus (timeout) triggers a health
+    check; a server that does not answer it within `probe_timeout` seconds is
+    restarted.
+
+    `server_max_concurrency=N`: at most N calls in flight to this server, all
+    its tools together (a capacity group, `mcp:<name>`, that the tools bring
+    to the executor); calls beyond wait in toolbus. `idempotent_hints=True`
+    trusts the server's `idempotentHint`s (toolbus's `Tool.idempotent`: a
+    timed-out or lost call of a mutating tool may be retried).
+    """
+    if server_max_concurrency is not None:
+        server_max_concurrency = positive_int(
+            server_max_concurrency, "server_max_concurrency", "connect"
+        )
+    if not isinstance(idempotent_hints, bool):
+        raise TypeError(
+            f"connect: idempotent_hints must be True or False, got {idempotent_hints!r}"
+        )
+    # Checked up front: a zero or negative timeout would make every attempt fail
+    # at once; a backoff of 0 is allowed (reconnect at once), a negative one is not.
+    connect_timeout = positive_number(connect_timeout, "connect_timeout", "connect")
+    probe_timeout = positive_number(probe_timeout, "probe_timeout", "connect")
+    backoff_base = non_negative_number(backoff_base, "backoff_base", "connect")
+    link = Link(
+        name or _default_name(target),
+        _client_factory(target),
+        connect_timeout=connect_timeout,
+        probe_timeout=probe_timeout,
+        backoff_base=backoff_base,
+        max_backoff=max_backoff,
+    )
+    actor = SessionActor.start(link)
+    try:
+        opened = cast(
+            Opened, actor.ask(Open(2 * connect_timeout + 5), timeout=2 * connect_timeout + 10)
+        )
+    except BaseException as e:
+        actor.stop(block=False)
+        if isinstance(e, pykka.Timeout):
+            raise MCPConnectError(f"MCP server '{link.name}' did not connect in time") from None
+        raise
+    if name is None and opened.server_name:
+        link.name = opened.server_name
+    return MCPConnection(
+        actor,
+        opened,
+        link,
+        server_max_concurrency=server_max_concurrency,
+        idempotent_hints=idempotent_hints,
+    )
+
+
+async def aconnect(
+    target: MCPTarget,
+    *,
+    name: str | None = None,
+    connect_timeout: float = 10.0,
+    probe_timeout: float = 2.0,
+    backoff_base: float = 0.5,
+    max_backoff: float = 30.0,
+    server_max_concurrency: int | None = None,
+    idempotent_hints: bool = False,
+) -> MCPConnection:
+    """Async twin of `connect`; never blocks the event loop.
+
+    Cancelling it cannot stop a connect under way (it runs in a thread); the
+    connection it then yields is closed, so no server process is left behind.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[MCPConnection] = loop.create_future()
+    abandoned = threading.Event()
+    context = contextvars.copy_context()
+
+    def make() -> MCPConnection:
+        return connect(
+            target,
+            name=name,
+            connect_timeout=connect_timeout,
+            probe_timeout=probe_timeout,
+            backoff_base=backoff_base,
+            max_backoff=max_backoff,
+            server_max_concurrency=server_max_concurrency,
+            idempotent_hints=idempotent_hints,
+        )
+
+    def work() -> None:
+        # Our own thread, not the loop's executor: asyncio.run() cancels the
+        # executor's task at exit, and the connection made after would be lost.
+        try:
+            conn = context.run(make)
+        except BaseException as e:
+            _deliver(loop, future, None, e)
+            return
+        if abandoned.is_set() or not _deliver(loop, future, conn, None):
+            conn.close()
+
+    threading.Thread(target=work, name="toolbus-mcp-connect", daemon=True).start()
+    try:
+        return await future
+    except asyncio.CancelledError:
+        abandoned.set()
+        raise
+
+
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[MCPConnection],
+    conn: MCPConnection | None,
+    error: BaseException | None,
+) -> bool:
+    """Hand the outcome to the awaiting task; False if nobody can take it."""
+
+    def settle() -> None:
+        if future.cancelled():
+            if conn is not None:  # cancelled just now: close it, off the loop
+                threading.Thread(target=conn.close, name="toolbus-mcp-close", daemon=True).start()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(conn)  # type: ignore[arg-type]
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop is closed
+        return False
+    return True
+
+
+def connect_stdio(
+    command: str,
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    errlog: TextIO | None = None,
+    **options: Any,
+) -> MCPConnection:
+    """Start `command args` as an MCP server and connect to it over its stdin/stdout.
+
+    `env` is added to a minimal inherited environment (PATH, HOME, ...); the
+    server's stderr goes to `errlog` (default: this process's stderr).
+    `options` are `connect`'s. Each reconnection starts a new process.
+    """
+    return connect(_stdio_target(command, args, env, cwd, errlog), **options)
+
+
+async def aconnect_stdio(
+    command: str,
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    errlog: TextIO | None = None,
+    **options: Any,
+) -> MCPConnection:
+    """Async twin of `connect_stdio`."""
+    return await aconnect(_stdio_target(command, args, env, cwd, errlog), **options)
+
+
+def connect_http(url: str, **options: Any) -> MCPConnection:
+    """Connect to an MCP server over streamable HTTP at `url` (e.g. `http://host/mcp`).
+
+    `options` are `connect`'s. For headers or authentication, pass `connect` a
+    function that makes the transport: `lambda: streamable_http_client(url, http_client=...)`.
+    """
+    return connect(url, **options)
+
+
+async def aconnect_http(url: str, **options: Any) -> MCPConnection:
+    """Async twin of `connect_http`."""
+    return await aconnect(url, **options)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+class _StdioTarget:
+    """A transport factory for a stdio server: a fresh process per connection attempt."""
+
+    def __init__(self, params: StdioServerParameters, errlog: TextIO) -> None:
+        self.params = params
+        self.errlog = errlog
+
+    def __call__(self) -> Transport:
+        return stdio_client(self.params, errlog=self.errlog)
+
+
+def _stdio_target(
+    command: str,
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    cwd: str | Path | None,
+    errlog: TextIO | None,
+) -> _StdioTarget:
+    params = StdioServerParameters(
+        command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
+    )
+    return _StdioTarget(params, errlog if errlog is not None else sys.stderr)
+
+
+def _client_factory(target: MCPTarget) -> MakeClient:
+    if isinstance(target, StdioServerParameters | str | Server | MCPServer):
+        fixed = target
+
+        def fixed_client(on_message: MessageHandlerFnT) -> Client:
+            return Client(fixed, client_info=_CLIENT_INFO, message_handler=on_message)
+
+        return fixed_client
+    make_transport = target
+
+    def fresh_client(on_message: MessageHandlerFnT) -> Client:
+        return Client(make_transport(), client_info=_CLIENT_INFO, message_handler=on_message)
+
+    return fresh_client
+
+
+def _default_name(target: MCPTarget) -> str:
+    if isinstance(target, _StdioTarget):
+        target = target.params
+    # The name is in every error text and log line: no credentials in it.
+    if isinstance(target, StdioServerParameters):
+        words = [os.path.basename(target.command), *redact_argv(target.args)]
+        return " ".join(words)[:80]
+    if isinstance(target, str):
+        return redact_url(target)
+    if isinstance(target, MCPServer | Server):
+        return str(target.name)
+    return "mcp"
