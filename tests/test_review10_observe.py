@@ -21,7 +21,7 @@ pytest.importorskip("starlette", reason="the web extra is not installed")
 
 from rich.console import Console
 
-from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus import Executor, ToolCall, ToolRegistry, bus
 from toolbus.observe import serve_status
 from toolbus.observe._view import Board
 
@@ -51,9 +51,11 @@ def test_live_state_shows_concurrent_calls_with_the_same_id() -> None:
             )
             for d in (0.8, 0.8)
         ]
-        for t in threads:
-            t.start()
-        time.sleep(0.3)
+        with bus.Recorder(bus.EXECUTING, sender=ex) as rec:
+            for t in threads:
+                t.start()
+            rec.wait_for(bus.EXECUTING, 2, timeout=5)  # both calls are running
+            ex.drain_events()
         rows = httpx.get(srv.url + "status").json()["state"]["in_flight"]
         for t in threads:
             t.join()

@@ -325,8 +325,11 @@ def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools() -> No
     )
     registry = ToolRegistry()
 
+    ticking = threading.Event()
+
     @registry.tool(read_only=True, timeout=10)  # longer than its 1.5 s of ticks
     async def tick() -> float:
+        ticking.set()
         gaps, last = [], time.monotonic()
         for _ in range(30):
             await asyncio.sleep(0.05)
@@ -343,7 +346,7 @@ def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools() -> No
                 target=lambda: ticks.setdefault("r", executor.execute(ToolCall(name="tick")))
             )
             thread.start()
-            time.sleep(0.2)
+            assert ticking.wait(5)  # the loop's ticks are being measured
             started = time.monotonic()
             result = executor.execute(ToolCall(name="redos"))
             took = time.monotonic() - started
