@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -390,3 +391,72 @@ def test_workers_without_toolbus_are_said_so_not_waited_for(
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
     assert (r.error or "").startswith("Tool 'apid' is unavailable: toolbus cannot be imported")
     assert ex.stats().workers_started == 0
+
+
+# -- calls sent from the dispatching thread (backends/_direct.py), races forced ----------
+
+
+def test_a_reply_before_the_send_returns_and_a_reply_past_the_deadline(
+    make_executor: MakeExecutor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolbus.backends._direct import Direct
+
+    started: list[str] = []
+    original_start, original_replied = Direct.start, Direct.replied
+    monkeypatch.setattr(
+        Direct, "start", lambda self: (started.append(self.job.run.call.id), original_start(self))
+    )
+    backend = RayBackend()
+    ex = make_executor(rt.ray_registry(backend), timeout=1.0)
+    pid = ex.execute(call("pid")).output  # no actor free yet: on the loop path, which starts one
+    started.clear()
+
+    # 1. Ray completes the reply before the dispatching thread is out of the
+    # steps: the steps are resumed once, by the second to arrive.
+    order: list[str] = []
+    landed = threading.Event()
+    original_send, original_sent = backend._send, Direct._sent
+
+    def replied(self: Direct, reply: Any) -> None:
+        order.append("replied")
+        original_replied(self, reply)
+        landed.set()
+
+    def send(direct: Direct, run: Any, ctx: Any) -> bool:
+        sent = original_send(direct, run, ctx)
+        assert landed.wait(30), "the reply never came"
+        return sent
+
+    monkeypatch.setattr(Direct, "replied", replied)
+    monkeypatch.setattr(Direct, "_sent", lambda self: (order.append("sent"), original_sent(self)))
+    monkeypatch.setattr(backend, "_send", send)
+    r = ex.execute(call("pid").model_copy(update={"id": "first"}))
+    assert (r.status, r.output) == ("ok", pid)
+    assert (started, order) == (["first"], ["replied", "sent"])
+    monkeypatch.setattr(backend, "_send", original_send)
+    monkeypatch.setattr(Direct, "_sent", original_sent)
+
+    # 2. The reply is in but held back from the steps until the deadline has
+    # settled the attempt and killed the actor: a late result, never a second.
+    held: list[tuple[Direct, Any]] = []
+    monkeypatch.setattr(Direct, "replied", lambda self, reply: held.append((self, reply)))
+    r = ex.execute(call("pid").model_copy(update={"id": "raced"}))
+    assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    assert started == ["first", "raced"]
+    [killed] = recorder.wait_for(bus.KILLED)
+    assert (killed.call_id, killed.pid) == ("raced", pid)
+    [(direct, reply)] = held
+    assert reply.result() is not None  # the actor's reply, complete before the kill
+    original_replied(direct, reply)
+    [late] = recorder.wait_for(bus.LATE_RESULT)
+    assert (late.call_id, late.status) == ("raced", "ok")
+    ex.drain_events(timeout=10)
+    assert [e.result.status for e in recorder.of(bus.FINISHED) if e.call_id == "raced"] == [
+        "timeout"
+    ]
+    stats = ex.stats()
+    assert (stats.timeouts, stats.late_results, stats.killed_workers) == (1, 1, 1)
+    monkeypatch.setattr(Direct, "replied", original_replied)
+    again = ex.execute(call("pid"))  # a replacement actor: the killed one was not put back
+    assert again.status == "ok"
+    assert again.output != pid

@@ -1,12 +1,15 @@
 """The Ray backend: a tool's calls run on Ray actors, anywhere on a cluster.
 
 Only the tool moves. Its calls' steps (hooks, masking, validation, retries,
-events, the journal) stay in the agent's process, on the executor's event
-loop, as for the process backend: `job.steps(services, invoke)` with an
-`invoke` that sends the call to an actor and awaits the Ray ObjectRef there,
-holding no thread. The tool travels by value (`_ray_shipping.py`); the actor
-side is `_ray_actor.py`; one tool's actors are `_ray_pool.py`; the Ray session
-the backends share is `_ray_session.py`.
+events, the journal) stay in the agent's process, as for the process backend:
+`job.steps(services, invoke)` with an `invoke` that sends the call to an actor
+and awaits the Ray ObjectRef on the executor's event loop, holding no thread;
+a call to a free actor whose steps run no user code is sent from the thread
+that dispatches it instead, and its reply finishes it on the loop
+(`_direct.py`). A call's round trip is `_ray_calls.py`. The tool travels by
+value (`_ray_shipping.py`); the actor side is `_ray_actor.py`; one tool's
+actors are `_ray_pool.py`; the Ray session the backends share is
+`_ray_session.py`.
 
 At a deadline or a cancellation, a sync call's actor is killed
 (`ray.kill(no_restart=True)`, announced as `tool:killed`) and replaced, so a
@@ -22,21 +25,19 @@ import asyncio
 import contextvars
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import _json
-from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled, publish_killed
-from ..tools import ToolError
+from ..pipeline import publish_killed
+from ._direct import Direct
 from ._loop import Lane
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
-from ._remote import output_of, remote_error
+from ._ray_calls import ActorCalls
 
 if TYPE_CHECKING:
     from ..pipeline import Run
-    from ..tools import Tool, ToolContext
+    from ..tools import Tool
     from ._ray_pool import RayActor, ToolActors
 
 __all__ = ["RayBackend"]
@@ -54,7 +55,7 @@ def _import_ray() -> Any:
     return ray
 
 
-class RayBackend:
+class RayBackend(ActorCalls):
     """Runs each tool's attempts on Ray actors, on this machine or a cluster.
 
     `address` and `init_options` go to `ray.init` when toolbus starts Ray (no
@@ -176,6 +177,9 @@ class RayBackend:
             self._lane = Lane(self._host.loop.current, self._host, self._invoke)  # type: ignore[attr-defined]
         self._busy += 1
         self._busy_by_tool[id(tool)] += 1
+        if self._direct(job):
+            Direct(job, self._lane, self._send, self._invoke).start()
+            return
         if not self._lane.submit(job):
             self._busy -= 1
             self._busy_by_tool[id(tool)] -= 1
@@ -194,15 +198,21 @@ class RayBackend:
         """Kill the actor running a sync call (its task's cancellation then
         replaces it); an async call's actor serves others: it is cancelled."""
         run = job.run
+        is_async = run.tool is not None and run.tool.is_async
         with self._lock:
+            # Under the lock `_forget` takes: an actor let go of is never killed.
             serving = self._serving.get(run)
+            killing = serving is not None and not is_async and serving[0].mark_killed()
         if serving is None:
             return True
         actor, ref = serving
-        if run.tool is not None and run.tool.is_async:
+        if is_async:
             self._cancel_ref(ref)
             return False
-        self._killed(run, actor, run.stop_reason or "cancelled")
+        if killing:
+            actor.end()
+            if self._host is not None:
+                publish_killed(run, self._host.services, actor.pid, run.stop_reason or "cancelled")
         return True
 
     def busy(self, tool: Tool | None = None) -> int:
@@ -279,119 +289,3 @@ class RayBackend:
             self._ray.cancel(ref)
         except Exception:
             pass  # finished already
-
-    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
-        return self._call(run, ctx)
-
-    async def _ready(self, run: Run, pool: ToolActors) -> RayActor:
-        """Ray up and an actor ready: off the deadline's clock (the first call
-        of a tool pays for it; a wait for a busy pool is in the scheduler's queue)."""
-        run.phase = STARTING
-        began = time.monotonic()
-        from ._ray_pool import START_TIMEOUT
-
-        try:
-            session = self._session
-            if session is None:
-                raise RuntimeError("the Ray backend has stopped")
-            try:
-                await asyncio.wait_for(asyncio.wrap_future(session), START_TIMEOUT)
-            except TimeoutError:
-                raise ToolCrashed(
-                    f"Ray did not start within {START_TIMEOUT:g} s", retry=False
-                ) from None
-            except (ToolCrashed, asyncio.CancelledError):
-                raise
-            except Exception as e:
-                raise ToolCrashed(f"Ray could not be started: {e}", retry=False) from None
-            await self._check_workers(pool.name)
-            return await pool.acquire()
-        except (ToolError, asyncio.CancelledError):
-            raise  # ToolCrashed is a ToolError
-        except Exception as e:
-            raise ToolCrashed(f"no Ray actor could be started for '{pool.name}': {e}") from None
-        finally:
-            if run.deadline is not None:
-                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
-            run.phase = RUNNING
-
-    async def _check_workers(self, name: str) -> None:
-        """Once per executor: can Ray's workers host toolbus's actors at all?"""
-        from ._ray_pool import START_TIMEOUT
-        from ._ray_session import check_workers
-
-        if self._checked is None or (self._checked.done() and self._checked.exception()):
-            self._checked = asyncio.ensure_future(check_workers(START_TIMEOUT))
-        try:
-            why = await asyncio.shield(self._checked)
-        except TimeoutError:
-            raise ToolCrashed(
-                f"no Ray worker answered within {START_TIMEOUT:g} s", retry=False
-            ) from None
-        if why is not None:
-            self._unavailable = why  # every later call is refused with it
-            raise ToolCrashed(f"Tool '{name}' cannot run on Ray: {why}", retry=False)
-
-    async def _call(self, run: Run, ctx: ToolContext) -> Any:
-        """Run the tool of `run` on an actor; its value, or raise what it raised."""
-        tool = run.tool
-        assert tool is not None
-        assert self._host is not None
-        services = self._host.services
-        name, is_async = tool.name, tool.is_async
-        pool = self._pools[id(tool)][1]
-        session = self._session
-        actor = pool.ready() if session is not None and session.done() else None
-        if actor is None:
-            try:
-                actor = await self._ready(run, pool)
-            except asyncio.CancelledError:
-                if is_async:
-                    raise
-                raise WorkerKilled() from None
-        if run.settled:  # stopped while it waited for its actor
-            pool.release(actor)
-            if is_async:
-                raise asyncio.CancelledError
-            raise WorkerKilled()
-        pairs = self._context_pairs(self._vars, run.context) if self._vars else []
-        request = (
-            run.call.arguments, run.call.id, run.attempt, run.remaining(),
-            ctx.idempotency_key, pairs,
-        )  # fmt: skip
-        method = actor.handle.stream if tool.wants_context else actor.handle.call
-        try:
-            ref = method.remote(self._encode(request))
-        except Exception as e:
-            pool.release(actor)
-            names = ", ".join(f"{m}.{a}" if m else k for k, m, a, _ in pairs) or "none"
-            raise TypeError(
-                f"the call to '{name}' cannot be sent to its Ray actor (arguments, or the "
-                f"context_vars values: {names}): {e}"
-            ) from None
-        serving = (actor, ref)
-        with self._lock:
-            self._serving[run] = serving
-        try:
-            if tool.wants_context:
-                message = await self._consume(ref, run, services)
-            else:
-                message = _json.loads(await ref)
-        except asyncio.CancelledError:
-            if is_async:
-                self._cancel_ref(ref)
-                raise
-            self._killed(run, actor, run.stop_reason or "cancelled")
-            pool.lost(actor, crashed=False)
-            raise WorkerKilled() from None
-        except Exception as e:
-            raise self._failure(pool, actor, e) from None
-        finally:
-            with self._lock:
-                # Only ours: a retry of the run may be on another actor already.
-                if self._serving.get(run) is serving:
-                    del self._serving[run]
-        pool.release(actor)
-        if message.get("kind") == "ok":
-            return output_of(message)
-        raise remote_error(message)

@@ -10,7 +10,9 @@ unavailable. Kills are toolbus's own doing and are not counted.
 
 Everything here runs on the executor's loop thread, except `kill_all` (the
 supervisor's, at close) and `RayActor.kill` (the supervisor's, at a
-deadline): `live` is guarded by a lock for them.
+deadline): `live` is guarded by a lock for them; and `take` and `give_back`,
+which the thread that dispatches a call sent from there calls (`_direct.py`):
+a list's `pop` and `append` are atomic, so an idle actor is taken once.
 """
 
 from __future__ import annotations
@@ -49,15 +51,25 @@ class RayActor:
 
     def kill(self) -> bool:
         """Kill it with no restart; True only for the first kill (any thread)."""
+        if not self.mark_killed():
+            return False
+        self.end()
+        return True
+
+    def mark_killed(self) -> bool:
+        """Any thread: count it as killed by toolbus; True only the first time,
+        and then its caller kills it (`end`)."""
         with self.lock:
             if self.killed:
                 return False
             self.killed = True
+            return True
+
+    def end(self) -> None:
         try:
             ray.kill(self.handle, no_restart=True)
         except Exception:
             pass  # gone already
-        return True
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
@@ -100,22 +112,28 @@ class ToolActors:
 
     # -- getting an actor -----------------------------------------------------------
 
-    def ready(self) -> RayActor | None:
-        """An actor that can take a call now, if there is one (the fast path)."""
+    def take(self) -> RayActor | None:
+        """Any thread: an actor that can take a call now, if there is one."""
         if self.is_async:
             actor = self.shared
             return actor if actor is not None and not actor.dead else None
-        return self.idle.pop() if self.idle else None
+        try:
+            return self.idle.pop()
+        except IndexError:
+            return None
+
+    def give_back(self, actor: RayActor) -> None:
+        """Any thread: `actor`, taken but not sent a call, is free again."""
+        if not self.is_async:
+            self.idle.append(actor)
 
     async def acquire(self) -> RayActor:
         """An actor ready to take a call (starting one if needed)."""
+        actor = self.take()
+        if actor is not None:
+            return actor
         if self.is_async:
-            actor = self.shared
-            if actor is not None and not actor.dead:
-                return actor
             return await asyncio.shield(self._start_shared())
-        if self.idle:
-            return self.idle.pop()
         start = self.spares.pop(0) if self.spares else asyncio.ensure_future(self._start())
         try:
             return await asyncio.shield(start)
