@@ -41,6 +41,10 @@ class Scale:
     chaos_limit_s: float
     proc_timeouts: int  # the process backend: hung calls timed out, one after another
     proc_timeout_s: float  # ... and their tool's timeout
+    ray_calls: int  # the Ray backend: async calls in flight, max_parallel, sleep, rounds
+    ray_parallel: int
+    ray_sleep: float
+    ray_rounds: int
     scenario_limit_s: float  # a scenario still running after this is hung: stacks, exit 1
 
     @classmethod
@@ -69,6 +73,10 @@ class Scale:
             chaos_limit_s=300,
             proc_timeouts=40,
             proc_timeout_s=0.2,
+            ray_calls=1000,
+            ray_parallel=200,
+            ray_sleep=0.05,
+            ray_rounds=5,
             scenario_limit_s=1200,
         )
 
@@ -100,6 +108,10 @@ class Scale:
             # Long enough that a call on a loaded CI machine finishes inside it:
             # the smoke run checks the scenario works, not how fast.
             proc_timeout_s=0.5,
+            ray_calls=100,
+            ray_parallel=50,
+            ray_sleep=0.01,
+            ray_rounds=1,
             scenario_limit_s=120,
         )
 

@@ -20,6 +20,7 @@ from . import (
     memory,
     policies_cost,
     process,
+    ray_backend,
     scaling,
     throughput,
 )
@@ -46,6 +47,11 @@ SCENARIOS: list[Scenario] = [
         process.run,
     ),
     ("policies", "Scenario 13: what policies cost a call", policies_cost.run),
+    (
+        "ray",
+        "Scenario 14: the Ray backend (a warm call, many async calls in flight)",
+        ray_backend.run,
+    ),
 ]
 
 
@@ -186,5 +192,17 @@ def goals() -> list[Goal]:
             "a tool without policies vs policies unused",
             "≤ 1.02×",
             "policies",
+        ),
+        Goal(
+            "ray_call_vs_raw",
+            "a warm Ray-tool call vs a raw Ray actor method call (sync caller)",
+            "≤ 1.5×",
+            "ray",
+        ),
+        Goal(
+            "ray_async_vs_gather",
+            "1 000 × 50 ms async Ray calls at max_parallel=200 vs a raw Ray asyncio.gather",
+            "≥ 90%",
+            "ray",
         ),
     ]

@@ -142,3 +142,19 @@ def fails_final(marker: str) -> None:
 @registry.tool(backend="process", read_only=True)
 def bad_bytes() -> str:
     return b"\xff".decode()
+
+
+@registry.tool(backend="process")
+def pid_or_hang(hang: bool = False) -> int:
+    """Its worker's pid; or hang forever (on a worker already warm)."""
+    while hang:
+        time.sleep(1000)
+    return os.getpid()
+
+
+@registry.tool(backend="process")
+def pid_or_exit(code: int = 0) -> int:
+    """Its worker's pid; or exit with `code` (on a worker already warm)."""
+    if code:
+        os._exit(code)
+    return os.getpid()

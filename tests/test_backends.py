@@ -231,3 +231,25 @@ def test_a_blocking_callers_async_calls_run_on_the_executors_loop(
 
     ex = make_executor(reg)
     assert ex.execute(ToolCall(name="where")).output == "toolbus-async"
+
+
+def test_toolbus_imports_without_ray_and_ray_backend_says_how_to_get_it() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys; sys.modules['ray'] = None\n"  # as if Ray were not installed
+        "import toolbus, toolbus.backends\n"
+        "from toolbus.backends import RayBackend\n"
+        "try:\n"
+        "    RayBackend()\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "RayBackend needs Ray: pip install 'toolbus[ray]'" in proc.stdout

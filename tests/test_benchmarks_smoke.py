@@ -22,6 +22,8 @@ from benchmarks.latency import OA_ASYNC, OA_SYNC, PA_NET, TB_10, TB_ONE, TPE, TP
 from benchmarks.policies_cost import ELSEWHERE, GUARDED, TWIN, UNUSED
 from benchmarks.process import PPE as PROC_BASE
 from benchmarks.process import TB_PROC
+from benchmarks.ray_backend import RAW as RAY_RAW
+from benchmarks.ray_backend import TB as TB_RAY
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +53,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 13
+    assert len(SCENARIOS) == 14
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -120,6 +122,14 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
         assert pol[case]["rounds"] >= 5, case
         assert not math.isnan(pol[case]["cpu_vs_baseline"]["ratio"]), case
     assert measured["policy_free_vs_unused"] is not None
+    # The Ray backend against raw Ray (when Ray is installed; the goals say so otherwise).
+    if importlib.util.find_spec("ray"):
+        ray_figures = scenarios["ray"]
+        for case in (RAY_RAW, TB_RAY):
+            assert ray_figures[case]["cpu_ns_per_op"] > 0, case
+            assert not math.isnan(ray_figures[case]["vs_baseline"]["ratio"]), case
+        for key in ("ray_call_vs_raw", "ray_async_vs_gather"):
+            assert measured[key] is not None, key
     if importlib.util.find_spec("agents"):
         assert OA_SYNC in scenarios["batch"]
         assert OA_ASYNC in scenarios["batch"]

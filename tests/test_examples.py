@@ -6,6 +6,7 @@ and print the lines that carry its point.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -160,10 +161,30 @@ EXPECTED: dict[str, list[str]] = {
         "book_table as the bus saw it: {'restaurant': 'Ramiro', 'people': 2, 'api_key': '***'}",
         "events showing the key: 0",
     ],
+    "ray_tools.py": [
+        "thumbnail: ok, ran on Ray: True",
+        "  progress on this process's bus: cat.png: pass 1/3 (33%)",
+        "  progress on this process's bus: cat.png: pass 3/3 (100%)",
+        "fetch: 20/20 ok, concurrently on one actor: True",
+        "stuck: timeout (EXECUTION_TIMEOUT), its actor killed: timeout",
+        "segfault: error (TOOL_CRASHED)",
+        "thumbnail again: ok",
+        "second executor: ok",
+        "Ray still up while an executor uses it: True",
+        "Ray shut down with the last executor: True",
+    ],
 }
+
+# Examples that start something big (a local Ray: seconds on a busy machine).
+TIMEOUTS = {"ray_tools.py": 150}
+# Examples of an extra that may be absent: skipped, saying which.
+NEEDS = {"ray_tools.py": "ray"}
 
 
 def run_example(name: str) -> subprocess.CompletedProcess[str]:
+    needs = NEEDS.get(name)
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{name} needs {needs}: pip install 'toolbus[{needs}]'")
     env = dict(os.environ)
     # Import the toolbus of this checkout even where it is not installed.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
@@ -173,7 +194,7 @@ def run_example(name: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=TIMEOUTS.get(name, 30),
         check=False,
     )
 
@@ -182,6 +203,7 @@ def test_every_example_is_tested() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
 
 
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs(name: str) -> None:
     proc = run_example(name)

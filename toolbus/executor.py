@@ -304,6 +304,17 @@ class Executor(ExecutorHooks):
             executor._journal_owned = True  # made from the file's path: it closes with the executor
         return executor
 
+    def _plain_admission(self) -> bool:
+        """No user code admits a call: no pre-call hook, authorizer or masker,
+        and none of those hooks overridden (see `Services.plain_admission`)."""
+        if self._pre_call or self._authorize is not None or self._masker is not None:
+            return False
+        cls = type(self)
+        return all(
+            getattr(cls, name) is getattr(ExecutorHooks, name)
+            for name in ("pre_execute", "is_allowed", "mask_arguments")
+        )
+
     def _start(
         self,
         max_parallel: int,
@@ -324,6 +335,7 @@ class Executor(ExecutorHooks):
             journal=self._journal_session,
             inject=self._inject,
             nested=_NestedCalls(self),
+            plain_admission=self._plain_admission(),
         )
         host = SupervisorHost(self._services, self._loop)
         self._scheduler = host.scheduler = Scheduler(

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._procpool import WorkerProcess
+from ._procs import WorkerProcess
 
 __all__ = ["watch_cpu"]
 

@@ -15,13 +15,24 @@ are reported to the supervisor in one message per loop turn.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import weakref
 from collections import deque
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ..models import ErrorCode
-from ..pipeline import LOST, Invoke, Outcome, Services, drive_async, end_call
+from ..pipeline import (
+    LOST,
+    Invoke,
+    Outcome,
+    Services,
+    Steps,
+    WorkerKilled,
+    drive_async,
+    end_call,
+)
 from ._loop_thread import LoopThread
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
 from ._thread import contain
@@ -51,6 +62,11 @@ class _TaskHandle:
             pass  # the loop is closed: the task is gone already
 
 
+# A job handed to a lane: its steps and what they await first, when they
+# started elsewhere (`Lane.resume`), and the context they run in.
+_Entry = tuple[Job, Steps | None, Awaitable[Any] | None, contextvars.Context | None]
+
+
 class Lane:
     """One loop's mailbox and outbox."""
 
@@ -64,16 +80,49 @@ class Lane:
         self._loop = weakref.ref(loop)
         self.host = host
         self.services: Services = host.services
-        self.inbox: deque[Job] = deque()
+        self.inbox: deque[_Entry] = deque()
         self.lock = threading.Lock()
         self.outbox: list[tuple[Job, Outcome, Any]] = []
         self.invoke = invoke  # how its jobs run the tool (None: right here)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """Its loop (None once that is gone)."""
+        return self._loop()
+
     def submit(self, job: Job) -> bool:
         """Hand `job` over; False if this loop is closed (the job was not taken)."""
+        return self._hand((job, None, None, None))
+
+    def resume(
+        self, job: Job, steps: Steps, pending: Awaitable[Any], context: contextvars.Context
+    ) -> None:
+        """Any thread: run the rest of `job`'s steps, begun elsewhere in
+        `context`, as a task here, awaiting `pending` (what they yielded) first.
+        If this loop is closed, the job ends here (`abandon`)."""
+        if not self._hand((job, steps, pending, context)):
+            if asyncio.iscoroutine(pending):
+                pending.close()
+            self.abandon(job, steps, context)
+
+    def abandon(self, job: Job, steps: Steps, context: contextvars.Context) -> None:
+        """Any thread: this loop is closed, and `job`'s steps, begun elsewhere,
+        will never be resumed. End the call (if it has no result yet), claim
+        the attempt and close the steps without running any more of their
+        hooks (`WorkerKilled` is dropped by whoever claimed the attempt), and
+        report."""
+        outcome = _abandoned(job, self.services)
+        job.run.try_settle(job.attempt)
+        try:
+            context.run(steps.throw, WorkerKilled())
+        except BaseException:
+            pass  # WorkerKilled, or what became of it: the call has its result
+        self.host.report(job, outcome)
+
+    def _hand(self, entry: _Entry) -> bool:
         with self.lock:
             wake = not self.inbox
-            self.inbox.append(job)
+            self.inbox.append(entry)
         if not wake:
             return True
         loop = self._loop()
@@ -96,16 +145,22 @@ class Lane:
             jobs = list(self.inbox)
             self.inbox.clear()
         loop = asyncio.get_running_loop()  # ours: drain runs on it
-        for job in jobs:
-            task = loop.create_task(self.run(job), context=job.run.context.copy())
+        for job, steps, pending, context in jobs:
+            task = loop.create_task(
+                self.run(job, steps, pending), context=context or job.run.context.copy()
+            )
             job.run.task = _TaskHandle(loop, task)
 
-    async def run(self, job: Job) -> None:
+    async def run(
+        self, job: Job, steps: Steps | None = None, pending: Awaitable[Any] | None = None
+    ) -> None:
         """One job as one task: its steps, then its report (no other wrapper)."""
         services = self.services
         run = job.run
         try:
-            outcome = await drive_async(job.steps(services, self.invoke), run)
+            if steps is None:
+                steps = job.steps(services, self.invoke)
+            outcome = await drive_async(steps, run, pending)
         except asyncio.CancelledError as e:
             # Cancelled while no step held it: by whoever settled the call, or
             # (an executor closing, a caller's loop shutting down) by nobody.
@@ -117,6 +172,10 @@ class Lane:
             raise
         except BaseException as e:  # SystemExit & co. must not escape into run_forever
             outcome = contain(job, e, services)
+        self.report(job, outcome)
+
+    def report(self, job: Job, outcome: Outcome) -> None:
+        """On the loop: report `job`'s outcome with the others of this loop turn."""
         if not self.outbox:
             asyncio.get_running_loop().call_soon(self.flush)
         self.outbox.append((job, outcome, None))

@@ -1,10 +1,14 @@
 """The process backend: where a hung tool is killed, not abandoned.
 
-Each tool gets a pool of warm worker processes (`_procpool.py`), forked by a
-zygote (`_zygote.py`), that run its calls one at a time (`_worker.py`). The
-call's steps (hooks, masking, events, retries) stay in this process, on the
-executor's event loop; only the tool itself crosses, by import reference, with
-its arguments and result as pickles. Waiting for a worker holds no thread.
+Each tool gets a pool of warm worker processes (`_procpool.py`, `_procs.py`),
+forked by a zygote (`_zygote.py`), that run its calls one at a time
+(`_worker.py`). The call's steps (hooks, masking, events, retries) stay in
+this process; only the tool itself crosses, by import reference, with its
+arguments and result as pickles. Waiting for a worker holds no thread: a warm
+call whose steps run no user code before the tool is sent from the thread
+that dispatches it and finished by its reply on the executor's event loop
+(`_direct.py`); any other runs there as a task. A call's round trip:
+`_process_calls.py`.
 
 At a deadline or a cancellation the supervisor calls `cancel`, which sends
 SIGKILL to the worker's process group, so everything the tool started dies
@@ -19,57 +23,33 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import itertools
 import logging
 import os
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._options import check_cpu_limit, check_memory_limit, positive_int
-from ..models import Attachment, ToolOutput
-from ..pipeline import (
-    RUNNING,
-    STARTING,
-    ToolCrashed,
-    WorkerKilled,
-    publish_killed,
-    publish_progress,
-)
-from ..tools import ToolError
-from ._cpuwatch import watch_cpu
+from ..pipeline import publish_killed
+from ._direct import Direct
 from ._loop import Lane
-from ._procpool import (
-    START_TIMEOUT,
-    Pool,
-    Sources,
-    WorkerProcess,
-    Zygote,
-    _retrieved,
-    describe_exit,
-    start_root,
-)
+from ._process_calls import WorkerCalls
+from ._procpool import Pool, Sources
+from ._procs import START_TIMEOUT, WorkerProcess, Zygote, _retrieved, start_root
 from ._protocol import BackendUnavailable, ContextSpec, Host, Job
-from ._remote import remote_error
 from ._shipping import Shipped, check_shippable, ship
-from ._wire import encode
-from ._worker import CallRequest
 
 if TYPE_CHECKING:
     from ..pipeline import Run
-    from ..tools import Tool, ToolContext
+    from ..tools import Tool
 
 __all__ = ["ProcessBackend", "check_process_tool"]
 
 log = logging.getLogger("toolbus.backends")
-
-_MISSING = object()
-# How long a worker's exit status is waited for once its connection closed: it
-# comes at once when it died; a worker still alive after this is killed.
-_STATUS_TIMEOUT = 0.5
 
 
 def _var_reference(var: contextvars.ContextVar[Any]) -> tuple[str, str]:
@@ -100,7 +80,7 @@ def check_process_tool(tool: Tool) -> None:
     check_shippable(tool)
 
 
-class ProcessBackend:
+class ProcessBackend(WorkerCalls):
     """Runs each tool's attempts in its own pool of worker processes.
 
     `memory_limit_mb` (RLIMIT_AS, virtual memory: at least 256 is advisable)
@@ -137,8 +117,8 @@ class ProcessBackend:
         self._root: asyncio.Future[Zygote] | None = None  # the loop thread's
         self._root_proc: subprocess.Popen[bytes] | None = None
         self._sources = Sources(self._ready_root)
-        self._seq = 0
-        self._pools: dict[int, Pool] = {}  # the loop thread's
+        self._seqs = itertools.count(1)  # requests' tags (next() is atomic: any thread)
+        self._pools: dict[int, Pool] = {}  # made on the loop thread; read anywhere
         self._shipped: dict[int, tuple[Tool, Shipped]] = {}
         # Which worker serves which run: read by `cancel` on the supervisor's thread.
         self._serving: dict[Run, WorkerProcess] = {}
@@ -185,6 +165,9 @@ class ProcessBackend:
             self._lane = Lane(self._host.loop.current, self._host, self._invoke)  # type: ignore[attr-defined]
         self._busy += 1
         self._busy_by_tool[id(tool)] += 1
+        if self._direct(job):
+            Direct(job, self._lane, self._send, self._invoke).start()
+            return
         if not self._lane.submit(job):
             self._busy -= 1
             self._busy_by_tool[id(tool)] -= 1
@@ -202,10 +185,14 @@ class ProcessBackend:
     def kill(self, job: Job) -> bool:
         """SIGKILL the process group of the worker running `job` (if one is)."""
         run = job.run
+        reason = run.stop_reason or "cancelled"
         with self._lock:
+            # Under the lock `_forget` takes: a worker let go of is never killed.
             worker = self._serving.get(run)
-        if worker is not None:
-            self._killed(run, worker, run.stop_reason or "cancelled")
+            killed = worker is not None and worker.kill(reason)
+        if killed and self._host is not None:
+            assert worker is not None
+            publish_killed(run, self._host.services, worker.pid, reason)
         return True
 
     def busy(self, tool: Tool | None = None) -> int:
@@ -279,146 +266,3 @@ class ProcessBackend:
                 functools.partial(self._sources.get, shipped.module), self.capacity(tool), memory
             )
         return pool
-
-    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
-        return self._call(run, ctx)
-
-    async def _call(self, run: Run, ctx: ToolContext) -> Any:
-        """Run the tool of `run` in a worker; its value, or raise what it raised."""
-        tool = run.tool
-        assert tool is not None
-        assert self._host is not None
-        services = self._host.services
-        name = tool.name
-        pool = self._pool(tool)
-        # Starting the zygotes and a worker is off the deadline's clock (the
-        # first call of a tool pays for it; a wait for a busy pool's worker is
-        # in the scheduler's queue, not here).
-        run.phase = STARTING
-        began = time.monotonic()
-        try:
-            worker = await pool.acquire()
-        except asyncio.CancelledError:
-            raise WorkerKilled() from None
-        except ImportError as e:
-            raise ToolError(
-                f"Tool '{name}' could not be loaded in a worker process: {e}", retryable=False
-            ) from None
-        except Exception as e:
-            raise ToolCrashed(f"no worker process could be started for '{name}': {e}") from None
-        finally:
-            # Whatever came of it, the set-up was off the clock.
-            if run.deadline is not None:
-                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
-            run.phase = RUNNING
-        memory = pool.memory_limit_mb
-        cpu = tool.cpu_limit_s or self.cpu_limit_s
-        loop = asyncio.get_running_loop()
-        reply: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self._seq += 1
-        worker.seq = seq = self._seq
-
-        def on_message(message: dict[str, Any]) -> None:
-            if message.get("kind") == "progress":
-                data = message.get("data")
-                publish_progress(
-                    run,
-                    services,
-                    str(message.get("message", "")),
-                    _fraction(message.get("fraction")),
-                    data if isinstance(data, dict) else {},
-                )
-            elif not reply.done():
-                reply.set_result(message)
-
-        worker.on_message = on_message
-        with self._lock:
-            self._serving[run] = worker
-        watch = loop.create_task(watch_cpu(worker, cpu, reply)) if cpu is not None else None
-        try:
-            context = [
-                (module, attr, value)
-                for var, module, attr in self._vars
-                if (value := run.context.get(var, _MISSING)) is not _MISSING
-            ]
-            tool_id = id(tool)
-            request = CallRequest(
-                None if tool_id in worker.knows else self._shipped[tool_id][1],
-                tool_id,
-                name,
-                run.call.arguments,
-                seq=seq,
-                call_id=run.call.id,
-                attempt=run.attempt,
-                remaining=run.remaining(),
-                key=ctx.idempotency_key,
-                context=context,
-                cpu_limit_s=cpu,
-            )
-            try:
-                data = encode(request)
-            except Exception as e:
-                names = ", ".join(f"{m}.{a}" for m, a, _ in context) or "none"
-                raise TypeError(
-                    f"the call to '{name}' cannot be sent to its worker process (arguments, "
-                    f"or the context_vars values: {names}): {e}"
-                ) from None
-            if run.settled:  # stopped while we prepared: the kill found no worker yet
-                raise asyncio.CancelledError
-            try:
-                await worker.send(data)
-                worker.knows.add(tool_id)
-            except OSError:
-                pass  # it died: its EOF says how
-            message = await reply
-        except asyncio.CancelledError:
-            self._killed(run, worker, run.stop_reason or "cancelled")
-            pool.lost(worker)
-            raise WorkerKilled() from None
-        except BaseException:
-            pool.release(worker)
-            raise
-        finally:
-            if watch is not None:
-                watch.cancel()
-            with self._lock:
-                # Only ours: a retry of the run may be on another worker already.
-                if self._serving.get(run) is worker:
-                    del self._serving[run]
-            worker.on_message = None
-        kind = message.get("kind")
-        if kind == "ok":
-            pool.release(worker)
-            return ToolOutput(
-                content=message.get("output"),
-                attachments=tuple(Attachment(**a) for a in message.get("attachments") or ()),
-                metadata=message.get("metadata") or {},
-            )
-        if kind == "raised":
-            pool.release(worker)
-            raise remote_error(message)
-        if kind == "crashed":  # it said why (a limit), or the CPU watch did
-            worker.kill("lost")
-            pool.lost(worker)
-            raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
-        if worker.killed:
-            pool.lost(worker)
-            raise WorkerKilled()
-        # The connection closed: its zygote says how it ended (at once, if it did).
-        try:
-            status = await asyncio.wait_for(asyncio.shield(worker.status), _STATUS_TIMEOUT)
-            why, limit = describe_exit(status, memory, cpu)
-        except TimeoutError:
-            why, limit = "its worker process closed its connection to toolbus; it was killed", False
-        except asyncio.CancelledError:
-            worker.kill("lost")
-            pool.lost(worker)
-            raise WorkerKilled() from None
-        worker.kill("lost")  # of no more use, whatever it was doing
-        pool.lost(worker)
-        # Over a limit it would be over it again: not worth a retry.
-        raise ToolCrashed(f"Tool '{name}' crashed: {why}", retry=not limit)
-
-
-def _fraction(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -3,8 +3,9 @@
 A tool's calls run on a backend. The supervisor decides *when* an attempt may
 start (limits, barriers, retries, deadlines); the backend decides *where* it
 runs: a worker thread (`ThreadBackend`), a task on an event loop
-(`LoopBackend`), and later a process or a Ray actor. A backend is handed `Job`s
-and tells its `Host` what became of each, exactly once per job.
+(`LoopBackend`), a worker process (`ProcessBackend`) or a Ray actor
+(`RayBackend`). A backend is handed `Job`s and tells its `Host` what became of
+each, exactly once per job.
 
 Every method of a backend is called on the supervisor's thread, one at a time,
 so a backend's own bookkeeping needs no lock; only the work it runs, and its

@@ -14,10 +14,10 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from ..models import ErrorCode
+from ..models import Attachment, ErrorCode, ToolOutput
 from ..tools import ToolError, ToolFailure
 
-__all__ = ["RemoteError", "remote_error"]
+__all__ = ["RemoteError", "output_of", "remote_error"]
 
 
 class RemoteError(Exception):
@@ -34,6 +34,15 @@ class RemoteError(Exception):
 
 
 _classes: dict[tuple[str, type[Exception]], type[Exception]] = {}
+
+
+def output_of(message: dict[str, Any]) -> ToolOutput:
+    """The tool's value from an "ok" reply (normalised where it ran)."""
+    return ToolOutput(
+        content=message.get("output"),
+        attachments=tuple(Attachment(**a) for a in message.get("attachments") or ()),
+        metadata=message.get("metadata") or {},
+    )
 
 
 def remote_error(message: dict[str, Any]) -> BaseException:

@@ -20,7 +20,7 @@ import orjson
 
 from .. import _json
 
-__all__ = ["FrameTooLarge", "Frames", "encode", "recv", "reply", "send"]
+__all__ = ["FrameTooLarge", "Frames", "body", "encode", "recv", "reply", "send"]
 
 _HEADER = struct.Struct(">Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -32,13 +32,19 @@ def encode(message: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def reply(message: dict[str, Any], default: Any = None) -> bytes:
-    """A worker's message as one JSON frame; raises TypeError for what JSON cannot
-    hold (unless `default` turns it into something it can)."""
-    body = _json.dumps(
+def body(message: dict[str, Any], default: Any = None) -> bytes:
+    """A worker's message as JSON, unframed (a Ray actor's reply is one object
+    already); raises TypeError for what JSON cannot hold (unless `default`
+    turns it into something it can)."""
+    return _json.dumps(
         message, default=default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     )
-    return _HEADER.pack(len(body)) + body
+
+
+def reply(message: dict[str, Any], default: Any = None) -> bytes:
+    """A worker's message as one JSON frame (see `body`)."""
+    data = body(message, default)
+    return _HEADER.pack(len(data)) + data
 
 
 def send(sock: socket.socket, message: Any) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 from . import _wire
 from ._shipping import Shipped, resolve
 
-__all__ = ["EXIT_MEMORY", "CallRequest", "serve"]
+__all__ = ["EXIT_MEMORY", "CallRequest", "ok_message", "raised_message", "serve"]
 
 # The exit code of a worker that went over its memory limit.
 EXIT_MEMORY = 86
@@ -155,23 +155,22 @@ def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel) -> Any
     return value
 
 
-def _ok(seq: int, value: Any) -> bytes:
+def ok_message(value: Any) -> dict[str, Any]:
+    """A tool's value as it travels back: normalised as any tool's result is."""
     from ..tools import normalize_output
 
     output, attachments, metadata = normalize_output(value)
-    return _wire.reply(
-        {
-            "seq": seq,
-            "kind": "ok",
-            "output": output,
-            "attachments": [a.model_dump() for a in attachments],
-            "metadata": metadata,
-        }
-    )
+    return {
+        "kind": "ok",
+        "output": output,
+        "attachments": [a.model_dump() for a in attachments],
+        "metadata": metadata,
+    }
 
 
-def _raised(seq: int, error: BaseException) -> bytes:
-    """What the agent needs to rebuild the failure: never the object itself."""
+def raised_message(error: BaseException) -> dict[str, Any]:
+    """What the agent needs to rebuild the failure (`_remote.remote_error`):
+    never the object itself. Encode it with `default=str`."""
     from ..tools import ToolError, ToolFailure, error_text
 
     try:
@@ -181,7 +180,6 @@ def _raised(seq: int, error: BaseException) -> bytes:
     bases = [c.__name__ for c in type(error).__mro__ if getattr(builtins, c.__name__, None) is c]
     retryable = getattr(error, "retryable", None)
     message: dict[str, Any] = {
-        "seq": seq,
         "kind": "raised",
         "type": type(error).__name__,
         "bases": bases,
@@ -195,7 +193,15 @@ def _raised(seq: int, error: BaseException) -> bytes:
             "metadata": error.metadata,
             "retry": error.retry,
         }
-    return _wire.reply(message, default=str)
+    return message
+
+
+def _ok(seq: int, value: Any) -> bytes:
+    return _wire.reply({"seq": seq, **ok_message(value)})
+
+
+def _raised(seq: int, error: BaseException) -> bytes:
+    return _wire.reply({"seq": seq, **raised_message(error)}, default=str)
 
 
 def _memory_message(memory_limit_mb: int | None) -> str:

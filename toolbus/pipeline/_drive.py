@@ -64,10 +64,17 @@ def drive_sync(steps: Steps, run: Run, runner: AsyncRunner) -> Outcome:
             run.task = None
 
 
-async def drive_async(steps: Steps, run: Run) -> Outcome:
-    """Run `steps` to the end on the running loop; return its Outcome."""
+async def drive_async(steps: Steps, run: Run, pending: Awaitable[Any] | None = None) -> Outcome:
+    """Run `steps` to the end on the running loop; return its Outcome.
+
+    `pending`: what steps started elsewhere yielded last, to await first."""
     send: Any = None
     error: BaseException | None = None
+    if pending is not None:
+        try:
+            send = await pending
+        except BaseException as e:  # as below: the step decides what it means
+            error = e
     while True:
         try:
             aw = steps.throw(error) if error is not None else steps.send(send)

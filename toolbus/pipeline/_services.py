@@ -135,6 +135,10 @@ class Services:
     inject: Mapping[str, Callable[[ToolCall], Any]] = field(default_factory=dict)
     # The executor's way in for calls its tools make of their own (None: none).
     nested: NestedCalls | None = None
+    # Admission runs no user code: the pre-call hooks, authorization and
+    # masking are the defaults (no option set, none overridden). A remote
+    # backend may then admit a call on whichever thread dispatches it.
+    plain_admission: bool = False
 
 
 # What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.

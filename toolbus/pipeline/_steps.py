@@ -194,7 +194,9 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             run.token,
         )
     run.phase = RUNNING
-    # Built only for a tool that takes one (its `run` has a ctx parameter).
+    # Built only for a tool that takes one (its `run` has a ctx parameter),
+    # also where a backend runs it elsewhere: what it sends along (the key,
+    # the progress channel) only a tool that takes a context can see.
     ctx = (
         ToolContext(
             call_id=call_id,
@@ -205,7 +207,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             sink=_progress_sink(svc, run),
             idempotency_key=run.idempotency_key(svc.key_secret),
         )
-        if tool.wants_context or invoke is not None
+        if tool.wants_context
         else _NO_CONTEXT
     )
     start = time.monotonic()

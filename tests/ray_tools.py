@@ -1,0 +1,159 @@
+"""Tools for the Ray backend's tests: made inside functions, so they reach Ray
+actors by value (closures and all), never by import."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from toolbus import RetryPolicy, ToolContext, ToolRegistry
+from toolbus.backends import Backend
+from toolbus.tools import ToolFailure
+
+tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
+unshipped: contextvars.ContextVar[str] = contextvars.ContextVar("unshipped", default="none")
+
+RETRY = RetryPolicy(max_retries=3, backoff_base=0.01, jitter=0, retry_on=(ConnectionError,))
+
+
+def contract_registry(backend: Backend | None) -> ToolRegistry:
+    """The core contract's tools, sync and async, on `backend` (None: local)."""
+    reg = ToolRegistry()
+    on: dict[str, Any] = {"backend": backend} if backend is not None else {}
+
+    @reg.tool(read_only=True, **on)
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @reg.tool(read_only=True, **on)
+    async def aadd(a: int, b: int) -> int:
+        await asyncio.sleep(0)
+        return a + b
+
+    @reg.tool(**on)
+    def fail(x: int) -> None:
+        raise ValueError(f"bad input {x}")
+
+    @reg.tool(**on)
+    async def afail(x: int) -> None:
+        raise ToolFailure(f"no user {x}", metadata={"user": x})
+
+    @reg.tool(read_only=True, timeout=0.5, **on)
+    def sleepy(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    @reg.tool(read_only=True, timeout=0.5, **on)
+    async def asleepy(seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    @reg.tool(read_only=True, retry=RETRY, **on)
+    def flaky(ctx: ToolContext) -> int:
+        if ctx.attempt < 3:
+            raise ConnectionError(f"attempt {ctx.attempt} failed")
+        return ctx.attempt
+
+    @reg.tool(read_only=True, retry=RETRY, **on)
+    async def aflaky(ctx: ToolContext) -> int:
+        if ctx.attempt < 2:
+            raise ConnectionError(f"attempt {ctx.attempt} failed")
+        return ctx.attempt
+
+    @reg.tool(**on)  # mutating: a batch runs these one after another, in order
+    def append(path: str, item: int) -> int:
+        with open(path, "a") as f:
+            f.write(f"{item}\n")
+        return item
+
+    @reg.tool(**on)
+    async def aappend(path: str, item: int) -> int:
+        with open(path, "a") as f:
+            f.write(f"{item}\n")
+        return item
+
+    @reg.tool(read_only=True, **on)
+    def span(seconds: float) -> list[float]:
+        """When it ran (CLOCK_MONOTONIC: one clock for every process here)."""
+        began = time.monotonic()
+        time.sleep(seconds)
+        return [began, time.monotonic()]
+
+    @reg.tool(read_only=True, **on)
+    async def aspan(seconds: float) -> list[float]:
+        began = time.monotonic()
+        await asyncio.sleep(seconds)
+        return [began, time.monotonic()]
+
+    return reg
+
+
+def ray_registry(backend: Backend, marker_dir: str = "") -> ToolRegistry:
+    """Tools only the Ray tests need: pids, hangs, deaths, progress, context."""
+    reg = ToolRegistry()
+
+    @reg.tool(backend=backend, read_only=True)
+    def pid() -> int:
+        return os.getpid()
+
+    @reg.tool(backend=backend, read_only=True)
+    async def apid() -> int:
+        return os.getpid()
+
+    @reg.tool(backend=backend, read_only=True, timeout=1.0)
+    def hang(marker: str = "") -> int:
+        if marker:  # it runs: the test may cancel it now
+            Path(marker_dir, marker).write_text(str(os.getpid()))
+        while True:
+            time.sleep(1000)
+
+    @reg.tool(backend=backend, read_only=True, timeout=0.5)
+    async def ahang(marker: str) -> None:
+        try:
+            await asyncio.sleep(1000)
+        except asyncio.CancelledError:
+            Path(marker_dir, marker).write_text("cancelled")  # the remote task saw it
+            raise
+
+    @reg.tool(backend=backend)
+    def die(code: int = 3) -> None:
+        os._exit(code)
+
+    @reg.tool(backend=backend)
+    async def adie(code: int = 3) -> None:
+        os._exit(code)
+
+    @reg.tool(backend=backend, read_only=True)
+    def steps(ctx: ToolContext, n: int) -> int:
+        for i in range(n):
+            ctx.progress(f"step {i + 1}", (i + 1) / n, step=i + 1)
+        return n
+
+    @reg.tool(backend=backend, read_only=True)
+    async def asteps(ctx: ToolContext, n: int) -> int:
+        for i in range(n):
+            ctx.progress(f"step {i + 1}", (i + 1) / n, step=i + 1)
+            await asyncio.sleep(0)
+        return n
+
+    @reg.tool(backend=backend, read_only=True)
+    def report(ctx: ToolContext) -> dict[str, Any]:
+        left = None if ctx.deadline is None else ctx.deadline - time.monotonic()
+        return {
+            "tenant": tenant.get(),
+            "unshipped": unshipped.get(),
+            "key": ctx.idempotency_key,
+            "left": left,
+            "pid": os.getpid(),
+        }
+
+    @reg.tool(backend=backend, read_only=True)
+    async def areport() -> dict[str, str]:
+        return {"tenant": tenant.get(), "unshipped": unshipped.get()}
+
+    return reg

@@ -1,0 +1,290 @@
+"""A part of `ProcessBackend`: one call's round trip to a worker process.
+
+Two ways. The loop path (`_call`, a coroutine on the executor's loop) takes a
+worker from the tool's pool (starting one if needed), sends the request and
+awaits the reply. A direct call (`_send`, see `_direct.py`) is sent from the
+thread that dispatches it, to a worker idle now, and its reply is taken where
+it lands: on the loop thread, by the worker's reader. Both share the request,
+the bookkeeping `kill` reads (`_serving`), and what a reply means (`_outcome`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled, publish_progress
+from ..tools import ToolError
+from ._cpuwatch import watch_cpu
+from ._direct import Direct, Pending, runs_plain
+from ._procpool import Pool
+from ._procs import START_TIMEOUT, WorkerProcess, describe_exit
+from ._remote import output_of, remote_error
+from ._wire import encode
+from ._worker import CallRequest
+
+if TYPE_CHECKING:
+    from ..pipeline import Run
+    from ..tools import Tool, ToolContext
+    from ._protocol import Host, Job
+    from ._shipping import Shipped
+
+__all__ = ["WorkerCalls"]
+
+_MISSING = object()
+# How long a worker's exit status is waited for once its connection closed: it
+# comes at once when it died; a worker still alive after this is killed.
+_STATUS_TIMEOUT = 0.5
+
+
+class WorkerCalls:
+    """The calls of a `ProcessBackend` (a part of it)."""
+
+    cpu_limit_s: float | None
+    _host: Host | None
+    _lock: threading.Lock
+    _pools: dict[int, Pool]
+    _seqs: itertools.count[int]
+    _serving: dict[Run, WorkerProcess]
+    _shipped: dict[int, tuple[Tool, Shipped]]
+    _vars: list[tuple[contextvars.ContextVar[Any], str, str]]
+
+    if TYPE_CHECKING:
+
+        def _pool(self, tool: Tool) -> Pool: ...
+        def _killed(self, run: Run, worker: WorkerProcess, reason: str) -> None: ...
+
+    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
+        return self._call(run, ctx)
+
+    async def _call(self, run: Run, ctx: ToolContext) -> Any:
+        """Run the tool of `run` in a worker; its value, or raise what it raised."""
+        tool = run.tool
+        assert tool is not None
+        name = tool.name
+        pool = self._pool(tool)
+        # Starting the zygotes and a worker is off the deadline's clock (the
+        # first call of a tool pays for it; a wait for a busy pool's worker is
+        # in the scheduler's queue, not here).
+        run.phase = STARTING
+        began = time.monotonic()
+        try:
+            worker = await pool.acquire()
+        except asyncio.CancelledError:
+            raise WorkerKilled() from None
+        except ImportError as e:
+            raise ToolError(
+                f"Tool '{name}' could not be loaded in a worker process: {e}", retryable=False
+            ) from None
+        except Exception as e:
+            raise ToolCrashed(f"no worker process could be started for '{name}': {e}") from None
+        finally:
+            # Whatever came of it, the set-up was off the clock.
+            if run.deadline is not None:
+                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
+            run.phase = RUNNING
+        cpu = tool.cpu_limit_s or self.cpu_limit_s
+        seq = next(self._seqs)
+        try:
+            data = self._request(run, ctx, worker, seq, cpu)
+        except BaseException:
+            pool.release(worker)
+            raise
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+        def deliver(message: dict[str, Any]) -> None:
+            if not reply.done():
+                reply.set_result(message)
+
+        self._serve(run, worker, seq, deliver)
+        watch = loop.create_task(watch_cpu(worker, cpu, reply)) if cpu is not None else None
+        try:
+            if run.settled:  # stopped while we prepared: the kill found no worker yet
+                raise asyncio.CancelledError
+            try:
+                await worker.send(data)
+                worker.knows.add(id(tool))
+            except OSError:
+                pass  # it died: its EOF says how
+            message = await reply
+        except asyncio.CancelledError:
+            self._forget(run, worker)
+            self._killed(run, worker, run.stop_reason or "cancelled")
+            pool.lost(worker)
+            raise WorkerKilled() from None
+        except BaseException:
+            self._forget(run, worker)
+            pool.release(worker)
+            raise
+        finally:
+            if watch is not None:
+                watch.cancel()
+        self._forget(run, worker)
+        value = self._outcome(worker, pool, name, message, cpu)
+        if type(value) is Pending:
+            return await value.awaitable
+        return value
+
+    # -- a call sent from the dispatching thread (see _direct.py) ---------------------
+
+    def _direct(self, job: Job) -> bool:
+        """Whether `job` may be sent from the dispatching thread: its steps up to
+        the tool run no user code, and its tool's pool is up (a worker may be
+        ready). A CPU limit needs the loop's watch: not those."""
+        tool = job.run.tool
+        assert tool is not None
+        assert self._host is not None
+        return (
+            id(tool) in self._pools
+            and (tool.cpu_limit_s or self.cpu_limit_s) is None
+            and runs_plain(job, self._host.services)
+        )
+
+    def _send(self, direct: Direct, run: Run, ctx: ToolContext) -> bool:
+        """The dispatching thread: send the call to an idle worker (False: none)."""
+        tool = run.tool
+        assert tool is not None
+        pool = self._pools.get(id(tool))
+        worker = pool.take() if pool is not None else None
+        if worker is None:
+            return False
+        assert pool is not None
+        seq = next(self._seqs)
+        try:
+            if run.settled:  # stopped already: nothing to send
+                raise WorkerKilled()
+            data = self._request(run, ctx, worker, seq, None)
+        except BaseException:
+            pool.give_back(worker)
+            raise
+        direct.finish = functools.partial(self._finished, run, worker, pool)
+        self._serve(run, worker, seq, direct.replied)
+        worker.send_now(data)
+        worker.knows.add(id(tool))
+        return True
+
+    def _finished(self, run: Run, worker: WorkerProcess, pool: Pool, message: Any) -> Any:
+        """The loop thread: what the reply to a call sent directly means."""
+        self._forget(run, worker)
+        assert run.tool is not None
+        return self._outcome(worker, pool, run.tool.name, message, None)
+
+    # -- both ways --------------------------------------------------------------------
+
+    def _request(
+        self, run: Run, ctx: ToolContext, worker: WorkerProcess, seq: int, cpu: float | None
+    ) -> bytes:
+        """The call as the worker's request frame; TypeError if it cannot be sent."""
+        tool = run.tool
+        assert tool is not None
+        context = [
+            (module, attr, value)
+            for var, module, attr in self._vars
+            if (value := run.context.get(var, _MISSING)) is not _MISSING
+        ]
+        tool_id = id(tool)
+        request = CallRequest(
+            None if tool_id in worker.knows else self._shipped[tool_id][1],
+            tool_id,
+            tool.name,
+            run.call.arguments,
+            seq=seq,
+            call_id=run.call.id,
+            attempt=run.attempt,
+            remaining=run.remaining(),
+            key=ctx.idempotency_key,
+            context=context,
+            cpu_limit_s=cpu,
+        )
+        try:
+            return encode(request)
+        except Exception as e:
+            names = ", ".join(f"{m}.{a}" for m, a, _ in context) or "none"
+            raise TypeError(
+                f"the call to '{tool.name}' cannot be sent to its worker process (arguments, "
+                f"or the context_vars values: {names}): {e}"
+            ) from None
+
+    def _serve(
+        self, run: Run, worker: WorkerProcess, seq: int, deliver: Callable[[Any], None]
+    ) -> None:
+        """`worker` serves `run` now: its frames tagged `seq` reach `deliver`
+        (progress is published on the way), and `kill` finds it."""
+        assert self._host is not None
+        services = self._host.services
+
+        def on_message(message: dict[str, Any]) -> None:
+            if message.get("kind") == "progress":
+                data = message.get("data")
+                publish_progress(
+                    run,
+                    services,
+                    str(message.get("message", "")),
+                    _fraction(message.get("fraction")),
+                    data if isinstance(data, dict) else {},
+                )
+            else:
+                deliver(message)
+
+        worker.seq = seq
+        worker.on_message = on_message
+        with self._lock:
+            self._serving[run] = worker
+
+    def _forget(self, run: Run, worker: WorkerProcess) -> None:
+        """`worker` no longer serves `run`: before it is released (another
+        thread may take it at once), and under the lock `kill` reads it with,
+        so whether it was killed is settled once this returns."""
+        worker.on_message = None
+        with self._lock:
+            # Only ours: a retry of the run may be on another worker already.
+            if self._serving.get(run) is worker:
+                del self._serving[run]
+
+    def _outcome(
+        self, worker: WorkerProcess, pool: Pool, name: str, message: Any, cpu: float | None
+    ) -> Any:
+        """What a worker's last message means: the tool's value, or raise its
+        error; a `Pending` when its exit status must be awaited first."""
+        kind = message.get("kind")
+        if kind == "ok":
+            pool.release(worker)
+            return output_of(message)
+        if kind == "raised":
+            pool.release(worker)
+            raise remote_error(message)
+        if kind == "crashed":  # it said why (a limit), or the CPU watch did
+            worker.kill("lost")
+            pool.lost(worker)
+            raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
+        if worker.killed:
+            pool.lost(worker)
+            raise WorkerKilled()
+        return Pending(self._exited(worker, pool, name, cpu))
+
+    async def _exited(self, worker: WorkerProcess, pool: Pool, name: str, cpu: float | None) -> Any:
+        """The connection closed: its zygote says how it ended (at once, if it did)."""
+        try:
+            status = await asyncio.wait_for(asyncio.shield(worker.status), _STATUS_TIMEOUT)
+            why, limit = describe_exit(status, pool.memory_limit_mb, cpu)
+        except TimeoutError:
+            why, limit = "its worker process closed its connection to toolbus; it was killed", False
+        except asyncio.CancelledError:
+            worker.kill("lost")
+            pool.lost(worker)
+            raise WorkerKilled() from None
+        worker.kill("lost")  # of no more use, whatever it was doing
+        pool.lost(worker)
+        # Over a limit it would be over it again: not worth a retry.
+        raise ToolCrashed(f"Tool '{name}' crashed: {why}", retry=not limit)
+
+
+def _fraction(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

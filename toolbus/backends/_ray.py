@@ -1,0 +1,291 @@
+"""The Ray backend: a tool's calls run on Ray actors, anywhere on a cluster.
+
+Only the tool moves. Its calls' steps (hooks, masking, validation, retries,
+events, the journal) stay in the agent's process, as for the process backend:
+`job.steps(services, invoke)` with an `invoke` that sends the call to an actor
+and awaits the Ray ObjectRef on the executor's event loop, holding no thread;
+a call to a free actor whose steps run no user code is sent from the thread
+that dispatches it instead, and its reply finishes it on the loop
+(`_direct.py`). A call's round trip is `_ray_calls.py`. The tool travels by
+value (`_ray_shipping.py`); the actor side is `_ray_actor.py`; one tool's
+actors are `_ray_pool.py`; the Ray session the backends share is
+`_ray_session.py`.
+
+At a deadline or a cancellation, a sync call's actor is killed
+(`ray.kill(no_restart=True)`, announced as `tool:killed`) and replaced, so a
+hung call never holds its slot; an async call is cancelled with `ray.cancel`
+(its actor serves other calls). An actor or a node that dies ends the call
+`TOOL_CRASHED`; Ray never retries a call behind the supervisor
+(`max_task_retries=0`, `max_restarts=0`: toolbus replaces actors itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..pipeline import publish_killed
+from ._direct import Direct
+from ._loop import Lane
+from ._protocol import BackendUnavailable, ContextSpec, Host, Job
+from ._ray_calls import ActorCalls
+
+if TYPE_CHECKING:
+    from ..pipeline import Run
+    from ..tools import Tool
+    from ._ray_pool import RayActor, ToolActors
+
+__all__ = ["RayBackend"]
+
+log = logging.getLogger("toolbus.backends")
+
+_HINT = "RayBackend needs Ray: pip install 'toolbus[ray]'"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"{_HINT} ({e})") from None
+    return ray
+
+
+class RayBackend(ActorCalls):
+    """Runs each tool's attempts on Ray actors, on this machine or a cluster.
+
+    `address` and `init_options` go to `ray.init` when toolbus starts Ray (no
+    session in this process yet); a session the application started is used
+    as it is. `num_cpus`, `num_gpus` and `resources` are what each actor needs
+    to be placed. `max_restarts` bounds how many times a tool's actors are
+    replaced after crashing (-1: no bound); past it the tool's calls get
+    `TOOL_UNAVAILABLE`. `context_vars` lists the ContextVars whose values
+    travel with each call: no others do.
+    """
+
+    name = "ray"
+    can_kill = True
+    uses_threads = False
+    enforces_limits = False
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        init_options: Mapping[str, Any] | None = None,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        resources: Mapping[str, float] | None = None,
+        max_restarts: int = 3,
+        context_vars: Iterable[contextvars.ContextVar[Any]] = (),
+    ) -> None:
+        self._ray = _import_ray()
+        # Modules that import Ray: loaded here, not with toolbus.backends.
+        from ._ray_actor import encode_request
+        from ._ray_pool import check_placement
+        from ._ray_reply import consume, failure
+        from ._ray_shipping import context_pairs, shipped_vars
+
+        self._encode = encode_request
+        self._context_pairs = context_pairs
+        self._consume = consume
+        self._failure = failure
+
+        if address is not None and not isinstance(address, str):
+            raise TypeError(f"RayBackend: address must be a string, got {address!r}")
+        if init_options is not None and not isinstance(init_options, Mapping):
+            raise TypeError(f"RayBackend: init_options must be a mapping, got {init_options!r}")
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+            raise ValueError(f"RayBackend: max_restarts must be an int >= -1, got {max_restarts!r}")
+        self.address = address
+        self.init_options: dict[str, Any] = dict(init_options or {})
+        self.placement = check_placement(num_cpus, num_gpus, resources)
+        self.max_restarts = max_restarts
+        variables = tuple(context_vars)
+        self._vars = shipped_vars(variables)
+        self.carries_context: ContextSpec = variables
+        self._host: Host | None = None
+        self._max_parallel: int | None = None
+        self._lane: Lane | None = None
+        self._session: Any = None  # concurrent Future: Ray is up
+        # Whether Ray's workers can host toolbus's actors (None: not asked yet),
+        # and why not, once known: every later call is refused with it.
+        self._checked: asyncio.Future[str | None] | None = None
+        self._unavailable: str | None = None
+        self._pools: dict[int, tuple[Tool, ToolActors]] = {}
+        # Which actor serves which run, and its ObjectRef: read by `cancel` on
+        # the supervisor's thread.
+        self._serving: dict[Run, tuple[RayActor, Any]] = {}
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._busy_by_tool: Counter[int] = Counter()
+        self._stopped = False
+
+    # -- the Backend protocol (the supervisor's thread) ---------------------------
+
+    def check(self, tool: Tool) -> None:
+        if tool.process_local:
+            raise ValueError(
+                f"tool {tool.name!r} holds resources of this process (a live session, a "
+                "socket): it cannot run on a Ray actor"
+            )
+
+    def capacity(self, tool: Tool) -> int:
+        """How many calls of `tool` may run at once: a sync tool's pool size
+        (one actor each), an async tool's actor's `max_concurrency`."""
+        if tool.max_concurrency:
+            return tool.max_concurrency
+        return self._max_parallel or 1_000_000  # the executor's max_parallel caps it anyway
+
+    def start(self, host: Host) -> None:
+        if self._host is not None and self._host is not host and not self._stopped:
+            raise RuntimeError("this RayBackend already serves another executor")
+        if self._host is not host:
+            # A backend declared on a tool outlives an executor: serve the next.
+            self._host = host
+            scheduler = getattr(host, "scheduler", None)
+            self._max_parallel = getattr(scheduler, "max_parallel", None)
+            self._lane = None
+            self._session = None
+            self._checked = None
+            self._unavailable = None
+            self._pools.clear()
+            self._stopped = False
+
+    def submit(self, job: Job) -> None:
+        tool = job.run.tool
+        assert tool is not None
+        assert self._host is not None
+        if self._stopped:
+            raise BackendUnavailable("the Ray backend has stopped")
+        if self._unavailable is not None:
+            raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {self._unavailable}")
+        known = self._pools.get(id(tool))
+        if known is None or known[0] is not tool:
+            known = self._pools[id(tool)] = (tool, self._make_pool(tool))
+        if known[1].unavailable is not None:
+            raise BackendUnavailable(known[1].unavailable)
+        if self._session is None:
+            from ._ray_session import SESSION
+
+            self._session = SESSION.join(self, self.address, self.init_options)
+        if self._lane is None:
+            self._lane = Lane(self._host.loop.current, self._host, self._invoke)  # type: ignore[attr-defined]
+        self._busy += 1
+        self._busy_by_tool[id(tool)] += 1
+        if self._direct(job):
+            Direct(job, self._lane, self._send, self._invoke).start()
+            return
+        if not self._lane.submit(job):
+            self._busy -= 1
+            self._busy_by_tool[id(tool)] -= 1
+            raise BackendUnavailable("the executor's event loop is closed")
+
+    def release(self, job: Job, worker: Any) -> None:
+        self._busy -= 1
+        tool = job.run.tool
+        if tool is not None:
+            self._busy_by_tool[id(tool)] -= 1
+
+    def cancel(self, job: Job) -> None:
+        self.kill(job)
+
+    def kill(self, job: Job) -> bool:
+        """Kill the actor running a sync call (its task's cancellation then
+        replaces it); an async call's actor serves others: it is cancelled."""
+        run = job.run
+        is_async = run.tool is not None and run.tool.is_async
+        with self._lock:
+            # Under the lock `_forget` takes: an actor let go of is never killed.
+            serving = self._serving.get(run)
+            killing = serving is not None and not is_async and serving[0].mark_killed()
+        if serving is None:
+            return True
+        actor, ref = serving
+        if is_async:
+            self._cancel_ref(ref)
+            return False
+        if killing:
+            actor.end()
+            if self._host is not None:
+                publish_killed(run, self._host.services, actor.pid, run.stop_reason or "cancelled")
+        return True
+
+    def busy(self, tool: Tool | None = None) -> int:
+        return self._busy if tool is None else self._busy_by_tool[id(tool)]
+
+    def abandoned(self, tool: Tool | None = None) -> int:
+        return 0  # killed or cancelled, never abandoned
+
+    def stop(self) -> None:
+        self._stopped = True
+        for _, pool in list(self._pools.values()):
+            pool.kill_all()
+        if self._session is not None:
+            from ._ray_session import SESSION
+
+            self._session = None
+            SESSION.leave(self)
+
+    # -- stats (any thread) ---------------------------------------------------------
+
+    @property
+    def workers_started(self) -> int:
+        """Actors started so far (for `ExecutorStats.workers_started`)."""
+        return sum(p.started for _, p in list(self._pools.values()))
+
+    @property
+    def live_workers(self) -> int:
+        """Actors alive now, idle or serving (for `ExecutorStats.live_workers`)."""
+        return sum(len(p.live) for _, p in list(self._pools.values()))
+
+    # -- the dispatching thread, once per tool ----------------------------------------
+
+    def _make_pool(self, tool: Tool) -> ToolActors:
+        """The tool's actors (none started yet), with the tool pickled once, now:
+        later changes to the tool object do not reach its actors."""
+        from ._ray_actor import AsyncToolActor, SyncToolActor
+        from ._ray_pool import ToolActors, remote_class
+        from ._ray_shipping import ship_tool
+
+        try:
+            payload = ship_tool(tool)
+        except ValueError as e:
+            raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {e}") from None
+        options: dict[str, Any] = {
+            **self.placement,
+            "max_restarts": 0,  # toolbus replaces actors, within its own budget
+            "max_task_retries": 0,  # and the supervisor alone decides retries
+        }
+        if tool.is_async:
+            options["max_concurrency"] = self.capacity(tool)
+            cls = remote_class(AsyncToolActor)
+        else:
+            options["max_concurrency"] = 1
+            cls = remote_class(SyncToolActor)
+        needs = ", ".join(f"{k}={v}" for k, v in self.placement.items()) or "Ray's defaults"
+        return ToolActors(
+            cls,
+            options,
+            payload,
+            tool.name,
+            is_async=tool.is_async,
+            max_restarts=self.max_restarts,
+            placement=needs,
+        )
+
+    # -- the loop thread (and `_killed`, `_cancel_ref`: any thread) ---------------
+
+    def _killed(self, run: Run, actor: RayActor, reason: str) -> None:
+        if actor.kill() and self._host is not None:
+            publish_killed(run, self._host.services, actor.pid, reason)
+
+    def _cancel_ref(self, ref: Any) -> None:
+        try:
+            self._ray.cancel(ref)
+        except Exception:
+            pass  # finished already

@@ -1,0 +1,250 @@
+"""A part of `RayBackend`: one call's round trip to a Ray actor.
+
+Two ways. The loop path (`_call`, a coroutine on the executor's loop) takes an
+actor (starting Ray, or one, if needed), sends the call and awaits its
+ObjectRef there. A direct call (`_send`, see `_direct.py`) is sent from the
+thread that dispatches it, to an actor free now; Ray completes its reply on a
+thread of its own, which hands it to the loop. Both share the request, the
+bookkeeping `kill` reads (`_serving`) and what a reply means.
+
+Nothing here imports Ray: what needs it, the backend loads when it is made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import _json
+from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled
+from ..tools import ToolError
+from ._direct import Direct, runs_plain
+from ._remote import output_of, remote_error
+
+if TYPE_CHECKING:
+    from ..pipeline import Run, Services
+    from ..tools import Tool, ToolContext
+    from ._protocol import Host, Job
+    from ._ray_pool import RayActor, ToolActors
+
+__all__ = ["ActorCalls"]
+
+# What `kill` reads: the actor serving a run, and the ObjectRef of its call.
+_Serving = tuple["RayActor", Any]
+
+
+class ActorCalls:
+    """The calls of a `RayBackend` (a part of it)."""
+
+    _host: Host | None
+    _lock: threading.Lock
+    _pools: dict[int, tuple[Tool, ToolActors]]
+    _serving: dict[Run, _Serving]
+    _session: Any
+    _checked: asyncio.Future[str | None] | None
+    _unavailable: str | None
+    _vars: Any
+    _encode: Callable[[Any], bytes]
+    _context_pairs: Callable[..., list[Any]]
+    _consume: Callable[[Any, Run, Services], Any]
+    _failure: Callable[[ToolActors, RayActor, Exception], BaseException]
+
+    if TYPE_CHECKING:
+
+        def _killed(self, run: Run, actor: RayActor, reason: str) -> None: ...
+        def _cancel_ref(self, ref: Any) -> None: ...
+
+    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
+        return self._call(run, ctx)
+
+    async def _ready(self, run: Run, pool: ToolActors) -> RayActor:
+        """Ray up and an actor ready: off the deadline's clock (the first call
+        of a tool pays for it; a wait for a busy pool is in the scheduler's queue)."""
+        run.phase = STARTING
+        began = time.monotonic()
+        from ._ray_pool import START_TIMEOUT
+
+        try:
+            session = self._session
+            if session is None:
+                raise RuntimeError("the Ray backend has stopped")
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(session), START_TIMEOUT)
+            except TimeoutError:
+                raise ToolCrashed(
+                    f"Ray did not start within {START_TIMEOUT:g} s", retry=False
+                ) from None
+            except (ToolCrashed, asyncio.CancelledError):
+                raise
+            except Exception as e:
+                raise ToolCrashed(f"Ray could not be started: {e}", retry=False) from None
+            await self._check_workers(pool.name)
+            return await pool.acquire()
+        except (ToolError, asyncio.CancelledError):
+            raise  # ToolCrashed is a ToolError
+        except Exception as e:
+            raise ToolCrashed(f"no Ray actor could be started for '{pool.name}': {e}") from None
+        finally:
+            if run.deadline is not None:
+                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
+            run.phase = RUNNING
+
+    async def _check_workers(self, name: str) -> None:
+        """Once per executor: can Ray's workers host toolbus's actors at all?"""
+        from ._ray_pool import START_TIMEOUT
+        from ._ray_session import check_workers
+
+        if self._checked is None or (self._checked.done() and self._checked.exception()):
+            self._checked = asyncio.ensure_future(check_workers(START_TIMEOUT))
+        try:
+            why = await asyncio.shield(self._checked)
+        except TimeoutError:
+            raise ToolCrashed(
+                f"no Ray worker answered within {START_TIMEOUT:g} s", retry=False
+            ) from None
+        if why is not None:
+            self._unavailable = why  # every later call is refused with it
+            raise ToolCrashed(f"Tool '{name}' cannot run on Ray: {why}", retry=False)
+
+    async def _call(self, run: Run, ctx: ToolContext) -> Any:
+        """Run the tool of `run` on an actor; its value, or raise what it raised."""
+        tool = run.tool
+        assert tool is not None
+        assert self._host is not None
+        services = self._host.services
+        is_async = tool.is_async
+        pool = self._pools[id(tool)][1]
+        session = self._session
+        actor = pool.take() if session is not None and session.done() else None
+        if actor is None:
+            try:
+                actor = await self._ready(run, pool)
+            except asyncio.CancelledError:
+                if is_async:
+                    raise
+                raise WorkerKilled() from None
+        if run.settled:  # stopped while it waited for its actor
+            pool.release(actor)
+            if is_async:
+                raise asyncio.CancelledError
+            raise WorkerKilled()
+        try:
+            ref = self._remote(run, ctx, actor)
+        except BaseException:
+            pool.release(actor)
+            raise
+        serving = self._serve(run, actor, ref)
+        try:
+            if tool.wants_context:
+                message = await self._consume(ref, run, services)
+            else:
+                message = _json.loads(await ref)
+        except asyncio.CancelledError:
+            self._forget(run, serving)
+            if is_async:
+                self._cancel_ref(ref)
+                raise
+            self._killed(run, actor, run.stop_reason or "cancelled")
+            pool.lost(actor, crashed=False)
+            raise WorkerKilled() from None
+        except Exception as e:
+            self._forget(run, serving)
+            raise self._failure(pool, actor, e) from None
+        self._forget(run, serving)
+        return _value(pool, actor, message)
+
+    # -- a call sent from the dispatching thread (see _direct.py) ---------------------
+
+    def _direct(self, job: Job) -> bool:
+        """Whether `job` may be sent from the dispatching thread: Ray is up, its
+        steps up to the tool run no user code, and its tool streams no progress
+        (that reply is read on the loop)."""
+        tool = job.run.tool
+        assert tool is not None
+        assert self._host is not None
+        session = self._session
+        return (
+            not tool.wants_context
+            and session is not None
+            and session.done()
+            and runs_plain(job, self._host.services)
+        )
+
+    def _send(self, direct: Direct, run: Run, ctx: ToolContext) -> bool:
+        """The dispatching thread: send the call to an actor free now (False: none).
+        Its reply, on a thread of Ray's, goes to `direct` (which hands it to the loop)."""
+        tool = run.tool
+        assert tool is not None
+        pool = self._pools[id(tool)][1]
+        actor = pool.take()
+        if actor is None:
+            return False
+        try:
+            if run.settled:  # stopped already: nothing to send
+                raise asyncio.CancelledError() if tool.is_async else WorkerKilled()
+            ref = self._remote(run, ctx, actor)
+        except BaseException:
+            pool.give_back(actor)
+            raise
+        serving = self._serve(run, actor, ref)
+        direct.finish = functools.partial(self._finished, run, pool, serving)
+        ref.future().add_done_callback(direct.replied)
+        return True
+
+    def _finished(self, run: Run, pool: ToolActors, serving: _Serving, reply: Any) -> Any:
+        """The loop thread: what the reply (a concurrent Future) to a call sent
+        directly means: the tool's value, or raise its error."""
+        self._forget(run, serving)
+        actor = serving[0]
+        try:
+            message = _json.loads(reply.result())
+        except Exception as e:
+            raise self._failure(pool, actor, e) from None
+        return _value(pool, actor, message)
+
+    # -- both ways --------------------------------------------------------------------
+
+    def _remote(self, run: Run, ctx: ToolContext, actor: RayActor) -> Any:
+        """Send the call to `actor`: its ObjectRef (TypeError: it cannot be sent)."""
+        tool = run.tool
+        assert tool is not None
+        pairs = self._context_pairs(self._vars, run.context) if self._vars else []
+        request = (
+            run.call.arguments, run.call.id, run.attempt, run.remaining(),
+            ctx.idempotency_key, pairs,
+        )  # fmt: skip
+        method = actor.handle.stream if tool.wants_context else actor.handle.call
+        try:
+            return method.remote(self._encode(request))
+        except Exception as e:
+            names = ", ".join(f"{m}.{a}" if m else k for k, m, a, _ in pairs) or "none"
+            raise TypeError(
+                f"the call to '{tool.name}' cannot be sent to its Ray actor (arguments, or the "
+                f"context_vars values: {names}): {e}"
+            ) from None
+
+    def _serve(self, run: Run, actor: RayActor, ref: Any) -> _Serving:
+        serving = (actor, ref)
+        with self._lock:
+            self._serving[run] = serving
+        return serving
+
+    def _forget(self, run: Run, serving: _Serving) -> None:
+        """The call is over: under the lock `kill` reads `_serving` with, so
+        whether its actor was killed is settled once this returns."""
+        with self._lock:
+            # Only ours: a retry of the run may be on another actor already.
+            if self._serving.get(run) is serving:
+                del self._serving[run]
+
+
+def _value(pool: ToolActors, actor: RayActor, message: dict[str, Any]) -> Any:
+    """The tool's value from its actor's reply, or raise its error."""
+    pool.release(actor)
+    if message.get("kind") == "ok":
+        return output_of(message)
+    raise remote_error(message)

@@ -1,0 +1,295 @@
+"""One tool's Ray actors, as the agent keeps them (on the executor's loop).
+
+A sync tool has a pool: one actor per call running at once, started as calls
+need them and reused (the scheduler never lets more calls run than the pool's
+size, `RayBackend.capacity`). An async tool has one actor serving all its
+calls. An actor that toolbus killed (a deadline) or that died (a crash) is
+replaced at once, so the next call finds a warm one; replacements after
+crashes are bounded by `max_restarts` for the tool, past which the tool is
+unavailable. Kills are toolbus's own doing and are not counted.
+
+Everything here runs on the executor's loop thread, except `kill_all` (the
+supervisor's, at close) and `RayActor.kill` (the supervisor's, at a
+deadline): `live` is guarded by a lock for them; and `take` and `give_back`,
+which the thread that dispatches a call sent from there calls (`_direct.py`):
+a list's `pop` and `append` are atomic, so an idle actor is taken once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from ..pipeline import ToolCrashed
+from ..tools import ToolError
+
+__all__ = ["START_TIMEOUT", "RayActor", "ToolActors", "check_placement", "remote_class"]
+
+# How long starting an actor may take: a new worker process that imports
+# toolbus and loads the tool, or longer while the cluster finds room for it
+# (an autoscaler adding a node). Off the call's deadline, like a process
+# backend's worker start.
+START_TIMEOUT = 60.0
+
+
+class RayActor:
+    """One actor as the agent sees it: its handle, and where it runs."""
+
+    __slots__ = ("dead", "handle", "killed", "lock", "node", "pid")
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.pid = 0
+        self.node = ""
+        self.killed = False  # by toolbus (ray.kill)
+        self.dead = False  # counted as lost, by whichever saw it first
+        self.lock = threading.Lock()
+
+    def kill(self) -> bool:
+        """Kill it with no restart; True only for the first kill (any thread)."""
+        if not self.mark_killed():
+            return False
+        self.end()
+        return True
+
+    def mark_killed(self) -> bool:
+        """Any thread: count it as killed by toolbus; True only the first time,
+        and then its caller kills it (`end`)."""
+        with self.lock:
+            if self.killed:
+                return False
+            self.killed = True
+            return True
+
+    def end(self) -> None:
+        try:
+            ray.kill(self.handle, no_restart=True)
+        except Exception:
+            pass  # gone already
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # read: a failed spare start is not an unhandled error
+
+
+class ToolActors:
+    """The actors of one tool, on one backend."""
+
+    def __init__(
+        self,
+        cls: Any,
+        options: dict[str, Any],
+        payload: bytes,
+        name: str,
+        *,
+        is_async: bool,
+        max_restarts: int,
+        placement: str,
+    ) -> None:
+        self.cls = cls
+        self.options = options
+        self.payload = payload
+        self.name = name
+        self.is_async = is_async
+        self.max_restarts = max_restarts
+        self.placement = placement
+        self.idle: list[RayActor] = []  # sync tools: ready, serving no call
+        self.spares: list[asyncio.Future[RayActor]] = []  # replacements still starting
+        self.shared: RayActor | None = None  # async tools: the one actor
+        self.shared_start: asyncio.Future[RayActor] | None = None
+        self.live: set[RayActor] = set()
+        self.lock = threading.Lock()
+        self.started = 0
+        self.crashes = 0
+        # Set once crashes have used up max_restarts: why the tool is unavailable.
+        self.unavailable: str | None = None
+        self.closed = False
+
+    # -- getting an actor -----------------------------------------------------------
+
+    def take(self) -> RayActor | None:
+        """Any thread: an actor that can take a call now, if there is one."""
+        if self.is_async:
+            actor = self.shared
+            return actor if actor is not None and not actor.dead else None
+        try:
+            return self.idle.pop()
+        except IndexError:
+            return None
+
+    def give_back(self, actor: RayActor) -> None:
+        """Any thread: `actor`, taken but not sent a call, is free again."""
+        if not self.is_async:
+            self.idle.append(actor)
+
+    async def acquire(self) -> RayActor:
+        """An actor ready to take a call (starting one if needed)."""
+        actor = self.take()
+        if actor is not None:
+            return actor
+        if self.is_async:
+            return await asyncio.shield(self._start_shared())
+        start = self.spares.pop(0) if self.spares else asyncio.ensure_future(self._start())
+        try:
+            return await asyncio.shield(start)
+        except asyncio.CancelledError:
+            start.add_done_callback(self._adopt)  # its call is gone: keep the actor
+            raise
+
+    def release(self, actor: RayActor) -> None:
+        """A sync tool's actor is free again (an async tool's is never taken)."""
+        if self.is_async:
+            return
+        if actor.killed or actor.dead or self.closed:
+            self.lost(actor, crashed=False)
+        else:
+            self.idle.append(actor)
+
+    def lost(self, actor: RayActor, *, crashed: bool) -> None:
+        """`actor` is gone (killed by toolbus, or `crashed`): count it, replace it."""
+        if actor.dead:
+            return
+        actor.dead = True
+        with self.lock:
+            self.live.discard(actor)
+        if not actor.killed:
+            actor.kill()  # whatever state it is in, it serves no more calls
+        if self.shared is actor:
+            self.shared = None
+            self.shared_start = None
+        if crashed:
+            self.crashes += 1
+            if 0 <= self.max_restarts < self.crashes:
+                self.unavailable = (
+                    f"Tool '{self.name}' is unavailable: its Ray actors died {self.crashes} "
+                    f"times (max_restarts={self.max_restarts})"
+                )
+        if self.closed or self.unavailable is not None:
+            return
+        if self.is_async:
+            self._start_shared()
+        else:
+            spare = asyncio.ensure_future(self._start())
+            spare.add_done_callback(self._spare_started)
+            self.spares.append(spare)
+
+    # -- starting one ---------------------------------------------------------------
+
+    def _start_shared(self) -> asyncio.Future[RayActor]:
+        """An async tool's actor, starting (one start at a time)."""
+        start = self.shared_start
+        if start is None:
+            start = self.shared_start = asyncio.ensure_future(self._start())
+            start.add_done_callback(self._shared_started)
+        return start
+
+    async def _start(self) -> RayActor:
+        if self.closed:
+            raise RuntimeError("the Ray backend has stopped")
+        actor = RayActor(self.cls.options(**self.options).remote(self.payload, self.name))
+        with self.lock:
+            self.live.add(actor)
+        try:
+            pid, node, error = await asyncio.wait_for(actor.handle.ready.remote(), START_TIMEOUT)
+        except BaseException as e:
+            self._discard(actor)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            if isinstance(e, TimeoutError):
+                raise ToolCrashed(
+                    f"no Ray actor could be placed for '{self.name}' within {START_TIMEOUT:g} s "
+                    f"(it needs {self.placement}): is the cluster big enough?",
+                    retry=False,
+                ) from None
+            raise ToolCrashed(f"no Ray actor could be started for '{self.name}': {e}") from None
+        if error is not None:
+            self._discard(actor)
+            raise ToolError(
+                f"Tool '{self.name}' could not be loaded on its Ray actor: {error}",
+                retryable=False,
+            )
+        actor.pid, actor.node = pid, node
+        self.started += 1
+        if self.closed:
+            self._discard(actor)
+            raise RuntimeError("the Ray backend has stopped")
+        return actor
+
+    def _discard(self, actor: RayActor) -> None:
+        actor.dead = True
+        with self.lock:
+            self.live.discard(actor)
+        actor.kill()
+
+    def _shared_started(self, start: asyncio.Future[RayActor]) -> None:
+        if self.shared_start is not start:
+            return  # lost meanwhile, or replaced
+        if start.cancelled() or start.exception() is not None:
+            self.shared_start = None  # the next call tries again
+            return
+        self.shared = start.result()
+
+    def _spare_started(self, start: asyncio.Future[RayActor]) -> None:
+        _retrieved(start)
+        if start in self.spares:  # no call claimed it: it waits, idle
+            self.spares.remove(start)
+            self._adopt(start)
+
+    def _adopt(self, start: asyncio.Future[RayActor]) -> None:
+        if start.cancelled() or start.exception() is not None:
+            return
+        actor = start.result()
+        if self.closed:
+            self._discard(actor)
+        else:
+            self.idle.append(actor)
+
+    # -- closing --------------------------------------------------------------------
+
+    def kill_all(self) -> None:
+        """Kill every actor of the tool (any thread): the backend stops."""
+        self.closed = True
+        with self.lock:
+            actors = list(self.live)
+            self.live.clear()
+        for actor in actors:
+            actor.dead = True
+            actor.kill()
+
+
+def check_placement(
+    num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None
+) -> dict[str, Any]:
+    """`RayBackend`'s placement options, checked: the keywords for an actor's options."""
+    out: dict[str, Any] = {}
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise ValueError(f"RayBackend: {name} must be a number >= 0, got {value!r}")
+        out[name] = value
+    if resources is not None:
+        if not isinstance(resources, Mapping):
+            raise TypeError(f"RayBackend: resources must be a mapping, got {resources!r}")
+        for key, value in resources.items():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not isinstance(key, str) or not number or not value >= 0:
+                raise ValueError(f"RayBackend: resources[{key!r}] must be a number >= 0")
+        out["resources"] = dict(resources)
+    return out
+
+
+_classes: dict[type, Any] = {}
+
+
+def remote_class(cls: type) -> Any:
+    """`ray.remote(cls)`, made once per process."""
+    remote = _classes.get(cls)
+    if remote is None:
+        remote = _classes[cls] = ray.remote(cls)
+    return remote

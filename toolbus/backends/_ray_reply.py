@@ -1,0 +1,94 @@
+"""What comes back from a tool's Ray actor, and what a Ray error means.
+
+A reply is JSON bytes (`_ray_actor.py`): the value or the exception's
+description, rebuilt by `_remote.py` as for the process backend. A streamed
+call (a tool that takes a `ToolContext`) yields its progress first, each
+published on the agent's bus as it arrives, then the reply. A Ray error
+instead of a reply says what became of the actor: killed by toolbus, dead
+(a crash: `TOOL_CRASHED`, and the actor is replaced within the tool's
+restart budget), or the call cancelled on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ray import exceptions as rx
+
+from .. import _json
+from ..pipeline import ToolCrashed, WorkerKilled, publish_progress
+from ..tools import ToolError
+
+if TYPE_CHECKING:
+    from ..pipeline import Run, Services
+    from ._ray_pool import RayActor, ToolActors
+
+__all__ = ["consume", "describe_death", "failure"]
+
+
+async def consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
+    """A streamed call: publish each progress message as it comes; the reply."""
+    reply: dict[str, Any] | None = None
+    async for item in ref:
+        message = _json.loads(await item)
+        if message.get("kind") == "progress":
+            data = message.get("data")
+            fraction = message.get("fraction")
+            if not isinstance(fraction, int | float) or isinstance(fraction, bool):
+                fraction = None
+            publish_progress(
+                run,
+                services,
+                str(message.get("message", "")),
+                fraction,
+                data if isinstance(data, dict) else {},
+            )
+        else:
+            reply = message
+    if reply is None:
+        raise RuntimeError("the Ray actor's stream ended without a reply")
+    return reply
+
+
+def failure(pool: ToolActors, actor: RayActor, error: Exception) -> BaseException:
+    """What a Ray error instead of a reply means, for the call and for its actor."""
+    name = pool.name
+    if actor.killed:  # by toolbus (a deadline, or the executor closing)
+        pool.lost(actor, crashed=False)
+        return WorkerKilled()
+    cause = getattr(error, "cause", None)
+    if isinstance(error, rx.TaskCancelledError) or isinstance(
+        cause, rx.TaskCancelledError | asyncio.CancelledError
+    ):
+        # Not asked for by toolbus (that cancellation never reads the ref):
+        # the tool's own, reported as a local one is.
+        pool.release(actor)
+        return asyncio.CancelledError()
+    if isinstance(error, rx.RayTaskError):
+        pool.release(actor)
+        return ToolError(f"Tool '{name}' failed on its Ray actor: {cause or error}")
+    if isinstance(error, rx.RayError):
+        pool.lost(actor, crashed=True)
+        where = f"pid {actor.pid} on {actor.node}" if actor.pid else "starting"
+        return ToolCrashed(
+            f"Tool '{name}' crashed: its Ray actor ({where}) died: {describe_death(error)}"
+        )
+    pool.release(actor)
+    return error  # the reply could not be read: a bug, reported as the tool's error
+
+
+def describe_death(error: BaseException) -> str:
+    """What a Ray error says about an actor's death, in a sentence or two."""
+    text = " ".join(str(error).split())
+    at = text.find("Worker exit detail:")
+    if at >= 0:
+        detail = text[at + len("Worker exit detail:") :].strip()
+        # Ray goes on with the common causes of any death: not about this one.
+        detail = detail.split(" Some common causes")[0]
+        return detail[:200]
+    at = text.find("The actor is dead because")
+    if at >= 0:
+        return text[at : at + 200]
+    first = str(error).strip().splitlines()
+    return (first[0] if first else type(error).__name__)[:200]
