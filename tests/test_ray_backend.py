@@ -52,7 +52,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}/stat").exists() and " Z " not in Path(f"/proc/{pid}/stat").read_text()
+    try:
+        return " Z " not in Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # it ended between the two looks
+        return False
 
 
 # Events that differ by design: a killed sync call says so (tool:killed) where
