@@ -294,3 +294,37 @@ async def test_async_twins(ex: Executor) -> None:
 def test_unknown_tool_suggests_close_names(ex: Executor) -> None:
     r = ex.execute(ToolCall(name="ad"))
     assert r.error.startswith("Unknown tool 'ad'. Did you mean 'add'? Available tools: add, ")
+
+
+class _BadStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_an_exception_whose_str_fails_is_a_tool_error_named_by_its_type(
+    make_executor: MakeExecutor, is_async: bool
+) -> None:
+    # As on Ray (review 11): the call's error, with tool:error, not an internal error.
+    registry = ToolRegistry()
+    if is_async:
+
+        @registry.tool
+        async def odd() -> str:
+            raise _BadStr
+
+    else:
+
+        @registry.tool
+        def odd() -> str:
+            raise _BadStr
+
+    ex = make_executor(registry)
+    with bus.Recorder(bus.ERROR, sender=ex) as errors:
+        result = ex.execute(ToolCall(id="o", name="odd", arguments={}))
+        errors.wait_for(bus.ERROR, 1, timeout=5)
+    assert (result.status, result.error_code, result.error) == (
+        "error",
+        ErrorCode.TOOL_ERROR,
+        "_BadStr",
+    )

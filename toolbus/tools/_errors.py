@@ -65,8 +65,11 @@ class ArgumentError(ValueError):
 
 def error_text(error: BaseException) -> str:
     """Readable one-line text for an exception, as the model will see it."""
-    if isinstance(error, ToolError | ArgumentError):
-        return str(error)
-    text = str(error)
     name = type(error).__name__
+    try:
+        text = str(error)
+    except Exception:  # a tool's exception whose __str__ fails is still its error
+        return name
+    if isinstance(error, ToolError | ArgumentError):
+        return text
     return f"{name}: {text}" if text else name
