@@ -14,7 +14,10 @@ actors are `_ray_pool.py`; the Ray session the backends share is
 At a deadline or a cancellation, a sync call's actor is killed
 (`ray.kill(no_restart=True)`, announced as `tool:killed`) and replaced, so a
 hung call never holds its slot; an async call is cancelled with `ray.cancel`
-(its actor serves other calls). An actor or a node that dies ends the call
+(its actor serves other calls), and if it has not ended within `CANCEL_GRACE`
+(1 s: a tool that swallows its CancelledError or blocks its event loop), its
+actor is killed and replaced the same way, its other calls ending
+`TOOL_CRASHED` (`_ray_calls.py`). An actor or a node that dies ends the call
 `TOOL_CRASHED`; Ray never retries a call behind the supervisor
 (`max_task_retries=0`, `max_restarts=0`: toolbus replaces actors itself).
 """
@@ -123,6 +126,8 @@ class RayBackend(ActorCalls):
         self._lock = threading.Lock()
         self._busy = 0
         self._busy_by_tool: Counter[int] = Counter()
+        self._cancelled: dict[int, tuple[Any, int]] = {}
+        self._lingering: Counter[int] = Counter()
         self._stopped = False
 
     # -- the Backend protocol (the supervisor's thread) ---------------------------
@@ -207,7 +212,7 @@ class RayBackend(ActorCalls):
             return True
         actor, ref = serving
         if is_async:
-            self._cancel_ref(ref)
+            self._cancel_async(run, actor, ref)
             return False
         if killing:
             actor.end()
@@ -219,7 +224,12 @@ class RayBackend(ActorCalls):
         return self._busy if tool is None else self._busy_by_tool[id(tool)]
 
     def abandoned(self, tool: Tool | None = None) -> int:
-        return 0  # killed or cancelled, never abandoned
+        """Async calls cancelled that have not ended yet: for CANCEL_GRACE at
+        most, then their actor is killed (a sync call's actor is killed at once)."""
+        with self._lock:
+            if tool is None:
+                return sum(self._lingering.values())
+            return self._lingering[id(tool)]
 
     def stop(self) -> None:
         self._stopped = True

@@ -39,7 +39,7 @@ START_TIMEOUT = 60.0
 class RayActor:
     """One actor as the agent sees it: its handle, and where it runs."""
 
-    __slots__ = ("dead", "handle", "killed", "lock", "node", "pid")
+    __slots__ = ("dead", "handle", "killed", "lingering", "lock", "node", "pid", "replaced")
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
@@ -48,6 +48,10 @@ class RayActor:
         self.killed = False  # by toolbus (ray.kill)
         self.dead = False  # counted as lost, by whichever saw it first
         self.lock = threading.Lock()
+        # An async actor: its calls cancelled (ray.cancel) that have not ended yet;
+        # and why toolbus replaced it, if it did (what its other calls are told).
+        self.lingering = 0
+        self.replaced: str | None = None
 
     def kill(self) -> bool:
         """Kill it with no restart; True only for the first kill (any thread)."""
@@ -102,6 +106,7 @@ class ToolActors:
         self.spares: list[asyncio.Future[RayActor]] = []  # replacements still starting
         self.shared: RayActor | None = None  # async tools: the one actor
         self.shared_start: asyncio.Future[RayActor] | None = None
+        self.waiters: list[asyncio.Future[None]] = []  # calls waiting for `shared` to calm
         self.live: set[RayActor] = set()
         self.lock = threading.Lock()
         self.started = 0
@@ -116,7 +121,9 @@ class ToolActors:
         """Any thread: an actor that can take a call now, if there is one."""
         if self.is_async:
             actor = self.shared
-            return actor if actor is not None and not actor.dead else None
+            # Not while a cancelled call may still hold it (`acquire` waits).
+            ok = actor is not None and not actor.dead and not actor.lingering
+            return actor if ok else None
         try:
             return self.idle.pop()
         except IndexError:
@@ -133,6 +140,12 @@ class ToolActors:
         if actor is not None:
             return actor
         if self.is_async:
+            # A cancelled call has not ended yet: wait (off the call's deadline)
+            # until it does, or until its actor is replaced (RayBackend._overdue).
+            while (shared := self.shared) is not None and not shared.dead and shared.lingering:
+                waiter = asyncio.get_running_loop().create_future()
+                self.waiters.append(waiter)
+                await waiter
             return await asyncio.shield(self._start_shared())
         start = self.spares.pop(0) if self.spares else asyncio.ensure_future(self._start())
         try:
@@ -162,6 +175,7 @@ class ToolActors:
         if self.shared is actor:
             self.shared = None
             self.shared_start = None
+            self.wake()
         if crashed:
             self.crashes += 1
             if 0 <= self.max_restarts < self.crashes:
@@ -177,6 +191,13 @@ class ToolActors:
             spare = asyncio.ensure_future(self._start())
             spare.add_done_callback(self._spare_started)
             self.spares.append(spare)
+
+    def wake(self) -> None:
+        """The loop thread: calls waiting for the async actor look again."""
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- starting one ---------------------------------------------------------------
 
