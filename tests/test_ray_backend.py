@@ -547,3 +547,54 @@ def test_calls_on_an_actor_replaced_for_a_stubborn_call_each_end_crashed_once(
     assert (after.status, after.output) == ("ok", "done"), after  # max_restarts=0 not used up
     recorder.wait_for(bus.KILLED)
     assert backend.abandoned() == 0
+
+
+# -- review 11: idle actors hold what they were placed with -------------------------------
+
+
+def test_idle_actors_do_not_starve_other_tools_of_the_cluster(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two CPUs, three tools needing one each, called one after another: the
+    least recently used idle actor of another tool makes room."""
+    from toolbus.backends import _ray_pool
+
+    monkeypatch.setattr(_ray_pool, "START_TIMEOUT", 5.0)
+    reg = ToolRegistry()
+    backend = RayBackend(num_cpus=1)
+
+    def returning(n: int) -> Any:
+        def fn() -> int:
+            return n
+
+        return fn
+
+    for n in (1, 2, 3):
+        reg.tool(name=f"t{n}", backend=backend, read_only=True)(returning(n))
+
+    ex = make_executor(reg, timeout=30)
+    results = [ex.execute(call(f"t{n}")) for n in (1, 2, 3, 1)]
+    assert [(r.status, r.output) for r in results] == [("ok", 1), ("ok", 2), ("ok", 3), ("ok", 1)]
+    assert backend.live_workers <= 2
+
+
+def test_a_call_waiting_for_a_slot_takes_a_freed_actor_rather_than_failing(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """max_parallel=3 on two CPUs, one per actor: the third call waits for one
+    of the two actors instead of asking for one that cannot be placed."""
+    import time
+
+    from toolbus.backends import _ray_pool
+
+    monkeypatch.setattr(_ray_pool, "START_TIMEOUT", 5.0)
+    reg = ToolRegistry()
+
+    @reg.tool(backend=RayBackend(num_cpus=1), read_only=True)
+    def nap(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    ex = make_executor(reg, max_parallel=3, timeout=30)
+    results = ex.execute_batch([call("nap", seconds=0.3)] * 3)
+    assert [r.status for r in results] == ["ok"] * 3, [r.error for r in results]

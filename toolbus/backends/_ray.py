@@ -8,7 +8,7 @@ a call to a free actor whose steps run no user code is sent from the thread
 that dispatches it instead, and its reply finishes it on the loop
 (`_direct.py`). A call's round trip is `_ray_calls.py`. The tool travels by
 value (`_ray_shipping.py`); the actor side is `_ray_actor.py`; one tool's
-actors are `_ray_pool.py`; the Ray session the backends share is
+actors are `_ray_pool.py` (room on the cluster for them, `_ray_room.py`); the Ray session the backends share is
 `_ray_session.py`.
 
 At a deadline or a cancellation, a sync call's actor is killed
@@ -91,6 +91,7 @@ class RayBackend(ActorCalls):
         from ._ray_actor import encode_request
         from ._ray_pool import check_placement
         from ._ray_reply import consume, failure
+        from ._ray_room import Room
         from ._ray_shipping import context_pairs, shipped_vars
 
         self._encode = encode_request
@@ -107,6 +108,7 @@ class RayBackend(ActorCalls):
         self.address = address
         self.init_options: dict[str, Any] = dict(init_options or {})
         self.placement = check_placement(num_cpus, num_gpus, resources)
+        self._room = Room(self.placement)
         self.max_restarts = max_restarts
         variables = tuple(context_vars)
         self._vars = shipped_vars(variables)
@@ -159,6 +161,7 @@ class RayBackend(ActorCalls):
             self._checked = None
             self._unavailable = None
             self._pools.clear()
+            self._room.pools.clear()
             self._stopped = False
 
     def submit(self, job: Job) -> None:
@@ -278,7 +281,7 @@ class RayBackend(ActorCalls):
             options["max_concurrency"] = 1
             cls = remote_class(SyncToolActor)
         needs = ", ".join(f"{k}={v}" for k, v in self.placement.items()) or "Ray's defaults"
-        return ToolActors(
+        pool = ToolActors(
             cls,
             options,
             payload,
@@ -286,7 +289,10 @@ class RayBackend(ActorCalls):
             is_async=tool.is_async,
             max_restarts=self.max_restarts,
             placement=needs,
+            room=self._room,
         )
+        self._room.pools.append(pool)
+        return pool
 
     # -- the loop thread (and `_killed`, `_cancel_ref`: any thread) ---------------
 
