@@ -8,8 +8,8 @@ a call to a free actor whose steps run no user code is sent from the thread
 that dispatches it instead, and its reply finishes it on the loop
 (`_direct.py`). A call's round trip is `_ray_calls.py`. The tool travels by
 value (`_ray_shipping.py`); the actor side is `_ray_actor.py`; one tool's
-actors are `_ray_pool.py` (room on the cluster for them, `_ray_room.py`); the Ray session the backends share is
-`_ray_session.py`.
+actors are `_ray_pool.py` (room on the cluster for them, `_ray_room.py`);
+the Ray session the backends share is `_ray_session.py`.
 
 At a deadline or a cancellation, a sync call's actor is killed
 (`ray.kill(no_restart=True)`, announced as `tool:killed`) and replaced, so a

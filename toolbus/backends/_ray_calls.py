@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ._protocol import Host, Job
     from ._ray_pool import RayActor, ToolActors
 
-__all__ = ["CANCEL_GRACE", "ActorCalls"]
+__all__ = ["CANCEL_GRACE", "CONNECT_TIMEOUT", "ActorCalls"]
 
 # How long an async call cancelled with `ray.cancel` (a deadline, a
 # cancellation) may take to end. A tool that swallows its CancelledError, or
@@ -39,6 +39,11 @@ __all__ = ["CANCEL_GRACE", "ActorCalls"]
 # actor is killed and replaced (toolbus's own kill: no crash counted), and the
 # calls it was serving besides end TOOL_CRASHED.
 CANCEL_GRACE = 1.0
+
+# How long `ray.init(address)` may take to connect to a cluster at an address
+# (a local Ray that toolbus starts has `START_TIMEOUT`): past it, the backend
+# is unavailable (its calls are refused `TOOL_UNAVAILABLE`, naming the address).
+CONNECT_TIMEOUT = 20.0
 
 # What `kill` reads: the actor serving a run, and the ObjectRef of its call.
 _Serving = tuple["RayActor", Any]
@@ -83,16 +88,22 @@ class ActorCalls:
             session = self._session
             if session is None:
                 raise RuntimeError("the Ray backend has stopped")
+            address = getattr(self, "address", None)
+            # Connecting to a running cluster takes a second or two; starting
+            # a local Ray, longer on a busy machine.
+            limit = CONNECT_TIMEOUT if address not in (None, "local") else START_TIMEOUT
+            where = f" at {address!r}" if address else ""
             try:
-                await asyncio.wait_for(asyncio.wrap_future(session), START_TIMEOUT)
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(session)), limit)
             except TimeoutError:
-                raise ToolCrashed(
-                    f"Ray did not start within {START_TIMEOUT:g} s", retry=False
-                ) from None
+                # `ray.init` is stuck (an address nobody answers at): every
+                # later call is refused at once, rather than waiting again.
+                self._unavailable = f"Ray{where} did not answer within {limit:g} s"
+                raise ToolCrashed(self._unavailable, retry=False) from None
             except (ToolCrashed, asyncio.CancelledError):
                 raise
             except Exception as e:
-                raise ToolCrashed(f"Ray could not be started: {e}", retry=False) from None
+                raise ToolCrashed(f"Ray{where} could not be started: {e}", retry=False) from None
             await self._check_workers(pool.name)
             return await pool.acquire()
         except (ToolError, asyncio.CancelledError):
