@@ -463,3 +463,141 @@ def test_a_reply_before_the_send_returns_and_a_reply_past_the_deadline(
     again = ex.execute(call("pid"))  # a replacement actor: the killed one was not put back
     assert again.status == "ok"
     assert again.output != pid
+
+
+# -- review 11: an async call that will not stop when cancelled -----------------------
+
+
+def _stubborn_registry(backend: Any) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(backend=backend, read_only=True, timeout=0.5, max_concurrency=1)
+    async def stubborn(stall: bool) -> str:
+        if not stall:
+            return "quick"
+        while True:  # ignores its cancellation (a common bug in tools)
+            try:
+                await asyncio.sleep(1000)
+            except asyncio.CancelledError:
+                pass
+
+    return reg
+
+
+def test_an_async_tool_that_ignores_its_cancellation_does_not_wedge_the_tool(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    ex = make_executor(_stubborn_registry(RayBackend()), timeout=30)
+    statuses = [ex.execute(call("stubborn", stall=s)).status for s in (True, False, False)]
+    assert statuses == ["timeout", "ok", "ok"]
+    recorder.wait_for(bus.KILLED)  # its actor, replaced
+
+
+def test_an_async_tool_that_blocks_its_loop_does_not_wedge_the_tool(
+    make_executor: MakeExecutor,
+) -> None:
+    import time
+
+    reg = ToolRegistry()
+
+    @reg.tool(backend=RayBackend(), read_only=True, timeout=0.5)
+    async def ablock(seconds: float) -> str:
+        time.sleep(seconds)
+        return "done"
+
+    ex = make_executor(reg, timeout=30)
+    assert ex.execute(call("ablock", seconds=0)).status == "ok"  # warm
+    assert ex.execute(call("ablock", seconds=600)).status == "timeout"
+    r = ex.execute(call("ablock", seconds=0))
+    assert r.status == "ok", (r.status, r.error)
+
+
+def test_calls_on_an_actor_replaced_for_a_stubborn_call_each_end_crashed_once(
+    make_executor: MakeExecutor, recorder: bus.Recorder, tmp_path: Path
+) -> None:
+    """Another call in flight on the actor killed for a cancelled call that
+    would not stop ends TOOL_CRASHED, saying why; no crash is counted."""
+    reg = ToolRegistry()
+    backend = RayBackend(max_restarts=0)
+
+    @reg.tool(backend=backend)  # not read-only: not retried
+    async def mixed(stall: bool, marker: str, seconds: float = 1000) -> str:
+        Path(marker).touch()
+        while stall:
+            try:
+                await asyncio.sleep(1000)
+            except asyncio.CancelledError:
+                pass
+        await asyncio.sleep(seconds)
+        return "done"
+
+    ex = make_executor(reg, timeout=60)
+
+    async def scenario() -> tuple[ToolResult, ToolResult]:
+        a, b = tmp_path / "a", tmp_path / "b"
+        stuck = asyncio.ensure_future(ex.aexecute(call("mixed", stall=True, marker=str(a))))
+        await asyncio.to_thread(wait_until, a.exists, 60, "the stubborn call running")
+        other = asyncio.ensure_future(ex.aexecute(call("mixed", stall=False, marker=str(b))))
+        await asyncio.to_thread(wait_until, b.exists, 60, "the other call running")
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        return await other, await ex.aexecute(call("mixed", stall=False, marker=str(a), seconds=0))
+
+    other, after = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert (other.status, other.error_code) == ("error", ErrorCode.TOOL_CRASHED), other
+    assert "cancelled call on it did not stop" in (other.error or "")
+    assert (after.status, after.output) == ("ok", "done"), after  # max_restarts=0 not used up
+    recorder.wait_for(bus.KILLED)
+    assert backend.abandoned() == 0
+
+
+# -- review 11: idle actors hold what they were placed with -------------------------------
+
+
+def test_idle_actors_do_not_starve_other_tools_of_the_cluster(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two CPUs, three tools needing one each, called one after another: the
+    least recently used idle actor of another tool makes room."""
+    from toolbus.backends import _ray_pool
+
+    monkeypatch.setattr(_ray_pool, "START_TIMEOUT", 5.0)
+    reg = ToolRegistry()
+    backend = RayBackend(num_cpus=1)
+
+    def returning(n: int) -> Any:
+        def fn() -> int:
+            return n
+
+        return fn
+
+    for n in (1, 2, 3):
+        reg.tool(name=f"t{n}", backend=backend, read_only=True)(returning(n))
+
+    ex = make_executor(reg, timeout=30)
+    results = [ex.execute(call(f"t{n}")) for n in (1, 2, 3, 1)]
+    assert [(r.status, r.output) for r in results] == [("ok", 1), ("ok", 2), ("ok", 3), ("ok", 1)]
+    assert backend.live_workers <= 2
+
+
+def test_a_call_waiting_for_a_slot_takes_a_freed_actor_rather_than_failing(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """max_parallel=3 on two CPUs, one per actor: the third call waits for one
+    of the two actors instead of asking for one that cannot be placed."""
+    import time
+
+    from toolbus.backends import _ray_pool
+
+    monkeypatch.setattr(_ray_pool, "START_TIMEOUT", 5.0)
+    reg = ToolRegistry()
+
+    @reg.tool(backend=RayBackend(num_cpus=1), read_only=True)
+    def nap(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    ex = make_executor(reg, max_parallel=3, timeout=30)
+    results = ex.execute_batch([call("nap", seconds=0.3)] * 3)
+    assert [r.status for r in results] == ["ok"] * 3, [r.error for r in results]

@@ -8,13 +8,16 @@ a call to a free actor whose steps run no user code is sent from the thread
 that dispatches it instead, and its reply finishes it on the loop
 (`_direct.py`). A call's round trip is `_ray_calls.py`. The tool travels by
 value (`_ray_shipping.py`); the actor side is `_ray_actor.py`; one tool's
-actors are `_ray_pool.py`; the Ray session the backends share is
-`_ray_session.py`.
+actors are `_ray_pool.py` (room on the cluster for them, `_ray_room.py`);
+the Ray session the backends share is `_ray_session.py`.
 
 At a deadline or a cancellation, a sync call's actor is killed
 (`ray.kill(no_restart=True)`, announced as `tool:killed`) and replaced, so a
 hung call never holds its slot; an async call is cancelled with `ray.cancel`
-(its actor serves other calls). An actor or a node that dies ends the call
+(its actor serves other calls), and if it has not ended within `CANCEL_GRACE`
+(1 s: a tool that swallows its CancelledError or blocks its event loop), its
+actor is killed and replaced the same way, its other calls ending
+`TOOL_CRASHED` (`_ray_calls.py`). An actor or a node that dies ends the call
 `TOOL_CRASHED`; Ray never retries a call behind the supervisor
 (`max_task_retries=0`, `max_restarts=0`: toolbus replaces actors itself).
 """
@@ -88,6 +91,7 @@ class RayBackend(ActorCalls):
         from ._ray_actor import encode_request
         from ._ray_pool import check_placement
         from ._ray_reply import consume, failure
+        from ._ray_room import Room
         from ._ray_shipping import context_pairs, shipped_vars
 
         self._encode = encode_request
@@ -104,6 +108,7 @@ class RayBackend(ActorCalls):
         self.address = address
         self.init_options: dict[str, Any] = dict(init_options or {})
         self.placement = check_placement(num_cpus, num_gpus, resources)
+        self._room = Room(self.placement)
         self.max_restarts = max_restarts
         variables = tuple(context_vars)
         self._vars = shipped_vars(variables)
@@ -123,6 +128,8 @@ class RayBackend(ActorCalls):
         self._lock = threading.Lock()
         self._busy = 0
         self._busy_by_tool: Counter[int] = Counter()
+        self._cancelled: dict[int, tuple[Any, int]] = {}
+        self._lingering: Counter[int] = Counter()
         self._stopped = False
 
     # -- the Backend protocol (the supervisor's thread) ---------------------------
@@ -154,6 +161,7 @@ class RayBackend(ActorCalls):
             self._checked = None
             self._unavailable = None
             self._pools.clear()
+            self._room.pools.clear()
             self._stopped = False
 
     def submit(self, job: Job) -> None:
@@ -207,7 +215,7 @@ class RayBackend(ActorCalls):
             return True
         actor, ref = serving
         if is_async:
-            self._cancel_ref(ref)
+            self._cancel_async(run, actor, ref)
             return False
         if killing:
             actor.end()
@@ -219,7 +227,12 @@ class RayBackend(ActorCalls):
         return self._busy if tool is None else self._busy_by_tool[id(tool)]
 
     def abandoned(self, tool: Tool | None = None) -> int:
-        return 0  # killed or cancelled, never abandoned
+        """Async calls cancelled that have not ended yet: for CANCEL_GRACE at
+        most, then their actor is killed (a sync call's actor is killed at once)."""
+        with self._lock:
+            if tool is None:
+                return sum(self._lingering.values())
+            return self._lingering[id(tool)]
 
     def stop(self) -> None:
         self._stopped = True
@@ -268,7 +281,7 @@ class RayBackend(ActorCalls):
             options["max_concurrency"] = 1
             cls = remote_class(SyncToolActor)
         needs = ", ".join(f"{k}={v}" for k, v in self.placement.items()) or "Ray's defaults"
-        return ToolActors(
+        pool = ToolActors(
             cls,
             options,
             payload,
@@ -276,7 +289,10 @@ class RayBackend(ActorCalls):
             is_async=tool.is_async,
             max_restarts=self.max_restarts,
             placement=needs,
+            room=self._room,
         )
+        self._room.pools.append(pool)
+        return pool
 
     # -- the loop thread (and `_killed`, `_cancel_ref`: any thread) ---------------
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _json
-from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled
+from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled, publish_killed
 from ..tools import ToolError
 from ._direct import Direct, runs_plain
 from ._remote import output_of, remote_error
@@ -31,7 +31,19 @@ if TYPE_CHECKING:
     from ._protocol import Host, Job
     from ._ray_pool import RayActor, ToolActors
 
-__all__ = ["ActorCalls"]
+__all__ = ["CANCEL_GRACE", "CONNECT_TIMEOUT", "ActorCalls"]
+
+# How long an async call cancelled with `ray.cancel` (a deadline, a
+# cancellation) may take to end. A tool that swallows its CancelledError, or
+# blocks its actor's event loop, would hold its slots for ever: past this, its
+# actor is killed and replaced (toolbus's own kill: no crash counted), and the
+# calls it was serving besides end TOOL_CRASHED.
+CANCEL_GRACE = 1.0
+
+# How long `ray.init(address)` may take to connect to a cluster at an address
+# (a local Ray that toolbus starts has `START_TIMEOUT`): past it, the backend
+# is unavailable (its calls are refused `TOOL_UNAVAILABLE`, naming the address).
+CONNECT_TIMEOUT = 20.0
 
 # What `kill` reads: the actor serving a run, and the ObjectRef of its call.
 _Serving = tuple["RayActor", Any]
@@ -52,6 +64,10 @@ class ActorCalls:
     _context_pairs: Callable[..., list[Any]]
     _consume: Callable[[Any, Run, Services], Any]
     _failure: Callable[[ToolActors, RayActor, Exception], BaseException]
+    _lane: Any
+    # Cancelled async calls not ended yet, by id of their ref: (ref, tool id).
+    _cancelled: dict[int, tuple[Any, int]]
+    _lingering: Any  # Counter of those, by tool id
 
     if TYPE_CHECKING:
 
@@ -72,16 +88,22 @@ class ActorCalls:
             session = self._session
             if session is None:
                 raise RuntimeError("the Ray backend has stopped")
+            address = getattr(self, "address", None)
+            # Connecting to a running cluster takes a second or two; starting
+            # a local Ray, longer on a busy machine.
+            limit = CONNECT_TIMEOUT if address not in (None, "local") else START_TIMEOUT
+            where = f" at {address!r}" if address else ""
             try:
-                await asyncio.wait_for(asyncio.wrap_future(session), START_TIMEOUT)
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(session)), limit)
             except TimeoutError:
-                raise ToolCrashed(
-                    f"Ray did not start within {START_TIMEOUT:g} s", retry=False
-                ) from None
+                # `ray.init` is stuck (an address nobody answers at): every
+                # later call is refused at once, rather than waiting again.
+                self._unavailable = f"Ray{where} did not answer within {limit:g} s"
+                raise ToolCrashed(self._unavailable, retry=False) from None
             except (ToolCrashed, asyncio.CancelledError):
                 raise
             except Exception as e:
-                raise ToolCrashed(f"Ray could not be started: {e}", retry=False) from None
+                raise ToolCrashed(f"Ray{where} could not be started: {e}", retry=False) from None
             await self._check_workers(pool.name)
             return await pool.acquire()
         except (ToolError, asyncio.CancelledError):
@@ -146,14 +168,14 @@ class ActorCalls:
         except asyncio.CancelledError:
             self._forget(run, serving)
             if is_async:
-                self._cancel_ref(ref)
+                self._cancel_async(run, actor, ref)
                 raise
             self._killed(run, actor, run.stop_reason or "cancelled")
             pool.lost(actor, crashed=False)
             raise WorkerKilled() from None
         except Exception as e:
             self._forget(run, serving)
-            raise self._failure(pool, actor, e) from None
+            raise self._failed(run, pool, actor, e) from None
         self._forget(run, serving)
         return _value(pool, actor, message)
 
@@ -203,8 +225,86 @@ class ActorCalls:
         try:
             message = _json.loads(reply.result())
         except Exception as e:
-            raise self._failure(pool, actor, e) from None
+            raise self._failed(run, pool, actor, e) from None
         return _value(pool, actor, message)
+
+    # -- an async call cancelled (any thread), and one that will not stop (the loop) -----
+
+    def _cancel_async(self, run: Run, actor: RayActor, ref: Any) -> None:
+        """`ray.cancel` an async call; if it has not ended within CANCEL_GRACE,
+        its actor is killed and replaced (`_overdue`). Meanwhile the call counts
+        as abandoned, and new calls wait for the actor (`ToolActors.acquire`)."""
+        self._cancel_ref(ref)
+        tool = run.tool
+        lane = self._lane
+        loop = lane.loop if lane is not None else None
+        if tool is None or loop is None:
+            return
+        with self._lock:
+            if id(ref) in self._cancelled or actor.dead:
+                return
+            self._cancelled[id(ref)] = (ref, id(tool))
+            self._lingering[id(tool)] += 1
+            actor.lingering += 1
+        try:
+            loop.call_soon_threadsafe(self._watch, run, actor, ref)
+        except RuntimeError:
+            self._ended(actor, ref)  # the loop is closed: the executor is closing
+
+    def _watch(self, run: Run, actor: RayActor, ref: Any) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(CANCEL_GRACE, self._overdue, run, actor, ref)
+        done = ref.completed() if hasattr(ref, "completed") else ref  # a stream: its end
+        done.future().add_done_callback(lambda _: self._ended(actor, ref))
+
+    def _ended(self, actor: RayActor, ref: Any) -> bool:
+        """Any thread: the cancelled call is over (True: it was still counted)."""
+        with self._lock:
+            entry = self._cancelled.pop(id(ref), None)
+            if entry is None:
+                return False
+            self._lingering[entry[1]] -= 1
+            actor.lingering -= 1
+            calm = actor.lingering == 0
+        lane = self._lane
+        loop = lane.loop if lane is not None else None
+        pool = self._pools.get(entry[1])
+        if calm and loop is not None and pool is not None:
+            try:
+                loop.call_soon_threadsafe(pool[1].wake)
+            except RuntimeError:
+                pass  # closing
+        return True
+
+    def _overdue(self, run: Run, actor: RayActor, ref: Any) -> None:
+        """The loop thread: a cancelled call has not ended within CANCEL_GRACE:
+        kill its actor (no crash counted) and start another."""
+        if not self._ended(actor, ref) or actor.dead:
+            return
+        tool = run.tool
+        known = self._pools.get(id(tool))
+        where = f"pid {actor.pid} on {actor.node}" if actor.pid else "starting"
+        actor.replaced = (
+            f"Tool '{tool.name if tool else '?'}' crashed: its Ray actor ({where}) was killed "
+            f"and replaced because a cancelled call on it did not stop within "
+            f"{CANCEL_GRACE:g} s (a tool that ignores its cancellation or blocks its event loop)"
+        )
+        killing = actor.mark_killed()
+        if known is not None and known[0] is tool:
+            known[1].lost(actor, crashed=False)  # marked dead first: no call is sent to it
+        if killing:
+            actor.end()
+            if self._host is not None:
+                reason = f"a cancelled call did not stop within {CANCEL_GRACE:g} s"
+                publish_killed(run, self._host.services, actor.pid, reason)
+
+    def _failed(self, run: Run, pool: ToolActors, actor: RayActor, e: Exception) -> BaseException:
+        """What a Ray error instead of a reply means (`_failure`), or, for a call
+        its actor was replaced under (`_overdue`), that it crashed."""
+        if actor.replaced is not None and not run.settled:
+            pool.lost(actor, crashed=False)
+            return ToolCrashed(actor.replaced)
+        return self._failure(pool, actor, e)
 
     # -- both ways --------------------------------------------------------------------
 

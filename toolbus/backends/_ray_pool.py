@@ -6,7 +6,9 @@ size, `RayBackend.capacity`). An async tool has one actor serving all its
 calls. An actor that toolbus killed (a deadline) or that died (a crash) is
 replaced at once, so the next call finds a warm one; replacements after
 crashes are bounded by `max_restarts` for the tool, past which the tool is
-unavailable. Kills are toolbus's own doing and are not counted.
+unavailable. Kills are toolbus's own doing and are not counted. Before an
+actor starts, the backend's `Room` (`_ray_room.py`) may stop an idle actor
+of another tool to make room, or have the call wait for one of this tool's.
 
 Everything here runs on the executor's loop thread, except `kill_all` (the
 supervisor's, at close) and `RayActor.kill` (the supervisor's, at a
@@ -19,13 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from ..pipeline import ToolCrashed
 from ..tools import ToolError
+
+if TYPE_CHECKING:
+    from ._ray_room import Room
 
 __all__ = ["START_TIMEOUT", "RayActor", "ToolActors", "check_placement", "remote_class"]
 
@@ -39,7 +45,9 @@ START_TIMEOUT = 60.0
 class RayActor:
     """One actor as the agent sees it: its handle, and where it runs."""
 
-    __slots__ = ("dead", "handle", "killed", "lock", "node", "pid")
+    __slots__ = (
+        "dead", "handle", "idle_since", "killed", "lingering", "lock", "node", "pid", "replaced",
+    )  # fmt: skip
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
@@ -48,6 +56,11 @@ class RayActor:
         self.killed = False  # by toolbus (ray.kill)
         self.dead = False  # counted as lost, by whichever saw it first
         self.lock = threading.Lock()
+        # An async actor: its calls cancelled (ray.cancel) that have not ended yet;
+        # and why toolbus replaced it, if it did (what its other calls are told).
+        self.lingering = 0
+        self.replaced: str | None = None
+        self.idle_since = 0.0  # a sync actor: when it last became idle
 
     def kill(self) -> bool:
         """Kill it with no restart; True only for the first kill (any thread)."""
@@ -90,6 +103,7 @@ class ToolActors:
         is_async: bool,
         max_restarts: int,
         placement: str,
+        room: Room | None = None,
     ) -> None:
         self.cls = cls
         self.options = options
@@ -98,13 +112,17 @@ class ToolActors:
         self.is_async = is_async
         self.max_restarts = max_restarts
         self.placement = placement
+        self.room = room  # shared by the backend's pools (`_ray_room.py`)
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.idle: list[RayActor] = []  # sync tools: ready, serving no call
         self.spares: list[asyncio.Future[RayActor]] = []  # replacements still starting
         self.shared: RayActor | None = None  # async tools: the one actor
         self.shared_start: asyncio.Future[RayActor] | None = None
+        self.waiters: list[asyncio.Future[None]] = []  # calls waiting for `shared` to calm
         self.live: set[RayActor] = set()
         self.lock = threading.Lock()
         self.started = 0
+        self.pending = 0  # actors starting (`_begin`)
         self.crashes = 0
         # Set once crashes have used up max_restarts: why the tool is unavailable.
         self.unavailable: str | None = None
@@ -116,7 +134,9 @@ class ToolActors:
         """Any thread: an actor that can take a call now, if there is one."""
         if self.is_async:
             actor = self.shared
-            return actor if actor is not None and not actor.dead else None
+            # Not while a cancelled call may still hold it (`acquire` waits).
+            ok = actor is not None and not actor.dead and not actor.lingering
+            return actor if ok else None
         try:
             return self.idle.pop()
         except IndexError:
@@ -125,7 +145,13 @@ class ToolActors:
     def give_back(self, actor: RayActor) -> None:
         """Any thread: `actor`, taken but not sent a call, is free again."""
         if not self.is_async:
-            self.idle.append(actor)
+            self._idle(actor)
+            loop = self.loop
+            if self.waiters and loop is not None:
+                try:
+                    loop.call_soon_threadsafe(self.wake)
+                except RuntimeError:
+                    pass  # closing
 
     async def acquire(self) -> RayActor:
         """An actor ready to take a call (starting one if needed)."""
@@ -133,8 +159,34 @@ class ToolActors:
         if actor is not None:
             return actor
         if self.is_async:
+            # A cancelled call has not ended yet: wait (off the call's deadline)
+            # until it does, or until its actor is replaced (RayBackend._overdue).
+            while (shared := self.shared) is not None and not shared.dead and shared.lingering:
+                waiter = asyncio.get_running_loop().create_future()
+                self.waiters.append(waiter)
+                await waiter
             return await asyncio.shield(self._start_shared())
-        start = self.spares.pop(0) if self.spares else asyncio.ensure_future(self._start())
+        self.loop = asyncio.get_running_loop()
+        while True:
+            actor = self.take()
+            if actor is not None:
+                return actor
+            if self.closed:
+                raise RuntimeError("the Ray backend has stopped")
+            if self.unavailable is not None:
+                raise ToolCrashed(self.unavailable, retry=False)
+            if self.spares:
+                start = self.spares.pop(0)
+                break
+            # No room on the cluster for another, and some of ours will be free:
+            # wait for one (`_ray_room.py`).
+            mine = len(self.live) + self.pending > len(self.idle)  # busy, or starting
+            if self.room is None or self.room.free(self) or not mine:
+                start = self._begin(placed=True)
+                break
+            waiter = self.loop.create_future()
+            self.waiters.append(waiter)
+            await waiter
         try:
             return await asyncio.shield(start)
         except asyncio.CancelledError:
@@ -148,7 +200,12 @@ class ToolActors:
         if actor.killed or actor.dead or self.closed:
             self.lost(actor, crashed=False)
         else:
-            self.idle.append(actor)
+            self._idle(actor)
+        self.wake()
+
+    def _idle(self, actor: RayActor) -> None:
+        actor.idle_since = time.monotonic()
+        self.idle.append(actor)
 
     def lost(self, actor: RayActor, *, crashed: bool) -> None:
         """`actor` is gone (killed by toolbus, or `crashed`): count it, replace it."""
@@ -162,6 +219,7 @@ class ToolActors:
         if self.shared is actor:
             self.shared = None
             self.shared_start = None
+        self.wake()
         if crashed:
             self.crashes += 1
             if 0 <= self.max_restarts < self.crashes:
@@ -174,9 +232,16 @@ class ToolActors:
         if self.is_async:
             self._start_shared()
         else:
-            spare = asyncio.ensure_future(self._start())
+            spare = self._begin()
             spare.add_done_callback(self._spare_started)
             self.spares.append(spare)
+
+    def wake(self) -> None:
+        """The loop thread: calls waiting for an actor look again."""
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- starting one ---------------------------------------------------------------
 
@@ -184,11 +249,31 @@ class ToolActors:
         """An async tool's actor, starting (one start at a time)."""
         start = self.shared_start
         if start is None:
-            start = self.shared_start = asyncio.ensure_future(self._start())
+            start = self.shared_start = self._begin()
             start.add_done_callback(self._shared_started)
         return start
 
+    def _begin(self, *, placed: bool = False) -> asyncio.Future[RayActor]:
+        """Start an actor (`placed`: `Room.free` was asked already); counted as
+        starting at once, so that the next call's `Room.free` sees it."""
+        room = self.room
+        if room is not None and not placed:
+            room.free(self)  # makes room if an idle actor of another tool holds it
+        if room is not None:
+            room.starting += 1
+        self.pending += 1
+        return asyncio.ensure_future(self._start())
+
     async def _start(self) -> RayActor:
+        room = self.room
+        try:
+            return await self._started()
+        finally:
+            self.pending -= 1
+            if room is not None:
+                room.starting -= 1
+
+    async def _started(self) -> RayActor:
         if self.closed:
             raise RuntimeError("the Ray backend has stopped")
         actor = RayActor(self.cls.options(**self.options).remote(self.payload, self.name))
@@ -220,6 +305,10 @@ class ToolActors:
             raise RuntimeError("the Ray backend has stopped")
         return actor
 
+    def discard(self, actor: RayActor) -> None:
+        """Stop `actor`, not replacing it (no call of it is running)."""
+        self._discard(actor)
+
     def _discard(self, actor: RayActor) -> None:
         actor.dead = True
         with self.lock:
@@ -247,7 +336,8 @@ class ToolActors:
         if self.closed:
             self._discard(actor)
         else:
-            self.idle.append(actor)
+            self._idle(actor)
+            self.wake()
 
     # -- closing --------------------------------------------------------------------
 
@@ -260,6 +350,12 @@ class ToolActors:
         for actor in actors:
             actor.dead = True
             actor.kill()
+        loop = self.loop
+        if self.waiters and loop is not None:
+            try:
+                loop.call_soon_threadsafe(self.wake)
+            except RuntimeError:
+                pass  # the loop is closed
 
 
 def check_placement(

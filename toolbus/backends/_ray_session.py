@@ -93,11 +93,13 @@ class Session:
             self._users.discard(id(user))
             if self._users or not self._owned or self._stop is None:
                 return
-            stop, keeper = self._stop, self._keeper
+            stop, keeper, ready = self._stop, self._keeper, self._ready
             self._stop = None
             self._ready = None
             self._owned = False
         stop.set()
+        if ready is not None and not ready.done():
+            return  # `ray.init` is still going (or stuck): its thread shuts it down after
         if keeper is not None and keeper is not threading.current_thread():
             keeper.join(_SHUTDOWN_WAIT)
 
