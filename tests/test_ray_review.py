@@ -55,3 +55,27 @@ def test_a_bad_address_is_a_clear_error_not_a_hang() -> None:
     assert (status, code) == ("rejected", "TOOL_UNAVAILABLE"), out
     assert "127.0.0.1:1" in error and seconds < 2, out
     assert out["close_s"] < 5, out
+
+
+def test_user_code_under_the_base_prefix_is_still_shipped_by_value(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A system Python has sys.base_prefix == "/usr": an app in /usr/src/app (or
+    /opt/python-apps beside a prefix /opt/python) is not the standard library,
+    so it travels by value to nodes that lack it."""
+    import importlib
+
+    from toolbus.backends import _ray_shipping
+
+    pkg = tmp_path / "python-apps" / "myagent"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "python-apps"))
+    module = importlib.import_module("myagent")
+    try:
+        monkeypatch.setattr(sys, "base_prefix", str(tmp_path / "python"))
+        monkeypatch.setattr(sys, "prefix", str(tmp_path / "python"))
+        assert _ray_shipping._by_value("myagent.tools") is module
+        assert _ray_shipping._by_value("json.decoder") is None  # the stdlib: by reference
+    finally:
+        sys.modules.pop("myagent", None)

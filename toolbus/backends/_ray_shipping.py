@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextvars
 import io
 import sys
+import sysconfig
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ray import cloudpickle as _cloudpickle
@@ -100,9 +102,19 @@ def _by_value(module_name: str) -> Any:
     path = str(getattr(package, "__file__", None) or "")
     if package is None or not path or "site-packages" in path or "dist-packages" in path:
         return None
-    if path.startswith(sys.base_prefix) or path.startswith(sys.prefix):
+    if _in_stdlib(path):
         return None  # the standard library
     return package
+
+
+def _in_stdlib(path: str) -> bool:
+    # By the stdlib's own directories, path component by component: an app under
+    # a system Python's prefix (/usr/src/app, prefix /usr) is not the stdlib.
+    file = Path(path).resolve()
+    return any(file.is_relative_to(Path(d).resolve()) for d in _STDLIB_DIRS)
+
+
+_STDLIB_DIRS = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")}
 
 
 def ship_tool(tool: Tool) -> bytes:
