@@ -79,3 +79,25 @@ def test_user_code_under_the_base_prefix_is_still_shipped_by_value(
         assert _ray_shipping._by_value("json.decoder") is None  # the stdlib: by reference
     finally:
         sys.modules.pop("myagent", None)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_cpus": float("inf")},
+        {"num_gpus": float("nan")},
+        {"resources": {"accelerator": float("inf")}},
+        {"resources": {"CPU": 1}},
+        {"resources": {"GPU": 1}},
+    ],
+    ids=["num_cpus-inf", "num_gpus-nan", "resource-inf", "resources-CPU", "resources-GPU"],
+)
+def test_placement_options_ray_refuses_are_refused_at_construction(
+    options: dict[str, object],
+) -> None:
+    # Accepted, each call would fail (retryably) when Ray refuses to start an actor.
+    from toolbus.backends import RayBackend
+
+    with pytest.raises(ValueError, match="RayBackend: "):
+        RayBackend(**options)  # type: ignore[arg-type]
+    RayBackend(num_cpus=0.5, resources={"accelerator": 1})  # what Ray accepts stays accepted

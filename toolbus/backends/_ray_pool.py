@@ -366,18 +366,28 @@ def check_placement(
     for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise ValueError(f"RayBackend: {name} must be a number >= 0, got {value!r}")
+        if not _amount(value):
+            raise ValueError(f"RayBackend: {name} must be a finite number >= 0, got {value!r}")
         out[name] = value
     if resources is not None:
         if not isinstance(resources, Mapping):
             raise TypeError(f"RayBackend: resources must be a mapping, got {resources!r}")
         for key, value in resources.items():
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not isinstance(key, str) or not number or not value >= 0:
-                raise ValueError(f"RayBackend: resources[{key!r}] must be a number >= 0")
+            if key in ("CPU", "GPU"):  # Ray refuses them there, at every actor's start
+                raise ValueError(
+                    f"RayBackend: resources[{key!r}]: use num_{key.lower()}= for {key}s"
+                )
+            if not isinstance(key, str) or not _amount(value):
+                raise ValueError(f"RayBackend: resources[{key!r}] must be a finite number >= 0")
         out["resources"] = dict(resources)
     return out
+
+
+def _amount(value: object) -> bool:
+    """A number of a resource Ray accepts: finite, >= 0 (no bool, no NaN, no inf)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
+    )
 
 
 _classes: dict[type, Any] = {}
