@@ -334,16 +334,27 @@ def test_bad_backend_options_are_refused() -> None:
         RayBackend(resources={"accelerator": -1})
 
 
-def test_an_unpicklable_tool_is_unavailable_with_the_reason(make_executor: MakeExecutor) -> None:
+def test_an_unpicklable_tool_is_refused_at_registration_or_first_call(
+    make_executor: MakeExecutor,
+) -> None:
     reg = ToolRegistry()
     lock = __import__("threading").Lock()
 
-    @reg.tool(backend=RayBackend())
     def holds_a_lock() -> bool:
         return lock.locked()
 
-    ex = make_executor(reg, timeout=20)
-    r = ex.execute(call("holds_a_lock"))
+    with pytest.raises(ValueError, match="cannot be sent to Ray: pickling it failed"):
+        reg.tool(backend=RayBackend())(holds_a_lock)
+    # What it closes over may change after the executor bound it: refused at its first call.
+    held: list[object] = [None]
+
+    @reg.tool(backend=RayBackend())
+    def holds_later() -> bool:
+        return held[0] is not None
+
+    ex = make_executor(reg, timeout=20)  # bound: pickled again, still fine
+    held[0] = __import__("threading").Lock()
+    r = ex.execute(call("holds_later"))
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
     assert "cannot be sent to Ray: pickling it failed" in (r.error or "")
 

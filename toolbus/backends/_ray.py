@@ -140,6 +140,12 @@ class RayBackend(ActorCalls):
                 f"tool {tool.name!r} holds resources of this process (a live session, a "
                 "socket): it cannot run on a Ray actor"
             )
+        # Pickled once here, so that a tool closing over a lock, a socket or a
+        # client is refused at registration; it is pickled again (and may still
+        # be refused) at its first call, when what it closes over may have changed.
+        from ._ray_shipping import ship_tool
+
+        ship_tool(tool)
 
     def capacity(self, tool: Tool) -> int:
         """How many calls of `tool` may run at once: a sync tool's pool size
