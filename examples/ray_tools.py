@@ -43,11 +43,18 @@ def tools(backend: RayBackend) -> ToolRegistry:
             ctx.progress(f"{name}: pass {i}/{steps}", i / steps)
         return {"name": name, "size": [128, 128], "pid": os.getpid()}
 
+    calls = {"running": 0, "peak": 0}  # travels with the tool: the actor's own count
+
     @registry.tool(backend=backend, read_only=True)
-    async def fetch(url: str) -> str:
+    async def fetch(url: str) -> dict[str, object]:
         """Fetch a URL (pretend)."""
-        await asyncio.sleep(0.05)
-        return f"200 OK from {url}"
+        calls["running"] += 1
+        calls["peak"] = max(calls["peak"], calls["running"])
+        try:
+            await asyncio.sleep(0.2)
+        finally:
+            calls["running"] -= 1
+        return {"status": f"200 OK from {url}", "pid": os.getpid(), "peak": calls["peak"]}
 
     @registry.tool(backend=backend, read_only=True, timeout=1.0)
     def stuck() -> str:
@@ -74,10 +81,10 @@ def main() -> None:
             print(f"  progress on this process's bus: {p.message} ({p.fraction:.0%})")
 
         urls = [f"https://example.com/{i}" for i in range(20)]
-        t0 = time.monotonic()
         batch = executor.execute_batch([ToolCall(name="fetch", arguments={"url": u}) for u in urls])
-        took = time.monotonic() - t0
-        print(f"fetch: {sum(x.ok for x in batch)}/20 ok, concurrently on one actor: {took < 1.0}")
+        ok = [x.output for x in batch if x.ok]
+        together = len({o["pid"] for o in ok}) == 1 and max(o["peak"] for o in ok) > 1
+        print(f"fetch: {len(ok)}/20 ok, concurrently on one actor: {together}")
 
         r = executor.execute(ToolCall(name="stuck"))
         [killed] = rec.wait_for(bus.KILLED, timeout=10)
