@@ -151,7 +151,7 @@ def test_a_server_limit_holds_in_process(make_executor: MakeExecutor) -> None:
             stats = executor.stats()
             assert (stats.in_flight, stats.queued) == (2, 18)  # waiting in toolbus
             # Waiting is off the clock: gate_b's 0.5 s timeout passes unspent.
-            time.sleep(0.7)
+            time.sleep(0.7)  # time passing is the claim: not a wait for an event
             assert spec_server.inside() == 2
             assert executor.stats().queued == 18
             spec_server.open_gate()  # in-process: the server's own state

@@ -448,11 +448,14 @@ def test_concurrent_calls_with_the_same_id_each_get_their_own_parent(
     long call and a short one both named `call_0` keep their own parents and
     start times (review 10)."""
     registry = ToolRegistry()
+    long_running = threading.Event()
 
     @registry.tool(read_only=True)
     def work(delay: float) -> str:
         """Works for a while."""
-        time.sleep(delay)
+        if delay > 0.3:
+            long_running.set()
+        time.sleep(delay)  # tool under test: takes a while
         return "ok"
 
     ex = make_executor(registry, max_parallel=4)
@@ -460,16 +463,17 @@ def test_concurrent_calls_with_the_same_id_each_get_their_own_parent(
     parents: dict[str, int] = {}
     submitted: dict[str, int] = {}
 
-    def conversation(name: str, delay: float, after: float) -> None:
-        time.sleep(after)
+    def conversation(name: str, delay: float, after_long_started: bool) -> None:
+        if after_long_started:  # the short call runs inside the long one's span
+            assert long_running.wait(10)
         with otel.tracer.start_as_current_span(name) as span:
             parents[name] = span.get_span_context().span_id
             submitted[name] = time.time_ns()
             ex.execute(ToolCall(id="call_0", name="work", arguments={"delay": delay}))
 
     threads = [
-        threading.Thread(target=conversation, args=("long", 0.5, 0.0)),
-        threading.Thread(target=conversation, args=("short", 0.05, 0.1)),
+        threading.Thread(target=conversation, args=("long", 0.5, False)),
+        threading.Thread(target=conversation, args=("short", 0.05, True)),
     ]
     for t in threads:
         t.start()
