@@ -5,7 +5,11 @@ enforces limits, deadlines and retries; every lifecycle step is a blinker signal
 on `toolbus.bus`.
 """
 
+# First: fills the seams through which the lower layers reach the upper ones
+# (toolbus/_seams.py), before any of them can be used.
+from . import _wiring  # noqa: F401  # isort: skip
 from . import bus
+from ._version import __version__ as __version__
 from .config import ConfigError
 from .executor import Executor, ExecutorStats
 from .formatting import format_result_for_context
@@ -61,5 +65,3 @@ __all__ = [
     "format_result_for_context",
     "tool",
 ]
-
-__version__ = "0.1.0"

@@ -20,13 +20,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from . import __version__
 from ._cli import bench as _bench
 from ._cli import call as _call
 from ._cli import mcp as _mcp
 from ._cli import tools as _tools
 from ._cli import top as _top
 from ._cli._common import OneLineErrors
+from ._version import __version__
 
 __all__ = ["app", "main"]
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import ray
 
+from .._version import __version__
+
 __all__ = ["SESSION", "Session", "check_workers"]
 
 log = logging.getLogger("toolbus.backends")
@@ -150,7 +152,6 @@ async def check_workers(timeout: float) -> str | None:
     Without this, an actor whose class cannot be loaded on the node (toolbus
     missing, or an older one) never starts, and Ray says nothing. Raises
     TimeoutError if no worker answered (worth asking again later)."""
-    import toolbus
 
     namespace: dict[str, Any] = {"__name__": "toolbus_ray_probe"}
     exec(_PROBE, namespace)
@@ -159,7 +160,7 @@ async def check_workers(timeout: float) -> str | None:
     if error is not None:
         return (
             f"toolbus cannot be imported on the Ray cluster's workers ({error}): install "
-            f"toolbus {toolbus.__version__} there"
+            f"toolbus {__version__} there"
         )
     here = list(sys.version_info[:2])
     if python != here:
@@ -167,6 +168,6 @@ async def check_workers(timeout: float) -> str | None:
             f"the Ray workers run Python {python[0]}.{python[1]} and this agent "
             f"{here[0]}.{here[1]}: tools travel by value (cloudpickle) and need the same one"
         )
-    if version != toolbus.__version__:
-        log.warning("the Ray workers have toolbus %s, this agent %s", version, toolbus.__version__)
+    if version != __version__:
+        log.warning("the Ray workers have toolbus %s, this agent %s", version, __version__)
     return None

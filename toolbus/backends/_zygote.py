@@ -231,7 +231,9 @@ def main(fd: int) -> None:
     sys.path[:] = hello["path"]
     with contextlib.suppress(OSError):
         os.chdir(hello["cwd"])
-    import toolbus  # noqa: F401  # what every worker needs, imported once here
+    # What every worker needs (and, as its package, all of toolbus), imported
+    # once here so that each forked worker starts with it.
+    from . import _worker  # noqa: F401
 
     zygote = _Zygote(ctrl, root=True)
     _send(ctrl, {"kind": "ready", "pid": os.getpid(), "error": None, "threaded": False})

@@ -25,8 +25,8 @@ from mcp.client import Transport
 from mcp.client.session import MessageHandlerFnT
 from mcp.server import MCPServer, Server
 
-from .. import __version__
 from .._options import non_negative_number, positive_int, positive_number
+from .._version import __version__
 from ._actor import Open, Opened, SessionActor
 from ._connection import MCPConnection
 from ._errors import MCPConnectError

@@ -386,7 +386,7 @@ def instrument_otel(
         raise ImportError(
             "toolbus.observe.instrument_otel needs OpenTelemetry: pip install 'toolbus[otel]'"
         ) from e
-    from .. import __version__
+    from .._version import __version__
 
     tracer = trace.get_tracer("toolbus", __version__, tracer_provider)
     meter = metrics.get_meter("toolbus", __version__, meter_provider)

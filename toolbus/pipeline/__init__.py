@@ -7,10 +7,12 @@ generators; `_drive.py` drives them on a worker thread or an event loop. This
 layer imports neither the actors nor the backends: they import it.
 """
 
+from .._errors import ToolCrashed, WorkerKilled
+from ..tools._running import NestedCalls
 from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
-from ._faults import ToolCrashed, WorkerKilled
 from ._keys import canonical_arguments, derive_key
-from ._results import end_call, finish, log_contained, make_result
+from ._make import log_contained, make_result
+from ._results import end_call, finish
 from ._run import (
     ADMISSION,
     FINISHING,
@@ -35,7 +37,6 @@ from ._services import (
     Hooks,
     Invoke,
     Journal,
-    NestedCalls,
     Outcome,
     Services,
     Steps,

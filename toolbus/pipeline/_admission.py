@@ -17,11 +17,7 @@ from ..tools import (
     error_text,
 )
 from ..tools._tool import parse_json_arguments
-from ._results import (
-    _awaitable,
-    log_contained,
-    make_result,
-)
+from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, Run
 from ._services import (
     Services,
@@ -42,7 +38,7 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     paths = run.tool.secret_paths if run.tool is not None else ()
     try:
         masked = svc.hooks.mask_arguments(call)
-        if _awaitable(masked):
+        if awaitable(masked):
             masked = yield masked
         if isinstance(masked, str | bytes) and not isinstance(raw, str):
             try:
@@ -110,7 +106,7 @@ def admit(run: Run, svc: Services) -> Steps:
         call = run.call = injected
     try:
         new = svc.hooks.pre_execute(call)
-        if _awaitable(new):
+        if awaitable(new):
             new = yield new
         if not isinstance(new, ToolCall):
             raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
@@ -145,7 +141,7 @@ def admit(run: Run, svc: Services) -> Steps:
     try:
         # An async authorizer is awaited: its coroutine object is not a yes.
         allowed = svc.hooks.is_allowed(new)
-        if _awaitable(allowed):
+        if awaitable(allowed):
             allowed = yield allowed
         allowed = bool(allowed)
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
@@ -193,7 +189,7 @@ def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
             continue
         try:
             value = fn(call)
-            if _awaitable(value):
+            if awaitable(value):
                 value = yield value
         except (Exception, asyncio.CancelledError) as e:  # the provider's own, too
             # Refused like a pre-call hook that raises; whatever was supplied

@@ -35,7 +35,7 @@ from ..policies._protocol import (
 )
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
-from . import _results
+from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, POLICIES
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def consult(run: Run, svc: Services) -> Steps:
             policy = chain[run.policy_at]
             try:
                 decision = policy.admit(run.call, tool, time.monotonic())
-                if type(decision) not in _DECISIONS and _results._awaitable(decision):
+                if type(decision) not in _DECISIONS and awaitable(decision):
                     decision = yield _asked(decision, svc, run)
             except BaseException as e:
                 if isinstance(e, GeneratorExit) or (
@@ -96,7 +96,7 @@ def consult(run: Run, svc: Services) -> Steps:
                 # executor's loop, never where a caller's Ctrl-C lands): a
                 # broken guard fails closed, naming itself.
                 what = f"policy {policy_name(policy)} failed for call {run.call.id}"
-                _results.log_contained(what, e, run.scrubber)
+                log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
             kind = type(decision)
             if kind is Admit:
@@ -114,7 +114,7 @@ def consult(run: Run, svc: Services) -> Steps:
             if kind is Reject:
                 if not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
-                return _results.make_result(
+                return make_result(
                     run,
                     "rejected",
                     error=rejection_text(decision.message, run.call.name, policy),
@@ -223,7 +223,7 @@ def _seconds(value: Any) -> float | None:
 
 
 def _refused(run: Run, policy: Any, why: str) -> ToolResult:
-    return _results.make_result(
+    return make_result(
         run,
         "rejected",
         error=f"Tool '{run.call.name}' is unavailable: its policy {policy_name(policy)} "
@@ -247,7 +247,7 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
         if decision.approved:
             return None
         why = decision.reason or "denied"
-        return _results.make_result(
+        return make_result(
             run,
             "rejected",
             error=f"Tool '{run.call.name}' was not approved: {why}",
@@ -258,7 +258,7 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
         call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
     )
     text = f"Tool '{run.call.name}' needs approval before it runs"
-    result = _results.make_result(
+    result = make_result(
         run,
         "deferred",
         error=f"{text}: {reason}" if reason else text,
@@ -293,7 +293,7 @@ def _drop(policy: Any, run: Run, result: ToolResult, svc: Services) -> None:
     try:
         dropped(run.call, result, time.monotonic())
     except BaseException as e:  # the result is claimed: see _tell
-        _results.log_contained(
+        log_contained(
             f"policy {policy_name(policy)} failed on dropping call {run.call.id}",
             e,
             run.scrubber,
@@ -311,7 +311,7 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
         # The result stands; the policy's failure is logged. BaseException too:
         # the result is claimed already, so anything escaping here would leave
         # the call unannounced and its caller waiting forever.
-        _results.log_contained(
+        log_contained(
             f"policy {policy_name(policy)} failed on the result of call {run.call.id}",
             e,
             run.scrubber,

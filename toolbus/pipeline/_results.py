@@ -3,10 +3,6 @@ claimed once and announced (`finish`)."""
 
 from __future__ import annotations
 
-import inspect
-import traceback
-from typing import Any
-
 from ..bus import _signals as sig
 from ..bus._events import (
     CallCancelled,
@@ -16,8 +12,8 @@ from ..bus._events import (
     RetrySuccess,
 )
 from ..masking import Scrubber
-from ..models import ErrorCode, Status, ToolCall, ToolResult
-from ..retry import RetryDecision
+from ..models import ErrorCode, Status, ToolResult
+from ._make import log_contained, make_result
 from ._policies import tell_results
 from ._run import Run
 from ._services import (
@@ -25,44 +21,7 @@ from ._services import (
     LOST,
     Outcome,
     Services,
-    log,
 )
-
-_PLAIN = frozenset({ToolCall, ToolResult, RetryDecision, bool, type(None), dict, list, str})
-
-
-def _awaitable(value: Any) -> bool:
-    """Whether user code handed back something to await (an async hook's coroutine).
-
-    Each step writes `if _awaitable(v): v = yield v` where it calls a hook: a
-    generator per hook call (`yield from`) would cost more than the hook."""
-    return type(value) not in _PLAIN and inspect.isawaitable(value)
-
-
-def make_result(
-    run: Run,
-    status: Status,
-    *,
-    output: Any = None,
-    error: str | None = None,
-    code: ErrorCode | None = None,
-    attempts: int | None = None,
-    attachments: tuple[Any, ...] = (),
-    metadata: dict[str, Any] | None = None,
-) -> ToolResult:
-    # The validating constructor: pydantic-core makes it faster than model_construct.
-    return ToolResult(
-        call_id=run.call.id,
-        name=run.call.name,
-        status=status,
-        output=output,
-        error=error,
-        error_code=code,
-        attempts=run.attempt if attempts is None else attempts,
-        duration=run.elapsed(),
-        attachments=attachments,
-        metadata=metadata if metadata is not None else {},
-    )
 
 
 def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
@@ -174,9 +133,3 @@ def end_call(run: Run, svc: Services, status: Status, code: ErrorCode, message: 
     a cancellation, an internal error): DONE, or LOST if it had a result."""
     result = make_result(run, status, error=message, code=code)
     return DONE if finish(run, result, svc) else LOST
-
-
-def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:
-    """Log a contained failure with its traceback, secrets scrubbed from all of it."""
-    text = "".join(traceback.format_exception(error))
-    log.warning("%s:\n%s", what, scrubber.text(text))

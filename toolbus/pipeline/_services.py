@@ -8,18 +8,16 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
-from ..bus._events import (
-    LateResult,
-)
+from ..bus import _signals as sig
+from ..bus._events import LateResult, WorkerKilled
 from ..bus._publisher import Emitter
 from ..models import ToolCall, ToolResult
 from ..retry import AttemptFailure
-from ..tools import (
-    Tool,
-    ToolContext,
-)
+from ..tools import ToolContext
+from ..tools import _running as tools_running
+from ..tools._running import NestedCalls
 from ._run import Run
 
 log = logging.getLogger("toolbus")
@@ -28,10 +26,10 @@ log = logging.getLogger("toolbus")
 Steps = Generator[Awaitable[Any], Any, Any]
 
 # The call whose steps run in this context (with its executor's services): a
-# call made from inside a tool or hook is recognised as nested by it.
-current_run: contextvars.ContextVar[tuple[Services, Run] | None] = contextvars.ContextVar(
-    "toolbus_current_run", default=None
-)
+# call made from inside a tool or hook is recognised as nested by it. The
+# variable is the tools layer's (a sequence, a command tool read it there);
+# this is the same variable, typed as the engine knows its values.
+current_run = cast("contextvars.ContextVar[tuple[Services, Run] | None]", tools_running.current_run)
 
 # Set by a caller around its calls (a framework's node): sees each exception a
 # tool raises and may return another to judge the attempt by. LangGraph's
@@ -104,21 +102,6 @@ class Journal(Protocol):
     def ended(self, run: Run, result: ToolResult) -> None: ...
 
 
-class NestedCalls(Protocol):
-    """How a tool runs calls of its own on the executor running it, as nested
-    calls of its run (a `toolbus.tools.sequence` runs its steps so)."""
-
-    def tool(self, name: str) -> Tool | None:
-        """The executor's registered tool of that name, if any."""
-        ...
-
-    def call(self, tool: Tool, call: ToolCall, parent: Run) -> Awaitable[ToolResult]:
-        """Run `call` with `tool` (registered or not) through the executor's
-        pipeline, as a nested call of `parent` on its share of `max_parallel`;
-        resolves to its result. Awaited on the loop `parent`'s tool runs on."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class Services:
     """What the steps share: read-only after the executor starts."""
@@ -139,6 +122,26 @@ class Services:
     # masking are the defaults (no option set, none overridden). A remote
     # backend may then admit a call on whichever thread dispatches it.
     plain_admission: bool = False
+
+    def announce_killed(self, run: Run, pid: int, reason: str) -> None:
+        """A process running `run`'s attempt was killed by toolbus: count it and
+        announce `tool:killed`. Every backend or tool that kills a process says so here."""
+        self.killed.add()
+        em = self.emitter
+        if em.wants(sig.KILLED):
+            em.emit(
+                sig.KILLED,
+                WorkerKilled(
+                    run.call.id,
+                    run.call.name,
+                    run.batch_id,
+                    run.attempt,
+                    pid,
+                    reason,
+                    parent_call_id=run.parent_call_id,
+                    _run=run.token,
+                ),
+            )
 
 
 # What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import ToolCrashed, WorkerKilled
 from ..bus import _signals as sig
 from ..bus._events import (
     Executed,
@@ -31,7 +32,6 @@ from ..bus._events import (
     RetryAttempt,
     TimedOut,
 )
-from ..bus._events import WorkerKilled as WorkerKilled_
 from ..models import ErrorCode, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import (
@@ -43,15 +43,9 @@ from ..tools import (
 from ._admission import (
     admit,
 )
-from ._faults import ToolCrashed, WorkerKilled
+from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
-from ._results import (
-    _awaitable,
-    end_call,
-    finish,
-    log_contained,
-    make_result,
-)
+from ._results import end_call, finish
 from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
 from ._services import (
     DONE,
@@ -105,24 +99,8 @@ def publish_progress(
 
 
 def publish_killed(run: Run, svc: Services, pid: int, reason: str) -> None:
-    """A process running `run`'s attempt was killed by toolbus: count it and
-    announce `tool:killed`. Every backend or tool that kills a process says so here."""
-    svc.killed.add()
-    em = svc.emitter
-    if em.wants(sig.KILLED):
-        em.emit(
-            sig.KILLED,
-            WorkerKilled_(
-                run.call.id,
-                run.call.name,
-                run.batch_id,
-                run.attempt,
-                pid,
-                reason,
-                parent_call_id=run.parent_call_id,
-                _run=run.token,
-            ),
-        )
+    """A process running `run`'s attempt was killed by toolbus (`Services.announce_killed`)."""
+    svc.announce_killed(run, pid, reason)
 
 
 def _progress_sink(svc: Services, run: Run) -> Any:
@@ -404,7 +382,7 @@ def after_failure(
         )
         try:
             answer = svc.hooks.should_retry(run.call, failure)
-            if _awaitable(answer):
+            if awaitable(answer):
                 answer = yield answer
             decision = answer if isinstance(answer, RetryDecision) else RetryDecision(bool(answer))
         except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
@@ -453,7 +431,7 @@ def complete(run: Run, result: ToolResult, svc: Services) -> Steps:
     if run.admitted:
         try:
             new = svc.hooks.post_execute(run.call, result)
-            if _awaitable(new):
+            if awaitable(new):
                 new = yield new
             if not isinstance(new, ToolResult):
                 raise TypeError(f"post-call hook returned {type(new).__name__}, not a ToolResult")

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._errors import error_text
 from .._options import timeout_seconds
 from ..masking import Scrubber, SecretKeys, mask_arguments, mask_paths
 from ..models import ErrorCode, ToolCall
-from ..tools._errors import error_text
 from ._keyed import parsed_arguments
 from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name, rejection_text
 from ._signals import asking, done_asking

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import _seams
 from ..formatting import DEFAULT_MAX_LENGTH, output_text
-from ..models import ToolCall, ToolOutput, ToolResult
+from ..models import ToolCall, ToolResult
 from ._protocol import BasePolicy
 
 if TYPE_CHECKING:
@@ -248,41 +249,8 @@ class Spill(BasePolicy):
         """The `read_artifact` tool (one object: registered once wherever it is brought)."""
         with self._lock:
             if self._tool is None:
-                self._tool = _make_reader(self)
+                self._tool = _seams.spill_reader.call(self)
             return self._tool
-
-
-def _make_reader(policy: Spill) -> Tool:
-    # Here, not at module level: toolbus.tools imports toolbus.policies.
-    from ..tools import FunctionTool, ToolFailure
-
-    def read_artifact(handle: str, offset: int = 0, length: int = policy.page) -> ToolOutput:
-        try:
-            text, chars = policy.read(handle, offset, length, time.monotonic())
-        except (LookupError, ValueError) as e:
-            raise ToolFailure(str(e)) from None
-        end = offset + len(text)
-        # The model reads the page as it is (pages join into the whole text);
-        # where it ends is in the metadata, for whoever pages programmatically.
-        return ToolOutput(
-            content=text,
-            metadata={"artifact": handle, "offset": offset, "next_offset": end,
-                      "chars": chars, "done": end >= chars},
-        )  # fmt: skip
-
-    tool = FunctionTool(
-        read_artifact,
-        name=policy.tool_name,
-        description=(
-            "Read part of a long tool output that was stored as an artifact: "
-            f"`length` characters (at most {policy.page}) from character `offset` "
-            "(0 is the first) of the artifact `handle` named in that output."
-        ),
-        read_only=True,
-        backend="thread",  # it reads this process's artifacts, whatever the default
-    )
-    tool.process_local = True
-    return tool
 
 
 def _remove(path: Path) -> None:

@@ -1,12 +1,12 @@
 """The tools layer: what a tool is, how functions become tools, and the registry."""
 
+from .._errors import ArgumentError, ToolError, ToolFailure, error_text
+from .._output import OutputError, normalize_output
 from ._command import CommandTool
 from ._context import ToolContext
-from ._errors import ArgumentError, ToolError, ToolFailure, error_text
 from ._function import FunctionTool, ToolOptions, tool
 from ._injected import Injected
 from ._load import load_registry
-from ._output import OutputError, normalize_output
 from ._plugins import PluginError, PluginWarning
 from ._registry import DuplicateToolError, ToolRegistry
 from ._sequence import SequenceTool, sequence

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .._errors import ToolFailure, WorkerKilled
 from .._options import positive_int
 from ..models import ErrorCode
 from ._command_process import Watch, kill_group
@@ -34,8 +35,8 @@ from ._command_spec import (
     fill_argv,
     format_fields,
 )
-from ._errors import ToolFailure
 from ._rlimit_exec import limit_prefix
+from ._running import CallHost, RunningCall, current_run
 from ._tool import Tool
 
 __all__ = ["CommandTool"]
@@ -189,7 +190,9 @@ class CommandTool(Tool):
         check_command_size(command, env, self.name)
         return command
 
-    def _redactor(self, params: Any, command: list[str], here: Any) -> Redactor:
+    def _redactor(
+        self, params: Any, command: list[str], here: tuple[CallHost, RunningCall] | None
+    ) -> Redactor:
         """What to scrub from this call's output: its secret parameters, the
         arguments filled in from them, and what the executor's masker hid."""
         args = command[len(command) - len(self._reads) :] if self._reads else []
@@ -216,12 +219,10 @@ class CommandTool(Tool):
         the command's process group is killed. If its task is cancelled, the
         group is killed and reaped and the kill announced (`tool:killed`,
         `killed_workers`) before the cancellation propagates: as
-        `pipeline.WorkerKilled` when toolbus settled the call (a deadline, a
+        `WorkerKilled` when toolbus settled the call (a deadline, a
         cancel, a close), so that the attempt counts as killed and not as a
         late result; as the `CancelledError` itself otherwise.
         """
-        from ..pipeline import current_run  # the pipeline layer sits above tools
-
         here = current_run.get()
         if here is not None and here[1].tool is not self:
             here = None  # run directly (`aexecute`) by some other call's tool
@@ -288,11 +289,16 @@ class CommandTool(Tool):
             raise self._failure(proc.returncode, result, redactor, watch.cpu_time)
         return result
 
-    def _killed(self, pid: int, here: Any, attempt: int, *, announce: bool) -> BaseException | None:
+    def _killed(
+        self,
+        pid: int,
+        here: tuple[CallHost, RunningCall] | None,
+        attempt: int,
+        *,
+        announce: bool,
+    ) -> BaseException | None:
         """Announce the kill (if anything was left to kill); what to raise in
         place of the cancellation (None: the cancellation itself)."""
-        from ..pipeline import WorkerKilled, publish_killed
-
         if here is None:  # run without an executor: nobody to tell
             return None
         svc, run = here
@@ -302,7 +308,7 @@ class CommandTool(Tool):
         ours = not run.is_live(attempt)
         if announce:
             reason = (run.stop_reason or "cancelled") if ours else "cancelled"
-            publish_killed(run, svc, pid, reason)
+            svc.announce_killed(run, pid, reason)
         if ours:
             return WorkerKilled(f"the command of '{self.name}' was killed")
         return None

@@ -13,8 +13,8 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .._errors import ArgumentError
 from ._command_secrets import reveal
-from ._errors import ArgumentError
 
 __all__ = ["MAX_ARG_BYTES", "check_argv", "check_command_size", "check_env", "check_inherit",
            "fill_argv", "format_fields"]  # fmt: skip

@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-from ._errors import error_text
+from .._errors import error_text
 from ._registry import ToolRegistry
 
 __all__ = ["load_registry"]

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._errors import error_text
+from .._errors import error_text
 from ._tool import Tool
 
 if TYPE_CHECKING:

@@ -6,8 +6,9 @@ import builtins
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self, Unpack, cast, overload
+from typing import TYPE_CHECKING, Any, Self, Unpack, overload
 
+from .. import _seams
 from ..retry import RetryPolicy
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
@@ -146,10 +147,8 @@ class ToolRegistry:
         `response_format="content_and_artifact"` are refused (`ValueError`).
         See `toolbus.integrations.langchain`.
         """
-        from ..integrations.langchain import LangChainTool
-
         return self.register(
-            LangChainTool(
+            _seams.langchain_tool.call(
                 tool,
                 read_only=read_only,
                 timeout=timeout,
@@ -205,9 +204,7 @@ class ToolRegistry:
     def to_anthropic(self) -> builtins.list[dict[str, Any]]:
         """Every tool in Anthropic Messages' `tools` format, `{name, description,
         input_schema}` (`toolbus.providers.anthropic.tool_definitions`)."""
-        from ..providers.anthropic import tool_definitions
-
-        return cast("builtins.list[dict[str, Any]]", tool_definitions(self))
+        return _seams.anthropic_definitions.call(self)
 
     def to_mcp(self) -> builtins.list[dict[str, Any]]:
         """Every tool as an MCP server lists it (`tools/list`): `{name,
@@ -217,12 +214,7 @@ class ToolRegistry:
         `toolbus.mcp.mcp_tool`, which gives the SDK's `Tool` objects; needs
         the `mcp` extra (`ImportError` saying so otherwise).
         """
-        from ..mcp import mcp_tool
-
-        return [
-            mcp_tool(t).model_dump(mode="json", by_alias=True, exclude_none=True)
-            for t in self._tools.values()
-        ]
+        return [_seams.mcp_definition.call(t) for t in self._tools.values()]
 
     def add_pydantic_ai(self, tool_or_function: Any, /, **options: Any) -> Tool:
         """Register a pydantic-ai tool (a `pydantic_ai.Tool` or a plain function,
@@ -231,9 +223,7 @@ class ToolRegistry:
         Needs the `pydantic-ai` extra. Options (`name`, `read_only`, `timeout`,
         ...) and what is refused: `toolbus.integrations.pydantic_ai.from_pydantic_ai`.
         """
-        from ..integrations.pydantic_ai import from_pydantic_ai
-
-        return self.register(from_pydantic_ai(tool_or_function, **options))
+        return self.register(_seams.pydantic_ai_tool.call(tool_or_function, **options))
 
     def add_openai_agents(self, function_tool: Any, /, **options: Any) -> Tool:
         """Register an OpenAI Agents SDK `FunctionTool`; its JSON schema is kept.
@@ -242,9 +232,7 @@ class ToolRegistry:
         `context`, ...) and what is refused:
         `toolbus.integrations.openai_agents.from_openai_agents`.
         """
-        from ..integrations.openai_agents import from_openai_agents
-
-        return self.register(from_openai_agents(function_tool, **options))
+        return self.register(_seams.openai_agents_tool.call(function_tool, **options))
 
     @overload
     def tool(self, fn: AnyFunction, /) -> FunctionTool: ...
@@ -315,9 +303,7 @@ def reconfigured(tool: Tool, **attributes: Any) -> Tool:
             raise AttributeError(f"tool {tool.name!r} has no attribute {name!r}")
         setattr(clone, name, value)
     clone._check_options()
-    from ..backends import check_tool_backend  # the backends layer sits above tools
-
-    check_tool_backend(clone)
+    _seams.check_backend.call(clone)
     return clone
 
 

@@ -29,18 +29,16 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _json
+from .._errors import ArgumentError, ToolFailure
 from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult, idempotency_key_problem
 from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
-from ._errors import ArgumentError, ToolFailure
+from ._running import RunningCall, current_run
 from ._tool import Tool
-
-if TYPE_CHECKING:
-    from ..pipeline import Run
 
 __all__ = ["SequenceTool", "sequence"]
 
@@ -120,9 +118,6 @@ class SequenceTool(Tool):
 
     async def run(self, params: Any, ctx: ToolContext) -> Any:
         """Run the steps in order; the last step's output is the sequence's."""
-        # The pipeline sits above the tools layer: imported when first needed.
-        from ..pipeline import current_run
-
         here = current_run.get()
         nested = here[0].nested if here is not None else None
         if here is None or nested is None or here[1].tool is not self:
@@ -141,7 +136,7 @@ class SequenceTool(Tool):
         call_id: str,
         call_step: _CallStep,
         lookup: Callable[[str], Tool | None] | None,
-        run: Run | None = None,
+        run: RunningCall | None = None,
     ) -> ToolOutput:
         key = run.origin.idempotency_key if run is not None else None
         steps: list[dict[str, Any]] = []

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
-from .. import _json, _options
+from .. import _json, _options, _seams
+from .._errors import ArgumentError, ToolFailure, error_text
 from .._options import check_cpu_limit, check_memory_limit, positive_int, timeout_seconds
+from .._output import normalize_output
 from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
 from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
-from ._errors import ArgumentError, ToolFailure, error_text
 from ._injected import injected_argument_names, injected_fields, without_properties
-from ._output import normalize_output
 from ._secrets import secret_paths
 
 if TYPE_CHECKING:
@@ -210,9 +210,7 @@ class Tool:
         # Whether a call must build a ToolContext: an `invoke` of toolbus's own
         # passes it only when `run` takes it; one of a subclass may read it.
         self.wants_context = self._wants_context or type(self).invoke not in STANDARD_INVOKES
-        from ..backends import check_tool_backend  # the backends layer sits above tools
-
-        check_tool_backend(self)
+        _seams.check_backend.call(self)
 
     def __getstate__(self) -> dict[str, Any]:
         # For a process backend's workers: a compiled schema validator does not

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from .. import _json
-from ..models import Attachment, ToolOutput
+from . import _json
+from .models import Attachment, ToolOutput
 
 __all__ = ["OutputError", "normalize_output"]
 
