@@ -84,7 +84,9 @@ def layer_of(module: str) -> int:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
                 best, length = i, len(prefix)
     if best < 0:
-        raise LookupError(f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md)")
+        raise LookupError(
+            f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md)"
+        )
     return best
 
 
@@ -229,11 +231,14 @@ def test_no_import_cycle_between_modules_at_import_time() -> None:
     Python happens to meet the modules in, and breaks when that changes)."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for i in imports():
-        if not i.deferred and i.target != i.source and not MODULES[i.source].name == "__init__.py":
-            # A package's __init__ importing its own modules is how packages
-            # are made; a module importing its package is what forms cycles.
-            if not i.source.startswith(i.target + "."):
-                graph[i.source].add(i.target)
+        # A package's __init__ importing its own modules is how packages are
+        # made; a module importing its package is what forms cycles.
+        if (
+            not i.deferred
+            and MODULES[i.source].name != "__init__.py"
+            and not i.source.startswith(i.target + ".")
+        ):
+            graph[i.source].add(i.target)
     cycles = _cycles(graph)
     assert not cycles, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 

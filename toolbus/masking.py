@@ -7,6 +7,10 @@ log records, outputs) so that a secret that leaks through an exception message
 never reaches an event, a log or the model.
 
 Pure functions, no threads: unit-tested on their own.
+
+One piece: masking and scrubbing are two halves of one promise (what masking
+hides, the scrubber removes from text), and the scrubber is made of exactly
+the values the maskers collect, so they change together.
 """
 
 from __future__ import annotations

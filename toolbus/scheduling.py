@@ -17,6 +17,10 @@ of effects is the sequential (submitted) order.
 
 Pure state machines, no threads: the supervisor feeds them "finished" facts and
 starts what they say is eligible, as capacity allows.
+
+One piece: the two schedules answer the same questions (what may start, what
+finished, who waits for whom) over the same plan of groups, and sit side by
+side so they stay in step.
 """
 
 from __future__ import annotations

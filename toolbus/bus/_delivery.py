@@ -42,6 +42,11 @@ No event is lost silently: it is delivered, or counted in `dropped` and logged
 as a WARNING naming its receiver (pending when `close(timeout)` ran out of
 time, or at interpreter exit). Events announced after `close` (late results,
 calls submitted later) are still delivered, by short-lived threads.
+
+One piece: the announcer's queues, the line of ready queues and the pool's
+threads share one lock and one set of counts (pending, dropped); split, every
+event would cross a module boundary on the path `benchmarks/observe_cost.py`
+measures.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ secrets, and the bus; and it never raises a tool's failure into the graph
 
 Needs the `langgraph` extra: `pip install 'toolbus[langgraph]'`. See
 docs/integrations.md.
+
+One piece: the node, its reading of every input shape `ToolNode` takes and
+its writing of `ToolMessage`s are one public module, imported (with
+LangGraph) only by those who use it.
 """
 
 from __future__ import annotations

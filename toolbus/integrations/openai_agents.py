@@ -17,6 +17,9 @@ The SDK's Runner invokes each tool call of a turn on its own, concurrently
 events hold, but barrier order does not: a mutating call may overlap the calls
 the model emitted around it. To keep a turn's calls in order, run them one at
 a time with `RunConfig(tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1))`.
+
+One piece: both directions of the integration, imported (with the SDK) only
+by those who use it; they share the SDK's schema and context handling.
 """
 
 from __future__ import annotations

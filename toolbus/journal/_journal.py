@@ -7,6 +7,9 @@ and never waits for the write lock); calls are recorded only ever on its
 writer thread (`_writer.py`), started when an executor first uses it;
 `acknowledge()` and a `prune()` without a writer open a write connection when
 first used.
+
+One piece: opening a journal file, checking what it is and reading it are
+one object's job (`Journal`); the writer is `_writer.py`.
 """
 
 from __future__ import annotations

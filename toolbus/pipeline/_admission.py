@@ -15,8 +15,8 @@ from ..models import ErrorCode, ToolCall, ToolResult, idempotency_key_problem
 from ..tools import (
     ArgumentError,
     error_text,
+    parse_json_arguments,
 )
-from ..tools._tool import parse_json_arguments
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, Run
 from ._services import (

@@ -10,6 +10,10 @@ Two atomic claims make "exactly one terminal result" hold under every race:
 
 Everything else on a `Run` belongs to one thread at a time: the supervisor's
 bookkeeping fields (prefixed `sv_`) only ever to the supervisor.
+
+One piece: `Run`, `BatchRun` and their waiters are the one record a call's
+layers share today; Core v3 part 2 (issue 20) splits it by the layer that
+writes each field.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ wherever user code hands back an awaitable (an async hook, an async tool), the
 step `yield`s it and its driver (`_drive.py`) resolves it, by awaiting it on an
 event loop or by waiting for it from a worker thread. So one body of code serves
 sync and async tools, and sync and async hooks, alike.
+
+One piece: the attempt, its retry decision, the post-call hooks and the
+completion are one chain of generators handing the same run along; split
+across modules, every call would pay more lookups on its path.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ Its place is then as if it had been used at its turn (the calls behind it in
 line keep theirs), and places given back at the end of the line are freed
 for good: with nothing live behind them the next call takes the first of
 them, so a cancelled crowd does not hold back the calls that come after it.
+
+One piece: the policy, its waiting line and its storage share the line's
+lock and places; a turn means something only with all three.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ Completions unless `api="responses"`. Both drivers run the same turn logic
 (`_turns`), which never does I/O itself: it yields "ask the model", "run these
 calls" and "ask the approver" steps, so the sync and async loops cannot drift
 apart. What a turn whose calls wait for an approval does is in `_approvals`.
+
+One piece: the turn logic (`_turns`), the three provider formats it speaks
+through and its sync and async drivers are one loop read top to bottom; the
+formats' own readers and writers live in `openai.py` and `anthropic.py`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ Every reader accepts the SDK's objects (including the final object a stream
 helper reassembles, such as `stream.get_final_completion()`) and their JSON as
 plain dicts. Nothing here imports the `openai` package: install the `openai`
 extra for the client, not for this module.
+
+One piece: OpenAI's two APIs share their reading of arguments, results and
+strict schemas; they are the one provider module a user imports for OpenAI.
 """
 
 from __future__ import annotations

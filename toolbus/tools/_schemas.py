@@ -1,0 +1,146 @@
+"""A tool's schemas and arguments, checked without echoing a value.
+
+What the `Tool` base class uses to parse the model's JSON arguments and to
+word a validation failure (never quoting the value: an argument may be a
+secret), and to check an `output_schema` when it is set (local `$ref`s
+resolved, so a dangling one fails where it is configured, not at every call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+from pydantic import ValidationError
+
+from .. import _json
+from .._errors import ArgumentError
+
+__all__ = ["check_output_schema", "format_validation_error", "parse_json_arguments"]
+
+
+def format_validation_error(tool: str, error: ValidationError) -> str:
+    """Readable, input-free text for a pydantic error: values are never echoed,
+    because an argument may be a secret."""
+    parts = []
+    for e in error.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"]) or "arguments"
+        msg = e["msg"]
+        # Some messages quote the value they rejected (a union's tag, for one).
+        # Only quoted inputs are hidden, and never a value the rule itself
+        # names (a limit, an expected tag): the model needs those to fix its call.
+        ctx = e.get("ctx") or {}
+        rule_values = {str(v) for k, v in ctx.items() if k not in _INPUT_CTX_KEYS}
+        for value in _leaves(e.get("input")):
+            if value and value not in rule_values:
+                msg = msg.replace(f"'{value}'", "'<value>'").replace(f'"{value}"', '"<value>"')
+        parts.append(f"{loc}: {msg}")
+    return f"Invalid arguments for '{tool}': " + "; ".join(parts)
+
+
+# Keys of a pydantic error's ctx that hold the rejected input, not the rule.
+_INPUT_CTX_KEYS = frozenset({"tag"})
+
+
+def _leaves(value: Any) -> list[str]:
+    """The text of every scalar in a (possibly nested) input value."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _leaves(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _leaves(v)]
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return [str(value)]
+    return []
+
+
+def check_output_schema(schema: Any, owner: str) -> None:
+    """TypeError or ValueError, naming `owner`, unless `schema` is None or a valid JSON schema."""
+    if schema is None:
+        return
+    if not isinstance(schema, dict):
+        raise TypeError(
+            f"{owner}: output_schema must be a JSON schema (a dict), got {type(schema).__name__}"
+        )
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ValueError(
+            f"{owner}: output_schema is not a valid JSON schema: {e.message}"
+        ) from None
+    # check_schema does not follow "$ref"s: one that points nowhere would fail
+    # every output's check instead. Local ones ("#/...") are resolved here.
+    from referencing import Registry, Resource
+    from referencing.exceptions import Unresolvable
+
+    spec = cls.META_SCHEMA.get("$schema")
+    try:
+        resource = Resource.from_contents(schema, default_specification=_specification(spec))
+        resolver = Registry().with_resource("", resource).resolver()
+        for ref in _local_refs(schema):
+            resolver.lookup(ref)
+    except Unresolvable as e:
+        raise ValueError(f"{owner}: output_schema has a $ref that does not resolve: {e}") from None
+
+
+def _specification(uri: Any) -> Any:
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    return specification_with(uri, default=DRAFT202012) if isinstance(uri, str) else DRAFT202012
+
+
+def _local_refs(schema: Any, depth: int = 0) -> list[str]:
+    """The "#..." references in `schema` (a nested "$id" starts another
+    document: its references are left to the validator)."""
+    if depth > 100:
+        return []
+    refs: list[str] = []
+    if isinstance(schema, dict):
+        if depth and "$id" in schema:
+            return []
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            refs.append(ref)
+        for key, value in schema.items():
+            if key not in ("const", "enum", "default", "examples"):
+                refs.extend(_local_refs(value, depth + 1))
+    elif isinstance(schema, list):
+        for item in schema:
+            refs.extend(_local_refs(item, depth + 1))
+    return refs
+
+
+def parse_json_arguments(text: str) -> dict[str, Any]:
+    """The model's raw JSON arguments as a dict; `ArgumentError` when they are not."""
+    if not text.strip():
+        return {}
+    try:
+        value = _json.loads(text)
+    except _json.JSONDecodeError as e:
+        raise ArgumentError(f"Arguments are not valid JSON ({e.msg} at position {e.pos})") from None
+    if not isinstance(value, dict):
+        raise ArgumentError(f"Arguments must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _check_utf8(text: str) -> None:
+    """`ArgumentError` for text that cannot be UTF-8: undecodable bytes carried
+    as lone surrogates (`errors="surrogateescape"`)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as e:
+        raise ArgumentError(f"Input is not valid UTF-8 text (at position {e.start})") from None
+
+
+def _schema_message(err: jsonschema.ValidationError) -> str:
+    # jsonschema's messages start with the offending value; give the rule instead,
+    # since the value may be a secret.
+    if err.validator == "required":
+        return str(err.message).split(" is a required property")[0].strip("'") + " is required"
+    if err.validator == "additionalProperties":
+        return "unexpected properties"
+    if err.validator == "type":
+        return f"should be of type {err.validator_value}"
+    if err.validator == "enum":
+        return f"should be one of {err.validator_value}"
+    return f"fails '{err.validator}' rule"
