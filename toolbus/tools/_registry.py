@@ -6,15 +6,13 @@ import builtins
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self, Unpack, cast, overload
+from typing import Any, Self, Unpack, cast, overload
 
-from ..retry import RetryPolicy
+from .._keywords import refuse_unknown
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
-
-if TYPE_CHECKING:
-    from ._tool import BackendSpec
+from ._tool_options import LANGCHAIN_KEYWORDS, LangChainOptions
 
 __all__ = ["DuplicateToolError", "ToolRegistry"]
 
@@ -123,18 +121,7 @@ class ToolRegistry:
     def list(self) -> builtins.list[Tool]:
         return list(self._tools.values())
 
-    def add_langchain(
-        self,
-        tool: Any,
-        *,
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        backend: BackendSpec = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
-    ) -> Tool:
+    def add_langchain(self, tool: Any, **options: Unpack[LangChainOptions]) -> Tool:
         """Register a LangChain `BaseTool` (needs langchain-core: the `langgraph` extra).
 
         The model sees the schema LangChain exports for it; its `args_schema`
@@ -146,20 +133,10 @@ class ToolRegistry:
         `response_format="content_and_artifact"` are refused (`ValueError`).
         See `toolbus.integrations.langchain`.
         """
+        refuse_unknown(options, LANGCHAIN_KEYWORDS, "ToolRegistry.add_langchain")
         from ..integrations.langchain import LangChainTool
 
-        return self.register(
-            LangChainTool(
-                tool,
-                read_only=read_only,
-                timeout=timeout,
-                retry=retry,
-                max_concurrency=max_concurrency,
-                backend=backend,
-                groups=groups,
-                idempotent=idempotent,
-            )
-        )
+        return self.register(LangChainTool(tool, **options))
 
     def list_by_type(self, type: ToolType) -> builtins.list[Tool]:
         return [t for t in self._tools.values() if t.type == type]
