@@ -15,7 +15,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypedDict, Unpack, cast
 
@@ -70,21 +69,9 @@ class ConnectOptions(TypedDict, total=False):
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
 
 
-@dataclass(frozen=True, slots=True)
-class _Settings:
-    """`ConnectOptions` checked, each with its value or its default."""
-
-    name: str | None
-    connect_timeout: float
-    probe_timeout: float
-    backoff_base: float
-    max_backoff: float
-    server_max_concurrency: int | None
-    idempotent_hints: bool
-
-
-def _settings(options: ConnectOptions, where: str) -> _Settings:
-    """The options of a call of `where` (`connect` or `aconnect`), checked."""
+def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
+    """The options of a call of `where` (`connect` or `aconnect`), checked,
+    each with its value or its default."""
     refuse_unknown(options, _CONNECT_KEYWORDS, where)
     server_max_concurrency = options.get("server_max_concurrency")
     if server_max_concurrency is not None:
@@ -98,7 +85,7 @@ def _settings(options: ConnectOptions, where: str) -> _Settings:
         )
     # Checked up front: a zero or negative timeout would make every attempt fail
     # at once; a backoff of 0 is allowed (reconnect at once), a negative one is not.
-    return _Settings(
+    return ConnectOptions(
         name=options.get("name"),
         connect_timeout=positive_number(
             options.get("connect_timeout", 10.0), "connect_timeout", "connect"
@@ -136,16 +123,16 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     return _connect(target, _settings(options, "connect"))
 
 
-def _connect(target: MCPTarget, settings: _Settings) -> MCPConnection:
-    name = settings.name
-    connect_timeout = settings.connect_timeout
+def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
+    name = settings["name"]
+    connect_timeout = settings["connect_timeout"]
     link = Link(
         name or _default_name(target),
         _client_factory(target),
         connect_timeout=connect_timeout,
-        probe_timeout=settings.probe_timeout,
-        backoff_base=settings.backoff_base,
-        max_backoff=settings.max_backoff,
+        probe_timeout=settings["probe_timeout"],
+        backoff_base=settings["backoff_base"],
+        max_backoff=settings["max_backoff"],
     )
     actor = SessionActor.start(link)
     try:
@@ -163,8 +150,8 @@ def _connect(target: MCPTarget, settings: _Settings) -> MCPConnection:
         actor,
         opened,
         link,
-        server_max_concurrency=settings.server_max_concurrency,
-        idempotent_hints=settings.idempotent_hints,
+        server_max_concurrency=settings["server_max_concurrency"],
+        idempotent_hints=settings["idempotent_hints"],
     )
 
 
