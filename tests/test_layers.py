@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "ground: data, errors, options",
         (
             "toolbus._json",
+            "toolbus._keywords",
             "toolbus._errors",
             "toolbus._output",
             "toolbus._options",

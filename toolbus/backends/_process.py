@@ -27,20 +27,15 @@ import itertools
 import logging
 import os
 import subprocess
-import sys
-import threading
-from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._options import check_cpu_limit, check_memory_limit, positive_int
-from ..pipeline import publish_killed
-from ._direct import Direct
-from ._loop import Lane
 from ._process_calls import WorkerCalls
 from ._procpool import Pool, Sources
 from ._procs import START_TIMEOUT, WorkerProcess, Zygote, _retrieved, start_root
-from ._protocol import BackendUnavailable, ContextSpec, Host, Job
+from ._protocol import BackendUnavailable, Host, Job
+from ._remote_base import refuse_process_local, var_home
 from ._shipping import Shipped, check_shippable, ship
 
 if TYPE_CHECKING:
@@ -54,29 +49,18 @@ log = logging.getLogger("toolbus.backends")
 
 def _var_reference(var: contextvars.ContextVar[Any]) -> tuple[str, str]:
     """Where a worker imports `var` from: the module attribute that holds it."""
-    if not isinstance(var, contextvars.ContextVar):
-        raise TypeError(
-            f"ProcessBackend: context_vars must be ContextVar objects, got {type(var).__name__}"
+    home = var_home(var, "ProcessBackend")
+    if home is None:
+        raise ValueError(
+            f"ProcessBackend: ContextVar {var.name!r} is not a module-level attribute of an "
+            "imported module (not __main__), so a worker process could not find it"
         )
-    for name, module in list(sys.modules.items()):
-        if name == "__main__" or module is None:
-            continue
-        for attr, value in list(getattr(module, "__dict__", {}).items()):
-            if value is var:
-                return name, attr
-    raise ValueError(
-        f"ProcessBackend: ContextVar {var.name!r} is not a module-level attribute of an "
-        "imported module (not __main__), so a worker process could not find it"
-    )
+    return home
 
 
 def check_process_tool(tool: Tool) -> None:
     """ValueError, saying why, if `tool` could never run in a worker process."""
-    if tool.process_local:
-        raise ValueError(
-            f"tool {tool.name!r} holds resources of this process (a live session, a "
-            "socket): it cannot run in a worker process"
-        )
+    refuse_process_local(tool, "in a worker process")
     check_shippable(tool)
 
 
@@ -92,9 +76,9 @@ class ProcessBackend(WorkerCalls):
     """
 
     name = "process"
-    can_kill = True
-    uses_threads = False
     enforces_limits = True
+    _owner = "ProcessBackend"
+    _stopped_text = "the process backend has stopped"
 
     def __init__(
         self,
@@ -111,21 +95,13 @@ class ProcessBackend(WorkerCalls):
         )
         variables = tuple(context_vars)
         self._vars = [(var, *_var_reference(var)) for var in variables]
-        self.carries_context: ContextSpec = variables
-        self._host: Host | None = None
-        self._lane: Lane | None = None
+        super().__init__(variables)
         self._root: asyncio.Future[Zygote] | None = None  # the loop thread's
         self._root_proc: subprocess.Popen[bytes] | None = None
         self._sources = Sources(self._ready_root)
         self._seqs = itertools.count(1)  # requests' tags (next() is atomic: any thread)
         self._pools: dict[int, Pool] = {}  # made on the loop thread; read anywhere
         self._shipped: dict[int, tuple[Tool, Shipped]] = {}
-        # Which worker serves which run: read by `cancel` on the supervisor's thread.
-        self._serving: dict[Run, WorkerProcess] = {}
-        self._lock = threading.Lock()
-        self._busy = 0
-        self._busy_by_tool: Counter[int] = Counter()
-        self._stopped = False
 
     # -- the Backend protocol (the supervisor's thread) ---------------------------
 
@@ -137,50 +113,18 @@ class ProcessBackend(WorkerCalls):
         size = self.max_workers or os.cpu_count() or 1
         return min(size, tool.max_concurrency) if tool.max_concurrency else size
 
-    def start(self, host: Host) -> None:
-        if self._host is not None and self._host is not host and not self._stopped:
-            raise RuntimeError("this ProcessBackend already serves another executor")
-        if self._host is not host:
-            # A backend declared on a tool outlives an executor: serve the next.
-            self._host = host
-            self._lane = None
-            self._root = None
-            self._sources = Sources(self._ready_root)
-            self._pools.clear()
-            self._stopped = False
+    def _reset(self, host: Host) -> None:
+        self._root = None
+        self._sources = Sources(self._ready_root)
+        self._pools.clear()
 
-    def submit(self, job: Job) -> None:
-        tool = job.run.tool
-        assert tool is not None
-        assert self._host is not None
-        if self._stopped:
-            raise BackendUnavailable("the process backend has stopped")
+    def _prepare(self, tool: Tool) -> None:
         known = self._shipped.get(id(tool))
         if known is None or known[0] is not tool:
             try:
                 self._shipped[id(tool)] = (tool, ship(tool))
             except ValueError as e:
                 raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {e}") from None
-        if self._lane is None:
-            self._lane = Lane(self._host.loop.current, self._host, self._invoke)  # type: ignore[attr-defined]
-        self._busy += 1
-        self._busy_by_tool[id(tool)] += 1
-        if self._direct(job):
-            Direct(job, self._lane, self._send, self._invoke).start()
-            return
-        if not self._lane.submit(job):
-            self._busy -= 1
-            self._busy_by_tool[id(tool)] -= 1
-            raise BackendUnavailable("the executor's event loop is closed")
-
-    def release(self, job: Job, worker: Any) -> None:
-        self._busy -= 1
-        tool = job.run.tool
-        if tool is not None:
-            self._busy_by_tool[id(tool)] -= 1
-
-    def cancel(self, job: Job) -> None:
-        self.kill(job)
 
     def kill(self, job: Job) -> bool:
         """SIGKILL the process group of the worker running `job` (if one is)."""
@@ -190,13 +134,10 @@ class ProcessBackend(WorkerCalls):
             # Under the lock `_forget` takes: a worker let go of is never killed.
             worker = self._serving.get(run)
             killed = worker is not None and worker.kill(reason)
-        if killed and self._host is not None:
+        if killed:
             assert worker is not None
-            publish_killed(run, self._host.services, worker.pid, reason)
+            self._announce_kill(run, worker.pid, reason)
         return True
-
-    def busy(self, tool: Tool | None = None) -> int:
-        return self._busy if tool is None else self._busy_by_tool[id(tool)]
 
     def abandoned(self, tool: Tool | None = None) -> int:
         return 0  # killed, never abandoned
@@ -241,7 +182,7 @@ class ProcessBackend(WorkerCalls):
 
     async def _start_root(self) -> Zygote:
         if self._stopped:
-            raise RuntimeError("the process backend has stopped")
+            raise RuntimeError(self._stopped_text)
         zygote, self._root_proc = start_root(asyncio.get_running_loop())
         try:
             await asyncio.wait_for(asyncio.shield(zygote.ready), START_TIMEOUT)
@@ -250,12 +191,12 @@ class ProcessBackend(WorkerCalls):
             raise
         if self._stopped:
             zygote.close()
-            raise RuntimeError("the process backend has stopped")
+            raise RuntimeError(self._stopped_text)
         return zygote
 
     def _killed(self, run: Run, worker: WorkerProcess, reason: str) -> None:
-        if worker.kill(reason) and self._host is not None:
-            publish_killed(run, self._host.services, worker.pid, reason)
+        if worker.kill(reason):
+            self._announce_kill(run, worker.pid, reason)
 
     def _pool(self, tool: Tool) -> Pool:
         pool = self._pools.get(id(tool))

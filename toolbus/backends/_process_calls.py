@@ -14,25 +14,24 @@ import asyncio
 import contextvars
 import functools
 import itertools
-import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled, publish_progress
+from ..pipeline import ToolCrashed, WorkerKilled, publish_progress
 from ..tools import ToolError
 from ._cpuwatch import watch_cpu
 from ._direct import Direct, Pending, runs_plain
 from ._procpool import Pool
 from ._procs import START_TIMEOUT, WorkerProcess, describe_exit
-from ._remote import output_of, remote_error
+from ._remote import value_of
+from ._remote_base import RemoteBackend, SetUpTime
 from ._wire import encode
 from ._worker import CallRequest
 
 if TYPE_CHECKING:
     from ..pipeline import Run
     from ..tools import Tool, ToolContext
-    from ._protocol import Host, Job
+    from ._protocol import Job
     from ._shipping import Shipped
 
 __all__ = ["WorkerCalls"]
@@ -43,15 +42,12 @@ _MISSING = object()
 _STATUS_TIMEOUT = 0.5
 
 
-class WorkerCalls:
+class WorkerCalls(RemoteBackend[WorkerProcess]):
     """The calls of a `ProcessBackend` (a part of it)."""
 
     cpu_limit_s: float | None
-    _host: Host | None
-    _lock: threading.Lock
     _pools: dict[int, Pool]
     _seqs: itertools.count[int]
-    _serving: dict[Run, WorkerProcess]
     _shipped: dict[int, tuple[Tool, Shipped]]
     _vars: list[tuple[contextvars.ContextVar[Any], str, str]]
 
@@ -59,9 +55,6 @@ class WorkerCalls:
 
         def _pool(self, tool: Tool) -> Pool: ...
         def _killed(self, run: Run, worker: WorkerProcess, reason: str) -> None: ...
-
-    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
-        return self._call(run, ctx)
 
     async def _call(self, run: Run, ctx: ToolContext) -> Any:
         """Run the tool of `run` in a worker; its value, or raise what it raised."""
@@ -72,23 +65,17 @@ class WorkerCalls:
         # Starting the zygotes and a worker is off the deadline's clock (the
         # first call of a tool pays for it; a wait for a busy pool's worker is
         # in the scheduler's queue, not here).
-        run.phase = STARTING
-        began = time.monotonic()
-        try:
-            worker = await pool.acquire()
-        except asyncio.CancelledError:
-            raise WorkerKilled() from None
-        except ImportError as e:
-            raise ToolError(
-                f"Tool '{name}' could not be loaded in a worker process: {e}", retryable=False
-            ) from None
-        except Exception as e:
-            raise ToolCrashed(f"no worker process could be started for '{name}': {e}") from None
-        finally:
-            # Whatever came of it, the set-up was off the clock.
-            if run.deadline is not None:
-                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
-            run.phase = RUNNING
+        with SetUpTime(run, 2 * START_TIMEOUT):
+            try:
+                worker = await pool.acquire()
+            except asyncio.CancelledError:
+                raise WorkerKilled() from None
+            except ImportError as e:
+                raise ToolError(
+                    f"Tool '{name}' could not be loaded in a worker process: {e}", retryable=False
+                ) from None
+            except Exception as e:
+                raise ToolCrashed(f"no worker process could be started for '{name}': {e}") from None
         cpu = tool.cpu_limit_s or self.cpu_limit_s
         seq = next(self._seqs)
         try:
@@ -235,18 +222,14 @@ class WorkerCalls:
 
         worker.seq = seq
         worker.on_message = on_message
-        with self._lock:
-            self._serving[run] = worker
+        self._track(run, worker)
 
     def _forget(self, run: Run, worker: WorkerProcess) -> None:
         """`worker` no longer serves `run`: before it is released (another
         thread may take it at once), and under the lock `kill` reads it with,
         so whether it was killed is settled once this returns."""
         worker.on_message = None
-        with self._lock:
-            # Only ours: a retry of the run may be on another worker already.
-            if self._serving.get(run) is worker:
-                del self._serving[run]
+        self._untrack(run, worker)
 
     def _outcome(
         self, worker: WorkerProcess, pool: Pool, name: str, message: Any, cpu: float | None
@@ -254,12 +237,9 @@ class WorkerCalls:
         """What a worker's last message means: the tool's value, or raise its
         error; a `Pending` when its exit status must be awaited first."""
         kind = message.get("kind")
-        if kind == "ok":
+        if kind in ("ok", "raised"):
             pool.release(worker)
-            return output_of(message)
-        if kind == "raised":
-            pool.release(worker)
-            raise remote_error(message)
+            return value_of(message)
         if kind == "crashed":  # it said why (a limit), or the CPU watch did
             worker.kill("lost")
             pool.lost(worker)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _json
+from .._process_group import kill_group, kill_process
 from ._wire import Frames, FrameTooLarge
 
 __all__ = ["START_TIMEOUT", "WorkerProcess", "Zygote", "describe_exit", "start_root"]
@@ -75,17 +76,6 @@ def describe_exit(
     return f"its worker process exited with code {code}", False
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        # Not a group (yet): kill the process itself.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    except PermissionError:
-        pass
-
-
 class WorkerProcess:
     """One worker: its pid (also its process group), its socket, its one call."""
 
@@ -127,7 +117,7 @@ class WorkerProcess:
             if self.killed:
                 return False
             self.killed = reason
-        _kill_group(self.pid)
+        kill_group(self.pid, or_process=True)
         return True
 
     def _readable(self) -> None:
@@ -263,7 +253,7 @@ class Zygote:
     def _forked(self, pid: int, fds: list[int]) -> None:
         future, what = self._forks.popleft()
         if not fds:
-            _kill_group(pid)
+            kill_group(pid, or_process=True)
             if not future.done():
                 future.set_exception(RuntimeError("a zygote forked without a socket"))
             return
@@ -352,8 +342,7 @@ class Zygote:
         module zygote is killed too: it may be stuck in its module's import)."""
         self.kill_all("closed")
         if self.pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.pid, signal.SIGKILL)
+            kill_process(self.pid)
         self.gone("the process backend has stopped")
 
 

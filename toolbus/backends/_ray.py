@@ -27,16 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..pipeline import publish_killed
-from ._direct import Direct
-from ._loop import Lane
-from ._protocol import BackendUnavailable, ContextSpec, Host, Job
+from ._protocol import BackendUnavailable, Host, Job
 from ._ray_calls import ActorCalls
+from ._remote_base import refuse_process_local
 
 if TYPE_CHECKING:
     from ..pipeline import Run
@@ -71,9 +68,9 @@ class RayBackend(ActorCalls):
     """
 
     name = "ray"
-    can_kill = True
-    uses_threads = False
     enforces_limits = False
+    _owner = "RayBackend"
+    _stopped_text = "the Ray backend has stopped"
 
     def __init__(
         self,
@@ -112,34 +109,21 @@ class RayBackend(ActorCalls):
         self.max_restarts = max_restarts
         variables = tuple(context_vars)
         self._vars = shipped_vars(variables)
-        self.carries_context: ContextSpec = variables
-        self._host: Host | None = None
+        super().__init__(variables)
         self._max_parallel: int | None = None
-        self._lane: Lane | None = None
         self._session: Any = None  # concurrent Future: Ray is up
         # Whether Ray's workers can host toolbus's actors (None: not asked yet),
         # and why not, once known: every later call is refused with it.
         self._checked: asyncio.Future[str | None] | None = None
         self._unavailable: str | None = None
         self._pools: dict[int, tuple[Tool, ToolActors]] = {}
-        # Which actor serves which run, and its ObjectRef: read by `cancel` on
-        # the supervisor's thread.
-        self._serving: dict[Run, tuple[RayActor, Any]] = {}
-        self._lock = threading.Lock()
-        self._busy = 0
-        self._busy_by_tool: Counter[int] = Counter()
         self._cancelled: dict[int, tuple[Any, int]] = {}
         self._lingering: Counter[int] = Counter()
-        self._stopped = False
 
     # -- the Backend protocol (the supervisor's thread) ---------------------------
 
     def check(self, tool: Tool) -> None:
-        if tool.process_local:
-            raise ValueError(
-                f"tool {tool.name!r} holds resources of this process (a live session, a "
-                "socket): it cannot run on a Ray actor"
-            )
+        refuse_process_local(tool, "on a Ray actor")
         # Pickled once here, so that a tool closing over a lock, a socket or a
         # client is refused at registration; it is pickled again (and may still
         # be refused) at its first call, when what it closes over may have changed.
@@ -154,28 +138,16 @@ class RayBackend(ActorCalls):
             return tool.max_concurrency
         return self._max_parallel or 1_000_000  # the executor's max_parallel caps it anyway
 
-    def start(self, host: Host) -> None:
-        if self._host is not None and self._host is not host and not self._stopped:
-            raise RuntimeError("this RayBackend already serves another executor")
-        if self._host is not host:
-            # A backend declared on a tool outlives an executor: serve the next.
-            self._host = host
-            scheduler = getattr(host, "scheduler", None)
-            self._max_parallel = getattr(scheduler, "max_parallel", None)
-            self._lane = None
-            self._session = None
-            self._checked = None
-            self._unavailable = None
-            self._pools.clear()
-            self._room.pools.clear()
-            self._stopped = False
+    def _reset(self, host: Host) -> None:
+        scheduler = getattr(host, "scheduler", None)
+        self._max_parallel = getattr(scheduler, "max_parallel", None)
+        self._session = None
+        self._checked = None
+        self._unavailable = None
+        self._pools.clear()
+        self._room.pools.clear()
 
-    def submit(self, job: Job) -> None:
-        tool = job.run.tool
-        assert tool is not None
-        assert self._host is not None
-        if self._stopped:
-            raise BackendUnavailable("the Ray backend has stopped")
+    def _prepare(self, tool: Tool) -> None:
         if self._unavailable is not None:
             raise BackendUnavailable(f"Tool '{tool.name}' is unavailable: {self._unavailable}")
         known = self._pools.get(id(tool))
@@ -187,26 +159,6 @@ class RayBackend(ActorCalls):
             from ._ray_session import SESSION
 
             self._session = SESSION.join(self, self.address, self.init_options)
-        if self._lane is None:
-            self._lane = Lane(self._host.loop.current, self._host, self._invoke)  # type: ignore[attr-defined]
-        self._busy += 1
-        self._busy_by_tool[id(tool)] += 1
-        if self._direct(job):
-            Direct(job, self._lane, self._send, self._invoke).start()
-            return
-        if not self._lane.submit(job):
-            self._busy -= 1
-            self._busy_by_tool[id(tool)] -= 1
-            raise BackendUnavailable("the executor's event loop is closed")
-
-    def release(self, job: Job, worker: Any) -> None:
-        self._busy -= 1
-        tool = job.run.tool
-        if tool is not None:
-            self._busy_by_tool[id(tool)] -= 1
-
-    def cancel(self, job: Job) -> None:
-        self.kill(job)
 
     def kill(self, job: Job) -> bool:
         """Kill the actor running a sync call (its task's cancellation then
@@ -225,12 +177,8 @@ class RayBackend(ActorCalls):
             return False
         if killing:
             actor.end()
-            if self._host is not None:
-                publish_killed(run, self._host.services, actor.pid, run.stop_reason or "cancelled")
+            self._announce_kill(run, actor.pid, run.stop_reason or "cancelled")
         return True
-
-    def busy(self, tool: Tool | None = None) -> int:
-        return self._busy if tool is None else self._busy_by_tool[id(tool)]
 
     def abandoned(self, tool: Tool | None = None) -> int:
         """Async calls cancelled that have not ended yet: for CANCEL_GRACE at
@@ -303,8 +251,8 @@ class RayBackend(ActorCalls):
     # -- the loop thread (and `_killed`, `_cancel_ref`: any thread) ---------------
 
     def _killed(self, run: Run, actor: RayActor, reason: str) -> None:
-        if actor.kill() and self._host is not None:
-            publish_killed(run, self._host.services, actor.pid, reason)
+        if actor.kill():
+            self._announce_kill(run, actor.pid, reason)
 
     def _cancel_ref(self, ref: Any) -> None:
         try:

@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _json
-from ..pipeline import RUNNING, STARTING, ToolCrashed, WorkerKilled, publish_killed
+from ..pipeline import ToolCrashed, WorkerKilled
 from ..tools import ToolError
 from ._direct import Direct, runs_plain
-from ._remote import output_of, remote_error
+from ._remote import value_of
+from ._remote_base import RemoteBackend, SetUpTime
 
 if TYPE_CHECKING:
     from ..pipeline import Run, Services
     from ..tools import Tool, ToolContext
-    from ._protocol import Host, Job
+    from ._protocol import Job
     from ._ray_pool import RayActor, ToolActors
 
 __all__ = ["CANCEL_GRACE", "CONNECT_TIMEOUT", "ActorCalls"]
@@ -49,13 +48,10 @@ CONNECT_TIMEOUT = 20.0
 _Serving = tuple["RayActor", Any]
 
 
-class ActorCalls:
+class ActorCalls(RemoteBackend[_Serving]):
     """The calls of a `RayBackend` (a part of it)."""
 
-    _host: Host | None
-    _lock: threading.Lock
     _pools: dict[int, tuple[Tool, ToolActors]]
-    _serving: dict[Run, _Serving]
     _session: Any
     _checked: asyncio.Future[str | None] | None
     _unavailable: str | None
@@ -64,7 +60,6 @@ class ActorCalls:
     _context_pairs: Callable[..., list[Any]]
     _consume: Callable[[Any, Run, Services], Any]
     _failure: Callable[[ToolActors, RayActor, Exception], BaseException]
-    _lane: Any
     # Cancelled async calls not ended yet, by id of their ref: (ref, tool id).
     _cancelled: dict[int, tuple[Any, int]]
     _lingering: Any  # Counter of those, by tool id
@@ -74,46 +69,40 @@ class ActorCalls:
         def _killed(self, run: Run, actor: RayActor, reason: str) -> None: ...
         def _cancel_ref(self, ref: Any) -> None: ...
 
-    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
-        return self._call(run, ctx)
-
     async def _ready(self, run: Run, pool: ToolActors) -> RayActor:
         """Ray up and an actor ready: off the deadline's clock (the first call
         of a tool pays for it; a wait for a busy pool is in the scheduler's queue)."""
-        run.phase = STARTING
-        began = time.monotonic()
         from ._ray_pool import START_TIMEOUT
 
-        try:
-            session = self._session
-            if session is None:
-                raise RuntimeError("the Ray backend has stopped")
-            address = getattr(self, "address", None)
-            # Connecting to a running cluster takes a second or two; starting
-            # a local Ray, longer on a busy machine.
-            limit = CONNECT_TIMEOUT if address not in (None, "local") else START_TIMEOUT
-            where = f" at {address!r}" if address else ""
+        with SetUpTime(run, 2 * START_TIMEOUT):
             try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(session)), limit)
-            except TimeoutError:
-                # `ray.init` is stuck (an address nobody answers at): every
-                # later call is refused at once, rather than waiting again.
-                self._unavailable = f"Ray{where} did not answer within {limit:g} s"
-                raise ToolCrashed(self._unavailable, retry=False) from None
-            except (ToolCrashed, asyncio.CancelledError):
-                raise
+                session = self._session
+                if session is None:
+                    raise RuntimeError(self._stopped_text)
+                address = getattr(self, "address", None)
+                # Connecting to a running cluster takes a second or two; starting
+                # a local Ray, longer on a busy machine.
+                limit = CONNECT_TIMEOUT if address not in (None, "local") else START_TIMEOUT
+                where = f" at {address!r}" if address else ""
+                try:
+                    await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(session)), limit)
+                except TimeoutError:
+                    # `ray.init` is stuck (an address nobody answers at): every
+                    # later call is refused at once, rather than waiting again.
+                    self._unavailable = f"Ray{where} did not answer within {limit:g} s"
+                    raise ToolCrashed(self._unavailable, retry=False) from None
+                except (ToolCrashed, asyncio.CancelledError):
+                    raise
+                except Exception as e:
+                    raise ToolCrashed(
+                        f"Ray{where} could not be started: {e}", retry=False
+                    ) from None
+                await self._check_workers(pool.name)
+                return await pool.acquire()
+            except (ToolError, asyncio.CancelledError):
+                raise  # ToolCrashed is a ToolError
             except Exception as e:
-                raise ToolCrashed(f"Ray{where} could not be started: {e}", retry=False) from None
-            await self._check_workers(pool.name)
-            return await pool.acquire()
-        except (ToolError, asyncio.CancelledError):
-            raise  # ToolCrashed is a ToolError
-        except Exception as e:
-            raise ToolCrashed(f"no Ray actor could be started for '{pool.name}': {e}") from None
-        finally:
-            if run.deadline is not None:
-                run.deadline += min(time.monotonic() - began, 2 * START_TIMEOUT)
-            run.phase = RUNNING
+                raise ToolCrashed(f"no Ray actor could be started for '{pool.name}': {e}") from None
 
     async def _check_workers(self, name: str) -> None:
         """Once per executor: can Ray's workers host toolbus's actors at all?"""
@@ -166,7 +155,7 @@ class ActorCalls:
             else:
                 message = _json.loads(await ref)
         except asyncio.CancelledError:
-            self._forget(run, serving)
+            self._untrack(run, serving)
             if is_async:
                 self._cancel_async(run, actor, ref)
                 raise
@@ -174,9 +163,9 @@ class ActorCalls:
             pool.lost(actor, crashed=False)
             raise WorkerKilled() from None
         except Exception as e:
-            self._forget(run, serving)
+            self._untrack(run, serving)
             raise self._failed(run, pool, actor, e) from None
-        self._forget(run, serving)
+        self._untrack(run, serving)
         return _value(pool, actor, message)
 
     # -- a call sent from the dispatching thread (see _direct.py) ---------------------
@@ -220,7 +209,7 @@ class ActorCalls:
     def _finished(self, run: Run, pool: ToolActors, serving: _Serving, reply: Any) -> Any:
         """The loop thread: what the reply (a concurrent Future) to a call sent
         directly means: the tool's value, or raise its error."""
-        self._forget(run, serving)
+        self._untrack(run, serving)
         actor = serving[0]
         try:
             message = _json.loads(reply.result())
@@ -294,9 +283,8 @@ class ActorCalls:
             known[1].lost(actor, crashed=False)  # marked dead first: no call is sent to it
         if killing:
             actor.end()
-            if self._host is not None:
-                reason = f"a cancelled call did not stop within {CANCEL_GRACE:g} s"
-                publish_killed(run, self._host.services, actor.pid, reason)
+            reason = f"a cancelled call did not stop within {CANCEL_GRACE:g} s"
+            self._announce_kill(run, actor.pid, reason)
 
     def _failed(self, run: Run, pool: ToolActors, actor: RayActor, e: Exception) -> BaseException:
         """What a Ray error instead of a reply means (`_failure`), or, for a call
@@ -329,22 +317,11 @@ class ActorCalls:
 
     def _serve(self, run: Run, actor: RayActor, ref: Any) -> _Serving:
         serving = (actor, ref)
-        with self._lock:
-            self._serving[run] = serving
+        self._track(run, serving)
         return serving
-
-    def _forget(self, run: Run, serving: _Serving) -> None:
-        """The call is over: under the lock `kill` reads `_serving` with, so
-        whether its actor was killed is settled once this returns."""
-        with self._lock:
-            # Only ours: a retry of the run may be on another actor already.
-            if self._serving.get(run) is serving:
-                del self._serving[run]
 
 
 def _value(pool: ToolActors, actor: RayActor, message: dict[str, Any]) -> Any:
     """The tool's value from its actor's reply, or raise its error."""
     pool.release(actor)
-    if message.get("kind") == "ok":
-        return output_of(message)
-    raise remote_error(message)
+    return value_of(message)

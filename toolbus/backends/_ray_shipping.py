@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ray import cloudpickle as _cloudpickle
 
 from ._ray_actor import _NO_DEFAULT, shared_var
+from ._remote_base import var_home
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -51,25 +52,12 @@ def _default(var: contextvars.ContextVar[Any]) -> Any:
         return _NO_DEFAULT
 
 
-def _reference(var: contextvars.ContextVar[Any]) -> tuple[str, str]:
-    for name, module in list(sys.modules.items()):
-        if name == "__main__" or module is None:
-            continue
-        for attr, value in list(getattr(module, "__dict__", {}).items()):
-            if value is var:
-                return name, attr
-    return "", ""
-
-
 def shipped_vars(variables: Iterable[Any]) -> list[Var]:
     """`context_vars=` checked: ContextVar objects, each with its key."""
     out: list[Var] = []
     for var in variables:
-        if not isinstance(var, contextvars.ContextVar):
-            raise TypeError(
-                f"RayBackend: context_vars must be ContextVar objects, got {type(var).__name__}"
-            )
-        out.append((var, _key(var), *_reference(var)))
+        module, attr = var_home(var, "RayBackend") or ("", "")
+        out.append((var, _key(var), module, attr))
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..models import Attachment, ErrorCode, ToolOutput
 from ..tools import ToolError, ToolFailure
 
-__all__ = ["RemoteError", "output_of", "remote_error"]
+__all__ = ["RemoteError", "output_of", "remote_error", "value_of"]
 
 
 class RemoteError(Exception):
@@ -43,6 +43,14 @@ def output_of(message: dict[str, Any]) -> ToolOutput:
         attachments=tuple(Attachment(**a) for a in message.get("attachments") or ()),
         metadata=message.get("metadata") or {},
     )
+
+
+def value_of(message: dict[str, Any]) -> ToolOutput:
+    """The tool's value from its last reply: an "ok" one; any other raises the
+    error it describes."""
+    if message.get("kind") == "ok":
+        return output_of(message)
+    raise remote_error(message)
 
 
 def remote_error(message: dict[str, Any]) -> BaseException:

@@ -38,7 +38,7 @@ import json
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
 try:
     from langchain_core.messages import ToolMessage
@@ -61,15 +61,13 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 
 from pydantic import AliasChoices, AliasPath, BaseModel, ValidationError
 
+from .._keywords import refuse_unknown
 from ..masking import scrub_published
 from ..pipeline import current_run
-from ..retry import RetryPolicy
 from ..tools import ArgumentError, Tool, ToolError, ToolFailure
 from ..tools._injected import argument_names, is_injected_marker, schema_name
 from ..tools._tool import format_validation_error
-
-if TYPE_CHECKING:
-    from ..tools._tool import BackendSpec
+from ..tools._tool_options import LANGCHAIN_KEYWORDS, LangChainOptions, adopt
 
 __all__ = ["GRAPH_CALL", "GraphCall", "LangChainTool", "UnsupportedToolError", "tool_content"]
 
@@ -196,18 +194,8 @@ class LangChainTool(Tool):
 
     process_local = True
 
-    def __init__(
-        self,
-        tool: BaseTool,
-        *,
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        backend: BackendSpec = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
-    ) -> None:
+    def __init__(self, tool: BaseTool, **options: Unpack[LangChainOptions]) -> None:
+        refuse_unknown(options, LANGCHAIN_KEYWORDS, "LangChainTool.__init__")
         if not isinstance(tool, BaseTool):
             raise TypeError(
                 f"add_langchain takes a LangChain BaseTool, got {type(tool).__name__} "
@@ -224,13 +212,7 @@ class LangChainTool(Tool):
         exported = convert_to_openai_tool(tool)["function"]
         self.description = exported.get("description") or ""
         self.parameters = exported.get("parameters") or {"type": "object", "properties": {}}
-        self.read_only = read_only
-        self.timeout = timeout
-        self.retry = retry
-        self.max_concurrency = max_concurrency
-        self.backend = backend
-        self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
-        self.idempotent = idempotent
+        adopt(self, options, LANGCHAIN_KEYWORDS)
 
         args_schema = tool.args_schema
         self._model: type[BaseModel] | None = None

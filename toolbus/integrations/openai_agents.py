@@ -32,8 +32,7 @@ import logging
 import threading
 import typing
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from agents import FunctionTool, RunContextWrapper, UserError
 from agents.strict_schema import ensure_strict_json_schema
@@ -41,6 +40,7 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from pydantic import BaseModel
 
 from .. import _json
+from .._keywords import refuse_unknown
 from ..executor import Executor
 from ..formatting import output_text
 from ..models import ToolCall
@@ -51,9 +51,9 @@ from ..providers._common import (
     strict_schema,
     without_strict_nulls,
 )
-from ..retry import RetryPolicy
 from ..tools import Tool, ToolContext, ToolRegistry, parse_json_arguments
 from ..tools._injected import injected_parameters
+from ..tools._tool_options import OPENAI_AGENTS_KEYWORDS, OpenAIAgentsOptions, adopt
 
 __all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tool_for", "function_tools"]
 
@@ -214,7 +214,9 @@ class OpenAIAgentsTool(Tool):
     threads (the SDK's invoker runs on a private event loop in that thread,
     whose "thread pool" is the thread itself), within the executor's thread
     budget. It is mutating unless `read_only=True`; its `timeout` is the SDK's
-    `timeout_seconds` unless given.
+    `timeout_seconds` unless given. Its options (`OpenAIAgentsOptions`): `name`,
+    `description`, `read_only`, `timeout`, `retry`, `max_concurrency`, `groups`,
+    `idempotent`, `context`.
 
     Failures reach toolbus as exceptions, so its error codes, retries and
     scrubbing apply: the tool is invoked through a copy whose
@@ -231,20 +233,9 @@ class OpenAIAgentsTool(Tool):
     tool), and tools that are not always enabled (`is_enabled` other than True).
     """
 
-    def __init__(
-        self,
-        function_tool: FunctionTool,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
-        context: Any = _UNSET,
-    ) -> None:
+    def __init__(self, function_tool: FunctionTool, **options: Unpack[OpenAIAgentsOptions]) -> None:
+        refuse_unknown(options, OPENAI_AGENTS_KEYWORDS, "OpenAIAgentsTool.__init__")
+        context = options.get("context", _UNSET)
         if not isinstance(function_tool, FunctionTool):
             raise TypeError(
                 "add_openai_agents takes an agents.FunctionTool, "
@@ -252,15 +243,13 @@ class OpenAIAgentsTool(Tool):
             )
         _check_supported(function_tool, context is not _UNSET)
         self.source = function_tool
-        self.name = name or function_tool.name
+        self.name = options.get("name") or function_tool.name
+        description = options.get("description")
         self.description = description if description is not None else function_tool.description
         self.parameters = copy.deepcopy(function_tool.params_json_schema)
-        self.read_only = read_only
-        self.timeout = timeout if timeout is not None else function_tool.timeout_seconds
-        self.retry = retry
-        self.max_concurrency = max_concurrency
-        self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
-        self.idempotent = idempotent
+        adopt(self, options)
+        if self.timeout is None:
+            self.timeout = function_tool.timeout_seconds
         self._context = None if context is _UNSET else context
         self._invoke = _raising(function_tool).on_invoke_tool
         # A sync function: the SDK's invoker would hand it to its event loop's

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Unpack
 
 from pydantic import ValidationError
 from pydantic_ai import ModelRetry, RunContext
@@ -46,14 +46,15 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
+from .._keywords import refuse_unknown
 from ..executor import Executor
 from ..formatting import output_text
 from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult
 from ..providers._common import result_text
-from ..retry import RetryPolicy
 from ..tools import ArgumentError, Tool, ToolContext, ToolError, ToolRegistry
 from ..tools._injected import injected_parameters
 from ..tools._tool import STANDARD_INVOKES, format_validation_error
+from ..tools._tool_options import PYDANTIC_AI_KEYWORDS, PydanticAIOptions, adopt
 
 __all__ = ["PydanticAITool", "ToolbusToolset", "from_pydantic_ai", "tool_definition"]
 
@@ -195,7 +196,9 @@ class PydanticAITool(Tool):
     pydantic-ai's unless given. A `ModelRetry` it raises becomes a
     `ToolError` with its message (not retried by toolbus: the same arguments
     would fail again), a `ToolFailed` too; a `ToolReturn`'s value and metadata
-    become the output (its extra `content` for the model is dropped).
+    become the output (its extra `content` for the model is dropped). Its
+    options (`PydanticAIOptions`): `name`, `description`, `read_only`,
+    `timeout`, `retry`, `max_concurrency`, `groups`, `idempotent`.
 
     Refused with a `TypeError` saying why: a tool whose first parameter is a
     `RunContext` (there is no pydantic-ai run to take it from), one with a
@@ -204,31 +207,20 @@ class PydanticAITool(Tool):
     """
 
     def __init__(
-        self,
-        source: PAITool[Any] | Callable[..., Any],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
+        self, source: PAITool[Any] | Callable[..., Any], **options: Unpack[PydanticAIOptions]
     ) -> None:
+        refuse_unknown(options, PYDANTIC_AI_KEYWORDS, "PydanticAITool.__init__")
         pa = source if isinstance(source, PAITool) else _as_pydantic_ai_tool(source)
         _check_supported(pa)
         schema = pa.function_schema
         self.source = pa
-        self.name = name or pa.name
+        self.name = options.get("name") or pa.name
+        description = options.get("description")
         self.description = description if description is not None else (pa.description or "")
         self.parameters = copy.deepcopy(schema.json_schema)
-        self.read_only = read_only
-        self.timeout = timeout if timeout is not None else pa.timeout
-        self.retry = retry
-        self.max_concurrency = max_concurrency
-        self.groups = tuple(groups) if not isinstance(groups, str) else (groups,)
-        self.idempotent = idempotent
+        adopt(self, options)
+        if self.timeout is None:
+            self.timeout = pa.timeout
         self._function = schema.function
         self._validator = schema.validator
         self._positional = tuple(schema.positional_fields)

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO, TypedDict, Unpack, cast
 
 import mcp_types as types
 import pykka
@@ -25,6 +25,7 @@ from mcp.client import Transport
 from mcp.client.session import MessageHandlerFnT
 from mcp.server import MCPServer, Server
 
+from .._keywords import keywords_of, refuse_unknown
 from .._options import non_negative_number, positive_int, positive_number
 from .._version import __version__
 from ._actor import Open, Opened, SessionActor
@@ -35,6 +36,7 @@ from ._link import Link
 from ._redact import redact_argv, redact_url
 
 __all__ = [
+    "ConnectOptions",
     "MCPTarget",
     "aconnect",
     "aconnect_http",
@@ -52,26 +54,65 @@ attempt, since transports are single-use)."""
 _CLIENT_INFO = types.Implementation(name="toolbus", version=__version__)
 
 
-def connect(
-    target: MCPTarget,
-    *,
-    name: str | None = None,
-    connect_timeout: float = 10.0,
-    probe_timeout: float = 2.0,
-    backoff_base: float = 0.5,
-    max_backoff: float = 30.0,
-    server_max_concurrency: int | None = None,
-    idempotent_hints: bool = False,
-) -> MCPConnection:
+class ConnectOptions(TypedDict, total=False):
+    """The options of `connect` and `aconnect` (and of each `connect_*`): see `connect`."""
+
+    name: str | None
+    connect_timeout: float
+    probe_timeout: float
+    backoff_base: float
+    max_backoff: float
+    server_max_concurrency: int | None
+    idempotent_hints: bool
+
+
+_CONNECT_KEYWORDS = keywords_of(ConnectOptions)
+
+
+def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
+    """The options of a call of `where` (`connect` or `aconnect`), checked,
+    each with its value or its default."""
+    refuse_unknown(options, _CONNECT_KEYWORDS, where)
+    server_max_concurrency = options.get("server_max_concurrency")
+    if server_max_concurrency is not None:
+        server_max_concurrency = positive_int(
+            server_max_concurrency, "server_max_concurrency", "connect"
+        )
+    idempotent_hints = options.get("idempotent_hints", False)
+    if not isinstance(idempotent_hints, bool):
+        raise TypeError(
+            f"connect: idempotent_hints must be True or False, got {idempotent_hints!r}"
+        )
+    # Checked up front: a zero or negative timeout would make every attempt fail
+    # at once; a backoff of 0 is allowed (reconnect at once), a negative one is not.
+    return ConnectOptions(
+        name=options.get("name"),
+        connect_timeout=positive_number(
+            options.get("connect_timeout", 10.0), "connect_timeout", "connect"
+        ),
+        probe_timeout=positive_number(
+            options.get("probe_timeout", 2.0), "probe_timeout", "connect"
+        ),
+        backoff_base=non_negative_number(
+            options.get("backoff_base", 0.5), "backoff_base", "connect"
+        ),
+        max_backoff=options.get("max_backoff", 30.0),
+        server_max_concurrency=server_max_concurrency,
+        idempotent_hints=idempotent_hints,
+    )
+
+
+def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnection:
     """Connect to an MCP server and list its tools; blocks until both are done.
 
     Raises `MCPConnectError` when the server cannot be reached within
-    `connect_timeout` seconds. Later failures never raise here: calls end as
-    errors, and the connection reconnects (at once after a drop; after a
-    failed attempt not before `backoff_base * 2**n` seconds, at most
-    `max_backoff`). A call cancelled by toolbus (timeout) triggers a health
-    check; a server that does not answer it within `probe_timeout` seconds is
-    restarted.
+    `connect_timeout` seconds (default 10). Later failures never raise here:
+    calls end as errors, and the connection reconnects (at once after a drop;
+    after a failed attempt not before `backoff_base * 2**n` seconds, default
+    0.5, at most `max_backoff`, default 30). A call cancelled by toolbus
+    (timeout) triggers a health check; a server that does not answer it within
+    `probe_timeout` seconds (default 2) is restarted. `name` is the one used in
+    errors and logs (default: the server's own).
 
     `server_max_concurrency=N`: at most N calls in flight to this server, all
     its tools together (a capacity group, `mcp:<name>`, that the tools bring
@@ -79,26 +120,19 @@ def connect(
     trusts the server's `idempotentHint`s (toolbus's `Tool.idempotent`: a
     timed-out or lost call of a mutating tool may be retried).
     """
-    if server_max_concurrency is not None:
-        server_max_concurrency = positive_int(
-            server_max_concurrency, "server_max_concurrency", "connect"
-        )
-    if not isinstance(idempotent_hints, bool):
-        raise TypeError(
-            f"connect: idempotent_hints must be True or False, got {idempotent_hints!r}"
-        )
-    # Checked up front: a zero or negative timeout would make every attempt fail
-    # at once; a backoff of 0 is allowed (reconnect at once), a negative one is not.
-    connect_timeout = positive_number(connect_timeout, "connect_timeout", "connect")
-    probe_timeout = positive_number(probe_timeout, "probe_timeout", "connect")
-    backoff_base = non_negative_number(backoff_base, "backoff_base", "connect")
+    return _connect(target, _settings(options, "connect"))
+
+
+def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
+    name = settings["name"]
+    connect_timeout = settings["connect_timeout"]
     link = Link(
         name or _default_name(target),
         _client_factory(target),
         connect_timeout=connect_timeout,
-        probe_timeout=probe_timeout,
-        backoff_base=backoff_base,
-        max_backoff=max_backoff,
+        probe_timeout=settings["probe_timeout"],
+        backoff_base=settings["backoff_base"],
+        max_backoff=settings["max_backoff"],
     )
     actor = SessionActor.start(link)
     try:
@@ -116,43 +150,25 @@ def connect(
         actor,
         opened,
         link,
-        server_max_concurrency=server_max_concurrency,
-        idempotent_hints=idempotent_hints,
+        server_max_concurrency=settings["server_max_concurrency"],
+        idempotent_hints=settings["idempotent_hints"],
     )
 
 
-async def aconnect(
-    target: MCPTarget,
-    *,
-    name: str | None = None,
-    connect_timeout: float = 10.0,
-    probe_timeout: float = 2.0,
-    backoff_base: float = 0.5,
-    max_backoff: float = 30.0,
-    server_max_concurrency: int | None = None,
-    idempotent_hints: bool = False,
-) -> MCPConnection:
+async def aconnect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnection:
     """Async twin of `connect`; never blocks the event loop.
 
     Cancelling it cannot stop a connect under way (it runs in a thread); the
     connection it then yields is closed, so no server process is left behind.
     """
+    settings = _settings(options, "aconnect")
     loop = asyncio.get_running_loop()
     future: asyncio.Future[MCPConnection] = loop.create_future()
     abandoned = threading.Event()
     context = contextvars.copy_context()
 
     def make() -> MCPConnection:
-        return connect(
-            target,
-            name=name,
-            connect_timeout=connect_timeout,
-            probe_timeout=probe_timeout,
-            backoff_base=backoff_base,
-            max_backoff=max_backoff,
-            server_max_concurrency=server_max_concurrency,
-            idempotent_hints=idempotent_hints,
-        )
+        return _connect(target, settings)
 
     def work() -> None:
         # Our own thread, not the loop's executor: asyncio.run() cancels the
@@ -204,7 +220,7 @@ def connect_stdio(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     errlog: TextIO | None = None,
-    **options: Any,
+    **options: Unpack[ConnectOptions],
 ) -> MCPConnection:
     """Start `command args` as an MCP server and connect to it over its stdin/stdout.
 
@@ -222,13 +238,13 @@ async def aconnect_stdio(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     errlog: TextIO | None = None,
-    **options: Any,
+    **options: Unpack[ConnectOptions],
 ) -> MCPConnection:
     """Async twin of `connect_stdio`."""
     return await aconnect(_stdio_target(command, args, env, cwd, errlog), **options)
 
 
-def connect_http(url: str, **options: Any) -> MCPConnection:
+def connect_http(url: str, **options: Unpack[ConnectOptions]) -> MCPConnection:
     """Connect to an MCP server over streamable HTTP at `url` (e.g. `http://host/mcp`).
 
     `options` are `connect`'s. For headers or authentication, pass `connect` a
@@ -237,7 +253,7 @@ def connect_http(url: str, **options: Any) -> MCPConnection:
     return connect(url, **options)
 
 
-async def aconnect_http(url: str, **options: Any) -> MCPConnection:
+async def aconnect_http(url: str, **options: Unpack[ConnectOptions]) -> MCPConnection:
     """Async twin of `connect_http`."""
     return await aconnect(url, **options)
 

@@ -17,21 +17,35 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import cast
+from typing import Unpack, cast
 
 import mcp_types as types
 import pykka
 
+from .._keywords import keywords_of, refuse_unknown
 from .._options import positive_int, timeout_seconds
 from ..retry import RetryPolicy
 from ..tools import DuplicateToolError, ToolRegistry
+from ..tools._tool_options import ToolLimits
 from ._actor import ListTools, Opened, SessionActor, Status
 from ._errors import MCPConnectError
 from ._link import ConnectionStatus, Link
 from ._registrations import MadeWith, Registration
 from ._tool import MCPTool, server_group
 
-__all__ = ["MCPConnection"]
+__all__ = ["MCPConnection", "MCPToolsOptions"]
+
+
+class MCPToolsOptions(ToolLimits, total=False):
+    """The options of `MCPConnection.tools` and `.register`: see `tools`."""
+
+    prefix: str
+    only: Iterable[str] | None
+    read_only_hints: bool
+    idempotent_hints: bool | None
+
+
+_TOOLS_KEYWORDS = keywords_of(MCPToolsOptions)
 
 log = logging.getLogger("toolbus.mcp")
 
@@ -87,17 +101,7 @@ class MCPConnection:
         """The server's tool definitions, as last listed."""
         return list(self._specs)
 
-    def tools(
-        self,
-        *,
-        prefix: str = "",
-        only: Iterable[str] | None = None,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        read_only_hints: bool = True,
-        idempotent_hints: bool | None = None,
-    ) -> list[MCPTool]:
+    def tools(self, **options: Unpack[MCPToolsOptions]) -> list[MCPTool]:
         """toolbus tools for the server's tools (all, or those named in `only`).
 
         Each is named `prefix + the server's name`. `timeout`, `retry` and
@@ -108,24 +112,13 @@ class MCPConnection:
         says whether `idempotentHint`s make tools `idempotent`. A tool whose
         schema is not valid JSON Schema is left out, with a warning in the log.
         """
-        made_with = self._made_with(
-            prefix, timeout, retry, max_concurrency, read_only_hints, idempotent_hints
-        )
+        refuse_unknown(options, _TOOLS_KEYWORDS, "MCPConnection.tools")
+        made_with = self._made_with(options)
+        only = options.get("only")
         with self._lock:
             return self._tools(made_with, only)
 
-    def register(
-        self,
-        registry: ToolRegistry,
-        *,
-        prefix: str = "",
-        only: Iterable[str] | None = None,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        read_only_hints: bool = True,
-        idempotent_hints: bool | None = None,
-    ) -> list[MCPTool]:
+    def register(self, registry: ToolRegistry, **options: Unpack[MCPToolsOptions]) -> list[MCPTool]:
         """Make the tools (as `tools()` does) and register each in `registry`.
 
         A name already in the registry raises `DuplicateToolError` before any
@@ -134,9 +127,9 @@ class MCPConnection:
         adds are registered alike (a name already taken is skipped, with a
         warning), tools it removes are unregistered, changed ones replaced.
         """
-        made_with = self._made_with(
-            prefix, timeout, retry, max_concurrency, read_only_hints, idempotent_hints
-        )
+        refuse_unknown(options, _TOOLS_KEYWORDS, "MCPConnection.register")
+        made_with = self._made_with(options)
+        only = options.get("only")
         only = list(only) if only is not None else None
         with self._lock:
             made = self._tools(made_with, only)
@@ -210,18 +203,16 @@ class MCPConnection:
 
     # -- making tools, and following the server's list ---------------------------------
 
-    def _made_with(
-        self,
-        prefix: str,
-        timeout: float | None,
-        retry: RetryPolicy | None,
-        max_concurrency: int | None,
-        read_only_hints: bool,
-        idempotent_hints: bool | None,
-    ) -> MadeWith:
+    def _made_with(self, options: MCPToolsOptions) -> MadeWith:
         # Checked here, each error naming its option: a bad option must not
         # surface later as every tool's "schema not usable" (and no tools).
         owner = "MCPConnection.tools/register"
+        prefix = options.get("prefix", "")
+        timeout = options.get("timeout")
+        retry = options.get("retry")
+        max_concurrency = options.get("max_concurrency")
+        read_only_hints = options.get("read_only_hints", True)
+        idempotent_hints = options.get("idempotent_hints")
         if not isinstance(prefix, str):
             raise TypeError(f"{owner}: prefix must be a string, got {prefix!r}")
         timeout = timeout_seconds(timeout, "timeout", owner)

@@ -37,6 +37,7 @@ import anyio
 import uvicorn  # a dependency of `mcp` (which imports it already)
 from mcp.server.transport_security import TransportSecuritySettings
 
+from .._asgi import bind, config, url_host
 from .._tokens import token_problem
 from ..executor import Executor
 from ..tools import ToolRegistry
@@ -202,17 +203,13 @@ async def aserve_http(
     run on `executor`, or on a new `Executor(registry, **executor_options)`
     closed at the end.
     """
-    # Bound as the status server binds (imported here: `import toolbus.mcp` need not load
-    # toolbus.observe).
-    from ..observe._server import _bind, _url_host
-
     loopback = check_exposure(host, token)
     own = executor is None
     runner = executor if executor is not None else Executor(registry, **executor_options)
     try:
-        sock = _bind(host, port)
+        sock = bind(host, port)
         with sock:
-            url = f"http://{_url_host(host, sock.family)}:{sock.getsockname()[1]}{MCP_PATH}"
+            url = f"http://{url_host(host, sock.family)}:{sock.getsockname()[1]}{MCP_PATH}"
             app = http_app(
                 registry,
                 runner,
@@ -221,18 +218,7 @@ async def aserve_http(
                 loopback=loopback,
                 allowed_origins=allowed_origins,
             )
-            config = uvicorn.Config(
-                app,
-                log_config=None,  # leave the application's logging as it is
-                log_level="warning",
-                access_log=False,
-                lifespan="on",
-                loop="asyncio",
-                http="h11",
-                ws="none",
-                timeout_graceful_shutdown=2,
-            )
-            server = _Server(config)
+            server = _Server(config(app))
             if on_ready is not None:
                 on_ready(url)  # the socket listens: connections wait in its backlog
             await server.serve(sockets=[sock])

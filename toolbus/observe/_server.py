@@ -17,11 +17,11 @@ in use is an `OSError` here, not on the thread.
 from __future__ import annotations
 
 import ipaddress
-import socket
 import threading
 import time
 from typing import Any
 
+from .._asgi import ServerThread, bind, url_host
 from .._tokens import token_problem
 from ..executor import Executor
 
@@ -37,33 +37,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # another name: it may resolve anywhere, so it counts as exposed
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-        sock.set_inheritable(True)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _url_host(host: str, family: int) -> str:
-    host = host.strip("[]")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if ip.is_unspecified:  # 0.0.0.0 / :: listen everywhere; loopback reaches them here
-        return "127.0.0.1" if family == socket.AF_INET else "[::1]"
-    return f"[{host}]" if ip.version == 6 else host
 
 
 class StatusServer:
@@ -97,7 +70,7 @@ class StatusServer:
             raise ValueError(f"serve_status: history must be an integer >= 1, got {history!r}")
         try:
             import prometheus_client
-            import uvicorn
+            import uvicorn  # noqa: F401  (the web extra's: served by toolbus._asgi)
 
             from ._app import Broadcast, build_app
         except ImportError as e:
@@ -114,10 +87,10 @@ class StatusServer:
         self._executor = executor
         self._closed = False
         self._lock = threading.Lock()
-        sock = _bind(host, port)
+        sock = bind(host, port)
         try:
             self.port: int = sock.getsockname()[1]
-            self.url = f"http://{_url_host(host, sock.family)}:{self.port}/"
+            self.url = f"http://{url_host(host, sock.family)}:{self.port}/"
             self._feed = feed = Feed(executor, history=history)
         except BaseException:
             sock.close()  # whatever failed, the port is not left listening
@@ -156,32 +129,12 @@ class StatusServer:
             token=token,
             loopback=loopback,
         )
-        config = uvicorn.Config(
-            app,
-            log_config=None,  # leave the application's logging as it is
-            log_level="warning",
-            access_log=False,  # a URL may carry ?token=
-            lifespan="on",
-            loop="asyncio",
-            http="h11",
-            ws="none",
-            timeout_graceful_shutdown=2,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"toolbus-status-{self.port}",
-            daemon=True,
-        )
         self._socket = sock
-        self._thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not self._server.started:  # uvicorn offers no event to wait on
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"serve_status: the server on port {self.port} did not start")
-            time.sleep(0.005)
+        self._serving = ServerThread(app, sock, f"toolbus-status-{self.port}")
+        self._thread = self._serving.thread
+        if not self._serving.wait_started(_START_TIMEOUT):
+            self.close()
+            raise RuntimeError(f"serve_status: the server on port {self.port} did not start")
 
     @property
     def closed(self) -> bool:
@@ -194,8 +147,7 @@ class StatusServer:
                 return
             self._closed = True
         self._broadcast.close()
-        self._server.should_exit = True
-        self._thread.join(timeout)
+        self._serving.stop(timeout)
         self._socket.close()
         self._feed.close()
         self._metrics.close()

@@ -24,8 +24,9 @@ from pydantic import BaseModel
 
 from .._errors import ToolFailure, WorkerKilled
 from .._options import positive_int
+from .._process_group import kill_group
 from ..models import ErrorCode
-from ._command_process import Watch, kill_group
+from ._command_process import Watch
 from ._command_secrets import Redactor, field_paths, secret_values
 from ._command_spec import (
     check_argv,

@@ -12,13 +12,13 @@ import asyncio
 import codecs
 import contextlib
 import os
-import signal
 import subprocess
 import threading
 
+from .._process_group import kill_group
 from ._command_secrets import Redactor
 
-__all__ = ["Watch", "kill_group"]
+__all__ = ["Watch"]
 
 _CHUNK = 65536
 # How long close() waits for a command it has just SIGKILLed, to reap it.
@@ -168,15 +168,3 @@ class Watch:
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
-
-
-def kill_group(pgid: int) -> bool:
-    """SIGKILL every process of group `pgid`; False if there was none.
-
-    Only called while the group's leader is unreaped (running, or a zombie):
-    its id cannot have gone to another process group meanwhile."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True

@@ -12,47 +12,22 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict, Unpack, overload
+from collections.abc import Callable
+from typing import Annotated, Any, Unpack, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._docstring import parse_docstring
 from ._injected import is_injected_marker
 from ._returns import namespaces, resolve_hint, return_schema
-from ._tool import STANDARD_INVOKES, Tool, ToolType, check_output_schema
-
-if TYPE_CHECKING:
-    from ._tool import BackendSpec
+from ._tool import STANDARD_INVOKES, Tool, check_output_schema
+from ._tool_options import ToolOptions
 
 __all__ = ["FunctionTool", "ToolOptions", "tool"]
 
 AnyFunction = Callable[..., Any]
-
-
-class ToolOptions(TypedDict, total=False):
-    """The options of `@tool`, `registry.tool` and `FunctionTool`: the `Tool`
-    attributes of the same names (see `Tool` for what each means and allows)."""
-
-    name: str | None
-    description: str | None
-    type: ToolType
-    read_only: bool
-    timeout: float | None
-    retry: RetryPolicy | None
-    max_concurrency: int | None
-    backend: BackendSpec
-    groups: Sequence[str]
-    resource_keys: Sequence[str]
-    idempotent: bool
-    destructive: bool | None
-    open_world: bool
-    memory_limit_mb: int | None
-    cpu_limit_s: float | None
-    policies: Sequence[Any]
 
 
 class _ParamsBase(BaseModel):

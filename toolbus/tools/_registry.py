@@ -6,16 +6,14 @@ import builtins
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self, Unpack, overload
+from typing import Any, Self, Unpack, overload
 
 from .. import _seams
-from ..retry import RetryPolicy
+from .._keywords import refuse_unknown
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
-
-if TYPE_CHECKING:
-    from ._tool import BackendSpec
+from ._tool_options import LANGCHAIN_KEYWORDS, LangChainOptions
 
 __all__ = ["DuplicateToolError", "ToolRegistry"]
 
@@ -124,18 +122,7 @@ class ToolRegistry:
     def list(self) -> builtins.list[Tool]:
         return list(self._tools.values())
 
-    def add_langchain(
-        self,
-        tool: Any,
-        *,
-        read_only: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        backend: BackendSpec = None,
-        groups: Sequence[str] = (),
-        idempotent: bool = False,
-    ) -> Tool:
+    def add_langchain(self, tool: Any, **options: Unpack[LangChainOptions]) -> Tool:
         """Register a LangChain `BaseTool` (needs langchain-core: the `langgraph` extra).
 
         The model sees the schema LangChain exports for it; its `args_schema`
@@ -147,18 +134,8 @@ class ToolRegistry:
         `response_format="content_and_artifact"` are refused (`ValueError`).
         See `toolbus.integrations.langchain`.
         """
-        return self.register(
-            _seams.langchain_tool.call(
-                tool,
-                read_only=read_only,
-                timeout=timeout,
-                retry=retry,
-                max_concurrency=max_concurrency,
-                backend=backend,
-                groups=groups,
-                idempotent=idempotent,
-            )
-        )
+        refuse_unknown(options, LANGCHAIN_KEYWORDS, "ToolRegistry.add_langchain")
+        return self.register(_seams.langchain_tool.call(tool, **options))
 
     def list_by_type(self, type: ToolType) -> builtins.list[Tool]:
         return [t for t in self._tools.values() if t.type == type]
