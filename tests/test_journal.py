@@ -1178,7 +1178,7 @@ def test_a_writer_that_dies_fails_fast_never_hangs(
 def test_an_error_while_pruning_does_not_stop_the_writer(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import toolbus.journal._writer as writer_module
+    import toolbus.journal._upkeep as writer_module
 
     def bad_prune(*args: Any) -> int:
         raise OverflowError("Python int too large to convert to SQLite INTEGER")
@@ -1406,7 +1406,7 @@ def test_odd_journal_paths_are_clear_errors_at_once(tmp_path: Path) -> None:
 def test_a_long_outage_keeps_a_bounded_backlog_and_logs_what_it_gives_up(
     path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import toolbus.journal._writer as writer_module
+    import toolbus.journal._failures as writer_module
 
     _short_busy_timeout(monkeypatch)
     monkeypatch.setattr(writer_module, "MAX_KEPT", 1)

@@ -18,6 +18,12 @@ thread at a time, as it did when one actor owned it. Replies are matched by
 attempt number and timer messages by a per-run generation, so anything stale
 is dropped.
 
+The handlers are grouped by what they decide: admission (`_admission.py`),
+how runs end and what that changes in their batch (`_completion.py`), a
+policy's delays (`_delays.py`), timeouts (`_deadlines.py`), the numbers
+`stats()` reads (`_status.py`); here are the lock, the message dispatch, the
+dispatch of attempts to backends and their reports.
+
 Where an attempt runs is its backend's business (`toolbus/backends/`): the
 scheduler hands it a `Job` and reads its report. At a deadline it settles
 the attempt, interrupts it and tells the backend to let it go (a thread stuck
@@ -35,17 +41,16 @@ import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
-from ..models import ErrorCode, Status, ToolResult
-from ..pipeline import BatchRun, Outcome, Run
-from ._batches import announce_groups, announce_start, finish_batch, schedule_batch
+from ..models import ErrorCode
+from ..pipeline import Run
+from ._admission import Admission
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
-from ._deadlines import Deadlines
-from ._deadlock import would_deadlock
+from ._delays import Delays
 from ._messages import (
     Cancel,
     Close,
@@ -59,41 +64,15 @@ from ._messages import (
     Submit,
     UntilDone,
 )
+from ._status import status
 from ._timers import TimerService
-
-if TYPE_CHECKING:
-    from ..tools import Tool
 
 __all__ = ["Scheduler"]
 
 log = logging.getLogger("toolbus.actors")
 
 
-class _Waiting:
-    """The calls delayed until one future is done (see `Scheduler._wait_until`)."""
-
-    __slots__ = ("dues", "prune_at")
-
-    def __init__(self, due: RetryDue) -> None:
-        self.dues = [due]
-        self.prune_at = 16
-
-    def add(self, due: RetryDue) -> None:
-        dues = self.dues
-        dues.append(due)
-        if len(dues) >= self.prune_at:
-            # Drop the calls no longer waiting on it (their timer won, they
-            # ended): amortised, the list stays within twice those that wait.
-            dues[:] = [d for d in dues if _waits(d)]
-            self.prune_at = max(16, 2 * len(dues))
-
-
-def _waits(due: RetryDue) -> bool:
-    run = due.run
-    return not run.sv_closed and run.sv_gen == due.gen
-
-
-class Scheduler(Deadlines):
+class Scheduler(Admission, Delays):
     """The supervisor's state; every public method takes its lock."""
 
     def __init__(
@@ -130,7 +109,7 @@ class Scheduler(Deadlines):
         }
         self.runs_open: set[Run] = set()
         # Policies' `Delay(until=future)`: the calls waiting on each future.
-        self._untils: weakref.WeakKeyDictionary[Any, _Waiting] = weakref.WeakKeyDictionary()
+        self._untils = weakref.WeakKeyDictionary()
         # Backends in use, and the budget of threads their jobs may hold.
         self.backends: dict[int, Backend] = {}
         self.budget = ThreadBudget(max_abandoned, max_abandoned_per_tool)
@@ -228,7 +207,7 @@ class Scheduler(Deadlines):
             elif kind is Cancel:
                 self._on_cancel(message)
             elif kind is StatusQuery:
-                return self._status()
+                return status(self)
             elif kind is Close:
                 return self._on_close(message)
             if pump:
@@ -240,126 +219,6 @@ class Scheduler(Deadlines):
                 "".join(traceback.format_exception(e)),
             )
         return None
-
-    # -- submission and the ready queue --------------------------------------------
-
-    def _on_submit(self, msg: Submit) -> None:
-        self.counters["submitted"] += len(msg.runs)
-        b = msg.batch
-        if b is not None:
-            self.counters["batches"] += 1
-            b.runs = list(msg.runs)
-            b.remaining = len(b.runs)
-            b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
-        self.runs_open.update(msg.runs)
-        for run in msg.runs:
-            if run.tool is not None:
-                run.sv_pool = self._pool(run)
-                if run.tool.group_limits:
-                    self._learn_groups(run.tool)
-                named = tuple(self.groups[n] for n in run.tool.groups if n in self.groups)
-                run.sv_groups = (
-                    (b.sv_group, run.sv_pool, *named) if b is not None else (run.sv_pool, *named)
-                )
-                if run.backend is not None:
-                    try:
-                        self._started(run.backend)
-                    except Exception as e:
-                        log.error("backend %r could not start: %s", run.backend.name, e)
-        if self.closed:
-            for run in msg.runs:
-                self._finish_here(run, "cancelled", ErrorCode.CANCELLED, "the executor is closed")
-            return
-        if b is None:
-            if not self._reject_unstartable(msg.runs[0]):
-                self.slots.enqueue(msg.runs[0], front=msg.runs[0].parent is not None)
-            return
-        announce_start(b, self.emitter)
-        b.schedule = schedule_batch(b, self.services.max_argument_bytes)
-        eligible = b.schedule.open()
-        b.sv_busy += 1  # every call may be rejected here: the batch ends after this
-        try:
-            for run in b.runs:
-                self._reject_unstartable(run)
-            announce_groups(b, self.emitter)
-            for i in eligible:
-                self.slots.enqueue(b.runs[i])
-        finally:
-            self._done_with(b)
-
-    def _reject_unstartable(self, run: Run) -> bool:
-        """Reject a run that can never start: unknown tool, no backend, refused
-        at submission (a quota), or a missing capacity group."""
-        if run.refusal is not None:
-            code, message = run.refusal
-            self._finish_here(run, "rejected", code, message)
-            return True
-        if run.tool is None:
-            # The executor wrote the message (with close matches) on the caller's thread.
-            message = run.last_error or f"Unknown tool '{run.call.name}'"
-            self._finish_here(run, "rejected", ErrorCode.TOOL_NOT_FOUND, message)
-            return True
-        if run.backend is None:
-            self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, run.last_error)
-            return True
-        for name, limit in run.tool.group_limits.items():
-            if self.groups[name].limit != limit:
-                self._finish_here(
-                    run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                    f"Tool '{run.call.name}' is unavailable: it defines capacity group "
-                    f"{name!r} with limit {limit}, and the executor has it with limit "
-                    f"{self.groups[name].limit}",
-                )  # fmt: skip
-                return True
-        missing = [n for n in run.tool.groups if n not in self.groups]
-        if missing:
-            self._finish_here(
-                run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
-                f"Tool '{run.call.name}' is unavailable: no capacity group named "
-                f"{missing[0]!r} (Executor(groups=...) defines them)",
-            )  # fmt: skip
-            return True
-        return False
-
-    def _learn_groups(self, tool: Tool) -> None:
-        """Make the groups a tool registered after the executor defines itself
-        (`Tool.group_limits`); a conflicting limit is refused by `_reject_unstartable`."""
-        for name, limit in tool.group_limits.items():
-            if name not in self.groups:
-                self.groups[name] = Group(name, limit)
-
-    def _nested_deadlock(self, run: Run, group: Group) -> str | None:
-        if not would_deadlock(run, group, self.runs_open):
-            return None
-        return (
-            f"Tool '{run.call.name}' was called from inside another call, and every slot "
-            f"of {group.name!r} is held by calls that wait, directly or through calls of "
-            "their own, for that call: waiting would deadlock"
-        )
-
-    def _pool(self, run: Run) -> ToolGroup:
-        tool = run.tool
-        assert tool is not None
-        pool = self.pools.get(id(tool))
-        if pool is None or pool.tool is not tool:
-            pool = self.pools[id(tool)] = ToolGroup(tool)
-            # A backend with a fixed number of workers (a process pool): calls
-            # beyond it wait here, in the queue, not on their deadline's clock.
-            capacity = getattr(run.backend, "capacity", None)
-            if capacity is not None:
-                size = capacity(tool)
-                pool.limit = size if pool.limit is None else min(pool.limit, size)
-        return pool
-
-    def _started(self, backend: Backend) -> None:
-        if id(backend) in self.backends:
-            return
-        # Raises if the backend serves another executor; the call that
-        # brought it gets that as its result (see _dispatch).
-        backend.start(self.host)
-        self.backends[id(backend)] = backend
-        if backend.uses_threads:
-            self.budget.backends.append(backend)
 
     def _pump(self) -> None:
         """Start every run that may start now."""
@@ -481,204 +340,3 @@ class Scheduler(Deadlines):
             self._finish_here(run, "cancelled", code, reason)
             return
         self._arm(run, outcome.delay, RetryDue)
-
-    def _delayed(self, run: Run, outcome: Outcome) -> None:
-        """A policy delays the run before its first attempt: it gives its slot
-        back and waits on a timer (or its policy's event), holding nothing."""
-        self._disarm(run)
-        self.slots.release(run)
-        if run.sv_cancel is not None:
-            code, reason = run.sv_cancel
-            self._finish_here(run, "cancelled", code, reason)
-            return
-        run.attempt = 0  # not started: its next dispatch is its first attempt again
-        self._arm(run, outcome.delay, RetryDue)
-        until = outcome.until
-        if until is not None:
-            # Whichever comes first, the timer or the event; the other is stale.
-            try:
-                self._wait_until(until, RetryDue(run, 0, run.sv_gen))
-            except Exception as e:  # not a future after all: the timer stands
-                log.error("a policy's delay has no usable `until` (%s): waiting it out", e)
-
-    def _wait_until(self, until: Any, due: RetryDue) -> None:
-        """Send `due` when `until` is done (unless its timer wins first).
-
-        One done-callback per future, however many calls wait on it and however
-        often: a future that never completes (a flight presumed lost, a policy's
-        event that never comes) would otherwise keep a callback, and through it
-        the run, per delay, for as long as the future lives. The calls waiting
-        on it are kept here, the stale ones (their timer won) dropped as more
-        come; the entry goes with the future."""
-        try:
-            waiting = self._untils.get(until)
-        except TypeError:  # unhashable: one callback for this delay, as it comes
-            until.add_done_callback(lambda _: self._tell(due))
-            return
-        if waiting is not None:
-            waiting.add(due)
-            return
-        try:
-            self._untils[until] = _Waiting(due)
-        except TypeError:  # not weakly referenceable: as above
-            until.add_done_callback(lambda _: self._tell(due))
-            return
-        try:
-            until.add_done_callback(lambda f: self._tell(UntilDone(f)))
-        except BaseException:
-            del self._untils[until]
-            raise
-
-    def _on_until_done(self, msg: UntilDone) -> None:
-        waiting = self._untils.pop(msg.future, None)
-        if waiting is not None:
-            for due in waiting.dues:
-                self._on_retry_due(due)  # a stale one (its timer won) is dropped there
-
-    # -- cancellation --------------------------------------------------------------------
-
-    def _on_cancel(self, msg: Cancel) -> None:
-        runs = msg.batch.runs if msg.batch is not None else [msg.run] if msg.run else []
-        for run in runs:
-            self._cancel_run(run, msg.code, msg.reason, only_unstarted=False)
-
-    def _cancel_run(self, run: Run, code: ErrorCode, reason: str, *, only_unstarted: bool) -> None:
-        if run.sv_closed or run.completed:
-            return
-        if run.sv_slot:  # an attempt, or what follows its timeout, is under way
-            if only_unstarted:
-                return
-            if not run.try_settle(run.attempt):
-                # A worker holds the outcome (in its hooks): honour the cancel
-                # when it reports, instead of retrying.
-                run.sv_cancel = (code, reason)
-                return
-            run.stop_reason = "closed" if self.closed else "cancelled"
-            run.interrupt()
-            self._detach(run)
-        elif only_unstarted and run.attempt > 0:
-            return  # started, now backing off before a retry: let it go on
-        self._finish_here(run, "cancelled", code, reason)
-
-    # -- completion -----------------------------------------------------------------------
-
-    def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None:
-        """Finish a run with a result made by the supervisor itself (no user code)."""
-        _pipeline.end_call(run, self.services, status, code, message)
-        self._closed_run(run)
-
-    def _closed_run(self, run: Run) -> None:
-        if run.sv_closed:
-            return
-        run.sv_closed = True
-        self.runs_open.discard(run)
-        self._disarm(run)
-        self.slots.closed(run)
-        result = run.result
-        if result is not None:
-            self.counters[result.status] += 1
-            if run.waiter is not None:
-                # Woken last, after the books: stats() agrees with the result.
-                run.waiter.release(result)
-        b = run.batch
-        if b is None:
-            return
-        b.remaining -= 1
-        # Closing this run may close others of the batch (the calls a deferred
-        # one holds back, the rest after a stop_on_error): the last of those
-        # must not end the batch, and so release its caller, while this frame
-        # still reads the batch. `_done_with` ends it once the outermost is done.
-        b.sv_busy += 1
-        try:
-            self._batch_books(b, run, result)
-        finally:
-            self._done_with(b)
-
-    def _done_with(self, b: BatchRun) -> None:
-        """The supervisor is done with a part of `b`'s books: if that was the
-        last part and every call has its result, the batch ends."""
-        b.sv_busy -= 1
-        if b.remaining == 0 and b.sv_busy == 0:
-            finish_batch(b, self.emitter)
-
-    def _batch_books(self, b: BatchRun, run: Run, result: ToolResult | None) -> None:
-        """What a closed run changes in its batch: its schedule, the calls
-        that wait for it, a stop on error."""
-        if b.schedule is not None:
-            if result is not None and result.status == "deferred":
-                self._abort_waiters(b, run)
-            if result is not None and result.status not in ("ok", "deferred"):
-                g = b.schedule.group_of(run.index).index
-                b.group_failures[g] = b.group_failures.get(g, 0) + 1
-            for i in b.schedule.finish(run.index):
-                self.slots.enqueue(b.runs[i])
-            announce_groups(b, self.emitter)
-            if (
-                b.stop_on_error
-                and not b.stopped
-                and result is not None
-                and result.status not in ("ok", "deferred")
-            ):
-                b.stopped = True
-                reason = (
-                    f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
-                )
-                for other in b.runs:
-                    self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
-
-    def _abort_waiters(self, b: BatchRun, run: Run) -> None:
-        """A deferred call never finished, as far as order goes: the later calls
-        of its batch that would have waited for it end now, naming it."""
-        assert b.schedule is not None
-        reason = (
-            f"not run: it had to wait for call {run.call.id} ('{run.call.name}'), "
-            "which is deferred until approved"
-        )
-        for i in b.schedule.waiters_of(run.index):
-            self._cancel_run(b.runs[i], ErrorCode.ABORTED, reason, only_unstarted=True)
-
-    # -- status and shutdown ----------------------------------------------------------------
-
-    def _status(self) -> dict[str, Any]:
-        thread = self.budget.backends[0] if self.budget.backends else None
-        busy, abandoned = self.budget.totals()
-        idle = getattr(thread, "idle", None)
-        return {
-            **self.counters,
-            "in_flight": self.slots.in_flight,
-            "peak_in_flight": self.slots.peak,
-            "queued": sum(1 for r in self.runs_open if r.sv_queued),
-            "abandoned_workers": abandoned,
-            "live_workers": busy
-            + sum(idle(p.tool) for p in self.pools.values() if idle is not None)
-            + sum(getattr(b, "live_workers", 0) for b in self.backends.values()),
-            "workers_started": sum(getattr(b, "started", 0) for b in self.budget.backends)
-            + sum(getattr(b, "workers_started", 0) for b in self.backends.values()),
-            "pools": {
-                p.tool.name: {
-                    "idle": idle(p.tool) if idle is not None else 0,
-                    "in_flight": p.in_flight,
-                    "abandoned": thread.abandoned(p.tool) if thread is not None else 0,
-                }
-                for p in self.pools.values()
-            },
-            "timers": len(self.timers),
-            "killed_workers": self.services.killed.value,
-        }
-
-    def _on_close(self, msg: Close) -> bool:
-        if self.closed:
-            return True
-        self.closed = True
-        for run in list(self.runs_open):
-            self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
-        for run in list(self.runs_open):
-            # A worker holds the outcome but is still in its hooks: do not wait.
-            self._detach(run)
-            self._finish_here(run, "cancelled", ErrorCode.CANCELLED, msg.reason)
-        for backend in self.backends.values():
-            try:
-                backend.stop()
-            except Exception as e:
-                log.error("backend %r failed to stop: %s", backend.name, e)
-        return True

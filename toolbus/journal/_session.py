@@ -1,10 +1,10 @@
 """One executor's session on a journal: what the pipeline's steps call.
 
-`begin`, `attempt_ended` and `ended` only queue operations for the writer
-(`_writer.py`): none of them waits for I/O, so they may be called under the
-scheduler's lock. `begin` hands back an awaitable that resolves once the
-intent is committed and synced; the step awaits it on whichever loop drives
-it (`asyncio.wrap_future` works on any).
+`begin`, `attempt_ended` and `ended` only queue operations (`_ops.py`) for
+the writer (`_writer.py`): none of them waits for I/O, so they may be called
+under the scheduler's lock. `begin` hands back an awaitable that resolves once
+the intent is committed and synced; the step awaits it on whichever loop
+drives it (`asyncio.wrap_future` works on any).
 
 Every wait is bounded by the executor's `journal_timeout`: the session's own
 row when it starts (an error then), and each intent. An intent that is not on
@@ -26,17 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..models import ToolResult, generated_id
 from ._encode import arguments_json, bindable
+from ._ops import ATTEMPT, CLOSE, INTENT, OUTCOME, SESSION, JournalClosed, JournalFailed
 from ._owner import Here, OwnerLock
-from ._writer import (
-    ATTEMPT,
-    CLOSE,
-    INTENT,
-    OUTCOME,
-    SESSION,
-    JournalClosed,
-    JournalFailed,
-    Writer,
-)
+from ._writer import Writer
 
 if TYPE_CHECKING:
     from ..pipeline import Run

@@ -1,34 +1,28 @@
 """The journal's writer: one thread, one connection, group commit.
 
-Everyone else only queues operations (`put` never blocks on I/O). The writer
-takes whatever has queued up, applies it all in one transaction and commits
-once, so eight callers whose intents arrive while a sync is under way share
-the next sync. A commit that holds an intent (or a session's start, or a
-flush) runs with `synchronous=FULL`: the commit returns only once the WAL is
-on disk, and only then are the waiting callers' futures resolved. Attempts and
-outcomes alone commit with `synchronous=NORMAL`: in WAL mode such a commit
-survives the death of the process (it is in the OS's cache) and is on disk at
-the next full commit or at `stop()`.
+Everyone else only queues operations (`put` never blocks on I/O; the
+operations are in `_ops.py`). The writer's loop, here, takes whatever has
+queued up and commits it as one group (`_commit.py`), so eight callers whose
+intents arrive while a sync is under way share the next sync. A commit that
+holds an intent (or a session's start, or a flush) runs with
+`synchronous=FULL`: the commit returns only once the WAL is on disk, and only
+then are the waiting callers' futures resolved. Attempts and outcomes alone
+commit with `synchronous=NORMAL`: in WAL mode such a commit survives the death
+of the process (it is in the OS's cache) and is on disk at the next full
+commit or at `stop()`.
 
-When a commit fails, nothing is dropped silently:
+When a commit fails, nothing is dropped silently (`_failures.py`): an
+operation that cannot be written at all is left out alone, and logged by call
+id; when the journal cannot be written now, the callers waiting for their
+intents are released at once (their calls run unjournaled, as documented) and
+every operation is kept for the next commit (retried with a backoff); when
+the file was removed or replaced under the writer, or the writer died on an
+error of its own, the journal is *failed*: it says so loudly once, and every
+later `put` raises `JournalFailed` at once (never a hang).
 
-- an operation that cannot be written at all (a value SQLite cannot bind, a
-  constraint) is found by applying the group again one operation at a time
-  (each in a savepoint): only that one is left out, and logged by call id;
-- when the journal itself cannot be written (its write lock held past the busy
-  timeout, the disk full or failing), the callers waiting for their intents
-  are released at once (their calls run unjournaled, as documented) and every
-  operation is kept, intents included, to be written with the next commit
-  (retried with a backoff) once the journal can be written again; whatever is
-  still unwritten when the writer stops is logged by call id;
-- when the file was removed or replaced under the writer (checked before each
-  commit), or the writer died on an error of its own, the journal is *failed*:
-  it says so loudly once, everything queued is logged by call id, and every
-  later `put` raises `JournalFailed` at once (never a hang).
-
-When idle, the writer prunes what the retention lets go (in small
-transactions, so an intent never waits behind a long delete) and refreshes
-the heartbeat of sessions that could not take an owner lock.
+When idle, the writer prunes what the retention lets go, checkpoints the WAL
+and refreshes the heartbeat of sessions that could not take an owner lock
+(`_upkeep.py`).
 """
 
 from __future__ import annotations
@@ -42,60 +36,28 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models import ToolResult
 from . import _store as store
-from ._encode import result_from_json, result_json
-from ._prune import CHUNK, prune_step
+from ._commit import GroupCommit
+from ._failures import RETRY_FIRST, CommitFailures
+from ._ops import FLUSH, PRUNE, STOP, JournalClosed, JournalFailed, resolve
 from ._retention import Retention
+from ._upkeep import PRUNE_EVERY, Upkeep
 
 __all__ = ["JournalClosed", "JournalFailed", "JournalStats", "Writer"]
 
 log = logging.getLogger("toolbus.journal")
-
-# Operation kinds (the first item of each queued tuple).
-INTENT = 1  # (INTENT, session, seq, call_id, tool, args, key, batch_id, at, replayable, future)
-ATTEMPT = 2  # (ATTEMPT, session, seq, n, status, duration, at, call_id)
-OUTCOME = 3  # (OUTCOME, session, seq, result, at)
-SESSION = 4  # (SESSION, row, future)
-CLOSE = 5  # (CLOSE, session, at)
-FLUSH = 6  # (FLUSH, future)
-STOP = 7  # (STOP, future)
-PRUNE = 8  # (PRUNE, future): prune now; the future gets how many records went
-# An intent whose caller no longer waits (its commit failed: the call ran
-# unjournaled), kept to be written late so that its outcome has a record.
-LATE_INTENT = 9  # (LATE_INTENT, session, seq, call_id, tool, args, key, batch_id, at)
-_SYNCED = frozenset({INTENT, SESSION, FLUSH, STOP})
-_WAITED = frozenset({INTENT, SESSION, FLUSH, STOP, PRUNE})  # their last item is a future
-# Kept across a failed commit, to be written with the next one.
-_KEPT = frozenset({INTENT, LATE_INTENT, ATTEMPT, OUTCOME, CLOSE})
 
 MAX_GROUP = 2000  # operations per transaction at most
 STARVED = 8  # commits in a row before a due prune step runs anyway
 CHECKPOINT_IDLE = 64  # commits after which an idle writer checkpoints the WAL
 CHECKPOINT_EVERY = 1000  # ... and after which it does so anyway (the WAL stays bounded)
 WAL_SIZE_LIMIT = 8 * 1024 * 1024
-PRUNE_EVERY = 600.0  # seconds between prunes (also after rows // 10 new records)
 HEARTBEAT_EVERY = 10.0  # seconds, for sessions without an owner lock
-RETRY_FIRST = 0.25  # seconds before a failed commit's operations are tried again ...
-RETRY_MOST = 5.0  # ... doubling up to this
-# Operations kept for a retry at most (the oldest are given up, logged): each
-# retry writes them all in one transaction, so this bounds its size too.
-MAX_KEPT = 20_000
-
-
-class JournalClosed(RuntimeError):
-    """The journal's writer was stopped: nothing more can be recorded."""
-
-
-class JournalFailed(JournalClosed):
-    """The journal cannot be written any more: its writer died, or its file was
-    removed or replaced while in use. Logged loudly when it happens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +94,7 @@ class JournalStats:
 _WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()
 
 
-class Writer:
+class Writer(GroupCommit, CommitFailures, Upkeep):
     """The thread that owns the journal's write connection."""
 
     def __init__(self, path: Path, retention: Retention, max_result_bytes: int) -> None:
@@ -368,7 +330,7 @@ class Writer:
             if stop is not None:
                 if self._failure is None:
                     self._checkpoint(force=True)
-                _resolve(stop)
+                resolve(stop)
                 return
             if self._failure is not None:
                 return
@@ -401,418 +363,6 @@ class Writer:
         rows = self._retention.rows
         if now >= self._next_prune or (rows is not None and self._since_prune > rows // 10):
             self._prune_due = True
-
-    def _set_synchronous(self, mode: str) -> None:
-        if mode != self._synchronous:
-            assert self._conn is not None
-            self._conn.execute(f"PRAGMA synchronous = {mode}")
-            self._synchronous = mode
-
-    # -- one group -------------------------------------------------------------------
-
-    def _group(self, new: list[tuple[Any, ...]]) -> Future[None] | None:
-        """Commit the kept operations and `new` (in this order: the order they
-        were queued in). Returns the STOP operation's future when one was among them."""
-        ops = self._inflight = self._kept + new
-        self._kept = []
-        stop = next((op[1] for op in new if op[0] == STOP), None)
-        self._busy_since = time.monotonic()
-        try:
-            self._check_file()
-            try:
-                applied = self._apply(ops, careful=False)
-            except Exception as e:
-                if _environmental(e):
-                    raise
-                # One operation cannot be written: apply them one by one, so
-                # that only it is left out.
-                applied = self._apply(ops, careful=True)
-        except JournalFailed as e:
-            self._inflight = []
-            self._fail(e, ops)
-            return stop
-        except Exception as e:  # the disk is full, the lock is held, the file went away
-            self._inflight = []
-            self._failed_commit(ops, e, stopping=stop is not None)
-            return stop
-        finally:
-            self._busy_since = None
-        self._committed(ops, applied)
-        self._inflight = []
-        return stop
-
-    def _check_file(self) -> None:
-        """The journal's path must still name the file the writer opened: a
-        removed or replaced file would take every commit to a file nobody reads."""
-        try:
-            st = os.stat(self._path)
-        except FileNotFoundError:
-            problem = "was removed"
-        except OSError:
-            return  # cannot tell: the commit says whether it can be written
-        else:
-            if (st.st_dev, st.st_ino) == self._identity:
-                return
-            problem = "was replaced by another file"
-        raise JournalFailed(
-            f"the journal file {str(self._path)!r} {problem} while in use; nothing more "
-            "is recorded in it"
-        )
-
-    def _apply(self, ops: list[tuple[Any, ...]], *, careful: bool) -> _Applied:
-        """Apply `ops` in one transaction and commit. `careful`: each operation
-        in a savepoint, one that cannot be written left out (logged)."""
-        conn = self._conn
-        assert conn is not None
-        applied = _Applied()
-        synced = any(op[0] in _SYNCED for op in ops)
-        self._set_synchronous("FULL" if synced else "NORMAL")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for op in ops:
-                if not careful:
-                    self._op(conn, op, applied)
-                    continue
-                conn.execute("SAVEPOINT op")
-                try:
-                    self._op(conn, op, applied)
-                except Exception as e:
-                    if _environmental(e):
-                        raise
-                    conn.execute("ROLLBACK TO op")
-                    applied.poisoned.append((op, e))
-                conn.execute("RELEASE op")
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        applied.synced = synced
-        return applied
-
-    def _op(self, conn: sqlite3.Connection, op: tuple[Any, ...], applied: _Applied) -> None:
-        kind = op[0]
-        counts = applied.counts
-        if kind == INTENT:
-            applied.done.append(self._intent(conn, op, counts))
-        elif kind == LATE_INTENT:
-            _, session, seq, call_id, tool, args, key, batch_id, at = op
-            conn.execute(
-                store.INSERT_LATE_CALL, (session, seq, call_id, tool, args, key, batch_id, at)
-            )
-            counts["intents"] += 1
-        elif kind == ATTEMPT:
-            _, session, seq, n, status, duration, at, _call_id = op
-            conn.execute(store.INSERT_ATTEMPT, (n, status, duration, at, session, seq))
-            counts["attempts"] += 1
-        elif kind == OUTCOME:
-            self._outcome(conn, op)
-            counts["outcomes"] += 1
-        elif kind == SESSION:
-            conn.execute(store.INSERT_SESSION, op[1])
-            applied.done.append((op[2], None))
-        elif kind == CLOSE:
-            _, session, at = op
-            conn.execute(store.CLOSE_SESSION, (at, at, session))
-            self._heartbeats.discard(session)
-        elif kind == FLUSH:
-            applied.done.append((op[1], None))
-        elif kind == PRUNE:
-            applied.prunes.append(op[1])
-
-    def _committed(self, ops: list[tuple[Any, ...]], applied: _Applied) -> None:
-        c = self._counts
-        c["commits"] += 1
-        if applied.synced:
-            c["synced_commits"] += 1
-        for name, n in applied.counts.items():
-            c[name] += n
-        c["largest_group"] = max(c["largest_group"], applied.counts["intents"])
-        self._since_prune += applied.counts["intents"]
-        self._done += len(ops)
-        if self._backoff > RETRY_FIRST:
-            log.warning("journal %s: writing again after failed commits", self._path)
-        self._backoff = RETRY_FIRST
-        for op, error in applied.poisoned:
-            c["dropped"] += 1
-            log.error(
-                "journal %s: the %s could not be written and is left out (%s: %s)",
-                self._path,
-                _what(op),
-                type(error).__name__,
-                error,
-            )
-            if op[0] in _WAITED:
-                _resolve(op[-1], error=error)
-        for waiter in applied.prunes:
-            self._prune_waiters.append(waiter)
-            self._prune_due = True
-        for fut, value in applied.done:
-            _resolve(fut, value)
-
-    def _failed_commit(self, ops: list[tuple[Any, ...]], error: Exception, stopping: bool) -> None:
-        """The journal cannot be written now: release whoever waits, keep the rest."""
-        self._counts["failed_commits"] += 1
-        kept: list[tuple[Any, ...]] = []
-        unjournaled: list[str] = []
-        for op in ops:
-            kind = op[0]
-            if kind == INTENT:
-                _resolve(op[-1], error=error)  # the caller runs its call unjournaled
-                unjournaled.append(str(op[3]))
-                kept.append((LATE_INTENT, *op[1:-2]))
-            elif kind in _KEPT:
-                kept.append(op)
-            elif kind in (SESSION, FLUSH):
-                _resolve(op[-1], error=error)
-            elif kind == PRUNE and op[1] not in self._prune_waiters:
-                self._prune_waiters.append(op[1])
-                self._prune_due = True
-        log.error(
-            "journal %s: a commit of %d operations failed (%s: %s)%s; %s",
-            self._path,
-            len(ops),
-            type(error).__name__,
-            error,
-            f"; calls run without their intent on disk: {_ids(unjournaled)}" if unjournaled else "",
-            "giving up on what it held, as the writer stops"
-            if stopping
-            else f"{len(kept)} operations kept, to be written when the journal can be again",
-        )
-        self._done += len(ops) - len(kept)
-        if len(kept) > MAX_KEPT:
-            self._give_up(kept[: len(kept) - MAX_KEPT], "too many operations wait for a retry")
-            kept = kept[len(kept) - MAX_KEPT :]
-        self._kept = kept
-        self._retry_at = time.monotonic() + self._backoff
-        self._backoff = min(RETRY_MOST, self._backoff * 2)
-        if stopping:
-            self._give_up(self._kept, "the writer stopped before they could be written")
-            self._kept = []
-
-    def _give_up(self, ops: list[tuple[Any, ...]], why: str) -> None:
-        """Log, by call id, operations that will never be written."""
-        if not ops:
-            return
-        self._counts["dropped"] += len(ops)
-        self._done += len(ops)
-        log.error(
-            "journal %s: %s; not recorded: %s",
-            self._path,
-            why,
-            "; ".join(_what(op) for op in ops[:200])
-            + (f"; and {len(ops) - 200} more" if len(ops) > 200 else ""),
-        )
-
-    def _fail(self, error: JournalFailed, ops: Sequence[tuple[Any, ...]] = ()) -> None:
-        """The journal can no longer be written: say so once, loudly; refuse
-        every later `put`; release and log everything not written."""
-        with self._put_lock:
-            first = self._failure is None
-            if first:
-                self._failure = error
-        if first:
-            log.critical(
-                "journal %s failed: %s. Calls run unjournaled from now on: a crash now "
-                "leaves no record of them",
-                self._path,
-                error,
-            )
-        if ops:
-            self._counts["failed_commits"] += 1
-        pending = [*self._kept, *ops]
-        self._kept = []
-        with contextlib.suppress(queue.Empty):
-            while True:  # nothing more is queued once _failure is set
-                pending.append(self._queue.get_nowait())
-        lost: list[tuple[Any, ...]] = []
-        for op in pending:
-            kind = op[0]
-            if kind == STOP:
-                _resolve(op[1])  # stopped: there is nothing more to write
-            elif kind in _WAITED:
-                _resolve(op[-1], error=error)
-            if kind in _KEPT:
-                lost.append(op)
-            else:
-                self._done += 1
-        self._give_up(lost, "the journal failed")
-        for fut in self._prune_waiters:
-            _resolve(fut, error=error)
-        self._prune_waiters = []
-
-    def _intent(
-        self, conn: sqlite3.Connection, op: tuple[Any, ...], counts: dict[str, int]
-    ) -> tuple[Future[Any], Any]:
-        _, session, seq, call_id, tool, args, key, batch_id, at, replayable, fut = op
-        # From now on the caller cannot cancel it: it will get what was written.
-        # A caller that stopped waiting (cancelled, or its wait timed out) runs
-        # its call, or not, on its own: it is never recorded as a replay.
-        waiting = _claim(fut)
-        recorded: ToolResult | None = None
-        replay_of: int | None = None
-        if replayable and waiting:
-            row = conn.execute(store.FIND_OK, (key, tool)).fetchone()
-            if row is not None:
-                try:
-                    recorded = result_from_json(row[1])
-                    replay_of = row[0]
-                    counts["replays"] += 1
-                except ValueError as e:
-                    log.warning("journal: record %s holds an unreadable result: %s", row[0], e)
-        conn.execute(
-            store.INSERT_CALL, (session, seq, call_id, tool, args, key, batch_id, at, replay_of)
-        )
-        counts["intents"] += 1
-        return fut, recorded
-
-    def _outcome(self, conn: sqlite3.Connection, op: tuple[Any, ...]) -> None:
-        _, session, seq, result, at = op
-        try:
-            text, truncated = result_json(result, self._max_result_bytes)
-        except Exception as e:  # an output JSON cannot hold: keep the status at least
-            log.warning("journal: the result of call %s cannot be written: %s", result.call_id, e)
-            text, truncated = None, True
-        code = result.error_code.value if result.error_code is not None else None
-        # The outcome says whether the call was answered from the journal: a
-        # caller that gave up waiting for its intent ran its call instead.
-        replayed = int(result.attempts == 0 and result.metadata.get("replayed") is True)
-        conn.execute(
-            store.SET_OUTCOME,
-            (result.status, code, text, int(truncated), at, replayed, session, seq),
-        )
-
-    def _checkpoint(self, force: bool = False) -> None:
-        """Copy the WAL into the database (PASSIVE: never waits for readers)."""
-        if not force and self._since_checkpoint == 0:
-            return
-        self._since_checkpoint = 0
-        assert self._conn is not None
-        try:
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except Exception as e:
-            log.warning("journal %s: checkpoint failed: %s", self._path, e)
-
-    def _write_heartbeats(self) -> None:
-        conn = self._conn
-        assert conn is not None
-        now = time.time()
-        try:
-            self._set_synchronous("NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(store.HEARTBEAT, [(now, s) for s in list(self._heartbeats)])
-            conn.execute("COMMIT")
-        except Exception as e:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            log.warning("journal %s: heartbeat failed: %s", self._path, e)
-
-    def _prune_some(self) -> None:
-        """One step of pruning; when nothing is left, the prune is over."""
-        conn = self._conn
-        assert conn is not None
-        self._starved = 0
-        try:
-            self._set_synchronous("NORMAL")
-            deleted = prune_step(conn, self._retention, self._path)
-        except Exception as e:  # logged; the writer goes on (a prune is never vital)
-            log.warning("journal %s: pruning failed: %s", self._path, e)
-            deleted = 0
-        self._counts["pruned"] += deleted
-        self._pruned_now += deleted
-        if deleted < CHUNK:
-            self._prune_due = False
-            self._since_prune = 0
-            self._next_prune = time.monotonic() + PRUNE_EVERY
-            waiters, self._prune_waiters = self._prune_waiters, []
-            for fut in waiters:
-                _resolve(fut, self._pruned_now)
-            self._pruned_now = 0
-
-    def _fail_leftovers(self) -> None:
-        """Operations queued after STOP (a race with `put`): fail their futures,
-        log the records among them."""
-        lost = []
-        while True:
-            try:
-                op = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if op[0] in _WAITED:
-                _resolve(op[-1], error=JournalClosed("the journal was closed"))
-            if op[0] in _KEPT:
-                lost.append(op)
-            else:
-                self._done += 1
-        self._give_up(lost, "they came after the writer stopped")
-        for fut in self._prune_waiters:
-            _resolve(fut, error=JournalClosed("the journal was closed"))
-        self._prune_waiters = []
-
-
-class _Applied:
-    """What one committed transaction did."""
-
-    __slots__ = ("counts", "done", "poisoned", "prunes", "synced")
-
-    def __init__(self) -> None:
-        self.counts = {"intents": 0, "attempts": 0, "outcomes": 0, "replays": 0}
-        self.done: list[tuple[Future[Any], Any]] = []
-        self.poisoned: list[tuple[tuple[Any, ...], BaseException]] = []
-        self.prunes: list[Future[Any]] = []
-        self.synced = False
-
-
-def _environmental(error: BaseException) -> bool:
-    """Whether `error` is the journal's (its lock, its disk, its file) rather
-    than one operation's (a value SQLite cannot bind, a constraint)."""
-    if isinstance(error, sqlite3.IntegrityError | sqlite3.DataError | sqlite3.InterfaceError):
-        return False
-    return isinstance(error, sqlite3.Error | OSError | MemoryError)
-
-
-def _claim(fut: Future[Any]) -> bool:
-    """Mark an intent's future running; False if its caller no longer waits."""
-    if fut.running():
-        return True  # claimed by an earlier try of the same group
-    if fut.done():
-        return False
-    try:
-        return fut.set_running_or_notify_cancel()
-    except RuntimeError:
-        return fut.running()
-
-
-def _what(op: tuple[Any, ...]) -> str:
-    """An operation, for a log line: what it is and whose."""
-    kind = op[0]
-    if kind in (INTENT, LATE_INTENT):
-        return f"intent of call {op[3]!r} ({op[4]})"
-    if kind == ATTEMPT:
-        return f"attempt {op[3]} of call {op[7]!r}"
-    if kind == OUTCOME:
-        result = op[3]
-        return f"outcome ({result.status}) of call {result.call_id!r} ({result.name})"
-    if kind == CLOSE:
-        return f"close of session {op[1]}"
-    if kind == SESSION:
-        return f"start of session {op[1][0]}"
-    return f"operation {kind}"
-
-
-def _ids(call_ids: list[str]) -> str:
-    shown = ", ".join(map(repr, call_ids[:50]))
-    return shown + (f" and {len(call_ids) - 50} more" if len(call_ids) > 50 else "")
-
-
-def _resolve(fut: Future[Any], value: Any = None, error: BaseException | None = None) -> None:
-    if fut.done():
-        return
-    with contextlib.suppress(Exception):  # cancelled meanwhile: nobody is waiting
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(value)
 
 
 def _after_fork_in_child() -> None:

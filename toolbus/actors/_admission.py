@@ -1,0 +1,158 @@
+"""Where calls are admitted: a submission's runs, their capacity groups, their
+backends, and the runs refused before they could start.
+
+`_on_submit` takes a `Submit` (one call, or a batch with its schedule) and
+queues what may start; `unstartable` says why a run never can (an unknown
+tool, no backend, a quota's refusal, a capacity group missing or defined
+with another limit).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .. import pipeline as _pipeline
+from ..backends import Backend, Host
+from ..models import ErrorCode
+from ..pipeline import Run
+from ._batches import announce_groups, announce_start, schedule_batch
+from ._capacity import Group, ToolGroup
+from ._completion import Completion
+from ._deadlock import would_deadlock
+from ._messages import Submit
+
+if TYPE_CHECKING:
+    from ..tools import Tool
+
+__all__ = ["Admission", "unstartable"]
+
+log = logging.getLogger("toolbus.actors")
+
+
+def unstartable(run: Run, groups: Mapping[str, Group]) -> tuple[ErrorCode, str] | None:
+    """Why `run` can never start (the code and message it is rejected with),
+    or None: an unknown tool, no backend, refused at submission (a quota), or
+    a capacity group missing or defined with another limit."""
+    if run.refusal is not None:
+        code, message = run.refusal
+        return code, message
+    if run.tool is None:
+        # The executor wrote the message (with close matches) on the caller's thread.
+        return ErrorCode.TOOL_NOT_FOUND, run.last_error or f"Unknown tool '{run.call.name}'"
+    if run.backend is None:
+        return ErrorCode.TOOL_UNAVAILABLE, run.last_error
+    for name, limit in run.tool.group_limits.items():
+        if groups[name].limit != limit:
+            return ErrorCode.TOOL_UNAVAILABLE, (
+                f"Tool '{run.call.name}' is unavailable: it defines capacity group "
+                f"{name!r} with limit {limit}, and the executor has it with limit "
+                f"{groups[name].limit}"
+            )
+    missing = [n for n in run.tool.groups if n not in groups]
+    if missing:
+        return ErrorCode.TOOL_UNAVAILABLE, (
+            f"Tool '{run.call.name}' is unavailable: no capacity group named "
+            f"{missing[0]!r} (Executor(groups=...) defines them)"
+        )
+    return None
+
+
+class Admission(Completion):
+    """The scheduler's admission of submitted runs (a part of `Scheduler`)."""
+
+    services: _pipeline.Services
+    host: Host
+    pools: dict[int, ToolGroup]
+    groups: dict[str, Group]
+
+    def _on_submit(self, msg: Submit) -> None:
+        self.counters["submitted"] += len(msg.runs)
+        b = msg.batch
+        if b is not None:
+            self.counters["batches"] += 1
+            b.runs = list(msg.runs)
+            b.remaining = len(b.runs)
+            b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
+        self.runs_open.update(msg.runs)
+        for run in msg.runs:
+            if run.tool is not None:
+                run.sv_pool = self._pool(run)
+                if run.tool.group_limits:
+                    self._learn_groups(run.tool)
+                named = tuple(self.groups[n] for n in run.tool.groups if n in self.groups)
+                run.sv_groups = (
+                    (b.sv_group, run.sv_pool, *named) if b is not None else (run.sv_pool, *named)
+                )
+                if run.backend is not None:
+                    try:
+                        self._started(run.backend)
+                    except Exception as e:
+                        log.error("backend %r could not start: %s", run.backend.name, e)
+        if self.closed:
+            for run in msg.runs:
+                self._finish_here(run, "cancelled", ErrorCode.CANCELLED, "the executor is closed")
+            return
+        if b is None:
+            run = msg.runs[0]
+            refused = unstartable(run, self.groups)
+            if refused is None:
+                self.slots.enqueue(run, front=run.parent is not None)
+            else:
+                self._finish_here(run, "rejected", *refused)
+            return
+        announce_start(b, self.emitter)
+        b.schedule = schedule_batch(b, self.services.max_argument_bytes)
+        eligible = b.schedule.open()
+        b.sv_busy += 1  # every call may be rejected here: the batch ends after this
+        try:
+            for run in b.runs:
+                refused = unstartable(run, self.groups)
+                if refused is not None:
+                    self._finish_here(run, "rejected", *refused)
+            announce_groups(b, self.emitter)
+            for i in eligible:
+                self.slots.enqueue(b.runs[i])
+        finally:
+            self._done_with(b)
+
+    def _learn_groups(self, tool: Tool) -> None:
+        """Make the groups a tool registered after the executor defines itself
+        (`Tool.group_limits`); a conflicting limit is refused by `unstartable`."""
+        for name, limit in tool.group_limits.items():
+            if name not in self.groups:
+                self.groups[name] = Group(name, limit)
+
+    def _nested_deadlock(self, run: Run, group: Group) -> str | None:
+        if not would_deadlock(run, group, self.runs_open):
+            return None
+        return (
+            f"Tool '{run.call.name}' was called from inside another call, and every slot "
+            f"of {group.name!r} is held by calls that wait, directly or through calls of "
+            "their own, for that call: waiting would deadlock"
+        )
+
+    def _pool(self, run: Run) -> ToolGroup:
+        tool = run.tool
+        assert tool is not None
+        pool = self.pools.get(id(tool))
+        if pool is None or pool.tool is not tool:
+            pool = self.pools[id(tool)] = ToolGroup(tool)
+            # A backend with a fixed number of workers (a process pool): calls
+            # beyond it wait here, in the queue, not on their deadline's clock.
+            capacity = getattr(run.backend, "capacity", None)
+            if capacity is not None:
+                size = capacity(tool)
+                pool.limit = size if pool.limit is None else min(pool.limit, size)
+        return pool
+
+    def _started(self, backend: Backend) -> None:
+        if id(backend) in self.backends:
+            return
+        # Raises if the backend serves another executor; the call that
+        # brought it gets that as its result (see _dispatch).
+        backend.start(self.host)
+        self.backends[id(backend)] = backend
+        if backend.uses_threads:
+            self.budget.backends.append(backend)

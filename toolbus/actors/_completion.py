@@ -1,0 +1,155 @@
+"""How a run ends, and what its end changes in its batch.
+
+Every run the supervisor closes goes through `_closed_run`: its slot and timer
+go, its caller is woken, and its batch's books move on: the calls its end lets
+start are queued (the batch's schedule: where a batch's calls are ordered),
+the calls that waited for a deferred one end, a stop on error cancels the rest.
+Also here: a result the supervisor makes itself (`_finish_here`), cancelling a
+call or a batch (`Cancel`), and cancelling everything when the executor closes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .. import pipeline as _pipeline
+from ..models import ErrorCode, Status, ToolResult
+from ..pipeline import BatchRun, Run
+from ._batches import announce_groups, finish_batch
+from ._deadlines import Deadlines
+from ._messages import Cancel, Close
+
+if TYPE_CHECKING:
+    from ..backends import Backend
+
+__all__ = ["Completion"]
+
+log = logging.getLogger("toolbus.actors")
+
+
+class Completion(Deadlines):
+    """The scheduler's handling of runs that end (a part of `Scheduler`)."""
+
+    closed: bool
+    runs_open: set[Run]
+    backends: dict[int, Backend]
+
+    def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None:
+        """Finish a run with a result made by the supervisor itself (no user code)."""
+        _pipeline.end_call(run, self.services, status, code, message)
+        self._closed_run(run)
+
+    def _closed_run(self, run: Run) -> None:
+        if run.sv_closed:
+            return
+        run.sv_closed = True
+        self.runs_open.discard(run)
+        self._disarm(run)
+        self.slots.closed(run)
+        result = run.result
+        if result is not None:
+            self.counters[result.status] += 1
+            if run.waiter is not None:
+                # Woken last, after the books: stats() agrees with the result.
+                run.waiter.release(result)
+        b = run.batch
+        if b is None:
+            return
+        b.remaining -= 1
+        # Closing this run may close others of the batch (the calls a deferred
+        # one holds back, the rest after a stop_on_error): the last of those
+        # must not end the batch, and so release its caller, while this frame
+        # still reads the batch. `_done_with` ends it once the outermost is done.
+        b.sv_busy += 1
+        try:
+            self._batch_books(b, run, result)
+        finally:
+            self._done_with(b)
+
+    def _done_with(self, b: BatchRun) -> None:
+        """The supervisor is done with a part of `b`'s books: if that was the
+        last part and every call has its result, the batch ends."""
+        b.sv_busy -= 1
+        if b.remaining == 0 and b.sv_busy == 0:
+            finish_batch(b, self.emitter)
+
+    def _batch_books(self, b: BatchRun, run: Run, result: ToolResult | None) -> None:
+        """What a closed run changes in its batch: its schedule, the calls
+        that wait for it, a stop on error."""
+        if b.schedule is not None:
+            if result is not None and result.status == "deferred":
+                self._abort_waiters(b, run)
+            if result is not None and result.status not in ("ok", "deferred"):
+                g = b.schedule.group_of(run.index).index
+                b.group_failures[g] = b.group_failures.get(g, 0) + 1
+            for i in b.schedule.finish(run.index):
+                self.slots.enqueue(b.runs[i])
+            announce_groups(b, self.emitter)
+            if (
+                b.stop_on_error
+                and not b.stopped
+                and result is not None
+                and result.status not in ("ok", "deferred")
+            ):
+                b.stopped = True
+                reason = (
+                    f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
+                )
+                for other in b.runs:
+                    self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
+
+    def _abort_waiters(self, b: BatchRun, run: Run) -> None:
+        """A deferred call never finished, as far as order goes: the later calls
+        of its batch that would have waited for it end now, naming it."""
+        assert b.schedule is not None
+        reason = (
+            f"not run: it had to wait for call {run.call.id} ('{run.call.name}'), "
+            "which is deferred until approved"
+        )
+        for i in b.schedule.waiters_of(run.index):
+            self._cancel_run(b.runs[i], ErrorCode.ABORTED, reason, only_unstarted=True)
+
+    # -- cancellation ----------------------------------------------------------------
+
+    def _on_cancel(self, msg: Cancel) -> None:
+        runs = msg.batch.runs if msg.batch is not None else [msg.run] if msg.run else []
+        for run in runs:
+            self._cancel_run(run, msg.code, msg.reason, only_unstarted=False)
+
+    def _cancel_run(self, run: Run, code: ErrorCode, reason: str, *, only_unstarted: bool) -> None:
+        if run.sv_closed or run.completed:
+            return
+        if run.sv_slot:  # an attempt, or what follows its timeout, is under way
+            if only_unstarted:
+                return
+            if not run.try_settle(run.attempt):
+                # A worker holds the outcome (in its hooks): honour the cancel
+                # when it reports, instead of retrying.
+                run.sv_cancel = (code, reason)
+                return
+            run.stop_reason = "closed" if self.closed else "cancelled"
+            run.interrupt()
+            self._detach(run)
+        elif only_unstarted and run.attempt > 0:
+            return  # started, now backing off before a retry: let it go on
+        self._finish_here(run, "cancelled", code, reason)
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    def _on_close(self, msg: Close) -> bool:
+        if self.closed:
+            return True
+        self.closed = True
+        for run in list(self.runs_open):
+            self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
+        for run in list(self.runs_open):
+            # A worker holds the outcome but is still in its hooks: do not wait.
+            self._detach(run)
+            self._finish_here(run, "cancelled", ErrorCode.CANCELLED, msg.reason)
+        for backend in self.backends.values():
+            try:
+                backend.stop()
+            except Exception as e:
+                log.error("backend %r failed to stop: %s", backend.name, e)
+        return True
