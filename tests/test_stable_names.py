@@ -14,12 +14,17 @@ has_default]`. A name re-exported from several modules is described once, at
 its first path, and the others say `same_as` (the same object).
 
 The checks:
-- a recorded name that is gone from its `__all__` (or its module), a parameter
-  removed or renamed, an optional parameter made required, a new required
-  parameter, a keyword made positional-only, or a positional parameter moved:
-  the test fails and names each change;
-- a new name, and a new *optional* parameter, pass: callers are unaffected
-  (the snapshot update then records them);
+- a recorded name or class member that is gone (from its `__all__`, its
+  module or its class), a parameter removed or renamed, an optional parameter
+  made required, a new required parameter, a parameter's kind narrowed (a
+  keyword made keyword-only or positional-only), a positional parameter moved,
+  a method made a property (or the reverse), a sync function made async, an
+  enum member removed, a re-export that is no longer the same object, or a
+  recorded constant's value changed (signal and file names): the test fails
+  and names each change;
+- a new name, a new member, and a new *optional* parameter pass: callers are
+  unaffected (the snapshot update then records them). Parameters whose names
+  start with `_` are toolbus's own and not recorded;
 - the extension protocols that users *implement* (`EXACT`: `Backend`, the
   policy methods, the hook methods, `Tool.run`, the publisher's and observer
   actor's methods) are held to their exact signature: toolbus calls them, so
@@ -30,8 +35,10 @@ migration note under "Unreleased > Migration" in CHANGELOG.md, then run
 
     python tests/test_stable_names.py --update
 
-(from anywhere; it imports the `toolbus` of the checkout this file is in)
-and commit the rewritten `stable_names.json` with the change.
+(this file's path, wherever it lives; run from anywhere, it imports the
+`toolbus` of the checkout this file is in, and needs every extra installed)
+and commit the rewritten `stable_names.json` with the change. A failure
+message repeats the command with this file's current path.
 
 The second half runs the protocols through real executors: a custom backend
 that drives jobs with `drive_sync` (a thread of its own) and `drive_async` (the
@@ -290,12 +297,31 @@ def _shared(obj: Any) -> bool:
     return inspect.isclass(obj) or inspect.isfunction(obj) or inspect.isbuiltin(obj)
 
 
-def describe_all() -> dict[str, Any]:
-    """The snapshot as the code stands: each module's `__all__`, each name's entries."""
+def missing_extra(module: str) -> str | None:
+    """The optional dependency `module` cannot be imported without, if any."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is not None and e.name.split(".")[0] != "toolbus":
+            return e.name
+        raise
+    return None
+
+
+def describe_all(strict: bool = False) -> dict[str, Any]:
+    """The snapshot as the code stands: each module's `__all__`, each name's entries.
+
+    A module whose optional dependency is missing is left out, unless `strict`
+    (the update: a record made without the extras would drop their names)."""
     modules: dict[str, list[str]] = {}
     names: dict[str, Entry] = {}
     first_path: dict[int, str] = {}
     for module in CHECKED_MODULES:
+        extra = missing_extra(module)
+        if extra is not None:
+            if strict:
+                raise SystemExit(f"{module} needs {extra}: install every extra, then update")
+            continue
         mod = importlib.import_module(module)
         if module in STABLE_MODULES:
             modules[module] = sorted(mod.__all__)
@@ -313,7 +339,7 @@ def describe_all() -> dict[str, Any]:
 
 def write_snapshot(path: Path = SNAPSHOT) -> None:
     """Write the snapshot, one entry a line, so a change shows as a one-line diff."""
-    snap = describe_all()
+    snap = describe_all(strict=True)
     lines = ["{", '  "modules": {']
     mods = list(snap["modules"].items())
     for i, (module, names) in enumerate(mods):
@@ -398,12 +424,12 @@ def _resolve(key: str) -> Any:
 def _describe_key(key: str) -> Entry | None:
     """`key` described on its own: for a name now described at another path
     (a re-export whose first path moved), or None if it is gone."""
-    owner, _, member = key.rpartition(".")
+    module, _, path = key.partition(":")
+    owner, _, member = path.rpartition(".")
     try:
-        if ":" in owner:  # "module:Class.member"
-            return (
-                _member_entry(_resolve(owner), member) if hasattr(_resolve(owner), member) else None
-            )
+        if owner:  # "module:Class.member"
+            cls = _resolve(f"{module}:{owner}")
+            return _member_entry(cls, member) if member in _member_names(cls) else None
         return _describe(key, _resolve(key))[key]
     except AttributeError:
         return None
@@ -427,12 +453,9 @@ def _fail(module: str, problems: list[str]) -> None:
 
 
 def _importable(module: str) -> None:
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as e:  # an optional extra that is not installed
-        if e.name is not None and not e.name.startswith("toolbus"):
-            pytest.skip(f"{module} needs {e.name}")
-        raise
+    extra = missing_extra(module)
+    if extra is not None:
+        pytest.skip(f"{module} needs {extra}, an optional extra")
 
 
 @pytest.mark.parametrize("module", list(STABLE_MODULES))
@@ -617,7 +640,7 @@ def test_custom_backends_run_jobs_with_drive_sync_and_drive_async(
     flaky_runs: list[int] = []
 
     @registry.tool(backend="mine", timeout=9)
-    def where(x: int, ctx: ToolContext) -> dict[str, Any]:
+    def where(x: int) -> dict[str, Any]:
         return {"x": x, "thread": threading.current_thread().name, "request": request.get()}
 
     @registry.tool(backend="mine", retry=RetryPolicy(max_retries=1, backoff_base=0, jitter=0))
@@ -632,17 +655,16 @@ def test_custom_backends_run_jobs_with_drive_sync_and_drive_async(
         await asyncio.sleep(0)
         return {"x": x, "request": request.get()}
 
-    with bus.Recorder(bus.PROGRESS) as progress:
-        ex = Executor(registry, backends={"mine": threads, "async-mine": loop})
-        with ex:
-            request.set("req-1")
-            r = ex.execute(ToolCall(id="a", name="where", arguments={"x": 1}))
-            assert r.status == "ok", r.error
-            assert r.output == {"x": 1, "thread": "own-1", "request": "req-1"}
-            assert ex.execute(ToolCall(name="flaky")).output == "second attempt"
-            batch = ex.execute_batch([ToolCall(name="later", arguments={"x": i}) for i in range(3)])
-            assert [b.output for b in batch] == [{"x": i, "request": "req-1"} for i in range(3)]
-            progress.wait_for(bus.PROGRESS, 3)
+    ex = Executor(registry, backends={"mine": threads, "async-mine": loop})
+    with ex, bus.Recorder(bus.PROGRESS, sender=ex) as progress:
+        request.set("req-1")
+        r = ex.execute(ToolCall(id="a", name="where", arguments={"x": 1}))
+        assert r.status == "ok", r.error
+        assert r.output == {"x": 1, "thread": "own-1", "request": "req-1"}
+        assert ex.execute(ToolCall(name="flaky")).output == "second attempt"
+        batch = ex.execute_batch([ToolCall(name="later", arguments={"x": i}) for i in range(3)])
+        assert [b.output for b in batch] == [{"x": i, "request": "req-1"} for i in range(3)]
+        progress.wait_for(bus.PROGRESS, 3)
     # Each attempt is one job with its own deadline, released once it reported.
     assert [a for a, _ in threads.attempts] == [1, 1, 2]
     remaining = threads.attempts[0][1]
