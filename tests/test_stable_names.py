@@ -200,12 +200,36 @@ def _params(fn: Any, drop_first: bool = False) -> list[list[Any]] | None:
     params = list(sig.parameters.values())
     if drop_first and params:
         params = params[1:]
-    # A parameter named `_x` is toolbus's own plumbing, not for callers.
-    return [
-        [p.name, p.kind.name, p.default is not inspect.Parameter.empty]
-        for p in params
-        if not p.name.startswith("_")
-    ]
+    described: list[list[Any]] = []
+    for p in params:
+        if p.name.startswith("_"):
+            continue  # a parameter named `_x` is toolbus's own plumbing, not for callers
+        unpacked = _unpacked(fn, p) if p.kind is p.VAR_KEYWORD else None
+        if unpacked is not None:
+            described.extend(unpacked)
+        else:
+            described.append([p.name, p.kind.name, p.default is not inspect.Parameter.empty])
+    return described
+
+
+def _unpacked(fn: Any, param: inspect.Parameter) -> list[list[Any]] | None:
+    """`**options: Unpack[SomeOptions]` as the keyword-only parameters a type
+    checker sees: one per key of the TypedDict (optional unless required).
+    So moving an explicit keyword list into a TypedDict changes nothing here."""
+    annotation = param.annotation
+    if isinstance(annotation, str):
+        if "Unpack[" not in annotation:
+            return None
+        owner = fn.__init__ if isinstance(fn, type) else inspect.unwrap(fn)
+        try:
+            annotation = eval(annotation, getattr(owner, "__globals__", {}))
+        except Exception:
+            return None
+    if typing.get_origin(annotation) is not typing.Unpack:
+        return None
+    (options,) = typing.get_args(annotation)
+    required = getattr(options, "__required_keys__", frozenset())
+    return [[k, "KEYWORD_ONLY", k not in required] for k in options.__annotations__]
 
 
 def _callable_entry(kind: str, fn: Any, drop_first: bool = False) -> Entry:
