@@ -16,7 +16,8 @@ are its two steps, for code that makes its executor itself. The format, and what
 each key means: docs/config.md.
 """
 
-from ._apply import apply_config, load_config
+from .._executor._from_config import install_config_reader
+from ._apply import apply_config, executor_options, load_config
 from ._errors import ConfigError
 from ._file import PYPROJECT_TOML, TOOLBUS_TOML, find_config
 from ._settings import EXECUTOR_KEYS, TOOL_KEYS, Config, ToolSettings
@@ -33,3 +34,7 @@ __all__ = [
     "find_config",
     "load_config",
 ]
+
+# Executor.from_config reads files through this seam: the executor sits below
+# this layer and never imports it (see toolbus/_executor/_from_config.py).
+install_config_reader(executor_options)

@@ -1,0 +1,27 @@
+"""The executor's private parts: the jobs `toolbus.executor.Executor` hands off.
+
+`toolbus/executor.py` is the facade: the public API, and the order things
+happen in. Each job it delegates lives here, one to a module:
+
+- `_options.py`: the constructor's keyword options checked, and the
+  registry's tools checked against the backends and capacity groups.
+- `_journal.py`: the journal opened with the executor, the calls a dead
+  process left in doubt announced, the journal closed with the executor.
+- `_plan.py`: a call planned into a `Run` (its tool, timeout, retries,
+  backend, the policies' admission at submission), and a batch.
+- `_nested.py`: calls an executor's own tools or hooks make of it (nested
+  calls, a composite tool's steps), and the blocking call it must refuse there.
+- `_approvals.py`: what a person's approval of a call covers (its steps).
+- `_submission.py`: submission hooks (`Executor.on_submit`) and what they see.
+- `_waiting.py`: the waiting caller's deadline backstop.
+- `_stats.py`: `ExecutorStats`, the executor's counters.
+- `_batch_result.py`: a batch's `BatchResult`, read from its runs.
+- `_names.py`: executor names (`executor-1`, ...), none repeating one in use.
+- `_from_config.py`: the seam through which `Executor.from_config` reaches
+  `toolbus.config`, a layer above the executor.
+
+These modules sit in the executor's layer and import only lower layers (or
+each other); `toolbus.executor` only under `TYPE_CHECKING`. This `__init__`
+imports nothing, so a layer above may import one module of the package (the
+config layer fills `_from_config`'s seam) without loading the rest.
+"""
