@@ -7,13 +7,16 @@ happen in. Each job it delegates lives here, one to a module:
   registry's tools checked against the backends and capacity groups.
 - `_journal.py`: the journal opened with the executor, the calls a dead
   process left in doubt announced, the journal closed with the executor.
+- `_machinery.py`: the executor's threads and actors, started.
+- `_submission.py`: calls submitted (`Submitting`, a part of `Executor`):
+  checked, planned, shown to the submission hooks (`on_submit`), handed on.
 - `_plan.py`: a call planned into a `Run` (its tool, timeout, retries,
   backend, the policies' admission at submission), and a batch.
+- `_waiting.py`: how a caller waits: the deadline backstop, and a wait
+  given up cancelling its calls.
 - `_nested.py`: calls an executor's own tools or hooks make of it (nested
   calls, a composite tool's steps), and the blocking call it must refuse there.
 - `_approvals.py`: what a person's approval of a call covers (its steps).
-- `_submission.py`: submission hooks (`Executor.on_submit`) and what they see.
-- `_waiting.py`: the waiting caller's deadline backstop.
 - `_stats.py`: `ExecutorStats`, the executor's counters.
 - `_batch_result.py`: a batch's `BatchResult`, read from its runs.
 - `_names.py`: executor names (`executor-1`, ...), none repeating one in use.
