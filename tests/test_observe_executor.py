@@ -86,7 +86,7 @@ def test_an_executors_name_does_not_keep_it_alive() -> None:
     import gc
     import weakref
 
-    from toolbus.executor import _named_executors
+    from toolbus._executor._names import _named_executors
 
     ex = Executor(registry(), name="short-lived")
     ex.close()

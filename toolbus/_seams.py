@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from ._executor._from_config import ConfigReader
     from .policies import Spill
     from .tools import Tool, ToolRegistry
 
@@ -25,6 +26,7 @@ __all__ = [
     "Seam",
     "anthropic_definitions",
     "check_backend",
+    "config_reader",
     "langchain_tool",
     "mcp_definition",
     "openai_agents_tool",
@@ -95,3 +97,6 @@ pydantic_ai_tool: Seam[Callable[..., Tool]] = Seam(
 openai_agents_tool: Seam[Callable[..., Tool]] = Seam(
     "openai_agents_tool", "toolbus.integrations.openai_agents.from_openai_agents"
 )
+
+# executor -> config: `Executor.from_config` reads a file's options.
+config_reader: Seam[ConfigReader] = Seam("config_reader", "toolbus.config._apply.executor_options")

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from . import _seams
 from .backends import check_tool_backend
+from .config._apply import executor_options
 from .tools import Tool, ToolRegistry
 from .tools._artifact_reader import reader_tool
 
@@ -51,6 +52,7 @@ def _openai_agents_tool(function_tool: Any, /, **options: Any) -> Tool:
 
 
 _seams.check_backend.fill(check_tool_backend)
+_seams.config_reader.fill(executor_options)
 _seams.spill_reader.fill(reader_tool)
 _seams.anthropic_definitions.fill(_anthropic_definitions)
 _seams.mcp_definition.fill(_mcp_definition)

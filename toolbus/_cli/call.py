@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import bus
-from .._setup import unknown_tool_message as _unknown_tool_message
+from .._executor._plan import unknown_tool_message as _unknown_tool_message
 from .._text import for_terminal
 from ..executor import Executor
 from ..formatting import format_result_for_context

@@ -15,6 +15,10 @@ supervisor's, at close) and `RayActor.kill` (the supervisor's, at a
 deadline): `live` is guarded by a lock for them; and `take` and `give_back`,
 which the thread that dispatches a call sent from there calls (`_direct.py`):
 a list's `pop` and `append` are atomic, so an idle actor is taken once.
+
+One piece: a tool's actors, their replacement and the restart budget share
+one lock and one count of what is placed; the room they make for each other
+is decided there too.
 """
 
 from __future__ import annotations

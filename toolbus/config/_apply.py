@@ -29,7 +29,7 @@ from ._settings import Config, ToolSettings, parse_config, reason
 if TYPE_CHECKING:
     from ..journal import Journal
 
-__all__ = ["apply_config", "load_config", "open_file_journal"]
+__all__ = ["apply_config", "executor_options", "load_config", "open_file_journal"]
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -77,7 +77,7 @@ def open_file_journal(
     the code overrides it."""
     if "journal" not in options or "journal" in overrides or config.path is None:
         return None
-    from .._setup import DEFAULT_JOURNAL_TIMEOUT
+    from .._executor._journal import DEFAULT_JOURNAL_TIMEOUT
     from ..journal import Journal, Retention
 
     # The executor's own checks of the other two options, as it would make them.
@@ -100,6 +100,19 @@ def open_file_journal(
         ) from None
     options["journal"] = journal
     return journal
+
+
+def executor_options(
+    registry: ToolRegistry, path: str | os.PathLike[str] | None, overrides: Mapping[str, Any]
+) -> tuple[ToolRegistry, dict[str, Any], Journal | None]:
+    """`Executor.from_config`'s reader (installed by `toolbus/config/__init__.py`
+    into `toolbus/_executor/_from_config.py`): the registry, the options and
+    the open journal (for the executor to own) of the file at `path`."""
+    config = load_config(path)
+    view, options = apply_config(config, registry, overrides)
+    # Opened here, so that a path that cannot hold one names the file and the key.
+    journal = open_file_journal(config, options, overrides)
+    return view, options, journal
 
 
 def _tool_view(config: Config, registry: ToolRegistry) -> ToolRegistry:

@@ -67,7 +67,7 @@ def _secret_keys(key: str, value: Any, _: Path) -> tuple[str, ...]:
 
 
 def _groups(key: str, value: Any, _: Path) -> dict[str, int]:
-    from .._setup import check_groups as _check_groups
+    from .._executor._options import check_groups as _check_groups
 
     return _check_groups(value)
 

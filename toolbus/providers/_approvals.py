@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._records import summary as _summary
+from .._executor._batch_result import summary as _summary
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..models import BatchResult, ErrorCode, ToolCall, ToolResult
 

@@ -1,0 +1,104 @@
+"""The executor's journal: opened with it, its calls in doubt announced, closed with it.
+
+`Executor(journal=..., journal_retention=..., journal_timeout=...)` opens (or
+takes) a journal and a session of its own on it before any of its threads
+starts; the mutating calls a dead process started and never finished are then
+announced once, as `tool:in-doubt` events (later subscribers read
+`Executor.in_doubt()` instead); `close` ends the session and, if the executor
+made the journal, the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from .._options import positive_number
+from ..bus import Emitter
+from ..bus import _signals as sig
+from ..bus._events import InDoubt
+from ..journal import Journal, JournalRecord, Retention
+from ..journal._session import Session
+
+__all__ = ["DEFAULT_JOURNAL_TIMEOUT", "announce_in_doubt", "close_journal", "open_journal"]
+
+log = logging.getLogger("toolbus")
+
+DEFAULT_JOURNAL_TIMEOUT = 5.0  # seconds: Executor(journal_timeout=...)
+
+
+def open_journal(
+    journal: str | os.PathLike[str] | Journal | None, retention: Any, timeout: Any
+) -> tuple[Journal | None, bool, Session | None, list[JournalRecord]]:
+    """Executor(journal=..., journal_retention=..., journal_timeout=...): the
+    journal, whether the executor made it (and so closes it), the executor's
+    session on it, and the calls in doubt now. Nothing is left open on failure."""
+    if journal is None:
+        if retention is not None:
+            raise ValueError("Executor: journal_retention= needs journal= (a path or a Journal)")
+        if timeout is not None:
+            raise ValueError("Executor: journal_timeout= needs journal= (a path or a Journal)")
+        return None, False, None, []
+    wait = (
+        DEFAULT_JOURNAL_TIMEOUT
+        if timeout is None
+        else positive_number(timeout, "journal_timeout", "Executor")
+    )
+    if isinstance(journal, Journal):
+        if retention is not None:
+            raise ValueError(
+                "Executor: journal_retention= applies to a journal made from a path; "
+                "give a Journal its own: Journal(path, retention=...)"
+            )
+        owned = False
+    elif isinstance(journal, str | os.PathLike):
+        checked = Retention.coerce(retention, "journal_retention", "Executor")
+        journal = Journal(journal, create=True, retention=checked, timeout=wait)
+        owned = True
+    else:
+        raise TypeError(
+            f"Executor: journal must be a path or a toolbus.Journal, got {type(journal).__name__}"
+        )
+    session: Session | None = None
+    try:
+        session = journal._open_session(wait)
+        found = journal.in_doubt()
+    except BaseException:
+        # Briefly: a journal that did not answer in time will not now either.
+        close_journal(journal, owned, session, min(wait, 1.0))
+        raise
+    return journal, owned, session, found
+
+
+def close_journal(
+    journal: Journal | None, owned: bool, session: Session | None, timeout: float
+) -> None:
+    """Close the executor's session (its calls' outcomes on disk, its owner
+    lock let go) and the journal if the executor made it; within `timeout`."""
+    deadline = time.monotonic() + timeout
+    if session is not None:
+        session.close(timeout)
+    if owned and journal is not None:
+        journal.close(max(0.0, deadline - time.monotonic()))
+
+
+def announce_in_doubt(journal: Journal, emitter: Emitter, found: list[JournalRecord]) -> None:
+    """One `tool:in-doubt` event per call in doubt, as the executor starts, and
+    one warning listing them. Never raises: the executor works all the same."""
+    if not found:
+        return
+    try:
+        log.warning(
+            "journal %s: %d call(s) in doubt (started, no outcome, owner gone): %s",
+            journal.path,
+            len(found),
+            ", ".join(f"{r.call_id} ({r.tool})" for r in found[:20])
+            + (" ..." if len(found) > 20 else ""),
+        )
+        if emitter.wants(sig.IN_DOUBT):
+            for record in found:
+                emitter.emit(sig.IN_DOUBT, InDoubt(record.call_id, record.tool, record))
+    except Exception:
+        log.exception("announcing the journal's calls in doubt failed")

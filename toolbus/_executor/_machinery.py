@@ -1,0 +1,102 @@
+"""The executor's threads and actors: started as the executor is made.
+
+An executor runs on a timer thread (deadlines, retry delays), an event-loop
+thread (async tools and hooks), the scheduler (admission and dispatch, on the
+caller's thread under its lock) and a supervisor actor that carries timer
+messages to it. `start` starts them in that order and, should one fail,
+stops those already started before it raises. `Executor.close` stops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import pykka
+
+from ..actors import Scheduler, Supervisor, SupervisorHost, TimerService
+from ..backends import Backends, LoopThread
+from ..bus import Emitter
+from ..hooks import ExecutorHooks
+from ..journal import Journal
+from ..journal._session import Session
+from ..models import ToolCall
+from ..pipeline import NestedCalls, Services
+from ._options import Options
+
+__all__ = ["Machinery", "plain_admission", "start"]
+
+
+class Machinery(NamedTuple):
+    """What `start` started (the executor keeps each as an attribute)."""
+
+    timers: TimerService
+    loop: LoopThread
+    services: Services
+    scheduler: Scheduler
+    supervisor: pykka.ActorRef[Any]
+
+
+def start(
+    hooks: ExecutorHooks,
+    nested: NestedCalls,
+    opts: Options,
+    *,
+    emitter: Emitter,
+    journal: Journal | None,
+    session: Session | None,
+    inject: Mapping[str, Callable[[ToolCall], Any]],
+    backends: Backends,
+    groups: dict[str, int],
+) -> Machinery:
+    """Start an executor's threads and actors; `hooks` is the executor."""
+    timers: TimerService | None = None
+    loop: LoopThread | None = None
+    try:
+        timers = TimerService()
+        loop = LoopThread()
+        services = Services(
+            emitter=emitter,
+            hooks=hooks,
+            max_argument_bytes=opts.max_argument_bytes,
+            # With a journal, its secret: keys stay the same across restarts.
+            key_secret=(journal._key_secret if journal is not None else os.urandom(32)),
+            journal=session,
+            inject=inject,
+            nested=nested,
+            plain_admission=plain_admission(hooks),
+        )
+        host = SupervisorHost(services, loop)
+        scheduler = host.scheduler = Scheduler(
+            services,
+            timers,
+            host,
+            max_parallel=opts.max_parallel,
+            max_abandoned=opts.max_abandoned_workers,
+            max_abandoned_per_tool=opts.max_abandoned_per_tool,
+            hook_grace=opts.hook_grace,
+            backends=backends.all(),
+            groups=groups,
+        )
+        supervisor = Supervisor.start(scheduler)
+    except BaseException:  # (the supervisor starts last: nothing to stop of it)
+        for thing in (timers, loop):
+            if thing is not None:
+                with contextlib.suppress(Exception):
+                    thing.close()
+        raise
+    return Machinery(timers, loop, services, scheduler, supervisor)
+
+
+def plain_admission(hooks: ExecutorHooks) -> bool:
+    """No user code admits a call: no pre-call hook, authorizer or masker,
+    and none of those hooks overridden (see `Services.plain_admission`)."""
+    if hooks._pre_call or hooks._authorize is not None or hooks._masker is not None:
+        return False
+    cls = type(hooks)
+    return all(
+        getattr(cls, name) is getattr(ExecutorHooks, name)
+        for name in ("pre_execute", "is_allowed", "mask_arguments")
+    )

@@ -1,0 +1,222 @@
+"""The executor's keyword options checked, before anything of it starts.
+
+A bad option is a `TypeError` or `ValueError` naming it (see `Executor`'s
+docstring for what each accepts). `check_options` checks the scalar ones;
+`check_wiring` what the calls run with (capacity groups, policies, injected
+values, backends): it registers the tools the policies bring, and holds the
+registry's tools to the backends and groups, so a pairing that cannot work
+fails at construction, not at a call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .._options import positive_int, positive_number, timeout_seconds
+from ..backends import Backend, Backends
+from ..masking import DEFAULT_SECRET_KEYS, SecretKeys
+from ..models import ToolCall
+from ..policies import Policy
+from ..policies._set import PolicySet
+from ..retry import RetryPolicy
+from ..tools import Tool, ToolRegistry
+
+__all__ = [
+    "Options",
+    "Wiring",
+    "add_policy_tools",
+    "check_groups",
+    "check_inject",
+    "check_options",
+    "check_tools",
+    "check_wiring",
+    "learn_groups",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """`Executor(...)`'s scalar options, checked."""
+
+    max_parallel: int
+    timeout: float | None  # None: no deadline (`math.inf` is taken as None)
+    hook_grace: float
+    max_argument_bytes: int
+    max_abandoned_workers: int
+    max_abandoned_per_tool: int  # given, or half of max_abandoned_workers
+    secret_keys: SecretKeys  # the default matcher itself when no names are added
+
+
+def check_options(
+    *,
+    name: str | None,
+    max_parallel: int,
+    timeout: float | None,
+    retry: RetryPolicy | None,
+    masker: Callable[[ToolCall], Any] | None,
+    max_argument_bytes: int,
+    max_abandoned_workers: int,
+    max_abandoned_per_tool: int | None,
+    hook_grace: float,
+    secret_keys: Iterable[str],
+) -> Options:
+    """The scalar options checked, in this order (the first bad one raises)."""
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise TypeError(f"Executor: name must be a non-empty string, got {name!r}")
+    max_parallel = positive_int(max_parallel, "max_parallel", "Executor")
+    timeout = timeout_seconds(timeout, "timeout", "Executor")
+    timeout = None if timeout == math.inf else timeout
+    hook_grace = positive_number(hook_grace, "hook_grace", "Executor")
+    max_argument_bytes = positive_int(max_argument_bytes, "max_argument_bytes", "Executor")
+    max_abandoned_workers = positive_int(max_abandoned_workers, "max_abandoned_workers", "Executor")
+    if max_abandoned_per_tool is not None:
+        max_abandoned_per_tool = positive_int(
+            max_abandoned_per_tool, "max_abandoned_per_tool", "Executor"
+        )
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"Executor: retry must be a RetryPolicy, got {type(retry).__name__}")
+    keys = SecretKeys(secret_keys)
+    if keys.extra and masker is not None:
+        raise ValueError(
+            "Executor: secret_keys extends the default masking, which masker= replaces; "
+            "mask those keys in your masker (masking.mask_arguments(args, SecretKeys([...])))"
+        )
+    if max_abandoned_per_tool is None:
+        # One stuck tool may take half the budget: the rest stays for the others.
+        max_abandoned_per_tool = max(1, max_abandoned_workers // 2)
+    return Options(
+        max_parallel=max_parallel,
+        timeout=timeout,
+        hook_grace=hook_grace,
+        max_argument_bytes=max_argument_bytes,
+        max_abandoned_workers=max_abandoned_workers,
+        max_abandoned_per_tool=max_abandoned_per_tool,
+        # Without extra names, share the default matcher and its warm cache.
+        secret_keys=keys if keys.extra else DEFAULT_SECRET_KEYS,
+    )
+
+
+class Wiring(NamedTuple):
+    """What `check_wiring` checked (the executor keeps each as an attribute)."""
+
+    groups: dict[str, int]
+    policies: PolicySet
+    inject: dict[str, Callable[[ToolCall], Any]]
+    backends: Backends
+
+
+def check_wiring(
+    registry: ToolRegistry,
+    *,
+    groups: Mapping[str, int] | None,
+    policies: Sequence[Policy],
+    inject: Mapping[str, Callable[[ToolCall], Any]] | None,
+    backend: str | Backend | None,
+    backends: Mapping[str, Backend] | None,
+) -> Wiring:
+    """`Executor(groups=, policies=, inject=, backend=, backends=)` checked, in
+    that order; the tools the policies bring are registered into `registry`
+    on the way, and every tool of it then checked (`check_tools`)."""
+    checked_groups = check_groups(groups)
+    policy_set = PolicySet(policies)
+    add_policy_tools(registry, policy_set)
+    checked_inject = check_inject(inject, registry)
+    resolved = Backends(backend, backends)
+    check_tools(registry.list(), resolved, checked_groups)
+    return Wiring(checked_groups, policy_set, checked_inject, resolved)
+
+
+def add_policy_tools(registry: ToolRegistry, policies: PolicySet) -> None:
+    """Register the tools the executor's policies bring (a spill's read_artifact)."""
+    for t in policies.all_tools():
+        known = registry.get(t.name)
+        if known is t:
+            continue
+        if known is not None:
+            raise ValueError(
+                f"Executor: a policy brings a tool named {t.name!r}, and the registry "
+                "has another tool by that name"
+            )
+        registry.register(t)
+
+
+def check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
+    """Executor(groups=...): names to limits, each a positive int."""
+    if groups is None:
+        return {}
+    if not isinstance(groups, Mapping):
+        raise TypeError(f"Executor: groups must map names to limits, got {type(groups).__name__}")
+    checked: dict[str, int] = {}
+    for name, limit in groups.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
+        checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
+    return checked
+
+
+def learn_groups(groups: dict[str, int], tools: Sequence[Tool]) -> None:
+    """Add to `groups` (Executor(groups=...), checked) the groups the tools define
+    themselves (`Tool.group_limits`); two limits for one name are a `ValueError`."""
+    defined_by = dict.fromkeys(groups, "Executor(groups=...)")
+    for t in tools:
+        for name, limit in t.group_limits.items():
+            known = groups.get(name)
+            if known is None:
+                groups[name] = limit
+                defined_by[name] = f"tool {t.name!r}"
+            elif known != limit:
+                raise ValueError(
+                    f"tool {t.name!r} defines capacity group {name!r} with limit {limit}, "
+                    f"and {defined_by[name]} with limit {known}"
+                )
+
+
+def check_tools(tools: Sequence[Tool], backends: Backends, groups: dict[str, int]) -> None:
+    """Resolve every tool's backend and groups now (learning the groups the
+    tools define into `groups`), so a pairing that cannot work fails here;
+    tools registered later are checked on their first call (and refused with
+    a result)."""
+    learn_groups(groups, tools)
+    for t in tools:
+        backends.for_tool(t)
+        for group in t.groups:
+            if group not in groups:
+                raise ValueError(
+                    f"tool {t.name!r}: no capacity group named {group!r} "
+                    f"(known: {', '.join(sorted(groups)) or 'none'})"
+                )
+
+
+def check_inject(
+    inject: Mapping[str, Callable[[ToolCall], Any]] | None, registry: ToolRegistry
+) -> dict[str, Callable[[ToolCall], Any]]:
+    """Executor(inject=...): "param" or "tool.param" to a callable of the call.
+
+    A "tool.param" key for a registered tool must name one of its injected
+    parameters (a typo would otherwise leave the parameter without a value)."""
+    if inject is None:
+        return {}
+    if not isinstance(inject, Mapping):
+        raise TypeError(
+            f"Executor: inject must map parameter names to callables, got {type(inject).__name__}"
+        )
+    checked: dict[str, Callable[[ToolCall], Any]] = {}
+    for key, fn in inject.items():
+        if not isinstance(key, str) or not key or key.endswith("."):
+            raise TypeError(f"Executor: inject keys are 'param' or 'tool.param', got {key!r}")
+        if not callable(fn):
+            raise TypeError(f"Executor: inject[{key!r}] must be callable, got {type(fn).__name__}")
+        if "." in key:
+            tool_name, param = key.rsplit(".", 1)
+            t = registry.get(tool_name)
+            if t is not None and param not in t.injected:
+                raise ValueError(
+                    f"Executor: inject[{key!r}]: tool {tool_name!r} has no injected parameter "
+                    f"{param!r} (injected: {', '.join(t.injected) or 'none'}; mark it "
+                    "Annotated[..., Injected])"
+                )
+        checked[key] = fn
+    return checked

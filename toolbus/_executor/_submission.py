@@ -1,0 +1,243 @@
+"""Submission: calls checked, planned into runs, shown to the submission hooks,
+and handed to the scheduler, on the caller's thread.
+
+`Submitting` is the part of `Executor` that does it (a mixin, as
+`toolbus.hooks.ExecutorHooks` is: it names what of the executor it reads).
+Every `execute*` submits through it, and so does a composite tool's step
+(`_nested.py`). The planning itself is `_plan.py`'s.
+
+Submission hooks (`Executor.on_submit`, kept by `SubmitHooks`) see a
+`Submission`: they run on the submitting thread, in the caller's
+contextvars, before the calls are handed on, so an observer can capture what
+the caller's context holds (a trace's span) and find it again by call id
+when the calls' events reach it on a delivery thread. What a hook raises is
+logged, rate-limited, and the calls go on.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .._options import check_priority
+from ..actors import Scheduler
+from ..actors._messages import Submit
+from ..approvals import ApprovalDecision, check_approval, check_approvals
+from ..backends import Backends
+from ..bus._delivery import describe
+from ..bus._failures import FailureLog
+from ..calls import CallLike, coerce_call
+from ..masking import SecretKeys
+from ..models import ToolCall
+from ..pipeline import BatchRun, Run, Services, Waiter
+from ..policies._set import PolicySet
+from ..retry import RetryPolicy
+from ..tools import Tool, ToolRegistry
+from ._nested import caller_run, refuse_blocking
+from ._plan import plan_batch, plan_run
+
+__all__ = ["Submission", "SubmitHook", "SubmitHooks", "Submitting"]
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """Calls handed to an executor, as its submission hooks see them (`Executor.on_submit`).
+
+    `call_ids` in the order given; `batch_id` as in the calls' events (None for
+    a single call); `timestamp` in epoch seconds, like events' timestamps.
+    `context` is the copy of the caller's `contextvars` the calls' tools and
+    hooks run in: read it (`context.get(var)`, `context.run(fn)`), but set
+    nothing in it. `priority` is the calls' (`execute*(..., priority=N)`; a
+    nested call given none has its caller's).
+    """
+
+    call_ids: tuple[str, ...]
+    batch_id: str | None
+    timestamp: float
+    context: contextvars.Context
+    priority: int = 0
+    # toolbus's own: the calls' `_run` tokens, as their events carry them.
+    _runs: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+
+SubmitHook = Callable[[Submission], None]
+
+
+class SubmitHooks:
+    """An executor's submission hooks: `hooks` is swapped whole under the
+    lock and read without it (test it before `tell`: the common executor has none)."""
+
+    __slots__ = ("_failures", "_lock", "hooks")
+
+    def __init__(self) -> None:
+        self.hooks: tuple[SubmitHook, ...] = ()
+        self._lock = threading.Lock()
+        self._failures: FailureLog | None = None  # made at the first failure
+
+    def add(self, hook: SubmitHook) -> Callable[[], None]:
+        """Add `hook`; return what removes it."""
+        if not callable(hook):
+            raise TypeError(f"on_submit: hook must be callable, got {type(hook).__name__}")
+        with self._lock:
+            self.hooks = (*self.hooks, hook)
+
+        def remove() -> None:
+            with self._lock:
+                hooks = list(self.hooks)
+                if hook in hooks:
+                    hooks.remove(hook)
+                    self.hooks = tuple(hooks)
+
+        return remove
+
+    def tell(self, runs: Sequence[Run], batch: BatchRun | None) -> None:
+        """Tell the hooks of `runs` (on the caller's thread, in its context)."""
+        first = runs[0]
+        call_ids: tuple[str, ...]
+        tokens: tuple[int, ...]
+        if batch is None:  # a single call: no generators (this is on the caller's path)
+            call_ids, tokens, batch_id = (first.call.id,), (first.token,), None
+        else:
+            call_ids = tuple(r.call.id for r in runs)
+            tokens, batch_id = tuple(r.token for r in runs), batch.batch_id
+        submission = Submission(
+            call_ids, batch_id, time.time(), first.context, first.priority, tokens
+        )
+        for hook in self.hooks:
+            try:
+                hook(submission)
+            except Exception as e:
+                if self._failures is None:
+                    self._failures = FailureLog()
+                self._failures.failed(describe(hook), "submission", e)
+
+    def flush(self) -> None:
+        """Log the failures not yet reported (the executor closes)."""
+        if self._failures is not None:
+            self._failures.flush()
+
+
+class Submitting:
+    """How an executor submits calls (a part of `Executor`)."""
+
+    registry: ToolRegistry
+    timeout: float | None
+    retry_policy: RetryPolicy
+    parallel_limit: int
+    _policies: PolicySet
+    _backends: Backends
+    _secret_keys: SecretKeys
+    _services: Services
+    _scheduler: Scheduler
+    _submission: SubmitHooks
+
+    if TYPE_CHECKING:  # the executor's hook (toolbus.hooks.ExecutorHooks)
+
+        def max_parallel(self, calls: Sequence[ToolCall]) -> int: ...
+
+    def _make_run(
+        self,
+        call: CallLike,
+        *,
+        context: contextvars.Context,
+        index: int = 0,
+        batch: BatchRun | None = None,
+        waiter: Waiter | None = None,
+        approval: ApprovalDecision | None = None,
+        step_of: Run | None = None,
+        step_tool: Tool | None = None,
+        priority: int | None = None,
+    ) -> Run:
+        """A run for `call`, its tool looked up in the registry; for a step of
+        a composite tool (`step_of`), `step_tool` whether registered or not."""
+        c = coerce_call(call)
+        return plan_run(
+            c,
+            self.registry.get(c.name) if step_of is None else step_tool,
+            registry=self.registry,
+            timeout=self.timeout,
+            retry=self.retry_policy,
+            policies=self._policies,
+            backends=self._backends,
+            secret_keys=self._secret_keys,
+            context=context,
+            index=index,
+            batch=batch,
+            waiter=waiter,
+            parent=caller_run(self._services, step_of),
+            shares_slot=step_of is not None,
+            priority=priority,
+            approval=approval,
+        )
+
+    def _submit_one(
+        self,
+        call: CallLike,
+        waiter: Waiter,
+        *,
+        refuse: bool = False,
+        approval: ApprovalDecision | None = None,
+        priority: int | None = None,
+    ) -> Run:
+        if priority is not None:  # (the common call gives none: no check to pay for)
+            priority = check_priority(priority)
+        if approval is not None:
+            approval = check_approval(approval)
+        run = self._make_run(
+            call,
+            context=contextvars.copy_context(),
+            waiter=waiter,
+            approval=approval,
+            priority=priority,
+        )
+        self._hand_on((run,), None, refuse)
+        return run
+
+    def _submit_batch(
+        self,
+        calls: Iterable[CallLike],
+        stop_on_error: bool,
+        waiter: Waiter,
+        *,
+        refuse: bool = False,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
+        priority: int | None = None,
+    ) -> BatchRun | None:
+        if priority is not None:
+            priority = check_priority(priority)
+        decided = check_approvals(approvals)
+        coerced = [coerce_call(c) for c in calls]
+        if not coerced:
+            return None
+        batch = plan_batch(coerced, self.max_parallel, self.parallel_limit, stop_on_error, waiter)
+        context = contextvars.copy_context()
+        runs = tuple(
+            self._make_run(
+                c,
+                context=context,
+                index=i,
+                batch=batch,
+                approval=decided.get(c.id),
+                priority=priority,
+            )
+            for i, c in enumerate(coerced)
+        )
+        batch.runs = list(runs)
+        self._hand_on(runs, batch, refuse)
+        return batch
+
+    def _hand_on(self, runs: tuple[Run, ...], batch: BatchRun | None, refuse: bool = False) -> None:
+        """Show the runs to the submission hooks, then hand them to the scheduler
+        (`refuse`: to end them `rejected` at once, see `refuse_blocking`)."""
+        if self._submission.hooks:
+            self._submission.tell(runs, batch)
+        if refuse:
+            refuse_blocking(self._scheduler, Submit(runs, batch))
+        else:
+            # Admission and dispatch happen here, on the caller's thread, under the
+            # scheduler's lock; after close the scheduler ends the calls `cancelled`.
+            self._scheduler.post(Submit(runs, batch))

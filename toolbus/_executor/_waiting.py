@@ -1,0 +1,86 @@
+"""How a caller waits for its calls: the deadline backstop, and a wait given up.
+
+A caller waiting for calls also wakes at their deadlines, and tells the
+supervisor `Expired` for an attempt still running past its own, should the
+timer thread fire late (the why: toolbus/actors/_backstop.py). A blocked
+thread looks itself (`Waiting.block`); an event loop has one `LoopWatch` for
+every call awaited on it (`Waiting.result`). A wait given up (the thread
+interrupted, the awaiting task cancelled) cancels the calls waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from ..actors import Scheduler
+from ..actors._backstop import overdue
+from ..actors._loopwatch import LoopWatch
+from ..actors._messages import Cancel, Expired
+from ..models import ErrorCode
+from ..pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter
+
+__all__ = ["Waiting"]
+
+
+class Waiting:
+    """An executor's waiting side: tells its scheduler of overdue attempts,
+    and of calls nobody waits for any more. The calls waited for are `runs`:
+    a `batch`'s, or the one `run`."""
+
+    __slots__ = ("_scheduler", "_watches")
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        # The watch of each event loop that awaits calls.
+        self._watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatch] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def block(
+        self, waiter: ThreadWaiter, runs: Sequence[Run], batch: BatchRun | None, run: Run | None
+    ) -> None:
+        """Block until `waiter` is released; interrupted, cancel the calls and raise."""
+        noticed: set[tuple[Run, int]] = set()
+        try:
+            while not waiter.wait(self._look(runs, noticed)):
+                pass
+        except BaseException:
+            self._cancel(batch, run, "the caller was interrupted")
+            raise
+
+    async def result(
+        self,
+        waiter: LoopWaiter,
+        runs: Sequence[Run],
+        batch: BatchRun | None,
+        run: Run | None,
+        why: str,
+    ) -> Any:
+        """What `waiter` is released with; cancelled, cancel the calls (`why`) and raise."""
+        loop = waiter.loop
+        watch = self._watches.get(loop)
+        if watch is None:
+            watch = self._watches[loop] = LoopWatch(loop, self._expired)
+        watch.watch(runs, waiter.future)
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            self._cancel(batch, run, why)
+            raise
+
+    def _look(self, runs: Sequence[Run], noticed: set[tuple[Run, int]]) -> float | None:
+        """Tell the supervisor of overdue attempts; return when to look again."""
+        late, wake = overdue(runs, time.monotonic(), noticed)
+        for run, n in late:
+            self._expired(run, n)
+        return wake
+
+    def _expired(self, run: Run, attempt: int) -> None:
+        self._scheduler.post(Expired(run, attempt))
+
+    def _cancel(self, batch: BatchRun | None, run: Run | None, why: str) -> None:
+        self._scheduler.post(Cancel(batch, run, ErrorCode.CANCELLED, why))
