@@ -13,7 +13,12 @@ from .._keywords import refuse_unknown
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
-from ._tool_options import LANGCHAIN_KEYWORDS, LangChainOptions
+from ._tool_options import (
+    LANGCHAIN_KEYWORDS,
+    LangChainOptions,
+    OpenAIAgentsOptions,
+    PydanticAIOptions,
+)
 
 __all__ = ["DuplicateToolError", "ToolRegistry"]
 
@@ -193,7 +198,9 @@ class ToolRegistry:
         """
         return [_seams.mcp_definition.call(t) for t in self._tools.values()]
 
-    def add_pydantic_ai(self, tool_or_function: Any, /, **options: Any) -> Tool:
+    def add_pydantic_ai(
+        self, tool_or_function: Any, /, **options: Unpack[PydanticAIOptions]
+    ) -> Tool:
         """Register a pydantic-ai tool (a `pydantic_ai.Tool` or a plain function,
         described as pydantic-ai describes it); its JSON schema is kept.
 
@@ -202,7 +209,9 @@ class ToolRegistry:
         """
         return self.register(_seams.pydantic_ai_tool.call(tool_or_function, **options))
 
-    def add_openai_agents(self, function_tool: Any, /, **options: Any) -> Tool:
+    def add_openai_agents(
+        self, function_tool: Any, /, **options: Unpack[OpenAIAgentsOptions]
+    ) -> Tool:
         """Register an OpenAI Agents SDK `FunctionTool`; its JSON schema is kept.
 
         Needs the `openai-agents` extra. Options (`name`, `read_only`, `timeout`,
