@@ -2,7 +2,9 @@
 """The project's entry points, each setting itself up: `demo`, `test` and `bench`.
 
     python3 scripts/run.py demo    # the main job: one scripted agent turn, live
-    python3 scripts/run.py test    # ruff, mypy --strict, pytest
+    python3 scripts/run.py test    # ruff, mypy --strict, pytest: the fast tier, then the slow one
+    python3 scripts/run.py test --quick    # ruff, mypy, the fast tier (under two minutes)
+    python3 scripts/run.py test --stress   # the whole suite with the machine oversubscribed
     python3 scripts/run.py bench [--smoke] [--only ...]   # the benchmark suite
 
 A virtual environment is made in .venv on first use and the project installed
@@ -16,14 +18,19 @@ fails. Needs nothing but python3.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
 import venv
+from collections.abc import Iterator
 from pathlib import Path
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -121,22 +128,123 @@ def demo(args: list[str]) -> None:
     _sh(BIN / "toolbus", "demo", *args)
 
 
-def test(args: list[str]) -> None:
-    _sh(PY, "-m", "ruff", "check", "toolbus", "tests", "examples", "scripts", "benchmarks")
-    _sh(
-        PY,
-        "-m",
-        "ruff",
-        "format",
-        "--check",
-        "toolbus",
-        "tests",
-        "examples",
-        "scripts",
-        "benchmarks",
-    )
+# The test tiers (tests/README.md). The fast tier is the quick mode's, and the
+# full command's first; the slow tier (tests marked `slow`: engine kill runs,
+# Ray, a browser, a terminal, the examples and the benchmark smoke run) comes
+# second, with a longer timeout per test and a time cap of its own for the
+# whole tier, so that a hang shows as a failure naming the tier, not as a CI
+# run that never ends.
+TIERS = {
+    "fast": (["-m", "not slow"], 600),
+    "slow": (["-m", "slow", "--timeout=240"], 900),
+}
+REPORTS = ROOT / ".cache" / "test-reports"
+SLOWEST = 20
+
+
+def lint_and_types() -> None:
+    _sh(PY, "-m", "ruff", "check", *LINTED)
+    _sh(PY, "-m", "ruff", "format", "--check", *LINTED)
     _sh(PY, "-m", "mypy")
-    _sh(PY, "-m", "pytest", *args)
+
+
+def test(args: list[str]) -> None:
+    """`test [--quick] [--stress] [pytest arguments]`: ruff, mypy, then the test tiers.
+
+    --quick: the fast tier only (under two minutes on a quiet 2-core machine).
+    --stress: the machine oversubscribed the while (`stress-ng --cpu 6`), to
+    show that no test depends on timing. Tests run in a random order
+    (pytest-randomly prints the seed: `--randomly-seed=N` replays that order,
+    `-p no:randomly` keeps the file's). Arguments that name tests (a path,
+    `-k`, `-m`) run just those, in one pytest run, as given.
+    """
+    quick = "--quick" in args
+    stress = "--stress" in args
+    extra = [a for a in args if a not in ("--quick", "--stress")]
+    lint_and_types()
+    with _stressed() if stress else contextlib.nullcontext():
+        if any(not a.startswith("-") or a in ("-k", "-m") for a in extra):
+            _sh(PY, "-m", "pytest", *extra)
+            return
+        tiers = ["fast"] if quick else ["fast", "slow"]
+        failed = [tier for tier in tiers if not _run_tier(tier, extra)]
+    _print_slowest([REPORTS / f"{tier}.xml" for tier in tiers])
+    if failed:
+        sys.exit(f"tests failed in the {' and '.join(failed)} tier")
+
+
+def _run_tier(tier: str, extra: list[str]) -> bool:
+    """Run one tier within its cap; True if it passed."""
+    select, cap = TIERS[tier]
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    report = REPORTS / f"{tier}.xml"
+    report.unlink(missing_ok=True)
+    command = [str(PY), "-m", "pytest", *select, f"--junitxml={report}", *extra]
+    print(f"+ [{tier} tier, at most {cap} s]", " ".join(command[1:]), flush=True)
+    proc = subprocess.Popen(command, cwd=ROOT)
+    try:
+        code = proc.wait(timeout=cap)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # pytest prints what ran and what hung
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        print(f"the {tier} tier passed its time cap of {cap} s", flush=True)
+        return False
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return code in (0, 5)  # 5: nothing selected in this tier
+
+
+def _print_slowest(reports: list[Path]) -> None:
+    """The slowest tests of the run (setup, call and teardown together)."""
+    times: list[tuple[float, str]] = []
+    for report in reports:
+        try:
+            root = ElementTree.parse(report).getroot()
+        except (OSError, ElementTree.ParseError):
+            continue
+        for case in root.iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}"
+            times.append((float(case.get("time") or 0.0), name))
+    if not times:
+        return
+    total = sum(t for t, _ in times)
+    print(f"\n{SLOWEST} slowest of {len(times)} tests ({total:.0f} s of test time in all):")
+    for seconds, name in sorted(times, reverse=True)[:SLOWEST]:
+        print(f"{seconds:8.2f} s  {name}")
+
+
+@contextlib.contextmanager
+def _stressed() -> Iterator[None]:
+    """`stress-ng --cpu 6` in the background for the duration (installed with
+    apt-get when missing and allowed)."""
+    exe = shutil.which("stress-ng")
+    if exe is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        print("+ apt-get install stress-ng", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=False, capture_output=True)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "stress-ng"],
+            env=env,
+            check=False,
+            capture_output=True,
+        )
+        exe = shutil.which("stress-ng")
+    if exe is None:
+        sys.exit("test --stress needs stress-ng (Debian: apt-get install stress-ng)")
+    print("+ stress-ng --cpu 6 (in the background, while the tests run)", flush=True)
+    proc = subprocess.Popen([exe, "--cpu", "6", "--quiet"], start_new_session=True)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
 
 
 def bench(args: list[str]) -> None:
