@@ -109,18 +109,32 @@ class Import:
     deferred: bool  # inside a function or class body: runs when that code runs
 
 
+# The functions that import a module named by a string, by where they live.
+_DYNAMIC = {"importlib": "import_module", "builtins": "__import__", "pkgutil": "resolve_name"}
+
+
 class _Imports(ast.NodeVisitor):
+    """The toolbus imports a module's code can make, each with its line and
+    whether it runs later (inside a function) or as the module is imported
+    (module level, class bodies, decorators and default values)."""
+
     def __init__(self, module: str, is_package: bool) -> None:
         self.module, self.is_package = module, is_package
         self.found: list[tuple[str, int, bool]] = []
         self._depth = 0
+        # Local names of the dynamic importers: `import_module`, `load` (from
+        # `from importlib import import_module as load`), `importlib.import_module`.
+        self._dynamic = {"__import__": "__import__"}
+        self._modules = {"importlib": "importlib", "pkgutil": "pkgutil", "builtins": "builtins"}
 
-    def _absolute(self, level: int, name: str | None) -> str:
+    @property
+    def package(self) -> str:
+        return self.module if self.is_package else self.module.rpartition(".")[0]
+
+    def _absolute(self, level: int, name: str | None, package: str | None = None) -> str:
         if level == 0:
             return name or ""
-        base = self.module.split(".")
-        if not self.is_package:
-            base.pop()
+        base = (package if package is not None else self.package).split(".")
         base = base[: len(base) - (level - 1)]
         return ".".join([*base, name] if name else base)
 
@@ -137,40 +151,86 @@ class _Imports(ast.NodeVisitor):
             return
         self.generic_visit(node)
 
-    def _nested(self, node: ast.AST) -> None:
+    def _signature_now(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+        # Decorators and default values run when the function is defined.
+        if not isinstance(node, ast.Lambda):
+            for decorator in node.decorator_list:
+                self.visit(decorator)
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None:
+                self.visit(default)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+        self._signature_now(node)
         self._depth += 1
-        self.generic_visit(node)
+        for child in node.body if isinstance(node.body, list) else [node.body]:
+            self.visit(child)
         self._depth -= 1
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _nested
-    visit_ClassDef = _nested
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._add(alias.name, node.lineno)
+            if alias.name in _DYNAMIC:
+                self._modules[alias.asname or alias.name] = alias.name
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         base = self._absolute(node.level, node.module)
         for alias in node.names:
             # `from pkg import name`: a submodule if there is one, else pkg's attribute.
             self._add(f"{base}.{alias.name}", node.lineno)
+            if node.level == 0 and _DYNAMIC.get(node.module or "") == alias.name:
+                self._dynamic[alias.asname or alias.name] = alias.name
+
+    def _importer(self, func: ast.expr) -> str | None:
+        """`import_module`, `__import__` or `resolve_name` if `func` names one."""
+        if isinstance(func, ast.Name):
+            return self._dynamic.get(func.id)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            module = self._modules.get(func.value.id)
+            if module is not None and _DYNAMIC[module] == func.attr:
+                return func.attr
+        return None
 
     def visit_Call(self, node: ast.Call) -> None:
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if name in {"import_module", "__import__"} and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                target = first.value
-                if target.startswith(".") and len(node.args) > 1:
-                    package = node.args[1]
-                    if isinstance(package, ast.Constant) and isinstance(package.value, str):
-                        level = len(target) - len(target.lstrip("."))
-                        anchor = package.value.split(".")
-                        anchor = anchor[: len(anchor) - (level - 1)]
-                        target = ".".join([*anchor, target.lstrip(".")])
+        importer = self._importer(node.func)
+        if importer is not None:
+            for target in self._targets(importer, node):
                 self._add(target, node.lineno)
         self.generic_visit(node)
+
+    def _targets(self, importer: str, node: ast.Call) -> list[str]:
+        """What a dynamic import with a fixed name imports (none if the name is not fixed)."""
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+
+        def argument(index: int, name: str) -> ast.expr | None:
+            return node.args[index] if len(node.args) > index else keywords.get(name)
+
+        def text(value: ast.expr | None) -> str | None:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                return value.value
+            return None
+
+        name = text(argument(0, "name"))
+        if name is None:
+            return []
+        if importer == "resolve_name":
+            return [name.partition(":")[0]]
+        if importer == "import_module":
+            level = len(name) - len(name.lstrip("."))
+            package = argument(1, "package")
+            # `__package__` (or anything not fixed) is this module's own package.
+            anchor = text(package) if text(package) is not None else None
+            return [self._absolute(level, name.lstrip(".") or None, anchor)]
+        level_node = argument(4, "level")
+        level = level_node.value if isinstance(level_node, ast.Constant) else 0
+        base = self._absolute(int(level or 0), name or None)
+        fromlist = argument(3, "fromlist")
+        names = [
+            text(e) for e in (fromlist.elts if isinstance(fromlist, ast.List | ast.Tuple) else [])
+        ]
+        return [base, *(f"{base}.{n}" for n in names if n)]
 
 
 def _existing(target: str) -> str | None:
@@ -289,6 +349,24 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             ["toolbus.mcp"],
         ),
         ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..mcp import x\n", []),
+        (
+            "import importlib\nimportlib.import_module('..executor', __package__)\n",
+            ["toolbus.executor"],
+        ),
+        (
+            "import importlib\nimportlib.import_module('.executor', package='toolbus')\n",
+            ["toolbus.executor"],
+        ),
+        (
+            "from importlib import import_module as load\nload('toolbus.executor')\n",
+            ["toolbus.executor"],
+        ),
+        ("__import__('mcp', globals(), None, ['x'], 2)\n", ["toolbus.mcp"]),
+        ("__import__(name='toolbus.mcp')\n", ["toolbus.mcp"]),
+        (
+            "import pkgutil\npkgutil.resolve_name('toolbus.executor:Executor')\n",
+            ["toolbus.executor"],
+        ),
     ],
 )
 def test_the_checker_sees_deferred_and_dynamic_imports(source: str, expected: list[str]) -> None:
@@ -296,3 +374,20 @@ def test_the_checker_sees_deferred_and_dynamic_imports(source: str, expected: li
     visitor.visit(ast.parse(source))
     found = sorted({_existing(t) for t, _, _ in visitor.found if t.startswith("toolbus")} - {None})
     assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "deferred"),
+    [
+        ("from ..mcp import x\n", False),
+        ("def f():\n    from ..mcp import x\n", True),
+        ("class C:\n    from ..mcp import x\n", False),  # a class body runs at import
+        ("@use(__import__('toolbus.mcp'))\ndef f():\n    pass\n", False),  # a decorator too
+        ("def f(x=__import__('toolbus.mcp')):\n    pass\n", False),  # and a default value
+        ("f = lambda: __import__('toolbus.mcp')\n", True),
+    ],
+)
+def test_the_checker_knows_what_runs_at_import_time(source: str, deferred: bool) -> None:
+    visitor = _Imports("toolbus.tools._x", is_package=False)
+    visitor.visit(ast.parse(source))
+    assert {d for t, _, d in visitor.found if t.startswith("toolbus")} == {deferred}

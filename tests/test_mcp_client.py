@@ -34,6 +34,7 @@ from toolbus.mcp import (
     MCPTool,
     aconnect,
     aconnect_http,
+    aconnect_stdio,
     connect,
     connect_stdio,
 )
@@ -380,3 +381,14 @@ async def test_streamable_http(http_url: str) -> None:
             ]
     assert [r.status for r in results] == ["ok", "timeout", "ok"]
     assert results[2].output == {"result": "after"}
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [("30", TypeError), (-1, ValueError), (float("nan"), ValueError)]
+)
+def test_a_bad_max_backoff_is_refused_when_connecting(value: object, error: type) -> None:
+    """`max_backoff` was taken unchecked (a string failed only at a reconnect)."""
+    with pytest.raises(error, match="max_backoff"):
+        connect_stdio(sys.executable, ["-c", "pass"], max_backoff=value)  # type: ignore[arg-type]
+    with pytest.raises(error, match="max_backoff"):
+        asyncio.run(aconnect_stdio(sys.executable, ["-c", "pass"], max_backoff=value))  # type: ignore[arg-type]

@@ -96,7 +96,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         backoff_base=non_negative_number(
             options.get("backoff_base", 0.5), "backoff_base", "connect"
         ),
-        max_backoff=options.get("max_backoff", 30.0),
+        max_backoff=non_negative_number(options.get("max_backoff", 30.0), "max_backoff", "connect"),
         server_max_concurrency=server_max_concurrency,
         idempotent_hints=idempotent_hints,
     )

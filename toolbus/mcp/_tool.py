@@ -76,6 +76,7 @@ class MCPTool(Tool):
 
     # Its calls go through this process's live session to the server.
     process_local = True
+    extension = True
 
     def __init__(
         self,

@@ -7,7 +7,6 @@ grow a metric's cardinality, and its invented text goes nowhere.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,9 +28,4 @@ def tool_label(executor: Executor, name: Any) -> str:
 
 def is_extension(tool: Tool | None) -> bool:
     """Whether `tool` runs on another server (an MCP tool): OTel's `extension` tool type."""
-    if tool is None:
-        return False
-    # Without toolbus.mcp imported no tool can be an MCPTool: never import it here.
-    module = sys.modules.get("toolbus.mcp._tool")
-    cls = getattr(module, "MCPTool", None) if module is not None else None
-    return cls is not None and isinstance(tool, cls)
+    return tool is not None and tool.extension

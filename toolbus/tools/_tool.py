@@ -112,6 +112,8 @@ class Tool:
     # Holds resources of this process (a live session, a socket): it cannot
     # be shipped to another process or machine.
     process_local: bool = False
+    # Runs on another server (an MCP tool's): OpenTelemetry's `extension` tool type.
+    extension: ClassVar[bool] = False
     # Safe to run again after a timeout or a crash even though it is mutating
     # (it dedupes on `ToolContext.idempotency_key`, say).
     idempotent: bool = False
