@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.backends.test_seam import RecordingBackend
 from tests.conftest import MakeExecutor, wait_until
-from tests.test_backends import RecordingBackend
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
 from toolbus.backends import Host, Job
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
+from tests import ray_tools as rt
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, Tool, ToolCall, ToolRegistry, ToolResult, bus, tool
-
-from . import ray_tools as rt
-from .conftest import MakeExecutor, wait_until
 
 ray = pytest.importorskip(
     "ray", reason="the Ray backend's tests need Ray: pip install 'toolbus[ray]'"

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests import process_tools as pt
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import (
     AttemptFailure,
     ErrorCode,
@@ -21,9 +23,6 @@ from toolbus import (
     tool,
 )
 from toolbus.backends import ProcessBackend
-
-from . import process_tools as pt
-from .conftest import MakeExecutor, wait_until
 
 
 def _state(pid: int) -> str | None:
@@ -368,7 +367,7 @@ def test_a_tool_failure_keeps_its_code_metadata_and_no_retry(
 def test_a_module_with_threads_at_import_is_not_forked_from_and_loads_off_the_clock(
     make_executor: MakeExecutor,
 ) -> None:
-    from .proc_threaded import registry
+    from tests.proc_threaded import registry
 
     ex = make_executor(registry)
     # The module's own import takes 0.3 s, longer than the tool's 0.25 s timeout:

@@ -247,7 +247,7 @@ def test_toolbus_imports_without_ray_and_ray_backend_says_how_to_get_it() -> Non
         "except ImportError as e:\n"
         "    print(e)\n"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60
     )

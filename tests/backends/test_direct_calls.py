@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 
+from tests import process_tools as pt
+from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, Executor, ToolCall, ToolResult, bus
 from toolbus.actors._scheduler import Scheduler
 from toolbus.backends import ProcessBackend
 from toolbus.backends._direct import Direct
 from toolbus.backends._procs import WorkerProcess
-
-from . import process_tools as pt
-from .conftest import MakeExecutor
 
 pytestmark = pytest.mark.timeout(120)
 
