@@ -25,7 +25,7 @@ from benchmarks.process import TB_PROC
 from benchmarks.ray_backend import RAW as RAY_RAW
 from benchmarks.ray_backend import TB as TB_RAY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(300)
