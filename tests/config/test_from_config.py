@@ -577,7 +577,7 @@ def test_tools_a_configured_policy_brings_join_the_executors_registry(
 
 
 def test_the_example_in_docs_config_md(tmp_path: Path, fake_policies: list[FakePolicy]) -> None:
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "config.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
     example = next(b for b in docs.split("```toml\n")[1:] if b.startswith("# toolbus.toml"))
     path = write(tmp_path, example.split("```")[0])
     registry = ToolRegistry()
