@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "toolbus"
+PACKAGE = Path(__file__).resolve().parents[2] / "toolbus"
 FACADE_LIMIT = 600
 MODULE_LIMIT = 600
 EXPLAIN_ABOVE = 400

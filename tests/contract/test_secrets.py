@@ -11,10 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.secret_strategies import nest as _nest
+from tests.secret_strategies import secrets
 from toolbus import Executor, RetryPolicy, ToolCall, ToolContext, ToolRegistry, ToolResult, bus
-
-from .secret_strategies import nest as _nest
-from .secret_strategies import secrets
 
 session_token: contextvars.ContextVar[str] = contextvars.ContextVar("session_token", default="")
 

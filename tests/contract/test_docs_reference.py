@@ -18,7 +18,7 @@ from toolbus.bus import _events
 from toolbus.cli import app
 from toolbus.tools import ToolOptions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 REFERENCE = (ROOT / "docs" / "reference.md").read_text()
 # Extras other branches add (observability): listed ahead of their arrival.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "toolbus"
+PACKAGE = Path(__file__).resolve().parents[2] / "toolbus"
 
 # Bottom to top. A module belongs to the layer of its longest listed prefix.
 # Keep in step with the layer table of docs/architecture.md.

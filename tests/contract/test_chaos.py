@@ -9,9 +9,8 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
+from tests import process_tools as pt
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, ToolResult, bus
-
-from . import process_tools as pt
 
 KINDS = [
     "ok", "ok_async", "raise", "hang", "hang_async", "flaky", "unknown", "malformed", "invalid",

@@ -27,14 +27,13 @@ pytest.importorskip("starlette", reason="the web extra is not installed")
 import httpx
 from rich.console import Console
 
+from tests.secret_strategies import nest as _nest
+from tests.secret_strategies import secrets
 from toolbus import Executor, Injected, RetryPolicy, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.observe import StatusServer, serve_status
 from toolbus.observe._config import describe_executor
 from toolbus.observe._view import Board
 from toolbus.policies import circuit_breaker
-
-from .secret_strategies import nest as _nest
-from .secret_strategies import secrets
 
 SECRET_KEYS = ["token", "api_key", "password", "Authorization", "client_secret", "X-Api-Key"]
 
