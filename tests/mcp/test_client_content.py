@@ -22,15 +22,14 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from tests.conftest import MakeExecutor
+from tests.mcp_servers import spec_server
+from tests.mcp_servers.peers import connect_spec, use_peer
+from tests.provider_tools import load, wire
 from toolbus import Executor, ToolCall, ToolOutput, ToolRegistry, ToolResult
 from toolbus.models import Attachment
 from toolbus.providers import anthropic as tb_anthropic
 from toolbus.providers import openai as tb_openai
-
-from .conftest import MakeExecutor
-from .mcp_servers import spec_server
-from .mcp_servers.peers import connect_spec, use_peer
-from .provider_tools import load, wire
 
 PNG, PDF = spec_server.PNG, spec_server.PDF
 NOTES_TEXT = "Notes: the fjord is 204 km long.\n"

@@ -19,13 +19,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from tests.mcp_servers.peers import everything_server
+from tests.provider_tools import wire
 from toolbus import Executor, ToolCall, ToolRegistry, bus
 from toolbus.mcp import MCPConnection, connect_stdio
 from toolbus.providers import anthropic as tb_anthropic
 from toolbus.providers import openai as tb_openai
-
-from .mcp_servers.peers import everything_server
-from .provider_tools import wire
 
 
 def call(name: str, **arguments: object) -> ToolCall:

@@ -32,7 +32,7 @@ from toolbus import Executor, Tool, ToolCall, ToolContext, ToolOutput, ToolRegis
 from toolbus.mcp import build_server, call_result, connect, connect_stdio, mcp_tool
 from toolbus.observe import instrument_otel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Forecast(BaseModel):

@@ -25,13 +25,12 @@ from mcp import Client, StdioServerParameters
 from mcp.types import ImageContent, TextContent, ToolAnnotations
 from typer.testing import CliRunner
 
+from tests.mcp_servers.registry_module import registry as served_registry
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.cli import app
 from toolbus.mcp import call_result, connect_stdio, load_registry, mcp_tool
 
-from .mcp_servers.registry_module import registry as served_registry
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "tests.mcp_servers.registry_module:served"
 SERVE = [
     "-c",

@@ -24,9 +24,9 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from .test_mcp_server_http import start, stop
+from tests.mcp.test_server_http import start, stop
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "tests.mcp_servers.registry_module:registry"
 INSPECTOR = Path(
     os.environ.get("MCP_INSPECTOR")

@@ -34,7 +34,7 @@ from typer.testing import CliRunner
 from toolbus.cli import app
 from toolbus.mcp._serve_http import Guard, check_exposure
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-0123456789"
 TOKEN_VAR = "TOOLBUS_MCP_TEST_TOKEN"
 REGISTRY = "tests.mcp_servers.registry_module:served"

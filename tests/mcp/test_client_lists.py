@@ -19,13 +19,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from tests.conftest import MakeExecutor
+from tests.mcp_servers import spec_server
+from tests.mcp_servers.peers import PEERS, connect_spec, use_peer, wait_until
 from toolbus import ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnection
 from toolbus.models import ErrorCode
-
-from .conftest import MakeExecutor
-from .mcp_servers import spec_server
-from .mcp_servers.peers import PEERS, connect_spec, use_peer, wait_until
 
 
 def call(name: str, **arguments: object) -> ToolCall:

@@ -26,6 +26,8 @@ import pytest
 pytest.importorskip("mcp")
 pytest.importorskip("mcp_server_time")
 
+from tests.conftest import MakeExecutor
+from tests.mcp_servers import flaky_server
 from toolbus import Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
 from toolbus.mcp import (
     MCPConnectError,
@@ -39,10 +41,7 @@ from toolbus.mcp import (
 )
 from toolbus.tools import DuplicateToolError
 
-from .conftest import MakeExecutor
-from .mcp_servers import flaky_server
-
-FLAKY = str(Path(__file__).parent / "mcp_servers" / "flaky_server.py")
+FLAKY = str(Path(__file__).parents[1] / "mcp_servers" / "flaky_server.py")
 TIME_SERVER = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
 
 

@@ -19,14 +19,13 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from tests.conftest import MakeExecutor
+from tests.mcp_servers import spec_server
+from tests.mcp_servers.peers import connect_spec
 from toolbus import Executor, ToolCall, ToolContext, ToolRegistry
 from toolbus.mcp import MCPConnection, connect
 from toolbus.models import ErrorCode
 from toolbus.tools import Tool
-
-from .conftest import MakeExecutor
-from .mcp_servers import spec_server
-from .mcp_servers.peers import connect_spec
 
 
 def call(name: str, **arguments: object) -> ToolCall:

@@ -21,6 +21,9 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from tests.conftest import MakeExecutor
+from tests.mcp_servers import spec_server
+from tests.mcp_servers.peers import PEERS, SOME_PEERS, SPEC, connect_spec, use_peer
 from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry
 from toolbus.mcp import (
     MCPConnection,
@@ -33,11 +36,7 @@ from toolbus.mcp import (
 from toolbus.mcp._output import OutputCheck
 from toolbus.models import ErrorCode
 
-from .conftest import MakeExecutor
-from .mcp_servers import spec_server
-from .mcp_servers.peers import PEERS, SOME_PEERS, SPEC, connect_spec, use_peer
-
-WIRE_TAP = str(Path(__file__).parent / "mcp_servers" / "wire_tap.py")
+WIRE_TAP = str(Path(__file__).parents[1] / "mcp_servers" / "wire_tap.py")
 
 
 def call(name: str, **arguments: object) -> ToolCall:
