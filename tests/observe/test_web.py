@@ -24,10 +24,9 @@ pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 from playwright.sync_api import expect, sync_playwright
 
+from tests.observe_workload import SECRET, make_executor, run_rounds
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.observe import serve_status
-
-from .observe_workload import SECRET, make_executor, run_rounds
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # What this machine's closed network needs (see .ci/run): no sandbox as root,
@@ -42,7 +41,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-DOCS_IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 TOKEN = "page-token-5e6f7a8b"
 
 pytestmark = pytest.mark.skipif(

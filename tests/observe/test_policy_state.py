@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.observe.test_state import T0, Feed
 from toolbus import Executor, ToolCall, ToolError, ToolRegistry, bus
 from toolbus.observe import _policy_state
 from toolbus.observe._state import LiveState
@@ -26,8 +27,6 @@ from toolbus.policies import (
     circuit_breaker,
     requires_approval,
 )
-
-from .test_observe_state import T0, Feed
 
 
 @pytest.fixture

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import pytest
 
-from .observe_workload import SECRET, make_executor, run_rounds
+from tests.observe_workload import SECRET, make_executor, run_rounds
 
 TMUX = shutil.which("tmux")
-ROOT = Path(__file__).resolve().parent.parent
-WORKLOAD = Path(__file__).resolve().parent / "observe_workload.py"
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOAD = Path(__file__).resolve().parents[1] / "observe_workload.py"
 DOCS_IMG = ROOT / "docs" / "img"
 TOKEN = "top-token-1a2b3c4d"
 
