@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MakeExecutor, wait_until
-from tests.test_policy_rate_limit import most_in_a_window
+from tests.policies.test_rate_limit import most_in_a_window
 from toolbus import ToolCall, ToolRegistry
 from toolbus.policies import rate_limit
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="no redis-server binary on this machine"
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # One side of the shared limit: waits for "go" on stdin, runs its calls, and
 # prints its statuses and the limiter's admission times.

@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import MakeExecutor
 from toolbus import DuplicateToolError, ToolCall, ToolRegistry, ToolResult
 from toolbus.formatting import DEFAULT_MAX_LENGTH, format_result_for_context
 from toolbus.policies import Spill, spill
-
-from .conftest import MakeExecutor
 
 CALL = ToolCall(id="c", name="dump", arguments={})
 

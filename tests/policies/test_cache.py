@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import pytest
 
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import (
     Injected,
     ToolCall,
@@ -37,8 +38,6 @@ from toolbus.policies import (
     cache,
     circuit_breaker,
 )
-
-from .conftest import MakeExecutor, wait_until
 
 
 def _call(id: str, q: Any = "x", name: str = "lookup") -> ToolCall:

@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import MakeExecutor
 from toolbus import ToolCall, ToolRegistry, ToolResult, bus, tool
 from toolbus.policies import AdaptiveTimeout, adaptive_timeout
 from toolbus.policies._adaptive import _percentile
 from toolbus.policies._signals import asking, done_asking
-
-from .conftest import MakeExecutor
 
 
 @tool(read_only=True)
