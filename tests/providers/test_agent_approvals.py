@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 import pytest
 
-from tests import test_agent_loop as loop
 from tests.conftest import MakeExecutor
 from tests.provider_tools import load, wire
+from tests.providers import test_agent_loop as loop
 from toolbus import ErrorCode, Executor, ToolRegistry
 from toolbus.policies import ApprovalDecision, ApprovalRequest, arguments_digest, requires_approval
 from toolbus.providers import AgentResult, arun_agent, run_agent

@@ -36,7 +36,7 @@ from toolbus.providers import AgentResult, arun_agent, run_agent
 from toolbus.providers import anthropic as tba
 from toolbus.providers import openai as tbo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "toolbus-test-model"
 QUESTION = "Weather in Oslo and Bergen, and book Maaemo for two"
 
