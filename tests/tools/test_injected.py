@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar
 import pytest
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 
+from tests.conftest import MakeExecutor
 from toolbus import (
     ErrorCode,
     Executor,
@@ -33,8 +34,6 @@ from toolbus import (
 )
 from toolbus.mcp import mcp_tool
 from toolbus.providers import anthropic, openai
-
-from .conftest import MakeExecutor
 
 SECRET = "sk-live-7f3a9c2e5b1d"
 USER = "person-4711"

@@ -22,7 +22,7 @@ import pytest
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.tools import PluginError, PluginWarning
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GROUP = "toolbus.tools"
 EXAMPLE_TOOLS = ["echo", "example_reverse", "example_upper", "example_lower"]
 EXAMPLE_BROKEN = {
