@@ -23,8 +23,9 @@ from toolbus import ConfigError, Executor, RetryPolicy, Tool, ToolCall, ToolRegi
 from toolbus.backends import ThreadBackend
 from toolbus.config import EXECUTOR_KEYS, Config, apply_config, find_config, load_config
 from toolbus.models import ErrorCode
-from toolbus.policies import BasePolicy, Reject
+from toolbus.policies import BasePolicy, Reject, spill
 from toolbus.providers.openai import chat_tool_definitions
+from toolbus.tools import sequence
 
 
 @dataclass(eq=False)
@@ -685,3 +686,50 @@ def test_settings_for_a_spilling_tool_and_its_read_artifact(
     # Disabled, it stays out: the file's word, though the spill brings it.
     path = write(tmp_path, '[tools."read_artifact"]\nenabled = false\n', "off.toml")
     assert "read_artifact" not in from_config(made, registry, path).registry
+
+
+def test_a_tool_disabled_in_the_config_does_not_run_as_a_step(tmp_path: Path) -> None:
+    """A tool the config disabled (`enabled = false`) still ran as a sequence's step (review 9)."""
+    ran: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool
+    def code_exec(src: str) -> str:
+        ran.append(src)
+        return "executed"
+
+    @reg.tool(read_only=True)
+    def prep(src: str) -> str:
+        return src
+
+    reg.register(sequence("prep_and_run", [prep, code_exec]))
+    path = tmp_path / "toolbus.toml"
+    path.write_text('[tools."code_exec"]\nenabled = false  # disabled for security\n')
+    with Executor.from_config(reg, path) as ex:
+        assert ex.execute(ToolCall(name="code_exec", arguments={"src": "x"})).status == "rejected"
+        ex.execute(ToolCall(name="prep_and_run", arguments={"src": "rm -rf /"}))
+    assert ran == []  # ["rm -rf /"] today
+
+
+def test_config_of_a_spilling_tool_and_read_artifact_together_is_accepted(tmp_path: Path) -> None:
+    """Configuring a spilling tool and read_artifact together raised "already registered" (review 9)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[spill(store=tmp_path / "store", max_chars=1000)])
+    def big(n: int) -> str:
+        return "x" * n
+
+    path = tmp_path / "toolbus.toml"
+    path.write_text('[tools."big"]\ntimeout = 5\n[tools."read_artifact"]\ntimeout = 1\n')
+    Executor.from_config(reg, path).close()  # ConfigError today: read_artifact "already registered"
+
+
+@pytest.mark.parametrize(
+    "body", ['journal = "/"', "x = " + "[" * 2000 + "]" * 2000], ids=["journal-dir", "deep"]
+)
+def test_config_errors_are_config_errors(tmp_path: Path, body: str) -> None:
+    """A journal path that is a directory, or a deeply nested file, raised other errors than ConfigError (review 9)."""
+    path = tmp_path / "toolbus.toml"
+    path.write_text(body)
+    with pytest.raises(ConfigError):  # IsADirectoryError / RecursionError today
+        Executor.from_config(ToolRegistry(), path).close()

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import MakeExecutor
 from tests.policy_clock import FakeClock, call, probe, result
-from toolbus import ErrorCode, RetryPolicy, ToolCall, ToolRegistry
+from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry
 from toolbus.models import Status
 from toolbus.policies import Admit, Quota, Reject, quota, requires_approval
 
@@ -352,3 +352,20 @@ def test_calls_aborted_behind_a_deferred_call_give_their_units_back(
     assert request is not None
     again = ex.execute_batch(calls, approvals={"p": request.approve()}).results
     assert [r.status for r in again] == ["ok", "ok"]
+
+
+def test_an_approved_call_is_not_refused_by_the_quota_its_deferral_spent() -> None:
+    """An approved call was refused QUOTA_EXCEEDED: its deferral had spent its quota (review 9)."""
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[quota(1), requires_approval()])
+    def send_email(to: str) -> str:
+        return "sent"
+
+    with Executor(reg) as ex:
+        call = ToolCall(id="e1", name="send_email", arguments={"to": "bob"})
+        first = ex.execute(call)
+        assert first.status == "deferred"
+        assert first.approval_request is not None
+        again = ex.execute(call, approval=first.approval_request.approve())
+        assert again.status == "ok", again.error  # QUOTA_EXCEEDED today

@@ -12,12 +12,14 @@ import asyncio
 import bisect
 import math
 import threading
+import time
+from typing import Any
 
 import pytest
 
 from tests.conftest import MakeExecutor, wait_until
 from tests.policy_clock import FakeClock, call, drive_limits_clock, probe
-from toolbus import ErrorCode, ToolCall, ToolRegistry, ToolResult, bus
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
 from toolbus.policies import THROTTLED, Admit, Delay, RateLimit, Reject, Throttled, rate_limit
 
 
@@ -546,3 +548,41 @@ def test_a_failing_key_does_not_quote_a_secret_argument(make_executor: MakeExecu
     result = ex.execute(searches(1)[0])
     assert result.error_code is ErrorCode.TOOL_UNAVAILABLE
     assert "ValueError" in (result.error or "") and SECRET not in (result.error or "")
+
+
+def _registry(*policies: Any, read_only: bool = True) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=read_only, policies=list(policies))
+    def f(x: int = 0) -> int:
+        return x
+
+    return reg
+
+
+@pytest.mark.timeout(60)
+def test_cancelled_waiting_calls_do_not_hold_back_the_next_call() -> None:
+    """Cancelled waiting calls kept their turns: the next call waited ~19 s for them (review 9)."""
+    limit = rate_limit("5/second", max_wait=math.inf)
+    ex = Executor(_registry(limit), timeout=None)
+
+    async def main() -> float:
+        task = asyncio.create_task(
+            ex.aexecute_batch([ToolCall(name="f", arguments={"x": i}) for i in range(100)])
+        )
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(1.5)  # a window and more: nothing runs, nothing waits
+        t0 = time.monotonic()
+        try:  # (the defect: it waits ~19 s for the cancelled calls' turns)
+            await asyncio.wait_for(ex.aexecute(ToolCall(name="f", arguments={"x": 0})), 3)
+        except TimeoutError:
+            return math.inf
+        return time.monotonic() - t0
+
+    try:
+        assert asyncio.run(main()) < 1.0
+    finally:
+        ex.close()

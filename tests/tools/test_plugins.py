@@ -16,6 +16,7 @@ import sys
 import textwrap
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,36 @@ def test_a_plugins_tool_is_the_same_object(monkeypatch: pytest.MonkeyPatch) -> N
     fake_entry_points(monkeypatch, ping="tests.plugin_values:ping")
     registry = ToolRegistry.from_entry_points("test.plugins")
     assert registry.get("ping") is plugin_values.ping
+
+
+@pytest.mark.parametrize("entry", ["gen_raises", "sys_exit"])
+def test_a_broken_plugin_is_skipped(tmp_path: Path, entry: str, monkeypatch: Any) -> None:
+    """A plugin whose generator raised or that called sys.exit was fatal to from_entry_points (review 9)."""
+    pkg = tmp_path / "review9plug"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent(
+            """
+            from toolbus import tool
+
+            @tool
+            def good() -> str:
+                return "good"
+
+            def gen_raises():
+                yield good
+                raise RuntimeError("half way")
+
+            def sys_exit():
+                raise SystemExit("a plugin that exits")
+            """
+        )
+    )
+    info = tmp_path / "review9plug-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: review9plug\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[review9.tools]\nx = review9plug:{entry}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(UserWarning, match="review9plug"):
+        reg = ToolRegistry.from_entry_points(group="review9.tools")  # raises today
+    assert len(reg.plugin_errors) == 1

@@ -15,6 +15,7 @@ from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.models import generated_id
 from toolbus.observe import log_json
+from toolbus.policies import requires_approval
 from toolbus.providers import anthropic, openai
 from toolbus.tools import SequenceTool, Tool, sequence, tool
 
@@ -578,3 +579,22 @@ def test_a_sequences_own_policies(make_executor: MakeExecutor) -> None:
     assert again.error_code is ErrorCode.QUOTA_EXCEEDED  # the sequence's own quota
     with pytest.raises(TypeError, match="sequence 'bad'"):
         sequence("bad", [prep], policies=["not a policy"])
+
+
+def test_a_step_needing_approval_surfaces_its_request() -> None:
+    """A sequence step that needs approval ended TOOL_ERROR with no request to approve (review 9)."""
+
+    @tool(read_only=True)
+    def prep(x: int) -> int:
+        return x
+
+    @tool(policies=[requires_approval()])
+    def danger(x: int) -> str:
+        return "boom"
+
+    reg = ToolRegistry()
+    reg.register(sequence("seq", [prep, danger]))
+    with Executor(reg) as ex:
+        r = ex.execute(ToolCall(id="s1", name="seq", arguments={"x": 1}))
+    # Today: status "error" (TOOL_ERROR), no approval_request; no decision can run it.
+    assert r.status == "deferred" and r.approval_request is not None
