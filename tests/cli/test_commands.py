@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from tests.cli_registries.escapes import RAW
+from tests.cli_registries.escapes import CLEAR, OSC52, RAW
 from tests.cli_registries.tools import registry
 from toolbus._cli import bench as bench_command
 from toolbus.cli import app
@@ -410,3 +410,35 @@ def test_process_registry_from_the_current_directory(tmp_path: Path) -> None:
     proc = run("call", "my_tools:registry", "greet", "--args", '{"name": "Ada"}', cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip().endswith("hello Ada")
+
+
+def test_toolbus_call_does_not_pass_terminal_escapes_through() -> None:
+    """`toolbus call` printed a tool error's escape sequences raw (review 10b)."""
+    from toolbus.cli import app
+
+    result = CliRunner(env={"NO_COLOR": "1"}).invoke(
+        app, ["call", "tests.cli_registries.escapes:quoting", "fetch", "--args", '{"url":"u"}']
+    )
+    assert result.exit_code == 1, result.output
+    assert OSC52 not in result.output
+    assert CLEAR not in result.output
+
+
+def test_toolbus_call_does_not_print_the_private_run_token() -> None:
+    """`toolbus call` printed the private `CallEvent._run`, in text and in --json (review 10b).
+
+    Every other surface leaves out CallEvent._run ("toolbus's own, not the
+    event's data (no surface publishes it)"); `toolbus call` prints it, in
+    text and in --json.
+    """
+    from toolbus.cli import app
+
+    spec = "tests.cli_registries.tools:registry"
+    runner = CliRunner(env={"NO_COLOR": "1"})
+    text = runner.invoke(app, ["call", spec, "add", "--args", '{"a": 1}'])
+    assert text.exit_code == 0, text.output
+    assert "_run=" not in text.output
+    as_json = runner.invoke(app, ["call", spec, "add", "--args", '{"a": 1}', "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    events = json.loads(as_json.output)["events"]
+    assert all("_run" not in e for e in events), events[0]

@@ -204,3 +204,21 @@ def test_surfaces_need_the_bus(make_executor: MakeExecutor) -> None:
         with pytest.raises(ValueError, match="'quiet' sends its events to NullPublisher"):
             attach(ex)
     assert ex._submit_hooks == ()
+
+
+def test_default_executor_name_never_repeats_a_name_in_use() -> None:
+    """A default executor name could repeat a name given explicitly (review 10b).
+
+    `executor-N` by default so two executors stay apart; a name given
+    explicitly that matches the next default makes two executors share it
+    (and the second is refused on a shared Prometheus registry).
+    """
+    first = Executor(ToolRegistry())
+    n = int(first.name.rsplit("-", 1)[1])
+    named = Executor(ToolRegistry(), name=f"executor-{n + 1}")
+    default = Executor(ToolRegistry())
+    try:
+        assert default.name != named.name
+    finally:
+        for ex in (first, named, default):
+            ex.close()

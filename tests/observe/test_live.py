@@ -35,8 +35,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from tests.cli_registries.escapes import CLEAR, OSC52, RED, quoting_registry
 from tests.observe_workload import SECRET, make_executor, run_rounds
+from toolbus import Executor, ToolCall
+from toolbus.observe import live
 
 TMUX = shutil.which("tmux")
 ROOT = Path(__file__).resolve().parents[2]
@@ -444,3 +448,20 @@ def test_the_board_writes_out_the_control_characters_of_all_it_draws() -> None:
     assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", screen), screen
     assert screen.count("\\x1b]52") >= 20, screen  # written out, in every place
     assert "mine\\x1b]52;c;cHduZWQ=\\x1b\\\\x9b2J\\x7f 1" in screen
+
+
+def test_live_dashboard_does_not_pass_terminal_escapes_through() -> None:
+    """The dashboard drew escape sequences of call ids and errors raw (review 10b).
+
+    A call id (the model's) and an error text (a tool's, quoting a web page)
+    are drawn on the user's terminal: their ESC sequences must not reach it raw.
+    """
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    with Executor(quoting_registry()) as ex, live(ex, console=console):
+        ex.execute(ToolCall(id=f"call_{RED}x", name="fetch", arguments={"url": "u"}))
+        ex.drain_events()
+    screen = out.getvalue()
+    assert OSC52 not in screen
+    assert CLEAR not in screen
+    assert f"call_{RED}x" not in screen

@@ -390,3 +390,43 @@ def test_handles_on_one_file_share_its_writer_and_size_limit(
     from toolbus.observe import _logs
 
     assert _logs._files == {}  # the last handle closed the file
+
+
+def test_log_json_close_does_not_wait_for_other_subscribers() -> None:
+    """log_json's close() waited for every subscriber, a slow unrelated one too (review 10b).
+
+    close() waits for "those announced before" (the handle's own events);
+    it waits for every subscription's instead (`executor.drain_events`), so an
+    unrelated slow subscriber makes it take the whole timeout (5 s), though
+    every line of its own was written long before.
+    """
+    import threading
+    import time
+
+    from toolbus import bus
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def work() -> str:
+        """Works."""
+        return "ok"
+
+    release = threading.Event()
+    out = io.StringIO()
+    with Executor(reg) as ex:
+        slow = bus.subscribe(lambda sender, **kw: release.wait(30), sender=ex)
+        try:
+            with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+                handle = log_json(ex, out, signals=("tool:finished",))
+                for i in range(3):
+                    assert ex.execute(ToolCall(id=f"c{i}", name="work", arguments={})).ok
+                rec.wait_for(bus.FINISHED, 3, timeout=5)
+            started = time.monotonic()
+            handle.close()
+            took = time.monotonic() - started
+        finally:
+            release.set()
+            slow.close()
+    assert len(out.getvalue().splitlines()) == 3
+    assert took < 1.0, f"close() took {took:.1f} s"

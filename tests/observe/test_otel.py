@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
+
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -544,3 +546,57 @@ def test_a_lone_surrogate_in_a_call_id_is_written_as_a_replacement(
     attributes = dict(span.attributes or {})
     assert attributes["gen_ai.tool.call.id"] == "call\ufffd"
     assert attributes["toolbus.executor"] == "ex\ufffd"
+
+
+def test_otel_histogram_survives_a_failing_span_processor() -> None:
+    """A span processor raising in on_end lost the duration histogram's point too (review 10b).
+
+    The span and the histogram point are independent signals; a span
+    processor (a vendor exporter's) raising in on_end makes `_finished` stop
+    before `histogram.record`, so no call is measured at all.
+    """
+    pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+    from toolbus import bus
+    from toolbus.observe import instrument_otel
+
+    class Failing(SpanProcessor):
+        def on_end(self, span: object) -> None:
+            raise RuntimeError("exporter down")
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def work() -> str:
+        """Works."""
+        return "ok"
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(Failing())
+    reader = InMemoryMetricReader()
+    with Executor(reg) as ex:
+        handle = instrument_otel(
+            ex, tracer_provider=tracer_provider, meter_provider=MeterProvider([reader])
+        )
+        with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+            for i in range(3):
+                assert ex.execute(ToolCall(id=f"c{i}", name="work", arguments={})).ok
+            rec.wait_for(bus.FINISHED, 3, timeout=5)
+        handle.close()
+    data = reader.get_metrics_data()
+    points = (
+        [
+            p.count
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "gen_ai.execute_tool.duration"
+            for p in m.data.data_points
+        ]
+        if data is not None
+        else []
+    )
+    assert sum(points) == 3, points

@@ -26,11 +26,14 @@ import pytest
 pytest.importorskip("starlette", reason="the web extra is not installed")
 pytest.importorskip("prometheus_client", reason="the web extra is not installed")
 
+import io
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import toolbus.observe
 from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry, bus
-from toolbus.observe import StatusServer, serve_status
+from toolbus.observe import StatusServer, log_json, serve_status
 from toolbus.observe._state import LiveState
 
 TOKEN = "tok-9f8e7d6c5b4a"
@@ -653,3 +656,93 @@ def test_importing_toolbus_loads_no_web_or_live_machinery() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def test_events_resume_on_a_new_server_reports_the_gap() -> None:
+    """/events resumed across a server restart skipped the missed events silently (review 10b).
+
+    A client (the page's EventSource, `toolbus top`) reconnects with
+    Last-Event-ID to a status server that started after that id: the events in
+    between were never kept, so it must get `reset`, not the next ones.
+    """
+    pytest.importorskip("starlette", reason="the web extra is not installed")
+    import httpx
+
+    from toolbus.observe import serve_status
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def work() -> str:
+        """Works."""
+        return "ok"
+
+    with Executor(reg) as ex, log_json(ex, io.StringIO()):  # another subscriber: seqs go on
+        first = serve_status(ex)
+        ex.execute(ToolCall(id="seen", name="work", arguments={}))
+        ex.drain_events()
+        last = httpx.get(first.url + "status").json()["server"]["latest"]
+        first.close()
+        ex.execute(ToolCall(id="missed", name="work", arguments={}))  # nobody keeps these
+        ex.drain_events()
+        with serve_status(ex) as second:
+            ex.execute(ToolCall(id="later", name="work", arguments={}))
+            ex.drain_events()
+            headers = {"Last-Event-ID": str(last)}
+            with httpx.stream("GET", second.url + "events", headers=headers, timeout=10) as r:
+                first_event: dict[str, str] = {}
+                for line in r.iter_lines():
+                    if not line:
+                        if "data" in first_event:
+                            break
+                        continue
+                    if line.startswith(":"):
+                        continue
+                    key, _, value = line.partition(":")
+                    first_event[key] = value.strip()
+    # Expected: a reset (what the client missed is gone); got: the event after
+    # the gap, as if nothing had been missed.
+    assert first_event.get("event") == "reset", first_event
+
+
+def _raw_get(port: int, path: str, authorization: bytes) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(
+            b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: " + authorization + b"\r\nConnection: close\r\n\r\n"
+        )
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+@pytest.mark.parametrize("token", ["s3cret-token ", "s3cret-€-token"])
+def test_serve_status_refuses_a_token_that_cannot_authenticate(token: str) -> None:
+    """serve_status took a token no request can send, locking /metrics for good (review 10b).
+
+    A token with trailing whitespace (HTTP strips it from the header) or a
+    character beyond Latin-1 (a header cannot carry it) is accepted, and then
+    no request can ever pass: /metrics (header only) is locked for good.
+    Expected: a ValueError at serve_status, as for an empty token (or the
+    token working).
+    """
+    pytest.importorskip("starlette", reason="the web extra is not installed")
+    from toolbus.observe import serve_status
+
+    with Executor(ToolRegistry()) as ex:
+        try:
+            server = serve_status(ex, token=token)
+        except ValueError:
+            return  # refused up front: fine
+        with server:
+            for encoding in ("utf-8", "latin-1"):
+                try:
+                    header = ("Bearer " + token).encode(encoding)
+                except UnicodeEncodeError:
+                    continue
+                if b" 200 " in _raw_get(server.port, "/metrics", header):
+                    return
+    pytest.fail(f"serve_status accepted token {token!r}, which no request can send")

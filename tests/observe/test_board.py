@@ -1,8 +1,6 @@
-"""Review 10: repros of bugs found in toolbus.observe and the CLI, fixed: they
-stay as regression tests. The other repros of review 10 were moved next to what
-they test (test_observe_*.py, test_policy_*.py, test_cli_commands.py); the calls
-running at once with the same id are test_observe_server.py's and
-test_observe_state.py's.
+"""The dashboard's board (`toolbus.observe._view.Board`, drawn by `live()` and
+`toolbus top`), rendered in process with rich: what it draws of the records it
+is given. The same board in a real terminal is test_live.py's.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from rich.console import Console
 
 from toolbus.observe._view import Board
 
-# -- the dashboard (live, toolbus top) -------------------------------------------
-
 
 def _board(state: dict[str, Any]) -> Board:
     config = {"name": "x", "max_parallel": 1, "timeout": None, "retry": {}, "tools": []}
@@ -36,6 +32,7 @@ def _board(state: dict[str, Any]) -> Board:
 
 
 def test_the_board_draws_an_error_text_with_brackets() -> None:
+    """An error text with brackets ("see [/docs]") was read as rich markup (review 10)."""
     error = {
         "seq": 1,
         "timestamp": time.time(),
@@ -54,6 +51,7 @@ def test_the_board_draws_an_error_text_with_brackets() -> None:
 
 
 def test_the_board_per_tool_columns_line_up() -> None:
+    """The per-tool table had a column without a header, out of line (review 10)."""
     tool = {
         "tool": "t",
         "calls": 1,
