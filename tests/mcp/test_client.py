@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -28,6 +29,7 @@ pytest.importorskip("mcp_server_time")
 
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import flaky_server
+from tests.mcp_servers.scripted import Peer
 from toolbus import Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
 from toolbus.mcp import (
     MCPConnectError,
@@ -379,3 +381,73 @@ async def test_streamable_http(http_url: str) -> None:
             ]
     assert [r.status for r in results] == ["ok", "timeout", "ok"]
     assert results[2].output == {"result": "after"}
+
+
+def test_bad_register_options_raise_instead_of_dropping_every_tool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """register() with a bad option dropped every tool with a warning instead of raising (review 12)."""
+    peer = Peer()
+    peer.tool("t")
+    with connect(peer.server) as conn, caplog.at_level(logging.WARNING, "toolbus.mcp"):
+        # Today: [] and a warning "tool 't' left out, its schema is not usable: ...
+        # max_concurrency must be >= 1".
+        with pytest.raises((TypeError, ValueError)):
+            conn.register(ToolRegistry(), max_concurrency=0)
+
+
+def test_connect_errors_do_not_quote_credentials() -> None:
+    """connect_http's errors quoted the URL's password and token (review 12)."""
+    from toolbus.mcp import MCPConnectError, connect_http
+
+    with pytest.raises(MCPConnectError) as caught:
+        connect_http("http://user:PASSW0RD@127.0.0.1:9/mcp?token=SECRET456", connect_timeout=1)
+    assert "PASSW0RD" not in str(caught.value)
+    assert "SECRET456" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"timeout": -1},
+        {"retry": "x"},
+        {"max_concurrency": 0},
+        {"read_only_hints": "no"},
+        {"prefix": 3},
+    ],
+)
+def test_each_bad_register_option_is_named(options: dict[str, Any]) -> None:
+    """A bad register option's error did not name the option (review 12)."""
+    peer = Peer()
+    peer.tool("t")
+    with connect(peer.server) as conn:
+        with pytest.raises((TypeError, ValueError), match=next(iter(options))):
+            conn.register(ToolRegistry(), **options)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("connect_timeout", 0), ("probe_timeout", 0), ("backoff_base", -1)],
+)
+def test_connect_timings_must_be_positive(option: str, value: float) -> None:
+    """connect accepted a zero or negative connect_timeout, probe_timeout or backoff (review 12)."""
+    # (A backoff of 0 is allowed: reconnect at once.)
+    options: dict[str, Any] = {option: value}
+    with pytest.raises(ValueError, match=option):
+        connect(Peer().server, **options)
+
+
+def test_default_names_hide_credentials() -> None:
+    """A connection's default name showed the credentials of its command line or URL (review 12)."""
+    from mcp import StdioServerParameters
+
+    from toolbus.mcp._connect import _default_name
+
+    params = StdioServerParameters(
+        command="/usr/bin/srv",
+        args=["--api-key", "k1", "--token=k2", "sk-abcdefghijk", "API_KEY=k3", "--verbose"],
+    )
+    name = _default_name(params)
+    assert not any(k in name for k in ("k1", "k2", "sk-abc", "k3")), name
+    assert "--verbose" in name
+    assert _default_name("https://u:pw@h/mcp?key=v#f") == "https://***@h/mcp?key=***#***"

@@ -22,12 +22,17 @@ import pytest
 
 pytest.importorskip("mcp")
 
+import mcp_types as types
+
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import spec_server
 from tests.mcp_servers.peers import connect_spec, use_peer
+from tests.mcp_servers.scripted import Peer
 from tests.provider_tools import load, wire
 from toolbus import Executor, ToolCall, ToolOutput, ToolRegistry, ToolResult
+from toolbus.mcp import connect
 from toolbus.models import Attachment
+from toolbus.providers import anthropic as anthropic_format
 from toolbus.providers import anthropic as tb_anthropic
 from toolbus.providers import openai as tb_openai
 
@@ -198,3 +203,39 @@ def test_provider_blocks_through_an_executor(make_executor: MakeExecutor) -> Non
     result = make_executor(registry).execute(ToolCall(name="chart"))
     content = tb_anthropic.tool_result_blocks([result])[0]["content"]
     assert [b["type"] for b in content] == ["text", "image"]  # type: ignore[index]
+
+
+def test_a_bad_base64_image_does_not_become_a_provider_image_block() -> None:
+    """An image with bad base64 became a provider image block (the API refuses the request) (review 12)."""
+    peer = Peer()
+    peer.tool("shot")
+    peer.results["shot"] = types.CallToolResult(
+        content=[
+            types.TextContent(text="a picture"),
+            types.ImageContent(data="!!! not base64 ***", mime_type="image/png"),
+        ]
+    )
+    registry = ToolRegistry()
+    with connect(peer.server) as conn:
+        conn.register(registry)
+        with Executor(registry, timeout=5) as executor:
+            result = executor.execute(ToolCall(name="shot"))
+    content = anthropic_format.tool_result_blocks([result])[0]["content"]
+    # The API refuses the whole request for one undecodable image: a line of text instead.
+    blocks = content if isinstance(content, list) else []
+    assert not [b for b in blocks if b.get("type") == "image"]
+
+
+def test_only_sound_base64_within_the_providers_limits_goes_as_a_block() -> None:
+    """Base64 with a line break, or over the providers' size limit, went as an image block (review 12)."""
+    import base64
+
+    from toolbus.models import Attachment
+    from toolbus.providers._media import MAX_IMAGE_BYTES, kind_of
+
+    png = base64.b64encode(b"\x89PNG" + b"\0" * 100).decode()
+    assert kind_of(Attachment(type="image/png", data=png)) == "image"
+    assert kind_of(Attachment(type="image/png", data=png[:40] + "\n" + png[40:])) is None
+    big = base64.b64encode(b"\0" * (MAX_IMAGE_BYTES + 1)).decode()
+    assert kind_of(Attachment(type="image/png", data=big)) is None
+    assert kind_of(Attachment(type="application/pdf", data="%%% not base64")) is None

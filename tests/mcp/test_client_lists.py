@@ -14,16 +14,20 @@ import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 pytest.importorskip("mcp")
 
+import mcp_types as types
+from mcp.server import Server
+
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import spec_server
 from tests.mcp_servers.peers import PEERS, connect_spec, use_peer, wait_until
 from toolbus import ToolCall, ToolRegistry
-from toolbus.mcp import MCPConnection
+from toolbus.mcp import MCPConnection, connect
 from toolbus.models import ErrorCode
 
 
@@ -143,3 +147,31 @@ def test_the_listings_ttl_makes_a_later_call_list_again(
         assert executor.execute(call("good_shape")).status == "ok"  # lists again, behind
         listed(conn, registry, "flipped", True)
         assert executor.execute(call("flipped")).output == "here"
+
+
+def test_a_name_listed_twice_does_not_half_register() -> None:
+    """A tool name listed twice by the server left the registry half registered (review 12)."""
+
+    async def listing(ctx: Any, params: Any) -> types.ListToolsResult:
+        schema = {"type": "object"}
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name="a", input_schema=schema),
+                types.Tool(name="a", input_schema={**schema, "properties": {}}),
+                types.Tool(name="b", input_schema=schema),
+            ]
+        )
+
+    async def call(ctx: Any, params: Any) -> types.CallToolResult:
+        return types.CallToolResult(content=[])
+
+    server: Server[Any] = Server("dup", on_list_tools=listing, on_call_tool=call)
+    registry = ToolRegistry()
+    with connect(server) as conn:
+        try:
+            conn.register(registry)
+        except Exception:
+            # "raises before any tool is registered" (MCPConnection.register)
+            assert registry.list() == []
+        else:
+            assert "b" in registry

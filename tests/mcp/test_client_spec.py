@@ -12,6 +12,8 @@ import asyncio
 import json
 import logging
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ pytest.importorskip("mcp")
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import spec_server
 from tests.mcp_servers.peers import PEERS, SOME_PEERS, SPEC, connect_spec, use_peer
+from tests.mcp_servers.scripted import Peer
 from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry
 from toolbus.mcp import (
     MCPConnection,
@@ -233,3 +236,86 @@ async def test_cancelling_the_caller_cancels_the_request_on_the_server(any_peer:
     finally:
         await conn.aclose()
     assert seen.output == {"result": 1}
+
+
+def test_a_tool_whose_schema_the_server_fixes_is_registered() -> None:
+    """A tool left out for a bad output schema stayed out after the server fixed it (review 12)."""
+    peer = Peer()
+    peer.tool("fixme", output_schema={"type": "object", "properties": {"x": {"type": 42}}})
+    registry = ToolRegistry()
+    with connect(peer.server) as conn:
+        conn.register(registry)
+        assert "fixme" not in registry  # left out, with a warning: as documented
+        peer.tool("fixme", output_schema={"type": "object"})  # the server fixes it
+        conn.refresh()
+        assert "fixme" in registry
+
+
+def test_register_checks_idempotent_hints() -> None:
+    """tools() took a truthy non-bool idempotent_hints ("false") as trusting the hints (review 12)."""
+    peer = Peer()
+    peer.tool("t")
+    with connect(peer.server) as conn:
+        with pytest.raises(TypeError):
+            conn.tools(idempotent_hints="false")  # type: ignore[arg-type]  # truthy: trusts them
+
+
+def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools() -> None:
+    """A catastrophic output schema pattern (ReDoS) stalled the loop past the call's timeout (review 12)."""
+    peer = Peer()
+    peer.tool(
+        "redos",
+        output_schema={
+            "type": "object",
+            "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}},
+        },
+    )
+    peer.results["redos"] = types.CallToolResult(
+        content=[], structured_content={"a": "a" * 25 + "!"}
+    )
+    registry = ToolRegistry()
+
+    ticking = threading.Event()
+
+    @registry.tool(read_only=True, timeout=10)  # longer than its 1.5 s of ticks
+    async def tick() -> float:
+        ticking.set()
+        gaps, last = [], time.monotonic()
+        for _ in range(30):
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+        return max(gaps)
+
+    with connect(peer.server) as conn:
+        conn.register(registry)
+        with Executor(registry, timeout=1) as executor:
+            ticks: dict[str, Any] = {}
+            thread = threading.Thread(
+                target=lambda: ticks.setdefault("r", executor.execute(ToolCall(name="tick")))
+            )
+            thread.start()
+            assert ticking.wait(5)  # the loop's ticks are being measured
+            started = time.monotonic()
+            result = executor.execute(ToolCall(name="redos"))
+            took = time.monotonic() - started
+            thread.join()
+    assert result.status in ("timeout", "error")
+    assert took < 1.5, f"a 1 s timeout ended after {took:.1f}s"
+    assert ticks["r"].output < 0.5, f"a local async tool stalled {ticks['r'].output:.1f}s"
+
+
+def test_a_risky_pattern_is_still_checked_out_of_process() -> None:
+    """A risky output schema pattern, checked out of process, must still be checked (review 12)."""
+    from toolbus.mcp._output import OutputCheck, risky_pattern
+
+    assert risky_pattern("^(a+)+$")
+    assert not risky_pattern("^[a-z]+$")
+    check = OutputCheck(
+        {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}}},
+        server="s",
+    )
+    check.check(types.CallToolResult(content=[], structured_content={"a": "aaa"}))
+    with pytest.raises(Exception, match=r"does not satisfy|does not match"):
+        check.check(types.CallToolResult(content=[], structured_content={"a": "b"}))

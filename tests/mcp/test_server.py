@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import subprocess
 import sys
+import textwrap
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -25,6 +29,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import ImageContent, TextContent, ToolAnnotations
 from typer.testing import CliRunner
 
+from tests.conftest import wait_until
 from tests.mcp_servers.registry_module import registry as served_registry
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.cli import app
@@ -315,3 +320,71 @@ def test_toolbus_works_without_the_mcp_package() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("2 toolbus mcp: toolbus.mcp needs the MCP SDK"), proc.stdout
     assert "ImportError: toolbus.mcp needs the MCP SDK: pip install 'toolbus[mcp]'" in proc.stdout
+
+
+def test_a_lone_surrogate_in_a_served_output_does_not_take_the_stdio_server_down(
+    tmp_path: Path,
+) -> None:
+    """A lone surrogate in a served output took the stdio server down (review 12)."""
+    # Realistic source: os.listdir()/subprocess output decoded with surrogateescape.
+    (tmp_path / "surr_tools.py").write_text(
+        textwrap.dedent(
+            """
+            from toolbus import ToolRegistry
+            registry = ToolRegistry()
+
+            @registry.tool(read_only=True)
+            def name_of_file() -> str:
+                return b"caf\\xe9.txt".decode("utf-8", "surrogateescape")
+
+            @registry.tool(read_only=True)
+            def ping() -> str:
+                return "pong"
+            """
+        )
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "toolbus", "mcp", "serve", "surr_tools:registry"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    answers: list[dict[str, Any]] = []
+
+    def read() -> None:
+        assert server.stdout is not None
+        for line in server.stdout:
+            answers.append(json.loads(line))
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write(json.dumps(message) + "\n")
+        server.stdin.flush()
+
+    try:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        )
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"jsonrpc": "2.0", "method": "tools/call"}
+        send({**call, "id": 1, "params": {"name": "name_of_file", "arguments": {}}})
+        send({**call, "id": 2, "params": {"name": "ping", "arguments": {}}})
+        # Each call gets its one answer (the first may be an error, or carry U+FFFD).
+        wait_until(lambda: {1, 2} <= {a.get("id") for a in answers}, 10, "both answers")
+    finally:
+        server.kill()
+        server.wait(10)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -443,3 +444,88 @@ def test_a_toolbus_client_sends_its_trace_over_stdio(
     mine = {s.name: s for s in exporter.get_finished_spans()}
     assert served["trace_id"] == _trace_id(mine["agent turn"])
     assert served["trace_id"] == _trace_id(mine["execute_tool remote_add"])
+
+
+async def test_a_served_output_schema_that_cannot_be_resolved_gives_a_result() -> None:
+    """A served output schema with an unresolvable $ref gave the client no result (review 12)."""
+    from toolbus import Tool
+
+    class Report(Tool):
+        name = "report"
+        description = "d"
+        parameters: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+        read_only = True
+        # Passes check_output_schema (which does not resolve references).
+        output_schema: dict[str, Any] = {  # noqa: RUF012
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/Missing"}},
+        }
+
+        def run(self, params: dict[str, Any], ctx: ToolContext) -> Any:
+            return {"a": 1}
+
+    # Refused when the tool is made; and set behind the check, the call says why.
+    with pytest.raises(ValueError, match=r"\$ref"):
+        Report()
+    Report.output_schema = None  # type: ignore[assignment]
+    report = Report()
+    object.__setattr__(
+        report,
+        "output_schema",
+        {"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}},
+    )
+    with pytest.raises(TypeError):
+        report.output_schema = "x"  # type: ignore[assignment]
+    registry = ToolRegistry()
+    registry.register(report)
+    with Executor(registry, timeout=5) as executor:
+        async with Client(build_server(registry, executor)) as client:
+            result = await client.call_tool("report", {})
+            assert result.is_error
+
+
+async def test_served_progress_only_increases() -> None:
+    """Served progress went down when a tool mixed counts and fractions (MCP: it must increase) (review 12)."""
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    async def mixed(ctx: ToolContext) -> str:
+        ctx.progress("starting")  # sent as progress=1 (a count)
+        ctx.progress("half way", 0.5)  # sent as progress=0.5: down
+        ctx.progress("still half way", 0.5)  # 0.5 again
+        return "ok"
+
+    got: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        got.append(progress)
+
+    with Executor(registry, timeout=5) as executor:
+        async with Client(build_server(registry, executor)) as client:
+            await client.call_tool("mixed", {}, progress_callback=on_progress)
+    # MCP: "The progress value MUST increase with each notification".
+    assert len(got) == 3
+    assert all(a < b for a, b in itertools.pairwise(got)), got
+
+
+async def test_lone_surrogates_in_descriptions_errors_and_outputs_are_sent_as_replacements() -> (
+    None
+):
+    """Lone surrogates in a served description, error or output were not sent as U+FFFD (review 12)."""
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True, description="lists caf\udce9")
+    def odd(flag: bool = False) -> Any:
+        if flag:
+            raise ValueError("bad \udce9")
+        return "caf\udce9"
+
+    with Executor(registry, timeout=5) as executor:
+        async with Client(build_server(registry, executor)) as client:
+            listed = await client.list_tools()
+            assert listed.tools[0].description == "lists caf\ufffd"
+            result = await client.call_tool("odd", {})
+            assert result.content[0].text == "caf\ufffd"  # type: ignore[union-attr]
+            failed = await client.call_tool("odd", {"flag": True})
+            assert failed.is_error
+            assert "\ufffd" in failed.content[0].text  # type: ignore[union-attr]

@@ -335,3 +335,56 @@ async def test_traceparent_travels_over_http() -> None:
     assert listed is not None
     [served] = [s for s in listed["result"] if s["name"] == "execute_tool add"]
     assert served["trace_id"] == format(span.get_span_context().trace_id, "032x")
+
+
+async def _status(guard: Guard, headers: list[tuple[bytes, bytes]]) -> int:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+    await guard(scope, receive, send)
+    return int(sent[0]["status"])
+
+
+async def _ok_app(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def test_the_bearer_scheme_is_case_insensitive() -> None:
+    """The HTTP guard read the Bearer scheme case-sensitively (RFC 9110: it is not) (review 12)."""
+    # RFC 9110 11.1: the auth scheme is case-insensitive (toolbus's status server agrees).
+    guard = Guard(_ok_app, token="s3cret", loopback=True)
+    headers = [(b"host", b"127.0.0.1:8765"), (b"authorization", b"bearer s3cret")]
+    assert await _status(guard, headers) == 200
+
+
+def test_a_token_with_outer_whitespace_is_refused_or_usable() -> None:
+    """A token with outer whitespace was accepted, then no request matched it: every one got 401 (review 12)."""
+    # HTTP servers strip a header value's outer whitespace (h11 does), so a token
+    # read from an env file with a trailing space or CR is never matched: every
+    # request gets 401. It should be refused at start (or stripped).
+    with pytest.raises(ValueError):
+        check_exposure("127.0.0.1", "s3cret\r")
+
+
+@pytest.mark.parametrize("token", ["s3cret token", "s3cret\ttoken", "s3cret-\u20ac-token"])
+def test_a_token_no_request_could_send_is_refused(token: str) -> None:
+    """A token no header can carry (whitespace, control, beyond Latin-1) was accepted (review 12)."""
+    # The status server's rule (toolbus._tokens): whitespace, a control
+    # character or a character beyond Latin-1 cannot go in a header.
+    with pytest.raises(ValueError, match="no request could send this token") as refused:
+        check_exposure("127.0.0.1", token)
+    assert token not in str(refused.value)
+
+
+async def test_a_latin1_token_matches_the_header_bytes_a_client_sends() -> None:
+    """A Latin-1 token did not match the header bytes a client sends (review 12)."""
+    guard = Guard(_ok_app, token="t\xf6k", loopback=True)
+    sent = [(b"host", b"127.0.0.1:8765"), (b"authorization", "Bearer t\xf6k".encode("latin-1"))]
+    assert await _status(guard, sent) == 200

@@ -14,8 +14,6 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-
-import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider

@@ -9,6 +9,7 @@ closing, and that importing toolbus loads none of the web machinery.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import socket
@@ -26,9 +27,6 @@ import pytest
 pytest.importorskip("starlette", reason="the web extra is not installed")
 pytest.importorskip("prometheus_client", reason="the web extra is not installed")
 
-import io
-
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import toolbus.observe
