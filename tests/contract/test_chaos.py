@@ -227,3 +227,33 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
     assert stats.ok + stats.error + stats.timeout + stats.cancelled + stats.rejected == total
     assert statuses[("hang", "timeout")] > 0 and statuses[("flaky", "ok")] > 0
     assert statuses[("hang_async", "timeout")] > 0 and statuses[("torn", "rejected")] > 0
+
+
+def test_batch_of_unknown_tools_completes_once() -> None:
+    """A batch of unknown tools announced tool:batch-complete twice (concurrency review)."""
+    with bus.Recorder("tool:batch-complete") as rec, Executor(ToolRegistry()) as ex:
+        ex.execute_batch([ToolCall(name="ghost", arguments={})])
+        ex.drain_events()
+        assert len(rec.of("tool:batch-complete")) == 1
+
+
+def test_stop_on_error_batch_completes_once() -> None:
+    """A stop_on_error batch announced tool:batch-complete twice (concurrency review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def boom(i: int) -> int:
+        raise ValueError("x")
+
+    @reg.tool
+    def write(i: int) -> int:
+        return i
+
+    with bus.Recorder("tool:batch-complete") as rec, Executor(reg) as ex:
+        calls = [
+            ToolCall(name="boom", arguments={"i": 1}),
+            ToolCall(name="write", arguments={"i": 1}),
+        ]
+        ex.execute_batch(calls, stop_on_error=True)
+        ex.drain_events()
+        assert len(rec.of("tool:batch-complete")) == 1

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from tests.concurrency_tools import finished as _finished
+from tests.concurrency_tools import in_thread as _in_thread
+from tests.concurrency_tools import ok_registry as _ok_registry
 from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
 
@@ -301,3 +307,82 @@ def test_null_publisher_builds_no_events(make_executor: MakeExecutor) -> None:
         assert ex.execute(ToolCall(name="echo", arguments={"text": "x"})).output == "x"
         ex.drain_events()
     assert rec.events == []
+
+
+def _subprocess(code: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60
+    )
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
+
+
+def test_subscriber_raising_base_exception_is_contained() -> None:
+    """A subscriber raising SystemExit hung the batch and stopped other executors' actors (concurrency review)."""
+    out = _subprocess(
+        """
+        import threading, time
+        from toolbus import Executor, ToolRegistry, ToolCall, bus
+        reg = ToolRegistry()
+        @reg.tool(read_only=True)
+        def slowok(i: int) -> int:
+            time.sleep(0.1); return i  # tool under test
+        other = Executor(reg)
+        ex = Executor(reg, max_parallel=1)
+        def rx(sender, event, signal):
+            if event.call_id == "c0":
+                raise SystemExit("a subscriber called sys.exit()")
+        sub = bus.subscribe(rx, "tool:executing", sender=ex)
+        out = {}
+        calls = [ToolCall(id=f"c{i}", name="slowok", arguments={"i": i}) for i in range(3)]
+        th = threading.Thread(target=lambda: out.setdefault("b", ex.execute_batch(calls)), daemon=True)
+        th.start(); th.join(3)
+        print("b" in out, other._supervisor.is_alive())
+        """
+    )
+    assert out == "True True", out
+
+
+def test_async_tool_raising_system_exit_does_not_kill_the_loop() -> None:
+    """An async tool raising SystemExit killed the loop the other async tools run on (concurrency review)."""
+    out = _subprocess(
+        """
+        import asyncio
+        from toolbus import Executor, ToolRegistry, ToolCall
+        reg = ToolRegistry()
+        @reg.tool(read_only=True)
+        async def quitter(i: int) -> int:
+            await asyncio.sleep(0)
+            raise SystemExit("tool calls sys.exit()")
+        @reg.tool(read_only=True)
+        async def aok(i: int) -> int:
+            await asyncio.sleep(0)
+            return i
+        ex = Executor(reg, timeout=1.0)
+        a = ex.execute(ToolCall(name="quitter", arguments={"i": 1}))
+        b = ex.execute(ToolCall(name="aok", arguments={"i": 1}))
+        print(a.status, b.status)
+        """
+    )
+    assert out == "error ok", out
+
+
+def test_worker_start_failure_still_ends_the_call(monkeypatch: Any) -> None:
+    """A worker thread that could not start lost its run: the call never ended (concurrency review)."""
+    from toolbus.backends import _thread
+
+    real = _thread.ToolWorker.start
+    fail = {"n": 1}
+
+    def start(*a: Any, **k: Any) -> Any:
+        if fail["n"]:
+            fail["n"] -= 1
+            raise RuntimeError("can't start new thread")
+        return real(*a, **k)
+
+    monkeypatch.setattr(_thread.ToolWorker, "start", start)
+    ex = Executor(_ok_registry())
+    try:
+        th, out = _in_thread(lambda: ex.execute(ToolCall(name="ok", arguments={"i": 1})))
+        assert _finished(th, out), "execute hangs"
+    finally:
+        ex.close(timeout=1)

@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from tests.concurrency_tools import finished as _finished
+from tests.concurrency_tools import in_thread as _in_thread
+from tests.concurrency_tools import ok_registry as _ok_registry
 from tests.conftest import MakeExecutor, wait_until
 from toolbus import (
     ErrorCode,
@@ -20,6 +23,7 @@ from toolbus import (
     ToolRegistry,
     bus,
 )
+from toolbus.actors._messages import Close
 
 
 def _registry(release: threading.Event) -> ToolRegistry:
@@ -328,3 +332,31 @@ def test_an_exception_whose_str_fails_is_a_tool_error_named_by_its_type(
         ErrorCode.TOOL_ERROR,
         "_BadStr",
     )
+
+
+def test_batch_submitted_after_close_was_handled_is_released() -> None:
+    """A batch submitted just as close() was handled hung its caller (concurrency review)."""
+    # What happens when execute_batch passed `_tell`'s `_closed` check just before
+    # close() set it and its Submit reaches the supervisor after Close.
+    ex = Executor(_ok_registry())
+    try:
+        ex._supervisor.ask(Close("closed"))
+        th, out = _in_thread(lambda: ex.execute_batch([ToolCall(name="ok", arguments={"i": 1})]))
+        assert _finished(th, out), "execute_batch hangs"
+    finally:
+        ex.close(timeout=1)
+
+
+def test_submit_after_the_supervisor_actor_stopped_is_not_lost() -> None:
+    """A call submitted after the supervisor actor stopped was lost (concurrency review)."""
+    # Submissions no longer go through the actor's mailbox (admission is inline,
+    # under the scheduler's lock); an actor stopped some other way than close()
+    # closes the scheduler, and later calls still get exactly one result.
+    ex = Executor(_ok_registry())
+    try:
+        ex._supervisor.stop()
+        th, out = _in_thread(lambda: ex.execute(ToolCall(name="ok", arguments={"i": 1})))
+        assert _finished(th, out), "execute hangs"
+        assert out["r"].status == "cancelled"
+    finally:
+        ex.close(timeout=1)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
+from typing import Any
 
 import pytest
 import tenacity
 
+from tests.concurrency_tools import finished as _finished
+from tests.concurrency_tools import in_thread as _in_thread
 from tests.conftest import MakeExecutor
 from toolbus import (
     AttemptFailure,
@@ -21,6 +25,7 @@ from toolbus import (
     ToolRegistry,
     bus,
 )
+from toolbus.actors import _scheduler
 
 FAST = RetryPolicy(max_retries=3, backoff_base=0.001, jitter=0)
 
@@ -249,3 +254,115 @@ def test_stop_after_delay_counts_the_first_attempt(
     policy = RetryPolicy(stop=tenacity.stop_after_delay(0.1), wait=tenacity.wait_fixed(0.001))
     ex = make_executor(reg, retry=policy)
     assert ex.execute(ToolCall(name="slow_then_fail")).attempts == 1
+
+
+class _SlowRetry(Executor):
+    def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+        time.sleep(0.3)  # tool-side: a slow hook under test
+        return RetryDecision(True, 0.0)
+
+
+def test_cancel_while_should_retry_runs_is_lost() -> None:
+    """A cancel that came while should_retry ran was lost: the tool ran again (concurrency review)."""
+    reg = ToolRegistry()
+    invoked: list[float] = []
+
+    @reg.tool(read_only=True)
+    def flaky(i: int) -> int:
+        invoked.append(time.monotonic())
+        if len(invoked) == 1:
+            raise ConnectionError("once")
+        return i
+
+    with bus.Recorder("tool:finished") as rec:
+        ex = _SlowRetry(reg, timeout=None)
+
+        async def main() -> float:
+            t = asyncio.create_task(ex.aexecute(ToolCall(name="flaky", arguments={"i": 1})))
+            await asyncio.sleep(0.1)  # attempt 1 failed; should_retry is running
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            cancelled_at = time.monotonic()
+            await asyncio.sleep(0.6)
+            return cancelled_at
+
+        try:
+            cancelled_at = asyncio.run(main())
+            ex.drain_events()
+            assert [e.result.status for e in rec.of("tool:finished")] == ["cancelled"]
+            assert not [t for t in invoked if t > cancelled_at]
+        finally:
+            ex.close(timeout=1)
+
+
+def test_stale_deadline_after_retry_report_does_not_end_the_call(monkeypatch: Any) -> None:
+    """A stale Deadline popped after a 'retry' report ended the retried call (concurrency review)."""
+    # /tmp stress (tools failing right at their deadline) hits this naturally (~3% of calls);
+    # here the supervisor is made busy while the Deadline pops, to make it deterministic.
+    reg = ToolRegistry()
+    n = {"calls": 0}
+
+    @reg.tool(
+        read_only=True,
+        timeout=0.1,
+        retry=RetryPolicy(max_retries=1, backoff_base=0.3, backoff_factor=1, jitter=0),
+    )
+    def flaky(i: int) -> int:
+        n["calls"] += 1
+        if n["calls"] == 1:
+            time.sleep(0.05)  # tool under test: fails right at its deadline
+            raise ConnectionError("flaky")
+        return i
+
+    on_report = _scheduler.Scheduler._on_report
+    post = _scheduler.Scheduler.post
+    deadline_posted = threading.Event()
+
+    def noting_post(self: Any, message: Any) -> None:
+        if type(message).__name__ == "Deadline":
+            deadline_posted.set()
+        post(self, message)
+
+    def busy_on_report(self: Any, msg: Any) -> None:
+        if msg.outcome.kind == "retry":
+            # Fault injection: the supervisor is busy with the retry report
+            # until the attempt's Deadline has been posted behind it.
+            deadline_posted.wait(5)
+        on_report(self, msg)
+
+    monkeypatch.setattr(_scheduler.Scheduler, "post", noting_post)
+    monkeypatch.setattr(_scheduler.Scheduler, "_on_report", busy_on_report)
+    ex = Executor(reg, hook_grace=2.0)  # a loaded machine must not turn this into a grace timeout
+    try:
+        th, out = _in_thread(lambda: ex.execute(ToolCall(name="flaky", arguments={"i": 7})))
+        assert _finished(th, out, 3)
+        r = out["r"]
+        assert (r.status, r.attempts, r.error) == ("ok", 2, None)
+    finally:
+        ex.close(timeout=1)
+
+
+class _DelayHook(Executor):
+    delay: Any = None
+
+    def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+        return RetryDecision(failure.attempt < 2, self.delay)
+
+
+@pytest.mark.parametrize("delay", [None, "0.1", float("nan")])
+def test_garbage_retry_delay_still_ends_the_call(delay: Any) -> None:
+    """A should_retry delay of None, a string or NaN left the call never ending (concurrency review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def fail(i: int) -> int:
+        raise ConnectionError("x")
+
+    ex = _DelayHook(reg)
+    ex.delay = delay
+    try:
+        th, out = _in_thread(lambda: ex.execute(ToolCall(name="fail", arguments={"i": 1})))
+        assert _finished(th, out, 2), "the call never ends"
+    finally:
+        ex.close(timeout=1)

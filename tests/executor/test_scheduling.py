@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Sequence
 
-from tests.conftest import MakeExecutor
+from tests.concurrency_tools import finished as _finished
+from tests.concurrency_tools import in_thread as _in_thread
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import Executor, ToolCall, ToolRegistry, bus
 
 
@@ -255,3 +258,105 @@ def test_batch_and_group_signals(make_executor: MakeExecutor) -> None:
     assert result.summary.total == 6
     finished = rec.of(bus.FINISHED)
     assert sorted(e.call_id for e in finished) == sorted(r.call_id for r in result)
+
+
+def test_cancelled_call_parked_in_tool_queue_blocks_the_next_call() -> None:
+    """A cancelled call parked in a tool's queue blocked the next call for good (concurrency review)."""
+    reg = ToolRegistry()
+    gate = threading.Event()
+
+    @reg.tool(read_only=True, max_concurrency=1)
+    def slow(i: int) -> int:
+        gate.wait(5)
+        return i
+
+    ex = Executor(reg, timeout=None)
+
+    async def main() -> str:
+        a = asyncio.create_task(ex.aexecute(ToolCall(id="a", name="slow", arguments={"i": 1})))
+        await asyncio.sleep(0.1)
+        b = asyncio.create_task(ex.aexecute(ToolCall(id="b", name="slow", arguments={"i": 2})))
+        await asyncio.sleep(0.05)
+        c = asyncio.create_task(ex.aexecute(ToolCall(id="c", name="slow", arguments={"i": 3})))
+        await asyncio.sleep(0.05)
+        b.cancel()  # b is parked in pool.waiting behind a
+        await asyncio.sleep(0.05)
+        gate.set()
+        await a
+        try:
+            return (await asyncio.wait_for(c, 2)).status
+        except TimeoutError:
+            return "hang"
+
+    try:
+        assert asyncio.run(main()) == "ok"
+        # A single call's caller is woken before its worker reports: stats catch up.
+        wait_until(lambda: _load(ex) == (0, 0), what="no call in flight or queued")
+    finally:
+        gate.set()
+        ex.close(timeout=1)
+
+
+def test_stop_on_error_abort_parked_in_tool_queue_blocks_another_call() -> None:
+    """A stop_on_error abort left a run parked in a tool's queue: another call hung (concurrency review)."""
+    reg = ToolRegistry()
+    gate = threading.Event()
+
+    @reg.tool(read_only=True, max_concurrency=1)
+    def t(i: int) -> int:
+        gate.wait(5)
+        if i == 0:
+            raise ValueError("fail")
+        return i
+
+    ex = Executor(reg, timeout=None)
+    try:
+        calls = [ToolCall(name="t", arguments={"i": 0}), ToolCall(name="t", arguments={"i": 1})]
+        tb, ob = _in_thread(lambda: ex.execute_batch(calls, stop_on_error=True))
+        wait_until(lambda: _load(ex) == (1, 1), what="t(0) running, t(1) parked")
+        ts, os_ = _in_thread(lambda: ex.execute(ToolCall(name="t", arguments={"i": 2})))
+        wait_until(lambda: _load(ex) == (1, 2), what="t(2) parked behind t(1)")
+        gate.set()
+        assert _finished(tb, ob)
+        assert _finished(ts, os_), f"single call hangs; stats {ex.stats().model_dump()}"
+    finally:
+        gate.set()
+        ex.close(timeout=1)
+
+
+def test_free_tool_slot_is_not_used_while_a_call_waits_for_it() -> None:
+    """A free tool slot went unused while a call waited for it behind a batch's limit (concurrency review)."""
+    reg = ToolRegistry()
+    gate_q, gate_a = threading.Event(), threading.Event()
+
+    @reg.tool(read_only=True)
+    def q(i: int) -> int:
+        gate_q.wait(5)
+        return i
+
+    @reg.tool(read_only=True, max_concurrency=1)
+    def p(i: int) -> int:
+        if i == 0:
+            gate_a.wait(5)
+        return i
+
+    ex = Executor(reg, timeout=None, concurrency=lambda calls: 1)
+    try:
+        _in_thread(lambda: ex.execute(ToolCall(name="p", arguments={"i": 0})))
+        wait_until(lambda: _load(ex) == (1, 0), what="p(0) running")
+        batch = [ToolCall(name="q", arguments={"i": 1}), ToolCall(name="p", arguments={"i": 2})]
+        _in_thread(lambda: ex.execute_batch(batch))  # batch limit 1: q runs, its p waits
+        wait_until(lambda: _load(ex) == (2, 1), what="q running, p(2) parked")
+        tc, oc = _in_thread(lambda: ex.execute(ToolCall(name="p", arguments={"i": 3})))
+        wait_until(lambda: _load(ex) == (2, 2), what="p(3) parked")
+        gate_a.set()  # p's only slot is free now; c needs nothing else
+        assert _finished(tc, oc, 1.0), f"c waits for the batch's q; stats {ex.stats().pools}"
+    finally:
+        gate_q.set()
+        gate_a.set()
+        ex.close(timeout=1)
+
+
+def _load(ex: Executor) -> tuple[int, int]:
+    st = ex.stats()
+    return st.in_flight, st.queued

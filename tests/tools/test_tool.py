@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
+from toolbus import Executor, ToolCall
 from toolbus.models import Attachment, ErrorCode, ToolOutput
 from toolbus.retry import RetryPolicy
 from toolbus.tools import (
@@ -1250,3 +1251,27 @@ async def test_sync_execute_of_async_tool_inside_a_running_loop_says_what_to_do(
 def test_negative_backoff_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="jitter"):
         RetryPolicy(jitter=-0.5)
+
+
+def test_coroutine_returned_by_sync_wrapper_is_awaited() -> None:
+    """A coroutine returned by a sync wrapper of an async tool was not awaited (concurrency review, af84076)."""
+    import functools
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **k: Any) -> Any:
+            return fn(*a, **k)
+
+        return wrapper
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    @logged
+    async def fetch(i: int) -> int:
+        await asyncio.sleep(0)
+        return i * 2
+
+    with Executor(reg) as ex:
+        r = ex.execute(ToolCall(name="fetch", arguments={"i": 21}))
+        assert (r.status, r.output) == ("ok", 42)
