@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.concurrency_tools import in_thread as _in_thread
 from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry
 from toolbus.backends import Backend, Host, Job, LoopBackend, ThreadBackend
@@ -253,3 +254,148 @@ def test_toolbus_imports_without_ray_and_ray_backend_says_how_to_get_it() -> Non
     )
     assert proc.returncode == 0, proc.stderr
     assert "RayBackend needs Ray: pip install 'toolbus[ray]'" in proc.stdout
+
+
+class _Faulty(RecordingBackend):
+    def __init__(self, fail: str) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def release(self, job: Job, worker: Any) -> None:
+        super().release(job, worker)
+        if self.fail == "release":
+            raise RuntimeError("release is broken")
+
+    def cancel(self, job: Job) -> None:
+        super().cancel(job)
+        if self.fail == "cancel":
+            raise RuntimeError("cancel is broken")
+
+    def busy(self, tool: Any = None) -> int:
+        if self.fail == "busy":
+            raise RuntimeError("busy is broken")
+        return super().busy(tool)
+
+
+@pytest.mark.parametrize("fail", ["release", "cancel", "busy"])
+def test_a_backend_that_raises_never_loses_a_call(
+    make_executor: MakeExecutor, release: threading.Event, fail: str
+) -> None:
+    """A custom backend raising in release, cancel or busy lost the call: its caller hung (Engine v2 review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, backend="custom")
+    def quick() -> str:
+        return "ok"
+
+    @reg.tool(backend="custom", timeout=0.1)
+    def slow() -> str:
+        release.wait(30)
+        return "late"
+
+    ex = make_executor(reg, backends={"custom": _Faulty(fail)})
+    name = "slow" if fail == "cancel" else "quick"
+    t, out = _in_thread(lambda: ex.execute(ToolCall(name=name)))
+    t.join(10)
+    assert not t.is_alive(), "the caller hangs"
+    assert out["r"].status == ("timeout" if fail == "cancel" else "ok")
+
+
+class _Inline:
+    """Runs each job inside `submit` and reports from there (the protocol allows it)."""
+
+    name = "inline"
+    can_kill = False
+    uses_threads = False
+    carries_context = "all"
+
+    def check(self, tool: Any) -> None:
+        return None
+
+    def start(self, host: Host) -> None:
+        self.host = host
+
+    def submit(self, job: Job) -> None:
+        from toolbus.pipeline import drive_sync
+
+        outcome = job.context.copy().run(
+            drive_sync, job.steps(self.host.services), job.run, self.host.loop
+        )
+        self.host.report(job, outcome)
+
+    def release(self, job: Job, worker: Any) -> None:
+        return None
+
+    def cancel(self, job: Job) -> None:
+        return None
+
+    def kill(self, job: Job) -> bool:
+        return False
+
+    def busy(self, tool: Any = None) -> int:
+        return 0
+
+    def abandoned(self, tool: Any = None) -> int:
+        return 0
+
+    def stop(self) -> None:
+        return None
+
+
+def test_a_backend_reporting_from_inside_submit_does_not_recurse(
+    make_executor: MakeExecutor,
+) -> None:
+    """A backend reporting from inside submit recursed until the stack overflowed (Engine v2 review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, backend="inline")
+    def echo(x: int) -> int:
+        return x
+
+    ex = make_executor(reg, backends={"inline": _Inline()}, max_parallel=8, timeout=None)
+    batch = ex.execute_batch([ToolCall(name="echo", arguments={"x": i}) for i in range(2000)])
+    assert [r.output for r in batch] == list(range(2000))
+
+
+def test_a_backend_check_raising_anything_is_a_result(make_executor: MakeExecutor) -> None:
+    """A backend's check raising for a tool added later escaped the executor (Engine v2 review)."""
+
+    class Picky(RecordingBackend):
+        def check(self, tool: Any) -> None:
+            if tool.name == "late":
+                raise RuntimeError("cannot run this one")
+
+    reg = ToolRegistry()
+    ex = make_executor(reg, backends={"picky": Picky()})
+
+    @reg.tool(backend="picky")
+    def late() -> int:
+        return 1
+
+    r = ex.execute(ToolCall(name="late"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert r.error is not None and "cannot run this one" in r.error
+
+
+def test_a_nested_call_from_a_job_run_inside_submit_is_refused_not_hung(
+    make_executor: MakeExecutor,
+) -> None:
+    """A nested call from a job run inside a backend's submit hung the executor (Engine v2 review)."""
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool(read_only=True, backend="inline")
+    def leaf() -> str:
+        return "leaf"
+
+    @reg.tool(read_only=True, backend="inline")
+    def outer() -> Any:
+        r = holder["ex"].execute(ToolCall(name="leaf"))
+        return [r.status, r.error_code]
+
+    ex = holder["ex"] = make_executor(reg, backends={"inline": _Inline()}, timeout=1)
+    t, out = _in_thread(lambda: ex.execute(ToolCall(name="outer")))
+    t.join(10)
+    assert not t.is_alive(), "the executor hangs"
+    assert out["r"].output == ["rejected", ErrorCode.TOOL_UNAVAILABLE]
+    assert ex.stats().in_flight == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -386,3 +387,68 @@ def test_worker_start_failure_still_ends_the_call(monkeypatch: Any) -> None:
         assert _finished(th, out), "execute hangs"
     finally:
         ex.close(timeout=1)
+
+
+@pytest.mark.parametrize("tool_name", ["s", "a"])
+@pytest.mark.parametrize("where", ["pre", "pre_async", "post"])
+def test_a_hook_raising_cancelled_error_is_a_failing_hook(
+    make_executor: MakeExecutor, tool_name: str, where: str
+) -> None:
+    """A hook raising CancelledError left the call never ending (Engine v2 review)."""
+    reg = ToolRegistry()
+
+    @reg.tool
+    def s() -> str:
+        return "s"
+
+    @reg.tool
+    async def a() -> str:
+        return "a"
+
+    def raise_sync(*_: Any) -> Any:
+        raise asyncio.CancelledError()
+
+    async def raise_async(*_: Any) -> Any:
+        raise asyncio.CancelledError()
+
+    hooks: dict[str, Any] = {
+        "pre": {"pre_call": [raise_sync]},
+        "pre_async": {"pre_call": [raise_async]},
+        "post": {"post_call": [raise_sync]},
+    }[where]
+    ex = make_executor(reg, timeout=None, **hooks)
+    t, out = _in_thread(lambda: ex.execute(ToolCall(name=tool_name)))
+    t.join(10)
+    assert not t.is_alive(), "the call never ends"
+    # CancelledError means cancellation: in a post-call hook the call ends
+    # cancelled, in a pre-call hook it is refused.
+    expected = (
+        ("cancelled", ErrorCode.CANCELLED)
+        if where == "post"
+        else ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    )
+    assert (out["r"].status, out["r"].error_code) == expected
+
+
+class _Stop(BaseException):
+    pass
+
+
+def test_a_concurrency_hook_raising_a_base_exception_is_contained(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A concurrency hook raising a BaseException escaped, and its message (a secret) was logged (Engine v2 review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def ok(key: str) -> str:
+        return "ok"
+
+    def hook(calls: Any) -> int:
+        raise _Stop(f"gave up on {calls[0].arguments['key']}")
+
+    ex = make_executor(reg, concurrency=hook)
+    with caplog.at_level(logging.DEBUG):
+        batch = ex.execute_batch([ToolCall(name="ok", arguments={"key": "hunter2-very-secret"})])
+    assert [r.status for r in batch] == ["ok"]
+    assert "hunter2-very-secret" not in caplog.text  # 14: no traceback, no message logged

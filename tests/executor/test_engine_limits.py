@@ -1,4 +1,5 @@
-"""Engine v2 contract: nested calls, the thread budget, late completions, the deadline backstop."""
+"""Engine v2 contract: the thread budget, stats, late completions, the deadline backstop,
+capacity groups. Nested calls are test_nested_calls.py's."""
 
 from __future__ import annotations
 
@@ -11,91 +12,12 @@ from typing import Any
 
 import pytest
 
+from tests.concurrency_tools import in_thread as _in_thread
 from tests.conftest import MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry
 from toolbus.actors._backstop import POLL, SLACK, overdue
 from toolbus.bus import Emitter, NullPublisher
 from toolbus.pipeline import Run, Services, attempt, drive_sync
-
-# -- nested calls: run or fail fast, never hang -------------------------------------------
-
-
-@pytest.mark.parametrize("limits", [{"max_parallel": 1}, {"max_parallel": 2}])
-def test_a_tool_calling_its_own_executor_runs(make_executor: MakeExecutor, limits: Any) -> None:
-    reg = ToolRegistry()
-    holder: dict[str, Executor] = {}
-
-    @reg.tool
-    def inner(x: int) -> int:
-        return x + 1
-
-    @reg.tool
-    def outer(x: int) -> int:
-        r = holder["ex"].execute(ToolCall(name="inner", arguments={"x": x}))
-        batch = holder["ex"].execute_batch([ToolCall(name="inner", arguments={"x": x})] * 3)
-        return int(r.output) + sum(int(b.output) for b in batch)
-
-    ex = holder["ex"] = make_executor(reg, timeout=10, **limits)
-    r = ex.execute(ToolCall(name="outer", arguments={"x": 1}))
-    assert (r.status, r.output) == ("ok", 8)
-
-
-def test_a_nested_call_into_a_tool_its_callers_saturate_fails_fast(
-    make_executor: MakeExecutor,
-) -> None:
-    reg = ToolRegistry()
-    holder: dict[str, Executor] = {}
-
-    @reg.tool(max_concurrency=1)
-    def recurse(depth: int) -> Any:
-        if depth == 0:
-            return "bottom"
-        r = holder["ex"].execute(ToolCall(name="recurse", arguments={"depth": depth - 1}))
-        return {"status": r.status, "code": r.error_code, "error": r.error}
-
-    ex = holder["ex"] = make_executor(reg, timeout=None)
-    r = ex.execute(ToolCall(name="recurse", arguments={"depth": 1}))
-    assert r.status == "ok"
-    assert r.output["status"] == "rejected"
-    assert r.output["code"] == ErrorCode.TOOL_UNAVAILABLE
-    assert "deadlock" in r.output["error"]
-
-
-async def test_an_async_tool_awaiting_its_own_executor_runs(make_executor: MakeExecutor) -> None:
-    reg = ToolRegistry()
-    holder: dict[str, Executor] = {}
-
-    @reg.tool
-    async def leaf() -> str:
-        return "leaf"
-
-    @reg.tool
-    async def parent() -> str:
-        r = await holder["ex"].aexecute(ToolCall(name="leaf"))
-        return f"parent of {r.output}"
-
-    ex = holder["ex"] = make_executor(reg, max_parallel=1, timeout=10)
-    r = await ex.aexecute(ToolCall(name="parent"))
-    assert (r.status, r.output) == ("ok", "parent of leaf")
-
-
-def test_a_blocking_execute_from_an_async_tool_is_refused(make_executor: MakeExecutor) -> None:
-    reg = ToolRegistry()
-    holder: dict[str, Executor] = {}
-
-    @reg.tool
-    def leaf() -> str:
-        return "leaf"
-
-    @reg.tool
-    async def parent() -> Any:
-        r = holder["ex"].execute(ToolCall(id="n1", name="leaf"))
-        return [r.call_id, r.status, r.error_code]
-
-    ex = holder["ex"] = make_executor(reg, timeout=10)
-    r = ex.execute(ToolCall(name="parent"))
-    assert r.output == ["n1", "rejected", ErrorCode.TOOL_UNAVAILABLE]
-
 
 # -- stats survive close -------------------------------------------------------------------
 
@@ -469,3 +391,86 @@ def test_the_backstop_bounds_post_call_hooks_that_hang_past_the_deadline(
     else:
         r = asyncio.run(ex.aexecute(ToolCall(name="quick")))
     assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+
+
+def test_nested_calls_respect_the_thread_budget(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    """Nested calls to a hung tool took threads past the budget (Engine v2 review)."""
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+
+    @reg.tool(read_only=True, timeout=0.05)
+    def stuck() -> str:
+        release.wait(30)
+        return "late"
+
+    @reg.tool(read_only=True)
+    def fan() -> list[Any]:
+        return [holder["ex"].execute(ToolCall(name="stuck")).error_code for _ in range(10)]
+
+    ex = holder["ex"] = make_executor(reg, max_abandoned_workers=3, max_abandoned_per_tool=1)
+    codes = ex.execute(ToolCall(name="fan")).output
+    assert codes[0] == ErrorCode.EXECUTION_TIMEOUT
+    assert set(codes[1:]) == {ErrorCode.TOOL_UNAVAILABLE}
+    assert ex.stats().abandoned_workers <= 1
+
+
+def test_one_tool_cannot_take_the_whole_thread_budget(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    """One hung tool took the whole thread budget (max_abandoned_per_tool was not held) (Engine v2 review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.05)
+    def hang(i: int) -> int:
+        release.wait(30)
+        return i
+
+    @reg.tool(read_only=True)
+    def healthy() -> str:
+        return "fine"
+
+    ex = make_executor(reg, max_abandoned_workers=3, max_abandoned_per_tool=1)
+    batch = ex.execute_batch([ToolCall(name="hang", arguments={"i": i}) for i in range(3)])
+    assert sorted(r.status for r in batch) == ["rejected", "rejected", "timeout"]
+    assert ex.stats().abandoned_workers == 1
+    assert ex.execute(ToolCall(name="healthy")).output == "fine"
+
+
+def test_a_report_posted_while_stats_holds_the_lock_is_not_stranded(
+    make_executor: MakeExecutor,
+) -> None:
+    """A report posted while stats() held the scheduler's lock was stranded: execute hung (Engine v2 review)."""
+    from toolbus.backends import ThreadBackend
+
+    in_stats, go_on = threading.Event(), threading.Event()
+
+    class SlowCount(ThreadBackend):
+        def busy(self, tool: Any = None) -> int:
+            if threading.current_thread().name == "stats":
+                in_stats.set()
+                go_on.wait(10)  # stats() holds the scheduler's lock meanwhile
+            return super().busy(tool)
+
+    reg = ToolRegistry()
+    finish = threading.Event()
+
+    @reg.tool(read_only=True, backend="slow")
+    def quick() -> str:
+        finish.wait(10)
+        return "ok"
+
+    ex = make_executor(reg, timeout=None, backends={"slow": SlowCount()})
+    t, out = _in_thread(lambda: ex.execute(ToolCall(name="quick")))
+    wait_until(lambda: ex.stats().in_flight == 1)
+    st = threading.Thread(target=ex.stats, name="stats")
+    st.start()
+    assert in_stats.wait(10)
+    finish.set()  # the worker reports while stats() holds the lock
+    wait_until(lambda: len(ex._scheduler._pending) == 1, what="the report queued")
+    go_on.set()
+    st.join(10)
+    t.join(10)
+    assert not t.is_alive(), "execute hangs: its report was stranded"
+    assert out["r"].output == "ok"

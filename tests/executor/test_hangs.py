@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import subprocess
 import sys
@@ -9,8 +10,9 @@ import textwrap
 import threading
 import time
 
+from tests.concurrency_tools import in_thread as _in_thread
 from tests.conftest import MakeExecutor, wait_until
-from toolbus import ErrorCode, ToolCall, ToolRegistry, bus
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
 
 
 def _registry(release: threading.Event, entered: threading.Event) -> ToolRegistry:
@@ -245,3 +247,31 @@ def test_calls_after_close_are_announced(
         (finished,) = rec.wait_for(bus.FINISHED)
     assert r.status == "cancelled"
     assert finished.call_id == "after"
+
+
+def test_close_leaves_no_event_loop_thread_behind() -> None:
+    """close() left the executor's event loop thread behind, with a tool still cleaning up (Engine v2 review)."""
+    reg = ToolRegistry()
+    started = threading.Event()
+
+    @reg.tool(read_only=True)
+    async def hang() -> int:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # cleanup that outlives close(), in the tool under test
+        return 1
+
+    def loops() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "toolbus-async")
+
+    before = loops()
+    for _ in range(3):
+        started.clear()
+        ex = Executor(reg, timeout=None)
+        t, _out = _in_thread(lambda ex=ex: ex.execute(ToolCall(name="hang")))
+        assert started.wait(10)
+        ex.close()
+        t.join(10)
+    wait_until(lambda: loops() <= before, what="the executors' loop threads to end")

@@ -366,3 +366,30 @@ def test_garbage_retry_delay_still_ends_the_call(delay: Any) -> None:
         assert _finished(th, out, 2), "the call never ends"
     finally:
         ex.close(timeout=1)
+
+
+def test_no_hook_can_retry_a_mutating_call_that_timed_out(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    """A should_retry hook could retry a mutating call that timed out: it ran twice (Engine v2 review)."""
+    from toolbus import RetryDecision
+
+    reg = ToolRegistry()
+    runs = []
+
+    @reg.tool(timeout=0.05)
+    def write() -> str:
+        runs.append(1)
+        release.wait(30)
+        return "written"
+
+    class Retrying(Executor):
+        def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+            return RetryDecision(retry=True, delay=0)
+
+    ex = Retrying(reg)
+    try:
+        r = ex.execute(ToolCall(name="write"))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts, len(runs)) == ("timeout", 1, 1)
