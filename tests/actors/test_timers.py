@@ -11,7 +11,8 @@ from toolbus.actors._timers import TimerService
 
 
 def test_cancelling_a_fired_timer_keeps_len_non_negative() -> None:
-    """Cancelling a timer that had fired made the TimerService's length negative (concurrency review)."""
+    """Cancelling a timer that had fired made the TimerService's length negative
+    (concurrency review)."""
     ts = TimerService()
     try:
         fired = threading.Event()
@@ -24,7 +25,8 @@ def test_cancelling_a_fired_timer_keeps_len_non_negative() -> None:
 
 
 def test_timer_delays_are_clamped_to_what_a_wait_accepts() -> None:
-    """A timer delay of inf, 1e12, NaN or below 0 was not clamped to what a wait accepts (concurrency review)."""
+    """A timer delay of inf, 1e12, NaN or below 0 was not clamped to what a wait accepts
+    (concurrency review)."""
     ts = TimerService()
     try:
         for delay in (float("inf"), 1e12, float("nan"), -1.0):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -611,3 +612,55 @@ def test_a_call_waiting_for_a_slot_takes_a_freed_actor_rather_than_failing(
     ex = make_executor(reg, max_parallel=3, timeout=30)
     results = ex.execute_batch([call("nap", seconds=0.3)] * 3)
     assert [r.status for r in results] == ["ok"] * 3, [r.error for r in results]
+
+
+def test_user_code_under_the_base_prefix_is_still_shipped_by_value(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """User code under sys.base_prefix was taken for the stdlib and not shipped by value
+    (review 11).
+
+    A system Python has sys.base_prefix == "/usr": an app in /usr/src/app (or
+    /opt/python-apps beside a prefix /opt/python) is not the standard library,
+    so it travels by value to nodes that lack it.
+    """
+    import importlib
+
+    from toolbus.backends import _ray_shipping
+
+    pkg = tmp_path / "python-apps" / "myagent"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "python-apps"))
+    module = importlib.import_module("myagent")
+    try:
+        monkeypatch.setattr(sys, "base_prefix", str(tmp_path / "python"))
+        monkeypatch.setattr(sys, "prefix", str(tmp_path / "python"))
+        assert _ray_shipping._by_value("myagent.tools") is module
+        assert _ray_shipping._by_value("json.decoder") is None  # the stdlib: by reference
+    finally:
+        sys.modules.pop("myagent", None)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_cpus": float("inf")},
+        {"num_gpus": float("nan")},
+        {"resources": {"accelerator": float("inf")}},
+        {"resources": {"CPU": 1}},
+        {"resources": {"GPU": 1}},
+    ],
+    ids=["num_cpus-inf", "num_gpus-nan", "resource-inf", "resources-CPU", "resources-GPU"],
+)
+def test_placement_options_ray_refuses_are_refused_at_construction(
+    options: dict[str, object],
+) -> None:
+    """Placement options Ray refuses were accepted: every call then failed to start an actor
+    (review 11)."""
+    # Accepted, each call would fail (retryably) when Ray refuses to start an actor.
+    from toolbus.backends import RayBackend
+
+    with pytest.raises(ValueError, match="RayBackend: "):
+        RayBackend(**options)  # type: ignore[arg-type]
+    RayBackend(num_cpus=0.5, resources={"accelerator": 1})  # what Ray accepts stays accepted

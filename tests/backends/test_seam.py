@@ -281,7 +281,8 @@ class _Faulty(RecordingBackend):
 def test_a_backend_that_raises_never_loses_a_call(
     make_executor: MakeExecutor, release: threading.Event, fail: str
 ) -> None:
-    """A custom backend raising in release, cancel or busy lost the call: its caller hung (Engine v2 review)."""
+    """A custom backend raising in release, cancel or busy lost the call: its caller hung
+    (Engine v2 review)."""
     reg = ToolRegistry()
 
     @reg.tool(read_only=True, backend="custom")
@@ -345,7 +346,8 @@ class _Inline:
 def test_a_backend_reporting_from_inside_submit_does_not_recurse(
     make_executor: MakeExecutor,
 ) -> None:
-    """A backend reporting from inside submit recursed until the stack overflowed (Engine v2 review)."""
+    """A backend reporting from inside submit recursed until the stack overflowed
+    (Engine v2 review)."""
     reg = ToolRegistry()
 
     @reg.tool(read_only=True, backend="inline")

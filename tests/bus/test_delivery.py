@@ -437,7 +437,8 @@ def _dead_receiver_ids(ex: Any, n: int = 200) -> set[int]:
 def test_log_json_whose_subscription_reuses_a_dead_receivers_id_writes_its_line(
     make_executor: MakeExecutor, tmp_path: Path
 ) -> None:
-    """A log_json subscription reusing a dead receiver's id inherited its queue and lost its line (review 10c)."""
+    """A log_json subscription reusing a dead receiver's id inherited its queue and lost its line
+    (review 10c)."""
     ex = make_executor(_registry())
     dead = _dead_receiver_ids(ex)
     others: list[Any] = []
@@ -466,7 +467,8 @@ def test_log_json_whose_subscription_reuses_a_dead_receivers_id_writes_its_line(
 def test_subscription_flush_and_drain_when_its_id_was_a_dead_receivers(
     make_executor: MakeExecutor,
 ) -> None:
-    """A subscription reusing a dead receiver's id was never flushed; its drain returned at once (review 10c)."""
+    """A subscription reusing a dead receiver's id was never flushed; its drain returned at once
+    (review 10c)."""
     ex = make_executor(_registry())
     dead = _dead_receiver_ids(ex)
     flushed: list[int] = []
@@ -525,7 +527,8 @@ def test_closed_subscription_is_released_by_an_idle_executor(make_executor: Make
 
 
 def test_drain_events_with_a_recorder_does_not_claim_delivery(make_executor: MakeExecutor) -> None:
-    """drain_events(subscription=) given a Recorder claimed a delivery that had not happened (review 10c)."""
+    """drain_events(subscription=) given a Recorder claimed a delivery that had not happened
+    (review 10c)."""
     ex = make_executor(_registry())
     rec = bus.Recorder(bus.FINISHED, sender=ex)
     try:
@@ -545,7 +548,8 @@ def test_drain_events_with_a_recorder_does_not_claim_delivery(make_executor: Mak
 def test_an_event_that_cannot_be_built_is_reported_once_as_the_events(
     make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An event that could not be built was blamed on each receiver in turn, not reported once (review 10c)."""
+    """An event that could not be built was blamed on each receiver in turn, not reported once
+    (review 10c)."""
     from dataclasses import dataclass
 
     @dataclass(frozen=True)

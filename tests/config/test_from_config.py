@@ -712,7 +712,8 @@ def test_a_tool_disabled_in_the_config_does_not_run_as_a_step(tmp_path: Path) ->
 
 
 def test_config_of_a_spilling_tool_and_read_artifact_together_is_accepted(tmp_path: Path) -> None:
-    """Configuring a spilling tool and read_artifact together raised "already registered" (review 9)."""
+    """Configuring a spilling tool and read_artifact together raised "already registered"
+    (review 9)."""
     reg = ToolRegistry()
 
     @reg.tool(read_only=True, policies=[spill(store=tmp_path / "store", max_chars=1000)])
@@ -728,7 +729,8 @@ def test_config_of_a_spilling_tool_and_read_artifact_together_is_accepted(tmp_pa
     "body", ['journal = "/"', "x = " + "[" * 2000 + "]" * 2000], ids=["journal-dir", "deep"]
 )
 def test_config_errors_are_config_errors(tmp_path: Path, body: str) -> None:
-    """A journal path that is a directory, or a deeply nested file, raised other errors than ConfigError (review 9)."""
+    """A journal path that is a directory, or a deeply nested file, raised other errors than
+    ConfigError (review 9)."""
     path = tmp_path / "toolbus.toml"
     path.write_text(body)
     with pytest.raises(ConfigError):  # IsADirectoryError / RecursionError today

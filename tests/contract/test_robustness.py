@@ -318,7 +318,8 @@ def _subprocess(code: str) -> str:
 
 
 def test_subscriber_raising_base_exception_is_contained() -> None:
-    """A subscriber raising SystemExit hung the batch and stopped other executors' actors (concurrency review)."""
+    """A subscriber raising SystemExit hung the batch and stopped other executors' actors
+    (concurrency review)."""
     out = _subprocess(
         """
         import threading, time
@@ -344,7 +345,8 @@ def test_subscriber_raising_base_exception_is_contained() -> None:
 
 
 def test_async_tool_raising_system_exit_does_not_kill_the_loop() -> None:
-    """An async tool raising SystemExit killed the loop the other async tools run on (concurrency review)."""
+    """An async tool raising SystemExit killed the loop the other async tools run on
+    (concurrency review)."""
     out = _subprocess(
         """
         import asyncio
@@ -437,7 +439,8 @@ class _Stop(BaseException):
 def test_a_concurrency_hook_raising_a_base_exception_is_contained(
     make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A concurrency hook raising a BaseException escaped, and its message (a secret) was logged (Engine v2 review)."""
+    """A concurrency hook raising a BaseException escaped, and its message (a secret) was logged
+    (Engine v2 review)."""
     reg = ToolRegistry()
 
     @reg.tool(read_only=True)

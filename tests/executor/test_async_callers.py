@@ -15,7 +15,8 @@ from toolbus import ToolCall, ToolRegistry, bus
 def test_stats_count_an_async_tools_call_before_execute_returns(
     make_executor: MakeExecutor,
 ) -> None:
-    """stats() lagged behind: an async tool's call was not counted when execute returned (Engine v2 review)."""
+    """stats() lagged behind: an async tool's call was not counted when execute returned
+    (Engine v2 review)."""
     reg = ToolRegistry()
 
     @reg.tool(read_only=True)
@@ -30,7 +31,8 @@ def test_stats_count_an_async_tools_call_before_execute_returns(
 
 
 def test_async_callers_do_not_keep_finished_calls_alive(make_executor: MakeExecutor) -> None:
-    """The async backstop held every call until its timeout (found by the long-run benchmark) (Engine v2 review)."""
+    """The async backstop held every call until its timeout (found by the long-run benchmark)
+    (Engine v2 review)."""
     import gc
 
     from toolbus.pipeline import Run
@@ -108,7 +110,8 @@ def test_event_loops_that_called_are_not_kept_alive(make_executor: MakeExecutor)
 def test_asyncio_run_ending_in_an_async_post_call_hook_ends_cancelled(
     make_executor: MakeExecutor,
 ) -> None:
-    """asyncio.run ending while an async post-call hook ran left the call never ending (Engine v2 review)."""
+    """asyncio.run ending while an async post-call hook ran left the call never ending
+    (Engine v2 review)."""
     reg = ToolRegistry()
     in_hook = threading.Event()
 

@@ -419,7 +419,8 @@ def test_nested_calls_respect_the_thread_budget(
 def test_one_tool_cannot_take_the_whole_thread_budget(
     make_executor: MakeExecutor, release: threading.Event
 ) -> None:
-    """One hung tool took the whole thread budget (max_abandoned_per_tool was not held) (Engine v2 review)."""
+    """One hung tool took the whole thread budget (max_abandoned_per_tool was not held)
+    (Engine v2 review)."""
     reg = ToolRegistry()
 
     @reg.tool(read_only=True, timeout=0.05)
@@ -441,7 +442,8 @@ def test_one_tool_cannot_take_the_whole_thread_budget(
 def test_a_report_posted_while_stats_holds_the_lock_is_not_stranded(
     make_executor: MakeExecutor,
 ) -> None:
-    """A report posted while stats() held the scheduler's lock was stranded: execute hung (Engine v2 review)."""
+    """A report posted while stats() held the scheduler's lock was stranded: execute hung
+    (Engine v2 review)."""
     from toolbus.backends import ThreadBackend
 
     in_stats, go_on = threading.Event(), threading.Event()

@@ -250,7 +250,8 @@ def test_calls_after_close_are_announced(
 
 
 def test_close_leaves_no_event_loop_thread_behind() -> None:
-    """close() left the executor's event loop thread behind, with a tool still cleaning up (Engine v2 review)."""
+    """close() left the executor's event loop thread behind, with a tool still cleaning up (Engine
+    v2 review)."""
     reg = ToolRegistry()
     started = threading.Event()
 

@@ -95,7 +95,8 @@ def test_a_blocking_execute_from_an_async_tool_is_refused(make_executor: MakeExe
 def test_a_nested_call_is_not_stuck_behind_a_queued_caller(
     make_executor: MakeExecutor, nested: str
 ) -> None:
-    """A nested call queued behind a top-level caller that waited for its slot: a deadlock (Engine v2 review)."""
+    """A nested call queued behind a top-level caller that waited for its slot: a deadlock (Engine
+    v2 review)."""
     reg = ToolRegistry()
     holder: dict[str, Executor] = {}
     go = threading.Event()
@@ -131,7 +132,8 @@ def test_a_nested_call_is_not_stuck_behind_a_queued_caller(
 def test_a_nested_call_parked_on_a_tool_limit_is_let_out_first(
     make_executor: MakeExecutor,
 ) -> None:
-    """A nested call parked on a tool's limit was let out after the callers queued behind it (Engine v2 review)."""
+    """A nested call parked on a tool's limit was let out after the callers queued behind it (Engine
+    v2 review)."""
     reg = ToolRegistry()
     holder: dict[str, Executor] = {}
     q_in, q_go = threading.Event(), threading.Event()
@@ -197,7 +199,8 @@ def test_tools_calling_each_other_fail_fast_instead_of_deadlocking(
 def test_a_post_call_hook_may_call_its_executor_after_a_timeout(
     make_executor: MakeExecutor, release: threading.Event
 ) -> None:
-    """A post-call hook calling its executor after a timeout hung on the slot it held (Engine v2 review)."""
+    """A post-call hook calling its executor after a timeout hung on the slot it held
+    (Engine v2 review)."""
     reg = ToolRegistry()
     holder: dict[str, Executor] = {}
 
@@ -222,7 +225,8 @@ def test_a_post_call_hook_may_call_its_executor_after_a_timeout(
 
 
 def test_a_refused_blocking_execute_is_counted_and_announced(make_executor: MakeExecutor) -> None:
-    """A blocking execute refused on the executor's own loop was neither counted nor announced (Engine v2 review)."""
+    """A blocking execute refused on the executor's own loop was neither counted nor announced
+    (Engine v2 review)."""
     reg = ToolRegistry()
     holder: dict[str, Executor] = {}
 
@@ -248,7 +252,8 @@ def test_a_refused_blocking_execute_is_counted_and_announced(make_executor: Make
 def test_a_blocking_execute_from_an_async_tool_on_the_callers_loop_is_refused(
     make_executor: MakeExecutor,
 ) -> None:
-    """A blocking execute from an async tool on the caller's loop froze that loop (Engine v2 review)."""
+    """A blocking execute from an async tool on the caller's loop froze that loop
+    (Engine v2 review)."""
     reg = ToolRegistry()
     holder: dict[str, Executor] = {}
 
@@ -311,7 +316,8 @@ def test_nested_fan_out_stays_within_max_parallel(make_executor: MakeExecutor, h
 def test_a_timed_out_caller_lends_no_share_to_its_late_nested_calls(
     make_executor: MakeExecutor,
 ) -> None:
-    """A timed-out caller still lent its share to its late nested calls: past max_parallel (Engine v2 review)."""
+    """A timed-out caller still lent its share to its late nested calls: past max_parallel (Engine
+    v2 review)."""
     reg = ToolRegistry()
     holder: dict[str, Executor] = {}
     lock = threading.Lock()

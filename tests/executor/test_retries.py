@@ -352,7 +352,8 @@ class _DelayHook(Executor):
 
 @pytest.mark.parametrize("delay", [None, "0.1", float("nan")])
 def test_garbage_retry_delay_still_ends_the_call(delay: Any) -> None:
-    """A should_retry delay of None, a string or NaN left the call never ending (concurrency review)."""
+    """A should_retry delay of None, a string or NaN left the call never ending
+    (concurrency review)."""
     reg = ToolRegistry()
 
     @reg.tool(read_only=True)
@@ -371,7 +372,8 @@ def test_garbage_retry_delay_still_ends_the_call(delay: Any) -> None:
 def test_no_hook_can_retry_a_mutating_call_that_timed_out(
     make_executor: MakeExecutor, release: threading.Event
 ) -> None:
-    """A should_retry hook could retry a mutating call that timed out: it ran twice (Engine v2 review)."""
+    """A should_retry hook could retry a mutating call that timed out: it ran twice
+    (Engine v2 review)."""
     from toolbus import RetryDecision
 
     reg = ToolRegistry()

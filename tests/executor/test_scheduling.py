@@ -261,7 +261,8 @@ def test_batch_and_group_signals(make_executor: MakeExecutor) -> None:
 
 
 def test_cancelled_call_parked_in_tool_queue_blocks_the_next_call() -> None:
-    """A cancelled call parked in a tool's queue blocked the next call for good (concurrency review)."""
+    """A cancelled call parked in a tool's queue blocked the next call for good
+    (concurrency review)."""
     reg = ToolRegistry()
     gate = threading.Event()
 
@@ -298,7 +299,8 @@ def test_cancelled_call_parked_in_tool_queue_blocks_the_next_call() -> None:
 
 
 def test_stop_on_error_abort_parked_in_tool_queue_blocks_another_call() -> None:
-    """A stop_on_error abort left a run parked in a tool's queue: another call hung (concurrency review)."""
+    """A stop_on_error abort left a run parked in a tool's queue: another call hung
+    (concurrency review)."""
     reg = ToolRegistry()
     gate = threading.Event()
 
@@ -325,7 +327,8 @@ def test_stop_on_error_abort_parked_in_tool_queue_blocks_another_call() -> None:
 
 
 def test_free_tool_slot_is_not_used_while_a_call_waits_for_it() -> None:
-    """A free tool slot went unused while a call waited for it behind a batch's limit (concurrency review)."""
+    """A free tool slot went unused while a call waited for it behind a batch's limit
+    (concurrency review)."""
     reg = ToolRegistry()
     gate_q, gate_a = threading.Event(), threading.Event()
 

@@ -13,10 +13,13 @@ test_mcp_client_*.py files.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import logging
+import os
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +30,7 @@ import pytest
 pytest.importorskip("mcp")
 pytest.importorskip("mcp_server_time")
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from tests.mcp_servers import flaky_server
 from tests.mcp_servers.scripted import Peer
 from toolbus import Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
@@ -44,6 +47,9 @@ from toolbus.mcp import (
 from toolbus.tools import DuplicateToolError
 
 FLAKY = str(Path(__file__).parents[1] / "mcp_servers" / "flaky_server.py")
+# One handle for the servers' stderr, closed when the module's tests are done.
+DEVNULL = open(os.devnull, "w")  # noqa: SIM115
+atexit.register(DEVNULL.close)
 TIME_SERVER = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
 
 
@@ -386,7 +392,8 @@ async def test_streamable_http(http_url: str) -> None:
 def test_bad_register_options_raise_instead_of_dropping_every_tool(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """register() with a bad option dropped every tool with a warning instead of raising (review 12)."""
+    """register() with a bad option dropped every tool with a warning instead of raising
+    (review 12)."""
     peer = Peer()
     peer.tool("t")
     with connect(peer.server) as conn, caplog.at_level(logging.WARNING, "toolbus.mcp"):
@@ -451,3 +458,88 @@ def test_default_names_hide_credentials() -> None:
     assert not any(k in name for k in ("k1", "k2", "sk-abc", "k3")), name
     assert "--verbose" in name
     assert _default_name("https://u:pw@h/mcp?key=v#f") == "https://***@h/mcp?key=***#***"
+
+
+def test_backoff_stays_bounded_after_many_failed_attempts() -> None:
+    """The reconnect backoff overflowed after ~1025 failed attempts (providers and MCP review)."""
+    from mcp import StdioServerParameters, stdio_client
+
+    from toolbus.mcp import connect
+
+    attempts = [0]
+
+    def make_transport() -> Any:
+        attempts[0] += 1
+        if attempts[0] == 1:
+            params = StdioServerParameters(command=sys.executable, args=[FLAKY])
+            return stdio_client(params, errlog=DEVNULL)
+        raise OSError("the server's binary is gone")
+
+    # backoff_base=0 only makes the 1025 attempts fast; with the defaults the same
+    # happens after ~1025 attempts >= 30 s apart (about 8.5 h of a server being down).
+    conn = connect(make_transport, backoff_base=0.0, max_backoff=0.0)
+    registry = ToolRegistry()
+    conn.register(registry)
+    try:
+        with Executor(registry, timeout=2) as executor:
+            assert executor.execute(ToolCall(name="die")).status == "error"
+            for _ in range(1100):
+                result = executor.execute(ToolCall(name="echo", arguments={"text": "x"}))
+                assert result.status == "error", (attempts[0], result)
+                assert "unavailable" in (result.error or "")
+    finally:
+        conn.close()
+
+
+def _children_running(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and marker in cmdline:
+            found.append(int(pid))
+    return found
+
+
+def test_cancelled_aconnect_leaves_no_server_behind() -> None:
+    """A cancelled aconnect_stdio left its server process and threads behind
+    (providers and MCP review)."""
+    from toolbus.mcp import aconnect_stdio
+
+    marker = "toolbus-review-aconnect-marker"
+    script = (
+        # tool under test: a server that is slow to start (so connect is still going)
+        f"import time, runpy, sys; time.sleep(1.5); sys.argv = ['{marker}'];"  # tool under test
+        f" runpy.run_path({FLAKY!r}, run_name='__main__')"
+    )
+    threads_before = {t.ident for t in threading.enumerate()}
+
+    async def main() -> None:
+        task = asyncio.create_task(aconnect_stdio(sys.executable, ["-c", script], errlog=DEVNULL))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+    def leaked_threads() -> list[str]:
+        return [
+            t.name
+            for t in threading.enumerate()
+            if t.ident not in threads_before and t.name.startswith(("SessionActor", "toolbus-mcp"))
+        ]
+
+    # The abandoned connect() finishes in its thread (the server starts after
+    # 1.5 s), then its connection is closed: wait for both to be gone.
+    try:
+        wait_until(lambda: not _children_running(marker) and not leaked_threads(), timeout=20)
+    finally:
+        for pid in _children_running(marker):  # end what a bug would leave behind
+            os.kill(pid, 15)

@@ -206,7 +206,8 @@ def test_provider_blocks_through_an_executor(make_executor: MakeExecutor) -> Non
 
 
 def test_a_bad_base64_image_does_not_become_a_provider_image_block() -> None:
-    """An image with bad base64 became a provider image block (the API refuses the request) (review 12)."""
+    """An image with bad base64 became a provider image block (the API refuses the request)
+    (review 12)."""
     peer = Peer()
     peer.tool("shot")
     peer.results["shot"] = types.CallToolResult(
@@ -227,7 +228,8 @@ def test_a_bad_base64_image_does_not_become_a_provider_image_block() -> None:
 
 
 def test_only_sound_base64_within_the_providers_limits_goes_as_a_block() -> None:
-    """Base64 with a line break, or over the providers' size limit, went as an image block (review 12)."""
+    """Base64 with a line break, or over the providers' size limit, went as an image block
+    (review 12)."""
     import base64
 
     from toolbus.models import Attachment

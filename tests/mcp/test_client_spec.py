@@ -261,7 +261,8 @@ def test_register_checks_idempotent_hints() -> None:
 
 
 def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools() -> None:
-    """A catastrophic output schema pattern (ReDoS) stalled the loop past the call's timeout (review 12)."""
+    """A catastrophic output schema pattern (ReDoS) stalled the loop past the call's timeout
+    (review 12)."""
     peer = Peer()
     peer.tool(
         "redos",

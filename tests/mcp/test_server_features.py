@@ -485,7 +485,8 @@ async def test_a_served_output_schema_that_cannot_be_resolved_gives_a_result() -
 
 
 async def test_served_progress_only_increases() -> None:
-    """Served progress went down when a tool mixed counts and fractions (MCP: it must increase) (review 12)."""
+    """Served progress went down when a tool mixed counts and fractions (MCP: it must increase)
+    (review 12)."""
     registry = ToolRegistry()
 
     @registry.tool(read_only=True)
@@ -529,3 +530,30 @@ async def test_lone_surrogates_in_descriptions_errors_and_outputs_are_sent_as_re
             failed = await client.call_tool("odd", {"flag": True})
             assert failed.is_error
             assert "\ufffd" in failed.content[0].text  # type: ignore[union-attr]
+
+
+def test_mcp_serve_custom_tool_requires_its_input() -> None:
+    """A served custom tool ran without its input (missing, or null) (providers and MCP review)."""
+    import anyio
+    from mcp import Client
+
+    from toolbus.mcp import build_server
+
+    registry = ToolRegistry()
+
+    @registry.tool(type="custom", read_only=True)
+    def shout(text: str) -> str:
+        """Upper-case the raw input."""
+        return f"ran with {text!r}"
+
+    async def main() -> list[Any]:
+        with Executor(registry, timeout=5) as executor:
+            server = build_server(registry, executor)
+            async with Client(server) as client:
+                return [
+                    await client.call_tool("shout", {}),
+                    await client.call_tool("shout", {"input": None}),
+                ]
+
+    for result in anyio.run(main):
+        assert result.is_error, result

@@ -365,7 +365,8 @@ async def test_the_bearer_scheme_is_case_insensitive() -> None:
 
 
 def test_a_token_with_outer_whitespace_is_refused_or_usable() -> None:
-    """A token with outer whitespace was accepted, then no request matched it: every one got 401 (review 12)."""
+    """A token with outer whitespace was accepted, then no request matched it: every one got 401
+    (review 12)."""
     # HTTP servers strip a header value's outer whitespace (h11 does), so a token
     # read from an env file with a trailing space or CR is never matched: every
     # request gets 401. It should be refused at start (or stripped).

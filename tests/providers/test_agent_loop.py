@@ -387,3 +387,25 @@ print(len(openai.chat_tool_calls(chat)), len(anthropic.tool_calls(message)))
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "3 3"
+
+
+def test_arun_agent_with_a_sync_client_sends_nothing() -> None:
+    """arun_agent given a sync client sent the request before failing (providers and MCP review)."""
+    sent: list[dict[str, Any]] = []
+
+    class Completions:
+        def create(self, **request: Any) -> dict[str, Any]:
+            sent.append(request)
+            return {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
+
+    class Client:
+        class chat:
+            completions = Completions()
+
+    registry = ToolRegistry()
+    with Executor(registry) as executor:
+        with pytest.raises(TypeError):
+            asyncio.run(
+                arun_agent(Client(), model="m", messages="hi", executor=executor, api="chat")
+            )
+    assert sent == []

@@ -24,6 +24,7 @@ from tests.conftest import MakeExecutor
 from tests.provider_tools import SECRET, load, make_registry, wire
 from toolbus import Executor, ToolCall, ToolRegistry, ToolResult
 from toolbus.providers import NO_OUTPUT, StrictSchemaError, result_text, strict_schema
+from toolbus.providers import anthropic as tba
 from toolbus.providers import openai as tb
 
 
@@ -606,3 +607,57 @@ def test_result_text() -> None:
     long = result_text(result(status="ok", output="x" * 50), max_length=10)
     assert long == "x" * 10 + "\n... (truncated, 40 characters omitted)"
     assert result_text(result(status="cancelled", error="stopped")) == "Error: stopped"
+
+
+def test_max_length_bounds_error_texts_too() -> None:
+    """result_text's max_length bounded outputs but not error texts (providers and MCP review)."""
+    result = ToolResult(
+        call_id="c1", name="t", status="error", error="X" * 100_000, error_code="TOOL_ERROR"
+    )
+    assert len(result_text(result, max_length=100)) < 1_000
+
+
+def test_chat_call_without_id_is_answered_under_the_same_id() -> None:
+    """A Chat call without an id was echoed under another id than the call's
+    (providers and MCP review)."""
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"type": "function", "function": {"name": "get", "arguments": '{"city": "Oslo"}'}}
+        ],
+    }
+    (call,) = tb.chat_tool_calls(message)
+    echoed = tb.chat_assistant_message(message)
+    assert echoed["tool_calls"][0]["id"] == call.id  # type: ignore[typeddict-item]
+
+
+def test_non_object_arguments_are_rejected_not_dropped() -> None:
+    """Non-object arguments (a list) were dropped: a mutating tool ran with none
+    (providers and MCP review)."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    def reset_everything() -> str:
+        """A mutating tool without parameters."""
+        return "reset"
+
+    anthropic_calls = tba.tool_calls(
+        {"content": [{"type": "tool_use", "id": "t1", "name": "reset_everything", "input": [1]}]}
+    )
+    chat_calls = tb.chat_tool_calls(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "reset_everything", "arguments": [1]},
+                }
+            ],
+        }
+    )
+    with Executor(registry, timeout=5) as executor:
+        for call in [*anthropic_calls, *chat_calls]:
+            result = executor.execute(call)
+            assert result.status == "rejected", result

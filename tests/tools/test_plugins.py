@@ -201,7 +201,8 @@ def test_a_plugins_tool_is_the_same_object(monkeypatch: pytest.MonkeyPatch) -> N
 
 @pytest.mark.parametrize("entry", ["gen_raises", "sys_exit"])
 def test_a_broken_plugin_is_skipped(tmp_path: Path, entry: str, monkeypatch: Any) -> None:
-    """A plugin whose generator raised or that called sys.exit was fatal to from_entry_points (review 9)."""
+    """A plugin whose generator raised or that called sys.exit was fatal to from_entry_points
+    (review 9)."""
     pkg = tmp_path / "review9plug"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(

@@ -1254,7 +1254,8 @@ def test_negative_backoff_settings_are_refused() -> None:
 
 
 def test_coroutine_returned_by_sync_wrapper_is_awaited() -> None:
-    """A coroutine returned by a sync wrapper of an async tool was not awaited (concurrency review, af84076)."""
+    """A coroutine returned by a sync wrapper of an async tool was not awaited (concurrency review,
+    af84076)."""
     import functools
 
     def logged(fn: Any) -> Any:
