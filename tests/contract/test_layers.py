@@ -221,7 +221,7 @@ def test_imports_point_down_only() -> None:
         }
     )
     assert not upward, (
-        "these imports point up the layer order (tests/test_layers.py, docs/architecture.md); "
+        "these imports point up the layer order (tests/contract/test_layers.py, docs/architecture.md); "
         "give the lower layer a seam the upper one fills (toolbus/_seams.py) or move the code:\n"
         + "\n".join(upward)
     )

@@ -33,7 +33,7 @@ The checks:
 A deliberate change is one command plus a CHANGELOG.md entry: write a
 migration note under "Unreleased > Migration" in CHANGELOG.md, then run
 
-    python tests/test_stable_names.py --update
+    python tests/contract/test_stable_names.py --update
 
 (this file's path, wherever it lives; run from anywhere, it imports the
 `toolbus` of the checkout this file is in, and needs every extra installed)

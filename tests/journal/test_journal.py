@@ -1,7 +1,7 @@
 """The durable journal through the public API: intents, outcomes, replay,
 idempotency keys, secrets, retention, errors, concurrency and group commit.
 
-The crash case (kill -9 of an agent process) is in test_journal_crash.py.
+The crash case (kill -9 of an agent process) is in test_crash.py.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _counting_registry() -> tuple[ToolRegistry, list[str]]:
 def _fake_in_doubt(path: Path, call_id: str) -> None:
     """A call left in doubt by a session that is gone (closed without its
     outcome), written straight into the file: only a crash makes one through
-    the API, and test_journal_crash.py does that."""
+    the API, and test_crash.py does that."""
     conn = sqlite3.connect(path, isolation_level=None)
     now = time.time()
     conn.execute(

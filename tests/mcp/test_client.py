@@ -5,9 +5,9 @@ Servers driven here:
 - `tests/mcp_servers/flaky_server.py` (tools that hang, fail, freeze the server
   or kill it), as a subprocess over stdio, in-process, and over streamable HTTP;
 npm's `@modelcontextprotocol/server-everything` is driven by
-test_mcp_client_everything.py; the spec's later features (structured output,
+test_client_everything.py; the spec's later features (structured output,
 annotations, cancellation, limits, list changes, rich content) by the other
-test_mcp_client_*.py files.
+test_client_*.py files.
 """
 
 from __future__ import annotations

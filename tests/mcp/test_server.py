@@ -3,7 +3,7 @@
 The server is the command line itself, started as a subprocess; the client is
 the MCP SDK's, once with the 2026 protocol (discovery) and once with the
 initialize handshake of earlier versions. The same features in-process and
-over HTTP: test_mcp_server_features.py, test_mcp_server_http.py.
+over HTTP: test_server_features.py, test_server_http.py.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 context over stdio too): output schemas and structured content, the four
 hints and their tool options, progress, cancellation, trace context.
 
-The same over stdio through the command line: test_mcp_server.py; over HTTP:
-test_mcp_server_http.py.
+The same over stdio through the command line: test_server.py; over HTTP:
+test_server_http.py.
 """
 
 from __future__ import annotations

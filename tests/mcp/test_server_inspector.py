@@ -6,7 +6,7 @@ structured content (which the TypeScript client checks against the schema).
 `.ci/run` installs it into `.cache/npm`; `MCP_INSPECTOR=/path/to/mcp-inspector`
 names another. Without node or the Inspector these tests skip. The Inspector
 cannot send headers (no token), so the HTTP server here has none; the guard's
-refusals are tested in test_mcp_server_http.py.
+refusals are tested in test_server_http.py.
 """
 
 from __future__ import annotations

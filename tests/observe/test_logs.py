@@ -169,7 +169,7 @@ def test_signals_all_includes_signals_defined_later(make_executor: MakeExecutor)
             key: str
             hits: int
 
-        bus.define_signal(name, "A cache answered (tests/test_observe_logs.py).")
+        bus.define_signal(name, "A cache answered (tests/observe/test_logs.py).")
         assert ex.emitter.announce(name, CacheHit(tool="search", key="oslo", hits=3))
         ex.execute(ToolCall(id="c", name="search", arguments={"query": "q"}))
     lines = parse(out.getvalue())

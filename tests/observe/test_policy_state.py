@@ -1,6 +1,6 @@
 """What the live state shows of the policies (`toolbus.observe._policy_state`).
 
-Pure, as `test_observe_state.py`: records written by hand (as `_wire.encode`
+Pure, as `test_state.py`: records written by hand (as `_wire.encode`
 makes them), then one test feeds the records of a real executor's policies.
 """
 

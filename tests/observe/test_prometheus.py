@@ -20,7 +20,7 @@ from toolbus.observe import instrument_prometheus
 from toolbus.tools import CommandTool
 
 POLICY_SIGNAL = "test-policy:denied"
-bus.define_signal(POLICY_SIGNAL, "A test policy denied a call (tests/test_observe_prometheus.py).")
+bus.define_signal(POLICY_SIGNAL, "A test policy denied a call (tests/observe/test_prometheus.py).")
 
 
 @dataclass(frozen=True, slots=True)

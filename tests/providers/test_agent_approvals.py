@@ -1,6 +1,6 @@
 """The agent loop and calls that need an approval (`requires_approval`).
 
-Driven through the real SDK clients of tests/test_agent_loop.py, whose fake
+Driven through the real SDK clients of tests/providers/test_agent_loop.py, whose fake
 server records every request body: so the tests check what the model reads,
 and that it never reads a `deferred` result. Each model turn here calls a
 read, then a guarded `delete_file`, then a mutating `book_table` that has to
