@@ -39,7 +39,7 @@ PY = BIN / "python"
 STAMP = VENV / ".toolbus-install"
 LINTED = ("toolbus", "tests", "examples", "scripts", "benchmarks")
 
-# A plugin package the tests load through its entry points (tests/test_plugins.py):
+# A plugin package the tests load through its entry points (tests/tools/test_plugins.py):
 # installed, editable, with the dev set; entry points exist only once installed.
 TEST_PLUGIN = ROOT / "tests" / "plugins" / "toolbus_example_plugin"
 

@@ -1,4 +1,4 @@
-"""A plugin module that calls sys.exit() when imported (tests/test_plugins.py)."""
+"""A plugin module that calls sys.exit() when imported (tests/tools/test_plugins.py)."""
 
 import sys
 

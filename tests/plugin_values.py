@@ -1,4 +1,4 @@
-"""Entry-point values for tests/test_plugins.py's made-up entry points (the
+"""Entry-point values for tests/tools/test_plugins.py's made-up entry points (the
 installed example plugin, tests/plugins/toolbus_example_plugin, has the real ones)."""
 
 from __future__ import annotations

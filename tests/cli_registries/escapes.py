@@ -24,3 +24,22 @@ def peek(url: str) -> str:
 def fetch(url: str) -> str:
     """Fetches a page; its error quotes what the page said."""
     raise ToolError(f"page said: {OSC52} {CLEAR} {CSI}")
+
+
+RED = "\x1b[31m"  # recolours
+
+
+def quoting_registry() -> ToolRegistry:
+    """A registry whose `fetch` fails quoting what the page said (OSC 52, CLEAR):
+    for the dashboard and `toolbus call`, which must not pass them through raw."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def fetch(url: str) -> str:
+        """Fetches a page; its error quotes what the page said."""
+        raise ToolError(f"page said: {OSC52} {CLEAR}")
+
+    return reg
+
+
+quoting = quoting_registry()  # for `toolbus call tests.cli_registries.escapes:quoting`

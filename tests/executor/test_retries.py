@@ -1,0 +1,397 @@
+"""Retries through the executor: exact attempt and signal accounting, and their rules."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import tenacity
+
+from tests.concurrency_tools import finished as _finished
+from tests.concurrency_tools import in_thread as _in_thread
+from tests.conftest import MakeExecutor
+from toolbus import (
+    AttemptFailure,
+    ErrorCode,
+    Executor,
+    RetryDecision,
+    RetryPolicy,
+    ToolCall,
+    ToolError,
+    ToolRegistry,
+    bus,
+)
+from toolbus.actors import _scheduler
+
+FAST = RetryPolicy(max_retries=3, backoff_base=0.001, jitter=0)
+
+
+def _counts(rec: bus.Recorder) -> Counter[str]:
+    return Counter(rec.names())
+
+
+def _flaky_registry(failures: int) -> tuple[ToolRegistry, list[int]]:
+    calls: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def flaky(x: int) -> int:
+        calls.append(x)
+        if len(calls) <= failures:
+            raise ConnectionError(f"transient #{len(calls)}")
+        return x
+
+    return reg, calls
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2, 3])
+def test_recovering_call_counts_exactly(make_executor: MakeExecutor, failures: int) -> None:
+    reg, calls = _flaky_registry(failures)
+    ex = make_executor(reg, retry=FAST)
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 7}))
+        ex.drain_events()
+    assert (r.status, r.output, r.attempts) == ("ok", 7, failures + 1)
+    assert len(calls) == failures + 1
+    c = _counts(rec)
+    assert c[bus.EXECUTING] == failures + 1
+    assert c[bus.ERROR] == failures
+    assert c[bus.RETRY_ATTEMPT] == failures
+    assert c[bus.EXECUTED] == 1
+    assert c[bus.RETRY_SUCCESS] == (1 if failures else 0)
+    assert c[bus.RETRY_EXHAUSTED] == 0
+    assert c[bus.FINISHED] == 1
+    attempts = [e.attempt for e in rec.of(bus.EXECUTING)]
+    assert attempts == list(range(1, failures + 2))
+    for e in rec.of(bus.RETRY_ATTEMPT):
+        assert e.previous_error.startswith("ConnectionError: transient #")
+
+
+def test_exhausted_call_counts_exactly(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=100)
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0))
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 1}))
+        ex.drain_events()
+    assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_ERROR, 3)
+    assert r.error == "ConnectionError: transient #3"
+    assert len(calls) == 3
+    c = _counts(rec)
+    assert (c[bus.EXECUTING], c[bus.ERROR], c[bus.RETRY_ATTEMPT]) == (3, 3, 2)
+    assert (c[bus.RETRY_EXHAUSTED], c[bus.RETRY_SUCCESS], c[bus.FINISHED]) == (1, 0, 1)
+    assert ex.stats().retries == 2
+
+
+def test_errors_outside_retry_on_are_not_retried(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True)
+    def bad() -> None:
+        n.append(1)
+        raise ValueError("a bug, not a transient failure")
+
+    @reg.tool(read_only=True)
+    def final() -> None:
+        n.append(2)
+        raise ToolError("permanent", retryable=False)
+
+    ex = make_executor(
+        reg, retry=RetryPolicy(max_retries=5, backoff_base=0.001, retry_on=(Exception,))
+    )
+    assert ex.execute(ToolCall(name="final")).attempts == 1
+    ex2 = make_executor(reg, retry=FAST)
+    assert ex2.execute(ToolCall(name="bad")).attempts == 1
+    assert n == [2, 1]
+
+
+def test_rejections_are_never_retried(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(0)
+    ex = make_executor(reg, retry=FAST)
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": "not a number"}))
+        ex.drain_events()
+    assert (r.status, r.attempts) == ("rejected", 0)
+    assert calls == []
+    assert rec.names() == [bus.REJECTED, bus.FINISHED]
+
+
+def test_timeouts_retried_only_for_read_only_tools(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    reg = ToolRegistry()
+    starts: Counter[str] = Counter()
+
+    @reg.tool(read_only=True, timeout=0.05)
+    def slow_read() -> None:
+        starts["read"] += 1
+        release.wait()
+
+    @reg.tool(timeout=0.05)
+    def slow_write() -> None:
+        starts["write"] += 1
+        release.wait()
+
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=2, backoff_base=0.001))
+    with bus.Recorder(sender=ex) as rec:
+        read = ex.execute(ToolCall(name="slow_read"))
+        write = ex.execute(ToolCall(name="slow_write"))
+        ex.drain_events()
+    assert (read.status, read.attempts) == ("timeout", 3)
+    assert (write.status, write.attempts) == ("timeout", 1)
+    assert starts == {"read": 3, "write": 1}
+    c = _counts(rec)
+    assert c[bus.TIMEOUT] == 4 and c[bus.RETRY_ATTEMPT] == 2 and c[bus.RETRY_EXHAUSTED] == 1
+    assert ex.stats().abandoned_workers == 4
+
+
+def test_per_tool_policy_overrides_the_executors(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=0.001))
+    def once_more() -> None:
+        n.append(1)
+        raise ConnectionError("down")
+
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=5, backoff_base=0.001))
+    assert ex.execute(ToolCall(name="once_more")).attempts == 2
+    assert len(n) == 2
+
+
+def test_tenacity_strategies_compose(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=100)
+    policy = RetryPolicy(
+        stop=tenacity.stop_after_attempt(4) | tenacity.stop_after_delay(30),
+        wait=tenacity.wait_fixed(0.001),
+        retry=tenacity.retry_if_exception_type(ConnectionError),
+    )
+    ex = make_executor(reg, retry=policy)
+    assert ex.execute(ToolCall(name="flaky", arguments={"x": 1})).attempts == 4
+
+
+def test_should_retry_override(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=2)
+    seen: list[tuple[int, bool, str]] = []
+
+    class Patient(Executor):
+        def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision:
+            seen.append((failure.attempt, failure.read_only, type(failure.error).__name__))
+            return RetryDecision(retry=failure.attempt < 5, delay=0.001)
+
+    ex = Patient(reg)
+    try:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 3}))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts) == ("ok", 3)
+    assert seen == [(1, True, "ConnectionError"), (2, True, "ConnectionError")]
+
+
+async def test_cancelling_during_backoff(make_executor: MakeExecutor) -> None:
+    reg, calls = _flaky_registry(failures=100)
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=3, backoff_base=30, jitter=0))
+    with bus.Recorder(sender=ex) as rec:
+        task = asyncio.ensure_future(
+            ex.aexecute_batch([ToolCall(id="b1", name="flaky", arguments={"x": 1})])
+        )
+        await asyncio.to_thread(rec.wait_for, bus.ERROR)  # the first attempt failed...
+        task.cancel()  # ...and the call now waits out a 30 s backoff
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (finished,) = await asyncio.to_thread(rec.wait_for, bus.FINISHED)
+    assert finished.result.status == "cancelled"
+    assert finished.result.error_code is ErrorCode.CANCELLED
+    assert finished.result.attempts == 1
+    assert len(calls) == 1
+    stats = ex.stats()
+    assert (stats.in_flight, stats.timers) == (0, 0)
+
+
+def test_tool_error_retryable_true_overrides_retry_on(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True)
+    def busy() -> str:
+        n.append(1)
+        if len(n) < 3:
+            raise ToolError("busy, try again", retryable=True)  # not in retry_on
+        return "done"
+
+    ex = make_executor(reg, retry=RetryPolicy(max_retries=3, backoff_base=0.001, jitter=0))
+    r = ex.execute(ToolCall(name="busy"))
+    assert (r.status, r.attempts) == ("ok", 3)
+
+
+def test_retry_attempt_event_carries_the_delay(make_executor: MakeExecutor) -> None:
+    reg, _ = _flaky_registry(failures=2)
+    ex = make_executor(
+        reg, retry=RetryPolicy(max_retries=2, backoff_base=0.01, backoff_factor=3, jitter=0)
+    )
+    with bus.Recorder(bus.RETRY_ATTEMPT, sender=ex) as rec:
+        ex.execute(ToolCall(name="flaky", arguments={"x": 1}))
+        ex.drain_events()
+    assert [e.delay for e in rec.of(bus.RETRY_ATTEMPT)] == pytest.approx([0.01, 0.03])
+
+
+def test_stop_after_delay_counts_the_first_attempt(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    reg = ToolRegistry()
+    n: list[int] = []
+
+    @reg.tool(read_only=True)
+    def slow_then_fail() -> None:
+        n.append(1)
+        release.wait(0.2)  # the first attempt alone uses up the retry budget
+        raise ConnectionError("down")
+
+    policy = RetryPolicy(stop=tenacity.stop_after_delay(0.1), wait=tenacity.wait_fixed(0.001))
+    ex = make_executor(reg, retry=policy)
+    assert ex.execute(ToolCall(name="slow_then_fail")).attempts == 1
+
+
+class _SlowRetry(Executor):
+    def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+        time.sleep(0.3)  # tool-side: a slow hook under test
+        return RetryDecision(True, 0.0)
+
+
+def test_cancel_while_should_retry_runs_is_lost() -> None:
+    """A cancel that came while should_retry ran was lost: the tool ran again (concurrency review)."""
+    reg = ToolRegistry()
+    invoked: list[float] = []
+
+    @reg.tool(read_only=True)
+    def flaky(i: int) -> int:
+        invoked.append(time.monotonic())
+        if len(invoked) == 1:
+            raise ConnectionError("once")
+        return i
+
+    with bus.Recorder("tool:finished") as rec:
+        ex = _SlowRetry(reg, timeout=None)
+
+        async def main() -> float:
+            t = asyncio.create_task(ex.aexecute(ToolCall(name="flaky", arguments={"i": 1})))
+            await asyncio.sleep(0.1)  # attempt 1 failed; should_retry is running
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            cancelled_at = time.monotonic()
+            await asyncio.sleep(0.6)
+            return cancelled_at
+
+        try:
+            cancelled_at = asyncio.run(main())
+            ex.drain_events()
+            assert [e.result.status for e in rec.of("tool:finished")] == ["cancelled"]
+            assert not [t for t in invoked if t > cancelled_at]
+        finally:
+            ex.close(timeout=1)
+
+
+def test_stale_deadline_after_retry_report_does_not_end_the_call(monkeypatch: Any) -> None:
+    """A stale Deadline popped after a 'retry' report ended the retried call (concurrency review)."""
+    # /tmp stress (tools failing right at their deadline) hits this naturally (~3% of calls);
+    # here the supervisor is made busy while the Deadline pops, to make it deterministic.
+    reg = ToolRegistry()
+    n = {"calls": 0}
+
+    @reg.tool(
+        read_only=True,
+        timeout=0.1,
+        retry=RetryPolicy(max_retries=1, backoff_base=0.3, backoff_factor=1, jitter=0),
+    )
+    def flaky(i: int) -> int:
+        n["calls"] += 1
+        if n["calls"] == 1:
+            time.sleep(0.05)  # tool under test: fails right at its deadline
+            raise ConnectionError("flaky")
+        return i
+
+    on_report = _scheduler.Scheduler._on_report
+    post = _scheduler.Scheduler.post
+    deadline_posted = threading.Event()
+
+    def noting_post(self: Any, message: Any) -> None:
+        if type(message).__name__ == "Deadline":
+            deadline_posted.set()
+        post(self, message)
+
+    def busy_on_report(self: Any, msg: Any) -> None:
+        if msg.outcome.kind == "retry":
+            # Fault injection: the supervisor is busy with the retry report
+            # until the attempt's Deadline has been posted behind it.
+            deadline_posted.wait(5)
+        on_report(self, msg)
+
+    monkeypatch.setattr(_scheduler.Scheduler, "post", noting_post)
+    monkeypatch.setattr(_scheduler.Scheduler, "_on_report", busy_on_report)
+    ex = Executor(reg, hook_grace=2.0)  # a loaded machine must not turn this into a grace timeout
+    try:
+        th, out = _in_thread(lambda: ex.execute(ToolCall(name="flaky", arguments={"i": 7})))
+        assert _finished(th, out, 3)
+        r = out["r"]
+        assert (r.status, r.attempts, r.error) == ("ok", 2, None)
+    finally:
+        ex.close(timeout=1)
+
+
+class _DelayHook(Executor):
+    delay: Any = None
+
+    def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+        return RetryDecision(failure.attempt < 2, self.delay)
+
+
+@pytest.mark.parametrize("delay", [None, "0.1", float("nan")])
+def test_garbage_retry_delay_still_ends_the_call(delay: Any) -> None:
+    """A should_retry delay of None, a string or NaN left the call never ending
+    (concurrency review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def fail(i: int) -> int:
+        raise ConnectionError("x")
+
+    ex = _DelayHook(reg)
+    ex.delay = delay
+    try:
+        th, out = _in_thread(lambda: ex.execute(ToolCall(name="fail", arguments={"i": 1})))
+        assert _finished(th, out, 2), "the call never ends"
+    finally:
+        ex.close(timeout=1)
+
+
+def test_no_hook_can_retry_a_mutating_call_that_timed_out(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    """A should_retry hook could retry a mutating call that timed out: it ran twice
+    (Engine v2 review)."""
+    from toolbus import RetryDecision
+
+    reg = ToolRegistry()
+    runs = []
+
+    @reg.tool(timeout=0.05)
+    def write() -> str:
+        runs.append(1)
+        release.wait(30)
+        return "written"
+
+    class Retrying(Executor):
+        def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+            return RetryDecision(retry=True, delay=0)
+
+    ex = Retrying(reg)
+    try:
+        r = ex.execute(ToolCall(name="write"))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts, len(runs)) == ("timeout", 1, 1)

@@ -1,0 +1,114 @@
+"""The MCP Inspector's command line (npm `@modelcontextprotocol/inspector@0.15.0`,
+the TypeScript SDK's client) driving `toolbus mcp serve` over stdio and HTTP:
+`tools/list` shows output schemas and the four hints; `tools/call` returns
+structured content (which the TypeScript client checks against the schema).
+
+`.ci/run` installs it into `.cache/npm`; `MCP_INSPECTOR=/path/to/mcp-inspector`
+names another. Without node or the Inspector these tests skip. The Inspector
+cannot send headers (no token), so the HTTP server here has none; the guard's
+refusals are tested in test_server_http.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from tests.mcp.test_server_http import start, stop
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = "tests.mcp_servers.registry_module:registry"
+INSPECTOR = Path(
+    os.environ.get("MCP_INSPECTOR")
+    or ROOT / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"
+)
+
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("node") is None, reason="needs node (the Inspector runs on it)"
+    ),
+    pytest.mark.skipif(
+        not INSPECTOR.exists(),
+        reason=f"needs the MCP Inspector at {INSPECTOR}: npm install --prefix .cache/npm "
+        "@modelcontextprotocol/inspector@0.15.0 (as .ci/run does), or set MCP_INSPECTOR",
+    ),
+]
+
+SERVE = [sys.executable, "-m", "toolbus", "mcp", "serve", REGISTRY]
+
+
+def inspect(target: list[str], method: str, *args: str, tool_args: tuple[str, ...] = ()) -> Any:
+    """Run the Inspector's CLI once; its JSON answer."""
+    # `--tool-arg` takes every word up to the next option: it goes first.
+    given = [w for a in tool_args for w in ("--tool-arg", a)]
+    proc = subprocess.run(
+        [str(INSPECTOR), "--cli", *given, "--method", method, *args, "--", *target],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    proc, url = start(["-m", "toolbus", "mcp", "serve", REGISTRY, "--http", "--port", "0"])
+    yield url
+    assert stop(proc) == 0
+
+
+def check_listing(listing: Any) -> None:
+    tools = {t["name"]: t for t in listing["tools"]}
+    assert tools["add"]["outputSchema"] == {
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+    }
+    assert tools["forecast"]["outputSchema"]["required"] == ["city", "celsius", "summary"]
+    assert "outputSchema" not in tools["chart"]
+    assert tools["set_mode"]["annotations"] == {
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
+    assert tools["add"]["annotations"] == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": False,
+        "openWorldHint": True,
+    }
+
+
+def check_call(answer: Any) -> None:
+    assert answer.get("isError") is not True
+    assert answer["structuredContent"] == {"city": "Oslo", "celsius": 21.5, "summary": "sunny"}
+
+
+def test_inspector_over_stdio() -> None:
+    check_listing(inspect(SERVE, "tools/list"))
+    check_call(inspect(SERVE, "tools/call", "--tool-name", "forecast", tool_args=("city=Oslo",)))
+
+
+def test_inspector_over_http(http_url: str) -> None:
+    http = ("--transport", "http")
+    check_listing(inspect([http_url], "tools/list", *http))
+    forecast = ("--tool-name", "forecast")
+    check_call(inspect([http_url], "tools/call", *http, *forecast, tool_args=("city=Oslo",)))
+    added = inspect(
+        [http_url], "tools/call", *http, "--tool-name", "add", tool_args=("a=2", "b=40")
+    )
+    assert added["structuredContent"] == {"result": 42}

@@ -1,0 +1,75 @@
+"""The dashboard's board (`toolbus.observe._view.Board`, drawn by `live()` and
+`toolbus top`), rendered in process with rich: what it draws of the records it
+is given. The same board in a real terminal is test_live.py's.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="the web extra is not installed")
+
+from rich.console import Console
+
+from toolbus.observe._view import Board
+
+
+def _board(state: dict[str, Any]) -> Board:
+    config = {"name": "x", "max_parallel": 1, "timeout": None, "retry": {}, "tools": []}
+    base: dict[str, Any] = {
+        "seq": 1,
+        "totals": {},
+        "in_flight": [],
+        "recent": [],
+        "errors": [],
+        "tools": [],
+    }
+    return Board(config=config, state={**base, **state}, stats=None, now=time.time())
+
+
+def test_the_board_draws_an_error_text_with_brackets() -> None:
+    """An error text with brackets ("see [/docs]") was read as rich markup (review 10)."""
+    error = {
+        "seq": 1,
+        "timestamp": time.time(),
+        "call_id": "[/x]",
+        "batch_id": None,
+        "tool": "[/]",
+        "status": "error",
+        "error_code": "TOOL_ERROR",
+        "error": "see [/docs] for help",
+        "duration": 0.1,
+        "attempts": 1,
+    }
+    out = io.StringIO()
+    Console(file=out, width=160).print(_board({"recent": [error], "errors": [error]}))
+    assert "[/docs]" in out.getvalue()
+
+
+def test_the_board_per_tool_columns_line_up() -> None:
+    """The per-tool table had a column without a header, out of line (review 10)."""
+    tool = {
+        "tool": "t",
+        "calls": 1,
+        "ok": 1,
+        "error": 0,
+        "timeout": 0,
+        "rejected": 0,
+        "cancelled": 0,
+        "deferred": 0,
+        "in_flight": 0,
+        "retries": 7,
+        "p50": 0.5,
+        "p95": 0.5,
+        "p99": 0.5,
+        "max": 0.5,
+    }
+    table = _board({"tools": [tool]})._tools()
+    headers = [c.header for c in table.columns]
+    assert len(headers) == len([c for c in table.columns if c.header])  # no column without a header
+    retries = headers.index("retries")
+    assert list(table.columns[retries].cells) == ["7"]
