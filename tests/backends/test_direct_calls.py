@@ -25,7 +25,8 @@ from toolbus.backends import ProcessBackend
 from toolbus.backends._direct import Direct
 from toolbus.backends._procs import WorkerProcess
 
-pytestmark = pytest.mark.timeout(120)
+# The slow tier (tests/README.md): process and Ray workers started and killed.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def call(name: str, id: str = "", **arguments: object) -> ToolCall:

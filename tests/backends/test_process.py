@@ -24,6 +24,9 @@ from toolbus import (
 )
 from toolbus.backends import ProcessBackend
 
+# The slow tier (tests/README.md): worker processes forked, killed at deadlines.
+pytestmark = pytest.mark.slow
+
 
 def _state(pid: int) -> str | None:
     """The process's state letter (Z: zombie), or None once it is gone."""

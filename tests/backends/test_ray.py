@@ -28,7 +28,8 @@ ray = pytest.importorskip(
 from toolbus.backends import RayBackend  # noqa: E402
 
 # Ray's start-up (seconds on a busy 2-core machine) is paid by the first test.
-pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("ray_session")]
+# The slow tier (tests/README.md): a local Ray cluster.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.usefixtures("ray_session")]
 
 
 @pytest.fixture(scope="session")

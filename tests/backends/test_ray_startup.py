@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# The slow tier (tests/README.md): a local Ray cluster started and stopped.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("ray", reason="needs Ray: pip install 'toolbus[ray]'")
 
 _BAD_ADDRESS = r"""

@@ -25,6 +25,9 @@ from benchmarks.process import TB_PROC
 from benchmarks.ray_backend import RAW as RAY_RAW
 from benchmarks.ray_backend import TB as TB_RAY
 
+# The slow tier (tests/README.md): the whole benchmark suite in smoke mode.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -20,6 +20,9 @@ from toolbus.cli import app
 from toolbus.mcp import mcp_tool
 from toolbus.providers import anthropic, openai
 
+# The slow tier (tests/README.md): the command line run in subprocesses.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = "tests.cli_registries.tools:registry"
 PLAIN_ENV: dict[str, str | None] = {"FORCE_COLOR": None, "TTY_COMPATIBLE": None, "NO_COLOR": "1"}

@@ -13,6 +13,9 @@ from toolbus.cli import app
 from toolbus.demo import DEMO_TOKEN, SCRIPT, _policies
 from toolbus.demo._turn import current_token, inject_auth
 
+# The slow tier (tests/README.md): the demo run as a program.
+pytestmark = pytest.mark.slow
+
 # Signals the scripted turn produces every time, whatever the timing.
 EXPECTED_SIGNALS = (
     "tool:executing",

@@ -9,8 +9,13 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
+import pytest
+
 from tests import process_tools as pt
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, ToolResult, bus
+
+# The slow tier (tests/README.md): thousands of calls with failures injected.
+pytestmark = pytest.mark.slow
 
 KINDS = [
     "ok", "ok_async", "raise", "hang", "hang_async", "flaky", "unknown", "malformed", "invalid",

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# The slow tier (tests/README.md): each example run as a program of its own.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 

@@ -27,6 +27,9 @@ import pytest
 import toolbus
 from toolbus import Executor, Journal, ToolCall, ToolContext, ToolRegistry, bus
 
+# The slow tier (tests/README.md): agent processes killed mid-batch (kill -9).
+pytestmark = pytest.mark.slow
+
 AGENT = textwrap.dedent(
     """
     import sys

@@ -47,6 +47,9 @@ from toolbus.mcp import (
 )
 from toolbus.tools import DuplicateToolError
 
+# The slow tier (tests/README.md): MCP servers started as subprocesses.
+pytestmark = pytest.mark.slow
+
 FLAKY = str(Path(__file__).parents[1] / "mcp_servers" / "flaky_server.py")
 # One handle for the servers' stderr, closed when the module's tests are done.
 DEVNULL = open(os.devnull, "w")  # noqa: SIM115

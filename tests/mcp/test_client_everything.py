@@ -26,6 +26,9 @@ from toolbus.mcp import MCPConnection, connect_stdio
 from toolbus.providers import anthropic as tb_anthropic
 from toolbus.providers import openai as tb_openai
 
+# The slow tier (tests/README.md): npm's reference MCP server started.
+pytestmark = pytest.mark.slow
+
 
 def call(name: str, **arguments: object) -> ToolCall:
     return ToolCall(name=name, arguments=arguments)

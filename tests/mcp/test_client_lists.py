@@ -30,6 +30,9 @@ from toolbus import ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnection, connect
 from toolbus.models import ErrorCode
 
+# The slow tier (tests/README.md): MCP servers started as subprocesses.
+pytestmark = pytest.mark.slow
+
 
 def call(name: str, **arguments: object) -> ToolCall:
     return ToolCall(name=name, arguments=arguments)

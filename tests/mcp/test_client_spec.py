@@ -39,6 +39,9 @@ from toolbus.mcp import (
 from toolbus.mcp._output import OutputCheck
 from toolbus.models import ErrorCode
 
+# The slow tier (tests/README.md): MCP servers started as subprocesses.
+pytestmark = pytest.mark.slow
+
 WIRE_TAP = str(Path(__file__).parents[1] / "mcp_servers" / "wire_tap.py")
 
 

@@ -33,7 +33,9 @@ INSPECTOR = Path(
     or ROOT / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"
 )
 
+# The slow tier (tests/README.md): the MCP Inspector (node) run against the server.
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(
         shutil.which("node") is None, reason="needs node (the Inspector runs on it)"
     ),

@@ -42,6 +42,9 @@ from tests.observe_workload import SECRET, make_executor, run_rounds
 from toolbus import Executor, ToolCall
 from toolbus.observe import live
 
+# The slow tier (tests/README.md): a real terminal (tmux) driven.
+pytestmark = pytest.mark.slow
+
 TMUX = shutil.which("tmux")
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = Path(__file__).resolve().parents[1] / "observe_workload.py"

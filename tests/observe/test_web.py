@@ -44,10 +44,14 @@ CHROMIUM_ARGS = [
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 TOKEN = "page-token-5e6f7a8b"
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM),
-    reason="no Chromium at /usr/bin/chromium (Debian: apt-get install chromium)",
-)
+# The slow tier (tests/README.md): a real browser.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason="no Chromium at /usr/bin/chromium (Debian: apt-get install chromium)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,13 @@ from toolbus import ToolCall, ToolRegistry
 from toolbus.policies import rate_limit
 
 redis = pytest.importorskip("redis", reason="the redis client is not installed (toolbus[redis])")
-pytestmark = pytest.mark.skipif(
-    shutil.which("redis-server") is None, reason="no redis-server binary on this machine"
-)
+# The slow tier (tests/README.md): a Redis server started.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("redis-server") is None, reason="no redis-server binary on this machine"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 

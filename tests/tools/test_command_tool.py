@@ -22,6 +22,9 @@ from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, bu
 from toolbus.retry import AttemptFailure, RetryDecision
 from toolbus.tools import CommandTool, ToolFailure
 
+# The slow tier (tests/README.md): commands run and killed at their deadlines.
+pytestmark = pytest.mark.slow
+
 PY = sys.executable
 # Prints its arguments as JSON on stdout, and "err" on stderr.
 PRINT_ARGS = "import json, sys; print(json.dumps(sys.argv[1:])); print('err', file=sys.stderr)"
