@@ -85,6 +85,8 @@ class TimerService:
             return len(self._heap) - self._cancelled
 
     def close(self) -> None:
+        """Drop every timer and end the thread: gone when this returns (but
+        called from a timer's own callback, which cannot wait for itself)."""
         with self._cond:
             self._closed = True
             for _, _, handle in self._heap:
@@ -92,6 +94,9 @@ class TimerService:
             self._heap.clear()
             self._cancelled = 0
             self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            # It only has to wake and return: a callback it is running `tell`s.
+            self._thread.join(1.0)
 
     def _loop(self) -> None:
         while True:
