@@ -31,7 +31,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(300)
+# Bounds, not expectations: about 30 s on a quiet machine, ten times that
+# with the machine oversubscribed (`scripts/run.py test --stress`).
+@pytest.mark.timeout(1800)
 def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     out_json, plots, md = tmp_path / "results.json", tmp_path / "plots", tmp_path / "results.md"
     proc = subprocess.run(
@@ -50,7 +52,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=1700,
     )
     log = proc.stdout + "\n" + proc.stderr
     assert proc.returncode == 0, log[-5000:]
