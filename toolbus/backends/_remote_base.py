@@ -24,7 +24,7 @@ from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ..pipeline import RUNNING, STARTING, publish_killed
+from ..pipeline import RUNNING, STARTING
 from ._direct import Direct
 from ._loop import Lane
 from ._protocol import BackendUnavailable, ContextSpec
@@ -139,7 +139,7 @@ class RemoteBackend(Generic[S]):
     def _announce_kill(self, run: Run, pid: int, reason: str) -> None:
         """Publish `tool:killed` for the worker `pid` that served `run`."""
         if self._host is not None:
-            publish_killed(run, self._host.services, pid, reason)
+            self._host.services.announce_killed(run, pid, reason)
 
 
 class SetUpTime:

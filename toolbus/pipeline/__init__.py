@@ -44,7 +44,7 @@ from ._services import (
     current_run,
     tool_exception_filter,
 )
-from ._steps import after_timeout, attempt, publish_killed, publish_progress
+from ._steps import after_timeout, attempt, publish_progress
 
 __all__ = [
     "ADMISSION",
@@ -88,7 +88,6 @@ __all__ = [
     "finish",
     "log_contained",
     "make_result",
-    "publish_killed",
     "publish_progress",
     "tool_exception_filter",
 ]

@@ -68,7 +68,6 @@ __all__ = [
     "after_timeout",
     "attempt",
     "complete",
-    "publish_killed",
     "publish_progress",
 ]
 
@@ -100,11 +99,6 @@ def publish_progress(
                 _run=run.token,
             ),
         )
-
-
-def publish_killed(run: Run, svc: Services, pid: int, reason: str) -> None:
-    """A process running `run`'s attempt was killed by toolbus (`Services.announce_killed`)."""
-    svc.announce_killed(run, pid, reason)
 
 
 def _progress_sink(svc: Services, run: Run) -> Any:
