@@ -38,7 +38,7 @@ from ._executor._journal import announce_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
 from ._executor._options import check_options, check_wiring
-from ._executor._plan import MAX_LISTED_TOOLS
+from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
 from ._executor._submission import Submission, SubmitHooks, Submitting
 from ._executor._waiting import Waiting
@@ -144,6 +144,7 @@ class Executor(ExecutorHooks, Submitting):
         self._step_tools: dict[str, Tool] = {}
         self.name: str = take_name(self, name)  # (set under the names' lock too)
         self._submission = SubmitHooks()  # on_submit's hooks
+        self._plans = ToolPlans()  # what every call of a tool shares, by tool name
         self.parallel_limit = opts.max_parallel
         self.timeout = opts.timeout
         self.retry_policy = retry or RetryPolicy()

@@ -1,13 +1,14 @@
 """A call planned into a `Run`, and calls into a batch: what each is to do.
 
-`plan_run` decides, for one call, the tool that answers it (or the message a
-model reads for a tool it invented), its timeout and retry policy, its
-backend, and what the policies say before it is handed on (their chain, a
-refusal at submission). It reads no executor state: the executor passes in
-what it decides for every call, and the caller's run for a nested call. The
-one effect is the policies' own admission at submission (a quota counts the
-call), which is why planning happens on the caller's thread, in the batch's
-order. `plan_batch` makes the batch its calls belong to.
+`ToolPlan` is what stays the same for every call of one tool on one executor:
+its timeout and retry policy, its policies, its backend (or why it has none).
+It is worked out once (`ToolPlans.plan`) and kept while the tool, the
+registry's map and the executor's defaults it was made from stay the same, so
+a call pays a dictionary lookup for it, not a resolution. `plan_run` then
+decides what varies per call: a policy's timeout, the policies' own admission
+at submission (a quota counts the call, which is why planning happens on the
+caller's thread, in the batch's order), the message a model reads for a tool
+it invented. `plan_batch` makes the batch the calls belong to.
 """
 
 from __future__ import annotations
@@ -19,32 +20,117 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ..approvals import ApprovalDecision
 from ..backends import Backend, Backends
 from ..masking import SecretKeys
 from ..models import ToolCall
 from ..pipeline import BatchRun, Run, Waiter
-from ..policies._set import Guard, PolicySet, admit_at_submission, submission_scrubber, timeout_for
+from ..policies._set import PolicySet, admit_at_submission, submission_scrubber, timeout_for
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry, error_text
 
-__all__ = ["MAX_LISTED_TOOLS", "plan_batch", "plan_run", "unknown_tool_message"]
+__all__ = [
+    "MAX_LISTED_TOOLS",
+    "ToolPlan",
+    "ToolPlans",
+    "plan_batch",
+    "plan_run",
+    "unknown_tool_message",
+]
 
 log = logging.getLogger("toolbus")
 
 _batch_ids = itertools.count(1)
 
 
+class ToolPlan:
+    """What every call of `tool` shares on one executor, resolved once.
+
+    `timeout` and `retry` are the tool's own or the executor's defaults
+    (`defaults`, kept to notice a change); `guard` its policies; `backend`
+    what runs it, or None with `hint` saying why. `version` is the tool's
+    (`Tool._version`, bumped by any attribute set on it): a plan of an older
+    version is stale."""
+
+    __slots__ = ("backend", "defaults", "guard", "hint", "retry", "timeout", "tool", "version")
+
+    def __init__(
+        self,
+        tool: Tool,
+        *,
+        timeout: float | None,
+        retry: RetryPolicy,
+        policies: PolicySet,
+        backends: Backends,
+    ) -> None:
+        self.tool = tool
+        self.version = tool._version
+        self.defaults = (timeout, retry)
+        self.timeout = tool.timeout if tool.timeout is not None else timeout
+        self.retry = tool.retry or retry
+        self.guard = policies.guard(tool)
+        self.backend: Backend | None = None
+        self.hint = ""
+        try:
+            self.backend = backends.for_tool(tool)
+        except Exception as e:  # a custom backend's check() may raise anything
+            self.hint = f"Tool '{tool.name}' is unavailable: {error_text(e)}"
+
+    @property
+    def lasting(self) -> bool:
+        """Whether it may be kept: a policy whose `applies_to` raised is asked
+        again by the next call (the failure may pass)."""
+        return self.guard is None or self.guard.refusal is None
+
+
+class ToolPlans:
+    """An executor's plans, by tool name, for the registry map they were made
+    from (a registry swaps its map whole on every change)."""
+
+    __slots__ = ("_by_name", "_tools")
+
+    def __init__(self) -> None:
+        self._tools: Any = None
+        self._by_name: dict[str, ToolPlan] = {}
+
+    def plan(
+        self,
+        name: str,
+        registry: ToolRegistry,
+        timeout: float | None,
+        retry: RetryPolicy,
+        policies: PolicySet,
+        backends: Backends,
+    ) -> ToolPlan | None:
+        """The plan of the tool `registry` has under `name` (None: no such tool)."""
+        tools = registry._tools
+        if tools is not self._tools:  # registered, replaced or removed: start again
+            self._by_name = {}
+            self._tools = tools
+        plan = self._by_name.get(name)
+        if (
+            plan is not None
+            and plan.version == plan.tool._version
+            and plan.defaults[0] == timeout
+            and plan.defaults[1] is retry
+        ):
+            return plan
+        tool = tools.get(name)
+        if tool is None:
+            return None
+        plan = ToolPlan(tool, timeout=timeout, retry=retry, policies=policies, backends=backends)
+        if plan.lasting:
+            self._by_name[name] = plan
+        return plan
+
+
 def plan_run(
     call: ToolCall,
-    tool: Tool | None,
+    plan: ToolPlan | None,
     *,
     registry: ToolRegistry,
-    timeout: float | None,
-    retry: RetryPolicy,
-    policies: PolicySet,
-    backends: Backends,
     secret_keys: SecretKeys,
     context: contextvars.Context,
     index: int = 0,
@@ -55,45 +141,50 @@ def plan_run(
     priority: int | None = None,
     approval: ApprovalDecision | None = None,
 ) -> Run:
-    """The run of `call` by `tool` (None: no such tool; `registry` names the
-    ones there are). `timeout` and `retry` are the executor's, for a tool
-    that sets none; `parent` is the run whose tool (or hook) made this call,
-    and a step of a composite tool `shares_slot` with it."""
-    guard: Guard | None = None
-    backend: Backend | None = None
-    if tool is None:
-        hint = unknown_tool_message(call.name, registry.names())
-    else:
-        if tool.timeout is not None:
-            timeout = tool.timeout
-        retry = tool.retry or retry
-        guard = policies.guard(tool)
-        if guard is not None and guard.refusal is None:
-            timed = timeout_for(guard, timeout)
-            if isinstance(timed, tuple):  # a policy's timeout() failed: refused below
-                guard = replace(guard, refusal=timed)
-            else:
-                timeout = timed
-        try:
-            backend = backends.for_tool(tool)
-        except Exception as e:  # a custom backend's check() may raise anything
-            hint = f"Tool '{call.name}' is unavailable: {error_text(e)}"
+    """The run of `call` by the tool of `plan` (None: no such tool; `registry`
+    names the ones there are). `parent` is the run whose tool (or hook) made
+    this call, and a step of a composite tool `shares_slot` with it."""
+    if plan is None:
+        run = Run(
+            call,
+            None,
+            index=index,
+            batch=batch,
+            context=context,
+            timeout=None,
+            policy=_NO_RETRY,
+            waiter=waiter,
+            parent=parent,
+            priority=priority,
+        )
+        run.last_error = unknown_tool_message(call.name, registry.names())
+        if approval is not None:
+            run.approval = approval
+        return run
+    timeout = plan.timeout
+    guard = plan.guard
+    if guard is not None and guard.refusal is None and guard.timing:
+        timed = timeout_for(guard, timeout)
+        if isinstance(timed, tuple):  # a policy's timeout() failed: refused below
+            guard = replace(guard, refusal=timed)
+        else:
+            timeout = timed
     run = Run(
         call,
-        tool,
+        plan.tool,
         index=index,
         batch=batch,
         context=context,
         timeout=timeout,
-        policy=retry,
+        policy=plan.retry,
         waiter=waiter,
-        backend=backend,
+        backend=plan.backend,
         parent=parent,
         shares_slot=shares_slot,
         priority=priority,  # None: 0, or a nested call's caller's (see Run)
     )
-    if tool is None or backend is None:
-        run.last_error = hint
+    if plan.backend is None:
+        run.last_error = plan.hint
     elif guard is not None and guard.refusal is not None:
         # A policy's own code (applies_to, timeout) failed for this tool:
         # none of its calls may run, and the caller gets a result, not the error.
@@ -113,6 +204,10 @@ def plan_run(
     if approval is not None:
         run.approval = approval
     return run
+
+
+# An unknown tool's run never reaches a retry decision.
+_NO_RETRY = RetryPolicy()
 
 
 def plan_batch(

@@ -38,7 +38,7 @@ from ..policies._set import PolicySet
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry
 from ._nested import caller_run, refuse_blocking
-from ._plan import plan_batch, plan_run
+from ._plan import ToolPlan, ToolPlans, plan_batch, plan_run
 
 __all__ = ["Submission", "SubmitHook", "SubmitHooks", "Submitting"]
 
@@ -134,6 +134,7 @@ class Submitting:
     _services: Services
     _scheduler: Scheduler
     _submission: SubmitHooks
+    _plans: ToolPlans
 
     if TYPE_CHECKING:  # the executor's hook (toolbus.hooks.ExecutorHooks)
 
@@ -155,14 +156,31 @@ class Submitting:
         """A run for `call`, its tool looked up in the registry; for a step of
         a composite tool (`step_of`), `step_tool` whether registered or not."""
         c = coerce_call(call)
+        if step_of is None:
+            plan = self._plans.plan(
+                c.name,
+                self.registry,
+                self.timeout,
+                self.retry_policy,
+                self._policies,
+                self._backends,
+            )
+        else:  # a step's tool, registered or not: planned afresh
+            plan = (
+                ToolPlan(
+                    step_tool,
+                    timeout=self.timeout,
+                    retry=self.retry_policy,
+                    policies=self._policies,
+                    backends=self._backends,
+                )
+                if step_tool is not None
+                else None
+            )
         return plan_run(
             c,
-            self.registry.get(c.name) if step_of is None else step_tool,
+            plan,
             registry=self.registry,
-            timeout=self.timeout,
-            retry=self.retry_policy,
-            policies=self._policies,
-            backends=self._backends,
             secret_keys=self._secret_keys,
             context=context,
             index=index,

@@ -147,6 +147,9 @@ class Tool:
     injected_names: tuple[str, ...] = ()
     injected_required: frozenset[str] = frozenset()
     _schema: dict[str, Any]
+    # Bumped by every attribute set on the tool: an executor's plan for it
+    # (resolved timeout, backend, policies) is made for one version.
+    _version: int = 0
 
     def __init__(self) -> None:
         self._setup()
@@ -304,6 +307,8 @@ class Tool:
         if name == "output_schema" and not isinstance(getattr(type(self), name, None), property):
             check_output_schema(value, f"tool '{getattr(self, 'name', type(self).__name__)}'")
         object.__setattr__(self, name, value)
+        # Any change makes the plans executors keep for this tool stale.
+        object.__setattr__(self, "_version", self._version + 1)
 
     def _target(self) -> Callable[..., Any]:
         return self.run
