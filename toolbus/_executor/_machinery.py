@@ -26,7 +26,7 @@ from ..models import ToolCall
 from ..pipeline import NestedCalls, Services
 from ._options import Options
 
-__all__ = ["Machinery", "plain_admission", "start"]
+__all__ = ["Machinery", "plain_admission", "plain_post", "start"]
 
 
 class Machinery(NamedTuple):
@@ -67,6 +67,7 @@ def start(
             inject=inject,
             nested=nested,
             plain_admission=plain_admission(hooks),
+            plain_post=plain_post(hooks),
         )
         host = SupervisorHost(services, loop)
         scheduler = host.scheduler = Scheduler(
@@ -100,3 +101,9 @@ def plain_admission(hooks: ExecutorHooks) -> bool:
         getattr(cls, name) is getattr(ExecutorHooks, name)
         for name in ("pre_execute", "is_allowed", "mask_arguments")
     )
+
+
+def plain_post(hooks: ExecutorHooks) -> bool:
+    """No user code sees a result before it is final: no post-call hook, and
+    `post_execute` not overridden (see `Services.plain_post`)."""
+    return not hooks._post_call and type(hooks).post_execute is ExecutorHooks.post_execute

@@ -140,7 +140,26 @@ class Scheduler(Admission, Delays):
         blocks on a busy supervisor, so threads never convoy behind the one
         that holds it, and a backend may post from inside `submit`.
         """
-        self._pending.append(message)
+        pending = self._pending
+        if not pending and self.lock.acquire(blocking=False):
+            # Nobody holds the lock and nothing waits: handle it here at once
+            # (the common case, without a trip through the queue).
+            if pending:  # posted between our look and the lock: theirs goes first
+                pending.append(message)
+                message = None
+            self._owner = threading.get_ident()
+            try:
+                if message is not None:
+                    self._handle(message)
+                if pending:
+                    self._drain()
+            finally:
+                self._owner = None
+                self.lock.release()
+            if pending:  # posted while we held the lock, by a thread that found it taken
+                self._settle()
+            return
+        pending.append(message)
         self._settle()
 
     def _settle(self) -> None:

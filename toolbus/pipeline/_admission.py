@@ -38,7 +38,7 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     paths = run.tool.secret_paths if run.tool is not None else ()
     try:
         masked = svc.hooks.mask_arguments(call)
-        if awaitable(masked):
+        if not svc.plain_admission and awaitable(masked):  # (the default's is a value)
             masked = yield masked
         if isinstance(masked, str | bytes) and not isinstance(raw, str):
             try:
@@ -104,27 +104,13 @@ def admit(run: Run, svc: Services) -> Steps:
         if isinstance(injected, ToolResult):
             return injected
         call = run.call = injected
-    try:
-        new = svc.hooks.pre_execute(call)
-        if awaitable(new):
-            new = yield new
-        if not isinstance(new, ToolCall):
-            raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
-        # Raising is the documented way for a hook to refuse a call: logged
-        # without a traceback, it is not a fault.
-        yield from _mask(run, call, svc)
-        log.info("pre-call hook rejected call %s: %s", call.id, run.scrubber.text(error_text(e)))
-        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
-    if new.name != call.name:
-        yield from _mask(run, call, svc)
-        return _reject(
-            run,
-            ErrorCode.TOOL_NOT_ALLOWED,
-            f"a pre-call hook renamed '{call.name}' to '{new.name}'; calls cannot change tools",
-        )
-    if new.id != call.id:
-        new = ToolCall.model_construct(id=call.id, name=new.name, arguments=new.arguments)
+    if svc.plain_admission:  # no pre-call hook to run (the common executor)
+        new = call
+    else:
+        refused = yield from _pre_call(run, call, svc)
+        if isinstance(refused, ToolResult):
+            return refused
+        new = refused
     run.call = new
     yield from _mask(run, new, svc)
     if tool.injected_required and isinstance(new.arguments, dict):
@@ -138,17 +124,18 @@ def admit(run: Run, svc: Services) -> Steps:
                 f"Tool '{new.name}' is unavailable: nothing supplied its injected parameter "
                 f"{names} (Executor(inject=...) or a pre-call hook does)",
             )
-    try:
-        # An async authorizer is awaited: its coroutine object is not a yes.
-        allowed = svc.hooks.is_allowed(new)
-        if awaitable(allowed):
-            allowed = yield allowed
-        allowed = bool(allowed)
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
-        log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
-        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
-    if not allowed:
-        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{new.name}' is not allowed")
+    if not svc.plain_admission:
+        try:
+            # An async authorizer is awaited: its coroutine object is not a yes.
+            allowed = svc.hooks.is_allowed(new)
+            if awaitable(allowed):
+                allowed = yield allowed
+            allowed = bool(allowed)
+        except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+            log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
+            return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
+        if not allowed:
+            return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{new.name}' is not allowed")
     try:
         run.params = tool.parse(new.arguments)
     except ArgumentError as e:
@@ -208,3 +195,30 @@ def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
             )
         values[name] = value
     return call.with_arguments({**args, **values}) if values else call
+
+
+def _pre_call(run: Run, call: ToolCall, svc: Services) -> Steps:
+    """`call` through the pre-call hooks: the call they return (its id kept),
+    or the rejection of a hook that raised, returned no call or renamed the tool."""
+    try:
+        new = svc.hooks.pre_execute(call)
+        if awaitable(new):
+            new = yield new
+        if not isinstance(new, ToolCall):
+            raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
+    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+        # Raising is the documented way for a hook to refuse a call: logged
+        # without a traceback, it is not a fault.
+        yield from _mask(run, call, svc)
+        log.info("pre-call hook rejected call %s: %s", call.id, run.scrubber.text(error_text(e)))
+        return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
+    if new.name != call.name:
+        yield from _mask(run, call, svc)
+        return _reject(
+            run,
+            ErrorCode.TOOL_NOT_ALLOWED,
+            f"a pre-call hook renamed '{call.name}' to '{new.name}'; calls cannot change tools",
+        )
+    if new.id != call.id:
+        new = ToolCall.model_construct(id=call.id, name=new.name, arguments=new.arguments)
+    return new

@@ -122,6 +122,9 @@ class Services:
     # masking are the defaults (no option set, none overridden). A remote
     # backend may then admit a call on whichever thread dispatches it.
     plain_admission: bool = False
+    # No post-call hook (none given, `post_execute` not overridden): a result
+    # is final as the step makes it.
+    plain_post: bool = False
 
     def announce_killed(self, run: Run, pid: int, reason: str) -> None:
         """A process running `run`'s attempt was killed by toolbus: count it and

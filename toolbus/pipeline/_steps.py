@@ -426,7 +426,7 @@ def _idempotent(run: Run) -> bool:
 def complete(run: Run, result: ToolResult, svc: Services) -> Steps:
     """Run post-call hooks on a result and make it final. Returns an Outcome."""
     run.phase = FINISHING
-    if run.admitted:
+    if run.admitted and not svc.plain_post:
         try:
             new = svc.hooks.post_execute(run.call, result)
             if awaitable(new):
