@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from typing import TYPE_CHECKING
 
 from ..actors import Scheduler
@@ -48,7 +49,8 @@ def would_block_its_tools(loop: LoopThread, scheduler: Scheduler, services: Serv
     """A blocking call here would stall the loop the executor's async tools
     run on: its own loop thread, or a caller's loop that one of its async
     tools or hooks (a nested call) is running on."""
-    if loop.owns_current_thread() or scheduler.held_here():
+    me = threading.get_ident()
+    if me in (loop.thread_ident, scheduler.owner):
         return True  # (the scheduler's lock: a backend running a job inside submit)
     if asyncio._get_running_loop() is None:
         return False

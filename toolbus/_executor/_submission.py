@@ -155,7 +155,7 @@ class Submitting:
     ) -> Run:
         """A run for `call`, its tool looked up in the registry; for a step of
         a composite tool (`step_of`), `step_tool` whether registered or not."""
-        c = coerce_call(call)
+        c = call if type(call) is ToolCall else coerce_call(call)
         if step_of is None:
             plan = self._plans.plan(
                 c.name,

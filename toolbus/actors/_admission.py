@@ -77,25 +77,42 @@ class Admission(Completion):
             b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
         self.runs_open.update(msg.runs)
         for run in msg.runs:
-            if run.tool is not None:
-                run.sv_pool = self._pool(run)
-                if run.tool.group_limits:
-                    self._learn_groups(run.tool)
-                named = tuple(self.groups[n] for n in run.tool.groups if n in self.groups)
-                run.sv_groups = (
-                    (b.sv_group, run.sv_pool, *named) if b is not None else (run.sv_pool, *named)
-                )
-                if run.backend is not None:
+            tool = run.tool
+            if tool is not None:
+                pool = self.pools.get(id(tool))
+                if pool is None or pool.tool is not tool:
+                    pool = self._pool(run)
+                run.sv_pool = pool
+                if tool.groups or tool.group_limits:
+                    if tool.group_limits:
+                        self._learn_groups(tool)
+                    named = tuple(self.groups[n] for n in tool.groups if n in self.groups)
+                    run.sv_groups = (pool, *named) if b is None else (b.sv_group, pool, *named)
+                else:  # (the common tool: no named groups to look up)
+                    run.sv_groups = (pool,) if b is None else (b.sv_group, pool)
+                backend = run.backend
+                if backend is not None and id(backend) not in self.backends:
                     try:
-                        self._started(run.backend)
+                        self._started(backend)
                     except Exception as e:
-                        log.error("backend %r could not start: %s", run.backend.name, e)
+                        log.error("backend %r could not start: %s", backend.name, e)
         if self.closed:
             for run in msg.runs:
                 self._finish_here(run, "cancelled", ErrorCode.CANCELLED, "the executor is closed")
             return
         if b is None:
             run = msg.runs[0]
+            tool = run.tool
+            if (
+                tool is not None
+                and run.refusal is None
+                and run.backend is not None
+                and not (tool.groups or tool.group_limits)
+            ):
+                # Known tool, a backend, no quota's refusal, no named group: it
+                # may start (the common call, without `unstartable`'s look).
+                self.slots.enqueue(run, front=run.parent is not None)
+                return
             refused = unstartable(run, self.groups)
             if refused is None:
                 self.slots.enqueue(run, front=run.parent is not None)
@@ -134,6 +151,7 @@ class Admission(Completion):
         )
 
     def _pool(self, run: Run) -> ToolGroup:
+        """The capacity group of `run`'s tool, made at its first call."""
         tool = run.tool
         assert tool is not None
         pool = self.pools.get(id(tool))

@@ -36,11 +36,12 @@ Room = Literal["start", "wait"] | str  # or why the run is refused
 class ThreadBudget:
     """The budget over every backend whose jobs hold threads of this process."""
 
-    __slots__ = ("backends", "limit", "per_tool", "waiting")
+    __slots__ = ("backends", "least", "limit", "per_tool", "waiting")
 
     def __init__(self, limit: int, per_tool: int) -> None:
         self.limit = limit
         self.per_tool = per_tool
+        self.least = min(limit, per_tool)
         self.backends: list[Backend] = []
         self.waiting = RunQueue()  # runs waiting for a thread, in order
 

@@ -66,10 +66,13 @@ class Deadlines:
         def _closed_run(self, run: Run) -> None: ...
 
     def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
-        self._disarm(run)
+        if run.sv_timer is not None:
+            self._disarm(run)
         run.sv_armed = make
         run.sv_timer = self.timers.schedule(
-            _as_delay(delay), self._tell, make(run, run.attempt, run.sv_gen)
+            delay if type(delay) is float else _as_delay(delay),
+            self._tell,
+            make(run, run.attempt, run.sv_gen),
         )
 
     def _disarm(self, run: Run) -> None:

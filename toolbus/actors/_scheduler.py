@@ -91,7 +91,9 @@ class Scheduler(Admission, Delays):
         # Held by whichever thread is acting for the supervisor. Nobody ever
         # waits for it to post: see `post`.
         self.lock = threading.Lock()
-        self._owner: int | None = None
+        # The thread holding the lock (its ident), read without it by anyone
+        # asking "am I inside a handler?".
+        self.owner: int | None = None
         self._pending: deque[Any] = deque()
         self.services = services
         self.emitter = services.emitter
@@ -113,6 +115,7 @@ class Scheduler(Admission, Delays):
         # Backends in use, and the budget of threads their jobs may hold.
         self.backends: dict[int, Backend] = {}
         self.budget = ThreadBudget(max_abandoned, max_abandoned_per_tool)
+        self.given_up = 0  # jobs ever let go of (`_detach`): a bound on stuck threads
         for backend in backends:
             self._started(backend)
         self.closed = False
@@ -147,14 +150,14 @@ class Scheduler(Admission, Delays):
             if pending:  # posted between our look and the lock: theirs goes first
                 pending.append(message)
                 message = None
-            self._owner = threading.get_ident()
+            self.owner = threading.get_ident()
             try:
                 if message is not None:
                     self._handle(message)
                 if pending:
                     self._drain()
             finally:
-                self._owner = None
+                self.owner = None
                 self.lock.release()
             if pending:  # posted while we held the lock, by a thread that found it taken
                 self._settle()
@@ -169,30 +172,30 @@ class Scheduler(Admission, Delays):
         a thread that found it taken, is ours to handle."""
         pending = self._pending
         while pending and self.lock.acquire(blocking=False):
-            self._owner = threading.get_ident()
+            self.owner = threading.get_ident()
             try:
                 self._drain()
             finally:
-                self._owner = None
+                self.owner = None
                 self.lock.release()
 
     def held_here(self) -> bool:
         """True on the thread that holds the lock (inside a handler)."""
-        return self._owner == threading.get_ident()
+        return self.owner == threading.get_ident()
 
     def ask(self, message: Any) -> Any:
         """Handle `message` once everything posted before it is handled, and
         return the answer (status, close). Waits for the lock."""
-        if self._owner == threading.get_ident():
+        if self.owner == threading.get_ident():
             return self._handle(message)  # asked from inside a handler (a backend)
         with self.lock:
-            self._owner = threading.get_ident()
+            self.owner = threading.get_ident()
             try:
                 self._drain()
                 answer = self._handle(message)
                 self._drain()
             finally:
-                self._owner = None
+                self.owner = None
         self._settle()  # what was posted while we let go, as `post` does
         return answer
 
@@ -242,7 +245,8 @@ class Scheduler(Admission, Delays):
     def _pump(self) -> None:
         """Start every run that may start now."""
         while True:
-            self._unpark_threads()
+            if self.budget.waiting.size:
+                self._unpark_threads()
             run = self.slots.next_startable()
             refused = self.slots.refused
             while refused:
@@ -278,7 +282,12 @@ class Scheduler(Admission, Delays):
                 "serves another executor",
             )  # fmt: skip
             return
-        if backend.uses_threads:
+        if backend.uses_threads and (
+            # Threads held now are at most the attempts holding slots plus every
+            # job ever given up (`_detach`): below both limits, there is room
+            # without asking the backends to count (the common case).
+            self.slots.in_flight + self.given_up >= self.budget.least
+        ):
             room = self.budget.room(run)
             if room == "wait" and run.parent is not None:
                 # Its callers hold threads of the budget while they wait for it.
@@ -321,6 +330,7 @@ class Scheduler(Admission, Delays):
         backend = run.backend
         if backend is None or not run.sv_slot:
             return
+        self.given_up += 1
         try:
             before = backend.abandoned()
             backend.cancel(Job(run, run.attempt))

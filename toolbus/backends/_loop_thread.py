@@ -121,6 +121,9 @@ class LoopThread:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        # Its thread's ident once started (0 before): a caller asks "am I
+        # on it?" on every blocking call, so this is a field, not a method.
+        self.thread_ident = 0
         self._closed = False
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
@@ -143,6 +146,7 @@ class LoopThread:
                 self._thread = threading.Thread(target=run, name=self._name, daemon=True)
                 self._thread.start()
                 ready.wait()
+                self.thread_ident = self._thread.ident or 0
                 self._loop = loop
             return self._loop
 
@@ -170,7 +174,7 @@ class LoopThread:
 
     def owns_current_thread(self) -> bool:
         """True when called on this loop's own thread."""
-        return self._thread is not None and threading.current_thread() is self._thread
+        return self.thread_ident == threading.get_ident()
 
     def close(self) -> None:
         with self._lock:
