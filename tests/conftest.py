@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -52,3 +53,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         time.sleep(0.002)  # poll interval of the wait, not a stand-in for it
+
+
+async def wait_until_async(
+    check: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 5.0, what: str = ""
+) -> None:
+    """`wait_until` for a state only this event loop can read (e.g. through an
+    async client): the polling runs in a thread, each `check()` on this loop,
+    which stays free meanwhile."""
+    loop = asyncio.get_running_loop()
+
+    def predicate() -> bool:
+        return asyncio.run_coroutine_threadsafe(check(), loop).result(timeout)
+
+    await asyncio.to_thread(wait_until, predicate, timeout, what)

@@ -145,8 +145,9 @@ async def test_a_cancelled_call_kills_its_worker(
     ex = make_executor(pt.registry, timeout=None)
     pidfile = tmp_path / "pids"
     task = asyncio.ensure_future(ex.aexecute(call("hang", pidfile=str(pidfile))))
-    while not (pidfile.exists() and pidfile.read_text()):
-        await asyncio.sleep(0.005)  # polls the pid file the tool writes once it runs
+    await asyncio.to_thread(  # the tool writes its pids once it runs
+        wait_until, lambda: pidfile.exists() and bool(pidfile.read_text()), 30, "the tool running"
+    )
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

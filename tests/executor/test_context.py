@@ -114,6 +114,7 @@ async def test_event_loop_is_never_blocked(make_executor: MakeExecutor) -> None:
     """Tools and hooks wait for something only this loop can do: if the async API
     blocked the loop while they ran, they would time out instead of passing."""
     loop_turned = threading.Event()
+    hook_waits = threading.Event()  # a call is under way, waiting for the loop
     reg = ToolRegistry()
 
     @reg.tool(read_only=True, timeout=5)
@@ -123,6 +124,7 @@ async def test_event_loop_is_never_blocked(make_executor: MakeExecutor) -> None:
         return i
 
     def hook_needs_the_loop(call: ToolCall) -> ToolCall:
+        hook_waits.set()
         if not loop_turned.wait(5):
             raise RuntimeError("the event loop was blocked")
         return call
@@ -130,7 +132,8 @@ async def test_event_loop_is_never_blocked(make_executor: MakeExecutor) -> None:
     ex = make_executor(reg, max_parallel=8, pre_call=[hook_needs_the_loop])
 
     async def turn_the_loop() -> None:
-        await asyncio.sleep(0.05)
+        # Only once a call waits for it: the loop turns while the calls run.
+        assert await asyncio.to_thread(hook_waits.wait, 10)
         loop_turned.set()
 
     single = asyncio.ensure_future(

@@ -256,16 +256,20 @@ def test_stop_after_delay_counts_the_first_attempt(
     assert ex.execute(ToolCall(name="slow_then_fail")).attempts == 1
 
 
-class _SlowRetry(Executor):
-    def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
-        time.sleep(0.3)  # tool-side: a slow hook under test
-        return RetryDecision(True, 0.0)
-
-
 def test_cancel_while_should_retry_runs_is_lost() -> None:
     """A cancel that came while should_retry ran was lost: the tool ran again (concurrency review)."""
     reg = ToolRegistry()
     invoked: list[float] = []
+    deciding, decide, decided = threading.Event(), threading.Event(), threading.Event()
+
+    class SlowRetry(Executor):
+        def should_retry(self, call: ToolCall, failure: Any) -> RetryDecision:
+            deciding.set()
+            try:
+                decide.wait(30)  # a slow hook under test: it decides once the test says
+                return RetryDecision(True, 0.0)
+            finally:
+                decided.set()
 
     @reg.tool(read_only=True)
     def flaky(i: int) -> int:
@@ -275,15 +279,22 @@ def test_cancel_while_should_retry_runs_is_lost() -> None:
         return i
 
     with bus.Recorder("tool:finished") as rec:
-        ex = _SlowRetry(reg, timeout=None)
+        ex = SlowRetry(reg, timeout=None)
 
         async def main() -> float:
             t = asyncio.create_task(ex.aexecute(ToolCall(name="flaky", arguments={"i": 1})))
-            await asyncio.sleep(0.1)  # attempt 1 failed; should_retry is running
+            # Attempt 1 failed; should_retry is running.
+            assert await asyncio.to_thread(deciding.wait, 10)
             t.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await t
             cancelled_at = time.monotonic()
+            decide.set()  # should_retry says "retry", after the cancel
+            assert await asyncio.to_thread(decided.wait, 10)
+            # The cancel is honoured when the worker reports: the call ends then.
+            await asyncio.to_thread(rec.wait_for, "tool:finished", timeout=10)
+            # Time passing is the claim: a tool run again after its call ended
+            # would show within this (a slow machine may miss it, not fail).
             await asyncio.sleep(0.6)
             return cancelled_at
 
@@ -293,6 +304,7 @@ def test_cancel_while_should_retry_runs_is_lost() -> None:
             assert [e.result.status for e in rec.of("tool:finished")] == ["cancelled"]
             assert not [t for t in invoked if t > cancelled_at]
         finally:
+            decide.set()
             ex.close(timeout=1)
 
 

@@ -268,24 +268,30 @@ def test_cancelled_call_parked_in_tool_queue_blocks_the_next_call() -> None:
 
     @reg.tool(read_only=True, max_concurrency=1)
     def slow(i: int) -> int:
-        gate.wait(5)
+        gate.wait(30)  # set by the test (or its cleanup)
         return i
 
     ex = Executor(reg, timeout=None)
+    rec = bus.Recorder(bus.FINISHED, sender=ex)
+
+    async def load(expected: tuple[int, int], what: str) -> None:
+        await asyncio.to_thread(wait_until, lambda: _load(ex) == expected, 10, what)
 
     async def main() -> str:
         a = asyncio.create_task(ex.aexecute(ToolCall(id="a", name="slow", arguments={"i": 1})))
-        await asyncio.sleep(0.1)
+        await load((1, 0), "a running")
         b = asyncio.create_task(ex.aexecute(ToolCall(id="b", name="slow", arguments={"i": 2})))
-        await asyncio.sleep(0.05)
+        await load((1, 1), "b parked behind a")
         c = asyncio.create_task(ex.aexecute(ToolCall(id="c", name="slow", arguments={"i": 3})))
-        await asyncio.sleep(0.05)
+        await load((1, 2), "c parked behind b")
         b.cancel()  # b is parked in pool.waiting behind a
-        await asyncio.sleep(0.05)
+        await asyncio.to_thread(
+            rec.wait_for, bus.FINISHED, where=lambda e: e.call_id == "b", timeout=10
+        )
         gate.set()
         await a
         try:
-            return (await asyncio.wait_for(c, 2)).status
+            return (await asyncio.wait_for(c, 10)).status  # (the defect: for good)
         except TimeoutError:
             return "hang"
 
@@ -294,6 +300,7 @@ def test_cancelled_call_parked_in_tool_queue_blocks_the_next_call() -> None:
         # A single call's caller is woken before its worker reports: stats catch up.
         wait_until(lambda: _load(ex) == (0, 0), what="no call in flight or queued")
     finally:
+        rec.close()
         gate.set()
         ex.close(timeout=1)
 

@@ -25,6 +25,7 @@ from typing import IO
 import pytest
 
 import toolbus
+from tests.conftest import wait_until
 from toolbus import Executor, Journal, ToolCall, ToolContext, ToolRegistry, bus
 
 # The slow tier (tests/README.md): agent processes killed mid-batch (kill -9).
@@ -343,11 +344,7 @@ def test_a_forked_child_does_not_keep_the_agents_session_alive(tmp_path: Path) -
         proc.wait(30)
         with Journal(path) as journal:  # the child still runs
             assert [r.call_id for r in journal.in_doubt()] == ["pay-1"]
-        wait_for = 0.0
-        while not report.exists() or not report.read_text():
-            assert wait_for < 10, "the child did not report"
-            threading.Event().wait(0.01)
-            wait_for += 0.01
+        wait_until(lambda: report.exists() and bool(report.read_text()), 30, "the child's report")
         flushed, took = report.read_text().split()
         assert flushed == "False" and float(took) < 1
     finally:

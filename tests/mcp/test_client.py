@@ -511,25 +511,30 @@ def _children_running(marker: str) -> list[int]:
     return found
 
 
-def test_cancelled_aconnect_leaves_no_server_behind() -> None:
+def test_cancelled_aconnect_leaves_no_server_behind(tmp_path: Path) -> None:
     """A cancelled aconnect_stdio left its server process and threads behind
     (providers and MCP review)."""
     from toolbus.mcp import aconnect_stdio
 
     marker = "toolbus-review-aconnect-marker"
+    started, go = tmp_path / "started", tmp_path / "go"
     script = (
-        # tool under test: a server that is slow to start (so connect is still going)
-        f"import time, runpy, sys; time.sleep(1.5); sys.argv = ['{marker}'];"  # tool under test
-        f" runpy.run_path({FLAKY!r}, run_name='__main__')"
+        # tool under test: a server that is slow to start (so connect is still
+        # going): it says it runs, then starts serving once the test lets it
+        # (or after a minute, should the test never say).
+        f"import os, time, runpy, sys; open({str(started)!r}, 'w').close(); t = time.monotonic()"
+        f"\nwhile not os.path.exists({str(go)!r}) and time.monotonic() - t < 60: time.sleep(0.01)"
+        f"\nsys.argv = ['{marker}']; runpy.run_path({FLAKY!r}, run_name='__main__')"
     )
     threads_before = {t.ident for t in threading.enumerate()}
 
     async def main() -> None:
         task = asyncio.create_task(aconnect_stdio(sys.executable, ["-c", script], errlog=DEVNULL))
-        await asyncio.sleep(0.5)
+        await asyncio.to_thread(wait_until, started.exists, 30, "the server process running")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        go.touch()  # the server starts now, after the cancel
 
     asyncio.run(main())
 
@@ -540,8 +545,8 @@ def test_cancelled_aconnect_leaves_no_server_behind() -> None:
             if t.ident not in threads_before and t.name.startswith(("SessionActor", "toolbus-mcp"))
         ]
 
-    # The abandoned connect() finishes in its thread (the server starts after
-    # 1.5 s), then its connection is closed: wait for both to be gone.
+    # The abandoned connect() finishes in its thread (the server starts once
+    # told), then its connection is closed: wait for both to be gone.
     try:
         wait_until(lambda: not _children_running(marker) and not leaked_threads(), timeout=20)
     finally:

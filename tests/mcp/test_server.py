@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import ImageContent, TextContent, ToolAnnotations
 from typer.testing import CliRunner
 
-from tests.conftest import wait_until
+from tests.conftest import wait_until, wait_until_async
 from tests.mcp_servers.registry_module import registry as served_registry
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.cli import app
@@ -220,18 +220,20 @@ async def test_progress_reaches_a_client_that_asks(client: Client) -> None:
 
 @on_module_loop
 async def test_a_cancelled_request_cancels_the_call(client: Client) -> None:
+    state: dict[str, Any] = {}
+
+    async def served(until: Callable[[dict[str, Any]], bool]) -> bool:
+        reply = (await client.call_tool("finished", {"tool": "wait"})).structured_content
+        assert reply is not None
+        state.update(reply)
+        return until(state)
+
     call = asyncio.create_task(client.call_tool("wait", {"seconds": 15}))
-    await asyncio.sleep(0.5)  # the call is running on the server
+    await wait_until_async(lambda: served(lambda s: s["started"] == 1), 30, "the wait running")
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    deadline = asyncio.get_running_loop().time() + 5
-    while True:
-        state = (await client.call_tool("finished", {"tool": "wait"})).structured_content
-        assert state is not None
-        if state["ends"] or asyncio.get_running_loop().time() > deadline:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until_async(lambda: served(lambda s: bool(s["ends"])), 30, "the wait's end")
     assert state["ends"] == [["cancelled", "CANCELLED"]]
     assert state["interrupted"] == 1  # the tool's task was cancelled, not left running
 

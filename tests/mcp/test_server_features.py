@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -178,6 +179,7 @@ def test_the_four_hints() -> None:
 
 registry = ToolRegistry()
 interrupted: list[str] = []
+waiting = threading.Event()  # a `wait` is running
 
 
 @registry.tool(read_only=True)
@@ -222,7 +224,8 @@ async def steps(n: int, ctx: ToolContext) -> int:
 
 @registry.tool
 async def wait(seconds: float) -> str:
-    """Wait; an interruption is noted."""
+    """Wait; its start (set `waiting`) and an interruption are noted."""
+    waiting.set()
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:
@@ -324,9 +327,10 @@ async def test_in_process_progress() -> None:
 async def test_in_process_cancellation_cancels_the_call() -> None:
     async with serving() as (client, executor):
         interrupted.clear()
+        waiting.clear()
         with bus.Recorder("tool:finished", sender=executor) as recorder:
             call = asyncio.create_task(client.call_tool("wait", {"seconds": 20}))
-            await asyncio.sleep(0.3)
+            assert await asyncio.to_thread(waiting.wait, 10)  # the call is running on the server
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call

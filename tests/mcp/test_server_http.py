@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
+from tests.conftest import wait_until_async
 from toolbus.cli import app
 from toolbus.mcp._serve_http import Guard, check_exposure
 
@@ -128,18 +129,21 @@ async def test_progress_over_http(url: str) -> None:
 
 
 async def test_cancellation_over_http(url: str) -> None:
+    state: dict[str, Any] = {}
     async with client(url) as mcp:
+
+        async def served(until: Callable[[dict[str, Any]], bool]) -> bool:
+            reply = (await mcp.call_tool("finished", {"tool": "wait"})).structured_content
+            assert reply is not None
+            state.update(reply)
+            return until(state)
+
         call = asyncio.create_task(mcp.call_tool("wait", {"seconds": 15}))
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: served(lambda s: s["started"] == 1), 30, "the wait running")
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        for _ in range(100):
-            state = (await mcp.call_tool("finished", {"tool": "wait"})).structured_content
-            assert state is not None
-            if state["ends"]:
-                break
-            await asyncio.sleep(0.05)
+        await wait_until_async(lambda: served(lambda s: bool(s["ends"])), 30, "the wait's end")
     assert state["ends"] == [["cancelled", "CANCELLED"]]
     assert state["interrupted"] == 1
 

@@ -2,9 +2,10 @@
 
 Besides plain tools: typed returns (output schemas), the four hints, progress,
 a cancellable wait, a counter, and `finished`, which tells what became of this
-process's calls of a tool (a client in another process cannot see the
-executor's results otherwise). `served()` starts that recording and returns
-the registry; importing the module (as in-process tests do) records nothing.
+process's calls of a tool and how many waits have started (a client in another
+process cannot see the executor's results, nor that a call is running,
+otherwise). `served()` starts that recording and returns the registry;
+importing the module (as in-process tests do) records nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from toolbus import Attachment, ToolContext, ToolError, ToolOutput, ToolRegistry
 
 registry = ToolRegistry()
 
-# Every call's end in this process, by tool: (status, error code); and the waits interrupted.
+# Every call's end in this process, by tool: (status, error code); the waits
+# started (running on the server: a client may cancel one now) and interrupted.
 _finished: dict[str, list[tuple[str, str | None]]] = {}
+_started: list[float] = []
 _interrupted: list[float] = []
 _bumps = [0]
 _lock = threading.Lock()
@@ -140,7 +143,9 @@ async def count_up(steps: int, ctx: ToolContext) -> int:
 
 @registry.tool(timeout=20)
 async def wait(seconds: float) -> str:
-    """Wait; an interruption is noted (see `finished`)."""
+    """Wait; its start and an interruption are noted (see `finished`)."""
+    with _lock:
+        _started.append(seconds)
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:
@@ -160,8 +165,13 @@ def bump() -> int:
 
 @registry.tool(read_only=True)
 def finished(tool: str) -> dict[str, Any]:
-    """How this process's calls of `tool` ended, how many waits were interrupted,
-    and the counter."""
+    """How this process's calls of `tool` ended, how many waits started and how
+    many were interrupted, and the counter."""
     with _lock:
         ends = [list(e) for e in _finished.get(tool, [])]
-        return {"ends": ends, "interrupted": len(_interrupted), "bumps": _bumps[0]}
+        return {
+            "ends": ends,
+            "started": len(_started),
+            "interrupted": len(_interrupted),
+            "bumps": _bumps[0],
+        }

@@ -568,17 +568,25 @@ def _registry(*policies: Any, read_only: bool = True) -> ToolRegistry:
 @pytest.mark.timeout(60)
 def test_cancelled_waiting_calls_do_not_hold_back_the_next_call() -> None:
     """Cancelled waiting calls kept their turns: the next call waited ~19 s for them (review 9)."""
-    limit = rate_limit("5/second", max_wait=math.inf)
+    admitted: list[float] = []
+    limit = rate_limit("5/second", max_wait=math.inf, on_admit=lambda key, at: admitted.append(at))
     ex = Executor(_registry(limit), timeout=None)
 
     async def main() -> float:
         task = asyncio.create_task(
             ex.aexecute_batch([ToolCall(name="f", arguments={"x": i}) for i in range(100)])
         )
-        await asyncio.sleep(0.3)
+        # Each call of the batch admitted or waiting its turn (most of them, at 5 a second).
+        await asyncio.to_thread(
+            wait_until, lambda: len(admitted) + limit.waiting == 100, 30, "every call in line"
+        )
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await asyncio.to_thread(wait_until, lambda: limit.waiting == 0, 10, "the turns given back")
+        # Time passing is the claim here: the last admission leaves the window,
+        # so nothing but a kept turn could make the next call wait (a slow
+        # machine only waits longer).
         await asyncio.sleep(1.5)  # a window and more: nothing runs, nothing waits
         t0 = time.monotonic()
         try:  # (the defect: it waits ~19 s for the cancelled calls' turns)

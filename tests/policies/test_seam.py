@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -434,24 +435,31 @@ async def test_async_approvals(make_executor: MakeExecutor) -> None:
 def test_a_policy_decision_is_not_run_time(make_executor: MakeExecutor) -> None:
     """Policies decide before the deadline clock starts: a slow decision (a
     remote check, say) does not eat the tool's timeout."""
+    timeout = 2.0
+    asked: list[float] = []
 
     class SlowCheck(BasePolicy):
         name = "slow_check"
 
         async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
-            await asyncio.sleep(0.3)
+            asked.append(time.monotonic())
+            await asyncio.sleep(timeout / 2)  # half the timeout: the other half is slack
             return Admit()
 
     reg = ToolRegistry()
 
     @reg.tool(read_only=True, policies=[SlowCheck()])
     async def work() -> str:
-        await asyncio.sleep(0.2)
+        # Runs until decision and run together have taken longer than the
+        # timeout: about half of it here (the policy took the other half),
+        # which leaves half the timeout as slack for a loaded machine.
+        await asyncio.sleep(asked[0] + timeout + 0.1 - time.monotonic())
         return "done"
 
-    ex = make_executor(reg, timeout=0.4)
+    ex = make_executor(reg, timeout=timeout)
     r = ex.execute(ToolCall(name="work", arguments={}))
     assert (r.status, r.attempts) == ("ok", 1), r.error
+    assert time.monotonic() - asked[0] > timeout  # the decision and the run outlasted it
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync-policy", "async-policy"])
@@ -578,12 +586,14 @@ def test_on_result_is_told_only_for_calls_the_policy_admitted() -> None:
 
         def __init__(self, n: int) -> None:
             self.n, self.count, self.lock = n, 0, threading.Lock()
+            self.delayed: set[str] = set()
 
         def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
             with self.lock:
                 if self.count < self.n:
                     self.count += 1
                     return Admit()
+                self.delayed.add(call.id)
                 return Delay(0.05)
 
         def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
@@ -591,11 +601,13 @@ def test_on_result_is_told_only_for_calls_the_policy_admitted() -> None:
                 self.count -= 1
 
     policy = InFlight(1)
+    running = threading.Event()
     reg = ToolRegistry()
 
     @reg.tool(read_only=True, policies=[policy])
     async def slow(i: int) -> int:
-        await asyncio.sleep(0.3)
+        running.set()
+        await asyncio.sleep(30)  # runs until the batch is cancelled
         return i
 
     async def main() -> None:
@@ -603,7 +615,9 @@ def test_on_result_is_told_only_for_calls_the_policy_admitted() -> None:
         task = asyncio.create_task(
             ex.aexecute_batch([ToolCall(name="slow", arguments={"i": i}) for i in range(5)])
         )
-        await asyncio.sleep(0.1)
+        # One call admitted and running, the four others delayed.
+        assert await asyncio.to_thread(running.wait, 10)
+        await asyncio.to_thread(wait_until, lambda: len(policy.delayed) == 4, 10, "4 delayed")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
