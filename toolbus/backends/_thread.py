@@ -82,11 +82,41 @@ class ToolWorker(pykka.ThreadingActor):
         self.handle: PoolWorker | None = None
 
     def on_receive(self, message: Any) -> Any:
+        """Serve the pool's queue until it is empty (WAKE, or the handle that
+        starts the worker), or check whether to retire (IDLE_CHECK)."""
         # Never let anything escape a tell handler: pykka would stop this actor,
         # and a BaseException would make pykka stop every actor in the process.
         try:
-            if message is WAKE or self._control(message):
-                self._serve()
+            if message is not WAKE and not self._control(message):
+                return None
+            # The serving loop, inline: one Python call less per wake-up.
+            w = self.handle
+            assert w is not None
+            pool, host = w.pool, self.host
+            while True:
+                job = pool.take(w)
+                if job is None:
+                    if w.gone:
+                        self.stop()
+                    return None
+                services = host.services
+                try:
+                    outcome = job.run.context.copy().run(
+                        drive_sync, job.steps(services), job.run, host.loop
+                    )
+                except BaseException as e:
+                    outcome = contain(job, e, services)
+                # Counted as searching before the report, which may hand this
+                # tool its next call on this thread: that call is then ours.
+                searching = pool.finished(w, job)
+                if not host.report(job, outcome, w):
+                    # The executor closed while this worker was stuck: nobody will reuse it.
+                    if searching:
+                        pool.leave(w)
+                    self.stop()
+                    return None
+                if not searching:
+                    return None  # detached: `release` lets it rejoin
         except BaseException as e:
             log.error("thread worker failed:\n%s", "".join(traceback.format_exception(e)))
         return None
@@ -104,36 +134,6 @@ class ToolWorker(pykka.ThreadingActor):
             inbox.idle_timeout = min(message.pool.idle_timeout, threading.TIMEOUT_MAX)
             return True  # started as a searching worker
         return False
-
-    def _serve(self) -> None:
-        """Take jobs from the pool until it has none: run each, report it."""
-        w = self.handle
-        assert w is not None
-        pool, host = w.pool, self.host
-        while True:
-            job = pool.take(w)
-            if job is None:
-                if w.gone:
-                    self.stop()
-                return
-            services = host.services
-            try:
-                outcome = job.run.context.copy().run(
-                    drive_sync, job.steps(services), job.run, host.loop
-                )
-            except BaseException as e:
-                outcome = contain(job, e, services)
-            # Counted as searching before the report, which may hand this
-            # tool its next call on this thread: that call is then ours.
-            searching = pool.finished(w, job)
-            if not host.report(job, outcome, w):
-                # The executor closed while this worker was stuck: nobody will reuse it.
-                if searching:
-                    pool.leave(w)
-                self.stop()
-                return
-            if not searching:
-                return  # detached: `release` lets it rejoin
 
 
 def _spawn(host: Host, pool: ToolPool) -> PoolWorker:
