@@ -23,13 +23,15 @@ runs the scheduler inline, which may hand this tool its next call (`add`, on
 this very thread), and that call is then this worker's, with nobody woken.
 
 Counting: `busy` (jobs added and not yet released, abandoned ones excluded)
-and `abandoned` are changed only on the scheduler's thread (`add`, `cancel`,
-the backend's `release`, `rejoin`), which calls the backend one method at a time; everything workers
-touch from their own threads is under `lock`. A running job that is cancelled
-*detaches* its worker: counted abandoned, out of the pool until the backend's
-`release` says it returned, when it rejoins. A job still queued when cancelled is not
-abandoned: the worker that takes it runs its steps, which find the attempt
-settled and report it lost at once, so every job is reported exactly once.
+and `abandoned` change only on the scheduler's thread (`add`, `cancel`,
+`rejoin` and the backend's `release`), which calls the backend one method at
+a time; what workers touch from their own threads is under `lock`. A running
+job that is cancelled *detaches* its worker: counted abandoned, out of the
+pool until the backend's `release` says it returned, when it rejoins. A job
+still queued when cancelled is not abandoned: the worker that takes it runs
+its steps, which find the attempt settled and report it lost at once, so
+every job is reported exactly once. When the pool stops, idle workers end at
+once and the others once the queue is empty.
 
 Retirement: a worker's inbox (`IdleInbox`) hands it `IDLE_CHECK` after
 `idle_timeout` seconds without a message; if it is still idle and another
