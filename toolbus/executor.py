@@ -66,7 +66,8 @@ class Executor(ExecutorHooks, Submitting):
 
     Options are checked here, with `TypeError`/`ValueError` naming the option:
     `max_parallel`, `max_argument_bytes`, `max_abandoned_workers` and
-    `max_abandoned_per_tool` are integers >= 1, `hook_grace` a finite number > 0,
+    `max_abandoned_per_tool` are integers >= 1, `hook_grace` and
+    `worker_idle_timeout` finite numbers > 0,
     `timeout` a number > 0 or None (`math.inf` is taken as None: no deadline).
     `secret_keys` adds names to the default secret-looking keys for this
     executor's default masking (so it cannot be combined with `masker=`).
@@ -114,6 +115,7 @@ class Executor(ExecutorHooks, Submitting):
         max_abandoned_workers: int = 1000,
         max_abandoned_per_tool: int | None = None,
         hook_grace: float = 5.0,
+        worker_idle_timeout: float = 60.0,
         backend: str | Backend | None = "auto",
         backends: Mapping[str, Backend] | None = None,
         secret_keys: Iterable[str] = (),
@@ -135,6 +137,7 @@ class Executor(ExecutorHooks, Submitting):
             max_abandoned_workers=max_abandoned_workers,
             max_abandoned_per_tool=max_abandoned_per_tool,
             hook_grace=hook_grace,
+            worker_idle_timeout=worker_idle_timeout,
             secret_keys=secret_keys,
         )
         self._secret_keys = opts.secret_keys
@@ -161,6 +164,7 @@ class Executor(ExecutorHooks, Submitting):
             inject=inject,
             backend=backend,
             backends=backends,
+            worker_idle_timeout=opts.worker_idle_timeout,
         )
         # Opened last among the checks, and before any thread of the executor
         # starts: a bad option, or a journal that cannot be used (a bad path,

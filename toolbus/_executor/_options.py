@@ -48,6 +48,7 @@ class Options:
     max_abandoned_workers: int
     max_abandoned_per_tool: int  # given, or half of max_abandoned_workers
     secret_keys: SecretKeys  # the default matcher itself when no names are added
+    worker_idle_timeout: float = 60.0  # seconds before an idle worker thread ends
 
 
 def check_options(
@@ -62,6 +63,7 @@ def check_options(
     max_abandoned_per_tool: int | None,
     hook_grace: float,
     secret_keys: Iterable[str],
+    worker_idle_timeout: float = 60.0,
 ) -> Options:
     """The scalar options checked, in this order (the first bad one raises)."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -70,6 +72,7 @@ def check_options(
     timeout = timeout_seconds(timeout, "timeout", "Executor")
     timeout = None if timeout == math.inf else timeout
     hook_grace = positive_number(hook_grace, "hook_grace", "Executor")
+    worker_idle_timeout = positive_number(worker_idle_timeout, "worker_idle_timeout", "Executor")
     max_argument_bytes = positive_int(max_argument_bytes, "max_argument_bytes", "Executor")
     max_abandoned_workers = positive_int(max_abandoned_workers, "max_abandoned_workers", "Executor")
     if max_abandoned_per_tool is not None:
@@ -96,6 +99,7 @@ def check_options(
         max_abandoned_per_tool=max_abandoned_per_tool,
         # Without extra names, share the default matcher and its warm cache.
         secret_keys=keys if keys.extra else DEFAULT_SECRET_KEYS,
+        worker_idle_timeout=worker_idle_timeout,
     )
 
 
@@ -116,6 +120,7 @@ def check_wiring(
     inject: Mapping[str, Callable[[ToolCall], Any]] | None,
     backend: str | Backend | None,
     backends: Mapping[str, Backend] | None,
+    worker_idle_timeout: float = 60.0,
 ) -> Wiring:
     """`Executor(groups=, policies=, inject=, backend=, backends=)` checked, in
     that order; the tools the policies bring are registered into `registry`
@@ -124,7 +129,7 @@ def check_wiring(
     policy_set = PolicySet(policies)
     add_policy_tools(registry, policy_set)
     checked_inject = check_inject(inject, registry)
-    resolved = Backends(backend, backends)
+    resolved = Backends(backend, backends, thread_idle_timeout=worker_idle_timeout)
     check_tools(registry.list(), resolved, checked_groups)
     return Wiring(checked_groups, policy_set, checked_inject, resolved)
 

@@ -10,9 +10,24 @@ if TYPE_CHECKING:
 __all__ = ["status"]
 
 
+def _live_workers(scheduler: Scheduler) -> int:
+    """Workers alive now: what each backend says (threads, processes, actors),
+    or, for a custom backend of threads that does not say, its running jobs."""
+    live = 0
+    for b in scheduler.backends.values():
+        n = getattr(b, "live_workers", None)
+        if n is None and b.uses_threads:
+            try:
+                n = b.busy()
+            except Exception:  # logged by the budget's count, as every count of it is
+                n = 0
+        live += n or 0
+    return live
+
+
 def status(scheduler: Scheduler) -> dict[str, Any]:
     thread = scheduler.budget.backends[0] if scheduler.budget.backends else None
-    busy, abandoned = scheduler.budget.totals()
+    _, abandoned = scheduler.budget.totals()
     idle = getattr(thread, "idle", None)
     return {
         **scheduler.counters,
@@ -20,9 +35,7 @@ def status(scheduler: Scheduler) -> dict[str, Any]:
         "peak_in_flight": scheduler.slots.peak,
         "queued": sum(1 for r in scheduler.runs_open if r.sv_queued),
         "abandoned_workers": abandoned,
-        "live_workers": busy
-        + sum(idle(p.tool) for p in scheduler.pools.values() if idle is not None)
-        + sum(getattr(b, "live_workers", 0) for b in scheduler.backends.values()),
+        "live_workers": _live_workers(scheduler),
         "workers_started": sum(getattr(b, "started", 0) for b in scheduler.budget.backends)
         + sum(getattr(b, "workers_started", 0) for b in scheduler.backends.values()),
         "pools": {

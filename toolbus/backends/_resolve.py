@@ -72,9 +72,15 @@ class Backends:
     """One executor's backends: the built-in thread and loop backends, the
     names it binds, and its default."""
 
-    def __init__(self, default: Any, named: Mapping[str, Backend] | None) -> None:
+    def __init__(
+        self,
+        default: Any,
+        named: Mapping[str, Backend] | None,
+        *,
+        thread_idle_timeout: float = 60.0,
+    ) -> None:
         self.default = check_spec(default if default is not None else "auto", owner="Executor")
-        self.thread = ThreadBackend()
+        self.thread = ThreadBackend(idle_timeout=thread_idle_timeout)
         self.loop = LoopBackend()
         self._process: ProcessBackend | None = None
         self.named: dict[str, Backend] = {}

@@ -111,6 +111,7 @@ EXECUTOR_KEYS: dict[str, tuple[str, Check]] = {
     "max_abandoned_workers": ("max_abandoned_workers", _positive_int),
     "max_abandoned_per_tool": ("max_abandoned_per_tool", _positive_int),
     "hook_grace": ("hook_grace", _positive_number),
+    "worker_idle_timeout": ("worker_idle_timeout", _positive_number),
     "backend": ("backend", _backend),
     "secret_keys": ("secret_keys", _secret_keys),
     "groups": ("groups", _groups),
