@@ -46,6 +46,9 @@ def normalize_output(value: Any) -> tuple[Any, tuple[Attachment, ...], dict[str,
     Accepts any JSON-able value (dataclasses, datetimes and pydantic models
     included) or a `ToolOutput`; raises `OutputError` for anything else.
     """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # (most tools)
+        return value, (), {}
     if isinstance(value, ToolOutput):
         return _json_value(value.content), value.attachments, _json_value(value.metadata)
     return _json_value(value), (), {}

@@ -22,28 +22,30 @@ class Latch:
     A held lock that `set()` releases; waiters acquire and release it in turn.
     """
 
-    __slots__ = ("_flag", "_lock")
+    __slots__ = ("_lock", "flag")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lock.acquire()
-        self._flag = False
+        # Read it where a call would cost (a caller's every `execute`); set it
+        # only through `set()`.
+        self.flag = False
 
     def set(self) -> None:
-        if self._flag:
+        if self.flag:
             return
-        self._flag = True
+        self.flag = True
         try:
             self._lock.release()
         except RuntimeError:
             pass  # two threads set it at once; it is set either way
 
     def is_set(self) -> bool:
-        return self._flag
+        return self.flag
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until set or `timeout` seconds pass; True if set."""
-        if self._flag:
+        if self.flag:
             return True
         if timeout is not None:
             # NaN, negative and huge waits would raise in acquire().
@@ -51,7 +53,7 @@ class Latch:
         if self._lock.acquire(timeout=-1 if timeout is None else timeout):
             self._lock.release()
             return True
-        return self._flag
+        return self.flag
 
 
 def simple_inbox() -> Any:

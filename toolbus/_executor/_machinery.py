@@ -68,6 +68,7 @@ def start(
             nested=nested,
             plain_admission=plain_admission(hooks),
             plain_post=plain_post(hooks),
+            secret_keys=hooks._secret_keys,
         )
         host = SupervisorHost(services, loop)
         scheduler = host.scheduler = Scheduler(

@@ -130,7 +130,11 @@ class Capacity:
             if run.sv_closed:
                 continue
             groups: tuple[Group, ...] = run.sv_groups
-            full = next((g for g in groups if not g.has_room), None)
+            full = None
+            for g in groups:  # the first without room (`has_room`, inlined)
+                if g.limit is not None and g.in_flight >= g.limit:
+                    full = g
+                    break
             if full is None:
                 return run
             run.sv_borrowed = False
@@ -190,7 +194,8 @@ class Capacity:
         self.in_flight -= 1
         for g in run.sv_groups:
             g.in_flight -= 1
-            self._unpark_one(g.waiting)
+            if g.waiting.size:
+                self._unpark_one(g.waiting)
 
     def closed(self, run: Run) -> None:
         """`run` ended; if it sat in the ready queue it may have been let out of a

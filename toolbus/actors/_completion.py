@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .. import pipeline as _pipeline
 from ..models import ErrorCode, Status, ToolResult
-from ..pipeline import BatchRun, Run
+from ..pipeline import READY, BatchRun, Run
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
 from ._messages import Cancel, Close
@@ -45,8 +45,13 @@ class Completion(Deadlines):
             return
         run.sv_closed = True
         self.runs_open.discard(run)
-        self._disarm(run)
-        self.slots.closed(run)
+        if run.sv_timer is not None:  # (closed: a timer message still queued is stale)
+            self.timers.cancel(run.sv_timer)
+            run.sv_timer = None
+        if run.sv_queued == READY:
+            self.slots.closed(run)  # it may have been let out for room it now leaves
+        else:
+            self.slots.release(run)
         result = run.result
         if result is not None:
             self.counters[result.status] += 1

@@ -247,7 +247,7 @@ class Scheduler(Admission, Delays):
         while True:
             if self.budget.waiting.size:
                 self._unpark_threads()
-            run = self.slots.next_startable()
+            run = self.slots.next_startable() if self.slots.ready.size else None
             refused = self.slots.refused
             while refused:
                 r, why = refused.pop()

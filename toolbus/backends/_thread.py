@@ -34,7 +34,7 @@ import pykka
 
 from .._options import positive_number
 from ..models import ErrorCode
-from ..pipeline import LOST, Outcome, Services, drive_sync, end_call
+from ..pipeline import LOST, Outcome, Services, attempt, drive_sync, end_call
 from ._protocol import ContextSpec, Host, Job
 from ._thread_pool import IDLE_CHECK, WAKE, IdleInbox, PoolWorker, ToolPool, WorkerHandle
 
@@ -101,9 +101,13 @@ class ToolWorker(pykka.ThreadingActor):
                     return None
                 services = host.services
                 try:
-                    outcome = job.run.context.copy().run(
-                        drive_sync, job.steps(services), job.run, host.loop
+                    run = job.run
+                    steps = (
+                        attempt(run, job.attempt, services)
+                        if job.timed_out_in is None
+                        else job.steps(services)
                     )
+                    outcome = run.context.copy().run(drive_sync, steps, run, host.loop)
                 except BaseException as e:
                     outcome = contain(job, e, services)
                 # Counted as searching before the report, which may hand this

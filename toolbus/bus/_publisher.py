@@ -93,7 +93,7 @@ class Emitter:
     `announce` (any defined signal, checked).
     """
 
-    __slots__ = ("_announcer", "_publisher", "_receivers")
+    __slots__ = ("_announcer", "_publisher", "_receivers", "listening")
 
     def __init__(self, publisher: Publisher, announcer: Announcer) -> None:
         self._publisher = publisher
@@ -106,6 +106,12 @@ class Emitter:
             self._receivers = {name: sig.receivers for name, sig in publisher._signals.items()}
         elif type(publisher) is NullPublisher:
             self._receivers = {name: {} for name in ALL_SIGNALS}  # never wants anything
+        # `wants` for toolbus's own signals without a call: `listening[name]` is
+        # truthy when an event on `name` would reach anyone (the call path
+        # reads it several times per call). A custom publisher always listens.
+        self.listening: dict[str, Any] = (
+            self._receivers if self._receivers is not None else dict.fromkeys(ALL_SIGNALS, True)
+        )
 
     def wants(self, name: str) -> bool:
         """Whether an event for signal `name` would reach anyone (build it only if so)."""

@@ -37,15 +37,18 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     # Values the tool's schema types as secret are hidden whatever the masker does.
     paths = run.tool.secret_paths if run.tool is not None else ()
     try:
-        masked = svc.hooks.mask_arguments(call)
-        if not svc.plain_admission and awaitable(masked):  # (the default's is a value)
-            masked = yield masked
+        if svc.plain_admission:  # the default masker, without the hook's frame
+            masked = mask_arguments(raw, svc.secret_keys)[0]
+        else:
+            masked = svc.hooks.mask_arguments(call)
+            if awaitable(masked):
+                masked = yield masked
         if isinstance(masked, str | bytes) and not isinstance(raw, str):
             try:
                 masked = orjson.loads(masked)
             except orjson.JSONDecodeError:
                 pass
-        masked, typed = mask_paths(masked, raw, paths)
+        masked, typed = mask_paths(masked, raw, paths) if paths else (masked, [])
         if masked is not raw:
             # Whatever the masker returned (a text, a list, an object), what is
             # published has every hidden value scrubbed from it.
@@ -80,7 +83,7 @@ def admit(run: Run, svc: Services) -> Steps:
     args: dict[str, Any] | str = call.arguments
     limit = svc.max_argument_bytes
     try:
-        size = _argument_size(args, limit)
+        size = _argument_size(args, limit) if args else 2
     except TypeError as e:
         return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
     if size > limit:
@@ -137,7 +140,12 @@ def admit(run: Run, svc: Services) -> Steps:
         if not allowed:
             return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{new.name}' is not allowed")
     try:
-        run.params = tool.parse(new.arguments)
+        args = new.arguments
+        run.params = (
+            tool.validate(args)
+            if tool.validates_dicts and type(args) is dict
+            else tool.parse(new.arguments)
+        )
     except ArgumentError as e:
         return _reject(run, ErrorCode.INVALID_ARGUMENTS, str(e))
     except Exception as e:

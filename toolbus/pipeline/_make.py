@@ -9,6 +9,7 @@ the other.
 from __future__ import annotations
 
 import inspect
+import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,7 @@ def make_result(
         error=error,
         error_code=code,
         attempts=run.attempt if attempts is None else attempts,
-        duration=run.elapsed(),
+        duration=time.monotonic() - run.first_start if run.first_start else 0.0,  # elapsed()
         attachments=attachments,
         metadata=metadata if metadata is not None else {},
     )

@@ -11,7 +11,7 @@ from ..bus._events import (
     RetryExhausted,
     RetrySuccess,
 )
-from ..masking import Scrubber
+from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ErrorCode, Status, ToolResult
 from ._make import log_contained, make_result
 from ._policies import tell_results
@@ -48,7 +48,8 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     if run.completed_late and "completed_late" not in result.metadata:
         # The model must not redo a side effect that did happen, only too late.
         result = result.model_copy(update={"metadata": {**result.metadata, "completed_late": True}})
-    result = _scrubbed(run.scrubber, result)
+    if run.scrubber is not EMPTY_SCRUBBER:
+        result = _scrubbed(run.scrubber, result)
     if not run.try_complete(result):
         return False
     if run.consulted or run.delayed_by is not None:
@@ -61,18 +62,19 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
         except Exception as e:  # the result stands; the journal's failure is logged
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
     em = svc.emitter
-    bid, att, name = run.batch_id, result.attempts, run.call.name
+    bid = run.batch.batch_id if run.batch is not None else None
+    att, name = result.attempts, run.call.name
     pid = run.parent_call_id
     if att > 1:
         if result.status == "ok":
-            if em.wants(sig.RETRY_SUCCESS):
+            if em.listening[sig.RETRY_SUCCESS]:
                 em.emit(
                     sig.RETRY_SUCCESS,
                     RetrySuccess(
                         run.call.id, name, bid, att, att, parent_call_id=pid, _run=run.token
                     ),
                 )
-        elif result.status in ("error", "timeout") and em.wants(sig.RETRY_EXHAUSTED):
+        elif result.status in ("error", "timeout") and em.listening[sig.RETRY_EXHAUSTED]:
             em.emit(
                 sig.RETRY_EXHAUSTED,
                 RetryExhausted(
@@ -86,7 +88,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
                     _run=run.token,
                 ),
             )
-    if result.status == "rejected" and em.wants(sig.REJECTED):
+    if result.status == "rejected" and em.listening[sig.REJECTED]:
         em.emit(
             sig.REJECTED,
             CallRejected(
@@ -101,7 +103,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
                 _run=run.token,
             ),
         )
-    elif result.status == "cancelled" and em.wants(sig.CANCELLED):
+    elif result.status == "cancelled" and em.listening[sig.CANCELLED]:
         em.emit(
             sig.CANCELLED,
             CallCancelled(
@@ -115,7 +117,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
                 _run=run.token,
             ),
         )
-    if em.wants(sig.FINISHED):
+    if em.listening[sig.FINISHED]:
         em.emit_later(  # built on a delivery thread: the caller waits for this one
             sig.FINISHED,
             CallFinished,

@@ -79,22 +79,22 @@ class Waiter:
 
 
 class ThreadWaiter(Waiter):
-    __slots__ = ("_latch", "value")
+    __slots__ = ("latch", "value")
 
     def __init__(self) -> None:
-        self._latch = Latch()
+        self.latch = Latch()  # `latch.flag`: released
         self.value: Any = None
 
     def release(self, value: Any) -> None:
         self.value = value
-        self._latch.set()
+        self.latch.set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._latch.wait(timeout)
+        return self.latch.wait(timeout)
 
     @property
     def released(self) -> bool:
-        return self._latch.is_set()
+        return self.latch.flag
 
 
 class LoopWaiter(Waiter):

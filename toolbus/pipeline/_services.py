@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol, cast
 from ..bus import _signals as sig
 from ..bus._events import LateResult, WorkerKilled
 from ..bus._publisher import Emitter
+from ..masking import SecretKeys
 from ..models import ToolCall, ToolResult
 from ..retry import AttemptFailure
 from ..tools import ToolContext
@@ -125,6 +126,9 @@ class Services:
     # No post-call hook (none given, `post_execute` not overridden): a result
     # is final as the step makes it.
     plain_post: bool = False
+    # The executor's `secret_keys`: with plain admission, the default masking
+    # is applied here without a trip through the hook.
+    secret_keys: SecretKeys | None = None
 
     def announce_killed(self, run: Run, pid: int, reason: str) -> None:
         """A process running `run`'s attempt was killed by toolbus: count it and

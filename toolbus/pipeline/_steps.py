@@ -23,6 +23,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any
 
 from .._errors import ToolCrashed, WorkerKilled
@@ -83,7 +84,7 @@ def publish_progress(
 ) -> None:
     """Announce a tool's progress, scrubbed; the progress channel of every backend."""
     em = svc.emitter
-    if em.wants(sig.PROGRESS):
+    if em.listening[sig.PROGRESS]:
         s = run.scrubber
         em.emit(
             sig.PROGRESS,
@@ -115,7 +116,7 @@ def _progress_sink(svc: Services, run: Run) -> Any:
 
 def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> Steps:
     """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome."""
-    if not run.is_live(n):
+    if run.attempt != n or run.settled or run.result is not None:  # `run.is_live(n)`, inlined
         return LOST
     current_run.set((svc, run))
     # Whatever attempt this is: one that timed out in its pre-call hooks left
@@ -127,7 +128,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             if not run.try_settle(n):
                 return LOST
             return DONE if finish(run, rejection, svc) else LOST
-        if not run.is_live(n):
+        if run.attempt != n or run.settled or run.result is not None:  # not `is_live(n)`
             return LOST
     if run.policy_at < len(run.policies):
         decided = yield from consult(run, svc)
@@ -150,10 +151,11 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     tool = run.tool
     assert tool is not None
     em = svc.emitter
-    call_id, name, bid = run.call.id, run.call.name, run.batch_id
+    call_id, name = run.call.id, run.call.name
+    bid = run.batch.batch_id if run.batch is not None else None
     pid = run.parent_call_id
     # Built on a delivery thread (`emit_later`): this is the caller's critical path.
-    if n > 1 and em.wants(sig.RETRY_ATTEMPT):
+    if n > 1 and em.listening[sig.RETRY_ATTEMPT]:
         em.emit_later(
             sig.RETRY_ATTEMPT,
             RetryAttempt,
@@ -161,7 +163,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             pid,
             run.token,
         )
-    if em.wants(sig.EXECUTING):
+    if em.listening[sig.EXECUTING]:
         em.emit_later(
             sig.EXECUTING,
             Executing,
@@ -191,7 +193,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
     value: Any = None
     try:
         value = tool.invoke(run.params, ctx) if invoke is None else invoke(run, run.params, ctx)
-        if inspect.iscoroutine(value):  # also from a sync wrapper of an async function
+        if isinstance(value, CoroutineType):  # also from a sync wrapper of an async function
             value = yield value
         elif tool.is_async and inspect.isawaitable(value):
             raise TypeError("tool returned an awaitable that is not a coroutine")
@@ -229,7 +231,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         # that did complete says so, so the model does not redo it.
         if error is None and not run.read_only:
             run.completed_late = True
-        if em.wants(sig.TIMEOUT):
+        if em.listening[sig.TIMEOUT]:
             em.emit(
                 sig.TIMEOUT,
                 TimedOut(
@@ -251,11 +253,13 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             "the tool's task was cancelled (its event loop shutting down?)",
         )
     if error is None:
-        if em.wants(sig.EXECUTED):
+        if em.listening[sig.EXECUTED]:
             em.emit_later(sig.EXECUTED, Executed, (call_id, name, bid, n, duration), pid, run.token)
         result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
+        if svc.plain_post:  # nothing to run on it: final as made
+            return DONE if finish(run, result, svc) else LOST
         return (yield from complete(run, result, svc))
-    if em.wants(sig.ERROR):
+    if em.listening[sig.ERROR]:
         text = run.scrubber.text(error_text(error))
         em.emit(
             sig.ERROR,

@@ -150,6 +150,7 @@ class Tool:
     # Bumped by every attribute set on the tool: an executor's plan for it
     # (resolved timeout, backend, policies) is made for one version.
     _version: int = 0
+    validates_dicts: bool = False
 
     def __init__(self) -> None:
         self._setup()
@@ -196,6 +197,9 @@ class Tool:
         typed = secret_paths(full)
         self.secret_paths = typed + tuple((n,) for n in self.injected_names if (n,) not in typed)
         self.is_async = inspect.iscoroutinefunction(self._target())
+        # `parse` of a dict is `validate` unless a subclass parses its own way:
+        # the executor then validates without the extra frame.
+        self.validates_dicts = self.type == "function" and type(self).parse is Tool.parse
         self._wants_context = self._target_wants_context()
         # Whether a call must build a ToolContext: an `invoke` of toolbus's own
         # passes it only when `run` takes it; one of a subclass may read it.
