@@ -444,6 +444,13 @@ class Executor(ExecutorHooks, Submitting):
         self._timers.close()
         self._loop.close()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        # A hook set on a started executor (`ex.is_allowed = ...`) is called
+        # from the next call on: the pipeline skips only hooks it knows unset.
+        if name in _machinery.HOOK_ATTRIBUTES and "_services" in self.__dict__:
+            _machinery.refresh_plain(self._services, self)
+
     def __enter__(self) -> Executor:
         return self
 

@@ -48,14 +48,9 @@ def direct(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return started
 
 
-def _on_loop(
-    made: list[Executor], seen: list[bool]
-) -> Callable[[ToolCall, ToolResult], ToolResult]:
-    """A post-call hook noting whether it runs on the loop of the executor
-    that `made` holds (given the hook, it is made first)."""
-
+def _on_loop(ex: Executor, seen: list[bool]) -> Callable[[ToolCall, ToolResult], ToolResult]:
     def post(c: ToolCall, result: ToolResult) -> ToolResult:
-        seen.append(made[0]._loop.owns_current_thread())
+        seen.append(ex._loop.owns_current_thread())
         return result
 
     return post
@@ -65,9 +60,10 @@ def test_a_warm_call_is_sent_directly_and_finished_on_the_loop(
     make_executor: MakeExecutor, direct: list[str]
 ) -> None:
     seen: list[bool] = []
-    made: list[Executor] = []
-    ex = make_executor(pt.registry, timeout=20, post_call=[_on_loop(made, seen)])
-    made.append(ex)
+    hooks: list[Any] = []
+    ex = make_executor(pt.registry, timeout=20, post_call=hooks)
+    hooks.append(_on_loop(ex, seen))
+    ex._post_call = tuple(hooks)
     first = ex.execute(call("pid_or_hang", id="cold"))
     assert first.status == "ok"
     assert direct == []  # the tool's pool did not exist yet: the loop path started it
@@ -136,15 +132,11 @@ def test_a_call_that_cannot_be_sent_fails_on_the_loop_and_keeps_its_worker(
     make_executor: MakeExecutor, direct: list[str]
 ) -> None:
     seen: list[bool] = []
-    made: list[Executor] = []
+    hooks: list[Any] = []
     backend = ProcessBackend(context_vars=[pt.tenant])
-    ex = make_executor(
-        pt.registry,
-        backends={"process": backend},
-        timeout=20,
-        post_call=[_on_loop(made, seen)],
-    )
-    made.append(ex)
+    ex = make_executor(pt.registry, backends={"process": backend}, timeout=20, post_call=hooks)
+    hooks.append(_on_loop(ex, seen))
+    ex._post_call = tuple(hooks)
     pid = ex.execute(call("worker_pid")).output
     token = pt.tenant.set(lambda: None)  # type: ignore[arg-type]  # cannot be pickled
     try:

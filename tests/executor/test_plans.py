@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 
 from tests.conftest import MakeExecutor
-from toolbus import ErrorCode, ToolCall, ToolRegistry
+from toolbus import ErrorCode, FunctionTool, Tool, ToolCall, ToolRegistry
+from toolbus.backends import ThreadBackend
+from toolbus.bus import Recorder
 from toolbus.policies import Admit, BasePolicy, Decision, Reject
 
 
@@ -162,3 +164,105 @@ def test_a_plan_is_kept_while_nothing_changes(make_executor: MakeExecutor) -> No
     assert first is not None
     assert ex._plans.plan("f", *args) is first
     assert ex._plans.plan("nope", *args) is None
+
+
+def test_a_plan_made_from_the_old_map_is_not_kept_for_the_new_one(
+    make_executor: MakeExecutor,
+) -> None:
+    """A call planning against the map a `replace` swapped out left its plan in
+    the new map's cache, and later calls ran the replaced tool (review of issue 20)."""
+    checking, go_on = threading.Event(), threading.Event()
+
+    class SlowCheck(ThreadBackend):
+        def check(self, tool: Tool) -> None:  # user code: it may take a while
+            if getattr(tool, "slow_check", False):
+                checking.set()
+                go_on.wait(10)
+
+    def make(value: str, slow: bool) -> Tool:
+        def t() -> str:
+            return value
+
+        made = FunctionTool(t, name="t")
+        made.backend = "slow"
+        made.slow_check = slow  # type: ignore[attr-defined]
+        return made
+
+    old, new = make("old", True), make("new", False)
+    reg = ToolRegistry([old])
+    ex = make_executor(reg, backends={"slow": SlowCheck()})
+    before: list[object] = []
+    caller = threading.Thread(target=lambda: before.append(ex.execute(_call("t")).output))
+    caller.start()
+    assert checking.wait(10)  # planning against the old map, inside check()
+    assert reg.replace(old, new)
+    assert ex.execute(_call("t")).output == "new"
+    go_on.set()
+    caller.join(10)
+    assert before == ["old"]  # it looked the tool up before the replace
+    assert [ex.execute(_call("t")).output for _ in range(3)] == ["new"] * 3
+
+
+def test_a_backend_check_that_failed_is_asked_again(make_executor: MakeExecutor) -> None:
+    """A plan kept the failure of a backend's `check` for good (review of issue 20)."""
+    checks: list[int] = []
+
+    class Flaky(ThreadBackend):
+        def check(self, tool: Tool) -> None:
+            checks.append(1)
+            if len(checks) == 2:  # the executor binding the tool, then the first call
+                raise ConnectionError("not ready yet")
+
+    reg = ToolRegistry()
+
+    @reg.tool(backend="flaky", read_only=True)
+    def f() -> str:
+        return "ran"
+
+    ex = make_executor(reg, backends={"flaky": Flaky()})
+    first = ex.execute(_call())
+    assert (first.status, first.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert [ex.execute(_call()).output for _ in range(2)] == ["ran", "ran"]
+
+
+def test_hooks_set_on_a_started_executor_are_called(make_executor: MakeExecutor) -> None:
+    """Hooks set on the instance were skipped by a plan of the class's (review of issue 20)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def lookup(ssn: str, who: str) -> str:
+        return f"record for {who}"
+
+    ex = make_executor(reg)
+    secret = "078-05-1120"
+    call = _call("lookup", ssn=secret, who="mallory")
+    assert ex.execute(call).status == "ok"
+    ex.is_allowed = lambda c: c.arguments["who"] != "mallory"  # type: ignore[method-assign]
+    ex.mask_arguments = lambda c: {**c.arguments, "ssn": "***"}  # type: ignore[method-assign]
+    ex.post_execute = lambda c, r: r.model_copy(  # type: ignore[method-assign]
+        update={"output": f"[audited] {r.output}"}
+    )
+    with Recorder(sender=ex) as rec:
+        refused = ex.execute(call)
+        ok = ex.execute(_call("lookup", ssn=secret, who="alice"))
+        ex.drain_events()
+    assert (refused.status, refused.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    assert ok.output == "[audited] record for alice"
+    assert rec.events and not [e for e in rec.events if secret in repr(e)]
+
+
+def test_a_parse_set_on_a_tool_is_asked(make_executor: MakeExecutor) -> None:
+    """A tool's own `parse`, set on the instance, was skipped for dict arguments
+    (review of issue 20)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    ex = make_executor(reg)
+    plain = add.parse
+    add.parse = lambda arguments: plain(  # type: ignore[method-assign]
+        {"a": arguments["x"], "b": arguments["y"]} if isinstance(arguments, dict) else arguments
+    )
+    assert ex.execute(_call("add", x=1, y=2)).output == 3

@@ -26,7 +26,14 @@ from ..models import ToolCall
 from ..pipeline import NestedCalls, Services
 from ._options import Options
 
-__all__ = ["Machinery", "plain_admission", "plain_post", "start"]
+__all__ = [
+    "HOOK_ATTRIBUTES",
+    "Machinery",
+    "plain_admission",
+    "plain_post",
+    "refresh_plain",
+    "start",
+]
 
 
 class Machinery(NamedTuple):
@@ -97,14 +104,31 @@ def plain_admission(hooks: ExecutorHooks) -> bool:
     and none of those hooks overridden (see `Services.plain_admission`)."""
     if hooks._pre_call or hooks._authorize is not None or hooks._masker is not None:
         return False
-    cls = type(hooks)
-    return all(
-        getattr(cls, name) is getattr(ExecutorHooks, name)
-        for name in ("pre_execute", "is_allowed", "mask_arguments")
-    )
+    return all(_default(hooks, name) for name in ("pre_execute", "is_allowed", "mask_arguments"))
 
 
 def plain_post(hooks: ExecutorHooks) -> bool:
     """No user code sees a result before it is final: no post-call hook, and
     `post_execute` not overridden (see `Services.plain_post`)."""
-    return not hooks._post_call and type(hooks).post_execute is ExecutorHooks.post_execute
+    return not hooks._post_call and _default(hooks, "post_execute")
+
+
+# What decides `plain_admission` and `plain_post`: set on an executor after it
+# starts, the flags are worked out again (`refresh_plain`).
+HOOK_ATTRIBUTES = frozenset(
+    {"pre_execute", "is_allowed", "mask_arguments", "post_execute",
+     "_pre_call", "_post_call", "_authorize", "_masker"}
+)  # fmt: skip
+
+
+def _default(hooks: ExecutorHooks, name: str) -> bool:
+    """Whether hook `name` is toolbus's own: not overridden by a subclass, nor
+    set on the instance."""
+    return name not in getattr(hooks, "__dict__", {}) and getattr(type(hooks), name) is getattr(
+        ExecutorHooks, name
+    )
+
+
+def refresh_plain(services: Services, hooks: ExecutorHooks) -> None:
+    """Work out `services.plain_admission` and `plain_post` again (a hook was set)."""
+    services.set_plain(plain_admission(hooks), plain_post(hooks))

@@ -80,20 +80,23 @@ class ToolPlan:
 
     @property
     def lasting(self) -> bool:
-        """Whether it may be kept: a policy whose `applies_to` raised is asked
-        again by the next call (the failure may pass)."""
-        return self.guard is None or self.guard.refusal is None
+        """Whether it may be kept: a backend whose `check` raised, or a policy
+        whose `applies_to` did, is asked again by the next call (the failure
+        may pass)."""
+        return self.backend is not None and (self.guard is None or self.guard.refusal is None)
 
 
 class ToolPlans:
     """An executor's plans, by tool name, for the registry map they were made
     from (a registry swaps its map whole on every change)."""
 
-    __slots__ = ("_by_name", "_tools")
+    __slots__ = ("_state",)
 
     def __init__(self) -> None:
-        self._tools: Any = None
-        self._by_name: dict[str, ToolPlan] = {}
+        # (the registry's map, the plans made from it): swapped whole, so a
+        # plan is only ever kept beside the map it was made from, whichever
+        # thread swaps first.
+        self._state: tuple[Any, dict[str, ToolPlan]] = (None, {})
 
     def plan(
         self,
@@ -106,10 +109,11 @@ class ToolPlans:
     ) -> ToolPlan | None:
         """The plan of the tool `registry` has under `name` (None: no such tool)."""
         tools = registry._tools
-        if tools is not self._tools:  # registered, replaced or removed: start again
-            self._by_name = {}
-            self._tools = tools
-        plan = self._by_name.get(name)
+        state = self._state
+        if state[0] is not tools:  # registered, replaced or removed: start again
+            state = self._state = (tools, {})
+        by_name = state[1]
+        plan = by_name.get(name)
         if (
             plan is not None
             and plan.version == plan.tool._version
@@ -122,7 +126,7 @@ class ToolPlans:
             return None
         plan = ToolPlan(tool, timeout=timeout, retry=retry, policies=policies, backends=backends)
         if plan.lasting:
-            self._by_name[name] = plan
+            by_name[name] = plan
         return plan
 
 

@@ -130,6 +130,12 @@ class Services:
     # is applied here without a trip through the hook.
     secret_keys: SecretKeys | None = None
 
+    def set_plain(self, admission: bool, post: bool) -> None:
+        """The executor's hooks changed after it started (one set on the
+        instance): the only fields that change, each one atomic write."""
+        object.__setattr__(self, "plain_admission", admission)
+        object.__setattr__(self, "plain_post", post)
+
     def announce_killed(self, run: Run, pid: int, reason: str) -> None:
         """A process running `run`'s attempt was killed by toolbus: count it and
         announce `tool:killed`. Every backend or tool that kills a process says so here."""

@@ -311,6 +311,8 @@ class Tool:
         if name == "output_schema" and not isinstance(getattr(type(self), name, None), property):
             check_output_schema(value, f"tool '{getattr(self, 'name', type(self).__name__)}'")
         object.__setattr__(self, name, value)
+        if name == "parse":  # a parse of its own, set on the instance: always asked
+            object.__setattr__(self, "validates_dicts", False)
         # Any change makes the plans executors keep for this tool stale.
         object.__setattr__(self, "_version", self._version + 1)
 
