@@ -6,7 +6,8 @@ voluntary context switches (in a process of its own: the profile hook must be
 in place before the executor's threads start). Counts do not depend on how
 fast or busy the machine is, so this is a test, not a benchmark: issue 20's
 budget is half of what the engine made on 5ac056b (142 calls, 74 on the
-caller's thread), one other thread woken and two switches per call.
+caller's thread) and one other thread running Python per call. The context
+switches, which a loaded machine adds to, are checked by the benchmark suite.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from benchmarks.call_budget import BUDGET, TODAY
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Switches are the quietest of several rounds; a stray wake-up in that round
-# (a garbage collection, a timer) may add a few per hundred calls.
-_SWITCH_SLACK = 0.1
+# A thread that runs Python now and then whatever the calls (the timer thread
+# when the earliest deadline changes) may show in a few calls of a round.
+_STRAY = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +56,14 @@ def test_one_execute_makes_at_most_half_the_python_calls_of_before(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="counts switches from /proc")
-def test_one_execute_wakes_one_thread_and_switches_twice(
+def test_one_execute_runs_python_on_one_other_thread(
     figures: dict[str, dict[str, float]],
 ) -> None:
+    """One hop to a worker and back: no second thread (a timer, a supervisor)
+    runs Python for a call. Counted from where Python ran, not from context
+    switches, which a loaded machine adds to (those are a benchmark figure)."""
     one = figures["execute"]
-    assert one["woken"] <= BUDGET["woken"] + _SWITCH_SLACK, one
-    assert one["switches"] <= BUDGET["switches"] + _SWITCH_SLACK, one
+    assert one["ran"] <= BUDGET["ran"] + _STRAY, one
 
 
 @pytest.mark.timeout(300)
@@ -71,4 +73,4 @@ def test_a_batch_costs_no_more_per_call_than_one_execute(
     """Ten quick calls in a batch share workers: neither Python nor wake-ups grow per call."""
     one, ten = figures["execute"], figures["execute_batch_10"]
     assert ten["all_calls"] <= one["all_calls"], (one, ten)
-    assert ten["woken"] <= one["woken"] + _SWITCH_SLACK, (one, ten)
+    assert ten["ran"] <= one["ran"] + _STRAY, (one, ten)
