@@ -50,7 +50,10 @@ def test_hung_tool_frees_its_caller_while_others_flow(
             stats = ex.stats()
             latencies.append(time.perf_counter() - t0)
             assert stats.in_flight >= 0
-    assert statistics.median(latencies) < 0.050
+    # The supervisor answers while the tool hangs: bounded loosely (seconds, not
+    # the timeout of 10 s it would wait for if blocked), as a loaded machine
+    # slows every answer; how fast it answers is the benchmark suite's figure.
+    assert statistics.median(latencies) < 2
 
     caller.join(10)
     assert not caller.is_alive(), "the caller was not freed at the deadline"

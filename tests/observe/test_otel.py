@@ -449,32 +449,35 @@ def test_concurrent_calls_with_the_same_id_each_get_their_own_parent(
     start times (review 10)."""
     registry = ToolRegistry()
     long_running = threading.Event()
+    short_done = threading.Event()
 
     @registry.tool(read_only=True)
-    def work(delay: float) -> str:
+    def work(which: str) -> str:
         """Works for a while."""
-        if delay > 0.3:
+        if which == "long":  # runs until the short call has ended
             long_running.set()
-        time.sleep(delay)  # tool under test: takes a while
+            assert short_done.wait(10)
         return "ok"
 
     ex = make_executor(registry, max_parallel=4)
-    otel.instrument(ex)
+    otel.instrument(ex, capture_content=True)  # the arguments tell the spans apart
     parents: dict[str, int] = {}
     submitted: dict[str, int] = {}
+    returned: dict[str, int] = {}
 
-    def conversation(name: str, delay: float, after_long_started: bool) -> None:
-        if after_long_started:  # the short call runs inside the long one's span
+    def conversation(which: str) -> None:
+        if which == "short":  # the short call runs inside the long one's span
             assert long_running.wait(10)
-        with otel.tracer.start_as_current_span(name) as span:
-            parents[name] = span.get_span_context().span_id
-            submitted[name] = time.time_ns()
-            ex.execute(ToolCall(id="call_0", name="work", arguments={"delay": delay}))
+        with otel.tracer.start_as_current_span(which) as span:
+            parents[which] = span.get_span_context().span_id
+            # In the spans' own units (time.time() as int ns), so comparable.
+            submitted[which] = int(time.time() * 1e9)
+            ex.execute(ToolCall(id="call_0", name="work", arguments={"which": which}))
+            returned[which] = int(time.time() * 1e9)
+        if which == "short":
+            short_done.set()
 
-    threads = [
-        threading.Thread(target=conversation, args=("long", 0.5, False)),
-        threading.Thread(target=conversation, args=("short", 0.05, True)),
-    ]
+    threads = [threading.Thread(target=conversation, args=(w,)) for w in ("long", "short")]
     for t in threads:
         t.start()
     for t in threads:
@@ -482,11 +485,17 @@ def test_concurrent_calls_with_the_same_id_each_get_their_own_parent(
     ex.drain_events()
     spans = otel.spans()
     assert len(spans) == 2
+    starts: dict[str, int] = {}
     for span in spans:
         assert span.start_time is not None and span.end_time is not None
-        which = "long" if span.end_time - span.start_time > 0.3e9 else "short"
+        which = json.loads(str((span.attributes or {})["gen_ai.tool.call.arguments"]))["which"]
         assert span.parent is not None and span.parent.span_id == parents[which]
-        assert abs(span.start_time - submitted[which]) < 0.05e9
+        starts[which] = span.start_time
+    assert sorted(starts) == ["long", "short"]
+    # Each span starts at its own call's submission: the long call's before the
+    # short one was submitted, the short call's after, each before its return.
+    assert submitted["long"] <= starts["long"] < submitted["short"]
+    assert submitted["short"] <= starts["short"] <= returned["short"]
 
 
 def test_a_deferred_call_is_not_an_error(make_executor: MakeExecutor, otel: Otel) -> None:
