@@ -263,9 +263,42 @@ def test_register_checks_idempotent_hints() -> None:
             conn.tools(idempotent_hints="false")  # type: ignore[arg-type]  # truthy: trusts them
 
 
-def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools() -> None:
+def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A catastrophic output schema pattern (ReDoS) stalled the loop past the call's timeout
     (review 12)."""
+    import subprocess
+
+    from toolbus.mcp import _output
+
+    # The match (in a child process) made to outlast the call by far: 32 "a"s
+    # backtrack for minutes, and the child may run 120 s. So a call that ended
+    # with the match, not at its 1 s timeout, could not pass the bounds below
+    # however loaded the machine. The children are killed when the test is done.
+    children: list[subprocess.Popen[bytes]] = []
+    test_over = threading.Event()
+
+    class Subprocess:
+        TimeoutExpired = subprocess.TimeoutExpired
+
+        @staticmethod
+        def run(args: list[str], *, input: bytes, timeout: float, **_: Any) -> Any:
+            with subprocess.Popen(
+                args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            ) as child:
+                children.append(child)
+                if test_over.is_set():  # started after the test killed the others
+                    child.kill()
+                try:
+                    out, err = child.communicate(input, timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    raise
+            return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+    monkeypatch.setattr(_output, "subprocess", Subprocess)
+    monkeypatch.setattr(_output, "PATTERN_SECONDS", 120)
     peer = Peer()
     peer.tool(
         "redos",
@@ -275,39 +308,49 @@ def test_a_catastrophic_output_schema_pattern_does_not_stall_other_tools() -> No
         },
     )
     peer.results["redos"] = types.CallToolResult(
-        content=[], structured_content={"a": "a" * 25 + "!"}
+        content=[], structured_content={"a": "a" * 32 + "!"}
     )
     registry = ToolRegistry()
 
     ticking = threading.Event()
+    redos_over = threading.Event()
 
-    @registry.tool(read_only=True, timeout=10)  # longer than its 1.5 s of ticks
+    @registry.tool(read_only=True, timeout=60)
     async def tick() -> float:
+        """Ticks on the executor's loop until the redos call has ended."""
         ticking.set()
         gaps, last = [], time.monotonic()
-        for _ in range(30):
+        while True:
             await asyncio.sleep(0.05)
             now = time.monotonic()
             gaps.append(now - last)
             last = now
-        return max(gaps)
+            if redos_over.is_set():
+                return max(gaps)
 
-    with connect(peer.server) as conn:
-        conn.register(registry)
-        with Executor(registry, timeout=1) as executor:
-            ticks: dict[str, Any] = {}
-            thread = threading.Thread(
-                target=lambda: ticks.setdefault("r", executor.execute(ToolCall(name="tick")))
-            )
-            thread.start()
-            assert ticking.wait(5)  # the loop's ticks are being measured
-            started = time.monotonic()
-            result = executor.execute(ToolCall(name="redos"))
-            took = time.monotonic() - started
-            thread.join()
+    try:
+        with connect(peer.server) as conn:
+            conn.register(registry)
+            with Executor(registry, timeout=1) as executor:
+                ticks: dict[str, Any] = {}
+                thread = threading.Thread(
+                    target=lambda: ticks.setdefault("r", executor.execute(ToolCall(name="tick")))
+                )
+                thread.start()
+                assert ticking.wait(5)  # the loop's ticks are being measured
+                started = time.monotonic()
+                result = executor.execute(ToolCall(name="redos"))
+                took = time.monotonic() - started
+                redos_over.set()
+                thread.join()
+    finally:
+        redos_over.set()
+        test_over.set()
+        for child in list(children):
+            child.kill()
     assert result.status in ("timeout", "error")
-    assert took < 1.5, f"a 1 s timeout ended after {took:.1f}s"
-    assert ticks["r"].output < 0.5, f"a local async tool stalled {ticks['r'].output:.1f}s"
+    assert took < 10, f"a 1 s timeout ended after {took:.1f}s"
+    assert ticks["r"].output < 5, f"a local async tool stalled {ticks['r'].output:.1f}s"
 
 
 def test_a_risky_pattern_is_still_checked_out_of_process() -> None:
