@@ -57,5 +57,7 @@ def test_a_bad_address_is_a_clear_error_not_a_hang() -> None:
     assert "127.0.0.1:1" in error and seconds < 30, out
     status, code, error, seconds = out["again"]
     assert (status, code) == ("rejected", "TOOL_UNAVAILABLE"), out
-    assert "127.0.0.1:1" in error and seconds < 2, out
-    assert out["close_s"] < 5, out
+    # Rejected at once, not after another connection attempt (up to 30 s, as
+    # the first call shows): bounded loosely, as a loaded machine is slow.
+    assert "127.0.0.1:1" in error and seconds < 10, out
+    assert out["close_s"] < 20, out

@@ -274,9 +274,10 @@ def test_close_keeps_its_budget_and_counts_what_it_drops(
             assert entered.wait(5)
             started = time.monotonic()
             with caplog.at_level(logging.WARNING, "toolbus.bus"):
-                ex.close(timeout=0.5)
-            # An upper bound on a hang, not a speed claim.
-            assert time.monotonic() - started < 1.5
+                ex.close(timeout=2)  # room for the healthy receiver, however loaded
+            # An upper bound on a hang (the stuck receiver is let go only at
+            # the end), not a speed claim: loose, as a loaded machine is slow.
+            assert time.monotonic() - started < 10
             assert len(rec.of(bus.FINISHED)) == 5  # the healthy receiver got everything
     finally:
         gate.set()

@@ -529,11 +529,14 @@ def test_barrier_order_holds_inside_a_graph(nodes: list[ToolbusNode]) -> None:
         note("end", key)
         return key
 
+    both_reads = threading.Barrier(2, timeout=10)
+
     @lc_tool
     def read(key: str) -> str:
         """Reads."""
         note("start", key)
-        time.sleep(0.05)  # tool under test: takes a while
+        if key in ("r1", "r2"):
+            both_reads.wait()  # passes only if the two reads run at the same time
         note("end", key)
         return key
 
@@ -568,17 +571,18 @@ def test_barrier_order_holds_inside_a_graph(nodes: list[ToolbusNode]) -> None:
 
 
 def test_max_parallel_holds_inside_a_graph(nodes: list[ToolbusNode]) -> None:
-    lock = threading.Lock()
+    inside = threading.Condition()
     running = [0, 0]  # now, peak
 
     @lc_tool
     def slow(i: int) -> int:
         """Takes a while."""
-        with lock:
+        with inside:
             running[0] += 1
             running[1] = max(running[1], running[0])
-        time.sleep(0.03)  # tool under test: takes a while
-        with lock:
+            inside.notify_all()
+            # Held until two calls are inside at once: proves they run together.
+            assert inside.wait_for(lambda: running[1] >= 2, 10), "never two calls at once"
             running[0] -= 1
         return i
 

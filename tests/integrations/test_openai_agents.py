@@ -214,17 +214,18 @@ async def test_nulls_for_optional_fields_take_the_defaults(make_executor: MakeEx
 
 async def test_max_parallel_holds_inside_the_runner(make_executor: MakeExecutor) -> None:
     reg = ToolRegistry()
-    lock = threading.Lock()
+    inside = threading.Condition()
     running = [0]
     peak = [0]
 
     @reg.tool(read_only=True)
     def slow(i: int) -> int:
-        with lock:
+        with inside:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.03)  # tool under test: takes a while
-        with lock:
+            inside.notify_all()
+            # Held until two calls are inside at once: proves they run together.
+            assert inside.wait_for(lambda: peak[0] >= 2, 10), "never two calls at once"
             running[0] -= 1
         return i
 

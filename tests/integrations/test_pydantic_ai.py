@@ -199,17 +199,18 @@ async def test_parallel_calls_and_a_validation_error_the_model_corrects(
 
 async def test_max_parallel_holds_inside_the_agent(make_executor: MakeExecutor) -> None:
     reg = ToolRegistry()
-    lock = threading.Lock()
+    inside = threading.Condition()
     running = [0]
     peak = [0]
 
     @reg.tool(read_only=True)
     def slow(i: int) -> int:
-        with lock:
+        with inside:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.03)  # tool under test: takes a while
-        with lock:
+            inside.notify_all()
+            # Held until two calls are inside at once: proves they run together.
+            assert inside.wait_for(lambda: peak[0] >= 2, 10), "never two calls at once"
             running[0] -= 1
         return i
 
@@ -261,20 +262,25 @@ async def test_a_secret_argument_never_reaches_the_bus(make_executor: MakeExecut
 async def test_barrier_order_holds_inside_the_agent(make_executor: MakeExecutor) -> None:
     reg = ToolRegistry()
     spans: dict[str, tuple[float, float]] = {}
-
-    def record(label: str, pause: float) -> str:
-        start = time.monotonic()
-        time.sleep(pause)  # tool under test: takes a while
-        spans[label] = (start, time.monotonic())
-        return label
+    # Each pair of reads between two barriers meets here: it passes only if
+    # the two run at the same time.
+    pairs = {"r1": threading.Barrier(2, timeout=10), "r3": threading.Barrier(2, timeout=10)}
+    pairs["r2"], pairs["r4"] = pairs["r1"], pairs["r3"]
 
     @reg.tool(read_only=True)
     def read(label: str) -> str:
-        return record(label, 0.03)
+        start = time.monotonic()
+        if label in pairs:
+            pairs[label].wait()
+        spans[label] = (start, time.monotonic())
+        return label
 
     @reg.tool
     def write(label: str) -> str:
-        return record(label, 0.01)
+        start = time.monotonic()
+        time.sleep(0.01)  # tool under test: takes a while (an overlap would show)
+        spans[label] = (start, time.monotonic())
+        return label
 
     ex = make_executor(reg, max_parallel=8)
     order = [("read", "r1"), ("read", "r2"), ("write", "w1"), ("read", "r3"), ("read", "r4")]
@@ -297,7 +303,7 @@ async def test_barrier_order_holds_inside_the_agent(make_executor: MakeExecutor)
             continue
         assert all(before(e, label) for _, e in order[:i]), label
         assert all(before(label, later) for _, later in order[i + 1 :]), label
-    # Read-only calls between barriers overlap.
+    # Read-only calls between barriers overlap (their barrier proved it).
     assert spans["r1"][0] < spans["r2"][1] and spans["r2"][0] < spans["r1"][1]
     assert spans["r3"][0] < spans["r4"][1] and spans["r4"][0] < spans["r3"][1]
 

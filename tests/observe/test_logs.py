@@ -403,7 +403,8 @@ def test_log_json_close_does_not_wait_for_other_subscribers() -> None:
     close() waits for "those announced before" (the handle's own events);
     it waits for every subscription's instead (`executor.drain_events`), so an
     unrelated slow subscriber makes it take the whole timeout (5 s), though
-    every line of its own was written long before.
+    every line of its own was written long before. Here the timeout is 30 s,
+    far from the bound, so a loaded machine cannot blur the two.
     """
     import threading
     import time
@@ -420,7 +421,7 @@ def test_log_json_close_does_not_wait_for_other_subscribers() -> None:
     release = threading.Event()
     out = io.StringIO()
     with Executor(reg) as ex:
-        slow = bus.subscribe(lambda sender, **kw: release.wait(30), sender=ex)
+        slow = bus.subscribe(lambda sender, **kw: release.wait(60), sender=ex)
         try:
             with bus.Recorder(bus.FINISHED, sender=ex) as rec:
                 handle = log_json(ex, out, signals=("tool:finished",))
@@ -428,10 +429,10 @@ def test_log_json_close_does_not_wait_for_other_subscribers() -> None:
                     assert ex.execute(ToolCall(id=f"c{i}", name="work", arguments={})).ok
                 rec.wait_for(bus.FINISHED, 3, timeout=5)
             started = time.monotonic()
-            handle.close()
+            handle.close(30)
             took = time.monotonic() - started
         finally:
             release.set()
             slow.close()
     assert len(out.getvalue().splitlines()) == 3
-    assert took < 1.0, f"close() took {took:.1f} s"
+    assert took < 10, f"close() took {took:.1f} s"

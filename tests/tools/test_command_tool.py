@@ -676,7 +676,9 @@ def test_format_specs_and_arguments_too_long_are_rejected_before_they_are_built(
         assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
         assert "argv[1] would be longer than 131071 bytes" in (r.error or "")
         assert "width or precision" in (r.error or "")
-        assert time.monotonic() - start < 1
+        # Loose (a loaded machine slows every call): what it rules out is a
+        # field padded to 10**8 characters or more being built first.
+        assert time.monotonic() - start < 5
     r = ex.execute(ToolCall(name="echo", arguments={"text": "x" * 131_072}))
     assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
     assert "argv[1] would be longer than 131071 bytes" in (r.error or "")
