@@ -46,9 +46,11 @@ def test_infinite_timeout_does_not_kill_the_timer_thread() -> None:
     def ok(i: int) -> int:
         return i
 
+    release = threading.Event()
+
     @reg.tool(read_only=True, timeout=0.1)
     def sleepy(i: int) -> int:
-        time.sleep(0.4)  # tool under test: outlives its deadline
+        release.wait(30)  # tool under test: outlives its deadline, until the test is done
         return i
 
     ex = Executor(reg, timeout=float("inf"))  # accepted: only <= 0 is refused
@@ -56,4 +58,5 @@ def test_infinite_timeout_does_not_kill_the_timer_thread() -> None:
         assert ex.execute(ToolCall(name="ok", arguments={"i": 1})).status == "ok"
         assert ex.execute(ToolCall(name="sleepy", arguments={"i": 1})).status == "timeout"
     finally:
+        release.set()
         ex.close(timeout=1)
