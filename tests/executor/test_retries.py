@@ -125,13 +125,16 @@ def test_timeouts_retried_only_for_read_only_tools(
 ) -> None:
     reg = ToolRegistry()
     starts: Counter[str] = Counter()
+    # Deadlines long enough that every attempt has started its tool before its
+    # deadline, however loaded the machine (an attempt still queued when its
+    # deadline passes never runs the tool); the tools then block past them.
 
-    @reg.tool(read_only=True, timeout=0.05)
+    @reg.tool(read_only=True, timeout=1.0)
     def slow_read() -> None:
         starts["read"] += 1
         release.wait()
 
-    @reg.tool(timeout=0.05)
+    @reg.tool(timeout=1.0)
     def slow_write() -> None:
         starts["write"] += 1
         release.wait()
@@ -315,15 +318,18 @@ def test_stale_deadline_after_retry_report_does_not_end_the_call(monkeypatch: An
     reg = ToolRegistry()
     n = {"calls": 0}
 
+    # The deadline (1 s) far from both attempts' own time, however loaded the
+    # machine: the first fails at once, its report reaching the supervisor
+    # before its deadline, which the fault injection below then posts behind
+    # it ("right at its deadline"); the second returns at once, well within it.
     @reg.tool(
         read_only=True,
-        timeout=0.1,
+        timeout=1.0,
         retry=RetryPolicy(max_retries=1, backoff_base=0.3, backoff_factor=1, jitter=0),
     )
     def flaky(i: int) -> int:
         n["calls"] += 1
         if n["calls"] == 1:
-            time.sleep(0.05)  # tool under test: fails right at its deadline
             raise ConnectionError("flaky")
         return i
 
@@ -345,10 +351,10 @@ def test_stale_deadline_after_retry_report_does_not_end_the_call(monkeypatch: An
 
     monkeypatch.setattr(_scheduler.Scheduler, "post", noting_post)
     monkeypatch.setattr(_scheduler.Scheduler, "_on_report", busy_on_report)
-    ex = Executor(reg, hook_grace=2.0)  # a loaded machine must not turn this into a grace timeout
+    ex = Executor(reg, hook_grace=10.0)  # a loaded machine must not turn this into a grace timeout
     try:
         th, out = _in_thread(lambda: ex.execute(ToolCall(name="flaky", arguments={"i": 7})))
-        assert _finished(th, out, 3)
+        assert _finished(th, out, 15)
         r = out["r"]
         assert (r.status, r.attempts, r.error) == ("ok", 2, None)
     finally:
