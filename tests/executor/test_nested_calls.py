@@ -325,16 +325,14 @@ def test_a_timed_out_caller_lends_no_share_to_its_late_nested_calls(
     parents_timed_out = threading.Event()
     nested_done = threading.Barrier(4, timeout=20)
 
-    overlap = threading.Event()
+    go = threading.Event()
 
     @reg.tool(read_only=True)
     def leaf() -> str:
         with lock:
             now["n"] += 1
             now["peak"] = max(now["peak"], now["n"])
-            if now["n"] > 1:
-                overlap.set()
-        overlap.wait(0.3)  # gives the others a moment to overlap, if they may
+        assert go.wait(20)  # held until the others have started too, or are held back
         with lock:
             now["n"] -= 1
         return "leaf"
@@ -350,6 +348,14 @@ def test_a_timed_out_caller_lends_no_share_to_its_late_nested_calls(
     for _ in range(3):
         assert ex.execute(ToolCall(name="parent")).status == "timeout"
     parents_timed_out.set()
+    # The state that decides it: the three nested calls all running (a share
+    # lent), or one running and two queued for the one slot (none lent).
+    wait_until(
+        lambda: now["peak"] > 1 or (now["n"] == 1 and ex.stats().queued == 2),
+        timeout=20,
+        what="the nested calls to run at once or to be held back",
+    )
+    go.set()
     nested_done.wait()  # the three abandoned parents' nested calls have all run
     assert now["peak"] <= 1
     assert ex.stats().peak_in_flight <= 2
