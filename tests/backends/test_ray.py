@@ -483,7 +483,7 @@ def test_a_reply_before_the_send_returns_and_a_reply_past_the_deadline(
     assert again.output != pid
 
 
-# -- review 11: an async call that will not stop when cancelled -----------------------
+# -- an async call that will not stop when cancelled ----------------------------------
 
 
 def _stubborn_registry(backend: Any) -> ToolRegistry:
@@ -570,7 +570,7 @@ def test_calls_on_an_actor_replaced_for_a_stubborn_call_each_end_crashed_once(
     assert backend.abandoned() == 0
 
 
-# -- review 11: idle actors hold what they were placed with -------------------------------
+# -- idle actors hold what they were placed with ------------------------------------------
 
 
 def test_idle_actors_do_not_starve_other_tools_of_the_cluster(

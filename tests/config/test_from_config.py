@@ -591,7 +591,7 @@ def test_the_example_in_docs_config_md(tmp_path: Path, fake_policies: list[FakeP
     assert [p.factory for p in fake_policies] == ["rate_limit", "cache", "rate_limit"]
 
 
-# -- review 9: a step of a composite tool is a call of the executor, configured as any -------
+# -- a step of a composite tool is a call of the executor, configured as any -----------------
 
 
 def step_registry(ran: list[str]) -> ToolRegistry:

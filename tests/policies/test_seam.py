@@ -670,7 +670,7 @@ def test_a_policys_event_is_scrubbed_of_the_calls_secrets_but_its_identity(
     assert (noted.call_id, noted.tool) == ("u1", "use")
 
 
-# -- review 9: user policy code that raises, or answers amiss ----------------------
+# -- user policy code that raises, or answers amiss ---------------------------------
 
 
 def _one_tool(*policies: Any, is_async: bool = False) -> ToolRegistry:

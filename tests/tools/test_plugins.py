@@ -203,7 +203,7 @@ def test_a_plugins_tool_is_the_same_object(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_broken_plugin_is_skipped(tmp_path: Path, entry: str, monkeypatch: Any) -> None:
     """A plugin whose generator raised or that called sys.exit was fatal to from_entry_points
     (review 9)."""
-    pkg = tmp_path / "review9plug"
+    pkg = tmp_path / "brokenplug"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
         textwrap.dedent(
@@ -223,11 +223,11 @@ def test_a_broken_plugin_is_skipped(tmp_path: Path, entry: str, monkeypatch: Any
             """
         )
     )
-    info = tmp_path / "review9plug-0.1.dist-info"
+    info = tmp_path / "brokenplug-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: review9plug\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[review9.tools]\nx = review9plug:{entry}\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenplug\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[brokenplug.tools]\nx = brokenplug:{entry}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.warns(UserWarning, match="review9plug"):
-        reg = ToolRegistry.from_entry_points(group="review9.tools")  # raises today
+    with pytest.warns(UserWarning, match="brokenplug"):
+        reg = ToolRegistry.from_entry_points(group="brokenplug.tools")
     assert len(reg.plugin_errors) == 1
