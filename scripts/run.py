@@ -165,7 +165,7 @@ def test(args: list[str]) -> None:
     extra = [a for a in args if a not in ("--quick", "--stress")]
     lint_and_types()
     with _stressed() if stress else contextlib.nullcontext():
-        if any(not a.startswith("-") or a in ("-k", "-m") for a in extra):
+        if _names_tests(extra):
             _sh(PY, "-m", "pytest", *extra)
             return
         tiers = ["fast"] if quick else ["fast", "slow"]
@@ -173,6 +173,31 @@ def test(args: list[str]) -> None:
     _print_slowest([REPORTS / f"{tier}.xml" for tier in tiers])
     if failed:
         sys.exit(f"tests failed in the {' and '.join(failed)} tier")
+
+
+# pytest options whose value is the next argument (not a test to run): `-p
+# no:randomly` and `--randomly-seed 7` keep the tiers; `-k`/`-m` select tests.
+_TAKES_VALUE = frozenset(
+    {"-p", "-o", "-W", "--randomly-seed", "--timeout", "--maxfail", "--junitxml",
+     "--deselect", "--ignore", "--basetemp", "--durations", "--tb", "-c", "--rootdir"}
+)  # fmt: skip
+
+
+def _names_tests(args: list[str]) -> bool:
+    """Whether `args` select tests (a path or node id, `-k`, `-m`): then they
+    run as given, in one pytest run, instead of the tiers."""
+    value_next = False
+    for a in args:
+        if value_next:
+            value_next = False
+            continue
+        if a in ("-k", "-m"):
+            return True
+        if a in _TAKES_VALUE:
+            value_next = True
+        elif not a.startswith("-"):
+            return True
+    return False
 
 
 def _run_tier(tier: str, extra: list[str]) -> bool:
@@ -242,6 +267,11 @@ def _stressed() -> Iterator[None]:
     print("+ stress-ng --cpu 6 (in the background, while the tests run)", flush=True)
     proc = subprocess.Popen([exe, "--cpu", "6", "--quiet"], start_new_session=True)
     try:
+        # A stress-ng that cannot run (no permission, a bad option) exits at
+        # once: say so, rather than run the tests unstressed.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = proc.wait(timeout=1.0)
+            sys.exit(f"stress-ng exited at once (status {code}): the tests were not run")
         yield
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -1,12 +1,13 @@
-"""Engine v2 contract: the thread budget, stats, late completions, the deadline backstop,
-capacity groups. Nested calls are test_nested_calls.py's."""
+"""The limits an executor keeps under concurrency: the thread budget, stats after
+close, callers freed by the deadline backstop, named capacity groups. Nested
+calls are test_nested_calls.py's; the backstop's pure decision is
+tests/actors/test_backstop.py's, an attempt past its deadline
+tests/pipeline/test_attempt.py's."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,10 +15,7 @@ import pytest
 
 from tests.concurrency_tools import in_thread as _in_thread
 from tests.conftest import MakeExecutor, wait_until
-from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry
-from toolbus.actors._backstop import POLL, SLACK, overdue
-from toolbus.bus import Emitter, NullPublisher
-from toolbus.pipeline import Run, Services, attempt, drive_sync
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry
 
 # -- stats survive close -------------------------------------------------------------------
 
@@ -81,126 +79,6 @@ def test_abandoned_threads_never_exceed_the_budget(release: threading.Event) -> 
         assert ex.execute(ToolCall(name="healthy", arguments={"i": 5})).output == 5
 
 
-# -- an attempt that returns after its deadline is a timeout ---------------------------------
-
-
-class _Hooks:
-    """The executor's default hooks, without an executor."""
-
-    def pre_execute(self, call: ToolCall) -> ToolCall:
-        return call
-
-    def is_allowed(self, call: ToolCall) -> bool:
-        return True
-
-    def mask_arguments(self, call: ToolCall) -> Any:
-        return call.arguments
-
-    def should_retry(self, call: ToolCall, failure: Any) -> Any:
-        return failure.policy.decide(
-            failure.state,
-            read_only=failure.read_only,
-            timed_out=failure.timed_out,
-            retryable=failure.retryable,
-        )
-
-    def post_execute(self, call: ToolCall, result: Any) -> Any:
-        return result
-
-
-class _NoLoop:
-    def submit(self, coro: Any) -> Any:
-        raise AssertionError("no awaitable expected")
-
-
-@pytest.mark.parametrize(("read_only", "late_flag"), [(False, True), (True, False)])
-def test_an_attempt_finishing_past_its_deadline_ends_as_timeout(
-    read_only: bool, late_flag: bool
-) -> None:
-    from toolbus import RetryPolicy, tool
-
-    @tool(read_only=read_only, timeout=0.01)
-    def write(ctx: ToolContext) -> str:
-        return "written"
-
-    run = Run(
-        ToolCall(name="write"),
-        write,
-        context=contextvars.copy_context(),
-        timeout=0.01,
-        policy=RetryPolicy(),
-    )
-    services = Services(
-        emitter=Emitter(NullPublisher(), None),  # type: ignore[arg-type]
-        hooks=_Hooks(),
-        max_argument_bytes=1000,
-    )
-    run.begin_attempt(1)
-    run.deadline = time.monotonic() - 1  # the tool will return a second too late
-    outcome = drive_sync(attempt(run, 1, services), run, _NoLoop())
-    assert (outcome.kind, outcome.timed_out) == ("done", True)
-    assert outcome.late is not None and outcome.late.status == "ok"
-    assert run.result is not None
-    assert (run.result.status, run.result.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
-    assert run.result.output is None  # the late value is never the result
-    assert run.result.metadata.get("completed_late", False) is late_flag
-
-
-# -- the waiting side's backstop (pure) -------------------------------------------------------
-
-
-def _run(timeout: float | None = 1.0) -> Run:
-    from toolbus import RetryPolicy
-
-    return Run(
-        ToolCall(name="t"),
-        None,
-        context=contextvars.copy_context(),
-        timeout=timeout,
-        policy=RetryPolicy(),
-    )
-
-
-def test_backstop_waits_for_the_earliest_deadline() -> None:
-    a, b = _run(), _run()
-    a.begin_attempt(1)
-    b.begin_attempt(1)
-    a.deadline, b.deadline = 100.0, 50.0
-    late, wake = overdue([a, b], 10.0, set())
-    assert late == []
-    assert wake == pytest.approx(40.0 + SLACK)
-
-
-def test_backstop_reports_an_overdue_attempt_once() -> None:
-    a = _run()
-    a.begin_attempt(1)
-    a.deadline = 5.0
-    noticed: set[tuple[Run, int]] = set()
-    late, wake = overdue([a], 5.0 + SLACK, noticed)
-    assert late == [(a, 1)]
-    assert wake == POLL
-    assert overdue([a], 6.0, noticed)[0] == []  # noticed already
-    a.begin_attempt(2)  # a retry is a new attempt with a deadline of its own
-    a.deadline = 7.0
-    assert overdue([a], 8.0, noticed)[0] == [(a, 2)]
-
-
-def test_backstop_ignores_finished_and_untimed_calls_not_settled_ones() -> None:
-    queued, settled, untimed, done = _run(), _run(), _run(None), _run()
-    settled.begin_attempt(1)
-    settled.deadline = 1.0
-    settled.try_settle(1)  # returned, but its post-call hooks are still running
-    untimed.begin_attempt(1)
-    done.begin_attempt(1)
-    done.deadline = 1.0
-    from toolbus import ToolResult
-
-    done.result = ToolResult(call_id="x", name="t", status="ok")
-    # The settled one is reported, so its hooks get bounded by hook_grace.
-    assert overdue([queued, settled, done], 100.0, set()) == ([(settled, 1)], POLL)
-    assert overdue([untimed, done], 100.0, set()) == ([], None)
-
-
 async def test_loop_stays_free_while_backstop_watches(make_executor: MakeExecutor) -> None:
     reg = ToolRegistry()
 
@@ -211,20 +89,6 @@ async def test_loop_stays_free_while_backstop_watches(make_executor: MakeExecuto
     ex = make_executor(reg)
     results = await asyncio.gather(*(ex.aexecute(ToolCall(name="hang")) for _ in range(20)))
     assert {r.status for r in results} == {"timeout"}
-
-
-def test_an_infinite_tool_timeout_means_no_deadline(make_executor: MakeExecutor) -> None:
-    import math
-
-    reg = ToolRegistry()
-
-    @reg.tool(timeout=math.inf)
-    def quick() -> int:
-        return 1
-
-    ex = make_executor(reg, timeout=0.01)
-    assert ex.execute(ToolCall(name="quick")).status == "ok"
-    assert overdue([_run(math.inf)], 1e9, set()) == ([], None)
 
 
 # -- named capacity groups shared by tools ---------------------------------------------------

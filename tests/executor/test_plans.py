@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, FunctionTool, Tool, ToolCall, ToolRegistry
 from toolbus.backends import ThreadBackend
@@ -59,7 +61,9 @@ def test_a_replaced_tool_is_called_with_its_new_plan(make_executor: MakeExecutor
     assert ex.execute(_call()).output == "new"
 
 
-def test_a_setting_changed_on_a_tool_reaches_its_next_call(make_executor: MakeExecutor) -> None:
+@pytest.mark.parametrize("where", ["on the tool", "on the executor"])
+def test_a_new_timeout_reaches_the_next_call(make_executor: MakeExecutor, where: str) -> None:
+    """A timeout set after a first call, on the tool or as the executor's default."""
     reg = ToolRegistry()
     release = threading.Event()
 
@@ -70,9 +74,12 @@ def test_a_setting_changed_on_a_tool_reaches_its_next_call(make_executor: MakeEx
 
     ex = make_executor(reg, timeout=30)
     release.set()
-    assert ex.execute(_call("slow")).status == "ok"  # planned with no timeout of its own
+    assert ex.execute(_call("slow")).status == "ok"  # planned with a 30 s timeout
     release.clear()
-    slow.timeout = 0.05
+    if where == "on the tool":
+        slow.timeout = 0.05
+    else:
+        ex.timeout = 0.05
     try:
         r = ex.execute(_call("slow"))
     finally:
@@ -96,27 +103,6 @@ def test_a_new_output_schema_makes_a_new_plan(make_executor: MakeExecutor) -> No
     again = ex._plans.plan("f", reg, ex.timeout, ex.retry_policy, ex._policies, ex._backends)
     assert again is not plan and again is not None and again.tool.output_schema == schema
     assert ex.execute(_call()).output == {"n": 1}
-
-
-def test_a_new_executor_default_reaches_the_next_call(make_executor: MakeExecutor) -> None:
-    reg = ToolRegistry()
-    release = threading.Event()
-
-    @reg.tool(read_only=True)
-    def slow() -> str:
-        release.wait(10)
-        return "done"
-
-    ex = make_executor(reg, timeout=30)
-    release.set()
-    assert ex.execute(_call("slow")).status == "ok"
-    release.clear()
-    ex.timeout = 0.05
-    try:
-        r = ex.execute(_call("slow"))
-    finally:
-        release.set()
-    assert r.status == "timeout"
 
 
 def test_policies_given_to_a_tool_later_guard_its_next_call(make_executor: MakeExecutor) -> None:

@@ -1,0 +1,95 @@
+"""A tool's options are checked when it is made, with an error naming the tool
+and the option; a timeout of `math.inf` means no deadline under an executor's.
+
+Pins defects found outside the repo: a string, a bool or NaN must not be
+taken as a timeout or a concurrency limit, and an option given as a class
+attribute is checked too.
+"""
+
+from __future__ import annotations
+
+import fractions
+import math
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import (
+    ToolCall,
+    ToolContext,
+    ToolRegistry,
+    tool,
+)
+
+# -- 1. options are validated at registration ----------------------------------------------
+
+NOT_NUMBERS = ["1", True, False, None, [1], b"1"]
+NOT_POSITIVE = [0, -1, -0.5, math.nan, -math.inf]
+
+
+def _noop() -> None:
+    return None
+
+
+@pytest.mark.parametrize("bad", ["1", True, b"2", 0, -1, -0.001, math.nan, -math.inf])
+def test_tool_timeout_is_validated(bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="tool 'slow': timeout must be"):
+        tool(name="slow", timeout=bad)(_noop)
+    reg = ToolRegistry()
+    with pytest.raises((TypeError, ValueError), match="timeout"):
+        reg.tool(timeout=bad)(_noop)
+    assert len(reg) == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [(None, None), (2, 2), (0.5, 0.5), (math.inf, math.inf), (fractions.Fraction(1, 4), 0.25)],
+)
+def test_tool_timeout_accepts_numbers_and_no_deadline(given: Any, kept: Any) -> None:
+    t = tool(timeout=given)(_noop)
+    assert t.timeout == kept
+    assert type(t.timeout) is type(kept)
+
+
+def test_infinite_tool_timeout_means_no_deadline_under_an_executor_timeout(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(timeout=math.inf)
+    def patient(ctx: ToolContext) -> bool:
+        return ctx.remaining is not None and ctx.remaining > 3600
+
+    @reg.tool
+    def hurried(ctx: ToolContext) -> bool:
+        return ctx.remaining is not None and ctx.remaining > 3600
+
+    ex = make_executor(reg, timeout=60)
+    assert ex.execute(ToolCall(name="patient")).output is True
+    assert ex.execute(ToolCall(name="hurried")).output is False
+
+
+@pytest.mark.parametrize("bad", ["2", True, 0, -3, 1.5, math.nan])
+def test_tool_max_concurrency_is_validated(bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="tool 'busy': max_concurrency"):
+        tool(name="busy", max_concurrency=bad)(_noop)
+
+
+def test_tool_retry_must_be_a_policy() -> None:
+    with pytest.raises(TypeError, match="tool 'flaky': retry must be a RetryPolicy"):
+        tool(name="flaky", retry=3)(_noop)  # type: ignore[call-overload]
+
+
+def test_class_attribute_options_are_validated() -> None:
+    from toolbus import Tool
+
+    class Slow(Tool):
+        name = "slow_class"
+        timeout = "1"  # type: ignore[assignment]
+
+        def run(self, params: Any) -> None:
+            return None
+
+    with pytest.raises(TypeError, match="tool 'slow_class': timeout"):
+        Slow()
