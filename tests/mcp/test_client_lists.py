@@ -38,14 +38,22 @@ def call(name: str, **arguments: object) -> ToolCall:
     return ToolCall(name=name, arguments=arguments)
 
 
+@pytest.fixture(autouse=True)
+def _unflipped() -> Iterator[None]:
+    """The low-level server's listing is module state that a test's `flip` call
+    changes: each test starts and ends with it unflipped (in random order a test
+    after one that flipped it saw `flipped` listed from the start)."""
+    spec_server.reset_lowlevel()
+    yield
+    spec_server.reset_lowlevel()
+
+
 @pytest.fixture(params=PEERS)
 def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     use_peer(request.param, monkeypatch)
     spec_server.reset()
-    spec_server.reset_lowlevel()
     yield request.param
     spec_server.reset()
-    spec_server.reset_lowlevel()
 
 
 def listed(conn: MCPConnection, registry: ToolRegistry, name: str, present: bool) -> None:
