@@ -93,43 +93,43 @@ class Emitter:
     `announce` (any defined signal, checked).
     """
 
-    __slots__ = ("_announcer", "_publisher", "_receivers", "listening")
+    __slots__ = ("_announcer", "_custom", "_publisher", "listening")
 
     def __init__(self, publisher: Publisher, announcer: Announcer) -> None:
         self._publisher = publisher
         self._announcer = announcer
-        # Asked several times per call, nearly always with no receiver: for the
-        # built-in publisher, read blinker's receiver dicts (mutated in place on
-        # connect/disconnect) instead of going through two method calls.
-        self._receivers: dict[str, dict[Any, Any]] | None = None
+        # `wants` without a call: `listening[name]` is truthy when an event on
+        # `name` would reach anyone (the call path reads it several times per
+        # call, nearly always with no receiver). For the built-in publisher it
+        # holds blinker's receiver dicts (mutated in place on connect and
+        # disconnect); a publisher of your own always listens.
+        self._custom = type(publisher) not in (BusPublisher, NullPublisher)
+        self.listening: dict[str, Any]
         if type(publisher) is BusPublisher:
-            self._receivers = {name: sig.receivers for name, sig in publisher._signals.items()}
+            self.listening = {name: sig.receivers for name, sig in publisher._signals.items()}
         elif type(publisher) is NullPublisher:
-            self._receivers = {name: {} for name in ALL_SIGNALS}  # never wants anything
-        # `wants` for toolbus's own signals without a call: `listening[name]` is
-        # truthy when an event on `name` would reach anyone (the call path
-        # reads it several times per call). A custom publisher always listens.
-        self.listening: dict[str, Any] = (
-            self._receivers if self._receivers is not None else dict.fromkeys(ALL_SIGNALS, True)
-        )
+            self.listening = {name: {} for name in ALL_SIGNALS}  # never wants anything
+        else:
+            self.listening = dict.fromkeys(ALL_SIGNALS, True)
 
     def wants(self, name: str) -> bool:
         """Whether an event for signal `name` would reach anyone (build it only if so)."""
-        receivers = self._receivers
-        if receivers is not None:
-            try:
-                return bool(receivers[name])
-            except KeyError:
-                return self._wants_defined(receivers, name)
-        return True  # a custom publisher's `wants` is asked on a delivery thread
+        try:
+            return bool(self.listening[name])
+        except KeyError:
+            if self._custom:
+                return True  # a custom publisher's `wants` is asked on a delivery thread
+            return self._wants_defined(name)
 
-    def _wants_defined(self, receivers: dict[str, dict[Any, Any]], name: str) -> bool:
+    def _wants_defined(self, name: str) -> bool:
         sig = namespace.get(name)
         if sig is None:
             return False
         # Remembered for next time: blinker's dict is stable, a dict write atomic.
-        receivers[name] = sig.receivers if type(self._publisher) is BusPublisher else {}
-        return bool(receivers[name])
+        receivers = self.listening[name] = (
+            sig.receivers if type(self._publisher) is BusPublisher else {}
+        )
+        return bool(receivers)
 
     def emit(self, name: str, event: Event) -> None:
         """Announce `event` on toolbus signal `name` (the engine's hot path: no checks)."""

@@ -142,9 +142,7 @@ def admit(run: Run, svc: Services) -> Steps:
     try:
         args = new.arguments
         run.params = (
-            tool.validate(args)
-            if tool.validates_dicts and type(args) is dict
-            else tool.parse(new.arguments)
+            tool.validate(args) if tool.validates_dicts and type(args) is dict else tool.parse(args)
         )
     except ArgumentError as e:
         return _reject(run, ErrorCode.INVALID_ARGUMENTS, str(e))
