@@ -23,9 +23,9 @@ pytest.importorskip("mcp")
 import mcp_types as types
 from mcp.server import Server
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from tests.mcp_servers import spec_server
-from tests.mcp_servers.peers import PEERS, connect_spec, use_peer, wait_until
+from tests.mcp_servers.peers import PEERS, connect_spec, use_peer
 from toolbus import ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnection, connect
 from toolbus.models import ErrorCode
@@ -57,7 +57,7 @@ def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 def listed(conn: MCPConnection, registry: ToolRegistry, name: str, present: bool) -> None:
-    wait_until(lambda: (name in registry) is present, what=f"{name} listed: {present}")
+    wait_until(lambda: (name in registry) is present, 10.0, f"{name} listed: {present}")
 
 
 def test_a_list_change_mid_batch_loses_no_call(peer: str, make_executor: MakeExecutor) -> None:

@@ -8,8 +8,6 @@ import functools
 import os
 import shutil
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +61,3 @@ def everything_server() -> str:
             f"into {EVERYTHING_CI.parents[2]}, or set MCP_EVERYTHING_SERVER to its dist/index.js"
         )
     return path
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll `check` until it is true (for state another thread changes; no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.01)
