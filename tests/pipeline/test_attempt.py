@@ -11,33 +11,21 @@ import pytest
 
 from toolbus import ErrorCode, ToolCall, ToolContext
 from toolbus.bus import Emitter, NullPublisher
+from toolbus.hooks import ExecutorHooks
+from toolbus.masking import SecretKeys
 from toolbus.pipeline import Run, Services, attempt, drive_sync
 
 # -- an attempt that returns after its deadline is a timeout ---------------------------------
 
 
-class _Hooks:
-    """The executor's default hooks, without an executor."""
+class _Hooks(ExecutorHooks):
+    """The executor's default hooks, without an executor: none of its options set."""
 
-    def pre_execute(self, call: ToolCall) -> ToolCall:
-        return call
-
-    def is_allowed(self, call: ToolCall) -> bool:
-        return True
-
-    def mask_arguments(self, call: ToolCall) -> Any:
-        return call.arguments
-
-    def should_retry(self, call: ToolCall, failure: Any) -> Any:
-        return failure.policy.decide(
-            failure.state,
-            read_only=failure.read_only,
-            timed_out=failure.timed_out,
-            retryable=failure.retryable,
-        )
-
-    def post_execute(self, call: ToolCall, result: Any) -> Any:
-        return result
+    _pre_call = ()
+    _post_call = ()
+    _authorize = None
+    _masker = None
+    _secret_keys = SecretKeys()
 
 
 class _NoLoop:
