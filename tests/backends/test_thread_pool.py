@@ -53,6 +53,17 @@ def gated(n: int) -> tuple[ToolRegistry, threading.Event, threading.Event, list[
     return reg, go, all_in, threads
 
 
+def noops() -> ToolRegistry:
+    """A quick tool `noop` that answers its tag."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def noop(tag: str) -> str:
+        return tag
+
+    return reg
+
+
 def batch(n: int, name: str = "gate") -> list[ToolCall]:
     return [ToolCall(id=f"c{i}", name=name, arguments={"tag": f"t{i}"}) for i in range(n)]
 
@@ -64,12 +75,7 @@ def test_a_burst_of_quick_calls_starts_far_fewer_workers_than_calls(
     queued calls instead of one thread starting per call (the old pool's way).
     Thread scheduling decides the exact count (2 measured on a quiet machine,
     `python -m benchmarks.worker_burst --batch`); half the calls leaves wide room."""
-    reg = ToolRegistry()
-
-    @reg.tool(read_only=True)
-    def noop(tag: str) -> str:
-        return tag
-
+    reg = noops()
     ex = make_executor(reg, max_parallel=64, timeout=None)
     result = ex.execute_batch(batch(60, "noop"))
     assert [r.status for r in result] == ["ok"] * 60
@@ -84,12 +90,7 @@ def test_one_worker_serves_calls_dispatched_from_its_own_reports(
     """At max_parallel=1 each call is dispatched by the report of the one before,
     on the reporting worker's thread, which counts as searching before it
     reports: it takes that call itself, and no other worker ever starts."""
-    reg = ToolRegistry()
-
-    @reg.tool(read_only=True)
-    def noop(tag: str) -> str:
-        return tag
-
+    reg = noops()
     ex = make_executor(reg, max_parallel=1, timeout=None)
     result = ex.execute_batch(batch(20, "noop"))
     assert [r.output for r in result] == [f"t{i}" for i in range(20)]
