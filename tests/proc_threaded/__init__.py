@@ -13,16 +13,21 @@ _lock = threading.Lock()
 
 
 def _hold() -> None:
+    # Held nearly all the time (so a fork would copy it held), but let go for a
+    # moment each turn: a waiting tool gets it within milliseconds. Without
+    # that moment, the unfair lock could be taken straight back for longer
+    # than the tool's timeout on a busy machine.
     while True:
         with _lock:
             time.sleep(0.01)
+        time.sleep(0.001)
 
 
 _thread.start_new_thread(_hold, ())  # a thread `threading` does not see
-time.sleep(0.3)  # a slow import: it must not count against a call's deadline
+time.sleep(1.0)  # a slow import: it must not count against a call's deadline
 
 
-@registry.tool(backend="process", timeout=0.25)
+@registry.tool(backend="process", timeout=0.8)
 def locked() -> str:
     with _lock:
         return "got the lock"
