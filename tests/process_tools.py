@@ -158,3 +158,14 @@ def pid_or_exit(code: int = 0) -> int:
     if code:
         os._exit(code)
     return os.getpid()
+
+
+@registry.tool(backend="process", read_only=True)
+def rendezvous(folder: str, n: int) -> int:
+    """Wait until `n` calls (this one included) have arrived in `folder`, each
+    in its own worker, then return this worker's pid (so `n` workers are live)."""
+    Path(folder, str(os.getpid())).touch()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(folder)) < n and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return os.getpid()

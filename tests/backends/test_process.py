@@ -387,3 +387,31 @@ def test_limits_beyond_what_an_rlimit_holds_are_refused() -> None:
         tool(name="huge", backend="process", memory_limit_mb=2**60)(pt.square.fn)
     with pytest.raises(ValueError, match=r"cpu_limit_s must be at most"):
         ProcessBackend(cpu_limit_s=1e30)
+
+
+@pytest.mark.parametrize("where", ["backend", "executor"])
+def test_idle_workers_retire_but_one_per_tool(
+    make_executor: MakeExecutor, tmp_path: Path, where: str
+) -> None:
+    """Workers serve calls at once; once idle past `idle_timeout` all but one
+    exit, and the one kept warm serves the next call without a start."""
+    if where == "backend":
+        n = 3
+        backend = ProcessBackend(idle_timeout=0.2, max_workers=n)
+        ex = make_executor(pt.registry, backends={"process": backend}, timeout=60)
+    else:  # the executor's option reaches the process backend it makes
+        n = 2  # its pool is the CPU count
+        if (os.cpu_count() or 1) < n:
+            pytest.skip("needs two CPUs for two workers at once")
+        ex = make_executor(pt.registry, worker_idle_timeout=0.2, timeout=60)
+    results = ex.execute_batch([call("rendezvous", folder=str(tmp_path), n=n)] * n)
+    assert [r.status for r in results] == ["ok"] * n, [r.error for r in results]
+    pids = {r.output for r in results}
+    assert len(pids) == n and ex.stats().workers_started == n
+    # Bounds for a loaded machine; each wait ends as soon as its state holds.
+    wait_until(lambda: ex.stats().live_workers == 1, 60, "all but one worker retired")
+    wait_until(lambda: sum(not _gone(p) for p in pids) == 1, 60, "their processes gone")
+    again = ex.execute(call("rendezvous", folder=str(tmp_path), n=1))
+    assert again.output in pids and not _gone(again.output)
+    assert ex.stats().workers_started == n  # the kept worker served it
+    assert ex.stats().killed_workers == 0  # retiring is not a kill of a call

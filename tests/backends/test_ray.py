@@ -675,3 +675,33 @@ def test_placement_options_ray_refuses_are_refused_at_construction(
     with pytest.raises(ValueError, match="RayBackend: "):
         RayBackend(**options)  # type: ignore[arg-type]
     RayBackend(num_cpus=0.5, resources={"accelerator": 1})  # what Ray accepts stays accepted
+
+
+def test_idle_actors_retire_but_one_per_tool(make_executor: MakeExecutor, tmp_path: Path) -> None:
+    """Two actors serve two calls at once; once idle past `idle_timeout` one is
+    stopped, and the one kept warm serves the next call without a start."""
+    import time
+
+    reg = ToolRegistry()
+    backend = RayBackend(idle_timeout=0.2)
+    folder = str(tmp_path)
+
+    @reg.tool(backend=backend, read_only=True)
+    def meet(n: int) -> int:
+        """Wait until `n` calls have arrived, each on its own actor."""
+        Path(folder, str(os.getpid())).touch()
+        deadline = time.monotonic() + RAY_WAIT
+        while len(os.listdir(folder)) < n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return os.getpid()
+
+    ex = make_executor(reg, timeout=2 * RAY_WAIT)
+    results = ex.execute_batch([call("meet", n=2)] * 2)
+    assert [r.status for r in results] == ["ok"] * 2, [r.error for r in results]
+    pids = {r.output for r in results}
+    assert len(pids) == 2 and backend.workers_started == 2
+    wait_until(lambda: backend.live_workers == 1, RAY_WAIT, "one actor retired")
+    wait_until(lambda: sum(map(_alive, pids)) == 1, RAY_WAIT, "its process gone")
+    again = ex.execute(call("meet", n=1))
+    assert again.output in pids and _alive(again.output)
+    assert backend.workers_started == 2  # the kept actor served it

@@ -48,7 +48,7 @@ class Options:
     max_abandoned_workers: int
     max_abandoned_per_tool: int  # given, or half of max_abandoned_workers
     secret_keys: SecretKeys  # the default matcher itself when no names are added
-    worker_idle_timeout: float = 60.0  # seconds before an idle worker thread ends
+    worker_idle_timeout: float = 60.0  # seconds before an idle worker thread or process ends
 
 
 def check_options(
@@ -129,7 +129,7 @@ def check_wiring(
     policy_set = PolicySet(policies)
     add_policy_tools(registry, policy_set)
     checked_inject = check_inject(inject, registry)
-    resolved = Backends(backend, backends, thread_idle_timeout=worker_idle_timeout)
+    resolved = Backends(backend, backends, idle_timeout=worker_idle_timeout)
     check_tools(registry.list(), resolved, checked_groups)
     return Wiring(checked_groups, policy_set, checked_inject, resolved)
 

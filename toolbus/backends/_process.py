@@ -30,7 +30,7 @@ import subprocess
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .._options import check_cpu_limit, check_memory_limit, positive_int
+from .._options import check_cpu_limit, check_memory_limit, positive_int, positive_number
 from ._process_calls import WorkerCalls
 from ._procpool import Pool, Sources
 from ._procs import START_TIMEOUT, WorkerProcess, Zygote, _retrieved, start_root
@@ -71,8 +71,10 @@ class ProcessBackend(WorkerCalls):
     and `cpu_limit_s` (RLIMIT_CPU per call, counted in whole seconds by the
     kernel) are the defaults for its tools; a tool's own `memory_limit_mb` /
     `cpu_limit_s` win. `max_workers` caps each tool's pool (default: the CPU
-    count; a tool's `max_concurrency` lowers it). `context_vars` lists the
-    module-level ContextVars whose values travel with each call: no others do.
+    count; a tool's `max_concurrency` lowers it). A worker idle for
+    `idle_timeout` seconds (default 60) exits, except the one each tool keeps
+    warm. `context_vars` lists the module-level ContextVars whose values travel
+    with each call: no others do.
     """
 
     name = "process"
@@ -86,8 +88,10 @@ class ProcessBackend(WorkerCalls):
         cpu_limit_s: float | None = None,
         max_workers: int | None = None,
         context_vars: Iterable[contextvars.ContextVar[Any]] = (),
+        idle_timeout: float = 60.0,
     ) -> None:
         owner = "ProcessBackend"
+        self.idle_timeout = positive_number(idle_timeout, "idle_timeout", owner)
         self.memory_limit_mb = check_memory_limit(memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(cpu_limit_s, owner)
         self.max_workers = (
@@ -116,6 +120,8 @@ class ProcessBackend(WorkerCalls):
     def _reset(self, host: Host) -> None:
         self._root = None
         self._sources = Sources(self._ready_root)
+        for pool in self._pools.values():
+            pool.close()
         self._pools.clear()
 
     def _prepare(self, tool: Tool) -> None:
@@ -204,6 +210,9 @@ class ProcessBackend(WorkerCalls):
             shipped = self._shipped[id(tool)][1]
             memory = tool.memory_limit_mb or self.memory_limit_mb
             pool = self._pools[id(tool)] = Pool(
-                functools.partial(self._sources.get, shipped.module), self.capacity(tool), memory
+                functools.partial(self._sources.get, shipped.module),
+                self.capacity(tool),
+                memory,
+                self.idle_timeout,
             )
         return pool

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from ._procs import START_TIMEOUT, WorkerProcess, Zygote, _retrieved
+from ._retire import Retirement
 
 __all__ = ["Pool", "Sources"]
 
@@ -59,13 +60,15 @@ class Sources:
 
 
 class Pool:
-    """One tool's warm workers, at most `size`, started as calls need them."""
+    """One tool's warm workers, at most `size`, started as calls need them; a
+    worker idle for `idle_timeout` seconds retires, but for one (`_retire.py`)."""
 
     def __init__(
         self,
         source: Callable[[], Awaitable[tuple[Zygote, str | None]]],
         size: int,
         memory_limit_mb: int | None,
+        idle_timeout: float,
     ) -> None:
         self.source = source  # the zygote its workers are forked from
         self.size = size
@@ -76,6 +79,7 @@ class Pool:
         self.waiting: deque[asyncio.Future[WorkerProcess]] = deque()
         self.started = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.retirement = Retirement(idle_timeout, self._idle_workers, self._retire)
 
     async def acquire(self) -> WorkerProcess:
         """A worker of this pool, for one call; waits for one to be free."""
@@ -174,15 +178,37 @@ class Pool:
             if not f.done():
                 f.set_result(w)
                 return
+        w.idle_since = w.loop.time()
         self.idle.append(w)
+        self.retirement.idle(w.loop)
 
-    def lost(self, w: WorkerProcess) -> None:
+    def _idle_workers(self) -> tuple[list[WorkerProcess], int]:
+        return list(self.idle), self.live
+
+    def _retire(self, w: WorkerProcess) -> bool:
+        """Stop `w`, idle too long, without replacing it; False if it was taken."""
+        try:
+            self.idle.remove(w)  # atomic: `take` may pop it from another thread
+        except ValueError:
+            return False
+        if w.alive:  # a dead one's pid may be another process's by now
+            w.kill("retired")
+        self.lost(w, replace=False)
+        return True
+
+    def close(self) -> None:
+        """Any thread: the backend starts over; no more retirements."""
+        self.retirement.stop()
+
+    def lost(self, w: WorkerProcess, *, replace: bool = True) -> None:
         """`w` is dead or killed: count it out (once) and replace it."""
         w.close()
         if w.counted_out:
             return
         w.counted_out = True
         self.live -= 1
+        if not replace:
+            return
         if self.waiting:
             self.fill()
         else:

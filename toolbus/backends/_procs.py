@@ -80,8 +80,8 @@ class WorkerProcess:
     """One worker: its pid (also its process group), its socket, its one call."""
 
     __slots__ = (
-        "_kill_lock", "counted_out", "frames", "killed", "knows", "loop", "on_message", "pid",
-        "ready", "seq", "sock", "status", "zygote",
+        "_kill_lock", "counted_out", "frames", "idle_since", "killed", "knows", "loop",
+        "on_message", "pid", "ready", "seq", "sock", "status", "zygote",
     )  # fmt: skip
 
     def __init__(
@@ -99,6 +99,7 @@ class WorkerProcess:
         self.killed = ""  # why toolbus killed it, once it has
         self._kill_lock = threading.Lock()
         self.counted_out = False  # its pool no longer counts it live
+        self.idle_since = 0.0  # loop time it last went idle (`_retire.py`)
         self.seq = 0  # the request it serves: frames tagged otherwise are stale
         self.knows: set[int] = set()  # the tools it was sent (by the backend's ids)
         # Where its frames go while it serves a call (None: idle).

@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._options import positive_number
 from ._protocol import BackendUnavailable, Host, Job
 from ._ray_calls import ActorCalls
 from ._remote_base import refuse_process_local
@@ -63,8 +64,10 @@ class RayBackend(ActorCalls):
     as it is. `num_cpus`, `num_gpus` and `resources` are what each actor needs
     to be placed. `max_restarts` bounds how many times a tool's actors are
     replaced after crashing (-1: no bound); past it the tool's calls get
-    `TOOL_UNAVAILABLE`. `context_vars` lists the ContextVars whose values
-    travel with each call: no others do.
+    `TOOL_UNAVAILABLE`. A sync tool's actor idle for `idle_timeout` seconds
+    (default 60) is stopped, except the one each tool keeps warm.
+    `context_vars` lists the ContextVars whose values travel with each call:
+    no others do.
     """
 
     name = "ray"
@@ -82,6 +85,7 @@ class RayBackend(ActorCalls):
         resources: Mapping[str, float] | None = None,
         max_restarts: int = 3,
         context_vars: Iterable[contextvars.ContextVar[Any]] = (),
+        idle_timeout: float = 60.0,
     ) -> None:
         self._ray = _import_ray()
         # Modules that import Ray: loaded here, not with toolbus.backends.
@@ -107,6 +111,7 @@ class RayBackend(ActorCalls):
         self.placement = check_placement(num_cpus, num_gpus, resources)
         self._room = Room(self.placement)
         self.max_restarts = max_restarts
+        self.idle_timeout = positive_number(idle_timeout, "idle_timeout", "RayBackend")
         variables = tuple(context_vars)
         self._vars = shipped_vars(variables)
         super().__init__(variables)
@@ -244,6 +249,7 @@ class RayBackend(ActorCalls):
             max_restarts=self.max_restarts,
             placement=needs,
             room=self._room,
+            idle_timeout=self.idle_timeout,
         )
         self._room.pools.append(pool)
         return pool

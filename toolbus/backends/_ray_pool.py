@@ -33,6 +33,7 @@ import ray
 
 from ..pipeline import ToolCrashed
 from ..tools import ToolError
+from ._retire import Retirement
 
 if TYPE_CHECKING:
     from ._ray_room import Room
@@ -108,6 +109,7 @@ class ToolActors:
         max_restarts: int,
         placement: str,
         room: Room | None = None,
+        idle_timeout: float = 60.0,
     ) -> None:
         self.cls = cls
         self.options = options
@@ -131,6 +133,8 @@ class ToolActors:
         # Set once crashes have used up max_restarts: why the tool is unavailable.
         self.unavailable: str | None = None
         self.closed = False
+        # A sync tool's actor idle this long is stopped, but for one (`_retire.py`).
+        self.retirement = Retirement(idle_timeout, self._idle_actors, self._retire)
 
     # -- getting an actor -----------------------------------------------------------
 
@@ -151,9 +155,11 @@ class ToolActors:
         if not self.is_async:
             self._idle(actor)
             loop = self.loop
-            if self.waiters and loop is not None:
+            if loop is not None:
                 try:
-                    loop.call_soon_threadsafe(self.wake)
+                    if self.waiters:
+                        loop.call_soon_threadsafe(self.wake)
+                    loop.call_soon_threadsafe(self.retirement.idle, loop)
                 except RuntimeError:
                     pass  # closing
 
@@ -205,11 +211,25 @@ class ToolActors:
             self.lost(actor, crashed=False)
         else:
             self._idle(actor)
+            if self.loop is not None:
+                self.retirement.idle(self.loop)
         self.wake()
 
     def _idle(self, actor: RayActor) -> None:
-        actor.idle_since = time.monotonic()
+        actor.idle_since = time.monotonic()  # the loop's clock too
         self.idle.append(actor)
+
+    def _idle_actors(self) -> tuple[list[RayActor], int]:
+        return list(self.idle), len(self.live)
+
+    def _retire(self, actor: RayActor) -> bool:
+        """Stop `actor`, idle too long, without replacing it; False if it was taken."""
+        try:
+            self.idle.remove(actor)  # atomic: `take` may pop it from another thread
+        except ValueError:
+            return False
+        self._discard(actor)
+        return True
 
     def lost(self, actor: RayActor, *, crashed: bool) -> None:
         """`actor` is gone (killed by toolbus, or `crashed`): count it, replace it."""
@@ -341,6 +361,8 @@ class ToolActors:
             self._discard(actor)
         else:
             self._idle(actor)
+            if self.loop is not None:
+                self.retirement.idle(self.loop)
             self.wake()
 
     # -- closing --------------------------------------------------------------------
@@ -348,6 +370,7 @@ class ToolActors:
     def kill_all(self) -> None:
         """Kill every actor of the tool (any thread): the backend stops."""
         self.closed = True
+        self.retirement.stop()
         with self.lock:
             actors = list(self.live)
             self.live.clear()

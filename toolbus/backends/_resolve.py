@@ -77,10 +77,16 @@ class Backends:
         default: Any,
         named: Mapping[str, Backend] | None,
         *,
-        thread_idle_timeout: float = 60.0,
+        idle_timeout: float = 60.0,
+        thread_idle_timeout: float | None = None,
     ) -> None:
         self.default = check_spec(default if default is not None else "auto", owner="Executor")
-        self.thread = ThreadBackend(idle_timeout=thread_idle_timeout)
+        # The thread backend's, and the process backend's when the executor
+        # makes it (`thread_idle_timeout`: its old name, still accepted).
+        if thread_idle_timeout is not None:
+            idle_timeout = thread_idle_timeout
+        self.idle_timeout = idle_timeout
+        self.thread = ThreadBackend(idle_timeout=idle_timeout)
         self.loop = LoopBackend()
         self._process: ProcessBackend | None = None
         self.named: dict[str, Backend] = {}
@@ -136,7 +142,7 @@ class Backends:
     def process(self) -> ProcessBackend:
         """The executor's own process backend (made when a tool first names it)."""
         if self._process is None:
-            self._process = ProcessBackend()
+            self._process = ProcessBackend(idle_timeout=self.idle_timeout)
         return self._process
 
     def all(self) -> list[Backend]:
