@@ -8,6 +8,7 @@ from toolbus import ToolCall, tool
 from toolbus.actors._capacity import Capacity as Slots
 from toolbus.actors._capacity import Group
 from toolbus.actors._capacity import ToolGroup as Pool
+from toolbus.actors._ticket import Ticket
 from toolbus.pipeline import BatchRun, Run
 from toolbus.retry import RetryPolicy
 
@@ -30,10 +31,11 @@ def _run(pool: Pool, batch: BatchRun | None = None, index: int = 0) -> Run:
         timeout=None,
         policy=RetryPolicy(),
     )
-    run.sv_pool = pool
+    run.ticket = Ticket()
+    run.ticket.pool = pool
     if batch is not None and batch.sv_group is None:
         batch.sv_group = Group(f"batch:{batch.batch_id}", batch.limit)
-    run.sv_groups = (batch.sv_group, pool) if batch is not None else (pool,)
+    run.ticket.groups = (batch.sv_group, pool) if batch is not None else (pool,)
     return run
 
 
@@ -92,7 +94,7 @@ def test_closed_waiting_run_does_not_swallow_room() -> None:
     for r in (a, b, c):
         slots.enqueue(r)
     assert _start_all(slots) == [a]
-    b.sv_closed = True  # cancelled while waiting
+    b.ticket.closed = True  # cancelled while waiting
     slots.closed(b)
     slots.release(a)
     assert _start_all(slots) == [c]
@@ -106,7 +108,7 @@ def test_run_let_out_then_closed_hands_its_room_on() -> None:
         slots.enqueue(r)
     assert _start_all(slots) == [a]
     slots.release(a)  # lets b out into the ready queue...
-    b.sv_closed = True  # ...where it is aborted before it starts
+    b.ticket.closed = True  # ...where it is aborted before it starts
     slots.closed(b)
     assert _start_all(slots) == [c]
 
@@ -146,7 +148,7 @@ def test_a_named_group_limits_the_tools_that_share_it() -> None:
     slots = Slots(max_parallel=8)
     runs = [_run(a, index=0), _run(b, index=1), _run(a, index=2), _run(free, index=3)]
     for r in runs[:3]:
-        r.sv_groups = (*r.sv_groups, db)
+        r.ticket.groups = (*r.ticket.groups, db)
     for r in runs:
         slots.enqueue(r)
     # The third db call waits for the group; the tool outside it goes ahead.
@@ -162,12 +164,12 @@ def test_room_let_out_of_one_group_and_blocked_by_another_is_handed_on() -> None
     narrow = _tool("narrow", limit=1)
     slots = Slots(max_parallel=8)
     hold_db = _run(_tool("x"), index=0)
-    hold_db.sv_groups = (*hold_db.sv_groups, db)
+    hold_db.ticket.groups = (*hold_db.ticket.groups, db)
     hold_narrow = _run(narrow, index=1)
     both = _run(narrow, index=2)
-    both.sv_groups = (*both.sv_groups, db)
+    both.ticket.groups = (*both.ticket.groups, db)
     other_db = _run(_tool("y"), index=3)
-    other_db.sv_groups = (*other_db.sv_groups, db)
+    other_db.ticket.groups = (*other_db.ticket.groups, db)
     for r in (hold_db, hold_narrow, both, other_db):
         slots.enqueue(r)
     assert _start_all(slots) == [hold_db, hold_narrow]
@@ -191,14 +193,20 @@ def test_a_run_sharing_its_callers_slot_takes_no_room_of_max_parallel() -> None:
         parent=caller,
         shares_slot=True,
     )
-    step.sv_groups = (pool,)
+    step.ticket = Ticket()
+    step.ticket.groups = (pool,)
     waiting = _run(pool, index=1)
     slots.enqueue(waiting)
     slots.enqueue(step)
     # Full, but the step runs on its caller's slot (no loan needed), and the
     # top-level call still waits: the step took no room.
     assert _start_all(slots) == [step]
-    assert (slots.in_flight, slots.shared, caller.sv_lent, step.parent_call_id) == (2, 1, 0, "a-0")
+    assert (slots.in_flight, slots.shared, caller.ticket.lent, step.parent_call_id) == (
+        2,
+        1,
+        0,
+        "a-0",
+    )
     slots.release(step)
     assert (slots.in_flight, slots.shared) == (1, 0)
     assert _start_all(slots) == []

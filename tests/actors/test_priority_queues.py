@@ -12,6 +12,7 @@ from toolbus import ToolCall, tool
 from toolbus.actors._budget import ThreadBudget
 from toolbus.actors._capacity import Capacity, Group, ToolGroup
 from toolbus.actors._queue import MAX_LEVELS, RunQueue
+from toolbus.actors._ticket import Ticket
 from toolbus.pipeline import BatchRun, Run
 from toolbus.retry import RetryPolicy
 
@@ -47,10 +48,11 @@ def _run(
         priority=priority,
         backend=backend,
     )
-    run.sv_pool = pool
+    run.ticket = Ticket()
+    run.ticket.pool = pool
     if batch is not None and batch.sv_group is None:
         batch.sv_group = Group(f"batch:{batch.batch_id}", batch.limit)
-    run.sv_groups = (batch.sv_group, pool) if batch is not None else (pool,)
+    run.ticket.groups = (batch.sv_group, pool) if batch is not None else (pool,)
     return run
 
 
@@ -235,7 +237,7 @@ def test_nested_run_borrows_its_callers_share_ahead_of_higher_priorities() -> No
     slots.enqueue(nested)
     # Full: only the nested call may start (on its caller's share).
     assert _start_all(slots) == ["nested"]
-    assert nested.sv_borrowed and caller.sv_lent == 1
+    assert nested.ticket.borrowed and caller.ticket.lent == 1
     assert _ids(slots.ready) == ["urgent"]
 
 
@@ -279,7 +281,7 @@ def test_thread_budget_lets_higher_priority_go_first() -> None:
     for r in runs:
         assert budget.room(r) == "wait"
         budget.park(r)
-    runs[2].sv_ahead = True  # (as if a retry) ...
+    runs[2].ticket.ahead = True  # (as if a retry) ...
     budget.waiting.remove(runs[2])
     budget.park(runs[2])  # ... keeps the front of its class
     order = []

@@ -22,7 +22,7 @@ def waive_covered_approvals(step: Run, caller: Run, secret: bytes) -> None:
     """Drop the `requires_approval` policies of `step` (a step of `caller`'s
     tool) when a person's approval of `caller` covers it."""
     if step.policies and approved_by_caller(caller, secret):
-        step.policies = tuple(p for p in step.policies if not isinstance(p, requires_approval))
+        step.waive(requires_approval)
 
 
 def approved_by_caller(parent: Run, secret: bytes) -> bool:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ..actors import Scheduler
 from ..actors._messages import Submit
 from ..backends import LoopThread
-from ..models import ToolCall, ToolResult
+from ..models import ErrorCode, ToolCall, ToolResult
 from ..pipeline import LoopWaiter, Run, Services, current_run
 from ..tools import Tool
 from ._approvals import waive_covered_approvals
@@ -62,12 +62,12 @@ def refuse_blocking(scheduler: Scheduler, message: Submit) -> None:
     """A blocking call on the loop its async tools run on would deadlock: end
     its calls `rejected` at once, through the scheduler (counted, announced)."""
     for run in message.runs:
-        if run.tool is not None:
-            run.backend = None
-            run.last_error = (
+        if run.tool is not None and run.refusal is None:
+            run.refuse(
+                ErrorCode.TOOL_UNAVAILABLE,
                 f"Tool '{run.call.name}' is unavailable here: a blocking execute() was "
                 "called on an event loop this executor's async tools run on, which it "
-                "would block; use `await executor.aexecute(...)`"
+                "would block; use `await executor.aexecute(...)`",
             )
     scheduler.ask(message)  # handled before it returns: never waits on a tool
 
@@ -110,8 +110,9 @@ class NestedGateway:
             step_tool=mine,
         )
         if mine is None:  # ended `rejected` (TOOL_NOT_FOUND) as a call of it would be
-            run.last_error = (
-                f"Tool '{call.name}' is not available: this executor's configuration disables it"
+            run.refuse(
+                ErrorCode.TOOL_NOT_FOUND,
+                f"Tool '{call.name}' is not available: this executor's configuration disables it",
             )
         else:
             waive_covered_approvals(run, parent, ex._services.key_secret)

@@ -25,7 +25,7 @@ from typing import Any
 from ..approvals import ApprovalDecision
 from ..backends import Backend, Backends
 from ..masking import SecretKeys
-from ..models import ToolCall
+from ..models import ErrorCode, ToolCall
 from ..pipeline import BatchRun, Run, Waiter
 from ..policies._set import PolicySet, admit_at_submission, submission_scrubber, timeout_for
 from ..retry import RetryPolicy
@@ -149,7 +149,7 @@ def plan_run(
     names the ones there are). `parent` is the run whose tool (or hook) made
     this call, and a step of a composite tool `shares_slot` with it."""
     if plan is None:
-        run = Run(
+        return Run(
             call,
             None,
             index=index,
@@ -160,11 +160,9 @@ def plan_run(
             waiter=waiter,
             parent=parent,
             priority=priority,
+            approval=approval,
+            refusal=(ErrorCode.TOOL_NOT_FOUND, unknown_tool_message(call.name, registry.names())),
         )
-        run.last_error = unknown_tool_message(call.name, registry.names())
-        if approval is not None:
-            run.approval = approval
-        return run
     timeout = plan.timeout
     guard = plan.guard
     if guard is not None and guard.refusal is None and guard.timing:
@@ -173,6 +171,13 @@ def plan_run(
             guard = replace(guard, refusal=timed)
         else:
             timeout = timed
+    refusal: tuple[ErrorCode, str] | None = None
+    if plan.backend is None:
+        refusal = (ErrorCode.TOOL_UNAVAILABLE, plan.hint)
+    elif guard is not None and guard.refusal is not None:
+        # A policy's own code (applies_to, timeout) failed for this tool:
+        # none of its calls may run, and the caller gets a result, not the error.
+        refusal = guard.refusal
     run = Run(
         call,
         plan.tool,
@@ -186,27 +191,19 @@ def plan_run(
         parent=parent,
         shares_slot=shares_slot,
         priority=priority,  # None: 0, or a nested call's caller's (see Run)
+        policies=guard.chain if guard is not None and refusal is None else (),
+        approval=approval,
+        refusal=refusal,
     )
-    if plan.backend is None:
-        run.last_error = plan.hint
-    elif guard is not None and guard.refusal is not None:
-        # A policy's own code (applies_to, timeout) failed for this tool:
-        # none of its calls may run, and the caller gets a result, not the error.
-        run.refusal = guard.refusal
-    elif guard is not None:
-        run.policies = guard.chain
-        if guard.at_submission:
-            # In the batch's order, before it fans out: a quota's first calls run.
-            # Before admission masks the arguments: what the default masking
-            # hides of them is scrubbed from a refusal (it may quote a key).
-            scrubber = submission_scrubber(call, guard.tool, secret_keys)
-            run.refusal = admit_at_submission(guard, call, time.monotonic(), scrubber, run.batch_id)
-            if run.refusal is None:  # they admitted it: they are told how it ends
-                run.consulted.extend(guard.at_submission)
-            else:  # its result is scrubbed as it ends, like any call's
-                run.scrubber = scrubber
-    if approval is not None:
-        run.approval = approval
+    if refusal is None and guard is not None and guard.at_submission:
+        # In the batch's order, before it fans out: a quota's first calls run.
+        # Before admission masks the arguments: what the default masking
+        # hides of them is scrubbed from a refusal (it may quote a key).
+        scrubber = submission_scrubber(call, guard.tool, secret_keys)
+        refused = admit_at_submission(guard, call, time.monotonic(), scrubber, run.batch_id)
+        if refused is not None:
+            run.refuse(*refused)
+        run.admitted_at_submission(guard.at_submission, scrubber)
     return run
 
 

@@ -22,6 +22,7 @@ from ._capacity import Group, ToolGroup
 from ._completion import Completion
 from ._deadlock import would_deadlock
 from ._messages import Submit
+from ._ticket import Ticket
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -33,16 +34,17 @@ log = logging.getLogger("toolbus.actors")
 
 def unstartable(run: Run, groups: Mapping[str, Group]) -> tuple[ErrorCode, str] | None:
     """Why `run` can never start (the code and message it is rejected with),
-    or None: an unknown tool, no backend, refused at submission (a quota), or
-    a capacity group missing or defined with another limit."""
+    or None: refused before submission (`Run.refusal`: an unknown tool, no
+    backend, a quota), or a capacity group missing or defined with another limit."""
     if run.refusal is not None:
+        # Known before submission (the executor's words: an unknown tool's
+        # close matches, why no backend can run it, a quota's refusal).
         code, message = run.refusal
         return code, message
     if run.tool is None:
-        # The executor wrote the message (with close matches) on the caller's thread.
-        return ErrorCode.TOOL_NOT_FOUND, run.last_error or f"Unknown tool '{run.call.name}'"
+        return ErrorCode.TOOL_NOT_FOUND, f"Unknown tool '{run.call.name}'"
     if run.backend is None:
-        return ErrorCode.TOOL_UNAVAILABLE, run.last_error
+        return ErrorCode.TOOL_UNAVAILABLE, f"Tool '{run.call.name}' is unavailable: no backend"
     for name, limit in run.tool.group_limits.items():
         if groups[name].limit != limit:
             return ErrorCode.TOOL_UNAVAILABLE, (
@@ -77,19 +79,20 @@ class Admission(Completion):
             b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
         self.runs_open.update(msg.runs)
         for run in msg.runs:
+            run.ticket = Ticket()
             tool = run.tool
             if tool is not None:
                 pool = self.pools.get(id(tool))
                 if pool is None or pool.tool is not tool:
                     pool = self._pool(run)
-                run.sv_pool = pool
+                run.ticket.pool = pool
                 if tool.groups or tool.group_limits:
                     if tool.group_limits:
                         self._learn_groups(tool)
                     named = tuple(self.groups[n] for n in tool.groups if n in self.groups)
-                    run.sv_groups = (pool, *named) if b is None else (b.sv_group, pool, *named)
+                    run.ticket.groups = (pool, *named) if b is None else (b.sv_group, pool, *named)
                 else:  # (the common tool: no named groups to look up)
-                    run.sv_groups = (pool,) if b is None else (b.sv_group, pool)
+                    run.ticket.groups = (pool,) if b is None else (b.sv_group, pool)
                 backend = run.backend
                 if backend is not None and id(backend) not in self.backends:
                     try:

@@ -23,8 +23,9 @@ import logging
 from typing import Literal
 
 from ..backends import Backend
-from ..pipeline import PARKED, Run
+from ..pipeline import Run
 from ._queue import RunQueue
+from ._ticket import PARKED
 
 __all__ = ["ThreadBudget"]
 
@@ -84,21 +85,21 @@ class ThreadBudget:
         return "start"
 
     def park(self, run: Run) -> None:
-        run.sv_queued = PARKED
-        self.waiting.push(run, front=run.sv_ahead)  # a retry keeps its turn
+        run.ticket.queued = PARKED
+        self.waiting.push(run, front=run.ticket.ahead)  # a retry keeps its turn
 
     def next_ready(self) -> tuple[Run, Room] | None:
         """The first waiting run that may start now, or must be refused, taken
         off the queue with its verdict; None if every one must go on waiting."""
         waiting = self.waiting
         for run in list(waiting):
-            if run.sv_closed:
+            if run.ticket.closed:
                 waiting.remove(run)
-                run.sv_queued = 0
+                run.ticket.queued = 0
                 continue
             room = self.room(run)
             if room != "wait":
                 waiting.remove(run)
-                run.sv_queued = 0
+                run.ticket.queued = 0
                 return run, room
         return None

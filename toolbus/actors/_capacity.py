@@ -29,7 +29,7 @@ A run put at the front (a retry whose backoff is over, a run let out of a
 waiting queue) goes ahead of its priority class, not of higher ones; should it
 have to wait again before it starts (a higher-priority run took the room it
 was let out for), it waits at the front of its class there too, so it keeps
-its turn (`run.sv_ahead`).
+its turn (`run.ticket.ahead`).
 
 Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
 """
@@ -39,8 +39,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..pipeline import PARKED, READY, Run
+from ..pipeline import Run
 from ._queue import RunQueue
+from ._ticket import PARKED, READY
 
 if TYPE_CHECKING:
     from ..tools import Tool
@@ -69,7 +70,7 @@ class Group:
 
 class Capacity:
     """The scheduler's admission control over `max_parallel` and each run's groups
-    (`run.sv_groups`)."""
+    (`run.ticket.groups`)."""
 
     __slots__ = ("deadlock", "in_flight", "max_parallel", "peak", "ready", "refused", "shared")
 
@@ -91,10 +92,11 @@ class Capacity:
     def enqueue(self, run: Run, *, front: bool = False) -> None:
         """Make a run eligible to start (retries and let-out runs go to the front
         of their priority class; nested runs ahead of every class)."""
-        if run.sv_queued or run.sv_closed:
+        t = run.ticket
+        if t.queued or t.closed:
             return
-        run.sv_queued = READY
-        run.sv_ahead = front
+        t.queued = READY
+        t.ahead = front
         ready = self.ready
         if run.parent is not None or run.priority:
             ready.push(run, front=front)
@@ -117,7 +119,7 @@ class Capacity:
                 else:  # only runs of priority 0 queued: RunQueue.pop inlined
                     run = ready.default.popleft()
                     ready.size -= 1
-                run.sv_borrowed = False
+                run.ticket.borrowed = False
             else:
                 # Full: a nested call, wherever it is, may run on its caller's
                 # share, one at a time per caller (so fan-out stays bounded).
@@ -125,11 +127,12 @@ class Capacity:
                 if found is None:
                     return None
                 run = found
-                run.sv_borrowed = True
-            run.sv_queued = 0
-            if run.sv_closed:
+                run.ticket.borrowed = True
+            t = run.ticket
+            t.queued = 0
+            if t.closed:
                 continue
-            groups: tuple[Group, ...] = run.sv_groups
+            groups: tuple[Group, ...] = t.groups
             full = None
             for g in groups:  # the first without room (`has_room`, inlined)
                 if g.limit is not None and g.in_flight >= g.limit:
@@ -137,7 +140,7 @@ class Capacity:
                     break
             if full is None:
                 return run
-            run.sv_borrowed = False
+            t.borrowed = False
             if run.parent is not None and self.deadlock is not None:
                 why = self.deadlock(run, full)
                 if why is not None:
@@ -154,11 +157,13 @@ class Capacity:
         """The first nested run whose caller has not lent its share yet."""
         for run in self.ready.nested:
             parent = run.parent
-            if run.sv_closed or (
+            if run.ticket.closed or (
                 # A caller lends only a share it holds: not once it has ended,
                 # nor while it waits out a backoff. One that shares it (a
                 # sequence's step) needs no loan: its caller waits for it.
-                parent is not None and parent.sv_slot and (parent.sv_lent == 0 or run.shares_slot)
+                parent is not None
+                and parent.ticket.slot
+                and (parent.ticket.lent == 0 or run.shares_slot)
             ):
                 self.ready.remove(run)
                 return run
@@ -166,33 +171,35 @@ class Capacity:
 
     def take(self, run: Run) -> None:
         """`run` starts an attempt: it holds a slot of `max_parallel` and of each group."""
-        run.sv_slot = True
+        t = run.ticket
+        t.slot = True
         parent = run.parent
-        if run.shares_slot and parent is not None and parent.sv_slot:
+        if run.shares_slot and parent is not None and parent.ticket.slot:
             # On its caller's slot: no loan, and no room of max_parallel taken.
-            run.sv_borrowed = False
-            run.sv_shared = True
+            t.borrowed = False
+            t.shared = True
             self.shared += 1
-        elif run.sv_borrowed and parent is not None:
-            parent.sv_lent += 1
+        elif t.borrowed and parent is not None:
+            parent.ticket.lent += 1
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
-        for g in run.sv_groups:
+        for g in t.groups:
             g.in_flight += 1
 
     def release(self, run: Run) -> None:
         """`run` gives its slots back (finished, or backing off before a retry)."""
-        if not run.sv_slot:
+        t = run.ticket
+        if not t.slot:
             return
-        run.sv_slot = False
-        if run.sv_shared:
-            run.sv_shared = False
+        t.slot = False
+        if t.shared:
+            t.shared = False
             self.shared -= 1
-        elif run.sv_borrowed and run.parent is not None:
-            run.parent.sv_lent -= 1
-            run.sv_borrowed = False
+        elif t.borrowed and run.parent is not None:
+            run.parent.ticket.lent -= 1
+            t.borrowed = False
         self.in_flight -= 1
-        for g in run.sv_groups:
+        for g in t.groups:
             g.in_flight -= 1
             if g.waiting.size:
                 self._unpark_one(g.waiting)
@@ -201,9 +208,9 @@ class Capacity:
         """`run` ended; if it sat in the ready queue it may have been let out of a
         waiting queue for room it will now never use: hand that room on."""
         self.release(run)
-        if run.sv_queued != READY:
+        if run.ticket.queued != READY:
             return
-        for g in run.sv_groups:
+        for g in run.ticket.groups:
             if g.has_room:
                 self._unpark_one(g.waiting)
 
@@ -212,19 +219,21 @@ class Capacity:
         the ready queue."""
         while queue.size:
             run = queue.pop()
-            run.sv_queued = 0
-            run.sv_waiting_on = None
-            if not run.sv_closed:
+            t = run.ticket
+            t.queued = 0
+            t.waiting_on = None
+            if not t.closed:
                 self.enqueue(run, front=True)
                 return
 
 
 def _park(group: Group, run: Run) -> None:
-    run.sv_queued = PARKED
-    run.sv_waiting_on = group
+    t = run.ticket
+    t.queued = PARKED
+    t.waiting_on = group
     # A nested run goes first (its callers hold slots while it waits); a run
     # that was at the front of its class keeps its turn.
-    group.waiting.push(run, front=run.sv_ahead)
+    group.waiting.push(run, front=t.ahead)
 
 
 class ToolGroup(Group):

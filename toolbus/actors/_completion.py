@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 from .. import pipeline as _pipeline
 from ..models import ErrorCode, Status, ToolResult
-from ..pipeline import READY, BatchRun, Run
+from ..pipeline import BatchRun, Run
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
 from ._messages import Cancel, Close
+from ._ticket import READY
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -41,14 +42,15 @@ class Completion(Deadlines):
         self._closed_run(run)
 
     def _closed_run(self, run: Run) -> None:
-        if run.sv_closed:
+        t = run.ticket
+        if t.closed:
             return
-        run.sv_closed = True
+        t.closed = True
         self.runs_open.discard(run)
-        if run.sv_timer is not None:  # (closed: a timer message still queued is stale)
-            self.timers.cancel(run.sv_timer)
-            run.sv_timer = None
-        if run.sv_queued == READY:
+        if t.timer is not None:  # (closed: a timer message still queued is stale)
+            self.timers.cancel(t.timer)
+            t.timer = None
+        if t.queued == READY:
             self.slots.closed(run)  # it may have been let out for room it now leaves
         else:
             self.slots.release(run)
@@ -123,18 +125,17 @@ class Completion(Deadlines):
             self._cancel_run(run, msg.code, msg.reason, only_unstarted=False)
 
     def _cancel_run(self, run: Run, code: ErrorCode, reason: str, *, only_unstarted: bool) -> None:
-        if run.sv_closed or run.completed:
+        if run.ticket.closed or run.completed:
             return
-        if run.sv_slot:  # an attempt, or what follows its timeout, is under way
+        if run.ticket.slot:  # an attempt, or what follows its timeout, is under way
             if only_unstarted:
                 return
             if not run.try_settle(run.attempt):
                 # A worker holds the outcome (in its hooks): honour the cancel
                 # when it reports, instead of retrying.
-                run.sv_cancel = (code, reason)
+                run.ticket.cancel = (code, reason)
                 return
-            run.stop_reason = "closed" if self.closed else "cancelled"
-            run.interrupt()
+            run.interrupt("closed" if self.closed else "cancelled")
             self._detach(run)
         elif only_unstarted and run.attempt > 0:
             return  # started, now backing off before a retry: let it go on

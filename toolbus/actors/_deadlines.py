@@ -66,29 +66,29 @@ class Deadlines:
         def _closed_run(self, run: Run) -> None: ...
 
     def _arm(self, run: Run, delay: float, make: Callable[[Run, int, int], TimerMessage]) -> None:
-        if run.sv_timer is not None:
+        if run.ticket.timer is not None:
             self._disarm(run)
-        run.sv_armed = make
-        run.sv_timer = self.timers.schedule(
+        run.ticket.armed = make
+        run.ticket.timer = self.timers.schedule(
             delay if type(delay) is float else _as_delay(delay),
             self._tell,
-            make(run, run.attempt, run.sv_gen),
+            make(run, run.attempt, run.ticket.gen),
         )
 
     def _disarm(self, run: Run) -> None:
-        self.timers.cancel(run.sv_timer)
-        run.sv_timer = None
-        run.sv_armed = None
-        run.sv_gen += 1
+        self.timers.cancel(run.ticket.timer)
+        run.ticket.timer = None
+        run.ticket.armed = None
+        run.ticket.gen += 1
 
     def _current(self, msg: TimerMessage) -> bool:
         """True if the timer message is the run's live timer (not stale)."""
         run = msg.run
-        if run.sv_closed or msg.gen != run.sv_gen:
+        if run.ticket.closed or msg.gen != run.ticket.gen:
             return False
-        run.sv_timer = None
-        run.sv_armed = None
-        run.sv_gen += 1
+        run.ticket.timer = None
+        run.ticket.armed = None
+        run.ticket.gen += 1
         return True
 
     def _on_retry_due(self, msg: RetryDue) -> None:
@@ -126,8 +126,7 @@ class Deadlines:
                 self._arm(run, self.hook_grace, Grace)
             return
         self.counters["timeouts"] += 1
-        run.stop_reason = "timeout"
-        run.interrupt()
+        run.interrupt("timeout")
         self._detach(run)
         if self.emitter.wants(sig.TIMEOUT):
             self.emitter.emit(
@@ -173,8 +172,7 @@ class Deadlines:
             return
         at = run.policy_at
         name = policy_name(run.policies[at]) if at < len(run.policies) else "?"
-        run.stop_reason = "timeout"
-        run.interrupt()  # cancels an async policy's task; a sync one's thread is let go
+        run.interrupt("timeout")  # cancels an async policy's task; a sync one's thread is let go
         self._detach(run)
         message = (
             f"Tool '{run.call.name}' is unavailable: its policy {name} did not decide "
@@ -190,9 +188,9 @@ class Deadlines:
     def _on_expired(self, msg: Expired) -> None:
         """A caller saw the attempt overdue before its timer fired: act as the timer."""
         run = msg.run
-        if run.sv_closed or run.attempt != msg.attempt or run.sv_armed is not Deadline:
+        if run.ticket.closed or run.attempt != msg.attempt or run.ticket.armed is not Deadline:
             return  # settled, retried, or the timer already acted
-        self._on_deadline(Deadline(run, msg.attempt, run.sv_gen))
+        self._on_deadline(Deadline(run, msg.attempt, run.ticket.gen))
 
     def _on_grace(self, msg: Grace) -> None:
         if not self._current(msg):
@@ -203,8 +201,8 @@ class Deadlines:
         self._detach(run)
         # The result first, then the interrupt: hooks that stop on it must find
         # the call finished, not end it themselves (as cancelled, say).
-        if run.sv_cancel is not None:
-            code, reason = run.sv_cancel
+        if run.ticket.cancel is not None:
+            code, reason = run.ticket.cancel
             self._finish_here(run, "cancelled", code, reason)
         else:
             self._finish_here(

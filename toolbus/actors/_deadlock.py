@@ -7,7 +7,7 @@ through nested calls of its own, for groups held by the waiting caller never
 will (A calls B while B calls A, each tool `max_concurrency=1`; or a tool that
 calls itself). Such a call is refused at once instead.
 
-Pure: reads the runs' `parent`, `sv_slot`, `sv_groups` and `sv_waiting_on`.
+Pure: reads the runs' `parent` and their tickets' `slot`, `groups` and `waiting_on`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def would_deadlock(run: Run, group: Any, open_runs: Iterable[Run]) -> bool:
         if key in memo:
             return memo[key]
         memo[key] = True  # a wait that leads back here is part of the same knot
-        holders = [r for r in runs if r.sv_slot and group in r.sv_groups]
+        holders = [r for r in runs if r.ticket.slot and group in r.ticket.groups]
         result = bool(holders) and all(
             h in waiting_for_it or _blocked(h, waiting_for_it) for h in holders
         )
@@ -52,8 +52,8 @@ def would_deadlock(run: Run, group: Any, open_runs: Iterable[Run]) -> bool:
         # The holder waits for a nested call of its own that waits, parked, for
         # a group no holder of which can let go either.
         for r in runs:
-            g = r.sv_waiting_on
-            if g is None or r.sv_slot:
+            g = r.ticket.waiting_on
+            if g is None or r.ticket.slot:
                 continue
             callers = _callers(r)
             if holder in callers and stuck(g, waiting_for_it | callers):

@@ -42,7 +42,7 @@ class _Waiting:
 
 def _waits(due: RetryDue) -> bool:
     run = due.run
-    return not run.sv_closed and run.sv_gen == due.gen
+    return not run.ticket.closed and run.ticket.gen == due.gen
 
 
 class Delays(Completion):
@@ -56,17 +56,17 @@ class Delays(Completion):
         back and waits on a timer (or its policy's event), holding nothing."""
         self._disarm(run)
         self.slots.release(run)
-        if run.sv_cancel is not None:
-            code, reason = run.sv_cancel
+        if run.ticket.cancel is not None:
+            code, reason = run.ticket.cancel
             self._finish_here(run, "cancelled", code, reason)
             return
-        run.attempt = 0  # not started: its next dispatch is its first attempt again
+        run.not_started()
         self._arm(run, outcome.delay, RetryDue)
         until = outcome.until
         if until is not None:
             # Whichever comes first, the timer or the event; the other is stale.
             try:
-                self._wait_until(until, RetryDue(run, 0, run.sv_gen))
+                self._wait_until(until, RetryDue(run, 0, run.ticket.gen))
             except Exception as e:  # not a future after all: the timer stands
                 log.error("a policy's delay has no usable `until` (%s): waiting it out", e)
 

@@ -328,7 +328,7 @@ class Scheduler(Admission, Delays):
         """`run`'s current job is given up: its backend lets it go (a stuck thread
         counts as abandoned until it returns)."""
         backend = run.backend
-        if backend is None or not run.sv_slot:
+        if backend is None or not run.ticket.slot:
             return
         self.given_up += 1
         try:
@@ -354,7 +354,7 @@ class Scheduler(Admission, Delays):
             # settled itself as a timeout, and its value is a late result.
             self.counters["timeouts"] += 1
             self.counters["late_results"] += 1
-        if outcome.kind == "lost" or run.sv_closed or run.attempt != job.attempt:
+        if outcome.kind == "lost" or run.ticket.closed or run.attempt != job.attempt:
             return  # someone else settled this attempt and accounted for it
         if outcome.kind == "done":
             self._closed_run(run)
@@ -364,8 +364,8 @@ class Scheduler(Admission, Delays):
             return
         self._disarm(run)  # retry: no deadline runs during the backoff
         self.slots.release(run)
-        if run.sv_cancel is not None:
-            code, reason = run.sv_cancel
+        if run.ticket.cancel is not None:
+            code, reason = run.ticket.cancel
             self._finish_here(run, "cancelled", code, reason)
             return
         self._arm(run, outcome.delay, RetryDue)

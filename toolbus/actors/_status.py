@@ -33,7 +33,7 @@ def status(scheduler: Scheduler) -> dict[str, Any]:
         **scheduler.counters,
         "in_flight": scheduler.slots.in_flight,
         "peak_in_flight": scheduler.slots.peak,
-        "queued": sum(1 for r in scheduler.runs_open if r.sv_queued),
+        "queued": sum(1 for r in scheduler.runs_open if r.ticket.queued),
         "abandoned_workers": abandoned,
         "live_workers": _live_workers(scheduler),
         "workers_started": sum(getattr(b, "started", 0) for b in scheduler.budget.backends)

@@ -17,14 +17,14 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..pipeline import ToolCrashed, WorkerKilled, publish_progress
+from ..pipeline import SetUpTime, ToolCrashed, WorkerKilled, publish_progress
 from ..tools import ToolError
 from ._cpuwatch import watch_cpu
 from ._direct import Direct, Pending, runs_plain
 from ._procpool import Pool
 from ._procs import START_TIMEOUT, WorkerProcess, describe_exit
 from ._remote import value_of
-from ._remote_base import RemoteBackend, SetUpTime
+from ._remote_base import RemoteBackend
 from ._wire import encode
 from ._worker import CallRequest
 

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _json
-from ..pipeline import ToolCrashed, WorkerKilled
+from ..pipeline import SetUpTime, ToolCrashed, WorkerKilled
 from ..tools import ToolError
 from ._direct import Direct, runs_plain
 from ._remote import value_of
-from ._remote_base import RemoteBackend, SetUpTime
+from ._remote_base import RemoteBackend
 
 if TYPE_CHECKING:
     from ..pipeline import Run, Services

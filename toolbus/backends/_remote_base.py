@@ -19,12 +19,9 @@ from __future__ import annotations
 import contextvars
 import sys
 import threading
-import time
 from collections import Counter
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ..pipeline import RUNNING, STARTING
 from ._direct import Direct
 from ._loop import Lane
 from ._protocol import BackendUnavailable, ContextSpec
@@ -34,7 +31,7 @@ if TYPE_CHECKING:
     from ..tools import Tool, ToolContext
     from ._protocol import Host, Job
 
-__all__ = ["RemoteBackend", "SetUpTime", "refuse_process_local", "var_home"]
+__all__ = ["RemoteBackend", "refuse_process_local", "var_home"]
 
 # What `_serving` holds for a run: the worker serving it (and what else `kill` needs).
 S = TypeVar("S")
@@ -140,35 +137,6 @@ class RemoteBackend(Generic[S]):
         """Publish `tool:killed` for the worker `pid` that served `run`."""
         if self._host is not None:
             self._host.services.announce_killed(run, pid, reason)
-
-
-class SetUpTime:
-    """`with SetUpTime(run, limit):` the time spent inside (starting a worker,
-    waiting for one to be ready) is off `run`'s deadline's clock, `limit`
-    seconds of it at most; the run's phase says it is starting meanwhile."""
-
-    __slots__ = ("began", "limit", "run")
-
-    def __init__(self, run: Run, limit: float) -> None:
-        self.run = run
-        self.limit = limit
-        self.began = 0.0
-
-    def __enter__(self) -> None:
-        self.run.phase = STARTING
-        self.began = time.monotonic()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # Whatever came of it, the set-up was off the clock.
-        run = self.run
-        if run.deadline is not None:
-            run.deadline += min(time.monotonic() - self.began, self.limit)
-        run.phase = RUNNING
 
 
 def refuse_process_local(tool: Tool, where: str) -> None:

@@ -128,7 +128,7 @@ class Session:
         # Set here, not only when the step has awaited the intent: a call that
         # ends meanwhile (cancelled, closed) then still gets its outcome
         # recorded, by `finish` or just below, and is never left in doubt.
-        run.journaled = True
+        run.note_journaled()
         if run.result is not None:
             self.ended(run, run.result)
         return self._committed(fut, run)

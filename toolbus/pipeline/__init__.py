@@ -9,6 +9,7 @@ layer imports neither the actors nor the backends: they import it.
 
 from .._errors import ToolCrashed, WorkerKilled
 from ..tools._running import NestedCalls
+from ._clock import SetUpTime
 from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
@@ -18,18 +19,12 @@ from ._run import (
     FINISHING,
     JOURNALING,
     OFF_CLOCK,
-    PARKED,
     POLICIES,
     QUEUED,
-    READY,
     RUNNING,
     STARTING,
     BatchRun,
-    Cancellable,
-    LoopWaiter,
     Run,
-    ThreadWaiter,
-    Waiter,
 )
 from ._services import (
     DONE,
@@ -45,6 +40,7 @@ from ._services import (
     tool_exception_filter,
 )
 from ._steps import after_timeout, attempt, publish_progress
+from ._waiters import Cancellable, LoopWaiter, ThreadWaiter, Waiter
 
 __all__ = [
     "ADMISSION",
@@ -53,10 +49,8 @@ __all__ = [
     "JOURNALING",
     "LOST",
     "OFF_CLOCK",
-    "PARKED",
     "POLICIES",
     "QUEUED",
-    "READY",
     "RUNNING",
     "STARTING",
     "AsyncRunner",
@@ -70,6 +64,7 @@ __all__ = [
     "Outcome",
     "Run",
     "Services",
+    "SetUpTime",
     "Steps",
     "Tally",
     "ThreadWaiter",

@@ -13,8 +13,9 @@ import asyncio
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
-from ._run import Cancellable, Run
+from ._run import Run
 from ._services import LOST, Outcome, Steps
+from ._waiters import Cancellable
 
 __all__ = ["AsyncRunner", "Waitable", "drive_async", "drive_sync"]
 

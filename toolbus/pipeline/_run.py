@@ -8,12 +8,10 @@ Two atomic claims make "exactly one terminal result" hold under every race:
 - `try_complete(result)`: who sets the call's final result. Only the winner
   announces `tool:finished` and releases the caller.
 
-Everything else on a `Run` belongs to one thread at a time: the supervisor's
-bookkeeping fields (prefixed `sv_`) only ever to the supervisor.
-
-One piece: `Run`, `BatchRun` and their waiters are the one record a call's
-layers share today; Core v3 part 2 (issue 20) splits it by the layer that
-writes each field.
+Everything else on a `Run` belongs to one thread at a time. What the
+scheduler keeps about a run (where it waits, the slots it holds, its timer) is
+not here but on its `ticket` (`actors/_ticket.py`), which only the scheduler
+writes.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .._sync import Latch
 from ..masking import EMPTY_SCRUBBER, Scrubber
@@ -32,17 +30,14 @@ from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
 from ..scheduling import Schedule
 from ._keys import derive_key
+from ._waiters import Cancellable, LoopWaiter, Waiter
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
     from ..tools import Tool
 
-__all__ = ["BatchRun", "Cancellable", "LoopWaiter", "Run", "ThreadWaiter", "Waiter"]
-
-# Where a run waits (Run.sv_queued).
-READY = 1
-PARKED = 2
+__all__ = ["BatchRun", "Run"]
 
 # Run tokens: `next()` of a count is atomic under the GIL, so no lock.
 _tokens = itertools.count(1)
@@ -63,65 +58,17 @@ RUNNING = "tool"
 FINISHING = "post-call hooks"
 
 
-class Cancellable(Protocol):
-    """Whatever runs an attempt's user code and can be told to stop (thread-safe)."""
-
-    def cancel(self) -> None: ...
-
-
-class Waiter:
-    """Something a caller blocks or awaits on; released once with a value."""
-
-    __slots__ = ()
-
-    def release(self, value: Any) -> None:
-        raise NotImplementedError
-
-
-class ThreadWaiter(Waiter):
-    __slots__ = ("latch", "value")
-
-    def __init__(self) -> None:
-        self.latch = Latch()  # `latch.flag`: released
-        self.value: Any = None
-
-    def release(self, value: Any) -> None:
-        self.value = value
-        self.latch.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.latch.wait(timeout)
-
-    @property
-    def released(self) -> bool:
-        return self.latch.flag
-
-
-class LoopWaiter(Waiter):
-    """Resolves an asyncio future from any thread without blocking its loop."""
-
-    __slots__ = ("future", "loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
-
-    def release(self, value: Any) -> None:
-        try:
-            if asyncio._get_running_loop() is self.loop:
-                self.loop.call_soon(self._set, value)  # no wake-up needed: we are on it
-            else:
-                self.loop.call_soon_threadsafe(self._set, value)
-        except RuntimeError:
-            pass  # the caller's loop is closed: nobody is waiting any more
-
-    def _set(self, value: Any) -> None:
-        if not self.future.done():
-            self.future.set_result(value)
-
-
 class Run:
-    """One call from submission to its terminal result."""
+    """One call from submission to its terminal result: the call's own record.
+
+    Who writes what: the executor fills it in as it is made (its constructor,
+    then `refuse`, `admitted_at_submission` and `waive` before submission);
+    the pipeline's steps write the rest (arguments, masking, phase, deadline,
+    policies' answers, retries, the result); whatever runs an attempt sets
+    `task`. The scheduler changes it only through `begin_attempt`,
+    `try_settle`, `interrupt` and `not_started`; what it keeps of its own is
+    on `ticket` (`actors/_ticket.py`).
+    """
 
     __slots__ = (
         "_lock",
@@ -163,22 +110,8 @@ class Run:
         "shares_slot",
         "stop_reason",
         "submitted",
-        "sv_ahead",
-        "sv_armed",
-        "sv_borrowed",
-        "sv_cancel",
-        "sv_closed",
-        "sv_gen",
-        "sv_groups",
-        "sv_lent",
-        "sv_pool",
-        "sv_queued",
-        "sv_shared",
-        "sv_slot",
-        "sv_timer",
-        "sv_waiting_on",
-        "sv_worker",
         "task",
+        "ticket",
         "timeout",
         "token",
         "tool",
@@ -200,6 +133,9 @@ class Run:
         parent: Run | None = None,
         shares_slot: bool = False,
         priority: int | None = None,
+        policies: tuple[Any, ...] = (),
+        approval: Any = None,
+        refusal: tuple[Any, str] | None = None,
     ) -> None:
         self._lock = threading.Lock()
         # Unique per run in the process, unlike a call id (a model may repeat
@@ -248,41 +184,23 @@ class Run:
         self.last_error = ""
         self.retry_delay = 0.0
         self.deadline: float | None = None
-        # Supervisor bookkeeping (its thread only).
-        self.sv_closed = False  # counted, slot released, batch told
-        self.sv_slot = False  # holds a concurrency slot (an attempt or its timeout stage)
-        self.sv_queued = 0  # 0: not queued, READY: in the ready queue, PARKED: in a waiting queue
-        # Last queued at the front of its priority class (a retry, a run let out
-        # of a waiting queue): should it wait again, it keeps that turn.
-        self.sv_ahead = False
-        self.sv_timer: Any = None  # the supervisor's TimerHandle
-        self.sv_armed: Any = None  # the kind of message sv_timer will send (Deadline, ...)
-        self.sv_gen = 0  # bumped whenever sv_timer changes: older timer messages are stale
-        self.sv_cancel: tuple[Any, str] | None = (
-            None  # cancel asked while a worker held the outcome
-        )
-        self.sv_pool: Any = None  # the tool's own capacity group
-        self.sv_groups: tuple[Any, ...] = ()  # every capacity group it needs a slot of
-        self.sv_waiting_on: Any = None  # the group it is parked for, if any
-        # A nested call may run past a full max_parallel on its caller's share:
-        # one such call per caller at a time (sv_lent on the caller).
-        self.sv_borrowed = False
-        self.sv_lent = 0
-        self.sv_shared = False  # holds a slot that does not count against max_parallel
-        self.sv_worker: Any = None
+        # The scheduler's own record of it (`actors/_ticket.py`): given at
+        # submission, written on the scheduler's thread only.
+        self.ticket: Any = None
         # Its policies (toolbus.policies), asked in order before its first
         # attempt; `policy_at`: how many admitted it; `consulted`: those, to
         # be told its result.
-        self.policies: tuple[Any, ...] = ()
+        self.policies = policies
         self.policy_at = 0
         self.consulted: list[Any] = []
         self.delayed_by: Any = None  # the policy whose delay it waits out, if any
         # When its policies began deciding (phase POLICIES): the supervisor bounds
         # that phase by the call's timeout, apart from the tool's deadline.
         self.asking_since = 0.0
-        self.approval: Any = None  # the caller's ApprovalDecision for it, if any
-        # (code, message): refused at submission (a quota), before it fans out.
-        self.refusal: tuple[Any, str] | None = None
+        self.approval = approval  # the caller's ApprovalDecision for it, if any
+        # (code, message): why it can never start, known before it is submitted
+        # (no such tool, no backend, a quota's refusal): it ends `rejected`.
+        self.refusal = refusal
 
     @property
     def batch_id(self) -> str | None:
@@ -304,6 +222,34 @@ class Run:
             if n == 1:
                 self.first_start = now
             self.deadline = now + self.timeout if self.timeout is not None else None
+
+    def refuse(self, code: Any, message: str) -> None:
+        """Before submission: the call can never start; it ends `rejected` with
+        `code` (an ErrorCode) and `message` (what the model reads)."""
+        self.refusal = (code, message)
+
+    def admitted_at_submission(self, policies: tuple[Any, ...], scrubber: Scrubber) -> None:
+        """Before submission: `policies` (a quota's) were asked as the call was
+        submitted; if they admitted it they are told how it ends, and if not,
+        its refusal is scrubbed with `scrubber` as it ends, like any result."""
+        if self.refusal is None:
+            self.consulted.extend(policies)
+        else:
+            self.scrubber = scrubber
+
+    def waive(self, kind: type) -> None:
+        """Before submission: drop its policies of type `kind` (an approval of
+        its caller covers them)."""
+        self.policies = tuple(p for p in self.policies if not isinstance(p, kind))
+
+    def note_journaled(self) -> None:
+        """The journal holds its intent: record its outcome there too."""
+        self.journaled = True
+
+    def not_started(self) -> None:
+        """Scheduler: a policy delayed the attempt dispatched before it began,
+        so the next dispatch is its first attempt again."""
+        self.attempt = 0
 
     def is_live(self, n: int) -> bool:
         """True while attempt `n` is current and nobody has settled it."""
@@ -338,9 +284,13 @@ class Run:
                 self.delayed_by = policy
             return True
 
-    def interrupt(self) -> None:
+    def interrupt(self, reason: str = "") -> None:
         """Tell the running attempt its result is no longer wanted (cooperative
-        flag for sync tools, real cancellation for async ones)."""
+        flag for sync tools, real cancellation for async ones); `reason` (the
+        scheduler's: "timeout", "cancelled", "closed") is what a backend that
+        kills its worker says (`stop_reason`)."""
+        if reason:
+            self.stop_reason = reason
         if self.cancel_event is not None:
             self.cancel_event.set()
         task = self.task

@@ -1,0 +1,71 @@
+"""Where a caller waits for its result, and what can stop a running attempt.
+
+A caller blocks on a `ThreadWaiter` or awaits a `LoopWaiter`; either is
+released once, from any thread, with the call's result (or a batch's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from .._sync import Latch
+
+__all__ = ["Cancellable", "LoopWaiter", "ThreadWaiter", "Waiter"]
+
+
+class Cancellable(Protocol):
+    """Whatever runs an attempt's user code and can be told to stop (thread-safe)."""
+
+    def cancel(self) -> None: ...
+
+
+class Waiter:
+    """Something a caller blocks or awaits on; released once with a value."""
+
+    __slots__ = ()
+
+    def release(self, value: Any) -> None:
+        raise NotImplementedError
+
+
+class ThreadWaiter(Waiter):
+    __slots__ = ("latch", "value")
+
+    def __init__(self) -> None:
+        self.latch = Latch()  # `latch.flag`: released
+        self.value: Any = None
+
+    def release(self, value: Any) -> None:
+        self.value = value
+        self.latch.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.latch.wait(timeout)
+
+    @property
+    def released(self) -> bool:
+        return self.latch.flag
+
+
+class LoopWaiter(Waiter):
+    """Resolves an asyncio future from any thread without blocking its loop."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+    def release(self, value: Any) -> None:
+        try:
+            if asyncio._get_running_loop() is self.loop:
+                self.loop.call_soon(self._set, value)  # no wake-up needed: we are on it
+            else:
+                self.loop.call_soon_threadsafe(self._set, value)
+        except RuntimeError:
+            pass  # the caller's loop is closed: nobody is waiting any more
+
+    def _set(self, value: Any) -> None:
+        if not self.future.done():
+            self.future.set_result(value)
