@@ -45,6 +45,7 @@ class Scale:
     ray_parallel: int
     ray_sleep: float
     ray_rounds: int
+    wait_rate: str  # the waiting scenario's rate limit (60 calls from 6 threads, max_parallel=64)
     scenario_limit_s: float  # a scenario still running after this is hung: stacks, exit 1
 
     @classmethod
@@ -77,6 +78,7 @@ class Scale:
             ray_parallel=200,
             ray_sleep=0.05,
             ray_rounds=5,
+            wait_rate="5/second",
             scenario_limit_s=1200,
         )
 
@@ -112,6 +114,8 @@ class Scale:
             ray_parallel=50,
             ray_sleep=0.01,
             ray_rounds=1,
+            # The same 60 calls, admitted ten times as fast: about a second.
+            wait_rate="50/second",
             # A hang guard: Ray's first actor alone takes a minute on an
             # oversubscribed machine (`scripts/run.py test --stress`).
             scenario_limit_s=600,
@@ -127,6 +131,11 @@ class Ctx:
 
 def noop(i: int) -> int:
     """Return i."""
+    return i
+
+
+async def anoop(i: int) -> int:
+    """Return i (an async tool: no thread)."""
     return i
 
 

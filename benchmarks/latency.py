@@ -346,7 +346,7 @@ def _batch_goals(ctx: Ctx, stats: dict[str, Stat], t: Table) -> None:
             r.value,
             f"{fmt_ratio(r.value)} (toolbus {fmt_us(tba.cpu / 10)}, "
             f"SDK {fmt_us(stats[OA_ASYNC].cpu / 10)} µs)",
-            r.value <= 2,
+            r.value <= 1.5,
         )
     else:
         rep.goal("async_batch_vs_agents_cpu").skip("openai-agents not installed")

@@ -44,6 +44,7 @@ from ._report import Table
 FLOOR = "asyncio.gather + Semaphore({}) of the same coroutines"
 TB_BATCH = "toolbus await aexecute_batch (all calls)"
 TB_GATHER = "toolbus asyncio.gather of aexecute"
+GOAL_EFFICIENCY = 0.90  # of gather + semaphore's, round by round (the stretch goal)
 
 
 class PeakThreads:
@@ -240,7 +241,7 @@ def _goals(
         rep.goal(key).set(
             r.value,
             f"{r.value:.1%} (toolbus {eff:.1%}, gather {base_eff:.1%} of ideal)",
-            r.value >= 0.85,
+            r.value >= GOAL_EFFICIENCY,
         )
     floor_peak = max(peaks[floor])
     worst = max(*peaks[TB_BATCH], *peaks[TB_GATHER])

@@ -26,6 +26,7 @@ from benchmarks._harness import Case, Stat, Usage, interleave, paired_diff, pair
 from benchmarks._report import Report
 from benchmarks.latency import TB_10, TPE_10
 from benchmarks.many_async import PeakThreads
+from benchmarks.waiting import _Sampler
 from tests.conftest import wait_until
 from toolbus import ExecutorStats, Status, ToolContext, ToolResult, bus
 
@@ -117,6 +118,28 @@ def test_peak_threads_keeps_the_peak_of_threads_that_ended_inside_the_block() ->
         for t in extra:
             t.join()
     assert peak.peak >= 1 + len(extra)
+
+
+def test_waiting_sampler_leaves_out_the_callers_and_itself() -> None:
+    gate = threading.Event()
+    callers = [threading.Thread(target=gate.wait, daemon=True) for _ in range(3)]
+    before = threading.active_count()
+    sampler = _Sampler(callers)  # not started: read by hand, a sample at a time
+    other = threading.Thread(target=gate.wait, daemon=True)
+    try:
+        for t in (*callers, other):
+            t.start()
+        sampler.read()
+    finally:
+        gate.set()
+        for t in (*callers, other):
+            t.join()
+    # The callers are left out; the one other thread started meanwhile is not.
+    assert sampler.peak == before + 1
+    assert sampler.new_peak == 1
+    sampler.read()  # the callers have ended: the peak stays
+    assert sampler.peak == before + 1
+    assert sampler.samples == 2
 
 
 def test_reference_collects_every_case_with_per_op_figures() -> None:

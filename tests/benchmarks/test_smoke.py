@@ -24,6 +24,7 @@ from benchmarks.process import PPE as PROC_BASE
 from benchmarks.process import TB_PROC
 from benchmarks.ray_backend import RAW as RAY_RAW
 from benchmarks.ray_backend import TB as TB_RAY
+from benchmarks.throughput import ASYNC_GATHER, SEM_GATHER
 
 # The slow tier (tests/README.md): the whole benchmark suite in smoke mode.
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 14
+    assert len(SCENARIOS) == 15
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -87,11 +88,27 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
         "io_vs_tpe",
         "many_async_batch",
         "many_async_threads",
+        "pipelined_sync_vs_tpe",
+        "pipelined_async_vs_gather",
+        "waiting_threads",
         "chaos_lost",
         "chaos_late_p99",
         "chaos_late_max",
     ):
         assert measured[key] is not None, key
+    # Pipelined: each toolbus case against its yardstick, calls/s beside the ratio.
+    pipe = {k: v for k, v in scenarios["pipelined"].items() if isinstance(v, dict)}
+    assert pipe[ASYNC_GATHER]["yardstick"] == SEM_GATHER
+    for case, fig in pipe.items():
+        assert fig["calls_per_s"] > 0, case
+    assert sum("throughput_vs_yardstick" in fig for fig in pipe.values()) == 2
+    # Waiting on a rate limit: every call back, the threads counted from before it all.
+    waiting = scenarios["waiting"]["result"]
+    assert waiting["ok"] == waiting["calls"] == 60
+    assert (waiting["callers"], waiting["max_parallel"]) == (6, 64)
+    assert waiting["peak_threads"] >= waiting["threads_before"]
+    assert waiting["samples"] > 0
+    assert waiting["live_workers"] >= 1
     # Chaos: every call accounted for exactly once, hanging calls timed out and timed.
     chaos = scenarios["chaos"]
     assert chaos["all_finished_in_time"]
