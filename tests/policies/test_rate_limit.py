@@ -374,6 +374,51 @@ def test_fifty_a_second_holds_over_200_calls_from_8_threads_and_waits_hold_no_th
     assert max(admissions) - min(admissions) >= 3.0
 
 
+def test_sixty_calls_waiting_at_max_parallel_64_start_no_threads_for_their_wait(
+    make_executor: MakeExecutor,
+) -> None:
+    """Issue 20's case: 60 calls from 6 threads on a 5/second limit with room
+    for 64 at once. Those waiting their turn are timers on the scheduler: no
+    worker thread holds them, none was started for them, and closing the
+    executor ends each with one result."""
+    rl = rate_limit("5/second")
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rl])
+    def ping(n: int) -> int:
+        return n
+
+    ex = make_executor(reg, max_parallel=64, timeout=60)
+    start = threading.Barrier(6, timeout=10)
+    statuses: list[str] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        start.wait()
+        batch = ex.execute_batch(
+            [ToolCall(name="ping", arguments={"n": k * 10 + i}) for i in range(10)]
+        )
+        with lock:
+            statuses.extend(r.status for r in batch.results)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+    before = threading.active_count()
+    for t in threads:
+        t.start()
+    # The first window admits 5; the other 55 wait for turns a second or more away.
+    wait_until(lambda: rl.waiting >= 50, 30, "50 calls waiting for the limit")
+    stats = ex.stats()
+    assert stats.in_flight <= 5 and stats.live_workers <= 5, stats
+    assert stats.workers_started <= 5, stats
+    # The 6 callers, and at most 8 more: the scheduler's, timer and worker threads.
+    assert threading.active_count() <= before + 6 + 8, "the waits hold threads"
+    ex.close()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(statuses) == 60, statuses
+    assert set(statuses) <= {"ok", "cancelled"} and statuses.count("ok") >= 5, statuses
+
+
 def test_throttled_events_say_who_waits_how_long_for_which_limit(
     make_executor: MakeExecutor, recorder: bus.Recorder
 ) -> None:
