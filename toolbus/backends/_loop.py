@@ -120,19 +120,21 @@ class Lane:
         self.host.report(job, outcome)
 
     def _hand(self, entry: _Entry) -> bool:
+        loop = self._loop()
+        if loop is not None and asyncio._get_running_loop() is loop:
+            # Handed over on its own loop (an async caller's call): its task
+            # now, not a loop turn later through the mailbox.
+            self._start(loop, entry)
+            return True
         with self.lock:
             wake = not self.inbox
             self.inbox.append(entry)
         if not wake:
             return True
-        loop = self._loop()
         try:
             if loop is None:
                 raise RuntimeError("the loop is gone")
-            if asyncio._get_running_loop() is loop:
-                loop.call_soon(self.drain)
-            else:
-                loop.call_soon_threadsafe(self.drain)
+            loop.call_soon_threadsafe(self.drain)
         except RuntimeError:  # closed
             with self.lock:
                 self.inbox.clear()  # nothing else can be in it: the loop never drained
@@ -145,11 +147,15 @@ class Lane:
             jobs = list(self.inbox)
             self.inbox.clear()
         loop = asyncio.get_running_loop()  # ours: drain runs on it
-        for job, steps, pending, context in jobs:
-            task = loop.create_task(
-                self.run(job, steps, pending), context=context or job.run.context.copy()
-            )
-            job.run.task = _TaskHandle(loop, task)
+        for entry in jobs:
+            self._start(loop, entry)
+
+    def _start(self, loop: asyncio.AbstractEventLoop, entry: _Entry) -> None:
+        job, steps, pending, context = entry
+        task = loop.create_task(
+            self.run(job, steps, pending), context=context or job.run.context.copy()
+        )
+        job.run.task = _TaskHandle(loop, task)
 
     async def run(
         self, job: Job, steps: Steps | None = None, pending: Awaitable[Any] | None = None

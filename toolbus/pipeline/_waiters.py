@@ -60,7 +60,9 @@ class LoopWaiter(Waiter):
     def release(self, value: Any) -> None:
         try:
             if asyncio._get_running_loop() is self.loop:
-                self.loop.call_soon(self._set, value)  # no wake-up needed: we are on it
+                # On its loop: set now (the awaiting task resumes a turn later
+                # all the same; setting a future runs none of its callbacks here).
+                self._set(value)
             else:
                 self.loop.call_soon_threadsafe(self._set, value)
         except RuntimeError:
