@@ -9,6 +9,7 @@ a new plan from the next call on.
 from __future__ import annotations
 
 import threading
+from typing import Any, ClassVar
 
 import pytest
 
@@ -252,3 +253,42 @@ def test_a_parse_set_on_a_tool_is_asked(make_executor: MakeExecutor) -> None:
         {"a": arguments["x"], "b": arguments["y"]} if isinstance(arguments, dict) else arguments
     )
     assert ex.execute(_call("add", x=1, y=2)).output == 3
+
+
+def test_new_parameters_given_to_a_registered_tool_validate_and_mask_its_next_call(
+    make_executor: MakeExecutor, recorder: Recorder
+) -> None:
+    """A schema set after registration kept the old validator and the old
+    secret paths: calls were refused by the old schema, and a value the new
+    one marks secret was published unmasked."""
+
+    class Echo(Tool):
+        name = "echo"
+        read_only = True
+        parameters: ClassVar[dict[str, Any]] = {
+            "type": "object",
+            "properties": {"q": {"type": "string"}},
+        }
+
+        def run(self, params: dict[str, object]) -> str:
+            return f"q={params['q']}"
+
+    reg = ToolRegistry()
+    echo = Echo()
+    reg.register(echo)
+    ex = make_executor(reg)
+    assert ex.execute(_call("echo", q=1)).error_code is ErrorCode.INVALID_ARGUMENTS
+    echo.parameters = {
+        "type": "object",
+        "properties": {"q": {"type": "integer"}, "memo": {"type": "string", "writeOnly": True}},
+    }
+    assert echo.secret_paths == (("memo",),)
+    result = ex.execute(_call("echo", q=1, memo="sk-live-123456"))
+    assert (result.status, result.output) == ("ok", "q=1")
+    ex.drain_events()
+    assert "sk-live-123456" not in repr(recorder.events)
+    # A schema the set-up refuses is refused, and the tool keeps the one it had.
+    with pytest.raises(Exception, match="is not valid"):
+        echo.parameters = {"type": "object", "properties": {"q": {"type": 12}}}
+    assert echo.parameters["properties"]["q"] == {"type": "integer"}
+    assert ex.execute(_call("echo", q=2, memo="x")).output == "q=2"

@@ -314,7 +314,10 @@ def test_invalid_arguments(nodes: list[ToolbusNode]) -> None:
     assert "n: Field required" in str(mine[0].content)
     assert "n: Input should be a valid integer" in str(mine[1].content)
     assert "many" not in str(mine[1].content)  # values are never echoed
-    assert ran == [2, 3, 2, 3]  # ToolNode's run, then toolbus's: the invalid calls never ran
+    # ToolNode's run, then toolbus's: the invalid calls never ran. (ToolNode
+    # runs a message's calls on a thread pool, in whatever order it gets to
+    # them: a loaded machine ran 3 before 2.)
+    assert sorted(ran[:2]) == [2, 3] and sorted(ran[2:]) == [2, 3]
 
 
 def test_tools_condition_in_a_compiled_graph(nodes: list[ToolbusNode]) -> None:

@@ -61,6 +61,10 @@ __all__ = [
 ToolType = Literal["function", "custom"]
 
 
+# The fields a tool's argument schema comes from (see `Tool._derive_again`).
+_SCHEMA_FIELDS = frozenset({"parameters", "Params", "type"})
+
+
 class Tool:
     """Base class of every tool toolbus can run.
 
@@ -151,6 +155,10 @@ class Tool:
     # (resolved timeout, backend, policies) is made for one version.
     _version: int = 0
     validates_dicts: bool = False
+    # Set once its first set-up is done (and while one is redone): a schema
+    # field changed after that derives everything from it again.
+    _derived: bool = False
+    _deriving: bool = False
 
     def __init__(self) -> None:
         self._setup()
@@ -205,6 +213,24 @@ class Tool:
         # passes it only when `run` takes it; one of a subclass may read it.
         self.wants_context = self._wants_context or type(self).invoke not in STANDARD_INVOKES
         _seams.check_backend.call(self)
+        object.__setattr__(self, "_derived", True)
+
+    def _derive_again(self, name: str, old: Any) -> None:
+        """`name`, a field the arguments' schema comes from, changed after the
+        tool was set up: what was derived from it (the validator, the secret
+        paths, the injected names, the context) is derived again, so no call
+        is validated or masked by the old schema. A value the set-up refuses
+        is put back, and the error raised."""
+        object.__setattr__(self, "_deriving", True)
+        try:
+            try:
+                self._setup()
+            except BaseException:
+                object.__setattr__(self, name, old)
+                self._setup()
+                raise
+        finally:
+            object.__setattr__(self, "_deriving", False)
 
     def __getstate__(self) -> dict[str, Any]:
         # For a process backend's workers: a compiled schema validator does not
@@ -310,7 +336,12 @@ class Tool:
         # (A class with its own property for it, FunctionTool's, checks there.)
         if name == "output_schema" and not isinstance(getattr(type(self), name, None), property):
             check_output_schema(value, f"tool '{getattr(self, 'name', type(self).__name__)}'")
-        object.__setattr__(self, name, value)
+        if name in _SCHEMA_FIELDS and self._derived and not self._deriving:
+            old = getattr(self, name, None)
+            object.__setattr__(self, name, value)
+            self._derive_again(name, old)
+        else:
+            object.__setattr__(self, name, value)
         if name == "parse":  # a parse of its own, set on the instance: always asked
             object.__setattr__(self, "validates_dicts", False)
         # Any change makes the plans executors keep for this tool stale.
