@@ -27,13 +27,17 @@ __all__ = [
 class ToolError(Exception):
     """Raise from a tool to return `message` to the model as the error text as is.
 
-    `retryable` overrides the retry policy's view of this failure when set.
+    `retryable` overrides the retry policy's view of this failure when set:
+    True or False (None: the policy decides). Any other value is taken as
+    False: an unclear answer never makes a call run again.
     """
 
     def __init__(self, message: str, *, retryable: bool | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.retryable = retryable
+        self.retryable: bool | None = (
+            retryable if retryable is None or isinstance(retryable, bool) else False
+        )
 
 
 class ToolFailure(ToolError):
@@ -48,6 +52,7 @@ class ToolFailure(ToolError):
     - `retry=False` (the default): the call ends with this attempt, whatever
       the retry policy or a `should_retry` hook would say (the hook is not
       asked). `retry=True`: the policy decides, as for any other failure.
+      Any value but True counts as False.
 
     `message` reaches the model as is, as for `ToolError`.
     """
@@ -66,11 +71,12 @@ class ToolFailure(ToolError):
             raise ValueError(f"ToolFailure code must be TOOL_ERROR or TOOL_CRASHED, not {code!r}")
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"ToolFailure metadata must be a dict, not {type(metadata).__name__}")
+        retry = retry is True  # "yes", 1: not a True, so no retry (fails closed)
         # retryable=False tells a `should_retry` hook the same, should one be asked.
         super().__init__(message, retryable=None if retry else False)
         self.code = ErrorCode(code)
         self.metadata: dict[str, Any] = normalize_output(dict(metadata or {}))[0]
-        self.retry = bool(retry)
+        self.retry = retry
 
 
 class ArgumentError(ValueError):
@@ -109,7 +115,7 @@ class ToolCrashed(ToolFailure):
     def __init__(self, message: str, *, retry: bool = True) -> None:
         super().__init__(message, code=ErrorCode.TOOL_CRASHED, retry=retry)
         # A crash is transient: the policy's `retry_on` need not name it.
-        self.retryable = bool(retry)
+        self.retryable = self.retry
 
 
 class WorkerKilled(BaseException):

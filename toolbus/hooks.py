@@ -42,7 +42,11 @@ class ExecutorHooks:
         return out
 
     def is_allowed(self, call: ToolCall) -> bool | Awaitable[bool]:
-        """Whether the call may run (after pre-call hooks); may be async."""
+        """Whether the call may run (after pre-call hooks); may be async.
+
+        Only `True` admits it. `False` refuses it (`TOOL_NOT_ALLOWED`), and so
+        does any other value, truthy or not (`None`, `"True"`, `1`, a dict):
+        authorization fails closed."""
         return self._authorize(call) if self._authorize is not None else True
 
     def mask_arguments(self, call: ToolCall) -> Any:

@@ -34,16 +34,34 @@ Status = Literal["ok", "error", "timeout", "cancelled", "rejected", "deferred"]
 
 
 class ErrorCode(StrEnum):
-    """Why a call did not end `ok`. Values are stable strings a model can read."""
+    """Why a call did not end `ok`. Values are stable strings a model can read.
+
+    docs/reference.md ("Error codes") gives each one's status, whether toolbus
+    retries it, and the text the model reads. Some are reserved: defined
+    ahead of the change that first emits them, so that code matching on them
+    can be written now.
+    """
 
     TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
+    """No tool of that name (status `rejected`): the error lists close matches."""
     TOOL_NOT_ALLOWED = "TOOL_NOT_ALLOWED"
+    """Refused by authorization (`authorize` said anything but True), a pre-call
+    hook or a denied approval (status `rejected`)."""
     INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    """The arguments are not JSON, too large, or not what the tool's schema
+    accepts (status `rejected`)."""
     TOOL_ERROR = "TOOL_ERROR"
+    """The tool raised, or a post-call hook failed (status `error`)."""
     EXECUTION_TIMEOUT = "EXECUTION_TIMEOUT"
+    """An attempt did not finish within its `timeout` (status `timeout`)."""
     CANCELLED = "CANCELLED"
+    """The caller, a parent call or `close()` cancelled the call (status `cancelled`)."""
     ABORTED = "ABORTED"
+    """Not started: its batch stopped (`stop_on_error`), or it had to wait for a
+    call that is deferred (status `cancelled`)."""
     TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"
+    """The tool cannot run now: no backend, no thread left in its budget, an
+    injected value missing, or a policy that failed (status `rejected`)."""
     TOOL_CRASHED = "TOOL_CRASHED"
     """The process running the tool died (it exited, was killed by a signal or
     by the kernel, or went over `memory_limit_mb` / `cpu_limit_s`)."""
@@ -55,6 +73,37 @@ class ErrorCode(StrEnum):
     """The tool's budget of calls is spent."""
     APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
     """The call waits for an approval of its exact arguments (status `deferred`)."""
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    """The whole call (queueing, policy waits, every attempt and backoff) ran
+    past its `call_timeout` (status `timeout`; reserved: issue 21)."""
+    OVERLOADED = "OVERLOADED"
+    """Too many calls wait for capacity: the queue is full, or the call was shed
+    for a higher-priority one (status `rejected`; reserved: issue 21)."""
+    HALTED = "HALTED"
+    """The agent run was stopped by a limit or a guardrail: the call did not run,
+    or was stopped (status `cancelled`; reserved: issue 28)."""
+    IN_DOUBT = "IN_DOUBT"
+    """A mutating call whose earlier attempt may have run (a crash left its
+    outcome unknown): not run again (status `error`; reserved: issue 23)."""
+    INPUT_REQUIRED = "INPUT_REQUIRED"
+    """A server, a person or another system must answer first: an MCP server's
+    request for input, an external tool's result (status `deferred`;
+    reserved: issues 25 and 28)."""
+    DECISION_EXPIRED = "DECISION_EXPIRED"
+    """The approval decision passed with the call was already used or is past
+    its time (status `rejected`; reserved: issue 28)."""
+    TOOL_NOT_OFFERED = "TOOL_NOT_OFFERED"
+    """The tool exists but is not offered at this step (status `rejected`;
+    reserved: issue 28)."""
+    JOURNAL_UNAVAILABLE = "JOURNAL_UNAVAILABLE"
+    """A mutating call refused because the journal could not record it, when the
+    journal is required (status `rejected`; reserved: issue 23)."""
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    """The caller's idempotency key was used before with other arguments
+    (status `rejected`; reserved: issue 23)."""
+    CONTENT_BLOCKED = "CONTENT_BLOCKED"
+    """A content scanner blocked the call for what it carried (status
+    `rejected`; reserved: issue 29)."""
 
 
 _ids = itertools.count(1)

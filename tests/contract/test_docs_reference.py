@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from toolbus import Executor, ExecutorStats, RetryPolicy, bus
+from toolbus import ErrorCode, Executor, ExecutorStats, RetryPolicy, bus
 from toolbus.bus import _events
 from toolbus.cli import app
 from toolbus.tools import ToolOptions
@@ -139,3 +139,18 @@ def test_reference_lists_every_stats_counter() -> None:
     rows = table_rows(REFERENCE, "### `ExecutorStats`")
     for name in ExecutorStats.model_fields:
         assert name in rows, f"docs/reference.md lacks ExecutorStats.{name}"
+
+
+def test_reference_lists_every_error_code_once() -> None:
+    """One table of every `ErrorCode`: its status, whether it is retried, the
+    text the model reads, and what emits it (or the issue that will)."""
+    section = REFERENCE[REFERENCE.index("## Error codes") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    codes = [re.findall(r"`([A-Z_]+)`", row.split("|")[1])[0] for row in rows]
+    assert codes == [code.value for code in ErrorCode], "one row per code, in ErrorCode's order"
+    statuses = {"rejected", "error", "timeout", "cancelled", "deferred"}
+    for code, row in zip(codes, rows, strict=True):
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        assert len(cells) == 5 and all(cells), (code, cells)
+        assert cells[1].strip("`") in statuses, (code, cells[1])

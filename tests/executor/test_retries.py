@@ -195,6 +195,76 @@ def test_should_retry_override(make_executor: MakeExecutor) -> None:
     assert seen == [(1, True, "ConnectionError"), (2, True, "ConnectionError")]
 
 
+class _Answering(Executor):
+    """A `should_retry` that answers `answer` whatever the failure."""
+
+    answer: Any = None
+
+    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> Any:
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [None, 1, "yes", "True", 0.5, {"retry": True}, RetryDecision(retry=1, delay=0.001)],  # type: ignore[arg-type]
+    ids=["none", "int-1", "str-yes", "str-True", "float", "dict", "decision-retry-1"],
+)
+def test_a_should_retry_answer_that_is_not_a_decision_means_no_retry(
+    answer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a `RetryDecision` whose `retry` is a bool (or a bare bool) decides:
+    anything else fails closed, no retry (issue 21: it was read for its
+    truthiness, so "yes" or 1 retried)."""
+    reg, calls = _flaky_registry(failures=100)
+    ex = _Answering(reg)
+    ex.answer = answer
+    try:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 1}))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts, len(calls)) == ("error", 1, 1)
+    assert any("not retrying" in rec.getMessage() for rec in caplog.records)
+
+
+@pytest.mark.parametrize("answer", [True, RetryDecision(retry=True, delay=0.001)])
+def test_a_should_retry_that_says_true_retries(answer: Any) -> None:
+    reg, calls = _flaky_registry(failures=1)
+    ex = _Answering(reg)
+    ex.answer = answer
+    try:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 1}))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts, len(calls)) == ("ok", 2, 2)
+
+
+@pytest.mark.parametrize("flag", [1, "yes", "True", [True]])
+def test_a_tools_retry_flag_that_is_not_true_means_no_retry(
+    make_executor: MakeExecutor, flag: Any
+) -> None:
+    """`ToolError(retryable=...)` and `ToolFailure(retry=...)` say "retry" with
+    True only: a truthy non-bool is taken as False (issue 21)."""
+    from toolbus.tools import ToolFailure
+
+    reg = ToolRegistry()
+    runs: list[str] = []
+
+    @reg.tool(read_only=True)
+    def busy(kind: str) -> str:
+        runs.append(kind)
+        if kind == "error":
+            raise ToolError("busy", retryable=flag)
+        raise ToolFailure("busy", retry=flag)
+
+    # A policy that retries any ToolError: only the tool's own flag stops it.
+    policy = RetryPolicy(max_retries=3, backoff_base=0.001, jitter=0, retry_on=(ToolError,))
+    ex = make_executor(reg, retry=policy)
+    for kind in ("error", "failure"):
+        r = ex.execute(ToolCall(name="busy", arguments={"kind": kind}))
+        assert (r.status, r.attempts) == ("error", 1), kind
+    assert runs == ["error", "failure"]
+
+
 async def test_cancelling_during_backoff(make_executor: MakeExecutor) -> None:
     reg, calls = _flaky_registry(failures=100)
     ex = make_executor(reg, retry=RetryPolicy(max_retries=3, backoff_base=30, jitter=0))

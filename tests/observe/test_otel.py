@@ -328,6 +328,21 @@ def test_content_only_when_asked_and_masked(make_executor: MakeExecutor, otel: O
         assert SECRET not in str(span.status.description)
 
 
+@pytest.mark.parametrize("value", ["false", "true", 1, "yes"])
+def test_content_is_captured_only_with_true_itself(
+    make_executor: MakeExecutor, otel: Otel, value: Any
+) -> None:
+    """`capture_content="false"` (read from the environment, say) captured
+    everything: it was read for its truthiness (issue 21). Only True captures."""
+    ex = make_executor(make_registry())
+    with otel.instrument(ex, capture_content=value):
+        ex.execute(ToolCall(id="quiet", name="get_weather", arguments={"city": "Oslo"}))
+        ex.drain_events()
+    quiet = dict(otel.by_call()["quiet"].attributes or {})
+    assert "gen_ai.tool.call.arguments" not in quiet
+    assert "gen_ai.tool.call.result" not in quiet
+
+
 def test_the_duration_histogram(make_executor: MakeExecutor, otel: Otel) -> None:
     ex = make_executor(make_registry(), name="histo")
     otel.instrument(ex)

@@ -286,6 +286,21 @@ def test_a_submission_policy_must_be_sync() -> None:
         Executor(ToolRegistry(), policies=[Bad()])
 
 
+@pytest.mark.parametrize("flag", ["first", "at_submission"])
+@pytest.mark.parametrize("value", [1, "yes", "False", None])
+def test_a_policy_flag_that_is_not_a_bool_is_refused_at_registration(flag: str, value: Any) -> None:
+    """Which policies are asked first (an approval) or at submission is not
+    read from truthiness: `first = "yes"` is a TypeError, not a policy asked
+    last (issue 21)."""
+    policy = Scripted("flagged")
+    setattr(policy, flag, value)
+    with pytest.raises(TypeError, match=f"'flagged': {flag} must be True or False"):
+        Executor(ToolRegistry(), policies=[policy])
+    reg = ToolRegistry()
+    with pytest.raises(TypeError, match=f"{flag} must be True or False"):
+        reg.tool(policies=[policy])(lambda x: x)
+
+
 def test_not_a_policy_is_refused_at_registration() -> None:
     with pytest.raises(TypeError, match="not a policy"):
         Executor(ToolRegistry(), policies=[object()])
@@ -355,6 +370,23 @@ def test_a_denial_is_rejected_with_its_reason(make_executor: MakeExecutor) -> No
     assert "not on a Friday" in (r.error or "") and ran == []
     forged = ApprovalDecision(digest="0" * 64, approved=False, reason="x")
     assert ex.execute(call, approval=forged).status == "deferred"
+
+
+@pytest.mark.parametrize("approved", ["no", "False", 1, None])
+def test_a_decision_made_unvalidated_approves_only_with_true(
+    make_executor: MakeExecutor, approved: Any
+) -> None:
+    """A decision built without validation (`model_construct`) whose `approved`
+    is not True does not approve: it is a denial (issue 21: it used to be read
+    for its truthiness, so "no" approved)."""
+    ran: list[str] = []
+    ex = make_executor(_guarded(ran))
+    call = ToolCall(id="d1", name="delete", arguments={"path": "/a"})
+    req = ex.execute(call).approval_request
+    assert req is not None
+    odd = ApprovalDecision.model_construct(digest=req.digest, approved=approved, reason=None)
+    r = ex.execute(call, approval=odd)
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED) and ran == []
 
 
 def test_each_resubmission_gets_its_own_result_and_event(make_executor: MakeExecutor) -> None:
@@ -789,6 +821,20 @@ class _AppliesRaises(BasePolicy):
         raise RuntimeError("boom")
 
 
+class _AppliesIs(BasePolicy):
+    """An `applies_to` that answers what is not a bool: whether it guards the
+    tool is unknown, so the tool's calls are refused (issue 21: it used to be
+    read for its truthiness, and None left the tool unguarded)."""
+
+    name = "choosy"
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def applies_to(self, tool: Any) -> Any:
+        return self.value
+
+
 class _TimeoutIs(BasePolicy):
     name = "timing"
 
@@ -809,8 +855,26 @@ class _TimeoutIs(BasePolicy):
         _TimeoutIs(0),
         _TimeoutIs(float("nan")),
         _TimeoutIs(True),
+        _AppliesIs(None),
+        _AppliesIs("False"),
+        _AppliesIs(1),
+        _AppliesIs(()),
+        _AppliesIs({"read_only": True}),
     ],
-    ids=["timeout-raises", "applies-raises", "str", "negative", "zero", "nan", "bool"],
+    ids=[
+        "timeout-raises",
+        "applies-raises",
+        "str",
+        "negative",
+        "zero",
+        "nan",
+        "bool",
+        "applies-none",
+        "applies-str",
+        "applies-int",
+        "applies-empty-tuple",
+        "applies-dict",
+    ],
 )
 def test_a_broken_policy_hook_at_submission_is_a_result_not_an_exception(
     make_executor: MakeExecutor, policy: BasePolicy
@@ -822,6 +886,9 @@ def test_a_broken_policy_hook_at_submission_is_a_result_not_an_exception(
     r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
     assert policy.name in (r.error or "")
+    if isinstance(policy, _AppliesIs):
+        kind = type(policy.value).__name__
+        assert f"its applies_to returned {kind}, not True/False" in (r.error or "")
     batch = ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
     assert [b.status for b in batch] == ["rejected", "rejected"]
     assert ran == []

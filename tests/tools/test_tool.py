@@ -22,6 +22,7 @@ from toolbus.tools import (
     Tool,
     ToolContext,
     ToolError,
+    ToolFailure,
     ToolRegistry,
     error_text,
     normalize_output,
@@ -999,6 +1000,15 @@ def test_tool_error_fields() -> None:
     assert e.message == "nope"
     assert e.retryable is True
     assert ToolError("x").retryable is None
+    # Only True says "retry": a truthy non-bool is False, never None (issue 21).
+    for odd in (1, "yes", "True", [True], 0, ""):
+        assert ToolError("x", retryable=odd).retryable is False  # type: ignore[arg-type]
+        failure = ToolFailure("x", retry=odd)  # type: ignore[arg-type]
+        assert (failure.retry, failure.retryable) == (False, False)
+    assert (ToolFailure("x", retry=True).retry, ToolFailure("x", retry=True).retryable) == (
+        True,
+        None,
+    )
 
 
 # -- ToolContext -----------------------------------------------------------------------

@@ -37,7 +37,7 @@ def approved_by_caller(parent: Run, secret: bytes) -> bool:
         if any(isinstance(p, requires_approval) and p.when is None for p in run.policies):
             return True
         decision = run.approval
-        if isinstance(decision, ApprovalDecision) and decision.approved:
+        if isinstance(decision, ApprovalDecision) and decision.approved is True:
             origin = run.origin
             digest = arguments_digest(origin.name, origin.arguments, secret=secret)
             if hmac.compare_digest(decision.digest, digest):

@@ -131,7 +131,7 @@ class OtelInstrumentation(Handle):
 
         self._tracer = tracer
         self._histogram = histogram
-        self._capture = capture_content
+        self._capture = capture_content is True  # "false" from the environment captures nothing
         self._get_current = otel_context.get_current
         self._root: Context = otel_context.Context()
         self._kind = otel_trace.SpanKind.INTERNAL
@@ -376,7 +376,7 @@ def instrument_otel(
     `gen_ai.execute_tool.duration` (seconds). The global providers unless
     given. `capture_content=True` adds the call's arguments (masked) and its
     result's output (scrubbed) as `gen_ai.tool.call.arguments` and
-    `gen_ai.tool.call.result`, and error texts; off by default. Attributes:
+    `gen_ai.tool.call.result`, and error texts; off unless True. Attributes:
     docs/observe.md. Returns a handle; `close()` detaches it. An executor is
     instrumented once at a time: ValueError while its last handle is open.
     """
@@ -396,4 +396,4 @@ def instrument_otel(
         description="Duration of tool executions: from submission to the call's result.",
         explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
     )
-    return OtelInstrumentation(executor, tracer, histogram, capture_content=bool(capture_content))
+    return OtelInstrumentation(executor, tracer, histogram, capture_content=capture_content)

@@ -130,15 +130,15 @@ def admit(run: Run, svc: Services) -> Steps:
     if not svc.plain_admission:
         try:
             # An async authorizer is awaited: its coroutine object is not a yes.
+            # Only True admits: None, "False", 1, {"allowed": False} refuse.
             allowed = svc.hooks.is_allowed(new)
             if awaitable(allowed):
                 allowed = yield allowed
-            allowed = bool(allowed)
         except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
             log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
             return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
-        if not allowed:
-            return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{new.name}' is not allowed")
+        if allowed is not True:
+            return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, _refusal(new.name, allowed))
     try:
         args = new.arguments
         run.params = (
@@ -152,6 +152,17 @@ def admit(run: Run, svc: Services) -> Steps:
         )
     run.admitted = True
     return None
+
+
+def _refusal(tool: str, allowed: Any) -> str:
+    """Why authorization refused a call: it said False, or (failing closed)
+    anything but True, which is logged as the mistake it is."""
+    if allowed is False:
+        return f"Tool '{tool}' is not allowed"
+    why = f"authorize returned {type(allowed).__name__}, not True/False: the call is refused"
+    # The type alone: the value may be anything, a secret among it.
+    log.warning("call of '%s' refused: %s", tool, why)
+    return f"Tool '{tool}' is not allowed: {why}"
 
 
 def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:

@@ -244,7 +244,9 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
     if isinstance(decision, ApprovalDecision) and hmac.compare_digest(
         decision.digest.encode("utf-8", "surrogatepass"), digest.encode()
     ):
-        if decision.approved:
+        # `is True`: a decision made unvalidated (model_construct) with
+        # approved="no" or 1 is not an approval.
+        if decision.approved is True:
             return None
         why = decision.reason or "denied"
         return make_result(

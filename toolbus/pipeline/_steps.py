@@ -386,7 +386,7 @@ def after_failure(
             answer = svc.hooks.should_retry(run.call, failure)
             if awaitable(answer):
                 answer = yield answer
-            decision = answer if isinstance(answer, RetryDecision) else RetryDecision(bool(answer))
+            decision = _retry_decision(answer, run)
         except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
             log_contained(
                 f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber
@@ -412,6 +412,25 @@ def after_failure(
         metadata = error.metadata if isinstance(error, ToolFailure) else None
         result = make_result(run, "error", error=text, code=code, attempts=n, metadata=metadata)
     return (yield from complete(run, result, svc))
+
+
+def _retry_decision(answer: Any, run: Run) -> RetryDecision:
+    """`should_retry`'s answer as a decision, failing closed: a `RetryDecision`
+    whose `retry` is True or False, or a bare True or False; anything else
+    (None, 1, "yes", a decision whose `retry` is not a bool) means no retry."""
+    if isinstance(answer, RetryDecision) and isinstance(answer.retry, bool):
+        return answer
+    if isinstance(answer, bool):
+        return RetryDecision(answer)
+    what = type(answer).__name__
+    if isinstance(answer, RetryDecision):
+        what = f"RetryDecision(retry={type(answer.retry).__name__})"
+    log.warning(
+        "should_retry returned %s, not a RetryDecision, for call %s: not retrying",
+        what,
+        run.call.id,
+    )
+    return RetryDecision.give_up()
 
 
 def _failure_code(error: BaseException) -> ErrorCode:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,11 +15,15 @@ if TYPE_CHECKING:
 
 __all__ = ["requires_approval"]
 
+log = logging.getLogger("toolbus")
+
 
 # Lower case, as tenacity names its strategy classes: it reads as a call in a list.
 class requires_approval(BasePolicy):
-    """Every call (or those for which `when(call)` is true; `when` may be async)
-    waits for an approval of its exact arguments.
+    """Every call (or those for which `when(call)` is not False; `when` may be
+    async) waits for an approval of its exact arguments. `when` answers True
+    or False: anything else (None, "no", 0) is a mistake, logged, and the call
+    needs approval.
 
     Without one the call ends `deferred` with an `ApprovalRequest`
     (`result.approval_request`); with `request.approve()` passed back it runs;
@@ -50,8 +55,23 @@ class requires_approval(BasePolicy):
             return self._needed
         needed = self.when(call)
         if inspect.isawaitable(needed):
-            return self._decide_later(needed)
-        return self._needed if needed else ADMIT
+            return self._decide_later(call, needed)
+        return self._decide(call, needed)
 
-    async def _decide_later(self, needed: Awaitable[Any]) -> Decision:
-        return self._needed if await needed else ADMIT
+    async def _decide_later(self, call: ToolCall, needed: Awaitable[Any]) -> Decision:
+        return self._decide(call, await needed)
+
+    def _decide(self, call: ToolCall, needed: Any) -> Decision:
+        """Only False lets the call go without approval: True, and anything
+        that is not a bool (None, "no", 0, an object), requires it."""
+        if needed is False:
+            return ADMIT
+        if needed is not True:
+            log.warning(
+                "requires_approval: when returned %s, not True/False, for call %s of '%s': "
+                "approval is required",
+                type(needed).__name__,
+                call.id,
+                call.name,
+            )
+        return self._needed

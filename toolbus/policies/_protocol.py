@@ -195,6 +195,15 @@ def check_policies(policies: Any, owner: str) -> tuple[Any, ...]:
                 f"{owner}: {p!r} is not a policy (it needs admit(call, tool, now) and "
                 "on_result(call, result, now); toolbus.policies.BasePolicy supplies both)"
             )
+        for flag in ("first", "at_submission"):
+            # Which policies are asked first, or at submission, is not left to
+            # truthiness: an approval with `first = "yes"` would be asked last.
+            value = getattr(p, flag, False)
+            if not isinstance(value, bool):
+                raise TypeError(
+                    f"{owner}: policy {policy_name(p)!r}: {flag} must be True or False, "
+                    f"got {value!r}"
+                )
         if getattr(p, "at_submission", False) and inspect.iscoroutinefunction(p.admit):
             raise TypeError(
                 f"{owner}: policy {policy_name(p)!r} is asked at submission, so its admit "

@@ -1,6 +1,7 @@
 """Which policies guard which tool, for one executor.
 
-`Executor(policies=...)` first (those whose `applies_to(tool)` is true), then
+`Executor(policies=...)` first (those whose `applies_to(tool)` is True; one
+that raises or answers anything but True or False refuses the tool's calls), then
 the tool's own; but the policies with `first = True` (approvals) before all
 the others, wherever they were given. Worked out once per tool and kept, so a call of a tool without
 policies pays one dictionary lookup.
@@ -84,6 +85,12 @@ class PolicySet:
                     )
                     why = f"its applies_to raised {error_text(e)}"
                     return Guard(tool, (), (), (), _failed(tool.name, p, why))
+                if applies is not True and applies is not False:
+                    # Neither yes nor no (None, a set, "no"): whether it guards
+                    # the tool is unknown, as when it raises; refused alike.
+                    why = f"its applies_to returned {type(applies).__name__}, not True/False"
+                    log.warning("policy %s for %r: %s", policy_name(p), tool.name, why)
+                    return Guard(tool, (), (), (), _failed(tool.name, p, why))
                 if applies:
                     mine.append(p)
             given = tuple(mine) + tuple(getattr(tool, "policies", ()) or ())
@@ -116,9 +123,10 @@ def _first(policy: Any) -> bool:
     return getattr(policy, "first", False) is True
 
 
-def _applies(policy: Any, tool: Tool) -> bool:
+def _applies(policy: Any, tool: Tool) -> Any:
+    """`policy.applies_to(tool)` as it answered (True without the method)."""
     applies = getattr(policy, "applies_to", None)
-    return True if applies is None else bool(applies(tool))
+    return True if applies is None else applies(tool)
 
 
 def _tools(policy: Any) -> Sequence[Tool]:
