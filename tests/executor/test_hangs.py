@@ -124,6 +124,57 @@ async def test_async_tool_is_cancelled_for_real(make_executor: MakeExecutor) -> 
     assert await asyncio.to_thread(cancelled.wait, 5)
 
 
+def test_an_async_tool_cancelled_at_its_deadline_is_a_timeout_and_not_a_late_result(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """An async attempt cancelled at its deadline raised the cancellation it
+    was given, which was counted and announced as a late result (status
+    `error`) after its timeout. Only a value (or an error of its own) that an
+    attempt comes back with after its deadline is late."""
+    cancelled = threading.Event()
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=0.1)
+    async def sleepy() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    @reg.tool(read_only=True, timeout=0.1)
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            return "came back anyway"  # ignores its cancellation: a late result
+        return "never"
+
+    @reg.tool(read_only=True)
+    async def probe() -> str:
+        return "ok"
+
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(id="s", name="sleepy"))
+    assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    assert cancelled.wait(10)
+    # The probe runs on the same loop, after the cancelled attempt's report:
+    # once it is back, that report has been counted (or not).
+    assert ex.execute(ToolCall(name="probe")).output == "ok"
+    stats = ex.stats()
+    assert (stats.timeouts, stats.late_results, stats.timeout) == (1, 0, 1)
+    ex.drain_events()
+    mine = [name for name, event in recorder.events if getattr(event, "call_id", None) == "s"]
+    assert mine == ["tool:executing", "tool:timeout", "tool:finished"]
+
+    r = ex.execute(ToolCall(id="t", name="stubborn"))
+    assert r.status == "timeout"
+    [late] = recorder.wait_for(bus.LATE_RESULT)
+    assert (late.call_id, late.status) == ("t", "ok")
+    assert ex.stats().late_results == 1
+
+
 def test_cooperative_tool_sees_cancellation(
     make_executor: MakeExecutor, release: threading.Event
 ) -> None:

@@ -220,10 +220,16 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         error = ToolCrashed(f"the process running '{name}' was killed")
         overran = False
     elif not run.try_settle(n):
-        # Announced by the driver only after it has reported to the supervisor,
-        # so whoever sees the event also sees it in the executor's stats.
         if error is not None:
             error.__traceback__ = None  # see after_failure
+            if isinstance(error, asyncio.CancelledError):
+                # Cancelled by whoever settled the attempt (its deadline, a
+                # cancel): a timeout or a cancellation, already accounted for.
+                # A late result is only what an attempt returned or raised of
+                # its own after that.
+                return LOST
+        # Announced by the driver only after it has reported to the supervisor,
+        # so whoever sees the event also sees it in the executor's stats.
         return Outcome("late", late=_late_event(run, n, error, duration))
     if overran:
         # Finished, but after its deadline (the timer had not fired yet): a
