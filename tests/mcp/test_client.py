@@ -348,7 +348,8 @@ def test_connection_errors_are_tool_errors_and_connection_errors() -> None:
 async def test_in_process_server_async_api() -> None:
     async with await aconnect(flaky_server.server) as conn:
         registry = registry_of(conn)
-        async with Executor(registry, timeout=0.3) as executor:
+        # 2 s: the quick calls' bound on a loaded machine, the hung one's deadline.
+        async with Executor(registry, timeout=2.0) as executor:
             ok, failed, hung, after = (
                 await executor.aexecute(call("echo", text="hi")),
                 await executor.aexecute(call("fail", reason="r")),
@@ -386,7 +387,9 @@ async def http_url() -> AsyncIterator[str]:
 
 async def test_streamable_http(http_url: str) -> None:
     async with await aconnect_http(http_url) as conn:
-        async with Executor(registry_of(conn), timeout=0.5) as executor:
+        # 2 s: long enough for an echo over HTTP on a loaded machine, and the
+        # hung call's deadline all the same.
+        async with Executor(registry_of(conn), timeout=2.0) as executor:
             results = [
                 await executor.aexecute(c)
                 for c in (call("echo", text="hi"), call("hang"), call("echo", text="after"))
