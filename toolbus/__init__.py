@@ -9,6 +9,7 @@ on `toolbus.bus`.
 # (toolbus/_seams.py), before any of them can be used.
 from . import _wiring  # noqa: F401  # isort: skip
 from . import bus
+from ._executor._handles import BatchHandle, CallHandle
 from ._version import __version__ as __version__
 from .config import ConfigError
 from .executor import Executor, ExecutorStats
@@ -40,8 +41,10 @@ from .tools import (
 __all__ = [
     "Attachment",
     "AttemptFailure",
+    "BatchHandle",
     "BatchResult",
     "BatchSummary",
+    "CallHandle",
     "CommandTool",
     "ConfigError",
     "DuplicateToolError",

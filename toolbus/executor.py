@@ -34,6 +34,7 @@ import pykka
 from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
 from ._executor._from_config import executor_from_config
+from ._executor._handles import BatchHandle, CallHandle, FutureWaiter
 from ._executor._journal import announce_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
@@ -42,14 +43,14 @@ from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
 from ._executor._submission import Submission, SubmitHooks, Submitting
 from ._executor._waiting import Waiting
-from .actors._messages import Close, StatusQuery
+from .actors._messages import Cancel, CancelWhere, Close, StatusQuery
 from .backends import Backend
 from .bus import Announcer, BusPublisher, Emitter, Publisher, Subscription
 from .calls import CallLike
 from .hooks import ExecutorHooks, PostCallHook, PreCallHook
 from .journal import Journal, JournalRecord, Retention
-from .models import BatchResult, ToolCall, ToolResult
-from .pipeline import LoopWaiter, ThreadWaiter
+from .models import BatchResult, ErrorCode, ToolCall, ToolResult
+from .pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter
 from .policies import ApprovalDecision, Policy
 from .retry import RetryPolicy
 from .tools import Tool, ToolRegistry
@@ -290,6 +291,81 @@ class Executor(ExecutorHooks, Submitting):
             return batch_result(batch)
         self._waiting.block(waiter, batch.runs, batch, None)
         return batch_result(batch)
+
+    # -- handles: submit now, wait (or cancel) later --------------------------------
+
+    def submit(
+        self,
+        call: CallLike,
+        *,
+        approval: ApprovalDecision | None = None,
+        priority: int | None = None,
+    ) -> CallHandle:
+        """Submit one call and return at once with its handle, a
+        `concurrent.futures.Future` of its `ToolResult`.
+
+        `handle.cancel()` stops the call whatever state it is in (queued,
+        waiting on a policy or for capacity, backing off, running: a thread
+        tool is abandoned, a process or Ray one killed, an async one's task
+        cancelled) and returns True if it had not finished; the handle then
+        resolves with its `cancelled` result. `result()` never raises for
+        what became of the call."""
+        handle = CallHandle(self._stop, self._scheduler.held_here)
+        handle.run = self._submit_one(
+            call, FutureWaiter(handle), approval=approval, priority=priority
+        )
+        return handle
+
+    def submit_batch(
+        self,
+        calls: Iterable[CallLike],
+        *,
+        stop_on_error: bool = False,
+        approvals: Mapping[str, ApprovalDecision | None] | None = None,
+        priority: int | None = None,
+    ) -> BatchHandle:
+        """Submit a batch (as `execute_batch` runs one) and return at once with
+        its handle: a `Future` of its `BatchResult`, with a handle per call in
+        `handle.calls`. `handle.cancel()` stops the calls not finished yet."""
+        calls = list(calls)
+        members = tuple(CallHandle(self._stop, self._scheduler.held_here) for _ in calls)
+        handle = BatchHandle(self._stop, self._scheduler.held_here, members)
+        batch = self._submit_batch(
+            calls,
+            stop_on_error,
+            handle.waiter(),
+            approvals=approvals,
+            priority=priority,
+            waiters=[FutureWaiter(m) for m in members],
+        )
+        if batch is None:
+            handle.set_result(empty_batch())
+            return handle
+        handle.batch = batch
+        for member, run in zip(members, tuple(batch.runs), strict=True):
+            member.run = run
+        return handle
+
+    def cancel(self, *, call_id: str | None = None, batch_id: str | None = None) -> int:
+        """Cancel every unfinished call with `call_id` (a model may repeat an
+        id: each is cancelled), or of the batch `batch_id`, or both at once;
+        returns how many calls that stopped. Each ends `cancelled`."""
+        if call_id is None and batch_id is None:
+            raise TypeError("Executor.cancel() needs call_id=, batch_id= or both")
+        for name, value in (("call_id", call_id), ("batch_id", batch_id)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"Executor.cancel(): {name} must be a string, got {value!r}")
+        where = ", ".join(
+            f"{n}={v!r}" for n, v in (("call_id", call_id), ("batch_id", batch_id)) if v is not None
+        )
+        count: int = self._scheduler.ask(
+            CancelWhere(call_id, batch_id, f"cancelled by Executor.cancel({where})")
+        )
+        return count
+
+    def _stop(self, batch: BatchRun | None, run: Run | None) -> None:
+        """A handle's cancel: end the run, or the batch's unfinished runs."""
+        self._scheduler.post(Cancel(batch, run, ErrorCode.CANCELLED, "cancelled by its caller"))
 
     # -- async API ----------------------------------------------------------------
 

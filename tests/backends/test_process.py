@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -415,3 +416,24 @@ def test_idle_workers_retire_but_one_per_tool(
     assert again.output in pids and not _gone(again.output)
     assert ex.stats().workers_started == n  # the kept worker served it
     assert ex.stats().killed_workers == 0  # retiring is not a kill of a call
+
+
+def test_a_handle_cancelled_from_another_thread_kills_its_worker(
+    make_executor: MakeExecutor, tmp_path: Path, recorder: bus.Recorder
+) -> None:
+    ex = make_executor(pt.registry, timeout=None)
+    pidfile = tmp_path / "pids"
+    handle = ex.submit(call("hang", pidfile=str(pidfile)))
+    wait_until(lambda: pidfile.exists() and bool(pidfile.read_text()), 30, "the tool running")
+    stopped: list[bool] = []
+    canceller = threading.Thread(target=lambda: stopped.append(handle.cancel()))
+    canceller.start()
+    canceller.join(30)
+    assert stopped == [True]
+    assert handle.result(60).status == "cancelled" and handle.cancelled()
+    [killed] = recorder.wait_for(bus.KILLED, timeout=60)
+    assert killed.reason == "cancelled"
+    worker, child = map(int, pidfile.read_text().split())
+    wait_until(lambda: _gone(worker) and _gone(child), 60, "worker and child reaped")
+    ex.drain_events(timeout=30)
+    assert [e.result.status for e in recorder.of(bus.FINISHED)] == ["cancelled"]

@@ -710,3 +710,18 @@ def test_idle_actors_retire_but_one_per_tool(make_executor: MakeExecutor, tmp_pa
     again = ex.execute(call("meet", n=1))
     assert again.output in pids and _alive(again.output)
     assert backend.workers_started == 2  # the kept actor served it
+
+
+def test_a_handle_cancelled_from_another_thread_kills_its_actor(
+    make_executor: MakeExecutor, tmp_path: Path, recorder: bus.Recorder
+) -> None:
+    ex = make_executor(rt.ray_registry(RayBackend(), str(tmp_path)), timeout=None)
+    handle = ex.submit(call("hang", marker="running"))
+    running = tmp_path / "running"
+    wait_until(running.exists, RAY_WAIT, "the tool running on its actor")
+    canceller = threading.Thread(target=handle.cancel)
+    canceller.start()
+    canceller.join(RAY_WAIT)
+    assert handle.result(RAY_WAIT).status == "cancelled"
+    [killed] = recorder.wait_for(bus.KILLED, timeout=RAY_WAIT)
+    assert (killed.reason, killed.pid) == ("cancelled", int(running.read_text()))

@@ -224,6 +224,7 @@ class Submitting:
         refuse: bool = False,
         approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
+        waiters: Sequence[Waiter] | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -239,6 +240,8 @@ class Submitting:
                 context=context,
                 index=i,
                 batch=batch,
+                # A call's own handle, besides the batch's (submit_batch).
+                waiter=waiters[i] if waiters is not None else None,
                 approval=decided.get(c.id),
                 priority=priority,
             )

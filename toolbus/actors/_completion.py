@@ -18,7 +18,7 @@ from ..models import ErrorCode, Status, ToolResult
 from ..pipeline import BatchRun, Run
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
-from ._messages import Cancel, Close
+from ._messages import Cancel, CancelWhere, Close
 from ._ticket import READY
 
 if TYPE_CHECKING:
@@ -123,6 +123,20 @@ class Completion(Deadlines):
         runs = msg.batch.runs if msg.batch is not None else [msg.run] if msg.run else []
         for run in runs:
             self._cancel_run(run, msg.code, msg.reason, only_unstarted=False)
+
+    def _on_cancel_where(self, msg: CancelWhere) -> int:
+        """End every unfinished run that matches; how many there were (a
+        model may repeat a call id: each call of it is cancelled)."""
+        matched = [
+            run
+            for run in self.runs_open
+            if (msg.call_id is None or run.call.id == msg.call_id)
+            and (msg.batch_id is None or run.batch_id == msg.batch_id)
+            and not run.completed
+        ]
+        for run in matched:
+            self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
+        return len(matched)
 
     def _cancel_run(self, run: Run, code: ErrorCode, reason: str, *, only_unstarted: bool) -> None:
         if run.ticket.closed or run.completed:

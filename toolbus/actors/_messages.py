@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Cancel",
+    "CancelWhere",
     "Close",
     "Deadline",
     "Expired",
@@ -45,6 +46,16 @@ class Cancel:
     batch: BatchRun | None
     run: Run | None
     code: ErrorCode
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelWhere:
+    """Executor -> supervisor: end every unfinished run with this call id
+    and/or of this batch (`Executor.cancel`); answered with how many."""
+
+    call_id: str | None
+    batch_id: str | None
     reason: str
 
 

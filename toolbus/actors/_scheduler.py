@@ -53,6 +53,7 @@ from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
 from ._messages import (
     Cancel,
+    CancelWhere,
     Close,
     Deadline,
     Expired,
@@ -207,6 +208,7 @@ class Scheduler(Admission, Delays):
             self._handle(None)  # one pump for everything just handled
 
     def _handle(self, message: Any, *, pump: bool = True) -> Any:
+        answer = None
         try:
             kind = type(message)
             if kind is Report:
@@ -228,6 +230,8 @@ class Scheduler(Admission, Delays):
                 self._on_grace(message)
             elif kind is Cancel:
                 self._on_cancel(message)
+            elif kind is CancelWhere:
+                answer = self._on_cancel_where(message)
             elif kind is StatusQuery:
                 return status(self)
             elif kind is Close:
@@ -240,7 +244,7 @@ class Scheduler(Admission, Delays):
                 type(message).__name__,
                 "".join(traceback.format_exception(e)),
             )
-        return None
+        return answer
 
     def _pump(self) -> None:
         """Start every run that may start now."""

@@ -1,0 +1,170 @@
+"""Handles for calls submitted without waiting: `Executor.submit` and `submit_batch`.
+
+A handle is a `concurrent.futures.Future` of the call's `ToolResult` (or the
+batch's `BatchResult`), so `wait`, `as_completed` and `add_done_callback` work
+as they do for a pool's futures. What differs is cancellation: a toolbus call
+is never dropped, it ends. `cancel()` asks the scheduler to stop the call in
+whatever state it is (queued, waiting on a policy or for capacity, backing off
+before a retry, or running) and the handle then resolves with the call's
+`cancelled` result; `result()` never raises for what became of a call.
+
+A handle resolves on the scheduler's side, under its lock, where no user code
+may run: a done-callback added before then runs on a thread of its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..models import BatchResult, ToolResult
+from ..pipeline import BatchRun, Run, Waiter
+from ._batch_result import batch_result
+
+__all__ = ["BatchHandle", "CallHandle", "FutureWaiter"]
+
+log = logging.getLogger("toolbus")
+
+# Stops a run (or a batch's unfinished runs): the executor's, posting `Cancel`.
+Stop = Callable[[BatchRun | None, Run | None], None]
+
+
+class FutureWaiter(Waiter):
+    """Releases a handle: sets its result (no user code runs here: see `_Handle`)."""
+
+    __slots__ = ("convert", "future")
+
+    def __init__(
+        self, future: concurrent.futures.Future[Any], convert: Callable[[Any], Any] | None = None
+    ) -> None:
+        self.future = future
+        self.convert = convert
+
+    def release(self, value: Any) -> None:
+        if self.convert is not None:
+            value = self.convert(value)
+        try:
+            self.future.set_result(value)
+        except concurrent.futures.InvalidStateError:
+            pass  # released once already: the first result stands
+
+
+class _Handle(concurrent.futures.Future[Any]):
+    """What both handles share: cancellation that ends the call, and callbacks
+    kept off the scheduler's lock."""
+
+    def __init__(self, stop: Stop, held: Callable[[], bool]) -> None:
+        super().__init__()
+        self._stop = stop
+        self._held = held  # True on the thread that holds the scheduler's lock
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """As a `Future`'s; a callback that would run where the handle is
+        resolved (the scheduler's lock held) runs on a thread of its own."""
+        held = self._held
+
+        def call(future: Any) -> None:
+            if held():
+                threading.Thread(target=_run_callback, args=(fn, future), daemon=True).start()
+            else:
+                _run_callback(fn, future)
+
+        super().add_done_callback(call)
+
+    def running(self) -> bool:
+        """Whether it is submitted and not finished (a call may be queued or
+        running: toolbus does not tell the two apart here)."""
+        return not self.done()
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return True  # (for executors that run futures: a handle is never pending there)
+
+
+class CallHandle(_Handle):
+    """One submitted call: a `Future` of its `ToolResult`."""
+
+    def __init__(self, stop: Stop, held: Callable[[], bool]) -> None:
+        super().__init__(stop, held)
+        self.run: Run | None = None  # set once it is made, before it is submitted
+
+    @property
+    def call_id(self) -> str | None:
+        return self.run.call.id if self.run is not None else None
+
+    def cancel(self) -> bool:
+        """Stop the call in whatever state it is; True if it had not finished.
+
+        The handle then resolves with the call's `cancelled` result (or, if
+        the call finished meanwhile, with that result)."""
+        run = self.run
+        if self.done() or run is None or run.completed:
+            return False
+        self._stop(None, run)
+        return True
+
+    def cancelled(self) -> bool:
+        """Whether the call ended `cancelled`."""
+        return self.done() and _status(self) == "cancelled"
+
+    def result(self, timeout: float | None = None) -> ToolResult:
+        """The call's result, waiting up to `timeout` seconds (TimeoutError
+        past it); never raises for what became of the call."""
+        value: ToolResult = super().result(timeout)
+        return value
+
+
+class BatchHandle(_Handle):
+    """One submitted batch: a `Future` of its `BatchResult`, with a handle per call."""
+
+    def __init__(self, stop: Stop, held: Callable[[], bool], calls: tuple[CallHandle, ...]) -> None:
+        super().__init__(stop, held)
+        self.calls = calls  # in the order given
+        self.batch: BatchRun | None = None
+
+    @property
+    def batch_id(self) -> str | None:
+        return self.batch.batch_id if self.batch is not None else None
+
+    def cancel(self) -> bool:
+        """Stop every call of the batch not finished yet; True if any was."""
+        batch = self.batch
+        if self.done() or batch is None:
+            return False
+        if all(c.done() for c in self.calls):
+            return False
+        self._stop(batch, None)
+        return True
+
+    def cancelled(self) -> bool:
+        """Whether every call of the batch ended `cancelled` (a batch that ran
+        some of its calls before it was cancelled is not)."""
+        return self.done() and all(c.cancelled() for c in self.calls)
+
+    def result(self, timeout: float | None = None) -> BatchResult:
+        """The batch's result, waiting up to `timeout` seconds."""
+        value: BatchResult = super().result(timeout)
+        return value
+
+    def waiter(self) -> FutureWaiter:
+        """The batch's waiter: resolves this handle with its `BatchResult`."""
+        return FutureWaiter(self, _as_batch_result)
+
+
+def _as_batch_result(value: Any) -> BatchResult:
+    assert isinstance(value, BatchRun)
+    return batch_result(value)
+
+
+def _status(handle: CallHandle) -> str:
+    value = concurrent.futures.Future.result(handle, 0)
+    return value.status if isinstance(value, ToolResult) else ""
+
+
+def _run_callback(fn: Callable[[Any], object], future: Any) -> None:
+    try:
+        fn(future)
+    except Exception:
+        log.exception("exception calling callback for %r", future)
