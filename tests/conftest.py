@@ -43,8 +43,11 @@ def recorder() -> Iterator[bus.Recorder]:
         yield rec
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    """Wait for a state the test expects (e.g. "one call queued"), polling it.
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 5.0, what: str = "", *, every: float = 0.002
+) -> None:
+    """Wait for a state the test expects (e.g. "one call queued"), polling it
+    `every` so often (longer for a costly look, such as a tmux screen).
 
     Used where the state has no event to wait on; fails after `timeout`.
     """
@@ -52,7 +55,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.002)  # poll interval of the wait, not a stand-in for it
+        time.sleep(every)  # poll interval of the wait, not a stand-in for it
 
 
 async def wait_until_async(

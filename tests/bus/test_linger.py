@@ -26,7 +26,12 @@ def _registry() -> ToolRegistry:
     return registry
 
 
-def test_events_gather_and_arrive_in_one_go(make_executor: MakeExecutor) -> None:
+def test_events_gather_and_arrive_in_one_go(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A linger of 3 s (past the usual cap of 1 s): five calls finish well
+    # within it however loaded the machine (a stall of 0.5 s is not rare there).
+    monkeypatch.setattr(bus_subscribe, "MAX_LINGER", 60.0)
     ex = make_executor(_registry())
     calls_done = threading.Event()
     got: list[tuple[int, bool, float]] = []
@@ -37,7 +42,7 @@ def test_events_gather_and_arrive_in_one_go(make_executor: MakeExecutor) -> None
         if len(got) == 5:
             arrived.set()
 
-    with bus.subscribe(receive, bus.FINISHED, sender=ex, linger=0.5):
+    with bus.subscribe(receive, bus.FINISHED, sender=ex, linger=3.0):
         for i in range(5):
             ex.execute(ToolCall(name="echo", arguments={"i": i}))
         calls_done.set()
@@ -45,7 +50,7 @@ def test_events_gather_and_arrive_in_one_go(make_executor: MakeExecutor) -> None
     assert [i for i, _, _ in got] == [0, 1, 2, 3, 4]
     # Nothing was handed over before the five calls were done: one burst.
     assert all(done for _, done, _ in got)
-    assert got[0][2] >= 0.4  # the first event waited for more (the lower bound holds under load)
+    assert got[0][2] >= 2.5  # the first event waited for more (the lower bound holds under load)
 
 
 def test_drain_events_and_close_do_not_wait_for_it(

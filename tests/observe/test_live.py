@@ -38,6 +38,7 @@ import pytest
 from rich.console import Console
 
 from tests.cli_registries.escapes import CLEAR, OSC52, RED, quoting_registry
+from tests.conftest import wait_until
 from tests.observe_workload import SECRET, make_executor, run_rounds
 from toolbus import Executor, ToolCall
 from toolbus.observe import live
@@ -94,14 +95,17 @@ class Tmux:
     def wait_for(
         self, name: str, condition: Callable[[str], bool], what: str, timeout: float = 30.0
     ) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            screen = self.screen(name)
-            if condition(screen):
-                return screen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; the screen:\n{screen}")
-            time.sleep(0.1)  # the poll's interval, not a stand-in for the wait
+        last = [""]
+
+        def shows() -> bool:
+            last[0] = self.screen(name)
+            return condition(last[0])
+
+        try:
+            wait_until(shows, timeout, what, every=0.1)  # a look runs tmux: not too often
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the screen:\n{last[0]}") from None
+        return last[0]
 
     def close(self) -> None:
         assert TMUX is not None
@@ -418,7 +422,6 @@ def test_the_board_writes_out_the_control_characters_of_all_it_draws() -> None:
     errors and progress messages (a tool's, quoting a web page), a breaker's
     keys, your signals' names; for `top`, all from another process."""
     import io
-    import time
 
     from rich.console import Console
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretBytes, SecretStr
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.retry import AttemptFailure, RetryDecision
 from toolbus.tools import CommandTool, ToolFailure
@@ -66,25 +66,19 @@ def _dead(pid: int) -> bool:
     return state == "Z" and int(ppid) != os.getpid()
 
 
-def _wait_dead(*pids: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(_dead(p) for p in pids):
-        if time.monotonic() > deadline:
-            alive = [p for p in pids if not _dead(p)]
-            raise AssertionError(f"processes {alive} still alive")
-        time.sleep(0.005)  # poll interval of the wait, not a stand-in for it
+def _wait_dead(*pids: int, timeout: float = 60.0) -> None:
+    wait_until(lambda: all(_dead(p) for p in pids), timeout, f"processes {pids} gone")
 
 
-def _pid(path: Path, timeout: float = 10.0) -> int:
-    """The pid the command wrote to `path`, once it has (bounded poll)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = path.read_text().strip() if path.exists() else ""
-        if text.endswith(("0", "1", "2", "3", "4", "5", "6", "7", "8", "9")):
-            return int(text)
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} was never written")
-        time.sleep(0.005)  # poll interval of the wait
+def _written(path: Path) -> str:
+    text = path.read_text().strip() if path.exists() else ""
+    return text if text[-1:].isdigit() else ""
+
+
+def _pid(path: Path, timeout: float = 60.0) -> int:
+    """The pid the command wrote to `path`, once it has."""
+    wait_until(lambda: bool(_written(path)), timeout, f"{path} written")
+    return int(_written(path))
 
 
 @pytest.fixture(params=["pidfd", "thread"])
