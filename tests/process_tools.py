@@ -169,3 +169,53 @@ def rendezvous(folder: str, n: int) -> int:
     while len(os.listdir(folder)) < n and time.monotonic() < deadline:
         time.sleep(0.005)
     return os.getpid()
+
+
+# Descendants that leave the worker's process group (issue 21): each tool starts
+# them, writes the pids of the worker and of what it started to `pidfile` once
+# every one of them is out of the worker's group, then hangs.
+
+
+def _process_group(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[2])
+
+
+def _child_of(pid: int) -> int:
+    """The first child `pid` has, once it has one (bounded: the call's deadline
+    comes first)."""
+    deadline = time.monotonic() + 60
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    while time.monotonic() < deadline:
+        found = children.read_text().split()
+        if found:
+            return int(found[0])
+        time.sleep(0.001)  # poll interval of the wait
+    raise TimeoutError(f"process {pid} started no child")
+
+
+def _write_pids(pidfile: str, started: list[int]) -> None:
+    mine = os.getpgrp()
+    assert all(_process_group(p) != mine for p in started), "still in the worker's group"
+    part = Path(f"{pidfile}.part")
+    part.write_text(" ".join(map(str, [os.getpid(), *started])))
+    part.replace(pidfile)  # whole or not at all
+
+
+@registry.tool(backend="process")
+def hang_under_timeout(pidfile: str) -> None:
+    """Run `timeout 1000 sleep 1000` (coreutils `timeout`, not a session leader here,
+    moves itself to a group of its own and starts `sleep` in it), then hang."""
+    timer = subprocess.Popen(["timeout", "1000", "sleep", "1000"])
+    _write_pids(pidfile, [timer.pid, _child_of(timer.pid)])
+    while True:
+        time.sleep(1000)
+
+
+@registry.tool(backend="process")
+def hang_with_setpgid_child(pidfile: str) -> None:
+    """Start a child that calls `setpgid(0, 0)` (before it runs `sleep`), then hang."""
+    child = subprocess.Popen(["sleep", "1000"], process_group=0)
+    _write_pids(pidfile, [child.pid])
+    while True:
+        time.sleep(1000)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -437,3 +439,88 @@ def test_a_handle_cancelled_from_another_thread_kills_its_worker(
     wait_until(lambda: _gone(worker) and _gone(child), 60, "worker and child reaped")
     ex.drain_events(timeout=30)
     assert [e.result.status for e in recorder.of(bus.FINISHED)] == ["cancelled"]
+
+
+# -- descendants in process groups of their own (issue 21) ------------------------
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie: once the zygotes have exited, an orphan is init's to
+    reap (and this machine's init may not)."""
+    return _state(pid) in (None, "Z")
+
+
+def _pids(pidfile: Path) -> list[int]:
+    """The worker's pid and those of what it started, once the tool wrote them."""
+    wait_until(pidfile.exists, 60, "the tool's processes started")
+    return [int(p) for p in pidfile.read_text().split()]
+
+
+@pytest.mark.parametrize("name", ["hang_under_timeout", "hang_with_setpgid_child"])
+def test_descendants_in_groups_of_their_own_die_at_the_deadline(
+    make_executor: MakeExecutor, tmp_path: Path, recorder: bus.Recorder, name: str
+) -> None:
+    """`timeout 60 sleep 60` in a process tool left `sleep` running past the
+    deadline, close() and the agent's exit: `timeout` moves to a group of its
+    own (issue 21)."""
+    # 2 s: ample for the tool to start what it starts and write the pids first.
+    ex = make_executor(pt.registry, timeout=2.0)
+    pidfile = tmp_path / "pids"
+    r = ex.execute(call(name, pidfile=str(pidfile)))
+    assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    worker, *started = _pids(pidfile)
+    assert started
+    [killed] = recorder.wait_for(bus.KILLED)
+    assert (killed.pid, killed.reason) == (worker, "timeout")
+    # Killed and reaped by the worker's zygote: no zombie either.
+    wait_until(lambda: all(_gone(p) for p in [worker, *started]), 60, "all of them reaped")
+
+
+def test_closing_the_executor_kills_descendants_in_groups_of_their_own(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    ex = make_executor(pt.registry, timeout=None)
+    files = {name: tmp_path / name for name in ("hang_under_timeout", "hang_with_setpgid_child")}
+    results: list[Any] = []
+    callers = [
+        threading.Thread(
+            target=lambda c: results.append(ex.execute(c)), args=(call(name, pidfile=str(f)),)
+        )
+        for name, f in files.items()
+    ]
+    for caller in callers:  # two calls at once (mutating calls in one batch run in turn)
+        caller.start()
+    pids = [p for f in files.values() for p in _pids(f)]
+    ex.close()
+    for caller in callers:
+        caller.join(60)
+    assert [r.status for r in results] == ["cancelled", "cancelled"]
+    wait_until(lambda: all(_ended(p) for p in pids), 60, "all of them dead")
+
+
+AGENT = """
+import sys, threading
+from toolbus import Executor, ToolCall
+from tests import process_tools as pt
+ex = Executor(pt.registry, timeout=None)  # no deadline: only the agent's death kills
+call = ToolCall(name=sys.argv[1], arguments={"pidfile": sys.argv[2]})
+threading.Thread(target=ex.execute, args=(call,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("name", ["hang_under_timeout", "hang_with_setpgid_child"])
+def test_the_agents_death_kills_descendants_in_groups_of_their_own(
+    tmp_path: Path, name: str
+) -> None:
+    """The agent SIGKILLed: its zygotes see their sockets close and kill every
+    worker's group and session."""
+    pidfile = tmp_path / "pids"
+    root = Path(__file__).resolve().parents[2]
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, name, str(pidfile)], cwd=root)
+    try:
+        pids = _pids(pidfile)
+    finally:
+        agent.kill()
+        agent.wait()
+    wait_until(lambda: all(_ended(p) for p in pids), 60, "all of them dead")

@@ -1,13 +1,16 @@
 """Command tools: argv filled per element, limits, bounded output, and a process
-group killed at the deadline; and ToolFailure, how a tool ends error for good."""
+group and session killed at the deadline; and ToolFailure, how a tool ends error
+for good."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -754,3 +757,126 @@ def test_a_loader_out_of_address_space_names_the_memory_limit() -> None:
     r = tool.execute({})
     assert r.error_code == ErrorCode.TOOL_ERROR
     assert "exited with code 127; it may have gone over memory_limit_mb=64" in (r.error or "")
+
+
+# -- descendants in process groups of their own (issue 21) -------------------------------
+
+# coreutils `timeout`, not a session leader here, moves itself to a group of its
+# own and starts its command there (a shell that says its pid, then becomes
+# `sleep`); written once `timeout` has left the command's group.
+UNDER_TIMEOUT = (
+    'timeout 1000 sh -c \'echo $$ > "$1.sleep"; exec sleep 1000\' sh "$1" & '
+    'echo $! > "$1.timeout"; wait'
+)
+# A child that calls setpgid(0, 0), then says its pid.
+SETPGID = (
+    "import os, sys, time; os.setpgid(0, 0); "
+    "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(1000)"
+)
+WITH_SETPGID_CHILD = '"$2" -I -S -c "$3" "$1.child" & wait'
+ESCAPES = {
+    "timeout": (["sh", "-c", UNDER_TIMEOUT, "sh", "{base}"], ("timeout", "sleep")),
+    "setpgid": (["sh", "-c", WITH_SETPGID_CHILD, "sh", "{base}", PY, SETPGID], ("child",)),
+}
+
+
+def _escape_tool(how: str, timeout: float | None = None) -> CommandTool:
+    return CommandTool(
+        f"escape_{how}", ESCAPES[how][0], _schema(base=1),
+        description="starts processes that leave its group, and hangs", timeout=timeout,
+    )  # fmt: skip
+
+
+def _escaped(how: str, base: Path, timeout: float = 60.0) -> list[int]:
+    """The pids the command wrote (once it has) for what left its group."""
+    return [_pid(Path(f"{base}.{what}"), timeout) for what in ESCAPES[how][1]]
+
+
+@pytest.mark.parametrize("how", ["timeout", "setpgid"])
+def test_descendants_in_groups_of_their_own_die_at_the_deadline(
+    make_executor: MakeExecutor, tmp_path: Path, how: str
+) -> None:
+    """`timeout 60 sleep 60` left `sleep` running past the deadline: `timeout`
+    moves to a group of its own (issue 21)."""
+    # 2 s: ample for the command to start what it starts and say so first.
+    ex = make_executor(_registry(_escape_tool(how, timeout=2.0)))
+    base = tmp_path / "run"
+    with bus.Recorder(bus.KILLED, sender=ex) as rec:
+        r = ex.execute(ToolCall(name=f"escape_{how}", arguments={"base": str(base)}))
+        assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+        _wait_dead(*_escaped(how, base, timeout=1), timeout=60)
+        (killed,) = rec.wait_for(bus.KILLED)  # announced once the kill is done
+    assert killed.reason == "timeout"
+
+
+def test_processes_left_running_in_groups_of_their_own_are_killed(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    """When the command exits by itself, what it left in its session dies too."""
+    script = (
+        f'{UNDER_TIMEOUT.removesuffix("; wait")}; while [ ! -s "$1.sleep" ]; do sleep 0.01; done'
+    )
+    tool = CommandTool(
+        "leaves", ["sh", "-c", script, "sh", "{base}"], _schema(base=1),
+        description="leaves `timeout` behind", timeout=60,
+    )  # fmt: skip
+    ex = make_executor(_registry(tool))
+    base = tmp_path / "run"
+    r = ex.execute(ToolCall(name="leaves", arguments={"base": str(base)}))
+    assert r.status == "ok", r.error
+    _wait_dead(*_escaped("timeout", base, timeout=1), timeout=60)
+    assert ex.stats().killed_workers == 0  # the call ended by itself: nothing was killed
+
+
+def test_closing_the_executor_kills_descendants_in_groups_of_their_own(tmp_path: Path) -> None:
+    ex = Executor(_registry(_escape_tool("timeout"), _escape_tool("setpgid")))
+    results: list[Any] = []
+    callers = [
+        threading.Thread(
+            target=lambda c: results.append(ex.execute(c)),
+            args=(ToolCall(name=f"escape_{how}", arguments={"base": str(tmp_path / how)}),),
+        )
+        for how in ESCAPES
+    ]
+    for caller in callers:
+        caller.start()
+    pids = [p for how in ESCAPES for p in _escaped(how, tmp_path / how)]
+    ex.close()
+    for caller in callers:
+        caller.join(60)
+    assert [r.status for r in results] == ["cancelled", "cancelled"]
+    _wait_dead(*pids, timeout=60)
+
+
+AGENT = """
+import json, sys, threading
+from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus.tools import CommandTool
+argv, base = json.loads(sys.argv[1]), sys.argv[2]
+schema = {"type": "object", "properties": {"base": {"type": "string"}}, "required": ["base"]}
+registry = ToolRegistry()
+registry.register(CommandTool("escape", argv, schema, description="escapes"))
+call = ToolCall(name="escape", arguments={"base": base})
+threading.Thread(target=Executor(registry, timeout=None).execute, args=(call,), daemon=True).start()
+sys.stdin.readline()  # then exit, the executor unclosed, its command running
+"""
+
+
+@pytest.mark.parametrize("how", ["timeout", "setpgid"])
+def test_the_agents_exit_kills_descendants_in_groups_of_their_own(tmp_path: Path, how: str) -> None:
+    """An agent that exits (normally) with its executor unclosed and a command
+    running: the command's session is killed as the interpreter exits."""
+    base = tmp_path / "run"
+    root = Path(__file__).resolve().parents[2]
+    agent = subprocess.Popen(
+        [PY, "-c", AGENT, json.dumps(ESCAPES[how][0]), str(base)],
+        cwd=root, stdin=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        pids = _escaped(how, base)
+        agent.communicate(b"exit\n", timeout=60)
+    finally:
+        agent.kill()
+        agent.wait()
+    assert agent.returncode == 0
+    _wait_dead(*pids, timeout=60)

@@ -12,10 +12,12 @@ that dispatches it and finished by its reply on the executor's event loop
 
 At a deadline or a cancellation the supervisor calls `cancel`, which sends
 SIGKILL to the worker's process group, so everything the tool started dies
-with it; the call gets its `timeout`/`cancelled` result as usual, the kill is
-announced as `tool:killed`, and a replacement worker is started at once. A
-worker that dies by itself (`os._exit`, a signal, the kernel's OOM killer, a
-limit) ends the call `error`/`TOOL_CRASHED`; the host lives on.
+with it (what moved to a group of its own is killed by the worker's zygote as
+it reaps the worker: it is still in the worker's session); the call gets its
+`timeout`/`cancelled` result as usual, the kill is announced as
+`tool:killed`, and a replacement worker is started at once. A worker that dies
+by itself (`os._exit`, a signal, the kernel's OOM killer, a limit) ends the
+call `error`/`TOOL_CRASHED`; the host lives on.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Everything here runs on the executor's event loop thread (readers registered
 with `add_reader`, so waiting for a worker holds no thread), except
-`WorkerProcess.kill` and `Zygote.kill_all`, which any thread may call (a kill
-is one `killpg`), and `WorkerProcess.send_now`, which the thread that
+`WorkerProcess.kill` (a `killpg`) and `Zygote.kill_all` (and a scan of /proc),
+which any thread may call, and `WorkerProcess.send_now`, which the thread that
 dispatches a call sends it from (`_direct.py`). Nothing a worker or zygote
 sends is unpickled here: their messages are JSON (`_wire.reply`). Each tool's
 workers are kept in a pool (`_procpool.py`).
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _json
-from .._process_group import kill_group, kill_process
+from .._process_group import kill_group, kill_process, kill_sessions
 from ._wire import Frames, FrameTooLarge
 
 __all__ = ["START_TIMEOUT", "WorkerProcess", "Zygote", "describe_exit", "start_root"]
@@ -113,7 +113,8 @@ class WorkerProcess:
         return not self.killed and self.sock.fileno() >= 0 and not self.status.done()
 
     def kill(self, reason: str) -> bool:
-        """SIGKILL its process group, from any thread; False if it was killed already."""
+        """SIGKILL its group (its zygote kills the rest of its session), from any
+        thread; False if it was killed already."""
         with self._kill_lock:
             if self.killed:
                 return False
@@ -292,8 +293,9 @@ class Zygote:
             f, _ = self._forks.popleft()
             if not f.done():
                 f.set_exception(error)
+        # Orphaned by a dead zygote: never leave them, nor what is left of their sessions.
+        kill_sessions(list(self.workers))
         for worker in list(self.workers.values()):
-            # Orphaned by a dead zygote they would run on: never leave them.
             worker.kill("lost")
             if not worker.status.done():
                 worker.status.set_result(None)
@@ -332,9 +334,11 @@ class Zygote:
         return self._request({"kind": "zygote", "module": module, "path": list(sys.path)}, "zygote")
 
     def kill_all(self, reason: str) -> None:
-        """Any thread: kill every worker's process group now."""
+        """Any thread: kill every worker's process group and session now (here:
+        a module zygote may be killed before it has reaped them)."""
         for worker in list(self.workers.values()):
             worker.kill(reason)
+        kill_sessions(list(self.workers))
         for child in list(self.children.values()):
             child.kill_all(reason)
 

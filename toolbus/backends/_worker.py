@@ -7,8 +7,9 @@ A worker serves one tool, one call at a time, over its socket to the agent: a
 lets the agent drop what a thread left behind by an earlier call still sends.
 
 It is a session leader (`setsid`, done before its zygote reports it forked), so
-the agent kills it and everything it started with one `killpg`; it dies with
-its zygote (`PR_SET_PDEATHSIG`).
+the agent kills it and everything it started with one `killpg`, and its zygote,
+as it reaps it, what moved to a group of its own (`_process_group.kill_session`);
+it dies with its zygote (`PR_SET_PDEATHSIG`).
 
 Limits: `RLIMIT_AS` for memory, set once; `RLIMIT_CPU` per call, its soft limit
 raised before each call to the CPU used so far plus the per-call budget (the

@@ -15,9 +15,12 @@ Zygotes reap: each is a child subreaper, so whatever a killed worker left behind
 is reparented to it and reaped, and it tells the agent how each worker ended
 ("exited", pid, status) so a crash can be named. A worker is a session leader
 before its zygote reports it (so a kill can never miss it) and dies with its
-zygote; a module zygote dies with the root (`PR_SET_PDEATHSIG`). When the agent
-goes away (its end of the control socket closes) a zygote kills every worker's
-process group and exits.
+zygote; a module zygote dies with the root (`PR_SET_PDEATHSIG`). However a
+worker ends (killed by the agent, crashed, retired), its zygote kills what is
+left of its session before reaping it: its zombie holds the session's id until
+then, so no other process can be taken for one of the session's. When the
+agent goes away (its end of the control socket closes) a zygote kills every
+worker's process group and session and exits.
 
 Control messages from the agent are pickles; to the agent, JSON (a module
 zygote has run user code at import). One message per SOCK_SEQPACKET packet; a
@@ -39,6 +42,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from .._process_group import kill_group, kill_session, kill_sessions
 
 __all__ = ["main"]
 
@@ -75,7 +80,7 @@ class _Zygote:
     def __init__(self, ctrl: socket.socket, *, root: bool) -> None:
         self.ctrl = ctrl
         self.root = root
-        self.workers: set[int] = set()  # session leaders: killed by group
+        self.workers: set[int] = set()  # session leaders: killed by group and session
         self.zygotes: set[int] = set()  # module zygotes (the root's)
         self.wake = os.pipe()
         os.set_blocking(self.wake[0], False)
@@ -141,7 +146,15 @@ class _Zygote:
     def reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                exited = _exited_child()
+                if exited == 0:
+                    return
+                if exited in self.workers:
+                    # Before it is reaped: its zombie holds its session's id,
+                    # so what is left of the session (a descendant in a group
+                    # of its own) is found, and nothing else can be.
+                    kill_session(exited)
+                pid, status = os.waitpid(exited, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -180,8 +193,9 @@ class _Zygote:
 
     def shutdown(self) -> None:
         for pid in self.workers:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+            kill_group(pid)
+        # Unreaped (we reap below), so each id is still its session's.
+        kill_sessions(self.workers)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # Module zygotes see the agent leave too and kill their own workers;
         # give them a moment, then go (what is left dies with us).
@@ -198,6 +212,16 @@ class _Zygote:
         with contextlib.suppress(ChildProcessError):
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
+
+
+def _exited_child() -> int:
+    """A child that has exited, left unreaped (0: none; -1: no `waitid` here,
+    where exits are reaped as they come)."""
+    try:
+        found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except AttributeError:
+        return -1
+    return found.si_pid if found is not None else 0
 
 
 def _threads() -> int:

@@ -4,7 +4,8 @@ Never through a shell: each `argv` element is a `str.format` template filled in
 on its own, so a value is one argument whatever it contains. The command runs in
 a session of its own, with resource limits set before it starts (util-linux's
 `prlimit`, else a tiny exec shim; never a `preexec_fn`), its output bounded, and
-its whole process group killed when toolbus gives up on it.
+its whole session killed when toolbus gives up on it (its process group, and
+what moved to a group of its own).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic import BaseModel
 
 from .._errors import ToolFailure, WorkerKilled
 from .._options import positive_int
-from .._process_group import kill_group
+from .._process_group import kill_group, kill_session
 from ..models import ErrorCode
 from ._command_process import Watch
 from ._command_secrets import Redactor, field_paths, secret_values
@@ -44,8 +45,8 @@ __all__ = ["CommandTool"]
 
 log = logging.getLogger("toolbus")
 
-# After the command exits and its group is killed, how long its pipes may stay
-# open (held by a process that left the group with setsid) before the output
+# After the command exits and its session is killed, how long its pipes may stay
+# open (held by a process that left the session with setsid) before the output
 # read so far is taken as all there is.
 _PIPE_GRACE = 1.0
 _STDERR_TAIL = 400
@@ -84,10 +85,12 @@ class CommandTool(Tool):
     Exit 0 gives `ok` with `{"exit_code", "stdout", "stderr", "truncated"}`; a
     non-zero exit, `error`/`TOOL_ERROR` with that dict in `metadata`, never
     retried; death by a signal, `error`/`TOOL_CRASHED`. When toolbus stops the
-    call (deadline, cancellation, close), the whole process group is killed
-    and reaped, and `tool:killed` is published. Processes the command leaves
-    running in its group when it exits are killed too. It runs on the `"loop"`
-    backend: a running command holds no thread. POSIX only.
+    call (deadline, cancellation, close), its process group and every other
+    process of its session (one that moved to a group of its own) are killed,
+    the command is reaped, and `tool:killed` is published. Processes the
+    command leaves running in its session when it exits are killed too. It
+    runs on the `"loop"` backend: a running command holds no thread. POSIX
+    only.
     """
 
     def __init__(
@@ -217,9 +220,9 @@ class CommandTool(Tool):
 
         Raises `ToolFailure`: `TOOL_ERROR` (no retry) for a non-zero exit,
         `TOOL_CRASHED` for a death by a signal. If this coroutine is closed,
-        the command's process group is killed. If its task is cancelled, the
-        group is killed and reaped and the kill announced (`tool:killed`,
-        `killed_workers`) before the cancellation propagates: as
+        the command's process group and session are killed. If its task is
+        cancelled, they are killed, the command reaped and the kill announced
+        (`tool:killed`, `killed_workers`) before the cancellation propagates: as
         `WorkerKilled` when toolbus settled the call (a deadline, a
         cancel, a close), so that the attempt counts as killed and not as a
         late result; as the `CancelledError` itself otherwise.
@@ -243,7 +246,7 @@ class CommandTool(Tool):
                 stderr=subprocess.PIPE,
                 env=env,
                 cwd=self.cwd,
-                start_new_session=True,  # its own process group: killed as one
+                start_new_session=True,  # its own session and group: killed as one
             )
         except OSError as e:
             if e.errno == errno.E2BIG:  # too long for the system: it would be again
@@ -258,12 +261,13 @@ class CommandTool(Tool):
             watch = Watch(proc, self.max_output_bytes, redactor.lookahead)
         except BaseException:  # a loop that cannot watch it (no add_reader): stop it
             kill_group(proc.pid)
+            kill_session(proc.pid)
             proc.communicate()
             raise
         try:
             # Shielded: a cancellation must not cancel the watch's own future.
             await asyncio.shield(watch.exited)
-            # What it left running in its group (a background job) was killed
+            # What it left running in its session (a background job) was killed
             # as it exited: nothing a tool call starts outlives the call.
             if watch.leftovers:
                 log.info("tool %r: killed processes its command left running", self.name)

@@ -2,20 +2,25 @@
 
 No thread and no await to set up, so no cancellation can find a started
 command unwatched: its pipes are read by loop readers, its exit is seen through
-a pidfd (Linux; elsewhere a thread waits for it), and its process group is
-killed with one `killpg`.
+a pidfd (Linux; elsewhere a thread waits for it), and it is killed with its
+process group and session (`killpg`, then what moved to a group of its own:
+see `_process_group`), before it is reaped. A command still running when this
+process exits normally (`atexit`: an executor never closed) is killed so too;
+one this process leaves by dying (SIGKILL, a crash) is not: nothing of ours
+runs then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import codecs
 import contextlib
 import os
 import subprocess
 import threading
 
-from .._process_group import kill_group
+from .._process_group import kill_group, kill_session
 from ._command_secrets import Redactor
 
 __all__ = ["Watch"]
@@ -23,6 +28,8 @@ __all__ = ["Watch"]
 _CHUNK = 65536
 # How long close() waits for a command it has just SIGKILLed, to reap it.
 _REAP_WAIT = 1.0
+# The commands being watched (until `Watch.close`), killed at this process's exit.
+_watched: set[Watch] = set()
 
 
 class _Capture:
@@ -75,9 +82,9 @@ class Watch:
     command never blocks on a full pipe), its exit seen through a pidfd
     (Linux; elsewhere a thread waits for it).
 
-    `exited`: the command itself ended, what it left running in its group was
-    killed (`leftovers`: whether there was any), and it was reaped (`cpu_time`:
-    the CPU seconds it used, when the system says). `closed`: no process holds
+    `exited`: the command itself ended, what it left running in its session
+    was killed (`leftovers`: whether there was any), and it was reaped
+    (`cpu_time`: the CPU seconds it used, when the system says). `closed`: no process holds
     its pipes any longer. `close()` kills what is still running, reaps it and
     lets go of everything."""
 
@@ -102,6 +109,7 @@ class Watch:
             loop.add_reader(self._pidfd, self._on_exit)
         except (AttributeError, OSError):  # no pidfds here
             threading.Thread(target=self._wait, name="toolbus-command", daemon=True).start()
+        _watched.add(self)
 
     def _read(self, fd: int, capture: _Capture) -> None:
         try:
@@ -133,9 +141,10 @@ class Watch:
         if self._pidfd >= 0:
             self.loop.remove_reader(self._pidfd)
         if self.proc.returncode is None:
-            # Killed while its zombie still holds the group id, so the kill
-            # cannot reach a new group that took the id over.
-            self.leftovers = kill_group(self.proc.pid)
+            # Killed while its zombie still holds the group and session id, so
+            # the kill cannot reach a new group or session that took it over.
+            in_group = kill_group(self.proc.pid)
+            self.leftovers = kill_session(self.proc.pid) > 0 or in_group
             self._reap()
         if not self.exited.done():
             self.exited.set_result(None)
@@ -152,8 +161,10 @@ class Watch:
         self.cpu_time = usage.ru_utime + usage.ru_stime
 
     def close(self) -> None:
+        _watched.discard(self)
         if self.proc.returncode is None:  # cancelled twice, closed or collected
             kill_group(self.proc.pid)
+            kill_session(self.proc.pid)  # unreaped: the id is still its own
             # SIGKILLed: it is gone in moments. Reaped here, as nobody else will.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(_REAP_WAIT)
@@ -168,3 +179,13 @@ class Watch:
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+@atexit.register
+def _kill_watched() -> None:
+    """At this process's exit: kill the commands still running (unreaped, so
+    their ids are still theirs), with their sessions."""
+    for watch in list(_watched):
+        if watch.proc.returncode is None:
+            kill_group(watch.proc.pid)
+            kill_session(watch.proc.pid)
