@@ -310,7 +310,7 @@ class Executor(ExecutorHooks, Submitting):
         cancelled) and returns True if it had not finished; the handle then
         resolves with its `cancelled` result. `result()` never raises for
         what became of the call."""
-        handle = CallHandle(self._stop, self._scheduler.held_here)
+        handle = CallHandle(self._stop, self._blocks_its_loop)
         handle.run = self._submit_one(
             call, FutureWaiter(handle), approval=approval, priority=priority
         )
@@ -328,8 +328,15 @@ class Executor(ExecutorHooks, Submitting):
         its handle: a `Future` of its `BatchResult`, with a handle per call in
         `handle.calls`. `handle.cancel()` stops the calls not finished yet."""
         calls = list(calls)
-        members = tuple(CallHandle(self._stop, self._scheduler.held_here) for _ in calls)
-        handle = BatchHandle(self._stop, self._scheduler.held_here, members)
+        blocks = self._blocks_its_loop
+        members = tuple(CallHandle(self._stop, blocks) for _ in calls)
+        handle = BatchHandle(self._stop, blocks, members)
+
+        def made(batch: BatchRun, runs: tuple[Run, ...]) -> None:
+            handle.batch = batch
+            for member, run in zip(members, runs, strict=True):
+                member.run = run
+
         batch = self._submit_batch(
             calls,
             stop_on_error,
@@ -337,19 +344,18 @@ class Executor(ExecutorHooks, Submitting):
             approvals=approvals,
             priority=priority,
             waiters=[FutureWaiter(m) for m in members],
+            made=made,
         )
         if batch is None:
             handle.set_result(empty_batch())
-            return handle
-        handle.batch = batch
-        for member, run in zip(members, tuple(batch.runs), strict=True):
-            member.run = run
         return handle
 
     def cancel(self, *, call_id: str | None = None, batch_id: str | None = None) -> int:
         """Cancel every unfinished call with `call_id` (a model may repeat an
         id: each is cancelled), or of the batch `batch_id`, or both at once;
-        returns how many calls that stopped. Each ends `cancelled`."""
+        returns how many unfinished calls it stopped. Each ends `cancelled`,
+        unless its attempt had already returned (its post-call hooks running):
+        that one keeps the result they make."""
         if call_id is None and batch_id is None:
             raise TypeError("Executor.cancel() needs call_id=, batch_id= or both")
         for name, value in (("call_id", call_id), ("batch_id", batch_id)):
@@ -362,6 +368,11 @@ class Executor(ExecutorHooks, Submitting):
             CancelWhere(call_id, batch_id, f"cancelled by Executor.cancel({where})")
         )
         return count
+
+    def _blocks_its_loop(self) -> bool:
+        """Whether waiting here would block the loop this executor's async tools
+        run on (a handle's `result()` from inside one of them)."""
+        return would_block_its_tools(self._loop, self._scheduler, self._services)
 
     def _stop(self, batch: BatchRun | None, run: Run | None) -> None:
         """A handle's cancel: end the run, or the batch's unfinished runs."""

@@ -154,7 +154,21 @@ def test_demo_kills_the_hung_process_tool_and_abandons_the_thread(wide: Result) 
 
 
 def policies_part_of(output: str) -> str:
-    return output[output.index(" Policies: ") :]
+    return output[output.index(" Policies: ") : output.index(" A caller cancels: ")]
+
+
+def cancel_part_of(output: str) -> str:
+    return output[output.index(" A caller cancels: ") :]
+
+
+def test_demo_shows_a_sync_caller_cancelling_a_running_batch(wide: Result) -> None:
+    part = cancel_part_of(wide.output)
+    finished = [x for x in part.splitlines() if " ms tool:finished " in x]
+    assert len(finished) == 6, finished
+    assert " ✗" not in part and part.count(" ✓") == 4
+    assert "the three quick pages: ok, ok, ok" in part
+    assert "handle.cancel() stopped the slow ones: cancelled, cancelled, cancelled" in part
+    assert "nothing left held: in_flight=0, queued=0" in part
 
 
 def test_demo_shows_the_policies_at_work(wide: Result) -> None:

@@ -241,4 +241,82 @@ def test_an_empty_batch_handle_is_done_at_once(make_executor: MakeExecutor) -> N
     ex = make_executor(ToolRegistry())
     handle = ex.submit_batch([])
     assert handle.done() and handle.result().results == () and handle.calls == ()
-    assert not handle.cancel()
+    assert not handle.cancel() and not handle.cancelled()  # nothing was cancelled
+
+
+def test_a_batch_that_ends_before_submit_batch_returns_still_gives_its_handle(
+    make_executor: MakeExecutor,
+) -> None:
+    """A batch refused whole at submission (an unknown tool, a closed executor)
+    ended before its handle was wired to its runs: `submit_batch` raised
+    ValueError from a zip (review of issue 21)."""
+    ex = make_executor(_registry(threading.Event(), threading.Event()))
+    handle = ex.submit_batch([ToolCall(id="a", name="nope")])
+    assert handle.calls[0].call_id == "a" and handle.batch_id is not None
+    assert handle.result(30).results[0].error_code is ErrorCode.TOOL_NOT_FOUND
+    for _ in range(200):  # quick calls: often done before submit_batch returns
+        quick = ex.submit_batch([ToolCall(name="quick", arguments={"i": 1})])
+        assert quick.result(30).results[0].output == 1
+    ex.close()
+    closed = ex.submit_batch([ToolCall(name="quick")])
+    assert closed.result(30).results[0].status == "cancelled"
+
+
+async def test_await_a_handle_from_a_coroutine(make_executor: MakeExecutor) -> None:
+    """`await handle` gives the result, a cancelled one too (asyncio.wrap_future
+    would read it as the future's own cancellation and raise)."""
+    gate, entered = threading.Event(), threading.Event()
+    ex = make_executor(_registry(gate, entered))
+    assert (await ex.submit(ToolCall(name="quick", arguments={"i": 4}))).output == 4
+    handle = ex.submit(ToolCall(name="block"))
+    assert await asyncio.to_thread(entered.wait, 30)
+    assert handle.cancel()
+    assert (await handle).status == "cancelled"
+    batch = ex.submit_batch([ToolCall(name="quick", arguments={"i": i}) for i in range(3)])
+    assert [r.output for r in (await batch).results] == [0, 1, 2]
+    gate.set()
+
+
+def test_waiting_on_a_handle_inside_an_async_tool_is_refused(make_executor: MakeExecutor) -> None:
+    """A handle's result() from an async tool would block the loop its calls
+    run on, for good (review of issue 21): refused, as execute() is there."""
+    reg = _registry(threading.Event(), threading.Event())
+    seen: list[str] = []
+
+    @reg.tool(read_only=True)
+    async def waits() -> str:
+        handle = ex.submit(ToolCall(name="quick", arguments={"i": 1}))
+        try:
+            handle.result(5)
+        except RuntimeError as e:
+            seen.append(str(e))
+        return "done"
+
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(name="waits")).output == "done"
+    assert seen and "await the handle instead" in seen[0]
+
+
+def test_done_callbacks_share_one_thread(make_executor: MakeExecutor) -> None:
+    """A callback per handle started a thread per handle (review of issue 21)."""
+    gate, entered = threading.Event(), threading.Event()
+    ex = make_executor(_registry(gate, entered), max_parallel=64)
+    threads: set[int] = set()
+    done = threading.Barrier(2, timeout=30)
+    handles = [ex.submit(ToolCall(name="block", arguments={"i": i})) for i in range(50)]
+    left = [len(handles)]
+    lock = threading.Lock()
+
+    def note(future: cf.Future[ToolResult]) -> None:
+        with lock:
+            threads.add(threading.get_ident())
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            done.wait()
+
+    for h in handles:
+        h.add_done_callback(note)
+    gate.set()
+    done.wait()
+    assert len(threads) == 1 and threading.get_ident() not in threads

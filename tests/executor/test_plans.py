@@ -255,12 +255,13 @@ def test_a_parse_set_on_a_tool_is_asked(make_executor: MakeExecutor) -> None:
     assert ex.execute(_call("add", x=1, y=2)).output == 3
 
 
-def test_new_parameters_given_to_a_registered_tool_validate_and_mask_its_next_call(
+def test_a_tools_schema_is_fixed_and_a_new_tool_in_its_place_validates_and_masks(
     make_executor: MakeExecutor, recorder: Recorder
 ) -> None:
-    """A schema set after registration kept the old validator and the old
-    secret paths: calls were refused by the old schema, and a value the new
-    one marks secret was published unmasked."""
+    """A schema set after set-up kept the old validator and the old secret
+    paths (a value the new one marks secret was published unmasked), and
+    deriving them again under calls in flight let calls through unvalidated
+    (review of issue 20): the schema is fixed, and a new tool takes its place."""
 
     class Echo(Tool):
         name = "echo"
@@ -278,17 +279,20 @@ def test_new_parameters_given_to_a_registered_tool_validate_and_mask_its_next_ca
     reg.register(echo)
     ex = make_executor(reg)
     assert ex.execute(_call("echo", q=1)).error_code is ErrorCode.INVALID_ARGUMENTS
-    echo.parameters = {
+    new = {
         "type": "object",
         "properties": {"q": {"type": "integer"}, "memo": {"type": "string", "writeOnly": True}},
     }
-    assert echo.secret_paths == (("memo",),)
+    for field, value in (("parameters", new), ("Params", None), ("type", "custom")):
+        with pytest.raises(AttributeError, match=f"{field} is fixed once the tool is made"):
+            setattr(echo, field, value)
+    assert echo.secret_paths == () and echo.parameters is Echo.parameters
+
+    class Echo2(Echo):
+        parameters: ClassVar[dict[str, Any]] = new
+
+    assert reg.replace(echo, Echo2())
     result = ex.execute(_call("echo", q=1, memo="sk-live-123456"))
     assert (result.status, result.output) == ("ok", "q=1")
     ex.drain_events()
     assert "sk-live-123456" not in repr(recorder.events)
-    # A schema the set-up refuses is refused, and the tool keeps the one it had.
-    with pytest.raises(Exception, match="is not valid"):
-        echo.parameters = {"type": "object", "properties": {"q": {"type": 12}}}
-    assert echo.parameters["properties"]["q"] == {"type": "integer"}
-    assert ex.execute(_call("echo", q=2, memo="x")).output == "q=2"

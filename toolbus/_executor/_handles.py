@@ -9,15 +9,20 @@ before a retry, or running) and the handle then resolves with the call's
 `cancelled` result; `result()` never raises for what became of a call.
 
 A handle resolves on the scheduler's side, under its lock, where no user code
-may run: a done-callback added before then runs on a thread of its own.
+may run: a done-callback added before then runs on the handles' callback
+thread (one for the process, started when first needed). In a coroutine,
+`await handle`: `asyncio.wrap_future` would read a `cancelled` result as the
+future's own cancellation and raise `CancelledError`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
+import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from ..models import BatchResult, ToolResult
@@ -46,33 +51,57 @@ class FutureWaiter(Waiter):
     def release(self, value: Any) -> None:
         if self.convert is not None:
             value = self.convert(value)
+        future = self.future
+        future._resolving = True  # type: ignore[attr-defined]  # (a `_Handle`)
         try:
-            self.future.set_result(value)
+            future.set_result(value)
         except concurrent.futures.InvalidStateError:
             pass  # released once already: the first result stands
+        finally:
+            future._resolving = False  # type: ignore[attr-defined]
 
 
 class _Handle(concurrent.futures.Future[Any]):
-    """What both handles share: cancellation that ends the call, and callbacks
-    kept off the scheduler's lock."""
+    """What both handles share: cancellation that ends the call, callbacks
+    kept off the scheduler's lock, and a wait that refuses to block the loop
+    the executor's async tools run on."""
 
-    def __init__(self, stop: Stop, held: Callable[[], bool]) -> None:
+    def __init__(self, stop: Stop, blocks: Callable[[], bool]) -> None:
         super().__init__()
         self._stop = stop
-        self._held = held  # True on the thread that holds the scheduler's lock
+        self._blocks = blocks  # True where a wait would stall the executor's loop
+        self._resolving = False  # set while the scheduler resolves it
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
-        """As a `Future`'s; a callback that would run where the handle is
-        resolved (the scheduler's lock held) runs on a thread of its own."""
-        held = self._held
+        """As a `Future`'s; one added before the handle resolves runs on the
+        handles' callback thread, never where it is resolved."""
 
         def call(future: Any) -> None:
-            if held():
-                threading.Thread(target=_run_callback, args=(fn, future), daemon=True).start()
-            else:
+            if future._resolving:
+                _callbacks().put((fn, future))
+            else:  # added once done: right here, as a Future does
                 _run_callback(fn, future)
 
         super().add_done_callback(call)
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self.done() and self._blocks():
+            raise RuntimeError(
+                "waiting for a handle here would block the event loop this executor's "
+                "async tools run on: await the handle instead"
+            )
+        return super().result(timeout)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """`await handle`: its result, without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[Any] = loop.create_future()
+
+        def done(_: Any) -> None:
+            loop.call_soon_threadsafe(_settle, waiting, self)
+
+        concurrent.futures.Future.add_done_callback(self, done)
+        return (yield from waiting.__await__())
 
     def running(self) -> bool:
         """Whether it is submitted and not finished (a call may be queued or
@@ -86,8 +115,8 @@ class _Handle(concurrent.futures.Future[Any]):
 class CallHandle(_Handle):
     """One submitted call: a `Future` of its `ToolResult`."""
 
-    def __init__(self, stop: Stop, held: Callable[[], bool]) -> None:
-        super().__init__(stop, held)
+    def __init__(self, stop: Stop, blocks: Callable[[], bool]) -> None:
+        super().__init__(stop, blocks)
         self.run: Run | None = None  # set once it is made, before it is submitted
 
     @property
@@ -119,8 +148,10 @@ class CallHandle(_Handle):
 class BatchHandle(_Handle):
     """One submitted batch: a `Future` of its `BatchResult`, with a handle per call."""
 
-    def __init__(self, stop: Stop, held: Callable[[], bool], calls: tuple[CallHandle, ...]) -> None:
-        super().__init__(stop, held)
+    def __init__(
+        self, stop: Stop, blocks: Callable[[], bool], calls: tuple[CallHandle, ...]
+    ) -> None:
+        super().__init__(stop, blocks)
         self.calls = calls  # in the order given
         self.batch: BatchRun | None = None
 
@@ -141,7 +172,7 @@ class BatchHandle(_Handle):
     def cancelled(self) -> bool:
         """Whether every call of the batch ended `cancelled` (a batch that ran
         some of its calls before it was cancelled is not)."""
-        return self.done() and all(c.cancelled() for c in self.calls)
+        return self.done() and bool(self.calls) and all(c.cancelled() for c in self.calls)
 
     def result(self, timeout: float | None = None) -> BatchResult:
         """The batch's result, waiting up to `timeout` seconds."""
@@ -161,6 +192,35 @@ def _as_batch_result(value: Any) -> BatchResult:
 def _status(handle: CallHandle) -> str:
     value = concurrent.futures.Future.result(handle, 0)
     return value.status if isinstance(value, ToolResult) else ""
+
+
+def _settle(waiting: asyncio.Future[Any], handle: _Handle) -> None:
+    if not waiting.done():
+        waiting.set_result(concurrent.futures.Future.result(handle, 0))
+
+
+_queue: queue.SimpleQueue[tuple[Callable[[Any], object], Any]] | None = None
+_queue_lock = threading.Lock()
+
+
+def _callbacks() -> queue.SimpleQueue[tuple[Callable[[Any], object], Any]]:
+    """The handles' callback thread's queue (the thread started on first use)."""
+    global _queue
+    if _queue is None:
+        with _queue_lock:
+            if _queue is None:
+                q: queue.SimpleQueue[tuple[Callable[[Any], object], Any]] = queue.SimpleQueue()
+                threading.Thread(
+                    target=_serve, args=(q,), name="toolbus-handle-callbacks", daemon=True
+                ).start()
+                _queue = q
+    return _queue
+
+
+def _serve(q: queue.SimpleQueue[tuple[Callable[[Any], object], Any]]) -> None:
+    while True:
+        fn, future = q.get()
+        _run_callback(fn, future)
 
 
 def _run_callback(fn: Callable[[Any], object], future: Any) -> None:

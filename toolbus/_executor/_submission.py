@@ -225,6 +225,7 @@ class Submitting:
         approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
         waiters: Sequence[Waiter] | None = None,
+        made: Callable[[BatchRun, tuple[Run, ...]], None] | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -248,6 +249,8 @@ class Submitting:
             for i, c in enumerate(coerced)
         )
         batch.runs = list(runs)
+        if made is not None:  # before the scheduler has them: they may end at once
+            made(batch, runs)
         self._hand_on(runs, batch, refuse)
         return batch
 

@@ -1,6 +1,7 @@
 """`toolbus demo`: one scripted agent turn, every lifecycle signal shown as it happens;
 then one hung sync tool, abandoned on a thread and killed in a process; then the
-built-in policies: a throttled call, a cache hit, an open breaker and an approval.
+built-in policies: a throttled call, a cache hit, an open breaker and an approval;
+last, a plain thread cancelling a running batch through its handle.
 
 from rich.console import Console
 from toolbus.demo import run_demo
@@ -21,6 +22,7 @@ from rich.text import Text
 from .. import bus
 from ..formatting import format_result_for_context
 from ..models import ToolResult
+from ._cancel import cancel_part
 from ._hung import HANG_FOR, HUNG_SKU, PROCESS_TOOL, THREAD_TOOL, HungOutcome, available, play_hung
 from ._policies import policies_part
 from ._tools import HANG_TIMEOUT, World, build_registry
@@ -85,7 +87,9 @@ def run_demo(console: Console, *, plain: bool = False) -> int:
     code = _summary(console, outcome)
     if available():
         code = max(code, _hung_part(console))
-    return max(code, policies_part(console, wide=console.width >= _WIDE))
+    wide = console.width >= _WIDE
+    code = max(code, policies_part(console, wide=wide))
+    return max(code, cancel_part(console, wide=wide))
 
 
 def _plain(console: Console) -> Outcome:

@@ -61,7 +61,7 @@ __all__ = [
 ToolType = Literal["function", "custom"]
 
 
-# The fields a tool's argument schema comes from (see `Tool._derive_again`).
+# The fields a tool's argument schema comes from: fixed once it is set up.
 _SCHEMA_FIELDS = frozenset({"parameters", "Params", "type"})
 
 
@@ -155,10 +155,8 @@ class Tool:
     # (resolved timeout, backend, policies) is made for one version.
     _version: int = 0
     validates_dicts: bool = False
-    # Set once its first set-up is done (and while one is redone): a schema
-    # field changed after that derives everything from it again.
+    # Set once its set-up is done: its schema fields are fixed from then on.
     _derived: bool = False
-    _deriving: bool = False
 
     def __init__(self) -> None:
         self._setup()
@@ -214,23 +212,6 @@ class Tool:
         self.wants_context = self._wants_context or type(self).invoke not in STANDARD_INVOKES
         _seams.check_backend.call(self)
         object.__setattr__(self, "_derived", True)
-
-    def _derive_again(self, name: str, old: Any) -> None:
-        """`name`, a field the arguments' schema comes from, changed after the
-        tool was set up: what was derived from it (the validator, the secret
-        paths, the injected names, the context) is derived again, so no call
-        is validated or masked by the old schema. A value the set-up refuses
-        is put back, and the error raised."""
-        object.__setattr__(self, "_deriving", True)
-        try:
-            try:
-                self._setup()
-            except BaseException:
-                object.__setattr__(self, name, old)
-                self._setup()
-                raise
-        finally:
-            object.__setattr__(self, "_deriving", False)
 
     def __getstate__(self) -> dict[str, Any]:
         # For a process backend's workers: a compiled schema validator does not
@@ -336,12 +317,17 @@ class Tool:
         # (A class with its own property for it, FunctionTool's, checks there.)
         if name == "output_schema" and not isinstance(getattr(type(self), name, None), property):
             check_output_schema(value, f"tool '{getattr(self, 'name', type(self).__name__)}'")
-        if name in _SCHEMA_FIELDS and self._derived and not self._deriving:
-            old = getattr(self, name, None)
-            object.__setattr__(self, name, value)
-            self._derive_again(name, old)
-        else:
-            object.__setattr__(self, name, value)
+        if name in _SCHEMA_FIELDS and self._derived:
+            # What a call is validated and masked by (the validator, the secret
+            # paths, the injected names) is derived from these once: changed
+            # under calls in flight, some would be validated by one schema and
+            # masked by another, or not validated at all.
+            raise AttributeError(
+                f"tool {getattr(self, 'name', '?')!r}: {name} is fixed once the tool is "
+                "made; make a new tool with the new schema and put it in its place "
+                "(ToolRegistry.replace(old, new))"
+            )
+        object.__setattr__(self, name, value)
         if name == "parse":  # a parse of its own, set on the instance: always asked
             object.__setattr__(self, "validates_dicts", False)
         # Any change makes the plans executors keep for this tool stale.
