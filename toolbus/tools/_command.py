@@ -27,7 +27,7 @@ from .._errors import ToolFailure, WorkerKilled
 from .._options import positive_int
 from .._process_group import kill_group, kill_session
 from ..models import ErrorCode
-from ._command_process import Watch
+from ._command_process import Watch, start
 from ._command_secrets import Redactor, field_paths, secret_values
 from ._command_spec import (
     check_argv,
@@ -239,14 +239,16 @@ class CommandTool(Tool):
         try:
             # Started here, not by asyncio: its pid is known from the first
             # instant, so no cancellation can leave a started group unknown.
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=self.cwd,
-                start_new_session=True,  # its own session and group: killed as one
+            proc = start(
+                lambda: subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,  # its own session and group: killed as one
+                )
             )
         except OSError as e:
             if e.errno == errno.E2BIG:  # too long for the system: it would be again

@@ -19,17 +19,34 @@ import contextlib
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 
 from .._process_group import kill_group, kill_session
 from ._command_secrets import Redactor
 
-__all__ = ["Watch"]
+__all__ = ["Watch", "start"]
 
 _CHUNK = 65536
 # How long close() waits for a command it has just SIGKILLed, to reap it.
 _REAP_WAIT = 1.0
-# The commands being watched (until `Watch.close`), killed at this process's exit.
-_watched: set[Watch] = set()
+# The commands started and not yet let go of (`Watch.close`), killed at this
+# process's exit. A command is started and put here under `_starting`, which
+# the exit sweep takes too: the sweep never falls between the two (a command
+# started, its files written, the agent exiting, and nothing to kill).
+_started: set[subprocess.Popen[bytes]] = set()
+_starting = threading.Lock()
+_exiting = False
+
+
+def start(popen: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """Start a command with `popen`, registered at once for the exit sweep;
+    RuntimeError if this process is exiting."""
+    with _starting:
+        if _exiting:
+            raise RuntimeError("the interpreter is exiting: no command is started")
+        proc = popen()
+        _started.add(proc)
+    return proc
 
 
 class _Capture:
@@ -109,7 +126,6 @@ class Watch:
             loop.add_reader(self._pidfd, self._on_exit)
         except (AttributeError, OSError):  # no pidfds here
             threading.Thread(target=self._wait, name="toolbus-command", daemon=True).start()
-        _watched.add(self)
 
     def _read(self, fd: int, capture: _Capture) -> None:
         try:
@@ -161,7 +177,6 @@ class Watch:
         self.cpu_time = usage.ru_utime + usage.ru_stime
 
     def close(self) -> None:
-        _watched.discard(self)
         if self.proc.returncode is None:  # cancelled twice, closed or collected
             kill_group(self.proc.pid)
             kill_session(self.proc.pid)  # unreaped: the id is still its own
@@ -179,13 +194,18 @@ class Watch:
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
+        _started.discard(self.proc)
 
 
 @atexit.register
 def _kill_watched() -> None:
     """At this process's exit: kill the commands still running (unreaped, so
     their ids are still theirs), with their sessions."""
-    for watch in list(_watched):
-        if watch.proc.returncode is None:
-            kill_group(watch.proc.pid)
-            kill_session(watch.proc.pid)
+    global _exiting
+    with _starting:
+        _exiting = True
+        procs = list(_started)
+    for proc in procs:
+        if proc.returncode is None:
+            kill_group(proc.pid)
+            kill_session(proc.pid)
