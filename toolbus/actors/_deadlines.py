@@ -86,6 +86,9 @@ class Deadlines:
         run = msg.run
         if run.ticket.closed or msg.gen != run.ticket.gen:
             return False
+        # Sent by a policy's event rather than the timer (`Delay(until=...)`),
+        # the timer is still armed: it goes now, not when it would have fired.
+        self.timers.cancel(run.ticket.timer)
         run.ticket.timer = None
         run.ticket.armed = None
         run.ticket.gen += 1
@@ -126,8 +129,8 @@ class Deadlines:
                 self._arm(run, self.hook_grace, Grace)
             return
         self.counters["timeouts"] += 1
-        run.interrupt("timeout")
-        self._detach(run)
+        # Announced first: nothing about the attempt (its worker's kill, say)
+        # comes before its timeout.
         if self.emitter.wants(sig.TIMEOUT):
             self.emitter.emit(
                 sig.TIMEOUT,
@@ -141,6 +144,8 @@ class Deadlines:
                     _run=run.token,
                 ),
             )
+        run.interrupt("timeout")
+        self._detach(run)
         # What follows a timeout (retry decision, post-call hooks) is user code:
         # the backend runs it as a job of its own, under a grace deadline. If
         # no thread may be had for it, the call ends here, its hooks unrun.
