@@ -20,6 +20,7 @@ from collections.abc import Collection
 __all__ = [
     "check_cpu_limit",
     "check_memory_limit",
+    "check_on_full",
     "check_priority",
     "check_resource_keys",
     "non_negative_int",
@@ -105,6 +106,21 @@ def check_priority(value: object, owner: str = "") -> int | None:
     if value is None:
         return None
     return _integer(value, "priority", owner)
+
+
+ON_FULL = ("reject", "wait")
+
+
+def check_on_full(value: object, option: str = "on_full", owner: str = "") -> str:
+    """`on_full`: what a call that finds its queue full does, "reject" or "wait"."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f'{_where(option, owner)} must be "reject" or "wait", got '
+            f"{type(value).__name__} {value!r}"
+        )
+    if value not in ON_FULL:
+        raise ValueError(f'{_where(option, owner)} must be "reject" or "wait", got {value!r}')
+    return value
 
 
 # What an rlimit can hold, with room: beyond these a limit is a typo, not a wish.

@@ -38,7 +38,7 @@ from ._executor._handles import BatchHandle, CallHandle, FutureWaiter
 from ._executor._journal import announce_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
-from ._executor._options import check_options, check_wiring
+from ._executor._options import GroupsOption, check_options, check_wiring
 from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
 from ._executor._submission import Submission, SubmitHooks, Submitting
@@ -72,6 +72,15 @@ class Executor(ExecutorHooks, Submitting):
     `timeout` a number > 0 or None (`math.inf` is taken as None: no deadline).
     `secret_keys` adds names to the default secret-looking keys for this
     executor's default masking (so it cannot be combined with `masker=`).
+
+    Backpressure (docs/reference.md#backpressure): `max_queued` (None, or an
+    integer >= 1) bounds the calls waiting for a slot of `max_parallel`, and
+    `groups` maps a name to a limit (`{"db": 4}`) or to
+    `{"limit": 4, "max_queued": 100}`. Beyond a bound the call that would
+    start last (lowest priority, newest; never a nested call) ends
+    `rejected`, `OVERLOADED`. `on_full="wait"` (default "reject") makes a
+    blocking `execute`/`execute_batch` wait for room first, at most
+    `timeout` seconds (the whole-call budget of issue 21 does not exist yet).
 
     `journal`: a path (the file is made if missing; its directory must exist)
     or a `toolbus.Journal`. Every mutating call is then recorded before its
@@ -120,7 +129,9 @@ class Executor(ExecutorHooks, Submitting):
         backend: str | Backend | None = "auto",
         backends: Mapping[str, Backend] | None = None,
         secret_keys: Iterable[str] = (),
-        groups: Mapping[str, int] | None = None,
+        groups: GroupsOption | None = None,
+        max_queued: int | None = None,
+        on_full: str = "reject",
         journal: str | os.PathLike[str] | Journal | None = None,
         journal_retention: Retention | Mapping[str, Any] | None = None,
         journal_timeout: float | None = None,
@@ -140,6 +151,8 @@ class Executor(ExecutorHooks, Submitting):
             hook_grace=hook_grace,
             worker_idle_timeout=worker_idle_timeout,
             secret_keys=secret_keys,
+            max_queued=max_queued,
+            on_full=on_full,
         )
         self._secret_keys = opts.secret_keys
         self.registry = registry
@@ -151,6 +164,7 @@ class Executor(ExecutorHooks, Submitting):
         self._plans = ToolPlans()  # what every call of a tool shares, by tool name
         self.parallel_limit = opts.max_parallel
         self.timeout = opts.timeout
+        self._waits_for_room = opts.on_full == "wait"
         self.retry_policy = retry or RetryPolicy()
         self._pre_call = tuple(pre_call)
         self._post_call = tuple(post_call)
@@ -158,14 +172,16 @@ class Executor(ExecutorHooks, Submitting):
         self._masker = masker
         self._concurrency = concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
-        self._groups, self._policies, self._inject, self._backends = check_wiring(
-            registry,
-            groups=groups,
-            policies=policies,
-            inject=inject,
-            backend=backend,
-            backends=backends,
-            worker_idle_timeout=opts.worker_idle_timeout,
+        self._groups, self._group_queues, self._policies, self._inject, self._backends = (
+            check_wiring(
+                registry,
+                groups=groups,
+                policies=policies,
+                inject=inject,
+                backend=backend,
+                backends=backends,
+                worker_idle_timeout=opts.worker_idle_timeout,
+            )
         )
         # Opened last among the checks, and before any thread of the executor
         # starts: a bad option, or a journal that cannot be used (a bad path,
@@ -191,6 +207,7 @@ class Executor(ExecutorHooks, Submitting):
                 inject=self._inject,
                 backends=self._backends,
                 groups=self._groups,
+                group_queues=self._group_queues,
             )
         except BaseException:  # release the journal: nothing is left behind
             close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
@@ -253,7 +270,14 @@ class Executor(ExecutorHooks, Submitting):
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
         refuse = would_block_its_tools(self._loop, self._scheduler, self._services)
-        run = self._submit_one(call, waiter, refuse=refuse, approval=approval, priority=priority)
+        run = self._submit_one(
+            call,
+            waiter,
+            refuse=refuse,
+            approval=approval,
+            priority=priority,
+            wait=self._waits_for_room,
+        )
         if refuse:
             assert run.result is not None  # decided at once, never waited for
             return run.result
@@ -283,7 +307,13 @@ class Executor(ExecutorHooks, Submitting):
         waiter = ThreadWaiter()
         refuse = would_block_its_tools(self._loop, self._scheduler, self._services)
         batch = self._submit_batch(
-            calls, stop_on_error, waiter, refuse=refuse, approvals=approvals, priority=priority
+            calls,
+            stop_on_error,
+            waiter,
+            refuse=refuse,
+            approvals=approvals,
+            priority=priority,
+            wait=self._waits_for_room,
         )
         if batch is None:
             return empty_batch()

@@ -275,6 +275,40 @@ journal_timeout = 2
     assert ex.execute(ToolCall(name="query", arguments={"sql": "x"})).status == "ok"
 
 
+def test_backpressure_from_the_file(tmp_path: Path, made: list[Executor]) -> None:
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True, groups=["db"])
+    def query(sql: str) -> str:
+        return sql
+
+    @registry.tool(read_only=True, groups=["cache"])
+    def lookup(key: str) -> str:
+        return key
+
+    path = write(
+        tmp_path,
+        """
+max_queued = 50
+on_full = "wait"
+
+[groups]
+db = { limit = 4, max_queued = 100 }
+cache = 2
+""",
+    )
+    config = load_config(path)
+    assert config.options["groups"] == {"db": {"limit": 4, "max_queued": 100}, "cache": 2}
+    ex = from_config(made, registry, path)
+    assert ex._groups == {"db": 4, "cache": 2} and ex._group_queues == {"db": 100}
+    assert ex._scheduler.slots.max_queued == 50 and ex._waits_for_room
+    assert ex._scheduler.groups["db"].max_queued == 100
+    assert ex.execute(ToolCall(name="query", arguments={"sql": "x"})).status == "ok"
+    # The overrides win, as for every option.
+    plain = from_config(made, registry, path, on_full="reject", max_queued=None)
+    assert plain._scheduler.slots.max_queued is None and not plain._waits_for_room
+
+
 def test_found_without_a_path(
     tmp_path: Path, registry: ToolRegistry, made: list[Executor], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -389,6 +423,26 @@ def test_pyproject_keys_are_named_from_tool_toolbus(tmp_path: Path, registry: To
         ('secret_keys = "token"', "secret_keys", "must be an array of names"),
         ('secret_keys = ["--"]', "secret_keys", "'--' has no letters or digits to match"),
         ("groups = { db = 0 }", "groups", "groups['db'] must be >= 1, got 0"),
+        (
+            "groups = { db = { limit = 2, max_queue = 5 } }",
+            "groups",
+            "groups['db']: unknown key 'max_queue' (known: limit, max_queued)",
+        ),
+        ("groups = { db = { max_queued = 5 } }", "groups", "groups['db'] needs a limit"),
+        (
+            "groups = { db = { limit = 2, max_queued = 0 } }",
+            "groups",
+            "groups['db']['max_queued'] must be >= 1, got 0",
+        ),
+        (
+            'groups = { db = { limit = "2" } }',
+            "groups",
+            "groups['db']['limit'] must be an integer, got str '2'",
+        ),
+        ("max_queued = 0", "max_queued", "must be >= 1, got 0"),
+        ("max_queued = 2.5", "max_queued", "must be an integer, got float 2.5"),
+        ('on_full = "block"', "on_full", 'must be "reject" or "wait", got \'block\''),
+        ("on_full = true", "on_full", 'must be "reject" or "wait", got bool True'),
         (
             "groups = { other = 1 }",
             "groups",

@@ -73,3 +73,23 @@ def test_the_board_per_tool_columns_line_up() -> None:
     assert len(headers) == len([c for c in table.columns if c.header])  # no column without a header
     retries = headers.index("retries")
     assert list(table.columns[retries].cells) == ["7"]
+
+
+def _drawn(board: Board) -> str:
+    out = io.StringIO()
+    Console(file=out, width=200).print(board)
+    return out.getvalue()
+
+
+def test_the_board_says_what_the_queued_calls_wait_for() -> None:
+    """Beside `queued`, the per-queue counts: the executor's own when known
+    (`stats().queues`), else those of the `tool:queued` events."""
+    board = _board({"queues": {"db": 1}})
+    assert "queued: 1 (db 1)" in _drawn(board)
+    stats = {"queued": 5, "queues": {"max_parallel": 3, "[/x]": 2}}  # a name is not markup
+    with_stats = Board(config=board.config, state=board.state, stats=stats, now=board.now)
+    assert "queued: 5 (max_parallel 3, [/x] 2)" in _drawn(with_stats)
+    nothing = Board(
+        config=board.config, state=board.state, stats={"queued": 0, "queues": {}}, now=board.now
+    )
+    assert "queued" not in _drawn(nothing).split("In flight")[1].splitlines()[0]

@@ -164,6 +164,7 @@ def test_gauges_in_flight_queued_and_abandoned(
     s = scrape(prom)
     assert value(s, "toolbus_in_flight", executor="gauges") == 2
     assert value(s, "toolbus_queued", executor="gauges") == 1
+    assert value(s, "toolbus_queue_length", executor="gauges", group="max_parallel") == 1
     release.set()
     for t in threads:
         t.join()
@@ -172,10 +173,63 @@ def test_gauges_in_flight_queued_and_abandoned(
     s = scrape(prom)
     assert value(s, "toolbus_in_flight", executor="gauges") == 0
     assert value(s, "toolbus_queued", executor="gauges") == 0
+    assert value(s, "toolbus_queue_length", executor="gauges", group="max_parallel") == 0
     assert value(s, "toolbus_abandoned_workers", executor="gauges") == 1
     release.set()
     wait_until(lambda: ex.stats().abandoned_workers == 0, what="the stuck thread returned")
     assert value(scrape(prom), "toolbus_abandoned_workers", executor="gauges") == 0
+    handle.close()
+
+
+def test_a_queue_length_gauge_per_group(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    registry = ToolRegistry()
+    started = threading.Semaphore(0)
+
+    @registry.tool(read_only=True, groups=["db"], timeout=30)
+    def query(i: int) -> int:
+        started.release()
+        release.wait(10)
+        return i
+
+    @registry.tool(read_only=True, timeout=30)
+    def slow(i: int) -> int:
+        started.release()
+        release.wait(10)
+        return i
+
+    prom = CollectorRegistry()
+    # Each batch runs one call at a time: the rest wait in its own group.
+    ex = make_executor(registry, name="queues", groups={"db": 1}, concurrency=lambda calls: 1)
+    handle = instrument_prometheus(ex, prom)
+    singles = [ex.submit(ToolCall(name="query", arguments={"i": i})) for i in range(3)]
+    batches = [
+        ex.submit_batch([ToolCall(name="slow", arguments={"i": i}) for i in range(2)])
+        for _ in range(2)
+    ]
+    for _ in range(3):
+        assert started.acquire(timeout=5)
+    wait_until(lambda: ex.stats().queued == 4, what="four calls queued")
+    assert ex.stats().queues == {
+        "max_parallel": 0,
+        "db": 2,
+        f"batch:{batches[0].batch_id}": 1,
+        f"batch:{batches[1].batch_id}": 1,
+    }
+    s = scrape(prom)
+    labels = {
+        dict(k[1])["group"]: v
+        for k, v in s.items()
+        if k[0] == "toolbus_queue_length" and dict(k[1])["executor"] == "queues"
+    }
+    # Every batch's own group is one label: a label per batch would never end.
+    assert labels == {"max_parallel": 0, "db": 2, "batch": 2}
+    release.set()
+    for h in singles:
+        assert h.result(10).status == "ok"
+    for b in batches:
+        assert [r.status for r in b.result(10)] == ["ok", "ok"]
     handle.close()
 
 

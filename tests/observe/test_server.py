@@ -152,9 +152,10 @@ def test_status_is_a_snapshot_of_config_counters_and_state(
     assert (
         body["stats"]["ok"] == 3 and body["stats"]["error"] == 1 and body["stats"]["retries"] == 1
     )
+    assert body["stats"]["queued"] == 0 and body["stats"]["queues"] == {"max_parallel": 0}
     state = body["state"]
     assert state["totals"]["ok"] == 3 and state["totals"]["error"] == 1
-    assert state["in_flight"] == []
+    assert state["in_flight"] == [] and state["queued"] == [] and state["queues"] == {}
     assert state["errors"][0]["tool"] == "broken" and "broken: w" in state["errors"][0]["error"]
     tools = {t["tool"]: t for t in state["tools"]}
     assert tools["search"]["calls"] == 3 and tools["search"]["p50"] is not None

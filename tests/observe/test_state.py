@@ -135,7 +135,7 @@ def test_retries_timeouts_kills_and_late_results_are_counted(feed: Feed) -> None
     snap = feed.state.snapshot(T0 + 3)
     assert snap["totals"] == {
         "finished": 2, "ok": 1, "error": 0, "timeout": 1, "rejected": 0, "cancelled": 0, "deferred": 0,
-        "retries": 1, "timeouts": 1, "killed": 1, "late_results": 1, "batches": 0,
+        "retries": 1, "timeouts": 1, "killed": 1, "late_results": 1, "batches": 0, "queued": 0,
     }  # fmt: skip
     tools = {t["tool"]: t for t in snap["tools"]}
     assert tools["flaky"]["retries"] == 1 and tools["flaky"]["ok"] == 1
@@ -300,3 +300,25 @@ def test_wire_records_of_a_call_carry_its_run() -> None:
     assert encode(bus.EXECUTING, event)["run"] == 41
     assert "run" not in encode(bus.EXECUTING, bus.Executing("c", "search", None, 1, {}, None))
     assert "_run" not in encode(bus.EXECUTING, event)
+
+
+def test_calls_waiting_for_capacity_are_counted_by_queue_until_they_start(feed: Feed) -> None:
+    feed.call(bus.QUEUED, 0.0, "a", "search", group="max_parallel", position=1, queue_length=1)
+    feed.call(bus.QUEUED, 0.1, "b", "search", group="max_parallel", position=2, queue_length=2)
+    feed.call(bus.QUEUED, 0.2, "d", "query", group="db", position=1, queue_length=1)
+    snap = feed.state.snapshot(T0 + 1)
+    assert snap["queues"] == {"db": 1, "max_parallel": 2}
+    assert [q["call_id"] for q in snap["queued"]] == ["a", "b", "d"]
+    assert snap["totals"]["queued"] == 3 and snap["in_flight"] == []
+    # A restored state goes on from there, as a client following /events does.
+    restored = LiveState.restore(orjson.loads(orjson.dumps(snap)))
+    assert restored.snapshot(T0 + 1) == snap
+    feed.call(bus.EXECUTING, 0.3, "a", "search")  # started: no longer waits
+    feed.finish(0.4, "b", "search", "rejected", code="OVERLOADED", attempts=0)  # shed
+    snap = feed.state.snapshot(T0 + 1)
+    assert snap["queues"] == {"db": 1}
+    assert [c["call_id"] for c in snap["in_flight"]] == ["a"]
+    follow = Feed(restored)
+    follow.seq = itertools.count(feed.seq.__next__())
+    follow.call(bus.EXECUTING, 0.5, "d", "query")
+    assert restored.snapshot(T0 + 1)["queues"] == {"max_parallel": 2}

@@ -200,3 +200,34 @@ def test_the_page_shows_calls_running_at_once_with_the_same_id_as_two_rows(brows
             for w in workers:
                 w.join(10)
             page.close()
+
+
+def test_the_page_shows_what_the_queued_calls_wait_for(browser: Any) -> None:
+    gate = threading.Event()
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True, groups=["db"])
+    def query(n: int) -> int:
+        """Waits for the test."""
+        gate.wait(20)
+        return n
+
+    with (
+        Executor(registry, max_parallel=4, groups={"db": 1}) as executor,
+        serve_status(executor) as server,
+    ):
+        page = browser.new_page()
+        try:
+            handles = [
+                executor.submit(ToolCall(name="query", arguments={"n": n})) for n in range(3)
+            ]
+            page.goto(server.url)
+            expect(page.locator("#connection")).to_have_text("live", timeout=15_000)
+            expect(page.locator("#stat-queued")).to_have_text("2", timeout=15_000)
+            expect(page.locator("#stat-queues")).to_have_text("db 2")  # beside the count
+            gate.set()
+            for h in handles:
+                assert h.result(10).status == "ok"
+        finally:
+            gate.set()
+            page.close()

@@ -57,6 +57,7 @@ def start(
     inject: Mapping[str, Callable[[ToolCall], Any]],
     backends: Backends,
     groups: dict[str, int],
+    group_queues: dict[str, int] | None = None,
 ) -> Machinery:
     """Start an executor's threads and actors; `hooks` is the executor."""
     timers: TimerService | None = None
@@ -88,6 +89,8 @@ def start(
             hook_grace=opts.hook_grace,
             backends=backends.all(),
             groups=groups,
+            max_queued=opts.max_queued,
+            group_queues=group_queues,
         )
         supervisor = Supervisor.start(scheduler)
     except BaseException:  # (the supervisor starts last: nothing to stop of it)

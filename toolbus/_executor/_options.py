@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .._options import positive_int, positive_number, timeout_seconds
+from .._options import check_on_full, positive_int, positive_number, timeout_seconds
 from ..backends import Backend, Backends
 from ..masking import DEFAULT_SECRET_KEYS, SecretKeys
 from ..models import ToolCall
@@ -25,6 +25,7 @@ from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry
 
 __all__ = [
+    "GroupsOption",
     "Options",
     "Wiring",
     "add_policy_tools",
@@ -49,6 +50,8 @@ class Options:
     max_abandoned_per_tool: int  # given, or half of max_abandoned_workers
     secret_keys: SecretKeys  # the default matcher itself when no names are added
     worker_idle_timeout: float = 60.0  # seconds before an idle worker thread or process ends
+    max_queued: int | None = None  # calls waiting for a slot of max_parallel (None: no bound)
+    on_full: str = "reject"  # or "wait": a sync producer waits for room (_backpressure.py)
 
 
 def check_options(
@@ -64,6 +67,8 @@ def check_options(
     hook_grace: float,
     secret_keys: Iterable[str],
     worker_idle_timeout: float = 60.0,
+    max_queued: int | None = None,
+    on_full: str = "reject",
 ) -> Options:
     """The scalar options checked, in this order (the first bad one raises)."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -79,6 +84,9 @@ def check_options(
         max_abandoned_per_tool = positive_int(
             max_abandoned_per_tool, "max_abandoned_per_tool", "Executor"
         )
+    if max_queued is not None:
+        max_queued = positive_int(max_queued, "max_queued", "Executor")
+    on_full = check_on_full(on_full, "on_full", "Executor")
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError(f"Executor: retry must be a RetryPolicy, got {type(retry).__name__}")
     keys = SecretKeys(secret_keys)
@@ -100,13 +108,16 @@ def check_options(
         # Without extra names, share the default matcher and its warm cache.
         secret_keys=keys if keys.extra else DEFAULT_SECRET_KEYS,
         worker_idle_timeout=worker_idle_timeout,
+        max_queued=max_queued,
+        on_full=on_full,
     )
 
 
 class Wiring(NamedTuple):
     """What `check_wiring` checked (the executor keeps each as an attribute)."""
 
-    groups: dict[str, int]
+    groups: dict[str, int]  # each group's limit
+    group_queues: dict[str, int]  # the bound on a group's queue, where one is set
     policies: PolicySet
     inject: dict[str, Callable[[ToolCall], Any]]
     backends: Backends
@@ -115,7 +126,7 @@ class Wiring(NamedTuple):
 def check_wiring(
     registry: ToolRegistry,
     *,
-    groups: Mapping[str, int] | None,
+    groups: GroupsOption | None,
     policies: Sequence[Policy],
     inject: Mapping[str, Callable[[ToolCall], Any]] | None,
     backend: str | Backend | None,
@@ -125,13 +136,13 @@ def check_wiring(
     """`Executor(groups=, policies=, inject=, backend=, backends=)` checked, in
     that order; the tools the policies bring are registered into `registry`
     on the way, and every tool of it then checked (`check_tools`)."""
-    checked_groups = check_groups(groups)
+    checked_groups, group_queues = check_groups(groups)
     policy_set = PolicySet(policies)
     add_policy_tools(registry, policy_set)
     checked_inject = check_inject(inject, registry)
     resolved = Backends(backend, backends, idle_timeout=worker_idle_timeout)
     check_tools(registry.list(), resolved, checked_groups)
-    return Wiring(checked_groups, policy_set, checked_inject, resolved)
+    return Wiring(checked_groups, group_queues, policy_set, checked_inject, resolved)
 
 
 def add_policy_tools(registry: ToolRegistry, policies: PolicySet) -> None:
@@ -148,18 +159,41 @@ def add_policy_tools(registry: ToolRegistry, policies: PolicySet) -> None:
         registry.register(t)
 
 
-def check_groups(groups: Mapping[str, int] | None) -> dict[str, int]:
-    """Executor(groups=...): names to limits, each a positive int."""
+# `Executor(groups=...)`: a name to a limit (`{"db": 4}`), or to a table of
+# `limit` and `max_queued` (`{"db": {"limit": 4, "max_queued": 100}}`).
+GroupsOption = Mapping[str, int | Mapping[str, int | None]]
+_GROUP_KEYS = ("limit", "max_queued")
+
+
+def check_groups(groups: GroupsOption | None) -> tuple[dict[str, int], dict[str, int]]:
+    """Executor(groups=...): names to limits, each a positive int, or to tables
+    `{"limit": N, "max_queued": M}` (`max_queued` optional, None: no bound).
+    Returns each group's limit, and the bound on its queue where one is set."""
     if groups is None:
-        return {}
+        return {}, {}
     if not isinstance(groups, Mapping):
         raise TypeError(f"Executor: groups must map names to limits, got {type(groups).__name__}")
-    checked: dict[str, int] = {}
-    for name, limit in groups.items():
+    limits: dict[str, int] = {}
+    queues: dict[str, int] = {}
+    for name, spec in groups.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
-        checked[name] = positive_int(limit, f"groups[{name!r}]", "Executor")
-    return checked
+        where = f"groups[{name!r}]"
+        if not isinstance(spec, Mapping):
+            limits[name] = positive_int(spec, where, "Executor")
+            continue
+        unknown = [k for k in spec if k not in _GROUP_KEYS]
+        if unknown:
+            raise ValueError(
+                f"Executor: {where}: unknown key {unknown[0]!r} (known: {', '.join(_GROUP_KEYS)})"
+            )
+        if "limit" not in spec:
+            raise ValueError(f"Executor: {where} needs a limit: {{'limit': N, 'max_queued': M}}")
+        limits[name] = positive_int(spec["limit"], f"{where}['limit']", "Executor")
+        bound = spec.get("max_queued")
+        if bound is not None:
+            queues[name] = positive_int(bound, f"{where}['max_queued']", "Executor")
+    return limits, queues
 
 
 def learn_groups(groups: dict[str, int], tools: Sequence[Tool]) -> None:

@@ -40,12 +40,18 @@ class ExecutorStats(BaseModel):
     `tool:killed` event."""
     deferred: int = 0
     """Calls that ended `deferred`: they did not run and wait for an approval."""
+    queues: dict[str, int] = {}
+    """The calls waiting for capacity now (`queued`), by what they wait for:
+    `"max_parallel"` (a slot of the executor's, always listed), each capacity
+    group with waiters (`"tool:<name>"`, a named group, `"batch:<id>"`), and
+    `"threads"` (the thread budget) when calls wait for a thread."""
 
 
 def stats_from(data: dict[str, Any], events_dropped: int) -> ExecutorStats:
     """The snapshot of the scheduler's answer to a `StatusQuery` (all zeros if
     it failed to answer: logged there) and the bus's count of dropped events."""
     if not data:
-        data = {name: 0 for name in ExecutorStats.model_fields if name != "pools"}
+        data = {name: 0 for name in ExecutorStats.model_fields if name not in ("pools", "queues")}
         data["pools"] = {}
+        data["queues"] = {}
     return ExecutorStats(**{**data, "events_dropped": events_dropped})

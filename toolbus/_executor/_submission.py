@@ -37,6 +37,7 @@ from ..pipeline import BatchRun, Run, Services, Waiter
 from ..policies._set import PolicySet
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry
+from ._backpressure import submit_when_room
 from ._nested import caller_run, refuse_blocking
 from ._plan import ToolPlan, ToolPlans, plan_batch, plan_run
 
@@ -135,6 +136,8 @@ class Submitting:
     _scheduler: Scheduler
     _submission: SubmitHooks
     _plans: ToolPlans
+    # on_full="wait": execute and execute_batch wait for room (`_backpressure.py`).
+    _waits_for_room: bool
 
     if TYPE_CHECKING:  # the executor's hook (toolbus.hooks.ExecutorHooks)
 
@@ -200,6 +203,7 @@ class Submitting:
         refuse: bool = False,
         approval: ApprovalDecision | None = None,
         priority: int | None = None,
+        wait: bool = False,
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
@@ -212,7 +216,7 @@ class Submitting:
             approval=approval,
             priority=priority,
         )
-        self._hand_on((run,), None, refuse)
+        self._hand_on((run,), None, refuse, wait)
         return run
 
     def _submit_batch(
@@ -226,6 +230,7 @@ class Submitting:
         priority: int | None = None,
         waiters: Sequence[Waiter] | None = None,
         made: Callable[[BatchRun, tuple[Run, ...]], None] | None = None,
+        wait: bool = False,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -251,16 +256,25 @@ class Submitting:
         batch.runs = list(runs)
         if made is not None:  # before the scheduler has them: they may end at once
             made(batch, runs)
-        self._hand_on(runs, batch, refuse)
+        self._hand_on(runs, batch, refuse, wait)
         return batch
 
-    def _hand_on(self, runs: tuple[Run, ...], batch: BatchRun | None, refuse: bool = False) -> None:
+    def _hand_on(
+        self,
+        runs: tuple[Run, ...],
+        batch: BatchRun | None,
+        refuse: bool = False,
+        wait: bool = False,
+    ) -> None:
         """Show the runs to the submission hooks, then hand them to the scheduler
-        (`refuse`: to end them `rejected` at once, see `refuse_blocking`)."""
+        (`refuse`: to end them `rejected` at once, see `refuse_blocking`;
+        `wait`: once they fit in their bounded queues, see `submit_when_room`)."""
         if self._submission.hooks:
             self._submission.tell(runs, batch)
         if refuse:
             refuse_blocking(self._scheduler, Submit(runs, batch))
+        elif wait:
+            submit_when_room(self._scheduler, Submit(runs, batch), self.timeout)
         else:
             # Admission and dispatch happen here, on the caller's thread, under the
             # scheduler's lock; after close the scheduler ends the calls `cancelled`.

@@ -4,8 +4,9 @@ Every run the supervisor closes goes through `_closed_run`: its slot and timer
 go, its caller is woken, and its batch's books move on: the calls its end lets
 start are queued (the batch's schedule: where a batch's calls are ordered),
 the calls that waited for a deferred one end, a stop on error cancels the rest.
-Also here: a result the supervisor makes itself (`_finish_here`), cancelling a
-call or a batch (`Cancel`), and cancelling everything when the executor closes.
+Also here: a result the supervisor makes itself (`_finish_here`), letting go
+of a job given up (`_detach`), cancelling a call or a batch (`Cancel`), and
+cancelling everything when the executor closes.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from .. import pipeline as _pipeline
+from ..backends import Job
 from ..models import ErrorCode, Status, ToolResult
 from ..pipeline import BatchRun, Run
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
 from ._messages import Cancel, CancelWhere, Close
-from ._ticket import READY
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -35,6 +36,7 @@ class Completion(Deadlines):
     closed: bool
     runs_open: set[Run]
     backends: dict[int, Backend]
+    given_up: int
 
     def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None:
         """Finish a run with a result made by the supervisor itself (no user code)."""
@@ -50,8 +52,10 @@ class Completion(Deadlines):
         if t.timer is not None:  # (closed: a timer message still queued is stale)
             self.timers.cancel(t.timer)
             t.timer = None
-        if t.queued == READY:
-            self.slots.closed(run)  # it may have been let out for room it now leaves
+        if t.queued:
+            # Still in a queue (counted dead there); from the ready queue, it may
+            # have been let out for room it now leaves.
+            self.slots.closed(run)
         else:
             self.slots.release(run)
         result = run.result
@@ -116,6 +120,21 @@ class Completion(Deadlines):
         )
         for i in b.schedule.waiters_of(run.index):
             self._cancel_run(b.runs[i], ErrorCode.ABORTED, reason, only_unstarted=True)
+
+    def _detach(self, run: Run) -> None:
+        """`run`'s current job is given up: its backend lets it go (a stuck thread
+        counts as abandoned until it returns)."""
+        backend = run.backend
+        if backend is None or not run.ticket.slot:
+            return
+        self.given_up += 1
+        try:
+            before = backend.abandoned()
+            backend.cancel(Job(run, run.attempt))
+            if backend.abandoned() > before:
+                self.counters["abandoned_total"] += 1
+        except Exception as e:  # a custom backend's bug must not lose calls
+            log.error("backend %r failed to let a job go: %s", backend.name, e)
 
     # -- cancellation ----------------------------------------------------------------
 

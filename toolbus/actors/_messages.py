@@ -27,6 +27,7 @@ __all__ = [
     "RetryDue",
     "StatusQuery",
     "Submit",
+    "SubmitIfRoom",
     "UntilDone",
 ]
 
@@ -122,6 +123,15 @@ class UntilDone:
 @dataclass(frozen=True, slots=True)
 class StatusQuery:
     """Executor -> supervisor (ask): a snapshot of counters."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitIfRoom:
+    """Executor -> supervisor (ask): handle `submit` if its runs fit in the
+    bounded queues they may join, and answer True; else leave it and answer
+    False (`on_full="wait"`: the caller waits for room and asks again)."""
+
+    submit: Submit
 
 
 @dataclass(frozen=True, slots=True)

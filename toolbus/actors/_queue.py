@@ -24,6 +24,14 @@ tuple and a log-n sift per call. Levels are few (the priorities in use), kept in
 highest first; level 0 stays, and empty others are dropped only when there
 are many, so a level that comes and goes is not rebuilt every time.
 
+A run that ends while it waits stays in its queue until it comes out at the
+front (taking it out of the middle would cost O(n) per run, O(n²) when
+`close()` cancels 10k queued calls): `dead` counts those entries, so
+`size - dead` is how many runs really wait (what `max_queued` bounds).
+`pop_last` takes the run that would start last (what shedding drops) and
+`place` says where a run just queued stands: both cost no more than the
+priority levels in use.
+
 Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
 """
 
@@ -44,10 +52,13 @@ MAX_LEVELS = 8
 class RunQueue:
     """Runs waiting, in the order they are to go (see the module's docstring)."""
 
-    __slots__ = ("_keys", "_levels", "_queues", "default", "nested", "others", "size")
+    __slots__ = ("_keys", "_levels", "_queues", "dead", "default", "nested", "others", "size")
 
     def __init__(self) -> None:
         self.size = 0  # every run in it (read on the hot path: cheaper than len())
+        # ... of which runs that ended while in it (their owner counts them here
+        # when they end, and takes one off when such a run comes out).
+        self.dead = 0
         self.others = 0  # runs in it that are nested or of a priority other than 0
         self.default: deque[Run] = deque()  # level 0: runs of the default priority
         self.nested: deque[Run] = deque()  # nested runs, in order
@@ -113,6 +124,57 @@ class RunQueue:
         self.size -= 1
         if run.parent is not None or run.priority:
             self.others -= 1
+
+    def pop_last(self) -> Run | None:
+        """Take the run that would start last but for nested ones: the newest
+        of the lowest priority class (one queued at the `front` of its class
+        is the last of it taken here), its ticket marked not queued.
+        Entries of runs that ended on the way are dropped (and uncounted from
+        `dead`). None if only nested runs (never shed: their callers hold
+        slots) are left."""
+        for queue in reversed(self._queues):
+            while queue:
+                run = queue.pop()
+                self.size -= 1
+                if run.priority:
+                    self.others -= 1
+                t = run.ticket
+                t.queued = 0
+                if t.closed:
+                    if self.dead:
+                        self.dead -= 1
+                    continue
+                return run
+        return None
+
+    def lowest(self) -> int | None:
+        """The priority of the lowest class holding runs, nested ones aside
+        (the class `pop_last` takes from), or None."""
+        for key, queue in zip(reversed(self._keys), reversed(self._queues), strict=True):
+            if queue:
+                return -key
+        return None
+
+    def place(self, run: Run, *, front: bool, later: int = 0) -> int:
+        """Where `run` stands in the queue (1: next to go), for a run queued at
+        the `front` or the end of its class with `later` runs of its class
+        queued at the same end after it and still here. Entries of runs that
+        ended count as places (`dead`: rare, and dropping them would cost a
+        scan). Costs the priority levels in use, or the nested runs for a
+        nested one."""
+        if run.parent is not None:
+            return self.nested.index(run) + 1 if run in self.nested else len(self.nested)
+        ahead = len(self.nested)
+        priority = run.priority
+        level: deque[Run] | None = None
+        for key, queue in zip(self._keys, self._queues, strict=True):
+            if -key == priority:
+                level = queue
+                break
+            ahead += len(queue)
+        if level is None:
+            return ahead
+        return ahead + (later if front else len(level) - later - 1) + 1
 
     def _push_nested(self, run: Run) -> None:
         # Ahead of every nested run of its priority or lower. Nested runs

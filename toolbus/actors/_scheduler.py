@@ -21,7 +21,8 @@ is dropped.
 The handlers are grouped by what they decide: admission (`_admission.py`),
 how runs end and what that changes in their batch (`_completion.py`), a
 policy's delays (`_delays.py`), timeouts (`_deadlines.py`), the numbers
-`stats()` reads (`_status.py`); here are the lock, the message dispatch, the
+`stats()` reads (`_status.py`), bounded queues and `tool:queued`
+(`_backpressure.py`); here are the lock, the message dispatch, the
 dispatch of attempts to backends and their reports.
 
 Where an attempt runs is its backend's business (`toolbus/backends/`): the
@@ -45,9 +46,11 @@ from typing import Any
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
+from ..bus import _signals as sig
 from ..models import ErrorCode
 from ..pipeline import Run
 from ._admission import Admission
+from ._backpressure import Backpressure
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
@@ -63,6 +66,7 @@ from ._messages import (
     RetryDue,
     StatusQuery,
     Submit,
+    SubmitIfRoom,
     UntilDone,
 )
 from ._status import status
@@ -73,7 +77,7 @@ __all__ = ["Scheduler"]
 log = logging.getLogger("toolbus.actors")
 
 
-class Scheduler(Admission, Delays):
+class Scheduler(Admission, Delays, Backpressure):
     """The supervisor's state; every public method takes its lock."""
 
     def __init__(
@@ -88,6 +92,8 @@ class Scheduler(Admission, Delays):
         hook_grace: float,
         backends: list[Backend] = (),  # type: ignore[assignment]
         groups: Mapping[str, int] | None = None,
+        max_queued: int | None = None,
+        group_queues: Mapping[str, int] | None = None,
     ) -> None:
         # Held by whichever thread is acting for the supervisor. Nobody ever
         # waits for it to post: see `post`.
@@ -105,11 +111,21 @@ class Scheduler(Admission, Delays):
         self.max_parallel = max_parallel
         self.hook_grace = hook_grace
         self.pools: dict[int, ToolGroup] = {}
-        self.slots = Capacity(max_parallel, self._nested_deadlock)
-        # Named capacity groups that several tools share (Executor(groups=...)).
+        self.slots = Capacity(max_parallel, self._nested_deadlock, max_queued=max_queued)
+        # Waits are noted only while `tool:queued` has a listener (`_backpressure.py`).
+        self.slots.listen = self.emitter.listening.get(sig.QUEUED, ())
+        # Named capacity groups that several tools share (Executor(groups=...)),
+        # each with the bound on its queue, if any.
+        queues = group_queues or {}
         self.groups: dict[str, Group] = {
-            name: Group(name, limit) for name, limit in (groups or {}).items()
+            name: Group(name, limit, queues.get(name)) for name, limit in (groups or {}).items()
         }
+        # Producers blocked for room (on_full="wait"): see _backpressure.py.
+        self.bounded = max_queued is not None or bool(queues)  # (else none ever waits)
+        self.room = threading.Condition(threading.Lock())
+        self.blocked = 0
+        self.room_gen = 0
+        self.room_seen: tuple[int, ...] | None = None
         self.runs_open: set[Run] = set()
         # Policies' `Delay(until=future)`: the calls waiting on each future.
         self._untils = weakref.WeakKeyDictionary()
@@ -235,7 +251,9 @@ class Scheduler(Admission, Delays):
             elif kind is StatusQuery:
                 return status(self)
             elif kind is Close:
-                return self._on_close(message)
+                return self._close_and_wake(message)
+            elif kind is SubmitIfRoom:
+                answer = self._submit_if_room(message.submit)
             if pump:
                 self._pump()
         except BaseException as e:  # a bug here must not stop the supervisor
@@ -247,18 +265,36 @@ class Scheduler(Admission, Delays):
         return answer
 
     def _pump(self) -> None:
-        """Start every run that may start now."""
+        """Start every run that may start now; then shed what a bounded queue
+        cannot hold, announce the waits that began, and wake the producers
+        blocked for room (`_backpressure.py`)."""
+        slots = self.slots
         while True:
             if self.budget.waiting.size:
                 self._unpark_threads()
-            run = self.slots.next_startable() if self.slots.ready.size else None
-            refused = self.slots.refused
+            run = slots.next_startable() if slots.ready.size else None
+            refused = slots.refused
             while refused:
                 r, why = refused.pop()
                 self._finish_here(r, "rejected", ErrorCode.TOOL_UNAVAILABLE, why)
-            if run is None:
-                return
-            self._dispatch(run)
+            if run is not None:
+                self._dispatch(run)
+                continue
+            ready = slots.ready
+            if (
+                slots.overfull
+                or (
+                    ready.size
+                    and slots.max_queued is not None
+                    and ready.size - ready.dead > slots.max_queued
+                )
+            ) and self._shed_one():
+                continue  # (one at a time: what it ends may let others start)
+            break
+        if slots.fresh or slots.parked:
+            self._announce_waits()
+        if self.blocked:
+            self._room_changed()
 
     # -- the thread budget (see _budget.py) ---------------------------------------------
 
@@ -301,7 +337,7 @@ class Scheduler(Admission, Delays):
                     "deadlock"
                 )
             if room == "wait":
-                self.budget.park(run)
+                self._park_for_thread(run)
                 return
             if room != "start":
                 self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, room)
@@ -327,21 +363,6 @@ class Scheduler(Admission, Delays):
             )  # fmt: skip
 
     # -- backends report -------------------------------------------------------------------
-
-    def _detach(self, run: Run) -> None:
-        """`run`'s current job is given up: its backend lets it go (a stuck thread
-        counts as abandoned until it returns)."""
-        backend = run.backend
-        if backend is None or not run.ticket.slot:
-            return
-        self.given_up += 1
-        try:
-            before = backend.abandoned()
-            backend.cancel(Job(run, run.attempt))
-            if backend.abandoned() > before:
-                self.counters["abandoned_total"] += 1
-        except Exception as e:  # a custom backend's bug must not lose calls
-            log.error("backend %r failed to let a job go: %s", backend.name, e)
 
     def _on_report(self, msg: Report) -> None:
         job, outcome = msg.job, msg.outcome

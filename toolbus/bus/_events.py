@@ -24,6 +24,7 @@ __all__ = [
     "CallCancelled",
     "CallEvent",
     "CallFinished",
+    "CallQueued",
     "CallRejected",
     "Event",
     "Executed",
@@ -76,6 +77,25 @@ class CallEvent(Event):
     # the call at submission (`Executor.on_submit`, `Submission._runs`) finds
     # it again when two calls with the same id run at once. 0: not a call's run.
     _run: int = field(default=0, kw_only=True, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CallQueued(CallEvent):
+    """A call has to wait for capacity (`tool:queued`, once per wait).
+
+    `group`: what it waits for: `"max_parallel"` (a slot of the executor's
+    `max_parallel`), a capacity group's name (`"tool:fetch"` for a tool's own
+    `max_concurrency`, `"db"` for `Executor(groups={"db": ...})`,
+    `"batch:<id>"` for its batch's limit), or `"threads"` (the thread budget).
+    `position`: its place in that queue when it began to wait (1: next to
+    start); calls ahead of it that were cancelled while queued may still
+    count as places. `queue_length`: the calls waiting there then, itself
+    included. `attempt`: the attempt it waits to start (1 for a new call).
+    """
+
+    group: str
+    position: int
+    queue_length: int
 
 
 @dataclass(frozen=True, slots=True)

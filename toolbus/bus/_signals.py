@@ -29,6 +29,7 @@ __all__ = [
     "PARALLEL_COMPLETE",
     "PARALLEL_START",
     "PROGRESS",
+    "QUEUED",
     "REJECTED",
     "RETRY_ATTEMPT",
     "RETRY_EXHAUSTED",
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 # Each signal's doc is in _BUILTIN, and at run time in `signal(name).__doc__`.
+QUEUED = "tool:queued"
 EXECUTING = "tool:executing"
 EXECUTED = "tool:executed"
 ERROR = "tool:error"
@@ -61,6 +63,10 @@ KILLED = "tool:killed"
 IN_DOUBT = "tool:in-doubt"
 
 _BUILTIN: dict[str, str] = {
+    QUEUED: (
+        "A call has to wait for capacity: a slot of max_parallel, a capacity group or a thread "
+        "(once per wait; not for a batch's calls held back by its order, nor a policy's delay)."
+    ),
     EXECUTING: "An attempt starts. Carries the masked arguments.",
     EXECUTED: "An attempt succeeded.",
     ERROR: "An attempt failed with an error.",

@@ -20,6 +20,7 @@ from typing import Any
 
 from .._options import (
     check_memory_limit,
+    check_on_full,
     positive_int,
     positive_number,
     timeout_seconds,
@@ -66,10 +67,19 @@ def _secret_keys(key: str, value: Any, _: Path) -> tuple[str, ...]:
     return SecretKeys(value).extra
 
 
-def _groups(key: str, value: Any, _: Path) -> dict[str, int]:
+def _groups(key: str, value: Any, _: Path) -> dict[str, Any]:
+    """`groups = { db = 4 }`, or a table per group: `db = { limit = 4, max_queued = 100 }`."""
     from .._executor._options import check_groups as _check_groups
 
-    return _check_groups(value)
+    limits, queues = _check_groups(value)
+    return {
+        name: {"limit": limit, "max_queued": queues[name]} if name in queues else limit
+        for name, limit in limits.items()
+    }
+
+
+def _on_full(key: str, value: Any, _: Path) -> str:
+    return check_on_full(value, key)
 
 
 def _journal(key: str, value: Any, directory: Path) -> Path:
@@ -115,6 +125,8 @@ EXECUTOR_KEYS: dict[str, tuple[str, Check]] = {
     "backend": ("backend", _backend),
     "secret_keys": ("secret_keys", _secret_keys),
     "groups": ("groups", _groups),
+    "max_queued": ("max_queued", _positive_int),
+    "on_full": ("on_full", _on_full),
     "journal": ("journal", _journal),
     "journal_retention": ("journal_retention", _retention),
     "journal_timeout": ("journal_timeout", _positive_number),

@@ -55,6 +55,7 @@ ALL: Final = _All()
 
 # What a line says a signal means for its call, where the event has no status.
 _STATUS = {
+    sig.QUEUED: "queued",
     sig.EXECUTING: "running",
     sig.EXECUTED: "ok",
     sig.ERROR: "error",

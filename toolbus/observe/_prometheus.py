@@ -75,6 +75,11 @@ _GAUGES = (
     ),
 )
 _DROPPED = ("toolbus_events_dropped", "Events never delivered to a subscription.")
+_QUEUES = (
+    "toolbus_queue_length",
+    "Calls waiting for capacity now, by what they wait for (max_parallel, a capacity group, "
+    "threads; every batch's own limit as one group, batch).",
+)
 
 _SIGNALS = (sig.FINISHED, sig.RETRY_ATTEMPT, sig.TIMEOUT, sig.KILLED)
 
@@ -169,6 +174,7 @@ class _Collector:
         yield HistogramMetricFamily(*_DURATION)
         for name, doc, _ in _GAUGES:
             yield GaugeMetricFamily(name, doc)
+        yield GaugeMetricFamily(*_QUEUES)
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
@@ -194,11 +200,27 @@ class _Collector:
                 if snapshot is not None:
                     gauge.add_metric((executor,), getattr(snapshot, field))
             yield gauge
+        queues = GaugeMetricFamily(*_QUEUES, labels=("executor", "group"))
+        for executor, snapshot in stats:
+            if snapshot is not None:
+                for group, waiting in queue_groups(snapshot.queues).items():
+                    queues.add_metric((executor, group), waiting)
+        yield queues
         dropped = CounterMetricFamily(*_DROPPED, labels=("executor",))
         for executor, snapshot in stats:
             if snapshot is not None:
                 dropped.add_metric((executor,), snapshot.events_dropped)
         yield dropped
+
+
+def queue_groups(queues: dict[str, int]) -> dict[str, int]:
+    """`ExecutorStats.queues` as the gauge's `group` labels: every batch's own
+    group (`batch:<id>`, a label per batch ever made) counted as one, `batch`."""
+    out: dict[str, int] = {}
+    for name, waiting in queues.items():
+        label = "batch" if name.startswith("batch:") else text_of(name)
+        out[label] = out.get(label, 0) + waiting
+    return out
 
 
 # One collector per registry, made on first use (weak: a registry dropped is forgotten).

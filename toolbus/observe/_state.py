@@ -15,6 +15,9 @@ apply events while a renderer takes snapshots.
 What it tracks, from the moment it starts watching (the executor's own
 counters since it started are `executor.stats()`):
 
+- calls waiting for capacity (`tool:queued` until the call starts or ends),
+  counted by what they wait for (`queues`), and how many waits began in all
+  (`totals["queued"]`);
 - calls in flight: tool, attempt, state, elapsed since the first attempt; one
   row per run (the record's `run`), so two calls a model gave the same id are
   two rows (records without `run` fall back to batch and call id);
@@ -57,6 +60,7 @@ STATUSES = ("ok", "error", "timeout", "rejected", "cancelled", "deferred")
 # The lifecycle signals `apply` reads (it counts any other it is given, too, and
 # reads the policies' own: `POLICY_SIGNALS`).
 STATE_SIGNALS = (
+    sig.QUEUED,
     sig.EXECUTING,
     sig.RETRY_ATTEMPT,
     sig.ERROR,
@@ -142,7 +146,9 @@ class _Tool:
 # A call in flight: (batch id, call id, run); run 0 for a record without one.
 _Key = tuple[str | None, str, int]
 
-_TOTALS = ("finished", *STATUSES, "retries", "timeouts", "killed", "late_results", "batches")
+_TOTALS = (
+    "finished", *STATUSES, "retries", "timeouts", "killed", "late_results", "batches", "queued",
+)  # fmt: skip
 
 
 def _name(value: Any) -> str:
@@ -167,6 +173,8 @@ class LiveState:
         self._malformed = 0
         self._since: float | None = None
         self._in_flight: dict[_Key, _Call] = {}
+        # Calls waiting for capacity now: what each waits for (`tool:queued`).
+        self._waiting: dict[_Key, str] = {}
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self._errors: deque[dict[str, Any]] = deque(maxlen=errors)
         self._tools: dict[str, _Tool] = {}
@@ -229,7 +237,14 @@ class LiveState:
         call = self._in_flight.get(key)
         attempt = int(r.get("attempt") or 0)
         tool = _name(r.get("tool"))
-        if signal == sig.EXECUTING:
+        if signal != sig.QUEUED:
+            self._waiting.pop(key, None)  # started, or ended, or moved on
+        if signal == sig.QUEUED:
+            self._totals["queued"] += 1
+            if key not in self._waiting and len(self._waiting) >= _MAX_IN_FLIGHT:
+                self._waiting.pop(next(iter(self._waiting)))
+            self._waiting[key] = _name(r.get("group"))
+        elif signal == sig.EXECUTING:
             if call is None:
                 if len(self._in_flight) >= _MAX_IN_FLIGHT:
                     self._in_flight.pop(next(iter(self._in_flight)))
@@ -305,12 +320,17 @@ class LiveState:
         `totals`, `in_flight` (oldest first), `recent` and `errors` (newest
         first), `tools` (by name, with `p50`/`p95`/`p99`/`mean`/`max` in
         seconds and the `latency` buckets), `signals` (events by signal),
-        `policies` (`PolicyState.to_json`: `breakers`, `tools`, `waiting`, `totals`).
+        `policies` (`PolicyState.to_json`: `breakers`, `tools`, `waiting`, `totals`),
+        `queued` (the calls waiting for capacity now, oldest first: `call_id`,
+        `batch_id`, `run`, `group`) and `queues` (how many wait, by `group`).
         """
         with self._lock:
             per_tool: dict[str, int] = {}
             for call in self._in_flight.values():
                 per_tool[call.tool] = per_tool.get(call.tool, 0) + 1
+            queues: dict[str, int] = {}
+            for group in self._waiting.values():
+                queues[group] = queues.get(group, 0) + 1
             names = sorted(set(self._tools) | set(per_tool))
             return {
                 "seq": self._seq,
@@ -329,6 +349,11 @@ class LiveState:
                 ],
                 "signals": dict(sorted(self._signals.items())),
                 "policies": self._policies.to_json(),
+                "queued": [
+                    {"call_id": k[1], "batch_id": k[0], "run": k[2], "group": group}
+                    for k, group in self._waiting.items()
+                ],
+                "queues": dict(sorted(queues.items())),
             }
 
     @classmethod
@@ -364,4 +389,7 @@ class LiveState:
             state._tools[_name(t["tool"])] = _Tool.from_json(t)
         state._signals = {str(k): int(v) for k, v in dict(snapshot.get("signals") or {}).items()}
         state._policies = PolicyState.from_json(snapshot.get("policies"), _name)
+        for q in snapshot.get("queued") or ():
+            key = (q.get("batch_id"), str(q["call_id"]), int(q.get("run") or 0))
+            state._waiting[key] = _name(q.get("group"))
         return state

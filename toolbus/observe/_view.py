@@ -189,11 +189,20 @@ class Board:
 
     def _in_flight(self) -> Table:
         calls: Sequence[Mapping[str, Any]] = self.state.get("in_flight") or ()
-        queued = (self.stats or {}).get("queued")
+        # What waits for capacity, and for what: the executor's own count when
+        # known, else what the events said (`tool:queued`).
+        if self.stats is not None:
+            queued, queues = self.stats.get("queued"), self.stats.get("queues") or {}
+        else:
+            queues = self.state.get("queues") or {}
+            queued = sum(int(n) for n in queues.values())
         title = f"In flight: {len(calls)}"
         if queued:
             title += f" · queued: {queued}"
-        table = Table(title=title, title_justify="left", expand=True)
+            shown = [f"{_cut_str(name, 24)} {n}" for name, n in queues.items() if n]
+            if shown:
+                title += f" ({', '.join(shown[:4])}{', …' if len(shown) > 4 else ''})"
+        table = Table(title=Text(title), title_justify="left", expand=True)  # (names: not markup)
         table.add_column("call", no_wrap=True, max_width=24)
         table.add_column("tool", no_wrap=True, max_width=22)
         table.add_column("try", justify="right", no_wrap=True)

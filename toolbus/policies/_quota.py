@@ -39,8 +39,10 @@ class Quota(BasePolicy):
     policy rejecting it, a person denying it). A call that ends unanswered
     gives its unit back when told how it ended: `deferred` for an approval,
     or `cancelled` before its first attempt (its batch cancelled, stopped, or
-    aborted behind a deferred call): it was not let through to run, and the
-    same call comes again (approved, resubmitted) to be counted then. Over
+    aborted behind a deferred call), or refused before it for a full queue
+    (`OVERLOADED`: `max_queued`, shed for a higher priority): it was not let
+    through to run, and the same call comes again (approved, resubmitted) to
+    be counted then. Over
     budget, the call ends `rejected` with `QUOTA_EXCEEDED` and a message the
     model can read. `reset()` starts over.
     """
@@ -168,8 +170,13 @@ class Quota(BasePolicy):
 
 def _unanswered(result: ToolResult) -> bool:
     """The call ended without running and without an answer to its caller: it
-    waits for an approval, or was cancelled before its first attempt."""
-    return result.status == "deferred" or (result.status == "cancelled" and result.attempts == 0)
+    waits for an approval, or was cancelled or refused for a full queue
+    (`OVERLOADED`: "try again later") before its first attempt."""
+    if result.status == "deferred":
+        return True
+    if result.attempts:
+        return False
+    return result.status == "cancelled" or result.error_code is ErrorCode.OVERLOADED
 
 
 def quota(

@@ -1,0 +1,73 @@
+"""`on_full="wait"`: a synchronous producer waits for room before it submits.
+
+With `Executor(on_full="wait")`, `execute` and `execute_batch` called from a
+plain thread (no event loop running on it, not from inside one of the
+executor's own calls) submit their calls only if they fit in the bounded
+queues they may join (`max_queued`, a group's `max_queued`): the scheduler
+checks and takes them in one step (`SubmitIfRoom`, under its lock). If they
+do not fit, the caller sleeps on the scheduler's condition
+(`Scheduler.room`), which the scheduler notifies when a bounded queue got
+shorter or a slot came free (`actors/_backpressure.py`), and tries again: no
+polling. It waits at most the executor's `timeout` (None: until there is
+room or the executor closes). The whole-call budget of issue 21
+(`call_timeout`, which is to bound this wait too) does not exist yet. Then it
+submits anyway: calls that still find their queue full are refused
+(`OVERLOADED`) as with `on_full="reject"`.
+
+Who never waits here: async callers (`aexecute*`: blocking would stall their
+loop), a blocking call made on a thread running an event loop, nested calls
+(their callers hold slots: waiting could deadlock), and `submit`/
+`submit_batch` (they return at once by contract). Their calls are refused or
+shed as with "reject".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..actors import Scheduler
+from ..actors._messages import Submit, SubmitIfRoom
+
+__all__ = ["submit_when_room"]
+
+
+def submit_when_room(scheduler: Scheduler, submit: Submit, timeout: float | None) -> None:
+    """Hand `submit` to the scheduler once its calls fit in their bounded
+    queues, the executor closes, or `timeout` seconds passed (None: no
+    bound); at once for a caller that must not block (see the module's doc)."""
+    if (
+        not scheduler.bounded
+        or submit.runs[0].parent is not None
+        or asyncio._get_running_loop() is not None
+    ):
+        scheduler.post(submit)
+        return
+    message = SubmitIfRoom(submit)
+    if scheduler.ask(message):
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    room = scheduler.room
+    with room:
+        if not scheduler.blocked:
+            # The first to wait: what the scheduler last saw is stale, so it
+            # wakes us at its next look, and compares from there on.
+            scheduler.room_seen = None
+        scheduler.blocked += 1
+    try:
+        while True:
+            # Read before trying: a wake-up after the answer moves it on, and
+            # the wait below then returns at once instead of missing it.
+            seen = scheduler.room_gen
+            if scheduler.ask(message):
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            with room:
+                if scheduler.room_gen == seen:
+                    room.wait(left)
+    finally:
+        with room:
+            scheduler.blocked -= 1
+    scheduler.post(submit)  # out of time: refused if its queue is still full
