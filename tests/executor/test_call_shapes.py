@@ -242,6 +242,10 @@ def test_json_fallback_writes_what_orjson_would(value: Any, indent: bool) -> Non
     big = dumps([value, 10**30], option=option)
     small = orjson.dumps([value, 0], option=option)
     assert loads(big) == [loads(small)[0], 10**30]
-    if not _has_float(value):  # the stdlib spells some floats differently (1e+16, 1e16)
+    # The stdlib spells some floats differently (1e+16, 1e16); and keys that
+    # collide once written (2 and "2") orjson writes twice, the fallback once
+    # (the last one's value: what reading either gives).
+    duplicates = orjson.dumps(orjson.loads(small), option=option) != small
+    if not _has_float(value) and not duplicates:
         head, _, tail = small.rpartition(b"0")
         assert big == head + str(10**30).encode() + tail
