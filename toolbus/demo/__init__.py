@@ -27,7 +27,7 @@ from ._hung import HANG_FOR, HUNG_SKU, PROCESS_TOOL, THREAD_TOOL, HungOutcome, a
 from ._policies import policies_part
 from ._tools import HANG_TIMEOUT, World, build_registry
 from ._turn import DEMO_TOKEN, MAX_PARALLEL, SCRIPT, Outcome, play
-from ._view import STATUS_STYLE, Board, event_line, script_table, short
+from ._view import STATUS_STYLE, Board, checks_grid, event_line, script_table, short
 
 __all__ = ["DEMO_TOKEN", "SCRIPT", "run_demo"]
 
@@ -167,12 +167,7 @@ def _verdicts(console: Console, outcome: Outcome, model_texts: list[str], mismat
             "the abandoned legacy_inventory thread came back late; its result was discarded",
         ),
     ]
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column()
-    for ok, text in checks:
-        grid.add_row(Text(" ✓" if ok else " ✗", style="green" if ok else "red"), text)
-    console.print(grid)
+    console.print(checks_grid(checks))
     return 0 if leaks == 0 and mismatches == 0 else 1
 
 

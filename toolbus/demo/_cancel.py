@@ -15,21 +15,18 @@ prints them and checks them.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from .. import bus
 from ..executor import Executor, ExecutorStats
 from ..models import BatchResult, ToolCall
 from ..tools import ToolContext, ToolRegistry
 from ._turn import Player, TurnEvent
-from ._view import event_line
+from ._view import checks_grid, event_line, show_part
 
 __all__ = ["CancelOutcome", "build_cancel_registry", "cancel_part", "play_cancel"]
 
@@ -98,38 +95,21 @@ class _Cancel(Player):
 
 def play_cancel() -> Iterator[TurnEvent | CancelOutcome]:
     """Run the part; yield each call event as delivered, then the outcome last."""
-    part = _Cancel()
-    threading.Thread(target=part.run, name="toolbus-demo-cancel", daemon=True).start()
-    while True:
-        item = part.feed.get()
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-        if isinstance(item, CancelOutcome):
-            return
+    yield from _Cancel().stream("toolbus-demo-cancel", CancelOutcome)
 
 
 def cancel_part(console: Console, *, wide: bool) -> int:
     """Play the part; print its events and a line per check; its exit code."""
-    console.print()
-    console.rule("[bold]A caller cancels[/]: a running batch, from a plain thread")
-    console.print(_INTRO)
-    console.print()
-    outcome: CancelOutcome | None = None
-    for item in play_cancel():
-        if isinstance(item, CancelOutcome):
-            outcome = item
-            break
-        console.print(event_line(item, wide=wide))
-    assert outcome is not None
-    console.print()
+    outcome = show_part(
+        console,
+        "[bold]A caller cancels[/]: a running batch, from a plain thread",
+        _INTRO,
+        play_cancel(),
+        CancelOutcome,
+        lambda item: event_line(item, wide=wide),
+    )
     checks = _checks(outcome)
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column()
-    for ok, text in checks:
-        grid.add_row(Text(" ✓" if ok else " ✗", style="green" if ok else "red"), text)
-    console.print(grid)
+    console.print(checks_grid(checks))
     return 0 if all(ok for ok, _ in checks) else 1
 
 

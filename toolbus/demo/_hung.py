@@ -173,12 +173,4 @@ class _Part(Player):
 
 def play_hung() -> Iterator[TurnEvent | HungOutcome]:
     """Run the hung-tool part; yield each call event as delivered, then the outcome."""
-    part = _Part()
-    threading.Thread(target=part.run, name="toolbus-demo-hung", daemon=True).start()
-    while True:
-        item = part.feed.get()
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-        if isinstance(item, HungOutcome):
-            return
+    yield from _Part().stream("toolbus-demo-hung", HungOutcome)

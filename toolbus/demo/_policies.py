@@ -45,7 +45,7 @@ from ..retry import RetryPolicy
 from ..tools import ToolError, ToolRegistry
 from ._tools import Auth
 from ._turn import DEMO_TOKEN, Player, TurnEvent, current_token
-from ._view import event_line, short
+from ._view import checks_grid, event_line, short, show_part
 
 __all__ = [
     "RATE",
@@ -239,15 +239,7 @@ class _Part(Player):
 
 def play_policies() -> Iterator[TurnEvent | Note | PoliciesOutcome]:
     """Run the policies part; yield each event and note as delivered, then the outcome."""
-    part = _Part()
-    threading.Thread(target=part.run, name="toolbus-demo-policies", daemon=True).start()
-    while True:
-        item = part.feed.get()
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-        if isinstance(item, PoliciesOutcome):
-            return
+    yield from _Part().stream("toolbus-demo-policies", PoliciesOutcome)
 
 
 def _note_line(note: Note) -> Table:
@@ -260,28 +252,16 @@ def _note_line(note: Note) -> Table:
 
 def policies_part(console: Console, *, wide: bool) -> int:
     """Play the policies part; print its events, a line per policy; its exit code."""
-    console.print()
-    console.rule("[bold]Policies[/]: decided before a call runs")
-    console.print(_INTRO)
-    console.print()
-    outcome: PoliciesOutcome | None = None
-    for item in play_policies():
-        if isinstance(item, PoliciesOutcome):
-            outcome = item
-            break
-        if isinstance(item, Note):
-            console.print(_note_line(item))
-        else:
-            console.print(event_line(item, wide=wide))
-    assert outcome is not None
-    console.print()
+    outcome = show_part(
+        console,
+        "[bold]Policies[/]: decided before a call runs",
+        _INTRO,
+        play_policies(),
+        PoliciesOutcome,
+        lambda item: _note_line(item) if isinstance(item, Note) else event_line(item, wide=wide),
+    )
     checks = _checks(outcome)
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column()
-    for ok, text in checks:
-        grid.add_row(Text(" ✓" if ok else " ✗", style="green" if ok else "red"), text)
-    console.print(grid)
+    console.print(checks_grid(checks))
     return 0 if all(ok for ok, _ in checks) else 1
 
 

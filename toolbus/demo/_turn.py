@@ -160,6 +160,18 @@ class Player:
         except BaseException as e:  # handed to the rendering thread, which re-raises
             self.feed.put(e)
 
+    def stream(self, name: str, done: type) -> Iterator[Any]:
+        """Play on a daemon thread named `name`; yield what it hands over as it
+        comes, its outcome (a `done`) last; re-raise what the play raised."""
+        threading.Thread(target=self.run, name=name, daemon=True).start()
+        while True:
+            item = self.feed.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if isinstance(item, done):
+                return
+
     def _play(self) -> Any:
         raise NotImplementedError
 
@@ -203,12 +215,4 @@ def play() -> Iterator[TurnEvent | Outcome]:
     Events are yielded on the caller's thread while the turn runs on a daemon
     thread. Anything the turn raises is re-raised here.
     """
-    turn = _Turn()
-    threading.Thread(target=turn.run, name="toolbus-demo-turn", daemon=True).start()
-    while True:
-        item = turn.feed.get()
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-        if isinstance(item, Outcome):
-            return
+    yield from _Turn().stream("toolbus-demo-turn", Outcome)

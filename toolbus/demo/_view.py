@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, TypeVar
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -26,6 +26,8 @@ from ..policies import (
 )
 from ..tools import ToolRegistry
 from ._turn import Step, TurnEvent
+
+T = TypeVar("T")
 
 __all__ = ["STATUS_STYLE", "Board", "event_line", "script_table", "short"]
 
@@ -160,6 +162,38 @@ def describe(signal: str, event: bus.Event, killing: Collection[str] = ()) -> tu
         case _:
             return "", "", repr(event)
     return event.call_id, event.tool, detail
+
+
+def show_part(
+    console: Console,
+    title: str,
+    intro: str,
+    items: Iterable[Any],
+    done: type[T],
+    render: Callable[[Any], RenderableType],
+) -> T:
+    """Print a part's heading and intro, then each item as `render` draws it
+    as it comes, until its outcome (a `done`), which is returned."""
+    console.print()
+    console.rule(title)
+    console.print(intro)
+    console.print()
+    for item in items:
+        if isinstance(item, done):
+            console.print()
+            return item
+        console.print(render(item))
+    raise AssertionError(f"{title}: the part ended without an outcome")
+
+
+def checks_grid(checks: Sequence[tuple[bool, str]]) -> Table:
+    """A part's checks, a line each: ✓ or ✗, then what was checked."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for ok, text in checks:
+        grid.add_row(Text(" ✓" if ok else " ✗", style="green" if ok else "red"), text)
+    return grid
 
 
 def event_line(item: TurnEvent, *, wide: bool = True, killing: Collection[str] = ()) -> Table:
