@@ -467,7 +467,9 @@ def test_no_hook_can_retry_a_mutating_call_that_timed_out(
     reg = ToolRegistry()
     runs = []
 
-    @reg.tool(timeout=0.05)
+    # 1 s, not 0.05: on a loaded machine the worker's thread may not have
+    # started within 50 ms, and a tool that never ran proves nothing here.
+    @reg.tool(timeout=1.0)
     def write() -> str:
         runs.append(1)
         release.wait(30)
