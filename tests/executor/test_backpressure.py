@@ -526,3 +526,46 @@ def test_groups_take_a_limit_or_a_table(make_executor: MakeExecutor, scene: Scen
     assert ex._groups == {"db": 3, "other": 2, "plain": 1}
     assert ex._group_queues == {"db": 7}
     assert ex._scheduler.slots.max_queued == 5 and ex._waits_for_room
+
+
+def test_a_cancelled_lower_priority_entry_is_not_room_and_one_live_one_is_room_for_one(
+    make_executor: MakeExecutor,
+) -> None:
+    """A call cancelled while queued stays as a dead entry: a waiting producer
+    took it for a lower-priority call to shed and was refused at once; and one
+    live lower-priority call counted as room for a whole batch (review of
+    issue 21)."""
+    gate, entered = threading.Event(), threading.Event()
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def hold() -> str:
+        entered.set()
+        gate.wait(60)
+        return "held"
+
+    @reg.tool(read_only=True)
+    def quick(i: int = 0) -> int:
+        return i
+
+    ex = make_executor(reg, max_parallel=1, max_queued=1, on_full="wait", timeout=60)
+    holder = ex.submit(ToolCall(name="hold"))
+    assert entered.wait(30)
+    low = ex.submit(ToolCall(name="quick"), priority=-1)
+    assert low.cancel() and low.result(30).status == "cancelled"
+    queued = ex.submit(ToolCall(name="quick", arguments={"i": 1}))
+    out: list[ToolResult] = []
+    producer = threading.Thread(target=lambda: out.append(ex.execute(ToolCall(name="quick"))))
+    producer.start()
+    wait_until(lambda: ex._scheduler.blocked == 1, 30, "the producer waiting for room")
+    gate.set()
+    producer.join(60)
+    assert [r.status for r in out] == ["ok"]  # it waited for room, then ran
+    assert holder.result(30).status == queued.result(30).status == "ok"
+
+
+@pytest.mark.parametrize("name", ["max_parallel", "threads", "tool:b", "batch:1"])
+def test_a_group_may_not_take_the_name_of_a_queue_of_its_own(name: str) -> None:
+    """A group named so was reported as that queue (review of issue 21)."""
+    with pytest.raises(ValueError, match="reserved name"):
+        Executor(ToolRegistry(), groups={name: 1})

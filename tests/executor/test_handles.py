@@ -280,21 +280,24 @@ async def test_await_a_handle_from_a_coroutine(make_executor: MakeExecutor) -> N
 def test_waiting_on_a_handle_inside_an_async_tool_is_refused(make_executor: MakeExecutor) -> None:
     """A handle's result() from an async tool would block the loop its calls
     run on, for good (review of issue 21): refused, as execute() is there."""
-    reg = _registry(threading.Event(), threading.Event())
+    gate = threading.Event()
+    reg = _registry(gate, threading.Event())
     seen: list[str] = []
 
     @reg.tool(read_only=True)
     async def waits() -> str:
-        handle = ex.submit(ToolCall(name="quick", arguments={"i": 1}))
-        try:
-            handle.result(5)
-        except RuntimeError as e:
-            seen.append(str(e))
+        handle = ex.submit(ToolCall(name="block"))  # pending until the gate opens
+        for wait in (handle.result, handle.exception):
+            try:
+                wait(5)
+            except RuntimeError as e:
+                seen.append(str(e))
         return "done"
 
     ex = make_executor(reg)
     assert ex.execute(ToolCall(name="waits")).output == "done"
-    assert seen and "await the handle instead" in seen[0]
+    gate.set()
+    assert len(seen) == 2 and all("await the handle instead" in text for text in seen)
 
 
 def test_done_callbacks_share_one_thread(make_executor: MakeExecutor) -> None:

@@ -24,10 +24,12 @@ shed as with "reject".
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from ..actors import Scheduler
-from ..actors._messages import Submit, SubmitIfRoom
+from ..actors._messages import Cancel, Submit, SubmitIfRoom
+from ..models import ErrorCode
 
 __all__ = ["submit_when_room"]
 
@@ -66,7 +68,19 @@ def submit_when_room(scheduler: Scheduler, submit: Submit, timeout: float | None
                 break
             with room:
                 if scheduler.room_gen == seen:
-                    room.wait(left)
+                    # (A huge timeout would make the wait raise OverflowError.)
+                    room.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
+    except BaseException:
+        # Interrupted (Ctrl-C in the producer): its calls were made and shown
+        # to the submission hooks, and hold what they took at submission (a
+        # quota's unit): they end `cancelled` through the scheduler, as any.
+        scheduler.post(submit)
+        why = "the caller was interrupted"
+        if submit.batch is not None:
+            scheduler.post(Cancel(submit.batch, None, ErrorCode.CANCELLED, why))
+        else:
+            scheduler.post(Cancel(None, submit.runs[0], ErrorCode.CANCELLED, why))
+        raise
     finally:
         with room:
             scheduler.blocked -= 1

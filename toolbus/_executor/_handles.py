@@ -85,12 +85,19 @@ class _Handle(concurrent.futures.Future[Any]):
         super().add_done_callback(call)
 
     def result(self, timeout: float | None = None) -> Any:
+        self._no_block()
+        return super().result(timeout)
+
+    def _no_block(self) -> None:
         if not self.done() and self._blocks():
             raise RuntimeError(
                 "waiting for a handle here would block the event loop this executor's "
                 "async tools run on: await the handle instead"
             )
-        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._no_block()
+        return super().exception(timeout)
 
     def __await__(self) -> Generator[Any, None, Any]:
         """`await handle`: its result, without blocking the event loop."""

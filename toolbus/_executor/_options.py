@@ -165,6 +165,9 @@ GroupsOption = Mapping[str, int | Mapping[str, int | None]]
 _GROUP_KEYS = ("limit", "max_queued")
 
 
+_RESERVED_GROUPS = frozenset({"max_parallel", "threads"})
+
+
 def check_groups(groups: GroupsOption | None) -> tuple[dict[str, int], dict[str, int]]:
     """Executor(groups=...): names to limits, each a positive int, or to tables
     `{"limit": N, "max_queued": M}` (`max_queued` optional, None: no bound).
@@ -178,6 +181,14 @@ def check_groups(groups: GroupsOption | None) -> tuple[dict[str, int], dict[str,
     for name, spec in groups.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"Executor: group names must be non-empty strings, got {name!r}")
+        if name in _RESERVED_GROUPS or name.startswith(("tool:", "batch:")):
+            # The names its queues are reported under (stats().queues,
+            # tool:queued, the Prometheus label): a group of these would be
+            # counted as another queue.
+            raise ValueError(
+                f"Executor: groups[{name!r}]: a reserved name (max_parallel, threads, "
+                "tool:<name> and batch:<id> name toolbus's own queues)"
+            )
         where = f"groups[{name!r}]"
         if not isinstance(spec, Mapping):
             limits[name] = positive_int(spec, where, "Executor")

@@ -61,10 +61,12 @@ def _fits(queue: RunQueue, bound: int, free: int, calls: int, priority: int) -> 
     (more could never fit: then the queue must be empty). A queue holding a
     run of a lower priority is room too: the newcomers would shed it."""
     need = min(calls - free, bound)
-    if need <= 0 or bound - _live(queue) >= need:
+    short = need - (bound - _live(queue))
+    if need <= 0 or short <= 0:
         return True
-    lowest = queue.lowest()
-    return lowest is not None and lowest < priority
+    # As many live runs of a lower priority as it is short of room: each
+    # newcomer sheds one (a single one is room for one newcomer, not a batch).
+    return queue.live_below(priority, short) >= short
 
 
 class Backpressure(Completion):

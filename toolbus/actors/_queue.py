@@ -148,12 +148,36 @@ class RunQueue:
         return None
 
     def lowest(self) -> int | None:
-        """The priority of the lowest class holding runs, nested ones aside
-        (the class `pop_last` takes from), or None."""
+        """The priority of the lowest class holding live runs, nested ones
+        aside (the class `pop_last` takes from), or None. Entries of runs that
+        ended, found at the back of a class on the way, are dropped: a class
+        of only those holds nobody to shed."""
         for key, queue in zip(reversed(self._keys), reversed(self._queues), strict=True):
+            while queue and queue[-1].ticket.closed:
+                run = queue.pop()
+                run.ticket.queued = 0
+                self.size -= 1
+                if run.priority:
+                    self.others -= 1
+                if self.dead:
+                    self.dead -= 1
             if queue:
                 return -key
         return None
+
+    def live_below(self, priority: int, enough: int) -> int:
+        """How many live runs of a priority below `priority` it holds, nested
+        ones aside, counted up to `enough` (the count stops there)."""
+        found = 0
+        for key, queue in zip(reversed(self._keys), reversed(self._queues), strict=True):
+            if -key >= priority:
+                break
+            for run in reversed(queue):
+                if not run.ticket.closed:
+                    found += 1
+                    if found >= enough:
+                        return found
+        return found
 
     def place(self, run: Run, *, front: bool, later: int = 0) -> int:
         """Where `run` stands in the queue (1: next to go), for a run queued at

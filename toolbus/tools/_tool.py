@@ -14,6 +14,7 @@ subclass overrides single steps of it; the pure schema checks live in
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -151,6 +152,7 @@ class Tool:
     injected_names: tuple[str, ...] = ()
     injected_required: frozenset[str] = frozenset()
     _schema: dict[str, Any]
+    _arguments_schema: dict[str, Any]
     # Bumped by every attribute set on the tool: an executor's plan for it
     # (resolved timeout, backend, policies) is made for one version.
     _version: int = 0
@@ -176,10 +178,12 @@ class Tool:
             if self.Params is not None:
                 full = self.Params.model_json_schema()
             elif self.parameters is not None:
-                cls = jsonschema.validators.validator_for(self.parameters)
-                cls.check_schema(self.parameters)
-                full = self.parameters
-                self._schema_validator = cls(self.parameters)
+                # A copy: an edit of the dict in place later (the class's own,
+                # say) changes nothing the calls are validated or masked by.
+                full = copy.deepcopy(self.parameters)
+                cls = jsonschema.validators.validator_for(full)
+                cls.check_schema(full)
+                self._schema_validator = cls(full)
             else:
                 full = {"type": "object", "properties": {}}
         else:
@@ -198,6 +202,7 @@ class Tool:
         self.injected_required = frozenset(
             n for n in self.injected if isinstance(required, list) and n in required
         )
+        self._arguments_schema = full  # (what a worker process validates against too)
         self._schema = without_properties(full, self.injected) if self.injected else full
         # Injected values are masked whatever their names.
         typed = secret_paths(full)
@@ -225,9 +230,8 @@ class Tool:
         self.__dict__.update(state)
         self._schema_validator = None
         if self.type == "function" and self.Params is None and self.parameters is not None:
-            self._schema_validator = jsonschema.validators.validator_for(self.parameters)(
-                self.parameters
-            )
+            full = self._arguments_schema
+            self._schema_validator = jsonschema.validators.validator_for(full)(full)
 
     def _injected_names(self, schema: dict[str, Any]) -> tuple[str, ...]:
         """The parameters marked `Injected` (in `Params`) or named in `injected`;
