@@ -14,7 +14,6 @@ subclass overrides single steps of it; the pure schema checks live in
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -63,6 +62,8 @@ ToolType = Literal["function", "custom"]
 
 
 # The fields a tool's argument schema comes from: fixed once it is set up.
+# (Setting one raises; a `parameters` dict edited in place is not seen: what
+# is masked was read from it at set-up. Make a new tool instead.)
 _SCHEMA_FIELDS = frozenset({"parameters", "Params", "type"})
 
 
@@ -152,7 +153,6 @@ class Tool:
     injected_names: tuple[str, ...] = ()
     injected_required: frozenset[str] = frozenset()
     _schema: dict[str, Any]
-    _arguments_schema: dict[str, Any]
     # Bumped by every attribute set on the tool: an executor's plan for it
     # (resolved timeout, backend, policies) is made for one version.
     _version: int = 0
@@ -178,9 +178,10 @@ class Tool:
             if self.Params is not None:
                 full = self.Params.model_json_schema()
             elif self.parameters is not None:
-                # A copy: an edit of the dict in place later (the class's own,
-                # say) changes nothing the calls are validated or masked by.
-                full = copy.deepcopy(self.parameters)
+                # The very dict given is what the model is shown (`schema`), and
+                # what its secret paths are read from once, here: it must not be
+                # edited in place afterwards (see `_SCHEMA_FIELDS`).
+                full = self.parameters
                 cls = jsonschema.validators.validator_for(full)
                 cls.check_schema(full)
                 self._schema_validator = cls(full)
@@ -202,7 +203,6 @@ class Tool:
         self.injected_required = frozenset(
             n for n in self.injected if isinstance(required, list) and n in required
         )
-        self._arguments_schema = full  # (what a worker process validates against too)
         self._schema = without_properties(full, self.injected) if self.injected else full
         # Injected values are masked whatever their names.
         typed = secret_paths(full)
@@ -230,7 +230,7 @@ class Tool:
         self.__dict__.update(state)
         self._schema_validator = None
         if self.type == "function" and self.Params is None and self.parameters is not None:
-            full = self._arguments_schema
+            full = self.parameters
             self._schema_validator = jsonschema.validators.validator_for(full)(full)
 
     def _injected_names(self, schema: dict[str, Any]) -> tuple[str, ...]:
