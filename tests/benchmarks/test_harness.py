@@ -26,7 +26,6 @@ from benchmarks._harness import Case, Stat, Usage, interleave, paired_diff, pair
 from benchmarks._report import Report
 from benchmarks.latency import TB_10, TPE_10
 from benchmarks.many_async import PeakThreads
-from benchmarks.waiting import _Sampler
 from tests.conftest import wait_until
 from toolbus import ExecutorStats, Status, ToolContext, ToolResult, bus
 
@@ -120,26 +119,28 @@ def test_peak_threads_keeps_the_peak_of_threads_that_ended_inside_the_block() ->
     assert peak.peak >= 1 + len(extra)
 
 
-def test_waiting_sampler_leaves_out_the_callers_and_itself() -> None:
-    gate = threading.Event()
-    callers = [threading.Thread(target=gate.wait, daemon=True) for _ in range(3)]
-    before = threading.active_count()
-    sampler = _Sampler(callers)  # not started: read by hand, a sample at a time
-    other = threading.Thread(target=gate.wait, daemon=True)
-    try:
-        for t in (*callers, other):
-            t.start()
-        sampler.read()
-    finally:
-        gate.set()
-        for t in (*callers, other):
-            t.join()
-    # The callers are left out; the one other thread started meanwhile is not.
-    assert sampler.peak == before + 1
-    assert sampler.new_peak == 1
-    sampler.read()  # the callers have ended: the peak stays
-    assert sampler.peak == before + 1
-    assert sampler.samples == 2
+def test_waiting_sampler_leaves_out_the_callers_and_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read against a thread list the test sets: the process's own threads come
+    and go as other tests' leftovers end (in random order, one ended between
+    the count before and the sample, and the peak read one short)."""
+    from benchmarks import waiting
+
+    main = threading.current_thread()
+    callers = [threading.Thread(target=lambda: None) for _ in range(3)]
+    other = threading.Thread(target=lambda: None)
+    alive: list[threading.Thread] = [main]
+    monkeypatch.setattr(waiting.threading, "enumerate", lambda: list(alive))
+    monkeypatch.setattr(waiting, "os_threads", lambda: len(alive))
+    sampler = waiting._Sampler(callers)  # not started: read by hand, a sample at a time
+    alive[:] = [main, *callers, sampler.thread, other]
+    sampler.read()
+    # The callers and the sampler are left out; the one other thread is not.
+    assert (sampler.peak, sampler.os_peak, sampler.new_peak) == (2, 2, 1)
+    alive[:] = [main, other]  # the callers have ended: the peak stays
+    sampler.read()
+    assert (sampler.peak, sampler.new_peak, sampler.samples) == (2, 1, 2)
 
 
 def test_reference_collects_every_case_with_per_op_figures() -> None:
