@@ -71,6 +71,7 @@ def report(ctx: ToolContext) -> dict[str, object]:
         "tenant": tenant.get(),
         "unshipped": unshipped.get(),
         "has_deadline": ctx.deadline is not None,
+        "remaining": ctx.remaining,
     }
 
 

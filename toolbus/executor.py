@@ -34,7 +34,7 @@ import pykka
 from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
 from ._executor._from_config import executor_from_config
-from ._executor._handles import BatchHandle, CallHandle, FutureWaiter
+from ._executor._handles import BatchHandle, CallHandle, FutureWaiter, cancel_where
 from ._executor._journal import announce_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
@@ -43,7 +43,7 @@ from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
 from ._executor._submission import Submission, SubmitHooks, Submitting
 from ._executor._waiting import Waiting
-from .actors._messages import Cancel, CancelWhere, Close, StatusQuery
+from .actors._messages import Cancel, Close, StatusQuery
 from .backends import Backend
 from .bus import Announcer, BusPublisher, Emitter, Publisher, Subscription
 from .calls import CallLike
@@ -70,6 +70,10 @@ class Executor(ExecutorHooks, Submitting):
     `max_abandoned_per_tool` are integers >= 1, `hook_grace` and
     `worker_idle_timeout` finite numbers > 0,
     `timeout` a number > 0 or None (`math.inf` is taken as None: no deadline).
+
+    `call_timeout` (None: no bound) bounds each whole call, waits and
+    retries included; the tightest of the executor's, the tool's and the
+    call's applies (docs/reference.md#deadlines-two-clocks).
     `secret_keys` adds names to the default secret-looking keys for this
     executor's default masking (so it cannot be combined with `masker=`).
 
@@ -79,8 +83,9 @@ class Executor(ExecutorHooks, Submitting):
     `{"limit": 4, "max_queued": 100}`. Beyond a bound the call that would
     start last (lowest priority, newest; never a nested call) ends
     `rejected`, `OVERLOADED`. `on_full="wait"` (default "reject") makes a
-    blocking `execute`/`execute_batch` wait for room first, at most
-    `timeout` seconds (the whole-call budget of issue 21 does not exist yet).
+    blocking `execute`/`execute_batch` wait for room first, within the
+    calls' whole-call budget (`call_timeout`; without one, at most `timeout`
+    seconds).
 
     `journal`: a path (the file is made if missing; its directory must exist)
     or a `toolbus.Journal`. Every mutating call is then recorded before its
@@ -114,6 +119,7 @@ class Executor(ExecutorHooks, Submitting):
         *,
         max_parallel: int = 8,
         timeout: float | None = 30.0,
+        call_timeout: float | None = None,
         retry: RetryPolicy | None = None,
         pre_call: Sequence[PreCallHook] = (),
         post_call: Sequence[PostCallHook] = (),
@@ -153,6 +159,7 @@ class Executor(ExecutorHooks, Submitting):
             secret_keys=secret_keys,
             max_queued=max_queued,
             on_full=on_full,
+            call_timeout=call_timeout,
         )
         self._secret_keys = opts.secret_keys
         self.registry = registry
@@ -164,6 +171,7 @@ class Executor(ExecutorHooks, Submitting):
         self._plans = ToolPlans()  # what every call of a tool shares, by tool name
         self.parallel_limit = opts.max_parallel
         self.timeout = opts.timeout
+        self.call_timeout = opts.call_timeout
         self._waits_for_room = opts.on_full == "wait"
         self.retry_policy = retry or RetryPolicy()
         self._pre_call = tuple(pre_call)
@@ -234,16 +242,13 @@ class Executor(ExecutorHooks, Submitting):
         `Executor`, win over the file's, and give what a file cannot express
         (hooks, a publisher, `inject`, policies).
 
-        `registry` is not changed. When the file has `[tools."<name>"]`
-        tables, the executor runs a registry of its own (`executor.registry`,
-        the one to export to a model): each configured tool a copy with the
-        file's values, a disabled tool absent (its calls end `TOOL_NOT_FOUND`).
-        That registry is a snapshot: register later tools on it, not on
-        `registry`. A composite tool's steps run as that registry's versions
-        of their tools (a disabled one ends `TOOL_NOT_FOUND`). A `journal`
-        the file names is opened here and closed with the executor. A file
-        that cannot be used is a `toolbus.ConfigError` naming the file, the
-        key and the reason.
+        `registry` is not changed: with `[tools."<name>"]` tables the executor
+        runs a snapshot of its own (`executor.registry`, the one to export and
+        to register later tools on), each configured tool a copy with the
+        file's values, a disabled one absent (`TOOL_NOT_FOUND`, also as a
+        composite tool's step). A `journal` the file names is closed with the
+        executor. A file that cannot be used is a `toolbus.ConfigError` naming
+        the file, the key and the reason.
         """
         # The config layer sits above this one: reached through a seam
         # (toolbus/_seams.py, config_reader).
@@ -257,6 +262,8 @@ class Executor(ExecutorHooks, Submitting):
         *,
         approval: ApprovalDecision | None = None,
         priority: int | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> ToolResult:
         """Run one call and return its result; blocks until it is final.
 
@@ -264,6 +271,8 @@ class Executor(ExecutorHooks, Submitting):
         that requires one (see `toolbus.policies.requires_approval`).
         `priority` (an integer, default 0; a nested call's default is its
         caller's): when capacity is short, higher priorities start first.
+        `timeout`: its attempts' own, instead of the tool's (`math.inf`:
+        none); `call_timeout`: a whole-call budget, applied if the tightest.
 
         From an async tool or hook of this executor, use `aexecute`: blocking
         the loop its async tools run on would deadlock, so `execute` there
@@ -277,6 +286,7 @@ class Executor(ExecutorHooks, Submitting):
             approval=approval,
             priority=priority,
             wait=self._waits_for_room,
+            clocks=(timeout, call_timeout),
         )
         if refuse:
             assert run.result is not None  # decided at once, never waited for
@@ -293,6 +303,8 @@ class Executor(ExecutorHooks, Submitting):
         stop_on_error: bool = False,
         approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
 
@@ -314,6 +326,7 @@ class Executor(ExecutorHooks, Submitting):
             approvals=approvals,
             priority=priority,
             wait=self._waits_for_room,
+            clocks=(timeout, call_timeout),
         )
         if batch is None:
             return empty_batch()
@@ -330,6 +343,8 @@ class Executor(ExecutorHooks, Submitting):
         *,
         approval: ApprovalDecision | None = None,
         priority: int | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> CallHandle:
         """Submit one call and return at once with its handle, a
         `concurrent.futures.Future` of its `ToolResult`.
@@ -342,7 +357,11 @@ class Executor(ExecutorHooks, Submitting):
         what became of the call."""
         handle = CallHandle(self._stop, self._blocks_its_loop)
         handle.run = self._submit_one(
-            call, FutureWaiter(handle), approval=approval, priority=priority
+            call,
+            FutureWaiter(handle),
+            approval=approval,
+            priority=priority,
+            clocks=(timeout, call_timeout),
         )
         return handle
 
@@ -353,6 +372,8 @@ class Executor(ExecutorHooks, Submitting):
         stop_on_error: bool = False,
         approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> BatchHandle:
         """Submit a batch (as `execute_batch` runs one) and return at once with
         its handle: a `Future` of its `BatchResult`, with a handle per call in
@@ -375,6 +396,7 @@ class Executor(ExecutorHooks, Submitting):
             priority=priority,
             waiters=[FutureWaiter(m) for m in members],
             made=made,
+            clocks=(timeout, call_timeout),
         )
         if batch is None:
             handle.set_result(empty_batch())
@@ -386,17 +408,7 @@ class Executor(ExecutorHooks, Submitting):
         returns how many unfinished calls it stopped. Each ends `cancelled`,
         unless its attempt had already returned (its post-call hooks running):
         that one keeps the result they make."""
-        if call_id is None and batch_id is None:
-            raise TypeError("Executor.cancel() needs call_id=, batch_id= or both")
-        for name, value in (("call_id", call_id), ("batch_id", batch_id)):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"Executor.cancel(): {name} must be a string, got {value!r}")
-        where = ", ".join(
-            f"{n}={v!r}" for n, v in (("call_id", call_id), ("batch_id", batch_id)) if v is not None
-        )
-        count: int = self._scheduler.ask(
-            CancelWhere(call_id, batch_id, f"cancelled by Executor.cancel({where})")
-        )
+        count: int = self._scheduler.ask(cancel_where(call_id, batch_id))
         return count
 
     def _blocks_its_loop(self) -> bool:
@@ -416,13 +428,17 @@ class Executor(ExecutorHooks, Submitting):
         *,
         approval: ApprovalDecision | None = None,
         priority: int | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> ToolResult:
         """Async twin of `execute`; never blocks the event loop.
 
         Cancelling the awaiting task cancels the call (it ends `cancelled`).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
-        run = self._submit_one(call, waiter, approval=approval, priority=priority)
+        run = self._submit_one(
+            call, waiter, approval=approval, priority=priority, clocks=(timeout, call_timeout)
+        )
         result: ToolResult = await self._waiting.result(
             waiter, (run,), None, run, "the awaiting task was cancelled"
         )
@@ -435,6 +451,8 @@ class Executor(ExecutorHooks, Submitting):
         stop_on_error: bool = False,
         approvals: Mapping[str, ApprovalDecision | None] | None = None,
         priority: int | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
 
@@ -442,8 +460,9 @@ class Executor(ExecutorHooks, Submitting):
         including calls waiting out a retry backoff (or a policy's delay).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
+        clocks = (timeout, call_timeout)
         batch = self._submit_batch(
-            calls, stop_on_error, waiter, approvals=approvals, priority=priority
+            calls, stop_on_error, waiter, approvals=approvals, priority=priority, clocks=clocks
         )
         if batch is None:
             return empty_batch()

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import MakeExecutor
 from toolbus import ToolCall, ToolRegistry
-from toolbus.actors._backstop import POLL, SLACK, overdue
+from toolbus.actors._backstop import POLL, SLACK, SPENT, overdue
 from toolbus.pipeline import Run
 
 
@@ -47,6 +47,53 @@ def test_backstop_reports_an_overdue_attempt_once() -> None:
     a.begin_attempt(2)  # a retry is a new attempt with a deadline of its own
     a.deadline = 7.0
     assert overdue([a], 8.0, noticed)[0] == [(a, 2)]
+
+
+def test_backstop_reports_a_spent_whole_call_budget_once() -> None:
+    """Whatever the call is doing (queued here: no attempt, no deadline), its
+    whole-call deadline wakes the caller, who reports it once; an attempt
+    under way is reported for its own deadline too, which is never later."""
+    queued, running = _run(None), _run(None)
+    queued.due = running.due = 20.0
+    running.begin_attempt(1)
+    assert running.deadline == 20.0  # no timeout of its own: the call's deadline
+    noticed: set[tuple[Run, int]] = set()
+    assert overdue([running], 10.0, noticed) == ([], pytest.approx(10.0 + SLACK))
+    late, wake = overdue([queued, running], 10.0, noticed)
+    assert late == []
+    assert wake == POLL  # a queued call is looked at again soon anyway
+    late, _ = overdue([queued, running], 20.0 + SLACK, noticed)
+    assert sorted(late, key=lambda k: (id(k[0]), k[1])) == sorted(
+        [(queued, SPENT), (running, SPENT), (running, 1)], key=lambda k: (id(k[0]), k[1])
+    )
+    assert overdue([queued, running], 30.0, noticed)[0] == []
+
+
+def test_an_attempt_gets_the_earlier_of_its_two_clocks() -> None:
+    run = _run(5.0)
+    run.bound(2.0, None)
+    run.begin_attempt(1)
+    assert run.deadline == run.due and run.out_of_budget()
+    loose = _run(1.0)
+    loose.bound(60.0, None)
+    loose.begin_attempt(1)
+    assert loose.deadline is not None and loose.due is not None
+    assert loose.deadline < loose.due and not loose.out_of_budget()
+    # Time off the attempt's clock never moves it past the call's deadline.
+    loose.move_deadline(3600.0)
+    assert loose.deadline == loose.due and loose.out_of_budget()
+
+
+def test_a_nested_call_is_bounded_by_what_its_caller_has_left() -> None:
+    parent = _run(10.0)
+    parent.begin_attempt(1)
+    child = _run(None)
+    child.bound(None, parent)
+    assert child.due == parent.deadline and child.budget is None
+    tight = _run(None)
+    tight.bound(0.001, parent)  # its own budget is tighter: it keeps it
+    assert tight.due is not None and parent.deadline is not None
+    assert tight.due < parent.deadline and tight.budget == 0.001
 
 
 def test_backstop_ignores_finished_and_untimed_calls_not_settled_ones() -> None:

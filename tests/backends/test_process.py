@@ -142,6 +142,22 @@ def test_a_hung_tool_is_killed_at_its_deadline_with_what_it_started(
     assert stats.live_workers >= 2
 
 
+def test_the_whole_call_budget_reaches_the_worker_and_kills_at_it(
+    make_executor: MakeExecutor, tmp_path: Path, recorder: bus.Recorder
+) -> None:
+    ex = make_executor(pt.registry, timeout=30.0)
+    r = ex.execute(call("report"), call_timeout=5.0)
+    assert r.status == "ok", r.error
+    assert 0 < r.output["remaining"] <= 5.0  # the earlier clock, in the worker
+    pidfile = tmp_path / "pids"
+    r = ex.execute(call("hang", pidfile=str(pidfile)), call_timeout=1.0)
+    assert (r.status, r.error_code) == ("timeout", ErrorCode.DEADLINE_EXCEEDED)
+    worker, child = map(int, pidfile.read_text().split())
+    wait_until(lambda: _gone(worker) and _gone(child), what="worker and its child reaped")
+    [killed] = recorder.wait_for(bus.KILLED)
+    assert (killed.pid, killed.reason) == (worker, "timeout")
+
+
 async def test_a_cancelled_call_kills_its_worker(
     make_executor: MakeExecutor, tmp_path: Path, recorder: bus.Recorder
 ) -> None:

@@ -276,6 +276,9 @@ def test_listed_context_vars_travel_and_the_deadline_is_rebased(
     assert r.output["pid"] != os.getpid()
     assert len(r.output["key"]) == 64
     assert 15 < r.output["left"] <= 20
+    # The whole call's budget, when it is the earlier clock, rebased alike.
+    budgeted = ex.execute(call("report"), call_timeout=8.0)
+    assert 0 < budgeted.output["left"] <= 8.0
 
 
 def test_a_thousand_mixed_calls_get_one_result_and_one_finished_each(

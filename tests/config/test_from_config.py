@@ -275,6 +275,36 @@ journal_timeout = 2
     assert ex.execute(ToolCall(name="query", arguments={"sql": "x"})).status == "ok"
 
 
+def test_call_timeouts_from_the_file(tmp_path: Path, made: list[Executor]) -> None:
+    from toolbus import ToolContext
+
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def clock(ctx: ToolContext) -> float | None:
+        return ctx.remaining
+
+    path = write(
+        tmp_path,
+        """
+timeout = 30
+call_timeout = 20
+
+[tools."clock"]
+call_timeout = 4
+""",
+    )
+    ex = from_config(made, registry, path)
+    assert ex.call_timeout == 20
+    assert ex.registry.get("clock").call_timeout == 4  # type: ignore[union-attr]
+    left = ex.execute(ToolCall(name="clock")).output
+    assert 0 < left <= 4  # the tightest: the tool's
+    unbounded = from_config(made, registry, write(tmp_path, "call_timeout = inf\n"))
+    assert unbounded.call_timeout is None
+    with pytest.raises(ConfigError, match="call_timeout"):
+        load_config(write(tmp_path, "call_timeout = -1\n"))
+
+
 def test_backpressure_from_the_file(tmp_path: Path, made: list[Executor]) -> None:
     registry = ToolRegistry()
 

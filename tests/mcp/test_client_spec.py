@@ -209,6 +209,17 @@ def test_a_timeout_cancels_the_request_on_the_server(
     assert seen.output == {"result": 1}
 
 
+def test_the_whole_call_budget_cancels_the_request_on_the_server(
+    any_peer: str, make_executor: MakeExecutor
+) -> None:
+    with connect_spec(any_peer) as conn:
+        executor = make_executor(registry_of(conn), timeout=30)
+        hung = executor.execute(call("hang"), call_timeout=0.5)
+        seen = executor.execute(call("cancels", at_least=1))
+    assert (hung.status, hung.error_code) == ("timeout", ErrorCode.DEADLINE_EXCEEDED)
+    assert seen.output == {"result": 1}
+
+
 @pytest.mark.parametrize("era", ["stdio", "stdio-legacy"])
 def test_the_server_receives_notifications_cancelled(
     era: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_executor: MakeExecutor

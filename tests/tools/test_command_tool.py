@@ -258,6 +258,22 @@ def test_command_and_grandchild_die_at_the_deadline(
     assert (stats.killed_workers, stats.late_results, stats.abandoned_total) == (1, 0, 0)
 
 
+def test_the_whole_call_budget_kills_the_command(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    ex = make_executor(_registry(_hang_tool(timeout=60)))
+    base = tmp_path / "run"
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(
+            ToolCall(id="b1", name="hang", arguments={"base": str(base)}), call_timeout=2.0
+        )
+        assert (r.status, r.error_code) == ("timeout", ErrorCode.DEADLINE_EXCEEDED)
+        leader, child = _pid(Path(f"{base}.leader")), _pid(Path(f"{base}.child"))
+        (killed,) = rec.wait_for(bus.KILLED)
+        _wait_dead(leader, child)
+    assert (killed.pid, killed.reason) == (leader, "timeout")
+
+
 async def test_cancelling_the_caller_kills_the_group(
     make_executor: MakeExecutor, tmp_path: Path
 ) -> None:

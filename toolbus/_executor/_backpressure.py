@@ -8,11 +8,11 @@ checks and takes them in one step (`SubmitIfRoom`, under its lock). If they
 do not fit, the caller sleeps on the scheduler's condition
 (`Scheduler.room`), which the scheduler notifies when a bounded queue got
 shorter or a slot came free (`actors/_backpressure.py`), and tries again: no
-polling. It waits at most the executor's `timeout` (None: until there is
-room or the executor closes). The whole-call budget of issue 21
-(`call_timeout`, which is to bound this wait too) does not exist yet. Then it
-submits anyway: calls that still find their queue full are refused
-(`OVERLOADED`) as with `on_full="reject"`.
+polling. It waits at most until the earliest whole-call deadline of its
+calls (`call_timeout`), or without one the executor's `timeout` (None: until
+there is room or the executor closes). Then it submits anyway: calls that
+still find their queue full are refused (`OVERLOADED`) as with
+`on_full="reject"`.
 
 Who never waits here: async callers (`aexecute*`: blocking would stall their
 loop), a blocking call made on a thread running an event loop, nested calls
@@ -48,7 +48,7 @@ def submit_when_room(scheduler: Scheduler, submit: Submit, timeout: float | None
     message = SubmitIfRoom(submit)
     if scheduler.ask(message):
         return
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     room = scheduler.room
     with room:
         if not scheduler.blocked:

@@ -25,11 +25,12 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
+from ..actors._messages import CancelWhere
 from ..models import BatchResult, ToolResult
 from ..pipeline import BatchRun, Run, Waiter
 from ._batch_result import batch_result
 
-__all__ = ["BatchHandle", "CallHandle", "FutureWaiter"]
+__all__ = ["BatchHandle", "CallHandle", "FutureWaiter", "cancel_where"]
 
 log = logging.getLogger("toolbus")
 
@@ -235,3 +236,16 @@ def _run_callback(fn: Callable[[Any], object], future: Any) -> None:
         fn(future)
     except Exception:
         log.exception("exception calling callback for %r", future)
+
+
+def cancel_where(call_id: str | None, batch_id: str | None) -> CancelWhere:
+    """`Executor.cancel`'s arguments checked (`TypeError`), as its message."""
+    if call_id is None and batch_id is None:
+        raise TypeError("Executor.cancel() needs call_id=, batch_id= or both")
+    for name, value in (("call_id", call_id), ("batch_id", batch_id)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"Executor.cancel(): {name} must be a string, got {value!r}")
+    where = ", ".join(
+        f"{n}={v!r}" for n, v in (("call_id", call_id), ("batch_id", batch_id)) if v is not None
+    )
+    return CancelWhere(call_id, batch_id, f"cancelled by Executor.cancel({where})")

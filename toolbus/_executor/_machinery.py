@@ -76,6 +76,7 @@ def start(
             nested=nested,
             plain_admission=plain_admission(hooks),
             plain_post=plain_post(hooks),
+            plain_retry=_default(hooks, "should_retry"),
             secret_keys=hooks._secret_keys,
         )
         host = SupervisorHost(services, loop)
@@ -116,10 +117,10 @@ def plain_post(hooks: ExecutorHooks) -> bool:
     return not hooks._post_call and _default(hooks, "post_execute")
 
 
-# What decides `plain_admission` and `plain_post`: set on an executor after it
-# starts, the flags are worked out again (`refresh_plain`).
+# What decides `plain_admission`, `plain_post` and `plain_retry`: set on an
+# executor after it starts, the flags are worked out again (`refresh_plain`).
 HOOK_ATTRIBUTES = frozenset(
-    {"pre_execute", "is_allowed", "mask_arguments", "post_execute",
+    {"pre_execute", "is_allowed", "mask_arguments", "post_execute", "should_retry",
      "_pre_call", "_post_call", "_authorize", "_masker"}
 )  # fmt: skip
 
@@ -133,5 +134,6 @@ def _default(hooks: ExecutorHooks, name: str) -> bool:
 
 
 def refresh_plain(services: Services, hooks: ExecutorHooks) -> None:
-    """Work out `services.plain_admission` and `plain_post` again (a hook was set)."""
-    services.set_plain(plain_admission(hooks), plain_post(hooks))
+    """Work out `services.plain_admission`, `plain_post` and `plain_retry`
+    again (a hook was set)."""
+    services.set_plain(plain_admission(hooks), plain_post(hooks), _default(hooks, "should_retry"))

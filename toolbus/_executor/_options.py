@@ -29,6 +29,7 @@ __all__ = [
     "Options",
     "Wiring",
     "add_policy_tools",
+    "call_budget",
     "check_groups",
     "check_inject",
     "check_options",
@@ -52,6 +53,7 @@ class Options:
     worker_idle_timeout: float = 60.0  # seconds before an idle worker thread or process ends
     max_queued: int | None = None  # calls waiting for a slot of max_parallel (None: no bound)
     on_full: str = "reject"  # or "wait": a sync producer waits for room (_backpressure.py)
+    call_timeout: float | None = None  # the whole call's budget (None: none)
 
 
 def check_options(
@@ -69,6 +71,7 @@ def check_options(
     worker_idle_timeout: float = 60.0,
     max_queued: int | None = None,
     on_full: str = "reject",
+    call_timeout: float | None = None,
 ) -> Options:
     """The scalar options checked, in this order (the first bad one raises)."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -76,6 +79,7 @@ def check_options(
     max_parallel = positive_int(max_parallel, "max_parallel", "Executor")
     timeout = timeout_seconds(timeout, "timeout", "Executor")
     timeout = None if timeout == math.inf else timeout
+    call_timeout = call_budget(call_timeout, "Executor")
     hook_grace = positive_number(hook_grace, "hook_grace", "Executor")
     worker_idle_timeout = positive_number(worker_idle_timeout, "worker_idle_timeout", "Executor")
     max_argument_bytes = positive_int(max_argument_bytes, "max_argument_bytes", "Executor")
@@ -110,7 +114,15 @@ def check_options(
         worker_idle_timeout=worker_idle_timeout,
         max_queued=max_queued,
         on_full=on_full,
+        call_timeout=call_timeout,
     )
+
+
+def call_budget(value: object, owner: str, option: str = "call_timeout") -> float | None:
+    """A whole-call budget (or a per-call `timeout`): None or `math.inf` (no
+    bound: None), or a number of seconds > 0; else `TypeError`/`ValueError`."""
+    seconds = timeout_seconds(value, option, owner)
+    return None if seconds == math.inf else seconds
 
 
 class Wiring(NamedTuple):

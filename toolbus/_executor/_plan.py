@@ -17,6 +17,7 @@ import contextvars
 import difflib
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -37,6 +38,7 @@ __all__ = [
     "ToolPlans",
     "plan_batch",
     "plan_run",
+    "tightest",
     "unknown_tool_message",
 ]
 
@@ -54,7 +56,17 @@ class ToolPlan:
     (`Tool._version`, bumped by any attribute set on it): a plan of an older
     version is stale."""
 
-    __slots__ = ("backend", "defaults", "guard", "hint", "retry", "timeout", "tool", "version")
+    __slots__ = (
+        "backend",
+        "budget",
+        "defaults",
+        "guard",
+        "hint",
+        "retry",
+        "timeout",
+        "tool",
+        "version",
+    )
 
     def __init__(
         self,
@@ -64,11 +76,14 @@ class ToolPlan:
         retry: RetryPolicy,
         policies: PolicySet,
         backends: Backends,
+        call_timeout: float | None = None,
     ) -> None:
         self.tool = tool
         self.version = tool._version
-        self.defaults = (timeout, retry)
+        self.defaults = (timeout, retry, call_timeout)
         self.timeout = tool.timeout if tool.timeout is not None else timeout
+        # The whole call's budget: the tighter of the tool's and the executor's.
+        self.budget = tightest(tool.call_timeout, call_timeout)
         self.retry = tool.retry or retry
         self.guard = policies.guard(tool)
         self.backend: Backend | None = None
@@ -106,6 +121,7 @@ class ToolPlans:
         retry: RetryPolicy,
         policies: PolicySet,
         backends: Backends,
+        call_timeout: float | None = None,
     ) -> ToolPlan | None:
         """The plan of the tool `registry` has under `name` (None: no such tool)."""
         tools = registry._tools
@@ -119,12 +135,20 @@ class ToolPlans:
             and plan.version == plan.tool._version
             and plan.defaults[0] == timeout
             and plan.defaults[1] is retry
+            and plan.defaults[2] == call_timeout
         ):
             return plan
         tool = tools.get(name)
         if tool is None:
             return None
-        plan = ToolPlan(tool, timeout=timeout, retry=retry, policies=policies, backends=backends)
+        plan = ToolPlan(
+            tool,
+            timeout=timeout,
+            retry=retry,
+            policies=policies,
+            backends=backends,
+            call_timeout=call_timeout,
+        )
         if plan.lasting:
             by_name[name] = plan
         return plan
@@ -144,10 +168,15 @@ def plan_run(
     shares_slot: bool = False,
     priority: int | None = None,
     approval: ApprovalDecision | None = None,
+    timeout: float | None = None,
+    call_timeout: float | None = None,
 ) -> Run:
     """The run of `call` by the tool of `plan` (None: no such tool; `registry`
     names the ones there are). `parent` is the run whose tool (or hook) made
-    this call, and a step of a composite tool `shares_slot` with it."""
+    this call, and a step of a composite tool `shares_slot` with it.
+    `timeout` and `call_timeout` are the caller's for this call (None: not
+    given): its attempt's timeout instead of the tool's, and a whole-call
+    budget that wins if it is the tightest."""
     if plan is None:
         return Run(
             call,
@@ -163,7 +192,10 @@ def plan_run(
             approval=approval,
             refusal=(ErrorCode.TOOL_NOT_FOUND, unknown_tool_message(call.name, registry.names())),
         )
-    timeout = plan.timeout
+    if timeout is None:
+        timeout = plan.timeout
+    elif timeout == math.inf:
+        timeout = None  # this call's attempts have no deadline of their own
     guard = plan.guard
     if guard is not None and guard.refusal is None and guard.timing:
         timed = timeout_for(guard, timeout)
@@ -195,6 +227,9 @@ def plan_run(
         approval=approval,
         refusal=refusal,
     )
+    budget = plan.budget if call_timeout is None else tightest(plan.budget, call_timeout)
+    if budget is not None or parent is not None:
+        run.bound(budget, parent)
     if refusal is None and guard is not None and guard.at_submission:
         # In the batch's order, before it fans out: a quota's first calls run.
         # Before admission masks the arguments: what the default masking
@@ -205,6 +240,15 @@ def plan_run(
             run.refuse(*refused)
         run.admitted_at_submission(guard.at_submission, scrubber)
     return run
+
+
+def tightest(*budgets: float | None) -> float | None:
+    """The smallest of the budgets given (None and `math.inf`: no bound)."""
+    least: float | None = None
+    for b in budgets:
+        if b is not None and b != math.inf and (least is None or b < least):
+            least = b
+    return least
 
 
 # An unknown tool's run never reaches a retry decision.

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._options import check_priority
+from .._options import check_priority, timeout_seconds
 from ..actors import Scheduler
 from ..actors._messages import Submit
 from ..approvals import ApprovalDecision, check_approval, check_approvals
@@ -39,6 +39,7 @@ from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry
 from ._backpressure import submit_when_room
 from ._nested import caller_run, refuse_blocking
+from ._options import call_budget
 from ._plan import ToolPlan, ToolPlans, plan_batch, plan_run
 
 __all__ = ["Submission", "SubmitHook", "SubmitHooks", "Submitting"]
@@ -122,11 +123,27 @@ class SubmitHooks:
             self._failures.flush()
 
 
+# (timeout, call_timeout) given with a call: none.
+_NO_CLOCKS: tuple[float | None, float | None] = (None, None)
+
+
+def check_clocks(clocks: tuple[object, object]) -> tuple[float | None, float | None]:
+    """A call's own `timeout` (None, `math.inf` or seconds > 0, kept as given)
+    and `call_timeout` (None or `math.inf`: none), checked: `TypeError` or
+    `ValueError` naming the option, as for `priority`."""
+    timeout, budget = clocks
+    return (
+        timeout_seconds(timeout, "timeout", "execute"),
+        call_budget(budget, "execute"),
+    )
+
+
 class Submitting:
     """How an executor submits calls (a part of `Executor`)."""
 
     registry: ToolRegistry
     timeout: float | None
+    call_timeout: float | None
     retry_policy: RetryPolicy
     parallel_limit: int
     _policies: PolicySet
@@ -155,6 +172,7 @@ class Submitting:
         step_of: Run | None = None,
         step_tool: Tool | None = None,
         priority: int | None = None,
+        clocks: tuple[float | None, float | None] = _NO_CLOCKS,
     ) -> Run:
         """A run for `call`, its tool looked up in the registry; for a step of
         a composite tool (`step_of`), `step_tool` whether registered or not."""
@@ -167,6 +185,7 @@ class Submitting:
                 self.retry_policy,
                 self._policies,
                 self._backends,
+                self.call_timeout,
             )
         else:  # a step's tool, registered or not: planned afresh
             plan = (
@@ -176,6 +195,7 @@ class Submitting:
                     retry=self.retry_policy,
                     policies=self._policies,
                     backends=self._backends,
+                    call_timeout=self.call_timeout,
                 )
                 if step_tool is not None
                 else None
@@ -193,6 +213,8 @@ class Submitting:
             shares_slot=step_of is not None,
             priority=priority,
             approval=approval,
+            timeout=clocks[0],
+            call_timeout=clocks[1],
         )
 
     def _submit_one(
@@ -204,9 +226,12 @@ class Submitting:
         approval: ApprovalDecision | None = None,
         priority: int | None = None,
         wait: bool = False,
+        clocks: tuple[float | None, float | None] = _NO_CLOCKS,
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
+        if clocks != _NO_CLOCKS:
+            clocks = check_clocks(clocks)
         if approval is not None:
             approval = check_approval(approval)
         run = self._make_run(
@@ -215,6 +240,7 @@ class Submitting:
             waiter=waiter,
             approval=approval,
             priority=priority,
+            clocks=clocks,
         )
         self._hand_on((run,), None, refuse, wait)
         return run
@@ -231,9 +257,12 @@ class Submitting:
         waiters: Sequence[Waiter] | None = None,
         made: Callable[[BatchRun, tuple[Run, ...]], None] | None = None,
         wait: bool = False,
+        clocks: tuple[float | None, float | None] = _NO_CLOCKS,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
+        if clocks != _NO_CLOCKS:
+            clocks = check_clocks(clocks)
         decided = check_approvals(approvals)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:
@@ -250,6 +279,7 @@ class Submitting:
                 waiter=waiters[i] if waiters is not None else None,
                 approval=decided.get(c.id),
                 priority=priority,
+                clocks=clocks,
             )
             for i, c in enumerate(coerced)
         )
@@ -274,7 +304,10 @@ class Submitting:
         if refuse:
             refuse_blocking(self._scheduler, Submit(runs, batch))
         elif wait:
-            submit_when_room(self._scheduler, Submit(runs, batch), self.timeout)
+            # Within the calls' whole-call budget; without one, the attempt's.
+            dues = [r.due for r in runs if r.due is not None]
+            bound = min(dues) - time.monotonic() if dues else self.timeout
+            submit_when_room(self._scheduler, Submit(runs, batch), bound)
         else:
             # Admission and dispatch happen here, on the caller's thread, under the
             # scheduler's lock; after close the scheduler ends the calls `cancelled`.

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..actors import Scheduler
-from ..actors._backstop import overdue
+from ..actors._backstop import SPENT, overdue
 from ..actors._loopwatch import LoopWatch
-from ..actors._messages import Cancel, Expired
+from ..actors._messages import BudgetSpent, Cancel, Expired
 from ..models import ErrorCode
 from ..pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter
 
@@ -80,7 +80,7 @@ class Waiting:
         return wake
 
     def _expired(self, run: Run, attempt: int) -> None:
-        self._scheduler.post(Expired(run, attempt))
+        self._scheduler.post(BudgetSpent(run) if attempt == SPENT else Expired(run, attempt))
 
     def _cancel(self, batch: BatchRun | None, run: Run | None, why: str) -> None:
         self._scheduler.post(Cancel(batch, run, ErrorCode.CANCELLED, why))

@@ -10,6 +10,7 @@ with another limit).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from ._batches import announce_groups, announce_start, schedule_batch
 from ._capacity import Group, ToolGroup
 from ._completion import Completion
 from ._deadlock import would_deadlock
-from ._messages import Submit
+from ._messages import BudgetSpent, Submit
 from ._ticket import Ticket
 
 if TYPE_CHECKING:
@@ -80,6 +81,11 @@ class Admission(Completion):
         self.runs_open.update(msg.runs)
         for run in msg.runs:
             run.ticket = Ticket()
+            if run.due is not None and run.refusal is None:
+                # Its whole-call deadline, wherever it is by then.
+                run.ticket.due_timer = self.timers.schedule(
+                    run.due - time.monotonic(), self._tell, BudgetSpent(run)
+                )
             tool = run.tool
             if tool is not None:
                 pool = self.pools.get(id(tool))

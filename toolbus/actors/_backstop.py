@@ -18,10 +18,18 @@ from collections.abc import Iterable
 
 from ..pipeline import Run
 
-__all__ = ["POLL", "SLACK", "overdue"]
+__all__ = ["POLL", "SLACK", "SPENT", "overdue"]
 
-# After its deadline, the timer gets this long to act before the caller does.
-SLACK = 0.005
+# After its deadline, the timer gets this long to act before the caller does:
+# none. The caller acts at the deadline itself, and where nothing of the
+# user's follows the timeout it finishes its own result there and then,
+# without a hop to another thread (the timer's message goes through the
+# supervisor's mailbox, then wakes the caller: two more, each a wait for the
+# GIL when a CPU-bound thread holds it). Whichever acts second finds it done.
+SLACK = 0.0
+# The attempt number `overdue` lists a call under when its whole-call deadline
+# (`Run.due`) has come: no attempt's (0 is a call a policy's delay put back).
+SPENT = -1
 # How often a caller looks again at calls not yet started (no deadline yet).
 POLL = 0.25
 
@@ -32,13 +40,26 @@ def overdue(
     """(attempts overdue and not yet noticed, seconds until the next look).
 
     An attempt is overdue when it is past its deadline plus `SLACK` and its
-    call has no result yet. The next look is None when no call waited for can time out
-    (none has a timeout), so the caller may simply wait.
+    call has no result yet; a call past its whole-call deadline (`Run.due`)
+    plus `SLACK` is listed once more, as attempt `SPENT`, whatever it is doing. The
+    next look is None when no call waited for can time out (none has a
+    timeout or a whole-call deadline), so the caller may simply wait.
     """
     late: list[tuple[Run, int]] = []
     wake: float | None = None
     for run in runs:
-        if run.result is not None or run.timeout is None or math.isinf(run.timeout):
+        if run.result is not None:
+            continue
+        spent = run.due
+        if spent is not None and (run, SPENT) not in noticed:
+            # Its whole-call deadline, whatever it is doing.
+            left = spent + SLACK - now
+            if left <= 0:
+                late.append((run, SPENT))
+                noticed.add((run, SPENT))
+            else:
+                wake = left if wake is None else min(wake, left)
+        if spent is None and (run.timeout is None or math.isinf(run.timeout)):
             continue
         deadline = run.deadline
         key = (run, run.attempt)

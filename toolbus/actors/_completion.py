@@ -52,6 +52,9 @@ class Completion(Deadlines):
         if t.timer is not None:  # (closed: a timer message still queued is stale)
             self.timers.cancel(t.timer)
             t.timer = None
+        if t.due_timer is not None:
+            self.timers.cancel(t.due_timer)
+            t.due_timer = None
         if t.queued:
             # Still in a queue (counted dead there); from the ready queue, it may
             # have been let out for room it now leaves.

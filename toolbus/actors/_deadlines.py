@@ -24,9 +24,21 @@ from ..backends import Job
 from ..bus import _signals as sig
 from ..bus._events import TimedOut
 from ..models import ErrorCode
-from ..pipeline import ADMISSION, FINISHING, OFF_CLOCK, POLICIES, Run, finish, make_result
+from ..pipeline import (
+    ADMISSION,
+    FINISHING,
+    OFF_CLOCK,
+    POLICIES,
+    Run,
+    budget_spent,
+    finish,
+    make_result,
+    plain_after_timeout,
+    ran_out,
+    timed_out_here,
+)
 from ..policies._protocol import policy_name
-from ._messages import Deadline, Expired, Grace, RetryDue
+from ._messages import BudgetSpent, Deadline, Expired, Grace, RetryDue
 
 if TYPE_CHECKING:
     from ..bus import Emitter
@@ -94,6 +106,18 @@ class Deadlines:
         run.ticket.gen += 1
         return True
 
+    def _back_off(self, run: Run, delay: float) -> None:
+        """`run`'s attempt failed and is to be retried after `delay` seconds:
+        its slot goes and a timer waits out the backoff (a cancel asked while
+        the outcome was being decided ends it instead)."""
+        self._disarm(run)  # no deadline runs during the backoff
+        self.slots.release(run)
+        if run.ticket.cancel is not None:
+            code, reason = run.ticket.cancel
+            self._finish_here(run, "cancelled", code, reason)
+            return
+        self._arm(run, delay, RetryDue)
+
     def _on_retry_due(self, msg: RetryDue) -> None:
         if self._current(msg):
             self.slots.enqueue(msg.run, front=True)
@@ -105,19 +129,29 @@ class Deadlines:
             return
         run, n = msg.run, msg.attempt
         phase = run.phase
-        if phase == POLICIES:
-            # Its policies deciding: off the deadline's clock, but not for
-            # ever. They get as long as the call's timeout, apart from it.
-            undecided = run.asking_since + (run.timeout or 0.0) - time.monotonic()
-            if undecided > _EARLY:
-                self._arm(run, undecided, Deadline)
-            else:
-                self._undecided(run, n)
-            return
         if phase in OFF_CLOCK:
-            # Writing its intent to the journal, or waiting for its worker to
-            # start: off the deadline's clock. The step moves the deadline on.
-            self._arm(run, run.timeout or 0.0, Deadline)
+            now = time.monotonic()
+            due = run.due
+            if due is not None and due - now <= _EARLY:
+                # Off the attempt's clock, never off the whole call's.
+                self._spent_before_start(run, n)
+                return
+            if phase == POLICIES:
+                # Its policies deciding: off the deadline's clock, but not for
+                # ever. They get as long as the call's timeout, apart from it.
+                if run.timeout is None:
+                    undecided = (due or now) - now
+                else:
+                    undecided = run.asking_since + run.timeout - now
+                if undecided <= _EARLY:
+                    self._undecided(run, n)
+                    return
+            else:
+                # Writing its intent to the journal, or waiting for its worker
+                # to start: off the deadline's clock. The step moves the
+                # deadline on.
+                undecided = run.timeout or 0.0
+            self._arm(run, undecided if due is None else min(undecided, due - now), Deadline)
             return
         left = run.remaining()
         if left is not None and left > _EARLY:
@@ -146,25 +180,62 @@ class Deadlines:
             )
         run.interrupt("timeout")
         self._detach(run)
+        stage = phase if phase in (ADMISSION, FINISHING) else ""
+        if plain_after_timeout(run, self.services):
+            # Nothing that follows runs code of the user's: decided here and
+            # now, on whichever thread noticed the timeout (most often the
+            # waiting caller itself, see `_backstop.py`), so the caller is
+            # freed without another hop or a new thread.
+            outcome = timed_out_here(run, n, stage, self.services)
+            if outcome.kind == "retry":
+                self._back_off(run, outcome.delay)
+            elif outcome.kind == "done":
+                self._closed_run(run)
+            return
         # What follows a timeout (retry decision, post-call hooks) is user code:
         # the backend runs it as a job of its own, under a grace deadline. If
         # no thread may be had for it, the call ends here, its hooks unrun.
         backend = run.backend
         if backend.uses_threads and self.budget.room(run) != "start":
-            self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-                f"Tool '{run.call.name}' timed out after {run.timeout}s",
-            )  # fmt: skip
+            self._finish_here(run, "timeout", *ran_out(run, stage))
             return
         self._arm(run, self.hook_grace, Grace)
         try:
-            backend.submit(Job(run, n, phase if phase in (ADMISSION, FINISHING) else ""))
+            backend.submit(Job(run, n, stage))
         except Exception as e:
             log.error("backend %r failed to take a job: %s", backend.name, e)
-            self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-                f"Tool '{run.call.name}' timed out after {run.timeout}s",
-            )  # fmt: skip
+            self._finish_here(run, "timeout", *ran_out(run, stage))
+
+    def _spent_before_start(self, run: Run, n: int) -> None:
+        """The whole call's deadline came while attempt `n` was being set up
+        (its policies deciding, its intent being journaled, its worker
+        starting): it ends `DEADLINE_EXCEEDED` without a `tool:timeout` (its
+        tool never started), counted as not run, so no breaker counts it."""
+        if not run.try_settle(n):
+            if not run.completed:
+                self._arm(run, self.hook_grace, Grace)
+            return
+        run.interrupt("timeout")
+        self._detach(run)
+        result = make_result(
+            run, "timeout", error=budget_spent(run), code=ErrorCode.DEADLINE_EXCEEDED,
+            attempts=n - 1,
+        )  # fmt: skip
+        finish(run, result, self.services)
+        self._closed_run(run)
+
+    def _on_budget(self, msg: BudgetSpent) -> None:
+        """The whole call's deadline came: a call that is not in an attempt
+        (queued, parked for a thread, backing off, delayed by a policy,
+        waiting for its batch's order) ends `DEADLINE_EXCEEDED` now. One in
+        an attempt is left to the attempt's deadline, which is never later."""
+        run = msg.run
+        t = run.ticket
+        if t.closed or run.completed or t.slot or run.due is None:
+            return
+        if run.due - time.monotonic() > _EARLY:  # (a backstop that woke early)
+            return
+        self._finish_here(run, "timeout", ErrorCode.DEADLINE_EXCEEDED, budget_spent(run))
 
     def _undecided(self, run: Run, n: int) -> None:
         """A policy took a whole timeout to decide about `run`: the call ends
@@ -210,10 +281,10 @@ class Deadlines:
             code, reason = run.ticket.cancel
             self._finish_here(run, "cancelled", code, reason)
         else:
+            code, text = ran_out(run)
             self._finish_here(
-                run, "timeout", ErrorCode.EXECUTION_TIMEOUT,
-                f"Tool '{run.call.name}' timed out: its hooks did not return within "
-                f"{self.hook_grace}s after the deadline",
+                run, "timeout", code,
+                f"{text}; its hooks did not return within {self.hook_grace}s after that",
             )  # fmt: skip
         run.interrupt()
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..pipeline import BatchRun, Outcome, Run
 
 __all__ = [
+    "BudgetSpent",
     "Cancel",
     "CancelWhere",
     "Close",
@@ -92,6 +93,15 @@ class Expired:
 
     run: Run
     attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpent:
+    """Timer or waiting caller -> supervisor: `run`'s whole-call deadline
+    (`Run.due`) has come; it ends unless an attempt of it is under way (whose
+    own deadline is never later)."""
+
+    run: Run
 
 
 @dataclass(frozen=True, slots=True)

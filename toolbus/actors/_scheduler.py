@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 import weakref
 from collections import deque
@@ -55,6 +56,7 @@ from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
 from ._messages import (
+    BudgetSpent,
     Cancel,
     CancelWhere,
     Close,
@@ -238,6 +240,8 @@ class Scheduler(Admission, Delays, Backpressure):
                 self._on_deadline(message)
             elif kind is Expired:
                 self._on_expired(message)
+            elif kind is BudgetSpent:
+                self._on_budget(message)
             elif kind is RetryDue:
                 self._on_retry_due(message)
             elif kind is UntilDone:
@@ -332,9 +336,8 @@ class Scheduler(Admission, Delays, Backpressure):
             if room == "wait" and run.parent is not None:
                 # Its callers hold threads of the budget while they wait for it.
                 room = (
-                    f"Tool '{run.call.name}' is unavailable: no thread is free within the "
-                    "thread budget for a call made from inside another, and waiting could "
-                    "deadlock"
+                    f"Tool '{run.call.name}' is unavailable: no thread is free within the thread "
+                    "budget for a call made from inside another, and waiting could deadlock"
                 )
             if room == "wait":
                 self._park_for_thread(run)
@@ -347,8 +350,9 @@ class Scheduler(Admission, Delays, Backpressure):
             self.counters["retries"] += 1
         run.begin_attempt(n)
         self.slots.take(run)
-        if run.timeout is not None:
-            self._arm(run, run.timeout, Deadline)
+        deadline = run.deadline  # the earlier of its two clocks (`begin_attempt`)
+        if deadline is not None:
+            self._arm(run, deadline - time.monotonic(), Deadline)
         try:
             backend.submit(Job(run, n))
         except BackendUnavailable as e:
@@ -387,10 +391,4 @@ class Scheduler(Admission, Delays, Backpressure):
         if outcome.kind == "delay":
             self._delayed(run, outcome)
             return
-        self._disarm(run)  # retry: no deadline runs during the backoff
-        self.slots.release(run)
-        if run.ticket.cancel is not None:
-            code, reason = run.ticket.cancel
-            self._finish_here(run, "cancelled", code, reason)
-            return
-        self._arm(run, outcome.delay, RetryDue)
+        self._back_off(run, outcome.delay)  # a retry

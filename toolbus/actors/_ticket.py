@@ -35,6 +35,9 @@ class Ticket:
     timer: Any = None  # its TimerHandle (`_timers.py`)
     armed: Any = None  # the kind of message `timer` will send (Deadline, ...)
     gen = 0  # bumped whenever `timer` changes: older timer messages are stale
+    # The whole call's deadline (`Run.due`) as a timer of its own: it outlives
+    # every other, which come and go with attempts, waits and backoffs.
+    due_timer: Any = None
     # A cancel asked while a worker held the outcome: (code, reason).
     cancel: tuple[Any, str] | None = None
     pool: Any = None  # the tool's own capacity group

@@ -116,6 +116,7 @@ def _rate_limit(key: str, value: Any, _: Path) -> str:
 EXECUTOR_KEYS: dict[str, tuple[str, Check]] = {
     "max_parallel": ("max_parallel", _positive_int),
     "timeout": ("timeout", _timeout),
+    "call_timeout": ("call_timeout", _timeout),
     "retries": ("retry", _retries),
     "max_argument_bytes": ("max_argument_bytes", _positive_int),
     "max_abandoned_workers": ("max_abandoned_workers", _positive_int),
@@ -138,6 +139,7 @@ EXECUTOR_KEYS: dict[str, tuple[str, Check]] = {
 TOOL_KEYS: dict[str, tuple[str | None, Check]] = {
     "enabled": (None, _enabled),
     "timeout": ("timeout", _timeout),
+    "call_timeout": ("call_timeout", _timeout),
     "retries": ("retry", _retries),
     "rate_limit": (None, _rate_limit),
     "cache_ttl": (None, _positive_number),

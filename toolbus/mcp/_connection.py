@@ -104,8 +104,8 @@ class MCPConnection:
     def tools(self, **options: Unpack[MCPToolsOptions]) -> list[MCPTool]:
         """toolbus tools for the server's tools (all, or those named in `only`).
 
-        Each is named `prefix + the server's name`. `timeout`, `retry` and
-        `max_concurrency` apply to each tool (None: the executor's). With
+        Each is named `prefix + the server's name`. `timeout`, `call_timeout`,
+        `retry` and `max_concurrency` apply to each tool (None: the executor's). With
         `read_only_hints=False` the servers' `readOnlyHint`s are not trusted
         and every tool is mutating (runs alone, in order). `idempotent_hints`
         (None: the connection's, False unless `connect(idempotent_hints=True)`)
@@ -216,6 +216,7 @@ class MCPConnection:
         if not isinstance(prefix, str):
             raise TypeError(f"{owner}: prefix must be a string, got {prefix!r}")
         timeout = timeout_seconds(timeout, "timeout", owner)
+        call_timeout = timeout_seconds(options.get("call_timeout"), "call_timeout", owner)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"{owner}: retry must be a RetryPolicy or None, got {retry!r}")
         if max_concurrency is not None:
@@ -229,7 +230,9 @@ class MCPConnection:
                 f"{owner}: idempotent_hints must be True, False or None, got {idempotent_hints!r}"
             )
         trust = self._idempotent_hints if idempotent_hints is None else idempotent_hints
-        return MadeWith(prefix, timeout, retry, max_concurrency, read_only_hints, trust)
+        return MadeWith(
+            prefix, timeout, retry, max_concurrency, read_only_hints, trust, call_timeout
+        )
 
     def _tools(self, made_with: MadeWith, only: Iterable[str] | None) -> list[MCPTool]:
         """The tools for the specs as last listed (the caller holds the lock)."""
@@ -255,6 +258,7 @@ class MCPConnection:
                 read_only=None if made_with.read_only_hints else False,
                 idempotent=None if made_with.idempotent_hints else False,
                 timeout=made_with.timeout,
+                call_timeout=made_with.call_timeout,
                 retry=made_with.retry,
                 max_concurrency=made_with.max_concurrency,
                 server_max_concurrency=self.server_max_concurrency,

@@ -45,6 +45,7 @@ class MadeWith:
     max_concurrency: int | None
     read_only_hints: bool
     idempotent_hints: bool
+    call_timeout: float | None = None
 
 
 # Makes one tool from a spec, or None (and a warning) when its schema is unusable.

@@ -89,6 +89,7 @@ class MCPTool(Tool):
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
+        call_timeout: float | None = None,
         server_max_concurrency: int | None = None,
     ) -> None:
         self.spec = spec
@@ -116,6 +117,7 @@ class MCPTool(Tool):
         # An unusable outputSchema makes the tool unusable, as an unusable inputSchema does.
         self.output_schema = spec.output_schema
         self.timeout = timeout
+        self.call_timeout = call_timeout
         self.retry = retry
         self.max_concurrency = max_concurrency
         if server_max_concurrency is not None:

@@ -9,7 +9,8 @@ layer imports neither the actors nor the backends: they import it.
 
 from .._errors import ToolCrashed, WorkerKilled
 from ..tools._running import NestedCalls
-from ._clock import SetUpTime
+from ._batch_run import BatchRun
+from ._clock import SetUpTime, budget_spent, ran_out
 from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
@@ -23,7 +24,6 @@ from ._run import (
     QUEUED,
     RUNNING,
     STARTING,
-    BatchRun,
     Run,
 )
 from ._services import (
@@ -39,7 +39,13 @@ from ._services import (
     current_run,
     tool_exception_filter,
 )
-from ._steps import after_timeout, attempt, publish_progress
+from ._steps import (
+    after_timeout,
+    attempt,
+    plain_after_timeout,
+    publish_progress,
+    timed_out_here,
+)
 from ._waiters import Cancellable, LoopWaiter, ThreadWaiter, Waiter
 
 __all__ = [
@@ -74,6 +80,7 @@ __all__ = [
     "WorkerKilled",
     "after_timeout",
     "attempt",
+    "budget_spent",
     "canonical_arguments",
     "current_run",
     "derive_key",
@@ -83,6 +90,9 @@ __all__ = [
     "finish",
     "log_contained",
     "make_result",
+    "plain_after_timeout",
     "publish_progress",
+    "ran_out",
+    "timed_out_here",
     "tool_exception_filter",
 ]

@@ -73,7 +73,7 @@ def consult(run: Run, svc: Services) -> Steps:
     # sees the phase.
     began = run.asking_since = time.monotonic()
     run.phase = POLICIES
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
@@ -147,15 +147,14 @@ def consult(run: Run, svc: Services) -> Steps:
         return None
     finally:
         done_asking(token)
-        if run.deadline is not None:
-            run.deadline += time.monotonic() - began
+        run.move_deadline(time.monotonic() - began)
         run.phase = ADMISSION  # (the deadline first: see _journal_intent)
 
 
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
     # An async policy may run on the loop thread (driven from a worker): it
     # announces its events to this executor all the same.
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     try:
         return await decision
     finally:
@@ -291,7 +290,7 @@ def _drop(policy: Any, run: Run, result: ToolResult, svc: Services) -> None:
     dropped = getattr(policy, "on_dropped", None)
     if not callable(dropped):
         return
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     try:
         dropped(run.call, result, time.monotonic())
     except BaseException as e:  # the result is claimed: see _tell
@@ -306,7 +305,7 @@ def _drop(policy: Any, run: Run, result: ToolResult, svc: Services) -> None:
 
 def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:
     """`policy.on_result`, contained; the result as the policy leaves it."""
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     try:
         other = policy.on_result(run.call, result, time.monotonic())
     except BaseException as e:

@@ -21,14 +21,12 @@ import contextvars
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._sync import Latch
 from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
-from ..scheduling import Schedule
 from ._keys import derive_key
 from ._waiters import Cancellable, LoopWaiter, Waiter
 
@@ -36,8 +34,9 @@ if TYPE_CHECKING:
     from tenacity import RetryCallState
 
     from ..tools import Tool
+    from ._batch_run import BatchRun
 
-__all__ = ["BatchRun", "Run"]
+__all__ = ["Run"]
 
 # Run tokens: `next()` of a count is atomic under the GIL, so no lock.
 _tokens = itertools.count(1)
@@ -78,6 +77,7 @@ class Run:
         "attempt",
         "backend",
         "batch",
+        "budget",
         "call",
         "cancel_event",
         "completed_late",
@@ -85,6 +85,7 @@ class Run:
         "context",
         "deadline",
         "delayed_by",
+        "due",
         "first_start",
         "index",
         "journaled",
@@ -184,6 +185,12 @@ class Run:
         self.last_error = ""
         self.retry_delay = 0.0
         self.deadline: float | None = None
+        # The whole call's deadline (`call_timeout`, schedule-to-close): a
+        # monotonic instant no attempt, wait or backoff may pass, or None.
+        # `budget` is the call_timeout it was made from (None: inherited from
+        # the call that made this one, see `bound`).
+        self.due: float | None = None
+        self.budget: float | None = None
         # The scheduler's own record of it (`actors/_ticket.py`): given at
         # submission, written on the scheduler's thread only.
         self.ticket: Any = None
@@ -221,7 +228,47 @@ class Run:
             now = time.monotonic()
             if n == 1:
                 self.first_start = now
-            self.deadline = now + self.timeout if self.timeout is not None else None
+            deadline = now + self.timeout if self.timeout is not None else None
+            due = self.due
+            if due is not None and (deadline is None or due < deadline):
+                deadline = due  # the whole call's budget is the tighter clock
+            self.deadline = deadline
+
+    def bound(self, budget: float | None, parent: Run | None) -> None:
+        """Before submission: give the call its whole-call deadline, `budget`
+        seconds from its submission (the tightest `call_timeout`, None for
+        none), and never past what its caller has left (a nested call)."""
+        due = None if budget is None else self.submitted + budget
+        if parent is not None:
+            # What the caller has left: its attempt's deadline (never past its
+            # own whole-call deadline), or from its post-call hooks, which
+            # the attempt's deadline does not bound (they may run after a
+            # timeout, within `hook_grace`), its whole-call deadline.
+            if parent.phase == FINISHING or parent.deadline is None:
+                left = parent.due
+            else:
+                left = parent.deadline
+            if left is not None and (due is None or left < due):
+                due = left
+                budget = None  # inherited: its message names the caller
+        self.due, self.budget = due, budget
+
+    def move_deadline(self, seconds: float) -> None:
+        """Move the attempt's deadline on by `seconds` spent off its clock
+        (a journal write, a policy's decision, a worker starting), never past
+        the whole call's deadline."""
+        deadline = self.deadline
+        if deadline is None:
+            return
+        deadline += seconds
+        due = self.due
+        self.deadline = due if due is not None and deadline > due else deadline
+
+    def out_of_budget(self) -> bool:
+        """Whether the current attempt's deadline is the whole call's: its
+        timeout is then `DEADLINE_EXCEEDED`, and no retry can follow."""
+        due = self.due
+        return due is not None and self.deadline is not None and self.deadline >= due
 
     def refuse(self, code: Any, message: str) -> None:
         """Before submission: the call can never start; it ends `rejected` with
@@ -320,53 +367,3 @@ class Run:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.first_start if self.first_start else 0.0
-
-
-class BatchRun:
-    """A batch: its calls, its schedule and its completion (supervisor-owned)."""
-
-    __slots__ = (
-        "batch_id",
-        "done",
-        "group_failures",
-        "group_started",
-        "limit",
-        "on_done",
-        "remaining",
-        "runs",
-        "schedule",
-        "started",
-        "stop_on_error",
-        "stopped",
-        "sv_busy",
-        "sv_group",
-        "waiter",
-    )
-
-    def __init__(
-        self,
-        batch_id: str,
-        *,
-        limit: int,
-        stop_on_error: bool,
-        waiter: Waiter | None,
-        on_done: Callable[[BatchRun], None] | None = None,
-    ) -> None:
-        self.batch_id = batch_id
-        self.runs: list[Run] = []
-        self.limit = limit
-        self.stop_on_error = stop_on_error
-        self.waiter = waiter
-        self.on_done = on_done
-        self.schedule: Schedule | None = None
-        self.remaining = 0
-        self.sv_group: Any = None  # its capacity group (the scheduler's)
-        # The supervisor is in the middle of the batch's bookkeeping (closing a
-        # run that closes others in turn, say): its completion waits until
-        # that is done, since its caller, once released, takes `runs` away.
-        self.sv_busy = 0
-        self.stopped = False
-        self.done = False
-        self.started = time.monotonic()
-        self.group_started: dict[int, float] = {}
-        self.group_failures: dict[int, int] = {}

@@ -126,15 +126,19 @@ class Services:
     # No post-call hook (none given, `post_execute` not overridden): a result
     # is final as the step makes it.
     plain_post: bool = False
+    # `should_retry` is toolbus's own (not overridden): a retry decision runs
+    # only the retry policy's strategies.
+    plain_retry: bool = False
     # The executor's `secret_keys`: with plain admission, the default masking
     # is applied here without a trip through the hook.
     secret_keys: SecretKeys | None = None
 
-    def set_plain(self, admission: bool, post: bool) -> None:
+    def set_plain(self, admission: bool, post: bool, retry: bool) -> None:
         """The executor's hooks changed after it started (one set on the
         instance): the only fields that change, each one atomic write."""
         object.__setattr__(self, "plain_admission", admission)
         object.__setattr__(self, "plain_post", post)
+        object.__setattr__(self, "plain_retry", retry)
 
     def announce_killed(self, run: Run, pid: int, reason: str) -> None:
         """A process running `run`'s attempt was killed by toolbus: count it and

@@ -48,6 +48,7 @@ from ..tools import (
 from ._admission import (
     admit,
 )
+from ._clock import ran_out
 from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
 from ._results import end_call, finish
@@ -69,7 +70,9 @@ __all__ = [
     "after_timeout",
     "attempt",
     "complete",
+    "plain_after_timeout",
     "publish_progress",
+    "timed_out_here",
 ]
 
 # -- attempts -------------------------------------------------------------------
@@ -320,8 +323,7 @@ def _journal_intent(run: Run, svc: Services) -> Steps:
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
         else:  # cancelled or timed out while it waited: not the journal's failure
             log.debug("call %s ended while its intent was being written", run.call.id)
-    if run.deadline is not None:
-        run.deadline += time.monotonic() - began
+    run.move_deadline(time.monotonic() - began)
     run.phase = ADMISSION
     if recorded is None:
         return None
@@ -352,16 +354,36 @@ def _late_event(run: Run, n: int, error: BaseException | None, duration: float) 
 def after_timeout(run: Run, n: int, phase: str, svc: Services) -> Steps:
     """Attempt `n` timed out (in `phase`); decide what follows. Returns an Outcome."""
     current_run.set((svc, run))  # its hooks' calls to the executor are nested calls
-    if phase == ADMISSION:
-        what = "pre-call hooks did not return"
-    elif phase == FINISHING:
-        what = "post-call hooks did not return"
-    else:
-        what = f"Tool '{run.call.name}' timed out"
+    _, text = ran_out(run, phase)
+    return (yield from after_failure(run, n, AttemptTimeout(text), svc, timed_out=True))
+
+
+def timed_out_here(run: Run, n: int, phase: str, svc: Services) -> Outcome:
+    """`after_timeout`, decided at once on this thread, for a run whose timeout
+    is followed by no code of the user's (`plain_after_timeout`): no await, no
+    hook, and no context of the call's is entered."""
+    _, text = ran_out(run, phase)
+    steps = after_failure(run, n, AttemptTimeout(text), svc, timed_out=True)
+    try:
+        steps.send(None)
+    except StopIteration as stop:
+        outcome: Outcome = stop.value
+        return outcome
+    steps.close()
+    raise RuntimeError(f"the timeout of call {run.call.id} awaited something: not plain")
+
+
+def plain_after_timeout(run: Run, svc: Services) -> bool:
+    """Whether what follows `run`'s timeout runs no code of the user's: the
+    retry decision is toolbus's (`should_retry` and the policy's strategies
+    its own), and no post-call hook sees the result."""
+    policy = run.policy
     return (
-        yield from after_failure(
-            run, n, AttemptTimeout(f"{what} after {run.timeout}s"), svc, timed_out=True
-        )
+        svc.plain_retry
+        and svc.plain_post
+        and policy.stop is None
+        and policy.wait is None
+        and policy.retry is None
     )
 
 
@@ -374,7 +396,10 @@ def after_failure(
     # A tool that says "no retry" (ToolFailure(retry=False)) is not second-guessed:
     # no hook is asked, so none can force a retry.
     final = isinstance(error, ToolFailure) and not error.retry
-    if run.admitted and not final:
+    # Timed out at the whole call's deadline: nothing can follow, so nothing
+    # is asked.
+    spent = timed_out and run.out_of_budget()
+    if run.admitted and not final and not spent:
         if run.retry_state is None:
             # Tenacity's clock (stop_after_delay) starts with the first attempt.
             run.retry_state = new_retry_state()
@@ -406,14 +431,21 @@ def after_failure(
     # effect: never run it again, whatever a hook decided, unless the tool
     # says running it twice is safe.
     unsafe = (timed_out or crashed) and not (run.read_only or _idempotent(run))
-    if decision.retry and not unsafe and not final:
-        run.last_error = text
-        run.retry_delay = decision.delay
-        return Outcome("retry", decision.delay)
-    if timed_out:
-        result = make_result(
-            run, "timeout", error=text, code=ErrorCode.EXECUTION_TIMEOUT, attempts=n
+    if decision.retry and not unsafe and not final and not spent:
+        due = run.due
+        if due is None or time.monotonic() + decision.delay < due:
+            run.last_error = text
+            run.retry_delay = decision.delay
+            return Outcome("retry", decision.delay)
+        # The retry would start after the whole call's deadline: the call
+        # ends with this attempt's failure, saying why it was not retried.
+        text += (
+            f" (not retried: its {decision.delay:g}s backoff would end after the "
+            "whole call's deadline)"
         )
+    if timed_out:
+        code = ErrorCode.DEADLINE_EXCEEDED if spent else ErrorCode.EXECUTION_TIMEOUT
+        result = make_result(run, "timeout", error=text, code=code, attempts=n)
     else:
         metadata = error.metadata if isinstance(error, ToolFailure) else None
         result = make_result(run, "error", error=text, code=code, attempts=n, metadata=metadata)

@@ -35,6 +35,7 @@ from ._signals import (
     announce,
     call_timeout,
     scrub,
+    time_left,
 )
 from ._spill import Spill, spill
 
@@ -74,4 +75,5 @@ __all__ = [
     "requires_approval",
     "scrub",
     "spill",
+    "time_left",
 ]

@@ -46,7 +46,7 @@ from .._options import non_negative_number
 from ..models import ErrorCode, ToolCall, ToolResult
 from ._keyed import KeyFunction, check_key, key_of, seconds_text
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Reject
-from ._signals import THROTTLED, Throttled, announce, call_timeout, scrub
+from ._signals import THROTTLED, Throttled, announce, call_timeout, scrub, time_left
 
 if TYPE_CHECKING:
     from limits import RateLimitItem
@@ -165,9 +165,10 @@ class RateLimit(BasePolicy):
         if isinstance(key, Reject):
             return key
         limit = self._limit_for_call()
+        left = time_left()
         with self._lock:
             at = self._clock()
-            decision = self._decide(call.id, key, at, now, limit)
+            decision = self._decide(call.id, key, at, now, limit, left)
         if type(decision) is Delay:
             # Masked like the call's arguments: a key may be taken from a secret one.
             shown = scrub(key) if self._key is not None else None
@@ -181,11 +182,18 @@ class RateLimit(BasePolicy):
         return decision
 
     def _decide(
-        self, call_id: str, key: str, at: float, now: float, max_wait: float | None
+        self,
+        call_id: str,
+        key: str,
+        at: float,
+        now: float,
+        max_wait: float | None,
+        left: float | None = None,
     ) -> Decision:
         """The decision about call `call_id` of `key` at `at` (the storage's
         clock) and `now` (the executor's), when it may wait `max_wait` seconds
-        in all (None: for ever). Pure over the policy's state, its storage's
+        in all (None: for ever) and has `left` seconds before its whole-call
+        deadline (None: none). Pure over the policy's state, its storage's
         and the times given; call it holding the lock."""
         self._forget_stale(at)
         mine = self._waiting.get(call_id)
@@ -223,12 +231,19 @@ class RateLimit(BasePolicy):
         waited = max(0.0, now - mine.since) if mine is not None else 0.0
         # (A wait within a millisecond of `max_wait` is within it: the margin
         # added to each turn must not refuse a call that waits just `max_wait`.)
-        if not self.wait or (max_wait is not None and waited + (turn - at) > max_wait + _SHORTEST):
+        # A turn after the call's whole-call deadline is no turn: it ends now.
+        late = left is not None and turn - at > left
+        if (
+            not self.wait
+            or late
+            or (max_wait is not None and waited + (turn - at) > max_wait + _SHORTEST)
+        ):
             if mine is not None:
                 self._drop(call_id, give_back=True)  # it will not use its turn
             opens_in = (opening if opening is not None else turn) - at
             return Reject(
-                ErrorCode.RATE_LIMITED, self._refusal(key, opens_in, waited + turn - at, max_wait)
+                ErrorCode.RATE_LIMITED,
+                self._refusal(key, opens_in, waited + turn - at, max_wait, late=late),
             )
         if opening is not None:
             line.refused = turn
@@ -322,9 +337,23 @@ class RateLimit(BasePolicy):
             return None if self.max_wait == math.inf else self.max_wait
         return call_timeout()  # the default: no longer than one attempt may run
 
-    def _refusal(self, key: str, opens_in: float, wait: float, max_wait: float | None) -> str:
+    def _refusal(
+        self,
+        key: str,
+        opens_in: float,
+        wait: float,
+        max_wait: float | None,
+        *,
+        late: bool = False,
+    ) -> str:
         whose = f" for {scrub(key)!r}" if self._key is not None else ""
         head = f"Rate limit reached{whose}: at most {self.limit}"
+        if late:
+            opens = seconds_text(opens_in)
+            return (
+                f"{head}; this call's turn would come in {opens}, after its deadline "
+                "(call_timeout). Try again later, or make fewer calls."
+            )
         if not self.wait:
             opens = seconds_text(opens_in)
             return f"{head}; the next call can start in {opens}. Try again after that."

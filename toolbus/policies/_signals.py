@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -36,6 +37,7 @@ __all__ = [
     "asking",
     "call_timeout",
     "scrub",
+    "time_left",
 ]
 
 THROTTLED = "tool:throttled"
@@ -81,9 +83,10 @@ class CircuitChanged(Event):
     call_id: str | None = None
 
 
-# (emitter, batch id, timeout, scrubber) of the call a policy is being asked
-# about; no emitter at submission, when nothing is announced yet.
-_Asking: TypeAlias = tuple["Emitter | None", str | None, float | None, Scrubber]
+# (emitter, batch id, timeout, scrubber, whole-call deadline) of the call a
+# policy is being asked about; no emitter at submission, when nothing is
+# announced yet.
+_Asking: TypeAlias = tuple["Emitter | None", str | None, float | None, Scrubber, float | None]
 _asking: contextvars.ContextVar[_Asking | None] = contextvars.ContextVar(
     "toolbus_policy_asking", default=None
 )
@@ -94,17 +97,30 @@ def asking(
     batch_id: str | None,
     timeout: float | None,
     scrubber: Scrubber = EMPTY_SCRUBBER,
+    due: float | None = None,
 ) -> contextvars.Token[Any]:
     """The pipeline: a policy is asked about a call of `batch_id`, whose attempts
-    have `timeout` and whose secrets `scrubber` hides, now (reset the token after)."""
-    return _asking.set((emitter, batch_id, timeout, scrubber))
+    have `timeout`, whose secrets `scrubber` hides and whose whole-call
+    deadline is `due` (a `time.monotonic()` instant), now (reset the token after)."""
+    return _asking.set((emitter, batch_id, timeout, scrubber, due))
 
 
 def call_timeout() -> float | None:
-    """The deadline of the attempts of the call a policy is asked about (None:
-    none, or not asked by an executor)."""
+    """The timeout of each attempt of the call a policy is asked about (None:
+    none, or not asked by an executor). Not its whole-call budget: see
+    `time_left`."""
     current = _asking.get()
     return current[2] if current is not None else None
+
+
+def time_left() -> float | None:
+    """Seconds left before the whole-call deadline (`call_timeout`) of the
+    call a policy is asked about; None when it has none (or outside an
+    executor's ask). A policy that would make the call wait longer should
+    refuse it now instead: the call ends at its deadline anyway."""
+    current = _asking.get()
+    due = current[4] if current is not None else None
+    return None if due is None else due - time.monotonic()
 
 
 def done_asking(token: contextvars.Token[Any]) -> None:
@@ -121,7 +137,7 @@ def announce(name: str, make: Callable[[str | None], Event]) -> bool:
     current = _asking.get()
     if current is None:
         return False
-    emitter, batch_id, _, scrubber = current
+    emitter, batch_id, _, scrubber, _ = current
     if emitter is None or not emitter.wants(name):
         return False
     event = make(batch_id)

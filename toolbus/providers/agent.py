@@ -26,6 +26,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .._options import timeout_seconds
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..executor import Executor
 from ..models import BatchResult, ToolCall, ToolResult
@@ -371,6 +372,7 @@ def run_agent(
     approve: Approve | None = None,
     resume: AgentResult | None = None,
     approvals: Mapping[str, ApprovalDecision] | None = None,
+    call_timeout: float | None = None,
     **options: Any,
 ) -> AgentResult:
     """Run the model and its tool calls until it answers without calling a tool,
@@ -391,6 +393,8 @@ def run_agent(
     nulls strict mode makes the model send for the optional fields it leaves out. `max_length` caps
     each result's text. `options` go into every request (`temperature`,
     `system` or `max_tokens` for Anthropic, `instructions`, ...).
+    `call_timeout` bounds each tool call of the run as a whole, waits and
+    retries included (see `Executor.execute`; the tightest budget applies).
     Errors of the model API (the SDK's exceptions) propagate.
 
     Calls that need an approval (`toolbus.policies.requires_approval`) are
@@ -406,6 +410,7 @@ def run_agent(
     and `turns` continue the stopped run's, and `max_turns` bounds them all.
     """
     check_approve(approve, sync=True)
+    timeout_seconds(call_timeout, "call_timeout", "run_agent")
     fmt, steps = _start(
         client,
         api,
@@ -434,7 +439,9 @@ def run_agent(
             elif isinstance(step, Decide):
                 reply = step.ask(approve)
             else:
-                reply = executor.execute_batch(step.calls, approvals=step.approvals)
+                reply = executor.execute_batch(
+                    step.calls, approvals=step.approvals, call_timeout=call_timeout
+                )
     except StopIteration as stop:
         result: AgentResult = stop.value
         return result
@@ -456,6 +463,7 @@ async def arun_agent(
     approve: Approve | None = None,
     resume: AgentResult | None = None,
     approvals: Mapping[str, ApprovalDecision] | None = None,
+    call_timeout: float | None = None,
     **options: Any,
 ) -> AgentResult:
     """Async twin of `run_agent`, for `openai.AsyncOpenAI`-like and
@@ -465,6 +473,7 @@ async def arun_agent(
     `approve` may be sync or async.
     """
     check_approve(approve, sync=False)
+    timeout_seconds(call_timeout, "call_timeout", "arun_agent")
     fmt, steps = _start(
         client,
         api,
@@ -499,7 +508,9 @@ async def arun_agent(
             elif isinstance(step, Decide):
                 reply = await step.aask(approve)
             else:
-                reply = await executor.aexecute_batch(step.calls, approvals=step.approvals)
+                reply = await executor.aexecute_batch(
+                    step.calls, approvals=step.approvals, call_timeout=call_timeout
+                )
     except StopIteration as stop:
         result: AgentResult = stop.value
         return result

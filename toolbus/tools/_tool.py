@@ -77,7 +77,10 @@ class Tool:
     Options are checked when the tool is made, with an error naming the tool
     and the option: `timeout` is None (the executor's timeout applies), a
     number of seconds > 0, or `math.inf` (no deadline for this tool, whatever
-    the executor's); `max_concurrency` is None or an integer >= 1; `retry` is
+    the executor's); `call_timeout` (the whole call's budget: waiting, every
+    attempt and backoff) is None, a number of seconds > 0 or `math.inf`,
+    and the tightest of the tool's, the executor's and the call's applies;
+    `max_concurrency` is None or an integer >= 1; `retry` is
     None or a `RetryPolicy`. `bool`, text such as `"1"` and NaN are refused.
     `idempotent` and `open_world` are True or False; `destructive` is True,
     False or None (None: as mutating as the tool is, `not read_only`), and a
@@ -101,6 +104,9 @@ class Tool:
     parameters: dict[str, Any] | None = None
     read_only: bool = False
     timeout: float | None = None
+    # The whole call's budget (schedule-to-close), its waits and retries
+    # included; the tightest of the tool's, the executor's and the call's wins.
+    call_timeout: float | None = None
     retry: RetryPolicy | None = None
     max_concurrency: int | None = None
     # Where its attempts run: a `toolbus.backends.Backend`, a name ("auto",
@@ -268,6 +274,7 @@ class Tool:
         # Normalised onto the instance, so a class attribute is checked too and
         # the executor and supervisor only ever see a number or None.
         self.timeout = timeout_seconds(self.timeout, "timeout", owner)
+        self.call_timeout = timeout_seconds(self.call_timeout, "call_timeout", owner)
         if self.max_concurrency is not None:
             self.max_concurrency = positive_int(self.max_concurrency, "max_concurrency", owner)
         groups = (self.groups,) if isinstance(self.groups, str) else self.groups

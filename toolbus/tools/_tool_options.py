@@ -40,6 +40,7 @@ class ToolLimits(TypedDict, total=False):
     """How long a call may take, how it is retried, how many run at once."""
 
     timeout: float | None
+    call_timeout: float | None
     retry: RetryPolicy | None
     max_concurrency: int | None
 
