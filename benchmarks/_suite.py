@@ -15,6 +15,7 @@ from . import (
     bus_cost,
     chaos,
     latency,
+    lateness,
     longrun,
     many_async,
     memory,
@@ -54,6 +55,11 @@ SCENARIOS: list[Scenario] = [
         ray_backend.run,
     ),
     ("waiting", "Scenario 15: calls waiting on a rate limit (threads)", waiting.run),
+    (
+        "lateness",
+        "Scenario 16: callers freed at their deadline beside a CPU-bound thread",
+        lateness.run,
+    ),
 ]
 
 
@@ -214,5 +220,12 @@ def goals() -> list[Goal]:
             "1 000 × 50 ms async Ray calls at max_parallel=200 vs a raw Ray asyncio.gather",
             "≥ 90%",
             "ray",
+        ),
+        Goal(
+            "lateness_vs_event",
+            "callers freed at a deadline beside a CPU-bound thread: p99 lateness, "
+            "execute and aexecute, vs a plain Event.wait's",
+            "≤ 1.5×",
+            "lateness",
         ),
     ]

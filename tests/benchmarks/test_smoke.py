@@ -59,7 +59,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert proc.returncode == 0, log[-5000:]
     assert "crashed" not in proc.stdout, log[-5000:]
 
-    assert len(SCENARIOS) == 15
+    assert len(SCENARIOS) == 16
     for _, header, _ in SCENARIOS:
         assert f"=== {header} ===" in proc.stdout
     assert "-- Goals (smoke mode" in proc.stdout
@@ -91,6 +91,7 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
         "pipelined_sync_vs_tpe",
         "pipelined_async_vs_gather",
         "waiting_threads",
+        "lateness_vs_event",
         "chaos_lost",
         "chaos_late_p99",
         "chaos_late_max",
@@ -109,6 +110,11 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert waiting["peak_threads"] >= waiting["threads_before"]
     assert waiting["samples"] > 0
     assert waiting["live_workers"] >= 1
+    # Lateness: every waiter sampled, each with its quantiles.
+    late = scenarios["lateness"]["result"]
+    assert late["samples"] >= 30
+    for waiter in ("plain", "sync", "async"):
+        assert late[waiter]["p50_ms"] <= late[waiter]["p99_ms"] <= late[waiter]["max_ms"]
     # Chaos: every call accounted for exactly once, hanging calls timed out and timed.
     chaos = scenarios["chaos"]
     assert chaos["all_finished_in_time"]
