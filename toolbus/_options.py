@@ -40,7 +40,13 @@ def _real(value: object, option: str, owner: str, kind: str) -> float:
         raise TypeError(
             f"{_where(option, owner)} must be {kind}, got {type(value).__name__} {value!r}"
         )
-    number = value if isinstance(value, int | float) else float(value)
+    try:
+        number = value if isinstance(value, float) else float(value)
+    except OverflowError:  # an integer beyond every float: infinite, for our purposes
+        number = math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    else:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value  # kept as given (it fits a float)
     if math.isnan(number):
         raise ValueError(f"{_where(option, owner)} must be {kind}, got NaN")
     return number

@@ -383,3 +383,130 @@ def test_run_agent_checks_its_call_timeout(make_executor: MakeExecutor) -> None:
     ex = make_executor(ToolRegistry())
     with pytest.raises(ValueError, match="call_timeout"):
         run_agent(object(), model="m", messages="hi", executor=ex, call_timeout=-1)
+
+
+# -- found by review ---------------------------------------------------------------------------
+
+
+def test_a_call_let_out_after_its_deadline_never_starts(
+    make_executor: MakeExecutor, recorder: bus.Recorder, release: threading.Event
+) -> None:
+    """A call a slot, a thread or its batch's order let out at or past its
+    whole-call deadline was given an attempt anyway: a mutating tool could
+    run after its call was reported DEADLINE_EXCEEDED (review of issue 21)."""
+    reg = ToolRegistry()
+    ran: list[str] = []
+
+    @reg.tool
+    def slow_write() -> str:
+        release.wait(0.3)  # past the batch's budget; the next call waits for it
+        return "written"
+
+    @reg.tool
+    def charge() -> str:
+        ran.append("charge")
+        return "charged"
+
+    @reg.tool(read_only=True)
+    def echo() -> str:
+        ran.append("echo")
+        return "ok"
+
+    ex = make_executor(reg, timeout=30)
+    # No time at all: refused at dispatch.
+    r = ex.execute(ToolCall(id="e", name="echo"), call_timeout=1e-6)
+    assert (r.status, r.error_code, r.attempts) == ("timeout", ErrorCode.DEADLINE_EXCEEDED, 0)
+    # Let out by its batch's order past its deadline.
+    batch = ex.execute_batch(
+        [ToolCall(id="w", name="slow_write"), ToolCall(id="c", name="charge")], call_timeout=0.2
+    )
+    write, charged = batch.results
+    assert (write.error_code, write.attempts) == (ErrorCode.DEADLINE_EXCEEDED, 1)
+    assert (charged.status, charged.error_code, charged.attempts) == (
+        "timeout",
+        ErrorCode.DEADLINE_EXCEEDED,
+        0,
+    )
+    release.set()
+    assert ex.drain_events()
+    assert ran == []
+    assert [e.call_id for e in recorder.of(bus.TIMEOUT)] == ["w"]
+    assert [e.call_id for e in recorder.of(bus.EXECUTING)] == ["w"]
+
+
+def test_a_users_policy_hears_of_a_timeout_on_a_worker_not_under_the_schedulers_lock(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    """The timeout finished where it was noticed also told a user's policy
+    there, under the scheduler's lock: a slow `on_result` stalled every call,
+    and one calling its executor was refused (review of issue 21)."""
+    seen: dict[str, Any] = {}
+    holder: dict[str, Executor] = {}
+
+    class Audit(BasePolicy):
+        def on_result(self, call: ToolCall, result: Any, now: float) -> None:
+            if call.name == "hang":
+                seen["thread"] = threading.current_thread().name
+                seen["nested"] = holder["ex"].execute(ToolCall(name="echo"))
+
+    reg = ToolRegistry()
+    _hanging(reg, release, policies=[Audit()])
+
+    @reg.tool(read_only=True)
+    def echo() -> str:
+        return "ok"
+
+    ex = holder["ex"] = make_executor(reg, timeout=0.1)
+    assert ex.execute(ToolCall(name="hang")).status == "timeout"
+    assert seen["thread"].startswith("ToolWorker")
+    assert seen["nested"].status == "ok"
+
+
+def test_the_timeout_event_says_what_the_attempt_was_given(
+    make_executor: MakeExecutor, recorder: bus.Recorder, release: threading.Event
+) -> None:
+    reg = ToolRegistry()
+    _hanging(reg, release)
+    ex = make_executor(reg, timeout=30)
+    ex.execute(ToolCall(id="b", name="hang"), call_timeout=0.2)
+    ex.execute(ToolCall(id="t", name="hang"), timeout=0.1, call_timeout=20)
+    assert ex.drain_events()
+    given = {e.call_id: e.timeout for e in recorder.of(bus.TIMEOUT)}
+    assert 0 < given["b"] <= 0.2  # what was left of the budget, not the 30 s timeout
+    assert given["t"] == 0.1
+    executing = {e.call_id: e.timeout for e in recorder.of(bus.EXECUTING)}
+    assert executing == given
+
+
+def test_a_calls_own_timeout_replaces_an_adaptive_one_and_budgets_teach_it_nothing(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    from toolbus.policies import adaptive_timeout
+
+    learned = adaptive_timeout(min_samples=1, floor=1.0, override=True)
+    reg = ToolRegistry()
+    _hanging(reg, release, policies=[learned])
+
+    @reg.tool(read_only=True, policies=[learned])
+    def clock(ctx: ToolContext) -> float | None:
+        return ctx.deadline
+
+    ex = make_executor(reg, timeout=10)
+    for _ in range(3):  # ended by the budget: no sample of the tool's own time
+        r = ex.execute(ToolCall(name="hang"), call_timeout=0.1)
+        assert r.error_code is ErrorCode.DEADLINE_EXCEEDED
+    assert learned.timeout(reg.get("hang"), 10.0) == 10.0  # type: ignore[arg-type]
+    assert ex.execute(ToolCall(name="clock"), timeout=math.inf).output is None
+
+
+def test_huge_integers_are_no_overflow() -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def echo() -> str:
+        return "ok"
+
+    with Executor(reg, timeout=10**400, call_timeout=10**400) as ex:
+        assert ex.timeout is None and ex.call_timeout is None
+        r = ex.execute(ToolCall(name="echo"), timeout=10**400, call_timeout=10**400)
+        assert r.status == "ok"

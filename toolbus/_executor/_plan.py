@@ -192,12 +192,13 @@ def plan_run(
             approval=approval,
             refusal=(ErrorCode.TOOL_NOT_FOUND, unknown_tool_message(call.name, registry.names())),
         )
-    if timeout is None:
+    given = timeout is not None  # the call's own: it replaces the tool's and a policy's
+    if not given:
         timeout = plan.timeout
     elif timeout == math.inf:
         timeout = None  # this call's attempts have no deadline of their own
     guard = plan.guard
-    if guard is not None and guard.refusal is None and guard.timing:
+    if guard is not None and guard.refusal is None and guard.timing and not given:
         timed = timeout_for(guard, timeout)
         if isinstance(timed, tuple):  # a policy's timeout() failed: refused below
             guard = replace(guard, refusal=timed)

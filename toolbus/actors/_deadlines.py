@@ -173,7 +173,7 @@ class Deadlines:
                     run.call.name,
                     run.batch_id,
                     n,
-                    run.timeout or 0.0,
+                    run.allowed or 0.0,
                     parent_call_id=run.parent_call_id,
                     _run=run.token,
                 ),
@@ -205,6 +205,15 @@ class Deadlines:
         except Exception as e:
             log.error("backend %r failed to take a job: %s", backend.name, e)
             self._finish_here(run, "timeout", *ran_out(run, stage))
+
+    def _spent_at_dispatch(self, run: Run) -> bool:
+        """`run` is let out (a slot, a thread, its batch's order) with no time
+        left before its whole-call deadline: it ends as if it had waited on,
+        its next attempt never begun (True), or it may start (False)."""
+        if (run.due or 0.0) - time.monotonic() > _EARLY:
+            return False
+        self._finish_here(run, "timeout", ErrorCode.DEADLINE_EXCEEDED, budget_spent(run))
+        return True
 
     def _spent_before_start(self, run: Run, n: int) -> None:
         """The whole call's deadline came while attempt `n` was being set up

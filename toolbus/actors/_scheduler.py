@@ -318,6 +318,8 @@ class Scheduler(Admission, Delays, Backpressure):
     # -- dispatch ---------------------------------------------------------------------------
 
     def _dispatch(self, run: Run) -> None:
+        if run.due is not None and self._spent_at_dispatch(run):
+            return
         backend: Backend = run.backend
         if id(backend) not in self.backends:
             self._finish_here(

@@ -72,6 +72,7 @@ class Run:
     __slots__ = (
         "_lock",
         "admitted",
+        "allowed",
         "approval",
         "asking_since",
         "attempt",
@@ -185,6 +186,9 @@ class Run:
         self.last_error = ""
         self.retry_delay = 0.0
         self.deadline: float | None = None
+        # The seconds the current attempt was given (its events say so): its
+        # timeout, or what was left of the whole call's budget if that was less.
+        self.allowed: float | None = timeout
         # The whole call's deadline (`call_timeout`, schedule-to-close): a
         # monotonic instant no attempt, wait or backoff may pass, or None.
         # `budget` is the call_timeout it was made from (None: inherited from
@@ -228,11 +232,13 @@ class Run:
             now = time.monotonic()
             if n == 1:
                 self.first_start = now
-            deadline = now + self.timeout if self.timeout is not None else None
+            timeout = self.timeout
+            deadline = now + timeout if timeout is not None else None
             due = self.due
             if due is not None and (deadline is None or due < deadline):
                 deadline = due  # the whole call's budget is the tighter clock
-            self.deadline = deadline
+                timeout = due - now
+            self.deadline, self.allowed = deadline, timeout
 
     def bound(self, budget: float | None, parent: Run | None) -> None:
         """Before submission: give the call its whole-call deadline, `budget`

@@ -170,7 +170,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         em.emit_later(
             sig.EXECUTING,
             Executing,
-            (call_id, name, bid, n, run.masked, run.timeout),
+            (call_id, name, bid, n, run.masked, run.allowed),
             pid,
             run.token,
         )
@@ -244,7 +244,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             em.emit(
                 sig.TIMEOUT,
                 TimedOut(
-                    call_id, name, bid, n, run.timeout or 0.0, parent_call_id=pid, _run=run.token
+                    call_id, name, bid, n, run.allowed or 0.0, parent_call_id=pid, _run=run.token
                 ),
             )
         late = _late_event(run, n, error, duration)
@@ -376,7 +376,8 @@ def timed_out_here(run: Run, n: int, phase: str, svc: Services) -> Outcome:
 def plain_after_timeout(run: Run, svc: Services) -> bool:
     """Whether what follows `run`'s timeout runs no code of the user's: the
     retry decision is toolbus's (`should_retry` and the policy's strategies
-    its own), and no post-call hook sees the result."""
+    its own), no post-call hook sees the result, and no policy of the user's
+    is told it."""
     policy = run.policy
     return (
         svc.plain_retry
@@ -384,6 +385,8 @@ def plain_after_timeout(run: Run, svc: Services) -> bool:
         and policy.stop is None
         and policy.wait is None
         and policy.retry is None
+        # Policies told the result are toolbus's own (quick, never blocking).
+        and all(type(p).__module__.startswith("toolbus.") for p in run.consulted)
     )
 
 

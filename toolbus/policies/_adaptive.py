@@ -24,7 +24,7 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..models import ToolCall, ToolResult
+from ..models import ErrorCode, ToolCall, ToolResult
 from ._protocol import BasePolicy
 from ._signals import call_timeout
 
@@ -134,7 +134,9 @@ class AdaptiveTimeout(BasePolicy):
     def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
         if result.status == "ok" and result.attempts == 1:
             self.add(call.name, result.duration)
-        elif result.status == "timeout":
+        elif result.status == "timeout" and result.error_code is not ErrorCode.DEADLINE_EXCEEDED:
+            # (The whole call's deadline ended it: no sample of the tool's own
+            # time, which may have been cut short by queueing or backoffs.)
             missed = call_timeout()
             if missed is not None and math.isfinite(missed):
                 self.add(call.name, missed)
