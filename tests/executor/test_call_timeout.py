@@ -42,6 +42,18 @@ def _hanging(reg: ToolRegistry, release: threading.Event, **options: Any) -> Non
         return "late"
 
 
+def _hang_and_clock(release: threading.Event) -> ToolRegistry:
+    """`hang`, and `clock`, which returns what its context has left."""
+    reg = ToolRegistry()
+    _hanging(reg, release)
+
+    @reg.tool(read_only=True)
+    def clock(ctx: ToolContext) -> float | None:
+        return ctx.remaining
+
+    return reg
+
+
 # -- the options --------------------------------------------------------------------------
 
 
@@ -297,14 +309,9 @@ def test_on_full_wait_is_bounded_by_the_budget(
 def test_an_async_tools_nested_call_inherits_what_it_has_left(
     make_executor: MakeExecutor, release: threading.Event
 ) -> None:
-    reg = ToolRegistry()
+    reg = _hang_and_clock(release)
     holder: dict[str, Executor] = {}
     results: dict[str, Any] = {}
-    _hanging(reg, release)
-
-    @reg.tool(read_only=True)
-    def clock(ctx: ToolContext) -> float | None:
-        return ctx.remaining
 
     @reg.tool(read_only=True, timeout=30)
     async def outer(ctx: ToolContext) -> str:
@@ -327,14 +334,9 @@ def test_an_async_tools_nested_call_inherits_what_it_has_left(
 def test_a_nested_call_ends_within_its_callers_budget(
     make_executor: MakeExecutor, release: threading.Event
 ) -> None:
-    reg = ToolRegistry()
+    reg = _hang_and_clock(release)
     holder: dict[str, Executor] = {}
     results: dict[str, Any] = {}
-    _hanging(reg, release)
-
-    @reg.tool(read_only=True)
-    def clock(ctx: ToolContext) -> float | None:
-        return ctx.remaining
 
     @reg.tool(read_only=True)
     def outer(ctx: ToolContext) -> str:
