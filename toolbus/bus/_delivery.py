@@ -384,6 +384,7 @@ class Announcer:
         """
         if self._closed:
             return 0
+        deadline = None if timeout is None else time.monotonic() + timeout
         self.drain(timeout)
         with self._lock:
             if self._closed:
@@ -392,6 +393,11 @@ class Announcer:
             self._cond.notify_all()  # lingering queues: deliver now
             for _ in range(self._threads):
                 self._ready.put(None)  # behind the queues in line, which are emptied next
+        # Events announced while the first drain waited (producers racing the
+        # close) are in line too: the pool empties the line before it stops,
+        # so they get what is left of the time, and only what then remains
+        # is dropped.
+        self.drain(None if deadline is None else max(0.0, deadline - time.monotonic()))
         dropped = self.drop_pending(why)
         self.failures.flush()
         return dropped
