@@ -27,6 +27,7 @@ __all__ = [
     "non_negative_number",
     "positive_int",
     "positive_number",
+    "real_number",
     "timeout_seconds",
 ]
 
@@ -50,6 +51,12 @@ def _real(value: object, option: str, owner: str, kind: str) -> float:
     if math.isnan(number):
         raise ValueError(f"{_where(option, owner)} must be {kind}, got NaN")
     return number
+
+
+def real_number(value: object, option: str, owner: str = "") -> float:
+    """`value` as a number (any real but NaN; an integer beyond every float is
+    infinite); else `TypeError` / `ValueError` naming `owner` and `option`."""
+    return _real(value, option, owner, "a number")
 
 
 def _integer(value: object, option: str, owner: str) -> int:

@@ -12,11 +12,9 @@ Hooks may be sync or async (`async def`): they run where the call runs (a
 worker thread for sync tools, the event loop for async ones), in the caller's
 captured `contextvars`; an async hook is awaited on the executor's loop.
 
-This module is the facade: the public API and the order things happen in.
-The jobs it hands off are in `toolbus/_executor/` (its `__init__` lists them).
-
-One piece: it is the facade, the public API with the docstrings users read;
-every job it orders is done in `toolbus/_executor/`, a module each.
+One piece: it is the facade, the public API with the docstrings users read
+and the order things happen in; every job it orders is done in
+`toolbus/_executor/`, a module each (its `__init__` lists them).
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from ._executor._handles import BatchHandle, CallHandle, FutureWaiter, cancel_wh
 from ._executor._journal import announce_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
-from ._executor._options import GroupsOption, check_options, check_wiring
+from ._executor._options import GroupsOption, check_options, check_wiring, close_budget
 from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
 from ._executor._submission import Submission, SubmitHooks, Submitting
@@ -271,8 +269,8 @@ class Executor(ExecutorHooks, Submitting):
         that requires one (see `toolbus.policies.requires_approval`).
         `priority` (an integer, default 0; a nested call's default is its
         caller's): when capacity is short, higher priorities start first.
-        `timeout`: its attempts' own, instead of the tool's (`math.inf`:
-        none); `call_timeout`: a whole-call budget, applied if the tightest.
+        `timeout`: its attempts' own, instead of the tool's (`math.inf`: none);
+        `call_timeout`: a whole-call budget, applied if the tightest.
 
         From an async tool or hook of this executor, use `aexecute`: blocking
         the loop its async tools run on would deadlock, so `execute` there
@@ -557,6 +555,7 @@ class Executor(ExecutorHooks, Submitting):
         logged per receiver. Stuck tool threads are daemons and are left behind;
         they never keep the process alive.
         """
+        timeout = close_budget(timeout)  # first: a bad one must not half close it
         with self._close_lock:
             if self._closed:
                 return

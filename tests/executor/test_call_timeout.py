@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -512,3 +514,71 @@ def test_huge_integers_are_no_overflow() -> None:
         assert ex.timeout is None and ex.call_timeout is None
         r = ex.execute(ToolCall(name="echo"), timeout=10**400, call_timeout=10**400)
         assert r.status == "ok"
+
+
+def test_a_call_whose_worker_starts_after_its_deadline_never_runs(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """Dispatched with time left, it waited for its worker (here the loop,
+    blocked by another tool) past its whole-call deadline: it was counted as
+    an attempt that timed out, and could still start (second review of issue 21)."""
+    reg = ToolRegistry()
+    ran: list[str] = []
+    inside = threading.Event()
+
+    @reg.tool(read_only=True)
+    async def blocker() -> str:
+        inside.set()
+        time.sleep(0.5)  # the point: it blocks the loop
+        return "done"
+
+    @reg.tool(read_only=True, policies=[circuit_breaker(failures=1)])
+    async def quick() -> str:
+        ran.append("quick")
+        return "ok"
+
+    ex = make_executor(reg, timeout=30)
+    blocking = ex.submit(ToolCall(id="x", name="blocker"))
+    assert inside.wait(10)
+    r = ex.execute(ToolCall(id="b", name="quick"), call_timeout=0.2)
+    assert (r.status, r.error_code, r.attempts) == ("timeout", ErrorCode.DEADLINE_EXCEEDED, 0)
+    assert blocking.result(10).status == "ok"
+    assert ex.drain_events()
+    assert ran == []
+    assert [e.call_id for e in recorder.of(bus.TIMEOUT)] == []
+    assert ex.execute(ToolCall(name="quick")).status == "ok"  # no breaker counted it
+
+
+def test_time_a_policy_took_shrinks_what_the_attempt_is_given(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    class Slow(BasePolicy):
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Any:
+            time.sleep(0.3)  # off the attempt's clock, never off the call's
+            return super().admit(call, tool, now)
+
+    reg = ToolRegistry()
+    seen: list[float | None] = []
+
+    @reg.tool(read_only=True, policies=[Slow()])
+    def clock(ctx: ToolContext) -> None:
+        seen.append(ctx.remaining)
+
+    ex = make_executor(reg, timeout=5)
+    assert ex.execute(ToolCall(id="c", name="clock"), call_timeout=1.0).status == "ok"
+    assert ex.drain_events()
+    (given,) = [e.timeout for e in recorder.of(bus.EXECUTING)]
+    (left,) = seen
+    assert left is not None and 0 < left <= given <= 0.7 + 0.05
+
+
+def test_close_takes_any_number_and_refuses_the_rest() -> None:
+    for seconds in (10**400, math.inf, Fraction(1, 2), 0):
+        ex = Executor(ToolRegistry())
+        ex.close(timeout=seconds)
+        assert ex.closed
+    ex = Executor(ToolRegistry())
+    with pytest.raises(TypeError, match=r"Executor\.close: timeout"):
+        ex.close(timeout="1")  # type: ignore[arg-type]
+    assert not ex.closed  # refused before anything closed
+    ex.close()

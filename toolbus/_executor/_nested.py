@@ -61,11 +61,16 @@ def would_block_its_tools(loop: LoopThread, scheduler: Scheduler, services: Serv
 def refuse_blocking(scheduler: Scheduler, message: Submit) -> None:
     """A blocking call on the loop its async tools run on would deadlock: end
     its calls `rejected` at once, through the scheduler (counted, announced)."""
+    inside = scheduler.held_here()
     for run in message.runs:
         if run.tool is not None and run.refusal is None:
             run.refuse(
                 ErrorCode.TOOL_UNAVAILABLE,
                 f"Tool '{run.call.name}' is unavailable here: a blocking execute() was "
+                "called from inside the executor's scheduler (a policy told how a call "
+                "ended, say), which it would stall"
+                if inside
+                else f"Tool '{run.call.name}' is unavailable here: a blocking execute() was "
                 "called on an event loop this executor's async tools run on, which it "
                 "would block; use `await executor.aexecute(...)`",
             )

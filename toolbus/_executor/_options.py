@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .._options import check_on_full, positive_int, positive_number, timeout_seconds
+from .._options import (
+    check_on_full,
+    positive_int,
+    positive_number,
+    real_number,
+    timeout_seconds,
+)
 from ..backends import Backend, Backends
 from ..masking import DEFAULT_SECRET_KEYS, SecretKeys
 from ..models import ToolCall
@@ -116,6 +122,20 @@ def check_options(
         on_full=on_full,
         call_timeout=call_timeout,
     )
+
+
+# The longest `close()` waits in all, whatever it is given (a day: a wait
+# beyond what the platform's timed waits accept would raise instead).
+_LONGEST_CLOSE = 86_400.0
+
+
+def close_budget(value: object) -> float:
+    """`close(timeout=)`: a number >= 0 (`math.inf` and anything huge: at
+    most a day); else `TypeError`/`ValueError`."""
+    seconds = real_number(value, "timeout", "Executor.close")
+    if not seconds >= 0:
+        raise ValueError(f"Executor.close: timeout must be >= 0, got {value!r}")
+    return float(min(seconds, _LONGEST_CLOSE))
 
 
 def call_budget(value: object, owner: str, option: str = "call_timeout") -> float | None:

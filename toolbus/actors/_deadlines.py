@@ -29,6 +29,7 @@ from ..pipeline import (
     FINISHING,
     OFF_CLOCK,
     POLICIES,
+    QUEUED,
     Run,
     budget_spent,
     finish,
@@ -129,6 +130,12 @@ class Deadlines:
             return
         run, n = msg.run, msg.attempt
         phase = run.phase
+        if phase == QUEUED and run.out_of_budget():
+            # Dispatched with time left, but its worker has not begun (a
+            # busy loop, a slow thread start) when the whole call's time ran
+            # out: it never ran, and never will.
+            self._spent_before_start(run, n)
+            return
         if phase in OFF_CLOCK:
             now = time.monotonic()
             due = run.due

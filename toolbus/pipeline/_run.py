@@ -268,7 +268,12 @@ class Run:
             return
         deadline += seconds
         due = self.due
-        self.deadline = due if due is not None and deadline > due else deadline
+        if due is not None and deadline > due:
+            # What the attempt is given shrinks by what the cap takes off.
+            if self.allowed is not None:
+                self.allowed -= deadline - due
+            deadline = due
+        self.deadline = deadline
 
     def out_of_budget(self) -> bool:
         """Whether the current attempt's deadline is the whole call's: its
