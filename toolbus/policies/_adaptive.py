@@ -24,6 +24,7 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from .._options import real_number
 from ..models import ErrorCode, ToolCall, ToolResult
 from ._protocol import BasePolicy
 from ._signals import call_timeout
@@ -164,9 +165,7 @@ def _percentile(ordered: list[float], q: float) -> float:
 
 
 def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"adaptive_timeout: {what} must be a number, got {value!r}")
-    number = float(value)
+    number = float(real_number(value, what, "adaptive_timeout"))
     if not math.isfinite(number):
         raise ValueError(f"adaptive_timeout: {what} must be finite, got {value!r}")
     return number
