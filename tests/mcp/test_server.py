@@ -385,8 +385,15 @@ def test_a_lone_surrogate_in_a_served_output_does_not_take_the_stdio_server_down
         call = {"jsonrpc": "2.0", "method": "tools/call"}
         send({**call, "id": 1, "params": {"name": "name_of_file", "arguments": {}}})
         send({**call, "id": 2, "params": {"name": "ping", "arguments": {}}})
-        # Each call gets its one answer (the first may be an error, or carry U+FFFD).
-        wait_until(lambda: {1, 2} <= {a.get("id") for a in answers}, 10, "both answers")
+
+        # Each call gets its one answer (the first may be an error, or carry
+        # U+FFFD). The bound is a hang guard: a cold `python -m toolbus` on an
+        # oversubscribed machine takes a while; a server that died fails at once.
+        def answered() -> bool:
+            assert server.poll() is None, f"the server exited ({server.returncode})"
+            return {1, 2} <= {a.get("id") for a in answers}
+
+        wait_until(answered, 120, "both answers")
     finally:
         server.kill()
         server.wait(10)

@@ -76,12 +76,13 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         client = redis.Redis(unix_socket_path=str(sock))
 
         def up() -> bool:
+            assert server.poll() is None, f"redis-server exited ({server.returncode})"
             try:
                 return bool(client.ping())
             except (redis.ConnectionError, FileNotFoundError):
                 return False
 
-        wait_until(up, timeout=10, what="redis-server accepting connections")
+        wait_until(up, timeout=120, what="redis-server accepting connections")
         client.close()
         yield f"redis+unix://{sock}"
     finally:
