@@ -582,3 +582,34 @@ def test_close_takes_any_number_and_refuses_the_rest() -> None:
         ex.close(timeout="1")  # type: ignore[arg-type]
     assert not ex.closed  # refused before anything closed
     ex.close()
+
+
+def test_a_deadline_while_the_call_is_admitted_is_no_attempts_timeout(
+    make_executor: MakeExecutor, recorder: bus.Recorder, release: threading.Event
+) -> None:
+    """The whole call's deadline came while its arguments were checked or its
+    pre-call hooks ran: `tool:timeout` and attempts=1 for a tool that never
+    started, and a breaker counted it (third review of issue 21)."""
+    reg = ToolRegistry()
+    ran: list[str] = []
+    admitting = threading.Event()
+
+    def hold(call: ToolCall) -> ToolCall:
+        admitting.set()
+        release.wait(30)  # the deadline comes meanwhile
+        return call
+
+    @reg.tool(read_only=True, policies=[circuit_breaker(failures=1)])
+    def echo() -> str:
+        ran.append("echo")
+        return "ok"
+
+    ex = make_executor(reg, timeout=30, pre_call=[hold])
+    r = ex.execute(ToolCall(id="a", name="echo"), call_timeout=0.2)
+    assert admitting.is_set()
+    assert (r.status, r.error_code, r.attempts) == ("timeout", ErrorCode.DEADLINE_EXCEEDED, 0)
+    release.set()
+    assert ex.drain_events()
+    assert recorder.of(bus.TIMEOUT) == []
+    wait_until(lambda: ex.stats().in_flight == 0, what="the held hook let go")
+    assert ran == []

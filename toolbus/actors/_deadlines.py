@@ -130,10 +130,11 @@ class Deadlines:
             return
         run, n = msg.run, msg.attempt
         phase = run.phase
-        if phase == QUEUED and run.out_of_budget():
-            # Dispatched with time left, but its worker has not begun (a
-            # busy loop, a slow thread start) when the whole call's time ran
-            # out: it never ran, and never will.
+        if phase in (QUEUED, ADMISSION) and run.out_of_budget():
+            # Dispatched with time left, but its tool has not begun (its
+            # worker not started, a busy loop, its arguments being checked,
+            # its pre-call hooks) when the whole call's time ran out: it
+            # never ran, and never will.
             self._spent_before_start(run, n)
             return
         if phase in OFF_CLOCK:

@@ -64,7 +64,15 @@ class Supervisor(pykka.ThreadingActor):
         self.scheduler = scheduler
 
     def on_start(self) -> None:
-        self.scheduler.bind(self.actor_ref.tell)
+        ref = self.actor_ref
+
+        def tell(message: Any) -> None:
+            try:
+                ref.tell(message)
+            except pykka.ActorDeadError:
+                pass  # a timer firing as the executor closes: Close ended every call
+
+        self.scheduler.bind(tell)
 
     def on_receive(self, message: Any) -> Any:
         self.scheduler.post(message)

@@ -395,9 +395,12 @@ class Announcer:
                 self._ready.put(None)  # behind the queues in line, which are emptied next
         # Events announced while the first drain waited (producers racing the
         # close) are in line too: the pool empties the line before it stops,
-        # so they get what is left of the time, and only what then remains
-        # is dropped.
-        self.drain(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        # so they get what is left of the time. Only if that runs out is what
+        # remains dropped; an event announced from now on is delivered by a
+        # thread of its own (see `announce`), never dropped here.
+        if self.drain(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            self.failures.flush()
+            return 0
         dropped = self.drop_pending(why)
         self.failures.flush()
         return dropped

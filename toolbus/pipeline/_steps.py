@@ -151,6 +151,11 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             if not run.try_settle(n):
                 return LOST
             return DONE if finish(run, replayed, svc) else LOST
+    # From here on the deadline treats the attempt as running: a timer that
+    # fired before this line found it not yet begun and settled it.
+    run.phase = RUNNING
+    if run.attempt != n or run.settled or run.result is not None:  # not `is_live(n)`
+        return LOST
     due = run.due
     if due is not None and time.monotonic() >= due:
         # Its worker began after the whole call's time ran out (a busy loop, a
@@ -185,7 +190,6 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             pid,
             run.token,
         )
-    run.phase = RUNNING
     # Built only for a tool that takes one (its `run` has a ctx parameter),
     # also where a backend runs it elsewhere: what it sends along (the key,
     # the progress channel) only a tool that takes a context can see.
