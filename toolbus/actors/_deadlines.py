@@ -194,7 +194,12 @@ class Deadlines:
             # now, on whichever thread noticed the timeout (most often the
             # waiting caller itself, see `_backstop.py`), so the caller is
             # freed without another hop or a new thread.
-            outcome = timed_out_here(run, n, stage, self.services)
+            try:
+                outcome = timed_out_here(run, n, stage, self.services)
+            except Exception as e:  # a bug of toolbus's: the call still ends
+                log.error("deciding call %s's timeout failed: %s", run.call.id, type(e).__name__)
+                self._finish_here(run, "timeout", *ran_out(run, stage))
+                return
             if outcome.kind == "retry":
                 self._back_off(run, outcome.delay)
             elif outcome.kind == "done":
