@@ -44,12 +44,13 @@ def recorder() -> Iterator[bus.Recorder]:
 
 
 def wait_until(
-    predicate: Callable[[], bool], timeout: float = 5.0, what: str = "", *, every: float = 0.002
+    predicate: Callable[[], bool], timeout: float = 30.0, what: str = "", *, every: float = 0.002
 ) -> None:
     """Wait for a state the test expects (e.g. "one call queued"), polling it
     `every` so often (longer for a costly look, such as a tmux screen).
 
-    Used where the state has no event to wait on; fails after `timeout`.
+    Used where the state has no event to wait on; fails after `timeout`, a
+    hang guard (generous: an oversubscribed machine is slow), not a claim.
     """
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -59,7 +60,7 @@ def wait_until(
 
 
 async def wait_until_async(
-    check: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 5.0, what: str = ""
+    check: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 30.0, what: str = ""
 ) -> None:
     """`wait_until` for a state only this event loop can read (e.g. through an
     async client): the polling runs in a thread, each `check()` on this loop,
