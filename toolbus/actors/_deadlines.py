@@ -26,16 +26,18 @@ from ..bus._events import TimedOut
 from ..models import ErrorCode
 from ..pipeline import (
     ADMISSION,
+    EARLY,
     FINISHING,
     OFF_CLOCK,
-    POLICIES,
     QUEUED,
     Run,
     budget_spent,
     finish,
     make_result,
+    off_clock,
     plain_after_timeout,
     ran_out,
+    spent_result,
     timed_out_here,
 )
 from ..policies._protocol import policy_name
@@ -54,10 +56,6 @@ __all__ = ["Deadlines"]
 log = logging.getLogger("toolbus.actors")
 
 TimerMessage = Deadline | Grace | RetryDue
-
-# A deadline timer that fires this much before the run's deadline was armed for
-# an earlier one; the timer service itself fires on time or late, never early.
-_EARLY = 0.001
 
 
 class Deadlines:
@@ -138,31 +136,16 @@ class Deadlines:
             self._spent_before_start(run, n)
             return
         if phase in OFF_CLOCK:
-            now = time.monotonic()
-            due = run.due
-            if due is not None and due - now <= _EARLY:
-                # Off the attempt's clock, never off the whole call's.
+            what, delay = off_clock(run, time.monotonic())
+            if what == "spent":
                 self._spent_before_start(run, n)
-                return
-            if phase == POLICIES:
-                # Its policies deciding: off the deadline's clock, but not for
-                # ever. They get as long as the call's timeout, apart from it.
-                if run.timeout is None:
-                    undecided = (due or now) - now
-                else:
-                    undecided = run.asking_since + run.timeout - now
-                if undecided <= _EARLY:
-                    self._undecided(run, n)
-                    return
+            elif what == "undecided":
+                self._undecided(run, n)
             else:
-                # Writing its intent to the journal, or waiting for its worker
-                # to start: off the deadline's clock. The step moves the
-                # deadline on.
-                undecided = run.timeout or 0.0
-            self._arm(run, undecided if due is None else min(undecided, due - now), Deadline)
+                self._arm(run, delay, Deadline)
             return
         left = run.remaining()
-        if left is not None and left > _EARLY:
+        if left is not None and left > EARLY:
             self._arm(run, left, Deadline)  # moved on (by a journal write)
             return
         if not run.try_settle(n):
@@ -223,9 +206,9 @@ class Deadlines:
         """`run` is let out (a slot, a thread, its batch's order) with no time
         left before its whole-call deadline: it ends as if it had waited on,
         its next attempt never begun (True), or it may start (False)."""
-        if (run.due or 0.0) - time.monotonic() > _EARLY:
+        if (run.due or 0.0) - time.monotonic() > EARLY:
             return False
-        self._finish_here(run, "timeout", ErrorCode.DEADLINE_EXCEEDED, budget_spent(run))
+        self._end_spent(run)
         return True
 
     def _spent_before_start(self, run: Run, n: int) -> None:
@@ -239,11 +222,7 @@ class Deadlines:
             return
         run.interrupt("timeout")
         self._detach(run)
-        result = make_result(
-            run, "timeout", error=budget_spent(run), code=ErrorCode.DEADLINE_EXCEEDED,
-            attempts=n - 1,
-        )  # fmt: skip
-        finish(run, result, self.services)
+        finish(run, spent_result(run, n), self.services)
         self._closed_run(run)
 
     def _on_budget(self, msg: BudgetSpent) -> None:
@@ -255,8 +234,12 @@ class Deadlines:
         t = run.ticket
         if t.closed or run.completed or t.slot or run.due is None:
             return
-        if run.due - time.monotonic() > _EARLY:  # (a backstop that woke early)
+        if run.due - time.monotonic() > EARLY:  # (a backstop that woke early)
             return
+        self._end_spent(run)
+
+    def _end_spent(self, run: Run) -> None:
+        """`run`, between attempts, ends now: its whole call's time is up."""
         self._finish_here(run, "timeout", ErrorCode.DEADLINE_EXCEEDED, budget_spent(run))
 
     def _undecided(self, run: Run, n: int) -> None:

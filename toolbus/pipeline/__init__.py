@@ -10,7 +10,7 @@ layer imports neither the actors nor the backends: they import it.
 from .._errors import ToolCrashed, WorkerKilled
 from ..tools._running import NestedCalls
 from ._batch_run import BatchRun
-from ._clock import SetUpTime, budget_spent, ran_out
+from ._clock import EARLY, SetUpTime, budget_spent, off_clock, ran_out, spent_result
 from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
@@ -51,6 +51,7 @@ from ._waiters import Cancellable, LoopWaiter, ThreadWaiter, Waiter
 __all__ = [
     "ADMISSION",
     "DONE",
+    "EARLY",
     "FINISHING",
     "JOURNALING",
     "LOST",
@@ -90,9 +91,11 @@ __all__ = [
     "finish",
     "log_contained",
     "make_result",
+    "off_clock",
     "plain_after_timeout",
     "publish_progress",
     "ran_out",
+    "spent_result",
     "timed_out_here",
     "tool_exception_filter",
 ]

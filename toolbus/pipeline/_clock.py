@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
+from typing import Literal
 
-from ..models import ErrorCode
-from ._run import ADMISSION, FINISHING, RUNNING, STARTING, Run
+from ..models import ErrorCode, ToolResult
+from ._make import make_result
+from ._run import ADMISSION, FINISHING, POLICIES, RUNNING, STARTING, Run
 
-__all__ = ["SetUpTime", "ran_out"]
+__all__ = ["EARLY", "SetUpTime", "off_clock", "ran_out", "spent_result"]
+
+# A deadline timer that fires this much before the run's deadline was armed for
+# an earlier one; the timer service itself fires on time or late, never early.
+EARLY = 0.001
 
 
 def ran_out(run: Run, phase: str = "") -> tuple[ErrorCode, str]:
@@ -52,6 +58,40 @@ def budget_spent(run: Run, phase: str = "") -> str:
         f"Tool '{run.call.name}' ran out of {clock}{where.get(phase, '')} (the whole "
         "call: queueing, waits, every attempt and backoff); it was not tried again"
     )
+
+
+def spent_result(run: Run, n: int) -> ToolResult:
+    """The result of a call whose whole-call deadline came before attempt `n`
+    began: `timeout`/`DEADLINE_EXCEEDED`, counting only the attempts that ran."""
+    return make_result(
+        run, "timeout", error=budget_spent(run), code=ErrorCode.DEADLINE_EXCEEDED,
+        attempts=n - 1,
+    )  # fmt: skip
+
+
+def off_clock(run: Run, now: float) -> tuple[Literal["spent", "undecided", "wait"], float]:
+    """What an attempt's deadline timer does, firing at `now` while `run` is
+    off the attempt's clock (its policies deciding, its intent being
+    journaled, its worker starting): end it as never begun ("spent": the
+    whole call's time is up), end it as a policy that did not decide
+    ("undecided"), or ("wait", seconds) look again later."""
+    due = run.due
+    if due is not None and due - now <= EARLY:
+        return "spent", 0.0  # off the attempt's clock, never off the whole call's
+    if run.phase == POLICIES:
+        # Off the deadline's clock, but not for ever: policies get as long as
+        # the call's timeout, apart from it.
+        if run.timeout is None:
+            undecided = (due or now) - now
+        else:
+            undecided = run.asking_since + run.timeout - now
+        if undecided <= EARLY:
+            return "undecided", 0.0
+    else:
+        # Journaling or starting a worker: the step moves the deadline on
+        # when it is done, so look again a timeout from now.
+        undecided = run.timeout or 0.0
+    return "wait", undecided if due is None else min(undecided, due - now)
 
 
 class SetUpTime:

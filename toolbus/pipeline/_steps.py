@@ -48,7 +48,7 @@ from ..tools import (
 from ._admission import (
     admit,
 )
-from ._clock import budget_spent, ran_out
+from ._clock import ran_out, spent_result
 from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
 from ._results import end_call, finish
@@ -162,11 +162,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         # slow start): the tool does not run now.
         if not run.try_settle(n):
             return LOST
-        spent = make_result(
-            run, "timeout", error=budget_spent(run), code=ErrorCode.DEADLINE_EXCEEDED,
-            attempts=n - 1,
-        )  # fmt: skip
-        return DONE if finish(run, spent, svc) else LOST
+        return DONE if finish(run, spent_result(run, n), svc) else LOST
     tool = run.tool
     assert tool is not None
     em = svc.emitter
