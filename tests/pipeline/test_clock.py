@@ -99,10 +99,11 @@ def test_an_attempt_capped_by_the_whole_call_is_deadline_exceeded() -> None:
 def test_a_call_that_never_began_counts_only_the_attempts_that_ran() -> None:
     run = _run(due=NOW)
     run.budget = 0.25
-    result = spent_result(run, 3)
+    result = spent_result(run, 2)
     assert (result.status, result.error_code, result.attempts) == (
         "timeout",
         ErrorCode.DEADLINE_EXCEEDED,
         2,
     )
+    assert result.metadata == {"between_attempts": True}
     assert "call_timeout of 0.25s" in (result.error or "")

@@ -91,6 +91,33 @@ def test_calls_that_did_not_fail_the_tool_are_not_failures(status: Status) -> No
     assert b.state("probe") == "closed"
 
 
+def test_a_call_its_budget_ended_between_attempts_is_no_evidence() -> None:
+    """Review of issue 21: a call whose retry was still queued when its whole
+    call's deadline came (`DEADLINE_EXCEEDED`, attempts 1, no `tool:timeout`)
+    opened a breaker, though the caller's budget ended it, not the tool."""
+    b = circuit_breaker(failures=1)
+    c = call()
+    assert isinstance(ask(b, c, 0.0), Admit)
+    spent = result(c, "timeout", code=ErrorCode.DEADLINE_EXCEEDED)
+    b.on_result(c, spent.model_copy(update={"metadata": {"between_attempts": True}}), 0.0)
+    assert b.state("probe") == "closed"
+    run(b, 0.0, "timeout", code=ErrorCode.DEADLINE_EXCEEDED)  # a hung attempt it cut short
+    assert b.state("probe") == "open"
+
+
+def test_calls_that_share_an_id_are_each_counted() -> None:
+    """Review of issue 21: admitted calls were known by their id, which a
+    model may repeat: of two calls both named "dup", the second's success
+    went unheard, and the failures before and after it opened the circuit."""
+    b = circuit_breaker(failures=2)
+    first, second = call(1, id="dup"), call(2, id="dup")
+    assert isinstance(ask(b, first, 0.0), Admit) and isinstance(ask(b, second, 0.0), Admit)
+    b.on_result(first, result(first, "error"), 0.0)
+    b.on_result(second, result(second, "ok"), 0.0)  # clears the failure before it
+    run(b, 1.0, "error")
+    assert b.state("probe") == "closed"
+
+
 def test_after_the_pause_one_trial_runs_and_its_success_closes_it() -> None:
     b = circuit_breaker(failures=2, reset_after=30)
     opened(b, 0.0)
@@ -301,6 +328,45 @@ def test_retries_end_first_the_breaker_hears_the_terminal_result(
     for n in range(3):
         assert ex.execute(ToolCall(name="shaky", arguments={"n": n})).status == "ok"
     assert len(attempts) == 9 and breaker.state("shaky") == "closed"
+
+
+def test_a_retry_left_queued_past_the_calls_deadline_does_not_open_it(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    breaker = circuit_breaker(failures=1)
+    blocker_queued = threading.Event()
+    release = threading.Event()
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, retry=RetryPolicy(max_retries=3, backoff_base=0.001, jitter=0))
+    def flaky() -> str:
+        blocker_queued.wait(30)  # the blocker is next in line for the one slot
+        raise ConnectionError("down")
+
+    @reg.tool(read_only=True)
+    def blocker() -> str:
+        release.wait(30)
+        return "done"
+
+    ex = make_executor(reg, max_parallel=1, policies=[breaker])
+    handle = ex.submit(ToolCall(name="flaky", id="x"), call_timeout=0.5)
+    recorder.wait_for(bus.EXECUTING, timeout=30, where=lambda e: e.call_id == "x")
+    held = ex.submit(ToolCall(name="blocker", id="b"))
+    recorder.wait_for(bus.QUEUED, timeout=30, where=lambda e: e.call_id == "b")
+    blocker_queued.set()
+    try:
+        spent = handle.result(30)
+    finally:
+        release.set()
+    assert (spent.status, spent.error_code, spent.attempts) == (
+        "timeout",
+        ErrorCode.DEADLINE_EXCEEDED,
+        1,
+    )
+    assert held.result(30).status == "ok"
+    assert breaker.state("flaky") == "closed"
+    ex.drain_events(30)
+    assert not [e for n, e in recorder.events if n == bus.TIMEOUT and e.call_id == "x"]
 
 
 class RejectFirst(BasePolicy):

@@ -147,7 +147,7 @@ def test_a_follower_that_ends_while_it_waits_leaves_the_flight(told: str) -> Non
     c.admit(leader, lookup, 0.0)
     c.admit(f1, lookup, 0.0)
     c.admit(f2, lookup, 0.0)
-    gone = f1.model_copy()
+    gone = f1  # the object it was asked about, as the executor tells it
     result = ToolResult(call_id="f1", name="lookup", status="cancelled", error="x", attempts=0)
     if told in ("on_dropped", "both"):
         c.on_dropped(gone, result, 1.0)
@@ -156,7 +156,28 @@ def test_a_follower_that_ends_while_it_waits_leaves_the_flight(told: str) -> Non
     assert c.waiting == 1
     c.on_result(leader, _ok(leader), 2.0)
     (entry,) = c._results.values()
-    assert entry.shared_with == {"f2"}  # f1 is not waiting for an answer any more
+    assert list(entry.shared_with.values()) == [f2]  # f1 is not waiting for an answer any more
+
+
+def test_calls_that_share_an_id_are_told_apart() -> None:
+    """Review of issue 21: flights knew calls by their id, which a model may
+    repeat: a follower named like its leader could not leave the flight
+    (still counted waiting, later told its answer was shared), and a
+    follower's failure ended the leader's flight."""
+    c = cache(ttl=60, wait=30)
+    leader, f1, f2 = _call("dup"), _call("dup"), _call("dup")
+    assert c.admit(leader, lookup, 0.0) == Admit()
+    d1, d2 = c.admit(f1, lookup, 0.0), c.admit(f2, lookup, 0.0)
+    assert isinstance(d1, Delay) and isinstance(d2, Delay)
+    assert c.waiting == 2
+    c.on_dropped(f1, ToolResult(call_id="dup", name="lookup", status="cancelled"), 1.0)
+    assert c.waiting == 1
+    assert c.on_result(f1, _failed(f1), 1.0) is None  # not the leader: its flight goes on
+    assert d2.until is not None and not d2.until.done()
+    c.on_result(leader, _ok(leader), 2.0)
+    assert d2.until.done()
+    (entry,) = c._results.values()
+    assert list(entry.shared_with.values()) == [f2]
 
 
 def test_a_leader_never_heard_of_again_is_presumed_lost_after_the_budget() -> None:

@@ -290,6 +290,26 @@ def test_a_call_that_leaves_mid_line_keeps_the_turns_behind_it(clock: FakeClock)
     assert (line.next_seq, line.given_back) == (4, {2})
 
 
+def test_calls_that_share_an_id_each_keep_their_place_in_line(clock: FakeClock) -> None:
+    """Review of issue 21: waiting calls were known by their id, which a
+    model may repeat, so five calls all named "dup" overwrote each other's
+    place: served newest first, `waiting` said 1, and one that left gave
+    back another's turn."""
+    rl = rate_limit("1/second", max_wait=math.inf, clock=clock)
+    assert isinstance(ask(rl, clock, call(0, id="dup")), Admit)
+    same = [call(n, id="dup") for n in range(1, 5)]
+    delays = [ask(rl, clock, c) for c in same]
+    assert [round(d.seconds, 3) for d in delays if isinstance(d, Delay)] == [1.0, 2.0, 3.0, 4.0]
+    assert rl.waiting == 4
+    rl.on_dropped(same[1], _cancelled(same[1]), clock())  # the second in line leaves
+    assert rl.waiting == 3
+    start = clock()
+    for c, d in ((same[0], delays[0]), (same[2], delays[2]), (same[3], delays[3])):
+        clock.set(start + d.seconds)
+        assert isinstance(ask(rl, clock, c), Admit), f"call {c.arguments} at its turn"
+    assert rl.waiting == 0
+
+
 def test_an_admitted_calls_result_gives_nothing_back(clock: FakeClock) -> None:
     rl = rate_limit("1/second", clock=clock)
     first = call(0, id="first")

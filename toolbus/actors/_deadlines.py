@@ -31,7 +31,6 @@ from ..pipeline import (
     OFF_CLOCK,
     QUEUED,
     Run,
-    budget_spent,
     finish,
     make_result,
     off_clock,
@@ -222,7 +221,7 @@ class Deadlines:
             return
         run.interrupt("timeout")
         self._detach(run)
-        finish(run, spent_result(run, n), self.services)
+        finish(run, spent_result(run, n - 1), self.services)
         self._closed_run(run)
 
     def _on_budget(self, msg: BudgetSpent) -> None:
@@ -240,7 +239,8 @@ class Deadlines:
 
     def _end_spent(self, run: Run) -> None:
         """`run`, between attempts, ends now: its whole call's time is up."""
-        self._finish_here(run, "timeout", ErrorCode.DEADLINE_EXCEEDED, budget_spent(run))
+        finish(run, spent_result(run, run.attempt), self.services)
+        self._closed_run(run)
 
     def _undecided(self, run: Run, n: int) -> None:
         """A policy took a whole timeout to decide about `run`: the call ends

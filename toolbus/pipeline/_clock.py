@@ -60,12 +60,15 @@ def budget_spent(run: Run, phase: str = "") -> str:
     )
 
 
-def spent_result(run: Run, n: int) -> ToolResult:
-    """The result of a call whose whole-call deadline came before attempt `n`
-    began: `timeout`/`DEADLINE_EXCEEDED`, counting only the attempts that ran."""
+def spent_result(run: Run, attempts: int) -> ToolResult:
+    """The result of a call whose whole-call deadline came while none of its
+    attempts was running (queued, delayed, backing off, being set up), after
+    `attempts` had run: `timeout`/`DEADLINE_EXCEEDED`, marked
+    `metadata["between_attempts"]` so a circuit breaker takes it as no
+    evidence about the tool (the caller's budget ended it, not the tool)."""
     return make_result(
         run, "timeout", error=budget_spent(run), code=ErrorCode.DEADLINE_EXCEEDED,
-        attempts=n - 1,
+        attempts=attempts, metadata={"between_attempts": True},
     )  # fmt: skip
 
 

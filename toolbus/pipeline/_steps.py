@@ -162,7 +162,7 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
         # slow start): the tool does not run now.
         if not run.try_settle(n):
             return LOST
-        return DONE if finish(run, spent_result(run, n), svc) else LOST
+        return DONE if finish(run, spent_result(run, n - 1), svc) else LOST
     tool = run.tool
     assert tool is not None
     em = svc.emitter

@@ -65,7 +65,7 @@ class _Circuit:
     # Bumped at every change of state: a call's result counts only if the
     # circuit is still in the state (the generation) it was admitted in.
     generation: int = 0
-    trial: str | None = None  # half-open: the trial call's id
+    trial: ToolCall | None = None  # half-open: the trial call (itself: ids may repeat)
     trial_lapses: float = 0.0  # when a trial without a result is presumed lost
 
 
@@ -110,10 +110,13 @@ class CircuitBreaker(BasePolicy):
         self.name = f"circuit_breaker({self.failures} in {self.window:g} s{per})"
         self._lock = threading.Lock()
         self._circuits: dict[str, _Circuit] = {}
-        # Calls admitted and not yet ended: id -> (key, generation). The key is
-        # kept, not asked again: `on_result` may run on another thread, where
-        # a key read from the caller's context variables would differ.
-        self._admitted: dict[str, tuple[str, int]] = {}
+        # Calls admitted and not yet ended: id() of the call -> (the call, its
+        # key, generation). Known by the object, not its id, which a model may
+        # repeat (the executor tells `on_result` the call it asked `admit`
+        # about; holding it keeps its id() from being reused meanwhile). The
+        # key is kept, not asked again: `on_result` may run on another
+        # thread, where a key read from the caller's context variables would differ.
+        self._admitted: dict[int, tuple[ToolCall, str, int]] = {}
 
     # -- the seam ----------------------------------------------------------------------
 
@@ -130,7 +133,7 @@ class CircuitBreaker(BasePolicy):
                 circuit = self._circuits[key] = _Circuit()
             decision, change = self._admit(circuit, call, at, timeout)
             if decision is ADMIT:
-                self._admitted[call.id] = (key, circuit.generation)
+                self._admitted[id(call)] = (call, key, circuit.generation)
         self._announce(change, key)
         return decision
 
@@ -138,10 +141,10 @@ class CircuitBreaker(BasePolicy):
         """Count how `call` ended toward its circuit's state (the result stands: None)."""
         at = self._clock() if self._clock is not None else now
         with self._lock:
-            admitted = self._admitted.pop(call.id, None)
-            if admitted is None:  # not one this breaker admitted (or a duplicate call id)
+            admitted = self._admitted.pop(id(call), None)
+            if admitted is None:  # not one this breaker admitted
                 return None
-            key, generation = admitted
+            _, key, generation = admitted
             change = self._ended(self._circuits[key], generation, call, result, at)
         self._announce(change, key)
         return None
@@ -164,7 +167,7 @@ class CircuitBreaker(BasePolicy):
                 return Reject(ErrorCode.CIRCUIT_OPEN, self._trial_text(call)), change
             # This call is the trial (the first, or the one after a trial that
             # ended saying nothing, or was presumed lost).
-            c.trial = call.id
+            c.trial = call
             c.trial_lapses = at + (timeout or 0.0) + self.reset_after
         return ADMIT, change
 
@@ -172,7 +175,7 @@ class CircuitBreaker(BasePolicy):
         self, c: _Circuit, generation: int, call: ToolCall, result: ToolResult, at: float
     ) -> _Change | None:
         verdict = _verdict(result)
-        if c.state == HALF_OPEN and c.trial == call.id and verdict is None:
+        if c.state == HALF_OPEN and c.trial is call and verdict is None:
             c.trial = None  # the trial said nothing: the next call is the trial
         if generation != c.generation or verdict is None:
             return None  # admitted in an earlier state, or not evidence about the tool
@@ -243,6 +246,8 @@ def _verdict(result: ToolResult) -> bool | None:
     """True: the tool ran and worked; False: it ran and failed; None: no evidence."""
     if result.attempts < 1:
         return None  # it never ran: rejected, cancelled, deferred, or answered from a cache
+    if result.metadata.get("between_attempts") and result.error_code is ErrorCode.DEADLINE_EXCEEDED:
+        return None  # the caller's budget ended it between attempts, not the tool
     if result.status == "ok":
         return True
     if result.status in ("error", "timeout") or result.error_code is ErrorCode.TOOL_CRASHED:

@@ -72,10 +72,13 @@ def cache(ttl: float = 300.0, maxsize: int = 1024, *, wait: float | None = None)
 class _Flight:
     """An identical call in flight: the leader, and who waits for it."""
 
-    leader: str  # its call id
+    # Calls are known by the object, not their id, which a model may repeat
+    # (the executor asks `admit` and tells `on_result`/`on_dropped` with the
+    # same object; holding it keeps its id() from being reused meanwhile).
+    leader: ToolCall
     expires: float  # when it is presumed lost
     future: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
-    followers: set[str] = field(default_factory=set)
+    followers: dict[int, ToolCall] = field(default_factory=dict)  # by id()
 
 
 @dataclass(slots=True)
@@ -84,7 +87,7 @@ class _Entry:
     hit says `shared`)."""
 
     result: ToolResult
-    shared_with: set[str]
+    shared_with: dict[int, ToolCall]  # by id()
 
 
 class Cache(BasePolicy):
@@ -151,8 +154,7 @@ class Cache(BasePolicy):
             self._tick(now)
             entry = self._results.get(key)
             if entry is not None:
-                shared = call.id in entry.shared_with
-                entry.shared_with.discard(call.id)
+                shared = entry.shared_with.pop(id(call), None) is not None
                 decision: Decision = Respond(_marked(entry.result, "hit"))
             else:
                 flight = self._flights.get(key)
@@ -161,13 +163,13 @@ class Cache(BasePolicy):
                     # told): this call leads a new one, and the old one's
                     # followers, woken, follow it. Others lost are let go here.
                     woken = self._lost(now)
-                    self._flights[key] = flight = _Flight(call.id, now + budget)
+                    self._flights[key] = flight = _Flight(call, now + budget)
                     decision = ADMIT
                 else:
-                    flight.followers.add(call.id)
+                    flight.followers[id(call)] = call
                     decision = Delay(
                         flight.expires - now,
-                        f"an identical call ({flight.leader}) is in flight",
+                        f"an identical call ({flight.leader.id}) is in flight",
                         until=flight.future,
                     )
         for lost in woken:
@@ -186,18 +188,18 @@ class Cache(BasePolicy):
             if ok:
                 # Whoever brought it (the leader, or a call that presumed it
                 # lost), the followers of this key are answered by it.
-                followers = set(flight.followers) if flight is not None else set()
+                followers = dict(flight.followers) if flight is not None else {}
                 self._results[key] = _Entry(result, followers)
                 if flight is not None:
                     woken = self._flights.pop(key)
-            elif flight is not None and flight.leader == call.id:
+            elif flight is not None and flight.leader is call:
                 # Errors are not kept: the followers are asked again, and the
                 # first of them leads the next try.
                 woken = self._flights.pop(key)
             elif flight is not None:
                 # A follower that ended while it waited (told here by an
                 # executor without on_dropped): it waits no more.
-                flight.followers.discard(call.id)
+                flight.followers.pop(id(call), None)
         if woken is not None:
             _wake(woken)
         return _marked(result, "miss") if ok else None
@@ -209,8 +211,8 @@ class Cache(BasePolicy):
         with self._lock:
             self._tick(now)
             flight = self._flights.get(key)
-            if flight is not None and flight.leader != call.id:
-                flight.followers.discard(call.id)
+            if flight is not None and flight.leader is not call:
+                flight.followers.pop(id(call), None)
 
     def _lost(self, now: float) -> list[_Flight]:
         """Let go of the flights past their budget at `now` (under the lock)."""

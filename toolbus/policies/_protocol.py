@@ -29,6 +29,13 @@ When the executor asks:
   closed): so a policy that keeps places for waiting calls (a rate limiter's
   turns, a cache's followers) can give the place up. Its return is ignored;
   `on_result` is not called for that policy. Same thread rules.
+
+A call is one `ToolCall` object from `admit` on: `admit` (each time it is
+asked again after a delay), `on_result` and `on_dropped` get the same object.
+A policy that keeps state per call knows the call by it (`id(call)`, holding
+the object meanwhile), never by `call.id`, which a model may repeat. (One
+asked at submission sees the call as submitted, before its arguments are
+parsed and the pre-call hooks run: not the same object.)
 """
 
 from __future__ import annotations

@@ -71,8 +71,14 @@ _MARGIN = 0.0001
 
 @dataclass(slots=True)
 class _Wait:
-    """A call waiting for its turn."""
+    """A call waiting for its turn.
 
+    Known by the call object itself, not its id: a model may repeat ids, and
+    two calls that share one each keep their place in line. (The executor
+    asks again about a waiting call, and tells of its end, with the same
+    object; keeping it here keeps its `id()` from being reused meanwhile.)"""
+
+    call: ToolCall
     key: str
     seq: int  # its place in its key's line
     turn: float  # on the storage's clock: when it is asked again
@@ -154,8 +160,8 @@ class RateLimit(BasePolicy):
         self._stale_after = max(self._window, 1.0)
         self._lock = threading.Lock()
         self._lines: dict[str, _Line] = {}
-        self._waiting: dict[str, _Wait] = {}
-        self._expiries: list[tuple[float, str]] = []  # (when to forget, call id), a heap
+        self._waiting: dict[int, _Wait] = {}  # by id() of the waiting call
+        self._expiries: list[tuple[float, int]] = []  # (when to forget, id() of a call), a heap
         self._next_sweep = -math.inf
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
@@ -168,7 +174,7 @@ class RateLimit(BasePolicy):
         left = time_left()
         with self._lock:
             at = self._clock()
-            decision = self._decide(call.id, key, at, now, limit, left)
+            decision = self._decide(call, key, at, now, limit, left)
         if type(decision) is Delay:
             # Masked like the call's arguments: a key may be taken from a secret one.
             shown = scrub(key) if self._key is not None else None
@@ -183,22 +189,23 @@ class RateLimit(BasePolicy):
 
     def _decide(
         self,
-        call_id: str,
+        call: ToolCall,
         key: str,
         at: float,
         now: float,
         max_wait: float | None,
         left: float | None = None,
     ) -> Decision:
-        """The decision about call `call_id` of `key` at `at` (the storage's
+        """The decision about `call` of `key` at `at` (the storage's
         clock) and `now` (the executor's), when it may wait `max_wait` seconds
         in all (None: for ever) and has `left` seconds before its whole-call
         deadline (None: none). Pure over the policy's state, its storage's
         and the times given; call it holding the lock."""
         self._forget_stale(at)
-        mine = self._waiting.get(call_id)
+        ident = id(call)
+        mine = self._waiting.get(ident)
         if mine is not None and mine.key != key:  # its key changed while it waited: start over
-            self._drop(call_id, give_back=True)
+            self._drop(ident, give_back=True)
             mine = None
         line = self._lines.get(key)
         if line is None:
@@ -215,7 +222,7 @@ class RateLimit(BasePolicy):
             turn = due
         elif self._limiter.hit(self.item, _NAMESPACE, key):
             if mine is not None:
-                self._drop(call_id, give_back=False)
+                self._drop(ident, give_back=False)
             else:
                 line.next_seq += 1
             line.uses[seq] = at
@@ -239,7 +246,7 @@ class RateLimit(BasePolicy):
             or (max_wait is not None and waited + (turn - at) > max_wait + _SHORTEST)
         ):
             if mine is not None:
-                self._drop(call_id, give_back=True)  # it will not use its turn
+                self._drop(ident, give_back=True)  # it will not use its turn
             opens_in = (opening if opening is not None else turn) - at
             return Reject(
                 ErrorCode.RATE_LIMITED,
@@ -250,12 +257,12 @@ class RateLimit(BasePolicy):
         if mine is None:
             line.next_seq += 1
             line.waiting += 1
-            self._waiting[call_id] = _Wait(key, seq, turn, now)
+            self._waiting[ident] = _Wait(call, key, seq, turn, now)
         else:
             mine.turn = turn
         line.uses[seq] = turn
         self._lines[key] = line
-        heapq.heappush(self._expiries, (turn + self._stale_after, call_id))
+        heapq.heappush(self._expiries, (turn + self._stale_after, ident))
         return Delay(turn - at, f"rate limit {self.limit}")
 
     def _opening(self, key: str, at: float) -> float:
@@ -263,15 +270,16 @@ class RateLimit(BasePolicy):
         stats = self._limiter.get_window_stats(self.item, _NAMESPACE, key)
         return max(float(stats.reset_time) + _MARGIN, at)
 
-    def _drop(self, call_id: str, *, give_back: bool) -> None:
-        """`call_id` waits no more; `give_back`: nor will it use its turn.
+    def _drop(self, ident: int, *, give_back: bool) -> None:
+        """The call `ident` (its `id()`) waits no more; `give_back`: nor will
+        it use its turn.
 
         A place given back keeps its turn in `uses` while live places follow
         it (their turns were reckoned from it, and a place left empty would
         send the next newcomer straight to the storage, ahead of them). At
         the end of the line it is freed, with every given-back place before
         it: the line is then as if those calls had never come."""
-        mine = self._waiting.pop(call_id, None)
+        mine = self._waiting.pop(ident, None)
         if mine is None:
             return
         line = self._lines.get(mine.key)
@@ -293,15 +301,15 @@ class RateLimit(BasePolicy):
         """A call this policy delayed ended while it waited (cancelled, its
         executor closed, its batch stopped): its turn is given back at once."""
         with self._lock:
-            self._drop(call.id, give_back=True)
+            self._drop(id(call), give_back=True)
 
     def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
         """A call this policy admitted ended: nothing to do (its admission
         stands, in the storage). A call it still made wait ended meanwhile
         (told here by executors without `on_dropped`): as `on_dropped`."""
         with self._lock:
-            if call.id in self._waiting:
-                self._drop(call.id, give_back=True)
+            if id(call) in self._waiting:
+                self._drop(id(call), give_back=True)
 
     def _trim(self, line: _Line, at: float) -> None:
         """Forget the uses too old to hold any call back."""
@@ -321,10 +329,10 @@ class RateLimit(BasePolicy):
         and forget the keys nobody used lately."""
         expiries = self._expiries
         while expiries and expiries[0][0] < at:
-            _, call_id = heapq.heappop(expiries)
-            mine = self._waiting.get(call_id)
+            _, ident = heapq.heappop(expiries)
+            mine = self._waiting.get(ident)
             if mine is not None and mine.turn + self._stale_after < at:
-                self._drop(call_id, give_back=True)
+                self._drop(ident, give_back=True)
         if at >= self._next_sweep:
             self._next_sweep = at + self._stale_after
             for key, line in list(self._lines.items()):
