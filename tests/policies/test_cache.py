@@ -180,6 +180,21 @@ def test_calls_that_share_an_id_are_told_apart() -> None:
     assert list(entry.shared_with.values()) == [f2]
 
 
+def test_a_follower_woken_by_its_answer_that_ends_before_asking_is_not_kept() -> None:
+    """Review of issue 21: cancelled between its wake-up and its asking
+    again, a follower stayed in the entry's `shared_with` (its call and its
+    arguments held) until the entry's ttl ran out."""
+    c = cache(ttl=60, wait=30)
+    leader, follower = _call("L"), _call("F")
+    c.admit(leader, lookup, 0.0)
+    assert isinstance(c.admit(follower, lookup, 0.0), Delay)
+    c.on_result(leader, _ok(leader), 1.0)
+    gone = ToolResult(call_id="F", name="lookup", status="cancelled", error="x", attempts=0)
+    c.on_dropped(follower, gone, 1.5)
+    (entry,) = c._results.values()
+    assert entry.shared_with == {}
+
+
 def test_a_leader_never_heard_of_again_is_presumed_lost_after_the_budget() -> None:
     c = cache(ttl=60, wait=10)
     leader, f1, f2 = _call("L"), _call("f1"), _call("f2")

@@ -1182,3 +1182,45 @@ def test_an_approval_that_is_not_a_decision_is_a_type_error(make_executor: MakeE
             asyncio.run(ex.aexecute(call, approval=wrong))  # type: ignore[arg-type]
     assert ex.execute_batch([call], approvals={"d1": None})[0].status == "deferred"
     assert ran == []
+
+
+class Identities(BasePolicy):
+    """Records which object each hook was handed, delaying each call once."""
+
+    name = "identities"
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.asked: dict[int, ToolCall] = {}
+        self.told: list[int] = []
+
+    def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+        with self.lock:
+            again = id(call) in self.asked
+            self.asked[id(call)] = call
+        return Admit() if again else Delay(0.001)
+
+    def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
+        with self.lock:
+            self.told.append(id(call))
+
+
+def test_each_call_is_one_object_of_its_own_for_its_policies(make_executor: MakeExecutor) -> None:
+    """Policies know a call by its object, as the protocol promises: asked
+    again after a delay and told its result with the same one, and two calls
+    are two objects even when the caller submits one object twice at once
+    (review of issue 21: `execute_batch([c, c])` looked like one call to a
+    circuit breaker, which then heard one result of two)."""
+    policy = Identities()
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[policy])
+    def echo(n: int) -> int:
+        return n
+
+    ex = make_executor(reg)
+    same = ToolCall(id="call_0", name="echo", arguments={"n": 1})
+    batch = ex.execute_batch([same, same, ToolCall(id="call_0", name="echo", arguments={"n": 2})])
+    assert [r.status for r in batch.results] == ["ok", "ok", "ok"]
+    assert len(policy.asked) == 3 and all(c is not same for c in policy.asked.values())
+    assert sorted(policy.told) == sorted(policy.asked)

@@ -63,6 +63,11 @@ def consult(run: Run, svc: Services) -> Steps:
     chain = run.policies
     tool = run.tool
     assert tool is not None
+    if run.call is run.origin:
+        # Still the caller's own object, which it may have submitted twice
+        # at once (`execute_batch([c, c])`): a policy knows a call by its
+        # object (ids may repeat), so each run gets one of its own.
+        run.call = run.call.model_copy()
     # Asked again after a delay: whatever it decides now, it decided; it is
     # told the call's result only if it admits it.
     run.delayed_by = None

@@ -213,6 +213,9 @@ class Cache(BasePolicy):
             flight = self._flights.get(key)
             if flight is not None and flight.leader is not call:
                 flight.followers.pop(id(call), None)
+            entry = self._results.get(key)
+            if entry is not None:  # woken by its answer, it ended before it asked again
+                entry.shared_with.pop(id(call), None)
 
     def _lost(self, now: float) -> list[_Flight]:
         """Let go of the flights past their budget at `now` (under the lock)."""
