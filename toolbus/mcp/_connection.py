@@ -215,7 +215,7 @@ class MCPConnection:
         idempotent_hints = options.get("idempotent_hints")
         if not isinstance(prefix, str):
             raise TypeError(f"{owner}: prefix must be a string, got {prefix!r}")
-        timeout = timeout_seconds(timeout, "timeout", owner)
+        timeout = timeout_seconds(timeout, "timeout", owner, "the executor's timeout")
         call_timeout = timeout_seconds(options.get("call_timeout"), "call_timeout", owner)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"{owner}: retry must be a RetryPolicy or None, got {retry!r}")
