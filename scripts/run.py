@@ -6,12 +6,13 @@
     python3 scripts/run.py test --quick    # ruff, mypy, the fast tier (under two minutes)
     python3 scripts/run.py test --stress   # the whole suite with the machine oversubscribed
     python3 scripts/run.py bench [--smoke] [--only ...]   # the benchmark suite
+    python3 scripts/run.py docs [--serve]   # the documentation site, built strictly into site/
 
 A virtual environment is made in .venv on first use and the project installed
 into it, editable, with what the command needs: `demo` the base install only
 (quick), `test` the dev set (every extra, pytest, mypy, ruff, and the
 example plugin package the tests find by its entry points), `bench` the
-`bench` extra (the peers it measures). It is installed again whenever
+`bench` extra (the peers it measures), `docs` the `docs` extra (MkDocs). It is installed again whenever
 pyproject.toml (or the plugin's) changes. pip's output is shown only when it
 fails. Needs nothing but python3.
 """
@@ -48,6 +49,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "demo": frozenset(),
     "test": frozenset({"dev"}),
     "bench": frozenset({"bench"}),
+    "docs": frozenset({"docs"}),
 }
 
 
@@ -284,7 +286,19 @@ def bench(args: list[str]) -> None:
     _sh(PY, "-m", "benchmarks", *args)
 
 
-COMMANDS = {"demo": demo, "test": test, "bench": bench}
+def docs(args: list[str]) -> None:
+    """`docs`: build the site into site/ (strict: a broken link fails it),
+    readable offline from there (open site/index.html); `docs --serve`
+    serves it at http://127.0.0.1:8000 while you edit."""
+    os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # (the theme's notice about its future)
+    if "--serve" in args:
+        _sh(PY, "-m", "mkdocs", "serve")
+    else:
+        _sh(PY, "-m", "mkdocs", "build", "--strict")
+        print(f"the site: {ROOT / 'site' / 'index.html'}")
+
+
+COMMANDS = {"demo": demo, "test": test, "bench": bench, "docs": docs}
 
 
 def main() -> None:
