@@ -12,9 +12,9 @@ A virtual environment is made in .venv on first use and the project installed
 into it, editable, with what the command needs: `demo` the base install only
 (quick), `test` the dev set (every extra, pytest, mypy, ruff, and the
 example plugin package the tests find by its entry points), `bench` the
-`bench` extra (the peers it measures), `docs` the `docs` extra (MkDocs). It is installed again whenever
-pyproject.toml (or the plugin's) changes. pip's output is shown only when it
-fails. Needs nothing but python3.
+`bench` extra (the peers it measures), `docs` the `docs` extra (MkDocs). It
+is installed again whenever pyproject.toml (or the plugin's) changes. pip's
+output is shown only when it fails. Needs nothing but python3.
 """
 
 from __future__ import annotations
