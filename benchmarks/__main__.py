@@ -79,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     report = Report(smoke=args.smoke, goals=goals())
     ctx = Ctx(scale, report, _reference.load(args.reference))
     m = report.meta
-    print(
+    report.note(
         f"toolbus benchmarks, {m['mode']} mode: {m['cpus']} CPUs, Python {m['python']}, "
         f"toolbus {m['toolbus']} at {m['commit']}, load average {m['load_start']}",
-        flush=True,
+        indent="",
     )
     print("Read the ratios (measured back to back, round by round), not the absolute times.")
     started = time.monotonic()

@@ -12,12 +12,18 @@ import os
 import platform
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# What a run prints fits a terminal this wide (the Markdown tables keep their rows whole).
+WIDTH = 100
+_GAP = "  "
+_NARROWEST = 12
+_WORDIEST = 24  # a longer word may be broken to fit
 MD_START = "<!-- benchmarks:results:start -->"
 MD_END = "<!-- benchmarks:results:end -->"
 
@@ -32,20 +38,29 @@ class Table:
     def add(self, *cells: object) -> None:
         self.rows.append([str(c) for c in cells])
 
-    def text(self) -> str:
-        widths = [len(c) for c in self.columns]
+    def text(self, width: int = WIDTH) -> str:
+        """The table as plain text within `width` columns: the widest columns
+        give way first, their cells wrapped onto more lines."""
+        rows = [self.columns, *self.rows]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self.columns))]
+        _fit(widths, width, rows)
+
+        def lines(cells: list[str]) -> list[str]:
+            wrapped = [textwrap.wrap(c, w) or [""] for c, w in zip(cells, widths, strict=True)]
+            out = []
+            for k in range(max(len(parts) for parts in wrapped)):
+                parts = [p[k] if k < len(p) else "" for p in wrapped]
+                first = parts[0].ljust(widths[0])
+                rest = [c.rjust(w) for c, w in zip(parts[1:], widths[1:], strict=True)]
+                out.append(_GAP.join([first, *rest]).rstrip())
+            return out
+
+        out = [*_wrap(f"-- {self.title}", width), *lines(self.columns)]
+        out.append(_GAP.join("-" * w for w in widths))
         for row in self.rows:
-            for i, cell in enumerate(row):
-                widths[i] = max(widths[i], len(cell))
-
-        def line(cells: list[str]) -> str:
-            first = cells[0].ljust(widths[0])
-            rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
-            return "  ".join([first, *rest]).rstrip()
-
-        out = [f"-- {self.title}", line(self.columns), "  ".join("-" * w for w in widths)]
-        out += [line(r) for r in self.rows]
-        out += [f"   {n}" for n in self.notes]
+            out += lines(row)
+        for n in self.notes:
+            out += _wrap(n, width, "   ")
         return "\n".join(out)
 
     def markdown(self) -> str:
@@ -60,6 +75,27 @@ class Table:
             out.append("")
             out += [f"- {n}" for n in self.notes]
         return "\n".join(out)
+
+
+def _fit(widths: list[int], width: int, rows: list[list[str]]) -> None:
+    """Narrow the widest of `widths` (in place) until they fit in `width` with
+    their gaps: first no column below its longest word (words stay whole),
+    then none below `_NARROWEST` (a table that cannot fit stays wider)."""
+    room = width - len(_GAP) * (len(widths) - 1)
+    words = [
+        min(_WORDIEST, max((len(w) for r in rows for w in r[i].split()), default=0))
+        for i in range(len(widths))
+    ]
+    for floors in (words, [_NARROWEST] * len(widths)):
+        while sum(widths) > room:
+            i = max(range(len(widths)), key=lambda k: widths[k] - floors[k])
+            if widths[i] <= max(floors[i], 1):
+                break
+            widths[i] -= 1
+
+
+def _wrap(text: str, width: int, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent) or [""]
 
 
 @dataclass
@@ -115,8 +151,8 @@ class Report:
         self.sections[-1].tables.append(table)
         print(table.text() + "\n", flush=True)
 
-    def note(self, text: str) -> None:
-        print(f"   {text}", flush=True)
+    def note(self, text: str, indent: str = "   ") -> None:
+        print("\n".join(_wrap(text, WIDTH, indent)), flush=True)
 
     def figure(self, scenario: str, name: str, value: Any) -> None:
         self.figures.setdefault(scenario, {})[name] = value
@@ -127,10 +163,12 @@ class Report:
     # -- the end of the run ----------------------------------------------------
 
     def goals_table(self) -> Table:
-        title = "Goals" + (" (smoke mode: counts are small, goals are not enforced)" * self.smoke)
+        title = "Goals" + (" (smoke mode: counts too small to judge; none is checked)" * self.smoke)
         t = Table(title, ["goal", "measured", "target", "result"])
         for g in self.goals.values():
-            t.add(g.text, g.measured, g.target, g.verdict)
+            # A smoke run's figures say the scenario ran, not whether a goal is met.
+            verdict = "not checked" if self.smoke and g.passed is not None else g.verdict
+            t.add(g.text, g.measured, g.target, verdict)
         return t
 
     def misses(self) -> list[Goal]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import math
 import os
 import statistics
@@ -90,7 +91,13 @@ def run(ctx: Ctx) -> None:
     started = not ray.is_initialized()
     t0 = time.monotonic()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # Quiet: Ray's own INFO lines would break the report's tables.
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
     rep.figure("ray", "ray_start_s", time.monotonic() - t0)
     try:
         warm(ctx, ray)

@@ -84,16 +84,17 @@ def non_negative_number(value: object, option: str, owner: str = "") -> float:
     return number
 
 
-def timeout_seconds(value: object, option: str, owner: str = "") -> float | None:
-    """A timeout: None, `math.inf` (both: no deadline, returned as they are) or
-    a number > 0; else `TypeError` / `ValueError` naming `owner` and `option`."""
+def timeout_seconds(value: object, option: str, owner: str = "", none: str = "") -> float | None:
+    """A timeout: None, `math.inf` (returned as they are) or a number > 0; else
+    `TypeError` / `ValueError` naming `owner` and `option`, and saying what
+    None means there (`none`, such as "the executor's timeout"; "" for no
+    deadline, as `math.inf` always is)."""
     if value is None:
         return None
-    number = _real(value, option, owner, "a number of seconds (or None for no deadline)")
+    hint = f"inf for no deadline, None for {none}" if none else "or None for no deadline"
+    number = _real(value, option, owner, f"a number of seconds ({hint})")
     if not number > 0:
-        raise ValueError(
-            f"{_where(option, owner)} must be > 0 (or None for no deadline), got {value!r}"
-        )
+        raise ValueError(f"{_where(option, owner)} must be > 0 ({hint}), got {value!r}")
     return number
 
 

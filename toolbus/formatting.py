@@ -1,4 +1,4 @@
-"""Turn a result into text for the model's context (seed 004's formatResultForContext).
+"""Turn a result into text for the model's context.
 
 This is the one place that decides the text a model reads for a result: the
 provider writers (`toolbus.providers`: OpenAI, Anthropic, the agent loop) and

@@ -75,35 +75,35 @@ class ErrorCode(StrEnum):
     """The call waits for an approval of its exact arguments (status `deferred`)."""
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     """The whole call (queueing, policy waits, every attempt and backoff) ran
-    past its `call_timeout` (status `timeout`; reserved: issue 21)."""
+    past its `call_timeout` (status `timeout`)."""
     OVERLOADED = "OVERLOADED"
     """Too many calls wait for capacity: the queue is full, or the call was shed
-    for a higher-priority one (status `rejected`; reserved: issue 21)."""
+    for a higher-priority one (status `rejected`)."""
     HALTED = "HALTED"
     """The agent run was stopped by a limit or a guardrail: the call did not run,
-    or was stopped (status `cancelled`; reserved: issue 28)."""
+    or was stopped (status `cancelled`; reserved: not emitted yet)."""
     IN_DOUBT = "IN_DOUBT"
     """A mutating call whose earlier attempt may have run (a crash left its
-    outcome unknown): not run again (status `error`; reserved: issue 23)."""
+    outcome unknown): not run again (status `error`; reserved: not emitted yet)."""
     INPUT_REQUIRED = "INPUT_REQUIRED"
     """A server, a person or another system must answer first: an MCP server's
     request for input, an external tool's result (status `deferred`;
-    reserved: issues 25 and 28)."""
+    reserved: not emitted yet)."""
     DECISION_EXPIRED = "DECISION_EXPIRED"
     """The approval decision passed with the call was already used or is past
-    its time (status `rejected`; reserved: issue 28)."""
+    its time (status `rejected`; reserved: not emitted yet)."""
     TOOL_NOT_OFFERED = "TOOL_NOT_OFFERED"
     """The tool exists but is not offered at this step (status `rejected`;
-    reserved: issue 28)."""
+    reserved: not emitted yet)."""
     JOURNAL_UNAVAILABLE = "JOURNAL_UNAVAILABLE"
     """A mutating call refused because the journal could not record it, when the
-    journal is required (status `rejected`; reserved: issue 23)."""
+    journal is required (status `rejected`; reserved: not emitted yet)."""
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
     """The caller's idempotency key was used before with other arguments
-    (status `rejected`; reserved: issue 23)."""
+    (status `rejected`; reserved: not emitted yet)."""
     CONTENT_BLOCKED = "CONTENT_BLOCKED"
     """A content scanner blocked the call for what it carried (status
-    `rejected`; reserved: issue 29)."""
+    `rejected`; reserved: not emitted yet)."""
 
 
 _ids = itertools.count(1)

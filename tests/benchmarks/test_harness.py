@@ -293,3 +293,22 @@ def test_chaos_gc_pauses_are_recorded_and_matched_to_late_callers() -> None:
     assert not pauses.overlapping(9.0, 9.99, 0.01)
     assert not pauses.overlapping(20.0, 20.01, 0.01)  # too short to count
     assert pauses.overlapping(20.0, 20.01, 0.001)
+
+
+def test_a_table_fits_100_columns_and_smoke_goals_are_not_checked() -> None:
+    """`bench --smoke` printed rows over 200 columns and `MISS` for goals it
+    cannot judge, which read as failures (issue 22)."""
+    from benchmarks._report import Goal, Report, Table
+
+    t = Table("a title " * 20, ["case", "median", "vs ThreadPoolExecutor submit+result (IQR)"])
+    t.add("a tool with a rather long name that describes the case " * 2, "1.5", "2.43× (2.1×–2.6×)")
+    t.notes.append("a note " * 40)
+    text = t.text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    for word in ("describes", "ThreadPoolExecutor", "(2.1×–2.6×)"):
+        assert word in text  # words are whole where they can be
+    goal = Goal("g", "one call vs a pool", "≤ 2×", "single")
+    goal.set(2.43, "2.43×", False)
+    smoke = Report(smoke=True, goals=[goal]).goals_table().text()
+    assert "not checked" in smoke and "MISS" not in smoke
+    assert "MISS" in Report(smoke=False, goals=[goal]).goals_table().text()

@@ -25,14 +25,14 @@ TOKEN = "tok_live_4f9a2c7e1b"
 
 EXPECTED: dict[str, list[str]] = {
     "quickstart.py": [
-        "Tools offered to the model: get_weather, get_map, add_note",
-        '"temperature": 39',
-        "[attachment: image Lisbon]",
-        "Saved note #1",
+        "call_2 get_weather: ok, 2 attempt(s)",
+        "span execute_tool search_docs:",
+        '"tool_call_id": "call_4", "content": "Saved: Pack sunglasses"',
         "Arguments are not valid JSON",
-        "Error: Unknown tool 'book_flight'. Available tools: get_weather, get_map, add_note "
+        "Error: Unknown tool 'book_flight'. Available tools: get_weather, search_docs, add_note "
         "(TOOL_NOT_FOUND)",
-        "summary: 3/5 ok, 2 failed, 3 read-only, 1 mutating",
+        "summary: 4/6 ok, 2 failed",
+        "search_docs asked again: hit from the cache",
     ],
     "auth_injection.py": [
         "get_profile: ok output={'person_id': 'person-42'",

@@ -158,13 +158,15 @@ def test_a_plan_made_from_the_old_map_is_not_kept_for_the_new_one(
 ) -> None:
     """A call planning against the map a `replace` swapped out left its plan in
     the new map's cache, and later calls ran the replaced tool (review of issue 20)."""
-    checking, go_on = threading.Event(), threading.Event()
+    armed, checking, go_on = threading.Event(), threading.Event(), threading.Event()
 
     class SlowCheck(ThreadBackend):
         def check(self, tool: Tool) -> None:  # user code: it may take a while
-            if getattr(tool, "slow_check", False):
+            # Slow only for the call's planning, not the executor's own check
+            # of its tools when it is made (which would pass unraced).
+            if getattr(tool, "slow_check", False) and armed.is_set():
                 checking.set()
-                go_on.wait(10)
+                go_on.wait(30)
 
     def make(value: str, slow: bool) -> Tool:
         def t() -> str:
@@ -178,14 +180,15 @@ def test_a_plan_made_from_the_old_map_is_not_kept_for_the_new_one(
     old, new = make("old", True), make("new", False)
     reg = ToolRegistry([old])
     ex = make_executor(reg, backends={"slow": SlowCheck()})
+    armed.set()
     before: list[object] = []
     caller = threading.Thread(target=lambda: before.append(ex.execute(_call("t")).output))
     caller.start()
-    assert checking.wait(10)  # planning against the old map, inside check()
+    assert checking.wait(30)  # planning against the old map, inside check()
     assert reg.replace(old, new)
     assert ex.execute(_call("t")).output == "new"
     go_on.set()
-    caller.join(10)
+    caller.join(30)
     assert before == ["old"]  # it looked the tool up before the replace
     assert [ex.execute(_call("t")).output for _ in range(3)] == ["new"] * 3
 

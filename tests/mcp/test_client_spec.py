@@ -377,3 +377,48 @@ def test_a_risky_pattern_is_still_checked_out_of_process() -> None:
     check.check(types.CallToolResult(content=[], structured_content={"a": "aaa"}))
     with pytest.raises(Exception, match=r"does not satisfy|does not match"):
         check.check(types.CallToolResult(content=[], structured_content={"a": "b"}))
+
+
+_WRAPPED_INT = {
+    "type": "object",
+    "properties": {"result": {"type": "integer"}},
+    "required": ["result"],
+}
+
+
+@pytest.mark.parametrize(
+    ("marked", "unwrap", "output", "schema"),
+    [
+        (True, None, 7, {"type": "integer"}),  # toolbus's server marked it: unwrapped
+        (False, None, {"result": 7}, _WRAPPED_INT),  # another server's: as sent
+        (False, True, 7, {"type": "integer"}),  # ... unless the connection says so
+        (True, False, {"result": 7}, {**_WRAPPED_INT, "x-toolbus-wrapped": True}),
+    ],
+)
+def test_a_wrapped_output_is_unwrapped_when_marked_or_asked(
+    marked: bool, unwrap: bool | None, output: Any, schema: dict[str, Any]
+) -> None:
+    """A tool declared `-> int` came back through `toolbus mcp serve` and
+    toolbus's client as `{"result": 7}` (issue 22): a schema toolbus's server
+    wrapped is marked, and the client unwraps it; for another server's
+    wrapped schema (indistinguishable from a tool that really returns
+    `{"result": ...}`) it is the connection's choice."""
+    peer = Peer()
+    declared = {**_WRAPPED_INT, "x-toolbus-wrapped": True} if marked else _WRAPPED_INT
+    peer.tool("count", output_schema=declared)
+    peer.results["count"] = types.CallToolResult(
+        content=[types.TextContent(text="7")], structured_content={"result": 7}
+    )
+    registry = ToolRegistry()
+    with connect(peer.server, unwrap_results=unwrap) as conn:
+        conn.register(registry)
+        tool = registry.get("count")
+        assert tool is not None and tool.output_schema == schema
+        with Executor(registry) as executor:
+            result = executor.execute(ToolCall(name="count"))
+    assert (result.status, result.output) == ("ok", output)
+
+
+def test_connect_checks_unwrap_results() -> None:
+    with pytest.raises(TypeError, match="unwrap_results must be True, False or None"):
+        connect(Peer().server, unwrap_results="yes")  # type: ignore[arg-type]

@@ -26,14 +26,21 @@ import pytest_asyncio
 pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters
-from mcp.types import ImageContent, TextContent, ToolAnnotations
+from mcp.types import (
+    BlobResourceContents,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    ToolAnnotations,
+)
 from typer.testing import CliRunner
 
 from tests.conftest import wait_until, wait_until_async
 from tests.mcp_servers.registry_module import registry as served_registry
-from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus import Executor, ToolCall, ToolRegistry, format_result_for_context
 from toolbus.cli import app
 from toolbus.mcp import call_result, connect_stdio, load_registry, mcp_tool
+from toolbus.mcp._server_output import unwrapped_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "tests.mcp_servers.registry_module:served"
@@ -116,6 +123,7 @@ async def test_lists_every_tool_with_schema_and_hints(client: Client) -> None:
         "type": "object",
         "properties": {"result": {"type": "integer"}},
         "required": ["result"],
+        "x-toolbus-wrapped": True,  # a toolbus client unwraps its outputs
     }
     forecast = listed["forecast"].output_schema
     assert forecast is not None
@@ -254,13 +262,21 @@ def test_toolbus_client_against_toolbus_server() -> None:
         assert {t.name for t in registry.list() if t.read_only} == {
             "remote_" + t.name for t in served_registry.list() if t.read_only
         }
+        remote_add = registry.get("remote_add")
+        assert remote_add is not None
         with Executor(registry, timeout=5) as executor:
             ok = executor.execute(ToolCall(name="remote_add", arguments={"a": 1, "b": 2}))
             hung = executor.execute(ToolCall(name="remote_hang", arguments={}))
-    # Structured content is the output (toolbus wraps an int: `{"result": 3}`).
-    assert ok.output == {"result": 3}
+            refused = executor.execute(ToolCall(name="remote_fail", arguments={"reason": "no"}))
+    # The server wraps an int (`{"result": 3}`, its schema marked x-toolbus-wrapped);
+    # this client unwraps both: the round trip keeps the tool's shape (issue 22).
+    assert ok.output == 3
+    assert remote_add.output_schema == served_registry.get("add").output_schema  # type: ignore[union-attr]
     assert hung.status == "error"
     assert hung.error == "Tool 'hang' timed out after 0.5s (EXECUTION_TIMEOUT)"
+    # An error's code is said once, not once by each side.
+    assert refused.error == "cannot: no"
+    assert format_result_for_context(refused).count("(TOOL_ERROR)") == 1
 
 
 def test_mcp_tool_and_call_result_without_a_server() -> None:
@@ -277,6 +293,13 @@ def test_mcp_tool_and_call_result_without_a_server() -> None:
     assert call_result(ok).content == [TextContent(text="3")]
     assert call_result(ok).structured_content is None  # no tool, no schema: a dict only
     assert call_result(ok, add).structured_content == {"result": 3}
+    wrapped = mcp_tool(add).output_schema
+    assert wrapped is not None and wrapped["x-toolbus-wrapped"] is True
+    assert unwrapped_schema(wrapped, marked_only=True) == add.output_schema
+    assert unwrapped_schema({**wrapped, "x-toolbus-wrapped": False}, marked_only=True) is None
+    assert unwrapped_schema({**wrapped, "x-toolbus-wrapped": False}, marked_only=False) == (
+        add.output_schema
+    )
 
 
 def test_load_registry_errors() -> None:
@@ -397,3 +420,39 @@ def test_a_lone_surrogate_in_a_served_output_does_not_take_the_stdio_server_down
     finally:
         server.kill()
         server.wait(10)
+
+
+def test_an_attachment_with_data_travels_as_an_embedded_resource() -> None:
+    """A served attachment that carried bytes (a PDF) went out as a bare
+    `resource_link`, which drops them: a server relayed through `toolbus mcp
+    serve` lost its embedded blobs (issue 22)."""
+    from toolbus import Attachment, ToolOutput, ToolResult
+    from toolbus.mcp._output import tool_output
+
+    attachments = (
+        Attachment(type="application/pdf", url="file:///tmp/report.pdf", data="JVBERi0x"),
+        Attachment(type="application/octet-stream", data="AAEC"),  # no URL: one is made
+        Attachment(type="image/png", data="iVBORw0K"),
+        Attachment(type="text/html", url="https://example.com/page", title="page"),
+    )
+    result = ToolResult(
+        call_id="c", name="t", status="ok", output="see attached", attachments=attachments
+    )
+    blocks = call_result(result).content
+    assert [b.type for b in blocks] == ["text", "resource", "resource", "image", "resource_link"]
+    pdf, raw = blocks[1], blocks[2]
+    assert isinstance(pdf, EmbeddedResource) and isinstance(pdf.resource, BlobResourceContents)
+    assert (str(pdf.resource.uri), pdf.resource.mime_type, pdf.resource.blob) == (
+        "file:///tmp/report.pdf",
+        "application/pdf",
+        "JVBERi0x",
+    )
+    assert isinstance(raw, EmbeddedResource) and isinstance(raw.resource, BlobResourceContents)
+    assert str(raw.resource.uri) == "toolbus://attachment/2" and raw.resource.blob == "AAEC"
+    # And back through toolbus's client: the bytes are still there.
+    back = tool_output(call_result(result), server="s")
+    assert isinstance(back, ToolOutput)
+    assert [(a.type, a.data) for a in back.attachments][:2] == [
+        ("application/pdf", "JVBERi0x"),
+        ("application/octet-stream", "AAEC"),
+    ]

@@ -443,8 +443,8 @@ def test_a_toolbus_client_sends_its_trace_over_stdio(
                 assert executor.execute(ToolCall(name="remote_add", arguments={"a": 1, "b": 2})).ok
             listed = executor.execute(ToolCall(name="remote_spans", arguments={})).output
             executor.drain_events()
-    assert isinstance(listed, dict)
-    [served] = [s for s in listed["result"] if s["name"] == "execute_tool add"]
+    assert isinstance(listed, list)  # the tool's list, unwrapped from the server's {"result": ...}
+    [served] = [s for s in listed if s["name"] == "execute_tool add"]
     mine = {s.name: s for s in exporter.get_finished_spans()}
     assert served["trace_id"] == _trace_id(mine["agent turn"])
     assert served["trace_id"] == _trace_id(mine["execute_tool remote_add"])

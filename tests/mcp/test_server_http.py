@@ -393,3 +393,28 @@ async def test_a_latin1_token_matches_the_header_bytes_a_client_sends() -> None:
     guard = Guard(_ok_app, token="t\xf6k", loopback=True)
     sent = [(b"host", b"127.0.0.1:8765"), (b"authorization", "Bearer t\xf6k".encode("latin-1"))]
     assert await _status(guard, sent) == 200
+
+
+def test_a_refused_connection_names_the_http_status_and_what_to_check(url: str) -> None:
+    """A wrong token read `could not connect: Server returned an error
+    response`, with no word of 401 or the token (issue 22)."""
+    from toolbus.mcp import MCPConnectError, connect_http
+
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with pytest.raises(MCPConnectError) as none:
+        connect_http(url, connect_timeout=10)
+    assert "HTTP 401 Unauthorized" in str(none.value)
+    assert "no token was sent" in str(none.value) and "headers=" in str(none.value)
+    with pytest.raises(MCPConnectError) as wrong:
+        connect_http(url, headers={"Authorization": "Bearer not-it-5c1d"}, connect_timeout=10)
+    assert "HTTP 401 Unauthorized" in str(wrong.value) and "token sent was refused" in str(
+        wrong.value
+    )
+    assert "not-it-5c1d" not in str(wrong.value)
+    with pytest.raises(MCPConnectError) as foreign:
+        connect_http(url, headers={**bearer, "Origin": "http://evil.example"}, connect_timeout=10)
+    assert "HTTP 403 Forbidden" in str(foreign.value) and "Origin" in str(foreign.value)
+    with connect_http(url, headers=bearer, connect_timeout=10) as conn:
+        assert "add" in {t.name for t in conn.tools()}
+    with pytest.raises(TypeError, match="headers"):
+        connect_http(url, headers={"Authorization": 1})  # type: ignore[dict-item]

@@ -78,6 +78,7 @@ def check_listing(listing: Any) -> None:
         "type": "object",
         "properties": {"result": {"type": "integer"}},
         "required": ["result"],
+        "x-toolbus-wrapped": True,  # a toolbus client unwraps its outputs
     }
     assert tools["forecast"]["outputSchema"]["required"] == ["city", "celsius", "summary"]
     assert "outputSchema" not in tools["chart"]

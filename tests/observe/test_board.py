@@ -68,11 +68,13 @@ def test_the_board_per_tool_columns_line_up() -> None:
         "p99": 0.5,
         "max": 0.5,
     }
-    table = _board({"tools": [tool]})._tools()
-    headers = [c.header for c in table.columns]
-    assert len(headers) == len([c for c in table.columns if c.header])  # no column without a header
-    retries = headers.index("retries")
-    assert list(table.columns[retries].cells) == ["7"]
+    for narrow, name in ((False, "retries"), (True, "retry")):
+        for table in _board({"tools": [tool]})._tools(narrow):
+            headers = [c.header for c in table.columns]
+            assert all(headers)  # no column without a header
+        counts = _board({"tools": [tool]})._tools(narrow)[0]
+        retries = [c.header for c in counts.columns].index(name)
+        assert list(counts.columns[retries].cells) == ["7"]
 
 
 def _drawn(board: Board) -> str:
@@ -93,3 +95,36 @@ def test_the_board_says_what_the_queued_calls_wait_for() -> None:
         config=board.config, state=board.state, stats={"queued": 0, "queues": {}}, now=board.now
     )
     assert "queued" not in _drawn(nothing).split("In flight")[1].splitlines()[0]
+
+
+def test_at_80_columns_every_count_and_label_is_whole() -> None:
+    """At 80x24 the counters read `submi…  in f…  qu…` and a tool's counts were
+    cut to nothing (issue 22): a narrow board wraps its counters onto more
+    rows and gives the per-tool and policy tables short labels."""
+    big = {"tool": "get_weather_forecast", "calls": 123456, "ok": 120000, "error": 1234}
+    big |= {"timeout": 56, "rejected": 789, "cancelled": 10, "deferred": 2, "in_flight": 12}
+    big |= {"retries": 3456, "p50": 0.012, "p95": 0.5, "p99": 1.2, "max": 30.1}
+    policies = {
+        "tools": [
+            {"tool": "fetch", "breaker": "half-open", "throttled": 12345, "throttle_wait": 1.5}
+            | {"cache_hits": 99999, "shared": 1234, "waiting": 3}
+        ],
+        "breakers": [{"tool": "fetch", "state": "half-open", "failures": 5, "opened": 3}],
+    }
+    stats = {"submitted": 123456, "in_flight": 12, "queued": 345, "ok": 120000, "error": 1234}
+    stats |= {"timeout": 56, "rejected": 789, "cancelled": 10, "deferred": 2, "retries": 3456}
+    stats |= {"timeouts": 78, "abandoned_workers": 1, "abandoned_total": 5, "killed_workers": 2}
+    stats |= {"late_results": 3, "events_dropped": 0}
+    board = _board({"tools": [big], "policies": policies})
+    board = Board(config=board.config, state=board.state, stats=stats, now=board.now)
+    out = io.StringIO()
+    Console(file=out, width=80, height=24).print(board)
+    drawn = out.getvalue()
+    assert max(len(line) for line in drawn.splitlines()) <= 80
+    counters = "submitted in flight queued ok error timeout rejected cancelled deferred retries"
+    for word in [*counters.split(), "123456", "120000", "3456", "1/5", "99999 (1234)", "12345"]:
+        assert word in drawn
+    lines = drawn.splitlines()
+    row = next(line for line in lines if line.startswith("get_weather_forecast "))
+    assert row.split()[1:] == ["123456", "120000", "1234", "56", "789", "10", "2", "12", "3456"]
+    assert "…" not in "".join(line for line in lines if "Recent" not in line and "┃" not in line)

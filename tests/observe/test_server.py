@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ pytest.importorskip("prometheus_client", reason="the web extra is not installed"
 from prometheus_client.parser import text_string_to_metric_families
 
 import toolbus.observe
+from tests.conftest import wait_until
 from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.observe import StatusServer, log_json, serve_status
 from toolbus.observe._state import LiveState
@@ -303,6 +306,38 @@ def test_events_resume_after_last_event_id(executor: Executor, http: httpx.Clien
         more = run_calls(executor, 1)
         after = read_events(lines, finished(more))
     assert int(after[0].id or 0) > int(last or 0)
+
+
+def test_a_client_that_leaves_mid_backlog_is_let_go_and_logged_once(
+    executor: Executor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A resuming client that read a few events of a long backlog and left:
+    the server wrote the rest to the dead connection without giving its loop
+    a turn, and asyncio logged `socket.send() raised exception.` once per
+    event (4 723 lines, issue 22). Now the stream hears the client leave, stops,
+    and says so once."""
+    caplog.set_level(logging.INFO)
+    with serve_status(executor, history=5000) as server:
+        for _ in range(4):
+            run_calls(executor, 100)  # 1 600 events
+        port = int(server.url.rstrip("/").rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nLast-Event-ID: 0\r\n\r\n")
+            got = b""
+            while got.count(b"\r\n\r\n") < 12:  # the headers, then events
+                chunk = client.recv(4096)
+                assert chunk, "the server closed the stream"
+                got += chunk
+            # Gone at once (a reset, as a closed tab or a killed `top` leaves).
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+        def left() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if "an /events client left" in r.getMessage()]
+
+        wait_until(lambda: bool(left()), what="the stream to hear its client leave")
+    assert len(left()) == 1
+    flood = [r for r in caplog.records if "socket.send() raised" in r.getMessage()]
+    assert flood == []
 
 
 def test_events_reset_when_history_no_longer_reaches_back(executor: Executor) -> None:

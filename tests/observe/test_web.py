@@ -231,3 +231,48 @@ def test_the_page_shows_what_the_queued_calls_wait_for(browser: Any) -> None:
         finally:
             gate.set()
             page.close()
+
+
+def test_a_long_error_shows_three_lines_and_the_rest_on_a_click(browser: Any) -> None:
+    """A breaker's refusal made a row of the failures about 10 lines tall (issue 22)."""
+    registry = ToolRegistry()
+    words = " ".join(f"word{i}" for i in range(200))
+
+    @registry.tool(read_only=True)
+    def chatty() -> None:
+        """Fails with a long message."""
+        raise RuntimeError(words)
+
+    with Executor(registry) as executor, serve_status(executor) as server:
+        page = browser.new_page(viewport={"width": 1000, "height": 800})
+        try:
+            page.goto(server.url)
+            expect(page.locator("#connection")).to_have_text("live", timeout=15_000)
+            assert executor.execute(ToolCall(name="chatty")).status == "error"
+            cell = page.locator("#errors td.err .clip").first
+            expect(cell).to_contain_text("word199", timeout=15_000)  # all of it is there
+            # Measured in one go in the page: its tables are drawn anew on every
+            # update, and a cell found a moment earlier may be gone.
+            measure = (
+                "() => { const e = document.querySelector('#errors td.err .clip');"
+                " return [e.getBoundingClientRect().height,"
+                " parseFloat(getComputedStyle(e).lineHeight)]; }"
+            )
+            capped, line = page.evaluate(measure)
+            assert capped <= 3.5 * line, (capped, line)
+            page.evaluate("() => document.querySelector('#errors td.err .clip').click()")
+            opened, line = page.evaluate(measure)
+            assert opened > 6 * line, (opened, line)
+            # It stays open when the table is drawn again (the next update).
+            seq = number(page, "#seq")
+            assert executor.execute(ToolCall(name="chatty")).status == "error"
+            page.wait_for_function(
+                f"() => Number(document.getElementById('seq').textContent) > {seq}"
+            )
+            heights = page.evaluate(
+                "() => [...document.querySelectorAll('#errors td.err .clip')]"
+                ".map((e) => e.getBoundingClientRect().height)"
+            )
+            assert len(heights) == 2 and heights[0] <= 3.5 * line < 6 * line < heights[1]
+        finally:
+            page.close()

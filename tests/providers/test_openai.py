@@ -117,8 +117,17 @@ def test_chat_reads_completion_choice_message_and_dicts_alike() -> None:
         completion.choices[0].message,
         raw["choices"][0],
         raw["choices"][0]["message"],
+        completion.choices[0].message.tool_calls,  # the bare list, as most code has it
+        raw["choices"][0]["message"]["tool_calls"],
+        tuple(raw["choices"][0]["message"]["tool_calls"]),
     ):
         assert tb.chat_tool_calls(source) == expected
+    assert tb.chat_tool_calls([]) == []
+    bare = raw["choices"][0]["message"]["tool_calls"]
+    assert (
+        tb.chat_assistant_message(bare)["tool_calls"]
+        == tb.chat_assistant_message(completion)["tool_calls"]
+    )
 
 
 def test_chat_without_tool_calls_gives_no_calls() -> None:

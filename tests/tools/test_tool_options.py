@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import MakeExecutor
 from toolbus import (
+    Executor,
     ToolCall,
     ToolContext,
     ToolRegistry,
@@ -40,6 +41,24 @@ def test_tool_timeout_is_validated(bad: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="timeout"):
         reg.tool(timeout=bad)(_noop)
     assert len(reg) == 0
+
+
+def test_a_refused_timeout_says_what_none_means_where_it_was_given() -> None:
+    """On a tool (and per call) None is not "no deadline" but the executor's
+    (the tool's) timeout: the message says so, and that inf is no deadline."""
+    with pytest.raises(ValueError) as on_tool:
+        tool(name="slow", timeout=0)(_noop)
+    assert str(on_tool.value) == (
+        "tool 'slow': timeout must be > 0 (inf for no deadline, None for the executor's "
+        "timeout), got 0"
+    )
+    reg = ToolRegistry()
+    reg.register(tool(name="quick")(_noop))
+    with Executor(reg) as ex, pytest.raises(TypeError) as per_call:
+        ex.execute(ToolCall(name="quick"), timeout="5")
+    assert "(inf for no deadline, None for the tool's timeout)" in str(per_call.value)
+    with pytest.raises(ValueError, match=r"> 0 \(or None for no deadline\), got 0"):
+        Executor(reg, timeout=0)
 
 
 @pytest.mark.parametrize(

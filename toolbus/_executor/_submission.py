@@ -133,7 +133,7 @@ def check_clocks(clocks: tuple[object, object]) -> tuple[float | None, float | N
     `ValueError` naming the option, as for `priority`."""
     timeout, budget = clocks
     return (
-        timeout_seconds(timeout, "timeout", "execute"),
+        timeout_seconds(timeout, "timeout", "execute", "the tool's timeout"),
         call_budget(budget, "execute"),
     )
 

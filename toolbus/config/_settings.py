@@ -13,6 +13,7 @@ import difflib
 import functools
 import inspect
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,6 +270,9 @@ def _checked(
         raise config.error(key, reason(e, key, "max_retries"), tool) from None
 
 
+_NONE_HINT = re.compile(r"\((?:or None for no deadline|inf for no deadline, None for [^)]*)\)")
+
+
 def reason(error: BaseException, *names: str) -> str:
     """A validator's message without who it names: the file and key say that."""
     text = str(error)
@@ -279,8 +283,9 @@ def reason(error: BaseException, *names: str) -> str:
         if rest != text and rest[:1] in (" ", ":"):
             text = rest.removeprefix(":").lstrip()
             break
-    # TOML has no None: a file says "no deadline" with inf.
-    return text.replace("(or None for no deadline)", "(inf for no deadline)")
+    # TOML has no None: a file says "no deadline" with inf, and leaves a key
+    # out for what None would mean.
+    return _NONE_HINT.sub("(inf for no deadline)", text)
 
 
 def _unknown_executor_key(key: str, value: Any, prefix: str) -> str:

@@ -32,6 +32,7 @@ from ._actor import Open, Opened, SessionActor
 from ._connection import MCPConnection
 from ._errors import MCPConnectError
 from ._generation import MakeClient
+from ._http_target import HttpTarget
 from ._link import Link
 from ._redact import redact_argv, redact_url
 
@@ -64,6 +65,7 @@ class ConnectOptions(TypedDict, total=False):
     max_backoff: float
     server_max_concurrency: int | None
     idempotent_hints: bool
+    unwrap_results: bool | None
 
 
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
@@ -83,6 +85,11 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         raise TypeError(
             f"connect: idempotent_hints must be True or False, got {idempotent_hints!r}"
         )
+    unwrap_results = options.get("unwrap_results")
+    if unwrap_results is not None and not isinstance(unwrap_results, bool):
+        raise TypeError(
+            f"connect: unwrap_results must be True, False or None, got {unwrap_results!r}"
+        )
     # Checked up front: a zero or negative timeout would make every attempt fail
     # at once; a backoff of 0 is allowed (reconnect at once), a negative one is not.
     return ConnectOptions(
@@ -99,6 +106,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         max_backoff=non_negative_number(options.get("max_backoff", 30.0), "max_backoff", "connect"),
         server_max_concurrency=server_max_concurrency,
         idempotent_hints=idempotent_hints,
+        unwrap_results=unwrap_results,
     )
 
 
@@ -119,6 +127,14 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     to the executor); calls beyond wait in toolbus. `idempotent_hints=True`
     trusts the server's `idempotentHint`s (toolbus's `Tool.idempotent`: a
     timed-out or lost call of a mutating tool may be retried).
+
+    A tool whose output is not an object is served wrapped, its
+    `outputSchema` `{"result": <schema>}` and each output `{"result": ...}`.
+    `unwrap_results` says when a tool's outputs are unwrapped (and its
+    `output_schema` is the inner one): None (the default) when a toolbus
+    server marked the schema (`x-toolbus-wrapped`), True for any schema of
+    that shape (another server's; a tool that really returns `{"result":
+    ...}` is unwrapped too), False never.
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -126,6 +142,8 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
 def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
     name = settings["name"]
     connect_timeout = settings["connect_timeout"]
+    if isinstance(target, str):
+        target = HttpTarget(target)
     link = Link(
         name or _default_name(target),
         _client_factory(target),
@@ -134,6 +152,8 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
         backoff_base=settings["backoff_base"],
         max_backoff=settings["max_backoff"],
     )
+    if isinstance(target, HttpTarget):
+        link.explain = target.refusal
     actor = SessionActor.start(link)
     try:
         opened = cast(
@@ -152,6 +172,7 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
         link,
         server_max_concurrency=settings["server_max_concurrency"],
         idempotent_hints=settings["idempotent_hints"],
+        unwrap_results=settings["unwrap_results"],
     )
 
 
@@ -244,18 +265,35 @@ async def aconnect_stdio(
     return await aconnect(_stdio_target(command, args, env, cwd, errlog), **options)
 
 
-def connect_http(url: str, **options: Unpack[ConnectOptions]) -> MCPConnection:
+def connect_http(
+    url: str, *, headers: Mapping[str, str] | None = None, **options: Unpack[ConnectOptions]
+) -> MCPConnection:
     """Connect to an MCP server over streamable HTTP at `url` (e.g. `http://host/mcp`).
 
-    `options` are `connect`'s. For headers or authentication, pass `connect` a
-    function that makes the transport: `lambda: streamable_http_client(url, http_client=...)`.
+    `headers` go with every request: a token as `{"Authorization": "Bearer
+    <token>"}`. A server that refuses the connection is named with its HTTP
+    status, and for 401/403 what to check. `options` are `connect`'s. For other
+    authentication (OAuth), pass `connect` a function that makes the
+    transport: `lambda: streamable_http_client(url, http_client=...)`.
     """
-    return connect(url, **options)
+    return connect(HttpTarget(url, _checked_headers(headers)), **options)
 
 
-async def aconnect_http(url: str, **options: Unpack[ConnectOptions]) -> MCPConnection:
+async def aconnect_http(
+    url: str, *, headers: Mapping[str, str] | None = None, **options: Unpack[ConnectOptions]
+) -> MCPConnection:
     """Async twin of `connect_http`."""
-    return await aconnect(url, **options)
+    return await aconnect(HttpTarget(url, _checked_headers(headers)), **options)
+
+
+def _checked_headers(headers: object) -> Mapping[str, str] | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise TypeError("connect_http: headers must be a mapping of str to str")
+    return headers
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -304,6 +342,8 @@ def _client_factory(target: MCPTarget) -> MakeClient:
 def _default_name(target: MCPTarget) -> str:
     if isinstance(target, _StdioTarget):
         target = target.params
+    if isinstance(target, HttpTarget):
+        target = target.url
     # The name is in every error text and log line: no credentials in it.
     if isinstance(target, StdioServerParameters):
         words = [os.path.basename(target.command), *redact_argv(target.args)]

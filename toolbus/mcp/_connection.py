@@ -66,6 +66,7 @@ class MCPConnection:
         *,
         server_max_concurrency: int | None = None,
         idempotent_hints: bool = False,
+        unwrap_results: bool | None = None,
     ) -> None:
         self._actor = actor
         self._link = link
@@ -75,6 +76,7 @@ class MCPConnection:
         self.server_version = opened.server_version
         self.server_max_concurrency = server_max_concurrency
         self._idempotent_hints = idempotent_hints
+        self._unwrap_results = unwrap_results
         # Guards the specs, the tools made and the registrations: the session's
         # loop applies new listings while callers make and register tools.
         self._lock = threading.Lock()
@@ -215,7 +217,7 @@ class MCPConnection:
         idempotent_hints = options.get("idempotent_hints")
         if not isinstance(prefix, str):
             raise TypeError(f"{owner}: prefix must be a string, got {prefix!r}")
-        timeout = timeout_seconds(timeout, "timeout", owner)
+        timeout = timeout_seconds(timeout, "timeout", owner, "the executor's timeout")
         call_timeout = timeout_seconds(options.get("call_timeout"), "call_timeout", owner)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"{owner}: retry must be a RetryPolicy or None, got {retry!r}")
@@ -262,6 +264,7 @@ class MCPConnection:
                 retry=made_with.retry,
                 max_concurrency=made_with.max_concurrency,
                 server_max_concurrency=self.server_max_concurrency,
+                unwrap=self._unwrap_results,
             )
         except Exception as e:
             log.warning(

@@ -95,6 +95,9 @@ class Link:
         self._closed = False
         # Given each new listing of the tools (the connection updates its registrations).
         self.on_tools: OnTools | None = None
+        # What the transport knows of a failed attempt that the SDK's error does
+        # not say (an HTTP status): added to a connect error.
+        self.explain: Callable[[], str | None] | None = None
         self._listings = 0
         self._listing = asyncio.Lock()
         self._relist_pending = False

@@ -25,9 +25,10 @@ import mcp_types as types
 from jsonschema.exceptions import ValidationError, best_match
 from referencing.exceptions import Unresolvable
 
-from ..models import Attachment, ToolOutput
+from ..models import Attachment, ErrorCode, ToolOutput
 from ..tools import ToolError
 from ._errors import MCPOutputError
+from ._server_output import RESULT_KEY
 
 __all__ = ["OutputCheck", "sdk_output_error", "skip_sdk_output_check", "tool_output"]
 
@@ -41,13 +42,14 @@ _SDK_BAD_SCHEMA = "Invalid schema for tool"
 _RULE_TEXT_CAP = 200
 
 
-def tool_output(result: types.CallToolResult, *, server: str) -> ToolOutput:
+def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = False) -> ToolOutput:
     """The toolbus output of an MCP tool result; raise `ToolError` for an error result.
 
-    Structured content, when the server sent it, is the output; otherwise the
-    text blocks, joined. Images, audio, blobs and resource links become
-    attachments (`type` is the MIME type, `data` base64); embedded text
-    resources are added to the text.
+    Structured content, when the server sent it, is the output (with `unwrap`,
+    what it holds under `"result"`: the server wrapped a value that is not an
+    object); otherwise the text blocks, joined. Images, audio, blobs and
+    resource links become attachments (`type` is the MIME type, `data`
+    base64); embedded text resources are added to the text.
     """
     texts: list[str] = []
     attachments: list[Attachment] = []
@@ -80,11 +82,26 @@ def tool_output(result: types.CallToolResult, *, server: str) -> ToolOutput:
             log.debug("MCP server '%s' sent a %s block; ignored", server, type(block).__name__)
     text = "\n".join(texts)
     if result.is_error:
-        raise ToolError(text or f"the MCP server '{server}' reported an error without a message")
+        raise ToolError(
+            _without_own_code(text, result.meta)
+            or f"the MCP server '{server}' reported an error without a message"
+        )
     content = result.structured_content if result.structured_content is not None else text
+    if unwrap and isinstance(content, dict) and RESULT_KEY in content:
+        content = content[RESULT_KEY]
     return ToolOutput(
         content=content, attachments=tuple(attachments), metadata={"mcp_server": server}
     )
+
+
+def _without_own_code(text: str, meta: dict[str, Any] | None) -> str:
+    """A toolbus server's error text ends with its code ("... (TOOL_ERROR)"),
+    which this side's result carries again: said once, not twice."""
+    code = (meta or {}).get("toolbus/error_code")
+    suffix = f" ({code})"
+    if code == ErrorCode.TOOL_ERROR.value and text.endswith(suffix):
+        return text[: -len(suffix)]
+    return text
 
 
 class OutputCheck:

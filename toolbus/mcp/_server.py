@@ -108,7 +108,7 @@ def call_result(result: ToolResult, tool: Tool | None = None) -> types.CallToolR
     content: list[types.ContentBlock] = []
     if result.output is not None:
         content.append(types.TextContent(text=text_of(output_text(result.output))))
-    content.extend(_attachment_block(a) for a in result.attachments)
+    content.extend(_attachment_block(a, n) for n, a in enumerate(result.attachments, 1))
     return types.CallToolResult(content=content, structured_content=encodable(structured))
 
 
@@ -267,7 +267,10 @@ def _schema(tool: Tool) -> dict[str, Any]:
     return schema if schema.get("type") == "object" else {"type": "object", **schema}
 
 
-def _attachment_block(attachment: Attachment) -> types.ContentBlock:
+def _attachment_block(attachment: Attachment, n: int) -> types.ContentBlock:
+    """The content block of the `n`th attachment: an image or audio, an
+    embedded resource for any other data (its bytes travel with it, a link
+    would drop them), a link for a URL alone, or a line of text."""
     # Every string writable (`text_of`), as in the rest of a result.
     mime = text_of(attachment.type)
     data = text_of(attachment.data) if attachment.data is not None else None
@@ -276,6 +279,17 @@ def _attachment_block(attachment: Attachment) -> types.ContentBlock:
         return types.ImageContent(data=data, mime_type=mime)
     if data is not None and mime.startswith("audio/"):
         return types.AudioContent(data=data, mime_type=mime)
+    if data is not None:
+        uri = text_of(attachment.url) if attachment.url is not None else f"toolbus://attachment/{n}"
+        try:
+            contents = types.BlobResourceContents(
+                uri=uri, mime_type=mime if "/" in mime else None, blob=data
+            )
+        except ValueError:  # a URL that is no URI: the bytes still travel
+            contents = types.BlobResourceContents(
+                uri=f"toolbus://attachment/{n}", mime_type=mime if "/" in mime else None, blob=data
+            )
+        return types.EmbeddedResource(type="resource", resource=contents)
     if attachment.url is not None:
         url = text_of(attachment.url)
         return types.ResourceLink(

@@ -20,10 +20,13 @@ from referencing.exceptions import Unresolvable
 
 from ..tools import Tool
 
-__all__ = ["RESULT_KEY", "ServedOutput", "served_output"]
+__all__ = ["RESULT_KEY", "WRAPPED", "ServedOutput", "served_output", "unwrapped_schema"]
 
 # The one property of a wrapped output schema, as the MCP SDKs name it.
 RESULT_KEY = "result"
+# The mark on a schema toolbus wrapped: a toolbus client unwraps its outputs
+# (a wrapped string looks exactly like a tool that returns {"result": "..."}).
+WRAPPED = "x-toolbus-wrapped"
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ def served_output(tool: Tool) -> ServedOutput | None:
             "type": "object",
             "properties": {RESULT_KEY: inner},
             "required": [RESULT_KEY],
+            WRAPPED: True,
         }
         for key in ("$schema", "$defs"):
             if key in source:
@@ -98,3 +102,25 @@ def served_output(tool: Tool) -> ServedOutput | None:
     with _lock:
         _cache[tool] = served
     return served
+
+
+def unwrapped_schema(schema: dict[str, Any], *, marked_only: bool) -> dict[str, Any] | None:
+    """The schema inside a wrapped output schema (`{"result": <schema>}`, its
+    `$defs` kept beside it), or None if `schema` is not one: with
+    `marked_only`, only one toolbus marked (`WRAPPED`)."""
+    if marked_only and schema.get(WRAPPED) is not True:
+        return None
+    properties = schema.get("properties")
+    if (
+        schema.get("type") != "object"
+        or not isinstance(properties, dict)
+        or set(properties) != {RESULT_KEY}
+        or schema.get("required") != [RESULT_KEY]
+        or not isinstance(properties[RESULT_KEY], dict)
+    ):
+        return None
+    inner = dict(properties[RESULT_KEY])
+    for key in ("$schema", "$defs"):
+        if key in schema:
+            inner[key] = schema[key]
+    return inner

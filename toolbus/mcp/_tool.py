@@ -13,6 +13,7 @@ from ..retry import RetryPolicy
 from ..tools import Tool, ToolContext
 from ._actor import SessionPort
 from ._output import OutputCheck, tool_output
+from ._server_output import unwrapped_schema
 
 if TYPE_CHECKING:
     from ..policies import Decision
@@ -91,6 +92,7 @@ class MCPTool(Tool):
         max_concurrency: int | None = None,
         call_timeout: float | None = None,
         server_max_concurrency: int | None = None,
+        unwrap: bool | None = None,
     ) -> None:
         self.spec = spec
         self.remote_name = spec.name
@@ -115,7 +117,13 @@ class MCPTool(Tool):
             destructive if isinstance(destructive, bool) and not self.read_only else None
         )
         # An unusable outputSchema makes the tool unusable, as an unusable inputSchema does.
-        self.output_schema = spec.output_schema
+        # A wrapped one (`{"result": <schema>}`) is unwrapped, its outputs with
+        # it: always when toolbus's server marked it, any with `unwrap=True`.
+        inner = None
+        if spec.output_schema is not None and unwrap is not False:
+            inner = unwrapped_schema(spec.output_schema, marked_only=unwrap is None)
+        self._unwrap = inner is not None
+        self.output_schema = inner if inner is not None else spec.output_schema
         self.timeout = timeout
         self.call_timeout = call_timeout
         self.retry = retry
@@ -153,4 +161,4 @@ class MCPTool(Tool):
         )
         if self._output_check is not None:
             await self._output_check.acheck(result)
-        return tool_output(result, server=self.server)
+        return tool_output(result, server=self.server, unwrap=self._unwrap)

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import ipaddress
+import logging
 import re
 import secrets
 import threading
@@ -33,6 +34,8 @@ from ._content import dumps
 from ._feed import Feed
 
 __all__ = ["COOKIE", "Broadcast", "Guard", "build_app", "cookie_value"]
+
+log = logging.getLogger("toolbus.observe")
 
 COOKIE = "toolbus_status"
 # The page's own requests may authenticate with the cookie; /metrics may not.
@@ -259,6 +262,7 @@ def build_app(
         # Fixed before the first line goes out: a client that has read it gets
         # every event announced after that.
         broadcast.streams += 1  # before looking: from here on every record wakes us
+        sent = 0
         try:
             last = feed.latest if since is None else since
             # A short retry: a page reconnects (with Last-Event-ID) a second after a drop.
@@ -276,10 +280,19 @@ def build_app(
                 for seq, data in records:
                     yield ServerSentEvent(data=data.decode(), id=str(seq))
                     last = seq
+                    sent += 1
+                    # A turn for the loop after each event: writing a backlog
+                    # straight through, the stream would not hear that its
+                    # client left (asyncio then logs every write to the dead
+                    # socket); given a turn, the response sees the disconnect
+                    # and cancels this stream.
+                    await asyncio.sleep(0)
                 if not records:
                     await woken.wait()
         finally:
             broadcast.streams -= 1
+            if not broadcast.closed:
+                log.info("status server: an /events client left after %d events", sent)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

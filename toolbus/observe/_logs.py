@@ -6,7 +6,7 @@ Events hold masked arguments and scrubbed texts only, so a line never holds a
 secret the executor knew of. A tool name the registry does not know is logged
 as `<unknown>`.
 
-The audit log (seed 003) is the same function on `tool:finished` only:
+The audit log is the same function on `tool:finished` only:
 
     log_json(executor, "audit.jsonl", signals=("tool:finished",), max_bytes=50_000_000)
 """

@@ -8,14 +8,13 @@ data, the same in both places.
 
 Every text the data holds may come from a model or a tool (a call id, a tool
 name, an error quoting a web page, a progress message) or, for `top`, from
-another process: it is drawn through `_cut`/`_cut_str`/`_safe` (whitespace
+another process: it is drawn through `cut`/`cut_str`/`safe` (`_cells.py`) (whitespace
 collapsed, control characters written as `\\xNN` by `for_terminal`), so no
 escape sequence in it reaches the terminal, and never read as rich markup.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,70 +23,28 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from .._text import for_terminal
 from ..bus._signals import ALL_SIGNALS
+from ._board_policies import policy_tables
+from ._cells import (
+    NARROW,
+    STATE_STYLE,
+    STATUS_STYLE,
+    clock,
+    cut,
+    cut_str,
+    duration,
+    label,
+    safe,
+    titled,
+)
 from ._policy_state import POLICY_SIGNALS
 
 __all__ = ["Board", "duration"]
 
-STATUS_STYLE = {
-    "ok": "green",
-    "error": "red",
-    "timeout": "magenta",
-    "rejected": "yellow",
-    "cancelled": "dim",
-    "deferred": "blue",
-}
-STATE_STYLE = {"running": "cyan", "retrying": "yellow", "failed": "red", "timed out": "magenta"}
-BREAKER_STYLE = {"open": "bold red", "half-open": "yellow", "closed": "green"}
-
 _MAX_IN_FLIGHT = 12
 _MAX_RECENT = 8
 _MAX_ERRORS = 5
-_MAX_KEYS = 6  # rows of a breaker per key's circuits (open ones first)
-_MAX_WAITING = 3  # calls awaiting approval named under the policies
 _SIDE_BY_SIDE = 140  # columns from which in-flight and recent sit side by side
-
-
-def duration(seconds: float | None) -> str:
-    """ "0.4 ms", "12 ms", "1.50 s", "2m03s"; "" for None."""
-    if seconds is None:
-        return ""
-    if seconds < 0.001:
-        return f"{seconds * 1000:.2f} ms"
-    if seconds < 0.01:
-        return f"{seconds * 1000:.1f} ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes}m{rest:02d}s"
-
-
-def _clock(ts: float | None) -> str:
-    if not ts:
-        return ""
-    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
-
-
-def _safe(text: Any) -> str:
-    """`text` on one line, safe for a terminal: whitespace (newlines, tabs)
-    collapsed to single spaces, other control characters (ESC) as `\\xNN`."""
-    return "" if text is None else for_terminal(" ".join(str(text).split()))
-
-
-def _cut_str(text: Any, limit: int) -> str:
-    s = _safe(text)
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-def _cut(text: Any, limit: int, style: str = "") -> Text:
-    """A cell of text the model or a tool wrote (a call id, a tool name, an
-    error): a `Text`, drawn as it is, never read as rich markup (a `[/x]` in it
-    would raise, a `[link=...]` would make a link), its escape sequences
-    written out (`_safe`)."""
-    return Text(_cut_str(text, limit), style=style)
 
 
 @dataclass(frozen=True)
@@ -109,7 +66,7 @@ class Board:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield self._header()
-        yield self._counters()
+        yield from self._counters(options.max_width)
         in_flight, recent = self._in_flight(), self._recent()
         if options.max_width >= _SIDE_BY_SIDE:
             pair = Table.grid(padding=(0, 2), expand=True)
@@ -120,10 +77,9 @@ class Board:
         else:
             yield in_flight
             yield recent
-        yield self._tools()
-        policies = self._policies()
-        if policies is not None:
-            yield policies
+        narrow = options.max_width < NARROW
+        yield from self._tools(narrow)
+        yield from policy_tables(self.state, self.now, narrow)
         yield self._errors()
         extra = self._signals()
         if extra is not None:
@@ -138,19 +94,19 @@ class Board:
         timeout = c.get("timeout")
         head = Text()
         head.append("toolbus ", style="bold")
-        head.append(_safe(c.get("name", "executor")), style="bold cyan")
+        head.append(safe(c.get("name", "executor")), style="bold cyan")
         head.append(
             f"  max_parallel {c.get('max_parallel', '?')} · timeout "
             f"{'none' if timeout is None else f'{timeout:g} s'} · retries "
             f"{retry.get('max_retries', 0)} · {len(tools)} tools",
             style="dim",
         )
-        head.append(f"  {_safe(self.source)} · ", style="dim")
-        head.append(_safe(self.status), style="green" if self.status == "live" else "bold red")
-        head.append(f" · seq {self.state.get('seq', 0)} · {_clock(self.now)[:8]}", style="dim")
+        head.append(f"  {safe(self.source)} · ", style="dim")
+        head.append(safe(self.status), style="green" if self.status == "live" else "bold red")
+        head.append(f" · seq {self.state.get('seq', 0)} · {clock(self.now)[:8]}", style="dim")
         return head
 
-    def _counters(self) -> Table:
+    def _counters(self, width: int) -> list[Table]:
         s = self.stats
         totals = self.state.get("totals") or {}
         if s is not None:
@@ -181,11 +137,28 @@ class Board:
                 ("killed", totals.get("killed"), "red"),
                 ("late", totals.get("late_results"), "magenta"),
             ]
-        grid = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1))
-        for label, _, style in cells:
-            grid.add_column(label, justify="right", header_style="dim", style=style, no_wrap=True)
-        grid.add_row(*(str(v if v is not None else "-") for _, v, _ in cells))
-        return grid
+        # As many counters to a row as fit the width: a narrow terminal gets
+        # more rows, never labels cut to "submi…" or a count lost off the edge.
+        shown = [(label, str(v if v is not None else "-"), style) for label, v, style in cells]
+        rows: list[list[tuple[str, str, str]]] = [[]]
+        used = 0
+        for cell in shown:
+            need = max(len(cell[0]), len(cell[1])) + 2  # (one space each side)
+            if rows[-1] and used + need > width:
+                rows.append([])
+                used = 0
+            rows[-1].append(cell)
+            used += need
+        grids = []
+        for row in rows:
+            grid = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1))
+            for name, _, style in row:
+                grid.add_column(
+                    name, justify="right", header_style="dim", style=style, no_wrap=True
+                )
+            grid.add_row(*(value for _, value, _ in row))
+            grids.append(grid)
+        return grids
 
     def _in_flight(self) -> Table:
         calls: Sequence[Mapping[str, Any]] = self.state.get("in_flight") or ()
@@ -199,7 +172,7 @@ class Board:
         title = f"In flight: {len(calls)}"
         if queued:
             title += f" · queued: {queued}"
-            shown = [f"{_cut_str(name, 24)} {n}" for name, n in queues.items() if n]
+            shown = [f"{cut_str(name, 24)} {n}" for name, n in queues.items() if n]
             if shown:
                 title += f" ({', '.join(shown[:4])}{', …' if len(shown) > 4 else ''})"
         table = Table(title=Text(title), title_justify="left", expand=True)  # (names: not markup)
@@ -212,14 +185,14 @@ class Board:
         for c in calls[:_MAX_IN_FLIGHT]:
             state = str(c.get("state", ""))
             elapsed = max(0.0, self.now - float(c.get("started") or self.now))
-            detail = _cut_str(c.get("detail"), 60)
+            detail = cut_str(c.get("detail"), 60)
             if c.get("fraction") is not None:
                 detail = f"{float(c['fraction']):.0%} {detail}"
             table.add_row(
-                _cut(c.get("call_id"), 24),
-                _cut(c.get("tool"), 22),
+                cut(c.get("call_id"), 24),
+                cut(c.get("tool"), 22),
                 str(c.get("attempt", "")),
-                _cut(state, 20, STATE_STYLE.get(state, "")),
+                cut(state, 20, STATE_STYLE.get(state, "")),
                 duration(elapsed),
                 Text(detail, style="dim"),
             )
@@ -240,26 +213,34 @@ class Board:
             status = str(r.get("status", ""))
             label = status + (f" {r['error_code']}" if r.get("error_code") else "")
             table.add_row(
-                _clock(r.get("timestamp"))[:12],
-                _cut(r.get("call_id"), 24),
-                _cut(r.get("tool"), 22),
-                _cut(label, 40, STATUS_STYLE.get(status, "")),
+                clock(r.get("timestamp"))[:12],
+                cut(r.get("call_id"), 24),
+                cut(r.get("tool"), 22),
+                cut(label, 40, STATUS_STYLE.get(status, "")),
                 str(r.get("attempts", "")),
                 duration(r.get("duration")),
             )
         return table
 
-    def _tools(self) -> Table:
-        table = Table(title="Per tool (since watching)", title_justify="left")
-        table.add_column("tool", no_wrap=True, max_width=28)
+    def _tools(self, narrow: bool) -> list[Table]:
+        """Calls per tool by status and their latencies: one table, or (narrow)
+        two with short labels."""
+        title = "Per tool (since watching)"
+        name_width = 20 if narrow else 28
+        counts = titled(title, narrow)
+        counts.add_column("tool", no_wrap=True, max_width=name_width)
         for name in ("calls", *STATUS_STYLE, "running"):  # one column per status, in order
-            table.add_column(name, justify="right", no_wrap=True)
-        table.add_column("retries", justify="right", no_wrap=True, style="yellow")
+            counts.add_column(label(name, narrow), justify="right", no_wrap=True)
+        counts.add_column(label("retries", narrow), justify="right", no_wrap=True, style="yellow")
+        times = counts
+        if narrow:
+            times = titled("Per tool: time per call", narrow)
+            times.add_column("tool", no_wrap=True, max_width=name_width)
         for name in ("p50", "p95", "p99", "max"):
-            table.add_column(name, justify="right", no_wrap=True)
+            times.add_column(name, justify="right", no_wrap=True)
         for t in self.state.get("tools") or ():
-            table.add_row(
-                _cut(t.get("tool"), 28),
+            tool = cut(t.get("tool"), name_width)
+            numbers: list[str | Text] = [
                 str(t.get("calls", 0)),
                 *(
                     Text(str(t.get(s, 0)), style=STATUS_STYLE[s] if t.get(s) else "dim")
@@ -267,9 +248,14 @@ class Board:
                 ),
                 str(t.get("in_flight", 0)),
                 str(t.get("retries", 0)),
-                *(duration(t.get(q)) for q in ("p50", "p95", "p99", "max")),
-            )
-        return table
+            ]
+            latencies = [duration(t.get(q)) for q in ("p50", "p95", "p99", "max")]
+            if narrow:
+                counts.add_row(tool, *numbers)
+                times.add_row(tool.copy(), *latencies)
+            else:
+                counts.add_row(tool, *numbers, *latencies)
+        return [counts, times] if narrow else [counts]
 
     def _errors(self) -> Table:
         errors: Sequence[Mapping[str, Any]] = self.state.get("errors") or ()
@@ -283,88 +269,13 @@ class Board:
             status = str(e.get("status", ""))
             label = status + (f" {e['error_code']}" if e.get("error_code") else "")
             table.add_row(
-                _clock(e.get("timestamp"))[:12],
-                _cut(e.get("call_id"), 24),
-                _cut(e.get("tool"), 22),
-                _cut(label, 40, STATUS_STYLE.get(status, "")),
-                _cut(e.get("error"), 200),
+                clock(e.get("timestamp"))[:12],
+                cut(e.get("call_id"), 24),
+                cut(e.get("tool"), 22),
+                cut(label, 40, STATUS_STYLE.get(status, "")),
+                cut(e.get("error"), 200),
             )
         return table
-
-    def _policies(self) -> Table | None:
-        """Breakers, throttled calls, cache hits and calls awaiting approval, per
-        tool; None while no policy did anything."""
-        pol: Mapping[str, Any] = self.state.get("policies") or {}
-        tools: Sequence[Mapping[str, Any]] = pol.get("tools") or ()
-        if not tools:
-            return None
-        t = pol.get("totals") or {}
-        title = (
-            f"Policies: throttled {t.get('throttled', 0)} · cache hits {t.get('cache_hits', 0)}"
-            f" · awaiting approval {t.get('waiting', 0)} · breakers open {t.get('open', 0)}"
-            f", half-open {t.get('half-open', 0)}"
-        )
-        table = Table(title=title, title_justify="left")
-        table.add_column("tool", no_wrap=True, max_width=40)
-        table.add_column("breaker", no_wrap=True)
-        for name in ("failures", "for", "opened", "throttled", "waited", "cache hits"):
-            table.add_column(name, justify="right", no_wrap=True)
-        table.add_column("awaiting approval", justify="right", no_wrap=True, style="blue")
-        breakers: Sequence[Mapping[str, Any]] = pol.get("breakers") or ()
-        own = {b.get("tool"): b for b in breakers if b.get("key") is None}
-        keyed = [b for b in breakers if b.get("key") is not None]
-        for row in tools:
-            tool = row.get("tool")
-            b = own.get(tool)
-            keys = sum(k.get("tool") == tool for k in keyed)
-            state = str(row.get("breaker") or "")
-            label = state + (f" ({keys} keys)" if keys else "")
-            hits = f"{row.get('cache_hits', 0)}" + (
-                f" ({row['shared']} shared)" if row.get("shared") else ""
-            )
-            table.add_row(
-                _cut(tool, 40),
-                _cut(label or "-", 40, BREAKER_STYLE.get(state, "dim")),
-                *self._circuit_cells(b),
-                str(row.get("throttled", 0)),
-                duration(row.get("throttle_wait")) if row.get("throttled") else "",
-                hits,
-                str(row.get("waiting", 0)),
-            )
-        keyed.sort(key=lambda k: (k.get("state") == "closed", -float(k.get("since") or 0.0)))
-        for k in keyed[:_MAX_KEYS]:
-            state = str(k.get("state", ""))
-            table.add_row(
-                _cut(f"{k.get('tool')} · key {k.get('key')}", 40, "dim"),
-                _cut(state, 20, BREAKER_STYLE.get(state, "")),
-                *self._circuit_cells(k),
-                "",
-                "",
-                "",
-                "",
-            )
-        if len(keyed) > _MAX_KEYS:
-            table.add_row(Text(f"+{len(keyed) - _MAX_KEYS} more keys", style="dim"))
-        waiting: Sequence[Mapping[str, Any]] = pol.get("waiting") or ()
-        if waiting:
-            table.caption = Text(  # literal: call ids and tool names are not markup
-                "awaiting approval, newest first: "
-                + " · ".join(
-                    f"{_cut_str(w.get('call_id'), 24)} {_cut_str(w.get('tool'), 22)} "
-                    f"({duration(max(0.0, self.now - float(w.get('timestamp') or self.now)))})"
-                    for w in waiting[:_MAX_WAITING]
-                )
-            )
-            table.caption_justify = "left"
-        return table
-
-    def _circuit_cells(self, b: Mapping[str, Any] | None) -> tuple[str, str, str]:
-        """failures, since (how long it has been in its state), opened."""
-        if b is None:
-            return "", "", ""
-        since = b.get("since")
-        ago = "" if since is None else duration(max(0.0, self.now - float(since)))
-        return str(b.get("failures", 0)), ago, str(b.get("opened", 0))
 
     def _signals(self) -> Text | None:
         """Events of signals defined outside toolbus's own and the policies' (yours), if any."""
@@ -373,5 +284,5 @@ class Board:
         if not counts:
             return None
         text = Text("Other signals: ", style="bold")
-        text.append("  ".join(f"{_safe(k)} {_safe(v)}" for k, v in counts.items()))
+        text.append("  ".join(f"{safe(k)} {safe(v)}" for k, v in counts.items()))
         return text

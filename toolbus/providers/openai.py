@@ -22,7 +22,7 @@ strict schemas; they are the one provider module a user imports for OpenAI.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .. import _json
@@ -69,8 +69,11 @@ if TYPE_CHECKING:
 
     from ..tools import Tool
 
-    ChatLike: TypeAlias = ChatCompletion | Choice | ChatCompletionMessage | Mapping[str, Any]
-    """A Chat Completions response, one of its choices, or its message; object or dict."""
+    ChatLike: TypeAlias = (
+        ChatCompletion | Choice | ChatCompletionMessage | Mapping[str, Any] | Sequence[Any]
+    )
+    """A Chat Completions response, one of its choices, or its message (object
+    or dict), or the message's bare `tool_calls` list."""
     ResponseLike: TypeAlias = Response | Mapping[str, Any] | Iterable[Any]
     """A Responses API response (object or dict), or its output items."""
 
@@ -95,7 +98,10 @@ __all__ = [
 
 
 def _chat_message(completion: Any, choice: int) -> dict[str, Any]:
-    """The assistant message of a completion, a choice, or the message itself."""
+    """The assistant message of a completion, a choice, the message itself, or
+    one made around a bare `tool_calls` list."""
+    if isinstance(completion, list | tuple):
+        return {"role": "assistant", "content": None, "tool_calls": list(completion)}
     data = as_dict(completion, "a chat completion or message")
     if isinstance(data.get("choices"), list):
         choices = data["choices"]
@@ -132,8 +138,9 @@ def _chat_call_kind(data: Mapping[str, Any]) -> str:
 def chat_tool_calls(completion: ChatLike, *, choice: int = 0) -> list[ToolCall]:
     """The tool calls of a Chat Completions response, in the order the model made them.
 
-    `completion` is a `ChatCompletion` (or its dict), one of its choices, or
-    the assistant message itself; for a completion, choice `choice` is read.
+    `completion` is a `ChatCompletion` (or its dict), one of its choices, the
+    assistant message itself, or the message's bare `tool_calls` list (objects
+    or dicts); for a completion, choice `choice` is read.
     Function calls keep the model's raw JSON arguments (the executor parses
     them, and rejects malformed JSON with `INVALID_ARGUMENTS`); custom tool
     calls carry the model's raw text input. Ids are the model's

@@ -81,5 +81,5 @@ class ToolContext:
         return self._cancel.wait(timeout)
 
     def progress(self, message: str, fraction: float | None = None, **data: Any) -> None:
-        """Publish a `tool:progress` signal (seed 002's "stage") for this call."""
+        """Publish a `tool:progress` signal (the stage the call is at) for this call."""
         self._sink(self, message, fraction, data)

@@ -273,7 +273,7 @@ class Tool:
         owner = f"tool {self.name!r}"
         # Normalised onto the instance, so a class attribute is checked too and
         # the executor and supervisor only ever see a number or None.
-        self.timeout = timeout_seconds(self.timeout, "timeout", owner)
+        self.timeout = timeout_seconds(self.timeout, "timeout", owner, "the executor's timeout")
         self.call_timeout = timeout_seconds(self.call_timeout, "call_timeout", owner)
         if self.max_concurrency is not None:
             self.max_concurrency = positive_int(self.max_concurrency, "max_concurrency", owner)

@@ -1,0 +1,44 @@
+"""Every Python sample in the README and the docs runs (tests/docs/samples.py):
+each page's blocks in order, in one namespace, in a process of its own, as a
+reader copying them would; a block that cannot run here says why on the page."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.docs.samples import samples
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [
+    page
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    if samples(page.read_text())
+]
+
+# The slow tier (tests/README.md): a process per page, servers and clients in it.
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_the_samples_of_a_page_run(page: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.docs.samples", str(page)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_a_skipped_sample_says_why() -> None:
+    for page in PAGES:
+        for sample in samples(page.read_text()):
+            assert sample.skip is None or sample.skip.strip(), f"{page.name}:{sample.line}"

@@ -1,0 +1,81 @@
+"""A server at a URL: its streamable HTTP transport, and why it refused us.
+
+The SDK reports any HTTP error to a request as "Server returned an error
+response", without the status: a wrong token reads like a server bug. The
+transport toolbus makes for a URL (`connect_http`, or `connect` given a URL)
+keeps the status of the last refused request, and `refusal()` turns it into
+the words a connect error adds: the status, and for 401/403 what to check.
+"""
+
+from __future__ import annotations
+
+import http
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from mcp.client import Transport
+from mcp.client.streamable_http import streamable_http_client
+
+__all__ = ["SDK_REFUSED", "HttpTarget"]
+
+# What the SDK (mcp 2.3) says for any HTTP status >= 400 but 404.
+SDK_REFUSED = "Server returned an error response"
+
+# The SDK's own client's timeouts: a server may hold a response stream open.
+_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+
+
+class HttpTarget:
+    """Makes a fresh transport to `url` per connection attempt (`headers` on
+    every request, an `Authorization` among them), noting refused requests."""
+
+    def __init__(self, url: str, headers: Mapping[str, str] | None = None) -> None:
+        self.url = url
+        self._headers = dict(headers) if headers is not None else None
+        self._refused: tuple[int, str] | None = None  # status, WWW-Authenticate
+
+    def __call__(self) -> Transport:
+        self._refused = None
+        return self._transport()
+
+    @asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        async with (
+            httpx2.AsyncClient(
+                headers=self._headers, timeout=_TIMEOUT, event_hooks={"response": [self._seen]}
+            ) as client,
+            streamable_http_client(self.url, http_client=client) as streams,
+        ):
+            yield streams
+
+    async def _seen(self, response: Any) -> None:
+        if response.status_code >= 400:
+            self._refused = (response.status_code, response.headers.get("www-authenticate", ""))
+
+    def refusal(self) -> str | None:
+        """What the server's last refusal says (None: it refused nothing)."""
+        if self._refused is None:
+            return None
+        status, challenge = self._refused
+        try:
+            words = f"HTTP {status} {http.HTTPStatus(status).phrase}"
+        except ValueError:
+            words = f"HTTP {status}"
+        if status == 401:
+            scheme = f" ({challenge.split()[0]})" if challenge.strip() else ""
+            given = "the token sent was refused" if self._authorized() else "no token was sent"
+            return (
+                f"{words}, the server needs credentials{scheme} and {given}: pass "
+                "connect_http(url, headers={'Authorization': 'Bearer <token>'})"
+            )
+        if status == 403:
+            return (
+                f"{words}, the server refuses these credentials: a token without the "
+                "scope it needs, or an Origin or Host it does not allow"
+            )
+        return words
+
+    def _authorized(self) -> bool:
+        return any(k.lower() == "authorization" for k in self._headers or {})
