@@ -42,7 +42,7 @@ class Table:
         """The table as plain text within `width` columns: the widest columns
         give way first, their cells wrapped onto more lines."""
         rows = [self.columns, *self.rows]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self.columns))]
+        widths = [max(1, *(len(r[i]) for r in rows)) for i in range(len(self.columns))]
         _fit(widths, width, rows)
 
         def lines(cells: list[str]) -> list[str]:

@@ -307,6 +307,9 @@ def test_a_table_fits_100_columns_and_smoke_goals_are_not_checked() -> None:
     assert max(len(line) for line in text.splitlines()) <= 100
     for word in ("describes", "ThreadPoolExecutor", "(2.1×–2.6×)"):
         assert word in text  # words are whole where they can be
+    empty = Table("a column with nothing in it", ["case", ""])
+    empty.add("one", "")
+    assert empty.text().splitlines()[-1] == "one"
     goal = Goal("g", "one call vs a pool", "≤ 2×", "single")
     goal.set(2.43, "2.43×", False)
     smoke = Report(smoke=True, goals=[goal]).goals_table().text()

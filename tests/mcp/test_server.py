@@ -452,7 +452,7 @@ def test_an_attachment_with_data_travels_as_an_embedded_resource() -> None:
     # And back through toolbus's client: the bytes are still there.
     back = tool_output(call_result(result), server="s")
     assert isinstance(back, ToolOutput)
-    assert [(a.type, a.data) for a in back.attachments][:2] == [
-        ("application/pdf", "JVBERi0x"),
-        ("application/octet-stream", "AAEC"),
+    assert [(a.type, a.url, a.data) for a in back.attachments][:2] == [
+        ("application/pdf", "file:///tmp/report.pdf", "JVBERi0x"),
+        ("application/octet-stream", None, "AAEC"),  # no URL made up on the way back
     ]

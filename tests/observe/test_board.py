@@ -74,7 +74,7 @@ def test_the_board_per_tool_columns_line_up() -> None:
             assert all(headers)  # no column without a header
         counts = _board({"tools": [tool]})._tools(narrow)[0]
         retries = [c.header for c in counts.columns].index(name)
-        assert list(counts.columns[retries].cells) == ["7"]
+        assert [str(c) for c in counts.columns[retries].cells] == ["7"]
 
 
 def _drawn(board: Board) -> str:
@@ -97,7 +97,8 @@ def test_the_board_says_what_the_queued_calls_wait_for() -> None:
     assert "queued" not in _drawn(nothing).split("In flight")[1].splitlines()[0]
 
 
-def test_at_80_columns_every_count_and_label_is_whole() -> None:
+@pytest.mark.parametrize("width", [80, 120, 140])
+def test_at_any_width_every_count_and_label_is_whole(width: int) -> None:
     """At 80x24 the counters read `submi…  in f…  qu…` and a tool's counts were
     cut to nothing (issue 22): a narrow board wraps its counters onto more
     rows and gives the per-tool and policy tables short labels."""
@@ -118,13 +119,24 @@ def test_at_80_columns_every_count_and_label_is_whole() -> None:
     board = _board({"tools": [big], "policies": policies})
     board = Board(config=board.config, state=board.state, stats=stats, now=board.now)
     out = io.StringIO()
-    Console(file=out, width=80, height=24).print(board)
+    Console(file=out, width=width, height=24).print(board)
     drawn = out.getvalue()
-    assert max(len(line) for line in drawn.splitlines()) <= 80
+    assert max(len(line) for line in drawn.splitlines()) <= width
     counters = "submitted in flight queued ok error timeout rejected cancelled deferred retries"
-    for word in [*counters.split(), "123456", "120000", "3456", "1/5", "99999 (1234)", "12345"]:
+    for word in [*counters.split(), "123456", "120000", "3456", "1/5", "99999 (1234", "12345"]:
         assert word in drawn
     lines = drawn.splitlines()
-    row = next(line for line in lines if line.startswith("get_weather_forecast "))
-    assert row.split()[1:] == ["123456", "120000", "1234", "56", "789", "10", "2", "12", "3456"]
-    assert "…" not in "".join(line for line in lines if "Recent" not in line and "┃" not in line)
+    row = next(line for line in lines if "get_weather_forecast " in line)
+    numbers = ["123456", "120000", "1234", "56", "789", "10", "2", "12", "3456"]
+    assert [w for w in row.split() if w.isdigit()][: len(numbers)] == numbers
+    assert "…" not in "".join(line for line in lines if "get_weather" in line or "fetch" in line)
+
+
+def test_numbers_from_a_status_server_are_drawn_as_text() -> None:
+    """`toolbus top` draws what another process sent: a count that is markup
+    crashed the board (`[/x]`) or made a link."""
+    board = _board({})
+    stats = {"submitted": "[/x]", "in_flight": "[link=http://evil.example]1[/link]", "ok": 1}
+    board = Board(config=board.config, state=board.state, stats=stats, now=board.now)
+    drawn = _drawn(board)
+    assert "[/x]" in drawn and "[link=http://evil.example]1[/link]" in drawn

@@ -123,11 +123,14 @@ def test_chat_reads_completion_choice_message_and_dicts_alike() -> None:
     ):
         assert tb.chat_tool_calls(source) == expected
     assert tb.chat_tool_calls([]) == []
-    bare = raw["choices"][0]["message"]["tool_calls"]
-    assert (
-        tb.chat_assistant_message(bare)["tool_calls"]
-        == tb.chat_assistant_message(completion)["tool_calls"]
-    )
+    whole = tb.chat_assistant_message(completion)["tool_calls"]
+    sdk_list = completion.choices[0].message.tool_calls
+    for bare in (raw["choices"][0]["message"]["tool_calls"], sdk_list):
+        assert tb.chat_assistant_message(bare)["tool_calls"] == whole  # dicts or SDK objects
+    # A list of something else is refused, not read as calls without a name.
+    for wrong in (completion.choices, raw["choices"], [{"role": "user", "content": "hi"}]):
+        with pytest.raises(TypeError, match="tool_calls list"):
+            tb.chat_tool_calls(wrong)
 
 
 def test_chat_without_tool_calls_gives_no_calls() -> None:

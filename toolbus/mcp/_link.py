@@ -36,6 +36,7 @@ from mcp_types import CONNECTION_CLOSED
 
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
 from ._generation import Generation, MakeClient, describe
+from ._http_target import SDK_REFUSED
 from ._output import sdk_output_error
 
 __all__ = ["ConnectionStatus", "Link", "describe"]
@@ -221,7 +222,10 @@ class Link:
             raise output_error from None
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:
-                raise MCPCallError(f"MCP server '{self.name}' refused the call: {e}") from None
+                why = str(e)
+                if why == SDK_REFUSED and self.explain is not None:
+                    why = self.explain() or why  # the HTTP status (a token revoked meanwhile)
+                raise MCPCallError(f"MCP server '{self.name}' refused the call: {why}") from None
             lost = e
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as e:
             lost = e

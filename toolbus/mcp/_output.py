@@ -28,7 +28,7 @@ from referencing.exceptions import Unresolvable
 from ..models import Attachment, ErrorCode, ToolOutput
 from ..tools import ToolError
 from ._errors import MCPOutputError
-from ._server_output import RESULT_KEY
+from ._server_output import ATTACHMENT_URI, RESULT_KEY
 
 __all__ = ["OutputCheck", "sdk_output_error", "skip_sdk_output_check", "tool_output"]
 
@@ -71,10 +71,11 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
             if isinstance(res, types.TextResourceContents):
                 texts.append(res.text)
             else:
+                uri = str(res.uri)
                 attachments.append(
                     Attachment(
                         type=res.mime_type or "application/octet-stream",
-                        url=str(res.uri),
+                        url=None if uri.startswith(ATTACHMENT_URI) else uri,  # one made up
                         data=res.blob,
                     )
                 )

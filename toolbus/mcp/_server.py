@@ -31,7 +31,7 @@ from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry, load_registry
-from ._server_output import served_output
+from ._server_output import ATTACHMENT_URI, served_output
 from ._server_progress import ProgressRelay
 
 __all__ = [
@@ -280,14 +280,14 @@ def _attachment_block(attachment: Attachment, n: int) -> types.ContentBlock:
     if data is not None and mime.startswith("audio/"):
         return types.AudioContent(data=data, mime_type=mime)
     if data is not None:
-        uri = text_of(attachment.url) if attachment.url is not None else f"toolbus://attachment/{n}"
+        uri = text_of(attachment.url) if attachment.url is not None else f"{ATTACHMENT_URI}{n}"
         try:
             contents = types.BlobResourceContents(
                 uri=uri, mime_type=mime if "/" in mime else None, blob=data
             )
         except ValueError:  # a URL that is no URI: the bytes still travel
             contents = types.BlobResourceContents(
-                uri=f"toolbus://attachment/{n}", mime_type=mime if "/" in mime else None, blob=data
+                uri=f"{ATTACHMENT_URI}{n}", mime_type=mime if "/" in mime else None, blob=data
             )
         return types.EmbeddedResource(type="resource", resource=contents)
     if attachment.url is not None:

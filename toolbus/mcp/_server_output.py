@@ -20,13 +20,23 @@ from referencing.exceptions import Unresolvable
 
 from ..tools import Tool
 
-__all__ = ["RESULT_KEY", "WRAPPED", "ServedOutput", "served_output", "unwrapped_schema"]
+__all__ = [
+    "ATTACHMENT_URI",
+    "RESULT_KEY",
+    "WRAPPED",
+    "ServedOutput",
+    "served_output",
+    "unwrapped_schema",
+]
 
 # The one property of a wrapped output schema, as the MCP SDKs name it.
 RESULT_KEY = "result"
 # The mark on a schema toolbus wrapped: a toolbus client unwraps its outputs
 # (a wrapped string looks exactly like a tool that returns {"result": "..."}).
 WRAPPED = "x-toolbus-wrapped"
+# The URI of an embedded attachment that had none (an embedded resource needs
+# one): a toolbus client reads it as no URL.
+ATTACHMENT_URI = "toolbus://attachment/"
 
 
 @dataclass(frozen=True)

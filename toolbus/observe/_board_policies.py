@@ -53,10 +53,10 @@ def policy_tables(snapshot: Mapping[str, Any], now: float, narrow: bool) -> list
                 cut(tool, name_width),
                 cut(shown or "-", 40, BREAKER_STYLE.get(state, "dim")),
                 *_circuit_cells(now, own.get(tool)),
-                str(row.get("throttled", 0)),
+                cut(row.get("throttled", 0), 20),
                 duration(row.get("throttle_wait")) if row.get("throttled") else "",
                 hits,
-                str(row.get("waiting", 0)),
+                cut(row.get("waiting", 0), 20),
             ]
         )
     keyed.sort(key=lambda k: (k.get("state") == "closed", -float(k.get("since") or 0.0)))
@@ -108,10 +108,10 @@ def policy_tables(snapshot: Mapping[str, Any], now: float, narrow: bool) -> list
     return tables
 
 
-def _circuit_cells(now: float, b: Mapping[str, Any] | None) -> tuple[str, str, str]:
+def _circuit_cells(now: float, b: Mapping[str, Any] | None) -> tuple[Text, Text, Text]:
     """failures, since (how long it has been in its state), opened."""
     if b is None:
-        return "", "", ""
+        return Text(), Text(), Text()
     since = b.get("since")
     ago = "" if since is None else duration(max(0.0, now - float(since)))
-    return str(b.get("failures", 0)), ago, str(b.get("opened", 0))
+    return cut(b.get("failures", 0), 20), Text(ago), cut(b.get("opened", 0), 20)

@@ -15,7 +15,6 @@ from .._text import for_terminal
 
 __all__ = [
     "BREAKER_STYLE",
-    "NARROW",
     "STATE_STYLE",
     "STATUS_STYLE",
     "clock",
@@ -38,10 +37,8 @@ STATUS_STYLE = {
 STATE_STYLE = {"running": "cyan", "retrying": "yellow", "failed": "red", "timed out": "magenta"}
 BREAKER_STYLE = {"open": "bold red", "half-open": "yellow", "closed": "green"}
 
-# Below this many columns the per-tool and policy tables take short labels and
-# a light box (an 80-column terminal keeps every count whole), and the
-# latencies sit in a table of their own.
-NARROW = 120
+# The short labels of the per-tool and policy tables when their whole form
+# does not fit the terminal (an 80-column one, or many digits).
 _SHORT = {
     "calls": "calls",
     "ok": "ok",

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from ..bus._signals import ALL_SIGNALS
 from ._board_policies import policy_tables
 from ._cells import (
-    NARROW,
     STATE_STYLE,
     STATUS_STYLE,
     clock,
@@ -41,10 +41,17 @@ from ._policy_state import POLICY_SIGNALS
 
 __all__ = ["Board", "duration"]
 
+_UNBOUNDED = 100_000  # a width no table reaches: to measure one whole
 _MAX_IN_FLIGHT = 12
 _MAX_RECENT = 8
 _MAX_ERRORS = 5
 _SIDE_BY_SIDE = 140  # columns from which in-flight and recent sit side by side
+
+
+def _fits(console: Console, options: ConsoleOptions, tables: list[Table]) -> bool:
+    """Whether each of `tables` fits the width with every cell whole."""
+    unbounded = options.update_width(_UNBOUNDED)
+    return all(Measurement.get(console, unbounded, t).maximum <= options.max_width for t in tables)
 
 
 @dataclass(frozen=True)
@@ -77,9 +84,16 @@ class Board:
         else:
             yield in_flight
             yield recent
-        narrow = options.max_width < NARROW
-        yield from self._tools(narrow)
-        yield from policy_tables(self.state, self.now, narrow)
+        # The per-tool and policy tables whole when they fit, else (a narrow
+        # terminal, or many digits) with short labels, in more tables.
+        tools = self._tools(False)
+        if not _fits(console, options, tools):
+            tools = self._tools(True)
+        yield from tools
+        policies = policy_tables(self.state, self.now, False)
+        if not _fits(console, options, policies):
+            policies = policy_tables(self.state, self.now, True)
+        yield from policies
         yield self._errors()
         extra = self._signals()
         if extra is not None:
@@ -139,7 +153,7 @@ class Board:
             ]
         # As many counters to a row as fit the width: a narrow terminal gets
         # more rows, never labels cut to "submi…" or a count lost off the edge.
-        shown = [(label, str(v if v is not None else "-"), style) for label, v, style in cells]
+        shown = [(label, safe(v if v is not None else "-"), style) for label, v, style in cells]
         rows: list[list[tuple[str, str, str]]] = [[]]
         used = 0
         for cell in shown:
@@ -156,7 +170,7 @@ class Board:
                 grid.add_column(
                     name, justify="right", header_style="dim", style=style, no_wrap=True
                 )
-            grid.add_row(*(value for _, value, _ in row))
+            grid.add_row(*(Text(value) for _, value, _ in row))  # data: never markup
             grids.append(grid)
         return grids
 
@@ -191,7 +205,7 @@ class Board:
             table.add_row(
                 cut(c.get("call_id"), 24),
                 cut(c.get("tool"), 22),
-                str(c.get("attempt", "")),
+                cut(c.get("attempt", ""), 8),
                 cut(state, 20, STATE_STYLE.get(state, "")),
                 duration(elapsed),
                 Text(detail, style="dim"),
@@ -217,7 +231,7 @@ class Board:
                 cut(r.get("call_id"), 24),
                 cut(r.get("tool"), 22),
                 cut(label, 40, STATUS_STYLE.get(status, "")),
-                str(r.get("attempts", "")),
+                cut(r.get("attempts", ""), 8),
                 duration(r.get("duration")),
             )
         return table
@@ -241,13 +255,13 @@ class Board:
         for t in self.state.get("tools") or ():
             tool = cut(t.get("tool"), name_width)
             numbers: list[str | Text] = [
-                str(t.get("calls", 0)),
+                cut(t.get("calls", 0), 20),
                 *(
-                    Text(str(t.get(s, 0)), style=STATUS_STYLE[s] if t.get(s) else "dim")
+                    cut(t.get(s, 0), 20, STATUS_STYLE[s] if t.get(s) else "dim")
                     for s in STATUS_STYLE
                 ),
-                str(t.get("in_flight", 0)),
-                str(t.get("retries", 0)),
+                cut(t.get("in_flight", 0), 20),
+                cut(t.get("retries", 0), 20),
             ]
             latencies = [duration(t.get(q)) for q in ("p50", "p95", "p99", "max")]
             if narrow:

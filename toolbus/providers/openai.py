@@ -101,7 +101,16 @@ def _chat_message(completion: Any, choice: int) -> dict[str, Any]:
     """The assistant message of a completion, a choice, the message itself, or
     one made around a bare `tool_calls` list."""
     if isinstance(completion, list | tuple):
-        return {"role": "assistant", "content": None, "tool_calls": list(completion)}
+        calls = [as_dict(item, "a chat tool call") for item in completion]
+        for item in calls:
+            # A list of something else (a completion's choices, the messages)
+            # would read as calls with no name: refused, as a wrong object is.
+            if _chat_call_kind(item) not in item:
+                raise TypeError(
+                    "expected a chat completion, a choice, its message or its tool_calls "
+                    f"list; got a list holding {sorted(item)[:4]}"
+                )
+        return {"role": "assistant", "content": None, "tool_calls": calls}
     data = as_dict(completion, "a chat completion or message")
     if isinstance(data.get("choices"), list):
         choices = data["choices"]
