@@ -23,7 +23,6 @@ import pykka
 from mcp.shared.dispatcher import ProgressFnT
 
 from ._errors import MCPConnectError, MCPConnectionLost, MCPServerUnavailable
-from ._http_target import SDK_REFUSED
 from ._link import ConnectionStatus, Link, describe
 
 __all__ = ["ListTools", "Open", "Opened", "SessionActor", "SessionPort", "Status"]
@@ -216,7 +215,5 @@ class SessionActor(pykka.ThreadingActor):
                 raise MCPConnectError(
                     f"MCP server '{self._link.name}' did not {what} within {timeout:g}s"
                 ) from None
-            why = describe(e)
-            if why == SDK_REFUSED and self._link.explain is not None:
-                why = self._link.explain() or why  # the HTTP status the SDK does not say
+            why = self._link.refused(describe(e))
             raise MCPConnectError(f"MCP server '{self._link.name}' could not {what}: {why}") from e

@@ -159,6 +159,13 @@ class Link:
         )
         return tools
 
+    def refused(self, why: str) -> str:
+        """`why` (an SDK error's text), or, when the SDK said only that the
+        server refused, the HTTP status behind it as the transport saw it."""
+        if why == SDK_REFUSED and self.explain is not None:
+            return self.explain() or why
+        return why
+
     def tools_changed(self) -> None:
         """List the tools again, in the background; several changes at once make one listing."""
         if self._closed or self._relist_pending:
@@ -222,9 +229,7 @@ class Link:
             raise output_error from None
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:
-                why = str(e)
-                if why == SDK_REFUSED and self.explain is not None:
-                    why = self.explain() or why  # the HTTP status (a token revoked meanwhile)
+                why = self.refused(str(e))  # (a token revoked meanwhile, say)
                 raise MCPCallError(f"MCP server '{self.name}' refused the call: {why}") from None
             lost = e
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as e:
