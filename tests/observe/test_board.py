@@ -6,6 +6,7 @@ is given. The same board in a real terminal is test_live.py's.
 from __future__ import annotations
 
 import io
+import re
 import time
 from typing import Any
 
@@ -116,8 +117,17 @@ def test_at_any_width_every_count_and_label_is_whole(width: int) -> None:
     stats |= {"timeout": 56, "rejected": 789, "cancelled": 10, "deferred": 2, "retries": 3456}
     stats |= {"timeouts": 78, "abandoned_workers": 1, "abandoned_total": 5, "killed_workers": 2}
     stats |= {"late_results": 3, "events_dropped": 0}
-    board = _board({"tools": [big], "policies": policies})
-    board = Board(config=board.config, state=board.state, stats=stats, now=board.now)
+    now = time.time()
+    recent = [
+        {"timestamp": now, "call_id": "call_0123456789abcdef", "tool": "lookup_order_history"}
+        | {"status": "deferred", "error_code": "APPROVAL_REQUIRED", "attempts": 12, "duration": d}
+        for d in (0.0003, 0.383, 12.5, 7203.0)
+    ]
+    flight = [{"call_id": "call_fedcba9876543210", "tool": "lookup_order_history"}]
+    flight[0] |= {"attempt": 3, "state": "running", "started": now - 12.5, "detail": "x" * 90}
+    state = {"tools": [big], "policies": policies, "recent": recent, "in_flight": flight}
+    board = _board(state)
+    board = Board(config=board.config, state=board.state, stats=stats, now=now)
     out = io.StringIO()
     Console(file=out, width=width, height=24).print(board)
     drawn = out.getvalue()
@@ -130,6 +140,10 @@ def test_at_any_width_every_count_and_label_is_whole(width: int) -> None:
     numbers = ["123456", "120000", "1234", "56", "789", "10", "2", "12", "3456"]
     assert [w for w in row.split() if w.isdigit()][: len(numbers)] == numbers
     assert "…" not in "".join(line for line in lines if "get_weather" in line or "fetch" in line)
+    # A call's numbers stay whole too (names give way): tries and time, elapsed.
+    for time_taken in ("0.30 ms", "383 ms", "12.50 s", "120m03s"):
+        assert re.search(rf"│ +12 │ +{time_taken} │", drawn), drawn
+    assert re.search(r"│ +3 │ running │ 12\.50 s │", drawn), drawn
 
 
 def test_numbers_from_a_status_server_are_drawn_as_text() -> None:

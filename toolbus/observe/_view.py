@@ -190,12 +190,13 @@ class Board:
             if shown:
                 title += f" ({', '.join(shown[:4])}{', …' if len(shown) > 4 else ''})"
         table = Table(title=Text(title), title_justify="left", expand=True)  # (names: not markup)
-        table.add_column("call", no_wrap=True, max_width=24)
-        table.add_column("tool", no_wrap=True, max_width=22)
+        # As in the recent results: names and detail share what the numbers leave.
+        table.add_column("call", no_wrap=True, ratio=2)
+        table.add_column("tool", no_wrap=True, ratio=2)
         table.add_column("try", justify="right", no_wrap=True)
         table.add_column("state", no_wrap=True)
         table.add_column("elapsed", justify="right", no_wrap=True)
-        table.add_column("detail", overflow="ellipsis", no_wrap=True, ratio=1)
+        table.add_column("detail", overflow="ellipsis", no_wrap=True, ratio=2)
         for c in calls[:_MAX_IN_FLIGHT]:
             state = str(c.get("state", ""))
             elapsed = max(0.0, self.now - float(c.get("started") or self.now))
@@ -218,9 +219,11 @@ class Board:
         recent: Sequence[Mapping[str, Any]] = self.state.get("recent") or ()
         table = Table(title="Recent results", title_justify="left", expand=True)
         table.add_column("at", no_wrap=True, style="dim")
-        table.add_column("call", no_wrap=True, max_width=24)
-        table.add_column("tool", no_wrap=True, max_width=22)
-        table.add_column("status", no_wrap=True)
+        # The names share what the numbers leave (ratios): a narrow board cuts
+        # a name, never a time down to "0.30 …".
+        table.add_column("call", no_wrap=True, ratio=2)
+        table.add_column("tool", no_wrap=True, ratio=2)
+        table.add_column("status", no_wrap=True, ratio=3)
         table.add_column("tries", justify="right", no_wrap=True)
         table.add_column("time", justify="right", no_wrap=True)
         for r in recent[:_MAX_RECENT]:
