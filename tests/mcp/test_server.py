@@ -31,6 +31,7 @@ from mcp.types import (
     EmbeddedResource,
     ImageContent,
     TextContent,
+    TextResourceContents,
     ToolAnnotations,
 )
 from typer.testing import CliRunner
@@ -208,6 +209,31 @@ async def test_custom_tools_and_images(client: Client) -> None:
 
 
 @on_module_loop
+async def test_text_attachments_travel_as_text_resources(client: Client) -> None:
+    """An attachment whose type is text and whose data is UTF-8 is served as an
+    embedded *text* resource (what clients show), marked as a toolbus attachment;
+    other data stays a base64 blob."""
+    report = await client.call_tool("report", {})
+    caption, csv, data, raw = report.content
+    assert caption == TextContent(text="see the files")
+    for block in (csv, data, raw):
+        assert isinstance(block, EmbeddedResource) and block.meta == {"toolbus/attachment": True}
+    assert isinstance(csv, EmbeddedResource) and isinstance(csv.resource, TextResourceContents)
+    assert (str(csv.resource.uri), csv.resource.mime_type, csv.resource.text) == (
+        "file:///reports/cold.csv",
+        "text/csv",
+        "city,°C\nOslo,−3",
+    )
+    assert isinstance(data, EmbeddedResource) and isinstance(data.resource, TextResourceContents)
+    assert (str(data.resource.uri), data.resource.text) == (
+        "toolbus://attachment/2",
+        '{"ok": true}',
+    )
+    assert isinstance(raw, EmbeddedResource) and isinstance(raw.resource, BlobResourceContents)
+    assert raw.resource.blob == "//79"  # not UTF-8: the bytes as they were
+
+
+@on_module_loop
 async def test_progress_reaches_a_client_that_asks(client: Client) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 
@@ -268,6 +294,7 @@ def test_toolbus_client_against_toolbus_server() -> None:
             ok = executor.execute(ToolCall(name="remote_add", arguments={"a": 1, "b": 2}))
             hung = executor.execute(ToolCall(name="remote_hang", arguments={}))
             refused = executor.execute(ToolCall(name="remote_fail", arguments={"reason": "no"}))
+            report = executor.execute(ToolCall(name="remote_report", arguments={}))
     # The server wraps an int (`{"result": 3}`, its schema marked x-toolbus-wrapped);
     # this client unwraps both: the round trip keeps the tool's shape (issue 22).
     assert ok.output == 3
@@ -277,6 +304,12 @@ def test_toolbus_client_against_toolbus_server() -> None:
     # An error's code is said once, not once by each side.
     assert refused.error == "cannot: no"
     assert format_result_for_context(refused).count("(TOOL_ERROR)") == 1
+    # Attachments come back as they went, text ones too (not joined to the text).
+    served_report = served_registry.get("report")
+    assert served_report is not None
+    sent = served_report.execute({})
+    assert report.output == "see the files"
+    assert report.attachments == sent.attachments
 
 
 def test_mcp_tool_and_call_result_without_a_server() -> None:

@@ -114,6 +114,25 @@ def chart() -> ToolOutput:
     )
 
 
+# (base64 of the UTF-8 text, as an attachment's data always is)
+CSV = "Y2l0eSzCsEMKT3NsbyziiJIz"  # "city,°C\nOslo,\u22123" (a minus sign)
+JSON_DATA = "eyJvayI6IHRydWV9"  # '{"ok": true}'
+NOT_UTF8 = "//79"  # bytes ff fe fd, declared text/plain
+
+
+@registry.tool(read_only=True)
+def report() -> ToolOutput:
+    """A summary with files: text ones (served as text) and bytes that are not text."""
+    return ToolOutput(
+        content="see the files",
+        attachments=(
+            Attachment(type="text/csv", url="file:///reports/cold.csv", data=CSV),
+            Attachment(type="application/json", data=JSON_DATA),
+            Attachment(type="text/plain", data=NOT_UTF8),
+        ),
+    )
+
+
 @registry.tool(read_only=True)
 def forecast(city: str) -> Forecast:
     """Tomorrow's weather (a pydantic model: served with its output schema)."""

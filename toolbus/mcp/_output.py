@@ -28,7 +28,7 @@ from referencing.exceptions import Unresolvable
 from ..models import Attachment, ErrorCode, ToolOutput
 from ..tools import ToolError
 from ._errors import MCPOutputError
-from ._server_output import ATTACHMENT_URI, RESULT_KEY
+from ._server_output import ATTACHMENT_MARK, ATTACHMENT_URI, RESULT_KEY, attachment_data
 
 __all__ = ["OutputCheck", "sdk_output_error", "skip_sdk_output_check", "tool_output"]
 
@@ -49,7 +49,8 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
     what it holds under `"result"`: the server wrapped a value that is not an
     object); otherwise the text blocks, joined. Images, audio, blobs and
     resource links become attachments (`type` is the MIME type, `data`
-    base64); embedded text resources are added to the text.
+    base64); embedded text resources are added to the text, except a toolbus
+    server's attachments (marked), which become attachments again.
     """
     texts: list[str] = []
     attachments: list[Attachment] = []
@@ -68,17 +69,17 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
             )
         elif isinstance(block, types.EmbeddedResource):
             res = block.resource
+            ours = bool((block.meta or {}).get(ATTACHMENT_MARK))  # a toolbus attachment
             if isinstance(res, types.TextResourceContents):
-                texts.append(res.text)
+                if not ours:
+                    texts.append(res.text)
+                    continue
+                mime, data = res.mime_type or "text/plain", attachment_data(res.text)
             else:
-                uri = str(res.uri)
-                attachments.append(
-                    Attachment(
-                        type=res.mime_type or "application/octet-stream",
-                        url=None if uri.startswith(ATTACHMENT_URI) else uri,  # one made up
-                        data=res.blob,
-                    )
-                )
+                mime, data = res.mime_type or "application/octet-stream", res.blob
+            uri = str(res.uri)
+            url = None if uri.startswith(ATTACHMENT_URI) else uri  # one made up
+            attachments.append(Attachment(type=mime, url=url, data=data))
         else:
             log.debug("MCP server '%s' sent a %s block; ignored", server, type(block).__name__)
     text = "\n".join(texts)

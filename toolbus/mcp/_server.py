@@ -31,7 +31,7 @@ from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry, load_registry
-from ._server_output import ATTACHMENT_URI, served_output
+from ._server_output import ATTACHMENT_MARK, ATTACHMENT_URI, attachment_text, served_output
 from ._server_progress import ProgressRelay
 
 __all__ = [
@@ -267,6 +267,25 @@ def _schema(tool: Tool) -> dict[str, Any]:
     return schema if schema.get("type") == "object" else {"type": "object", **schema}
 
 
+def _contents(
+    uri: str, mime: str, data: str, n: int
+) -> types.TextResourceContents | types.BlobResourceContents:
+    """Text for a text type whose data is UTF-8 (what clients show as text),
+    else the base64 blob as it came."""
+    mime_type = mime if "/" in mime else None
+    text = attachment_text(mime, data)
+
+    def at(where: str) -> types.TextResourceContents | types.BlobResourceContents:
+        if text is not None:
+            return types.TextResourceContents(uri=where, mime_type=mime_type, text=text)
+        return types.BlobResourceContents(uri=where, mime_type=mime_type, blob=data)
+
+    try:
+        return at(uri)
+    except ValueError:  # a URL that is no URI: the data still travels
+        return at(f"{ATTACHMENT_URI}{n}")
+
+
 def _attachment_block(attachment: Attachment, n: int) -> types.ContentBlock:
     """The content block of the `n`th attachment: an image or audio, an
     embedded resource for any other data (its bytes travel with it, a link
@@ -281,15 +300,11 @@ def _attachment_block(attachment: Attachment, n: int) -> types.ContentBlock:
         return types.AudioContent(data=data, mime_type=mime)
     if data is not None:
         uri = text_of(attachment.url) if attachment.url is not None else f"{ATTACHMENT_URI}{n}"
-        try:
-            contents = types.BlobResourceContents(
-                uri=uri, mime_type=mime if "/" in mime else None, blob=data
-            )
-        except ValueError:  # a URL that is no URI: the bytes still travel
-            contents = types.BlobResourceContents(
-                uri=f"{ATTACHMENT_URI}{n}", mime_type=mime if "/" in mime else None, blob=data
-            )
-        return types.EmbeddedResource(type="resource", resource=contents)
+        return types.EmbeddedResource(
+            type="resource",
+            resource=_contents(uri, mime, data, n),
+            meta={ATTACHMENT_MARK: True},
+        )
     if attachment.url is not None:
         url = text_of(attachment.url)
         return types.ResourceLink(

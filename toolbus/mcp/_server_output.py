@@ -10,6 +10,8 @@ would refuse it otherwise, where an error result can say what was wrong.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import threading
 import weakref
 from dataclasses import dataclass
@@ -21,10 +23,13 @@ from referencing.exceptions import Unresolvable
 from ..tools import Tool
 
 __all__ = [
+    "ATTACHMENT_MARK",
     "ATTACHMENT_URI",
     "RESULT_KEY",
     "WRAPPED",
     "ServedOutput",
+    "attachment_data",
+    "attachment_text",
     "served_output",
     "unwrapped_schema",
 ]
@@ -37,6 +42,30 @@ WRAPPED = "x-toolbus-wrapped"
 # The URI of an embedded attachment that had none (an embedded resource needs
 # one): a toolbus client reads it as no URL.
 ATTACHMENT_URI = "toolbus://attachment/"
+# The mark (`_meta`) on an attachment served as an embedded *text* resource,
+# which other clients show as text: a toolbus client makes it an attachment
+# again, where a text resource from any other server joins the output's text.
+ATTACHMENT_MARK = "toolbus/attachment"
+_TEXT_TYPES = ("application/json", "application/xml", "application/yaml", "application/javascript")
+
+
+def attachment_text(mime: str, data: str) -> str | None:
+    """An attachment's data as text, when its type is a text type and its
+    base64 holds UTF-8 that `attachment_data` turns back into the same string;
+    else None (it travels as a blob)."""
+    kind = mime.split(";", 1)[0].strip().lower()
+    if not (kind.startswith("text/") or kind in _TEXT_TYPES or kind.endswith(("+json", "+xml"))):
+        return None
+    try:
+        text = base64.b64decode(data, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):  # (UnicodeDecodeError is a ValueError)
+        return None
+    return text if attachment_data(text) == data else None
+
+
+def attachment_data(text: str) -> str:
+    """The base64 data of an attachment that travelled as text."""
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
 @dataclass(frozen=True)
