@@ -11,17 +11,21 @@ The tutorial (docs/tutorial.md) walks through this file. It shows:
 - a bus subscription printing each call as it finishes, and OpenTelemetry
   spans printed on the console.
 
-Run: python examples/quickstart.py   (spans need `pip install 'toolbus[otel]'`)
+Its snippet sections, in order, are the tutorial's code blocks: copied one
+after another from the page, they make this program.
+
+Run: python examples/quickstart.py   (spans need the `otel` extra)
 """
 
 from __future__ import annotations
 
+# --8<-- [start:tools]
 import json
 from typing import Any
 
-# --8<-- [start:tools]
 from toolbus import Executor, RetryPolicy, ToolError, ToolRegistry, bus
 from toolbus.policies import cache, rate_limit
+from toolbus.providers.openai import chat_tool_calls, chat_tool_messages
 
 registry = ToolRegistry()
 attempts: dict[str, int] = {}  # (so that one call fails once, then works)
@@ -83,7 +87,7 @@ def console_spans(executor: Executor) -> Any:
 
         from toolbus.observe import instrument_otel
     except ImportError:
-        print("(spans: pip install 'toolbus[otel]')")
+        print("(spans: the otel extra is not installed)")
         return None
 
     def one_line(span: ReadableSpan) -> str:
@@ -98,34 +102,31 @@ def console_spans(executor: Executor) -> Any:
 # --8<-- [end:spans]
 
 
-def main() -> None:
-    # --8<-- [start:run]
-    from toolbus.providers.openai import chat_tool_calls, chat_tool_messages
-
-    def finished(sender: Any, *, event: Any, signal: str) -> None:
-        result = event.result
-        print(f"  {result.call_id} {result.name}: {result.status}, {result.attempts} attempt(s)")
-
-    with Executor(registry, max_parallel=4, timeout=10) as executor:
-        spans = console_spans(executor)
-        with bus.subscribe(finished, "tool:finished", sender=executor):
-            batch = executor.execute_batch(chat_tool_calls(tool_calls))
-            executor.drain_events()  # every event delivered before we go on
-        messages = chat_tool_messages(batch)  # append these to the conversation
-        again = executor.execute_batch(chat_tool_calls(tool_calls[2:3]))
-        if spans is not None:
-            spans.close()
-    # --8<-- [end:run]
-
-    print()
-    for message in messages:
-        print(json.dumps(message))
-    s = batch.summary
-    print()
-    print(f"summary: {s.succeeded}/{s.total} ok, {s.failed} failed")
-    print(f"Lisbon's weather took {batch.results[1].attempts} attempts")
-    print(f"search_docs asked again: {again.results[0].metadata.get('cache')} from the cache")
+# --8<-- [start:run]
+def finished(sender: Any, *, event: Any, signal: str) -> None:
+    result = event.result
+    line = f"  {result.call_id} {result.name}: {result.status}, {result.attempts} attempt(s)"
+    print(line + "\n", end="")  # one write: spans print from another thread
 
 
-if __name__ == "__main__":
-    main()
+with Executor(registry, max_parallel=4, timeout=10) as executor:
+    spans = console_spans(executor)
+    with bus.subscribe(finished, "tool:finished", sender=executor):
+        batch = executor.execute_batch(chat_tool_calls(tool_calls))
+        executor.drain_events()  # every event delivered before we go on
+    messages = chat_tool_messages(batch)  # append these to the conversation
+    again = executor.execute_batch(chat_tool_calls(tool_calls[2:3]))
+    if spans is not None:
+        spans.close()
+# --8<-- [end:run]
+
+# --8<-- [start:results]
+print()
+for message in messages:
+    print(json.dumps(message))
+s = batch.summary
+print()
+print(f"summary: {s.succeeded}/{s.total} ok, {s.failed} failed")
+print(f"Lisbon's weather took {batch.results[1].attempts} attempts")
+print(f"search_docs asked again: {again.results[0].metadata.get('cache')} from the cache")
+# --8<-- [end:results]

@@ -84,14 +84,24 @@ def non_negative_number(value: object, option: str, owner: str = "") -> float:
     return number
 
 
-def timeout_seconds(value: object, option: str, owner: str = "", none: str = "") -> float | None:
+def own_bound(over: str) -> str:
+    """What None and inf mean for a `call_timeout` that others bound too
+    (`timeout_seconds(hint=...)`): `over` names them."""
+    return f"None or inf: no bound of its own; {over} call_timeout still applies"
+
+
+def timeout_seconds(
+    value: object, option: str, owner: str = "", none: str = "", *, hint: str = ""
+) -> float | None:
     """A timeout: None, `math.inf` (returned as they are) or a number > 0; else
     `TypeError` / `ValueError` naming `owner` and `option`, and saying what
     None means there (`none`, such as "the executor's timeout"; "" for no
-    deadline, as `math.inf` always is)."""
+    deadline, as `math.inf` always is), or the whole `hint` of what None and
+    inf mean, where they mean the same."""
     if value is None:
         return None
-    hint = f"inf for no deadline, None for {none}" if none else "or None for no deadline"
+    if not hint:
+        hint = f"inf for no deadline, None for {none}" if none else "or None for no deadline"
     number = _real(value, option, owner, f"a number of seconds ({hint})")
     if not number > 0:
         raise ValueError(f"{_where(option, owner)} must be > 0 ({hint}), got {value!r}")

@@ -17,7 +17,8 @@ can skip a block that cannot run here, saying why:
     ```
 
 A setup block is Python inside an HTML comment: it runs where it stands and
-is not shown on the page. The samples run in a temporary directory (files
+is not shown on the page. A block that includes a section of a file (the
+tutorial's, of examples/quickstart.py) runs that section. The samples run in a temporary directory (files
 they write land there); `ROOT` is the repository. Exit 1 naming the first
 block that fails.
 """
@@ -37,8 +38,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _PART = re.compile(
     r"<!-- sample: setup\n(?P<setup>.*?)-->"
-    r"|(?:<!-- sample: skip (?P<why>[^>]*?)-->\n)?```python\n(?P<code>.*?)```",
-    re.S,
+    r"|(?:<!-- sample: skip (?P<why>[^>]*?)-->\n)?"
+    # A Python fence, however its language is spelled (`py`, `Python`, with
+    # attributes such as a title), indented too (in a list item): its code
+    # dedented as the page renders it.
+    r"^(?P<indent>[ \t]*)```[ \t]*(?:python3?|py)\b[^\n]*\n(?P<code>.*?)^[ \t]*```",
+    re.S | re.M | re.I,
 )
 
 
@@ -51,18 +56,36 @@ class Sample:
 
 
 def samples(text: str) -> list[Sample]:
-    """The page's blocks in order (a snippet include, `--8<--`, is not one)."""
+    """The page's blocks in order (a snippet include, `--8<--`, as the code it includes)."""
     found = []
     for m in _PART.finditer(text):
         line = text[: m.start()].count("\n") + 1
         if m.group("setup") is not None:
             found.append(Sample(line, m.group("setup"), None, True))
             continue
-        code = m.group("code")
+        indent = len(m.group("indent"))
+        code = "".join(line[indent:] for line in m.group("code").splitlines(keepends=True))
         if code.lstrip().startswith("--8<--"):
-            continue
+            code = included(code)
         found.append(Sample(line, code, m.group("why"), False))
     return found
+
+
+_INCLUDE = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"$', re.M)
+
+
+def included(block: str) -> str:
+    """A block that includes a file's section (`--8<-- "examples/x.py:run"`,
+    as the site's snippets extension reads it): that section's code."""
+    parts = []
+    for m in _INCLUDE.finditer(block):
+        text = (ROOT / m["path"]).read_text()
+        if m["section"]:
+            start = text.index(f"--8<-- [start:{m['section']}]")
+            text = text[text.index("\n", start) + 1 : text.index(f"--8<-- [end:{m['section']}]")]
+            text = text[: text.rfind("\n") + 1]  # (the end marker's line is not code)
+        parts.append(text)
+    return "".join(parts)
 
 
 def run(page: Path) -> int:

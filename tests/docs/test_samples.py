@@ -16,7 +16,7 @@ from tests.docs.samples import samples
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
     page
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
     if samples(page.read_text())
 ]
 
@@ -42,3 +42,33 @@ def test_a_skipped_sample_says_why() -> None:
     for page in PAGES:
         for sample in samples(page.read_text()):
             assert sample.skip is None or sample.skip.strip(), f"{page.name}:{sample.line}"
+
+
+def test_every_python_fence_is_a_sample() -> None:
+    """Blocks fenced ```py, ```Python or with a title were never run, and a
+    page holding only those dropped out of the test (issue 22's review)."""
+    page = "\n".join(
+        [
+            "```py",
+            "a = 1",
+            "```",
+            '```Python title="b.py"',
+            "b = a + 1",
+            "```",
+            "- a list item:",
+            "",
+            "  ```python",
+            "  c = b + 1",
+            "  ```",
+            "```bash",
+            "echo not python",
+            "```",
+            "```python",
+            '--8<-- "examples/quickstart.py:results"',
+            "```",
+        ]
+    )
+    found = samples(page)
+    assert [s.code for s in found[:3]] == ["a = 1\n", "b = a + 1\n", "c = b + 1\n"]
+    assert len(found) == 4 and found[3].code.startswith("print()\n")
+    assert "--8<--" not in found[3].code and found[3].code.endswith("from the cache\")\n")

@@ -61,6 +61,28 @@ def test_a_refused_timeout_says_what_none_means_where_it_was_given() -> None:
         Executor(reg, timeout=0)
 
 
+def test_a_call_timeout_says_what_none_means_where_it_is_given() -> None:
+    """`call_timeout=None` on a tool or a call adds no bound of its own (the
+    others still apply), where the message said "None for no deadline"; and a
+    batch's message named `execute` (issue 22's review)."""
+    with pytest.raises(ValueError) as on_tool:
+        tool(name="slow", call_timeout=0)(_noop)
+    assert str(on_tool.value) == (
+        "tool 'slow': call_timeout must be > 0 (None or inf: no bound of its own; "
+        "the executor's call_timeout still applies), got 0"
+    )
+    reg = ToolRegistry()
+    reg.register(tool(name="quick")(_noop))
+    with Executor(reg) as ex:
+        with pytest.raises(ValueError) as one:
+            ex.execute(ToolCall(name="quick"), call_timeout=0)
+        with pytest.raises(ValueError) as batch:
+            ex.execute_batch([ToolCall(name="quick")], call_timeout=-1)
+    assert str(one.value).startswith("execute, aexecute or submit: call_timeout must be > 0")
+    assert "(None or inf: no bound of its own; the tool's and the executor's" in str(one.value)
+    assert str(batch.value).startswith("execute_batch, aexecute_batch or submit_batch: ")
+
+
 @pytest.mark.parametrize(
     ("given", "kept"),
     [(None, None), (2, 2), (0.5, 0.5), (math.inf, math.inf), (fractions.Fraction(1, 4), 0.25)],

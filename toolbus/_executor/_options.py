@@ -138,10 +138,13 @@ def close_budget(value: object) -> float:
     return float(min(seconds, _LONGEST_CLOSE))
 
 
-def call_budget(value: object, owner: str, option: str = "call_timeout") -> float | None:
+def call_budget(
+    value: object, owner: str, option: str = "call_timeout", hint: str = ""
+) -> float | None:
     """A whole-call budget (or a per-call `timeout`): None or `math.inf` (no
-    bound: None), or a number of seconds > 0; else `TypeError`/`ValueError`."""
-    seconds = timeout_seconds(value, option, owner)
+    bound: None), or a number of seconds > 0; else `TypeError`/`ValueError`
+    (`hint`: what None means there, when not "no deadline")."""
+    seconds = timeout_seconds(value, option, owner, hint=hint)
     return None if seconds == math.inf else seconds
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._options import check_priority, timeout_seconds
+from .._options import check_priority, own_bound, timeout_seconds
 from ..actors import Scheduler
 from ..actors._messages import Submit
 from ..approvals import ApprovalDecision, check_approval, check_approvals
@@ -127,14 +127,14 @@ class SubmitHooks:
 _NO_CLOCKS: tuple[float | None, float | None] = (None, None)
 
 
-def check_clocks(clocks: tuple[object, object]) -> tuple[float | None, float | None]:
+def check_clocks(clocks: tuple[object, object], owner: str) -> tuple[float | None, float | None]:
     """A call's own `timeout` (None, `math.inf` or seconds > 0, kept as given)
     and `call_timeout` (None or `math.inf`: none), checked: `TypeError` or
-    `ValueError` naming the option, as for `priority`."""
+    `ValueError` naming `owner` and the option, as for `priority`."""
     timeout, budget = clocks
     return (
-        timeout_seconds(timeout, "timeout", "execute", "the tool's timeout"),
-        call_budget(budget, "execute"),
+        timeout_seconds(timeout, "timeout", owner, "the tool's timeout"),
+        call_budget(budget, owner, hint=own_bound("the tool's and the executor's")),
     )
 
 
@@ -231,7 +231,7 @@ class Submitting:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
         if clocks != _NO_CLOCKS:
-            clocks = check_clocks(clocks)
+            clocks = check_clocks(clocks, "execute, aexecute or submit")
         if approval is not None:
             approval = check_approval(approval)
         run = self._make_run(
@@ -262,7 +262,7 @@ class Submitting:
         if priority is not None:
             priority = check_priority(priority)
         if clocks != _NO_CLOCKS:
-            clocks = check_clocks(clocks)
+            clocks = check_clocks(clocks, "execute_batch, aexecute_batch or submit_batch")
         decided = check_approvals(approvals)
         coerced = [coerce_call(c) for c in calls]
         if not coerced:

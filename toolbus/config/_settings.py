@@ -285,7 +285,8 @@ def reason(error: BaseException, *names: str) -> str:
             break
     # TOML has no None: a file says "no deadline" with inf, and leaves a key
     # out for what None would mean.
-    return _NONE_HINT.sub("(inf for no deadline)", text)
+    text = _NONE_HINT.sub("(inf for no deadline)", text)
+    return text.replace("(None or inf: no bound of its own", "(inf: no bound of its own")
 
 
 def _unknown_executor_key(key: str, value: Any, prefix: str) -> str:

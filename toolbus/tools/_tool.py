@@ -26,7 +26,13 @@ from pydantic import BaseModel, ValidationError
 
 from .. import _json, _options, _seams
 from .._errors import ArgumentError, ToolFailure, error_text
-from .._options import check_cpu_limit, check_memory_limit, positive_int, timeout_seconds
+from .._options import (
+    check_cpu_limit,
+    check_memory_limit,
+    own_bound,
+    positive_int,
+    timeout_seconds,
+)
 from .._output import normalize_output
 from ..masking import SecretPath
 from ..models import ErrorCode, ToolResult
@@ -274,7 +280,9 @@ class Tool:
         # Normalised onto the instance, so a class attribute is checked too and
         # the executor and supervisor only ever see a number or None.
         self.timeout = timeout_seconds(self.timeout, "timeout", owner, "the executor's timeout")
-        self.call_timeout = timeout_seconds(self.call_timeout, "call_timeout", owner)
+        self.call_timeout = timeout_seconds(
+            self.call_timeout, "call_timeout", owner, hint=own_bound("the executor's")
+        )
         if self.max_concurrency is not None:
             self.max_concurrency = positive_int(self.max_concurrency, "max_concurrency", owner)
         groups = (self.groups,) if isinstance(self.groups, str) else self.groups
