@@ -216,8 +216,10 @@ async def test_text_attachments_travel_as_text_resources(client: Client) -> None
     report = await client.call_tool("report", {})
     caption, csv, data, raw = report.content
     assert caption == TextContent(text="see the files")
-    for block in (csv, data, raw):
+    for block in (data, raw):
         assert isinstance(block, EmbeddedResource) and block.meta == {"toolbus/attachment": True}
+    assert isinstance(csv, EmbeddedResource)
+    assert csv.meta == {"toolbus/attachment": True, "toolbus/title": "cold"}
     assert isinstance(csv, EmbeddedResource) and isinstance(csv.resource, TextResourceContents)
     assert (str(csv.resource.uri), csv.resource.mime_type, csv.resource.text) == (
         "file:///reports/cold.csv",
@@ -295,6 +297,7 @@ def test_toolbus_client_against_toolbus_server() -> None:
             hung = executor.execute(ToolCall(name="remote_hang", arguments={}))
             refused = executor.execute(ToolCall(name="remote_fail", arguments={"reason": "no"}))
             report = executor.execute(ToolCall(name="remote_report", arguments={}))
+            chart = executor.execute(ToolCall(name="remote_chart", arguments={}))
     # The server wraps an int (`{"result": 3}`, its schema marked x-toolbus-wrapped);
     # this client unwraps both: the round trip keeps the tool's shape (issue 22).
     assert ok.output == 3
@@ -309,7 +312,10 @@ def test_toolbus_client_against_toolbus_server() -> None:
     assert served_report is not None
     sent = served_report.execute({})
     assert report.output == "see the files"
-    assert report.attachments == sent.attachments
+    assert report.attachments == sent.attachments  # titles too (in `_meta`)
+    served_chart = served_registry.get("chart")
+    assert served_chart is not None
+    assert chart.attachments == served_chart.execute({}).attachments  # an image's title
 
 
 def test_mcp_tool_and_call_result_without_a_server() -> None:

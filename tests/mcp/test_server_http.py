@@ -414,6 +414,12 @@ def test_a_refused_connection_names_the_http_status_and_what_to_check(url: str) 
     with pytest.raises(MCPConnectError) as foreign:
         connect_http(url, headers={**bearer, "Origin": "http://evil.example"}, connect_timeout=10)
     assert "HTTP 403 Forbidden" in str(foreign.value) and "Origin" in str(foreign.value)
+    # A wrong path read "could not connect: Not Found", without the status.
+    wrong_path = url.rsplit("/", 1)[0] + "/not-mcp?token=in-the-url-7f3e"
+    with pytest.raises(MCPConnectError) as missing:
+        connect_http(wrong_path, headers=bearer, connect_timeout=10)
+    assert "HTTP 404 Not Found: no MCP endpoint at that URL" in str(missing.value)
+    assert "in-the-url-7f3e" not in str(missing.value)  # (a URL may carry a secret)
     with connect_http(url, headers=bearer, connect_timeout=10) as conn:
         assert "add" in {t.name for t in conn.tools()}
     with pytest.raises(TypeError, match="headers"):

@@ -126,7 +126,7 @@ def report() -> ToolOutput:
     return ToolOutput(
         content="see the files",
         attachments=(
-            Attachment(type="text/csv", url="file:///reports/cold.csv", data=CSV),
+            Attachment(type="text/csv", url="file:///reports/cold.csv", data=CSV, title="cold"),
             Attachment(type="application/json", data=JSON_DATA),
             Attachment(type="text/plain", data=NOT_UTF8),
         ),

@@ -20,8 +20,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 __all__ = ["SDK_REFUSED", "HttpTarget"]
 
-# What the SDK (mcp 2.3) says for any HTTP status >= 400 but 404.
-SDK_REFUSED = "Server returned an error response"
+# What the SDK (mcp 2.3) says for any HTTP status >= 400: "Not Found" for a
+# 404 (also a session the server no longer knows), these words for the rest.
+SDK_REFUSED = ("Server returned an error response", "Not Found")
 
 # The SDK's own client's timeouts: a server may hold a response stream open.
 _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -74,6 +75,11 @@ class HttpTarget:
             return (
                 f"{words}, the server refuses these credentials: a token without the "
                 "scope it needs, or an Origin or Host it does not allow"
+            )
+        if status == 404:
+            return (
+                f"{words}: no MCP endpoint at that URL (check its path: servers "
+                "often answer at /mcp), or the server forgot this session"
             )
         return words
 

@@ -162,7 +162,7 @@ class Link:
     def refused(self, why: str) -> str:
         """`why` (an SDK error's text), or, when the SDK said only that the
         server refused, the HTTP status behind it as the transport saw it."""
-        if why == SDK_REFUSED and self.explain is not None:
+        if why in SDK_REFUSED and self.explain is not None:
             return self.explain() or why
         return why
 

@@ -28,7 +28,14 @@ from referencing.exceptions import Unresolvable
 from ..models import Attachment, ErrorCode, ToolOutput
 from ..tools import ToolError
 from ._errors import MCPOutputError
-from ._server_output import ATTACHMENT_MARK, ATTACHMENT_URI, RESULT_KEY, attachment_data
+from ._server_output import (
+    ATTACHMENT_MARK,
+    ATTACHMENT_TITLE,
+    ATTACHMENT_URI,
+    ATTACHMENT_URL,
+    RESULT_KEY,
+    attachment_data,
+)
 
 __all__ = ["OutputCheck", "sdk_output_error", "skip_sdk_output_check", "tool_output"]
 
@@ -58,7 +65,10 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
         if isinstance(block, types.TextContent):
             texts.append(block.text)
         elif isinstance(block, types.ImageContent | types.AudioContent):
-            attachments.append(Attachment(type=block.mime_type, data=block.data))
+            url, title = _marked(block.meta, None)
+            attachments.append(
+                Attachment(type=block.mime_type, data=block.data, url=url, title=title)
+            )
         elif isinstance(block, types.ResourceLink):
             attachments.append(
                 Attachment(
@@ -69,7 +79,7 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
             )
         elif isinstance(block, types.EmbeddedResource):
             res = block.resource
-            ours = bool((block.meta or {}).get(ATTACHMENT_MARK))  # a toolbus attachment
+            ours = (block.meta or {}).get(ATTACHMENT_MARK) is True  # a toolbus attachment
             if isinstance(res, types.TextResourceContents):
                 if not ours:
                     texts.append(res.text)
@@ -78,8 +88,8 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
             else:
                 mime, data = res.mime_type or "application/octet-stream", res.blob
             uri = str(res.uri)
-            url = None if uri.startswith(ATTACHMENT_URI) else uri  # one made up
-            attachments.append(Attachment(type=mime, url=url, data=data))
+            url, title = _marked(block.meta, None if uri.startswith(ATTACHMENT_URI) else uri)
+            attachments.append(Attachment(type=mime, url=url, data=data, title=title))
         else:
             log.debug("MCP server '%s' sent a %s block; ignored", server, type(block).__name__)
     text = "\n".join(texts)
@@ -93,6 +103,18 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
         content = content[RESULT_KEY]
     return ToolOutput(
         content=content, attachments=tuple(attachments), metadata={"mcp_server": server}
+    )
+
+
+def _marked(meta: dict[str, Any] | None, url: str | None) -> tuple[str | None, str | None]:
+    """(url, title) of a toolbus server's attachment, from its block's `_meta`
+    (`url`: the block's own, when it has one); other servers' blocks: (url, None)."""
+    if not meta or meta.get(ATTACHMENT_MARK) is not True:
+        return url, None
+    given, title = meta.get(ATTACHMENT_URL), meta.get(ATTACHMENT_TITLE)
+    return (
+        given if isinstance(given, str) else url,
+        title if isinstance(title, str) else None,
     )
 
 

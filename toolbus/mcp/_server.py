@@ -31,7 +31,14 @@ from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry, load_registry
-from ._server_output import ATTACHMENT_MARK, ATTACHMENT_URI, attachment_text, served_output
+from ._server_output import (
+    ATTACHMENT_MARK,
+    ATTACHMENT_TITLE,
+    ATTACHMENT_URI,
+    ATTACHMENT_URL,
+    attachment_text,
+    served_output,
+)
 from ._server_progress import ProgressRelay
 
 __all__ = [
@@ -294,19 +301,23 @@ def _attachment_block(attachment: Attachment, n: int) -> types.ContentBlock:
     mime = text_of(attachment.type)
     data = text_of(attachment.data) if attachment.data is not None else None
     title = text_of(attachment.title) if attachment.title else None
-    if data is not None and mime.startswith("image/"):
-        return types.ImageContent(data=data, mime_type=mime)
-    if data is not None and mime.startswith("audio/"):
-        return types.AudioContent(data=data, mime_type=mime)
+    url = text_of(attachment.url) if attachment.url is not None else None
     if data is not None:
-        uri = text_of(attachment.url) if attachment.url is not None else f"{ATTACHMENT_URI}{n}"
-        return types.EmbeddedResource(
-            type="resource",
-            resource=_contents(uri, mime, data, n),
-            meta={ATTACHMENT_MARK: True},
-        )
-    if attachment.url is not None:
-        url = text_of(attachment.url)
+        # What the block has no field for travels in its `_meta`, for a
+        # toolbus client to make the same attachment again.
+        meta: dict[str, Any] = {ATTACHMENT_MARK: True}
+        if title is not None:
+            meta[ATTACHMENT_TITLE] = title
+        if mime.startswith(("image/", "audio/")):
+            if url is not None:
+                meta[ATTACHMENT_URL] = url
+            kind = types.ImageContent if mime.startswith("image/") else types.AudioContent
+            return kind(data=data, mime_type=mime, meta=meta)
+        contents = _contents(url or f"{ATTACHMENT_URI}{n}", mime, data, n)
+        if url is not None and str(contents.uri) != url:
+            meta[ATTACHMENT_URL] = url  # (no URI: one was made up)
+        return types.EmbeddedResource(type="resource", resource=contents, meta=meta)
+    if url is not None:
         return types.ResourceLink(
             uri=url,
             name=title or url,

@@ -24,7 +24,9 @@ from ..tools import Tool
 
 __all__ = [
     "ATTACHMENT_MARK",
+    "ATTACHMENT_TITLE",
     "ATTACHMENT_URI",
+    "ATTACHMENT_URL",
     "RESULT_KEY",
     "WRAPPED",
     "ServedOutput",
@@ -46,6 +48,10 @@ ATTACHMENT_URI = "toolbus://attachment/"
 # which other clients show as text: a toolbus client makes it an attachment
 # again, where a text resource from any other server joins the output's text.
 ATTACHMENT_MARK = "toolbus/attachment"
+# Beside the mark, what a block has no field for: the attachment's title, and
+# its URL where the block has none (an image) or one was made up.
+ATTACHMENT_TITLE = "toolbus/title"
+ATTACHMENT_URL = "toolbus/url"
 _TEXT_TYPES = ("application/json", "application/xml", "application/yaml", "application/javascript")
 
 
