@@ -15,6 +15,8 @@ import anthropic
 import httpx2
 import pytest
 from anthropic.types import Message
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
 
 from tests.conftest import MakeExecutor
 from tests.provider_tools import SECRET, load, make_registry, wire
@@ -104,6 +106,69 @@ def test_reads_message_dict_and_content_list_alike() -> None:
 def test_rejects_what_is_not_a_message() -> None:
     with pytest.raises(TypeError, match="message"):
         tb.tool_calls({"id": "msg_1"})
+
+
+def test_refuses_chat_tool_calls_and_other_formats_naming_their_reader() -> None:
+    wrong: Any
+    completion = ChatCompletion.model_validate(load("openai_chat_parallel"))
+    sdk_calls = completion.choices[0].message.tool_calls
+    dict_calls = load("openai_chat_parallel")["choices"][0]["message"]["tool_calls"]
+    for wrong in (sdk_calls, dict_calls, tuple(dict_calls), iter(dict_calls)):
+        with pytest.raises(
+            TypeError, match=r"got a list holding a Chat Completions tool call: .*chat_tool_calls"
+        ):
+            tb.tool_calls(wrong)
+    for wrong in (
+        completion.choices[0].message,
+        load("openai_chat_parallel")["choices"][0]["message"],
+    ):
+        with pytest.raises(TypeError, match=r"got a Chat Completions message: .*chat_tool_calls"):
+            tb.tool_calls(wrong)
+    with pytest.raises(TypeError, match=r"got a Chat Completions message: .*openai\.chat_text"):
+        tb.message_text({"role": "assistant", "content": "x", "tool_calls": None})
+    with pytest.raises(TypeError, match="got a Chat Completions tool call"):
+        tb.tool_calls(dict_calls[0])
+    with pytest.raises(TypeError, match="a list holding a Chat Completions choice"):
+        tb.tool_calls(load("openai_chat_parallel")["choices"])
+    responses = Response.model_validate(load("openai_responses_calls"))
+    for wrong in (responses.output, load("openai_responses_calls")["output"]):
+        with pytest.raises(
+            TypeError, match=r"a list holding a Responses API output item: .*responses_tool_calls"
+        ):
+            tb.tool_calls(wrong)
+    with pytest.raises(TypeError, match="got a Responses API output item"):
+        tb.tool_calls(load("openai_responses_calls")["output"][1])
+    # A list of messages, not of blocks (and every block has a type).
+    with pytest.raises(TypeError, match="a list holding an Anthropic Messages message"):
+        tb.tool_calls([load("anthropic_single")])
+    with pytest.raises(
+        TypeError, match=r"content blocks; got a list holding \['content', 'role'\]"
+    ):
+        tb.tool_calls([{"role": "user", "content": "hi"}])
+
+
+def test_refuses_one_block_outside_its_list() -> None:
+    block = load("anthropic_single")["content"][1]
+    assert block["type"] == "tool_use"
+    with pytest.raises(TypeError, match=r"got one tool_use block, not a list: pass \[block\]"):
+        tb.tool_calls(block)
+    assert [c.id for c in tb.tool_calls([block])] == [block["id"]]
+
+
+def test_messages_without_calls_still_give_no_calls() -> None:
+    empty: Any
+    final = message("anthropic_final")
+    for empty in (
+        final,
+        final.content,
+        load("anthropic_final"),
+        load("anthropic_final")["content"],
+        {"role": "assistant", "content": [{"type": "text", "text": "It is 4 C."}]},
+        {"role": "assistant", "content": "It is 4 C."},
+        {"role": "assistant", "content": []},
+        [],
+    ):
+        assert tb.tool_calls(empty) == []
 
 
 def test_custom_tool_input_is_unwrapped_with_the_registry(

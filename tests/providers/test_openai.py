@@ -15,8 +15,9 @@ from typing import Any, Literal
 import httpx2
 import openai
 import pytest
+from anthropic.types import Message
 from openai.lib._pydantic import to_strict_json_schema
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 from pydantic import BaseModel, Field
 
@@ -34,6 +35,10 @@ def chat(name: str) -> ChatCompletion:
 
 def response(name: str) -> Response:
     return Response.model_validate(load(name))
+
+
+def tba_message(name: str) -> Message:
+    return Message.model_validate(load(name))
 
 
 @pytest.fixture
@@ -141,6 +146,86 @@ def test_chat_without_tool_calls_gives_no_calls() -> None:
 def test_chat_rejects_what_is_not_a_completion() -> None:
     with pytest.raises(TypeError, match="chat completion"):
         tb.chat_tool_calls(42)  # type: ignore[arg-type]
+
+
+def test_chat_refuses_one_call_outside_its_list() -> None:
+    wrong: Any
+    # One call is not a message without calls: reading it as one would end an
+    # agent loop as if the model had answered.
+    sdk_call = chat("openai_chat_single").choices[0].message.tool_calls
+    assert sdk_call is not None
+    one = load("openai_chat_single")["choices"][0]["message"]["tool_calls"][0]
+    custom = load("openai_chat_custom")["choices"][0]["message"]["tool_calls"][0]
+    for wrong in (one, sdk_call[0], custom, {k: v for k, v in one.items() if k != "type"}):
+        with pytest.raises(TypeError, match=r"got one tool call, not a list: pass \[call\]"):
+            tb.chat_tool_calls(wrong)
+    assert tb.chat_tool_calls([one]) == tb.chat_tool_calls(sdk_call)  # in its list, read
+
+
+def test_chat_refuses_other_formats_naming_their_reader() -> None:
+    wrong: Any
+    anthropic_message = load("anthropic_single")
+    for wrong in (response("openai_responses_calls"), load("openai_responses_calls")):
+        with pytest.raises(
+            TypeError, match=r"got a Responses API response: .*responses_tool_calls"
+        ):
+            tb.chat_tool_calls(wrong)
+    with pytest.raises(TypeError, match=r"got a Responses API response: .*openai\.responses_text"):
+        tb.chat_text(load("openai_responses_final"))
+    for wrong in (
+        tba_message("anthropic_single"),
+        anthropic_message,
+        {"role": "assistant", "content": anthropic_message["content"]},  # as sent back
+        tba_message("anthropic_final"),  # text only, yet still not a chat message
+    ):
+        with pytest.raises(
+            TypeError, match=r"an Anthropic Messages message: .*anthropic\.tool_calls"
+        ):
+            tb.chat_tool_calls(wrong)
+    with pytest.raises(TypeError, match=r"anthropic\.assistant_message"):
+        tb.chat_assistant_message(anthropic_message)
+    # One item or block of another format, and a dict that is nothing known.
+    with pytest.raises(TypeError, match="a Responses API output item"):
+        tb.chat_tool_calls(load("openai_responses_calls")["output"][1])
+    with pytest.raises(TypeError, match="an Anthropic tool_use block"):
+        tb.chat_tool_calls(anthropic_message["content"][1])
+    one = load("openai_chat_single")["choices"][0]["message"]["tool_calls"][0]
+    for wrong in ({"call_1": one}, {}):
+        with pytest.raises(TypeError, match="tool_calls list; got a dict with keys"):
+            tb.chat_tool_calls(wrong)
+
+
+def test_chat_refuses_a_stream_chunk() -> None:
+    wrong: Any
+    chunk: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+    }
+    for wrong in (ChatCompletionChunk.model_validate(chunk), chunk, chunk["choices"][0]):
+        with pytest.raises(TypeError, match=r"stream chunk or event.*get_final_completion"):
+            tb.chat_tool_calls(wrong)
+
+
+def test_chat_messages_without_calls_still_give_no_calls() -> None:
+    empty: Any
+    final = chat("openai_chat_final")
+    for empty in (
+        final,
+        final.choices[0],
+        final.choices[0].message,
+        load("openai_chat_final")["choices"][0]["message"],
+        {"role": "assistant", "content": "It is 4 C."},
+        {"role": "assistant", "content": "It is 4 C.", "tool_calls": None},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": None, "refusal": "I can't."},
+        [],
+        (),
+    ):
+        assert tb.chat_tool_calls(empty) == []
 
 
 def test_chat_custom_tool_call_carries_the_raw_input(executor: Executor) -> None:
@@ -320,6 +405,70 @@ def test_responses_calls_skip_reasoning_and_keep_custom_input() -> None:
     assert tb.responses_tool_calls(raw) == calls
     assert tb.responses_tool_calls(raw["output"]) == calls
     assert tb.responses_tool_calls(response("openai_responses_calls").output) == calls
+
+
+def test_responses_refuses_chat_calls_and_anthropic_messages() -> None:
+    wrong: Any
+    completion = chat("openai_chat_parallel")
+    sdk_calls = completion.choices[0].message.tool_calls
+    dict_calls = load("openai_chat_parallel")["choices"][0]["message"]["tool_calls"]
+    for wrong in (sdk_calls, dict_calls, tuple(dict_calls), iter(dict_calls)):
+        with pytest.raises(
+            TypeError, match=r"got a list holding a Chat Completions tool call: .*chat_tool_calls"
+        ):
+            tb.responses_tool_calls(wrong)
+    for wrong in (completion, load("openai_chat_parallel")):
+        with pytest.raises(
+            TypeError, match=r"got a Chat Completions completion: .*chat_tool_calls"
+        ):
+            tb.responses_tool_calls(wrong)
+    for wrong in (
+        completion.choices[0].message,
+        load("openai_chat_parallel")["choices"][0]["message"],
+    ):
+        with pytest.raises(TypeError, match="got a Chat Completions message"):
+            tb.responses_tool_calls(wrong)
+    with pytest.raises(TypeError, match="got a Chat Completions tool call"):
+        tb.responses_tool_calls(dict_calls[0])
+    with pytest.raises(TypeError, match="a Chat Completions choice"):
+        tb.responses_tool_calls(load("openai_chat_parallel")["choices"])
+    anthropic_message = load("anthropic_parallel")
+    for wrong in (
+        tba_message("anthropic_parallel"),
+        anthropic_message,
+        tba_message("anthropic_final"),
+    ):
+        with pytest.raises(
+            TypeError, match=r"an Anthropic Messages message: .*anthropic\.tool_calls"
+        ):
+            tb.responses_tool_calls(wrong)
+    with pytest.raises(TypeError, match=r"anthropic\.message_text"):
+        tb.responses_text(anthropic_message)
+    for wrong in (anthropic_message["content"], tba_message("anthropic_parallel").content):
+        with pytest.raises(TypeError, match="a list holding an Anthropic tool_use block"):
+            tb.responses_tool_calls(wrong)
+
+
+def test_responses_refuses_a_stream_event() -> None:
+    wrong: Any
+    event = {
+        "type": "response.completed",
+        "sequence_number": 9,
+        "response": load("openai_responses_calls"),
+    }
+    for wrong in (event, [event]):
+        with pytest.raises(TypeError, match=r"stream chunks? or events?.*get_final_response"):
+            tb.responses_tool_calls(wrong)
+
+
+def test_responses_without_calls_still_give_no_calls() -> None:
+    empty: Any
+    final = response("openai_responses_final")
+    raw = load("openai_responses_final")
+    for empty in (final, final.output, raw, raw["output"], raw["output"][-1], {"output": []}, []):
+        assert tb.responses_tool_calls(empty) == []
+    # Input items (a message by role alone, a reference by id) are items too.
+    assert tb.responses_tool_calls([{"role": "user", "content": "hi"}, {"id": "msg_1"}]) == []
 
 
 def test_responses_outputs_answer_each_call_with_its_kind(executor: Executor) -> None:

@@ -28,12 +28,15 @@ from ..tools import ToolRegistry
 from ._common import (
     DEFAULT_MAX_LENGTH,
     ToolSource,
+    Use,
     as_dict,
     call_arguments,
     fallback_call_id,
     plain,
     result_text,
+    shape_of,
     tools_of,
+    wrong_shape,
 )
 from ._media import anthropic_content
 
@@ -62,19 +65,53 @@ Anthropic tools take JSON objects, so a custom tool is offered as an object
 with one string property, and its value is handed to the tool as raw text."""
 
 
-def _blocks(message: Any) -> list[dict[str, Any]]:
-    """The content blocks of a message (object or dict), or a list of blocks as they are."""
+_EXPECTED = "a Messages API message or its content blocks"
+_NOT_MESSAGES = frozenset(
+    {
+        "stream",
+        "chat_completion",
+        "chat_choice",
+        "chat_message",
+        "chat_call",
+        "responses_response",
+        "responses_item",
+    }
+)
+
+
+def _blocks(message: Any, use: Use) -> list[dict[str, Any]]:
+    """The content blocks of a message (object or dict), or a list of blocks as they are.
+
+    Another format's objects (a chat completion, message or tool calls, a
+    Responses API response or its items, alone or in the list) and list items
+    that are not blocks are refused, never read as a message without calls.
+    """
     if isinstance(message, Mapping) or hasattr(message, "model_dump"):
         data = as_dict(message, "a message")
+        shape = shape_of(data)
+        if shape in _NOT_MESSAGES:
+            raise wrong_shape(_EXPECTED, shape, use)
         if "content" not in data:
-            raise TypeError("expected a Messages API message or its content blocks")
+            if shape == "messages_tool_use":
+                raise TypeError(
+                    f"expected {_EXPECTED}; got one tool_use block, not a list:"
+                    " pass [block], or the message that holds it"
+                )
+            raise TypeError(f"expected {_EXPECTED}; got a dict with keys {sorted(data)[:6]}")
         content = data["content"]
         if isinstance(content, str):
             return [{"type": "text", "text": content}]
         found = content or []
     else:
         found = plain(list(message))
-    return [as_dict(block, "a content block") for block in found]
+    blocks = [as_dict(block, "a content block") for block in found]
+    for block in blocks:
+        shape = shape_of(block)
+        if shape in _NOT_MESSAGES or shape == "messages_message":
+            raise wrong_shape(_EXPECTED, shape, use, in_list=True)
+        if "type" not in block:  # every content block has one
+            raise TypeError(f"expected {_EXPECTED}; got a list holding {sorted(block)[:4]}")
+    return blocks
 
 
 def tool_calls(message: MessageLike, *, registry: ToolRegistry | None = None) -> list[ToolCall]:
@@ -86,9 +123,11 @@ def tool_calls(message: MessageLike, *, registry: ToolRegistry | None = None) ->
     `registry`, a call to one of its custom tools gets the text under
     `CUSTOM_INPUT` as its raw input, as `tool_definitions` offered it. Other
     blocks (text, thinking, server tools the API ran itself) are skipped.
+    Another format's objects (chat completions, messages, tool calls;
+    Responses API responses and items) raise `TypeError`, alone or in the list.
     """
     calls = []
-    for index, block in enumerate(_blocks(message)):
+    for index, block in enumerate(_blocks(message, "calls")):
         if block.get("type") != "tool_use":
             continue
         name = str(block.get("name") or "")
@@ -111,7 +150,7 @@ def assistant_message(message: MessageLike) -> MessageParam:
     `{"role": "assistant", "content": [...]}` with every block as the SDK sends
     it back (thinking blocks keep their signatures, tool_use blocks their ids).
     """
-    blocks = _blocks(message)
+    blocks = _blocks(message, "turn")
     for index, block in enumerate(blocks):
         if block.get("type") == "tool_use" and not block.get("id"):
             block["id"] = _block_id(block, index)  # the id its result will carry
@@ -126,7 +165,9 @@ def _block_id(block: Mapping[str, Any], index: int) -> str:
 
 def message_text(message: MessageLike) -> str:
     """The text of the message's text blocks, joined (`""` when it only used tools)."""
-    return "".join(str(b.get("text") or "") for b in _blocks(message) if b.get("type") == "text")
+    return "".join(
+        str(b.get("text") or "") for b in _blocks(message, "text") if b.get("type") == "text"
+    )
 
 
 def tool_result_blocks(

@@ -32,14 +32,17 @@ from ._common import (
     DEFAULT_MAX_LENGTH,
     StrictSchemaError,
     ToolSource,
+    Use,
     as_dict,
     call_arguments,
     fallback_call_id,
     plain,
     result_text,
+    shape_of,
     strict_schema,
     tools_of,
     without_strict_nulls,
+    wrong_shape,
 )
 from ._media import chat_attachment_parts, responses_output
 
@@ -97,28 +100,47 @@ __all__ = [
 # -- Chat Completions ---------------------------------------------------------------
 
 
-def _chat_message(completion: Any, choice: int) -> dict[str, Any]:
+_CHAT_EXPECTED = "a chat completion, a choice, its message or its tool_calls list"
+_CHAT_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "function_call", "refusal"})
+
+
+def _chat_message(completion: Any, choice: int, use: Use) -> dict[str, Any]:
     """The assistant message of a completion, a choice, the message itself, or
-    one made around a bare `tool_calls` list."""
+    one made around a bare `tool_calls` list.
+
+    Anything else is refused, never read as a message without calls (which an
+    agent loop would take for the model's answer): one call outside its list,
+    another format's objects, a dict that is none of these.
+    """
     if isinstance(completion, list | tuple):
         calls = [as_dict(item, "a chat tool call") for item in completion]
         for item in calls:
             # A list of something else (a completion's choices, the messages)
             # would read as calls with no name: refused, as a wrong object is.
             if _chat_call_kind(item) not in item:
-                raise TypeError(
-                    "expected a chat completion, a choice, its message or its tool_calls "
-                    f"list; got a list holding {sorted(item)[:4]}"
-                )
+                shape = shape_of(item)
+                if shape is not None and shape != "chat_call":
+                    raise wrong_shape(_CHAT_EXPECTED, shape, use, in_list=True)
+                raise TypeError(f"expected {_CHAT_EXPECTED}; got a list holding {sorted(item)[:4]}")
         return {"role": "assistant", "content": None, "tool_calls": calls}
     data = as_dict(completion, "a chat completion or message")
-    if isinstance(data.get("choices"), list):
+    if isinstance(data.get("choices"), list) and data.get("object") != "chat.completion.chunk":
         choices = data["choices"]
         if not choices:
             return {"role": "assistant", "content": None}
         data = as_dict(choices[choice], "a chat completion choice")
-    if isinstance(data.get("message"), Mapping):
+    if isinstance(data.get("message"), Mapping) and "type" not in data:
         data = dict(data["message"])
+    shape = shape_of(data)
+    if shape == "chat_call":
+        raise TypeError(
+            f"expected {_CHAT_EXPECTED}; got one tool call, not a list:"
+            " pass [call], or the message that holds it"
+        )
+    if shape not in (None, "chat_message"):
+        raise wrong_shape(_CHAT_EXPECTED, shape, use)
+    if not data.keys() & _CHAT_MESSAGE_KEYS:
+        raise TypeError(f"expected {_CHAT_EXPECTED}; got a dict with keys {sorted(data)[:6]}")
     return data
 
 
@@ -153,9 +175,10 @@ def chat_tool_calls(completion: ChatLike, *, choice: int = 0) -> list[ToolCall]:
     Function calls keep the model's raw JSON arguments (the executor parses
     them, and rejects malformed JSON with `INVALID_ARGUMENTS`); custom tool
     calls carry the model's raw text input. Ids are the model's
-    `tool_call_id`s. A message without tool calls gives `[]`.
+    `tool_call_id`s. A message without tool calls gives `[]`; anything else
+    (one call outside its list, another format's objects) raises `TypeError`.
     """
-    message = _chat_message(completion, choice)
+    message = _chat_message(completion, choice, "calls")
     return [_call_from_chat(item, i) for i, item in enumerate(message.get("tool_calls") or ())]
 
 
@@ -166,7 +189,7 @@ def chat_assistant_message(
     results: `role`, `content` (may be None) and, when it made calls,
     `tool_calls` with each call's id, type and raw arguments or input as sent.
     """
-    message = _chat_message(completion, choice)
+    message = _chat_message(completion, choice, "turn")
     out: ChatCompletionAssistantMessageParam = {
         "role": "assistant",
         "content": message.get("content"),
@@ -197,7 +220,7 @@ def chat_assistant_message(
 
 def chat_text(completion: ChatLike, *, choice: int = 0) -> str:
     """The text of the model's message (`""` when it only made calls)."""
-    return str(_chat_message(completion, choice).get("content") or "")
+    return str(_chat_message(completion, choice, "text").get("content") or "")
 
 
 def chat_tool_messages(
@@ -270,19 +293,48 @@ def chat_tool_definitions(
 _CALL_TYPES = ("function_call", "custom_tool_call")
 
 
-def _items(response: Any) -> list[dict[str, Any]]:
-    """The output items of a `Response` (or its dict), or a list of items as they are."""
+_RESPONSES_EXPECTED = "a Responses API response, its output list, or one item"
+_NOT_RESPONSES = frozenset(
+    {
+        "stream",
+        "chat_completion",
+        "chat_choice",
+        "chat_message",
+        "chat_call",
+        "messages_message",
+        "messages_tool_use",
+    }
+)
+
+
+def _items(response: Any, use: Use) -> list[dict[str, Any]]:
+    """The output items of a `Response` (or its dict), or a list of items as they are.
+
+    Another format's objects (a chat completion, message or tool calls, an
+    Anthropic message or its blocks, alone or in the list) are refused, never
+    read as a response without calls.
+    """
     if isinstance(response, Mapping) or hasattr(response, "model_dump"):
         data = as_dict(response, "a response")
+        shape = shape_of(data)
+        if shape in _NOT_RESPONSES:
+            raise wrong_shape(_RESPONSES_EXPECTED, shape, use)
         if "output" in data:
             found = data["output"] or []
         elif "type" in data:
             found = [data]
         else:
-            raise TypeError("expected a Responses API response, its output list, or one item")
+            raise TypeError(
+                f"expected {_RESPONSES_EXPECTED}; got a dict with keys {sorted(data)[:6]}"
+            )
     else:
         found = plain(list(response))
-    return [as_dict(item, "a response output item") for item in found]
+    items = [as_dict(item, "a response output item") for item in found]
+    for item in items:
+        shape = shape_of(item)
+        if shape in _NOT_RESPONSES:
+            raise wrong_shape(_RESPONSES_EXPECTED, shape, use, in_list=True)
+    return items
 
 
 def _call_from_item(item: Mapping[str, Any], index: int) -> ToolCall:
@@ -305,11 +357,13 @@ def responses_tool_calls(response: ResponseLike) -> list[ToolCall]:
     `function_call` items (raw JSON arguments, parsed and checked by the
     executor) and `custom_tool_call` items (raw text input); a call's id is its
     `call_id`. Other items (messages, reasoning, built-in tools the API ran
-    itself) are not calls to your tools and are skipped.
+    itself) are not calls to your tools and are skipped. Another format's
+    objects (chat completions, messages, tool calls; Anthropic messages and
+    blocks) raise `TypeError`, alone or in the list.
     """
     return [
         _call_from_item(item, i)
-        for i, item in enumerate(_items(response))
+        for i, item in enumerate(_items(response, "calls"))
         if item.get("type") in _CALL_TYPES
     ]
 
@@ -319,7 +373,7 @@ def responses_output_items(response: ResponseLike) -> list[ResponseInputItemPara
     `input` (reasoning items included, which reasoning models need back), in
     the form the SDK itself sends them.
     """
-    return cast("list[ResponseInputItemParam]", _items(response))
+    return cast("list[ResponseInputItemParam]", _items(response, "turn"))
 
 
 def responses_text(response: ResponseLike) -> str:
@@ -327,7 +381,7 @@ def responses_text(response: ResponseLike) -> str:
     (what the SDK's `Response.output_text` gives, for dicts too)."""
     return "".join(
         str(part.get("text") or "")
-        for item in _items(response)
+        for item in _items(response, "text")
         if item.get("type") == "message"
         for part in item.get("content") or ()
         if isinstance(part, Mapping) and part.get("type") == "output_text"
@@ -355,7 +409,9 @@ def responses_tool_outputs(
     every attachment as a line of text.
     """
     custom = {
-        str(i.get("call_id")) for i in _items(response) if i.get("type") == "custom_tool_call"
+        str(i.get("call_id"))
+        for i in _items(response, "calls")
+        if i.get("type") == "custom_tool_call"
     }
     out: list[ResponseInputItemParam] = []
     for r in results:
