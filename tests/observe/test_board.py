@@ -16,6 +16,7 @@ pytest.importorskip("starlette", reason="the web extra is not installed")
 
 from rich.console import Console
 
+from toolbus.observe._cells import clock
 from toolbus.observe._view import Board
 
 
@@ -98,26 +99,34 @@ def test_the_board_says_what_the_queued_calls_wait_for() -> None:
     assert "queued" not in _drawn(nothing).split("In flight")[1].splitlines()[0]
 
 
-@pytest.mark.parametrize("width", [80, 120, 140])
+@pytest.mark.parametrize("width", [60, 80, 120, 140])
 def test_at_any_width_every_count_and_label_is_whole(width: int) -> None:
     """At 80x24 the counters read `submi…  in f…  qu…` and a tool's counts were
     cut to nothing (issue 22): a narrow board wraps its counters onto more
-    rows and gives the per-tool and policy tables short labels."""
-    big = {"tool": "get_weather_forecast", "calls": 123456, "ok": 120000, "error": 1234}
+    rows and gives the per-tool and policy tables short labels, and at 60
+    columns splits the counts once more. A failure keeps the start of its
+    error and its time (names give way; review 22), and a breaker's circuit
+    per key shows the key under a long tool name."""
+    big = {"tool": "get_weather_forecast", "calls": 1234567, "ok": 1200000, "error": 1234}
     big |= {"timeout": 56, "rejected": 789, "cancelled": 10, "deferred": 2, "in_flight": 12}
     big |= {"retries": 3456, "p50": 0.012, "p95": 0.5, "p99": 1.2, "max": 30.1}
+    now = time.time()
     policies = {
         "tools": [
             {"tool": "fetch", "breaker": "half-open", "throttled": 12345, "throttle_wait": 1.5}
-            | {"cache_hits": 99999, "shared": 1234, "waiting": 3}
+            | {"cache_hits": 99999, "shared": 1234, "waiting": 3},
+            {"tool": "search_the_docs", "breaker": "open", "throttled": 0, "cache_hits": 0},
         ],
-        "breakers": [{"tool": "fetch", "state": "half-open", "failures": 5, "opened": 3}],
+        "breakers": [
+            {"tool": "fetch", "state": "half-open", "failures": 5, "opened": 3},
+            {"tool": "search_the_docs", "key": "tenant-globex", "state": "open"}
+            | {"failures": 5, "opened": 1, "since": now - 3},
+        ],
     }
     stats = {"submitted": 123456, "in_flight": 12, "queued": 345, "ok": 120000, "error": 1234}
     stats |= {"timeout": 56, "rejected": 789, "cancelled": 10, "deferred": 2, "retries": 3456}
     stats |= {"timeouts": 78, "abandoned_workers": 1, "abandoned_total": 5, "killed_workers": 2}
     stats |= {"late_results": 3, "events_dropped": 0}
-    now = time.time()
     recent = [
         {"timestamp": now, "call_id": "call_0123456789abcdef", "tool": "lookup_order_history"}
         | {"status": "deferred", "error_code": "APPROVAL_REQUIRED", "attempts": 12, "duration": d}
@@ -125,25 +134,37 @@ def test_at_any_width_every_count_and_label_is_whole(width: int) -> None:
     ]
     flight = [{"call_id": "call_fedcba9876543210", "tool": "lookup_order_history"}]
     flight[0] |= {"attempt": 3, "state": "running", "started": now - 12.5, "detail": "x" * 90}
+    failure = {"timestamp": now, "call_id": "call_Ks5nXd3EzDkh1FJ7y4hBq2Lm", "tool": "geocode"}
+    failure |= {"status": "error", "error_code": "TOOL_ERROR", "attempts": 1, "duration": 0.2}
+    failure["error"] = "Weather service busy: upstream answered 503 " + "and more " * 20
     state = {"tools": [big], "policies": policies, "recent": recent, "in_flight": flight}
-    board = _board(state)
+    board = _board(state | {"errors": [failure]})
     board = Board(config=board.config, state=board.state, stats=stats, now=now)
     out = io.StringIO()
     Console(file=out, width=width, height=24).print(board)
     drawn = out.getvalue()
-    assert max(len(line) for line in drawn.splitlines()) <= width
+    lines = drawn.splitlines()
+    assert max(len(line) for line in lines) <= width
+    for line in map(str.rstrip, lines):  # no table cut at the right edge
+        if line[:1] in "┏┃┡│└":
+            assert line[-1] in "┓┃┩│┘", drawn
     counters = "submitted in flight queued ok error timeout rejected cancelled deferred retries"
     for word in [*counters.split(), "123456", "120000", "3456", "1/5", "99999 (1234", "12345"]:
         assert word in drawn
-    lines = drawn.splitlines()
-    row = next(line for line in lines if "get_weather_forecast " in line)
-    numbers = ["123456", "120000", "1234", "56", "789", "10", "2", "12", "3456"]
-    assert [w for w in row.split() if w.isdigit()][: len(numbers)] == numbers
+    # The tool's counts, whole and in order (in one row, or split over two tables).
+    rows = [line for line in lines if "get_weather_forecast " in line]
+    numbers = ["1234567", "1200000", "1234", "56", "789", "10", "2", "12", "3456"]
+    assert [w for row in rows for w in row.split() if w.isdigit()][: len(numbers)] == numbers
     assert "…" not in "".join(line for line in lines if "get_weather" in line or "fetch" in line)
     # A call's numbers stay whole too (names give way): tries and time, elapsed.
     for time_taken in ("0.30 ms", "383 ms", "12.50 s", "120m03s"):
         assert re.search(rf"│ +12 │ +{time_taken} │", drawn), drawn
     assert re.search(r"│ +3 │ running │ 12\.50 s │", drawn), drawn
+    # A failure: its time whole, and why it failed (names give way).
+    failures = drawn.partition("Recent failures")[2]
+    assert clock(now)[:12] in failures and "Weather service" in failures, failures
+    # A circuit per key: its key, whatever the tool's name.
+    assert "tenant-globex" in drawn.partition("Policies:")[2], drawn
 
 
 def test_numbers_from_a_status_server_are_drawn_as_text() -> None:

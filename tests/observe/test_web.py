@@ -25,7 +25,7 @@ pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 from playwright.sync_api import expect, sync_playwright
 
 from tests.observe_workload import SECRET, make_executor, run_rounds
-from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry
 from toolbus.observe import serve_status
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -234,14 +234,29 @@ def test_the_page_shows_what_the_queued_calls_wait_for(browser: Any) -> None:
 
 
 def test_a_long_error_shows_three_lines_and_the_rest_on_a_click(browser: Any) -> None:
-    """A breaker's refusal made a row of the failures about 10 lines tall (issue 22)."""
+    """A breaker's refusal made a row of the failures about 10 lines tall (issue 22).
+    One long unbroken word (a URL, a base64 blob) made the table about 20 000 px
+    wide, every error cut to one line, opened or not; a retrying call's previous
+    error in flight was cut with no way to see the rest (review 22)."""
     registry = ToolRegistry()
     words = " ".join(f"word{i}" for i in range(200))
+    blob = "https://example.com/" + "A" * 3000  # one word, far wider than the page
 
     @registry.tool(read_only=True)
     def chatty() -> None:
         """Fails with a long message."""
         raise RuntimeError(words)
+
+    @registry.tool(read_only=True)
+    def unbroken() -> None:
+        """Fails with one long word."""
+        raise RuntimeError(blob)
+
+    # Retried a minute after its first try: `retrying` with its previous error meanwhile.
+    @registry.tool(read_only=True, retry=RetryPolicy(max_retries=1, backoff_base=60, jitter=0))
+    def flaky() -> None:
+        """Fails with a long message."""
+        raise ConnectionError(words)
 
     with Executor(registry) as executor, serve_status(executor) as server:
         page = browser.new_page(viewport={"width": 1000, "height": 800})
@@ -274,5 +289,31 @@ def test_a_long_error_shows_three_lines_and_the_rest_on_a_click(browser: Any) ->
                 ".map((e) => e.getBoundingClientRect().height)"
             )
             assert len(heights) == 2 and heights[0] <= 3.5 * line < 6 * line < heights[1]
+            # One long word wraps: the table stays within the page, and the
+            # opened cell shows all of it, on many lines.
+            assert executor.execute(ToolCall(name="unbroken")).status == "error"
+            expect(cell).to_contain_text("AAAA", timeout=15_000)
+            widths = page.evaluate(
+                "() => [document.querySelector('#errors table').getBoundingClientRect().width,"
+                " document.documentElement.scrollWidth, window.innerWidth]"
+            )
+            assert max(widths[:2]) <= widths[2], widths
+            capped, line = page.evaluate(measure)
+            assert capped <= 3.5 * line, (capped, line)
+            page.evaluate("() => document.querySelector('#errors td.err .clip').click()")
+            opened, line = page.evaluate(measure)
+            assert opened > 4 * line, (opened, line)  # (even cut to 300 characters)
+            # A retrying call's previous error: clipped too, all of it on a click.
+            handle = executor.submit(ToolCall(name="flaky"))
+            detail = page.locator("#in-flight td.detail .clip").first
+            expect(detail).to_contain_text("word0", timeout=15_000)
+            shown = page.evaluate(
+                "() => { const e = document.querySelector('#in-flight td.detail .clip');"
+                " e.click(); return [e.classList.contains('open'), e.scrollHeight - e.clientHeight,"
+                " e.textContent]; }"
+            )
+            assert shown[0] and shown[1] <= 1, shown
+            handle.cancel()
+            assert handle.result(10).status == "cancelled"
         finally:
             page.close()

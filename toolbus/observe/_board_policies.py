@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ._cells import BREAKER_STYLE, cut, cut_str, duration, label, titled
+from ._cells import BREAKER_STYLE, cut, cut_str, duration, label, safe, titled
 
 __all__ = ["policy_tables"]
 
@@ -36,10 +36,17 @@ def policy_tables(snapshot: Mapping[str, Any], now: float, narrow: bool) -> list
     name_width = 20 if narrow else 40
     labels = ("failures", "for", "opened", "throttled", "waited", "cache hits")
     columns = ["breaker", *labels, "awaiting approval"]
-    rows: list[list[str | Text]] = []  # a tool's: its name and a cell per column
     breakers: Sequence[Mapping[str, Any]] = pol.get("breakers") or ()
     own = {b.get("tool"): b for b in breakers if b.get("key") is None}
     keyed = [b for b in breakers if b.get("key") is not None]
+    keyed.sort(key=lambda k: (k.get("state") == "closed", -float(k.get("since") or 0.0)))
+    # A circuit per key: a row of its breaker's cells under its tool's row,
+    # named by its key alone (a long tool name left no room for the key).
+    under: dict[Any, list[Mapping[str, Any]]] = {}
+    for k in keyed[:_MAX_KEYS]:
+        under.setdefault(k.get("tool"), []).append(k)
+    rows: list[list[str | Text]] = []  # a tool's: its name and a cell per column
+    key_rows: list[list[list[str | Text]]] = []  # the rows of its keys' circuits
     for row in tools:
         tool = row.get("tool")
         keys = sum(k.get("tool") == tool for k in keyed)
@@ -59,19 +66,12 @@ def policy_tables(snapshot: Mapping[str, Any], now: float, narrow: bool) -> list
                 cut(row.get("waiting", 0), 20),
             ]
         )
-    keyed.sort(key=lambda k: (k.get("state") == "closed", -float(k.get("since") or 0.0)))
-    key_rows: list[list[str | Text]] = []  # a circuit per key's: its breaker's cells only
-    for k in keyed[:_MAX_KEYS]:
-        state = str(k.get("state", ""))
-        key_rows.append(
-            [
-                cut(f"{k.get('tool')} · key {k.get('key')}", name_width, "dim"),
-                cut(state, 20, BREAKER_STYLE.get(state, "")),
-                *_circuit_cells(now, k),
-            ]
-        )
+        key_rows.append([_key_row(now, k, "", name_width) for k in under.pop(tool, [])])
+    for lost in under.values():  # a key's circuit whose tool has no row (not expected)
+        key_rows[-1].extend(_key_row(now, k, safe(k.get("tool")), name_width) for k in lost)
+    more: list[list[str | Text]] = []
     if len(keyed) > _MAX_KEYS:
-        key_rows.append([Text(f"+{len(keyed) - _MAX_KEYS} more keys", style="dim")])
+        more.append([Text(f"+{len(keyed) - _MAX_KEYS} more keys", style="dim")])
     # Narrow: the breakers (name and 4 cells) over the rest (name and 4 cells).
     parts = (
         [(title, 0, 4), ("Policies: waits, cache, approvals", 4, 8)] if narrow else [(title, 0, 8)]
@@ -87,11 +87,12 @@ def policy_tables(snapshot: Mapping[str, Any], now: float, narrow: bool) -> list
                 no_wrap=True,
                 style="blue" if name == "awaiting approval" else "",
             )
-        for cells in rows:
+        for cells, circuits in zip(rows, key_rows, strict=True):
             table.add_row(cells[0], *cells[1 + first : 1 + last])
-        if first == 0:
-            for cells in key_rows:
-                table.add_row(*cells)
+            for circuit in circuits if first == 0 else ():
+                table.add_row(*circuit)
+        for cells in more if first == 0 else ():
+            table.add_row(*cells)
         tables.append(table)
     waiting: Sequence[Mapping[str, Any]] = pol.get("waiting") or ()
     if waiting:
@@ -106,6 +107,18 @@ def policy_tables(snapshot: Mapping[str, Any], now: float, narrow: bool) -> list
         )
         last_table.caption_justify = "left"
     return tables
+
+
+def _key_row(now: float, k: Mapping[str, Any], tool: str, width: int) -> list[str | Text]:
+    """A circuit per key's row: its key (indented under its tool's row, or
+    after `tool`'s name), its state and its circuit's cells."""
+    state = str(k.get("state", ""))
+    name = (f"{tool} · " if tool else "  ") + "key " + safe(k.get("key"))  # (safe strips)
+    return [
+        Text(name if len(name) <= width else name[: width - 1] + "…", style="dim"),
+        cut(state, 20, BREAKER_STYLE.get(state, "")),
+        *_circuit_cells(now, k),
+    ]
 
 
 def _circuit_cells(now: float, b: Mapping[str, Any] | None) -> tuple[Text, Text, Text]:

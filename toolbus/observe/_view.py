@@ -54,6 +54,18 @@ def _fits(console: Console, options: ConsoleOptions, tables: list[Table]) -> boo
     return all(Measurement.get(console, unbounded, t).maximum <= options.max_width for t in tables)
 
 
+def _share(needs: list[int], room: int) -> list[int]:
+    """Widths for columns that need `needs` within `room`: a column gets what it
+    needs when that is no more than an equal share of what the others leave;
+    the rest share equally."""
+    widths = [0] * len(needs)
+    left = room
+    for done, i in enumerate(sorted(range(len(needs)), key=needs.__getitem__)):
+        widths[i] = min(needs[i], left // (len(needs) - done))
+        left -= widths[i]
+    return widths
+
+
 @dataclass(frozen=True)
 class Board:
     """One frame of the dashboard.
@@ -85,16 +97,19 @@ class Board:
             yield in_flight
             yield recent
         # The per-tool and policy tables whole when they fit, else (a narrow
-        # terminal, or many digits) with short labels, in more tables.
+        # terminal, or many digits) with short labels, in more tables (and the
+        # per-tool counts in two when they still do not fit).
         tools = self._tools(False)
         if not _fits(console, options, tools):
             tools = self._tools(True)
+        if not _fits(console, options, tools):
+            tools = self._tools(True, split=True)
         yield from tools
         policies = policy_tables(self.state, self.now, False)
         if not _fits(console, options, policies):
             policies = policy_tables(self.state, self.now, True)
         yield from policies
-        yield self._errors()
+        yield self._errors(options.max_width)
         extra = self._signals()
         if extra is not None:
             yield extra
@@ -239,19 +254,28 @@ class Board:
             )
         return table
 
-    def _tools(self, narrow: bool) -> list[Table]:
+    def _tools(self, narrow: bool, split: bool = False) -> list[Table]:
         """Calls per tool by status and their latencies: one table, or (narrow)
-        two with short labels."""
+        two with short labels, or (split, a narrower terminal still) the counts
+        in two tables, then the latencies."""
         title = "Per tool (since watching)"
+        narrow = narrow or split
         name_width = 20 if narrow else 28
-        counts = titled(title, narrow)
-        counts.add_column("tool", no_wrap=True, max_width=name_width)
-        for name in ("calls", *STATUS_STYLE, "running"):  # one column per status, in order
-            counts.add_column(label(name, narrow), justify="right", no_wrap=True)
-        counts.add_column(label("retries", narrow), justify="right", no_wrap=True, style="yellow")
-        times = counts
+        # One column per status, in order, then running and retries.
+        columns = [(name, "") for name in ("calls", *STATUS_STYLE, "running")]
+        columns.append(("retries", "yellow"))
+        parts = [columns[:5], columns[5:]] if split else [columns]
+        tables = []
+        for i, part in enumerate(parts):
+            heading = title if i == 0 else "Per tool, continued"
+            table = titled(heading, narrow)
+            table.add_column("tool", no_wrap=True, max_width=name_width)
+            for name, style in part:
+                table.add_column(label(name, narrow), justify="right", no_wrap=True, style=style)
+            tables.append(table)
+        times = tables[0]
         if narrow:
-            times = titled("Per tool: time per call", narrow)
+            times = titled("Per tool: time per call", True)
             times.add_column("tool", no_wrap=True, max_width=name_width)
         for name in ("p50", "p95", "p99", "max"):
             times.add_column(name, justify="right", no_wrap=True)
@@ -268,30 +292,44 @@ class Board:
             ]
             latencies = [duration(t.get(q)) for q in ("p50", "p95", "p99", "max")]
             if narrow:
-                counts.add_row(tool, *numbers)
+                first = 0
+                for table, part in zip(tables, parts, strict=True):
+                    table.add_row(tool.copy(), *numbers[first : first + len(part)])
+                    first += len(part)
                 times.add_row(tool.copy(), *latencies)
             else:
-                counts.add_row(tool, *numbers, *latencies)
-        return [counts, times] if narrow else [counts]
+                tables[0].add_row(tool, *numbers, *latencies)
+        return [*tables, times] if narrow else tables
 
-    def _errors(self) -> Table:
+    def _errors(self, width: int) -> Table:
         errors: Sequence[Mapping[str, Any]] = self.state.get("errors") or ()
-        table = Table(title="Recent failures", title_justify="left", expand=True)
-        table.add_column("at", no_wrap=True, style="dim")
-        table.add_column("call", no_wrap=True, max_width=24)
-        table.add_column("tool", no_wrap=True, max_width=22)
-        table.add_column("status", no_wrap=True)
-        table.add_column("error", overflow="ellipsis", no_wrap=True, ratio=1)
+        rows: list[list[Text]] = []  # at, call, tool, status, error
         for e in errors[:_MAX_ERRORS]:
             status = str(e.get("status", ""))
             label = status + (f" {e['error_code']}" if e.get("error_code") else "")
-            table.add_row(
-                clock(e.get("timestamp"))[:12],
-                cut(e.get("call_id"), 24),
-                cut(e.get("tool"), 22),
-                cut(label, 40, STATUS_STYLE.get(status, "")),
-                cut(e.get("error"), 200),
+            rows.append(
+                [
+                    Text(clock(e.get("timestamp"))[:12]),
+                    cut(e.get("call_id"), 24),
+                    cut(e.get("tool"), 22),
+                    cut(label, 40, STATUS_STYLE.get(status, "")),
+                    cut(e.get("error"), 200),
+                ]
             )
+        # The time whole; the error keeps at least half of what is left (why a
+        # call failed matters more than its whole id); the names share the rest.
+        names = ("call", "tool", "status")
+        needs = [max([len(n), *(r[i].cell_len for r in rows)]) + 2 for i, n in enumerate(names, 1)]
+        room = width - (len(names) + 3) - 14  # borders, the time and its padding
+        error_needs = max([5, *(r[4].cell_len for r in rows)]) + 2
+        widths = _share(needs, max(room // 2, room - error_needs))
+        table = Table(title="Recent failures", title_justify="left", expand=True)
+        table.add_column("at", no_wrap=True, style="dim")
+        for name, w in zip(names, widths, strict=True):
+            table.add_column(name, no_wrap=True, width=max(1, w - 2))
+        table.add_column("error", overflow="ellipsis", no_wrap=True, ratio=1)
+        for cells in rows:
+            table.add_row(*cells)
         return table
 
     def _signals(self) -> Text | None:
