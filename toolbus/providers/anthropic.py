@@ -28,17 +28,15 @@ from ..tools import ToolRegistry
 from ._common import (
     DEFAULT_MAX_LENGTH,
     ToolSource,
-    Use,
     as_dict,
     call_arguments,
     fallback_call_id,
     plain,
     result_text,
-    shape_of,
     tools_of,
-    wrong_shape,
 )
 from ._media import anthropic_content
+from ._shapes import Use, shape_of, wrong_shape
 
 if TYPE_CHECKING:
     from typing import TypeAlias

@@ -32,19 +32,17 @@ from ._common import (
     DEFAULT_MAX_LENGTH,
     StrictSchemaError,
     ToolSource,
-    Use,
     as_dict,
     call_arguments,
     fallback_call_id,
     plain,
     result_text,
-    shape_of,
     strict_schema,
     tools_of,
     without_strict_nulls,
-    wrong_shape,
 )
 from ._media import chat_attachment_parts, responses_output
+from ._shapes import Use, shape_of, wrong_shape
 
 if TYPE_CHECKING:
     from typing import TypeAlias
