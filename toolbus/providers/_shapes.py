@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ["Use", "shape_of", "wrong_shape"]
+__all__ = ["Use", "foreign_to", "shape_of", "wrong_shape"]
 
 Use = Literal["calls", "text", "turn"]
 """What a reader was asked for: the calls, the text, or the turn to append;
@@ -124,3 +124,9 @@ def wrong_shape(expected: str, shape: str, use: Use, *, in_list: bool = False) -
     return TypeError(
         f"expected {expected}; got {got}: read it with toolbus.providers.{_READERS[api][use]}"
     )
+
+
+def foreign_to(api: str) -> frozenset[str]:
+    """The shapes a reader of `api` ("chat", "responses", "messages") refuses:
+    every other API's, and stream chunks."""
+    return frozenset({"stream"} | {shape for shape, (_, a) in _SHAPES.items() if a != api})

@@ -36,7 +36,7 @@ from ._common import (
     tools_of,
 )
 from ._media import anthropic_content
-from ._shapes import Use, shape_of, wrong_shape
+from ._shapes import Use, foreign_to, shape_of, wrong_shape
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -64,17 +64,7 @@ with one string property, and its value is handed to the tool as raw text."""
 
 
 _EXPECTED = "a Messages API message or its content blocks"
-_NOT_MESSAGES = frozenset(
-    {
-        "stream",
-        "chat_completion",
-        "chat_choice",
-        "chat_message",
-        "chat_call",
-        "responses_response",
-        "responses_item",
-    }
-)
+_NOT_MESSAGES = foreign_to("messages")
 
 
 def _blocks(message: Any, use: Use) -> list[dict[str, Any]]:

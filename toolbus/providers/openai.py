@@ -42,7 +42,7 @@ from ._common import (
     without_strict_nulls,
 )
 from ._media import chat_attachment_parts, responses_output
-from ._shapes import Use, shape_of, wrong_shape
+from ._shapes import Use, foreign_to, shape_of, wrong_shape
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -292,17 +292,7 @@ _CALL_TYPES = ("function_call", "custom_tool_call")
 
 
 _RESPONSES_EXPECTED = "a Responses API response, its output list, or one item"
-_NOT_RESPONSES = frozenset(
-    {
-        "stream",
-        "chat_completion",
-        "chat_choice",
-        "chat_message",
-        "chat_call",
-        "messages_message",
-        "messages_tool_use",
-    }
-)
+_NOT_RESPONSES = foreign_to("responses")
 
 
 def _items(response: Any, use: Use) -> list[dict[str, Any]]:
