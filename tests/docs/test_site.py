@@ -1,6 +1,7 @@
 """The documentation site (mkdocs.yml) builds strictly: a broken link, a
-missing page or an unresolvable API reference fails it; the tutorial's code
-is examples/quickstart.py's, which tests/examples runs."""
+missing page, a link to a heading that is not there or an unresolvable API
+reference fails it; the tutorial's code is examples/quickstart.py's sections,
+which tests/docs/test_samples.py runs in the page's order."""
 
 from __future__ import annotations
 
