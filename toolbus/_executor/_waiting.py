@@ -65,7 +65,7 @@ class Waiting:
         watch = self._watches.get(loop)
         if watch is None:
             watch = self._watches[loop] = LoopWatch(loop, self._expired)
-        watch.watch(runs, waiter.future)
+        watch.watch(runs, waiter)
         try:
             return await waiter.future
         except asyncio.CancelledError:

@@ -37,7 +37,7 @@ Room = Literal["start", "wait"] | str  # or why the run is refused
 class ThreadBudget:
     """The budget over every backend whose jobs hold threads of this process."""
 
-    __slots__ = ("backends", "least", "limit", "per_tool", "waiting")
+    __slots__ = ("_stuck_seen", "backends", "least", "limit", "per_tool", "waiting")
 
     def __init__(self, limit: int, per_tool: int) -> None:
         self.limit = limit
@@ -45,6 +45,9 @@ class ThreadBudget:
         self.least = min(limit, per_tool)
         self.backends: list[Backend] = []
         self.waiting = RunQueue()  # runs waiting for a thread, in order
+        # The stuck threads counted when no waiting run was last found to be
+        # refused (-1: not since one was). Refusals depend on stuck counts alone.
+        self._stuck_seen = -1
 
     def totals(self) -> tuple[int, int]:
         """(threads running jobs, threads stuck in abandoned jobs), over all backends."""
@@ -91,15 +94,37 @@ class ThreadBudget:
     def next_ready(self) -> tuple[Run, Room] | None:
         """The first waiting run that may start now, or must be refused, taken
         off the queue with its verdict; None if every one must go on waiting."""
+        busy, stuck = self.totals()
         waiting = self.waiting
-        for run in list(waiting):
+        if busy + stuck >= self.limit and stuck == self._stuck_seen and not waiting.dead:
+            # Nobody may start while every thread of the budget is held, and
+            # nobody is refused: no tool has more stuck threads than when no
+            # waiting run was last found refused (and a run parked since was
+            # looked at then). Nor has any ended, to be taken out. Without this,
+            # a queue of n runs cost a pass over all n each time a thread came free.
+            return None
+        ended: list[Run] = []
+        found: tuple[Run, Room] | None = None
+        waits: set[tuple[int, int]] = set()  # (backend, tool) found to wait in this look
+        for run in waiting:  # (in order, not copied: taken out after the look)
             if run.ticket.closed:
-                waiting.remove(run)
-                run.ticket.queued = 0
+                ended.append(run)
                 continue
+            key = (id(run.backend), id(run.tool))
+            if key in waits:
+                continue  # (a tool's runs all wait when its first does)
             room = self.room(run)
             if room != "wait":
-                waiting.remove(run)
-                run.ticket.queued = 0
-                return run, room
+                found = (run, room)
+                break
+            waits.add(key)
+        waiting.dead -= len(ended)  # (each counted when it ended: `Completion`)
+        for run in ended if found is None else [*ended, found[0]]:
+            waiting.remove(run)
+            run.ticket.queued = 0
+        if found is not None:
+            if found[1] != "start":
+                self._stuck_seen = -1  # refused: others may be, at these counts
+            return found
+        self._stuck_seen = stuck
         return None

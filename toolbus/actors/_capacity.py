@@ -257,7 +257,7 @@ class Capacity:
         self.release(run)
         t = run.ticket
         if t.queued == PARKED:
-            if t.waiting_on is not None:  # (not the thread budget's: it looks itself)
+            if t.waiting_on is not None:  # (the thread budget's: `Completion` counts)
                 t.waiting_on.waiting.dead += 1
             return
         if t.queued != READY:
@@ -345,7 +345,7 @@ class Capacity:
                 if group is None:
                     if threads is None:
                         continue
-                    name, length = THREADS, threads.size
+                    name, length = THREADS, threads.size - threads.dead
                 else:
                     name, length = group.name, group.waiting.size - group.waiting.dead
                 out.append((run, name, min(place, length), length))

@@ -21,6 +21,7 @@ from ..pipeline import BatchRun, Run
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
 from ._messages import Cancel, CancelWhere, Close
+from ._ticket import PARKED
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -59,6 +60,8 @@ class Completion(Deadlines):
             # Still in a queue (counted dead there); from the ready queue, it may
             # have been let out for room it now leaves.
             self.slots.closed(run)
+            if t.queued == PARKED and t.waiting_on is None:
+                self.budget.waiting.dead += 1  # (the thread budget's: out at its next look)
         else:
             self.slots.release(run)
         result = run.result

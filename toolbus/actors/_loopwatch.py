@@ -5,7 +5,8 @@ awaiting caller cannot block, so each event loop that awaits calls of an
 executor gets one watcher: it keeps the calls awaited on that loop and a
 single timer for the next time one of them may be overdue (or, while some are
 still queued, `POLL`). One timer per loop, not per call: ten thousand calls in
-flight cost one timer and one scan per wake-up.
+flight cost one timer and one scan per wake-up. A call is forgotten when its
+waiter is released (`LoopWaiter.unwatch`), without a callback of its own.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import partial
 
-from ..pipeline import Run
+from ..pipeline import LoopWaiter, Run
 from ._backstop import POLL, overdue
 
 __all__ = ["LoopWatch"]
@@ -36,14 +37,14 @@ class LoopWatch:
         self._noticed: set[tuple[Run, int]] = set()
         self._handle: asyncio.TimerHandle | None = None
 
-    def watch(self, runs: Sequence[Run], future: asyncio.Future[Any]) -> None:
-        """Watch `runs` until `future` is done."""
+    def watch(self, runs: Sequence[Run], waiter: LoopWaiter) -> None:
+        """Watch `runs` until `waiter`, theirs, is released (not at all if it
+        was already)."""
         loop = self._loop()
-        if loop is None:
+        if loop is None or waiter.future.done():
             return
-        for run in runs:
-            self._runs[run] = None
-        future.add_done_callback(lambda _: self._forget(runs))
+        self._runs.update(dict.fromkeys(runs))
+        waiter.unwatch = partial(self._forget, runs)
         # Queued calls have no deadline yet: look again within POLL at most.
         due = loop.time() + POLL
         if self._handle is None or self._handle.when() > due:
@@ -69,5 +70,5 @@ class LoopWatch:
         late, wake = overdue(list(self._runs), loop.time(), self._noticed)
         for run, attempt in late:
             self._notify(run, attempt)
-        if wake is not None and self._runs:
+        if wake is not None and self._runs:  # (telling may have ended some)
             self._handle = loop.call_later(wake, self._look)

@@ -7,6 +7,7 @@ released once, from any thread, with the call's result (or a batch's).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._sync import Latch
@@ -51,11 +52,14 @@ class ThreadWaiter(Waiter):
 class LoopWaiter(Waiter):
     """Resolves an asyncio future from any thread without blocking its loop."""
 
-    __slots__ = ("future", "loop")
+    __slots__ = ("future", "loop", "unwatch")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()
+        # Run on the loop once released: its deadline watch forgets the calls
+        # (the watch holds them, and through them this loop).
+        self.unwatch: Callable[[], object] | None = None
 
     def release(self, value: Any) -> None:
         try:
@@ -66,8 +70,13 @@ class LoopWaiter(Waiter):
             else:
                 self.loop.call_soon_threadsafe(self._set, value)
         except RuntimeError:
-            pass  # the caller's loop is closed: nobody is waiting any more
+            # The caller's loop is closed: nobody is waiting any more, and
+            # nothing runs on it, so its watch may let go of the calls here.
+            if self.unwatch is not None:
+                self.unwatch()
 
     def _set(self, value: Any) -> None:
+        if self.unwatch is not None:
+            self.unwatch()
         if not self.future.done():
             self.future.set_result(value)

@@ -1,0 +1,67 @@
+"""The deadline watch of an event loop (toolbus/actors/_loopwatch.py): it lets
+go of the calls it watches when their waiter is released, without a callback
+per call, and when their loop is closed before that."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import weakref
+
+from toolbus import ToolCall, tool
+from toolbus.actors._loopwatch import LoopWatch
+from toolbus.pipeline import LoopWaiter, Run
+from toolbus.retry import RetryPolicy
+
+
+@tool(name="t", read_only=True)
+def _t() -> None:
+    return None
+
+
+def _runs(n: int) -> list[Run]:
+    return [
+        Run(ToolCall(id=f"c{i}", name="t"), _t, context=contextvars.copy_context(),
+            timeout=1.0, policy=RetryPolicy())
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def _watching(watch: LoopWatch) -> int:
+    return len(watch._runs)
+
+
+def test_released_calls_are_forgotten_and_the_timer_stops() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        watch = LoopWatch(loop, lambda run, attempt: None)
+        waiter = LoopWaiter(loop)
+        runs = _runs(3)
+        watch.watch(runs, waiter)
+        assert _watching(watch) == 3 and watch._handle is not None
+        waiter.release("done")  # (on its loop: set now)
+        assert await waiter.future == "done"
+        assert _watching(watch) == 0 and watch._handle is None
+        done = LoopWaiter(loop)
+        done.release("already")
+        watch.watch(_runs(1), done)  # released before it was watched: not watched
+        assert _watching(watch) == 0
+
+    asyncio.run(main())
+
+
+def test_a_call_released_after_its_loop_closed_is_let_go() -> None:
+    """The watch held a finished call, and through it the closed loop, when the
+    release came after the loop closed (it can no longer run a callback)."""
+    loop = asyncio.new_event_loop()
+    watch = LoopWatch(loop, lambda run, attempt: None)
+    waiter = LoopWaiter(loop)
+    watch.watch(_runs(2), waiter)
+    loop.close()
+    waiter.release("late")  # (from off the loop: it would hand the value over)
+    assert _watching(watch) == 0
+    gone = weakref.ref(loop)
+    del loop, waiter
+    gc.collect()
+    assert gone() is None
