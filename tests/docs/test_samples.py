@@ -71,4 +71,4 @@ def test_every_python_fence_is_a_sample() -> None:
     found = samples(page)
     assert [s.code for s in found[:3]] == ["a = 1\n", "b = a + 1\n", "c = b + 1\n"]
     assert len(found) == 4 and found[3].code.startswith("print()\n")
-    assert "--8<--" not in found[3].code and found[3].code.endswith("from the cache\")\n")
+    assert "--8<--" not in found[3].code and found[3].code.endswith('from the cache")\n')
