@@ -84,10 +84,10 @@ def non_negative_number(value: object, option: str, owner: str = "") -> float:
     return number
 
 
-def own_bound(over: str) -> str:
+def own_bound(others: str) -> str:
     """What None and inf mean for a `call_timeout` that others bound too
-    (`timeout_seconds(hint=...)`): `over` names them."""
-    return f"None or inf: no bound of its own; {over} call_timeout still applies"
+    (`timeout_seconds(hint=...)`); `others` says which still apply."""
+    return f"None or inf: no bound of its own; {others}"
 
 
 def timeout_seconds(

@@ -303,6 +303,12 @@ call_timeout = 4
     assert unbounded.call_timeout is None
     with pytest.raises(ConfigError, match="call_timeout"):
         load_config(write(tmp_path, "call_timeout = -1\n"))
+    # A tool's inf is no bound of its own, not no deadline (TOML has no None).
+    with pytest.raises(ConfigError) as tools_own:
+        load_config(write(tmp_path, '[tools."clock"]\ncall_timeout = 0\n'))
+    assert "(inf: no bound of its own; the executor's call_timeout still applies)" in str(
+        tools_own.value
+    )
 
 
 def test_backpressure_from_the_file(tmp_path: Path, made: list[Executor]) -> None:

@@ -79,7 +79,9 @@ def test_a_call_timeout_says_what_none_means_where_it_is_given() -> None:
         with pytest.raises(ValueError) as batch:
             ex.execute_batch([ToolCall(name="quick")], call_timeout=-1)
     assert str(one.value).startswith("execute, aexecute or submit: call_timeout must be > 0")
-    assert "(None or inf: no bound of its own; the tool's and the executor's" in str(one.value)
+    assert "(None or inf: no bound of its own; the tool's and the executor's call_timeouts" in str(
+        one.value
+    )
     assert str(batch.value).startswith("execute_batch, aexecute_batch or submit_batch: ")
 
 

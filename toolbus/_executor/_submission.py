@@ -134,7 +134,9 @@ def check_clocks(clocks: tuple[object, object], owner: str) -> tuple[float | Non
     timeout, budget = clocks
     return (
         timeout_seconds(timeout, "timeout", owner, "the tool's timeout"),
-        call_budget(budget, owner, hint=own_bound("the tool's and the executor's")),
+        call_budget(
+            budget, owner, hint=own_bound("the tool's and the executor's call_timeouts still apply")
+        ),
     )
 
 

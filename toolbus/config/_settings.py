@@ -22,6 +22,7 @@ from typing import Any
 from .._options import (
     check_memory_limit,
     check_on_full,
+    own_bound,
     positive_int,
     positive_number,
     timeout_seconds,
@@ -49,6 +50,11 @@ def _positive_number(key: str, value: Any, _: Path) -> float:
 
 def _timeout(key: str, value: Any, _: Path) -> float | None:
     return timeout_seconds(value, key)
+
+
+def _tool_call_timeout(key: str, value: Any, _: Path) -> float | None:
+    # A tool's own bound: the executor's still applies (inf is no bound of its own).
+    return timeout_seconds(value, key, hint=own_bound("the executor's call_timeout still applies"))
 
 
 def _retries(key: str, value: Any, _: Path) -> RetryPolicy:
@@ -140,7 +146,7 @@ EXECUTOR_KEYS: dict[str, tuple[str, Check]] = {
 TOOL_KEYS: dict[str, tuple[str | None, Check]] = {
     "enabled": (None, _enabled),
     "timeout": ("timeout", _timeout),
-    "call_timeout": ("call_timeout", _timeout),
+    "call_timeout": ("call_timeout", _tool_call_timeout),
     "retries": ("retry", _retries),
     "rate_limit": (None, _rate_limit),
     "cache_ttl": (None, _positive_number),

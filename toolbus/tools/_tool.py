@@ -281,7 +281,10 @@ class Tool:
         # the executor and supervisor only ever see a number or None.
         self.timeout = timeout_seconds(self.timeout, "timeout", owner, "the executor's timeout")
         self.call_timeout = timeout_seconds(
-            self.call_timeout, "call_timeout", owner, hint=own_bound("the executor's")
+            self.call_timeout,
+            "call_timeout",
+            owner,
+            hint=own_bound("the executor's call_timeout still applies"),
         )
         if self.max_concurrency is not None:
             self.max_concurrency = positive_int(self.max_concurrency, "max_concurrency", owner)
