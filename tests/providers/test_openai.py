@@ -822,3 +822,34 @@ def test_non_object_arguments_are_rejected_not_dropped() -> None:
         for call in [*anthropic_calls, *chat_calls]:
             result = executor.execute(call)
             assert result.status == "rejected", result
+
+
+def test_chat_refuses_a_legacy_function_call_and_reads_text_parts() -> None:
+    """A message of the deprecated `functions` API read as no calls (an agent
+    loop would stop); a content given as parts read as their Python repr."""
+    legacy = {
+        "role": "assistant",
+        "content": None,
+        "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+    }
+    completion = ChatCompletion.model_validate(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "function_call", "message": legacy}],
+        }
+    )
+    for given in (legacy, completion):
+        with pytest.raises(TypeError, match=r"legacy function_call .* tools="):
+            tb.chat_tool_calls(given)
+        with pytest.raises(TypeError, match="legacy function_call"):
+            tb.chat_assistant_message(given)
+    assert tb.chat_text(legacy) == ""  # (the text alone is still readable)
+    parts = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}],
+    }
+    assert tb.chat_text(parts) == "hello"
+    assert tb.chat_tool_calls(parts) == []

@@ -139,6 +139,13 @@ def _chat_message(completion: Any, choice: int, use: Use) -> dict[str, Any]:
         raise wrong_shape(_CHAT_EXPECTED, shape, use)
     if not data.keys() & _CHAT_MESSAGE_KEYS:
         raise TypeError(f"expected {_CHAT_EXPECTED}; got a dict with keys {sorted(data)[:6]}")
+    if use != "text" and data.get("function_call") and not data.get("tool_calls"):
+        # The deprecated `functions` API: a call without an id, which no tool
+        # message could answer. Read as no calls, the agent loop would stop.
+        raise TypeError(
+            f"expected {_CHAT_EXPECTED}; got a message with a legacy function_call (the"
+            " deprecated `functions` API): ask the model with tools=, and read its tool_calls"
+        )
     return data
 
 
@@ -217,8 +224,16 @@ def chat_assistant_message(
 
 
 def chat_text(completion: ChatLike, *, choice: int = 0) -> str:
-    """The text of the model's message (`""` when it only made calls)."""
-    return str(_chat_message(completion, choice, "text").get("content") or "")
+    """The text of the model's message (`""` when it only made calls); a
+    content given as parts is their text, joined."""
+    content = _chat_message(completion, choice, "text").get("content")
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text") or "")
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return str(content or "")
 
 
 def chat_tool_messages(
