@@ -39,10 +39,13 @@ ROOT = Path(__file__).resolve().parents[2]
 _PART = re.compile(
     r"<!-- sample: setup\n(?P<setup>.*?)-->"
     r"|(?:<!-- sample: skip (?P<why>[^>]*?)-->\n)?"
-    # A Python fence, however its language is spelled (`py`, `Python`, with
-    # attributes such as a title), indented too (in a list item): its code
-    # dedented as the page renders it.
-    r"^(?P<indent>[ \t]*)```[ \t]*(?:python3?|py)\b[^\n]*\n(?P<code>.*?)^[ \t]*```",
+    # A Python fence, however it is written: backticks or tildes, three or
+    # more; the language spelled `py`, `Python`, `python3`, or as a class
+    # (`{ .python title="x.py" }`); indented (in a list item) or quoted (`>`).
+    # Its code as the page renders it: without that indent or quote.
+    r"^(?P<indent>[ \t>]*)(?P<fence>`{3,}|~{3,})[ \t]*"
+    r"(?:(?:python3?|py)\b[^\n]*|\{[^}\n]*\.(?:python3?|py)\b[^}\n]*\})\n"
+    r"(?P<code>.*?)^[ \t>]*(?P=fence)[`~]*[ \t]*$",  # (a closing fence may be longer)
     re.S | re.M | re.I,
 )
 
@@ -63,29 +66,35 @@ def samples(text: str) -> list[Sample]:
         if m.group("setup") is not None:
             found.append(Sample(line, m.group("setup"), None, True))
             continue
-        indent = len(m.group("indent"))
-        code = "".join(line[indent:] for line in m.group("code").splitlines(keepends=True))
-        if code.lstrip().startswith("--8<--"):
-            code = included(code)
-        found.append(Sample(line, code, m.group("why"), False))
+        indent = m.group("indent")
+        code = "".join(
+            line.removeprefix(indent) if line.startswith(indent) else line.lstrip(" \t>")
+            for line in m.group("code").splitlines(keepends=True)
+        )
+        found.append(Sample(line, included(code), m.group("why"), False))
     return found
 
 
-_INCLUDE = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"$', re.M)
+_INCLUDE = re.compile(r"""^--8<-- (["'])(?P<path>[^"':]+)(?::(?P<section>[\w-]+))?\1[ \t]*$""")
 
 
-def included(block: str) -> str:
-    """A block that includes a file's section (`--8<-- "examples/x.py:run"`,
-    as the site's snippets extension reads it): that section's code."""
-    parts = []
-    for m in _INCLUDE.finditer(block):
+def included(code: str) -> str:
+    """`code` with each line that includes a file or a file's section
+    (`--8<-- "examples/x.py:run"`, as the site's snippets extension reads it)
+    replaced by what it includes."""
+    out = []
+    for line in code.splitlines(keepends=True):
+        m = _INCLUDE.match(line.strip())
+        if m is None:
+            out.append(line)
+            continue
         text = (ROOT / m["path"]).read_text()
         if m["section"]:
             start = text.index(f"--8<-- [start:{m['section']}]")
             text = text[text.index("\n", start) + 1 : text.index(f"--8<-- [end:{m['section']}]")]
             text = text[: text.rfind("\n") + 1]  # (the end marker's line is not code)
-        parts.append(text)
-    return "".join(parts)
+        out.append(text)
+    return "".join(out)
 
 
 def run(page: Path) -> int:

@@ -45,8 +45,9 @@ def test_a_skipped_sample_says_why() -> None:
 
 
 def test_every_python_fence_is_a_sample() -> None:
-    """Blocks fenced ```py, ```Python or with a title were never run, and a
-    page holding only those dropped out of the test (issue 22's review)."""
+    """Blocks fenced ```py, ```Python, with a title, with tildes or more
+    backticks, or quoted, were never run, nor code after an include; a page
+    holding only those dropped out of the test (issue 22's reviews)."""
     page = "\n".join(
         [
             "```py",
@@ -68,7 +69,27 @@ def test_every_python_fence_is_a_sample() -> None:
             "```",
         ]
     )
+    page += "\n" + "\n".join(
+        [
+            "````python",  # four backticks, closed by five
+            "d = c + 1",
+            "`````",
+            "~~~ { .python title='e.py' }",
+            "e = d + 1",
+            "~~~",
+            "> ```python",
+            "> f = e + 1",
+            "> ```",
+            "```python",
+            "--8<-- 'examples/quickstart.py:results'",
+            "g = f + 1",  # (after an include: still run)
+            "```",
+        ]
+    )
     found = samples(page)
     assert [s.code for s in found[:3]] == ["a = 1\n", "b = a + 1\n", "c = b + 1\n"]
-    assert len(found) == 4 and found[3].code.startswith("print()\n")
+    assert found[3].code.startswith("print()\n")
     assert "--8<--" not in found[3].code and found[3].code.endswith('from the cache")\n')
+    assert [s.code for s in found[4:7]] == ["d = c + 1\n", "e = d + 1\n", "f = e + 1\n"]
+    assert found[7].code.startswith("print()\n") and found[7].code.endswith("g = f + 1\n")
+    assert len(found) == 8
