@@ -175,3 +175,22 @@ def test_numbers_from_a_status_server_are_drawn_as_text() -> None:
     board = Board(config=board.config, state=board.state, stats=stats, now=board.now)
     drawn = _drawn(board)
     assert "[/x]" in drawn and "[link=http://evil.example]1[/link]" in drawn
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_keys_that_differ_at_their_end_stay_told_apart(width: int) -> None:
+    """Two keys cut to their first 14 characters read the same
+    (`key tenant-acme-p…` twice): a long key is cut in its middle."""
+    keys = ["tenant-acme-production-eu-west-1", "tenant-acme-production-eu-west-2"]
+    policies = {
+        "tools": [{"tool": "search", "breaker": "open", "throttled": 0, "cache_hits": 0}],
+        "breakers": [
+            {"tool": "search", "key": key, "state": "open", "failures": 5, "opened": 1}
+            for key in keys
+        ],
+    }
+    out = io.StringIO()
+    Console(file=out, width=width, height=40).print(_board({"policies": policies}))
+    rows = [line for line in out.getvalue().splitlines() if "key tenant" in line]
+    assert len(rows) == 2 and rows[0] != rows[1], rows
+    assert rows[0].split("key ")[1].split()[0].endswith("west-1"), rows

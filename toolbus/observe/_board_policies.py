@@ -113,7 +113,15 @@ def _key_row(now: float, k: Mapping[str, Any], tool: str, width: int) -> list[st
     """A circuit per key's row: its key (indented under its tool's row, or
     after `tool`'s name), its state and its circuit's cells."""
     state = str(k.get("state", ""))
-    name = (f"{tool} · " if tool else "  ") + "key " + safe(k.get("key"))  # (safe strips)
+    head = (f"{tool} · " if tool else "  ") + "key "
+    key = safe(k.get("key"))  # (safe strips)
+    room = width - len(head)
+    if len(key) > room > 2:
+        # Cut in the middle: keys that differ at their end ("...-west-1",
+        # "...-west-2", a URL's path) stay told apart.
+        tail = (room - 1) // 2
+        key = key[: room - 1 - tail] + "…" + key[len(key) - tail :]
+    name = head + key
     return [
         Text(name if len(name) <= width else name[: width - 1] + "…", style="dim"),
         cut(state, 20, BREAKER_STYLE.get(state, "")),
