@@ -18,6 +18,17 @@ def load(name: str) -> dict[str, Any]:
     return data
 
 
+def chat_call_lists() -> list[Any]:
+    """A Chat completion's `tool_calls` list in every form a reader may be
+    given it: SDK objects, dicts, a tuple, an iterator."""
+    from openai.types.chat import ChatCompletion
+
+    data = load("openai_chat_parallel")
+    sdk_calls = ChatCompletion.model_validate(data).choices[0].message.tool_calls
+    dict_calls = data["choices"][0]["message"]["tool_calls"]
+    return [sdk_calls, dict_calls, tuple(dict_calls), iter(dict_calls)]
+
+
 def wire(value: Any) -> Any:
     """`value` as JSON data, the way it goes over the wire (and proof that it can)."""
     return json.loads(json.dumps(value))

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
 from tests.conftest import MakeExecutor
-from tests.provider_tools import SECRET, load, make_registry, wire
+from tests.provider_tools import SECRET, chat_call_lists, load, make_registry, wire
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.providers import anthropic as tb
 
@@ -111,9 +111,7 @@ def test_rejects_what_is_not_a_message() -> None:
 def test_refuses_chat_tool_calls_and_other_formats_naming_their_reader() -> None:
     wrong: Any
     completion = ChatCompletion.model_validate(load("openai_chat_parallel"))
-    sdk_calls = completion.choices[0].message.tool_calls
-    dict_calls = load("openai_chat_parallel")["choices"][0]["message"]["tool_calls"]
-    for wrong in (sdk_calls, dict_calls, tuple(dict_calls), iter(dict_calls)):
+    for wrong in chat_call_lists():
         with pytest.raises(
             TypeError, match=r"got a list holding a Chat Completions tool call: .*chat_tool_calls"
         ):
@@ -127,7 +125,7 @@ def test_refuses_chat_tool_calls_and_other_formats_naming_their_reader() -> None
     with pytest.raises(TypeError, match=r"got a Chat Completions message: .*openai\.chat_text"):
         tb.message_text({"role": "assistant", "content": "x", "tool_calls": None})
     with pytest.raises(TypeError, match="got a Chat Completions tool call"):
-        tb.tool_calls(dict_calls[0])
+        tb.tool_calls(chat_call_lists()[1][0])
     with pytest.raises(TypeError, match="a list holding a Chat Completions choice"):
         tb.tool_calls(load("openai_chat_parallel")["choices"])
     responses = Response.model_validate(load("openai_responses_calls"))

@@ -22,7 +22,7 @@ from openai.types.responses import Response
 from pydantic import BaseModel, Field
 
 from tests.conftest import MakeExecutor
-from tests.provider_tools import SECRET, load, make_registry, wire
+from tests.provider_tools import SECRET, chat_call_lists, load, make_registry, wire
 from toolbus import Executor, ToolCall, ToolRegistry, ToolResult
 from toolbus.providers import NO_OUTPUT, StrictSchemaError, result_text, strict_schema
 from toolbus.providers import anthropic as tba
@@ -410,9 +410,7 @@ def test_responses_calls_skip_reasoning_and_keep_custom_input() -> None:
 def test_responses_refuses_chat_calls_and_anthropic_messages() -> None:
     wrong: Any
     completion = chat("openai_chat_parallel")
-    sdk_calls = completion.choices[0].message.tool_calls
-    dict_calls = load("openai_chat_parallel")["choices"][0]["message"]["tool_calls"]
-    for wrong in (sdk_calls, dict_calls, tuple(dict_calls), iter(dict_calls)):
+    for wrong in chat_call_lists():
         with pytest.raises(
             TypeError, match=r"got a list holding a Chat Completions tool call: .*chat_tool_calls"
         ):
@@ -429,7 +427,7 @@ def test_responses_refuses_chat_calls_and_anthropic_messages() -> None:
         with pytest.raises(TypeError, match="got a Chat Completions message"):
             tb.responses_tool_calls(wrong)
     with pytest.raises(TypeError, match="got a Chat Completions tool call"):
-        tb.responses_tool_calls(dict_calls[0])
+        tb.responses_tool_calls(chat_call_lists()[1][0])
     with pytest.raises(TypeError, match="a Chat Completions choice"):
         tb.responses_tool_calls(load("openai_chat_parallel")["choices"])
     anthropic_message = load("anthropic_parallel")
