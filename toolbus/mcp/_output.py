@@ -79,9 +79,8 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
             )
         elif isinstance(block, types.EmbeddedResource):
             res = block.resource
-            ours = (block.meta or {}).get(ATTACHMENT_MARK) is True  # a toolbus attachment
             if isinstance(res, types.TextResourceContents):
-                if not ours:
+                if not _ours(block.meta):
                     texts.append(res.text)
                     continue
                 mime, data = res.mime_type or "text/plain", attachment_data(res.text)
@@ -109,13 +108,18 @@ def tool_output(result: types.CallToolResult, *, server: str, unwrap: bool = Fal
 def _marked(meta: dict[str, Any] | None, url: str | None) -> tuple[str | None, str | None]:
     """(url, title) of a toolbus server's attachment, from its block's `_meta`
     (`url`: the block's own, when it has one); other servers' blocks: (url, None)."""
-    if not meta or meta.get(ATTACHMENT_MARK) is not True:
+    if meta is None or not _ours(meta):
         return url, None
     given, title = meta.get(ATTACHMENT_URL), meta.get(ATTACHMENT_TITLE)
     return (
         given if isinstance(given, str) else url,
         title if isinstance(title, str) else None,
     )
+
+
+def _ours(meta: dict[str, Any] | None) -> bool:
+    """Whether a block is a toolbus server's attachment (its `_meta` mark)."""
+    return meta is not None and meta.get(ATTACHMENT_MARK) is True
 
 
 def _without_own_code(text: str, meta: dict[str, Any] | None) -> str:
