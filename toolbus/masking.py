@@ -79,6 +79,7 @@ MIN_SCRUB_LENGTH = 4
 # Concrete types first: isinstance against an ABC alone takes a slow path.
 _MAPPINGS = (dict, Mapping)
 _SEQUENCES = (list, tuple)
+_SCALARS = (str, int, float, type(None))  # (bool is an int)
 
 
 def _words(key: str) -> list[str]:
@@ -170,13 +171,20 @@ def mask_arguments(arguments: Any, keys: SecretKeys | None = None) -> tuple[Any,
 
 
 def _has_secret(value: Any, is_secret: Callable[[object], bool]) -> bool:
+    # Loops, not any(genexpr), and no call for a plain value (a JSON scalar, or
+    # anything else that is no container): this runs for every call's arguments,
+    # and `isinstance(v, Mapping)` alone would run Python code for each value.
     if isinstance(value, _MAPPINGS):
-        for k, v in value.items():  # a loop beats any(genexpr) on the hot path
-            if (is_secret(k) and v is not None) or _has_secret(v, is_secret):
+        for k, v in value.items():
+            if is_secret(k) and v is not None:
+                return True
+            if not isinstance(v, _SCALARS) and _has_secret(v, is_secret):
                 return True
         return False
     if isinstance(value, _SEQUENCES):
-        return any(_has_secret(v, is_secret) for v in value)
+        for v in value:
+            if not isinstance(v, _SCALARS) and _has_secret(v, is_secret):
+                return True
     return False
 
 

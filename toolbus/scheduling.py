@@ -142,9 +142,10 @@ class BarrierSchedule:
         if self._done[index]:
             return []
         self._done[index] = True
-        self._remaining[self._group_of[index]] -= 1
-        if self._group_of[index] != self._current:
-            return []
+        group = self._group_of[index]
+        self._remaining[group] -= 1
+        if group != self._current or self._remaining[group] > 0:
+            return []  # (what `_advance` would say, without its call)
         return self._advance()
 
     def _advance(self) -> list[int]:

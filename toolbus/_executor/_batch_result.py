@@ -16,14 +16,26 @@ def batch_result(batch: BatchRun) -> BatchResult:
     # Every run is closed now: break the batch <-> runs cycle, so the batch is
     # freed at once rather than by a (long) garbage collection.
     batch.runs = []
-    results = tuple(r.result for r in runs if r.result is not None)
+    # Plain loops, not generator expressions: this runs once per call of every
+    # batch, and a generator costs a Python call per item.
+    found: list[ToolResult] = []
+    read_only = mutating = 0
+    for r in runs:
+        if r.result is not None:
+            found.append(r.result)
+        if r.tool is not None:
+            if r.read_only:
+                read_only += 1
+            else:
+                mutating += 1
+    results = tuple(found)
     return BatchResult(
         results=results,
         summary=summary(
             results,
             total=len(runs),
-            read_only=sum(1 for r in runs if r.tool is not None and r.read_only),
-            mutating=sum(1 for r in runs if r.tool is not None and not r.read_only),
+            read_only=read_only,
+            mutating=mutating,
             duration=time.monotonic() - batch.started,
         ),
     )
@@ -34,11 +46,17 @@ def summary(
 ) -> BatchSummary:
     """The counts read from the results; the rest, which only the runs know, given.
     (The agent loop also uses it, for a batch merged with its re-run after approvals.)"""
-    ok = sum(1 for r in results if r.status == "ok")
-    deferred = sum(1 for r in results if r.status == "deferred")
+    ok = deferred = executed = 0
+    for r in results:
+        if r.status == "ok":
+            ok += 1
+        elif r.status == "deferred":
+            deferred += 1
+        if r.attempts > 0:
+            executed += 1
     return BatchSummary(
         total=total,
-        executed=sum(1 for r in results if r.attempts > 0),
+        executed=executed,
         succeeded=ok,
         failed=len(results) - ok - deferred,
         deferred=deferred,

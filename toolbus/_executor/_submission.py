@@ -271,21 +271,23 @@ class Submitting:
             return None
         batch = plan_batch(coerced, self.max_parallel, self.parallel_limit, stop_on_error, waiter)
         context = contextvars.copy_context()
-        runs = tuple(
-            self._make_run(
-                c,
-                context=context,
-                index=i,
-                batch=batch,
-                # A call's own handle, besides the batch's (submit_batch).
-                waiter=waiters[i] if waiters is not None else None,
-                approval=decided.get(c.id),
-                priority=priority,
-                clocks=clocks,
+        made_runs: list[Run] = []  # a loop, not a generator: no Python call per item
+        for i, c in enumerate(coerced):
+            made_runs.append(
+                self._make_run(
+                    c,
+                    context=context,
+                    index=i,
+                    batch=batch,
+                    # A call's own handle, besides the batch's (submit_batch).
+                    waiter=waiters[i] if waiters is not None else None,
+                    approval=decided.get(c.id),
+                    priority=priority,
+                    clocks=clocks,
+                )
             )
-            for i, c in enumerate(coerced)
-        )
-        batch.runs = list(runs)
+        runs = tuple(made_runs)
+        batch.runs = made_runs
         if made is not None:  # before the scheduler has them: they may end at once
             made(batch, runs)
         self._hand_on(runs, batch, refuse, wait)

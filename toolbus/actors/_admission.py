@@ -53,7 +53,7 @@ def unstartable(run: Run, groups: Mapping[str, Group]) -> tuple[ErrorCode, str] 
                 f"{name!r} with limit {limit}, and the executor has it with limit "
                 f"{groups[name].limit}"
             )
-    missing = [n for n in run.tool.groups if n not in groups]
+    missing = [n for n in run.tool.groups if n not in groups] if run.tool.groups else ()
     if missing:
         return ErrorCode.TOOL_UNAVAILABLE, (
             f"Tool '{run.call.name}' is unavailable: no capacity group named "

@@ -82,7 +82,9 @@ class Completion(Deadlines):
         try:
             self._batch_books(b, run, result)
         finally:
-            self._done_with(b)
+            b.sv_busy -= 1  # `_done_with`, inlined: this runs for every call of a batch
+            if b.remaining == 0 and b.sv_busy == 0:
+                finish_batch(b, self.emitter)
 
     def _done_with(self, b: BatchRun) -> None:
         """The supervisor is done with a part of `b`'s books: if that was the
@@ -102,7 +104,8 @@ class Completion(Deadlines):
                 b.group_failures[g] = b.group_failures.get(g, 0) + 1
             for i in b.schedule.finish(run.index):
                 self.slots.enqueue(b.runs[i])
-            announce_groups(b, self.emitter)
+            if b.schedule.transitions:  # (most calls open or close no group)
+                announce_groups(b, self.emitter)
             if (
                 b.stop_on_error
                 and not b.stopped

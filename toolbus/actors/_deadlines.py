@@ -79,11 +79,23 @@ class Deadlines:
         if run.ticket.timer is not None:
             self._disarm(run)
         run.ticket.armed = make
+        # The message is made if the timer fires (`_fire`), from what it is
+        # armed with now: almost every deadline is cancelled, unread.
         run.ticket.timer = self.timers.schedule(
             delay if type(delay) is float else _as_delay(delay),
-            self._tell,
-            make(run, run.attempt, run.ticket.gen),
+            self._fire,
+            make,
+            run,
+            run.attempt,
+            run.ticket.gen,
         )
+
+    def _fire(
+        self, make: Callable[[Run, int, int], TimerMessage], run: Run, n: int, gen: int
+    ) -> None:
+        """On the timer thread: the timer armed for attempt `n` (generation
+        `gen`) of `run` is due; its message goes to the supervisor."""
+        self._tell(make(run, n, gen))
 
     def _disarm(self, run: Run) -> None:
         self.timers.cancel(run.ticket.timer)

@@ -45,7 +45,7 @@ class SupervisorHost:
 
     def report_many(self, reports: list[tuple[Job, Outcome, Any]]) -> bool:
         assert self.scheduler is not None
-        self.scheduler.post(Reports(tuple(Report(w, j, o) for j, o, w in reports)))
+        self.scheduler.post(Reports(tuple([Report(w, j, o) for j, o, w in reports])))
         emitter = self.services.emitter
         for _, outcome, _ in reports:
             if outcome.late is not None:

@@ -64,7 +64,12 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
 def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
     if isinstance(args, str):
         return len(args) if len(args) * 4 <= limit else len(args.encode())
-    return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS)) if args else 2
+    if not args:
+        return 2
+    try:  # orjson itself first: `json_dumps`'s frame is paid only for a huge integer
+        return len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS))
+    except orjson.JSONEncodeError:
+        return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS))
 
 
 def admit(run: Run, svc: Services) -> Steps:

@@ -135,6 +135,10 @@ class FunctionTool(Tool):
     def invoke(self, params: Any, ctx: ToolContext) -> Any:
         if self.type == "custom":
             kwargs: dict[str, Any] = {self._param_names[0]: params}
+        elif type(params) is self.Params:
+            # Its fields are its __dict__ (extra="forbid"): one copy in C, not a
+            # comprehension's Python call on every call.
+            kwargs = params.__dict__.copy()
         else:
             kwargs = {n: getattr(params, n) for n in self._param_names}
         if self._ctx_param is not None:
