@@ -266,7 +266,7 @@ class Submitting:
         if clocks != _NO_CLOCKS:
             clocks = check_clocks(clocks, "execute_batch, aexecute_batch or submit_batch")
         decided = check_approvals(approvals)
-        coerced = [coerce_call(c) for c in calls]
+        coerced = [c if type(c) is ToolCall else coerce_call(c) for c in calls]
         if not coerced:
             return None
         batch = plan_batch(coerced, self.max_parallel, self.parallel_limit, stop_on_error, waiter)

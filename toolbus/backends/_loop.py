@@ -26,6 +26,7 @@ from ..models import ErrorCode
 from ..pipeline import (
     LOST,
     Invoke,
+    LoopWaiter,
     Outcome,
     Services,
     Steps,
@@ -217,6 +218,7 @@ class LoopBackend:
         self._host: Host | None = None
         self._busy = 0
         self._home: Lane | None = None
+        self._last: Lane | None = None  # the lane last used for a caller's loop
         self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lane] = (
             weakref.WeakKeyDictionary()
         )
@@ -237,14 +239,33 @@ class LoopBackend:
 
     def submit(self, job: Job) -> None:
         self._busy += 1
-        caller = None if self._own_loop is not None else job.run.caller_loop()
-        if caller is not None and caller.is_running():
-            lane = self._lanes.get(caller)
-            if lane is None:
-                assert self._host is not None, "LoopBackend.start was not called"
-                lane = self._lanes[caller] = Lane(caller, self._host)
-            if lane.submit(job):
+        caller = None
+        if self._own_loop is None:
+            # `run.caller_loop()`, inlined: this runs for every async call.
+            run = job.run
+            waiter = run.waiter if run.batch is None else run.batch.waiter
+            if isinstance(waiter, LoopWaiter):
+                caller = waiter.loop
+        if caller is not None:
+            lane = self._last
+            if (
+                lane is not None
+                and lane._loop() is caller
+                and asyncio._get_running_loop() is caller
+            ):
+                # Submitted on the caller's loop itself, as the last one was (a
+                # burst of `aexecute`, a batch): its task now, found without a
+                # lookup. What `lane.submit` would do, without its two frames.
+                lane._start(caller, (job, None, None, None))
                 return
+            if caller.is_running():
+                lane = self._lanes.get(caller)
+                if lane is None:
+                    assert self._host is not None, "LoopBackend.start was not called"
+                    lane = self._lanes[caller] = Lane(caller, self._host)
+                self._last = lane
+                if lane.submit(job):
+                    return
         if not self._home_lane().submit(job):
             self._busy -= 1
             raise BackendUnavailable("the executor's event loop is closed")

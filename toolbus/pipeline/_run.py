@@ -16,7 +16,6 @@ writes.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import itertools
 import threading
@@ -28,7 +27,7 @@ from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
 from ._keys import derive_key
-from ._waiters import Cancellable, LoopWaiter, Waiter
+from ._waiters import Cancellable, Waiter
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -354,11 +353,6 @@ class Run:
         task = self.task
         if task is not None:
             task.cancel()
-
-    def caller_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The event loop its caller awaits it on (None for a blocking caller)."""
-        waiter = self.waiter if self.batch is None else self.batch.waiter
-        return waiter.loop if isinstance(waiter, LoopWaiter) else None
 
     def idempotency_key(self, secret: bytes) -> str:
         """The call's idempotency key (see `_keys.py`), made once."""
