@@ -40,6 +40,7 @@ from ._services import (
     tool_exception_filter,
 )
 from ._steps import (
+    HANDOFF,
     after_timeout,
     attempt,
     plain_after_timeout,
@@ -53,6 +54,7 @@ __all__ = [
     "DONE",
     "EARLY",
     "FINISHING",
+    "HANDOFF",
     "JOURNALING",
     "LOST",
     "OFF_CLOCK",

@@ -38,21 +38,28 @@ def _as_coroutine(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
     return aw if asyncio.iscoroutine(aw) else _awaited(aw)
 
 
-def drive_sync(steps: Steps, run: Run, runner: AsyncRunner) -> Outcome:
-    """Run `steps` to the end on this thread; return its Outcome."""
+def drive_sync(
+    steps: Steps, run: Run, runner: AsyncRunner, pending: Awaitable[Any] | None = None
+) -> Outcome:
+    """Run `steps` to the end on this thread; return its Outcome.
+
+    `pending`: what steps begun elsewhere yielded last, to resolve first."""
     send: Any = None
     error: BaseException | None = None
+    aw: Any = pending
+    resolve = pending is not None  # (a flag, not `aw is None`: a step may yield None)
     while True:
-        try:
-            aw = steps.throw(error) if error is not None else steps.send(send)
-        except StopIteration as stop:
-            outcome: Outcome = stop.value
-            return outcome
-        except asyncio.CancelledError:
-            if run.settled or run.completed:
-                return LOST  # cancelled by whoever settled the call
-            raise  # not a cancellation of ours: the backend contains it
-        send, error = None, None
+        if not resolve:
+            try:
+                aw = steps.throw(error) if error is not None else steps.send(send)
+            except StopIteration as stop:
+                outcome: Outcome = stop.value
+                return outcome
+            except asyncio.CancelledError:
+                if run.settled or run.completed:
+                    return LOST  # cancelled by whoever settled the call
+                raise  # not a cancellation of ours: the backend contains it
+        send, error, resolve = None, None, False
         try:
             task = runner.submit(_as_coroutine(aw))
             run.task = task

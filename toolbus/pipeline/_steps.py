@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from types import CoroutineType
 from typing import Any
 
@@ -117,8 +117,32 @@ def _progress_sink(svc: Services, run: Run) -> Any:
 # ships the call to a worker instead.
 
 
-def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> Steps:
-    """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome."""
+class _HandOff:
+    """What `attempt(..., handoff=True)` yields once the call is admitted and
+    its policies let it through: its driver hands the rest to a worker.
+    Yielded where awaitables are, but never to be awaited."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        raise RuntimeError("HANDOFF is not awaited: its driver hands the steps on")
+
+    def __repr__(self) -> str:
+        return "HANDOFF"
+
+
+HANDOFF = _HandOff()
+
+
+def attempt(
+    run: Run, n: int, svc: Services, invoke: Invoke | None = None, handoff: bool = False
+) -> Steps:
+    """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome.
+
+    `handoff`: the steps are begun where they must not run the tool (the
+    thread that dispatches the call, asking its policies there so that a call
+    they make wait never takes a worker). Once the call may run, they yield
+    `HANDOFF`, and whoever resumes them (with None) runs the rest."""
     if run.attempt != n or run.settled or run.result is not None:  # `run.is_live(n)`, inlined
         return LOST
     current_run.set((svc, run))
@@ -142,6 +166,10 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
                 return Outcome("delay", decided.seconds, until=decided.until)
             return DONE if finish(run, decided, svc) else LOST
         if not run.is_live(n):
+            return LOST
+    if handoff:
+        yield HANDOFF
+        if not run.is_live(n):  # settled while it waited for a worker
             return LOST
     if svc.journal is not None and not run.read_only and not run.journaled:
         replayed = yield from _journal_intent(run, svc)

@@ -152,6 +152,9 @@ class RateLimit(BasePolicy):
         self._clock: Callable[[], float] = clock if clock is not None else time.time
         self.storage = storage
         self._limiter = _limiter(storage)
+        # Kept in this process's memory, it answers without I/O: asked where a
+        # call is dispatched, a call it makes wait takes no worker thread.
+        self.never_blocks = storage.startswith("memory://")
         self._window = float(self.item.get_expiry())
         # How far apart calls refused by the storage are asked again: the rate's pace.
         self._spacing = self._window / self.item.amount
