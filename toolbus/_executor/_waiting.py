@@ -31,7 +31,7 @@ class Waiting:
     and of calls nobody waits for any more. The calls waited for are `runs`:
     a `batch`'s, or the one `run`."""
 
-    __slots__ = ("_scheduler", "_watches")
+    __slots__ = ("_last", "_scheduler", "_watches")
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
@@ -39,6 +39,9 @@ class Waiting:
         self._watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatch] = (
             weakref.WeakKeyDictionary()
         )
+        # The watch last used, found without a lookup (weakly: a loop that is
+        # gone takes its watch along, as the mapping lets it).
+        self._last: weakref.ref[LoopWatch] | None = None
 
     def block(
         self, waiter: ThreadWaiter, runs: Sequence[Run], batch: BatchRun | None, run: Run | None
@@ -62,9 +65,12 @@ class Waiting:
     ) -> Any:
         """What `waiter` is released with; cancelled, cancel the calls (`why`) and raise."""
         loop = waiter.loop
-        watch = self._watches.get(loop)
-        if watch is None:
-            watch = self._watches[loop] = LoopWatch(loop, self._expired)
+        watch = self._last() if self._last is not None else None
+        if watch is None or watch.loop_ref() is not loop:
+            watch = self._watches.get(loop)
+            if watch is None:
+                watch = self._watches[loop] = LoopWatch(loop, self._expired)
+            self._last = weakref.ref(watch)
         watch.watch(runs, waiter)
         try:
             return await waiter.future

@@ -28,29 +28,35 @@ Notify = Callable[[Run, int], None]
 class LoopWatch:
     """The calls awaited on one loop, watched for overdue attempts (loop thread only)."""
 
-    __slots__ = ("__weakref__", "_handle", "_loop", "_noticed", "_notify", "_runs")
+    __slots__ = ("__weakref__", "_handle", "_noticed", "_notify", "_polling", "_runs", "loop_ref")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notify: Notify) -> None:
-        self._loop = weakref.ref(loop)  # weak: watches are kept per loop, weakly
+        self.loop_ref = weakref.ref(loop)  # weak: watches are kept per loop, weakly
         self._notify = notify
         self._runs: dict[Run, None] = {}  # insertion-ordered set
         self._noticed: set[tuple[Run, int]] = set()
         self._handle: asyncio.TimerHandle | None = None
+        # The timer was armed within POLL (it fires at most POLL from then, so
+        # sooner than a look armed now would): no clock to read per call.
+        self._polling = False
 
     def watch(self, runs: Sequence[Run], waiter: LoopWaiter) -> None:
         """Watch `runs` until `waiter`, theirs, is released (not at all if it
         was already)."""
-        loop = self._loop()
+        loop = self.loop_ref()
         if loop is None or waiter.future.done():
             return
         self._runs.update(dict.fromkeys(runs))
         waiter.unwatch = partial(self._forget, runs)
+        if self._polling:
+            return
         # Queued calls have no deadline yet: look again within POLL at most.
         due = loop.time() + POLL
         if self._handle is None or self._handle.when() > due:
             if self._handle is not None:
                 self._handle.cancel()
             self._handle = loop.call_at(due, self._look)
+        self._polling = True
 
     def _forget(self, runs: Sequence[Run]) -> None:
         for run in runs:
@@ -61,10 +67,12 @@ class LoopWatch:
         if not self._runs and self._handle is not None:
             self._handle.cancel()  # nothing to watch: hold no call, no timer
             self._handle = None
+            self._polling = False
 
     def _look(self) -> None:
         self._handle = None
-        loop = self._loop()
+        self._polling = False
+        loop = self.loop_ref()
         if loop is None or not self._runs:
             return
         late, wake = overdue(list(self._runs), loop.time(), self._noticed)
@@ -72,3 +80,4 @@ class LoopWatch:
             self._notify(run, attempt)
         if wake is not None and self._runs:  # (telling may have ended some)
             self._handle = loop.call_later(wake, self._look)
+            self._polling = wake <= POLL
