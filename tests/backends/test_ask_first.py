@@ -9,13 +9,13 @@ pre-call hook) stays there.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 from tests.conftest import MakeExecutor, wait_until
 from tests.policy_clock import FakeClock, drive_limits_clock
-from toolbus import ErrorCode, ToolCall, ToolRegistry
+from toolbus import ErrorCode, Injected, ToolCall, ToolRegistry
 from toolbus.backends._ask_first import BegunJob
 from toolbus.backends._protocol import Job
 from toolbus.backends._thread_pool import ToolPool
@@ -213,3 +213,79 @@ def test_a_policy_that_cannot_be_hashed_is_still_asked(make_executor: MakeExecut
     ex = make_executor(_registry(gate, ran), max_parallel=8)
     assert [r.status for r in ex.execute_batch(_calls(3))] == ["ok"] * 3
     assert len(gate.on_worker) == 6
+
+
+def test_a_never_blocking_policy_that_answers_with_an_awaitable_still_runs_the_tool(
+    make_executor: MakeExecutor, queued: list[Job]
+) -> None:
+    """Its steps yield the awaitable, not HANDOFF: the worker resolves it and
+    goes on past the handoff itself (review of session 36: it ended the call
+    with an internal error)."""
+
+    class AsyncAdmit(BasePolicy):
+        name = "async-admit"
+        never_blocks = True
+
+        async def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            return Admit()
+
+    ran: list[bool] = []
+    ex = make_executor(_registry(AsyncAdmit(), ran), max_parallel=4)
+    r = ex.execute(_calls(1)[0])
+    assert (r.status, r.output) == ("ok", 0), r
+    assert len(queued) == 1 and type(queued[0]) is BegunJob and queued[0].pending is not None
+
+
+def test_an_injected_values_provider_keeps_the_first_ask_on_a_worker(
+    make_executor: MakeExecutor, queued: list[Job]
+) -> None:
+    """A provider is the user's code, maybe async, maybe slow: it never runs
+    on the dispatching thread under the scheduler's lock (review of session
+    36: an async one ended every call with an internal error, a slow one
+    held every other call back)."""
+
+    async def user_id(call: ToolCall) -> str:
+        return "u-42"
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rate_limit("100/second")])
+    def whoami(q: str, user: Annotated[str, Injected]) -> str:
+        return f"{q}:{user}"
+
+    ex = make_executor(reg, max_parallel=4, timeout=10, inject={"user": user_id})
+    r = ex.execute(ToolCall(id="c1", name="whoami", arguments={"q": "hi"}))
+    assert (r.status, r.output) == ("ok", "hi:***"), r  # (an injected value is masked)
+    assert len(queued) == 1 and type(queued[0]) is not BegunJob
+
+
+def test_a_rate_limit_with_a_key_function_is_asked_on_a_worker() -> None:
+    """A key function is the user's code: the limit does not claim to never block."""
+    assert rate_limit("5/second").never_blocks is True
+    assert rate_limit("5/second", key=lambda call: "k").never_blocks is False
+    assert rate_limit("5/second", on_admit=lambda key, at: None).never_blocks is False
+
+
+def test_a_call_whose_deadline_passes_while_it_waits_for_a_worker_timed_out_unbegun(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admitted where it was dispatched, then queued for a worker that does
+    not come in time: the result says the tool timed out, as for any queued
+    call, not that a pre-call hook did not return (review of session 36)."""
+    let_go = threading.Event()
+    take = ToolPool.take
+
+    def held(self: ToolPool, w: Any) -> Job | None:
+        let_go.wait(30)
+        return take(self, w)
+
+    monkeypatch.setattr(ToolPool, "take", held)
+    ran: list[bool] = []
+    ex = make_executor(_registry(rate_limit("100/second"), ran), timeout=0.2)
+    try:
+        r = ex.execute(_calls(1)[0])
+    finally:
+        let_go.set()
+    assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT), r
+    assert "pre-call" not in (r.error or "") and "timed out" in (r.error or ""), r.error
+    assert ran == []

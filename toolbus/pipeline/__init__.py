@@ -28,6 +28,7 @@ from ._run import (
 )
 from ._services import (
     DONE,
+    HANDOFF,
     LOST,
     Hooks,
     Invoke,
@@ -40,7 +41,6 @@ from ._services import (
     tool_exception_filter,
 )
 from ._steps import (
-    HANDOFF,
     after_timeout,
     attempt,
     plain_after_timeout,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from ._run import Run
-from ._services import LOST, Outcome, Steps
+from ._services import HANDOFF, LOST, Outcome, Steps
 from ._waiters import Cancellable
 
 __all__ = ["AsyncRunner", "Waitable", "drive_async", "drive_sync"]
@@ -59,6 +59,11 @@ def drive_sync(
                 if run.settled or run.completed:
                     return LOST  # cancelled by whoever settled the call
                 raise  # not a cancellation of ours: the backend contains it
+            if aw is HANDOFF:
+                # Steps begun elsewhere that yielded something else first (an
+                # async injection): this driver is the worker, so on it goes.
+                send, error = None, None
+                continue
         send, error, resolve = None, None, False
         try:
             task = runner.submit(_as_coroutine(aw))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from types import CoroutineType
 from typing import Any
 
@@ -52,9 +52,10 @@ from ._clock import ran_out, spent_result
 from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
 from ._results import end_call, finish
-from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
+from ._run import ADMISSION, FINISHING, JOURNALING, QUEUED, RUNNING, Run
 from ._services import (
     DONE,
+    HANDOFF,
     LOST,
     Invoke,
     Outcome,
@@ -117,23 +118,6 @@ def _progress_sink(svc: Services, run: Run) -> Any:
 # ships the call to a worker instead.
 
 
-class _HandOff:
-    """What `attempt(..., handoff=True)` yields once the call is admitted and
-    its policies let it through: its driver hands the rest to a worker.
-    Yielded where awaitables are, but never to be awaited."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        raise RuntimeError("HANDOFF is not awaited: its driver hands the steps on")
-
-    def __repr__(self) -> str:
-        return "HANDOFF"
-
-
-HANDOFF = _HandOff()
-
-
 def attempt(
     run: Run, n: int, svc: Services, invoke: Invoke | None = None, handoff: bool = False
 ) -> Steps:
@@ -168,6 +152,9 @@ def attempt(
         if not run.is_live(n):
             return LOST
     if handoff:
+        # Waiting for a worker, as a call dispatched to one does: a deadline
+        # that fires meanwhile finds an attempt that has not begun.
+        run.phase = QUEUED
         yield HANDOFF
         if not run.is_live(n):  # settled while it waited for a worker
             return LOST
