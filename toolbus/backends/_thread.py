@@ -35,7 +35,6 @@ import pykka
 from .._options import positive_number
 from ..models import ErrorCode
 from ..pipeline import LOST, Outcome, Services, attempt, drive_sync, end_call
-from ._ask_first import BegunJob, asks_here, begin_here
 from ._protocol import ContextSpec, Host, Job
 from ._thread_pool import IDLE_CHECK, WAKE, IdleInbox, PoolWorker, ToolPool, WorkerHandle
 
@@ -103,17 +102,12 @@ class ToolWorker(pykka.ThreadingActor):
                 services = host.services
                 try:
                     run = job.run
-                    if type(job) is BegunJob:  # begun where it was dispatched
-                        outcome = job.begun_in.run(
-                            drive_sync, job.begun, run, host.loop, job.pending
-                        )
-                    else:
-                        steps = (
-                            attempt(run, job.attempt, services)
-                            if job.timed_out_in is None
-                            else job.steps(services)
-                        )
-                        outcome = run.context.copy().run(drive_sync, steps, run, host.loop)
+                    steps = (
+                        attempt(run, job.attempt, services)
+                        if job.timed_out_in is None
+                        else job.steps(services)
+                    )
+                    outcome = run.context.copy().run(drive_sync, steps, run, host.loop)
                 except BaseException as e:
                     outcome = contain(job, e, services)
                 # Counted as searching before the report, which may hand this
@@ -194,32 +188,11 @@ class ThreadBackend:
         return pool
 
     def submit(self, job: Job) -> None:
-        run = job.run
-        tool = run.tool
+        tool = job.run.tool
         assert tool is not None
         pool = self._pools.get(id(tool))
         if pool is None:
             pool = self._new_pool(tool)
-        if run.policies and job.timed_out_in is None:
-            host = self._host
-            assert host is not None
-            if asks_here(run, host.services):
-                # Its policies are asked here: a call they make wait takes no
-                # worker (`_ask_first.py`).
-                try:
-                    begun = begin_here(job, host)
-                except BaseException as e:  # an internal error: it still ends the call
-                    host.report(job, contain(job, e, host.services))
-                    return
-                if begun is None:
-                    return  # decided here, and reported
-                try:
-                    pool.add(begun)  # raises BackendUnavailable
-                except BaseException:
-                    begun.begun.close()  # (no worker will resume them)
-                    raise
-                self._busy += 1
-                return
         pool.add(job)  # raises BackendUnavailable
         self._busy += 1
 

@@ -28,7 +28,6 @@ from ._run import (
 )
 from ._services import (
     DONE,
-    HANDOFF,
     LOST,
     Hooks,
     Invoke,
@@ -54,7 +53,6 @@ __all__ = [
     "DONE",
     "EARLY",
     "FINISHING",
-    "HANDOFF",
     "JOURNALING",
     "LOST",
     "OFF_CLOCK",

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from ._run import Run
-from ._services import HANDOFF, LOST, Outcome, Steps
+from ._services import LOST, Outcome, Steps
 from ._waiters import Cancellable
 
 __all__ = ["AsyncRunner", "Waitable", "drive_async", "drive_sync"]
@@ -38,33 +38,21 @@ def _as_coroutine(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
     return aw if asyncio.iscoroutine(aw) else _awaited(aw)
 
 
-def drive_sync(
-    steps: Steps, run: Run, runner: AsyncRunner, pending: Awaitable[Any] | None = None
-) -> Outcome:
-    """Run `steps` to the end on this thread; return its Outcome.
-
-    `pending`: what steps begun elsewhere yielded last, to resolve first."""
+def drive_sync(steps: Steps, run: Run, runner: AsyncRunner) -> Outcome:
+    """Run `steps` to the end on this thread; return its Outcome."""
     send: Any = None
     error: BaseException | None = None
-    aw: Any = pending
-    resolve = pending is not None  # (a flag, not `aw is None`: a step may yield None)
     while True:
-        if not resolve:
-            try:
-                aw = steps.throw(error) if error is not None else steps.send(send)
-            except StopIteration as stop:
-                outcome: Outcome = stop.value
-                return outcome
-            except asyncio.CancelledError:
-                if run.settled or run.completed:
-                    return LOST  # cancelled by whoever settled the call
-                raise  # not a cancellation of ours: the backend contains it
-            if aw is HANDOFF:
-                # Steps begun elsewhere that yielded something else first (an
-                # async injection): this driver is the worker, so on it goes.
-                send, error = None, None
-                continue
-        send, error, resolve = None, None, False
+        try:
+            aw = steps.throw(error) if error is not None else steps.send(send)
+        except StopIteration as stop:
+            outcome: Outcome = stop.value
+            return outcome
+        except asyncio.CancelledError:
+            if run.settled or run.completed:
+                return LOST  # cancelled by whoever settled the call
+            raise  # not a cancellation of ours: the backend contains it
+        send, error = None, None
         try:
             task = runner.submit(_as_coroutine(aw))
             run.task = task

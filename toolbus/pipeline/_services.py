@@ -65,23 +65,6 @@ DONE = Outcome("done")
 LOST = Outcome("lost")
 
 
-class _HandOff:
-    """What `attempt(..., handoff=True)` yields once the call is admitted and
-    its policies let it through: its driver hands the rest to a worker.
-    Yielded where awaitables are, but never to be awaited."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        raise RuntimeError("HANDOFF is not awaited: its driver hands the steps on")
-
-    def __repr__(self) -> str:
-        return "HANDOFF"
-
-
-HANDOFF = _HandOff()
-
-
 class Hooks(Protocol):
     """The executor's extension points, as the pipeline calls them (each may
     return an awaitable)."""

@@ -52,10 +52,9 @@ from ._clock import ran_out, spent_result
 from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
 from ._results import end_call, finish
-from ._run import ADMISSION, FINISHING, JOURNALING, QUEUED, RUNNING, Run
+from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
 from ._services import (
     DONE,
-    HANDOFF,
     LOST,
     Invoke,
     Outcome,
@@ -118,15 +117,8 @@ def _progress_sink(svc: Services, run: Run) -> Any:
 # ships the call to a worker instead.
 
 
-def attempt(
-    run: Run, n: int, svc: Services, invoke: Invoke | None = None, handoff: bool = False
-) -> Steps:
-    """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome.
-
-    `handoff`: the steps are begun where they must not run the tool (the
-    thread that dispatches the call, asking its policies there so that a call
-    they make wait never takes a worker). Once the call may run, they yield
-    `HANDOFF`, and whoever resumes them (with None) runs the rest."""
+def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> Steps:
+    """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome."""
     if run.attempt != n or run.settled or run.result is not None:  # `run.is_live(n)`, inlined
         return LOST
     current_run.set((svc, run))
@@ -150,13 +142,6 @@ def attempt(
                 return Outcome("delay", decided.seconds, until=decided.until)
             return DONE if finish(run, decided, svc) else LOST
         if not run.is_live(n):
-            return LOST
-    if handoff:
-        # Waiting for a worker, as a call dispatched to one does: a deadline
-        # that fires meanwhile finds an attempt that has not begun.
-        run.phase = QUEUED
-        yield HANDOFF
-        if not run.is_live(n):  # settled while it waited for a worker
             return LOST
     if svc.journal is not None and not run.read_only and not run.journaled:
         replayed = yield from _journal_intent(run, svc)

@@ -142,16 +142,11 @@ class BasePolicy:
     - `timeout(tool, default)`: the deadline of the tool's attempts.
     - `on_dropped(call, result, now)`: a call it delayed ended while waiting.
     - `tools()`: tools the policy brings along, registered beside it.
-    - `never_blocks`: `admit` is sync, quick and never waits (no I/O): the
-      thread backend may ask it on the thread that dispatches the call, so a
-      call it makes wait never takes a worker thread. A policy that does not
-      override `admit` counts as one.
     """
 
     name: str = "policy"
     at_submission: bool = False
     first: bool = False
-    never_blocks: bool = False
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
         return ADMIT
