@@ -409,6 +409,12 @@ def test_sixty_calls_waiting_at_max_parallel_64_start_no_threads_for_their_wait(
     worker thread holds them, none was started for them, and closing the
     executor ends each with one result.
 
+    Workers: one per call the window lets through (its tool may run long, so
+    it wakes one for the queue as it starts), and at most one more, that asks
+    the others in turn (`_thread_pool.py`, "Asking first"). Before, a worker
+    that took a call to ask its policies woke another at once, and a busy
+    machine started 14 (stress run of session 36, `23c6039`).
+
     The limit reads a clock that stands still, so the first window's 5 are
     the only calls it ever admits, however slowly the test looks: on a real
     clock a busy CI machine looked after the second window had opened (5 more
@@ -444,8 +450,8 @@ def test_sixty_calls_waiting_at_max_parallel_64_start_no_threads_for_their_wait(
     # closing would cancel it; stress run, seed 1563109178).
     wait_until(lambda: ex.stats().ok == 5, 30, "the window's 5 calls done")
     stats = ex.stats()
-    assert stats.in_flight <= 5 and stats.live_workers <= 5, stats
-    assert stats.workers_started <= 5, stats
+    assert stats.in_flight <= 5 and stats.live_workers <= 5 + 1, stats
+    assert stats.workers_started <= 5 + 1, stats
     # The 6 callers, and at most 8 more: the scheduler's, timer and worker threads.
     assert threading.active_count() <= before + 6 + 8, "the waits hold threads"
     ex.close()

@@ -39,7 +39,8 @@ from ._protocol import ContextSpec, Host, Job
 from ._thread_pool import IDLE_CHECK, WAKE, IdleInbox, PoolWorker, ToolPool, WorkerHandle
 
 if TYPE_CHECKING:
-    from ..tools import Tool
+    from ..pipeline import Run
+    from ..tools import Tool, ToolContext
 
 __all__ = ["ThreadBackend", "ToolWorker", "WorkerHandle", "contain"]
 
@@ -103,7 +104,9 @@ class ToolWorker(pykka.ThreadingActor):
                 try:
                     run = job.run
                     steps = (
-                        attempt(run, job.attempt, services)
+                        # Asking its policies first: it wakes nobody until they
+                        # let the call through (`_invoke`; see _thread_pool.py).
+                        attempt(run, job.attempt, services, self._invoke if w.asking else None)
                         if job.timed_out_in is None
                         else job.steps(services)
                     )
@@ -124,6 +127,15 @@ class ToolWorker(pykka.ThreadingActor):
         except BaseException as e:
             log.error("thread worker failed:\n%s", "".join(traceback.format_exception(e)))
         return None
+
+    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
+        """Run the tool, once its pool knows it starts (a job taken to ask its
+        policies first wakes another worker only now)."""
+        w, tool = self.handle, run.tool
+        assert w is not None
+        assert tool is not None
+        w.pool.starts_tool(w)
+        return tool.invoke(params, ctx)
 
     def _control(self, message: Any) -> bool:
         """A message other than WAKE; True if the worker is to serve now."""

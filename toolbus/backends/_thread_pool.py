@@ -22,6 +22,16 @@ A worker done with a job counts as searching *before* it reports: the report
 runs the scheduler inline, which may hand this tool its next call (`add`, on
 this very thread), and that call is then this worker's, with nobody woken.
 
+Asking first: a job whose call has policies left to ask (a rate limit) may
+well end there, told to wait, without running the tool. A worker that takes
+one is *asking* (`asking` counts them): it wakes nobody when it takes it, and
+`add` wakes nobody while it asks, since it comes back for the queue as soon as
+the policies have answered. Only when the policies let the call through, just
+before the tool runs (`starts_tool`), does it wake one more for the jobs left
+behind. So calls that end up waiting start no thread: sixty calls on a
+5/second limit run on at most one worker per call the window lets through,
+and one more that asks the others in turn.
+
 Counting: `busy` (jobs added and not yet released, abandoned ones excluded)
 and `abandoned` change only on the scheduler's thread (`add`, `cancel`,
 `rejoin` and the backend's `release`), which calls the backend one method at
@@ -120,7 +130,7 @@ class PoolWorker(WorkerHandle):
     `job`: the job it runs (None between jobs); `detached`: the job it was
     abandoned in, until the backend's `release` hands that job back."""
 
-    __slots__ = ("detached", "gone", "job", "pool")
+    __slots__ = ("asking", "detached", "gone", "job", "pool")
 
     def __init__(self, ref: pykka.ActorRef[Any], pool: ToolPool, seq: int) -> None:
         super().__init__(ref, pool.tool, seq)
@@ -128,6 +138,7 @@ class PoolWorker(WorkerHandle):
         self.job: Job | None = None
         self.detached: Job | None = None
         self.gone = False  # left its pool: its thread is to end
+        self.asking = False  # its job's policies are being asked (see the module's docstring)
 
 
 # Starts a worker for a pool, counted as searching: its actor's first message
@@ -151,6 +162,7 @@ class ToolPool:
 
     __slots__ = (
         "abandoned",
+        "asking",
         "busy",
         "idle",
         "idle_timeout",
@@ -174,6 +186,7 @@ class ToolPool:
         self.idle: list[PoolWorker] = []  # a stack: the newest idle is woken first
         self.serving: dict[Run, PoolWorker] = {}
         self.searching = 0
+        self.asking = 0  # workers whose job's policies are being asked
         self.workers = 0  # alive and in the pool: searching, running or idle
         self.started = 0
         self.stopped = False
@@ -188,7 +201,7 @@ class ToolPool:
         if no worker could be started and none is left to take it."""
         with self.lock:
             self.jobs.append(job)
-            if self.searching:
+            if self.searching or self.asking:  # (an asking worker comes back for it)
                 self.busy += 1
                 return
             self.searching = 1
@@ -220,8 +233,12 @@ class ToolPool:
             self.workers -= 1
             self.busy -= 1
             self.abandoned += 1
-            # Queued work with nobody to look for it (a start failed): a fresh worker.
-            w2, spawn = self._wake_one() if self.jobs and not self.searching else (None, False)
+            if w.asking:  # (it will not come back for the queue now)
+                w.asking = False
+                self.asking -= 1
+            # Queued work with nobody to look for it: a fresh worker.
+            idle = self.jobs and not self.searching and not self.asking
+            w2, spawn = self._wake_one() if idle else (None, False)
         self._wake(w2, spawn)
         return True
 
@@ -236,7 +253,7 @@ class ToolPool:
                 w.gone = True
             else:
                 self.workers += 1
-                if not self.jobs or self.searching:
+                if not self.jobs or self.searching or self.asking:
                     self.idle.append(w)
                     return
                 self.searching += 1
@@ -274,6 +291,13 @@ class ToolPool:
             job = jobs.popleft()
             self.serving[job.run] = w
             w.job = job
+            run = job.run
+            if run.policy_at < len(run.policies) and job.timed_out_in is None:
+                # Its policies first: no cascade (see the module's docstring).
+                self.searching -= 1
+                w.asking = True
+                self.asking += 1
+                return job
             if not jobs or self.searching > 1:
                 self.searching -= 1
                 return job
@@ -290,12 +314,28 @@ class ToolPool:
         False: it was detached, and waits for `release` to rejoin."""
         with self.lock:
             w.job = None
+            if w.asking:  # its policies did not let the call through
+                w.asking = False
+                self.asking -= 1
             if w.detached is job:
                 return False
             if self.serving.get(job.run) is w:
                 del self.serving[job.run]
             self.searching += 1
             return True
+
+    def starts_tool(self, w: PoolWorker) -> None:
+        """`w`'s call passed its policies and its tool starts now (and may take
+        long): if jobs are queued with nobody searching or asking, wake one."""
+        with self.lock:
+            if not w.asking:
+                return  # (detached meanwhile: `cancel` saw to the queue)
+            w.asking = False
+            self.asking -= 1
+            if not self.jobs or self.searching or self.asking:
+                return
+            w2, spawn = self._wake_one()
+        self._wake(w2, spawn)
 
     def leave(self, w: PoolWorker) -> None:
         """`w`, searching, leaves the pool (its host is gone)."""

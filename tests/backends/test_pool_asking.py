@@ -1,0 +1,142 @@
+"""A tool pool's bookkeeping for jobs that ask their policies first (pure: no threads).
+
+A job whose call has policies left to ask may end there, told to wait: the
+worker that takes it wakes nobody until the policies let the call through
+(`ToolPool.starts_tool`), and `add` wakes nobody while it asks. Found by a
+stress run (session 36): 60 calls waiting on a 5/second limit started 14
+workers on a busy machine, each woken by the cascade only to hear "wait".
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from toolbus.backends._thread_pool import WAKE, PoolWorker, ToolPool
+
+
+@dataclass(eq=False)
+class FakeRun:
+    policies: tuple[Any, ...] = ()
+    policy_at: int = 0
+
+
+@dataclass(eq=False)
+class FakeJob:
+    run: FakeRun = field(default_factory=FakeRun)
+    attempt: int = 1
+    timed_out_in: str | None = None
+
+
+def asks_first() -> Any:
+    return FakeJob(FakeRun(policies=("a rate limit",)))
+
+
+def plain() -> Any:
+    return FakeJob(FakeRun())
+
+
+class Pool:
+    """A ToolPool whose workers are records: `spawned` lists those started,
+    each with its inbox (a nudge puts WAKE in it)."""
+
+    def __init__(self) -> None:
+        self.spawned: list[PoolWorker] = []
+        self.pool = ToolPool(SimpleNamespace(name="t"), 60.0, self._spawn)  # type: ignore[arg-type]
+
+    def _spawn(self, pool: ToolPool) -> PoolWorker:
+        ref = SimpleNamespace(actor_inbox=queue.SimpleQueue(), stop=lambda block=False: None)
+        w = PoolWorker(ref, pool, len(self.spawned) + 1)  # type: ignore[arg-type]
+        self.spawned.append(w)
+        return w
+
+    def nudges(self) -> int:
+        n = 0
+        for w in self.spawned:
+            while not w.ref.actor_inbox.empty():
+                assert w.ref.actor_inbox.get().message is WAKE
+                n += 1
+        return n
+
+
+def test_asks_that_end_in_a_wait_are_served_by_one_worker() -> None:
+    p = Pool()
+    for _ in range(10):
+        p.pool.add(asks_first())
+    (w,) = p.spawned
+    served = 0
+    while (job := p.pool.take(w)) is not None:
+        assert w.asking and p.pool.asking == 1 and p.pool.searching == 0
+        if served == 3:
+            for _ in range(5):  # more calls come while it asks: nobody is woken
+                p.pool.add(asks_first())
+        assert p.pool.finished(w, job)  # told to wait: back to the queue
+        assert not w.asking and p.pool.asking == 0
+        served += 1
+    assert served == 15
+    assert len(p.spawned) == 1 and p.nudges() == 0
+    assert w in p.pool.idle
+
+
+def test_a_call_its_policies_let_through_wakes_one_for_the_rest() -> None:
+    p = Pool()
+    for _ in range(5):
+        p.pool.add(asks_first())
+    (w1,) = p.spawned
+    first = p.pool.take(w1)
+    assert first is not None and len(p.spawned) == 1  # no cascade on an ask
+    p.pool.starts_tool(w1)  # admitted: its tool may take long
+    assert len(p.spawned) == 2 and not w1.asking
+    w2 = p.spawned[1]
+    second = p.pool.take(w2)
+    assert second is not None
+    p.pool.starts_tool(w2)  # w1 is still in its tool: a third one
+    assert len(p.spawned) == 3
+    w3 = p.spawned[2]
+    third = p.pool.take(w3)
+    assert third is not None and p.pool.finished(w3, third)  # this one waits
+    assert p.pool.finished(w1, first)  # w1 is back: two searching
+    p.pool.starts_tool(w2)  # (already counted: nothing more)
+    assert len(p.spawned) == 3 and p.nudges() == 0
+
+
+def test_nobody_is_woken_for_the_rest_while_another_worker_asks() -> None:
+    p = Pool()
+    for _ in range(3):
+        p.pool.add(asks_first())
+    (w1,) = p.spawned
+    a = p.pool.take(w1)
+    p.pool.starts_tool(w1)
+    w2 = p.spawned[1]
+    b = p.pool.take(w2)  # w2 asks
+    assert a is not None and b is not None
+    assert p.pool.finished(w1, a)  # w1 searches again ...
+    c = p.pool.take(w1)  # ... and takes the last one to ask it
+    assert c is not None and p.pool.asking == 2
+    p.pool.starts_tool(w2)  # queue empty: nobody to wake
+    assert len(p.spawned) == 2 and p.nudges() == 0
+
+
+def test_a_plain_job_still_hands_the_search_on() -> None:
+    p = Pool()
+    for _ in range(3):
+        p.pool.add(plain())
+    (w1,) = p.spawned
+    assert p.pool.take(w1) is not None
+    assert len(p.spawned) == 2 and not w1.asking  # the cascade: a slow burst fans out
+
+
+def test_an_asking_worker_detached_by_a_cancel_leaves_the_queue_to_another() -> None:
+    p = Pool()
+    first: Any = asks_first()
+    for job in (first, asks_first(), asks_first()):
+        p.pool.add(job)
+    (w1,) = p.spawned
+    taken = p.pool.take(w1)
+    assert id(taken) == id(first)  # (by identity: `is` would narrow `first` for mypy)
+    assert p.pool.cancel(first)  # its policy never answered: the deadline
+    assert p.pool.asking == 0 and not w1.asking
+    assert len(p.spawned) == 2  # a fresh worker for the two still queued
+    assert not p.pool.finished(w1, first)  # detached: it waits to rejoin
