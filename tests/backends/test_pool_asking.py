@@ -2,7 +2,7 @@
 
 A job whose call has policies left to ask may end there, told to wait: the
 worker that takes it wakes nobody until the policies let the call through
-(`ToolPool.starts_tool`), and `add` wakes nobody while it asks. Found by a
+(`ToolPool.passes`), and `add` wakes nobody while it asks. Found by a
 stress run (session 36): 60 calls waiting on a 5/second limit started 14
 workers on a busy machine, each woken by the cascade only to hear "wait".
 """
@@ -12,15 +12,22 @@ from __future__ import annotations
 import queue
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator
+
+from tests.conftest import MakeExecutor
+from toolbus import Executor, Injected, ToolCall, ToolRegistry
+from toolbus.backends._quick_asks import QuickAsks
 from toolbus.backends._thread_pool import WAKE, PoolWorker, ToolPool
+from toolbus.policies import BasePolicy, rate_limit
 
 
 @dataclass(eq=False)
 class FakeRun:
     policies: tuple[Any, ...] = ()
     policy_at: int = 0
+    quick: bool = True  # what `asks_quickly` says of it
 
 
 @dataclass(eq=False)
@@ -30,8 +37,8 @@ class FakeJob:
     timed_out_in: str | None = None
 
 
-def asks_first() -> Any:
-    return FakeJob(FakeRun(policies=("a rate limit",)))
+def asks_first(quick: bool = True) -> Any:
+    return FakeJob(FakeRun(policies=("a rate limit",), quick=quick))
 
 
 def plain() -> Any:
@@ -44,7 +51,12 @@ class Pool:
 
     def __init__(self) -> None:
         self.spawned: list[PoolWorker] = []
-        self.pool = ToolPool(SimpleNamespace(name="t"), 60.0, self._spawn)  # type: ignore[arg-type]
+        self.pool = ToolPool(
+            SimpleNamespace(name="t"),  # type: ignore[arg-type]
+            60.0,
+            self._spawn,
+            lambda run: run.quick,  # type: ignore[attr-defined]
+        )
 
     def _spawn(self, pool: ToolPool) -> PoolWorker:
         ref = SimpleNamespace(actor_inbox=queue.SimpleQueue(), stop=lambda block=False: None)
@@ -87,18 +99,18 @@ def test_a_call_its_policies_let_through_wakes_one_for_the_rest() -> None:
     (w1,) = p.spawned
     first = p.pool.take(w1)
     assert first is not None and len(p.spawned) == 1  # no cascade on an ask
-    p.pool.starts_tool(w1)  # admitted: its tool may take long
+    p.pool.passes(w1)  # admitted: its tool may take long
     assert len(p.spawned) == 2 and not w1.asking
     w2 = p.spawned[1]
     second = p.pool.take(w2)
     assert second is not None
-    p.pool.starts_tool(w2)  # w1 is still in its tool: a third one
+    p.pool.passes(w2)  # w1 is still in its tool: a third one
     assert len(p.spawned) == 3
     w3 = p.spawned[2]
     third = p.pool.take(w3)
     assert third is not None and p.pool.finished(w3, third)  # this one waits
     assert p.pool.finished(w1, first)  # w1 is back: two searching
-    p.pool.starts_tool(w2)  # (already counted: nothing more)
+    p.pool.passes(w2)  # (already counted: nothing more)
     assert len(p.spawned) == 3 and p.nudges() == 0
 
 
@@ -108,14 +120,14 @@ def test_nobody_is_woken_for_the_rest_while_another_worker_asks() -> None:
         p.pool.add(asks_first())
     (w1,) = p.spawned
     a = p.pool.take(w1)
-    p.pool.starts_tool(w1)
+    p.pool.passes(w1)
     w2 = p.spawned[1]
     b = p.pool.take(w2)  # w2 asks
     assert a is not None and b is not None
     assert p.pool.finished(w1, a)  # w1 searches again ...
     c = p.pool.take(w1)  # ... and takes the last one to ask it
     assert c is not None and p.pool.asking == 2
-    p.pool.starts_tool(w2)  # queue empty: nobody to wake
+    p.pool.passes(w2)  # queue empty: nobody to wake
     assert len(p.spawned) == 2 and p.nudges() == 0
 
 
@@ -126,6 +138,17 @@ def test_a_plain_job_still_hands_the_search_on() -> None:
     (w1,) = p.spawned
     assert p.pool.take(w1) is not None
     assert len(p.spawned) == 2 and not w1.asking  # the cascade: a slow burst fans out
+
+
+def test_a_job_whose_asking_may_block_hands_the_search_on() -> None:
+    """A pre-call hook, a policy that waits on the network: the worker may be
+    held there, so the queue gets another worker at once, as before."""
+    p = Pool()
+    for _ in range(3):
+        p.pool.add(asks_first(quick=False))
+    (w1,) = p.spawned
+    assert p.pool.take(w1) is not None
+    assert len(p.spawned) == 2 and not w1.asking and p.pool.asking == 0
 
 
 def test_an_asking_worker_detached_by_a_cancel_leaves_the_queue_to_another() -> None:
@@ -140,3 +163,93 @@ def test_an_asking_worker_detached_by_a_cancel_leaves_the_queue_to_another() -> 
     assert p.pool.asking == 0 and not w1.asking
     assert len(p.spawned) == 2  # a fresh worker for the two still queued
     assert not p.pool.finished(w1, first)  # detached: it waits to rejoin
+
+
+# -- which calls ask quickly (`QuickAsks`) ------------------------------------------------
+
+
+def _executor_parts(**options: Any) -> tuple[Any, Any]:
+    """An executor's services and a registry with tools to judge (closed at once)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rate_limit("5/second")])
+    def plain_tool(q: str) -> str:
+        return q
+
+    @reg.tool(read_only=True, policies=[rate_limit("5/second")])
+    def checked(q: Annotated[str, AfterValidator(str.strip)]) -> str:
+        return q
+
+    @reg.tool(read_only=True, policies=[rate_limit("5/second")])
+    def injected(q: str, user: Annotated[str, Injected]) -> str:
+        return q
+
+    @reg.tool(read_only=True, policies=[rate_limit("5/second", key=lambda call: "k")])
+    def keyed(q: str) -> str:
+        return q
+
+    ex = Executor(reg, **options)
+    ex.close()
+    return ex._services, reg
+
+
+def _run(reg: ToolRegistry, name: str, *, admitted: bool = False) -> Any:
+    tool = reg.get(name)
+    return SimpleNamespace(tool=tool, policies=tuple(tool.policies), admitted=admitted)
+
+
+def test_a_rate_limits_calls_ask_quickly_when_nothing_of_the_users_runs_first() -> None:
+    services, reg = _executor_parts()
+    assert QuickAsks(reg.get("plain_tool"), services)(_run(reg, "plain_tool"))
+    # A validator of the user's, a key function: not quick.
+    assert not QuickAsks(reg.get("checked"), services)(_run(reg, "checked"))
+    assert not QuickAsks(reg.get("keyed"), services)(_run(reg, "keyed"))
+    # Injected parameters without providers: quick; with one, not.
+    assert QuickAsks(reg.get("injected"), services)(_run(reg, "injected"))
+    services, reg = _executor_parts(inject={"user": lambda call: "u"})
+    assert not QuickAsks(reg.get("injected"), services)(_run(reg, "injected"))
+
+
+def test_a_pre_call_hook_makes_the_first_ask_slow_but_not_the_next() -> None:
+    services, reg = _executor_parts(pre_call=[lambda call: call])
+    quick = QuickAsks(reg.get("plain_tool"), services)
+    assert not quick(_run(reg, "plain_tool"))
+    assert quick(_run(reg, "plain_tool", admitted=True))  # asked again after a wait
+
+
+def test_a_policy_of_the_users_is_not_assumed_to_answer_at_once() -> None:
+    class Remote(BasePolicy):
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Any:
+            return None
+
+    class Trusted(Remote):
+        never_blocks = True
+
+    services, reg = _executor_parts()
+    tool = reg.get("plain_tool")
+    assert not QuickAsks(tool, services)(SimpleNamespace(policies=(Remote(),), admitted=True))
+    assert QuickAsks(tool, services)(SimpleNamespace(policies=(Trusted(),), admitted=True))
+    assert QuickAsks(tool, services)(SimpleNamespace(policies=(BasePolicy(),), admitted=True))
+
+
+def test_a_pre_call_hook_that_calls_its_own_tool_is_not_stranded(
+    make_executor: MakeExecutor,
+) -> None:
+    """The nested call joins the same tool's queue while the outer worker is
+    in the hook: it must get a worker of its own (review of session 36: with
+    the queue held for the asking worker, both calls hung)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[rate_limit("100/second")])
+    def fetch(url: str) -> str:
+        return url
+
+    def robots_first(call: ToolCall) -> ToolCall:
+        if call.arguments.get("url") != "robots.txt":
+            inner = ex.execute(ToolCall(name="fetch", arguments={"url": "robots.txt"}))
+            assert inner.status == "ok", inner
+        return call
+
+    ex = make_executor(reg, pre_call=[robots_first], timeout=30)
+    r = ex.execute(ToolCall(name="fetch", arguments={"url": "a"}))
+    assert (r.status, r.output) == ("ok", "a"), r

@@ -36,11 +36,11 @@ from .._options import positive_number
 from ..models import ErrorCode
 from ..pipeline import LOST, Outcome, Services, attempt, drive_sync, end_call
 from ._protocol import ContextSpec, Host, Job
+from ._quick_asks import QuickAsks
 from ._thread_pool import IDLE_CHECK, WAKE, IdleInbox, PoolWorker, ToolPool, WorkerHandle
 
 if TYPE_CHECKING:
-    from ..pipeline import Run
-    from ..tools import Tool, ToolContext
+    from ..tools import Tool
 
 __all__ = ["ThreadBackend", "ToolWorker", "WorkerHandle", "contain"]
 
@@ -103,13 +103,14 @@ class ToolWorker(pykka.ThreadingActor):
                 services = host.services
                 try:
                     run = job.run
-                    steps = (
+                    if job.timed_out_in is not None:
+                        steps = job.steps(services)
+                    elif w.asking:
                         # Asking its policies first: it wakes nobody until they
-                        # let the call through (`_invoke`; see _thread_pool.py).
-                        attempt(run, job.attempt, services, self._invoke if w.asking else None)
-                        if job.timed_out_in is None
-                        else job.steps(services)
-                    )
+                        # let the call through (`_passes`; see _thread_pool.py).
+                        steps = attempt(run, job.attempt, services, passed=self._passes)
+                    else:
+                        steps = attempt(run, job.attempt, services)
                     outcome = run.context.copy().run(drive_sync, steps, run, host.loop)
                 except BaseException as e:
                     outcome = contain(job, e, services)
@@ -128,14 +129,12 @@ class ToolWorker(pykka.ThreadingActor):
             log.error("thread worker failed:\n%s", "".join(traceback.format_exception(e)))
         return None
 
-    def _invoke(self, run: Run, params: Any, ctx: ToolContext) -> Any:
-        """Run the tool, once its pool knows it starts (a job taken to ask its
-        policies first wakes another worker only now)."""
-        w, tool = self.handle, run.tool
+    def _passes(self) -> None:
+        """Its call passed its policies: its pool may wake another worker now
+        (a job taken to ask them first woke nobody)."""
+        w = self.handle
         assert w is not None
-        assert tool is not None
-        w.pool.starts_tool(w)
-        return tool.invoke(params, ctx)
+        w.pool.passes(w)
 
     def _control(self, message: Any) -> bool:
         """A message other than WAKE; True if the worker is to serve now."""
@@ -195,7 +194,9 @@ class ThreadBackend:
             return _spawn(host, p)
 
         # Keyed by id: the pool holds the tool, so the id is not reused.
-        pool = self._pools[id(tool)] = ToolPool(tool, self.idle_timeout, spawn)
+        pool = self._pools[id(tool)] = ToolPool(
+            tool, self.idle_timeout, spawn, QuickAsks(tool, host.services)
+        )
         pool.stopped = self._stopped
         return pool
 

@@ -23,14 +23,16 @@ runs the scheduler inline, which may hand this tool its next call (`add`, on
 this very thread), and that call is then this worker's, with nobody woken.
 
 Asking first: a job whose call has policies left to ask (a rate limit) may
-well end there, told to wait, without running the tool. A worker that takes
-one is *asking* (`asking` counts them): it wakes nobody when it takes it, and
-`add` wakes nobody while it asks, since it comes back for the queue as soon as
-the policies have answered. Only when the policies let the call through, just
-before the tool runs (`starts_tool`), does it wake one more for the jobs left
-behind. So calls that end up waiting start no thread: sixty calls on a
-5/second limit run on at most one worker per call the window lets through,
-and one more that asks the others in turn.
+well end there, told to wait, without running the tool. When nothing on the
+way to the policies' answer can block (`asks_quickly`, `_quick_asks.py`: no
+code of the user's before it, policies that never block), a worker that
+takes one is *asking* (`asking` counts them): it wakes nobody when it takes
+it, and `add` wakes nobody while it asks, since it comes back for the queue
+as soon as the policies have answered. Only when they let the call through
+(`passes`) does it wake one more for the jobs left behind. So calls that end
+up waiting start no thread: sixty calls on a 5/second limit run on at most
+one worker per call the window lets through, and one more that asks the
+others in turn.
 
 Counting: `busy` (jobs added and not yet released, abandoned ones excluded)
 and `abandoned` change only on the scheduler's thread (`add`, `cancel`,
@@ -42,6 +44,11 @@ still queued when cancelled is not abandoned: the worker that takes it runs
 its steps, which find the attempt settled and report it lost at once, so
 every job is reported exactly once. When the pool stops, idle workers end at
 once and the others once the queue is empty.
+
+One piece: every count here (searching, asking, idle, busy, abandoned) is
+read and written under the pool's one lock, and each decision to wake or
+start a worker reads several of them at once; split across modules, the
+reasoning that no queued job is ever stranded would be too.
 
 Retirement: a worker's inbox (`IdleInbox`) hands it `IDLE_CHECK` after
 `idle_timeout` seconds without a message; if it is still idle and another
@@ -163,6 +170,7 @@ class ToolPool:
     __slots__ = (
         "abandoned",
         "asking",
+        "asks_quickly",
         "busy",
         "idle",
         "idle_timeout",
@@ -177,10 +185,19 @@ class ToolPool:
         "workers",
     )
 
-    def __init__(self, tool: Tool, idle_timeout: float, spawn: Spawn) -> None:
+    def __init__(
+        self,
+        tool: Tool,
+        idle_timeout: float,
+        spawn: Spawn,
+        asks_quickly: Callable[[Run], bool] | None = None,
+    ) -> None:
         self.tool = tool
         self.idle_timeout = idle_timeout
         self.spawn = spawn
+        # Whether a call's policies answer with nothing on the way that can
+        # block (None: never assumed; see the module's docstring).
+        self.asks_quickly = asks_quickly
         self.lock = threading.Lock()
         self.jobs: deque[Job] = deque()
         self.idle: list[PoolWorker] = []  # a stack: the newest idle is woken first
@@ -292,8 +309,13 @@ class ToolPool:
             self.serving[job.run] = w
             w.job = job
             run = job.run
-            if run.policy_at < len(run.policies) and job.timed_out_in is None:
-                # Its policies first: no cascade (see the module's docstring).
+            if (
+                run.policy_at < len(run.policies)
+                and job.timed_out_in is None
+                and self.asks_quickly is not None
+                and self.asks_quickly(run)
+            ):
+                # Its policies first, quickly: no cascade (see the module's docstring).
                 self.searching -= 1
                 w.asking = True
                 self.asking += 1
@@ -324,9 +346,10 @@ class ToolPool:
             self.searching += 1
             return True
 
-    def starts_tool(self, w: PoolWorker) -> None:
-        """`w`'s call passed its policies and its tool starts now (and may take
-        long): if jobs are queued with nobody searching or asking, wake one."""
+    def passes(self, w: PoolWorker) -> None:
+        """`w`'s call passed its policies, and what follows (the journal, the
+        tool) may take long: if jobs are queued with nobody searching or
+        asking, wake one."""
         with self.lock:
             if not w.asking:
                 return  # (detached meanwhile: `cancel` saw to the queue)

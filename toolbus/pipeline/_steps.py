@@ -117,8 +117,17 @@ def _progress_sink(svc: Services, run: Run) -> Any:
 # ships the call to a worker instead.
 
 
-def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> Steps:
-    """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome."""
+def attempt(
+    run: Run,
+    n: int,
+    svc: Services,
+    invoke: Invoke | None = None,
+    passed: Callable[[], None] | None = None,
+) -> Steps:
+    """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome.
+
+    `passed`: called once the call is admitted and its policies let it
+    through (its backend may then wake another worker, see `_thread_pool.py`)."""
     if run.attempt != n or run.settled or run.result is not None:  # `run.is_live(n)`, inlined
         return LOST
     current_run.set((svc, run))
@@ -143,6 +152,8 @@ def attempt(run: Run, n: int, svc: Services, invoke: Invoke | None = None) -> St
             return DONE if finish(run, decided, svc) else LOST
         if not run.is_live(n):
             return LOST
+    if passed is not None:
+        passed()
     if svc.journal is not None and not run.read_only and not run.journaled:
         replayed = yield from _journal_intent(run, svc)
         if not run.is_live(n):

@@ -142,11 +142,16 @@ class BasePolicy:
     - `timeout(tool, default)`: the deadline of the tool's attempts.
     - `on_dropped(call, result, now)`: a call it delayed ended while waiting.
     - `tools()`: tools the policy brings along, registered beside it.
+    - `never_blocks`: `admit` is sync, quick and never waits (no I/O, no code
+      of the user's): a sync tool's worker that asks it then wakes no other
+      worker until it answers, so calls it makes wait start no thread. A
+      policy that does not override `admit` counts as one.
     """
 
     name: str = "policy"
     at_submission: bool = False
     first: bool = False
+    never_blocks: bool = False
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
         return ADMIT

@@ -152,6 +152,9 @@ class RateLimit(BasePolicy):
         self._clock: Callable[[], float] = clock if clock is not None else time.time
         self.storage = storage
         self._limiter = _limiter(storage)
+        # Kept in memory, and with no function of the user's to call but its
+        # clock, it answers at once (`BasePolicy.never_blocks`).
+        self.never_blocks = storage.startswith("memory://") and key is None and on_admit is None
         self._window = float(self.item.get_expiry())
         # How far apart calls refused by the storage are asked again: the rate's pace.
         self._spacing = self._window / self.item.amount
