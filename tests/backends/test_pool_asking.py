@@ -9,18 +9,20 @@ workers on a busy machine, each woken by the cascade only to hear "wait".
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import queue
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel, Field
 
 from tests.conftest import MakeExecutor
 from toolbus import Executor, Injected, ToolCall, ToolRegistry
 from toolbus.backends._quick_asks import QuickAsks
 from toolbus.backends._thread_pool import WAKE, PoolWorker, ToolPool
-from toolbus.policies import BasePolicy, rate_limit
+from toolbus.policies import BasePolicy, RateLimit, rate_limit
 
 
 @dataclass(eq=False)
@@ -253,3 +255,67 @@ def test_a_pre_call_hook_that_calls_its_own_tool_is_not_stranded(
     ex = make_executor(reg, pre_call=[robots_first], timeout=30)
     r = ex.execute(ToolCall(name="fetch", arguments={"url": "a"}))
     assert (r.status, r.output) == ("ok", "a"), r
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Inner(BaseModel):
+    a: int = 1
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+def test_arguments_that_would_run_code_of_the_users_as_they_validate_are_not_quick() -> None:
+    """A default factory, an enum (its `_missing_`), a nested model (its
+    hooks), a dataclass (its `__post_init__`), a parse set on the tool:
+    pydantic or the tool runs them inside validation (review of session 36:
+    a default factory that called its own tool hung both calls)."""
+
+    services, _ = _executor_parts()
+    reg = ToolRegistry()
+    limit = rate_limit("5/second")
+
+    @reg.tool(read_only=True, policies=[limit])
+    def factory(q: Annotated[str, Field(default_factory=lambda: "x")]) -> str:
+        return q
+
+    @reg.tool(read_only=True, policies=[limit])
+    def colored(c: Color) -> str:
+        return c.value
+
+    @reg.tool(read_only=True, policies=[limit])
+    def nested(i: Inner) -> int:
+        return i.a
+
+    @reg.tool(read_only=True, policies=[limit])
+    def point(p: Point) -> int:
+        return p.x
+
+    @reg.tool(read_only=True, policies=[limit])
+    def scalars(q: str, n: int = 3, tags: list[str] | None = None, on: bool = False) -> str:
+        return q
+
+    for name in ("factory", "colored", "nested", "point"):
+        assert not QuickAsks(reg.get(name), services)(_run(reg, name)), name
+    assert QuickAsks(reg.get("scalars"), services)(_run(reg, "scalars"))
+    tool = reg.get("scalars")
+    tool.parse = lambda arguments: arguments  # type: ignore[method-assign]
+    assert not QuickAsks(tool, services)(_run(reg, "scalars"))
+
+
+def test_an_admit_of_its_own_is_not_trusted_to_never_block() -> None:
+    class Traced(RateLimit):
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Any:
+            return super().admit(call, tool, now)
+
+    assert Traced("5/second").never_blocks is False
+    wrapped = rate_limit("5/second")
+    wrapped.admit = lambda call, tool, now: None  # type: ignore[method-assign]
+    services, reg = _executor_parts()
+    quick = QuickAsks(reg.get("plain_tool"), services)
+    assert not quick(SimpleNamespace(policies=(wrapped,), admitted=True))

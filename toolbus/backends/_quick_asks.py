@@ -25,7 +25,15 @@ if TYPE_CHECKING:
 
 __all__ = ["QuickAsks"]
 
-_VALIDATOR_KINDS = ("function-before", "function-after", "function-wrap", "function-plain")
+# The schema nodes pydantic validates in Rust, calling nothing of the user's
+# (an enum's `_missing_`, a dataclass's `__post_init__`, a default factory, a
+# nested model's hooks or a validator function would): anything else, and the
+# arguments are not known to validate quickly.
+_PLAIN_NODES = frozenset(
+    {"any", "bool", "bytes", "default", "dict", "float", "frozenset", "int", "list",
+     "literal", "model-field", "model-fields", "none", "nullable", "set", "str",
+     "tuple", "union"}
+)  # fmt: skip
 
 
 class QuickAsks:
@@ -33,21 +41,33 @@ class QuickAsks:
     pool, it reads the executor's hooks live and remembers the last chain of
     policies it judged (a tool's calls share their plan's)."""
 
-    __slots__ = ("_chain", "_chain_quick", "_services", "_validation_quick")
+    __slots__ = ("_chain", "_chain_quick", "_params", "_params_quick", "_services")
 
     def __init__(self, tool: Tool, services: Services) -> None:
         self._services = services
-        self._validation_quick = _validation_is_quick(tool)
+        self._params: Any = _UNSEEN  # the model last judged, and what it was judged
+        self._params_quick = False
         self._chain: tuple[Any, ...] | None = None
         self._chain_quick = False
 
     def __call__(self, run: Run) -> bool:
         if not run.admitted:
             services = self._services
-            if not (self._validation_quick and services.plain_admission):
-                return False
             tool = run.tool
-            if tool is not None and tool.injected and services.inject:
+            if not services.plain_admission or tool is None:
+                return False
+            if tool.injected and services.inject:
+                return False
+            own = getattr(tool, "__dict__", ())
+            if "parse" in own or "validate" in own:  # set on the tool itself
+                return False
+            if type(tool).parse is not Tool.parse or type(tool).validate is not Tool.validate:
+                return False
+            params = tool.Params
+            if params is not self._params:  # (a tool's model can be set anew)
+                self._params_quick = _validates_plainly(params)
+                self._params = params
+            if not self._params_quick:
                 return False
         chain = run.policies
         if chain is not self._chain:
@@ -58,6 +78,8 @@ class QuickAsks:
 
 def _never_blocks(policy: Any) -> bool:
     try:
+        if "admit" in getattr(policy, "__dict__", ()):
+            return False  # an `admit` set on the object itself: nothing is known of it
         return getattr(policy, "never_blocks", False) is True or (
             getattr(type(policy), "admit", None) is BasePolicy.admit
         )
@@ -65,29 +87,30 @@ def _never_blocks(policy: Any) -> bool:
         return False
 
 
-def _validation_is_quick(tool: Tool) -> bool:
-    """True if validating `tool`'s arguments runs no code of the user's: its
-    `parse` and `validate` are toolbus's, and its model has no validator
-    functions (`AfterValidator`, `field_validator`, a custom type's)."""
-    kind = type(tool)
-    if getattr(kind, "parse", None) is not Tool.parse:
-        return False
-    if getattr(kind, "validate", None) is not Tool.validate:
-        return False
-    params = getattr(tool, "Params", None)
+_UNSEEN = object()
+
+
+def _validates_plainly(params: Any) -> bool:
+    """True if validating arguments against `params` (a tool's pydantic model,
+    or None: a JSON schema's validator, or a custom tool's text) runs no code
+    of the user's: the model's schema holds plain nodes only."""
     if params is None:
-        return True  # a JSON schema's validator, or a custom tool's text
+        return True
     try:
-        return not _has_validator(params.__pydantic_core_schema__)
+        schema = params.__pydantic_core_schema__
+        if schema.get("type") != "model" or "post_init" in schema:
+            return False
+        return _plain(schema["schema"])
     except Exception:
         return False
 
 
-def _has_validator(node: Any) -> bool:
+def _plain(node: Any) -> bool:
     if isinstance(node, dict):
-        if node.get("type") in _VALIDATOR_KINDS:
-            return True
-        return any(_has_validator(v) for v in node.values())
+        kind = node.get("type")
+        if kind is not None and (kind not in _PLAIN_NODES or "default_factory" in node):
+            return False
+        return all(_plain(v) for v in node.values())
     if isinstance(node, list | tuple):
-        return any(_has_validator(v) for v in node)
-    return False
+        return all(_plain(v) for v in node)
+    return True

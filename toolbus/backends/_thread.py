@@ -108,7 +108,7 @@ class ToolWorker(pykka.ThreadingActor):
                     elif w.asking:
                         # Asking its policies first: it wakes nobody until they
                         # let the call through (`_passes`; see _thread_pool.py).
-                        steps = attempt(run, job.attempt, services, passed=self._passes)
+                        steps = attempt(run, job.attempt, services, hand_on=self._passes)
                     else:
                         steps = attempt(run, job.attempt, services)
                     outcome = run.context.copy().run(drive_sync, steps, run, host.loop)

@@ -122,15 +122,22 @@ def attempt(
     n: int,
     svc: Services,
     invoke: Invoke | None = None,
-    passed: Callable[[], None] | None = None,
+    hand_on: Callable[[], None] | None = None,
 ) -> Steps:
     """Run attempt `n` of `run` (admitting the call first when n == 1); return an Outcome.
 
-    `passed`: called once the call is admitted and its policies let it
-    through (its backend may then wake another worker, see `_thread_pool.py`)."""
+    `hand_on`: called once what follows may take long, when the call is
+    admitted and its policies let it through (or before admission runs a hook
+    set meanwhile): its backend may then wake another worker for its queue,
+    see `_thread_pool.py`."""
     if run.attempt != n or run.settled or run.result is not None:  # `run.is_live(n)`, inlined
         return LOST
     current_run.set((svc, run))
+    if hand_on is not None and not run.admitted and not svc.plain_admission:
+        # A hook was set since the worker took the call as quick to ask:
+        # whatever it does, the queue is not to wait for it.
+        hand_on()
+        hand_on = None
     # Whatever attempt this is: one that timed out in its pre-call hooks left
     # the rest undone, and a retry must not skip it. (A policy's decision is
     # off the clock: it never times out an attempt, see `consult`.)
@@ -152,8 +159,8 @@ def attempt(
             return DONE if finish(run, decided, svc) else LOST
         if not run.is_live(n):
             return LOST
-    if passed is not None:
-        passed()
+    if hand_on is not None:
+        hand_on()
     if svc.journal is not None and not run.read_only and not run.journaled:
         replayed = yield from _journal_intent(run, svc)
         if not run.is_live(n):

@@ -153,8 +153,14 @@ class RateLimit(BasePolicy):
         self.storage = storage
         self._limiter = _limiter(storage)
         # Kept in memory, and with no function of the user's to call but its
-        # clock, it answers at once (`BasePolicy.never_blocks`).
-        self.never_blocks = storage.startswith("memory://") and key is None and on_admit is None
+        # clock, it answers at once (`BasePolicy.never_blocks`); a subclass
+        # with an `admit` of its own says so itself.
+        self.never_blocks = (
+            storage.startswith("memory://")
+            and key is None
+            and on_admit is None
+            and type(self).admit is RateLimit.admit
+        )
         self._window = float(self.item.get_expiry())
         # How far apart calls refused by the storage are asked again: the rate's pace.
         self._spacing = self._window / self.item.amount
