@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Annotated, Any
 
+import pytest
 from pydantic import AfterValidator, BaseModel, Field
 
 from tests.conftest import MakeExecutor
@@ -133,21 +134,18 @@ def test_nobody_is_woken_for_the_rest_while_another_worker_asks() -> None:
     assert len(p.spawned) == 2 and p.nudges() == 0
 
 
-def test_a_plain_job_still_hands_the_search_on() -> None:
+@pytest.mark.parametrize(
+    "make",
+    [plain, lambda: asks_first(quick=False)],
+    ids=["no policies", "asking may block"],
+)
+def test_other_jobs_still_hand_the_search_on(make: Any) -> None:
+    """No policy to ask, or asking may block (a pre-call hook, a policy that
+    waits on the network): the worker may be held, so the queue gets another
+    worker at once (the cascade: a slow burst fans out)."""
     p = Pool()
     for _ in range(3):
-        p.pool.add(plain())
-    (w1,) = p.spawned
-    assert p.pool.take(w1) is not None
-    assert len(p.spawned) == 2 and not w1.asking  # the cascade: a slow burst fans out
-
-
-def test_a_job_whose_asking_may_block_hands_the_search_on() -> None:
-    """A pre-call hook, a policy that waits on the network: the worker may be
-    held there, so the queue gets another worker at once, as before."""
-    p = Pool()
-    for _ in range(3):
-        p.pool.add(asks_first(quick=False))
+        p.pool.add(make())
     (w1,) = p.spawned
     assert p.pool.take(w1) is not None
     assert len(p.spawned) == 2 and not w1.asking and p.pool.asking == 0
