@@ -517,7 +517,7 @@ def test_huge_integers_are_no_overflow() -> None:
 
 
 def test_a_call_whose_worker_starts_after_its_deadline_never_runs(
-    make_executor: MakeExecutor, recorder: bus.Recorder
+    make_executor: MakeExecutor, recorder: bus.Recorder, release: threading.Event
 ) -> None:
     """Dispatched with time left, it waited for its worker (here the loop,
     blocked by another tool) past its whole-call deadline: it was counted as
@@ -529,7 +529,9 @@ def test_a_call_whose_worker_starts_after_its_deadline_never_runs(
     @reg.tool(read_only=True)
     async def blocker() -> str:
         inside.set()
-        time.sleep(0.5)  # the point: it blocks the loop
+        # The point: it blocks the loop, until the test has seen the other
+        # call end (however late the test gets there, the loop is still held).
+        release.wait(30)
         return "done"
 
     @reg.tool(read_only=True, policies=[circuit_breaker(failures=1)])
@@ -542,6 +544,7 @@ def test_a_call_whose_worker_starts_after_its_deadline_never_runs(
     assert inside.wait(10)
     r = ex.execute(ToolCall(id="b", name="quick"), call_timeout=0.2)
     assert (r.status, r.error_code, r.attempts) == ("timeout", ErrorCode.DEADLINE_EXCEEDED, 0)
+    release.set()  # the loop is free again
     assert blocking.result(10).status == "ok"
     assert ex.drain_events()
     assert ran == []
