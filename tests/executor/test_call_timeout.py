@@ -454,13 +454,15 @@ def test_a_users_policy_hears_of_a_timeout_on_a_worker_not_under_the_schedulers_
                 seen["nested"] = holder["ex"].execute(ToolCall(name="echo"))
 
     reg = ToolRegistry()
-    _hanging(reg, release, policies=[Audit()])
+    # Only the hanging tool is held to 0.1 s: the nested echo, which must end
+    # ok, gets the executor's 60 s (a busy machine can take longer than 0.1 s).
+    _hanging(reg, release, policies=[Audit()], timeout=0.1)
 
     @reg.tool(read_only=True)
     def echo() -> str:
         return "ok"
 
-    ex = holder["ex"] = make_executor(reg, timeout=0.1)
+    ex = holder["ex"] = make_executor(reg, timeout=60)
     assert ex.execute(ToolCall(name="hang")).status == "timeout"
     assert seen["thread"].startswith("ToolWorker")
     assert seen["nested"].status == "ok"
