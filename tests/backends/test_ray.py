@@ -95,7 +95,7 @@ def _contract(ex: Executor, rec: bus.Recorder, tmp: Path) -> list[tuple[Any, ...
         call("afail", x=7),
         call("add", a="two", b=3),  # validation: refused before any backend
         call("aadd", b=3),
-        call("sleepy", seconds=1.5),  # timeout 0.5
+        call("sleepy", seconds=5),  # timeout 0.5: still asleep at its deadline on a busy machine
         call("asleepy", seconds=30),
         call("flaky"),  # ConnectionError twice, then ok (retry_on a builtin base)
         call("aflaky"),
