@@ -393,7 +393,7 @@ def test_a_module_with_threads_at_import_is_not_forked_from_and_loads_off_the_cl
     from tests.proc_threaded import registry
 
     ex = make_executor(registry)
-    # The module's own import takes 1 s, longer than the tool's 0.8 s timeout:
+    # The module's own import takes 3 s, longer than the tool's 2.5 s timeout:
     # its workers import it themselves (forking a copy of its held lock would
     # deadlock them), before they count as started.
     results = [ex.execute(call("locked")) for _ in range(3)]

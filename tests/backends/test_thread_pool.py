@@ -134,10 +134,12 @@ def test_idle_workers_retire_down_to_one(
     before = set(threading.enumerate())
     th, out = in_thread(lambda: ex.execute_batch(batch(n)))
     assert all_in.wait(10)  # n workers, one per call
+    # Listed while all n are held in their calls: once let go, a worker idle
+    # for 0.05 s retires, and a busy machine can take that long to look.
+    workers = [t for t in set(threading.enumerate()) - before if t.name.startswith("ToolWorker")]
     go.set()
     th.join(10)
     assert [r.status for r in out["r"]] == ["ok"] * n
-    workers = [t for t in set(threading.enumerate()) - before if t.name.startswith("ToolWorker")]
     started = ex.stats().workers_started
     assert len(workers) == started == n
     wait_until(lambda: backend.live_workers == 1, what="idle workers retired")

@@ -187,14 +187,16 @@ def test_hanging_hooks_end_in_timeouts(
             release.wait()
         return result
 
-    ex = make_executor(_registry(), timeout=0.2, hook_grace=0.2, pre_call=[pre], post_call=[post])
-    hung_pre, hung_post, fine = ex.execute_batch(
-        [
-            ToolCall(id="pre", name="echo", arguments={"text": "x"}),
-            ToolCall(id="post", name="echo", arguments={"text": "y"}),
-            ToolCall(id="ok", name="echo", arguments={"text": "z"}),
-        ]
-    )
+    ex = make_executor(_registry(), timeout=60, hook_grace=0.2, pre_call=[pre], post_call=[post])
+    # Each call its own timeout, as a busy machine needs: the hung pre-call
+    # hook's 0.2 s; 2 s for the call whose tool must return before its deadline
+    # (so that its post-call hook is what hangs); 60 s for the one that must end ok.
+    handles = [
+        ex.submit(ToolCall(id="pre", name="echo", arguments={"text": "x"}), timeout=0.2),
+        ex.submit(ToolCall(id="post", name="echo", arguments={"text": "y"}), timeout=2),
+        ex.submit(ToolCall(id="ok", name="echo", arguments={"text": "z"})),
+    ]
+    hung_pre, hung_post, fine = (h.result(60) for h in handles)
     assert (hung_pre.status, hung_pre.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
     assert hung_pre.error is not None and "pre-call hooks did not return" in hung_pre.error
     assert (hung_post.status, hung_post.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
@@ -343,7 +345,7 @@ def test_subscriber_raising_base_exception_is_contained() -> None:
         out = {}
         calls = [ToolCall(id=f"c{i}", name="slowok", arguments={"i": i}) for i in range(3)]
         th = threading.Thread(target=lambda: out.setdefault("b", ex.execute_batch(calls)), daemon=True)
-        th.start(); th.join(3)
+        th.start(); th.join(30)  # a hang guard: the defect hangs the batch for good
         print("b" in out, other._supervisor.is_alive())
         """
     )

@@ -154,7 +154,9 @@ def test_idempotent_tool_keeps_its_key_across_a_timeout_retry(path: Path) -> Non
     keys: list[str] = []
     reg = ToolRegistry()
 
-    @reg.tool(idempotent=True, timeout=0.2, retry=FAST)
+    # 2 s: the retry runs under the same timeout as the hung first attempt,
+    # and must end ok (0.2 s was not always enough on a busy machine).
+    @reg.tool(idempotent=True, timeout=2, retry=FAST)
     def upsert(row: str, ctx: ToolContext) -> str:
         keys.append(ctx.idempotency_key)
         if ctx.attempt == 1:
@@ -886,7 +888,10 @@ def test_a_caller_that_gave_up_on_its_intent_is_not_recorded_as_a_replay(
 ) -> None:
     gate = Gate(monkeypatch)
     reg, ran = _counting_registry()
-    with Executor(reg, journal=path, journal_timeout=0.2) as ex:
+    # 2 s: what gives up on the stuck journal below, and what the session's
+    # row, the first intent and the replay at the end must be on disk within
+    # (0.2 s was not always enough for them on a busy machine).
+    with Executor(reg, journal=path, journal_timeout=2) as ex:
         journal = ex.journal
         assert journal is not None
         call = ToolCall(id="pay-1", name="book", arguments={"item": "x"})

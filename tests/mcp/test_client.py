@@ -275,7 +275,9 @@ def test_frozen_server_is_restarted(make_executor: MakeExecutor) -> None:
         )
         executor = make_executor(registry)
         first_pid = executor.execute(call("pid")).output["result"]
-        frozen = executor.execute(call("freeze", seconds=2))
+        # Frozen for good (its restart kills it): still frozen when the health
+        # check asks, however late that is (2 s could be over by then).
+        frozen = executor.execute(call("freeze", seconds=600))
         assert frozen.status == "timeout"
         # The health check after the timeout finds the server frozen and
         # restarts it. A read-only call that reached the frozen server first

@@ -137,8 +137,10 @@ def test_a_server_limit_holds_in_process(make_executor: MakeExecutor) -> None:
         assert conn.capacity_group == "mcp:spec"
         registry = ToolRegistry()
         # The first two calls hold the server's two slots past the others' timeout.
+        # (2 s: once let in, a gate_b call must end ok within it, which 0.5 s
+        # did not always leave room for on a busy machine.)
         conn.register(registry, only=["gate_a"], timeout=30)
-        conn.register(registry, only=["gate_b"], timeout=0.5)
+        conn.register(registry, only=["gate_b"], timeout=2)
         assert {t.group_limits["mcp:spec"] for t in registry.list()} == {2}
         executor = make_executor(registry, max_parallel=32)
         calls = [call("gate_a"), call("gate_a")] + [
@@ -149,8 +151,8 @@ def test_a_server_limit_holds_in_process(make_executor: MakeExecutor) -> None:
             assert spec_server.wait_until(lambda: spec_server.inside() == 2)
             stats = executor.stats()
             assert (stats.in_flight, stats.queued) == (2, 18)  # waiting in toolbus
-            # Waiting is off the clock: gate_b's 0.5 s timeout passes unspent.
-            time.sleep(0.7)  # time passing is the claim: not a wait for an event
+            # Waiting is off the clock: gate_b's 2 s timeout passes unspent.
+            time.sleep(2.5)  # time passing is the claim: not a wait for an event
             assert spec_server.inside() == 2
             assert executor.stats().queued == 18
             spec_server.open_gate()  # in-process: the server's own state

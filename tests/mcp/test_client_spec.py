@@ -189,7 +189,9 @@ def test_trusted_idempotent_hint_lets_a_timed_out_call_be_retried(
     spec_server.reset()
     with connect_spec(peer, idempotent_hints=True) as conn:
         assert next(t for t in conn.tools() if t.name == "put_once").idempotent
-        executor = make_executor(registry_of(conn), timeout=0.5, retry=retry)
+        # 5 s: the retry runs under the same timeout as the hung attempt and
+        # must end ok (a round trip can take longer than 0.5 s on a busy machine).
+        executor = make_executor(registry_of(conn), timeout=5, retry=retry)
         again = executor.execute(call("put_once", key="k"))  # hangs, then is retried
     assert (again.status, again.attempts, again.output) == ("ok", 2, {"result": "stored k"})
 

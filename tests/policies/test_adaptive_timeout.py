@@ -150,12 +150,15 @@ def test_after_min_samples_fast_calls_the_deadline_shrinks(
     def fast(q: str) -> str:
         return q
 
-    policy = adaptive_timeout(min_samples=5, floor=0.5, ceiling=60)
+    # A floor of 5 s: twice any quick call's time, however busy the machine,
+    # stays under it (0.5 s is passed by one descheduled for 0.25 s), and
+    # the sixth call, the one the floor now bounds, has room to end ok.
+    policy = adaptive_timeout(min_samples=5, floor=5.0, ceiling=60)
     ex = make_executor(reg, timeout=30.0, policies=[policy])
     for i in range(6):
         assert ex.execute({"id": f"c{i}", "name": "fast", "arguments": {"q": "x"}}).ok
     events = recorder.wait_for(bus.EXECUTING, 6)
-    assert [e.timeout for e in events] == [30.0] * 5 + [0.5]
+    assert [e.timeout for e in events] == [30.0] * 5 + [5.0]
 
 
 def test_calls_that_keep_timing_out_grow_the_deadline_to_the_ceiling(

@@ -349,7 +349,10 @@ def test_a_retry_left_queued_past_the_calls_deadline_does_not_open_it(
         return "done"
 
     ex = make_executor(reg, max_parallel=1, policies=[breaker])
-    handle = ex.submit(ToolCall(name="flaky", id="x"), call_timeout=0.5)
+    # The budget must outlast the first attempt, which waits for the test to
+    # queue the blocker: 3 s, as 0.5 s could run out first on a busy machine
+    # (an attempt's timeout, not a retry left queued).
+    handle = ex.submit(ToolCall(name="flaky", id="x"), call_timeout=3.0)
     recorder.wait_for(bus.EXECUTING, timeout=30, where=lambda e: e.call_id == "x")
     held = ex.submit(ToolCall(name="blocker", id="b"))
     recorder.wait_for(bus.QUEUED, timeout=30, where=lambda e: e.call_id == "b")

@@ -467,7 +467,9 @@ async def test_async_approvals(make_executor: MakeExecutor) -> None:
 def test_a_policy_decision_is_not_run_time(make_executor: MakeExecutor) -> None:
     """Policies decide before the deadline clock starts: a slow decision (a
     remote check, say) does not eat the tool's timeout."""
-    timeout = 2.0
+    # 4 s: each half (the decision's, the run's) leaves about 2 s of slack for
+    # a busy machine (2 s left under 1 s each).
+    timeout = 4.0
     asked: list[float] = []
 
     class SlowCheck(BasePolicy):

@@ -24,10 +24,13 @@ def _hold() -> None:
 
 
 _thread.start_new_thread(_hold, ())  # a thread `threading` does not see
-time.sleep(1.0)  # a slow import: it must not count against a call's deadline
+time.sleep(3.0)  # a slow import: it must not count against a call's deadline
 
 
-@registry.tool(backend="process", timeout=0.8)
+# 2.5 s: less than the import takes, so an import on the clock still shows,
+# and room for the call itself on a busy machine (0.8 s, against a 1 s
+# import, left too little).
+@registry.tool(backend="process", timeout=2.5)
 def locked() -> str:
     with _lock:
         return "got the lock"

@@ -276,7 +276,9 @@ def test_a_step_times_out_and_retries_by_its_own_policy(
 ) -> None:
     attempts: list[int] = []
 
-    @tool(read_only=True, timeout=0.2, retry=RetryPolicy(max_retries=1, backoff_base=0.01))
+    # 2 s: the retry runs under the same timeout as the hung first attempt,
+    # and must end ok (0.2 s was not always enough on a busy machine).
+    @tool(read_only=True, timeout=2, retry=RetryPolicy(max_retries=1, backoff_base=0.01))
     async def flaky(text: str, lang: str) -> str:
         attempts.append(1)
         if len(attempts) == 1:
@@ -290,7 +292,7 @@ def test_a_step_times_out_and_retries_by_its_own_policy(
     assert r.metadata["steps"][1]["attempts"] == 2
     assert ex.drain_events()
     timeouts = recorder.of(bus.TIMEOUT)
-    assert [(e.call_id, e.parent_call_id, e.timeout) for e in timeouts] == [("t.1", "t", 0.2)]
+    assert [(e.call_id, e.parent_call_id, e.timeout) for e in timeouts] == [("t.1", "t", 2)]
     retried = recorder.of(bus.RETRY_ATTEMPT)
     assert [(e.call_id, e.parent_call_id, e.attempt) for e in retried] == [("t.1", "t", 2)]
 
@@ -317,7 +319,9 @@ def test_a_sequence_that_times_out_cancels_its_running_step(
         await asyncio.Event().wait()  # only a cancellation ends it
         return n
 
-    chain = sequence("chain", [count, forever], timeout=0.3)
+    # 2 s: its first step must be done, and the second running, when it runs
+    # out (0.3 s could end it during the first on a busy machine).
+    chain = sequence("chain", [count, forever], timeout=2)
     ex = make_executor(_registry(chain))
     r = ex.execute(ToolCall(id="x", name="chain", arguments={"s": "abc"}))
     assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
