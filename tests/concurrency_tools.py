@@ -18,8 +18,9 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     return th, out
 
 
-def finished(th: threading.Thread, out: dict[str, Any], timeout: float = 2.0) -> bool:
-    """Whether `in_thread`'s call returned within `timeout` seconds."""
+def finished(th: threading.Thread, out: dict[str, Any], timeout: float = 30.0) -> bool:
+    """Whether `in_thread`'s call returned within `timeout` seconds (a hang
+    guard: it returns as soon as the call does, so the bound is loose)."""
     th.join(timeout)
     return "r" in out
 

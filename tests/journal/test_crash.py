@@ -346,7 +346,7 @@ def test_a_forked_child_does_not_keep_the_agents_session_alive(tmp_path: Path) -
             assert [r.call_id for r in journal.in_doubt()] == ["pay-1"]
         wait_until(lambda: report.exists() and bool(report.read_text()), 30, "the child's report")
         flushed, took = report.read_text().split()
-        assert flushed == "False" and float(took) < 1
+        assert flushed == "False" and float(took) < 4  # at once, not flush(5)'s wait
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
