@@ -136,8 +136,9 @@ def demo(args: list[str]) -> None:
 # second, with a longer timeout per test and a time cap of its own for the
 # whole tier, so that a hang shows as a failure naming the tier, not as a CI
 # run that never ends. The caps are hang guards sized for `--stress` with room
-# to spare (on a quiet 2-core machine the fast tier takes about 1.5 minutes,
-# the slow one 5; under stress-ng plus other work, 9 and 39 were measured).
+# to spare (on a quiet 2-core machine the fast tier takes under 3 minutes in
+# one process, the slow one about 6; under stress-ng plus other work, 12 and 39
+# were measured).
 TIERS = {
     "fast": (["-m", "not slow"], 1800),
     "slow": (["-m", "slow", "--timeout=240"], 4800),
