@@ -550,7 +550,12 @@ def test_a_cancelled_crowd_of_waiting_calls_does_not_hold_back_the_next_call(
             with pytest.raises(asyncio.CancelledError):
                 await task
             finished = await asyncio.to_thread(rec.wait_for, "tool:finished", 400)
-            assert sorted(e.result.status for e in finished).count("cancelled") == 395
+            statuses = [e.result.status for e in finished]
+            ok = statuses.count("ok")
+            # Five ran in the first window. On a busy machine the cancel can
+            # land a window or more later, each letting five more in (stress
+            # run 4 saw 10 ok): every other call ends cancelled.
+            assert 5 <= ok <= 100 and statuses.count("cancelled") == 400 - ok, statuses
             assert rl.waiting == 0  # every waiting call gave its turn back as it ended
             # (Without that it would wait its turn behind theirs: about 80 s.)
             after = ToolCall(id="after", name="ping", arguments={"n": 0})
