@@ -124,3 +124,58 @@ def test_an_infinite_tool_timeout_means_no_deadline(make_executor: MakeExecutor)
     ex = make_executor(reg, timeout=0.01)
     assert ex.execute(ToolCall(name="quick")).status == "ok"
     assert overdue([_run(math.inf)], 1e9, set()) == ([], None)
+
+
+def test_an_attempt_its_blocking_caller_watches_gets_no_timer(make_executor: MakeExecutor) -> None:
+    """Dispatched on its caller's thread before that caller waits, an attempt's
+    deadline is the caller's first look; a handle's attempt (nobody blocks on
+    it) keeps its timer. Either way a stuck attempt still times out."""
+    import threading
+
+    reg = ToolRegistry()
+    release = threading.Event()
+
+    @reg.tool(timeout=30)
+    def timers() -> int:
+        return len(ex._scheduler.timers)
+
+    @reg.tool(timeout=0.2)
+    def stuck() -> None:
+        release.wait(30)
+
+    ex = make_executor(reg)
+    try:
+        assert ex.execute(ToolCall(name="timers")).output == 0
+        assert ex.submit(ToolCall(name="timers")).result(30).output == 1
+        timed_out = ex.execute(ToolCall(name="stuck"))
+        assert (timed_out.status, timed_out.error_code) == ("timeout", "EXECUTION_TIMEOUT")
+    finally:
+        release.set()
+
+
+def test_an_attempt_started_by_its_callers_look_keeps_its_timer(
+    make_executor: MakeExecutor,
+) -> None:
+    """At max_parallel=1 the first call's timeout, noticed by the waiting
+    caller, starts the second call on that caller's thread after its look:
+    that caller may next wake only at its poll, so the second keeps a timer."""
+    import threading
+
+    reg = ToolRegistry()
+    release = threading.Event()
+
+    @reg.tool(timeout=0.2, read_only=True)
+    def stuck() -> None:
+        release.wait(30)
+
+    @reg.tool(timeout=30, read_only=True)
+    def timers() -> int:
+        return len(ex._scheduler.timers)
+
+    ex = make_executor(reg, max_parallel=1)
+    try:
+        batch = ex.execute_batch([ToolCall(name="stuck"), ToolCall(name="timers")])
+        assert [r.status for r in batch.results] == ["timeout", "ok"]
+        assert batch.results[1].output == 1
+    finally:
+        release.set()

@@ -48,6 +48,10 @@ class Waiting:
     ) -> None:
         """Block until `waiter` is released; interrupted, cancel the calls and raise."""
         noticed: set[tuple[Run, int]] = set()
+        # From here on, a deadline set on this thread may come after a look
+        # (a look's own `Expired` can start a queued call): such attempts get
+        # a timer of their own (`_backstop.caller_watches`).
+        waiter.looking = True
         try:
             while not waiter.wait(self._look(runs, noticed)):
                 pass

@@ -7,6 +7,13 @@ and for an attempt still running past its deadline tells the supervisor
 `Expired`: the supervisor then times it out exactly as if its timer had fired
 (a stale or repeated notice is ignored there).
 
+A blocking caller's backstop is as sure as a timer, and cheaper: an attempt
+dispatched on its caller's own thread before that caller first looks gets no
+timer at all (`caller_watches`), as the caller's first look wakes at its
+deadline. Every other attempt keeps one: one dispatched on another thread may
+miss a look already made, and a caller that noticed an attempt once does not
+tell of it again (a deadline re-armed for the same attempt).
+
 Pure: `overdue` reads the runs and a clock reading; the executor does the
 waiting and the telling.
 """
@@ -14,11 +21,12 @@ waiting and the telling.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable
 
-from ..pipeline import Run
+from ..pipeline import Run, ThreadWaiter
 
-__all__ = ["POLL", "SLACK", "SPENT", "overdue"]
+__all__ = ["POLL", "SLACK", "SPENT", "caller_watches", "overdue"]
 
 # After its deadline, the timer gets this long to act before the caller does:
 # none. The caller acts at the deadline itself, and where nothing of the
@@ -77,3 +85,16 @@ def overdue(
         else:
             wake = due if wake is None else min(wake, due)
     return late, wake
+
+
+def caller_watches(run: Run) -> bool:
+    """True if `run`'s attempt, dispatched now, needs no deadline timer: its
+    caller blocks on it, is this very thread, and has yet to look, so its
+    first look wakes at the deadline (and acts on it)."""
+    batch = run.batch
+    waiter = run.waiter if batch is None else batch.waiter
+    return (
+        type(waiter) is ThreadWaiter
+        and not waiter.looking
+        and waiter.owner == threading.get_ident()
+    )

@@ -52,6 +52,7 @@ from ..models import ErrorCode
 from ..pipeline import Run
 from ._admission import Admission
 from ._backpressure import Backpressure
+from ._backstop import caller_watches
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
@@ -354,7 +355,10 @@ class Scheduler(Admission, Delays, Backpressure):
         self.slots.take(run)
         deadline = run.deadline  # the earlier of its two clocks (`begin_attempt`)
         if deadline is not None:
-            self._arm(run, deadline - time.monotonic(), Deadline)
+            if caller_watches(run):
+                run.ticket.armed = Deadline  # its caller's first look is its timer
+            else:
+                self._arm(run, deadline - time.monotonic(), Deadline)
         try:
             backend.submit(Job(run, n))
         except BackendUnavailable as e:

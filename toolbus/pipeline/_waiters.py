@@ -7,6 +7,7 @@ released once, from any thread, with the call's result (or a batch's).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -31,11 +32,17 @@ class Waiter:
 
 
 class ThreadWaiter(Waiter):
-    __slots__ = ("latch", "value")
+    """A blocked thread's waiter: made on the thread that will block on it."""
+
+    __slots__ = ("latch", "looking", "owner", "value")
 
     def __init__(self) -> None:
         self.latch = Latch()  # `latch.flag`: released
         self.value: Any = None
+        self.owner = threading.get_ident()
+        # Set by the waiting thread once it first looks at its calls' deadlines:
+        # until then, a deadline set on that thread is sure to be seen by it.
+        self.looking = False
 
     def release(self, value: Any) -> None:
         self.value = value
