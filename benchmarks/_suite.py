@@ -23,6 +23,7 @@ from . import (
     process,
     ray_backend,
     scaling,
+    scanning,
     throughput,
     waiting,
 )
@@ -60,6 +61,7 @@ SCENARIOS: list[Scenario] = [
         "Scenario 16: callers freed at their deadline beside a CPU-bound thread",
         lateness.run,
     ),
+    ("scanning", "Scenario 17: the content scanner, per KB of text", scanning.run),
 ]
 
 
@@ -160,6 +162,12 @@ def goals() -> list[Goal]:
         Goal("rss_growth", "RSS growth over the long run", "≤ 5 MB", "longrun"),
         Goal("threads_flat", "thread count over the long run", "flat", "longrun"),
         Goal("bus_idle", "bus work per lifecycle step, no subscriber", "< 0.1 µs", "bus"),
+        Goal(
+            "scan_per_kb",
+            "content scanner, fast matcher: CPU per KB scanned (µs: a count, not a ratio)",
+            "≤ 20 µs",
+            "scanning",
+        ),
         Goal("chaos_lost", "chaos: lost + duplicated calls", "0", "chaos"),
         Goal(
             "chaos_late_p99",

@@ -51,6 +51,7 @@ from .models import BatchResult, ErrorCode, ToolCall, ToolResult
 from .pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter
 from .policies import ApprovalDecision, Policy
 from .retry import RetryPolicy
+from .scanning import ContentScanner
 from .tools import Tool, ToolRegistry
 
 __all__ = ["MAX_LISTED_TOOLS", "Executor", "ExecutorStats", "Submission"]
@@ -74,6 +75,8 @@ class Executor(ExecutorHooks, Submitting):
     call's applies (docs/reference.md#deadlines-two-clocks).
     `secret_keys` adds names to the default secret-looking keys for this
     executor's default masking (so it cannot be combined with `masker=`).
+    `scanner`: a `toolbus.scanning.ContentScanner`, which then scans all it
+    publishes and stores for secrets and personal data (docs/policies.md).
 
     Backpressure (docs/reference.md#backpressure): `max_queued` (None, or an
     integer >= 1) bounds the calls waiting for a slot of `max_parallel`, and
@@ -92,10 +95,8 @@ class Executor(ExecutorHooks, Submitting):
     idempotency key already ended ok is answered from the journal without
     running. `journal_retention` (with a path): a `toolbus.journal.Retention`
     or `{"days": ..., "rows": ...}`. `journal_timeout` (default 5 s) bounds
-    every wait for the journal's disk: opening it and recording this
-    executor's session (a `TimeoutError` here), and each mutating call's
-    intent (the call then runs unjournaled, logged as an error: see
-    docs/journal.md).
+    every wait for its disk: opening it and recording this executor's session
+    (`TimeoutError`), each mutating call's intent (docs/journal.md).
     `inject` supplies the values of injected parameters (`toolbus.Injected`):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
@@ -105,10 +106,8 @@ class Executor(ExecutorHooks, Submitting):
     itself, which then has it for everyone holding it (docs/policies.md).
     `name` tells this executor apart in metrics, traces and logs (the `executor`
     label of `toolbus.observe`); by default `executor-1`, `executor-2`, ... in
-    the order executors are made in this process, skipping a name an executor
-    still alive (closed or not, until it is garbage collected) was given: a
-    default name never repeats one in use. A name given explicitly is taken
-    as it is, even if another executor has it.
+    the order made, skipping names of executors still alive (closed or not,
+    until collected). A name given is taken as it is, even if in use.
     """
 
     def __init__(
@@ -142,6 +141,7 @@ class Executor(ExecutorHooks, Submitting):
         inject: Mapping[str, Callable[[ToolCall], Any]] | None = None,
         name: str | None = None,
         policies: Sequence[Policy] = (),
+        scanner: ContentScanner | None = None,
     ) -> None:
         opts = check_options(
             name=name,
@@ -158,6 +158,7 @@ class Executor(ExecutorHooks, Submitting):
             max_queued=max_queued,
             on_full=on_full,
             call_timeout=call_timeout,
+            scanner=scanner,
         )
         self._secret_keys = opts.secret_keys
         self.registry = registry
@@ -214,6 +215,7 @@ class Executor(ExecutorHooks, Submitting):
                 backends=self._backends,
                 groups=self._groups,
                 group_queues=self._group_queues,
+                scanner=opts.scanner,
             )
         except BaseException:  # release the journal: nothing is left behind
             close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
@@ -475,9 +477,8 @@ class Executor(ExecutorHooks, Submitting):
         """A snapshot of the supervisor's counters (answered even while tools hang).
 
         Exact: a caller is woken only after its call is counted, so right after
-        `execute()` returns its call is in `ok`/`error`/... and no longer in
-        flight. After `close()`, the final counters. (`timeout` is kept for
-        compatibility: the answer never waits for a thread.)
+        `execute()` returns its call is in `ok`/`error`/..., not in flight.
+        After `close()`, the final counters. (`timeout`: kept for compatibility.)
         """
         if self._final_stats is not None:
             return self._final_stats.model_copy(update={"events_dropped": self._announcer.dropped})

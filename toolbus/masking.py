@@ -20,7 +20,10 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .scanning import ContentScanner
 
 __all__ = [
     "DEFAULT_SECRET_KEYS",
@@ -388,9 +391,9 @@ def scrub_published(scrubber: Scrubber, value: Any) -> Any:
     value (tuples become lists), and an object whose text shows a secret
     replaced by that text, scrubbed. `value` itself where nothing changes."""
     pattern = scrubber._pattern
-    if pattern is None:
-        return value
-    return _scrub_any(pattern, scrubber, value)
+    if pattern is not None:
+        value = _scrub_any(pattern, scrubber, value)
+    return value if scrubber.scanner is None else scrubber.scanner.value(value)
 
 
 def _scrub_any(pattern: re.Pattern[str], scrubber: Scrubber, value: Any) -> Any:
@@ -426,51 +429,66 @@ def _scrub_any(pattern: re.Pattern[str], scrubber: Scrubber, value: Any) -> Any:
 
 
 class Scrubber:
-    """Removes a fixed set of secret values from text and JSON-like values.
+    """Removes a fixed set of secret values from text and JSON-like values,
+    then, with a content `scanner` (`toolbus.scanning`), what it finds.
 
-    An empty scrubber is falsy and costs nothing to apply.
+    An empty scrubber without a scanner is falsy and costs nothing to apply.
     """
 
-    __slots__ = ("_pattern", "_values")
+    __slots__ = ("_pattern", "_values", "scanner")
 
-    def __init__(self, values: Iterable[str] = ()) -> None:
+    def __init__(self, values: Iterable[str] = (), scanner: ContentScanner | None = None) -> None:
         uniq = sorted({v for v in values if len(v) >= MIN_SCRUB_LENGTH}, key=len, reverse=True)
         self._values: tuple[str, ...] = tuple(uniq)
         # Longest first so a secret that contains another is replaced whole.
         self._pattern = re.compile("|".join(map(re.escape, uniq))) if uniq else None
+        self.scanner = scanner
 
     def __bool__(self) -> bool:
-        return self._pattern is not None
+        return self._pattern is not None or self.scanner is not None
 
     @property
     def values(self) -> tuple[str, ...]:
         return self._values
 
     def merged(self, other: Scrubber) -> Scrubber:
-        if not other:
+        """Both scrubbers' values, and the scanner of either."""
+        if not other and other.scanner is None:
             return self
-        if not self:
+        scanner = self.scanner or other.scanner
+        if not self._values and other.scanner is scanner:
             return other
-        return Scrubber(self._values + other._values)
+        return Scrubber(self._values + other._values, scanner)
+
+    def known(self) -> Scrubber:
+        """This scrubber without its scanner: the known values alone."""
+        return self if self.scanner is None else Scrubber(self._values)
+
+    def for_model(self) -> Scrubber:
+        """What scrubs a result's text for the model: this scrubber, without
+        a scanner that leaves the model's copy alone (`to_model=False`)."""
+        scanner = self.scanner
+        return self if scanner is None or scanner.to_model else Scrubber(self._values)
 
     def text(self, text: str) -> str:
-        """`text` with every secret value replaced by the mask."""
-        if self._pattern is None:
-            return text
-        return self._pattern.sub(MASK, text)
+        """`text` with every secret value replaced by the mask (and what the
+        scanner finds, as its rules say)."""
+        if self._pattern is not None:
+            text = self._pattern.sub(MASK, text)
+        return text if self.scanner is None else self.scanner.text(text)
 
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets removed from every string."""
-        if self._pattern is None:
-            return value
-        return self._value(value)
+        if self._pattern is not None:
+            value = self._value(value)
+        return value if self.scanner is None else self.scanner.value(value)
 
     def _value(self, value: Any) -> Any:
         if isinstance(value, str):
-            return self.text(value)
+            return self._pattern.sub(MASK, value) if self._pattern is not None else value
         if isinstance(value, _MAPPINGS):
             return {
-                (self.text(k) if isinstance(k, str) else k): self._value(v)
+                (self._value(k) if isinstance(k, str) else k): self._value(v)
                 for k, v in value.items()
             }
         if isinstance(value, _SEQUENCES):

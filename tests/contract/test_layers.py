@@ -48,6 +48,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "pure decisions",
         (
             "toolbus.masking",
+            "toolbus.scanning",
             "toolbus.retry",
             "toolbus.formatting",
             "toolbus.calls",

@@ -111,6 +111,7 @@ STABLE_MODULES = (
     "toolbus.calls",
     "toolbus.hooks",
     "toolbus.scheduling",
+    "toolbus.scanning",
     "toolbus.bus",
     "toolbus.policies",
     "toolbus.tools",

@@ -22,8 +22,10 @@ from ..bus import Emitter
 from ..hooks import ExecutorHooks
 from ..journal import Journal
 from ..journal._session import Session
+from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall
 from ..pipeline import NestedCalls, Services
+from ..scanning import ContentScanner
 from ._options import Options
 
 __all__ = [
@@ -58,6 +60,7 @@ def start(
     backends: Backends,
     groups: dict[str, int],
     group_queues: dict[str, int] | None = None,
+    scanner: ContentScanner | None = None,
 ) -> Machinery:
     """Start an executor's threads and actors; `hooks` is the executor."""
     timers: TimerService | None = None
@@ -65,12 +68,16 @@ def start(
     try:
         timers = TimerService()
         loop = LoopThread()
+        # With a journal, its secret: keys stay the same across restarts.
+        key_secret = journal._key_secret if journal is not None else os.urandom(32)
+        # The scanner's `hash` action under the same secret: a tag stays the
+        # same across restarts with a journal.
+        scrubber = Scrubber(scanner=scanner.keyed(key_secret)) if scanner else EMPTY_SCRUBBER
         services = Services(
             emitter=emitter,
             hooks=hooks,
             max_argument_bytes=opts.max_argument_bytes,
-            # With a journal, its secret: keys stay the same across restarts.
-            key_secret=(journal._key_secret if journal is not None else os.urandom(32)),
+            key_secret=key_secret,
             journal=session,
             inject=inject,
             nested=nested,
@@ -78,6 +85,7 @@ def start(
             plain_post=plain_post(hooks),
             plain_retry=_default(hooks, "should_retry"),
             secret_keys=hooks._secret_keys,
+            scrubber=scrubber,
         )
         host = SupervisorHost(services, loop)
         scheduler = host.scheduler = Scheduler(

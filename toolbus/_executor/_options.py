@@ -28,6 +28,7 @@ from ..models import ToolCall
 from ..policies import Policy
 from ..policies._set import PolicySet
 from ..retry import RetryPolicy
+from ..scanning import ContentScanner
 from ..tools import Tool, ToolRegistry
 
 __all__ = [
@@ -60,6 +61,7 @@ class Options:
     max_queued: int | None = None  # calls waiting for a slot of max_parallel (None: no bound)
     on_full: str = "reject"  # or "wait": a sync producer waits for room (_backpressure.py)
     call_timeout: float | None = None  # the whole call's budget (None: none)
+    scanner: ContentScanner | None = None  # scans what is published (None: nothing)
 
 
 def check_options(
@@ -78,6 +80,7 @@ def check_options(
     max_queued: int | None = None,
     on_full: str = "reject",
     call_timeout: float | None = None,
+    scanner: ContentScanner | None = None,
 ) -> Options:
     """The scalar options checked, in this order (the first bad one raises)."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -97,6 +100,11 @@ def check_options(
     if max_queued is not None:
         max_queued = positive_int(max_queued, "max_queued", "Executor")
     on_full = check_on_full(on_full, "on_full", "Executor")
+    if scanner is not None and not isinstance(scanner, ContentScanner):
+        raise TypeError(
+            "Executor: scanner must be a toolbus.scanning.ContentScanner, "
+            f"got {type(scanner).__name__}"
+        )
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise TypeError(f"Executor: retry must be a RetryPolicy, got {type(retry).__name__}")
     keys = SecretKeys(secret_keys)
@@ -121,6 +129,7 @@ def check_options(
         max_queued=max_queued,
         on_full=on_full,
         call_timeout=call_timeout,
+        scanner=scanner,
     )
 
 

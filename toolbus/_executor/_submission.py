@@ -31,7 +31,7 @@ from ..backends import Backends
 from ..bus._delivery import describe
 from ..bus._failures import FailureLog
 from ..calls import CallLike, coerce_call
-from ..masking import SecretKeys
+from ..masking import EMPTY_SCRUBBER, SecretKeys
 from ..models import ToolCall
 from ..pipeline import BatchRun, Run, Services, Waiter
 from ..policies._set import PolicySet
@@ -202,7 +202,7 @@ class Submitting:
                 if step_tool is not None
                 else None
             )
-        return plan_run(
+        run = plan_run(
             c,
             plan,
             registry=self.registry,
@@ -218,6 +218,9 @@ class Submitting:
             timeout=clocks[0],
             call_timeout=clocks[1],
         )
+        if self._services.scrubber is not EMPTY_SCRUBBER:  # the executor's content scanner
+            run.scrubber = self._services.scrubber
+        return run
 
     def _submit_one(
         self,

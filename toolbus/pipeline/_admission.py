@@ -12,6 +12,7 @@ import orjson
 from .._json import dumps as json_dumps
 from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
 from ..models import ErrorCode, ToolCall, ToolResult, idempotency_key_problem
+from ..scanning import Finding, describe
 from ..tools import (
     ArgumentError,
     error_text,
@@ -33,7 +34,11 @@ def _reject(run: Run, code: ErrorCode, message: str) -> ToolResult:
 
 
 def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
+    """Set what may be published of the call's arguments (`run.masked`) and
+    what is scrubbed from what is published; return what the content scanner
+    blocks in them, if anything."""
     raw = call.arguments
+    blocked: Finding | None = None
     # Values the tool's schema types as secret are hidden whatever the masker does.
     paths = run.tool.secret_paths if run.tool is not None else ()
     try:
@@ -52,13 +57,22 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
         if masked is not raw:
             # Whatever the masker returned (a text, a list, an object), what is
             # published has every hidden value scrubbed from it.
-            masked, run.scrubber = published_arguments(raw, masked, typed)
+            masked, hidden = published_arguments(raw, masked, typed)
+            run.scrubber = run.scrubber.merged(hidden)
+        scanner = run.scrubber.scanner
+        if scanner is not None:
+            # What the tool gets, but for the secrets declared as such.
+            blocked = scanner.blocking(masked)
+            masked = scanner.value(masked)
         run.masked = masked
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # A broken masker must not leak: publish nothing of the arguments.
         run.masked = None
-        run.scrubber = Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
+        run.scrubber = run.scrubber.merged(
+            Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
+        )
         log_contained(f"masker failed for call {call.id}", e, run.scrubber)
+    return blocked
 
 
 def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
@@ -120,7 +134,14 @@ def admit(run: Run, svc: Services) -> Steps:
             return refused
         new = refused
     run.call = new
-    yield from _mask(run, new, svc)
+    blocked = yield from _mask(run, new, svc)
+    if blocked is not None:
+        return _reject(
+            run,
+            ErrorCode.CONTENT_BLOCKED,
+            f"Tool '{new.name}' was not called: its arguments hold {describe(blocked)}, "
+            "which this executor's content scanner blocks",
+        )
     if tool.injected_required and isinstance(new.arguments, dict):
         args = new.arguments
         missing = [n for n in tool.injected if n in tool.injected_required and n not in args]

@@ -13,6 +13,7 @@ from ..bus._events import (
 )
 from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ErrorCode, Status, ToolResult
+from ..scanning import ContentScanner, describe
 from ._make import log_contained, make_result
 from ._policies import tell_results
 from ._run import Run
@@ -40,6 +41,32 @@ def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
     )
 
 
+def _unless_blocked(run: Run, result: ToolResult, scanner: ContentScanner) -> ToolResult:
+    """`result`, or, if the content scanner blocks something in it, a
+    `rejected` result (`CONTENT_BLOCKED`) that withholds it."""
+    found = (
+        scanner.blocking(result.output)
+        or scanner.blocking(result.error)
+        or scanner.blocking(result.metadata)
+        or next(
+            (f for a in result.attachments if (f := scanner.blocking(a.model_dump())) is not None),
+            None,
+        )
+    )
+    if found is None:
+        return result
+    return make_result(
+        run,
+        "rejected",
+        error=(
+            f"Tool '{run.call.name}' ran, but its result holds {describe(found)}, which this "
+            "executor's content scanner blocks: the result is withheld"
+        ),
+        code=ErrorCode.CONTENT_BLOCKED,
+        attempts=result.attempts,
+    )
+
+
 def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     """Make `result` the call's terminal result if it has none yet; announce it.
 
@@ -48,14 +75,29 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     if run.completed_late and "completed_late" not in result.metadata:
         # The model must not redo a side effect that did happen, only too late.
         result = result.model_copy(update={"metadata": {**result.metadata, "completed_late": True}})
-    if run.scrubber is not EMPTY_SCRUBBER:
-        result = _scrubbed(run.scrubber, result)
+    scrubber = run.scrubber
+    # What is published and journaled, where it is not what the model gets (a
+    # content scanner that leaves the model's copy alone: `to_model=False`).
+    published: ToolResult | None = None
+    if scrubber is not EMPTY_SCRUBBER:
+        scanner = scrubber.scanner
+        if scanner is not None:
+            result = _unless_blocked(run, result, scanner)
+            if not scanner.to_model:
+                published = _scrubbed(scrubber, result)
+                scrubber = scrubber.for_model()
+        result = _scrubbed(scrubber, result)
     if not run.try_complete(result):
         return False
     if run.consulted or run.delayed_by is not None:
         # Ours now: the policies that let the call through see how it ended
         # (and a spill or cache may hand back another result to publish).
-        result = run.result = _scrubbed(run.scrubber, tell_results(run, result, svc))
+        told = tell_results(run, result, svc)
+        if published is not None and told is not result:
+            published = _scrubbed(run.scrubber, told)
+        result = run.result = _scrubbed(scrubber, told)
+    if published is not None:
+        result = published  # from here on, `result` is what is published
     if run.journaled:
         try:
             svc.journal.ended(run, result)  # type: ignore[union-attr]

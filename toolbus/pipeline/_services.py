@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol, cast
 from ..bus import _signals as sig
 from ..bus._events import LateResult, WorkerKilled
 from ..bus._publisher import Emitter
-from ..masking import SecretKeys
+from ..masking import EMPTY_SCRUBBER, Scrubber, SecretKeys
 from ..models import ToolCall, ToolResult
 from ..retry import AttemptFailure
 from ..tools import ToolContext
@@ -132,6 +132,9 @@ class Services:
     # The executor's `secret_keys`: with plain admission, the default masking
     # is applied here without a trip through the hook.
     secret_keys: SecretKeys | None = None
+    # What every run's scrubber starts as: with the executor's content scanner
+    # (`Executor(scanner=...)`), one that scans whatever it scrubs.
+    scrubber: Scrubber = EMPTY_SCRUBBER
 
     def set_plain(self, admission: bool, post: bool, retry: bool) -> None:
         """The executor's hooks changed after it started (one set on the

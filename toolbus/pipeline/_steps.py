@@ -423,7 +423,8 @@ def after_failure(
     run: Run, n: int, error: BaseException, svc: Services, *, timed_out: bool
 ) -> Steps:
     run.phase = FINISHING
-    text = run.scrubber.text(str(error) if timed_out else error_text(error))
+    # The result's error: published scanned, in `finish`, whatever the model gets.
+    text = run.scrubber.for_model().text(str(error) if timed_out else error_text(error))
     decision = RetryDecision.give_up()
     # A tool that says "no retry" (ToolFailure(retry=False)) is not second-guessed:
     # no hook is asked, so none can force a retry.
