@@ -490,12 +490,10 @@ class Executor(ExecutorHooks, Submitting):
     ) -> bool:
         """Wait until every event announced before this call was delivered to every
         subscription (or dropped and counted); False if `timeout` passed first.
-        With `subscription`, wait for that one only: closing an observer need not
-        wait for a slow neighbour.
+        With `subscription`, wait for that one only (not for a slow neighbour).
 
         Results never wait for observers; call this when you need both. From a
-        receiver (a delivery thread) it returns False at once: waiting there
-        would stall the bus.
+        receiver (a delivery thread) it returns False at once (it would stall the bus).
         """
         if subscription is not None and not isinstance(subscription, Subscription):
             # Anything else matches no queue: it would claim delivery at once.
@@ -508,15 +506,13 @@ class Executor(ExecutorHooks, Submitting):
     def on_submit(self, hook: Callable[[Submission], None]) -> Callable[[], None]:
         """Call `hook(submission)` whenever calls are submitted; return what removes it.
 
-        It runs on the submitting thread, in the caller's `contextvars` context
-        (an async caller's task's), before the calls are handed on: before any
-        of their events is announced, for `execute`, `execute_batch`,
-        `aexecute` and `aexecute_batch` alike. So an observer can capture what
-        the caller's context holds (a trace's current span, say) and find it
-        again by call id when the calls' events reach it later, on a delivery
-        thread (`toolbus.observe.instrument_otel` does). It gets call ids, not
-        arguments. Keep it short: the caller waits for it. Whatever it raises
-        is logged (rate-limited) and the calls go on.
+        It runs on the submitting thread, in the caller's `contextvars` context,
+        before the calls are handed on and any of their events is announced
+        (every `execute*`). So an observer can capture what the caller's context
+        holds (a trace's span) and find it again by call id when the calls'
+        events reach it on a delivery thread (`observe.instrument_otel` does).
+        It gets call ids, not arguments. Keep it short: the caller waits for
+        it. Whatever it raises is logged (rate-limited) and the calls go on.
         """
         return self._submission.add(hook)
 
@@ -536,6 +532,11 @@ class Executor(ExecutorHooks, Submitting):
         """The journal this executor records its mutating calls in, if any."""
         return self._journal
 
+    @property
+    def scanner(self) -> ContentScanner | None:
+        """The content scanner it was given (`scanner=`), hashing under its secret."""
+        return self._services.scrubber.scanner
+
     def in_doubt(self) -> list[JournalRecord]:
         """The journal's calls in doubt (`Journal.in_doubt()`): mutating calls
         that started under an owner that is gone and never recorded an outcome.
@@ -553,8 +554,7 @@ class Executor(ExecutorHooks, Submitting):
         within `timeout` seconds in total.
 
         Events not delivered by then are counted (`stats().events_dropped`) and
-        logged per receiver. Stuck tool threads are daemons and are left behind;
-        they never keep the process alive.
+        logged per receiver. Stuck tool threads are daemons, left behind.
         """
         timeout = close_budget(timeout)  # first: a bad one must not half close it
         with self._close_lock:

@@ -183,6 +183,10 @@ def build_server(
                     result = await executor.aexecute(call)
             else:
                 result = await executor.aexecute(call)
+        scanner = executor.scanner
+        if scanner is not None and not scanner.to_model:
+            # A reply leaves the process: it is published, whatever the caller's copy is.
+            result = scanner.result(result)
         return call_result(result, tool)
 
     def input_schema(tool_name: str) -> dict[str, Any] | None:

@@ -234,7 +234,7 @@ def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
             return _reject(
                 run,
                 ErrorCode.TOOL_NOT_ALLOWED,
-                run.scrubber.text(f"Could not supply '{name}': {error_text(e)}"),
+                run.scrubber.for_model().text(f"Could not supply '{name}': {error_text(e)}"),
             )
         values[name] = value
     return call.with_arguments({**args, **values}) if values else call

@@ -189,10 +189,13 @@ def attempt(
     pid = run.parent_call_id
     # Built on a delivery thread (`emit_later`): this is the caller's critical path.
     if n > 1 and em.listening[sig.RETRY_ATTEMPT]:
+        # The model's text of the last error: scanned here where a content
+        # scanner leaves the model's copy alone.
+        last = run.last_error if run.scrubber.scanner is None else run.scrubber.text(run.last_error)
         em.emit_later(
             sig.RETRY_ATTEMPT,
             RetryAttempt,
-            (call_id, name, bid, n, run.last_error, run.retry_delay, run.policy.max_attempts),
+            (call_id, name, bid, n, last, run.retry_delay, run.policy.max_attempts),
             pid,
             run.token,
         )

@@ -148,17 +148,20 @@ def secret_like(value: str) -> bool:
     """A value worth hiding where a secret is expected (after "password:",
     under a key named like one): long enough, not a word or a placeholder,
     and random enough."""
-    if not 8 <= len(value) <= 4096 or value.isalpha() or _PLACEHOLDER.fullmatch(value):
+    if not 8 <= len(value) <= 4096 or _PLACEHOLDER.fullmatch(value):
         return False
     if _PATH_OR_URL.fullmatch(value):
         return False
+    if value.isalpha():
+        # A word is no secret; sixteen random letters are.
+        return len(value) >= 16 and shannon_entropy(value) > 3.5
     return shannon_entropy(value) > 3.0
 
 
 # A value that stands in for a secret rather than being one.
 _PLACEHOLDER = re.compile(
     r"(?i)(?:\$\{?[\w.]+\}?|\{\{.*\}\}|<[^<>]*>|%[\w]+%|\*+|x+|\.+|-+|null|none|true|false"
-    r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the)[_-]?\w*|example\w*)"
+    r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the|example)[a-z_-]*)"
 )
 
 # A file's path (`exports/2026/07/part-1.json`, an S3 object's "Key") or a URL
@@ -175,8 +178,19 @@ _SECRET_WORDS = (
 
 
 def builtin_rules() -> list[Rule]:
-    """toolbus's own rules: personal data, and a secret after a secret word."""
+    """toolbus's own rules: personal data, a secret after a secret word, and
+    where gitleaks' own misses (it replaces gitleaks' rule of the same id)."""
     return [
+        Rule(
+            # gitleaks' ends a key with `\b`, which a key ending in "-" (1 in 64)
+            # does not pass.
+            "openai-api-key",
+            r"\b(sk-(?:proj|svcacct|admin)-(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})T3BlbkFJ"
+            r"(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})|sk-[a-zA-Z0-9]{20}T3BlbkFJ[a-zA-Z0-9]{20})"
+            r"(?![A-Za-z0-9_-])",
+            entropy=3.0,
+            keywords=("t3blbkfj",),
+        ),
         Rule(
             "email",
             r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+"
@@ -212,7 +226,8 @@ def builtin_rules() -> list[Rule]:
         ),
         Rule(
             "secret-after-word",
-            rf"(?:{_SECRET_WORDS})[\"']?(?:\s+is|\s*(?::|=|:=|=>))\s*[\"'`]?"
+            # ("secret_2": a numbered name is the same name.)
+            rf"(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))\s*[\"'`]?"
             r"([^\s\"'`,;]{8,4096})",
             kind="secret",
             group=1,

@@ -17,9 +17,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from ..masking import is_secret_key
+from ..models import ToolResult
 from ._actions import ACTIONS, Action, Finding, checked_actions, merged, replacement
 from ._matcher import make_prefilter
-from ._rules import PERSONAL, SECRETS, Rule, builtin_rules, gitleaks_rules, secret_like
+from ._rules import (
+    PERSONAL,
+    SECRETS,
+    Rule,
+    builtin_rules,
+    gitleaks_rules,
+    go_to_python,
+    secret_like,
+)
 
 __all__ = ["ContentScanner"]
 
@@ -118,7 +127,9 @@ class ContentScanner:
             self._allow = [re.compile(a) for a in _strings(allow, "allow")]
         except re.error as e:
             raise ValueError(f"ContentScanner: an allow pattern does not compile: {e}") from None
-        self._global_allow = tuple(re.compile(a) for a in global_allow)
+        # Whole values: gitleaks' "(?i)^true|false|null$" means the value "false",
+        # not any value holding it (a search would let "falsetto@example.org" by).
+        self._global_allow = tuple(re.compile(go_to_python(f"(?:{a})")) for a in global_allow)
         self._stopwords = stopwords
         self._keywords = tuple(r.keywords for r in self._rules)
         self._keywordless = tuple(i for i, r in enumerate(self._rules) if not r.keywords)
@@ -194,7 +205,7 @@ class ContentScanner:
         return merged(found) if len(found) > 1 else found
 
     def _allowed(self, value: str) -> bool:
-        if any(a.search(value) for a in self._global_allow):
+        if any(a.fullmatch(value) for a in self._global_allow):
             return True
         low = value.lower()
         if any(s in low for s in self._stopwords):
@@ -223,6 +234,24 @@ class ContentScanner:
         integer that is a card number becomes its replacement text. `value`
         itself where nothing changes."""
         return self._walk(value, None)
+
+    def result(self, result: ToolResult) -> ToolResult:
+        """A copy of `result` with its output, error, metadata and attachments
+        scanned (`result` itself where nothing changes)."""
+        update = {
+            "output": self.value(result.output),
+            "error": self.text(result.error) if result.error else result.error,
+            "metadata": self.value(result.metadata),
+            "attachments": tuple(
+                a.model_copy(update=self.value(a.model_dump(exclude={"type"})))
+                for a in result.attachments
+            ),
+        }
+        if all(update[k] is getattr(result, k) for k in ("output", "error", "metadata")) and all(
+            a == b for a, b in zip(update["attachments"], result.attachments, strict=True)
+        ):
+            return result
+        return result.model_copy(update=update)
 
     def blocking(self, value: Any) -> Finding | None:
         """The first finding in `value` (as `value` walks it) whose action is
