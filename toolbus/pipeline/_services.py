@@ -145,23 +145,28 @@ class Services:
 
     def announce_killed(self, run: Run, pid: int, reason: str) -> None:
         """A process running `run`'s attempt was killed by toolbus: count it and
-        announce `tool:killed`. Every backend or tool that kills a process says so here."""
-        self.killed.add()
-        em = self.emitter
-        if em.wants(sig.KILLED):
-            em.emit(
-                sig.KILLED,
-                WorkerKilled(
-                    run.call.id,
-                    run.call.name,
-                    run.batch_id,
-                    run.attempt,
-                    pid,
-                    reason,
-                    parent_call_id=run.parent_call_id,
-                    _run=run.token,
-                ),
-            )
+        announce `tool:killed`. Every backend or tool that kills a process says so here.
+
+        Announced before it is counted: whoever sees the count (`stats()`) and
+        then drains the events finds this one among them."""
+        try:
+            em = self.emitter
+            if em.wants(sig.KILLED):
+                em.emit(
+                    sig.KILLED,
+                    WorkerKilled(
+                        run.call.id,
+                        run.call.name,
+                        run.batch_id,
+                        run.attempt,
+                        pid,
+                        reason,
+                        parent_call_id=run.parent_call_id,
+                        _run=run.token,
+                    ),
+                )
+        finally:
+            self.killed.add()
 
 
 # What sync hooks return; inspect.isawaitable (an ABC check) costs ~1 µs a call.
