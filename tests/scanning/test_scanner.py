@@ -242,3 +242,16 @@ def test_gitleaks_rules_are_translated_from_go() -> None:
     assert len(loaded.rules) >= 200
     # Every rule compiles in Python; two are left out, for the reasons given.
     assert set(loaded.skipped) == {"generic-api-key", "pkcs12-file"}
+
+
+def test_no_rule_runs_an_unbounded_any_character_run() -> None:
+    """Python's engine backtracks where gitleaks' (Go's) does not: an unbounded
+    ".*" from a keyword (its curl rules) made a line of "curl curl ..." cost
+    its length squared (48 KB: seconds, holding the GIL). Translated, every
+    such run is bounded, so the cost grows with the text, not its square."""
+    classes = re.compile(r"\[\^?\]?(?:\\.|[^\]\\])*\]")
+    for rule in ContentScanner(engine="re").rules:
+        outside = classes.sub("", rule.pattern)
+        assert re.search(r"(?<!\\)\.[*+]", outside) is None, rule.id
+    curl = next(r for r in gitleaks_rules().rules if r.id == "curl-auth-header")
+    assert curl.compiled.search('curl -s https://x -H "Authorization: Bearer abcdefgh12345678"')

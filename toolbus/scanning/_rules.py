@@ -361,7 +361,20 @@ def gitleaks_rules(text: str | None = None) -> Loaded:
 _CONTEXT = r"[\w.-]{0,50}?"
 
 
+# Go's engine runs in linear time whatever the pattern; Python's backtracks. An
+# unbounded ".*" (gitleaks' curl rules: from "curl" to its "-H") then costs the
+# square of a line's length when the line repeats the keyword: 48 KB of
+# "curl curl ..." took seconds, holding the GIL. Bounded, the cost is linear.
+_ANY_RUN = re.compile(r"(?<!\\)\.\*(\??)")
+_LONGEST_RUN = 256
+
+
+def _bounded(pattern: str) -> str:
+    return _ANY_RUN.sub(lambda m: f"[^\\n]{{0,{_LONGEST_RUN}}}{m.group(1)}", pattern)
+
+
 def _without_context(pattern: str) -> str:
+    pattern = _bounded(pattern)
     changed = True
     while changed:
         changed = False
