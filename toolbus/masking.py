@@ -393,7 +393,7 @@ def scrub_published(scrubber: Scrubber, value: Any) -> Any:
     pattern = scrubber._pattern
     if pattern is not None:
         value = _scrub_any(pattern, scrubber, value)
-    return value if scrubber.scanner is None else scrubber.scanner.value(value)
+    return value if scrubber.scanner is None else _scanned(scrubber.scanner.value, value)
 
 
 def _scrub_any(pattern: re.Pattern[str], scrubber: Scrubber, value: Any) -> Any:
@@ -475,13 +475,13 @@ class Scrubber:
         scanner finds, as its rules say)."""
         if self._pattern is not None:
             text = self._pattern.sub(MASK, text)
-        return text if self.scanner is None else self.scanner.text(text)
+        return text if self.scanner is None else _scanned(self.scanner.text, text)
 
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets removed from every string."""
         if self._pattern is not None:
             value = self._value(value)
-        return value if self.scanner is None else self.scanner.value(value)
+        return value if self.scanner is None else _scanned(self.scanner.value, value)
 
     def _value(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -500,3 +500,14 @@ class Scrubber:
 
 
 EMPTY_SCRUBBER = Scrubber()
+
+# What stands for a value the content scanner failed on (a structure too deep
+# for it, say): nothing of it is published.
+UNSCANNABLE = "[REDACTED:unscannable]"
+
+
+def _scanned(scan: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return scan(value)
+    except Exception:
+        return UNSCANNABLE

@@ -22,7 +22,7 @@ from toolbus.scanning import (
     luhn_ok,
     shannon_entropy,
 )
-from toolbus.scanning._rules import gitleaks_rules, go_to_python
+from toolbus.scanning._gitleaks import gitleaks_rules, go_to_python
 
 CORPUS = Path(__file__).parent / "corpus"
 ENGINES = ["re", pytest.param("hyperscan", marks=pytest.mark.skipif(
@@ -255,3 +255,36 @@ def test_no_rule_runs_an_unbounded_any_character_run() -> None:
         assert re.search(r"(?<!\\)\.[*+]", outside) is None, rule.id
     curl = next(r for r in gitleaks_rules().rules if r.id == "curl-auth-header")
     assert curl.compiled.search('curl -s https://x -H "Authorization: Bearer abcdefgh12345678"')
+
+
+def test_a_rule_that_fails_withholds_the_text_it_failed_on() -> None:
+    def broken(value: str) -> bool:
+        raise ValueError(f"cannot read {value}")
+
+    s = ContentScanner(engine="re", rules=[Rule("acme", r"ACME-\d{4}", check=broken)])
+    assert s.text("id ACME-1234 here") == "[REDACTED:secret]"
+    with pytest.raises(TypeError, match="pattern must be a str"):
+        Rule("acme", rb"ACME-\d{4}")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="allow must be a list of strings"):
+        Rule("acme", "a", allow="test")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="check must be a function"):
+        Rule("acme", "a", check="nope")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="entropy must be"):
+        Rule("acme", "a", entropy=float("nan"))
+
+
+def test_a_card_number_kept_as_a_float_is_found() -> None:
+    s = ContentScanner(engine="re", actions={"card": "block"})
+    assert s.value({"card": 4111111111111111.0, "price": 12.5}) == {
+        "card": "[REDACTED:card]",
+        "price": 12.5,
+    }
+    found = s.blocking([4111111111111111.0])
+    assert found is not None and found.kind == "card"
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="the scan extra is not installed")
+def test_a_rule_hyperscan_cannot_compile_is_left_to_python() -> None:
+    rule = Rule("ascii-word", r"(?a)zz\w{3}", keywords=("zz",))  # (?a): Python's only
+    s = ContentScanner(engine="hyperscan", rules=[rule], builtin=False)
+    assert [f.rule for f in s.findings("x zzabc y")] == ["ascii-word"]

@@ -907,3 +907,28 @@ def test_a_secret_starting_with_my_is_found(engine: Engine) -> None:
     value = "mylKW__xH406A4fZ7XS0wi4O"  # TOOLBUS_SCAN_SEED=1211
     scanner = ContentScanner(engine=engine)
     assert value not in scanner.text(f"The staging secret: {value} (do not share).")
+
+
+def test_block_on_arguments_holds_whatever_the_masker_does(make_executor: MakeExecutor) -> None:
+    """The block is decided on the arguments the tool would get (but for the
+    secrets declared as such), not on what a masker of the user's returns."""
+    ran: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def pay(note: str) -> str:
+        ran.append(note)
+        return "paid"
+
+    def summarizing(call: ToolCall) -> str:
+        return "a payment"
+
+    def raising(call: ToolCall) -> str:
+        raise RuntimeError("masker down")
+
+    scanner = ContentScanner(engine="re", actions={"card": "block"})
+    for masker in (summarizing, raising):
+        ex = make_executor(reg, scanner=scanner, masker=masker)
+        result = ex.execute(ToolCall(name="pay", arguments={"note": "pay 4111111111111111"}))
+        assert (result.status, result.error_code) == ("rejected", ErrorCode.CONTENT_BLOCKED)
+    assert ran == []

@@ -12,7 +12,7 @@ import orjson
 from .._json import dumps as json_dumps
 from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
 from ..models import ErrorCode, ToolCall, ToolResult, idempotency_key_problem
-from ..scanning import Finding, describe
+from ..scanning import ContentScanner, Finding, describe
 from ..tools import (
     ArgumentError,
     error_text,
@@ -38,9 +38,10 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     what is scrubbed from what is published; return what the content scanner
     blocks in them, if anything."""
     raw = call.arguments
-    blocked: Finding | None = None
     # Values the tool's schema types as secret are hidden whatever the masker does.
     paths = run.tool.secret_paths if run.tool is not None else ()
+    scanner = run.scrubber.scanner
+    blocked = None if scanner is None else _blocked(scanner, raw, paths, svc)
     try:
         if svc.plain_admission:  # the default masker, without the hook's frame
             masked = mask_arguments(raw, svc.secret_keys)[0]
@@ -59,12 +60,7 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
             # published has every hidden value scrubbed from it.
             masked, hidden = published_arguments(raw, masked, typed)
             run.scrubber = run.scrubber.merged(hidden)
-        scanner = run.scrubber.scanner
-        if scanner is not None:
-            # What the tool gets, but for the secrets declared as such.
-            blocked = scanner.blocking(masked)
-            masked = scanner.value(masked)
-        run.masked = masked
+        run.masked = masked if scanner is None else scanner.value(masked)
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # A broken masker must not leak: publish nothing of the arguments.
         run.masked = None
@@ -73,6 +69,21 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
         )
         log_contained(f"masker failed for call {call.id}", e, run.scrubber)
     return blocked
+
+
+def _blocked(scanner: ContentScanner, raw: Any, paths: Any, svc: Services) -> Finding | None:
+    """What the scanner blocks in the arguments the tool would get, but for
+    the secrets declared as such (under secret-looking keys, at secret-typed
+    paths): decided whatever a masker of the user's does or fails to do, and
+    failing closed should the scanner itself fail."""
+    try:
+        declared = mask_arguments(raw, svc.secret_keys)[0]
+        if paths:
+            declared = mask_paths(declared, raw, paths)[0]
+        return scanner.blocking(declared)
+    except Exception as e:
+        log.warning("content scanner failed on call arguments (%s): blocked", type(e).__name__)
+        return Finding("scanner-failed", "secret", 0, 0, "block")
 
 
 def _argument_size(args: dict[str, Any] | str, limit: int) -> int:

@@ -13,7 +13,7 @@ from ..bus._events import (
 )
 from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ErrorCode, Status, ToolResult
-from ..scanning import ContentScanner, describe
+from ..scanning import ContentScanner, Finding, describe
 from ._make import log_contained, make_result
 from ._policies import tell_results
 from ._run import Run
@@ -44,15 +44,22 @@ def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
 def _unless_blocked(run: Run, result: ToolResult, scanner: ContentScanner) -> ToolResult:
     """`result`, or, if the content scanner blocks something in it, a
     `rejected` result (`CONTENT_BLOCKED`) that withholds it."""
-    found = (
-        scanner.blocking(result.output)
-        or scanner.blocking(result.error)
-        or scanner.blocking(result.metadata)
-        or next(
-            (f for a in result.attachments if (f := scanner.blocking(a.model_dump())) is not None),
-            None,
+    try:
+        found = (
+            scanner.blocking(result.output)
+            or scanner.blocking(result.error)
+            or scanner.blocking(result.metadata)
+            or next(
+                (
+                    f
+                    for a in result.attachments
+                    if (f := scanner.blocking(a.model_dump())) is not None
+                ),
+                None,
+            )
         )
-    )
+    except Exception:  # the scanner failed on it: fail closed
+        found = Finding("scanner-failed", "secret", 0, 0, "block")
     if found is None:
         return result
     return make_result(

@@ -56,32 +56,69 @@ class _Hyperscan(Prefilter):
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
         assert _hs is not None
-        flags = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
-        self._db = _hs.Database()
-        self._db.compile(
-            expressions=[r.pattern.encode() for r in rules],
-            ids=list(range(len(rules))),
-            elements=len(rules),
-            # A lowercase rule matches the text lower-cased: here, any case.
-            flags=[flags | (_hs.HS_FLAG_CASELESS if r.lowercase else 0) for r in rules],
-        )
+        # A rule hyperscan cannot compile (Python syntax it lacks, say) is
+        # always a candidate: Python's re decides it on every text.
+        everything = list(range(len(rules)))
+        try:
+            self._always: list[int] = []
+            self._db = _database(rules, everything)
+        except Exception:  # hyperscan.error: find which, one by one
+            self._always = [i for i, r in enumerate(rules) if not _compiles(r)]
+            bad = set(self._always)
+            self._db = _database(rules, [i for i in everything if i not in bad])
         # Scratch space is per database and not for two scans at once.
         self._local = threading.local()
 
     def candidates(self, text: str) -> Sequence[int]:
+        if self._db is None:  # no rule hyperscan could compile
+            return self.every
         data = text.encode() if text.isascii() else text.encode("ascii", _STAND_IN)
+        # Python's \s matches the four ASCII separators \x1c-\x1f; hyperscan's not.
+        data = data.translate(_SEPARATORS_AS_SPACE)
         hits: list[int] = []
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = _hs.Scratch(self._db)
         self._db.scan(data, match_event_handler=_collect, context=hits, scratch=scratch)
+        hits.extend(self._always)
         # In rule order, as without hyperscan: of two rules that find the same
         # value, the one listed first names it.
         hits.sort()
         return hits
 
 
+def _flags(rule: Rule) -> int:
+    # A lowercase rule matches the text lower-cased: here, any case.
+    flags: int = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
+    return flags | (_hs.HS_FLAG_CASELESS if rule.lowercase else 0)
+
+
+def _database(rules: Sequence[Rule], kept: Sequence[int]) -> Any:
+    """The rules `kept`, compiled (None: none to compile)."""
+    if not kept:
+        return None
+    db = _hs.Database()
+    db.compile(
+        expressions=[rules[i].pattern.encode() for i in kept],
+        ids=list(kept),
+        elements=len(kept),
+        flags=[_flags(rules[i]) for i in kept],
+    )
+    return db
+
+
+def _compiles(rule: Rule) -> bool:
+    try:
+        _database([rule], [0])
+    except Exception:  # hyperscan.error
+        return False
+    return True
+
+
 _WORD = re.compile(r"\w")
+_SEPARATORS_AS_SPACE = bytes.maketrans(b"\x1c\x1d\x1e\x1f", b"    ")
+# Letters Python's `(?i)` takes for an ASCII one though they do not lower-case to it.
+_FOLDS = {"\u017f": "s", "\u0130": "i", "\u0131": "i", "\u212a": "k", "\u212b": "a"}
 _STAND_IN = "toolbus-scan-stand-in"
 
 
@@ -91,7 +128,7 @@ def _stand_in(char: str) -> str:
     case-insensitive match if that is ASCII (the Kelvin sign is a "k" to
     Python's `(?i)`), else a digit, a letter, a space or a symbol, as
     Python's classes see it."""
-    folded = char.lower()
+    folded = _FOLDS.get(char) or char.lower()
     if folded.isascii() and len(folded) == 1:
         return folded
     if char.isdecimal():

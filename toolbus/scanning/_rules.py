@@ -14,24 +14,12 @@ IBANs, phone numbers) and the secret-after-a-secret-word rule are toolbus's.
 from __future__ import annotations
 
 import re
-import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
 
 from ._checks import iban_ok, luhn_ok, shannon_entropy
 
-__all__ = [
-    "KINDS",
-    "PERSONAL",
-    "SECRETS",
-    "Rule",
-    "builtin_rules",
-    "gitleaks_rules",
-    "go_to_python",
-    "secret_like",
-]
+__all__ = ["KINDS", "PERSONAL", "SECRETS", "Rule", "builtin_rules", "secret_like"]
 
 SECRETS = frozenset({"secret", "private_key", "jwt"})
 """The kinds of secrets: a credential in general, a private key, a JWT."""
@@ -74,16 +62,34 @@ class Rule:
             raise ValueError(f"Rule: id must be a non-empty string, got {self.id!r}")
         if not isinstance(self.kind, str) or not self.kind.strip():
             raise ValueError(f"Rule {self.id!r}: kind must be a non-empty string")
+        if not isinstance(self.pattern, str):
+            raise TypeError(
+                f"Rule {self.id!r}: pattern must be a str, got {type(self.pattern).__name__}"
+            )
         try:
             compiled = re.compile(self.pattern)
-        except (re.error, TypeError) as e:
+        except (re.error, TypeError, OverflowError) as e:
             raise ValueError(f"Rule {self.id!r}: pattern does not compile: {e}") from None
         if not isinstance(self.group, int) or not 0 <= self.group <= compiled.groups:
             raise ValueError(
                 f"Rule {self.id!r}: group must be 0..{compiled.groups}, got {self.group!r}"
             )
-        if isinstance(self.entropy, bool) or not isinstance(self.entropy, int | float):
-            raise ValueError(f"Rule {self.id!r}: entropy must be a number")
+        if (
+            isinstance(self.entropy, bool)
+            or not isinstance(self.entropy, int | float)
+            or not 0 <= self.entropy < 64
+        ):
+            raise ValueError(
+                f"Rule {self.id!r}: entropy must be a number from 0 (bits per character)"
+            )
+        if self.check is not None and not callable(self.check):
+            raise TypeError(f"Rule {self.id!r}: check must be a function of the value, or None")
+        if not isinstance(self.lowercase, bool):
+            raise TypeError(f"Rule {self.id!r}: lowercase must be True or False")
+        for option in ("keywords", "allow", "stopwords"):
+            given = getattr(self, option)
+            if isinstance(given, str | bytes) or not all(isinstance(x, str) for x in given):
+                raise TypeError(f"Rule {self.id!r}: {option} must be a list of strings")
         try:
             allowed = tuple(re.compile(a) for a in self.allow)
         except re.error as e:
@@ -236,162 +242,3 @@ def builtin_rules() -> list[Rule]:
             lowercase=True,
         ),
     ]
-
-
-# -- gitleaks ---------------------------------------------------------------------------
-
-# gitleaks' rule ids whose kind is not the general "secret".
-_GITLEAKS_KINDS = {"private-key": "private_key", "jwt": "jwt", "jwt-base64": "jwt"}
-# Dropped: what our own rules do better here (gitleaks' generic rule matches any
-# "key: <10+ word characters>", ids and hashes included, where ours asks for a
-# secret word and a secret-like value).
-_GITLEAKS_DROPPED = frozenset({"generic-api-key"})
-
-_POSIX = {
-    "alnum": "a-zA-Z0-9",
-    "alpha": "a-zA-Z",
-    "digit": "0-9",
-    "xdigit": "0-9A-Fa-f",
-    "upper": "A-Z",
-    "lower": "a-z",
-    "space": r"\s",
-    "word": r"\w",
-    "punct": r"!-/:-@\[-`{-~",
-}
-_INLINE_FLAGS = re.compile(r"\(\?([a-zA-Z]+)\)")
-
-
-def go_to_python(pattern: str) -> str:
-    """A Go (RE2) regular expression in Python's syntax: POSIX classes spelt
-    out, `\\z` as `\\Z`, and flags set mid-pattern (`a(?i)b`, which Python
-    rejects) scoped to the rest of their group (`a(?i:b)`)."""
-    for name, chars in _POSIX.items():
-        pattern = pattern.replace(f"[:{name}:]", chars)
-    pattern = pattern.replace(r"\z", r"\Z")
-    while True:
-        found = [m for m in _INLINE_FLAGS.finditer(pattern) if m.start() > 0]
-        if not found:
-            return pattern
-        m = found[0]
-        end = _group_end(pattern, m.end())
-        pattern = f"{pattern[: m.start()]}(?{m.group(1)}:{pattern[m.end() : end]}){pattern[end:]}"
-
-
-def _group_end(pattern: str, i: int) -> int:
-    """The index of the `)` closing the group that position `i` is in (or
-    the pattern's end), skipping escapes and character classes."""
-    depth = 0
-    n = len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i += 1
-            if i < n and pattern[i] == "^":
-                i += 1
-            if i < n and pattern[i] == "]":
-                i += 1
-            while i < n and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            if depth == 0:
-                return i
-            depth -= 1
-        i += 1
-    return n
-
-
-@dataclass(frozen=True, slots=True)
-class Loaded:
-    """Rules read from a gitleaks configuration, and what could not be used."""
-
-    rules: list[Rule]
-    skipped: dict[str, str]  # rule id: why
-    allow: tuple[str, ...]  # the configuration's global allow-list patterns
-    stopwords: tuple[str, ...]
-
-
-def gitleaks_rules(text: str | None = None) -> Loaded:
-    """The rules of a gitleaks TOML configuration (by default the vendored one)."""
-    if text is None:
-        text = resources.files(__package__).joinpath("rules/gitleaks.toml").read_text("utf-8")
-    config = tomllib.loads(text)
-    rules: list[Rule] = []
-    skipped: dict[str, str] = {}
-    for raw in config.get("rules", []):
-        rid = raw.get("id", "?")
-        if rid in _GITLEAKS_DROPPED:
-            skipped[rid] = "replaced by toolbus's secret-after-word rule"
-            continue
-        if "regex" not in raw:
-            skipped[rid] = "matches file paths only"
-            continue
-        allow, stop = _allowlists(raw.get("allowlists", ()))
-        try:
-            rules.append(
-                Rule(
-                    rid,
-                    _without_context(go_to_python(raw["regex"])),
-                    kind=_GITLEAKS_KINDS.get(rid, "secret"),
-                    group=int(raw.get("secretGroup", 0)),
-                    entropy=float(raw.get("entropy", 0.0)),
-                    keywords=tuple(raw.get("keywords", ())),
-                    allow=allow,
-                    stopwords=stop,
-                )
-            )
-        except ValueError as e:
-            skipped[rid] = str(e)
-    glob = config.get("allowlist", {})
-    return Loaded(
-        rules,
-        skipped,
-        tuple(go_to_python(r) for r in glob.get("regexes", ())),
-        tuple(glob.get("stopwords", ())),
-    )
-
-
-# gitleaks' patterns open with up to fifty characters of context before their
-# keyword. A match needs none of them (the value is a later group), and Python's
-# engine would try all fifty at every position of a text.
-_CONTEXT = r"[\w.-]{0,50}?"
-
-
-# Go's engine runs in linear time whatever the pattern; Python's backtracks. An
-# unbounded ".*" (gitleaks' curl rules: from "curl" to its "-H") then costs the
-# square of a line's length when the line repeats the keyword: 48 KB of
-# "curl curl ..." took seconds, holding the GIL. Bounded, the cost is linear.
-_ANY_RUN = re.compile(r"(?<!\\)\.\*(\??)")
-_LONGEST_RUN = 256
-
-
-def _bounded(pattern: str) -> str:
-    return _ANY_RUN.sub(lambda m: f"[^\\n]{{0,{_LONGEST_RUN}}}{m.group(1)}", pattern)
-
-
-def _without_context(pattern: str) -> str:
-    pattern = _bounded(pattern)
-    changed = True
-    while changed:
-        changed = False
-        for head in ("", "(?i)", "(?i:"):
-            if pattern.startswith(head + _CONTEXT):
-                pattern = head + pattern[len(head) + len(_CONTEXT) :]
-                changed = True
-    return pattern
-
-
-def _allowlists(lists: Sequence[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A rule's allow patterns and stop words (those that test the value: an
-    allow-list of paths or of the whole line has nothing to test here)."""
-    allow: list[str] = []
-    stop: list[str] = []
-    for a in lists:
-        if a.get("regexTarget", "secret") == "secret" and a.get("condition", "OR") == "OR":
-            allow.extend(go_to_python(r) for r in a.get("regexes", ()))
-        stop.extend(a.get("stopwords", ()))
-    return tuple(allow), tuple(stop)

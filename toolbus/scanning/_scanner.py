@@ -11,6 +11,7 @@ Pure and thread-safe: a scanner holds only what it compiled when made.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,18 +20,13 @@ from typing import Any, Literal
 from ..masking import is_secret_key
 from ..models import ToolResult
 from ._actions import ACTIONS, Action, Finding, checked_actions, merged, replacement
+from ._gitleaks import gitleaks_rules, go_to_python
 from ._matcher import make_prefilter
-from ._rules import (
-    PERSONAL,
-    SECRETS,
-    Rule,
-    builtin_rules,
-    gitleaks_rules,
-    go_to_python,
-    secret_like,
-)
+from ._rules import PERSONAL, SECRETS, Rule, builtin_rules, secret_like
 
 __all__ = ["ContentScanner"]
+
+log = logging.getLogger("toolbus.scanning")
 
 # A value under a secret-looking key that is random enough: not a pattern's.
 _KEY_VALUE_RULE = "secret-key-value"
@@ -193,15 +189,21 @@ class ContentScanner:
         for i in candidates:
             rule = self._rules[i]
             if not rule.lowercase:
-                matches = rule.compiled.finditer(text)
-            elif folds:
-                matches = rule.compiled.finditer(low)
+                target = text
+                pattern = rule.compiled
             else:
-                matches = rule.folded.finditer(text)
-            for m in matches:
-                span = rule.value_of(m, text)
-                if span is not None and not self._allowed(text[span[0] : span[1]]):
-                    found.append(Finding(rule.id, rule.kind, span[0], span[1], self._action[i]))
+                target = low if folds else text
+                pattern = rule.compiled if folds else rule.folded
+            try:
+                for m in pattern.finditer(target):
+                    span = rule.value_of(m, text)
+                    if span is not None and not self._allowed(text[span[0] : span[1]]):
+                        found.append(Finding(rule.id, rule.kind, *span, self._action[i]))
+            except Exception as e:
+                # A rule's own code failed (a user's `check`): nothing it may have
+                # been about to find is published, so the whole text counts.
+                _log_failed(rule, e)
+                found.append(Finding(rule.id, rule.kind, 0, len(text), self._action[i]))
         return merged(found) if len(found) > 1 else found
 
     def _allowed(self, value: str) -> bool:
@@ -279,9 +281,14 @@ class ContentScanner:
             if isinstance(value, list) and all(a is b for a, b in zip(items, value, strict=True)):
                 return value
             return items
-        if value is None or isinstance(value, bool | float):
+        if value is None or isinstance(value, bool):
             return value
-        if isinstance(value, int):
+        if isinstance(value, float):
+            # A card number kept as a float: 4111111111111111.0.
+            if not (value.is_integer() and 10**12 <= abs(value) < 10**19):
+                return value
+            text = str(int(value))
+        elif isinstance(value, int):
             if not 10**12 <= abs(value) < 10**19:
                 return value  # too short or too long for a card number
             text = str(value)
@@ -315,6 +322,8 @@ class ContentScanner:
                 if found is not None:
                     return found
             return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if isinstance(value, int) and not isinstance(value, bool) and 10**12 <= abs(value) < 10**19:
             return self._first_block(str(value), None)
         return None
@@ -332,6 +341,20 @@ class ContentScanner:
         a = self.actions
         group = "secrets" if kind in SECRETS else "personal" if kind in PERSONAL else None
         return a.get(kind) or (a.get(group) if group else None) or self.default
+
+
+_failed_rules: set[str] = set()
+
+
+def _log_failed(rule: Rule, error: Exception) -> None:
+    """Once per rule: its failure's type only (its message may quote the value)."""
+    if rule.id not in _failed_rules:
+        _failed_rules.add(rule.id)
+        log.warning(
+            "content scanner: rule %r failed (%s); the texts it failed on are withheld whole",
+            rule.id,
+            type(error).__name__,
+        )
 
 
 def _strings(values: Iterable[str], option: str) -> list[str]:
