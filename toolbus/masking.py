@@ -20,9 +20,10 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from .models import ToolResult
     from .scanning import ContentScanner
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Scrubber",
     "SecretKeys",
     "SecretPath",
+    "cleaned_result",
     "hidden_values",
     "is_secret_key",
     "mask_arguments",
@@ -500,6 +502,32 @@ class Scrubber:
 
 
 EMPTY_SCRUBBER = Scrubber()
+
+
+class _Cleaner(Protocol):
+    def text(self, text: str) -> str: ...
+    def value(self, value: Any) -> Any: ...
+
+
+def cleaned_result(cleaner: _Cleaner, result: ToolResult) -> ToolResult:
+    """`result` with its output, error, metadata and attachments passed
+    through `cleaner` (a `Scrubber`, a content scanner); `result` itself
+    where nothing changes."""
+    update = {
+        "output": cleaner.value(result.output),
+        "error": cleaner.text(result.error) if result.error else result.error,
+        "metadata": cleaner.value(result.metadata),
+        "attachments": tuple(
+            a.model_copy(update=cleaner.value(a.model_dump(exclude={"type"})))
+            for a in result.attachments
+        ),
+    }
+    if all(update[k] is getattr(result, k) for k in ("output", "error", "metadata")) and all(
+        a == b for a, b in zip(update["attachments"], result.attachments, strict=True)
+    ):
+        return result
+    return result.model_copy(update=update)
+
 
 # What stands for a value the content scanner failed on (a structure too deep
 # for it, say): nothing of it is published.

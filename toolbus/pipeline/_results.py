@@ -11,7 +11,7 @@ from ..bus._events import (
     RetryExhausted,
     RetrySuccess,
 )
-from ..masking import EMPTY_SCRUBBER, Scrubber
+from ..masking import EMPTY_SCRUBBER, Scrubber, cleaned_result
 from ..models import ErrorCode, Status, ToolResult
 from ..scanning import ContentScanner, Finding, describe
 from ._make import log_contained, make_result
@@ -26,19 +26,7 @@ from ._services import (
 
 
 def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
-    if not scrubber:
-        return result
-    return result.model_copy(
-        update={
-            "output": scrubber.value(result.output),
-            "error": scrubber.text(result.error) if result.error else result.error,
-            "metadata": scrubber.value(result.metadata),
-            "attachments": tuple(
-                a.model_copy(update=scrubber.value(a.model_dump(exclude={"type"})))
-                for a in result.attachments
-            ),
-        }
-    )
+    return cleaned_result(scrubber, result) if scrubber else result
 
 
 def _unless_blocked(run: Run, result: ToolResult, scanner: ContentScanner) -> ToolResult:

@@ -68,14 +68,9 @@ def _group_end(pattern: str, i: int) -> int:
             i += 2
             continue
         if c == "[":
-            i += 1
-            if i < n and pattern[i] == "^":
-                i += 1
-            if i < n and pattern[i] == "]":
-                i += 1
-            while i < n and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-        elif c == "(":
+            i = _class_end(pattern, i)
+            continue
+        if c == "(":
             depth += 1
         elif c == ")":
             if depth == 0:

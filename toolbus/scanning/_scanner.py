@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from ..masking import is_secret_key
+from ..masking import cleaned_result, is_secret_key
 from ..models import ToolResult
 from ._actions import ACTIONS, Action, Finding, checked_actions, merged, replacement
 from ._gitleaks import gitleaks_rules, go_to_python
@@ -240,20 +240,7 @@ class ContentScanner:
     def result(self, result: ToolResult) -> ToolResult:
         """A copy of `result` with its output, error, metadata and attachments
         scanned (`result` itself where nothing changes)."""
-        update = {
-            "output": self.value(result.output),
-            "error": self.text(result.error) if result.error else result.error,
-            "metadata": self.value(result.metadata),
-            "attachments": tuple(
-                a.model_copy(update=self.value(a.model_dump(exclude={"type"})))
-                for a in result.attachments
-            ),
-        }
-        if all(update[k] is getattr(result, k) for k in ("output", "error", "metadata")) and all(
-            a == b for a, b in zip(update["attachments"], result.attachments, strict=True)
-        ):
-            return result
-        return result.model_copy(update=update)
+        return cleaned_result(self, result)
 
     def blocking(self, value: Any) -> Finding | None:
         """The first finding in `value` (as `value` walks it) whose action is
