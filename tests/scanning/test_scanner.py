@@ -288,3 +288,14 @@ def test_a_rule_hyperscan_cannot_compile_is_left_to_python() -> None:
     rule = Rule("ascii-word", r"(?a)zz\w{3}", keywords=("zz",))  # (?a): Python's only
     s = ContentScanner(engine="hyperscan", rules=[rule], builtin=False)
     assert [f.rule for f in s.findings("x zzabc y")] == ["ascii-word"]
+
+
+def test_only_digits_written_as_a_card_is_are_a_card() -> None:
+    s = ContentScanner(engine="re")
+    counters = "cpu 41 11 11 11 11 11 11 11 11 0"  # Luhn-valid as one run, but counters
+    span_id = "span 4111111111111111235"  # 19 digits in one run (Luhn-valid): an id
+    assert s.text(counters) == counters and s.text(span_id) == span_id
+    printed = (
+        "a 4111 1111 1111 1111, b 3782 822463 10005, c 4111-1111-1111-1111, d 4111111111111111"
+    )
+    assert s.text(printed).count("[REDACTED:card]") == 4

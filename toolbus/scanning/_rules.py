@@ -136,13 +136,32 @@ class Rule:
 _CARD_PREFIX = re.compile(r"4|5[1-5]|2[2-7]|3[47]|3[0689]|35|6[0-9]")
 
 
+# How card numbers are grouped when they are: 4-4-4-4 (and 3 more), or an
+# Amex-like 4-6-5. Integers a space apart (a list of counters) are no card.
+_CARD_GROUPS = {
+    (4, 4, 4, 4),
+    (4, 4, 4, 4, 3),
+    (4, 4, 4, 1),
+    (4, 4, 4, 2),
+    (4, 4, 4, 3),
+    (4, 6, 5),
+    (4, 6, 4),
+}
+
+
 def _card(value: str) -> bool:
-    """A card number: Luhn, a known issuer's prefix, one kind of separator."""
+    """A card number: Luhn, a known issuer's prefix, and written as one: all
+    digits (13 to 16 of them; a longer run is more likely an id), or in the
+    groups cards are printed in, one kind of separator between them."""
     digits = "".join(c for c in value if c.isdigit())
     if not _CARD_PREFIX.match(digits) or not luhn_ok(digits) or len(set(digits)) < 2:
         return False
     seps = {c for c in value if not c.isdigit()}
-    return len(seps) <= 1
+    if not seps:
+        return len(digits) <= 16
+    if len(seps) > 1:
+        return False
+    return tuple(len(g) for g in value.split(seps.pop())) in _CARD_GROUPS
 
 
 def _phone(value: str) -> bool:
