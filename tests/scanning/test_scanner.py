@@ -25,8 +25,6 @@ from toolbus.scanning import (
 from toolbus.scanning._gitleaks import gitleaks_rules, go_to_python
 
 CORPUS = Path(__file__).parent / "corpus"
-ENGINES = ["re", pytest.param("hyperscan", marks=pytest.mark.skipif(
-    not hyperscan_available(), reason="the scan extra is not installed"))]  # fmt: skip
 
 
 def _lines(name: str) -> list[dict[str, Any]]:
@@ -35,11 +33,6 @@ def _lines(name: str) -> list[dict[str, Any]]:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
-
-
-@pytest.fixture(scope="module", params=ENGINES)
-def scanner(request: pytest.FixtureRequest) -> ContentScanner:
-    return ContentScanner(engine=request.param)
 
 
 # -- the corpora ---------------------------------------------------------------------------
@@ -273,14 +266,18 @@ def test_a_rule_that_fails_withholds_the_text_it_failed_on() -> None:
         Rule("acme", "a", entropy=float("nan"))
 
 
-def test_a_card_number_kept_as_a_float_is_found() -> None:
+def test_a_card_number_kept_as_a_number_counts_under_a_key_that_names_a_card() -> None:
     s = ContentScanner(engine="re", actions={"card": "block"})
     assert s.value({"card": 4111111111111111.0, "price": 12.5}) == {
         "card": "[REDACTED:card]",
         "price": 12.5,
     }
-    found = s.blocking([4111111111111111.0])
+    found = s.blocking({"cc_number": [4111111111111111]})
     assert found is not None and found.kind == "card"
+    # An id that happens to pass the Luhn check stays a number: turned into
+    # text, it would break the schema the output was made for (found by review).
+    ids = {"order_id": 4111111111111111, "items": [5555555555554444]}
+    assert s.value(ids) is ids and s.blocking(ids) is None
 
 
 @pytest.mark.skipif(not hyperscan_available(), reason="the scan extra is not installed")

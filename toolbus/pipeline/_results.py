@@ -29,37 +29,36 @@ def _scrubbed(scrubber: Scrubber, result: ToolResult) -> ToolResult:
     return cleaned_result(scrubber, result) if scrubber else result
 
 
-def _unless_blocked(run: Run, result: ToolResult, scanner: ContentScanner) -> ToolResult:
-    """`result`, or, if the content scanner blocks something in it, a
-    `rejected` result (`CONTENT_BLOCKED`) that withholds it."""
+def _scanned(
+    run: Run, result: ToolResult, scrubber: Scrubber, scanner: ContentScanner
+) -> tuple[ToolResult, ToolResult]:
+    """What is published of `result` and what the model gets, both scrubbed
+    of known secrets and the first scanned (the model's too if the scanner
+    says so); if the scanner blocks something in it, a `rejected` result
+    (`CONTENT_BLOCKED`) that withholds it, for both."""
+    known = _scrubbed(scrubber.known(), result)
     try:
-        found = (
-            scanner.blocking(result.output)
-            or scanner.blocking(result.error)
-            or scanner.blocking(result.metadata)
-            or next(
-                (
-                    f
-                    for a in result.attachments
-                    if (f := scanner.blocking(a.model_dump())) is not None
-                ),
-                None,
-            )
+        published, found = scanner.checked(known)
+    except Exception:
+        # The scanner failed on some part (a structure too deep for it): that
+        # part is withheld, or, where something may be blocked, all of it.
+        published, found = _scrubbed(scrubber, result), None
+        if scanner.blocks:
+            found = Finding("scanner-failed", "secret", 0, 0, "block")
+    if found is not None:
+        blocked = make_result(
+            run,
+            "rejected",
+            error=(
+                f"Tool '{run.call.name}' ran, but its result holds {describe(found)}, which "
+                "this executor's content scanner blocks: the result is withheld"
+            ),
+            code=ErrorCode.CONTENT_BLOCKED,
+            attempts=result.attempts,
         )
-    except Exception:  # the scanner failed on it: fail closed
-        found = Finding("scanner-failed", "secret", 0, 0, "block")
-    if found is None:
-        return result
-    return make_result(
-        run,
-        "rejected",
-        error=(
-            f"Tool '{run.call.name}' ran, but its result holds {describe(found)}, which this "
-            "executor's content scanner blocks: the result is withheld"
-        ),
-        code=ErrorCode.CONTENT_BLOCKED,
-        attempts=result.attempts,
-    )
+        blocked = _scrubbed(scrubber, blocked)
+        return blocked, blocked
+    return published, published if scanner.to_model else known
 
 
 def finish(run: Run, result: ToolResult, svc: Services) -> bool:
@@ -76,12 +75,13 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     published: ToolResult | None = None
     if scrubber is not EMPTY_SCRUBBER:
         scanner = scrubber.scanner
-        if scanner is not None:
-            result = _unless_blocked(run, result, scanner)
-            if not scanner.to_model:
-                published = _scrubbed(scrubber, result)
-                scrubber = scrubber.for_model()
-        result = _scrubbed(scrubber, result)
+        if scanner is None:
+            result = _scrubbed(scrubber, result)
+        else:
+            published, result = _scanned(run, result, scrubber, scanner)
+            if published is result:
+                published = None
+            scrubber = scrubber.for_model()
     if not run.try_complete(result):
         return False
     if run.consulted or run.delayed_by is not None:

@@ -71,7 +71,14 @@ def checked_actions(
         return ()
     if not isinstance(actions, Mapping):
         raise TypeError("ContentScanner: actions must map a rule id, kind or group to an action")
-    names = {"secrets", "personal", *KINDS, *(r.kind for r in rules), *(r.id for r in rules)}
+    names = {
+        "secrets",
+        "personal",
+        "secret-key-value",  # a string under a key named like a secret's
+        *KINDS,
+        *(r.kind for r in rules),
+        *(r.id for r in rules),
+    }
     for name, action in actions.items():
         if name not in names:
             raise ValueError(

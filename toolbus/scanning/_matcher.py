@@ -11,12 +11,21 @@ hyperscan sees every other character as an ASCII one that its patterns treat
 alike (a letter as a letter, a digit as a digit, a space as a space): what it
 reports stays a superset of what Python finds, and what is found never
 depends on whether hyperscan is installed.
+
+The texts of one value (an output's strings and keys) are scanned together,
+joined by newlines, a group of about a KB per scan (`located`): a pattern is
+compiled multi-line, and `\\A`, `\\Z` and `\\z` stand as `^` and `$`, so each
+text's own beginning and end still match. Most groups hold no candidate at
+all, and cost one scan; where one does, the scan says where its first
+candidate ends, and the group is scanned again from the text after it.
 """
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import functools
+import itertools
 import re
 import threading
 from collections.abc import Sequence
@@ -45,9 +54,30 @@ class Prefilter:
     def __init__(self, rules: Sequence[Rule]) -> None:
         # Returned for "any rule may match": the caller tells it by identity.
         self.every: Sequence[int] = tuple(range(len(rules)))
+        self._keywordless = [i for i, r in enumerate(rules) if not r.keywords]
+        by_keyword: dict[str, list[int]] = {}
+        for i, r in enumerate(rules):
+            for k in r.keywords:
+                by_keyword.setdefault(k, []).append(i)
+        self._by_keyword = tuple(by_keyword.items())
 
     def candidates(self, text: str) -> Sequence[int]:
         return self.every
+
+    def located(self, texts: Sequence[str]) -> dict[int, Sequence[int]]:
+        """The rules that may match each of `texts` (by index), for those
+        that any may match: here, the rules whose keywords are in any of
+        them (each text is then checked for its own)."""
+        low = "\n".join(texts).lower()
+        chosen = set(self._keywordless)
+        for k, rules in self._by_keyword:
+            if k in low:
+                chosen.update(rules)
+        return dict.fromkeys(range(len(texts)), sorted(chosen))
+
+
+# Texts joined for one scan: about a KB (a scan costs about as much as a KB of text).
+_GROUP = 1024
 
 
 class _Hyperscan(Prefilter):
@@ -59,57 +89,139 @@ class _Hyperscan(Prefilter):
         # A rule hyperscan cannot compile (Python syntax it lacks, say) is
         # always a candidate: Python's re decides it on every text.
         everything = list(range(len(rules)))
+        # The keywords are in the database too (ids after the rules'), so a
+        # rule's candidate counts only where one of its keywords is (a git
+        # SHA is 40 hex digits, as a Sourcegraph token may be, but not after
+        # "sgp_"). A keyword hyperscan would not see alike is none.
+        keywords: dict[str, int] = {}
+        self._needs: list[frozenset[int]] = []
+        for r in rules:
+            if all(k.isascii() for k in r.keywords):
+                self._needs.append(
+                    frozenset(
+                        keywords.setdefault(k, len(rules) + len(keywords)) for k in r.keywords
+                    )
+                )
+            else:
+                self._needs.append(frozenset())
         try:
             self._always: list[int] = []
-            self._db = _database(rules, everything)
+            self._db = _database(rules, everything, keywords)
         except Exception:  # hyperscan.error: find which, one by one
             self._always = [i for i, r in enumerate(rules) if not _compiles(r)]
             bad = set(self._always)
-            self._db = _database(rules, [i for i in everything if i not in bad])
+            self._db = _database(rules, [i for i in everything if i not in bad], keywords)
         # Scratch space is per database and not for two scans at once.
         self._local = threading.local()
 
     def candidates(self, text: str) -> Sequence[int]:
         if self._db is None:  # no rule hyperscan could compile
             return self.every
-        data = text.encode() if text.isascii() else text.encode("ascii", _STAND_IN)
-        # Python's \s matches the four ASCII separators \x1c-\x1f; hyperscan's not.
-        data = data.translate(_SEPARATORS_AS_SPACE)
-        hits: list[int] = []
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = _hs.Scratch(self._db)
-        self._db.scan(data, match_event_handler=_collect, context=hits, scratch=scratch)
-        hits.extend(self._always)
+        first = self._first_ends(_encoded(text))
+        hits = [*first, *self._always]
         # In rule order, as without hyperscan: of two rules that find the same
         # value, the one listed first names it.
         hits.sort()
         return hits
 
+    def located(self, texts: Sequence[str]) -> dict[int, Sequence[int]]:
+        n = len(texts)
+        if self._db is None:
+            return dict.fromkeys(range(n), self.every)
+        always = self._always
+        out: dict[int, Sequence[int]] = dict.fromkeys(range(n), always) if always else {}
+        data = _encoded("\n".join(texts))
+        sizes = list(itertools.accumulate(map(len, texts), initial=0))
+
+        def begin(i: int) -> int:  # where text i begins in `data` (one byte a character)
+            return sizes[i] + i
+
+        index = range(n + 1)
+        i = 0
+        while i < n:
+            # A scan of about a KB of whole texts, i to j.
+            at = begin(i)
+            j = max(i + 1, bisect.bisect_left(index, at + _GROUP, i + 1, n, key=begin))
+            first = self._first_ends(data[at : begin(j) - 1])
+            if not first:
+                i = j
+                continue
+            # The text each rule's first candidate ends in (its last character,
+            # or the newline after it, is that text's), and the earliest of them.
+            where = {
+                rule: bisect.bisect_right(index, at + max(e, 1) - 1, i, j, key=begin) - 1
+                for rule, e in first.items()
+            }
+            nearest = min(where.values())
+            out[nearest] = sorted({*always, *(r for r, w in where.items() if w == nearest)})
+            # What was before it matched nothing; what is after it, scanned again.
+            i = nearest + 1
+        return out
+
+    def _first_ends(self, data: bytes) -> dict[int, int]:
+        """For each rule with a candidate in `data` and a keyword there (if
+        it has keywords), where the first candidate ends."""
+        first: dict[int, int] = {}
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = _hs.Scratch(self._db)
+        self._db.scan(data, match_event_handler=_collect, context=first, scratch=scratch)
+        n = len(self.every)
+        if not first or max(first) < n:  # no keyword at all: the keywordless rules'
+            return {r: e for r, e in first.items() if not self._needs[r]}
+        present = {k for k in first if k >= n}
+        needs = self._needs
+        return {
+            r: e
+            for r, e in first.items()
+            if r < n and (not needs[r] or not needs[r].isdisjoint(present))
+        }
+
+
+def _encoded(text: str) -> bytes:
+    """`text` as hyperscan sees it: one ASCII byte per character."""
+    data = text.encode() if text.isascii() else text.encode("ascii", _STAND_IN)
+    # Python's \s matches the four ASCII separators \x1c-\x1f; hyperscan's not.
+    return data.translate(_SEPARATORS_AS_SPACE)
+
 
 def _flags(rule: Rule) -> int:
     # A lowercase rule matches the text lower-cased: here, any case.
-    flags: int = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
+    flags: int = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH | _hs.HS_FLAG_MULTILINE
     return flags | (_hs.HS_FLAG_CASELESS if rule.lowercase else 0)
 
 
-def _database(rules: Sequence[Rule], kept: Sequence[int]) -> Any:
-    """The rules `kept`, compiled (None: none to compile)."""
+# `\A`, `\Z`, `\z` (not after another backslash): a text's own ends, which in
+# texts joined by newlines multi-line `^` and `$` still find (and more).
+_TEXT_ENDS = re.compile(r"(?<!\\)((?:\\\\)*)\\([AZz])")
+
+
+def _joinable(pattern: str) -> bytes:
+    return _TEXT_ENDS.sub(lambda m: m[1] + ("^" if m[2] == "A" else "$"), pattern).encode()
+
+
+def _database(rules: Sequence[Rule], kept: Sequence[int], keywords: dict[str, int]) -> Any:
+    """The rules `kept` and the `keywords` (literals, with their ids),
+    compiled (None: no rule to compile)."""
     if not kept:
         return None
     db = _hs.Database()
+    literal = _hs.HS_FLAG_SINGLEMATCH | _hs.HS_FLAG_CASELESS
     db.compile(
-        expressions=[rules[i].pattern.encode() for i in kept],
-        ids=list(kept),
-        elements=len(kept),
-        flags=[_flags(rules[i]) for i in kept],
+        expressions=[
+            *(_joinable(rules[i].pattern) for i in kept),
+            *(re.escape(k).encode() for k in keywords),
+        ],
+        ids=[*kept, *keywords.values()],
+        elements=len(kept) + len(keywords),
+        flags=[*(_flags(rules[i]) for i in kept), *(literal for _ in keywords)],
     )
     return db
 
 
 def _compiles(rule: Rule) -> bool:
     try:
-        _database([rule], [0])
+        _database([rule], [0], {})
     except Exception:  # hyperscan.error
         return False
     return True
@@ -147,8 +259,8 @@ def _replace(error: UnicodeError) -> tuple[str, int]:
 codecs.register_error(_STAND_IN, _replace)
 
 
-def _collect(rule: int, start: int, end: int, flags: int, hits: Any) -> None:
-    hits.append(rule)
+def _collect(rule: int, start: int, end: int, flags: int, first: Any) -> None:
+    first[rule] = end  # once per rule and scan: SINGLEMATCH
 
 
 # Compiling the default rules takes about a second: each set is compiled once

@@ -13,13 +13,24 @@ IBANs, phone numbers) and the secret-after-a-secret-word rule are toolbus's.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ._checks import iban_ok, luhn_ok, shannon_entropy
 
-__all__ = ["KINDS", "PERSONAL", "SECRETS", "Rule", "builtin_rules", "secret_like"]
+__all__ = [
+    "KINDS",
+    "PERSONAL",
+    "SECRETS",
+    "Rule",
+    "builtin_rules",
+    "password_like",
+    "secret_key",
+    "secret_like",
+    "under_key",
+]
 
 SECRETS = frozenset({"secret", "private_key", "jwt"})
 """The kinds of secrets: a credential in general, a private key, a JWT."""
@@ -86,6 +97,11 @@ class Rule:
             raise TypeError(f"Rule {self.id!r}: check must be a function of the value, or None")
         if not isinstance(self.lowercase, bool):
             raise TypeError(f"Rule {self.id!r}: lowercase must be True or False")
+        if self.lowercase and _UPPER_LITERAL.search(_ESCAPES_AND_NAMES.sub("", self.pattern)):
+            # It runs on the text lower-cased: an upper-case letter never matches.
+            raise ValueError(
+                f"Rule {self.id!r}: a lowercase rule's pattern is written in lower case"
+            )
         for option in ("keywords", "allow", "stopwords"):
             given = getattr(self, option)
             if isinstance(given, str | bytes) or not all(isinstance(x, str) for x in given):
@@ -131,6 +147,14 @@ class Rule:
         return start, end
 
 
+# An escape (`\\S`, `\\x4A`, `\\N{...}`), a group's name or a class (`[A-Za-z]`)
+# is not an upper-case letter a lower-cased text must hold.
+_ESCAPES_AND_NAMES = re.compile(
+    r"\\N\{[^}]*\}|\\x[0-9A-Fa-f]{2}|\\.|\(\?P?[<=][\w]*>?|\(\?P=\w+\)|\[(?:\\.|[^\]])*\]"
+)
+_UPPER_LITERAL = re.compile(r"[A-Z]")
+
+
 # -- toolbus's own rules ---------------------------------------------------------------
 
 _CARD_PREFIX = re.compile(r"4|5[1-5]|2[2-7]|3[47]|3[0689]|35|6[0-9]")
@@ -164,18 +188,26 @@ def _card(value: str) -> bool:
     return tuple(len(g) for g in value.split(seps.pop())) in _CARD_GROUPS
 
 
+# An image's name ("logo@2x.png") is no address; nor is git's "git@host:org/repo".
+_FILE_DOMAIN = re.compile(
+    r"(?i).*@(?:[\d.]+x\..*|.*\.(?:png|jpe?g|gif|svg|webp|bmp|ico|tiff?|avif|heic))"
+)
+
+
+def _email(value: str) -> bool:
+    return not _FILE_DOMAIN.fullmatch(value)
+
+
 def _phone(value: str) -> bool:
     digits = sum(c.isdigit() for c in value)
     return 9 <= digits <= 15 and len({c for c in value if c.isdigit()}) > 2
 
 
 def secret_like(value: str) -> bool:
-    """A value worth hiding where a secret is expected (after "password:",
-    under a key named like one): long enough, not a word or a placeholder,
-    and random enough."""
-    if not 8 <= len(value) <= 4096 or _PLACEHOLDER.fullmatch(value):
-        return False
-    if _PATH_OR_URL.fullmatch(value):
+    """A value worth hiding where a secret is expected (after "token:",
+    under a key named like one): long enough, not a word, a placeholder or
+    code, and random enough."""
+    if not 8 <= len(value) <= 4096 or _not_a_secret(value):
         return False
     if value.isalpha():
         # A word is no secret; sixteen random letters are.
@@ -183,10 +215,93 @@ def secret_like(value: str) -> bool:
     return shannon_entropy(value) > 3.0
 
 
+def password_like(value: str) -> bool:
+    """A value worth hiding after "password:" in free text: a password
+    need not be random, but it is no word (prose: "password: required"),
+    placeholder, code or date."""
+    if not 8 <= len(value) <= 4096 or _not_a_secret(value) or _DATE_OR_NUMBER.fullmatch(value):
+        return False
+    return not value.isalpha() or secret_like(value)
+
+
+def under_key(value: str, expected: str) -> bool:
+    """A string under a key that expects a password or a secret (`secret_key`)
+    that is one: a password need only not be a placeholder or code."""
+    if expected == "password":
+        return 4 <= len(value) <= 4096 and not _not_a_secret(value)
+    return secret_like(value)
+
+
+def _not_a_secret(value: str) -> bool:
+    return bool(
+        _PLACEHOLDER.fullmatch(value) or _CODE.fullmatch(value) or _PATH_OR_URL.fullmatch(value)
+    )
+
+
+# What a value under a key is expected to be, by the key's last words: a
+# password ("db_password", "passwd"), a secret ("client_secret",
+# "SecretAccessKey", "x-api-key", "refresh_token", "Cookie") or nothing
+# ("next_page_token", "tokenizer", "secret_name", "partition_key", "key").
+_KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "pass"})
+_SECRET_WORDS_LAST = frozenset(
+    {"secret", "credential", "credentials", "apikey", "cookie", "authorization", "auth"}
+)
+_KEY_BEFORE_KEY = frozenset(
+    {
+        "api",
+        "access",
+        "secret",
+        "private",
+        "signing",
+        "encryption",
+        "master",
+        "auth",
+        "subscription",
+        "client",
+    }
+)
+# A token that pages or syncs a listing is no credential (AWS' "nextToken").
+_NOT_CREDENTIAL_TOKENS = frozenset(
+    {"page", "next", "continuation", "cursor", "sync", "pagination", "resume", "csrf", "max"}
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def secret_key(key: str) -> str | None:
+    """ "password", "secret" or None: what a string under `key` is taken for."""
+    words = [w.lower() for w in _KEY_WORD.findall(key)]
+    if not words:
+        return None
+    last, before = words[-1], words[-2] if len(words) > 1 else ""
+    if last in _PASSWORD_WORDS:
+        return "password"
+    if last in _SECRET_WORDS_LAST:
+        return "secret"
+    if last == "token" and before not in _NOT_CREDENTIAL_TOKENS:
+        return "secret"
+    if last == "key" and before in _KEY_BEFORE_KEY:
+        return "secret"
+    return None
+
+
+# Code that names where a secret comes from: `os.environ["DB_PASSWORD"]`,
+# `getenv(`, `settings.DB_PASSWORD`, `process.env.TOKEN`.
+_CODE = re.compile(
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*[\[(].*"
+    r"|(?:os|process|self|this|settings|config|env|ENV|secrets|vars)\.[\w.]+",
+    re.DOTALL,
+)
+# "2026-12-03", "10:30:00", "1.2.3": no password.
+_DATE_OR_NUMBER = re.compile(r"[\d.:/+-]+(?:T[\d.:+-]+Z?)?")
+
 # A value that stands in for a secret rather than being one.
 _PLACEHOLDER = re.compile(
     r"(?i)(?:\$\{?[\w.]+\}?|\{\{.*\}\}|<[^<>]*>|%[\w]+%|\*+|x+|\.+|-+|null|none|true|false"
-    r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the|example)[a-z_-]*)"
+    r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the|example)[a-z_-]*"
+    # What a schema or a form says in a password's place.
+    r"|required|optional|string|hidden|secret|password|enabled|disabled|sensitive|masked"
+    r"|omitted|unset|empty|n/?a)"
 )
 
 # A file's path (`exports/2026/07/part-1.json`, an S3 object's "Key") or a URL
@@ -198,7 +313,9 @@ _PATH_OR_URL = re.compile(
 # Words that end a secret's name ("db_password", "SecretAccessKey", "x-api-key",
 # "refresh_token"): a word may be the end of a longer name, so none needs more.
 _SECRET_WORDS = (
-    r"pass(?:words?|wd|phrase)|pwd|secret|token|credentials?|(?:api|access|secret|private)[ _-]?key"
+    r"pass(?:words?|wd|phrase)|pwd|secret|(?<!page)(?<!page[_-])(?<!next)(?<!next[_-])"
+    r"(?<!continuation)(?<!continuation[_-])(?<!cursor[_-])(?<!sync[_-])(?<!csrf[_-])token"
+    r"|credentials?|(?:api|access|secret|private)[ _-]?key"
 )
 
 
@@ -219,14 +336,17 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "email",
             r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+"
-            r"[A-Za-z]{2,24}(?![\w-])",
+            r"[A-Za-z]{2,24}(?![\w-]|\.[A-Za-z0-9]|:[\w~/])",
             kind="email",
+            check=_email,
             keywords=("@",),
         ),
         Rule(
             "card-number",
-            # Every issuer's numbers start with 2 to 6.
-            r"(?<![\w.-])[2-6]\d(?:[ -]?\d){11,17}(?![\w-])",
+            # Every issuer's numbers start with 2 to 6. A JSON number ("id":
+            # 4111...) is an id in JSON text: as a value, a number counts
+            # under a key that names a card (`_walk`).
+            r"(?<![\w.-])(?<!\":)(?<!\": )[2-6]\d(?:[ -]?\d){11,17}(?![\w-])",
             kind="card",
             check=_card,
         ),
@@ -252,12 +372,62 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "secret-after-word",
             # ("secret_2": a numbered name is the same name.)
-            rf"(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))\s*[\"'`]?"
-            r"([^\s\"'`,;]{8,4096})",
+            # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
+            rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))\s*[\"'`]?"
+            r"([^\s\"'`,;\\]{8,4096})",
             kind="secret",
             group=1,
             check=secret_like,
             keywords=("pass", "pwd", "secret", "key", "token", "credential"),
             lowercase=True,
+        ),
+        Rule(
+            "password-after-word",
+            # A password need not look random: "password: hunter2024".
+            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))"
+            r"\s*[\"'`]?([^\s\"'`,;\\]{8,4096})",
+            kind="secret",
+            group=1,
+            check=password_like,
+            keywords=("pass", "pwd"),
+            lowercase=True,
+        ),
+        Rule(
+            "authorization-header",
+            # An HTTP header's credentials, written out in a log or a trace.
+            r"authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token|digest|negotiate)"
+            r"\s+([a-z0-9._~+/=-]{8,4096})",
+            kind="secret",
+            group=1,
+            keywords=("authorization",),
+            lowercase=True,
+        ),
+        Rule(
+            "cookie-header",
+            # A session's cookies: the whole header value.
+            r"(?<![\w-])(?:set-)?cookie[\"']?\s*:\s*[\"']?([^\r\n\"']{8,4096})",
+            kind="secret",
+            group=1,
+            check=lambda value: "=" in value,
+            keywords=("cookie",),
+            lowercase=True,
+        ),
+        Rule(
+            "url-password",
+            # A connection string's password: postgres://app:s3cr3t@db:5432/app.
+            r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@\"'`]{0,256}:([^\s/@\"'`]{3,256})@"
+            r"[\w.\[\]:-]",
+            kind="secret",
+            group=1,
+            check=lambda value: not _not_a_secret(value),
+            keywords=("://",),
+        ),
+        Rule(
+            "private-key-block",
+            # The body of a private key, even cut short before its END line
+            # (a page of a spilled output, a capped command's output).
+            r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----[A-Za-z0-9+/=\s\\:,.-]{16,}",
+            kind="private_key",
+            keywords=("private key",),
         ),
     ]

@@ -15,14 +15,16 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Literal
 
-from ..masking import cleaned_result, is_secret_key
+from ..masking import cleaned_result
 from ..models import ToolResult
 from ._actions import ACTIONS, Action, Finding, checked_actions, merged, replacement
 from ._gitleaks import gitleaks_rules, go_to_python
 from ._matcher import make_prefilter
-from ._rules import PERSONAL, SECRETS, Rule, builtin_rules, secret_like
+from ._rules import PERSONAL, SECRETS, Rule, builtin_rules, under_key
+from ._walk import UNREADABLE, UNREADABLE_TEXT, PutBack, gather, walk
 
 __all__ = ["ContentScanner"]
 
@@ -30,8 +32,6 @@ log = logging.getLogger("toolbus.scanning")
 
 # A value under a secret-looking key that is random enough: not a pattern's.
 _KEY_VALUE_RULE = "secret-key-value"
-_MAPPINGS = (dict, Mapping)
-_SEQUENCES = (list, tuple)
 
 
 class ContentScanner:
@@ -63,7 +63,9 @@ class ContentScanner:
         "_action",
         "_allow",
         "_by_keyword",
+        "_default",
         "_global_allow",
+        "_key_value_action",
         "_keyed",
         "_keywordless",
         "_keywords",
@@ -72,7 +74,6 @@ class ContentScanner:
         "_secret",
         "_stopwords",
         "actions",
-        "default",
         "to_model",
     )
 
@@ -116,9 +117,13 @@ class ContentScanner:
         if not chosen:
             raise ValueError("ContentScanner: no rules (builtin=False and no rules given)")
         self._rules: tuple[Rule, ...] = tuple(chosen.values())
-        self.actions = dict(checked_actions(actions, self._rules))
-        self.default = default
+        # Read-only: each rule's action is resolved once, here.
+        self.actions: Mapping[str, str] = MappingProxyType(
+            dict(checked_actions(actions, self._rules))
+        )
+        self._default = default
         self._action = tuple(self._resolve(r) for r in self._rules)
+        self._key_value_action = self.actions.get(_KEY_VALUE_RULE) or self._kind_action("secret")
         try:
             self._allow = [re.compile(a) for a in _strings(allow, "allow")]
         except re.error as e:
@@ -140,6 +145,11 @@ class ContentScanner:
         self._secret = secret if secret is not None else os.urandom(32)
         self._keyed = secret is not None
         self.to_model = to_model
+
+    @property
+    def default(self) -> str:
+        """The action of a finding no entry of `actions` names."""
+        return self._default
 
     @property
     def engine(self) -> str:
@@ -168,9 +178,13 @@ class ContentScanner:
         among them wins)."""
         if not isinstance(text, str) or not text:
             return []
+        return self._confirmed(text, self._prefilter.candidates(text))
+
+    def _confirmed(self, text: str, candidates: Sequence[int]) -> list[Finding]:
+        """What the `candidates` (rules, by index) find in `text`."""
+        if not candidates:
+            return []
         low = text.lower()
-        found: list[Finding] = []
-        candidates = self._prefilter.candidates(text)
         if candidates is self._prefilter.every:
             # No prefilter: the rules whose keywords the text holds, each
             # keyword looked for once.
@@ -184,6 +198,7 @@ class ContentScanner:
             candidates = [
                 i for i in candidates if not keywords[i] or any(k in low for k in keywords[i])
             ]
+        found: list[Finding] = []
         # Lower-casing moves no character in ASCII text: a lowercase rule runs on `low`.
         folds = text.isascii()
         for i in candidates:
@@ -218,7 +233,9 @@ class ContentScanner:
 
     def text(self, text: str) -> str:
         """`text` with every finding replaced as its action says (`block` redacts)."""
-        found = self.findings(text)
+        return self._applied(text, self.findings(text))
+
+    def _applied(self, text: str, found: list[Finding]) -> str:
         if not found:
             return text
         out: list[str] = []
@@ -231,89 +248,84 @@ class ContentScanner:
         return "".join(out)
 
     def value(self, value: Any) -> Any:
-        """A JSON-like value with every string (keys too) scanned, and a
-        random-looking string under a secret-looking key replaced whole. An
-        integer that is a card number becomes its replacement text. `value`
+        """A JSON-like value with every string (keys too, and an object's
+        text) scanned, and a string under a secret-looking key that looks
+        like one replaced whole. A number under a key that names a card
+        ("card_number") that is one becomes its replacement text. `value`
         itself where nothing changes."""
-        return self._walk(value, None)
+        return self.scan(value)[0]
 
     def result(self, result: ToolResult) -> ToolResult:
         """A copy of `result` with its output, error, metadata and attachments
         scanned (`result` itself where nothing changes)."""
         return cleaned_result(self, result)
 
+    def checked(self, result: ToolResult) -> tuple[ToolResult, Finding | None]:
+        """`result` scanned (as `result` gives it) and the first finding in
+        it whose action is `block` (output, error, metadata, attachments),
+        in one pass."""
+        watch = _BlockWatch(self)
+        return cleaned_result(watch, result), watch.found
+
+    @property
+    def blocks(self) -> bool:
+        """Whether any finding may block a call (an action is `block`)."""
+        return "block" in self._action or self._key_value_action == "block"
+
     def blocking(self, value: Any) -> Finding | None:
         """The first finding in `value` (as `value` walks it) whose action is
         `block`, or None."""
-        if "block" not in self._action and self.default != "block":
-            return None
-        return self._first_block(value, None)
+        return self.scan(value)[1] if self.blocks else None
 
-    def _walk(self, value: Any, key: object) -> Any:
+    def scan(self, value: Any) -> tuple[Any, Finding | None]:
+        """`value` scanned (as `value` gives it) and the first finding in it
+        whose action is `block` (in the order a walk meets them), in one pass."""
+        texts: list[str] = []
+        keyed: dict[int, str] = {}
+        gather(value, None, texts, keyed)
+        if not texts:
+            return value, None
+        if len(texts) == 1:
+            located: Mapping[int, Sequence[int]] = {0: self._prefilter.candidates(texts[0])}
+        else:
+            located = self._prefilter.located(texts)
+        new: dict[int, str] = {}
+        block: Finding | None = None
+        # In the order the walk met them: the first `block` is the first met.
+        for i in sorted(keyed.keys() | located.keys()):
+            text = texts[i]
+            expected = keyed.get(i)
+            if expected == UNREADABLE_TEXT:
+                new[i] = UNREADABLE
+                continue
+            if expected is not None and self._key_value(text, expected):
+                action = self._key_value_action
+                new[i] = self._replacement("secret", action, text)
+                if action == "block" and block is None:
+                    block = Finding(_KEY_VALUE_RULE, "secret", 0, len(text), "block")
+                continue
+            found = self._confirmed(text, located.get(i, ()))
+            if found:
+                new[i] = self._applied(text, found)
+                if block is None:
+                    block = next((f for f in found if f.action == "block"), None)
+        if not new:
+            return value, block
         if isinstance(value, str):
-            if key is not None and is_secret_key(key) and secret_like(value):
-                return self._replacement("secret", self._kind_action("secret"), value)
-            return self.text(value)
-        if isinstance(value, _MAPPINGS):
-            out: dict[Any, Any] = {}
-            changed = not isinstance(value, dict)
-            for k, v in value.items():
-                nk = self.text(k) if isinstance(k, str) else k
-                nv = self._walk(v, k)
-                changed = changed or nk is not k or nv is not v
-                out[nk] = nv
-            return out if changed else value
-        if isinstance(value, _SEQUENCES):
-            items = [self._walk(v, key) for v in value]
-            if isinstance(value, list) and all(a is b for a, b in zip(items, value, strict=True)):
-                return value
-            return items
-        if value is None or isinstance(value, bool):
-            return value
-        if isinstance(value, float):
-            # A card number kept as a float: 4111111111111111.0.
-            if not (value.is_integer() and 10**12 <= abs(value) < 10**19):
-                return value
-            text = str(int(value))
-        elif isinstance(value, int):
-            if not 10**12 <= abs(value) < 10**19:
-                return value  # too short or too long for a card number
-            text = str(value)
-        else:  # an object: published as it is unless its text shows something
-            try:
-                text = str(value)
-            except Exception:
-                return "[REDACTED:unreadable]"
-        scanned = self.text(text)
-        return value if scanned == text else scanned
+            return new[0], block
+        return walk(value, None, PutBack(texts, new, self._one)), block
 
-    def _first_block(self, value: Any, key: object) -> Finding | None:
-        if isinstance(value, str):
-            if (
-                key is not None
-                and is_secret_key(key)
-                and secret_like(value)
-                and self._kind_action("secret") == "block"
-            ):
-                return Finding(_KEY_VALUE_RULE, "secret", 0, len(value), "block")
-            return next((f for f in self.findings(value) if f.action == "block"), None)
-        if isinstance(value, _MAPPINGS):
-            for k, v in value.items():
-                found = self._first_block(k, None) or self._first_block(v, k)
-                if found is not None:
-                    return found
-            return None
-        if isinstance(value, _SEQUENCES):
-            for v in value:
-                found = self._first_block(v, key)
-                if found is not None:
-                    return found
-            return None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and 10**12 <= abs(value) < 10**19:
-            return self._first_block(str(value), None)
-        return None
+    def _one(self, text: str, expected: str | None) -> str:
+        """`text` scanned on its own (under a key that `expected` a secret)."""
+        if expected == UNREADABLE_TEXT:
+            return UNREADABLE
+        if expected is not None and self._key_value(text, expected):
+            return self._replacement("secret", self._key_value_action, text)
+        return self.text(text)
+
+    def _key_value(self, text: str, expected: str) -> bool:
+        """A value under a key that expects a password or secret that is one."""
+        return under_key(text, expected) and not self._allowed(text)
 
     def _replacement(self, kind: str, action: str, value: str) -> str:
         return replacement(kind, action, value, self._secret)
@@ -342,6 +354,25 @@ def _log_failed(rule: Rule, error: Exception) -> None:
             rule.id,
             type(error).__name__,
         )
+
+
+class _BlockWatch:
+    """A scanner as `cleaned_result` uses it, keeping the first `block`."""
+
+    __slots__ = ("_scanner", "found")
+
+    def __init__(self, scanner: ContentScanner) -> None:
+        self._scanner = scanner
+        self.found: Finding | None = None
+
+    def text(self, text: str) -> str:
+        return self.value(text)  # type: ignore[no-any-return]
+
+    def value(self, value: Any) -> Any:
+        scanned, found = self._scanner.scan(value)
+        if self.found is None:
+            self.found = found
+        return scanned
 
 
 def _strings(values: Iterable[str], option: str) -> list[str]:

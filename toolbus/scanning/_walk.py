@@ -1,0 +1,191 @@
+"""Walking a JSON-like value: its texts gathered, then put back scanned.
+
+The scanner does not scan a value string by string: `walk` first hands every
+text in it (strings, keys, an object's `str`, a number that may be a card) to
+a `Gather`, so that they are scanned together, then walks it again with a
+`PutBack` that puts each text's scanned copy where the text was. Both walks
+are the same function, so they meet the texts in the same order.
+
+A walk copies only what changes: a value with nothing to replace comes back
+as itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ._rules import secret_key
+
+__all__ = ["UNREADABLE", "UNREADABLE_TEXT", "Gather", "PutBack", "gather", "walk"]
+
+UNREADABLE = "[REDACTED:unreadable]"
+"""What stands for an object whose text cannot be read (its `str` raised)."""
+UNREADABLE_TEXT = "unreadable"
+"""What `on_text` is told such an object's key expects: its text is UNREADABLE."""
+
+_MAPPINGS = (dict, Mapping)
+_SEQUENCES = (list, tuple)
+
+# A number is a card number only under a key that says so: integer ids that
+# pass the Luhn check are common, and a number turned into text would break
+# the schema the output was made for.
+_CARD_KEY = re.compile(r"(?i)card|credit|(?:^|[^a-z])pan(?:[^a-z]|$)|cc_?(?:num|no)|ccn\b")
+
+OnText = Callable[[str, "str | None"], "str | None"]
+"""Told each text and what its key expects it to be ("password", "secret",
+None: `secret_key`; UNREADABLE_TEXT: an object's text that could not be read);
+returns what replaces it, or None to keep it."""
+
+
+def walk(value: Any, key: object, on_text: OnText) -> Any:
+    """`value` with each text replaced as `on_text` says (`key`: the key
+    `value` sits under, or None)."""
+    if isinstance(value, str):
+        new = on_text(value, secret_key(key) if isinstance(key, str) else None)
+        return value if new is None else new
+    if isinstance(value, _MAPPINGS):
+        return _mapping(value, on_text)
+    if isinstance(value, _SEQUENCES):
+        out: list[Any] | None = None if isinstance(value, list) else []
+        for i, v in enumerate(value):
+            nv = walk(v, key, on_text)
+            if out is None and nv is not v:
+                out = list(value[:i])
+            if out is not None:
+                out.append(nv)
+        return value if out is None else out
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        number = _card_number(value, key)
+        if number is None:
+            return value
+        new = on_text(number, None)
+        return value if new is None else new
+    return _object(value, on_text)
+
+
+def _mapping(value: Mapping[Any, Any], on_text: OnText) -> Any:
+    # Not a dict (a MappingProxy, say): published as a dict, like JSON would.
+    out: dict[Any, Any] | None = None if isinstance(value, dict) else {}
+    for i, (k, v) in enumerate(value.items()):
+        nk: Any
+        if isinstance(k, str):
+            scanned = on_text(k, None)
+            nk = k if scanned is None else scanned
+        elif k is None or isinstance(k, bool | int | float):
+            nk = k
+        else:  # a tuple, bytes, an object: its text is what shows
+            nk = _object(k, on_text)
+        nv = walk(v, k, on_text)
+        if out is None and (nk is not k or nv is not v):
+            out = dict(list(value.items())[:i])
+        if out is not None:
+            if nk is not k and nk in out:
+                # Two keys redacted alike ("[REDACTED:email]") keep both values.
+                nk = f"{nk} ({i})"
+            out[nk] = nv
+    return value if out is None else out
+
+
+def _object(value: object, on_text: OnText) -> Any:
+    """An object is published as it is unless its text shows something."""
+    try:
+        text = str(value)
+    except Exception:
+        on_text(UNREADABLE, UNREADABLE_TEXT)
+        return UNREADABLE
+    new = on_text(text, None)
+    return value if new is None else new
+
+
+def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> None:
+    """What `walk(value, key, Gather())` gathers, appended to `texts` and
+    `keyed`, building nothing: the walk every scan makes, kept lean."""
+    if isinstance(value, str):
+        if isinstance(key, str) and (expected := secret_key(key)) is not None:
+            keyed[len(texts)] = expected
+        texts.append(value)
+    elif isinstance(value, _MAPPINGS):
+        for k, v in value.items():
+            if isinstance(k, str):
+                texts.append(k)
+            elif not (k is None or isinstance(k, bool | int | float)):
+                _gather_object(k, texts, keyed)
+            if v is not None and v is not True and v is not False:
+                gather(v, k, texts, keyed)
+    elif isinstance(value, _SEQUENCES):
+        for v in value:
+            if v is not None and v is not True and v is not False:
+                gather(v, key, texts, keyed)
+    elif value is None or isinstance(value, bool):
+        return
+    elif isinstance(value, int | float):
+        number = _card_number(value, key)
+        if number is not None:
+            texts.append(number)
+    else:
+        _gather_object(value, texts, keyed)
+
+
+def _gather_object(value: object, texts: list[str], keyed: dict[int, str]) -> None:
+    try:
+        texts.append(str(value))
+    except Exception:
+        keyed[len(texts)] = UNREADABLE_TEXT
+        texts.append(UNREADABLE)
+
+
+def _card_number(value: int | float, key: object) -> str | None:
+    """A number's digits, if it may be a card number: under a key that
+    names a card, whole, and 13 to 19 digits long."""
+    if not (isinstance(key, str) and _CARD_KEY.search(key)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    number = int(value)
+    if not 10**12 <= abs(number) < 10**19:
+        return None  # too short or too long for a card number
+    return str(number)
+
+
+class Gather:
+    """The first walk's `on_text`: keeps every text, and what the key of
+    each that sits under a secret-looking one expects (by index), replacing
+    none."""
+
+    __slots__ = ("keyed", "texts")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.keyed: dict[int, str] = {}
+
+    def __call__(self, text: str, expected: str | None) -> None:
+        if expected is not None:
+            self.keyed[len(self.texts)] = expected
+        self.texts.append(text)
+
+
+class PutBack:
+    """The second walk's `on_text`: the scanned copy of each text, by the
+    order the first walk met them. A text that is not the one gathered
+    there (a value changed between the walks, an object whose `str` did) is
+    scanned again on its own, by `rescan`."""
+
+    __slots__ = ("_at", "_new", "_rescan", "_texts")
+
+    def __init__(
+        self, texts: list[str], new: dict[int, str], rescan: Callable[[str, str | None], str]
+    ) -> None:
+        self._texts, self._new, self._rescan = texts, new, rescan
+        self._at = 0
+
+    def __call__(self, text: str, expected: str | None) -> str | None:
+        at = self._at
+        self._at = at + 1
+        if at < len(self._texts) and self._texts[at] == text:
+            return self._new.get(at)
+        scanned = self._rescan(text, expected)
+        return None if scanned == text else scanned
