@@ -932,3 +932,36 @@ def test_block_on_arguments_holds_whatever_the_masker_does(make_executor: MakeEx
         result = ex.execute(ToolCall(name="pay", arguments={"note": "pay 4111111111111111"}))
         assert (result.status, result.error_code) == ("rejected", ErrorCode.CONTENT_BLOCKED)
     assert ran == []
+
+
+def test_a_spilled_artifact_holds_the_scanned_text(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    """`spill` stores results on disk (`stores_results`): with `to_model=False`
+    it was handed the model's unscanned copy and wrote it to its file (found
+    by review). It gets what is published now, and the model's preview is the
+    scanned text, as a journal's replay is."""
+    from toolbus.policies import spill
+
+    planter = Planter(SEED + 2)
+    email, card = planter.email(), planter.card()
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def report() -> str:
+        return f"customer {email} paid with {card}\n" + "ordinary line of text\n" * 200
+
+    store = tmp_path / "artifacts"
+    ex = make_executor(
+        registry,
+        scanner=ContentScanner(to_model=False),
+        policies=[spill(store=store, max_chars=1000)],
+        timeout=TIMEOUT,
+    )
+    result = ex.execute(ToolCall(name="report", arguments={}))
+    assert result.ok and "artifact" in result.metadata, result
+    assert email not in str(result.output) and card not in str(result.output)
+    (artifact,) = store.iterdir()
+    stored = artifact.read_text()
+    assert email not in stored and card not in stored, f"seed {SEED + 2}"
+    assert "[REDACTED:email]" in stored and stored.count("ordinary line") == 200

@@ -19,7 +19,7 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
@@ -274,17 +274,30 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
     return result.model_copy(update={"approval_request": request})
 
 
-def tell_results(run: Run, result: ToolResult, svc: Services) -> ToolResult:
+def tell_results(
+    run: Run,
+    result: ToolResult,
+    svc: Services,
+    published: Callable[[ToolResult], ToolResult] | None = None,
+) -> ToolResult:
     """Give `result` to every policy that admitted the run (`on_result`),
     innermost first; return the result as the last of them left it. The
     policy it was waiting for, if it ended while waiting, hears of it first,
     through `on_dropped`: it never admitted the call, so `on_result` (which
-    its docs promise only for calls it admitted) is not for it."""
+    its docs promise only for calls it admitted) is not for it.
+
+    `published`: where what is published is not `result` (the model's copy),
+    what makes it of a result; a policy that `stores_results` gets that."""
     # Read after the result was claimed: nobody adds to them any more.
     if run.delayed_by is not None:
         _drop(run.delayed_by, run, result, svc)
     for policy in reversed(run.consulted):
-        result = _tell(policy, run, result, svc)
+        if published is not None and getattr(policy, "stores_results", False) is True:
+            given = published(result)
+            told = _tell(policy, run, given, svc)
+            result = result if told is given else told
+        else:
+            result = _tell(policy, run, result, svc)
     return result
 
 

@@ -87,7 +87,12 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     if run.consulted or run.delayed_by is not None:
         # Ours now: the policies that let the call through see how it ended
         # (and a spill or cache may hand back another result to publish).
-        told = tell_results(run, result, svc)
+        told = tell_results(
+            run,
+            result,
+            svc,
+            None if published is None else lambda r: _scrubbed(run.scrubber, r),
+        )
         if published is not None and told is not result:
             published = _scrubbed(run.scrubber, told)
         result = run.result = _scrubbed(scrubber, told)

@@ -146,12 +146,17 @@ class BasePolicy:
       of the user's): a sync tool's worker that asks it then wakes no other
       worker until it answers, so calls it makes wait start no thread. A
       policy that does not override `admit` counts as one.
+    - `stores_results`: `on_result` keeps results where they outlive the
+      call (a file, a database): it is handed what is published (scanned by
+      the executor's content scanner), not the model's copy, where the two
+      differ (`ContentScanner(to_model=False)`). `spill` is one.
     """
 
     name: str = "policy"
     at_submission: bool = False
     first: bool = False
     never_blocks: bool = False
+    stores_results: bool = False
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision | Awaitable[Decision]:
         return ADMIT

@@ -9,7 +9,9 @@ characters were left out, and how to read them with the tool the policy brings,
 `metadata["artifact"]`. Attachments stay on the result as they were.
 
 The artifact holds only what was published already: `on_result` is handed the
-result with its secrets scrubbed. It expires `ttl` seconds after it was
+result with its secrets scrubbed, and scanned by the executor's content scanner
+even where the model's copy is not (`stores_results`), so the model's preview
+of a spilled output is the scanned text then. It expires `ttl` seconds after it was
 written: expired ones are deleted when the next artifact is written, and an
 expired handle is refused when it is read. Handles are known to the policy that
 wrote them (in this process); files an earlier process left are deleted once
@@ -83,6 +85,7 @@ class Spill(BasePolicy):
     """See `spill()`."""
 
     name = "spill"
+    stores_results = True  # on disk: what is published, never the model's unscanned copy
 
     def __init__(
         self, *, max_chars: int, store: str | os.PathLike[str], ttl: float, tool_name: str
