@@ -198,7 +198,10 @@ def test_hanging_hooks_end_in_timeouts(
     ]
     hung_pre, hung_post, fine = (h.result(60) for h in handles)
     assert (hung_pre.status, hung_pre.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
-    assert hung_pre.error is not None and "pre-call hooks did not return" in hung_pre.error
+    assert (
+        hung_pre.error is not None
+        and "pre-call steps (hooks, masking, content scanning) did not return" in hung_pre.error
+    )
     assert (hung_post.status, hung_post.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
     assert hung_post.error is not None and "hooks did not return" in hung_post.error
     assert fine.output == "z"

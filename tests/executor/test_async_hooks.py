@@ -156,4 +156,7 @@ def test_a_hung_async_hook_times_out_the_call(make_executor: MakeExecutor, name:
     ex = make_executor(_registry(), pre_call=[forever], timeout=0.2)
     r = ex.execute(ToolCall(name=name, arguments={"text": "x"}))
     assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
-    assert r.error is not None and "pre-call hooks did not return" in r.error
+    assert (
+        r.error is not None
+        and "pre-call steps (hooks, masking, content scanning) did not return" in r.error
+    )

@@ -84,7 +84,10 @@ def test_an_attempts_own_timeout_is_execution_timeout() -> None:
     code, text = ran_out(run)
     assert code is ErrorCode.EXECUTION_TIMEOUT
     assert text == "Tool 'lookup' timed out after 2.0s"
-    assert ran_out(run, ADMISSION)[1] == "pre-call hooks did not return after 2.0s"
+    assert (
+        ran_out(run, ADMISSION)[1]
+        == "pre-call steps (hooks, masking, content scanning) did not return after 2.0s"
+    )
 
 
 def test_an_attempt_capped_by_the_whole_call_is_deadline_exceeded() -> None:
@@ -93,7 +96,7 @@ def test_an_attempt_capped_by_the_whole_call_is_deadline_exceeded() -> None:
     run.deadline = NOW + 1.0
     code, text = ran_out(run, ADMISSION)
     assert code is ErrorCode.DEADLINE_EXCEEDED
-    assert "call_timeout of 1s in its pre-call hooks" in text
+    assert "call_timeout of 1s in its pre-call steps" in text
 
 
 def test_a_call_that_never_began_counts_only_the_attempts_that_ran() -> None:

@@ -38,7 +38,8 @@ def ran_out(run: Run, phase: str = "") -> tuple[ErrorCode, str]:
     if run.out_of_budget():
         return ErrorCode.DEADLINE_EXCEEDED, budget_spent(run, phase)
     if phase == ADMISSION:
-        what = "pre-call hooks did not return"
+        # Not only the user's hooks: the masker and the content scanner run here too.
+        what = "pre-call steps (hooks, masking, content scanning) did not return"
     elif phase == FINISHING:
         what = "post-call hooks did not return"
     else:
@@ -53,7 +54,7 @@ def budget_spent(run: Run, phase: str = "") -> str:
         clock = f"its call_timeout of {run.budget:g}s"
     else:  # inherited from the call that made it
         clock = f"the time left to call {run.parent_call_id}, which made it"
-    where = {ADMISSION: " in its pre-call hooks", FINISHING: " in its post-call hooks"}
+    where = {ADMISSION: " in its pre-call steps", FINISHING: " in its post-call hooks"}
     return (
         f"Tool '{run.call.name}' ran out of {clock}{where.get(phase, '')} (the whole "
         "call: queueing, waits, every attempt and backoff); it was not tried again"
