@@ -482,7 +482,10 @@ class Scrubber:
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets removed from every string."""
         if self._pattern is not None:
-            value = self._value(value)
+            try:
+                value = self._value(value)
+            except Exception:  # a structure too deep (or cyclic) to walk: none of it shows
+                return UNSCANNABLE
         return value if self.scanner is None else _scanned(self.scanner.value, value)
 
     def _value(self, value: Any) -> Any:

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import MakeExecutor
 from tests.scanning.generate import Planter
+from toolbus import ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.models import ToolResult
 from toolbus.scanning import ContentScanner
 from toolbus.scanning._walk import UNREADABLE, Gather, gather, walk
@@ -149,3 +151,29 @@ def test_a_scanners_actions_are_fixed_when_it_is_made() -> None:
     with pytest.raises(AttributeError):
         s.default = "block"  # type: ignore[misc]
     assert s.blocking("mail jane@example.org") is None
+
+
+def test_progress_with_a_cyclic_detail_neither_fails_the_tool_nor_shows(
+    make_executor: MakeExecutor,
+) -> None:
+    """A cyclic `progress` detail, with a known secret to scrub, raised
+    RecursionError out of `ctx.progress` into the tool (found by review)."""
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def work(ctx: ToolContext, password: str) -> str:
+        detail: dict[str, Any] = {"n": 1}
+        detail["self"] = detail
+        ctx.progress("step for jane@example.org", 0.5, detail=detail)
+        ctx.progress("keys", 0.9, seen={("jane@example.org",): 1, 5: b"x"})
+        return "done"
+
+    ex = make_executor(registry, scanner=ContentScanner(engine="re"))
+    with bus.Recorder(bus.PROGRESS, sender=ex) as rec:
+        result = ex.execute(ToolCall(name="work", arguments={"password": "hunter22hunter22"}))
+        assert ex.drain_events()
+    assert (result.status, result.output) == ("ok", "done"), result.error
+    first, second = rec.of(bus.PROGRESS)
+    assert first.message == "step for [REDACTED:email]"
+    assert first.data == "[REDACTED:unscannable]"
+    assert second.data == {"seen": {"('[REDACTED:email]',)": 1, 5: b"x"}}
