@@ -345,8 +345,10 @@ def builtin_rules() -> list[Rule]:
             "card-number",
             # Every issuer's numbers start with 2 to 6. A JSON number ("id":
             # 4111...) is an id in JSON text: as a value, a number counts
-            # under a key that names a card (`_walk`).
-            r"(?<![\w.-])(?<!\":)(?<!\": )[2-6]\d(?:[ -]?\d){11,17}(?![\w-])",
+            # under a key that names a card (`_walk`). (The first digit comes
+            # before the look-behinds, which let Python's re skip ahead to a
+            # 2 to 6: half the time on text full of digits.)
+            r"[2-6](?<![\w.-][2-6])(?<!\":[2-6])(?<!\": [2-6])\d(?:[ -]?\d){11,17}(?![\w-])",
             kind="card",
             check=_card,
         ),
