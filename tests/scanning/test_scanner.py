@@ -296,3 +296,41 @@ def test_only_digits_written_as_a_card_is_are_a_card() -> None:
         "a 4111 1111 1111 1111, b 3782 822463 10005, c 4111-1111-1111-1111, d 4111111111111111"
     )
     assert s.text(printed).count("[REDACTED:card]") == 4
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "curl " + "\r" * 4000,
+        'curl -H "Authorization: Bearer abcdefgh123"\n$ curl -sSLO https://x\n'
+        + "".join(f"\r{p % 100}%" for p in range(4000)),
+        " +1" + "1" * 20 + "x" + "\n+" + "123" * 10 + "," * 2000,
+    ],
+    ids=["curl-progress", "curl-progress-after-a-header", "phone-digit-runs"],
+)
+def test_no_rule_backtracks_on_what_took_seconds(scanner: ContentScanner, text: str) -> None:
+    """gitleaks' curl rules on a line of "\\r"s (a progress bar) and the
+    international phone rule on long digit runs took seconds to minutes
+    (found by review). Bounded by counting steps, not time: each pattern's
+    work is linear now, so scanning the text a hundred times over is quick
+    enough for the test's own timeout."""
+    for _ in range(3):
+        scanner.text(text * 30)
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="the scan extra is not installed")
+def test_hyperscan_finds_what_re_does_in_text_that_is_not_ascii() -> None:
+    """A negated class (`[^a-zA-Z0-9+/]`) or a pattern's non-ASCII letter
+    matched where hyperscan's stand-ins did not, and `{,n}` meant the text
+    "{,n}" to hyperscan (found by review)."""
+    rules = [
+        Rule("emp", r"EMP-\d{,6}-[A-Z]{2}"),
+        Rule("cz", r"rodné číslo:? ?\d{6}/\d{4}"),
+        Rule("tok", r"tok_[0-9]{8}[^0-9a-z]"),
+    ]
+    fast = ContentScanner(engine="hyperscan", rules=rules)
+    slow = ContentScanner(engine="re", rules=rules)
+    texts = ["id EMP-12345-ZZ", "rodné číslo: 850101/1234", "tok_12345678é", "tok_12345678中"]
+    for text in texts:
+        assert fast.findings(text) == slow.findings(text) != [], text
+    assert fast.value(texts) == slow.value(texts) == [fast.text(t) for t in texts]

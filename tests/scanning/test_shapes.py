@@ -130,3 +130,75 @@ def test_a_lowercase_rule_with_an_upper_case_letter_is_refused() -> None:
         Rule("acme", r"ACME-\d{4}", lowercase=True)
     for fine in (r"acme-\d{4}\S*", r"(?P<Value>acme)", r"[A-Za-z]{4}-acme", r"\x41cme"):
         Rule("acme", fine, lowercase=True)
+
+
+def test_a_lowercase_rule_with_an_upper_case_class_is_refused() -> None:
+    from toolbus.scanning import Rule
+
+    with pytest.raises(ValueError, match="written in lower case"):
+        Rule("tok", r"tok_[A-Z0-9]{8}", lowercase=True)  # (found by review)
+    Rule("tok", r"tok_[^A-Z]{8}", lowercase=True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "authenticate(username=username, password=password)",
+        "The password is required.",
+        "Error: password is invalid.",
+        "password: required.",
+        "PWD=/srv/app",
+        "cookie: consent=true",
+        "Set-Cookie: theme=dark; Path=/",
+        "write to jane@10x.co or ops@3x.dev",
+    ],
+)
+def test_more_lookalikes_found_by_review(scanner: ContentScanner, text: str) -> None:
+    out = scanner.text(text)
+    assert "[REDACTED:secret]" not in out and out.startswith(text[:8]), out
+    if "@" in text:
+        assert out == "write to [REDACTED:email] or [REDACTED:email]"
+
+
+def test_keys_that_name_a_card_or_a_secret_in_more_words(scanner: ContentScanner) -> None:
+    """(found by review) `discard_count` named no card, `passwords` and
+    `api_keys` named secrets, `password_confirmation` a password."""
+    secret = "Zx9kQ2vL7pW3mN8b"
+    value = {
+        "discard_count": 4111111111111111,
+        "scorecard_id": 4111111111111111,
+        "pwd": "/srv/app",
+        "passwords": [secret],
+        "secrets": [secret],
+        "api_keys": [secret],
+        "tokens": [secret],
+        "password_confirmation": "hunter22",
+        "input_tokens": "Zx9kQ2vL7pW3mN8c",
+    }
+    out = scanner.value(value)
+    assert out["discard_count"] == out["scorecard_id"] == 4111111111111111
+    assert out["pwd"] == "/srv/app" and out["input_tokens"] == "Zx9kQ2vL7pW3mN8c"
+    for key in ("passwords", "secrets", "api_keys", "tokens"):
+        assert out[key] == ["[REDACTED:secret]"], key
+    assert out["password_confirmation"] == "[REDACTED:secret]"
+
+
+def test_a_card_number_as_a_json_number_under_a_card_key(scanner: ContentScanner) -> None:
+    """JSON text's numbers are ids but under a key that names a card: a raw
+    HTTP body let `{"card_number": 4111...}` through, even with block
+    (found by review)."""
+    blocker = ContentScanner(engine=scanner.engine, actions={"card": "block"})
+    body = json.dumps({"card_number": 4111111111111111, "id": 5555555555554444})
+    found = blocker.blocking(body)
+    assert found is not None and found.kind == "card"
+    assert scanner.text(body) == '{"card_number": [REDACTED:card], "id": 5555555555554444}'
+
+
+def test_a_password_in_a_url_is_a_secret_not_an_address(scanner: ContentScanner) -> None:
+    """Masked as an e-mail address it showed the password's first letter (found by review)."""
+    masking = ContentScanner(engine=scanner.engine, actions={"email": "mask"})
+    out = masking.text("fetch ftp://anonymous:guest@ftp.example.com/pub")
+    assert "guest" not in out and "g****" not in out and "[REDACTED:secret]" in out
+    assert masking.text("see https://deploy@git.example.com/x") == (
+        "see https://deploy@git.example.com/x"
+    )

@@ -177,3 +177,45 @@ def test_progress_with_a_cyclic_detail_neither_fails_the_tool_nor_shows(
     assert first.message == "step for [REDACTED:email]"
     assert first.data == "[REDACTED:unscannable]"
     assert second.data == {"seen": {"('[REDACTED:email]',)": 1, 5: b"x"}}
+
+
+def test_keys_redacted_like_a_later_key_keep_both_values() -> None:
+    """(found by review) a redacted key equal to a key after it lost a value."""
+    s = ContentScanner(engine="re")
+    out = s.value({"a@x.org": 1, "[REDACTED:email]": 2})
+    assert sorted(out.values()) == [1, 2] and "[REDACTED:email]" in out
+    out = s.value({"a@x.org": 1, "b@x.org": 2, "[REDACTED:email] (1)": 3})
+    assert sorted(out.values()) == [1, 2, 3]
+
+
+def test_a_text_moved_under_a_password_key_between_the_walks_is_redacted() -> None:
+    """The second walk matched texts by position and text only: a value
+    changed between the walks could put a password under its key unscanned
+    (found by review)."""
+    value: list[Any] = []
+
+    class Flip:
+        calls = 0
+
+        def __str__(self) -> str:
+            Flip.calls += 1
+            if Flip.calls == 2:  # the second walk: what follows moves under a key
+                value[1] = {"password": "hunter2!x"}
+            return "status"
+
+    value.extend([Flip(), ["password", "hunter2!x"], "jane.doe@example.org"])
+    out = ContentScanner(engine="re").value(value)
+    assert out[1] == {"password": "[REDACTED:secret]"} and out[2] == "[REDACTED:email]"
+
+
+def test_a_decimal_counts_as_a_number(scanner: ContentScanner) -> None:
+    from decimal import Decimal
+
+    ids = {"id": Decimal(4111111111111111), "card": Decimal("4111111111111111")}
+    assert scanner.value(ids) == {"id": Decimal(4111111111111111), "card": "[REDACTED:card]"}
+
+
+def test_to_model_is_fixed_when_the_scanner_is_made() -> None:
+    s = ContentScanner(engine="re")
+    with pytest.raises(AttributeError):
+        s.to_model = True  # type: ignore[misc]

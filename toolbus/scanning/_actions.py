@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ._rules import KINDS, Rule
+from ._rules import KINDS, SECRETS, Rule
 
 __all__ = ["ACTIONS", "Action", "Finding", "checked_actions", "describe", "merged", "replacement"]
 
@@ -91,20 +91,25 @@ def checked_actions(
 
 
 def merged(found: list[Finding]) -> list[Finding]:
-    """Findings in order of where they start, overlapping ones made one."""
+    """Findings in order of where they start, overlapping ones made one,
+    named by the one that weighs most: a `block`, else a secret (the
+    password in `ftp://user:pw@host` is no e-mail address to mask)."""
     found.sort(key=lambda f: (f.start, -f.end))
     out = [found[0]]
     for f in found[1:]:
         last = out[-1]
         if f.start < last.end:
-            if f.end > last.end or (f.action == "block" and last.action != "block"):
-                keep = f if f.action == "block" and last.action != "block" else last
-                out[-1] = Finding(
-                    keep.rule, keep.kind, last.start, max(last.end, f.end), keep.action
-                )
+            keep = f if _weight(f) > _weight(last) else last
+            end = max(last.end, f.end)
+            if keep is not last or end != last.end:
+                out[-1] = Finding(keep.rule, keep.kind, last.start, end, keep.action)
             continue
         out.append(f)
     return out
+
+
+def _weight(f: Finding) -> tuple[bool, bool]:
+    return f.action == "block", f.kind in SECRETS
 
 
 def _masked(kind: str, value: str) -> str:

@@ -185,8 +185,16 @@ def _class_end(pattern: str, i: int) -> int:
     return i + 1
 
 
+# gitleaks' curl rules join up to five lines with `[\r\n]{1,2}` between runs of
+# any character but "\n", which match "\r" too: on a line of "\r"s (a progress
+# bar's output) Python tried every way to share them out, seconds for forty of
+# them (found by review). The runs take a lone "\r" anyway, so a line break is
+# one or two "\n"s, and each character has one place to go.
+_LINE_BREAK = r"[\r\n]{1,2}"
+
+
 def _without_context(pattern: str) -> str:
-    pattern = _bounded(pattern)
+    pattern = _bounded(pattern).replace(_LINE_BREAK, r"\n{1,2}")
     changed = True
     while changed:
         changed = False

@@ -29,7 +29,7 @@ import itertools
 import re
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ._rules import Rule
 
@@ -49,7 +49,7 @@ def hyperscan_available() -> bool:
 class Prefilter:
     """The rules (by index) that may match a text: all of them (pure `re`)."""
 
-    engine = "re"
+    engine: Literal["hyperscan", "re"] = "re"
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         # Returned for "any rule may match": the caller tells it by identity.
@@ -76,12 +76,14 @@ class Prefilter:
         return dict.fromkeys(range(len(texts)), sorted(chosen))
 
 
-# Texts joined for one scan: about a KB (a scan costs about as much as a KB of text).
+# Texts joined for one scan: about a KB (a scan costs about as much as a KB of
+# text), down to `_SHORTEST` where candidates are dense.
 _GROUP = 1024
+_SHORTEST = 64
 
 
 class _Hyperscan(Prefilter):
-    engine = "hyperscan"
+    engine: Literal["hyperscan", "re"] = "hyperscan"
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__(rules)
@@ -104,6 +106,12 @@ class _Hyperscan(Prefilter):
                 )
             else:
                 self._needs.append(frozenset())
+        # On a text that is not ASCII, a rule whose pattern holds a negated
+        # class (`[^a-zA-Z0-9+/]`: an "é" is one, its stand-in "a" is not) or
+        # a character that is not ASCII may match where hyperscan sees none.
+        self._unicode = [
+            i for i, r in enumerate(rules) if "[^" in r.pattern or not r.pattern.isascii()
+        ]
         try:
             self._always: list[int] = []
             self._db = _database(rules, everything, keywords)
@@ -119,6 +127,8 @@ class _Hyperscan(Prefilter):
             return self.every
         first = self._first_ends(_encoded(text))
         hits = [*first, *self._always]
+        if not text.isascii():
+            hits = list({*hits, *self._unicode})
         # In rule order, as without hyperscan: of two rules that find the same
         # value, the one listed first names it.
         hits.sort()
@@ -130,22 +140,33 @@ class _Hyperscan(Prefilter):
             return dict.fromkeys(range(n), self.every)
         always = self._always
         out: dict[int, Sequence[int]] = dict.fromkeys(range(n), always) if always else {}
-        data = _encoded("\n".join(texts))
+        joined = "\n".join(texts)
+        data = _encoded(joined)
         sizes = list(itertools.accumulate(map(len, texts), initial=0))
 
         def begin(i: int) -> int:  # where text i begins in `data` (one byte a character)
             return sizes[i] + i
 
         index = range(n + 1)
+        # A text longer than a window is scanned alone: never again for a hit
+        # in a short text beside it.
+        long = [k for k, size in enumerate(map(len, texts)) if size > _GROUP]
+        window = _GROUP
         i = 0
         while i < n:
-            # A scan of about a KB of whole texts, i to j.
+            # A scan of whole texts, i to j: about `window` characters.
             at = begin(i)
-            j = max(i + 1, bisect.bisect_left(index, at + _GROUP, i + 1, n, key=begin))
+            j = max(i + 1, bisect.bisect_left(index, at + window, i + 1, n, key=begin))
+            if long and (k := bisect.bisect_left(long, i)) < len(long) and long[k] < j:
+                j = max(i + 1, long[k])  # up to the long text, or it alone
             first = self._first_ends(data[at : begin(j) - 1])
             if not first:
+                window = min(_GROUP, window * 2)
                 i = j
                 continue
+            # Where candidates are dense, a long window would be scanned again
+            # for each: shorter windows then, longer again once they are clean.
+            window = max(_SHORTEST, window // 4)
             # The text each rule's first candidate ends in (its last character,
             # or the newline after it, is that text's), and the earliest of them.
             where = {
@@ -156,6 +177,10 @@ class _Hyperscan(Prefilter):
             out[nearest] = sorted({*always, *(r for r, w in where.items() if w == nearest)})
             # What was before it matched nothing; what is after it, scanned again.
             i = nearest + 1
+        if self._unicode and not joined.isascii():
+            for i, text in enumerate(texts):
+                if not text.isascii():
+                    out[i] = sorted({*out.get(i, ()), *self._unicode})
         return out
 
     def _first_ends(self, data: bytes) -> dict[int, int]:
@@ -196,7 +221,13 @@ def _flags(rule: Rule) -> int:
 _TEXT_ENDS = re.compile(r"(?<!\\)((?:\\\\)*)\\([AZz])")
 
 
+# Python's `{,n}` (0 to n); hyperscan reads it as the text "{,n}".
+_UP_TO = re.compile(r"(?<!\\)((?:\\\\)*)\{,(\d+)\}")
+
+
 def _joinable(pattern: str) -> bytes:
+    """`pattern` as hyperscan compiles it (a superset of what Python finds)."""
+    pattern = _UP_TO.sub(lambda m: f"{m[1]}{{0,{m[2]}}}", pattern)
     return _TEXT_ENDS.sub(lambda m: m[1] + ("^" if m[2] == "A" else "$"), pattern).encode()
 
 

@@ -97,7 +97,7 @@ class Rule:
             raise TypeError(f"Rule {self.id!r}: check must be a function of the value, or None")
         if not isinstance(self.lowercase, bool):
             raise TypeError(f"Rule {self.id!r}: lowercase must be True or False")
-        if self.lowercase and _UPPER_LITERAL.search(_ESCAPES_AND_NAMES.sub("", self.pattern)):
+        if self.lowercase and _upper_case_to_match(self.pattern):
             # It runs on the text lower-cased: an upper-case letter never matches.
             raise ValueError(
                 f"Rule {self.id!r}: a lowercase rule's pattern is written in lower case"
@@ -147,12 +147,22 @@ class Rule:
         return start, end
 
 
-# An escape (`\\S`, `\\x4A`, `\\N{...}`), a group's name or a class (`[A-Za-z]`)
-# is not an upper-case letter a lower-cased text must hold.
-_ESCAPES_AND_NAMES = re.compile(
-    r"\\N\{[^}]*\}|\\x[0-9A-Fa-f]{2}|\\.|\(\?P?[<=][\w]*>?|\(\?P=\w+\)|\[(?:\\.|[^\]])*\]"
-)
-_UPPER_LITERAL = re.compile(r"[A-Z]")
+# An escape (`\\S`, `\\x4A`, `\\N{...}`) or a group's name is no letter to match.
+_ESCAPES_AND_NAMES = re.compile(r"\\N\{[^}]*\}|\\x[0-9A-Fa-f]{2}|\\.|\(\?P?[<=][\w]*>?|\(\?P=\w+\)")
+_CLASS = re.compile(r"\[\^?\]?[^\]]*\]")
+_UPPER = re.compile(r"[A-Z]")
+_LOWER = re.compile(r"[a-z]")
+
+
+def _upper_case_to_match(pattern: str) -> bool:
+    """Whether `pattern` asks for an upper-case letter a lower-cased text
+    never holds: one outside a class, or a class of them with no lower-case
+    one beside (`[A-Z0-9]`; `[A-Za-z]` is fine)."""
+    bare = _ESCAPES_AND_NAMES.sub("", pattern)
+    for found in _CLASS.findall(bare):
+        if not found.startswith("[^") and _UPPER.search(found) and not _LOWER.search(found):
+            return True
+    return bool(_UPPER.search(_CLASS.sub("", bare)))
 
 
 # -- toolbus's own rules ---------------------------------------------------------------
@@ -189,13 +199,18 @@ def _card(value: str) -> bool:
 
 
 # An image's name ("logo@2x.png") is no address; nor is git's "git@host:org/repo".
-_FILE_DOMAIN = re.compile(
-    r"(?i).*@(?:[\d.]+x\..*|.*\.(?:png|jpe?g|gif|svg|webp|bmp|ico|tiff?|avif|heic))"
-)
+_FILE_DOMAIN = re.compile(r"(?i).*@.*\.(?:png|jpe?g|gif|svg|webp|bmp|ico|tiff?|avif|heic)")
 
 
 def _email(value: str) -> bool:
     return not _FILE_DOMAIN.fullmatch(value)
+
+
+def _session_cookie(value: str) -> bool:
+    """A cookie header's value with a value in it that looks like a secret
+    (a session's id), not only `consent=true; theme=dark`."""
+    pairs = (part.partition("=") for part in value.split(";"))
+    return any(sep and secret_like(v.strip().strip('"')) for _, sep, v in pairs)
 
 
 def _phone(value: str) -> bool:
@@ -207,6 +222,7 @@ def secret_like(value: str) -> bool:
     """A value worth hiding where a secret is expected (after "token:",
     under a key named like one): long enough, not a word, a placeholder or
     code, and random enough."""
+    value = value.rstrip(".)")  # a sentence's full stop, a call's parenthesis
     if not 8 <= len(value) <= 4096 or _not_a_secret(value):
         return False
     if value.isalpha():
@@ -219,6 +235,7 @@ def password_like(value: str) -> bool:
     """A value worth hiding after "password:" in free text: a password
     need not be random, but it is no word (prose: "password: required"),
     placeholder, code or date."""
+    value = value.rstrip(".)")
     if not 8 <= len(value) <= 4096 or _not_a_secret(value) or _DATE_OR_NUMBER.fullmatch(value):
         return False
     return not value.isalpha() or secret_like(value)
@@ -234,8 +251,16 @@ def under_key(value: str, expected: str) -> bool:
 
 def _not_a_secret(value: str) -> bool:
     return bool(
-        _PLACEHOLDER.fullmatch(value) or _CODE.fullmatch(value) or _PATH_OR_URL.fullmatch(value)
+        _PLACEHOLDER.fullmatch(value)
+        or _CODE.fullmatch(value)
+        or _PATH_OR_URL.fullmatch(value)
+        or _DIRECTORY.fullmatch(value)
     )
+
+
+# A directory ("PWD=/srv/app", `{"pwd": "~/work"}`): lower case, unlike a random
+# secret that happens to start with "/".
+_DIRECTORY = re.compile(r"~?/[a-z0-9_.@+-]+(?:/[a-z0-9_.@+-]*)*")
 
 
 # What a value under a key is expected to be, by the key's last words: a
@@ -243,9 +268,24 @@ def _not_a_secret(value: str) -> bool:
 # "SecretAccessKey", "x-api-key", "refresh_token", "Cookie") or nothing
 # ("next_page_token", "tokenizer", "secret_name", "partition_key", "key").
 _KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
-_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "pass"})
+_PASSWORD_WORDS = frozenset(
+    {"password", "passwords", "passwd", "passphrase", "passphrases", "pwd", "pass"}
+)
+# "password_confirmation", "new_password", "passwordRepeat".
+_PASSWORD_AFTER = frozenset({"confirmation", "confirm", "repeat", "again", "old", "new", "current"})
 _SECRET_WORDS_LAST = frozenset(
-    {"secret", "credential", "credentials", "apikey", "cookie", "authorization", "auth"}
+    {
+        "secret",
+        "secrets",
+        "credential",
+        "credentials",
+        "apikey",
+        "apikeys",
+        "cookie",
+        "cookies",
+        "authorization",
+        "auth",
+    }
 )
 _KEY_BEFORE_KEY = frozenset(
     {
@@ -264,6 +304,8 @@ _KEY_BEFORE_KEY = frozenset(
 # A token that pages or syncs a listing is no credential (AWS' "nextToken").
 _NOT_CREDENTIAL_TOKENS = frozenset(
     {"page", "next", "continuation", "cursor", "sync", "pagination", "resume", "csrf", "max"}
+    # "input_tokens", "total_tokens": counts, not credentials.
+    | {"input", "output", "total", "prompt", "completion", "num", "cached", "reasoning"}
 )
 
 
@@ -274,13 +316,13 @@ def secret_key(key: str) -> str | None:
     if not words:
         return None
     last, before = words[-1], words[-2] if len(words) > 1 else ""
-    if last in _PASSWORD_WORDS:
+    if last in _PASSWORD_WORDS or (before in _PASSWORD_WORDS and last in _PASSWORD_AFTER):
         return "password"
     if last in _SECRET_WORDS_LAST:
         return "secret"
-    if last == "token" and before not in _NOT_CREDENTIAL_TOKENS:
+    if last in ("token", "tokens") and before not in _NOT_CREDENTIAL_TOKENS:
         return "secret"
-    if last == "key" and before in _KEY_BEFORE_KEY:
+    if last in ("key", "keys") and before in _KEY_BEFORE_KEY:
         return "secret"
     return None
 
@@ -335,7 +377,8 @@ def builtin_rules() -> list[Rule]:
         ),
         Rule(
             "email",
-            r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+"
+            # (Not right after "//": a URL's user, `https://deploy@host/`.)
+            r"(?<![\w.%+-])(?<!//)[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+"
             r"[A-Za-z]{2,24}(?![\w-]|\.[A-Za-z0-9]|:[\w~/])",
             kind="email",
             check=_email,
@@ -353,6 +396,18 @@ def builtin_rules() -> list[Rule]:
             check=_card,
         ),
         Rule(
+            "card-number-json",
+            # The JSON number the card rule leaves alone, under a key that names
+            # a card: `{"card_number": 4111111111111111}` as JSON text.
+            r"(?:card|card_?number|cardnumber|card_?no|cc_?num(?:ber)?|ccn|pan)\"\s*:\s*"
+            r"([2-6]\d{12,18})(?![\w.-])",
+            kind="card",
+            group=1,
+            check=_card,
+            keywords=("card", "pan", "cc"),
+            lowercase=True,
+        ),
+        Rule(
             "iban",
             r"(?<![\w-])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![\w-])",
             kind="iban",
@@ -360,7 +415,10 @@ def builtin_rules() -> list[Rule]:
         ),
         Rule(
             "phone-international",
-            r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w])",
+            # One digit a step (a separator or a parenthesis before or after it
+            # optional): groups of one to four digits let Python try every way to
+            # cut a long run of digits into them, 10 µs a character (found by review).
+            r"(?<![\w+])\+[1-9](?:[ .-]?\(?\d\)?){6,16}(?![\w])",
             kind="phone",
             check=_phone,
             keywords=("+",),
@@ -376,7 +434,8 @@ def builtin_rules() -> list[Rule]:
             # ("secret_2": a numbered name is the same name.)
             # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
             rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))\s*[\"'`]?"
-            r"([^\s\"'`,;\\]{8,4096})",
+            # (A sentence's full stop or a call's closing parenthesis is not the value's.)
+            r"([^\s\"'`,;\\]{8,4096}?)[.)]*(?=[\s\"'`,;\\]|$)",
             kind="secret",
             group=1,
             check=secret_like,
@@ -387,7 +446,7 @@ def builtin_rules() -> list[Rule]:
             "password-after-word",
             # A password need not look random: "password: hunter2024".
             r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))"
-            r"\s*[\"'`]?([^\s\"'`,;\\]{8,4096})",
+            r"\s*[\"'`]?([^\s\"'`,;\\]{8,4096}?)[.)]*(?=[\s\"'`,;\\]|$)",
             kind="secret",
             group=1,
             check=password_like,
@@ -410,7 +469,7 @@ def builtin_rules() -> list[Rule]:
             r"(?<![\w-])(?:set-)?cookie[\"']?\s*:\s*[\"']?([^\r\n\"']{8,4096})",
             kind="secret",
             group=1,
-            check=lambda value: "=" in value,
+            check=_session_cookie,
             keywords=("cookie",),
             lowercase=True,
         ),

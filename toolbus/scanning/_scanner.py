@@ -73,8 +73,8 @@ class ContentScanner:
         "_rules",
         "_secret",
         "_stopwords",
+        "_to_model",
         "actions",
-        "to_model",
     )
 
     def __init__(
@@ -144,7 +144,12 @@ class ContentScanner:
         # until then, one of its own.
         self._secret = secret if secret is not None else os.urandom(32)
         self._keyed = secret is not None
-        self.to_model = to_model
+        self._to_model = to_model
+
+    @property
+    def to_model(self) -> bool:
+        """Whether what goes back to the model is scanned too (fixed when made)."""
+        return self._to_model
 
     @property
     def default(self) -> str:
@@ -152,7 +157,7 @@ class ContentScanner:
         return self._default
 
     @property
-    def engine(self) -> str:
+    def engine(self) -> Literal["hyperscan", "re"]:
         """ "hyperscan" or "re": what finds the candidate rules."""
         return self._prefilter.engine
 
@@ -313,7 +318,7 @@ class ContentScanner:
             return value, block
         if isinstance(value, str):
             return new[0], block
-        return walk(value, None, PutBack(texts, new, self._one)), block
+        return walk(value, None, PutBack(texts, keyed, new, self._one)), block
 
     def _one(self, text: str, expected: str | None) -> str:
         """`text` scanned on its own (under a key that `expected` a secret)."""

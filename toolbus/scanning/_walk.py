@@ -12,8 +12,10 @@ as itself.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from ._rules import secret_key
@@ -31,7 +33,23 @@ _SEQUENCES = (list, tuple)
 # A number is a card number only under a key that says so: integer ids that
 # pass the Luhn check are common, and a number turned into text would break
 # the schema the output was made for.
-_CARD_KEY = re.compile(r"(?i)card|credit|(?:^|[^a-z])pan(?:[^a-z]|$)|cc_?(?:num|no)|ccn\b")
+_KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+_CARD_WORDS = frozenset({"card", "cards", "cardnumber", "ccnumber", "ccn", "pan"})
+_NUMBER_WORDS = frozenset({"number", "num", "no", "nr"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_a_card(key: str) -> bool:
+    """ "card", "card_number", "creditCard", "cc_num", "pan"; not
+    "discard_count" or "scorecard_id"."""
+    words = [w.lower() for w in _KEY_WORD.findall(key)]
+    if not words:
+        return False
+    last = words[-1]
+    if last in _CARD_WORDS:
+        return True
+    return last in _NUMBER_WORDS and len(words) > 1 and words[-2] in ("card", "cc", "credit")
+
 
 OnText = Callable[[str, "str | None"], "str | None"]
 """Told each text and what its key expects it to be ("password", "secret",
@@ -58,7 +76,7 @@ def walk(value: Any, key: object, on_text: OnText) -> Any:
         return value if out is None else out
     if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         number = _card_number(value, key)
         if number is None:
             return value
@@ -83,9 +101,12 @@ def _mapping(value: Mapping[Any, Any], on_text: OnText) -> Any:
         if out is None and (nk is not k or nv is not v):
             out = dict(list(value.items())[:i])
         if out is not None:
-            if nk is not k and nk in out:
-                # Two keys redacted alike ("[REDACTED:email]") keep both values.
-                nk = f"{nk} ({i})"
+            if nk is not k and (nk in out or nk in value):
+                # Two keys redacted alike ("[REDACTED:email]"), or one redacted
+                # like another key, keep both values.
+                base, n = nk, i
+                while nk in out or nk in value:
+                    nk, n = f"{base} ({n})", n + 1
             out[nk] = nv
     return value if out is None else out
 
@@ -122,7 +143,7 @@ def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> 
                 gather(v, key, texts, keyed)
     elif value is None or isinstance(value, bool):
         return
-    elif isinstance(value, int | float):
+    elif isinstance(value, int | float | Decimal):
         number = _card_number(value, key)
         if number is not None:
             texts.append(number)
@@ -138,12 +159,15 @@ def _gather_object(value: object, texts: list[str], keyed: dict[int, str]) -> No
         texts.append(UNREADABLE)
 
 
-def _card_number(value: int | float, key: object) -> str | None:
+def _card_number(value: int | float | Decimal, key: object) -> str | None:
     """A number's digits, if it may be a card number: under a key that
     names a card, whole, and 13 to 19 digits long."""
-    if not (isinstance(key, str) and _CARD_KEY.search(key)):
+    if not (isinstance(key, str) and _names_a_card(key)):
         return None
-    if isinstance(value, float) and not value.is_integer():
+    try:
+        if value != int(value):
+            return None
+    except (ValueError, OverflowError):  # nan, inf
         return None
     number = int(value)
     if not 10**12 <= abs(number) < 10**19:
@@ -174,18 +198,24 @@ class PutBack:
     there (a value changed between the walks, an object whose `str` did) is
     scanned again on its own, by `rescan`."""
 
-    __slots__ = ("_at", "_new", "_rescan", "_texts")
+    __slots__ = ("_at", "_keyed", "_new", "_rescan", "_texts")
 
     def __init__(
-        self, texts: list[str], new: dict[int, str], rescan: Callable[[str, str | None], str]
+        self,
+        texts: list[str],
+        keyed: dict[int, str],
+        new: dict[int, str],
+        rescan: Callable[[str, str | None], str],
     ) -> None:
-        self._texts, self._new, self._rescan = texts, new, rescan
+        self._texts, self._keyed, self._new, self._rescan = texts, keyed, new, rescan
         self._at = 0
 
     def __call__(self, text: str, expected: str | None) -> str | None:
         at = self._at
         self._at = at + 1
-        if at < len(self._texts) and self._texts[at] == text:
+        # The same text under a key that expects the same: a text that moved
+        # under a password's key between the walks is not let by as plain.
+        if at < len(self._texts) and self._texts[at] == text and self._keyed.get(at) == expected:
             return self._new.get(at)
         scanned = self._rescan(text, expected)
         return None if scanned == text else scanned
