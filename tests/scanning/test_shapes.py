@@ -48,6 +48,9 @@ def test_lookalikes_are_left_alone(scanner: ContentScanner) -> None:
         ("redis://:s3cr3t-pass@cache:6379/0", "s3cr3t-pass"),
         ("password: hunter2024", "hunter2024"),
         ("the admin passwd is Summer-2026!", "Summer-2026!"),
+        ("mysql -u root -pS3cretPass99 db", "S3cretPass99"),
+        ("sshpass -p 'S3cretPass99' ssh host", "S3cretPass99"),
+        ("GET /login?user=a&password%3DS3cretPass99", "S3cretPass99"),
     ],
 )
 def test_credentials_that_need_not_look_random(

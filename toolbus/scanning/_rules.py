@@ -433,7 +433,7 @@ def builtin_rules() -> list[Rule]:
             "secret-after-word",
             # ("secret_2": a numbered name is the same name.)
             # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
-            rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))\s*[\"'`]?"
+            rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?[\"']?(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*[\"'`]?"
             # (A sentence's full stop or a call's closing parenthesis is not the value's.)
             r"([^\s\"'`,;\\]{8,4096}?)[.)]*(?=[\s\"'`,;\\]|$)",
             kind="secret",
@@ -445,13 +445,23 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "password-after-word",
             # A password need not look random: "password: hunter2024".
-            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?[\"']?(?:\s+is|\s*(?::|=|:=|=>))"
+            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?[\"']?(?:\s+is|\s*(?::|=|:=|=>|%3d))"
             r"\s*[\"'`]?([^\s\"'`,;\\]{8,4096}?)[.)]*(?=[\s\"'`,;\\]|$)",
             kind="secret",
             group=1,
             check=password_like,
             keywords=("pass", "pwd"),
             lowercase=True,
+        ),
+        Rule(
+            "password-option",
+            # A password on a command line: `mysql -pS3cret`, `sshpass -p 'S3cret'`.
+            r"(?:\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]{0,200}?\s-p"
+            r"|\bsshpass\s+-p\s*)[\"']?([^\s\"']{4,256})",
+            kind="secret",
+            group=1,
+            check=lambda value: not _not_a_secret(value),
+            keywords=("mysql", "mariadb", "sshpass"),
         ),
         Rule(
             "authorization-header",
