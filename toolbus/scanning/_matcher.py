@@ -91,21 +91,10 @@ class _Hyperscan(Prefilter):
         # A rule hyperscan cannot compile (Python syntax it lacks, say) is
         # always a candidate: Python's re decides it on every text.
         everything = list(range(len(rules)))
-        # The keywords are in the database too (ids after the rules'), so a
-        # rule's candidate counts only where one of its keywords is (a git
-        # SHA is 40 hex digits, as a Sourcegraph token may be, but not after
-        # "sgp_"). A keyword hyperscan would not see alike is none.
-        keywords: dict[str, int] = {}
-        self._needs: list[frozenset[int]] = []
-        for r in rules:
-            if all(k.isascii() for k in r.keywords):
-                self._needs.append(
-                    frozenset(
-                        keywords.setdefault(k, len(rules) + len(keywords)) for k in r.keywords
-                    )
-                )
-            else:
-                self._needs.append(frozenset())
+        # A rule's candidate counts in a scan of joined texts only where one
+        # of its keywords is (a git SHA is 40 hex digits, as a Sourcegraph
+        # token may be, but not after "sgp_"): no scan again for it.
+        self._keywords = [r.keywords for r in rules]
         # On a text that is not ASCII, a rule whose pattern holds a negated
         # class (`[^a-zA-Z0-9+/]`: an "é" is one, its stand-in "a" is not) or
         # a character that is not ASCII may match where hyperscan sees none.
@@ -114,11 +103,11 @@ class _Hyperscan(Prefilter):
         ]
         try:
             self._always: list[int] = []
-            self._db = _database(rules, everything, keywords)
+            self._db = _database(rules, everything)
         except Exception:  # hyperscan.error: find which, one by one
             self._always = [i for i, r in enumerate(rules) if not _compiles(r)]
             bad = set(self._always)
-            self._db = _database(rules, [i for i in everything if i not in bad], keywords)
+            self._db = _database(rules, [i for i in everything if i not in bad])
         # Scratch space is per database and not for two scans at once.
         self._local = threading.local()
 
@@ -159,7 +148,15 @@ class _Hyperscan(Prefilter):
             j = max(i + 1, bisect.bisect_left(index, at + window, i + 1, n, key=begin))
             if long and (k := bisect.bisect_left(long, i)) < len(long) and long[k] < j:
                 j = max(i + 1, long[k])  # up to the long text, or it alone
-            first = self._first_ends(data[at : begin(j) - 1])
+            end = begin(j) - 1
+            first = self._first_ends(data[at:end])
+            if first and any(self._keywords[r] for r in first):
+                low = joined[at:end].lower()
+                first = {
+                    r: e
+                    for r, e in first.items()
+                    if not self._keywords[r] or any(k in low for k in self._keywords[r])
+                }
             if not first:
                 window = min(_GROUP, window * 2)
                 i = j
@@ -184,23 +181,13 @@ class _Hyperscan(Prefilter):
         return out
 
     def _first_ends(self, data: bytes) -> dict[int, int]:
-        """For each rule with a candidate in `data` and a keyword there (if
-        it has keywords), where the first candidate ends."""
+        """For each rule with a candidate in `data`, where the first one ends."""
         first: dict[int, int] = {}
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = _hs.Scratch(self._db)
         self._db.scan(data, match_event_handler=_collect, context=first, scratch=scratch)
-        n = len(self.every)
-        if not first or max(first) < n:  # no keyword at all: the keywordless rules'
-            return {r: e for r, e in first.items() if not self._needs[r]}
-        present = {k for k in first if k >= n}
-        needs = self._needs
-        return {
-            r: e
-            for r, e in first.items()
-            if r < n and (not needs[r] or not needs[r].isdisjoint(present))
-        }
+        return first
 
 
 def _encoded(text: str) -> bytes:
@@ -231,28 +218,23 @@ def _joinable(pattern: str) -> bytes:
     return _TEXT_ENDS.sub(lambda m: m[1] + ("^" if m[2] == "A" else "$"), pattern).encode()
 
 
-def _database(rules: Sequence[Rule], kept: Sequence[int], keywords: dict[str, int]) -> Any:
-    """The rules `kept` and the `keywords` (literals, with their ids),
-    compiled (None: no rule to compile)."""
+def _database(rules: Sequence[Rule], kept: Sequence[int]) -> Any:
+    """The rules `kept`, compiled (None: none to compile)."""
     if not kept:
         return None
     db = _hs.Database()
-    literal = _hs.HS_FLAG_SINGLEMATCH | _hs.HS_FLAG_CASELESS
     db.compile(
-        expressions=[
-            *(_joinable(rules[i].pattern) for i in kept),
-            *(re.escape(k).encode() for k in keywords),
-        ],
-        ids=[*kept, *keywords.values()],
-        elements=len(kept) + len(keywords),
-        flags=[*(_flags(rules[i]) for i in kept), *(literal for _ in keywords)],
+        expressions=[_joinable(rules[i].pattern) for i in kept],
+        ids=list(kept),
+        elements=len(kept),
+        flags=[_flags(rules[i]) for i in kept],
     )
     return db
 
 
 def _compiles(rule: Rule) -> bool:
     try:
-        _database([rule], [0], {})
+        _database([rule], [0])
     except Exception:  # hyperscan.error
         return False
     return True
