@@ -219,3 +219,15 @@ def test_to_model_is_fixed_when_the_scanner_is_made() -> None:
     s = ContentScanner(engine="re")
     with pytest.raises(AttributeError):
         s.to_model = True  # type: ignore[misc]
+
+
+def test_confirming_from_the_first_candidate_finds_every_match(scanner: ContentScanner) -> None:
+    """Python's re starts where a match could first begin (hyperscan's first
+    candidate's end less the rule's longest match): every match is still
+    found, the first at the text's very start and the last at its end."""
+    card, email = "4111 1111 1111 1111", "jane@example.org"
+    text = f"{card} " + "ordinary words and 12 digits " * 200 + f"{email} {card}"
+    assert scanner.text(text).count("[REDACTED:card]") == 2
+    assert scanner.text(text).endswith("[REDACTED:email] [REDACTED:card]")
+    rows = [f"row {i}" for i in range(300)] + [text]
+    assert scanner.value(rows)[-1] == scanner.text(text)

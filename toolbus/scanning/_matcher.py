@@ -28,12 +28,12 @@ import functools
 import itertools
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ._rules import Rule
 
-__all__ = ["Prefilter", "hyperscan_available", "make_prefilter"]
+__all__ = ["Candidates", "Prefilter", "hyperscan_available", "make_prefilter"]
 
 _hs: Any
 try:  # the `scan` extra
@@ -47,13 +47,17 @@ def hyperscan_available() -> bool:
 
 
 class Prefilter:
-    """The rules (by index) that may match a text: all of them (pure `re`)."""
+    """The rules (by index) that may match a text: all of them (pure `re`).
+
+    Candidates map each rule to where its first candidate in the text ends
+    (0: not known): no match of it ends before, so Python's `re` may start
+    as far before that as the rule's longest match (`Rule.width`)."""
 
     engine: Literal["hyperscan", "re"] = "re"
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         # Returned for "any rule may match": the caller tells it by identity.
-        self.every: Sequence[int] = tuple(range(len(rules)))
+        self.every: Candidates = dict.fromkeys(range(len(rules)), 0)
         self._keywordless = [i for i, r in enumerate(rules) if not r.keywords]
         by_keyword: dict[str, list[int]] = {}
         for i, r in enumerate(rules):
@@ -61,10 +65,10 @@ class Prefilter:
                 by_keyword.setdefault(k, []).append(i)
         self._by_keyword = tuple(by_keyword.items())
 
-    def candidates(self, text: str) -> Sequence[int]:
+    def candidates(self, text: str) -> Candidates:
         return self.every
 
-    def located(self, texts: Sequence[str]) -> dict[int, Sequence[int]]:
+    def located(self, texts: Sequence[str]) -> dict[int, Candidates]:
         """The rules that may match each of `texts` (by index), for those
         that any may match: here, the rules whose keywords are in any of
         them (each text is then checked for its own)."""
@@ -73,8 +77,11 @@ class Prefilter:
         for k, rules in self._by_keyword:
             if k in low:
                 chosen.update(rules)
-        return dict.fromkeys(range(len(texts)), sorted(chosen))
+        return dict.fromkeys(range(len(texts)), dict.fromkeys(sorted(chosen), 0))
 
+
+Candidates = Mapping[int, int]
+"""Rule (by index) -> where its first candidate ends in the text (0: not known)."""
 
 # Texts joined for one scan: about a KB (a scan costs about as much as a KB of
 # text), down to `_SHORTEST` where candidates are dense.
@@ -111,24 +118,23 @@ class _Hyperscan(Prefilter):
         # Scratch space is per database and not for two scans at once.
         self._local = threading.local()
 
-    def candidates(self, text: str) -> Sequence[int]:
+    def candidates(self, text: str) -> Candidates:
         if self._db is None:  # no rule hyperscan could compile
             return self.every
         first = self._first_ends(_encoded(text))
-        hits = [*first, *self._always]
+        for i in self._always:
+            first[i] = 0
         if not text.isascii():
-            hits = list({*hits, *self._unicode})
-        # In rule order, as without hyperscan: of two rules that find the same
-        # value, the one listed first names it.
-        hits.sort()
-        return hits
+            for i in self._unicode:
+                first[i] = 0
+        return first
 
-    def located(self, texts: Sequence[str]) -> dict[int, Sequence[int]]:
+    def located(self, texts: Sequence[str]) -> dict[int, Candidates]:
         n = len(texts)
         if self._db is None:
             return dict.fromkeys(range(n), self.every)
-        always = self._always
-        out: dict[int, Sequence[int]] = dict.fromkeys(range(n), always) if always else {}
+        always = dict.fromkeys(self._always, 0)
+        out: dict[int, Candidates] = dict.fromkeys(range(n), always) if always else {}
         joined = "\n".join(texts)
         data = _encoded(joined)
         sizes = list(itertools.accumulate(map(len, texts), initial=0))
@@ -171,13 +177,18 @@ class _Hyperscan(Prefilter):
                 for rule, e in first.items()
             }
             nearest = min(where.values())
-            out[nearest] = sorted({*always, *(r for r, w in where.items() if w == nearest)})
+            # Where each candidate ends in that text.
+            base = begin(nearest) - at
+            out[nearest] = {
+                **always,
+                **{r: max(first[r] - base, 0) for r, w in where.items() if w == nearest},
+            }
             # What was before it matched nothing; what is after it, scanned again.
             i = nearest + 1
         if self._unicode and not joined.isascii():
             for i, text in enumerate(texts):
                 if not text.isascii():
-                    out[i] = sorted({*out.get(i, ()), *self._unicode})
+                    out[i] = {**out.get(i, {}), **dict.fromkeys(self._unicode, 0)}
         return out
 
     def _first_ends(self, data: bytes) -> dict[int, int]:

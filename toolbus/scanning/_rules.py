@@ -67,6 +67,8 @@ class Rule:
     compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
     folded: re.Pattern[str] = field(init=False, repr=False, compare=False)
     allowed: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    width: int | None = field(init=False, repr=False, compare=False)
+    """The longest match the pattern can make, or None (no bound)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id.strip():
@@ -117,6 +119,7 @@ class Rule:
             self, "folded", re.compile(self.pattern, re.IGNORECASE) if self.lowercase else compiled
         )
         object.__setattr__(self, "allowed", allowed)
+        object.__setattr__(self, "width", _widest(self.pattern))
 
     def value_of(self, match: re.Match[str], text: str) -> tuple[int, int] | None:
         """Where the value of `match` (a match in `text`, or in `text`
@@ -163,6 +166,18 @@ def _upper_case_to_match(pattern: str) -> bool:
         if not found.startswith("[^") and _UPPER.search(found) and not _LOWER.search(found):
             return True
     return bool(_UPPER.search(_CLASS.sub("", bare)))
+
+
+def _widest(pattern: str) -> int | None:
+    """The longest text `pattern` can match, or None: unbounded, or not
+    known (Python's parser is private; without it, every match is confirmed
+    from the text's start)."""
+    try:
+        parser = re._parser  # type: ignore[attr-defined]
+        most = int(parser.parse(pattern).getwidth()[1])
+    except Exception:
+        return None
+    return most if most < 1 << 16 else None
 
 
 # -- toolbus's own rules ---------------------------------------------------------------

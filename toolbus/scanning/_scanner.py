@@ -22,7 +22,7 @@ from ..masking import cleaned_result
 from ..models import ToolResult
 from ._actions import ACTIONS, Action, Finding, checked_actions, merged, replacement
 from ._gitleaks import gitleaks_rules, go_to_python
-from ._matcher import make_prefilter
+from ._matcher import Candidates, make_prefilter
 from ._rules import PERSONAL, SECRETS, Rule, builtin_rules, under_key
 from ._walk import UNREADABLE, UNREADABLE_TEXT, PutBack, gather, walk
 
@@ -32,6 +32,7 @@ log = logging.getLogger("toolbus.scanning")
 
 # A value under a secret-looking key that is random enough: not a pattern's.
 _KEY_VALUE_RULE = "secret-key-value"
+_NONE: Candidates = {}
 
 
 class ContentScanner:
@@ -185,29 +186,35 @@ class ContentScanner:
             return []
         return self._confirmed(text, self._prefilter.candidates(text))
 
-    def _confirmed(self, text: str, candidates: Sequence[int]) -> list[Finding]:
+    def _confirmed(self, text: str, candidates: Candidates) -> list[Finding]:
         """What the `candidates` (rules, by index) find in `text`."""
         if not candidates:
             return []
         low = text.lower()
+        chosen: Iterable[int]
         if candidates is self._prefilter.every:
             # No prefilter: the rules whose keywords the text holds, each
             # keyword looked for once.
-            chosen = set(self._keywordless)
+            kept = set(self._keywordless)
             for k, rules in self._by_keyword:
                 if k in low:
-                    chosen.update(rules)
-            candidates = sorted(chosen)
+                    kept.update(rules)
+            chosen = kept
         else:
             keywords = self._keywords
-            candidates = [
+            chosen = [
                 i for i in candidates if not keywords[i] or any(k in low for k in keywords[i])
             ]
         found: list[Finding] = []
         # Lower-casing moves no character in ASCII text: a lowercase rule runs on `low`.
         folds = text.isascii()
-        for i in candidates:
+        # In rule order, as without hyperscan: of two rules that find the same
+        # value, the one listed first names it.
+        for i in sorted(chosen):
             rule = self._rules[i]
+            # No match of it ends before its first candidate does.
+            end = candidates.get(i, 0)
+            start = max(end - rule.width, 0) if end and rule.width is not None else 0
             if not rule.lowercase:
                 target = text
                 pattern = rule.compiled
@@ -215,7 +222,7 @@ class ContentScanner:
                 target = low if folds else text
                 pattern = rule.compiled if folds else rule.folded
             try:
-                for m in pattern.finditer(target):
+                for m in pattern.finditer(target, start):
                     span = rule.value_of(m, text)
                     if span is not None and not self._allowed(text[span[0] : span[1]]):
                         found.append(Finding(rule.id, rule.kind, *span, self._action[i]))
@@ -291,7 +298,7 @@ class ContentScanner:
         if not texts:
             return value, None
         if len(texts) == 1:
-            located: Mapping[int, Sequence[int]] = {0: self._prefilter.candidates(texts[0])}
+            located: Mapping[int, Candidates] = {0: self._prefilter.candidates(texts[0])}
         else:
             located = self._prefilter.located(texts)
         new: dict[int, str] = {}
@@ -309,7 +316,7 @@ class ContentScanner:
                 if action == "block" and block is None:
                     block = Finding(_KEY_VALUE_RULE, "secret", 0, len(text), "block")
                 continue
-            found = self._confirmed(text, located.get(i, ()))
+            found = self._confirmed(text, located.get(i, _NONE))
             if found:
                 new[i] = self._applied(text, found)
                 if block is None:
