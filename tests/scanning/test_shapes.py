@@ -205,3 +205,52 @@ def test_a_password_in_a_url_is_a_secret_not_an_address(scanner: ContentScanner)
     assert masking.text("see https://deploy@git.example.com/x") == (
         "see https://deploy@git.example.com/x"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "token=" + "." * 16384 + "x",
+        "password: " + ")" * 16384 + "x",
+        ("pwd=" * 16384)[:65536],
+        'curl -u "' + "aZ3" * 5000 + ':s3cr3tpass" https://x',
+        "apiVersion: v1\ndata:\n  key.hex: " + "a" * 16000 + "\nkind: Secret\n",
+        "secret\ndata:" + " " * 90 + "k:" + "a" * 4000,
+    ],
+    ids=["dots", "parentheses", "pwd", "curl-allow", "k8s-allow", "k8s-windows"],
+)
+def test_no_rule_costs_seconds_on_a_few_kb(scanner: ContentScanner, text: str) -> None:
+    """Each took seconds (a lazy value before trailing punctuation; gitleaks'
+    allow patterns on a long value; gitleaks' Kubernetes windows), found by
+    review: scanning each ten times now fits well within the test's timeout."""
+    for _ in range(10):
+        scanner.text(text)
+
+
+def test_review_two_shapes(scanner: ContentScanner) -> None:
+    """Passwords that looked like code or placeholders, commands that looked
+    like a password option, a host hidden with a URL's password, keys that
+    name a secret in other words (found by the second review)."""
+    assert scanner.value(
+        {"password": "Summer(2024)", "pwd": "P4ss[w0rd]!", "db_password": "$uperSecret1",
+         "passwd": "Mystery-Box", "client_secret": "Xk9(mQ2vL7pZ3rT8",
+         "session_key": "Zx9kQ2vL7pW3mN8b", "pass_phrase": "Zx9kQ2vL7pW3mN8b",
+         "x": "getenv('X')", "y": "${DB_PASSWORD}"}
+    ) == {"password": "[REDACTED:secret]", "pwd": "[REDACTED:secret]",
+          "db_password": "[REDACTED:secret]", "passwd": "[REDACTED:secret]",
+          "client_secret": "[REDACTED:secret]", "session_key": "[REDACTED:secret]",
+          "pass_phrase": "[REDACTED:secret]", "x": "getenv('X')", "y": "${DB_PASSWORD}"}  # fmt: skip
+    for text in (
+        "docker run -d --name mysql -p3306:3306 mysql:8",
+        "mysql-workbench -preferences",
+        "start mysql; python3 -pythonpath",
+        json.dumps({"discard": 4111111111111111, "timespan": 4111111111111111}),
+    ):
+        assert scanner.text(text) == text
+    assert scanner.text("mongodb+srv://admin:Zx9kQ2vL7pW3@cluster0.abcd.mongodb.net/t") == (
+        "mongodb+srv://admin:[REDACTED:secret]@cluster0.abcd.mongodb.net/t"
+    )
+    assert scanner.text("docker login -u jane -p Zx9kQ2vL7pW3") == (
+        "docker login -u jane -p [REDACTED:secret]"
+    )
+    assert "hunter2024" not in scanner.text('"{\\"password\\": \\"hunter2024!\\"}"')

@@ -231,3 +231,12 @@ def test_confirming_from_the_first_candidate_finds_every_match(scanner: ContentS
     assert scanner.text(text).endswith("[REDACTED:email] [REDACTED:card]")
     rows = [f"row {i}" for i in range(300)] + [text]
     assert scanner.value(rows)[-1] == scanner.text(text)
+
+
+def test_a_huge_decimal_under_a_card_key_is_quick() -> None:
+    """`int(Decimal("1E+1000000"))` took a minute (found by review)."""
+    from decimal import Decimal
+
+    s = ContentScanner(engine="re")
+    value = {"card_number": Decimal("1E+1000000"), "card": Decimal("NaN")}
+    assert s.value(value) is value

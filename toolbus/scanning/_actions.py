@@ -99,8 +99,12 @@ def merged(found: list[Finding]) -> list[Finding]:
     for f in found[1:]:
         last = out[-1]
         if f.start < last.end:
-            keep = f if _weight(f) > _weight(last) else last
+            keep, other = (f, last) if _weight(f) > _weight(last) else (last, f)
             end = max(last.end, f.end)
+            if keep.kind in SECRETS and other.kind not in SECRETS and other.action != "block":
+                # A secret inside what looked like an address ("pw@host" in
+                # `mongodb://user:pw@host/`): the secret, not the host after it.
+                end = keep.end
             if keep is not last or end != last.end:
                 out[-1] = Finding(keep.rule, keep.kind, last.start, end, keep.action)
             continue

@@ -105,14 +105,16 @@ class _Hyperscan(Prefilter):
         # On a text that is not ASCII, a rule whose pattern holds a negated
         # class (`[^a-zA-Z0-9+/]`: an "é" is one, its stand-in "a" is not) or
         # a character that is not ASCII may match where hyperscan sees none.
-        self._unicode = [
-            i for i, r in enumerate(rules) if "[^" in r.pattern or not r.pattern.isascii()
-        ]
+        self._unicode = [i for i, r in enumerate(rules) if _unicode_sensitive(r.pattern)]
+        # A rule that asks for one of the separators hyperscan sees as spaces.
+        separators = [i for i, r in enumerate(rules) if _SEPARATOR_ESCAPE.search(r.pattern)]
         try:
-            self._always: list[int] = []
-            self._db = _database(rules, everything)
+            self._always: list[int] = separators
+            self._db = _database(rules, [i for i in everything if i not in separators])
         except Exception:  # hyperscan.error: find which, one by one
-            self._always = [i for i, r in enumerate(rules) if not _compiles(r)]
+            self._always = sorted(
+                {*separators, *(i for i, r in enumerate(rules) if not _compiles(r))}
+            )
             bad = set(self._always)
             self._db = _database(rules, [i for i in everything if i not in bad])
         # Scratch space is per database and not for two scans at once.
@@ -219,8 +221,18 @@ def _flags(rule: Rule) -> int:
 _TEXT_ENDS = re.compile(r"(?<!\\)((?:\\\\)*)\\([AZz])")
 
 
-# Python's `{,n}` (0 to n); hyperscan reads it as the text "{,n}".
-_UP_TO = re.compile(r"(?<!\\)((?:\\\\)*)\{,(\d+)\}")
+# Python's `{,n}` (0 to n) and `{,}` (any number); hyperscan reads them as text.
+_UP_TO = re.compile(r"(?<!\\)((?:\\\\)*)\{,(\d*)\}")
+# A character that is not ASCII, written in the pattern or as an escape.
+_NOT_ASCII_ESCAPE = re.compile(r"\\(?:x[89a-fA-F][0-9a-fA-F]|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{)")
+_SEPARATOR_ESCAPE = re.compile(r"\\x1[c-fC-F]|[\x1c-\x1f]")
+
+
+def _unicode_sensitive(pattern: str) -> bool:
+    """Whether `pattern` may match a text that is not ASCII where hyperscan,
+    seeing stand-ins, finds nothing: a negated class (an "é" is no
+    `[a-zA-Z]`, its stand-in "a" is) or a character that is not ASCII."""
+    return "[^" in pattern or not pattern.isascii() or bool(_NOT_ASCII_ESCAPE.search(pattern))
 
 
 def _joinable(pattern: str) -> bytes:

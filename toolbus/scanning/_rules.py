@@ -141,7 +141,13 @@ class Rule:
             return None
         if self.check is not None and not self.check(value):
             return None
-        if self.allowed and any(a.search(value) for a in self.allowed):
+        # A long value is never let by: gitleaks' allow patterns (`[^:]+:...`) cost
+        # Python the square of its length (seconds at 16 KB; found by review).
+        if (
+            self.allowed
+            and len(value) <= _ALLOW_LONGEST
+            and any(a.search(value) for a in self.allowed)
+        ):
             return None
         if self.stopwords:
             low = value.lower()
@@ -178,6 +184,9 @@ def _widest(pattern: str) -> int | None:
     except Exception:
         return None
     return most if most < 1 << 16 else None
+
+
+_ALLOW_LONGEST = 1024
 
 
 # -- toolbus's own rules ---------------------------------------------------------------
@@ -314,6 +323,12 @@ _KEY_BEFORE_KEY = frozenset(
         "auth",
         "subscription",
         "client",
+        "session",
+        "hmac",
+        "app",
+        "shared",
+        "webhook",
+        "jwt",
     }
 )
 # A token that pages or syncs a listing is no credential (AWS' "nextToken").
@@ -331,7 +346,11 @@ def secret_key(key: str) -> str | None:
     if not words:
         return None
     last, before = words[-1], words[-2] if len(words) > 1 else ""
-    if last in _PASSWORD_WORDS or (before in _PASSWORD_WORDS and last in _PASSWORD_AFTER):
+    if (
+        last in _PASSWORD_WORDS
+        or (before in _PASSWORD_WORDS and last in _PASSWORD_AFTER)
+        or (before, last) == ("pass", "phrase")
+    ):
         return "password"
     if last in _SECRET_WORDS_LAST:
         return "secret"
@@ -342,10 +361,16 @@ def secret_key(key: str) -> str | None:
     return None
 
 
+# `-p3306:3306`: docker's ports, not mysql's password.
+_PORTS = re.compile(r"[\d:./-]+")
+
 # Code that names where a secret comes from: `os.environ["DB_PASSWORD"]`,
 # `getenv(`, `settings.DB_PASSWORD`, `process.env.TOKEN`.
+# A call or an index only with a quoted argument, none, or cut at a quote: a
+# password may hold parentheses ("Summer(2024)", "P4ss[w0rd]!").
 _CODE = re.compile(
-    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*[\[(].*"
+    r"(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*[\[(].*"
+    r"|[A-Za-z_]\w*(?:\(\)?|\[\]?|[\[(]\s*[\"'].*)"
     r"|(?:os|process|self|this|settings|config|env|ENV|secrets|vars)\.[\w.]+",
     re.DOTALL,
 )
@@ -354,11 +379,14 @@ _DATE_OR_NUMBER = re.compile(r"[\d.:/+-]+(?:T[\d.:+-]+Z?)?")
 
 # A value that stands in for a secret rather than being one.
 _PLACEHOLDER = re.compile(
-    r"(?i)(?:\$\{?[\w.]+\}?|\{\{.*\}\}|<[^<>]*>|%[\w]+%|\*+|x+|\.+|-+|null|none|true|false"
-    r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the|example)[a-z_-]*"
+    # (`$DB_PASSWORD`, `${db.password}`; not "$uperSecret1")
+    r"(?:\$\{[\w.]+\}|\$[A-Z_][A-Z0-9_]*"
+    r"|(?i:\{\{.*\}\}|<[^<>]*>|%[\w]+%|\*+|x+|\.+|-+|null|none|true|false"
+    # "your-api-key", "my_token"; not "Mystery-Box" or "Theodore"
+    r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the|example)[_-][a-z_-]*"
     # What a schema or a form says in a password's place.
     r"|required|optional|string|hidden|secret|password|enabled|disabled|sensitive|masked"
-    r"|omitted|unset|empty|n/?a)"
+    r"|omitted|unset|empty|n/?a))"
 )
 
 # A file's path (`exports/2026/07/part-1.json`, an S3 object's "Key") or a URL
@@ -414,7 +442,9 @@ def builtin_rules() -> list[Rule]:
             "card-number-json",
             # The JSON number the card rule leaves alone, under a key that names
             # a card: `{"card_number": 4111111111111111}` as JSON text.
-            r"(?:card|card_?number|cardnumber|card_?no|cc_?num(?:ber)?|ccn|pan)\"\s*:\s*"
+            # (A whole key: not "discard", "timespan" or "scorecard".)
+            r"(?<![a-z0-9])(?:credit_?card|card|card_?number|cardnumber|card_?no|cc_?num(?:ber)?"
+            r"|ccn|pan)\"\s*:\s*"
             r"([2-6]\d{12,18})(?![\w.-])",
             kind="card",
             group=1,
@@ -448,9 +478,9 @@ def builtin_rules() -> list[Rule]:
             "secret-after-word",
             # ("secret_2": a numbered name is the same name.)
             # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
-            rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?[\"']?(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*[\"'`]?"
-            # (A sentence's full stop or a call's closing parenthesis is not the value's.)
-            r"([^\s\"'`,;\\]{8,4096}?)[.)]*(?=[\s\"'`,;\\]|$)",
+            # (`\\"`: JSON inside a JSON string.)
+            rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))"
+            r"\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,4096})",
             kind="secret",
             group=1,
             check=secret_like,
@@ -460,8 +490,8 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "password-after-word",
             # A password need not look random: "password: hunter2024".
-            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?[\"']?(?:\s+is|\s*(?::|=|:=|=>|%3d))"
-            r"\s*[\"'`]?([^\s\"'`,;\\]{8,4096}?)[.)]*(?=[\s\"'`,;\\]|$)",
+            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?(?:\\?[\"'])?"
+            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,4096})",
             kind="secret",
             group=1,
             check=password_like,
@@ -471,12 +501,26 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "password-option",
             # A password on a command line: `mysql -pS3cret`, `sshpass -p 'S3cret'`.
-            r"(?:\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]{0,200}?\s-p"
-            r"|\bsshpass\s+-p\s*)[\"']?([^\s\"']{4,256})",
+            # (The command itself, not a word of a longer name; one command:
+            # no ";", "|" or "&" between it and its option.)
+            r"(?:(?<![\w.-])(?:mysql|mysqldump|mysqladmin|mariadb)(?![\w.:-])[^\n;|&]{0,200}?\s-p"
+            r"|\bsshpass\s+-p\s*|\bdocker\s+login\b[^\n;|&]{0,200}?\s(?:-p|--password)[ =])"
+            r"[\"']?([^\s\"']{4,256})",
             kind="secret",
             group=1,
-            check=lambda value: not _not_a_secret(value),
-            keywords=("mysql", "mariadb", "sshpass"),
+            check=lambda value: not (_not_a_secret(value) or _PORTS.fullmatch(value)),
+            keywords=("mysql", "mariadb", "sshpass", "docker"),
+        ),
+        Rule(
+            "kubernetes-secret-yaml",
+            # A Secret's data: in a text that says `kind: Secret`, each indented
+            # `name: <base64>` line's value.
+            r"(?m)^[ \t]+[\w.-]+:[ \t]*[\"']?([a-z0-9+/]{16,}={0,3})[\"']?[ \t]*$",
+            kind="secret",
+            group=1,
+            check=secret_like,
+            keywords=("kind: secret", 'kind: "secret"', "kind: 'secret'", "kind:secret"),
+            lowercase=True,
         ),
         Rule(
             "authorization-header",

@@ -164,6 +164,12 @@ def _card_number(value: int | float | Decimal, key: object) -> str | None:
     names a card, whole, and 13 to 19 digits long."""
     if not (isinstance(key, str) and _names_a_card(key)):
         return None
+    # The range first: int() of Decimal("1E+1000000") takes a minute (found by review).
+    if isinstance(value, Decimal):
+        if not value.is_finite() or not 12 <= value.adjusted() <= 18:
+            return None
+    elif isinstance(value, float) and not (10**12 <= abs(value) < 10**19):
+        return None
     try:
         if value != int(value):
             return None
