@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from toolbus.scanning import ContentScanner
-from toolbus.scanning._rules import password_like, secret_key
+from toolbus.scanning._values import password_like, secret_key
 
 CORPUS = Path(__file__).parent / "corpus"
 

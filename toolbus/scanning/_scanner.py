@@ -21,9 +21,11 @@ from typing import Any, Literal
 from ..masking import cleaned_result
 from ..models import ToolResult
 from ._actions import ACTIONS, Action, Finding, checked_actions, merged, replacement
+from ._builtin import builtin_rules
 from ._gitleaks import gitleaks_rules, go_to_python
 from ._matcher import Candidates, make_prefilter
-from ._rules import PERSONAL, SECRETS, Rule, builtin_rules, under_key
+from ._rules import PERSONAL, SECRETS, Rule
+from ._values import under_key
 from ._walk import UNREADABLE, UNREADABLE_TEXT, PutBack, gather, walk
 
 __all__ = ["ContentScanner"]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ._rules import secret_key
+from ._values import secret_key
 
 __all__ = ["UNREADABLE", "UNREADABLE_TEXT", "Gather", "PutBack", "gather", "walk"]
 

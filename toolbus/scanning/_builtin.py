@@ -1,0 +1,189 @@
+"""toolbus's own rules: personal data (e-mail addresses, card numbers, IBANs,
+phone numbers), a secret after a secret word, credentials in headers,
+connection strings and command lines, and where gitleaks' own rule of the same
+id misses or costs too much (it replaces that one).
+"""
+
+from __future__ import annotations
+
+from ._checks import iban_ok
+from ._rules import Rule
+from ._values import (
+    PORTS,
+    is_address,
+    is_card,
+    is_phone,
+    not_a_secret,
+    password_like,
+    secret_like,
+    session_cookie,
+)
+
+__all__ = ["builtin_rules"]
+
+# Words that end a secret's name ("db_password", "SecretAccessKey", "x-api-key",
+# "refresh_token"): a word may be the end of a longer name, so none needs more.
+_SECRET_WORDS = (
+    r"pass(?:words?|wd|phrase)|pwd|secret|(?<!page)(?<!page[_-])(?<!next)(?<!next[_-])"
+    r"(?<!continuation)(?<!continuation[_-])(?<!cursor[_-])(?<!sync[_-])(?<!csrf[_-])token"
+    r"|credentials?|(?:api|access|secret|private)[ _-]?key"
+)
+
+
+def builtin_rules() -> list[Rule]:
+    """toolbus's own rules: personal data, a secret after a secret word, and
+    where gitleaks' own misses (it replaces gitleaks' rule of the same id)."""
+    return [
+        Rule(
+            # gitleaks' ends a key with `\b`, which a key ending in "-" (1 in 64)
+            # does not pass.
+            "openai-api-key",
+            r"\b(sk-(?:proj|svcacct|admin)-(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})T3BlbkFJ"
+            r"(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})|sk-[a-zA-Z0-9]{20}T3BlbkFJ[a-zA-Z0-9]{20})"
+            r"(?![A-Za-z0-9_-])",
+            entropy=3.0,
+            keywords=("t3blbkfj",),
+        ),
+        Rule(
+            "email",
+            # (Not right after "//": a URL's user, `https://deploy@host/`.)
+            r"(?<![\w.%+-])(?<!//)[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+"
+            r"[A-Za-z]{2,24}(?![\w-]|\.[A-Za-z0-9]|:[\w~/])",
+            kind="email",
+            check=is_address,
+            keywords=("@",),
+        ),
+        Rule(
+            "card-number",
+            # Every issuer's numbers start with 2 to 6. A JSON number ("id":
+            # 4111...) is an id in JSON text: as a value, a number counts
+            # under a key that names a card (`_walk`). (The first digit comes
+            # before the look-behinds, which let Python's re skip ahead to a
+            # 2 to 6: half the time on text full of digits.)
+            r"[2-6](?<![\w.-][2-6])(?<!\":[2-6])(?<!\": [2-6])\d(?:[ -]?\d){11,17}(?![\w-])",
+            kind="card",
+            check=is_card,
+        ),
+        Rule(
+            "card-number-json",
+            # The JSON number the card rule leaves alone, under a key that names
+            # a card: `{"card_number": 4111111111111111}` as JSON text.
+            # (A whole key: not "discard", "timespan" or "scorecard".)
+            r"(?<![a-z0-9])(?:credit_?card|card|card_?number|cardnumber|card_?no|cc_?num(?:ber)?"
+            r"|ccn|pan)\"\s*:\s*"
+            r"([2-6]\d{12,18})(?![\w.-])",
+            kind="card",
+            group=1,
+            check=is_card,
+            keywords=("card", "pan", "cc"),
+            lowercase=True,
+        ),
+        Rule(
+            "iban",
+            r"(?<![\w-])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![\w-])",
+            kind="iban",
+            check=iban_ok,
+        ),
+        Rule(
+            "phone-international",
+            # One digit a step (a separator or a parenthesis before or after it
+            # optional): groups of one to four digits let Python try every way to
+            # cut a long run of digits into them, 10 µs a character (found by review).
+            r"(?<![\w+])\+[1-9](?:[ .-]?\(?\d\)?){6,16}(?![\w])",
+            kind="phone",
+            check=is_phone,
+            keywords=("+",),
+        ),
+        Rule(
+            "phone-us",
+            r"(?<![\w-])(?:\(\d{3}\) ?|\d{3}[-.])\d{3}[-.]\d{4}(?![\w-])",
+            kind="phone",
+            check=is_phone,
+        ),
+        Rule(
+            "secret-after-word",
+            # ("secret_2": a numbered name is the same name.)
+            # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
+            # (`\\"`: JSON inside a JSON string.)
+            rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))"
+            r"\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,4096})",
+            kind="secret",
+            group=1,
+            check=secret_like,
+            keywords=("pass", "pwd", "secret", "key", "token", "credential"),
+            lowercase=True,
+        ),
+        Rule(
+            "password-after-word",
+            # A password need not look random: "password: hunter2024".
+            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?(?:\\?[\"'])?"
+            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,4096})",
+            kind="secret",
+            group=1,
+            check=password_like,
+            keywords=("pass", "pwd"),
+            lowercase=True,
+        ),
+        Rule(
+            "password-option",
+            # A password on a command line: `mysql -pS3cret`, `sshpass -p 'S3cret'`.
+            # (The command itself, not a word of a longer name; one command:
+            # no ";", "|" or "&" between it and its option.)
+            r"(?:(?<![\w.-])(?:mysql|mysqldump|mysqladmin|mariadb)(?![\w.:-])[^\n;|&]{0,200}?\s-p"
+            r"|\bsshpass\s+-p\s*|\bdocker\s+login\b[^\n;|&]{0,200}?\s(?:-p|--password)[ =])"
+            r"[\"']?([^\s\"']{4,256})",
+            kind="secret",
+            group=1,
+            check=lambda value: not (not_a_secret(value) or PORTS.fullmatch(value)),
+            keywords=("mysql", "mariadb", "sshpass", "docker"),
+        ),
+        Rule(
+            "kubernetes-secret-yaml",
+            # A Secret's data: in a text that says `kind: Secret`, each indented
+            # `name: <base64>` line's value.
+            r"(?m)^[ \t]+[\w.-]+:[ \t]*[\"']?([a-z0-9+/]{16,}={0,3})[\"']?[ \t]*$",
+            kind="secret",
+            group=1,
+            check=secret_like,
+            keywords=("kind: secret", 'kind: "secret"', "kind: 'secret'", "kind:secret"),
+            lowercase=True,
+        ),
+        Rule(
+            "authorization-header",
+            # An HTTP header's credentials, written out in a log or a trace.
+            r"authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token|digest|negotiate)"
+            r"\s+([a-z0-9._~+/=-]{8,4096})",
+            kind="secret",
+            group=1,
+            keywords=("authorization",),
+            lowercase=True,
+        ),
+        Rule(
+            "cookie-header",
+            # A session's cookies: the whole header value.
+            r"(?<![\w-])(?:set-)?cookie[\"']?\s*:\s*[\"']?([^\r\n\"']{8,4096})",
+            kind="secret",
+            group=1,
+            check=session_cookie,
+            keywords=("cookie",),
+            lowercase=True,
+        ),
+        Rule(
+            "url-password",
+            # A connection string's password: postgres://app:s3cr3t@db:5432/app.
+            r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@\"'`]{0,256}:([^\s/@\"'`]{3,256})@"
+            r"[\w.\[\]:-]",
+            kind="secret",
+            group=1,
+            check=lambda value: not not_a_secret(value),
+            keywords=("://",),
+        ),
+        Rule(
+            "private-key-block",
+            # The body of a private key, even cut short before its END line
+            # (a page of a spilled output, a capped command's output).
+            r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----[A-Za-z0-9+/=\s\\:,.-]{16,}",
+            kind="private_key",
+            keywords=("private key",),
+        ),
+    ]
