@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from toolbus.scanning import ContentScanner
+from toolbus.scanning import ContentScanner, hyperscan_available
 from toolbus.scanning._values import password_like, secret_key
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -254,3 +254,39 @@ def test_review_two_shapes(scanner: ContentScanner) -> None:
         "docker login -u jane -p [REDACTED:secret]"
     )
     assert "hunter2024" not in scanner.text('"{\\"password\\": \\"hunter2024!\\"}"')
+
+
+def test_review_three_shapes(scanner: ContentScanner) -> None:
+    """(found by the third review) a global allow pattern on a long value
+    took 33 s; `DB_PASS=` was missed; a value past 4096 characters showed its
+    tail; calls and types with names for arguments, terraform's "(sensitive
+    value)" and command substitutions were taken for passwords."""
+    assert scanner.value({"password": "{{" + " " * 4094})["password"] == "[REDACTED:secret]"
+    assert scanner.text("DB_PASS=Xk9#mQ2$vL7pW3") == "DB_PASS=[REDACTED:secret]"
+    long_token = "Negotiate " + "QUJDZGVmZ2hpamtsbW5vcA" * 300
+    assert (
+        scanner.text(f"Authorization: {long_token}") == "Authorization: Negotiate [REDACTED:secret]"
+    )
+    for text in (
+        "password = make_password(raw_password)",
+        "token = create_access_token(identity=user.id)",
+        "token: Optional[str]",
+        "token: Promise<string>",
+        "+ password = (sensitive value)",
+        "mysql -p'$(cat pw.txt)'",
+        "mysql -p`cat pw.txt`",
+    ):
+        assert scanner.text(text) == text
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="the scan extra is not installed")
+def test_scanners_that_share_a_pattern_keep_their_own_keywords() -> None:
+    """The compiled prefilter, shared per process, was keyed by the patterns
+    alone: a second scanner got the first one's keywords (found by review)."""
+    from toolbus.scanning import Rule
+
+    ContentScanner(engine="hyperscan", builtin=False,
+                   rules=[Rule("acme", r"ACME-\d{8}", keywords=("zzz",))])  # fmt: skip
+    second = ContentScanner(engine="hyperscan", builtin=False,
+                            rules=[Rule("acme", r"ACME-\d{8}", keywords=("acme",))])  # fmt: skip
+    assert second.value(["order ACME-12345678", "other"]) == ["order [REDACTED:secret]", "other"]

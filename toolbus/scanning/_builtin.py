@@ -106,7 +106,7 @@ def builtin_rules() -> list[Rule]:
             # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
             # (`\\"`: JSON inside a JSON string.)
             rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))"
-            r"\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,4096})",
+            r"\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,})",
             kind="secret",
             group=1,
             check=secret_like,
@@ -116,8 +116,8 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "password-after-word",
             # A password need not look random: "password: hunter2024".
-            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd)(?:[_-]?\d{1,3})?(?:\\?[\"'])?"
-            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,4096})",
+            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd|(?<=[_-])pass(?![a-z]))(?:[_-]?\d{1,3})?(?:\\?[\"'])?"
+            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,})",
             kind="secret",
             group=1,
             check=password_like,
@@ -152,7 +152,7 @@ def builtin_rules() -> list[Rule]:
             "authorization-header",
             # An HTTP header's credentials, written out in a log or a trace.
             r"authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token|digest|negotiate)"
-            r"\s+([a-z0-9._~+/=-]{8,4096})",
+            r"\s+([a-z0-9._~+/=-]{8,})",
             kind="secret",
             group=1,
             keywords=("authorization",),
@@ -161,7 +161,7 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "cookie-header",
             # A session's cookies: the whole header value.
-            r"(?<![\w-])(?:set-)?cookie[\"']?\s*:\s*[\"']?([^\r\n\"']{8,4096})",
+            r"(?<![\w-])(?:set-)?cookie[\"']?\s*:\s*[\"']?([^\r\n\"']{8,})",
             kind="secret",
             group=1,
             check=session_cookie,

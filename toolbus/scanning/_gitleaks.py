@@ -201,7 +201,8 @@ _LINE_BREAK = r"[\r\n]{1,2}"
 
 
 def _without_context(pattern: str) -> str:
-    pattern = _bounded(pattern).replace(_LINE_BREAK, r"\n{1,2}")
+    # (A break is followed by no newline: "\n\n" is one break, never two.)
+    pattern = _bounded(pattern).replace(_LINE_BREAK, r"\n{1,2}(?!\n)")
     changed = True
     while changed:
         changed = False

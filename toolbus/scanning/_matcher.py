@@ -301,7 +301,7 @@ def _collect(rule: int, start: int, end: int, flags: int, first: Any) -> None:
 
 # Compiling the default rules takes about a second: each set is compiled once
 # per process, whatever number of scanners use it.
-_cache: dict[tuple[tuple[str, bool], ...], Prefilter] = {}
+_cache: dict[tuple[tuple[str, bool, tuple[str, ...]], ...], Prefilter] = {}
 _cache_lock = threading.Lock()
 
 
@@ -315,7 +315,8 @@ def make_prefilter(rules: Sequence[Rule], engine: str) -> Prefilter:
             "ContentScanner: engine='hyperscan' needs the hyperscan package "
             "(pip install 'toolbus[scan]')"
         )
-    key = tuple((r.pattern, r.lowercase) for r in rules)
+    # Keywords too: `located` filters a rule's candidates by them.
+    key = tuple((r.pattern, r.lowercase, r.keywords) for r in rules)
     with _cache_lock:
         found = _cache.get(key)
         if found is None:

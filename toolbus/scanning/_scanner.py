@@ -34,6 +34,7 @@ log = logging.getLogger("toolbus.scanning")
 
 # A value under a secret-looking key that is random enough: not a pattern's.
 _KEY_VALUE_RULE = "secret-key-value"
+_ALLOW_LONGEST = 1024
 _NONE: Candidates = {}
 
 
@@ -192,18 +193,26 @@ class ContentScanner:
         """What the `candidates` (rules, by index) find in `text`."""
         if not candidates:
             return []
-        low = text.lower()
+        keywords = self._keywords
+        rules = self._rules
+        # Lower-cased only for a keyword or a lowercase rule to look at (the
+        # card rule, the commonest candidate, needs neither).
+        low = (
+            text.lower()
+            if candidates is self._prefilter.every
+            or any(keywords[i] or rules[i].lowercase for i in candidates)
+            else text
+        )
         chosen: Iterable[int]
         if candidates is self._prefilter.every:
             # No prefilter: the rules whose keywords the text holds, each
             # keyword looked for once.
             kept = set(self._keywordless)
-            for k, rules in self._by_keyword:
+            for k, of_k in self._by_keyword:
                 if k in low:
-                    kept.update(rules)
+                    kept.update(of_k)
             chosen = kept
         else:
-            keywords = self._keywords
             chosen = [
                 i for i in candidates if not keywords[i] or any(k in low for k in keywords[i])
             ]
@@ -213,7 +222,7 @@ class ContentScanner:
         # In rule order, as without hyperscan: of two rules that find the same
         # value, the one listed first names it.
         for i in sorted(chosen):
-            rule = self._rules[i]
+            rule = rules[i]
             # No match of it ends before its first candidate does.
             end = candidates.get(i, 0)
             start = max(end - rule.width, 0) if end and rule.width is not None else 0
@@ -236,7 +245,10 @@ class ContentScanner:
         return merged(found) if len(found) > 1 else found
 
     def _allowed(self, value: str) -> bool:
-        if any(a.fullmatch(value) for a in self._global_allow):
+        # gitleaks' global allow patterns (`^\{\{[ \t]*[\w ().|]+[ \t]*}}$`) cost
+        # Python the cube of a value's length (33 s at 4 KB; found by review):
+        # a long value is never let by them.
+        if len(value) <= _ALLOW_LONGEST and any(a.fullmatch(value) for a in self._global_allow):
             return True
         low = value.lower()
         if any(s in low for s in self._stopwords):

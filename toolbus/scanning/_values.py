@@ -82,7 +82,9 @@ def secret_like(value: str) -> bool:
     under a key named like one): long enough, not a word, a placeholder or
     code, and random enough."""
     value = value.rstrip(".)")  # a sentence's full stop, a call's parenthesis
-    if not 8 <= len(value) <= 4096 or not_a_secret(value):
+    # (Longer, it is judged by its head: a value runs to its end whatever its length.)
+    value = value[:4096]
+    if len(value) < 8 or not_a_secret(value):
         return False
     if value.isalpha():
         # A word is no secret; sixteen random letters are.
@@ -95,7 +97,8 @@ def password_like(value: str) -> bool:
     need not be random, but it is no word (prose: "password: required"),
     placeholder, code or date."""
     value = value.rstrip(".)")
-    if not 8 <= len(value) <= 4096 or not_a_secret(value) or _DATE_OR_NUMBER.fullmatch(value):
+    value = value[:4096]
+    if len(value) < 8 or not_a_secret(value) or _DATE_OR_NUMBER.fullmatch(value):
         return False
     return not value.isalpha() or secret_like(value)
 
@@ -104,7 +107,7 @@ def under_key(value: str, expected: str) -> bool:
     """A string under a key that expects a password or a secret (`secret_key`)
     that is one: a password need only not be a placeholder or code."""
     if expected == "password":
-        return 4 <= len(value) <= 4096 and not not_a_secret(value)
+        return len(value) >= 4 and not not_a_secret(value[:4096])
     return secret_like(value)
 
 
@@ -206,6 +209,12 @@ PORTS = re.compile(r"[\d:./-]+")
 _CODE = re.compile(
     r"(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*[\[(].*"
     r"|[A-Za-z_]\w*(?:\(\)?|\[\]?|[\[(]\s*[\"'].*)"
+    # A call or a type whose arguments are names: `make_password(raw_password)`,
+    # `create_token(identity=user.id)`, `Optional[str]`, `Promise<string>`.
+    # (A name of letters, as code's are; "Xk9(mQ2vL7" is a secret.)
+    r"|(?:[a-z_]\w*\.)*[A-Za-z_][A-Za-z_]{2,}"
+    r"(?:\((?:\s*[A-Za-z_][\w.]*(?:\s*=\s*[\w.]+)?\s*,?)+\)?"
+    r"|\[(?:\s*[A-Za-z_][\w.]*\s*,?)+\]?|<[\w, ]+>?)"
     r"|(?:os|process|self|this|settings|config|env|ENV|secrets|vars)\.[\w.]+",
     re.DOTALL,
 )
@@ -215,7 +224,8 @@ _DATE_OR_NUMBER = re.compile(r"[\d.:/+-]+(?:T[\d.:+-]+Z?)?")
 # A value that stands in for a secret rather than being one.
 _PLACEHOLDER = re.compile(
     # (`$DB_PASSWORD`, `${db.password}`; not "$uperSecret1")
-    r"(?:\$\{[\w.]+\}|\$[A-Z_][A-Z0-9_]*"
+    # (`$(cat pw.txt`, a backquoted command, terraform's "(sensitive value)".)
+    r"(?:\$\{[\w.]+\}|\$[A-Z_][A-Z0-9_]*|\$\(.*|`.*|\([a-z]+\)?"
     r"|(?i:\{\{.*\}\}|<[^<>]*>|%[\w]+%|\*+|x+|\.+|-+|null|none|true|false"
     # "your-api-key", "my_token"; not "Mystery-Box" or "Theodore"
     r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the|example)[_-][a-z_-]*"
