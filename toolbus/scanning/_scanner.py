@@ -20,10 +20,11 @@ from typing import Any, Literal
 
 from ..masking import cleaned_result
 from ..models import ToolResult
-from ._actions import ACTIONS, Action, Finding, checked_actions, merged, replacement
+from ._actions import Action, Finding, checked_actions, merged, replacement
 from ._builtin import builtin_rules
 from ._gitleaks import gitleaks_rules, go_to_python
 from ._matcher import Candidates, make_prefilter
+from ._options import allow_patterns, check_options
 from ._rules import PERSONAL, SECRETS, Rule
 from ._values import under_key
 from ._walk import UNREADABLE, UNREADABLE_TEXT, PutBack, gather, walk
@@ -93,21 +94,7 @@ class ContentScanner:
         engine: Literal["auto", "hyperscan", "re"] = "auto",
         secret: bytes | None = None,
     ) -> None:
-        if default not in ACTIONS:
-            raise ValueError(f"ContentScanner: default must be one of {ACTIONS}, got {default!r}")
-        if not isinstance(rules, Sequence) or isinstance(rules, str):
-            raise TypeError("ContentScanner: rules must be a list of Rule")
-        for r in rules:
-            if not isinstance(r, Rule):
-                raise TypeError(f"ContentScanner: rules must hold Rule, got {type(r).__name__}")
-        if engine not in ("auto", "hyperscan", "re"):
-            raise ValueError(
-                f"ContentScanner: engine must be auto, hyperscan or re, got {engine!r}"
-            )
-        if secret is not None and not isinstance(secret, bytes):
-            raise TypeError(f"ContentScanner: secret must be bytes, got {type(secret).__name__}")
-        if not isinstance(to_model, bool):
-            raise TypeError(f"ContentScanner: to_model must be True or False, got {to_model!r}")
+        check_options(default, rules, engine, secret, to_model)
         chosen: dict[str, Rule] = {}
         global_allow: tuple[str, ...] = ()
         stopwords: tuple[str, ...] = ()
@@ -128,10 +115,7 @@ class ContentScanner:
         self._default = default
         self._action = tuple(self._resolve(r) for r in self._rules)
         self._key_value_action = self.actions.get(_KEY_VALUE_RULE) or self._kind_action("secret")
-        try:
-            self._allow = [re.compile(a) for a in _strings(allow, "allow")]
-        except re.error as e:
-            raise ValueError(f"ContentScanner: an allow pattern does not compile: {e}") from None
+        self._allow = allow_patterns(allow)
         # Whole values: gitleaks' "(?i)^true|false|null$" means the value "false",
         # not any value holding it (a search would let "falsetto@example.org" by).
         self._global_allow = tuple(re.compile(go_to_python(f"(?:{a})")) for a in global_allow)
@@ -399,13 +383,3 @@ class _BlockWatch:
         if self.found is None:
             self.found = found
         return scanned
-
-
-def _strings(values: Iterable[str], option: str) -> list[str]:
-    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
-        raise TypeError(f"ContentScanner: {option} must be a list of patterns")
-    out = list(values)
-    for v in out:
-        if not isinstance(v, str):
-            raise TypeError(f"ContentScanner: {option} must hold strings, got {type(v).__name__}")
-    return out
