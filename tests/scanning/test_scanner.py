@@ -351,3 +351,20 @@ def test_hyperscan_finds_what_re_does_with_escapes_and_separators() -> None:
     slow = ContentScanner(engine="re", rules=rules, builtin=False)
     for text in ("café-tok-1234", "zq-abc-end", "tok\x1c1234"):
         assert fast.findings(text) == slow.findings(text) != [], text
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="the scan extra is not installed")
+def test_negated_classes_and_stand_ins_agree() -> None:
+    """Only a negated class that lists what a stand-in is (a letter, a digit,
+    the space, "~") makes a rule always a candidate on text that is not
+    ASCII; the others see "é" and its stand-in alike."""
+    rules = [
+        Rule("sp", r"id=([^ ]{6,})", group=1),
+        Rule("ws", r"tk=([^\s\"']{6,})", group=1),
+        Rule("az", r"ab_[0-9]{4}[^0-9a-z]"),
+    ]
+    fast = ContentScanner(engine="hyperscan", rules=rules, builtin=False)
+    slow = ContentScanner(engine="re", rules=rules, builtin=False)
+    for text in ("id=\xa0abcdef", "tk=ééééééé", "ab_1234é", "x id=ab\u2028cdef"):
+        assert fast.findings(text) == slow.findings(text), text
+    assert [i for i in (0, 1, 2) if i in fast._prefilter._unicode] == [0, 2]  # type: ignore[attr-defined]

@@ -228,11 +228,24 @@ _NOT_ASCII_ESCAPE = re.compile(r"\\(?:x[89a-fA-F][0-9a-fA-F]|u[0-9a-fA-F]{4}|U[0
 _SEPARATOR_ESCAPE = re.compile(r"\\x1[c-fC-F]|[\x1c-\x1f]")
 
 
+# A negated class, and an escape inside one.
+_NEGATED_CLASS = re.compile(r"\[\^((?:\\.|[^\]])*)\]")
+_ESCAPE = re.compile(r"\\.")
+
+
 def _unicode_sensitive(pattern: str) -> bool:
     """Whether `pattern` may match a text that is not ASCII where hyperscan,
-    seeing stand-ins, finds nothing: a negated class (an "é" is no
-    `[a-zA-Z]`, its stand-in "a" is) or a character that is not ASCII."""
-    return "[^" in pattern or not pattern.isascii() or bool(_NOT_ASCII_ESCAPE.search(pattern))
+    seeing stand-ins, finds nothing: a negated class that lists letters or
+    digits (an "é" is no `[a-zA-Z]`, its stand-in "a" is; `[^\\s"']` treats
+    both alike), or a character that is not ASCII."""
+    if not pattern.isascii() or _NOT_ASCII_ESCAPE.search(pattern):
+        return True
+    return any(
+        # (A letter, a digit, or the space and "~" that other spaces and symbols
+        # stand in as.)
+        re.search(r"[A-Za-z0-9 ~]", _ESCAPE.sub("", body))
+        for body in _NEGATED_CLASS.findall(pattern)
+    )
 
 
 def _joinable(pattern: str) -> bytes:
