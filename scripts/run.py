@@ -3,7 +3,7 @@
 
     python3 scripts/run.py demo    # the main job: one scripted agent turn, live
     python3 scripts/run.py test    # ruff, mypy --strict, pytest: the fast tier, then the slow one
-    python3 scripts/run.py test --quick    # ruff, mypy, the fast tier on every core (about 2.5 min on 2 cores)
+    python3 scripts/run.py test --quick    # ruff, mypy, the fast tier on every core (~2.5 min)
     python3 scripts/run.py test --stress   # the whole suite with the machine oversubscribed
     python3 scripts/run.py bench [--smoke] [--only ...]   # the benchmark suite
     python3 scripts/run.py docs [--serve]   # the documentation site, built strictly into site/
