@@ -72,12 +72,17 @@ class Prefilter:
         """The rules that may match each of `texts` (by index), for those
         that any may match: here, the rules whose keywords are in any of
         them (each text is then checked for its own)."""
-        low = "\n".join(texts).lower()
+        chosen = self.with_keywords_in("\n".join(texts).lower())
+        return dict.fromkeys(range(len(texts)), dict.fromkeys(sorted(chosen), 0))
+
+    def with_keywords_in(self, low: str) -> set[int]:
+        """The rules without keywords, and those with one in `low` (a text
+        lower-cased), each keyword looked for once."""
         chosen = set(self._keywordless)
         for k, rules in self._by_keyword:
             if k in low:
                 chosen.update(rules)
-        return dict.fromkeys(range(len(texts)), dict.fromkeys(sorted(chosen), 0))
+        return chosen
 
 
 Candidates = Mapping[int, int]

@@ -67,12 +67,10 @@ class ContentScanner:
     __slots__ = (
         "_action",
         "_allow",
-        "_by_keyword",
         "_default",
         "_global_allow",
         "_key_value_action",
         "_keyed",
-        "_keywordless",
         "_keywords",
         "_prefilter",
         "_rules",
@@ -121,12 +119,6 @@ class ContentScanner:
         self._global_allow = tuple(re.compile(go_to_python(f"(?:{a})")) for a in global_allow)
         self._stopwords = stopwords
         self._keywords = tuple(r.keywords for r in self._rules)
-        self._keywordless = tuple(i for i, r in enumerate(self._rules) if not r.keywords)
-        by_keyword: dict[str, list[int]] = {}
-        for i, r in enumerate(self._rules):
-            for k in r.keywords:
-                by_keyword.setdefault(k, []).append(i)
-        self._by_keyword = tuple((k, tuple(v)) for k, v in by_keyword.items())
         self._prefilter = make_prefilter(self._rules, engine)
         # Not given: the executor's own, once one takes this scanner (`keyed`);
         # until then, one of its own.
@@ -188,14 +180,8 @@ class ContentScanner:
             else text
         )
         chosen: Iterable[int]
-        if candidates is self._prefilter.every:
-            # No prefilter: the rules whose keywords the text holds, each
-            # keyword looked for once.
-            kept = set(self._keywordless)
-            for k, of_k in self._by_keyword:
-                if k in low:
-                    kept.update(of_k)
-            chosen = kept
+        if candidates is self._prefilter.every:  # no prefilter: the rules' keywords choose
+            chosen = self._prefilter.with_keywords_in(low)
         else:
             chosen = [
                 i for i in candidates if not keywords[i] or any(k in low for k in keywords[i])
@@ -303,35 +289,38 @@ class ContentScanner:
         block: Finding | None = None
         # In the order the walk met them: the first `block` is the first met.
         for i in sorted(keyed.keys() | located.keys()):
-            text = texts[i]
-            expected = keyed.get(i)
-            if expected == UNREADABLE_TEXT:
-                new[i] = UNREADABLE
-                continue
-            if expected is not None and self._key_value(text, expected):
-                action = self._key_value_action
-                new[i] = self._replacement("secret", action, text)
-                if action == "block" and block is None:
-                    block = Finding(_KEY_VALUE_RULE, "secret", 0, len(text), "block")
-                continue
-            found = self._confirmed(text, located.get(i, _NONE))
-            if found:
-                new[i] = self._applied(text, found)
+            scanned, found = self._scanned(texts[i], keyed.get(i), located.get(i, _NONE))
+            if scanned is not None:
+                new[i] = scanned
                 if block is None:
-                    block = next((f for f in found if f.action == "block"), None)
+                    block = found
         if not new:
             return value, block
         if isinstance(value, str):
             return new[0], block
         return walk(value, None, PutBack(texts, keyed, new, self._one)), block
 
+    def _scanned(
+        self, text: str, expected: str | None, candidates: Candidates
+    ) -> tuple[str | None, Finding | None]:
+        """What replaces one text of a value (None: nothing) and its first
+        `block`: `expected` is what its key expects (`Gather`), `candidates`
+        the rules that may match it."""
+        if expected == UNREADABLE_TEXT:
+            return UNREADABLE, None
+        if expected is not None and self._key_value(text, expected):
+            action = self._key_value_action
+            block = Finding(_KEY_VALUE_RULE, "secret", 0, len(text), "block")
+            return self._replacement("secret", action, text), block if action == "block" else None
+        found = self._confirmed(text, candidates)
+        if not found:
+            return None, None
+        return self._applied(text, found), next((f for f in found if f.action == "block"), None)
+
     def _one(self, text: str, expected: str | None) -> str:
         """`text` scanned on its own (under a key that `expected` a secret)."""
-        if expected == UNREADABLE_TEXT:
-            return UNREADABLE
-        if expected is not None and self._key_value(text, expected):
-            return self._replacement("secret", self._key_value_action, text)
-        return self.text(text)
+        scanned = self._scanned(text, expected, self._prefilter.candidates(text))[0]
+        return text if scanned is None else scanned
 
     def _key_value(self, text: str, expected: str) -> bool:
         """A value under a key that expects a password or secret that is one."""
