@@ -18,6 +18,7 @@ __all__ = [
     "is_address",
     "is_card",
     "is_phone",
+    "names_a_card",
     "not_a_secret",
     "password_like",
     "secret_key",
@@ -175,6 +176,26 @@ _NOT_CREDENTIAL_TOKENS = frozenset(
     # "input_tokens", "total_tokens": counts, not credentials.
     | {"input", "output", "total", "prompt", "completion", "num", "cached", "reasoning"}
 )
+
+
+# A number is a card number only under a key that says so: integer ids that
+# pass the Luhn check are common, and a number turned into text would break
+# the schema the output was made for.
+_CARD_WORDS = frozenset({"card", "cards", "cardnumber", "ccnumber", "ccn", "pan"})
+_NUMBER_WORDS = frozenset({"number", "num", "no", "nr"})
+
+
+@functools.lru_cache(maxsize=1024)
+def names_a_card(key: str) -> bool:
+    """ "card", "card_number", "creditCard", "cc_num", "pan"; not
+    "discard_count" or "scorecard_id"."""
+    words = [w.lower() for w in _KEY_WORD.findall(key)]
+    if not words:
+        return False
+    last = words[-1]
+    if last in _CARD_WORDS:
+        return True
+    return last in _NUMBER_WORDS and len(words) > 1 and words[-2] in ("card", "cc", "credit")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -12,13 +12,11 @@ as itself.
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ._values import secret_key
+from ._values import names_a_card, secret_key
 
 __all__ = ["UNREADABLE", "UNREADABLE_TEXT", "Gather", "PutBack", "gather", "walk"]
 
@@ -29,26 +27,6 @@ UNREADABLE_TEXT = "unreadable"
 
 _MAPPINGS = (dict, Mapping)
 _SEQUENCES = (list, tuple)
-
-# A number is a card number only under a key that says so: integer ids that
-# pass the Luhn check are common, and a number turned into text would break
-# the schema the output was made for.
-_KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
-_CARD_WORDS = frozenset({"card", "cards", "cardnumber", "ccnumber", "ccn", "pan"})
-_NUMBER_WORDS = frozenset({"number", "num", "no", "nr"})
-
-
-@functools.lru_cache(maxsize=1024)
-def _names_a_card(key: str) -> bool:
-    """ "card", "card_number", "creditCard", "cc_num", "pan"; not
-    "discard_count" or "scorecard_id"."""
-    words = [w.lower() for w in _KEY_WORD.findall(key)]
-    if not words:
-        return False
-    last = words[-1]
-    if last in _CARD_WORDS:
-        return True
-    return last in _NUMBER_WORDS and len(words) > 1 and words[-2] in ("card", "cc", "credit")
 
 
 OnText = Callable[[str, "str | None"], "str | None"]
@@ -162,7 +140,7 @@ def _gather_object(value: object, texts: list[str], keyed: dict[int, str]) -> No
 def _card_number(value: int | float | Decimal, key: object) -> str | None:
     """A number's digits, if it may be a card number: under a key that
     names a card, whole, and 13 to 19 digits long."""
-    if not (isinstance(key, str) and _names_a_card(key)):
+    if not (isinstance(key, str) and names_a_card(key)):
         return None
     # The range first: int() of Decimal("1E+1000000") takes a minute (found by review).
     if isinstance(value, Decimal):
