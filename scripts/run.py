@@ -3,7 +3,7 @@
 
     python3 scripts/run.py demo    # the main job: one scripted agent turn, live
     python3 scripts/run.py test    # ruff, mypy --strict, pytest: the fast tier, then the slow one
-    python3 scripts/run.py test --quick    # ruff, mypy, the fast tier on every core (~2.5 min)
+    python3 scripts/run.py test --quick    # ruff, mypy, the fast tier (~1.5 min)
     python3 scripts/run.py test --stress   # the whole suite with the machine oversubscribed
     python3 scripts/run.py bench [--smoke] [--only ...]   # the benchmark suite
     python3 scripts/run.py docs [--serve]   # the documentation site, built strictly into site/
@@ -136,9 +136,9 @@ def demo(args: list[str]) -> None:
 # second, with a longer timeout per test and a time cap of its own for the
 # whole tier, so that a hang shows as a failure naming the tier, not as a CI
 # run that never ends. The caps are hang guards sized for `--stress` with room
-# to spare (on a quiet 2-core machine the fast tier takes under 3 minutes in
-# one process, the slow one about 6; under stress-ng plus other work, 12 and 39
-# were measured).
+# to spare (on a quiet 2-core machine the fast tier takes under 2 minutes, the
+# slow one about 4; under stress-ng plus other work, 12 and 54 were measured
+# with one worker each).
 TIERS = {
     "fast": (["-m", "not slow"], 1800),
     "slow": (["-m", "slow", "--timeout=240"], 4800),
@@ -156,14 +156,20 @@ def lint_and_types() -> None:
 def test(args: list[str]) -> None:
     """`test [--quick] [--stress] [pytest arguments]`: ruff, mypy, then the test tiers.
 
-    --quick: the fast tier only, spread over the cores (pytest-xdist): about
-    two minutes with ruff and mypy on a quiet 2-core machine.
+    --quick: the fast tier only: about a minute and a half with ruff and
+    mypy on a quiet 2-core machine. Both tiers are spread over the cores
+    (pytest-xdist, `_spread`).
     --stress: the machine oversubscribed the while (`stress-ng --cpu 6`), to
     show that no test depends on timing. Tests run in a random order
     (pytest-randomly prints the seed: `--randomly-seed=N` replays that order,
     `-p no:randomly` keeps the file's). Arguments that name tests (a path,
     `-k`, `-m`) run just those, in one pytest run, as given.
     """
+    # Each pytest process (every xdist worker, every Python subprocess a test
+    # starts) would otherwise compile the project and rewrite every test
+    # module's asserts anew: 25 s instead of 10 to collect the fast tier, per
+    # worker. The bytecode goes where Python puts it, in __pycache__ (ignored).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     quick = "--quick" in args
     stress = "--stress" in args
     extra = [a for a in args if a not in ("--quick", "--stress")]
@@ -173,13 +179,25 @@ def test(args: list[str]) -> None:
             _sh(PY, "-m", "pytest", *extra)
             return
         tiers = ["fast"] if quick else ["fast", "slow"]
-        # The quick mode spreads the fast tier over the cores (a file's tests
-        # stay together on one worker); the full run keeps one process.
-        spread = ["-n", str(min(4, os.cpu_count() or 1)), "--dist", "loadfile"] if quick else []
-        failed = [tier for tier in tiers if not _run_tier(tier, [*spread, *extra])]
+        failed = [tier for tier in tiers if not _run_tier(tier, [*_spread(tier), *extra])]
     _print_slowest([REPORTS / f"{tier}.xml" for tier in tiers])
     if failed:
         sys.exit(f"tests failed in the {' and '.join(failed)} tier")
+
+
+def _spread(tier: str) -> list[str]:
+    """pytest-xdist's options for a tier: its tests spread over the cores.
+
+    The fast tier hands out single tests to twice as many workers as cores (a
+    worker waiting on a timeout or a subprocess leaves its core to another).
+    The slow tier keeps a file's tests on one worker, one worker a core: a
+    slow file shares one Ray, one browser or one server among its tests, and
+    two of those on one core would only wait on each other.
+    """
+    cores = os.cpu_count() or 1
+    if tier == "fast":
+        return ["-n", str(min(4, 2 * cores)), "--dist", "load"]
+    return ["-n", str(min(2, cores)), "--dist", "loadfile"]
 
 
 # pytest options whose value is the next argument (not a test to run): `-p

@@ -25,7 +25,14 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = "tests.cli_registries.tools:registry"
-PLAIN_ENV: dict[str, str | None] = {"FORCE_COLOR": None, "TTY_COMPATIBLE": None, "NO_COLOR": "1"}
+# No width from the environment (pytest-xdist's workers set COLUMNS=80): a pipe's own 120.
+PLAIN_ENV: dict[str, str | None] = {
+    "FORCE_COLOR": None,
+    "TTY_COMPATIBLE": None,
+    "NO_COLOR": "1",
+    "COLUMNS": None,
+    "LINES": None,
+}
 
 
 def invoke(*args: str, stdin: str | None = None) -> Result:
