@@ -6,6 +6,8 @@ id misses or costs too much (it replaces that one).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ._checks import iban_ok
 from ._rules import Rule
 from ._values import (
@@ -17,6 +19,7 @@ from ._values import (
     password_like,
     secret_like,
     session_cookie,
+    under_key,
 )
 
 __all__ = ["builtin_rules"]
@@ -28,6 +31,47 @@ _SECRET_WORDS = (
     r"(?<!continuation)(?<!continuation[_-])(?<!cursor[_-])(?<!sync[_-])(?<!csrf[_-])token"
     r"|credentials?|(?:api|access|secret|private)[ _-]?key"
 )
+
+_PASSWORD_WORDS = r"pass(?:words?|wd|phrase)|pwd"
+
+# A value after a secret word runs to a space, a quote, a comma or a semicolon,
+# and to the "&" before a query string's or a form's next field
+# ("?password=x&user=bob" holds no password of ten characters).
+_VALUE = r"(?:[^\s\"'`,;\\&]|&(?![\w.-]{1,64}=))"
+
+# An option or an XML element named for a secret ("--api-key", "<db:password>"):
+# the rest of a longer name before it ("--db-password", "<AppSecret>").
+_OPTION = r"(?<![\w-])--?(?:[a-z0-9]+[_-]){0,4}(?:%s)(?![\w-])(?:[ \t]+|=)[\"']?([^\s\"']{%d,256})"
+_ELEMENT = r"<[\w.:-]{0,64}?(?:%s)(?:\s[^<>]{0,256})?>\s*([^<>\s][^<>]{%d,255}?)\s*</"
+
+
+def _a_password(value: str) -> bool:
+    """What an option or an element that names a password holds: anything
+    but a placeholder or code (`under_key`)."""
+    return under_key(value, "password")
+
+
+def _an_option_password(value: str) -> bool:
+    """As `_a_password`, and no word in lower case: prose that names the
+    option ("set --password interactively") holds none."""
+    return _a_password(value) and not (value.isalpha() and value.islower())
+
+
+_PASSWORD_KEYWORDS = ("pass", "pwd")
+_SECRET_KEYWORDS = ("secret", "key", "token", "credential")
+
+# A secret the option or the element before it names: (rule id, pattern, check, keywords).
+_NAMED: tuple[tuple[str, str, Callable[[str], bool], tuple[str, ...]], ...] = (
+    # `--password hunter2!`, `--db-pass=S3cret`, openssl's `-pass pass:x`.
+    ("password-after-option", _OPTION % (_PASSWORD_WORDS + "|pass", 4), _an_option_password,
+     _PASSWORD_KEYWORDS),
+    # `--api-key sk_live_...`, `--token ghp_...` (not `--page-token`).
+    ("secret-after-option", _OPTION % (_SECRET_WORDS, 8), secret_like, _SECRET_KEYWORDS),
+    # `<password>sunshine</password>`, `<db:Password>...</db:Password>`.
+    ("password-element", _ELEMENT % (_PASSWORD_WORDS, 3), _a_password, _PASSWORD_KEYWORDS),
+    # `<SecretAccessKey>...</SecretAccessKey>` (not `<NextToken>`).
+    ("secret-element", _ELEMENT % (_SECRET_WORDS, 7), secret_like, _SECRET_KEYWORDS),
+)  # fmt: skip
 
 
 def builtin_rules() -> list[Rule]:
@@ -106,7 +150,7 @@ def builtin_rules() -> list[Rule]:
             # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
             # (`\\"`: JSON inside a JSON string.)
             rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))"
-            r"\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,})",
+            r"\s*(?:\\?[\"'`])?(" + _VALUE + "{8,})",
             kind="secret",
             group=1,
             check=secret_like,
@@ -117,7 +161,7 @@ def builtin_rules() -> list[Rule]:
             "password-after-word",
             # A password need not look random: "password: hunter2024".
             r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd|(?<=[_-])pass(?![a-z]))(?:[_-]?\d{1,3})?(?:\\?[\"'])?"
-            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,})",
+            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?(" + _VALUE + "{8,})",
             kind="secret",
             group=1,
             check=password_like,
@@ -136,6 +180,18 @@ def builtin_rules() -> list[Rule]:
             group=1,
             check=lambda value: not (not_a_secret(value) or PORTS.fullmatch(value)),
             keywords=("mysql", "mariadb", "sshpass", "docker"),
+        ),
+        *(
+            Rule(
+                rule_id,
+                pattern,
+                kind="secret",
+                group=1,
+                check=check,
+                keywords=words,
+                lowercase=True,
+            )
+            for rule_id, pattern, check, words in _NAMED
         ),
         Rule(
             "kubernetes-secret-yaml",
