@@ -334,3 +334,33 @@ def test_options_and_elements_that_hold_no_secret(scanner: ContentScanner, text:
     """A password's field names the next one (`?password=x&user=bob` hid the
     user), a flag that reads it from elsewhere, a page's token, a placeholder."""
     assert scanner.text(text) == text
+
+
+def test_shapes_of_the_fourth_look(scanner: ContentScanner) -> None:
+    """(found by review) a password under its quoted key in JSON text or a
+    Python dict's repr was missed below eight characters; so was a URL's
+    password after a user that is an address; a diff's `+1700000000000`
+    was a phone number; an id of digits that passes the Luhn check was a card."""
+    assert scanner.text('{"password": "hunter2", "user": "bob"}') == (
+        '{"password": "[REDACTED:secret]", "user": "bob"}'
+    )
+    assert scanner.text("{'db_pwd': 'S3cret!'}") == "{'db_pwd': '[REDACTED:secret]'}"
+    assert scanner.text("smtp://alerts@example.com:S3cretPw99@mail.example.com:587") == (
+        "smtp://alerts@example.com:[REDACTED:secret]@mail.example.com:587"
+    )
+    for text in (
+        '{"password": "This field is required."}',  # a form's message
+        '{"passwordHash": "abc123xyz"}',
+        '{"password": "${DB_PASSWORD}"}',
+        "+1700000000000\n+1700000000001",
+        '{"id": "4111111111111111", "orderId":"4111111111111111"}',
+        "https://example.com:8080/a@b",
+    ):
+        assert scanner.text(text) == text
+    assert scanner.text("+14155552671") == "[REDACTED:phone]"
+    ids = {"id": "4111111111111111", "user_ids": ["4111111111111111"], "userId": 4111111111111111}
+    assert scanner.value(ids) is ids
+    assert scanner.value({"card": "4111111111111111", "id": "4111 1111 1111 1111"}) == {
+        "card": "[REDACTED:card]",
+        "id": "[REDACTED:card]",  # printed as a card is printed
+    }

@@ -100,11 +100,14 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "card-number",
             # Every issuer's numbers start with 2 to 6. A JSON number ("id":
-            # 4111...) is an id in JSON text: as a value, a number counts
-            # under a key that names a card (`_walk`). (The first digit comes
-            # before the look-behinds, which let Python's re skip ahead to a
-            # 2 to 6: half the time on text full of digits.)
-            r"[2-6](?<![\w.-][2-6])(?<!\":[2-6])(?<!\": [2-6])\d(?:[ -]?\d){11,17}(?![\w-])",
+            # 4111...) is an id in JSON text, as is a string under an id's key
+            # ("order_id": "4111..."): as a value, a number counts under a key
+            # that names a card, and a string of digits under an id's does not
+            # (`_walk`). (The first digit comes before the look-behinds, which
+            # let Python's re skip ahead to a 2 to 6: half the time on text
+            # full of digits.)
+            r"[2-6](?<![\w.-][2-6])(?<!\":[2-6])(?<!\": [2-6])"
+            r"(?<![iI]d\":\"[2-6])(?<![iI]d\": \"[2-6])\d(?:[ -]?\d){11,17}(?![\w-])",
             kind="card",
             check=is_card,
         ),
@@ -169,6 +172,20 @@ def builtin_rules() -> list[Rule]:
             lowercase=True,
         ),
         Rule(
+            "password-quoted-key",
+            # A password under its key in JSON text or a Python dict's repr
+            # (`{"password": "hunter2"}`): the key says what the value is, so
+            # it need not look like one (`under_key`). (No space: a sentence
+            # there is a form's message, "This field is required.")
+            r"[\"'][\w.-]{0,64}?(?:" + _PASSWORD_WORDS + r")(?:[_-]?\d{1,3})?\\?[\"']\s*:\s*"
+            r"\\?[\"']([^\"'\\\s]{4,256})\\?[\"']",
+            kind="secret",
+            group=1,
+            check=_a_password,
+            keywords=_PASSWORD_KEYWORDS,
+            lowercase=True,
+        ),
+        Rule(
             "password-option",
             # A password on a command line: `mysql -pS3cret`, `sshpass -p 'S3cret'`.
             # (The command itself, not a word of a longer name; one command:
@@ -226,8 +243,9 @@ def builtin_rules() -> list[Rule]:
         ),
         Rule(
             "url-password",
-            # A connection string's password: postgres://app:s3cr3t@db:5432/app.
-            r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@\"'`]{0,256}:([^\s/@\"'`]{3,256})@"
+            # A connection string's password: postgres://app:s3cr3t@db:5432/app
+            # (the user may be an address: smtp://alerts@example.com:pw@mail).
+            r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/\"'`]{0,256}:([^\s/@\"'`]{3,256})@"
             r"[\w.\[\]:-]",
             kind="secret",
             group=1,

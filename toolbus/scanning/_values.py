@@ -15,10 +15,12 @@ from ._checks import luhn_ok, shannon_entropy
 
 __all__ = [
     "PORTS",
+    "an_id",
     "is_address",
     "is_card",
     "is_phone",
     "names_a_card",
+    "names_an_id",
     "not_a_secret",
     "password_like",
     "secret_key",
@@ -74,8 +76,13 @@ def session_cookie(value: str) -> bool:
 
 
 def is_phone(value: str) -> bool:
-    digits = sum(c.isdigit() for c in value)
-    return 9 <= digits <= 15 and len({c for c in value if c.isdigit()}) > 2
+    """Nine to fifteen digits, more than two distinct, and no run of six of
+    one digit: a diff's added line `+1700000000000` is an epoch in ms."""
+    digits = "".join(c for c in value if c.isdigit())
+    return 9 <= len(digits) <= 15 and len(set(digits)) > 2 and not _SAME_DIGIT_RUN.search(digits)
+
+
+_SAME_DIGIT_RUN = re.compile(r"(\d)\1{5}")
 
 
 def secret_like(value: str) -> bool:
@@ -196,6 +203,19 @@ def names_a_card(key: str) -> bool:
     if last in _CARD_WORDS:
         return True
     return last in _NUMBER_WORDS and len(words) > 1 and words[-2] in ("card", "cc", "credit")
+
+
+@functools.lru_cache(maxsize=1024)
+def names_an_id(key: str) -> bool:
+    """ "id", "order_id", "userIds": a string of digits under it is an id,
+    though it passes the Luhn check (one in ten does)."""
+    words = _KEY_WORD.findall(key)
+    return bool(words) and words[-1].lower() in ("id", "ids")
+
+
+def an_id(value: str, key: object) -> bool:
+    """A string of digits under a key that names an id (`names_an_id`)."""
+    return value.isascii() and value.isdigit() and isinstance(key, str) and names_an_id(key)
 
 
 @functools.lru_cache(maxsize=4096)

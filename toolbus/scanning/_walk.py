@@ -6,6 +6,9 @@ a `Gather`, so that they are scanned together, then walks it again with a
 `PutBack` that puts each text's scanned copy where the text was. Both walks
 are the same function, so they meet the texts in the same order.
 
+A string of digits under a key that names an id (`an_id`) is no text to
+scan: an id that passes the Luhn check is no card number.
+
 A walk copies only what changes: a value with nothing to replace comes back
 as itself.
 """
@@ -16,7 +19,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ._values import names_a_card, secret_key
+from ._values import an_id, names_a_card, secret_key
 
 __all__ = ["UNREADABLE", "UNREADABLE_TEXT", "Gather", "PutBack", "gather", "walk"]
 
@@ -39,6 +42,8 @@ def walk(value: Any, key: object, on_text: OnText) -> Any:
     """`value` with each text replaced as `on_text` says (`key`: the key
     `value` sits under, or None)."""
     if isinstance(value, str):
+        if an_id(value, key):
+            return value
         new = on_text(value, secret_key(key) if isinstance(key, str) else None)
         return value if new is None else new
     if isinstance(value, _MAPPINGS):
@@ -104,6 +109,8 @@ def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> 
     """What `walk(value, key, Gather())` gathers, appended to `texts` and
     `keyed`, building nothing: the walk every scan makes, kept lean."""
     if isinstance(value, str):
+        if an_id(value, key):
+            return
         if isinstance(key, str) and (expected := secret_key(key)) is not None:
             keyed[len(texts)] = expected
         texts.append(value)
