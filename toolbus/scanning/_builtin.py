@@ -6,6 +6,7 @@ id misses or costs too much (it replaces that one).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from ._checks import iban_ok
@@ -28,49 +29,97 @@ __all__ = ["builtin_rules"]
 # "refresh_token"): a word may be the end of a longer name, so none needs more.
 _SECRET_WORDS = (
     r"pass(?:words?|wd|phrase)|pwd|secret|(?<!page)(?<!page[_-])(?<!next)(?<!next[_-])"
-    r"(?<!continuation)(?<!continuation[_-])(?<!cursor[_-])(?<!sync[_-])(?<!csrf[_-])token"
+    r"(?<!continuation)(?<!continuation[_-])(?<!cursor)(?<!cursor[_-])(?<!sync)(?<!sync[_-])"
+    r"(?<!resume)(?<!resume[_-])(?<!csrf)(?<!csrf[_-])token"
     r"|credentials?|(?:api|access|secret|private)[ _-]?key"
 )
 
 _PASSWORD_WORDS = r"pass(?:words?|wd|phrase)|pwd"
 
-# A value after a secret word runs to a space, a quote, a comma or a semicolon,
-# and to the "&" before a query string's or a form's next field
-# ("?password=x&user=bob" holds no password of ten characters).
-_VALUE = r"(?:[^\s\"'`,;\\&]|&(?![\w.-]{1,64}=))"
+# A field of a query string or a form ("?user=bob&password=hunter2") is the
+# query rules': its value ends at the next "&", where a secret word's value
+# elsewhere runs on ("DB_PASSWORD=Xy7&k=Qz9!"). (A name of up to twelve more
+# characters before the word: "&db_password=".)
+_NOT_IN_A_QUERY = "".join(rf"(?<![?&][\w.-]{{{k}}})" for k in range(13))
+_QUERY = r"[?&][\w.%%-]{0,64}?(?:%s)(?:[_-]?\d{1,3})?(?:=|%%3d)([^&\s#\"'<>]{%d,256})"
 
 # An option or an XML element named for a secret ("--api-key", "<db:password>"):
-# the rest of a longer name before it ("--db-password", "<AppSecret>").
-_OPTION = r"(?<![\w-])--?(?:[a-z0-9]+[_-]){0,4}(?:%s)(?![\w-])(?:[ \t]+|=)[\"']?([^\s\"']{%d,256})"
-_ELEMENT = r"<[\w.:-]{0,64}?(?:%s)(?:\s[^<>]{0,256})?>\s*([^<>\s][^<>]{%d,255}?)\s*</"
+# the rest of a longer name before it ("--db-password", "<AppSecret>"). An
+# option's value follows one space or "=" (help text sets its description
+# further off); an element's text may be CDATA.
+_OPTION = r"(?<![\w-])--?(?:[a-z0-9]+[_-]){0,4}(?:%s)(?![\w-])[ \t=][\"']?([^\s\"']{%d,256})"
+_ELEMENT = (
+    r"<[\w.:-]{0,64}?(?:%s)(?:\s[^<>]{0,256})?>\s*(?:<!\[cdata\[)?([^<>\s]{%d,256}?)"
+    r"(?:\]\]>)?\s*</"
+)
+_PASSWORD_OPTIONS = _PASSWORD_WORDS + r"|pass(?:in|out)?|(?:src|dest)?(?:store|key)pass"
 
 
 def _a_password(value: str) -> bool:
-    """What an option or an element that names a password holds: anything
+    """What an element or a quoted key that names a password holds: anything
     but a placeholder or code (`under_key`)."""
     return under_key(value, "password")
 
 
 def _an_option_password(value: str) -> bool:
-    """As `_a_password`, and no word in lower case: prose that names the
-    option ("set --password interactively") holds none."""
-    return _a_password(value) and not (value.isalpha() and value.islower())
+    """As `_a_password`, and no word in lower case (prose that names the
+    option: "set --password interactively"), another option (a flag's
+    neighbour: `--no-password --host db`), a help text's metavar
+    (`--password TEXT`) or where openssl reads it from (`-pass env:VAR`)."""
+    return (
+        _a_password(value)
+        and not (value.isalpha() and value.islower())
+        and not _NOT_AN_OPTION_VALUE.fullmatch(value)
+    )
+
+
+def _an_option_secret(value: str) -> bool:
+    """`secret_like`, and none of what `_an_option_password` leaves, nor the
+    name, path or spec a secret option takes (`--secret db_password_v2`,
+    `--secret id=npmrc,src=...`, `--credentials arn:aws:...`)."""
+    return (
+        secret_like(value)
+        and not _NOT_AN_OPTION_VALUE.fullmatch(value)
+        and not _A_SECRETS_NAME.fullmatch(value)
+    )
+
+
+def _a_query_secret(value: str) -> bool:
+    """A query's `token=`, `api_key=`: `secret_like`, or six or more characters
+    that are no word and no placeholder (a URL's token is often short)."""
+    return secret_like(value) or (
+        len(value) >= 6 and not value.isalpha() and not not_a_secret(value)
+    )
+
+
+_NOT_AN_OPTION_VALUE = re.compile(
+    r"-.*|\[.*|[A-Z][A-Z0-9_]*\]?|(?:env|file|fd):.*|stdin", re.DOTALL
+)
+_A_SECRETS_NAME = re.compile(
+    r"[a-z]+=.*|arn:.*|[A-Za-z]:\\.*|[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+|[a-z]+(?:[_-][a-z0-9]+)+",
+    re.DOTALL,
+)
 
 
 _PASSWORD_KEYWORDS = ("pass", "pwd")
 _SECRET_KEYWORDS = ("secret", "key", "token", "credential")
 
-# A secret the option or the element before it names: (rule id, pattern, check, keywords).
+# A secret the option, the element or the query's field before it names:
+# (rule id, pattern, check, keywords).
 _NAMED: tuple[tuple[str, str, Callable[[str], bool], tuple[str, ...]], ...] = (
-    # `--password hunter2!`, `--db-pass=S3cret`, openssl's `-pass pass:x`.
-    ("password-after-option", _OPTION % (_PASSWORD_WORDS + "|pass", 4), _an_option_password,
+    # `--password hunter2!`, `--db-pass=S3cret`, openssl's `-pass pass:x`, keytool's `-storepass`.
+    ("password-after-option", _OPTION % (_PASSWORD_OPTIONS, 4), _an_option_password,
      _PASSWORD_KEYWORDS),
     # `--api-key sk_live_...`, `--token ghp_...` (not `--page-token`).
-    ("secret-after-option", _OPTION % (_SECRET_WORDS, 8), secret_like, _SECRET_KEYWORDS),
+    ("secret-after-option", _OPTION % (_SECRET_WORDS, 8), _an_option_secret, _SECRET_KEYWORDS),
     # `<password>sunshine</password>`, `<db:Password>...</db:Password>`.
-    ("password-element", _ELEMENT % (_PASSWORD_WORDS, 3), _a_password, _PASSWORD_KEYWORDS),
+    ("password-element", _ELEMENT % (_PASSWORD_WORDS, 4), _a_password, _PASSWORD_KEYWORDS),
     # `<SecretAccessKey>...</SecretAccessKey>` (not `<NextToken>`).
-    ("secret-element", _ELEMENT % (_SECRET_WORDS, 7), secret_like, _SECRET_KEYWORDS),
+    ("secret-element", _ELEMENT % (_SECRET_WORDS, 8), secret_like, _SECRET_KEYWORDS),
+    # `?user=bob&password=hunter2&remember=1`, `&pwd%3Ds3cret`.
+    ("password-in-query", _QUERY % (_PASSWORD_WORDS, 4), _a_password, _PASSWORD_KEYWORDS),
+    # `?api_key=abc123&format=json`, `&access_token=...` (not `&page_token=`).
+    ("secret-in-query", _QUERY % (_SECRET_WORDS, 6), _a_query_secret, _SECRET_KEYWORDS),
 )  # fmt: skip
 
 
@@ -152,8 +201,8 @@ def builtin_rules() -> list[Rule]:
             # ("secret_2": a numbered name is the same name.)
             # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
             # (`\\"`: JSON inside a JSON string.)
-            rf"(?<!:)(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))"
-            r"\s*(?:\\?[\"'`])?(" + _VALUE + "{8,})",
+            rf"(?<!:){_NOT_IN_A_QUERY}(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?(?:\\?[\"'])?"
+            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,})",
             kind="secret",
             group=1,
             check=secret_like,
@@ -163,8 +212,9 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "password-after-word",
             # A password need not look random: "password: hunter2024".
-            r"(?<!:)(?:pass(?:words?|wd|phrase)|pwd|(?<=[_-])pass(?![a-z]))(?:[_-]?\d{1,3})?(?:\\?[\"'])?"
-            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?(" + _VALUE + "{8,})",
+            r"(?<!:)" + _NOT_IN_A_QUERY + r"(?:pass(?:words?|wd|phrase)|pwd|(?<=[_-])pass(?![a-z]))"
+            r"(?:[_-]?\d{1,3})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?"
+            r"([^\s\"'`,;\\]{8,})",
             kind="secret",
             group=1,
             check=password_like,

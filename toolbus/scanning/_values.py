@@ -76,13 +76,14 @@ def session_cookie(value: str) -> bool:
 
 
 def is_phone(value: str) -> bool:
-    """Nine to fifteen digits, more than two distinct, and no run of six of
-    one digit: a diff's added line `+1700000000000` is an epoch in ms."""
+    """Nine to fifteen digits, more than two distinct, and no run of eight
+    of one digit written together: a diff's added line `+1700000000000` is
+    an epoch in ms (`+1 212 700 0000` is a phone number)."""
     digits = "".join(c for c in value if c.isdigit())
-    return 9 <= len(digits) <= 15 and len(set(digits)) > 2 and not _SAME_DIGIT_RUN.search(digits)
+    return 9 <= len(digits) <= 15 and len(set(digits)) > 2 and not _SAME_DIGIT_RUN.search(value)
 
 
-_SAME_DIGIT_RUN = re.compile(r"(\d)\1{5}")
+_SAME_DIGIT_RUN = re.compile(r"(\d)\1{7}")
 
 
 def secret_like(value: str) -> bool:
@@ -210,12 +211,20 @@ def names_an_id(key: str) -> bool:
     """ "id", "order_id", "userIds": a string of digits under it is an id,
     though it passes the Luhn check (one in ten does)."""
     words = _KEY_WORD.findall(key)
-    return bool(words) and words[-1].lower() in ("id", "ids")
+    return key.endswith("IDs") or (bool(words) and words[-1].lower() in ("id", "ids"))
 
 
 def an_id(value: str, key: object) -> bool:
-    """A string of digits under a key that names an id (`names_an_id`)."""
-    return value.isascii() and value.isdigit() and isinstance(key, str) and names_an_id(key)
+    """A string of digits under a key that names an id (`names_an_id`). (A
+    str, not a subclass: what it says of itself could change between the
+    walks.)"""
+    return (
+        type(value) is str
+        and value.isascii()
+        and value.isdigit()
+        and isinstance(key, str)
+        and names_an_id(key)
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -272,6 +281,8 @@ _PLACEHOLDER = re.compile(
     r"|changeme|redacted|\[redacted[^\]]*\]|(?:your|my|the|example)[_-][a-z_-]*"
     # What a schema or a form says in a password's place.
     r"|required|optional|string|hidden|secret|password|enabled|disabled|sensitive|masked"
+    # A form's verdict on the password it was given: `{"password": "Invalid"}`.
+    r"|invalid|incorrect|wrong|expired|missing|mismatch|too[ _-](?:short|long|weak)|weak"
     r"|omitted|unset|empty|n/?a))"
 )
 
