@@ -179,21 +179,30 @@ def test(args: list[str]) -> None:
             _sh(PY, "-m", "pytest", *extra)
             return
         tiers = ["fast"] if quick else ["fast", "slow"]
-        failed = [tier for tier in tiers if not _run_tier(tier, [*_spread(tier), *extra])]
+        failed = [tier for tier in tiers if not _run_tier(tier, [*_spread(tier, extra), *extra])]
     _print_slowest([REPORTS / f"{tier}.xml" for tier in tiers])
     if failed:
         sys.exit(f"tests failed in the {' and '.join(failed)} tier")
 
 
-def _spread(tier: str) -> list[str]:
+def _spread(tier: str, extra: list[str]) -> list[str]:
     """pytest-xdist's options for a tier: its tests spread over the cores.
 
-    The fast tier hands out single tests to twice as many workers as cores (a
-    worker waiting on a timeout or a subprocess leaves its core to another).
-    The slow tier keeps a file's tests on one worker, one worker a core: a
-    slow file shares one Ray, one browser or one server among its tests, and
-    two of those on one core would only wait on each other.
+    The fast tier hands out single tests to two workers a core (four at
+    most: a worker waiting on a timeout or a subprocess leaves its core to
+    another). The slow tier keeps a file's tests on one worker, a worker a
+    core (two at most): a slow file shares one Ray, one browser or one server
+    among its tests, and two of those on one core would only wait on each
+    other. None where the arguments say how to run instead (`-n 0`, `-p
+    no:xdist`) or ask for what needs one process (`--pdb`, `--trace`).
     """
+    joined = " ".join(extra)
+    if (
+        "no:xdist" in joined
+        or any(a in ("--pdb", "--trace") for a in extra)
+        or any(a.startswith(("-n", "--numprocesses", "--dist")) for a in extra)
+    ):
+        return []
     cores = os.cpu_count() or 1
     if tier == "fast":
         return ["-n", str(min(4, 2 * cores)), "--dist", "load"]
@@ -203,8 +212,12 @@ def _spread(tier: str) -> list[str]:
 # pytest options whose value is the next argument (not a test to run): `-p
 # no:randomly` and `--randomly-seed 7` keep the tiers; `-k`/`-m` select tests.
 _TAKES_VALUE = frozenset(
-    {"-p", "-o", "-W", "--randomly-seed", "--timeout", "--maxfail", "--junitxml",
-     "--deselect", "--ignore", "--basetemp", "--durations", "--tb", "-c", "--rootdir"}
+    {"-p", "-o", "-W", "-r", "-c", "--randomly-seed", "--timeout", "--timeout-method",
+     "--maxfail", "--junitxml", "--deselect", "--ignore", "--ignore-glob", "--basetemp",
+     "--durations", "--tb", "--rootdir", "--capture", "--color", "--import-mode",
+     "--log-level", "--log-cli-level", "--hypothesis-seed", "--hypothesis-profile",
+     # pytest-xdist's
+     "-n", "--numprocesses", "--dist", "--maxprocesses", "--max-worker-restart", "--tx"}
 )  # fmt: skip
 
 
@@ -237,7 +250,10 @@ def _run_tier(tier: str, extra: list[str]) -> bool:
     try:
         code = proc.wait(timeout=cap)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)  # pytest prints what ran and what hung
+        # pytest prints what ran. (A test that hangs is named by pytest-timeout
+        # first, its per-test limit being far below the cap: this catches a
+        # hang outside any test, which workers report only as interrupted.)
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

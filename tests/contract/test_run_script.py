@@ -34,6 +34,9 @@ def run_py() -> ModuleType:
         ["--randomly-seed=123"],
         ["-x", "--timeout", "100"],
         ["--deselect", "tests/bus/test_plans.py::test_x"],
+        ["--quick", "-n", "0"],
+        ["-n", "auto", "--dist", "loadfile"],
+        ["--timeout-method", "thread", "--hypothesis-seed", "1", "-r", "a"],
     ],
 )
 def test_options_keep_the_tiers(run_py: ModuleType, args: list[str]) -> None:
@@ -52,3 +55,30 @@ def test_options_keep_the_tiers(run_py: ModuleType, args: list[str]) -> None:
 )
 def test_a_path_or_a_selection_runs_as_given(run_py: ModuleType, args: list[str]) -> None:
     assert run_py._names_tests(args)
+
+
+@pytest.mark.parametrize(
+    ("args", "spread"),
+    [
+        ([], True),
+        (["-p", "no:randomly"], True),
+        (["-p", "no:xdist"], False),
+        (["-pno:xdist"], False),
+        (["--pdb"], False),
+        (["--trace"], False),
+        (["-n", "0"], False),
+        (["-n0"], False),
+        (["--numprocesses=3"], False),
+        (["--dist", "loadfile"], False),
+    ],
+)
+def test_the_tiers_are_spread_unless_the_arguments_say_otherwise(
+    run_py: ModuleType, args: list[str], spread: bool
+) -> None:
+    """`-p no:xdist` made pytest refuse `-n` and both tiers fail; `--pdb`
+    refuses workers; a user's `-n 0` is theirs (review of issue 19)."""
+    for tier in ("fast", "slow"):
+        options = run_py._spread(tier, args)
+        assert bool(options) is spread
+        if spread:
+            assert options[0] == "-n" and int(options[1]) >= 1
