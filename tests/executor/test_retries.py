@@ -127,22 +127,24 @@ def test_timeouts_retried_only_for_read_only_tools(
     starts: Counter[str] = Counter()
     # Deadlines long enough that every attempt has started its tool before its
     # deadline, however loaded the machine (an attempt still queued when its
-    # deadline passes never runs the tool); the tools then block past them.
+    # deadline passes never runs the tool; 1 s was not, at a load of 16); the
+    # tools then block past them. The two calls run side by side.
 
-    @reg.tool(read_only=True, timeout=1.0)
+    @reg.tool(read_only=True, timeout=2.0)
     def slow_read() -> None:
         starts["read"] += 1
         release.wait()
 
-    @reg.tool(timeout=1.0)
+    @reg.tool(timeout=2.0)
     def slow_write() -> None:
         starts["write"] += 1
         release.wait()
 
     ex = make_executor(reg, retry=RetryPolicy(max_retries=2, backoff_base=0.001))
     with bus.Recorder(sender=ex) as rec:
+        writing = ex.submit(ToolCall(name="slow_write"))  # (a batch would run it after)
         read = ex.execute(ToolCall(name="slow_read"))
-        write = ex.execute(ToolCall(name="slow_write"))
+        write = writing.result()
         ex.drain_events()
     assert (read.status, read.attempts) == ("timeout", 3)
     assert (write.status, write.attempts) == ("timeout", 1)

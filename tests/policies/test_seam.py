@@ -529,9 +529,12 @@ def test_a_policy_that_never_decides_ends_the_call_naming_it(
     ran: list[str] = []
     reg = ToolRegistry()
 
+    # (A timeout that leaves a loaded machine's worker time to reach the
+    # policy: the attempt's clock runs from its dispatch through its
+    # arguments' check to the policies, and a timeout there is the tool's.)
     @reg.tool(
         read_only=True,
-        timeout=0.3,
+        timeout=2.0,
         retry=RetryPolicy(max_retries=2, backoff_base=0.001, jitter=0),
         policies=[AsyncStuck() if is_async else Stuck(), never],
     )
