@@ -3,7 +3,7 @@
 
     python3 scripts/run.py demo    # the main job: one scripted agent turn, live
     python3 scripts/run.py test    # ruff, mypy --strict, pytest: the fast tier, then the slow one
-    python3 scripts/run.py test --quick    # ruff, mypy, the fast tier (~1.5 min)
+    python3 scripts/run.py test --quick    # ruff, mypy, the fast tier (~1 min 40 s)
     python3 scripts/run.py test --stress   # the whole suite with the machine oversubscribed
     python3 scripts/run.py bench [--smoke] [--only ...]   # the benchmark suite
     python3 scripts/run.py docs [--serve]   # the documentation site, built strictly into site/
@@ -156,7 +156,7 @@ def lint_and_types() -> None:
 def test(args: list[str]) -> None:
     """`test [--quick] [--stress] [pytest arguments]`: ruff, mypy, then the test tiers.
 
-    --quick: the fast tier only: about a minute and a half with ruff and
+    --quick: the fast tier only: about 1 min 40 s with ruff and
     mypy on a quiet 2-core machine. Both tiers are spread over the cores
     (pytest-xdist, `_spread`).
     --stress: the machine oversubscribed the while (`stress-ng --cpu 6`), to
