@@ -27,14 +27,13 @@ __all__ = ["builtin_rules"]
 
 # Words that end a secret's name ("db_password", "SecretAccessKey", "x-api-key",
 # "refresh_token"): a word may be the end of a longer name, so none needs more.
+_PASSWORD_WORDS = r"pass(?:words?|wd|phrase)|pwd"
 _SECRET_WORDS = (
-    r"pass(?:words?|wd|phrase)|pwd|secret|(?<!page)(?<!page[_-])(?<!next)(?<!next[_-])"
+    _PASSWORD_WORDS + r"|secret|(?<!page)(?<!page[_-])(?<!next)(?<!next[_-])"
     r"(?<!continuation)(?<!continuation[_-])(?<!cursor)(?<!cursor[_-])(?<!sync)(?<!sync[_-])"
     r"(?<!resume)(?<!resume[_-])(?<!csrf)(?<!csrf[_-])token"
     r"|credentials?|(?:api|access|secret|private)[ _-]?key"
 )
-
-_PASSWORD_WORDS = r"pass(?:words?|wd|phrase)|pwd"
 
 # A field of a query string or a form ("?user=bob&password=hunter2") is the
 # query rules': its value ends at the next "&", where a secret word's value
@@ -214,7 +213,7 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "password-after-word",
             # A password need not look random: "password: hunter2024".
-            r"(?<!:)" + _NOT_IN_A_QUERY + r"(?:pass(?:words?|wd|phrase)|pwd|(?<=[_-])pass(?![a-z]))"
+            r"(?<!:)" + _NOT_IN_A_QUERY + r"(?:" + _PASSWORD_WORDS + r"|(?<=[_-])pass(?![a-z]))"
             r"(?:[_-]?\d{1,3})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?"
             r"([^\s\"'`,;\\]{8,})",
             kind="secret",
