@@ -14,6 +14,17 @@ from toolbus import Executor, ToolRegistry, bus
 
 MakeExecutor = Callable[..., Executor]
 
+HANG_TIMEOUT = 1.0
+"""The deadline of a call a test wants to see time out *inside its tool*.
+
+A call's deadline runs from its dispatch, through admission and its policies,
+to the tool. On an oversubscribed machine that first stretch alone can take
+longer than 0.05–0.5 s, and the call then times out before its tool starts:
+no worker is abandoned, no start is counted, no cancellation reaches the tool.
+A test whose assertions need the tool to have started uses this (or more, for
+a subprocess or a server); a test of how soon a deadline fires is a benchmark.
+"""
+
 
 @pytest.fixture
 def release() -> Iterator[threading.Event]:

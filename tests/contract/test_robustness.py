@@ -17,7 +17,7 @@ import pytest
 from tests.concurrency_tools import finished as _finished
 from tests.concurrency_tools import in_thread as _in_thread
 from tests.concurrency_tools import ok_registry as _ok_registry
-from tests.conftest import MakeExecutor
+from tests.conftest import HANG_TIMEOUT, MakeExecutor
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
 
 
@@ -189,10 +189,10 @@ def test_hanging_hooks_end_in_timeouts(
 
     ex = make_executor(_registry(), timeout=60, hook_grace=0.2, pre_call=[pre], post_call=[post])
     # Each call its own timeout, as a busy machine needs: the hung pre-call
-    # hook's 0.2 s; 2 s for the call whose tool must return before its deadline
+    # hook's short one; 2 s for the call whose tool must return before its deadline
     # (so that its post-call hook is what hangs); 60 s for the one that must end ok.
     handles = [
-        ex.submit(ToolCall(id="pre", name="echo", arguments={"text": "x"}), timeout=0.2),
+        ex.submit(ToolCall(id="pre", name="echo", arguments={"text": "x"}), timeout=HANG_TIMEOUT),
         ex.submit(ToolCall(id="post", name="echo", arguments={"text": "y"}), timeout=2),
         ex.submit(ToolCall(id="ok", name="echo", arguments={"text": "z"})),
     ]
@@ -371,7 +371,7 @@ def test_async_tool_raising_system_exit_does_not_kill_the_loop() -> None:
         async def aok(i: int) -> int:
             await asyncio.sleep(0)
             return i
-        ex = Executor(reg, timeout=1.0)
+        ex = Executor(reg, timeout=10.0)  # a hang guard, should the loop die
         a = ex.execute(ToolCall(name="quitter", arguments={"i": 1}))
         b = ex.execute(ToolCall(name="aok", arguments={"i": 1}))
         print(a.status, b.status)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
+from tests.conftest import HANG_TIMEOUT, MakeExecutor
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
 
 tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
@@ -153,7 +153,7 @@ def test_a_hung_async_hook_times_out_the_call(make_executor: MakeExecutor, name:
         await asyncio.Event().wait()
         return call
 
-    ex = make_executor(_registry(), pre_call=[forever], timeout=0.2)
+    ex = make_executor(_registry(), pre_call=[forever], timeout=HANG_TIMEOUT)
     r = ex.execute(ToolCall(name=name, arguments={"text": "x"}))
     assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
     assert (

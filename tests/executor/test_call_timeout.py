@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor, wait_until
+from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.policies import BasePolicy, Delay, circuit_breaker, rate_limit
 from toolbus.retry import RetryPolicy
@@ -154,9 +154,9 @@ def test_an_attempt_that_runs_into_the_call_deadline_ends_the_call(
             return "late"
 
     ex = make_executor(reg, timeout=30, retry=_retrying(0.01))
-    r = ex.execute(ToolCall(id="c1", name="hang"), call_timeout=0.3)
+    r = ex.execute(ToolCall(id="c1", name="hang"), call_timeout=HANG_TIMEOUT)
     assert (r.status, r.error_code, r.attempts) == ("timeout", ErrorCode.DEADLINE_EXCEEDED, 1)
-    assert "call_timeout of 0.3s" in (r.error or "")
+    assert f"call_timeout of {HANG_TIMEOUT:g}s" in (r.error or "")
     assert r.duration < 20  # the budget ended it, not the 30 s timeout
     assert ex.drain_events()
     assert [e.call_id for e in recorder.of(bus.TIMEOUT)] == ["c1"]
@@ -429,7 +429,8 @@ def test_a_call_let_out_after_its_deadline_never_starts(
     assert (r.status, r.error_code, r.attempts) == ("timeout", ErrorCode.DEADLINE_EXCEEDED, 0)
     # Let out by its batch's order past its deadline.
     batch = ex.execute_batch(
-        [ToolCall(id="w", name="slow_write"), ToolCall(id="c", name="charge")], call_timeout=0.2
+        [ToolCall(id="w", name="slow_write"), ToolCall(id="c", name="charge")],
+        call_timeout=HANG_TIMEOUT,
     )
     write, charged = batch.results
     assert (write.error_code, write.attempts) == (ErrorCode.DEADLINE_EXCEEDED, 1)
@@ -461,9 +462,9 @@ def test_a_users_policy_hears_of_a_timeout_on_a_worker_not_under_the_schedulers_
                 seen["nested"] = holder["ex"].execute(ToolCall(name="echo"))
 
     reg = ToolRegistry()
-    # Only the hanging tool is held to 0.1 s: the nested echo, which must end
-    # ok, gets the executor's 60 s (a busy machine can take longer than 0.1 s).
-    _hanging(reg, release, policies=[Audit()], timeout=0.1)
+    # Only the hanging tool is held to a short timeout: the nested echo, which
+    # must end ok, gets the executor's 60 s (a busy machine can be slow).
+    _hanging(reg, release, policies=[Audit()], timeout=HANG_TIMEOUT)
 
     @reg.tool(read_only=True)
     def echo() -> str:
@@ -621,7 +622,7 @@ def test_a_deadline_while_the_call_is_admitted_is_no_attempts_timeout(
         return "ok"
 
     ex = make_executor(reg, timeout=30, pre_call=[hold])
-    r = ex.execute(ToolCall(id="a", name="echo"), call_timeout=0.2)
+    r = ex.execute(ToolCall(id="a", name="echo"), call_timeout=HANG_TIMEOUT)
     assert admitting.is_set()
     assert (r.status, r.error_code, r.attempts) == ("timeout", ErrorCode.DEADLINE_EXCEEDED, 0)
     release.set()

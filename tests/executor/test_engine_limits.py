@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.concurrency_tools import in_thread as _in_thread
-from tests.conftest import MakeExecutor, wait_until
+from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry
 
 # -- stats survive close -------------------------------------------------------------------
@@ -43,7 +43,7 @@ def test_stats_after_close_keep_the_final_counters() -> None:
 def test_abandoned_threads_never_exceed_the_budget(release: threading.Event) -> None:
     reg = ToolRegistry()
 
-    @reg.tool(read_only=True, timeout=0.05)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     def stuck(i: int) -> int:
         release.wait(30)
         return i
@@ -264,7 +264,7 @@ def test_nested_calls_respect_the_thread_budget(
     reg = ToolRegistry()
     holder: dict[str, Executor] = {}
 
-    @reg.tool(read_only=True, timeout=0.05)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     def stuck() -> str:
         release.wait(30)
         return "late"
@@ -287,7 +287,7 @@ def test_one_tool_cannot_take_the_whole_thread_budget(
     (Engine v2 review)."""
     reg = ToolRegistry()
 
-    @reg.tool(read_only=True, timeout=0.05)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     def hang(i: int) -> int:
         release.wait(30)
         return i

@@ -11,14 +11,14 @@ import threading
 import time
 
 from tests.concurrency_tools import in_thread as _in_thread
-from tests.conftest import MakeExecutor, wait_until
+from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
 
 
 def _registry(release: threading.Event, entered: threading.Event) -> ToolRegistry:
     reg = ToolRegistry()
 
-    @reg.tool(read_only=True, timeout=0.3)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     def stuck() -> str:
         entered.set()
         release.wait()  # blocks like a socket read that never returns
@@ -85,7 +85,7 @@ def test_worker_replaced_after_timeout(
     reg = ToolRegistry()
     threads: list[str] = []
 
-    @reg.tool(read_only=True, timeout=0.2, max_concurrency=1)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT, max_concurrency=1)
     def sometimes_stuck(hang: bool) -> str:
         threads.append(threading.current_thread().name)
         if hang:
@@ -97,7 +97,7 @@ def test_worker_replaced_after_timeout(
     assert (
         ex.execute(ToolCall(name="sometimes_stuck", arguments={"hang": True})).status == "timeout"
     )
-    # Only the hanging call is held to the tool's 0.2 s: this one must end ok,
+    # Only the hanging call is held to the tool's short timeout: this one must end ok,
     # which can take longer on a busy machine.
     again = ex.execute(ToolCall(name="sometimes_stuck", arguments={"hang": False}), timeout=60)
     assert again.status == "ok"
@@ -112,7 +112,7 @@ async def test_async_tool_is_cancelled_for_real(make_executor: MakeExecutor) -> 
     cancelled = threading.Event()
     reg = ToolRegistry()
 
-    @reg.tool(read_only=True, timeout=0.1)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     async def sleepy() -> str:
         try:
             await asyncio.sleep(60)
@@ -137,7 +137,7 @@ def test_an_async_tool_cancelled_at_its_deadline_is_a_timeout_and_not_a_late_res
     cancelled = threading.Event()
     reg = ToolRegistry()
 
-    @reg.tool(read_only=True, timeout=0.1)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     async def sleepy() -> str:
         try:
             await asyncio.sleep(60)
@@ -146,7 +146,7 @@ def test_an_async_tool_cancelled_at_its_deadline_is_a_timeout_and_not_a_late_res
             raise
         return "never"
 
-    @reg.tool(read_only=True, timeout=0.1)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     async def stubborn() -> str:
         try:
             await asyncio.sleep(60)
@@ -186,7 +186,7 @@ def test_cooperative_tool_sees_cancellation(
     saw_cancel = threading.Event()
     reg = ToolRegistry()
 
-    @reg.tool(read_only=True, timeout=0.1)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     def polite(ctx: ToolContext) -> str:
         if ctx.wait_cancelled(10):
             saw_cancel.set()

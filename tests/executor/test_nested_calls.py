@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.concurrency_tools import in_thread as _in_thread
-from tests.conftest import MakeExecutor, wait_until
+from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
 
 
@@ -337,7 +337,7 @@ def test_a_timed_out_caller_lends_no_share_to_its_late_nested_calls(
             now["n"] -= 1
         return "leaf"
 
-    @reg.tool(read_only=True, timeout=0.1)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     def parent() -> str:
         parents_timed_out.wait(10)  # ignores its deadline; its caller is gone
         holder["ex"].execute(ToolCall(name="leaf"))

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from tests.concurrency_tools import finished as _finished
 from tests.concurrency_tools import in_thread as _in_thread
 from tests.concurrency_tools import ok_registry as _ok_registry
-from tests.conftest import MakeExecutor, wait_until
+from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
 from toolbus import (
     ErrorCode,
     Executor,
@@ -38,7 +38,7 @@ def _registry(release: threading.Event) -> ToolRegistry:
     def explode(message: str) -> None:
         raise ValueError(message)
 
-    @reg.tool(read_only=True, timeout=0.1)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT)
     def stuck() -> str:
         release.wait()
         return "too late"
@@ -154,7 +154,7 @@ def test_tool_error_and_tool_error_message(ex: Executor) -> None:
 def test_timeout(ex: Executor) -> None:
     r = ex.execute(ToolCall(name="stuck"))
     assert (r.status, r.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
-    assert r.error == "Tool 'stuck' timed out after 0.1s"
+    assert r.error == f"Tool 'stuck' timed out after {HANG_TIMEOUT}s"
     assert r.attempts == 1
 
 

@@ -42,6 +42,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, Field
 
+from tests.conftest import HANG_TIMEOUT
 from toolbus import ErrorCode, Executor, Injected, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.integrations.langchain import LangChainTool, UnsupportedToolError
 from toolbus.integrations.langgraph import ToolbusNode, ToolCallFailed
@@ -1022,7 +1023,7 @@ def test_sync_tools_off_the_direct_path_run_on_toolbus_worker_threads(
     registry = ToolRegistry()
     for t in tools:
         imported = registry.add_langchain(
-            t, read_only=True, timeout=0.2 if t.name == "hang" else None
+            t, read_only=True, timeout=HANG_TIMEOUT if t.name == "hang" else None
         )
         assert imported.is_async is False
     assert registry.add_langchain(Echo()).is_async is True  # an _arun of its own

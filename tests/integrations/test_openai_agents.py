@@ -35,7 +35,7 @@ from agents.testing import assistant_message, function_call
 from agents.tool_context import ToolContext as AgentsToolContext
 from agents.usage import Usage
 
-from tests.conftest import MakeExecutor
+from tests.conftest import HANG_TIMEOUT, MakeExecutor
 from toolbus import ErrorCode, Injected, RetryPolicy, ToolCall, ToolRegistry, bus
 from toolbus.integrations.openai_agents import OpenAIAgentsTool, function_tools
 
@@ -503,7 +503,7 @@ def test_a_sync_tool_runs_on_toolbus_worker_threads(
         return f"async {i}"
 
     reg = ToolRegistry()
-    reg.add_openai_agents(hang, read_only=True, timeout=0.2)
+    reg.add_openai_agents(hang, read_only=True, timeout=HANG_TIMEOUT)
     reg.add_openai_agents(where, read_only=True)
     reg.add_openai_agents(awhere, read_only=True)
     assert reg.get("hang").is_async is False and reg.get("where").is_async is False  # type: ignore[union-attr]

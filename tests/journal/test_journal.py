@@ -844,7 +844,7 @@ def test_a_stuck_disk_delays_a_mutating_call_by_journal_timeout_at_most(
     reg, ran = _counting_registry()
     # A journal_timeout long enough that "waited for it again" (5 s) is far
     # from "did not wait" (bounded at 2 s), however loaded the machine.
-    with Executor(reg, journal=path, timeout=1, journal_timeout=5) as ex:
+    with Executor(reg, journal=path, timeout=10, journal_timeout=5) as ex:
         journal = ex.journal
         assert journal is not None
         assert ex.execute(ToolCall(id="before", name="book", arguments={"item": "x"})).ok

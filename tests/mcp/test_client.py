@@ -272,7 +272,9 @@ def test_server_dying_mid_call_gives_an_error_then_reconnects(make_executor: Mak
 def test_frozen_server_is_restarted(make_executor: MakeExecutor) -> None:
     with connect_stdio(sys.executable, [FLAKY], probe_timeout=0.3) as conn:
         registry = ToolRegistry()
-        conn.register(registry, only=["freeze"], timeout=0.5)
+        # 5 s: time for the request to reach the server and freeze it, under load
+        # (at 0.5 s it could time out first; the server, never frozen, stays).
+        conn.register(registry, only=["freeze"], timeout=5)
         conn.register(
             registry, only=["pid"], timeout=5, retry=RetryPolicy(max_retries=2, backoff_base=0.1)
         )

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import pytest
 
-from tests.conftest import MakeExecutor, wait_until
+from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
 from toolbus import (
     Injected,
     ToolCall,
@@ -407,13 +407,13 @@ def test_a_leader_that_times_out_hands_over(make_executor: MakeExecutor) -> None
 
 
 def _always_times_out(policies: list[Any]) -> tuple[ToolRegistry, list[float], list[float]]:
-    """A tool that never answers before its 0.1 s timeout, and when each of
+    """A tool that never answers before its timeout, and when each of
     its attempts started and was cancelled."""
     reg = ToolRegistry()
     starts: list[float] = []
     ends: list[float] = []
 
-    @reg.tool(read_only=True, timeout=0.1, policies=policies)
+    @reg.tool(read_only=True, timeout=HANG_TIMEOUT, policies=policies)
     async def lookup(q: str) -> str:
         starts.append(time.monotonic())
         try:
