@@ -255,8 +255,27 @@ def _unicode_sensitive(pattern: str) -> bool:
 
 def _joinable(pattern: str) -> bytes:
     """`pattern` as hyperscan compiles it (a superset of what Python finds)."""
+    pattern = _without_gitleaks_ending(pattern)
     pattern = _UP_TO.sub(lambda m: f"{m[1]}{{0,{m[2]}}}", pattern)
     return _TEXT_ENDS.sub(lambda m: m[1] + ("^" if m[2] == "A" else "$"), pattern).encode()
+
+
+# What gitleaks ends most of its patterns with: what may follow a secret (a
+# quote, a space, `;`, an escaped newline or the end of a line).
+_GITLEAKS_ENDING = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
+
+
+def _without_gitleaks_ending(pattern: str) -> str:
+    """`pattern` without gitleaks' ending, where it is the last thing in it.
+
+    The ending is the last item of the last branch: without it the pattern
+    matches more, and a match of it ends no later, as a prefilter needs. With
+    it, a counted run before it (`[0-9a-z_-]{27,40}`) makes an automaton that
+    runs at every byte: it was three fifths of a scan of the default rules.
+    """
+    head = pattern.removesuffix(_GITLEAKS_ENDING)
+    escaped = len(head) - len(head.rstrip("\\")) if head != pattern else 0
+    return pattern if head == pattern or escaped % 2 else head
 
 
 def _database(rules: Sequence[Rule], kept: Sequence[int]) -> Any:
