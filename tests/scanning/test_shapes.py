@@ -156,7 +156,10 @@ def test_a_lowercase_rule_with_an_upper_case_class_is_refused() -> None:
         "write to jane@10x.co or ops@3x.dev",
     ],
 )
-def test_more_lookalikes_found_by_review(scanner: ContentScanner, text: str) -> None:
+def test_more_lookalikes_are_left_alone(scanner: ContentScanner, text: str) -> None:
+    """Code, messages and settings that name a password or a cookie, and
+    addresses at domains that begin with digits, were taken for secrets
+    (found by review)."""
     out = scanner.text(text)
     assert "[REDACTED:secret]" not in out and out.startswith(text[:8]), out
     if "@" in text:
@@ -227,7 +230,9 @@ def test_no_rule_costs_seconds_on_a_few_kb(scanner: ContentScanner, text: str) -
         scanner.text(text)
 
 
-def test_review_two_shapes(scanner: ContentScanner) -> None:
+def test_passwords_like_code_commands_like_options_and_hosts_behind_a_password(
+    scanner: ContentScanner,
+) -> None:
     """Passwords that looked like code or placeholders, commands that looked
     like a password option, a host hidden with a URL's password, keys that
     name a secret in other words (found by the second review)."""
@@ -256,7 +261,7 @@ def test_review_two_shapes(scanner: ContentScanner) -> None:
     assert "hunter2024" not in scanner.text('"{\\"password\\": \\"hunter2024!\\"}"')
 
 
-def test_review_three_shapes(scanner: ContentScanner) -> None:
+def test_long_values_env_passwords_and_code_that_names_a_secret(scanner: ContentScanner) -> None:
     """(found by the third review) a global allow pattern on a long value
     took 33 s; `DB_PASS=` was missed; a value past 4096 characters showed its
     tail; calls and types with names for arguments, terraform's "(sensitive
@@ -292,7 +297,9 @@ def test_scanners_that_share_a_pattern_keep_their_own_keywords() -> None:
     assert second.value(["order ACME-12345678", "other"]) == ["order [REDACTED:secret]", "other"]
 
 
-def test_shapes_of_the_fourth_look(scanner: ContentScanner) -> None:
+def test_short_quoted_passwords_urls_after_an_address_and_ids_of_digits(
+    scanner: ContentScanner,
+) -> None:
     """(found by review) a password under its quoted key in JSON text or a
     Python dict's repr was missed below eight characters; so was a URL's
     password after a user that is an address; a diff's `+1700000000000`
