@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -139,9 +140,10 @@ def demo(args: list[str]) -> None:
 # to spare (on a quiet 2-core machine the fast tier takes under 2 minutes, the
 # slow one about 4; under stress-ng plus other work, 12 and 54 were measured
 # with one worker each).
+SLOW_TIMEOUT = "--timeout=240"
 TIERS = {
     "fast": (["-m", "not slow"], 1800),
-    "slow": (["-m", "slow", "--timeout=240"], 4800),
+    "slow": (["-m", "slow", SLOW_TIMEOUT], 4800),
 }
 REPORTS = ROOT / ".cache" / "test-reports"
 SLOWEST = 20
@@ -160,10 +162,11 @@ def test(args: list[str]) -> None:
     mypy on a quiet 2-core machine. Both tiers are spread over the cores
     (pytest-xdist, `_spread`).
     --stress: the machine oversubscribed the while (`stress-ng --cpu 6`), to
-    show that no test depends on timing. Tests run in a random order
-    (pytest-randomly prints the seed: `--randomly-seed=N` replays that order,
-    `-p no:randomly` keeps the file's). Arguments that name tests (a path,
-    `-k`, `-m`) run just those, in one pytest run, as given.
+    show that no test depends on timing. Tests run in a random order, its
+    seed printed first (`--randomly-seed N` replays that order, `-p
+    no:randomly` keeps the files'). Arguments that name tests (a path, `-k`,
+    `-m`) run just those, in one pytest run, as given (with --quick, those of
+    the fast tier; without a `--timeout`, the slow tier's).
     """
     # Each pytest process (every xdist worker, every Python subprocess a test
     # starts) would otherwise compile the project and rewrite every test
@@ -173,10 +176,22 @@ def test(args: list[str]) -> None:
     quick = "--quick" in args
     stress = "--stress" in args
     extra = [a for a in args if a not in ("--quick", "--stress")]
+    given = _Args(extra)
+    if not given.seeded:
+        # Chosen here and printed, not left to pytest-randomly, whose line `-q`
+        # hides: a failure's order can always be replayed.
+        seed = random.randrange(2**32)
+        print(f"+ random order, seed {seed} (replay it: --randomly-seed {seed})", flush=True)
+        extra.append(f"--randomly-seed={seed}")
     lint_and_types()
     with _stressed() if stress else contextlib.nullcontext():
-        if _names_tests(extra):
-            _sh(PY, "-m", "pytest", *extra)
+        if given.names_tests:
+            # As given, in one run: with --quick, the fast tier's tests among
+            # them; without a timeout of their own, the slow tier's.
+            select = ["-m", "not slow"] if quick else []
+            if not given.timeout:
+                select.append(SLOW_TIMEOUT)
+            _sh(PY, "-m", "pytest", *select, *extra)
             return
         tiers = ["fast"] if quick else ["fast", "slow"]
         failed = [tier for tier in tiers if not _run_tier(tier, [*_spread(tier, extra), *extra])]
@@ -193,15 +208,11 @@ def _spread(tier: str, extra: list[str]) -> list[str]:
     another). The slow tier keeps a file's tests on one worker, a worker a
     core (two at most): a slow file shares one Ray, one browser or one server
     among its tests, and two of those on one core would only wait on each
-    other. None where the arguments say how to run instead (`-n 0`, `-p
-    no:xdist`) or ask for what needs one process (`--pdb`, `--trace`).
+    other. None where the arguments say how to run instead (`-n 0`,
+    `--dist`, `-p no:xdist`) or ask for what needs one process (`--pdb`,
+    `--trace`).
     """
-    joined = " ".join(extra)
-    if (
-        "no:xdist" in joined
-        or any(a in ("--pdb", "--trace") for a in extra)
-        or any(a.startswith(("-n", "--numprocesses", "--dist")) for a in extra)
-    ):
+    if _Args(extra).one_process:
         return []
     cores = os.cpu_count() or 1
     if tier == "fast":
@@ -209,33 +220,79 @@ def _spread(tier: str, extra: list[str]) -> list[str]:
     return ["-n", str(min(2, cores)), "--dist", "loadfile"]
 
 
-# pytest options whose value is the next argument (not a test to run): `-p
-# no:randomly` and `--randomly-seed 7` keep the tiers; `-k`/`-m` select tests.
+# pytest options whose value may be the next argument (not a test to run):
+# `-p no:randomly` and `--randomly-seed 7` keep the tiers. Every such option
+# of the pytest and plugins installed is here: tests/contract/test_run_script.py
+# reads `pytest --help` and fails on one that is missing.
 _TAKES_VALUE = frozenset(
-    {"-p", "-o", "-W", "-r", "-c", "--randomly-seed", "--timeout", "--timeout-method",
-     "--maxfail", "--junitxml", "--deselect", "--ignore", "--ignore-glob", "--basetemp",
-     "--durations", "--tb", "--rootdir", "--capture", "--color", "--import-mode",
-     "--log-level", "--log-cli-level", "--hypothesis-seed", "--hypothesis-profile",
-     # pytest-xdist's
-     "-n", "--numprocesses", "--dist", "--maxprocesses", "--max-worker-restart", "--tx"}
+    {"-p", "-o", "-W", "-r", "-c", "--assert", "--basetemp", "--cache-show", "--capture",
+     "--code-highlight", "--color", "--confcutdir", "--config-file", "--debug", "--deselect",
+     "--doctest-glob", "--doctest-report", "--durations", "--durations-min", "--ignore",
+     "--ignore-glob", "--import-mode", "--junit-prefix", "--junit-xml", "--junitxml",
+     "--last-failed-no-failures", "--lfnf", "--log-auto-indent", "--log-cli-date-format",
+     "--log-cli-format", "--log-cli-level", "--log-date-format", "--log-disable", "--log-file",
+     "--log-file-date-format", "--log-file-format", "--log-file-level", "--log-file-mode",
+     "--log-format", "--log-level", "--max-warnings", "--maxfail", "--override-ini",
+     "--pastebin", "--pdbcls", "--pythonwarnings", "--report-chars", "--rootdir",
+     "--show-capture", "--tb", "--verbosity",
+     # plugins': pytest-timeout, -randomly, -asyncio, anyio, hypothesis, -xdist
+     "--timeout", "--timeout-method", "--timeout_method", "--session-timeout",
+     "--randomly-seed", "--asyncio-mode", "--anyio-mode", "--hypothesis-profile",
+     "--hypothesis-seed", "--hypothesis-verbosity", "-n", "--numprocesses", "--dist",
+     "--maxprocesses", "--max-worker-restart", "--maxschedchunk", "--tx", "--px",
+     "--rsyncdir", "--rsyncignore", "--testrunuid"}
 )  # fmt: skip
+
+
+class _Args:
+    """What pytest arguments ask of `test`, read the way pytest reads them.
+
+    `names_tests`: they select tests (a path or node id, `-k`, `-m`, in any
+    form: `-m slow`, `-mslow`, `-m=slow`); `one_process`: they say how to
+    run instead of the tiers' spreading, or need one process; `timeout`: they
+    set the per-test timeout.
+    """
+
+    def __init__(self, args: list[str]) -> None:
+        self.names_tests = self.one_process = self.timeout = False
+        self.seeded = False  # the order is the arguments' (a seed, or -p no:randomly)
+        given = iter(args)
+        for a in given:
+            if not a.startswith("-") or a == "-":
+                self.names_tests = True
+                continue
+            if a.startswith("--"):
+                name, attached, value = a.partition("=")
+            elif len(a) > 2 and a[:2] in _SELECT | _TAKES_VALUE:
+                # A short option with its value attached: `-mslow`, `-n0`, `-pno:xdist`.
+                name, attached, value = a[:2], "=", a[2:]
+            else:
+                name, attached, value = a, "", ""  # a flag, or flags together (`-qx`)
+            if not attached and name in _SELECT | _TAKES_VALUE:
+                value = next(given, "")
+            self._read(name, value)
+
+    def _read(self, name: str, value: str) -> None:
+        if name in _SELECT:
+            self.names_tests = True
+        elif name in ("-n", "--numprocesses", "--dist", "--pdb", "--trace"):
+            self.one_process = True
+        elif name == "-p" and value in ("no:xdist", "no:randomly"):
+            self.one_process = self.one_process or value == "no:xdist"
+            self.seeded = self.seeded or value == "no:randomly"
+        elif name == "--randomly-seed":
+            self.seeded = True
+        elif name == "--timeout":
+            self.timeout = True
+
+
+_SELECT = frozenset({"-k", "-m"})
 
 
 def _names_tests(args: list[str]) -> bool:
     """Whether `args` select tests (a path or node id, `-k`, `-m`): then they
     run as given, in one pytest run, instead of the tiers."""
-    value_next = False
-    for a in args:
-        if value_next:
-            value_next = False
-            continue
-        if a in ("-k", "-m"):
-            return True
-        if a in _TAKES_VALUE:
-            value_next = True
-        elif not a.startswith("-"):
-            return True
-    return False
+    return _Args(args).names_tests
 
 
 def _run_tier(tier: str, extra: list[str]) -> bool:

@@ -8,6 +8,7 @@ slow tier's timeout (review of issue 19).
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -37,9 +38,14 @@ def run_py() -> ModuleType:
         ["--quick", "-n", "0"],
         ["-n", "auto", "--dist", "loadfile"],
         ["--timeout-method", "thread", "--hypothesis-seed", "1", "-r", "a"],
+        ["--durations-min", "1", "--override-ini", "log_cli=true", "--show-capture", "no"],
+        ["--junit-xml", "out.xml", "--session-timeout", "3000", "--log-file", "run.log"],
+        ["--verbosity", "2", "-o", "log_cli=true", "-qx", "--lf"],
     ],
 )
 def test_options_keep_the_tiers(run_py: ModuleType, args: list[str]) -> None:
+    """An option's value (`--durations-min 1`, `-o log_cli=true`) read as a
+    test to run made the suite one run without the tiers (review of issue 19)."""
     assert not run_py._names_tests(args)
 
 
@@ -51,9 +57,15 @@ def test_options_keep_the_tiers(run_py: ModuleType, args: list[str]) -> None:
         ["-k", "deadline"],
         ["-m", "slow"],
         ["--randomly-seed", "5", "tests/bus"],
+        ["-mslow"],
+        ["-m=slow"],
+        ["-kdeadline"],
+        ["--durations-min", "1", "tests/bus"],
     ],
 )
 def test_a_path_or_a_selection_runs_as_given(run_py: ModuleType, args: list[str]) -> None:
+    """`-mslow` (attached) ran the slow tests inside the fast tier, whose `-m`
+    it replaced (review of issue 19)."""
     assert run_py._names_tests(args)
 
 
@@ -82,3 +94,56 @@ def test_the_tiers_are_spread_unless_the_arguments_say_otherwise(
         assert bool(options) is spread
         if spread:
             assert options[0] == "-n" and int(options[1]) >= 1
+
+
+def test_every_option_that_takes_a_value_is_known(run_py: ModuleType) -> None:
+    """Read from `pytest --help`, with the plugins installed: an option
+    missing from `_TAKES_VALUE` reads its value as a test to run (43 were)."""
+    import re
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    taking = set()
+    for line in out.splitlines():
+        spec = re.match(r"^\s{2,}(-\S.*?)(?:\s{2,}|$)", line)
+        for part in spec.group(1).split(", ") if spec else ():
+            option = re.match(r"^(--?[\w-]+)(=\S+| [A-Za-z_{}\[\],.|-]+)?$", part.strip())
+            if option and option.group(2):
+                taking.add(option.group(1))
+    assert len(taking) > 40, "pytest --help no longer reads as expected"
+    assert taking - {"-k", "-m"} <= run_py._TAKES_VALUE
+
+
+@pytest.mark.parametrize(
+    ("args", "added"),
+    [
+        (["--quick", "tests/bus"], ["-m", "not slow", "--timeout=240"]),
+        (["--quick", "-k", "x", "-m", "slow"], ["-m", "not slow", "--timeout=240"]),
+        (["tests/bus", "--timeout", "9"], []),
+        (["-m", "slow"], ["--timeout=240"]),
+    ],
+)
+def test_named_tests_run_as_given_with_the_tiers_defaults(
+    run_py: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    added: list[str],
+) -> None:
+    """`--quick tests/backends` ran the slow tests there too, and any named
+    run had the fast timeout (review of issue 19); a `-m` of one's own still
+    wins, being last. The order's seed is chosen and printed first, whatever
+    `-q` hides."""
+    commands: list[list[str]] = []
+    monkeypatch.setattr(run_py, "lint_and_types", lambda: None)
+    monkeypatch.setattr(run_py, "_sh", lambda *command: commands.append(list(map(str, command))))
+    run_py.test(list(args))
+    (command,) = commands
+    seed = re.search(r"seed (\d+)", capsys.readouterr().out)
+    assert seed is not None
+    given = [a for a in args if a != "--quick"]
+    assert command[1:] == ["-m", "pytest", *added, *given, f"--randomly-seed={seed[1]}"]
+    assert run_py._Args(["-p", "no:randomly"]).seeded and run_py._Args(["--randomly-seed=3"]).seeded

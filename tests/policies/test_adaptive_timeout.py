@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
+from tests.conftest import HANG_TIMEOUT, MakeExecutor
 from toolbus import ToolCall, ToolRegistry, ToolResult, bus, tool
 from toolbus.policies import AdaptiveTimeout, adaptive_timeout
 from toolbus.policies._adaptive import _percentile
@@ -171,11 +171,15 @@ def test_calls_that_keep_timing_out_grow_the_deadline_to_the_ceiling(
         await asyncio.sleep(30)  # cancelled at its deadline
         return q
 
-    policy = adaptive_timeout(percentile=1.0, factor=2.0, floor=0.01, ceiling=0.2, min_samples=2)
-    ex = make_executor(reg, timeout=0.05, policies=[policy])
-    for i in range(5):
+    # Deadlines a tool starts within however busy the machine (each call must
+    # reach its tool: a deadline in admission teaches nothing and sends no
+    # tool:executing); the fourth timeout would teach 8 s, over the ceiling.
+    t = HANG_TIMEOUT
+    policy = adaptive_timeout(percentile=1.0, factor=2.0, floor=0.01, ceiling=4 * t, min_samples=2)
+    ex = make_executor(reg, timeout=t, policies=[policy])
+    for i in range(4):
         r = ex.execute({"id": f"c{i}", "name": "stuck", "arguments": {"q": "x"}})
         assert r.status == "timeout"
-    events = recorder.wait_for(bus.EXECUTING, 5)
-    assert [e.timeout for e in events] == pytest.approx([0.05, 0.05, 0.1, 0.2, 0.2])
-    assert policy.learned("stuck") == 0.2
+    events = recorder.wait_for(bus.EXECUTING, 4)
+    assert [e.timeout for e in events] == pytest.approx([t, t, 2 * t, 4 * t])
+    assert policy.learned("stuck") == 4 * t
