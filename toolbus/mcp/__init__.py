@@ -35,6 +35,7 @@ from ._connect import (
     connect_stdio,
 )
 from ._connection import MCPConnection
+from ._elicitation import Elicitation, ElicitationAnswer, ElicitationHandler
 from ._errors import (
     MCPCallError,
     MCPConnectError,
@@ -58,6 +59,9 @@ from ._tool import MCPTool
 
 __all__ = [
     "ConnectionStatus",
+    "Elicitation",
+    "ElicitationAnswer",
+    "ElicitationHandler",
     "MCPCallError",
     "MCPConnectError",
     "MCPConnection",

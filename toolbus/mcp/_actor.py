@@ -22,6 +22,7 @@ import mcp_types as types
 import pykka
 from mcp.shared.dispatcher import ProgressFnT
 
+from ._elicitation import Asking
 from ._errors import MCPConnectError, MCPConnectionLost, MCPServerUnavailable
 from ._link import ConnectionStatus, Link, describe
 
@@ -87,9 +88,12 @@ class SessionPort:
         *,
         retry_safe: bool,
         progress: ProgressFnT | None = None,
+        asking: Asking | None = None,
     ) -> types.CallToolResult:
         """`Link.call` on the session's loop (its errors are raised here)."""
-        coro = self.link.call(tool, arguments, retry_safe=retry_safe, progress=progress)
+        coro = self.link.call(
+            tool, arguments, retry_safe=retry_safe, progress=progress, asking=asking
+        )
         with self._lock:
             try:
                 if self._closed:

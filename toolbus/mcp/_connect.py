@@ -14,7 +14,7 @@ import contextvars
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypedDict, Unpack, cast
 
@@ -30,6 +30,7 @@ from .._options import non_negative_number, positive_int, positive_number
 from .._version import __version__
 from ._actor import Open, Opened, SessionActor
 from ._connection import MCPConnection
+from ._elicitation import Asking, ElicitationHandler, check_handler, elicitation_callback
 from ._errors import MCPConnectError
 from ._generation import MakeClient
 from ._http_target import HttpTarget
@@ -66,6 +67,7 @@ class ConnectOptions(TypedDict, total=False):
     server_max_concurrency: int | None
     idempotent_hints: bool
     unwrap_results: bool | None
+    elicitation: ElicitationHandler | None
 
 
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
@@ -107,6 +109,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         server_max_concurrency=server_max_concurrency,
         idempotent_hints=idempotent_hints,
         unwrap_results=unwrap_results,
+        elicitation=check_handler(options.get("elicitation"), where),
     )
 
 
@@ -135,6 +138,11 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     server marked the schema (`x-toolbus-wrapped`), True for any schema of
     that shape (another server's; a tool that really returns `{"result":
     ...}` is unwrapped too), False never.
+
+    `elicitation`: what answers the server's requests for input while a call
+    is open (a function of an `Elicitation`, sync or async, returning its
+    `accept(data)`, `decline()` or `cancel()`); without one, the client does
+    not offer elicitation, and a server that needs it refuses the call.
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -146,7 +154,7 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
         target = HttpTarget(target)
     link = Link(
         name or _default_name(target),
-        _client_factory(target),
+        _client_factory(target, settings["elicitation"], lambda: link),
         connect_timeout=connect_timeout,
         probe_timeout=settings["probe_timeout"],
         backoff_base=settings["backoff_base"],
@@ -323,20 +331,47 @@ def _stdio_target(
     return _StdioTarget(params, errlog if errlog is not None else sys.stderr)
 
 
-def _client_factory(target: MCPTarget) -> MakeClient:
+def _client_factory(
+    target: MCPTarget, elicitation: ElicitationHandler | None, link: Callable[[], Link]
+) -> MakeClient:
+    """What makes each connection attempt's client (`link()`: the connection's
+    `Link`, for the handler of a server's requests for input)."""
+    answers: dict[str, Any] = {}
+    if elicitation is not None:
+        answers["elicitation_callback"] = elicitation_callback(
+            elicitation, lambda: link().name, _InFlight(link)
+        )
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):
         fixed = target
 
         def fixed_client(on_message: MessageHandlerFnT) -> Client:
-            return Client(fixed, client_info=_CLIENT_INFO, message_handler=on_message)
+            return Client(fixed, client_info=_CLIENT_INFO, message_handler=on_message, **answers)
 
         return fixed_client
     make_transport = target
 
     def fresh_client(on_message: MessageHandlerFnT) -> Client:
-        return Client(make_transport(), client_info=_CLIENT_INFO, message_handler=on_message)
+        return Client(
+            make_transport(), client_info=_CLIENT_INFO, message_handler=on_message, **answers
+        )
 
     return fresh_client
+
+
+class _InFlight:
+    """The calls in flight on a connection (its `Link`'s, read on its loop)."""
+
+    def __init__(self, link: Callable[[], Link]) -> None:
+        self._link = link
+
+    def __len__(self) -> int:
+        return len(self._link().asking)
+
+    def __iter__(self) -> Iterator[Asking]:
+        return iter(self._link().asking)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._link().asking
 
 
 def _default_name(target: MCPTarget) -> str:

@@ -34,6 +34,7 @@ from mcp.client.session import IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import CONNECTION_CLOSED
 
+from ._elicitation import Asking, while_asking
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
 from ._generation import Generation, MakeClient, describe
 from ._http_target import SDK_REFUSED
@@ -104,6 +105,8 @@ class Link:
         self._relist_pending = False
         # When the last listing's ttlMs runs out (loop time), if it set one.
         self._tools_expire: float | None = None
+        # The calls in flight that a server's request for input may be about.
+        self.asking: set[Asking] = set()
 
     # -- what the connection offers ------------------------------------------------
 
@@ -200,8 +203,12 @@ class Link:
         *,
         retry_safe: bool,
         progress: ProgressFnT | None = None,
+        asking: Asking | None = None,
     ) -> types.CallToolResult:
         """Call `tool` on a live session (connecting first if need be).
+
+        `asking`: the toolbus call, for the server's requests for input while
+        it is open (`_elicitation.py`).
 
         Raises `MCPServerUnavailable` (never sent), `MCPConnectionLost` (sent,
         no answer; retryable only if `retry_safe`: read-only or idempotent),
@@ -218,7 +225,11 @@ class Link:
             self.tools_changed()
         lost: BaseException
         try:
-            return await client.call_tool(tool, arguments, progress_callback=progress)
+            return await while_asking(
+                asking,
+                self.asking,
+                lambda: client.call_tool(tool, arguments, progress_callback=progress),
+            )
         except asyncio.CancelledError:
             self._probe(generation)
             raise

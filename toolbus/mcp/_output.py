@@ -37,7 +37,14 @@ from ._server_output import (
     attachment_data,
 )
 
-__all__ = ["OutputCheck", "sdk_output_error", "skip_sdk_output_check", "tool_output"]
+__all__ = [
+    "OutputCheck",
+    "mismatch",
+    "schema_validator",
+    "sdk_output_error",
+    "skip_sdk_output_check",
+    "tool_output",
+]
 
 log = logging.getLogger("toolbus.mcp")
 
@@ -146,10 +153,7 @@ class OutputCheck:
     """
 
     def __init__(self, schema: dict[str, Any], *, server: str) -> None:
-        cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(schema)  # SchemaError: the caller decides
-        cls = jsonschema.validators.extend(cls, {"pattern": _pattern})  # type: ignore[no-untyped-call]
-        self._validator = cls(schema)
+        self._validator = schema_validator(schema)
         self._server = server
         self._threaded = '"pattern' in json.dumps(schema, default=str)
 
@@ -201,6 +205,15 @@ class OutputCheck:
             ) from None
         if error is not None:
             raise MCPOutputError(_text(self._server, mismatch(error)))
+
+
+def schema_validator(schema: dict[str, Any]) -> Any:
+    """A validator for a server's JSON Schema, its `pattern`s matched safely
+    (`_pattern`). Raises `jsonschema.SchemaError` for a schema that is not one."""
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)  # SchemaError: the caller decides
+    cls = jsonschema.validators.extend(cls, {"pattern": _pattern})  # type: ignore[no-untyped-call]
+    return cls(schema)
 
 
 # How long a risky pattern may take to match (in a child process) before the

@@ -10,8 +10,9 @@ import mcp_types as types
 from ..models import ErrorCode, ToolCall, ToolResult
 from ..policies import Admit, Reject
 from ..retry import RetryPolicy
-from ..tools import Tool, ToolContext
+from ..tools import Tool, ToolContext, ToolError
 from ._actor import SessionPort
+from ._elicitation import Asking
 from ._output import OutputCheck, tool_output
 from ._server_output import unwrapped_schema
 
@@ -153,12 +154,27 @@ class MCPTool(Tool):
             fraction = progress / total if total else None
             ctx.progress(message, fraction, progress=progress, total=total)
 
-        result = await self._port.call(
-            self.remote_name,
-            params,
-            retry_safe=self.read_only or self.idempotent,
-            progress=on_progress,
-        )
+        asking = Asking(ctx, self.name)
+        try:
+            result = await self._port.call(
+                self.remote_name,
+                params,
+                retry_safe=self.read_only or self.idempotent,
+                progress=on_progress,
+                asking=asking,
+            )
+        except Exception:
+            if asking.failure is None:
+                raise
+            result = None  # the server's end of it: what our answer was, says more
+        if asking.failure is not None:
+            # Whatever the server made of the error reply (an error result, a
+            # refusal), the call failed on this side: say why.
+            raise ToolError(
+                f"An answer to MCP server '{self.server}' was not sent: {asking.failure}",
+                retryable=False,
+            )
+        assert result is not None
         if self._output_check is not None:
             await self._output_check.acheck(result)
         return tool_output(result, server=self.server, unwrap=self._unwrap)
