@@ -138,12 +138,21 @@ def test_a_handler_that_fails_ends_the_call_with_why_not_with_its_message(
     assert wrong.status == "error" and "returned dict, not an ElicitationAnswer" in wrong.error
 
 
-def test_without_a_handler_the_server_says_what_it_needed(
+def test_without_a_handler_a_request_is_declined_and_the_result_says_so(
     peer: str, make_executor: MakeExecutor
 ) -> None:
+    """The tool hears `decline` and goes on as it would; its result names what
+    was asked (an error's text says it, for the model to read)."""
     r = run(peer, None, make_executor, book())
-    assert r.status == "error"
-    assert "elicitation capability" in (r.error or "")
+    assert (r.status, r.output) == ("ok", {"result": "not booked: decline"})
+    assert r.metadata["mcp_input_declined"] == ["Book Oslo?"]
+
+    strict = run(peer, None, make_executor, ToolCall(name="sign_in", arguments={"user": "bob"}))
+    assert strict.status == "error"
+    assert strict.error.endswith(
+        "(MCP server 'asking' asked for input: 'The API key of bob?'; the connection has "
+        "no elicitation handler, so it was declined)"
+    )
 
 
 def test_requests_and_answers_are_published_masked(peer: str, make_executor: MakeExecutor) -> None:

@@ -22,7 +22,7 @@ import mcp_types as types
 import pykka
 from mcp.shared.dispatcher import ProgressFnT
 
-from ._elicitation import Asking
+from ._asking import Asking
 from ._errors import MCPConnectError, MCPConnectionLost, MCPServerUnavailable
 from ._link import ConnectionStatus, Link, describe
 

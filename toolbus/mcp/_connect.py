@@ -29,8 +29,9 @@ from .._keywords import keywords_of, refuse_unknown
 from .._options import non_negative_number, positive_int, positive_number
 from .._version import __version__
 from ._actor import Open, Opened, SessionActor
+from ._asking import Asking
 from ._connection import MCPConnection
-from ._elicitation import Asking, ElicitationHandler, check_handler, elicitation_callback
+from ._elicitation import ElicitationHandler, check_handler, elicitation_callback
 from ._errors import MCPConnectError
 from ._generation import MakeClient
 from ._http_target import HttpTarget
@@ -141,8 +142,9 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
 
     `elicitation`: what answers the server's requests for input while a call
     is open (a function of an `Elicitation`, sync or async, returning its
-    `accept(data)`, `decline()` or `cancel()`); without one, the client does
-    not offer elicitation, and a server that needs it refuses the call.
+    `accept(data)`, `decline()` or `cancel()`); without one, each request is
+    declined, and the call's result says what was asked (its error text, or
+    `metadata["mcp_input_declined"]`).
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -336,11 +338,14 @@ def _client_factory(
 ) -> MakeClient:
     """What makes each connection attempt's client (`link()`: the connection's
     `Link`, for the handler of a server's requests for input)."""
-    answers: dict[str, Any] = {}
-    if elicitation is not None:
-        answers["elicitation_callback"] = elicitation_callback(
+    # Offered with or without a handler: without one, a server's request is
+    # declined and the call says so, where a server that found elicitation
+    # missing would refuse the call outright.
+    answers: dict[str, Any] = {
+        "elicitation_callback": elicitation_callback(
             elicitation, lambda: link().name, _InFlight(link)
         )
+    }
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):
         fixed = target
 

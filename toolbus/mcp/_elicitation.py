@@ -30,6 +30,10 @@ SDK's client sends the call again with the answer.
   arguments, values under secret-looking keys as `***`). The executor's
   scrubber and content scanner apply to them as to any progress.
 
+Without a handler, every request is declined (elicitation is offered all
+the same: a server that found it missing would refuse the call outright),
+and the call's result names what was asked (`_tool.py`).
+
 Which call: on 2026-07-28 the request arrives inside the call's own request.
 On 2025-11-25 it arrives beside it and names none: it is the call's when the
 connection has that one call in flight; otherwise `call_id` is None, the
@@ -40,37 +44,28 @@ to publish it for).
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import inspect
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import mcp_types as types
 from jsonschema.exceptions import SchemaError, best_match
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..masking import mask_arguments
-from ..tools import ToolContext
+from ._asking import Asking, about, answered, refused
 from ._output import mismatch, schema_validator
 from ._redact import redact_url
 
 __all__ = [
-    "ASKING",
-    "Asking",
     "Elicitation",
     "ElicitationAnswer",
     "ElicitationHandler",
     "check_handler",
     "elicitation_callback",
-    "while_asking",
 ]
 
 log = logging.getLogger("toolbus.mcp")
-
-T = TypeVar("T")
 
 
 class ElicitationAnswer(BaseModel):
@@ -130,67 +125,39 @@ def check_handler(handler: object, owner: str) -> ElicitationHandler | None:
     return handler
 
 
-@dataclass(eq=False, slots=True)
-class Asking:
-    """A toolbus call in flight on a connection, as its requests for input see it.
-
-    `failure`: why an answer for it was not sent (the call ends with it).
-    """
-
-    ctx: ToolContext
-    tool: str
-    failure: str | None = None
-
-
-ASKING: contextvars.ContextVar[Asking | None] = contextvars.ContextVar(
-    "toolbus_mcp_asking", default=None
-)
-"""The call whose request is running in this task (set by `while_asking`)."""
-
-
-async def while_asking(
-    asking: Asking | None, in_flight: set[Asking], send: Callable[[], Awaitable[T]]
-) -> T:
-    """`send()` (a call's request) with `asking` as the call that the server's
-    requests for input meanwhile are about: in this task (the SDK answers a
-    2026-07-28 request in it) and among the connection's calls in flight."""
-    if asking is None:
-        return await send()
-    ASKING.set(asking)
-    in_flight.add(asking)
-    try:
-        return await send()
-    finally:
-        in_flight.discard(asking)
-
-
 def elicitation_callback(
-    handler: ElicitationHandler, server: Callable[[], str], in_flight: Collection[Asking]
+    handler: ElicitationHandler | None, server: Callable[[], str], in_flight: Collection[Asking]
 ) -> Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult | types.ErrorData]]:
     """The SDK's `elicitation_callback` for `handler`, on a connection whose
-    name `server()` gives and whose calls in flight are `in_flight`."""
+    name `server()` gives and whose calls in flight are `in_flight`. Without
+    a handler, every request is declined, and the call says so."""
 
     async def callback(
         context: Any, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
-        asking = ASKING.get()
-        if asking is None and len(in_flight) == 1:  # 2025-11-25: the only call it can be
-            (asking,) = in_flight
+        asking = about(in_flight)
         request = _request(params, server(), asking)
         _publish_request(asking, request)
+        if handler is None:
+            if asking is not None:
+                asking.declined.append(request.message)
+            _publish_answer(asking, request.decline())
+            return types.ElicitResult(action="decline")
         try:
-            answer = await _answered(handler, request, asking)
+            answer = await answered(handler, request, asking, "toolbus-mcp-elicitation")
         except TimeoutError:
             answer = request.cancel()
         except Exception as e:
+            # Its type only: the message of a handler's error may hold what
+            # the person typed.
             log.warning(
                 "the elicitation handler of MCP server '%s' failed: %s", request.server,
-                type(e).__name__, exc_info=True,
+                type(e).__name__,
             )  # fmt: skip
-            return _refused(asking, f"the elicitation handler failed ({type(e).__name__})")
+            return refused(asking, f"the elicitation handler failed ({type(e).__name__})")
         problem, result = await _checked(answer, request)
         if result is None:
-            return _refused(asking, problem)
+            return refused(asking, problem)
         if isinstance(answer, ElicitationAnswer):  # (it is: `_checked` sent it)
             _publish_answer(asking, answer)
         return result
@@ -209,52 +176,6 @@ def _request(params: types.ElicitRequestParams, server: str, asking: Asking | No
         call_id=asking.ctx.call_id if asking is not None else None,
         tool=asking.tool if asking is not None else None,
     )
-
-
-async def _answered(
-    handler: ElicitationHandler, request: Elicitation, asking: Asking | None
-) -> object:
-    """The handler's answer, within the call's deadline (TimeoutError past it)."""
-    remaining = asking.ctx.remaining if asking is not None else None
-    async with asyncio.timeout(remaining):
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004 (an object with an async __call__)
-        ):
-            return await handler(request)  # type: ignore[misc]
-        answer = await _in_thread(handler, request)
-        if inspect.isawaitable(answer):  # a sync function that returned a coroutine
-            return await answer
-        return answer
-
-
-async def _in_thread(handler: ElicitationHandler, request: Elicitation) -> object:
-    """`handler(request)` in a daemon thread: a person may take minutes, and a
-    pool's thread would be joined when the connection's loop shuts down."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[object] = loop.create_future()
-
-    def settle(value: object, error: BaseException | None) -> None:
-        if done.done():
-            return  # past the deadline: nobody waits
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(value)
-
-    def work() -> None:
-        value: object = None
-        error: BaseException | None = None
-        try:
-            value = handler(request)
-        except BaseException as e:
-            error = e
-        try:
-            loop.call_soon_threadsafe(settle, value, error)
-        except RuntimeError:
-            pass  # the connection's loop has closed: nobody waits
-
-    threading.Thread(target=work, name="toolbus-mcp-elicitation", daemon=True).start()
-    return await done
 
 
 async def _checked(answer: object, request: Elicitation) -> tuple[str, types.ElicitResult | None]:
@@ -292,12 +213,6 @@ def _against(schema: dict[str, Any], data: dict[str, Any]) -> str:
     if error is None:
         return ""
     return f"the answer does not match the requested schema: {mismatch(error)}"
-
-
-def _refused(asking: Asking | None, why: str) -> types.ErrorData:
-    if asking is not None and asking.failure is None:
-        asking.failure = why
-    return types.ErrorData(code=types.INVALID_PARAMS, message=f"toolbus: {why}")
 
 
 def _publish_request(asking: Asking | None, request: Elicitation) -> None:

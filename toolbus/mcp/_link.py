@@ -34,7 +34,7 @@ from mcp.client.session import IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import CONNECTION_CLOSED
 
-from ._elicitation import Asking, while_asking
+from ._asking import Asking, while_asking
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
 from ._generation import Generation, MakeClient, describe
 from ._http_target import SDK_REFUSED

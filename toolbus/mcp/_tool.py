@@ -12,7 +12,7 @@ from ..policies import Admit, Reject
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolContext, ToolError
 from ._actor import SessionPort
-from ._elicitation import Asking
+from ._asking import Asking
 from ._output import OutputCheck, tool_output
 from ._server_output import unwrapped_schema
 
@@ -177,4 +177,23 @@ class MCPTool(Tool):
         assert result is not None
         if self._output_check is not None:
             await self._output_check.acheck(result)
-        return tool_output(result, server=self.server, unwrap=self._unwrap)
+        if not asking.declined:
+            return tool_output(result, server=self.server, unwrap=self._unwrap)
+        try:
+            output = tool_output(result, server=self.server, unwrap=self._unwrap)
+        except ToolError as e:  # an error result, after a request nobody answered
+            raise ToolError(
+                f"{e.message}{_declined(self.server, asking)}", retryable=e.retryable
+            ) from None
+        return output.model_copy(
+            update={"metadata": {**output.metadata, "mcp_input_declined": asking.declined}}
+        )
+
+
+def _declined(server: str, asking: Asking) -> str:
+    """What an error result adds when its server asked for input nobody could give."""
+    asked = "; ".join(repr(m) for m in asking.declined)
+    return (
+        f" (MCP server '{server}' asked for input: {asked}; the connection has no "
+        "elicitation handler, so it was declined)"
+    )
