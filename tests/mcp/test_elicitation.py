@@ -64,6 +64,20 @@ def run(
         return make_executor(registry, **options).execute(call)
 
 
+def sure(peer: str) -> bool:
+    """Whether toolbus knows which call a request is about, rather than guess
+    (2025-11-25 over stdio: the connection's only call in flight; a guess is
+    never failed by toolbus, and gets the server's reply to the refusal)."""
+    return peer != "stdio-legacy"
+
+
+def not_sent(peer: str, why: str) -> str:
+    """The error text of a call whose answer was not sent, for `why`."""
+    if sure(peer):
+        return f"An answer to MCP server 'asking' was not sent: {why}"
+    return f"MCP server 'asking' refused the call: toolbus: {why}"
+
+
 def book(name: str = "Oslo") -> ToolCall:
     return ToolCall(id="b1", name="book", arguments={"name": name})
 
@@ -116,8 +130,7 @@ def test_an_answer_off_the_schema_is_never_sent(
 ) -> None:
     r = run(peer, lambda request: request.accept(answer), make_executor, book())
     assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_ERROR)
-    assert r.error.startswith("An answer to MCP server 'asking' was not sent: ")
-    assert why in r.error
+    assert r.error.startswith(not_sent(peer, "")) and why in r.error
     assert "12" not in r.error.replace("'maximum': 9", "")  # the rule, never the value
     if peer.startswith("in-process"):
         assert asking_server.runs == []  # the tool's body never ran
@@ -131,7 +144,7 @@ def test_a_handler_that_fails_ends_the_call_with_why_not_with_its_message(
 
     r = run(peer, handler, make_executor, book())
     assert r.status == "error"
-    assert r.error.endswith("was not sent: the elicitation handler failed (RuntimeError)")
+    assert r.error == not_sent(peer, "the elicitation handler failed (RuntimeError)")
     assert "PW-4412" not in r.error
 
     wrong = run(peer, lambda request: {"seats": 2}, make_executor, book())  # type: ignore[arg-type,return-value]
@@ -250,3 +263,58 @@ def test_a_handler_that_never_answers_is_held_to_the_calls_deadline(
 def test_a_handler_that_is_not_a_function_is_refused_at_connect() -> None:
     with pytest.raises(TypeError, match="connect: elicitation must be a function"):
         connect(asking_server.server, elicitation=42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, TimeoutError])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_whatever_a_handler_raises_fails_its_call_and_only_its_call(
+    peer: str, make_executor: MakeExecutor, raised: type[BaseException], kind: str
+) -> None:
+    """A `SystemExit` stopped the connection's loop for good; a `TimeoutError`
+    of the handler's own was taken for the call's deadline, an answer of
+    `cancel` (found by review)."""
+
+    def sync_handler(request: Elicitation) -> ElicitationAnswer:
+        raise raised("the person typed PW-991")
+
+    async def async_handler(request: Elicitation) -> ElicitationAnswer:
+        raise raised("the person typed PW-991")
+
+    with connect_asking(peer, sync_handler if kind == "sync" else async_handler) as conn:
+        registry = ToolRegistry()
+        conn.register(registry)
+        ex = make_executor(registry, timeout=30)
+        r = ex.execute(book())
+        assert r.error == not_sent(peer, f"the elicitation handler failed ({raised.__name__})")
+        assert ex.execute(ToolCall(name="ping")).output == {"result": "pong"}  # still connected
+        assert conn.status().drops == 0
+
+
+def test_an_async_handler_cancelled_on_its_own_fails_its_call(
+    peer: str, make_executor: MakeExecutor
+) -> None:
+    """A handler awaiting a dismissed UI's future: on 2026-07-28 the SDK asked
+    it ten times, on 2025-11-25 the session was dropped (found by review)."""
+
+    async def handler(request: Elicitation) -> ElicitationAnswer:
+        raise asyncio.CancelledError
+
+    with connect_asking(peer, handler) as conn:
+        registry = ToolRegistry()
+        conn.register(registry)
+        ex = make_executor(registry, timeout=30)
+        r = ex.execute(book())
+        assert r.error == not_sent(peer, "the elicitation handler failed (CancelledError)")
+        assert ex.execute(ToolCall(name="ping")).output == {"result": "pong"}
+        assert conn.status().drops == 0
+
+
+def test_a_format_in_the_schema_is_checked(peer: str, make_executor: MakeExecutor) -> None:
+    """`"format": "email"` went out unchecked (found by review)."""
+    call = ToolCall(name="contact", arguments={"who": "ann"})
+    bad = run(peer, lambda q: q.accept({"email": "SECRET-not-an-address"}), make_executor, call)
+    assert bad.error.startswith(not_sent(peer, "the answer does not match the requested schema"))
+    assert "field 'email' does not satisfy 'format': 'email'" in bad.error
+    assert "SECRET" not in bad.error
+    good = run(peer, lambda q: q.accept({"email": "ann@example.com"}), make_executor, call)
+    assert good.output == {"result": "ann: ann@example.com"}

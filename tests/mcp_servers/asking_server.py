@@ -1,4 +1,5 @@
-"""An MCP server (the `mcp` SDK's `MCPServer`) whose tools ask the client for input.
+"""An MCP server (the `mcp` SDK's `MCPServer`) whose tools ask the client for
+input, or its model for a sample.
 
 Run over stdio (`python tests/mcp_servers/asking_server.py`) or connect to
 `server` in-process. Its tools ask through the SDK's resolvers, which speak
@@ -9,7 +10,10 @@ is open, on 2026-07-28 an `InputRequiredResult` and the call sent again.
   returns what was booked, or the person's action. Counts its bodies' runs
   (`runs`, in-process): asking again never runs the body twice.
 - `sign_in(user)` (read-only): asks for `{api_key: str}` and says how long the key was.
+- `contact(who)` (read-only): asks for `{email: str, format email}`.
 - `visit()` (read-only, 2025-11-25 only): asks the person to open a URL.
+- `summarize(text)` (read-only): asks the client's model for a summary
+  (sampling), and says which model wrote what.
 - `ping()` (read-only): asks nothing.
 """
 
@@ -19,8 +23,15 @@ from typing import Annotated
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
+from mcp.types import (
+    CreateMessageResult,
+    ModelHint,
+    ModelPreferences,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field
 
 server = MCPServer("asking", log_level="WARNING")
@@ -37,12 +48,20 @@ class Key(BaseModel):
     api_key: str
 
 
+class Contact(BaseModel):
+    email: str = Field(json_schema_extra={"format": "email"})
+
+
 def _ask_booking(name: str) -> Elicit[Booking]:
     return Elicit(f"Book {name}?", Booking)
 
 
 def _ask_key(user: str) -> Elicit[Key]:
     return Elicit(f"The API key of {user}?", Key)
+
+
+def _ask_contact(who: str) -> Elicit[Contact]:
+    return Elicit(f"The address of {who}?", Contact)
 
 
 @server.tool()
@@ -63,12 +82,36 @@ async def sign_in(user: str, key: Annotated[Key, Resolve(_ask_key)]) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def contact(who: str, found: Annotated[Contact, Resolve(_ask_contact)]) -> str:
+    """Asks for an address whose schema says `"format": "email"` (the SDK's
+    server checks only the type)."""
+    return f"{who}: {found.email}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def visit(ctx: Context) -> str:
     """Sends the person to a page (URL mode: on 2025-11-25 sessions only)."""
     result = await ctx.elicit_url(
         "Open the payment page", "https://pay.example.com/p?token=SECRET-TOKEN", "pay-1"
     )
     return f"visit: {result.action}"
+
+
+def _sample(text: str) -> Sample:
+    return Sample(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))],
+        max_tokens=40,
+        system_prompt="Answer in five words.",
+        model_preferences=ModelPreferences(hints=[ModelHint(name="claude-haiku")]),
+    )
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def summarize(text: str, reply: Annotated[CreateMessageResult, Resolve(_sample)]) -> str:
+    """Summarizes `text` with the client's model."""
+    content = reply.content
+    said = content.text if isinstance(content, TextContent) else type(content).__name__
+    return f"{reply.model}: {said}"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

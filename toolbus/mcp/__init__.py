@@ -45,6 +45,7 @@ from ._errors import (
 )
 from ._link import ConnectionStatus
 from ._output import tool_output
+from ._sampling import SamplingAnswer, SamplingHandler, SamplingRequest
 from ._serve_http import aserve_http, http_app, serve_http
 from ._server import (
     aserve_stdio,
@@ -70,6 +71,9 @@ __all__ = [
     "MCPServerUnavailable",
     "MCPTarget",
     "MCPTool",
+    "SamplingAnswer",
+    "SamplingHandler",
+    "SamplingRequest",
     "aconnect",
     "aconnect_http",
     "aconnect_stdio",

@@ -22,7 +22,7 @@ import asyncio
 import contextvars
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -30,7 +30,20 @@ import mcp_types as types
 
 from ..tools import ToolContext
 
-__all__ = ["ASKING", "Asking", "about", "answered", "refused", "while_asking"]
+__all__ = [
+    "ASKING",
+    "Asking",
+    "HandlerFailed",
+    "InFlight",
+    "PastDeadline",
+    "about",
+    "answered",
+    "checked_handler",
+    "failed",
+    "publish",
+    "refused",
+    "while_asking",
+]
 
 T = TypeVar("T")
 
@@ -47,6 +60,8 @@ class Asking:
     tool: str
     failure: str | None = None
     declined: list[str] = field(default_factory=list)
+    # False for a guess (`about`): the call is told of nothing that went wrong.
+    sure: bool = True
 
 
 ASKING: contextvars.ContextVar[Asking | None] = contextvars.ContextVar(
@@ -62,40 +77,77 @@ async def while_asking(
     requests meanwhile are about: in this task and among the calls in flight."""
     if asking is None:
         return await send()
-    ASKING.set(asking)
+    # Reset after: a task this one starts later (a reconnection, a health
+    # check) must not take the call for its own.
+    token = ASKING.set(asking)
     in_flight.add(asking)
     try:
         return await send()
     finally:
         in_flight.discard(asking)
+        ASKING.reset(token)
 
 
 def about(in_flight: Collection[Asking]) -> Asking | None:
-    """The call a request that arrived now is about, if toolbus can tell."""
+    """The call a request that arrived now is about, if toolbus can tell.
+
+    On 2025-11-25 the connection's only call in flight is a guess (`sure`
+    false): a server that ignored a call's cancellation may still ask for it.
+    The guess names the call to the handler, publishes under it and notes
+    what was declined for it, but never fails it: the server's own reply to
+    the refusal is what that call gets.
+    """
     asking = ASKING.get()
-    if asking is None and len(in_flight) == 1:  # 2025-11-25: the only call it can be
-        (asking,) = in_flight
+    if asking is None and len(in_flight) == 1:
+        (only,) = in_flight
+        asking = Asking(only.ctx, only.tool, declined=only.declined, sure=False)
     return asking
+
+
+class PastDeadline(Exception):
+    """The call's deadline came before the handler answered."""
 
 
 async def answered(
     handler: Callable[[Any], object], request: object, asking: Asking | None, name: str
 ) -> object:
-    """`handler(request)`, within the call's deadline (TimeoutError past it).
+    """`handler(request)`, within the call's deadline (`PastDeadline` past it).
 
     A sync handler runs in a daemon thread called `name`: a person may take
     minutes, and a pool's thread would be joined when the connection's loop
-    shuts down."""
+    shuts down. Whatever the handler raises is an `Exception` here (a
+    `SystemExit` or a `CancelledError` of its own would stop the connection's
+    loop, or have the SDK ask again): `HandlerFailed` names its type."""
     remaining = asking.ctx.remaining if asking is not None else None
-    async with asyncio.timeout(remaining):
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004 (an object with an async __call__)
-        ):
-            return await handler(request)  # type: ignore[misc]
-        answer = await _in_thread(handler, request, name)
-        if inspect.isawaitable(answer):  # a sync function that returned a coroutine
-            return await answer
-        return answer
+    try:
+        async with asyncio.timeout(remaining) as clock:
+            return await _called(handler, request, name)
+    except TimeoutError:
+        if clock.expired():
+            raise PastDeadline from None
+        raise
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the request itself was cancelled: the call ended
+        raise HandlerFailed("CancelledError") from None
+    except (SystemExit, KeyboardInterrupt, GeneratorExit) as e:
+        raise HandlerFailed(type(e).__name__) from None
+
+
+class HandlerFailed(Exception):
+    """A handler raised what is not an `Exception` (`args[0]`: its type's name)."""
+
+
+async def _called(handler: Callable[[Any], object], request: object, name: str) -> object:
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 (an object with an async __call__)
+    ):
+        return await handler(request)  # type: ignore[misc]
+    answer = await _in_thread(handler, request, name)
+    if inspect.isawaitable(answer):  # a sync function that returned a coroutine
+        return await answer
+    return answer
 
 
 async def _in_thread(handler: Callable[[Any], object], request: object, name: str) -> object:
@@ -115,8 +167,10 @@ async def _in_thread(handler: Callable[[Any], object], request: object, name: st
         error: BaseException | None = None
         try:
             value = handler(request)
-        except BaseException as e:
+        except Exception as e:
             error = e
+        except BaseException as e:  # raised on the loop, it would stop it
+            error = HandlerFailed(type(e).__name__)
         try:
             loop.call_soon_threadsafe(settle, value, error)
         except RuntimeError:
@@ -126,8 +180,49 @@ async def _in_thread(handler: Callable[[Any], object], request: object, name: st
     return await done
 
 
+def failed(error: Exception) -> str:
+    """A handler's failure, by its type only: its message may hold what the
+    person typed, or quote the prompt."""
+    kind = error.args[0] if isinstance(error, HandlerFailed) else type(error).__name__
+    return f"failed ({kind})"
+
+
+def checked_handler(handler: object, owner: str, option: str, takes: str) -> Any:
+    """`handler` if it is None or callable, else a `TypeError` naming `owner`
+    and the `option` (a function of what it `takes`)."""
+    if handler is not None and not callable(handler):
+        raise TypeError(
+            f"{owner}: {option} must be a function of {takes}, got {type(handler).__name__}"
+        )
+    return handler
+
+
+def publish(asking: Asking | None, message: str, **data: Any) -> None:
+    """A `tool:progress` event of the call a request is about, if any and
+    while it runs (nothing after its `tool:finished`)."""
+    if asking is not None and not asking.ctx.cancelled:
+        asking.ctx.progress(message, None, **data)
+
+
+class InFlight:
+    """The calls in flight on a connection: its `Link`'s `asking`, read on
+    its loop (the `Link` is made after the client factory that needs this)."""
+
+    def __init__(self, calls: Callable[[], Collection[Asking]]) -> None:
+        self._calls = calls
+
+    def __len__(self) -> int:
+        return len(self._calls())
+
+    def __iter__(self) -> Iterator[Asking]:
+        return iter(self._calls())
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._calls()
+
+
 def refused(asking: Asking | None, why: str) -> types.ErrorData:
     """The error reply for an answer that was not sent; the call ends with `why`."""
-    if asking is not None and asking.failure is None:
+    if asking is not None and asking.sure and asking.failure is None:
         asking.failure = why
     return types.ErrorData(code=types.INVALID_PARAMS, message=f"toolbus: {why}")

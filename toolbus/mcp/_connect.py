@@ -14,7 +14,7 @@ import contextvars
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypedDict, Unpack, cast
 
@@ -29,7 +29,7 @@ from .._keywords import keywords_of, refuse_unknown
 from .._options import non_negative_number, positive_int, positive_number
 from .._version import __version__
 from ._actor import Open, Opened, SessionActor
-from ._asking import Asking
+from ._asking import InFlight
 from ._connection import MCPConnection
 from ._elicitation import ElicitationHandler, check_handler, elicitation_callback
 from ._errors import MCPConnectError
@@ -37,6 +37,7 @@ from ._generation import MakeClient
 from ._http_target import HttpTarget
 from ._link import Link
 from ._redact import redact_argv, redact_url
+from ._sampling import SamplingHandler, check_sampling, sampling_callback
 
 __all__ = [
     "ConnectOptions",
@@ -69,6 +70,7 @@ class ConnectOptions(TypedDict, total=False):
     idempotent_hints: bool
     unwrap_results: bool | None
     elicitation: ElicitationHandler | None
+    sampling: SamplingHandler | None
 
 
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
@@ -111,6 +113,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         idempotent_hints=idempotent_hints,
         unwrap_results=unwrap_results,
         elicitation=check_handler(options.get("elicitation"), where),
+        sampling=check_sampling(options.get("sampling"), where),
     )
 
 
@@ -144,7 +147,10 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     is open (a function of an `Elicitation`, sync or async, returning its
     `accept(data)`, `decline()` or `cancel()`); without one, each request is
     declined, and the call's result says what was asked (its error text, or
-    `metadata["mcp_input_declined"]`).
+    `metadata["mcp_input_declined"]`). `sampling`: what answers the server's
+    requests for a sample of the client's model (a function of a
+    `SamplingRequest`, sync or async, returning its `reply(text, model=)`);
+    without one, sampling is not offered.
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -156,7 +162,7 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
         target = HttpTarget(target)
     link = Link(
         name or _default_name(target),
-        _client_factory(target, settings["elicitation"], lambda: link),
+        _client_factory(target, settings, lambda: link),
         connect_timeout=connect_timeout,
         probe_timeout=settings["probe_timeout"],
         backoff_base=settings["backoff_base"],
@@ -334,18 +340,19 @@ def _stdio_target(
 
 
 def _client_factory(
-    target: MCPTarget, elicitation: ElicitationHandler | None, link: Callable[[], Link]
+    target: MCPTarget, settings: ConnectOptions, link: Callable[[], Link]
 ) -> MakeClient:
     """What makes each connection attempt's client (`link()`: the connection's
-    `Link`, for the handler of a server's requests for input)."""
+    `Link`, for the handlers of a server's requests)."""
+    name, in_flight = (lambda: link().name), InFlight(lambda: link().asking)
     # Offered with or without a handler: without one, a server's request is
     # declined and the call says so, where a server that found elicitation
     # missing would refuse the call outright.
     answers: dict[str, Any] = {
-        "elicitation_callback": elicitation_callback(
-            elicitation, lambda: link().name, _InFlight(link)
-        )
+        "elicitation_callback": elicitation_callback(settings["elicitation"], name, in_flight)
     }
+    if settings["sampling"] is not None:
+        answers["sampling_callback"] = sampling_callback(settings["sampling"], name, in_flight)
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):
         fixed = target
 
@@ -361,22 +368,6 @@ def _client_factory(
         )
 
     return fresh_client
-
-
-class _InFlight:
-    """The calls in flight on a connection (its `Link`'s, read on its loop)."""
-
-    def __init__(self, link: Callable[[], Link]) -> None:
-        self._link = link
-
-    def __len__(self) -> int:
-        return len(self._link().asking)
-
-    def __iter__(self) -> Iterator[Asking]:
-        return iter(self._link().asking)
-
-    def __contains__(self, item: object) -> bool:
-        return item in self._link().asking
 
 
 def _default_name(target: MCPTarget) -> str:

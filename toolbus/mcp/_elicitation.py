@@ -53,9 +53,18 @@ from jsonschema.exceptions import SchemaError, best_match
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..masking import mask_arguments
-from ._asking import Asking, about, answered, refused
+from ._asking import (
+    Asking,
+    PastDeadline,
+    about,
+    answered,
+    checked_handler,
+    failed,
+    publish,
+    refused,
+)
 from ._output import mismatch, schema_validator
-from ._redact import redact_url
+from ._redact import redact_text, redact_url
 
 __all__ = [
     "Elicitation",
@@ -117,12 +126,7 @@ ElicitationHandler = Callable[[Elicitation], ElicitationAnswer | Awaitable[Elici
 
 def check_handler(handler: object, owner: str) -> ElicitationHandler | None:
     """`handler` if it is None or callable, else a `TypeError` naming `owner`."""
-    if handler is not None and not callable(handler):
-        raise TypeError(
-            f"{owner}: elicitation must be a function of an Elicitation, "
-            f"got {type(handler).__name__}"
-        )
-    return handler
+    return checked_handler(handler, owner, "elicitation", "an Elicitation")  # type: ignore[no-any-return]
 
 
 def elicitation_callback(
@@ -139,22 +143,18 @@ def elicitation_callback(
         request = _request(params, server(), asking)
         _publish_request(asking, request)
         if handler is None:
-            if asking is not None:
+            if asking is not None:  # (a guess too: it fails nothing, it only says)
                 asking.declined.append(request.message)
             _publish_answer(asking, request.decline())
             return types.ElicitResult(action="decline")
         try:
             answer = await answered(handler, request, asking, "toolbus-mcp-elicitation")
-        except TimeoutError:
+        except PastDeadline:
             answer = request.cancel()
         except Exception as e:
-            # Its type only: the message of a handler's error may hold what
-            # the person typed.
-            log.warning(
-                "the elicitation handler of MCP server '%s' failed: %s", request.server,
-                type(e).__name__,
-            )  # fmt: skip
-            return refused(asking, f"the elicitation handler failed ({type(e).__name__})")
+            why = f"the elicitation handler {failed(e)}"
+            log.warning("MCP server '%s': %s", request.server, why)
+            return refused(asking, why)
         problem, result = await _checked(answer, request)
         if result is None:
             return refused(asking, problem)
@@ -207,7 +207,7 @@ async def _checked(answer: object, request: Elicitation) -> tuple[str, types.Eli
 def _against(schema: dict[str, Any], data: dict[str, Any]) -> str:
     """What is wrong with `data` under `schema` ("" if nothing)."""
     try:
-        error = best_match(schema_validator(schema).iter_errors(data))
+        error = best_match(schema_validator(schema, formats=True).iter_errors(data))
     except SchemaError:
         return "the server's requested schema is not usable JSON Schema"
     if error is None:
@@ -216,24 +216,17 @@ def _against(schema: dict[str, Any], data: dict[str, Any]) -> str:
 
 
 def _publish_request(asking: Asking | None, request: Elicitation) -> None:
-    if asking is None:
-        return
     details: dict[str, Any] = {"server": request.server, "mode": request.mode}
     if request.mode == "url" and request.url is not None:
         details["url"] = redact_url(request.url)
     else:
         details["schema"] = request.requested_schema
-    asking.ctx.progress(
-        f"MCP server '{request.server}' asks for input: {request.message}",
-        None,
-        input_requested=details,
-    )
+    message = f"MCP server '{request.server}' asks for input: {redact_text(request.message)}"
+    publish(asking, message, input_requested=details)
 
 
 def _publish_answer(asking: Asking | None, answer: ElicitationAnswer) -> None:
-    if asking is None:
-        return
     details: dict[str, Any] = {"action": answer.action}
     if answer.data is not None:
         details["data"] = mask_arguments(answer.data)[0]
-    asking.ctx.progress(f"input answered: {answer.action}", None, input_answered=details)
+    publish(asking, f"input answered: {answer.action}", input_answered=details)

@@ -207,12 +207,16 @@ class OutputCheck:
             raise MCPOutputError(_text(self._server, mismatch(error)))
 
 
-def schema_validator(schema: dict[str, Any]) -> Any:
+def schema_validator(schema: dict[str, Any], *, formats: bool = False) -> Any:
     """A validator for a server's JSON Schema, its `pattern`s matched safely
-    (`_pattern`). Raises `jsonschema.SchemaError` for a schema that is not one."""
+    (`_pattern`); with `formats`, its `format`s checked too (those jsonschema
+    knows: email, date, ...). Raises `jsonschema.SchemaError` for a schema
+    that is not one."""
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)  # SchemaError: the caller decides
     cls = jsonschema.validators.extend(cls, {"pattern": _pattern})  # type: ignore[no-untyped-call]
+    if formats:
+        return cls(schema, format_checker=cls.FORMAT_CHECKER)
     return cls(schema)
 
 
