@@ -26,9 +26,10 @@ SDK's client sends the call again with the answer.
   error that names the field and the rule, never the value.
 - The request and the answer are published as `tool:progress` events of the
   waiting call: data `input_requested` (mode, message, schema, the URL with its
-  credentials redacted) and `input_answered` (the action; the data masked like
-  arguments, values under secret-looking keys as `***`). The executor's
-  scrubber and content scanner apply to them as to any progress.
+  credentials redacted) and `input_answered` (the action; the data masked by
+  the default secret keys, a value under one as `***`: the executor's own
+  `secret_keys` are not known here). The executor's scrubber and content
+  scanner apply to them as to any progress.
 
 Without a handler, every request is declined (elicitation is offered all
 the same: a server that found it missing would refuse the call outright),
