@@ -14,6 +14,7 @@ is open, on 2026-07-28 an `InputRequiredResult` and the call sent again.
 - `visit()` (read-only, 2025-11-25 only): asks the person to open a URL.
 - `summarize(text)` (read-only): asks the client's model for a summary
   (sampling), and says which model wrote what.
+- `roots()` (read-only): the client's roots, as `[uri, name]` pairs.
 - `ping()` (read-only): asks nothing.
 """
 
@@ -23,11 +24,13 @@ from typing import Annotated
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
+from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
 from mcp.types import (
     CreateMessageResult,
+    ListRootsResult,
     ModelHint,
     ModelPreferences,
+    NotificationParams,
     SamplingMessage,
     TextContent,
     ToolAnnotations,
@@ -37,6 +40,7 @@ from pydantic import BaseModel, Field
 server = MCPServer("asking", log_level="WARNING")
 
 runs: list[str] = []
+roots_heard: list[int] = []  # roots/list_changed notices, counted (in-process, 2025-11-25)
 
 
 class Booking(BaseModel):
@@ -114,10 +118,30 @@ async def summarize(text: str, reply: Annotated[CreateMessageResult, Resolve(_sa
     return f"{reply.model}: {said}"
 
 
+def _list_roots() -> ListRoots:
+    return ListRoots()
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def roots(listed: Annotated[ListRootsResult, Resolve(_list_roots)]) -> list[list[str | None]]:
+    """The client's roots, as `[uri, name]` pairs."""
+    return [[str(root.uri), root.name] for root in listed.roots]
+
+
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def ping() -> str:
     """Answers at once."""
     return "pong"
+
+
+async def _heard_roots(ctx: object, params: NotificationParams) -> None:
+    roots_heard.append(len(roots_heard) + 1)
+
+
+# The SDK's own hook for a notification (MCPServer passes none of its own).
+server._lowlevel_server.add_notification_handler(
+    "notifications/roots/list_changed", NotificationParams, _heard_roots
+)
 
 
 if __name__ == "__main__":

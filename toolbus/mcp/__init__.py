@@ -45,6 +45,7 @@ from ._errors import (
 )
 from ._link import ConnectionStatus
 from ._output import tool_output
+from ._roots import RootsOption
 from ._sampling import SamplingAnswer, SamplingHandler, SamplingRequest
 from ._serve_http import aserve_http, http_app, serve_http
 from ._server import (
@@ -71,6 +72,7 @@ __all__ = [
     "MCPServerUnavailable",
     "MCPTarget",
     "MCPTool",
+    "RootsOption",
     "SamplingAnswer",
     "SamplingHandler",
     "SamplingRequest",

@@ -25,6 +25,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from ._asking import Asking
 from ._errors import MCPConnectError, MCPConnectionLost, MCPServerUnavailable
 from ._link import ConnectionStatus, Link, describe
+from ._roots import roots_changed
 
 __all__ = ["ListTools", "Open", "Opened", "SessionActor", "SessionPort", "Status"]
 
@@ -59,6 +60,13 @@ class ListTools:
 @dataclass(frozen=True)
 class Status:
     """The reply is a `ConnectionStatus`."""
+
+
+@dataclass(frozen=True)
+class RootsChanged:
+    """Tell a live session that the client's roots changed (no reply)."""
+
+    timeout: float
 
 
 class SessionPort:
@@ -169,6 +177,10 @@ class SessionActor(pykka.ThreadingActor):
             return self._await(self._link.list_tools(), message.timeout, "list its tools")
         if isinstance(message, Status):
             return self._link_status()
+        if isinstance(message, RootsChanged):
+            return self._await(
+                roots_changed(self._link.live_client), message.timeout, "hear of new roots"
+            )
         return None
 
     def on_stop(self) -> None:

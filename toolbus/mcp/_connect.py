@@ -37,6 +37,7 @@ from ._generation import MakeClient
 from ._http_target import HttpTarget
 from ._link import Link
 from ._redact import redact_argv, redact_url
+from ._roots import Roots, RootsOption, given_roots, root_list
 from ._sampling import SamplingHandler, check_sampling, sampling_callback
 
 __all__ = [
@@ -71,6 +72,7 @@ class ConnectOptions(TypedDict, total=False):
     unwrap_results: bool | None
     elicitation: ElicitationHandler | None
     sampling: SamplingHandler | None
+    roots: RootsOption | None
 
 
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
@@ -114,6 +116,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         unwrap_results=unwrap_results,
         elicitation=check_handler(options.get("elicitation"), where),
         sampling=check_sampling(options.get("sampling"), where),
+        roots=given_roots(options.get("roots"), where),
     )
 
 
@@ -150,7 +153,9 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     `metadata["mcp_input_declined"]`). `sampling`: what answers the server's
     requests for a sample of the client's model (a function of a
     `SamplingRequest`, sync or async, returning its `reply(text, model=)`);
-    without one, sampling is not offered.
+    without one, sampling is not offered. `roots`: the directories the server
+    may work in (paths or `file://` URIs, each alone or with a name), which
+    `set_roots` replaces; without it, roots are not offered.
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -160,9 +165,11 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
     connect_timeout = settings["connect_timeout"]
     if isinstance(target, str):
         target = HttpTarget(target)
+    given = settings["roots"]
+    roots = Roots(root_list(given, "connect")) if given is not None else None
     link = Link(
         name or _default_name(target),
-        _client_factory(target, settings, lambda: link),
+        _client_factory(target, settings, roots, lambda: link),
         connect_timeout=connect_timeout,
         probe_timeout=settings["probe_timeout"],
         backoff_base=settings["backoff_base"],
@@ -189,6 +196,7 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
         server_max_concurrency=settings["server_max_concurrency"],
         idempotent_hints=settings["idempotent_hints"],
         unwrap_results=settings["unwrap_results"],
+        roots=roots,
     )
 
 
@@ -340,7 +348,7 @@ def _stdio_target(
 
 
 def _client_factory(
-    target: MCPTarget, settings: ConnectOptions, link: Callable[[], Link]
+    target: MCPTarget, settings: ConnectOptions, roots: Roots | None, link: Callable[[], Link]
 ) -> MakeClient:
     """What makes each connection attempt's client (`link()`: the connection's
     `Link`, for the handlers of a server's requests)."""
@@ -353,6 +361,8 @@ def _client_factory(
     }
     if settings["sampling"] is not None:
         answers["sampling_callback"] = sampling_callback(settings["sampling"], name, in_flight)
+    if roots is not None:
+        answers["list_roots_callback"] = roots.listed
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):
         fixed = target
 

@@ -27,10 +27,11 @@ from .._options import positive_int, timeout_seconds
 from ..retry import RetryPolicy
 from ..tools import DuplicateToolError, ToolRegistry
 from ..tools._tool_options import ToolLimits
-from ._actor import ListTools, Opened, SessionActor, Status
+from ._actor import ListTools, Opened, RootsChanged, SessionActor, Status
 from ._errors import MCPConnectError
 from ._link import ConnectionStatus, Link
 from ._registrations import MadeWith, Registration
+from ._roots import Roots, RootsOption, root_list
 from ._tool import MCPTool, server_group
 
 __all__ = ["MCPConnection", "MCPToolsOptions"]
@@ -67,8 +68,10 @@ class MCPConnection:
         server_max_concurrency: int | None = None,
         idempotent_hints: bool = False,
         unwrap_results: bool | None = None,
+        roots: Roots | None = None,
     ) -> None:
         self._actor = actor
+        self._roots = roots
         self._link = link
         self._port = actor.proxy().port.get()
         self._specs = _unique(opened.tools, opened.server_name or link.name)
@@ -165,6 +168,36 @@ class MCPConnection:
     async def arefresh(self, timeout: float = 10.0) -> list[types.Tool]:
         """Async twin of `refresh`."""
         return await asyncio.to_thread(self.refresh, timeout)
+
+    @property
+    def roots(self) -> list[types.Root]:
+        """The roots offered to the server (`connect(roots=...)`, `set_roots`)."""
+        return list(self._roots.current) if self._roots is not None else []
+
+    def set_roots(self, roots: RootsOption, timeout: float = 10.0) -> None:
+        """Offer these roots from now on (paths or `file://` URIs, each alone
+        or with a name), and tell a live 2025-11-25 session they changed.
+
+        Raises `ValueError` on a connection made without `roots=` (the
+        capability is fixed at the handshake), `MCPConnectError` when the
+        session does not take the notice in time or the connection is closed.
+        """
+        if self._roots is None:
+            raise ValueError(
+                f"MCP connection '{self.name}' offers no roots: connect with roots=[...] "
+                "(an empty list will do) to set them later"
+            )
+        self._roots.current = root_list(roots, "MCPConnection.set_roots")
+        try:
+            self._actor.ask(RootsChanged(timeout), timeout=timeout + 5)
+        except pykka.ActorDeadError:
+            raise MCPConnectError(f"the connection to MCP server '{self.name}' is closed") from None
+        except pykka.Timeout:
+            raise MCPConnectError(f"MCP server '{self.name}' did not hear of its roots") from None
+
+    async def aset_roots(self, roots: RootsOption, timeout: float = 10.0) -> None:
+        """Async twin of `set_roots`."""
+        await asyncio.to_thread(self.set_roots, roots, timeout)
 
     def status(self) -> ConnectionStatus:
         """Whether the server is connected now, and how often it (re)connected and dropped."""

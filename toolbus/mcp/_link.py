@@ -17,6 +17,11 @@ It also keeps the server's tool list current: a change the server announces
 (`notifications/tools/list_changed`, or a `subscriptions/listen` event), a
 reconnection, and a call made after the last listing's `ttlMs` ran out each
 list the tools again, in the background, and hand them to `on_tools`.
+
+One piece, a little over 400 lines: the generations, the calls and the
+listings share one state (the live generation, the backoff, the probes),
+touched only from the loop; split, each part would reach into the others.
+What a server asks during a call is `_asking.py`'s, its roots `_roots.py`'s.
 """
 
 from __future__ import annotations
@@ -259,6 +264,12 @@ class Link:
             ),
             retryable=retryable,
         ) from None
+
+    @property
+    def live_client(self) -> Client | None:
+        """The live session's client, if one is live now."""
+        current = self._current
+        return current.client if current is not None and current.usable else None
 
     def status(self) -> ConnectionStatus:
         current = self._current
