@@ -10,9 +10,7 @@ the initialize handshake of 2025-11-25 (`elicitation/create` mid-call).
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,21 +19,17 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import asking_server
-from tests.mcp_servers.peers import PEERS, use_peer
+from tests.mcp_servers.peers import PEERS, connect_asking, use_peer
 from toolbus import ErrorCode, ToolCall, ToolRegistry, bus
 from toolbus.mcp import (
     Elicitation,
     ElicitationAnswer,
     ElicitationHandler,
-    MCPConnection,
     connect,
-    connect_stdio,
 )
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
 pytestmark = pytest.mark.slow
-
-ASKING = str(Path(__file__).parents[1] / "mcp_servers" / "asking_server.py")
 
 
 @pytest.fixture(params=PEERS)
@@ -45,12 +39,6 @@ def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return str(request.param)
 
 
-def connect_asking(peer: str, handler: ElicitationHandler | None) -> MCPConnection:
-    if peer.startswith("in-process"):
-        return connect(asking_server.server, elicitation=handler)
-    return connect_stdio(sys.executable, [ASKING], elicitation=handler)
-
-
 def run(
     peer: str,
     handler: ElicitationHandler | None,
@@ -58,7 +46,7 @@ def run(
     call: ToolCall,
     **options: Any,
 ) -> Any:
-    with connect_asking(peer, handler) as conn:
+    with connect_asking(peer, elicitation=handler) as conn:
         registry = ToolRegistry()
         conn.register(registry)
         return make_executor(registry, **options).execute(call)
@@ -174,7 +162,7 @@ def test_requests_and_answers_are_published_masked(peer: str, make_executor: Mak
     def handler(request: Elicitation) -> ElicitationAnswer:
         return request.accept({"api_key": key})
 
-    with connect_asking(peer, handler) as conn:
+    with connect_asking(peer, elicitation=handler) as conn:
         registry = ToolRegistry()
         conn.register(registry)
         ex = make_executor(registry)
@@ -202,7 +190,7 @@ def test_a_url_request_shows_its_address_to_the_handler_and_redacted_to_the_bus(
         assert request.mode == "url" and request.requested_schema is None
         return request.accept()
 
-    with connect_asking("in-process-legacy", handler) as conn:
+    with connect_asking("in-process-legacy", elicitation=handler) as conn:
         registry = ToolRegistry()
         conn.register(registry)
         ex = make_executor(registry)
@@ -234,7 +222,7 @@ def test_a_sync_handler_runs_off_the_connections_loop(
         assert go.wait(20)
         return request.accept({"seats": 1, "ok": True})
 
-    with connect_asking(peer, handler) as conn:
+    with connect_asking(peer, elicitation=handler) as conn:
         registry = ToolRegistry()
         conn.register(registry)
         ex = make_executor(registry)
@@ -280,7 +268,9 @@ def test_whatever_a_handler_raises_fails_its_call_and_only_its_call(
     async def async_handler(request: Elicitation) -> ElicitationAnswer:
         raise raised("the person typed PW-991")
 
-    with connect_asking(peer, sync_handler if kind == "sync" else async_handler) as conn:
+    with connect_asking(
+        peer, elicitation=sync_handler if kind == "sync" else async_handler
+    ) as conn:
         registry = ToolRegistry()
         conn.register(registry)
         ex = make_executor(registry, timeout=30)
@@ -299,7 +289,7 @@ def test_an_async_handler_cancelled_on_its_own_fails_its_call(
     async def handler(request: Elicitation) -> ElicitationAnswer:
         raise asyncio.CancelledError
 
-    with connect_asking(peer, handler) as conn:
+    with connect_asking(peer, elicitation=handler) as conn:
         registry = ToolRegistry()
         conn.register(registry)
         ex = make_executor(registry, timeout=30)

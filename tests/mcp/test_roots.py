@@ -8,9 +8,7 @@ the 2026-07-28 protocol and with the initialize handshake of 2025-11-25.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,14 +16,12 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor, wait_until
 from tests.mcp_servers import asking_server
-from tests.mcp_servers.peers import PEERS, use_peer
+from tests.mcp_servers.peers import PEERS, connect_asking, use_peer
 from toolbus import ToolCall, ToolRegistry
-from toolbus.mcp import MCPConnection, connect, connect_stdio
+from toolbus.mcp import connect
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
 pytestmark = pytest.mark.slow
-
-ASKING = str(Path(__file__).parents[1] / "mcp_servers" / "asking_server.py")
 
 
 @pytest.fixture(params=PEERS)
@@ -33,12 +29,6 @@ def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     use_peer(request.param, monkeypatch)
     asking_server.roots_heard.clear()
     return str(request.param)
-
-
-def connect_asking(peer: str, **options: Any) -> MCPConnection:
-    if peer.startswith("in-process"):
-        return connect(asking_server.server, **options)
-    return connect_stdio(sys.executable, [ASKING], **options)
 
 
 def test_the_server_gets_the_roots_and_their_changes(

@@ -9,8 +9,6 @@ protocol and with the initialize handshake of 2025-11-25.
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +17,13 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import asking_server
-from tests.mcp_servers.peers import PEERS, use_peer
+from tests.mcp_servers.peers import PEERS, connect_asking, use_peer
 from toolbus import ErrorCode, ToolCall, ToolRegistry, bus
-from toolbus.mcp import MCPConnection, SamplingAnswer, SamplingRequest, connect, connect_stdio
+from toolbus.mcp import SamplingAnswer, SamplingRequest, connect
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
 pytestmark = pytest.mark.slow
 
-ASKING = str(Path(__file__).parents[1] / "mcp_servers" / "asking_server.py")
 SUMMARIZE = ToolCall(id="s1", name="summarize", arguments={"text": "a long story"})
 
 
@@ -34,12 +31,6 @@ SUMMARIZE = ToolCall(id="s1", name="summarize", arguments={"text": "a long story
 def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     use_peer(request.param, monkeypatch)
     return str(request.param)
-
-
-def connect_asking(peer: str, **options: Any) -> MCPConnection:
-    if peer.startswith("in-process"):
-        return connect(asking_server.server, **options)
-    return connect_stdio(sys.executable, [ASKING], **options)
 
 
 def run(peer: str, make_executor: MakeExecutor, call: ToolCall, **options: Any) -> Any:

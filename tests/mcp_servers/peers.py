@@ -16,10 +16,11 @@ from mcp import Client
 
 from toolbus.mcp import MCPConnection, connect, connect_stdio
 
-from . import spec_server
+from . import asking_server, spec_server
 
 HERE = Path(__file__).parent
 SPEC = str(HERE / "spec_server.py")
+ASKING = str(HERE / "asking_server.py")
 ROOT = HERE.parent.parent
 
 # The four ways to one SDK server: where it runs, and which protocol is spoken.
@@ -47,6 +48,13 @@ def connect_spec(peer: str, *, lowlevel: bool = False, **options: Any) -> MCPCon
     if peer.startswith("in-process"):
         return connect(spec_server.lowlevel if lowlevel else spec_server.server, **options)
     return connect_stdio(sys.executable, [SPEC, *(["lowlevel"] if lowlevel else [])], **options)
+
+
+def connect_asking(peer: str, **options: Any) -> MCPConnection:
+    """`asking_server.server` as `peer` says (after `use_peer`)."""
+    if peer.startswith("in-process"):
+        return connect(asking_server.server, **options)
+    return connect_stdio(sys.executable, [ASKING], **options)
 
 
 def everything_server() -> str:
