@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import mcp_types as types
 import pykka
+from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
 
 from ._asking import Asking
@@ -60,6 +61,16 @@ class ListTools:
 @dataclass(frozen=True)
 class Status:
     """The reply is a `ConnectionStatus`."""
+
+
+@dataclass(frozen=True)
+class OnSession:
+    """Run `use(client)` on the live session (connecting first); the reply is
+    what it returns. `what` names it in errors ("list its resources")."""
+
+    use: Callable[[Client], Awaitable[Any]]
+    timeout: float
+    what: str
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,13 @@ class SessionActor(pykka.ThreadingActor):
             return self._await(self._link.list_tools(), message.timeout, "list its tools")
         if isinstance(message, Status):
             return self._link_status()
+        if isinstance(message, OnSession):
+            use = message.use
+
+            async def on_session() -> Any:
+                return await use(await self._link.session())
+
+            return self._await(on_session(), message.timeout, message.what)
         if isinstance(message, RootsChanged):
             return self._await(
                 roots_changed(self._link.live_client), message.timeout, "hear of new roots"

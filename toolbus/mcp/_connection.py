@@ -16,21 +16,23 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import Iterable
-from typing import Unpack, cast
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar, Unpack, cast
 
 import mcp_types as types
 import pykka
+from mcp import Client
 
 from .._keywords import keywords_of, refuse_unknown
 from .._options import positive_int, timeout_seconds
 from ..retry import RetryPolicy
 from ..tools import DuplicateToolError, ToolRegistry
 from ..tools._tool_options import ToolLimits
-from ._actor import ListTools, Opened, RootsChanged, SessionActor, Status
+from ._actor import ListTools, OnSession, Opened, RootsChanged, SessionActor, Status
 from ._errors import MCPConnectError
 from ._link import ConnectionStatus, Link
 from ._registrations import MadeWith, Registration
+from ._resources import ResourcesAndPrompts
 from ._roots import Roots, RootsOption, root_list
 from ._tool import MCPTool, server_group
 
@@ -50,8 +52,10 @@ _TOOLS_KEYWORDS = keywords_of(MCPToolsOptions)
 
 log = logging.getLogger("toolbus.mcp")
 
+T = TypeVar("T")
 
-class MCPConnection:
+
+class MCPConnection(ResourcesAndPrompts):
     """A live connection to one MCP server, and the toolbus tools that call it.
 
     Made by `connect*`. The session is owned by a `SessionActor` on a daemon
@@ -194,6 +198,14 @@ class MCPConnection:
             raise MCPConnectError(f"the connection to MCP server '{self.name}' is closed") from None
         except pykka.Timeout:
             raise MCPConnectError(f"MCP server '{self.name}' did not hear of its roots") from None
+
+    def _on_session(self, use: Callable[[Client], Awaitable[T]], timeout: float, what: str) -> T:
+        try:
+            return cast(T, self._actor.ask(OnSession(use, timeout, what), timeout=timeout + 5))
+        except pykka.ActorDeadError:
+            raise MCPConnectError(f"the connection to MCP server '{self.name}' is closed") from None
+        except pykka.Timeout:
+            raise MCPConnectError(f"MCP server '{self.name}' did not {what} in time") from None
 
     async def aset_roots(self, roots: RootsOption, timeout: float = 10.0) -> None:
         """Async twin of `set_roots`."""

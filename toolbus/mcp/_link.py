@@ -265,6 +265,12 @@ class Link:
             retryable=retryable,
         ) from None
 
+    async def session(self) -> Client:
+        """The live session's client, connecting first if need be (errors as `call`'s)."""
+        client = (await self._live()).client
+        assert client is not None  # (ready: it has one)
+        return client
+
     @property
     def live_client(self) -> Client | None:
         """The live session's client, if one is live now."""

@@ -1,0 +1,105 @@
+"""A server's resources and prompts, read through an `MCPConnection`
+(`toolbus/mcp/_resources.py`).
+
+Peer: tests/mcp_servers/library_server.py (the SDK's `MCPServer`), in-process
+and over stdio, each with the 2026-07-28 protocol and with the initialize
+handshake of 2025-11-25.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import sys
+from pathlib import Path
+
+import mcp_types as types
+import pytest
+
+pytest.importorskip("mcp")
+
+from tests.mcp_servers import library_server
+from tests.mcp_servers.peers import PEERS, use_peer
+from toolbus.mcp import MCPConnectError, MCPConnection, connect, connect_stdio
+
+# The slow tier (tests/README.md): MCP servers started as subprocesses.
+pytestmark = pytest.mark.slow
+
+LIBRARY = str(Path(__file__).parents[1] / "mcp_servers" / "library_server.py")
+
+
+@pytest.fixture(params=PEERS)
+def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    use_peer(request.param, monkeypatch)
+    return str(request.param)
+
+
+def connect_library(peer: str) -> MCPConnection:
+    if peer.startswith("in-process"):
+        return connect(library_server.server)
+    return connect_stdio(sys.executable, [LIBRARY])
+
+
+def test_resources_are_listed_and_read(peer: str) -> None:
+    with connect_library(peer) as conn:
+        listed = {r.name: (str(r.uri), r.mime_type) for r in conn.resources()}
+        assert listed == {
+            "guide": ("docs://guide", "text/plain"),
+            "logo": ("docs://logo", "image/png"),
+        }
+        (template,) = conn.resource_templates()
+        assert template.uri_template == "docs://chapters/{number}"
+        (text,) = conn.read_resource("docs://guide")
+        assert isinstance(text, types.TextResourceContents)
+        assert text.text == library_server.GUIDE
+        (blob,) = conn.read_resource("docs://logo")
+        assert isinstance(blob, types.BlobResourceContents)
+        assert base64.b64decode(blob.blob) == library_server.LOGO
+        (chapter,) = conn.read_resource("docs://chapters/7")
+        assert isinstance(chapter, types.TextResourceContents)
+        assert chapter.text == "Chapter 7: it goes on."
+
+
+def test_prompts_are_listed_and_filled(peer: str) -> None:
+    with connect_library(peer) as conn:
+        (prompt,) = conn.prompts()
+        assert prompt.name == "summarize"
+        assert [(a.name, a.required) for a in prompt.arguments or ()] == [
+            ("topic", True),
+            ("style", False),
+        ]
+        got = conn.get_prompt("summarize", {"topic": "retries"})
+        (message,) = got.messages
+        assert message.role == "user"
+        assert isinstance(message.content, types.TextContent)
+        assert message.content.text == "Write a short summary of retries."
+
+
+def test_what_the_server_refuses_is_an_error_naming_it(peer: str) -> None:
+    with connect_library(peer) as conn:
+        with pytest.raises(MCPConnectError, match="could not read the resource 'docs://nowhere'"):
+            conn.read_resource("docs://nowhere")
+        with pytest.raises(MCPConnectError, match="could not give the prompt 'summarize'"):
+            conn.get_prompt("summarize", {})  # its topic is required
+        with pytest.raises(TypeError, match="arguments must map strings to strings"):
+            conn.get_prompt("summarize", {"topic": 3})  # type: ignore[dict-item]
+        # The connection goes on.
+        assert [r.name for r in conn.resources()] == ["guide", "logo"]
+    with pytest.raises(MCPConnectError, match="is closed"):
+        conn.resources()
+
+
+def test_the_async_twins(peer: str) -> None:
+    async def main() -> None:
+        with connect_library(peer) as conn:
+            names = [r.name for r in await conn.aresources()]
+            (text,) = await conn.aread_resource("docs://guide")
+            prompt = await conn.aget_prompt("summarize", {"topic": "x", "style": "long"})
+            assert names == ["guide", "logo"]
+            assert isinstance(text, types.TextResourceContents)
+            assert [p.name for p in await conn.aprompts()] == ["summarize"]
+            assert len(await conn.aresource_templates()) == 1
+            content = prompt.messages[0].content
+            assert isinstance(content, types.TextContent) and "long summary" in content.text
+
+    asyncio.run(main())
