@@ -18,8 +18,10 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from tests.conftest import MakeExecutor
 from tests.mcp_servers import library_server
 from tests.mcp_servers.peers import PEERS, use_peer
+from toolbus import ErrorCode, ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnectError, MCPConnection, connect, connect_stdio
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
@@ -103,3 +105,34 @@ def test_the_async_twins(peer: str) -> None:
             assert isinstance(content, types.TextContent) and "long summary" in content.text
 
     asyncio.run(main())
+
+
+def test_resources_offered_to_the_model_as_two_read_only_tools(
+    peer: str, make_executor: MakeExecutor
+) -> None:
+    with connect_library(peer) as conn:
+        registry = ToolRegistry()
+        made = conn.register(registry, prefix="lib_", resources_as_tools=True)
+        assert made == []  # the server has no tools of its own
+        assert sorted(registry.names()) == ["lib_list_resources", "lib_read_resource"]
+        assert all(registry.get(n).read_only for n in registry.names())  # type: ignore[union-attr]
+        ex = make_executor(registry)
+        listed, guide, logo, missing, bad = ex.execute_batch(
+            [
+                ToolCall(name="lib_list_resources"),
+                ToolCall(name="lib_read_resource", arguments={"uri": "docs://guide"}),
+                ToolCall(name="lib_read_resource", arguments={"uri": "docs://logo"}),
+                ToolCall(name="lib_read_resource", arguments={"uri": "docs://nowhere"}),
+                ToolCall(name="lib_read_resource", arguments={"url": "docs://guide"}),
+            ]
+        )
+    assert [(r["uri"], r["name"], r["mime_type"]) for r in listed.output] == [
+        ("docs://guide", "guide", "text/plain"),
+        ("docs://logo", "logo", "image/png"),
+    ]
+    assert guide.output == library_server.GUIDE
+    (image,) = logo.attachments
+    assert image.type == "image/png" and base64.b64decode(image.data or "") == library_server.LOGO
+    assert missing.status == "error"
+    assert (missing.error or "").startswith("MCP server 'library' could not read 'docs://nowhere'")
+    assert bad.error_code == ErrorCode.INVALID_ARGUMENTS

@@ -113,6 +113,18 @@ class SessionPort:
         coro = self.link.call(
             tool, arguments, retry_safe=retry_safe, progress=progress, asking=asking
         )
+        return await self._on_loop(coro, retry_safe)
+
+    async def run(self, use: Callable[[Client], Awaitable[T]]) -> T:
+        """`use(client)` on the live session (connecting first), as a
+        read-only call is run: on the session's loop, cancelled with it."""
+
+        async def on_session() -> T:
+            return await use(await self.link.session())
+
+        return await self._on_loop(on_session(), retry_safe=True)
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T], retry_safe: bool) -> T:
         with self._lock:
             try:
                 if self._closed:

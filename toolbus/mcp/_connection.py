@@ -26,12 +26,13 @@ from mcp import Client
 from .._keywords import keywords_of, refuse_unknown
 from .._options import positive_int, timeout_seconds
 from ..retry import RetryPolicy
-from ..tools import DuplicateToolError, ToolRegistry
+from ..tools import DuplicateToolError, Tool, ToolRegistry
 from ..tools._tool_options import ToolLimits
 from ._actor import ListTools, OnSession, Opened, RootsChanged, SessionActor, Status
 from ._errors import MCPConnectError
 from ._link import ConnectionStatus, Link
 from ._registrations import MadeWith, Registration
+from ._resource_tools import ListResources, ReadResource
 from ._resources import ResourcesAndPrompts
 from ._roots import Roots, RootsOption, root_list
 from ._tool import MCPTool, server_group
@@ -127,8 +128,25 @@ class MCPConnection(ResourcesAndPrompts):
         with self._lock:
             return self._tools(made_with, only)
 
-    def register(self, registry: ToolRegistry, **options: Unpack[MCPToolsOptions]) -> list[MCPTool]:
-        """Make the tools (as `tools()` does) and register each in `registry`.
+    def resource_tools(self, *, prefix: str = "") -> list[Tool]:
+        """The server's resources as two read-only tools for the model:
+        `<prefix>list_resources` and `<prefix>read_resource(uri)`."""
+        if not isinstance(prefix, str):
+            raise TypeError(
+                f"MCPConnection.resource_tools: prefix must be a string, got {prefix!r}"
+            )
+        return [ListResources(self._port, prefix=prefix), ReadResource(self._port, prefix=prefix)]
+
+    def register(
+        self,
+        registry: ToolRegistry,
+        *,
+        resources_as_tools: bool = False,
+        **options: Unpack[MCPToolsOptions],
+    ) -> list[MCPTool]:
+        """Make the tools (as `tools()` does) and register each in `registry`;
+        with `resources_as_tools`, the two of `resource_tools()` too (under the
+        same prefix; not returned, and not changed with the server's tool list).
 
         A name already in the registry raises `DuplicateToolError` before any
         tool is registered; use `prefix` to keep two servers' tools apart.
@@ -137,15 +155,21 @@ class MCPConnection(ResourcesAndPrompts):
         warning), tools it removes are unregistered, changed ones replaced.
         """
         refuse_unknown(options, _TOOLS_KEYWORDS, "MCPConnection.register")
+        if not isinstance(resources_as_tools, bool):
+            raise TypeError(
+                "MCPConnection.register: resources_as_tools must be True or False, "
+                f"got {resources_as_tools!r}"
+            )
         made_with = self._made_with(options)
         only = options.get("only")
         only = list(only) if only is not None else None
+        extra = self.resource_tools(prefix=made_with.prefix) if resources_as_tools else []
         with self._lock:
             made = self._tools(made_with, only)
-            taken = [t.name for t in made if t.name in registry]
+            taken = [t.name for t in [*made, *extra] if t.name in registry]
             if taken:
                 raise DuplicateToolError(f"tools named {taken} are already registered")
-            for tool in made:
+            for tool in [*made, *extra]:
                 registry.register(tool)
             # The listed tools left out (unusable schema): each comes back once the
             # server lists it fixed.
