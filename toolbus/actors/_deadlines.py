@@ -162,6 +162,7 @@ class Deadlines:
         if not run.try_settle(n):
             # The worker settled the attempt and is in its post-attempt hooks.
             if not run.completed:
+                run.ticket.timed_out_in = ""  # (not an earlier attempt's)
                 self._arm(run, self.hook_grace, Grace)
             return
         self.counters["timeouts"] += 1
@@ -182,7 +183,7 @@ class Deadlines:
             )
         run.interrupt("timeout")
         self._detach(run)
-        stage = phase if phase in (ADMISSION, FINISHING) else ""
+        stage = run.ticket.timed_out_in = phase if phase in (ADMISSION, FINISHING) else ""
         if plain_after_timeout(run, self.services):
             # Nothing that follows runs code of the user's: decided here and
             # now, on whichever thread noticed the timeout (most often the
@@ -298,7 +299,8 @@ class Deadlines:
             code, reason = run.ticket.cancel
             self._finish_here(run, "cancelled", code, reason)
         else:
-            code, text = ran_out(run)
+            # What ran out first (the pre-call steps, say), then the grace.
+            code, text = ran_out(run, run.ticket.timed_out_in)
             self._finish_here(
                 run, "timeout", code,
                 f"{text}; its hooks did not return within {self.hook_grace}s after that",

@@ -40,6 +40,9 @@ class Ticket:
     due_timer: Any = None
     # A cancel asked while a worker held the outcome: (code, reason).
     cancel: tuple[Any, str] | None = None
+    # Where its last attempt was when its deadline came (ADMISSION,
+    # FINISHING or "": its tool): what a timeout's text says ran out.
+    timed_out_in = ""
     pool: Any = None  # the tool's own capacity group
     groups: tuple[Any, ...] = ()  # every capacity group it needs a slot of
     waiting_on: Any = None  # the group it is parked for, if any
