@@ -208,7 +208,7 @@ def test_a_post_call_hook_may_call_its_executor_after_a_timeout(
     def audit() -> str:
         return "audited"
 
-    @reg.tool(timeout=0.1)
+    @reg.tool(timeout=HANG_TIMEOUT)  # (its post-call hook must see a timeout in the tool)
     def slow() -> str:
         release.wait(30)
         return "late"
