@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import sys
+import threading
 from pathlib import Path
 
 import mcp_types as types
@@ -23,6 +24,7 @@ from tests.mcp_servers import library_server
 from tests.mcp_servers.peers import PEERS, use_peer
 from toolbus import ErrorCode, ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnectError, MCPConnection, connect, connect_stdio
+from toolbus.tools import DuplicateToolError
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
 pytestmark = pytest.mark.slow
@@ -48,6 +50,7 @@ def test_resources_are_listed_and_read(peer: str) -> None:
         assert listed == {
             "guide": ("docs://guide", "text/plain"),
             "logo": ("docs://logo", "image/png"),
+            "slow": ("docs://slow", "text/plain"),
         }
         (template,) = conn.resource_templates()
         assert template.uri_template == "docs://chapters/{number}"
@@ -86,7 +89,11 @@ def test_what_the_server_refuses_is_an_error_naming_it(peer: str) -> None:
         with pytest.raises(TypeError, match="arguments must map strings to strings"):
             conn.get_prompt("summarize", {"topic": 3})  # type: ignore[dict-item]
         # The connection goes on.
-        assert [r.name for r in conn.resources()] == ["guide", "logo"]
+        assert [r.name for r in conn.resources()] == ["guide", "logo", "slow"]
+        with pytest.raises(TypeError, match="got str"):
+            conn.get_prompt("summarize", "abc")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="timeout"):
+            conn.resources(timeout=float("nan"))
     with pytest.raises(MCPConnectError, match="is closed"):
         conn.resources()
 
@@ -97,7 +104,7 @@ def test_the_async_twins(peer: str) -> None:
             names = [r.name for r in await conn.aresources()]
             (text,) = await conn.aread_resource("docs://guide")
             prompt = await conn.aget_prompt("summarize", {"topic": "x", "style": "long"})
-            assert names == ["guide", "logo"]
+            assert names == ["guide", "logo", "slow"]
             assert isinstance(text, types.TextResourceContents)
             assert [p.name for p in await conn.aprompts()] == ["summarize"]
             assert len(await conn.aresource_templates()) == 1
@@ -126,9 +133,10 @@ def test_resources_offered_to_the_model_as_two_read_only_tools(
                 ToolCall(name="lib_read_resource", arguments={"url": "docs://guide"}),
             ]
         )
-    assert [(r["uri"], r["name"], r["mime_type"]) for r in listed.output] == [
+    assert [(r["uri"], r["name"], r["mimeType"]) for r in listed.output] == [
         ("docs://guide", "guide", "text/plain"),
         ("docs://logo", "logo", "image/png"),
+        ("docs://slow", "slow", "text/plain"),
     ]
     assert guide.output == library_server.GUIDE
     (image,) = logo.attachments
@@ -136,3 +144,65 @@ def test_resources_offered_to_the_model_as_two_read_only_tools(
     assert missing.status == "error"
     assert (missing.error or "").startswith("MCP server 'library' could not read 'docs://nowhere'")
     assert bad.error_code == ErrorCode.INVALID_ARGUMENTS
+
+
+def test_reads_run_side_by_side_and_leave_the_connection_free(peer: str) -> None:
+    """They went through the connection's mailbox one at a time: reads of a
+    slow resource took 1, 2, 3 s ... and failed past their timeout, and
+    `close()` returned with the connection still open (found by review)."""
+    library_server.readers.update(inside=0, peak=0)
+    with connect_library(peer) as conn:
+        results: list[object] = []
+
+        def read() -> None:
+            results.append(conn.read_resource("docs://slow", timeout=30))
+
+        threads = [threading.Thread(target=read) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(results) == 2
+        if peer.startswith("in-process"):
+            assert library_server.readers["peak"] == 2  # the two met: side by side
+        # The lifecycle is not queued behind a read: close() ends one under way.
+        stuck = threading.Thread(target=lambda: results.append(_failed(conn)), daemon=True)
+        stuck.start()
+        conn.close()
+        assert conn.closed
+        stuck.join(30)
+        assert not stuck.is_alive()
+
+
+def _failed(conn: MCPConnection) -> object:
+    try:
+        return conn.read_resource("docs://slow", timeout=30)
+    except MCPConnectError as e:
+        return e
+
+
+def test_resource_tools_take_the_tools_limits_and_refuse_a_name_taken(
+    make_executor: MakeExecutor,
+) -> None:
+    """They had none of `register()`'s limits nor the server's group; a server
+    tool named like one of them got registered before the error (found by review)."""
+    from mcp.server.mcpserver import MCPServer
+
+    clashing = MCPServer("clash")
+
+    @clashing.tool()
+    def read_resource(uri: str) -> str:
+        return "the server's own"
+
+    with connect(clashing, server_max_concurrency=1) as conn:
+        registry = ToolRegistry()
+        with pytest.raises(DuplicateToolError, match="read_resource"):
+            conn.register(registry, resources_as_tools=True)
+        assert len(registry) == 0  # nothing registered
+        listing, reading = conn.resource_tools(prefix="x_", timeout=7)
+        assert (reading.name, reading.timeout, reading.groups) == (
+            "x_read_resource",
+            7,
+            ("mcp:clash",),
+        )
+        assert listing.read_only and reading.read_only

@@ -56,6 +56,11 @@ def test_roots_are_checked_when_given() -> None:
         connect(asking_server.server, roots=["https://example.com/x"])
     with pytest.raises(TypeError, match="roots must be a list"):
         connect(asking_server.server, roots="/srv")
+    for nowhere in ("file://", "file:", "file:relative"):  # (read leniently: everything)
+        with pytest.raises(ValueError, match="needs an absolute path"):
+            connect(asking_server.server, roots=[nowhere])
+    with pytest.raises(ValueError, match="NUL"):
+        connect(asking_server.server, roots=["/srv/a\0b"])
     with pytest.raises(TypeError, match=r"\(path or URI, name\)"):
         connect(asking_server.server, roots=[("/srv", 3)])  # type: ignore[list-item]
 

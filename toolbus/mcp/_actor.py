@@ -23,7 +23,7 @@ import pykka
 from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
 
-from ._asking import Asking
+from ._asking import Asking, while_asking
 from ._errors import MCPConnectError, MCPConnectionLost, MCPServerUnavailable
 from ._link import ConnectionStatus, Link, describe
 from ._roots import roots_changed
@@ -61,16 +61,6 @@ class ListTools:
 @dataclass(frozen=True)
 class Status:
     """The reply is a `ConnectionStatus`."""
-
-
-@dataclass(frozen=True)
-class OnSession:
-    """Run `use(client)` on the live session (connecting first); the reply is
-    what it returns. `what` names it in errors ("list its resources")."""
-
-    use: Callable[[Client], Awaitable[Any]]
-    timeout: float
-    what: str
 
 
 @dataclass(frozen=True)
@@ -115,14 +105,50 @@ class SessionPort:
         )
         return await self._on_loop(coro, retry_safe)
 
-    async def run(self, use: Callable[[Client], Awaitable[T]]) -> T:
+    async def run(self, use: Callable[[Client], Awaitable[T]], asking: Asking | None = None) -> T:
         """`use(client)` on the live session (connecting first), as a
-        read-only call is run: on the session's loop, cancelled with it."""
+        read-only call is run: on the session's loop, cancelled with it.
+        `asking`: the toolbus call it is for (None: the caller's own)."""
+        return await self._on_loop(self._used(use, asking), retry_safe=True)
 
-        async def on_session() -> T:
-            return await use(await self.link.session())
+    def wait(self, use: Callable[[Client], Awaitable[T]], timeout: float, what: str) -> T:
+        """`use(client)` on the live session, for a blocking caller of its own
+        (not a call): at most `timeout` seconds, beside the calls and the
+        connection's lifecycle, never queued behind them. Its errors are
+        `MCPConnectError`s naming `what`."""
+        with self._lock:
+            coro = self._used(use, None)
+            try:
+                if self._closed:
+                    raise RuntimeError("closed")
+                future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            except RuntimeError:
+                coro.close()
+                raise MCPConnectError(self._closed_message("is closed")) from None
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the coroutine's own TimeoutError
+                raise MCPConnectError(
+                    f"MCP server '{self.name}' could not {what}: timed out"
+                ) from None
+            future.cancel()
+            raise MCPConnectError(
+                f"MCP server '{self.name}' did not {what} within {timeout:g}s"
+            ) from None
+        except concurrent.futures.CancelledError:
+            raise MCPConnectError(
+                self._closed_message(f"was closed before it could {what}")
+            ) from None
+        except Exception as e:
+            why = self.link.refused(describe(e))
+            raise MCPConnectError(f"MCP server '{self.name}' could not {what}: {why}") from e
 
-        return await self._on_loop(on_session(), retry_safe=True)
+    async def _used(self, use: Callable[[Client], Awaitable[T]], asking: Asking | None) -> T:
+        client = await self.link.session()
+        return await while_asking(asking, self.link.asking, lambda: use(client))
 
     async def _on_loop(self, coro: Coroutine[Any, Any, T], retry_safe: bool) -> T:
         with self._lock:
@@ -200,13 +226,6 @@ class SessionActor(pykka.ThreadingActor):
             return self._await(self._link.list_tools(), message.timeout, "list its tools")
         if isinstance(message, Status):
             return self._link_status()
-        if isinstance(message, OnSession):
-            use = message.use
-
-            async def on_session() -> Any:
-                return await use(await self._link.session())
-
-            return self._await(on_session(), message.timeout, message.what)
         if isinstance(message, RootsChanged):
             return self._await(
                 roots_changed(self._link.live_client), message.timeout, "hear of new roots"

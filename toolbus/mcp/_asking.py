@@ -32,6 +32,7 @@ from ..tools import ToolContext
 
 __all__ = [
     "ASKING",
+    "NOBODY",
     "Asking",
     "HandlerFailed",
     "InFlight",
@@ -74,18 +75,24 @@ async def while_asking(
     asking: Asking | None, in_flight: set[Asking], send: Callable[[], Awaitable[T]]
 ) -> T:
     """`send()` (a call's request) with `asking` as the call that the server's
-    requests meanwhile are about: in this task and among the calls in flight."""
-    if asking is None:
-        return await send()
+    requests meanwhile are about: in this task and among the calls in flight
+    (None: a request of the caller's own, about no call: `NOBODY`)."""
     # Reset after: a task this one starts later (a reconnection, a health
     # check) must not take the call for its own.
-    token = ASKING.set(asking)
-    in_flight.add(asking)
+    token = ASKING.set(asking if asking is not None else NOBODY)
+    if asking is not None:
+        in_flight.add(asking)
     try:
         return await send()
     finally:
-        in_flight.discard(asking)
+        if asking is not None:
+            in_flight.discard(asking)
         ASKING.reset(token)
+
+
+NOBODY = Asking(ToolContext(call_id="", tool=""), "")
+"""What `ASKING` holds in a request of the caller's own (a resource read): a
+server's request then is about no toolbus call, not a guess at one."""
 
 
 def about(in_flight: Collection[Asking]) -> Asking | None:
@@ -98,6 +105,8 @@ def about(in_flight: Collection[Asking]) -> Asking | None:
     the refusal is what that call gets.
     """
     asking = ASKING.get()
+    if asking is NOBODY:
+        return None
     if asking is None and len(in_flight) == 1:
         (only,) = in_flight
         asking = Asking(only.ctx, only.tool, declined=only.declined, sure=False)

@@ -24,11 +24,11 @@ import pykka
 from mcp import Client
 
 from .._keywords import keywords_of, refuse_unknown
-from .._options import positive_int, timeout_seconds
+from .._options import positive_int, positive_number, timeout_seconds
 from ..retry import RetryPolicy
 from ..tools import DuplicateToolError, Tool, ToolRegistry
 from ..tools._tool_options import ToolLimits
-from ._actor import ListTools, OnSession, Opened, RootsChanged, SessionActor, Status
+from ._actor import ListTools, Opened, RootsChanged, SessionActor, Status
 from ._errors import MCPConnectError
 from ._link import ConnectionStatus, Link
 from ._registrations import MadeWith, Registration
@@ -128,14 +128,20 @@ class MCPConnection(ResourcesAndPrompts):
         with self._lock:
             return self._tools(made_with, only)
 
-    def resource_tools(self, *, prefix: str = "") -> list[Tool]:
+    def resource_tools(self, **options: Unpack[MCPToolsOptions]) -> list[Tool]:
         """The server's resources as two read-only tools for the model:
-        `<prefix>list_resources` and `<prefix>read_resource(uri)`."""
-        if not isinstance(prefix, str):
-            raise TypeError(
-                f"MCPConnection.resource_tools: prefix must be a string, got {prefix!r}"
-            )
-        return [ListResources(self._port, prefix=prefix), ReadResource(self._port, prefix=prefix)]
+        `<prefix>list_resources` and `<prefix>read_resource(uri)`, with the
+        limits `tools()` takes (`timeout`, `retry`, ...) and the connection's
+        `server_max_concurrency`."""
+        refuse_unknown(options, _TOOLS_KEYWORDS, "MCPConnection.resource_tools")
+        return self._resource_tools(self._made_with(options))
+
+    def _resource_tools(self, made_with: MadeWith) -> list[Tool]:
+        cap = self.server_max_concurrency
+        return [
+            ListResources(self._port, made_with=made_with, server_max_concurrency=cap),
+            ReadResource(self._port, made_with=made_with, server_max_concurrency=cap),
+        ]
 
     def register(
         self,
@@ -163,10 +169,11 @@ class MCPConnection(ResourcesAndPrompts):
         made_with = self._made_with(options)
         only = options.get("only")
         only = list(only) if only is not None else None
-        extra = self.resource_tools(prefix=made_with.prefix) if resources_as_tools else []
+        extra = self._resource_tools(made_with) if resources_as_tools else []
         with self._lock:
             made = self._tools(made_with, only)
-            taken = [t.name for t in [*made, *extra] if t.name in registry]
+            names = [t.name for t in [*made, *extra]]
+            taken = sorted({n for n in names if n in registry or names.count(n) > 1})
             if taken:
                 raise DuplicateToolError(f"tools named {taken} are already registered")
             for tool in [*made, *extra]:
@@ -215,7 +222,11 @@ class MCPConnection(ResourcesAndPrompts):
                 f"MCP connection '{self.name}' offers no roots: connect with roots=[...] "
                 "(an empty list will do) to set them later"
             )
-        self._roots.current = root_list(roots, "MCPConnection.set_roots")
+        given = root_list(roots, "MCPConnection.set_roots")
+        timeout = positive_number(timeout, "timeout", "MCPConnection.set_roots")
+        if self.closed:
+            raise MCPConnectError(f"the connection to MCP server '{self.name}' is closed")
+        self._roots.current = given
         try:
             self._actor.ask(RootsChanged(timeout), timeout=timeout + 5)
         except pykka.ActorDeadError:
@@ -224,12 +235,8 @@ class MCPConnection(ResourcesAndPrompts):
             raise MCPConnectError(f"MCP server '{self.name}' did not hear of its roots") from None
 
     def _on_session(self, use: Callable[[Client], Awaitable[T]], timeout: float, what: str) -> T:
-        try:
-            return cast(T, self._actor.ask(OnSession(use, timeout, what), timeout=timeout + 5))
-        except pykka.ActorDeadError:
-            raise MCPConnectError(f"the connection to MCP server '{self.name}' is closed") from None
-        except pykka.Timeout:
-            raise MCPConnectError(f"MCP server '{self.name}' did not {what} in time") from None
+        timeout = positive_number(timeout, "timeout", "MCPConnection")
+        return cast(T, self._port.wait(use, timeout, what))
 
     async def aset_roots(self, roots: RootsOption, timeout: float = 10.0) -> None:
         """Async twin of `set_roots`."""

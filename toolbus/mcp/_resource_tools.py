@@ -17,11 +17,16 @@ from typing import Any
 
 import mcp_types as types
 from mcp import Client, MCPError
+from mcp_types import CONNECTION_CLOSED
 
 from ..models import ToolOutput
 from ..tools import Tool, ToolContext, ToolError
 from ._actor import SessionPort
+from ._asking import Asking
+from ._errors import MCPConnectionLost
 from ._output import tool_output
+from ._registrations import MadeWith
+from ._tool import server_group
 
 __all__ = ["ListResources", "ReadResource"]
 
@@ -32,23 +37,53 @@ class _ResourceTool(Tool):
     process_local = True
     extension = True
 
-    def __init__(self, port: SessionPort, name: str) -> None:
+    def __init__(
+        self, port: SessionPort, name: str, made_with: MadeWith, server_max_concurrency: int | None
+    ) -> None:
         self._port = port
         self.server = port.name
-        self.name = name
+        self.name = made_with.prefix + name
+        # The limits `register()` gives the server's tools, and its server's group.
+        self.timeout = made_with.timeout
+        self.call_timeout = made_with.call_timeout
+        self.retry = made_with.retry
+        self.max_concurrency = made_with.max_concurrency
+        if server_max_concurrency is not None:
+            group = server_group(port.name)
+            self.groups = (group,)
+            self.group_limits = {group: server_max_concurrency}
         super().__init__()
+
+    async def _read(self, use: Any, what: str, ctx: ToolContext) -> Any:
+        """`use(client)` on the session for this call, the server's refusal
+        an error the model reads, a lost connection one a retry may mend."""
+
+        async def refusing(client: Client) -> Any:
+            try:
+                return await use(client)
+            except MCPError as e:
+                if e.code == CONNECTION_CLOSED:
+                    raise MCPConnectionLost(
+                        f"MCP server '{self.server}' closed the connection while asked to "
+                        f"{what}; toolbus reconnects for the next call"
+                    ) from None
+                raise ToolError(f"MCP server '{self.server}' could not {what}: {e}") from None
+
+        return await self._port.run(refusing, Asking(ctx, self.name))
 
 
 class ListResources(_ResourceTool):
     """The server's resources: URI, name, description and MIME type of each."""
 
-    def __init__(self, port: SessionPort, *, prefix: str = "") -> None:
+    def __init__(
+        self, port: SessionPort, *, made_with: MadeWith, server_max_concurrency: int | None
+    ) -> None:
         self.parameters = {"type": "object", "properties": {}}
         self.description = (
             f"List the resources (documents, files, records) that MCP server "
-            f"'{port.name}' offers, to read with {prefix}read_resource."
+            f"'{port.name}' offers, to read with {made_with.prefix}read_resource."
         )
-        super().__init__(port, f"{prefix}list_resources")
+        super().__init__(port, "list_resources", made_with, server_max_concurrency)
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> list[dict[str, Any]]:
         async def listed(client: Client) -> list[dict[str, Any]]:
@@ -57,20 +92,28 @@ class ListResources(_ResourceTool):
             for _ in range(100):  # (a server that pages without end is read this far)
                 page = await client.list_resources(cursor=cursor)
                 found.extend(
-                    r.model_dump(mode="json", include={"uri", "name", "description", "mime_type"})
+                    r.model_dump(
+                        mode="json",
+                        by_alias=True,  # MCP's names: mimeType
+                        exclude_none=True,
+                        include={"uri", "name", "description", "mime_type"},
+                    )
                     for r in page.resources
                 )
                 if (cursor := page.next_cursor) is None:
                     break
             return found
 
-        return await self._port.run(_refusals(self.server, "list its resources", listed))
+        found: list[dict[str, Any]] = await self._read(listed, "list its resources", ctx)
+        return found
 
 
 class ReadResource(_ResourceTool):
     """What one of the server's resources holds."""
 
-    def __init__(self, port: SessionPort, *, prefix: str = "") -> None:
+    def __init__(
+        self, port: SessionPort, *, made_with: MadeWith, server_max_concurrency: int | None
+    ) -> None:
         self.parameters = {
             "type": "object",
             "properties": {"uri": {"type": "string", "description": "The resource's URI."}},
@@ -79,9 +122,9 @@ class ReadResource(_ResourceTool):
         }
         self.description = (
             f"Read a resource of MCP server '{port.name}' by its URI "
-            f"(as {prefix}list_resources gives them)."
+            f"(as {made_with.prefix}list_resources gives them)."
         )
-        super().__init__(port, f"{prefix}read_resource")
+        super().__init__(port, "read_resource", made_with, server_max_concurrency)
 
     async def run(self, params: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         uri = params["uri"]
@@ -89,18 +132,11 @@ class ReadResource(_ResourceTool):
         async def read(client: Client) -> types.ReadResourceResult:
             return await client.read_resource(uri)
 
-        result = await self._port.run(_refusals(self.server, f"read {uri!r}", read))
+        result = await self._read(read, f"read {_short(uri)}", ctx)
         blocks = [types.EmbeddedResource(type="resource", resource=c) for c in result.contents]
         return tool_output(types.CallToolResult(content=blocks), server=self.server)
 
 
-def _refusals(server: str, what: str, use: Any) -> Any:
-    """`use`, with the server's refusal as an error the model reads."""
-
-    async def refusing(client: Client) -> Any:
-        try:
-            return await use(client)
-        except MCPError as e:
-            raise ToolError(f"MCP server '{server}' could not {what}: {e}") from None
-
-    return refusing
+def _short(uri: str) -> str:
+    """`uri` quoted for an error text, cut to a readable length."""
+    return repr(uri if len(uri) <= 200 else uri[:197] + "...")

@@ -16,6 +16,7 @@ end. The answers are the SDK's own types (`mcp_types`), as `specs` are.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -23,6 +24,8 @@ import mcp_types as types
 from mcp import Client
 
 __all__ = ["ResourcesAndPrompts"]
+
+log = logging.getLogger("toolbus.mcp")
 
 T = TypeVar("T")
 
@@ -41,6 +44,8 @@ async def _every_page(list_page: Callable[..., Awaitable[Any]], items: str) -> l
         found.extend(getattr(page, items))
         if (cursor := page.next_cursor) is None:
             break
+    else:
+        log.warning("an MCP server's %s went on past %d pages: read that far", items, _PAGES)
     return found
 
 
@@ -76,7 +81,8 @@ class ResourcesAndPrompts:
         async def read(client: Client) -> list[Contents]:
             return list((await client.read_resource(uri)).contents)
 
-        return self._on_session(read, timeout, f"read the resource {uri!r}")
+        shown = uri if len(uri) <= 200 else uri[:197] + "..."
+        return self._on_session(read, timeout, f"read the resource {shown!r}")
 
     def prompts(self, timeout: float = 10.0) -> list[types.Prompt]:
         """The server's prompts (name, description, arguments), every page."""
@@ -90,9 +96,16 @@ class ResourcesAndPrompts:
         """The prompt `name`, filled with `arguments` (strings, as MCP has them)."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"get_prompt: name must be a non-empty string, got {name!r}")
-        given = dict(arguments or {})
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
-            raise TypeError("get_prompt: arguments must map strings to strings (as MCP has them)")
+        try:
+            given: dict[str, str] = dict(arguments or {})
+            strings = all(isinstance(k, str) and isinstance(v, str) for k, v in given.items())
+        except (TypeError, ValueError):  # not a mapping, nor pairs
+            strings = False
+        if not strings:
+            raise TypeError(
+                "get_prompt: arguments must map strings to strings (as MCP has them), "
+                f"got {type(arguments).__name__}"
+            )
 
         async def got(client: Client) -> types.GetPromptResult:
             return await client.get_prompt(name, given)

@@ -18,7 +18,6 @@ gets the SDK's answer, not supported, and `set_roots` is refused.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from urllib.parse import urlparse
 
 import mcp_types as types
 from mcp import Client
-from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 __all__ = ["Roots", "RootsOption", "given_roots", "root_list", "roots_changed"]
@@ -59,10 +57,15 @@ def _root(item: object, owner: str) -> types.Root:
         item = os.fspath(item)
     if not isinstance(item, str) or not item:
         raise TypeError(f"{owner}: a root is a path or a file:// URI, got {item!r}")
-    scheme = urlparse(item).scheme
-    if scheme == "file":
+    if "\0" in item:
+        raise ValueError(f"{owner}: a root holds a NUL character: {item!r}")
+    parsed = urlparse(item)
+    if parsed.scheme == "file":
+        # `file://` or `file:x` names no directory (or, read leniently, all of them).
+        if not parsed.path.startswith("/") or (parsed.path == "/" and not item.endswith(":///")):
+            raise ValueError(f"{owner}: a file:// URI needs an absolute path, got {item!r}")
         uri = item
-    elif len(scheme) > 1:  # (a Windows drive letter is one letter)
+    elif len(parsed.scheme) > 1:  # (a Windows drive letter is one letter)
         raise ValueError(f"{owner}: a root must be a path or a file:// URI, got {item!r}")
     else:
         uri = Path(item).expanduser().resolve().as_uri()
@@ -80,9 +83,10 @@ async def roots_changed(client: Client | None) -> None:
     session lists them anew; a 2026-07-28 server asks when it needs them)."""
     if client is None or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
         return
-    with warnings.catch_warnings():  # deprecated from 2026-07-28 on, not before
-        warnings.simplefilter("ignore", MCPDeprecationWarning)
-        await client.send_roots_list_changed()
+    # The notification itself: the SDK's `send_roots_list_changed` warns of
+    # 2026-07-28's deprecation, which does not concern this session, and
+    # silencing it would touch the process's warning filters.
+    await client.session.send_notification(types.RootsListChangedNotification())
 
 
 class Roots:
