@@ -127,7 +127,11 @@ def test_smoke_run_reports_every_scenario_and_the_goals(tmp_path: Path) -> None:
     assert chaos["by_kind"]["hang_async"]["timeout"] > 0
     assert chaos["lateness_ms"]["singles"]["count"] > 0
     assert chaos["lateness_ms"]["batch"]["count"] > 0
-    assert chaos["no_deadline"] == 0
+    # Each hanging call that timed out is timed, or counted as left out: one
+    # whose deadline came before its tool began (in admission, on a loaded
+    # machine: stress run 12) has no deadline of its tool's to time it by.
+    hang_timeouts = sum(chaos["by_kind"][k]["timeout"] for k in ("hang", "hang_async"))
+    assert chaos["lateness_ms"]["all"]["count"] + chaos["no_deadline"] == hang_timeouts
     assert chaos["cpu_ns_per_call"] > 0
     assert chaos["events_dropped"] == 0
     assert measured["batch_cpu_vs_reference"] is not None  # benchmarks/reference.json is read

@@ -14,7 +14,7 @@ the Ray session the backends share is `_ray_session.py`.
 At a deadline or a cancellation, a sync call's actor is killed
 (`ray.kill(no_restart=True)`, announced as `tool:killed`) and replaced, so a
 hung call never holds its slot; an async call is cancelled with `ray.cancel`
-(its actor serves other calls), and if it has not ended within `CANCEL_GRACE`
+(its actor serves other calls), and if it has not ended within `cancel_grace`
 (1 s: a tool that swallows its CancelledError or blocks its event loop), its
 actor is killed and replaced the same way, its other calls ending
 `TOOL_CRASHED` (`_ray_calls.py`). An actor or a node that dies ends the call
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._options import positive_number
 from ._protocol import BackendUnavailable, Host, Job
-from ._ray_calls import ActorCalls
+from ._ray_calls import CANCEL_GRACE, ActorCalls
 from ._remote_base import refuse_process_local
 
 if TYPE_CHECKING:
@@ -65,7 +65,9 @@ class RayBackend(ActorCalls):
     to be placed. `max_restarts` bounds how many times a tool's actors are
     replaced after crashing (-1: no bound); past it the tool's calls get
     `TOOL_UNAVAILABLE`. A sync tool's actor idle for `idle_timeout` seconds
-    (default 60) is stopped, except the one each tool keeps warm.
+    (default 60) is stopped, except the one each tool keeps warm. An async
+    call cancelled (its deadline, a cancellation) that has not ended within
+    `cancel_grace` seconds (default 1) has its actor killed and replaced.
     `context_vars` lists the ContextVars whose values travel with each call:
     no others do.
     """
@@ -86,6 +88,7 @@ class RayBackend(ActorCalls):
         max_restarts: int = 3,
         context_vars: Iterable[contextvars.ContextVar[Any]] = (),
         idle_timeout: float = 60.0,
+        cancel_grace: float = CANCEL_GRACE,
     ) -> None:
         self._ray = _import_ray()
         # Modules that import Ray: loaded here, not with toolbus.backends.
@@ -112,6 +115,7 @@ class RayBackend(ActorCalls):
         self._room = Room(self.placement)
         self.max_restarts = max_restarts
         self.idle_timeout = positive_number(idle_timeout, "idle_timeout", "RayBackend")
+        self.cancel_grace = positive_number(cancel_grace, "cancel_grace", "RayBackend")
         variables = tuple(context_vars)
         self._vars = shipped_vars(variables)
         super().__init__(variables)
@@ -186,7 +190,7 @@ class RayBackend(ActorCalls):
         return True
 
     def abandoned(self, tool: Tool | None = None) -> int:
-        """Async calls cancelled that have not ended yet: for CANCEL_GRACE at
+        """Async calls cancelled that have not ended yet: for `cancel_grace` at
         most, then their actor is killed (a sync call's actor is killed at once)."""
         with self._lock:
             if tool is None:

@@ -33,10 +33,11 @@ if TYPE_CHECKING:
 __all__ = ["CANCEL_GRACE", "CONNECT_TIMEOUT", "ActorCalls"]
 
 # How long an async call cancelled with `ray.cancel` (a deadline, a
-# cancellation) may take to end. A tool that swallows its CancelledError, or
-# blocks its actor's event loop, would hold its slots for ever: past this, its
-# actor is killed and replaced (toolbus's own kill: no crash counted), and the
-# calls it was serving besides end TOOL_CRASHED.
+# cancellation) may take to end, unless `RayBackend(cancel_grace=)` says. A
+# tool that swallows its CancelledError, or blocks its actor's event loop,
+# would hold its slots for ever: past this, its actor is killed and replaced
+# (toolbus's own kill: no crash counted), and the calls it was serving
+# besides end TOOL_CRASHED.
 CANCEL_GRACE = 1.0
 
 # How long `ray.init(address)` may take to connect to a cluster at an address
@@ -60,6 +61,8 @@ class ActorCalls(RemoteBackend[_Serving]):
     _context_pairs: Callable[..., list[Any]]
     _consume: Callable[[Any, Run, Services], Any]
     _failure: Callable[[ToolActors, RayActor, Exception], BaseException]
+    # RayBackend(cancel_grace=): how long a cancelled async call may take to end.
+    cancel_grace: float = CANCEL_GRACE
     # Cancelled async calls not ended yet, by id of their ref: (ref, tool id).
     _cancelled: dict[int, tuple[Any, int]]
     _lingering: Any  # Counter of those, by tool id
@@ -242,7 +245,7 @@ class ActorCalls(RemoteBackend[_Serving]):
 
     def _watch(self, run: Run, actor: RayActor, ref: Any) -> None:
         loop = asyncio.get_running_loop()
-        loop.call_later(CANCEL_GRACE, self._overdue, run, actor, ref)
+        loop.call_later(self.cancel_grace, self._overdue, run, actor, ref)
         done = ref.completed() if hasattr(ref, "completed") else ref  # a stream: its end
         done.future().add_done_callback(lambda _: self._ended(actor, ref))
 
@@ -276,14 +279,15 @@ class ActorCalls(RemoteBackend[_Serving]):
         actor.replaced = (
             f"Tool '{tool.name if tool else '?'}' crashed: its Ray actor ({where}) was killed "
             f"and replaced because a cancelled call on it did not stop within "
-            f"{CANCEL_GRACE:g} s (a tool that ignores its cancellation or blocks its event loop)"
+            f"{self.cancel_grace:g} s (a tool that ignores its cancellation or blocks its "
+            "event loop)"
         )
         killing = actor.mark_killed()
         if known is not None and known[0] is tool:
             known[1].lost(actor, crashed=False)  # marked dead first: no call is sent to it
         if killing:
             actor.end()
-            reason = f"a cancelled call did not stop within {CANCEL_GRACE:g} s"
+            reason = f"a cancelled call did not stop within {self.cancel_grace:g} s"
             self._announce_kill(run, actor.pid, reason)
 
     def _failed(self, run: Run, pool: ToolActors, actor: RayActor, e: Exception) -> BaseException:
