@@ -10,7 +10,8 @@ user's; what is shared lives here:
   SDK answers the server's requests in that task, from its
   `InputRequiredResult`), and among the connection's calls in flight (on
   2025-11-25 a request arrives beside the call and names none: it is the
-  call's when the connection has that one call in flight, `about`);
+  call's when the connection has that one call in flight, `about`; a request
+  of the caller's own, a resource read, is about no call, `NOBODY`);
 - `answered`: a handler's answer, sync or async, a sync one in a thread of its
   own, within the call's deadline;
 - `refused`: an error reply that the call ends with, saying why.
