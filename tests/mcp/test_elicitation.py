@@ -19,7 +19,7 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import asking_server
-from tests.mcp_servers.peers import PEERS, connect_asking, use_peer
+from tests.mcp_servers.peers import connect_asking, use_peer
 from toolbus import ErrorCode, ToolCall, ToolRegistry, bus
 from toolbus.mcp import (
     Elicitation,
@@ -30,13 +30,6 @@ from toolbus.mcp import (
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(params=PEERS)
-def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    use_peer(request.param, monkeypatch)
-    asking_server.runs.clear()
-    return str(request.param)
 
 
 def run(

@@ -21,7 +21,6 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import library_server
-from tests.mcp_servers.peers import PEERS, use_peer
 from toolbus import ErrorCode, ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnectError, MCPConnection, connect, connect_stdio
 from toolbus.tools import DuplicateToolError
@@ -30,12 +29,6 @@ from toolbus.tools import DuplicateToolError
 pytestmark = pytest.mark.slow
 
 LIBRARY = str(Path(__file__).parents[1] / "mcp_servers" / "library_server.py")
-
-
-@pytest.fixture(params=PEERS)
-def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    use_peer(request.param, monkeypatch)
-    return str(request.param)
 
 
 def connect_library(peer: str) -> MCPConnection:
@@ -150,7 +143,6 @@ def test_reads_run_side_by_side_and_leave_the_connection_free(peer: str) -> None
     """They went through the connection's mailbox one at a time: reads of a
     slow resource took 1, 2, 3 s ... and failed past their timeout, and
     `close()` returned with the connection still open (found by review)."""
-    library_server.readers.update(inside=0, peak=0)
     with connect_library(peer) as conn:
         results: list[object] = []
 

@@ -16,19 +16,12 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor, wait_until
 from tests.mcp_servers import asking_server
-from tests.mcp_servers.peers import PEERS, connect_asking, use_peer
+from tests.mcp_servers.peers import connect_asking
 from toolbus import ToolCall, ToolRegistry
 from toolbus.mcp import connect
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(params=PEERS)
-def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    use_peer(request.param, monkeypatch)
-    asking_server.roots_heard.clear()
-    return str(request.param)
 
 
 def test_the_server_gets_the_roots_and_their_changes(

@@ -17,7 +17,7 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import asking_server
-from tests.mcp_servers.peers import PEERS, connect_asking, use_peer
+from tests.mcp_servers.peers import connect_asking
 from toolbus import ErrorCode, ToolCall, ToolRegistry, bus
 from toolbus.mcp import SamplingAnswer, SamplingRequest, connect
 
@@ -25,12 +25,6 @@ from toolbus.mcp import SamplingAnswer, SamplingRequest, connect
 pytestmark = pytest.mark.slow
 
 SUMMARIZE = ToolCall(id="s1", name="summarize", arguments={"text": "a long story"})
-
-
-@pytest.fixture(params=PEERS)
-def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    use_peer(request.param, monkeypatch)
-    return str(request.param)
 
 
 def run(peer: str, make_executor: MakeExecutor, call: ToolCall, **options: Any) -> Any:
