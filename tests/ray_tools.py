@@ -93,6 +93,15 @@ def contract_registry(backend: Backend | None) -> ToolRegistry:
     return reg
 
 
+def _mark(path: Path, text: str) -> None:
+    """Write `text` to `path` whole: a test that sees the file sees its text
+    (one written in place exists, empty, before its text is in: stress run 14
+    read a pid of '')."""
+    part = path.with_name(f"{path.name}.part")
+    part.write_text(text)
+    os.replace(part, path)
+
+
 def ray_registry(backend: Backend, marker_dir: str = "") -> ToolRegistry:
     """Tools only the Ray tests need: pids, hangs, deaths, progress, context."""
     reg = ToolRegistry()
@@ -108,7 +117,7 @@ def ray_registry(backend: Backend, marker_dir: str = "") -> ToolRegistry:
     @reg.tool(backend=backend, read_only=True, timeout=1.0)
     def hang(marker: str = "") -> int:
         if marker:  # it runs: the test may cancel it now
-            Path(marker_dir, marker).write_text(str(os.getpid()))
+            _mark(Path(marker_dir, marker), str(os.getpid()))
         while True:
             time.sleep(1000)
 
@@ -117,7 +126,7 @@ def ray_registry(backend: Backend, marker_dir: str = "") -> ToolRegistry:
         try:
             await asyncio.sleep(1000)
         except asyncio.CancelledError:
-            Path(marker_dir, marker).write_text("cancelled")  # the remote task saw it
+            _mark(Path(marker_dir, marker), "cancelled")  # the remote task saw it
             raise
 
     @reg.tool(backend=backend)
