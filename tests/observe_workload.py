@@ -11,8 +11,9 @@ quick lookup with a secret argument (cached: the same few SKUs come back), a
 flaky call that succeeds on its retry, a payment that is refused every fifth
 round, and every third round a call that hangs past its deadline (abandoned;
 its late result comes back). Policies at work: a call to a rates service that
-is down, whose circuit breaker opens at its first failure and tries again a
-second later; every other round a refund that waits for approval, approved
+is down, whose circuit breaker opens at its first failure and tries again
+three seconds later (the next rounds' calls are refused meanwhile, however
+slow a loaded machine makes a round); every other round a refund that waits for approval, approved
 (and run) in the next round.
 """
 
@@ -76,7 +77,7 @@ def build_registry() -> ToolRegistry:
         time.sleep(seconds)  # tool under test: takes a while
         return "late"
 
-    @registry.tool(read_only=True, policies=[circuit_breaker(failures=1, reset_after=1.0)])
+    @registry.tool(read_only=True, policies=[circuit_breaker(failures=1, reset_after=3.0)])
     def rates(currency: str) -> float:
         """Exchange rates from a service that is down: its breaker opens."""
         time.sleep(0.02)  # tool under test: takes a while

@@ -202,7 +202,7 @@ def test_live_dashboard_shows_a_running_workload_and_updates(tmux: Tmux, tmp_pat
     assert row_of("stuck", later)[3] >= 1  # calls, ok, error, timeout: it timed out
 
     # The policies at work: the rates service's breaker opened at its first
-    # failure; a second later its trial call fails and it opens again.
+    # failure; three seconds later its trial call fails and it opens again.
     opened = tmux.wait_for(
         "live", lambda s: breaker_of("rates", s) is not None, "the rates breaker on the board"
     )
@@ -216,7 +216,15 @@ def test_live_dashboard_shows_a_running_workload_and_updates(tmux: Tmux, tmp_pat
         lambda s: (b := breaker_of("rates", s)) is not None and b[0] == "open" and b[1] > times,
         "the breaker to open again after its trial call failed",
     )
-    assert "rejected CIRCUIT_OPEN" in reopened  # a call refused while it was open
+    # A call refused while it was open, counted in its tool's row (the recent
+    # results show it for a round only: stress run 15, seed 1080533317, missed it).
+    refused = tmux.wait_for(
+        "live",
+        lambda s: (
+            len(row := row_of("rates", s)) > 4 and row[4] > 0
+        ),  # calls, ok, error, timeout, rejected
+        "a rates call refused while its breaker was open",
+    )
     counts = tmux.wait_for(
         "live",
         # fetch_page throttled, lookup answered from its cache, a refund awaiting approval
@@ -233,7 +241,7 @@ def test_live_dashboard_shows_a_running_workload_and_updates(tmux: Tmux, tmp_pat
     stop.touch()
     final = tmux.wait_for("live", lambda s: "workload done" in s, "the workload to end")
     assert "Per tool" in final  # the last frame stays on the screen
-    for screen in (first, later, opened, reopened, counts, final):
+    for screen in (first, later, opened, reopened, refused, counts, final):
         assert SECRET not in screen
 
 

@@ -118,7 +118,7 @@ def test_the_page_shows_a_running_workload_and_updates_without_reload(
         assert number(page, "#seq") > seq
 
         # The policies: the rates service's breaker opened at its first failure,
-        # and opens again when its trial call fails a second later.
+        # and opens again when its trial call fails three seconds later.
         breaker = page.locator("#policies tr[data-tool='rates']:not([data-key]) td")
         expect(breaker.nth(2)).to_have_class("breaker open", timeout=15_000)
         expect(page.locator("#pol-open")).to_have_text("1")
