@@ -83,6 +83,27 @@ def test_the_handler_answers_and_the_call_goes_on(peer: str, make_executor: Make
         assert asking_server.runs == ["Oslo"]  # the body ran once, with the answer
 
 
+@pytest.mark.parametrize(
+    ("data", "ordered"), [(None, "1 x tea in M"), ({"count": 3}, "3 x tea in M")]
+)
+def test_the_schemas_defaults_fill_in_what_an_accept_leaves_out(
+    peer: str, make_executor: MakeExecutor, data: dict[str, Any] | None, ordered: str
+) -> None:
+    """SEP-1034: accepting a form as offered accepts its defaults (the server
+    requires both fields: without them filled in, it would refuse the answer)."""
+
+    def handler(request: Elicitation) -> ElicitationAnswer:
+        return request.accept(data)
+
+    call = ToolCall(id="o1", name="order", arguments={"item": "tea"})
+    with bus.Recorder() as rec:
+        r = run(peer, handler, make_executor, call)
+    assert (r.status, r.output) == ("ok", {"result": ordered}), r.error
+    (answered,) = [e for e in rec.of(bus.PROGRESS) if "input_answered" in e.data]
+    sent = {"size": "M", "count": 1, **(data or {})}
+    assert answered.data["input_answered"] == {"action": "accept", "data": sent}
+
+
 @pytest.mark.parametrize("action", ["decline", "cancel"])
 def test_a_decline_or_a_cancel_reaches_the_tool(
     peer: str, make_executor: MakeExecutor, action: str

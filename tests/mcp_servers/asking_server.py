@@ -11,20 +11,27 @@ is open, on 2026-07-28 an `InputRequiredResult` and the call sent again.
   (`runs`, in-process): asking again never runs the body twice.
 - `sign_in(user)` (read-only): asks for `{api_key: str}` and says how long the key was.
 - `contact(who)` (read-only): asks for `{email: str, format email}`.
+- `order(item)` (read-only): asks for `{size: str, count: int >= 1}`, both
+  required, each with a `default` in the schema (SEP-1034): an answer that
+  leaves them out is refused by the server unless the client fills them in.
 - `visit()` (read-only, 2025-11-25 only): asks the person to open a URL.
 - `summarize(text)` (read-only): asks the client's model for a summary
   (sampling), and says which model wrote what.
 - `roots()` (read-only): the client's roots, as `[uri, name]` pairs.
+- `chatter()` (read-only): logs three messages (`notifications/message`):
+  info "working", warning `{"api_key": ..., "step": 2}`, debug "detail".
 - `ping()` (read-only): asks nothing.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import (
     CreateMessageResult,
     ListRootsResult,
@@ -56,6 +63,15 @@ class Contact(BaseModel):
     email: str = Field(json_schema_extra={"format": "email"})
 
 
+class Order(BaseModel):
+    size: str = Field(json_schema_extra={"default": "M"})
+    count: int = Field(ge=1, json_schema_extra={"default": 1})
+
+
+def _ask_order(item: str) -> Elicit[Order]:
+    return Elicit(f"How do you want {item}?", Order)
+
+
 def _ask_booking(name: str) -> Elicit[Booking]:
     return Elicit(f"Book {name}?", Booking)
 
@@ -83,6 +99,14 @@ async def book(
 async def sign_in(user: str, key: Annotated[Key, Resolve(_ask_key)]) -> str:
     """Signs `user` in with the key the person gives."""
     return f"signed in {user} with a key of {len(key.api_key)} characters"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def order(item: str, answer: Annotated[ElicitationResult[Order], Resolve(_ask_order)]) -> str:
+    """Orders `item` as the person says (or as the form offers)."""
+    if isinstance(answer, AcceptedElicitation):
+        return f"{answer.data.count} x {item} in {answer.data.size}"
+    return f"no order: {answer.action}"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -126,6 +150,17 @@ def _list_roots() -> ListRoots:
 async def roots(listed: Annotated[ListRootsResult, Resolve(_list_roots)]) -> list[list[str | None]]:
     """The client's roots, as `[uri, name]` pairs."""
     return [[str(root.uri), root.name] for root in listed.roots]
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def chatter(ctx: Context) -> str:
+    """Logs three messages while it runs."""
+    with warnings.catch_warnings():  # (logging is deprecated as of 2026-07-28)
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        await ctx.info("working", logger_name="chatter")
+        await ctx.warning({"api_key": "sk-live-abcdefgh1234", "step": 2}, logger_name="chatter")
+        await ctx.debug("detail", logger_name="chatter")
+    return "chatted"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

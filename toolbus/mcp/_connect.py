@@ -5,6 +5,9 @@
 
 Each returns an `MCPConnection` (`_connection.py`) once the server answered
 the handshake and listed its tools.
+
+One piece, a little over 400 lines: the options, how each is checked, and
+the SDK client each connection attempt makes from them, read together.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from mcp.server import MCPServer, Server
 from .._keywords import keywords_of, refuse_unknown
 from .._options import non_negative_number, positive_int, positive_number
 from .._version import __version__
+from ..tools import LogLevel
 from ._actor import Open, Opened, SessionActor
 from ._asking import InFlight
 from ._connection import MCPConnection
@@ -39,6 +43,7 @@ from ._link import Link
 from ._redact import redact_argv, redact_url
 from ._roots import Roots, RootsOption, given_roots, root_list
 from ._sampling import SamplingHandler, check_sampling, sampling_callback
+from ._server_logs import check_log_level, logging_callback
 
 __all__ = [
     "ConnectOptions",
@@ -73,6 +78,7 @@ class ConnectOptions(TypedDict, total=False):
     elicitation: ElicitationHandler | None
     sampling: SamplingHandler | None
     roots: RootsOption | None
+    log_level: LogLevel | None
 
 
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
@@ -117,6 +123,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         elicitation=check_handler(options.get("elicitation"), where),
         sampling=check_sampling(options.get("sampling"), where),
         roots=given_roots(options.get("roots"), where),
+        log_level=check_log_level(options.get("log_level"), where),
     )
 
 
@@ -155,7 +162,10 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     `SamplingRequest`, sync or async, returning its `reply(text, model=)`);
     without one, sampling is not offered. `roots`: the directories the server
     may work in (paths or `file://` URIs, each alone or with a name), which
-    `set_roots` replaces; without it, roots are not offered.
+    `set_roots` replaces; without it, roots are not offered. `log_level`
+    (`"debug"` ... `"emergency"`): the server's log messages of that level and
+    above are asked for; each becomes a `tool:progress` event (data
+    `server_log`) of the call it came during, or a Python log record.
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -363,6 +373,9 @@ def _client_factory(
         answers["sampling_callback"] = sampling_callback(settings["sampling"], name, in_flight)
     if roots is not None:
         answers["list_roots_callback"] = roots.listed
+    answers["logging_callback"] = logging_callback(name, in_flight, settings["log_level"])
+    if settings["log_level"] is not None:
+        answers["log_level"] = settings["log_level"]
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):
         fixed = target
 

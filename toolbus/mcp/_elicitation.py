@@ -20,7 +20,8 @@ SDK's client sends the call again with the answer.
   the connection's loop, and its other calls, go on.
 - While the call is known, the handler has until the call's deadline: past
   it, the answer is cancel.
-- An accept's data is checked against the schema before it is sent. An answer
+- An accept's data gets the schema's `default` for each field it leaves out
+  (SEP-1034), and is checked against the schema before it is sent. An answer
   that does not match, or a handler that raises or returns something else, is
   never sent: the server gets an error reply, and the toolbus call ends with an
   error that names the field and the rule, never the value.
@@ -54,6 +55,7 @@ from jsonschema.exceptions import SchemaError, best_match
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..masking import mask_arguments
+from ..tools import ElicitationAnswer
 from ._asking import (
     Asking,
     PastDeadline,
@@ -76,15 +78,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("toolbus.mcp")
-
-
-class ElicitationAnswer(BaseModel):
-    """An answer to an `Elicitation`: made by its `accept`, `decline` or `cancel`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    action: Literal["accept", "decline", "cancel"]
-    data: dict[str, Any] | None = None
 
 
 class Elicitation(BaseModel):
@@ -159,8 +152,8 @@ def elicitation_callback(
         problem, result = await _checked(answer, request)
         if result is None:
             return refused(asking, problem)
-        if isinstance(answer, ElicitationAnswer):  # (it is: `_checked` sent it)
-            _publish_answer(asking, answer)
+        # What was sent: the defaults the answer left out filled in.
+        _publish_answer(asking, ElicitationAnswer(action=result.action, data=result.content))
         return result
 
     return callback
@@ -192,17 +185,32 @@ async def _checked(answer: object, request: Elicitation) -> tuple[str, types.Eli
         if answer.data is not None:
             return "the answer to a URL request carries no data (the person gave it there)", None
         return "", types.ElicitResult(action="accept")
+    data = answer.data or {}
     if request.requested_schema is not None:
-        problem = await asyncio.to_thread(_against, request.requested_schema, answer.data or {})
+        data = with_defaults(request.requested_schema, data)
+        problem = await asyncio.to_thread(_against, request.requested_schema, data)
         if problem:
             return problem, None
     try:
-        return "", types.ElicitResult(action="accept", content=answer.data or {})
+        return "", types.ElicitResult(action="accept", content=data)
     except ValidationError:
         return (
             "the answer's data must be flat: each value a string, a number, a boolean, "
             "a list of strings or None"
         ), None
+
+
+def with_defaults(schema: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with each field it leaves out that the schema gives a `default`
+    for set to that default (SEP-1034: a person who accepts a form as
+    offered accepts its defaults)."""
+    properties = schema.get("properties")
+    filled = dict(data)
+    if isinstance(properties, Mapping):
+        for name, field in properties.items():
+            if name not in filled and isinstance(field, Mapping) and "default" in field:
+                filled[name] = field["default"]
+    return filled
 
 
 def _against(schema: dict[str, Any], data: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .._text import encodable, text_of
 from .._version import __version__
@@ -31,6 +33,7 @@ from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry, load_registry
+from ._server_calls import ServedCalls
 from ._server_output import (
     ATTACHMENT_MARK,
     ATTACHMENT_TITLE,
@@ -39,6 +42,7 @@ from ._server_output import (
     attachment_text,
     served_output,
 )
+from ._server_peer import LogLevels, forward_records
 from ._server_progress import ProgressRelay
 
 __all__ = [
@@ -53,6 +57,11 @@ __all__ = [
 
 # Custom (free-text) tools take their raw input as this one string parameter.
 CUSTOM_INPUT = "input"
+
+_STALE = (
+    "The call this request_state suspended is not waiting here (unknown, expired or "
+    "answered already): send the call anew"
+)
 
 _CUSTOM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -139,11 +148,20 @@ def build_server(
     it watches `executor`'s progress events for the clients that ask for them.
     """
     relay = ProgressRelay(executor)
+    levels = LogLevels()
+    calls = ServedCalls(executor, relay, levels)
 
     @contextlib.asynccontextmanager
     async def lifespan(server: Server[Any]) -> Any:
-        async with relay.opened():
-            yield {}
+        with forward_records():
+            async with relay.opened():
+                yield {}
+
+    async def set_level(
+        ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        levels.set(ctx, params.level)
+        return types.EmptyResult()
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -152,7 +170,7 @@ def build_server(
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         given = dict(params.arguments or {})
         tool = registry.get(params.name)
         arguments: dict[str, Any] | str = given
@@ -175,14 +193,21 @@ def build_server(
         call = ToolCall(name=params.name, arguments=arguments)
         meta = ctx.meta or {}
         # Progress only for a client that asked (a progressToken); a client's
-        # cancellation cancels this task, and aexecute the call with it.
+        # cancellation cancels this task, and the call with it.
         wants_progress = meta.get("progress_token") is not None or _direct_progress(ctx)
         with _trace_continued(meta):
-            if wants_progress:
-                async with relay.relay(call.id, ctx.session.report_progress):
-                    result = await executor.aexecute(call)
+            if params.request_state is not None:  # sent again, with answers (2026-07-28)
+                replies = params.input_responses or {}
+                state = params.request_state
+                outcome = await calls.resume(state, params.name, replies, ctx, wants_progress)
+                if outcome is None:
+                    code = ErrorCode.INVALID_ARGUMENTS.value
+                    return _error(f"{_STALE} ({code})", "rejected", code)
             else:
-                result = await executor.aexecute(call)
+                outcome = await calls.start(call, ctx, wants_progress)
+        if isinstance(outcome, types.InputRequiredResult):
+            return outcome  # the tool waits for answers
+        result = outcome
         scanner = executor.scanner
         if scanner is not None and not scanner.to_model:
             # A reply leaves the process: it is published, whatever the caller's copy is.
@@ -193,14 +218,19 @@ def build_server(
         tool = registry.get(tool_name)
         return _schema(tool) if tool is not None else None
 
-    return Server(
-        name,
-        version=__version__,
-        lifespan=lifespan,
-        get_tool_input_schema=input_schema,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+    with warnings.catch_warnings():
+        # Logging is deprecated as of 2026-07-28 (SEP-2577); clients of
+        # 2025-11-25 still set their level with it.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return Server(
+            name,
+            version=__version__,
+            lifespan=lifespan,
+            get_tool_input_schema=input_schema,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_set_logging_level=set_level,
+        )
 
 
 async def aserve_stdio(

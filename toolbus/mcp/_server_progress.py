@@ -8,6 +8,10 @@ request's task on the server's event loop, which sends them in order as
 `notifications/progress`. Before the call's result goes back, the request
 waits (briefly) for the call's `tool:finished` to pass the same queue, so no
 progress notification follows the response it belongs to.
+
+The log messages of an MCP server that a served tool called in turn (an
+`MCPTool`: `tool:progress` events with data `server_log`) are passed on as
+log messages of the served call, not as progress.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from ..bus import BusPublisher, Subscription, subscribe
 from ..bus import _signals as sig
 from ..bus._events import CallFinished, Progress
 from ..executor import Executor
+from ..tools._peer import LOG_LEVELS, peer_of
 
-__all__ = ["ProgressRelay", "Send", "progress_values"]
+__all__ = ["Flow", "ProgressRelay", "Send", "progress_values"]
 
 log = logging.getLogger("toolbus.mcp")
 
@@ -62,6 +67,14 @@ def _number(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+@dataclass
+class Flow:
+    """What a relayed block says of its call: `flush` False if it goes on
+    (suspended for input) rather than having its result."""
+
+    flush: bool = True
 
 
 @dataclass
@@ -108,21 +121,26 @@ class ProgressRelay:
                 subscription.close()
 
     @contextlib.asynccontextmanager
-    async def relay(self, call_id: str, send: Send) -> AsyncIterator[None]:
+    async def relay(self, call_id: str, send: Send | None) -> AsyncIterator[Flow]:
         """Send the progress of call `call_id` with `send` while the block runs;
-        on leaving it normally, send what is left first (up to 2 s)."""
+        on leaving it normally, send what is left first (up to 2 s), unless
+        the block said the call goes on (`Flow.flush = False`). With `send`
+        None, nothing is sent, and leaving waits for the call's events all the
+        same (what they made, such as log messages, goes before the result)."""
+        flow = Flow()
         if self._subscription is None:
-            yield
+            yield flow
             return
         watch = _Watch(asyncio.get_running_loop())
         with self._lock:
             self._watches[call_id] = watch
         pump = asyncio.create_task(self._pump(watch, send), name=f"toolbus-mcp-progress-{call_id}")
         try:
-            yield
+            yield flow
             # The call has its result; its progress, up to tool:finished, goes first.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(pump), _FLUSH_TIMEOUT)
+            if flow.flush:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(pump), _FLUSH_TIMEOUT)
         finally:
             with self._lock:
                 self._watches.pop(call_id, None)
@@ -130,8 +148,10 @@ class ProgressRelay:
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
 
-    async def _pump(self, watch: _Watch, send: Send) -> None:
+    async def _pump(self, watch: _Watch, send: Send | None) -> None:
         while (event := await watch.queue.get()) is not _END:
+            if send is None:
+                continue  # (watched for its end only)
             watch.count += 1
             progress, total = progress_values(watch.count, event.fraction, event.data)
             if progress <= watch.last:
@@ -151,6 +171,9 @@ class ProgressRelay:
 
     def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
         """On a delivery thread: hand a watched call's events to its request's loop."""
+        if signal == sig.PROGRESS and "server_log" in event.data:
+            _pass_on_log(event)
+            return
         if signal == sig.PROGRESS:
             key = event.call_id if event.call_id in self._watches else event.parent_call_id
         elif isinstance(event, CallFinished):
@@ -163,3 +186,15 @@ class ProgressRelay:
         item = event if signal == sig.PROGRESS else _END
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
             watch.loop.call_soon_threadsafe(watch.queue.put_nowait, item)
+
+
+def _pass_on_log(event: Progress) -> None:
+    """A log message of the server an MCP tool called, made during a served
+    call: a log message of the served call, not progress (as published:
+    masked)."""
+    logged = event.data["server_log"]
+    peer = peer_of(event.call_id)
+    if peer is None and event.parent_call_id is not None:
+        peer = peer_of(event.parent_call_id)
+    if peer is not None and isinstance(logged, dict) and logged.get("level") in LOG_LEVELS:
+        peer.log(logged["level"], logged.get("data"), logged.get("logger") or logged.get("server"))

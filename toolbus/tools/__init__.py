@@ -7,6 +7,7 @@ from ._context import ToolContext
 from ._function import FunctionTool, ToolOptions, tool
 from ._injected import Injected
 from ._load import load_registry
+from ._peer import ElicitationAnswer, InputUnavailable, LogLevel
 from ._plugins import PluginError, PluginWarning
 from ._registry import DuplicateToolError, ToolRegistry
 from ._sequence import SequenceTool, sequence
@@ -16,8 +17,11 @@ __all__ = [
     "ArgumentError",
     "CommandTool",
     "DuplicateToolError",
+    "ElicitationAnswer",
     "FunctionTool",
     "Injected",
+    "InputUnavailable",
+    "LogLevel",
     "OutputError",
     "PluginError",
     "PluginWarning",

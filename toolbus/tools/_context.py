@@ -1,13 +1,26 @@
-"""What a running tool may know about its call, and how it reports progress."""
+"""What a running tool may know about its call, and how it reports progress,
+logs, and asks the client it was served to for input."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._sync import Latch
+from ..masking import EMPTY_SCRUBBER, Scrubber, mask_arguments, scrub_published
+from ._peer import (
+    LOG_LEVELS,
+    ElicitationAnswer,
+    InputUnavailable,
+    LogLevel,
+    log_locally,
+    peer_of,
+)
+from ._running import current_run
 
 __all__ = ["ToolContext"]
 
@@ -83,3 +96,80 @@ class ToolContext:
     def progress(self, message: str, fraction: float | None = None, **data: Any) -> None:
         """Publish a `tool:progress` signal (the stage the call is at) for this call."""
         self._sink(self, message, fraction, data)
+
+    def log(
+        self, message: str, level: LogLevel = "info", *, logger: str | None = None, **data: Any
+    ) -> None:
+        """Log `message` (and `data`) for this call, masked: to Python's logger
+        `toolbus.tool.<tool>` and, for a call served over MCP, to the client
+        as `notifications/message` (when it asked for that level; `logger`
+        names the source, the tool by default). Never fails the call."""
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+        scrubber = self._scrubber()
+        text = scrubber.text(message) if scrubber else message
+        log_locally(self.tool, level, text)
+        peer = peer_of(self.call_id)
+        if peer is not None:
+            payload: Any = text
+            if data:
+                payload = {"message": text, **scrub_published(scrubber, mask_arguments(data)[0])}
+            peer.log(level, payload, logger or self.tool)
+
+    def elicit(
+        self, message: str, schema: Mapping[str, Any] | None = None, *, url: str | None = None
+    ) -> ElicitationAnswer:
+        """Ask the person at the MCP client this call was served to, and wait
+        for the answer: a form whose data `schema` describes (a flat JSON
+        Schema object), or a page at `url` to visit. An accept's data has
+        been checked against the schema.
+
+        Waits until the call's deadline at most (then: cancel). Raises
+        `InputUnavailable` when nobody can answer (the call was not served
+        over MCP, the client cannot elicit, the tool runs in another
+        process), `ValueError` for a schema that cannot be sent or an answer
+        that does not match it. From a coroutine, use `aelicit`.
+        """
+        future = self._ask(message, schema, url)
+        try:
+            return future.result(timeout=self.remaining)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+        except concurrent.futures.CancelledError:
+            pass  # the call ended while it waited
+        return ElicitationAnswer(action="cancel")
+
+    async def aelicit(
+        self, message: str, schema: Mapping[str, Any] | None = None, *, url: str | None = None
+    ) -> ElicitationAnswer:
+        """The async twin of `elicit`, for a coroutine tool."""
+        future = self._ask(message, schema, url)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self.remaining)
+        except TimeoutError:
+            future.cancel()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this coroutine is cancelled, not only the question
+        return ElicitationAnswer(action="cancel")
+
+    def _ask(
+        self, message: str, schema: Mapping[str, Any] | None, url: str | None
+    ) -> concurrent.futures.Future[ElicitationAnswer]:
+        if (schema is None) == (url is None):
+            raise ValueError("elicit() takes a schema (a form) or a url (a page), one of them")
+        peer = peer_of(self.call_id)
+        if peer is None:
+            raise InputUnavailable(
+                f"Tool '{self.tool}' asked for input, but its call was not served to an MCP "
+                "client here (or it runs in another process): nobody can answer"
+            )
+        return peer.elicit(message, schema, url)
+
+    def _scrubber(self) -> Scrubber:
+        """What the call's masking hid, when this context's call is running here."""
+        current = current_run.get()
+        if current is not None and current[1].call.id == self.call_id:
+            return current[1].scrubber
+        return EMPTY_SCRUBBER
