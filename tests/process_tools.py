@@ -220,3 +220,16 @@ def hang_with_setpgid_child(pidfile: str) -> None:
     _write_pids(pidfile, [child.pid])
     while True:
         time.sleep(1000)
+
+
+def ask(flight: str) -> str:
+    """Asks a person: a question from another process is an error (issue 25)."""
+    from toolbus.tools import InputRequired
+
+    raise InputRequired(f"Which seat on {flight}?", source="the airline")
+
+
+def log_mail(mail: str, ctx: ToolContext) -> str:
+    """Logs the address it writes to (issue 29: written by the agent, scanned)."""
+    ctx.log(f"writing to {mail}")
+    return "written"

@@ -16,6 +16,7 @@ from .models import ErrorCode
 
 __all__ = [
     "ArgumentError",
+    "InputRequired",
     "ToolCrashed",
     "ToolError",
     "ToolFailure",
@@ -77,6 +78,35 @@ class ToolFailure(ToolError):
         self.code = ErrorCode(code)
         self.metadata: dict[str, Any] = normalize_output(dict(metadata or {}))[0]
         self.retry = retry
+
+
+class InputRequired(ToolError):
+    """Raise from a tool that cannot finish before a person answers (an MCP
+    server's question, asked while nobody is there to answer it now).
+
+    The call ends `deferred`, code `INPUT_REQUIRED`, with an `InputRequest`
+    (`toolbus.approvals`): `message` is the question, `schema` the JSON Schema
+    of the answer's data (None: a bare yes or no), `source` who asks.
+    Submitted again with the request's answer, the call runs again and the
+    tool finds it in `ToolContext.answer`, with `state`, the string the tool
+    needs to go on where it stopped. Never retried. Thread and loop backends
+    only: from another process it is an `error` with `message`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str,
+        schema: dict[str, Any] | None = None,
+        state: str = "",
+    ) -> None:
+        if not isinstance(state, str):
+            raise TypeError(f"InputRequired state must be a str, got {type(state).__name__}")
+        super().__init__(message, retryable=False)
+        self.source = source
+        self.schema = schema
+        self.state = state
 
 
 class ArgumentError(ValueError):

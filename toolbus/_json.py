@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "canonical", "dumps", "loads"]
+__all__ = ["JSONDecodeError", "canonical", "detached", "dumps", "loads"]
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -242,3 +242,20 @@ def _native(v: Any, options: int) -> Any:
     if options & orjson.OPT_SERIALIZE_NUMPY and hasattr(v, "tolist") and hasattr(v, "dtype"):
         return v.tolist()
     return _NOT_NATIVE
+
+
+def detached(value: Any, depth: int = 0) -> Any:
+    """`value` with its dicts, lists and tuples copied, so that what is
+    published later (events are built and delivered on other threads) shows
+    it as it was now, whatever its owner changes in it meanwhile (a tool that
+    fills in its own arguments). Other objects are shared; a structure deeper
+    than 200 levels is returned as is, past that depth."""
+    t = type(value)
+    if depth > 200 or (t is not dict and t is not list and t is not tuple):
+        return value
+    depth += 1
+    if t is dict:
+        return {k: detached(v, depth) for k, v in value.items()}
+    if t is list:
+        return [detached(v, depth) for v in value]
+    return tuple(detached(v, depth) for v in value)

@@ -20,6 +20,17 @@ A decision is not single-use, nor bound to the call's id: it approves a tool
 and exact arguments, and whoever holds it may submit those again, as often
 as they like, under any call id. Keep it as you would the permission itself.
 
+A tool may also stop for input only a person can give (an MCP server's
+question, asked while no one is there to answer): it raises
+`toolbus.tools.InputRequired`, and its call ends `deferred` (code
+`INPUT_REQUIRED`) with an `InputRequest`, an `ApprovalRequest` that says what
+is asked. Its answers (`accept(data)`, `decline()`, `cancel()`; `approve()` is
+an accept of the form as offered, `deny()` a decline) are `InputAnswer`s,
+passed back as decisions are; the tool reads the answer from its context
+(`ToolContext.answer`) when the call runs again. Its digest binds the tool,
+the arguments and the tool's own `state` (what it needs to go on), so an
+answer is good for that question of that call and no other.
+
 Pure data, no threads: the models are frozen and serialisable, so a request can
 be shown in a UI, stored, and answered from another process.
 """
@@ -29,13 +40,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from . import _json
 
-__all__ = ["ApprovalDecision", "ApprovalRequest", "arguments_digest"]
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "InputAnswer",
+    "InputRequest",
+    "arguments_digest",
+    "input_digest",
+]
 
 
 class ApprovalDecision(BaseModel):
@@ -69,6 +87,63 @@ class ApprovalRequest(BaseModel):
         return ApprovalDecision(digest=self.digest, approved=False, reason=reason)
 
 
+class InputAnswer(ApprovalDecision):
+    """An answer to an `InputRequest`: what the person did (`action`) and, for
+    an accept, the data they gave. Pass it back as a decision is:
+    `execute(call, approval=...)` or `execute_batch(calls, approvals={call_id:
+    ...})`; the tool gets it as `ToolContext.answer`.
+
+    `approved` is always True: whatever the person answered, the call goes on
+    with the answer (the tool decides what a decline means).
+    """
+
+    action: Literal["accept", "decline", "cancel"]
+    data: dict[str, Any] | None = None
+    state: str
+
+
+class InputRequest(ApprovalRequest):
+    """What a call that ended `deferred` with `INPUT_REQUIRED` asks for.
+
+    `source` says who asks (an MCP server's name); `message` is the question;
+    `requested_schema` is the JSON Schema of the answer's data (a form).
+    `state` is the tool's own, handed back with the answer.
+    """
+
+    source: str
+    message: str
+    requested_schema: dict[str, Any] | None = None
+    state: str
+
+    def accept(self, data: dict[str, Any] | None = None) -> InputAnswer:
+        """Answer with `data` (None: the form as offered, its defaults filled
+        in by whoever sends it on)."""
+        return self._answer("accept", data)
+
+    def decline(self) -> InputAnswer:
+        """The person said no."""
+        return self._answer("decline", None)
+
+    def cancel(self) -> InputAnswer:
+        """The person dismissed the question without answering."""
+        return self._answer("cancel", None)
+
+    def approve(self) -> InputAnswer:
+        """As `accept()`: an approval of the call is an accept of the form as offered."""
+        return self.accept()
+
+    def deny(self, reason: str = "denied") -> InputAnswer:
+        """As `decline()` (`reason` is not sent: MCP has no place for it)."""
+        return self.decline()
+
+    def _answer(self, action: str, data: dict[str, Any] | None) -> InputAnswer:
+        if data is not None and not isinstance(data, dict):
+            raise TypeError(f"an accept's data must be a dict or None, got {type(data).__name__}")
+        return InputAnswer(
+            digest=self.digest, approved=True, action=action, data=data, state=self.state
+        )
+
+
 # Keeps approval digests apart from the other HMACs under the same secret
 # (idempotency keys): one can never be taken for the other.
 _DOMAIN = b"toolbus approval\0"
@@ -82,13 +157,33 @@ def arguments_digest(tool: str, arguments: dict[str, Any] | str, *, secret: byte
     The executor signs its requests with its own secret (its journal's, when it
     has one); keyed, a published digest does not give away the arguments, even
     a secret one of few possible values."""
+    return _call_mac("arguments_digest", _DOMAIN, tool, arguments, secret).hexdigest()
+
+
+_INPUT_DOMAIN = b"toolbus input\0"
+
+
+def input_digest(tool: str, arguments: dict[str, Any] | str, state: str, *, secret: bytes) -> str:
+    """HMAC-SHA256 (hex), under `secret`, of the tool's name, its canonical
+    arguments and the tool's `state`: what binds an `InputAnswer` to the
+    question of one call (a state altered in transit matches nothing)."""
+    mac = _call_mac("input_digest", _INPUT_DOMAIN, tool, arguments, secret)
+    mac.update(b"\0")
+    mac.update(state.encode("utf-8", "surrogatepass"))
+    return mac.hexdigest()
+
+
+def _call_mac(
+    who: str, domain: bytes, tool: str, arguments: dict[str, Any] | str, secret: bytes
+) -> hmac.HMAC:
+    """An HMAC under `secret`, in `domain`, of a tool's name and canonical arguments."""
     if not isinstance(secret, bytes):
-        raise TypeError(f"arguments_digest: secret must be bytes, got {type(secret).__name__}")
-    mac = hmac.new(secret, _DOMAIN, hashlib.sha256)
+        raise TypeError(f"{who}: secret must be bytes, got {type(secret).__name__}")
+    mac = hmac.new(secret, domain, hashlib.sha256)
     mac.update(tool.encode("utf-8", "surrogatepass"))
     mac.update(b"\0")
     mac.update(_json.canonical(arguments))
-    return mac.hexdigest()
+    return mac
 
 
 def check_approval(value: Any, option: str = "approval") -> ApprovalDecision | None:

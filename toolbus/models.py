@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .approvals import ApprovalRequest
+from .approvals import ApprovalRequest, InputRequest
 
 __all__ = [
     "Attachment",
@@ -209,7 +209,8 @@ class ToolResult(BaseModel):
     attempts that started; `duration` is seconds from the first attempt's
     dispatch to the result (0.0 for calls that never started).
     `approval_request`: for a `deferred` call, what to approve (see
-    `toolbus.policies.requires_approval`).
+    `toolbus.policies.requires_approval`), or, for one that ended
+    `INPUT_REQUIRED`, the `InputRequest` (what the tool asks).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -224,7 +225,8 @@ class ToolResult(BaseModel):
     duration: float = 0.0
     attachments: tuple[Attachment, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
-    approval_request: ApprovalRequest | None = None
+    # InputRequest first: a dict with its fields is read back as one.
+    approval_request: InputRequest | ApprovalRequest | None = None
 
     @property
     def ok(self) -> bool:

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from toolbus.mcp._asking import ASKING, Asking, about, while_asking
-from toolbus.mcp._elicitation import Elicitation, _publish_request
+from toolbus.mcp._elicitation import Elicitation, publish_request
 from toolbus.tools import ToolContext
 
 
@@ -49,6 +49,6 @@ def test_a_servers_message_is_published_without_credentials() -> None:
     request = Elicitation(
         server="s", message="Sign in at https://bob:hunter2@example.com/x?token=TOK123 please"
     )
-    _publish_request(asking, request)
+    publish_request(asking, request)
     ((message, _),) = published
     assert "hunter2" not in message and "TOK123" not in message

@@ -405,3 +405,18 @@ def test_the_prefilter_drops_gitleaks_ending_and_finds_what_re_does() -> None:
     for text in texts:
         assert fast.findings(text) == slow.findings(text), text
     assert [bool(fast.findings(t)) for t in texts] == [True, True, True, True, False]
+
+
+def test_options_that_would_do_nothing_or_too_little_are_refused() -> None:
+    """Each was once taken as given (issue 29's final review)."""
+    with pytest.raises(TypeError, match="builtin must be True or False, got 'no'"):
+        ContentScanner(builtin="no")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="secret must be at least 16 bytes"):
+        ContentScanner(default="hash", secret=b"")
+    with pytest.raises(ValueError, match="group must be"):
+        Rule("x", "(a)", group=True)
+    with pytest.raises(ValueError, match="written in lower case"):
+        Rule("x", r"\x41b", lowercase=True)  # \x41 is an "A"
+    for option in ("keywords", "stopwords", "allow"):
+        with pytest.raises(TypeError, match=f"{option} must be a list of strings"):
+            Rule("x", "a", **{option: None})

@@ -73,6 +73,7 @@ from toolbus import (
 from toolbus.journal import JournalRecord
 from toolbus.mcp import build_server
 from toolbus.observe import instrument_otel, log_json, serve_status
+from toolbus.policies import requires_approval
 from toolbus.scanning import ContentScanner, hyperscan_available
 from toolbus.tools import ToolFailure
 
@@ -965,3 +966,41 @@ def test_a_spilled_artifact_holds_the_scanned_text(
     stored = artifact.read_text()
     assert email not in stored and card not in stored, f"seed {SEED + 2}"
     assert "[REDACTED:email]" in stored and stored.count("ordinary line") == 200
+
+
+def test_block_redacts_toolbus_own_answer_about_a_call_that_never_ran(
+    make_executor: MakeExecutor, engine: Engine
+) -> None:
+    """A block is about what a tool returned: in toolbus's own answer about a
+    call that never ran (an unknown tool's name, a deferral's or a denial's
+    reason) the finding is redacted and the answer stands; a deferred call
+    stays answerable. (Once each became "ran, but its result holds ...".)"""
+    mail = "finance@acme.example"
+    registry = ToolRegistry()
+
+    @registry.tool(policies=[requires_approval(reason=f"ask {mail}")])
+    def refund(order: str) -> str:
+        """Refunds an order."""
+        return "refunded"
+
+    ex = make_executor(registry, scanner=ContentScanner(actions={"email": "block"}, engine=engine))
+    with bus.Recorder(sender=ex) as recorder:
+        unknown = ex.execute(ToolCall(name=f"lookup {mail}", arguments={}))
+        deferred = ex.execute(ToolCall(id="r1", name="refund", arguments={"order": "A-17"}))
+        assert deferred.approval_request is not None
+        denied = ex.execute(
+            ToolCall(id="r1", name="refund", arguments={"order": "A-17"}),
+            approval=deferred.approval_request.deny(f"write to {mail}"),
+        )
+        assert ex.drain_events(TIMEOUT)
+    assert unknown.error_code is ErrorCode.TOOL_NOT_FOUND
+    assert (deferred.status, deferred.error_code) == ("deferred", ErrorCode.APPROVAL_REQUIRED)
+    assert denied.error_code is ErrorCode.TOOL_NOT_ALLOWED
+    published = [e.result for e in recorder.of(bus.FINISHED)]
+    assert [r.error_code for r in published] == [
+        ErrorCode.TOOL_NOT_FOUND,
+        ErrorCode.APPROVAL_REQUIRED,
+        ErrorCode.TOOL_NOT_ALLOWED,
+    ]
+    assert all(mail not in (r.error or "") for r in published)
+    assert published[1].approval_request == deferred.approval_request

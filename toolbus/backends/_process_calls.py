@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..pipeline import SetUpTime, ToolCrashed, WorkerKilled, publish_progress
+from ..pipeline import SetUpTime, ToolCrashed, WorkerKilled, logged, publish_progress
 from ..tools import ToolError
 from ._cpuwatch import watch_cpu
 from ._direct import Direct, Pending, runs_plain
@@ -217,6 +217,8 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
                     _fraction(message.get("fraction")),
                     data if isinstance(data, dict) else {},
                 )
+            elif message.get("kind") == "log":
+                logged(run, message)
             else:
                 deliver(message)
 

@@ -124,7 +124,7 @@ def _no_context() -> Any:
 _NO_CONTEXT = _no_context()
 
 
-def _drop(ctx: Any, message: str, fraction: float | None, data: dict[str, Any]) -> None:
+def _drop(item: bytes) -> None:
     return None  # `call`: the tool takes no context, so nothing reports progress
 
 
@@ -133,6 +133,12 @@ def _progress(message: str, fraction: float | None, data: dict[str, Any]) -> byt
     # from it, which a cut-off text could defeat.
     msg = {"kind": "progress", "message": str(message), "fraction": fraction, "data": data}
     return _wire.body(msg, default=str)
+
+
+def _log(level: str, message: str, logger: str | None, data: dict[str, Any]) -> bytes:
+    # Logged by the agent, scrubbed with the call's secrets: never on the node.
+    msg = {"kind": "log", "level": level, "message": str(message), "logger": logger}
+    return _wire.body({**msg, "data": data}, default=str)
 
 
 def _ok(name: str, value: Any) -> bytes:
@@ -170,8 +176,9 @@ class _Runner:
     def info(self) -> tuple[int, str, str | None]:
         return os.getpid(), socket.gethostname(), self.error
 
-    def start(self, req: Request, sink: Callable[..., None]) -> Any:
-        """Parse and invoke: the tool's value, or its coroutine."""
+    def start(self, req: Request, put: Callable[[bytes], None]) -> Any:
+        """Parse and invoke: the tool's value, or its coroutine. `put`: where
+        the call's progress and log messages go (to the agent, on a stream)."""
         from ..tools import ToolContext
 
         tool = self.tool
@@ -188,8 +195,9 @@ class _Runner:
             tool=self.name,
             attempt=attempt,
             deadline=deadline,
-            sink=sink,
+            sink=lambda _, message, fraction, data: put(_progress(message, fraction, data)),
             idempotency_key=key,
+            logs=lambda level, message, logger, data: put(_log(level, message, logger, data)),
         )
         return tool.invoke(params, ctx)
 
@@ -204,9 +212,9 @@ class SyncToolActor(_Runner):
     def ready(self) -> tuple[int, str, str | None]:
         return self.info()
 
-    def _run(self, req: Request, sink: Callable[..., None]) -> bytes:
+    def _run(self, req: Request, put: Callable[[bytes], None]) -> bytes:
         try:
-            value = self.start(req, sink)
+            value = self.start(req, put)
             if inspect.iscoroutine(value):
                 value = asyncio.run(value)
         except BaseException as e:  # the tool's own failure, SystemExit included
@@ -227,14 +235,14 @@ class SyncToolActor(_Runner):
         items: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         done = threading.Event()
 
-        def sink(ctx: Any, message: str, fraction: float | None, data: dict[str, Any]) -> None:
+        def put(item: bytes) -> None:
             if not done.is_set():  # a thread the tool left behind: the call is over
-                items.put(_progress(message, fraction, data))
+                items.put(item)
 
         if self._helper is None:
             self._helper = ThreadPoolExecutor(1, thread_name_prefix="toolbus-tool")
         ctx = _context(req[5])
-        future: Future[bytes] = self._helper.submit(ctx.run, self._run, req, sink)
+        future: Future[bytes] = self._helper.submit(ctx.run, self._run, req, put)
 
         def finished(_: Future[bytes]) -> None:
             done.set()
@@ -252,9 +260,9 @@ class AsyncToolActor(_Runner):
     async def ready(self) -> tuple[int, str, str | None]:
         return self.info()
 
-    async def _run(self, req: Request, sink: Callable[..., None]) -> bytes:
+    async def _run(self, req: Request, put: Callable[[bytes], None]) -> bytes:
         try:
-            value = self.start(req, sink)
+            value = self.start(req, put)
             if inspect.iscoroutine(value):
                 value = await value
         except asyncio.CancelledError:
@@ -280,14 +288,13 @@ class AsyncToolActor(_Runner):
         items: asyncio.Queue[bytes | None] = asyncio.Queue()
         here = threading.get_ident()
 
-        def sink(ctx: Any, message: str, fraction: float | None, data: dict[str, Any]) -> None:
-            item = _progress(message, fraction, data)
+        def put(item: bytes) -> None:
             if threading.get_ident() == here:
                 items.put_nowait(item)
             else:  # from a thread the tool started
                 loop.call_soon_threadsafe(items.put_nowait, item)
 
-        task = loop.create_task(self._run(req, sink), context=_context(req[5]))
+        task = loop.create_task(self._run(req, put), context=_context(req[5]))
         task.add_done_callback(lambda _: items.put_nowait(None))
         try:
             while (item := await items.get()) is not None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ray import exceptions as rx
 
 from .. import _json
-from ..pipeline import ToolCrashed, WorkerKilled, publish_progress
+from ..pipeline import ToolCrashed, WorkerKilled, logged, publish_progress
 from ..tools import ToolError
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ __all__ = ["consume", "describe_death", "failure"]
 
 
 async def consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
-    """A streamed call: publish each progress message as it comes; the reply."""
+    """A streamed call: publish each progress message as it comes (and write
+    each log message); the reply."""
     reply: dict[str, Any] | None = None
     async for item in ref:
         message = _json.loads(await item)
@@ -44,6 +45,8 @@ async def consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
                 fraction,
                 data if isinstance(data, dict) else {},
             )
+        elif message.get("kind") == "log":
+            logged(run, message)
         else:
             reply = message
     if reply is None:

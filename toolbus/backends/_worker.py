@@ -2,7 +2,8 @@
 
 A worker serves one tool, one call at a time, over its socket to the agent: a
 `CallRequest` (a pickle) in; JSON frames out, each tagged with the request's
-`seq`: "progress" zero or more times, then "ok" (the normalised output),
+`seq`: "progress" and "log" (a `ctx.log`, written by the agent with the call's
+secrets scrubbed) zero or more times, then "ok" (the normalised output),
 "raised" (the exception's type, bases and text) or "crashed" (why). Tagging
 lets the agent drop what a thread left behind by an earlier call still sends.
 
@@ -131,6 +132,14 @@ class _Channel:
 
         return sink
 
+    def log_sink(self, seq: int) -> Any:
+        def logs(level: str, message: str, logger: str | None, data: dict[str, Any]) -> None:
+            msg = {"seq": seq, "kind": "log", "level": level, "message": str(message)}
+            # Logged by the agent, scrubbed with the call's secrets: never here.
+            self.send(_wire.reply({**msg, "logger": logger, "data": data}, default=str))
+
+        return logs
+
 
 def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel) -> Any:
     from ..tools import ToolContext
@@ -149,6 +158,7 @@ def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel) -> Any
         deadline=deadline,
         sink=channel.progress_sink(req.seq),
         idempotency_key=req.key,
+        logs=channel.log_sink(req.seq),
     )
     value = tool.invoke(params, ctx)
     if inspect.iscoroutine(value):

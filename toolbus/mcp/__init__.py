@@ -25,6 +25,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError("toolbus.mcp needs the MCP SDK: pip install 'toolbus[mcp]'") from e
 
+from ..approvals import InputAnswer, InputRequest
 from ._connect import (
     MCPTarget,
     aconnect,
@@ -45,6 +46,7 @@ from ._errors import (
 )
 from ._link import ConnectionStatus
 from ._output import tool_output
+from ._resource_updates import RESOURCE_UPDATED, ResourceUpdated
 from ._roots import RootsOption
 from ._sampling import SamplingAnswer, SamplingHandler, SamplingRequest
 from ._serve_http import aserve_http, http_app, serve_http
@@ -60,10 +62,13 @@ from ._server import (
 from ._tool import MCPTool
 
 __all__ = [
+    "RESOURCE_UPDATED",
     "ConnectionStatus",
     "Elicitation",
     "ElicitationAnswer",
     "ElicitationHandler",
+    "InputAnswer",
+    "InputRequest",
     "MCPCallError",
     "MCPConnectError",
     "MCPConnection",
@@ -72,6 +77,7 @@ __all__ = [
     "MCPServerUnavailable",
     "MCPTarget",
     "MCPTool",
+    "ResourceUpdated",
     "RootsOption",
     "SamplingAnswer",
     "SamplingHandler",

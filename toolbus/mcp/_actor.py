@@ -23,6 +23,7 @@ import pykka
 from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
 
+from ..approvals import InputAnswer
 from ._asking import Asking, while_asking
 from ._errors import MCPConnectError, MCPConnectionLost, MCPServerUnavailable
 from ._link import ConnectionStatus, Link, describe
@@ -98,10 +99,11 @@ class SessionPort:
         retry_safe: bool,
         progress: ProgressFnT | None = None,
         asking: Asking | None = None,
+        answer: InputAnswer | None = None,
     ) -> types.CallToolResult:
         """`Link.call` on the session's loop (its errors are raised here)."""
         coro = self.link.call(
-            tool, arguments, retry_safe=retry_safe, progress=progress, asking=asking
+            tool, arguments, retry_safe=retry_safe, progress=progress, asking=asking, answer=answer
         )
         return await self._on_loop(coro, retry_safe)
 

@@ -185,6 +185,7 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
         backoff_base=settings["backoff_base"],
         max_backoff=settings["max_backoff"],
     )
+    link.asks_later = settings["elicitation"] is None
     if isinstance(target, HttpTarget):
         link.explain = target.refusal
     actor = SessionActor.start(link)

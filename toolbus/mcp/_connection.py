@@ -33,6 +33,7 @@ from ._errors import MCPConnectError
 from ._link import ConnectionStatus, Link
 from ._registrations import MadeWith, Registration
 from ._resource_tools import ListResources, ReadResource
+from ._resource_updates import ResourceWatch
 from ._resources import ResourcesAndPrompts
 from ._roots import Roots, RootsOption, root_list
 from ._tool import MCPTool, server_group
@@ -91,6 +92,7 @@ class MCPConnection(ResourcesAndPrompts):
         self._made: weakref.WeakSet[MCPTool] = weakref.WeakSet()
         self._registrations: list[Registration] = []
         link.on_tools = self._apply
+        self._watch = link.resources = ResourceWatch(lambda: link.name, self)
 
     @property
     def name(self) -> str:
@@ -256,6 +258,7 @@ class MCPConnection(ResourcesAndPrompts):
             self._actor.stop(timeout=timeout)
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
+        self._watch.close()
         with self._lock:
             self._registrations.clear()
 

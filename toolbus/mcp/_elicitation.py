@@ -74,7 +74,10 @@ __all__ = [
     "ElicitationAnswer",
     "ElicitationHandler",
     "check_handler",
+    "checked_answer",
     "elicitation_callback",
+    "publish_answer",
+    "publish_request",
 ]
 
 log = logging.getLogger("toolbus.mcp")
@@ -135,11 +138,11 @@ def elicitation_callback(
     ) -> types.ElicitResult | types.ErrorData:
         asking = about(in_flight)
         request = _request(params, server(), asking)
-        _publish_request(asking, request)
+        publish_request(asking, request)
         if handler is None:
             if asking is not None:  # (a guess too: it fails nothing, it only says)
                 asking.declined.append(request.message)
-            _publish_answer(asking, request.decline())
+            publish_answer(asking, request.decline())
             return types.ElicitResult(action="decline")
         try:
             answer = await answered(handler, request, asking, "toolbus-mcp-elicitation")
@@ -149,11 +152,11 @@ def elicitation_callback(
             why = f"the elicitation handler {failed(e)}"
             log.warning("MCP server '%s': %s", request.server, why)
             return refused(asking, why)
-        problem, result = await _checked(answer, request)
+        problem, result = await checked_answer(answer, request)
         if result is None:
             return refused(asking, problem)
         # What was sent: the defaults the answer left out filled in.
-        _publish_answer(asking, ElicitationAnswer(action=result.action, data=result.content))
+        publish_answer(asking, ElicitationAnswer(action=result.action, data=result.content))
         return result
 
     return callback
@@ -172,7 +175,9 @@ def _request(params: types.ElicitRequestParams, server: str, asking: Asking | No
     )
 
 
-async def _checked(answer: object, request: Elicitation) -> tuple[str, types.ElicitResult | None]:
+async def checked_answer(
+    answer: object, request: Elicitation
+) -> tuple[str, types.ElicitResult | None]:
     """The reply for `answer` (None, and why, when it must not be sent)."""
     if not isinstance(answer, ElicitationAnswer):
         return (
@@ -224,7 +229,7 @@ def _against(schema: dict[str, Any], data: dict[str, Any]) -> str:
     return f"the answer does not match the requested schema: {mismatch(error)}"
 
 
-def _publish_request(asking: Asking | None, request: Elicitation) -> None:
+def publish_request(asking: Asking | None, request: Elicitation) -> None:
     details: dict[str, Any] = {"server": request.server, "mode": request.mode}
     if request.mode == "url" and request.url is not None:
         details["url"] = redact_url(request.url)
@@ -234,7 +239,7 @@ def _publish_request(asking: Asking | None, request: Elicitation) -> None:
     publish(asking, message, input_requested=details)
 
 
-def _publish_answer(asking: Asking | None, answer: ElicitationAnswer) -> None:
+def publish_answer(asking: Asking | None, answer: ElicitationAnswer) -> None:
     details: dict[str, Any] = {"action": answer.action}
     if answer.data is not None:
         details["data"] = mask_arguments(answer.data)[0]

@@ -21,14 +21,16 @@ list the tools again, in the background, and hand them to `on_tools`.
 One piece, a little over 400 lines: the generations, the calls and the
 listings share one state (the live generation, the backoff, the probes),
 touched only from the loop; split, each part would reach into the others.
-What a server asks during a call is `_asking.py`'s, its roots `_roots.py`'s.
+What a server asks during a call is `_asking.py`'s (a question left for later
+`_input_later.py`'s), its roots `_roots.py`'s, the resources followed
+`_resource_updates.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,12 +40,16 @@ from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import CONNECTION_CLOSED
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ..approvals import InputAnswer
 from ._asking import Asking, while_asking
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
 from ._generation import Generation, MakeClient, describe
 from ._http_target import SDK_REFUSED
+from ._input_later import Seed, seed, send
 from ._output import sdk_output_error
+from ._resource_updates import ResourceWatch
 
 __all__ = ["ConnectionStatus", "Link", "describe"]
 
@@ -112,6 +118,12 @@ class Link:
         self._tools_expire: float | None = None
         # The calls in flight that a server's request for input may be about.
         self.asking: set[Asking] = set()
+        # No elicitation handler: on 2026-07-28 a question ends the call
+        # `deferred`, to be answered later (`_input_later.py`).
+        self.asks_later = False
+        # The resources followed (set by the connection): their updates, and
+        # asked for again after a reconnection.
+        self.resources: ResourceWatch | None = None
 
     # -- what the connection offers ------------------------------------------------
 
@@ -179,7 +191,11 @@ class Link:
         if self._closed or self._relist_pending:
             return
         self._relist_pending = True
-        task = asyncio.create_task(self._relist(), name="toolbus-mcp-relist")
+        self._spawn(self._relist(), "relist")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], what: str) -> None:
+        """Run `work` in the background, cancelled when the link closes."""
+        task = asyncio.create_task(work, name=f"toolbus-mcp-{what}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -200,6 +216,8 @@ class Link:
         # Runs in the session's read loop: it may not wait for the session.
         if getattr(message, "method", None) == "notifications/tools/list_changed":
             self.tools_changed()
+        elif self.resources is not None:
+            self.resources.on_message(message)
 
     async def call(
         self,
@@ -209,11 +227,15 @@ class Link:
         retry_safe: bool,
         progress: ProgressFnT | None = None,
         asking: Asking | None = None,
+        answer: InputAnswer | None = None,
     ) -> types.CallToolResult:
         """Call `tool` on a live session (connecting first if need be).
 
         `asking`: the toolbus call, for the server's requests for input while
-        it is open (`_elicitation.py`).
+        it is open (`_elicitation.py`). `answer`: a person's answer to the
+        question that ended the call before, sent with the server's state;
+        without a handler, a question on 2026-07-28 raises `InputRequired`
+        (`_input_later.py`).
 
         Raises `MCPServerUnavailable` (never sent), `MCPConnectionLost` (sent,
         no answer; retryable only if `retry_safe`: read-only or idempotent),
@@ -231,9 +253,7 @@ class Link:
         lost: BaseException
         try:
             return await while_asking(
-                asking,
-                self.asking,
-                lambda: client.call_tool(tool, arguments, progress_callback=progress),
+                asking, self.asking, await self._sender(client, tool, arguments, progress, answer)
             )
         except asyncio.CancelledError:
             self._probe(generation)
@@ -264,6 +284,29 @@ class Link:
             ),
             retryable=retryable,
         ) from None
+
+    async def _sender(
+        self,
+        client: Client,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: ProgressFnT | None,
+        answer: InputAnswer | None,
+    ) -> Callable[[], Awaitable[types.CallToolResult]]:
+        """How this call is sent: by the SDK's client, which answers a
+        server's questions through the handlers; or, to leave a question for
+        later, by `_input_later.send`."""
+        given: Seed = (None, None) if answer is None else await seed(answer, self.name)
+        if self.asks_later and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return lambda: send(client, tool, arguments, progress, self.name, given)
+        responses, state = given
+        return lambda: client.call_tool(
+            tool,
+            arguments,
+            progress_callback=progress,
+            input_responses=responses,
+            request_state=state,
+        )
 
     async def session(self) -> Client:
         """The live session's client, connecting first if need be (errors as `call`'s)."""
@@ -359,6 +402,8 @@ class Link:
             if self._connects > 1:
                 log.info("MCP server '%s': reconnected (session %d)", self.name, generation.number)
                 self.tools_changed()  # a restarted server may offer other tools
+                if self.resources is not None and generation.client is not None:
+                    self._spawn(self.resources.resumed(generation.client), "resubscribe")
             return
         self._failures += 1
         # The exponent is capped: 2.0 ** 1024 overflows, and max_backoff wins long before.
@@ -393,9 +438,7 @@ class Link:
         if self._closed or generation is not self._current or generation.number in self._probing:
             return
         self._probing.add(generation.number)
-        task = asyncio.create_task(self._check(generation))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._check(generation), "probe")
 
     async def _check(self, generation: Generation) -> None:
         try:

@@ -6,6 +6,9 @@
         text = docs.read_resource("docs://guide")[0].text
         prompt = docs.get_prompt("summarize", {"topic": "retries"})
 
+`subscribe_resource(uri)` follows a resource: its changes become bus events
+(`_resource_updates.py`).
+
 Each asks the live session (connecting first, as a call would), waits at most
 `timeout` seconds, and raises `MCPConnectError` when the server refuses, does
 not answer in time or the connection is closed: these are the caller's own
@@ -22,6 +25,8 @@ from typing import Any, TypeVar
 
 import mcp_types as types
 from mcp import Client
+
+from ._resource_updates import ResourceWatch
 
 __all__ = ["ResourcesAndPrompts"]
 
@@ -49,13 +54,42 @@ async def _every_page(list_page: Callable[..., Awaitable[Any]], items: str) -> l
     return found
 
 
+def _shown(uri: str) -> str:
+    return repr(uri if len(uri) <= 200 else uri[:197] + "...")
+
+
 class ResourcesAndPrompts:
     """The part of `MCPConnection` that reads resources and prompts."""
+
+    _watch: ResourceWatch  # (MCPConnection's)
 
     def _on_session(
         self, use: Callable[[Client], Awaitable[T]], timeout: float, what: str
     ) -> T:  # (MCPConnection's)
         raise NotImplementedError
+
+    def subscribe_resource(self, uri: str, timeout: float = 10.0) -> None:
+        """Follow the resource at `uri`: each change the server reports is an
+        event on `mcp:resource-updated` (`ResourceUpdated`), sent by this
+        connection, until `unsubscribe_resource` (after a reconnection too).
+        Raises `MCPConnectError` when the server refuses."""
+        if not isinstance(uri, str) or not uri:
+            raise TypeError(f"subscribe_resource: uri must be a non-empty string, got {uri!r}")
+        self._on_session(
+            lambda client: self._watch.follow(client, uri), timeout, f"follow {_shown(uri)}"
+        )
+
+    def unsubscribe_resource(self, uri: str, timeout: float = 10.0) -> None:
+        """Stop following `uri` (no event for it from now on)."""
+        if not isinstance(uri, str) or not uri:
+            raise TypeError(f"unsubscribe_resource: uri must be a non-empty string, got {uri!r}")
+        what = f"stop following {_shown(uri)}"
+        self._on_session(lambda client: self._watch.unfollow(client, uri), timeout, what)
+
+    @property
+    def resource_subscriptions(self) -> frozenset[str]:
+        """The URIs this connection follows."""
+        return frozenset(self._watch.uris)
 
     def resources(self, timeout: float = 10.0) -> list[types.Resource]:
         """The server's resources, every page."""
@@ -81,8 +115,7 @@ class ResourcesAndPrompts:
         async def read(client: Client) -> list[Contents]:
             return list((await client.read_resource(uri)).contents)
 
-        shown = uri if len(uri) <= 200 else uri[:197] + "..."
-        return self._on_session(read, timeout, f"read the resource {shown!r}")
+        return self._on_session(read, timeout, f"read the resource {_shown(uri)}")
 
     def prompts(self, timeout: float = 10.0) -> list[types.Prompt]:
         """The server's prompts (name, description, arguments), every page."""
@@ -123,6 +156,14 @@ class ResourcesAndPrompts:
     async def aread_resource(self, uri: str, timeout: float = 10.0) -> list[Contents]:
         """Async twin of `read_resource`."""
         return await asyncio.to_thread(self.read_resource, uri, timeout)
+
+    async def asubscribe_resource(self, uri: str, timeout: float = 10.0) -> None:
+        """Async twin of `subscribe_resource`."""
+        await asyncio.to_thread(self.subscribe_resource, uri, timeout)
+
+    async def aunsubscribe_resource(self, uri: str, timeout: float = 10.0) -> None:
+        """Async twin of `unsubscribe_resource`."""
+        await asyncio.to_thread(self.unsubscribe_resource, uri, timeout)
 
     async def aprompts(self, timeout: float = 10.0) -> list[types.Prompt]:
         """Async twin of `prompts`."""

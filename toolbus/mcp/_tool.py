@@ -10,9 +10,10 @@ import mcp_types as types
 from ..models import ErrorCode, ToolCall, ToolResult
 from ..policies import Admit, Reject
 from ..retry import RetryPolicy
-from ..tools import Tool, ToolContext, ToolError
+from ..tools import ElicitationAnswer, Tool, ToolContext, ToolError
 from ._actor import SessionPort
 from ._asking import Asking
+from ._elicitation import publish_answer
 from ._output import OutputCheck, tool_output
 from ._server_output import unwrapped_schema
 
@@ -155,6 +156,9 @@ class MCPTool(Tool):
             ctx.progress(message, fraction, progress=progress, total=total)
 
         asking = Asking(ctx, self.name)
+        answer = ctx.answer
+        if answer is not None:  # to the question that ended the call before
+            publish_answer(asking, ElicitationAnswer(action=answer.action, data=answer.data))
         try:
             result = await self._port.call(
                 self.remote_name,
@@ -162,6 +166,7 @@ class MCPTool(Tool):
                 retry_safe=self.read_only or self.idempotent,
                 progress=on_progress,
                 asking=asking,
+                answer=answer,
             )
         except Exception:
             if asking.failure is None:

@@ -14,6 +14,7 @@ from ._clock import EARLY, SetUpTime, budget_spent, off_clock, ran_out, spent_re
 from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
+from ._reports import CallLogs, logged, publish_progress
 from ._results import end_call, finish
 from ._run import (
     ADMISSION,
@@ -43,7 +44,6 @@ from ._steps import (
     after_timeout,
     attempt,
     plain_after_timeout,
-    publish_progress,
     timed_out_here,
 )
 from ._waiters import Cancellable, LoopWaiter, ThreadWaiter, Waiter
@@ -62,6 +62,7 @@ __all__ = [
     "STARTING",
     "AsyncRunner",
     "BatchRun",
+    "CallLogs",
     "Cancellable",
     "Hooks",
     "Invoke",
@@ -90,6 +91,7 @@ __all__ = [
     "end_call",
     "finish",
     "log_contained",
+    "logged",
     "make_result",
     "off_clock",
     "plain_after_timeout",

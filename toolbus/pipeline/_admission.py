@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from .._json import detached
 from .._json import dumps as json_dumps
 from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
 from ..models import ErrorCode, ToolCall, ToolResult, idempotency_key_problem
@@ -60,6 +61,9 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
             # published has every hidden value scrubbed from it.
             masked, hidden = published_arguments(raw, masked, typed)
             run.scrubber = run.scrubber.merged(hidden)
+        # A copy: the tool may change its arguments in place before the
+        # events that carry them are built.
+        masked = detached(masked)
         run.masked = masked if scanner is None else scanner.value(masked)
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # A broken masker must not leak: publish nothing of the arguments.

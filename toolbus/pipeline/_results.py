@@ -34,8 +34,8 @@ def _scanned(
 ) -> tuple[ToolResult, ToolResult]:
     """What is published of `result` and what the model gets, both scrubbed
     of known secrets and the first scanned (the model's too if the scanner
-    says so); if the scanner blocks something in it, a `rejected` result
-    (`CONTENT_BLOCKED`) that withholds it, for both."""
+    says so); if the scanner blocks something in a result the tool made, a
+    `rejected` result (`CONTENT_BLOCKED`) that withholds it, for both."""
     known = _scrubbed(scrubber.known(), result)
     try:
         published, found = scanner.checked(known)
@@ -45,6 +45,11 @@ def _scanned(
         published, found = _scrubbed(scrubber, result), None
         if scanner.blocks:
             found = Finding("scanner-failed", "secret", 0, 0, "block")
+    if found is not None and result.attempts == 0 and result.status != "ok":
+        # toolbus's own answer about a call that never ran (an unknown tool's
+        # name, a denial's reason, a deferral that must stay answerable): the
+        # finding is redacted, not withheld, and the answer stands.
+        found = None
     if found is not None:
         blocked = make_result(
             run,

@@ -26,14 +26,13 @@ from collections.abc import Callable
 from types import CoroutineType
 from typing import Any
 
-from .._errors import ToolCrashed, WorkerKilled
+from .._errors import InputRequired, ToolCrashed, WorkerKilled
 from ..bus import _signals as sig
 from ..bus._events import (
     Executed,
     Executing,
     Failed,
     LateResult,
-    Progress,
     RetryAttempt,
     TimedOut,
 )
@@ -49,8 +48,10 @@ from ._admission import (
     admit,
 )
 from ._clock import ran_out, spent_result
+from ._input import answer_for, deferred_for_input
 from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
+from ._reports import CallLogs, progress_sink
 from ._results import end_call, finish
 from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
 from ._services import (
@@ -71,7 +72,6 @@ __all__ = [
     "attempt",
     "complete",
     "plain_after_timeout",
-    "publish_progress",
     "timed_out_here",
 ]
 
@@ -80,36 +80,6 @@ __all__ = [
 
 # Handed to tools that take no context (they never see it).
 _NO_CONTEXT = ToolContext(call_id="", tool="")
-
-
-def publish_progress(
-    run: Run, svc: Services, message: str, fraction: float | None, data: dict[str, Any]
-) -> None:
-    """Announce a tool's progress, scrubbed; the progress channel of every backend."""
-    em = svc.emitter
-    if em.listening[sig.PROGRESS]:
-        s = run.scrubber
-        em.emit(
-            sig.PROGRESS,
-            Progress(
-                run.call.id,
-                run.call.name,
-                run.batch_id,
-                run.attempt,
-                s.text(message),
-                fraction,
-                s.value(data),
-                parent_call_id=run.parent_call_id,
-                _run=run.token,
-            ),
-        )
-
-
-def _progress_sink(svc: Services, run: Run) -> Any:
-    def sink(ctx: ToolContext, message: str, fraction: float | None, data: dict[str, Any]) -> None:
-        publish_progress(run, svc, message, fraction, data)
-
-    return sink
 
 
 # How a backend runs the tool itself: `invoke(run, params, ctx)`, returning the
@@ -217,8 +187,10 @@ def attempt(
             attempt=n,
             deadline=run.deadline,
             cancel=run.cancel_event,
-            sink=_progress_sink(svc, run),
+            sink=progress_sink(svc, run),
             idempotency_key=run.idempotency_key(svc.key_secret),
+            answer=answer_for(run, svc.key_secret) if run.approval is not None else None,
+            logs=CallLogs(run),
         )
         if tool.wants_context
         else _NO_CONTEXT
@@ -426,6 +398,10 @@ def after_failure(
     run: Run, n: int, error: BaseException, svc: Services, *, timed_out: bool
 ) -> Steps:
     run.phase = FINISHING
+    if isinstance(error, InputRequired) and run.admitted:
+        # Not a failure: the call waits for a person's answer (never retried).
+        error.__traceback__ = None
+        return (yield from complete(run, deferred_for_input(run, error, n, svc.key_secret), svc))
     # The result's error: published scanned, in `finish`, whatever the model gets.
     text = run.scrubber.for_model().text(str(error) if timed_out else error_text(error))
     decision = RetryDecision.give_up()

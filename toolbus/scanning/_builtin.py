@@ -35,6 +35,14 @@ _SECRET_WORDS = (
     r"|credentials?|(?:api|access|secret|private)[ _-]?key"
 )
 
+# What a secret word's value is after "is", ":" or "=" ("password is: X" too):
+# eight characters or more; ending in no closing bracket unless it holds an
+# opening one (`${DB_PASSWORD}`): else the bracket is the text's around it
+# (`(token=X)`, and `{"password": 83749261}` stays JSON).
+_IS_OR_COLON = r"(?:\s+is\s*:?|\s*(?::|=|:=|=>|%3d))"
+_VALUE = r"[^\s\"'`,;\\]"
+_A_VALUE = rf"(?={_VALUE}{{8}})({_VALUE}*[(\[{{<]{_VALUE}*|{_VALUE}{{7,}}[^\s\"'`,;\\)\]}}>])"
+
 # A field of a query string or a form ("?user=bob&password=hunter2") is the
 # query rules': its value ends at the next "&", where a secret word's value
 # elsewhere runs on ("DB_PASSWORD=Xy7&k=Qz9!"). (A name of up to twelve more
@@ -141,11 +149,13 @@ def builtin_rules() -> list[Rule]:
         Rule(
             "email",
             # (Not right after "//": a URL's user, `https://deploy@host/`.)
-            r"(?<![\w.%+-])(?<!//)[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9-]{1,63}\.)+"
-            r"[A-Za-z]{2,24}(?![\w-]|\.[A-Za-z0-9]|:[\w~/])",
+            # Letters of any script (`jürgen@bücher.de`), and "%40" for the
+            # "@" of an address in a URL's query.
+            r"(?<![\w.%+-])(?<!//)\w[\w.%+-]{0,63}(?:@|%40)(?:[^\W_][\w-]{0,62}\.)+"
+            r"[^\W\d_]{2,24}(?![\w-]|\.\w|:[\w~/])",
             kind="email",
             check=is_address,
-            keywords=("@",),
+            keywords=("@", "%40"),
         ),
         Rule(
             "card-number",
@@ -203,7 +213,7 @@ def builtin_rules() -> list[Rule]:
             # (Not after ":": an ARN's "secret:" names a secret, it holds none.)
             # (`\\"`: JSON inside a JSON string.)
             rf"(?<!:){_NOT_IN_A_QUERY}(?:{_SECRET_WORDS})(?:[_-]?\d{{1,3}})?(?:\\?[\"'])?"
-            r"(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?([^\s\"'`,;\\]{8,})",
+            rf"{_IS_OR_COLON}\s*(?:\\?[\"'`])?{_A_VALUE}",
             kind="secret",
             group=1,
             check=secret_like,
@@ -214,8 +224,7 @@ def builtin_rules() -> list[Rule]:
             "password-after-word",
             # A password need not look random: "password: hunter2024".
             r"(?<!:)" + _NOT_IN_A_QUERY + r"(?:" + _PASSWORD_WORDS + r"|(?<=[_-])pass(?![a-z]))"
-            r"(?:[_-]?\d{1,3})?(?:\\?[\"'])?(?:\s+is|\s*(?::|=|:=|=>|%3d))\s*(?:\\?[\"'`])?"
-            r"([^\s\"'`,;\\]{8,})",
+            r"(?:[_-]?\d{1,3})?(?:\\?[\"'])?" + _IS_OR_COLON + r"\s*(?:\\?[\"'`])?" + _A_VALUE,
             kind="secret",
             group=1,
             check=password_like,
@@ -228,10 +237,10 @@ def builtin_rules() -> list[Rule]:
             # (`{"password": "hunter2"}`): the key says what the value is, so
             # it need not look like one (`under_key`). (No space: a sentence
             # there is a form's message, "This field is required.")
+            # A number there is one too (`{"password": 83749261}`: a PIN).
             r"[\"'][\w.-]{0,64}?(?:" + _PASSWORD_WORDS + r")(?:[_-]?\d{1,3})?\\?[\"']\s*:\s*"
-            r"\\?[\"']([^\"'\\\s]{4,256})\\?[\"']",
+            r"(?:\\?[\"']([^\"'\\\s]{4,256})\\?[\"']|(\d{4,64})(?![\w.]))",
             kind="secret",
-            group=1,
             check=_a_password,
             keywords=_PASSWORD_KEYWORDS,
             lowercase=True,

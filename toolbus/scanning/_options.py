@@ -13,7 +13,12 @@ __all__ = ["allow_patterns", "check_options"]
 
 
 def check_options(
-    default: object, rules: object, engine: object, secret: object, to_model: object
+    default: object,
+    rules: object,
+    engine: object,
+    secret: object,
+    to_model: object,
+    builtin: object = True,
 ) -> None:
     if default not in ACTIONS:
         raise ValueError(f"ContentScanner: default must be one of {ACTIONS}, got {default!r}")
@@ -26,6 +31,11 @@ def check_options(
         raise ValueError(f"ContentScanner: engine must be auto, hyperscan or re, got {engine!r}")
     if secret is not None and not isinstance(secret, bytes):
         raise TypeError(f"ContentScanner: secret must be bytes, got {type(secret).__name__}")
+    if secret is not None and len(secret) < 16:
+        # An HMAC under a short key is a tag anyone can make for a guess.
+        raise ValueError("ContentScanner: secret must be at least 16 bytes (random ones)")
+    if not isinstance(builtin, bool):
+        raise TypeError(f"ContentScanner: builtin must be True or False, got {builtin!r}")
     if not isinstance(to_model, bool):
         raise TypeError(f"ContentScanner: to_model must be True or False, got {to_model!r}")
 

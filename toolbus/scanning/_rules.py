@@ -13,7 +13,7 @@ toolbus's own (`_builtin.py`); what their checks judge a value to be is in
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ._checks import shannon_entropy
@@ -71,7 +71,11 @@ class Rule:
             compiled = re.compile(self.pattern)
         except (re.error, TypeError, OverflowError) as e:
             raise ValueError(f"Rule {self.id!r}: pattern does not compile: {e}") from None
-        if not isinstance(self.group, int) or not 0 <= self.group <= compiled.groups:
+        if (
+            isinstance(self.group, bool)
+            or not isinstance(self.group, int)
+            or not 0 <= self.group <= compiled.groups
+        ):
             raise ValueError(
                 f"Rule {self.id!r}: group must be 0..{compiled.groups}, got {self.group!r}"
             )
@@ -94,7 +98,11 @@ class Rule:
             )
         for option in ("keywords", "allow", "stopwords"):
             given = getattr(self, option)
-            if isinstance(given, str | bytes) or not all(isinstance(x, str) for x in given):
+            if (
+                isinstance(given, str | bytes)
+                or not isinstance(given, Iterable)
+                or not all(isinstance(x, str) for x in given)
+            ):
                 raise TypeError(f"Rule {self.id!r}: {option} must be a list of strings")
         try:
             allowed = tuple(re.compile(a) for a in self.allow)
@@ -128,7 +136,15 @@ class Rule:
         if self.entropy and shannon_entropy(value) <= self.entropy:
             return None
         if self.check is not None and not self.check(value):
-            return None
+            if self.kind not in _GROUPED:
+                return None
+            # A card number followed by its expiry ("4111 ... 1111 12/27"), an
+            # IBAN by a BIC or a currency: the match took the next group too.
+            shorter = _shortest_passing(value, self.check)
+            if shorter is None:
+                return None
+            end = start + shorter
+            value = text[start:end]
         # A long value is never let by: gitleaks' allow patterns (`[^:]+:...`) cost
         # Python the square of its length (seconds at 16 KB; found by review).
         if (
@@ -144,17 +160,43 @@ class Rule:
         return start, end
 
 
+# Kinds written in groups, whose match may run into what follows them.
+_GROUPED = frozenset({"card", "iban"})
+
+
+def _shortest_passing(value: str, check: Callable[[str], bool]) -> int | None:
+    """Where `value` ends once its last groups (after a space or a dash) are
+    cut off, one at a time, up to three, the first time `check` accepts it."""
+    end = len(value)
+    for _ in range(3):
+        cut = max(value.rfind(" ", 0, end), value.rfind("-", 0, end))
+        if cut <= 0:
+            return None
+        end = cut
+        if check(value[:end]):
+            return end
+    return None
+
+
 # An escape (`\\S`, `\\x4A`, `\\N{...}`) or a group's name is no letter to match.
 _ESCAPES_AND_NAMES = re.compile(r"\\N\{[^}]*\}|\\x[0-9A-Fa-f]{2}|\\.|\(\?P?[<=][\w]*>?|\(\?P=\w+\)")
+_CODE_ESCAPE = re.compile(r"(?<!\\)\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4}))")
 _CLASS = re.compile(r"\[\^?\]?[^\]]*\]")
 _UPPER = re.compile(r"[A-Z]")
 _LOWER = re.compile(r"[a-z]")
+
+
+def _letter_of(escape: re.Match[str]) -> str:
+    char = chr(int(escape.group(1) or escape.group(2), 16))
+    return char if char.isalpha() else escape.group(0)
 
 
 def _upper_case_to_match(pattern: str) -> bool:
     """Whether `pattern` asks for an upper-case letter a lower-cased text
     never holds: one outside a class, or a class of them with no lower-case
     one beside (`[A-Z0-9]`; `[A-Za-z]` is fine)."""
+    # `\\x41` is an "A" too: a letter's code stands as the letter.
+    pattern = _CODE_ESCAPE.sub(_letter_of, pattern)
     bare = _ESCAPES_AND_NAMES.sub("", pattern)
     for found in _CLASS.findall(bare):
         if not found.startswith("[^") and _UPPER.search(found) and not _LOWER.search(found):

@@ -92,7 +92,7 @@ class ContentScanner:
         engine: Literal["auto", "hyperscan", "re"] = "auto",
         secret: bytes | None = None,
     ) -> None:
-        check_options(default, rules, engine, secret, to_model)
+        check_options(default, rules, engine, secret, to_model, builtin)
         chosen: dict[str, Rule] = {}
         global_allow: tuple[str, ...] = ()
         stopwords: tuple[str, ...] = ()

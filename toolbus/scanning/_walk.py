@@ -47,7 +47,7 @@ def walk(value: Any, key: object, on_text: OnText) -> Any:
         new = on_text(value, secret_key(key) if isinstance(key, str) else None)
         return value if new is None else new
     if isinstance(value, _MAPPINGS):
-        return _mapping(value, on_text)
+        return _mapping(value, key, on_text)
     if isinstance(value, _SEQUENCES):
         out: list[Any] | None = None if isinstance(value, list) else []
         for i, v in enumerate(value):
@@ -60,15 +60,15 @@ def walk(value: Any, key: object, on_text: OnText) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int | float | Decimal):
-        number = _card_number(value, key)
-        if number is None:
+        found = _number_text(value, key)
+        if found is None:
             return value
-        new = on_text(number, None)
+        new = on_text(*found)
         return value if new is None else new
     return _object(value, on_text)
 
 
-def _mapping(value: Mapping[Any, Any], on_text: OnText) -> Any:
+def _mapping(value: Mapping[Any, Any], key: object, on_text: OnText) -> Any:
     # Not a dict (a MappingProxy, say): published as a dict, like JSON would.
     out: dict[Any, Any] | None = None if isinstance(value, dict) else {}
     for i, (k, v) in enumerate(value.items()):
@@ -80,7 +80,7 @@ def _mapping(value: Mapping[Any, Any], on_text: OnText) -> Any:
             nk = k
         else:  # a tuple, bytes, an object: its text is what shows
             nk = _object(k, on_text)
-        nv = walk(v, k, on_text)
+        nv = walk(v, _key_of(k, value, key), on_text)
         if out is None and (nk is not k or nv is not v):
             out = dict(list(value.items())[:i])
         if out is not None:
@@ -121,7 +121,7 @@ def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> 
             elif not (k is None or isinstance(k, bool | int | float)):
                 _gather_object(k, texts, keyed)
             if v is not None and v is not True and v is not False:
-                gather(v, k, texts, keyed)
+                gather(v, _key_of(k, value, key), texts, keyed)
     elif isinstance(value, _SEQUENCES):
         for v in value:
             if v is not None and v is not True and v is not False:
@@ -129,9 +129,11 @@ def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> 
     elif value is None or isinstance(value, bool):
         return
     elif isinstance(value, int | float | Decimal):
-        number = _card_number(value, key)
-        if number is not None:
-            texts.append(number)
+        found = _number_text(value, key)
+        if found is not None:
+            if found[1] is not None:
+                keyed[len(texts)] = found[1]
+            texts.append(found[0])
     else:
         _gather_object(value, texts, keyed)
 
@@ -142,6 +144,40 @@ def _gather_object(value: object, texts: list[str], keyed: dict[int, str]) -> No
     except Exception:
         keyed[len(texts)] = UNREADABLE_TEXT
         texts.append(UNREADABLE)
+
+
+# Where a value's key is only "value": the key it stands for is its record's
+# name (`{"name": "DB_PASSWORD", "value": ...}`, a Kubernetes env entry, an
+# AWS tag's Key/Value), else the key the record itself sits under (Terraform's
+# `{"db_password": {"value": ...}}`).
+_VALUE_KEYS = frozenset({"value", "Value", "VALUE"})
+_NAME_KEYS = ("name", "Name", "key", "Key", "NAME", "KEY")
+
+
+def _key_of(key: object, record: Mapping[Any, Any], outer: object) -> object:
+    """The key a value under `key` in `record` (itself under `outer`) is judged by."""
+    if key not in _VALUE_KEYS:
+        return key
+    for name_key in _NAME_KEYS:
+        name = record.get(name_key)
+        if isinstance(name, str) and secret_key(name) is not None:
+            return name
+    if isinstance(outer, str) and secret_key(outer) is not None:
+        return outer
+    return key
+
+
+def _number_text(value: int | float | Decimal, key: object) -> tuple[str, str | None] | None:
+    """The text of a number that counts, and what its key expects: any number
+    under a password's key (a PIN, `"password": 83749261`), or a card number
+    under a key that names one."""
+    if isinstance(key, str) and secret_key(key) == "password":
+        try:
+            return str(value), "password"
+        except (ValueError, OverflowError):  # a huge int past str()'s limit
+            return None
+    number = _card_number(value, key)
+    return None if number is None else (number, None)
 
 
 def _card_number(value: int | float | Decimal, key: object) -> str | None:

@@ -1,6 +1,6 @@
 """The tools layer: what a tool is, how functions become tools, and the registry."""
 
-from .._errors import ArgumentError, ToolError, ToolFailure, error_text
+from .._errors import ArgumentError, InputRequired, ToolError, ToolFailure, error_text
 from .._output import OutputError, normalize_output
 from ._command import CommandTool
 from ._context import ToolContext
@@ -20,6 +20,7 @@ __all__ = [
     "ElicitationAnswer",
     "FunctionTool",
     "Injected",
+    "InputRequired",
     "InputUnavailable",
     "LogLevel",
     "OutputError",

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._sync import Latch
+from ..approvals import InputAnswer
 from ..masking import EMPTY_SCRUBBER, Scrubber, mask_arguments, scrub_published
 from ._peer import (
     LOG_LEVELS,
@@ -22,9 +23,14 @@ from ._peer import (
 )
 from ._running import current_run
 
-__all__ = ["ToolContext"]
+__all__ = ["LogSink", "ToolContext", "write_log"]
 
 ProgressSink = Callable[["ToolContext", str, float | None, dict[str, Any]], None]
+
+LogSink = Callable[[LogLevel, str, "str | None", dict[str, Any]], None]
+"""Where a call's `ctx.log` goes (level, message, logger, data): the pipeline's,
+which scrubs it with the call's own scrubber from any thread; in a worker
+process, a channel to the agent that does the same."""
 
 
 def _no_progress(
@@ -52,9 +58,24 @@ class ToolContext:
     deduplicates on it would drop the second charge. Where that matters, have
     the caller set `ToolCall.idempotency_key` (one per intended operation), or
     keep the model's call ids. See docs/journal.md.
+
+    `answer` is the person's answer to the question the tool asked by raising
+    `InputRequired`, when the call was submitted again with it (checked: an
+    answer to another call, other arguments or another question is not
+    handed over); None otherwise.
     """
 
-    __slots__ = ("_cancel", "_sink", "attempt", "call_id", "deadline", "idempotency_key", "tool")
+    __slots__ = (
+        "_cancel",
+        "_logs",
+        "_sink",
+        "answer",
+        "attempt",
+        "call_id",
+        "deadline",
+        "idempotency_key",
+        "tool",
+    )
 
     def __init__(
         self,
@@ -66,6 +87,8 @@ class ToolContext:
         cancel: Latch | threading.Event | None = None,
         sink: ProgressSink | None = None,
         idempotency_key: str = "",
+        answer: InputAnswer | None = None,
+        logs: LogSink | None = None,
     ) -> None:
         self.call_id = call_id
         self.tool = tool
@@ -76,6 +99,8 @@ class ToolContext:
         # The same for every attempt of the call and across a restart: a
         # mutating tool can hand it to the service it calls to dedupe retries.
         self.idempotency_key = idempotency_key
+        self.answer = answer
+        self._logs = logs
 
     @property
     def cancelled(self) -> bool:
@@ -106,15 +131,10 @@ class ToolContext:
         names the source, the tool by default). Never fails the call."""
         if level not in LOG_LEVELS:
             raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
-        scrubber = self._scrubber()
-        text = scrubber.text(message) if scrubber else message
-        log_locally(self.tool, level, text)
-        peer = peer_of(self.call_id)
-        if peer is not None:
-            payload: Any = text
-            if data:
-                payload = {"message": text, **scrub_published(scrubber, mask_arguments(data)[0])}
-            peer.log(level, payload, logger or self.tool)
+        if self._logs is not None:
+            self._logs(level, message, logger, data)
+        else:
+            write_log(self._scrubber(), self.call_id, self.tool, level, message, logger, data)
 
     def elicit(
         self, message: str, schema: Mapping[str, Any] | None = None, *, url: str | None = None
@@ -165,11 +185,37 @@ class ToolContext:
                 f"Tool '{self.tool}' asked for input, but its call was not served to an MCP "
                 "client here (or it runs in another process): nobody can answer"
             )
-        return peer.elicit(message, schema, url)
+        # Published to the client: scrubbed (and scanned) as the call's logs are.
+        scrubber = self._scrubber()
+        return peer.elicit(scrubber.text(message) if scrubber else message, schema, url)
 
     def _scrubber(self) -> Scrubber:
         """What the call's masking hid, when this context's call is running here."""
+        given = getattr(self._logs, "scrubber", None)  # the pipeline's `CallLogs`
+        if isinstance(given, Scrubber):
+            return given
         current = current_run.get()
         if current is not None and current[1].call.id == self.call_id:
             return current[1].scrubber
         return EMPTY_SCRUBBER
+
+
+def write_log(
+    scrubber: Scrubber,
+    call_id: str,
+    tool: str,
+    level: LogLevel,
+    message: str,
+    logger: str | None,
+    data: dict[str, Any],
+) -> None:
+    """What `ctx.log` does, with the call's `scrubber`: masked, to Python's
+    logger `toolbus.tool.<tool>` and, for a call served over MCP, to its client."""
+    text = scrubber.text(message) if scrubber else message
+    log_locally(tool, level, text)
+    peer = peer_of(call_id)
+    if peer is not None:
+        payload: Any = text
+        if data:
+            payload = {"message": text, **scrub_published(scrubber, mask_arguments(data)[0])}
+        peer.log(level, payload, logger or tool)
