@@ -151,6 +151,16 @@ def ray_registry(backend: Backend, marker_dir: str = "") -> ToolRegistry:
         return n
 
     @reg.tool(backend=backend, read_only=True)
+    def tell(ctx: ToolContext, api_key: str) -> str:
+        ctx.log(f"using {api_key}", level="warning", key=api_key)
+        return "told"
+
+    @reg.tool(backend=backend, read_only=True)
+    async def atell(ctx: ToolContext, api_key: str) -> str:
+        ctx.log(f"using {api_key}", level="warning", key=api_key)
+        return "told"
+
+    @reg.tool(backend=backend, read_only=True)
     def report(ctx: ToolContext) -> dict[str, Any]:
         left = None if ctx.deadline is None else ctx.deadline - time.monotonic()
         return {

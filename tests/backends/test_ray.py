@@ -7,6 +7,7 @@ once for the session by the `ray_session` fixture; without Ray they skip.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -269,6 +270,20 @@ def test_progress_reaches_the_local_bus_before_the_result(
         ]
         names = [n for n, _ in mine]
         assert names.index(bus.FINISHED) > max(i for i, n in enumerate(names) if n == bus.PROGRESS)
+
+
+def test_a_log_message_is_written_by_the_agent_scrubbed(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`ctx.log` on a Ray node travels back on the call's stream: the agent
+    writes it with the call's secrets scrubbed, never the node (issue 29)."""
+    ex = make_executor(rt.ray_registry(RayBackend()), timeout=30)
+    key = "sk-live-" + "k3y" * 8
+    for name in ("tell", "atell"):
+        with caplog.at_level(logging.WARNING, logger=f"toolbus.tool.{name}"):
+            assert ex.execute(call(name, api_key=key)).output == "told"
+        (record,) = [r for r in caplog.records if r.name == f"toolbus.tool.{name}"]
+        assert record.getMessage() == "using ***"
 
 
 def test_listed_context_vars_travel_and_the_deadline_is_rebased(
