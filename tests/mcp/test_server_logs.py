@@ -111,3 +111,30 @@ async def test_a_toolbus_server_passes_on_the_logs_of_the_server_its_tool_called
         ("info", "working", "chatter"),
         ("warning", {"api_key": "***", "step": 2}, "chatter"),
     ]
+
+
+async def test_a_served_tool_in_a_worker_process_logs_to_the_client_masked() -> None:
+    """`ctx.log` in a `ProcessBackend` worker travels back to the agent, which
+    writes it and sends it to the client, the call's secrets scrubbed."""
+    from tests import process_tools
+    from toolbus.scanning import ContentScanner
+
+    registry = ToolRegistry()
+    registry.tool(backend="process", read_only=True)(process_tools.log_mail)
+    heard: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        heard.append(params)
+
+    executor = Executor(registry, timeout=30, scanner=ContentScanner())
+    try:
+        async with Client(
+            build_server(registry, executor), mode="legacy", logging_callback=on_log
+        ) as client:
+            result = await client.call_tool("log_mail", {"mail": "jane.doe@example.org"})
+    finally:
+        await asyncio.to_thread(executor.close)
+    assert not result.is_error
+    assert [(p.level, p.logger, p.data) for p in heard] == [
+        ("info", "log_mail", "writing to [REDACTED:email]")
+    ]
