@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -32,6 +33,7 @@ import time
 import venv
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,6 +186,8 @@ def test(args: list[str]) -> None:
         print(f"+ random order, seed {seed} (replay it: --randomly-seed {seed})", flush=True)
         extra.append(f"--randomly-seed={seed}")
     lint_and_types()
+    if not quick:  # the slow tier's MCP tests drive them
+        _npm_peers().ensure_npm_peers(ROOT)
     with _stressed() if stress else contextlib.nullcontext():
         if given.names_tests:
             # As given, in one run: with --quick, the fast tier's tests among
@@ -198,6 +202,17 @@ def test(args: list[str]) -> None:
     _print_slowest([REPORTS / f"{tier}.xml" for tier in tiers])
     if failed:
         sys.exit(f"tests failed in the {' and '.join(failed)} tier")
+
+
+def _npm_peers() -> Any:
+    """scripts/npm_peers.py (beside this script, which may be loaded by path)."""
+    path = ROOT / "scripts" / "npm_peers.py"
+    spec = importlib.util.spec_from_file_location("toolbus_npm_peers", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _spread(tier: str, extra: list[str]) -> list[str]:

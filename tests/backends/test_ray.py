@@ -548,11 +548,13 @@ def test_an_async_tool_that_ignores_its_cancellation_does_not_wedge_the_tool(
     # Only the stalling call is held to the tool's 0.5 s: the two after it
     # must end ok, and on a busy machine a Ray round trip, or the replacement
     # actor's start, can take longer (as in the case below).
-    statuses = [
-        ex.execute(call("stubborn", stall=s), timeout=None if s else 60).status
+    results = [
+        ex.execute(call("stubborn", stall=s), timeout=None if s else 60)
         for s in (True, False, False)
     ]
-    assert statuses == ["timeout", "ok", "ok"]
+    assert [r.status for r in results] == ["timeout", "ok", "ok"], [
+        (r.status, r.error_code, r.error) for r in results
+    ]
     recorder.wait_for(bus.KILLED, timeout=RAY_WAIT)  # its actor, replaced
 
 

@@ -108,7 +108,8 @@ def test_events_built_on_delivery_are_one_object_with_the_steps_time(
     assert seqs == sorted(seqs) and len(set(seqs)) == 3
     executing, executed = held[0][1], held[1][1]
     assert executing.arguments == {"text": "1"} and executing.timeout is not None
-    assert executed.timestamp - executing.timestamp >= 0.015  # the tool ran in between
+    # The tool ran in between (wall-clock stamps: only their order is certain).
+    assert executed.timestamp > executing.timestamp
     assert held[2][1].result.output == "1"
 
 

@@ -2,7 +2,7 @@
 TypeScript SDK's reference server (2025-11-25 protocol: the client falls back
 from discovery to the initialize handshake), over stdio.
 
-`.ci/run` installs it at a pinned version into .cache/npm; elsewhere set
+The test command installs it at a pinned version into .cache/npm; elsewhere set
 MCP_EVERYTHING_SERVER to its dist/index.js, or these tests skip and say why.
 Covered: annotations, structured content with its outputSchema, progress
 (its long-running operation), a timeout and the call after it, images,

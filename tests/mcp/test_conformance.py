@@ -1,5 +1,5 @@
 """The official MCP conformance suite (npm `@modelcontextprotocol/conformance`,
-pinned in .ci/run) against toolbus, both ways.
+pinned in scripts/npm_peers.py) against toolbus, both ways.
 
 Server: `toolbus mcp serve tests.mcp_servers.conformance_tools:registry --http`,
 every scenario of the suite (`--suite all`, pending ones included) in one run.
@@ -8,7 +8,7 @@ Client: tests/mcp_servers/conformance_client.py (toolbus's `connect_http` and an
 
 A scenario in `OUT_OF_SCOPE` is one toolbus does not offer, and the test says
 why; it must fail, so one that starts passing is noticed (the suite calls that
-a stale baseline). `.ci/run` installs the suite into `.cache/npm`;
+a stale baseline). The test command installs the suite into `.cache/npm`;
 `MCP_CONFORMANCE=/path/to/dist/index.js` names another. Without node or the
 suite these tests skip and say why.
 """
@@ -44,7 +44,7 @@ pytestmark = [
     pytest.mark.skipif(
         not SUITE.exists(),
         reason=f"needs the MCP conformance suite at {SUITE}: npm install --prefix .cache/npm "
-        "@modelcontextprotocol/conformance@0.1.16 (as .ci/run does), or set MCP_CONFORMANCE",
+        "@modelcontextprotocol/conformance@0.1.16 (as the test command does), or set MCP_CONFORMANCE",
     ),
 ]
 

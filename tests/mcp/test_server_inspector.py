@@ -3,7 +3,7 @@ the TypeScript SDK's client) driving `toolbus mcp serve` over stdio and HTTP:
 `tools/list` shows output schemas and the four hints; `tools/call` returns
 structured content (which the TypeScript client checks against the schema).
 
-`.ci/run` installs it into `.cache/npm`; `MCP_INSPECTOR=/path/to/mcp-inspector`
+The test command installs it into `.cache/npm`; `MCP_INSPECTOR=/path/to/mcp-inspector`
 names another. Without node or the Inspector these tests skip. The Inspector
 cannot send headers (no token), so the HTTP server here has none; the guard's
 refusals are tested in test_server_http.py.
@@ -42,7 +42,7 @@ pytestmark = [
     pytest.mark.skipif(
         not INSPECTOR.exists(),
         reason=f"needs the MCP Inspector at {INSPECTOR}: npm install --prefix .cache/npm "
-        "@modelcontextprotocol/inspector@0.15.0 (as .ci/run does), or set MCP_INSPECTOR",
+        "@modelcontextprotocol/inspector@0.15.0 (as the test command does), or set MCP_INSPECTOR",
     ),
 ]
 

@@ -28,7 +28,7 @@ PEERS = ["in-process", "in-process-legacy", "stdio", "stdio-legacy"]
 # Where the protocol version changes nothing the test looks at: one stdio process fewer.
 SOME_PEERS = ["in-process", "in-process-legacy", "stdio"]
 
-# Where .ci/run installs npm's reference server (pinned there).
+# Where the test command installs npm's reference server (scripts/npm_peers.py, pinned there).
 EVERYTHING_CI = (
     ROOT / ".cache" / "npm" / "node_modules" / "@modelcontextprotocol" / "server-everything"
 )
@@ -59,13 +59,13 @@ def connect_asking(peer: str, **options: Any) -> MCPConnection:
 
 def everything_server() -> str:
     """The dist/index.js of server-everything: MCP_EVERYTHING_SERVER, else the
-    copy .ci/run installs; skips the test without one (or without node)."""
+    copy the test command installs; skips the test without one (or without node)."""
     path = os.environ.get("MCP_EVERYTHING_SERVER") or str(EVERYTHING_CI / "dist" / "index.js")
     if not shutil.which("node"):
         pytest.skip("node is not installed (server-everything runs on it)")
     if not Path(path).is_file():
         pytest.skip(
-            "@modelcontextprotocol/server-everything is not installed: .ci/run installs it "
+            "@modelcontextprotocol/server-everything is not installed: the test command installs it "
             f"into {EVERYTHING_CI.parents[2]}, or set MCP_EVERYTHING_SERVER to its dist/index.js"
         )
     return path

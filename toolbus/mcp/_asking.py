@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import mcp_types as types
 
 from ..tools import ToolContext
+from ..tools._peer import Peer
 
 __all__ = [
     "ASKING",
@@ -60,6 +61,8 @@ class Asking:
 
     ctx: ToolContext
     tool: str
+    # The MCP client the call is served to, if it is (a server's log messages go on to it).
+    peer: Peer | None = None
     failure: str | None = None
     declined: list[str] = field(default_factory=list)
     # False for a guess (`about`): the call is told of nothing that went wrong.

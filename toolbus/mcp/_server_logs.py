@@ -29,6 +29,7 @@ import mcp_types as types
 from .._text import text_of
 from ..masking import mask_arguments
 from ..tools import LogLevel
+from ..tools._context import pass_on_log
 from ..tools._peer import LOG_LEVELS, python_level
 from ._asking import ASKING, Asking, about, publish
 from ._redact import redact_text
@@ -67,6 +68,8 @@ def logging_callback(
                 "data": data,
             }
             publish(asking, f"MCP server '{server()}' logged: {_line(data)}", server_log=details)
+            if asking.peer is not None:  # a served call's: its client hears it too
+                pass_on_log(asking.ctx, asking.peer, params.level, data, params.logger or server())
             return
         source = f" ({params.logger})" if params.logger else ""
         log.log(python_level(params.level), "MCP server '%s'%s: %s", server(), source, _line(data))

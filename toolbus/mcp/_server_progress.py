@@ -29,7 +29,6 @@ from ..bus import BusPublisher, Subscription, subscribe
 from ..bus import _signals as sig
 from ..bus._events import CallFinished, Progress
 from ..executor import Executor
-from ..tools._peer import LOG_LEVELS, peer_of
 
 __all__ = ["Flow", "ProgressRelay", "Send", "progress_values"]
 
@@ -172,8 +171,7 @@ class ProgressRelay:
     def _receive(self, sender: Any, *, event: Any, signal: str) -> None:
         """On a delivery thread: hand a watched call's events to its request's loop."""
         if signal == sig.PROGRESS and "server_log" in event.data:
-            _pass_on_log(event)
-            return
+            return  # a log message, sent on by the call itself (`_server_logs.py`)
         if signal == sig.PROGRESS:
             key = event.call_id if event.call_id in self._watches else event.parent_call_id
         elif isinstance(event, CallFinished):
@@ -186,15 +184,3 @@ class ProgressRelay:
         item = event if signal == sig.PROGRESS else _END
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
             watch.loop.call_soon_threadsafe(watch.queue.put_nowait, item)
-
-
-def _pass_on_log(event: Progress) -> None:
-    """A log message of the server an MCP tool called, made during a served
-    call: a log message of the served call, not progress (as published:
-    masked)."""
-    logged = event.data["server_log"]
-    peer = peer_of(event.call_id)
-    if peer is None and event.parent_call_id is not None:
-        peer = peer_of(event.parent_call_id)
-    if peer is not None and isinstance(logged, dict) and logged.get("level") in LOG_LEVELS:
-        peer.log(logged["level"], logged.get("data"), logged.get("logger") or logged.get("server"))

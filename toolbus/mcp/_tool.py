@@ -11,6 +11,7 @@ from ..models import ErrorCode, ToolCall, ToolResult
 from ..policies import Admit, Reject
 from ..retry import RetryPolicy
 from ..tools import ElicitationAnswer, Tool, ToolContext, ToolError
+from ..tools._context import served_peer
 from ._actor import SessionPort
 from ._asking import Asking
 from ._elicitation import publish_answer
@@ -155,7 +156,7 @@ class MCPTool(Tool):
             fraction = progress / total if total else None
             ctx.progress(message, fraction, progress=progress, total=total)
 
-        asking = Asking(ctx, self.name)
+        asking = Asking(ctx, self.name, peer=served_peer(ctx))
         answer = ctx.answer
         if answer is not None:  # to the question that ended the call before
             publish_answer(asking, ElicitationAnswer(action=answer.action, data=answer.data))

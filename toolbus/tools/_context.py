@@ -18,12 +18,13 @@ from ._peer import (
     ElicitationAnswer,
     InputUnavailable,
     LogLevel,
+    Peer,
     log_locally,
     peer_of,
 )
 from ._running import current_run
 
-__all__ = ["LogSink", "ToolContext", "write_log"]
+__all__ = ["LogSink", "ToolContext", "pass_on_log", "served_peer", "write_log"]
 
 ProgressSink = Callable[["ToolContext", str, float | None, dict[str, Any]], None]
 
@@ -219,3 +220,24 @@ def write_log(
         if data:
             payload = {"message": text, **scrub_published(scrubber, mask_arguments(data)[0])}
         peer.log(level, payload, logger or tool)
+
+
+def served_peer(ctx: ToolContext) -> Peer | None:
+    """The MCP client the call of `ctx` is served to: its own, or for a call
+    made inside a served call (a step; an MCP tool a served tool called),
+    its caller's. Read while the call runs here."""
+    peer = peer_of(ctx.call_id)
+    if peer is None:
+        current = current_run.get()
+        if current is not None and current[1].call.id == ctx.call_id:
+            parent = current[1].parent_call_id
+            peer = peer_of(parent) if parent is not None else None
+    return peer
+
+
+def pass_on_log(ctx: ToolContext, peer: Peer, level: LogLevel, data: Any, logger: str) -> None:
+    """A log message made for the call of `ctx` elsewhere (by the MCP server
+    its tool called), sent on to the client `peer` at once, masked with the
+    call's scrubber: in order with the call's own, before its result."""
+    scrubber = ctx._scrubber()
+    peer.log(level, scrub_published(scrubber, data) if scrubber else data, logger)

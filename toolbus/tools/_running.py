@@ -51,6 +51,11 @@ class RunningCall(Protocol):
         """What the call's masking hid, to be scrubbed from any text it shows."""
         ...
 
+    @property
+    def parent_call_id(self) -> str | None:
+        """The call that made this one (a step, a tool's nested call), or None."""
+        ...
+
     def is_live(self, n: int) -> bool:
         """Whether attempt `n` still decides the call (toolbus has not settled it)."""
         ...

@@ -1,0 +1,55 @@
+"""The npm packages the MCP tests drive, pinned: the MCP Inspector's command
+line, the reference server `server-everything` and the official conformance
+suite. `test` installs whichever is missing into `.cache/npm` (once: each
+is kept until its pin changes) when `npm` is there; without npm, or offline,
+the tests that need them skip and say why (tests/mcp_servers/peers.py and
+the test files find them there).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+PACKAGES = {
+    "@modelcontextprotocol/inspector": "0.15.0",
+    "@modelcontextprotocol/server-everything": "2026.8.31",
+    "@modelcontextprotocol/conformance": "0.1.16",
+}
+
+
+def installed_version(prefix: Path, package: str) -> str | None:
+    try:
+        manifest = json.loads((prefix / "node_modules" / package / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    version = manifest.get("version") if isinstance(manifest, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def ensure_npm_peers(root: Path) -> None:
+    """Install the pinned packages that `root/.cache/npm` lacks (or has at another version)."""
+    prefix = root / ".cache" / "npm"
+    missing = [f"{p}@{v}" for p, v in PACKAGES.items() if installed_version(prefix, p) != v]
+    if not missing:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        print("+ npm not found: the MCP tests that drive npm's packages will skip", flush=True)
+        return
+    print(f"+ npm install --prefix .cache/npm {' '.join(missing)}", flush=True)
+    options = ["--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
+    done = subprocess.run(
+        [npm, "install", *options, *missing],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        print(
+            f"could not install them (npm exited {done.returncode}): the tests that need them "
+            f"will skip\n{done.stderr[-2000:]}",
+            flush=True,
+        )
