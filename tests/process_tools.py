@@ -233,3 +233,11 @@ def log_mail(mail: str, ctx: ToolContext) -> str:
     """Logs the address it writes to (issue 29: written by the agent, scanned)."""
     ctx.log(f"writing to {mail}")
     return "written"
+
+
+def log_odd_data(ctx: ToolContext) -> str:
+    """Logs data JSON cannot hold: a cycle and a tuple key (issue 29's review)."""
+    cycle: list[object] = []
+    cycle.append(cycle)
+    ctx.log("odd", cycle=cycle, pairs={(1, 2): "x"})
+    return "logged"

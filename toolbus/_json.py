@@ -244,18 +244,42 @@ def _native(v: Any, options: int) -> Any:
     return _NOT_NATIVE
 
 
-def detached(value: Any, depth: int = 0) -> Any:
-    """`value` with its dicts, lists and tuples copied, so that what is
-    published later (events are built and delivered on other threads) shows
-    it as it was now, whatever its owner changes in it meanwhile (a tool that
-    fills in its own arguments). Other objects are shared; a structure deeper
-    than 200 levels is returned as is, past that depth."""
+def detached(value: Any) -> Any:
+    """`value` with its dicts, lists and tuples copied (subclasses as the
+    plain kind), so that what is published later (events are built and
+    delivered on other threads) shows it as it was now, whatever its owner
+    changes in it meanwhile (a tool that fills in its own arguments). Each
+    container is copied once: a structure that shares one, or holds itself,
+    keeps that shape. Other objects are shared, and so is what lies deeper
+    than 200 levels."""
     t = type(value)
-    if depth > 200 or (t is not dict and t is not list and t is not tuple):
+    if t is dict and all(type(v) in _LEAVES for v in value.values()):
+        return dict(value)  # the usual arguments: flat
+    if not isinstance(value, dict | list | tuple):
+        return value
+    return _detached(value, {}, 0)
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _detached(value: Any, copies: dict[int, Any], depth: int) -> Any:
+    if depth > 200 or not isinstance(value, dict | list | tuple):
         return value
     depth += 1
-    if t is dict:
-        return {k: detached(v, depth) for k, v in value.items()}
-    if t is list:
-        return [detached(v, depth) for v in value]
-    return tuple(detached(v, depth) for v in value)
+    made = copies.get(id(value))
+    if made is not None:
+        return made
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        copies[id(value)] = out
+        for k, v in list(value.items()):
+            out[k] = _detached(v, copies, depth)
+        return out
+    if isinstance(value, list):
+        items: list[Any] = []
+        copies[id(value)] = items
+        items.extend(_detached(v, copies, depth) for v in list(value))
+        return items
+    made = copies[id(value)] = tuple(_detached(v, copies, depth) for v in value)
+    return made

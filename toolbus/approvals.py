@@ -29,7 +29,10 @@ an accept of the form as offered, `deny()` a decline) are `InputAnswer`s,
 passed back as decisions are; the tool reads the answer from its context
 (`ToolContext.answer`) when the call runs again. Its digest binds the tool,
 the arguments and the tool's own `state` (what it needs to go on), so an
-answer is good for that question of that call and no other.
+answer is good for that question of that tool's call with those arguments
+and no other. Like a decision it is not single-use: sent again, it answers
+again (a toolbus server lets a suspended call be resumed once; another
+server may run its tool again for it).
 
 Pure data, no threads: the models are frozen and serialisable, so a request can
 be shown in a UI, stored, and answered from another process.
@@ -100,6 +103,9 @@ class InputAnswer(ApprovalDecision):
     action: Literal["accept", "decline", "cancel"]
     data: dict[str, Any] | None = None
     state: str
+    covers_approval: bool = False
+    """The call had been approved when it asked: this answer carries that
+    approval on (bound by the digest), so it is not asked for again."""
 
 
 class InputRequest(ApprovalRequest):
@@ -114,6 +120,8 @@ class InputRequest(ApprovalRequest):
     message: str
     requested_schema: dict[str, Any] | None = None
     state: str
+    covers_approval: bool = False
+    """The call ran under a person's approval when it asked (see `InputAnswer`)."""
 
     def accept(self, data: dict[str, Any] | None = None) -> InputAnswer:
         """Answer with `data` (None: the form as offered, its defaults filled
@@ -140,7 +148,12 @@ class InputRequest(ApprovalRequest):
         if data is not None and not isinstance(data, dict):
             raise TypeError(f"an accept's data must be a dict or None, got {type(data).__name__}")
         return InputAnswer(
-            digest=self.digest, approved=True, action=action, data=data, state=self.state
+            digest=self.digest,
+            approved=True,
+            action=action,
+            data=data,
+            state=self.state,
+            covers_approval=self.covers_approval,
         )
 
 
@@ -163,13 +176,23 @@ def arguments_digest(tool: str, arguments: dict[str, Any] | str, *, secret: byte
 _INPUT_DOMAIN = b"toolbus input\0"
 
 
-def input_digest(tool: str, arguments: dict[str, Any] | str, state: str, *, secret: bytes) -> str:
+def input_digest(
+    tool: str,
+    arguments: dict[str, Any] | str,
+    state: str,
+    *,
+    secret: bytes,
+    covers_approval: bool = False,
+) -> str:
     """HMAC-SHA256 (hex), under `secret`, of the tool's name, its canonical
-    arguments and the tool's `state`: what binds an `InputAnswer` to the
-    question of one call (a state altered in transit matches nothing)."""
+    arguments, the tool's `state` and whether the call ran approved: what
+    binds an `InputAnswer` to the question of one call (a state altered in
+    transit, or an approval claimed, matches nothing)."""
     mac = _call_mac("input_digest", _INPUT_DOMAIN, tool, arguments, secret)
     mac.update(b"\0")
     mac.update(state.encode("utf-8", "surrogatepass"))
+    if covers_approval:
+        mac.update(b"\0approved")
     return mac.hexdigest()
 
 

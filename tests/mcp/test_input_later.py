@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor
-from tests.mcp_servers import asking_server
+from tests.mcp_servers import asking_server, quiz_server
 from tests.mcp_servers.peers import connect_asking, use_peer
 from tests.providers import test_agent_approvals as agent
 from tests.providers import test_agent_loop as agent_loop
@@ -27,7 +27,9 @@ from toolbus import Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.approvals import InputAnswer, InputRequest
 from toolbus.mcp import MCPConnection, build_server, connect
 from toolbus.models import ErrorCode, ToolResult
+from toolbus.policies import requires_approval
 from toolbus.providers import run_agent
+from toolbus.scanning import ContentScanner
 
 # Over stdio the server is another process: its count of runs is not ours.
 MODERN = ["in-process", "stdio"]
@@ -269,3 +271,62 @@ def test_run_agent_asks_approve_for_the_answer(
     assert run.stop_reason == "done"
     assert [type(r).__name__ for r in asked] == ["InputRequest"]
     assert "booked Oslo x3" in agent.answers("chat", server.requests[-1])["call_book"]
+
+
+# -- found by review ----------------------------------------------------------------------
+
+
+def test_an_approved_tool_that_asks_goes_on_with_the_answer(
+    asking: MCPConnection, make_executor: MakeExecutor
+) -> None:
+    """The answer carries the approval on: not asked for again (once, each
+    asked for the other without end)."""
+    ex = make_executor(registered(asking), policies=[requires_approval()])
+    first = ex.execute(BOOK)
+    assert first.error_code == ErrorCode.APPROVAL_REQUIRED and first.approval_request is not None
+    request = deferred(ex.execute(BOOK, approval=first.approval_request.approve()))
+    assert request.covers_approval
+    done = ex.execute(BOOK, approval=request.accept({"seats": 2, "ok": True}))
+    assert done.output == {"result": "booked Oslo x2"}, done
+    assert asking_server.runs == ["Oslo"]
+    # An answer that claims an approval it was not given is no answer.
+    forged = request.accept({"seats": 2, "ok": True}).model_copy(update={"covers_approval": False})
+    assert ex.execute(BOOK, approval=forged).error_code == ErrorCode.APPROVAL_REQUIRED
+
+
+def test_run_agent_asks_each_question_a_call_asks(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    quiz_server.bodies.clear()
+    with connect(quiz_server.server) as quiz:
+        ex = make_executor(registered(quiz))
+        turn = agent.model_turn("chat", (("call_t", "twice", {}),))
+        server, client = agent.serve(clients, "chat", turn)
+        asked: list[str] = []
+
+        def approve(request: Any) -> Any:
+            asked.append(request.message)
+            return request.accept({"v": str(len(asked))})
+
+        run = run_agent(client, model=agent.MODEL, messages="Go", executor=ex, approve=approve)
+    assert (run.stop_reason, asked) == ("done", ["First?", "Second?"])
+    assert agent.answers("chat", server.requests[-1])["call_t"] == ('{"v": "1"} then {"v": "2"}')
+    assert quiz_server.bodies == ["twice"]
+
+
+def test_the_published_question_is_scrubbed_and_scanned(make_executor: MakeExecutor) -> None:
+    """The server copied the caller's token into its question, its schema and
+    its plain-text state: none of it is published; the caller's own copy
+    keeps the state, so the call can still be answered."""
+    token = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
+    with connect(quiz_server.server) as quiz:
+        ex = make_executor(registered(quiz), scanner=ContentScanner())
+        call = ToolCall(id="l1", name="leak", arguments={"token": token})
+        with bus.Recorder(sender=ex) as rec:
+            request = deferred(ex.execute(call))
+            assert ex.drain_events()
+        (finished,) = rec.of(bus.FINISHED)
+        assert token not in repr(finished.result)
+        assert token in request.state  # the caller's copy
+        done = ex.execute(call, approval=request.decline())
+    assert done.output == "confirmed: decline", done

@@ -15,6 +15,7 @@ import asyncio
 import queue
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,20 @@ def test_a_followed_resource_sends_an_event_for_each_change(notes: MCPConnection
         assert heard.next().uri == LATER
     assert heard.events.empty()
     heard.close()
+
+
+def test_resources_followed_from_two_threads_at_once_are_both_heard() -> None:
+    """Two changes of the set at once each retired the other's stream (found
+    by review): one change at a time now."""
+    with connect(notes_server.server) as conn, ThreadPoolExecutor(2) as pool:
+        heard = Heard(conn)
+        list(pool.map(conn.subscribe_resource, [TODAY, LATER]))
+        assert conn.resource_subscriptions == {TODAY, LATER}
+        with writer(conn) as ex:
+            write(ex, TODAY, "one")
+            write(ex, LATER, "two")
+            assert {heard.next().uri, heard.next().uri} == {TODAY, LATER}
+        heard.close()
 
 
 def test_followed_resources_are_asked_for_again_after_a_reconnection() -> None:

@@ -209,12 +209,17 @@ async def test_on_2026_07_28_the_call_waits_suspended_and_its_state_is_good_once
         assert isinstance(request, types.ElicitRequest)
         assert request.params.message == "Seats to Oslo?"
         state = first.request_state
-        # Another tool's call cannot take it over.
+        # Another tool's call cannot take it over, nor the same tool's with
+        # other arguments (it would get Oslo's result: found by review).
         other = await c.call_tool("abook", {"city": "Oslo"}, request_state=state)
         assert other.is_error and "not waiting here" in text(other)
         answers: types.InputResponses = {
             key: types.ElicitResult(action="accept", content={"seats": 4})
         }
+        paris = await c.call_tool(
+            "book", {"city": "Paris"}, input_responses=answers, request_state=state
+        )
+        assert paris.is_error and "not waiting here" in text(paris)
         done = await c.call_tool(
             "book", {"city": "Oslo"}, input_responses=answers, request_state=state
         )

@@ -136,3 +136,54 @@ async def test_a_question_to_the_mcp_client_is_scanned() -> None:
         await asyncio.to_thread(executor.close)
     assert not result.is_error
     assert asked == ["Send it to [REDACTED:email]?"]
+
+
+def test_progress_data_that_holds_itself_is_copied_once(make_executor: MakeExecutor) -> None:
+    """A tree whose nodes point back at their parent made `ctx.progress` copy
+    every path around its cycles (found by review of the fix): each
+    container is copied once, and the call goes on."""
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def sync_tree(ctx: ToolContext) -> str:
+        """Reports a tree whose children know their parent."""
+        root: dict[str, Any] = {"name": "root", "children": []}
+        for i in range(3):
+            root["children"].append({"name": f"c{i}", "parent": root})
+        ctx.progress("synced the tree", 1.0, tree=root)
+        return "synced"
+
+    ex = make_executor(registry, scanner=ContentScanner(), timeout=30)
+    lines = io.StringIO()
+    with log_json(ex, lines), bus.Recorder(sender=ex) as rec:
+        assert ex.execute(ToolCall(name="sync_tree", arguments={})).ok
+        assert ex.drain_events()
+    assert len(rec.of(bus.PROGRESS)) == 1
+
+
+def test_a_log_message_that_is_no_text_is_scanned(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def lookup(ctx: ToolContext) -> str:
+        """Logs an exception it caught."""
+        ctx.log(LookupError(f"no account for {MAIL}"), "error")  # type: ignore[arg-type]
+        return "looked up"
+
+    ex = make_executor(registry, scanner=ContentScanner())
+    with caplog.at_level(logging.INFO, logger="toolbus.tool.lookup"):
+        assert ex.execute(ToolCall(name="lookup", arguments={})).ok
+    (record,) = [r for r in caplog.records if r.name == "toolbus.tool.lookup"]
+    assert record.getMessage() == "no account for [REDACTED:email]"
+
+
+def test_log_data_json_cannot_hold_never_fails_a_worker_call(make_executor: MakeExecutor) -> None:
+    """A cycle or a tuple key in `ctx.log`'s data, in a worker process: the
+    message goes without its data (the frame could not be encoded)."""
+    registry = ToolRegistry()
+    registry.tool(backend="process", read_only=True)(process_tools.log_odd_data)
+    ex = make_executor(registry)
+    result = ex.execute(ToolCall(name="log_odd_data", arguments={}))
+    assert (result.status, result.output) == ("ok", "logged"), result.error

@@ -220,13 +220,15 @@ def test_a_password_in_a_url_is_a_secret_not_an_address(scanner: ContentScanner)
         'curl -u "' + "aZ3" * 5000 + ':s3cr3tpass" https://x',
         "apiVersion: v1\ndata:\n  key.hex: " + "a" * 16000 + "\nkind: Secret\n",
         "secret\ndata:" + " " * 90 + "k:" + "a" * 4000,
+        "password is" + " " * 16384 + "x",
     ],
-    ids=["dots", "parentheses", "pwd", "curl-allow", "k8s-allow", "k8s-windows"],
+    ids=["dots", "parentheses", "pwd", "curl-allow", "k8s-allow", "k8s-windows", "is-spaces"],
 )
 def test_no_rule_costs_seconds_on_a_few_kb(scanner: ContentScanner, text: str) -> None:
     """Each took seconds (a lazy value before trailing punctuation; gitleaks'
-    allow patterns on a long value; gitleaks' Kubernetes windows), found by
-    review: scanning each ten times now fits well within the test's timeout."""
+    allow patterns on a long value; gitleaks' Kubernetes windows; spaces after
+    "is" split between two `\\s*`), found by review: scanning each ten times
+    now fits well within the test's timeout."""
     for _ in range(10):
         scanner.text(text)
 
@@ -366,7 +368,7 @@ def test_values_followed_by_more_or_written_in_other_scripts_are_found(
     [
         ("(token=Xk9mQ2vL7pR4wZ)", "(token=[REDACTED:secret])"),
         ("config{secret=Xk9mQ2vL7pR4wZ}", "config{secret=[REDACTED:secret]}"),
-        ('{"password": 83749261}', '{"password": [REDACTED:secret]}'),
+        ('{"api_key": 9f8a7b6c5d4e3f2a1b0c}', '{"api_key": [REDACTED:secret]}'),
     ],
 )
 def test_a_redaction_leaves_the_bracket_after_the_secret(
@@ -376,10 +378,12 @@ def test_a_redaction_leaves_the_bracket_after_the_secret(
 
 
 def test_a_password_under_its_key_is_hidden_whatever_its_shape(scanner: ContentScanner) -> None:
-    """A number (a PIN), a record under the password's key (Terraform's
-    output), a name/value pair (a Kubernetes env entry, an AWS tag)."""
+    """A whole number under a password's or a PIN's key, a string under
+    Terraform's `{"db_password": {"value": ...}}`, a name/value pair (a
+    Kubernetes env entry, an AWS tag)."""
     hidden = "[REDACTED:secret]"
     assert scanner.value({"password": 83749261}) == {"password": hidden}
+    assert scanner.value({"pinCode": 4321}) == {"pinCode": hidden}
     tf = {"db_password": {"sensitive": True, "value": "S3cr3tP4ss"}}
     assert scanner.value(tf) == {"db_password": {"sensitive": True, "value": hidden}}
     env = [{"name": "DB_PASSWORD", "value": "S3cr3tP4ss!"}, {"name": "HOME", "value": "/root"}]
@@ -389,6 +393,43 @@ def test_a_password_under_its_key_is_hidden_whatever_its_shape(scanner: ContentS
     ]
     tags = [{"Key": "api_token", "Value": "Xk9mQ2vL7pR4wZ8s"}]
     assert scanner.value(tags) == [{"Key": "api_token", "Value": hidden}]
-    # Left alone: counts and lengths under their own keys.
-    plain = {"password_length": 12, "retries": 3, "value": 7}
-    assert scanner.value(plain) == plain
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"tests": {"pass": 1587, "fail": 13}},
+        {"stats": {"pass": 98.5}},
+        [{"name": "pass", "value": 1520}],
+        {"day_pass": 2599},
+        {"weak_passwords": 1234},
+        {"key": "password", "value": 2048},
+        {"password": {"value": 7776, "unit": "seconds"}},
+        {"password_length": 12, "retries": 3, "value": 7, "pin": 12},
+    ],
+)
+def test_numbers_beside_a_password_word_are_left_alone(scanner: ContentScanner, value: Any) -> None:
+    """A test's passes, a count of weak passwords, a setting's number under a
+    bare `value`, a float, a short number (found by review of the fix)."""
+    assert scanner.value(value) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Expires 12/27 4111 1111 1111 1111", "Expires 12/27 [REDACTED:card]"),
+        ("qty 25 4111 1111 1111 1111", "qty 25 [REDACTED:card]"),
+        (
+            "4111 1111 1111 1111 12/27 5555 5555 5555 4444 01/28",
+            "[REDACTED:card] 12/27 [REDACTED:card] 01/28",
+        ),
+        ("4222 2222 2222 2 4111 1111 1111 1111", "[REDACTED:card] [REDACTED:card]"),
+        ("BE68539007547034 NL91ABNA0417164300", "[REDACTED:iban] [REDACTED:iban]"),
+    ],
+)
+def test_cards_and_ibans_beside_other_groups_are_each_found(
+    scanner: ContentScanner, text: str, shown: str
+) -> None:
+    """A match that took a group before or after the value is cut down to
+    it, and the search goes on from the value's end: the next card is found."""
+    assert scanner.text(text) == shown

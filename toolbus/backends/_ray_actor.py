@@ -138,7 +138,10 @@ def _progress(message: str, fraction: float | None, data: dict[str, Any]) -> byt
 def _log(level: str, message: str, logger: str | None, data: dict[str, Any]) -> bytes:
     # Logged by the agent, scrubbed with the call's secrets: never on the node.
     msg = {"kind": "log", "level": level, "message": str(message), "logger": logger}
-    return _wire.body({**msg, "data": data}, default=str)
+    try:
+        return _wire.body({**msg, "data": data}, default=str)
+    except Exception:  # data JSON cannot hold (a cycle, a tuple key): sent without
+        return _wire.body({**msg, "data": {}}, default=str)
 
 
 def _ok(name: str, value: Any) -> bytes:

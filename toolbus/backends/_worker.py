@@ -134,9 +134,13 @@ class _Channel:
 
     def log_sink(self, seq: int) -> Any:
         def logs(level: str, message: str, logger: str | None, data: dict[str, Any]) -> None:
-            msg = {"seq": seq, "kind": "log", "level": level, "message": str(message)}
             # Logged by the agent, scrubbed with the call's secrets: never here.
-            self.send(_wire.reply({**msg, "logger": logger, "data": data}, default=str))
+            msg = {"seq": seq, "kind": "log", "level": level, "message": str(message)}
+            try:
+                frame = _wire.reply({**msg, "logger": logger, "data": data}, default=str)
+            except Exception:  # data JSON cannot hold (a cycle, a tuple key): sent without
+                frame = _wire.reply({**msg, "logger": logger, "data": {}}, default=str)
+            self.send(frame)
 
         return logs
 

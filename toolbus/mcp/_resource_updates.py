@@ -63,6 +63,9 @@ class ResourceWatch:
         self._announcer: Announcer | None = None
         self._stream: asyncio.Task[None] | None = None
         self._closed = False
+        # One change of the set at a time: each opens its stream and retires
+        # the one before (two at once would retire each other's: found by review).
+        self._changing = asyncio.Lock()
 
     def updated(self, uri: str) -> None:
         """Announce that `uri` changed, if it is followed."""
@@ -86,48 +89,54 @@ class ResourceWatch:
 
     async def follow(self, client: Client, uri: str) -> None:
         """Follow `uri` from now on (the server's refusal is raised, and it is not followed)."""
-        if uri in self.uris:
-            return
-        self.uris.add(uri)
-        try:
-            if _modern(client):
-                await self._listen(client)
-            else:
-                with warnings.catch_warnings():  # deprecated by 2026-07-28, not before
-                    warnings.simplefilter("ignore", MCPDeprecationWarning)
-                    await client.session.subscribe_resource(uri)
-        except BaseException:
-            self.uris.discard(uri)
-            raise
+        async with self._changing:
+            if uri in self.uris:
+                return
+            self.uris.add(uri)
+            try:
+                if _modern(client):
+                    await self._listen(client)
+                else:
+                    with warnings.catch_warnings():  # deprecated by 2026-07-28, not before
+                        warnings.simplefilter("ignore", MCPDeprecationWarning)
+                        await client.session.subscribe_resource(uri)
+            except BaseException:
+                self.uris.discard(uri)
+                raise
 
     async def unfollow(self, client: Client | None, uri: str) -> None:
         """Stop following `uri` (nothing is announced for it from now on)."""
-        if uri not in self.uris:
-            return
-        self.uris.discard(uri)
-        if client is None:
-            return  # no session: the next one is not asked for it
-        if _modern(client):
-            await self._listen(client)
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)
-                await client.session.unsubscribe_resource(uri)
+        async with self._changing:
+            if uri not in self.uris:
+                return
+            self.uris.discard(uri)
+            if client is None:
+                return  # no session: the next one is not asked for it
+            if _modern(client):
+                await self._listen(client)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", MCPDeprecationWarning)
+                    await client.session.unsubscribe_resource(uri)
 
     async def resumed(self, client: Client) -> None:
         """A new session: ask it for every URI followed."""
-        if not self.uris:
-            return
-        try:
-            if _modern(client):
-                await self._listen(client)
+        async with self._changing:
+            if not self.uris:
                 return
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)
-                for uri in sorted(self.uris):
-                    await client.session.subscribe_resource(uri)
-        except Exception as e:  # the session may be gone again: the next one asks
-            log.warning("MCP server '%s': resources not followed again: %s", self._server(), e)
+            try:
+                await self._ask_again(client)
+            except Exception as e:  # the session may be gone again: the next one asks
+                log.warning("MCP server '%s': resources not followed again: %s", self._server(), e)
+
+    async def _ask_again(self, client: Client) -> None:
+        if _modern(client):
+            await self._listen(client)
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            for uri in sorted(self.uris):
+                await client.session.subscribe_resource(uri)
 
     async def _listen(self, client: Client) -> None:
         """One stream for every URI followed (none: no stream), open before it returns."""

@@ -59,8 +59,8 @@ __all__ = [
 CUSTOM_INPUT = "input"
 
 _STALE = (
-    "The call this request_state suspended is not waiting here (unknown, expired or "
-    "answered already): send the call anew"
+    "The call this request_state suspended is not waiting here (unknown, expired, "
+    "answered already, or sent again for another tool or other arguments): send the call anew"
 )
 
 _CUSTOM_SCHEMA: dict[str, Any] = {
@@ -199,7 +199,7 @@ def build_server(
             if params.request_state is not None:  # sent again, with answers (2026-07-28)
                 replies = params.input_responses or {}
                 state = params.request_state
-                outcome = await calls.resume(state, params.name, replies, ctx, wants_progress)
+                outcome = await calls.resume(state, call, replies, ctx, wants_progress)
                 if outcome is None:
                     code = ErrorCode.INVALID_ARGUMENTS.value
                     return _error(f"{_STALE} ({code})", "rejected", code)

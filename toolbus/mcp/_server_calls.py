@@ -74,16 +74,21 @@ class ServedCalls:
     async def resume(
         self,
         state: str,
-        name: str,
+        call: ToolCall,
         replies: Mapping[str, Any],
         ctx: ServerRequestContext[Any],
         wants_progress: bool,
     ) -> Outcome | None:
         """Answer the call suspended under `state` with `replies` and go on
-        with it for request `ctx`; None if no call of tool `name` is suspended
-        under `state` here (unknown, expired, resumed already)."""
+        with it for request `ctx`; None if no call of `call`'s tool and
+        arguments is suspended under `state` here (unknown, expired, resumed
+        already, or sent again with other arguments)."""
         served = self._suspended.get(state)
-        if served is None or served.call.name != name:
+        if (
+            served is None
+            or served.call.name != call.name
+            or served.call.arguments != call.arguments
+        ):
             return None
         del self._suspended[state]
         if served.expiry is not None:

@@ -12,7 +12,13 @@ from __future__ import annotations
 import hmac
 
 from .._errors import InputRequired
-from ..approvals import InputAnswer, InputRequest, input_digest
+from ..approvals import (
+    ApprovalDecision,
+    InputAnswer,
+    InputRequest,
+    arguments_digest,
+    input_digest,
+)
 from ..models import ErrorCode, ToolResult
 from ._make import log_contained, make_result
 from ._run import Run
@@ -26,11 +32,32 @@ def answer_for(run: Run, secret: bytes) -> InputAnswer | None:
     if not isinstance(answer, InputAnswer) or not isinstance(answer.state, str):
         return None
     origin = run.origin
-    digest = input_digest(origin.name, origin.arguments, answer.state, secret=secret)
+    digest = input_digest(
+        origin.name,
+        origin.arguments,
+        answer.state,
+        secret=secret,
+        covers_approval=answer.covers_approval is True,
+    )
     given = answer.digest if isinstance(answer.digest, str) else ""
     if hmac.compare_digest(given.encode("utf-8", "surrogatepass"), digest.encode()):
         return answer
     return None
+
+
+def _ran_approved(run: Run, secret: bytes) -> bool:
+    """Whether `run` got past an approval: a decision for its exact arguments,
+    or an answer that carries one on."""
+    decision = run.approval
+    if isinstance(decision, InputAnswer):
+        answer = answer_for(run, secret)
+        return answer is not None and answer.covers_approval is True
+    if not isinstance(decision, ApprovalDecision) or decision.approved is not True:
+        return False
+    origin = run.origin
+    digest = arguments_digest(origin.name, origin.arguments, secret=secret)
+    given = decision.digest if isinstance(decision.digest, str) else ""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), digest.encode())
 
 
 def deferred_for_input(run: Run, asked: InputRequired, attempts: int, secret: bytes) -> ToolResult:
@@ -41,17 +68,23 @@ def deferred_for_input(run: Run, asked: InputRequired, attempts: int, secret: by
     # masking knows are scrubbed from it, as from an error's text.
     scrub = run.scrubber.for_model()
     message = scrub.text(asked.message)
+    schema = scrub.value(asked.schema) if asked.schema is not None else None
     try:
         origin = run.origin
+        covers = _ran_approved(run, secret)
+        digest = input_digest(
+            origin.name, origin.arguments, asked.state, secret=secret, covers_approval=covers
+        )
         request = InputRequest(
             call_id=run.call.id,
             tool=name,
             arguments_masked=run.masked,
-            digest=input_digest(origin.name, origin.arguments, asked.state, secret=secret),
+            digest=digest,
             source=asked.source,
             message=message,
-            requested_schema=asked.schema,
+            requested_schema=schema,
             state=asked.state,
+            covers_approval=covers,
         )
     except Exception as e:  # a schema that is not a dict, say
         log_contained(f"call {run.call.id}: its tool's question cannot be asked", e, run.scrubber)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalDecision, ApprovalRequest, arguments_digest
+from ..approvals import ApprovalDecision, ApprovalRequest, InputAnswer, arguments_digest
 from ..models import ErrorCode, ToolResult
 from ..policies._protocol import (
     Admit,
@@ -35,6 +35,7 @@ from ..policies._protocol import (
 )
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
+from ._input import answer_for
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, POLICIES
 
@@ -245,7 +246,12 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
     # hash of its arguments would give away a secret of few possible values.
     digest = arguments_digest(origin.name, origin.arguments, secret=svc.key_secret)
     decision = run.approval
-    if isinstance(decision, ApprovalDecision) and hmac.compare_digest(
+    if isinstance(decision, InputAnswer):
+        # An answer to the question the approved call asked carries the approval on.
+        answer = answer_for(run, svc.key_secret)
+        if answer is not None and answer.covers_approval is True:
+            return None
+    elif isinstance(decision, ApprovalDecision) and hmac.compare_digest(
         decision.digest.encode("utf-8", "surrogatepass"), digest.encode()
     ):
         # `is True`: a decision made unvalidated (model_construct) with

@@ -3,6 +3,7 @@ claimed once and announced (`finish`)."""
 
 from __future__ import annotations
 
+from ..approvals import InputRequest
 from ..bus import _signals as sig
 from ..bus._events import (
     CallCancelled,
@@ -66,6 +67,25 @@ def _scanned(
     return published, published if scanner.to_model else known
 
 
+def _question_published(result: ToolResult, scrubber: Scrubber) -> ToolResult:
+    """A deferred call's question as published: its text, schema and state
+    scrubbed and scanned, as the call's error is (a state changed so no longer
+    answers it: the caller answers from its own copy, which keeps it)."""
+    request = result.approval_request
+    assert isinstance(request, InputRequest)
+    try:
+        shown = request.model_copy(
+            update={
+                "message": scrubber.text(request.message),
+                "requested_schema": scrubber.value(request.requested_schema),
+                "state": scrubber.text(request.state),
+            }
+        )
+    except Exception:  # a schema too deep to scan: none of it is shown
+        shown = request.model_copy(update={"requested_schema": None, "state": ""})
+    return result.model_copy(update={"approval_request": shown})
+
+
 def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     """Make `result` the call's terminal result if it has none yet; announce it.
 
@@ -103,6 +123,8 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
         result = run.result = _scrubbed(scrubber, told)
     if published is not None:
         result = published  # from here on, `result` is what is published
+    if isinstance(result.approval_request, InputRequest) and run.scrubber:
+        result = _question_published(result, run.scrubber)
     if run.journaled:
         try:
             svc.journal.ended(run, result)  # type: ignore[union-attr]

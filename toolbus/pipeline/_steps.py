@@ -272,7 +272,7 @@ def attempt(
         if svc.plain_post:  # nothing to run on it: final as made
             return DONE if finish(run, result, svc) else LOST
         return (yield from complete(run, result, svc))
-    if em.listening[sig.ERROR]:
+    if em.listening[sig.ERROR] and not isinstance(error, InputRequired):  # (a question, no failure)
         text = run.scrubber.text(error_text(error))
         em.emit(
             sig.ERROR,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._executor._batch_result import summary as _summary
-from ..approvals import ApprovalDecision, ApprovalRequest
+from ..approvals import ApprovalDecision, ApprovalRequest, InputRequest
 from ..models import BatchResult, ErrorCode, ToolCall, ToolResult
 
 log = logging.getLogger("toolbus.providers")
@@ -159,20 +159,26 @@ def settle(
     turn's batch, merged. It may still hold `deferred` calls: those no decision
     could run (none given and none asked for, or one for other arguments).
 
-    Each round asks (`ask`: there is an `approve`) about the deferred calls not
+    Each round asks (`ask`: there is an `approve`) about the requests not
     decided yet, then re-runs every unfinished call with all decisions so far:
     a call that waited for a deferred one may itself need approval once it gets
-    its turn, which the next round asks about. Rounds stop when nothing new was
-    decided, so each call is asked about at most once.
+    its turn, and a call whose question was answered may ask the next (an
+    `InputRequest` of its own digest), which the next round asks about. Rounds
+    stop when nothing new was decided (each request is asked about once), or
+    after `_MOST_ROUNDS`.
     """
     decided = dict(given)
     fresh = bool(decided)  # decisions the batch has not been run with yet
+    rounds = 0
     while True:
-        if ask:
+        rounds += 1
+        if ask and rounds <= _MOST_ROUNDS:
+            # Each request once: a call's approval, then each question it asks
+            # (an answered call may ask the next: a request of its own digest).
             undecided = [
                 r.approval_request
                 for r in batch
-                if r.approval_request is not None and r.call_id not in decided
+                if r.approval_request is not None and not _decided(decided, r.approval_request)
             ]
             if undecided:
                 answers = yield Decide(tuple(undecided))
@@ -185,6 +191,20 @@ def settle(
         rerun: BatchResult = yield RunCalls([calls[i] for i in redo], decided)
         batch = merge(batch, redo, rerun)
         fresh = False
+
+
+def _decided(decided: Mapping[str, ApprovalDecision], request: ApprovalRequest) -> bool:
+    """Whether `request` has its decision: one for its call (for a question,
+    of its digest: a call answered once may ask the next)."""
+    given = decided.get(request.call_id)
+    if given is None:
+        return False
+    return not isinstance(request, InputRequest) or given.digest == request.digest
+
+
+# A call that asks question after question is asked about this many times at
+# most in one turn; then the turn stops, its request pending.
+_MOST_ROUNDS = 16
 
 
 def unfinished(result: ToolResult) -> bool:

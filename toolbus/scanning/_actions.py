@@ -117,9 +117,10 @@ def _weight(f: Finding) -> tuple[bool, bool]:
 
 
 def _masked(kind: str, value: str) -> str:
-    if kind == "email" and "@" in value:
-        local, _, domain = value.rpartition("@")
-        return f"{local[:1]}{'*' * max(len(local) - 1, 3)}@{domain}"
+    at = "@" if "@" in value else "%40"  # (an address in a URL's query: "%40")
+    if kind == "email" and at in value:
+        local, _, domain = value.rpartition(at)
+        return f"{local[:1]}{'*' * max(len(local) - 1, 3)}{at}{domain}"
     keep = 4 if sum(c.isalnum() for c in value) >= 12 else 0
     chars = list(value)
     for i in range(len(chars) - keep):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ._checks import shannon_entropy
 
-__all__ = ["KINDS", "PERSONAL", "SECRETS", "Rule"]
+__all__ = ["GROUPED", "KINDS", "PERSONAL", "SECRETS", "Rule"]
 
 SECRETS = frozenset({"secret", "private_key", "jwt"})
 """The kinds of secrets: a credential in general, a private key, a JWT."""
@@ -136,14 +136,14 @@ class Rule:
         if self.entropy and shannon_entropy(value) <= self.entropy:
             return None
         if self.check is not None and not self.check(value):
-            if self.kind not in _GROUPED:
+            if self.kind not in GROUPED:
                 return None
             # A card number followed by its expiry ("4111 ... 1111 12/27"), an
             # IBAN by a BIC or a currency: the match took the next group too.
-            shorter = _shortest_passing(value, self.check)
-            if shorter is None:
+            span = _shortest_passing(value, self.check)
+            if span is None:
                 return None
-            end = start + shorter
+            start, end = start + span[0], start + span[1]
             value = text[start:end]
         # A long value is never let by: gitleaks' allow patterns (`[^:]+:...`) cost
         # Python the square of its length (seconds at 16 KB; found by review).
@@ -161,20 +161,20 @@ class Rule:
 
 
 # Kinds written in groups, whose match may run into what follows them.
-_GROUPED = frozenset({"card", "iban"})
+GROUPED = frozenset({"card", "iban"})
 
 
-def _shortest_passing(value: str, check: Callable[[str], bool]) -> int | None:
-    """Where `value` ends once its last groups (after a space or a dash) are
-    cut off, one at a time, up to three, the first time `check` accepts it."""
-    end = len(value)
-    for _ in range(3):
-        cut = max(value.rfind(" ", 0, end), value.rfind("-", 0, end))
-        if cut <= 0:
-            return None
-        end = cut
+def _shortest_passing(value: str, check: Callable[[str], bool]) -> tuple[int, int] | None:
+    """Where in `value` the part `check` accepts is, once groups (after or
+    before a space or a dash) are cut off its end, or its start ("qty 25 4111
+    ...", "12/27 4111 ..."), up to three each; None if none is."""
+    cuts = [i for i, c in enumerate(value) if c in " -"]
+    for end in reversed(cuts[-3:]):
         if check(value[:end]):
-            return end
+            return 0, end
+    for cut in cuts[:3]:
+        if check(value[cut + 1 :]):
+            return cut + 1, len(value)
     return None
 
 

@@ -25,7 +25,7 @@ from ._builtin import builtin_rules
 from ._gitleaks import gitleaks_rules, go_to_python
 from ._matcher import Candidates, make_prefilter
 from ._options import allow_patterns, check_options
-from ._rules import PERSONAL, SECRETS, Rule
+from ._rules import GROUPED, PERSONAL, SECRETS, Rule
 from ._values import under_key
 from ._walk import UNREADABLE, UNREADABLE_TEXT, PutBack, gather, walk
 
@@ -203,10 +203,17 @@ class ContentScanner:
                 target = low if folds else text
                 pattern = rule.compiled if folds else rule.folded
             try:
-                for m in pattern.finditer(target, start):
+                while (m := pattern.search(target, start)) is not None:
                     span = rule.value_of(m, text)
                     if span is not None and not self._allowed(text[span[0] : span[1]]):
                         found.append(Finding(rule.id, rule.kind, *span, self._action[i]))
+                    # On from the match's end; or, for a card or an IBAN cut short,
+                    # from the value's (its match took the next one's first group).
+                    start = m.end()
+                    if span is not None and rule.kind in GROUPED and span[1] < start:
+                        start = span[1]
+                    if start <= m.start():
+                        start = m.start() + 1  # (an empty match)
             except Exception as e:
                 # A rule's own code failed (a user's `check`): nothing it may have
                 # been about to find is published, so the whole text counts.

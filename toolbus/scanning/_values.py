@@ -227,6 +227,19 @@ def an_id(value: str, key: object) -> bool:
     )
 
 
+_PIN_WORDS = frozenset({"password", "passwd", "pwd", "passcode", "pin"})
+
+
+def names_a_pin(key: str) -> bool:
+    """Whether a number under `key` is a password or a PIN: its last word names
+    one (`password`, `db_passwd`, `pinCode`), not a count of them
+    (`weak_passwords`) nor a pass (`pass`, `day_pass`)."""
+    words = [w.lower() for w in _KEY_WORD.findall(key)]
+    if words and words[-1] == "code":
+        words.pop()
+    return bool(words) and words[-1] in _PIN_WORDS
+
+
 @functools.lru_cache(maxsize=4096)
 def secret_key(key: str) -> str | None:
     """ "password", "secret" or None: what a string under `key` is taken for."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ._values import an_id, names_a_card, secret_key
+from ._values import an_id, names_a_card, names_a_pin, secret_key
 
 __all__ = ["UNREADABLE", "UNREADABLE_TEXT", "Gather", "PutBack", "gather", "walk"]
 
@@ -80,7 +80,7 @@ def _mapping(value: Mapping[Any, Any], key: object, on_text: OnText) -> Any:
             nk = k
         else:  # a tuple, bytes, an object: its text is what shows
             nk = _object(k, on_text)
-        nv = walk(v, _key_of(k, value, key), on_text)
+        nv = walk(v, _key_of(k, v, value, key), on_text)
         if out is None and (nk is not k or nv is not v):
             out = dict(list(value.items())[:i])
         if out is not None:
@@ -121,7 +121,7 @@ def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> 
             elif not (k is None or isinstance(k, bool | int | float)):
                 _gather_object(k, texts, keyed)
             if v is not None and v is not True and v is not False:
-                gather(v, _key_of(k, value, key), texts, keyed)
+                gather(v, _key_of(k, v, value, key), texts, keyed)
     elif isinstance(value, _SEQUENCES):
         for v in value:
             if v is not None and v is not True and v is not False:
@@ -154,9 +154,11 @@ _VALUE_KEYS = frozenset({"value", "Value", "VALUE"})
 _NAME_KEYS = ("name", "Name", "key", "Key", "NAME", "KEY")
 
 
-def _key_of(key: object, record: Mapping[Any, Any], outer: object) -> object:
-    """The key a value under `key` in `record` (itself under `outer`) is judged by."""
-    if key not in _VALUE_KEYS:
+def _key_of(key: object, value: object, record: Mapping[Any, Any], outer: object) -> object:
+    """The key `value`, under `key` in `record` (itself under `outer`), is
+    judged by. Only a string takes its record's: a number under a bare
+    `value` is a setting's, as likely as a secret's."""
+    if key not in _VALUE_KEYS or not isinstance(value, str):
         return key
     for name_key in _NAME_KEYS:
         name = record.get(name_key)
@@ -168,14 +170,18 @@ def _key_of(key: object, record: Mapping[Any, Any], outer: object) -> object:
 
 
 def _number_text(value: int | float | Decimal, key: object) -> tuple[str, str | None] | None:
-    """The text of a number that counts, and what its key expects: any number
-    under a password's key (a PIN, `"password": 83749261`), or a card number
-    under a key that names one."""
-    if isinstance(key, str) and secret_key(key) == "password":
-        try:
-            return str(value), "password"
-        except (ValueError, OverflowError):  # a huge int past str()'s limit
-            return None
+    """The text of a number that counts, and what its key expects: a whole
+    number of 4 to 12 digits under a key that names a password or a PIN
+    (`"password": 83749261`; not a float, a score), or a card number under a
+    key that names one."""
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and 1000 <= abs(value) < 10**12
+        and isinstance(key, str)
+        and names_a_pin(key)
+    ):
+        return str(value), "password"
     number = _card_number(value, key)
     return None if number is None else (number, None)
 

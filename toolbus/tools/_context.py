@@ -132,6 +132,8 @@ class ToolContext:
         names the source, the tool by default). Never fails the call."""
         if level not in LOG_LEVELS:
             raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+        if not isinstance(message, str):  # an exception, a list: its text is scrubbed
+            message = _text(message)
         if self._logs is not None:
             self._logs(level, message, logger, data)
         else:
@@ -188,7 +190,11 @@ class ToolContext:
             )
         # Published to the client: scrubbed (and scanned) as the call's logs are.
         scrubber = self._scrubber()
-        return peer.elicit(scrubber.text(message) if scrubber else message, schema, url)
+        if scrubber:
+            message = scrubber.text(message)
+            schema = scrubber.value(dict(schema)) if schema is not None else None
+            url = scrubber.text(url) if url is not None else None
+        return peer.elicit(message, schema, url)
 
     def _scrubber(self) -> Scrubber:
         """What the call's masking hid, when this context's call is running here."""
@@ -241,3 +247,10 @@ def pass_on_log(ctx: ToolContext, peer: Peer, level: LogLevel, data: Any, logger
     call's scrubber: in order with the call's own, before its result."""
     scrubber = ctx._scrubber()
     peer.log(level, scrub_published(scrubber, data) if scrubber else data, logger)
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} whose text could not be read>"
