@@ -42,7 +42,12 @@ def run(
     with connect_asking(peer, elicitation=handler) as conn:
         registry = ToolRegistry()
         conn.register(registry)
-        return make_executor(registry, **options).execute(call)
+        executor = make_executor(registry, **options)
+        result = executor.execute(call)
+        # Its events are delivered on other threads: all of them, before a
+        # test reads them (stress run 19 read one still on its way).
+        assert executor.drain_events()
+        return result
 
 
 def sure(peer: str) -> bool:

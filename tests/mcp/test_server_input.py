@@ -301,9 +301,9 @@ def test_a_toolbus_client_answers_a_toolbus_server(
     with connect(build_server(registry, served), elicitation=handler) as conn:
         mine = ToolRegistry()
         conn.register(mine)
-        result = make_executor(mine).execute(
-            ToolCall(id="c1", name="book", arguments={"city": "Rome"})
-        )
+        executor = make_executor(mine)
+        result = executor.execute(ToolCall(id="c1", name="book", arguments={"city": "Rome"}))
+        assert executor.drain_events()  # (delivered on other threads)
     assert (result.status, result.output) == ("ok", "booked 3 to Rome"), result.error
     asked = [e for e in recorder.of(bus.PROGRESS) if "input_requested" in e.data]
     assert [e.call_id for e in asked] == ["c1"]
