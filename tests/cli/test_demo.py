@@ -169,6 +169,8 @@ def test_demo_shows_a_sync_caller_cancelling_a_running_batch(wide: Result) -> No
     assert "the three quick pages: ok, ok, ok" in part
     assert "handle.cancel() stopped the slow ones: cancelled, cancelled, cancelled" in part
     assert "nothing left held: in_flight=0, queued=0" in part
+    # A queued call is a line of its own, not the event's repr (found by review).
+    assert "CallQueued(" not in wide.output
 
 
 def test_demo_shows_the_policies_at_work(wide: Result) -> None:

@@ -119,6 +119,8 @@ def describe(signal: str, event: bus.Event, killing: Collection[str] = ()) -> tu
                 detail += f" · {short(r.output, 60)}"
             elif r.status == "deferred":  # nor had a deferral's
                 detail += f" · {r.error}"
+        case bus.CallQueued():
+            detail = f"waits for {event.group}: place {event.position} of {event.queue_length}"
         case bus.LateResult():
             detail = (
                 f"abandoned attempt {event.attempt} came back ({event.status}) after "
