@@ -209,6 +209,14 @@ def _call_mac(
     return mac
 
 
+def digest_matches(given: object, expected: str) -> bool:
+    """Whether a decision's `given` digest is `expected`, compared in constant
+    time (anything but a string matches nothing)."""
+    if not isinstance(given, str):
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
+
+
 def check_approval(value: Any, option: str = "approval") -> ApprovalDecision | None:
     """`execute(approval=...)`: None or an `ApprovalDecision`; else TypeError.
 

@@ -9,14 +9,13 @@ the same arguments as the model sent them, the same state.
 
 from __future__ import annotations
 
-import hmac
-
 from .._errors import InputRequired
 from ..approvals import (
     ApprovalDecision,
     InputAnswer,
     InputRequest,
     arguments_digest,
+    digest_matches,
     input_digest,
 )
 from ..models import ErrorCode, ToolResult
@@ -39,10 +38,7 @@ def answer_for(run: Run, secret: bytes) -> InputAnswer | None:
         secret=secret,
         covers_approval=answer.covers_approval is True,
     )
-    given = answer.digest if isinstance(answer.digest, str) else ""
-    if hmac.compare_digest(given.encode("utf-8", "surrogatepass"), digest.encode()):
-        return answer
-    return None
+    return answer if digest_matches(answer.digest, digest) else None
 
 
 def _ran_approved(run: Run, secret: bytes) -> bool:
@@ -56,8 +52,7 @@ def _ran_approved(run: Run, secret: bytes) -> bool:
         return False
     origin = run.origin
     digest = arguments_digest(origin.name, origin.arguments, secret=secret)
-    given = decision.digest if isinstance(decision.digest, str) else ""
-    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), digest.encode())
+    return digest_matches(decision.digest, digest)
 
 
 def deferred_for_input(run: Run, asked: InputRequired, attempts: int, secret: bytes) -> ToolResult:

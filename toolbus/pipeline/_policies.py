@@ -15,14 +15,19 @@ closed.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalDecision, ApprovalRequest, InputAnswer, arguments_digest
+from ..approvals import (
+    ApprovalDecision,
+    ApprovalRequest,
+    InputAnswer,
+    arguments_digest,
+    digest_matches,
+)
 from ..models import ErrorCode, ToolResult
 from ..policies._protocol import (
     Admit,
@@ -251,9 +256,7 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
         answer = answer_for(run, svc.key_secret)
         if answer is not None and answer.covers_approval is True:
             return None
-    elif isinstance(decision, ApprovalDecision) and hmac.compare_digest(
-        decision.digest.encode("utf-8", "surrogatepass"), digest.encode()
-    ):
+    elif isinstance(decision, ApprovalDecision) and digest_matches(decision.digest, digest):
         # `is True`: a decision made unvalidated (model_construct) with
         # approved="no" or 1 is not an approval.
         if decision.approved is True:
