@@ -32,7 +32,13 @@ import pykka
 from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
 from ._executor._from_config import executor_from_config
-from ._executor._handles import BatchHandle, CallHandle, FutureWaiter, cancel_where
+from ._executor._handles import (
+    BatchHandle,
+    CallHandle,
+    batch_handle,
+    call_handle,
+    cancel_where,
+)
 from ._executor._journal import announce_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
@@ -355,15 +361,15 @@ class Executor(ExecutorHooks, Submitting):
         cancelled) and returns True if it had not finished; the handle then
         resolves with its `cancelled` result. `result()` never raises for
         what became of the call."""
-        handle = CallHandle(self._stop, self._blocks_its_loop)
-        handle.run = self._submit_one(
+        return call_handle(
+            self._submit_one,
+            self._stop,
+            self._blocks_its_loop,
             call,
-            FutureWaiter(handle),
             approval=approval,
             priority=priority,
             clocks=(timeout, call_timeout),
         )
-        return handle
 
     def submit_batch(
         self,
@@ -378,29 +384,16 @@ class Executor(ExecutorHooks, Submitting):
         """Submit a batch (as `execute_batch` runs one) and return at once with
         its handle: a `Future` of its `BatchResult`, with a handle per call in
         `handle.calls`. `handle.cancel()` stops the calls not finished yet."""
-        calls = list(calls)
-        blocks = self._blocks_its_loop
-        members = tuple(CallHandle(self._stop, blocks) for _ in calls)
-        handle = BatchHandle(self._stop, blocks, members)
-
-        def made(batch: BatchRun, runs: tuple[Run, ...]) -> None:
-            handle.batch = batch
-            for member, run in zip(members, runs, strict=True):
-                member.run = run
-
-        batch = self._submit_batch(
-            calls,
+        return batch_handle(
+            self._submit_batch,
+            self._stop,
+            self._blocks_its_loop,
+            list(calls),
             stop_on_error,
-            handle.waiter(),
             approvals=approvals,
             priority=priority,
-            waiters=[FutureWaiter(m) for m in members],
-            made=made,
             clocks=(timeout, call_timeout),
         )
-        if batch is None:
-            handle.set_result(empty_batch())
-        return handle
 
     def cancel(self, *, call_id: str | None = None, batch_id: str | None = None) -> int:
         """Cancel every unfinished call with `call_id` (a model may repeat an

@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "toolbus.calls",
             "toolbus.hooks",
             "toolbus.scheduling",
+            "toolbus.in_doubt",
         ),
     ),
     ("the bus", ("toolbus.bus",)),

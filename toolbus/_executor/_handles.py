@@ -22,15 +22,22 @@ import concurrent.futures
 import logging
 import queue
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from ..actors._messages import CancelWhere
 from ..models import BatchResult, ToolResult
 from ..pipeline import BatchRun, Run, Waiter
-from ._batch_result import batch_result
+from ._batch_result import batch_result, empty_batch
 
-__all__ = ["BatchHandle", "CallHandle", "FutureWaiter", "cancel_where"]
+__all__ = [
+    "BatchHandle",
+    "CallHandle",
+    "FutureWaiter",
+    "batch_handle",
+    "call_handle",
+    "cancel_where",
+]
 
 log = logging.getLogger("toolbus")
 
@@ -190,6 +197,52 @@ class BatchHandle(_Handle):
     def waiter(self) -> FutureWaiter:
         """The batch's waiter: resolves this handle with its `BatchResult`."""
         return FutureWaiter(self, _as_batch_result)
+
+
+# `Submitting._submit_one` and `_submit_batch`, as the handles' makers call them.
+SubmitOne = Callable[..., Run]
+SubmitBatch = Callable[..., BatchRun | None]
+
+
+def call_handle(
+    submit: SubmitOne, stop: Stop, blocks: Callable[[], bool], call: Any, **options: Any
+) -> CallHandle:
+    """Submit `call` with `submit` and return its handle (`Executor.submit`;
+    `options` go to `submit`)."""
+    handle = CallHandle(stop, blocks)
+    handle.run = submit(call, FutureWaiter(handle), **options)
+    return handle
+
+
+def batch_handle(
+    submit: SubmitBatch,
+    stop: Stop,
+    blocks: Callable[[], bool],
+    calls: Sequence[Any],
+    stop_on_error: bool,
+    **options: Any,
+) -> BatchHandle:
+    """Submit `calls` as one batch with `submit` and return its handle, with a
+    handle per call (`Executor.submit_batch`; `options` go to `submit`)."""
+    members = tuple(CallHandle(stop, blocks) for _ in calls)
+    handle = BatchHandle(stop, blocks, members)
+
+    def made(batch: BatchRun, runs: tuple[Run, ...]) -> None:
+        handle.batch = batch
+        for member, run in zip(members, runs, strict=True):
+            member.run = run
+
+    batch = submit(
+        calls,
+        stop_on_error,
+        handle.waiter(),
+        waiters=[FutureWaiter(m) for m in members],
+        made=made,
+        **options,
+    )
+    if batch is None:
+        handle.set_result(empty_batch())
+    return handle
 
 
 def _as_batch_result(value: Any) -> BatchResult:

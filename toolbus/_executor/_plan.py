@@ -26,7 +26,7 @@ from typing import Any
 from ..approvals import ApprovalDecision
 from ..backends import Backend, Backends
 from ..masking import SecretKeys
-from ..models import ErrorCode, ToolCall
+from ..models import ErrorCode, ToolCall, ToolResult
 from ..pipeline import BatchRun, Run, Waiter
 from ..policies._set import PolicySet, admit_at_submission, submission_scrubber, timeout_for
 from ..retry import RetryPolicy
@@ -170,13 +170,16 @@ def plan_run(
     approval: ApprovalDecision | None = None,
     timeout: float | None = None,
     call_timeout: float | None = None,
+    decided: ToolResult | None = None,
 ) -> Run:
     """The run of `call` by the tool of `plan` (None: no such tool; `registry`
     names the ones there are). `parent` is the run whose tool (or hook) made
     this call, and a step of a composite tool `shares_slot` with it.
     `timeout` and `call_timeout` are the caller's for this call (None: not
     given): its attempt's timeout instead of the tool's, and a whole-call
-    budget that wins if it is the tightest."""
+    budget that wins if it is the tightest. `decided`: its result, known
+    before it is submitted (a durable engine's record): it ends with that,
+    and no policy is asked for it."""
     if plan is None:
         return Run(
             call,
@@ -191,6 +194,7 @@ def plan_run(
             priority=priority,
             approval=approval,
             refusal=(ErrorCode.TOOL_NOT_FOUND, unknown_tool_message(call.name, registry.names())),
+            decided=decided,
         )
     given = timeout is not None  # the call's own: it replaces the tool's and a policy's
     if not given:
@@ -224,14 +228,15 @@ def plan_run(
         parent=parent,
         shares_slot=shares_slot,
         priority=priority,  # None: 0, or a nested call's caller's (see Run)
-        policies=guard.chain if guard is not None and refusal is None else (),
+        policies=guard.chain if guard is not None and refusal is None and decided is None else (),
         approval=approval,
         refusal=refusal,
+        decided=decided,
     )
     budget = plan.budget if call_timeout is None else tightest(plan.budget, call_timeout)
     if budget is not None or parent is not None:
         run.bound(budget, parent)
-    if refusal is None and guard is not None and guard.at_submission:
+    if refusal is None and guard is not None and guard.at_submission and decided is None:
         # In the batch's order, before it fans out: a quota's first calls run.
         # Before admission masks the arguments: what the default masking
         # hides of them is scrubbed from a refusal (it may quote a key).

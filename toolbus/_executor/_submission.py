@@ -32,7 +32,7 @@ from ..bus._delivery import describe
 from ..bus._failures import FailureLog
 from ..calls import CallLike, coerce_call
 from ..masking import EMPTY_SCRUBBER, SecretKeys
-from ..models import ToolCall
+from ..models import ToolCall, ToolResult
 from ..pipeline import BatchRun, Run, Services, Waiter
 from ..policies._set import PolicySet
 from ..retry import RetryPolicy
@@ -175,9 +175,11 @@ class Submitting:
         step_tool: Tool | None = None,
         priority: int | None = None,
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
+        decided: ToolResult | None = None,
     ) -> Run:
         """A run for `call`, its tool looked up in the registry; for a step of
-        a composite tool (`step_of`), `step_tool` whether registered or not."""
+        a composite tool (`step_of`), `step_tool` whether registered or not;
+        `decided`: its result, known before (see `plan_run`)."""
         c = call if type(call) is ToolCall else coerce_call(call)
         if step_of is None:
             plan = self._plans.plan(
@@ -217,6 +219,7 @@ class Submitting:
             approval=approval,
             timeout=clocks[0],
             call_timeout=clocks[1],
+            decided=decided,
         )
         if self._services.scrubber is not EMPTY_SCRUBBER:  # the executor's content scanner
             run.scrubber = self._services.scrubber
@@ -232,6 +235,7 @@ class Submitting:
         priority: int | None = None,
         wait: bool = False,
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
+        decided: ToolResult | None = None,
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
@@ -246,6 +250,7 @@ class Submitting:
             approval=approval,
             priority=priority,
             clocks=clocks,
+            decided=decided,
         )
         self._hand_on((run,), None, refuse, wait)
         return run
@@ -263,6 +268,7 @@ class Submitting:
         made: Callable[[BatchRun, tuple[Run, ...]], None] | None = None,
         wait: bool = False,
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
+        known: Mapping[int, ToolResult] | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -287,6 +293,7 @@ class Submitting:
                     approval=decided.get(c.id),
                     priority=priority,
                     clocks=clocks,
+                    decided=known.get(i) if known else None,
                 )
             )
         runs = tuple(made_runs)

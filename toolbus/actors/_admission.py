@@ -126,7 +126,7 @@ class Admission(Completion):
             if refused is None:
                 self.slots.enqueue(run, front=run.parent is not None)
             else:
-                self._finish_here(run, "rejected", *refused)
+                self._refuse(run, refused)
             return
         announce_start(b, self.emitter)
         b.schedule = schedule_batch(b, self.services.max_argument_bytes)
@@ -136,12 +136,22 @@ class Admission(Completion):
             for run in b.runs:
                 refused = unstartable(run, self.groups)
                 if refused is not None:
-                    self._finish_here(run, "rejected", *refused)
+                    self._refuse(run, refused)
             announce_groups(b, self.emitter)
             for i in eligible:
                 self.slots.enqueue(b.runs[i])
         finally:
             self._done_with(b)
+
+    def _refuse(self, run: Run, refused: tuple[ErrorCode, str]) -> None:
+        """End a run that can never start: `rejected`, unless its result was
+        decided before (`Run.decided`: a durable engine's record of a tool
+        since gone stands as it was)."""
+        if run.decided is not None:
+            _pipeline.end_decided(run, self.services)
+            self._closed_run(run)
+        else:
+            self._finish_here(run, "rejected", *refused)
 
     def _learn_groups(self, tool: Tool) -> None:
         """Make the groups a tool registered after the executor defines itself

@@ -15,7 +15,7 @@ from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
 from ._reports import CallLogs, logged, publish_progress
-from ._results import end_call, finish
+from ._results import end_call, end_decided, finish
 from ._run import (
     ADMISSION,
     FINISHING,
@@ -89,6 +89,7 @@ __all__ = [
     "drive_async",
     "drive_sync",
     "end_call",
+    "end_decided",
     "finish",
     "log_contained",
     "logged",

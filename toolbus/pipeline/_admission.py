@@ -101,6 +101,23 @@ def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
         return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS))
 
 
+def mask_decided(run: Run, svc: Services) -> Steps:
+    """Mask the arguments of a call whose result was decided before it was
+    submitted (`Run.decided`) for its events, as admission masks any call's;
+    no other hook runs for it (it does not run)."""
+    run.phase = ADMISSION
+    call = run.call
+    tool = run.tool
+    if tool is not None and tool.type == "function" and isinstance(call.arguments, str):
+        try:
+            call = ToolCall.model_construct(
+                id=call.id, name=call.name, arguments=parse_json_arguments(call.arguments)
+            )
+        except ArgumentError:
+            pass  # published as text, masked as text
+    yield from _mask(run, call, svc)
+
+
 def admit(run: Run, svc: Services) -> Steps:
     """Prepare a call for its first attempt; return why it is rejected, or None."""
     run.phase = ADMISSION

@@ -199,6 +199,16 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     return True
 
 
+def end_decided(run: Run, svc: Services) -> Outcome:
+    """End the call with the result decided before it was submitted
+    (`Run.decided`, its tool not run): DONE, or LOST if it had a result."""
+    decided = run.decided
+    assert decided is not None
+    if decided.call_id != run.call.id:
+        decided = decided.model_copy(update={"call_id": run.call.id})
+    return DONE if finish(run, decided, svc) else LOST
+
+
 def end_call(run: Run, svc: Services, status: Status, code: ErrorCode, message: str) -> Outcome:
     """End the call with a result made here, no user code involved (a timeout,
     a cancellation, an internal error): DONE, or LOST if it had a result."""

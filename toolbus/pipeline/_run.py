@@ -84,6 +84,7 @@ class Run:
         "consulted",
         "context",
         "deadline",
+        "decided",
         "delayed_by",
         "due",
         "first_start",
@@ -137,6 +138,7 @@ class Run:
         policies: tuple[Any, ...] = (),
         approval: Any = None,
         refusal: tuple[Any, str] | None = None,
+        decided: ToolResult | None = None,
     ) -> None:
         self._lock = threading.Lock()
         # Unique per run in the process, unlike a call id (a model may repeat
@@ -211,6 +213,10 @@ class Run:
         # (code, message): why it can never start, known before it is submitted
         # (no such tool, no backend, a quota's refusal): it ends `rejected`.
         self.refusal = refusal
+        # Its result, decided before it was submitted (a durable engine's
+        # record of it, an in-doubt decision): it ends with that, its tool not
+        # run, its arguments masked for its events as any call's are.
+        self.decided = decided
 
     @property
     def batch_id(self) -> str | None:

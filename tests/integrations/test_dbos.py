@@ -1,0 +1,369 @@
+"""toolbus inside DBOS workflows, against real DBOS on SQLite (in this process).
+
+What a crash leaves behind (a call's intent recorded, its result not) needs a
+process that dies: `test_dbos_recovery.py`. Here a workflow is run again
+with `DBOS.fork_workflow`, which replays the steps before a given one and
+runs the rest, as a recovery does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos")
+
+from dbos import DBOS, SetWorkflowID
+
+from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
+from toolbus.in_doubt import InDoubtCall
+from toolbus.integrations.dbos import DurableExecutor, durable
+from toolbus.integrations.dbos._records import call_key, read_result, result_record
+
+SECRET = "sk-live-4f9a8b7c6d5e4f3a2b1c"
+
+
+@pytest.fixture(scope="module")
+def system_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
+    DBOS.destroy(destroy_registry=True)
+    DBOS(
+        config={
+            "name": "toolbus-tests",
+            "system_database_url": f"sqlite:///{path}",
+            "log_level": "WARNING",
+        }
+    )
+    DBOS.launch()
+    yield path
+    DBOS.destroy(destroy_registry=True)
+
+
+class Ledger:
+    """What the tools did, counted outside DBOS."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ran: list[tuple[str, Any, str | None]] = []
+
+    def add(self, tool: str, value: Any, key: str | None) -> None:
+        with self.lock:
+            self.ran.append((tool, value, key))
+
+    def count(self, tool: str) -> int:
+        return sum(1 for t, _, _ in self.ran if t == tool)
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger()
+
+
+@pytest.fixture
+def tools(system_db: Path, ledger: Ledger) -> Iterator[DurableExecutor]:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def lookup(x: int, ctx: ToolContext) -> int:
+        ledger.add("lookup", x, ctx.idempotency_key)
+        return x * 10
+
+    @reg.tool()
+    def charge(amount: int, ctx: ToolContext) -> str:
+        ledger.add("charge", amount, ctx.idempotency_key)
+        if amount < 0:
+            raise ValueError("a negative charge")
+        return f"charged {amount}"
+
+    @reg.tool(idempotent=True)
+    def put(key: str, value: str, ctx: ToolContext) -> str:
+        ledger.add("put", key, ctx.idempotency_key)
+        return "stored"
+
+    @reg.tool()
+    def login(user: str, api_key: str) -> str:
+        ledger.add("login", user, None)
+        return f"welcome {user}"
+
+    @reg.tool(read_only=True)
+    async def alookup(x: int, ctx: ToolContext) -> int:
+        ledger.add("alookup", x, ctx.idempotency_key)
+        await asyncio.sleep(0)
+        return x + 1
+
+    ex = Executor(reg)
+    try:
+        yield durable(ex)
+    finally:
+        ex.close()
+
+
+def steps_of(workflow_id: str) -> list[tuple[int, str]]:
+    return [(s["function_id"], s["function_name"]) for s in DBOS.list_workflow_steps(workflow_id)]
+
+
+def call(cid: str, name: str, **args: Any) -> ToolCall:
+    return ToolCall(id=cid, name=name, arguments=args)
+
+
+def test_outside_a_workflow_a_call_is_the_executors_own(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    result = tools.execute(call("a", "lookup", x=1))
+    batch = tools.execute_batch([call("b", "lookup", x=2), call("c", "charge", amount=3)])
+    assert result.output == 10
+    assert [r.output for r in batch.results] == [20, "charged 3"]
+    assert "replayed" not in result.metadata
+    # The executor's own keys (derived), not a workflow's.
+    assert all(key is not None and not key.startswith("dbos:") for _, _, key in ledger.ran)
+
+
+def test_each_call_is_a_step_and_a_mutating_one_records_its_intent_first(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    @DBOS.workflow()
+    def turn_steps() -> list[Any]:
+        batch = tools.execute_batch(
+            [
+                call("a", "lookup", x=1),
+                call("b", "charge", amount=5),
+                call("c", "put", key="k", value="v"),
+            ]
+        )
+        one = tools.execute(call("d", "charge", amount=7))
+        return [r.output for r in (*batch.results, one)]
+
+    with SetWorkflowID("steps-1"):
+        assert turn_steps() == [10, "charged 5", "stored", "charged 7"]
+    assert steps_of("steps-1") == [
+        (1, "toolbus:lookup"),
+        (2, "toolbus-intent:charge"),
+        (3, "toolbus:charge"),
+        (4, "toolbus:put"),  # idempotent: no intent
+        (5, "toolbus-intent:charge"),
+        (6, "toolbus:charge"),
+    ]
+    # Each call's key is its workflow and its result step's position.
+    keys = {(tool, value): key for tool, value, key in ledger.ran}
+    assert keys == {
+        ("lookup", 1): "dbos:steps-1:1",
+        ("charge", 5): "dbos:steps-1:3",
+        ("put", "k"): "dbos:steps-1:4",
+        ("charge", 7): "dbos:steps-1:6",
+    }
+
+
+def test_a_forked_workflow_replays_what_finished_and_runs_the_rest(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    finished: list[Any] = []
+    sub = bus.subscribe(lambda s, event, **_: finished.append(event), bus.FINISHED)
+
+    @DBOS.workflow()
+    def turn_fork() -> list[dict[str, Any]]:
+        first = tools.execute_batch([call("a", "lookup", x=1), call("b", "charge", amount=5)])
+        second = tools.execute_batch([call("c", "lookup", x=2), call("d", "charge", amount=6)])
+        return [r.model_dump(mode="json") for r in (*first.results, *second.results)]
+
+    try:
+        with SetWorkflowID("fork-1"):
+            original = turn_fork()
+        assert ledger.count("lookup") == 2 and ledger.count("charge") == 2
+        # Steps 1-3 are the first batch; from step 4 on, the second runs again.
+        again = DBOS.fork_workflow("fork-1", 4).get_result()
+        tools.executor.drain_events()
+    finally:
+        sub.close()
+    assert ledger.count("lookup") == 3 and ledger.count("charge") == 3
+    assert [r["output"] for r in again] == [r["output"] for r in original]
+    assert [r["metadata"].get("replayed") for r in again] == [True, True, None, None]
+    assert [r["attempts"] for r in again] == [0, 0, 1, 1]
+    replayed = [e for e in finished if e.result.metadata.get("replayed")]
+    assert sorted(e.call_id for e in replayed) == ["a", "b"]
+    # Its events carry the masked arguments, as any call's do.
+    assert {e.call_id: e.arguments for e in replayed} == {"a": {"x": 1}, "b": {"amount": 5}}
+
+
+def test_a_replayed_failure_stops_the_rest_of_its_batch_again(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    @DBOS.workflow()
+    def turn_stop() -> list[tuple[str, str | None]]:
+        batch = tools.execute_batch(
+            [call("a", "charge", amount=-1), call("b", "charge", amount=2)], stop_on_error=True
+        )
+        tail = tools.execute(call("c", "lookup", x=1))
+        return [(r.status, r.error_code) for r in (*batch.results, tail)]
+
+    with SetWorkflowID("stop-1"):
+        original = turn_stop()
+    assert original == [
+        ("error", ErrorCode.TOOL_ERROR),
+        ("cancelled", ErrorCode.ABORTED),
+        ("ok", None),
+    ]
+    again = DBOS.fork_workflow("stop-1", len(steps_of("stop-1"))).get_result()
+    assert again == original
+    assert ledger.count("charge") == 1  # the failed one ran once; the aborted one never
+    assert ledger.count("lookup") == 2  # the last step ran again after the fork
+
+
+async def test_async_workflow_runs_its_batch_concurrently_and_replays(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    @DBOS.workflow()
+    async def turn_async() -> list[Any]:
+        batch = await tools.aexecute_batch([call(f"c{i}", "alookup", x=i) for i in range(5)])
+        one = await tools.aexecute(call("z", "charge", amount=9))
+        return [r.output for r in (*batch.results, one)]
+
+    with SetWorkflowID("async-1"):
+        assert await turn_async() == [1, 2, 3, 4, 5, "charged 9"]
+    again = await (await DBOS.fork_workflow_async("async-1", 8)).get_result()
+    assert again == [1, 2, 3, 4, 5, "charged 9"]
+    assert ledger.count("alookup") == 5 and ledger.count("charge") == 1
+    assert sorted(k for t, _, k in ledger.ran if t == "alookup") == [
+        f"dbos:async-1:{i}" for i in range(1, 6)
+    ]
+
+
+@pytest.mark.parametrize("sync", [True, False])
+@pytest.mark.parametrize("decision", ["none", "skip", "rerun", "fail", "raises", "junk"])
+def test_a_mutating_call_whose_intent_was_recorded_and_no_result_is_in_doubt(
+    tools: DurableExecutor, ledger: Ledger, sync: bool, decision: str
+) -> None:
+    from toolbus.in_doubt import Fail, Rerun, Skip
+
+    asked: list[InDoubtCall] = []
+
+    async def ahandler(c: InDoubtCall) -> Any:
+        return handler(c)
+
+    def handler(c: InDoubtCall) -> Any:
+        asked.append(c)
+        if decision == "raises":
+            raise RuntimeError(f"cannot reach the ledger for {c.arguments}")
+        return {
+            "none": None,
+            "skip": Skip("charged 5 (found in the ledger)"),
+            "rerun": Rerun(),
+            "fail": Fail("the ledger is down"),
+            "junk": "yes",
+        }[decision]
+
+    wrapped = durable(tools.executor, on_in_doubt=handler if sync else ahandler)
+    wid = f"doubt-{decision}-{sync}"
+
+    @DBOS.workflow(name=f"turn_doubt_{decision}_{sync}")
+    def turn_doubt() -> dict[str, Any]:
+        batch = wrapped.execute_batch([call("a", "lookup", x=1), call("b", "charge", amount=5)])
+        return batch.results[1].model_dump(mode="json")
+
+    with SetWorkflowID(wid):
+        assert turn_doubt()["output"] == "charged 5"
+    # Forked at the charge's result step: its intent replays, its result is
+    # not there: what a crash while it ran leaves behind.
+    fork = DBOS.fork_workflow(wid, 3)
+    again = fork.get_result()
+    assert [(c.call_id, c.tool, c.arguments) for c in asked] == [("b", "charge", {"amount": 5})]
+    # A fork is a workflow of its own: its keys are its own (a recovery keeps
+    # the workflow's id, and so its keys: test_dbos_recovery.py).
+    assert asked[0].idempotency_key == f"dbos:{fork.get_workflow_id()}:3"
+    if decision == "rerun":
+        assert again["status"] == "ok" and again["output"] == "charged 5"
+        charges = [k for t, _, k in ledger.ran if t == "charge"]
+        assert charges == [f"dbos:{wid}:3", asked[0].idempotency_key]
+        return
+    assert ledger.count("charge") == 1  # never run twice
+    if decision == "skip":
+        assert again["status"] == "ok"
+        assert again["output"] == "charged 5 (found in the ledger)"
+        assert again["metadata"] == {"in_doubt": "skipped"}
+    else:
+        assert again["status"] == "error" and again["error_code"] == "IN_DOUBT"
+        assert again["metadata"] == {"in_doubt": "failed"}
+        assert "may have happened before a crash" in again["error"]
+        if decision == "fail":
+            assert "the ledger is down" in again["error"]
+        if decision in ("raises", "junk"):
+            assert "in-doubt handler" in again["error"]
+            assert "amount" not in again["error"]
+
+
+def test_no_secret_reaches_the_engines_tables(tools: DurableExecutor, system_db: Path) -> None:
+    @DBOS.workflow()
+    def turn_secret() -> str:
+        result = tools.execute(call("a", "login", user="ada", api_key=SECRET))
+        batch = tools.execute_batch([call("b", "login", user="bob", api_key=SECRET)])
+        return f"{result.output} {batch.results[0].output}"
+
+    with SetWorkflowID("secret-1"):
+        assert turn_secret() == "welcome ada welcome bob"
+    DBOS.fork_workflow("secret-1", 1).get_result()
+    names = [n for _, n in steps_of("secret-1")]
+    assert names == ["toolbus-intent:login", "toolbus:login"] * 2
+    with sqlite3.connect(system_db) as db:
+        tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
+        for table in tables:
+            for row in db.execute(f'select * from "{table}"'):
+                assert SECRET not in repr(row), table
+
+
+def test_a_record_reads_back_as_the_result_the_model_read() -> None:
+    from toolbus import ToolResult
+
+    result = ToolResult(
+        call_id="a",
+        name="t",
+        status="error",
+        error="boom",
+        error_code=ErrorCode.TOOL_ERROR,
+        attempts=2,
+    )
+    back = read_result(result_record(result))
+    assert back.model_dump(exclude={"metadata", "attempts"}) == result.model_dump(
+        exclude={"metadata", "attempts"}
+    )
+    assert back.metadata == {"replayed": True}
+    with pytest.raises(ValueError, match="newer toolbus"):
+        read_result('{"toolbus": 99, "result": {}}')
+    with pytest.raises(ValueError, match="not a toolbus"):
+        read_result(b"pickled")
+    assert call_key("w" * 300, 4).startswith("dbos:sha256:")
+    assert len(call_key("w" * 300, 4)) <= 256
+
+
+def test_a_workflow_that_asks_for_other_calls_on_replay_fails_loudly(
+    tools: DurableExecutor,
+) -> None:
+    asked = ["lookup"]
+
+    @DBOS.workflow()
+    def turn_drift() -> Any:
+        return tools.execute(
+            call("a", asked[0], x=1)
+            if asked[0] == "lookup"
+            else call("a", "put", key="k", value="v")
+        ).output
+
+    with SetWorkflowID("drift-1"):
+        assert turn_drift() == 10
+    asked[0] = "put"
+    # DBOS's own check (its error types are not exported): the step at 1 was
+    # `toolbus:lookup`, and the workflow now asks for `toolbus:put` there.
+    with pytest.raises(Exception, match=r"toolbus:lookup|toolbus:put"):
+        DBOS.fork_workflow("drift-1", 2).get_result()
+
+
+def test_the_handler_is_checked_when_the_wrapper_is_made(tools: DurableExecutor) -> None:
+    with pytest.raises(TypeError, match="on_in_doubt must be a callable"):
+        durable(tools.executor, on_in_doubt="skip")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"must be a toolbus\.Executor"):
+        durable(object())  # type: ignore[arg-type]
+    assert InDoubtCall("a", "t", {}, "k").idempotency_key == "k"

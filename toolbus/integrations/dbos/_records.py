@@ -1,0 +1,83 @@
+"""What toolbus writes into DBOS for a call, and how it reads it back.
+
+A call inside a workflow takes one step, `toolbus:<tool>`, whose output is
+the result the model read (`ToolResult` as JSON text). A mutating call that
+is not idempotent takes a step before it, `toolbus-intent:<tool>`, whose
+output names the call and its key: recorded before the tool runs, it is what
+says, after a crash, that the call may have run. Neither holds the call's
+arguments: DBOS keeps step outputs for as long as the workflow, and the
+arguments may hold secrets. (The workflow's own inputs are the user's to mask.)
+
+Both are JSON text, not objects for DBOS's serializer, so a record reads the
+same in any process and any later version of toolbus (`VERSION`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from ...models import MAX_KEY_LENGTH, ToolResult
+
+__all__ = [
+    "VERSION",
+    "call_key",
+    "intent_record",
+    "read_result",
+    "result_record",
+    "step_name",
+]
+
+VERSION = 1
+
+
+def step_name(tool: str, *, intent: bool = False) -> str:
+    """The DBOS step name of a call of `tool` (or of its intent). DBOS checks it
+    on replay: a workflow that asks for other calls than it did fails there."""
+    return f"toolbus-intent:{tool}" if intent else f"toolbus:{tool}"
+
+
+def call_key(workflow_id: str, step_id: int) -> str:
+    """The idempotency key of the call at `step_id` of the workflow: the same
+    for its first run and any run after a recovery."""
+    key = f"dbos:{workflow_id}:{step_id}"
+    if len(key) <= MAX_KEY_LENGTH:
+        return key
+    digest = hashlib.sha256(workflow_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"dbos:sha256:{digest}:{step_id}"
+
+
+def intent_record(call_id: str, tool: str, key: str) -> str:
+    return orjson.dumps(
+        {"toolbus": VERSION, "intent": tool, "call_id": call_id, "key": key}
+    ).decode()
+
+
+def result_record(result: ToolResult) -> str:
+    """`result` as recorded: JSON text. An output JSON cannot hold is recorded
+    as its text, so the record is always written (a replay then shows that text)."""
+    try:
+        body = result.model_dump(mode="json")
+    except Exception:
+        body = result.model_copy(update={"output": repr(result.output)}).model_dump(mode="json")
+    return orjson.dumps({"toolbus": VERSION, "result": body}).decode()
+
+
+def read_result(record: Any) -> ToolResult:
+    """The result recorded by `result_record`, marked replayed
+    (`metadata["replayed"]`, `attempts` 0: it did not run now)."""
+    if not isinstance(record, str):
+        raise ValueError(f"not a toolbus record: {type(record).__name__}")
+    data = orjson.loads(record)
+    if not isinstance(data, dict) or "result" not in data:
+        raise ValueError("not a toolbus call record")
+    if data.get("toolbus", 0) > VERSION:
+        raise ValueError(
+            f"this call was recorded by a newer toolbus (record version {data['toolbus']})"
+        )
+    result = ToolResult.model_validate(data["result"])
+    return result.model_copy(
+        update={"metadata": {**result.metadata, "replayed": True}, "attempts": 0}
+    )
