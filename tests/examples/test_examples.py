@@ -34,6 +34,14 @@ EXPECTED: dict[str, list[str]] = {
         "summary: 4/6 ok, 2 failed",
         "search_docs asked again: hit from the cache",
     ],
+    "durable_agent.py": [
+        "worker 1 died: SIGKILL while book_table ran",
+        "replayed, not run again: get_weather({'city': 'Oslo'})",
+        "replayed, not run again: get_weather({'city': 'Bergen'})",
+        "in doubt: book_table (key dbos:plan-evening-1:6): the ledger has it, skipped",
+        "final answer: Clear in Oslo; Maaemo at 8.",
+        "the ledger: book_table ran 1 time(s)",
+    ],
     "auth_injection.py": [
         "get_profile: ok output={'person_id': 'person-42'",
         "tool:executing get_profile: arguments={'identity': {'person_id': 'person-42', "
@@ -182,7 +190,7 @@ EXPECTED: dict[str, list[str]] = {
 # and six actors; on an oversubscribed machine one actor start can take a minute.
 TIMEOUTS = {"ray_tools.py": 540}
 # Examples of an extra that may be absent: skipped, saying which.
-NEEDS = {"ray_tools.py": "ray"}
+NEEDS = {"ray_tools.py": "ray", "durable_agent.py": "dbos"}
 
 
 def run_example(name: str) -> subprocess.CompletedProcess[str]:

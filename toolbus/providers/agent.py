@@ -35,6 +35,7 @@ from . import anthropic as _anthropic
 from . import openai as _openai
 from ._approvals import Approve, Decide, RunCalls, Turn, check_approve, check_resume, settle
 from ._common import DEFAULT_MAX_LENGTH
+from ._steps import DIRECT, Steps
 
 __all__ = ["AgentResult", "Api", "arun_agent", "run_agent"]
 
@@ -409,44 +410,23 @@ def run_agent(
     `approve`), finishes that turn and goes on with the run: its `batches`
     and `turns` continue the stopped run's, and `max_turns` bounds them all.
     """
-    check_approve(approve, sync=True)
-    timeout_seconds(call_timeout, "call_timeout", "run_agent")
-    fmt, steps = _start(
+    return drive(
+        DIRECT,
         client,
-        api,
-        messages,
-        executor,
         model=model,
+        messages=messages,
+        executor=executor,
         tools=tools,
+        api=api,
         strict=strict,
         max_turns=max_turns,
         max_length=max_length,
         approve=approve,
         resume=resume,
         approvals=approvals,
+        call_timeout=call_timeout,
         options=options,
     )
-    create = fmt.method(client)
-    reply: Any = None
-    try:
-        while True:
-            step = steps.send(reply)
-            if isinstance(step, _Ask):
-                reply = create(**step.request)
-                if inspect.isawaitable(reply):
-                    _discard(reply)
-                    raise TypeError("run_agent needs a sync client; use arun_agent")
-            elif isinstance(step, Decide):
-                reply = step.ask(approve)
-            else:
-                reply = executor.execute_batch(
-                    step.calls, approvals=step.approvals, call_timeout=call_timeout
-                )
-    except StopIteration as stop:
-        result: AgentResult = stop.value
-        return result
-    finally:
-        steps.close()
 
 
 async def arun_agent(
@@ -472,22 +452,81 @@ async def arun_agent(
     awaiting task cancels the batch in flight (its calls end `cancelled`).
     `approve` may be sync or async.
     """
-    check_approve(approve, sync=False)
-    timeout_seconds(call_timeout, "call_timeout", "arun_agent")
-    fmt, steps = _start(
+    return await adrive(
+        DIRECT,
         client,
-        api,
-        messages,
-        executor,
         model=model,
+        messages=messages,
+        executor=executor,
         tools=tools,
+        api=api,
         strict=strict,
         max_turns=max_turns,
         max_length=max_length,
         approve=approve,
         resume=resume,
         approvals=approvals,
+        call_timeout=call_timeout,
         options=options,
+    )
+
+
+# -- the drivers, their steps carried out by a `Steps` (`_steps.py`) ------------------
+
+
+def drive(
+    how: Steps,
+    client: Any,
+    *,
+    executor: Executor,
+    approve: Approve | None,
+    call_timeout: float | None,
+    api: Api | None,
+    messages: str | Sequence[Any],
+    options: dict[str, Any],
+    **settings: Any,
+) -> AgentResult:
+    """`run_agent`, its steps carried out by `how`."""
+    check_approve(approve, sync=True)
+    timeout_seconds(call_timeout, "call_timeout", "run_agent")
+    fmt, steps = _start(
+        client, api, messages, executor, approve=approve, options=options, **settings
+    )
+    create = fmt.method(client)
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            if isinstance(step, _Ask):
+                reply = how.ask(fmt.api, create, step.request)
+            elif isinstance(step, Decide):
+                reply = how.decide(step, approve)
+            else:
+                reply = how.run(executor, step, call_timeout)
+    except StopIteration as stop:
+        result: AgentResult = stop.value
+        return result
+    finally:
+        steps.close()
+
+
+async def adrive(
+    how: Steps,
+    client: Any,
+    *,
+    executor: Executor,
+    approve: Approve | None,
+    call_timeout: float | None,
+    api: Api | None,
+    messages: str | Sequence[Any],
+    options: dict[str, Any],
+    **settings: Any,
+) -> AgentResult:
+    """`arun_agent`, its steps carried out by `how`."""
+    check_approve(approve, sync=False)
+    timeout_seconds(call_timeout, "call_timeout", "arun_agent")
+    fmt, steps = _start(
+        client, api, messages, executor, approve=approve, options=options, **settings
     )
     create = fmt.method(client)
     # Checked before anything is sent: calling a sync client's create() would
@@ -501,24 +540,13 @@ async def arun_agent(
         while True:
             step = steps.send(reply)
             if isinstance(step, _Ask):
-                pending = create(**step.request)
-                if not inspect.isawaitable(pending):
-                    raise TypeError("arun_agent needs an async client; use run_agent")
-                reply = await pending
+                reply = await how.aask(fmt.api, create, step.request)
             elif isinstance(step, Decide):
-                reply = await step.aask(approve)
+                reply = await how.adecide(step, approve)
             else:
-                reply = await executor.aexecute_batch(
-                    step.calls, approvals=step.approvals, call_timeout=call_timeout
-                )
+                reply = await how.arun(executor, step, call_timeout)
     except StopIteration as stop:
         result: AgentResult = stop.value
         return result
     finally:
         steps.close()
-
-
-def _discard(awaitable: Any) -> None:
-    close = getattr(awaitable, "close", None)
-    if callable(close):
-        close()

@@ -14,10 +14,14 @@ may have run is never run twice silently (`toolbus.in_doubt`):
     def turn(calls):
         return tools.execute_batch(calls).results
 
+`run_agent` and `arun_agent` make the whole agent loop durable: each model
+request and approval is a step too, so a turn that died resumes where it was.
+
 The core does not detect DBOS by itself: only calls made through the wrapper
 are steps. See docs/durable.md.
 """
 
+from ._agent import arun_agent, run_agent
 from ._durable import DurableExecutor, durable
 
-__all__ = ["DurableExecutor", "durable"]
+__all__ = ["DurableExecutor", "arun_agent", "durable", "run_agent"]

@@ -45,6 +45,7 @@ from ...in_doubt import (
 )
 from ...masking import mask_paths, published_arguments
 from ...models import BatchResult, ToolCall, ToolResult
+from ...tools import ArgumentError, parse_json_arguments
 from ._records import call_key, intent_record, read_result, result_record, step_name
 
 __all__ = ["DurableExecutor", "durable"]
@@ -335,6 +336,11 @@ class DurableExecutor:
         """The call's arguments as its events show them (for an in-doubt handler)."""
         ex = self.executor
         tool = ex.registry.get(call.name)
+        if isinstance(call.arguments, str):  # the model's JSON text, read as admission reads it
+            try:
+                call = call.model_copy(update={"arguments": parse_json_arguments(call.arguments)})
+            except ArgumentError:
+                pass
         raw = call.arguments
         try:
             masked = ex.mask_arguments(call)

@@ -1,0 +1,218 @@
+"""A worker process that runs one durable agent run on DBOS, for the kill runs.
+
+    python -m tests.integrations.dbos_turn run|recover DB_URL EFFECTS WORKFLOW_ID [async]
+
+`run` launches DBOS and starts the workflow (printing `ready` first, so the
+test can kill it at a random moment of the run); `recover` launches DBOS,
+which recovers the workflow left pending, and waits for it. Both print the
+run's final conversation as one JSON line, `transcript <json>`, then the
+workflow's steps (`steps <json>`: position, name, when it was recorded).
+
+The model is scripted (the real `openai` client over a mock transport): its
+turns depend only on the conversation so far, so every run of the workflow,
+interrupted or not, asks for the same calls. The tools write what they do
+to EFFECTS (one line per side effect, flushed and fsynced), the count kept
+outside the engine: a read-only `lookup`, an idempotent `put` and a mutating
+`charge`. The in-doubt handler reads EFFECTS: a charge whose key is there
+did happen (skipped, with the output it gave); one that is not never did
+(run again, under the same key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+from dbos import DBOS, SetWorkflowID
+
+from toolbus import Executor, ToolContext, ToolRegistry
+from toolbus.in_doubt import InDoubtCall, Rerun, Skip
+from toolbus.integrations.dbos import arun_agent, run_agent
+
+# What the model asks for, turn by turn: each turn's calls run as one batch.
+SCRIPT: list[list[tuple[str, dict[str, Any]]]] = [
+    [("lookup", {"city": "Oslo"}), ("lookup", {"city": "Bergen"}), ("charge", {"amount": 5})],
+    [
+        ("put", {"key": "plan", "value": "dinner"}),
+        ("charge", {"amount": 7}),
+        ("lookup", {"city": "Tromsø"}),
+    ],
+    [("charge", {"amount": 11}), ("lookup", {"city": "Bodø"})],
+]
+# Each tool works a little, so that a kill lands inside the run more often than not.
+WORK = 0.03
+
+effects_path = Path(os.devnull)  # set by main()
+
+
+def effect(line: str) -> None:
+    with effects_path.open("a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def registry() -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def lookup(city: str, ctx: ToolContext) -> str:
+        time.sleep(WORK)
+        effect(json.dumps({"tool": "lookup", "key": ctx.idempotency_key, "pid": os.getpid()}))
+        return f"{city}: 4 degrees"
+
+    @reg.tool(idempotent=True)
+    def put(key: str, value: str, ctx: ToolContext) -> str:
+        time.sleep(WORK)
+        effect(json.dumps({"tool": "put", "key": ctx.idempotency_key, "pid": os.getpid()}))
+        return f"stored {key}"
+
+    @reg.tool()
+    def charge(amount: int, ctx: ToolContext) -> str:
+        time.sleep(WORK)
+        effect(json.dumps({"tool": "charge", "key": ctx.idempotency_key, "pid": os.getpid()}))
+        time.sleep(WORK)
+        return f"charged {amount}"
+
+    return reg
+
+
+def charged(key: str) -> bool:
+    if not effects_path.exists():
+        return False
+    for line in effects_path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("tool") == "charge" and record["key"] == key:
+            return True
+    return False
+
+
+def on_in_doubt(call: InDoubtCall) -> Rerun | Skip:
+    effect(json.dumps({"in_doubt": call.tool, "key": call.idempotency_key, "pid": os.getpid()}))
+    if charged(call.idempotency_key):
+        return Skip(f"charged {call.arguments['amount']}")
+    return Rerun()
+
+
+def reply(request: httpx2.Request) -> httpx2.Response:
+    """The scripted model: its next turn, from how many turns it already had."""
+    body = json.loads(request.content)
+    turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    if turn < len(SCRIPT):
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{turn}_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+                for i, (name, args) in enumerate(SCRIPT[turn])
+            ],
+        }
+        finish = "tool_calls"
+    else:
+        message = {"role": "assistant", "content": "All done."}
+        finish = "stop"
+    return httpx2.Response(
+        200,
+        json={
+            "id": f"chatcmpl-{turn}",
+            "object": "chat.completion",
+            "created": 1_800_000_000,
+            "model": "scripted",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        },
+    )
+
+
+async def areply(request: httpx2.Request) -> httpx2.Response:
+    return reply(request)
+
+
+executor = Executor(registry())
+
+
+@DBOS.workflow()
+def agent_run(question: str) -> list[Any]:
+    with openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://toolbus.test/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(reply)),
+        max_retries=0,
+    ) as client:
+        result = run_agent(
+            client,
+            model="scripted",
+            messages=question,
+            executor=executor,
+            on_in_doubt=on_in_doubt,
+        )
+    return result.messages
+
+
+@DBOS.workflow()
+async def agent_run_async(question: str) -> list[Any]:
+    async with openai.AsyncOpenAI(
+        api_key="sk-test",
+        base_url="http://toolbus.test/v1",
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(areply)),
+        max_retries=0,
+    ) as client:
+        result = await arun_agent(
+            client,
+            model="scripted",
+            messages=question,
+            executor=executor,
+            on_in_doubt=on_in_doubt,
+        )
+    return result.messages
+
+
+def main(argv: list[str]) -> int:
+    global effects_path
+    mode, url, effects, workflow_id = argv[:4]
+    effects_path = Path(effects)
+    use_async = len(argv) > 4 and argv[4] == "async"
+    DBOS(config={"name": "toolbus-kill-runs", "system_database_url": url, "log_level": "ERROR"})
+    DBOS.launch()
+    try:
+        if mode == "run":
+            print("ready", flush=True)
+        elif DBOS.get_workflow_status(workflow_id) is not None:
+            # DBOS recovers it as it launches; this waits for that run to end.
+            messages = DBOS.retrieve_workflow(workflow_id).get_result()
+        if mode == "run" or DBOS.get_workflow_status(workflow_id) is None:
+            # (Killed before the workflow began: it is started, as an agent would.)
+            with SetWorkflowID(workflow_id):
+                if use_async:
+                    messages = asyncio.run(agent_run_async("Plan the evening"))
+                else:
+                    messages = agent_run("Plan the evening")
+        print("transcript " + json.dumps(messages, sort_keys=True), flush=True)
+        steps = [
+            {
+                "id": step["function_id"],
+                "name": step["function_name"],
+                "completed_ms": step["completed_at_epoch_ms"],
+            }
+            for step in DBOS.list_workflow_steps(workflow_id)
+        ]
+        print("steps " + json.dumps(steps), flush=True)
+    finally:
+        executor.close()
+        DBOS.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
