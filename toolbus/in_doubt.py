@@ -161,15 +161,15 @@ def in_doubt_result(call: InDoubtCall, decision: Skip | Fail) -> ToolResult:
             output=decision.output,
             metadata={"in_doubt": "skipped"},
         )
-    why = f": {decision.reason}" if decision.reason else ""
+    why = f" ({decision.reason})" if decision.reason else ""
     return ToolResult(
         call_id=call.call_id,
         name=call.tool,
         status="error",
         error=(
-            f"Tool '{call.tool}' was not run again: an earlier run may have happened "
-            f"before a crash, and whether it did is unknown{why}. Check before "
-            "calling it again."
+            f"Tool '{call.tool}' was not run again: an earlier attempt of this call may "
+            "have run, and its outcome is unknown; check its effect before calling it "
+            f"again{why}"
         ),
         error_code=ErrorCode.IN_DOUBT,
         metadata={"in_doubt": "failed"},

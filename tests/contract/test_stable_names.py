@@ -129,6 +129,8 @@ STABLE_MODULES = (
     "toolbus.integrations.langgraph",
     "toolbus.integrations.openai_agents",
     "toolbus.integrations.pydantic_ai",
+    "toolbus.integrations.dbos",
+    "toolbus.in_doubt",
     "toolbus.config",
     "toolbus.cli",
 )

@@ -288,7 +288,7 @@ def test_a_mutating_call_whose_intent_was_recorded_and_no_result_is_in_doubt(
     else:
         assert again["status"] == "error" and again["error_code"] == "IN_DOUBT"
         assert again["metadata"] == {"in_doubt": "failed"}
-        assert "may have happened before a crash" in again["error"]
+        assert "an earlier attempt of this call may have run" in again["error"]
         if decision == "fail":
             assert "the ledger is down" in again["error"]
         if decision in ("raises", "junk"):
