@@ -102,7 +102,9 @@ class Executor(ExecutorHooks, Submitting):
     running. `journal_retention` (with a path): a `toolbus.journal.Retention`
     or `{"days": ..., "rows": ...}`. `journal_timeout` (default 5 s) bounds
     every wait for its disk: opening it and recording this executor's session
-    (`TimeoutError`), each mutating call's intent (docs/journal.md).
+    (`TimeoutError`), each mutating call's intent (docs/journal.md): an
+    intent not on disk by then runs its call unrecorded (logged), unless
+    `journal_required=True`, which refuses it (`JOURNAL_UNAVAILABLE`).
     `inject` supplies the values of injected parameters (`toolbus.Injected`):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
@@ -144,6 +146,7 @@ class Executor(ExecutorHooks, Submitting):
         journal: str | os.PathLike[str] | Journal | None = None,
         journal_retention: Retention | Mapping[str, Any] | None = None,
         journal_timeout: float | None = None,
+        journal_required: bool = False,
         inject: Mapping[str, Callable[[ToolCall], Any]] | None = None,
         name: str | None = None,
         policies: Sequence[Policy] = (),
@@ -201,7 +204,7 @@ class Executor(ExecutorHooks, Submitting):
         # a disk that does not answer, a malformed record), leaves nothing
         # behind.
         self._journal, self._journal_owned, self._journal_session, in_doubt = open_journal(
-            journal, journal_retention, journal_timeout
+            journal, journal_retention, journal_timeout, journal_required
         )
         self._closed = False
         self._final_stats: ExecutorStats | None = None
@@ -217,6 +220,7 @@ class Executor(ExecutorHooks, Submitting):
                 emitter=self._emitter,
                 journal=self._journal,
                 session=self._journal_session,
+                journal_required=journal_required,
                 inject=self._inject,
                 backends=self._backends,
                 groups=self._groups,

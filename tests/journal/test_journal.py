@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import MakeExecutor, wait_until
 from toolbus import (
     AttemptFailure,
+    ErrorCode,
     Executor,
     Journal,
     RetryDecision,
@@ -181,11 +182,39 @@ def test_explicit_idempotency_key_overrides(make_executor: MakeExecutor, path: P
     ex = make_executor(reg, journal=path)
     r = ex.execute(ToolCall(name="book", arguments={"item": "a"}, idempotency_key="order-42"))
     assert r.ok and ran == ["order-42"]
-    # Another call id (toolbus's own), other arguments: the key is what counts.
-    again = ex.execute(ToolCall(name="book", arguments={"item": "b"}, idempotency_key="order-42"))
+    # Another call id (toolbus's own), the same arguments: the key is what counts.
+    again = ex.execute(ToolCall(name="book", arguments={"item": "a"}, idempotency_key="order-42"))
     assert again.metadata.get("replayed") is True
     assert again.output == "booked a"
     assert ran == ["order-42"]
+
+
+def test_a_key_reused_with_other_arguments_is_refused_naming_the_key_only(
+    make_executor: MakeExecutor, path: Path
+) -> None:
+    reg, ran = _counting_registry()
+    ex = make_executor(reg, journal=path)
+    first = ex.execute(ToolCall(name="book", arguments={"item": "a"}, idempotency_key="order-42"))
+    assert first.ok
+    other = ex.execute(
+        ToolCall(name="book", arguments={"item": "secret-b"}, idempotency_key="order-42")
+    )
+    assert other.status == "rejected"
+    assert other.error_code == ErrorCode.IDEMPOTENCY_KEY_REUSED
+    assert other.error == (
+        "Tool 'book' was not run: idempotency key 'order-42' was already used for a call "
+        "with other arguments; use a new key"
+    )
+    assert other.attempts == 0 and "secret-b" not in (other.error or "")
+    assert ran == ["order-42"]  # not run
+    # The same key with its own arguments still replays; spacing and key order
+    # of a JSON text do not make other arguments.
+    same = ex.execute(
+        ToolCall(name="book", arguments='{ "item" : "a" }', idempotency_key="order-42")
+    )
+    assert same.metadata.get("replayed") is True and ran == ["order-42"]
+    # And the refused call's record says so: it is not in doubt.
+    assert ex.in_doubt() == []
 
 
 def test_keys_depend_on_tool_arguments_and_model_id_not_on_hooks(path: Path) -> None:

@@ -30,12 +30,22 @@ DEFAULT_JOURNAL_TIMEOUT = 5.0  # seconds: Executor(journal_timeout=...)
 
 
 def open_journal(
-    journal: str | os.PathLike[str] | Journal | None, retention: Any, timeout: Any
+    journal: str | os.PathLike[str] | Journal | None,
+    retention: Any,
+    timeout: Any,
+    required: Any = False,
 ) -> tuple[Journal | None, bool, Session | None, list[JournalRecord]]:
-    """Executor(journal=..., journal_retention=..., journal_timeout=...): the
-    journal, whether the executor made it (and so closes it), the executor's
-    session on it, and the calls in doubt now. Nothing is left open on failure."""
+    """Executor(journal=..., journal_retention=..., journal_timeout=...,
+    journal_required=...): the journal, whether the executor made it (and so
+    closes it), the executor's session on it, and the calls in doubt now.
+    Nothing is left open on failure."""
+    if not isinstance(required, bool):
+        raise TypeError(
+            f"Executor: journal_required must be True or False, got {type(required).__name__}"
+        )
     if journal is None:
+        if required:
+            raise ValueError("Executor: journal_required=True needs journal= (a path or a Journal)")
         if retention is not None:
             raise ValueError("Executor: journal_retention= needs journal= (a path or a Journal)")
         if timeout is not None:

@@ -38,6 +38,7 @@ from ._ops import (
     SYNCED,
     WAITED,
     JournalFailed,
+    KeyReused,
     claim,
     resolve,
     what,
@@ -187,9 +188,10 @@ class GroupCommit:
         if kind == INTENT:
             applied.done.append(self._intent(conn, op, counts))
         elif kind == LATE_INTENT:
-            _, session, seq, call_id, tool, args, key, batch_id, at = op
+            _, session, seq, call_id, tool, args, key, batch_id, at, digest = op
             conn.execute(
-                store.INSERT_LATE_CALL, (session, seq, call_id, tool, args, key, batch_id, at)
+                store.INSERT_LATE_CALL,
+                (session, seq, call_id, tool, args, key, batch_id, at, digest),
             )
             counts["intents"] += 1
         elif kind == ATTEMPT:
@@ -214,16 +216,21 @@ class GroupCommit:
     def _intent(
         self, conn: sqlite3.Connection, op: tuple[Any, ...], counts: dict[str, int]
     ) -> tuple[Future[Any], Any]:
-        _, session, seq, call_id, tool, args, key, batch_id, at, replayable, fut = op
+        _, session, seq, call_id, tool, args, key, batch_id, at, digest, replayable, fut = op
         # From now on the caller cannot cancel it: it will get what was written.
         # A caller that stopped waiting (cancelled, or its wait timed out) runs
         # its call, or not, on its own: it is never recorded as a replay.
         waiting = claim(fut)
-        recorded: ToolResult | None = None
+        recorded: ToolResult | KeyReused | None = None
         replay_of: int | None = None
         if replayable and waiting:
             row = conn.execute(store.FIND_OK, (key, tool)).fetchone()
-            if row is not None:
+            if row is not None and row[2] is not None and row[2] != digest:
+                # The key's earlier call had other arguments: refused, not
+                # answered with that call's result. (Records of schema
+                # version 1 have no digest: they replay as they always did.)
+                recorded = KeyReused(key)
+            elif row is not None:
                 try:
                     recorded = result_from_json(row[1])
                     replay_of = row[0]
@@ -231,7 +238,8 @@ class GroupCommit:
                 except ValueError as e:
                     log.warning("journal: record %s holds an unreadable result: %s", row[0], e)
         conn.execute(
-            store.INSERT_CALL, (session, seq, call_id, tool, args, key, batch_id, at, replay_of)
+            store.INSERT_CALL,
+            (session, seq, call_id, tool, args, key, batch_id, at, digest, replay_of),
         )
         counts["intents"] += 1
         return fut, recorded

@@ -9,17 +9,31 @@ data, long error texts are cut, and the result's metadata says
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from typing import Any
 
 import orjson
 
-from .._json import dumps
+from .._json import canonical, dumps
 from ..models import ToolResult
 
-__all__ = ["arguments_json", "bindable", "result_from_json", "result_json"]
+__all__ = [
+    "arguments_digest",
+    "arguments_json",
+    "bindable",
+    "result_from_json",
+    "result_json",
+]
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def arguments_digest(arguments: Any, secret: bytes) -> str:
+    """What tells two calls' arguments apart without keeping them: an HMAC
+    (the journal's secret) of their canonical JSON, as the model sent them."""
+    return hmac.new(secret, canonical(arguments), hashlib.sha256).hexdigest()
 
 
 def bindable(text: str) -> str:

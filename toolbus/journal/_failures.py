@@ -76,7 +76,7 @@ class CommitFailures:
             if kind == INTENT:
                 resolve(op[-1], error=error)  # the caller runs its call unjournaled
                 unjournaled.append(str(op[3]))
-                kept.append((LATE_INTENT, *op[1:-2]))
+                kept.append((LATE_INTENT, *op[1:-2]))  # (without replayable, future)
             elif kind in KEPT:
                 kept.append(op)
             elif kind in (SESSION, FLUSH):

@@ -30,6 +30,7 @@ from .._options import positive_int, positive_number
 from ..models import ToolResult
 from . import _store as store
 from ._encode import bindable, result_from_json
+from ._migrations import migrate
 from ._owner import Here, OwnerLock, SessionInfo, gone, here, lock_dir
 from ._prune import CHUNK, prune_step
 from ._records import JournalAttempt, JournalOwner, JournalRecord, RecordState
@@ -236,7 +237,14 @@ class Journal:
         lock = OwnerLock(lock_dir(self.path), session_id)
         try:
             return Session(
-                writer, self._here, lock, session_id, self._max_result_bytes, wait, str(self.path)
+                writer,
+                self._here,
+                lock,
+                session_id,
+                self._max_result_bytes,
+                wait,
+                str(self.path),
+                self._key_secret,
             )
         except BaseException:
             lock.release()
@@ -256,6 +264,7 @@ class Journal:
             store.check_writable(self.path)
             try:
                 conn = self._write_conn = store.connect(self.path, any_thread=True)
+                migrate(conn, self.path)
             except sqlite3.DatabaseError as e:
                 raise _error(self.path, e) from None
         return conn

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "WAITED",
     "JournalClosed",
     "JournalFailed",
+    "KeyReused",
+    "Unjournaled",
     "claim",
     "ids",
     "resolve",
@@ -34,7 +37,8 @@ __all__ = [
 ]
 
 # Operation kinds (the first item of each queued tuple).
-INTENT = 1  # (INTENT, session, seq, call_id, tool, args, key, batch_id, at, replayable, future)
+# (INTENT, session, seq, call_id, tool, args, key, batch_id, at, digest, replayable, future)
+INTENT = 1
 ATTEMPT = 2  # (ATTEMPT, session, seq, n, status, duration, at, call_id)
 OUTCOME = 3  # (OUTCOME, session, seq, result, at)
 SESSION = 4  # (SESSION, row, future)
@@ -44,7 +48,7 @@ STOP = 7  # (STOP, future)
 PRUNE = 8  # (PRUNE, future): prune now; the future gets how many records went
 # An intent whose caller no longer waits (its commit failed: the call ran
 # unjournaled), kept to be written late so that its outcome has a record.
-LATE_INTENT = 9  # (LATE_INTENT, session, seq, call_id, tool, args, key, batch_id, at)
+LATE_INTENT = 9  # (LATE_INTENT, session, seq, call_id, tool, args, key, batch_id, at, digest)
 SYNCED = frozenset({INTENT, SESSION, FLUSH, STOP})
 WAITED = frozenset({INTENT, SESSION, FLUSH, STOP, PRUNE})  # their last item is a future
 # Kept across a failed commit, to be written with the next one.
@@ -58,6 +62,24 @@ class JournalClosed(RuntimeError):
 class JournalFailed(JournalClosed):
     """The journal cannot be written any more: its writer died, or its file was
     removed or replaced while in use. Logged loudly when it happens."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyReused:
+    """What an intent found: its caller's idempotency key ended `ok` before
+    for a call of the same tool with other arguments (nothing is replayed)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unjournaled:
+    """What an intent came to when it is not on disk: why (the call runs
+    unrecorded, unless the journal is required). `timeout`: the seconds it
+    was given, when that is why."""
+
+    why: str
+    timeout: float | None = None
 
 
 def claim(fut: Future[Any]) -> bool:

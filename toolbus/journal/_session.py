@@ -25,15 +25,29 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..models import ToolResult, generated_id
-from ._encode import arguments_json, bindable
-from ._ops import ATTEMPT, CLOSE, INTENT, OUTCOME, SESSION, JournalClosed, JournalFailed
+from ._encode import arguments_digest, arguments_json, bindable
+from ._ops import (
+    ATTEMPT,
+    CLOSE,
+    INTENT,
+    OUTCOME,
+    SESSION,
+    JournalClosed,
+    JournalFailed,
+    KeyReused,
+    Unjournaled,
+)
 from ._owner import Here, OwnerLock
 from ._writer import Writer
 
 if TYPE_CHECKING:
     from ..pipeline import Run
 
-__all__ = ["Session"]
+__all__ = ["Intent", "Session"]
+
+# What an intent comes to: an earlier ok call's result to replay, None (run
+# the call), its key reused with other arguments, or not on disk.
+Intent = ToolResult | KeyReused | Unjournaled | None
 
 log = logging.getLogger("toolbus.journal")
 
@@ -50,8 +64,10 @@ class Session:
         max_bytes: int,
         timeout: float,
         path: str = "",
+        secret: bytes = b"",
     ) -> None:
         self.id = session_id
+        self._secret = secret
         self._writer = writer
         self._lock = lock
         self._max_bytes = max_bytes
@@ -98,11 +114,13 @@ class Session:
         if lock.name is None:
             writer.heartbeat(session_id, True)
 
-    def begin(self, run: Run, key: str) -> Coroutine[Any, Any, ToolResult | None]:
+    def begin(self, run: Run, key: str) -> Coroutine[Any, Any, Intent]:
         """Queue the intent; the awaitable resolves when it is on disk, to the
-        recorded result of an earlier ok call with the same key (or None). It
-        resolves to None too (logged) when the intent could not be written
-        within the journal's timeout: the call then runs unjournaled."""
+        recorded result of an earlier ok call with the same key (or None), or
+        `KeyReused` when that call had other arguments. It resolves to
+        `Unjournaled` (logged) when the intent could not be written within the
+        journal's timeout: the call then runs unrecorded, unless the journal
+        is required."""
         seq = next(self._seq)
         origin = run.origin
         # Calls whose key rests only on their arguments (toolbus made their id
@@ -120,6 +138,7 @@ class Session:
                 bindable(key),
                 run.batch_id,
                 time.time(),
+                arguments_digest(origin.arguments, self._secret),
                 replayable,
             )
         except JournalClosed as e:  # closed before the executor, or failed: never waits
@@ -133,29 +152,32 @@ class Session:
             self.ended(run, run.result)
         return self._committed(fut, run)
 
-    async def _committed(self, fut: Future[Any], run: Run) -> ToolResult | None:
+    async def _committed(self, fut: Future[Any], run: Run) -> Intent:
         writer = self._writer
         # A writer already stuck in one commit for longer than the timeout
         # (its disk not answering) is not waited for again by every call.
         wait = 0.0 if writer.stalled_for() >= self._timeout else self._timeout
         try:
-            result: ToolResult | None = await asyncio.wait_for(asyncio.wrap_future(fut), wait)
+            result: ToolResult | KeyReused | None = await asyncio.wait_for(
+                asyncio.wrap_future(fut), wait
+            )
             return result
         except TimeoutError:
+            timeout: float | None = self._timeout
             why = (
                 f"it was not on disk within {self._timeout:g}s (journal_timeout): the "
                 "journal's disk is not answering, or another process holds its write lock; "
                 "it stays queued and is written, with the outcome, if the journal recovers"
             )
         except JournalFailed as e:
-            why = str(e)
+            timeout, why = None, str(e)
         except JournalClosed:
-            why = "the journal was closed"
+            timeout, why = None, "the journal was closed"
         except Exception as e:  # the commit's own error (the writer logged it)
-            why = f"its commit failed ({type(e).__name__}: {e})"
-        return await self._unjournaled(run, why)
+            timeout, why = None, f"its commit failed ({type(e).__name__}: {e})"
+        return await self._unjournaled(run, why, timeout)
 
-    async def _unjournaled(self, run: Run, why: str) -> ToolResult | None:
+    async def _unjournaled(self, run: Run, why: str, timeout: float | None = None) -> Unjournaled:
         """The call runs without its intent on disk: say so, by call id."""
         if run.is_live(1):
             self._writer.count_unjournaled()
@@ -166,7 +188,7 @@ class Session:
                 run.call.name,
                 why,
             )
-        return None
+        return Unjournaled(why, timeout)
 
     def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None:
         """Queue an attempt's end (never raises: an attempt that returns after

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._migrations import SCHEMA_VERSION, migrate
+
 __all__ = [
     "RECORD_COLUMNS",
     "SCHEMA_VERSION",
@@ -41,7 +43,6 @@ __all__ = [
     "select_records",
 ]
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
 
 _SCHEMA = """
@@ -78,6 +79,7 @@ CREATE TABLE IF NOT EXISTS calls (
     truncated INTEGER NOT NULL DEFAULT 0,
     ended REAL,
     acknowledged REAL,
+    args_digest TEXT,
     UNIQUE (session, seq)
 );
 CREATE INDEX IF NOT EXISTS calls_ok_by_key ON calls (key, tool) WHERE status = 'ok';
@@ -226,16 +228,19 @@ def schema_ready(conn: sqlite3.Connection, path: Path) -> bool:
             f"up to {SCHEMA_VERSION} (upgrade toolbus)"
         )
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if version == SCHEMA_VERSION and tables >= _TABLES:
-        return True
+    if 1 <= version <= SCHEMA_VERSION and tables >= _TABLES:
+        return True  # an older version is migrated by the first writer (`ensure_schema`)
     if version == 0 and not tables - {"meta"}:
         return False
     raise ValueError(f"{str(path)!r} is an SQLite database but not a toolbus journal")
 
 
 def ensure_schema(conn: sqlite3.Connection, path: Path) -> bytes:
-    """Make the tables if missing; return the key secret (made once, here)."""
-    if not schema_ready(conn, path):
+    """Make the tables if missing, or bring an older journal's up to this
+    version (`MIGRATIONS`); return the key secret (made once, here)."""
+    if schema_ready(conn, path):
+        migrate(conn, path)
+    else:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for statement in _SCHEMA.split(";"):
@@ -271,17 +276,17 @@ CLOSE_SESSION = "UPDATE sessions SET closed = ?, heartbeat = ? WHERE id = ?"
 HEARTBEAT = "UPDATE sessions SET heartbeat = ? WHERE id = ? AND closed IS NULL"
 # The newest ok outcome of a key (for this tool), and the record it first came from.
 FIND_OK = (
-    "SELECT coalesce(replay_of, id), result FROM calls "
+    "SELECT coalesce(replay_of, id), result, args_digest FROM calls "
     "WHERE key = ? AND tool = ? AND status = 'ok' ORDER BY id DESC LIMIT 1"
 )
 INSERT_CALL = (
     "INSERT INTO calls (session, seq, call_id, tool, arguments, key, batch_id, started, "
-    "replay_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "args_digest, replay_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # An intent written after its commit failed (its call ran meanwhile): never a replay.
 INSERT_LATE_CALL = (
     "INSERT OR IGNORE INTO calls (session, seq, call_id, tool, arguments, key, batch_id, "
-    "started) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "started, args_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_ATTEMPT = (
     "INSERT OR REPLACE INTO attempts (call, n, status, duration, at) "

@@ -44,6 +44,7 @@ from typing import Any
 from . import _store as store
 from ._commit import GroupCommit
 from ._failures import RETRY_FIRST, CommitFailures
+from ._migrations import migrate
 from ._ops import FLUSH, PRUNE, STOP, JournalClosed, JournalFailed, resolve
 from ._retention import Retention
 from ._upkeep import PRUNE_EVERY, Upkeep
@@ -274,6 +275,9 @@ class Writer(GroupCommit, CommitFailures, Upkeep):
     def _main(self) -> None:
         try:
             conn = self._conn = store.connect(self._path)
+            # A journal of an older schema is brought up to this one before
+            # anything is written to it (a reader reads it as it is).
+            migrate(conn, Path(self._path))
             # Checkpoints are the writer's to run when idle (see _checkpoint),
             # not a commit's, so an intent never waits for one.
             conn.execute("PRAGMA wal_autocheckpoint = 0")

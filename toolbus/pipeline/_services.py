@@ -93,9 +93,10 @@ class Tally:
 class Journal(Protocol):
     """What the steps need of a durable journal (`toolbus.journal`)."""
 
-    def begin(self, run: Run, key: str) -> Awaitable[ToolResult | None]:
+    def begin(self, run: Run, key: str) -> Awaitable[Any]:
         """Record the intent of a mutating call (synced); resolves to the
-        recorded result if a call with this key already ended ok."""
+        recorded result if a call with this key already ended ok, None, or a
+        `toolbus.journal` `KeyReused` / `Unjournaled`."""
         ...
 
     def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None: ...
@@ -114,6 +115,9 @@ class Services:
     # so both stay the same across restarts, or the executor's own).
     key_secret: bytes = b""
     journal: Journal | None = None
+    # Executor(journal_required=True): a mutating call whose intent is not on
+    # disk is refused (`JOURNAL_UNAVAILABLE`) instead of run unrecorded.
+    journal_required: bool = False
     killed: Tally = field(default_factory=Tally)
     # Executor(inject=...): "param" or "tool.param" -> fn(call), sync or async.
     inject: Mapping[str, Callable[[ToolCall], Any]] = field(default_factory=dict)

@@ -36,6 +36,7 @@ from ..bus._events import (
     RetryAttempt,
     TimedOut,
 )
+from ..journal._ops import KeyReused, Unjournaled
 from ..models import ErrorCode, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import (
@@ -312,19 +313,21 @@ def _filtered(
 
 
 def _journal_intent(run: Run, svc: Services) -> Steps:
-    """Record a mutating call's intent before its tool runs; return the recorded
-    result of an earlier call with the same idempotency key that ended ok.
+    """Record a mutating call's intent before its tool runs; return the result
+    the call ends with instead of running: an earlier call's with the same
+    idempotency key that ended ok (replayed), or a refusal (its key was used
+    for other arguments; the journal required and the intent not on disk).
 
     The wait is off the deadline's clock: the deadline moves on by as long as
     the write took (the supervisor re-arms a deadline that fires meanwhile).
     It is bounded by the journal (`journal_timeout`): an intent not on disk by
-    then, or whose commit failed, resolves to None, logged by the journal, and
-    the call runs unjournaled, never held back."""
+    then, or whose commit failed, comes back `Unjournaled`, logged by the
+    journal, and the call runs unrecorded (unless `journal_required`)."""
     journal = svc.journal
     assert journal is not None
     run.phase = JOURNALING
     began = time.monotonic()
-    recorded: ToolResult | None = None
+    recorded: Any = None
     try:
         recorded = yield journal.begin(run, run.idempotency_key(svc.key_secret))
         run.journaled = True
@@ -333,12 +336,40 @@ def _journal_intent(run: Run, svc: Services) -> Steps:
             # A journal that cannot be written must not lose the call (its own
             # failures are logged by the journal; this is anything else).
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
+            recorded = Unjournaled(f"{type(e).__name__}")
         else:  # cancelled or timed out while it waited: not the journal's failure
             log.debug("call %s ended while its intent was being written", run.call.id)
     run.move_deadline(time.monotonic() - began)
     run.phase = ADMISSION
     if recorded is None:
         return None
+    kind = type(recorded)
+    if kind is Unjournaled:
+        if not svc.journal_required:
+            return None
+        within = f" within {recorded.timeout:g}s" if recorded.timeout is not None else ""
+        return make_result(
+            run,
+            "rejected",
+            error=(
+                f"Tool '{run.call.name}' was not run: the journal could not record the "
+                f"call{within}, and this executor runs no mutating call unrecorded; "
+                "try again later"
+            ),
+            code=ErrorCode.JOURNAL_UNAVAILABLE,
+            attempts=0,
+        )
+    if kind is KeyReused:
+        return make_result(
+            run,
+            "rejected",
+            error=(
+                f"Tool '{run.call.name}' was not run: idempotency key {recorded.key!r} was "
+                "already used for a call with other arguments; use a new key"
+            ),
+            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
+            attempts=0,
+        )
     return make_result(
         run,
         "ok",
