@@ -39,7 +39,7 @@ from ._executor._handles import (
     call_handle,
     cancel_where,
 )
-from ._executor._journal import announce_in_doubt, close_journal, open_journal
+from ._executor._journal import announce_in_doubt, calls_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
 from ._executor._options import GroupsOption, check_options, check_wiring, close_budget
@@ -52,6 +52,7 @@ from .backends import Backend
 from .bus import Announcer, BusPublisher, Emitter, Publisher, Subscription
 from .calls import CallLike
 from .hooks import ExecutorHooks, PostCallHook, PreCallHook
+from .in_doubt import InDoubtHandler
 from .journal import Journal, JournalRecord, Retention
 from .models import BatchResult, ErrorCode, ToolCall, ToolResult
 from .pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter
@@ -102,9 +103,9 @@ class Executor(ExecutorHooks, Submitting):
     running. `journal_retention` (with a path): a `toolbus.journal.Retention`
     or `{"days": ..., "rows": ...}`. `journal_timeout` (default 5 s) bounds
     every wait for its disk: opening it and recording this executor's session
-    (`TimeoutError`), each mutating call's intent (docs/journal.md): an
-    intent not on disk by then runs its call unrecorded (logged), unless
-    `journal_required=True`, which refuses it (`JOURNAL_UNAVAILABLE`).
+    (`TimeoutError`), each mutating call's intent; `journal_required=True`
+    refuses a call whose intent is not on disk by then, and `on_in_doubt`
+    decides calls in doubt that come again (`toolbus.in_doubt`; docs/journal.md).
     `inject` supplies the values of injected parameters (`toolbus.Injected`):
     `{"api_key": fn, "tool_name.param": fn}`, the tool's own key first; `fn(call)`
     may be sync or async and runs with the caller's contextvars, before the
@@ -147,6 +148,7 @@ class Executor(ExecutorHooks, Submitting):
         journal_retention: Retention | Mapping[str, Any] | None = None,
         journal_timeout: float | None = None,
         journal_required: bool = False,
+        on_in_doubt: InDoubtHandler | None = None,
         inject: Mapping[str, Callable[[ToolCall], Any]] | None = None,
         name: str | None = None,
         policies: Sequence[Policy] = (),
@@ -200,11 +202,10 @@ class Executor(ExecutorHooks, Submitting):
             )
         )
         # Opened last among the checks, and before any thread of the executor
-        # starts: a bad option, or a journal that cannot be used (a bad path,
-        # a disk that does not answer, a malformed record), leaves nothing
-        # behind.
+        # starts: a bad option, or a journal that cannot be used (a bad path, a
+        # disk that does not answer, a malformed record), leaves nothing behind.
         self._journal, self._journal_owned, self._journal_session, in_doubt = open_journal(
-            journal, journal_retention, journal_timeout, journal_required
+            journal, journal_retention, journal_timeout, journal_required, on_in_doubt
         )
         self._closed = False
         self._final_stats: ExecutorStats | None = None
@@ -221,6 +222,7 @@ class Executor(ExecutorHooks, Submitting):
                 journal=self._journal,
                 session=self._journal_session,
                 journal_required=journal_required,
+                in_doubt=calls_in_doubt(self._journal, in_doubt, on_in_doubt),
                 inject=self._inject,
                 backends=self._backends,
                 groups=self._groups,

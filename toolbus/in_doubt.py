@@ -40,6 +40,7 @@ __all__ = [
     "adecide",
     "decide",
     "in_doubt_result",
+    "never_rerun",
     "reruns_without_asking",
 ]
 
@@ -84,13 +85,21 @@ InDoubtHandler: TypeAlias = Callable[
 ]
 
 
+def never_rerun(call: InDoubtCall) -> Fail:
+    """A handler that fails every mutating call in doubt (`IN_DOUBT`): the rule
+    with nobody to ask, e.g. `Executor(journal=..., on_in_doubt=never_rerun)`."""
+    return Fail()
+
+
 def reruns_without_asking(read_only: bool, idempotent: bool) -> bool:
     """Whether a call in doubt runs again without a handler's say: a read-only
     or idempotent tool's does."""
     return read_only or idempotent
 
 
-def _checked(value: Any, call: InDoubtCall) -> InDoubtDecision:
+def as_decision(value: Any, call: InDoubtCall) -> InDoubtDecision:
+    """What a handler's answer decides: None is `Fail()`; anything but a
+    decision fails the call (logged)."""
     if value is None:
         return Fail()
     if isinstance(value, Rerun | Skip | Fail):
@@ -105,7 +114,9 @@ def _checked(value: Any, call: InDoubtCall) -> InDoubtDecision:
     return Fail("its in-doubt handler gave no decision")
 
 
-def _failed(call: InDoubtCall, error: BaseException) -> Fail:
+def failed_decision(call: InDoubtCall, error: BaseException) -> Fail:
+    """The decision when the handler raised: fail the call (logged, the
+    error's type only)."""
     # The type only: a handler's message may quote the arguments it was given.
     log.error(
         "in-doubt handler failed for call %s (%s): %s; the call is not run again",
@@ -128,8 +139,8 @@ def decide(handler: InDoubtHandler | None, call: InDoubtCall) -> InDoubtDecision
         if inspect.isawaitable(value):
             value = asyncio.run(_awaited(value))
     except Exception as e:
-        return _failed(call, e)
-    return _checked(value, call)
+        return failed_decision(call, e)
+    return as_decision(value, call)
 
 
 async def adecide(handler: InDoubtHandler | None, call: InDoubtCall) -> InDoubtDecision:
@@ -141,8 +152,8 @@ async def adecide(handler: InDoubtHandler | None, call: InDoubtCall) -> InDoubtD
         if inspect.isawaitable(value):
             value = await value
     except Exception as e:
-        return _failed(call, e)
-    return _checked(value, call)
+        return failed_decision(call, e)
+    return as_decision(value, call)
 
 
 async def _awaited(value: Awaitable[Any]) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -22,7 +23,14 @@ from ..bus._events import InDoubt
 from ..journal import Journal, JournalRecord, Retention
 from ..journal._session import Session
 
-__all__ = ["DEFAULT_JOURNAL_TIMEOUT", "announce_in_doubt", "close_journal", "open_journal"]
+__all__ = [
+    "DEFAULT_JOURNAL_TIMEOUT",
+    "CallsInDoubt",
+    "announce_in_doubt",
+    "calls_in_doubt",
+    "close_journal",
+    "open_journal",
+]
 
 log = logging.getLogger("toolbus")
 
@@ -34,11 +42,17 @@ def open_journal(
     retention: Any,
     timeout: Any,
     required: Any = False,
+    on_in_doubt: Any = None,
 ) -> tuple[Journal | None, bool, Session | None, list[JournalRecord]]:
     """Executor(journal=..., journal_retention=..., journal_timeout=...,
-    journal_required=...): the journal, whether the executor made it (and so
-    closes it), the executor's session on it, and the calls in doubt now.
-    Nothing is left open on failure."""
+    journal_required=..., on_in_doubt=...): the journal, whether the executor
+    made it (and so closes it), the executor's session on it, and the calls in
+    doubt now. Nothing is left open on failure."""
+    if on_in_doubt is not None and not callable(on_in_doubt):
+        raise TypeError(
+            "Executor: on_in_doubt must be a callable (sync or async) of an InDoubtCall, "
+            f"got {type(on_in_doubt).__name__}"
+        )
     if not isinstance(required, bool):
         raise TypeError(
             f"Executor: journal_required must be True or False, got {type(required).__name__}"
@@ -46,6 +60,8 @@ def open_journal(
     if journal is None:
         if required:
             raise ValueError("Executor: journal_required=True needs journal= (a path or a Journal)")
+        if on_in_doubt is not None:
+            raise ValueError("Executor: on_in_doubt= needs journal= (a path or a Journal)")
         if retention is not None:
             raise ValueError("Executor: journal_retention= needs journal= (a path or a Journal)")
         if timeout is not None:
@@ -112,3 +128,52 @@ def announce_in_doubt(journal: Journal, emitter: Emitter, found: list[JournalRec
                 emitter.emit(sig.IN_DOUBT, InDoubt(record.call_id, record.tool, record))
     except Exception:
         log.exception("announcing the journal's calls in doubt failed")
+
+
+class CallsInDoubt:
+    """The calls in doubt when the executor started, by (key, tool), for
+    `Executor(on_in_doubt=...)`: each is decided once, by the first call of
+    its tool and key (`pipeline/_journaled.py`), then acknowledged."""
+
+    def __init__(self, journal: Journal, found: list[JournalRecord], handler: Any) -> None:
+        self.handler = handler
+        self._journal = journal
+        self._lock = threading.Lock()
+        self._by_key: dict[tuple[str, str], list[JournalRecord]] = {}
+        for record in found:
+            self._by_key.setdefault((record.idempotency_key, record.tool), []).append(record)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._by_key)
+
+    def take(self, key: str, tool: str) -> JournalRecord | None:
+        with self._lock:
+            records = self._by_key.get((key, tool))
+            if not records:
+                return None
+            record = records.pop(0)
+            if not records:
+                del self._by_key[key, tool]
+            return record
+
+    def settled(self, record: JournalRecord) -> None:
+        try:
+            self._journal.acknowledge(record)
+        except Exception as e:  # the decision stands; the record stays in doubt
+            log.warning(
+                "journal %s: call %s in doubt was decided but not acknowledged: %s",
+                self._journal.path,
+                record.call_id,
+                e,
+            )
+
+
+def calls_in_doubt(
+    journal: Journal | None, found: list[JournalRecord], handler: Any
+) -> CallsInDoubt | None:
+    """Executor(on_in_doubt=...) (checked by `open_journal`): the index of the
+    calls in doubt, or None without a handler (or a journal)."""
+    if handler is None or journal is None:
+        return None
+    return CallsInDoubt(journal, found, handler)

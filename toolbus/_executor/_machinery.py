@@ -26,6 +26,7 @@ from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall
 from ..pipeline import NestedCalls, Services
 from ..scanning import ContentScanner
+from ._journal import CallsInDoubt
 from ._options import Options
 
 __all__ = [
@@ -57,6 +58,7 @@ def start(
     journal: Journal | None,
     session: Session | None,
     journal_required: bool = False,
+    in_doubt: CallsInDoubt | None = None,
     inject: Mapping[str, Callable[[ToolCall], Any]],
     backends: Backends,
     groups: dict[str, int],
@@ -81,6 +83,7 @@ def start(
             key_secret=key_secret,
             journal=session,
             journal_required=journal_required,
+            in_doubt=in_doubt,
             inject=inject,
             nested=nested,
             plain_admission=plain_admission(hooks),

@@ -104,6 +104,26 @@ class Journal(Protocol):
     def ended(self, run: Run, result: ToolResult) -> None: ...
 
 
+class CallsInDoubt(Protocol):
+    """The calls a dead process left in doubt in the journal, by tool and key,
+    and the handler that decides them (`Executor(on_in_doubt=...)`)."""
+
+    handler: Callable[[Any], Any]
+
+    @property
+    def pending(self) -> bool:
+        """Whether any is left to decide."""
+        ...
+
+    def take(self, key: str, tool: str) -> Any:
+        """The record in doubt of this key and tool (taken: decided once), or None."""
+        ...
+
+    def settled(self, record: Any) -> None:
+        """Its decision is made: the record is acknowledged in the journal."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Services:
     """What the steps share: read-only after the executor starts."""
@@ -118,6 +138,8 @@ class Services:
     # Executor(journal_required=True): a mutating call whose intent is not on
     # disk is refused (`JOURNAL_UNAVAILABLE`) instead of run unrecorded.
     journal_required: bool = False
+    # Executor(on_in_doubt=...) with a journal: its calls in doubt at start.
+    in_doubt: CallsInDoubt | None = None
     killed: Tally = field(default_factory=Tally)
     # Executor(inject=...): "param" or "tool.param" -> fn(call), sync or async.
     inject: Mapping[str, Callable[[ToolCall], Any]] = field(default_factory=dict)

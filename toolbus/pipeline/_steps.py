@@ -36,7 +36,6 @@ from ..bus._events import (
     RetryAttempt,
     TimedOut,
 )
-from ..journal._ops import KeyReused, Unjournaled
 from ..models import ErrorCode, ToolResult
 from ..retry import AttemptFailure, AttemptTimeout, RetryDecision, new_retry_state, record_failure
 from ..tools import (
@@ -51,11 +50,12 @@ from ._admission import (
 )
 from ._clock import ran_out, spent_result
 from ._input import answer_for, deferred_for_input
+from ._journaled import before_journaled
 from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
 from ._reports import CallLogs, progress_sink
 from ._results import end_call, end_decided, finish
-from ._run import ADMISSION, FINISHING, JOURNALING, RUNNING, Run
+from ._run import FINISHING, RUNNING, Run
 from ._services import (
     DONE,
     LOST,
@@ -141,7 +141,7 @@ def attempt(
     if hand_on is not None:
         hand_on()
     if svc.journal is not None and not run.read_only and not run.journaled:
-        replayed = yield from _journal_intent(run, svc)
+        replayed = yield from before_journaled(run, svc)
         if not run.is_live(n):
             return LOST
         if replayed is not None:
@@ -310,74 +310,6 @@ def _filtered(
         log_contained(f"tool exception filter failed for call {run.call.id}", e, run.scrubber)
         return error
     return other if isinstance(other, BaseException) else error
-
-
-def _journal_intent(run: Run, svc: Services) -> Steps:
-    """Record a mutating call's intent before its tool runs; return the result
-    the call ends with instead of running: an earlier call's with the same
-    idempotency key that ended ok (replayed), or a refusal (its key was used
-    for other arguments; the journal required and the intent not on disk).
-
-    The wait is off the deadline's clock: the deadline moves on by as long as
-    the write took (the supervisor re-arms a deadline that fires meanwhile).
-    It is bounded by the journal (`journal_timeout`): an intent not on disk by
-    then, or whose commit failed, comes back `Unjournaled`, logged by the
-    journal, and the call runs unrecorded (unless `journal_required`)."""
-    journal = svc.journal
-    assert journal is not None
-    run.phase = JOURNALING
-    began = time.monotonic()
-    recorded: Any = None
-    try:
-        recorded = yield journal.begin(run, run.idempotency_key(svc.key_secret))
-        run.journaled = True
-    except (Exception, asyncio.CancelledError) as e:
-        if run.is_live(1):
-            # A journal that cannot be written must not lose the call (its own
-            # failures are logged by the journal; this is anything else).
-            log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
-            recorded = Unjournaled(f"{type(e).__name__}")
-        else:  # cancelled or timed out while it waited: not the journal's failure
-            log.debug("call %s ended while its intent was being written", run.call.id)
-    run.move_deadline(time.monotonic() - began)
-    run.phase = ADMISSION
-    if recorded is None:
-        return None
-    kind = type(recorded)
-    if kind is Unjournaled:
-        if not svc.journal_required:
-            return None
-        within = f" within {recorded.timeout:g}s" if recorded.timeout is not None else ""
-        return make_result(
-            run,
-            "rejected",
-            error=(
-                f"Tool '{run.call.name}' was not run: the journal could not record the "
-                f"call{within}, and this executor runs no mutating call unrecorded; "
-                "try again later"
-            ),
-            code=ErrorCode.JOURNAL_UNAVAILABLE,
-            attempts=0,
-        )
-    if kind is KeyReused:
-        return make_result(
-            run,
-            "rejected",
-            error=(
-                f"Tool '{run.call.name}' was not run: idempotency key {recorded.key!r} was "
-                "already used for a call with other arguments; use a new key"
-            ),
-            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
-            attempts=0,
-        )
-    return make_result(
-        run,
-        "ok",
-        output=recorded.output,
-        attachments=recorded.attachments,
-        metadata={**recorded.metadata, "replayed": True},
-        attempts=0,
-    )
 
 
 def _late_event(run: Run, n: int, error: BaseException | None, duration: float) -> LateResult:

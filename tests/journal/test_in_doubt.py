@@ -1,0 +1,145 @@
+"""The in-doubt rule on toolbus's own journal, opted in with
+`Executor(journal=..., on_in_doubt=...)` (`toolbus.in_doubt`,
+`toolbus/pipeline/_journaled.py`).
+
+The journal is the version-1 fixture (tests/fixtures/journal/v1.sqlite): its
+call `call_doubt` (`charge(amount=99)`) was left in doubt by a process
+killed with SIGKILL while the tool ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolbus import ErrorCode, Executor, Journal, ToolCall, ToolContext, ToolRegistry
+from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip, never_rerun
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "journal" / "v1.sqlite"
+DOUBT = ToolCall(id="call_doubt", name="charge", arguments={"amount": 99})
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    copy = tmp_path / "journal.sqlite"
+    shutil.copyfile(FIXTURE, copy)
+    return copy
+
+
+def registry(*, idempotent: bool = False) -> tuple[ToolRegistry, list[str]]:
+    ran: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool(idempotent=idempotent)
+    def charge(amount: int, ctx: ToolContext, api_key: str = "") -> str:
+        ran.append(ctx.idempotency_key)
+        return f"charged {amount}"
+
+    return reg, ran
+
+
+def record_key(path: Path) -> str:
+    with Journal(path) as j:
+        (record,) = j.in_doubt()
+        return record.idempotency_key
+
+
+def test_without_a_handler_a_call_in_doubt_runs_again_as_before(path: Path) -> None:
+    reg, ran = registry()
+    with Executor(reg, journal=path) as ex:
+        assert ex.execute(DOUBT).ok
+        assert [r.call_id for r in ex.in_doubt()] == ["call_doubt"]  # left as it was
+    assert len(ran) == 1
+
+
+def test_never_rerun_fails_it_and_clears_the_record(path: Path) -> None:
+    reg, ran = registry()
+    with Executor(reg, journal=path, on_in_doubt=never_rerun) as ex:
+        result = ex.execute(DOUBT)
+        assert result.status == "error" and result.error_code == ErrorCode.IN_DOUBT
+        assert result.metadata == {"in_doubt": "failed"} and result.attempts == 0
+        assert ex.in_doubt() == []  # decided: acknowledged
+        # Decided once: the next call of that key runs.
+        assert ex.execute(DOUBT).ok
+    assert len(ran) == 1
+
+
+@pytest.mark.parametrize("answer", ["skip", "rerun", "fail", "raises", "junk"])
+def test_the_handler_decides(path: Path, answer: str) -> None:
+    key = record_key(path)
+    reg, ran = registry()
+    asked: list[InDoubtCall] = []
+
+    def handler(call: InDoubtCall) -> Any:
+        asked.append(call)
+        if answer == "raises":
+            raise RuntimeError(f"ledger down for {call.arguments}")
+        return {
+            "skip": Skip("charged 99"),
+            "rerun": Rerun(),
+            "fail": Fail("ledger says no"),
+            "junk": 42,
+        }[answer]
+
+    with Executor(reg, journal=path, on_in_doubt=handler) as ex:
+        result = ex.execute(DOUBT)
+        assert ex.in_doubt() == []
+    assert [(c.call_id, c.tool, c.arguments, c.idempotency_key) for c in asked] == [
+        ("call_doubt", "charge", {"amount": 99}, key)
+    ]
+    if answer == "rerun":
+        assert result.ok and ran == [key]  # the same key
+        return
+    assert ran == []
+    if answer == "skip":
+        assert (result.status, result.output, result.metadata) == (
+            "ok",
+            "charged 99",
+            {"in_doubt": "skipped"},
+        )
+    else:
+        assert result.error_code == ErrorCode.IN_DOUBT
+        assert ("ledger says no" in (result.error or "")) == (answer == "fail")
+        assert "ledger down" not in (result.error or "")
+
+
+async def test_an_async_handler_from_an_async_caller(path: Path) -> None:
+    reg, ran = registry()
+
+    async def handler(call: InDoubtCall) -> Skip:
+        await asyncio.sleep(0)
+        return Skip(f"charged {call.arguments['amount']}")
+
+    with Executor(reg, journal=path, on_in_doubt=handler) as ex:
+        result = await ex.aexecute(DOUBT)
+    assert result.output == "charged 99" and ran == []
+
+
+def test_an_idempotent_tool_runs_again_without_asking(path: Path) -> None:
+    key = record_key(path)
+    reg, ran = registry(idempotent=True)
+    asked: list[InDoubtCall] = []
+    with Executor(reg, journal=path, on_in_doubt=asked.append) as ex:
+        assert ex.execute(DOUBT).ok
+        assert ex.in_doubt() == []
+    assert ran == [key] and asked == []
+
+
+def test_a_call_with_an_id_toolbus_made_up_is_not_taken_for_it(path: Path) -> None:
+    reg, ran = registry()
+    with Executor(reg, journal=path, on_in_doubt=never_rerun) as ex:
+        assert ex.execute(ToolCall(name="charge", arguments={"amount": 99})).ok
+        assert [r.call_id for r in ex.in_doubt()] == ["call_doubt"]
+    assert len(ran) == 1
+
+
+def test_on_in_doubt_is_checked(tmp_path: Path) -> None:
+    reg, _ = registry()
+    with pytest.raises(ValueError, match=r"on_in_doubt= needs journal="):
+        Executor(reg, on_in_doubt=never_rerun)
+    with pytest.raises(TypeError, match="on_in_doubt must be a callable"):
+        Executor(reg, journal=tmp_path / "j.sqlite", on_in_doubt="fail")  # type: ignore[arg-type]

@@ -1,0 +1,152 @@
+"""What the journal says before a mutating call runs.
+
+`before_journaled` runs once per mutating call with a journal, after the
+call's policies let it through and before its tool first runs:
+
+- a call in doubt (`Executor(on_in_doubt=...)`): a call of the same tool and
+  key that a dead process left started and unfinished is decided by the
+  in-doubt rule (`toolbus.in_doubt`): run again, skipped with a result, or
+  failed `IN_DOUBT`; its old record is acknowledged;
+- the intent is recorded (synced) before the tool runs; what it finds may end
+  the call instead: an earlier `ok` call of the key (replayed), the key used
+  for other arguments (`IDEMPOTENCY_KEY_REUSED`), or, with `journal_required`,
+  an intent not on disk (`JOURNAL_UNAVAILABLE`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ..in_doubt import InDoubtCall, Rerun, as_decision, failed_decision, in_doubt_result
+from ..journal._ops import KeyReused, Unjournaled
+from ..models import ErrorCode, generated_id
+from ._make import awaitable, log_contained, make_result
+from ._run import ADMISSION, JOURNALING, Run
+from ._services import Services, Steps, log
+
+__all__ = ["before_journaled"]
+
+
+def before_journaled(run: Run, svc: Services) -> Steps:
+    """The result the call ends with instead of running (None: it runs)."""
+    calls = svc.in_doubt
+    if calls is not None and calls.pending:
+        decided = yield from _in_doubt(run, svc)
+        if decided is not None:
+            return decided
+        if not run.is_live(1):
+            return None
+    return (yield from _intent(run, svc))
+
+
+def _in_doubt(run: Run, svc: Services) -> Steps:
+    """The in-doubt rule for a call whose tool and key a dead process left in
+    doubt: None (it runs: an idempotent tool, a handler's `Rerun`), or its result."""
+    calls = svc.in_doubt
+    assert calls is not None
+    origin = run.origin
+    # As for replays: a call whose id toolbus made up, with no key of the
+    # caller's, is not taken for another (two such calls may be meant to run twice).
+    if origin.idempotency_key is None and generated_id(origin.id):
+        return None
+    key = run.idempotency_key(svc.key_secret)
+    record = calls.take(key, run.call.name)
+    if record is None:
+        return None
+    tool = run.tool
+    if tool is not None and tool.idempotent:
+        calls.settled(record)
+        return None  # runs again, under the same key
+    asked = InDoubtCall(run.call.id, run.call.name, run.masked, key)
+    try:
+        value: Any = calls.handler(asked)
+        if awaitable(value):
+            value = yield value
+        decision = as_decision(value, asked)
+    except (Exception, asyncio.CancelledError) as e:
+        if not run.is_live(1):
+            return None
+        decision = failed_decision(asked, e)
+    calls.settled(record)
+    if isinstance(decision, Rerun):
+        return None
+    made = in_doubt_result(asked, decision)
+    return make_result(
+        run,
+        made.status,
+        output=made.output,
+        error=made.error,
+        code=made.error_code,
+        metadata=made.metadata,
+        attempts=0,
+    )
+
+
+def _intent(run: Run, svc: Services) -> Steps:
+    """Record a mutating call's intent before its tool runs; return the result
+    the call ends with instead of running: an earlier call's with the same
+    idempotency key that ended ok (replayed), or a refusal (its key was used
+    for other arguments; the journal required and the intent not on disk).
+
+    The wait is off the deadline's clock: the deadline moves on by as long as
+    the write took (the supervisor re-arms a deadline that fires meanwhile).
+    It is bounded by the journal (`journal_timeout`): an intent not on disk by
+    then, or whose commit failed, comes back `Unjournaled`, logged by the
+    journal, and the call runs unrecorded (unless `journal_required`)."""
+    journal = svc.journal
+    assert journal is not None
+    run.phase = JOURNALING
+    began = time.monotonic()
+    recorded: Any = None
+    try:
+        recorded = yield journal.begin(run, run.idempotency_key(svc.key_secret))
+        run.journaled = True
+    except (Exception, asyncio.CancelledError) as e:
+        if run.is_live(1):
+            # A journal that cannot be written must not lose the call (its own
+            # failures are logged by the journal; this is anything else).
+            log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
+            recorded = Unjournaled(f"{type(e).__name__}")
+        else:  # cancelled or timed out while it waited: not the journal's failure
+            log.debug("call %s ended while its intent was being written", run.call.id)
+    run.move_deadline(time.monotonic() - began)
+    run.phase = ADMISSION
+    if recorded is None:
+        return None
+    kind = type(recorded)
+    if kind is Unjournaled:
+        if not svc.journal_required:
+            return None
+        within = f" within {recorded.timeout:g}s" if recorded.timeout is not None else ""
+        return make_result(
+            run,
+            "rejected",
+            error=(
+                f"Tool '{run.call.name}' was not run: the journal could not record the "
+                f"call{within}, and this executor runs no mutating call unrecorded; "
+                "try again later"
+            ),
+            code=ErrorCode.JOURNAL_UNAVAILABLE,
+            attempts=0,
+        )
+    if kind is KeyReused:
+        return make_result(
+            run,
+            "rejected",
+            error=(
+                f"Tool '{run.call.name}' was not run: idempotency key {recorded.key!r} was "
+                "already used for a call with other arguments; use a new key"
+            ),
+            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
+            attempts=0,
+        )
+    return make_result(
+        run,
+        "ok",
+        output=recorded.output,
+        attachments=recorded.attachments,
+        metadata={**recorded.metadata, "replayed": True},
+        attempts=0,
+    )
