@@ -14,6 +14,7 @@ from . import (
     adapters,
     bus_cost,
     chaos,
+    durable,
     latency,
     lateness,
     longrun,
@@ -62,6 +63,7 @@ SCENARIOS: list[Scenario] = [
         lateness.run,
     ),
     ("scanning", "Scenario 17: the content scanner, per KB of text", scanning.run),
+    ("durable", "Scenario 18: a call inside a DBOS workflow, against a bare step", durable.run),
 ]
 
 
@@ -167,6 +169,18 @@ def goals() -> list[Goal]:
             "content scanner, fast matcher: CPU per KB scanned (µs: a count, not a ratio)",
             "≤ 20 µs",
             "scanning",
+        ),
+        Goal(
+            "durable_read_only_cpu",
+            "a read-only call inside a DBOS workflow: CPU vs a bare DBOS step",
+            "≤ 1.3×",
+            "durable",
+        ),
+        Goal(
+            "durable_mutating_cpu",
+            "a mutating call inside a DBOS workflow (intent and result): CPU vs a bare step",
+            "≤ 2.3×",
+            "durable",
         ),
         Goal("chaos_lost", "chaos: lost + duplicated calls", "0", "chaos"),
         Goal(
