@@ -9,7 +9,7 @@ over n), three ways in interleaved rounds:
 - a mutating toolbus call: its intent step, then its result step.
 
 The goals are the CPU per operation of the toolbus calls over the bare
-step's (≤ 1.3× read-only, ≤ 2.3× mutating), wall time beside them.
+step's (at most 1.3 times read-only, 2.3 times mutating), wall time beside them.
 Needs the `dbos` extra; without it the scenario says so and skips.
 """
 
