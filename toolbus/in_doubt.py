@@ -138,7 +138,9 @@ def decide(handler: InDoubtHandler | None, call: InDoubtCall) -> InDoubtDecision
         value: Any = handler(call)
         if inspect.isawaitable(value):
             value = asyncio.run(_awaited(value))
-    except Exception as e:
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a handler's own, whatever its class
         return failed_decision(call, e)
     return as_decision(value, call)
 
@@ -151,7 +153,14 @@ async def adecide(handler: InDoubtHandler | None, call: InDoubtCall) -> InDoubtD
         value: Any = handler(call)
         if inspect.isawaitable(value):
             value = await value
-    except Exception as e:
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except asyncio.CancelledError as e:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # this task is being cancelled: not the handler's answer
+        return failed_decision(call, e)
+    except BaseException as e:  # a handler's own, whatever its class
         return failed_decision(call, e)
     return as_decision(value, call)
 

@@ -38,7 +38,7 @@ EXPECTED: dict[str, list[str]] = {
         "worker 1 died: SIGKILL while book_table ran",
         "replayed, not run again: get_weather({'city': 'Oslo'})",
         "replayed, not run again: get_weather({'city': 'Bergen'})",
-        "in doubt: book_table (key dbos:plan-evening-1:6): the ledger has it, skipped",
+        "in doubt: book_table (key dbos:plan-evening-1:8): the ledger has it, skipped",
         "final answer: Clear in Oslo; Maaemo at 8.",
         "the ledger: book_table ran 1 time(s)",
     ],

@@ -9,6 +9,8 @@ runs the rest, as a recovery does.
 from __future__ import annotations
 
 import asyncio
+import base64
+import pickle
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -104,6 +106,18 @@ def tools(system_db: Path, ledger: Ledger) -> Iterator[DurableExecutor]:
         ex.close()
 
 
+def readable(cell: Any) -> str:
+    """A cell as text, DBOS's own encoding undone: step outputs are pickled,
+    then base64 (a secret inside would not show in the raw text)."""
+    text = repr(cell)
+    if isinstance(cell, str):
+        try:
+            text += repr(pickle.loads(base64.b64decode(cell, validate=True)))
+        except Exception:
+            pass
+    return text
+
+
 def steps_of(workflow_id: str) -> list[tuple[int, str]]:
     return [(s["function_id"], s["function_name"]) for s in DBOS.list_workflow_steps(workflow_id)]
 
@@ -141,21 +155,23 @@ def test_each_call_is_a_step_and_a_mutating_one_records_its_intent_first(
 
     with SetWorkflowID("steps-1"):
         assert turn_steps() == [10, "charged 5", "stored", "charged 7"]
+    # Each call takes two positions (its intent's, its result's), whatever
+    # its tool: a read-only or idempotent one records no intent.
     assert steps_of("steps-1") == [
-        (1, "toolbus:lookup"),
-        (2, "toolbus-intent:charge"),
-        (3, "toolbus:charge"),
-        (4, "toolbus:put"),  # idempotent: no intent
-        (5, "toolbus-intent:charge"),
-        (6, "toolbus:charge"),
+        (2, "toolbus:lookup"),
+        (3, "toolbus-intent:charge"),
+        (4, "toolbus:charge"),
+        (6, "toolbus:put"),  # idempotent: no intent
+        (7, "toolbus-intent:charge"),
+        (8, "toolbus:charge"),
     ]
     # Each call's key is its workflow and its result step's position.
     keys = {(tool, value): key for tool, value, key in ledger.ran}
     assert keys == {
-        ("lookup", 1): "dbos:steps-1:1",
-        ("charge", 5): "dbos:steps-1:3",
-        ("put", "k"): "dbos:steps-1:4",
-        ("charge", 7): "dbos:steps-1:6",
+        ("lookup", 1): "dbos:steps-1:2",
+        ("charge", 5): "dbos:steps-1:4",
+        ("put", "k"): "dbos:steps-1:6",
+        ("charge", 7): "dbos:steps-1:8",
     }
 
 
@@ -175,8 +191,8 @@ def test_a_forked_workflow_replays_what_finished_and_runs_the_rest(
         with SetWorkflowID("fork-1"):
             original = turn_fork()
         assert ledger.count("lookup") == 2 and ledger.count("charge") == 2
-        # Steps 1-3 are the first batch; from step 4 on, the second runs again.
-        again = DBOS.fork_workflow("fork-1", 4).get_result()
+        # Steps 1-4 are the first batch; from step 5 on, the second runs again.
+        again = DBOS.fork_workflow("fork-1", 5).get_result()
         tools.executor.drain_events()
     finally:
         sub.close()
@@ -208,7 +224,14 @@ def test_a_replayed_failure_stops_the_rest_of_its_batch_again(
         ("cancelled", ErrorCode.ABORTED),
         ("ok", None),
     ]
-    again = DBOS.fork_workflow("stop-1", len(steps_of("stop-1"))).get_result()
+    # The aborted call never started: no intent of it was recorded.
+    assert [n for _, n in steps_of("stop-1")] == [
+        "toolbus-intent:charge",
+        "toolbus:charge",
+        "toolbus:charge",
+        "toolbus:lookup",
+    ]
+    again = DBOS.fork_workflow("stop-1", max(i for i, _ in steps_of("stop-1"))).get_result()
     assert again == original
     assert ledger.count("charge") == 1  # the failed one ran once; the aborted one never
     assert ledger.count("lookup") == 2  # the last step ran again after the fork
@@ -225,12 +248,12 @@ async def test_async_workflow_runs_its_batch_concurrently_and_replays(
 
     with SetWorkflowID("async-1"):
         assert await turn_async() == [1, 2, 3, 4, 5, "charged 9"]
-    again = await (await DBOS.fork_workflow_async("async-1", 8)).get_result()
+    again = await (await DBOS.fork_workflow_async("async-1", 13)).get_result()
     assert again == [1, 2, 3, 4, 5, "charged 9"]
     assert ledger.count("alookup") == 5 and ledger.count("charge") == 1
-    assert sorted(k for t, _, k in ledger.ran if t == "alookup") == [
-        f"dbos:async-1:{i}" for i in range(1, 6)
-    ]
+    assert {k for t, _, k in ledger.ran if t == "alookup"} == {
+        f"dbos:async-1:{2 * i}" for i in range(1, 6)
+    }
 
 
 @pytest.mark.parametrize("sync", [True, False])
@@ -269,16 +292,16 @@ def test_a_mutating_call_whose_intent_was_recorded_and_no_result_is_in_doubt(
         assert turn_doubt()["output"] == "charged 5"
     # Forked at the charge's result step: its intent replays, its result is
     # not there: what a crash while it ran leaves behind.
-    fork = DBOS.fork_workflow(wid, 3)
+    fork = DBOS.fork_workflow(wid, 4)
     again = fork.get_result()
     assert [(c.call_id, c.tool, c.arguments) for c in asked] == [("b", "charge", {"amount": 5})]
     # A fork is a workflow of its own: its keys are its own (a recovery keeps
     # the workflow's id, and so its keys: test_dbos_recovery.py).
-    assert asked[0].idempotency_key == f"dbos:{fork.get_workflow_id()}:3"
+    assert asked[0].idempotency_key == f"dbos:{fork.get_workflow_id()}:4"
     if decision == "rerun":
         assert again["status"] == "ok" and again["output"] == "charged 5"
         charges = [k for t, _, k in ledger.ran if t == "charge"]
-        assert charges == [f"dbos:{wid}:3", asked[0].idempotency_key]
+        assert charges == [f"dbos:{wid}:4", asked[0].idempotency_key]
         return
     assert ledger.count("charge") == 1  # never run twice
     if decision == "skip":
@@ -312,7 +335,7 @@ def test_no_secret_reaches_the_engines_tables(tools: DurableExecutor, system_db:
         tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
         for table in tables:
             for row in db.execute(f'select * from "{table}"'):
-                assert SECRET not in repr(row), table
+                assert SECRET not in " ".join(readable(cell) for cell in row), table
 
 
 def test_a_record_reads_back_as_the_result_the_model_read() -> None:
@@ -358,7 +381,7 @@ def test_a_workflow_that_asks_for_other_calls_on_replay_fails_loudly(
     # DBOS's own check (its error types are not exported): the step at 1 was
     # `toolbus:lookup`, and the workflow now asks for `toolbus:put` there.
     with pytest.raises(Exception, match=r"toolbus:lookup|toolbus:put"):
-        DBOS.fork_workflow("drift-1", 2).get_result()
+        DBOS.fork_workflow("drift-1", 3).get_result()
 
 
 def test_the_handler_is_checked_when_the_wrapper_is_made(tools: DurableExecutor) -> None:
@@ -367,3 +390,215 @@ def test_the_handler_is_checked_when_the_wrapper_is_made(tools: DurableExecutor)
     with pytest.raises(TypeError, match=r"must be a toolbus\.Executor"):
         durable(object())  # type: ignore[arg-type]
     assert InDoubtCall("a", "t", {}, "k").idempotency_key == "k"
+
+
+# -- what a reviewer found (issue 23) -------------------------------------------------
+
+
+def test_bad_keywords_are_refused_before_any_step_inside_a_workflow_or_not(
+    tools: DurableExecutor,
+) -> None:
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['timout'\]"):
+        tools.execute(call("a", "lookup", x=1), timout=5)
+
+    @DBOS.workflow()
+    def turn_kwargs() -> str:
+        try:
+            tools.execute_batch([call("a", "lookup", x=1)], stop_on_eror=True)
+        except TypeError as e:
+            return str(e)
+        return "no error"
+
+    with SetWorkflowID("kwargs-1"):
+        assert "stop_on_eror" in turn_kwargs()
+    assert steps_of("kwargs-1") == []
+
+
+async def test_aexecute_with_a_bad_keyword_raises_in_an_async_workflow(
+    tools: DurableExecutor,
+) -> None:
+    @DBOS.workflow()
+    async def turn_akwargs() -> str:
+        try:
+            await tools.aexecute(call("a", "alookup", x=1), timout=5)
+        except TypeError as e:
+            return str(e)
+        return "no error"
+
+    with SetWorkflowID("akwargs-1"):
+        assert "timout" in await turn_akwargs()
+
+
+async def test_sync_methods_in_an_async_workflow_say_what_to_use(tools: DurableExecutor) -> None:
+    @DBOS.workflow()
+    async def turn_sync_in_async() -> list[str]:
+        said = []
+        for method in (tools.execute, tools.execute_batch):
+            try:
+                method(
+                    call("a", "lookup", x=1)
+                    if method == tools.execute
+                    else [call("a", "lookup", x=1)]
+                )
+            except RuntimeError as e:
+                said.append(str(e))
+        return said
+
+    with SetWorkflowID("sync-in-async-1"):
+        said = await turn_sync_in_async()
+    assert [s.split("(")[0] for s in said] == [
+        "DurableExecutor.execute",
+        "DurableExecutor.execute_batch",
+    ]
+    assert all("use await a" in s for s in said)
+
+
+def test_an_output_json_cannot_hold_is_recorded_as_its_text(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    @tools.executor.registry.tool(read_only=True, name="huge")
+    def huge() -> int:
+        ledger.add("huge", None, None)
+        return 2**70
+
+    @DBOS.workflow()
+    def turn_huge() -> list[Any]:
+        return [tools.execute(call("h", "huge")).output]
+
+    with SetWorkflowID("huge-1"):
+        assert turn_huge() == [2**70]
+    assert DBOS.fork_workflow("huge-1", 3).get_result() == [str(2**70)]
+    assert ledger.count("huge") == 1
+
+
+def test_a_workflow_id_with_control_characters_is_hashed_into_the_key(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    @DBOS.workflow()
+    def turn_tab() -> str:
+        return str(tools.execute(call("a", "charge", amount=1)).status)
+
+    with SetWorkflowID("tab\there"):
+        assert turn_tab() == "ok"
+    (key,) = [k for t, _, k in ledger.ran if t == "charge"]
+    assert key is not None and key.startswith("dbos:sha256:") and key.endswith(":2")
+
+
+def test_replayed_arguments_that_are_not_json_are_not_published(
+    tools: DurableExecutor,
+) -> None:
+    finished: list[Any] = []
+    sub = bus.subscribe(lambda s, event, **_: finished.append(event), bus.FINISHED)
+
+    @DBOS.workflow()
+    def turn_text() -> str:
+        bad = ToolCall(id="t", name="login", arguments='{"user": "ada", "api_key": "' + SECRET)
+        return str(tools.execute(bad).error_code)
+
+    try:
+        with SetWorkflowID("text-1"):
+            assert turn_text() == "INVALID_ARGUMENTS"
+        DBOS.fork_workflow("text-1", 3).get_result()
+        tools.executor.drain_events()
+    finally:
+        sub.close()
+    assert len(finished) == 2
+    assert [e.arguments for e in finished] == [None, None]
+    assert finished[1].result.metadata.get("replayed") is True
+    assert all(SECRET not in repr(e) for e in finished)
+
+
+def test_a_replay_stands_whatever_the_batch_did_around_it(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    from toolbus.policies import quota, requires_approval
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def refund(amount: int) -> str:
+        return f"refunded {amount}"
+
+    @reg.tool(policies=[quota(1)])
+    def pay(amount: int) -> str:
+        ledger.add("pay", amount, None)
+        return f"paid {amount}"
+
+    with Executor(reg) as ex:
+        mine = durable(ex)
+
+        @DBOS.workflow()
+        def turn_quota() -> list[tuple[str, str | None]]:
+            batch = mine.execute_batch(
+                [
+                    call("r", "refund", amount=1),
+                    call("p1", "pay", amount=1),
+                    call("p2", "pay", amount=2),
+                ]
+            )
+            return [(r.status, r.error_code) for r in batch.results]
+
+        with SetWorkflowID("quota-1"):
+            first = turn_quota()
+        again = DBOS.fork_workflow("quota-1", 99).get_result()
+    assert again == first
+    assert ledger.count("pay") <= 1
+
+
+async def test_cancelling_an_async_workflow_cancels_its_running_call(
+    tools: DurableExecutor,
+) -> None:
+    import threading
+
+    started = threading.Event()
+    finished = threading.Event()
+    ended: list[str] = []
+
+    @tools.executor.registry.tool(name="slow_charge")
+    def slow_charge(ctx: ToolContext) -> str:
+        started.set()
+        ended.append("cancelled" if ctx.wait_cancelled(30) else "ran out")
+        finished.set()
+        return "done"
+
+    @DBOS.workflow()
+    async def turn_cancel() -> str:
+        return str((await tools.aexecute(call("s", "slow_charge"))).status)
+
+    async def go() -> None:
+        with SetWorkflowID("cancel-1"):
+            await turn_cancel()
+
+    task = asyncio.ensure_future(go())
+    assert await asyncio.to_thread(started.wait, 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await asyncio.to_thread(finished.wait, 30)
+    assert ended == ["cancelled"]
+
+
+@pytest.mark.parametrize("raised", ["cancelled", "base"])
+async def test_an_in_doubt_handler_that_raises_a_base_exception_fails_the_call(
+    tools: DurableExecutor, raised: str
+) -> None:
+    class Odd(BaseException):
+        pass
+
+    async def handler(c: InDoubtCall) -> Any:
+        if raised == "cancelled":
+            raise asyncio.CancelledError
+        raise Odd
+
+    mine = durable(tools.executor, on_in_doubt=handler)
+    wid = f"odd-{raised}"
+
+    @DBOS.workflow(name=f"turn_odd_{raised}")
+    async def turn_odd() -> list[str | None]:
+        batch = await mine.aexecute_batch([call("a", "lookup", x=1), call("b", "charge", amount=5)])
+        return [r.error_code for r in batch.results]
+
+    with SetWorkflowID(wid):
+        assert await turn_odd() == [None, None]
+    handle = await DBOS.fork_workflow_async(wid, 4)
+    assert await handle.get_result() == [None, "IN_DOUBT"]

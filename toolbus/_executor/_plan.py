@@ -171,6 +171,7 @@ def plan_run(
     timeout: float | None = None,
     call_timeout: float | None = None,
     decided: ToolResult | None = None,
+    gate: Any = None,
 ) -> Run:
     """The run of `call` by the tool of `plan` (None: no such tool; `registry`
     names the ones there are). `parent` is the run whose tool (or hook) made
@@ -179,7 +180,8 @@ def plan_run(
     given): its attempt's timeout instead of the tool's, and a whole-call
     budget that wins if it is the tightest. `decided`: its result, known
     before it is submitted (a durable engine's record): it ends with that,
-    and no policy is asked for it."""
+    and no policy is asked for it. `gate`: what its first attempt waits for
+    before its tool runs (`Run.gate`)."""
     if plan is None:
         return Run(
             call,
@@ -232,6 +234,7 @@ def plan_run(
         approval=approval,
         refusal=refusal,
         decided=decided,
+        gate=gate,
     )
     budget = plan.budget if call_timeout is None else tightest(plan.budget, call_timeout)
     if budget is not None or parent is not None:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._options import check_priority, own_bound, timeout_seconds
 from ..actors import Scheduler
@@ -176,6 +176,7 @@ class Submitting:
         priority: int | None = None,
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
         decided: ToolResult | None = None,
+        gate: Any = None,
     ) -> Run:
         """A run for `call`, its tool looked up in the registry; for a step of
         a composite tool (`step_of`), `step_tool` whether registered or not;
@@ -220,6 +221,7 @@ class Submitting:
             timeout=clocks[0],
             call_timeout=clocks[1],
             decided=decided,
+            gate=gate,
         )
         if self._services.scrubber is not EMPTY_SCRUBBER:  # the executor's content scanner
             run.scrubber = self._services.scrubber
@@ -236,6 +238,7 @@ class Submitting:
         wait: bool = False,
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
         decided: ToolResult | None = None,
+        gate: Any = None,
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
@@ -251,6 +254,7 @@ class Submitting:
             priority=priority,
             clocks=clocks,
             decided=decided,
+            gate=gate,
         )
         self._hand_on((run,), None, refuse, wait)
         return run
@@ -269,6 +273,7 @@ class Submitting:
         wait: bool = False,
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
         known: Mapping[int, ToolResult] | None = None,
+        gates: Mapping[int, Any] | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -294,6 +299,7 @@ class Submitting:
                     priority=priority,
                     clocks=clocks,
                     decided=known.get(i) if known else None,
+                    gate=gates.get(i) if gates else None,
                 )
             )
         runs = tuple(made_runs)

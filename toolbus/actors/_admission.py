@@ -111,6 +111,9 @@ class Admission(Completion):
             return
         if b is None:
             run = msg.runs[0]
+            if run.decided is not None:
+                self._end_decided(run)
+                return
             tool = run.tool
             if (
                 tool is not None
@@ -126,7 +129,7 @@ class Admission(Completion):
             if refused is None:
                 self.slots.enqueue(run, front=run.parent is not None)
             else:
-                self._refuse(run, refused)
+                self._finish_here(run, "rejected", *refused)
             return
         announce_start(b, self.emitter)
         b.schedule = schedule_batch(b, self.services.max_argument_bytes)
@@ -134,24 +137,24 @@ class Admission(Completion):
         b.sv_busy += 1  # every call may be rejected here: the batch ends after this
         try:
             for run in b.runs:
+                if run.decided is not None:
+                    self._end_decided(run)
+                    continue
                 refused = unstartable(run, self.groups)
                 if refused is not None:
-                    self._refuse(run, refused)
+                    self._finish_here(run, "rejected", *refused)
             announce_groups(b, self.emitter)
             for i in eligible:
                 self.slots.enqueue(b.runs[i])
         finally:
             self._done_with(b)
 
-    def _refuse(self, run: Run, refused: tuple[ErrorCode, str]) -> None:
-        """End a run that can never start: `rejected`, unless its result was
-        decided before (`Run.decided`: a durable engine's record of a tool
-        since gone stands as it was)."""
-        if run.decided is not None:
-            _pipeline.end_decided(run, self.services)
-            self._closed_run(run)
-        else:
-            self._finish_here(run, "rejected", *refused)
+    def _end_decided(self, run: Run) -> None:
+        """End a run whose result was decided before it was submitted
+        (`Run.decided`: a durable engine's record): with that result, at once.
+        It takes no capacity and waits for no call of its batch: it is over."""
+        _pipeline.end_decided(run, self.services)
+        self._closed_run(run)
 
     def _learn_groups(self, tool: Tool) -> None:
         """Make the groups a tool registered after the executor defines itself

@@ -117,7 +117,8 @@ class Completion(Deadlines):
                     f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
                 )
                 for other in b.runs:
-                    self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
+                    if other.decided is None:  # (a decided one ends as it was decided)
+                        self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
 
     def _abort_waiters(self, b: BatchRun, run: Run) -> None:
         """A deferred call never finished, as far as order goes: the later calls
@@ -128,7 +129,8 @@ class Completion(Deadlines):
             "which is deferred until approved"
         )
         for i in b.schedule.waiters_of(run.index):
-            self._cancel_run(b.runs[i], ErrorCode.ABORTED, reason, only_unstarted=True)
+            if b.runs[i].decided is None:  # (a decided one ends as it was decided)
+                self._cancel_run(b.runs[i], ErrorCode.ABORTED, reason, only_unstarted=True)
 
     def _detach(self, run: Run) -> None:
         """`run`'s current job is given up: its backend lets it go (a stuck thread

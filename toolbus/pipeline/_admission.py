@@ -101,21 +101,34 @@ def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
         return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS))
 
 
-def mask_decided(run: Run, svc: Services) -> Steps:
-    """Mask the arguments of a call whose result was decided before it was
-    submitted (`Run.decided`) for its events, as admission masks any call's;
-    no other hook runs for it (it does not run)."""
-    run.phase = ADMISSION
-    call = run.call
-    tool = run.tool
-    if tool is not None and tool.type == "function" and isinstance(call.arguments, str):
+def mask_decided(run: Run, svc: Services) -> None:
+    """What the events of a call whose result was decided before it was
+    submitted (`Run.decided`) show of its arguments: the default masking and
+    the tool's secret paths, as admission applies them. It runs where the
+    scheduler ends such a call, where no user code may run: with a masker or
+    hooks of the executor's own, or arguments that are not JSON, nothing is
+    published (`run.masked` stays None)."""
+    if not svc.plain_admission:
+        return
+    raw: Any = run.call.arguments
+    if isinstance(raw, str):
         try:
-            call = ToolCall.model_construct(
-                id=call.id, name=call.name, arguments=parse_json_arguments(call.arguments)
-            )
+            raw = parse_json_arguments(raw)
         except ArgumentError:
-            pass  # published as text, masked as text
-    yield from _mask(run, call, svc)
+            return
+    paths = run.tool.secret_paths if run.tool is not None else ()
+    try:
+        masked = mask_arguments(raw, svc.secret_keys)[0]
+        masked, typed = mask_paths(masked, raw, paths) if paths else (masked, [])
+        if masked is not raw:
+            masked, hidden = published_arguments(raw, masked, typed)
+            run.scrubber = run.scrubber.merged(hidden)
+        masked = detached(masked)
+        scanner = run.scrubber.scanner
+        run.masked = masked if scanner is None else scanner.value(masked)
+    except Exception as e:  # nothing of them is published
+        run.masked = None
+        log_contained(f"masking the decided call {run.call.id} failed", e, run.scrubber)
 
 
 def admit(run: Run, svc: Services) -> Steps:

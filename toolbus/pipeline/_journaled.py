@@ -1,8 +1,10 @@
 """What the journal says before a mutating call runs.
 
-`before_journaled` runs once per mutating call with a journal, after the
-call's policies let it through and before its tool first runs:
+`before_journaled` runs once per mutating call with a journal (or a gate),
+after the call's policies let it through and before its tool first runs:
 
+- a gate (`Run.gate`): the call waits until a durable engine has recorded
+  its intent (`toolbus.integrations.dbos`), off its deadline's clock;
 - a call in doubt (`Executor(on_in_doubt=...)`): a call of the same tool and
   key that a dead process left started and unfinished is decided by the
   in-doubt rule (`toolbus.in_doubt`): run again, skipped with a result, or
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..in_doubt import InDoubtCall, Rerun, as_decision, failed_decision, in_doubt_result
@@ -31,6 +34,12 @@ __all__ = ["before_journaled"]
 
 def before_journaled(run: Run, svc: Services) -> Steps:
     """The result the call ends with instead of running (None: it runs)."""
+    gate = run.gate
+    if gate is not None:
+        run.gate = None  # once
+        refused = yield from _through_gate(run, gate)
+        if refused is not None or svc.journal is None or run.read_only or run.journaled:
+            return refused
     calls = svc.in_doubt
     if calls is not None and calls.pending:
         decided = yield from _in_doubt(run, svc)
@@ -39,6 +48,33 @@ def before_journaled(run: Run, svc: Services) -> Steps:
         if not run.is_live(1):
             return None
     return (yield from _intent(run, svc))
+
+
+def _through_gate(run: Run, gate: Callable[[], Awaitable[Any]]) -> Steps:
+    """Wait until the engine has recorded the call's intent; a refusal if it
+    could not (the call does not run: after a crash it would be unknown)."""
+    run.phase = JOURNALING
+    began = time.monotonic()
+    try:
+        yield gate()
+    except (Exception, asyncio.CancelledError) as e:
+        if not run.is_live(1):
+            return None  # cancelled or timed out while it waited: it ends that way
+        log_contained(f"recording the intent of call {run.call.id} failed", e, run.scrubber)
+        return make_result(
+            run,
+            "rejected",
+            error=(
+                f"Tool '{run.call.name}' was not run: its durable engine could not record "
+                "the call before it ran"
+            ),
+            code=ErrorCode.TOOL_UNAVAILABLE,
+            attempts=0,
+        )
+    finally:
+        run.move_deadline(time.monotonic() - began)
+        run.phase = ADMISSION
+    return None
 
 
 def _in_doubt(run: Run, svc: Services) -> Steps:
@@ -65,7 +101,9 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
         if awaitable(value):
             value = yield value
         decision = as_decision(value, asked)
-    except (Exception, asyncio.CancelledError) as e:
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a handler's own, whatever its class
         if not run.is_live(1):
             return None
         decision = failed_decision(asked, e)

@@ -15,6 +15,7 @@ from ..bus._events import (
 from ..masking import EMPTY_SCRUBBER, Scrubber, cleaned_result
 from ..models import ErrorCode, Status, ToolResult
 from ..scanning import ContentScanner, Finding, describe
+from ._admission import mask_decided
 from ._make import log_contained, make_result
 from ._policies import tell_results
 from ._run import Run
@@ -201,9 +202,11 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
 
 def end_decided(run: Run, svc: Services) -> Outcome:
     """End the call with the result decided before it was submitted
-    (`Run.decided`, its tool not run): DONE, or LOST if it had a result."""
+    (`Run.decided`, its tool not run, its arguments masked by default for its
+    events): DONE, or LOST if it had a result. Runs no user code."""
     decided = run.decided
     assert decided is not None
+    mask_decided(run, svc)
     if decided.call_id != run.call.id:
         decided = decided.model_copy(update={"call_id": run.call.id})
     return DONE if finish(run, decided, svc) else LOST

@@ -20,6 +20,7 @@ import contextvars
 import itertools
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._sync import Latch
@@ -88,6 +89,7 @@ class Run:
         "delayed_by",
         "due",
         "first_start",
+        "gate",
         "index",
         "journaled",
         "key",
@@ -139,6 +141,7 @@ class Run:
         approval: Any = None,
         refusal: tuple[Any, str] | None = None,
         decided: ToolResult | None = None,
+        gate: Any = None,
     ) -> None:
         self._lock = threading.Lock()
         # Unique per run in the process, unlike a call id (a model may repeat
@@ -217,6 +220,9 @@ class Run:
         # record of it, an in-doubt decision): it ends with that, its tool not
         # run, its arguments masked for its events as any call's are.
         self.decided = decided
+        # What its first attempt waits for before its tool runs, once: a
+        # durable engine's record of its intent (`pipeline/_journaled.py`).
+        self.gate: Callable[[], Awaitable[Any]] | None = gate
 
     @property
     def batch_id(self) -> str | None:

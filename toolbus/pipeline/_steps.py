@@ -44,17 +44,14 @@ from ..tools import (
     error_text,
     normalize_output,
 )
-from ._admission import (
-    admit,
-    mask_decided,
-)
+from ._admission import admit
 from ._clock import ran_out, spent_result
 from ._input import answer_for, deferred_for_input
 from ._journaled import before_journaled
 from ._make import awaitable, log_contained, make_result
 from ._policies import Deferral, consult
 from ._reports import CallLogs, progress_sink
-from ._results import end_call, end_decided, finish
+from ._results import end_call, finish
 from ._run import FINISHING, RUNNING, Run
 from ._services import (
     DONE,
@@ -105,13 +102,6 @@ def attempt(
     if run.attempt != n or run.settled or run.result is not None:  # `run.is_live(n)`, inlined
         return LOST
     current_run.set((svc, run))
-    if run.decided is not None:  # its result known before it was submitted
-        if hand_on is not None:
-            hand_on()
-        yield from mask_decided(run, svc)
-        if not run.try_settle(n):
-            return LOST
-        return end_decided(run, svc)
     if hand_on is not None and not run.admitted and not svc.plain_admission:
         # A hook was set since the worker took the call as quick to ask:
         # whatever it does, the queue is not to wait for it.
@@ -140,7 +130,7 @@ def attempt(
             return LOST
     if hand_on is not None:
         hand_on()
-    if svc.journal is not None and not run.read_only and not run.journaled:
+    if (svc.journal is not None and not run.read_only and not run.journaled) or run.gate:
         replayed = yield from before_journaled(run, svc)
         if not run.is_live(n):
             return LOST

@@ -21,7 +21,7 @@ The core does not detect DBOS by itself: only calls made through the wrapper
 are steps. See docs/durable.md.
 """
 
-from ._agent import arun_agent, run_agent
+from ._agent import ModelCallFailed, arun_agent, run_agent
 from ._durable import DurableExecutor, durable
 
-__all__ = ["DurableExecutor", "arun_agent", "durable", "run_agent"]
+__all__ = ["DurableExecutor", "ModelCallFailed", "arun_agent", "durable", "run_agent"]

@@ -4,7 +4,9 @@ The agent loop (`toolbus.providers.agent`) yields three kinds of step: ask
 the model, ask the approver, run a batch of calls. Here each is recorded: the
 model's response as a step `toolbus-model:<api>` (its JSON: the loop then
 reads that JSON, on the first run and after a recovery alike, so both runs
-build the same conversation), the approver's answers as `toolbus-approve`,
+build the same conversation), the approver's answers as `toolbus-approve`
+(what each decided: after a recovery a call that waited is asked again, its
+new request answered as recorded),
 and each call of a batch as `DurableExecutor` records it. A workflow that
 died mid-turn resumes at the step it had reached: the model is not asked
 again for a turn it answered, nor a person for a decision they made.
@@ -18,44 +20,53 @@ from typing import Any
 import orjson
 from dbos import DBOS
 
-from ...approvals import ApprovalDecision
+from ...approvals import ApprovalDecision, ApprovalRequest, InputAnswer, InputRequest
 from ...executor import Executor
 from ...in_doubt import InDoubtHandler
 from ...models import BatchResult
 from ...providers import AgentResult
 from ...providers import agent as _agent
-from ...providers._approvals import Approve, Decide, RunCalls
-from ...providers._common import DEFAULT_MAX_LENGTH
+from ...providers._approvals import Approve, Decide, RunCalls, decision
+from ...providers._common import DEFAULT_MAX_LENGTH, plain
 from ...providers._steps import DIRECT
 from ._durable import DurableExecutor, in_workflow
 from ._records import VERSION
 
-__all__ = ["arun_agent", "run_agent"]
+__all__ = ["ModelCallFailed", "arun_agent", "run_agent"]
+
+
+class ModelCallFailed(Exception):
+    """The model's API failed inside a durable run. DBOS records this (the SDK
+    error's type and message), not the SDK's own exception, which holds the
+    request: the whole conversation. The SDK's error is its `__cause__`, in
+    the process it happened in."""
 
 
 def _reply_record(reply: Any) -> str:
-    """The model's response as recorded: its JSON (an SDK object's `model_dump`)."""
-    data = reply.model_dump(mode="json") if hasattr(reply, "model_dump") else reply
+    """The model's response as recorded: what the SDK sends back of it (`plain`:
+    its wire names, without SDK-only fields), as JSON."""
     try:
-        return orjson.dumps({"toolbus": VERSION, "reply": data}).decode()
+        return orjson.dumps({"toolbus": VERSION, "reply": plain(reply)}).decode()
     except TypeError as e:
         raise TypeError(
             f"the model's response ({type(reply).__name__}) cannot be recorded as JSON: {e}"
         ) from None
 
 
-def _answers_record(answers: list[Any]) -> str:
-    shown: list[Any] = []
-    for answer in answers:
-        if isinstance(answer, ApprovalDecision):
-            shown.append({"decision": answer.model_dump(mode="json")})
+def _answers_record(requests: Sequence[ApprovalRequest], answers: Sequence[Any]) -> str:
+    """The approver's answers as recorded: what each decided, not the decision
+    itself (bound by its digest to the process that asked: after a recovery
+    the question is asked again, and the answer applied to it)."""
+    shown: list[dict[str, Any]] = []
+    for request, answer in zip(requests, answers, strict=True):
+        if isinstance(answer, InputAnswer):
+            shown.append({"input": answer.action, "data": answer.data})
+        elif isinstance(answer, ApprovalDecision):
+            shown.append({"approved": answer.approved, "reason": answer.reason})
         elif isinstance(answer, bool):
-            shown.append(answer)
-        else:
-            raise TypeError(
-                "approve must return True, False or an ApprovalDecision, got "
-                f"{type(answer).__name__}"
-            )
+            shown.append({"approved": answer, "reason": None})
+        else:  # denied, as the loop denies it (and logs why)
+            shown.append({"approved": False, "reason": decision(request, answer).reason})
     return orjson.dumps({"toolbus": VERSION, "answers": shown}).decode()
 
 
@@ -68,11 +79,24 @@ def _read(record: Any, key: str) -> Any:
     return data[key]
 
 
-def _read_answers(record: Any) -> list[Any]:
-    return [
-        ApprovalDecision.model_validate(a["decision"]) if isinstance(a, dict) else a
-        for a in _read(record, "answers")
-    ]
+def _read_answers(requests: Sequence[ApprovalRequest], record: Any) -> list[Any]:
+    """The recorded answers, applied to `requests` (asked again after a recovery)."""
+    answers: list[Any] = []
+    for request, a in zip(requests, _read(record, "answers"), strict=True):
+        if "input" in a:
+            if not isinstance(request, InputRequest):
+                answers.append(request.deny("the recorded answer was to another question"))
+            elif a["input"] == "accept":
+                answers.append(request.accept(a.get("data")))
+            elif a["input"] == "decline":
+                answers.append(request.decline())
+            else:
+                answers.append(request.cancel())
+        elif a["approved"]:
+            answers.append(True)
+        else:
+            answers.append(request.deny(a["reason"]) if a.get("reason") else False)
+    return answers
 
 
 class _Recorded:
@@ -83,15 +107,20 @@ class _Recorded:
 
     def ask(self, api: str, create: Callable[..., Any], request: dict[str, Any]) -> Any:
         def step() -> str:
-            return _reply_record(DIRECT.ask(api, create, request))
+            try:
+                reply = DIRECT.ask(api, create, request)
+            except Exception as e:
+                raise ModelCallFailed(f"{type(e).__name__}: {e}") from e
+            return _reply_record(reply)
 
         return _read(DBOS.run_step({"name": f"toolbus-model:{api}"}, step), "reply")
 
     def decide(self, step: Decide, approve: Approve | None) -> list[Any]:
         def ask() -> str:
-            return _answers_record(DIRECT.decide(step, approve))
+            return _answers_record(step.requests, DIRECT.decide(step, approve))
 
-        return _read_answers(DBOS.run_step({"name": "toolbus-approve"}, ask))
+        record = DBOS.run_step({"name": "toolbus-approve"}, ask)
+        return _read_answers(step.requests, record)
 
     def run(self, executor: Executor, step: RunCalls, call_timeout: float | None) -> BatchResult:
         return self.tools.execute_batch(
@@ -100,16 +129,21 @@ class _Recorded:
 
     async def aask(self, api: str, create: Callable[..., Any], request: dict[str, Any]) -> Any:
         async def step() -> str:
-            return _reply_record(await DIRECT.aask(api, create, request))
+            try:
+                reply = await DIRECT.aask(api, create, request)
+            except Exception as e:
+                raise ModelCallFailed(f"{type(e).__name__}: {e}") from e
+            return _reply_record(reply)
 
         record = await DBOS.run_step_async({"name": f"toolbus-model:{api}"}, step)
         return _read(record, "reply")
 
     async def adecide(self, step: Decide, approve: Approve | None) -> list[Any]:
         async def ask() -> str:
-            return _answers_record(await DIRECT.adecide(step, approve))
+            return _answers_record(step.requests, await DIRECT.adecide(step, approve))
 
-        return _read_answers(await DBOS.run_step_async({"name": "toolbus-approve"}, ask))
+        record = await DBOS.run_step_async({"name": "toolbus-approve"}, ask)
+        return _read_answers(step.requests, record)
 
     async def arun(
         self, executor: Executor, step: RunCalls, call_timeout: float | None

@@ -1,37 +1,41 @@
 """`DurableExecutor`: an executor's calls, inside a DBOS workflow, as DBOS steps.
 
-Each call takes its step positions when it is made, in the order given
-(`DBOS.reserve_step`), so a batch gets the same positions on every run of
-the workflow, whatever finished first before a crash. Then each call's
-step is run at its position, from the workflow's own context:
+Each call takes two step positions when it is made, in the order given
+(`DBOS.reserve_step`): its intent's and its result's. So a batch gets the
+same positions on every run of the workflow, whatever finished first before a
+crash, and whatever a tool's flags are now. Each step then runs at its
+position, from the workflow's own context (a task of its loop):
 
-- recorded already (a finished call, on a run after a recovery): DBOS hands
-  back its result without calling toolbus's step function; the call goes to
-  the executor with that result decided (`Run.decided`), so it is announced
-  (its `tool:finished` marked `metadata["replayed"]`) and never runs;
-- not recorded: the step function joins the batch, which is submitted once
-  every call of it is known to be recorded or not, and records the call's
-  result as it ends. So a batch still runs as one (read-only calls in
-  parallel, a mutating one in order, `stop_on_error`).
+- its result recorded already (a finished call, on a run after a recovery):
+  DBOS hands the result back without calling toolbus's step function; the
+  call goes to the executor with that result decided (`Run.decided`), so it
+  is announced (`metadata["replayed"]`) and never runs. A recorded
+  `deferred` result (a call that waits for an approval or an answer) is not
+  replayed but asked again: its request is bound to the process that made it;
+- not recorded: the call joins the batch, which is submitted once every call
+  of it is known to be recorded or not, so a batch still runs as one
+  (read-only calls in parallel, a mutating one in order, `stop_on_error`).
+  Its result is recorded as it ends.
 
-A mutating, not idempotent call records its intent first, in a step of its
-own: found recorded with no result after it, the call is in doubt, and the
-rule of `toolbus.in_doubt` decides (a handler's `Rerun`, `Skip`, or by
-default an `IN_DOUBT` error). Its key, derived from the workflow id and its
-step position, is the same on every run (`ToolContext.idempotency_key`).
+A mutating, not idempotent call records its intent when its tool is about to
+run (`Run.gate`: the call waits for the record): a call that never started
+leaves no intent. One found recorded with no result after it is in doubt,
+and the rule of `toolbus.in_doubt` decides (a handler's `Rerun`, `Skip`, or
+by default an `IN_DOUBT` error). Its key, derived from the workflow id and
+its result's position, is the same on every run (`ToolContext.idempotency_key`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import concurrent.futures
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOS, StepReservation
 
-from ..._executor._handles import BatchHandle, batch_handle, call_handle
-from ...approvals import ApprovalDecision
+from ..._executor._handles import batch_handle, call_handle
 from ...calls import CallLike, coerce_call
 from ...executor import Executor
 from ...in_doubt import (
@@ -39,7 +43,6 @@ from ...in_doubt import (
     InDoubtHandler,
     Rerun,
     adecide,
-    decide,
     in_doubt_result,
     reruns_without_asking,
 )
@@ -48,22 +51,73 @@ from ...models import BatchResult, ToolCall, ToolResult
 from ...tools import ArgumentError, parse_json_arguments
 from ._records import call_key, intent_record, read_result, result_record, step_name
 
-__all__ = ["DurableExecutor", "durable"]
+__all__ = ["DurableExecutor", "durable", "in_workflow"]
+
+# What `execute`/`aexecute` and the batch methods take besides the calls.
+_ONE = frozenset({"approval", "priority", "timeout", "call_timeout"})
+_MANY = frozenset({"stop_on_error", "approvals", "priority", "timeout", "call_timeout"})
+
+
+class _NotStarted(BaseException):
+    """Raised in an intent's step function for a call that ended without its
+    tool starting: a BaseException, so DBOS records nothing for the step."""
 
 
 @dataclass(slots=True)
 class _Steps:
-    """One call's place in the workflow: its steps, reserved in order."""
+    """One call's place in the workflow: its two steps, reserved in order."""
 
     call: ToolCall  # with its key
+    intent: StepReservation
     result: StepReservation
-    intent: StepReservation | None  # a mutating call's, not idempotent
+    asks: bool  # mutating, not idempotent: records its intent before it runs
+
+
+@dataclass
+class _Gate:
+    """Between a call's run (which asks to start, on its worker) and the
+    workflow's loop (which records the intent, then lets it start)."""
+
+    loop: asyncio.AbstractEventLoop
+    asked: asyncio.Future[None]
+    recorded: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
+
+    def __call__(self) -> Awaitable[None]:
+        """`Run.gate` (on the call's worker): ask to start; the awaitable ends
+        once the intent is recorded."""
+        self.loop.call_soon_threadsafe(_settle, self.asked)
+        return self._recorded()
+
+    async def _recorded(self) -> None:
+        await asyncio.wrap_future(self.recorded)
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def in_workflow() -> bool:
     """Whether this code runs in a DBOS workflow, outside its steps: where
     calls become steps of their own."""
     return DBOS.workflow_id is not None and DBOS.step_id is None
+
+
+def _checked(options: Mapping[str, Any], allowed: frozenset[str], method: str) -> None:
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise TypeError(f"DurableExecutor.{method}() got unexpected keyword arguments {unknown}")
+
+
+def _no_loop(method: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        f"DurableExecutor.{method}() was called while an event loop is running: "
+        f"use await a{method}(...)"
+    )
 
 
 class DurableExecutor:
@@ -95,84 +149,79 @@ class DurableExecutor:
 
     # -- one call ---------------------------------------------------------------
 
-    def execute(
-        self, call: CallLike, *, approval: ApprovalDecision | None = None, **options: Any
-    ) -> ToolResult:
-        """`Executor.execute`, as a step of the workflow it runs in."""
+    def execute(self, call: CallLike, **options: Any) -> ToolResult:
+        """`Executor.execute` (same keywords), as a step of the workflow it runs in."""
+        _checked(options, _ONE, "execute")
         if not in_workflow():
-            return self.executor.execute(call, approval=approval, **options)
+            return self.executor.execute(call, **options)
+        _no_loop("execute")
         steps = self._reserve([coerce_call(call)])[0]
-        fresh = self._intent(steps)
+        if steps.asks:  # its intent is recorded from a loop of this thread's own
+            alone: ToolResult = asyncio.run(self._calls([steps], options, None))[0]
+            return alone
         ran: list[ToolResult] = []
 
         def step() -> str:
-            result = self._run_one(steps, fresh, approval, options)
-            ran.append(result)
-            return result_record(result)
+            ran.append(self.executor.execute(steps.call, **options))
+            return result_record(ran[0])
 
         record = steps.result.run({"name": step_name(steps.call.name)}, step)
         if ran:
             return ran[0]
-        return self._replay(steps.call, read_result(record))
+        replay = read_result(record)
+        if replay.status == "deferred":  # asked again (see the module's docstring)
+            return self.executor.execute(steps.call, **options)
+        result: ToolResult = self._submit_one(steps.call, replay, None, {}).result()
+        return result
 
-    async def aexecute(
-        self, call: CallLike, *, approval: ApprovalDecision | None = None, **options: Any
-    ) -> ToolResult:
-        """`Executor.aexecute`, as a step of the workflow it runs in."""
+    async def aexecute(self, call: CallLike, **options: Any) -> ToolResult:
+        """`Executor.aexecute` (same keywords), as a step of the workflow it runs in."""
+        _checked(options, _ONE, "aexecute")
         if not in_workflow():
-            return await self.executor.aexecute(call, approval=approval, **options)
+            return await self.executor.aexecute(call, **options)
         steps = self._reserve([coerce_call(call)])[0]
-        fresh = await self._aintent(steps)
-        ran: list[ToolResult] = []
-
-        async def step() -> str:
-            decided = None if fresh else await self._adecided(steps)
-            handle = self._submit_one(steps.call, decided, approval, options)
-            result: ToolResult = await handle
-            ran.append(result)
-            return result_record(result)
-
-        record = await steps.result.run_async({"name": step_name(steps.call.name)}, step)
-        if ran:
-            return ran[0]
-        result: ToolResult = await self._submit_one(steps.call, read_result(record), None, {})
+        result: ToolResult = (await self._calls([steps], options, None))[0]
         return result
 
     # -- a batch ----------------------------------------------------------------
 
     def execute_batch(self, calls: Iterable[CallLike], **options: Any) -> BatchResult:
-        """`Executor.execute_batch`, each call a step of the workflow it runs in.
-
-        The steps of one batch run concurrently, on a loop of this thread's
-        own (DBOS runs concurrent steps of a workflow as tasks): from a
-        coroutine, use `aexecute_batch`."""
+        """`Executor.execute_batch` (same keywords), each call a step of the
+        workflow it runs in. The steps of one batch run concurrently, on a loop
+        of this thread's own (DBOS runs concurrent steps of a workflow as
+        tasks): from a coroutine, use `aexecute_batch`."""
+        _checked(options, _MANY, "execute_batch")
         if not in_workflow():
             return self.executor.execute_batch(calls, **options)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self._batch(list(calls), options))
-        raise RuntimeError(
-            "DurableExecutor.execute_batch() was called while an event loop is running: "
-            "use await aexecute_batch(...)"
-        )
+        _no_loop("execute_batch")
+        return asyncio.run(self.aexecute_batch(calls, **options))
 
     async def aexecute_batch(self, calls: Iterable[CallLike], **options: Any) -> BatchResult:
-        """`Executor.aexecute_batch`, each call a step of the workflow it runs in."""
+        """`Executor.aexecute_batch` (same keywords), each call a step of the
+        workflow it runs in."""
+        _checked(options, _MANY, "aexecute_batch")
         if not in_workflow():
             return await self.executor.aexecute_batch(calls, **options)
-        return await self._batch(list(calls), options)
-
-    async def _batch(self, calls: list[CallLike], options: dict[str, Any]) -> BatchResult:
         made = [coerce_call(c) for c in calls]
         if not made:
             return await self.executor.aexecute_batch((), **options)
-        plan = self._reserve(made)
         stop_on_error = bool(options.pop("stop_on_error", False))
-        known: dict[int, ToolResult] = {}
+        batch = await self._calls(self._reserve(made), options, stop_on_error)
+        assert isinstance(batch, BatchResult)
+        return batch
+
+    # -- the steps of calls -----------------------------------------------------
+
+    async def _calls(
+        self, plan: list[_Steps], options: Mapping[str, Any], stop_on_error: bool | None
+    ) -> Any:
+        """Run `plan`'s calls as steps: as one batch (`stop_on_error` given:
+        their `BatchResult`), or one call alone (a list of its result)."""
         loop = asyncio.get_running_loop()
+        known: dict[int, ToolResult] = {}
+        gates: dict[int, _Gate] = {}
         everyone_in: asyncio.Future[None] = loop.create_future()
-        submitted: asyncio.Future[BatchHandle] = loop.create_future()
+        submitted: asyncio.Future[list[Any]] = loop.create_future()
         pending = len(plan)
 
         def arrived() -> None:
@@ -181,60 +230,133 @@ class DurableExecutor:
             if pending == 0:
                 everyone_in.set_result(None)
 
+        async def outcome(i: int) -> ToolResult:
+            handles = await submitted
+            result: ToolResult = await handles[i]
+            return result
+
         async def one(i: int, steps: _Steps) -> None:
-            fresh = await self._aintent(steps)
-            entered = False
+            joined = False
+            in_doubt = False
+            intent: asyncio.Future[None] | None = None
+            if steps.asks:
+                # Whether its intent is recorded is known when DBOS calls
+                # `mark` (not recorded: it is now, if the tool starts) or
+                # returns without calling it (recorded: the call had started).
+                unrecorded: asyncio.Future[None] = loop.create_future()
+
+                async def mark() -> str:
+                    gate = gates[i] = _Gate(loop, loop.create_future())
+                    unrecorded.set_result(None)
+                    done: asyncio.Future[Any] = asyncio.ensure_future(outcome(i))
+                    waited: set[asyncio.Future[Any]] = {gate.asked, done}
+                    try:
+                        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        done.cancel()
+                    if not gate.asked.done():
+                        raise _NotStarted  # it ended without its tool starting
+                    c = steps.call
+                    return intent_record(c.id, c.name, c.idempotency_key or "")
+
+                async def record_intent() -> None:
+                    name = step_name(steps.call.name, intent=True)
+                    try:
+                        await steps.intent.run_async({"name": name}, mark)
+                    except _NotStarted:
+                        return
+                    except BaseException as e:
+                        if i in gates and not gates[i].recorded.done():
+                            gates[i].recorded.set_exception(
+                                RuntimeError(f"the intent was not recorded: {type(e).__name__}")
+                            )
+                        raise
+                    if i in gates:
+                        gates[i].recorded.set_result(None)  # on disk: the tool may start
+
+                intent = asyncio.ensure_future(record_intent())
+                await asyncio.wait({intent, unrecorded}, return_when=asyncio.FIRST_COMPLETED)
+                in_doubt = not unrecorded.done()
+                if in_doubt:
+                    await intent  # (done: DBOS's error, if any, raises here)
+            stepped = False
 
             async def step() -> str:
-                nonlocal entered
-                entered = True
-                if not fresh:
-                    decided = await self._adecided(steps)
+                nonlocal stepped, joined
+                stepped = True
+                joined = True
+                if in_doubt:
+                    decided = await self._decided(steps)
                     if decided is not None:
                         known[i] = decided
                 arrived()
-                handle = await submitted
-                result: ToolResult = await handle.calls[i]
-                return result_record(result)
+                return result_record(await outcome(i))
 
-            record = await steps.result.run_async({"name": step_name(steps.call.name)}, step)
-            if not entered:
-                known[i] = read_result(record)
-                arrived()
+            try:
+                record = await steps.result.run_async({"name": step_name(steps.call.name)}, step)
+                if not stepped:
+                    replay = read_result(record)
+                    if replay.status != "deferred":  # (a deferred one is asked again)
+                        known[i] = replay
+            finally:
+                if not joined:  # (recorded, or its step raised: the others go on)
+                    joined = True
+                    arrived()
+            if intent is not None:
+                try:
+                    await intent
+                finally:
+                    intent.cancel()
 
         async def submit() -> None:
             await everyone_in
-            submitted.set_result(
-                batch_handle(
-                    self.executor._submit_batch,
-                    self.executor._stop,
-                    self.executor._blocks_its_loop,
-                    [s.call for s in plan],
+            ex = self.executor
+            keyed = [s.call for s in plan]
+            if stop_on_error is None:
+                handle = call_handle(
+                    ex._submit_one,
+                    ex._stop,
+                    ex._blocks_its_loop,
+                    keyed[0],
+                    decided=known.get(0),
+                    gate=gates.get(0),
+                    **_submit_options(options, one=True),
+                )
+                submitted.set_result([handle])
+            else:
+                batch = batch_handle(
+                    ex._submit_batch,
+                    ex._stop,
+                    ex._blocks_its_loop,
+                    keyed,
                     stop_on_error,
                     known=known,
-                    **_batch_options(options),
+                    gates=gates,
+                    **_submit_options(options, one=False),
                 )
-            )
+                submitted.set_result([*batch.calls, batch])
 
         try:
             async with asyncio.TaskGroup() as group:
                 for i, steps in enumerate(plan):
                     group.create_task(one(i, steps))
                 group.create_task(submit())
-        except BaseException:
-            # A step DBOS could not record (or a cancelled workflow): the calls
-            # still running are stopped; after a recovery they are in doubt,
-            # or run again.
+        except BaseException as e:
+            # A step DBOS could not record, or the workflow's task cancelled:
+            # the calls still running are stopped (after a recovery they are
+            # in doubt, or run again).
             if submitted.done() and not submitted.cancelled():
-                submitted.result().cancel()
+                submitted.result()[-1].cancel()
+            if isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+                raise e.exceptions[0] from None
             raise
-        result: BatchResult = await submitted.result()
-        return result
-
-    # -- the steps of a call ----------------------------------------------------
+        handles = submitted.result()
+        if stop_on_error is None:
+            return [await handles[0]]
+        return await handles[-1]
 
     def _reserve(self, calls: list[ToolCall]) -> list[_Steps]:
-        """Reserve each call's steps, in the order given, and give it its key."""
+        """Reserve each call's two steps, in the order given; give it its key."""
         workflow_id = DBOS.workflow_id
         assert workflow_id is not None
         registry = self.executor.registry
@@ -242,77 +364,28 @@ class DurableExecutor:
         for made in calls:
             tool = registry.get(made.name)
             asks = tool is not None and not reruns_without_asking(tool.read_only, tool.idempotent)
-            intent = DBOS.reserve_step() if asks else None
+            intent = DBOS.reserve_step()
             result = DBOS.reserve_step()
             keyed = made
             if made.idempotency_key is None:
                 keyed = made.model_copy(
                     update={"idempotency_key": call_key(workflow_id, result.step_id)}
                 )
-            plan.append(_Steps(keyed, result, intent))
+            plan.append(_Steps(keyed, intent, result, asks))
         return plan
 
-    def _intent(self, steps: _Steps) -> bool:
-        """Record a mutating call's intent; False if it was recorded before (the
-        call may have run). True for a call that records none."""
-        if steps.intent is None:
-            return True
-        fresh: list[bool] = []
-        c = steps.call
-        assert c.idempotency_key is not None
-
-        def mark() -> str:
-            fresh.append(True)
-            return intent_record(c.id, c.name, c.idempotency_key or "")
-
-        steps.intent.run({"name": step_name(c.name, intent=True)}, mark)
-        return bool(fresh)
-
-    async def _aintent(self, steps: _Steps) -> bool:
-        if steps.intent is None:
-            return True
-        fresh: list[bool] = []
-        c = steps.call
-
-        async def mark() -> str:
-            fresh.append(True)
-            return intent_record(c.id, c.name, c.idempotency_key or "")
-
-        await steps.intent.run_async({"name": step_name(c.name, intent=True)}, mark)
-        return bool(fresh)
-
-    def _in_doubt(self, steps: _Steps) -> InDoubtCall:
-        c = steps.call
-        return InDoubtCall(c.id, c.name, self._masked(c), c.idempotency_key or "")
-
-    def _decided(self, steps: _Steps) -> ToolResult | None:
+    async def _decided(self, steps: _Steps) -> ToolResult | None:
         """For a call in doubt: its result if it does not run again, else None."""
-        call = self._in_doubt(steps)
-        decision = decide(self.on_in_doubt, call)
-        return None if isinstance(decision, Rerun) else in_doubt_result(call, decision)
-
-    async def _adecided(self, steps: _Steps) -> ToolResult | None:
-        call = self._in_doubt(steps)
+        c = steps.call
+        call = InDoubtCall(c.id, c.name, self._masked(c), c.idempotency_key or "")
         decision = await adecide(self.on_in_doubt, call)
         return None if isinstance(decision, Rerun) else in_doubt_result(call, decision)
-
-    def _run_one(
-        self,
-        steps: _Steps,
-        fresh: bool,
-        approval: ApprovalDecision | None,
-        options: Mapping[str, Any],
-    ) -> ToolResult:
-        decided = None if fresh else self._decided(steps)
-        if decided is None:
-            return self.executor.execute(steps.call, approval=approval, **options)
-        return self._replay(steps.call, decided)
 
     def _submit_one(
         self,
         call: ToolCall,
         decided: ToolResult | None,
-        approval: ApprovalDecision | None,
+        gate: Callable[[], Awaitable[None]] | None,
         options: Mapping[str, Any],
     ) -> Any:
         ex = self.executor
@@ -322,25 +395,20 @@ class DurableExecutor:
             ex._blocks_its_loop,
             call,
             decided=decided,
-            approval=approval,
-            priority=options.get("priority"),
-            clocks=(options.get("timeout"), options.get("call_timeout")),
+            gate=gate,
+            **_submit_options(options, one=True),
         )
 
-    def _replay(self, call: ToolCall, decided: ToolResult) -> ToolResult:
-        """Announce a call whose result is known (it does not run) and return it."""
-        result: ToolResult = self._submit_one(call, decided, None, {}).result()
-        return result
-
     def _masked(self, call: ToolCall) -> Any:
-        """The call's arguments as its events show them (for an in-doubt handler)."""
+        """The call's arguments as its events show them, for an in-doubt
+        handler: None where nothing of them may be shown."""
         ex = self.executor
         tool = ex.registry.get(call.name)
         if isinstance(call.arguments, str):  # the model's JSON text, read as admission reads it
             try:
                 call = call.model_copy(update={"arguments": parse_json_arguments(call.arguments)})
             except ArgumentError:
-                pass
+                return None  # not JSON: never published
         raw = call.arguments
         try:
             masked = ex.mask_arguments(call)
@@ -356,16 +424,17 @@ class DurableExecutor:
             return None
 
 
-def _batch_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """`execute_batch`'s keywords as `_submit_batch` takes them."""
-    unknown = set(options) - {"approvals", "priority", "timeout", "call_timeout"}
-    if unknown:
-        raise TypeError(f"execute_batch() got unexpected keyword arguments {sorted(unknown)}")
-    return {
-        "approvals": options.get("approvals"),
+def _submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:
+    """The keywords of `execute*` as `_submit_one`/`_submit_batch` take them."""
+    made: dict[str, Any] = {
         "priority": options.get("priority"),
         "clocks": (options.get("timeout"), options.get("call_timeout")),
     }
+    if one:
+        made["approval"] = options.get("approval")
+    else:
+        made["approvals"] = options.get("approvals")
+    return made
 
 
 def durable(executor: Executor, *, on_in_doubt: InDoubtHandler | None = None) -> DurableExecutor:

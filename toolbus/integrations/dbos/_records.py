@@ -43,7 +43,7 @@ def call_key(workflow_id: str, step_id: int) -> str:
     """The idempotency key of the call at `step_id` of the workflow: the same
     for its first run and any run after a recovery."""
     key = f"dbos:{workflow_id}:{step_id}"
-    if len(key) <= MAX_KEY_LENGTH:
+    if len(key) <= MAX_KEY_LENGTH and key.isprintable():
         return key
     digest = hashlib.sha256(workflow_id.encode("utf-8", "surrogatepass")).hexdigest()
     return f"dbos:sha256:{digest}:{step_id}"
@@ -56,13 +56,21 @@ def intent_record(call_id: str, tool: str, key: str) -> str:
 
 
 def result_record(result: ToolResult) -> str:
-    """`result` as recorded: JSON text. An output JSON cannot hold is recorded
-    as its text, so the record is always written (a replay then shows that text)."""
+    """`result` as recorded: JSON text. An output JSON cannot hold (an integer
+    past 64 bits, an object) is recorded as its text, so the record is always
+    written (a replay then shows that text)."""
     try:
-        body = result.model_dump(mode="json")
+        return orjson.dumps({"toolbus": VERSION, "result": result.model_dump(mode="json")}).decode()
+    except Exception:  # any serializer's failure: the output's text form
+        shown = result.model_copy(update={"output": _text(result.output)})
+        return orjson.dumps({"toolbus": VERSION, "result": shown.model_dump(mode="json")}).decode()
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
     except Exception:
-        body = result.model_copy(update={"output": repr(result.output)}).model_dump(mode="json")
-    return orjson.dumps({"toolbus": VERSION, "result": body}).decode()
+        return f"<{type(value).__name__}>"
 
 
 def read_result(record: Any) -> ToolResult:
