@@ -28,73 +28,26 @@ its result's position, is the same on every run (`ToolContext.idempotency_key`).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from dbos import DBOS, StepReservation
+from dbos import DBOS
 
-from ..._executor._handles import batch_handle, call_handle
+from ..._executor._handles import call_handle
 from ...calls import CallLike, coerce_call
 from ...executor import Executor
-from ...in_doubt import (
-    InDoubtCall,
-    InDoubtHandler,
-    Rerun,
-    adecide,
-    in_doubt_result,
-    reruns_without_asking,
-)
+from ...in_doubt import InDoubtCall, InDoubtHandler, Rerun, adecide, in_doubt_result
 from ...masking import mask_paths, published_arguments
 from ...models import BatchResult, ToolCall, ToolResult
 from ...tools import ArgumentError, parse_json_arguments
-from ._records import call_key, intent_record, read_result, result_record, step_name
+from ._records import read_result, result_record, step_name
+from ._steps import CallSteps, reserve, run_steps, submit_options
 
 __all__ = ["DurableExecutor", "durable", "in_workflow"]
 
 # What `execute`/`aexecute` and the batch methods take besides the calls.
 _ONE = frozenset({"approval", "priority", "timeout", "call_timeout"})
 _MANY = frozenset({"stop_on_error", "approvals", "priority", "timeout", "call_timeout"})
-
-
-class _NotStarted(BaseException):
-    """Raised in an intent's step function for a call that ended without its
-    tool starting: a BaseException, so DBOS records nothing for the step."""
-
-
-@dataclass(slots=True)
-class _Steps:
-    """One call's place in the workflow: its two steps, reserved in order."""
-
-    call: ToolCall  # with its key
-    intent: StepReservation
-    result: StepReservation
-    asks: bool  # mutating, not idempotent: records its intent before it runs
-
-
-@dataclass
-class _Gate:
-    """Between a call's run (which asks to start, on its worker) and the
-    workflow's loop (which records the intent, then lets it start)."""
-
-    loop: asyncio.AbstractEventLoop
-    asked: asyncio.Future[None]
-    recorded: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
-
-    def __call__(self) -> Awaitable[None]:
-        """`Run.gate` (on the call's worker): ask to start; the awaitable ends
-        once the intent is recorded."""
-        self.loop.call_soon_threadsafe(_settle, self.asked)
-        return self._recorded()
-
-    async def _recorded(self) -> None:
-        await asyncio.wrap_future(self.recorded)
-
-
-def _settle(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 def in_workflow() -> bool:
@@ -155,9 +108,11 @@ class DurableExecutor:
         if not in_workflow():
             return self.executor.execute(call, **options)
         _no_loop("execute")
-        steps = self._reserve([coerce_call(call)])[0]
+        steps = reserve(self.executor, [coerce_call(call)])[0]
         if steps.asks:  # its intent is recorded from a loop of this thread's own
-            alone: ToolResult = asyncio.run(self._calls([steps], options, None))[0]
+            alone: ToolResult = asyncio.run(
+                run_steps(self.executor, [steps], options, None, self._decided)
+            )[0]
             return alone
         ran: list[ToolResult] = []
 
@@ -179,8 +134,10 @@ class DurableExecutor:
         _checked(options, _ONE, "aexecute")
         if not in_workflow():
             return await self.executor.aexecute(call, **options)
-        steps = self._reserve([coerce_call(call)])[0]
-        result: ToolResult = (await self._calls([steps], options, None))[0]
+        steps = reserve(self.executor, [coerce_call(call)])[0]
+        result: ToolResult = (
+            await run_steps(self.executor, [steps], options, None, self._decided)
+        )[0]
         return result
 
     # -- a batch ----------------------------------------------------------------
@@ -206,175 +163,15 @@ class DurableExecutor:
         if not made:
             return await self.executor.aexecute_batch((), **options)
         stop_on_error = bool(options.pop("stop_on_error", False))
-        batch = await self._calls(self._reserve(made), options, stop_on_error)
+        batch = await run_steps(
+            self.executor, reserve(self.executor, made), options, stop_on_error, self._decided
+        )
         assert isinstance(batch, BatchResult)
         return batch
 
     # -- the steps of calls -----------------------------------------------------
 
-    async def _calls(
-        self, plan: list[_Steps], options: Mapping[str, Any], stop_on_error: bool | None
-    ) -> Any:
-        """Run `plan`'s calls as steps: as one batch (`stop_on_error` given:
-        their `BatchResult`), or one call alone (a list of its result)."""
-        loop = asyncio.get_running_loop()
-        known: dict[int, ToolResult] = {}
-        gates: dict[int, _Gate] = {}
-        everyone_in: asyncio.Future[None] = loop.create_future()
-        submitted: asyncio.Future[list[Any]] = loop.create_future()
-        pending = len(plan)
-
-        def arrived() -> None:
-            nonlocal pending
-            pending -= 1
-            if pending == 0:
-                everyone_in.set_result(None)
-
-        async def outcome(i: int) -> ToolResult:
-            handles = await submitted
-            result: ToolResult = await handles[i]
-            return result
-
-        async def one(i: int, steps: _Steps) -> None:
-            joined = False
-            in_doubt = False
-            intent: asyncio.Future[None] | None = None
-            if steps.asks:
-                # Whether its intent is recorded is known when DBOS calls
-                # `mark` (not recorded: it is now, if the tool starts) or
-                # returns without calling it (recorded: the call had started).
-                unrecorded: asyncio.Future[None] = loop.create_future()
-
-                async def mark() -> str:
-                    gate = gates[i] = _Gate(loop, loop.create_future())
-                    unrecorded.set_result(None)
-                    done: asyncio.Future[Any] = asyncio.ensure_future(outcome(i))
-                    waited: set[asyncio.Future[Any]] = {gate.asked, done}
-                    try:
-                        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        done.cancel()
-                    if not gate.asked.done():
-                        raise _NotStarted  # it ended without its tool starting
-                    c = steps.call
-                    return intent_record(c.id, c.name, c.idempotency_key or "")
-
-                async def record_intent() -> None:
-                    name = step_name(steps.call.name, intent=True)
-                    try:
-                        await steps.intent.run_async({"name": name}, mark)
-                    except _NotStarted:
-                        return
-                    except BaseException as e:
-                        if i in gates and not gates[i].recorded.done():
-                            gates[i].recorded.set_exception(
-                                RuntimeError(f"the intent was not recorded: {type(e).__name__}")
-                            )
-                        raise
-                    if i in gates:
-                        gates[i].recorded.set_result(None)  # on disk: the tool may start
-
-                intent = asyncio.ensure_future(record_intent())
-                await asyncio.wait({intent, unrecorded}, return_when=asyncio.FIRST_COMPLETED)
-                in_doubt = not unrecorded.done()
-                if in_doubt:
-                    await intent  # (done: DBOS's error, if any, raises here)
-            stepped = False
-
-            async def step() -> str:
-                nonlocal stepped, joined
-                stepped = True
-                joined = True
-                if in_doubt:
-                    decided = await self._decided(steps)
-                    if decided is not None:
-                        known[i] = decided
-                arrived()
-                return result_record(await outcome(i))
-
-            try:
-                record = await steps.result.run_async({"name": step_name(steps.call.name)}, step)
-                if not stepped:
-                    replay = read_result(record)
-                    if replay.status != "deferred":  # (a deferred one is asked again)
-                        known[i] = replay
-            finally:
-                if not joined:  # (recorded, or its step raised: the others go on)
-                    joined = True
-                    arrived()
-            if intent is not None:
-                try:
-                    await intent
-                finally:
-                    intent.cancel()
-
-        async def submit() -> None:
-            await everyone_in
-            ex = self.executor
-            keyed = [s.call for s in plan]
-            if stop_on_error is None:
-                handle = call_handle(
-                    ex._submit_one,
-                    ex._stop,
-                    ex._blocks_its_loop,
-                    keyed[0],
-                    decided=known.get(0),
-                    gate=gates.get(0),
-                    **_submit_options(options, one=True),
-                )
-                submitted.set_result([handle])
-            else:
-                batch = batch_handle(
-                    ex._submit_batch,
-                    ex._stop,
-                    ex._blocks_its_loop,
-                    keyed,
-                    stop_on_error,
-                    known=known,
-                    gates=gates,
-                    **_submit_options(options, one=False),
-                )
-                submitted.set_result([*batch.calls, batch])
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                for i, steps in enumerate(plan):
-                    group.create_task(one(i, steps))
-                group.create_task(submit())
-        except BaseException as e:
-            # A step DBOS could not record, or the workflow's task cancelled:
-            # the calls still running are stopped (after a recovery they are
-            # in doubt, or run again).
-            if submitted.done() and not submitted.cancelled():
-                submitted.result()[-1].cancel()
-            if isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
-                raise e.exceptions[0] from None
-            raise
-        handles = submitted.result()
-        if stop_on_error is None:
-            return [await handles[0]]
-        return await handles[-1]
-
-    def _reserve(self, calls: list[ToolCall]) -> list[_Steps]:
-        """Reserve each call's two steps, in the order given; give it its key."""
-        workflow_id = DBOS.workflow_id
-        assert workflow_id is not None
-        registry = self.executor.registry
-        plan: list[_Steps] = []
-        for made in calls:
-            tool = registry.get(made.name)
-            asks = tool is not None and not reruns_without_asking(tool.read_only, tool.idempotent)
-            intent = DBOS.reserve_step()
-            result = DBOS.reserve_step()
-            keyed = made
-            if made.idempotency_key is None:
-                keyed = made.model_copy(
-                    update={"idempotency_key": call_key(workflow_id, result.step_id)}
-                )
-            plan.append(_Steps(keyed, intent, result, asks))
-        return plan
-
-    async def _decided(self, steps: _Steps) -> ToolResult | None:
+    async def _decided(self, steps: CallSteps) -> ToolResult | None:
         """For a call in doubt: its result if it does not run again, else None."""
         c = steps.call
         call = InDoubtCall(c.id, c.name, self._masked(c), c.idempotency_key or "")
@@ -396,7 +193,7 @@ class DurableExecutor:
             call,
             decided=decided,
             gate=gate,
-            **_submit_options(options, one=True),
+            **submit_options(options, one=True),
         )
 
     def _masked(self, call: ToolCall) -> Any:
@@ -422,19 +219,6 @@ class DurableExecutor:
             return masked
         except Exception:  # a broken masker: nothing shown
             return None
-
-
-def _submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:
-    """The keywords of `execute*` as `_submit_one`/`_submit_batch` take them."""
-    made: dict[str, Any] = {
-        "priority": options.get("priority"),
-        "clocks": (options.get("timeout"), options.get("call_timeout")),
-    }
-    if one:
-        made["approval"] = options.get("approval")
-    else:
-        made["approvals"] = options.get("approvals")
-    return made
 
 
 def durable(executor: Executor, *, on_in_doubt: InDoubtHandler | None = None) -> DurableExecutor:
