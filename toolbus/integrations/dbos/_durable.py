@@ -28,8 +28,10 @@ its result's position, is the same on every run (`ToolContext.idempotency_key`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from dbos import DBOS
 
@@ -45,6 +47,8 @@ from ._steps import CallSteps, reserve, run_steps, submit_options
 
 __all__ = ["DurableExecutor", "durable", "in_workflow"]
 
+T = TypeVar("T")
+
 # What `execute`/`aexecute` and the batch methods take besides the calls.
 _ONE = frozenset({"approval", "priority", "timeout", "call_timeout"})
 _MANY = frozenset({"stop_on_error", "approvals", "priority", "timeout", "call_timeout"})
@@ -54,6 +58,19 @@ def in_workflow() -> bool:
     """Whether this code runs in a DBOS workflow, outside its steps: where
     calls become steps of their own."""
     return DBOS.workflow_id is not None and DBOS.step_id is None
+
+
+_runners = threading.local()
+
+
+def _on_own_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` to its end on this thread's own loop, in this thread's
+    context (the workflow's). One loop per thread, kept: DBOS runs workflows
+    on a pool of threads, and a loop made per call costs more than the step."""
+    runner: asyncio.Runner | None = getattr(_runners, "runner", None)
+    if runner is None:
+        runner = _runners.runner = asyncio.Runner()
+    return runner.run(coro, context=contextvars.copy_context())
 
 
 def _checked(options: Mapping[str, Any], allowed: frozenset[str], method: str) -> None:
@@ -110,7 +127,7 @@ class DurableExecutor:
         _no_loop("execute")
         steps = reserve(self.executor, [coerce_call(call)])[0]
         if steps.asks:  # its intent is recorded from a loop of this thread's own
-            alone: ToolResult = asyncio.run(
+            alone: ToolResult = _on_own_loop(
                 run_steps(self.executor, [steps], options, None, self._decided)
             )[0]
             return alone
@@ -151,7 +168,7 @@ class DurableExecutor:
         if not in_workflow():
             return self.executor.execute_batch(calls, **options)
         _no_loop("execute_batch")
-        return asyncio.run(self.aexecute_batch(calls, **options))
+        return _on_own_loop(self.aexecute_batch(calls, **options))
 
     async def aexecute_batch(self, calls: Iterable[CallLike], **options: Any) -> BatchResult:
         """`Executor.aexecute_batch` (same keywords), each call a step of the
