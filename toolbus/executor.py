@@ -29,6 +29,7 @@ from typing import Any, Self
 
 import pykka
 
+from ._executor import _journal as jrn  # opened, closed, its calls in doubt
 from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
 from ._executor._from_config import executor_from_config
@@ -39,7 +40,6 @@ from ._executor._handles import (
     call_handle,
     cancel_where,
 )
-from ._executor._journal import announce_in_doubt, calls_in_doubt, close_journal, open_journal
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
 from ._executor._options import GroupsOption, check_options, check_wiring, close_budget
@@ -204,7 +204,7 @@ class Executor(ExecutorHooks, Submitting):
         # Opened last among the checks, and before any thread of the executor
         # starts: a bad option, or a journal that cannot be used (a bad path, a
         # disk that does not answer, a malformed record), leaves nothing behind.
-        self._journal, self._journal_owned, self._journal_session, in_doubt = open_journal(
+        self._journal, self._journal_owned, self._journal_session, in_doubt = jrn.open_journal(
             journal, journal_retention, journal_timeout, journal_required, on_in_doubt
         )
         self._closed = False
@@ -222,7 +222,7 @@ class Executor(ExecutorHooks, Submitting):
                 journal=self._journal,
                 session=self._journal_session,
                 journal_required=journal_required,
-                in_doubt=calls_in_doubt(self._journal, in_doubt, on_in_doubt),
+                in_doubt=jrn.calls_in_doubt(self._journal, in_doubt, on_in_doubt),
                 inject=self._inject,
                 backends=self._backends,
                 groups=self._groups,
@@ -230,12 +230,12 @@ class Executor(ExecutorHooks, Submitting):
                 scanner=opts.scanner,
             )
         except BaseException:  # release the journal: nothing is left behind
-            close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
+            jrn.close_journal(self._journal, self._journal_owned, self._journal_session, 1.0)
             raise
         self._timers, self._loop, self._services, self._scheduler, self._supervisor = started
         self._waiting = Waiting(self._scheduler)
         if self._journal is not None:
-            announce_in_doubt(self._journal, self._emitter, in_doubt)
+            jrn.announce_in_doubt(self._journal, self._emitter, in_doubt)
 
     @classmethod
     def from_config(
@@ -539,10 +539,9 @@ class Executor(ExecutorHooks, Submitting):
     def in_doubt(self) -> list[JournalRecord]:
         """The journal's calls in doubt (`Journal.in_doubt()`): mutating calls
         that started under an owner that is gone and never recorded an outcome.
-        Empty without a journal. Clear one with `journal.acknowledge(call_id)`."""
-        if self._journal is None:
-            return []
-        return self._journal.in_doubt()
+        Empty without a journal. Clear one with `journal.acknowledge(call_id)`
+        (with `on_in_doubt`, the decisions made so far are acknowledged first)."""
+        return jrn.in_doubt_now(self._journal, self._services.in_doubt)
 
     @property
     def closed(self) -> bool:
@@ -573,7 +572,7 @@ class Executor(ExecutorHooks, Submitting):
             pass
         # Every call has its outcome queued now: mark the session closed, wait
         # for the disk, let go of the owner lock.
-        close_journal(self._journal, self._journal_owned, self._journal_session, left())
+        jrn.close_journal(self._journal, self._journal_owned, self._journal_session, left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         self._submission.flush()
         self._timers.close()

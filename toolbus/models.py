@@ -84,7 +84,7 @@ class ErrorCode(StrEnum):
     or was stopped (status `cancelled`; reserved: not emitted yet)."""
     IN_DOUBT = "IN_DOUBT"
     """A mutating call whose earlier attempt may have run (a crash left its
-    outcome unknown): not run again (status `error`; reserved: not emitted yet)."""
+    outcome unknown): not run again (status `error`; `toolbus.in_doubt`)."""
     INPUT_REQUIRED = "INPUT_REQUIRED"
     """A server, a person or another system must answer first: an MCP server's
     request for input, an external tool's result (status `deferred`;
@@ -97,10 +97,10 @@ class ErrorCode(StrEnum):
     reserved: not emitted yet)."""
     JOURNAL_UNAVAILABLE = "JOURNAL_UNAVAILABLE"
     """A mutating call refused because the journal could not record it, when the
-    journal is required (status `rejected`; reserved: not emitted yet)."""
+    journal is required (status `rejected`; `Executor(journal_required=True)`)."""
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
     """The caller's idempotency key was used before with other arguments
-    (status `rejected`; reserved: not emitted yet)."""
+    (status `rejected`; with a journal)."""
     CONTENT_BLOCKED = "CONTENT_BLOCKED"
     """A content scanner blocked the call for what it carried (status
     `rejected`; reserved: not emitted yet)."""
@@ -163,8 +163,10 @@ class ToolCall(BaseModel):
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
     idempotency_key: str | None = None
-    """The caller's key for this call (1 to 256 printable characters): the
-    same key means the same call, whatever its arguments (see docs/journal.md)."""
+    """The caller's key for this call (1 to 256 printable characters): one key
+    names one operation. With a journal, the same key and arguments replay
+    the call that ended ok; other arguments are refused
+    (`IDEMPOTENCY_KEY_REUSED`; see docs/journal.md)."""
 
     @field_validator("idempotency_key")
     @classmethod

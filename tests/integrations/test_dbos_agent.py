@@ -214,3 +214,26 @@ def test_a_model_error_is_recorded_without_the_request(world: World) -> None:
     (step,) = DBOS.list_workflow_steps("fail-1")
     assert isinstance(step["error"], ModelCallFailed)
     assert "hunter2" not in repr(step["error"].__dict__) and "hunter2" not in str(step["error"])
+
+
+def test_a_decision_on_other_arguments_approves_nothing(world: World) -> None:
+    from toolbus.approvals import ApprovalDecision
+
+    client = scripted([[("refund", {"amount": 3})]])
+
+    @DBOS.workflow()
+    def turn_stale() -> str:
+        with client() as c:
+            run = run_agent(
+                c,
+                model="m",
+                messages="refund",
+                executor=world.executor,
+                approve=lambda r: ApprovalDecision(digest="another request's", approved=True),
+            )
+        return run.stop_reason
+
+    with SetWorkflowID("stale-1"):
+        assert turn_stale() == "approval"  # as the plain loop: still waiting
+    assert DBOS.fork_workflow("stale-1", 99).get_result() == "approval"
+    assert world.ran == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,46 @@ def test_on_in_doubt_is_checked(tmp_path: Path) -> None:
         Executor(reg, on_in_doubt=never_rerun)
     with pytest.raises(TypeError, match="on_in_doubt must be a callable"):
         Executor(reg, journal=tmp_path / "j.sqlite", on_in_doubt="fail")  # type: ignore[arg-type]
+
+
+def test_a_skipped_call_is_recorded_so_its_key_replays_it(path: Path) -> None:
+    reg, ran = registry()
+    with Executor(reg, journal=path, on_in_doubt=lambda c: Skip("charged 99")) as ex:
+        assert ex.execute(DOUBT).metadata == {"in_doubt": "skipped"}
+        again = ex.execute(DOUBT)
+        assert again.output == "charged 99" and again.metadata.get("replayed") is True
+    with Executor(reg, journal=path) as ex:  # and after a restart
+        assert ex.execute(DOUBT).metadata.get("replayed") is True
+    assert ran == []
+
+
+def test_a_call_that_ends_while_its_handler_decides_leaves_the_record_in_doubt(
+    path: Path,
+) -> None:
+    import threading
+
+    reg, ran = registry()
+    release = threading.Event()
+    asked: list[str] = []
+
+    def slow(call: InDoubtCall) -> Skip:
+        asked.append(call.call_id)
+        if len(asked) == 1:
+            release.wait(30)  # past the call's timeout
+        return Skip("charged 99")
+
+    with Executor(reg, journal=path, on_in_doubt=slow) as ex:
+        first = ex.execute(DOUBT, timeout=0.2)
+        assert first.status == "timeout" and ex.stats().abandoned_workers == 1
+        release.set()
+        # Its worker comes back once the handler has returned and the
+        # record was put back (the state this waits for, not a time).
+        deadline = time.monotonic() + 30
+        while ex.stats().abandoned_workers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ex.stats().abandoned_workers == 0
+        assert [r.call_id for r in ex.in_doubt()] == ["call_doubt"]  # not decided
+        second = ex.execute(DOUBT)
+        assert second.metadata == {"in_doubt": "skipped"}
+        assert ex.in_doubt() == []
+    assert asked == ["call_doubt", "call_doubt"] and ran == []

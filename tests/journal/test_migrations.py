@@ -87,6 +87,15 @@ def test_an_executor_migrates_it_and_everything_in_it_still_holds(v1: Path) -> N
                 ToolCall(name="charge", arguments={"amount": 5}, idempotency_key="order-17")
             )
             assert again.metadata.get("replayed") is True and again.output == "charged 5"
+            # Other arguments under that key replay it too (it was written
+            # without a digest), and do not change what its own arguments get.
+            other = ex.execute(
+                ToolCall(name="charge", arguments={"amount": 500}, idempotency_key="order-17")
+            )
+            assert other.metadata.get("replayed") is True and other.output == "charged 5"
+            assert ex.execute(
+                ToolCall(name="charge", arguments={"amount": 5}, idempotency_key="order-17")
+            ).metadata.get("replayed")
             # A new call is recorded with its digest: reusing its key for
             # other arguments is refused.
             first = ex.execute(

@@ -29,6 +29,7 @@ __all__ = [
     "announce_in_doubt",
     "calls_in_doubt",
     "close_journal",
+    "in_doubt_now",
     "open_journal",
 ]
 
@@ -139,6 +140,7 @@ class CallsInDoubt:
         self.handler = handler
         self._journal = journal
         self._lock = threading.Lock()
+        self._acks: list[threading.Thread] = []
         self._by_key: dict[tuple[str, str], list[JournalRecord]] = {}
         for record in found:
             self._by_key.setdefault((record.idempotency_key, record.tool), []).append(record)
@@ -157,7 +159,30 @@ class CallsInDoubt:
                 del self._by_key[key, tool]
             return record
 
+    def restore(self, record: JournalRecord) -> None:
+        with self._lock:
+            self._by_key.setdefault((record.idempotency_key, record.tool), []).insert(0, record)
+
     def settled(self, record: JournalRecord) -> None:
+        # On a thread of its own: acknowledging writes the journal (it may wait
+        # for its write lock), and the call that decided may be on the loop.
+        thread = threading.Thread(
+            target=self._acknowledge, args=(record,), name="toolbus-journal-ack", daemon=True
+        )
+        with self._lock:
+            self._acks = [t for t in self._acks if t.is_alive()]
+            self._acks.append(thread)
+        thread.start()
+
+    def acknowledged(self, timeout: float) -> None:
+        """Wait (up to `timeout`) for the decisions made so far to be acknowledged."""
+        with self._lock:
+            acks = list(self._acks)
+        deadline = time.monotonic() + timeout
+        for thread in acks:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _acknowledge(self, record: JournalRecord) -> None:
         try:
             self._journal.acknowledge(record)
         except Exception as e:  # the decision stands; the record stays in doubt
@@ -177,3 +202,13 @@ def calls_in_doubt(
     if handler is None or journal is None:
         return None
     return CallsInDoubt(journal, found, handler)
+
+
+def in_doubt_now(journal: Journal | None, calls: Any) -> list[JournalRecord]:
+    """`Executor.in_doubt()`: the journal's calls in doubt, once the decisions
+    made so far (`on_in_doubt`) are acknowledged."""
+    if journal is None:
+        return []
+    if calls is not None:
+        calls.acknowledged(DEFAULT_JOURNAL_TIMEOUT)
+    return journal.in_doubt()

@@ -224,9 +224,9 @@ class GroupCommit:
         recorded: ToolResult | KeyReused | None = None
         replay_of: int | None = None
         if replayable and waiting:
-            row = conn.execute(store.FIND_OK, (key, tool)).fetchone()
-            if row is not None and row[2] is not None and row[2] != digest:
-                # The key's earlier call had other arguments: refused, not
+            row = conn.execute(store.FIND_OK, (key, tool, digest)).fetchone()
+            if row is None and conn.execute(store.ANY_OK, (key, tool)).fetchone() is not None:
+                # The key ended ok only for other arguments: refused, not
                 # answered with that call's result. (Records of schema
                 # version 1 have no digest: they replay as they always did.)
                 recorded = KeyReused(key)

@@ -28,7 +28,6 @@ from ._migrations import SCHEMA_VERSION, migrate
 
 __all__ = [
     "RECORD_COLUMNS",
-    "SCHEMA_VERSION",
     "acknowledge",
     "attempts_of",
     "check_writable",
@@ -274,11 +273,14 @@ INSERT_SESSION = (
 )
 CLOSE_SESSION = "UPDATE sessions SET closed = ?, heartbeat = ? WHERE id = ?"
 HEARTBEAT = "UPDATE sessions SET heartbeat = ? WHERE id = ? AND closed IS NULL"
-# The newest ok outcome of a key (for this tool), and the record it first came from.
+# The newest ok outcome of a key (for this tool) with these arguments (or none
+# recorded: schema version 1), and the record it first came from; ANY_OK: any.
 FIND_OK = (
-    "SELECT coalesce(replay_of, id), result, args_digest FROM calls "
-    "WHERE key = ? AND tool = ? AND status = 'ok' ORDER BY id DESC LIMIT 1"
+    "SELECT coalesce(replay_of, id), result FROM calls "
+    "WHERE key = ? AND tool = ? AND status = 'ok' "
+    "AND (args_digest = ? OR args_digest IS NULL) ORDER BY id DESC LIMIT 1"
 )
+ANY_OK = "SELECT 1 FROM calls WHERE key = ? AND tool = ? AND status = 'ok' LIMIT 1"
 INSERT_CALL = (
     "INSERT INTO calls (session, seq, call_id, tool, arguments, key, batch_id, started, "
     "args_digest, replay_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"

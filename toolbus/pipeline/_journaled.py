@@ -44,6 +44,10 @@ def before_journaled(run: Run, svc: Services) -> Steps:
     if calls is not None and calls.pending:
         decided = yield from _in_doubt(run, svc)
         if decided is not None:
+            if decided.status == "ok":
+                # Skipped: it did happen. Recorded as this call's outcome, so
+                # the key replays it from now on, as for any call that ran.
+                yield from _intent(run, svc)
             return decided
         if not run.is_live(1):
             return None
@@ -102,11 +106,15 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
             value = yield value
         decision = as_decision(value, asked)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        calls.restore(record)
         raise
     except BaseException as e:  # a handler's own, whatever its class
-        if not run.is_live(1):
-            return None
         decision = failed_decision(asked, e)
+    if not run.is_live(1):
+        # The call ended while its handler decided (a timeout, a cancel): the
+        # decision decided nothing, and the record stays in doubt for the next.
+        calls.restore(record)
+        return None
     calls.settled(record)
     if isinstance(decision, Rerun):
         return None

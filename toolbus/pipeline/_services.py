@@ -123,6 +123,14 @@ class CallsInDoubt(Protocol):
         """Its decision is made: the record is acknowledged in the journal."""
         ...
 
+    def restore(self, record: Any) -> None:
+        """No decision was made after all: the record is in doubt again."""
+        ...
+
+    def acknowledged(self, timeout: float) -> None:
+        """Wait (up to `timeout`) for the decisions made so far to be acknowledged."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Services:

@@ -62,7 +62,15 @@ def _answers_record(requests: Sequence[ApprovalRequest], answers: Sequence[Any])
         if isinstance(answer, InputAnswer):
             shown.append({"input": answer.action, "data": answer.data})
         elif isinstance(answer, ApprovalDecision):
-            shown.append({"approved": answer.approved, "reason": answer.reason})
+            # A decision on other arguments (another request's digest) decides
+            # nothing here: recorded as such, it is refused again on replay.
+            shown.append(
+                {
+                    "approved": answer.approved,
+                    "reason": answer.reason,
+                    "matches": answer.digest == request.digest,
+                }
+            )
         elif isinstance(answer, bool):
             shown.append({"approved": answer, "reason": None})
         else:  # denied, as the loop denies it (and logs why)
@@ -92,6 +100,10 @@ def _read_answers(requests: Sequence[ApprovalRequest], record: Any) -> list[Any]
                 answers.append(request.decline())
             else:
                 answers.append(request.cancel())
+        elif a.get("matches") is False:  # a decision on other arguments, as it was
+            answers.append(
+                ApprovalDecision(digest="", approved=bool(a["approved"]), reason=a.get("reason"))
+            )
         elif a["approved"]:
             answers.append(True)
         else:

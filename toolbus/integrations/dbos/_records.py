@@ -28,6 +28,7 @@ __all__ = [
     "read_result",
     "result_record",
     "step_name",
+    "was_reasked",
 ]
 
 VERSION = 1
@@ -49,10 +50,24 @@ def call_key(workflow_id: str, step_id: int) -> str:
     return f"dbos:sha256:{digest}:{step_id}"
 
 
-def intent_record(call_id: str, tool: str, key: str) -> str:
-    return orjson.dumps(
-        {"toolbus": VERSION, "intent": tool, "call_id": call_id, "key": key}
-    ).decode()
+def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -> str:
+    """A call's intent: its tool is about to run. `reasked`: the call's result
+    step holds a `deferred` result of an earlier run, and it was asked again."""
+    data: dict[str, Any] = {"toolbus": VERSION, "intent": tool, "call_id": call_id, "key": key}
+    if reasked:
+        data["reasked"] = True
+    return orjson.dumps(data).decode()
+
+
+def was_reasked(record: Any) -> bool:
+    """Whether an intent record says its call was asked again (see `intent_record`)."""
+    if not isinstance(record, str):
+        return False
+    try:
+        data = orjson.loads(record)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and data.get("reasked") is True
 
 
 def result_record(result: ToolResult) -> str:

@@ -23,7 +23,14 @@ from ..._executor._handles import batch_handle, call_handle
 from ...executor import Executor
 from ...in_doubt import reruns_without_asking
 from ...models import ToolCall, ToolResult
-from ._records import call_key, intent_record, read_result, result_record, step_name
+from ._records import (
+    call_key,
+    intent_record,
+    read_result,
+    result_record,
+    step_name,
+    was_reasked,
+)
 
 __all__ = ["CallSteps", "reserve", "run_steps", "submit_options"]
 
@@ -117,6 +124,10 @@ async def run_steps(
     async def one(i: int, steps: CallSteps) -> None:
         joined = False
         in_doubt = False
+        # A recorded `deferred` result asked again: said in its intent, if its
+        # tool then starts (its result step holds `deferred` for good).
+        reasked = False
+        recorded_intent: Any = None
         intent: asyncio.Future[None] | None = None
         if steps.asks:
             # Whether its intent is recorded is known when DBOS calls
@@ -136,12 +147,13 @@ async def run_steps(
                 if not gate.asked.done():
                     raise _NotStarted  # it ended without its tool starting
                 c = steps.call
-                return intent_record(c.id, c.name, c.idempotency_key or "")
+                return intent_record(c.id, c.name, c.idempotency_key or "", reasked=reasked)
 
             async def record_intent() -> None:
+                nonlocal recorded_intent
                 name = step_name(steps.call.name, intent=True)
                 try:
-                    await steps.intent.run_async({"name": name}, mark)
+                    recorded_intent = await steps.intent.run_async({"name": name}, mark)
                 except _NotStarted:
                     return
                 except BaseException as e:
@@ -175,8 +187,19 @@ async def run_steps(
             record = await steps.result.run_async({"name": step_name(steps.call.name)}, step)
             if not stepped:
                 replay = read_result(record)
-                if replay.status != "deferred":  # (a deferred one is asked again)
+                if replay.status != "deferred":
                     known[i] = replay
+                elif in_doubt and was_reasked(recorded_intent):
+                    # Deferred, then asked again after a recovery and let
+                    # through: its tool started, its result went unrecorded.
+                    # In doubt like any such call.
+                    decided = await decide(steps)
+                    if decided is not None:
+                        known[i] = decided
+                else:
+                    # Asked again (its request was bound to the process that
+                    # made it); its tool, if it starts, says so in its intent.
+                    reasked = True
         finally:
             if not joined:  # (recorded, or its step raised: the others go on)
                 joined = True
