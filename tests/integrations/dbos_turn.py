@@ -21,6 +21,7 @@ did happen (skipped, with the output it gave); one that is not never did
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import os
 import sys
@@ -32,6 +33,7 @@ import httpx2
 import openai
 from dbos import DBOS, SetWorkflowID
 
+from tests.integrations.dbos_support import model_reply
 from toolbus import Executor, ToolContext, ToolRegistry
 from toolbus.in_doubt import InDoubtCall, Rerun, Skip
 from toolbus.integrations.dbos import arun_agent, run_agent
@@ -103,36 +105,7 @@ def on_in_doubt(call: InDoubtCall) -> Rerun | Skip:
 
 def reply(request: httpx2.Request) -> httpx2.Response:
     """The scripted model: its next turn, from how many turns it already had."""
-    body = json.loads(request.content)
-    turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
-    if turn < len(SCRIPT):
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": f"call_{turn}_{i}",
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args)},
-                }
-                for i, (name, args) in enumerate(SCRIPT[turn])
-            ],
-        }
-        finish = "tool_calls"
-    else:
-        message = {"role": "assistant", "content": "All done."}
-        finish = "stop"
-    return httpx2.Response(
-        200,
-        json={
-            "id": f"chatcmpl-{turn}",
-            "object": "chat.completion",
-            "created": 1_800_000_000,
-            "model": "scripted",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        },
-    )
+    return model_reply(SCRIPT, request, "All done.")
 
 
 async def areply(request: httpx2.Request) -> httpx2.Response:
@@ -180,6 +153,8 @@ async def agent_run_async(question: str) -> list[Any]:
 
 def main(argv: list[str]) -> int:
     global effects_path
+    # A worker that hangs says where, before the test gives up on it.
+    faulthandler.dump_traceback_later(90, exit=True)
     mode, url, effects, workflow_id = argv[:4]
     effects_path = Path(effects)
     use_async = len(argv) > 4 and argv[4] == "async"

@@ -23,6 +23,7 @@ pytest.importorskip("dbos")
 
 from dbos import DBOS, SetWorkflowID
 
+from tests.integrations import dbos_support
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.in_doubt import InDoubtCall
 from toolbus.integrations.dbos import DurableExecutor, durable
@@ -34,17 +35,8 @@ SECRET = "sk-live-4f9a8b7c6d5e4f3a2b1c"
 @pytest.fixture(scope="module")
 def system_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
-    DBOS.destroy(destroy_registry=True)
-    DBOS(
-        config={
-            "name": "toolbus-tests",
-            "system_database_url": f"sqlite:///{path}",
-            "log_level": "WARNING",
-        }
-    )
-    DBOS.launch()
-    yield path
-    DBOS.destroy(destroy_registry=True)
+    with dbos_support.launched(path, "toolbus-tests"):
+        yield path
 
 
 class Ledger:

@@ -7,7 +7,6 @@ secret: what a dead process's approvals were bound to is gone).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx2
 import openai
 from dbos import DBOS, SetWorkflowID
 
+from tests.integrations import dbos_support
 from toolbus import Executor, ToolContext, ToolRegistry
 from toolbus.approvals import InputRequest
 from toolbus.integrations.dbos import ModelCallFailed, run_agent
@@ -30,50 +30,17 @@ from toolbus.tools import InputRequired
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("dbos-agent") / "system.sqlite"
-    DBOS.destroy(destroy_registry=True)
-    DBOS(
-        config={
-            "name": "toolbus-agent-tests",
-            "system_database_url": f"sqlite:///{path}",
-            "log_level": "ERROR",
-        }
-    )
-    DBOS.launch()
-    yield path
-    DBOS.destroy(destroy_registry=True)
+    with dbos_support.launched(
+        tmp_path_factory.mktemp("dbos-agent") / "system.sqlite", "toolbus-agent-tests"
+    ) as path:
+        yield path
 
 
 def scripted(turns: list[list[tuple[str, dict[str, Any]]]]) -> Callable[[], openai.OpenAI]:
     """A client whose model asks for `turns`' calls in turn, then answers."""
 
     def reply(request: httpx2.Request) -> httpx2.Response:
-        turn = sum(1 for m in json.loads(request.content)["messages"] if m["role"] == "assistant")
-        if turn < len(turns):
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": f"call_{turn}_{i}",
-                        "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(args)},
-                    }
-                    for i, (name, args) in enumerate(turns[turn])
-                ],
-            }
-        else:
-            message = {"role": "assistant", "content": "done"}
-        return httpx2.Response(
-            200,
-            json={
-                "id": f"c{turn}",
-                "object": "chat.completion",
-                "created": 1,
-                "model": "scripted",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            },
-        )
+        return dbos_support.model_reply(turns, request)
 
     def make() -> openai.OpenAI:
         http = httpx2.Client(transport=httpx2.MockTransport(reply))
