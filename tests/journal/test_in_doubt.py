@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
 from toolbus import ErrorCode, Executor, Journal, ToolCall, ToolContext, ToolRegistry
 from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip, never_rerun
 
@@ -178,10 +178,7 @@ def test_a_call_that_ends_while_its_handler_decides_leaves_the_record_in_doubt(
         release.set()
         # Its worker comes back once the handler has returned and the
         # record was put back (the state this waits for, not a time).
-        deadline = time.monotonic() + 30
-        while ex.stats().abandoned_workers and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ex.stats().abandoned_workers == 0
+        wait_until(lambda: ex.stats().abandoned_workers == 0, what="its worker back")
         assert [r.call_id for r in ex.in_doubt()] == ["call_doubt"]  # not decided
         second = ex.execute(DOUBT)
         assert second.metadata == {"in_doubt": "skipped"}
