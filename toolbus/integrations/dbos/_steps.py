@@ -121,7 +121,7 @@ async def run_steps(
         result: ToolResult = await handles[i]
         return result
 
-    async def one(i: int, steps: CallSteps) -> None:
+    async def one_call(i: int, steps: CallSteps, spawned: list[asyncio.Future[None]]) -> None:
         joined = False
         in_doubt = False
         # A recorded `deferred` result asked again: said in its intent, if its
@@ -166,6 +166,7 @@ async def run_steps(
                     gates[i].recorded.set_result(None)  # on disk: the tool may start
 
             intent = asyncio.ensure_future(record_intent())
+            spawned.append(intent)
             await asyncio.wait({intent, unrecorded}, return_when=asyncio.FIRST_COMPLETED)
             in_doubt = not unrecorded.done()
             if in_doubt:
@@ -205,10 +206,15 @@ async def run_steps(
                 joined = True
                 arrived()
         if intent is not None:
-            try:
-                await intent
-            finally:
-                intent.cancel()
+            await intent
+
+    async def one(i: int, steps: CallSteps) -> None:
+        spawned: list[asyncio.Future[None]] = []
+        try:
+            await one_call(i, steps, spawned)
+        finally:
+            for task in spawned:  # (a step cancelled midway leaves none behind)
+                task.cancel()
 
     async def submit() -> None:
         await everyone_in
