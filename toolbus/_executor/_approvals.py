@@ -9,9 +9,7 @@ their checks and digests are `toolbus.approvals`.
 
 from __future__ import annotations
 
-import hmac
-
-from ..approvals import ApprovalDecision, arguments_digest
+from ..approvals import ApprovalDecision, arguments_digest, digest_matches
 from ..pipeline import Run
 from ..policies import requires_approval
 
@@ -40,7 +38,7 @@ def approved_by_caller(parent: Run, secret: bytes) -> bool:
         if isinstance(decision, ApprovalDecision) and decision.approved is True:
             origin = run.origin
             digest = arguments_digest(origin.name, origin.arguments, secret=secret)
-            if hmac.compare_digest(decision.digest, digest):
+            if digest_matches(decision.digest, digest):
                 return True
         run = run.parent if run.shares_slot else None  # up through steps only
     return False
