@@ -17,7 +17,6 @@ import atexit
 import base64
 import logging
 import os
-import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -33,6 +32,7 @@ pytest.importorskip("mcp_server_time")
 from tests.conftest import MakeExecutor, wait_until
 from tests.mcp_servers import flaky_server
 from tests.mcp_servers.scripted import Peer
+from tests.mcp_servers.serving import served
 from toolbus import Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
 from toolbus.mcp import (
     MCPConnectError,
@@ -377,21 +377,8 @@ async def test_in_process_server_async_api() -> None:
 @pytest.fixture
 async def http_url() -> AsyncIterator[str]:
     """The flaky server over streamable HTTP, served by uvicorn on this test's loop."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        flaky_server.server.streamable_http_app(), log_level="warning", timeout_graceful_shutdown=1
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    yield f"http://127.0.0.1:{port}/mcp"
-    server.should_exit = True
-    await asyncio.wait_for(task, 10)
-    sock.close()
+    async with served(flaky_server.server.streamable_http_app()) as endpoint:
+        yield endpoint
 
 
 async def test_streamable_http(http_url: str) -> None:

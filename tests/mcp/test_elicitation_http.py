@@ -8,8 +8,6 @@ test_sampling.py's and test_input_later.py's.
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +17,7 @@ pytest.importorskip("mcp")
 
 from tests.mcp_servers import asking_server
 from tests.mcp_servers.peers import use_peer
+from tests.mcp_servers.serving import served
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry
 from toolbus.approvals import InputRequest
 from toolbus.mcp import (
@@ -35,23 +34,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 async def url() -> AsyncIterator[str]:
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        asking_server.server.streamable_http_app(),
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    yield f"http://127.0.0.1:{port}/mcp"
-    server.should_exit = True
-    await asyncio.wait_for(task, 10)
-    sock.close()
+    async with served(asking_server.server.streamable_http_app()) as endpoint:
+        yield endpoint
 
 
 modes = pytest.mark.parametrize("peer", ["http", "http-legacy"])
