@@ -30,12 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from dbos import DBOS
 
-from ..._executor._handles import call_handle
 from ...calls import CallLike, coerce_call
 from ...executor import Executor
 from ...in_doubt import InDoubtCall, InDoubtHandler, Rerun, adecide, in_doubt_result
@@ -43,7 +42,7 @@ from ...masking import mask_paths, published_arguments
 from ...models import BatchResult, ToolCall, ToolResult
 from ...tools import ArgumentError, parse_json_arguments
 from ._records import read_result, result_record, step_name
-from ._steps import CallSteps, reserve, run_steps, submit_options
+from ._steps import CallSteps, reserve, run_steps, submit_one
 
 __all__ = ["DurableExecutor", "durable", "in_workflow"]
 
@@ -143,7 +142,7 @@ class DurableExecutor:
         replay = read_result(record)
         if replay.status == "deferred":  # asked again (see the module's docstring)
             return self.executor.execute(steps.call, **options)
-        result: ToolResult = self._submit_one(steps.call, replay, None, {}).result()
+        result: ToolResult = submit_one(self.executor, steps.call, replay, None, {}).result()
         return result
 
     async def aexecute(self, call: CallLike, **options: Any) -> ToolResult:
@@ -194,24 +193,6 @@ class DurableExecutor:
         call = InDoubtCall(c.id, c.name, self._masked(c), c.idempotency_key or "")
         decision = await adecide(self.on_in_doubt, call)
         return None if isinstance(decision, Rerun) else in_doubt_result(call, decision)
-
-    def _submit_one(
-        self,
-        call: ToolCall,
-        decided: ToolResult | None,
-        gate: Callable[[], Awaitable[None]] | None,
-        options: Mapping[str, Any],
-    ) -> Any:
-        ex = self.executor
-        return call_handle(
-            ex._submit_one,
-            ex._stop,
-            ex._blocks_its_loop,
-            call,
-            decided=decided,
-            gate=gate,
-            **submit_options(options, one=True),
-        )
 
     def _masked(self, call: ToolCall) -> Any:
         """The call's arguments as its events show them, for an in-doubt

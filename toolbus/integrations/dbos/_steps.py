@@ -32,7 +32,7 @@ from ._records import (
     was_reasked,
 )
 
-__all__ = ["CallSteps", "reserve", "run_steps", "submit_options"]
+__all__ = ["CallSteps", "reserve", "run_steps", "submit_one", "submit_options"]
 
 
 class _NotStarted(BaseException):
@@ -221,16 +221,7 @@ async def run_steps(
         ex = executor
         keyed = [s.call for s in plan]
         if stop_on_error is None:
-            handle = call_handle(
-                ex._submit_one,
-                ex._stop,
-                ex._blocks_its_loop,
-                keyed[0],
-                decided=known.get(0),
-                gate=gates.get(0),
-                **submit_options(options, one=True),
-            )
-            submitted.set_result([handle])
+            submitted.set_result([submit_one(ex, keyed[0], known.get(0), gates.get(0), options)])
         else:
             batch = batch_handle(
                 ex._submit_batch,
@@ -262,6 +253,26 @@ async def run_steps(
     if stop_on_error is None:
         return [await handles[0]]
     return await handles[-1]
+
+
+def submit_one(
+    executor: Executor,
+    call: ToolCall,
+    decided: ToolResult | None,
+    gate: Callable[[], Awaitable[None]] | None,
+    options: Mapping[str, Any],
+) -> Any:
+    """Submit one call (its result `decided` already, or waiting at `gate`
+    before its tool runs); return its handle."""
+    return call_handle(
+        executor._submit_one,
+        executor._stop,
+        executor._blocks_its_loop,
+        call,
+        decided=decided,
+        gate=gate,
+        **submit_options(options, one=True),
+    )
 
 
 def submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:
