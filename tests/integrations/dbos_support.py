@@ -1,11 +1,14 @@
-"""What the DBOS tests share: DBOS launched on SQLite for a module, and a
+"""What the DBOS tests share: DBOS launched on SQLite for a module, its cells
+read back, and a
 scripted model (Chat Completions, for the real `openai` client over a mock
 transport) whose turns depend only on the conversation so far."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,18 @@ def launched(path: Path, name: str) -> Iterator[Path]:
         yield path
     finally:
         DBOS.destroy(destroy_registry=True)
+
+
+def readable(cell: Any) -> str:
+    """A cell as text, DBOS's own encoding undone: step outputs are pickled,
+    then base64 (a secret inside would not show in the raw text)."""
+    text = repr(cell)
+    if isinstance(cell, str):
+        try:
+            text += repr(pickle.loads(base64.b64decode(cell, validate=True)))
+        except Exception:
+            pass
+    return text
 
 
 def model_reply(turns: Turns, request: httpx2.Request, answer: str = "done") -> httpx2.Response:

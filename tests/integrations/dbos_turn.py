@@ -13,7 +13,9 @@ turns depend only on the conversation so far, so every run of the workflow,
 interrupted or not, asks for the same calls. The tools write what they do
 to EFFECTS (one line per side effect, flushed and fsynced), the count kept
 outside the engine: a read-only `lookup`, an idempotent `put` and a mutating
-`charge`. The in-doubt handler reads EFFECTS: a charge whose key is there
+`charge`. After the turn, two lone calls (a charge, a lookup) make its
+receipt: `execute` in the sync workflow (the one-thread path), `aexecute` in
+the async one. The in-doubt handler reads EFFECTS: a charge whose key is there
 did happen (skipped, with the output it gave); one that is not never did
 (run again, under the same key).
 """
@@ -34,9 +36,9 @@ import openai
 from dbos import DBOS, SetWorkflowID
 
 from tests.integrations.dbos_support import model_reply
-from toolbus import Executor, ToolContext, ToolRegistry
+from toolbus import Executor, ToolCall, ToolContext, ToolRegistry
 from toolbus.in_doubt import InDoubtCall, Rerun, Skip
-from toolbus.integrations.dbos import arun_agent, run_agent
+from toolbus.integrations.dbos import arun_agent, durable, run_agent
 
 # What the model asks for, turn by turn: each turn's calls run as one batch.
 SCRIPT: list[list[tuple[str, dict[str, Any]]]] = [
@@ -48,6 +50,8 @@ SCRIPT: list[list[tuple[str, dict[str, Any]]]] = [
     ],
     [("charge", {"amount": 11}), ("lookup", {"city": "Bodø"})],
 ]
+# The receipt's lone calls, after the turn.
+RECEIPT = [("charge", {"amount": 13}), ("lookup", {"city": "Narvik"})]
 # Each tool works a little, so that a kill lands inside the run more often than not.
 WORK = 0.03
 
@@ -113,6 +117,11 @@ async def areply(request: httpx2.Request) -> httpx2.Response:
 
 
 executor = Executor(registry())
+tools = durable(executor, on_in_doubt=on_in_doubt)
+
+
+def receipt_calls() -> list[ToolCall]:
+    return [ToolCall(id=f"r{i}", name=n, arguments=a) for i, (n, a) in enumerate(RECEIPT)]
 
 
 @DBOS.workflow()
@@ -130,7 +139,8 @@ def agent_run(question: str) -> list[Any]:
             executor=executor,
             on_in_doubt=on_in_doubt,
         )
-    return result.messages
+    receipt = [tools.execute(c).output for c in receipt_calls()]
+    return [*result.messages, {"receipt": receipt}]
 
 
 @DBOS.workflow()
@@ -148,7 +158,8 @@ async def agent_run_async(question: str) -> list[Any]:
             executor=executor,
             on_in_doubt=on_in_doubt,
         )
-    return result.messages
+    receipt = [(await tools.aexecute(c)).output for c in receipt_calls()]
+    return [*result.messages, {"receipt": receipt}]
 
 
 def main(argv: list[str]) -> int:

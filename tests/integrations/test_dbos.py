@@ -9,8 +9,6 @@ runs the rest, as a recovery does.
 from __future__ import annotations
 
 import asyncio
-import base64
-import pickle
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -96,18 +94,6 @@ def tools(system_db: Path, ledger: Ledger) -> Iterator[DurableExecutor]:
         yield durable(ex)
     finally:
         ex.close()
-
-
-def readable(cell: Any) -> str:
-    """A cell as text, DBOS's own encoding undone: step outputs are pickled,
-    then base64 (a secret inside would not show in the raw text)."""
-    text = repr(cell)
-    if isinstance(cell, str):
-        try:
-            text += repr(pickle.loads(base64.b64decode(cell, validate=True)))
-        except Exception:
-            pass
-    return text
 
 
 def steps_of(workflow_id: str) -> list[tuple[int, str]]:
@@ -327,7 +313,7 @@ def test_no_secret_reaches_the_engines_tables(tools: DurableExecutor, system_db:
         tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
         for table in tables:
             for row in db.execute(f'select * from "{table}"'):
-                assert SECRET not in " ".join(readable(cell) for cell in row), table
+                assert SECRET not in " ".join(dbos_support.readable(cell) for cell in row), table
 
 
 def test_a_record_reads_back_as_the_result_the_model_read() -> None:

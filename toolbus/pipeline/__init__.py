@@ -11,7 +11,7 @@ from .._errors import ToolCrashed, WorkerKilled
 from ..tools._running import NestedCalls
 from ._batch_run import BatchRun
 from ._clock import EARLY, SetUpTime, budget_spent, off_clock, ran_out, spent_result
-from ._drive import AsyncRunner, Waitable, drive_async, drive_sync
+from ._drive import AsyncRunner, InPlace, Waitable, drive_async, drive_sync
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
 from ._reports import CallLogs, logged, publish_progress
@@ -65,6 +65,7 @@ __all__ = [
     "CallLogs",
     "Cancellable",
     "Hooks",
+    "InPlace",
     "Invoke",
     "Journal",
     "LoopWaiter",

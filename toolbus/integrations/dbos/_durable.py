@@ -4,7 +4,8 @@ Each call takes two step positions when it is made, in the order given
 (`DBOS.reserve_step`): its intent's and its result's. So a batch gets the
 same positions on every run of the workflow, whatever finished first before a
 crash, and whatever a tool's flags are now. Each step then runs at its
-position, from the workflow's own context (a task of its loop):
+position, from the workflow's own context (a task of its loop, `_steps.py`;
+a lone call from a sync workflow, on its thread, `_alone.py`):
 
 - its result recorded already (a finished call, on a run after a recovery):
   DBOS hands the result back without calling toolbus's step function; the
@@ -37,10 +38,11 @@ from dbos import DBOS
 
 from ...calls import CallLike, coerce_call
 from ...executor import Executor
-from ...in_doubt import InDoubtCall, InDoubtHandler, Rerun, adecide, in_doubt_result
+from ...in_doubt import InDoubtCall, InDoubtHandler, Rerun, adecide, decide, in_doubt_result
 from ...masking import mask_paths, published_arguments
 from ...models import BatchResult, ToolCall, ToolResult
 from ...tools import ArgumentError, parse_json_arguments
+from ._alone import run_alone
 from ._records import read_result, result_record, step_name
 from ._steps import CallSteps, reserve, run_steps, submit_one
 
@@ -125,11 +127,8 @@ class DurableExecutor:
             return self.executor.execute(call, **options)
         _no_loop("execute")
         steps = reserve(self.executor, [coerce_call(call)])[0]
-        if steps.asks:  # its intent is recorded from a loop of this thread's own
-            alone: ToolResult = _on_own_loop(
-                run_steps(self.executor, [steps], options, None, self._decided)
-            )[0]
-            return alone
+        if steps.asks:  # its intent recorded by a helper thread
+            return run_alone(self.executor, steps, options, self._decided_here)
         ran: list[ToolResult] = []
 
         def step() -> str:
@@ -189,10 +188,18 @@ class DurableExecutor:
 
     async def _decided(self, steps: CallSteps) -> ToolResult | None:
         """For a call in doubt: its result if it does not run again, else None."""
-        c = steps.call
-        call = InDoubtCall(c.id, c.name, self._masked(c), c.idempotency_key or "")
+        call = self._in_doubt(steps.call)
         decision = await adecide(self.on_in_doubt, call)
         return None if isinstance(decision, Rerun) else in_doubt_result(call, decision)
+
+    def _decided_here(self, steps: CallSteps) -> ToolResult | None:
+        """`_decided` on this thread (an async handler on a loop of its own)."""
+        call = self._in_doubt(steps.call)
+        decision = decide(self.on_in_doubt, call)
+        return None if isinstance(decision, Rerun) else in_doubt_result(call, decision)
+
+    def _in_doubt(self, c: ToolCall) -> InDoubtCall:
+        return InDoubtCall(c.id, c.name, self._masked(c), c.idempotency_key or "")
 
     def _masked(self, call: ToolCall) -> Any:
         """The call's arguments as its events show them, for an in-doubt

@@ -23,6 +23,7 @@ from ..._executor._handles import batch_handle, call_handle
 from ...executor import Executor
 from ...in_doubt import reruns_without_asking
 from ...models import ToolCall, ToolResult
+from ...pipeline import InPlace, Run, Waiter
 from ._records import (
     call_key,
     intent_record,
@@ -32,10 +33,20 @@ from ._records import (
     was_reasked,
 )
 
-__all__ = ["CallSteps", "reserve", "run_steps", "submit_one", "submit_options"]
+__all__ = [
+    "CallSteps",
+    "NotStarted",
+    "reserve",
+    "run_steps",
+    "settle",
+    "stop_run",
+    "submit_one",
+    "submit_options",
+    "submit_waited",
+]
 
 
-class _NotStarted(BaseException):
+class NotStarted(BaseException):
     """Raised in an intent's step function for a call that ended without its
     tool starting: a BaseException, so DBOS records nothing for the step."""
 
@@ -59,19 +70,27 @@ class _Gate:
     asked: asyncio.Future[None]
     recorded: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
 
-    def __call__(self) -> Awaitable[None]:
-        """`Run.gate` (on the call's worker): ask to start; the awaitable ends
+    def __call__(self) -> InPlace:
+        """`Run.gate` (on the call's worker): ask to start; the wait ends
         once the intent is recorded."""
-        self.loop.call_soon_threadsafe(_settle, self.asked)
-        return self._recorded()
-
-    async def _recorded(self) -> None:
-        await asyncio.wrap_future(self.recorded)
+        self.loop.call_soon_threadsafe(settle, self.asked)
+        return InPlace(self.recorded)
 
 
-def _settle(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+def settle(
+    fut: asyncio.Future[None] | concurrent.futures.Future[None], error: BaseException | None = None
+) -> None:
+    """End `fut` (with `error`, if given) unless it has ended: a gate's wait
+    cancelled (a deadline, a cancellation) cancels the future it waited for."""
+    if fut.done():
+        return
+    try:
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+    except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError):
+        pass  # (ended by the other side meanwhile)
 
 
 def reserve(executor: Executor, calls: list[ToolCall]) -> list[CallSteps]:
@@ -145,7 +164,7 @@ async def run_steps(
                 finally:
                     done.cancel()
                 if not gate.asked.done():
-                    raise _NotStarted  # it ended without its tool starting
+                    raise NotStarted  # it ended without its tool starting
                 c = steps.call
                 return intent_record(c.id, c.name, c.idempotency_key or "", reasked=reasked)
 
@@ -154,16 +173,15 @@ async def run_steps(
                 name = step_name(steps.call.name, intent=True)
                 try:
                     recorded_intent = await steps.intent.run_async({"name": name}, mark)
-                except _NotStarted:
+                except NotStarted:
                     return
                 except BaseException as e:
-                    if i in gates and not gates[i].recorded.done():
-                        gates[i].recorded.set_exception(
-                            RuntimeError(f"the intent was not recorded: {type(e).__name__}")
-                        )
+                    if i in gates:
+                        why = RuntimeError(f"the intent was not recorded: {type(e).__name__}")
+                        settle(gates[i].recorded, why)
                     raise
                 if i in gates:
-                    gates[i].recorded.set_result(None)  # on disk: the tool may start
+                    settle(gates[i].recorded)  # on disk: the tool may start
 
             intent = asyncio.ensure_future(record_intent())
             spawned.append(intent)
@@ -273,6 +291,25 @@ def submit_one(
         gate=gate,
         **submit_options(options, one=True),
     )
+
+
+def submit_waited(
+    executor: Executor,
+    call: ToolCall,
+    waiter: Waiter,
+    decided: ToolResult | None,
+    gate: Callable[[], Awaitable[None]] | None,
+    options: Mapping[str, Any],
+) -> Run:
+    """`submit_one` without a handle: `waiter` is released with the result."""
+    return executor._submit_one(
+        call, waiter, decided=decided, gate=gate, **submit_options(options, one=True)
+    )
+
+
+def stop_run(executor: Executor, run: Run) -> None:
+    """Stop `run` in whatever state it is (its result then says so)."""
+    executor._stop(None, run)
 
 
 def submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:

@@ -1,0 +1,305 @@
+"""One mutating call from a sync workflow (`integrations/dbos/_alone.py`):
+its intent's step inside its result's, on the workflow's thread.
+
+Each state two steps can be left in is made with `DBOS.fork_workflow`, which
+replays the steps before a given one and runs the rest, as a recovery does.
+A lone charge takes positions 1 (its intent) and 2 (its result).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos")
+
+from dbos import DBOS, SetWorkflowID
+
+from tests.conftest import wait_until
+from tests.integrations import dbos_support
+from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
+from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip
+from toolbus.integrations.dbos import durable
+from toolbus.policies import Admit, BasePolicy, Decision, Reject, requires_approval
+from toolbus.tools import Tool
+
+SECRET = "sk-live-9a8b7c6d5e4f3a2b1c0d"
+
+
+@pytest.fixture(scope="module")
+def system_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
+    with dbos_support.launched(path, "toolbus-tests-alone"):
+        yield path
+
+
+class Gatekeeper(BasePolicy):
+    """Rejects every call while `closed`."""
+
+    name = "gatekeeper"
+
+    def __init__(self) -> None:
+        self.closed = True
+
+    def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
+        return (
+            Reject(ErrorCode.TOOL_NOT_ALLOWED, "closed for the night") if self.closed else Admit()
+        )
+
+
+class Shop:
+    """A charge tool and what it did, counted outside DBOS."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.charged: list[tuple[int, str | None]] = []
+        self.gatekeeper = Gatekeeper()
+        self.gatekeeper.closed = False
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+        self.registry = reg = ToolRegistry()
+
+        @reg.tool()
+        def charge(amount: int, ctx: ToolContext) -> str:
+            with self.lock:
+                self.charged.append((amount, ctx.idempotency_key))
+            self.started.set()
+            self.release.wait(30)
+            return f"charged {amount}"
+
+        @reg.tool(policies=[self.gatekeeper])
+        def guarded_charge(amount: int, ctx: ToolContext) -> str:
+            return charge(amount, ctx)
+
+        @reg.tool()
+        def login(user: str, api_key: str) -> str:
+            return f"welcome {user}"
+
+
+def call(cid: str, name: str, **args: Any) -> ToolCall:
+    return ToolCall(id=cid, name=name, arguments=args)
+
+
+@pytest.fixture
+def shop(system_db: Path) -> Shop:
+    return Shop()
+
+
+def steps_of(workflow_id: str) -> list[tuple[int, str]]:
+    return [(s["function_id"], s["function_name"]) for s in DBOS.list_workflow_steps(workflow_id)]
+
+
+def test_a_lone_mutating_call_records_its_intent_then_its_result(shop: Shop) -> None:
+    with Executor(shop.registry) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name="alone_plain")
+        def plain() -> str:
+            return str(tools.execute(call("c", "charge", amount=5)).output)
+
+        with SetWorkflowID("alone-plain"):
+            assert plain() == "charged 5"
+        assert [n for _, n in steps_of("alone-plain")] == [
+            "toolbus-intent:charge",
+            "toolbus:charge",
+        ]
+        # Run again with the same id: DBOS returns the recorded result and
+        # the tool does not run.
+        with SetWorkflowID("alone-plain"):
+            assert plain() == "charged 5"
+        assert shop.charged == [(5, "dbos:alone-plain:2")]
+
+
+@pytest.mark.parametrize("decision", ["none", "skip", "rerun", "async-skip"])
+def test_a_lone_call_in_doubt_is_decided_by_its_handler(shop: Shop, decision: str) -> None:
+    asked: list[InDoubtCall] = []
+
+    def handler(c: InDoubtCall) -> Any:
+        asked.append(c)
+        if decision == "skip":
+            return Skip("found in the ledger")
+        if decision == "rerun":
+            return Rerun()
+        return Fail("nobody knows") if decision == "none" else None
+
+    async def ahandler(c: InDoubtCall) -> Any:
+        asked.append(c)
+        return Skip("found in the ledger")
+
+    wid = f"alone-doubt-{decision}"
+    with Executor(shop.registry) as ex:
+        tools = durable(ex, on_in_doubt=ahandler if decision == "async-skip" else handler)
+
+        @DBOS.workflow(name=f"alone_doubt_{decision}")
+        def doubt() -> dict[str, Any]:
+            return tools.execute(call("c", "charge", amount=5)).model_dump(mode="json")
+
+        with SetWorkflowID(wid):
+            assert doubt()["output"] == "charged 5"
+        # Forked at the result's step: the intent replays, the result is not
+        # there, as a crash while the tool ran leaves them.
+        fork = DBOS.fork_workflow(wid, 2)
+        again = fork.get_result()
+    key = f"dbos:{fork.get_workflow_id()}:2"
+    assert [(c.call_id, c.tool, c.arguments, c.idempotency_key) for c in asked] == [
+        ("c", "charge", {"amount": 5}, key)
+    ]
+    if decision == "rerun":
+        assert again["output"] == "charged 5"
+        assert shop.charged == [(5, f"dbos:{wid}:2"), (5, key)]
+        return
+    assert len(shop.charged) == 1  # never twice
+    if decision == "none":
+        assert again["status"] == "error" and again["error_code"] == ErrorCode.IN_DOUBT
+        assert "nobody knows" in again["error"]
+    else:
+        assert again["status"] == "ok" and again["output"] == "found in the ledger"
+        assert again["metadata"] == {"in_doubt": "skipped"}
+
+
+def test_a_call_that_never_started_replays_as_it_ended_whatever_its_policy_says_now(
+    shop: Shop,
+) -> None:
+    shop.gatekeeper.closed = True
+    with Executor(shop.registry) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name="alone_rejected")
+        def rejected() -> list[str]:
+            first = tools.execute(call("c", "guarded_charge", amount=5))
+            second = tools.execute(call("d", "charge", amount=1))
+            return [first.status, str(first.error_code), second.status]
+
+        with SetWorkflowID("alone-rejected"):
+            assert rejected() == ["rejected", "TOOL_NOT_ALLOWED", "ok"]
+        # Its result recorded, no intent (its tool never started).
+        assert [i for i, _ in steps_of("alone-rejected")] == [2, 3, 4]
+        shop.gatekeeper.closed = False  # would let it through now
+        finished: list[Any] = []
+        sub = bus.subscribe(lambda s, event, **_: finished.append(event), bus.FINISHED)
+        try:
+            fork = DBOS.fork_workflow("alone-rejected", 3)
+            again = fork.get_result()
+            ex.drain_events()
+        finally:
+            sub.close()
+    assert again == ["rejected", "TOOL_NOT_ALLOWED", "ok"]
+    # The guarded charge never ran; the plain one after it ran again.
+    assert shop.charged == [(1, "dbos:alone-rejected:4"), (1, f"dbos:{fork.get_workflow_id()}:4")]
+    replayed = [e for e in finished if e.result.call_id == "c"]
+    assert len(replayed) == 1 and replayed[0].result.metadata.get("replayed") is True
+
+
+def test_a_deferred_lone_call_let_through_after_a_recovery_is_in_doubt_after_the_next(
+    system_db: Path,
+) -> None:
+    limit = [1]
+    ran: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval(when=lambda c: c.arguments["amount"] > limit[0])])
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        return f"paid {amount}"
+
+    with Executor(reg) as ex:
+        mine = durable(ex)
+
+        @DBOS.workflow(name="alone_deferred")
+        def deferred() -> str:
+            return mine.execute(call("p", "pay", amount=5)).status
+
+        with SetWorkflowID("alone-deferred"):
+            assert deferred() == "deferred"
+        assert [i for i, _ in steps_of("alone-deferred")] == [2]  # no intent
+        limit[0] = 10  # asked again after a recovery, it runs
+        first = DBOS.fork_workflow("alone-deferred", 3)
+        assert first.get_result() == "ok" and ran == [5]
+        # Its intent says it was asked again; its result still says deferred:
+        # after another crash it is in doubt, and not run again silently.
+        again = DBOS.fork_workflow(first.get_workflow_id(), 3).get_result()
+    assert again == "error" and ran == [5]
+
+
+def test_a_lone_call_that_times_out_before_its_tool_starts_records_no_intent(shop: Shop) -> None:
+    # The tool holds its worker until released; a second call with a short
+    # deadline waits behind it for a worker, and ends timed out, never
+    # started: its intent is not recorded.
+    shop.release.clear()
+    with Executor(shop.registry, max_parallel=1) as ex:
+        tools = durable(ex)
+        holder = ex.submit(call("h", "charge", amount=1))
+        wait_until(shop.started.is_set)
+
+        @DBOS.workflow(name="alone_timeout")
+        def timed_out() -> list[str]:
+            r = tools.execute(call("c", "charge", amount=2), call_timeout=0.2)
+            return [r.status, str(r.error_code)]
+
+        try:
+            with SetWorkflowID("alone-timeout"):
+                assert timed_out() == ["timeout", "DEADLINE_EXCEEDED"]
+        finally:
+            shop.release.set()
+        assert holder.result().status == "ok"
+    assert [i for i, _ in steps_of("alone-timeout")] == [2]
+    assert [a for a, _ in shop.charged] == [1]
+
+
+def test_a_secret_in_a_lone_call_never_reaches_the_engine(shop: Shop, system_db: Path) -> None:
+    import sqlite3
+
+    with Executor(shop.registry) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name="alone_secret")
+        def secret() -> str:
+            return str(tools.execute(call("c", "login", user="ada", api_key=SECRET)).output)
+
+        with SetWorkflowID("alone-secret"):
+            assert secret() == "welcome ada"
+    with sqlite3.connect(system_db) as db:
+        rows = db.execute(
+            "select output from operation_outputs where workflow_uuid = ?", ("alone-secret",)
+        )
+        stored = [dbos_support.readable(r[0]) for r in rows]
+    assert len(stored) == 2 and all(SECRET not in s for s in stored)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_an_intent_the_engine_cannot_record_keeps_its_tool_from_running(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch, batch: bool
+) -> None:
+    from dbos._dbos import _get_dbos_instance
+
+    sys_db = _get_dbos_instance()._sys_db
+    record = sys_db.record_operation_result
+
+    def failing(output: Any, *args: Any, **kwargs: Any) -> Any:
+        if output["function_name"].startswith("toolbus-intent:"):
+            raise ConnectionError("the disk stopped answering")
+        return record(output, *args, **kwargs)
+
+    monkeypatch.setattr(sys_db, "record_operation_result", failing)
+    seen: list[str] = []
+    with Executor(shop.registry) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name=f"alone_unrecorded_{batch}")
+        def unrecorded() -> None:
+            c = call("c", "charge", amount=5)
+            r = tools.execute_batch([c]).results[0] if batch else tools.execute(c)
+            seen.append(r.status)  # (not reached: the engine's error raises)
+
+        with SetWorkflowID(f"alone-unrecorded-{batch}"), pytest.raises(ConnectionError):
+            unrecorded()
+    assert shop.charged == [] and seen == []
+    # What the call ended with is its result, recorded: the tool did not run.
+    (step,) = DBOS.list_workflow_steps(f"alone-unrecorded-{batch}")
+    assert step["function_name"] == "toolbus:charge"
+    assert "the engine" in str(step["output"]) or "durable engine" in str(step["output"])
