@@ -303,3 +303,120 @@ def test_an_intent_the_engine_cannot_record_keeps_its_tool_from_running(
     (step,) = DBOS.list_workflow_steps(f"alone-unrecorded-{batch}")
     assert step["function_name"] == "toolbus:charge"
     assert "the engine" in str(step["output"]) or "durable engine" in str(step["output"])
+
+
+def test_a_lone_calls_tool_runs_in_its_result_step(shop: Shop) -> None:
+    # What a tool sees of DBOS is its result step's context, as a read-only
+    # call's tool does: a step it runs is a plain call inside that step, and
+    # the workflow's positions stay the calls' own.
+    seen: list[Any] = []
+    reg = ToolRegistry()
+
+    @reg.tool()
+    def audited_charge(amount: int) -> str:
+        seen.append((DBOS.workflow_id, DBOS.step_id))
+        return str(DBOS.run_step({"name": "audit"}, lambda: f"charged {amount}"))
+
+    with Executor(reg) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name="alone_audited")
+        def audited() -> list[str]:
+            first = tools.execute(call("c", "audited_charge", amount=5))
+            after = DBOS.run_step({"name": "after"}, lambda: "after")
+            return [str(first.output), after]
+
+        with SetWorkflowID("alone-audited"):
+            assert audited() == ["charged 5", "after"]
+    assert seen == [("alone-audited", 2)]
+    assert steps_of("alone-audited") == [
+        (1, "toolbus-intent:audited_charge"),
+        (2, "toolbus:audited_charge"),
+        (3, "after"),
+    ]
+
+
+class Interrupted(BaseException):
+    """What the workflow's thread is interrupted with (as Ctrl-C would)."""
+
+
+def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
+    shop: Shop,
+) -> None:
+    import signal
+
+    asked: list[str] = []
+
+    class Counting(BasePolicy):
+        name = "counting"
+
+        def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
+            asked.append(call.id)
+            return Admit()
+
+    reg = ToolRegistry()
+    reg.tool(name="hold")(shop.registry.get("charge").fn)  # type: ignore[union-attr]
+    reg.tool(name="counted_charge", policies=[Counting()])(lambda amount: f"charged {amount}")
+    finished: list[Any] = []
+    sub = bus.subscribe(lambda s, event, **_: finished.append(event.result), bus.FINISHED)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    shop.release.clear()
+    try:
+        with Executor(reg, max_parallel=1) as ex:
+            tools = durable(ex)
+            holder = ex.submit(call("h", "hold", amount=1))
+            wait_until(shop.started.is_set)
+
+            @DBOS.workflow(name="alone_interrupted")
+            def interrupted() -> str:
+                return tools.execute(call("c", "counted_charge", amount=2)).status
+
+            main = threading.main_thread().ident
+            assert main == threading.get_ident()
+            # Once the call is queued behind the holder, the workflow's
+            # thread (this one) is interrupted where it waits.
+            poke = threading.Thread(
+                target=lambda: (
+                    wait_until(lambda: ex.stats().queued == 1),
+                    signal.pthread_kill(main, signal.SIGUSR1),
+                )
+            )
+            poke.start()
+            with SetWorkflowID("alone-interrupted"), pytest.raises(Interrupted):
+                interrupted()
+            poke.join()
+            wait_until(lambda: any(r.call_id == "c" for r in finished))
+            shop.release.set()
+            assert holder.result().status == "ok"
+            ex.drain_events()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        shop.release.set()
+        sub.close()
+    (ended,) = [r for r in finished if r.call_id == "c"]
+    assert ended.status == "cancelled" and asked == []  # stopped where it waited
+
+
+def test_a_bad_keyword_value_raises_before_any_step(shop: Shop) -> None:
+    with Executor(shop.registry) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name="alone_bad_value")
+        def bad_value(which: str) -> None:
+            c = call("c", "charge", amount=1)
+            if which == "timeout":
+                tools.execute(c, call_timeout=-1)
+            elif which == "priority":
+                tools.execute(c, priority="high")
+            else:
+                tools.execute_batch([c], approvals=42)
+
+        for which in ("timeout", "priority", "approvals"):
+            with SetWorkflowID(f"alone-bad-{which}"), pytest.raises((ValueError, TypeError)):
+                bad_value(which)
+            assert steps_of(f"alone-bad-{which}") == []
+    assert shop.charged == []

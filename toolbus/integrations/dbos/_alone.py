@@ -88,9 +88,14 @@ def run_alone(
     def intent(reasked: bool) -> Any:
         """Run the intent's step (its function: the call submitted, waiting
         to start); the record if it was there (in doubt), else None."""
+        # The call's tool runs in the context of where this is called (the
+        # result's step, as a read-only call's tool does), never in the
+        # intent's: that step has ended by the time the tool runs, and a DBOS
+        # step the tool made would take the result's position.
+        here = contextvars.copy_context()
 
         def mark() -> str:
-            submit(None, gated=True)
+            here.run(submit, None, True)
             first = watch.events.get()
             if first is not _ASKED:
                 watch.events.put(first)  # (its result, read below)
@@ -108,7 +113,8 @@ def run_alone(
             if not runs:
                 raise  # (nothing submitted: it raises as it is)
             settle(watch.recorded, RuntimeError(f"the intent was not recorded: {type(e).__name__}"))
-            if not isinstance(e, Exception):
+            if not isinstance(e, Exception):  # interrupted: the call is not left behind
+                stop_run(executor, runs[0])
                 raise
             failed.append(e)
             return None

@@ -44,7 +44,7 @@ from ...models import BatchResult, ToolCall, ToolResult
 from ...tools import ArgumentError, parse_json_arguments
 from ._alone import run_alone
 from ._records import read_result, result_record, step_name
-from ._steps import CallSteps, reserve, run_steps, submit_one
+from ._steps import CallSteps, check_values, reserve, run_steps, submit_one
 
 __all__ = ["DurableExecutor", "durable", "in_workflow"]
 
@@ -75,9 +75,12 @@ def _on_own_loop(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _checked(options: Mapping[str, Any], allowed: frozenset[str], method: str) -> None:
+    """Raise for a keyword, or a keyword's value, the method refuses: before
+    any step, where DBOS would record the error as the step's for good."""
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise TypeError(f"DurableExecutor.{method}() got unexpected keyword arguments {unknown}")
+    check_values(options)
 
 
 def _no_loop(method: str) -> None:
@@ -127,7 +130,7 @@ class DurableExecutor:
             return self.executor.execute(call, **options)
         _no_loop("execute")
         steps = reserve(self.executor, [coerce_call(call)])[0]
-        if steps.asks:  # its intent recorded by a helper thread
+        if steps.asks:  # its intent recorded as its tool is about to start
             return run_alone(self.executor, steps, options, self._decided_here)
         ran: list[ToolResult] = []
 

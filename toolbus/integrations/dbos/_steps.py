@@ -20,6 +20,9 @@ from typing import Any
 from dbos import DBOS, StepReservation
 
 from ..._executor._handles import batch_handle, call_handle
+from ..._executor._submission import check_clocks
+from ..._options import check_priority
+from ...approvals import check_approval, check_approvals
 from ...executor import Executor
 from ...in_doubt import reruns_without_asking
 from ...models import ToolCall, ToolResult
@@ -36,6 +39,7 @@ from ._records import (
 __all__ = [
     "CallSteps",
     "NotStarted",
+    "check_values",
     "reserve",
     "run_steps",
     "settle",
@@ -310,6 +314,19 @@ def submit_waited(
 def stop_run(executor: Executor, run: Run) -> None:
     """Stop `run` in whatever state it is (its result then says so)."""
     executor._stop(None, run)
+
+
+def check_values(options: Mapping[str, Any]) -> None:
+    """Raise as `execute*` would for a keyword's bad value."""
+    if options.get("priority") is not None:
+        check_priority(options["priority"])
+    clocks = (options.get("timeout"), options.get("call_timeout"))
+    if clocks != (None, None):
+        check_clocks(clocks, "execute, aexecute or submit")
+    if options.get("approval") is not None:
+        check_approval(options["approval"])
+    if options.get("approvals") is not None:
+        check_approvals(options["approvals"])
 
 
 def submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:
