@@ -8,6 +8,7 @@ A lone charge takes positions 1 (its intent) and 2 (its result).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -305,10 +306,13 @@ def test_an_intent_the_engine_cannot_record_keeps_its_tool_from_running(
     assert "the engine" in str(step["output"]) or "durable engine" in str(step["output"])
 
 
-def test_a_lone_calls_tool_runs_in_its_result_step(shop: Shop) -> None:
+@pytest.mark.parametrize("way", ["execute", "execute_batch", "aexecute_batch"])
+def test_a_calls_tool_runs_in_its_result_step(shop: Shop, way: str) -> None:
     # What a tool sees of DBOS is its result step's context, as a read-only
     # call's tool does: a step it runs is a plain call inside that step, and
-    # the workflow's positions stay the calls' own.
+    # the workflow's positions stay the calls' own (in a batch too, where
+    # tools run at once: a position taken from a worker would depend on
+    # which ran first).
     seen: list[Any] = []
     reg = ToolRegistry()
 
@@ -317,22 +321,35 @@ def test_a_lone_calls_tool_runs_in_its_result_step(shop: Shop) -> None:
         seen.append((DBOS.workflow_id, DBOS.step_id))
         return str(DBOS.run_step({"name": "audit"}, lambda: f"charged {amount}"))
 
+    wid = f"audited-{way}"
     with Executor(reg) as ex:
         tools = durable(ex)
+        calls = [call("c", "audited_charge", amount=5), call("d", "audited_charge", amount=6)]
 
-        @DBOS.workflow(name="alone_audited")
+        @DBOS.workflow(name=f"audited_{way}")
         def audited() -> list[str]:
-            first = tools.execute(call("c", "audited_charge", amount=5))
-            after = DBOS.run_step({"name": "after"}, lambda: "after")
-            return [str(first.output), after]
+            if way == "execute":
+                outputs = [str(tools.execute(c).output) for c in calls]
+            else:
+                outputs = [str(r.output) for r in tools.execute_batch(calls).results]
+            return [*outputs, DBOS.run_step({"name": "after"}, lambda: "after")]
 
-        with SetWorkflowID("alone-audited"):
-            assert audited() == ["charged 5", "after"]
-    assert seen == [("alone-audited", 2)]
-    assert steps_of("alone-audited") == [
+        @DBOS.workflow(name=f"audited_async_{way}")
+        async def aaudited() -> list[str]:
+            batch = await tools.aexecute_batch(calls)
+            after = await DBOS.run_step_async({"name": "after"}, lambda: "after")
+            return [*(str(r.output) for r in batch.results), after]
+
+        with SetWorkflowID(wid):
+            got = asyncio.run(aaudited()) if way == "aexecute_batch" else audited()
+        assert got == ["charged 5", "charged 6", "after"]
+    assert sorted(seen) == [(wid, 2), (wid, 4)]
+    assert steps_of(wid) == [
         (1, "toolbus-intent:audited_charge"),
         (2, "toolbus:audited_charge"),
-        (3, "after"),
+        (3, "toolbus-intent:audited_charge"),
+        (4, "toolbus:audited_charge"),
+        (5, "after"),
     ]
 
 

@@ -274,6 +274,7 @@ class Submitting:
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
         known: Mapping[int, ToolResult] | None = None,
         gates: Mapping[int, Any] | None = None,
+        contexts: Mapping[int, contextvars.Context] | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -290,7 +291,7 @@ class Submitting:
             made_runs.append(
                 self._make_run(
                     c,
-                    context=context,
+                    context=contexts.get(i, context) if contexts else context,
                     index=i,
                     batch=batch,
                     # A call's own handle, besides the batch's (submit_batch).

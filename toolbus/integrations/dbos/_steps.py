@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,6 +130,10 @@ async def run_steps(
     loop = asyncio.get_running_loop()
     known: dict[int, ToolResult] = {}
     gates: dict[int, _Gate] = {}
+    # Where each call's tool runs: its result step's context, as for any step
+    # (a DBOS step the tool makes is a plain call inside it, and never takes
+    # a position of the workflow's from a worker thread).
+    contexts: dict[int, contextvars.Context] = {}
     everyone_in: asyncio.Future[None] = loop.create_future()
     submitted: asyncio.Future[list[Any]] = loop.create_future()
     pending = len(plan)
@@ -199,6 +204,7 @@ async def run_steps(
             nonlocal stepped, joined
             stepped = True
             joined = True
+            contexts[i] = contextvars.copy_context()
             if in_doubt:
                 decided = await decide(steps)
                 if decided is not None:
@@ -243,7 +249,10 @@ async def run_steps(
         ex = executor
         keyed = [s.call for s in plan]
         if stop_on_error is None:
-            submitted.set_result([submit_one(ex, keyed[0], known.get(0), gates.get(0), options)])
+            made = (keyed[0], known.get(0), gates.get(0), options)
+            here = contexts.get(0)
+            handle = here.run(submit_one, ex, *made) if here else submit_one(ex, *made)
+            submitted.set_result([handle])
         else:
             batch = batch_handle(
                 ex._submit_batch,
@@ -253,6 +262,7 @@ async def run_steps(
                 stop_on_error,
                 known=known,
                 gates=gates,
+                contexts=contexts,
                 **submit_options(options, one=False),
             )
             submitted.set_result([*batch.calls, batch])
