@@ -22,7 +22,7 @@ from dbos import DBOS, SetWorkflowID
 
 from tests.conftest import wait_until
 from tests.integrations import dbos_support
-from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
+from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, ToolResult, bus
 from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip
 from toolbus.integrations.dbos import durable
 from toolbus.policies import Admit, BasePolicy, Decision, Reject, requires_approval
@@ -306,13 +306,31 @@ def test_an_intent_the_engine_cannot_record_keeps_its_tool_from_running(
     assert "the engine" in str(step["output"]) or "durable engine" in str(step["output"])
 
 
-@pytest.mark.parametrize("way", ["execute", "execute_batch", "aexecute_batch"])
-def test_a_calls_tool_runs_in_its_result_step(shop: Shop, way: str) -> None:
-    # What a tool sees of DBOS is its result step's context, as a read-only
-    # call's tool does: a step it runs is a plain call inside that step, and
-    # the workflow's positions stay the calls' own (in a batch too, where
-    # tools run at once: a position taken from a worker would depend on
-    # which ran first).
+WAYS = ["execute", "execute_batch", "aexecute", "aexecute_batch"]
+
+
+def run_calls(tools: Any, calls: list[ToolCall], way: str, **options: Any) -> list[ToolResult]:
+    """`calls` through the wrapper, one by one or as a batch, from the
+    workflow this runs in (an async way: on a loop of its own)."""
+
+    async def run_async() -> list[ToolResult]:
+        if way == "aexecute":
+            return [await tools.aexecute(c, **options) for c in calls]
+        return list((await tools.aexecute_batch(calls, **options)).results)
+
+    if way == "execute":
+        return [tools.execute(c, **options) for c in calls]
+    if way == "execute_batch":
+        return list(tools.execute_batch(calls, **options).results)
+    return asyncio.run(run_async())
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_tool_runs_outside_the_workflow_as_dbos_sees_it(shop: Shop, way: str) -> None:
+    # A tool is one step's work: a DBOS step it makes is a plain call, as
+    # outside any workflow, and the workflow's positions stay the calls' own
+    # (a position taken from a worker thread would depend on which tool ran
+    # first).
     seen: list[Any] = []
     reg = ToolRegistry()
 
@@ -328,22 +346,12 @@ def test_a_calls_tool_runs_in_its_result_step(shop: Shop, way: str) -> None:
 
         @DBOS.workflow(name=f"audited_{way}")
         def audited() -> list[str]:
-            if way == "execute":
-                outputs = [str(tools.execute(c).output) for c in calls]
-            else:
-                outputs = [str(r.output) for r in tools.execute_batch(calls).results]
+            outputs = [str(r.output) for r in run_calls(tools, calls, way)]
             return [*outputs, DBOS.run_step({"name": "after"}, lambda: "after")]
 
-        @DBOS.workflow(name=f"audited_async_{way}")
-        async def aaudited() -> list[str]:
-            batch = await tools.aexecute_batch(calls)
-            after = await DBOS.run_step_async({"name": "after"}, lambda: "after")
-            return [*(str(r.output) for r in batch.results), after]
-
         with SetWorkflowID(wid):
-            got = asyncio.run(aaudited()) if way == "aexecute_batch" else audited()
-        assert got == ["charged 5", "charged 6", "after"]
-    assert sorted(seen) == [(wid, 2), (wid, 4)]
+            assert audited() == ["charged 5", "charged 6", "after"]
+    assert seen == [(None, None), (None, None)]
     assert steps_of(wid) == [
         (1, "toolbus-intent:audited_charge"),
         (2, "toolbus:audited_charge"),
@@ -351,6 +359,43 @@ def test_a_calls_tool_runs_in_its_result_step(shop: Shop, way: str) -> None:
         (4, "toolbus:audited_charge"),
         (5, "after"),
     ]
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("tool", ["lookup", "charge"])
+def test_a_tool_that_outlives_its_call_leaves_the_workflow_alone(
+    shop: Shop, way: str, tool: str
+) -> None:
+    # The call times out while its tool is held; the workflow goes on and
+    # ends; then the tool, let go, makes a DBOS step: a plain call, no
+    # position of the workflow's.
+    release, done = threading.Event(), threading.Event()
+    reg = ToolRegistry()
+
+    def late(x: int) -> str:
+        release.wait(30)
+        out = str(DBOS.run_step({"name": "late"}, lambda: "late"))
+        done.set()
+        return out
+
+    reg.tool(name=tool, read_only=tool == "lookup")(late)
+    wid = f"late-{tool}-{way}"
+    with Executor(reg) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name=f"late_{tool}_{way}")
+        def outlived() -> list[str]:
+            (r,) = run_calls(tools, [call("c", tool, x=1)], way, call_timeout=0.1)
+            return [r.status, DBOS.run_step({"name": "after"}, lambda: "after")]
+
+        try:
+            with SetWorkflowID(wid):
+                assert outlived() == ["timeout", "after"]
+        finally:
+            release.set()
+        assert done.wait(30)
+    assert DBOS.get_workflow_status(wid).status == "SUCCESS"  # type: ignore[union-attr]
+    assert [name for _, name in steps_of(wid)][-2:] == [f"toolbus:{tool}", "after"]
 
 
 class Interrupted(BaseException):
@@ -437,3 +482,104 @@ def test_a_bad_keyword_value_raises_before_any_step(shop: Shop) -> None:
                 bad_value(which)
             assert steps_of(f"alone-bad-{which}") == []
     assert shop.charged == []
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_deferred_call_asked_again_whose_tool_makes_a_step_takes_no_position(
+    system_db: Path, way: str
+) -> None:
+    limit = [1]
+    after_ran: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval(when=lambda c: c.arguments["amount"] > limit[0])])
+    def pay(amount: int) -> str:
+        return str(DBOS.run_step({"name": "bank"}, lambda: f"paid {amount}"))
+
+    def after() -> str:
+        after_ran.append("after")
+        return "after"
+
+    wid = f"deferred-step-{way}"
+    with Executor(reg) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name=f"deferred_step_{way}")
+        def deferred() -> list[str]:
+            (r,) = run_calls(tools, [call("p", "pay", amount=5)], way)
+            return [r.status, DBOS.run_step({"name": "after"}, after)]
+
+        with SetWorkflowID(wid):
+            assert deferred() == ["deferred", "after"]
+        limit[0] = 10  # let through when asked again, after a recovery
+        fork = DBOS.fork_workflow(wid, 3)  # (its result at 2, "after" at 3)
+        assert fork.get_result() == ["ok", "after"]
+    # The tool's own step was a plain call: "after" kept its position, and
+    # ran once per workflow (the fork's own run of it).
+    assert after_ran == ["after", "after"]
+    assert [n for _, n in steps_of(fork.get_workflow_id())] == [
+        "toolbus-intent:pay",
+        "toolbus:pay",
+        "after",
+    ]
+
+
+def test_a_batch_whose_loop_is_interrupted_stops_its_calls_and_leaves_no_task_behind(
+    shop: Shop,
+) -> None:
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    finished: list[Any] = []
+    sub = bus.subscribe(lambda s, event, **_: finished.append(event.result), bus.FINISHED)
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    shop.release.clear()
+    try:
+        with Executor(shop.registry, max_parallel=1) as ex:
+            tools = durable(ex)
+
+            @DBOS.workflow(name="batch_interrupted")
+            def interrupted() -> None:
+                tools.execute_batch([call("a", "charge", amount=1), call("b", "charge", amount=2)])
+
+            @DBOS.workflow(name="batch_after")
+            def after() -> list[str]:
+                return [
+                    r.status
+                    for r in tools.execute_batch(
+                        [call("z", "login", user="u", api_key="k")]
+                    ).results
+                ]
+
+            main = threading.get_ident()
+            assert main == threading.main_thread().ident
+            poke = threading.Thread(
+                target=lambda: (
+                    wait_until(shop.started.is_set),
+                    signal.pthread_kill(main, signal.SIGUSR1),
+                )
+            )
+            poke.start()
+            with SetWorkflowID("batch-interrupted"), pytest.raises(Interrupted):
+                interrupted()
+            poke.join()
+            # Both calls end (the running one abandoned), none left queued.
+            wait_until(lambda: {r.call_id for r in finished} >= {"a", "b"})
+            shop.release.set()
+            # The next batch on this thread runs only its own calls.
+            with SetWorkflowID("batch-after"):
+                assert after() == ["ok"]
+            ex.drain_events()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        shop.release.set()
+        sub.close()
+    assert {r.call_id: r.status for r in finished} == {
+        "a": "cancelled",
+        "b": "cancelled",
+        "z": "ok",
+    }
+    assert [a for a, _ in shop.charged] == [1]  # b never ran
+    assert [n for _, n in steps_of("batch-interrupted")] == ["toolbus-intent:charge"]

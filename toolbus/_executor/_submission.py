@@ -274,7 +274,6 @@ class Submitting:
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
         known: Mapping[int, ToolResult] | None = None,
         gates: Mapping[int, Any] | None = None,
-        contexts: Mapping[int, contextvars.Context] | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -291,7 +290,7 @@ class Submitting:
             made_runs.append(
                 self._make_run(
                     c,
-                    context=contexts.get(i, context) if contexts else context,
+                    context=context,
                     index=i,
                     batch=batch,
                     # A call's own handle, besides the batch's (submit_batch).

@@ -71,8 +71,10 @@ def run_alone(
     steps: CallSteps,
     options: Mapping[str, Any],
     decide: Callable[[CallSteps], ToolResult | None],
+    tools: contextvars.Context,
 ) -> ToolResult:
-    """Run `steps`' call as two steps of the workflow this thread runs."""
+    """Run `steps`' call as two steps of the workflow this thread runs; its
+    tool in `tools` (`_steps.outside_dbos`)."""
     call = steps.call
     workflow = contextvars.copy_context()  # where a reservation may run
     watch = _Watch()
@@ -83,19 +85,15 @@ def run_alone(
     failed: list[BaseException] = []
 
     def submit(known: ToolResult | None, gated: bool) -> None:
-        runs.append(submit_waited(executor, call, watch, known, watch if gated else None, options))
+        gate = watch if gated else None
+        runs.append(tools.run(submit_waited, executor, call, watch, known, gate, options))
 
     def intent(reasked: bool) -> Any:
         """Run the intent's step (its function: the call submitted, waiting
         to start); the record if it was there (in doubt), else None."""
-        # The call's tool runs in the context of where this is called (the
-        # result's step, as a read-only call's tool does), never in the
-        # intent's: that step has ended by the time the tool runs, and a DBOS
-        # step the tool made would take the result's position.
-        here = contextvars.copy_context()
 
         def mark() -> str:
-            here.run(submit, None, True)
+            submit(None, gated=True)
             first = watch.events.get()
             if first is not _ASKED:
                 watch.events.put(first)  # (its result, read below)

@@ -44,7 +44,7 @@ from ...models import BatchResult, ToolCall, ToolResult
 from ...tools import ArgumentError, parse_json_arguments
 from ._alone import run_alone
 from ._records import read_result, result_record, step_name
-from ._steps import CallSteps, check_values, reserve, run_steps, submit_one
+from ._steps import CallSteps, check_values, outside_dbos, reserve, run_steps, submit_one
 
 __all__ = ["DurableExecutor", "durable", "in_workflow"]
 
@@ -71,7 +71,17 @@ def _on_own_loop(coro: Coroutine[Any, Any, T]) -> T:
     runner: asyncio.Runner | None = getattr(_runners, "runner", None)
     if runner is None:
         runner = _runners.runner = asyncio.Runner()
-    return runner.run(coro, context=contextvars.copy_context())
+    try:
+        return runner.run(coro, context=contextvars.copy_context())
+    except BaseException:
+        if not runner.get_loop().is_running():
+            # What escaped the loop (a SystemExit, a KeyboardInterrupt raised
+            # in it) left the steps' tasks pending on it: closing the loop
+            # cancels them, so their calls are stopped, not resumed by the
+            # next batch on this thread.
+            _runners.runner = None
+            runner.close()
+        raise
 
 
 def _checked(options: Mapping[str, Any], allowed: frozenset[str], method: str) -> None:
@@ -80,7 +90,7 @@ def _checked(options: Mapping[str, Any], allowed: frozenset[str], method: str) -
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise TypeError(f"DurableExecutor.{method}() got unexpected keyword arguments {unknown}")
-    check_values(options)
+    check_values(options, one=allowed is _ONE)
 
 
 def _no_loop(method: str) -> None:
@@ -130,12 +140,14 @@ class DurableExecutor:
             return self.executor.execute(call, **options)
         _no_loop("execute")
         steps = reserve(self.executor, [coerce_call(call)])[0]
+        tools = outside_dbos()  # where its tool runs (see `outside_dbos`)
         if steps.asks:  # its intent recorded as its tool is about to start
-            return run_alone(self.executor, steps, options, self._decided_here)
+            return run_alone(self.executor, steps, options, self._decided_here, tools)
         ran: list[ToolResult] = []
+        execute = self.executor.execute
 
         def step() -> str:
-            ran.append(self.executor.execute(steps.call, **options))
+            ran.append(tools.run(execute, steps.call, **options))
             return result_record(ran[0])
 
         record = steps.result.run({"name": step_name(steps.call.name)}, step)
@@ -143,7 +155,7 @@ class DurableExecutor:
             return ran[0]
         replay = read_result(record)
         if replay.status == "deferred":  # asked again (see the module's docstring)
-            return self.executor.execute(steps.call, **options)
+            return tools.run(execute, steps.call, **options)
         result: ToolResult = submit_one(self.executor, steps.call, replay, None, {}).result()
         return result
 

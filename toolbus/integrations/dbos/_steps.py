@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOS, StepReservation
+from dbos._context import _clear_local_dbos_context
 
 from ..._executor._handles import batch_handle, call_handle
 from ..._executor._submission import check_clocks
@@ -41,6 +42,7 @@ __all__ = [
     "CallSteps",
     "NotStarted",
     "check_values",
+    "outside_dbos",
     "reserve",
     "run_steps",
     "settle",
@@ -98,6 +100,24 @@ def settle(
         pass  # (ended by the other side meanwhile)
 
 
+def outside_dbos() -> contextvars.Context:
+    """A copy of this context in which DBOS sees no workflow: where calls are
+    submitted from, so that their tools run there.
+
+    A tool is one step's work. Run in the workflow's context, a DBOS step it
+    made would take the workflow's next position from a worker thread (at a
+    moment that depends on timing: not replayable); run in its result step's,
+    the same once the call has ended and that step with it (a tool that
+    outlives its deadline). Outside, DBOS runs such a step as a plain call, as
+    it does for any code outside a workflow. DBOS has no public way to step
+    outside its context: its context variable is cleared here
+    (`dbos._context`, DBOS 3.4; `tests/integrations/test_dbos_alone.py`
+    fails if that changes)."""
+    context = contextvars.copy_context()
+    context.run(_clear_local_dbos_context)
+    return context
+
+
 def reserve(executor: Executor, calls: list[ToolCall]) -> list[CallSteps]:
     """Reserve each call's two steps, in the order given; give it its key."""
     workflow_id = DBOS.workflow_id
@@ -130,10 +150,7 @@ async def run_steps(
     loop = asyncio.get_running_loop()
     known: dict[int, ToolResult] = {}
     gates: dict[int, _Gate] = {}
-    # Where each call's tool runs: its result step's context, as for any step
-    # (a DBOS step the tool makes is a plain call inside it, and never takes
-    # a position of the workflow's from a worker thread).
-    contexts: dict[int, contextvars.Context] = {}
+    tools_context = outside_dbos()
     everyone_in: asyncio.Future[None] = loop.create_future()
     submitted: asyncio.Future[list[Any]] = loop.create_future()
     pending = len(plan)
@@ -204,7 +221,6 @@ async def run_steps(
             nonlocal stepped, joined
             stepped = True
             joined = True
-            contexts[i] = contextvars.copy_context()
             if in_doubt:
                 decided = await decide(steps)
                 if decided is not None:
@@ -250,11 +266,10 @@ async def run_steps(
         keyed = [s.call for s in plan]
         if stop_on_error is None:
             made = (keyed[0], known.get(0), gates.get(0), options)
-            here = contexts.get(0)
-            handle = here.run(submit_one, ex, *made) if here else submit_one(ex, *made)
-            submitted.set_result([handle])
+            submitted.set_result([tools_context.run(submit_one, ex, *made)])
         else:
-            batch = batch_handle(
+            batch = tools_context.run(
+                batch_handle,
                 ex._submit_batch,
                 ex._stop,
                 ex._blocks_its_loop,
@@ -262,7 +277,6 @@ async def run_steps(
                 stop_on_error,
                 known=known,
                 gates=gates,
-                contexts=contexts,
                 **submit_options(options, one=False),
             )
             submitted.set_result([*batch.calls, batch])
@@ -326,13 +340,19 @@ def stop_run(executor: Executor, run: Run) -> None:
     executor._stop(None, run)
 
 
-def check_values(options: Mapping[str, Any]) -> None:
-    """Raise as `execute*` would for a keyword's bad value."""
+def check_values(options: Mapping[str, Any], *, one: bool) -> None:
+    """Raise as `execute*` would for a keyword's bad value (`one`: a call's
+    method, else a batch's)."""
     if options.get("priority") is not None:
         check_priority(options["priority"])
     clocks = (options.get("timeout"), options.get("call_timeout"))
     if clocks != (None, None):
-        check_clocks(clocks, "execute, aexecute or submit")
+        owner = (
+            "execute, aexecute or submit"
+            if one
+            else "execute_batch, aexecute_batch or submit_batch"
+        )
+        check_clocks(clocks, owner)
     if options.get("approval") is not None:
         check_approval(options["approval"])
     if options.get("approvals") is not None:
