@@ -583,3 +583,103 @@ def test_a_batch_whose_loop_is_interrupted_stops_its_calls_and_leaves_no_task_be
     }
     assert [a for a, _ in shop.charged] == [1]  # b never ran
     assert [n for _, n in steps_of("batch-interrupted")] == ["toolbus-intent:charge"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_tool_acts_as_the_workflows_identity(system_db: Path, way: str) -> None:
+    from dbos import DBOSContextSetAuth
+
+    seen: list[Any] = []
+
+    @DBOS.required_roles(["admin"])
+    def refund(amount: int) -> str:
+        return f"refunded {amount}"
+
+    reg = ToolRegistry()
+
+    @reg.tool()
+    def admin_refund(amount: int) -> str:
+        seen.append((DBOS.authenticated_user, DBOS.authenticated_roles))
+        return refund(amount)
+
+    wid = f"identity-{way}"
+    with Executor(reg) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name=f"identity_{way}")
+        def as_admin() -> list[str]:
+            return [
+                str(r.output) for r in run_calls(tools, [call("r", "admin_refund", amount=3)], way)
+            ]
+
+        with DBOSContextSetAuth("alice", ["admin"]), SetWorkflowID(wid):
+            assert as_admin() == ["refunded 3"]
+    assert seen == [("alice", ["admin"])]
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("tool", ["lookup", "charge"])
+def test_every_submission_of_a_call_leaves_the_workflow_first_run_or_replay(
+    shop: Shop, way: str, tool: str
+) -> None:
+    # What submission hooks see: outside the workflow, on its first run and
+    # on a replay alike (a DBOS step a hook made must not take a position).
+    reg = ToolRegistry()
+    reg.tool(name=tool, read_only=tool == "lookup")(lambda x: f"{tool} {x}")
+    seen: list[Any] = []
+    wid = f"hooked-{tool}-{way}"
+    with Executor(reg) as ex:
+        ex.on_submit(lambda s: seen.append(s.context.run(lambda: DBOS.workflow_id)))
+        tools = durable(ex)
+
+        @DBOS.workflow(name=f"hooked_{tool}_{way}")
+        def hooked() -> list[Any]:
+            (r,) = run_calls(tools, [call("c", tool, x=1)], way)
+            return [r.status, r.metadata.get("replayed")]
+
+        with SetWorkflowID(wid):
+            assert hooked() == ["ok", None]
+        assert DBOS.fork_workflow(wid, 99).get_result() == ["ok", True]
+    assert seen == [None, None]
+
+
+def test_an_async_batch_cancelled_at_any_turn_raises_its_cancellation(shop: Shop) -> None:
+    # Cancelled at each of its first loop turns (as `asyncio.timeout` would):
+    # the awaiting task gets CancelledError, never an error of the steps' own,
+    # and every call ends once.
+    finished: list[str] = []
+    sub = bus.subscribe(lambda s, event, **_: finished.append(event.result.call_id), bus.FINISHED)
+    outcomes: list[str] = []
+    try:
+        with Executor(shop.registry) as ex:
+            tools = durable(ex)
+
+            @DBOS.workflow(name="cancelled_batch")
+            async def cancelled(k: int) -> str:
+                task = asyncio.ensure_future(
+                    tools.aexecute_batch(
+                        [
+                            call(f"{k}a", "login", user="u", api_key="k"),
+                            call(f"{k}b", "charge", amount=k),
+                        ]
+                    )
+                )
+                for _ in range(k % 30):
+                    await asyncio.sleep(0)
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    return "cancelled"
+                return "completed"
+
+            for k in range(300):
+                with SetWorkflowID(f"cancelled-batch-{k}"):
+                    outcomes.append(asyncio.run(cancelled(k)))
+            ex.drain_events()
+            wait_until(lambda: ex.stats().in_flight == 0)
+            ex.drain_events()
+    finally:
+        sub.close()
+    assert set(outcomes) <= {"cancelled", "completed"} and "cancelled" in outcomes
+    assert len(finished) == len(set(finished))  # never twice

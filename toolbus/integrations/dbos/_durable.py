@@ -156,7 +156,8 @@ class DurableExecutor:
         replay = read_result(record)
         if replay.status == "deferred":  # asked again (see the module's docstring)
             return tools.run(execute, steps.call, **options)
-        result: ToolResult = submit_one(self.executor, steps.call, replay, None, {}).result()
+        replayed = tools.run(submit_one, self.executor, steps.call, replay, None, {})
+        result: ToolResult = replayed.result()
         return result
 
     async def aexecute(self, call: CallLike, **options: Any) -> ToolResult:

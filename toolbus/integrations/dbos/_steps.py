@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOS, StepReservation
-from dbos._context import _clear_local_dbos_context
+from dbos._context import (
+    DBOSContext,
+    _set_local_dbos_context,
+    get_authentication,
+    get_local_dbos_context,
+)
 
 from ..._executor._handles import batch_handle, call_handle
 from ..._executor._submission import check_clocks
@@ -101,8 +106,9 @@ def settle(
 
 
 def outside_dbos() -> contextvars.Context:
-    """A copy of this context in which DBOS sees no workflow: where calls are
-    submitted from, so that their tools run there.
+    """A copy of this context in which DBOS sees no workflow, only the
+    identity the workflow acts as (its user, roles, assumed role): where
+    calls are submitted from, so that their tools run there.
 
     A tool is one step's work. Run in the workflow's context, a DBOS step it
     made would take the workflow's next position from a worker thread (at a
@@ -110,12 +116,23 @@ def outside_dbos() -> contextvars.Context:
     the same once the call has ended and that step with it (a tool that
     outlives its deadline). Outside, DBOS runs such a step as a plain call, as
     it does for any code outside a workflow. DBOS has no public way to step
-    outside its context: its context variable is cleared here
-    (`dbos._context`, DBOS 3.4; `tests/integrations/test_dbos_alone.py`
-    fails if that changes)."""
+    outside its context: its context variable is set here (`dbos._context`,
+    DBOS 3.4; `tests/integrations/test_dbos_alone.py` fails if that changes)."""
     context = contextvars.copy_context()
-    context.run(_clear_local_dbos_context)
+    context.run(_leave_the_workflow)
     return context
+
+
+def _leave_the_workflow() -> None:
+    current = get_local_dbos_context()
+    if current is None:
+        return
+    identity = get_authentication()
+    outside = DBOSContext()
+    outside.authenticated_user = identity.user
+    outside.authenticated_roles = list(identity.roles) if identity.roles is not None else None
+    outside.assumed_role = identity.assumed_role
+    _set_local_dbos_context(outside)
 
 
 def reserve(executor: Executor, calls: list[ToolCall]) -> list[CallSteps]:
@@ -158,7 +175,7 @@ async def run_steps(
     def arrived() -> None:
         nonlocal pending
         pending -= 1
-        if pending == 0:
+        if pending == 0 and not everyone_in.done():  # (cancelled: the steps are)
             everyone_in.set_result(None)
 
     async def outcome(i: int) -> ToolResult:
