@@ -32,6 +32,20 @@ def launched(path: Path, name: str) -> Iterator[Path]:
         DBOS.destroy(destroy_registry=True)
 
 
+def steps_of(workflow_id: str) -> list[tuple[int, str]]:
+    """The workflow's recorded steps: (position, name)."""
+    from dbos import DBOS
+
+    return [(s["function_id"], s["function_name"]) for s in DBOS.list_workflow_steps(workflow_id)]
+
+
+def call(cid: str, name: str, **args: Any) -> Any:
+    """A `ToolCall` of `name` with `args`."""
+    from toolbus import ToolCall
+
+    return ToolCall(id=cid, name=name, arguments=args)
+
+
 def readable(cell: Any) -> str:
     """A cell as text, DBOS's own encoding undone: step outputs are pickled,
     then base64 (a secret inside would not show in the raw text)."""

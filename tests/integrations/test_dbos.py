@@ -22,6 +22,7 @@ pytest.importorskip("dbos")
 from dbos import DBOS, SetWorkflowID
 
 from tests.integrations import dbos_support
+from tests.integrations.dbos_support import call, steps_of
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.in_doubt import InDoubtCall
 from toolbus.integrations.dbos import DurableExecutor, durable
@@ -94,14 +95,6 @@ def tools(system_db: Path, ledger: Ledger) -> Iterator[DurableExecutor]:
         yield durable(ex)
     finally:
         ex.close()
-
-
-def steps_of(workflow_id: str) -> list[tuple[int, str]]:
-    return [(s["function_id"], s["function_name"]) for s in DBOS.list_workflow_steps(workflow_id)]
-
-
-def call(cid: str, name: str, **args: Any) -> ToolCall:
-    return ToolCall(id=cid, name=name, arguments=args)
 
 
 def test_outside_a_workflow_a_call_is_the_executors_own(

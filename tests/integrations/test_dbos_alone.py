@@ -22,6 +22,7 @@ from dbos import DBOS, SetWorkflowID
 
 from tests.conftest import wait_until
 from tests.integrations import dbos_support
+from tests.integrations.dbos_support import call, steps_of
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, ToolResult, bus
 from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip
 from toolbus.integrations.dbos import durable
@@ -82,17 +83,9 @@ class Shop:
             return f"welcome {user}"
 
 
-def call(cid: str, name: str, **args: Any) -> ToolCall:
-    return ToolCall(id=cid, name=name, arguments=args)
-
-
 @pytest.fixture
 def shop(system_db: Path) -> Shop:
     return Shop()
-
-
-def steps_of(workflow_id: str) -> list[tuple[int, str]]:
-    return [(s["function_id"], s["function_name"]) for s in DBOS.list_workflow_steps(workflow_id)]
 
 
 def test_a_lone_mutating_call_records_its_intent_then_its_result(shop: Shop) -> None:
