@@ -17,6 +17,9 @@ context (a copy taken before: DBOS runs a reservation only from there):
 - the result's function is not called: the recorded result is replayed (its
   intent not read), or a recorded `deferred` one asked again (see `_durable`),
   its intent then read as `run_steps` reads it.
+
+The call itself is submitted from outside the workflow, as DBOS sees it
+(`_steps.outside_dbos`): its tool is the step's work, not part of the workflow.
 """
 
 from __future__ import annotations
