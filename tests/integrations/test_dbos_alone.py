@@ -676,3 +676,68 @@ def test_an_async_batch_cancelled_at_any_turn_raises_its_cancellation(shop: Shop
         sub.close()
     assert set(outcomes) <= {"cancelled", "completed"} and "cancelled" in outcomes
     assert len(finished) == len(set(finished))  # never twice
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_tool_that_changes_its_identity_changes_no_one_elses(system_db: Path, way: str) -> None:
+    from dbos import DBOSContextSetAuth
+
+    changed = threading.Event()
+    seen: list[Any] = []
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def escalate(x: int) -> str:
+        DBOS.set_authentication("mallory", ["root"])
+        changed.set()
+        return "escalated"
+
+    @reg.tool(read_only=True)
+    def whoami(x: int) -> str:
+        changed.wait(30)  # (in a batch: after the other tool changed its own)
+        seen.append((DBOS.authenticated_user, DBOS.authenticated_roles))
+        return "read"
+
+    wid = f"escalate-{way}"
+    with Executor(reg) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name=f"escalate_{way}")
+        def guarded() -> list[Any]:
+            with DBOSContextSetAuth("bob", ["user"]):
+                calls = [call("e", "escalate", x=1), call("w", "whoami", x=2)]
+                run_calls(tools, calls, way)
+                return [DBOS.authenticated_user, DBOS.authenticated_roles]
+
+        with SetWorkflowID(wid):
+            assert guarded() == ["bob", ["user"]]
+    assert seen == [("bob", ["user"])]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_tool_does_not_use_up_the_workflows_start_options(system_db: Path, way: str) -> None:
+    from dbos import SetWorkflowID as SetID
+
+    @DBOS.workflow(name=f"child_{way}")
+    def child(who: str) -> str:
+        return who
+
+    reg = ToolRegistry()
+
+    @reg.tool()
+    def spawn(x: int) -> str:
+        return DBOS.start_workflow(child, "tool").get_workflow_id()
+
+    wid = f"start-options-{way}"
+    with Executor(reg) as ex:
+        tools = durable(ex)
+
+        @DBOS.workflow(name=f"start_options_{way}")
+        def spawning() -> list[Any]:
+            with SetID(f"{wid}-child"):
+                (r,) = run_calls(tools, [call("s", "spawn", x=1)], way)
+                mine = DBOS.start_workflow(child, "workflow")
+            return [r.output != f"{wid}-child", mine.get_workflow_id(), mine.get_result()]
+
+        with SetWorkflowID(wid):
+            assert spawning() == [True, f"{wid}-child", "workflow"]

@@ -274,6 +274,7 @@ class Submitting:
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
         known: Mapping[int, ToolResult] | None = None,
         gates: Mapping[int, Any] | None = None,
+        contexts: Sequence[contextvars.Context] | None = None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)
@@ -290,7 +291,8 @@ class Submitting:
             made_runs.append(
                 self._make_run(
                     c,
-                    context=context,
+                    # (a durable engine's: each call's tool in a context of its own)
+                    context=contexts[i] if contexts is not None else context,
                     index=i,
                     batch=batch,
                     # A call's own handle, besides the batch's (submit_batch).

@@ -20,8 +20,11 @@ from typing import Any
 
 from dbos import DBOS, StepReservation
 from dbos._context import (
+    _NO_START_OPTIONS,
     DBOSContext,
+    _auth_scope_var,
     _set_local_dbos_context,
+    _workflow_start_options_var,
     get_authentication,
     get_local_dbos_context,
 )
@@ -124,8 +127,11 @@ def outside_dbos() -> contextvars.Context:
 
 
 def _leave_the_workflow() -> None:
-    current = get_local_dbos_context()
-    if current is None:
+    """As DBOS enters a step: a context of its own (one per call: a tool that
+    changes its identity changes no one else's), no identity scope of the
+    workflow's (`DBOSContextSetAuth`) to change, none of the workflow's
+    start options (`SetWorkflowID`) to use up."""
+    if get_local_dbos_context() is None:
         return
     identity = get_authentication()
     outside = DBOSContext()
@@ -133,6 +139,8 @@ def _leave_the_workflow() -> None:
     outside.authenticated_roles = list(identity.roles) if identity.roles is not None else None
     outside.assumed_role = identity.assumed_role
     _set_local_dbos_context(outside)
+    _auth_scope_var.set(None)
+    _workflow_start_options_var.set(_NO_START_OPTIONS)
 
 
 def reserve(executor: Executor, calls: list[ToolCall]) -> list[CallSteps]:
@@ -167,7 +175,8 @@ async def run_steps(
     loop = asyncio.get_running_loop()
     known: dict[int, ToolResult] = {}
     gates: dict[int, _Gate] = {}
-    tools_context = outside_dbos()
+    # Where each call's tool runs: outside the workflow, a context of its own.
+    outside = [outside_dbos() for _ in plan]
     everyone_in: asyncio.Future[None] = loop.create_future()
     submitted: asyncio.Future[list[Any]] = loop.create_future()
     pending = len(plan)
@@ -283,9 +292,9 @@ async def run_steps(
         keyed = [s.call for s in plan]
         if stop_on_error is None:
             made = (keyed[0], known.get(0), gates.get(0), options)
-            submitted.set_result([tools_context.run(submit_one, ex, *made)])
+            submitted.set_result([outside[0].run(submit_one, ex, *made)])
         else:
-            batch = tools_context.run(
+            batch = outside_dbos().run(  # (the submission's own: hooks may enter it)
                 batch_handle,
                 ex._submit_batch,
                 ex._stop,
@@ -294,6 +303,7 @@ async def run_steps(
                 stop_on_error,
                 known=known,
                 gates=gates,
+                contexts=outside,
                 **submit_options(options, one=False),
             )
             submitted.set_result([*batch.calls, batch])
