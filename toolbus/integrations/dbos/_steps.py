@@ -294,7 +294,9 @@ async def run_steps(
             made = (keyed[0], known.get(0), gates.get(0), options)
             submitted.set_result([outside[0].run(submit_one, ex, *made)])
         else:
-            batch = outside_dbos().run(  # (the submission's own: hooks may enter it)
+            # From a context none of the calls runs in: submission hooks may
+            # enter the first call's (`Submission.context`) while this runs.
+            batch = outside_dbos().run(
                 batch_handle,
                 ex._submit_batch,
                 ex._stop,
