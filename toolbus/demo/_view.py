@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .. import bus
 from ..models import ToolResult
+from ..observe._cells import STATUS_STYLE
 from ..policies import (
     CACHE_HIT,
     CIRCUIT_CLOSED,
@@ -54,15 +55,6 @@ SIGNAL_STYLE = {
     CIRCUIT_OPEN: "bold red",
     CIRCUIT_HALF_OPEN: "yellow",
     CIRCUIT_CLOSED: "bold green",
-}
-
-STATUS_STYLE = {
-    "ok": "green",
-    "error": "red",
-    "timeout": "magenta",
-    "rejected": "yellow",
-    "cancelled": "dim",
-    "deferred": "cyan",
 }
 
 

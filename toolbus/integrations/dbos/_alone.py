@@ -19,7 +19,7 @@ context (a copy taken before: DBOS runs a reservation only from there):
   its intent then read as `run_steps` reads it.
 
 The call itself is submitted from outside the workflow, as DBOS sees it
-(`_steps.outside_dbos`): its tool is the step's work, not part of the workflow.
+(`_outside.outside_dbos`): its tool is the step's work, not part of the workflow.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def run_alone(
     tools: contextvars.Context,
 ) -> ToolResult:
     """Run `steps`' call as two steps of the workflow this thread runs; its
-    tool in `tools` (`_steps.outside_dbos`)."""
+    tool in `tools` (`_outside.outside_dbos`)."""
     call = steps.call
     workflow = contextvars.copy_context()  # where a reservation may run
     watch = _Watch()

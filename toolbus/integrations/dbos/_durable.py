@@ -43,8 +43,9 @@ from ...masking import mask_paths, published_arguments
 from ...models import BatchResult, ToolCall, ToolResult
 from ...tools import ArgumentError, parse_json_arguments
 from ._alone import run_alone
+from ._outside import outside_dbos
 from ._records import read_result, result_record, step_name
-from ._steps import CallSteps, check_values, outside_dbos, reserve, run_steps, submit_one
+from ._steps import CallSteps, check_values, reserve, run_steps, submit_one
 
 __all__ = ["DurableExecutor", "durable", "in_workflow"]
 

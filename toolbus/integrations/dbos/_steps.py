@@ -13,21 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOS, StepReservation
-from dbos._context import (
-    _NO_START_OPTIONS,
-    DBOSContext,
-    _auth_scope_var,
-    _set_local_dbos_context,
-    _workflow_start_options_var,
-    get_authentication,
-    get_local_dbos_context,
-)
 
 from ..._executor._handles import batch_handle, call_handle
 from ..._executor._submission import check_clocks
@@ -37,6 +27,7 @@ from ...executor import Executor
 from ...in_doubt import reruns_without_asking
 from ...models import ToolCall, ToolResult
 from ...pipeline import InPlace, Run, Waiter
+from ._outside import outside_dbos
 from ._records import (
     call_key,
     intent_record,
@@ -50,7 +41,6 @@ __all__ = [
     "CallSteps",
     "NotStarted",
     "check_values",
-    "outside_dbos",
     "reserve",
     "run_steps",
     "settle",
@@ -106,41 +96,6 @@ def settle(
             fut.set_exception(error)
     except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError):
         pass  # (ended by the other side meanwhile)
-
-
-def outside_dbos() -> contextvars.Context:
-    """A copy of this context in which DBOS sees no workflow, only the
-    identity the workflow acts as (its user, roles, assumed role): where
-    calls are submitted from, so that their tools run there.
-
-    A tool is one step's work. Run in the workflow's context, a DBOS step it
-    made would take the workflow's next position from a worker thread (at a
-    moment that depends on timing: not replayable); run in its result step's,
-    the same once the call has ended and that step with it (a tool that
-    outlives its deadline). Outside, DBOS runs such a step as a plain call, as
-    it does for any code outside a workflow. DBOS has no public way to step
-    outside its context: its context variable is set here (`dbos._context`,
-    DBOS 3.4; `tests/integrations/test_dbos_alone.py` fails if that changes)."""
-    context = contextvars.copy_context()
-    context.run(_leave_the_workflow)
-    return context
-
-
-def _leave_the_workflow() -> None:
-    """As DBOS enters a step: a context of its own (one per call: a tool that
-    changes its identity changes no one else's), no identity scope of the
-    workflow's (`DBOSContextSetAuth`) to change, none of the workflow's
-    start options (`SetWorkflowID`) to use up."""
-    if get_local_dbos_context() is None:
-        return
-    identity = get_authentication()
-    outside = DBOSContext()
-    outside.authenticated_user = identity.user
-    outside.authenticated_roles = list(identity.roles) if identity.roles is not None else None
-    outside.assumed_role = identity.assumed_role
-    _set_local_dbos_context(outside)
-    _auth_scope_var.set(None)
-    _workflow_start_options_var.set(_NO_START_OPTIONS)
 
 
 def reserve(executor: Executor, calls: list[ToolCall]) -> list[CallSteps]:
