@@ -573,34 +573,3 @@ async def test_an_in_doubt_handler_that_raises_a_base_exception_fails_the_call(
         assert await turn_odd() == [None, None]
     handle = await DBOS.fork_workflow_async(wid, 4)
     assert await handle.get_result() == [None, "IN_DOUBT"]
-
-
-def test_a_deferred_call_let_through_after_a_recovery_is_in_doubt_after_the_next(
-    system_db: Path, ledger: Ledger
-) -> None:
-    from toolbus.policies import requires_approval
-
-    limit = [1]
-    reg = ToolRegistry()
-
-    @reg.tool(policies=[requires_approval(when=lambda c: c.arguments["amount"] > limit[0])])
-    def pay(amount: int) -> str:
-        ledger.add("pay", amount, None)
-        return f"paid {amount}"
-
-    with Executor(reg) as ex:
-        mine = durable(ex)
-
-        @DBOS.workflow()
-        def turn_deferred() -> list[str]:
-            return [r.status for r in mine.execute_batch([call("p", "pay", amount=5)]).results]
-
-        with SetWorkflowID("deferred-1"):
-            assert turn_deferred() == ["deferred"]  # recorded deferred, its tool never started
-        limit[0] = 10  # the policy changes: asked again after a recovery, it runs
-        first = DBOS.fork_workflow("deferred-1", 3)
-        assert first.get_result() == ["ok"] and ledger.count("pay") == 1
-        # Its intent is recorded now, its result still says deferred: after
-        # another crash it is in doubt, and not run again silently.
-        again = DBOS.fork_workflow(first.get_workflow_id(), 3).get_result()
-    assert again == ["error"] and ledger.count("pay") == 1

@@ -189,37 +189,6 @@ def test_a_call_that_never_started_replays_as_it_ended_whatever_its_policy_says_
     assert len(replayed) == 1 and replayed[0].result.metadata.get("replayed") is True
 
 
-def test_a_deferred_lone_call_let_through_after_a_recovery_is_in_doubt_after_the_next(
-    system_db: Path,
-) -> None:
-    limit = [1]
-    ran: list[int] = []
-    reg = ToolRegistry()
-
-    @reg.tool(policies=[requires_approval(when=lambda c: c.arguments["amount"] > limit[0])])
-    def pay(amount: int) -> str:
-        ran.append(amount)
-        return f"paid {amount}"
-
-    with Executor(reg) as ex:
-        mine = durable(ex)
-
-        @DBOS.workflow(name="alone_deferred")
-        def deferred() -> str:
-            return mine.execute(call("p", "pay", amount=5)).status
-
-        with SetWorkflowID("alone-deferred"):
-            assert deferred() == "deferred"
-        assert [i for i, _ in steps_of("alone-deferred")] == [2]  # no intent
-        limit[0] = 10  # asked again after a recovery, it runs
-        first = DBOS.fork_workflow("alone-deferred", 3)
-        assert first.get_result() == "ok" and ran == [5]
-        # Its intent says it was asked again; its result still says deferred:
-        # after another crash it is in doubt, and not run again silently.
-        again = DBOS.fork_workflow(first.get_workflow_id(), 3).get_result()
-    assert again == "error" and ran == [5]
-
-
 def test_a_lone_call_that_times_out_before_its_tool_starts_records_no_intent(shop: Shop) -> None:
     # The tool holds its worker until released; a second call with a short
     # deadline waits behind it for a worker, and ends timed out, never
@@ -741,3 +710,37 @@ def test_a_tool_does_not_use_up_the_workflows_start_options(system_db: Path, way
 
         with SetWorkflowID(wid):
             assert spawning() == [True, f"{wid}-child", "workflow"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_deferred_call_let_through_after_a_recovery_is_in_doubt_after_the_next(
+    system_db: Path, way: str
+) -> None:
+    limit = [1]
+    ran: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval(when=lambda c: c.arguments["amount"] > limit[0])])
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        return f"paid {amount}"
+
+    wid = f"deferred-{way}"
+    with Executor(reg) as ex:
+        mine = durable(ex)
+
+        @DBOS.workflow(name=f"deferred_{way}")
+        def deferred() -> str:
+            (r,) = run_calls(mine, [call("p", "pay", amount=5)], way)
+            return r.status
+
+        with SetWorkflowID(wid):
+            assert deferred() == "deferred"
+        assert [i for i, _ in steps_of(wid)] == [2]  # no intent: its tool never started
+        limit[0] = 10  # asked again after a recovery, it runs
+        first = DBOS.fork_workflow(wid, 3)
+        assert first.get_result() == "ok" and ran == [5]
+        # Its intent says it was asked again; its result still says deferred:
+        # after another crash it is in doubt, and not run again silently.
+        again = DBOS.fork_workflow(first.get_workflow_id(), 3).get_result()
+    assert again == "error" and ran == [5]

@@ -110,8 +110,9 @@ def kill_run(kind: str, url: str, tmp: Path, run: int) -> None:
     proc = worker("run", url, effects, workflow_id, use_async)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"  # launched: the run begins now
-    # The moment it dies: anywhere in a run as long as the uninterrupted one
-    # (its worker's start-up excluded), so most kills land mid-run.
+    # The moment it dies, drawn from the seed (not a wait for anything):
+    # anywhere in a run as long as the uninterrupted one (its worker's
+    # start-up excluded), so most kills land mid-run.
     time.sleep(rng.uniform(0.0, 0.9) * max(0.2, base["seconds"] - 1.5))
     proc.send_signal(signal.SIGKILL)
     killed_ms = time.time() * 1000
