@@ -17,6 +17,8 @@ PACKAGES = {
     "@modelcontextprotocol/inspector": "0.15.0",
     "@modelcontextprotocol/server-everything": "2026.8.31",
     "@modelcontextprotocol/conformance": "0.1.16",
+    # The Restate server (its Linux binary comes as an optional dependency).
+    "@restatedev/restate-server": "1.7.12",
 }
 
 

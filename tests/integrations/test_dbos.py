@@ -25,8 +25,8 @@ from tests.integrations import dbos_support
 from tests.integrations.dbos_support import call, steps_of
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.in_doubt import InDoubtCall
+from toolbus.integrations._turns.records import call_key, read_result, result_record
 from toolbus.integrations.dbos import DurableExecutor, durable
-from toolbus.integrations.dbos._records import call_key, read_result, result_record
 
 SECRET = "sk-live-4f9a8b7c6d5e4f3a2b1c"
 
@@ -329,8 +329,8 @@ def test_a_record_reads_back_as_the_result_the_model_read() -> None:
         read_result('{"toolbus": 99, "result": {}}')
     with pytest.raises(ValueError, match="not a toolbus"):
         read_result(b"pickled")
-    assert call_key("w" * 300, 4).startswith("dbos:sha256:")
-    assert len(call_key("w" * 300, 4)) <= 256
+    assert call_key("dbos", "w" * 300, 4).startswith("dbos:sha256:")
+    assert len(call_key("dbos", "w" * 300, 4)) <= 256
 
 
 def test_a_workflow_that_asks_for_other_calls_on_replay_fails_loudly(

@@ -17,98 +17,27 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
 from dbos import DBOS
 
-from ...approvals import ApprovalDecision, ApprovalRequest, InputAnswer, InputRequest
+from ...approvals import ApprovalDecision
 from ...executor import Executor
 from ...in_doubt import InDoubtHandler
 from ...models import BatchResult
 from ...providers import AgentResult
 from ...providers import agent as _agent
-from ...providers._approvals import Approve, Decide, RunCalls, decision
-from ...providers._common import DEFAULT_MAX_LENGTH, plain
+from ...providers._approvals import Approve, Decide, RunCalls
+from ...providers._common import DEFAULT_MAX_LENGTH
 from ...providers._steps import DIRECT
+from .._turns.replies import (
+    ModelCallFailed,
+    answers_record,
+    read_answers,
+    read_record,
+    reply_record,
+)
 from ._durable import DurableExecutor, in_workflow
-from ._records import VERSION
 
 __all__ = ["ModelCallFailed", "arun_agent", "run_agent"]
-
-
-class ModelCallFailed(Exception):
-    """The model's API failed inside a durable run. DBOS records this (the SDK
-    error's type and message), not the SDK's own exception, which holds the
-    request: the whole conversation. The SDK's error is its `__cause__`, in
-    the process it happened in."""
-
-
-def _reply_record(reply: Any) -> str:
-    """The model's response as recorded: what the SDK sends back of it (`plain`:
-    its wire names, without SDK-only fields), as JSON."""
-    try:
-        return orjson.dumps({"toolbus": VERSION, "reply": plain(reply)}).decode()
-    except TypeError as e:
-        raise TypeError(
-            f"the model's response ({type(reply).__name__}) cannot be recorded as JSON: {e}"
-        ) from None
-
-
-def _answers_record(requests: Sequence[ApprovalRequest], answers: Sequence[Any]) -> str:
-    """The approver's answers as recorded: what each decided, not the decision
-    itself (bound by its digest to the process that asked: after a recovery
-    the question is asked again, and the answer applied to it)."""
-    shown: list[dict[str, Any]] = []
-    for request, answer in zip(requests, answers, strict=True):
-        if isinstance(answer, InputAnswer):
-            shown.append({"input": answer.action, "data": answer.data})
-        elif isinstance(answer, ApprovalDecision):
-            # A decision on other arguments (another request's digest) decides
-            # nothing here: recorded as such, it is refused again on replay.
-            shown.append(
-                {
-                    "approved": answer.approved,
-                    "reason": answer.reason,
-                    "matches": answer.digest == request.digest,
-                }
-            )
-        elif isinstance(answer, bool):
-            shown.append({"approved": answer, "reason": None})
-        else:  # denied, as the loop denies it (and logs why)
-            shown.append({"approved": False, "reason": decision(request, answer).reason})
-    return orjson.dumps({"toolbus": VERSION, "answers": shown}).decode()
-
-
-def _read(record: Any, key: str) -> Any:
-    data = orjson.loads(record) if isinstance(record, str) else None
-    if not isinstance(data, dict) or key not in data:
-        raise ValueError(f"not a toolbus record of {key}")
-    if data.get("toolbus", 0) > VERSION:
-        raise ValueError(f"this step was recorded by a newer toolbus (version {data['toolbus']})")
-    return data[key]
-
-
-def _read_answers(requests: Sequence[ApprovalRequest], record: Any) -> list[Any]:
-    """The recorded answers, applied to `requests` (asked again after a recovery)."""
-    answers: list[Any] = []
-    for request, a in zip(requests, _read(record, "answers"), strict=True):
-        if "input" in a:
-            if not isinstance(request, InputRequest):
-                answers.append(request.deny("the recorded answer was to another question"))
-            elif a["input"] == "accept":
-                answers.append(request.accept(a.get("data")))
-            elif a["input"] == "decline":
-                answers.append(request.decline())
-            else:
-                answers.append(request.cancel())
-        elif a.get("matches") is False:  # a decision on other arguments, as it was
-            answers.append(
-                ApprovalDecision(digest="", approved=bool(a["approved"]), reason=a.get("reason"))
-            )
-        elif a["approved"]:
-            answers.append(True)
-        else:
-            answers.append(request.deny(a["reason"]) if a.get("reason") else False)
-    return answers
 
 
 class _Recorded:
@@ -123,16 +52,16 @@ class _Recorded:
                 reply = DIRECT.ask(api, create, request)
             except Exception as e:
                 raise ModelCallFailed(f"{type(e).__name__}: {e}") from e
-            return _reply_record(reply)
+            return reply_record(reply)
 
-        return _read(DBOS.run_step({"name": f"toolbus-model:{api}"}, step), "reply")
+        return read_record(DBOS.run_step({"name": f"toolbus-model:{api}"}, step), "reply")
 
     def decide(self, step: Decide, approve: Approve | None) -> list[Any]:
         def ask() -> str:
-            return _answers_record(step.requests, DIRECT.decide(step, approve))
+            return answers_record(step.requests, DIRECT.decide(step, approve))
 
         record = DBOS.run_step({"name": "toolbus-approve"}, ask)
-        return _read_answers(step.requests, record)
+        return read_answers(step.requests, record)
 
     def run(self, executor: Executor, step: RunCalls, call_timeout: float | None) -> BatchResult:
         return self.tools.execute_batch(
@@ -145,17 +74,17 @@ class _Recorded:
                 reply = await DIRECT.aask(api, create, request)
             except Exception as e:
                 raise ModelCallFailed(f"{type(e).__name__}: {e}") from e
-            return _reply_record(reply)
+            return reply_record(reply)
 
         record = await DBOS.run_step_async({"name": f"toolbus-model:{api}"}, step)
-        return _read(record, "reply")
+        return read_record(record, "reply")
 
     async def adecide(self, step: Decide, approve: Approve | None) -> list[Any]:
         async def ask() -> str:
-            return _answers_record(step.requests, await DIRECT.adecide(step, approve))
+            return answers_record(step.requests, await DIRECT.adecide(step, approve))
 
         record = await DBOS.run_step_async({"name": "toolbus-approve"}, ask)
-        return _read_answers(step.requests, record)
+        return read_answers(step.requests, record)
 
     async def arun(
         self, executor: Executor, step: RunCalls, call_timeout: float | None

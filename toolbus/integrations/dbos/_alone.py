@@ -33,8 +33,9 @@ from typing import Any
 from ...executor import Executor
 from ...models import ToolResult
 from ...pipeline import InPlace, Run, Waiter
-from ._records import intent_record, read_result, result_record, step_name, was_reasked
-from ._steps import CallSteps, NotStarted, settle, stop_run, submit_waited
+from .._turns.records import intent_record, read_result, result_record, step_name, was_reasked
+from .._turns.submission import settle, stop_run, submit_waited
+from ._steps import CallSteps, NotStarted
 
 __all__ = ["run_alone"]
 

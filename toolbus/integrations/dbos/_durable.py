@@ -31,29 +31,25 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 from dbos import DBOS
 
 from ...calls import CallLike, coerce_call
 from ...executor import Executor
-from ...in_doubt import InDoubtCall, InDoubtHandler, Rerun, adecide, decide, in_doubt_result
-from ...masking import mask_paths, published_arguments
-from ...models import BatchResult, ToolCall, ToolResult
-from ...tools import ArgumentError, parse_json_arguments
+from ...in_doubt import InDoubtHandler
+from ...models import BatchResult, ToolResult
+from .._turns.doubt import adecided, decided
+from .._turns.records import read_result, result_record, step_name
+from .._turns.submission import MANY, ONE, checked, no_loop, submit_one
 from ._alone import run_alone
 from ._outside import outside_dbos
-from ._records import read_result, result_record, step_name
-from ._steps import CallSteps, check_values, reserve, run_steps, submit_one
+from ._steps import CallSteps, reserve, run_steps
 
 __all__ = ["DurableExecutor", "durable", "in_workflow"]
 
 T = TypeVar("T")
-
-# What `execute`/`aexecute` and the batch methods take besides the calls.
-_ONE = frozenset({"approval", "priority", "timeout", "call_timeout"})
-_MANY = frozenset({"stop_on_error", "approvals", "priority", "timeout", "call_timeout"})
 
 
 def in_workflow() -> bool:
@@ -83,26 +79,6 @@ def _on_own_loop(coro: Coroutine[Any, Any, T]) -> T:
             _runners.runner = None
             runner.close()
         raise
-
-
-def _checked(options: Mapping[str, Any], allowed: frozenset[str], method: str) -> None:
-    """Raise for a keyword, or a keyword's value, the method refuses: before
-    any step, where DBOS would record the error as the step's for good."""
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise TypeError(f"DurableExecutor.{method}() got unexpected keyword arguments {unknown}")
-    check_values(options, one=allowed is _ONE)
-
-
-def _no_loop(method: str) -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise RuntimeError(
-        f"DurableExecutor.{method}() was called while an event loop is running: "
-        f"use await a{method}(...)"
-    )
 
 
 class DurableExecutor:
@@ -136,10 +112,10 @@ class DurableExecutor:
 
     def execute(self, call: CallLike, **options: Any) -> ToolResult:
         """`Executor.execute` (same keywords), as a step of the workflow it runs in."""
-        _checked(options, _ONE, "execute")
+        checked(options, ONE, "execute")
         if not in_workflow():
             return self.executor.execute(call, **options)
-        _no_loop("execute")
+        no_loop("execute")
         steps = reserve(self.executor, [coerce_call(call)])[0]
         tools = outside_dbos()  # where its tool runs (see `outside_dbos`)
         if steps.asks:  # its intent recorded as its tool is about to start
@@ -163,7 +139,7 @@ class DurableExecutor:
 
     async def aexecute(self, call: CallLike, **options: Any) -> ToolResult:
         """`Executor.aexecute` (same keywords), as a step of the workflow it runs in."""
-        _checked(options, _ONE, "aexecute")
+        checked(options, ONE, "aexecute")
         if not in_workflow():
             return await self.executor.aexecute(call, **options)
         steps = reserve(self.executor, [coerce_call(call)])[0]
@@ -179,16 +155,16 @@ class DurableExecutor:
         workflow it runs in. The steps of one batch run concurrently, on a loop
         of this thread's own (DBOS runs concurrent steps of a workflow as
         tasks): from a coroutine, use `aexecute_batch`."""
-        _checked(options, _MANY, "execute_batch")
+        checked(options, MANY, "execute_batch")
         if not in_workflow():
             return self.executor.execute_batch(calls, **options)
-        _no_loop("execute_batch")
+        no_loop("execute_batch")
         return _on_own_loop(self.aexecute_batch(calls, **options))
 
     async def aexecute_batch(self, calls: Iterable[CallLike], **options: Any) -> BatchResult:
         """`Executor.aexecute_batch` (same keywords), each call a step of the
         workflow it runs in."""
-        _checked(options, _MANY, "aexecute_batch")
+        checked(options, MANY, "aexecute_batch")
         if not in_workflow():
             return await self.executor.aexecute_batch(calls, **options)
         made = [coerce_call(c) for c in calls]
@@ -205,42 +181,11 @@ class DurableExecutor:
 
     async def _decided(self, steps: CallSteps) -> ToolResult | None:
         """For a call in doubt: its result if it does not run again, else None."""
-        call = self._in_doubt(steps.call)
-        decision = await adecide(self.on_in_doubt, call)
-        return None if isinstance(decision, Rerun) else in_doubt_result(call, decision)
+        return await adecided(self.executor, self.on_in_doubt, steps.call)
 
     def _decided_here(self, steps: CallSteps) -> ToolResult | None:
         """`_decided` on this thread (an async handler on a loop of its own)."""
-        call = self._in_doubt(steps.call)
-        decision = decide(self.on_in_doubt, call)
-        return None if isinstance(decision, Rerun) else in_doubt_result(call, decision)
-
-    def _in_doubt(self, c: ToolCall) -> InDoubtCall:
-        return InDoubtCall(c.id, c.name, self._masked(c), c.idempotency_key or "")
-
-    def _masked(self, call: ToolCall) -> Any:
-        """The call's arguments as its events show them, for an in-doubt
-        handler: None where nothing of them may be shown."""
-        ex = self.executor
-        tool = ex.registry.get(call.name)
-        if isinstance(call.arguments, str):  # the model's JSON text, read as admission reads it
-            try:
-                call = call.model_copy(update={"arguments": parse_json_arguments(call.arguments)})
-            except ArgumentError:
-                return None  # not JSON: never published
-        raw = call.arguments
-        try:
-            masked = ex.mask_arguments(call)
-            if asyncio.iscoroutine(masked):  # an async masker: nothing shown
-                masked.close()
-                return None
-            paths = tool.secret_paths if tool is not None else ()
-            masked, typed = mask_paths(masked, raw, paths) if paths else (masked, [])
-            if masked is not raw:
-                masked, _ = published_arguments(raw, masked, typed)
-            return masked
-        except Exception:  # a broken masker: nothing shown
-            return None
+        return decided(self.executor, self.on_in_doubt, steps.call)
 
 
 def durable(executor: Executor, *, on_in_doubt: InDoubtHandler | None = None) -> DurableExecutor:

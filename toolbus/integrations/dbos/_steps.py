@@ -12,23 +12,17 @@ every call of the batch is known, so a batch still runs as one.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dbos import DBOS, StepReservation
 
-from ..._executor._handles import batch_handle, call_handle
-from ..._executor._submission import check_clocks
-from ..._options import check_priority
-from ...approvals import check_approval, check_approvals
+from ..._executor._handles import batch_handle
 from ...executor import Executor
 from ...in_doubt import reruns_without_asking
 from ...models import ToolCall, ToolResult
-from ...pipeline import InPlace, Run, Waiter
-from ._outside import outside_dbos
-from ._records import (
+from .._turns.records import (
     call_key,
     intent_record,
     read_result,
@@ -36,19 +30,10 @@ from ._records import (
     step_name,
     was_reasked,
 )
+from .._turns.submission import Gate, settle, submit_one, submit_options
+from ._outside import outside_dbos
 
-__all__ = [
-    "CallSteps",
-    "NotStarted",
-    "check_values",
-    "reserve",
-    "run_steps",
-    "settle",
-    "stop_run",
-    "submit_one",
-    "submit_options",
-    "submit_waited",
-]
+__all__ = ["CallSteps", "NotStarted", "reserve", "run_steps"]
 
 
 class NotStarted(BaseException):
@@ -66,38 +51,6 @@ class CallSteps:
     asks: bool  # mutating, not idempotent: records its intent before it runs
 
 
-@dataclass
-class _Gate:
-    """Between a call's run (which asks to start, on its worker) and the
-    workflow's loop (which records the intent, then lets it start)."""
-
-    loop: asyncio.AbstractEventLoop
-    asked: asyncio.Future[None]
-    recorded: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
-
-    def __call__(self) -> InPlace:
-        """`Run.gate` (on the call's worker): ask to start; the wait ends
-        once the intent is recorded."""
-        self.loop.call_soon_threadsafe(settle, self.asked)
-        return InPlace(self.recorded)
-
-
-def settle(
-    fut: asyncio.Future[None] | concurrent.futures.Future[None], error: BaseException | None = None
-) -> None:
-    """End `fut` (with `error`, if given) unless it has ended: a gate's wait
-    cancelled (a deadline, a cancellation) cancels the future it waited for."""
-    if fut.done():
-        return
-    try:
-        if error is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(error)
-    except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError):
-        pass  # (ended by the other side meanwhile)
-
-
 def reserve(executor: Executor, calls: list[ToolCall]) -> list[CallSteps]:
     """Reserve each call's two steps, in the order given; give it its key."""
     workflow_id = DBOS.workflow_id
@@ -112,7 +65,7 @@ def reserve(executor: Executor, calls: list[ToolCall]) -> list[CallSteps]:
         keyed = made
         if made.idempotency_key is None:
             keyed = made.model_copy(
-                update={"idempotency_key": call_key(workflow_id, result.step_id)}
+                update={"idempotency_key": call_key("dbos", workflow_id, result.step_id)}
             )
         plan.append(CallSteps(keyed, intent, result, asks))
     return plan
@@ -129,7 +82,7 @@ async def run_steps(
     their `BatchResult`), or one call alone (a list of its result)."""
     loop = asyncio.get_running_loop()
     known: dict[int, ToolResult] = {}
-    gates: dict[int, _Gate] = {}
+    gates: dict[int, Gate] = {}
     # Where each call's tool runs: outside the workflow, a context of its own.
     outside = [outside_dbos() for _ in plan]
     everyone_in: asyncio.Future[None] = loop.create_future()
@@ -162,7 +115,7 @@ async def run_steps(
             unrecorded: asyncio.Future[None] = loop.create_future()
 
             async def mark() -> str:
-                gate = gates[i] = _Gate(loop, loop.create_future())
+                gate = gates[i] = Gate(loop, loop.create_future())
                 unrecorded.set_result(None)
                 done: asyncio.Future[Any] = asyncio.ensure_future(outcome(i))
                 waited: set[asyncio.Future[Any]] = {gate.asked, done}
@@ -283,74 +236,3 @@ async def run_steps(
     if stop_on_error is None:
         return [await handles[0]]
     return await handles[-1]
-
-
-def submit_one(
-    executor: Executor,
-    call: ToolCall,
-    decided: ToolResult | None,
-    gate: Callable[[], Awaitable[None]] | None,
-    options: Mapping[str, Any],
-) -> Any:
-    """Submit one call (its result `decided` already, or waiting at `gate`
-    before its tool runs); return its handle."""
-    return call_handle(
-        executor._submit_one,
-        executor._stop,
-        executor._blocks_its_loop,
-        call,
-        decided=decided,
-        gate=gate,
-        **submit_options(options, one=True),
-    )
-
-
-def submit_waited(
-    executor: Executor,
-    call: ToolCall,
-    waiter: Waiter,
-    decided: ToolResult | None,
-    gate: Callable[[], Awaitable[None]] | None,
-    options: Mapping[str, Any],
-) -> Run:
-    """`submit_one` without a handle: `waiter` is released with the result."""
-    return executor._submit_one(
-        call, waiter, decided=decided, gate=gate, **submit_options(options, one=True)
-    )
-
-
-def stop_run(executor: Executor, run: Run) -> None:
-    """Stop `run` in whatever state it is (its result then says so)."""
-    executor._stop(None, run)
-
-
-def check_values(options: Mapping[str, Any], *, one: bool) -> None:
-    """Raise as `execute*` would for a keyword's bad value (`one`: a call's
-    method, else a batch's)."""
-    if options.get("priority") is not None:
-        check_priority(options["priority"])
-    clocks = (options.get("timeout"), options.get("call_timeout"))
-    if clocks != (None, None):
-        owner = (
-            "execute, aexecute or submit"
-            if one
-            else "execute_batch, aexecute_batch or submit_batch"
-        )
-        check_clocks(clocks, owner)
-    if options.get("approval") is not None:
-        check_approval(options["approval"])
-    if options.get("approvals") is not None:
-        check_approvals(options["approvals"])
-
-
-def submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:
-    """The keywords of `execute*` as `_submit_one`/`_submit_batch` take them."""
-    made: dict[str, Any] = {
-        "priority": options.get("priority"),
-        "clocks": (options.get("timeout"), options.get("call_timeout")),
-    }
-    if one:
-        made["approval"] = options.get("approval")
-    else:
-        made["approvals"] = options.get("approvals")
-    return made

@@ -1,15 +1,16 @@
-"""What toolbus writes into DBOS for a call, and how it reads it back.
+"""What toolbus writes into a durable engine for a call, and how it reads it back.
 
-A call inside a workflow takes one step, `toolbus:<tool>`, whose output is
-the result the model read (`ToolResult` as JSON text). A mutating call that
-is not idempotent takes a step before it, `toolbus-intent:<tool>`, whose
-output names the call and its key: recorded before the tool runs, it is what
-says, after a crash, that the call may have run. Neither holds the call's
-arguments: DBOS keeps step outputs for as long as the workflow, and the
-arguments may hold secrets. (The workflow's own inputs are the user's to mask.)
+A call inside a workflow (DBOS) or a handler (Restate) takes one step,
+`toolbus:<tool>`, whose output is the result the model read (`ToolResult` as
+JSON text). A mutating call that is not idempotent takes a step before it,
+`toolbus-intent:<tool>`, whose output names the call and its key: recorded
+before the tool runs, it is what says, after a crash, that the call may have
+run. Neither holds the call's arguments: an engine keeps step outputs for as
+long as the run, and the arguments may hold secrets. (The run's own inputs
+are the user's to mask.)
 
-Both are JSON text, not objects for DBOS's serializer, so a record reads the
-same in any process and any later version of toolbus (`VERSION`).
+Both are JSON text, not objects for an engine's serializer, so a record reads
+the same in any process and any later version of toolbus (`VERSION`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ __all__ = [
     "intent_record",
     "read_result",
     "result_record",
+    "started",
     "step_name",
+    "unstarted_record",
     "was_reasked",
 ]
 
@@ -35,19 +38,20 @@ VERSION = 1
 
 
 def step_name(tool: str, *, intent: bool = False) -> str:
-    """The DBOS step name of a call of `tool` (or of its intent). DBOS checks it
-    on replay: a workflow that asks for other calls than it did fails there."""
+    """The step name of a call of `tool` (or of its intent). The engine checks
+    it on replay: a run that asks for other calls than it did fails there."""
     return f"toolbus-intent:{tool}" if intent else f"toolbus:{tool}"
 
 
-def call_key(workflow_id: str, step_id: int) -> str:
-    """The idempotency key of the call at `step_id` of the workflow: the same
-    for its first run and any run after a recovery."""
-    key = f"dbos:{workflow_id}:{step_id}"
+def call_key(engine: str, run_id: str, position: int) -> str:
+    """The idempotency key of the call at `position` of the run `run_id` (a
+    DBOS workflow, a Restate invocation): the same for its first run and any
+    run after a recovery."""
+    key = f"{engine}:{run_id}:{position}"
     if len(key) <= MAX_KEY_LENGTH and key.isprintable():
         return key
-    digest = hashlib.sha256(workflow_id.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"dbos:sha256:{digest}:{step_id}"
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{engine}:sha256:{digest}:{position}"
 
 
 def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -> str:
@@ -57,6 +61,24 @@ def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -
     if reasked:
         data["reasked"] = True
     return orjson.dumps(data).decode()
+
+
+def unstarted_record(call_id: str, tool: str) -> str:
+    """A call's intent step, for an engine that records every step it runs
+    (Restate): the call ended without its tool starting. Recorded only once
+    the call's result is, so a run after a crash never finds it without one."""
+    data = {"toolbus": VERSION, "intent": tool, "call_id": call_id, "started": False}
+    return orjson.dumps(data).decode()
+
+
+def started(record: Any) -> bool:
+    """Whether an intent record says its call's tool started (any record but
+    `unstarted_record`'s: an unreadable one is taken to say it did)."""
+    try:
+        data = orjson.loads(record) if isinstance(record, str) else None
+    except orjson.JSONDecodeError:
+        return True
+    return not (isinstance(data, dict) and data.get("started") is False)
 
 
 def was_reasked(record: Any) -> bool:
