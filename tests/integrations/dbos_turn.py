@@ -25,9 +25,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import json
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,93 +33,13 @@ import httpx2
 import openai
 from dbos import DBOS, SetWorkflowID
 
-from tests.integrations.dbos_support import model_reply
-from toolbus import Executor, ToolCall, ToolContext, ToolRegistry
-from toolbus.in_doubt import InDoubtCall, Rerun, Skip
+from tests.integrations import turn_script
+from tests.integrations.turn_script import areply, on_in_doubt, receipt_calls, registry, reply
+from toolbus import Executor
 from toolbus.integrations.dbos import arun_agent, durable, run_agent
-
-# What the model asks for, turn by turn: each turn's calls run as one batch.
-SCRIPT: list[list[tuple[str, dict[str, Any]]]] = [
-    [("lookup", {"city": "Oslo"}), ("lookup", {"city": "Bergen"}), ("charge", {"amount": 5})],
-    [
-        ("put", {"key": "plan", "value": "dinner"}),
-        ("charge", {"amount": 7}),
-        ("lookup", {"city": "Tromsø"}),
-    ],
-    [("charge", {"amount": 11}), ("lookup", {"city": "Bodø"})],
-]
-# The receipt's lone calls, after the turn.
-RECEIPT = [("charge", {"amount": 13}), ("lookup", {"city": "Narvik"})]
-# Each tool works a little, so that a kill lands inside the run more often than not.
-WORK = 0.03
-
-effects_path = Path(os.devnull)  # set by main()
-
-
-def effect(line: str) -> None:
-    with effects_path.open("a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def registry() -> ToolRegistry:
-    reg = ToolRegistry()
-
-    @reg.tool(read_only=True)
-    def lookup(city: str, ctx: ToolContext) -> str:
-        time.sleep(WORK)
-        effect(json.dumps({"tool": "lookup", "key": ctx.idempotency_key, "pid": os.getpid()}))
-        return f"{city}: 4 degrees"
-
-    @reg.tool(idempotent=True)
-    def put(key: str, value: str, ctx: ToolContext) -> str:
-        time.sleep(WORK)
-        effect(json.dumps({"tool": "put", "key": ctx.idempotency_key, "pid": os.getpid()}))
-        return f"stored {key}"
-
-    @reg.tool()
-    def charge(amount: int, ctx: ToolContext) -> str:
-        time.sleep(WORK)
-        effect(json.dumps({"tool": "charge", "key": ctx.idempotency_key, "pid": os.getpid()}))
-        time.sleep(WORK)
-        return f"charged {amount}"
-
-    return reg
-
-
-def charged(key: str) -> bool:
-    if not effects_path.exists():
-        return False
-    for line in effects_path.read_text().splitlines():
-        record = json.loads(line)
-        if record.get("tool") == "charge" and record["key"] == key:
-            return True
-    return False
-
-
-def on_in_doubt(call: InDoubtCall) -> Rerun | Skip:
-    effect(json.dumps({"in_doubt": call.tool, "key": call.idempotency_key, "pid": os.getpid()}))
-    if charged(call.idempotency_key):
-        return Skip(f"charged {call.arguments['amount']}")
-    return Rerun()
-
-
-def reply(request: httpx2.Request) -> httpx2.Response:
-    """The scripted model: its next turn, from how many turns it already had."""
-    return model_reply(SCRIPT, request, "All done.")
-
-
-async def areply(request: httpx2.Request) -> httpx2.Response:
-    return reply(request)
-
 
 executor = Executor(registry())
 tools = durable(executor, on_in_doubt=on_in_doubt)
-
-
-def receipt_calls() -> list[ToolCall]:
-    return [ToolCall(id=f"r{i}", name=n, arguments=a) for i, (n, a) in enumerate(RECEIPT)]
 
 
 @DBOS.workflow()
@@ -163,11 +81,10 @@ async def agent_run_async(question: str) -> list[Any]:
 
 
 def main(argv: list[str]) -> int:
-    global effects_path
     # A worker that hangs says where, before the test gives up on it.
     faulthandler.dump_traceback_later(90, exit=True)
     mode, url, effects, workflow_id = argv[:4]
-    effects_path = Path(effects)
+    turn_script.effects_path = Path(effects)
     use_async = len(argv) > 4 and argv[4] == "async"
     DBOS(config={"name": "toolbus-kill-runs", "system_database_url": url, "log_level": "ERROR"})
     DBOS.launch()

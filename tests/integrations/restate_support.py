@@ -152,7 +152,7 @@ class Server:
     def journal(self, invocation: str) -> list[dict[str, Any]]:
         """`invocation`'s journal: each entry's type, name and value as JSON text."""
         return self.query(
-            "SELECT index, entry_type, name, entry_json FROM sys_journal "
+            "SELECT index, entry_type, name, entry_json, appended_at FROM sys_journal "
             f"WHERE id = '{invocation}' ORDER BY index"
         )
 
