@@ -42,6 +42,14 @@ EXPECTED: dict[str, list[str]] = {
         "final answer: Clear in Oslo; Maaemo at 8.",
         "the ledger: book_table ran 1 time(s)",
     ],
+    "durable_restate.py": [
+        "service 1 died: SIGKILL while book_table ran",
+        "replayed, not run again: get_weather({'city': 'Oslo'})",
+        "replayed, not run again: get_weather({'city': 'Bergen'})",
+        "in doubt: book_table: the ledger has it (key restate:inv_",
+        "final answer: Clear in Oslo; Maaemo at 8.",
+        "the ledger: book_table ran 1 time(s)",
+    ],
     "auth_injection.py": [
         "get_profile: ok output={'person_id': 'person-42'",
         "tool:executing get_profile: arguments={'identity': {'person_id': 'person-42', "
@@ -190,13 +198,21 @@ EXPECTED: dict[str, list[str]] = {
 # and six actors; on an oversubscribed machine one actor start can take a minute.
 TIMEOUTS = {"ray_tools.py": 540}
 # Examples of an extra that may be absent: skipped, saying which.
-NEEDS = {"ray_tools.py": "ray", "durable_agent.py": "dbos"}
+NEEDS = {"ray_tools.py": "ray", "durable_agent.py": "dbos", "durable_restate.py": "restate"}
+# Examples that drive a server from npm (installed into .cache/npm by the test command).
+SERVERS = {
+    "durable_restate.py": ROOT
+    / ".cache/npm/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server"
+}
 
 
 def run_example(name: str) -> subprocess.CompletedProcess[str]:
     needs = NEEDS.get(name)
     if needs is not None and importlib.util.find_spec(needs) is None:
         pytest.skip(f"{name} needs {needs}: pip install 'toolbus[{needs}]'")
+    server = SERVERS.get(name)
+    if server is not None and not server.exists():
+        pytest.skip(f"{name} needs {server.name} in .cache/npm (the test command installs it)")
     env = dict(os.environ)
     # Import the toolbus of this checkout even where it is not installed.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
