@@ -24,8 +24,9 @@ from tests.conftest import wait_until
 from tests.integrations.restate_support import Served, Server, server
 from toolbus import Executor, ToolCall, ToolContext, ToolRegistry
 from toolbus.in_doubt import InDoubtCall, Rerun, Skip
-from toolbus.integrations.restate import durable
+from toolbus.integrations.restate import durable, serve
 from toolbus.models import ErrorCode
+from toolbus.policies import requires_approval
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,6 +44,7 @@ class World:
         self.in_doubt: list[InDoubtCall] = []
         self.decision: Any = None  # what the in-doubt handler returns
         self.attempts: dict[str, int] = {}  # invocation id: attempts of its handler
+        self.results: dict[str, list[Any]] = {}  # invocation id: what a call returned
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -83,6 +85,21 @@ def pay(amount: int, api_key: str, ctx: ToolContext) -> str:
     """Pay with a card."""
     world.ran.append(("pay", ctx.idempotency_key))
     return f"paid {amount}"
+
+
+@registry.tool(read_only=True)
+def wait_lookup(city: str, ctx: ToolContext) -> str:
+    """The weather, once the test lets it answer (after the calls beside it)."""
+    world.ran.append(("wait_lookup", ctx.idempotency_key))
+    assert world.release.wait(30)
+    return f"{city}: 4 degrees"
+
+
+@registry.tool(policies=[requires_approval()])
+def refund(amount: int, ctx: ToolContext) -> str:
+    """Refund (a person approves it first)."""
+    world.ran.append(("refund", ctx.idempotency_key))
+    return f"refunded {amount}"
 
 
 def on_in_doubt(call: InDoubtCall) -> Any:
@@ -129,6 +146,58 @@ async def batch(ctx: restate.Context, raw: list[dict[str, Any]]) -> list[dict[st
 @service.handler()
 async def one(ctx: restate.Context, raw: dict[str, Any]) -> dict[str, Any]:
     result = await tools.aexecute(ToolCall(id="one", name=raw["name"], arguments=raw["arguments"]))
+    return _shown([result])[0]
+
+
+@service.handler()
+async def misuse(ctx: restate.Context, how: str) -> str:
+    """What a handler meets when it uses the wrapper wrongly."""
+    made = ToolCall(id="m", name="lookup", arguments={"city": "Oslo"})
+    try:
+        if how == "sync":
+            tools.execute(made)
+        elif how == "sync batch":
+            tools.execute_batch([made])
+        elif how == "bad priority":
+            await tools.aexecute(made, priority="high")
+        elif how == "bad keyword":
+            await tools.aexecute_batch([made], approval=None)
+    except (RuntimeError, TypeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+@service.handler()
+async def secret(ctx: restate.Context) -> list[dict[str, Any]]:
+    """Calls whose arguments hold a secret the handler got from elsewhere."""
+    invocation = ctx.request().id
+    world.attempts[invocation] = world.attempts.get(invocation, 0) + 1
+    done = await tools.aexecute_batch(
+        [
+            ToolCall(id="p", name="pay", arguments={"amount": 5, "api_key": SECRET}),
+            ToolCall(
+                id="q",
+                name="pay",
+                arguments=orjson.dumps({"amount": 6, "api_key": SECRET}).decode(),
+            ),
+        ]
+    )
+    lone = await tools.aexecute(
+        ToolCall(id="r", name="pay", arguments={"amount": 7, "api_key": SECRET})
+    )
+    if world.attempts[invocation] == 1:
+        raise RuntimeError("the first attempt fails after the calls")
+    return _shown([*done.results, lone])
+
+
+@service.handler()
+async def approve_later(ctx: restate.Context) -> dict[str, Any]:
+    invocation = ctx.request().id
+    world.attempts[invocation] = world.attempts.get(invocation, 0) + 1
+    result = await tools.aexecute(ToolCall(id="f", name="refund", arguments={"amount": 3}))
+    world.results.setdefault(invocation, []).append(result)
+    if world.attempts[invocation] == 1:
+        raise RuntimeError("the first attempt fails after the call")
     return _shown([result])[0]
 
 
@@ -254,3 +323,166 @@ def test_a_cancelled_invocation_cancels_its_running_call(
     answer = srv.attach(invocation)
     assert answer.status_code == 409, answer.text
     wait_until(lambda: ("slow_book cancelled", f"restate:{invocation}:1") in world.ran, 30)
+
+
+def _decoded(journal: list[dict[str, Any]]) -> str:
+    """The journal as text, with its byte arrays (payloads, results) decoded."""
+
+    def undo(value: Any) -> Any:
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            return bytes(value).decode("utf-8", "replace")
+        if isinstance(value, list):
+            return [undo(v) for v in value]
+        if isinstance(value, dict):
+            return {k: undo(v) for k, v in value.items()}
+        return value
+
+    return orjson.dumps([undo(orjson.loads(e["entry_json"])) for e in journal]).decode()
+
+
+def test_no_secret_reaches_the_journal_or_the_events(
+    restate_server: tuple[Server, Served],
+) -> None:
+    from toolbus import bus
+
+    srv, _ = restate_server
+    finished: list[Any] = []
+    sub = bus.subscribe(lambda s, event, **_: finished.append(event), bus.FINISHED)
+    try:
+        invocation = srv.send("ToolbusTests/secret")
+        answer = srv.attach(invocation)
+        executor.drain_events()
+    finally:
+        sub.close()
+    assert answer.status_code == 200, answer.text
+    assert [r["output"] for r in answer.json()] == ["paid 5", "paid 6", "paid 7"]
+    assert [r["replayed"] for r in answer.json()] == [True, True, True]
+    assert len([t for t, _ in world.ran if t == "pay"]) == 3  # each ran once
+    text = _decoded(srv.journal(invocation))
+    assert "paid 5" in text and "toolbus-intent:pay" in text  # (decoded: it would show)
+    assert SECRET not in text
+    replayed = [e for e in finished if e.result.metadata.get("replayed")]
+    assert len(replayed) == 3
+    for event in finished:
+        assert SECRET not in repr(event.arguments), event
+
+
+def test_a_batch_replays_in_call_order_whatever_finished_first(
+    restate_server: tuple[Server, Served],
+) -> None:
+    srv, _ = restate_server
+    raw = [
+        {"name": "wait_lookup", "arguments": {"city": "Oslo"}, "fail_once": True},
+        {"name": "lookup", "arguments": {"city": "Bergen"}},
+        {"name": "lookup", "arguments": {"city": "Tromsø"}},
+    ]
+    invocation = srv.send("ToolbusTests/batch", raw)
+    # The two lookups finish (and are journaled) before the first call does.
+    wait_until(lambda: len(world.ran) == 3, 30, "the three calls started")
+    wait_until(
+        lambda: (
+            sum(1 for e in srv.journal(invocation) if e["entry_type"] == "Notification: Run") == 2
+        ),
+        30,
+        "the two lookups journaled",
+    )
+    world.release.set()
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    assert [(r["output"], r["replayed"]) for r in answer.json()] == [
+        ("Oslo: 4 degrees", True),
+        ("Bergen: 4 degrees", True),
+        ("Tromsø: 4 degrees", True),
+    ]
+    assert world.attempts[invocation] == 2
+    assert len(world.ran) == 3
+    keys = sorted(k for _, k in world.ran if k)
+    assert keys == [f"restate:{invocation}:{n}" for n in (1, 2, 3)]
+
+
+def test_a_call_that_never_starts_says_so_only_after_its_result(
+    restate_server: tuple[Server, Served],
+) -> None:
+    srv, _ = restate_server
+    invocation = srv.send("ToolbusTests/one", {"name": "book", "arguments": {"restaurant": 5}})
+    answer = srv.attach(invocation)
+    assert answer.json()["status"] == "rejected"  # (its arguments are not valid)
+    assert world.ran == []
+    journal = srv.journal(invocation)
+    done = [
+        orjson.loads(e["entry_json"])["Notification"]["Completion"]["Run"]
+        for e in journal
+        if e["entry_type"] == "Notification: Run"
+    ]
+    # Completion 1 is the intent's, 2 the result's: the result was stored first.
+    assert [d["completion_id"] for d in done] == [2, 1]
+    intent = orjson.loads(orjson.loads(bytes(done[1]["result"]["Success"])))
+    assert intent["started"] is False
+
+
+def test_a_deferred_call_is_asked_again_on_a_retry(
+    restate_server: tuple[Server, Served],
+) -> None:
+    srv, _ = restate_server
+    invocation = srv.send("ToolbusTests/approve_later")
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "deferred"
+    first, again = world.results[invocation]
+    assert first.status == again.status == "deferred"
+    assert not again.metadata.get("replayed")  # asked again, not read back
+    assert again.approval_request is not None
+    assert world.ran == []
+
+
+@pytest.mark.parametrize("how", ["sync", "sync batch"])
+def test_the_sync_methods_raise_inside_a_handler(
+    restate_server: tuple[Server, Served], how: str
+) -> None:
+    srv, _ = restate_server
+    answer = srv.call("ToolbusTests/misuse", how)
+    assert answer.json().startswith("RuntimeError: ") and "use await a" in answer.json()
+    assert world.ran == []
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [("bad priority", "TypeError: priority"), ("bad keyword", "TypeError: ")],
+)
+def test_a_bad_keyword_raises_before_anything_is_journaled(
+    restate_server: tuple[Server, Served], how: str, error: str
+) -> None:
+    srv, _ = restate_server
+    invocation = srv.send("ToolbusTests/misuse", how)
+    answer = srv.attach(invocation)
+    assert answer.json().startswith(error), answer.json()
+    assert not [e for e in srv.journal(invocation) if e["entry_type"] == "Command: Run"]
+    assert world.ran == []
+
+
+async def test_outside_a_handler_the_methods_are_the_executors_own() -> None:
+    made = ToolCall(id="o", name="lookup", arguments={"city": "Oslo"})
+    assert tools.execute(made).output == "Oslo: 4 degrees"
+    assert tools.execute_batch([made]).results[0].output == "Oslo: 4 degrees"
+    assert (await tools.aexecute(made)).output == "Oslo: 4 degrees"
+    assert (await tools.aexecute_batch([made])).results[0].output == "Oslo: 4 degrees"
+    assert len(world.ran) == 4
+    assert not any(str(k).startswith("restate:") for _, k in world.ran)
+
+
+def test_the_wrappers_refuse_bad_arguments() -> None:
+    with pytest.raises(TypeError, match=r"must be a toolbus\.Executor"):
+        durable("not an executor")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_in_doubt must be a callable"):
+        durable(executor, on_in_doubt="skip")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        tools.execute(ToolCall(id="x", name="lookup", arguments={}), priorty=1)
+
+
+async def test_serve_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        await serve()
+    with pytest.raises(ValueError, match="port"):
+        await serve(service, port=70000)
+    with pytest.raises(ValueError, match="grace"):
+        await serve(service, grace=-1)
