@@ -15,6 +15,7 @@ from . import (
     bus_cost,
     chaos,
     durable,
+    durable_restate,
     latency,
     lateness,
     longrun,
@@ -64,6 +65,11 @@ SCENARIOS: list[Scenario] = [
     ),
     ("scanning", "Scenario 17: the content scanner, per KB of text", scanning.run),
     ("durable", "Scenario 18: a call inside a DBOS workflow, against a bare step", durable.run),
+    (
+        "durable_restate",
+        "Scenario 19: a call inside a Restate handler, against a bare ctx.run",
+        durable_restate.run,
+    ),
 ]
 
 
