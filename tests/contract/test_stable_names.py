@@ -130,6 +130,7 @@ STABLE_MODULES = (
     "toolbus.integrations.openai_agents",
     "toolbus.integrations.pydantic_ai",
     "toolbus.integrations.dbos",
+    "toolbus.integrations.restate",
     "toolbus.in_doubt",
     "toolbus.config",
     "toolbus.cli",
