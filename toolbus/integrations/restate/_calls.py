@@ -70,11 +70,35 @@ class _Call:
     result: Any = None  # the result's durable future
     intent: Any = None  # the intent's, for a call that records one
     # Whether each is journaled: True once it returns a value without its
-    # action, False once its action starts.
-    result_known: asyncio.Future[bool] | None = None
-    intent_known: asyncio.Future[bool] | None = None
+    # action, False once its action starts, None until then.
+    result_recorded: bool | None = None
+    intent_recorded: bool | None = None
     intent_value: Any = None  # its journaled record, if it is
     stored: asyncio.Future[None] | None = None  # its result on record
+
+
+class _Learning:
+    """Counts the commands whose state is not known yet; `known` ends when
+    none is left."""
+
+    __slots__ = ("known", "left")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.left = 0
+        self.known: asyncio.Future[None] = loop.create_future()
+
+    def learn(self, one: _Call, *, intent: bool, recorded: bool) -> None:
+        if intent:
+            if one.intent_recorded is not None:
+                return
+            one.intent_recorded = recorded
+        else:
+            if one.result_recorded is not None:
+                return
+            one.result_recorded = recorded
+        self.left -= 1
+        if self.left == 0 and not self.known.done():
+            self.known.set_result(None)
 
 
 def _positions(ctx: Context, n: int) -> range:
@@ -98,6 +122,7 @@ async def run_calls(
     handles: asyncio.Future[list[Any]] = loop.create_future()
     gates: dict[int, Gate] = {}
     made: list[_Call] = []
+    learning = _Learning(loop)
 
     async def outcome(i: int) -> ToolResult:
         result: ToolResult = await (await handles)[i]
@@ -107,9 +132,8 @@ async def run_calls(
         c = one.call
 
         async def intent() -> str:
-            assert one.intent_known is not None
             assert one.stored is not None
-            _settle_known(one.intent_known, False)
+            learning.learn(one, intent=True, recorded=False)
             gate = gates[i] = Gate(loop, loop.create_future())
             await asyncio.wait({gate.asked, one.stored}, return_when=asyncio.FIRST_COMPLETED)
             if gate.asked.done():
@@ -117,8 +141,7 @@ async def run_calls(
             return unstarted_record(c.id, c.name)
 
         async def result() -> str:
-            assert one.result_known is not None
-            _settle_known(one.result_known, False)
+            learning.learn(one, intent=False, recorded=False)
             return result_record(await outcome(i))
 
         return intent, result
@@ -130,24 +153,28 @@ async def run_calls(
             c = c.model_copy(update={"idempotency_key": call_key("restate", invocation, position)})
         tool = registry.get(c.name)
         asks = tool is not None and not reruns_without_asking(tool.read_only, tool.idempotent)
-        one = _Call(c, result_known=loop.create_future(), stored=loop.create_future())
+        one = _Call(c, stored=loop.create_future())
         intent, result = actions(i, one)
         if asks:
-            one.intent_known = loop.create_future()
             one.intent = ctx.run_typed(step_name(c.name, intent=True), intent, _ONCE)
+            learning.left += 1
         one.result = ctx.run_typed(step_name(c.name), result, _ONCE)
+        learning.left += 1
         made.append(one)
 
-    driver = asyncio.ensure_future(_drive(made, gates))
+    driver = asyncio.ensure_future(_drive(made, gates, learning))
     try:
-        await _known(made, driver)
+        await asyncio.wait({learning.known, driver}, return_when=asyncio.FIRST_COMPLETED)
+        if not learning.known.done():
+            driver.result()  # (its error)
+            raise RuntimeError("the journal ended before every call's state was known")
         known: dict[int, ToolResult] = {}
         for i, one in enumerate(made):
-            if _recorded(one.result_known):
+            if one.result_recorded:
                 replay = read_result(await one.result)
                 if replay.status != "deferred":  # (else asked again)
                     known[i] = replay
-            elif _recorded(one.intent_known) and started(one.intent_value):
+            elif one.intent_recorded and started(one.intent_value):
                 decided = await decide(one.call)  # it may have run: in doubt
                 if decided is not None:
                     known[i] = decided
@@ -165,30 +192,6 @@ async def run_calls(
         raise
     last = handles.result()[-1]
     return [await last] if stop_on_error is None else await last
-
-
-def _recorded(known: asyncio.Future[bool] | None) -> bool:
-    return known is not None and known.result()
-
-
-def _settle_known(known: asyncio.Future[bool], recorded: bool) -> None:
-    if not known.done():
-        known.set_result(recorded)
-
-
-async def _known(made: list[_Call], driver: asyncio.Future[None]) -> None:
-    """Wait until whether each command is journaled is known (or the driver
-    failed: its error raises here)."""
-    states = [f for one in made for f in (one.result_known, one.intent_known) if f is not None]
-    every: asyncio.Future[Any] = asyncio.gather(*states)
-    try:
-        await asyncio.wait({every, driver}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not every.done():
-            every.cancel()
-    if not every.done():
-        driver.result()  # (done: its error)
-        raise RuntimeError("the journal ended before every call was known")
 
 
 def _submit(
@@ -221,7 +224,7 @@ def _submit(
     handles.set_result([*batch.calls, batch])
 
 
-async def _drive(made: list[_Call], gates: dict[int, Gate]) -> None:
+async def _drive(made: list[_Call], gates: dict[int, Gate], learning: _Learning) -> None:
     """Wait for each durable future of the batch: one that returns a journaled
     value says its command was recorded before; else its action ran now, and
     an intent stored lets its tool start, a result stored lets its call's
@@ -240,14 +243,12 @@ async def _drive(made: list[_Call], gates: dict[int, Gate]) -> None:
             one = made[i]
             value = await f  # (taken: its value is the record)
             if is_intent:
-                assert one.intent_known is not None
-                if not one.intent_known.done():  # journaled before
+                if one.intent_recorded is None:  # journaled before
                     one.intent_value = value
-                    one.intent_known.set_result(True)
+                    learning.learn(one, intent=True, recorded=True)
                 elif i in gates:
                     settle(gates[i].recorded)  # on record: its tool may start
             else:
-                assert one.result_known is not None
-                _settle_known(one.result_known, True)  # (journaled before, or just now)
+                learning.learn(one, intent=False, recorded=True)  # (unless it ran now)
                 assert one.stored is not None
                 settle(one.stored)
