@@ -1,9 +1,11 @@
-"""The npm packages the MCP tests drive, pinned: the MCP Inspector's command
+"""The npm packages the tests drive, pinned: the MCP Inspector's command
 line, the reference server `server-everything` and the official conformance
-suite. `test` installs whichever is missing into `.cache/npm` (once: each
-is kept until its pin changes) when `npm` is there; without npm, or offline,
-the tests that need them skip and say why (tests/mcp_servers/peers.py and
-the test files find them there).
+suite (the MCP tests), and the Restate server (the Restate integration's
+tests, example and benchmark). `test` installs whichever is missing into
+`.cache/npm` (once: each is kept until its pin changes) when `npm` is
+there; without npm, or offline, the tests that need them skip and say why
+(tests/mcp_servers/peers.py, tests/integrations/restate_support.py and the
+test files find them there).
 """
 
 from __future__ import annotations

@@ -8,16 +8,10 @@ which recovers the workflow left pending, and waits for it. Both print the
 run's final conversation as one JSON line, `transcript <json>`, then the
 workflow's steps (`steps <json>`: position, name, when it was recorded).
 
-The model is scripted (the real `openai` client over a mock transport): its
-turns depend only on the conversation so far, so every run of the workflow,
-interrupted or not, asks for the same calls. The tools write what they do
-to EFFECTS (one line per side effect, flushed and fsynced), the count kept
-outside the engine: a read-only `lookup`, an idempotent `put` and a mutating
-`charge`. After the turn, two lone calls (a charge, a lookup) make its
-receipt: `execute` in the sync workflow (the one-thread path), `aexecute` in
-the async one. The in-doubt handler reads EFFECTS: a charge whose key is there
-did happen (skipped, with the output it gave); one that is not never did
-(run again, under the same key).
+The turn is turn_script.py's (a scripted model; tools that write what they
+do to EFFECTS; an in-doubt handler that reads it). Its receipt's two lone
+calls are made with `execute` in the sync workflow (the one-thread path),
+`aexecute` in the async one.
 """
 
 from __future__ import annotations
