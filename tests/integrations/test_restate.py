@@ -9,6 +9,7 @@ registered once per module under names of their own.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -100,6 +101,14 @@ def refund(amount: int, ctx: ToolContext) -> str:
     """Refund (a person approves it first)."""
     world.ran.append(("refund", ctx.idempotency_key))
     return f"refunded {amount}"
+
+
+@registry.tool()
+def plan(city: str, ctx: ToolContext) -> str:
+    """A tool that makes a call of its own through the wrapper."""
+    world.ran.append(("plan", ctx.idempotency_key))
+    inner = tools.execute(ToolCall(id="inner", name="lookup", arguments={"city": city}))
+    return f"planned around {inner.output}"
 
 
 def on_in_doubt(call: InDoubtCall) -> Any:
@@ -199,6 +208,25 @@ async def approve_later(ctx: restate.Context) -> dict[str, Any]:
     if world.attempts[invocation] == 1:
         raise RuntimeError("the first attempt fails after the call")
     return _shown([result])[0]
+
+
+@service.handler()
+async def gathered(ctx: restate.Context, n: int) -> list[str]:
+    """Lone calls gathered from tasks of one handler (they take turns)."""
+    invocation = ctx.request().id
+    world.attempts[invocation] = world.attempts.get(invocation, 0) + 1
+    made = [
+        ToolCall(id=f"g{j}", name="book" if j % 2 else "lookup", arguments=_args(j))
+        for j in range(n)
+    ]
+    results = await asyncio.gather(*(tools.aexecute(c) for c in made))
+    if world.attempts[invocation] == 1:
+        raise RuntimeError("the first attempt fails after the calls")
+    return [f"{r.output} {bool(r.metadata.get('replayed'))}" for r in results]
+
+
+def _args(j: int) -> dict[str, Any]:
+    return {"restaurant": f"R{j}"} if j % 2 else {"city": f"C{j}"}
 
 
 @pytest.fixture(scope="module")
@@ -486,3 +514,33 @@ async def test_serve_refuses_bad_arguments() -> None:
         await serve(service, port=70000)
     with pytest.raises(ValueError, match="grace"):
         await serve(service, grace=-1)
+
+
+def test_lone_calls_gathered_in_one_handler_all_end_and_replay(
+    restate_server: tuple[Server, Served],
+) -> None:
+    srv, _ = restate_server
+    invocation = srv.send("ToolbusTests/gathered", 6)
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == [
+        "C0: 4 degrees True",
+        "booked R1 True",
+        "C2: 4 degrees True",
+        "booked R3 True",
+        "C4: 4 degrees True",
+        "booked R5 True",
+    ]
+    assert world.attempts[invocation] == 2
+    assert sorted(k for _, k in world.ran) == sorted(
+        f"restate:{invocation}:{n}" for n in range(1, 7)
+    )
+
+
+def test_a_call_a_tool_makes_is_the_executors_own(restate_server: tuple[Server, Served]) -> None:
+    srv, _ = restate_server
+    invocation = srv.send("ToolbusTests/one", {"name": "plan", "arguments": {"city": "Oslo"}})
+    answer = srv.attach(invocation)
+    assert answer.json()["output"] == "planned around Oslo: 4 degrees"
+    names = [e.get("name") for e in srv.journal(invocation) if e["entry_type"] == "Command: Run"]
+    assert names == ["toolbus-intent:plan", "toolbus:plan"]  # the inner call: not journaled

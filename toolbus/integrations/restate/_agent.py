@@ -33,6 +33,7 @@ from .._turns.replies import (
     read_record,
     reply_record,
 )
+from ._calls import one_at_a_time
 from ._durable import DurableExecutor, handler_context
 
 __all__ = ["arun_agent"]
@@ -82,7 +83,8 @@ class _Journaled:
             return reply_record(reply)
 
         try:
-            record = await self.ctx.run_typed(f"toolbus-model:{api}", ask, _ONCE)
+            async with one_at_a_time(self.ctx):
+                record = await self.ctx.run_typed(f"toolbus-model:{api}", ask, _ONCE)
         except TerminalError as e:
             if e.status_code != _MODEL_FAILED:
                 raise  # (the invocation cancelled)
@@ -93,7 +95,8 @@ class _Journaled:
         async def ask() -> str:
             return answers_record(step.requests, await DIRECT.adecide(step, approve))
 
-        record = await self.ctx.run_typed("toolbus-approve", ask, _ONCE)
+        async with one_at_a_time(self.ctx):
+            record = await self.ctx.run_typed("toolbus-approve", ask, _ONCE)
         return read_answers(step.requests, record)
 
     async def arun(

@@ -19,14 +19,18 @@ then submitted once, with what is known:
   intent saying "not started" with no result after it would let a later
   attempt run the tool with no intent on record.
 
-One coroutine drives Restate for the whole batch (`restate.wait_completed`):
-the SDK's futures share one input queue, so two coroutines polling at once
-could each take the other's news and wait for good.
+One coroutine drives Restate for the whole batch (`restate.wait_completed`),
+and one batch at a time of a handler's (`one_at_a_time`): the SDK's futures
+share one input queue, so two coroutines polling at once can each take the
+other's news, and one then waits for good (seen: four `aexecute` gathered).
+Calls gathered from tasks of one handler therefore run one after another;
+`aexecute_batch` runs them together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -50,11 +54,31 @@ from .._turns.records import (
 )
 from .._turns.submission import Gate, settle, submit_one, submit_options
 
-__all__ = ["run_calls"]
+__all__ = ["inside_a_call", "one_at_a_time", "run_calls"]
 
 # A call's position in its invocation, counted per attempt (a context is one
 # attempt's): the same for the same call on every attempt.
 _made: weakref.WeakKeyDictionary[Context, int] = weakref.WeakKeyDictionary()
+_polling: weakref.WeakKeyDictionary[Context, asyncio.Lock] = weakref.WeakKeyDictionary()
+# Set in the context a call's tool runs in (copied at submission): a call the
+# tool makes is the executor's own, as inside any `ctx.run` action.
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "toolbus_restate_call", default=False
+)
+
+
+def inside_a_call() -> bool:
+    """Whether this code runs in a toolbus call journaled by a handler (its tool)."""
+    return _inside.get()
+
+
+def one_at_a_time(ctx: Context) -> asyncio.Lock:
+    """The lock a handler's toolbus steps wait on Restate under (see above)."""
+    lock = _polling.get(ctx)
+    if lock is None:
+        lock = _polling[ctx] = asyncio.Lock()
+    return lock
+
 
 # Each action returns its record or raises nothing: Restate need not retry it.
 _ONCE: RunOptions[str] = RunOptions(max_attempts=1)
@@ -117,6 +141,18 @@ async def run_calls(
 ) -> Any:
     """Run `calls` journaled through `ctx`: as one batch (`stop_on_error`
     given: their `BatchResult`), or one call alone (a list of its result)."""
+    async with one_at_a_time(ctx):
+        return await _run_calls(executor, ctx, calls, options, stop_on_error, decide)
+
+
+async def _run_calls(
+    executor: Executor,
+    ctx: Context,
+    calls: list[ToolCall],
+    options: Mapping[str, Any],
+    stop_on_error: bool | None,
+    decide: Decide,
+) -> Any:
     loop = asyncio.get_running_loop()
     invocation = ctx.request().id
     handles: asyncio.Future[list[Any]] = loop.create_future()
@@ -208,19 +244,23 @@ def _submit(
     # A gate only for a call that runs (its intent's action started; a call
     # decided has none to pass).
     gated = {i: g for i, g in gates.items() if i not in known}
-    if stop_on_error is None:
-        handles.set_result([submit_one(ex, keyed[0], known.get(0), gated.get(0), options)])
-        return
-    batch = batch_handle(
-        ex._submit_batch,
-        ex._stop,
-        ex._blocks_its_loop,
-        keyed,
-        stop_on_error,
-        known=known,
-        gates=gated,
-        **submit_options(options, one=False),
-    )
+    token = _inside.set(True)  # (in the contexts the tools run in, copied now)
+    try:
+        if stop_on_error is None:
+            handles.set_result([submit_one(ex, keyed[0], known.get(0), gated.get(0), options)])
+            return
+        batch = batch_handle(
+            ex._submit_batch,
+            ex._stop,
+            ex._blocks_its_loop,
+            keyed,
+            stop_on_error,
+            known=known,
+            gates=gated,
+            **submit_options(options, one=False),
+        )
+    finally:
+        _inside.reset(token)
     handles.set_result([*batch.calls, batch])
 
 
