@@ -10,7 +10,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..._executor._handles import call_handle
 from ..._executor._submission import check_clocks
@@ -25,6 +25,7 @@ __all__ = [
     "ONE",
     "Gate",
     "check_values",
+    "check_wrapped",
     "checked",
     "no_loop",
     "settle",
@@ -32,7 +33,10 @@ __all__ = [
     "submit_one",
     "submit_options",
     "submit_waited",
+    "wrapped",
 ]
+
+W = TypeVar("W")
 
 # What `execute`/`aexecute` and the batch methods take besides the calls.
 ONE = frozenset({"approval", "priority", "timeout", "call_timeout"})
@@ -161,3 +165,29 @@ def no_loop(method: str, owner: str = "DurableExecutor") -> None:
     raise RuntimeError(
         f"{owner}.{method}() was called while an event loop is running: use await a{method}(...)"
     )
+
+
+def check_wrapped(executor: Any, on_in_doubt: Any) -> None:
+    """Raise for what a durable wrapper (`durable(executor, on_in_doubt=)`) refuses."""
+    if not isinstance(executor, Executor):
+        raise TypeError(
+            f"durable(): executor must be a toolbus.Executor, got {type(executor).__name__}"
+        )
+    if on_in_doubt is not None and not callable(on_in_doubt):
+        raise TypeError(
+            "durable(): on_in_doubt must be a callable (sync or async), got "
+            f"{type(on_in_doubt).__name__}"
+        )
+
+
+def wrapped(wrapper: type[W], executor: Any, on_in_doubt: Any, who: str) -> W:
+    """`executor` as the agent loop `who` takes it: a wrapper as it is (its
+    own `on_in_doubt` then, none given here), an `Executor` wrapped."""
+    if isinstance(executor, wrapper):
+        if on_in_doubt is not None:
+            raise ValueError(
+                f"{who}: on_in_doubt= is the DurableExecutor's own; give it there, "
+                "or pass the Executor itself"
+            )
+        return executor
+    return wrapper(executor, on_in_doubt=on_in_doubt)  # type: ignore[call-arg]

@@ -35,6 +35,7 @@ from .._turns.replies import (
     read_record,
     reply_record,
 )
+from .._turns.submission import wrapped
 from ._durable import DurableExecutor, in_workflow
 
 __all__ = ["ModelCallFailed", "arun_agent", "run_agent"]
@@ -94,19 +95,6 @@ class _Recorded:
         )
 
 
-def _durable(
-    executor: Executor | DurableExecutor, on_in_doubt: InDoubtHandler | None
-) -> DurableExecutor:
-    if isinstance(executor, DurableExecutor):
-        if on_in_doubt is not None:
-            raise ValueError(
-                "run_agent: on_in_doubt= is the DurableExecutor's own; give it there, "
-                "or pass the Executor itself"
-            )
-        return executor
-    return DurableExecutor(executor, on_in_doubt=on_in_doubt)
-
-
 def run_agent(
     client: Any,
     *,
@@ -132,7 +120,7 @@ def run_agent(
     was: answered turns are read back, finished calls replayed, calls in
     doubt decided by `on_in_doubt` (see `toolbus.in_doubt`). The loop reads
     each model response as its JSON (`AgentResult.response` is a dict)."""
-    tools_ = _durable(executor, on_in_doubt)
+    tools_ = wrapped(DurableExecutor, executor, on_in_doubt, "run_agent")
     return _agent.drive(
         _Recorded(tools_) if in_workflow() else DIRECT,
         client,
@@ -171,7 +159,7 @@ async def arun_agent(
     **options: Any,
 ) -> AgentResult:
     """Async twin of `run_agent` (async clients; `aexecute_batch`)."""
-    tools_ = _durable(executor, on_in_doubt)
+    tools_ = wrapped(DurableExecutor, executor, on_in_doubt, "run_agent")
     return await _agent.adrive(
         _Recorded(tools_) if in_workflow() else DIRECT,
         client,

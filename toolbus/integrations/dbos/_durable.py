@@ -42,7 +42,7 @@ from ...in_doubt import InDoubtHandler
 from ...models import BatchResult, ToolResult
 from .._turns.doubt import adecided, decided
 from .._turns.records import read_result, result_record, step_name
-from .._turns.submission import MANY, ONE, checked, no_loop, submit_one
+from .._turns.submission import MANY, ONE, check_wrapped, checked, no_loop, submit_one
 from ._alone import run_alone
 from ._outside import outside_dbos
 from ._steps import CallSteps, reserve, run_steps
@@ -96,15 +96,7 @@ class DurableExecutor:
     step: DBOS fails the workflow, and recovers it later."""
 
     def __init__(self, executor: Executor, *, on_in_doubt: InDoubtHandler | None = None) -> None:
-        if not isinstance(executor, Executor):
-            raise TypeError(
-                f"durable(): executor must be a toolbus.Executor, got {type(executor).__name__}"
-            )
-        if on_in_doubt is not None and not callable(on_in_doubt):
-            raise TypeError(
-                "durable(): on_in_doubt must be a callable (sync or async), got "
-                f"{type(on_in_doubt).__name__}"
-            )
+        check_wrapped(executor, on_in_doubt)
         self.executor = executor
         self.on_in_doubt = on_in_doubt
 

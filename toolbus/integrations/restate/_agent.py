@@ -33,6 +33,7 @@ from .._turns.replies import (
     read_record,
     reply_record,
 )
+from .._turns.submission import wrapped
 from ._calls import one_at_a_time
 from ._durable import DurableExecutor, handler_context
 
@@ -111,19 +112,6 @@ def _sync() -> NoReturn:
     raise RuntimeError("a Restate handler is a coroutine: use arun_agent")
 
 
-def _durable(
-    executor: Executor | DurableExecutor, on_in_doubt: InDoubtHandler | None
-) -> DurableExecutor:
-    if isinstance(executor, DurableExecutor):
-        if on_in_doubt is not None:
-            raise ValueError(
-                "arun_agent: on_in_doubt= is the DurableExecutor's own; give it there, "
-                "or pass the Executor itself"
-            )
-        return executor
-    return DurableExecutor(executor, on_in_doubt=on_in_doubt)
-
-
 async def arun_agent(
     client: Any,
     *,
@@ -150,7 +138,7 @@ async def arun_agent(
     answered turns are read back, finished calls replayed, calls in doubt
     decided by `on_in_doubt` (see `toolbus.in_doubt`). The loop reads each
     model response as its JSON (`AgentResult.response` is a dict)."""
-    tools_ = _durable(executor, on_in_doubt)
+    tools_ = wrapped(DurableExecutor, executor, on_in_doubt, "arun_agent")
     ctx = handler_context()
     return await _agent.adrive(
         _Journaled(tools_, ctx) if ctx is not None else DIRECT,

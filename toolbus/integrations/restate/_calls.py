@@ -142,92 +142,85 @@ async def run_calls(
     """Run `calls` journaled through `ctx`: as one batch (`stop_on_error`
     given: their `BatchResult`), or one call alone (a list of its result)."""
     async with one_at_a_time(ctx):
-        return await _run_calls(executor, ctx, calls, options, stop_on_error, decide)
+        loop = asyncio.get_running_loop()
+        invocation = ctx.request().id
+        handles: asyncio.Future[list[Any]] = loop.create_future()
+        gates: dict[int, Gate] = {}
+        made: list[_Call] = []
+        learning = _Learning(loop)
 
+        async def outcome(i: int) -> ToolResult:
+            result: ToolResult = await (await handles)[i]
+            return result
 
-async def _run_calls(
-    executor: Executor,
-    ctx: Context,
-    calls: list[ToolCall],
-    options: Mapping[str, Any],
-    stop_on_error: bool | None,
-    decide: Decide,
-) -> Any:
-    loop = asyncio.get_running_loop()
-    invocation = ctx.request().id
-    handles: asyncio.Future[list[Any]] = loop.create_future()
-    gates: dict[int, Gate] = {}
-    made: list[_Call] = []
-    learning = _Learning(loop)
+        def actions(i: int, one: _Call) -> tuple[Callable[[], Any], Callable[[], Any]]:
+            c = one.call
 
-    async def outcome(i: int) -> ToolResult:
-        result: ToolResult = await (await handles)[i]
-        return result
+            async def intent() -> str:
+                assert one.stored is not None
+                learning.learn(one, intent=True, recorded=False)
+                gate = gates[i] = Gate(loop, loop.create_future())
+                await asyncio.wait({gate.asked, one.stored}, return_when=asyncio.FIRST_COMPLETED)
+                if gate.asked.done():
+                    return intent_record(c.id, c.name, c.idempotency_key or "")
+                return unstarted_record(c.id, c.name)
 
-    def actions(i: int, one: _Call) -> tuple[Callable[[], Any], Callable[[], Any]]:
-        c = one.call
+            async def result() -> str:
+                learning.learn(one, intent=False, recorded=False)
+                return result_record(await outcome(i))
 
-        async def intent() -> str:
-            assert one.stored is not None
-            learning.learn(one, intent=True, recorded=False)
-            gate = gates[i] = Gate(loop, loop.create_future())
-            await asyncio.wait({gate.asked, one.stored}, return_when=asyncio.FIRST_COMPLETED)
-            if gate.asked.done():
-                return intent_record(c.id, c.name, c.idempotency_key or "")
-            return unstarted_record(c.id, c.name)
+            return intent, result
 
-        async def result() -> str:
-            learning.learn(one, intent=False, recorded=False)
-            return result_record(await outcome(i))
-
-        return intent, result
-
-    registry = executor.registry
-    for i, (position, given) in enumerate(zip(_positions(ctx, len(calls)), calls, strict=True)):
-        c = given
-        if c.idempotency_key is None:
-            c = c.model_copy(update={"idempotency_key": call_key("restate", invocation, position)})
-        tool = registry.get(c.name)
-        asks = tool is not None and not reruns_without_asking(tool.read_only, tool.idempotent)
-        one = _Call(c, stored=loop.create_future())
-        intent, result = actions(i, one)
-        if asks:
-            one.intent = ctx.run_typed(step_name(c.name, intent=True), intent, _ONCE)
+        registry = executor.registry
+        for i, (position, given) in enumerate(zip(_positions(ctx, len(calls)), calls, strict=True)):
+            c = given
+            if c.idempotency_key is None:
+                c = c.model_copy(
+                    update={"idempotency_key": call_key("restate", invocation, position)}
+                )
+            tool = registry.get(c.name)
+            asks = tool is not None and not reruns_without_asking(tool.read_only, tool.idempotent)
+            one = _Call(c, stored=loop.create_future())
+            intent, result = actions(i, one)
+            if asks:
+                one.intent = ctx.run_typed(step_name(c.name, intent=True), intent, _ONCE)
+                learning.left += 1
+            one.result = ctx.run_typed(step_name(c.name), result, _ONCE)
             learning.left += 1
-        one.result = ctx.run_typed(step_name(c.name), result, _ONCE)
-        learning.left += 1
-        made.append(one)
+            made.append(one)
 
-    driver = asyncio.ensure_future(_drive(made, gates, learning))
-    try:
-        await asyncio.wait({learning.known, driver}, return_when=asyncio.FIRST_COMPLETED)
-        if not learning.known.done():
-            driver.result()  # (its error)
-            raise RuntimeError("the journal ended before every call's state was known")
-        known: dict[int, ToolResult] = {}
-        for i, one in enumerate(made):
-            if one.result_recorded:
-                replay = read_result(await one.result)
-                if replay.status != "deferred":  # (else asked again)
-                    known[i] = replay
-            elif one.intent_recorded and started(one.intent_value):
-                decided = await decide(one.call)  # it may have run: in doubt
-                if decided is not None:
-                    known[i] = decided
-        _submit(executor, made, known, gates, options, stop_on_error, handles)
-        await driver
-    except BaseException:
-        # Restate cancelled the invocation, or ended this attempt: the calls
-        # still running are stopped (on the next attempt they are in doubt,
-        # or run again).
-        driver.cancel()
-        if handles.done():
-            handles.result()[-1].cancel()
-        for gate in gates.values():
-            settle(gate.recorded, RuntimeError("the attempt ended before the intent was stored"))
-        raise
-    last = handles.result()[-1]
-    return [await last] if stop_on_error is None else await last
+        driver = asyncio.ensure_future(_drive(made, gates, learning))
+        try:
+            await asyncio.wait({learning.known, driver}, return_when=asyncio.FIRST_COMPLETED)
+            if not learning.known.done():
+                driver.result()  # (its error)
+                raise RuntimeError("the journal ended before every call's state was known")
+            known: dict[int, ToolResult] = {}
+            for i, one in enumerate(made):
+                if one.result_recorded:
+                    replay = read_result(await one.result)
+                    if replay.status != "deferred":  # (else asked again)
+                        known[i] = replay
+                elif one.intent_recorded and started(one.intent_value):
+                    decided = await decide(one.call)  # it may have run: in doubt
+                    if decided is not None:
+                        known[i] = decided
+            _submit(executor, made, known, gates, options, stop_on_error, handles)
+            await driver
+        except BaseException:
+            # Restate cancelled the invocation, or ended this attempt: the calls
+            # still running are stopped (on the next attempt they are in doubt,
+            # or run again).
+            driver.cancel()
+            if handles.done():
+                handles.result()[-1].cancel()
+            for gate in gates.values():
+                settle(
+                    gate.recorded, RuntimeError("the attempt ended before the intent was stored")
+                )
+            raise
+        last = handles.result()[-1]
+        return [await last] if stop_on_error is None else await last
 
 
 def _submit(

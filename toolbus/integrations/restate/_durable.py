@@ -24,7 +24,7 @@ from ...executor import Executor
 from ...in_doubt import InDoubtHandler
 from ...models import BatchResult, ToolCall, ToolResult
 from .._turns.doubt import adecided
-from .._turns.submission import MANY, ONE, checked, no_loop
+from .._turns.submission import MANY, ONE, check_wrapped, checked, no_loop
 from ._calls import inside_a_call, run_calls
 
 __all__ = ["DurableExecutor", "durable", "handler_context"]
@@ -62,15 +62,7 @@ class DurableExecutor:
     invocation, or ends it."""
 
     def __init__(self, executor: Executor, *, on_in_doubt: InDoubtHandler | None = None) -> None:
-        if not isinstance(executor, Executor):
-            raise TypeError(
-                f"durable(): executor must be a toolbus.Executor, got {type(executor).__name__}"
-            )
-        if on_in_doubt is not None and not callable(on_in_doubt):
-            raise TypeError(
-                "durable(): on_in_doubt must be a callable (sync or async), got "
-                f"{type(on_in_doubt).__name__}"
-            )
+        check_wrapped(executor, on_in_doubt)
         self.executor = executor
         self.on_in_doubt = on_in_doubt
 
