@@ -45,6 +45,8 @@ class World:
         self.in_doubt: list[InDoubtCall] = []
         self.decision: Any = None  # what the in-doubt handler returns
         self.attempts: dict[str, int] = {}  # invocation id: attempts of its handler
+        self.needs_approval = True  # what `transfer`'s approval policy reads
+        self.fail_until = 1  # the attempt of a handler that fails last
         self.results: dict[str, list[Any]] = {}  # invocation id: what a call returned
 
     def reset(self) -> None:
@@ -94,6 +96,13 @@ def wait_lookup(city: str, ctx: ToolContext) -> str:
     world.ran.append(("wait_lookup", ctx.idempotency_key))
     assert world.release.wait(30)
     return f"{city}: 4 degrees"
+
+
+@registry.tool(policies=[requires_approval(when=lambda call: world.needs_approval)])
+def transfer(amount: int, ctx: ToolContext) -> str:
+    """Move money: approved first while the day's limit is reached."""
+    world.ran.append(("transfer", ctx.idempotency_key))
+    return f"transferred {amount}"
 
 
 @registry.tool(policies=[requires_approval()])
@@ -197,6 +206,19 @@ async def secret(ctx: restate.Context) -> list[dict[str, Any]]:
     if world.attempts[invocation] == 1:
         raise RuntimeError("the first attempt fails after the calls")
     return _shown([*done.results, lone])
+
+
+@service.handler()
+async def transfer_later(ctx: restate.Context) -> list[Any]:
+    """A transfer deferred on the first attempt, let through on a later one."""
+    invocation = ctx.request().id
+    world.attempts[invocation] = world.attempts.get(invocation, 0) + 1
+    result = await tools.aexecute(ToolCall(id="t", name="transfer", arguments={"amount": 100}))
+    world.results.setdefault(invocation, []).append(result)
+    world.needs_approval = False  # (the day's limit is reset)
+    if world.attempts[invocation] <= world.fail_until:
+        raise RuntimeError("a later step fails")
+    return _shown([result])
 
 
 @service.handler()
@@ -428,7 +450,7 @@ def test_a_batch_replays_in_call_order_whatever_finished_first(
     assert keys == [f"restate:{invocation}:{n}" for n in (1, 2, 3)]
 
 
-def test_a_call_that_never_starts_says_so_only_after_its_result(
+def test_a_call_that_never_starts_journals_no_intent(
     restate_server: tuple[Server, Served],
 ) -> None:
     srv, _ = restate_server
@@ -437,15 +459,14 @@ def test_a_call_that_never_starts_says_so_only_after_its_result(
     assert answer.json()["status"] == "rejected"  # (its arguments are not valid)
     assert world.ran == []
     journal = srv.journal(invocation)
+    commands = [e["name"] for e in journal if e["entry_type"] == "Command: Run"]
+    assert commands == ["toolbus-intent:book", "toolbus:book"]
     done = [
-        orjson.loads(e["entry_json"])["Notification"]["Completion"]["Run"]
+        orjson.loads(e["entry_json"])["Notification"]["Completion"]["Run"]["completion_id"]
         for e in journal
         if e["entry_type"] == "Notification: Run"
     ]
-    # Completion 1 is the intent's, 2 the result's: the result was stored first.
-    assert [d["completion_id"] for d in done] == [2, 1]
-    intent = orjson.loads(orjson.loads(bytes(done[1]["result"]["Success"])))
-    assert intent["started"] is False
+    assert done == [2]  # the result's: the intent's command holds nothing
 
 
 def test_a_deferred_call_is_asked_again_on_a_retry(
@@ -544,3 +565,25 @@ def test_a_call_a_tool_makes_is_the_executors_own(restate_server: tuple[Server, 
     assert answer.json()["output"] == "planned around Oslo: 4 degrees"
     names = [e.get("name") for e in srv.journal(invocation) if e["entry_type"] == "Command: Run"]
     assert names == ["toolbus-intent:plan", "toolbus:plan"]  # the inner call: not journaled
+
+
+@pytest.mark.parametrize("doubt", ["default", "skip"])
+def test_a_deferred_call_let_through_on_a_retry_is_in_doubt_on_the_next(
+    restate_server: tuple[Server, Served], doubt: str
+) -> None:
+    srv, _ = restate_server
+    world.fail_until = 3
+    world.decision = Skip("transferred 100 (found)") if doubt == "skip" else None
+    invocation = srv.send("ToolbusTests/transfer_later")
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    statuses = [r.status for r in world.results[invocation]]
+    # Deferred; asked again and let through (it ran); then in doubt, every time.
+    assert statuses[:2] == ["deferred", "ok"]
+    assert [t for t, _ in world.ran] == ["transfer"]  # never twice
+    assert [c.tool for c in world.in_doubt] == ["transfer", "transfer"]
+    last = answer.json()[0]
+    if doubt == "skip":
+        assert last["output"] == "transferred 100 (found)"
+    else:
+        assert last["code"] == ErrorCode.IN_DOUBT

@@ -25,7 +25,8 @@ as the Restate server calls them. See docs/durable.md.
 
 from .._turns.replies import ModelCallFailed
 from ._agent import arun_agent
-from ._durable import DurableExecutor, durable, handler_context
+from ._durable import DurableExecutor, durable
+from ._handler import handler_context
 from ._serve import serve
 
 __all__ = [

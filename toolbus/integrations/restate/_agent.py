@@ -34,8 +34,8 @@ from .._turns.replies import (
     reply_record,
 )
 from .._turns.submission import wrapped
-from ._calls import one_at_a_time
-from ._durable import DurableExecutor, handler_context
+from ._durable import DurableExecutor
+from ._handler import handler_context, one_at_a_time
 
 __all__ = ["arun_agent"]
 

@@ -16,32 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from restate import Context
-from restate.extensions import current_context
-
 from ...calls import CallLike, coerce_call
 from ...executor import Executor
 from ...in_doubt import InDoubtHandler
 from ...models import BatchResult, ToolCall, ToolResult
 from .._turns.doubt import adecided
 from .._turns.submission import MANY, ONE, check_wrapped, checked, no_loop
-from ._calls import inside_a_call, run_calls
+from ._calls import run_calls
+from ._handler import handler_context
 
 __all__ = ["DurableExecutor", "durable", "handler_context"]
 
 _OWNER = "restate DurableExecutor"
-
-
-def handler_context() -> Context | None:
-    """The context of the Restate handler this code runs in, if any: None in
-    a toolbus call's tool (its calls are the executor's own). A `ctx.run`
-    action of your own has it too: call the executor itself from those."""
-    if inside_a_call():
-        return None
-    try:
-        return current_context()
-    except LookupError:  # (the SDK's variable has no default)
-        return None
 
 
 class DurableExecutor:
