@@ -55,7 +55,14 @@ from .._turns.records import (
     was_reasked,
 )
 from .._turns.submission import Gate, settle, submit_one, submit_options
-from ._handler import journaled, one_at_a_time, positions, replaying, submitting
+from ._handler import (
+    attempt_ending,
+    journaled,
+    one_at_a_time,
+    positions,
+    replaying,
+    submitting,
+)
 
 __all__ = ["run_calls"]
 
@@ -133,6 +140,10 @@ async def run_calls(
                     known[i] = decided
             if driver.done() and driver.exception() is not None:
                 driver.result()  # (the attempt ended meanwhile: its error)
+            if doubts and attempt_ending(ctx):
+                # (a slow decision outlived the attempt: a call run now
+                # would never be journaled, and would run on every retry)
+                raise RuntimeError("the attempt ended while calls in doubt were decided")
             with submitting():
                 _submit(executor, made, known, gates, options, stop_on_error, handles)
             await driver

@@ -5,8 +5,9 @@ result, a call's position, and the lock its steps wait on Restate under.
 Some of these read the SDK's invocation context (restate-sdk 1.3, the
 version the `restate` extra pins): which actions it has still to run
 (`run_coros_to_execute`: a command whose result the journal holds has none),
-which tasks run actions (`tasks`), and whether its state machine still
-replays the journal (`vm.is_replaying`). The public API says the first only
+which tasks run actions (`tasks`), whether its state machine still
+replays the journal (`vm.is_replaying`), and whether the server closed its
+side of the stream (`receive`). The public API says the first only
 once a future is awaited, when it is too late to decide, and not the others.
 """
 
@@ -23,6 +24,7 @@ from restate import Context
 from restate.extensions import current_context
 
 __all__ = [
+    "attempt_ending",
     "handler_context",
     "inside_a_call",
     "journaled",
@@ -105,6 +107,14 @@ def replaying(ctx: Context) -> bool:
             "toolbus.integrations.restate needs restate-sdk 1.3 (pip install 'toolbus[restate]')"
         )
     return bool(is_replaying())
+
+
+def attempt_ending(ctx: Context) -> bool:
+    """Whether the server has closed its side of this attempt's stream: it
+    asks the handler to suspend, or aborts the attempt (its inactivity and
+    abort timers): no record the handler writes now will be confirmed."""
+    closed = getattr(getattr(ctx, "receive", None), "_http_input_closed", None)
+    return isinstance(closed, asyncio.Event) and closed.is_set()
 
 
 def positions(ctx: Context, n: int) -> range:
