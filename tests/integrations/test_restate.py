@@ -120,6 +120,13 @@ def plan(city: str, ctx: ToolContext) -> str:
     return f"planned around {inner.output}"
 
 
+@registry.tool(read_only=True)
+def read_menu(path: str) -> str:
+    """A file's text, its undecodable bytes kept (`surrogateescape`)."""
+    world.ran.append(("read_menu", None))
+    return b"caf\xe9 menu".decode("utf-8", "surrogateescape")
+
+
 def on_in_doubt(call: InDoubtCall) -> Any:
     world.in_doubt.append(call)
     return world.decision
@@ -587,3 +594,14 @@ def test_a_deferred_call_let_through_on_a_retry_is_in_doubt_on_the_next(
         assert last["output"] == "transferred 100 (found)"
     else:
         assert last["code"] == ErrorCode.IN_DOUBT
+
+
+def test_text_json_cannot_hold_is_journaled_escaped(restate_server: tuple[Server, Served]) -> None:
+    srv, _ = restate_server
+    raw = [{"name": "read_menu", "arguments": {"path": "menu.txt"}, "fail_once": True}]
+    invocation = srv.send("ToolbusTests/batch", raw)
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()[0]["output"] == "caf\\udce9 menu"  # (read back: escaped)
+    assert answer.json()[0]["replayed"] is True
+    assert len(world.ran) == 1

@@ -94,13 +94,16 @@ def was_reasked(record: Any) -> bool:
 
 def result_record(result: ToolResult) -> str:
     """`result` as recorded: JSON text. An output JSON cannot hold (an integer
-    past 64 bits, an object) is recorded as its text, so the record is always
-    written (a replay then shows that text)."""
+    past 64 bits, an object) is recorded as its text, and text JSON cannot
+    hold (a lone surrogate: bytes decoded with `surrogateescape`) with those
+    characters escaped (`\\udcxx`), so the record is always written (a replay
+    then shows that text)."""
     try:
         return orjson.dumps({"toolbus": VERSION, "result": result.model_dump(mode="json")}).decode()
     except Exception:  # any serializer's failure: the output's text form
         shown = result.model_copy(update={"output": _text(result.output)})
-        return orjson.dumps({"toolbus": VERSION, "result": shown.model_dump(mode="json")}).decode()
+        data = _escaped(shown.model_dump(mode="json"))
+        return orjson.dumps({"toolbus": VERSION, "result": data}).decode()
 
 
 def _text(value: Any) -> str:
@@ -108,6 +111,17 @@ def _text(value: Any) -> str:
         return str(value)
     except Exception:
         return f"<{type(value).__name__}>"
+
+
+def _escaped(value: Any) -> Any:
+    """`value` with every string JSON can hold: lone surrogates escaped."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def read_result(record: Any) -> ToolResult:
