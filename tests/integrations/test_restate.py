@@ -240,6 +240,17 @@ async def approve_later(ctx: restate.Context) -> dict[str, Any]:
 
 
 @service.handler()
+async def stuck(ctx: restate.Context) -> str:
+    """A handler busy with something that is not Restate's (its first attempt)."""
+    invocation = ctx.request().id
+    world.attempts[invocation] = world.attempts.get(invocation, 0) + 1
+    if world.attempts[invocation] == 1:
+        world.entered.set()
+        await asyncio.Event().wait()  # (until cancelled)
+    return "done"
+
+
+@service.handler()
 async def gathered(ctx: restate.Context, n: int) -> list[str]:
     """Lone calls gathered from tasks of one handler (they take turns)."""
     invocation = ctx.request().id
@@ -540,6 +551,10 @@ async def test_serve_refuses_bad_arguments() -> None:
         await serve()
     with pytest.raises(ValueError, match="port"):
         await serve(service, port=70000)
+    with pytest.raises(ValueError, match="port"):
+        await serve(service, port=0)  # (the server must be told the port)
+    with pytest.raises(TypeError, match=r"restate\.Service"):
+        await serve(service, "ToolbusTests")
     with pytest.raises(ValueError, match="grace"):
         await serve(service, grace=-1)
 
@@ -605,3 +620,14 @@ def test_text_json_cannot_hold_is_journaled_escaped(restate_server: tuple[Server
     assert answer.json()[0]["output"] == "caf\\udce9 menu"  # (read back: escaped)
     assert answer.json()[0]["replayed"] is True
     assert len(world.ran) == 1
+
+
+def test_a_stopped_service_stops_whatever_its_handlers_do(
+    restate_server: tuple[Server, Served],
+) -> None:
+    srv, served = restate_server
+    invocation = srv.send("ToolbusTests/stuck")
+    assert world.entered.wait(60)
+    served.stop()  # (returns: it joins the serving thread, a hang guard)
+    served.start()
+    assert srv.attach(invocation).json() == "done"  # (retried against it, served again)

@@ -7,12 +7,14 @@ must die with its process: it forks a worker (a `kill -9` of the command
 leaves the worker serving), and the SDK's app, on its first request, takes
 SIGTERM's handler from hypercorn's (asyncio keeps one per signal), so SIGTERM
 no longer stops the server. Here the process that serves is the one started,
-and SIGTERM and SIGINT stop it through the SDK's own shutdown hook.
+and SIGTERM and SIGINT stop it through the SDK's own shutdown hook (and give
+their handlers back when `serve` returns).
 
-A `stop` event given stops it too, from any thread's loop: the SDK, once its
-handler is done or cancelled, waits for the Restate server to close the
-stream (and swallows the server's cancellation meanwhile), so on `stop` each
-stream's input is ended here, as a disconnect, for the attempt to end.
+Stopping: attempts still running have `grace` seconds to end. Then each
+stream left reads a disconnect (the SDK, its handler done or cancelled,
+waits for the server to close the stream, and swallows a cancellation
+meanwhile), and a moment later `serve` returns whatever hypercorn still
+waits for: a stopped service must stop.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from restate.server import install_shutdown_hook
 
 __all__ = ["serve"]
 
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
 
 async def serve(
     *services: Any,
@@ -42,36 +46,90 @@ async def serve(
     until `stop` is set; attempts still running then have `grace` seconds to
     end before they are cancelled (Restate retries them). Register the URL
     with the Restate server's admin API to call them."""
-    if not services:
-        raise ValueError("serve(): give at least one Restate service")
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
-        raise ValueError(f"serve(): grace must be a number of seconds >= 0, got {grace!r}")
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-        raise ValueError(f"serve(): port must be an int from 0 to 65535, got {port!r}")
+    _check(services, port, grace)
     app = restate.app(services=list(services))
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    config.graceful_timeout = grace
-    ended = stop if stop is not None else asyncio.Event()
-    if threading.current_thread() is threading.main_thread():  # (signals are the main's)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            install_shutdown_hook(loop, ended.set, sig)
-    served = app if stop is None else _until(app, ended)
-    await _hypercorn(served, config, shutdown_trigger=ended.wait)
+    # Streams left read a disconnect at `grace`, which ends their attempts;
+    # hypercorn cancels what is still running a moment later, and `serve`
+    # returns a moment after that whatever still runs.
+    config.graceful_timeout = grace + 0.5
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()  # a signal, or `stop`
+    expired = asyncio.Event()  # `grace` over: the streams left read a disconnect
+    hooked = threading.current_thread() is threading.main_thread()  # (signals are its)
+    before = _hooks(loop) if hooked else {}
+    if hooked:
+        for sig in _SIGNALS:
+            install_shutdown_hook(loop, stopping.set, sig)
+    watch = asyncio.ensure_future(_watch(stop, stopping, expired, grace))
+    server = asyncio.ensure_future(
+        _hypercorn(_until(app, expired), config, shutdown_trigger=stopping.wait)
+    )
+    stopped = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({server, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not server.done():
+            await asyncio.wait({server}, timeout=grace + 1.5)
+        if server.done():
+            server.result()  # (hypercorn's own error, if any: a port in use)
+    finally:
+        for task in (server, watch, stopped):
+            task.cancel()
+        await asyncio.wait({server, watch, stopped}, timeout=1.0)
+        for task in (server, watch, stopped):
+            if task.done() and not task.cancelled():
+                task.exception()  # (retrieved: hypercorn cut short may end in an error)
+        if hooked:
+            _restore(loop, before)
 
 
-def _until(app: Any, stop: asyncio.Event) -> Any:
-    """`app`, whose streams read a disconnect once `stop` is set."""
+def _check(services: tuple[Any, ...], port: Any, grace: Any) -> None:
+    if not services:
+        raise ValueError("serve(): give at least one Restate service")
+    kinds = (restate.Service, restate.VirtualObject, restate.Workflow)
+    for s in services:
+        if not isinstance(s, kinds):
+            raise TypeError(
+                "serve(): each service must be a restate.Service, VirtualObject or "
+                f"Workflow, got {type(s).__name__}"
+            )
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise ValueError(f"serve(): port must be an int from 1 to 65535, got {port!r}")
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+        raise ValueError(f"serve(): grace must be a number of seconds >= 0, got {grace!r}")
+
+
+async def _watch(
+    stop: asyncio.Event | None, stopping: asyncio.Event, expired: asyncio.Event, grace: float
+) -> None:
+    """`stop` stops; `grace` after stopping, the streams left expire."""
+    if stop is None:
+        await stopping.wait()
+    else:
+        either = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(stopping.wait())}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in either:
+                f.cancel()
+        stopping.set()
+    await asyncio.sleep(grace)  # (the time given, not a wait for an event)
+    expired.set()
+    await asyncio.Event().wait()  # (ended by `serve`)
+
+
+def _until(app: Any, expired: asyncio.Event) -> Any:
+    """`app`, whose streams read a disconnect once `expired` is set."""
 
     async def until(scope: Any, receive: Any, send: Any) -> None:
         async def received() -> Any:
-            if stop.is_set():
+            if expired.is_set():
                 return {"type": "http.disconnect"}
             got = asyncio.ensure_future(receive())
-            ended = asyncio.ensure_future(stop.wait())
+            ended = asyncio.ensure_future(expired.wait())
             await asyncio.wait({got, ended}, return_when=asyncio.FIRST_COMPLETED)
             if got.done():
                 ended.cancel()
@@ -82,3 +140,29 @@ def _until(app: Any, stop: asyncio.Event) -> Any:
         await app(scope, received, send)
 
     return until
+
+
+def _hooks(loop: asyncio.AbstractEventLoop) -> dict[int, list[Any]]:
+    """The SDK's shutdown hooks of `loop` now, per signal (restate-sdk 1.3
+    keeps them in `restate.server._shutdown_hooks`; none: {})."""
+    table = getattr(restate.server, "_shutdown_hooks", None)
+    hooks = table.get(loop, {}) if isinstance(table, dict) else {}
+    return {sig: list(hooks.get(sig, ())) for sig in _SIGNALS}
+
+
+def _restore(loop: asyncio.AbstractEventLoop, before: dict[int, list[Any]]) -> None:
+    """Drop the hooks added while serving (ours, the app's); a signal that had
+    none before gets its handler back (the default)."""
+    table = getattr(restate.server, "_shutdown_hooks", None)
+    if not isinstance(table, dict) or loop not in table:
+        return
+    hooks = table[loop]
+    for sig in _SIGNALS:
+        kept = before.get(sig, [])
+        if kept and sig in hooks:
+            hooks[sig][:] = kept  # (in place: the SDK's dispatcher reads that list)
+        elif sig in hooks:
+            hooks.pop(sig, None)
+            loop.remove_signal_handler(sig)
+    if not hooks:
+        del table[loop]
