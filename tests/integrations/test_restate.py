@@ -631,3 +631,49 @@ def test_a_stopped_service_stops_whatever_its_handlers_do(
     served.stop()  # (returns: it joins the serving thread, a hang guard)
     served.start()
     assert srv.attach(invocation).json() == "done"  # (retried against it, served again)
+
+
+def test_a_record_too_large_for_restate_is_cut_and_says_so() -> None:
+    from toolbus import ToolResult
+    from toolbus.integrations._turns.records import read_result, result_record
+    from toolbus.integrations.restate._calls import MAX_RECORD, _bounded
+
+    huge = ToolResult(call_id="a", name="dump", status="ok", output="x" * (MAX_RECORD + 10))
+    record = _bounded(result_record(huge), huge)
+    assert len(record) <= MAX_RECORD
+    back = read_result(record)
+    assert back.status == "ok" and back.metadata["journal_cut"] > MAX_RECORD
+    assert back.output.endswith("bytes journaled]")
+    small = ToolResult(call_id="b", name="t", status="ok", output="fine")
+    assert _bounded(result_record(small), small) == result_record(small)
+
+
+def test_a_sync_in_doubt_handler_leaves_the_service_serving(
+    restate_server: tuple[Server, Served],
+) -> None:
+    srv, served = restate_server
+    asked = threading.Event()
+
+    def slow_ledger(call: InDoubtCall) -> Any:
+        asked.set()
+        assert world.release.wait(60)  # (until another invocation was served)
+        return Skip("booked (the ledger)")
+
+    world.decision = None
+    invocation = srv.send(
+        "ToolbusTests/one", {"name": "slow_book", "arguments": {"restaurant": "Maaemo"}}
+    )
+    assert world.entered.wait(60)
+    served.stop()  # the call is in doubt on the retry
+    world.entered.clear()
+    real = tools.on_in_doubt
+    tools.on_in_doubt = slow_ledger
+    try:
+        served.start()
+        assert asked.wait(60)
+        other = srv.call("ToolbusTests/one", {"name": "lookup", "arguments": {"city": "Oslo"}})
+        assert other.json()["output"] == "Oslo: 4 degrees"  # served while the ledger is asked
+        world.release.set()
+        assert srv.attach(invocation).json()["output"] == "booked (the ledger)"
+    finally:
+        tools.on_in_doubt = real

@@ -107,6 +107,22 @@ async def failing_model(ctx: restate.Context) -> str:
     return "no error"
 
 
+@service.handler()
+async def failing_approver(ctx: restate.Context) -> str:
+    def approve_or_fail(request: Any) -> bool:
+        world.asked_person.append(request.call_id)
+        raise ConnectionError("https://approvals.example/?token=sk-live-123 unreachable")
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(model))
+    async with openai.AsyncOpenAI(
+        api_key="sk-test", base_url="http://m.test/v1", http_client=http, max_retries=0
+    ) as client:
+        await arun_agent(
+            client, model="m", messages="refund", executor=executor, approve=approve_or_fail
+        )
+    return "no error"
+
+
 @pytest.fixture(scope="module")
 def restate_server() -> Iterator[Server]:
     with server() as running, Served(service) as served:
@@ -143,3 +159,14 @@ def test_a_model_that_fails_ends_the_invocation_without_a_retry(restate_server: 
     (failed,) = world.failed
     assert "APIStatusError" in str(failed) or "InternalServerError" in str(failed)
     assert isinstance(failed.__cause__, openai.APIError)  # (in the attempt it happened in)
+
+
+def test_an_approver_that_raises_ends_the_invocation_without_its_message(
+    restate_server: Server,
+) -> None:
+    invocation = restate_server.send("AgentTests/failing_approver")
+    answer = restate_server.attach(invocation)
+    assert answer.status_code == 500, answer.text
+    assert "the approver raised ConnectionError" in answer.text
+    assert "sk-live-123" not in answer.text
+    assert world.asked_person == ["call_0_1"]  # asked once: not retried

@@ -6,6 +6,7 @@ its events show them.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 from ...executor import Executor
@@ -20,8 +21,13 @@ __all__ = ["adecided", "decided", "in_doubt_call", "masked_arguments"]
 async def adecided(
     executor: Executor, handler: InDoubtHandler | None, call: ToolCall
 ) -> ToolResult | None:
-    """For `call` in doubt: its result if it does not run again, else None."""
+    """For `call` in doubt: its result if it does not run again, else None.
+    A sync handler runs in a thread (it may ask a ledger over the network):
+    the loop it is called from serves other work meanwhile."""
     found = in_doubt_call(executor, call)
+    if handler is not None and not _is_async(handler):
+        decision = await asyncio.to_thread(decide, handler, found)
+        return None if isinstance(decision, Rerun) else in_doubt_result(found, decision)
     decision = await adecide(handler, found)
     return None if isinstance(decision, Rerun) else in_doubt_result(found, decision)
 
@@ -33,6 +39,11 @@ def decided(
     found = in_doubt_call(executor, call)
     decision = decide(handler, found)
     return None if isinstance(decision, Rerun) else in_doubt_result(found, decision)
+
+
+def _is_async(handler: Any) -> bool:
+    call = type(handler).__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 def in_doubt_call(executor: Executor, call: ToolCall) -> InDoubtCall:

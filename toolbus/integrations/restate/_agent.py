@@ -94,7 +94,14 @@ class _Journaled:
 
     async def adecide(self, step: Decide, approve: Approve | None) -> list[Any]:
         async def ask() -> str:
-            return answers_record(step.requests, await DIRECT.adecide(step, approve))
+            try:
+                answers = await DIRECT.adecide(step, approve)
+            except Exception as e:
+                # Journaled as Restate's terminal error without its message
+                # (it may name what the approver reached, its credentials);
+                # the approver's exception is its cause in this attempt.
+                raise TerminalError(f"the approver raised {type(e).__name__}") from e
+            return answers_record(step.requests, answers)
 
         async with one_at_a_time(self.ctx):
             record = await self.ctx.run_typed("toolbus-approve", ask, _ONCE)

@@ -68,6 +68,9 @@ __all__ = ["run_calls"]
 
 # Each action returns its record and raises nothing: Restate need not retry it.
 _ONCE: RunOptions[str] = RunOptions(max_attempts=1)
+# What a call's record may weigh: the server refuses a message over 32 MiB
+# (its default), and an attempt that cannot write its record never ends.
+MAX_RECORD = 16 * 1024 * 1024
 
 Decide = Callable[[ToolCall], Awaitable[ToolResult | None]]
 T = TypeVar("T")
@@ -191,7 +194,7 @@ def _issue(
         async def result() -> str:
             ended: ToolResult = await (await handles)[i]
             settle(one.ended)
-            return result_record(ended)
+            return _bounded(result_record(ended), ended)
 
         return intent, result
 
@@ -211,6 +214,24 @@ def _issue(
         one.result_journaled = journaled(ctx, one.result)
         made.append(one)
     return made
+
+
+def _bounded(record: str, result: ToolResult) -> str:
+    """`record`, or one of `result` cut to fit `MAX_RECORD`: its output's text
+    cut (what the model reads is cut long before), its attachments left out,
+    `metadata["journal_cut"]` the size it had. The call ran: it stays so."""
+    if len(record) <= MAX_RECORD:
+        return record
+    text = result.output if isinstance(result.output, str) else str(result.output)
+    shown = text[: MAX_RECORD // 8] + f"... [cut: the output was {len(record)} bytes journaled]"
+    cut = result.model_copy(
+        update={
+            "output": shown,
+            "attachments": (),
+            "metadata": {**result.metadata, "journal_cut": len(record)},
+        }
+    )
+    return result_record(cut)
 
 
 async def _while_driven(work: Awaitable[T], driver: asyncio.Future[None]) -> T:
