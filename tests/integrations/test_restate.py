@@ -229,6 +229,24 @@ async def transfer_later(ctx: restate.Context) -> list[Any]:
 
 
 @service.handler()
+async def transfer_batch(ctx: restate.Context, stop_on_error: bool) -> list[Any]:
+    invocation = ctx.request().id
+    world.attempts[invocation] = world.attempts.get(invocation, 0) + 1
+    batch = await tools.aexecute_batch(
+        [
+            ToolCall(id="t", name="transfer", arguments={"amount": 100}),
+            ToolCall(id="b", name="book", arguments={"restaurant": "Maaemo"}),
+        ],
+        stop_on_error=stop_on_error,
+    )
+    world.results.setdefault(invocation, []).append(batch.results)
+    if world.attempts[invocation] <= world.fail_until:
+        world.needs_approval = world.attempts[invocation] < 2  # (let through from the third)
+        raise RuntimeError("a later step fails")
+    return _shown(batch.results)
+
+
+@service.handler()
 async def approve_later(ctx: restate.Context) -> dict[str, Any]:
     invocation = ctx.request().id
     world.attempts[invocation] = world.attempts.get(invocation, 0) + 1
@@ -677,3 +695,32 @@ def test_a_sync_in_doubt_handler_leaves_the_service_serving(
         assert srv.attach(invocation).json()["output"] == "booked (the ledger)"
     finally:
         tools.on_in_doubt = real
+
+
+def test_a_deferred_call_asked_again_and_deferred_again_is_not_asked_a_third_time(
+    restate_server: tuple[Server, Served],
+) -> None:
+    # Deferred, asked again and deferred again (its intent then journaled as
+    # not started): from then on it is what it was, never run without an intent.
+    srv, _ = restate_server
+    world.fail_until = 3
+    invocation = srv.send("ToolbusTests/transfer_batch", False)
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    firsts = [results[0].status for results in world.results[invocation]]
+    assert firsts == ["deferred"] * 4
+    assert not any(t == "transfer" for t, _ in world.ran)
+
+
+def test_a_batch_that_stops_on_error_replays_its_deferred_call_as_it_was(
+    restate_server: tuple[Server, Served],
+) -> None:
+    srv, _ = restate_server
+    world.fail_until = 1
+    invocation = srv.send("ToolbusTests/transfer_batch", True)
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    first, again = world.results[invocation]
+    shown = [(r.status, r.error_code) for r in first]
+    assert shown == [("deferred", "APPROVAL_REQUIRED"), ("cancelled", "ABORTED")]
+    assert [(r.status, r.error_code) for r in again] == shown

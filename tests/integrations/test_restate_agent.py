@@ -38,6 +38,8 @@ class World:
         self.asked_person: list[str] = []
         self.attempts: dict[str, int] = {}
         self.model_fails = False
+        self.over_limit = True
+        self.turns = TURNS
         self.failed: list[ModelCallFailed] = []
 
 
@@ -53,6 +55,14 @@ def lookup(city: str) -> str:
     return f"{city}: 4 degrees"
 
 
+@registry.tool(policies=[requires_approval(when=lambda call: world.over_limit)])
+def transfer(amount: int) -> str:
+    """Move money: approved first while the day's limit is reached."""
+    with world.lock:
+        world.ran.append(f"transfer {amount}")
+    return f"transferred {amount}"
+
+
 @registry.tool(policies=[requires_approval()])
 def refund(amount: int) -> str:
     """Refund (a person approves it first)."""
@@ -65,7 +75,7 @@ async def model(request: httpx2.Request) -> httpx2.Response:
     world.asked_model += 1
     if world.model_fails:
         return httpx2.Response(500, json={"error": {"message": "the model is down"}})
-    return dbos_support.model_reply(TURNS, request)
+    return dbos_support.model_reply(world.turns, request)
 
 
 def approve(request: Any) -> bool:
@@ -89,6 +99,7 @@ async def turn(ctx: restate.Context, question: str) -> dict[str, Any]:
             client, model="m", messages=question, executor=executor, approve=approve
         )
     if world.attempts[invocation] == 1:
+        world.over_limit = False  # (the day's limit is reset meanwhile)
         raise RuntimeError("the first attempt fails after the turn")
     return {"text": run.text, "stop": run.stop_reason, "messages": len(run.messages)}
 
@@ -170,3 +181,17 @@ def test_an_approver_that_raises_ends_the_invocation_without_its_message(
     assert "the approver raised ConnectionError" in answer.text
     assert "sk-live-123" not in answer.text
     assert world.asked_person == ["call_0_1"]  # asked once: not retried
+
+
+def test_a_retried_turn_takes_the_path_it_took_whatever_the_policies_say_now(
+    restate_server: Server,
+) -> None:
+    # Deferred, approved and run on the first attempt; on the retry its policy
+    # would let it through at once: the turn is read back as it was.
+    world.turns = [[("transfer", {"amount": 5})]]
+    invocation = restate_server.send("AgentTests/turn", "a transfer")
+    answer = restate_server.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    assert world.attempts[invocation] == 2
+    assert world.ran == ["transfer 5"]  # once
+    assert world.asked_person == ["call_0_0"]

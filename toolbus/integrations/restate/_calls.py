@@ -9,8 +9,9 @@ once, with what is known:
 
 - its result journaled: replayed through the executor as `Run.decided`. A
   journaled `deferred` result is asked again (its request was bound to the
-  process that made it), as on DBOS; if its tool then starts, its intent
-  says it was asked again, and a later attempt finds that call in doubt;
+  process that made it), as on DBOS, where its tool, if it then starts, can
+  record its intent first (below); its intent then says it was asked again,
+  and a later attempt finds that call in doubt. Elsewhere it is replayed;
 - its intent journaled, its result not: in doubt, decided by the rule of
   `toolbus.in_doubt` (its result, or it runs again under its key);
 - neither: it runs. Its intent's action waits until the tool asks to start
@@ -107,7 +108,7 @@ async def run_calls(
         made = _issue(executor, ctx, calls, handles, gates)
         known: dict[int, ToolResult] = {}
         doubts: list[int] = []
-        reasked: list[int] = []
+        deferred: dict[int, ToolResult] = {}
         for i, one in enumerate(made):  # (the journal's values: no action runs yet)
             if one.result_journaled:
                 replay = read_result(await one.result)
@@ -116,22 +117,27 @@ async def run_calls(
                     known[i] = replay
                 elif one.intent_journaled and was_reasked(intent):
                     doubts.append(i)  # asked again, let through: its result unjournaled
-                else:  # asked again
-                    one.reasked = True
-                    reasked.append(i)
+                else:
+                    deferred[i] = replay
             elif one.intent_journaled:
                 if started(await one.intent):
                     doubts.append(i)  # it may have run
             else:
                 one.waits_intent = one.intent is not None
-        # A call asked again records its intent, if it has one unjournaled,
-        # only where the journal ends: Restate refuses a wait on a command
-        # while it replays what came after it (the attempt that deferred the
-        # call went on; the call is then asked again without an intent).
-        if reasked and not replaying(ctx):
-            for i in reasked:
-                one = made[i]
-                one.waits_intent = one.intent is not None and not one.intent_journaled
+        # A journaled `deferred` result is asked again only where its tool,
+        # if it then starts, can record its intent first: the journal ends
+        # here (Restate refuses a wait on a command while it replays what
+        # came after it), the intent's command holds nothing yet, and no
+        # journaled result of the batch stops it (`stop_on_error`). Anywhere
+        # else it is what it was: a call run then could never be journaled.
+        free = not replaying(ctx) and not stop_on_error
+        for i, replay in deferred.items():
+            one = made[i]
+            if free and not one.intent_journaled:
+                one.reasked = True
+                one.waits_intent = one.intent is not None
+            else:
+                known[i] = replay
         for i, one in enumerate(made):
             if one.waits_intent:
                 gates[i] = Gate(loop, loop.create_future())
