@@ -25,7 +25,7 @@ from .._turns.submission import MANY, ONE, check_wrapped, checked, no_loop
 from ._calls import run_calls
 from ._handler import handler_context
 
-__all__ = ["DurableExecutor", "durable", "handler_context"]
+__all__ = ["DurableExecutor", "durable"]
 
 _OWNER = "restate DurableExecutor"
 
