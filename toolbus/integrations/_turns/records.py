@@ -30,7 +30,6 @@ __all__ = [
     "result_record",
     "started",
     "step_name",
-    "unstarted_record",
     "was_reasked",
 ]
 
@@ -63,17 +62,9 @@ def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -
     return orjson.dumps(data).decode()
 
 
-def unstarted_record(call_id: str, tool: str) -> str:
-    """A call's intent step, for an engine that records every step it runs
-    (Restate): the call ended without its tool starting. Recorded only once
-    the call's result is, so a run after a crash never finds it without one."""
-    data = {"toolbus": VERSION, "intent": tool, "call_id": call_id, "started": False}
-    return orjson.dumps(data).decode()
-
-
 def started(record: Any) -> bool:
     """Whether an intent record says its call's tool started (any record but
-    `unstarted_record`'s: an unreadable one is taken to say it did)."""
+    one that says `"started": false`: an unreadable one is taken to say it did)."""
     try:
         data = orjson.loads(record) if isinstance(record, str) else None
     except orjson.JSONDecodeError:

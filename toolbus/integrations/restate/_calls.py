@@ -7,11 +7,12 @@ before it for its intent. Whether the journal holds each command's result is
 known as it is issued (`_handler.journaled`), and the batch is submitted
 once, with what is known:
 
-- its result journaled: replayed through the executor as `Run.decided`. A
-  journaled `deferred` result is asked again (its request was bound to the
-  process that made it), as on DBOS, where its tool, if it then starts, can
-  record its intent first (below); its intent then says it was asked again,
-  and a later attempt finds that call in doubt. Elsewhere it is replayed;
+- its result journaled: replayed through the executor as `Run.decided`, a
+  `deferred` one too. (DBOS asks such a call again, its request being bound
+  to the process that made it. Here a call asked again could only end as it
+  did or take the handler down another path than the journal's, which
+  Restate refuses on every later attempt: an outcome other than `deferred`
+  cannot be journaled, the result's command holding that already);
 - its intent journaled, its result not: in doubt, decided by the rule of
   `toolbus.in_doubt` (its result, or it runs again under its key);
 - neither: it runs. Its intent's action waits until the tool asks to start
@@ -19,9 +20,7 @@ once, with what is known:
   stored it. A call that ends without its tool starting leaves its intent's
   command without a result (the action ends cancelled: Restate records
   nothing for it, and completes the invocation all the same), as DBOS
-  records no step for it, so a later attempt that asks it again has it.
-  Asked again and ending without starting, it records that it did not
-  (something must end the wait on Restate: its result is journaled already).
+  records no step for it.
 
 One coroutine drives Restate for the whole batch (`_drive`, over
 `restate.wait_completed`), and one batch at a time of a handler's
@@ -52,8 +51,6 @@ from .._turns.records import (
     result_record,
     started,
     step_name,
-    unstarted_record,
-    was_reasked,
 )
 from .._turns.submission import Gate, settle, submit_one, submit_options
 from ._handler import (
@@ -61,7 +58,6 @@ from ._handler import (
     journaled,
     one_at_a_time,
     positions,
-    replaying,
     submitting,
 )
 
@@ -87,7 +83,6 @@ class _Call:
     intent: Any = None  # its intent's, for a call that records one
     result_journaled: bool = False
     intent_journaled: bool = False
-    reasked: bool = False  # its `deferred` result asked again
     waits_intent: bool = False  # its intent's action runs (this attempt)
 
 
@@ -108,36 +103,15 @@ async def run_calls(
         made = _issue(executor, ctx, calls, handles, gates)
         known: dict[int, ToolResult] = {}
         doubts: list[int] = []
-        deferred: dict[int, ToolResult] = {}
         for i, one in enumerate(made):  # (the journal's values: no action runs yet)
             if one.result_journaled:
-                replay = read_result(await one.result)
-                intent = await one.intent if one.intent_journaled else None
-                if replay.status != "deferred":
-                    known[i] = replay
-                elif one.intent_journaled and was_reasked(intent):
-                    doubts.append(i)  # asked again, let through: its result unjournaled
-                else:
-                    deferred[i] = replay
+                # Replayed as it was, a `deferred` one too (see above).
+                known[i] = read_result(await one.result)
             elif one.intent_journaled:
                 if started(await one.intent):
                     doubts.append(i)  # it may have run
             else:
                 one.waits_intent = one.intent is not None
-        # A journaled `deferred` result is asked again only where its tool,
-        # if it then starts, can record its intent first: the journal ends
-        # here (Restate refuses a wait on a command while it replays what
-        # came after it), the intent's command holds nothing yet, and no
-        # journaled result of the batch stops it (`stop_on_error`). Anywhere
-        # else it is what it was: a call run then could never be journaled.
-        free = not replaying(ctx) and not stop_on_error
-        for i, replay in deferred.items():
-            one = made[i]
-            if free and not one.intent_journaled:
-                one.reasked = True
-                one.waits_intent = one.intent is not None
-            else:
-                known[i] = replay
         for i, one in enumerate(made):
             if one.waits_intent:
                 gates[i] = Gate(loop, loop.create_future())
@@ -191,11 +165,8 @@ def _issue(
             gate = gates[i]
             await asyncio.wait({gate.asked, one.ended}, return_when=asyncio.FIRST_COMPLETED)
             if gate.asked.done():
-                key = c.idempotency_key or ""
-                return intent_record(c.id, c.name, key, reasked=one.reasked)
-            if one.reasked:
-                return unstarted_record(c.id, c.name)  # (see the module's docstring)
-            raise asyncio.CancelledError  # no record: a later attempt may ask it again
+                return intent_record(c.id, c.name, c.idempotency_key or "")
+            raise asyncio.CancelledError  # no record (see the module's docstring)
 
         async def result() -> str:
             ended: ToolResult = await (await handles)[i]
@@ -283,13 +254,6 @@ def _submit(
             **submit_options(options, one=False),
         )
         handles.set_result([*batch.calls, batch])
-    loop = asyncio.get_running_loop()
-    for i, one in enumerate(made):
-        if one.reasked and one.waits_intent:
-            # No result action of its own tells its intent's that it ended.
-            handles.result()[i].add_done_callback(
-                lambda _, ended=one.ended: loop.call_soon_threadsafe(settle, ended)
-            )
 
 
 async def _drive(made: list[_Call], gates: dict[int, Gate]) -> None:

@@ -5,9 +5,8 @@ result, a call's position, and the lock its steps wait on Restate under.
 Some of these read the SDK's invocation context (restate-sdk 1.3, the
 version the `restate` extra pins): which actions it has still to run
 (`run_coros_to_execute`: a command whose result the journal holds has none),
-which tasks run actions (`tasks`), whether its state machine still
-replays the journal (`vm.is_replaying`), and whether the server closed its
-side of the stream (`receive`). The public API says the first only
+which tasks run actions (`tasks`), and whether the server closed its side
+of the stream (`receive`). The public API says the first only
 once a future is awaited, when it is too late to decide, and not the others.
 """
 
@@ -30,7 +29,6 @@ __all__ = [
     "journaled",
     "one_at_a_time",
     "positions",
-    "replaying",
     "submitting",
 ]
 
@@ -95,18 +93,6 @@ def journaled(ctx: Context, future: Any) -> bool:
             "toolbus.integrations.restate needs restate-sdk 1.3 (pip install 'toolbus[restate]')"
         )
     return future.handle not in pending
-
-
-def replaying(ctx: Context) -> bool:
-    """Whether the journal holds more than the handler has asked for so far:
-    an earlier attempt went past this point."""
-    vm = getattr(ctx, "vm", None)
-    is_replaying = getattr(vm, "is_replaying", None)
-    if not callable(is_replaying):
-        raise RuntimeError(
-            "toolbus.integrations.restate needs restate-sdk 1.3 (pip install 'toolbus[restate]')"
-        )
-    return bool(is_replaying())
 
 
 def attempt_ending(ctx: Context) -> bool:

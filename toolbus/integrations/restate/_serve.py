@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import weakref
 from typing import Any
 
 import restate
@@ -32,6 +33,7 @@ from restate.server import install_shutdown_hook
 __all__ = ["serve"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_TABLES = (dict, weakref.WeakKeyDictionary)  # (the SDK's is weak-keyed by loop)
 
 
 async def serve(
@@ -146,7 +148,7 @@ def _hooks(loop: asyncio.AbstractEventLoop) -> dict[int, list[Any]]:
     """The SDK's shutdown hooks of `loop` now, per signal (restate-sdk 1.3
     keeps them in `restate.server._shutdown_hooks`; none: {})."""
     table = getattr(restate.server, "_shutdown_hooks", None)
-    hooks = table.get(loop, {}) if isinstance(table, dict) else {}
+    hooks = table.get(loop, {}) if isinstance(table, _TABLES) else {}
     return {sig: list(hooks.get(sig, ())) for sig in _SIGNALS}
 
 
@@ -154,7 +156,7 @@ def _restore(loop: asyncio.AbstractEventLoop, before: dict[int, list[Any]]) -> N
     """Drop the hooks added while serving (ours, the app's); a signal that had
     none before gets its handler back (the default)."""
     table = getattr(restate.server, "_shutdown_hooks", None)
-    if not isinstance(table, dict) or loop not in table:
+    if not isinstance(table, _TABLES) or loop not in table:
         return
     hooks = table[loop]
     for sig in _SIGNALS:
