@@ -717,3 +717,49 @@ def test_a_batch_that_stops_on_error_replays_its_deferred_call_as_it_was(
     shown = [(r.status, r.error_code) for r in first]
     assert shown == [("deferred", "APPROVAL_REQUIRED"), ("cancelled", "ABORTED")]
     assert [(r.status, r.error_code) for r in again] == shown
+
+
+_SIGNALS_AFTER = """
+import asyncio, os, signal, sys
+import restate
+from tests.integrations.restate_support import free_port
+from toolbus.integrations.restate import serve
+
+svc = restate.Service("SignalsAfter")
+
+@svc.handler()
+async def h(ctx: restate.Context) -> str:
+    return "hi"
+
+async def main() -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_soon(stop.set)
+    await serve(svc, port=free_port(), stop=stop)
+    print("served", flush=True)
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    await asyncio.Event().wait()  # (ended by the signal, its default handler back)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_signals_have_their_default_handlers_once_serve_returns(sig: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integrations.restate_support import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNALS_AFTER, sig],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,  # (a hang guard: a swallowed signal would leave it waiting)
+    )
+    assert "served" in done.stdout, done.stderr
+    if sig == "SIGTERM":
+        assert done.returncode == -signal.SIGTERM
+    else:
+        assert "KeyboardInterrupt" in done.stderr
