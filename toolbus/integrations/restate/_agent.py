@@ -4,7 +4,7 @@ The agent loop (`toolbus.providers.agent`) yields three kinds of step: ask
 the model, ask the approver, run a batch of calls. Here each is a `ctx.run`:
 the model's response as `toolbus-model:<api>` (its JSON, which the loop then
 reads on the first attempt and on a retry alike), the approver's answers as
-`toolbus-approve` (what each decided, applied to the question asked again),
+`toolbus-approve` (what each decided, applied to the questions on a retry),
 and each call of a batch as `DurableExecutor` journals it. An invocation
 retried mid-turn resumes at the step it had reached: the model is not asked
 again for a turn it answered, nor a person for a decision they made.
