@@ -28,7 +28,6 @@ __all__ = [
     "intent_record",
     "read_result",
     "result_record",
-    "started",
     "step_name",
     "was_reasked",
 ]
@@ -60,16 +59,6 @@ def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -
     if reasked:
         data["reasked"] = True
     return orjson.dumps(data).decode()
-
-
-def started(record: Any) -> bool:
-    """Whether an intent record says its call's tool started (any record but
-    one that says `"started": false`: an unreadable one is taken to say it did)."""
-    try:
-        data = orjson.loads(record) if isinstance(record, str) else None
-    except orjson.JSONDecodeError:
-        return True
-    return not (isinstance(data, dict) and data.get("started") is False)
 
 
 def was_reasked(record: Any) -> bool:

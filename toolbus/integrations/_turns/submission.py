@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..._executor._handles import call_handle
+from ..._executor._handles import batch_handle, call_handle
 from ..._executor._submission import check_clocks
 from ..._options import check_priority
 from ...approvals import check_approval, check_approvals
@@ -30,6 +30,7 @@ __all__ = [
     "no_loop",
     "settle",
     "stop_run",
+    "submit_batch",
     "submit_one",
     "submit_options",
     "submit_waited",
@@ -92,6 +93,32 @@ def submit_one(
         decided=decided,
         gate=gate,
         **submit_options(options, one=True),
+    )
+
+
+def submit_batch(
+    executor: Executor,
+    calls: list[ToolCall],
+    stop_on_error: bool,
+    known: Mapping[int, ToolResult],
+    gates: Mapping[int, Callable[[], Awaitable[None]]],
+    options: Mapping[str, Any],
+    contexts: list[Any] | None = None,
+) -> Any:
+    """Submit `calls` as one batch (those in `known` decided already, those
+    in `gates` waiting there before their tools run; each in its own context
+    of `contexts`, if given); return its handle."""
+    extra: dict[str, Any] = {} if contexts is None else {"contexts": contexts}
+    return batch_handle(
+        executor._submit_batch,
+        executor._stop,
+        executor._blocks_its_loop,
+        calls,
+        stop_on_error,
+        known=known,
+        gates=gates,
+        **extra,
+        **submit_options(options, one=False),
     )
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from dbos import DBOS, StepReservation
 
-from ..._executor._handles import batch_handle
 from ...executor import Executor
 from ...in_doubt import reruns_without_asking
 from ...models import ToolCall, ToolResult
@@ -30,7 +29,7 @@ from .._turns.records import (
     step_name,
     was_reasked,
 )
-from .._turns.submission import Gate, settle, submit_one, submit_options
+from .._turns.submission import Gate, settle, submit_batch, submit_one
 from ._outside import outside_dbos
 
 __all__ = ["CallSteps", "NotStarted", "reserve", "run_steps"]
@@ -205,16 +204,7 @@ async def run_steps(
             # From a context none of the calls runs in: submission hooks may
             # enter the first call's (`Submission.context`) while this runs.
             batch = outside_dbos().run(
-                batch_handle,
-                ex._submit_batch,
-                ex._stop,
-                ex._blocks_its_loop,
-                keyed,
-                stop_on_error,
-                known=known,
-                gates=gates,
-                contexts=outside,
-                **submit_options(options, one=False),
+                submit_batch, ex, keyed, stop_on_error, known, gates, options, outside
             )
             submitted.set_result([*batch.calls, batch])
 

@@ -40,7 +40,6 @@ from typing import Any, TypeVar
 import restate
 from restate import Context, RunOptions
 
-from ..._executor._handles import batch_handle
 from ...executor import Executor
 from ...in_doubt import reruns_without_asking
 from ...models import ToolCall, ToolResult
@@ -49,10 +48,9 @@ from .._turns.records import (
     intent_record,
     read_result,
     result_record,
-    started,
     step_name,
 )
-from .._turns.submission import Gate, settle, submit_one, submit_options
+from .._turns.submission import Gate, settle, submit_batch, submit_one
 from ._handler import (
     attempt_ending,
     journaled,
@@ -108,8 +106,7 @@ async def run_calls(
                 # Replayed as it was, a `deferred` one too (see above).
                 known[i] = read_result(await one.result)
             elif one.intent_journaled:
-                if started(await one.intent):
-                    doubts.append(i)  # it may have run
+                doubts.append(i)  # it may have run
             else:
                 one.waits_intent = one.intent is not None
         for i, one in enumerate(made):
@@ -243,16 +240,7 @@ def _submit(
     if stop_on_error is None:
         handles.set_result([submit_one(ex, keyed[0], known.get(0), gates.get(0), options)])
     else:
-        batch = batch_handle(
-            ex._submit_batch,
-            ex._stop,
-            ex._blocks_its_loop,
-            keyed,
-            stop_on_error,
-            known=known,
-            gates=gates,
-            **submit_options(options, one=False),
-        )
+        batch = submit_batch(ex, keyed, stop_on_error, known, gates, options)
         handles.set_result([*batch.calls, batch])
 
 

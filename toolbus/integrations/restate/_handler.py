@@ -25,7 +25,6 @@ from restate.extensions import current_context
 __all__ = [
     "attempt_ending",
     "handler_context",
-    "inside_a_call",
     "journaled",
     "one_at_a_time",
     "positions",
@@ -66,11 +65,6 @@ def _in_an_action(ctx: Context) -> bool:
         return True  # a thread: a sync action's (or one the handler started)
     running = getattr(getattr(ctx, "tasks", None), "tasks", ())
     return asyncio.current_task() in running  # an async action's task
-
-
-def inside_a_call() -> bool:
-    """Whether this code runs in a toolbus call journaled by a handler (its tool)."""
-    return _inside.get()
 
 
 @contextlib.contextmanager
