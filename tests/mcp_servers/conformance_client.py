@@ -8,15 +8,42 @@ the server's URL as the last argument and the scenario's name in
 `Executor`; the scenario's server checks what reached it. It exits non-zero
 when a call does not end `ok`, so a failure shows in the suite's
 `stderr.txt` too.
+
+The `auth/*` scenarios put the server behind an authorization server of the
+suite's: `connect_http(url, auth=...)` with the flow each scenario names,
+the credentials it hands over in `MCP_CONFORMANCE_CONTEXT`, and, for the
+authorization code flow, a "user" who signs in at once (the suite's
+authorization endpoint redirects straight back with a code).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from typing import Any
+
+import httpx2
+from mcp.client.auth.extensions.client_credentials import (
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+from mcp.shared.auth import OAuthClientInformationFull
 
 from toolbus import Executor, ToolCall, ToolRegistry
-from toolbus.mcp import Elicitation, ElicitationAnswer, connect_http
+from toolbus.mcp import (
+    Elicitation,
+    ElicitationAnswer,
+    MemoryTokens,
+    connect_http,
+    oauth_authorization_code,
+    oauth_client_credentials,
+)
+
+REDIRECT = "http://localhost:3000/callback"
+# The suite serves a client metadata document at this URL (SEP-991) in `auth/basic-cimd`.
+CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 
 
 def accept_as_offered(request: Elicitation) -> ElicitationAnswer:
@@ -29,9 +56,98 @@ def accept_as_offered(request: Elicitation) -> ElicitationAnswer:
 ARGUMENTS = {"add_numbers": {"a": 2, "b": 3}}
 
 
+def sign_in_at_once(authorization_url: str) -> str:
+    """The user: the suite's authorization endpoint redirects at once with a code."""
+    response = httpx2.get(authorization_url, follow_redirects=False, timeout=10)
+    location = response.headers.get("location")
+    if not location:
+        raise RuntimeError(f"no redirect from the authorization endpoint ({response.status_code})")
+    return location
+
+
+def auth_for(url: str, scenario: str, context: dict[str, Any]) -> httpx2.Auth | None:
+    """The OAuth provider the scenario calls for (None: not an auth scenario)."""
+    if not scenario.startswith("auth/"):
+        return None
+    if scenario == "auth/client-credentials-basic":
+        return oauth_client_credentials(
+            url, client_id=context["client_id"], client_secret=context["client_secret"]
+        )
+    if scenario == "auth/client-credentials-jwt":
+        key = SignedJWTParameters(
+            issuer=context["client_id"],
+            subject=context["client_id"],
+            signing_key=context["private_key_pem"],
+            signing_algorithm=context.get("signing_algorithm", "ES256"),
+        )
+        return PrivateKeyJWTOAuthProvider(
+            url, MemoryTokens(), context["client_id"], key.create_assertion_provider()
+        )
+    if scenario == "auth/cross-app-access-complete-flow":
+        return _cross_app(url, context)
+    tokens = MemoryTokens()
+    if "client_id" in context:  # pre-registered: no dynamic registration
+        tokens._client = OAuthClientInformationFull(
+            client_id=context["client_id"],
+            client_secret=context.get("client_secret"),
+            redirect_uris=[REDIRECT],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            token_endpoint_auth_method="client_secret_basic",
+        )
+    return oauth_authorization_code(
+        url,
+        redirect_uri=REDIRECT,
+        authorize=sign_in_at_once,
+        tokens=tokens,
+        client_name="toolbus-conformance",
+        client_metadata_url=CLIENT_METADATA_URL if scenario == "auth/basic-cimd" else None,
+    )
+
+
+def _cross_app(url: str, context: dict[str, Any]) -> httpx2.Auth:
+    """SEP-990: an ID-JAG from the enterprise IdP (RFC 8693 token exchange of
+    the user's ID token), presented to the MCP server's authorization server."""
+
+    async def id_jag(audience: str, resource: str) -> str:
+        async with httpx2.AsyncClient() as client:
+            response = await client.post(
+                context["idp_token_endpoint"],
+                data={
+                    "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                    "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+                    "subject_token": context["idp_id_token"],
+                    "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+                    "audience": audience,
+                    "resource": resource,
+                    "client_id": context["idp_client_id"],
+                },
+            )
+        response.raise_for_status()
+        token: str = response.json()["access_token"]
+        return token
+
+    return IdentityAssertionOAuthProvider(
+        url,
+        MemoryTokens(),
+        context["client_id"],
+        context["client_secret"],
+        issuer=context["auth_issuer"] if "auth_issuer" in context else _issuer_of(url),
+        assertion_provider=id_jag,
+        token_endpoint_auth_method="client_secret_basic",
+    )
+
+
+def _issuer_of(url: str) -> str:
+    response = httpx2.get(url.rsplit("/", 1)[0] + "/.well-known/oauth-protected-resource/mcp")
+    servers: list[str] = response.json()["authorization_servers"]
+    return servers[0]
+
+
 def main(url: str, scenario: str) -> int:
     registry = ToolRegistry()
-    with connect_http(url, elicitation=accept_as_offered, connect_timeout=30) as conn:
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    auth = auth_for(url, scenario, context)
+    with connect_http(url, auth=auth, elicitation=accept_as_offered, connect_timeout=30) as conn:
         tools = conn.register(registry, timeout=30)
         if scenario == "initialize":
             return 0  # the handshake and the tool list were the scenario

@@ -46,7 +46,7 @@ def serve(
         str | None,
         typer.Option(
             help="With --http: the address to bind [default: 127.0.0.1]. Another address "
-            "than loopback needs --token-env."
+            "than loopback needs --token-env or --jwks."
         ),
     ] = None,
     port: Annotated[
@@ -62,6 +62,40 @@ def serve(
             metavar="VAR",
             help="With --http: every request must send 'Authorization: Bearer <token>', the "
             "token held by this environment variable (never on the command line).",
+        ),
+    ] = None,
+    jwks: Annotated[
+        str | None,
+        typer.Option(
+            "--jwks",
+            metavar="FILE_OR_URL",
+            help="With --http: be an OAuth resource server: every request must send a JWT "
+            "signed with a key of this JWKS (a file or an http(s) URL). Needs --issuer and "
+            "--resource-url.",
+        ),
+    ] = None,
+    issuer: Annotated[
+        str | None,
+        typer.Option(
+            "--issuer", metavar="URL", help="With --jwks: the authorization server (tokens' iss)."
+        ),
+    ] = None,
+    resource_url: Annotated[
+        str | None,
+        typer.Option(
+            "--resource-url",
+            metavar="URL",
+            help="With --jwks: this server's URL as clients reach it (tokens' aud), "
+            "e.g. https://tools.example.com/mcp.",
+        ),
+    ] = None,
+    required_scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--required-scope",
+            metavar="SCOPE",
+            help="With --jwks: a scope every request's token must grant (repeatable); "
+            "tools' own scopes come on top.",
         ),
     ] = None,
     allow_origin: Annotated[
@@ -83,14 +117,29 @@ def serve(
                 ("--host", host),
                 ("--port", port),
                 ("--token-env", token_env),
+                ("--jwks", jwks),
                 ("--allow-origin", allow_origin),
             )
             if value is not None
         ]
         if given:
             usage_error(_COMMAND, f"{given[0]} needs --http")
+    oauth_flags = [
+        flag
+        for flag, value in (
+            ("--issuer", issuer),
+            ("--resource-url", resource_url),
+            ("--required-scope", required_scope),
+        )
+        if value is not None
+    ]
+    if jwks is None and oauth_flags:
+        usage_error(_COMMAND, f"{oauth_flags[0]} needs --jwks")
+    if jwks is not None and token_env is not None:
+        usage_error(_COMMAND, "--token-env and --jwks both given: pass one")
     try:
         from ..mcp import load_registry  # needs the `mcp` extra
+        from ..mcp._oauth_server import OAuthResource
         from ..mcp._serve_http import DEFAULT_PORT, check_exposure, serve_http
         from ..mcp._server import serve_stdio
     except ImportError as e:
@@ -101,12 +150,25 @@ def serve(
         token = os.environ.get(token_env)
         if not token:
             usage_error(_COMMAND, f"--token-env: the environment variable {token_env} is not set")
+    oauth: OAuthResource | None = None
+    if jwks is not None:
+        if issuer is None or resource_url is None:
+            usage_error(_COMMAND, "--jwks needs --issuer and --resource-url")
+        try:
+            oauth = OAuthResource(
+                jwks=jwks,
+                issuer=issuer,
+                resource_url=resource_url,
+                required_scopes=tuple(required_scope or ()),
+            )
+        except (TypeError, ValueError) as e:
+            usage_error(_COMMAND, str(e))
     bind = host if host is not None else "127.0.0.1"
     if http:
         try:
-            check_exposure(bind, token)
+            check_exposure(bind, token, oauth)
         except ValueError as e:
-            hint = " (pass --token-env VAR)" if token is None else ""
+            hint = " (pass --token-env VAR or --jwks)" if token is None and oauth is None else ""
             usage_error(_COMMAND, f"{e}{hint}")
     try:
         tools = load_registry(registry)
@@ -128,6 +190,7 @@ def serve(
             host=bind,
             port=listen,
             token=token,
+            oauth=oauth,
             allowed_origins=allow_origin or (),
             name=name,
             on_ready=ready,

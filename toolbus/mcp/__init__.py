@@ -45,6 +45,14 @@ from ._errors import (
     MCPServerUnavailable,
 )
 from ._link import ConnectionStatus
+from ._oauth_client import (
+    Authorize,
+    MemoryTokens,
+    TokenFile,
+    oauth_authorization_code,
+    oauth_client_credentials,
+)
+from ._oauth_server import OAuthResource
 from ._output import tool_output
 from ._resource_updates import RESOURCE_UPDATED, ResourceUpdated
 from ._roots import RootsOption
@@ -63,6 +71,7 @@ from ._tool import MCPTool
 
 __all__ = [
     "RESOURCE_UPDATED",
+    "Authorize",
     "ConnectionStatus",
     "Elicitation",
     "ElicitationAnswer",
@@ -77,11 +86,14 @@ __all__ = [
     "MCPServerUnavailable",
     "MCPTarget",
     "MCPTool",
+    "MemoryTokens",
+    "OAuthResource",
     "ResourceUpdated",
     "RootsOption",
     "SamplingAnswer",
     "SamplingHandler",
     "SamplingRequest",
+    "TokenFile",
     "aconnect",
     "aconnect_http",
     "aconnect_stdio",
@@ -95,6 +107,8 @@ __all__ = [
     "http_app",
     "load_registry",
     "mcp_tool",
+    "oauth_authorization_code",
+    "oauth_client_credentials",
     "serve_http",
     "serve_stdio",
     "tool_annotations",

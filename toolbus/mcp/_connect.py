@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypedDict, Unpack, cast
 
+import httpx2
 import mcp_types as types
 import pykka
 from mcp import Client, StdioServerParameters, stdio_client
@@ -40,6 +41,7 @@ from ._errors import MCPConnectError
 from ._generation import MakeClient
 from ._http_target import HttpTarget
 from ._link import Link
+from ._oauth_client import check_auth
 from ._redact import redact_argv, redact_url
 from ._roots import Roots, RootsOption, given_roots, root_list
 from ._sampling import SamplingHandler, check_sampling, sampling_callback
@@ -301,24 +303,41 @@ async def aconnect_stdio(
 
 
 def connect_http(
-    url: str, *, headers: Mapping[str, str] | None = None, **options: Unpack[ConnectOptions]
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    auth: httpx2.Auth | None = None,
+    **options: Unpack[ConnectOptions],
 ) -> MCPConnection:
     """Connect to an MCP server over streamable HTTP at `url` (e.g. `http://host/mcp`).
 
-    `headers` go with every request: a token as `{"Authorization": "Bearer
-    <token>"}`. A server that refuses the connection is named with its HTTP
-    status, and for 401/403 what to check. `options` are `connect`'s. For other
-    authentication (OAuth), pass `connect` a function that makes the
-    transport: `lambda: streamable_http_client(url, http_client=...)`.
+    `headers` go with every request: a fixed token as `{"Authorization":
+    "Bearer <token>"}`. `auth`: an OAuth provider for a server protected by an
+    authorization server (`oauth_authorization_code`, `oauth_client_credentials`,
+    or the SDK's own), used by every reconnection, so its tokens outlive one.
+    A server that refuses the connection is named with its HTTP status, and
+    for 401/403 what to check. `options` are `connect`'s.
     """
-    return connect(HttpTarget(url, _checked_headers(headers)), **options)
+    return connect(_http_target(url, headers, auth, "connect_http"), **options)
 
 
 async def aconnect_http(
-    url: str, *, headers: Mapping[str, str] | None = None, **options: Unpack[ConnectOptions]
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    auth: httpx2.Auth | None = None,
+    **options: Unpack[ConnectOptions],
 ) -> MCPConnection:
     """Async twin of `connect_http`."""
-    return await aconnect(HttpTarget(url, _checked_headers(headers)), **options)
+    return await aconnect(_http_target(url, headers, auth, "aconnect_http"), **options)
+
+
+def _http_target(url: str, headers: object, auth: object, where: str) -> HttpTarget:
+    checked = _checked_headers(headers)
+    provider = check_auth(auth, where)
+    if provider is not None and any(k.lower() == "authorization" for k in checked or {}):
+        raise ValueError(f"{where}: an Authorization header and auth both given: pass one")
+    return HttpTarget(url, checked, provider)
 
 
 def _checked_headers(headers: object) -> Mapping[str, str] | None:

@@ -10,6 +10,7 @@ the words a connect error adds: the status, and for 401/403 what to check.
 from __future__ import annotations
 
 import http
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,11 +31,17 @@ _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 
 class HttpTarget:
     """Makes a fresh transport to `url` per connection attempt (`headers` on
-    every request, an `Authorization` among them), noting refused requests."""
+    every request, an `Authorization` among them, or an `auth` that adds its
+    own: an OAuth provider), noting refused requests."""
 
-    def __init__(self, url: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, headers: Mapping[str, str] | None = None, auth: httpx2.Auth | None = None
+    ) -> None:
         self.url = url
         self._headers = dict(headers) if headers is not None else None
+        # One provider for every attempt: its tokens (and a registered client)
+        # outlive a reconnection, as a user who signed in once expects.
+        self._auth = auth
         self._refused: tuple[int, str] | None = None  # status, WWW-Authenticate
 
     def __call__(self) -> Transport:
@@ -45,7 +52,10 @@ class HttpTarget:
     async def _transport(self) -> AsyncIterator[Any]:
         async with (
             httpx2.AsyncClient(
-                headers=self._headers, timeout=_TIMEOUT, event_hooks={"response": [self._seen]}
+                headers=self._headers,
+                auth=self._auth,
+                timeout=_TIMEOUT,
+                event_hooks={"response": [self._seen]},
             ) as client,
             streamable_http_client(self.url, http_client=client) as streams,
         ):
@@ -64,6 +74,16 @@ class HttpTarget:
             words = f"HTTP {status} {http.HTTPStatus(status).phrase}"
         except ValueError:
             words = f"HTTP {status}"
+        if status == 401 and self._auth is not None:
+            return (
+                f"{words}: the server refused every token {type(self._auth).__name__} "
+                "could get (check the client's registration and the scopes it asks for)"
+            )
+        if status == 403 and "insufficient_scope" in challenge:
+            needed = _field(challenge, "scope")
+            return f"{words}: the token lacks the scope the server needs" + (
+                f" ({needed})" if needed else ""
+            )
         if status == 401:
             scheme = f" ({challenge.split()[0]})" if challenge.strip() else ""
             given = "the token sent was refused" if self._authorized() else "no token was sent"
@@ -84,4 +104,12 @@ class HttpTarget:
         return words
 
     def _authorized(self) -> bool:
+        if self._auth is not None:
+            return True
         return any(k.lower() == "authorization" for k in self._headers or {})
+
+
+def _field(challenge: str, name: str) -> str | None:
+    """A quoted parameter of a `WWW-Authenticate` challenge (`scope="a b"`)."""
+    found = re.search(rf'(?:^|[\s,]){re.escape(name)}="([^"]*)"', challenge)
+    return found.group(1) if found else None

@@ -15,9 +15,13 @@ Starlette app `Server.streamable_http_app` makes) on uvicorn. In front of it,
 - with a token, `Authorization: Bearer <token>`, compared in constant time,
   else 401.
 
+Or, instead of one shared token, the server is an OAuth resource server
+(`oauth=OAuthResource(...)`, `_oauth_server.py`): each request's JWT is
+checked, and each tool's `scopes` decide who may list and call it.
+
 The SDK's own Host/Origin checks are turned off: the guard does them, once,
 with the allowed origins given here. Binding to an address that is not
-loopback needs a token.
+loopback needs a token or OAuth.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from .._asgi import bind, config, url_host
 from .._tokens import token_problem
 from ..executor import Executor
 from ..tools import ToolRegistry
+from ._oauth_server import OAuthGate, OAuthResource
 from ._server import build_server
 
 __all__ = ["DEFAULT_PORT", "Guard", "aserve_http", "check_exposure", "http_app", "serve_http"]
@@ -57,18 +62,30 @@ def http_app(
     *,
     name: str = "toolbus",
     token: str | None = None,
+    oauth: OAuthResource | None = None,
     loopback: bool = True,
     allowed_origins: Iterable[str] = (),
 ) -> Any:
     """The ASGI app serving `registry` at `/mcp` (streamable HTTP), its calls
-    run on `executor`, behind a `Guard`. Its lifespan runs the SDK's session
-    manager: serve it with lifespan events on (uvicorn does by default)."""
+    run on `executor`, behind a `Guard` (and, with `oauth`, an `OAuthGate`).
+    Its lifespan runs the SDK's session manager: serve it with lifespan
+    events on (uvicorn does by default)."""
+    _check_guards(token, oauth)
     server = build_server(registry, executor, name=name)
-    app = server.streamable_http_app(
+    app: Any = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
+    if oauth is not None:
+        app = OAuthGate(app, oauth, registry, MCP_PATH)
     return Guard(app, token=token, loopback=loopback, allowed_origins=allowed_origins)
+
+
+def _check_guards(token: object, oauth: object) -> None:
+    if oauth is not None and not isinstance(oauth, OAuthResource):
+        raise TypeError(f"oauth must be an OAuthResource, not {type(oauth).__name__}")
+    if oauth is not None and token is not None:
+        raise ValueError("a shared token and OAuth both given: a request can send only one")
 
 
 class Guard:
@@ -164,9 +181,10 @@ def _authorized(header: bytes, token: bytes) -> bool:
     return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(b" "), token)
 
 
-def check_exposure(host: str, token: str | None) -> bool:
-    """Whether `host` is loopback; ValueError when it is not and there is no token,
-    or when the token is empty or no request could send it."""
+def check_exposure(host: str, token: str | None, oauth: OAuthResource | None = None) -> bool:
+    """Whether `host` is loopback; ValueError when it is not and there is
+    neither a token nor OAuth, or when the token is empty or no request could send it."""
+    _check_guards(token, oauth)
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise ValueError("the token must be a non-empty string (or None)")
     if token is not None and (problem := token_problem(token)) is not None:
@@ -174,10 +192,10 @@ def check_exposure(host: str, token: str | None) -> bool:
         # env file's stray CR...), so the server would refuse everyone. Not quoted.
         raise ValueError(f"no request could send this token: {problem}")
     loopback = _loopback_name(host)  # another name may resolve anywhere: exposed
-    if not loopback and token is None:
+    if not loopback and token is None and oauth is None:
         raise ValueError(
-            f"binding to {host!r}, which is not a loopback address, needs a token: every "
-            "request must then send 'Authorization: Bearer <token>'"
+            f"binding to {host!r}, which is not a loopback address, needs a token (every "
+            "request must then send 'Authorization: Bearer <token>') or OAuth"
         )
     return loopback
 
@@ -188,6 +206,7 @@ async def aserve_http(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     token: str | None = None,
+    oauth: OAuthResource | None = None,
     allowed_origins: Iterable[str] = (),
     name: str = "toolbus",
     executor: Executor | None = None,
@@ -198,12 +217,14 @@ async def aserve_http(
     stopped (SIGINT or SIGTERM in the main thread, or cancellation).
 
     Loopback by default; another address needs a `token` (ValueError
-    otherwise), which every request must then carry. `port=0` takes any free
+    otherwise), which every request must then carry, or `oauth`: an
+    `OAuthResource`, which makes the server check each request's JWT (and each
+    tool's `scopes`) instead of a shared token. `port=0` takes any free
     port; `on_ready(url)` is told the address once the socket listens. Calls
     run on `executor`, or on a new `Executor(registry, **executor_options)`
     closed at the end.
     """
-    loopback = check_exposure(host, token)
+    loopback = check_exposure(host, token, oauth)
     own = executor is None
     runner = executor if executor is not None else Executor(registry, **executor_options)
     try:
@@ -215,6 +236,7 @@ async def aserve_http(
                 runner,
                 name=name,
                 token=token,
+                oauth=oauth,
                 loopback=loopback,
                 allowed_origins=allowed_origins,
             )
@@ -233,6 +255,7 @@ def serve_http(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     token: str | None = None,
+    oauth: OAuthResource | None = None,
     allowed_origins: Iterable[str] = (),
     name: str = "toolbus",
     on_ready: Callable[[str], object] | None = None,
@@ -246,6 +269,7 @@ def serve_http(
             host=host,
             port=port,
             token=token,
+            oauth=oauth,
             allowed_origins=allowed_origins,
             name=name,
             on_ready=on_ready,

@@ -33,6 +33,8 @@ from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry, load_registry
+from ..tools._offer import missing_scopes, offered
+from ._oauth_server import granted_scopes
 from ._server_calls import ServedCalls
 from ._server_output import (
     ATTACHMENT_MARK,
@@ -166,13 +168,19 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[mcp_tool(t) for t in registry.list()])
+        granted = granted_scopes(ctx.request)
+        return types.ListToolsResult(tools=[mcp_tool(t) for t in offered(registry.list(), granted)])
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         given = dict(params.arguments or {})
         tool = registry.get(params.name)
+        if tool is not None and (missing := missing_scopes(tool, granted_scopes(ctx.request))):
+            # (The HTTP gate refuses such a call with a 403 before it gets here.)
+            code = ErrorCode.TOOL_NOT_ALLOWED.value
+            needs = f"Tool '{params.name}' needs scope {' '.join(missing)}, which the token lacks"
+            return _error(f"{needs} ({code})", "rejected", code)
         arguments: dict[str, Any] | str = given
         if tool is not None and tool.type == "custom":
             text = given.get(CUSTOM_INPUT)

@@ -40,6 +40,7 @@ from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._injected import injected_argument_names, injected_fields, without_properties
+from ._offer import check_scopes
 from ._schemas import (
     _check_utf8,
     _schema_message,
@@ -132,6 +133,9 @@ class Tool:
     process_local: bool = False
     # Runs on another server (an MCP tool's): OpenTelemetry's `extension` tool type.
     extension: ClassVar[bool] = False
+    # What a caller's OAuth token must grant to see and call it over MCP
+    # (`toolbus.mcp`'s HTTP server with OAuth; see `_offer.py`).
+    scopes: tuple[str, ...] = ()
     # Safe to run again after a timeout or a crash even though it is mutating
     # (it dedupes on `ToolContext.idempotency_key`, say).
     idempotent: bool = False
@@ -305,6 +309,7 @@ class Tool:
             checked[group] = positive_int(limit, f"group_limits[{group!r}]", owner)
         self.group_limits = checked
         self.groups = groups + tuple(g for g in checked if g not in groups)
+        self.scopes = check_scopes(self.scopes, owner)
         self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
         for flag in ("idempotent", "open_world"):

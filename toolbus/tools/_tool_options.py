@@ -51,6 +51,7 @@ class AdoptedOptions(ToolLimits, total=False):
     read_only: bool
     groups: Sequence[str]
     idempotent: bool
+    scopes: Sequence[str]
 
 
 class _Naming(TypedDict, total=False):
