@@ -4,7 +4,10 @@ pinned in scripts/npm_peers.py) against toolbus, both ways.
 Server: `toolbus mcp serve tests.mcp_servers.conformance_tools:registry --http`,
 every scenario of the suite (`--suite all`, pending ones included) in one run.
 Client: tests/mcp_servers/conformance_client.py (toolbus's `connect_http` and an
-`Executor`) against the suite's server of each client scenario.
+`Executor`) against the suite's server of each client scenario, the `auth/*`
+ones (an authorization server of the suite's in front) included. One of those
+is wrong in 0.1.16 (`STALE`); the suite's next release (`conformance-next`,
+0.2.0-alpha.12) runs it, and the authorization scenarios it adds.
 
 A scenario in `OUT_OF_SCOPE` is one toolbus does not offer, and the test says
 why; it must fail, so one that starts passing is noticed (the suite calls that
@@ -34,6 +37,7 @@ SUITE = Path(
     os.environ.get("MCP_CONFORMANCE")
     or ROOT / ".cache/npm/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 )
+NEXT = ROOT / ".cache/npm/node_modules/conformance-next/dist/index.js"
 # The suite needs fs.globSync (Node 22); this shim lets it start on Node 20.
 NODE20 = ROOT / "tests" / "mcp_servers" / "node20.mjs"
 
@@ -87,11 +91,56 @@ OUT_OF_SCOPE = {
     "resumed (SEP-1699; pending in the suite)",
 }
 CLIENT_SCENARIOS = ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
+AUTH_SCENARIOS = [
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    "auth/client-credentials-jwt",
+    "auth/client-credentials-basic",
+    "auth/cross-app-access-complete-flow",
+]
+STALE = {
+    "auth/2025-03-26-oauth-metadata-backcompat": "0.1.16's server publishes, at its origin, "
+    "authorization server metadata whose issuer is <origin>/oauth; a client must refuse an "
+    "issuer other than the one the metadata's URL was built from (RFC 8414 3.3, SEP-2468), as "
+    "the SDK's provider does. The suite's next release serves a matching issuer.",
+}
+# Run with the next release: 0.1.16's stale scenario, and the authorization
+# scenarios it adds (the 2026-07-28 ones; its extensions DPoP, workload
+# identity and enterprise-managed authorization are not offered).
+NEXT_AUTH_SCENARIOS = [
+    *STALE,
+    "auth/metadata-issuer-mismatch",
+    "auth/authorization-server-migration",
+    "auth/iss-supported",
+    "auth/iss-not-advertised",
+    "auth/iss-supported-missing",
+    "auth/iss-wrong-issuer",
+    "auth/iss-unexpected",
+    "auth/iss-normalized",
+]
 
 
-def suite(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def suite(
+    *args: str, timeout: float = 300, where: Path = SUITE
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["node", "--import", NODE20.as_uri(), str(SUITE), *args],
+        ["node", "--import", NODE20.as_uri(), str(where), *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"},
         capture_output=True,
@@ -156,12 +205,41 @@ def test_every_server_scenario_is_accounted_for(server_results: Path) -> None:
     assert names == set(SERVER_SCENARIOS) | set(OUT_OF_SCOPE)
 
 
-@pytest.mark.parametrize("scenario", CLIENT_SCENARIOS)
-def test_the_client_passes(tmp_path: Path, scenario: str) -> None:
+def run_client(scenario: str, results: Path, where: Path = SUITE) -> list[dict[str, Any]]:
+    """Run the client against the suite's server of `scenario`; its checks."""
     command = f"{sys.executable} {ROOT / 'tests' / 'mcp_servers' / 'conformance_client.py'}"
-    run = suite("client", "--command", command, "--scenario", scenario, "-o", str(tmp_path))
-    checks = checks_of(tmp_path, f"{scenario}-2")
-    assert run.returncode == 0 and checks and not failures(checks), (
-        failures(checks),
-        run.stdout[-3000:],
-    )
+    run = suite("client", "--command", command, "--scenario", scenario, "-o", str(results),
+                where=where)  # fmt: skip
+    # An auth scenario's results go to a folder of its own (`auth/<name>-<time>`).
+    folder = results / "auth" if scenario.startswith("auth/") else results
+    checks = checks_of(folder, f"{scenario.removeprefix('auth/')}-2")
+    assert checks, run.stdout[-3000:]
+    return checks
+
+
+@pytest.mark.parametrize("scenario", CLIENT_SCENARIOS + AUTH_SCENARIOS)
+def test_the_client_passes(tmp_path: Path, scenario: str) -> None:
+    checks = run_client(scenario, tmp_path)
+    assert not failures(checks), failures(checks)
+
+
+@pytest.mark.skipif(not NEXT.exists(), reason=f"needs the suite's next release at {NEXT}")
+@pytest.mark.parametrize("scenario", NEXT_AUTH_SCENARIOS)
+def test_the_client_passes_the_next_release(tmp_path: Path, scenario: str) -> None:
+    checks = run_client(scenario, tmp_path, NEXT)
+    assert not failures(checks), failures(checks)
+
+
+@pytest.mark.parametrize("scenario", sorted(STALE))
+def test_a_stale_scenario_still_fails_for_its_reason(tmp_path: Path, scenario: str) -> None:
+    """Each fails on 0.1.16 for the reason given in STALE (the client refused
+    the mismatched issuer, so nothing after discovery happened)."""
+    failed = failures(run_client(scenario, tmp_path))
+    assert failed and all("Expected Check Missing" in f for f in failed), STALE[scenario]
+
+
+def test_every_client_scenario_is_accounted_for() -> None:
+    listed = suite("list", timeout=60)
+    client_part = listed.stdout.split("Client scenarios")[1]
+    names = {line.split()[1] for line in client_part.splitlines() if line.strip().startswith("- ")}
+    assert names == set(CLIENT_SCENARIOS) | set(AUTH_SCENARIOS) | set(STALE)

@@ -1,12 +1,12 @@
-"""The MCP Inspector's command line (npm `@modelcontextprotocol/inspector@0.15.0`,
+"""The MCP Inspector's command line (npm `@modelcontextprotocol/inspector@1.0.3`,
 the TypeScript SDK's client) driving `toolbus mcp serve` over stdio and HTTP:
 `tools/list` shows output schemas and the four hints; `tools/call` returns
 structured content (which the TypeScript client checks against the schema).
+Over HTTP with OAuth, it sends a bearer token (`--header`), minted here.
 
 The test command installs it into `.cache/npm`; `MCP_INSPECTOR=/path/to/mcp-inspector`
-names another. Without node or the Inspector these tests skip. The Inspector
-cannot send headers (no token), so the HTTP server here has none; the guard's
-refusals are tested in test_server_http.py.
+names another. Without node or the Inspector these tests skip. The guard's
+refusals are tested in test_server_http.py, OAuth's in test_oauth_server.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from tests.mcp.test_server_http import start, stop
+from tests.mcp_servers.oauth import Keys, claims
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "tests.mcp_servers.registry_module:registry"
@@ -42,15 +43,21 @@ pytestmark = [
     pytest.mark.skipif(
         not INSPECTOR.exists(),
         reason=f"needs the MCP Inspector at {INSPECTOR}: npm install --prefix .cache/npm "
-        "@modelcontextprotocol/inspector@0.15.0 (as the test command does), or set MCP_INSPECTOR",
+        "@modelcontextprotocol/inspector@1.0.3 (as the test command does), or set MCP_INSPECTOR",
     ),
 ]
 
 SERVE = [sys.executable, "-m", "toolbus", "mcp", "serve", REGISTRY]
 
 
-def inspect(target: list[str], method: str, *args: str, tool_args: tuple[str, ...] = ()) -> Any:
-    """Run the Inspector's CLI once; its JSON answer."""
+def inspect(
+    target: list[str],
+    method: str,
+    *args: str,
+    tool_args: tuple[str, ...] = (),
+    fails: bool = False,
+) -> Any:
+    """Run the Inspector's CLI once; its JSON answer (`fails`: its error output)."""
     # `--tool-arg` takes every word up to the next option: it goes first.
     given = [w for a in tool_args for w in ("--tool-arg", a)]
     proc = subprocess.run(
@@ -61,6 +68,9 @@ def inspect(target: list[str], method: str, *args: str, tool_args: tuple[str, ..
         text=True,
         timeout=60,
     )
+    if fails:
+        assert proc.returncode != 0, proc.stdout
+        return proc.stderr + proc.stdout
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return json.loads(proc.stdout)
 
@@ -115,3 +125,24 @@ def test_inspector_over_http(http_url: str) -> None:
         [http_url], "tools/call", *http, "--tool-name", "add", tool_args=("a=2", "b=40")
     )
     assert added["structuredContent"] == {"result": 42}
+
+
+def test_inspector_with_a_token_over_oauth(tmp_path: Path) -> None:
+    keys = Keys()
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps(keys.jwks()))
+    issuer, resource = "https://auth.example.test", "https://tools.example.test/mcp"
+    oauth = ["--jwks", str(jwks), "--issuer", issuer, "--resource-url", resource,
+             "--required-scope", "tools"]  # fmt: skip
+    proc, url = start(["-m", "toolbus", "mcp", "serve", REGISTRY, "--http", "--port", "0", *oauth])
+    try:
+        token = keys.mint(claims(issuer, resource, "tools"))
+        http = ("--transport", "http", "--header", f"Authorization: Bearer {token}")
+        check_listing(inspect([url], "tools/list", *http))
+        forecast = ("--tool-name", "forecast")
+        check_call(inspect([url], "tools/call", *http, *forecast, tool_args=("city=Oslo",)))
+        refused = inspect([url], "tools/list", "--transport", "http", fails=True)
+        assert "invalid_token" in refused
+        assert token not in refused
+    finally:
+        assert stop(proc) == 0

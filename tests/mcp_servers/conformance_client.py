@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import urllib.parse
 from typing import Any
 
 import httpx2
@@ -71,7 +72,10 @@ def auth_for(url: str, scenario: str, context: dict[str, Any]) -> httpx2.Auth | 
         return None
     if scenario == "auth/client-credentials-basic":
         return oauth_client_credentials(
-            url, client_id=context["client_id"], client_secret=context["client_secret"]
+            url,
+            client_id=context["client_id"],
+            client_secret=context["client_secret"],
+            issuer=_issuer_of(url),
         )
     if scenario == "auth/client-credentials-jwt":
         key = SignedJWTParameters(
@@ -81,7 +85,11 @@ def auth_for(url: str, scenario: str, context: dict[str, Any]) -> httpx2.Auth | 
             signing_algorithm=context.get("signing_algorithm", "ES256"),
         )
         return PrivateKeyJWTOAuthProvider(
-            url, MemoryTokens(), context["client_id"], key.create_assertion_provider()
+            url,
+            MemoryTokens(),
+            context["client_id"],
+            key.create_assertion_provider(),
+            issuer=_issuer_of(url),
         )
     if scenario == "auth/cross-app-access-complete-flow":
         return _cross_app(url, context)
@@ -131,15 +139,18 @@ def _cross_app(url: str, context: dict[str, Any]) -> httpx2.Auth:
         MemoryTokens(),
         context["client_id"],
         context["client_secret"],
-        issuer=context["auth_issuer"] if "auth_issuer" in context else _issuer_of(url),
+        issuer=_issuer_of(url),
         assertion_provider=id_jag,
         token_endpoint_auth_method="client_secret_basic",
     )
 
 
 def _issuer_of(url: str) -> str:
-    response = httpx2.get(url.rsplit("/", 1)[0] + "/.well-known/oauth-protected-resource/mcp")
-    servers: list[str] = response.json()["authorization_servers"]
+    """The authorization server the suite's MCP server names (RFC 9728): the
+    issuer client credentials belong to, known to a real agent beforehand."""
+    parts = urllib.parse.urlsplit(url)
+    metadata = f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource{parts.path}"
+    servers: list[str] = httpx2.get(metadata, timeout=10).json()["authorization_servers"]
     return servers[0]
 
 

@@ -37,9 +37,8 @@ from mcp.server.auth.provider import (
     construct_redirect_uri,
 )
 from mcp.server.auth.routes import create_auth_routes
-from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
-from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -110,9 +109,11 @@ class _Provider:
     ) -> str:
         # The user signs in and consents at once.
         code = secrets.token_urlsafe(16)
+        consent = self.server.consent
+        scopes = [s for s in params.scopes or [] if consent is None or s in consent]
         self.codes[code] = AuthorizationCode(
             code=code,
-            scopes=params.scopes or [],
+            scopes=scopes,
             expires_at=time.time() + 300,
             client_id=client.client_id or "",
             code_challenge=params.code_challenge,
@@ -167,6 +168,11 @@ class AuthServer:
     def __init__(self, keys: Keys, *, access_ttl: float = 300) -> None:
         self.keys = keys
         self.access_ttl = access_ttl
+        # What a client is told of a token's life (`expires_in`; None: the
+        # truth): 0 makes it refresh before every request, the JWT still valid.
+        self.expires_in: int | None = None
+        # What the user consents to (None: whatever is asked).
+        self.consent: set[str] | None = None
         self.url = ""
         self.provider = _Provider(self)
         self.registrations = self.authorizations = self.refreshes = self.grants = 0
@@ -208,16 +214,19 @@ class AuthServer:
         return OAuthToken(
             access_token=access,
             token_type="Bearer",
-            expires_in=int(self.access_ttl),
+            expires_in=int(self.access_ttl) if self.expires_in is None else self.expires_in,
             scope=" ".join(scopes) or None,
             refresh_token=refresh,
         )
 
     def app(self, url: str) -> Any:
         self.url = url
+        # (AuthSettings keeps a path-less issuer without a slash, as RFC 8414
+        # compares issuers as strings; AnyHttpUrl(url) would add one.)
+        issuer = AuthSettings(issuer_url=url, resource_server_url=None).issuer_url  # type: ignore[arg-type]
         routes = create_auth_routes(
             self.provider,
-            AnyHttpUrl(url),
+            issuer,
             client_registration_options=ClientRegistrationOptions(enabled=True),
             revocation_options=RevocationOptions(enabled=True),
         )

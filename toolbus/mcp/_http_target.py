@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import http
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
 from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
+
+from ._redact import redact_text
 
 __all__ = ["SDK_REFUSED", "HttpTarget"]
 
@@ -42,7 +44,10 @@ class HttpTarget:
         # One provider for every attempt: its tokens (and a registered client)
         # outlive a reconnection, as a user who signed in once expects.
         self._auth = auth
+        self._watched = _Watched(auth, self) if auth is not None else None
         self._refused: tuple[int, str] | None = None  # status, WWW-Authenticate
+        # Why the auth flow last failed (None: it has not, or succeeded since).
+        self.auth_failure: str | None = None
 
     def __call__(self) -> Transport:
         self._refused = None
@@ -53,7 +58,7 @@ class HttpTarget:
         async with (
             httpx2.AsyncClient(
                 headers=self._headers,
-                auth=self._auth,
+                auth=self._watched,
                 timeout=_TIMEOUT,
                 event_hooks={"response": [self._seen]},
             ) as client,
@@ -67,6 +72,8 @@ class HttpTarget:
 
     def refusal(self) -> str | None:
         """What the server's last refusal says (None: it refused nothing)."""
+        if self.auth_failure is not None:
+            return f"the OAuth flow failed: {self.auth_failure}"
         if self._refused is None:
             return None
         status, challenge = self._refused
@@ -113,3 +120,32 @@ def _field(challenge: str, name: str) -> str | None:
     """A quoted parameter of a `WWW-Authenticate` challenge (`scope="a b"`)."""
     found = re.search(rf'(?:^|[\s,]){re.escape(name)}="([^"]*)"', challenge)
     return found.group(1) if found else None
+
+
+class _Watched(httpx2.Auth):
+    """An `auth` as the transport runs it, noting why its flow failed: the
+    SDK's transport turns an error of the auth flow into a closed connection,
+    which would leave a user denied at sign-in reading "the server crashed"."""
+
+    def __init__(self, auth: httpx2.Auth, target: HttpTarget) -> None:
+        self._auth = auth
+        self._target = target
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = self._auth.async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            self._target.auth_failure = None
+            return
+        except Exception as e:
+            text = redact_text(str(e))
+            self._target.auth_failure = f"{type(e).__name__}: {text}" if text else type(e).__name__
+            raise
+        finally:
+            await flow.aclose()

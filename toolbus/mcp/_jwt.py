@@ -154,7 +154,7 @@ class JwtVerifier:
         except Exception as e:  # a token PyJWT chokes on: refused all the same
             log.info("bearer token refused: unreadable (%s)", type(e).__name__)
             return None
-        return _grant(token, claims, self.resource)
+        return _grant(token, claims, self.resource, self.leeway)
 
     async def _claims(self, token: str) -> dict[str, Any]:
         header = jwt.get_unverified_header(token)
@@ -182,7 +182,7 @@ class JwtVerifier:
         return claims
 
 
-def _grant(token: str, claims: dict[str, Any], resource: str) -> AccessToken:
+def _grant(token: str, claims: dict[str, Any], resource: str, leeway: float) -> AccessToken:
     scope = claims.get("scope")
     if isinstance(scope, str):
         scopes = scope.split()
@@ -198,7 +198,9 @@ def _grant(token: str, claims: dict[str, Any], resource: str) -> AccessToken:
         token=token,
         client_id=client,
         scopes=scopes,
-        expires_at=int(expires) if isinstance(expires, int | float) else None,
+        # When this server stops accepting it (the SDK compares this with its
+        # clock, without a leeway of its own).
+        expires_at=int(expires + leeway) if isinstance(expires, int | float) else None,
         resource=resource,
         subject=subject if isinstance(subject, str) else None,
         claims=claims,

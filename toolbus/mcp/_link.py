@@ -111,6 +111,8 @@ class Link:
         # What the transport knows of a failed attempt that the SDK's error does
         # not say (an HTTP status): added to a connect error.
         self.explain: Callable[[], str | None] | None = None
+        # Set for a URL with an OAuth provider (the transport notes its failures).
+        self.auth_failure: Callable[[], str | None] | None = None
         self._listings = 0
         self._listing = asyncio.Lock()
         self._relist_pending = False
@@ -182,9 +184,13 @@ class Link:
     def refused(self, why: str) -> str:
         """`why` (an SDK error's text), or, when the SDK said only that the
         server refused, the HTTP status behind it as the transport saw it."""
-        if why in SDK_REFUSED and self.explain is not None:
+        if self.explain is not None and (why in SDK_REFUSED or self.auth_failed() is not None):
             return self.explain() or why
         return why
+
+    def auth_failed(self) -> str | None:
+        """Why the transport's OAuth flow last failed (None: no flow, or it worked)."""
+        return self.auth_failure() if self.auth_failure is not None else None
 
     def tools_changed(self) -> None:
         """List the tools again, in the background; several changes at once make one listing."""
@@ -277,6 +283,11 @@ class Link:
                 retryable=retryable,
             )
         self._drop(generation, f"closed the connection during a call to '{tool}'")
+        if (failed := self.auth_failed()) is not None:
+            # Not the server's doing: this side could not get a token it accepts.
+            raise MCPCallError(
+                f"MCP server '{self.name}' was not called: the OAuth flow failed ({failed})"
+            ) from None
         raise MCPConnectionLost(
             self._message(
                 f"closed the connection during the call ({describe(lost)}); "

@@ -194,7 +194,7 @@ def oauth_client_credentials(
     *,
     client_id: str,
     client_secret: str,
-    issuer: str | None = None,
+    issuer: str,
     tokens: TokenStorage | None = None,
     scopes: Sequence[str] | None = None,
     method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic",
@@ -203,15 +203,13 @@ def oauth_client_credentials(
 
     The client was registered beforehand: `client_id` and `client_secret`,
     sent to the token endpoint as `method` says. `issuer`: the authorization
-    server that registered it; the flow then refuses to send the secret to
-    any other one the resource server might name (recommended: without it,
-    the SDK warns). Tokens go to `tokens` (default: memory) and a new one is
-    fetched when the server refuses the old.
+    server that registered it (its issuer identifier): the secret is sent to
+    no other, whatever authorization server the MCP server names. Tokens go
+    to `tokens` (default: memory) and a new one is fetched when the old expires.
     """
     where = "oauth_client_credentials"
     _check_url(server_url, "server_url", where)
-    if issuer is not None:
-        _check_url(issuer, "issuer", where)
+    _check_url(issuer, "issuer", where)
     if method not in ("client_secret_basic", "client_secret_post"):
         raise ValueError(
             f"{where}: method must be 'client_secret_basic' or 'client_secret_post', not {method!r}"

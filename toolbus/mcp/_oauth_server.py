@@ -76,7 +76,7 @@ class OAuthResource:
     leeway: float = 30.0
     jwks_refresh: float = 10.0
     jwks_ttl: float = 600.0
-    keys: JwksSource = field(init=False, repr=False, compare=False)
+    _keys: JwksSource = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = "OAuthResource"
@@ -99,16 +99,16 @@ class OAuthResource:
             if value == float("inf"):
                 raise ValueError(f"{where}: {name} must be finite")
         keys = JwksSource(self.jwks, refresh=self.jwks_refresh, ttl=self.jwks_ttl)
-        object.__setattr__(self, "keys", keys)
+        object.__setattr__(self, "_keys", keys)
 
     @property
     def metadata_url(self) -> str:
         """Where the protected-resource metadata is served (RFC 9728 3.1)."""
         return str(build_resource_metadata_url(AnyHttpUrl(self.resource_url)))
 
-    def verifier(self) -> JwtVerifier:
+    def _verifier(self) -> JwtVerifier:
         return JwtVerifier(
-            self.keys, issuer=self.issuer, audience=self.resource_url, leeway=self.leeway
+            self._keys, issuer=self.issuer, audience=self.resource_url, leeway=self.leeway
         )
 
 
@@ -128,7 +128,7 @@ class OAuthGate:
         self.resource = resource
         self.registry = registry
         self.path = path
-        self._backend = BearerAuthBackend(resource.verifier())
+        self._backend = BearerAuthBackend(resource._verifier())
         metadata_url = resource.metadata_url
         self._metadata_path = urlsplit(metadata_url).path
         self._metadata = cors_middleware(self._metadata_response, ["GET", "OPTIONS"])
