@@ -388,3 +388,36 @@ def test_the_cli_serves_a_resource_server(tmp_path: Path) -> None:
         assert metadata.json()["resource"] == resource
     finally:
         assert stop(proc) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--http", "--issuer", ISSUER], "--issuer needs --jwks"),
+        (["--http", "--required-scope", "mcp"], "--required-scope needs --jwks"),
+        (["--jwks", "keys.json"], "--jwks needs --http"),
+        (["--http", "--jwks", "{jwks}"], "--jwks needs --issuer and --resource-url"),
+        (["--http", "--jwks", "{jwks}", "--issuer", ISSUER], "needs --issuer and --resource-url"),
+        (["--http", "--jwks", "{dir}/missing.json", "--issuer", ISSUER, "--resource-url",
+          "http://127.0.0.1/mcp"], "no JWKS file at"),
+        (["--http", "--jwks", "{jwks}", "--issuer", "auth.example", "--resource-url",
+          "http://127.0.0.1/mcp"], "issuer must be an http(s) URL"),
+        (["--http", "--jwks", "{jwks}", "--issuer", ISSUER, "--resource-url",
+          "http://127.0.0.1/mcp", "--required-scope", 'a"b'], "not a scope name"),
+        (["--http", "--jwks", "{jwks}", "--issuer", ISSUER, "--resource-url",
+          "http://127.0.0.1/mcp", "--token-env", "T"], "--token-env and --jwks both given"),
+    ],
+)  # fmt: skip
+def test_the_cli_refuses(tmp_path: Path, args: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from toolbus.cli import app
+
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps(Keys().jwks()))
+    given = [a.format(jwks=jwks, dir=tmp_path) for a in args]
+    registry = "tests.mcp_servers.registry_module:served"
+    result = CliRunner().invoke(app, ["mcp", "serve", registry, *given], env={"T": "x" * 20})
+    assert result.exit_code == 2, result.output
+    assert message in result.output, result.output
+    assert result.output.startswith("toolbus mcp serve: ")

@@ -110,11 +110,12 @@ class JwksSource:
             keys[key.key_id] = (key, declared if isinstance(declared, str) else None)
         self._keys = keys
 
-    async def check(self) -> None:
-        """Read the set now; ValueError if it holds no key a token could be signed with."""
+    async def warm(self) -> None:
+        """Read the set now, as a server starts: a wrong URL or an empty set is
+        logged at once rather than at the first request (which it would refuse)."""
         await self._read()
         if not self._keys:
-            raise ValueError(f"JWKS {self.url or self.path}: no signing key could be read from it")
+            log.warning("JWKS %s holds no key a token could be signed with (yet)", self)
 
 
 class JwtVerifier:

@@ -225,6 +225,8 @@ async def aserve_http(
     closed at the end.
     """
     loopback = check_exposure(host, token, oauth)
+    if oauth is not None:
+        await oauth._keys.warm()
     own = executor is None
     runner = executor if executor is not None else Executor(registry, **executor_options)
     try:
