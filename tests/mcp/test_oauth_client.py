@@ -25,6 +25,10 @@ pytest.importorskip("mcp")
 
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from tests.conftest import wait_until
 from tests.mcp_servers.oauth import AuthServer, Keys, serve
@@ -211,7 +215,7 @@ def test_a_token_file_keeps_the_sign_in(world: World, tmp_path: Path) -> None:
         assert call_through(world.url, auth).ok
     assert world.auth.authorizations == 1 and world.auth.registrations == 1
     saved = json.loads(tokens.path.read_text())
-    assert set(saved) == {"tokens", "client"}
+    assert set(saved["servers"][world.url]) == {"tokens", "client"}
     assert stat.S_IMODE(tokens.path.stat().st_mode) == 0o600
 
 
@@ -222,7 +226,61 @@ def test_a_token_file_that_cannot_be_read_starts_over(world: World, tmp_path: Pa
         world.url, redirect_uri=REDIRECT, authorize=sign_in, tokens=TokenFile(path)
     )
     assert call_through(world.url, auth).ok
-    assert json.loads(path.read_text())["tokens"]["access_token"]
+    assert json.loads(path.read_text())["servers"][world.url]["tokens"]["access_token"]
+
+
+def test_one_token_file_for_two_servers_keeps_their_tokens_apart(
+    world: World, tmp_path: Path
+) -> None:
+    """Server A's token never goes to server B (B could replay it to A)."""
+    seen: list[str] = []
+
+    async def record(request: Request) -> Response:
+        seen.append(request.headers.get("authorization", ""))
+        return JSONResponse(
+            {"error": "invalid_token"},
+            status_code=401,
+            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )
+
+    catch_all = Starlette(routes=[Route("/{path:path}", record, methods=["GET", "POST"])])
+    tokens = TokenFile(tmp_path / "tokens.json")
+    first = oauth_authorization_code(
+        world.url, redirect_uri=REDIRECT, authorize=sign_in, tokens=tokens
+    )
+    assert call_through(world.url, first).ok
+    granted = json.loads(tokens.path.read_text())["servers"][world.url]["tokens"]["access_token"]
+    with serve(lambda base: catch_all, "other") as other:
+        second = oauth_authorization_code(
+            f"{other}/mcp", redirect_uri=REDIRECT, authorize=sign_in, tokens=tokens
+        )
+        with pytest.raises(MCPConnectError):
+            call_through(f"{other}/mcp", second)
+    assert seen and all(granted not in h for h in seen)
+
+
+def test_an_unreachable_authorization_server_is_named(tmp_path: Path) -> None:
+    """The MCP server is up; the authorization server it names is not: the
+    error says the OAuth flow failed, not that the server did."""
+    keys = Keys()
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps(keys.jwks()))
+    gone = "http://127.0.0.1:9"  # (the discard port: nothing listens)
+    with Executor(ToolRegistry()) as executor:
+
+        def app(base: str) -> Any:
+            resource = OAuthResource(jwks=jwks, issuer=gone, resource_url=f"{base}/mcp")
+            return http_app(ToolRegistry(), executor, oauth=resource)
+
+        with serve(app, "protected") as base:
+            auth = oauth_client_credentials(
+                f"{base}/mcp", client_id="agent", client_secret="s3cret", issuer=gone
+            )
+            with pytest.raises(MCPConnectError) as raised:
+                connect_http(f"{base}/mcp", auth=auth, connect_timeout=10)
+    text = str(raised.value)
+    assert "the OAuth flow failed" in text and "127.0.0.1:9" in text, text
+    assert "s3cret" not in text
 
 
 async def test_a_token_without_the_tools_scope_is_stepped_up(world: World) -> None:

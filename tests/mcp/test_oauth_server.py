@@ -27,6 +27,7 @@ from tests.mcp.test_server_http import start, stop
 from tests.mcp_servers.oauth import Keys, claims, serve
 from toolbus import Executor, ToolRegistry
 from toolbus.mcp import OAuthResource, http_app
+from toolbus.tools import sequence
 
 ISSUER = "https://auth.example.test"
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -59,6 +60,11 @@ class Counted:
             """Write a file."""
             self._ran("write_files")
             return f"wrote {path}"
+
+        # A sequence takes on its steps' scopes; one whose step is named is
+        # held to the caller's token when the step runs.
+        reg.register(sequence("write_then_echo", [write_files, "echo"]))
+        reg.register(sequence("echo_then_write", [echo, "write_files"]))
 
     def _ran(self, name: str) -> None:
         with self.lock:
@@ -182,7 +188,8 @@ def test_a_valid_token_lists_and_calls(protected: Protected) -> None:
 @pytest.mark.parametrize(
     "case",
     ["none", "expired", "not yet valid", "wrong audience", "wrong issuer", "bad signature",
-     "unknown key", "no expiry", "HS256 with the public key", "alg none", "garbage"],
+     "unknown key", "no expiry", "no subject", "HS256 with the public key", "alg none",
+     "garbage"],
 )  # fmt: skip
 def test_a_refused_token_gets_401_and_runs_nothing(protected: Protected, case: str) -> None:
     now = int(time.time())
@@ -206,6 +213,10 @@ def test_a_refused_token_gets_401_and_runs_nothing(protected: Protected, case: s
     elif case == "no expiry":
         body = claims(ISSUER, protected.url)
         del body["exp"]
+        token = protected.keys.mint(body)
+    elif case == "no subject":
+        body = claims(ISSUER, protected.url)
+        del body["sub"]
         token = protected.keys.mint(body)
     elif case == "HS256 with the public key":
         # The classic confusion: the published key used as an HMAC secret
@@ -250,11 +261,61 @@ def test_a_missing_scope_gets_403_and_runs_nothing(protected: Protected) -> None
 
 
 def test_tools_list_offers_a_token_what_it_may_call(protected: Protected) -> None:
-    assert protected.listed(protected.token()) == ["echo"]
-    assert protected.listed(protected.token("files:read")) == ["echo", "read_files"]
-    assert protected.listed(protected.token("files:read files:write")) == [
-        "echo", "read_files", "write_files",
+    assert protected.listed(protected.token()) == ["echo", "echo_then_write"]
+    assert protected.listed(protected.token("files:read")) == [
+        "echo", "read_files", "echo_then_write",
     ]  # fmt: skip
+    assert protected.listed(protected.token("files:read files:write")) == [
+        "echo", "read_files", "write_files", "write_then_echo", "echo_then_write",
+    ]  # fmt: skip
+
+
+def test_a_sequence_runs_no_step_the_token_may_not_call(protected: Protected) -> None:
+    token = protected.token()
+    session = protected.session(token)
+    listed = protected.call(token, session, "write_then_echo", {"path": "/etc/x"})
+    assert listed.status_code == 403  # its steps' scopes are its own
+    named = protected.call(token, session, "echo_then_write", {"text": "/etc/x"})
+    assert named.status_code == 200
+    result = rpc_result(named)
+    assert (
+        result["isError"] and "needs scope files:read files:write" in result["content"][0]["text"]
+    )
+    assert protected.tools.runs["write_files"] == 0 and protected.tools.runs["echo"] == 1
+
+
+def test_an_unknown_tool_names_only_tools_the_token_is_offered(protected: Protected) -> None:
+    token = protected.token()
+    session = protected.session(token)
+    text = rpc_result(protected.call(token, session, "write_file", {"path": "/a"}))["content"][0]
+    assert "Unknown tool 'write_file'" in text["text"]
+    assert "write_files" not in text["text"] and "read_files" not in text["text"]
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [{"scope": "files:read"}, {"scp": "files:read"}, {"scp": ["files:read"]},
+     {"scope": ["files:read"]}],
+)  # fmt: skip
+def test_scopes_in_either_claim_and_either_form(
+    protected: Protected, grant: dict[str, Any]
+) -> None:
+    token = protected.token(**grant)
+    assert "read_files" in protected.listed(token)
+
+
+def test_a_body_only_a_lenient_parser_reads_is_checked_too(protected: Protected) -> None:
+    token = protected.token()
+    session = protected.session(token)
+    body = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "write_files", '
+        '"arguments": {"path": "/a"}, "_meta": {"x": NaN}}}'
+    )
+    headers = {**ACCEPT, "Authorization": f"Bearer {token}", "Mcp-Session-Id": session,
+               "Mcp-Protocol-Version": "2025-11-25"}  # fmt: skip
+    response = httpx.post(protected.url, content=body, headers=headers, timeout=30)
+    assert response.status_code == 403
+    assert protected.tools.runs["write_files"] == 0
 
 
 def test_protected_resource_metadata(protected: Protected) -> None:
@@ -358,6 +419,10 @@ def test_options_are_checked_when_made(tmp_path: Path) -> None:
         ({"required_scopes": ("a b",)}, "not a scope name"),
         ({"leeway": -1}, "leeway"),
         ({"jwks_refresh": float("nan")}, "jwks_refresh"),
+        ({"resource_url": "https://r:99999/mcp"}, "not a valid URL"),
+        ({"resource_url": 'https://r/m"cp'}, "plain URL characters"),
+        ({"issuer": "https://a\r\nb"}, "plain URL characters"),
+        ({"resource_url": "http://[::1/mcp"}, "not a valid URL"),
     ]:
         with pytest.raises(
             (TypeError, ValueError), match=words.replace("(", r"\(").replace(")", r"\)")
@@ -365,6 +430,28 @@ def test_options_are_checked_when_made(tmp_path: Path) -> None:
             OAuthResource(**{**good, **bad})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="both given"):
         http_app(ToolRegistry(), None, token="t", oauth=OAuthResource(**good))  # type: ignore[arg-type]
+
+
+def test_a_jwks_file_without_keys_is_refused_when_given(tmp_path: Path) -> None:
+    for text, words in [("", "cannot be read"), ('{"keys": []}', "holds no key"),
+                        ('{"keys": [{"kty": "nope"}]}', "holds no key")]:  # fmt: skip
+        jwks = tmp_path / "jwks.json"
+        jwks.write_text(text)
+        with pytest.raises(ValueError, match=words):
+            OAuthResource(jwks=jwks, issuer=ISSUER, resource_url="http://127.0.0.1:1/mcp")
+
+
+def test_a_jwks_urls_credentials_are_not_logged(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    from toolbus.mcp._jwt import JwksSource
+
+    source = JwksSource("http://reader:PW-SECRET@127.0.0.1:1/jwks?api_key=KEY-SECRET")
+    with caplog.at_level(logging.WARNING, "toolbus.mcp"):
+        asyncio.run(source.warm())
+    assert "could not be read" in caplog.text
+    assert "PW-SECRET" not in caplog.text and "KEY-SECRET" not in caplog.text
+    assert "SECRET" not in repr(source)
 
 
 def test_the_cli_serves_a_resource_server(tmp_path: Path) -> None:

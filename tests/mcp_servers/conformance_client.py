@@ -30,7 +30,6 @@ from mcp.client.auth.extensions.client_credentials import (
     SignedJWTParameters,
 )
 from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
-from mcp.shared.auth import OAuthClientInformationFull
 
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.mcp import (
@@ -93,20 +92,12 @@ def auth_for(url: str, scenario: str, context: dict[str, Any]) -> httpx2.Auth | 
         )
     if scenario == "auth/cross-app-access-complete-flow":
         return _cross_app(url, context)
-    tokens = MemoryTokens()
-    if "client_id" in context:  # pre-registered: no dynamic registration
-        tokens._client = OAuthClientInformationFull(
-            client_id=context["client_id"],
-            client_secret=context.get("client_secret"),
-            redirect_uris=[REDIRECT],  # type: ignore[list-item]
-            grant_types=["authorization_code", "refresh_token"],
-            token_endpoint_auth_method="client_secret_basic",
-        )
     return oauth_authorization_code(
         url,
         redirect_uri=REDIRECT,
         authorize=sign_in_at_once,
-        tokens=tokens,
+        client_id=context.get("client_id"),  # pre-registered: no dynamic registration
+        client_secret=context.get("client_secret"),
         client_name="toolbus-conformance",
         client_metadata_url=CLIENT_METADATA_URL if scenario == "auth/basic-cimd" else None,
     )

@@ -31,6 +31,7 @@ from ..pipeline import BatchRun, Run, Waiter
 from ..policies._set import PolicySet, admit_at_submission, submission_scrubber, timeout_for
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry, error_text
+from ..tools._offer import granted, missing_scopes, offered
 
 __all__ = [
     "MAX_LISTED_TOOLS",
@@ -195,7 +196,7 @@ def plan_run(
             parent=parent,
             priority=priority,
             approval=approval,
-            refusal=(ErrorCode.TOOL_NOT_FOUND, unknown_tool_message(call.name, registry.names())),
+            refusal=(ErrorCode.TOOL_NOT_FOUND, unknown_tool_message(call.name, _offered(registry))),
             decided=decided,
         )
     given = timeout is not None  # the call's own: it replaces the tool's and a policy's
@@ -217,6 +218,10 @@ def plan_run(
         # A policy's own code (applies_to, timeout) failed for this tool:
         # none of its calls may run, and the caller gets a result, not the error.
         refusal = guard.refusal
+    elif parent is not None and plan.tool.scopes and (missing := _missing(plan.tool)):
+        # A call made by a served call (a sequence's step, a tool calling
+        # another) is held to the served call's token, as that call was.
+        refusal = (ErrorCode.TOOL_NOT_ALLOWED, missing)
     run = Run(
         call,
         plan.tool,
@@ -239,6 +244,7 @@ def plan_run(
     budget = plan.budget if call_timeout is None else tightest(plan.budget, call_timeout)
     if budget is not None or parent is not None:
         run.bound(budget, parent)
+
     if refusal is None and guard is not None and guard.at_submission and decided is None:
         # In the batch's order, before it fans out: a quota's first calls run.
         # Before admission masks the arguments: what the default masking
@@ -309,3 +315,20 @@ def unknown_tool_message(name: str, known: list[str]) -> str:
     listed = ", ".join(known[:MAX_LISTED_TOOLS])
     more = len(known) - MAX_LISTED_TOOLS
     return text + f" Available tools: {listed}" + (f" (and {more} more)" if more > 0 else "")
+
+
+def _missing(tool: Tool) -> str | None:
+    """Why the token of the served call running here may not call `tool` (None: it may)."""
+    missing = missing_scopes(tool, granted.get())
+    if not missing:
+        return None
+    return f"Tool '{tool.name}' needs scope {' '.join(missing)}, which the token lacks"
+
+
+def _offered(registry: ToolRegistry) -> list[str]:
+    """The names an unknown tool's error may suggest: those the caller's token
+    is offered (all, without a token)."""
+    scopes = granted.get()
+    if scopes is None:
+        return registry.names()
+    return [t.name for t in offered(registry.list(), scopes)]

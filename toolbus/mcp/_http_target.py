@@ -19,7 +19,7 @@ import httpx2
 from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
 
-from ._redact import redact_text
+from ._redact import redact_text, redact_url
 
 __all__ = ["SDK_REFUSED", "HttpTarget"]
 
@@ -135,6 +135,7 @@ class _Watched(httpx2.Auth):
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         flow = self._auth.async_auth_flow(request)
+        outgoing = request
         try:
             outgoing = await flow.__anext__()
             while True:
@@ -143,6 +144,14 @@ class _Watched(httpx2.Auth):
         except StopAsyncIteration:
             self._target.auth_failure = None
             return
+        except GeneratorExit:
+            # httpx closes the flow when a request failed to go out: one of
+            # the flow's own (metadata, registration, token) is an OAuth
+            # failure; the server's request failing is the transport's news.
+            if outgoing is not request:
+                where = redact_url(str(outgoing.url.copy_with(query=None)))
+                self._target.auth_failure = f"its request to {where} got no answer"
+            raise
         except Exception as e:
             text = redact_text(str(e))
             self._target.auth_failure = f"{type(e).__name__}: {text}" if text else type(e).__name__

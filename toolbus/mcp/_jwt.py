@@ -34,6 +34,8 @@ import jwt
 import orjson
 from mcp.server.auth.provider import AccessToken
 
+from ._redact import redact_text, redact_url
+
 __all__ = ["ASYMMETRIC", "JwksSource", "JwtVerifier"]
 
 log = logging.getLogger("toolbus.mcp")
@@ -60,9 +62,20 @@ class JwksSource:
         self._keys: dict[str | None, tuple[jwt.PyJWK, str | None]] = {}
         self._read_at = -float("inf")
         self._lock = anyio.Lock()
+        if self.path is not None:
+            # A file is there now: one that holds no usable key is a mistake
+            # in the configuration, said when it is given.
+            try:
+                self._keys = _usable(_parsed(self.path.read_bytes()))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"JWKS file {self.path} cannot be read as a JWKS: {e}") from None
+            if not self._keys:
+                raise ValueError(f"JWKS file {self.path} holds no key a token could be signed with")
+            self._read_at = time.monotonic()
 
     def __repr__(self) -> str:
-        return f"JwksSource({self.url or str(self.path)!r})"
+        # A URL may carry credentials (user info, an api key in its query).
+        return f"JwksSource({redact_url(self.url) if self.url else str(self.path)!r})"
 
     async def key(self, kid: str | None) -> tuple[jwt.PyJWK, str | None] | None:
         """The key with id `kid` (None: the set's only key), reading the set
@@ -85,30 +98,19 @@ class JwksSource:
         self._read_at = time.monotonic()
         try:
             if self.url is not None:
-                async with httpx2.AsyncClient(timeout=10.0) as client:
+                async with httpx2.AsyncClient(timeout=10.0, follow_redirects=True) as client:
                     response = await client.get(self.url)
                     response.raise_for_status()
                     data = response.content
             else:
                 assert self.path is not None
                 data = await anyio.Path(self.path).read_bytes()
-            found = orjson.loads(data).get("keys")
-            if not isinstance(found, list):
-                raise ValueError("it has no 'keys' list")
+            found = _parsed(data)
         except Exception as e:  # the network, the file, not a JWKS
-            log.warning("JWKS %s could not be read (%s): keeping the keys read before", self, e)
+            why = redact_text(str(e)) or type(e).__name__
+            log.warning("JWKS %s could not be read (%s): keeping the keys read before", self, why)
             return
-        keys: dict[str | None, tuple[jwt.PyJWK, str | None]] = {}
-        for jwk in found:
-            if not isinstance(jwk, dict) or jwk.get("use", "sig") != "sig":
-                continue
-            try:
-                key = jwt.PyJWK(jwk)
-            except jwt.PyJWTError:
-                continue  # a key of a type this cannot use: the others still count
-            declared = jwk.get("alg")
-            keys[key.key_id] = (key, declared if isinstance(declared, str) else None)
-        self._keys = keys
+        self._keys = _usable(found)
 
     async def warm(self) -> None:
         """Read the set now, as a server starts: a wrong URL or an empty set is
@@ -118,13 +120,38 @@ class JwksSource:
             log.warning("JWKS %s holds no key a token could be signed with (yet)", self)
 
 
+def _parsed(data: bytes) -> list[Any]:
+    """The `keys` of a JWKS document; ValueError if it is none."""
+    found = orjson.loads(data)
+    keys = found.get("keys") if isinstance(found, dict) else None
+    if not isinstance(keys, list):
+        raise ValueError("it has no 'keys' list")
+    return keys
+
+
+def _usable(found: list[Any]) -> dict[str | None, tuple[jwt.PyJWK, str | None]]:
+    """The signing keys of a JWKS's `keys`, by key id, each with the algorithm
+    it declares; a key of a type this cannot use is left out, the others kept."""
+    keys: dict[str | None, tuple[jwt.PyJWK, str | None]] = {}
+    for jwk in found:
+        if not isinstance(jwk, dict) or jwk.get("use", "sig") != "sig":
+            continue
+        try:
+            key = jwt.PyJWK(jwk)
+        except jwt.PyJWTError:
+            continue
+        declared = jwk.get("alg")
+        keys[key.key_id] = (key, declared if isinstance(declared, str) else None)
+    return keys
+
+
 class JwtVerifier:
     """The SDK's `TokenVerifier` for JWT access tokens (see the module's doc).
 
     `audience`: this server's resource URL (as clients are told in its
     protected-resource metadata); a token's `aud` must name it, a trailing
-    slash aside. The grant's scopes are the token's `scope` (a space-separated
-    string, RFC 9068) or `scp` (a list), its client `client_id`, `azp` or `sub`.
+    slash aside. The grant's scopes are the token's `scope` and `scp` (each a
+    space-separated string or a list), its client `client_id`, `azp` or `sub`.
     """
 
     def __init__(
@@ -178,18 +205,24 @@ class JwtVerifier:
             audience=self.audience,
             issuer=self.issuer,
             leeway=self.leeway,
-            options={"require": ["exp", "iss", "aud"]},
+            # `sub` too (RFC 9068): who the token is for is what a session
+            # is bound to, so tokens without one would share sessions.
+            options={"require": ["exp", "iss", "aud", "sub"]},
         )
         return claims
 
 
 def _grant(token: str, claims: dict[str, Any], resource: str, leeway: float) -> AccessToken:
-    scope = claims.get("scope")
-    if isinstance(scope, str):
-        scopes = scope.split()
-    else:
-        scp = claims.get("scp")
-        scopes = [s for s in scp if isinstance(s, str)] if isinstance(scp, list) else []
+    # `scope` (RFC 9068: a space-separated string) or `scp` (Entra ID and
+    # Okta: a string or a list), in whichever form they come.
+    scopes: list[str] = []
+    for claim in ("scope", "scp"):
+        value = claims.get(claim)
+        if isinstance(value, str):
+            scopes += value.split()
+        elif isinstance(value, list):
+            scopes += [s for s in value if isinstance(s, str)]
+    scopes = list(dict.fromkeys(scopes))
     client = next(
         (claims[k] for k in ("client_id", "azp", "sub") if isinstance(claims.get(k), str)), "-"
     )

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAut
 from mcp.server.auth.routes import build_resource_metadata_url, cors_middleware
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.shared.auth import ProtectedResourceMetadata
-from pydantic import AnyHttpUrl
+from pydantic import AnyHttpUrl, ValidationError
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
@@ -83,10 +84,7 @@ class OAuthResource:
         if not isinstance(self.jwks, str | Path) or not str(self.jwks).strip():
             raise TypeError(f"{where}: jwks must be a file path or an http(s) URL")
         for name in ("issuer", "resource_url"):
-            value = getattr(self, name)
-            parts = urlsplit(value) if isinstance(value, str) else None
-            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"{where}: {name} must be an http(s) URL, not {value!r}")
+            _check_url(getattr(self, name), name, where)
         if urlsplit(self.resource_url).fragment:
             raise ValueError(f"{where}: resource_url must not have a fragment (RFC 8707)")
         object.__setattr__(
@@ -110,6 +108,30 @@ class OAuthResource:
         return JwtVerifier(
             self._keys, issuer=self.issuer, audience=self.resource_url, leeway=self.leeway
         )
+
+
+# What RFC 3986 lets a URL hold as it is: anything else (a space, a quote, a
+# control character) would be percent-encoded by the SDK's models, and the
+# URL published would not be the one given.
+_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
+
+
+def _check_url(value: object, name: str, where: str) -> None:
+    if not isinstance(value, str) or not _URL_CHARS.fullmatch(value):
+        raise ValueError(
+            f"{where}: {name} must be an http(s) URL of plain URL characters, not {value!r}"
+        )
+    try:
+        parts = urlsplit(value)
+    except ValueError as e:
+        raise ValueError(f"{where}: {name} is not a valid URL ({value!r}: {e})") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{where}: {name} must be an http(s) URL, not {value!r}")
+    try:
+        AnyHttpUrl(value)  # (the SDK's own check: a port out of range, a bad host)
+    except ValidationError as e:
+        why = e.errors()[0]["msg"] if e.errors() else "not a URL"
+        raise ValueError(f"{where}: {name} is not a valid URL ({value!r}: {why})") from None
 
 
 def granted_scopes(request: object) -> frozenset[str] | None:
@@ -180,7 +202,12 @@ class OAuthGate:
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:
-            return ()
+            try:
+                # What orjson refuses and the SDK's parsers take (NaN,
+                # Infinity, numbers beyond a double): read as they would.
+                message = json.loads(body)
+            except ValueError:
+                return ()  # (nor can the SDK: nothing runs)
         missing: dict[str, None] = {}
         for item in message if isinstance(message, list) else (message,):
             if not isinstance(item, dict) or item.get("method") != "tools/call":

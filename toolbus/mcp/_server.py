@@ -33,7 +33,7 @@ from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
 from ..tools import Tool, ToolRegistry, load_registry
-from ..tools._offer import missing_scopes, offered
+from ..tools._offer import granted, missing_scopes, offered
 from ._oauth_server import granted_scopes
 from ._server_calls import ServedCalls
 from ._server_output import (
@@ -174,9 +174,21 @@ def build_server(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        scopes = granted_scopes(ctx.request)
+        held = granted.set(scopes)  # (its calls' own calls are held to the token too)
+        try:
+            return await _call_tool(ctx, params, scopes)
+        finally:
+            granted.reset(held)
+
+    async def _call_tool(
+        ctx: ServerRequestContext[Any],
+        params: types.CallToolRequestParams,
+        scopes: frozenset[str] | None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         given = dict(params.arguments or {})
         tool = registry.get(params.name)
-        if tool is not None and (missing := missing_scopes(tool, granted_scopes(ctx.request))):
+        if tool is not None and (missing := missing_scopes(tool, scopes)):
             # (The HTTP gate refuses such a call with a 403 before it gets here.)
             code = ErrorCode.TOOL_NOT_ALLOWED.value
             needs = f"Tool '{params.name}' needs scope {' '.join(missing)}, which the token lacks"

@@ -5,17 +5,29 @@ is listed for it or called by it (the MCP server over HTTP with OAuth,
 `toolbus.mcp`). The decision is a pure function of the tool and what was
 granted, so a listing and a call can never disagree: a tool not offered to
 a token is a tool that token cannot call.
+
+`granted` carries what the served call's token grants into the call's
+context, so the calls it makes in turn (a sequence's steps, a tool calling
+another) are held to it too, and an unknown tool's error names only tools
+the token is offered.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterable, Set
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._tool import Tool
 
-__all__ = ["check_scopes", "missing_scopes", "offered", "scope_name"]
+__all__ = ["check_scopes", "granted", "missing_scopes", "offered", "scope_name"]
+
+# What the token of the served call running in this context grants (None:
+# no token, nothing checked). Set by the MCP server around a call.
+granted: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
+    "toolbus_granted_scopes", default=None
+)
 
 
 def check_scopes(value: object, owner: str) -> tuple[str, ...]:

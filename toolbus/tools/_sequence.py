@@ -37,6 +37,7 @@ from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult, idempotency_ke
 from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
+from ._offer import check_scopes
 from ._running import RunningCall, current_run
 from ._tool import Tool
 
@@ -67,6 +68,7 @@ class SequenceTool(Tool):
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
         policies: Sequence[Any] = (),
+        scopes: Sequence[str] = (),
     ) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"sequence: name must be a non-empty string, got {name!r}")
@@ -85,6 +87,10 @@ class SequenceTool(Tool):
         complete = len(tools) == len(self.steps)
         self.read_only = complete and all(t.read_only for t in tools)
         self.idempotent = complete and all(t.read_only or t.idempotent for t in tools)
+        # What its steps given as tools need (a step named is held to the
+        # caller's token when it runs, `toolbus.tools._offer.granted`).
+        own = check_scopes(scopes, f"sequence {name!r}")
+        self.scopes = tuple(dict.fromkeys((*own, *(s for t in tools for s in t.scopes))))
         self.timeout = timeout
         self.retry = retry
         self.description = description if description is not None else _describe(self.steps)
@@ -208,6 +214,7 @@ def sequence(
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
     policies: Sequence[Any] = (),
+    scopes: Sequence[str] = (),
 ) -> SequenceTool:
     """A tool that runs `steps` one after another; register it like any tool.
 
@@ -232,6 +239,9 @@ def sequence(
     makes the sequence require approval itself (a `requires_approval()` is
     added unless `policies` has one without `when`); the approval of the
     sequence's call then covers its steps' (docs/extending.md, Composite tools).
+    `scopes`: what a served caller's OAuth token must grant (`Tool.scopes`),
+    with those of every step given as a `Tool`; a step given by name is held
+    to the caller's token when it runs.
 
     Read-only only if every step is a read-only `Tool`; `idempotent` if every
     step is read-only or idempotent. `timeout` (default: the executor's)
@@ -239,7 +249,13 @@ def sequence(
     timed-out sequence; a failed step never retries the sequence.
     """
     return SequenceTool(
-        name, steps, description=description, timeout=timeout, retry=retry, policies=policies
+        name,
+        steps,
+        description=description,
+        timeout=timeout,
+        retry=retry,
+        policies=policies,
+        scopes=scopes,
     )
 
 
