@@ -219,6 +219,31 @@ def test_a_token_file_keeps_the_sign_in(world: World, tmp_path: Path) -> None:
     assert stat.S_IMODE(tokens.path.stat().st_mode) == 0o600
 
 
+def test_token_files_of_one_path_take_turns(tmp_path: Path) -> None:
+    """Two `TokenFile`s of one path (one per provider, as the docs write them),
+    written from many threads at once: no server's entry is lost."""
+    import asyncio
+    import threading
+
+    from mcp.shared.auth import OAuthToken
+
+    path = tmp_path / "tokens.json"
+    files = [TokenFile(path), TokenFile(str(path))]
+    start = threading.Barrier(40)
+
+    def write(n: int) -> None:
+        entry = files[n % 2].for_server(f"http://server-{n}/mcp")
+        start.wait()
+        asyncio.run(entry.set_tokens(OAuthToken(access_token=f"t{n}", token_type="Bearer")))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(json.loads(path.read_text())["servers"]) == 40
+
+
 def test_a_token_file_that_cannot_be_read_starts_over(world: World, tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     path.write_text("{not json")

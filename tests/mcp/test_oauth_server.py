@@ -315,6 +315,8 @@ def test_a_body_only_a_lenient_parser_reads_is_checked_too(protected: Protected)
                "Mcp-Protocol-Version": "2025-11-25"}  # fmt: skip
     response = httpx.post(protected.url, content=body, headers=headers, timeout=30)
     assert response.status_code == 403
+    deep = body.replace('{"x": NaN}', "[" * 5000 + "]" * 5000)  # beyond both parsers
+    assert httpx.post(protected.url, content=deep, headers=headers, timeout=30).status_code == 400
     assert protected.tools.runs["write_files"] == 0
 
 

@@ -206,7 +206,7 @@ class OAuthGate:
                 # What orjson refuses and the SDK's parsers take (NaN,
                 # Infinity, numbers beyond a double): read as they would.
                 message = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return ()  # (nor can the SDK: nothing runs)
         missing: dict[str, None] = {}
         for item in message if isinstance(message, list) else (message,):

@@ -63,6 +63,17 @@ class _Store:
         await self.for_server("").set_client_info(client_info)
 
 
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    """One lock per file, however many `TokenFile`s name it."""
+    key = os.path.realpath(path)
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(key, threading.Lock())
+
+
 class _Entry:
     """One server's entry of a store, as the SDK's `TokenStorage`."""
 
@@ -104,18 +115,18 @@ class TokenFile(_Store):
     its refresh token lasts).
 
     The file is readable by its owner only (0600) and replaced whole on each
-    write, so a crash never leaves half of it; writes from this process take
-    turns (two processes writing one file at once may lose one's update:
-    give each its own file). A file that cannot be read as one is treated as
-    empty (logged, without its content): the flow starts over rather than
-    failing the connection.
+    write, so a crash never leaves half of it. Writes from this process take
+    turns, however many `TokenFile`s name the file (two processes writing
+    one file at once may lose one's update: give each its own file). A file
+    that cannot be read as one is treated as empty (logged, without its
+    content): the flow starts over rather than failing the connection.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         if not isinstance(path, str | os.PathLike) or not str(path).strip():
             raise TypeError("TokenFile: path must be a non-empty path")
         self.path = Path(path).expanduser()
-        self._lock = threading.Lock()
+        self._lock = _lock_for(self.path)
 
     def __repr__(self) -> str:
         return f"TokenFile({str(self.path)!r})"
