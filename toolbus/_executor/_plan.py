@@ -244,7 +244,6 @@ def plan_run(
     budget = plan.budget if call_timeout is None else tightest(plan.budget, call_timeout)
     if budget is not None or parent is not None:
         run.bound(budget, parent)
-
     if refusal is None and guard is not None and guard.at_submission and decided is None:
         # In the batch's order, before it fans out: a quota's first calls run.
         # Before admission masks the arguments: what the default masking
