@@ -45,6 +45,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolbus._asgi import ServerThread, bind
+from toolbus.mcp._oauth_server import _read_body, _replay
 
 __all__ = ["AuthServer", "Keys", "serve"]
 
@@ -250,24 +251,10 @@ class _ClientCredentials:
         if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body, complete = await _read_body(receive, 1 << 20)
         form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode()).items()}
-        if form.get("grant_type") != "client_credentials":
-            sent = False
-
-            async def replay() -> Any:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
+        if not complete or form.get("grant_type") != "client_credentials":
+            await self.app(scope, _replay(body, complete, receive), send)
             return
         response = self._grant(form, dict(Request(scope).headers))
         await response(scope, receive, send)

@@ -190,8 +190,7 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
     link.asks_later = settings["elicitation"] is None
     if isinstance(target, HttpTarget):
         link.explain = target.refusal
-        http_target = target
-        link.auth_failure = lambda: http_target.auth_failure
+        link.auth_failure = target.oauth_failure
     actor = SessionActor.start(link)
     try:
         opened = cast(

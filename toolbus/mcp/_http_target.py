@@ -70,6 +70,10 @@ class HttpTarget:
         if response.status_code >= 400:
             self._refused = (response.status_code, response.headers.get("www-authenticate", ""))
 
+    def oauth_failure(self) -> str | None:
+        """Why the OAuth flow last failed (None: it has not, or worked since)."""
+        return self.auth_failure
+
     def refusal(self) -> str | None:
         """What the server's last refusal says (None: it refused nothing)."""
         if self.auth_failure is not None:

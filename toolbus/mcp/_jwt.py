@@ -113,8 +113,11 @@ class JwksSource:
         self._keys = _usable(found)
 
     async def warm(self) -> None:
-        """Read the set now, as a server starts: a wrong URL or an empty set is
-        logged at once rather than at the first request (which it would refuse)."""
+        """Read a URL's set now, as a server starts: a wrong URL or an empty set
+        is logged at once rather than at the first request (which it would
+        refuse). A file's was read and checked when it was given."""
+        if self.url is None:
+            return
         await self._read()
         if not self._keys:
             log.warning("JWKS %s holds no key a token could be signed with (yet)", self)

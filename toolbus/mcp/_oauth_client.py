@@ -34,6 +34,7 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl
 
+from ..tools._offer import scope_name
 from ._oauth_tokens import MemoryTokens, TokenFile, _Store, preregistered
 
 __all__ = [
@@ -210,10 +211,11 @@ def _text(value: object, name: str, where: str) -> str:
 def _scope(scopes: Sequence[str] | None, where: str) -> str | None:
     if scopes is None:
         return None
-    if isinstance(scopes, str) or not all(
-        isinstance(s, str) and s and not any(c.isspace() for c in s) for s in scopes
-    ):
-        raise TypeError(f"{where}: scopes must be a sequence of scope names without spaces")
+    if isinstance(scopes, str) or not all(scope_name(s) for s in scopes):
+        raise TypeError(
+            f"{where}: scopes must be a sequence of scope names (printable ASCII without "
+            "spaces, double quotes or backslashes)"
+        )
     return " ".join(scopes) or None
 
 
