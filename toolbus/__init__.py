@@ -11,6 +11,7 @@ from . import _wiring  # noqa: F401  # isort: skip
 from . import bus
 from ._executor._handles import BatchHandle, CallHandle
 from ._version import __version__ as __version__
+from .agent_runs import agent_run, current_agent_run
 from .config import ConfigError
 from .executor import Executor, ExecutorStats
 from .formatting import format_result_for_context
@@ -64,7 +65,9 @@ __all__ = [
     "ToolOutput",
     "ToolRegistry",
     "ToolResult",
+    "agent_run",
     "bus",
+    "current_agent_run",
     "format_result_for_context",
     "tool",
 ]

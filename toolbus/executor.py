@@ -38,24 +38,24 @@ from ._executor._handles import (
     CallHandle,
     batch_handle,
     call_handle,
-    cancel_where,
 )
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
 from ._executor._options import GroupsOption, check_options, check_wiring, close_budget
 from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
+from ._executor._stopping import Stopping
 from ._executor._submission import Submission, SubmitHooks, Submitting
 from ._executor._waiting import Waiting
-from .actors._messages import Cancel, Close, StatusQuery
+from .actors._messages import Close, StatusQuery
 from .backends import Backend
 from .bus import Announcer, BusPublisher, Emitter, Publisher, Subscription
 from .calls import CallLike
 from .hooks import ExecutorHooks, PostCallHook, PreCallHook
 from .in_doubt import InDoubtHandler
 from .journal import Journal, JournalRecord, Retention
-from .models import BatchResult, ErrorCode, ToolCall, ToolResult
-from .pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter
+from .models import BatchResult, ToolCall, ToolResult
+from .pipeline import LoopWaiter, ThreadWaiter
 from .policies import ApprovalDecision, Policy
 from .retry import RetryPolicy
 from .scanning import ContentScanner
@@ -64,7 +64,7 @@ from .tools import Tool, ToolRegistry
 __all__ = ["MAX_LISTED_TOOLS", "Executor", "ExecutorStats", "Submission"]
 
 
-class Executor(ExecutorHooks, Submitting):
+class Executor(ExecutorHooks, Submitting, Stopping):
     """Runs tool calls from a registry with timeouts, retries, limits, hooks and events.
 
     Every call submitted gets exactly one terminal result; nothing a tool, hook
@@ -276,6 +276,7 @@ class Executor(ExecutorHooks, Submitting):
         priority: int | None = None,
         timeout: float | None = None,
         call_timeout: float | None = None,
+        agent_run: str | None = None,
     ) -> ToolResult:
         """Run one call and return its result; blocks until it is final.
 
@@ -285,6 +286,8 @@ class Executor(ExecutorHooks, Submitting):
         caller's): when capacity is short, higher priorities start first.
         `timeout`: its attempts' own, instead of the tool's (`math.inf`: none);
         `call_timeout`: a whole-call budget, applied if the tightest.
+        `agent_run`: the agent run it belongs to (`toolbus.agent_runs`: run
+        limits count by it, a halt ends it), instead of the context's.
 
         From an async tool or hook of this executor, use `aexecute`: blocking
         the loop its async tools run on would deadlock, so `execute` there
@@ -299,6 +302,7 @@ class Executor(ExecutorHooks, Submitting):
             priority=priority,
             wait=self._waits_for_room,
             clocks=(timeout, call_timeout),
+            agent_run=agent_run,
         )
         if refuse:
             assert run.result is not None  # decided at once, never waited for
@@ -317,6 +321,7 @@ class Executor(ExecutorHooks, Submitting):
         priority: int | None = None,
         timeout: float | None = None,
         call_timeout: float | None = None,
+        agent_run: str | None = None,
     ) -> BatchResult:
         """Run calls as one batch; results come back in the order given.
 
@@ -339,6 +344,7 @@ class Executor(ExecutorHooks, Submitting):
             priority=priority,
             wait=self._waits_for_room,
             clocks=(timeout, call_timeout),
+            agent_run=agent_run,
         )
         if batch is None:
             return empty_batch()
@@ -357,6 +363,7 @@ class Executor(ExecutorHooks, Submitting):
         priority: int | None = None,
         timeout: float | None = None,
         call_timeout: float | None = None,
+        agent_run: str | None = None,
     ) -> CallHandle:
         """Submit one call and return at once with its handle, a
         `concurrent.futures.Future` of its `ToolResult`.
@@ -375,6 +382,7 @@ class Executor(ExecutorHooks, Submitting):
             approval=approval,
             priority=priority,
             clocks=(timeout, call_timeout),
+            agent_run=agent_run,
         )
 
     def submit_batch(
@@ -386,6 +394,7 @@ class Executor(ExecutorHooks, Submitting):
         priority: int | None = None,
         timeout: float | None = None,
         call_timeout: float | None = None,
+        agent_run: str | None = None,
     ) -> BatchHandle:
         """Submit a batch (as `execute_batch` runs one) and return at once with
         its handle: a `Future` of its `BatchResult`, with a handle per call in
@@ -399,25 +408,13 @@ class Executor(ExecutorHooks, Submitting):
             approvals=approvals,
             priority=priority,
             clocks=(timeout, call_timeout),
+            agent_run=agent_run,
         )
-
-    def cancel(self, *, call_id: str | None = None, batch_id: str | None = None) -> int:
-        """Cancel every unfinished call with `call_id` (a model may repeat an
-        id: each is cancelled), or of the batch `batch_id`, or both at once;
-        returns how many unfinished calls it stopped. Each ends `cancelled`,
-        unless its attempt had already returned (its post-call hooks running):
-        that one keeps the result they make."""
-        count: int = self._scheduler.ask(cancel_where(call_id, batch_id))
-        return count
 
     def _blocks_its_loop(self) -> bool:
         """Whether waiting here would block the loop this executor's async tools
         run on (a handle's `result()` from inside one of them)."""
         return would_block_its_tools(self._loop, self._scheduler, self._services)
-
-    def _stop(self, batch: BatchRun | None, run: Run | None) -> None:
-        """A handle's cancel: end the run, or the batch's unfinished runs."""
-        self._scheduler.post(Cancel(batch, run, ErrorCode.CANCELLED, "cancelled by its caller"))
 
     # -- async API ----------------------------------------------------------------
 
@@ -429,6 +426,7 @@ class Executor(ExecutorHooks, Submitting):
         priority: int | None = None,
         timeout: float | None = None,
         call_timeout: float | None = None,
+        agent_run: str | None = None,
     ) -> ToolResult:
         """Async twin of `execute`; never blocks the event loop.
 
@@ -436,7 +434,12 @@ class Executor(ExecutorHooks, Submitting):
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
         run = self._submit_one(
-            call, waiter, approval=approval, priority=priority, clocks=(timeout, call_timeout)
+            call,
+            waiter,
+            approval=approval,
+            priority=priority,
+            clocks=(timeout, call_timeout),
+            agent_run=agent_run,
         )
         result: ToolResult = await self._waiting.result(
             waiter, (run,), None, run, "the awaiting task was cancelled"
@@ -452,6 +455,7 @@ class Executor(ExecutorHooks, Submitting):
         priority: int | None = None,
         timeout: float | None = None,
         call_timeout: float | None = None,
+        agent_run: str | None = None,
     ) -> BatchResult:
         """Async twin of `execute_batch`; never blocks the event loop.
 
@@ -461,7 +465,13 @@ class Executor(ExecutorHooks, Submitting):
         waiter = LoopWaiter(asyncio.get_running_loop())
         clocks = (timeout, call_timeout)
         batch = self._submit_batch(
-            calls, stop_on_error, waiter, approvals=approvals, priority=priority, clocks=clocks
+            calls,
+            stop_on_error,
+            waiter,
+            approvals=approvals,
+            priority=priority,
+            clocks=clocks,
+            agent_run=agent_run,
         )
         if batch is None:
             return empty_batch()
@@ -501,24 +511,6 @@ class Executor(ExecutorHooks, Submitting):
                 f"{type(subscription).__name__}"
             )
         return self._emitter.flush(timeout, subscription)
-
-    def on_submit(self, hook: Callable[[Submission], None]) -> Callable[[], None]:
-        """Call `hook(submission)` whenever calls are submitted; return what removes it.
-
-        It runs on the submitting thread, in the caller's `contextvars` context,
-        before the calls are handed on and any of their events is announced
-        (every `execute*`). So an observer can capture what the caller's context
-        holds (a trace's span) and find it again by call id when the calls'
-        events reach it on a delivery thread (`observe.instrument_otel` does).
-        It gets call ids, not arguments. Keep it short: the caller waits for
-        it. Whatever it raises is logged (rate-limited) and the calls go on.
-        """
-        return self._submission.add(hook)
-
-    @property
-    def _submit_hooks(self) -> tuple[Callable[[Submission], None], ...]:
-        """The submission hooks now (as `on_submit` added them)."""
-        return self._submission.hooks
 
     def _tool_named(self, name: str) -> Tool | None:
         """The tool a call of this name ran: registered, or a composite tool's

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import pykka
 
 from ..actors import Scheduler, Supervisor, SupervisorHost, TimerService
+from ..actors._messages import HaltRun
 from ..backends import Backends, LoopThread
 from ..bus import Emitter
 from ..hooks import ExecutorHooks
@@ -107,6 +108,11 @@ def start(
             group_queues=group_queues,
         )
         supervisor = Supervisor.start(scheduler)
+
+        def tell_halt(agent_run: str | None, batch: Any, reason: str, by: Any, fresh: bool) -> None:
+            scheduler.post(HaltRun(agent_run, batch, reason, by, fresh))
+
+        services.halts.tell = tell_halt
     except BaseException:  # (the supervisor starts last: nothing to stop of it)
         for thing in (timers, loop):
             if thing is not None:

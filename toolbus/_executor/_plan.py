@@ -27,7 +27,7 @@ from ..approvals import ApprovalDecision
 from ..backends import Backend, Backends
 from ..masking import SecretKeys
 from ..models import ErrorCode, ToolCall, ToolResult
-from ..pipeline import BatchRun, Run, Waiter
+from ..pipeline import BatchRun, Halts, Run, Waiter, halted_text
 from ..policies._set import PolicySet, admit_at_submission, submission_scrubber, timeout_for
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry, error_text
@@ -173,6 +173,7 @@ def plan_run(
     call_timeout: float | None = None,
     decided: ToolResult | None = None,
     gate: Any = None,
+    halts: Halts | None = None,
 ) -> Run:
     """The run of `call` by the tool of `plan` (None: no such tool; `registry`
     names the ones there are). `parent` is the run whose tool (or hook) made
@@ -182,7 +183,9 @@ def plan_run(
     budget that wins if it is the tightest. `decided`: its result, known
     before it is submitted (a durable engine's record): it ends with that,
     and no policy is asked for it. `gate`: what its first attempt waits for
-    before its tool runs (`Run.gate`)."""
+    before its tool runs (`Run.gate`). `halts`: the executor's halted agent
+    runs: a call of one, or of a batch a halt ended, is refused (`HALTED`),
+    and a policy that halts at submission halts its run."""
     if plan is None:
         return Run(
             call,
@@ -244,13 +247,32 @@ def plan_run(
     budget = plan.budget if call_timeout is None else tightest(plan.budget, call_timeout)
     if budget is not None or parent is not None:
         run.bound(budget, parent)
+    if (
+        halts is not None
+        and refusal is None
+        and decided is None
+        and (halts.active or (batch is not None and batch.halted is not None))
+    ):
+        why = batch.halted if batch is not None and batch.halted is not None else None
+        why = why or halts.reason(run.agent_run)
+        if why is not None:  # its run (or batch) is halted: no policy counts it
+            run.refuse(ErrorCode.HALTED, halted_text(why))
+            return run
     if refusal is None and guard is not None and guard.at_submission and decided is None:
         # In the batch's order, before it fans out: a quota's first calls run.
         # Before admission masks the arguments: what the default masking
         # hides of them is scrubbed from a refusal (it may quote a key).
         scrubber = submission_scrubber(call, guard.tool, secret_keys)
         refused = admit_at_submission(guard, call, time.monotonic(), scrubber, run.batch_id)
-        if refused is not None:
+        if refused is not None and refused[0] is ErrorCode.HALTED:
+            # The rest of its batch ends with it (the calls before it in
+            # order too: none has started), and so does its run.
+            run.refuse(ErrorCode.HALTED, halted_text(refused[1]))
+            if batch is not None:
+                batch.halted = refused[1]
+            if halts is not None:
+                halts.halt(run.agent_run, batch, refused[1], run)
+        elif refused is not None:
             run.refuse(*refused)
         run.admitted_at_submission(guard.at_submission, scrubber)
     return run

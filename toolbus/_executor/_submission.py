@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .._options import check_priority, own_bound, timeout_seconds
 from ..actors import Scheduler
 from ..actors._messages import Submit
+from ..agent_runs import AGENT_RUN, check_agent_run
 from ..approvals import ApprovalDecision, check_approval, check_approvals
 from ..backends import Backends
 from ..bus._delivery import describe
@@ -162,6 +163,24 @@ class Submitting:
 
         def max_parallel(self, calls: Sequence[ToolCall]) -> int: ...
 
+    def on_submit(self, hook: Callable[[Submission], None]) -> Callable[[], None]:
+        """Call `hook(submission)` whenever calls are submitted; return what removes it.
+
+        It runs on the submitting thread, in the caller's `contextvars` context,
+        before the calls are handed on and any of their events is announced
+        (every `execute*`). So an observer can capture what the caller's context
+        holds (a trace's span) and find it again by call id when the calls'
+        events reach it on a delivery thread (`observe.instrument_otel` does).
+        It gets call ids, not arguments. Keep it short: the caller waits for
+        it. Whatever it raises is logged (rate-limited) and the calls go on.
+        """
+        return self._submission.add(hook)
+
+    @property
+    def _submit_hooks(self) -> tuple[Callable[[Submission], None], ...]:
+        """The submission hooks now (as `on_submit` added them)."""
+        return self._submission.hooks
+
     def _make_run(
         self,
         call: CallLike,
@@ -222,6 +241,7 @@ class Submitting:
             call_timeout=clocks[1],
             decided=decided,
             gate=gate,
+            halts=self._services.halts,
         )
         if self._services.scrubber is not EMPTY_SCRUBBER:  # the executor's content scanner
             run.scrubber = self._services.scrubber
@@ -239,6 +259,7 @@ class Submitting:
         clocks: tuple[float | None, float | None] = _NO_CLOCKS,
         decided: ToolResult | None = None,
         gate: Any = None,
+        agent_run: str | None = None,
     ) -> Run:
         if priority is not None:  # (the common call gives none: no check to pay for)
             priority = check_priority(priority)
@@ -246,17 +267,26 @@ class Submitting:
             clocks = check_clocks(clocks, "execute, aexecute or submit")
         if approval is not None:
             approval = check_approval(approval)
-        run = self._make_run(
-            call,
-            context=contextvars.copy_context(),
-            waiter=waiter,
-            approval=approval,
-            priority=priority,
-            clocks=clocks,
-            decided=decided,
-            gate=gate,
-        )
-        self._hand_on((run,), None, refuse, wait)
+        token = None
+        if agent_run is not None:
+            # Set while it is made and handed on: its run, its policies at
+            # submission and its tool (through the context) see it.
+            token = AGENT_RUN.set(check_agent_run(agent_run, "execute, aexecute or submit"))
+        try:
+            run = self._make_run(
+                call,
+                context=contextvars.copy_context(),
+                waiter=waiter,
+                approval=approval,
+                priority=priority,
+                clocks=clocks,
+                decided=decided,
+                gate=gate,
+            )
+            self._hand_on((run,), None, refuse, wait)
+        finally:
+            if token is not None:
+                AGENT_RUN.reset(token)
         return run
 
     def _submit_batch(
@@ -275,6 +305,38 @@ class Submitting:
         known: Mapping[int, ToolResult] | None = None,
         gates: Mapping[int, Any] | None = None,
         contexts: Sequence[contextvars.Context] | None = None,
+        agent_run: str | None = None,
+    ) -> BatchRun | None:
+        if agent_run is None:
+            return self._submit_calls(
+                calls, stop_on_error, waiter, refuse, approvals, priority, waiters, made, wait,
+                clocks, known, gates, contexts,
+            )  # fmt: skip
+        where = "execute_batch, aexecute_batch or submit_batch"
+        token = AGENT_RUN.set(check_agent_run(agent_run, where))
+        try:
+            return self._submit_calls(
+                calls, stop_on_error, waiter, refuse, approvals, priority, waiters, made, wait,
+                clocks, known, gates, contexts,
+            )  # fmt: skip
+        finally:
+            AGENT_RUN.reset(token)
+
+    def _submit_calls(
+        self,
+        calls: Iterable[CallLike],
+        stop_on_error: bool,
+        waiter: Waiter,
+        refuse: bool,
+        approvals: Mapping[str, ApprovalDecision | None] | None,
+        priority: int | None,
+        waiters: Sequence[Waiter] | None,
+        made: Callable[[BatchRun, tuple[Run, ...]], None] | None,
+        wait: bool,
+        clocks: tuple[float | None, float | None],
+        known: Mapping[int, ToolResult] | None,
+        gates: Mapping[int, Any] | None,
+        contexts: Sequence[contextvars.Context] | None,
     ) -> BatchRun | None:
         if priority is not None:
             priority = check_priority(priority)

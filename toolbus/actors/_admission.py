@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, Host
-from ..models import ErrorCode
-from ..pipeline import Run
+from ..models import ErrorCode, Status
+from ..pipeline import BatchRun, Run
 from ._batches import announce_groups, announce_start, schedule_batch
 from ._capacity import Group, ToolGroup
 from ._completion import Completion
@@ -28,9 +28,15 @@ from ._ticket import Ticket
 if TYPE_CHECKING:
     from ..tools import Tool
 
-__all__ = ["Admission", "unstartable"]
+__all__ = ["Admission", "refused_status", "unstartable"]
 
 log = logging.getLogger("toolbus.actors")
+
+
+def refused_status(code: ErrorCode) -> Status:
+    """The status of a call refused before it started with `code`: a halted
+    run's calls are `cancelled` (they were not wrong, their run stopped)."""
+    return "cancelled" if code is ErrorCode.HALTED else "rejected"
 
 
 def unstartable(run: Run, groups: Mapping[str, Group]) -> tuple[ErrorCode, str] | None:
@@ -79,6 +85,8 @@ class Admission(Completion):
             b.remaining = len(b.runs)
             b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
         self.runs_open.update(msg.runs)
+        if self.services.halts.active or (b is not None and b.halted is not None):
+            self._halted_at_submission(msg.runs, b)
         for run in msg.runs:
             run.ticket = Ticket()
             if run.due is not None and run.refusal is None:
@@ -129,7 +137,7 @@ class Admission(Completion):
             if refused is None:
                 self.slots.enqueue(run, front=run.parent is not None)
             else:
-                self._finish_here(run, "rejected", *refused)
+                self._finish_here(run, refused_status(refused[0]), *refused)
             return
         announce_start(b, self.emitter)
         b.schedule = schedule_batch(b, self.services.max_argument_bytes)
@@ -142,12 +150,24 @@ class Admission(Completion):
                     continue
                 refused = unstartable(run, self.groups)
                 if refused is not None:
-                    self._finish_here(run, "rejected", *refused)
+                    self._finish_here(run, refused_status(refused[0]), *refused)
             announce_groups(b, self.emitter)
             for i in eligible:
                 self.slots.enqueue(b.runs[i])
         finally:
             self._done_with(b)
+
+    def _halted_at_submission(self, runs: tuple[Run, ...], b: BatchRun | None) -> None:
+        """Refuse the runs of an agent run (or batch) halted since the
+        executor planned them (`HALTED`): a halt that came meanwhile saw none
+        of them open."""
+        halts = self.services.halts
+        for run in runs:
+            if run.refusal is None and run.decided is None:
+                why = b.halted if b is not None and b.halted is not None else None
+                why = why or halts.reason(run.agent_run)
+                if why is not None:
+                    run.refuse(ErrorCode.HALTED, _pipeline.halted_text(why))
 
     def _end_decided(self, run: Run) -> None:
         """End a run whose result was decided before it was submitted

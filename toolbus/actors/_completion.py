@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 
 from .. import pipeline as _pipeline
 from ..backends import Job
+from ..bus import _signals as sig
+from ..bus._events import RunHalted
 from ..models import ErrorCode, Status, ToolResult
 from ..pipeline import BatchRun, Run
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
-from ._messages import Cancel, CancelWhere, Close
+from ._messages import Cancel, CancelWhere, Close, HaltRun
 from ._ticket import PARKED
 
 if TYPE_CHECKING:
@@ -166,6 +168,39 @@ class Completion(Deadlines):
         ]
         for run in matched:
             self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
+        return len(matched)
+
+    def _on_halt(self, msg: HaltRun) -> int:
+        """End every unfinished run of the halted agent run or batch but the
+        one that halted it; announce the halt (once per run); how many ended."""
+        b = msg.batch
+        if b is not None and b.halted is None:
+            b.halted = msg.reason  # (its calls not yet submitted end so too)
+        matched = [
+            run
+            for run in self.runs_open
+            if run is not msg.by
+            and not run.completed
+            and (
+                (msg.agent_run is not None and run.agent_run == msg.agent_run)
+                or (b is not None and run.batch is b)
+            )
+        ]
+        text = _pipeline.halted_text(msg.reason)
+        for run in matched:
+            self._cancel_run(run, ErrorCode.HALTED, text, only_unstarted=False)
+        if msg.fresh and self.emitter.wants(sig.RUN_HALTED):
+            by = msg.by
+            self.emitter.emit(
+                sig.RUN_HALTED,
+                RunHalted(
+                    msg.agent_run,
+                    b.batch_id if b is not None else None,
+                    by.scrubber.text(msg.reason) if by is not None else msg.reason,
+                    by.call.id if by is not None else None,
+                    len(matched),
+                ),
+            )
         return len(matched)
 
     def _cancel_run(self, run: Run, code: ErrorCode, reason: str, *, only_unstarted: bool) -> None:

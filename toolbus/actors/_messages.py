@@ -23,6 +23,7 @@ __all__ = [
     "Deadline",
     "Expired",
     "Grace",
+    "HaltRun",
     "Report",
     "Reports",
     "RetryDue",
@@ -59,6 +60,21 @@ class CancelWhere:
     call_id: str | None
     batch_id: str | None
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HaltRun:
+    """Anyone -> supervisor: end every unfinished run of the agent run
+    `agent_run` (None: none) and of `batch` (None: none) `cancelled` with
+    `HALTED` and `reason`, but `by` (the run whose policy halted, which ends
+    with its own result); `fresh`: the run was not halted before (announced).
+    Answered with how many it ended (`Executor.halt`)."""
+
+    agent_run: str | None
+    batch: BatchRun | None
+    reason: str
+    by: Run | None = None
+    fresh: bool = True
 
 
 @dataclass(frozen=True, slots=True)

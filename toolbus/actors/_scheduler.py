@@ -64,6 +64,7 @@ from ._messages import (
     Deadline,
     Expired,
     Grace,
+    HaltRun,
     Report,
     Reports,
     RetryDue,
@@ -253,6 +254,8 @@ class Scheduler(Admission, Delays, Backpressure):
                 self._on_cancel(message)
             elif kind is CancelWhere:
                 answer = self._on_cancel_where(message)
+            elif kind is HaltRun:
+                answer = self._on_halt(message)
             elif kind is StatusQuery:
                 return status(self)
             elif kind is Close:

@@ -38,6 +38,7 @@ __all__ = [
     "RetryAttempt",
     "RetryExhausted",
     "RetrySuccess",
+    "RunHalted",
     "TimedOut",
     "WorkerKilled",
 ]
@@ -200,6 +201,21 @@ class InDoubt(Event):
     call_id: str
     tool: str
     record: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RunHalted(Event):
+    """An agent run was halted (`agent_run`; None: a batch of no run, `batch_id`).
+
+    `reason` is the halt's (masked as the deciding call's arguments are);
+    `call_id` the call whose policy halted it (None: `Executor.halt`);
+    `cancelled` how many unfinished calls it ended then."""
+
+    agent_run: str | None
+    batch_id: str | None
+    reason: str
+    call_id: str | None = None
+    cancelled: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ __all__ = [
     "RETRY_ATTEMPT",
     "RETRY_EXHAUSTED",
     "RETRY_SUCCESS",
+    "RUN_HALTED",
     "TIMEOUT",
     "define_signal",
     "defined_signals",
@@ -61,6 +62,7 @@ FINISHED = "tool:finished"
 LATE_RESULT = "tool:late-result"
 KILLED = "tool:killed"
 IN_DOUBT = "tool:in-doubt"
+RUN_HALTED = "tool:run-halted"
 
 _BUILTIN: dict[str, str] = {
     QUEUED: (
@@ -94,6 +96,10 @@ _BUILTIN: dict[str, str] = {
     IN_DOUBT: (
         "An executor opened on a journal found a mutating call that started under an owner "
         "that is gone and never recorded an outcome: it may or may not have had its effect."
+    ),
+    RUN_HALTED: (
+        "An agent run (or a batch) was halted: by `Executor.halt`, a run limit or a guardrail. "
+        "Its unfinished calls end HALTED, each with its own tool:finished."
     ),
 }
 

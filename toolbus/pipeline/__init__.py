@@ -12,6 +12,7 @@ from ..tools._running import NestedCalls
 from ._batch_run import BatchRun
 from ._clock import EARLY, SetUpTime, budget_spent, off_clock, ran_out, spent_result
 from ._drive import AsyncRunner, InPlace, Waitable, drive_async, drive_sync
+from ._halts import Halts, halted_text
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
 from ._reports import CallLogs, logged, publish_progress
@@ -64,6 +65,7 @@ __all__ = [
     "BatchRun",
     "CallLogs",
     "Cancellable",
+    "Halts",
     "Hooks",
     "InPlace",
     "Invoke",
@@ -92,6 +94,7 @@ __all__ = [
     "end_call",
     "end_decided",
     "finish",
+    "halted_text",
     "log_contained",
     "logged",
     "make_result",

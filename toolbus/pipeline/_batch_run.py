@@ -28,6 +28,7 @@ class BatchRun:
         "done",
         "group_failures",
         "group_started",
+        "halted",
         "limit",
         "on_done",
         "remaining",
@@ -64,6 +65,9 @@ class BatchRun:
         # that is done, since its caller, once released, takes `runs` away.
         self.sv_busy = 0
         self.stopped = False
+        # Why a halt (`_halts.py`) ended its calls, once one did: its calls
+        # submitted with it end so too.
+        self.halted: str | None = None
         self.done = False
         self.started = time.monotonic()
         self.group_started: dict[int, float] = {}

@@ -32,14 +32,17 @@ from ..models import ErrorCode, ToolResult
 from ..policies._protocol import (
     Admit,
     Delay,
+    Halt,
     Reject,
     RequireApproval,
     Respond,
+    halt_text,
     policy_name,
     rejection_text,
 )
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
+from ._halts import halted_text
 from ._input import answer_for
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, POLICIES
@@ -146,6 +149,15 @@ def consult(run: Run, svc: Services) -> Steps:
                         "duration": run.elapsed(),
                     }
                 )
+            if kind is Halt:
+                why = halt_text(decision.reason, policy)
+                halted = make_result(
+                    run, "cancelled", error=halted_text(why), code=ErrorCode.HALTED, attempts=0
+                )
+                # The rest of its run (or batch) ends too; this call ends with
+                # its own result, which the scheduler leaves to it.
+                svc.halts.halt(run.agent_run, run.batch, why, run)
+                return halted
             if kind is RequireApproval:
                 answer = _approval(run, decision.reason, svc)
                 if answer is None:  # approved: the next policy's turn
@@ -172,7 +184,7 @@ async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
         done_asking(token)
 
 
-_DECISIONS = frozenset({Admit, Delay, Reject, Respond, RequireApproval})
+_DECISIONS = frozenset({Admit, Delay, Reject, Respond, RequireApproval, Halt})
 
 
 def _ended_meanwhile(run: Run, policy: Any, svc: Services, *, admitted: bool) -> None:

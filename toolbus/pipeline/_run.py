@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._sync import Latch
+from ..agent_runs import AGENT_RUN
 from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..models import ToolCall, ToolResult
 from ..retry import RetryPolicy
@@ -72,6 +73,7 @@ class Run:
     __slots__ = (
         "_lock",
         "admitted",
+        "agent_run",
         "allowed",
         "approval",
         "asking_since",
@@ -147,6 +149,8 @@ class Run:
         # Unique per run in the process, unlike a call id (a model may repeat
         # one): its events carry it (`CallEvent._run`), and so does its submission.
         self.token = next(_tokens)
+        # The agent run it belongs to (`toolbus.agent_runs`), read as it is submitted.
+        self.agent_run: str | None = AGENT_RUN.get()
         self.call = call
         self.origin = call  # as submitted: before parsing and pre-call hooks
         self.key: str | None = None  # its idempotency key, made when first needed

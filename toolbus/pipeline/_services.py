@@ -19,6 +19,7 @@ from ..retry import AttemptFailure
 from ..tools import ToolContext
 from ..tools import _running as tools_running
 from ..tools._running import NestedCalls
+from ._halts import Halts
 from ._run import Run
 
 log = logging.getLogger("toolbus")
@@ -169,6 +170,8 @@ class Services:
     # What every run's scrubber starts as: with the executor's content scanner
     # (`Executor(scanner=...)`), one that scans whatever it scrubs.
     scrubber: Scrubber = EMPTY_SCRUBBER
+    # The agent runs halted on this executor (`_halts.py`).
+    halts: Halts = field(default_factory=Halts)
 
     def set_plain(self, admission: bool, post: bool, retry: bool) -> None:
         """The executor's hooks changed after it started (one set on the

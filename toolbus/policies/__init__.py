@@ -1,6 +1,7 @@
 """Policies: what is decided about a call before it runs, composed like tenacity strategies.
 
-Built in: `rate_limit`, `quota`, `circuit_breaker` (docs/policies.md).
+Built in: `rate_limit`, `quota`, `run_limit`, `circuit_breaker`, `cache`, `spill`,
+`adaptive_timeout`, `requires_approval` (docs/policies.md).
 Give them to one tool (`@registry.tool(policies=[...])`) or to every tool
 (`Executor(policies=[...])`). See `_protocol.py` for when each part is asked,
 and docs/extending.md for writing one.
@@ -16,6 +17,7 @@ from ._protocol import (
     BasePolicy,
     Decision,
     Delay,
+    Halt,
     Policy,
     Reject,
     RequireApproval,
@@ -23,6 +25,7 @@ from ._protocol import (
 )
 from ._quota import Quota, quota
 from ._rate_limit import RateLimit, rate_limit
+from ._run_limit import RunLimit, run_limit
 from ._signals import (
     CACHE_HIT,
     CIRCUIT_CLOSED,
@@ -56,12 +59,14 @@ __all__ = [
     "CircuitChanged",
     "Decision",
     "Delay",
+    "Halt",
     "Policy",
     "Quota",
     "RateLimit",
     "Reject",
     "RequireApproval",
     "Respond",
+    "RunLimit",
     "Spill",
     "Throttled",
     "adaptive_timeout",
@@ -73,6 +78,7 @@ __all__ = [
     "quota",
     "rate_limit",
     "requires_approval",
+    "run_limit",
     "scrub",
     "spill",
     "time_left",

@@ -3,7 +3,7 @@
 A policy is a small strategy object, in the manner of tenacity's: `admit`
 looks at a validated call and decides, `on_result` sees how the call ended.
 Decisions are values (`Admit`, `Delay`, `Reject`, `Respond`,
-`RequireApproval`); the pipeline carries them out. A policy's own state and the
+`RequireApproval`, `Halt`); the pipeline carries them out. A policy's own state and the
 `now` it is handed are all it decides from, so every built-in is unit-tested on
 a fake clock without threads.
 
@@ -56,6 +56,7 @@ __all__ = [
     "BasePolicy",
     "Decision",
     "Delay",
+    "Halt",
     "Policy",
     "Reject",
     "RequireApproval",
@@ -109,7 +110,18 @@ class RequireApproval:
     reason: str = ""
 
 
-Decision = Admit | Delay | Reject | Respond | RequireApproval
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """End the call and halt its agent run (`toolbus.agent_runs`): the call
+    and every unfinished call of the run end `cancelled` with
+    `ErrorCode.HALTED` and `reason` (what the model, and `run_agent`, read),
+    running ones interrupted as a cancellation does, and the run's later
+    calls are refused so. A call with no agent run halts its batch alone."""
+
+    reason: str = ""
+
+
+Decision = Admit | Delay | Reject | Respond | RequireApproval | Halt
 
 ADMIT = Admit()
 
@@ -197,6 +209,14 @@ def rejection_text(message: Any, tool: str, policy: Any) -> str:
     if message is None or message == "":
         return f"Tool '{tool}' was rejected by its policy {policy_name(policy)}"
     return message if isinstance(message, str) else str(message)
+
+
+def halt_text(reason: Any, policy: Any) -> str:
+    """A `Halt`'s reason as the model and `run_agent` read it: a default
+    naming the policy when it gave none."""
+    if reason is None or reason == "":
+        return f"by the policy {policy_name(policy)}"
+    return reason if isinstance(reason, str) else str(reason)
 
 
 def check_policies(policies: Any, owner: str) -> tuple[Any, ...]:

@@ -21,7 +21,16 @@ from .._options import timeout_seconds
 from ..masking import Scrubber, SecretKeys, mask_arguments, mask_paths
 from ..models import ErrorCode, ToolCall
 from ._keyed import parsed_arguments
-from ._protocol import Admit, BasePolicy, Reject, check_policies, policy_name, rejection_text
+from ._protocol import (
+    Admit,
+    BasePolicy,
+    Halt,
+    Reject,
+    check_policies,
+    halt_text,
+    policy_name,
+    rejection_text,
+)
 from ._signals import asking, done_asking
 
 if TYPE_CHECKING:
@@ -211,9 +220,11 @@ def _ask_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorC
             continue
         if type(decision) is Reject and isinstance(decision.code, ErrorCode):
             return decision.code, rejection_text(decision.message, call.name, policy)
+        if type(decision) is Halt:
+            return ErrorCode.HALTED, halt_text(decision.reason, policy)
         return (
             ErrorCode.TOOL_UNAVAILABLE,
             f"Tool '{call.name}' is unavailable: its policy {policy_name(policy)}, asked at "
-            f"submission, returned {type(decision).__name__} (only Admit or Reject may be)",
+            f"submission, returned {type(decision).__name__} (only Admit, Reject or Halt may be)",
         )
     return None

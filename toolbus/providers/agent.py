@@ -13,28 +13,30 @@ Completions unless `api="responses"`. Both drivers run the same turn logic
 calls" and "ask the approver" steps, so the sync and async loops cannot drift
 apart. What a turn whose calls wait for an approval does is in `_approvals`.
 
-One piece: the turn logic (`_turns`), the three provider formats it speaks
-through and its sync and async drivers are one loop read top to bottom; the
-formats' own readers and writers live in `openai.py` and `anthropic.py`.
+One piece: the turn logic (`_turns`) and its sync and async drivers are one
+loop read top to bottom; the three provider formats it speaks through are in
+`_formats.py`, their readers and writers in `openai.py` and `anthropic.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from .._options import timeout_seconds
+from ..agent_runs import AGENT_RUN, check_agent_run, current_agent_run
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..executor import Executor
-from ..models import BatchResult, ToolCall, ToolResult
+from ..models import BatchResult, ErrorCode
 from ..tools import ToolRegistry
-from . import anthropic as _anthropic
 from . import openai as _openai
 from ._approvals import Approve, Decide, RunCalls, Turn, check_approve, check_resume, settle
 from ._common import DEFAULT_MAX_LENGTH
+from ._formats import Format, format_for
 from ._steps import DIRECT, Steps
 
 __all__ = ["AgentResult", "Api", "arun_agent", "run_agent"]
@@ -42,10 +44,7 @@ __all__ = ["AgentResult", "Api", "arun_agent", "run_agent"]
 Api = Literal["chat", "responses", "messages"]
 """OpenAI Chat Completions, the OpenAI Responses API, or Anthropic Messages."""
 
-StopReason = Literal["done", "max_turns", "approval"]
-
-DEFAULT_MAX_TOKENS = 4096
-"""`max_tokens` sent to Anthropic (which requires it) when the caller gives none."""
+StopReason = Literal["done", "max_turns", "approval", "halted"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,12 @@ class AgentResult:
     `resume=` with `messages=result.messages` to finish that turn and go on.
     `pending_turn` is what that needs (the turn's calls, results so far and
     response); leave it to the loop.
+
+    `agent_run` is the run's identity (`toolbus.agent_runs`), kept by a
+    resumed run. `stop_reason` is `"halted"` when the run was halted (a run
+    limit, a guardrail, `Executor.halt`): `halted` says why, and the
+    conversation ends with the answers of the calls that ran, halted ones
+    included; a halted run cannot be resumed.
     """
 
     messages: list[Any]
@@ -79,141 +84,8 @@ class AgentResult:
     text: str
     pending: tuple[ApprovalRequest, ...] = ()
     pending_turn: Turn | None = field(default=None, repr=False)
-
-
-# -- one class per API: how to ask, what to read, what to append ---------------------
-
-
-class _Format(Protocol):
-    api: str
-
-    def method(self, client: Any) -> Callable[..., Any]: ...
-
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]: ...
-
-    def request(
-        self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]
-    ) -> dict[str, Any]: ...
-
-    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]: ...
-
-    def turn(self, response: Any) -> list[Any]: ...
-
-    def answers(self, response: Any, results: Sequence[ToolResult], limit: int) -> list[Any]: ...
-
-    def text(self, response: Any) -> str: ...
-
-
-class _Chat:
-    api = "chat"
-
-    def method(self, client: Any) -> Callable[..., Any]:
-        return client.chat.completions.create  # type: ignore[no-any-return]
-
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]:
-        return _openai.chat_tool_definitions(registry, strict=strict)
-
-    def request(
-        self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]
-    ) -> dict[str, Any]:
-        return {
-            "model": model,
-            "messages": history,
-            **({"tools": tools} if tools else {}),
-            **options,
-        }
-
-    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
-        return _openai.chat_tool_calls(response)
-
-    def turn(self, response: Any) -> list[Any]:
-        return [_openai.chat_assistant_message(response)]
-
-    def answers(self, response: Any, results: Sequence[ToolResult], limit: int) -> list[Any]:
-        return _openai.chat_tool_messages(results, max_length=limit)
-
-    def text(self, response: Any) -> str:
-        return _openai.chat_text(response)
-
-
-class _Responses:
-    api = "responses"
-
-    def method(self, client: Any) -> Callable[..., Any]:
-        return client.responses.create  # type: ignore[no-any-return]
-
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]:
-        return _openai.responses_tool_definitions(registry, strict=strict)
-
-    def request(
-        self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]
-    ) -> dict[str, Any]:
-        return {"model": model, "input": history, **({"tools": tools} if tools else {}), **options}
-
-    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
-        return _openai.responses_tool_calls(response)
-
-    def turn(self, response: Any) -> list[Any]:
-        return _openai.responses_output_items(response)
-
-    def answers(self, response: Any, results: Sequence[ToolResult], limit: int) -> list[Any]:
-        return _openai.responses_tool_outputs(results, response, max_length=limit)
-
-    def text(self, response: Any) -> str:
-        return _openai.responses_text(response)
-
-
-class _Messages:
-    api = "messages"
-
-    def method(self, client: Any) -> Callable[..., Any]:
-        return client.messages.create  # type: ignore[no-any-return]
-
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]:
-        return _anthropic.tool_definitions(registry)
-
-    def request(
-        self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]
-    ) -> dict[str, Any]:
-        options = {"max_tokens": DEFAULT_MAX_TOKENS, **options}
-        return {
-            "model": model,
-            "messages": history,
-            **({"tools": tools} if tools else {}),
-            **options,
-        }
-
-    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
-        return _anthropic.tool_calls(response, registry=registry)
-
-    def turn(self, response: Any) -> list[Any]:
-        return [_anthropic.assistant_message(response)]
-
-    def answers(self, response: Any, results: Sequence[ToolResult], limit: int) -> list[Any]:
-        return [_anthropic.tool_results_message(results, max_length=limit)]
-
-    def text(self, response: Any) -> str:
-        return _anthropic.message_text(response)
-
-
-_FORMATS: dict[str, _Format] = {"chat": _Chat(), "responses": _Responses(), "messages": _Messages()}
-
-
-def _format_for(client: Any, api: Api | None) -> _Format:
-    if api is None:
-        packages = {cls.__module__.partition(".")[0] for cls in type(client).__mro__}
-        if "anthropic" in packages:
-            api = "messages"
-        elif "openai" in packages:
-            api = "chat"
-        else:
-            raise TypeError(
-                f"cannot tell which API a {type(client).__name__} speaks;"
-                " pass api='chat', 'responses' or 'messages'"
-            )
-    if api not in _FORMATS:
-        raise ValueError(f"unknown api {api!r}; expected 'chat', 'responses' or 'messages'")
-    return _FORMATS[api]
+    agent_run: str = ""
+    halted: str | None = None
 
 
 # -- the turn logic, shared by both drivers ------------------------------------------
@@ -234,6 +106,8 @@ class _Settings:
     max_turns: int
     max_length: int
     ask: bool  # there is an `approve=` to ask about deferred calls
+    agent_run: str
+    halted: Callable[[], str | None]  # why the run was halted on the executor, or None
 
 
 _Step = _Ask | RunCalls | Decide
@@ -248,7 +122,14 @@ class _Progress:
     turns: int = 0
     response: Any = None
 
-    def result(self, fmt: _Format, stop: StopReason, pending: Turn | None = None) -> AgentResult:
+    def result(
+        self,
+        fmt: Format,
+        s: _Settings,
+        stop: StopReason,
+        pending: Turn | None = None,
+        halted: str | None = None,
+    ) -> AgentResult:
         return AgentResult(
             messages=self.history,
             response=self.response,
@@ -258,11 +139,13 @@ class _Progress:
             text=fmt.text(self.response),
             pending=pending.requests if pending is not None else (),
             pending_turn=pending,
+            agent_run=s.agent_run,
+            halted=halted,
         )
 
 
 def _turns(
-    fmt: _Format,
+    fmt: Format,
     run: _Progress,
     s: _Settings,
     resume: Turn | None,
@@ -274,8 +157,12 @@ def _turns(
     if resume is not None:
         pending = yield from _answer(fmt, run, s, resume, approvals)
         if pending is not None:
-            return run.result(fmt, "approval", pending)
+            return run.result(fmt, s, "approval", pending)
+        if (why := _halted(run, s)) is not None:
+            return run.result(fmt, s, "halted", halted=why)
     while run.turns < s.max_turns:
+        if (why := _halted(run, s)) is not None:  # (halted from elsewhere meanwhile)
+            return run.result(fmt, s, "halted", halted=why)
         run.turns += 1
         response = yield _Ask(fmt.request(s.model, list(run.history), s.tools, s.options))
         run.response = response
@@ -285,17 +172,29 @@ def _turns(
         if s.strict:
             calls = _openai.drop_strict_nulls(calls, s.registry)
         if not calls:
-            return run.result(fmt, "done")
+            return run.result(fmt, s, "done")
         batch: BatchResult = yield RunCalls(calls)
         this = Turn(fmt.api, response, tuple(items), tuple(calls), batch)
         pending = yield from _answer(fmt, run, s, this, {})
+        if (why := _halted(run, s)) is not None:  # a halt wins over calls left pending
+            return run.result(fmt, s, "halted", halted=why)
         if pending is not None:
-            return run.result(fmt, "approval", pending)
-    return run.result(fmt, "max_turns")
+            return run.result(fmt, s, "approval", pending)
+    return run.result(fmt, s, "max_turns")
+
+
+def _halted(run: _Progress, s: _Settings) -> str | None:
+    """Why the run was halted: by a call of its last batch, or on the executor."""
+    why = s.halted()
+    if why is None and run.batches:  # (a batch of no run halts alone: not this one's case)
+        for r in run.batches[-1].results:
+            if r.error_code is ErrorCode.HALTED:
+                return r.error or "halted"
+    return why
 
 
 def _answer(
-    fmt: _Format,
+    fmt: Format,
     run: _Progress,
     s: _Settings,
     turn: Turn,
@@ -327,13 +226,14 @@ def _start(
     resume: AgentResult | None,
     approvals: Mapping[str, ApprovalDecision] | None,
     options: dict[str, Any],
-) -> tuple[_Format, Generator[_Step, Any, AgentResult]]:
+    agent_run: str,
+) -> tuple[Format, Generator[_Step, Any, AgentResult]]:
     """Check the arguments, pick the format, and make the turn generator."""
     if max_turns < 1:
         raise ValueError("max_turns must be >= 1")
     if options.get("stream"):
         raise ValueError("the agent loop does not stream; leave `stream` out")
-    fmt = _format_for(client, api)
+    fmt = format_for(client, api)
     if tools is None:
         exported = fmt.definitions(executor.registry, strict)
     else:
@@ -352,6 +252,8 @@ def _start(
         max_turns=max_turns,
         max_length=max_length,
         ask=approve is not None,
+        agent_run=agent_run,
+        halted=lambda: executor.halted(agent_run),
     )
     return fmt, _turns(fmt, run, settings, pending, approvals or {})
 
@@ -374,6 +276,7 @@ def run_agent(
     resume: AgentResult | None = None,
     approvals: Mapping[str, ApprovalDecision] | None = None,
     call_timeout: float | None = None,
+    agent_run: str | None = None,
     **options: Any,
 ) -> AgentResult:
     """Run the model and its tool calls until it answers without calling a tool,
@@ -426,6 +329,7 @@ def run_agent(
         approvals=approvals,
         call_timeout=call_timeout,
         options=options,
+        agent_run=agent_run,
     )
 
 
@@ -444,6 +348,7 @@ async def arun_agent(
     resume: AgentResult | None = None,
     approvals: Mapping[str, ApprovalDecision] | None = None,
     call_timeout: float | None = None,
+    agent_run: str | None = None,
     **options: Any,
 ) -> AgentResult:
     """Async twin of `run_agent`, for `openai.AsyncOpenAI`-like and
@@ -468,10 +373,19 @@ async def arun_agent(
         approvals=approvals,
         call_timeout=call_timeout,
         options=options,
+        agent_run=agent_run,
     )
 
 
 # -- the drivers, their steps carried out by a `Steps` (`_steps.py`) ------------------
+
+
+def _run_id(given: str | None, resume: Any) -> str:
+    """The run's identity: the one given, the resumed run's, the context's, or a new one."""
+    if given is not None:
+        return check_agent_run(given, "run_agent")
+    kept = getattr(resume, "agent_run", "")
+    return kept or current_agent_run() or f"run_{uuid.uuid4().hex}"
 
 
 def drive(
@@ -484,14 +398,25 @@ def drive(
     api: Api | None,
     messages: str | Sequence[Any],
     options: dict[str, Any],
+    agent_run: str | None = None,
     **settings: Any,
 ) -> AgentResult:
     """`run_agent`, its steps carried out by `how`."""
     check_approve(approve, sync=True)
     timeout_seconds(call_timeout, "call_timeout", "run_agent")
+    run_id = _run_id(agent_run, settings.get("resume"))
     fmt, steps = _start(
-        client, api, messages, executor, approve=approve, options=options, **settings
+        client,
+        api,
+        messages,
+        executor,
+        approve=approve,
+        options=options,
+        agent_run=run_id,
+        **settings,
     )
+    # Every call of the run belongs to it, however its steps are carried out.
+    token = AGENT_RUN.set(run_id)
     create = fmt.method(client)
     reply: Any = None
     try:
@@ -507,6 +432,7 @@ def drive(
         result: AgentResult = stop.value
         return result
     finally:
+        AGENT_RUN.reset(token)
         steps.close()
 
 
@@ -520,14 +446,25 @@ async def adrive(
     api: Api | None,
     messages: str | Sequence[Any],
     options: dict[str, Any],
+    agent_run: str | None = None,
     **settings: Any,
 ) -> AgentResult:
     """`arun_agent`, its steps carried out by `how`."""
     check_approve(approve, sync=False)
     timeout_seconds(call_timeout, "call_timeout", "arun_agent")
+    run_id = _run_id(agent_run, settings.get("resume"))
     fmt, steps = _start(
-        client, api, messages, executor, approve=approve, options=options, **settings
+        client,
+        api,
+        messages,
+        executor,
+        approve=approve,
+        options=options,
+        agent_run=run_id,
+        **settings,
     )
+    # Every call of the run belongs to it, however its steps are carried out.
+    token = AGENT_RUN.set(run_id)
     create = fmt.method(client)
     # Checked before anything is sent: calling a sync client's create() would
     # send a (billed) request and block the event loop. The SDKs wrap create()
@@ -549,4 +486,5 @@ async def adrive(
         result: AgentResult = stop.value
         return result
     finally:
+        AGENT_RUN.reset(token)
         steps.close()
