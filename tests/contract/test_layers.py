@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "toolbus._asgi",
             "toolbus._process_group",
             "toolbus.approvals",
+            "toolbus.agent_runs",
             "toolbus.models",
         ),
     ),

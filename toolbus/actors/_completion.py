@@ -196,7 +196,7 @@ class Completion(Deadlines):
                 RunHalted(
                     msg.agent_run,
                     b.batch_id if b is not None else None,
-                    by.scrubber.text(msg.reason) if by is not None else msg.reason,
+                    msg.reason,  # (scrubbed by whoever decided it, with its call's secrets)
                     by.call.id if by is not None else None,
                     len(matched),
                 ),

@@ -22,16 +22,13 @@ The handlers are grouped by what they decide: admission (`_admission.py`),
 how runs end and what that changes in their batch (`_completion.py`), a
 policy's delays (`_delays.py`), timeouts (`_deadlines.py`), the numbers
 `stats()` reads (`_status.py`), bounded queues and `tool:queued`
-(`_backpressure.py`); here are the lock, the message dispatch, the
-dispatch of attempts to backends and their reports.
+(`_backpressure.py`); here are the lock, the message dispatch, the dispatch
+of attempts to backends and their reports.
 
 Where an attempt runs is its backend's business (`toolbus/backends/`): the
-scheduler hands it a `Job` and reads its report. At a deadline it settles
-the attempt, interrupts it and tells the backend to let it go (a thread stuck
-in a sync tool is abandoned, a task is cancelled). Threads are a shared budget:
-a sync attempt starts only while abandoned plus running threads stay under
-`max_abandoned_workers`, and a tool with `max_abandoned_per_tool` threads stuck
-is refused (`TOOL_UNAVAILABLE`) while other tools go on.
+scheduler hands it a `Job` and reads its report. At a deadline it settles the
+attempt, interrupts it and tells the backend to let it go (a stuck thread is
+abandoned, a task cancelled). Threads are a shared budget (`_budget.py`).
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ class LiveState:
         if signal in POLICY_SIGNALS:
             self._policies.apply(signal, r, ts)
             return
-        if signal in (sig.BATCH_START, sig.IN_DOUBT) or "call_id" not in r:
+        if signal in (sig.BATCH_START, sig.IN_DOUBT, sig.RUN_HALTED) or "call_id" not in r:
             if signal == sig.BATCH_START:
                 self._totals["batches"] += 1
             return

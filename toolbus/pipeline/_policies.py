@@ -150,7 +150,9 @@ def consult(run: Run, svc: Services) -> Steps:
                     }
                 )
             if kind is Halt:
-                why = halt_text(decision.reason, policy)
+                # Scrubbed here, once: the other calls of the run carry it too,
+                # and their scrubbers do not know this call's secrets.
+                why = run.scrubber.text(halt_text(decision.reason, policy))
                 halted = make_result(
                     run, "cancelled", error=halted_text(why), code=ErrorCode.HALTED, attempts=0
                 )

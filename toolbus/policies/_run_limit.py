@@ -116,9 +116,9 @@ class RunLimit(BasePolicy):
             if counts is None:
                 counts = self._runs[run] = _Counts()
             if self.max_calls is not None and counts.total >= self.max_calls:
-                over = f"at most {self.max_calls} tool calls"
+                over = f"at most {_calls(self.max_calls)}"
             elif cap is not None and counts.by_tool.get(name, 0) >= cap:
-                over = f"at most {cap} calls of tool '{name}'"
+                over = f"at most {_calls(cap, '')} of tool '{name}'"
             else:
                 counts.total += 1
                 counts.by_tool[name] = counts.by_tool.get(name, 0) + 1
@@ -155,6 +155,10 @@ class RunLimit(BasePolicy):
             if counts is None:
                 return 0
             return counts.total if tool is None else counts.by_tool.get(tool, 0)
+
+
+def _calls(n: int, kind: str = "tool ") -> str:
+    return f"{n} {kind}call" if n == 1 else f"{n} {kind}calls"
 
 
 def run_limit(

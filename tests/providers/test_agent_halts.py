@@ -1,0 +1,71 @@
+"""`run_agent` and halted runs, through the real SDK clients of test_agent_loop.py
+(a fake server serving recorded responses, recording what the SDK sends).
+
+A run limit that halts mid-run, and `Executor.halt` from a tool between two
+turns: the loop stops with `stop_reason="halted"` and asks the model nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import MakeExecutor
+from tests.provider_tools import make_registry
+from tests.providers import test_agent_loop as loop
+from toolbus import ErrorCode, current_agent_run, tool
+from toolbus.policies import run_limit
+from toolbus.providers import arun_agent, run_agent
+
+clients = loop.clients  # the SDK clients on a fake server (recorded responses, recorded requests)
+
+
+def test_a_run_limit_halts_the_loop_mid_run(clients: Any, make_executor: MakeExecutor) -> None:
+    """The model's first turn makes three calls; the run may make two, and halts."""
+    server, client = clients("openai", *loop.CHAT)
+    ex = make_executor(make_registry(), policies=[run_limit(2, on_limit="halt")])
+    run = run_agent(client, model=loop.MODEL, messages=loop.QUESTION, executor=ex)
+    assert (run.stop_reason, run.turns, len(server.requests)) == ("halted", 1, 1)
+    assert run.halted == "run_limit: at most 2 tool calls per run"
+    assert run.agent_run.startswith("run_")
+    assert ex.halted(run.agent_run) == run.halted
+    assert [r.error_code for r in run.batches[0]] == [ErrorCode.HALTED] * 3
+    # Each call is answered (the conversation stays well formed), none ran.
+    tool_messages = [m for m in run.messages if m.get("role") == "tool"]
+    assert len(tool_messages) == 3
+    assert all("Halted: the agent run was stopped" in m["content"] for m in tool_messages)
+
+
+async def test_a_halt_between_turns_stops_the_async_loop(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    """A tool halts its own run (as a stop button would): its batch ends as
+    usual, and the loop stops before asking the model again."""
+    registry = make_registry()
+    halted_by: list[str | None] = []
+
+    @tool(read_only=True)
+    def get_weather(city: str, unit: str = "celsius") -> str:
+        run = current_agent_run()
+        halted_by.append(run)
+        if run is not None and city == "Bergen":
+            ex.halt(run, "the user pressed stop")
+        return f"{city}: fine"
+
+    old = registry.get("get_weather")
+    assert old is not None and registry.replace(old, get_weather)
+
+    server, client = clients("anthropic", *loop.MESSAGES, asynchronous=True)
+    ex = make_executor(registry)
+    run = await arun_agent(
+        client, model=loop.MODEL, messages=loop.QUESTION, executor=ex, agent_run="ticket-7"
+    )
+    assert (run.stop_reason, run.halted, run.agent_run) == (
+        "halted",
+        "the user pressed stop",
+        "ticket-7",
+    )
+    assert len(server.requests) == 1
+    assert set(halted_by) == {"ticket-7"}
+    # The halting call itself was running (it ends as it does); a call still
+    # waiting then (the booking, held back by its barrier) ends HALTED.
+    assert [r.error_code for r in run.batches[0]][-1] is ErrorCode.HALTED
