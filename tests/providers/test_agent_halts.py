@@ -1,8 +1,9 @@
 """`run_agent` and halted runs, through the real SDK clients of test_agent_loop.py
 (a fake server serving recorded responses, recording what the SDK sends).
 
-A run limit that halts mid-run, and `Executor.halt` from a tool between two
-turns: the loop stops with `stop_reason="halted"` and asks the model nothing more.
+A run limit that halts mid-run, a guardrail that trips, and `Executor.halt`
+from a tool between two turns: the loop stops with `stop_reason="halted"` and
+asks the model nothing more.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 from tests.conftest import MakeExecutor
 from tests.provider_tools import make_registry
 from tests.providers import test_agent_loop as loop
-from toolbus import ErrorCode, current_agent_run, tool
-from toolbus.policies import run_limit
+from toolbus import ErrorCode, ToolCall, ToolResult, current_agent_run, tool
+from toolbus.policies import Trip, guardrail, run_limit
 from toolbus.providers import arun_agent, run_agent
 
 clients = loop.clients  # the SDK clients on a fake server (recorded responses, recorded requests)
@@ -69,3 +70,24 @@ async def test_a_halt_between_turns_stops_the_async_loop(
     # The halting call itself was running (it ends as it does); a call still
     # waiting then (the booking, held back by its barrier) ends HALTED.
     assert [r.error_code for r in run.batches[0]][-1] is ErrorCode.HALTED
+
+
+def test_a_guardrail_tripping_mid_run_stops_the_loop(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    """An output guardrail trips on the booking's result: the run halts with
+    its reason, the model is not asked again, and it never reads the booking."""
+
+    @guardrail(stage="output")
+    def no_bookings(call: ToolCall, result: ToolResult) -> Any:
+        if call.name == "book_table":
+            return Trip("bookings need a person")
+        return None
+
+    server, client = clients("openai", *loop.CHAT)
+    ex = make_executor(make_registry(), policies=[no_bookings])
+    run = run_agent(client, model=loop.MODEL, messages=loop.QUESTION, executor=ex)
+    assert (run.stop_reason, run.turns, len(server.requests)) == ("halted", 1, 1)
+    assert run.halted == "guardrail no_bookings: bookings need a person"
+    assert [r.status for r in run.batches[0]] == ["ok", "ok", "cancelled"]
+    assert not any("Booked" in str(m.get("content")) for m in run.messages)

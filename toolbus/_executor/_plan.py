@@ -244,6 +244,8 @@ def plan_run(
         decided=decided,
         gate=gate,
     )
+    if guard is not None and guard.output_checks and refusal is None and decided is None:
+        run.output_checks = guard.output_checks
     budget = plan.budget if call_timeout is None else tightest(plan.budget, call_timeout)
     if budget is not None or parent is not None:
         run.bound(budget, parent)

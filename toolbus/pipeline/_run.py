@@ -98,6 +98,7 @@ class Run:
         "last_error",
         "masked",
         "origin",
+        "output_checks",
         "params",
         "parent",
         "parent_call_id",
@@ -210,6 +211,9 @@ class Run:
         # attempt; `policy_at`: how many admitted it; `consulted`: those, to
         # be told its result.
         self.policies = policies
+        # Its policies that check an ok result before it is final (output
+        # guardrails: `_policies.check_outputs`), from its plan.
+        self.output_checks: tuple[Any, ...] = ()
         self.policy_at = 0
         self.consulted: list[Any] = []
         self.delayed_by: Any = None  # the policy whose delay it waits out, if any

@@ -46,6 +46,7 @@ from ..tools import (
 )
 from ._admission import admit
 from ._clock import ran_out, spent_result
+from ._guardrails import check_outputs
 from ._input import answer_for, deferred_for_input
 from ._journaled import before_journaled
 from ._make import awaitable, log_contained, make_result
@@ -268,7 +269,7 @@ def attempt(
         if em.listening[sig.EXECUTED]:
             em.emit_later(sig.EXECUTED, Executed, (call_id, name, bid, n, duration), pid, run.token)
         result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
-        if svc.plain_post:  # nothing to run on it: final as made
+        if svc.plain_post and not run.output_checks:  # nothing to run on it: final as made
             return DONE if finish(run, result, svc) else LOST
         return (yield from complete(run, result, svc))
     if em.listening[sig.ERROR] and not isinstance(error, InputRequired):  # (a question, no failure)
@@ -488,4 +489,6 @@ def complete(run: Run, result: ToolResult, svc: Services) -> Steps:
                 code=ErrorCode.TOOL_ERROR,
                 attempts=result.attempts,
             )
+    if run.output_checks and result.status == "ok":  # output guardrails
+        result = yield from check_outputs(run, result, svc)
     return DONE if finish(run, result, svc) else LOST

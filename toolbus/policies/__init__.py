@@ -1,6 +1,6 @@
 """Policies: what is decided about a call before it runs, composed like tenacity strategies.
 
-Built in: `rate_limit`, `quota`, `run_limit`, `circuit_breaker`, `cache`, `spill`,
+Built in: `rate_limit`, `quota`, `run_limit`, `guardrail`, `circuit_breaker`, `cache`, `spill`,
 `adaptive_timeout`, `requires_approval` (docs/policies.md).
 Give them to one tool (`@registry.tool(policies=[...])`) or to every tool
 (`Executor(policies=[...])`). See `_protocol.py` for when each part is asked,
@@ -12,6 +12,17 @@ from ._adaptive import AdaptiveTimeout, adaptive_timeout
 from ._approve import requires_approval
 from ._breaker import CircuitBreaker, circuit_breaker
 from ._cache import Cache, cache
+from ._guardrail import (
+    GUARDRAIL_TRIPPED,
+    Guardrail,
+    GuardrailTripped,
+    Pass,
+    Refuse,
+    Replace,
+    Trip,
+    Verdict,
+    guardrail,
+)
 from ._protocol import (
     Admit,
     BasePolicy,
@@ -47,6 +58,7 @@ __all__ = [
     "CIRCUIT_CLOSED",
     "CIRCUIT_HALF_OPEN",
     "CIRCUIT_OPEN",
+    "GUARDRAIL_TRIPPED",
     "THROTTLED",
     "AdaptiveTimeout",
     "Admit",
@@ -59,22 +71,30 @@ __all__ = [
     "CircuitChanged",
     "Decision",
     "Delay",
+    "Guardrail",
+    "GuardrailTripped",
     "Halt",
+    "Pass",
     "Policy",
     "Quota",
     "RateLimit",
+    "Refuse",
     "Reject",
+    "Replace",
     "RequireApproval",
     "Respond",
     "RunLimit",
     "Spill",
     "Throttled",
+    "Trip",
+    "Verdict",
     "adaptive_timeout",
     "announce",
     "arguments_digest",
     "cache",
     "call_timeout",
     "circuit_breaker",
+    "guardrail",
     "quota",
     "rate_limit",
     "requires_approval",

@@ -55,6 +55,9 @@ class Guard:
     at_submission: tuple[Any, ...]
     timing: tuple[Any, ...]
     refusal: Refusal | None = None
+    # The policies that check an `ok` result before it is final (`check_output`:
+    # output guardrails), in order; asked by `pipeline.check_outputs`.
+    output_checks: tuple[Any, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.chain or self.at_submission or self.timing or self.refusal)
@@ -112,6 +115,7 @@ class PolicySet:
                 tuple(p for p in every if not getattr(p, "at_submission", False)),
                 tuple(p for p in every if getattr(p, "at_submission", False)),
                 tuple(p for p in every if _sets_timeouts(p)),
+                output_checks=tuple(p for p in every if callable(getattr(p, "check_output", None))),
             )
             self._guards[id(tool)] = found
         return found or None

@@ -1,0 +1,182 @@
+"""Guardrails: input and output checks, sync and async, each verdict, failing
+closed, tripping a wire that halts the run, and what they publish."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
+from toolbus.policies import (
+    GUARDRAIL_TRIPPED,
+    Pass,
+    Refuse,
+    Replace,
+    Trip,
+    cache,
+    guardrail,
+)
+
+SECRET = "sk-live-9a8b7c6d5e4f3a2b1c0d"
+
+
+def registry(ran: list[str]) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def echo(text: str, api_key: str = "") -> str:
+        ran.append(text)
+        return f"echo {text}"
+
+    @reg.tool(read_only=True)
+    async def aecho(text: str, api_key: str = "") -> str:
+        await asyncio.sleep(0)
+        ran.append(text)
+        return f"echo {text}"
+
+    return reg
+
+
+def verdict_for(text: str, stage: str) -> Any:
+    """The verdict the test's guards give: the text names it."""
+    if f"{stage}-refuse" in text:
+        return Refuse(f"{stage} refused")
+    if f"{stage}-replace" in text:
+        return Replace({"replaced": stage})
+    if f"{stage}-trip" in text:
+        return Trip(f"{stage} tripped, key {SECRET}")
+    if f"{stage}-pass" in text:
+        return Pass()
+    return None
+
+
+@guardrail
+def check_in(call: ToolCall) -> Any:
+    return verdict_for(call.arguments["text"], "in")
+
+
+@guardrail(stage="output")
+async def check_out(call: ToolCall, result: ToolResult) -> Any:
+    await asyncio.sleep(0)  # an async check, as a remote classifier's would be
+    return verdict_for(str(result.output), "out")
+
+
+def call(text: str, tool: str = "echo") -> ToolCall:
+    return ToolCall(id=text, name=tool, arguments={"text": text, "api_key": SECRET})
+
+
+@pytest.mark.parametrize("tool", ["echo", "aecho"])
+def test_each_verdict_at_each_stage(
+    make_executor: MakeExecutor, recorder: bus.Recorder, tool: str
+) -> None:
+    ran: list[str] = []
+    ex = make_executor(registry(ran), policies=[check_in, check_out])
+
+    def go(text: str) -> ToolResult:
+        return ex.execute(call(text, tool), agent_run=f"run-{text}")
+
+    r = go("in-pass")
+    assert (r.status, r.output) == ("ok", "echo in-pass")
+    r = go("in-refuse")
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    assert (
+        r.error == f"Tool '{tool}' was not called: guardrail check_in refused the call: in refused"
+    )
+    r = go("in-replace")
+    assert (r.status, r.output, r.attempts) == ("ok", {"replaced": "in"}, 0)
+    r = go("out-replace")
+    assert (r.status, r.output, r.attempts) == ("ok", {"replaced": "out"}, 1)
+    assert r.metadata["guardrail"] == "check_out"
+    r = go("out-refuse")
+    assert (r.status, r.error_code, r.output) == ("rejected", ErrorCode.CONTENT_BLOCKED, None)
+    assert "ran, but guardrail check_out withheld its result: out refused" in (r.error or "")
+    for text in ("in-trip", "out-trip"):
+        r = go(text)
+        assert (r.status, r.error_code) == ("cancelled", ErrorCode.HALTED)
+        assert ex.halted(f"run-{text}") is not None
+        assert ex.execute(call("in-pass", tool), agent_run=f"run-{text}").error_code is (
+            ErrorCode.HALTED
+        )
+    # The tool ran for the passing, output-checked ones only.
+    assert sorted(ran) == sorted(["in-pass", "out-replace", "out-refuse", "out-trip"])
+    ex.drain_events()
+    tripped = recorder.of(GUARDRAIL_TRIPPED)
+    assert [(e.guardrail, e.stage, e.call_id) for e in tripped] == [
+        ("check_in", "input", "in-trip"),
+        ("check_out", "output", "out-trip"),
+    ]
+    published = repr(recorder.events) + repr(ex.halted("run-in-trip"))
+    assert SECRET not in published
+
+
+def test_a_trip_halts_the_rest_of_the_run(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex = make_executor(registry(ran), policies=[check_in], max_parallel=1)
+    batch = ex.execute_batch([call(t) for t in ("a", "b", "in-trip", "c", "d")], agent_run="r")
+    assert [r.status for r in batch.results] == ["ok", "ok", "cancelled", "cancelled", "cancelled"]
+    assert {r.error_code for r in batch.results[2:]} == {ErrorCode.HALTED}
+    assert ran == ["a", "b"]
+
+
+@pytest.mark.parametrize("stage", ["input", "output"])
+@pytest.mark.parametrize("broken", ["raises", "answers 42"])
+def test_a_broken_guardrail_fails_closed(
+    make_executor: MakeExecutor, stage: str, broken: str
+) -> None:
+    def check(*args: Any) -> Any:
+        if broken == "raises":
+            raise RuntimeError(f"classifier down ({SECRET})")
+        return 42
+
+    ran: list[str] = []
+    ex = make_executor(registry(ran), policies=[guardrail(stage=stage, name="flaky")(check)])  # type: ignore[arg-type]
+    r = ex.execute(call("hello"))
+    assert r.status == "rejected"
+    assert "flaky" in (r.error or "")
+    assert SECRET not in (r.error or "")
+    if stage == "input":
+        assert r.error_code is ErrorCode.TOOL_UNAVAILABLE and ran == []
+    else:
+        assert r.error_code is ErrorCode.CONTENT_BLOCKED and ran == ["hello"]
+
+
+def test_a_cached_result_was_checked_when_it_was_made(make_executor: MakeExecutor) -> None:
+    """The cache keeps what the output guardrail left: a hit is that, unchecked again."""
+    checked: list[str] = []
+
+    @guardrail(stage="output")
+    def count(call: ToolCall, result: ToolResult) -> Any:
+        checked.append(call.id)
+        return Replace("clean")
+
+    ran: list[str] = []
+    ex = make_executor(registry(ran), policies=[cache(ttl=60), count])
+    first = ex.execute(ToolCall(id="1", name="echo", arguments={"text": "x"}))
+    second = ex.execute(ToolCall(id="2", name="echo", arguments={"text": "x"}))
+    assert (first.output, second.output) == ("clean", "clean")
+    assert second.metadata.get("cache") == "hit"
+    assert (ran, checked) == (["x"], ["1"])
+
+
+def test_guardrails_are_made_right_or_refused() -> None:
+    @guardrail(name="named")
+    def check(call: ToolCall) -> None:
+        return None
+
+    assert check.name == "named"
+    assert check(ToolCall(name="x")) is None  # the function stays callable
+    with pytest.raises(ValueError, match="stage"):
+        guardrail(stage="before")  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="callable"):
+        guardrail(42)  # type: ignore[call-overload]
+
+
+def test_without_a_run_a_trip_halts_its_batch_alone(make_executor: MakeExecutor) -> None:
+    ran: list[str] = []
+    ex: Executor = make_executor(registry(ran), policies=[check_in], max_parallel=1)
+    batch = ex.execute_batch([call(t) for t in ("a", "in-trip", "b")])
+    assert [r.status for r in batch.results] == ["ok", "cancelled", "cancelled"]
+    assert ex.execute(call("c")).status == "ok"

@@ -1,0 +1,106 @@
+"""Output guardrails: an `ok` result checked before it is final, and what their verdicts do.
+
+The policies of a run that check results (`check_output`: an output guardrail,
+`toolbus.policies.guardrail(stage="output")`) are asked in order, after the
+post-call hooks and where they run (the attempt is settled: the scheduler
+bounds this by `hook_grace`), each about the result the one before it left.
+`Pass` (or None) keeps it, `Replace(output)` replaces its output, `Refuse`
+withholds it (`rejected`, `CONTENT_BLOCKED`: the tool ran), `Trip` halts the
+call's agent run (`HALTED`, as a policy's `Halt`). A check that raises or
+answers anything else withholds the output: a broken guard fails closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..models import ErrorCode, ToolResult
+from ..policies._guardrail import Pass, Refuse, Replace, Trip, failed_text, refused_text
+from ..policies._protocol import policy_name
+from ..policies._signals import asking, done_asking
+from ..tools import error_text, normalize_output
+from ._halts import halted_text
+from ._make import awaitable, log_contained, make_result
+
+if TYPE_CHECKING:
+    from ._run import Run
+    from ._services import Services, Steps
+
+__all__ = ["check_outputs"]
+
+
+def check_outputs(run: Run, result: ToolResult, svc: Services) -> Steps:
+    """`result` (ok) as the run's output guardrails leave it. Returns a ToolResult."""
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+    try:
+        for guard in run.output_checks:
+            try:
+                verdict: Any = guard.check_output(run.call, result, time.monotonic())
+                if awaitable(verdict):
+                    verdict = yield _asked(verdict, svc, run)
+            except asyncio.CancelledError:
+                raise  # the step is being let go (the loop closing): not the guard's failure
+            except Exception as e:
+                log_contained(
+                    f"guardrail {policy_name(guard)} failed for call {run.call.id}", e, run.scrubber
+                )
+                return _withheld(
+                    run, result, f"its guardrail {policy_name(guard)} raised {error_text(e)}"
+                )
+            kind = type(verdict)
+            if verdict is None or kind is Pass:
+                continue
+            if kind is Replace:
+                output, attachments, metadata = normalize_output(verdict.output)
+                result = make_result(
+                    run,
+                    "ok",
+                    output=output,
+                    attachments=attachments,
+                    metadata={**result.metadata, **metadata, "guardrail": policy_name(guard)},
+                    attempts=result.attempts,
+                )
+                continue
+            if kind is Refuse:
+                text = refused_text(guard, run.call.name, verdict, "output")
+                return make_result(
+                    run,
+                    "rejected",
+                    error=text,
+                    code=ErrorCode.CONTENT_BLOCKED,
+                    attempts=result.attempts,
+                )
+            if kind is Trip:
+                # Scrubbed here, once: the other calls of the run carry it too.
+                why = run.scrubber.text(verdict.reason)
+                svc.halts.halt(run.agent_run, run.batch, why, run)
+                return make_result(
+                    run,
+                    "cancelled",
+                    error=halted_text(why),
+                    code=ErrorCode.HALTED,
+                    attempts=result.attempts,
+                )
+            return _withheld(run, result, failed_text(guard, run.call.name, verdict))
+        return result
+    finally:
+        done_asking(token)
+
+
+def _withheld(run: Run, result: ToolResult, why: str) -> ToolResult:
+    text = f"Tool '{run.call.name}' ran, but its result is withheld: {why}"
+    return make_result(
+        run, "rejected", error=text, code=ErrorCode.CONTENT_BLOCKED, attempts=result.attempts
+    )
+
+
+async def _asked(verdict: Any, svc: Services, run: Run) -> Any:
+    # Run on the loop thread when driven from a worker: the guard announces
+    # its events to this executor all the same.
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+    try:
+        return await verdict
+    finally:
+        done_asking(token)
