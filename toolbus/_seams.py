@@ -14,13 +14,13 @@ one raises saying who should have filled it, never passes silently.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from ._executor._from_config import ConfigReader
     from .policies import Spill
-    from .tools import Tool, ToolRegistry
+    from .tools import Tool
 
 __all__ = [
     "Seam",
@@ -78,7 +78,7 @@ spill_reader: Seam[Callable[[Spill], Tool]] = Seam(
 )
 
 # tools -> providers, mcp: `ToolRegistry.to_anthropic` and `to_mcp`.
-anthropic_definitions: Seam[Callable[[ToolRegistry], list[dict[str, Any]]]] = Seam(
+anthropic_definitions: Seam[Callable[[Iterable[Tool]], list[dict[str, Any]]]] = Seam(
     "anthropic_definitions", "toolbus.providers.anthropic.tool_definitions"
 )
 mcp_definition: Seam[Callable[[Tool], dict[str, Any]]] = Seam(

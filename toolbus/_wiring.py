@@ -7,21 +7,22 @@ imported when first used, as before: they import optional frameworks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, cast
 
 from . import _seams
 from .backends import check_tool_backend
 from .config._apply import executor_options
-from .tools import Tool, ToolRegistry
+from .tools import Tool
 from .tools._artifact_reader import reader_tool
 
 __all__: list[str] = []
 
 
-def _anthropic_definitions(registry: ToolRegistry) -> list[dict[str, Any]]:
+def _anthropic_definitions(tools: Iterable[Tool]) -> list[dict[str, Any]]:
     from .providers.anthropic import tool_definitions
 
-    return cast("list[dict[str, Any]]", tool_definitions(registry))
+    return cast("list[dict[str, Any]]", tool_definitions(tools))
 
 
 def _mcp_definition(tool: Tool) -> dict[str, Any]:

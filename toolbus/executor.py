@@ -41,6 +41,7 @@ from ._executor._handles import (
 )
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
+from ._executor._offering import Offering, Prepare, check_prepare
 from ._executor._options import GroupsOption, check_options, check_wiring, close_budget
 from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
@@ -64,7 +65,7 @@ from .tools import Tool, ToolRegistry
 __all__ = ["MAX_LISTED_TOOLS", "Executor", "ExecutorStats", "Submission"]
 
 
-class Executor(ExecutorHooks, Submitting, Stopping):
+class Executor(ExecutorHooks, Submitting, Stopping, Offering):
     """Runs tool calls from a registry with timeouts, retries, limits, hooks and events.
 
     Every call submitted gets exactly one terminal result; nothing a tool, hook
@@ -113,6 +114,7 @@ class Executor(ExecutorHooks, Submitting, Stopping):
     `policies` guard every tool (before the tools' own); a tool a policy
     brings along (a spill's `read_artifact`) is registered into `registry`
     itself, which then has it for everyone holding it (docs/policies.md).
+    `prepare(step, tools)` keeps the tools to offer at a step (`offered`).
     `name` tells this executor apart in metrics, traces and logs (the `executor`
     label of `toolbus.observe`); by default `executor-1`, `executor-2`, ... in
     the order made, skipping names of executors still alive (closed or not,
@@ -153,6 +155,7 @@ class Executor(ExecutorHooks, Submitting, Stopping):
         name: str | None = None,
         policies: Sequence[Policy] = (),
         scanner: ContentScanner | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
         opts = check_options(
             name=name,
@@ -172,6 +175,7 @@ class Executor(ExecutorHooks, Submitting, Stopping):
             scanner=scanner,
         )
         self._secret_keys = opts.secret_keys
+        self._prepare = check_prepare(prepare)
         self.registry = registry
         # Tools that ran as steps of a composite tool, registered or not (by
         # name, the first kept): observers name those calls by them.

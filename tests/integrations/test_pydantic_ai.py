@@ -538,11 +538,12 @@ def test_tools_that_need_a_run_context_are_refused() -> None:
     with pytest.raises(TypeError, match="takes a RunContext"):
         reg.add_pydantic_ai(Tool(with_ctx))
 
-    async def prepare(ctx: RunContext[Any], tool_def: Any) -> Any:
-        return tool_def
+    async def validate(ctx: RunContext[Any], **kwargs: Any) -> None:
+        return None
 
-    with pytest.raises(TypeError, match="prepare function"):
-        reg.add_pydantic_ai(Tool(forecast, prepare=prepare))
+    # (A `prepare` function is taken now: ToolbusToolset asks it, see test_offered_tools.py.)
+    with pytest.raises(TypeError, match="args_validator function"):
+        reg.add_pydantic_ai(Tool(forecast, args_validator=validate))
     with pytest.raises(TypeError, match="requires approval"):
         reg.add_pydantic_ai(Tool(forecast, requires_approval=True))
     with pytest.raises(TypeError, match=r"takes a pydantic_ai\.Tool or a function"):

@@ -31,7 +31,7 @@ from ..pipeline import BatchRun, Halts, Run, Waiter, halted_text
 from ..policies._set import PolicySet, admit_at_submission, submission_scrubber, timeout_for
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry, error_text
-from ..tools._offer import granted, missing_scopes, offered
+from ..tools._offer import granted, missing_scopes, not_offered, offered, offering
 
 __all__ = [
     "MAX_LISTED_TOOLS",
@@ -225,6 +225,14 @@ def plan_run(
         # A call made by a served call (a sequence's step, a tool calling
         # another) is held to the served call's token, as that call was.
         refusal = (ErrorCode.TOOL_NOT_ALLOWED, missing)
+    elif (
+        parent is None
+        and (plan.tool.is_enabled is not True or offering.get() is not None)
+        and (why := not_offered(plan.tool)) is not None
+    ):
+        # The model's call of a tool it was not offered at this step (the
+        # calls its tools make are theirs: not held to it).
+        refusal = (ErrorCode.TOOL_NOT_OFFERED, why)
     run = Run(
         call,
         plan.tool,
@@ -351,7 +359,7 @@ def _missing(tool: Tool) -> str | None:
 def _offered(registry: ToolRegistry) -> list[str]:
     """The names an unknown tool's error may suggest: those the caller's token
     is offered (all, without a token)."""
-    scopes = granted.get()
-    if scopes is None:
-        return registry.names()
-    return [t.name for t in offered(registry.list(), scopes)]
+    offer = offering.get()
+    if offer is not None:
+        return [n for n in registry.names() if n in offer.names]
+    return [t.name for t in offered(registry.list(), granted.get())]

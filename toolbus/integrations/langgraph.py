@@ -45,7 +45,8 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 from ..executor import Executor
 from ..models import BatchResult, ErrorCode, ToolCall, ToolResult
 from ..pipeline import tool_exception_filter
-from ..tools import DuplicateToolError, Tool, ToolRegistry
+from ..tools import DuplicateToolError, StepContext, Tool, ToolRegistry
+from ..tools._offer import Offer, offering
 from .langchain import GRAPH_CALL, GraphCall, LangChainTool, tool_content
 
 __all__ = ["ErrorHandler", "ToolCallFailed", "ToolbusNode"]
@@ -108,6 +109,12 @@ class ToolbusNode(Runnable[Any, Any]):
     Refused at construction (`ValueError`): tools that need `InjectedStore` or a
     `ToolRuntime`, return a `Command`, or use `content_and_artifact`.
     `InjectedToolCallId` and `InjectedState` are filled from the node's input.
+
+    `step`, a function of the node's input and config returning a
+    `toolbus.tools.StepContext`, holds each run's calls to the tools the
+    executor offers at that step (`executor.offered(step)`, which is also
+    what to bind the model to); a call of another ends `TOOL_NOT_OFFERED`.
+    Without it, each call is held to its tool's `is_enabled`.
     An `interrupt()` in any tool (LangChain's or toolbus's) reaches the graph.
     """
 
@@ -121,6 +128,7 @@ class ToolbusNode(Runnable[Any, Any]):
         name: str = "tools",
         tags: Sequence[str] | None = None,
         messages_key: str = "messages",
+        step: Callable[[Any, RunnableConfig | None], StepContext] | None = None,
         **executor_options: Any,
     ) -> None:
         if not (isinstance(handle_tool_errors, bool | str) or callable(handle_tool_errors)):
@@ -138,6 +146,11 @@ class ToolbusNode(Runnable[Any, Any]):
         self.tags = list(tags) if tags is not None else None
         self.messages_key = messages_key
         self.handle_tool_errors: ErrorHandler = handle_tool_errors
+        if step is not None and not callable(step):
+            raise TypeError(
+                f"ToolbusNode: step must be a function of (input, config), got {step!r}"
+            )
+        self.step = step
         # The names of the tools this node runs: None for every tool of its
         # registry (a registry given), else the tools given. A call to any
         # other tool (one another node put in a shared executor's registry)
@@ -189,6 +202,7 @@ class ToolbusNode(Runnable[Any, Any]):
         mine, foreign = self._split(calls)
         token = GRAPH_CALL.set(graph)
         seen = tool_exception_filter.set(graph.intercept)
+        shown = offering.set(self._offer(input, config))
         try:
             if len(mine) == 1:
                 results: Sequence[ToolResult] = (self.executor.execute(mine[0]),)
@@ -197,6 +211,7 @@ class ToolbusNode(Runnable[Any, Any]):
             else:
                 results = ()
         finally:
+            offering.reset(shown)
             tool_exception_filter.reset(seen)
             GRAPH_CALL.reset(token)
         return self._output(calls, _merged(results, foreign, len(calls)), graph, kind, foreign)
@@ -208,6 +223,7 @@ class ToolbusNode(Runnable[Any, Any]):
         mine, foreign = self._split(calls)
         token = GRAPH_CALL.set(graph)
         seen = tool_exception_filter.set(graph.intercept)
+        shown = offering.set(self._offer(input, config))
         try:
             if len(mine) == 1:
                 results: Sequence[ToolResult] = (await self.executor.aexecute(mine[0]),)
@@ -216,9 +232,20 @@ class ToolbusNode(Runnable[Any, Any]):
             else:
                 results = ()
         finally:
+            offering.reset(shown)
             tool_exception_filter.reset(seen)
             GRAPH_CALL.reset(token)
         return self._output(calls, _merged(results, foreign, len(calls)), graph, kind, foreign)
+
+    def _offer(self, input: Any, config: RunnableConfig | None) -> Offer | None:
+        """What the executor offers at the node's step (`step`), which its
+        calls are held to; None without `step` (each held to `is_enabled`)."""
+        if self.step is None:
+            return None
+        at = self.step(input, config)
+        if not isinstance(at, StepContext):
+            raise TypeError(f"ToolbusNode: step returned {type(at).__name__}, not a StepContext")
+        return Offer(at, frozenset(t.name for t in self.executor.offered(at)))
 
     def _split(self, calls: list[ToolCall]) -> tuple[list[ToolCall], dict[int, ToolResult]]:
         """The calls to run, and the answers to calls of tools that are not the node's."""

@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from .. import _json
 from .._keywords import refuse_unknown
+from ..agent_runs import current_agent_run
 from ..executor import Executor
 from ..formatting import output_text
 from ..models import ToolCall
@@ -51,8 +52,9 @@ from ..providers._common import (
     strict_schema,
     without_strict_nulls,
 )
-from ..tools import Tool, ToolContext, ToolRegistry, parse_json_arguments
+from ..tools import StepContext, Tool, ToolContext, ToolRegistry, parse_json_arguments
 from ..tools._injected import injected_parameters
+from ..tools._offer import Offer, offering
 from ..tools._tool_options import OPENAI_AGENTS_KEYWORDS, OpenAIAgentsOptions, adopt
 
 __all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tool_for", "function_tools"]
@@ -96,7 +98,12 @@ class _Invoke:
             if isinstance(call_id, str) and call_id
             else ToolCall.model_construct(name=self.name, arguments=arguments)
         )
-        result = await self.executor.aexecute(call)
+        # Held to what the executor offers at this step of the SDK's run.
+        shown = offering.set(_offer(self.executor, ctx))
+        try:
+            result = await self.executor.aexecute(call)
+        finally:
+            offering.reset(shown)
         if result.status == "ok" and not result.attachments:
             output = result.output
             text = output if isinstance(output, str) else output_text(output)
@@ -142,11 +149,44 @@ def function_tools(
     ]
 
 
+def _step(ctx: RunContextWrapper[Any]) -> StepContext:
+    """A step of the SDK's run as toolbus's `is_enabled` and `prepare` see it:
+    its context is the SDK's `RunContextWrapper` (your context in `.context`)."""
+    return StepContext(agent_run=current_agent_run(), context=ctx)
+
+
+def _offer(executor: Executor, ctx: RunContextWrapper[Any]) -> Offer:
+    step = _step(ctx)
+    return Offer(step, frozenset(t.name for t in executor.offered(step)))
+
+
+class _Enabled:
+    """A `FunctionTool.is_enabled` for a toolbus tool: whether the executor
+    offers it at this step (`Tool.is_enabled`, then the executor's `prepare`)."""
+
+    __slots__ = ("executor", "name")
+
+    def __init__(self, executor: Executor, name: str) -> None:
+        self.executor = executor
+        self.name = name
+
+    def __call__(self, ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        return self.name in _offer(self.executor, ctx).names
+
+
 def function_tool_for(
     tool: Tool, executor: Executor, *, strict: bool = True, max_length: int = DEFAULT_MAX_LENGTH
 ) -> FunctionTool:
-    """The `agents.FunctionTool` for one toolbus function tool (see `function_tools`)."""
+    """The `agents.FunctionTool` for one toolbus function tool (see `function_tools`).
+
+    Always enabled when the tool is and the executor has no `prepare`;
+    otherwise its `is_enabled` asks the executor at each step whether it
+    offers the tool (`StepContext.context` is the SDK's `RunContextWrapper`)."""
     schema = tool.schema
+    if tool.is_enabled is True and executor._prepare is None:
+        enabled: Any = True
+    else:
+        enabled = _Enabled(executor, tool.name)
     if strict:
         made = _strict(tool.name, schema)
         if made is not None:
@@ -159,6 +199,7 @@ def function_tool_for(
                     params_json_schema=params,
                     on_invoke_tool=invoke,
                     strict_json_schema=True,
+                    is_enabled=enabled,
                 )
             except UserError as e:
                 log.warning("tool %r is offered non-strict: %s", tool.name, e)
@@ -168,6 +209,7 @@ def function_tool_for(
         params_json_schema=copy.deepcopy(schema),
         on_invoke_tool=_Invoke(executor, tool.name, None, max_length),
         strict_json_schema=False,
+        is_enabled=enabled,
     )
 
 
@@ -230,7 +272,10 @@ class OpenAIAgentsTool(Tool):
     or `ToolContext` is refused without it. Refused too, with a `TypeError`
     saying why: tools that need approval (toolbus would run them unapproved),
     tools with input or output guardrails (the Runner runs those, not the
-    tool), and tools that are not always enabled (`is_enabled` other than True).
+    tool), and tools with an async `is_enabled`. A sync callable `is_enabled`
+    becomes the tool's (`Tool.is_enabled`), asked with a `RunContextWrapper`
+    of the step's context (the SDK's own when toolbus runs inside its Runner)
+    and no agent.
     """
 
     def __init__(self, function_tool: FunctionTool, **options: Unpack[OpenAIAgentsOptions]) -> None:
@@ -248,6 +293,9 @@ class OpenAIAgentsTool(Tool):
         self.description = description if description is not None else function_tool.description
         self.parameters = copy.deepcopy(function_tool.params_json_schema)
         adopt(self, options)
+        if "is_enabled" not in options and function_tool.is_enabled is not True:
+            given = function_tool.is_enabled
+            self.is_enabled = _SDKEnabled(given, context) if callable(given) else bool(given)
         if self.timeout is None:
             self.timeout = function_tool.timeout_seconds
         self._context = None if context is _UNSET else context
@@ -296,6 +344,35 @@ class OpenAIAgentsTool(Tool):
 from_openai_agents = OpenAIAgentsTool
 
 
+class _SDKEnabled:
+    """An Agents SDK tool's callable `is_enabled` as toolbus asks it: with the
+    SDK's `RunContextWrapper` when the step comes from an SDK run (toolbus's
+    tools in an agent), else one around the step's context (or the `context`
+    the tool was added with). The agent, which toolbus does not have, is None.
+    An answer that is not a bool (an awaitable included) does not enable it."""
+
+    __slots__ = ("context", "fn")
+
+    def __init__(self, fn: Any, context: Any) -> None:
+        self.fn = fn
+        self.context = None if context is _UNSET else context
+
+    def __call__(self, step: StepContext) -> bool:
+        given = step.context
+        wrapper = (
+            given
+            if isinstance(given, RunContextWrapper)
+            else RunContextWrapper(context=given if given is not None else self.context)
+        )
+        answer = self.fn(wrapper, None)
+        if inspect.isawaitable(answer):
+            close = getattr(answer, "close", None)
+            if callable(close):
+                close()
+            return False
+        return answer is True
+
+
 def _check_supported(ft: FunctionTool, has_context: bool) -> None:
     what = f"Agents SDK tool {ft.name!r}"
     if ft.needs_approval is not False:
@@ -308,10 +385,10 @@ def _check_supported(ft: FunctionTool, has_context: bool) -> None:
             f"{what} has guardrails, which the Runner runs, not the tool: toolbus would skip "
             "them. Keep it in the agent, or check its input in a toolbus pre-call hook"
         )
-    if ft.is_enabled is not True:
+    if callable(ft.is_enabled) and inspect.iscoroutinefunction(ft.is_enabled):
         raise TypeError(
-            f"{what} is not always enabled (is_enabled={ft.is_enabled!r}): toolbus has no "
-            "agent run to decide it. Register it only where it is enabled"
+            f"{what} has an async is_enabled: toolbus asks whether a tool is enabled "
+            "synchronously (its exports are). Make it a plain function"
         )
     if not has_context and _takes_context(ft):
         raise TypeError(

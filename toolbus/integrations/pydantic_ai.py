@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Unpack
 
 from pydantic import ValidationError
@@ -47,12 +48,14 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from .._keywords import refuse_unknown
+from ..agent_runs import MAX_LENGTH, current_agent_run
 from ..executor import Executor
 from ..formatting import output_text
 from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult
 from ..providers._common import result_text
-from ..tools import ArgumentError, Tool, ToolContext, ToolError, ToolRegistry
+from ..tools import ArgumentError, StepContext, Tool, ToolContext, ToolError, ToolRegistry
 from ..tools._injected import injected_parameters
+from ..tools._offer import Offer, offering
 from ..tools._tool import STANDARD_INVOKES, format_validation_error
 from ..tools._tool_options import PYDANTIC_AI_KEYWORDS, PydanticAIOptions, adopt
 
@@ -78,7 +81,11 @@ class ToolbusToolset(AbstractToolset[Any]):
     toolbus has them. Mutating tools are `sequential=True`, so pydantic-ai runs
     them as barriers, as toolbus would: calls before one finish first, calls
     after it wait. Read-only tools run in parallel, within the executor's
-    `max_parallel` and each tool's `max_concurrency`. Each `ToolDefinition`
+    `max_parallel` and each tool's `max_concurrency`. At each run step it
+    lists what `executor.offered(StepContext(run, run_step, ctx))` offers
+    (`Tool.is_enabled`, the executor's `prepare`; then an imported pydantic-ai
+    tool's own `prepare`), and holds that step's calls to it; the calls count
+    in the agent run of the context, else pydantic-ai's `run_id`. Each `ToolDefinition`
     carries `metadata={"toolbus": {"read_only": ...}}` (for pydantic-ai's
     `filtered`) and no `timeout`: toolbus's governs.
 
@@ -113,6 +120,8 @@ class ToolbusToolset(AbstractToolset[Any]):
         self._id = id
         # One ToolsetTool per (tool, retry budget), kept while the tool is registered.
         self._listed: dict[tuple[Tool, int], ToolsetTool[Any]] = {}
+        # What each recent step was offered, by (run id, step): its calls are held to it.
+        self._offers: dict[tuple[str | None, int], Offer] = {}
 
     @property
     def id(self) -> str | None:
@@ -123,21 +132,32 @@ class ToolbusToolset(AbstractToolset[Any]):
         listed = self._listed
         current: dict[tuple[Tool, int], ToolsetTool[Any]] = {}
         tools: dict[str, ToolsetTool[Any]] = {}
-        for t in self.registry.list():
+        step = _step(ctx)
+        for t in self.executor.offered(step):
             if t.type != "function":
                 continue
+            tool_def = tool_definition(t)
+            prepare = getattr(t, "pydantic_ai_prepare", None)
+            if prepare is not None:  # a pydantic-ai tool's own, given this run's context
+                prepared = prepare(ctx, tool_def)
+                if inspect.isawaitable(prepared):
+                    prepared = await prepared
+                if prepared is None:
+                    continue  # not offered at this step
+                # Its calls come back by name: toolbus knows it by its own.
+                tool_def = prepared if prepared.name == t.name else replace(prepared, name=t.name)
             key = (t, budget)
-            entry = listed.get(key)
+            entry = listed.get(key) if t is self.registry.get(t.name) and prepare is None else None
             if entry is None:
                 entry = ToolsetTool(
-                    toolset=self,
-                    tool_def=tool_definition(t),
-                    max_retries=budget,
-                    args_validator=_OBJECT,
+                    toolset=self, tool_def=tool_def, max_retries=budget, args_validator=_OBJECT
                 )
             current[key] = entry
-            tools[t.name] = entry
+            tools[tool_def.name] = entry
         self._listed = current
+        self._offers[(ctx.run_id, ctx.run_step)] = Offer(step, frozenset(tools))
+        while len(self._offers) > _OFFERS_KEPT:
+            self._offers.pop(next(iter(self._offers)))
         return tools
 
     async def call_tool(
@@ -150,7 +170,16 @@ class ToolbusToolset(AbstractToolset[Any]):
             if isinstance(call_id, str) and call_id
             else ToolCall.model_construct(name=name, arguments=tool_args)
         )
-        result = await self.executor.aexecute(call)
+        # Held to what this step was offered (and counted in this agent run).
+        offer = self._offers.get((ctx.run_id, ctx.run_step))
+        if offer is None:  # (a step this toolset did not list: what it offers now)
+            step = _step(ctx)
+            offer = Offer(step, frozenset(t.name for t in self.executor.offered(step)))
+        shown = offering.set(offer)
+        try:
+            result = await self.executor.aexecute(call, agent_run=_run_of(ctx))
+        finally:
+            offering.reset(shown)
         if result.status == "ok":
             if not result.attachments and not result.metadata:
                 return result.output
@@ -158,6 +187,24 @@ class ToolbusToolset(AbstractToolset[Any]):
         if result.error_code in _RETRY_CODES:
             raise ModelRetry(result.error or "the call cannot be run as given")
         raise ToolFailed(result_text(result))
+
+
+# Offers kept for the steps whose calls may still come (the latest ones).
+_OFFERS_KEPT = 256
+
+
+def _run_of(ctx: RunContext[Any]) -> str | None:
+    """The agent run of `ctx`'s calls: the context's own, else pydantic-ai's run id."""
+    run = current_agent_run()
+    if run is not None:
+        return run
+    rid = getattr(ctx, "run_id", None)
+    return rid[:MAX_LENGTH] if isinstance(rid, str) and rid else None
+
+
+def _step(ctx: RunContext[Any]) -> StepContext:
+    """The step of a pydantic-ai run as toolbus's `is_enabled` and `prepare` see it."""
+    return StepContext(agent_run=_run_of(ctx), step=ctx.run_step, context=ctx)
 
 
 def tool_definition(tool: Tool) -> ToolDefinition:
@@ -200,10 +247,14 @@ class PydanticAITool(Tool):
     options (`PydanticAIOptions`): `name`, `description`, `read_only`,
     `timeout`, `retry`, `max_concurrency`, `groups`, `idempotent`.
 
+    Its `prepare` function (it takes a `RunContext`) is asked where toolbus
+    runs inside pydantic-ai (`ToolbusToolset`, at each step); elsewhere the
+    tool is offered as registered (its `is_enabled` still applies).
+
     Refused with a `TypeError` saying why: a tool whose first parameter is a
-    `RunContext` (there is no pydantic-ai run to take it from), one with a
-    `prepare` or `args_validator` function (both take a `RunContext`), and one
-    that `requires_approval` (toolbus would run it unapproved).
+    `RunContext` (there is no pydantic-ai run to take it from), one with an
+    `args_validator` function (it takes a `RunContext`), and one that
+    `requires_approval` (toolbus would run it unapproved).
     """
 
     def __init__(
@@ -221,6 +272,9 @@ class PydanticAITool(Tool):
         adopt(self, options)
         if self.timeout is None:
             self.timeout = pa.timeout
+        # Asked by `ToolbusToolset` at each step (it has pydantic-ai's
+        # RunContext); elsewhere the tool is offered as registered.
+        self.pydantic_ai_prepare = pa.prepare
         self._function = schema.function
         self._validator = schema.validator
         self._positional = tuple(schema.positional_fields)
@@ -297,12 +351,11 @@ def _check_supported(pa: PAITool[Any]) -> None:
             "pydantic-ai run, so there is no RunContext to give it. Drop the parameter "
             "(a toolbus tool may take a ToolContext instead), or keep the tool in the agent"
         )
-    for option in ("prepare", "args_validator"):
-        if getattr(pa, option, None) is not None:
-            raise TypeError(
-                f"{what} has a {option} function, which takes a RunContext: toolbus has none "
-                "to give it. Remove it, or keep the tool in the agent"
-            )
+    if getattr(pa, "args_validator", None) is not None:
+        raise TypeError(
+            f"{what} has an args_validator function, which takes a RunContext: toolbus has "
+            "none to give it. Remove it, or keep the tool in the agent"
+        )
     if pa.requires_approval:
         raise TypeError(
             f"{what} requires approval, which toolbus cannot ask for: it would run unapproved. "

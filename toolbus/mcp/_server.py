@@ -32,8 +32,8 @@ from .._version import __version__
 from ..executor import Executor
 from ..formatting import output_text
 from ..models import Attachment, ErrorCode, ToolCall, ToolResult
-from ..tools import Tool, ToolRegistry, load_registry
-from ..tools._offer import granted, missing_scopes, offered
+from ..tools import StepContext, Tool, ToolRegistry, load_registry
+from ..tools._offer import Offer, granted, missing_scopes, offered, offering
 from ._oauth_server import granted_scopes
 from ._server_calls import ServedCalls
 from ._server_output import (
@@ -165,11 +165,25 @@ def build_server(
         levels.set(ctx, params.level)
         return types.EmptyResult()
 
+    def offer_for(ctx: ServerRequestContext[Any]) -> tuple[list[Tool], Offer]:
+        """What this request is offered (its token's scopes set): the
+        executor's offer (`prepare` included) when it serves this registry."""
+        step = StepContext(context=ctx)
+        if executor.registry is registry:
+            tools = executor.offered(step)
+        else:
+            tools = offered(registry.list(), granted.get(), step)
+        return tools, Offer(step, frozenset(t.name for t in tools))
+
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        granted = granted_scopes(ctx.request)
-        return types.ListToolsResult(tools=[mcp_tool(t) for t in offered(registry.list(), granted)])
+        held = granted.set(granted_scopes(ctx.request))
+        try:
+            tools, _ = offer_for(ctx)
+        finally:
+            granted.reset(held)
+        return types.ListToolsResult(tools=[mcp_tool(t) for t in tools])
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -177,7 +191,13 @@ def build_server(
         scopes = granted_scopes(ctx.request)
         held = granted.set(scopes)  # (its calls' own calls are held to the token too)
         try:
-            return await _call_tool(ctx, params, scopes)
+            # Held to what `tools/list` offers it now: a tool not offered is
+            # refused (TOOL_NOT_OFFERED), as the executor refuses it.
+            shown = offering.set(offer_for(ctx)[1])
+            try:
+                return await _call_tool(ctx, params, scopes)
+            finally:
+                offering.reset(shown)
         finally:
             granted.reset(held)
 

@@ -23,6 +23,7 @@ from typing import Any
 from .._executor._batch_result import summary as _summary
 from ..approvals import ApprovalDecision, ApprovalRequest, InputRequest
 from ..models import BatchResult, ErrorCode, ToolCall, ToolResult
+from ..tools._offer import Offer
 
 log = logging.getLogger("toolbus.providers")
 
@@ -38,6 +39,8 @@ class RunCalls:
 
     calls: list[ToolCall]
     approvals: Mapping[str, ApprovalDecision] | None = None
+    # The tools the model was offered at this turn: the calls are held to them.
+    offer: Offer | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ def settle(
     given: Mapping[str, ApprovalDecision],
     *,
     ask: bool,
+    offer: Offer | None = None,
 ) -> Generator[Decide | RunCalls, Any, BatchResult]:
     """Decide the turn's deferred calls and re-run what did not run; return the
     turn's batch, merged. It may still hold `deferred` calls: those no decision
@@ -165,7 +169,7 @@ def settle(
     its turn, and a call whose question was answered may ask the next (an
     `InputRequest` of its own digest), which the next round asks about. Rounds
     stop when nothing new was decided (each request is asked about once), or
-    after `_MOST_ROUNDS`.
+    after `_MOST_ROUNDS`. A re-run is held to `offer`, as the batch was.
     """
     decided = dict(given)
     fresh = bool(decided)  # decisions the batch has not been run with yet
@@ -188,7 +192,7 @@ def settle(
         redo = [i for i, r in enumerate(batch) if unfinished(r)]
         if not fresh or not redo:
             return batch
-        rerun: BatchResult = yield RunCalls([calls[i] for i in redo], decided)
+        rerun: BatchResult = yield RunCalls([calls[i] for i in redo], decided, offer)
         batch = merge(batch, redo, rerun)
         fresh = False
 

@@ -23,6 +23,7 @@ from .. import _json
 from ..formatting import DEFAULT_MAX_LENGTH, NO_OUTPUT, format_result_for_context
 from ..models import ToolResult
 from ..tools import Tool, ToolRegistry
+from ..tools._offer import StepContext, enabled
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
@@ -121,9 +122,13 @@ def result_text(result: ToolResult, max_length: int = DEFAULT_MAX_LENGTH) -> str
     return format_result_for_context(result, max_length=max_length, include_metadata=False)
 
 
-def tools_of(source: ToolSource) -> list[Tool]:
-    """The tools of a registry, or of any iterable of tools, in order."""
-    tools = source.list() if isinstance(source, ToolRegistry) else list(source)
+def tools_of(source: ToolSource, step: StepContext | None = None) -> list[Tool]:
+    """The tools of a registry enabled at `step` (`Tool.is_enabled`; None: the
+    current step), or of any iterable of tools as given (`Executor.offered`'s), in order."""
+    if isinstance(source, ToolRegistry):
+        tools = [t for t in source.list() if enabled(t, step)]
+    else:
+        tools = list(source)
     for t in tools:
         if not isinstance(t, Tool):
             raise TypeError(f"expected toolbus tools, got {type(t).__name__}")

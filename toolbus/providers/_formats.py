@@ -14,6 +14,7 @@ from ..models import ToolCall, ToolResult
 from ..tools import ToolRegistry
 from . import anthropic as _anthropic
 from . import openai as _openai
+from ._common import ToolSource
 
 __all__ = ["DEFAULT_MAX_TOKENS", "FORMATS", "Format", "format_for"]
 
@@ -26,7 +27,7 @@ class Format(Protocol):
 
     def method(self, client: Any) -> Callable[..., Any]: ...
 
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]: ...
+    def definitions(self, source: ToolSource, strict: bool) -> list[Any]: ...
 
     def request(
         self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]
@@ -47,8 +48,8 @@ class _Chat:
     def method(self, client: Any) -> Callable[..., Any]:
         return client.chat.completions.create  # type: ignore[no-any-return]
 
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]:
-        return _openai.chat_tool_definitions(registry, strict=strict)
+    def definitions(self, source: ToolSource, strict: bool) -> list[Any]:
+        return _openai.chat_tool_definitions(source, strict=strict)
 
     def request(
         self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]
@@ -79,8 +80,8 @@ class _Responses:
     def method(self, client: Any) -> Callable[..., Any]:
         return client.responses.create  # type: ignore[no-any-return]
 
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]:
-        return _openai.responses_tool_definitions(registry, strict=strict)
+    def definitions(self, source: ToolSource, strict: bool) -> list[Any]:
+        return _openai.responses_tool_definitions(source, strict=strict)
 
     def request(
         self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]
@@ -106,8 +107,8 @@ class _Messages:
     def method(self, client: Any) -> Callable[..., Any]:
         return client.messages.create  # type: ignore[no-any-return]
 
-    def definitions(self, registry: ToolRegistry, strict: bool) -> list[Any]:
-        return _anthropic.tool_definitions(registry)
+    def definitions(self, source: ToolSource, strict: bool) -> list[Any]:
+        return _anthropic.tool_definitions(source)
 
     def request(
         self, model: str, history: list[Any], tools: list[Any], options: dict[str, Any]

@@ -32,7 +32,8 @@ from ..agent_runs import AGENT_RUN, check_agent_run, current_agent_run
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..executor import Executor
 from ..models import BatchResult, ErrorCode
-from ..tools import ToolRegistry
+from ..tools import StepContext, ToolRegistry
+from ..tools._offer import Offer, offering
 from . import openai as _openai
 from ._approvals import Approve, Decide, RunCalls, Turn, check_approve, check_resume, settle
 from ._common import DEFAULT_MAX_LENGTH
@@ -99,7 +100,8 @@ class _Ask:
 @dataclass(frozen=True)
 class _Settings:
     model: str
-    tools: list[Any]
+    # The tools to send at a turn, and what they offer (their calls held to it).
+    offer: Callable[[int], tuple[list[Any], Offer | None]]
     options: dict[str, Any]
     registry: ToolRegistry
     strict: bool
@@ -164,7 +166,8 @@ def _turns(
         if (why := _halted(run, s)) is not None:  # (halted from elsewhere meanwhile)
             return run.result(fmt, s, "halted", halted=why)
         run.turns += 1
-        response = yield _Ask(fmt.request(s.model, list(run.history), s.tools, s.options))
+        tools, offer = s.offer(run.turns)
+        response = yield _Ask(fmt.request(s.model, list(run.history), tools, s.options))
         run.response = response
         items = fmt.turn(response)
         run.history.extend(items)
@@ -173,9 +176,9 @@ def _turns(
             calls = _openai.drop_strict_nulls(calls, s.registry)
         if not calls:
             return run.result(fmt, s, "done")
-        batch: BatchResult = yield RunCalls(calls)
+        batch: BatchResult = yield RunCalls(calls, offer=offer)
         this = Turn(fmt.api, response, tuple(items), tuple(calls), batch)
-        pending = yield from _answer(fmt, run, s, this, {})
+        pending = yield from _answer(fmt, run, s, this, {}, offer)
         if (why := _halted(run, s)) is not None:  # a halt wins over calls left pending
             return run.result(fmt, s, "halted", halted=why)
         if pending is not None:
@@ -199,11 +202,12 @@ def _answer(
     s: _Settings,
     turn: Turn,
     approvals: Mapping[str, ApprovalDecision],
+    offer: Offer | None = None,
 ) -> Generator[_Step, Any, Turn | None]:
     """Settle the turn's approvals and append its batch; append its answers, or,
     while calls still wait, return the turn as pending: the model is never
     sent a `deferred` result, which it would take for a failure."""
-    batch = yield from settle(turn.calls, turn.batch, approvals, ask=s.ask)
+    batch = yield from settle(turn.calls, turn.batch, approvals, ask=s.ask, offer=offer)
     run.batches.append(batch)
     if batch.summary.deferred:
         return dataclasses.replace(turn, batch=batch)
@@ -227,6 +231,7 @@ def _start(
     approvals: Mapping[str, ApprovalDecision] | None,
     options: dict[str, Any],
     agent_run: str,
+    context: Any = None,
 ) -> tuple[Format, Generator[_Step, Any, AgentResult]]:
     """Check the arguments, pick the format, and make the turn generator."""
     if max_turns < 1:
@@ -235,9 +240,19 @@ def _start(
         raise ValueError("the agent loop does not stream; leave `stream` out")
     fmt = format_for(client, api)
     if tools is None:
-        exported = fmt.definitions(executor.registry, strict)
+
+        def offer_at(turn: int) -> tuple[list[Any], Offer | None]:
+            # What the executor offers at this turn; its calls are held to it.
+            step = StepContext(agent_run, turn, context)
+            offered = executor.offered(step)
+            return fmt.definitions(offered, strict), Offer(step, frozenset(t.name for t in offered))
+
     else:
         exported = [dict(t) for t in tools]
+
+        def offer_at(turn: int) -> tuple[list[Any], Offer | None]:
+            return exported, None  # sent as given: each call held to its tool's is_enabled
+
     history = [{"role": "user", "content": messages}] if isinstance(messages, str) else [*messages]
     pending = check_resume(resume, approvals, history, fmt.api)
     run = _Progress(history, [])
@@ -245,7 +260,7 @@ def _start(
         run = _Progress(history, list(resume.batches[:-1]), resume.turns, pending.response)
     settings = _Settings(
         model=model,
-        tools=exported,
+        offer=offer_at,
         options=options,
         registry=executor.registry,
         strict=strict,
@@ -277,6 +292,7 @@ def run_agent(
     approvals: Mapping[str, ApprovalDecision] | None = None,
     call_timeout: float | None = None,
     agent_run: str | None = None,
+    context: Any = None,
     **options: Any,
 ) -> AgentResult:
     """Run the model and its tool calls until it answers without calling a tool,
@@ -312,6 +328,13 @@ def run_agent(
     `messages=result.messages` and `approvals={call_id: decision}` (or
     `approve`), finishes that turn and goes on with the run: its `batches`
     and `turns` continue the stopped run's, and `max_turns` bounds them all.
+
+    `agent_run` names the run (default: the resumed run's, the context's, or
+    a new one; `AgentResult.agent_run`): run limits count by it, and a halt
+    of it stops the loop (`stop_reason="halted"`). Each turn offers the model
+    `executor.offered(StepContext(agent_run, turn, context))` (`context`:
+    your own, for `is_enabled` and the executor's `prepare`), and holds its
+    calls to those tools (`TOOL_NOT_OFFERED`); `tools=` is sent as given.
     """
     return drive(
         DIRECT,
@@ -330,6 +353,7 @@ def run_agent(
         call_timeout=call_timeout,
         options=options,
         agent_run=agent_run,
+        context=context,
     )
 
 
@@ -349,6 +373,7 @@ async def arun_agent(
     approvals: Mapping[str, ApprovalDecision] | None = None,
     call_timeout: float | None = None,
     agent_run: str | None = None,
+    context: Any = None,
     **options: Any,
 ) -> AgentResult:
     """Async twin of `run_agent`, for `openai.AsyncOpenAI`-like and
@@ -374,6 +399,7 @@ async def arun_agent(
         call_timeout=call_timeout,
         options=options,
         agent_run=agent_run,
+        context=context,
     )
 
 
@@ -427,7 +453,11 @@ def drive(
             elif isinstance(step, Decide):
                 reply = how.decide(step, approve)
             else:
-                reply = how.run(executor, step, call_timeout)
+                shown = offering.set(step.offer)  # (None: each call held to is_enabled)
+                try:
+                    reply = how.run(executor, step, call_timeout)
+                finally:
+                    offering.reset(shown)
     except StopIteration as stop:
         result: AgentResult = stop.value
         return result
@@ -481,7 +511,11 @@ async def adrive(
             elif isinstance(step, Decide):
                 reply = await how.adecide(step, approve)
             else:
-                reply = await how.arun(executor, step, call_timeout)
+                shown = offering.set(step.offer)  # (None: each call held to is_enabled)
+                try:
+                    reply = await how.arun(executor, step, call_timeout)
+                finally:
+                    offering.reset(shown)
     except StopIteration as stop:
         result: AgentResult = stop.value
         return result

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..models import ToolCall, ToolResult
-from ..tools import ToolRegistry
+from ..tools import StepContext, ToolRegistry
 from ._common import (
     DEFAULT_MAX_LENGTH,
     ToolSource,
@@ -209,16 +209,17 @@ def tool_results_message(
     return {"role": "user", "content": blocks}
 
 
-def tool_definitions(source: ToolSource) -> list[ToolParam]:
+def tool_definitions(source: ToolSource, *, step: StepContext | None = None) -> list[ToolParam]:
     """The tools in the Messages API's `tools` format: `{name, description,
     input_schema}`, the schema being the tool's own JSON schema.
 
     A custom tool is offered as an object with one required string property,
     `CUSTOM_INPUT`; `tool_calls(..., registry=...)` hands that string to the
-    tool as its raw input.
+    tool as its raw input. A registry's tools are those enabled at `step`
+    (None: the current step); other tools are taken as given (`Executor.offered`).
     """
     out: list[ToolParam] = []
-    for tool in tools_of(source):
+    for tool in tools_of(source, step):
         if tool.type == "custom":
             schema: dict[str, Any] = {
                 "type": "object",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .. import _json
 from ..models import ToolCall, ToolResult
-from ..tools import ToolRegistry
+from ..tools import StepContext, ToolRegistry
 from ._common import (
     DEFAULT_MAX_LENGTH,
     StrictSchemaError,
@@ -273,7 +273,7 @@ def chat_attachment_message(
 
 
 def chat_tool_definitions(
-    source: ToolSource, *, strict: bool = False
+    source: ToolSource, *, strict: bool = False, step: StepContext | None = None
 ) -> list[ChatCompletionToolUnionParam]:
     """The tools in Chat Completions' `tools` format.
 
@@ -282,9 +282,11 @@ def chat_tool_definitions(
     (`strict_schema`) and marked `"strict": true`. Custom tools:
     `{"type": "custom", "custom": {name, description}}` (free-text input).
     Raises `StrictSchemaError` naming the tool whose schema cannot be strict.
+    A registry's tools are those enabled at `step` (`Tool.is_enabled`; None:
+    the current step); other tools are taken as given (`Executor.offered`).
     """
     out: list[ChatCompletionToolUnionParam] = []
-    for tool in tools_of(source):
+    for tool in tools_of(source, step):
         if tool.type == "custom":
             custom: Custom = {"name": tool.name}
             if tool.description:
@@ -435,7 +437,9 @@ def _responses_output(
     return cast("list[ResponseFunctionCallOutputItemParam]", parts)
 
 
-def responses_tool_definitions(source: ToolSource, *, strict: bool = False) -> list[ToolParam]:
+def responses_tool_definitions(
+    source: ToolSource, *, strict: bool = False, step: StepContext | None = None
+) -> list[ToolParam]:
     """The tools in the Responses API's `tools` format.
 
     Function tools: `{"type": "function", name, description, parameters,
@@ -443,9 +447,10 @@ def responses_tool_definitions(source: ToolSource, *, strict: bool = False) -> l
     itself when it is left out. With `strict=True` the schemas are made strict
     (`strict_schema`). Custom tools: `{"type": "custom", name, description}`.
     Raises `StrictSchemaError` naming the tool whose schema cannot be strict.
+    Which tools: as `chat_tool_definitions` says (`step`).
     """
     out: list[ToolParam] = []
-    for tool in tools_of(source):
+    for tool in tools_of(source, step):
         if tool.type == "custom":
             if tool.description:
                 out.append({"type": "custom", "name": tool.name, "description": tool.description})

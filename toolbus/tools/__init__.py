@@ -7,6 +7,7 @@ from ._context import ToolContext
 from ._function import FunctionTool, ToolOptions, tool
 from ._injected import Injected
 from ._load import load_registry
+from ._offer import StepContext
 from ._peer import ElicitationAnswer, InputUnavailable, LogLevel
 from ._plugins import PluginError, PluginWarning
 from ._registry import DuplicateToolError, ToolRegistry
@@ -27,6 +28,7 @@ __all__ = [
     "PluginError",
     "PluginWarning",
     "SequenceTool",
+    "StepContext",
     "Tool",
     "ToolContext",
     "ToolError",

@@ -1,4 +1,5 @@
-"""Which tools a caller is offered: here, by the scopes its token grants.
+"""Which tools a caller is offered: by the scopes its token grants, then by
+whether each is enabled at this step of the agent run.
 
 A tool's `scopes` are what a caller's OAuth token must grant before the tool
 is listed for it or called by it (the MCP server over HTTP with OAuth,
@@ -10,18 +11,75 @@ a token is a tool that token cannot call.
 context, so the calls it makes in turn (a sequence's steps, a tool calling
 another) are held to it too, and an unknown tool's error names only tools
 the token is offered.
+
+A tool's `is_enabled` (True, False, or a function of a `StepContext`) says
+whether it is offered at a step: the scope check comes first, then this. An
+executor's `prepare` may then drop tools or change what they say
+(`Executor.offered`). Whoever offers tools for a step (`run_agent`, each
+turn; `Executor.offer`) sets `offering` to what was offered, and a call the
+model makes of a tool not among them ends `TOOL_NOT_OFFERED`; so does a call
+of a tool not enabled, offered or not. A function that raises, or answers
+anything but True or False, does not offer the tool: a broken guard fails closed.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Set
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Callable, Iterable, Set
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..agent_runs import AGENT_RUN
 
 if TYPE_CHECKING:
     from ._tool import Tool
 
-__all__ = ["check_scopes", "granted", "missing_scopes", "offered", "scope_name"]
+__all__ = [
+    "Offer",
+    "StepContext",
+    "check_enabled",
+    "check_scopes",
+    "enabled",
+    "granted",
+    "missing_scopes",
+    "offered",
+    "offering",
+    "scope_name",
+]
+
+log = logging.getLogger("toolbus")
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """The step tools are offered for: what a tool's `is_enabled` and an
+    executor's `prepare` decide from.
+
+    `agent_run`: the run's identity (`toolbus.agent_runs`); `step`: which
+    model turn of the run, from 1 (0: not in an agent loop); `context`: your
+    own (what you passed `run_agent(context=...)`, a framework's run context)."""
+
+    agent_run: str | None = None
+    step: int = 0
+    context: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What was offered at a step: its context and the names of the tools offered."""
+
+    step: StepContext
+    names: frozenset[str]
+
+
+# The tools offered for the step whose calls are being made in this context
+# (None: no offer made; each call is held to its tool's `is_enabled` alone).
+offering: contextvars.ContextVar[Offer | None] = contextvars.ContextVar(
+    "toolbus_offering", default=None
+)
+
+IsEnabled = bool | Callable[[StepContext], Any]
 
 # What the token of the served call running in this context grants (None:
 # no token, nothing checked). Set by the MCP server around a call.
@@ -64,6 +122,64 @@ def missing_scopes(tool: Tool, granted: Set[str] | None) -> tuple[str, ...]:
     return tuple(s for s in tool.scopes if s not in granted)
 
 
-def offered(tools: Iterable[Tool], granted: Set[str] | None) -> list[Tool]:
-    """The tools a caller granted `granted` may see and call."""
-    return [t for t in tools if not missing_scopes(t, granted)]
+def check_enabled(value: object, owner: str) -> IsEnabled:
+    """`is_enabled` as a tool keeps it: True, False, or a function of a `StepContext`."""
+    if value is True or value is False or callable(value):
+        return value
+    raise TypeError(
+        f"{owner}: is_enabled must be True, False or a function of a StepContext, got {value!r}"
+    )
+
+
+def current_step() -> StepContext:
+    """The step calls are made for here: the offer's, else one of the current agent run."""
+    offer = offering.get()
+    return offer.step if offer is not None else StepContext(agent_run=AGENT_RUN.get())
+
+
+def enabled(tool: Tool, step: StepContext | None = None) -> bool:
+    """Whether `tool` is enabled at `step` (None: `current_step()`); a function
+    that raises or answers anything but a bool says no."""
+    flag = tool.is_enabled
+    if flag is True or flag is False:
+        return flag
+    try:
+        answer = flag(step if step is not None else current_step())
+    except Exception as e:  # user code: it must not take the listing down with it
+        log.warning("tool %r: is_enabled raised %s: not offered", tool.name, type(e).__name__)
+        return False
+    if answer is True or answer is False:
+        return answer
+    log.warning(
+        "tool %r: is_enabled returned %s, not True/False: not offered",
+        tool.name,
+        type(answer).__name__,
+    )
+    return False
+
+
+def offered(
+    tools: Iterable[Tool], granted: Set[str] | None, step: StepContext | None = None
+) -> list[Tool]:
+    """The tools a caller granted `granted` may see and call at `step`
+    (None: `current_step()`): scopes first, then `is_enabled`."""
+    return [t for t in tools if not missing_scopes(t, granted) and enabled(t, step)]
+
+
+def not_offered(tool: Tool) -> str | None:
+    """Why the model may not call `tool` here (None: it may): not among the
+    tools offered for this step, or not enabled at it."""
+    offer = offering.get()
+    if offer is not None and tool.name not in offer.names:
+        return _not_offered_text(tool.name, sorted(offer.names))
+    if tool.is_enabled is not True and not enabled(tool, offer.step if offer else None):
+        return _not_offered_text(tool.name, None)
+    return None
+
+
+def _not_offered_text(name: str, available: list[str] | None) -> str:
+    text = f"Tool '{name}' is not offered at this step"
+    if available is None:
+        return text
+    listed = ", ".join(available[:20])
+    return text + (f". Available tools: {listed}" if listed else ": no tools are available")

@@ -11,6 +11,7 @@ from typing import Any, Self, Unpack, overload
 from .. import _seams
 from .._keywords import refuse_unknown
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
+from ._offer import StepContext, enabled
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
 from ._tool_options import (
@@ -178,25 +179,31 @@ class ToolRegistry:
             self._tools = {**self._tools, **{t.name: t for t in tools}}
         return tools
 
-    def to_openai(self) -> builtins.list[dict[str, Any]]:
-        """Every tool in OpenAI's function-tool format (`Tool.to_openai`). For
-        strict schemas or the Responses API: `toolbus.providers.openai`."""
-        return [t.to_openai() for t in self._tools.values()]
+    def enabled(self, step: StepContext | None = None) -> builtins.list[Tool]:
+        """The tools enabled at `step` (`Tool.is_enabled`; None: the current
+        step, see `toolbus.tools.StepContext`), in order: what the exports offer."""
+        return [t for t in self._tools.values() if enabled(t, step)]
 
-    def to_anthropic(self) -> builtins.list[dict[str, Any]]:
-        """Every tool in Anthropic Messages' `tools` format, `{name, description,
-        input_schema}` (`toolbus.providers.anthropic.tool_definitions`)."""
-        return _seams.anthropic_definitions.call(self)
+    def to_openai(self, step: StepContext | None = None) -> builtins.list[dict[str, Any]]:
+        """Every tool enabled at `step` in OpenAI's function-tool format
+        (`Tool.to_openai`). For strict schemas or the Responses API:
+        `toolbus.providers.openai`."""
+        return [t.to_openai() for t in self.enabled(step)]
 
-    def to_mcp(self) -> builtins.list[dict[str, Any]]:
-        """Every tool as an MCP server lists it (`tools/list`): `{name,
-        description, inputSchema, outputSchema, annotations: {readOnlyHint,
-        destructiveHint, idempotentHint, openWorldHint}}`, JSON as on the wire
-        (`outputSchema` only for a tool whose output type is known). Made by
-        `toolbus.mcp.mcp_tool`, which gives the SDK's `Tool` objects; needs
-        the `mcp` extra (`ImportError` saying so otherwise).
+    def to_anthropic(self, step: StepContext | None = None) -> builtins.list[dict[str, Any]]:
+        """Every tool enabled at `step` in Anthropic Messages' `tools` format,
+        `{name, description, input_schema}` (`toolbus.providers.anthropic.tool_definitions`)."""
+        return _seams.anthropic_definitions.call(self.enabled(step))
+
+    def to_mcp(self, step: StepContext | None = None) -> builtins.list[dict[str, Any]]:
+        """Every tool enabled at `step` as an MCP server lists it (`tools/list`):
+        `{name, description, inputSchema, outputSchema, annotations:
+        {readOnlyHint, destructiveHint, idempotentHint, openWorldHint}}`, JSON
+        as on the wire (`outputSchema` only for a tool whose output type is
+        known). Made by `toolbus.mcp.mcp_tool`, which gives the SDK's `Tool`
+        objects; needs the `mcp` extra (`ImportError` saying so otherwise).
         """
-        return [_seams.mcp_definition.call(t) for t in self._tools.values()]
+        return [_seams.mcp_definition.call(t) for t in self.enabled(step)]
 
     def add_pydantic_ai(
         self, tool_or_function: Any, /, **options: Unpack[PydanticAIOptions]

@@ -40,7 +40,7 @@ from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._injected import injected_argument_names, injected_fields, without_properties
-from ._offer import check_scopes
+from ._offer import IsEnabled, check_enabled, check_scopes
 from ._schemas import (
     _check_utf8,
     _schema_message,
@@ -136,6 +136,10 @@ class Tool:
     # What a caller's OAuth token must grant to see and call it over MCP
     # (`toolbus.mcp`'s HTTP server with OAuth; see `_offer.py`).
     scopes: tuple[str, ...] = ()
+    # Whether it is offered at a step of an agent run: True, False, or a
+    # function of a `StepContext` (see `_offer.py`); a call of it when it is
+    # not ends `TOOL_NOT_OFFERED`.
+    is_enabled: IsEnabled = True
     # Safe to run again after a timeout or a crash even though it is mutating
     # (it dedupes on `ToolContext.idempotency_key`, say).
     idempotent: bool = False
@@ -310,6 +314,7 @@ class Tool:
         self.group_limits = checked
         self.groups = groups + tuple(g for g in checked if g not in groups)
         self.scopes = check_scopes(self.scopes, owner)
+        self.is_enabled = check_enabled(self.is_enabled, owner)
         self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
         for flag in ("idempotent", "open_world"):
@@ -378,6 +383,16 @@ class Tool:
         """JSON schema of the parameters the model sets (empty for custom tools):
         injected parameters are left out."""
         return self._schema
+
+    def described(self, description: str) -> Tool:
+        """A copy of this tool that says `description` (an executor's `prepare`
+        changing what a tool says at one step); this tool is untouched."""
+        if not isinstance(description, str):
+            raise TypeError(f"tool {self.name!r}: a description must be a string")
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.description = description
+        return clone
 
     def to_openai(self) -> dict[str, Any]:
         """This tool in OpenAI's Chat Completions tool format."""

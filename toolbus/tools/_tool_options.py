@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._keywords import keywords_of
 from ..retry import RetryPolicy
+from ._offer import IsEnabled
 from ._tool import Tool, ToolType
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class AdoptedOptions(ToolLimits, total=False):
     groups: Sequence[str]
     idempotent: bool
     scopes: Sequence[str]
+    is_enabled: IsEnabled
 
 
 class _Naming(TypedDict, total=False):

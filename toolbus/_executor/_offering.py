@@ -1,0 +1,81 @@
+"""Which tools an executor offers at a step of an agent run, and holding calls to that.
+
+`offered(step)` is what the model is shown: the registry's tools that the
+caller's token may call (`Tool.scopes`), enabled at the step
+(`Tool.is_enabled`), then as the executor's `prepare` leaves them (dropped,
+or described otherwise for this step). `offer(step)` also holds the calls
+made inside it to those tools: a call of any other ends `TOOL_NOT_OFFERED`
+(`tools/_offer.py`; `run_agent` offers each turn this way).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..tools import StepContext, Tool, ToolRegistry
+from ..tools._offer import Offer, current_step, granted, offered, offering
+
+__all__ = ["Offering", "Prepare", "check_prepare"]
+
+log = logging.getLogger("toolbus")
+
+# Executor(prepare=...): the tools to offer at a step, of those offered so far.
+Prepare = Callable[[StepContext, list[Tool]], Sequence[Tool]]
+
+
+def check_prepare(prepare: Prepare | None) -> Prepare | None:
+    """`prepare=` if it is None or callable; else a TypeError."""
+    if prepare is not None and not callable(prepare):
+        raise TypeError(f"Executor: prepare must be a function of (step, tools), got {prepare!r}")
+    return prepare
+
+
+class Offering:
+    """The part of `Executor` that says which tools it offers at a step."""
+
+    registry: ToolRegistry
+    _prepare: Prepare | None
+
+    def offered(self, step: StepContext | None = None) -> list[Tool]:
+        """The tools offered at `step` (None: the current one, that of an
+        `offer` or `run_agent` turn around this, else of the current agent
+        run): those the caller's token may call, enabled at the step, then as
+        `prepare` leaves them. A `prepare` that raises, or gives back
+        anything but tools offered to it (a `described` copy of one counts),
+        fails closed: nothing it did not keep is offered (logged)."""
+        at = step if step is not None else current_step()
+        tools = offered(self.registry.list(), granted.get(), at)
+        prepare = self._prepare
+        if prepare is None or not tools:
+            return tools
+        try:
+            kept: Any = prepare(at, list(tools))
+            chosen = list(kept)
+        except Exception as e:
+            log.warning("Executor prepare failed (%s): no tools offered", type(e).__name__)
+            return []
+        names = {t.name for t in tools}
+        good = [t for t in chosen if isinstance(t, Tool) and t.name in names]
+        if len(good) != len(chosen):
+            log.warning(
+                "Executor prepare gave back %d item(s) that are not tools offered to it: left out",
+                len(chosen) - len(good),
+            )
+        return list({t.name: t for t in good}.values())  # one per name, in its order
+
+    @contextmanager
+    def offer(self, step: StepContext | None = None) -> Iterator[list[Tool]]:
+        """Offer the tools of `offered(step)` (yielded, to export to the
+        model) and hold the calls made inside the block to them: a call of
+        any other tool ends `rejected`, `TOOL_NOT_OFFERED`. Calls the tools
+        themselves make are not held to it."""
+        at = step if step is not None else current_step()
+        tools = self.offered(at)
+        token = offering.set(Offer(at, frozenset(t.name for t in tools)))
+        try:
+            yield tools
+        finally:
+            offering.reset(token)
