@@ -1,4 +1,4 @@
-"""`run_agent` and halted runs, through the real SDK clients of test_agent_loop.py
+"""`run_agent`: halted runs and the tools each turn offers, through the real SDK clients of test_agent_loop.py
 (a fake server serving recorded responses, recording what the SDK sends).
 
 A run limit that halts mid-run, a guardrail that trips, and `Executor.halt`
@@ -16,6 +16,7 @@ from tests.providers import test_agent_loop as loop
 from toolbus import ErrorCode, ToolCall, ToolResult, current_agent_run, tool
 from toolbus.policies import Trip, guardrail, run_limit
 from toolbus.providers import arun_agent, run_agent
+from toolbus.tools import StepContext, Tool
 
 clients = loop.clients  # the SDK clients on a fake server (recorded responses, recorded requests)
 
@@ -91,3 +92,52 @@ def test_a_guardrail_tripping_mid_run_stops_the_loop(
     assert run.halted == "guardrail no_bookings: bookings need a person"
     assert [r.status for r in run.batches[0]] == ["ok", "ok", "cancelled"]
     assert not any("Booked" in str(m.get("content")) for m in run.messages)
+
+
+def test_each_turn_offers_what_is_enabled_at_it(clients: Any, make_executor: MakeExecutor) -> None:
+    """`book_table` is enabled from the second turn on, and `prepare` words
+    `get_weather` for the step: the first request lacks the booking, and the
+    booking the model makes anyway in turn 1 ends TOOL_NOT_OFFERED (unrun);
+    the second request offers it. `context` reaches both decisions."""
+    registry = make_registry()
+    booked: list[str] = []
+    steps: list[StepContext] = []
+
+    @tool(is_enabled=lambda step: steps.append(step) is None and step.step >= 2)
+    def book_table(restaurant: str, people: int) -> str:
+        booked.append(restaurant)
+        return f"Booked {restaurant} for {people}"
+
+    old = registry.get("book_table")
+    assert old is not None and registry.replace(old, book_table)
+
+    def prepare(step: StepContext, tools: list[Tool]) -> list[Tool]:
+        return [
+            t.described(f"{t.description} [{step.context}, turn {step.step}]")
+            if t.name == "get_weather"
+            else t
+            for t in tools
+        ]
+
+    server, client = clients("openai", *loop.CHAT)
+    ex = make_executor(registry, prepare=prepare)
+    run = run_agent(
+        client,
+        model=loop.MODEL,
+        messages=loop.QUESTION,
+        executor=ex,
+        agent_run="r-1",
+        context="tenant-a",
+    )
+    offered = [
+        [(t.get("function") or t["custom"])["name"] for t in r["tools"]] for r in server.requests
+    ]
+    assert "book_table" not in offered[0] and "book_table" in offered[1]
+    weather = [
+        t for t in server.requests[0]["tools"] if t.get("function", {}).get("name") == "get_weather"
+    ]
+    assert weather[0]["function"]["description"].endswith("[tenant-a, turn 1]")
+    first = run.batches[0].results
+    assert [r.error_code for r in first] == [None, None, ErrorCode.TOOL_NOT_OFFERED]
+    assert booked == []
+    assert StepContext("r-1", 1, "tenant-a") in steps and StepContext("r-1", 2, "tenant-a") in steps

@@ -166,8 +166,7 @@ def build_server(
         return types.EmptyResult()
 
     def offer_for(ctx: ServerRequestContext[Any]) -> tuple[list[Tool], Offer]:
-        """What this request is offered (its token's scopes set): the
-        executor's offer (`prepare` included) when it serves this registry."""
+        """What this request is offered: the executor's offer when it serves this registry."""
         step = StepContext(context=ctx)
         if executor.registry is registry:
             tools = executor.offered(step)

@@ -1,0 +1,170 @@
+"""Tools offered per step: `Tool.is_enabled`, an executor's `prepare`, what
+every export offers, and a call of a tool not offered (`TOOL_NOT_OFFERED`).
+
+The exports: the registry's own (`to_openai`, `to_anthropic`, `to_mcp`),
+the provider formats, `run_agent` through the real SDKs, the MCP server's
+`tools/list` and `tools/call` (the SDK's client), pydantic-ai's toolset (a
+real agent on a `FunctionModel`), the Agents SDK both ways (a real Runner on
+a fake model) and LangGraph's `ToolbusNode`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, agent_run
+from toolbus.providers import anthropic as tba
+from toolbus.providers import openai as tbo
+from toolbus.tools import StepContext, Tool
+
+seen_steps: list[StepContext] = []
+
+
+def registry() -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def search(query: str) -> str:
+        """Search the shop."""
+        return f"results for {query}"
+
+    def later(step: StepContext) -> bool:
+        seen_steps.append(step)
+        return step.step >= 2
+
+    @reg.tool(is_enabled=later)
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    @reg.tool(read_only=True, is_enabled=False)
+    def internal() -> str:
+        """Never offered to a model."""
+        return "internal"
+
+    return reg
+
+
+def names(tools: list[Any], key: str = "name") -> list[str]:
+    out = []
+    for t in tools:
+        if isinstance(t, Tool):
+            out.append(t.name)
+        elif "function" in t:
+            out.append(t["function"]["name"])
+        else:
+            out.append(t[key])
+    return out
+
+
+def test_is_enabled_decides_what_every_registry_export_offers() -> None:
+    reg = registry()
+    seen_steps.clear()
+    one, two = StepContext("r", 1, "mine"), StepContext("r", 2)
+    assert names(reg.to_openai(one)) == ["search"]
+    assert names(reg.to_openai(two)) == ["search", "refund"]
+    assert names(reg.to_anthropic(one)) == ["search"]
+    assert names(reg.to_mcp(two)) == ["search", "refund"]
+    assert names(tbo.chat_tool_definitions(reg, step=two)) == ["search", "refund"]
+    assert names(tbo.responses_tool_definitions(reg, step=one)) == ["search"]
+    assert names(tba.tool_definitions(reg, step=one)) == ["search"]
+    assert seen_steps[0] == StepContext("r", 1, "mine")  # the step as given
+    # No step given: the current one (of no agent loop: step 0, the context's run).
+    with agent_run("ctx-run"):
+        assert names(reg.to_openai()) == ["search"]
+    assert seen_steps[-1] == StepContext("ctx-run", 0, None)
+    assert [t.name for t in reg.list()] == ["search", "refund", "internal"]  # all still there
+
+
+def test_a_broken_is_enabled_fails_closed(caplog: pytest.LogCaptureFixture) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(is_enabled=lambda step: 1 / 0)
+    def raises() -> str:
+        return "x"
+
+    @reg.tool(is_enabled=lambda step: "yes")
+    def odd() -> str:
+        return "x"
+
+    with caplog.at_level(logging.WARNING, logger="toolbus"):
+        assert reg.to_openai(StepContext()) == []
+    assert "is_enabled raised ZeroDivisionError" in caplog.text
+    assert "is_enabled returned str" in caplog.text
+    with pytest.raises(TypeError, match="is_enabled must be True, False or a function"):
+        reg.tool(is_enabled="sometimes")(lambda: 1)
+
+
+def test_prepare_drops_and_describes_and_fails_closed(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg = registry()
+
+    def prepare(step: StepContext, tools: list[Tool]) -> list[Tool]:
+        if step.context == "no refunds":
+            tools = [t for t in tools if t.name != "refund"]
+        return [t.described(f"{t.description} (step {step.step})") for t in tools]
+
+    ex = make_executor(reg, prepare=prepare)
+    offered = ex.offered(StepContext(step=2))
+    assert [(t.name, t.description) for t in offered] == [
+        ("search", "Search the shop. (step 2)"),
+        ("refund", "Refund an order. (step 2)"),
+    ]
+    assert reg.get("search").description == "Search the shop."  # type: ignore[union-attr]
+    assert names(ex.offered(StepContext(step=2, context="no refunds"))) == ["search"]
+    # A prepare may not bring back what was not offered, nor give non-tools.
+    ex.__dict__["_prepare"] = lambda step, tools: [reg.get("internal"), "search", *tools]
+    with caplog.at_level(logging.WARNING, logger="toolbus"):
+        assert names(ex.offered(StepContext(step=1))) == ["search"]
+        ex.__dict__["_prepare"] = lambda step, tools: 1 / 0
+        assert ex.offered(StepContext(step=1)) == []
+    assert "not tools offered to it" in caplog.text
+    assert "prepare failed (ZeroDivisionError)" in caplog.text
+    with pytest.raises(TypeError, match="prepare must be a function"):
+        Executor(reg, prepare="yes")  # type: ignore[arg-type]
+
+
+def test_calls_of_tools_not_offered_end_tool_not_offered(make_executor: MakeExecutor) -> None:
+    reg = registry()
+    ex = make_executor(reg, prepare=lambda step, tools: [t for t in tools if t.name != "search"])
+    # Held to is_enabled at the current step alone (no offer made).
+    r = ex.execute(ToolCall(name="internal"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_OFFERED)
+    assert r.error == "Tool 'internal' is not offered at this step"
+    assert ex.execute(ToolCall(name="search", arguments={"query": "x"})).status == "ok"
+    # Inside an offer: held to what it offered (prepare dropped search).
+    with ex.offer(StepContext(step=2)) as tools:
+        assert names(tools) == ["refund"]
+        r = ex.execute(ToolCall(name="search", arguments={"query": "x"}))
+        assert (r.error_code, r.error) == (
+            ErrorCode.TOOL_NOT_OFFERED,
+            "Tool 'search' is not offered at this step. Available tools: refund",
+        )
+        assert ex.execute(ToolCall(name="refund", arguments={"order": "7"})).status == "ok"
+        unknown = ex.execute(ToolCall(name="serch"))
+        assert unknown.error_code is ErrorCode.TOOL_NOT_FOUND
+        assert "search" not in (unknown.error or "")  # suggests only what is offered
+    with ex.offer(StepContext(step=1)):
+        assert ex.execute(ToolCall(name="refund", arguments={"order": "7"})).error_code is (
+            ErrorCode.TOOL_NOT_OFFERED
+        )
+
+
+def test_calls_a_tool_makes_are_not_held_to_the_offer(make_executor: MakeExecutor) -> None:
+    reg = registry()
+
+    @reg.tool(read_only=True)
+    def lookup(query: str) -> str:
+        inner = ex.execute(ToolCall(name="internal"))
+        return f"{inner.status}: {inner.output}"
+
+    ex = make_executor(reg)
+    with ex.offer(StepContext(step=1)):
+        assert ex.execute(ToolCall(name="lookup", arguments={"query": "q"})).output == (
+            "ok: internal"
+        )
