@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -61,13 +62,52 @@ __all__ = [
 
 class ApprovalDecision(BaseModel):
     """A decision on one request: pass it back with `execute(call, approval=...)`
-    or `execute_batch(calls, approvals={call_id: ...})`."""
+    or `execute_batch(calls, approvals={call_id: ...})`.
+
+    `kind` says what it decides: `"approve"` (run the call as asked), `"deny"`
+    (`reason` is what the model reads), `"edit"` (run it with `arguments`
+    instead, validated again) or `"answer"` (end it with `output`, the tool
+    not run). `decided_by` and `decided_at` (epoch seconds) say who decided
+    and when. An edit, an answer, and any decision that `expires_at` or is
+    `single_use` must be minted by the executor that asked (or another
+    holding its journal): `executor.approve(request, ...)`, `deny`, `answer`;
+    its `mac`, under that executor's secret, binds every field, so a
+    published request is never enough to forge one (`toolbus.decisions`).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     digest: str
     approved: bool
     reason: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    arguments: dict[str, Any] | None = None
+    answered: bool = False
+    output: Any = None
+    expires_at: float | None = None
+    single_use: bool = False
+    decision_id: str | None = None
+    mac: str | None = None
+
+    @property
+    def kind(self) -> Literal["approve", "deny", "edit", "answer"]:
+        """What it decides (see the class)."""
+        if self.approved is not True:
+            return "deny"
+        if self.answered:
+            return "answer"
+        return "edit" if self.arguments is not None else "approve"
+
+    @property
+    def must_be_minted(self) -> bool:
+        """Whether it is good only with a valid `mac` (it does more than approve or deny)."""
+        return (
+            self.arguments is not None
+            or self.answered
+            or self.expires_at is not None
+            or self.single_use
+        )
 
 
 class ApprovalRequest(BaseModel):
@@ -81,13 +121,23 @@ class ApprovalRequest(BaseModel):
     arguments_masked: Any = None
     digest: str
 
-    def approve(self) -> ApprovalDecision:
-        """Approve these arguments: the call runs when submitted with this decision."""
-        return ApprovalDecision(digest=self.digest, approved=True)
+    def approve(self, *, decided_by: str | None = None) -> ApprovalDecision:
+        """Approve these arguments: the call runs when submitted with this
+        decision. (An edit, an answer, expiry and single use: the executor's
+        `approve`, `answer`.)"""
+        return ApprovalDecision(
+            digest=self.digest, approved=True, decided_by=decided_by, decided_at=time.time()
+        )
 
-    def deny(self, reason: str = "denied") -> ApprovalDecision:
+    def deny(self, reason: str = "denied", *, decided_by: str | None = None) -> ApprovalDecision:
         """Deny it: the call ends `rejected` (`TOOL_NOT_ALLOWED`) with `reason`."""
-        return ApprovalDecision(digest=self.digest, approved=False, reason=reason)
+        return ApprovalDecision(
+            digest=self.digest,
+            approved=False,
+            reason=reason,
+            decided_by=decided_by,
+            decided_at=time.time(),
+        )
 
 
 class InputAnswer(ApprovalDecision):
@@ -136,13 +186,13 @@ class InputRequest(ApprovalRequest):
         """The person dismissed the question without answering."""
         return self._answer("cancel", None)
 
-    def approve(self) -> InputAnswer:
+    def approve(self, *, decided_by: str | None = None) -> InputAnswer:
         """As `accept()`: an approval of the call is an accept of the form as offered."""
-        return self.accept()
+        return self.accept().model_copy(update={"decided_by": decided_by})
 
-    def deny(self, reason: str = "denied") -> InputAnswer:
+    def deny(self, reason: str = "denied", *, decided_by: str | None = None) -> InputAnswer:
         """As `decline()` (`reason` is not sent: MCP has no place for it)."""
-        return self.decline()
+        return self.decline().model_copy(update={"decided_by": decided_by})
 
     def _answer(self, action: str, data: dict[str, Any] | None) -> InputAnswer:
         if data is not None and not isinstance(data, dict):
@@ -154,6 +204,7 @@ class InputRequest(ApprovalRequest):
             data=data,
             state=self.state,
             covers_approval=self.covers_approval,
+            decided_at=time.time(),
         )
 
 

@@ -32,6 +32,7 @@ import pykka
 from ._executor import _journal as jrn  # opened, closed, its calls in doubt
 from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
+from ._executor._deciding import Deciding
 from ._executor._from_config import executor_from_config
 from ._executor._handles import (
     BatchHandle,
@@ -65,7 +66,7 @@ from .tools import Tool, ToolRegistry
 __all__ = ["MAX_LISTED_TOOLS", "Executor", "ExecutorStats", "Submission"]
 
 
-class Executor(ExecutorHooks, Submitting, Stopping, Offering):
+class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
     """Runs tool calls from a registry with timeouts, retries, limits, hooks and events.
 
     Every call submitted gets exactly one terminal result; nothing a tool, hook

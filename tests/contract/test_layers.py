@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "toolbus.hooks",
             "toolbus.scheduling",
             "toolbus.in_doubt",
+            "toolbus.decisions",
         ),
     ),
     ("the bus", ("toolbus.bus",)),

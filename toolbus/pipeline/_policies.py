@@ -42,6 +42,8 @@ from ..policies._protocol import (
 )
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
+from ._admission import admit
+from ._decisions import judge
 from ._halts import halted_text
 from ._input import answer_for
 from ._make import awaitable, log_contained, make_result
@@ -162,6 +164,8 @@ def consult(run: Run, svc: Services) -> Steps:
                 return halted
             if kind is RequireApproval:
                 answer = _approval(run, decision.reason, svc)
+                if answer is EDITED:  # approved with other arguments: admitted again
+                    answer = yield from _edited(run, svc)
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):
@@ -257,6 +261,23 @@ def _refused(run: Run, policy: Any, why: str) -> ToolResult:
     )
 
 
+# `_approval`'s answer for a call approved with other arguments (an edit).
+EDITED: Any = object()
+
+
+def _edited(run: Run, svc: Services) -> Steps:
+    """The call approved with the decision's arguments instead: admitted again
+    (pre-call hooks, authorization, masking, validation), so what runs is
+    checked and published as any call is. Returns its refusal, or None."""
+    decision = run.approval
+    assert isinstance(decision, ApprovalDecision)
+    assert decision.arguments is not None
+    run.call = run.call.with_arguments(dict(decision.arguments))
+    run.admitted = False
+    refused: ToolResult | None = yield from admit(run, svc)
+    return refused
+
+
 def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
     """None if the run carries an approval of exactly its arguments; else the
     denial (`rejected`) or the request (`deferred`)."""
@@ -271,18 +292,12 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
         if answer is not None and answer.covers_approval is True:
             return None
     elif isinstance(decision, ApprovalDecision) and digest_matches(decision.digest, digest):
-        # `is True`: a decision made unvalidated (model_construct) with
-        # approved="no" or 1 is not an approval.
-        if decision.approved is True:
-            return None
-        why = decision.reason or "denied"
-        return make_result(
-            run,
-            "rejected",
-            error=f"Tool '{run.call.name}' was not approved: {why}",
-            code=ErrorCode.TOOL_NOT_ALLOWED,
-            attempts=0,
-        )
+        # (`approved is True` there: a decision made unvalidated, model_construct,
+        # with approved="no" or 1 is not an approval.)
+        ended = judge(run, decision, svc)
+        if ended is not None:
+            return ended
+        return EDITED if decision.kind == "edit" else None
     request = ApprovalRequest(
         call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
     )

@@ -21,6 +21,7 @@ from ..tools import _running as tools_running
 from ..tools._running import NestedCalls
 from ._halts import Halts
 from ._run import Run
+from ._used import UsedDecisions
 
 log = logging.getLogger("toolbus")
 
@@ -172,6 +173,8 @@ class Services:
     scrubber: Scrubber = EMPTY_SCRUBBER
     # The agent runs halted on this executor (`_halts.py`).
     halts: Halts = field(default_factory=Halts)
+    # The single-use approval decisions used on it (`_used.py`).
+    used_decisions: UsedDecisions = field(default_factory=UsedDecisions)
 
     def set_plain(self, admission: bool, post: bool, retry: bool) -> None:
         """The executor's hooks changed after it started (one set on the

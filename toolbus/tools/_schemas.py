@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
+import orjson
 from pydantic import ValidationError
 
 from .. import _json
@@ -144,3 +145,21 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
     if err.validator == "enum":
         return f"should be one of {err.validator_value}"
     return f"fails '{err.validator}' rule"
+
+
+def output_problem(schema: dict[str, Any] | None, output: Any) -> str | None:
+    """Why `output` (as JSON) does not fit `schema` (a tool's `output_schema`),
+    or None: it fits, or there is no schema. Says where and which rule, never
+    the value (it may be a secret)."""
+    if schema is None:
+        return None
+    try:
+        value = orjson.loads(_json.dumps(output))
+    except (TypeError, ValueError):
+        return "it is not JSON"
+    cls = jsonschema.validators.validator_for(schema)
+    err = jsonschema.exceptions.best_match(cls(schema).iter_errors(value))
+    if err is None:
+        return None
+    where = "/".join(str(p) for p in err.absolute_path)
+    return f"{where + ' ' if where else ''}{_schema_message(err)}"

@@ -1,0 +1,120 @@
+"""Decisions beyond yes and no, minted under an executor's secret.
+
+A plain approval or denial names the digest of the arguments it decides
+(`ApprovalRequest.approve()`), and that is enough: it can only ever run the
+call that was asked about. An edit (run the call with other arguments) or an
+answer (end it with an output, the tool not run) could run anything, and a
+decision that expires or is single use could be replayed with those fields
+stripped; so those are good only when minted by the executor that asked (or
+another process holding its journal, whose secret it shares): `mint` makes
+one with an HMAC over all its fields (`mac`), `verify` checks it in constant
+time. Seeing a published request, or a decision, is never enough to forge one.
+
+Pure: minting reads the clock and draws an id; the rest is a function of the
+decision and the secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import time
+import uuid
+from typing import Any
+
+from . import _json
+from .approvals import ApprovalDecision, ApprovalRequest, InputRequest
+
+__all__ = ["decision_mac", "mint", "verify"]
+
+# Keeps decision MACs apart from every other HMAC under the same secret.
+_DOMAIN = b"toolbus decision\0"
+
+
+def decision_mac(decision: ApprovalDecision, secret: bytes) -> str:
+    """HMAC-SHA256 (hex), under `secret`, of every field of `decision` but its `mac`."""
+    if not isinstance(secret, bytes):
+        raise TypeError(f"decision_mac: secret must be bytes, got {type(secret).__name__}")
+    fields = decision.model_dump(mode="json", exclude={"mac"})
+    fields["_type"] = type(decision).__name__
+    return hmac.new(secret, _DOMAIN + _json.canonical(fields), hashlib.sha256).hexdigest()
+
+
+def verify(decision: ApprovalDecision, secret: bytes) -> bool:
+    """Whether `decision` carries the MAC `secret` gives it (constant time)."""
+    given = decision.mac
+    if not isinstance(given, str):
+        return False
+    expected = decision_mac(decision, secret)
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
+
+
+def mint(
+    request: ApprovalRequest,
+    secret: bytes,
+    *,
+    approved: bool = True,
+    reason: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    answered: bool = False,
+    output: Any = None,
+    decided_by: str | None = None,
+    expires_in: float | None = None,
+    single_use: bool = False,
+    where: str = "decision",
+) -> ApprovalDecision:
+    """A decision on `request`, signed with `secret`. Checked here, with a
+    `TypeError` or `ValueError` naming `where`: `arguments` a JSON object,
+    `output` JSON-able, `expires_in` a number of seconds > 0, an edit or an
+    answer only for an approval request (a question's answer is the
+    request's own `accept`)."""
+    if not isinstance(request, ApprovalRequest):
+        kind = type(request).__name__
+        raise TypeError(f"{where}: request must be an ApprovalRequest, got {kind}")
+    if isinstance(request, InputRequest) and (arguments is not None or answered):
+        raise TypeError(f"{where}: a question (InputRequest) is answered with its accept/decline")
+    if arguments is not None:
+        if not isinstance(arguments, dict):
+            raise TypeError(f"{where}: arguments must be a dict, got {type(arguments).__name__}")
+        _json_able(arguments, "arguments", where)
+    if answered:
+        _json_able(output, "output", where)
+    if decided_by is not None and not isinstance(decided_by, str):
+        raise TypeError(f"{where}: decided_by must be a string, got {type(decided_by).__name__}")
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"{where}: reason must be a string, got {type(reason).__name__}")
+    now = time.time()
+    expires_at = None
+    if expires_in is not None:
+        if (
+            isinstance(expires_in, bool)
+            or not isinstance(expires_in, int | float)
+            or not math.isfinite(expires_in)
+            or expires_in <= 0
+        ):
+            raise ValueError(f"{where}: expires_in must be seconds > 0, got {expires_in!r}")
+        expires_at = now + float(expires_in)
+    if not isinstance(single_use, bool):
+        raise TypeError(f"{where}: single_use must be True or False, got {single_use!r}")
+    decision = ApprovalDecision(
+        digest=request.digest,
+        approved=approved,
+        reason=reason,
+        decided_by=decided_by,
+        decided_at=now,
+        arguments=arguments,
+        answered=answered,
+        output=output if answered else None,
+        expires_at=expires_at,
+        single_use=single_use,
+        decision_id=uuid.uuid4().hex,
+    )
+    return decision.model_copy(update={"mac": decision_mac(decision, secret)})
+
+
+def _json_able(value: Any, name: str, where: str) -> None:
+    try:
+        _json.dumps(value)
+    except (TypeError, ValueError) as e:  # orjson's JSONEncodeError is a TypeError
+        raise TypeError(f"{where}: {name} must be JSON values ({e})") from None
