@@ -204,7 +204,6 @@ class InputRequest(ApprovalRequest):
             data=data,
             state=self.state,
             covers_approval=self.covers_approval,
-            decided_at=time.time(),
         )
 
 

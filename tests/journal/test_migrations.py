@@ -29,6 +29,11 @@ def v1(tmp_path: Path) -> Path:
     return path
 
 
+def tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as db:
+        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
 def version(path: Path) -> int:
     with sqlite3.connect(path) as db:
         value: int = db.execute("PRAGMA user_version").fetchone()[0]
@@ -76,8 +81,9 @@ def test_an_executor_migrates_it_and_everything_in_it_still_holds(v1: Path) -> N
     sub = bus.subscribe(lambda _s, event, **_: announced.append(event.call_id), bus.IN_DOUBT)
     try:
         with Executor(reg, journal=v1) as ex:
-            assert version(v1) == _migrations.SCHEMA_VERSION == 2
+            assert version(v1) == _migrations.SCHEMA_VERSION == 3
             assert "args_digest" in columns(v1)
+            assert {"pending", "used_decisions"} <= tables(v1)  # 2 -> 3
             ex.drain_events()
             # The call in doubt is announced as before the migration.
             assert announced == ["call_doubt"]
@@ -116,7 +122,7 @@ def test_an_executor_migrates_it_and_everything_in_it_still_holds(v1: Path) -> N
     )
     # Opened again: nothing more to do.
     with Executor(reg, journal=v1):
-        assert version(v1) == 2
+        assert version(v1) == 3
 
 
 def test_a_migration_that_fails_leaves_the_file_as_it_was(
@@ -136,14 +142,14 @@ def test_a_migration_that_fails_leaves_the_file_as_it_was(
     assert version(v1) == 1 and "args_digest" not in columns(v1)
     monkeypatch.undo()
     with Executor(reg, journal=v1):
-        assert version(v1) == 2
+        assert version(v1) == 3
 
 
 def test_a_newer_journal_is_refused(v1: Path) -> None:
     with sqlite3.connect(v1) as db:
-        db.execute("PRAGMA user_version = 3")
+        db.execute("PRAGMA user_version = 4")
     reg, _ = registry()
-    with pytest.raises(ValueError, match="schema version 3; this toolbus reads up to 2"):
+    with pytest.raises(ValueError, match="schema version 4; this toolbus reads up to 3"):
         Executor(reg, journal=v1)
 
 

@@ -20,9 +20,15 @@ __all__ = ["Deciding"]
 
 
 class Deciding:
-    """The part of `Executor` that mints decisions."""
+    """The part of `Executor` that mints decisions and lists what waits for one."""
 
     _services: Services
+
+    def pending(self) -> list[ApprovalRequest]:
+        """The requests calls ended `deferred` with that wait for a decision,
+        oldest first (masked, as published). With a journal, every process's
+        on it, kept across restarts; without, this executor's (the last 10 000)."""
+        return list(self._services.pending.list())
 
     def approve(
         self,

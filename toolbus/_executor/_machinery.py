@@ -113,6 +113,9 @@ def start(
             scheduler.post(HaltRun(agent_run, batch, reason, by, fresh))
 
         services.halts.tell = tell_halt
+        if journal is not None:  # approvals held there: every process on it sees them
+            services.used_decisions.record = journal.use_decision
+            services.pending.store = journal
     except BaseException:  # (the supervisor starts last: nothing to stop of it)
         for thing in (timers, loop):
             if thing is not None:

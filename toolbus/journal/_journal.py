@@ -30,6 +30,7 @@ from .._options import positive_int, positive_number
 from ..models import ToolResult
 from . import _store as store
 from ._encode import bindable, result_from_json
+from ._held import HeldApprovals
 from ._migrations import migrate
 from ._owner import Here, OwnerLock, SessionInfo, gone, here, lock_dir
 from ._prune import CHUNK, prune_step
@@ -43,7 +44,7 @@ __all__ = ["Journal"]
 log = logging.getLogger("toolbus.journal")
 
 
-class Journal:
+class Journal(HeldApprovals):
     """A journal of mutating tool calls in an SQLite file (WAL mode).
 
     `Journal(path)` opens an existing journal; `create=True` makes it when

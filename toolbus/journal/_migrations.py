@@ -8,6 +8,8 @@ during it leaves the file as it was. Readers read any version they know.
 - 1 -> 2 (issue 23): `calls.args_digest`, an HMAC of the call's arguments,
   what tells a caller's idempotency key reused for other arguments apart.
   Records written before have none: they replay as they always did.
+- 2 -> 3 (issue 28): the tables `pending` (requests waiting for a decision)
+  and `used_decisions` (single-use decisions used): `_held.py`.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import logging
 import sqlite3
 from pathlib import Path
 
+from ._held import HELD_SCHEMA
+
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 log = logging.getLogger("toolbus.journal")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # From each older version to the next, in order.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE calls ADD COLUMN args_digest TEXT",),
+    2: HELD_SCHEMA,
 }
 
 

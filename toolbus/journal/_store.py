@@ -3,9 +3,8 @@
 One SQLite database in WAL mode. `calls` holds one row per journaled call: its
 intent (written and synced before the tool runs), then its outcome (status,
 error code, the published result as JSON). `attempts` holds one row per
-attempt. `sessions` says who wrote each call (see `_owner.py`). `meta` holds
-the HMAC secret of idempotency keys, made once when the file is created, so
-that keys stay the same across restarts.
+attempt. `sessions` says who wrote each call (`_owner.py`); approvals, `_held.py`.
+`meta` holds the HMAC secret of idempotency keys, made once with the file.
 
 Connections are made here with autocommit off in SQLite's sense
 (`isolation_level=None`: every transaction is an explicit `BEGIN`), a busy
@@ -24,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._held import HELD_SCHEMA
 from ._migrations import SCHEMA_VERSION, migrate
 
 __all__ = [
@@ -242,7 +242,7 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> bytes:
     else:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _SCHEMA.split(";"):
+            for statement in (*_SCHEMA.split(";"), *HELD_SCHEMA):
                 if statement.strip():
                     conn.execute(statement)
             conn.execute(

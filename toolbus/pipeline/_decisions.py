@@ -52,6 +52,7 @@ def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | N
             ErrorCode.DECISION_EXPIRED,
             f"Tool '{name}' was not run: its approval expired; ask for a new one",
         )
+    run.judged = decision.digest  # decided, whatever it decides: pending no more
     if decision.approved is not True:
         why = decision.reason or "denied"
         return _refused(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{name}' was not approved: {why}")

@@ -38,7 +38,10 @@ def answer_for(run: Run, secret: bytes) -> InputAnswer | None:
         secret=secret,
         covers_approval=answer.covers_approval is True,
     )
-    return answer if digest_matches(answer.digest, digest) else None
+    if not digest_matches(answer.digest, digest):
+        return None
+    run.judged = answer.digest  # the question is answered: pending no more
+    return answer
 
 
 def _ran_approved(run: Run, secret: bytes) -> bool:
@@ -49,6 +52,11 @@ def _ran_approved(run: Run, secret: bytes) -> bool:
         answer = answer_for(run, secret)
         return answer is not None and answer.covers_approval is True
     if not isinstance(decision, ApprovalDecision) or decision.approved is not True:
+        return False
+    if decision.must_be_minted:
+        # An edit's approval is of other arguments than the call's own, and an
+        # expiring or single-use one must not outlive itself in an answer: the
+        # call answered is asked about again.
         return False
     origin = run.origin
     digest = arguments_digest(origin.name, origin.arguments, secret=secret)

@@ -131,6 +131,10 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
             svc.journal.ended(run, result)  # type: ignore[union-attr]
         except Exception as e:  # the result stands; the journal's failure is logged
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
+    if run.judged is not None:
+        svc.pending.release(run.judged)
+    if result.status == "deferred" and result.approval_request is not None:
+        svc.pending.hold(result.approval_request)
     em = svc.emitter
     bid = run.batch.batch_id if run.batch is not None else None
     att, name = result.attempts, run.call.name

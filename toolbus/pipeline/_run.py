@@ -94,6 +94,7 @@ class Run:
         "gate",
         "index",
         "journaled",
+        "judged",
         "key",
         "last_error",
         "masked",
@@ -156,6 +157,9 @@ class Run:
         self.origin = call  # as submitted: before parsing and pre-call hooks
         self.key: str | None = None  # its idempotency key, made when first needed
         self.journaled = False  # its intent is in the journal: record its outcome too
+        # The digest of the request a genuine decision it came with decided
+        # (`_decisions.judge`): that request is pending no more.
+        self.judged: str | None = None
         # Why the supervisor let the current attempt go ("timeout", "cancelled").
         self.stop_reason = ""
         self.tool = tool

@@ -20,8 +20,8 @@ from ..tools import ToolContext
 from ..tools import _running as tools_running
 from ..tools._running import NestedCalls
 from ._halts import Halts
+from ._held import PendingRequests, UsedDecisions
 from ._run import Run
-from ._used import UsedDecisions
 
 log = logging.getLogger("toolbus")
 
@@ -173,8 +173,10 @@ class Services:
     scrubber: Scrubber = EMPTY_SCRUBBER
     # The agent runs halted on this executor (`_halts.py`).
     halts: Halts = field(default_factory=Halts)
-    # The single-use approval decisions used on it (`_used.py`).
+    # The single-use approval decisions used on it, and the requests waiting
+    # for a decision (`_held.py`).
     used_decisions: UsedDecisions = field(default_factory=UsedDecisions)
+    pending: PendingRequests = field(default_factory=PendingRequests)
 
     def set_plain(self, admission: bool, post: bool, retry: bool) -> None:
         """The executor's hooks changed after it started (one set on the

@@ -1,0 +1,191 @@
+"""What a journal holds of approvals: the requests waiting for a decision,
+and the single-use decisions used.
+
+`pending` keeps each request a call ended `deferred` with (an approval, a
+question, an external tool's result), by digest, until a decision on it is
+made: so after a restart, or from another process on the same journal,
+`pending()` lists them, and `approve`, `deny` and `answer` mint decisions on
+them under the journal's secret, which the executors on this journal take
+(`toolbus.decisions`). `used_decisions` makes a single-use decision single
+use across every process on the journal: the first to record its use wins.
+Written at once, on the caller's thread, each in its own transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..approvals import ApprovalDecision, ApprovalRequest, InputRequest
+from ..decisions import mint
+
+__all__ = ["HELD_SCHEMA", "HeldApprovals"]
+
+HELD_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS pending (
+    digest TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    request TEXT NOT NULL,
+    held REAL NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS used_decisions (
+    id TEXT PRIMARY KEY,
+    used REAL NOT NULL,
+    expires REAL
+)""",
+)
+
+# How a pending row says which request it holds.
+_KINDS: dict[str, type[ApprovalRequest]] = {"approval": ApprovalRequest, "input": InputRequest}
+
+
+def _kind(request: ApprovalRequest) -> str:
+    return "input" if isinstance(request, InputRequest) else "approval"
+
+
+class HeldApprovals:
+    """The part of `Journal` that holds approvals."""
+
+    _lock: threading.Lock
+    _conn: sqlite3.Connection
+    _key_secret: bytes
+
+    if TYPE_CHECKING:  # Journal's own
+
+        def _writable(self) -> sqlite3.Connection: ...
+
+        def _check_open(self) -> None: ...
+
+    # -- reading and minting -----------------------------------------------------------
+
+    def pending(self) -> list[ApprovalRequest]:
+        """The requests waiting for a decision (masked, as published), oldest
+        first: every process's on this journal, and those of a process gone."""
+        with self._lock:
+            self._check_open()
+            try:
+                rows = self._conn.execute(
+                    "SELECT kind, request FROM pending ORDER BY held, rowid"
+                ).fetchall()
+            except sqlite3.OperationalError:
+                return []  # a journal of an older schema, not migrated yet: none held
+        out: list[ApprovalRequest] = []
+        for kind, text in rows:
+            cls = _KINDS.get(kind)
+            if cls is not None:
+                try:
+                    out.append(cls.model_validate_json(text))
+                except ValueError:
+                    continue  # a damaged row: the others still count
+        return out
+
+    def approve(
+        self,
+        request: ApprovalRequest,
+        *,
+        arguments: dict[str, Any] | None = None,
+        decided_by: str | None = None,
+        expires_in: float | None = None,
+        single_use: bool = False,
+    ) -> ApprovalDecision:
+        """As `Executor.approve`, under this journal's secret: good for every
+        executor on this journal, in any process."""
+        return mint(
+            request,
+            self._key_secret,
+            arguments=arguments,
+            decided_by=decided_by,
+            expires_in=expires_in,
+            single_use=single_use,
+            where="Journal.approve",
+        )
+
+    def deny(
+        self, request: ApprovalRequest, reason: str = "denied", *, decided_by: str | None = None
+    ) -> ApprovalDecision:
+        """As `Executor.deny`, under this journal's secret."""
+        return mint(
+            request,
+            self._key_secret,
+            approved=False,
+            reason=reason,
+            decided_by=decided_by,
+            where="Journal.deny",
+        )
+
+    def answer(
+        self,
+        request: ApprovalRequest,
+        output: Any,
+        *,
+        decided_by: str | None = None,
+        expires_in: float | None = None,
+        single_use: bool = False,
+    ) -> ApprovalDecision:
+        """As `Executor.answer`, under this journal's secret."""
+        return mint(
+            request,
+            self._key_secret,
+            answered=True,
+            output=output,
+            decided_by=decided_by,
+            expires_in=expires_in,
+            single_use=single_use,
+            where="Journal.answer",
+        )
+
+    # -- the executor's (`pipeline/_held.py`) --------------------------------------------
+
+    def hold_request(self, request: ApprovalRequest) -> None:
+        """`request` waits for a decision."""
+        self._write(
+            "INSERT OR REPLACE INTO pending (digest, kind, call_id, tool, request, held) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                request.digest,
+                _kind(request),
+                request.call_id,
+                request.tool,
+                request.model_dump_json(),
+                time.time(),
+            ),
+        )
+
+    def release_request(self, digest: str) -> None:
+        """The request of `digest` was decided."""
+        self._write("DELETE FROM pending WHERE digest = ?", (digest,))
+
+    def use_decision(self, decision_id: str, expires_at: float | None) -> bool:
+        """Record the use of a single-use decision: True if it was not used
+        before (by any process on this journal). Uses whose decision expired
+        are let go as it goes."""
+        now = time.time()
+        with self._lock:
+            conn = self._writable()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM used_decisions WHERE expires < ?", (now,))
+                fresh = conn.execute(
+                    "INSERT OR IGNORE INTO used_decisions (id, used, expires) VALUES (?, ?, ?)",
+                    (decision_id, now, expires_at),
+                ).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return fresh == 1
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        with self._lock:
+            conn = self._writable()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(sql, params)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise

@@ -1,0 +1,113 @@
+"""What an executor holds of its approvals: the requests waiting for a
+decision, and the single-use decisions it has let through.
+
+A call that ends `deferred` with a request (an approval, a question, an
+external tool's result) is held as pending until a decision on it is judged
+genuine (`_decisions.judge`), whatever it decides; `Executor.pending()` lists
+them. Single-use decisions are remembered until they expire (one past its
+`expires_at` is refused as expired anyway). With a journal, both are kept
+there too, so another process on the same journal, or this one after a
+restart, lists the same requests and cannot use a decision again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["PendingRequests", "PendingStore", "UsedDecisions"]
+
+log = logging.getLogger("toolbus")
+
+
+class UsedDecisions:
+    """The single-use decisions used on one executor (thread-safe)."""
+
+    __slots__ = ("_lock", "_used", "record")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._used: dict[str, float] = {}  # decision id -> when it may be forgotten
+        # With a journal: record a use there; False if it was recorded before.
+        self.record: Callable[[str, float | None], bool] | None = None
+
+    def use(self, decision_id: str, expires_at: float | None) -> bool:
+        """Use `decision_id` once: True the first time, False after."""
+        now = time.time()
+        with self._lock:
+            if decision_id in self._used:
+                return False
+            if self.record is not None:
+                try:
+                    fresh = self.record(decision_id, expires_at)
+                except Exception as e:  # the journal cannot say: not used twice (fails closed)
+                    log.warning("recording a single-use decision failed (%s)", type(e).__name__)
+                    return False
+                if not fresh:
+                    return False
+            # Kept until it expires (then it is refused as expired anyway); one
+            # that never expires is kept for the executor's life.
+            self._used[decision_id] = expires_at if expires_at is not None else float("inf")
+            if len(self._used) > 4096:
+                self._used = {k: t for k, t in self._used.items() if t > now}
+            return True
+
+
+# Requests kept in memory (without a journal), the newest.
+KEPT = 10_000
+
+
+class PendingStore(Protocol):
+    """Where pending requests outlive the process (the journal)."""
+
+    def hold_request(self, request: Any) -> None: ...
+
+    def release_request(self, digest: str) -> None: ...
+
+    def pending(self) -> list[Any]: ...
+
+
+class PendingRequests:
+    """The requests an executor waits on a decision for (thread-safe), by digest."""
+
+    __slots__ = ("_lock", "_requests", "store")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, Any] = {}
+        self.store: PendingStore | None = None
+
+    def hold(self, request: Any) -> None:
+        """`request` waits for a decision (again)."""
+        with self._lock:
+            self._requests.pop(request.digest, None)
+            self._requests[request.digest] = request  # (the newest last)
+            if len(self._requests) > KEPT:  # never decided: the oldest go first
+                self._requests.pop(next(iter(self._requests)))
+        if self.store is not None:
+            try:
+                self.store.hold_request(request)
+            except Exception as e:  # the call's result stands; the listing misses it
+                log.warning("holding a pending request in the journal failed: %s", e)
+
+    def release(self, digest: str) -> None:
+        """A decision on the request of `digest` was made: it waits no more."""
+        with self._lock:
+            held = self._requests.pop(digest, None)
+        if self.store is not None:
+            try:
+                self.store.release_request(digest)
+            except Exception as e:
+                log.warning("releasing a pending request in the journal failed: %s", e)
+        del held
+
+    def list(self) -> list[Any]:
+        """The requests waiting, oldest first: the journal's (every process's,
+        and those held before a restart) when there is one, else this executor's."""
+        if self.store is not None:
+            return self.store.pending()
+        with self._lock:
+            return list(self._requests.values())
