@@ -1,0 +1,227 @@
+"""Decisions beyond yes and no: each kind, what forging one gets, single use
+and expiry (under concurrency too), and pending approvals kept by a journal
+across a restart and decided from another process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
+from toolbus.approvals import ApprovalDecision, ApprovalRequest
+from toolbus.policies import requires_approval
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "sk-live-5e6f7a8b9c0d1e2f3a4b"
+
+
+def registry(ran: list[dict[str, Any]]) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def transfer(amount: int, to: str, api_key: str = "") -> str:
+        ran.append({"amount": amount, "to": to})
+        return f"sent {amount} to {to}"
+
+    @reg.tool(policies=[requires_approval()])
+    def quote(item: str) -> int:
+        ran.append({"item": item})
+        return 42
+
+    return reg
+
+
+CALL = ToolCall(id="t1", name="transfer", arguments={"amount": 500, "to": "bob", "api_key": SECRET})
+
+
+def ask(ex: Executor, call: ToolCall = CALL) -> ApprovalRequest:
+    r = ex.execute(call)
+    assert r.status == "deferred" and r.approval_request is not None
+    return r.approval_request
+
+
+def test_each_kind_of_decision(make_executor: MakeExecutor, recorder: bus.Recorder) -> None:
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran))
+    request = ask(ex)
+    approve = ex.approve(request, decided_by="ada")
+    assert (approve.kind, approve.decided_by) == ("approve", "ada")
+    assert approve.decided_at is not None and approve.mac is not None
+    assert ex.execute(CALL, approval=approve).output == "sent 500 to bob"
+    edited = {"amount": 50, "to": "bob", "api_key": SECRET}
+    edit = ex.approve(request, arguments=edited, decided_by="ada")
+    assert edit.kind == "edit"
+    assert ex.execute(CALL, approval=edit).output == "sent 50 to bob"
+    deny = ex.deny(request, "not this month", decided_by="bo")
+    r = ex.execute(CALL, approval=deny)
+    assert (r.status, r.error_code, r.error) == (
+        "rejected",
+        ErrorCode.TOOL_NOT_ALLOWED,
+        "Tool 'transfer' was not approved: not this month",
+    )
+    answer = ex.answer(request, "sent by hand", decided_by="bo")
+    r = ex.execute(CALL, approval=answer)
+    assert (r.status, r.output, r.attempts) == ("ok", "sent by hand", 0)
+    assert r.metadata == {"decision": "answer", "decided_by": "bo"}
+    assert ran == [{"amount": 500, "to": "bob"}, {"amount": 50, "to": "bob"}]
+    # The plain ones of the request itself still work, with who decided.
+    plain = request.approve(decided_by="cy")
+    assert (plain.decided_by, plain.mac) == ("cy", None)
+    assert ex.execute(CALL, approval=plain).ok
+    # The edit is published masked, as any call's arguments are.
+    ex.drain_events()
+    executing = [e for name, e in recorder.events if name == bus.EXECUTING]
+    assert [e.arguments["amount"] for e in executing] == [500, 50, 500]
+    assert SECRET not in repr(recorder.events)
+
+
+def test_forged_and_foreign_decisions_are_refused(make_executor: MakeExecutor) -> None:
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran))
+    request = ask(ex)
+    plain = request.approve()
+    forgeries = [
+        plain.model_copy(update={"arguments": {"amount": 99999, "to": "eve"}}),
+        plain.model_copy(update={"answered": True, "output": "done"}),
+        # A genuine edit altered: its MAC no longer matches.
+        ex.approve(request, arguments={"amount": 5, "to": "bob"}).model_copy(
+            update={"arguments": {"amount": 99999, "to": "eve"}}
+        ),
+        # Expiry or single use stripped from a genuine one.
+        ex.approve(request, single_use=True).model_copy(update={"single_use": False}),
+        ex.approve(request, expires_in=60).model_copy(update={"expires_at": None}),
+    ]
+    for forged in forgeries:
+        r = ex.execute(CALL, approval=forged)
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED), forged
+        assert "not made by this executor" in (r.error or "")
+    # Another executor's (another secret): it does not even name this call.
+    other = make_executor(registry([]))
+    foreign = other.approve(ask(other), arguments={"amount": 1, "to": "eve"})
+    assert ex.execute(CALL, approval=foreign).status == "deferred"
+    assert ran == []
+
+
+def test_an_edit_is_admitted_again(make_executor: MakeExecutor) -> None:
+    """Validated (a bad edit ends INVALID_ARGUMENTS) and authorized again
+    (the authorizer sees the edited call), unrun when refused."""
+    ran: list[dict[str, Any]] = []
+    seen: list[Any] = []
+
+    def authorize(call: ToolCall) -> bool:
+        seen.append(call.arguments.get("to"))
+        return call.arguments.get("to") != "eve"
+
+    ex = make_executor(registry(ran), authorize=authorize)
+    request = ask(ex)
+    bad = ex.execute(CALL, approval=ex.approve(request, arguments={"amount": "lots", "to": "bob"}))
+    assert (bad.status, bad.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+    eve = ex.execute(CALL, approval=ex.approve(request, arguments={"amount": 5, "to": "eve"}))
+    assert (eve.status, eve.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    assert seen[-1] == "eve" and ran == []
+
+
+def test_an_answer_must_fit_the_output_schema(make_executor: MakeExecutor) -> None:
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran))
+    call = ToolCall(id="q", name="quote", arguments={"item": "tea"})
+    request = ask(ex, call)
+    r = ex.execute(call, approval=ex.answer(request, "cheap"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+    assert "should be of type integer" in (r.error or "")
+    assert ex.execute(call, approval=ex.answer(request, 7)).output == 7
+    assert ran == []
+
+
+def test_single_use_and_expiry(make_executor: MakeExecutor) -> None:
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran))
+    request = ask(ex)
+    once = ex.approve(request, single_use=True)
+    assert ex.execute(CALL, approval=once).ok
+    again = ex.execute(CALL, approval=once)
+    assert (again.status, again.error_code) == ("rejected", ErrorCode.DECISION_EXPIRED)
+    assert "already used" in (again.error or "")
+    # Expired: minted with a lifetime already over (the clock passing is the claim).
+    late = ex.approve(request, expires_in=1e-9)
+    r = ex.execute(CALL, approval=late)
+    assert (r.error_code, r.error) == (
+        ErrorCode.DECISION_EXPIRED,
+        "Tool 'transfer' was not run: its approval expired; ask for a new one",
+    )
+    assert len(ran) == 1
+    with pytest.raises(ValueError, match="expires_in"):
+        ex.approve(request, expires_in=0)
+    with pytest.raises(TypeError, match="arguments must be a dict"):
+        ex.approve(request, arguments=[1])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="output must be JSON"):
+        ex.answer(request, object())
+
+
+def test_a_single_use_decision_runs_once_from_sixteen_threads(make_executor: MakeExecutor) -> None:
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran), max_parallel=16)
+    once = ex.approve(ask(ex), single_use=True)
+    results: list[ToolResult] = []
+    lock = threading.Lock()
+    start = threading.Barrier(16)
+
+    def use() -> None:
+        start.wait()
+        r = ex.execute(CALL, approval=once)
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=use) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(r.status for r in results) == ["ok"] + ["rejected"] * 15
+    assert {r.error_code for r in results if not r.ok} == {ErrorCode.DECISION_EXPIRED}
+    assert len(ran) == 1
+
+
+def test_pending_approvals_outlive_a_restart_and_are_decided_elsewhere(tmp_path: Path) -> None:
+    """A call deferred before a restart is listed after it; another process
+    holding the journal lists it too and mints an edit under the journal's
+    secret, which the restarted executor takes, once."""
+    path = tmp_path / "journal.sqlite"
+    ran: list[dict[str, Any]] = []
+    with Executor(registry(ran), journal=path) as ex:
+        ask(ex)
+        assert [r.call_id for r in ex.pending()] == ["t1"]
+    code = textwrap.dedent(
+        f"""
+        from toolbus import Journal
+        with Journal({str(path)!r}) as journal:
+            [request] = journal.pending()
+            assert request.arguments_masked["api_key"] != {SECRET!r}
+            edit = {{"amount": 50, "to": "bob"}}
+            decision = journal.approve(request, arguments=edit, decided_by="ops", single_use=True)
+            print(decision.model_dump_json())
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    decision = ApprovalDecision.model_validate_json(out.stdout.strip())
+    with Executor(registry(ran), journal=path) as ex:
+        assert [r.call_id for r in ex.pending()] == ["t1"]
+        assert ex.execute(CALL, approval=decision).output == "sent 50 to bob"
+        assert ex.pending() == []
+        assert ex.execute(CALL, approval=decision).error_code is ErrorCode.DECISION_EXPIRED
+    # A third executor on the journal: the decision stays used.
+    with Executor(registry(ran), journal=path) as ex:
+        assert ex.execute(CALL, approval=decision).error_code is ErrorCode.DECISION_EXPIRED
+    assert ran == [{"amount": 50, "to": "bob"}]
