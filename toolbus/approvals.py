@@ -53,9 +53,11 @@ from . import _json
 __all__ = [
     "ApprovalDecision",
     "ApprovalRequest",
+    "ExternalRequest",
     "InputAnswer",
     "InputRequest",
     "arguments_digest",
+    "external_digest",
     "input_digest",
 ]
 
@@ -207,6 +209,17 @@ class InputRequest(ApprovalRequest):
         )
 
 
+class ExternalRequest(ApprovalRequest):
+    """What the call of an external tool (`@tool(external=True)`) ended
+    `deferred` (`INPUT_REQUIRED`) with: its result comes from outside toolbus
+    (a person, another service). Supply it with `executor.complete(request,
+    output)`, or pass `executor.answer(request, output)` as the call's decision
+    when it is submitted again (`run_agent`'s resume does). `mac` shows the
+    executor that made it (it is checked by `complete`)."""
+
+    mac: str = ""
+
+
 # Keeps approval digests apart from the other HMACs under the same secret
 # (idempotency keys): one can never be taken for the other.
 _DOMAIN = b"toolbus approval\0"
@@ -224,6 +237,24 @@ def arguments_digest(tool: str, arguments: dict[str, Any] | str, *, secret: byte
 
 
 _INPUT_DOMAIN = b"toolbus input\0"
+
+
+_EXTERNAL_DOMAIN = b"toolbus external\0"
+
+
+def external_digest(tool: str, arguments: dict[str, Any] | str, *, secret: bytes) -> str:
+    """HMAC-SHA256 (hex), under `secret`, of an external tool's name and the
+    call's canonical arguments: what an answer to its `ExternalRequest` names."""
+    return _call_mac("external_digest", _EXTERNAL_DOMAIN, tool, arguments, secret).hexdigest()
+
+
+def request_mac(request: ApprovalRequest, secret: bytes) -> str:
+    """HMAC-SHA256 (hex), under `secret`, of a request's call id, tool and digest."""
+    mac = hmac.new(secret, b"toolbus request\0", hashlib.sha256)
+    for part in (request.call_id, request.tool, request.digest):
+        mac.update(part.encode("utf-8", "surrogatepass"))
+        mac.update(b"\0")
+    return mac.hexdigest()
 
 
 def input_digest(

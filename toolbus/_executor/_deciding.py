@@ -10,11 +10,16 @@ process on the same journal mints decisions this one takes): see
 
 from __future__ import annotations
 
-from typing import Any
+import hmac
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalDecision, ApprovalRequest
+from ..approvals import ApprovalDecision, ApprovalRequest, ExternalRequest, request_mac
 from ..decisions import mint
-from ..pipeline import Services
+from ..models import ErrorCode, ToolCall, ToolResult
+from ..pipeline import Run, Services, ThreadWaiter
+from ..tools import ToolRegistry, normalize_output
+from ..tools._schemas import output_problem
 
 __all__ = ["Deciding"]
 
@@ -23,6 +28,79 @@ class Deciding:
     """The part of `Executor` that mints decisions and lists what waits for one."""
 
     _services: Services
+    registry: ToolRegistry
+
+    if TYPE_CHECKING:  # (Submitting's)
+        _submit_one: Callable[..., Run]
+
+    def complete(
+        self, request: ExternalRequest, output: Any, *, decided_by: str | None = None
+    ) -> ToolResult:
+        """Supply the result of an external tool's call (`@tool(external=True)`):
+        a new submission of it, ending `ok` with `output` (`attempts` 0,
+        `metadata["external"]`), announced with its own `tool:finished`. The
+        request must be this executor's (or its journal's), still waiting;
+        else, or for an output that does not fit the tool's output schema, the
+        submission ends `rejected` (`DECISION_EXPIRED` for one already
+        completed), saying why. Never raises for what it is given."""
+        call = ToolCall(
+            id=getattr(request, "call_id", "") or "external",
+            name=getattr(request, "tool", "") or "external",
+            arguments=_masked(request),
+        )
+        ended = self._completion(request, output, decided_by)
+        waiter = ThreadWaiter()
+        run = self._submit_one(call, waiter, decided=ended)
+        if not waiter.latch.flag:
+            waiter.wait()
+        assert run.result is not None
+        return run.result
+
+    def _completion(self, request: Any, output: Any, decided_by: str | None) -> ToolResult:
+        """The result `complete` submits: the output, or why it is refused."""
+        svc = self._services
+        name = getattr(request, "tool", "")
+        call_id = getattr(request, "call_id", "") or "external"
+
+        def refused(code: ErrorCode, why: str) -> ToolResult:
+            return ToolResult(
+                call_id=call_id, name=name or "external", status="rejected", error=why,
+                error_code=code,
+            )  # fmt: skip
+
+        if not isinstance(request, ExternalRequest) or not hmac.compare_digest(
+            request.mac.encode("utf-8", "surrogatepass"),
+            request_mac(request, svc.key_secret).encode(),
+        ):
+            return refused(
+                ErrorCode.TOOL_NOT_ALLOWED,
+                f"Tool '{name}' was not completed: the request is not an external request "
+                "this executor made",
+            )
+        if request.digest not in {r.digest for r in svc.pending.list()}:
+            return refused(
+                ErrorCode.DECISION_EXPIRED,
+                f"Tool '{name}' was not completed: its request was completed or answered already",
+            )
+        tool = self.registry.get(name)
+        if tool is None or not tool.external:
+            return refused(ErrorCode.TOOL_NOT_FOUND, f"Tool '{name}' is not an external tool here")
+        problem = output_problem(tool.output_schema, output)
+        if problem is not None:
+            return refused(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"Tool '{name}' was not completed: the result does not fit its output schema "
+                f"({problem})",
+            )
+        svc.pending.release(request.digest)
+        value, attachments, _ = normalize_output(output)
+        meta: dict[str, Any] = {"external": True}
+        if decided_by is not None:
+            meta["decided_by"] = decided_by
+        return ToolResult(
+            call_id=call_id, name=name, status="ok", output=value, attachments=attachments,
+            metadata=meta,
+        )  # fmt: skip
 
     def pending(self) -> list[ApprovalRequest]:
         """The requests calls ended `deferred` with that wait for a decision,
@@ -92,3 +170,9 @@ class Deciding:
             single_use=single_use,
             where="Executor.answer",
         )
+
+
+def _masked(request: Any) -> dict[str, Any]:
+    """The arguments a completion is published with: the request's, masked."""
+    shown = getattr(request, "arguments_masked", None)
+    return dict(shown) if isinstance(shown, dict) else {}

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalDecision, ApprovalRequest, InputRequest
+from ..approvals import ApprovalDecision, ApprovalRequest, ExternalRequest, InputRequest
 from ..decisions import mint
 
 __all__ = ["HELD_SCHEMA", "HeldApprovals"]
@@ -40,11 +40,17 @@ HELD_SCHEMA = (
 )
 
 # How a pending row says which request it holds.
-_KINDS: dict[str, type[ApprovalRequest]] = {"approval": ApprovalRequest, "input": InputRequest}
+_KINDS: dict[str, type[ApprovalRequest]] = {
+    "approval": ApprovalRequest,
+    "input": InputRequest,
+    "external": ExternalRequest,
+}
 
 
 def _kind(request: ApprovalRequest) -> str:
-    return "input" if isinstance(request, InputRequest) else "approval"
+    if isinstance(request, InputRequest):
+        return "input"
+    return "external" if isinstance(request, ExternalRequest) else "approval"
 
 
 class HeldApprovals:

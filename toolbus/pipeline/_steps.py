@@ -46,6 +46,7 @@ from ..tools import (
 )
 from ._admission import admit
 from ._clock import ran_out, spent_result
+from ._external import external_result
 from ._guardrails import check_outputs
 from ._input import answer_for, deferred_for_input
 from ._journaled import before_journaled
@@ -129,6 +130,10 @@ def attempt(
             return DONE if finish(run, decided, svc) else LOST
         if not run.is_live(n):
             return LOST
+    if run.tool is not None and run.tool.external:  # never run here: answered from outside
+        if not run.try_settle(n):
+            return LOST
+        return DONE if finish(run, external_result(run, svc), svc) else LOST
     if hand_on is not None:
         hand_on()
     if (svc.journal is not None and not run.read_only and not run.journaled) or run.gate:

@@ -140,6 +140,9 @@ class Tool:
     # function of a `StepContext` (see `_offer.py`); a call of it when it is
     # not ends `TOOL_NOT_OFFERED`.
     is_enabled: IsEnabled = True
+    # Never run by toolbus: its result comes from outside (a person, another
+    # service); its call ends `deferred` with an `ExternalRequest`.
+    external: bool = False
     # Safe to run again after a timeout or a crash even though it is mutating
     # (it dedupes on `ToolContext.idempotency_key`, say).
     idempotent: bool = False
@@ -317,7 +320,7 @@ class Tool:
         self.is_enabled = check_enabled(self.is_enabled, owner)
         self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
-        for flag in ("idempotent", "open_world"):
+        for flag in ("idempotent", "open_world", "external"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(
                     f"{owner}: {flag} must be True or False, got {getattr(self, flag)!r}"

@@ -91,6 +91,7 @@ class ToolOptions(_Naming, AdoptedOptions, _Placing, total=False):
     memory_limit_mb: int | None
     cpu_limit_s: float | None
     policies: Sequence[Any]
+    external: bool
 
 
 # The options `adopt` sets (an adopted tool's name and description are its own).

@@ -1,0 +1,108 @@
+"""External tools (`@tool(external=True)`): never run by toolbus; the call ends
+`deferred` with an `ExternalRequest`, its result supplied later, each
+submission with exactly one `tool:finished`, in the same process and after a
+restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
+from toolbus.approvals import ExternalRequest
+
+SECRET = "sk-live-0a1b2c3d4e5f6a7b8c9d"
+
+
+def registry() -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(external=True)
+    def ask_manager(question: str, api_key: str = "") -> int:
+        """Ask the manager for a discount, in percent."""
+        raise AssertionError("an external tool is never run")
+
+    return reg
+
+
+def ask(ex: Executor, call_id: str = "m1", question: str = "discount?") -> ExternalRequest:
+    r = ex.execute(
+        ToolCall(
+            id=call_id, name="ask_manager", arguments={"question": question, "api_key": SECRET}
+        )
+    )
+    assert (r.status, r.error_code) == ("deferred", ErrorCode.INPUT_REQUIRED)
+    assert r.error == (
+        "Tool 'ask_manager' is answered outside toolbus: its result has not been supplied yet"
+    )
+    assert isinstance(r.approval_request, ExternalRequest)
+    return r.approval_request
+
+
+def test_completed_later_once(make_executor: MakeExecutor, recorder: bus.Recorder) -> None:
+    ex = make_executor(registry())
+    request = ask(ex)
+    assert request.arguments_masked == {"question": "discount?", "api_key": "***"}
+    assert ex.pending() == [request]
+    wrong = ex.complete(request, "a lot")
+    assert (wrong.status, wrong.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+    assert "does not fit its output schema (should be of type integer)" in (wrong.error or "")
+    assert ex.pending() == [request]  # still waiting
+    done = ex.complete(request, 15, decided_by="manager")
+    assert (done.status, done.output, done.attempts, done.call_id) == ("ok", 15, 0, "m1")
+    assert done.metadata == {"external": True, "decided_by": "manager"}
+    assert ex.pending() == []
+    again = ex.complete(request, 20)
+    assert (again.status, again.error_code) == ("rejected", ErrorCode.DECISION_EXPIRED)
+    ex.drain_events()
+    finished = [e.result for name, e in recorder.events if name == bus.FINISHED]
+    assert [r.status for r in finished] == ["deferred", "rejected", "ok", "rejected"]
+    assert SECRET not in repr(recorder.events)
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda r: r.model_copy(update={"mac": "0" * 64}),
+        lambda r: r.model_copy(update={"call_id": "other"}),
+        lambda r: "not a request",
+    ],
+)
+def test_a_forged_request_completes_nothing(make_executor: MakeExecutor, forge: Any) -> None:
+    ex = make_executor(registry())
+    request = ask(ex)
+    r = ex.complete(forge(request), 15)
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    assert ex.pending() == [request]
+
+
+def test_answered_or_denied_when_submitted_again(make_executor: MakeExecutor) -> None:
+    ex = make_executor(registry())
+    call = ToolCall(id="m2", name="ask_manager", arguments={"question": "q", "api_key": SECRET})
+    request = ask(ex, "m2", "q")
+    assert ex.execute(call, approval=request.approve()).status == "deferred"  # still waiting
+    denied = ex.execute(call, approval=ex.deny(request, "not now"))
+    assert (denied.status, denied.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+    answered = ex.execute(call, approval=ex.answer(request, 10))
+    assert (answered.status, answered.output) == ("ok", 10)
+
+
+def test_pending_after_a_restart_and_completed_there(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite"
+    with Executor(registry(), journal=path) as ex:
+        request = ask(ex)
+    with Executor(registry(), journal=path) as ex:
+        [held] = ex.pending()
+        assert held == request
+        assert ex.complete(held, 12).output == 12
+        assert ex.pending() == []
+    with Executor(registry(), journal=path) as ex:
+        assert ex.complete(request, 12).error_code is ErrorCode.DECISION_EXPIRED
+
+
+def test_external_is_checked_at_registration() -> None:
+    with pytest.raises(TypeError, match="external must be True or False"):
+        ToolRegistry().tool(external="yes")(lambda: 1)  # type: ignore[call-overload]
