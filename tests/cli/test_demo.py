@@ -178,7 +178,7 @@ def test_demo_shows_the_policies_at_work(wide: Result) -> None:
     lines = part.splitlines()
 
     def lines_of(signal: str, call_id: str | None = None) -> list[str]:
-        pattern = rf"\b{call_id}\b" if call_id else r"\b[rkba]\d\b"
+        pattern = rf"\b{call_id}\b" if call_id else r"\b[rkbag]\d\b"
         return [x for x in lines if f"{signal} " in x and re.search(pattern, x)]
 
     # rate_limit("2/second"): of four calls in one batch, two waited their turn, then ran.
@@ -202,17 +202,28 @@ def test_demo_shows_the_policies_at_work(wide: Result) -> None:
     )
     assert not lines_of("tool:executing", "b3")
     assert lines_of("tool:circuit-half-open", "b4") and lines_of("tool:circuit-closed", "b4")
-    # requires_approval: deferred with a request (secrets masked), approved, run.
+    # requires_approval: deferred with a request (secrets masked), approved with an edit, run.
     finished = lines_of("tool:finished", "a1")
     assert "DEFERRED APPROVAL_REQUIRED" in finished[0]
-    assert "OK after" in finished[1]
+    assert "OK after" in finished[1] and '"version": "2.4.2"' in finished[1]
     flat = " ".join(part.split())  # the note wraps
     assert 'reviews deploy {"service": "billing", "version": "2.4.1", "auth": "***"}' in flat
-    assert re.search(r"\(digest [0-9a-f]{12}…\) and approves", flat)
+    assert re.search(r"\(digest [0-9a-f]{12}…\) and approves it with an edit", flat)
     assert len(lines_of("tool:executing", "a1")) == 1
+    # The edit is published masked.
+    assert 'args {"service": "billing", "version": "2.4.2", "auth": "***"}' in flat
+    # A guardrail trips on the production table: the agent run is halted.
+    assert (
+        "guardrail no_production_tables (input) tripped"
+        in lines_of("tool:guardrail-tripped", "g2")[0]
+    )
+    assert "agent run demo-run halted" in lines_of("tool:run-halted", "g2")[0]
+    for cid in ("g2", "g3", "g4"):
+        assert "CANCELLED HALTED" in lines_of("tool:finished", cid)[0]
+    assert not lines_of("tool:executing", "g2") and not lines_of("tool:executing", "g4")
     # A line per policy, each checked; and no token.
     assert " ✗" not in part
-    assert part.count(" ✓") == 5
+    assert part.count(" ✓") == 6
     assert "bearer token found in 0 of" in part
 
 
@@ -225,7 +236,7 @@ def test_demo_policies_part_fails_when_a_policy_does_not_act(
     assert _policies.policies_part(console, wide=True) == 1
     text = console.export_text()
     assert ' ✗ rate_limit("100/second"): r1, r2, r3, r4 started at once' in text
-    assert text.count(" ✓") == 4
+    assert text.count(" ✓") == 5
 
 
 def test_demo_narrow_console() -> None:

@@ -1,7 +1,8 @@
 """`toolbus demo`: one scripted agent turn, every lifecycle signal shown as it happens;
 then one hung sync tool, abandoned on a thread and killed in a process; then the
-built-in policies: a throttled call, a cache hit, an open breaker and an approval;
-last, a plain thread cancelling a running batch through its handle.
+built-in policies: a throttled call, a cache hit, an open breaker, an approval
+given with an edit, and a guardrail halting an agent run; last, a plain thread
+cancelling a running batch through its handle.
 
 from rich.console import Console
 from toolbus.demo import run_demo

@@ -10,7 +10,12 @@ One executor, four tools, each behind one policy, played one after another:
   open it (`tool:circuit-open`); the next call is rejected at once; after the
   pause a trial call runs and closes it again.
 - `deploy`, `requires_approval()`: the call ends `deferred` with an
-  `ApprovalRequest`; approved and submitted again, it runs.
+  `ApprovalRequest`; a person approves it with an edit (another version),
+  minted by the executor, and submitted again it runs with that version.
+- `drop_table`, an input guardrail that trips on a production table: in an
+  agent run's batch, the first drop runs, the second trips the wire
+  (`tool:guardrail-tripped`), and the run is halted: the rest of the batch,
+  and a later call of the run, end `HALTED` (`tool:run-halted`).
 
 `play_policies()` runs them on a background thread and hands every call event,
 every circuit change and a `Note` heading each step to the caller as delivered,
@@ -35,9 +40,12 @@ from ..models import BatchResult, ErrorCode, ToolCall, ToolResult
 from ..policies import (
     CacheHit,
     CircuitChanged,
+    GuardrailTripped,
     Throttled,
+    Trip,
     cache,
     circuit_breaker,
+    guardrail,
     rate_limit,
     requires_approval,
 )
@@ -63,8 +71,9 @@ RESET_AFTER = 0.3
 
 _INTRO = (
     "A policy decides about a call before its tool runs: let it go, make it wait, refuse it, "
-    "answer it without running it, or hold it for a person. One executor, four tools, each "
-    "behind one of the built-in policies (toolbus.policies), called one after another."
+    "answer it without running it, hold it for a person, or halt the agent run. One "
+    "executor, five tools, each behind one of the built-in policies (toolbus.policies), "
+    "called one after another."
 )
 
 _QUERIES = ("kettle", "teapot", "toaster", "mugs")
@@ -114,6 +123,19 @@ def build_policies_registry(world: _World) -> ToolRegistry:
         time.sleep(0.1)
         return {"service": service, "version": version, "deployed": True}
 
+    @guardrail
+    def no_production_tables(call: ToolCall) -> Trip | None:
+        table = call.arguments.get("table", "") if isinstance(call.arguments, dict) else ""
+        if str(table).startswith("prod_"):
+            return Trip(f"the agent tried to drop {table}, a production table")
+        return None
+
+    @reg.tool(policies=[no_production_tables])
+    def drop_table(table: str) -> str:
+        """Drop a table (mutating)."""
+        world.count("drop_table")
+        return f"dropped {table}"
+
     return reg
 
 
@@ -147,7 +169,9 @@ class PoliciesOutcome:
     refused: ToolResult  # b3: rejected by the open breaker
     trial: ToolResult  # b4: the trial after the pause
     deferred: ToolResult  # a1: held for approval
-    approved: ToolResult  # a1 again, with the approval
+    approved: ToolResult  # a1 again, with an edited approval
+    guarded: BatchResult  # g1..g3: the second trips the guardrail, the run halts
+    after: ToolResult  # g4: a later call of the halted run
     ran: dict[str, int]  # how often each tool ran
     stats: ExecutorStats
     events: tuple[TurnEvent, ...]
@@ -164,7 +188,7 @@ class PoliciesOutcome:
 class _Part(Player):
     def wants(self, event: bus.Event) -> bool:
         # The calls' own events and the breaker's; the batch's: the turn showed those.
-        return isinstance(event, bus.CallEvent | CircuitChanged)
+        return isinstance(event, bus.CallEvent | CircuitChanged | bus.RunHalted)
 
     def note(self, ex: Executor, text: str) -> None:
         ex.drain_events()  # every event before it is on the feed already
@@ -220,12 +244,29 @@ class _Part(Player):
             self.note(
                 ex,
                 f"A person reviews {request.tool} {short(request.arguments_masked, 80)} "
-                f"(digest {request.digest[:12]}…) and approves: "
-                "execute(call, approval=request.approve())",
+                f"(digest {request.digest[:12]}…) and approves it with an edit, version "
+                '2.4.2: ex.approve(request, arguments={...}, decided_by="ops lead")',
             )
-            approved = ex.execute(a1, approval=request.approve())
+            edit = ex.approve(
+                request,
+                arguments={"service": "billing", "version": "2.4.2"},
+                decided_by="ops lead",
+            )
+            approved = ex.execute(a1, approval=edit)
         else:
             approved = deferred
+        self.note(
+            ex,
+            "a guardrail on drop_table trips on production tables; an agent run drops "
+            "staging_tmp, prod_orders, staging_cache",
+        )
+        tables = ("staging_tmp", "prod_orders", "staging_cache")
+        guarded = ex.execute_batch(
+            [call(f"g{i}", "drop_table", table=t) for i, t in enumerate(tables, 1)],
+            agent_run="demo-run",
+        )
+        self.note(ex, "a later call of the same agent run")
+        after = ex.execute(call("g4", "drop_table", table="staging_old"), agent_run="demo-run")
         ex.drain_events()
         with self.lock:
             events = tuple(self.events)
@@ -233,7 +274,19 @@ class _Part(Player):
             ran = dict(world.ran)
         stats = ex.stats()
         return PoliciesOutcome(
-            throttled, miss, hit, failed, refused, trial, deferred, approved, ran, stats, events
+            throttled,
+            miss,
+            hit,
+            failed,
+            refused,
+            trial,
+            deferred,
+            approved,
+            guarded,
+            after,
+            ran,
+            stats,
+            events,
         )
 
 
@@ -326,13 +379,15 @@ def _checks(o: PoliciesOutcome) -> list[tuple[bool, str]]:
         f"{RESET_AFTER:g} s b4 ran as the trial ({o.trial.status}) and closed it "
         "(tool:circuit-half-open, tool:circuit-closed)"
     )
-    # requires_approval: deferred with a request, ran once approved.
+    # requires_approval: deferred with a request, ran once approved with an edit.
     request = o.deferred.approval_request
+    output = o.approved.output if isinstance(o.approved.output, dict) else {}
     approval_ok = (
         o.deferred.status == "deferred"
         and o.deferred.error_code is ErrorCode.APPROVAL_REQUIRED
         and request is not None
         and o.approved.ok
+        and output.get("version") == "2.4.2"
         and o.ran.get("deploy") == 1
         and o.stats.deferred == 1
     )
@@ -340,10 +395,28 @@ def _checks(o: PoliciesOutcome) -> list[tuple[bool, str]]:
     approval = (
         f"requires_approval(): a1 {o.deferred.status} "
         f"({o.deferred.error_code.value if o.deferred.error_code else '-'}, {digest}), "
-        f"nothing deployed; approved and submitted again: {o.approved.status}"
+        f"nothing deployed; approved with an edit and submitted again: {o.approved.status}, "
+        f"version {output.get('version')} deployed"
+    )
+    # guardrail: g1 ran, g2 tripped it and halted the run: g3 and g4 did not run.
+    tripped = [t.call_id for t in o.of(GuardrailTripped)]
+    halted = o.of(bus.RunHalted)
+    statuses = [(r.status, r.error_code) for r in o.guarded]
+    halted_code = ("cancelled", ErrorCode.HALTED)
+    guard_ok = (
+        statuses == [("ok", None), halted_code, halted_code]
+        and (o.after.status, o.after.error_code) == halted_code
+        and tripped == ["g2"]
+        and [h.agent_run for h in halted] == ["demo-run"]
+        and o.ran.get("drop_table") == 1
+    )
+    guard = (
+        "guardrail on drop_table: g1 ran; g2 (prod_orders) tripped it "
+        f"(tool:guardrail-tripped) and halted agent run demo-run (tool:run-halted); "
+        f"g3 and the later g4 ended {o.after.status} ({o.after.error_code or '-'}), unrun"
     )
     texts = [repr(e.event) for e in o.events]
-    results = (*o.throttled, o.miss, o.hit, *o.failed, o.refused, o.trial)
+    results = (*o.throttled, o.miss, o.hit, *o.failed, o.refused, o.trial, *o.guarded, o.after)
     texts += [r.model_dump_json() for r in (*results, o.deferred, o.approved)]
     leaks = sum(DEMO_TOKEN in t for t in texts)
     return [
@@ -351,5 +424,6 @@ def _checks(o: PoliciesOutcome) -> list[tuple[bool, str]]:
         (cache_ok, cached),
         (breaker_ok, breaker),
         (approval_ok, approval),
+        (guard_ok, guard),
         (leaks == 0, f"bearer token found in {leaks} of {len(texts)} events and results"),
     ]

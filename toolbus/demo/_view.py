@@ -20,9 +20,11 @@ from ..policies import (
     CIRCUIT_CLOSED,
     CIRCUIT_HALF_OPEN,
     CIRCUIT_OPEN,
+    GUARDRAIL_TRIPPED,
     THROTTLED,
     CacheHit,
     CircuitChanged,
+    GuardrailTripped,
     Throttled,
 )
 from ..tools import ToolRegistry
@@ -55,6 +57,8 @@ SIGNAL_STYLE = {
     CIRCUIT_OPEN: "bold red",
     CIRCUIT_HALF_OPEN: "yellow",
     CIRCUIT_CLOSED: "bold green",
+    GUARDRAIL_TRIPPED: "bold red",
+    bus.RUN_HALTED: "bold red",
 }
 
 
@@ -133,6 +137,15 @@ def describe(signal: str, event: bus.Event, killing: Collection[str] = ()) -> tu
                 "closed": "the trial worked: closed, its calls run again",
             }.get(event.state, event.state)
             return event.call_id or "", event.tool, detail
+        case GuardrailTripped():
+            detail = f"guardrail {event.guardrail} ({event.stage}) tripped: {event.reason}"
+        case bus.RunHalted():
+            whose = f"agent run {event.agent_run}" if event.agent_run else f"{event.batch_id}"
+            return (
+                event.call_id or "",
+                "",
+                f"{whose} halted ({event.reason}); {event.cancelled} ended",
+            )
         case bus.BatchStart():
             unknown = event.count - event.read_only - event.mutating
             detail = (
