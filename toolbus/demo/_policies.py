@@ -20,6 +20,9 @@ One executor, four tools, each behind one policy, played one after another:
 `play_policies()` runs them on a background thread and hands every call event,
 every circuit change and a `Note` heading each step to the caller as delivered,
 like `play()` does for the turn. `policies_part()` prints them and checks them.
+
+One piece: the part's tools, its script and the checks of what the script
+did are read side by side; split, each would make sense only with the others.
 """
 
 from __future__ import annotations
