@@ -218,7 +218,7 @@ def test_async_callers_halt_the_same_way(make_executor: MakeExecutor) -> None:
 
 @pytest.mark.parametrize(
     ("args", "error"),
-    [((123,), TypeError), (("",), ValueError), (("x" * 201,), ValueError), (("r", ""), TypeError)],
+    [((123,), TypeError), (("",), ValueError), (("x" * 201,), ValueError), (("r", ""), ValueError)],
 )
 def test_bad_halts_and_run_names_are_refused(
     make_executor: MakeExecutor, args: tuple[Any, ...], error: type
@@ -243,3 +243,105 @@ def test_a_bad_agent_run_is_refused_where_it_is_given(make_executor: MakeExecuto
     with pytest.raises(ValueError), agent_run(""):
         pass
     assert ex.stats().submitted == 0
+
+
+def test_a_halt_ends_a_stop_on_error_batch_halted_not_aborted(make_executor: MakeExecutor) -> None:
+    """The first call a halt cancelled set off the batch's stop_on_error, which
+    ended the rest ABORTED before the halt reached them (review of issue 28)."""
+    reg = ToolRegistry()
+    release = threading.Event()
+
+    @reg.tool(read_only=True)
+    def slow() -> str:
+        release.wait(30)
+        return "done"
+
+    ex = make_executor(reg, max_parallel=2)
+    try:
+        handle = ex.submit_batch(
+            [ToolCall(id=f"c{i}", name="slow") for i in range(4)], stop_on_error=True, agent_run="r"
+        )
+        wait_until(lambda: (s := ex.stats()).in_flight == 2 and s.queued == 2, what="2 running")
+        assert ex.halt("r", "stop") == 4
+        codes = {(r.status, r.error_code) for r in handle.result(30).results}
+        assert codes == {("cancelled", ErrorCode.HALTED)}
+    finally:
+        release.set()
+
+
+def test_a_later_policy_refusing_at_submission_leaves_no_open_admission(
+    make_executor: MakeExecutor,
+) -> None:
+    """run_limit's book of open admissions kept every call a later quota refused
+    (review of issue 28): told how the call ended, it lets go of it."""
+    from toolbus.policies import quota
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def look() -> str:
+        return "x"
+
+    limit = run_limit(100)
+    ex = make_executor(reg, policies=[limit, quota(1)])
+    results = [ex.execute(ToolCall(id="same", name="look"), agent_run="q") for _ in range(10)]
+    assert [r.status for r in results] == ["ok"] + ["rejected"] * 9
+    assert limit._open == {}
+
+
+def test_run_limit_tells_runs_apart_when_call_ids_repeat(make_executor: MakeExecutor) -> None:
+    """A call of run B with the same id as one of run A gave B's unit back to A
+    (review of issue 28): an admission is known by the call object asked about."""
+    from toolbus.policies import requires_approval
+
+    reg = ToolRegistry()
+    release = threading.Event()
+
+    @reg.tool(read_only=True)
+    def slow() -> str:
+        release.wait(30)
+        return "x"
+
+    @reg.tool(read_only=True, policies=[requires_approval()])
+    def guarded() -> str:
+        return "x"
+
+    limit = run_limit(1)
+    ex = make_executor(reg, policies=[limit])
+    try:
+        running = ex.submit(ToolCall(id="c1", name="slow"), agent_run="A")
+        wait_until(lambda: ex.stats().in_flight == 1, what="A's call running")
+        deferred = ex.execute(ToolCall(id="c1", name="guarded"), agent_run="B")
+        assert deferred.status == "deferred"
+        assert (limit.used("A"), limit.used("B")) == (1, 0)
+        again = ex.execute(ToolCall(id="c2", name="slow"), agent_run="A")
+        assert again.error_code is ErrorCode.QUOTA_EXCEEDED
+    finally:
+        release.set()
+    assert running.result(30).ok
+
+
+def test_a_custom_output_check_tripping_without_a_reason_still_halts(
+    make_executor: MakeExecutor,
+) -> None:
+    """`Trip(None)` from a policy's own check_output recorded None as the run's
+    reason: the run seemed not halted, and could never be halted again (review)."""
+    from toolbus.policies import BasePolicy, Trip
+
+    class Checker(BasePolicy):
+        name = "checker"
+
+        def check_output(self, call: ToolCall, result: Any, now: float) -> Any:
+            return Trip(None)  # type: ignore[arg-type]
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def look() -> str:
+        return "x"
+
+    ex = make_executor(reg, policies=[Checker()])
+    r = ex.execute(ToolCall(name="look"), agent_run="T")
+    assert r.error_code is ErrorCode.HALTED
+    assert ex.halted("T") == "guardrail checker tripped"
+    assert ex.execute(ToolCall(name="look"), agent_run="T").error_code is ErrorCode.HALTED

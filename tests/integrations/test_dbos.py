@@ -573,3 +573,18 @@ async def test_an_in_doubt_handler_that_raises_a_base_exception_fails_the_call(
         assert await turn_odd() == [None, None]
     handle = await DBOS.fork_workflow_async(wid, 4)
     assert await handle.get_result() == [None, "IN_DOUBT"]
+
+
+def test_calls_in_a_workflow_take_an_agent_run(tools: DurableExecutor) -> None:
+    """`agent_run=` was refused by the durable methods (review of issue 28)."""
+
+    @DBOS.workflow()
+    def turn_runs() -> tuple[Any, Any]:
+        one = tools.execute(call("a", "lookup", x=1), agent_run="r-7")
+        many = tools.execute_batch([call("b", "lookup", x=2)], agent_run="r-7")
+        return one.output, many.results[0].output
+
+    with SetWorkflowID("agent-run-1"):
+        assert turn_runs() == (10, 20)
+    with pytest.raises(ValueError, match="agent_run"):
+        tools.execute(call("c", "lookup", x=1), agent_run="")

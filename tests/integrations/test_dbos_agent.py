@@ -204,3 +204,44 @@ def test_a_decision_on_other_arguments_approves_nothing(world: World) -> None:
         assert turn_stale() == "approval"  # as the plain loop: still waiting
     assert DBOS.fork_workflow("stale-1", 99).get_result() == "approval"
     assert world.ran == []
+
+
+def test_a_workflows_agent_run_is_its_id(world: World) -> None:
+    """The durable loop's run id was a new uuid on every run of the workflow,
+    so a recovered run got a fresh run limit; and `agent_run=` went to the
+    model's SDK as an option (review of issue 28)."""
+    from toolbus import current_agent_run
+
+    client = scripted([[("refund", {"amount": 1})]])
+    seen: list[str | None] = []
+
+    def approve(request: Any) -> bool:
+        seen.append(current_agent_run())
+        return True
+
+    @DBOS.workflow()
+    def turn_runs() -> tuple[str, str]:
+        with client() as c:
+            run = run_agent(
+                c, model="m", messages="refund", executor=world.executor, approve=approve
+            )
+        return run.stop_reason, run.agent_run
+
+    with SetWorkflowID("runs-1"):
+        assert turn_runs() == ("done", "dbos:runs-1")
+    assert seen == ["dbos:runs-1"]
+    # Run again (a fork is a workflow of its own, with its own id: a recovery
+    # keeps the id, and so the run).
+    forked = DBOS.fork_workflow("runs-1", 1)
+    assert forked.get_result() == ("done", f"dbos:{forked.get_workflow_id()}")
+
+    @DBOS.workflow()
+    def named() -> str:
+        with client() as c:
+            return run_agent(
+                c, model="m", messages="refund", executor=world.executor, approve=approve,
+                agent_run="ticket-9",
+            ).agent_run  # fmt: skip
+
+    with SetWorkflowID("runs-2"):
+        assert named() == "ticket-9"

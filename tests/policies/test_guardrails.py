@@ -180,3 +180,27 @@ def test_without_a_run_a_trip_halts_its_batch_alone(make_executor: MakeExecutor)
     batch = ex.execute_batch([call(t) for t in ("a", "in-trip", "b")])
     assert [r.status for r in batch.results] == ["ok", "cancelled", "cancelled"]
     assert ex.execute(call("c")).status == "ok"
+
+
+@pytest.mark.parametrize("stage", ["input", "output"])
+def test_a_replacement_is_sent_as_any_output_is_or_fails_closed(
+    make_executor: MakeExecutor, stage: str
+) -> None:
+    """An input Replace was handed on raw (a ToolOutput not unpacked, bytes that
+    could not be serialised); an output one ended "internal error" (review)."""
+    from toolbus import ToolOutput
+
+    replacements = {"unpacked": ToolOutput(content="hello"), "bytes": b"\xff", "odd": object()}
+
+    def check(*args: Any) -> Any:
+        call = args[0]
+        return Replace(replacements[call.arguments["text"]])
+
+    ran: list[str] = []
+    ex = make_executor(registry(ran), policies=[guardrail(stage=stage, name="swap")(check)])  # type: ignore[arg-type]
+    r = ex.execute(call("unpacked"))
+    assert (r.status, r.output) == ("ok", "hello")
+    for text in ("bytes", "odd"):
+        r = ex.execute(call(text))
+        assert r.status == "rejected" and "cannot send" in (r.error or "")
+        r.model_dump_json()  # it serialises

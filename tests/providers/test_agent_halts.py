@@ -141,3 +141,73 @@ def test_each_turn_offers_what_is_enabled_at_it(clients: Any, make_executor: Mak
     assert [r.error_code for r in first] == [None, None, ErrorCode.TOOL_NOT_OFFERED]
     assert booked == []
     assert StepContext("r-1", 1, "tenant-a") in steps and StepContext("r-1", 2, "tenant-a") in steps
+
+
+async def test_a_run_halted_before_it_starts_stops_at_once(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    """`run_agent` on a run already halted raised TypeError (review of issue 28)."""
+    server, client = clients("openai", *loop.CHAT)
+    ex = make_executor(make_registry())
+    ex.halt("done-before", "the user pressed stop")
+    run = run_agent(
+        client, model=loop.MODEL, messages=loop.QUESTION, executor=ex, agent_run="done-before"
+    )
+    assert (run.stop_reason, run.turns, run.text, run.halted) == (
+        "halted",
+        0,
+        "",
+        "the user pressed stop",
+    )
+    aserver, aclient = clients("anthropic", *loop.MESSAGES, asynchronous=True)
+    arun = await arun_agent(
+        aclient, model=loop.MODEL, messages=loop.QUESTION, executor=ex, agent_run="done-before"
+    )
+    assert (arun.stop_reason, arun.turns) == ("halted", 0)
+    assert server.requests == [] and aserver.requests == []
+
+
+def test_a_halted_turn_answers_every_call_and_asks_nobody(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    """A turn with a call deferred for approval and one tripping a guardrail left
+    the conversation with unanswered calls, after asking the approver (review)."""
+    from toolbus.policies import requires_approval
+
+    registry = make_registry()
+
+    @tool(
+        read_only=True, policies=[requires_approval(when=lambda c: c.arguments["city"] == "Oslo")]
+    )
+    def get_weather(city: str, unit: str = "celsius") -> str:
+        return f"{city}: fine"
+
+    old = registry.get("get_weather")
+    assert old is not None and registry.replace(old, get_weather)
+
+    @guardrail
+    def no_bergen(call: ToolCall) -> Any:
+        return Trip("no Bergen") if call.arguments.get("city") == "Bergen" else None
+
+    asked: list[Any] = []
+    server, client = clients("openai", *loop.CHAT)
+    ex = make_executor(registry, policies=[no_bergen], max_parallel=1)  # Oslo, then Bergen
+    run = run_agent(
+        client,
+        model=loop.MODEL,
+        messages=loop.QUESTION,
+        executor=ex,
+        approve=lambda r: asked.append(r) or True,
+    )
+    assert run.stop_reason == "halted" and asked == []
+    first = [(r.status, r.error_code) for r in run.batches[0]]
+    assert first[0] == ("deferred", ErrorCode.APPROVAL_REQUIRED)
+    assert first[1] == ("cancelled", ErrorCode.HALTED)  # (the booking waited for Oslo: ABORTED)
+    calls = [
+        c["id"]
+        for m in run.messages
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or ()
+    ]
+    answered = [m["tool_call_id"] for m in run.messages if m.get("role") == "tool"]
+    assert answered == calls and len(calls) == 3

@@ -273,7 +273,10 @@ def plan_run(
         # Before admission masks the arguments: what the default masking
         # hides of them is scrubbed from a refusal (it may quote a key).
         scrubber = submission_scrubber(call, guard.tool, secret_keys)
-        refused = admit_at_submission(guard, call, time.monotonic(), scrubber, run.batch_id)
+        admitted: list[Any] = []
+        refused = admit_at_submission(
+            guard, call, time.monotonic(), scrubber, run.batch_id, admitted
+        )
         if refused is not None and refused[0] is ErrorCode.HALTED:
             # The rest of its batch ends with it (the calls before it in
             # order too: none has started), and so does its run.
@@ -284,7 +287,7 @@ def plan_run(
                 halts.halt(run.agent_run, batch, refused[1], run)
         elif refused is not None:
             run.refuse(*refused)
-        run.admitted_at_submission(guard.at_submission, scrubber)
+        run.admitted_at_submission(tuple(admitted), scrubber)
     return run
 
 

@@ -11,7 +11,7 @@ from ..actors import Scheduler
 from ..actors._messages import Cancel, HaltRun
 from ..agent_runs import check_agent_run
 from ..models import ErrorCode
-from ..pipeline import BatchRun, Run, Services
+from ..pipeline import BatchRun, Run, Services, halt_reason
 from ._handles import cancel_where
 
 __all__ = ["Stopping"]
@@ -41,15 +41,18 @@ class Stopping:
         Returns how many unfinished calls it ended; announces `tool:run-halted`
         the first time."""
         check_agent_run(agent_run, "Executor.halt")
-        if not isinstance(reason, str) or not reason:
-            raise TypeError(f"Executor.halt: reason must be a non-empty string, got {reason!r}")
+        if not isinstance(reason, str):
+            raise TypeError(f"Executor.halt: reason must be a string, got {type(reason).__name__}")
+        if not reason:
+            raise ValueError("Executor.halt: reason must not be empty")
+        reason = halt_reason(reason)  # (kept short: every later call of the run carries it)
         fresh = self._services.halts.record(agent_run, reason)
         count: int = self._scheduler.ask(HaltRun(agent_run, None, reason, None, fresh))
         return count
 
     def halted(self, agent_run: str) -> str | None:
         """Why `agent_run` was halted on this executor, or None if it was not."""
-        return self._services.halts.reason(agent_run)
+        return self._services.halts.reason(check_agent_run(agent_run, "Executor.halted"))
 
     def _stop(self, batch: BatchRun | None, run: Run | None) -> None:
         """A handle's cancel: end the run, or the batch's unfinished runs."""

@@ -118,9 +118,14 @@ class Completion(Deadlines):
                 reason = (
                     f"batch stopped: call {run.call.id} ('{run.call.name}') ended {result.status}"
                 )
+                code = ErrorCode.ABORTED
+                if b.halted is not None:  # its run was halted: what ends the rest is the halt
+                    code, reason = ErrorCode.HALTED, _pipeline.halted_text(b.halted)
                 for other in b.runs:
                     if other.decided is None:  # (a decided one ends as it was decided)
-                        self._cancel_run(other, ErrorCode.ABORTED, reason, only_unstarted=True)
+                        self._cancel_run(
+                            other, code, reason, only_unstarted=code is ErrorCode.ABORTED
+                        )
 
     def _abort_waiters(self, b: BatchRun, run: Run) -> None:
         """A deferred call never finished, as far as order goes: the later calls
@@ -186,6 +191,9 @@ class Completion(Deadlines):
                 or (b is not None and run.batch is b)
             )
         ]
+        for run in matched:  # first: a stop_on_error set off by one of them halts the rest
+            if run.batch is not None and run.batch.halted is None:
+                run.batch.halted = msg.reason
         text = _pipeline.halted_text(msg.reason)
         for run in matched:
             self._cancel_run(run, ErrorCode.HALTED, text, only_unstarted=False)

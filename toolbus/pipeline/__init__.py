@@ -12,7 +12,7 @@ from ..tools._running import NestedCalls
 from ._batch_run import BatchRun
 from ._clock import EARLY, SetUpTime, budget_spent, off_clock, ran_out, spent_result
 from ._drive import AsyncRunner, InPlace, Waitable, drive_async, drive_sync
-from ._halts import Halts, halted_text
+from ._halts import Halts, halt_reason, halted_text
 from ._keys import canonical_arguments, derive_key
 from ._make import log_contained, make_result
 from ._reports import CallLogs, logged, publish_progress
@@ -94,6 +94,7 @@ __all__ = [
     "end_call",
     "end_decided",
     "finish",
+    "halt_reason",
     "halted_text",
     "log_contained",
     "logged",

@@ -53,7 +53,11 @@ def check_outputs(run: Run, result: ToolResult, svc: Services) -> Steps:
             if verdict is None or kind is Pass:
                 continue
             if kind is Replace:
-                output, attachments, metadata = normalize_output(verdict.output)
+                try:
+                    output, attachments, metadata = normalize_output(verdict.output)
+                except Exception as e:  # (OutputError: not JSON, a cycle, ...)
+                    why = f"its guardrail {policy_name(guard)} gave an output toolbus cannot send"
+                    return _withheld(run, result, f"{why} ({type(e).__name__})")
                 result = make_result(
                     run,
                     "ok",
@@ -74,7 +78,10 @@ def check_outputs(run: Run, result: ToolResult, svc: Services) -> Steps:
                 )
             if kind is Trip:
                 # Scrubbed here, once: the other calls of the run carry it too.
-                why = run.scrubber.text(verdict.reason)
+                reason = verdict.reason
+                if not isinstance(reason, str) or not reason:
+                    reason = f"guardrail {policy_name(guard)} tripped"
+                why = run.scrubber.text(reason)
                 svc.halts.halt(run.agent_run, run.batch, why, run)
                 return make_result(
                     run,

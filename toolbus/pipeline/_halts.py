@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._batch_run import BatchRun
     from ._run import Run
 
-__all__ = ["Halts", "halted_text"]
+__all__ = ["Halts", "halt_reason", "halted_text"]
 
 # How many halted runs an executor remembers: the most recently halted. A
 # long-lived service halts a run now and then; a run forgotten after this many
@@ -63,6 +63,7 @@ class Halts:
         if it was not already."""
         if agent_run is None:
             return False
+        reason = halt_reason(reason)
         with self._lock:
             if self._reasons is None:
                 from cachetools import LRUCache  # only once a run is halted: imports stay light
@@ -79,7 +80,19 @@ class Halts:
     ) -> None:
         """Halt `agent_run` (or, without one, `batch`) for `reason`: its
         unfinished calls end but `by`'s, which decided it and ends as it does."""
+        reason = halt_reason(reason)
         fresh = self.record(agent_run, reason) or agent_run is None
         tell = self.tell
         if tell is not None:
             tell(agent_run, batch, reason, by, fresh)
+
+
+# A halt's reason is carried by every later call of the run: kept short.
+_MOST = 500
+
+
+def halt_reason(reason: object) -> str:
+    """`reason` as a halt keeps it: text, never empty, at most `_MOST` characters."""
+    text = reason if isinstance(reason, str) else "" if reason is None else str(reason)
+    text = text or "halted"
+    return text if len(text) <= _MOST else text[: _MOST - 1] + "…"

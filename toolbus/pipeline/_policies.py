@@ -362,8 +362,11 @@ def _drop(policy: Any, run: Run, result: ToolResult, svc: Services) -> None:
 def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResult:
     """`policy.on_result`, contained; the result as the policy leaves it."""
     token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+    # One asked at submission is told with the call object it was asked
+    # about (as submitted): it may know the call by it, as the others do.
+    call = run.origin if getattr(policy, "at_submission", False) is True else run.call
     try:
-        other = policy.on_result(run.call, result, time.monotonic())
+        other = policy.on_result(call, result, time.monotonic())
     except BaseException as e:
         # The result stands; the policy's failure is logged. BaseException too:
         # the result is claimed already, so anything escaping here would leave

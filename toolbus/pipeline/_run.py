@@ -311,11 +311,11 @@ class Run:
 
     def admitted_at_submission(self, policies: tuple[Any, ...], scrubber: Scrubber) -> None:
         """Before submission: `policies` (a quota's) were asked as the call was
-        submitted; if they admitted it they are told how it ends, and if not,
-        its refusal is scrubbed with `scrubber` as it ends, like any result."""
-        if self.refusal is None:
-            self.consulted.extend(policies)
-        else:
+        submitted and admitted it: they are told how it ends, refused by a
+        later one of them or not. A refusal is scrubbed with `scrubber` as it
+        ends, like any result."""
+        self.consulted.extend(policies)
+        if self.refusal is not None:
             self.scrubber = scrubber
 
     def waive(self, kind: type) -> None:

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
+from .._output import normalize_output
 from ..bus._events import CallEvent
 from ..bus._signals import define_signal
 from ..models import ErrorCode, ToolCall, ToolResult
@@ -144,9 +145,25 @@ class Guardrail(BasePolicy):
                 ErrorCode.TOOL_NOT_ALLOWED, refused_text(self, call.name, verdict, "input")
             )
         if kind is Replace:
+            try:
+                output, attachments, metadata = normalize_output(verdict.output)
+            except Exception as e:  # (OutputError: not JSON, a cycle, ...)
+                return Reject(
+                    ErrorCode.TOOL_UNAVAILABLE,
+                    f"Tool '{call.name}' is unavailable: its guardrail {self.name} gave an "
+                    f"output toolbus cannot send ({type(e).__name__})",
+                )
             return Respond(
-                ToolResult(call_id=call.id, name=call.name, status="ok", output=verdict.output)
+                ToolResult(
+                    call_id=call.id,
+                    name=call.name,
+                    status="ok",
+                    output=output,
+                    attachments=attachments,
+                    metadata=metadata,
+                )
             )
+
         if kind is Trip:
             return Halt(tripped(self, call, verdict, "input"))
         return Reject(ErrorCode.TOOL_UNAVAILABLE, failed_text(self, call.name, verdict))
@@ -189,7 +206,8 @@ def tripped(guard: Guardrail, call: ToolCall, verdict: Trip, stage: Stage) -> st
 
 
 def refused_text(guard: Guardrail, tool: str, verdict: Refuse, stage: Stage) -> str:
-    why = verdict.message if isinstance(verdict.message, str) else str(verdict.message)
+    message = verdict.message
+    why = message if isinstance(message, str) else "" if message is None else str(message)
     if stage == "input":
         head = f"Tool '{tool}' was not called: guardrail {guard.name} refused the call"
     else:

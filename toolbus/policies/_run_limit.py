@@ -77,8 +77,10 @@ class RunLimit(BasePolicy):
         self._per_tool_all: int | None = None
         self._per_tool: dict[str, int] = {}
         if isinstance(per_tool, Mapping):
+            if not per_tool and max_calls is None:
+                raise ValueError("run_limit: per_tool names no tool, and max_calls is not given")
             for name, cap in per_tool.items():
-                if not isinstance(name, str):
+                if not isinstance(name, str) or not name:
                     raise TypeError(f"run_limit: per_tool's keys are tool names, got {name!r}")
                 self._per_tool[name] = positive_int(cap, f"per_tool[{name!r}]", "run_limit")
         elif per_tool is not None:
@@ -93,9 +95,10 @@ class RunLimit(BasePolicy):
         self.name = f"run_limit({', '.join(parts)}, {on_limit})"
         self._lock = threading.Lock()
         self._runs: LRUCache[str, _Counts] | None = None  # made at the first count
-        # Admissions whose calls have not ended, by call id: (run, tool), the
-        # oldest first (a model may repeat an id).
-        self._open: dict[str, list[tuple[str, str]]] = {}
+        # Admissions whose calls have not ended, by the call object asked
+        # about (`on_result` gets the same one): (the call, its run, its tool),
+        # the oldest first (one object may be submitted twice).
+        self._open: dict[int, list[tuple[ToolCall, str, str]]] = {}
 
     def _cap(self, tool: str) -> int | None:
         return self._per_tool.get(tool, self._per_tool_all)
@@ -122,7 +125,7 @@ class RunLimit(BasePolicy):
             else:
                 counts.total += 1
                 counts.by_tool[name] = counts.by_tool.get(name, 0) + 1
-                self._open.setdefault(call.id, []).append((run, name))
+                self._open.setdefault(id(call), []).append((call, run, name))
                 return ADMIT
         if self.on_limit == "halt":
             return Halt(f"run_limit: {over} per run")
@@ -135,12 +138,12 @@ class RunLimit(BasePolicy):
     def on_result(self, call: ToolCall, result: ToolResult, now: float) -> None:
         """An admitted call ended: it stays counted unless it ended unanswered."""
         with self._lock:
-            admitted = self._open.get(call.id)
+            admitted = self._open.get(id(call))
             if not admitted:
                 return
-            run, name = admitted.pop(0)
+            _, run, name = admitted.pop(0)
             if not admitted:
-                del self._open[call.id]
+                del self._open[id(call)]
             if not _unanswered(result) or self._runs is None:
                 return
             counts = self._runs.get(run)

@@ -193,16 +193,23 @@ def submission_scrubber(call: ToolCall, tool: Tool, keys: SecretKeys) -> Scrubbe
 
 
 def admit_at_submission(
-    guard: Guard, call: ToolCall, now: float, scrubber: Scrubber, batch_id: str | None = None
+    guard: Guard,
+    call: ToolCall,
+    now: float,
+    scrubber: Scrubber,
+    batch_id: str | None = None,
+    admitted: list[Any] | None = None,
 ) -> tuple[ErrorCode, str] | None:
-    """Ask the policies that decide at submission; why the call is refused, or None.
+    """Ask the policies that decide at submission; why the call is refused, or
+    None. Those that admitted it are added to `admitted` (they are told how it
+    ends, refused by a later one or not).
 
     The arguments are not masked yet: `scrubber` (`submission_scrubber`) is
     what the policies mask a key with (`scrub`), and the refusal is scrubbed
     with it. Nothing is announced at submission."""
     token = asking(None, batch_id, None, scrubber)
     try:
-        refusal = _ask_at_submission(guard, call, now)
+        refusal = _ask_at_submission(guard, call, now, admitted if admitted is not None else [])
     finally:
         done_asking(token)
     if refusal is not None and scrubber:
@@ -210,7 +217,9 @@ def admit_at_submission(
     return refusal
 
 
-def _ask_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorCode, str] | None:
+def _ask_at_submission(
+    guard: Guard, call: ToolCall, now: float, admitted: list[Any]
+) -> tuple[ErrorCode, str] | None:
     for policy in guard.at_submission:
         try:
             decision = policy.admit(call, guard.tool, now)
@@ -221,6 +230,7 @@ def _ask_at_submission(guard: Guard, call: ToolCall, now: float) -> tuple[ErrorC
                 f"({type(e).__name__})",
             )
         if type(decision) is Admit:
+            admitted.append(policy)
             continue
         if type(decision) is Reject and isinstance(decision.code, ErrorCode):
             return decision.code, rejection_text(decision.message, call.name, policy)

@@ -138,7 +138,7 @@ class _Progress:
             batches=tuple(self.batches),
             turns=self.turns,
             stop_reason=stop,
-            text=fmt.text(self.response),
+            text=fmt.text(self.response) if self.response is not None else "",
             pending=pending.requests if pending is not None else (),
             pending_turn=pending,
             agent_run=s.agent_run,
@@ -207,12 +207,21 @@ def _answer(
     """Settle the turn's approvals and append its batch; append its answers, or,
     while calls still wait, return the turn as pending: the model is never
     sent a `deferred` result, which it would take for a failure."""
-    batch = yield from settle(turn.calls, turn.batch, approvals, ask=s.ask, offer=offer)
+    if _halted_batch(turn.batch) or s.halted() is not None:
+        # Its run is halted: nobody is asked, nothing runs again, and the
+        # conversation answers every call (it ends here).
+        batch = turn.batch
+    else:
+        batch = yield from settle(turn.calls, turn.batch, approvals, ask=s.ask, offer=offer)
     run.batches.append(batch)
-    if batch.summary.deferred:
+    if batch.summary.deferred and not _halted_batch(batch) and s.halted() is None:
         return dataclasses.replace(turn, batch=batch)
     run.history.extend(fmt.answers(turn.response, batch.results, s.max_length))
     return None
+
+
+def _halted_batch(batch: BatchResult) -> bool:
+    return any(r.error_code is ErrorCode.HALTED for r in batch.results)
 
 
 def _start(

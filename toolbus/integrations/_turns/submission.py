@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from ..._executor._handles import batch_handle, call_handle
 from ..._executor._submission import check_clocks
 from ..._options import check_priority
+from ...agent_runs import check_agent_run
 from ...approvals import check_approval, check_approvals
 from ...executor import Executor
 from ...models import ToolCall, ToolResult
@@ -40,8 +41,8 @@ __all__ = [
 W = TypeVar("W")
 
 # What `execute`/`aexecute` and the batch methods take besides the calls.
-ONE = frozenset({"approval", "priority", "timeout", "call_timeout"})
-MANY = frozenset({"stop_on_error", "approvals", "priority", "timeout", "call_timeout"})
+ONE = frozenset({"approval", "priority", "timeout", "call_timeout", "agent_run"})
+MANY = frozenset({"stop_on_error", "approvals", "priority", "timeout", "call_timeout", "agent_run"})
 
 
 @dataclass
@@ -158,6 +159,8 @@ def check_values(options: Mapping[str, Any], *, one: bool) -> None:
         check_approval(options["approval"])
     if options.get("approvals") is not None:
         check_approvals(options["approvals"])
+    if options.get("agent_run") is not None:
+        check_agent_run(options["agent_run"], "execute*")
 
 
 def submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:
@@ -165,6 +168,7 @@ def submit_options(options: Mapping[str, Any], *, one: bool) -> dict[str, Any]:
     made: dict[str, Any] = {
         "priority": options.get("priority"),
         "clocks": (options.get("timeout"), options.get("call_timeout")),
+        "agent_run": options.get("agent_run"),
     }
     if one:
         made["approval"] = options.get("approval")

@@ -95,6 +95,11 @@ class _Recorded:
         )
 
 
+def _run_id() -> str | None:
+    """Inside a workflow, its id: the agent run is the same when DBOS runs it again."""
+    return f"dbos:{DBOS.workflow_id}"[:200] if in_workflow() and DBOS.workflow_id else None
+
+
 def run_agent(
     client: Any,
     *,
@@ -111,6 +116,8 @@ def run_agent(
     approvals: Mapping[str, ApprovalDecision] | None = None,
     call_timeout: float | None = None,
     on_in_doubt: InDoubtHandler | None = None,
+    agent_run: str | None = None,
+    context: Any = None,
     **options: Any,
 ) -> AgentResult:
     """`toolbus.providers.run_agent`, each model request, approval and tool
@@ -137,6 +144,9 @@ def run_agent(
         approvals=approvals,
         call_timeout=call_timeout,
         options=options,
+        # (a resumed run keeps its own; a workflow's own run, its id)
+        agent_run=agent_run if agent_run is not None or resume is not None else _run_id(),
+        context=context,
     )
 
 
@@ -156,6 +166,8 @@ async def arun_agent(
     approvals: Mapping[str, ApprovalDecision] | None = None,
     call_timeout: float | None = None,
     on_in_doubt: InDoubtHandler | None = None,
+    agent_run: str | None = None,
+    context: Any = None,
     **options: Any,
 ) -> AgentResult:
     """Async twin of `run_agent` (async clients; `aexecute_batch`)."""
@@ -176,4 +188,7 @@ async def arun_agent(
         approvals=approvals,
         call_timeout=call_timeout,
         options=options,
+        # (a resumed run keeps its own; a workflow's own run, its id)
+        agent_run=agent_run if agent_run is not None or resume is not None else _run_id(),
+        context=context,
     )

@@ -119,6 +119,12 @@ def _sync() -> NoReturn:
     raise RuntimeError("a Restate handler is a coroutine: use arun_agent")
 
 
+def _run_id() -> str | None:
+    """Inside a handler, its invocation's id: the same agent run when Restate retries it."""
+    ctx = handler_context()
+    return f"restate:{ctx.request().id}"[:200] if ctx is not None else None
+
+
 async def arun_agent(
     client: Any,
     *,
@@ -135,6 +141,8 @@ async def arun_agent(
     approvals: Mapping[str, ApprovalDecision] | None = None,
     call_timeout: float | None = None,
     on_in_doubt: InDoubtHandler | None = None,
+    agent_run: str | None = None,
+    context: Any = None,
     **options: Any,
 ) -> AgentResult:
     """`toolbus.providers.arun_agent`, each model request, approval and tool
@@ -163,4 +171,7 @@ async def arun_agent(
         approvals=approvals,
         call_timeout=call_timeout,
         options=options,
+        # (a resumed run keeps its own; a workflow's own run, its id)
+        agent_run=agent_run if agent_run is not None or resume is not None else _run_id(),
+        context=context,
     )
