@@ -16,9 +16,11 @@ the candidates. Keyed, it reveals nothing without the secret. So a decision
 is good for the executor that asked for it, or any executor on the same
 journal (after a restart too), and for no other.
 
-A decision is not single-use, nor bound to the call's id: it approves a tool
-and exact arguments, and whoever holds it may submit those again, as often
-as they like, under any call id. Keep it as you would the permission itself.
+A plain decision is not single-use, nor bound to the call's id: it approves a
+tool and exact arguments, and whoever holds it may submit those again, as
+often as they like, under any call id. Keep it as you would the permission
+itself. The executor mints decisions that do more (an edit, an answer, expiry,
+single use: `toolbus.decisions`).
 
 A tool may also stop for input only a person can give (an MCP server's
 question, asked while no one is there to answer): it raises
@@ -84,7 +86,7 @@ class ApprovalDecision(BaseModel):
     reason: str | None = None
     decided_by: str | None = None
     decided_at: float | None = None
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, Any] | str | None = None
     answered: bool = False
     output: Any = None
     expires_at: float | None = None
@@ -249,11 +251,13 @@ def external_digest(tool: str, arguments: dict[str, Any] | str, *, secret: bytes
 
 
 def request_mac(request: ApprovalRequest, secret: bytes) -> str:
-    """HMAC-SHA256 (hex), under `secret`, of a request's call id, tool and digest."""
+    """HMAC-SHA256 (hex), under `secret`, of a request's call id, tool, digest
+    and masked arguments (what its completion is published with)."""
     mac = hmac.new(secret, b"toolbus request\0", hashlib.sha256)
     for part in (request.call_id, request.tool, request.digest):
         mac.update(part.encode("utf-8", "surrogatepass"))
         mac.update(b"\0")
+    mac.update(_json.canonical(request.arguments_masked))
     return mac.hexdigest()
 
 

@@ -24,9 +24,9 @@ import uuid
 from typing import Any
 
 from . import _json
-from .approvals import ApprovalDecision, ApprovalRequest, InputRequest
+from .approvals import ApprovalDecision, ApprovalRequest, ExternalRequest, InputRequest
 
-__all__ = ["decision_mac", "mint", "verify"]
+__all__ = ["decision_mac", "mint", "must_be_minted", "verify"]
 
 # Keeps decision MACs apart from every other HMAC under the same secret.
 _DOMAIN = b"toolbus decision\0"
@@ -42,11 +42,15 @@ def decision_mac(decision: ApprovalDecision, secret: bytes) -> str:
 
 
 def verify(decision: ApprovalDecision, secret: bytes) -> bool:
-    """Whether `decision` carries the MAC `secret` gives it (constant time)."""
+    """Whether `decision` carries the MAC `secret` gives it (constant time);
+    False for one whose fields cannot even be read as a decision's."""
     given = decision.mac
     if not isinstance(given, str):
         return False
-    expected = decision_mac(decision, secret)
+    try:
+        expected = decision_mac(decision, secret)
+    except Exception:  # a model_construct'ed one with fields no decision has
+        return False
     return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
 
 
@@ -56,7 +60,7 @@ def mint(
     *,
     approved: bool = True,
     reason: str | None = None,
-    arguments: dict[str, Any] | None = None,
+    arguments: dict[str, Any] | str | None = None,
     answered: bool = False,
     output: Any = None,
     decided_by: str | None = None,
@@ -72,11 +76,21 @@ def mint(
     if not isinstance(request, ApprovalRequest):
         kind = type(request).__name__
         raise TypeError(f"{where}: request must be an ApprovalRequest, got {kind}")
-    if isinstance(request, InputRequest) and (arguments is not None or answered):
+    if isinstance(request, InputRequest):
         raise TypeError(f"{where}: a question (InputRequest) is answered with its accept/decline")
+    if isinstance(request, ExternalRequest) and (
+        arguments is not None or (approved and not answered)
+    ):
+        raise TypeError(
+            f"{where}: an external tool's request is answered (answer) or refused (deny): "
+            "its tool never runs"
+        )
     if arguments is not None:
-        if not isinstance(arguments, dict):
-            raise TypeError(f"{where}: arguments must be a dict, got {type(arguments).__name__}")
+        if not isinstance(arguments, dict | str):
+            raise TypeError(
+                f"{where}: arguments must be a dict (a free-text tool's: a string), "
+                f"got {type(arguments).__name__}"
+            )
         _json_able(arguments, "arguments", where)
     if answered:
         _json_able(output, "output", where)
@@ -118,3 +132,9 @@ def _json_able(value: Any, name: str, where: str) -> None:
         _json.dumps(value)
     except (TypeError, ValueError) as e:  # orjson's JSONEncodeError is a TypeError
         raise TypeError(f"{where}: {name} must be JSON values ({e})") from None
+
+
+def must_be_minted(decision: ApprovalDecision) -> bool:
+    """Whether `decision` is good only with a valid `mac`, read from its
+    fields (not from anything a subclass of it may say of itself)."""
+    return ApprovalDecision.must_be_minted.fget(decision)  # type: ignore[attr-defined,no-any-return]

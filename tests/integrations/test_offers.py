@@ -101,8 +101,10 @@ async def test_an_imported_pydantic_ai_tools_prepare_runs_in_the_toolset(
         script = Script("done")
         await agent_for(script, ToolbusToolset(reg, ex)).run("hi", deps=deps)
         assert {t.name: t.description for t in script.infos[0].function_tools} == expected
-    # Outside pydantic-ai, no RunContext: offered as registered.
-    assert [t.name for t in ex.offered(StepContext())] == ["wipe"]
+    # Outside pydantic-ai its prepare cannot be asked: not offered (fails closed).
+    assert ex.offered(StepContext()) == []
+    r = ex.execute(ToolCall(name="wipe", arguments={"table": "t"}))
+    assert r.error_code is ErrorCode.TOOL_NOT_OFFERED
 
 
 async def test_agents_sdk_export_offers_what_the_executor_offers(

@@ -220,8 +220,90 @@ def test_pending_approvals_outlive_a_restart_and_are_decided_elsewhere(tmp_path:
         assert [r.call_id for r in ex.pending()] == ["t1"]
         assert ex.execute(CALL, approval=decision).output == "sent 50 to bob"
         assert ex.pending() == []
-        assert ex.execute(CALL, approval=decision).error_code is ErrorCode.DECISION_EXPIRED
-    # A third executor on the journal: the decision stays used.
+        # Again: the journal answers with what that call did (the decision is
+        # spent when a call runs, and this one does not run again).
+        again = ex.execute(CALL, approval=decision)
+        assert (again.output, again.metadata.get("replayed")) == ("sent 50 to bob", True)
+    # A third executor on the journal: the decision stays used for another call.
     with Executor(registry(ran), journal=path) as ex:
-        assert ex.execute(CALL, approval=decision).error_code is ErrorCode.DECISION_EXPIRED
+        call = CALL.model_copy(update={"id": "t2"})
+        assert ex.execute(call, approval=decision).error_code is ErrorCode.DECISION_EXPIRED
     assert ran == [{"amount": 50, "to": "bob"}]
+
+
+# -- found by the second review of issue 28 ----------------------------------------------
+
+
+def test_a_subclass_saying_it_needs_no_mac_is_still_checked(make_executor: MakeExecutor) -> None:
+    """A decision subclass overriding `must_be_minted` ran an unminted edit."""
+
+    class Lenient(ApprovalDecision):
+        @property
+        def must_be_minted(self) -> bool:
+            return False
+
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran))
+    request = ask(ex)
+    forged = Lenient(digest=request.digest, approved=True, arguments={"amount": 9, "to": "eve"})
+    r = ex.execute(CALL, approval=forged)
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED) and ran == []
+    odd = ApprovalDecision.model_construct(
+        digest=request.digest, approved=True, arguments={"x": object()}, mac="0" * 64
+    )
+    assert ex.execute(CALL, approval=odd).error_code is ErrorCode.TOOL_NOT_ALLOWED
+
+
+def test_a_single_use_approval_is_spent_when_the_call_runs(make_executor: MakeExecutor) -> None:
+    """It was spent when first judged: with an approval policy on the executor
+    and one on the tool, its first use was refused as used."""
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran), policies=[requires_approval()])
+    once = ex.approve(ask(ex), single_use=True)
+    assert ex.execute(CALL, approval=once).ok
+    assert ex.execute(CALL, approval=once).error_code is ErrorCode.DECISION_EXPIRED
+    assert len(ran) == 1
+
+
+def test_minting_refuses_what_would_do_nothing(make_executor: MakeExecutor) -> None:
+    ex = make_executor(registry([]))
+    request = ask(ex)
+    from toolbus.approvals import InputRequest
+
+    question = InputRequest(
+        call_id="q", tool="transfer", digest="0" * 64, source="s", message="?", state=""
+    )
+    with pytest.raises(TypeError, match="accept/decline"):
+        ex.approve(question)
+    with pytest.raises(TypeError, match="decided_by"):
+        ex.approve(request, decided_by=7)  # type: ignore[arg-type]
+
+
+def test_a_free_text_tool_is_edited_with_text(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+    got: list[str] = []
+
+    @reg.tool(type="custom", policies=[requires_approval()])
+    def run_sql(query: str) -> str:
+        got.append(query)
+        return "ran"
+
+    ex = make_executor(reg)
+    call = ToolCall(id="s", name="run_sql", arguments="DELETE FROM orders")
+    request = ask(ex, call)
+    assert ex.execute(call, approval=ex.approve(request, arguments="SELECT 1")).ok
+    assert got == ["SELECT 1"]
+
+
+def test_another_edit_is_another_operation_for_the_journal(tmp_path: Path) -> None:
+    """With a journal, an edit of a call that already ran replayed the first result."""
+    ran: list[dict[str, Any]] = []
+    with Executor(registry(ran), journal=tmp_path / "j.sqlite") as ex:
+        request = ask(ex)
+        five = ex.approve(request, arguments={"amount": 5, "to": "bob"})
+        seven = ex.approve(request, arguments={"amount": 7, "to": "carol"})
+        assert ex.execute(CALL, approval=five).output == "sent 5 to bob"
+        assert ex.execute(CALL, approval=seven).output == "sent 7 to carol"
+        again = ex.execute(CALL, approval=five)
+        assert again.metadata.get("replayed") is True
+    assert ran == [{"amount": 5, "to": "bob"}, {"amount": 7, "to": "carol"}]

@@ -211,3 +211,50 @@ def test_a_halted_turn_answers_every_call_and_asks_nobody(
     ]
     answered = [m["tool_call_id"] for m in run.messages if m.get("role") == "tool"]
     assert answered == calls and len(calls) == 3
+
+
+def test_a_resumed_turn_is_held_to_what_that_turn_offers(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    """The resumed turn's calls were judged at step 0 with no context, so an
+    approved call of a tool enabled by the run's context ended TOOL_NOT_OFFERED;
+    so did every call with `tools=` given (second review of issue 28)."""
+    from toolbus.policies import requires_approval
+
+    registry = make_registry()
+
+    @tool(policies=[requires_approval()], is_enabled=lambda s: s.context == "staff")
+    def book_table(restaurant: str, people: int) -> str:
+        return f"Booked {restaurant} for {people}"
+
+    old = registry.get("book_table")
+    assert old is not None and registry.replace(old, book_table)
+    server, client = clients("openai", *loop.CHAT)
+    ex = make_executor(registry)
+    stopped = run_agent(
+        client, model=loop.MODEL, messages=loop.QUESTION, executor=ex, context="staff"
+    )
+    assert stopped.stop_reason == "approval"
+    [request] = stopped.pending
+    run = run_agent(
+        client,
+        model=loop.MODEL,
+        messages=stopped.messages,
+        executor=ex,
+        resume=stopped,
+        approvals={request.call_id: request.approve()},
+        context="staff",
+    )
+    assert run.batches[0].results[2].output == "Booked Maaemo for 2"
+    # tools= given: sent as given, each call still held to is_enabled at its turn.
+    server2, client2 = clients("openai", *loop.CHAT)
+    given = run_agent(
+        client2,
+        model=loop.MODEL,
+        messages=loop.QUESTION,
+        executor=ex,
+        tools=server.requests[0]["tools"],
+        context="staff",
+        approve=lambda r: True,
+    )
+    assert given.batches[0].results[2].output == "Booked Maaemo for 2"

@@ -106,3 +106,78 @@ def test_pending_after_a_restart_and_completed_there(tmp_path: Path) -> None:
 def test_external_is_checked_at_registration() -> None:
     with pytest.raises(TypeError, match="external must be True or False"):
         ToolRegistry().tool(external="yes")(lambda: 1)  # type: ignore[call-overload]
+
+
+# -- found by the second review of issue 28 ----------------------------------------------
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_completed_once_from_sixteen_threads(tmp_path: Path, journal: bool) -> None:
+    import threading
+
+    options: dict[str, Any] = {"journal": tmp_path / "j.sqlite"} if journal else {}
+    with Executor(registry(), **options) as ex:
+        request = ask(ex)
+        start = threading.Barrier(16)
+        results: list[Any] = []
+        lock = threading.Lock()
+
+        def complete() -> None:
+            start.wait()
+            r = ex.complete(request, 15)
+            with lock:
+                results.append(r)
+
+        threads = [threading.Thread(target=complete) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert sorted(r.status for r in results) == ["ok"] + ["rejected"] * 15
+    assert {r.error_code for r in results if not r.ok} == {ErrorCode.DECISION_EXPIRED}
+
+
+def test_complete_never_raises_and_keeps_the_request_when_refused(
+    make_executor: MakeExecutor,
+) -> None:
+    ex = make_executor(registry())
+    request = ask(ex)
+    odd = ex.complete(request, {"when": object()})
+    assert odd.error_code is ErrorCode.INVALID_ARGUMENTS and ex.pending() == [request]
+    constructed = ExternalRequest.model_construct(call_id=None, tool=None, digest=None, mac=None)
+    assert ex.complete(constructed, 1).error_code is ErrorCode.TOOL_NOT_ALLOWED
+    assert ex.complete(request, 1, decided_by=5).error_code is ErrorCode.INVALID_ARGUMENTS  # type: ignore[arg-type]
+    altered = request.model_copy(update={"arguments_masked": {"question": "other"}})
+    assert ex.complete(altered, 1).error_code is ErrorCode.TOOL_NOT_ALLOWED
+    assert ex.complete(request, 15).ok
+    ex.close()
+    assert ex.complete(request, 15).status == "cancelled"  # (the executor is closed)
+
+
+def test_two_calls_with_the_same_arguments_wait_apart(make_executor: MakeExecutor) -> None:
+    ex = make_executor(registry())
+    alice, bob = ask(ex, "alice-1"), ask(ex, "bob-7")
+    assert [r.call_id for r in ex.pending()] == ["alice-1", "bob-7"]
+    assert ex.complete(alice, 10).ok
+    assert [r.call_id for r in ex.pending()] == ["bob-7"]
+    assert ex.complete(bob, 5).ok
+
+
+def test_an_external_tool_that_needs_approval_is_answered(make_executor: MakeExecutor) -> None:
+    from toolbus.policies import requires_approval
+
+    reg = ToolRegistry()
+
+    @reg.tool(external=True, policies=[requires_approval()])
+    def refund_by_hand(order: str) -> str:
+        """A person refunds an order."""
+        raise AssertionError("never run")
+
+    ex = make_executor(reg)
+    call = ToolCall(id="r", name="refund_by_hand", arguments={"order": "7"})
+    approval = ex.execute(call).approval_request
+    assert approval is not None
+    waiting = ex.execute(call, approval=approval.approve())
+    assert isinstance(waiting.approval_request, ExternalRequest)
+    done = ex.execute(call, approval=ex.answer(waiting.approval_request, "refunded"))
+    assert (done.status, done.output) == ("ok", "refunded")

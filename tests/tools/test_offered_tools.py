@@ -168,3 +168,51 @@ def test_calls_a_tool_makes_are_not_held_to_the_offer(make_executor: MakeExecuto
         assert ex.execute(ToolCall(name="lookup", arguments={"query": "q"})).output == (
             "ok: internal"
         )
+
+
+# -- found by the second review of issue 28 ----------------------------------------------
+
+
+def test_an_is_enabled_or_prepare_raising_anything_fails_closed(
+    make_executor: MakeExecutor,
+) -> None:
+    """SystemExit from either escaped out of execute and every export."""
+    reg = ToolRegistry()
+
+    def leaves(step: StepContext) -> bool:
+        raise SystemExit(3)
+
+    @reg.tool(read_only=True, is_enabled=leaves)
+    def odd() -> str:
+        return "x"
+
+    @reg.tool(read_only=True)
+    def plain() -> str:
+        return "x"
+
+    async def later(step: StepContext) -> bool:
+        return True
+
+    @reg.tool(read_only=True, is_enabled=later)
+    def asynchronous() -> str:
+        return "x"
+
+    ex = make_executor(reg)
+    assert [t.name for t in ex.offered(StepContext())] == ["plain"]
+    assert ex.execute(ToolCall(name="odd")).error_code is ErrorCode.TOOL_NOT_OFFERED
+    assert ex.execute(ToolCall(name="asynchronous")).error_code is ErrorCode.TOOL_NOT_OFFERED
+    assert names(reg.to_openai()) == ["plain"]
+
+    def exits(step: StepContext, tools: list[Tool]) -> list[Tool]:
+        raise KeyboardInterrupt
+
+    ex2 = make_executor(reg, prepare=exits)
+    assert ex2.offered(StepContext()) == []
+
+
+def test_prepare_may_not_swap_in_another_tool(make_executor: MakeExecutor) -> None:
+    reg = registry()
+    impostor = registry().get("search")
+    assert impostor is not None
+    ex = make_executor(reg, prepare=lambda step, tools: [impostor])
+    assert ex.offered(StepContext(step=1)) == []

@@ -39,16 +39,22 @@ class Deciding:
         """Supply the result of an external tool's call (`@tool(external=True)`):
         a new submission of it, ending `ok` with `output` (`attempts` 0,
         `metadata["external"]`), announced with its own `tool:finished`. The
-        request must be this executor's (or its journal's), still waiting;
-        else, or for an output that does not fit the tool's output schema, the
-        submission ends `rejected` (`DECISION_EXPIRED` for one already
-        completed), saying why. Never raises for what it is given."""
-        call = ToolCall(
-            id=getattr(request, "call_id", "") or "external",
-            name=getattr(request, "tool", "") or "external",
-            arguments=_masked(request),
-        )
-        ended = self._completion(request, output, decided_by)
+        request must be this executor's (or its journal's) and still waiting;
+        once: of several completions, from any threads or processes on the
+        journal, one ends `ok` and the others `DECISION_EXPIRED`. A request
+        this executor did not make, an output that does not fit the tool's
+        output schema (or is not JSON), or a closed executor end it
+        `rejected`, saying why, and leave the request waiting. Never raises."""
+        call_id = _text(getattr(request, "call_id", None)) or "external"
+        name = _text(getattr(request, "tool", None)) or "external"
+        call = ToolCall(id=call_id, name=name, arguments=_masked(request))
+        try:
+            ended = self._completion(request, output, decided_by, call_id, name)
+        except Exception as e:  # (a bug of ours: the submission still ends, once)
+            ended = _refused(
+                call_id, name, ErrorCode.TOOL_UNAVAILABLE,
+                f"Tool '{name}' was not completed: internal error ({type(e).__name__})",
+            )  # fmt: skip
         waiter = ThreadWaiter()
         run = self._submit_one(call, waiter, decided=ended)
         if not waiter.latch.flag:
@@ -56,44 +62,49 @@ class Deciding:
         assert run.result is not None
         return run.result
 
-    def _completion(self, request: Any, output: Any, decided_by: str | None) -> ToolResult:
-        """The result `complete` submits: the output, or why it is refused."""
+    def _completion(
+        self, request: Any, output: Any, decided_by: Any, call_id: str, name: str
+    ) -> ToolResult:
+        """The result `complete` submits: the output, or why it is refused
+        (the request claimed only for an output it can send)."""
         svc = self._services
-        name = getattr(request, "tool", "")
-        call_id = getattr(request, "call_id", "") or "external"
-
-        def refused(code: ErrorCode, why: str) -> ToolResult:
-            return ToolResult(
-                call_id=call_id, name=name or "external", status="rejected", error=why,
-                error_code=code,
-            )  # fmt: skip
-
-        if not isinstance(request, ExternalRequest) or not hmac.compare_digest(
-            request.mac.encode("utf-8", "surrogatepass"),
-            request_mac(request, svc.key_secret).encode(),
-        ):
-            return refused(
-                ErrorCode.TOOL_NOT_ALLOWED,
+        if not isinstance(request, ExternalRequest) or not _genuine(request, svc.key_secret):
+            return _refused(
+                call_id, name, ErrorCode.TOOL_NOT_ALLOWED,
                 f"Tool '{name}' was not completed: the request is not an external request "
                 "this executor made",
-            )
-        if request.digest not in {r.digest for r in svc.pending.list()}:
-            return refused(
-                ErrorCode.DECISION_EXPIRED,
-                f"Tool '{name}' was not completed: its request was completed or answered already",
-            )
+            )  # fmt: skip
+        if getattr(self, "_closed", False):
+            return _refused(
+                call_id, name, ErrorCode.CANCELLED,
+                f"Tool '{name}' was not completed: the executor is closed",
+            )  # fmt: skip
+        if decided_by is not None and not isinstance(decided_by, str):
+            return _refused(
+                call_id, name, ErrorCode.INVALID_ARGUMENTS,
+                f"Tool '{name}' was not completed: decided_by must be a string",
+            )  # fmt: skip
         tool = self.registry.get(name)
         if tool is None or not tool.external:
-            return refused(ErrorCode.TOOL_NOT_FOUND, f"Tool '{name}' is not an external tool here")
+            why = f"Tool '{name}' is not an external tool here"
+            return _refused(call_id, name, ErrorCode.TOOL_NOT_FOUND, why)
         problem = output_problem(tool.output_schema, output)
+        try:
+            value, attachments, _ = normalize_output(output)
+        except Exception as e:  # (OutputError: not JSON, a cycle, ...)
+            problem = problem or f"it cannot be sent: {type(e).__name__}"
         if problem is not None:
-            return refused(
-                ErrorCode.INVALID_ARGUMENTS,
-                f"Tool '{name}' was not completed: the result does not fit its output schema "
-                f"({problem})",
-            )
-        svc.pending.release(request.digest)
-        value, attachments, _ = normalize_output(output)
+            return _refused(
+                call_id, name, ErrorCode.INVALID_ARGUMENTS,
+                f"Tool '{name}' was not completed: the result does not fit its output "
+                f"schema ({problem})",
+            )  # fmt: skip
+        if not svc.pending.claim(request.digest, request.call_id):
+            return _refused(
+                call_id, name, ErrorCode.DECISION_EXPIRED,
+                f"Tool '{name}' was not completed: its request is not waiting (completed or "
+                "answered already)",
+            )  # fmt: skip
         meta: dict[str, Any] = {"external": True}
         if decided_by is not None:
             meta["decided_by"] = decided_by
@@ -176,3 +187,23 @@ def _masked(request: Any) -> dict[str, Any]:
     """The arguments a completion is published with: the request's, masked."""
     shown = getattr(request, "arguments_masked", None)
     return dict(shown) if isinstance(shown, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _genuine(request: ExternalRequest, secret: bytes) -> bool:
+    """Whether `request` carries the MAC this executor's secret gives it."""
+    mac = request.mac
+    if not isinstance(mac, str):
+        return False
+    try:
+        expected = request_mac(request, secret)
+    except Exception:  # fields a model_construct left odd: not ours
+        return False
+    return hmac.compare_digest(mac.encode("utf-8", "surrogatepass"), expected.encode())
+
+
+def _refused(call_id: str, name: str, code: ErrorCode, why: str) -> ToolResult:
+    return ToolResult(call_id=call_id, name=name, status="rejected", error=why, error_code=code)

@@ -10,6 +10,7 @@ made inside it to those tools: a call of any other ends `TOOL_NOT_OFFERED`
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,12 +54,23 @@ class Offering:
             return tools
         try:
             kept: Any = prepare(at, list(tools))
+            if inspect.iscoroutine(kept):  # an async prepare: the exports are sync
+                kept.close()
+                raise TypeError("prepare is async")
             chosen = list(kept)
-        except Exception as e:
+        except BaseException as e:  # user code: it must take no listing or call down with it
             log.warning("Executor prepare failed (%s): no tools offered", type(e).__name__)
             return []
-        names = {t.name for t in tools}
-        good = [t for t in chosen if isinstance(t, Tool) and t.name in names]
+        by_name = {t.name: t for t in tools}
+        # A tool offered to it, or a `described` copy of one: never another
+        # tool under an offered name (the model would be shown what does not run).
+        good = [
+            t
+            for t in chosen
+            if isinstance(t, Tool)
+            and t.name in by_name
+            and (t is by_name[t.name] or getattr(t, "_described_from", None) is by_name[t.name])
+        ]
         if len(good) != len(chosen):
             log.warning(
                 "Executor prepare gave back %d item(s) that are not tools offered to it: left out",

@@ -363,6 +363,6 @@ def _offered(registry: ToolRegistry) -> list[str]:
     """The names an unknown tool's error may suggest: those the caller's token
     is offered (all, without a token)."""
     offer = offering.get()
-    if offer is not None:
+    if offer is not None and offer.names is not None:
         return [n for n in registry.names() if n in offer.names]
     return [t.name for t in offered(registry.list(), granted.get())]

@@ -171,7 +171,7 @@ class _Enabled:
         self.name = name
 
     def __call__(self, ctx: RunContextWrapper[Any], agent: Any) -> bool:
-        return self.name in _offer(self.executor, ctx).names
+        return self.name in (_offer(self.executor, ctx).names or ())
 
 
 def function_tool_for(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Unpack
@@ -58,6 +59,8 @@ from ..tools._injected import injected_parameters
 from ..tools._offer import Offer, offering
 from ..tools._tool import STANDARD_INVOKES, format_validation_error
 from ..tools._tool_options import PYDANTIC_AI_KEYWORDS, PydanticAIOptions, adopt
+
+log = logging.getLogger("toolbus.integrations")
 
 __all__ = ["PydanticAITool", "ToolbusToolset", "from_pydantic_ai", "tool_definition"]
 
@@ -139,11 +142,15 @@ class ToolbusToolset(AbstractToolset[Any]):
             tool_def = tool_definition(t)
             prepare = getattr(t, "pydantic_ai_prepare", None)
             if prepare is not None:  # a pydantic-ai tool's own, given this run's context
-                prepared = prepare(ctx, tool_def)
-                if inspect.isawaitable(prepared):
-                    prepared = await prepared
-                if prepared is None:
-                    continue  # not offered at this step
+                try:
+                    prepared = prepare(ctx, tool_def)
+                    if inspect.isawaitable(prepared):
+                        prepared = await prepared
+                except Exception as e:  # a broken guard fails closed: left out, logged
+                    log.warning("tool %r: its prepare raised %s: not offered", t.name, e)
+                    continue
+                if not isinstance(prepared, ToolDefinition):
+                    continue  # not offered at this step (None), or not a definition
                 # Its calls come back by name: toolbus knows it by its own.
                 tool_def = prepared if prepared.name == t.name else replace(prepared, name=t.name)
             key = (t, budget)
@@ -191,6 +198,11 @@ class ToolbusToolset(AbstractToolset[Any]):
 
 # Offers kept for the steps whose calls may still come (the latest ones).
 _OFFERS_KEPT = 256
+
+
+def _in_pydantic_ai(step: StepContext) -> bool:
+    """`is_enabled` of a tool with a pydantic-ai `prepare`: where it can be asked."""
+    return isinstance(step.context, RunContext)
 
 
 def _run_of(ctx: RunContext[Any]) -> str | None:
@@ -248,8 +260,9 @@ class PydanticAITool(Tool):
     `timeout`, `retry`, `max_concurrency`, `groups`, `idempotent`.
 
     Its `prepare` function (it takes a `RunContext`) is asked where toolbus
-    runs inside pydantic-ai (`ToolbusToolset`, at each step); elsewhere the
-    tool is offered as registered (its `is_enabled` still applies).
+    runs inside pydantic-ai (`ToolbusToolset`, at each step; one that raises
+    leaves the tool out). Elsewhere it cannot be asked, so the tool is not
+    offered there (`TOOL_NOT_OFFERED`), unless `is_enabled=` says otherwise.
 
     Refused with a `TypeError` saying why: a tool whose first parameter is a
     `RunContext` (there is no pydantic-ai run to take it from), one with an
@@ -273,8 +286,11 @@ class PydanticAITool(Tool):
         if self.timeout is None:
             self.timeout = pa.timeout
         # Asked by `ToolbusToolset` at each step (it has pydantic-ai's
-        # RunContext); elsewhere the tool is offered as registered.
+        # RunContext). Elsewhere it cannot be asked, so a tool it guards is
+        # offered only inside pydantic-ai, unless `is_enabled` says otherwise.
         self.pydantic_ai_prepare = pa.prepare
+        if pa.prepare is not None and "is_enabled" not in options:
+            self.is_enabled = _in_pydantic_ai
         self._function = schema.function
         self._validator = schema.validator
         self._positional = tuple(schema.positional_fields)

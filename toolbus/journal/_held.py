@@ -13,9 +13,11 @@ Written at once, on the caller's thread, each in its own transaction.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import ApprovalDecision, ApprovalRequest, ExternalRequest, InputRequest
@@ -25,12 +27,13 @@ __all__ = ["HELD_SCHEMA", "HeldApprovals"]
 
 HELD_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS pending (
-    digest TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
+    digest TEXT NOT NULL,
     call_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
     tool TEXT NOT NULL,
     request TEXT NOT NULL,
-    held REAL NOT NULL
+    held REAL NOT NULL,
+    PRIMARY KEY (digest, call_id)
 )""",
     """CREATE TABLE IF NOT EXISTS used_decisions (
     id TEXT PRIMARY KEY,
@@ -59,6 +62,8 @@ class HeldApprovals:
     _lock: threading.Lock
     _conn: sqlite3.Connection
     _key_secret: bytes
+    # How long a held write waits for the write lock: the journal's `timeout`.
+    _timeout: float
 
     if TYPE_CHECKING:  # Journal's own
 
@@ -149,49 +154,70 @@ class HeldApprovals:
     def hold_request(self, request: ApprovalRequest) -> None:
         """`request` waits for a decision."""
         self._write(
-            "INSERT OR REPLACE INTO pending (digest, kind, call_id, tool, request, held) "
+            "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (
                 request.digest,
-                _kind(request),
                 request.call_id,
+                _kind(request),
                 request.tool,
                 request.model_dump_json(),
                 time.time(),
             ),
         )
 
-    def release_request(self, digest: str) -> None:
-        """The request of `digest` was decided."""
-        self._write("DELETE FROM pending WHERE digest = ?", (digest,))
+    def release_request(self, digest: str, call_id: str) -> bool:
+        """The request of `digest` for call `call_id` was decided: True if it
+        was waiting (this is where two processes completing one request are
+        told apart: one of them removes it)."""
+        return (
+            self._write("DELETE FROM pending WHERE digest = ? AND call_id = ?", (digest, call_id))
+            == 1
+        )
 
     def use_decision(self, decision_id: str, expires_at: float | None) -> bool:
         """Record the use of a single-use decision: True if it was not used
         before (by any process on this journal). Uses whose decision expired
-        are let go as it goes."""
+        a minute ago are let go as it goes (past its time a decision is
+        refused before it is used: the minute covers the clocks read between)."""
         now = time.time()
         with self._lock:
             conn = self._writable()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("DELETE FROM used_decisions WHERE expires < ?", (now,))
-                fresh = conn.execute(
-                    "INSERT OR IGNORE INTO used_decisions (id, used, expires) VALUES (?, ?, ?)",
-                    (decision_id, now, expires_at),
-                ).rowcount
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            with _bounded(conn, self._timeout):
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute("DELETE FROM used_decisions WHERE expires < ?", (now - 60,))
+                    fresh = conn.execute(
+                        "INSERT OR IGNORE INTO used_decisions (id, used, expires) VALUES (?, ?, ?)",
+                        (decision_id, now, expires_at),
+                    ).rowcount
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
         return fresh == 1
 
-    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
         with self._lock:
             conn = self._writable()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(sql, params)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            with _bounded(conn, self._timeout):
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    n = int(conn.execute(sql, params).rowcount)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+        return n
+
+
+@contextlib.contextmanager
+def _bounded(conn: sqlite3.Connection, seconds: float) -> Iterator[None]:
+    """Wait at most `seconds` for the write lock (a held write runs on a call's
+    own path: it must not wait as long as the writer thread may)."""
+    before = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(before)}")

@@ -10,7 +10,7 @@ approval lets it go on, and an edit with other arguments, which the policy
 step then admits again (`_policies.consult`: validated, authorized, masked
 and published as any call's arguments are).
 
-The single-use decisions used are remembered in `_used.py`.
+The single-use decisions used are remembered in `_held.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import ApprovalDecision
-from ..decisions import verify
+from ..decisions import must_be_minted, verify
 from ..models import ErrorCode, ToolResult
 from ..tools import normalize_output
 from ..tools._schemas import output_problem
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._run import Run
     from ._services import Services
 
-__all__ = ["judge"]
+__all__ = ["judge", "spend", "used_up"]
 
 
 def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | None:
@@ -37,7 +37,7 @@ def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | N
     end (refused, expired, denied, answered), or None: it goes on (edited,
     if the decision says so)."""
     name = run.call.name
-    if (decision.must_be_minted or decision.mac is not None) and not verify(
+    if (must_be_minted(decision) or decision.mac is not None) and not verify(
         decision, svc.key_secret
     ):
         return _refused(
@@ -56,18 +56,37 @@ def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | N
     if decision.approved is not True:
         why = decision.reason or "denied"
         return _refused(run, ErrorCode.TOOL_NOT_ALLOWED, f"Tool '{name}' was not approved: {why}")
-    if decision.single_use and (
-        not isinstance(decision.decision_id, str)
-        or not svc.used_decisions.use(decision.decision_id, decision.expires_at)
-    ):
-        return _refused(
-            run,
-            ErrorCode.DECISION_EXPIRED,
-            f"Tool '{name}' was not run: its approval was already used; ask for a new one",
-        )
+    if decision.single_use:
+        if not isinstance(decision.decision_id, str):
+            return used_up(run)
+        if not decision.answered:
+            # Spent when the call runs under it (`spend`), not when a later
+            # policy, authorization or a replay leaves it unrun.
+            run.spend = decision
+            return None
+        if not svc.used_decisions.use(decision.decision_id, decision.expires_at):
+            return used_up(run)
     if decision.answered:
         return _answered(run, decision)
     return None
+
+
+def used_up(run: Run) -> ToolResult:
+    """The end of a call that came with a single-use decision used already."""
+    return _refused(
+        run,
+        ErrorCode.DECISION_EXPIRED,
+        f"Tool '{run.call.name}' was not run: its approval was already used; ask for a new one",
+    )
+
+
+def spend(run: Run, svc: Services) -> bool:
+    """Spend the single-use decision `run` runs under, now that it runs:
+    False if it was spent already (by another call, thread or process)."""
+    decision, run.spend = run.spend, None
+    if decision is None or not isinstance(decision.decision_id, str):
+        return decision is None
+    return svc.used_decisions.use(decision.decision_id, decision.expires_at)
 
 
 def _answered(run: Run, decision: ApprovalDecision) -> ToolResult:

@@ -65,26 +65,28 @@ class PendingStore(Protocol):
 
     def hold_request(self, request: Any) -> None: ...
 
-    def release_request(self, digest: str) -> None: ...
+    def release_request(self, digest: str, call_id: str) -> bool: ...
 
     def pending(self) -> list[Any]: ...
 
 
 class PendingRequests:
-    """The requests an executor waits on a decision for (thread-safe), by digest."""
+    """The requests an executor waits on a decision for (thread-safe), by
+    digest and call id (two calls with the same arguments wait apart)."""
 
     __slots__ = ("_lock", "_requests", "store")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._requests: dict[str, Any] = {}
+        self._requests: dict[tuple[str, str], Any] = {}
         self.store: PendingStore | None = None
 
     def hold(self, request: Any) -> None:
         """`request` waits for a decision (again)."""
+        key = (request.digest, request.call_id)
         with self._lock:
-            self._requests.pop(request.digest, None)
-            self._requests[request.digest] = request  # (the newest last)
+            self._requests.pop(key, None)
+            self._requests[key] = request  # (the newest last)
             if len(self._requests) > KEPT:  # never decided: the oldest go first
                 self._requests.pop(next(iter(self._requests)))
         if self.store is not None:
@@ -93,21 +95,31 @@ class PendingRequests:
             except Exception as e:  # the call's result stands; the listing misses it
                 log.warning("holding a pending request in the journal failed: %s", e)
 
-    def release(self, digest: str) -> None:
-        """A decision on the request of `digest` was made: it waits no more."""
+    def release(self, digest: str, call_id: str) -> None:
+        """A decision on the request of `digest` for `call_id` was made."""
+        self.claim(digest, call_id)
+
+    def claim(self, digest: str, call_id: str) -> bool:
+        """Take the request of `digest` for `call_id` off the list: True for
+        the one caller that did (of every thread, and every process on the
+        journal), False if it was not waiting (decided, completed, unknown)."""
         with self._lock:
-            held = self._requests.pop(digest, None)
-        if self.store is not None:
+            held = self._requests.pop((digest, call_id), None) is not None
+            if self.store is None:
+                return held
             try:
-                self.store.release_request(digest)
-            except Exception as e:
+                return self.store.release_request(digest, call_id)
+            except Exception as e:  # the journal cannot say: not claimed (fails closed)
                 log.warning("releasing a pending request in the journal failed: %s", e)
-        del held
+                return False
 
     def list(self) -> list[Any]:
         """The requests waiting, oldest first: the journal's (every process's,
         and those held before a restart) when there is one, else this executor's."""
         if self.store is not None:
-            return self.store.pending()
+            try:
+                return self.store.pending()
+            except Exception as e:  # a closed or failing journal: what this process holds
+                log.warning("listing the pending requests of the journal failed: %s", e)
         with self._lock:
             return list(self._requests.values())

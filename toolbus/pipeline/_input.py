@@ -53,10 +53,11 @@ def _ran_approved(run: Run, secret: bytes) -> bool:
         return answer is not None and answer.covers_approval is True
     if not isinstance(decision, ApprovalDecision) or decision.approved is not True:
         return False
-    if decision.must_be_minted:
-        # An edit's approval is of other arguments than the call's own, and an
-        # expiring or single-use one must not outlive itself in an answer: the
-        # call answered is asked about again.
+    if decision.kind != "approve":
+        # An edit's approval is of other arguments than the call's own (the
+        # answer would run the call as the model sent it): the call answered
+        # is asked about again. (A single-use or expiring approval carries on:
+        # the answer goes on with the call it was spent on.)
         return False
     origin = run.origin
     digest = arguments_digest(origin.name, origin.arguments, secret=secret)

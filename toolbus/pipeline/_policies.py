@@ -27,6 +27,7 @@ from ..approvals import (
     InputAnswer,
     arguments_digest,
     digest_matches,
+    external_digest,
 )
 from ..models import ErrorCode, ToolResult
 from ..policies._protocol import (
@@ -46,6 +47,7 @@ from ._admission import admit
 from ._decisions import judge
 from ._halts import halted_text
 from ._input import answer_for
+from ._keys import derive_key
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, POLICIES
 
@@ -272,8 +274,13 @@ def _edited(run: Run, svc: Services) -> Steps:
     decision = run.approval
     assert isinstance(decision, ApprovalDecision)
     assert decision.arguments is not None
-    run.call = run.call.with_arguments(dict(decision.arguments))
+    edited = decision.arguments
+    run.call = run.call.with_arguments(dict(edited) if isinstance(edited, dict) else edited)
     run.admitted = False
+    # Its idempotency key is the edited call's (another edit is another operation).
+    run.key = (
+        None if run.origin.idempotency_key is not None else derive_key(run.call, svc.key_secret)
+    )
     refused: ToolResult | None = yield from admit(run, svc)
     return refused
 
@@ -291,6 +298,18 @@ def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
         answer = answer_for(run, svc.key_secret)
         if answer is not None and answer.covers_approval is True:
             return None
+    elif (
+        isinstance(decision, ApprovalDecision)
+        and run.tool is not None
+        and run.tool.external
+        and (decision.answered or decision.approved is not True)
+        and digest_matches(
+            decision.digest, external_digest(origin.name, origin.arguments, secret=svc.key_secret)
+        )
+    ):
+        # An answer (or a refusal) of an external tool's request: the tool is
+        # never run, so this is all the approval it needs (`_external.py` judges it).
+        return None
     elif isinstance(decision, ApprovalDecision) and digest_matches(decision.digest, digest):
         # (`approved is True` there: a decision made unvalidated, model_construct,
         # with approved="no" or 1 is not an approval.)

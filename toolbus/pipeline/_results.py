@@ -132,7 +132,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
         except Exception as e:  # the result stands; the journal's failure is logged
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
     if run.judged is not None:
-        svc.pending.release(run.judged)
+        svc.pending.release(run.judged, run.call.id)
     if result.status == "deferred" and result.approval_request is not None:
         svc.pending.hold(result.approval_request)
     em = svc.emitter

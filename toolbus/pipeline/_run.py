@@ -116,6 +116,7 @@ class Run:
         "scrubber",
         "settled",
         "shares_slot",
+        "spend",
         "stop_reason",
         "submitted",
         "task",
@@ -160,6 +161,8 @@ class Run:
         # The digest of the request a genuine decision it came with decided
         # (`_decisions.judge`): that request is pending no more.
         self.judged: str | None = None
+        # A single-use decision to spend when the call runs (`_decisions.spend`).
+        self.spend: Any = None
         # Why the supervisor let the current attempt go ("timeout", "cancelled").
         self.stop_reason = ""
         self.tool = tool

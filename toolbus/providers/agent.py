@@ -157,7 +157,8 @@ def _turns(
     first, with `resume` (its batch not in `run.batches`), the pending turn's
     calls are finished and answered."""
     if resume is not None:
-        pending = yield from _answer(fmt, run, s, resume, approvals)
+        # The stopped turn's calls are held to what that turn offers.
+        pending = yield from _answer(fmt, run, s, resume, approvals, s.offer(run.turns)[1])
         if pending is not None:
             return run.result(fmt, s, "approval", pending)
         if (why := _halted(run, s)) is not None:
@@ -260,7 +261,8 @@ def _start(
         exported = [dict(t) for t in tools]
 
         def offer_at(turn: int) -> tuple[list[Any], Offer | None]:
-            return exported, None  # sent as given: each call held to its tool's is_enabled
+            # Sent as given: each call held to its tool's is_enabled at this turn.
+            return exported, Offer(StepContext(agent_run, turn, context), None)
 
     history = [{"role": "user", "content": messages}] if isinstance(messages, str) else [*messages]
     pending = check_resume(resume, approvals, history, fmt.api)

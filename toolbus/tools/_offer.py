@@ -25,6 +25,7 @@ anything but True or False, does not offer the tool: a broken guard fails closed
 from __future__ import annotations
 
 import contextvars
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
@@ -67,10 +68,12 @@ class StepContext:
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """What was offered at a step: its context and the names of the tools offered."""
+    """What was offered at a step: its context and the names of the tools
+    offered (None: the tools were sent as given; each call is held to its
+    tool's `is_enabled` at `step`)."""
 
     step: StepContext
-    names: frozenset[str]
+    names: frozenset[str] | None
 
 
 # The tools offered for the step whose calls are being made in this context
@@ -145,11 +148,14 @@ def enabled(tool: Tool, step: StepContext | None = None) -> bool:
         return flag
     try:
         answer = flag(step if step is not None else current_step())
-    except Exception as e:  # user code: it must not take the listing down with it
+    except BaseException as e:  # user code: it must take no listing or call down with it
         log.warning("tool %r: is_enabled raised %s: not offered", tool.name, type(e).__name__)
         return False
     if answer is True or answer is False:
         return answer
+    close = getattr(answer, "close", None)
+    if inspect.iscoroutine(answer) and callable(close):
+        close()  # an async is_enabled: never awaited here (the exports are sync)
     log.warning(
         "tool %r: is_enabled returned %s, not True/False: not offered",
         tool.name,
@@ -170,7 +176,7 @@ def not_offered(tool: Tool) -> str | None:
     """Why the model may not call `tool` here (None: it may): not among the
     tools offered for this step, or not enabled at it."""
     offer = offering.get()
-    if offer is not None and tool.name not in offer.names:
+    if offer is not None and offer.names is not None and tool.name not in offer.names:
         return _not_offered_text(tool.name, sorted(offer.names))
     if tool.is_enabled is not True and not enabled(tool, offer.step if offer else None):
         return _not_offered_text(tool.name, None)

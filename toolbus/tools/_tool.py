@@ -395,6 +395,8 @@ class Tool:
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone.description = description
+        # What `Executor(prepare=)` checks: a copy of the tool it was offered.
+        clone._described_from = getattr(self, "_described_from", None) or self
         return clone
 
     def to_openai(self) -> dict[str, Any]:
