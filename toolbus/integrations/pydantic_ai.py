@@ -28,6 +28,9 @@ How results reach the model (see docs/integrations.md):
 
 Arguments that are not a JSON object never reach toolbus: pydantic-ai asks the
 model to fix them itself (a retry prompt), before any tool is called.
+
+One piece: both directions of the integration, imported (with pydantic-ai)
+only by those who use it; they share pydantic-ai's schema and run context.
 """
 
 from __future__ import annotations
@@ -285,9 +288,8 @@ class PydanticAITool(Tool):
         adopt(self, options)
         if self.timeout is None:
             self.timeout = pa.timeout
-        # Asked by `ToolbusToolset` at each step (it has pydantic-ai's
-        # RunContext). Elsewhere it cannot be asked, so a tool it guards is
-        # offered only inside pydantic-ai, unless `is_enabled` says otherwise.
+        # Asked by `ToolbusToolset` at each step (with pydantic-ai's RunContext);
+        # elsewhere it cannot be, so the tool is offered only there by default.
         self.pydantic_ai_prepare = pa.prepare
         if pa.prepare is not None and "is_enabled" not in options:
             self.is_enabled = _in_pydantic_ai

@@ -1,4 +1,5 @@
-"""What a decision on a call's approval does, once its digest names the call.
+"""What a decision on a call's approval does: asked for (`approval`), judged
+once its digest names the call (`judge`), an edit admitted again (`edited`).
 
 `judge` reads it: one that must be minted (an edit, an answer, one that
 expires or is single use) without this executor's MAC is refused
@@ -18,18 +19,28 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalDecision
+from ..approvals import (
+    ApprovalDecision,
+    ApprovalRequest,
+    InputAnswer,
+    arguments_digest,
+    digest_matches,
+    external_digest,
+)
 from ..decisions import must_be_minted, verify
 from ..models import ErrorCode, ToolResult
 from ..tools import normalize_output
 from ..tools._schemas import output_problem
+from ._admission import admit
+from ._input import answer_for
+from ._keys import derive_key
 from ._make import make_result
 
 if TYPE_CHECKING:
     from ._run import Run
-    from ._services import Services
+    from ._services import Services, Steps
 
-__all__ = ["judge", "spend", "used_up"]
+__all__ = ["EDITED", "approval", "edited", "judge", "spend", "used_up"]
 
 
 def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | None:
@@ -109,3 +120,71 @@ def _answered(run: Run, decision: ApprovalDecision) -> ToolResult:
 
 def _refused(run: Run, code: ErrorCode, text: str) -> ToolResult:
     return make_result(run, "rejected", error=text, code=code, attempts=0)
+
+
+# `approval`'s answer for a call approved with other arguments (an edit).
+EDITED: Any = object()
+
+
+def edited(run: Run, svc: Services) -> Steps:
+    """The call approved with the decision's arguments instead: admitted again
+    (pre-call hooks, authorization, masking, validation), so what runs is
+    checked and published as any call is. Returns its refusal, or None."""
+    decision = run.approval
+    assert isinstance(decision, ApprovalDecision)
+    assert decision.arguments is not None
+    edited = decision.arguments
+    run.call = run.call.with_arguments(dict(edited) if isinstance(edited, dict) else edited)
+    run.admitted = False
+    # Its idempotency key is the edited call's (another edit is another operation).
+    run.key = (
+        None if run.origin.idempotency_key is not None else derive_key(run.call, svc.key_secret)
+    )
+    refused: ToolResult | None = yield from admit(run, svc)
+    return refused
+
+
+def approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
+    """None if the run carries an approval of exactly its arguments; else the
+    denial (`rejected`) or the request (`deferred`)."""
+    origin = run.origin
+    # Keyed by the executor's secret: the request is published, and a plain
+    # hash of its arguments would give away a secret of few possible values.
+    digest = arguments_digest(origin.name, origin.arguments, secret=svc.key_secret)
+    decision = run.approval
+    if isinstance(decision, InputAnswer):
+        # An answer to the question the approved call asked carries the approval on.
+        answer = answer_for(run, svc.key_secret)
+        if answer is not None and answer.covers_approval is True:
+            return None
+    elif (
+        isinstance(decision, ApprovalDecision)
+        and run.tool is not None
+        and run.tool.external
+        and (decision.answered or decision.approved is not True)
+        and digest_matches(
+            decision.digest, external_digest(origin.name, origin.arguments, secret=svc.key_secret)
+        )
+    ):
+        # An answer (or a refusal) of an external tool's request: the tool is
+        # never run, so this is all the approval it needs (`_external.py` judges it).
+        return None
+    elif isinstance(decision, ApprovalDecision) and digest_matches(decision.digest, digest):
+        # (`approved is True` there: a decision made unvalidated, model_construct,
+        # with approved="no" or 1 is not an approval.)
+        ended = judge(run, decision, svc)
+        if ended is not None:
+            return ended
+        return EDITED if decision.kind == "edit" else None
+    request = ApprovalRequest(
+        call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
+    )
+    text = f"Tool '{run.call.name}' needs approval before it runs"
+    result = make_result(
+        run,
+        "deferred",
+        error=f"{text}: {reason}" if reason else text,
+        code=ErrorCode.APPROVAL_REQUIRED,
+        attempts=0,
+    )
+    return result.model_copy(update={"approval_request": request})

@@ -21,14 +21,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..approvals import (
-    ApprovalDecision,
-    ApprovalRequest,
-    InputAnswer,
-    arguments_digest,
-    digest_matches,
-    external_digest,
-)
 from ..models import ErrorCode, ToolResult
 from ..policies._protocol import (
     Admit,
@@ -43,11 +35,8 @@ from ..policies._protocol import (
 )
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
-from ._admission import admit
-from ._decisions import judge
+from ._decisions import EDITED, approval, edited
 from ._halts import halted_text
-from ._input import answer_for
-from ._keys import derive_key
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, POLICIES
 
@@ -165,9 +154,9 @@ def consult(run: Run, svc: Services) -> Steps:
                 svc.halts.halt(run.agent_run, run.batch, why, run)
                 return halted
             if kind is RequireApproval:
-                answer = _approval(run, decision.reason, svc)
+                answer = approval(run, decision.reason, svc)
                 if answer is EDITED:  # approved with other arguments: admitted again
-                    answer = yield from _edited(run, svc)
+                    answer = yield from edited(run, svc)
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):
@@ -261,74 +250,6 @@ def _refused(run: Run, policy: Any, why: str) -> ToolResult:
         code=ErrorCode.TOOL_UNAVAILABLE,
         attempts=0,
     )
-
-
-# `_approval`'s answer for a call approved with other arguments (an edit).
-EDITED: Any = object()
-
-
-def _edited(run: Run, svc: Services) -> Steps:
-    """The call approved with the decision's arguments instead: admitted again
-    (pre-call hooks, authorization, masking, validation), so what runs is
-    checked and published as any call is. Returns its refusal, or None."""
-    decision = run.approval
-    assert isinstance(decision, ApprovalDecision)
-    assert decision.arguments is not None
-    edited = decision.arguments
-    run.call = run.call.with_arguments(dict(edited) if isinstance(edited, dict) else edited)
-    run.admitted = False
-    # Its idempotency key is the edited call's (another edit is another operation).
-    run.key = (
-        None if run.origin.idempotency_key is not None else derive_key(run.call, svc.key_secret)
-    )
-    refused: ToolResult | None = yield from admit(run, svc)
-    return refused
-
-
-def _approval(run: Run, reason: str, svc: Services) -> ToolResult | None:
-    """None if the run carries an approval of exactly its arguments; else the
-    denial (`rejected`) or the request (`deferred`)."""
-    origin = run.origin
-    # Keyed by the executor's secret: the request is published, and a plain
-    # hash of its arguments would give away a secret of few possible values.
-    digest = arguments_digest(origin.name, origin.arguments, secret=svc.key_secret)
-    decision = run.approval
-    if isinstance(decision, InputAnswer):
-        # An answer to the question the approved call asked carries the approval on.
-        answer = answer_for(run, svc.key_secret)
-        if answer is not None and answer.covers_approval is True:
-            return None
-    elif (
-        isinstance(decision, ApprovalDecision)
-        and run.tool is not None
-        and run.tool.external
-        and (decision.answered or decision.approved is not True)
-        and digest_matches(
-            decision.digest, external_digest(origin.name, origin.arguments, secret=svc.key_secret)
-        )
-    ):
-        # An answer (or a refusal) of an external tool's request: the tool is
-        # never run, so this is all the approval it needs (`_external.py` judges it).
-        return None
-    elif isinstance(decision, ApprovalDecision) and digest_matches(decision.digest, digest):
-        # (`approved is True` there: a decision made unvalidated, model_construct,
-        # with approved="no" or 1 is not an approval.)
-        ended = judge(run, decision, svc)
-        if ended is not None:
-            return ended
-        return EDITED if decision.kind == "edit" else None
-    request = ApprovalRequest(
-        call_id=run.call.id, tool=run.call.name, arguments_masked=run.masked, digest=digest
-    )
-    text = f"Tool '{run.call.name}' needs approval before it runs"
-    result = make_result(
-        run,
-        "deferred",
-        error=f"{text}: {reason}" if reason else text,
-        code=ErrorCode.APPROVAL_REQUIRED,
-        attempts=0,
-    )
-    return result.model_copy(update={"approval_request": request})
 
 
 def tell_results(

@@ -158,10 +158,9 @@ class Run:
         self.origin = call  # as submitted: before parsing and pre-call hooks
         self.key: str | None = None  # its idempotency key, made when first needed
         self.journaled = False  # its intent is in the journal: record its outcome too
-        # The digest of the request a genuine decision it came with decided
-        # (`_decisions.judge`): that request is pending no more.
+        # The digest of the request its decision decided (pending no more), and
+        # a single-use decision to spend when it runs (`_decisions.py`).
         self.judged: str | None = None
-        # A single-use decision to spend when the call runs (`_decisions.spend`).
         self.spend: Any = None
         # Why the supervisor let the current attempt go ("timeout", "cancelled").
         self.stop_reason = ""
