@@ -26,7 +26,7 @@ from typing import Any
 from . import _json
 from .approvals import ApprovalDecision, ApprovalRequest, ExternalRequest, InputRequest
 
-__all__ = ["decision_mac", "mint", "must_be_minted", "verify"]
+__all__ = ["Minting", "decision_mac", "mint", "must_be_minted", "verify"]
 
 # Keeps decision MACs apart from every other HMAC under the same secret.
 _DOMAIN = b"toolbus decision\0"
@@ -138,3 +138,78 @@ def must_be_minted(decision: ApprovalDecision) -> bool:
     """Whether `decision` is good only with a valid `mac`, read from its
     fields (not from anything a subclass of it may say of itself)."""
     return ApprovalDecision.must_be_minted.fget(decision)  # type: ignore[attr-defined,no-any-return]
+
+
+class Minting:
+    """`approve`, `deny` and `answer`: decisions minted under one secret (an
+    executor's, or its journal's, which every executor on the journal takes)."""
+
+    # Who mints, for the errors: "Executor" or "Journal".
+    _minter = "decisions"
+
+    def _decision_secret(self) -> bytes:
+        raise NotImplementedError
+
+    def approve(
+        self,
+        request: ApprovalRequest,
+        *,
+        arguments: dict[str, Any] | str | None = None,
+        decided_by: str | None = None,
+        expires_in: float | None = None,
+        single_use: bool = False,
+    ) -> ApprovalDecision:
+        """Approve `request`'s call; with `arguments`, approve it with those
+        instead (an edit: validated, authorized and masked again when the call
+        is submitted with the decision; a free-text tool's, a string).
+        `expires_in` seconds from now it ends `DECISION_EXPIRED`; `single_use`:
+        it runs one call (a second use ends `DECISION_EXPIRED`). Off by
+        default: a plain approval is good for every call of the same tool and
+        arguments, as `request.approve()` is."""
+        return mint(
+            request,
+            self._decision_secret(),
+            arguments=arguments,
+            decided_by=decided_by,
+            expires_in=expires_in,
+            single_use=single_use,
+            where=f"{self._minter}.approve",
+        )
+
+    def deny(
+        self, request: ApprovalRequest, reason: str = "denied", *, decided_by: str | None = None
+    ) -> ApprovalDecision:
+        """Deny `request`'s call: it ends `rejected` (`TOOL_NOT_ALLOWED`), the
+        model reading `reason`."""
+        return mint(
+            request,
+            self._decision_secret(),
+            approved=False,
+            reason=reason,
+            decided_by=decided_by,
+            where=f"{self._minter}.deny",
+        )
+
+    def answer(
+        self,
+        request: ApprovalRequest,
+        output: Any,
+        *,
+        decided_by: str | None = None,
+        expires_in: float | None = None,
+        single_use: bool = False,
+    ) -> ApprovalDecision:
+        """Answer `request`'s call with `output` in its tool's place: it ends
+        `ok` with that output (`attempts` 0, `metadata["decision"] ==
+        "answer"`), the tool not run. The output must fit the tool's output
+        schema, if it has one (checked when the call comes with it)."""
+        return mint(
+            request,
+            self._decision_secret(),
+            answered=True,
+            output=output,
+            decided_by=decided_by,
+            expires_in=expires_in,
+            single_use=single_use,
+            where=f"{self._minter}.answer",
+        )

@@ -14,8 +14,8 @@ import hmac
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalDecision, ApprovalRequest, ExternalRequest, request_mac
-from ..decisions import mint
+from ..approvals import ApprovalRequest, ExternalRequest, request_mac
+from ..decisions import Minting
 from ..models import ErrorCode, ToolCall, ToolResult
 from ..pipeline import Run, Services, ThreadWaiter
 from ..tools import ToolRegistry, normalize_output
@@ -24,11 +24,16 @@ from ..tools._schemas import output_problem
 __all__ = ["Deciding"]
 
 
-class Deciding:
-    """The part of `Executor` that mints decisions and lists what waits for one."""
+class Deciding(Minting):
+    """The part of `Executor` that mints decisions (`approve`, `deny`,
+    `answer`), lists what waits for one, and completes external calls."""
 
     _services: Services
     registry: ToolRegistry
+    _minter = "Executor"
+
+    def _decision_secret(self) -> bytes:
+        return self._services.key_secret
 
     if TYPE_CHECKING:  # (Submitting's)
         _submit_one: Callable[..., Run]
@@ -118,69 +123,6 @@ class Deciding:
         oldest first (masked, as published). With a journal, every process's
         on it, kept across restarts; without, this executor's (the last 10 000)."""
         return list(self._services.pending.list())
-
-    def approve(
-        self,
-        request: ApprovalRequest,
-        *,
-        arguments: dict[str, Any] | None = None,
-        decided_by: str | None = None,
-        expires_in: float | None = None,
-        single_use: bool = False,
-    ) -> ApprovalDecision:
-        """Approve `request`'s call; with `arguments`, approve it with those
-        instead (an edit: validated, authorized and masked again when the call
-        is submitted with the decision). `expires_in` seconds from now it ends
-        `DECISION_EXPIRED`; `single_use`: it runs one call (a second use ends
-        `DECISION_EXPIRED`). Off by default: a plain approval is good for every
-        call of the same tool and arguments, as `request.approve()` is."""
-        return mint(
-            request,
-            self._services.key_secret,
-            arguments=arguments,
-            decided_by=decided_by,
-            expires_in=expires_in,
-            single_use=single_use,
-            where="Executor.approve",
-        )
-
-    def deny(
-        self, request: ApprovalRequest, reason: str = "denied", *, decided_by: str | None = None
-    ) -> ApprovalDecision:
-        """Deny `request`'s call: it ends `rejected` (`TOOL_NOT_ALLOWED`), the
-        model reading `reason`."""
-        return mint(
-            request,
-            self._services.key_secret,
-            approved=False,
-            reason=reason,
-            decided_by=decided_by,
-            where="Executor.deny",
-        )
-
-    def answer(
-        self,
-        request: ApprovalRequest,
-        output: Any,
-        *,
-        decided_by: str | None = None,
-        expires_in: float | None = None,
-        single_use: bool = False,
-    ) -> ApprovalDecision:
-        """Answer `request`'s call with `output` in its tool's place: it ends
-        `ok` with that output (`attempts` 0, `metadata["decision"] ==
-        "answer"`), the tool not run. The output must fit the tool's output
-        schema, if it has one (checked when the call comes with it)."""
-        return mint(
-            request,
-            self._services.key_secret,
-            answered=True,
-            output=output,
-            decided_by=decided_by,
-            expires_in=expires_in,
-            single_use=single_use,
-            where="Executor.answer",
-        )
 
 
 def _masked(request: Any) -> dict[str, Any]:

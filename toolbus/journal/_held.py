@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalDecision, ApprovalRequest, ExternalRequest, InputRequest
-from ..decisions import mint
+from ..approvals import ApprovalRequest, ExternalRequest, InputRequest
+from ..decisions import Minting
 
 __all__ = ["HELD_SCHEMA", "HeldApprovals"]
 
@@ -56,8 +56,15 @@ def _kind(request: ApprovalRequest) -> str:
     return "external" if isinstance(request, ExternalRequest) else "approval"
 
 
-class HeldApprovals:
-    """The part of `Journal` that holds approvals."""
+class HeldApprovals(Minting):
+    """The part of `Journal` that holds approvals, and mints decisions on them
+    (`approve`, `deny`, `answer`) under the journal's secret: good for every
+    executor on this journal, in any process."""
+
+    _minter = "Journal"
+
+    def _decision_secret(self) -> bytes:
+        return self._key_secret
 
     _lock: threading.Lock
     _conn: sqlite3.Connection
@@ -93,61 +100,6 @@ class HeldApprovals:
                 except ValueError:
                     continue  # a damaged row: the others still count
         return out
-
-    def approve(
-        self,
-        request: ApprovalRequest,
-        *,
-        arguments: dict[str, Any] | None = None,
-        decided_by: str | None = None,
-        expires_in: float | None = None,
-        single_use: bool = False,
-    ) -> ApprovalDecision:
-        """As `Executor.approve`, under this journal's secret: good for every
-        executor on this journal, in any process."""
-        return mint(
-            request,
-            self._key_secret,
-            arguments=arguments,
-            decided_by=decided_by,
-            expires_in=expires_in,
-            single_use=single_use,
-            where="Journal.approve",
-        )
-
-    def deny(
-        self, request: ApprovalRequest, reason: str = "denied", *, decided_by: str | None = None
-    ) -> ApprovalDecision:
-        """As `Executor.deny`, under this journal's secret."""
-        return mint(
-            request,
-            self._key_secret,
-            approved=False,
-            reason=reason,
-            decided_by=decided_by,
-            where="Journal.deny",
-        )
-
-    def answer(
-        self,
-        request: ApprovalRequest,
-        output: Any,
-        *,
-        decided_by: str | None = None,
-        expires_in: float | None = None,
-        single_use: bool = False,
-    ) -> ApprovalDecision:
-        """As `Executor.answer`, under this journal's secret."""
-        return mint(
-            request,
-            self._key_secret,
-            answered=True,
-            output=output,
-            decided_by=decided_by,
-            expires_in=expires_in,
-            single_use=single_use,
-            where="Journal.answer",
-        )
 
     # -- the executor's (`pipeline/_held.py`) --------------------------------------------
 
