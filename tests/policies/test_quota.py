@@ -369,3 +369,37 @@ def test_an_approved_call_is_not_refused_by_the_quota_its_deferral_spent() -> No
         assert first.approval_request is not None
         again = ex.execute(call, approval=first.approval_request.approve())
         assert again.status == "ok", again.error  # QUOTA_EXCEEDED today
+
+
+def test_a_repeated_call_id_gives_back_the_right_unit(make_executor: MakeExecutor) -> None:
+    """A call that ended unanswered gave back the unit of another call with the
+    same id (the oldest admission of that id), letting a key past its budget
+    (found reviewing run_limit, issue 28): an admission is known by its call object."""
+    import threading
+
+    from tests.conftest import wait_until
+    from toolbus.policies import requires_approval
+
+    reg = ToolRegistry()
+    release = threading.Event()
+
+    @reg.tool(read_only=True)
+    def slow(user: str) -> str:
+        release.wait(30)
+        return "x"
+
+    @reg.tool(read_only=True, policies=[requires_approval()])
+    def guarded(user: str) -> str:
+        return "x"
+
+    ex = make_executor(reg, policies=[quota(1, key=lambda c: c.arguments["user"])])
+    try:
+        running = ex.submit(ToolCall(id="c1", name="slow", arguments={"user": "a"}))
+        wait_until(lambda: ex.stats().in_flight == 1, what="a's call running")
+        deferred = ex.execute(ToolCall(id="c1", name="guarded", arguments={"user": "b"}))
+        assert deferred.status == "deferred"
+        again = ex.execute(ToolCall(id="c2", name="slow", arguments={"user": "a"}))
+        assert again.error_code is ErrorCode.QUOTA_EXCEEDED
+    finally:
+        release.set()
+    assert running.result(30).ok

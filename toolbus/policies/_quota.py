@@ -68,11 +68,12 @@ class Quota(BasePolicy):
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}  # window None: admissions per key
         self._times: dict[str, deque[float]] = {}  # a window: their times, oldest first
-        # The admissions whose calls have not ended yet, by call id: (key, at),
-        # the oldest first (one id may be submitted again before it ends).
+        # The admissions whose calls have not ended yet, by the call object
+        # asked about (`on_result` gets the same one; ids repeat): (the call,
+        # key, at), the oldest first (one object may be submitted twice).
         # What a unit given back is taken from: the key as it was at
         # admission (hooks may change the arguments a key is taken from).
-        self._open: dict[str, list[tuple[str, float]]] = {}
+        self._open: dict[int, list[tuple[ToolCall, str, float]]] = {}
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
         """Admit and count `call` if its key has budget left; else `Reject(QUOTA_EXCEEDED)`."""
@@ -85,7 +86,7 @@ class Quota(BasePolicy):
         with self._lock:
             frees_in = self._take(key, at)
             if frees_in is None:
-                self._open.setdefault(call.id, []).append((key, at))
+                self._open.setdefault(id(call), []).append((call, key, at))
         if frees_in is None:
             return ADMIT
         return Reject(ErrorCode.QUOTA_EXCEEDED, self._refusal(call, key, frees_in))
@@ -94,12 +95,12 @@ class Quota(BasePolicy):
         """An admitted call ended: it stays counted, unless it ended
         unanswered (deferred, or cancelled before it was attempted)."""
         with self._lock:
-            admitted = self._open.get(call.id)
+            admitted = self._open.get(id(call))
             if not admitted:
                 return  # admitted before a reset(), or not by this policy
-            key, at = admitted.pop(0)
+            _, key, at = admitted.pop(0)
             if not admitted:
-                del self._open[call.id]
+                del self._open[id(call)]
             if _unanswered(result):
                 self._give_back(key, at)
 
