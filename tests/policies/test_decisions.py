@@ -307,3 +307,69 @@ def test_another_edit_is_another_operation_for_the_journal(tmp_path: Path) -> No
         again = ex.execute(CALL, approval=five)
         assert again.metadata.get("replayed") is True
     assert ran == [{"amount": 5, "to": "bob"}, {"amount": 7, "to": "carol"}]
+
+
+# -- found by the third review of issue 28 -----------------------------------------------
+
+
+def test_a_single_use_approval_that_expires_while_its_call_waits_is_not_spent(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Judged in time, then a later policy held the call past `expires_at`:
+    the call ran anyway and the decision stayed unspent, so it could run twice."""
+    from toolbus.pipeline import _decisions
+    from toolbus.policies import Admit, BasePolicy
+
+    real = _decisions.time.time
+    clock = {"ahead": 0.0}
+
+    class Clock:
+        @staticmethod
+        def time() -> float:
+            return real() + clock["ahead"]
+
+    monkeypatch.setattr(_decisions, "time", Clock)
+
+    class LongWait(BasePolicy):
+        """Admits once the decision's lifetime is over (the clock moves on)."""
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Admit:
+            clock["ahead"] += 120
+            return Admit()
+
+    ran: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval(), LongWait()])
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        return "paid"
+
+    ex = make_executor(reg)
+    call = ToolCall(id="p", name="pay", arguments={"amount": 3})
+    clock["ahead"] = -1e6  # asking: LongWait's move keeps the clock in the past
+    once = ex.approve(ask(ex, call), single_use=True, expires_in=60)
+    for _ in range(2):
+        clock["ahead"] = 0.0
+        r = ex.execute(call, approval=once)
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.DECISION_EXPIRED)
+        assert "expired" in (r.error or "")
+    assert ran == []
+
+
+def test_edits_under_a_callers_key_are_told_apart(tmp_path: Path) -> None:
+    """With `idempotency_key` set, a second, other edit replayed the first's result."""
+    ran: list[dict[str, Any]] = []
+    call = CALL.model_copy(update={"idempotency_key": "order-17"})
+    with Executor(registry(ran), journal=tmp_path / "j.sqlite") as ex:
+        request = ask(ex, call)
+        five = ex.approve(request, arguments={"amount": 5, "to": "bob"})
+        seven = ex.approve(request, arguments={"amount": 7, "to": "carol"})
+        assert ex.execute(call, approval=five).output == "sent 5 to bob"
+        again = ex.execute(call, approval=five)
+        assert (again.output, again.metadata.get("replayed")) == ("sent 5 to bob", True)
+        other = ex.execute(call, approval=seven)
+        assert other.status == "rejected" and "other arguments" in (other.error or ""), other
+        fresh = call.model_copy(update={"idempotency_key": "order-18"})
+        assert ex.execute(fresh, approval=seven).output == "sent 7 to carol"
+    assert ran == [{"amount": 5, "to": "bob"}, {"amount": 7, "to": "carol"}]

@@ -204,3 +204,36 @@ def test_a_replacement_is_sent_as_any_output_is_or_fails_closed(
         r = ex.execute(call(text))
         assert r.status == "rejected" and "cannot send" in (r.error or "")
         r.model_dump_json()  # it serialises
+
+
+def test_a_trip_after_an_edit_hides_the_secrets_the_edit_brought(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """The guardrail asked after an approval that edited the call published
+    with the scrubber of the call as first sent, which did not know the
+    edit's secret."""
+    from toolbus.policies import requires_approval
+
+    edited_secret = "sk-live-0f1e2d3c4b5a69788796"
+
+    @guardrail
+    def leaky(call: ToolCall) -> Any:
+        return Trip(f"saw key {call.arguments.get('api_key')}")
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval(), leaky])
+    def echo(text: str, api_key: str = "") -> str:
+        return text
+
+    ex = make_executor(reg)
+    first = ToolCall(id="e", name="echo", arguments={"text": "hi"})
+    asked = ex.execute(first, agent_run="r1")
+    assert asked.approval_request is not None
+    edit = ex.approve(asked.approval_request, arguments={"text": "hi", "api_key": edited_secret})
+    r = ex.execute(first, approval=edit, agent_run="r1")
+    assert (r.status, r.error_code) == ("cancelled", ErrorCode.HALTED)
+    ex.drain_events()
+    [tripped] = recorder.of(GUARDRAIL_TRIPPED)
+    published = repr(recorder.events) + repr(ex.halted("r1")) + repr(r)
+    assert "saw key" in repr(tripped) and edited_secret not in published

@@ -138,7 +138,9 @@ class Session:
                 bindable(key),
                 run.batch_id,
                 time.time(),
-                arguments_digest(origin.arguments, self._secret),
+                arguments_digest(
+                    origin.arguments if run.keyed is None else run.keyed, self._secret
+                ),
                 replayable,
             )
         except JournalClosed as e:  # closed before the executor, or failed: never waits

@@ -58,11 +58,7 @@ def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | N
             "(an edit, an answer, or one that expires or is single use must be)",
         )
     if decision.expires_at is not None and time.time() > decision.expires_at:
-        return _refused(
-            run,
-            ErrorCode.DECISION_EXPIRED,
-            f"Tool '{name}' was not run: its approval expired; ask for a new one",
-        )
+        return _expired(run)
     run.judged = decision.digest  # decided, whatever it decides: pending no more
     if decision.approved is not True:
         why = decision.reason or "denied"
@@ -91,13 +87,29 @@ def used_up(run: Run) -> ToolResult:
     )
 
 
-def spend(run: Run, svc: Services) -> bool:
-    """Spend the single-use decision `run` runs under, now that it runs:
-    False if it was spent already (by another call, thread or process)."""
+def spend(run: Run, svc: Services) -> ToolResult | None:
+    """Spend the single-use decision `run` runs under, now that it runs: its
+    refusal if the decision expired since it was judged (a call that waited
+    on a policy or a queue) or was spent already (by another call, thread or
+    process); None: it runs."""
     decision, run.spend = run.spend, None
-    if decision is None or not isinstance(decision.decision_id, str):
-        return decision is None
-    return svc.used_decisions.use(decision.decision_id, decision.expires_at)
+    if decision is None:
+        return None
+    if decision.expires_at is not None and time.time() > decision.expires_at:
+        return _expired(run)
+    if not isinstance(decision.decision_id, str) or not svc.used_decisions.use(
+        decision.decision_id, decision.expires_at
+    ):
+        return used_up(run)
+    return None
+
+
+def _expired(run: Run) -> ToolResult:
+    return _refused(
+        run,
+        ErrorCode.DECISION_EXPIRED,
+        f"Tool '{run.call.name}' was not run: its approval expired; ask for a new one",
+    )
 
 
 def _answered(run: Run, decision: ApprovalDecision) -> ToolResult:
@@ -136,10 +148,11 @@ def edited(run: Run, svc: Services) -> Steps:
     edited = decision.arguments
     run.call = run.call.with_arguments(dict(edited) if isinstance(edited, dict) else edited)
     run.admitted = False
-    # Its idempotency key is the edited call's (another edit is another operation).
-    run.key = (
-        None if run.origin.idempotency_key is not None else derive_key(run.call, svc.key_secret)
-    )
+    # Another edit is another operation: a derived key is the edited call's,
+    # and a caller's key stands for the edit's arguments (the journal refuses
+    # it for another edit, as for any key reused with other arguments).
+    run.keyed = run.call.arguments
+    run.key = derive_key(run.call, svc.key_secret)
     refused: ToolResult | None = yield from admit(run, svc)
     return refused
 

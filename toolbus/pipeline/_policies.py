@@ -157,6 +157,10 @@ def consult(run: Run, svc: Services) -> Steps:
                 answer = approval(run, decision.reason, svc)
                 if answer is EDITED:  # approved with other arguments: admitted again
                     answer = yield from edited(run, svc)
+                    # The policies still to ask publish with the edit's
+                    # scrubber, which knows the secrets the edit brought.
+                    done_asking(token)
+                    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):

@@ -96,6 +96,7 @@ class Run:
         "journaled",
         "judged",
         "key",
+        "keyed",
         "last_error",
         "masked",
         "origin",
@@ -157,6 +158,9 @@ class Run:
         self.call = call
         self.origin = call  # as submitted: before parsing and pre-call hooks
         self.key: str | None = None  # its idempotency key, made when first needed
+        # The arguments that key stands for, when not the origin's: an edit's
+        # (a caller's key reused for another edit is a key used for other arguments).
+        self.keyed: Any = None
         self.journaled = False  # its intent is in the journal: record its outcome too
         # The digest of the request its decision decided (pending no more), and
         # a single-use decision to spend when it runs (`_decisions.py`).

@@ -46,7 +46,7 @@ from ..tools import (
 )
 from ._admission import admit
 from ._clock import ran_out, spent_result
-from ._decisions import spend, used_up
+from ._decisions import spend
 from ._external import external_result
 from ._guardrails import check_outputs
 from ._input import answer_for, deferred_for_input
@@ -145,10 +145,11 @@ def attempt(
             if not run.try_settle(n):
                 return LOST
             return DONE if finish(run, replayed, svc) else LOST
-    if run.spend is not None and not spend(run, svc):  # its single-use decision, spent now
+    spent = None if run.spend is None else spend(run, svc)  # its single-use decision, now
+    if spent is not None:
         if not run.try_settle(n):
             return LOST
-        return DONE if finish(run, used_up(run), svc) else LOST
+        return DONE if finish(run, spent, svc) else LOST
     # From here on the deadline treats the attempt as running: a timer that
     # fired before this line found it not yet begun and settled it.
     run.phase = RUNNING
