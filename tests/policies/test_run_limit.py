@@ -168,3 +168,38 @@ def test_a_limit_given_to_one_tool_counts_that_tool_alone(make_executor: MakeExe
             [ToolCall(id=f"c{i}", name=n) for i, n in enumerate(["cheap", "expensive"] * 2)]
         )
     assert [r.status for r in got.results] == ["ok", "ok", "ok", "rejected"]
+
+
+def test_one_call_object_in_two_runs_is_given_back_to_its_own_run(
+    make_executor: MakeExecutor,
+) -> None:
+    """The same `ToolCall` object submitted in two runs at once: the one that
+    ended unanswered gave its unit back to the other run."""
+    started, go = threading.Event(), threading.Event()
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def pay(amount: int) -> str:
+        started.set()
+        assert go.wait(60)
+        return "paid"
+
+    limit = run_limit(5)
+    ex = make_executor(reg, policies=[limit], max_parallel=2)
+    call = ToolCall(id="p", name="pay", arguments={"amount": 1})
+    asked = ex.execute(call, agent_run="ask")
+    assert asked.approval_request is not None and limit.used("ask") == 0
+    approval = ex.approve(asked.approval_request)
+    results: list[ToolResult] = []
+    paying = threading.Thread(
+        target=lambda: results.append(ex.execute(call, approval=approval, agent_run="a"))
+    )
+    paying.start()
+    try:
+        assert started.wait(60)
+        assert ex.execute(call, agent_run="b").status == "deferred"
+        assert (limit.used("a"), limit.used("b")) == (1, 0)
+    finally:
+        go.set()
+        paying.join(60)
+    assert [r.status for r in results] == ["ok"] and limit.used("a") == 1

@@ -201,8 +201,8 @@ def test_a_halted_turn_answers_every_call_and_asks_nobody(
     )
     assert run.stop_reason == "halted" and asked == []
     first = [(r.status, r.error_code) for r in run.batches[0]]
-    assert first[0] == ("deferred", ErrorCode.APPROVAL_REQUIRED)
-    assert first[1] == ("cancelled", ErrorCode.HALTED)  # (the booking waited for Oslo: ABORTED)
+    # The call left waiting for approval is halted too: nobody will be asked.
+    assert first[:2] == [("cancelled", ErrorCode.HALTED)] * 2  # (the booking waited: ABORTED)
     calls = [
         c["id"]
         for m in run.messages
@@ -258,3 +258,46 @@ def test_a_resumed_turn_is_held_to_what_that_turn_offers(
         approve=lambda r: True,
     )
     assert given.batches[0].results[2].output == "Booked Maaemo for 2"
+
+
+def test_a_turn_resumed_after_its_run_was_halted_answers_halted(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    """Resumed with its approvals after the run was halted: the model was sent
+    the stale `deferred` results as the calls' answers (third review)."""
+    from toolbus.policies import requires_approval
+
+    registry = make_registry()
+    booked: list[str] = []
+
+    @tool(policies=[requires_approval()])
+    def book_table(restaurant: str, people: int) -> str:
+        booked.append(restaurant)
+        return f"Booked {restaurant} for {people}"
+
+    old = registry.get("book_table")
+    assert old is not None and registry.replace(old, book_table)
+    server, client = clients("openai", *loop.CHAT)
+    ex = make_executor(registry)
+    stopped = run_agent(client, model=loop.MODEL, messages=loop.QUESTION, executor=ex)
+    assert stopped.stop_reason == "approval"
+    [request] = stopped.pending
+    ex.halt(stopped.agent_run, "ops stopped it")
+    run = run_agent(
+        client,
+        model=loop.MODEL,
+        messages=stopped.messages,
+        executor=ex,
+        resume=stopped,
+        approvals={request.call_id: request.approve()},
+    )
+    assert (run.stop_reason, run.halted, booked) == ("halted", "ops stopped it", [])
+    assert len(server.requests) == 1  # the model is asked nothing more
+    last = run.batches[-1].results[2]
+    assert (last.status, last.error_code, last.approval_request) == (
+        "cancelled",
+        ErrorCode.HALTED,
+        None,
+    )
+    answers = [m["content"] for m in run.messages if m.get("role") == "tool"]
+    assert len(answers) == 3 and "Halted: the agent run was stopped (ops stopped it)" in answers[2]

@@ -181,3 +181,109 @@ def test_an_external_tool_that_needs_approval_is_answered(make_executor: MakeExe
     assert isinstance(waiting.approval_request, ExternalRequest)
     done = ex.execute(call, approval=ex.answer(waiting.approval_request, "refunded"))
     assert (done.status, done.output) == ("ok", "refunded")
+
+
+# -- found by the third review of issue 28 -----------------------------------------------
+
+
+class Faults:
+    """Makes the journal's pending-request and decision writes fail while on."""
+
+    def __init__(self, ex: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on = False
+        store = ex._services.pending.store
+        assert store is not None
+        record = ex._services.used_decisions.record
+        assert record is not None
+        for name in ("hold_request", "release_request"):
+            monkeypatch.setattr(store, name, self.faulty(getattr(store, name)))
+        monkeypatch.setattr(ex._services.used_decisions, "record", self.faulty(record))
+
+    def faulty(self, write: Any) -> Any:
+        def written(*args: Any) -> Any:
+            if self.on:
+                raise OSError("disk I/O error")
+            return write(*args)
+
+        return written
+
+
+def test_a_request_the_journal_failed_to_hold_is_completed_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Executor(registry(), journal=tmp_path / "j.sqlite") as ex:
+        faults = Faults(ex, monkeypatch)
+        faults.on = True
+        request = ask(ex)
+        faults.on = False
+        assert ex.pending() == [request]  # listed beside the journal's
+        assert ex.complete(request, 12).output == 12
+        assert ex.pending() == []
+        assert ex.complete(request, 12).error_code is ErrorCode.DECISION_EXPIRED
+
+
+def test_a_journal_that_cannot_say_is_not_told_as_a_used_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing journal read as "completed already" (DECISION_EXPIRED), and
+    the request was lost from memory."""
+    with Executor(registry(), journal=tmp_path / "j.sqlite") as ex:
+        faults = Faults(ex, monkeypatch)
+        request = ask(ex)
+        faults.on = True
+        r = ex.complete(request, 12)
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+        assert "try again" in (r.error or "")
+        faults.on = False
+        assert ex.pending() == [request]
+        assert ex.complete(request, 12).output == 12
+
+
+def test_a_single_use_decision_the_journal_cannot_record_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolbus.policies import requires_approval
+
+    ran: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        return "paid"
+
+    call = ToolCall(id="p", name="pay", arguments={"amount": 3})
+    with Executor(reg, journal=tmp_path / "j.sqlite") as ex:
+        faults = Faults(ex, monkeypatch)
+        asked = ex.execute(call)
+        assert asked.approval_request is not None
+        once = ex.approve(asked.approval_request, single_use=True)
+        faults.on = True
+        r = ex.execute(call, approval=once)
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE), r
+        assert ran == []
+        faults.on = False
+        assert [p.call_id for p in ex.pending()] == ["p"]  # still waiting
+        assert ex.execute(call, approval=once).ok and ran == [3]
+
+
+def test_a_completion_the_closing_executor_drops_leaves_the_request_waiting(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claimed, then the executor closed before the completion was submitted:
+    the request was gone and the output never delivered."""
+    ex = make_executor(registry())
+    request = ask(ex)
+    from toolbus.pipeline._held import PendingRequests
+
+    claim = PendingRequests.claim
+
+    def claim_then_close(self: PendingRequests, digest: str, call_id: str) -> bool | None:
+        claimed = claim(self, digest, call_id)
+        ex.close()
+        return claimed
+
+    monkeypatch.setattr(PendingRequests, "claim", claim_then_close)
+    r = ex.complete(request, 12)
+    assert r.status == "cancelled"
+    assert ex.pending() == [request]

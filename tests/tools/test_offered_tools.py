@@ -216,3 +216,21 @@ def test_prepare_may_not_swap_in_another_tool(make_executor: MakeExecutor) -> No
     assert impostor is not None
     ex = make_executor(reg, prepare=lambda step, tools: [impostor])
     assert ex.offered(StepContext(step=1)) == []
+
+
+def test_a_step_is_checked_when_made_and_when_given() -> None:
+    """`StepContext(step="two")` and `registry.to_openai("x")` were taken as
+    they came (third review of issue 28)."""
+    from toolbus.tools import StepContext
+
+    with pytest.raises(TypeError, match="step must be an int"):
+        StepContext(step="two")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="0 or more"):
+        StepContext(step=-1)
+    with pytest.raises(ValueError, match="agent_run"):
+        StepContext(agent_run="")
+    reg = ToolRegistry()
+    reg.tool(lambda: 1, name="one")
+    with pytest.raises(TypeError, match="StepContext or None"):
+        reg.to_openai("x")  # type: ignore[arg-type]
+    assert [t["function"]["name"] for t in reg.to_openai(StepContext(step=2))] == ["one"]

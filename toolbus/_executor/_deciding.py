@@ -48,8 +48,9 @@ class Deciding(Minting):
         once: of several completions, from any threads or processes on the
         journal, one ends `ok` and the others `DECISION_EXPIRED`. A request
         this executor did not make, an output that does not fit the tool's
-        output schema (or is not JSON), or a closed executor end it
-        `rejected`, saying why, and leave the request waiting. Never raises."""
+        output schema (or is not JSON), a journal that cannot be reached, or a
+        closed executor end it `rejected` (or `cancelled`, closed meanwhile),
+        saying why, and leave the request waiting. Never raises."""
         call_id = _text(getattr(request, "call_id", None)) or "external"
         name = _text(getattr(request, "tool", None)) or "external"
         call = ToolCall(id=call_id, name=name, arguments=_masked(request))
@@ -64,8 +65,13 @@ class Deciding(Minting):
         run = self._submit_one(call, waiter, decided=ended)
         if not waiter.latch.flag:
             waiter.wait()
-        assert run.result is not None
-        return run.result
+        result = run.result
+        assert result is not None
+        if ended.status == "ok" and result.status != "ok":
+            # Claimed, but the submission did not carry it (the executor
+            # closed meanwhile): the request waits again, to be completed later.
+            self._services.pending.hold(request)
+        return result
 
     def _completion(
         self, request: Any, output: Any, decided_by: Any, call_id: str, name: str
@@ -104,7 +110,14 @@ class Deciding(Minting):
                 f"Tool '{name}' was not completed: the result does not fit its output "
                 f"schema ({problem})",
             )  # fmt: skip
-        if not svc.pending.claim(request.digest, request.call_id):
+        claimed = svc.pending.claim(request.digest, request.call_id)
+        if claimed is None:
+            return _refused(
+                call_id, name, ErrorCode.TOOL_UNAVAILABLE,
+                f"Tool '{name}' was not completed: the journal could not be reached; "
+                "the request still waits, try again",
+            )  # fmt: skip
+        if not claimed:
             return _refused(
                 call_id, name, ErrorCode.DECISION_EXPIRED,
                 f"Tool '{name}' was not completed: its request is not waiting (completed or "

@@ -71,8 +71,9 @@ def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | N
             # policy, authorization or a replay leaves it unrun.
             run.spend = decision
             return None
-        if not svc.used_decisions.use(decision.decision_id, decision.expires_at):
-            return used_up(run)
+        used = svc.used_decisions.use(decision.decision_id, decision.expires_at)
+        if used is not True:
+            return used_up(run) if used is False else _unrecorded(run)
     if decision.answered:
         return _answered(run, decision)
     return None
@@ -97,11 +98,24 @@ def spend(run: Run, svc: Services) -> ToolResult | None:
         return None
     if decision.expires_at is not None and time.time() > decision.expires_at:
         return _expired(run)
-    if not isinstance(decision.decision_id, str) or not svc.used_decisions.use(
-        decision.decision_id, decision.expires_at
-    ):
+    if not isinstance(decision.decision_id, str):
         return used_up(run)
-    return None
+    used = svc.used_decisions.use(decision.decision_id, decision.expires_at)
+    if used is None:
+        return _unrecorded(run)
+    return None if used else used_up(run)
+
+
+def _unrecorded(run: Run) -> ToolResult:
+    """The journal could not record the single-use decision's use: the call
+    does not run, and the decision (and its request) stay as they were."""
+    run.judged = None
+    return _refused(
+        run,
+        ErrorCode.TOOL_UNAVAILABLE,
+        f"Tool '{run.call.name}' was not run: the journal could not record the use of its "
+        "single-use approval; try again",
+    )
 
 
 def _expired(run: Run) -> ToolResult:

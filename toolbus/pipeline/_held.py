@@ -34,8 +34,9 @@ class UsedDecisions:
         # With a journal: record a use there; False if it was recorded before.
         self.record: Callable[[str, float | None], bool] | None = None
 
-    def use(self, decision_id: str, expires_at: float | None) -> bool:
-        """Use `decision_id` once: True the first time, False after."""
+    def use(self, decision_id: str, expires_at: float | None) -> bool | None:
+        """Use `decision_id` once: True the first time, False after; None if
+        the journal could not say (it is not used then: try again later)."""
         now = time.time()
         with self._lock:
             if decision_id in self._used:
@@ -43,9 +44,9 @@ class UsedDecisions:
             if self.record is not None:
                 try:
                     fresh = self.record(decision_id, expires_at)
-                except Exception as e:  # the journal cannot say: not used twice (fails closed)
+                except Exception as e:  # never used twice: not used at all (fails closed)
                     log.warning("recording a single-use decision failed (%s)", type(e).__name__)
-                    return False
+                    return None
                 if not fresh:
                     return False
             # Kept until it expires (then it is refused as expired anyway); one
@@ -74,11 +75,14 @@ class PendingRequests:
     """The requests an executor waits on a decision for (thread-safe), by
     digest and call id (two calls with the same arguments wait apart)."""
 
-    __slots__ = ("_lock", "_requests", "store")
+    __slots__ = ("_lock", "_requests", "_unstored", "store")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._requests: dict[tuple[str, str], Any] = {}
+        # Held here only: the journal failed to take them (they are claimed
+        # here, and listed beside the journal's).
+        self._unstored: set[tuple[str, str]] = set()
         self.store: PendingStore | None = None
 
     def hold(self, request: Any) -> None:
@@ -87,39 +91,53 @@ class PendingRequests:
         with self._lock:
             self._requests.pop(key, None)
             self._requests[key] = request  # (the newest last)
+            self._unstored.discard(key)
             if len(self._requests) > KEPT:  # never decided: the oldest go first
-                self._requests.pop(next(iter(self._requests)))
+                oldest = next(iter(self._requests))
+                del self._requests[oldest]
+                self._unstored.discard(oldest)
         if self.store is not None:
             try:
                 self.store.hold_request(request)
-            except Exception as e:  # the call's result stands; the listing misses it
+            except Exception as e:  # waits here alone, and is decided here
                 log.warning("holding a pending request in the journal failed: %s", e)
+                with self._lock:
+                    if self._requests.get(key) is request:
+                        self._unstored.add(key)
 
     def release(self, digest: str, call_id: str) -> None:
         """A decision on the request of `digest` for `call_id` was made."""
         self.claim(digest, call_id)
 
-    def claim(self, digest: str, call_id: str) -> bool:
+    def claim(self, digest: str, call_id: str) -> bool | None:
         """Take the request of `digest` for `call_id` off the list: True for
         the one caller that did (of every thread, and every process on the
-        journal), False if it was not waiting (decided, completed, unknown)."""
+        journal), False if it was not waiting (decided, completed, unknown),
+        None if the journal could not say (it stays waiting)."""
+        key = (digest, call_id)
         with self._lock:
-            held = self._requests.pop((digest, call_id), None) is not None
-            if self.store is None:
-                return held
+            request = self._requests.pop(key, None)
+            if self.store is None or key in self._unstored:
+                self._unstored.discard(key)
+                return request is not None
             try:
                 return self.store.release_request(digest, call_id)
-            except Exception as e:  # the journal cannot say: not claimed (fails closed)
+            except Exception as e:
                 log.warning("releasing a pending request in the journal failed: %s", e)
-                return False
+                if request is not None:
+                    self._requests[key] = request
+                return None
 
     def list(self) -> list[Any]:
         """The requests waiting, oldest first: the journal's (every process's,
         and those held before a restart) when there is one, else this executor's."""
         if self.store is not None:
             try:
-                return self.store.pending()
+                stored = self.store.pending()
             except Exception as e:  # a closed or failing journal: what this process holds
                 log.warning("listing the pending requests of the journal failed: %s", e)
+            else:
+                with self._lock:
+                    return stored + [self._requests[k] for k in self._unstored]
         with self._lock:
             return list(self._requests.values())

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..agent_runs import AGENT_RUN
 from ..models import ErrorCode, ToolResult
 from ..policies._protocol import (
     Admit,
@@ -308,7 +309,11 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
     token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     # One asked at submission is told with the call object it was asked
     # about (as submitted): it may know the call by it, as the others do.
-    call = run.origin if getattr(policy, "at_submission", False) is True else run.call
+    # It is told in the call's agent run too (as it was asked): one call
+    # object may be submitted in two runs at once.
+    at_submission = getattr(policy, "at_submission", False) is True
+    call = run.origin if at_submission else run.call
+    in_run = AGENT_RUN.set(run.agent_run) if at_submission else None
     try:
         other = policy.on_result(call, result, time.monotonic())
     except BaseException as e:
@@ -322,6 +327,8 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
         )
         return result
     finally:
+        if in_run is not None:
+            AGENT_RUN.reset(in_run)
         done_asking(token)
     if isinstance(other, ToolResult):
         checked = _well_formed(other, run.call.name, policy)

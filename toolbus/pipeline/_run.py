@@ -158,14 +158,10 @@ class Run:
         self.call = call
         self.origin = call  # as submitted: before parsing and pre-call hooks
         self.key: str | None = None  # its idempotency key, made when first needed
-        # The arguments that key stands for, when not the origin's: an edit's
-        # (a caller's key reused for another edit is a key used for other arguments).
-        self.keyed: Any = None
+        self.keyed: Any = None  # the arguments the key stands for if not origin's (an edit's)
         self.journaled = False  # its intent is in the journal: record its outcome too
-        # The digest of the request its decision decided (pending no more), and
-        # a single-use decision to spend when it runs (`_decisions.py`).
-        self.judged: str | None = None
-        self.spend: Any = None
+        self.judged: str | None = None  # the request its decision decided (`_decisions.py`)
+        self.spend: Any = None  # a single-use decision to spend when it runs
         # Why the supervisor let the current attempt go ("timeout", "cancelled").
         self.stop_reason = ""
         self.tool = tool

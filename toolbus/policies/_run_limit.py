@@ -141,7 +141,11 @@ class RunLimit(BasePolicy):
             admitted = self._open.get(id(call))
             if not admitted:
                 return
-            _, run, name = admitted.pop(0)
+            # Told in the call's run: its own admission, when one object
+            # was submitted in two runs; else the oldest.
+            told_in = AGENT_RUN.get()
+            at = next((i for i, e in enumerate(admitted) if e[1] == told_in), 0)
+            _, run, name = admitted.pop(at)
             if not admitted:
                 del self._open[id(call)]
             if not _unanswered(result) or self._runs is None:

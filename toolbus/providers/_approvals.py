@@ -235,6 +235,28 @@ def decision(request: ApprovalRequest, answer: Any) -> ApprovalDecision:
     return request.deny(why)
 
 
+def halt_pending(batch: BatchResult, error: str) -> BatchResult:
+    """`batch` with its calls still waiting for a decision ended as a halted
+    run's calls end (`cancelled`, `HALTED`, `error` the model reads): the run
+    was halted while they waited, and nobody is asked about them any more."""
+    at = [i for i, r in enumerate(batch.results) if r.status == "deferred"]
+    if not at:
+        return batch
+    ended = [
+        batch.results[i].model_copy(
+            update={
+                "status": "cancelled",
+                "error": error,
+                "error_code": ErrorCode.HALTED,
+                "approval_request": None,
+            }
+        )
+        for i in at
+    ]
+    unrun = batch.summary.model_copy(update={"duration": 0.0})  # (merge adds its duration)
+    return merge(batch, at, BatchResult(results=tuple(ended), summary=unrun))
+
+
 def merge(batch: BatchResult, at: Sequence[int], rerun: BatchResult) -> BatchResult:
     """`batch` with the results at positions `at` replaced by `rerun`'s, in order.
     Which calls are read-only or mutating does not change; the duration is the

@@ -32,10 +32,20 @@ from ..agent_runs import AGENT_RUN, check_agent_run, current_agent_run
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..executor import Executor
 from ..models import BatchResult, ErrorCode
+from ..pipeline._halts import halted_text
 from ..tools import StepContext, ToolRegistry
 from ..tools._offer import Offer, offering
 from . import openai as _openai
-from ._approvals import Approve, Decide, RunCalls, Turn, check_approve, check_resume, settle
+from ._approvals import (
+    Approve,
+    Decide,
+    RunCalls,
+    Turn,
+    check_approve,
+    check_resume,
+    halt_pending,
+    settle,
+)
 from ._common import DEFAULT_MAX_LENGTH
 from ._formats import Format, format_for
 from ._steps import DIRECT, Steps
@@ -208,10 +218,13 @@ def _answer(
     """Settle the turn's approvals and append its batch; append its answers, or,
     while calls still wait, return the turn as pending: the model is never
     sent a `deferred` result, which it would take for a failure."""
-    if _halted_batch(turn.batch) or s.halted() is not None:
+    why = s.halted()
+    if why is not None or _halted_batch(turn.batch):
         # Its run is halted: nobody is asked, nothing runs again, and the
-        # conversation answers every call (it ends here).
-        batch = turn.batch
+        # conversation answers every call (it ends here), those still
+        # waiting as halted.
+        error = halted_text(why) if why is not None else _halt_error(turn.batch)
+        batch = halt_pending(turn.batch, error)
     else:
         batch = yield from settle(turn.calls, turn.batch, approvals, ask=s.ask, offer=offer)
     run.batches.append(batch)
@@ -223,6 +236,11 @@ def _answer(
 
 def _halted_batch(batch: BatchResult) -> bool:
     return any(r.error_code is ErrorCode.HALTED for r in batch.results)
+
+
+def _halt_error(batch: BatchResult) -> str:
+    """The words a halted call of `batch` ended with."""
+    return next(r.error or "" for r in batch.results if r.error_code is ErrorCode.HALTED)
 
 
 def _start(

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..agent_runs import AGENT_RUN
+from ..agent_runs import AGENT_RUN, check_agent_run
 
 if TYPE_CHECKING:
     from ._tool import Tool
@@ -64,6 +64,14 @@ class StepContext:
     agent_run: str | None = None
     step: int = 0
     context: Any = None
+
+    def __post_init__(self) -> None:
+        if self.agent_run is not None:
+            check_agent_run(self.agent_run, "StepContext")
+        if isinstance(self.step, bool) or not isinstance(self.step, int):
+            raise TypeError(f"StepContext: step must be an int, got {type(self.step).__name__}")
+        if self.step < 0:
+            raise ValueError(f"StepContext: step must be 0 or more, got {self.step}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +151,8 @@ def current_step() -> StepContext:
 def enabled(tool: Tool, step: StepContext | None = None) -> bool:
     """Whether `tool` is enabled at `step` (None: `current_step()`); a function
     that raises or answers anything but a bool says no."""
+    if step is not None and not isinstance(step, StepContext):
+        raise TypeError(f"step must be a StepContext or None, got {type(step).__name__}")
     flag = tool.is_enabled
     if flag is True or flag is False:
         return flag
