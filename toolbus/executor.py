@@ -32,7 +32,7 @@ import pykka
 from ._executor import _journal as jrn  # opened, closed, its calls in doubt
 from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
-from ._executor._deciding import Deciding
+from ._executor._deciding import Completions, Deciding
 from ._executor._from_config import executor_from_config
 from ._executor._handles import (
     BatchHandle,
@@ -215,6 +215,7 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         self._closed = False
         self._final_stats: ExecutorStats | None = None
         self._close_lock = threading.Lock()
+        self._completions = Completions()
         self._announcer = Announcer(self.publisher)
         # Public so that your own code can announce events of signals it defined.
         self.emitter = self._emitter = Emitter(self.publisher, self._announcer)
@@ -567,8 +568,10 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
             self._supervisor.stop(timeout=left())
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
-        # Every call has its outcome queued now: mark the session closed, wait
-        # for the disk, let go of the owner lock.
+        # Every call has its outcome queued now (a `complete` dropped puts its
+        # request back first): mark the session closed, wait for the disk,
+        # let go of the owner lock.
+        self._completions.wait(left())
         jrn.close_journal(self._journal, self._journal_owned, self._journal_session, left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         self._submission.flush()

@@ -312,11 +312,13 @@ def test_another_edit_is_another_operation_for_the_journal(tmp_path: Path) -> No
 # -- found by the third review of issue 28 -----------------------------------------------
 
 
-def test_a_single_use_approval_that_expires_while_its_call_waits_is_not_spent(
-    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("single_use", [True, False])
+def test_an_approval_that_expires_while_its_call_waits_does_not_run_it(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch, single_use: bool
 ) -> None:
     """Judged in time, then a later policy held the call past `expires_at`:
-    the call ran anyway and the decision stayed unspent, so it could run twice."""
+    the call ran anyway (and a single-use decision stayed unspent, so it could
+    run twice)."""
     from toolbus.pipeline import _decisions
     from toolbus.policies import Admit, BasePolicy
 
@@ -348,7 +350,7 @@ def test_a_single_use_approval_that_expires_while_its_call_waits_is_not_spent(
     ex = make_executor(reg)
     call = ToolCall(id="p", name="pay", arguments={"amount": 3})
     clock["ahead"] = -1e6  # asking: LongWait's move keeps the clock in the past
-    once = ex.approve(ask(ex, call), single_use=True, expires_in=60)
+    once = ex.approve(ask(ex, call), single_use=single_use, expires_in=60)
     for _ in range(2):
         clock["ahead"] = 0.0
         r = ex.execute(call, approval=once)
@@ -373,3 +375,25 @@ def test_edits_under_a_callers_key_are_told_apart(tmp_path: Path) -> None:
         fresh = call.model_copy(update={"idempotency_key": "order-18"})
         assert ex.execute(fresh, approval=seven).output == "sent 7 to carol"
     assert ran == [{"amount": 5, "to": "bob"}, {"amount": 7, "to": "carol"}]
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_a_halted_runs_requests_wait_no_more(tmp_path: Path, journal: bool) -> None:
+    """Halted, its calls answered HALTED, yet its requests stayed listed by
+    `pending()` (and in the journal, across restarts)."""
+    ran: list[dict[str, Any]] = []
+    path = tmp_path / "j.sqlite"
+    options: dict[str, Any] = {"journal": path} if journal else {}
+    with Executor(registry(ran), **options) as ex:
+        ask(ex, CALL)
+        other = ToolCall(id="q1", name="quote", arguments={"item": "tea"})
+        assert ex.execute(other, agent_run="r1").status == "deferred"
+        assert ex.execute(CALL.model_copy(update={"id": "t2"}), agent_run="r2").status == (
+            "deferred"
+        )
+        assert sorted(r.call_id for r in ex.pending()) == ["q1", "t1", "t2"]
+        ex.halt("r1", "stopped by ops")
+        assert sorted(r.call_id for r in ex.pending()) == ["t1", "t2"]
+    if journal:
+        with Executor(registry(ran), journal=path) as ex:
+            assert sorted(r.call_id for r in ex.pending()) == ["t1", "t2"]

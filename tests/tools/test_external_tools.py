@@ -267,23 +267,61 @@ def test_a_single_use_decision_the_journal_cannot_record_is_not_used(
         assert ex.execute(call, approval=once).ok and ran == [3]
 
 
+@pytest.mark.parametrize("journal", [False, True])
 def test_a_completion_the_closing_executor_drops_leaves_the_request_waiting(
-    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal: bool
 ) -> None:
     """Claimed, then the executor closed before the completion was submitted:
-    the request was gone and the output never delivered."""
-    ex = make_executor(registry())
-    request = ask(ex)
+    the request was gone (from the journal too: after a restart it could
+    never be completed), the output never delivered."""
+    import threading
+
+    from toolbus._executor._deciding import Completions
     from toolbus.pipeline._held import PendingRequests
 
-    claim = PendingRequests.claim
+    path = tmp_path / "j.sqlite"
+    ex = Executor(registry(), **({"journal": path} if journal else {}))
+    request = ask(ex)
+    closing = threading.Event()
+    wait, claim = Completions.wait, PendingRequests.claim
+
+    def waited(self: Completions, timeout: float) -> bool:
+        closing.set()  # close() has stopped every call and waits for completions
+        return wait(self, timeout)
 
     def claim_then_close(self: PendingRequests, digest: str, call_id: str) -> bool | None:
         claimed = claim(self, digest, call_id)
-        ex.close()
+        closer.start()
+        assert closing.wait(60)
         return claimed
 
+    closer = threading.Thread(target=ex.close)
+    monkeypatch.setattr(Completions, "wait", waited)
     monkeypatch.setattr(PendingRequests, "claim", claim_then_close)
     r = ex.complete(request, 12)
-    assert r.status == "cancelled"
-    assert ex.pending() == [request]
+    closer.join(60)
+    assert r.status == "cancelled" and ex.closed
+    monkeypatch.undo()
+    if not journal:
+        assert ex.pending() == [request]
+        return
+    with Executor(registry(), journal=path) as again:
+        assert again.pending() == [request]
+        assert again.complete(request, 12).output == 12
+
+
+def test_a_request_held_again_only_here_is_still_completed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held in the journal, asked again while the journal failed: it was
+    listed twice and completed twice (once here, once from the journal)."""
+    with Executor(registry(), journal=tmp_path / "j.sqlite") as ex:
+        faults = Faults(ex, monkeypatch)
+        request = ask(ex)
+        faults.on = True
+        assert ask(ex) == request
+        faults.on = False
+        assert ex.pending() == [request]
+        results = [ex.complete(request, n) for n in (1, 2, 3)]
+        assert [r.status for r in results] == ["ok", "rejected", "rejected"]
+        assert ex.pending() == []

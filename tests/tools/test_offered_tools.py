@@ -229,6 +229,11 @@ def test_a_step_is_checked_when_made_and_when_given() -> None:
         StepContext(step=-1)
     with pytest.raises(ValueError, match="agent_run"):
         StepContext(agent_run="")
+    empty = ToolRegistry()
+    with pytest.raises(TypeError, match="StepContext or None"):
+        empty.to_openai("x")  # type: ignore[arg-type]
+    with Executor(empty) as ex, pytest.raises(TypeError, match="StepContext or None"):
+        ex.offered("x")  # type: ignore[arg-type]
     reg = ToolRegistry()
     reg.tool(lambda: 1, name="one")
     with pytest.raises(TypeError, match="StepContext or None"):

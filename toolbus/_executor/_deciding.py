@@ -10,8 +10,10 @@ process on the same journal mints decisions this one takes): see
 
 from __future__ import annotations
 
+import contextlib
 import hmac
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import ApprovalRequest, ExternalRequest, request_mac
@@ -21,7 +23,7 @@ from ..pipeline import Run, Services, ThreadWaiter
 from ..tools import ToolRegistry, normalize_output
 from ..tools._schemas import output_problem
 
-__all__ = ["Deciding"]
+__all__ = ["Completions", "Deciding"]
 
 
 class Deciding(Minting):
@@ -35,8 +37,9 @@ class Deciding(Minting):
     def _decision_secret(self) -> bytes:
         return self._services.key_secret
 
-    if TYPE_CHECKING:  # (Submitting's)
+    if TYPE_CHECKING:  # (Submitting's; the executor's)
         _submit_one: Callable[..., Run]
+        _completions: Completions
 
     def complete(
         self, request: ExternalRequest, output: Any, *, decided_by: str | None = None
@@ -54,23 +57,27 @@ class Deciding(Minting):
         call_id = _text(getattr(request, "call_id", None)) or "external"
         name = _text(getattr(request, "tool", None)) or "external"
         call = ToolCall(id=call_id, name=name, arguments=_masked(request))
-        try:
-            ended = self._completion(request, output, decided_by, call_id, name)
-        except Exception as e:  # (a bug of ours: the submission still ends, once)
-            ended = _refused(
-                call_id, name, ErrorCode.TOOL_UNAVAILABLE,
-                f"Tool '{name}' was not completed: internal error ({type(e).__name__})",
-            )  # fmt: skip
-        waiter = ThreadWaiter()
-        run = self._submit_one(call, waiter, decided=ended)
-        if not waiter.latch.flag:
-            waiter.wait()
-        result = run.result
-        assert result is not None
-        if ended.status == "ok" and result.status != "ok":
-            # Claimed, but the submission did not carry it (the executor
-            # closed meanwhile): the request waits again, to be completed later.
-            self._services.pending.hold(request)
+        # Counted before the executor is seen open: `close` waits for the
+        # completions under way before it closes the journal, so one it drops
+        # can still hold its request there again.
+        with self._completions.running():
+            try:
+                ended = self._completion(request, output, decided_by, call_id, name)
+            except Exception as e:  # (a bug of ours: the submission still ends, once)
+                ended = _refused(
+                    call_id, name, ErrorCode.TOOL_UNAVAILABLE,
+                    f"Tool '{name}' was not completed: internal error ({type(e).__name__})",
+                )  # fmt: skip
+            waiter = ThreadWaiter()
+            run = self._submit_one(call, waiter, decided=ended)
+            if not waiter.latch.flag:
+                waiter.wait()
+            result = run.result
+            assert result is not None
+            if ended.status == "ok" and result.status != "ok":
+                # Claimed, but the submission did not carry it (the executor
+                # closed meanwhile): the request waits again, to be completed later.
+                self._services.pending.hold(request)
         return result
 
     def _completion(
@@ -136,6 +143,33 @@ class Deciding(Minting):
         oldest first (masked, as published). With a journal, every process's
         on it, kept across restarts; without, this executor's (the last 10 000)."""
         return list(self._services.pending.list())
+
+
+class Completions:
+    """The `complete` calls under way on one executor (thread-safe)."""
+
+    __slots__ = ("_count", "_idle")
+
+    def __init__(self) -> None:
+        self._idle = threading.Condition()
+        self._count = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._idle:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._count -= 1
+                if not self._count:
+                    self._idle.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until none is under way, for at most `timeout` seconds."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._count, timeout)
 
 
 def _masked(request: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ HELD_SCHEMA = (
     tool TEXT NOT NULL,
     request TEXT NOT NULL,
     held REAL NOT NULL,
+    agent_run TEXT,
     PRIMARY KEY (digest, call_id)
 )""",
     """CREATE TABLE IF NOT EXISTS used_decisions (
@@ -103,11 +104,11 @@ class HeldApprovals(Minting):
 
     # -- the executor's (`pipeline/_held.py`) --------------------------------------------
 
-    def hold_request(self, request: ApprovalRequest) -> None:
-        """`request` waits for a decision."""
+    def hold_request(self, request: ApprovalRequest, agent_run: str | None = None) -> None:
+        """`request`, asked in `agent_run` (if any), waits for a decision."""
         self._write(
-            "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held, "
+            "agent_run) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 request.digest,
                 request.call_id,
@@ -115,8 +116,13 @@ class HeldApprovals(Minting):
                 request.tool,
                 request.model_dump_json(),
                 time.time(),
+                agent_run,
             ),
         )
+
+    def release_run(self, agent_run: str) -> int:
+        """`agent_run` was halted: its requests wait no more. How many did."""
+        return self._write("DELETE FROM pending WHERE agent_run = ?", (agent_run,))
 
     def release_request(self, digest: str, call_id: str) -> bool:
         """The request of `digest` for call `call_id` was decided: True if it

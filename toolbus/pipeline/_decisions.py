@@ -74,6 +74,8 @@ def judge(run: Run, decision: ApprovalDecision, svc: Services) -> ToolResult | N
         used = svc.used_decisions.use(decision.decision_id, decision.expires_at)
         if used is not True:
             return used_up(run) if used is False else _unrecorded(run)
+    elif decision.expires_at is not None and not decision.answered:
+        run.spend = decision  # its time checked again when the call runs
     if decision.answered:
         return _answered(run, decision)
     return None
@@ -89,15 +91,18 @@ def used_up(run: Run) -> ToolResult:
 
 
 def spend(run: Run, svc: Services) -> ToolResult | None:
-    """Spend the single-use decision `run` runs under, now that it runs: its
-    refusal if the decision expired since it was judged (a call that waited
-    on a policy or a queue) or was spent already (by another call, thread or
-    process); None: it runs."""
+    """Check again the decision `run` runs under (one that expires or is
+    single use), now that it runs, and spend it if single use: its refusal if
+    it expired since it was judged (a call that waited on a policy or a
+    queue) or was spent already (by another call, thread or process); None:
+    it runs."""
     decision, run.spend = run.spend, None
     if decision is None:
         return None
     if decision.expires_at is not None and time.time() > decision.expires_at:
         return _expired(run)
+    if not decision.single_use:
+        return None
     if not isinstance(decision.decision_id, str):
         return used_up(run)
     used = svc.used_decisions.use(decision.decision_id, decision.expires_at)

@@ -42,7 +42,7 @@ def halted_text(reason: str) -> str:
 class Halts:
     """The runs halted on one executor (thread-safe)."""
 
-    __slots__ = ("_lock", "_reasons", "active", "tell")
+    __slots__ = ("_lock", "_reasons", "active", "dropped", "tell")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -50,6 +50,9 @@ class Halts:
         # Set once anything was halted: until then submission looks no further.
         self.active = False
         self.tell: Tell | None = None
+        # Told of each run halted, as it is: what else lets go of it (its
+        # requests waiting for a decision).
+        self.dropped: Callable[[str], None] | None = None
 
     def reason(self, agent_run: str | None) -> str | None:
         """Why `agent_run` was halted, or None (not halted, or no run)."""
@@ -73,7 +76,9 @@ class Halts:
                 return False
             self._reasons[agent_run] = reason
             self.active = True
-            return True
+        if self.dropped is not None:
+            self.dropped(agent_run)
+        return True
 
     def halt(
         self, agent_run: str | None, batch: BatchRun | None, reason: str, by: Run | None = None

@@ -12,6 +12,7 @@ restart, lists the same requests and cannot use a decision again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -64,9 +65,11 @@ KEPT = 10_000
 class PendingStore(Protocol):
     """Where pending requests outlive the process (the journal)."""
 
-    def hold_request(self, request: Any) -> None: ...
+    def hold_request(self, request: Any, agent_run: str | None = None) -> None: ...
 
     def release_request(self, digest: str, call_id: str) -> bool: ...
+
+    def release_run(self, agent_run: str) -> int: ...
 
     def pending(self) -> list[Any]: ...
 
@@ -75,7 +78,7 @@ class PendingRequests:
     """The requests an executor waits on a decision for (thread-safe), by
     digest and call id (two calls with the same arguments wait apart)."""
 
-    __slots__ = ("_lock", "_requests", "_unstored", "store")
+    __slots__ = ("_lock", "_requests", "_runs", "_unstored", "store")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -83,22 +86,27 @@ class PendingRequests:
         # Held here only: the journal failed to take them (they are claimed
         # here, and listed beside the journal's).
         self._unstored: set[tuple[str, str]] = set()
+        self._runs: dict[tuple[str, str], str] = {}  # the agent run each was asked in
         self.store: PendingStore | None = None
 
-    def hold(self, request: Any) -> None:
-        """`request` waits for a decision (again)."""
+    def hold(self, request: Any, agent_run: str | None = None) -> None:
+        """`request`, asked in `agent_run` (if any), waits for a decision (again)."""
         key = (request.digest, request.call_id)
         with self._lock:
             self._requests.pop(key, None)
             self._requests[key] = request  # (the newest last)
             self._unstored.discard(key)
+            self._runs.pop(key, None)
+            if agent_run is not None:
+                self._runs[key] = agent_run
             if len(self._requests) > KEPT:  # never decided: the oldest go first
                 oldest = next(iter(self._requests))
                 del self._requests[oldest]
                 self._unstored.discard(oldest)
+                self._runs.pop(oldest, None)
         if self.store is not None:
             try:
-                self.store.hold_request(request)
+                self.store.hold_request(request, agent_run)
             except Exception as e:  # waits here alone, and is decided here
                 log.warning("holding a pending request in the journal failed: %s", e)
                 with self._lock:
@@ -117,8 +125,16 @@ class PendingRequests:
         key = (digest, call_id)
         with self._lock:
             request = self._requests.pop(key, None)
-            if self.store is None or key in self._unstored:
+            self._runs.pop(key, None)
+            if self.store is None:
+                return request is not None
+            if key in self._unstored:
+                # Held here alone when last asked; the journal may still hold
+                # it from an earlier time: taken off there too, whoever holds it.
                 self._unstored.discard(key)
+                with contextlib.suppress(Exception):
+                    if self.store.release_request(digest, call_id):
+                        return True
                 return request is not None
             try:
                 return self.store.release_request(digest, call_id)
@@ -127,6 +143,20 @@ class PendingRequests:
                 if request is not None:
                     self._requests[key] = request
                 return None
+
+    def drop_run(self, agent_run: str) -> None:
+        """`agent_run` was halted: the requests asked in it wait no more (a
+        decision on one would find its call halted)."""
+        with self._lock:
+            for key in [k for k, run in self._runs.items() if run == agent_run]:
+                del self._runs[key]
+                self._requests.pop(key, None)
+                self._unstored.discard(key)
+        if self.store is not None:
+            try:
+                self.store.release_run(agent_run)
+            except Exception as e:  # listed until decided: a decision finds the run halted
+                log.warning("releasing a halted run's requests in the journal failed: %s", e)
 
     def list(self) -> list[Any]:
         """The requests waiting, oldest first: the journal's (every process's,
@@ -138,6 +168,7 @@ class PendingRequests:
                 log.warning("listing the pending requests of the journal failed: %s", e)
             else:
                 with self._lock:
-                    return stored + [self._requests[k] for k in self._unstored]
+                    listed = {(r.digest, r.call_id) for r in stored}
+                    return stored + [self._requests[k] for k in self._unstored if k not in listed]
         with self._lock:
             return list(self._requests.values())

@@ -134,7 +134,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     if run.judged is not None:
         svc.pending.release(run.judged, run.call.id)
     if result.status == "deferred" and result.approval_request is not None:
-        svc.pending.hold(result.approval_request)
+        svc.pending.hold(result.approval_request, run.agent_run)
     em = svc.emitter
     bid = run.batch.batch_id if run.batch is not None else None
     att, name = result.attempts, run.call.name

@@ -161,7 +161,7 @@ class Run:
         self.keyed: Any = None  # the arguments the key stands for if not origin's (an edit's)
         self.journaled = False  # its intent is in the journal: record its outcome too
         self.judged: str | None = None  # the request its decision decided (`_decisions.py`)
-        self.spend: Any = None  # a single-use decision to spend when it runs
+        self.spend: Any = None  # a decision checked (and spent) when it runs
         # Why the supervisor let the current attempt go ("timeout", "cancelled").
         self.stop_reason = ""
         self.tool = tool

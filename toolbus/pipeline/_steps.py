@@ -145,7 +145,7 @@ def attempt(
             if not run.try_settle(n):
                 return LOST
             return DONE if finish(run, replayed, svc) else LOST
-    spent = None if run.spend is None else spend(run, svc)  # its single-use decision, now
+    spent = None if run.spend is None else spend(run, svc)  # its decision, checked now
     if spent is not None:
         if not run.try_settle(n):
             return LOST

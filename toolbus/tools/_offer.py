@@ -41,6 +41,7 @@ __all__ = [
     "StepContext",
     "check_enabled",
     "check_scopes",
+    "check_step",
     "enabled",
     "granted",
     "missing_scopes",
@@ -148,11 +149,16 @@ def current_step() -> StepContext:
     return offer.step if offer is not None else StepContext(agent_run=AGENT_RUN.get())
 
 
+def check_step(step: object) -> None:
+    """A `TypeError` unless `step` is a `StepContext` or None."""
+    if step is not None and not isinstance(step, StepContext):
+        raise TypeError(f"step must be a StepContext or None, got {type(step).__name__}")
+
+
 def enabled(tool: Tool, step: StepContext | None = None) -> bool:
     """Whether `tool` is enabled at `step` (None: `current_step()`); a function
     that raises or answers anything but a bool says no."""
-    if step is not None and not isinstance(step, StepContext):
-        raise TypeError(f"step must be a StepContext or None, got {type(step).__name__}")
+    check_step(step)
     flag = tool.is_enabled
     if flag is True or flag is False:
         return flag
@@ -179,6 +185,7 @@ def offered(
 ) -> list[Tool]:
     """The tools a caller granted `granted` may see and call at `step`
     (None: `current_step()`): scopes first, then `is_enabled`."""
+    check_step(step)
     return [t for t in tools if not missing_scopes(t, granted) and enabled(t, step)]
 
 

@@ -11,7 +11,7 @@ from typing import Any, Self, Unpack, overload
 from .. import _seams
 from .._keywords import refuse_unknown
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
-from ._offer import StepContext, enabled
+from ._offer import StepContext, check_step, enabled
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
 from ._tool_options import (
@@ -182,6 +182,7 @@ class ToolRegistry:
     def enabled(self, step: StepContext | None = None) -> builtins.list[Tool]:
         """The tools enabled at `step` (`Tool.is_enabled`; None: the current
         step, see `toolbus.tools.StepContext`), in order: what the exports offer."""
+        check_step(step)
         return [t for t in self._tools.values() if enabled(t, step)]
 
     def to_openai(self, step: StepContext | None = None) -> builtins.list[dict[str, Any]]:
