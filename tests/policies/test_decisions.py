@@ -356,6 +356,8 @@ def test_an_approval_that_expires_while_its_call_waits_does_not_run_it(
         r = ex.execute(call, approval=once)
         assert (r.status, r.error_code) == ("rejected", ErrorCode.DECISION_EXPIRED)
         assert "expired" in (r.error or "")
+        # Its request waits for a new decision, as when it is judged expired.
+        assert [p.call_id for p in ex.pending()] == ["p"]
     assert ran == []
 
 
@@ -397,3 +399,38 @@ def test_a_halted_runs_requests_wait_no_more(tmp_path: Path, journal: bool) -> N
     if journal:
         with Executor(registry(ran), journal=path) as ex:
             assert sorted(r.call_id for r in ex.pending()) == ["t1", "t2"]
+
+
+def test_a_halt_on_one_executor_leaves_anothers_requests(tmp_path: Path) -> None:
+    """Two executors on one journal: a halt on one deleted the other's
+    requests of a run of the same name (its external result then could
+    never be delivered)."""
+    path = tmp_path / "j.sqlite"
+    with Executor(registry([]), journal=path) as a, Executor(registry([]), journal=path) as b:
+        assert a.execute(CALL, agent_run="r").status == "deferred"
+        b.halt("r", "ops")
+        assert [p.call_id for p in a.pending()] == ["t1"]
+        a.halt("r", "ops")
+        assert a.pending() == [] and b.pending() == []
+
+
+def test_a_call_that_halts_its_own_run_leaves_no_request(make_executor: MakeExecutor) -> None:
+    """Deferred as its run was halted (the halt first): its request stayed listed."""
+    from toolbus.policies import BasePolicy, RequireApproval
+
+    ex: Executor
+
+    class HaltsThenAsks(BasePolicy):
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Any:
+            ex.halt("r", "ops")
+            return RequireApproval("asks anyway")
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[HaltsThenAsks()])
+    def pay(amount: int) -> str:
+        return "paid"
+
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(id="p", name="pay", arguments={"amount": 1}), agent_run="r")
+    assert r.status in ("deferred", "cancelled") and ex.pending() == []

@@ -195,7 +195,7 @@ class Faults:
         assert store is not None
         record = ex._services.used_decisions.record
         assert record is not None
-        for name in ("hold_request", "release_request"):
+        for name in ("hold_request", "release_request", "claim_unheld"):
             monkeypatch.setattr(store, name, self.faulty(getattr(store, name)))
         monkeypatch.setattr(ex._services.used_decisions, "record", self.faulty(record))
 
@@ -325,3 +325,39 @@ def test_a_request_held_again_only_here_is_still_completed_once(
         results = [ex.complete(request, n) for n in (1, 2, 3)]
         assert [r.status for r in results] == ["ok", "rejected", "rejected"]
         assert ex.pending() == []
+
+
+def test_two_executors_complete_a_request_held_again_only_in_one_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Re-held in A's memory alone (its journal write failed), completed by
+    B from the journal, then by A: both ended ok."""
+    path = tmp_path / "j.sqlite"
+    with Executor(registry(), journal=path) as a, Executor(registry(), journal=path) as b:
+        faults = Faults(a, monkeypatch)
+        request = ask(a)
+        faults.on = True
+        ask(a)
+        faults.on = False
+        assert b.complete(request, 1).ok
+        assert a.complete(request, 2).error_code is ErrorCode.DECISION_EXPIRED
+        # Failing again when A claims: unavailable, not completed, still waiting.
+        again = ask(a, "m2")
+        faults.on = True
+        ask(a, "m2")
+        r = a.complete(again, 3)
+        assert r.error_code is ErrorCode.TOOL_UNAVAILABLE
+        faults.on = False
+        assert a.complete(again, 3).ok and b.complete(again, 4).status == "rejected"
+
+
+def test_complete_given_an_object_that_raises_when_read_does_not_raise(
+    make_executor: MakeExecutor,
+) -> None:
+    class Hostile:
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(name)
+
+    ex = make_executor(registry())
+    r = ex.complete(Hostile(), 1)  # type: ignore[arg-type]
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)

@@ -54,8 +54,8 @@ class Deciding(Minting):
         output schema (or is not JSON), a journal that cannot be reached, or a
         closed executor end it `rejected` (or `cancelled`, closed meanwhile),
         saying why, and leave the request waiting. Never raises."""
-        call_id = _text(getattr(request, "call_id", None)) or "external"
-        name = _text(getattr(request, "tool", None)) or "external"
+        call_id = _text(_field(request, "call_id")) or "external"
+        name = _text(_field(request, "tool")) or "external"
         call = ToolCall(id=call_id, name=name, arguments=_masked(request))
         # Counted before the executor is seen open: `close` waits for the
         # completions under way before it closes the journal, so one it drops
@@ -172,9 +172,17 @@ class Completions:
             return self._idle.wait_for(lambda: not self._count, timeout)
 
 
+def _field(request: Any, name: str) -> Any:
+    """`request.name`, or None whatever reading it raises (not a request of ours)."""
+    try:
+        return getattr(request, name, None)
+    except Exception:
+        return None
+
+
 def _masked(request: Any) -> dict[str, Any]:
     """The arguments a completion is published with: the request's, masked."""
-    shown = getattr(request, "arguments_masked", None)
+    shown = _field(request, "arguments_masked")
     return dict(shown) if isinstance(shown, dict) else {}
 
 

@@ -34,6 +34,7 @@ HELD_SCHEMA = (
     request TEXT NOT NULL,
     held REAL NOT NULL,
     agent_run TEXT,
+    claimed REAL,
     PRIMARY KEY (digest, call_id)
 )""",
     """CREATE TABLE IF NOT EXISTS used_decisions (
@@ -42,6 +43,11 @@ HELD_SCHEMA = (
     expires REAL
 )""",
 )
+
+# How long a decided request stays marked (`claimed`) before it is let go.
+KEEP_DECIDED = 7 * 24 * 3600.0
+
+_CLAIM = "UPDATE pending SET claimed = ? WHERE digest = ? AND call_id = ? AND claimed IS NULL"
 
 # How a pending row says which request it holds.
 _KINDS: dict[str, type[ApprovalRequest]] = {
@@ -88,7 +94,7 @@ class HeldApprovals(Minting):
             self._check_open()
             try:
                 rows = self._conn.execute(
-                    "SELECT kind, request FROM pending ORDER BY held, rowid"
+                    "SELECT kind, request FROM pending WHERE claimed IS NULL ORDER BY held, rowid"
                 ).fetchall()
             except sqlite3.OperationalError:
                 return []  # a journal of an older schema, not migrated yet: none held
@@ -105,33 +111,63 @@ class HeldApprovals(Minting):
     # -- the executor's (`pipeline/_held.py`) --------------------------------------------
 
     def hold_request(self, request: ApprovalRequest, agent_run: str | None = None) -> None:
-        """`request`, asked in `agent_run` (if any), waits for a decision."""
+        """`request`, asked in `agent_run` (if any), waits for a decision
+        (again, if it was decided: asked anew). Decided ones a week old are
+        let go as it goes."""
+        now = time.time()
         self._write(
-            "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held, "
-            "agent_run) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ("DELETE FROM pending WHERE claimed < ?", (now - KEEP_DECIDED,)),
             (
-                request.digest,
-                request.call_id,
-                _kind(request),
-                request.tool,
-                request.model_dump_json(),
-                time.time(),
-                agent_run,
+                "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held, "
+                "agent_run, claimed) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                (
+                    request.digest,
+                    request.call_id,
+                    _kind(request),
+                    request.tool,
+                    request.model_dump_json(),
+                    now,
+                    agent_run,
+                ),
             ),
         )
-
-    def release_run(self, agent_run: str) -> int:
-        """`agent_run` was halted: its requests wait no more. How many did."""
-        return self._write("DELETE FROM pending WHERE agent_run = ?", (agent_run,))
 
     def release_request(self, digest: str, call_id: str) -> bool:
         """The request of `digest` for call `call_id` was decided: True if it
         was waiting (this is where two processes completing one request are
-        told apart: one of them removes it)."""
+        told apart: one of them marks it). Kept, marked, for a week: a
+        process whose own write of it failed (`claim_unheld`) still finds it
+        taken."""
+        return self._write((_CLAIM, (time.time(), digest, call_id)))[-1] == 1
+
+    def claim_unheld(self, request: ApprovalRequest) -> bool:
+        """Claim `request`, which this process holds but whose last write
+        here failed: True if nobody took it (written first if the journal
+        never had it; a row taken already stays taken)."""
+        now = time.time()
         return (
-            self._write("DELETE FROM pending WHERE digest = ? AND call_id = ?", (digest, call_id))
+            self._write(
+                (
+                    "INSERT OR IGNORE INTO pending (digest, call_id, kind, tool, request, held) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        request.digest,
+                        request.call_id,
+                        _kind(request),
+                        request.tool,
+                        request.model_dump_json(),
+                        now,
+                    ),
+                ),
+                (_CLAIM, (now, request.digest, request.call_id)),
+            )[-1]
             == 1
         )
+
+    def release_requests(self, keys: list[tuple[str, str]]) -> None:
+        """The requests of `keys` (digest, call id) wait no more (their run was halted)."""
+        now = time.time()
+        self._write(*((_CLAIM, (now, digest, call_id)) for digest, call_id in keys))
 
     def use_decision(self, decision_id: str, expires_at: float | None) -> bool:
         """Record the use of a single-use decision: True if it was not used
@@ -155,18 +191,19 @@ class HeldApprovals(Minting):
                     raise
         return fresh == 1
 
-    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+    def _write(self, *statements: tuple[str, tuple[Any, ...]]) -> list[int]:
+        """Run `statements` in one transaction; the rows each changed."""
         with self._lock:
             conn = self._writable()
             with _bounded(conn, self._timeout):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    n = int(conn.execute(sql, params).rowcount)
+                    counts = [int(conn.execute(sql, params).rowcount) for sql, params in statements]
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
-        return n
+        return counts
 
 
 @contextlib.contextmanager

@@ -100,6 +100,7 @@ def spend(run: Run, svc: Services) -> ToolResult | None:
     if decision is None:
         return None
     if decision.expires_at is not None and time.time() > decision.expires_at:
+        run.judged = None  # (its request waits for a new decision, as when judged expired)
         return _expired(run)
     if not decision.single_use:
         return None

@@ -12,7 +12,6 @@ restart, lists the same requests and cannot use a decision again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -69,7 +68,9 @@ class PendingStore(Protocol):
 
     def release_request(self, digest: str, call_id: str) -> bool: ...
 
-    def release_run(self, agent_run: str) -> int: ...
+    def claim_unheld(self, request: Any) -> bool: ...
+
+    def release_requests(self, keys: list[tuple[str, str]]) -> None: ...
 
     def pending(self) -> list[Any]: ...
 
@@ -128,15 +129,14 @@ class PendingRequests:
             self._runs.pop(key, None)
             if self.store is None:
                 return request is not None
-            if key in self._unstored:
-                # Held here alone when last asked; the journal may still hold
-                # it from an earlier time: taken off there too, whoever holds it.
-                self._unstored.discard(key)
-                with contextlib.suppress(Exception):
-                    if self.store.release_request(digest, call_id):
-                        return True
-                return request is not None
             try:
+                if key in self._unstored and request is not None:
+                    # Its last write to the journal failed: the journal may
+                    # not have it, or have it from an earlier time, taken
+                    # already by another process or not.
+                    claimed = self.store.claim_unheld(request)
+                    self._unstored.discard(key)
+                    return claimed
                 return self.store.release_request(digest, call_id)
             except Exception as e:
                 log.warning("releasing a pending request in the journal failed: %s", e)
@@ -145,16 +145,17 @@ class PendingRequests:
                 return None
 
     def drop_run(self, agent_run: str) -> None:
-        """`agent_run` was halted: the requests asked in it wait no more (a
-        decision on one would find its call halted)."""
+        """`agent_run` was halted (on this executor): the requests asked in
+        it here wait no more (a decision on one would find its call halted)."""
         with self._lock:
-            for key in [k for k, run in self._runs.items() if run == agent_run]:
+            keys = [k for k, run in self._runs.items() if run == agent_run]
+            for key in keys:
                 del self._runs[key]
                 self._requests.pop(key, None)
                 self._unstored.discard(key)
-        if self.store is not None:
+        if self.store is not None and keys:
             try:
-                self.store.release_run(agent_run)
+                self.store.release_requests(keys)
             except Exception as e:  # listed until decided: a decision finds the run halted
                 log.warning("releasing a halted run's requests in the journal failed: %s", e)
 
