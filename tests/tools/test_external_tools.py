@@ -361,3 +361,75 @@ def test_complete_given_an_object_that_raises_when_read_does_not_raise(
     ex = make_executor(registry())
     r = ex.complete(Hostile(), 1)  # type: ignore[arg-type]
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED)
+
+
+def test_a_call_asked_again_after_it_was_completed_is_completed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Completed, asked again while the journal failed: listed, yet its
+    completion found the earlier asking's mark and refused it."""
+    with Executor(registry(), journal=tmp_path / "j.sqlite") as ex:
+        faults = Faults(ex, monkeypatch)
+        first = ask(ex)
+        assert ex.complete(first, 1).ok
+        faults.on = True
+        again = ask(ex)
+        faults.on = False
+        assert ex.pending() == [again]
+        assert ex.complete(again, 2).output == 2
+        assert ex.complete(again, 3).error_code is ErrorCode.DECISION_EXPIRED
+
+
+def test_a_halt_after_a_failed_completion_still_drops_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Executor(registry(), journal=tmp_path / "j.sqlite") as ex:
+        faults = Faults(ex, monkeypatch)
+        r = ex.execute(
+            ToolCall(id="m1", name="ask_manager", arguments={"question": "q"}), agent_run="r"
+        )
+        assert r.approval_request is not None
+        faults.on = True
+        assert ex.complete(r.approval_request, 1).error_code is ErrorCode.TOOL_UNAVAILABLE
+        faults.on = False
+        ex.halt("r", "ops")
+        assert ex.pending() == []
+
+
+def test_complete_given_arguments_no_call_carries_does_not_raise(
+    make_executor: MakeExecutor,
+) -> None:
+    class Keyless(dict[str, Any]):
+        def keys(self) -> Any:
+            raise RuntimeError("keys")
+
+    ex = make_executor(registry())
+    odd = ExternalRequest.model_construct(
+        call_id="m1", tool="ask_manager", arguments_masked={1: "x"}, digest="d", mac="m"
+    )
+    assert ex.complete(odd, 1).error_code is ErrorCode.TOOL_NOT_ALLOWED
+    keyless = ExternalRequest.model_construct(
+        call_id="m1", tool="ask_manager", arguments_masked=Keyless(a=1), digest="d", mac="m"
+    )
+    assert ex.complete(keyless, 1).error_code is ErrorCode.TOOL_NOT_ALLOWED
+
+
+def test_a_run_halted_while_its_request_is_written_leaves_nothing_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "j.sqlite"
+    with Executor(registry(), journal=path) as ex:
+        store = ex._services.pending.store
+        assert store is not None
+        write = store.hold_request
+
+        def halted_meanwhile(request: Any, agent_run: str | None = None) -> None:
+            ex.halt("r", "ops")  # (its release reaches the journal first)
+            write(request, agent_run)
+
+        monkeypatch.setattr(store, "hold_request", halted_meanwhile)
+        call = ToolCall(id="m1", name="ask_manager", arguments={"question": "q"})
+        ex.execute(call, agent_run="r")
+        assert ex.pending() == []
+    with Executor(registry(), journal=path) as ex:
+        assert ex.pending() == []

@@ -56,12 +56,18 @@ class Deciding(Minting):
         saying why, and leave the request waiting. Never raises."""
         call_id = _text(_field(request, "call_id")) or "external"
         name = _text(_field(request, "tool")) or "external"
-        call = ToolCall(id=call_id, name=name, arguments=_masked(request))
+        try:
+            call = ToolCall(id=call_id, name=name, arguments=_masked(request))
+        except Exception:  # (arguments no call carries: not a request of ours, refused below)
+            call = ToolCall(id=call_id, name=name, arguments={})
+        asked_in = None
         # Counted before the executor is seen open: `close` waits for the
         # completions under way before it closes the journal, so one it drops
         # can still hold its request there again.
         with self._completions.running():
             try:
+                if isinstance(request, ExternalRequest):
+                    asked_in = self._services.pending.run_of(request.digest, request.call_id)
                 ended = self._completion(request, output, decided_by, call_id, name)
             except Exception as e:  # (a bug of ours: the submission still ends, once)
                 ended = _refused(
@@ -77,7 +83,7 @@ class Deciding(Minting):
             if ended.status == "ok" and result.status != "ok":
                 # Claimed, but the submission did not carry it (the executor
                 # closed meanwhile): the request waits again, to be completed later.
-                self._services.pending.hold(request)
+                self._services.pending.hold(request, asked_in)
         return result
 
     def _completion(
@@ -183,11 +189,14 @@ def _field(request: Any, name: str) -> Any:
 def _masked(request: Any) -> dict[str, Any]:
     """The arguments a completion is published with: the request's, masked."""
     shown = _field(request, "arguments_masked")
-    return dict(shown) if isinstance(shown, dict) else {}
+    try:
+        return dict(shown) if type(shown) is dict else {}
+    except Exception:
+        return {}
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+    return value if type(value) is str else ""
 
 
 def _genuine(request: ExternalRequest, secret: bytes) -> bool:

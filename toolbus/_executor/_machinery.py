@@ -113,7 +113,9 @@ def start(
             scheduler.post(HaltRun(agent_run, batch, reason, by, fresh))
 
         services.halts.tell = tell_halt
-        services.halts.dropped = services.pending.drop_run
+        halts = services.halts
+        halts.dropped = services.pending.drop_run
+        services.pending.halted = lambda agent_run: halts.reason(agent_run) is not None
         if journal is not None:  # approvals held there: every process on it sees them
             services.used_decisions.record = journal.use_decision
             services.pending.store = journal

@@ -140,10 +140,11 @@ class HeldApprovals(Minting):
         taken."""
         return self._write((_CLAIM, (time.time(), digest, call_id)))[-1] == 1
 
-    def claim_unheld(self, request: ApprovalRequest) -> bool:
-        """Claim `request`, which this process holds but whose last write
-        here failed: True if nobody took it (written first if the journal
-        never had it; a row taken already stays taken)."""
+    def claim_unheld(self, request: ApprovalRequest, since: float) -> bool:
+        """Claim `request`, which this process holds (asked at `since`) but
+        whose last write here failed: True if nobody took it since (written
+        first if the journal never had it; a row decided before `since` was
+        an earlier asking of it)."""
         now = time.time()
         return (
             self._write(
@@ -159,7 +160,11 @@ class HeldApprovals(Minting):
                         now,
                     ),
                 ),
-                (_CLAIM, (now, request.digest, request.call_id)),
+                (
+                    "UPDATE pending SET claimed = ? WHERE digest = ? AND call_id = ? "
+                    "AND (claimed IS NULL OR claimed < ?)",
+                    (now, request.digest, request.call_id, since),
+                ),
             )[-1]
             == 1
         )

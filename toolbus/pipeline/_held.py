@@ -68,7 +68,7 @@ class PendingStore(Protocol):
 
     def release_request(self, digest: str, call_id: str) -> bool: ...
 
-    def claim_unheld(self, request: Any) -> bool: ...
+    def claim_unheld(self, request: Any, since: float) -> bool: ...
 
     def release_requests(self, keys: list[tuple[str, str]]) -> None: ...
 
@@ -79,40 +79,58 @@ class PendingRequests:
     """The requests an executor waits on a decision for (thread-safe), by
     digest and call id (two calls with the same arguments wait apart)."""
 
-    __slots__ = ("_lock", "_requests", "_runs", "_unstored", "store")
+    __slots__ = ("_lock", "_requests", "_runs", "_unstored", "halted", "store")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._requests: dict[tuple[str, str], Any] = {}
-        # Held here only: the journal failed to take them (they are claimed
-        # here, and listed beside the journal's).
-        self._unstored: set[tuple[str, str]] = set()
+        # Held here only, since when: the journal failed to take them (they
+        # are claimed here, and listed beside the journal's).
+        self._unstored: dict[tuple[str, str], float] = {}
         self._runs: dict[tuple[str, str], str] = {}  # the agent run each was asked in
         self.store: PendingStore | None = None
+        # Whether an agent run is halted here: its calls' requests are not held.
+        self.halted: Callable[[str], bool] = lambda agent_run: False
 
     def hold(self, request: Any, agent_run: str | None = None) -> None:
-        """`request`, asked in `agent_run` (if any), waits for a decision (again)."""
+        """`request`, asked in `agent_run` (if any), waits for a decision
+        (again), unless that run is halted (now, or while it is written)."""
         key = (request.digest, request.call_id)
         with self._lock:
+            # Under the lock: a halt's `drop_run` comes before (it is not
+            # held) or after (it drops it).
+            if agent_run is not None and self.halted(agent_run):
+                return
             self._requests.pop(key, None)
             self._requests[key] = request  # (the newest last)
-            self._unstored.discard(key)
+            self._unstored.pop(key, None)
             self._runs.pop(key, None)
             if agent_run is not None:
                 self._runs[key] = agent_run
             if len(self._requests) > KEPT:  # never decided: the oldest go first
                 oldest = next(iter(self._requests))
                 del self._requests[oldest]
-                self._unstored.discard(oldest)
+                self._unstored.pop(oldest, None)
                 self._runs.pop(oldest, None)
-        if self.store is not None:
-            try:
-                self.store.hold_request(request, agent_run)
-            except Exception as e:  # waits here alone, and is decided here
-                log.warning("holding a pending request in the journal failed: %s", e)
-                with self._lock:
-                    if self._requests.get(key) is request:
-                        self._unstored.add(key)
+        if self.store is None:
+            return
+        since = time.time()
+        try:
+            self.store.hold_request(request, agent_run)
+        except Exception as e:  # waits here alone, and is decided here
+            log.warning("holding a pending request in the journal failed: %s", e)
+            with self._lock:
+                if self._requests.get(key) is request:
+                    self._unstored[key] = since
+            return
+        if agent_run is not None and self.halted(agent_run):
+            # Halted while it was written: the halt's release may have gone first.
+            self.drop_run(agent_run, [key])
+
+    def run_of(self, digest: str, call_id: str) -> str | None:
+        """The agent run the request of `digest` for `call_id` was asked in."""
+        with self._lock:
+            return self._runs.get((digest, call_id))
 
     def release(self, digest: str, call_id: str) -> None:
         """A decision on the request of `digest` for `call_id` was made."""
@@ -126,33 +144,38 @@ class PendingRequests:
         key = (digest, call_id)
         with self._lock:
             request = self._requests.pop(key, None)
-            self._runs.pop(key, None)
+            run = self._runs.pop(key, None)
             if self.store is None:
                 return request is not None
             try:
-                if key in self._unstored and request is not None:
+                since = self._unstored.get(key)
+                if since is not None and request is not None:
                     # Its last write to the journal failed: the journal may
-                    # not have it, or have it from an earlier time, taken
-                    # already by another process or not.
-                    claimed = self.store.claim_unheld(request)
-                    self._unstored.discard(key)
+                    # not have it, or have it from an earlier asking (decided
+                    # then, or taken by another process since).
+                    claimed = self.store.claim_unheld(request, since)
+                    del self._unstored[key]
                     return claimed
                 return self.store.release_request(digest, call_id)
             except Exception as e:
                 log.warning("releasing a pending request in the journal failed: %s", e)
                 if request is not None:
                     self._requests[key] = request
+                    if run is not None:
+                        self._runs[key] = run
                 return None
 
-    def drop_run(self, agent_run: str) -> None:
+    def drop_run(self, agent_run: str, keys: list[tuple[str, str]] | None = None) -> None:
         """`agent_run` was halted (on this executor): the requests asked in
-        it here wait no more (a decision on one would find its call halted)."""
+        it here (of `keys`, if given) wait no more (a decision on one would
+        find its call halted)."""
         with self._lock:
-            keys = [k for k, run in self._runs.items() if run == agent_run]
+            if keys is None:
+                keys = [k for k, run in self._runs.items() if run == agent_run]
             for key in keys:
-                del self._runs[key]
+                self._runs.pop(key, None)
                 self._requests.pop(key, None)
-                self._unstored.discard(key)
+                self._unstored.pop(key, None)
         if self.store is not None and keys:
             try:
                 self.store.release_requests(keys)

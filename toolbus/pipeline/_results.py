@@ -133,11 +133,7 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
             log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
     if run.judged is not None:
         svc.pending.release(run.judged, run.call.id)
-    if (
-        result.status == "deferred"
-        and result.approval_request is not None
-        and svc.halts.reason(run.agent_run) is None  # (halted meanwhile: nobody will decide)
-    ):
+    if result.status == "deferred" and result.approval_request is not None:
         svc.pending.hold(result.approval_request, run.agent_run)
     em = svc.emitter
     bid = run.batch.batch_id if run.batch is not None else None
