@@ -18,34 +18,29 @@ import asyncio
 import contextlib
 import functools
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from .._text import encodable, text_of
 from .._version import __version__
 from ..executor import Executor
 from ..formatting import output_text
-from ..models import Attachment, ErrorCode, ToolCall, ToolResult
+from ..models import ErrorCode, ToolCall, ToolResult
 from ..tools import StepContext, Tool, ToolRegistry, load_registry
 from ..tools._offer import Offer, granted, missing_scopes, offered, offering
 from ._oauth_server import granted_scopes
 from ._server_calls import ServedCalls
-from ._server_output import (
-    ATTACHMENT_MARK,
-    ATTACHMENT_TITLE,
-    ATTACHMENT_URI,
-    ATTACHMENT_URL,
-    attachment_text,
-    served_output,
-)
+from ._server_output import attachment_block, served_output
 from ._server_peer import LogLevels, forward_records
 from ._server_progress import ProgressRelay
+from ._server_tasks import ServedTasks
+from ._task_protocol import TASK_AFTER, TasksMiddleware, wants_task
 
 __all__ = [
     "aserve_stdio",
@@ -83,6 +78,11 @@ def mcp_tool(tool: Tool) -> types.Tool:
         input_schema=encodable(_schema(tool)),
         output_schema=encodable(served.schema) if served is not None else None,
         annotations=tool_annotations(tool),
+        execution=(
+            types.ToolExecution(task_support=tool.task_support)
+            if tool.task_support != "forbidden"
+            else None
+        ),
     )
 
 
@@ -126,7 +126,7 @@ def call_result(result: ToolResult, tool: Tool | None = None) -> types.CallToolR
     content: list[types.ContentBlock] = []
     if result.output is not None:
         content.append(types.TextContent(text=text_of(output_text(result.output))))
-    content.extend(_attachment_block(a, n) for n, a in enumerate(result.attachments, 1))
+    content.extend(attachment_block(a, n) for n, a in enumerate(result.attachments, 1))
     return types.CallToolResult(content=content, structured_content=encodable(structured))
 
 
@@ -152,12 +152,16 @@ def build_server(
     relay = ProgressRelay(executor)
     levels = LogLevels()
     calls = ServedCalls(executor, relay, levels)
+    tasks = ServedTasks(calls)
 
     @contextlib.asynccontextmanager
     async def lifespan(server: Server[Any]) -> Any:
         with forward_records():
             async with relay.opened():
-                yield {}
+                try:
+                    yield {}
+                finally:
+                    tasks.close()
 
     async def set_level(
         ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
@@ -184,27 +188,57 @@ def build_server(
             granted.reset(held)
         return types.ListToolsResult(tools=[mcp_tool(t) for t in tools])
 
-    async def call_tool(
-        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    @contextlib.contextmanager
+    def held_to_caller(ctx: ServerRequestContext[Any]) -> Iterator[frozenset[str] | None]:
+        """Within it, calls are held to the caller's token (its calls' own
+        calls too) and to what `tools/list` offers it now: a tool not offered
+        is refused (TOOL_NOT_OFFERED), as the executor refuses it."""
         scopes = granted_scopes(ctx.request)
-        held = granted.set(scopes)  # (its calls' own calls are held to the token too)
+        held = granted.set(scopes)
         try:
-            # Held to what `tools/list` offers it now: a tool not offered is
-            # refused (TOOL_NOT_OFFERED), as the executor refuses it.
             shown = offering.set(offer_for(ctx)[1])
             try:
-                return await _call_tool(ctx, params, scopes)
+                yield scopes
             finally:
                 offering.reset(shown)
         finally:
             granted.reset(held)
 
-    async def _call_tool(
-        ctx: ServerRequestContext[Any],
-        params: types.CallToolRequestParams,
-        scopes: frozenset[str] | None,
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+        with held_to_caller(ctx) as scopes:
+            return await _call_tool(ctx, params, scopes)
+
+    async def call_as_task(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> dict[str, Any]:
+        """A 2025-11-25 `tools/call` with a `task`: answered with its task."""
+        with held_to_caller(ctx) as scopes:
+            made = _made(params, scopes)
+            ttl = params.task.ttl if params.task is not None else None
+            if isinstance(made, types.CallToolResult):
+                return tasks.created(tasks.ended(ctx, params.name, made, ttl))
+            call, tool = made
+            if tool is None:
+                raise MCPError(types.METHOD_NOT_FOUND, f"Tool '{params.name}' is not served here")
+            wants_task(ctx, params, tool)
+            return tasks.created(tasks.start(ctx, call, _replier(tool), ttl))
+
+    def _replier(tool: Tool | None) -> Callable[[ToolResult], types.CallToolResult]:
+        def reply(result: ToolResult) -> types.CallToolResult:
+            scanner = executor.scanner
+            if scanner is not None and not scanner.to_model:
+                # A reply leaves the process: it is published, whatever the caller's copy is.
+                result = scanner.result(result)
+            return call_result(result, tool)
+
+        return reply
+
+    def _made(
+        params: types.CallToolRequestParams, scopes: frozenset[str] | None
+    ) -> types.CallToolResult | tuple[ToolCall, Tool | None]:
+        """The call `params` asks for, or why it is refused before it is made."""
         given = dict(params.arguments or {})
         tool = registry.get(params.name)
         if tool is not None and (missing := missing_scopes(tool, scopes)):
@@ -229,7 +263,28 @@ def build_server(
                     )
                 )
             arguments = text
-        call = ToolCall(name=params.name, arguments=arguments)
+        return ToolCall(name=params.name, arguments=arguments), tool
+
+    async def _call_tool(
+        ctx: ServerRequestContext[Any],
+        params: types.CallToolRequestParams,
+        scopes: frozenset[str] | None,
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+        made = _made(params, scopes)
+        if isinstance(made, types.CallToolResult):
+            return made
+        call, tool = made
+        if (
+            tool is not None
+            and params.request_state is None
+            and wants_task(ctx, params, tool)  # (2025-11-25's tasks: `call_as_task`)
+        ):
+            task = tasks.start(ctx, call, _replier(tool), None)
+            if tool.task_support == "optional":
+                done = await tasks.settled_within(task, TASK_AFTER)
+                if done is not None:
+                    return done
+            return tasks.created(task)
         meta = ctx.meta or {}
         # Progress only for a client that asked (a progressToken); a client's
         # cancellation cancels this task, and the call with it.
@@ -246,12 +301,7 @@ def build_server(
                 outcome = await calls.start(call, ctx, wants_progress)
         if isinstance(outcome, types.InputRequiredResult):
             return outcome  # the tool waits for answers
-        result = outcome
-        scanner = executor.scanner
-        if scanner is not None and not scanner.to_model:
-            # A reply leaves the process: it is published, whatever the caller's copy is.
-            result = scanner.result(result)
-        return call_result(result, tool)
+        return _replier(tool)(outcome)
 
     def input_schema(tool_name: str) -> dict[str, Any] | None:
         tool = registry.get(tool_name)
@@ -261,15 +311,18 @@ def build_server(
         # Logging is deprecated as of 2026-07-28 (SEP-2577); clients of
         # 2025-11-25 still set their level with it.
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return Server(
+        server = Server(
             name,
             version=__version__,
             lifespan=lifespan,
             get_tool_input_schema=input_schema,
             on_list_tools=list_tools,
-            on_call_tool=call_tool,
+            on_call_tool=call_tool,  # type: ignore[arg-type]  # (a task's answer is a dict)
             on_set_logging_level=set_level,
         )
+    tasks.register(server)
+    server.middleware.append(TasksMiddleware(call_as_task))
+    return server
 
 
 async def aserve_stdio(
@@ -345,56 +398,3 @@ def _schema(tool: Tool) -> dict[str, Any]:
         return _CUSTOM_SCHEMA
     schema = tool.schema
     return schema if schema.get("type") == "object" else {"type": "object", **schema}
-
-
-def _contents(
-    uri: str, mime: str, data: str, n: int
-) -> types.TextResourceContents | types.BlobResourceContents:
-    """Text for a text type whose data is UTF-8 (what clients show as text),
-    else the base64 blob as it came."""
-    mime_type = mime if "/" in mime else None
-    text = attachment_text(mime, data)
-
-    def at(where: str) -> types.TextResourceContents | types.BlobResourceContents:
-        if text is not None:
-            return types.TextResourceContents(uri=where, mime_type=mime_type, text=text)
-        return types.BlobResourceContents(uri=where, mime_type=mime_type, blob=data)
-
-    try:
-        return at(uri)
-    except ValueError:  # a URL that is no URI: the data still travels
-        return at(f"{ATTACHMENT_URI}{n}")
-
-
-def _attachment_block(attachment: Attachment, n: int) -> types.ContentBlock:
-    """The content block of the `n`th attachment: an image or audio, an
-    embedded resource for any other data (its bytes travel with it, a link
-    would drop them), a link for a URL alone, or a line of text."""
-    # Every string writable (`text_of`), as in the rest of a result.
-    mime = text_of(attachment.type)
-    data = text_of(attachment.data) if attachment.data is not None else None
-    title = text_of(attachment.title) if attachment.title else None
-    url = text_of(attachment.url) if attachment.url is not None else None
-    if data is not None:
-        # What the block has no field for travels in its `_meta`, for a
-        # toolbus client to make the same attachment again.
-        meta: dict[str, Any] = {ATTACHMENT_MARK: True}
-        if title is not None:
-            meta[ATTACHMENT_TITLE] = title
-        if mime.startswith(("image/", "audio/")):
-            if url is not None:
-                meta[ATTACHMENT_URL] = url
-            kind = types.ImageContent if mime.startswith("image/") else types.AudioContent
-            return kind(data=data, mime_type=mime, meta=meta)
-        contents = _contents(url or f"{ATTACHMENT_URI}{n}", mime, data, n)
-        if url is not None and str(contents.uri) != url:
-            meta[ATTACHMENT_URL] = url  # (no URI: one was made up)
-        return types.EmbeddedResource(type="resource", resource=contents, meta=meta)
-    if url is not None:
-        return types.ResourceLink(
-            uri=url,
-            name=title or url,
-            mime_type=mime if "/" in mime else None,
-        )
-    label = f" {title}" if title else ""
-    return types.TextContent(text=f"[attachment: {mime}{label}]")

@@ -68,7 +68,7 @@ class ServedCalls:
     ) -> Outcome:
         """Run `call` for request `ctx`: its result, or the questions its tool asked."""
         peer = ServedPeer(ctx)
-        task = asyncio.ensure_future(self._run(call, peer))
+        task = asyncio.ensure_future(self.run(call, peer))
         return await self._stretch(_Served(call, peer, task), ctx, wants_progress)
 
     async def resume(
@@ -97,7 +97,8 @@ class ServedCalls:
         await served.peer.answer(questions, replies)
         return await self._stretch(served, ctx, wants_progress)
 
-    async def _run(self, call: ToolCall, peer: ServedPeer) -> ToolResult:
+    async def run(self, call: ToolCall, peer: ServedPeer) -> ToolResult:
+        """Run `call` on the executor, its tool reaching its client through `peer`."""
         try:
             with serving(call.id, peer):
                 return await self._executor.aexecute(call)

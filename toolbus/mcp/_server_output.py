@@ -1,4 +1,5 @@
-"""A served tool's structured output: its `outputSchema` and `structuredContent`.
+"""A served tool's structured output (its `outputSchema` and
+`structuredContent`), and its attachments as content blocks.
 
 MCP wants an object at the top of both. A tool whose output schema is an
 object's is served with it as it is; any other (a number, a list, a model or
@@ -18,8 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+import mcp_types as types
 from referencing.exceptions import Unresolvable
 
+from .._text import text_of
+from ..models import Attachment
 from ..tools import Tool
 
 __all__ = [
@@ -30,6 +34,7 @@ __all__ = [
     "RESULT_KEY",
     "WRAPPED",
     "ServedOutput",
+    "attachment_block",
     "attachment_data",
     "attachment_text",
     "served_output",
@@ -169,3 +174,56 @@ def unwrapped_schema(schema: dict[str, Any], *, marked_only: bool) -> dict[str, 
         if key in schema:
             inner[key] = schema[key]
     return inner
+
+
+def _contents(
+    uri: str, mime: str, data: str, n: int
+) -> types.TextResourceContents | types.BlobResourceContents:
+    """Text for a text type whose data is UTF-8 (what clients show as text),
+    else the base64 blob as it came."""
+    mime_type = mime if "/" in mime else None
+    text = attachment_text(mime, data)
+
+    def at(where: str) -> types.TextResourceContents | types.BlobResourceContents:
+        if text is not None:
+            return types.TextResourceContents(uri=where, mime_type=mime_type, text=text)
+        return types.BlobResourceContents(uri=where, mime_type=mime_type, blob=data)
+
+    try:
+        return at(uri)
+    except ValueError:  # a URL that is no URI: the data still travels
+        return at(f"{ATTACHMENT_URI}{n}")
+
+
+def attachment_block(attachment: Attachment, n: int) -> types.ContentBlock:
+    """The content block of the `n`th attachment: an image or audio, an
+    embedded resource for any other data (its bytes travel with it, a link
+    would drop them), a link for a URL alone, or a line of text."""
+    # Every string writable (`text_of`), as in the rest of a result.
+    mime = text_of(attachment.type)
+    data = text_of(attachment.data) if attachment.data is not None else None
+    title = text_of(attachment.title) if attachment.title else None
+    url = text_of(attachment.url) if attachment.url is not None else None
+    if data is not None:
+        # What the block has no field for travels in its `_meta`, for a
+        # toolbus client to make the same attachment again.
+        meta: dict[str, Any] = {ATTACHMENT_MARK: True}
+        if title is not None:
+            meta[ATTACHMENT_TITLE] = title
+        if mime.startswith(("image/", "audio/")):
+            if url is not None:
+                meta[ATTACHMENT_URL] = url
+            kind = types.ImageContent if mime.startswith("image/") else types.AudioContent
+            return kind(data=data, mime_type=mime, meta=meta)
+        contents = _contents(url or f"{ATTACHMENT_URI}{n}", mime, data, n)
+        if url is not None and str(contents.uri) != url:
+            meta[ATTACHMENT_URL] = url  # (no URI: one was made up)
+        return types.EmbeddedResource(type="resource", resource=contents, meta=meta)
+    if url is not None:
+        return types.ResourceLink(
+            uri=url,
+            name=title or url,
+            mime_type=mime if "/" in mime else None,
+        )
+    label = f" {title}" if title else ""
+    return types.TextContent(text=f"[attachment: {mime}{label}]")

@@ -46,7 +46,7 @@ from ..tools._peer import LOG_LEVELS, peer_of
 from ..tools._running import current_run
 from ._output import mismatch, schema_validator
 
-__all__ = ["LogLevels", "Question", "ServedPeer", "forward_records"]
+__all__ = ["LogLevels", "Question", "ServedPeer", "connection_of", "forward_records"]
 
 log = logging.getLogger("toolbus.mcp")
 
@@ -63,14 +63,14 @@ class LogLevels:
         self._levels: weakref.WeakKeyDictionary[Any, LogLevel] = weakref.WeakKeyDictionary()
 
     def set(self, ctx: ServerRequestContext[Any], level: LogLevel) -> None:
-        self._levels[_connection(ctx)] = level
+        self._levels[connection_of(ctx)] = level
 
     def least(self, ctx: ServerRequestContext[Any]) -> LogLevel:
         """The least severe level the client of `ctx` wants sent."""
-        return self._levels.get(_connection(ctx), _DEFAULT_LEVEL)
+        return self._levels.get(connection_of(ctx), _DEFAULT_LEVEL)
 
 
-def _connection(ctx: ServerRequestContext[Any]) -> Any:
+def connection_of(ctx: ServerRequestContext[Any]) -> Any:
     # The SDK keeps per-client state on its `Connection`, which the low-level
     # handlers' context reaches only through the session's private attribute.
     # Not public API: should it change, the level holds per request only (a
@@ -96,7 +96,7 @@ class ServedPeer:
     so the request it answers to is attached per stretch (`attached`).
     """
 
-    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+    def __init__(self, ctx: ServerRequestContext[Any], *, suspends: bool | None = None) -> None:
         self._ctx = ctx
         self._loop = asyncio.get_running_loop()
         self._levels: frozenset[LogLevel] = frozenset()
@@ -105,8 +105,10 @@ class ServedPeer:
         self._asked: set[concurrent.futures.Future[ElicitationAnswer]] = set()
         self._lock = threading.Lock()
         self._closed = False
-        # 2026-07-28: no request goes back to the client inside a call.
-        self._suspends = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        # 2026-07-28: no request goes back to the client inside a call; nor,
+        # on either version, inside a call run as a task (`_server_tasks.py`).
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self._suspends = modern if suspends is None else suspends
 
     def elicit(
         self, message: str, schema: Mapping[str, Any] | None, url: str | None

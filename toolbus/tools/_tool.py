@@ -66,6 +66,8 @@ __all__ = [
 ]
 
 ToolType = Literal["function", "custom"]
+# Whether an MCP client may (or must) call it as a task (`toolbus.mcp`'s server).
+TaskSupport = Literal["forbidden", "optional", "required"]
 
 
 # The fields a tool's argument schema comes from: fixed once it is set up.
@@ -143,6 +145,9 @@ class Tool:
     # Never run by toolbus: its result comes from outside (a person, another
     # service); its call ends `deferred` with an `ExternalRequest`.
     external: bool = False
+    # Served over MCP: whether a client may call it as a task that outlives its
+    # request ("optional"), must ("required"), or may not ("forbidden").
+    task_support: TaskSupport = "forbidden"
     # Safe to run again after a timeout or a crash even though it is mutating
     # (it dedupes on `ToolContext.idempotency_key`, say).
     idempotent: bool = False
@@ -320,6 +325,11 @@ class Tool:
         self.is_enabled = check_enabled(self.is_enabled, owner)
         self.memory_limit_mb = check_memory_limit(self.memory_limit_mb, owner)
         self.cpu_limit_s = check_cpu_limit(self.cpu_limit_s, owner)
+        if self.task_support not in ("forbidden", "optional", "required"):
+            raise ValueError(
+                f"{owner}: task_support must be 'forbidden', 'optional' or 'required', "
+                f"got {self.task_support!r}"
+            )
         for flag in ("idempotent", "open_world", "external"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from .._keywords import keywords_of
 from ..retry import RetryPolicy
 from ._offer import IsEnabled
-from ._tool import Tool, ToolType
+from ._tool import TaskSupport, Tool, ToolType
 
 if TYPE_CHECKING:
     from ._tool import BackendSpec
@@ -92,6 +92,7 @@ class ToolOptions(_Naming, AdoptedOptions, _Placing, total=False):
     cpu_limit_s: float | None
     policies: Sequence[Any]
     external: bool
+    task_support: TaskSupport
 
 
 # The options `adopt` sets (an adopted tool's name and description are its own).

@@ -1,0 +1,252 @@
+"""Calls served as MCP tasks, driven by the SDK's own client (`task_client.py`)
+in process, over HTTP (uvicorn) and over stdio (`toolbus mcp serve`), on each
+protocol version: a long call polled to completion, cancelled mid-way,
+listed and fetched (2025-11-25), kept from another session, expiring,
+asking for input, and refused where the version says so.
+
+The tools (`tests/mcp_servers/task_tools.py`) wait for files the test
+makes, so a server in another process waits as one in this process does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import wait_until
+from tests.mcp.task_client import Created, Tasks, answer_name, raw, send, task_call
+from tests.mcp_servers.task_tools import registry
+from toolbus import Executor
+from toolbus.mcp import build_server
+from toolbus.mcp._serve_http import http_app
+from toolbus.mcp._task_protocol import RELATED_TASK, TASKS_EXTENSION
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSPORTS = ["memory", "http", "stdio"]
+
+
+@contextlib.asynccontextmanager
+async def serving(transport: str) -> AsyncIterator[Any]:
+    """What a `Client` connects to: the server, its URL, or the command."""
+    if transport == "stdio":
+        yield StdioServerParameters(
+            command=sys.executable,
+            args=["-c", "from toolbus.cli import main; main()", "mcp", "serve",
+                  "tests.mcp_servers.task_tools:registry", "--timeout", "60"],
+            cwd=str(ROOT), env={"PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        return
+    executor = Executor(registry, timeout=60)
+    try:
+        if transport == "memory":
+            yield build_server(registry, executor)
+        else:
+            async with _http(executor) as url:
+                yield url
+    finally:
+        await asyncio.to_thread(executor.close)
+
+
+@contextlib.asynccontextmanager
+async def _http(executor: Executor) -> AsyncIterator[str]:
+    import uvicorn
+
+    app = http_app(registry, executor)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        await asyncio.to_thread(wait_until, lambda: server.started, 30, "the server to listen")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(thread.join, 30)
+
+
+def legacy(target: Any) -> Client:
+    return Client(target, mode="legacy", elicitation_callback=answer_name)
+
+
+def modern(target: Any, tasks: Tasks | None = None) -> Client:
+    extensions = [tasks] if tasks is not None else []
+    return Client(
+        target, mode="2026-07-28", extensions=extensions, elicitation_callback=answer_name
+    )
+
+
+async def appears(path: Path) -> None:
+    await asyncio.to_thread(wait_until, path.exists, 30, f"{path.name} to appear")
+
+
+# -- 2025-11-25 -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_2025_a_long_call_polled_listed_fetched_and_another_cancelled(
+    transport: str, tmp_path: Path
+) -> None:
+    gate, other = tmp_path / "gate", tmp_path / "other"
+    async with serving(transport) as target, legacy(target) as client:
+        caps = client.server_capabilities
+        assert caps is not None and caps.tasks is not None and caps.tasks.requests is not None
+        listed = {t.name: t.execution for t in (await client.list_tools()).tools}
+        assert listed["build"] is not None and listed["build"].task_support == "optional"
+        assert listed["crawl"] is not None and listed["crawl"].task_support == "required"
+        assert listed["quick"] is None
+        task_id = await task_call(client, "build", {"gate": str(gate)}, ttl=60_000)
+        await appears(Path(f"{gate}.started"))
+        assert (await raw(client, "tasks/get", {"taskId": task_id}))["status"] == "working"
+        assert [t["taskId"] for t in (await raw(client, "tasks/list", {}))["tasks"]] == [task_id]
+        gate.write_text("docs")
+        result = await raw(client, "tasks/result", {"taskId": task_id})
+        assert result["content"][0]["text"] == "built docs" and result["isError"] is False
+        assert result["_meta"][RELATED_TASK] == {"taskId": task_id}
+        assert "resultType" not in result
+        done = await raw(client, "tasks/get", {"taskId": task_id})
+        assert (done["status"], done["ttl"]) == ("completed", 60_000)
+        # Another, cancelled mid-way: the tool is told, the result says so.
+        cancelled_id = await task_call(client, "build", {"gate": str(other)})
+        await appears(Path(f"{other}.started"))
+        assert (await raw(client, "tasks/cancel", {"taskId": cancelled_id}))[
+            "status"
+        ] == "cancelled"
+        await appears(Path(f"{other}.cancelled"))
+        stopped = await raw(client, "tasks/result", {"taskId": cancelled_id})
+        assert stopped["isError"] is True and "CANCELLED" in stopped["content"][0]["text"]
+        assert (await raw(client, "tasks/get", {"taskId": cancelled_id}))["status"] == "cancelled"
+        with pytest.raises(MCPError) as ended:
+            await raw(client, "tasks/cancel", {"taskId": cancelled_id})
+        assert ended.value.error.code == types.INVALID_PARAMS
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_2025_a_question_failure_and_refusals(transport: str) -> None:
+    async with serving(transport) as target, legacy(target) as client:
+        asked = await task_call(client, "ask_name", {})
+        assert (await raw(client, "tasks/result", {"taskId": asked}))["content"][0]["text"] == (
+            "hello Ada"  # asked inside tasks/result, tied to the task
+        )
+        failing = await task_call(client, "fail", {"why": "no disk"})
+        result = await raw(client, "tasks/result", {"taskId": failing})
+        assert result["isError"] is True and "no disk" in result["content"][0]["text"]
+        got = await raw(client, "tasks/get", {"taskId": failing})
+        assert got["status"] == "failed" and "no disk" in got["statusMessage"]
+        with pytest.raises(MCPError) as required:
+            await client.call_tool("crawl", {"site": "x"})
+        assert required.value.error.code == types.METHOD_NOT_FOUND
+        with pytest.raises(MCPError) as forbidden:
+            await raw(client, "tools/call", {"name": "quick", "arguments": {}, "task": {}})
+        assert forbidden.value.error.code == types.METHOD_NOT_FOUND
+        lint = await client.call_tool("lint", {"target": "x"})  # optional: either way
+        assert lint.content[0].text == "linted x"  # type: ignore[union-attr]
+        with pytest.raises(MCPError) as unknown:
+            await raw(client, "tasks/get", {"taskId": "made-up"})
+        assert unknown.value.error.code == types.INVALID_PARAMS
+
+
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_2025_another_session_cannot_read_list_or_cancel_a_task(
+    transport: str, tmp_path: Path
+) -> None:
+    async with serving(transport) as target, legacy(target) as alice, legacy(target) as mallory:
+        task_id = await task_call(alice, "build", {"gate": str(tmp_path / "gate")})
+        for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            with pytest.raises(MCPError) as refused:
+                await raw(mallory, method, {"taskId": task_id})
+            assert refused.value.error.code == types.INVALID_PARAMS
+            assert "not found" in refused.value.error.message.lower()
+        assert (await raw(mallory, "tasks/list", {}))["tasks"] == []
+        assert (await raw(alice, "tasks/get", {"taskId": task_id}))["status"] == "working"
+        (tmp_path / "gate").write_text("x")
+
+
+async def test_2025_a_task_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    clock = {"ahead": 0.0}
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + clock["ahead"])
+    async with serving("memory") as target, legacy(target) as client:
+        task_id = await task_call(client, "lint", {"target": "x"}, ttl=5_000)
+        assert (await raw(client, "tasks/result", {"taskId": task_id}))["isError"] is False
+        clock["ahead"] = 6.0
+        with pytest.raises(MCPError) as gone:
+            await raw(client, "tasks/get", {"taskId": task_id})
+        assert gone.value.error.code == types.INVALID_PARAMS
+        assert (await raw(client, "tasks/list", {}))["tasks"] == []
+
+
+# -- 2026-07-28 -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_2026_tasks_polled_answered_and_cancelled(transport: str, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    released: list[Path] = []  # the gate a task's first sight opens (only build's)
+
+    def release() -> None:
+        for opened in released:
+            opened.write_text("docs")
+
+    tasks = Tasks(on_task=release)
+    async with serving(transport) as target, modern(target, tasks) as client:
+        crawled = await client.call_tool("crawl", {"site": "x"})
+        assert crawled.content[0].text == "crawled x"  # type: ignore[union-attr]
+        assert tasks.seen[0] == "working" and tasks.seen[-1] == "completed"
+        failed = await client.call_tool("fail", {"why": "no disk"})
+        assert failed.is_error and "no disk" in failed.content[0].text  # type: ignore[union-attr]
+        assert tasks.seen[-1] == "completed"  # (`failed` is for protocol errors)
+        tasks.seen.clear()
+        linted = await client.call_tool("lint", {"target": "x"})  # optional and quick: no task
+        assert linted.content[0].text == "linted x" and tasks.seen == []  # type: ignore[union-attr]
+        released.append(gate)
+        built = await client.call_tool("build", {"gate": str(gate)})  # optional and long: a task
+        assert built.content[0].text == "built docs" and tasks.seen[0] == "working"  # type: ignore[union-attr]
+        tasks.seen.clear()
+        named = await client.call_tool("ask_name", {})
+        assert named.content[0].text == "hello Ada" and "input_required" in tasks.seen  # type: ignore[union-attr]
+        # Cancelled: the tool is told, the task says so.
+        other = tmp_path / "other"
+        session = client.session
+        created = await session.call_tool("build", {"gate": str(other)}, allow_claimed=True)
+        assert isinstance(created, Created)
+        await appears(Path(f"{other}.started"))
+        await send(session, "tasks/cancel", task_id=created.task_id)
+        await appears(Path(f"{other}.cancelled"))
+        assert (await send(session, "tasks/get", task_id=created.task_id)).status == "cancelled"
+        for method in ("tasks/result", "tasks/list"):
+            with pytest.raises(MCPError) as absent:
+                await send(session, method, task_id=created.task_id)
+            assert absent.value.error.code == types.METHOD_NOT_FOUND
+        with pytest.raises(MCPError) as unknown:
+            await send(session, "tasks/get", task_id="made-up")
+        assert unknown.value.error.code == types.INVALID_PARAMS
+
+
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_2026_a_client_without_the_extension(transport: str, tmp_path: Path) -> None:
+    async with serving(transport) as target, modern(target) as client:
+        with pytest.raises(MCPError) as undeclared:
+            await client.call_tool("crawl", {"site": "x"})
+        assert undeclared.value.error.code == -32021
+        assert undeclared.value.error.data == {
+            "requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}
+        }
+        gate = tmp_path / "gate"
+        gate.write_text("y")
+        built = await client.call_tool("build", {"gate": str(gate)})  # optional: answered as is
+        assert built.content[0].text == "built y"  # type: ignore[union-attr]

@@ -1,0 +1,50 @@
+"""Tools served as tasks, for `toolbus mcp serve tests.mcp_servers.task_tools:registry`
+and in-process servers alike. A long call waits for a file the test makes
+(the client is another process over stdio: an event of the test's would not
+reach the tool); `started` files say a call is running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolbus import ToolContext, ToolRegistry
+
+registry = ToolRegistry()
+
+
+@registry.tool(read_only=True, task_support="optional")
+def build(gate: str, ctx: ToolContext) -> str:
+    """Build: runs until the file `gate` exists (or the call is cancelled)."""
+    Path(gate + ".started").touch()
+    while not Path(gate).exists():
+        if ctx.wait_cancelled(0.01):
+            Path(gate + ".cancelled").touch()
+            return "stopped"
+    return f"built {Path(gate).read_text()}"
+
+
+@registry.tool(read_only=True, task_support="optional")
+def lint(target: str) -> str:
+    return f"linted {target}"
+
+
+@registry.tool(read_only=True, task_support="required")
+def crawl(site: str) -> str:
+    return f"crawled {site}"
+
+
+@registry.tool(read_only=True, task_support="required")
+def fail(why: str) -> str:
+    raise ValueError(why)
+
+
+@registry.tool(read_only=True, task_support="required")
+def ask_name(ctx: ToolContext) -> str:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    answer = ctx.elicit("Your name?", schema)
+    return f"hello {(answer.data or {})['name']}" if answer.action == "accept" else answer.action
+
+
+@registry.tool(read_only=True)
+def quick() -> str:
+    return "quick"

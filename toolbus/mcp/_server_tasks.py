@@ -1,0 +1,294 @@
+"""Calls served as MCP tasks: answered at once with a task, run on, their
+state and result fetched later (`_tasks.py` keeps them).
+
+Each protocol version in its own terms (the SDK has the 2025-11-25 types and
+no implementation of either):
+
+- **2025-11-25** (the tasks utility): a tool's `task_support` is published as
+  `execution.taskSupport`, and the `tasks` capability is declared. A
+  `tools/call` with a `task` parameter is answered with `{"task": ...}`
+  (from a middleware: the SDK checks a `tools/call` result against
+  `CallToolResult`); `tasks/get`, `tasks/result` (waits for the end; a
+  question the tool asks meanwhile is sent inside it as an
+  `elicitation/create` tied to the task), `tasks/list` and `tasks/cancel`
+  are served. A result with `isError` ends the task `failed`. A `"required"`
+  tool called without a task, or a `"forbidden"` one with one: -32601.
+- **2026-07-28** (the `io.modelcontextprotocol/tasks` extension, declared by
+  the client on each request): the server decides. A `"required"` tool is
+  always answered with a task (`resultType: "task"`; a client that did not
+  declare the extension gets -32021 naming it); an `"optional"` one when it
+  has not finished within `TASK_AFTER` seconds (or asked a question by
+  then). `tasks/get` carries the result (`completed`, `isError` or not) or
+  the questions (`input_required`, `inputRequests`); `tasks/update` answers
+  them; `tasks/cancel`. `tasks/result` and `tasks/list` are not of this version.
+
+Only the task's owner reads or cancels it (`task_owner`); to anyone else it
+is unknown (-32602), as an expired one is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+
+from ..models import ErrorCode, ToolCall, ToolResult
+from ._server_calls import ServedCalls
+from ._server_peer import Question, ServedPeer
+from ._task_protocol import (
+    NOT_FOUND,
+    RELATED_TASK,
+    TASKS_EXTENSION,
+    TaskUpdateParams,
+    modern,
+    task_owner,
+)
+from ._tasks import ServedTask, TaskTable
+
+__all__ = ["ServedTasks"]
+
+Reply = Callable[[ToolResult], types.CallToolResult]
+
+
+class ServedTasks:
+    """A server's tasks: started, watched, read, answered, cancelled."""
+
+    def __init__(self, calls: ServedCalls, table: TaskTable | None = None) -> None:
+        self._calls = calls
+        self.table = table if table is not None else TaskTable()
+
+    # -- making one ------------------------------------------------------------------
+
+    def start(
+        self, ctx: ServerRequestContext[Any], call: ToolCall, reply: Reply, ttl: object
+    ) -> ServedTask:
+        """Run `call` as a task of request `ctx`'s owner, its result made by `reply`."""
+        task = self._new(ctx, call.name, ttl)
+        # Questions wait for a request to carry them, on both versions.
+        peer = ServedPeer(ctx, suspends=True)
+        task.run = asyncio.ensure_future(self._run(task, call, peer, reply))
+        return task
+
+    async def settled_within(self, task: ServedTask, seconds: float) -> dict[str, Any] | None:
+        """`task`'s result if its call ends within `seconds` without asking
+        anything (the task is then forgotten: the call is answered as it is);
+        else None (the client gets the task)."""
+        ended = asyncio.ensure_future(task.ended.wait())
+        asked = asyncio.ensure_future(task.changed.wait())
+        try:
+            await asyncio.wait({ended, asked}, timeout=seconds, return_when="FIRST_COMPLETED")
+        finally:
+            ended.cancel()
+            asked.cancel()
+        if not task.ended.is_set() or task.result is None:
+            return None
+        self.table.forget(task)
+        return task.result
+
+    def ended(self, ctx: ServerRequestContext[Any], name: str, result: types.CallToolResult,
+              ttl: object) -> ServedTask:  # fmt: skip
+        """A task for a call refused before it ran (its result is `result`)."""
+        task = self._new(ctx, name, ttl)
+        self._settle(task, result, modern(ctx))
+        return task
+
+    def _new(self, ctx: ServerRequestContext[Any], name: str, ttl: object) -> ServedTask:
+        self._cancel_expired()
+        task = self.table.create(task_owner(ctx), name, ttl)
+        if task is None:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"Tool '{name}' was not started: {self.table.max_tasks} tasks are running here",
+            )
+        task.ended = asyncio.Event()
+        task.changed = asyncio.Event()
+        task.modern = modern(ctx)
+        return task
+
+    async def _run(self, task: ServedTask, call: ToolCall, peer: ServedPeer, reply: Reply) -> None:
+        watch = asyncio.ensure_future(self._watch(task, peer))
+        try:
+            result = await self._calls.run(call, peer)
+        except asyncio.CancelledError:
+            result = ToolResult(
+                call_id=call.id, name=call.name, status="cancelled",
+                error=f"Tool '{call.name}' was cancelled: its task was cancelled",
+                error_code=ErrorCode.CANCELLED,
+            )  # fmt: skip
+        finally:
+            watch.cancel()
+        self._settle(task, reply(result), task.modern)
+
+    async def _watch(self, task: ServedTask, peer: ServedPeer) -> None:
+        """The tool's questions: the task waits for input until they are answered."""
+        while True:
+            for question in await peer.questions():
+                task.questions[question.key] = (question, peer)
+            self.table.settle(task, "input_required", "The tool asks for input")
+            task.changed.set()
+
+    def _settle(self, task: ServedTask, result: types.CallToolResult, modern: bool) -> None:
+        wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        failed = result.is_error and not modern  # (2026-07-28: `failed` is for protocol errors)
+        message = _text(result) if result.is_error else None
+        if not modern:
+            wire.pop("resultType", None)  # (2026-07-28's)
+            wire.setdefault("_meta", {})[RELATED_TASK] = {"taskId": task.id}
+        task.result = wire
+        task.questions.clear()
+        self.table.settle(task, "failed" if failed else "completed", message)
+        task.ended.set()
+        task.changed.set()
+
+    def _cancel_expired(self) -> None:
+        for task in self.table.expired():
+            if task.run is not None:
+                task.run.cancel()
+
+    def close(self) -> None:
+        """The server stops: the calls still running as tasks are cancelled."""
+        for task in self.table.all():
+            if task.run is not None:
+                task.run.cancel()
+
+    # -- what a client reads ---------------------------------------------------------
+
+    def created(self, task: ServedTask) -> dict[str, Any]:
+        """The answer to the `tools/call` that made `task`."""
+        if task.modern:
+            return {"resultType": "task", **self._modern_fields(task)}
+        return {"task": self._legacy_fields(task)}
+
+    def _legacy_fields(self, task: ServedTask) -> dict[str, Any]:
+        return {**task.fields(), "ttl": task.ttl_ms, "pollInterval": self.table.poll_interval_ms}
+
+    def _modern_fields(self, task: ServedTask) -> dict[str, Any]:
+        return {
+            **task.fields(),
+            "ttlMs": task.ttl_ms,
+            "pollIntervalMs": self.table.poll_interval_ms,
+        }
+
+    def _find(self, ctx: ServerRequestContext[Any], task_id: str) -> ServedTask:
+        self._cancel_expired()
+        task = self.table.find(task_id, task_owner(ctx))
+        if task is None or task.modern != modern(ctx):
+            raise MCPError(types.INVALID_PARAMS, NOT_FOUND)
+        return task
+
+    async def get(
+        self, ctx: ServerRequestContext[Any], params: types.GetTaskRequestParams
+    ) -> dict[str, Any]:
+        task = self._find(ctx, params.task_id)
+        if not task.modern:
+            return self._legacy_fields(task)
+        out = {"resultType": "complete", **self._modern_fields(task)}
+        if task.status == "completed" and task.result is not None:
+            out["result"] = task.result
+        elif task.status == "input_required":
+            out["inputRequests"] = {
+                key: q.request.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for key, (q, _) in task.questions.items()
+            }
+        return out
+
+    async def result(
+        self, ctx: ServerRequestContext[Any], params: types.GetTaskPayloadRequestParams
+    ) -> dict[str, Any]:
+        """2025-11-25's `tasks/result`: waits for the end, asking the tool's
+        questions inside this request meanwhile."""
+        if modern(ctx):
+            raise MCPError(types.METHOD_NOT_FOUND, "tasks/result is not a 2026-07-28 method")
+        task = self._find(ctx, params.task_id)
+        while not task.ended.is_set():
+            task.changed.clear()
+            for key, (question, peer) in list(task.questions.items()):
+                reply = await self._ask(ctx, task, question)
+                if task.questions.pop(key, None) is not None:
+                    await peer.answer([question], {key: reply})
+            if not task.questions:
+                self.table.settle(task, "working")
+            if not task.ended.is_set() and not task.questions:
+                await task.changed.wait()
+        assert task.result is not None
+        return task.result
+
+    async def _ask(
+        self, ctx: ServerRequestContext[Any], task: ServedTask, question: Question
+    ) -> Any:
+        params = question.request.params.model_copy(
+            update={"meta": {RELATED_TASK: {"taskId": task.id}}}
+        )
+        request = question.request.model_copy(update={"params": params})
+        try:
+            return await ctx.session.send_request(
+                request, types.ElicitResult, metadata=ServerMessageMetadata(ctx.request_id)
+            )
+        except MCPError:
+            return None  # (answered cancel: the client would not ask)
+
+    async def list(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        if modern(ctx):
+            raise MCPError(types.METHOD_NOT_FOUND, "tasks/list is not a 2026-07-28 method")
+        self._cancel_expired()
+        cursor = params.cursor if params is not None else None
+        try:
+            tasks, after = self.table.page(task_owner(ctx), cursor)
+        except ValueError as e:
+            raise MCPError(types.INVALID_PARAMS, str(e)) from None
+        out: dict[str, Any] = {"tasks": [self._legacy_fields(t) for t in tasks if not t.modern]}
+        if after is not None:
+            out["nextCursor"] = after
+        return out
+
+    async def cancel(
+        self, ctx: ServerRequestContext[Any], params: types.CancelTaskRequestParams
+    ) -> dict[str, Any]:
+        task = self._find(ctx, params.task_id)
+        if task.terminal:
+            if task.modern:
+                return {"resultType": "complete"}  # (cooperative: nothing left to stop)
+            raise MCPError(types.INVALID_PARAMS, f"Task {task.id} has ended ({task.status})")
+        self.table.settle(task, "cancelled", "The task was cancelled by request.")
+        if task.run is not None:
+            task.run.cancel()
+        task.changed.set()
+        return {"resultType": "complete"} if task.modern else self._legacy_fields(task)
+
+    async def update(
+        self, ctx: ServerRequestContext[Any], params: TaskUpdateParams
+    ) -> dict[str, Any]:
+        """2026-07-28's `tasks/update`: answers to the task's questions (others ignored)."""
+        if not modern(ctx):
+            raise MCPError(types.METHOD_NOT_FOUND, "tasks/update is a 2026-07-28 method")
+        task = self._find(ctx, params.task_id)
+        replies = params.input_responses or {}
+        for key in [k for k in replies if k in task.questions]:
+            question, peer = task.questions.pop(key)
+            await peer.answer([question], {key: replies[key]})
+        if not task.questions and task.status == "input_required":
+            self.table.settle(task, "working")
+        return {"resultType": "complete"}
+
+    def register(self, server: Server[Any]) -> None:
+        """Serve the task methods on `server`."""
+        server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.get)
+        server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.result)
+        server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.list)
+        server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self.cancel)
+        server.add_request_handler("tasks/update", TaskUpdateParams, self.update)
+        server.extensions[TASKS_EXTENSION] = {}
+
+
+def _text(result: types.CallToolResult) -> str | None:
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            return block.text
+    return None
