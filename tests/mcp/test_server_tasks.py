@@ -39,8 +39,9 @@ TRANSPORTS = ["memory", "http", "stdio"]
 
 
 @contextlib.asynccontextmanager
-async def serving(transport: str) -> AsyncIterator[Any]:
-    """What a `Client` connects to: the server, its URL, or the command."""
+async def serving(transport: str, task_after: float = 1.0) -> AsyncIterator[Any]:
+    """What a `Client` connects to: the server, its URL, or the command
+    (`task_after` for the server in process only)."""
     if transport == "stdio":
         yield StdioServerParameters(
             command=sys.executable,
@@ -52,7 +53,7 @@ async def serving(transport: str) -> AsyncIterator[Any]:
     executor = Executor(registry, timeout=60)
     try:
         if transport == "memory":
-            yield build_server(registry, executor)
+            yield build_server(registry, executor, task_after=task_after)
         else:
             async with _http(executor) as url:
                 yield url
@@ -210,10 +211,10 @@ async def test_2026_tasks_polled_answered_and_cancelled(transport: str, tmp_path
         failed = await client.call_tool("fail", {"why": "no disk"})
         assert failed.is_error and "no disk" in failed.content[0].text  # type: ignore[union-attr]
         assert tasks.seen[-1] == "completed"  # (`failed` is for protocol errors)
+        linted = await client.call_tool("lint", {"target": "x"})  # optional: either way
+        assert linted.content[0].text == "linted x"  # type: ignore[union-attr]
         tasks.seen.clear()
-        linted = await client.call_tool("lint", {"target": "x"})  # optional and quick: no task
-        assert linted.content[0].text == "linted x" and tasks.seen == []  # type: ignore[union-attr]
-        released.append(gate)
+        released.append(gate)  # (opened once a task is seen: the call runs until then)
         built = await client.call_tool("build", {"gate": str(gate)})  # optional and long: a task
         assert built.content[0].text == "built docs" and tasks.seen[0] == "working"  # type: ignore[union-attr]
         tasks.seen.clear()
@@ -250,3 +251,17 @@ async def test_2026_a_client_without_the_extension(transport: str, tmp_path: Pat
         gate.write_text("y")
         built = await client.call_tool("build", {"gate": str(gate)})  # optional: answered as is
         assert built.content[0].text == "built y"  # type: ignore[union-attr]
+
+
+async def test_2026_an_optional_tool_that_ends_in_time_is_answered_as_it_is() -> None:
+    tasks = Tasks()
+    async with serving("memory", task_after=120.0) as target, modern(target, tasks) as client:
+        linted = await client.call_tool("lint", {"target": "x"})
+        assert linted.content[0].text == "linted x" and tasks.seen == []  # type: ignore[union-attr]
+
+
+def test_task_after_is_checked() -> None:
+    with Executor(registry) as executor:
+        for bad, error in ((-1, ValueError), ("1", TypeError), (float("nan"), ValueError)):
+            with pytest.raises(error, match="task_after"):
+                build_server(registry, executor, task_after=bad)  # type: ignore[arg-type]

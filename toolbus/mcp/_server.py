@@ -27,6 +27,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
+from .._options import non_negative_number
 from .._text import encodable, text_of
 from .._version import __version__
 from ..executor import Executor
@@ -38,7 +39,7 @@ from ._oauth_server import granted_scopes
 from ._server_calls import ServedCalls
 from ._server_output import attachment_block, served_output
 from ._server_peer import LogLevels, forward_records
-from ._server_progress import ProgressRelay
+from ._server_progress import ProgressRelay, direct_progress
 from ._server_tasks import ServedTasks
 from ._task_protocol import TASK_AFTER, TasksMiddleware, wants_task
 
@@ -139,7 +140,11 @@ def _error(text: str, status: str, code: str) -> types.CallToolResult:
 
 
 def build_server(
-    registry: ToolRegistry, executor: Executor, *, name: str = "toolbus"
+    registry: ToolRegistry,
+    executor: Executor,
+    *,
+    name: str = "toolbus",
+    task_after: float = TASK_AFTER,
 ) -> Server[Any]:
     """A low-level MCP `Server` that lists `registry`'s tools and runs calls on `executor`.
 
@@ -148,7 +153,10 @@ def build_server(
     function signatures and validates arguments itself, where toolbus's own
     schemas and validation must apply.) While the server runs (its lifespan),
     it watches `executor`'s progress events for the clients that ask for them.
+    `task_after`: seconds an `"optional"` tool's call runs on 2026-07-28
+    before it is answered with a task (see `_server_tasks.py`).
     """
+    task_after = non_negative_number(task_after, "task_after", "build_server")
     relay = ProgressRelay(executor)
     levels = LogLevels()
     calls = ServedCalls(executor, relay, levels)
@@ -281,14 +289,14 @@ def build_server(
         ):
             task = tasks.start(ctx, call, _replier(tool), None)
             if tool.task_support == "optional":
-                done = await tasks.settled_within(task, TASK_AFTER)
+                done = await tasks.settled_within(task, task_after)
                 if done is not None:
                     return done
             return tasks.created(task)
         meta = ctx.meta or {}
         # Progress only for a client that asked (a progressToken); a client's
         # cancellation cancels this task, and the call with it.
-        wants_progress = meta.get("progress_token") is not None or _direct_progress(ctx)
+        wants_progress = meta.get("progress_token") is not None or direct_progress(ctx)
         with _trace_continued(meta):
             if params.request_state is not None:  # sent again, with answers (2026-07-28)
                 replies = params.input_responses or {}
@@ -352,16 +360,6 @@ async def aserve_stdio(
 def serve_stdio(registry: ToolRegistry, *, name: str = "toolbus", **executor_options: Any) -> None:
     """Blocking twin of `aserve_stdio` (runs its own event loop)."""
     anyio.run(functools.partial(aserve_stdio, registry, name=name, **executor_options))
-
-
-def _direct_progress(ctx: ServerRequestContext[Any]) -> bool:
-    # An in-process client (`mcp.Client(server)`) sends no progress token: its
-    # dispatch context holds the caller's progress callback instead (wrapped by
-    # the server's runner). Not public API: should it change, in-process
-    # clients get no progress; clients over stdio and HTTP still do.
-    outbound = getattr(ctx.session, "_request_outbound", None)
-    outbound = getattr(outbound, "_inner", outbound)
-    return getattr(outbound, "_on_progress", None) is not None
 
 
 @contextlib.contextmanager

@@ -25,12 +25,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp.server import ServerRequestContext
+
 from ..bus import BusPublisher, Subscription, subscribe
 from ..bus import _signals as sig
 from ..bus._events import CallFinished, Progress
 from ..executor import Executor
 
-__all__ = ["Flow", "ProgressRelay", "Send", "progress_values"]
+__all__ = [
+    "Flow",
+    "ProgressRelay",
+    "Send",
+    "direct_progress",
+    "progress_values",
+]
 
 log = logging.getLogger("toolbus.mcp")
 
@@ -184,3 +192,13 @@ class ProgressRelay:
         item = event if signal == sig.PROGRESS else _END
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
             watch.loop.call_soon_threadsafe(watch.queue.put_nowait, item)
+
+
+def direct_progress(ctx: ServerRequestContext[Any]) -> bool:
+    # An in-process client (`mcp.Client(server)`) sends no progress token: its
+    # dispatch context holds the caller's progress callback instead (wrapped by
+    # the server's runner). Not public API: should it change, in-process
+    # clients get no progress; clients over stdio and HTTP still do.
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    outbound = getattr(outbound, "_inner", outbound)
+    return getattr(outbound, "_on_progress", None) is not None
