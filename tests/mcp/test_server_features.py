@@ -392,15 +392,15 @@ def test_a_traceparent_is_attached_when_no_span_is_current() -> None:
     client's context from `_meta` is attached for the call itself."""
     from opentelemetry import trace
 
-    from toolbus.mcp._server import _trace_continued
+    from toolbus.mcp._server_trace import trace_continued
 
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    with _trace_continued({"traceparent": parent}):
+    with trace_continued({"traceparent": parent}):
         current = trace.get_current_span().get_span_context()
         assert format(current.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
         assert format(current.span_id, "016x") == "b7ad6b7169203331"
     assert not trace.get_current_span().get_span_context().is_valid
-    with _trace_continued({"traceparent": "garbage"}):
+    with trace_continued({"traceparent": "garbage"}):
         assert not trace.get_current_span().get_span_context().is_valid
 
 

@@ -265,3 +265,130 @@ def test_task_after_is_checked() -> None:
         for bad, error in ((-1, ValueError), ("1", TypeError), (float("nan"), ValueError)):
             with pytest.raises(error, match="task_after"):
                 build_server(registry, executor, task_after=bad)  # type: ignore[arg-type]
+
+
+# -- found by review ----------------------------------------------------------------
+
+
+async def test_2025_tasks_result_returns_when_the_task_ends_with_a_question_unanswered() -> None:
+    """The question was awaited with no end: tasks/result hung after the call
+    had timed out. Two waiting ones asked the person twice."""
+    asked: list[str] = []
+    never = asyncio.Event()
+
+    async def silent(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        await never.wait()
+        raise AssertionError("never answered")
+
+    executor = Executor(registry, timeout=1.0)
+    try:
+        server = build_server(registry, executor)
+        async with Client(server, mode="legacy", elicitation_callback=silent) as client:
+            task_id = await task_call(client, "ask_name", {})
+            first, second = await asyncio.gather(
+                raw(client, "tasks/result", {"taskId": task_id}),
+                raw(client, "tasks/result", {"taskId": task_id}),
+            )
+            assert first == second and first["isError"] is True
+            assert "TIMEOUT" in first["content"][0]["text"]
+            assert asked == ["Your name?"]
+    finally:
+        never.set()
+        await asyncio.to_thread(executor.close)
+
+
+async def test_another_in_process_client_leaving_does_not_cancel_a_task(tmp_path: Path) -> None:
+    """The server's lifespan is entered once per in-memory connection: its
+    end cancelled every task."""
+    gate = tmp_path / "gate"
+    async with serving("memory") as target, legacy(target) as client:
+        task_id = await task_call(client, "build", {"gate": str(gate)})
+        await appears(Path(f"{gate}.started"))
+        async with legacy(target):
+            pass
+        assert (await raw(client, "tasks/get", {"taskId": task_id}))["status"] == "working"
+        gate.write_text("on")
+        result = await raw(client, "tasks/result", {"taskId": task_id})
+        assert result["content"][0]["text"] == "built on"
+
+
+async def test_2026_a_request_cancelled_before_its_call_became_a_task_cancels_the_call(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "gate"
+    async with serving("memory", task_after=120.0) as target, modern(target, Tasks()) as client:
+        calling = asyncio.ensure_future(client.call_tool("build", {"gate": str(gate)}))
+        await appears(Path(f"{gate}.started"))
+        calling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await calling
+        await appears(Path(f"{gate}.cancelled"))
+
+
+async def test_a_task_is_dropped_when_its_lifetime_ends_and_its_call_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Only a later request dropped it, and cancelled its call."""
+    gate = tmp_path / "gate"
+    async with serving("memory") as target, legacy(target) as client:
+        task_id = await task_call(client, "build", {"gate": str(gate)}, ttl=1000)
+        await appears(Path(f"{gate}.cancelled"))  # (a second on, by itself)
+        with pytest.raises(MCPError) as gone:
+            await raw(client, "tasks/get", {"taskId": task_id})
+        assert gone.value.error.code == types.INVALID_PARAMS
+
+
+async def test_2026_task_methods_need_the_extension_declared(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    async with serving("memory") as target:
+        async with modern(target, Tasks()) as declared:
+            created = await declared.session.call_tool(
+                "wait_long", {"gate": str(gate)}, allow_claimed=True
+            )
+            assert isinstance(created, Created)
+            async with modern(target) as undeclared:
+                for method in ("tasks/get", "tasks/cancel"):
+                    with pytest.raises(MCPError) as refused:
+                        await send(undeclared.session, method, task_id=created.task_id)
+                    assert refused.value.error.code == -32021
+            gate.write_text("x")
+
+
+async def test_when_no_task_can_be_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An optional tool is answered as any call; a required one is refused
+    clearly (it was -32603, an internal error)."""
+    from toolbus.mcp._tasks import TaskTable
+
+    monkeypatch.setattr(TaskTable, "create", lambda self, *a, **k: None)
+    async with serving("memory", task_after=0.0) as target, modern(target, Tasks()) as client:
+        linted = await client.call_tool("lint", {"target": "x"})
+        assert linted.content[0].text == "linted x"  # type: ignore[union-attr]
+        with pytest.raises(MCPError) as full:
+            await client.call_tool("crawl", {"site": "x"})
+        assert full.value.error.code == types.INVALID_REQUEST
+        assert "too many tasks" in full.value.error.message
+
+
+async def test_2026_an_optional_call_answered_as_it_is_keeps_its_progress_and_logs() -> None:
+    progress: list[str | None] = []
+    logs: list[Any] = []
+
+    async def logged(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    async def noted(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message)
+
+    async with serving("memory", task_after=120.0) as target:
+        client = Client(
+            target,
+            mode="2026-07-28",
+            extensions=[Tasks()],
+            logging_callback=logged,
+            log_level="info",
+        )
+        async with client:
+            result = await client.call_tool("report", {}, progress_callback=noted)
+            assert result.content[0].text == "reported"  # type: ignore[union-attr]
+    assert progress == ["halfway"] and any("reporting" in str(d) for d in logs)

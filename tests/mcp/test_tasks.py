@@ -51,8 +51,8 @@ def test_a_task_is_dropped_when_its_lifetime_ends() -> None:
     clock.now += 59.9
     assert tasks.find(task.id, "a") is task
     clock.now += 0.1
-    assert tasks.find(task.id, "a") is None
-    assert tasks.expired() == [] and tasks.all() == []
+    assert tasks.find(task.id, "a") is None and tasks.page("a") == ([], None)
+    assert tasks.expired() == [task] and tasks.all() == []
 
 
 def test_expired_returns_the_tasks_dropped() -> None:
@@ -61,6 +61,16 @@ def test_expired_returns_the_tasks_dropped() -> None:
     long = tasks.create("a", "build", 60_000)
     clock.now += 2
     assert tasks.expired() == [short] and tasks.all() == [long]
+
+
+def test_an_owner_is_bounded_alone() -> None:
+    tasks, _ = table(per_owner=2)
+    mine = [tasks.create("a", "t"), tasks.create("a", "t")]
+    assert tasks.create("a", "t") is None  # its own two run
+    assert tasks.create("b", "t") is not None  # another's are not in its way
+    assert mine[0] is not None and tasks.settle(mine[0], "completed")
+    assert tasks.create("a", "t") is not None  # its own oldest ended one went
+    assert mine[0] not in tasks.all() and mine[1] in tasks.all()
 
 
 def test_beyond_the_bound_the_oldest_ended_goes_and_with_none_ended_none_is_made() -> None:

@@ -48,3 +48,17 @@ def ask_name(ctx: ToolContext) -> str:
 @registry.tool(read_only=True)
 def quick() -> str:
     return "quick"
+
+
+@registry.tool(read_only=True, task_support="optional")
+def report(ctx: ToolContext) -> str:
+    """Reports its progress, then ends."""
+    ctx.progress("halfway", 0.5)
+    ctx.log("reporting")
+    return "reported"
+
+
+@registry.tool(read_only=True, task_support="required")
+def wait_long(gate: str, ctx: ToolContext) -> str:
+    """A task that runs until the file `gate` exists or it is cancelled."""
+    return str(build(gate, ctx))

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import functools
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -40,7 +40,8 @@ from ._server_calls import ServedCalls
 from ._server_output import attachment_block, served_output
 from ._server_peer import LogLevels, forward_records
 from ._server_progress import ProgressRelay, direct_progress
-from ._server_tasks import ServedTasks
+from ._server_tasks import ServedTasks, TasksFull
+from ._server_trace import trace_continued
 from ._task_protocol import TASK_AFTER, TasksMiddleware, wants_task
 
 __all__ = [
@@ -165,11 +166,8 @@ def build_server(
     @contextlib.asynccontextmanager
     async def lifespan(server: Server[Any]) -> Any:
         with forward_records():
-            async with relay.opened():
-                try:
-                    yield {}
-                finally:
-                    tasks.close()
+            async with relay.opened(), tasks.opened():
+                yield {}
 
     async def set_level(
         ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
@@ -231,7 +229,27 @@ def build_server(
             if tool is None:
                 raise MCPError(types.METHOD_NOT_FOUND, f"Tool '{params.name}' is not served here")
             wants_task(ctx, params, tool)
-            return tasks.created(tasks.start(ctx, call, _replier(tool), ttl))
+            with trace_continued(ctx.meta or {}):
+                return tasks.created(tasks.start(ctx, call, _replier(tool), ttl))
+
+    async def _as_task(
+        ctx: ServerRequestContext[Any], call: ToolCall, tool: Tool, wants_progress: bool
+    ) -> dict[str, Any] | None:
+        """A 2026-07-28 call run as a task: its task, or its answer if an
+        `"optional"` tool's call ended in time; None: it is run as any call
+        (an optional tool when no task can be made)."""
+        optional = tool.task_support == "optional"
+        try:
+            task = tasks.start(ctx, call, _replier(tool), None)
+        except TasksFull:
+            if optional:
+                return None
+            raise
+        if optional:
+            done = await tasks.settled_within(task, task_after, ctx, wants_progress)
+            if done is not None:
+                return done
+        return tasks.created(task)
 
     def _replier(tool: Tool | None) -> Callable[[ToolResult], types.CallToolResult]:
         def reply(result: ToolResult) -> types.CallToolResult:
@@ -282,22 +300,18 @@ def build_server(
         if isinstance(made, types.CallToolResult):
             return made
         call, tool = made
-        if (
-            tool is not None
-            and params.request_state is None
-            and wants_task(ctx, params, tool)  # (2025-11-25's tasks: `call_as_task`)
-        ):
-            task = tasks.start(ctx, call, _replier(tool), None)
-            if tool.task_support == "optional":
-                done = await tasks.settled_within(task, task_after)
-                if done is not None:
-                    return done
-            return tasks.created(task)
         meta = ctx.meta or {}
         # Progress only for a client that asked (a progressToken); a client's
         # cancellation cancels this task, and the call with it.
         wants_progress = meta.get("progress_token") is not None or direct_progress(ctx)
-        with _trace_continued(meta):
+        with trace_continued(meta):
+            if (
+                tool is not None
+                and params.request_state is None
+                and wants_task(ctx, params, tool)  # (2025-11-25's tasks: `call_as_task`)
+                and (answer := await _as_task(ctx, call, tool, wants_progress)) is not None
+            ):
+                return answer
             if params.request_state is not None:  # sent again, with answers (2026-07-28)
                 replies = params.input_responses or {}
                 state = params.request_state
@@ -360,35 +374,6 @@ async def aserve_stdio(
 def serve_stdio(registry: ToolRegistry, *, name: str = "toolbus", **executor_options: Any) -> None:
     """Blocking twin of `aserve_stdio` (runs its own event loop)."""
     anyio.run(functools.partial(aserve_stdio, registry, name=name, **executor_options))
-
-
-@contextlib.contextmanager
-def _trace_continued(meta: Mapping[str, Any]) -> Iterator[None]:
-    """Within it, the client's trace (`traceparent` in `_meta`) is current,
-    so the served call's span (`instrument_otel`, noted at submission) is in it.
-
-    The SDK's OpenTelemetry middleware already made its server span, a child of
-    the client's, current: that is kept. Only without a current span (the
-    middleware removed) is the client's context attached here.
-    """
-    if "traceparent" not in meta:
-        yield
-        return
-    from opentelemetry import context, propagate, trace  # a dependency of `mcp`
-
-    if trace.get_current_span().get_span_context().is_valid:
-        yield
-        return
-    try:
-        parent = propagate.extract(dict(meta))
-    except (TypeError, ValueError):  # a malformed carrier: no parent
-        yield
-        return
-    token = context.attach(parent)
-    try:
-        yield
-    finally:
-        context.detach(token)
 
 
 def _schema(tool: Tool) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ from ..executor import Executor
 from ..models import ToolCall, ToolResult
 from ..tools._peer import serving
 from ._server_peer import LogLevels, Question, ServedPeer
-from ._server_progress import ProgressRelay
+from ._server_progress import Flow, ProgressRelay
 
 __all__ = ["SUSPEND_TTL", "Outcome", "ServedCalls"]
 
@@ -105,16 +105,25 @@ class ServedCalls:
         finally:
             peer.close()
 
+    @contextlib.asynccontextmanager
+    async def watched(
+        self, call_id: str, peer: ServedPeer, ctx: ServerRequestContext[Any], wants_progress: bool
+    ) -> AsyncIterator[Flow]:
+        """While it lasts, request `ctx` gets the call's log messages and, if
+        it asked, its progress; on leaving, those of a call that ended go
+        first (its `Flow.flush`: set it False for a call still running)."""
+        async with contextlib.AsyncExitStack() as stack:
+            # Left in the reverse order: the call's events first (up to its
+            # tool:finished), then the log messages they and the tool made.
+            await stack.enter_async_context(peer.attached(ctx, self._levels.least(ctx)))
+            send = ctx.session.report_progress if wants_progress else None
+            yield await stack.enter_async_context(self._relay.relay(call_id, send))
+
     async def _stretch(
         self, served: _Served, ctx: ServerRequestContext[Any], wants_progress: bool
     ) -> Outcome:
         """Wait, for request `ctx`, for the call's result or its next questions."""
-        async with contextlib.AsyncExitStack() as stack:
-            # Left in the reverse order: the call's events first (up to its
-            # tool:finished), then the log messages they and the tool made.
-            await stack.enter_async_context(served.peer.attached(ctx, self._levels.least(ctx)))
-            send = ctx.session.report_progress if wants_progress else None
-            flow = await stack.enter_async_context(self._relay.relay(served.call.id, send))
+        async with self.watched(served.call.id, served.peer, ctx, wants_progress) as flow:
             asked = asyncio.ensure_future(served.peer.questions())
             either: set[asyncio.Future[Any]] = {served.task, asked}
             try:

@@ -29,7 +29,8 @@ is unknown (-32602), as an expired one is.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import mcp_types as types
@@ -41,16 +42,18 @@ from ..models import ErrorCode, ToolCall, ToolResult
 from ._server_calls import ServedCalls
 from ._server_peer import Question, ServedPeer
 from ._task_protocol import (
+    MISSING_CAPABILITY,
     NOT_FOUND,
     RELATED_TASK,
     TASKS_EXTENSION,
     TaskUpdateParams,
+    declared,
     modern,
     task_owner,
 )
 from ._tasks import ServedTask, TaskTable
 
-__all__ = ["ServedTasks"]
+__all__ = ["ServedTasks", "TasksFull"]
 
 Reply = Callable[[ToolResult], types.CallToolResult]
 
@@ -61,6 +64,19 @@ class ServedTasks:
     def __init__(self, calls: ServedCalls, table: TaskTable | None = None) -> None:
         self._calls = calls
         self.table = table if table is not None else TaskTable()
+        self._serving = 0  # the server's lifespans open (one per in-memory connection)
+
+    @contextlib.asynccontextmanager
+    async def opened(self) -> AsyncIterator[None]:
+        """One lifespan of the server: when the last ends, the server stops,
+        and the calls still running as tasks are cancelled."""
+        self._serving += 1
+        try:
+            yield
+        finally:
+            self._serving -= 1
+            if not self._serving:
+                self._close()
 
     # -- making one ------------------------------------------------------------------
 
@@ -70,24 +86,42 @@ class ServedTasks:
         """Run `call` as a task of request `ctx`'s owner, its result made by `reply`."""
         task = self._new(ctx, call.name, ttl)
         # Questions wait for a request to carry them, on both versions.
-        peer = ServedPeer(ctx, suspends=True)
-        task.run = asyncio.ensure_future(self._run(task, call, peer, reply))
+        task.peer = ServedPeer(ctx, suspends=True)
+        task.call_id = call.id
+        task.run = asyncio.ensure_future(self._run(task, call, task.peer, reply))
+        task.run.add_done_callback(lambda run: self._unstarted(task, call, reply))
         return task
 
-    async def settled_within(self, task: ServedTask, seconds: float) -> dict[str, Any] | None:
+    async def settled_within(
+        self,
+        task: ServedTask,
+        seconds: float,
+        ctx: ServerRequestContext[Any],
+        wants_progress: bool,
+    ) -> dict[str, Any] | None:
         """`task`'s result if its call ends within `seconds` without asking
-        anything (the task is then forgotten: the call is answered as it is);
-        else None (the client gets the task)."""
+        anything (the task is then forgotten: the call is answered as it is,
+        with its progress and log messages, as any call); else None (the
+        client gets the task). A request cancelled meanwhile cancels the call."""
         ended = asyncio.ensure_future(task.ended.wait())
         asked = asyncio.ensure_future(task.changed.wait())
         try:
-            await asyncio.wait({ended, asked}, timeout=seconds, return_when="FIRST_COMPLETED")
+            async with self._calls.watched(task.call_id, task.peer, ctx, wants_progress) as flow:
+                try:
+                    await asyncio.wait(
+                        {ended, asked}, timeout=seconds, return_when="FIRST_COMPLETED"
+                    )
+                except asyncio.CancelledError:
+                    self._drop(task)
+                    raise
+                if not task.ended.is_set():
+                    flow.flush = False  # still running: no tool:finished to wait for
         finally:
             ended.cancel()
             asked.cancel()
         if not task.ended.is_set() or task.result is None:
             return None
-        self.table.forget(task)
+        self._forget(task)
         return task.result
 
     def ended(self, ctx: ServerRequestContext[Any], name: str, result: types.CallToolResult,
@@ -98,28 +132,41 @@ class ServedTasks:
         return task
 
     def _new(self, ctx: ServerRequestContext[Any], name: str, ttl: object) -> ServedTask:
-        self._cancel_expired()
         task = self.table.create(task_owner(ctx), name, ttl)
         if task is None:
-            raise MCPError(
-                types.INTERNAL_ERROR,
-                f"Tool '{name}' was not started: {self.table.max_tasks} tasks are running here",
+            raise TasksFull(
+                types.INVALID_REQUEST,
+                f"Tool '{name}' was not started as a task: too many tasks are running "
+                "(yours, or in all); wait for some to end, or cancel some",
             )
         task.ended = asyncio.Event()
         task.changed = asyncio.Event()
         task.modern = modern(ctx)
+        # Dropped when its lifetime ends, its call cancelled if it still runs.
+        task.timer = asyncio.get_running_loop().call_later(task.ttl_ms / 1000, self._drop, task)
         return task
+
+    def _drop(self, task: ServedTask) -> None:
+        self._forget(task)
+        if task.run is not None and not task.run.done():
+            task.run.cancel()
+
+    def _forget(self, task: ServedTask) -> None:
+        self.table.forget(task)
+        if task.timer is not None:
+            task.timer.cancel()
+
+    def _unstarted(self, task: ServedTask, call: ToolCall, reply: Reply) -> None:
+        """A run cancelled before its first step never settles its task: it does here."""
+        if task.result is None:
+            self._settle(task, reply(_cancelled(call)), task.modern)
 
     async def _run(self, task: ServedTask, call: ToolCall, peer: ServedPeer, reply: Reply) -> None:
         watch = asyncio.ensure_future(self._watch(task, peer))
         try:
             result = await self._calls.run(call, peer)
         except asyncio.CancelledError:
-            result = ToolResult(
-                call_id=call.id, name=call.name, status="cancelled",
-                error=f"Tool '{call.name}' was cancelled: its task was cancelled",
-                error_code=ErrorCode.CANCELLED,
-            )  # fmt: skip
+            result = _cancelled(call)
         finally:
             watch.cancel()
         self._settle(task, reply(result), task.modern)
@@ -133,6 +180,8 @@ class ServedTasks:
             task.changed.set()
 
     def _settle(self, task: ServedTask, result: types.CallToolResult, modern: bool) -> None:
+        if task.result is not None:
+            return
         wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         failed = result.is_error and not modern  # (2026-07-28: `failed` is for protocol errors)
         message = _text(result) if result.is_error else None
@@ -145,15 +194,10 @@ class ServedTasks:
         task.ended.set()
         task.changed.set()
 
-    def _cancel_expired(self) -> None:
-        for task in self.table.expired():
-            if task.run is not None:
-                task.run.cancel()
-
-    def close(self) -> None:
-        """The server stops: the calls still running as tasks are cancelled."""
+    def _close(self) -> None:
         for task in self.table.all():
-            if task.run is not None:
+            if task.run is not None and not task.run.done():
+                self.table.settle(task, "cancelled", "The server stopped.")
                 task.run.cancel()
 
     # -- what a client reads ---------------------------------------------------------
@@ -175,7 +219,12 @@ class ServedTasks:
         }
 
     def _find(self, ctx: ServerRequestContext[Any], task_id: str) -> ServedTask:
-        self._cancel_expired()
+        if modern(ctx) and not declared(ctx):
+            raise MCPError(
+                MISSING_CAPABILITY,
+                f"tasks/* need the {TASKS_EXTENSION} extension, declared on the request",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
         task = self.table.find(task_id, task_owner(ctx))
         if task is None or task.modern != modern(ctx):
             raise MCPError(types.INVALID_PARAMS, NOT_FOUND)
@@ -205,39 +254,58 @@ class ServedTasks:
         if modern(ctx):
             raise MCPError(types.METHOD_NOT_FOUND, "tasks/result is not a 2026-07-28 method")
         task = self._find(ctx, params.task_id)
-        while not task.ended.is_set():
-            task.changed.clear()
-            for key, (question, peer) in list(task.questions.items()):
-                reply = await self._ask(ctx, task, question)
-                if task.questions.pop(key, None) is not None:
-                    await peer.answer([question], {key: reply})
-            if not task.questions:
-                self.table.settle(task, "working")
-            if not task.ended.is_set() and not task.questions:
-                await task.changed.wait()
+        asking: set[asyncio.Task[None]] = set()
+        try:
+            while not task.ended.is_set():
+                task.changed.clear()
+                for key, (question, peer) in list(task.questions.items()):
+                    if key not in task.asked:  # (each asked once, whoever waits)
+                        task.asked.add(key)
+                        asking.add(asyncio.ensure_future(self._ask(ctx, task, key, question, peer)))
+                changed = asyncio.ensure_future(task.changed.wait())
+                try:
+                    await asyncio.wait({changed, *asking}, return_when="FIRST_COMPLETED")
+                finally:
+                    changed.cancel()
+                asking = {a for a in asking if not a.done()}
+        finally:
+            for ask in asking:  # the task ended (or this request went): not asked now
+                ask.cancel()
         assert task.result is not None
         return task.result
 
     async def _ask(
-        self, ctx: ServerRequestContext[Any], task: ServedTask, question: Question
-    ) -> Any:
+        self,
+        ctx: ServerRequestContext[Any],
+        task: ServedTask,
+        key: str,
+        question: Question,
+        peer: ServedPeer,
+    ) -> None:
+        """Ask `question` inside request `ctx`, tied to `task`, and answer the tool."""
         params = question.request.params.model_copy(
             update={"meta": {RELATED_TASK: {"taskId": task.id}}}
         )
         request = question.request.model_copy(update={"params": params})
         try:
-            return await ctx.session.send_request(
+            reply = await ctx.session.send_request(
                 request, types.ElicitResult, metadata=ServerMessageMetadata(ctx.request_id)
             )
         except MCPError:
-            return None  # (answered cancel: the client would not ask)
+            reply = None  # (answered cancel: the client would not ask)
+        except BaseException:
+            task.asked.discard(key)  # (this request went: the next tasks/result asks)
+            raise
+        if task.questions.pop(key, None) is not None:
+            await peer.answer([question], {key: reply})
+        if not task.questions:
+            self.table.settle(task, "working")
 
     async def list(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
         if modern(ctx):
             raise MCPError(types.METHOD_NOT_FOUND, "tasks/list is not a 2026-07-28 method")
-        self._cancel_expired()
         cursor = params.cursor if params is not None else None
         try:
             tasks, after = self.table.page(task_owner(ctx), cursor)
@@ -285,6 +353,18 @@ class ServedTasks:
         server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self.cancel)
         server.add_request_handler("tasks/update", TaskUpdateParams, self.update)
         server.extensions[TASKS_EXTENSION] = {}
+
+
+class TasksFull(MCPError):
+    """No task could be made: its owner's, or the server's, bound is reached."""
+
+
+def _cancelled(call: ToolCall) -> ToolResult:
+    return ToolResult(
+        call_id=call.id, name=call.name, status="cancelled",
+        error=f"Tool '{call.name}' was cancelled: its task was cancelled",
+        error_code=ErrorCode.CANCELLED,
+    )  # fmt: skip
 
 
 def _text(result: types.CallToolResult) -> str | None:

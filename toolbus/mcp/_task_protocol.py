@@ -21,6 +21,7 @@ from ..tools import Tool
 from ._server_peer import connection_of
 
 __all__ = [
+    "MISSING_CAPABILITY",
     "NOT_FOUND",
     "RELATED_TASK",
     "TASKS_EXTENSION",
@@ -39,7 +40,7 @@ TASK_AFTER = 1.0
 """Seconds an `"optional"` tool's call runs (2026-07-28) before it is answered with a task."""
 
 # The JSON-RPC code for a missing client capability (2026-07-28).
-_MISSING_CAPABILITY = -32021
+MISSING_CAPABILITY = -32021
 NOT_FOUND = "Failed to retrieve task: Task not found (unknown, expired, or not yours)"
 
 _sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -87,7 +88,7 @@ def wants_task(
     if not declared(ctx):
         if support == "required":
             raise MCPError(
-                _MISSING_CAPABILITY,
+                MISSING_CAPABILITY,
                 f"Tool '{name}' runs as a task: declare the {TASKS_EXTENSION} extension",
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )

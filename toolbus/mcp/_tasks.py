@@ -12,9 +12,10 @@ protocol version from here.
   unknown or expired one is: the answers do not tell them apart.
 - A task is kept for its ttl from its creation (the client's, capped at
   `max_ttl_ms`; the cap without one), then dropped whatever its state: the
-  server cancels its call if it still runs. At most `max_tasks` are kept:
-  beyond, the oldest that has ended goes, and with none ended a new one is
-  refused.
+  server cancels its call if it still runs (`expired`, on a timer of the
+  server's). At most `per_owner` are kept for one owner and `max_tasks` in
+  all: beyond either, the owner's (then anyone's) oldest that has ended
+  goes, and with none ended a new one is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -54,8 +55,12 @@ class ServedTask:
     run: Any = None
     ended: Any = None
     changed: Any = None
+    timer: Any = None
+    peer: Any = None
     modern: bool = False
     questions: dict[str, Any] = field(default_factory=dict)
+    asked: set[str] = field(default_factory=set)  # the questions sent (2025-11-25)
+    call_id: str = ""  # its call's (the call's events carry it)
     order: int = field(default_factory=lambda: next(_order))
 
     @property
@@ -87,11 +92,13 @@ class TaskTable:
         self,
         *,
         max_tasks: int = 1000,
+        per_owner: int = 100,
         max_ttl_ms: int = 3_600_000,
         poll_interval_ms: int = 1000,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.max_tasks = max_tasks
+        self.per_owner = per_owner
         self.max_ttl_ms = max_ttl_ms
         self.poll_interval_ms = poll_interval_ms
         self._clock = clock if clock is not None else time.time
@@ -102,12 +109,11 @@ class TaskTable:
         if None, or more than the cap; at least a second); None if the table
         is full of tasks still running."""
         now = self._clock()
-        self.expired(now)
-        if len(self._tasks) >= self.max_tasks:
-            ended = next((t for t in self._tasks.values() if t.terminal), None)
-            if ended is None:
-                return None
-            del self._tasks[ended.id]
+        mine = [t for t in self._tasks.values() if t.owner == owner]
+        if len(mine) >= self.per_owner and not self._drop_ended(mine):
+            return None
+        if len(self._tasks) >= self.max_tasks and not self._drop_ended(self._tasks.values()):
+            return None
         ttl = self.max_ttl_ms
         if isinstance(ttl_ms, int) and not isinstance(ttl_ms, bool):
             ttl = max(1000, min(ttl_ms, ttl))
@@ -115,16 +121,21 @@ class TaskTable:
         self._tasks[task.id] = task
         return task
 
+    def _drop_ended(self, tasks: Iterable[ServedTask]) -> bool:
+        """Drop the oldest of `tasks` that has ended; False if none has."""
+        ended = next((t for t in tasks if t.terminal), None)
+        if ended is None:
+            return False
+        del self._tasks[ended.id]
+        return True
+
     def find(self, task_id: object, owner: str | None) -> ServedTask | None:
         """`owner`'s task `task_id`; None if it is unknown, expired or another's."""
         if not isinstance(task_id, str):
             return None
         task = self._tasks.get(task_id)
-        if task is None or task.owner != owner:
-            return None
-        if task.expires <= self._clock():
-            self.expired()
-            return None
+        if task is None or task.owner != owner or task.expires <= self._clock():
+            return None  # (an expired one is dropped by `expired`, its call cancelled)
         return task
 
     def page(
@@ -138,8 +149,12 @@ class TaskTable:
             if not isinstance(cursor, str) or not cursor.isdigit():
                 raise ValueError(f"not a cursor of this server: {cursor!r}")
             after = int(cursor)
-        self.expired()
-        mine = [t for t in self._tasks.values() if t.owner == owner and t.order > after]
+        now = self._clock()
+        mine = [
+            t
+            for t in self._tasks.values()
+            if t.owner == owner and t.order > after and t.expires > now
+        ]
         if len(mine) <= size:
             return mine, None
         return mine[:size], str(mine[size - 1].order)
