@@ -392,3 +392,85 @@ async def test_2026_an_optional_call_answered_as_it_is_keeps_its_progress_and_lo
             result = await client.call_tool("report", {}, progress_callback=noted)
             assert result.content[0].text == "reported"  # type: ignore[union-attr]
     assert progress == ["halfway"] and any("reporting" in str(d) for d in logs)
+
+
+async def test_2025_a_malformed_answer_is_a_cancel_asked_once() -> None:
+    """A reply the SDK cannot read was taken for the request going away:
+    the question was asked again in a tight loop."""
+    asked: list[str] = []
+
+    async def bogus(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult.model_construct(action="bogus")  # (no client would send it)
+
+    executor = Executor(registry, timeout=60)
+    try:
+        async with Client(build_server(registry, executor), mode="legacy",
+                          elicitation_callback=bogus) as client:  # fmt: skip
+            task_id = await task_call(client, "ask_name", {})
+            result = await raw(client, "tasks/result", {"taskId": task_id})
+            assert result["content"][0]["text"] == "cancel" and asked == ["Your name?"]
+    finally:
+        await asyncio.to_thread(executor.close)
+
+
+async def test_2025_a_question_left_by_a_cancelled_tasks_result_is_asked_by_another() -> None:
+    first_asked = asyncio.Event()
+    calls: list[int] = []
+
+    async def slow_then_quick(
+        context: Any, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        calls.append(1)
+        if len(calls) == 1:
+            first_asked.set()
+            await asyncio.Event().wait()  # (its request is cancelled meanwhile)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    executor = Executor(registry, timeout=60)
+    try:
+        async with Client(build_server(registry, executor), mode="legacy",
+                          elicitation_callback=slow_then_quick) as client:  # fmt: skip
+            task_id = await task_call(client, "ask_name", {})
+            first = asyncio.ensure_future(raw(client, "tasks/result", {"taskId": task_id}))
+            await first_asked.wait()
+            second = asyncio.ensure_future(raw(client, "tasks/result", {"taskId": task_id}))
+            first.cancel()
+            result = await second
+            assert result["content"][0]["text"] == "hello Ada" and len(calls) == 2
+    finally:
+        await asyncio.to_thread(executor.close)
+
+
+async def test_ended_tasks_let_go_are_released() -> None:
+    """Evicted tasks kept their timers (and so their request contexts) for their ttl."""
+    executor = Executor(registry, timeout=60)
+    try:
+        server = build_server(registry, executor)
+        served = server.get_request_handler("tasks/get").handler.__self__  # type: ignore[union-attr]
+        async with Client(server, mode="legacy") as client:
+            ids = []
+            for n in range(120):  # each ended before the next (only ended ones make room)
+                ids.append(await task_call(client, "lint", {"target": str(n)}))
+                await raw(client, "tasks/result", {"taskId": ids[-1]})
+            kept = served.table.all()
+            assert len(kept) == 100
+            assert all(t.peer is None for t in kept if t.terminal)
+            with pytest.raises(MCPError):
+                await raw(client, "tasks/get", {"taskId": ids[0]})
+    finally:
+        await asyncio.to_thread(executor.close)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_result_no_reply_can_carry_is_an_error_not_a_cancel(mode: str) -> None:
+    async with serving("memory") as target:
+        if mode == "legacy":
+            async with legacy(target) as client:
+                task_id = await task_call(client, "huge", {})
+                result = await raw(client, "tasks/result", {"taskId": task_id})
+        else:
+            async with modern(target, Tasks()) as client:
+                result = (await client.call_tool("huge", {})).model_dump(by_alias=True)
+    assert result["isError"] is True
+    assert "its result cannot be sent" in result["content"][0]["text"]

@@ -111,3 +111,19 @@ def test_pages_follow_a_cursor_and_refuse_one_not_given() -> None:
     with pytest.raises(ValueError, match="not a cursor"):
         tasks.page("a", "x1")
     assert tasks.page("nobody") == ([], None)
+
+
+def test_nobodys_tasks_are_bounded_in_all_only() -> None:
+    """2026-07-28 without a token: one client's tasks took every other's room."""
+    tasks, _ = table(per_owner=2, max_tasks=5)
+    assert all(tasks.create(None, "t") is not None for _ in range(5))
+    assert tasks.create(None, "t") is None
+
+
+def test_an_evicted_task_is_told() -> None:
+    tasks, _ = table(max_tasks=1)
+    let_go: list[object] = []
+    tasks.evicted = let_go.append
+    first = tasks.create("a", "t")
+    assert first is not None and tasks.settle(first, "completed")
+    assert tasks.create("a", "t") is not None and let_go == [first]

@@ -62,3 +62,9 @@ def report(ctx: ToolContext) -> str:
 def wait_long(gate: str, ctx: ToolContext) -> str:
     """A task that runs until the file `gate` exists or it is cancelled."""
     return str(build(gate, ctx))
+
+
+@registry.tool(read_only=True, task_support="required")
+def huge() -> int:
+    """A result no reply can carry (an int of more digits than Python prints)."""
+    return 10**5000

@@ -65,6 +65,7 @@ class ServedTasks:
         self._calls = calls
         self.table = table if table is not None else TaskTable()
         self._serving = 0  # the server's lifespans open (one per in-memory connection)
+        self.table.evicted = self._evicted
 
     @contextlib.asynccontextmanager
     async def opened(self) -> AsyncIterator[None]:
@@ -169,7 +170,18 @@ class ServedTasks:
             result = _cancelled(call)
         finally:
             watch.cancel()
-        self._settle(task, reply(result), task.modern)
+        try:
+            answer = reply(result)
+        except Exception as e:  # (a result no reply can carry: said so, as an error)
+            answer = reply(
+                ToolResult(
+                    call_id=call.id, name=call.name, status="error",
+                    error=f"Tool '{call.name}' ran, but its result cannot be sent: "
+                    f"{type(e).__name__}",
+                    error_code=ErrorCode.TOOL_ERROR,
+                )
+            )  # fmt: skip
+        self._settle(task, answer, task.modern)
 
     async def _watch(self, task: ServedTask, peer: ServedPeer) -> None:
         """The tool's questions: the task waits for input until they are answered."""
@@ -190,6 +202,7 @@ class ServedTasks:
             wire.setdefault("_meta", {})[RELATED_TASK] = {"taskId": task.id}
         task.result = wire
         task.questions.clear()
+        task.peer = None  # (its request's context: not kept for the task's life)
         self.table.settle(task, "failed" if failed else "completed", message)
         task.ended.set()
         task.changed.set()
@@ -199,6 +212,13 @@ class ServedTasks:
             if task.run is not None and not task.run.done():
                 self.table.settle(task, "cancelled", "The server stopped.")
                 task.run.cancel()
+            if task.timer is not None:
+                task.timer.cancel()
+
+    def _evicted(self, task: ServedTask) -> None:
+        """The table let `task` go (an ended one, for room): its timer too."""
+        if task.timer is not None:
+            task.timer.cancel()
 
     # -- what a client reads ---------------------------------------------------------
 
@@ -267,7 +287,10 @@ class ServedTasks:
                     await asyncio.wait({changed, *asking}, return_when="FIRST_COMPLETED")
                 finally:
                     changed.cancel()
-                asking = {a for a in asking if not a.done()}
+                for done in [a for a in asking if a.done()]:
+                    asking.discard(done)
+                    if not done.cancelled():
+                        done.exception()  # (read: each ask answers the tool itself)
         finally:
             for ask in asking:  # the task ended (or this request went): not asked now
                 ask.cancel()
@@ -291,11 +314,14 @@ class ServedTasks:
             reply = await ctx.session.send_request(
                 request, types.ElicitResult, metadata=ServerMessageMetadata(ctx.request_id)
             )
-        except MCPError:
-            reply = None  # (answered cancel: the client would not ask)
-        except BaseException:
-            task.asked.discard(key)  # (this request went: the next tasks/result asks)
+        except asyncio.CancelledError:
+            # This request went (or the task ended): another waiting, or the
+            # next, `tasks/result` asks it.
+            task.asked.discard(key)
+            task.changed.set()
             raise
+        except Exception:  # refused, or no answer a client can give: answered cancel
+            reply = None
         if task.questions.pop(key, None) is not None:
             await peer.answer([question], {key: reply})
         if not task.questions:

@@ -13,9 +13,10 @@ protocol version from here.
 - A task is kept for its ttl from its creation (the client's, capped at
   `max_ttl_ms`; the cap without one), then dropped whatever its state: the
   server cancels its call if it still runs (`expired`, on a timer of the
-  server's). At most `per_owner` are kept for one owner and `max_tasks` in
-  all: beyond either, the owner's (then anyone's) oldest that has ended
-  goes, and with none ended a new one is refused.
+  server's). At most `per_owner` are kept for one owner (nobody's are
+  bounded in all only) and `max_tasks` in all: beyond either, the owner's
+  (then anyone's) oldest that has ended goes, and with none ended a new one
+  is refused.
 """
 
 from __future__ import annotations
@@ -103,13 +104,17 @@ class TaskTable:
         self.poll_interval_ms = poll_interval_ms
         self._clock = clock if clock is not None else time.time
         self._tasks: dict[str, ServedTask] = {}
+        # Told of each ended task let go for room (the server's timers).
+        self.evicted: Callable[[ServedTask], None] | None = None
 
     def create(self, owner: str | None, tool: str, ttl_ms: object = None) -> ServedTask | None:
         """A new task of `owner` for a call of `tool`, kept `ttl_ms` (the cap
         if None, or more than the cap; at least a second); None if the table
         is full of tasks still running."""
         now = self._clock()
-        mine = [t for t in self._tasks.values() if t.owner == owner]
+        # (Nobody's tasks, 2026-07-28 without a token, are bounded in all only:
+        # one such client would otherwise take every other's room.)
+        mine = [t for t in self._tasks.values() if t.owner == owner] if owner is not None else []
         if len(mine) >= self.per_owner and not self._drop_ended(mine):
             return None
         if len(self._tasks) >= self.max_tasks and not self._drop_ended(self._tasks.values()):
@@ -127,6 +132,8 @@ class TaskTable:
         if ended is None:
             return False
         del self._tasks[ended.id]
+        if self.evicted is not None:
+            self.evicted(ended)
         return True
 
     def find(self, task_id: object, owner: str | None) -> ServedTask | None:
@@ -146,7 +153,7 @@ class TaskTable:
         more). A cursor this table did not give raises `ValueError`."""
         after = 0
         if cursor is not None:
-            if not isinstance(cursor, str) or not cursor.isdigit():
+            if not isinstance(cursor, str) or not (cursor.isascii() and cursor.isdigit()):
                 raise ValueError(f"not a cursor of this server: {cursor!r}")
             after = int(cursor)
         now = self._clock()
