@@ -100,10 +100,17 @@ class SessionPort:
         progress: ProgressFnT | None = None,
         asking: Asking | None = None,
         answer: InputAnswer | None = None,
+        task_support: str | None = None,
     ) -> types.CallToolResult:
         """`Link.call` on the session's loop (its errors are raised here)."""
         coro = self.link.call(
-            tool, arguments, retry_safe=retry_safe, progress=progress, asking=asking, answer=answer
+            tool,
+            arguments,
+            retry_safe=retry_safe,
+            progress=progress,
+            asking=asking,
+            answer=answer,
+            task_support=task_support,
         )
         return await self._on_loop(coro, retry_safe)
 

@@ -35,6 +35,7 @@ from .._version import __version__
 from ..tools import LogLevel
 from ._actor import Open, Opened, SessionActor
 from ._asking import InFlight
+from ._client_tasks import TaskMode, TasksClaim, check_tasks
 from ._connection import MCPConnection
 from ._elicitation import ElicitationHandler, check_handler, elicitation_callback
 from ._errors import MCPConnectError
@@ -81,6 +82,7 @@ class ConnectOptions(TypedDict, total=False):
     sampling: SamplingHandler | None
     roots: RootsOption | None
     log_level: LogLevel | None
+    tasks: TaskMode
 
 
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
@@ -126,6 +128,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         sampling=check_sampling(options.get("sampling"), where),
         roots=given_roots(options.get("roots"), where),
         log_level=check_log_level(options.get("log_level"), where),
+        tasks=check_tasks(options.get("tasks", "auto"), where),
     )
 
 
@@ -168,6 +171,9 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     (`"debug"` ... `"emergency"`): the server's log messages of that level and
     above are asked for; each becomes a `tool:progress` event (data
     `server_log`) of the call it came during, or a Python log record.
+    `tasks` (`"auto"`, `"always"`, `"never"`): which calls are made as MCP
+    tasks, whose results toolbus fetches (`_client_tasks.py`): `"auto"` those
+    of tools the server says must be, `"always"` those it allows too.
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -188,6 +194,7 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
         max_backoff=settings["max_backoff"],
     )
     link.asks_later = settings["elicitation"] is None
+    link.tasks = settings["tasks"]
     if isinstance(target, HttpTarget):
         link.explain = target.refusal
         link.auth_failure = target.oauth_failure
@@ -395,6 +402,8 @@ def _client_factory(
     if roots is not None:
         answers["list_roots_callback"] = roots.listed
     answers["logging_callback"] = logging_callback(name, in_flight, settings["log_level"])
+    if settings["tasks"] != "never":  # (2026-07-28: the server then decides which calls)
+        answers["extensions"] = [TasksClaim()]
     if settings["log_level"] is not None:
         answers["log_level"] = settings["log_level"]
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):

@@ -38,6 +38,7 @@ from mcp_types.jsonrpc import HEADER_MISMATCH
 
 from ..approvals import InputAnswer
 from ..tools import ElicitationAnswer, InputRequired, ToolError
+from ._client_tasks import CreatedTask, poll_task
 from ._elicitation import Elicitation, checked_answer
 
 __all__ = ["MAX_ROUNDS", "Seed", "seed", "send"]
@@ -90,6 +91,7 @@ async def send(
                 input_responses=responses,
                 request_state=state,
                 allow_input_required=True,
+                allow_claimed=True,
             )
         except MCPError as e:
             if e.code != HEADER_MISMATCH:
@@ -103,6 +105,8 @@ async def send(
                 input_responses=responses,
                 request_state=state,
             )
+        if isinstance(result, CreatedTask):  # (the server made it a task: fetched)
+            return await poll_task(client.session, result)
         if not isinstance(result, types.InputRequiredResult):
             if not isinstance(result, types.CallToolResult):
                 raise MCPError(code=-32603, message=f"unexpected reply {type(result).__name__}")

@@ -44,6 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..approvals import InputAnswer
 from ._asking import Asking, while_asking
+from ._client_tasks import TaskMode, as_task, call_as_task
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
 from ._generation import Generation, MakeClient, describe
 from ._http_target import SDK_REFUSED
@@ -123,6 +124,8 @@ class Link:
         # No elicitation handler: on 2026-07-28 a question ends the call
         # `deferred`, to be answered later (`_input_later.py`).
         self.asks_later = False
+        # Which calls are made as MCP tasks (`_client_tasks.py`).
+        self.tasks: TaskMode = "auto"
         # The resources followed (set by the connection): their updates, and
         # asked for again after a reconnection.
         self.resources: ResourceWatch | None = None
@@ -234,8 +237,10 @@ class Link:
         progress: ProgressFnT | None = None,
         asking: Asking | None = None,
         answer: InputAnswer | None = None,
+        task_support: str | None = None,
     ) -> types.CallToolResult:
         """Call `tool` on a live session (connecting first if need be).
+        `task_support`: the server's `taskSupport` for it (`_client_tasks.py`).
 
         `asking`: the toolbus call, for the server's requests for input while
         it is open (`_elicitation.py`). `answer`: a person's answer to the
@@ -259,7 +264,9 @@ class Link:
         lost: BaseException
         try:
             return await while_asking(
-                asking, self.asking, await self._sender(client, tool, arguments, progress, answer)
+                asking,
+                self.asking,
+                await self._sender(client, tool, arguments, progress, answer, task_support),
             )
         except asyncio.CancelledError:
             self._probe(generation)
@@ -303,12 +310,16 @@ class Link:
         arguments: dict[str, Any],
         progress: ProgressFnT | None,
         answer: InputAnswer | None,
+        task_support: str | None = None,
     ) -> Callable[[], Awaitable[types.CallToolResult]]:
         """How this call is sent: by the SDK's client, which answers a
         server's questions through the handlers; or, to leave a question for
-        later, by `_input_later.send`."""
+        later, by `_input_later.send`; or as a 2025-11-25 task."""
         given: Seed = (None, None) if answer is None else await seed(answer, self.name)
-        if self.asks_later and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if not modern and answer is None and as_task(self.tasks, task_support):
+            return lambda: call_as_task(client, tool, arguments)
+        if self.asks_later and modern:
             return lambda: send(client, tool, arguments, progress, self.name, given)
         responses, state = given
         return lambda: client.call_tool(

@@ -110,6 +110,12 @@ class MCPTool(Tool):
             else {}
         )
         self.annotations = hints
+        # Whether the server runs its calls as tasks (`execution.taskSupport`;
+        # the connection's `tasks=` decides which are: `_client_tasks.py`).
+        execution = spec.execution
+        self.server_task_support: str | None = (
+            execution.task_support if execution is not None else None
+        )
         hinted_read_only = hints.get("readOnlyHint") is True and not hints.get("destructiveHint")
         self.read_only = hinted_read_only if read_only is None else read_only
         self.idempotent = hints.get("idempotentHint") is True if idempotent is None else idempotent
@@ -168,6 +174,7 @@ class MCPTool(Tool):
                 progress=on_progress,
                 asking=asking,
                 answer=answer,
+                task_support=self.server_task_support,
             )
         except Exception:
             if asking.failure is None:

@@ -1,0 +1,95 @@
+"""toolbus's client calling an MCP server's tools as tasks (`connect(tasks=...)`),
+against toolbus's own server (`tests/mcp_servers/task_tools.py`), on each
+protocol version (the legacy one by the initialize handshake, `use_peer`),
+in process and over stdio: the result fetched, the call's timeout cancelling
+the task on the server, a question answered by the connection's handler,
+and the connection's choice of which calls are tasks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from tests.conftest import MakeExecutor, wait_until
+from tests.mcp_servers.peers import use_peer
+from tests.mcp_servers.task_tools import registry as served
+from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus.mcp import MCPConnection, build_server, connect, connect_stdio
+
+ROOT = Path(__file__).resolve().parents[2]
+PEERS = ["in-process", "in-process-legacy", "stdio", "stdio-legacy"]
+
+
+def name_please(request: Any) -> Any:
+    return request.accept({"name": "Ada"})
+
+
+def connected(peer: str, server_side: Executor | None, **options: Any) -> MCPConnection:
+    options.setdefault("elicitation", name_please)
+    if peer.startswith("in-process"):
+        assert server_side is not None
+        return connect(build_server(served, server_side, task_after=0.2), **options)
+    args = ["-c", "from toolbus.cli import main; main()", "mcp", "serve",
+            "tests.mcp_servers.task_tools:registry", "--timeout", "60"]  # fmt: skip
+    return connect_stdio(
+        sys.executable, args, cwd=str(ROOT), env={"PYTHONPATH": str(ROOT)}, **options
+    )
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_tools_called_as_tasks(
+    peer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_executor: MakeExecutor
+) -> None:
+    use_peer(peer, monkeypatch)
+    server_side = Executor(served, timeout=60) if peer.startswith("in-process") else None
+    try:
+        with connected(peer, server_side, tasks="always") as conn:
+            local = ToolRegistry()
+            conn.register(local)
+            ex = make_executor(local, timeout=60)
+            crawl = ex.execute(ToolCall(name="crawl", arguments={"site": "x"}))
+            assert crawl.output == "crawled x", crawl
+            named = ex.execute(ToolCall(name="ask_name", arguments={}))
+            assert named.output == "hello Ada", named
+            failed = ex.execute(ToolCall(name="fail", arguments={"why": "no disk"}))
+            assert failed.status == "error" and "no disk" in (failed.error or "")
+            # A long one: its result fetched once the gate opens.
+            gate = tmp_path / "gate"
+            handle = ex.submit(ToolCall(name="build", arguments={"gate": str(gate)}))
+            wait_until(Path(f"{gate}.started").exists, what="the build to start")
+            gate.write_text("docs")
+            assert handle.result(60).output == "built docs"
+            # The call's timeout cancels the task on the server: its tool is told.
+            other = tmp_path / "other"
+            stopped = ex.execute(
+                ToolCall(name="wait_long", arguments={"gate": str(other)}), timeout=1.0
+            )
+            assert stopped.status == "timeout"
+            wait_until(Path(f"{other}.cancelled").exists, what="the task to be cancelled")
+    finally:
+        if server_side is not None:
+            server_side.close()
+
+
+def test_tasks_never_leaves_a_required_tool_refused(
+    monkeypatch: pytest.MonkeyPatch, make_executor: MakeExecutor
+) -> None:
+    use_peer("in-process-legacy", monkeypatch)
+    with (
+        Executor(served, timeout=60) as server_side,
+        connected("in-process-legacy", server_side, tasks="never") as conn,
+    ):
+        local = ToolRegistry()
+        conn.register(local)
+        r = make_executor(local).execute(ToolCall(name="crawl", arguments={"site": "x"}))
+        assert r.status == "error" and "must be called as a task" in (r.error or "")
+
+
+def test_tasks_is_checked() -> None:
+    with Executor(served) as server_side, pytest.raises(ValueError, match="'auto', 'always'"):
+        connect(build_server(served, server_side), tasks="sometimes")  # type: ignore[typeddict-item]
