@@ -93,3 +93,58 @@ def test_tasks_never_leaves_a_required_tool_refused(
 def test_tasks_is_checked() -> None:
     with Executor(served) as server_side, pytest.raises(ValueError, match="'auto', 'always'"):
         connect(build_server(served, server_side), tasks="sometimes")  # type: ignore[typeddict-item]
+
+
+# -- a server's odd task answers (found by review) --------------------------------------
+
+
+def odd_call(odd: Any, make_executor: MakeExecutor, **options: Any) -> Any:
+    with connect(odd.server, **options) as conn:
+        local = ToolRegistry()
+        conn.register(local)
+        result = make_executor(local, timeout=30).execute(ToolCall(name="slow", arguments={}))
+        wait_until(lambda: odd.cancels == ["t1"], what="the task to be cancelled")
+    return result
+
+
+def task_state(status: str, **more: Any) -> dict[str, Any]:
+    from tests.mcp_servers.odd_tasks import NOW
+
+    return {"taskId": "t1", "status": status, "createdAt": NOW, "lastUpdatedAt": NOW,
+            "ttlMs": 60_000, "pollIntervalMs": 10, **more}  # fmt: skip
+
+
+def test_a_task_status_no_task_can_have_is_an_error_and_the_task_cancelled(
+    make_executor: MakeExecutor,
+) -> None:
+    from tests.mcp_servers.odd_tasks import OddTasks
+
+    odd = OddTasks(lambda n: task_state("working") if n < 2 else task_state("exploded"))
+    r = odd_call(odd, make_executor)
+    assert r.status == "error" and "no status a task can have ('exploded')" in (r.error or "")
+
+
+def test_a_task_asking_without_end_is_stopped_and_paced(make_executor: MakeExecutor) -> None:
+    """It was polled flat out (5 000 rounds in 2 s) while the call lasted."""
+    from tests.mcp_servers.odd_tasks import OddTasks
+
+    def asks(n: int) -> dict[str, Any]:
+        question = {"method": "elicitation/create",
+                    "params": {"mode": "form", "message": f"q{n}?",
+                               "requestedSchema": {"type": "object", "properties": {}}}}  # fmt: skip
+        return task_state("input_required", inputRequests={f"k{n}": question})
+
+    odd = OddTasks(asks)
+    r = odd_call(odd, make_executor, elicitation=lambda request: request.accept({}))
+    assert r.status == "error" and "asked for input more than 10 times" in (r.error or "")
+    assert len(odd.updates) == 10 and odd.gets == 11
+
+
+def test_a_task_asking_what_is_not_offered_is_an_error(make_executor: MakeExecutor) -> None:
+    from tests.mcp_servers.odd_tasks import OddTasks
+
+    sampling = {"method": "sampling/createMessage",
+                "params": {"messages": [], "maxTokens": 5}}  # fmt: skip
+    odd = OddTasks(lambda n: task_state("input_required", inputRequests={"s": sampling}))
+    r = odd_call(odd, make_executor)
+    assert r.status == "error" and odd.updates == []

@@ -38,6 +38,7 @@ from ._task_protocol import TASKS_EXTENSION
 
 __all__ = [
     "MAX_POLL",
+    "MAX_ROUNDS",
     "TaskMode",
     "TasksClaim",
     "as_task",
@@ -48,6 +49,8 @@ __all__ = [
 TaskMode = Literal["auto", "always", "never"]
 MAX_POLL = 5.0
 """Seconds between two looks at a task, at most (the server's interval grows to it)."""
+MAX_ROUNDS = 10
+"""Rounds of a task's questions answered in one call, as for a call's (`_input_later.py`)."""
 
 _cancels: set[asyncio.Task[Any]] = set()  # (cancels under way: kept until sent)
 _INPUTS: TypeAdapter[types.InputRequests] = TypeAdapter(types.InputRequests)
@@ -78,14 +81,19 @@ async def call_as_task(
     params = {"name": tool, "arguments": arguments, "task": {}}
     answer = await session._dispatcher.send_raw_request("tools/call", params, None)
     task = answer.get("task") if isinstance(answer, dict) else None
-    task_id = task.get("taskId") if isinstance(task, dict) else None
-    if not isinstance(task_id, str):
+    if task is None:
         # A server that does not do tasks runs the call as any (the spec says so).
         return types.CallToolResult.model_validate(answer, by_name=False)
+    task_id = task.get("taskId") if isinstance(task, dict) else None
+    if not isinstance(task_id, str) or not task_id:
+        raise MCPError(
+            types.INVALID_PARAMS,
+            f"the server answered the call with a task that has no id ({_shape(task)})",
+        )
     request = types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task_id))
     try:
         return await session.send_request(request, types.CallToolResult)
-    except asyncio.CancelledError:
+    except BaseException:  # cancelled, or an answer that cannot be used: not left running
         _cancel(session, task_id)
         raise
 
@@ -133,6 +141,7 @@ async def poll_task(session: ClientSession, created: CreatedTask) -> types.CallT
     task_id = created.task_id
     every = _seconds(created.poll_interval_ms)
     answered: set[str] = set()
+    rounds = 0
     try:
         while True:
             polled = await _send(session, "tasks/get", task_id=task_id)
@@ -140,15 +149,28 @@ async def poll_task(session: ClientSession, created: CreatedTask) -> types.CallT
                 return types.CallToolResult.model_validate(polled.result, by_name=False)
             if polled.status in ("failed", "cancelled", "completed"):
                 return _ended(polled)
+            if polled.status not in ("working", "input_required"):
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"the server answered tasks/get with no status a task can have "
+                    f"({polled.status!r})",
+                )
             if polled.status == "input_required" and polled.input_requests:
                 replies = await _answers(session, polled.input_requests, answered)
                 if replies:
+                    rounds += 1
+                    if rounds > MAX_ROUNDS:
+                        raise MCPError(
+                            types.INVALID_PARAMS,
+                            f"the server's task asked for input more than {MAX_ROUNDS} times",
+                        )
                     await _send(session, "tasks/update", task_id=task_id, input_responses=replies)
-                    continue
             every = max(every, _seconds(polled.poll_interval_ms))
             await asyncio.sleep(every)
             every = min(every * 1.5, MAX_POLL)
-    except asyncio.CancelledError:
+    except BaseException:
+        # Cancelled (a timeout, the caller), or the server's answers could not
+        # be used: its task is not left running for nobody.
         _cancel(session, task_id, modern=True)
         raise
 
@@ -170,6 +192,8 @@ async def _answers(
         reply = await session.dispatch_input_request(ctx, request)
         answered.add(key)
         if isinstance(reply, types.ErrorData):
+            if not isinstance(request, types.ElicitRequest):  # (sampling, roots: not offered)
+                raise MCPError.from_error_data(reply)
             reply = types.ElicitResult(action="decline")
         replies[key] = reply.model_dump(by_alias=True, mode="json", exclude_none=True)
     return replies
@@ -208,6 +232,10 @@ def _cancel(session: ClientSession, task_id: str, *, modern: bool = False) -> No
     sent = asyncio.get_running_loop().create_task(cancel(), name="toolbus-mcp-task-cancel")
     _cancels.add(sent)
     sent.add_done_callback(_cancels.discard)
+
+
+def _shape(value: object) -> str:
+    return f"a {type(value).__name__}" if not isinstance(value, dict) else f"keys {sorted(value)}"
 
 
 def _seconds(ms: object) -> float:
