@@ -17,6 +17,7 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor, wait_until
 from tests.mcp_servers.peers import use_peer
+from tests.mcp_servers.task_tools import open_gate
 from tests.mcp_servers.task_tools import registry as served
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnection, build_server, connect, connect_stdio
@@ -62,7 +63,7 @@ def test_tools_called_as_tasks(
             gate = tmp_path / "gate"
             handle = ex.submit(ToolCall(name="build", arguments={"gate": str(gate)}))
             wait_until(Path(f"{gate}.started").exists, what="the build to start")
-            gate.write_text("docs")
+            open_gate(gate, "docs")
             assert handle.result(60).output == "built docs"
             # The call's timeout cancels the task on the server: its tool is told.
             other = tmp_path / "other"

@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.conftest import wait_until
 from tests.mcp.task_client import Created, Tasks, answer_name, raw, send, task_call
-from tests.mcp_servers.task_tools import registry
+from tests.mcp_servers.task_tools import open_gate, registry
 from toolbus import Executor
 from toolbus.mcp import build_server
 from toolbus.mcp._serve_http import http_app
@@ -112,7 +112,7 @@ async def test_2025_a_long_call_polled_listed_fetched_and_another_cancelled(
         await appears(Path(f"{gate}.started"))
         assert (await raw(client, "tasks/get", {"taskId": task_id}))["status"] == "working"
         assert [t["taskId"] for t in (await raw(client, "tasks/list", {}))["tasks"]] == [task_id]
-        gate.write_text("docs")
+        open_gate(gate, "docs")
         result = await raw(client, "tasks/result", {"taskId": task_id})
         assert result["content"][0]["text"] == "built docs" and result["isError"] is False
         assert result["_meta"][RELATED_TASK] == {"taskId": task_id}
@@ -172,7 +172,7 @@ async def test_2025_another_session_cannot_read_list_or_cancel_a_task(
             assert "not found" in refused.value.error.message.lower()
         assert (await raw(mallory, "tasks/list", {}))["tasks"] == []
         assert (await raw(alice, "tasks/get", {"taskId": task_id}))["status"] == "working"
-        (tmp_path / "gate").write_text("x")
+        open_gate(tmp_path / "gate", "x")
 
 
 async def test_2025_a_task_expires(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +201,7 @@ async def test_2026_tasks_polled_answered_and_cancelled(transport: str, tmp_path
 
     def release() -> None:
         for opened in released:
-            opened.write_text("docs")
+            open_gate(opened, "docs")
 
     tasks = Tasks(on_task=release)
     async with serving(transport) as target, modern(target, tasks) as client:
@@ -248,7 +248,7 @@ async def test_2026_a_client_without_the_extension(transport: str, tmp_path: Pat
             "requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}
         }
         gate = tmp_path / "gate"
-        gate.write_text("y")
+        open_gate(gate, "y")
         built = await client.call_tool("build", {"gate": str(gate)})  # optional: answered as is
         assert built.content[0].text == "built y"  # type: ignore[union-attr]
 
@@ -308,7 +308,7 @@ async def test_another_in_process_client_leaving_does_not_cancel_a_task(tmp_path
         async with legacy(target):
             pass
         assert (await raw(client, "tasks/get", {"taskId": task_id}))["status"] == "working"
-        gate.write_text("on")
+        open_gate(gate, "on")
         result = await raw(client, "tasks/result", {"taskId": task_id})
         assert result["content"][0]["text"] == "built on"
 
@@ -352,7 +352,7 @@ async def test_2026_task_methods_need_the_extension_declared(tmp_path: Path) -> 
                     with pytest.raises(MCPError) as refused:
                         await send(undeclared.session, method, task_id=created.task_id)
                     assert refused.value.error.code == -32021
-            gate.write_text("x")
+            open_gate(gate, "x")
 
 
 async def test_when_no_task_can_be_made(monkeypatch: pytest.MonkeyPatch) -> None:
