@@ -93,7 +93,7 @@ def test_tasks_never_leaves_a_required_tool_refused(
 
 def test_tasks_is_checked() -> None:
     with Executor(served) as server_side, pytest.raises(ValueError, match="'auto', 'always'"):
-        connect(build_server(served, server_side), tasks="sometimes")  # type: ignore[typeddict-item]
+        connect(build_server(served, server_side), tasks="sometimes")  # type: ignore[arg-type]
 
 
 # -- a server's odd task answers (found by review) --------------------------------------

@@ -389,7 +389,7 @@ async def test_2026_an_optional_call_answered_as_it_is_keeps_its_progress_and_lo
             log_level="info",
         )
         async with client:
-            result = await client.call_tool("report", {}, progress_callback=noted)
+            result = await client.call_tool("report", {}, progress_callback=noted)  # type: ignore[arg-type]
             assert result.content[0].text == "reported"  # type: ignore[union-attr]
     assert progress == ["halfway"] and any("reporting" in str(d) for d in logs)
 
@@ -401,7 +401,7 @@ async def test_2025_a_malformed_answer_is_a_cancel_asked_once() -> None:
 
     async def bogus(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.append(params.message)
-        return types.ElicitResult.model_construct(action="bogus")  # (no client would send it)
+        return types.ElicitResult.model_construct(action="bogus")  # type: ignore[arg-type]  # (no client would send it)
 
     executor = Executor(registry, timeout=60)
     try:
