@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ SERVER_SCENARIOS = [
     "elicitation-sep1034-defaults",
     "elicitation-sep1330-enums",
     "server-sse-multiple-streams",
+    "server-sse-polling",
     "dns-rebinding-protection",
 ]
 _TOOLS_ONLY = "toolbus serves a registry's tools: no resources, prompts or completions"
@@ -87,9 +89,18 @@ OUT_OF_SCOPE = {
     "prompts-get-embedded-resource": _TOOLS_ONLY,
     "prompts-get-with-image": _TOOLS_ONLY,
     "tools-call-sampling": "a served tool has no ctx.sample: sampling is deprecated (SEP-2577)",
-    "server-sse-polling": "the HTTP server keeps no event store, so a closed stream is not "
-    "resumed (SEP-1699; pending in the suite)",
 }
+# Against a server that closes each call's stream once primed (`poll_after=0`):
+# the scenarios whose calls stream, the client coming back for the rest. 0.1.16's
+# `server-sse-polling` sends the 2025-03-26 header, under which no stream is
+# primed (nor closed); the next release's sends the version negotiated.
+POLLED_SCENARIOS = [
+    "tools-call-with-progress",
+    "tools-call-with-logging",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
+]
 CLIENT_SCENARIOS = ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
 AUTH_SCENARIOS = [
     "auth/metadata-default",
@@ -196,6 +207,60 @@ def test_what_the_server_does_not_offer_still_fails(server_results: Path, scenar
     """Each is out of scope for the reason given in OUT_OF_SCOPE; when one
     passes, it belongs in SERVER_SCENARIOS."""
     assert failures(checks_of(server_results, _scenario_prefix(scenario))), OUT_OF_SCOPE[scenario]
+
+
+@pytest.fixture(scope="module")
+def polled() -> Iterator[str]:
+    """The suite's tools served in process with `poll_after=0`; the client's
+    coming back (`Last-Event-ID`) lets `test_reconnection` end."""
+    from tests.mcp_servers import conformance_tools
+    from tests.mcp_servers.serving import served_in_thread
+    from toolbus import Executor
+    from toolbus.mcp._serve_http import http_app
+
+    alone = conformance_tools.ALONE
+    conformance_tools.ALONE = 120.0
+    conformance_tools.reconnected.clear()
+    executor = Executor(conformance_tools.registry, timeout=120)
+    inner = http_app(conformance_tools.registry, executor, poll_after=0, reconnect_after=0.1)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and b"last-event-id" in dict(scope["headers"]):
+            conformance_tools.reconnected.set()
+        await inner(scope, receive, send)
+
+    try:
+        with served_in_thread(app) as url:
+            yield url
+    finally:
+        conformance_tools.reconnected.set()
+        conformance_tools.ALONE = alone
+        executor.close()
+
+
+@pytest.mark.skipif(not NEXT.exists(), reason=f"needs the suite's next release at {NEXT}")
+def test_a_stream_closed_mid_call_is_resumed(polled: str, tmp_path: Path) -> None:
+    """SEP-1699 with the next release (which sends the negotiated version):
+    a priming event first, a retry field, the stream closed mid-call and the
+    result sent when the client comes back with Last-Event-ID."""
+    run = suite("server", "--scenario", "server-sse-polling", "--url", polled, "-o",
+                str(tmp_path), where=NEXT)  # fmt: skip
+    checks = checks_of(tmp_path, _scenario_prefix("server-sse-polling"))
+    verdicts = {c["id"]: c["status"] for c in checks if c["status"] != "INFO"}
+    assert verdicts == {
+        "server-sse-priming-event": "SUCCESS",
+        "server-sse-retry-field": "SUCCESS",
+        "server-sse-disconnect-resume": "SUCCESS",
+    }, run.stdout[-3000:]
+
+
+@pytest.mark.parametrize("scenario", POLLED_SCENARIOS)
+def test_calls_whose_streams_are_closed_still_pass(
+    polled: str, tmp_path: Path, scenario: str
+) -> None:
+    run = suite("server", "--scenario", scenario, "--url", polled, "-o", str(tmp_path))
+    checks = checks_of(tmp_path, _scenario_prefix(scenario))
+    assert checks and not failures(checks), failures(checks) or run.stdout[-3000:]
 
 
 def test_every_server_scenario_is_accounted_for(server_results: Path) -> None:

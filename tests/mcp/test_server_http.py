@@ -236,6 +236,8 @@ def test_refused_requests_run_nothing(url: str) -> None:
         (["--http", "--token-env", "TOOLBUS_EMPTY"], {"TOOLBUS_EMPTY": ""}, "is not set"),
         (["--port", "9"], {}, "--port needs --http"),
         (["--token-env", "X"], {}, "--token-env needs --http"),
+        (["--poll-after", "1"], {}, "--poll-after needs --http"),
+        (["--reconnect-after", "1"], {}, "--reconnect-after needs --http"),
     ],
 )
 def test_cli_refuses(args: list[str], env: dict[str, str], message: str) -> None:
@@ -431,9 +433,7 @@ def test_a_refused_connection_names_the_http_status_and_what_to_check(url: str) 
 def test_a_token_refused_after_connecting_names_the_status_on_each_call() -> None:
     """A token revoked while connected: every call read `refused the call:
     Server returned an error response`, the text issue 22 set out to end."""
-    import uvicorn
-
-    from tests.conftest import wait_until
+    from tests.mcp_servers.serving import served_in_thread
     from toolbus import Executor, ToolCall, ToolRegistry
     from toolbus.mcp import connect_http
     from toolbus.mcp._serve_http import http_app
@@ -447,14 +447,8 @@ def test_a_token_refused_after_connecting_names_the_status_on_each_call() -> Non
 
     with Executor(served) as server_side:
         app = http_app(served, server_side, token=TOKEN)
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        try:
-            wait_until(lambda: server.started, what="the server to listen")
-            port = server.servers[0].sockets[0].getsockname()[1]
+        with served_in_thread(app) as url:
             local = ToolRegistry()
-            url = f"http://127.0.0.1:{port}/mcp"
             with connect_http(url, headers={"Authorization": f"Bearer {TOKEN}"}) as conn:
                 conn.register(local)
                 with Executor(local) as executor:
@@ -462,9 +456,6 @@ def test_a_token_refused_after_connecting_names_the_status_on_each_call() -> Non
                     assert executor.execute(call).output == 3
                     app._token = b"a-new-token-0123456789"  # (the server's token changed)
                     refused = executor.execute(call)
-        finally:
-            server.should_exit = True
-            thread.join(30)
     assert refused.status == "error" and refused.error is not None
     assert "HTTP 401 Unauthorized" in refused.error and "token sent was refused" in refused.error
     assert TOKEN not in refused.error

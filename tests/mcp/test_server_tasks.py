@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.conftest import wait_until
 from tests.mcp.task_client import Created, Tasks, answer_name, raw, send, task_call
+from tests.mcp_servers.serving import served_in_thread
 from tests.mcp_servers.task_tools import open_gate, registry
 from toolbus import Executor
 from toolbus.mcp import build_server
@@ -63,19 +63,11 @@ async def serving(transport: str, task_after: float = 1.0) -> AsyncIterator[Any]
 
 @contextlib.asynccontextmanager
 async def _http(executor: Executor) -> AsyncIterator[str]:
-    import uvicorn
-
-    app = http_app(registry, executor)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    serving = served_in_thread(http_app(registry, executor))
     try:
-        await asyncio.to_thread(wait_until, lambda: server.started, 30, "the server to listen")
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield await asyncio.to_thread(serving.__enter__)
     finally:
-        server.should_exit = True
-        await asyncio.to_thread(thread.join, 30)
+        await asyncio.to_thread(serving.__exit__, None, None, None)
 
 
 def legacy(target: Any) -> Client:

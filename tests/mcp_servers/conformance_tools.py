@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 from typing import Any
 
@@ -162,6 +163,22 @@ def test_elicitation_sep1330_enums(ctx: ToolContext) -> str:
     }
     answer = ctx.elicit("Choose your options", schema)
     return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.data)}"
+
+
+reconnected = threading.Event()
+"""Set by a test serving this registry in process when the client comes back
+for the rest of a call (`Last-Event-ID`)."""
+ALONE = 1.0
+"""Seconds `test_reconnection` runs where nobody sets `reconnected`."""
+
+
+@registry.tool(read_only=True)
+def test_reconnection() -> str:
+    """Runs until its client came back for it after its stream was closed
+    (the server's `poll_after`); where nobody can say so (another process),
+    for `ALONE` seconds."""
+    reconnected.wait(ALONE)
+    return "Reconnection test completed"
 
 
 SCHEMA_2020_12: dict[str, Any] = {

@@ -107,6 +107,26 @@ def serve(
             "loopback origins always are, others get 403.",
         ),
     ] = None,
+    poll_after: Annotated[
+        float | None,
+        typer.Option(
+            "--poll-after",
+            metavar="SECONDS",
+            min=0,
+            help="With --http: close a call's stream after this many seconds; the client comes "
+            "back for the rest (SSE polling, 2025-11-25 clients) [default: never].",
+        ),
+    ] = None,
+    reconnect_after: Annotated[
+        float | None,
+        typer.Option(
+            "--reconnect-after",
+            metavar="SECONDS",
+            min=0,
+            help="With --http: how long a client that lost a stream is told to wait before "
+            "coming back (SSE retry) [default: 1].",
+        ),
+    ] = None,
 ) -> None:
     """Serve a ToolRegistry to MCP clients over stdio (or streamable HTTP with --http);
     every call runs through a toolbus Executor."""
@@ -119,6 +139,8 @@ def serve(
                 ("--token-env", token_env),
                 ("--jwks", jwks),
                 ("--allow-origin", allow_origin),
+                ("--poll-after", poll_after),
+                ("--reconnect-after", reconnect_after),
             )
             if value is not None
         ]
@@ -192,6 +214,8 @@ def serve(
             token=token,
             oauth=oauth,
             allowed_origins=allow_origin or (),
+            poll_after=poll_after,
+            reconnect_after=1.0 if reconnect_after is None else reconnect_after,
             name=name,
             on_ready=ready,
             **options,

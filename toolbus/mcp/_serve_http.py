@@ -22,6 +22,10 @@ checked, and each tool's `scopes` decide who may list and call it.
 The SDK's own Host/Origin checks are turned off: the guard does them, once,
 with the allowed origins given here. Binding to an address that is not
 loopback needs a token or OAuth.
+
+Streams resume (`_sse_resume.py`): a client that loses a call's stream comes
+back for what it missed; with `poll_after`, the server closes a long call's
+stream itself, and the client polls.
 """
 
 from __future__ import annotations
@@ -42,11 +46,13 @@ import uvicorn  # a dependency of `mcp` (which imports it already)
 from mcp.server.transport_security import TransportSecuritySettings
 
 from .._asgi import bind, config, url_host
+from .._options import non_negative_number
 from .._tokens import token_problem
 from ..executor import Executor
 from ..tools import ToolRegistry
 from ._oauth_server import OAuthGate, OAuthResource
 from ._server import build_server
+from ._sse_resume import Resumption, close_when_polled
 
 __all__ = ["DEFAULT_PORT", "Guard", "aserve_http", "check_exposure", "http_app", "serve_http"]
 
@@ -65,17 +71,37 @@ def http_app(
     oauth: OAuthResource | None = None,
     loopback: bool = True,
     allowed_origins: Iterable[str] = (),
+    poll_after: float | None = None,
+    reconnect_after: float = 1.0,
 ) -> Any:
     """The ASGI app serving `registry` at `/mcp` (streamable HTTP), its calls
     run on `executor`, behind a `Guard` (and, with `oauth`, an `OAuthGate`).
     Its lifespan runs the SDK's session manager: serve it with lifespan
-    events on (uvicorn does by default)."""
+    events on (uvicorn does by default).
+
+    Each SSE event has an id and a client that lost a stream is sent what it
+    missed (2025-11-25 clients; kept `KEEP` seconds, `MAX_EVENTS` per
+    session). `reconnect_after`: the seconds a client is told to wait before
+    coming back (SSE `retry`). `poll_after`: a call still running after this
+    many seconds has its request's stream closed, and its client comes back
+    for the rest on a stream that stays to the answer: a connection is not
+    held open all along (None: never)."""
     _check_guards(token, oauth)
-    server = build_server(registry, executor, name=name)
+    if poll_after is not None:
+        poll_after = non_negative_number(poll_after, "poll_after", "http_app")
+    retry_ms = round(1000 * non_negative_number(reconnect_after, "reconnect_after", "http_app"))
+    resumption = Resumption(polled=poll_after is not None)
+    poll = None
+    if poll_after is not None:
+        poll = functools.partial(close_when_polled, resumption, after=poll_after)
+    server = build_server(registry, executor, name=name, poll=poll)
     app: Any = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
+        retry_interval=retry_ms,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
+    resumption.install(server.session_manager)
+    app = resumption.watch(app)
     if oauth is not None:
         app = OAuthGate(app, oauth, registry, MCP_PATH)
     return Guard(app, token=token, loopback=loopback, allowed_origins=allowed_origins)
@@ -208,6 +234,8 @@ async def aserve_http(
     token: str | None = None,
     oauth: OAuthResource | None = None,
     allowed_origins: Iterable[str] = (),
+    poll_after: float | None = None,
+    reconnect_after: float = 1.0,
     name: str = "toolbus",
     executor: Executor | None = None,
     on_ready: Callable[[str], object] | None = None,
@@ -222,7 +250,7 @@ async def aserve_http(
     tool's `scopes`) instead of a shared token. `port=0` takes any free
     port; `on_ready(url)` is told the address once the socket listens. Calls
     run on `executor`, or on a new `Executor(registry, **executor_options)`
-    closed at the end.
+    closed at the end. `poll_after` and `reconnect_after`: see `http_app`.
     """
     loopback = check_exposure(host, token, oauth)
     if oauth is not None:
@@ -241,6 +269,8 @@ async def aserve_http(
                 oauth=oauth,
                 loopback=loopback,
                 allowed_origins=allowed_origins,
+                poll_after=poll_after,
+                reconnect_after=reconnect_after,
             )
             server = _Server(config(app))
             if on_ready is not None:
@@ -259,6 +289,8 @@ def serve_http(
     token: str | None = None,
     oauth: OAuthResource | None = None,
     allowed_origins: Iterable[str] = (),
+    poll_after: float | None = None,
+    reconnect_after: float = 1.0,
     name: str = "toolbus",
     on_ready: Callable[[str], object] | None = None,
     **executor_options: Any,
@@ -273,6 +305,8 @@ def serve_http(
             token=token,
             oauth=oauth,
             allowed_origins=allowed_origins,
+            poll_after=poll_after,
+            reconnect_after=reconnect_after,
             name=name,
             on_ready=on_ready,
             **executor_options,

@@ -36,7 +36,7 @@ from ..models import ErrorCode, ToolCall, ToolResult
 from ..tools import StepContext, Tool, ToolRegistry, load_registry
 from ..tools._offer import Offer, granted, missing_scopes, offered, offering
 from ._oauth_server import granted_scopes
-from ._server_calls import ServedCalls
+from ._server_calls import Poll, ServedCalls
 from ._server_output import attachment_block, served_output
 from ._server_peer import LogLevels, forward_records
 from ._server_progress import ProgressRelay, direct_progress
@@ -146,6 +146,7 @@ def build_server(
     *,
     name: str = "toolbus",
     task_after: float = TASK_AFTER,
+    poll: Poll | None = None,
 ) -> Server[Any]:
     """A low-level MCP `Server` that lists `registry`'s tools and runs calls on `executor`.
 
@@ -155,12 +156,14 @@ def build_server(
     schemas and validation must apply.) While the server runs (its lifespan),
     it watches `executor`'s progress events for the clients that ask for them.
     `task_after`: seconds an `"optional"` tool's call runs on 2026-07-28
-    before it is answered with a task (see `_server_tasks.py`).
+    before it is answered with a task (see `_server_tasks.py`). `poll(ctx)`
+    runs beside each call a request waits for, until it ends: over HTTP, what
+    closes a long call's stream to be polled (`_sse_resume.py`).
     """
     task_after = non_negative_number(task_after, "task_after", "build_server")
     relay = ProgressRelay(executor)
     levels = LogLevels()
-    calls = ServedCalls(executor, relay, levels)
+    calls = ServedCalls(executor, relay, levels, poll)
     tasks = ServedTasks(calls)
 
     @contextlib.asynccontextmanager

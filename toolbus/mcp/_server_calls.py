@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +37,15 @@ from ..tools._peer import serving
 from ._server_peer import LogLevels, Question, ServedPeer
 from ._server_progress import Flow, ProgressRelay
 
-__all__ = ["SUSPEND_TTL", "Outcome", "ServedCalls"]
+__all__ = ["SUSPEND_TTL", "Outcome", "Poll", "ServedCalls"]
 
 SUSPEND_TTL = 600.0
 """Seconds a call suspended for input waits for its client to send it again."""
 
 Outcome = ToolResult | types.InputRequiredResult
+
+Poll = Callable[[ServerRequestContext[Any]], Awaitable[None]]
+"""What runs beside a call while a request waits for it (cancelled after)."""
 
 
 @dataclass(eq=False)
@@ -57,8 +60,15 @@ class _Served:
 class ServedCalls:
     """A server's calls: started, and (2026-07-28) suspended and resumed."""
 
-    def __init__(self, executor: Executor, relay: ProgressRelay, levels: LogLevels) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        relay: ProgressRelay,
+        levels: LogLevels,
+        poll: Poll | None = None,
+    ) -> None:
         self._executor = executor
+        self._poll = poll
         self._relay = relay
         self._levels = levels
         self._suspended: dict[str, _Served] = {}
@@ -126,6 +136,7 @@ class ServedCalls:
         async with self.watched(served.call.id, served.peer, ctx, wants_progress) as flow:
             asked = asyncio.ensure_future(served.peer.questions())
             either: set[asyncio.Future[Any]] = {served.task, asked}
+            polled = asyncio.ensure_future(self._poll(ctx)) if self._poll is not None else None
             try:
                 await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
@@ -133,6 +144,9 @@ class ServedCalls:
                 asked.cancel()
                 served.task.cancel()
                 raise
+            finally:
+                if polled is not None:
+                    polled.cancel()
             if served.task.done():
                 asked.cancel()  # (a question asked as it ended was withdrawn with it)
                 return served.task.result()
