@@ -81,9 +81,10 @@ def test_an_executor_migrates_it_and_everything_in_it_still_holds(v1: Path) -> N
     sub = bus.subscribe(lambda _s, event, **_: announced.append(event.call_id), bus.IN_DOUBT)
     try:
         with Executor(reg, journal=v1) as ex:
-            assert version(v1) == _migrations.SCHEMA_VERSION == 3
+            assert version(v1) == _migrations.SCHEMA_VERSION == 4
             assert "args_digest" in columns(v1)
             assert {"pending", "used_decisions"} <= tables(v1)  # 2 -> 3
+            assert "remote_task" in columns(v1)  # 3 -> 4
             ex.drain_events()
             # The call in doubt is announced as before the migration.
             assert announced == ["call_doubt"]
@@ -122,7 +123,7 @@ def test_an_executor_migrates_it_and_everything_in_it_still_holds(v1: Path) -> N
     )
     # Opened again: nothing more to do.
     with Executor(reg, journal=v1):
-        assert version(v1) == 3
+        assert version(v1) == 4
 
 
 def test_a_migration_that_fails_leaves_the_file_as_it_was(
@@ -142,14 +143,14 @@ def test_a_migration_that_fails_leaves_the_file_as_it_was(
     assert version(v1) == 1 and "args_digest" not in columns(v1)
     monkeypatch.undo()
     with Executor(reg, journal=v1):
-        assert version(v1) == 3
+        assert version(v1) == 4
 
 
 def test_a_newer_journal_is_refused(v1: Path) -> None:
     with sqlite3.connect(v1) as db:
-        db.execute("PRAGMA user_version = 4")
+        db.execute("PRAGMA user_version = 5")
     reg, _ = registry()
-    with pytest.raises(ValueError, match="schema version 4; this toolbus reads up to 3"):
+    with pytest.raises(ValueError, match="schema version 5; this toolbus reads up to 4"):
         Executor(reg, journal=v1)
 
 

@@ -76,3 +76,16 @@ def wait_long(gate: str, ctx: ToolContext) -> str:
 def huge() -> int:
     """A result no reply can carry (an int of more digits than Python prints)."""
     return 10**5000
+
+
+@registry.tool(task_support="required")
+def deploy(gate: str, ctx: ToolContext) -> str:
+    """Deploy (mutating): counts its runs in `<gate>.runs`, then runs until
+    the file `gate` exists (or the call is cancelled)."""
+    with open(gate + ".runs", "a") as runs:
+        runs.write("run\n")
+    Path(gate + ".started").touch()
+    while not Path(gate).exists():
+        if ctx.wait_cancelled(0.01):
+            return "stopped"
+    return f"deployed {Path(gate).read_text()}"

@@ -143,7 +143,10 @@ class CallsInDoubt:
         self._acks: list[threading.Thread] = []
         self._by_key: dict[tuple[str, str], list[JournalRecord]] = {}
         for record in found:
-            self._by_key.setdefault((record.idempotency_key, record.tool), []).append(record)
+            # Without a handler, only the calls whose work runs on elsewhere
+            # are taken (to pick it up); the others run again as they did.
+            if handler is not None or record.remote_task is not None:
+                self._by_key.setdefault((record.idempotency_key, record.tool), []).append(record)
 
     @property
     def pending(self) -> bool:
@@ -197,9 +200,12 @@ class CallsInDoubt:
 def calls_in_doubt(
     journal: Journal | None, found: list[JournalRecord], handler: Any
 ) -> CallsInDoubt | None:
-    """Executor(on_in_doubt=...) (checked by `open_journal`): the index of the
-    calls in doubt, or None without a handler (or a journal)."""
-    if handler is None or journal is None:
+    """The index of the calls in doubt, for `Executor(on_in_doubt=...)`
+    (checked by `open_journal`) and for those whose work runs on elsewhere
+    (`JournalRecord.remote_task`); None when there is nothing to decide."""
+    if journal is None:
+        return None
+    if handler is None and not any(r.remote_task is not None for r in found):
         return None
     return CallsInDoubt(journal, found, handler)
 

@@ -33,6 +33,7 @@ from ._ops import (
     LATE_INTENT,
     OUTCOME,
     PRUNE,
+    REMOTE_TASK,
     SESSION,
     STOP,
     SYNCED,
@@ -198,6 +199,9 @@ class GroupCommit:
             _, session, seq, n, status, duration, at, _call_id = op
             conn.execute(store.INSERT_ATTEMPT, (n, status, duration, at, session, seq))
             counts["attempts"] += 1
+        elif kind == REMOTE_TASK:
+            _, session, seq, handle, _call_id = op
+            conn.execute(store.SET_REMOTE_TASK, (handle, session, seq))
         elif kind == OUTCOME:
             self._outcome(conn, op)
             counts["outcomes"] += 1

@@ -432,6 +432,7 @@ def _record(row: Sequence[Any], state: RecordState, attempts: Sequence[Any]) -> 
         batch_id=row[5],
         started=row[6],
         replay_of=row[7],
+        remote_task=row[24],
         status=row[8],
         error_code=row[9],
         result=result,

@@ -10,6 +10,8 @@ during it leaves the file as it was. Readers read any version they know.
   Records written before have none: they replay as they always did.
 - 2 -> 3 (issue 28): the tables `pending` (requests waiting for a decision)
   and `used_decisions` (single-use decisions used): `_held.py`.
+- 3 -> 4 (issue 26): `calls.remote_task`, the handle of a call's work
+  running elsewhere (an MCP server's task), to pick it up after a crash.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 log = logging.getLogger("toolbus.journal")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # From each older version to the next, in order.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE calls ADD COLUMN args_digest TEXT",),
     2: HELD_SCHEMA,
+    3: ("ALTER TABLE calls ADD COLUMN remote_task TEXT",),
 }
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "LATE_INTENT",
     "OUTCOME",
     "PRUNE",
+    "REMOTE_TASK",
     "SESSION",
     "STOP",
     "SYNCED",
@@ -49,10 +50,11 @@ PRUNE = 8  # (PRUNE, future): prune now; the future gets how many records went
 # An intent whose caller no longer waits (its commit failed: the call ran
 # unjournaled), kept to be written late so that its outcome has a record.
 LATE_INTENT = 9  # (LATE_INTENT, session, seq, call_id, tool, args, key, batch_id, at, digest)
+REMOTE_TASK = 10  # (REMOTE_TASK, session, seq, handle, call_id)
 SYNCED = frozenset({INTENT, SESSION, FLUSH, STOP})
 WAITED = frozenset({INTENT, SESSION, FLUSH, STOP, PRUNE})  # their last item is a future
 # Kept across a failed commit, to be written with the next one.
-KEPT = frozenset({INTENT, LATE_INTENT, ATTEMPT, OUTCOME, CLOSE})
+KEPT = frozenset({INTENT, LATE_INTENT, ATTEMPT, REMOTE_TASK, OUTCOME, CLOSE})
 
 
 class JournalClosed(RuntimeError):
@@ -111,6 +113,8 @@ def what(op: tuple[Any, ...]) -> str:
         return f"intent of call {op[3]!r} ({op[4]})"
     if kind == ATTEMPT:
         return f"attempt {op[3]} of call {op[7]!r}"
+    if kind == REMOTE_TASK:
+        return f"remote task of call {op[4]!r}"
     if kind == OUTCOME:
         result = op[3]
         return f"outcome ({result.status}) of call {result.call_id!r} ({result.name})"

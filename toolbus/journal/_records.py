@@ -81,6 +81,9 @@ class JournalRecord(BaseModel):
     ended: float | None = None
     acknowledged: float | None = None
     replay_of: int | None = None
+    remote_task: str | None = None
+    """The handle of the call's work running elsewhere (an MCP server's task),
+    as its tool recorded it: after a crash, the call picks it up again."""
 
     @property
     def in_doubt(self) -> bool:

@@ -31,6 +31,7 @@ from ._ops import (
     CLOSE,
     INTENT,
     OUTCOME,
+    REMOTE_TASK,
     SESSION,
     JournalClosed,
     JournalFailed,
@@ -199,6 +200,12 @@ class Session:
         if seq is not None:
             op = (ATTEMPT, self.id, seq, n, status, duration, time.time(), run.call.id)
             self._put(op, run)
+
+    def remote_task(self, run: Run, handle: str) -> None:
+        """Queue the handle of the call's work running elsewhere (never raises)."""
+        seq = self._open.get(run)
+        if seq is not None:
+            self._put((REMOTE_TASK, self.id, seq, bindable(handle), run.call.id), run)
 
     def ended(self, run: Run, result: ToolResult) -> None:
         """Queue the call's outcome (once; later calls for the run do nothing)."""

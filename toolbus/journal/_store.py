@@ -9,7 +9,8 @@ attempt. `sessions` says who wrote each call (`_owner.py`); approvals, `_held.py
 Connections are made here with autocommit off in SQLite's sense
 (`isolation_level=None`: every transaction is an explicit `BEGIN`), a busy
 timeout, WAL and `synchronous=FULL`. Pure functions over a connection: the
-caller decides which thread runs them.
+caller decides which thread runs them. One piece, a little over 400 lines:
+the schema and every statement on it, so that a column is changed in one file.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ CREATE TABLE IF NOT EXISTS calls (
     ended REAL,
     acknowledged REAL,
     args_digest TEXT,
+    remote_task TEXT,
     UNIQUE (session, seq)
 );
 CREATE INDEX IF NOT EXISTS calls_ok_by_key ON calls (key, tool) WHERE status = 'ok';
@@ -357,13 +359,18 @@ RECORD_COLUMNS = (
     "s.opened, s.heartbeat, s.closed"
 )
 
+SET_REMOTE_TASK = "UPDATE calls SET remote_task = ? WHERE session = ? AND seq = ?"
+
 
 def select_records(
     conn: sqlite3.Connection, where: str, params: Sequence[Any], limit: int | None = None
 ) -> list[tuple[Any, ...]]:
-    """Records (joined with their sessions), newest first."""
+    """Records (joined with their sessions), newest first; last, the remote
+    task (None before schema 4: asked of the table, which a writer may migrate)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+    remote = "c.remote_task" if "remote_task" in columns else "NULL"
     sql = (
-        f"SELECT {RECORD_COLUMNS} FROM calls c LEFT JOIN sessions s ON s.id = c.session "
+        f"SELECT {RECORD_COLUMNS}, {remote} FROM calls c LEFT JOIN sessions s ON s.id = c.session "
         f"WHERE {where} ORDER BY c.id DESC"
     )
     if limit is not None:

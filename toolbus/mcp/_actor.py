@@ -25,6 +25,7 @@ from mcp.shared.dispatcher import ProgressFnT
 
 from ..approvals import InputAnswer
 from ._asking import Asking, while_asking
+from ._client_tasks import Tracked
 from ._errors import MCPConnectError, MCPConnectionLost, MCPServerUnavailable
 from ._link import ConnectionStatus, Link, describe
 from ._roots import roots_changed
@@ -101,6 +102,7 @@ class SessionPort:
         asking: Asking | None = None,
         answer: InputAnswer | None = None,
         task_support: str | None = None,
+        task: Tracked | None = None,
     ) -> types.CallToolResult:
         """`Link.call` on the session's loop (its errors are raised here)."""
         coro = self.link.call(
@@ -111,6 +113,7 @@ class SessionPort:
             asking=asking,
             answer=answer,
             task_support=task_support,
+            task=task,
         )
         return await self._on_loop(coro, retry_safe)
 

@@ -19,12 +19,20 @@ tools the server says must be (`execution.taskSupport: "required"`),
 The call's budget bounds the wait (toolbus's timeout cancels it); a call
 cancelled (a timeout, its caller) cancels its task on the server
 (`tasks/cancel`, sent without waiting for the answer).
+
+A task outlives its connection: the call's `Tracked` is told its id
+(`ToolContext.record_remote_task`: the journal keeps it), and `fetch_task`
+picks it up by id, on a new session after a reconnect or in a new process
+after a crash (`task_known` says whether the server still has it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import mcp_types as types
@@ -32,6 +40,7 @@ from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from ._task_protocol import TASKS_EXTENSION
@@ -41,9 +50,13 @@ __all__ = [
     "MAX_ROUNDS",
     "TaskMode",
     "TasksClaim",
+    "Tracked",
     "as_task",
     "call_as_task",
     "check_tasks",
+    "fetch_task",
+    "made",
+    "task_known",
 ]
 
 TaskMode = Literal["auto", "always", "never"]
@@ -54,6 +67,39 @@ MAX_ROUNDS = 10
 
 _cancels: set[asyncio.Task[Any]] = set()  # (cancels under way: kept until sent)
 _INPUTS: TypeAdapter[types.InputRequests] = TypeAdapter(types.InputRequests)
+
+
+@dataclass(eq=False)
+class Tracked:
+    """One call's task, followed: `resume` the id of a task to fetch instead
+    of calling; `told` is told the id of a task the server made of it;
+    `seen` the id known (to fetch again after a reconnect)."""
+
+    resume: str | None = None
+    told: Callable[[str], None] | None = None
+    seen: str | None = None
+
+    def made(self, task_id: str) -> None:
+        self.seen = task_id
+        if self.told is not None:
+            self.told(task_id)
+
+
+# The call under way's `Tracked`, for the 2026-07-28 claim (which the SDK's
+# `call_tool` resolves inside the caller's task).
+tracking: contextvars.ContextVar[Tracked | None] = contextvars.ContextVar(
+    "toolbus_mcp_task", default=None
+)
+
+
+def made(task_id: str) -> None:
+    """The server made the call under way a task: its `Tracked` is told."""
+    if (followed := tracking.get()) is not None:
+        followed.made(task_id)
+
+
+# What a server answers for a task it does not have (or no longer has).
+_UNKNOWN = frozenset({types.INVALID_PARAMS, types.METHOD_NOT_FOUND, -32021})
 
 
 def check_tasks(value: object, where: str) -> TaskMode:
@@ -90,12 +136,39 @@ async def call_as_task(
             types.INVALID_PARAMS,
             f"the server answered the call with a task that has no id ({_shape(task)})",
         )
+    made(task_id)
+    return await _task_result(session, task_id)
+
+
+async def _task_result(session: ClientSession, task_id: str) -> types.CallToolResult:
+    """2025-11-25: `tasks/result`, which waits for the task's end."""
     request = types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task_id))
     try:
         return await session.send_request(request, types.CallToolResult)
     except BaseException:  # cancelled, or an answer that cannot be used: not left running
         _cancel(session, task_id)
         raise
+
+
+async def fetch_task(client: Client, task_id: str) -> types.CallToolResult:
+    """The result of the task `task_id` made earlier (another session's, a
+    crashed process's), waiting for its end, in the session's protocol's terms."""
+    session = client.session
+    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return await poll_task(session, CreatedTask(task_id=task_id, status="working"))
+    return await _task_result(session, task_id)
+
+
+async def task_known(client: Client, task_id: str) -> bool:
+    """Whether the server still has the task `task_id` (for this client).
+    Other errors (the server unreachable) are raised: nobody can tell."""
+    try:
+        await _send(client.session, "tasks/get", task_id=task_id)
+    except MCPError as e:
+        if e.code in _UNKNOWN:
+            return False
+        raise
+    return True
 
 
 class CreatedTask(types.Result):
@@ -132,6 +205,7 @@ class TasksClaim(ClientExtension):
         return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._resolve)]
 
     async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
+        made(created.task_id)
         return await poll_task(ctx.session, created)
 
 

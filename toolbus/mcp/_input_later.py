@@ -38,7 +38,7 @@ from mcp_types.jsonrpc import HEADER_MISMATCH
 
 from ..approvals import InputAnswer
 from ..tools import ElicitationAnswer, InputRequired, ToolError
-from ._client_tasks import CreatedTask, poll_task
+from ._client_tasks import CreatedTask, made, poll_task
 from ._elicitation import Elicitation, checked_answer
 
 __all__ = ["MAX_ROUNDS", "Seed", "seed", "send"]
@@ -106,6 +106,7 @@ async def send(
                 request_state=state,
             )
         if isinstance(result, CreatedTask):  # (the server made it a task: fetched)
+            made(result.task_id)
             return await poll_task(client.session, result)
         if not isinstance(result, types.InputRequiredResult):
             if not isinstance(result, types.CallToolResult):

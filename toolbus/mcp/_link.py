@@ -29,6 +29,7 @@ What a server asks during a call is `_asking.py`'s (a question left for later
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..approvals import InputAnswer
 from ._asking import Asking, while_asking
-from ._client_tasks import TaskMode, as_task, call_as_task
+from ._client_tasks import TaskMode, Tracked, as_task, call_as_task, fetch_task, tracking
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
 from ._generation import Generation, MakeClient, describe
 from ._http_target import SDK_REFUSED
@@ -55,6 +56,10 @@ from ._resource_updates import ResourceWatch
 __all__ = ["ConnectionStatus", "Link", "describe"]
 
 log = logging.getLogger("toolbus.mcp")
+
+FETCH_WITHIN = 60.0
+"""Seconds a call whose task is known goes on making a session again to fetch
+it, after losing one (its own deadline may end it sooner)."""
 
 # Told the server's tools each time they were listed again (on the session's loop).
 OnTools = Callable[[list[types.Tool]], None]
@@ -238,9 +243,13 @@ class Link:
         asking: Asking | None = None,
         answer: InputAnswer | None = None,
         task_support: str | None = None,
+        task: Tracked | None = None,
     ) -> types.CallToolResult:
         """Call `tool` on a live session (connecting first if need be).
         `task_support`: the server's `taskSupport` for it (`_client_tasks.py`).
+        `task`: the call's task followed: one to fetch instead of calling
+        (`resume`), and told the id of one the server makes; a connection lost
+        once the task is known is made again, and the task fetched by id.
 
         `asking`: the toolbus call, for the server's requests for input while
         it is open (`_elicitation.py`). `answer`: a person's answer to the
@@ -262,11 +271,14 @@ class Link:
             self._tools_expire = None
             self.tools_changed()
         lost: BaseException
+        followed = task if task is not None else Tracked()
         try:
             return await while_asking(
                 asking,
                 self.asking,
-                await self._sender(client, tool, arguments, progress, answer, task_support),
+                await self._sender(
+                    client, tool, arguments, progress, answer, task_support, followed
+                ),
             )
         except asyncio.CancelledError:
             self._probe(generation)
@@ -290,6 +302,8 @@ class Link:
                 retryable=retryable,
             )
         self._drop(generation, f"closed the connection during a call to '{tool}'")
+        if followed.seen is not None and self.auth_failed() is None:
+            return await self._fetch_again(tool, followed.seen, asking, lost)
         if (failed := self.auth_failed()) is not None:
             # Not the server's doing: this side could not get a token it accepts.
             raise MCPCallError(
@@ -310,25 +324,83 @@ class Link:
         arguments: dict[str, Any],
         progress: ProgressFnT | None,
         answer: InputAnswer | None,
-        task_support: str | None = None,
+        task_support: str | None,
+        followed: Tracked,
     ) -> Callable[[], Awaitable[types.CallToolResult]]:
         """How this call is sent: by the SDK's client, which answers a
         server's questions through the handlers; or, to leave a question for
-        later, by `_input_later.send`; or as a 2025-11-25 task."""
+        later, by `_input_later.send`; or as a 2025-11-25 task; or, for a task
+        made before, by fetching it."""
+        if followed.resume is not None:
+            resume = followed.resume
+            followed.seen = resume
+            return lambda: fetch_task(client, resume)
         given: Seed = (None, None) if answer is None else await seed(answer, self.name)
         modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        sent: Callable[[], Awaitable[types.CallToolResult]]
         if not modern and answer is None and as_task(self.tasks, task_support):
-            return lambda: call_as_task(client, tool, arguments)
-        if self.asks_later and modern:
-            return lambda: send(client, tool, arguments, progress, self.name, given)
-        responses, state = given
-        return lambda: client.call_tool(
-            tool,
-            arguments,
-            progress_callback=progress,
-            input_responses=responses,
-            request_state=state,
-        )
+            sent = lambda: call_as_task(client, tool, arguments)  # noqa: E731
+        elif self.asks_later and modern:
+            sent = lambda: send(client, tool, arguments, progress, self.name, given)  # noqa: E731
+        else:
+            responses, state = given
+            sent = lambda: client.call_tool(  # noqa: E731
+                tool,
+                arguments,
+                progress_callback=progress,
+                input_responses=responses,
+                request_state=state,
+            )
+
+        async def tracked() -> types.CallToolResult:
+            followed_now = tracking.set(followed)  # the 2026 claim reads it
+            try:
+                return await sent()
+            finally:
+                tracking.reset(followed_now)
+
+        return tracked
+
+    async def _fetch_again(
+        self, tool: str, task_id: str, asking: Asking | None, lost: BaseException
+    ) -> types.CallToolResult:
+        """The connection was lost after the server made the call a task: on
+        a new session, fetch the task by id. A session lost again is made
+        again, for `FETCH_WITHIN` seconds (the call's deadline, which cancels
+        this, may come first)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + FETCH_WITHIN
+        while loop.time() < until:
+            try:
+                generation = await self._live()
+            except MCPServerUnavailable:
+                if self._closed:
+                    break
+                await asyncio.sleep(min(max(self._retry_at - loop.time(), 0.05), 5.0))
+                continue
+            client = generation.client
+            assert client is not None
+            try:
+                fetch = functools.partial(fetch_task, client, task_id)
+                return await while_asking(asking, self.asking, fetch)
+            except MCPError as e:
+                if e.code != CONNECTION_CLOSED:
+                    why = self.refused(str(e))
+                    raise MCPCallError(
+                        f"MCP server '{self.name}' made the call a task, lost the connection, "
+                        f"and then could not give the task's result: {why}"
+                    ) from None
+                lost = e
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as e:
+                lost = e
+            self._drop(generation, f"closed the connection while fetching a task of '{tool}'")
+        raise MCPConnectionLost(
+            self._message(
+                f"closed the connection during the call ({describe(lost)}), and its task "
+                f"could not be fetched within {FETCH_WITHIN:g}s"
+            ),
+            retryable=False,
+        ) from None
 
     async def session(self) -> Client:
         """The live session's client, connecting first if need be (errors as `call`'s)."""

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
+from orjson import dumps, loads
 
 from ..models import ErrorCode, ToolCall, ToolResult
 from ..policies import Admit, Reject
@@ -14,6 +15,7 @@ from ..tools import ElicitationAnswer, Tool, ToolContext, ToolError
 from ..tools._context import served_peer
 from ._actor import SessionPort
 from ._asking import Asking
+from ._client_tasks import Tracked, task_known
 from ._elicitation import publish_answer
 from ._output import OutputCheck, tool_output
 from ._server_output import unwrapped_schema
@@ -76,6 +78,12 @@ class MCPTool(Tool):
     `mcp:<server>` (limit N), shared by every tool of that server: calls beyond
     N wait in toolbus, off the clock of their timeout. `removed` is set when
     the server stops listing the tool.
+
+    A call the server makes a task is recorded as the call's remote task
+    (`ToolContext.record_remote_task`: `{"server": ..., "task": ...}`): a
+    retry, or the call in a new process after a crash (with a journal),
+    fetches that task instead of calling again, while the server has it
+    (`knows_remote_task`).
     """
 
     # Its calls go through this process's live session to the server.
@@ -166,6 +174,10 @@ class MCPTool(Tool):
         answer = ctx.answer
         if answer is not None:  # to the question that ended the call before
             publish_answer(asking, ElicitationAnswer(action=answer.action, data=answer.data))
+        followed = Tracked(
+            resume=self._task_of(ctx.remote_task),
+            told=lambda task_id: ctx.record_remote_task(self._handle(task_id)),
+        )
         try:
             result = await self._port.call(
                 self.remote_name,
@@ -175,6 +187,7 @@ class MCPTool(Tool):
                 asking=asking,
                 answer=answer,
                 task_support=self.server_task_support,
+                task=followed,
             )
         except Exception:
             if asking.failure is None:
@@ -201,6 +214,30 @@ class MCPTool(Tool):
         return output.model_copy(
             update={"metadata": {**output.metadata, "mcp_input_declined": asking.declined}}
         )
+
+    def _handle(self, task_id: str) -> str:
+        return dumps({"server": self.server, "task": task_id}).decode()
+
+    def _task_of(self, handle: str | None) -> str | None:
+        """The task id in `handle`, if it is one of this tool's server's."""
+        if handle is None:
+            return None
+        try:
+            held = loads(handle)
+        except ValueError:
+            return None
+        if not isinstance(held, dict) or held.get("server") != self.server:
+            return None
+        task = held.get("task")
+        return task if isinstance(task, str) and task else None
+
+    async def knows_remote_task(self, handle: str) -> bool:
+        """Whether the server still has the task in `handle` (its `tasks/get`
+        answers); a server that cannot be reached raises."""
+        task_id = self._task_of(handle)
+        if task_id is None:
+            return False
+        return await self._port.run(lambda client: task_known(client, task_id))
 
 
 def _declined(server: str, asking: Asking) -> str:

@@ -5,10 +5,12 @@ after the call's policies let it through and before its tool first runs:
 
 - a gate (`Run.gate`): the call waits until a durable engine has recorded
   its intent (`toolbus.integrations.dbos`), off its deadline's clock;
-- a call in doubt (`Executor(on_in_doubt=...)`): a call of the same tool and
-  key that a dead process left started and unfinished is decided by the
-  in-doubt rule (`toolbus.in_doubt`): run again, skipped with a result, or
-  failed `IN_DOUBT`; its old record is acknowledged;
+- a call in doubt: a call of the same tool and key that a dead process left
+  started and unfinished. If its work still runs elsewhere (a remote task
+  its tool recorded, and still knows), it runs again to pick that work up
+  (`ToolContext.remote_task`); otherwise, with `Executor(on_in_doubt=...)`,
+  the in-doubt rule (`toolbus.in_doubt`) decides: run again, skipped with a
+  result, or failed `IN_DOUBT`. Its old record is acknowledged;
 - the intent is recorded (synced) before the tool runs; what it finds may end
   the call instead: an earlier `ok` call of the key (replayed), the key used
   for other arguments (`IDEMPOTENCY_KEY_REUSED`), or, with `journal_required`,
@@ -96,6 +98,20 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
     if record is None:
         return None
     tool = run.tool
+    handle = record.remote_task
+    if handle is not None and tool is not None:
+        known = yield from _still_known(run, tool, handle)
+        if known:
+            calls.settled(record)
+            run.remote_task = handle  # its tool picks the work up: nothing runs twice
+            return None
+        if not run.is_live(1):
+            calls.restore(record)
+            return None
+    if calls.handler is None:
+        # Nobody to ask (the record was taken for its remote task alone):
+        # it runs again, as a call in doubt does without a handler.
+        return None
     if tool is not None and tool.idempotent:
         calls.settled(record)
         return None  # runs again, under the same key
@@ -128,6 +144,22 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
         metadata=made.metadata,
         attempts=0,
     )
+
+
+def _still_known(run: Run, tool: Any, handle: str) -> Steps:
+    """Whether `tool` can still pick up the work left under `handle` (a tool
+    that fails to tell cannot: the in-doubt rule decides)."""
+    try:
+        known: Any = tool.knows_remote_task(handle)
+        if awaitable(known):
+            known = yield known
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:
+        if run.is_live(1):
+            log_contained(f"checking the remote task of call {run.call.id} failed", e, run.scrubber)
+        return False
+    return known is True
 
 
 def _intent(run: Run, svc: Services) -> Steps:

@@ -11,7 +11,8 @@ Two atomic claims make "exactly one terminal result" hold under every race:
 Everything else on a `Run` belongs to one thread at a time. What the
 scheduler keeps about a run (where it waits, the slots it holds, its timer) is
 not here but on its `ticket` (`actors/_ticket.py`), which only the scheduler
-writes.
+writes. One piece, a little over 400 lines, until the record is split by the
+layer that owns each field (Core v3 part 2).
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ class Run:
         "priority",
         "read_only",
         "refusal",
+        "remote_task",
         "result",
         "retry_delay",
         "retry_state",
@@ -160,6 +162,7 @@ class Run:
         self.key: str | None = None  # its idempotency key, made when first needed
         self.keyed: Any = None  # the arguments the key stands for if not origin's (an edit's)
         self.journaled = False  # its intent is in the journal: record its outcome too
+        self.remote_task: str | None = None  # its work elsewhere (`record_remote_task`)
         self.judged: str | None = None  # the request its decision decided (`_decisions.py`)
         self.spend: Any = None  # a decision checked (and spent) when it runs
         # Why the supervisor let the current attempt go ("timeout", "cancelled").

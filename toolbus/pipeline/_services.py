@@ -103,6 +103,10 @@ class Journal(Protocol):
 
     def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None: ...
 
+    def remote_task(self, run: Run, handle: str) -> None:
+        """Record that the call's work runs elsewhere under `handle`."""
+        ...
+
     def ended(self, run: Run, result: ToolResult) -> None: ...
 
 
@@ -110,7 +114,7 @@ class CallsInDoubt(Protocol):
     """The calls a dead process left in doubt in the journal, by tool and key,
     and the handler that decides them (`Executor(on_in_doubt=...)`)."""
 
-    handler: Callable[[Any], Any]
+    handler: Callable[[Any], Any] | None  # None: only calls with a remote task are taken
 
     @property
     def pending(self) -> bool:

@@ -20,6 +20,7 @@ across modules, every call would pay more lookups on its path.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 from collections.abc import Callable
@@ -82,6 +83,14 @@ __all__ = [
 
 # Handed to tools that take no context (they never see it).
 _NO_CONTEXT = ToolContext(call_id="", tool="")
+
+
+def _remote_task(svc: Services, run: Run, handle: str) -> None:
+    """A tool said its call's work runs elsewhere under `handle`: its next
+    attempt gets it back, and so does the call after a crash (journaled)."""
+    run.remote_task = handle
+    if svc.journal is not None and run.journaled:
+        svc.journal.remote_task(run, handle)
 
 
 # How a backend runs the tool itself: `invoke(run, params, ctx)`, returning the
@@ -202,6 +211,8 @@ def attempt(
             idempotency_key=run.idempotency_key(svc.key_secret),
             answer=answer_for(run, svc.key_secret) if run.approval is not None else None,
             logs=CallLogs(run),
+            remote_task=run.remote_task,
+            remote=functools.partial(_remote_task, svc, run),
         )
         if tool.wants_context
         else _NO_CONTEXT

@@ -64,17 +64,24 @@ class ToolContext:
     `InputRequired`, when the call was submitted again with it (checked: an
     answer to another call, other arguments or another question is not
     handed over); None otherwise.
+
+    `remote_task` is the handle of work this call started elsewhere (an MCP
+    server's task) that an earlier attempt, or a process that crashed,
+    recorded with `record_remote_task`: the tool picks that work up again
+    instead of starting it twice. None otherwise.
     """
 
     __slots__ = (
         "_cancel",
         "_logs",
+        "_remote",
         "_sink",
         "answer",
         "attempt",
         "call_id",
         "deadline",
         "idempotency_key",
+        "remote_task",
         "tool",
     )
 
@@ -90,6 +97,8 @@ class ToolContext:
         idempotency_key: str = "",
         answer: InputAnswer | None = None,
         logs: LogSink | None = None,
+        remote_task: str | None = None,
+        remote: Callable[[str], None] | None = None,
     ) -> None:
         self.call_id = call_id
         self.tool = tool
@@ -102,6 +111,8 @@ class ToolContext:
         self.idempotency_key = idempotency_key
         self.answer = answer
         self._logs = logs
+        self.remote_task = remote_task
+        self._remote = remote
 
     @property
     def cancelled(self) -> bool:
@@ -118,6 +129,21 @@ class ToolContext:
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Block up to `timeout` seconds until cancelled; True if cancelled."""
         return self._cancel.wait(timeout)
+
+    def record_remote_task(self, handle: str) -> None:
+        """Say that this call's work now runs elsewhere under `handle` (a
+        string the tool can pick it up with again): a later attempt of the
+        call, and after a crash the same call in a new process (with a
+        journal), get it back as `remote_task`. Never fails the call."""
+        if not isinstance(handle, str) or not handle:
+            raise ValueError(f"a remote task's handle must be a non-empty string, got {handle!r}")
+        self.remote_task = handle
+        if self._remote is not None:
+            try:
+                self._remote(handle)
+            except Exception:  # recorded or not, the call goes on
+                log_locally(self.tool, "warning", f"call {self.call_id}: its remote task "
+                            "could not be recorded")  # fmt: skip
 
     def progress(self, message: str, fraction: float | None = None, **data: Any) -> None:
         """Publish a `tool:progress` signal (the stage the call is at) for this call."""

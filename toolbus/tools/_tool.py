@@ -1,14 +1,12 @@
 """The `Tool` base class: a template method that validates, runs and contains.
 
 A subclass sets `name`, `description`, a pydantic `Params` model (or a JSON
-schema in `parameters`) and implements `run(self, params)` or
-`run(self, params, ctx)`, sync or async. Everything schema-related is built once,
-when the tool is created; the per-call path only validates and calls.
+schema in `parameters`) and implements `run(self, params[, ctx])`, sync or async.
+Schemas are built once, with the tool; the per-call path validates and calls.
 
 One piece: the template method's steps (set-up, option checks, parse,
 validate, invoke, contain) share what `_setup` derives once per tool, and a
-subclass overrides single steps of it; the pure schema checks live in
-`_schemas.py`.
+subclass overrides single steps of it; pure schema checks: `_schemas.py`.
 """
 
 from __future__ import annotations
@@ -463,15 +461,18 @@ class Tool:
         return run(params)
 
     if TYPE_CHECKING:
-        # Subclasses define `run(self, params)` or `run(self, params, ctx)`, sync
-        # or async, with their own parameter types: declared loosely so that
-        # every documented form type-checks as an override.
+        # `run(self, params)` or `run(self, params, ctx)`, sync or async, typed
+        # loosely: every documented form type-checks as an override.
         run: Callable[..., Any]
     else:
 
         def run(self, params: Any) -> Any:
             """Do the work. Override; may be `async def`; may take a second `ctx`."""
             raise NotImplementedError
+
+    def knows_remote_task(self, handle: str) -> bool | Awaitable[bool]:
+        """Whether work a crashed process left under `handle` is still there."""
+        return False
 
     # -- the template method, for use without an executor ------------------------
 
