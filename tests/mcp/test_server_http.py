@@ -238,6 +238,8 @@ def test_refused_requests_run_nothing(url: str) -> None:
         (["--token-env", "X"], {}, "--token-env needs --http"),
         (["--poll-after", "1"], {}, "--poll-after needs --http"),
         (["--reconnect-after", "1"], {}, "--reconnect-after needs --http"),
+        (["--http", "--poll-after", "inf"], {}, "--poll-after must be >= 0 and finite"),
+        (["--http", "--reconnect-after", "inf"], {}, "--reconnect-after must be >= 0"),
     ],
 )
 def test_cli_refuses(args: list[str], env: dict[str, str], message: str) -> None:

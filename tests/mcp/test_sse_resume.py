@@ -214,6 +214,24 @@ async def test_another_session_is_sent_nothing_for_an_event_id() -> None:
                     break
 
 
+async def test_a_replay_ends_with_its_session() -> None:
+    """A session ended (DELETE) while a replay waits for the call's answer:
+    the replayed stream ends too."""
+    name = gate("deleted")
+    async with served() as url, httpx.AsyncClient(timeout=60) as http:
+        session = await Session(http, url).open()
+        async with session.call("slow", {"gate": name}) as first:
+            priming = await anext(aiter(events(first)))
+        await asyncio.to_thread(started[name].wait, 30)
+        async with session.resume(priming["id"]) as again:
+            seen = aiter(events(again))
+            progress = await anext(seen)  # what was missed: the replay is under way
+            assert "half way" in progress["data"]
+            ended = await http.delete(url, headers=session.headers())
+            assert ended.status_code == 200
+            assert [e async for e in seen] == []
+
+
 async def test_a_client_before_2025_11_25_keeps_its_stream() -> None:
     """It would not understand a priming event, so it gets none, and its
     stream is never closed mid-call: the result comes on it."""
@@ -360,17 +378,28 @@ async def test_the_store_replays_a_streams_later_events_in_order() -> None:
     assert await replayed(store, "made-up") == []
 
 
-async def test_the_store_is_bounded_in_count_and_age() -> None:
-    clock = Clock()
-    store = SessionEvents(max_events=3, keep=10, clock=clock)
+async def test_the_store_is_bounded_and_an_id_outlives_its_event() -> None:
+    """Beyond `max_events` the oldest go; an id whose event went still
+    resumes its stream, from what is kept after it."""
+    store = SessionEvents(max_events=3)
     ids = [await store.store_event("1", message(n)) for n in range(5)]
+    other = await store.store_event("2", message(99))
     assert store.kept == 3
-    assert await replayed(store, ids[0]) == [], "dropped: the oldest go first"
-    assert await replayed(store, ids[2]) == [(ids[3], 3), (ids[4], 4)]
-    clock.now = 10.5
-    later = await store.store_event("1", message(5))
-    assert store.kept == 1 and await replayed(store, ids[3]) == []
-    assert await replayed(store, later) == []
+    assert await replayed(store, ids[0]) == [(ids[3], 3), (ids[4], 4)]
+    assert await replayed(store, other) == []
+
+
+async def test_a_quiet_stream_keeps_its_id_and_an_answered_one_goes_after_keep() -> None:
+    clock = Clock()
+    store = SessionEvents(keep=10, clock=clock)
+    quiet = await store.store_event("1", None)  # a priming event, then nothing for long
+    answered = await store.store_event("2", message(1))
+    await store.store_event("2", types.JSONRPCResponse(jsonrpc="2.0", id=2, result={}))
+    clock.now = 60.0
+    late = await store.store_event("1", message(2))
+    assert await replayed(store, quiet) == [(late, 2)], "unanswered: never aged out"
+    assert await replayed(store, answered) == [], "answered 60 s ago, keep 10: gone"
+    assert store.kept == 2
 
 
 async def test_a_replay_goes_on_live_to_the_answer() -> None:

@@ -162,7 +162,7 @@ def serve(
     try:
         from ..mcp import load_registry  # needs the `mcp` extra
         from ..mcp._oauth_server import OAuthResource
-        from ..mcp._serve_http import DEFAULT_PORT, check_exposure, serve_http
+        from ..mcp._serve_http import DEFAULT_PORT, check_exposure, check_streams, serve_http
         from ..mcp._server import serve_stdio
     except ImportError as e:
         typer.echo(f"toolbus mcp: {e}", err=True)
@@ -187,6 +187,12 @@ def serve(
             usage_error(_COMMAND, str(e))
     bind = host if host is not None else "127.0.0.1"
     if http:
+        try:
+            check_streams(poll_after, 1.0 if reconnect_after is None else reconnect_after,
+                          "")  # fmt: skip
+        except ValueError as e:
+            usage_error(_COMMAND, str(e).replace("poll_after", "--poll-after").replace(
+                "reconnect_after", "--reconnect-after"))  # fmt: skip
         try:
             check_exposure(bind, token, oauth)
         except ValueError as e:

@@ -54,7 +54,15 @@ from ._oauth_server import OAuthGate, OAuthResource
 from ._server import build_server
 from ._sse_resume import Resumption, close_when_polled
 
-__all__ = ["DEFAULT_PORT", "Guard", "aserve_http", "check_exposure", "http_app", "serve_http"]
+__all__ = [
+    "DEFAULT_PORT",
+    "Guard",
+    "aserve_http",
+    "check_exposure",
+    "check_streams",
+    "http_app",
+    "serve_http",
+]
 
 log = logging.getLogger("toolbus.mcp")
 
@@ -83,13 +91,10 @@ def http_app(
     missed (2025-11-25 clients; kept `KEEP` seconds, `MAX_EVENTS` per
     session). `reconnect_after`: the seconds a client is told to wait before
     coming back (SSE `retry`). `poll_after`: a call still running after this
-    many seconds has its request's stream closed, and its client comes back
-    for the rest on a stream that stays to the answer: a connection is not
-    held open all along (None: never)."""
+    many seconds has its request's stream closed (once), and its client comes
+    back for the rest on a stream that stays open to the answer (None: never)."""
     _check_guards(token, oauth)
-    if poll_after is not None:
-        poll_after = non_negative_number(poll_after, "poll_after", "http_app")
-    retry_ms = round(1000 * non_negative_number(reconnect_after, "reconnect_after", "http_app"))
+    poll_after, retry_ms = check_streams(poll_after, reconnect_after)
     resumption = Resumption(polled=poll_after is not None)
     poll = None
     if poll_after is not None:
@@ -105,6 +110,17 @@ def http_app(
     if oauth is not None:
         app = OAuthGate(app, oauth, registry, MCP_PATH)
     return Guard(app, token=token, loopback=loopback, allowed_origins=allowed_origins)
+
+
+def check_streams(
+    poll_after: object, reconnect_after: object, owner: str = "http_app"
+) -> tuple[float | None, int]:
+    """`poll_after` (None or seconds >= 0) and `reconnect_after` (seconds >=
+    0, in milliseconds), checked: `TypeError`/`ValueError` naming `owner`."""
+    if poll_after is not None:
+        poll_after = non_negative_number(poll_after, "poll_after", owner)
+    retry = non_negative_number(reconnect_after, "reconnect_after", owner)
+    return poll_after, round(1000 * retry)
 
 
 def _check_guards(token: object, oauth: object) -> None:
@@ -253,6 +269,7 @@ async def aserve_http(
     closed at the end. `poll_after` and `reconnect_after`: see `http_app`.
     """
     loopback = check_exposure(host, token, oauth)
+    check_streams(poll_after, reconnect_after, "serve_http")
     if oauth is not None:
         await oauth._keys.warm()
     own = executor is None

@@ -13,8 +13,9 @@ Each session keeps its own events (`SessionEvents`): the SDK hands one
 event store to every session, but stream ids repeat across sessions (they
 are request ids, and `_GET_stream`), so a shared one would replay one
 session's events to another that presented an event id. Ids are random
-(128 bits): an id seen is no key to anything else. Events are kept for
-`KEEP` seconds, at most `MAX_EVENTS` per session, and go with the session.
+(128 bits) per stream: an id seen is no key to another stream. A stream's
+events are kept until `KEEP` seconds after its answer, at most the newest
+`MAX_EVENTS` per session, and go with the session.
 
 `Resumption` wires it: it gives each new session its store, and watches
 each response, so that `close_when_polled` closes a stream only once its
@@ -29,7 +30,7 @@ import contextvars
 import secrets
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,7 @@ MAX_EVENTS = 1000
 """Events a session keeps for replay; the oldest go first."""
 
 KEEP = 300.0
-"""Seconds an event stays replayable."""
+"""Seconds a stream's events stay replayable after its answer."""
 
 SESSION_HEADER = b"mcp-session-id"
 
@@ -64,23 +65,33 @@ _response: contextvars.ContextVar[_Response | None] = contextvars.ContextVar(
 )
 
 
-@dataclass(eq=False, slots=True)
-class _Event:
-    stream: str
-    message: types.JSONRPCMessage | None
-    at: float
-    seq: int
+@dataclass(eq=False)
+class _Stream:
+    """One stream's events, under a random token its event ids carry."""
+
+    sid: str  # the stream's id in the transport (a request id, or the GET stream's)
+    token: str
+    events: deque[tuple[int, types.JSONRPCMessage | None]] = field(default_factory=deque)
+    answered: float | None = None  # when its answer was stored
+    grown: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class SessionEvents(EventStore):
     """One session's SSE events, kept to be replayed (the SDK's `EventStore`).
 
+    An event id is `<stream token>.<n>`: the token (random) names the stream,
+    `n` the event's place in the session. So an id stays good when the event
+    itself is no longer kept: a replay sends what is kept after it. A
+    stream's events go `keep` seconds after its answer; and beyond
+    `max_events`, the session's oldest go first. A stream still waiting for
+    its answer keeps its token, however quiet it is.
+
     A replay goes on live: after what was kept, the stream's new events, up
     to its answer, and then the replayed stream ends. (The SDK would follow a
     replay with a live stream of its own, but an event that comes while it
-    opens that one is lost to it.) With `watch_openings`, it also knows the
-    response that opened each stream (`opened`), so that it can be closed once
-    primed.
+    opens that one is lost to it.) It ends too when the session does
+    (`close`). With `watch_openings`, the store also knows the response that
+    opened each stream (`opened`), so that it can be closed once primed.
     """
 
     def __init__(
@@ -95,62 +106,91 @@ class SessionEvents(EventStore):
         self._keep = keep
         self._watch_openings = watch_openings
         self._clock = clock
-        self._seq = 0
-        self._events: OrderedDict[str, _Event] = OrderedDict()
-        self._streams: dict[str, deque[str]] = {}
-        self._grown: dict[str, asyncio.Event] = {}
+        self._n = 0
+        self._kept = 0
+        self._order: deque[tuple[int, _Stream]] = deque()  # every event kept, oldest first
+        self._current: dict[str, _Stream] = {}  # by stream id: the stream open under it
+        self._tokens: dict[str, _Stream] = {}
+        self._answered: deque[_Stream] = deque()  # in the order of their answers
         self._opened: dict[str, _Response] = {}
         self._opening: dict[str, asyncio.Event] = {}
+        self._closed = asyncio.Event()
 
     async def store_event(self, stream_id: str, message: types.JSONRPCMessage | None) -> str:
         self._prune()
-        event_id = secrets.token_urlsafe(16)
-        self._seq += 1
-        self._events[event_id] = _Event(stream_id, message, self._clock(), self._seq)
-        self._streams.setdefault(stream_id, deque()).append(event_id)
-        while len(self._events) > self._max:
+        stream = self._current.get(stream_id)
+        if stream is None or stream.answered is not None:
+            # (A stream id used again, by a request with an old id, is another stream.)
+            stream = _Stream(stream_id, secrets.token_urlsafe(16))
+            self._current[stream_id] = stream
+            self._tokens[stream.token] = stream
+        self._n += 1
+        stream.events.append((self._n, message))
+        self._order.append((self._n, stream))
+        self._kept += 1
+        while self._kept > self._max:
             self._drop_oldest()
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            stream.answered = self._clock()
+            self._answered.append(stream)
             self._opened.pop(stream_id, None)  # answered: no closing left to do
         elif message is None and self._watch_openings and (response := _response.get()):
             # A priming event, stored by the request that opens the stream.
             self._opened[stream_id] = response
             if (opening := self._opening.pop(stream_id, None)) is not None:
                 opening.set()
-        if (grown := self._grown.pop(stream_id, None)) is not None:
-            grown.set()
-        return event_id
+        stream.grown.set()
+        stream.grown = asyncio.Event()
+        return f"{stream.token}.{self._n}"
 
     async def replay_events_after(
         self, last_event_id: str, send_callback: EventCallback
     ) -> str | None:
         """Send what followed `last_event_id` on its stream, then what comes,
-        up to the stream's answer (or until the client leaves). Always None:
-        the replayed stream then ends, with no live stream of the SDK's after it."""
+        up to the stream's answer (or until the client leaves, or the session
+        ends). Always None: the replayed stream then ends, with no live
+        stream of the SDK's after it."""
         self._prune()
-        event = self._events.get(last_event_id)
-        if event is None:
+        token, _, n = last_event_id.rpartition(".")
+        stream = self._tokens.get(token)
+        if stream is None or not n.isdigit():
             return None
-        stream, seq = event.stream, event.seq
-        while True:
-            grown = self._grown.setdefault(stream, asyncio.Event())
-            for event_id in list(self._streams.get(stream, ())):
-                kept = self._events.get(event_id)
-                if kept is None or kept.seq <= seq:
+        after = int(n)
+        while not self._closed.is_set():
+            grown = stream.grown
+            for event_n, message in list(stream.events):
+                if event_n <= after:
                     continue
-                seq = kept.seq
-                if kept.message is None:
+                after = event_n
+                if message is None:
                     continue
-                await send_callback(EventMessage(kept.message, event_id))
-                if isinstance(kept.message, types.JSONRPCResponse | types.JSONRPCError):
+                await send_callback(EventMessage(message, f"{token}.{event_n}"))
+                if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
                     return None
-            await grown.wait()
+            if stream.answered is not None:
+                return None  # answered (its answer no longer kept): nothing more comes
+            closed = asyncio.ensure_future(self._closed.wait())
+            try:
+                await asyncio.wait({closed, asyncio.ensure_future(grown.wait())},
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            finally:
+                closed.cancel()
+        return None
+
+    def close(self) -> None:
+        """The session ended: replays under way end, and the events go."""
+        self._closed.set()
+        self._order.clear()
+        self._current.clear()
+        self._tokens.clear()
+        self._answered.clear()
+        self._kept = 0
 
     @property
     def kept(self) -> int:
         """How many events are kept. (Not `__len__`: the SDK asks whether a
         store is there with its truth, and an empty one must be.)"""
-        return len(self._events)
+        return self._kept
 
     async def opened(self, stream_id: str) -> _Response:
         """The response that opened `stream_id` (stored its priming event)."""
@@ -164,16 +204,26 @@ class SessionEvents(EventStore):
         self._opening.pop(stream_id, None)
 
     def _prune(self) -> None:
+        """Let go of the streams answered more than `keep` seconds ago."""
         oldest = self._clock() - self._keep
-        while self._events and next(iter(self._events.values())).at < oldest:
-            self._drop_oldest()
+        while self._answered and (self._answered[0].answered or 0.0) < oldest:
+            stream = self._answered.popleft()
+            self._tokens.pop(stream.token, None)
+            if self._current.get(stream.sid) is stream:
+                del self._current[stream.sid]
+            self._kept -= len(stream.events)
+            stream.events.clear()
+        if len(self._order) > 2 * self._max + 64:
+            # Entries of events let go with their stream stay until compacted.
+            self._order = deque((n, s) for n, s in self._order if s.events and s.events[0][0] <= n)
 
     def _drop_oldest(self) -> None:
-        _, event = self._events.popitem(last=False)
-        stream = self._streams[event.stream]
-        stream.popleft()  # the stream's oldest: events are stored in time order
-        if not stream:
-            del self._streams[event.stream]
+        while self._order:
+            n, stream = self._order.popleft()
+            if stream.events and stream.events[0][0] == n:
+                stream.events.popleft()  # (its oldest: a stream's events are in order)
+                self._kept -= 1
+                return
 
 
 class Resumption:
@@ -209,6 +259,13 @@ class Resumption:
                 )
                 transport._event_store = store
                 self._stores[transport.mcp_session_id] = store
+                terminate = transport.terminate
+
+                async def terminated() -> None:
+                    store.close()  # (replays waiting on the session end with it)
+                    await terminate()
+
+                transport.terminate = terminated
             return transport
 
         manager._admit_session = admit_resumable  # type: ignore[method-assign]
