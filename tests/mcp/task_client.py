@@ -55,6 +55,7 @@ class Polled(types.Result):
     task_id: str | None = None  # (none in an acknowledgement)
     status: str | None = None
     result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None
 
 
@@ -89,6 +90,10 @@ class Tasks(ClientExtension):
             if got.status == "completed":
                 assert got.result is not None
                 return types.CallToolResult.model_validate(got.result)
+            if got.status == "failed":  # the server's own failure: its error, no result
+                assert got.result is None and got.error is not None
+                text = types.TextContent(text=got.error["message"])
+                return types.CallToolResult(content=[text], is_error=True)
             if got.status == "input_required":
                 assert got.input_requests
                 replies = {

@@ -263,6 +263,65 @@ def test_calls_whose_streams_are_closed_still_pass(
     assert checks and not failures(checks), failures(checks) or run.stdout[-3000:]
 
 
+# The next release's scenarios of the tasks extension (SEP-2663, 2026-07-28),
+# against `conformance_task_tools` served with `task_after=0` (an optional
+# tool's call is a task at once).
+TASK_SCENARIOS = [
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-mrtr-input",
+    "tasks-request-headers",
+    "tasks-dispatch-and-envelope",
+    "tasks-status-notifications",
+    "tasks-required-task-error",
+]
+TASKS_UNLIKE = {
+    "tasks-mrtr-composition": "a call of a task tool that asks becomes a task at once, its "
+    "question in the task's inputRequests; the scenario (SEP-2322 with SEP-2663 451f5e1, in "
+    "the suite's pre-release) wants the question asked by MRTR first, the task made after",
+}
+
+
+@pytest.fixture(scope="module")
+def task_server() -> Iterator[str]:
+    from tests.mcp_servers.conformance_task_tools import registry
+    from tests.mcp_servers.serving import served_in_thread
+    from toolbus import Executor
+    from toolbus.mcp._serve_http import http_app
+
+    with (
+        Executor(registry, timeout=120) as executor,
+        served_in_thread(http_app(registry, executor, task_after=0)) as url,
+    ):
+        yield url
+
+
+def task_checks(url: str, scenario: str, results: Path) -> list[dict[str, Any]]:
+    run = suite("server", "--scenario", scenario, "--url", url, "-o", str(results), where=NEXT)
+    checks = checks_of(results, _scenario_prefix(scenario))
+    assert checks, run.stdout[-3000:]
+    return checks
+
+
+@pytest.mark.skipif(not NEXT.exists(), reason=f"needs the suite's next release at {NEXT}")
+@pytest.mark.parametrize("scenario", TASK_SCENARIOS)
+def test_the_server_passes_the_task_scenarios(
+    task_server: str, tmp_path: Path, scenario: str
+) -> None:
+    checks = task_checks(task_server, scenario, tmp_path)
+    assert not failures(checks), failures(checks)
+
+
+@pytest.mark.skipif(not NEXT.exists(), reason=f"needs the suite's next release at {NEXT}")
+@pytest.mark.parametrize("scenario", sorted(TASKS_UNLIKE))
+def test_a_task_scenario_toolbus_answers_otherwise_still_fails(
+    task_server: str, tmp_path: Path, scenario: str
+) -> None:
+    assert failures(task_checks(task_server, scenario, tmp_path)), TASKS_UNLIKE[scenario]
+
+
 def test_every_server_scenario_is_accounted_for(server_results: Path) -> None:
     listed = suite("list", timeout=60)
     server_part = listed.stdout.split("Client scenarios")[0]

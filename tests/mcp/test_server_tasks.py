@@ -462,7 +462,11 @@ async def test_a_result_no_reply_can_carry_is_an_error_not_a_cancel(mode: str) -
                 task_id = await task_call(client, "huge", {})
                 result = await raw(client, "tasks/result", {"taskId": task_id})
         else:
-            async with modern(target, Tasks()) as client:
+            # 2026-07-28: the server's own failure, so the task ends `failed`
+            # with an error (a tool's error would be `completed`, isError).
+            tasks = Tasks()
+            async with modern(target, tasks) as client:
                 result = (await client.call_tool("huge", {})).model_dump(by_alias=True)
+            assert tasks.seen[-1] == "failed"
     assert result["isError"] is True
     assert "its result cannot be sent" in result["content"][0]["text"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -117,6 +118,16 @@ def serve(
             "back for the rest (SSE polling, 2025-11-25 clients) [default: never].",
         ),
     ] = None,
+    task_after: Annotated[
+        float | None,
+        typer.Option(
+            "--task-after",
+            metavar="SECONDS",
+            min=0,
+            help="Protocol 2026-07-28: how long the call of a tool with task_support='optional' "
+            "runs before it is answered with a task [default: 1].",
+        ),
+    ] = None,
     reconnect_after: Annotated[
         float | None,
         typer.Option(
@@ -202,7 +213,11 @@ def serve(
         tools = load_registry(registry)
     except ValueError as e:
         usage_error(_COMMAND, str(e))
-    options = {"timeout": timeout or None, "max_parallel": max_parallel}
+    options: dict[str, Any] = {"timeout": timeout or None, "max_parallel": max_parallel}
+    if task_after is not None:
+        if not math.isfinite(task_after):
+            usage_error(_COMMAND, f"--task-after must be finite, got {task_after}")
+        options["task_after"] = task_after
     if not http:
         serve_stdio(tools, name=name, **options)
         return

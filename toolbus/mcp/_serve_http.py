@@ -53,6 +53,7 @@ from ..tools import ToolRegistry
 from ._oauth_server import OAuthGate, OAuthResource
 from ._server import build_server
 from ._sse_resume import Resumption, close_when_polled
+from ._task_protocol import TASK_AFTER
 
 __all__ = [
     "DEFAULT_PORT",
@@ -81,6 +82,7 @@ def http_app(
     allowed_origins: Iterable[str] = (),
     poll_after: float | None = None,
     reconnect_after: float = 1.0,
+    task_after: float = TASK_AFTER,
 ) -> Any:
     """The ASGI app serving `registry` at `/mcp` (streamable HTTP), its calls
     run on `executor`, behind a `Guard` (and, with `oauth`, an `OAuthGate`).
@@ -92,14 +94,15 @@ def http_app(
     session). `reconnect_after`: the seconds a client is told to wait before
     coming back (SSE `retry`). `poll_after`: a call still running after this
     many seconds has its request's stream closed (once), and its client comes
-    back for the rest on a stream that stays open to the answer (None: never)."""
+    back for the rest on a stream that stays open to the answer (None: never).
+    `task_after`: see `build_server`."""
     _check_guards(token, oauth)
     poll_after, retry_ms = check_streams(poll_after, reconnect_after)
     resumption = Resumption(polled=poll_after is not None)
     poll = None
     if poll_after is not None:
         poll = functools.partial(close_when_polled, resumption, after=poll_after)
-    server = build_server(registry, executor, name=name, poll=poll)
+    server = build_server(registry, executor, name=name, task_after=task_after, poll=poll)
     app: Any = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         retry_interval=retry_ms,
@@ -252,6 +255,7 @@ async def aserve_http(
     allowed_origins: Iterable[str] = (),
     poll_after: float | None = None,
     reconnect_after: float = 1.0,
+    task_after: float = TASK_AFTER,
     name: str = "toolbus",
     executor: Executor | None = None,
     on_ready: Callable[[str], object] | None = None,
@@ -266,7 +270,7 @@ async def aserve_http(
     tool's `scopes`) instead of a shared token. `port=0` takes any free
     port; `on_ready(url)` is told the address once the socket listens. Calls
     run on `executor`, or on a new `Executor(registry, **executor_options)`
-    closed at the end. `poll_after` and `reconnect_after`: see `http_app`.
+    closed at the end. `poll_after`, `reconnect_after` and `task_after`: see `http_app`.
     """
     loopback = check_exposure(host, token, oauth)
     check_streams(poll_after, reconnect_after, "serve_http")
@@ -288,6 +292,7 @@ async def aserve_http(
                 allowed_origins=allowed_origins,
                 poll_after=poll_after,
                 reconnect_after=reconnect_after,
+                task_after=task_after,
             )
             server = _Server(config(app))
             if on_ready is not None:
@@ -308,6 +313,7 @@ def serve_http(
     allowed_origins: Iterable[str] = (),
     poll_after: float | None = None,
     reconnect_after: float = 1.0,
+    task_after: float = TASK_AFTER,
     name: str = "toolbus",
     on_ready: Callable[[str], object] | None = None,
     **executor_options: Any,
@@ -324,6 +330,7 @@ def serve_http(
             allowed_origins=allowed_origins,
             poll_after=poll_after,
             reconnect_after=reconnect_after,
+            task_after=task_after,
             name=name,
             on_ready=on_ready,
             **executor_options,

@@ -355,17 +355,19 @@ async def aserve_stdio(
     *,
     name: str = "toolbus",
     executor: Executor | None = None,
+    task_after: float = TASK_AFTER,
     **executor_options: Any,
 ) -> None:
     """Serve `registry` over this process's stdin/stdout until the client disconnects.
 
     Calls run on `executor`, or on a new `Executor(registry, **executor_options)`
     that is closed at the end. While serving, stdout is the protocol channel:
-    anything tools print goes to stderr.
+    anything tools print goes to stderr. `task_after`: see `build_server`.
     """
+    task_after = non_negative_number(task_after, "task_after", "serve_stdio")
     own = executor is None
     runner = executor if executor is not None else Executor(registry, **executor_options)
-    server = build_server(registry, runner, name=name)
+    server = build_server(registry, runner, name=name, task_after=task_after)
     try:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -374,9 +376,19 @@ async def aserve_stdio(
             await asyncio.to_thread(runner.close)
 
 
-def serve_stdio(registry: ToolRegistry, *, name: str = "toolbus", **executor_options: Any) -> None:
+def serve_stdio(
+    registry: ToolRegistry,
+    *,
+    name: str = "toolbus",
+    task_after: float = TASK_AFTER,
+    **executor_options: Any,
+) -> None:
     """Blocking twin of `aserve_stdio` (runs its own event loop)."""
-    anyio.run(functools.partial(aserve_stdio, registry, name=name, **executor_options))
+    anyio.run(
+        functools.partial(
+            aserve_stdio, registry, name=name, task_after=task_after, **executor_options
+        )
+    )
 
 
 def _schema(tool: Tool) -> dict[str, Any]:

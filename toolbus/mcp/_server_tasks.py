@@ -21,9 +21,17 @@ no implementation of either):
   then). `tasks/get` carries the result (`completed`, `isError` or not) or
   the questions (`input_required`, `inputRequests`); `tasks/update` answers
   them; `tasks/cancel`. `tasks/result` and `tasks/list` are not of this version.
+  A tool's error is `completed` with `isError`; `failed` (with an `error`)
+  is kept for the server's own failure (a worker process that died, a
+  result no reply can carry). A request whose `Mcp-Name` header names
+  another task is refused (-32020).
 
 Only the task's owner reads or cancels it (`task_owner`); to anyone else it
 is unknown (-32602), as an expired one is.
+
+One piece, a little over 400 lines: each method of both versions reads and
+settles the same tasks, calls and questions; the wire's small parts are
+`_task_protocol.py`'s.
 """
 
 from __future__ import annotations
@@ -37,18 +45,24 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types import HEADER_MISMATCH
+from pydantic import ValidationError
 
 from ..models import ErrorCode, ToolCall, ToolResult
 from ._server_calls import ServedCalls
 from ._server_peer import Question, ServedPeer
 from ._task_protocol import (
+    INPUT_RESPONSE,
     MISSING_CAPABILITY,
     NOT_FOUND,
     RELATED_TASK,
     TASKS_EXTENSION,
     TaskUpdateParams,
     declared,
+    error_code_of,
+    first_text,
     modern,
+    named_task,
     task_owner,
 )
 from ._tasks import ServedTask, TaskTable
@@ -170,9 +184,11 @@ class ServedTasks:
             result = _cancelled(call)
         finally:
             watch.cancel()
+        failed = False
         try:
             answer = reply(result)
         except Exception as e:  # (a result no reply can carry: said so, as an error)
+            failed = True
             answer = reply(
                 ToolResult(
                     call_id=call.id, name=call.name, status="error",
@@ -181,7 +197,7 @@ class ServedTasks:
                     error_code=ErrorCode.TOOL_ERROR,
                 )
             )  # fmt: skip
-        self._settle(task, answer, task.modern)
+        self._settle(task, answer, task.modern, failed)
 
     async def _watch(self, task: ServedTask, peer: ServedPeer) -> None:
         """The tool's questions: the task waits for input until they are answered."""
@@ -191,15 +207,22 @@ class ServedTasks:
             self.table.settle(task, "input_required", "The tool asks for input")
             task.changed.set()
 
-    def _settle(self, task: ServedTask, result: types.CallToolResult, modern: bool) -> None:
+    def _settle(
+        self, task: ServedTask, result: types.CallToolResult, modern: bool, failed: bool = False
+    ) -> None:
         if task.result is not None:
             return
         wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        failed = result.is_error and not modern  # (2026-07-28: `failed` is for protocol errors)
-        message = _text(result) if result.is_error else None
+        message = first_text(result) if result.is_error else None
+        # 2026-07-28 keeps `failed` for what is not the tool's own error: the
+        # server's failure (a worker that died, a result no reply can carry).
+        crashed = failed or error_code_of(result) == ErrorCode.TOOL_CRASHED.value
+        failed = bool(result.is_error) and (crashed or not modern)
         if not modern:
             wire.pop("resultType", None)  # (2026-07-28's)
             wire.setdefault("_meta", {})[RELATED_TASK] = {"taskId": task.id}
+        elif crashed:
+            task.error = {"code": types.INTERNAL_ERROR, "message": message or "the server failed"}
         task.result = wire
         task.questions.clear()
         task.peer = None  # (its request's context: not kept for the task's life)
@@ -245,6 +268,11 @@ class ServedTasks:
                 f"tasks/* need the {TASKS_EXTENSION} extension, declared on the request",
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
+        named = named_task(ctx)
+        if named is not None and named != task_id:
+            # SEP-2663 mirrors the task id in `Mcp-Name` (absent: not checked,
+            # as the SDK's own client sends none for tasks/*).
+            raise MCPError(HEADER_MISMATCH, "Mcp-Name header does not match the request's taskId")
         task = self.table.find(task_id, task_owner(ctx))
         if task is None or task.modern != modern(ctx):
             raise MCPError(types.INVALID_PARAMS, NOT_FOUND)
@@ -259,6 +287,8 @@ class ServedTasks:
         out = {"resultType": "complete", **self._modern_fields(task)}
         if task.status == "completed" and task.result is not None:
             out["result"] = task.result
+        elif task.status == "failed" and task.error is not None:
+            out["error"] = task.error
         elif task.status == "input_required":
             out["inputRequests"] = {
                 key: q.request.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -366,7 +396,11 @@ class ServedTasks:
         replies = params.input_responses or {}
         for key in [k for k in replies if k in task.questions]:
             question, peer = task.questions.pop(key)
-            await peer.answer([question], {key: replies[key]})
+            try:
+                reply = INPUT_RESPONSE.validate_python(replies[key], by_name=False)
+            except ValidationError:
+                reply = replies[key]  # (no answer: the question is answered so)
+            await peer.answer([question], {key: reply})
         if not task.questions and task.status == "input_required":
             self.table.settle(task, "working")
         return {"resultType": "complete"}
@@ -391,10 +425,3 @@ def _cancelled(call: ToolCall) -> ToolResult:
         error=f"Tool '{call.name}' was cancelled: its task was cancelled",
         error_code=ErrorCode.CANCELLED,
     )  # fmt: skip
-
-
-def _text(result: types.CallToolResult) -> str | None:
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            return block.text
-    return None

@@ -7,6 +7,7 @@ capability and task-augmented `tools/call` (a middleware: the SDK checks a
 
 from __future__ import annotations
 
+import typing
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -14,13 +15,15 @@ from typing import Any
 import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ..tools import Tool
 from ._server_peer import connection_of
 
 __all__ = [
+    "INPUT_RESPONSE",
     "MISSING_CAPABILITY",
     "NOT_FOUND",
     "RELATED_TASK",
@@ -29,7 +32,10 @@ __all__ = [
     "TaskUpdateParams",
     "TasksMiddleware",
     "declared",
+    "error_code_of",
+    "first_text",
     "modern",
+    "named_task",
     "task_owner",
     "wants_task",
 ]
@@ -107,7 +113,9 @@ class TaskUpdateParams(types.RequestParams):
     """`tasks/update`'s parameters (2026-07-28; the SDK has no type for them)."""
 
     task_id: str
-    input_responses: types.InputResponses | None = None
+    # Raw: a key the task did not ask is ignored whatever its value (each
+    # answer asked for is read in `ServedTasks.update`).
+    input_responses: dict[str, Any] | None = None
 
 
 Start = Callable[
@@ -166,3 +174,30 @@ def _tasks_era(version: object) -> bool:
 def _scope(ctx: ServerRequestContext[Any]) -> Mapping[str, Any]:
     scope = getattr(ctx.request, "scope", None)
     return scope if isinstance(scope, Mapping) else {}
+
+
+INPUT_RESPONSE: TypeAdapter[Any] = TypeAdapter(typing.get_args(types.InputResponses)[1])
+"""One answer of `tasks/update`'s `inputResponses` (read only for keys asked)."""
+
+
+def named_task(ctx: ServerRequestContext[Any]) -> str | None:
+    """The request's `Mcp-Name` header over HTTP (2026-07-28), decoded."""
+    headers = getattr(ctx.request, "headers", None)
+    if headers is None or not modern(ctx):
+        return None
+    value = headers.get(MCP_NAME_HEADER)
+    return decode_header_value(value) if value is not None else None
+
+
+def error_code_of(result: types.CallToolResult) -> str | None:
+    """The toolbus error code a served result carries (`_meta`)."""
+    meta = result.meta or {}
+    code = meta.get("toolbus/error_code")
+    return code if isinstance(code, str) else None
+
+
+def first_text(result: types.CallToolResult) -> str | None:
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            return block.text
+    return None

@@ -49,8 +49,10 @@ class ServedTask:
     status: TaskStatus = "working"
     message: str | None = None
     updated: float = 0.0
-    # The call's result as sent (a CallToolResult's wire form), once it has one.
+    # The call's result as sent (a CallToolResult's wire form), once it has
+    # one; and, where it failed on the server's side, the error said instead.
     result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
     # The server's own: what runs the call, what is set at its end and at
     # each change, the version it speaks, the tool's questions by key.
     run: Any = None
