@@ -205,6 +205,7 @@ async def test_another_session_is_sent_nothing_for_an_event_id() -> None:
             priming = await anext(aiter(events(first)))
         gates[name].set()
         async with theirs.resume(priming["id"]) as stolen:
+            assert stolen.status_code == 404  # (a stream it does not keep)
             got = [e async for e in events(stolen)]
         assert not [e for e in got if e.get("data")], got
         async with mine.resume(priming["id"]) as again:
@@ -387,6 +388,19 @@ async def test_the_store_is_bounded_and_an_id_outlives_its_event() -> None:
     assert store.kept == 3
     assert await replayed(store, ids[0]) == [(ids[3], 3), (ids[4], 4)]
     assert await replayed(store, other) == []
+
+
+async def test_a_stream_whose_answer_was_let_go_is_forgotten_whole() -> None:
+    """Evicting a stream's answer drops the stream: a replay would send a
+    client what it cannot use and never the answer (it would come back forever)."""
+    store = SessionEvents(max_events=2)
+    first = await store.store_event("1", message(1))
+    await store.store_event("1", types.JSONRPCResponse(jsonrpc="2.0", id=1, result={}))
+    assert store.knows(first)
+    await store.store_event("2", message(2))
+    await store.store_event("2", message(3))  # the answer of "1" goes: "1" goes whole
+    assert not store.knows(first) and store.kept == 2
+    assert not store.knows("made-up.1") and not store.knows("nodot")
 
 
 async def test_a_quiet_stream_keeps_its_id_and_an_answered_one_goes_after_keep() -> None:

@@ -62,19 +62,30 @@ def result_of(proc: subprocess.Popen[str]) -> ToolResult:
     return ToolResult.model_validate_json(out.strip().splitlines()[-1])
 
 
-def recorded_task(journal: Path) -> str | None:
+def newest(journal: Path) -> tuple[int, str | None]:
+    """The newest record of the call: its number and its remote task."""
     with Journal(journal) as reading:
         record = reading.get("deploy-1")
-    return record.remote_task if record is not None else None
+    assert record is not None
+    return record.id, record.remote_task
 
 
-def killed_mid_task(url: str, journal: Path, gate: Path) -> str:
-    """Run the agent until the journal holds its call's task; kill it."""
+def recorded_task(journal: Path) -> str | None:
+    return newest(journal)[1]
+
+
+def killed_mid_task(url: str, journal: Path, gate: Path, after: int = 0) -> str:
+    """Run the agent until the journal holds its call's task (on a record
+    newer than `after`); kill it."""
     first = agent(url, journal, gate)
     try:
         # The tool runs: the journal has the call's intent by now (made before it ran).
         wait_until(Path(f"{gate}.started").exists, 60, "the tool to start")
-        wait_until(lambda: recorded_task(journal) is not None, 60, "the task in the journal")
+        wait_until(
+            lambda: newest(journal)[0] > after and recorded_task(journal) is not None,
+            60,
+            "the task in the journal",
+        )
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=30)
@@ -99,6 +110,21 @@ def test_a_journaled_task_is_fetched_after_the_agent_is_killed(tmp_path: Path) -
     assert runs(gate) == 1, "the tool ran once"
     with Journal(journal) as reading:
         assert reading.in_doubt() == [], "the call in doubt was picked up"
+
+
+def test_a_task_survives_two_crashes(tmp_path: Path) -> None:
+    """The process that picked the task up is killed too: the third fetches it."""
+    journal, gate = tmp_path / "journal.db", tmp_path / "gate"
+    with server() as url:
+        handle = killed_mid_task(url, journal, gate)
+        first_record = newest(journal)[0]
+        again = killed_mid_task(url, journal, gate, after=first_record)
+        assert again == handle, "the same task, kept with the second process's record"
+        third = agent(url, journal, gate)
+        open_gate(gate, "v3")
+        result = result_of(third)
+    assert result.ok and result.output == "deployed v3", result
+    assert runs(gate) == 1
 
 
 def test_a_task_the_server_no_longer_has_falls_back_to_the_in_doubt_rule(

@@ -22,6 +22,7 @@ from ..bus import _signals as sig
 from ..bus._events import InDoubt
 from ..journal import Journal, JournalRecord, Retention
 from ..journal._session import Session
+from ..masking import MASK
 
 __all__ = [
     "DEFAULT_JOURNAL_TIMEOUT",
@@ -126,7 +127,14 @@ def announce_in_doubt(journal: Journal, emitter: Emitter, found: list[JournalRec
         )
         if emitter.wants(sig.IN_DOUBT):
             for record in found:
-                emitter.emit(sig.IN_DOUBT, InDoubt(record.call_id, record.tool, record))
+                # A remote task's handle may be the only key to that work (an
+                # MCP task id): kept in the journal, masked when published.
+                shown = (
+                    record
+                    if record.remote_task is None
+                    else record.model_copy(update={"remote_task": MASK})
+                )
+                emitter.emit(sig.IN_DOUBT, InDoubt(shown.call_id, shown.tool, shown))
     except Exception:
         log.exception("announcing the journal's calls in doubt failed")
 

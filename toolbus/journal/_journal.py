@@ -433,6 +433,7 @@ def _record(row: Sequence[Any], state: RecordState, attempts: Sequence[Any]) -> 
         started=row[6],
         replay_of=row[7],
         remote_task=row[24],
+        arguments_digest=row[25],
         status=row[8],
         error_code=row[9],
         result=result,

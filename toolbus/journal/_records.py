@@ -84,6 +84,10 @@ class JournalRecord(BaseModel):
     remote_task: str | None = None
     """The handle of the call's work running elsewhere (an MCP server's task),
     as its tool recorded it: after a crash, the call picks it up again."""
+    arguments_digest: str | None = None
+    """An HMAC of the call's arguments under the journal's secret (None for a
+    call recorded before schema version 2): tells a call with other arguments
+    under the same key apart."""
 
     @property
     def in_doubt(self) -> bool:

@@ -366,11 +366,14 @@ def select_records(
     conn: sqlite3.Connection, where: str, params: Sequence[Any], limit: int | None = None
 ) -> list[tuple[Any, ...]]:
     """Records (joined with their sessions), newest first; last, the remote
-    task (None before schema 4: asked of the table, which a writer may migrate)."""
+    task and the arguments' digest (None where the table, which a writer may
+    migrate meanwhile, has no such column)."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
     remote = "c.remote_task" if "remote_task" in columns else "NULL"
+    digest = "c.args_digest" if "args_digest" in columns else "NULL"
     sql = (
-        f"SELECT {RECORD_COLUMNS}, {remote} FROM calls c LEFT JOIN sessions s ON s.id = c.session "
+        f"SELECT {RECORD_COLUMNS}, {remote}, {digest} FROM calls c "
+        "LEFT JOIN sessions s ON s.id = c.session "
         f"WHERE {where} ORDER BY c.id DESC"
     )
     if limit is not None:

@@ -303,7 +303,7 @@ class Link:
             )
         self._drop(generation, f"closed the connection during a call to '{tool}'")
         if followed.seen is not None and self.auth_failed() is None:
-            return await self._fetch_again(tool, followed.seen, asking, lost)
+            return await self._fetch_again(tool, followed.seen, asking, lost, retryable)
         if (failed := self.auth_failed()) is not None:
             # Not the server's doing: this side could not get a token it accepts.
             raise MCPCallError(
@@ -333,7 +333,7 @@ class Link:
         made before, by fetching it."""
         if followed.resume is not None:
             resume = followed.resume
-            followed.seen = resume
+            followed.made(resume)  # (kept with this call's own intent, for another crash)
             return lambda: fetch_task(client, resume)
         given: Seed = (None, None) if answer is None else await seed(answer, self.name)
         modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -362,7 +362,12 @@ class Link:
         return tracked
 
     async def _fetch_again(
-        self, tool: str, task_id: str, asking: Asking | None, lost: BaseException
+        self,
+        tool: str,
+        task_id: str,
+        asking: Asking | None,
+        lost: BaseException,
+        retryable: bool | None,
     ) -> types.CallToolResult:
         """The connection was lost after the server made the call a task: on
         a new session, fetch the task by id. A session lost again is made
@@ -385,10 +390,15 @@ class Link:
                 return await while_asking(asking, self.asking, fetch)
             except MCPError as e:
                 if e.code != CONNECTION_CLOSED:
-                    why = self.refused(str(e))
-                    raise MCPCallError(
-                        f"MCP server '{self.name}' made the call a task, lost the connection, "
-                        f"and then could not give the task's result: {why}"
+                    # Gone with the connection (a server that restarted): the
+                    # call was lost as any call whose connection is, retried
+                    # only where that is safe.
+                    raise MCPConnectionLost(
+                        self._message(
+                            f"closed the connection during the call ({describe(lost)}), and "
+                            f"then no longer had its task ({self.refused(str(e))})"
+                        ),
+                        retryable=retryable,
                     ) from None
                 lost = e
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as e:

@@ -170,11 +170,12 @@ class SessionEvents(EventStore):
             if stream.answered is not None:
                 return None  # answered (its answer no longer kept): nothing more comes
             closed = asyncio.ensure_future(self._closed.wait())
+            more = asyncio.ensure_future(grown.wait())
             try:
-                await asyncio.wait({closed, asyncio.ensure_future(grown.wait())},
-                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                await asyncio.wait({closed, more}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 closed.cancel()
+                more.cancel()
         return None
 
     def close(self) -> None:
@@ -207,12 +208,7 @@ class SessionEvents(EventStore):
         """Let go of the streams answered more than `keep` seconds ago."""
         oldest = self._clock() - self._keep
         while self._answered and (self._answered[0].answered or 0.0) < oldest:
-            stream = self._answered.popleft()
-            self._tokens.pop(stream.token, None)
-            if self._current.get(stream.sid) is stream:
-                del self._current[stream.sid]
-            self._kept -= len(stream.events)
-            stream.events.clear()
+            self._drop(self._answered.popleft())
         if len(self._order) > 2 * self._max + 64:
             # Entries of events let go with their stream stay until compacted.
             self._order = deque((n, s) for n, s in self._order if s.events and s.events[0][0] <= n)
@@ -221,9 +217,22 @@ class SessionEvents(EventStore):
         while self._order:
             n, stream = self._order.popleft()
             if stream.events and stream.events[0][0] == n:
-                stream.events.popleft()  # (its oldest: a stream's events are in order)
+                _, message = stream.events.popleft()  # (a stream's events are in order)
                 self._kept -= 1
+                if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                    self._drop(stream)  # its answer gone, nothing of it is worth replaying
                 return
+
+    def _drop(self, stream: _Stream) -> None:
+        self._tokens.pop(stream.token, None)
+        if self._current.get(stream.sid) is stream:
+            del self._current[stream.sid]
+        self._kept -= len(stream.events)
+        stream.events.clear()
+
+    def knows(self, event_id: str) -> bool:
+        """Whether `event_id` names a stream this session still keeps."""
+        return event_id.rpartition(".")[0] in self._tokens
 
 
 class Resumption:
@@ -277,12 +286,26 @@ class Resumption:
         session = headers.get(SESSION_HEADER.decode()) if headers is not None else None
         return self._stores.get(session) if session else None
 
+    def _forgotten(self, scope: Any) -> bool:
+        headers = dict(scope.get("headers") or ())
+        last = headers.get(b"last-event-id")
+        session = headers.get(SESSION_HEADER)
+        if last is None or session is None:
+            return False
+        store = self._stores.get(session.decode("latin-1"))
+        return store is not None and not store.knows(last.decode("latin-1"))
+
     def watch(self, app: Any) -> Callable[[Any, Any, Any], Awaitable[None]]:
         """`app`, its responses watched: each knows when its first bytes went out."""
 
         async def watched(scope: Any, receive: Any, send: Any) -> None:
             if scope["type"] != "http":
                 await app(scope, receive, send)
+                return
+            if scope.get("method") == "GET" and self._forgotten(scope):
+                # A stream this session no longer keeps (its answer let go, or
+                # never its): 404, after which a client stops coming back.
+                await _gone(send)
                 return
             response = _Response()
 
@@ -300,6 +323,16 @@ class Resumption:
                 _response.reset(token)
 
         return watched
+
+
+async def _gone(send: Any) -> None:
+    body = b"404: this session keeps no stream for that Last-Event-ID\n"
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def close_when_polled(

@@ -17,6 +17,7 @@ from ._actor import SessionPort
 from ._asking import Asking
 from ._client_tasks import Tracked, task_known
 from ._elicitation import publish_answer
+from ._errors import MCPConnectionLost, MCPServerUnavailable
 from ._output import OutputCheck, tool_output
 from ._server_output import unwrapped_schema
 
@@ -189,6 +190,16 @@ class MCPTool(Tool):
                 task_support=self.server_task_support,
                 task=followed,
             )
+        except (MCPServerUnavailable, MCPConnectionLost) as e:
+            if followed.resume is None:
+                raise
+            # The task a crashed process left could not be fetched: the call
+            # is not made again in its place (the task may still run there).
+            raise ToolError(
+                f"MCP server '{self.server}' ran this call as a task before a restart, and "
+                f"the task could not be fetched now ({e}); it may still run there",
+                retryable=False,
+            ) from None
         except Exception:
             if asking.failure is None:
                 raise

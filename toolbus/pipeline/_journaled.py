@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..in_doubt import InDoubtCall, Rerun, as_decision, failed_decision, in_doubt_result
+from ..journal._encode import arguments_digest
 from ..journal._ops import KeyReused, Unjournaled
 from ..models import ErrorCode, generated_id
 from ._make import awaitable, log_contained, make_result
@@ -99,14 +100,26 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
         return None
     tool = run.tool
     handle = record.remote_task
-    if handle is not None and tool is not None:
+    if handle is not None and tool is not None and _same_arguments(run, svc, record):
         known = yield from _still_known(run, tool, handle)
+        if known is None or not run.is_live(1):
+            calls.restore(record)  # undecided: in doubt for the next call
+            if known is None and run.is_live(1):
+                return make_result(
+                    run,
+                    "rejected",
+                    error=(
+                        f"Tool '{run.call.name}' was not run: this call ran before a crash, "
+                        "and whether its work still runs elsewhere could not be told now; "
+                        "try again later"
+                    ),
+                    code=ErrorCode.TOOL_UNAVAILABLE,
+                    attempts=0,
+                )
+            return None
         if known:
             calls.settled(record)
             run.remote_task = handle  # its tool picks the work up: nothing runs twice
-            return None
-        if not run.is_live(1):
-            calls.restore(record)
             return None
     if calls.handler is None:
         # Nobody to ask (the record was taken for its remote task alone):
@@ -147,8 +160,8 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
 
 
 def _still_known(run: Run, tool: Any, handle: str) -> Steps:
-    """Whether `tool` can still pick up the work left under `handle` (a tool
-    that fails to tell cannot: the in-doubt rule decides)."""
+    """Whether `tool` can still pick up the work left under `handle`; None
+    when it could not tell (its check failed: the work may still run)."""
     try:
         known: Any = tool.knows_remote_task(handle)
         if awaitable(known):
@@ -158,8 +171,27 @@ def _still_known(run: Run, tool: Any, handle: str) -> Steps:
     except BaseException as e:
         if run.is_live(1):
             log_contained(f"checking the remote task of call {run.call.id} failed", e, run.scrubber)
+        return None
+    if not isinstance(known, bool):
+        log.warning(
+            "%s.knows_remote_task returned %s, not a bool, for call %s: taken as no",
+            type(tool).__name__,
+            type(known).__name__,
+            run.call.id,
+        )
         return False
-    return known is True
+    return known
+
+
+def _same_arguments(run: Run, svc: Services, record: Any) -> bool:
+    """Whether the call in doubt had this call's arguments (a record without
+    a digest, from before schema version 2, is taken to)."""
+    recorded = record.arguments_digest
+    if recorded is None:
+        return True
+    origin = run.origin
+    mine = arguments_digest(origin.arguments if run.keyed is None else run.keyed, svc.key_secret)
+    return bool(mine == recorded)
 
 
 def _intent(run: Run, svc: Services) -> Steps:

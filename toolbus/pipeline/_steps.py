@@ -86,9 +86,8 @@ _NO_CONTEXT = ToolContext(call_id="", tool="")
 
 
 def _remote_task(svc: Services, run: Run, handle: str) -> None:
-    """A tool said its call's work runs elsewhere under `handle`: its next
-    attempt gets it back, and so does the call after a crash (journaled)."""
-    run.remote_task = handle
+    """A tool said its call's work runs elsewhere under `handle`: kept with
+    the call's intent, for the call made again after a crash."""
     if svc.journal is not None and run.journaled:
         svc.journal.remote_task(run, handle)
 
@@ -217,6 +216,9 @@ def attempt(
         if tool.wants_context
         else _NO_CONTEXT
     )
+    # Handed to the first attempt after a crash only: a later attempt in this
+    # process starts its own work (the one before was cancelled, or ended).
+    run.remote_task = None
     start = time.monotonic()
     error: BaseException | None = None
     value: Any = None

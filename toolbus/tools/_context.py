@@ -66,9 +66,9 @@ class ToolContext:
     handed over); None otherwise.
 
     `remote_task` is the handle of work this call started elsewhere (an MCP
-    server's task) that an earlier attempt, or a process that crashed,
-    recorded with `record_remote_task`: the tool picks that work up again
-    instead of starting it twice. None otherwise.
+    server's task) that a process which crashed recorded with
+    `record_remote_task`, given to the first attempt of the call made again:
+    the tool picks that work up instead of starting it twice. None otherwise.
     """
 
     __slots__ = (
@@ -132,12 +132,12 @@ class ToolContext:
 
     def record_remote_task(self, handle: str) -> None:
         """Say that this call's work now runs elsewhere under `handle` (a
-        string the tool can pick it up with again): a later attempt of the
-        call, and after a crash the same call in a new process (with a
-        journal), get it back as `remote_task`. Never fails the call."""
+        string the tool can pick it up with again): with a journal, the same
+        call made again after a crash gets it back as `remote_task` (on the
+        thread and event-loop backends; a worker process records nothing).
+        Never fails the call."""
         if not isinstance(handle, str) or not handle:
             raise ValueError(f"a remote task's handle must be a non-empty string, got {handle!r}")
-        self.remote_task = handle
         if self._remote is not None:
             try:
                 self._remote(handle)
