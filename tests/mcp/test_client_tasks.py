@@ -149,3 +149,23 @@ def test_a_task_asking_what_is_not_offered_is_an_error(make_executor: MakeExecut
     odd = OddTasks(lambda n: task_state("input_required", inputRequests={"s": sampling}))
     r = odd_call(odd, make_executor)
     assert r.status == "error" and odd.updates == []
+
+
+@pytest.mark.parametrize("protocol", ["2025-11-25", "2026-07-28"])
+def test_a_connection_speaks_the_protocol_asked(protocol: str) -> None:
+    """`connect(protocol=)`: a required tool's call is a task on either."""
+    with (
+        Executor(served, timeout=60) as server_side,
+        connect(build_server(served, server_side), protocol=protocol) as conn,
+    ):
+        assert conn.status().protocol_version == protocol
+        tools = ToolRegistry()
+        conn.register(tools)
+        with Executor(tools, timeout=60) as executor:
+            result = executor.execute(ToolCall(name="crawl", arguments={"site": "a.example"}))
+    assert result.ok and result.output == "crawled a.example", result
+
+
+def test_the_protocol_asked_is_checked() -> None:
+    with pytest.raises(ValueError, match="protocol must be 'auto', '2025-11-25' or '2026-07-28'"):
+        connect("http://127.0.0.1:9/mcp", protocol="2024-11-05")  # type: ignore[typeddict-item]

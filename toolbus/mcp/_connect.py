@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO, TypedDict, Unpack, cast
+from typing import Any, Literal, TextIO, TypedDict, Unpack, cast
 
 import httpx2
 import mcp_types as types
@@ -66,6 +66,8 @@ attempt, since transports are single-use)."""
 
 _CLIENT_INFO = types.Implementation(name="toolbus", version=__version__)
 
+ProtocolChoice = Literal["auto", "2025-11-25", "2026-07-28"]
+
 
 class ConnectOptions(TypedDict, total=False):
     """The options of `connect` and `aconnect` (and of each `connect_*`): see `connect`."""
@@ -83,9 +85,14 @@ class ConnectOptions(TypedDict, total=False):
     roots: RootsOption | None
     log_level: LogLevel | None
     tasks: TaskMode
+    protocol: ProtocolChoice
 
 
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
+
+# `protocol=` as the SDK's client says it: the initialize handshake for
+# 2025-11-25 (as servers before 2026-07-28 speak it), a pin for 2026-07-28.
+_MODES: dict[str, str] = {"auto": "auto", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
 
 
 def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
@@ -129,7 +136,16 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
         roots=given_roots(options.get("roots"), where),
         log_level=check_log_level(options.get("log_level"), where),
         tasks=check_tasks(options.get("tasks", "auto"), where),
+        protocol=_protocol(options.get("protocol", "auto"), where),
     )
+
+
+def _protocol(value: object, where: str) -> ProtocolChoice:
+    if not isinstance(value, str) or value not in _MODES:
+        raise ValueError(
+            f"{where}: protocol must be 'auto', '2025-11-25' or '2026-07-28', got {value!r}"
+        )
+    return cast(ProtocolChoice, value)
 
 
 def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnection:
@@ -174,6 +190,9 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     `tasks` (`"auto"`, `"always"`, `"never"`): which calls are made as MCP
     tasks, whose results toolbus fetches (`_client_tasks.py`): `"auto"` those
     of tools the server says must be, `"always"` those it allows too.
+    `protocol`: `"auto"` (the default: the newest both sides speak),
+    `"2025-11-25"` (the initialize handshake, as before 2026-07-28) or
+    `"2026-07-28"` (that version, without asking the server first).
     """
     return _connect(target, _settings(options, "connect"))
 
@@ -406,6 +425,7 @@ def _client_factory(
         answers["extensions"] = [TasksClaim()]
     if settings["log_level"] is not None:
         answers["log_level"] = settings["log_level"]
+    answers["mode"] = _MODES[settings["protocol"]]
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):
         fixed = target
 

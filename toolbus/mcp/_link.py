@@ -80,6 +80,8 @@ class ConnectionStatus:
     last_error: str | None
     listings: int = 0
     """How often the tools were listed (connecting, `refresh()`, a change the server announced)."""
+    protocol_version: str | None = None
+    """The protocol version the live session speaks (None when there is none)."""
 
 
 class Link:
@@ -433,6 +435,11 @@ class Link:
             drops=self._drops,
             last_error=self._last_error,
             listings=self._listings,
+            protocol_version=(
+                current.client.protocol_version
+                if current is not None and current.usable and current.client is not None
+                else None
+            ),
         )
 
     async def close(self) -> None:
