@@ -425,7 +425,8 @@ def _client_factory(
         answers["extensions"] = [TasksClaim()]
     if settings["log_level"] is not None:
         answers["log_level"] = settings["log_level"]
-    answers["mode"] = _MODES[settings["protocol"]]
+    if settings["protocol"] != "auto":  # (otherwise the SDK's own default)
+        answers["mode"] = _MODES[settings["protocol"]]
     if isinstance(target, StdioServerParameters | str | Server | MCPServer):
         fixed = target
 
