@@ -54,6 +54,7 @@ class TaskParams(types.RequestParams):
 class Polled(types.Result):
     task_id: str | None = None  # (none in an acknowledgement)
     status: str | None = None
+    status_message: str | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None

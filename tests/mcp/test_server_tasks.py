@@ -25,7 +25,7 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import wait_until
+from tests.conftest import wait_until, wait_until_async
 from tests.mcp.task_client import Created, Tasks, answer_name, raw, send, task_call
 from tests.mcp_servers.serving import served_in_thread
 from tests.mcp_servers.task_tools import open_gate, registry
@@ -470,3 +470,41 @@ async def test_a_result_no_reply_can_carry_is_an_error_not_a_cancel(mode: str) -
             assert tasks.seen[-1] == "failed"
     assert result["isError"] is True
     assert "its result cannot be sent" in result["content"][0]["text"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_tasks_status_message_follows_its_progress(mode: str, tmp_path: Path) -> None:
+    """Neither version sends a task's progress as notifications: its
+    `statusMessage` says the latest."""
+    gate = tmp_path / "gate"
+    async with serving("memory") as target:
+        if mode == "legacy":
+            async with legacy(target) as client:
+                task_id = await task_call(client, "stage", {"gate": str(gate)})
+
+                async def said() -> Any:
+                    return (await raw(client, "tasks/get", {"taskId": task_id})).get(
+                        "statusMessage"
+                    )
+
+                await wait_until_async(lambda: _is(said(), "compiling"), 30, "the message")
+                open_gate(gate, "x")
+                done = await raw(client, "tasks/result", {"taskId": task_id})
+                assert done["content"][0]["text"] == "built x"
+        else:
+            async with modern(target, Tasks()) as client:
+                session = client.session
+                created = await session.call_tool("stage", {"gate": str(gate)}, allow_claimed=True)
+                assert isinstance(created, Created)
+
+                async def got() -> Any:
+                    return (
+                        await send(session, "tasks/get", task_id=created.task_id)
+                    ).status_message
+
+                await wait_until_async(lambda: _is(got(), "compiling"), 30, "the message")
+                open_gate(gate, "x")
+
+
+async def _is(value: Any, expected: str) -> bool:
+    return bool(await value == expected)

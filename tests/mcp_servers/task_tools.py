@@ -73,6 +73,13 @@ def wait_long(gate: str, ctx: ToolContext) -> str:
 
 
 @registry.tool(read_only=True, task_support="required")
+def stage(gate: str, ctx: ToolContext) -> str:
+    """Says where it is ("compiling"), then runs until the file `gate` exists."""
+    ctx.progress("compiling", 0.3)
+    return str(build(gate, ctx))
+
+
+@registry.tool(read_only=True, task_support="required")
 def huge() -> int:
     """A result no reply can carry (an int of more digits than Python prints)."""
     return 10**5000

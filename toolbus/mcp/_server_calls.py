@@ -69,6 +69,7 @@ class ServedCalls:
     ) -> None:
         self._executor = executor
         self._poll = poll
+        self.relay = relay
         self._relay = relay
         self._levels = levels
         self._suspended: dict[str, _Served] = {}

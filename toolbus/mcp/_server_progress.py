@@ -21,7 +21,7 @@ import contextlib
 import logging
 import math
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,8 @@ class ProgressRelay:
         self._executor = executor
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
+        # Calls run as tasks: each progress message is told (on its loop).
+        self._followers: dict[str, tuple[asyncio.AbstractEventLoop, Callable[[str], None]]] = {}
         self._users = 0
         self._subscription: Subscription | None = None
 
@@ -155,6 +157,16 @@ class ProgressRelay:
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
 
+    @contextlib.contextmanager
+    def follow(self, call_id: str, told: Callable[[str], None]) -> Iterator[None]:
+        """While it lasts, `told(message)` on this loop for each progress
+        message of call `call_id` (a task's status message follows them)."""
+        self._followers[call_id] = (asyncio.get_running_loop(), told)
+        try:
+            yield
+        finally:
+            self._followers.pop(call_id, None)
+
     async def _pump(self, watch: _Watch, send: Send | None) -> None:
         while (event := await watch.queue.get()) is not _END:
             if send is None:
@@ -181,6 +193,10 @@ class ProgressRelay:
         if signal == sig.PROGRESS and "server_log" in event.data:
             return  # a log message, sent on by the call itself (`_server_logs.py`)
         if signal == sig.PROGRESS:
+            followed = self._followers.get(event.call_id)
+            if followed is not None and event.message:
+                with contextlib.suppress(RuntimeError):  # (its loop has closed)
+                    followed[0].call_soon_threadsafe(followed[1], str(event.message))
             key = event.call_id if event.call_id in self._watches else event.parent_call_id
         elif isinstance(event, CallFinished):
             key = event.call_id

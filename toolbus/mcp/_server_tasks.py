@@ -179,7 +179,10 @@ class ServedTasks:
     async def _run(self, task: ServedTask, call: ToolCall, peer: ServedPeer, reply: Reply) -> None:
         watch = asyncio.ensure_future(self._watch(task, peer))
         try:
-            result = await self._calls.run(call, peer)
+            # Its progress is the task's status message (neither version sends
+            # a task's progress as notifications).
+            with self._calls.relay.follow(call.id, lambda text: self._progressed(task, text)):
+                result = await self._calls.run(call, peer)
         except asyncio.CancelledError:
             result = _cancelled(call)
         finally:
@@ -198,6 +201,10 @@ class ServedTasks:
                 )
             )  # fmt: skip
         self._settle(task, answer, task.modern, failed)
+
+    def _progressed(self, task: ServedTask, text: str) -> None:
+        if task.status == "working":
+            self.table.settle(task, "working", text[:1000])
 
     async def _watch(self, task: ServedTask, peer: ServedPeer) -> None:
         """The tool's questions: the task waits for input until they are answered."""
