@@ -8,6 +8,7 @@ and the connection's choice of which calls are tasks."""
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,33 @@ def test_a_connection_speaks_the_protocol_asked(protocol: str) -> None:
 def test_the_protocol_asked_is_checked() -> None:
     with pytest.raises(ValueError, match="protocol must be 'auto', '2025-11-25' or '2026-07-28'"):
         connect("http://127.0.0.1:9/mcp", protocol="2024-11-05")  # type: ignore[typeddict-item]
+
+
+def test_a_polled_tasks_status_messages_are_the_calls_progress(
+    tmp_path: Path, make_executor: MakeExecutor
+) -> None:
+    """2026-07-28: each new `statusMessage` of the task is a `tool:progress`."""
+    from toolbus import bus
+
+    gate = tmp_path / "gate"
+    said = threading.Event()
+
+    def progress(_sender: Any, event: Any, **_: Any) -> None:
+        if event.message == "compiling":
+            said.set()
+
+    with (
+        Executor(served, timeout=60) as server_side,
+        connected("in-process", server_side) as conn,
+    ):
+        local = ToolRegistry()
+        conn.register(local)
+        ex = make_executor(local, timeout=60)
+        subscription = bus.subscribe(progress, bus.PROGRESS, sender=ex)
+        try:
+            handle = ex.submit(ToolCall(name="stage", arguments={"gate": str(gate)}))
+            assert said.wait(30), "the task's status message came as progress"
+            open_gate(gate, "it")
+            assert handle.result(60).output == "built it"
+        finally:
+            subscription.close()

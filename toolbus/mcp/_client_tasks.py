@@ -39,6 +39,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientRequestContext, ClientSession
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
@@ -78,6 +79,8 @@ class Tracked:
     resume: str | None = None
     told: Callable[[str], None] | None = None
     seen: str | None = None
+    # Told each new status message of a polled task, as the call's progress.
+    progress: ProgressFnT | None = None
 
     def made(self, task_id: str) -> None:
         self.seen = task_id
@@ -216,9 +219,17 @@ async def poll_task(session: ClientSession, created: CreatedTask) -> types.CallT
     every = _seconds(created.poll_interval_ms)
     answered: set[str] = set()
     rounds = 0
+    followed = tracking.get()
+    said: list[str] = []
     try:
         while True:
             polled = await _send(session, "tasks/get", task_id=task_id)
+            message = polled.status_message
+            told = followed.progress if followed is not None else None
+            if told is not None and message and (not said or said[-1] != message):
+                said.append(message)
+                with contextlib.suppress(Exception):  # (a progress report never fails it)
+                    await told(float(len(said)), None, message)
             if polled.status == "completed" and polled.result is not None:
                 return types.CallToolResult.model_validate(polled.result, by_name=False)
             if polled.status in ("failed", "cancelled", "completed"):

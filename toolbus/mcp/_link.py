@@ -333,6 +333,7 @@ class Link:
         server's questions through the handlers; or, to leave a question for
         later, by `_input_later.send`; or as a 2025-11-25 task; or, for a task
         made before, by fetching it."""
+        followed.progress = progress
         if followed.resume is not None:
             resume = followed.resume
             followed.made(resume)  # (kept with this call's own intent, for another crash)
