@@ -18,9 +18,10 @@ It also keeps the server's tool list current: a change the server announces
 reconnection, and a call made after the last listing's `ttlMs` ran out each
 list the tools again, in the background, and hand them to `on_tools`.
 
-One piece, a little over 400 lines: the generations, the calls and the
-listings share one state (the live generation, the backoff, the probes),
-touched only from the loop; split, each part would reach into the others.
+One piece, some 570 lines: the generations, the calls, the listings and
+the tasks fetched again after a lost connection share one state (the live
+generation, the backoff, the probes), touched only from the loop; split,
+each part would reach into the others.
 What a server asks during a call is `_asking.py`'s (a question left for later
 `_input_later.py`'s), its roots `_roots.py`'s, the resources followed
 `_resource_updates.py`'s.
