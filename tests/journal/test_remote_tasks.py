@@ -40,9 +40,10 @@ class Deploy(Tool):
         "properties": {"env": {"type": "string"}},
     }
 
-    def __init__(self, known: Any = True) -> None:
+    def __init__(self, known: Any = True, again: bool = True) -> None:
         super().__init__()
         self.known = known
+        self.again = again
         self.seen: list[str | None] = []
 
     def run(self, params: dict[str, Any], ctx: ToolContext) -> str:
@@ -50,7 +51,8 @@ class Deploy(Tool):
         if ctx.remote_task is None:
             ctx.record_remote_task(f"job-{len(self.seen)}")
             return "started"
-        ctx.record_remote_task(ctx.remote_task)  # (for another crash)
+        if self.again:
+            ctx.record_remote_task(ctx.remote_task)  # (for another crash: a no-op)
         return f"fetched {ctx.remote_task}"
 
     def knows_remote_task(self, handle: str) -> Any:
@@ -95,6 +97,21 @@ def test_the_call_made_again_picks_its_work_up_and_keeps_it_for_another_crash(
     with Journal(path) as journal:
         newest = journal.get(CALL.id)
     assert newest is not None and newest.remote_task == "job-1", "recorded again"
+
+
+def test_the_new_intent_holds_the_handle_before_the_old_record_is_let_go(
+    tmp_path: Path,
+) -> None:
+    """A crash just after the pickup must not lose the work: the call's own
+    record holds the handle from its intent on, whatever its tool does."""
+    path = tmp_path / "journal.db"
+    left_in_doubt(path)
+    tool = Deploy(again=False)
+    with executor_of(tool, path) as executor:
+        assert executor.execute(CALL).output == "fetched job-1"
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT id, remote_task FROM calls ORDER BY id").fetchall()
+    assert [handle for _, handle in rows] == ["job-1", "job-1"], rows
 
 
 @pytest.mark.parametrize("handler", [None, never_rerun])

@@ -152,14 +152,16 @@ def test_a_task_asking_what_is_not_offered_is_an_error(make_executor: MakeExecut
     assert r.status == "error" and odd.updates == []
 
 
-@pytest.mark.parametrize("protocol", ["2025-11-25", "2026-07-28"])
-def test_a_connection_speaks_the_protocol_asked(protocol: str) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "speaks"), [("2025-11-25", "2025-11-25"), ("auto", "2026-07-28")]
+)
+def test_a_connection_speaks_the_protocol_asked(protocol: Any, speaks: str) -> None:
     """`connect(protocol=)`: a required tool's call is a task on either."""
     with (
         Executor(served, timeout=60) as server_side,
         connect(build_server(served, server_side), protocol=protocol) as conn,
     ):
-        assert conn.status().protocol_version == protocol
+        assert conn.status().protocol_version == speaks
         tools = ToolRegistry()
         conn.register(tools)
         with Executor(tools, timeout=60) as executor:
@@ -168,8 +170,9 @@ def test_a_connection_speaks_the_protocol_asked(protocol: str) -> None:
 
 
 def test_the_protocol_asked_is_checked() -> None:
-    with pytest.raises(ValueError, match="protocol must be 'auto', '2025-11-25' or '2026-07-28'"):
-        connect("http://127.0.0.1:9/mcp", protocol="2024-11-05")  # type: ignore[typeddict-item]
+    for wrong in ("2024-11-05", "2026-07-28", None):
+        with pytest.raises(ValueError, match="protocol must be 'auto' or '2025-11-25'"):
+            connect("http://127.0.0.1:9/mcp", protocol=wrong)  # type: ignore[typeddict-item]
 
 
 def test_a_polled_tasks_status_messages_are_the_calls_progress(

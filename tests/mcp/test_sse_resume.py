@@ -205,7 +205,7 @@ async def test_another_session_is_sent_nothing_for_an_event_id() -> None:
             priming = await anext(aiter(events(first)))
         gates[name].set()
         async with theirs.resume(priming["id"]) as stolen:
-            assert stolen.status_code == 404  # (a stream it does not keep)
+            assert stolen.status_code == 400  # (a stream it does not keep)
             got = [e async for e in events(stolen)]
         assert not [e for e in got if e.get("data")], got
         async with mine.resume(priming["id"]) as again:
@@ -401,6 +401,14 @@ async def test_a_stream_whose_answer_was_let_go_is_forgotten_whole() -> None:
     await store.store_event("2", message(3))  # the answer of "1" goes: "1" goes whole
     assert not store.knows(first) and store.kept == 2
     assert not store.knows("made-up.1") and not store.knows("nodot")
+
+
+async def test_many_answered_streams_hold_no_memory_beyond_the_bound() -> None:
+    store = SessionEvents(max_events=10)
+    for n in range(1000):
+        await store.store_event(str(n), types.JSONRPCResponse(jsonrpc="2.0", id=n, result={}))
+    assert store.kept == 10
+    assert len(store._tokens) == 10 and len(store._answered) <= 2 * 10 + 64
 
 
 async def test_a_quiet_stream_keeps_its_id_and_an_answered_one_goes_after_keep() -> None:

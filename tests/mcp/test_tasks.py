@@ -3,6 +3,8 @@ owners, the bound on how many are kept, pages, and terminal states."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from toolbus.mcp._tasks import TaskTable
@@ -127,3 +129,23 @@ def test_an_evicted_task_is_told() -> None:
     first = tasks.create("a", "t")
     assert first is not None and tasks.settle(first, "completed")
     assert tasks.create("a", "t") is not None and let_go == [first]
+
+
+def test_the_mcp_name_header_names_a_task_or_none() -> None:
+    """Over HTTP (2026-07-28) `Mcp-Name` mirrors the task id: decoded as the
+    SDK encodes it; one that cannot be decoded names no task (a mismatch,
+    as the SDK takes it for `tools/call`); absent, or another version: None."""
+    from types import SimpleNamespace
+
+    from mcp.shared.inbound import encode_header_value
+
+    from toolbus.mcp._task_protocol import named_task
+
+    def ctx(headers: dict[str, str], version: str = "2026-07-28") -> Any:
+        return SimpleNamespace(request=SimpleNamespace(headers=headers), protocol_version=version)
+
+    assert named_task(ctx({"mcp-name": "abc"})) == "abc"
+    assert named_task(ctx({"mcp-name": encode_header_value("ä x")})) == "ä x"
+    assert named_task(ctx({"mcp-name": "=?base64?!!!?="})) == ""
+    assert named_task(ctx({})) is None
+    assert named_task(ctx({"mcp-name": "abc"}, "2025-11-25")) is None

@@ -189,10 +189,10 @@ class GroupCommit:
         if kind == INTENT:
             applied.done.append(self._intent(conn, op, counts))
         elif kind == LATE_INTENT:
-            _, session, seq, call_id, tool, args, key, batch_id, at, digest = op
+            _, session, seq, call_id, tool, args, key, batch_id, at, digest, remote = op
             conn.execute(
                 store.INSERT_LATE_CALL,
-                (session, seq, call_id, tool, args, key, batch_id, at, digest),
+                (session, seq, call_id, tool, args, key, batch_id, at, digest, remote),
             )
             counts["intents"] += 1
         elif kind == ATTEMPT:
@@ -220,7 +220,9 @@ class GroupCommit:
     def _intent(
         self, conn: sqlite3.Connection, op: tuple[Any, ...], counts: dict[str, int]
     ) -> tuple[Future[Any], Any]:
-        _, session, seq, call_id, tool, args, key, batch_id, at, digest, replayable, fut = op
+        _, session, seq, call_id, tool, args, key, batch_id, at, digest, replayable, remote, fut = (
+            op
+        )
         # From now on the caller cannot cancel it: it will get what was written.
         # A caller that stopped waiting (cancelled, or its wait timed out) runs
         # its call, or not, on its own: it is never recorded as a replay.
@@ -243,7 +245,7 @@ class GroupCommit:
                     log.warning("journal: record %s holds an unreadable result: %s", row[0], e)
         conn.execute(
             store.INSERT_CALL,
-            (session, seq, call_id, tool, args, key, batch_id, at, digest, replay_of),
+            (session, seq, call_id, tool, args, key, batch_id, at, digest, replay_of, remote),
         )
         counts["intents"] += 1
         return fut, recorded

@@ -76,7 +76,8 @@ class CommitFailures:
             if kind == INTENT:
                 resolve(op[-1], error=error)  # the caller runs its call unjournaled
                 unjournaled.append(str(op[3]))
-                kept.append((LATE_INTENT, *op[1:-2]))  # (without replayable, future)
+                # (without replayable and future; its remote task last)
+                kept.append((LATE_INTENT, *op[1:-3], op[-2]))
             elif kind in KEPT:
                 kept.append(op)
             elif kind in (SESSION, FLUSH):

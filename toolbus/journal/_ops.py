@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 # Operation kinds (the first item of each queued tuple).
-# (INTENT, session, seq, call_id, tool, args, key, batch_id, at, digest, replayable, future)
+# (INTENT, session, seq, call_id, tool, args, key, batch_id, at, digest, replayable, remote,
+#  future): `remote` the call's remote task when it picks one up (after a crash)
 INTENT = 1
 ATTEMPT = 2  # (ATTEMPT, session, seq, n, status, duration, at, call_id)
 OUTCOME = 3  # (OUTCOME, session, seq, result, at)
@@ -49,7 +50,8 @@ STOP = 7  # (STOP, future)
 PRUNE = 8  # (PRUNE, future): prune now; the future gets how many records went
 # An intent whose caller no longer waits (its commit failed: the call ran
 # unjournaled), kept to be written late so that its outcome has a record.
-LATE_INTENT = 9  # (LATE_INTENT, session, seq, call_id, tool, args, key, batch_id, at, digest)
+# (LATE_INTENT, session, seq, call_id, tool, args, key, batch_id, at, digest, remote)
+LATE_INTENT = 9
 REMOTE_TASK = 10  # (REMOTE_TASK, session, seq, handle, call_id)
 SYNCED = frozenset({INTENT, SESSION, FLUSH, STOP})
 WAITED = frozenset({INTENT, SESSION, FLUSH, STOP, PRUNE})  # their last item is a future

@@ -143,6 +143,7 @@ class Session:
                     origin.arguments if run.keyed is None else run.keyed, self._secret
                 ),
                 replayable,
+                run.remote_task,  # (picked up after a crash: kept with this intent at once)
             )
         except JournalClosed as e:  # closed before the executor, or failed: never waits
             return self._unjournaled(run, str(e) or "the journal was closed")

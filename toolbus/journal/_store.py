@@ -285,12 +285,12 @@ FIND_OK = (
 ANY_OK = "SELECT 1 FROM calls WHERE key = ? AND tool = ? AND status = 'ok' LIMIT 1"
 INSERT_CALL = (
     "INSERT INTO calls (session, seq, call_id, tool, arguments, key, batch_id, started, "
-    "args_digest, replay_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "args_digest, replay_of, remote_task) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # An intent written after its commit failed (its call ran meanwhile): never a replay.
 INSERT_LATE_CALL = (
     "INSERT OR IGNORE INTO calls (session, seq, call_id, tool, arguments, key, batch_id, "
-    "started, args_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "started, args_digest, remote_task) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_ATTEMPT = (
     "INSERT OR REPLACE INTO attempts (call, n, status, duration, at) "

@@ -66,7 +66,7 @@ attempt, since transports are single-use)."""
 
 _CLIENT_INFO = types.Implementation(name="toolbus", version=__version__)
 
-ProtocolChoice = Literal["auto", "2025-11-25", "2026-07-28"]
+ProtocolChoice = Literal["auto", "2025-11-25"]
 
 
 class ConnectOptions(TypedDict, total=False):
@@ -91,8 +91,10 @@ class ConnectOptions(TypedDict, total=False):
 _CONNECT_KEYWORDS = keywords_of(ConnectOptions)
 
 # `protocol=` as the SDK's client says it: the initialize handshake for
-# 2025-11-25 (as servers before 2026-07-28 speak it), a pin for 2026-07-28.
-_MODES: dict[str, str] = {"auto": "auto", "2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
+# 2025-11-25 (as servers before 2026-07-28 speak it). (No pin of 2026-07-28:
+# the SDK's pin skips `server/discover`, and with it the server's name and
+# capabilities, its tool-list changes among them.)
+_MODES: dict[str, str] = {"auto": "auto", "2025-11-25": "legacy"}
 
 
 def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
@@ -142,9 +144,7 @@ def _settings(options: ConnectOptions, where: str) -> ConnectOptions:
 
 def _protocol(value: object, where: str) -> ProtocolChoice:
     if not isinstance(value, str) or value not in _MODES:
-        raise ValueError(
-            f"{where}: protocol must be 'auto', '2025-11-25' or '2026-07-28', got {value!r}"
-        )
+        raise ValueError(f"{where}: protocol must be 'auto' or '2025-11-25', got {value!r}")
     return cast(ProtocolChoice, value)
 
 
@@ -190,9 +190,8 @@ def connect(target: MCPTarget, **options: Unpack[ConnectOptions]) -> MCPConnecti
     `tasks` (`"auto"`, `"always"`, `"never"`): which calls are made as MCP
     tasks, whose results toolbus fetches (`_client_tasks.py`): `"auto"` those
     of tools the server says must be, `"always"` those it allows too.
-    `protocol`: `"auto"` (the default: the newest both sides speak),
-    `"2025-11-25"` (the initialize handshake, as before 2026-07-28) or
-    `"2026-07-28"` (that version, without asking the server first).
+    `protocol`: `"auto"` (the default: the newest both sides speak) or
+    `"2025-11-25"` (the initialize handshake, as before 2026-07-28).
     """
     return _connect(target, _settings(options, "connect"))
 

@@ -97,7 +97,7 @@ def http_app(
     back for the rest on a stream that stays open to the answer (None: never).
     `task_after`: see `build_server`."""
     _check_guards(token, oauth)
-    poll_after, retry_ms = check_streams(poll_after, reconnect_after)
+    poll_after, retry_ms = check_streams(poll_after, reconnect_after, "http_app", task_after)
     resumption = Resumption(polled=poll_after is not None)
     poll = None
     if poll_after is not None:
@@ -116,13 +116,18 @@ def http_app(
 
 
 def check_streams(
-    poll_after: object, reconnect_after: object, owner: str = "http_app"
+    poll_after: object,
+    reconnect_after: object,
+    owner: str = "http_app",
+    task_after: object = TASK_AFTER,
 ) -> tuple[float | None, int]:
-    """`poll_after` (None or seconds >= 0) and `reconnect_after` (seconds >=
-    0, in milliseconds), checked: `TypeError`/`ValueError` naming `owner`."""
+    """`poll_after` (None or seconds >= 0), `reconnect_after` (seconds >= 0,
+    returned in milliseconds) and `task_after` (seconds >= 0), checked:
+    `TypeError`/`ValueError` naming `owner`."""
     if poll_after is not None:
         poll_after = non_negative_number(poll_after, "poll_after", owner)
     retry = non_negative_number(reconnect_after, "reconnect_after", owner)
+    non_negative_number(task_after, "task_after", owner)
     return poll_after, round(1000 * retry)
 
 
@@ -273,7 +278,7 @@ async def aserve_http(
     closed at the end. `poll_after`, `reconnect_after` and `task_after`: see `http_app`.
     """
     loopback = check_exposure(host, token, oauth)
-    check_streams(poll_after, reconnect_after, "serve_http")
+    check_streams(poll_after, reconnect_after, "serve_http", task_after)
     if oauth is not None:
         await oauth._keys.warm()
     own = executor is None

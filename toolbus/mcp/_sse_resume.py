@@ -209,6 +209,9 @@ class SessionEvents(EventStore):
         oldest = self._clock() - self._keep
         while self._answered and (self._answered[0].answered or 0.0) < oldest:
             self._drop(self._answered.popleft())
+        if len(self._answered) > 2 * self._max + 64:
+            # (Streams dropped with their evicted answer, waiting to age out.)
+            self._answered = deque(s for s in self._answered if s.token in self._tokens)
         if len(self._order) > 2 * self._max + 64:
             # Entries of events let go with their stream stay until compacted.
             self._order = deque((n, s) for n, s in self._order if s.events and s.events[0][0] <= n)
@@ -232,6 +235,7 @@ class SessionEvents(EventStore):
 
     def knows(self, event_id: str) -> bool:
         """Whether `event_id` names a stream this session still keeps."""
+        self._prune()
         return event_id.rpartition(".")[0] in self._tokens
 
 
@@ -304,7 +308,9 @@ class Resumption:
                 return
             if scope.get("method") == "GET" and self._forgotten(scope):
                 # A stream this session no longer keeps (its answer let go, or
-                # never its): 404, after which a client stops coming back.
+                # never its): 400, after which a client stops coming back. (Not
+                # 404: on a request with a session id, that says the session
+                # is gone, and a client would start another.)
                 await _gone(send)
                 return
             response = _Response()
@@ -326,12 +332,12 @@ class Resumption:
 
 
 async def _gone(send: Any) -> None:
-    body = b"404: this session keeps no stream for that Last-Event-ID\n"
+    body = b"400: this session keeps no stream for that Last-Event-ID\n"
     headers = [
         (b"content-type", b"text/plain; charset=utf-8"),
         (b"content-length", b"%d" % len(body)),
     ]
-    await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

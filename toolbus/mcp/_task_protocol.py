@@ -181,12 +181,16 @@ INPUT_RESPONSE: TypeAdapter[Any] = TypeAdapter(typing.get_args(types.InputRespon
 
 
 def named_task(ctx: ServerRequestContext[Any]) -> str | None:
-    """The request's `Mcp-Name` header over HTTP (2026-07-28), decoded."""
+    """The request's `Mcp-Name` header over HTTP (2026-07-28), decoded; ""
+    for one that cannot be (it names no task)."""
     headers = getattr(ctx.request, "headers", None)
     if headers is None or not modern(ctx):
         return None
     value = headers.get(MCP_NAME_HEADER)
-    return decode_header_value(value) if value is not None else None
+    if value is None:
+        return None
+    decoded = decode_header_value(value)
+    return decoded if decoded is not None else ""
 
 
 def error_code_of(result: types.CallToolResult) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any
 from ..in_doubt import InDoubtCall, Rerun, as_decision, failed_decision, in_doubt_result
 from ..journal._encode import arguments_digest
 from ..journal._ops import KeyReused, Unjournaled
+from ..journal._records import JournalRecord
 from ..models import ErrorCode, generated_id
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, JOURNALING, Run
@@ -46,6 +47,13 @@ def before_journaled(run: Run, svc: Services) -> Steps:
     calls = svc.in_doubt
     if calls is not None and calls.pending:
         decided = yield from _in_doubt(run, svc)
+        if isinstance(decided, JournalRecord):
+            # Its remote task picked up: kept with this call's own intent
+            # first, and only then is the old record let go (a crash between
+            # the two must not lose the handle).
+            recorded = yield from _intent(run, svc)
+            calls.settled(decided)
+            return recorded
         if decided is not None:
             if decided.status == "ok":
                 # Skipped: it did happen. Recorded as this call's outcome, so
@@ -86,7 +94,8 @@ def _through_gate(run: Run, gate: Callable[[], Awaitable[Any]]) -> Steps:
 
 def _in_doubt(run: Run, svc: Services) -> Steps:
     """The in-doubt rule for a call whose tool and key a dead process left in
-    doubt: None (it runs: an idempotent tool, a handler's `Rerun`), or its result."""
+    doubt: None (it runs: an idempotent tool, a handler's `Rerun`), its
+    result, or the record whose remote task it picks up (it runs)."""
     calls = svc.in_doubt
     assert calls is not None
     origin = run.origin
@@ -118,9 +127,8 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
                 )
             return None
         if known:
-            calls.settled(record)
             run.remote_task = handle  # its tool picks the work up: nothing runs twice
-            return None
+            return record  # (let go once the new intent holds the handle)
     if calls.handler is None:
         # Nobody to ask (the record was taken for its remote task alone):
         # it runs again, as a call in doubt does without a handler.
@@ -170,7 +178,13 @@ def _still_known(run: Run, tool: Any, handle: str) -> Steps:
         raise
     except BaseException as e:
         if run.is_live(1):
-            log_contained(f"checking the remote task of call {run.call.id} failed", e, run.scrubber)
+            # One line: a server that cannot be reached is no program error.
+            log.warning(
+                "call %s: whether its remote task still runs could not be told (%s: %s)",
+                run.call.id,
+                type(e).__name__,
+                run.scrubber.text(str(e))[:300],
+            )
         return None
     if not isinstance(known, bool):
         log.warning(
