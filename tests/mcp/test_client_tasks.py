@@ -7,8 +7,10 @@ and the connection's choice of which calls are tasks."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +20,29 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor, wait_until
 from tests.mcp_servers.peers import use_peer
+from tests.mcp_servers.serving import served_in_thread
 from tests.mcp_servers.task_tools import open_gate
 from tests.mcp_servers.task_tools import registry as served
 from toolbus import Executor, ToolCall, ToolRegistry
 from toolbus.mcp import MCPConnection, build_server, connect, connect_stdio
+from toolbus.mcp._serve_http import http_app
 
 ROOT = Path(__file__).resolve().parents[2]
-PEERS = ["in-process", "in-process-legacy", "stdio", "stdio-legacy"]
+PEERS = ["in-process", "in-process-legacy", "stdio", "stdio-legacy", "http", "http-legacy"]
 
 
 def name_please(request: Any) -> Any:
     return request.accept({"name": "Ada"})
 
 
-def connected(peer: str, server_side: Executor | None, **options: Any) -> MCPConnection:
+def connected(peer: str, server_side: Executor | None, **options: Any) -> Any:
     options.setdefault("elicitation", name_please)
     if peer.startswith("in-process"):
         assert server_side is not None
         return connect(build_server(served, server_side, task_after=0.2), **options)
+    if peer.startswith("http"):
+        assert server_side is not None
+        return _over_http(server_side, **options)
     args = ["-c", "from toolbus.cli import main; main()", "mcp", "serve",
             "tests.mcp_servers.task_tools:registry", "--timeout", "60"]  # fmt: skip
     return connect_stdio(
@@ -43,12 +50,22 @@ def connected(peer: str, server_side: Executor | None, **options: Any) -> MCPCon
     )
 
 
+@contextlib.contextmanager
+def _over_http(server_side: Executor, **options: Any) -> Iterator[MCPConnection]:
+    """A connection to `served` over HTTP (uvicorn on a thread)."""
+    with (
+        served_in_thread(http_app(served, server_side, task_after=0.2)) as url,
+        connect(url, **options) as conn,
+    ):
+        yield conn
+
+
 @pytest.mark.parametrize("peer", PEERS)
 def test_tools_called_as_tasks(
     peer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_executor: MakeExecutor
 ) -> None:
     use_peer(peer, monkeypatch)
-    server_side = Executor(served, timeout=60) if peer.startswith("in-process") else None
+    server_side = Executor(served, timeout=60) if not peer.startswith("stdio") else None
     try:
         with connected(peer, server_side, tasks="always") as conn:
             local = ToolRegistry()
