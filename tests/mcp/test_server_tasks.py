@@ -508,3 +508,48 @@ async def test_a_tasks_status_message_follows_its_progress(mode: str, tmp_path: 
 
 async def _is(value: Any, expected: str) -> bool:
     return bool(await value == expected)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Ada",
+        3,
+        {},
+        {"action": "maybe"},
+        {"roots": []},
+        {"action": "accept", "content": {"name": 7}},
+    ],
+)
+async def test_2026_an_answer_that_cannot_be_used_is_refused_and_the_question_stays(
+    answer: Any,
+) -> None:
+    """tasks/update refuses an unusable answer to a question it asked (-32602),
+    taking none of its answers; the question can be answered again."""
+    async with serving("memory") as target, modern(target, Tasks()) as client:
+        session = client.session
+        created = await session.call_tool("ask_name", {}, allow_claimed=True)
+        assert isinstance(created, Created)
+
+        async def asking() -> bool:
+            got = await send(session, "tasks/get", task_id=created.task_id)
+            return got.status == "input_required"
+
+        await wait_until_async(asking, 30, "the question")
+        (key,) = (await send(session, "tasks/get", task_id=created.task_id)).input_requests or {}
+        with pytest.raises(MCPError) as refused:
+            await send(session, "tasks/update", task_id=created.task_id,
+                       input_responses={key: answer, "unasked": 1})  # fmt: skip
+        assert (
+            refused.value.error.code == types.INVALID_PARAMS and key in refused.value.error.message
+        )
+        still = await send(session, "tasks/get", task_id=created.task_id)
+        assert still.status == "input_required" and key in (still.input_requests or {})
+        good = {"action": "accept", "content": {"name": "Ada"}}
+        await send(session, "tasks/update", task_id=created.task_id, input_responses={key: good})
+
+        async def done() -> bool:
+            got = await send(session, "tasks/get", task_id=created.task_id)
+            return got.status == "completed"
+
+        await wait_until_async(done, 30, "the task's end")

@@ -40,6 +40,7 @@ from mcp.server.connection import allowed_log_levels
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from ..tools import ElicitationAnswer, InputUnavailable, LogLevel
 from ..tools._peer import LOG_LEVELS, peer_of
@@ -286,6 +287,17 @@ def _check_schema(schema: Mapping[str, Any]) -> None:
         schema_validator(dict(schema), formats=True)
     except SchemaError as e:
         raise ValueError(f"the elicitation schema is not valid JSON Schema: {e.message}") from None
+
+
+def reply_problem(schema: Mapping[str, Any] | None, value: Any) -> str | None:
+    """Why `value` cannot answer a question whose form is `schema` (None: it can)."""
+    try:
+        reply = types.ElicitResult.model_validate(value, by_name=False)
+    except ValidationError as e:
+        return f"not an answer to a request for input ({e.error_count()} problem(s))"
+    if reply.action != "accept" or schema is None:
+        return None
+    return _against(schema, dict(reply.content or {})) or None
 
 
 def _against(schema: Mapping[str, Any], data: dict[str, Any]) -> str:

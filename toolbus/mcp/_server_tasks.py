@@ -46,11 +46,10 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import HEADER_MISMATCH
-from pydantic import ValidationError
 
 from ..models import ErrorCode, ToolCall, ToolResult
 from ._server_calls import ServedCalls
-from ._server_peer import Question, ServedPeer
+from ._server_peer import Question, ServedPeer, reply_problem
 from ._task_protocol import (
     INPUT_RESPONSE,
     MISSING_CAPABILITY,
@@ -401,12 +400,19 @@ class ServedTasks:
             raise MCPError(types.METHOD_NOT_FOUND, "tasks/update is a 2026-07-28 method")
         task = self._find(ctx, params.task_id)
         replies = params.input_responses or {}
-        for key in [k for k in replies if k in task.questions]:
-            question, peer = task.questions.pop(key)
-            try:
-                reply = INPUT_RESPONSE.validate_python(replies[key], by_name=False)
-            except ValidationError:
-                reply = replies[key]  # (no answer: the question is answered so)
+        asked = [k for k in replies if k in task.questions]
+        for key in asked:  # all checked before any is taken: a refusal takes none
+            problem = await asyncio.to_thread(
+                reply_problem, task.questions[key][0].schema, replies[key]
+            )
+            if problem is not None:
+                raise MCPError(types.INVALID_PARAMS, f"inputResponses[{key!r}]: {problem}")
+        for key in asked:
+            taken = task.questions.pop(key, None)
+            if taken is None:
+                continue  # (answered meanwhile by another tasks/update)
+            question, peer = taken
+            reply = INPUT_RESPONSE.validate_python(replies[key], by_name=False)
             await peer.answer([question], {key: reply})
         if not task.questions and task.status == "input_required":
             self.table.settle(task, "working")
