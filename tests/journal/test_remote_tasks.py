@@ -9,6 +9,7 @@ its outcome taken away (its owner is gone: the executor was closed).
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +46,7 @@ class Deploy(Tool):
         self.known = known
         self.again = again
         self.seen: list[str | None] = []
+        self.asked = threading.Event()
 
     def run(self, params: dict[str, Any], ctx: ToolContext) -> str:
         self.seen.append(ctx.remote_task)
@@ -56,6 +58,7 @@ class Deploy(Tool):
         return f"fetched {ctx.remote_task}"
 
     def knows_remote_task(self, handle: str) -> Any:
+        self.asked.set()
         if isinstance(self.known, Exception):
             raise self.known
         return self.known
@@ -112,6 +115,29 @@ def test_the_new_intent_holds_the_handle_before_the_old_record_is_let_go(
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT id, remote_task FROM calls ORDER BY id").fetchall()
     assert [handle for _, handle in rows] == ["job-1", "job-1"], rows
+
+
+def test_a_call_cancelled_while_its_intent_is_written_leaves_the_work_in_doubt(
+    tmp_path: Path,
+) -> None:
+    """It never picked the work up: the next call of the key does (the tool
+    runs once), rather than finding nothing in doubt and starting over."""
+    path = tmp_path / "journal.db"
+    left_in_doubt(path)
+    tool = Deploy()
+    with executor_of(tool, path, journal_timeout=60) as executor:
+        holder = sqlite3.connect(path, timeout=5, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # the journal's write lock, held elsewhere
+        try:
+            handle = executor.submit(CALL)
+            assert tool.asked.wait(30), "the work was checked: its intent comes next"
+            handle.cancel()
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert handle.result(30).error_code == ErrorCode.CANCELLED
+        again = executor.execute(CALL)
+    assert again.output == "fetched job-1" and tool.seen == ["job-1"], again
 
 
 @pytest.mark.parametrize("handler", [None, never_rerun])

@@ -51,8 +51,14 @@ def before_journaled(run: Run, svc: Services) -> Steps:
             # Its remote task picked up: kept with this call's own intent
             # first, and only then is the old record let go (a crash between
             # the two must not lose the handle).
+            # The old record is let go when the tool's attempt starts with the
+            # handle (`_steps.py`), and put back if the call ends before
+            # (`_results.py`): a call cancelled meanwhile never picked the work
+            # up, and the next call of the key must.
+            run.remote_record = (calls, decided)
             recorded = yield from _intent(run, svc)
-            calls.settled(decided)
+            if recorded is not None and (taken := run.take_remote_record()) is not None:
+                taken[0].restore(taken[1])  # (it will not run: nothing picked up)
             return recorded
         if decided is not None:
             if decided.status == "ok":

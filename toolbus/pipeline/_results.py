@@ -110,6 +110,8 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
             scrubber = scrubber.for_model()
     if not run.try_complete(result):
         return False
+    if run.remote_record is not None and (taken := run.take_remote_record()) is not None:
+        taken[0].restore(taken[1])  # ended before its tool picked the work up
     if run.consulted or run.delayed_by is not None:
         # Ours now: the policies that let the call through see how it ended
         # (and a spill or cache may hand back another result to publish).

@@ -112,6 +112,7 @@ class Run:
         "priority",
         "read_only",
         "refusal",
+        "remote_record",
         "remote_task",
         "result",
         "retry_delay",
@@ -163,6 +164,7 @@ class Run:
         self.keyed: Any = None  # the arguments the key stands for if not origin's (an edit's)
         self.journaled = False  # its intent is in the journal: record its outcome too
         self.remote_task: str | None = None  # its work elsewhere (`record_remote_task`)
+        self.remote_record: Any = None  # (the index, the record in doubt) it picks up
         self.judged: str | None = None  # the request its decision decided (`_decisions.py`)
         self.spend: Any = None  # a decision checked (and spent) when it runs
         # Why the supervisor let the current attempt go ("timeout", "cancelled").
@@ -327,6 +329,12 @@ class Run:
         """Before submission: drop its policies of type `kind` (an approval of
         its caller covers them)."""
         self.policies = tuple(p for p in self.policies if not isinstance(p, kind))
+
+    def take_remote_record(self) -> Any:
+        """The record in doubt whose work it picks up, once (None after)."""
+        with self._lock:
+            taken, self.remote_record = self.remote_record, None
+        return taken
 
     def note_journaled(self) -> None:
         """The journal holds its intent: record its outcome there too."""

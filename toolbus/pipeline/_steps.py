@@ -219,6 +219,8 @@ def attempt(
     # Handed to the first attempt after a crash only: a later attempt in this
     # process starts its own work (the one before was cancelled, or ended).
     run.remote_task = None
+    if run.remote_record is not None and (picked := run.take_remote_record()) is not None:
+        picked[0].settled(picked[1])  # its work is picked up: the old record goes
     start = time.monotonic()
     error: BaseException | None = None
     value: Any = None
