@@ -6,11 +6,13 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from toolbus import Executor, ToolRegistry, bus
+
+T = TypeVar("T")
 
 MakeExecutor = Callable[..., Executor]
 
@@ -68,6 +70,27 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         time.sleep(every)  # poll interval of the wait, not a stand-in for it
+
+
+def at_once(n: int, work: Callable[[int], T], timeout: float = 60.0) -> list[T]:
+    """`work(i)` for i in range(n), each on a thread of its own, all released
+    together (a barrier); what they returned, in the order they finished."""
+    start = threading.Barrier(n)
+    results: list[T] = []
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        start.wait()
+        got = work(i)
+        with lock:
+            results.append(got)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return results
 
 
 async def wait_until_async(

@@ -8,14 +8,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
-from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
+from tests.conftest import MakeExecutor, at_once
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
 from toolbus.approvals import ApprovalDecision, ApprovalRequest
 from toolbus.policies import requires_approval
 
@@ -170,21 +169,7 @@ def test_a_single_use_decision_runs_once_from_sixteen_threads(make_executor: Mak
     ran: list[dict[str, Any]] = []
     ex = make_executor(registry(ran), max_parallel=16)
     once = ex.approve(ask(ex), single_use=True)
-    results: list[ToolResult] = []
-    lock = threading.Lock()
-    start = threading.Barrier(16)
-
-    def use() -> None:
-        start.wait()
-        r = ex.execute(CALL, approval=once)
-        with lock:
-            results.append(r)
-
-    threads = [threading.Thread(target=use) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = at_once(16, lambda _: ex.execute(CALL, approval=once))
     assert sorted(r.status for r in results) == ["ok"] + ["rejected"] * 15
     assert {r.error_code for r in results if not r.ok} == {ErrorCode.DECISION_EXPIRED}
     assert len(ran) == 1

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, at_once
 from toolbus import ErrorCode, ToolCall, ToolRegistry, ToolResult, agent_run
 from toolbus.policies import Admit, Halt, Reject, requires_approval, run_limit
 
@@ -105,23 +105,14 @@ def test_sixteen_threads_submitting_one_run_admit_exactly_the_limit(
 ) -> None:
     limit = run_limit(50)
     ex = make_executor(registry(), policies=[limit], max_parallel=16)
-    results: list[ToolResult] = []
-    lock = threading.Lock()
-    start = threading.Barrier(16)
 
-    def submit(t: int) -> None:
-        start.wait()
+    def submit(t: int) -> list[ToolResult]:
         with agent_run("shared"):
-            for k in range(5):
-                got = ex.execute_batch(calls(2, prefix=f"t{t}k{k}c")).results
-                with lock:
-                    results.extend(got)
+            return [
+                r for k in range(5) for r in ex.execute_batch(calls(2, prefix=f"t{t}k{k}c")).results
+            ]
 
-    threads = [threading.Thread(target=submit, args=(t,)) for t in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = [r for got in at_once(16, submit) for r in got]
     assert len(results) == 160  # one result per call
     statuses = [r.status for r in results]
     assert statuses.count("ok") == 50

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, at_once
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
 from toolbus.approvals import ExternalRequest
 
@@ -113,26 +113,11 @@ def test_external_is_checked_at_registration() -> None:
 
 @pytest.mark.parametrize("journal", [False, True])
 def test_completed_once_from_sixteen_threads(tmp_path: Path, journal: bool) -> None:
-    import threading
 
     options: dict[str, Any] = {"journal": tmp_path / "j.sqlite"} if journal else {}
     with Executor(registry(), **options) as ex:
         request = ask(ex)
-        start = threading.Barrier(16)
-        results: list[Any] = []
-        lock = threading.Lock()
-
-        def complete() -> None:
-            start.wait()
-            r = ex.complete(request, 15)
-            with lock:
-                results.append(r)
-
-        threads = [threading.Thread(target=complete) for _ in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        results = at_once(16, lambda _: ex.complete(request, 15))
     assert sorted(r.status for r in results) == ["ok"] + ["rejected"] * 15
     assert {r.error_code for r in results if not r.ok} == {ErrorCode.DECISION_EXPIRED}
 
