@@ -57,6 +57,18 @@ _KINDS: dict[str, type[ApprovalRequest]] = {
 }
 
 
+def _row(request: ApprovalRequest, held: float) -> tuple[Any, ...]:
+    """A request's columns of `pending`, up to when it was held."""
+    return (
+        request.digest,
+        request.call_id,
+        _kind(request),
+        request.tool,
+        request.model_dump_json(),
+        held,
+    )
+
+
 def _kind(request: ApprovalRequest) -> str:
     if isinstance(request, InputRequest):
         return "input"
@@ -120,15 +132,7 @@ class HeldApprovals(Minting):
             (
                 "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held, "
                 "agent_run, claimed) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-                (
-                    request.digest,
-                    request.call_id,
-                    _kind(request),
-                    request.tool,
-                    request.model_dump_json(),
-                    now,
-                    agent_run,
-                ),
+                (*_row(request, now), agent_run),
             ),
         )
 
@@ -151,14 +155,7 @@ class HeldApprovals(Minting):
                 (
                     "INSERT OR IGNORE INTO pending (digest, call_id, kind, tool, request, held) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        request.digest,
-                        request.call_id,
-                        _kind(request),
-                        request.tool,
-                        request.model_dump_json(),
-                        now,
-                    ),
+                    _row(request, now),
                 ),
                 (
                     "UPDATE pending SET claimed = ? WHERE digest = ? AND call_id = ? "
