@@ -98,10 +98,10 @@ def http_app(
     `task_after`: see `build_server`."""
     _check_guards(token, oauth)
     poll_after, retry_ms = check_streams(poll_after, reconnect_after, "http_app", task_after)
-    resumption = Resumption(polled=poll_after is not None)
+    resumption = Resumption()
     poll = None
     if poll_after is not None:
-        poll = functools.partial(close_when_polled, resumption, after=poll_after)
+        poll = functools.partial(close_when_polled, after=poll_after)
     server = build_server(registry, executor, name=name, task_after=task_after, poll=poll)
     app: Any = server.streamable_http_app(
         streamable_http_path=MCP_PATH,

@@ -26,7 +26,6 @@ id to come back with).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import secrets
 import time
 import weakref
@@ -58,11 +57,9 @@ class _Response:
     primed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-# The response of the request being handled: the store reads it when a
-# stream is opened (its priming event is stored from inside that request).
-_response: contextvars.ContextVar[_Response | None] = contextvars.ContextVar(
-    "toolbus_sse_response", default=None
-)
+# Where `watch` leaves a request's `_Response` in its ASGI scope, which the
+# request's context carries to the call (`ServerRequestContext.request`).
+RESPONSE_KEY = "toolbus.sse_response"
 
 
 @dataclass(eq=False)
@@ -90,8 +87,7 @@ class SessionEvents(EventStore):
     to its answer, and then the replayed stream ends. (The SDK would follow a
     replay with a live stream of its own, but an event that comes while it
     opens that one is lost to it.) It ends too when the session does
-    (`close`). With `watch_openings`, the store also knows the response that
-    opened each stream (`opened`), so that it can be closed once primed.
+    (`close`).
     """
 
     def __init__(
@@ -99,12 +95,10 @@ class SessionEvents(EventStore):
         *,
         max_events: int = MAX_EVENTS,
         keep: float = KEEP,
-        watch_openings: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._max = max_events
         self._keep = keep
-        self._watch_openings = watch_openings
         self._clock = clock
         self._n = 0
         self._kept = 0
@@ -112,8 +106,6 @@ class SessionEvents(EventStore):
         self._current: dict[str, _Stream] = {}  # by stream id: the stream open under it
         self._tokens: dict[str, _Stream] = {}
         self._answered: deque[_Stream] = deque()  # in the order of their answers
-        self._opened: dict[str, _Response] = {}
-        self._opening: dict[str, asyncio.Event] = {}
         self._closed = asyncio.Event()
 
     async def store_event(self, stream_id: str, message: types.JSONRPCMessage | None) -> str:
@@ -133,12 +125,6 @@ class SessionEvents(EventStore):
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             stream.answered = self._clock()
             self._answered.append(stream)
-            self._opened.pop(stream_id, None)  # answered: no closing left to do
-        elif message is None and self._watch_openings and (response := _response.get()):
-            # A priming event, stored by the request that opens the stream.
-            self._opened[stream_id] = response
-            if (opening := self._opening.pop(stream_id, None)) is not None:
-                opening.set()
         stream.grown.set()
         stream.grown = asyncio.Event()
         return f"{stream.token}.{self._n}"
@@ -193,17 +179,6 @@ class SessionEvents(EventStore):
         store is there with its truth, and an empty one must be.)"""
         return self._kept
 
-    async def opened(self, stream_id: str) -> _Response:
-        """The response that opened `stream_id` (stored its priming event)."""
-        while (response := self._opened.get(stream_id)) is None:
-            await self._opening.setdefault(stream_id, asyncio.Event()).wait()
-        return response
-
-    def forget(self, stream_id: str) -> None:
-        """Stop watching `stream_id` (its call ended)."""
-        self._opened.pop(stream_id, None)
-        self._opening.pop(stream_id, None)
-
     def _prune(self) -> None:
         """Let go of the streams answered more than `keep` seconds ago."""
         oldest = self._clock() - self._keep
@@ -243,12 +218,9 @@ class Resumption:
     """Resumable streams for one HTTP app: a store per session, and a watch
     on each response (see the module's doc)."""
 
-    def __init__(
-        self, *, max_events: int = MAX_EVENTS, keep: float = KEEP, polled: bool = False
-    ) -> None:
+    def __init__(self, *, max_events: int = MAX_EVENTS, keep: float = KEEP) -> None:
         self._max_events = max_events
         self._keep = keep
-        self._polled = polled
         self._stores: weakref.WeakValueDictionary[str, SessionEvents] = (
             weakref.WeakValueDictionary()
         )
@@ -267,9 +239,7 @@ class Resumption:
         def admit_resumable(*args: Any, **kwargs: Any) -> Any:
             transport = admit(*args, **kwargs)
             if transport is not None:
-                store = SessionEvents(
-                    max_events=self._max_events, keep=self._keep, watch_openings=self._polled
-                )
+                store = SessionEvents(max_events=self._max_events, keep=self._keep)
                 transport._event_store = store
                 self._stores[transport.mcp_session_id] = store
                 terminate = transport.terminate
@@ -282,13 +252,6 @@ class Resumption:
             return transport
 
         manager._admit_session = admit_resumable  # type: ignore[method-assign]
-
-    def store_of(self, ctx: ServerRequestContext[Any]) -> SessionEvents | None:
-        """The store of the session request `ctx` came in."""
-        request = ctx.request
-        headers = getattr(request, "headers", None)
-        session = headers.get(SESSION_HEADER.decode()) if headers is not None else None
-        return self._stores.get(session) if session else None
 
     def _forgotten(self, scope: Any) -> bool:
         headers = dict(scope.get("headers") or ())
@@ -322,11 +285,8 @@ class Resumption:
                 ):
                     response.primed.set()
 
-            token = _response.set(response)
-            try:
-                await app(scope, receive, sending)
-            finally:
-                _response.reset(token)
+            scope[RESPONSE_KEY] = response
+            await app(scope, receive, sending)
 
         return watched
 
@@ -341,26 +301,18 @@ async def _gone(send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def close_when_polled(
-    resumption: Resumption | None, ctx: ServerRequestContext[Any], after: float | None
-) -> None:
-    """Close the stream answering request `ctx` once it is primed and has
-    been open `after` seconds: the client comes back with `Last-Event-ID`
-    for the rest, on a stream that stays to the answer. Runs until done or
-    cancelled (the call ended); does
-    nothing where streams cannot resume (another transport, a client before
-    2025-11-25, `after` None)."""
+async def close_when_polled(ctx: ServerRequestContext[Any], after: float | None) -> None:
+    """Close the stream answering request `ctx` once it is primed (its first
+    bytes, the priming event, went out) and has been open `after` seconds:
+    the client comes back with `Last-Event-ID` for the rest, on a stream that
+    stays to the answer. Cancelled when the call ends; does nothing where
+    streams cannot resume (another transport, a client before 2025-11-25,
+    `after` None)."""
     close = ctx.close_sse_stream
-    if resumption is None or after is None or close is None:
+    scope = getattr(ctx.request, "scope", None)
+    response = scope.get(RESPONSE_KEY) if isinstance(scope, dict) else None
+    if after is None or close is None or not isinstance(response, _Response):
         return
-    store = resumption.store_of(ctx)
-    if store is None:
-        return
-    stream = str(ctx.request_id)
-    try:
-        response = await store.opened(stream)
-        await response.primed.wait()
-        await asyncio.sleep(after)
-        await close()
-    finally:
-        store.forget(stream)
+    await response.primed.wait()
+    await asyncio.sleep(after)
+    await close()
