@@ -337,7 +337,7 @@ class Link:
         followed.progress = progress
         if followed.resume is not None:
             resume = followed.resume
-            followed.made(resume)  # (kept with this call's own intent, for another crash)
+            followed.seen = resume  # (its call's intent holds it already, for another crash)
             return lambda: fetch_task(client, resume)
         given: Seed = (None, None) if answer is None else await seed(answer, self.name)
         modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
