@@ -117,24 +117,25 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
     handle = record.remote_task
     if handle is not None and tool is not None and _same_arguments(run, svc, record):
         known = yield from _still_known(run, tool, handle)
-        if known is None or not run.is_live(1):
+        if not run.is_live(1):
             calls.restore(record)  # undecided: in doubt for the next call
-            if known is None and run.is_live(1):
-                return make_result(
-                    run,
-                    "rejected",
-                    error=(
-                        f"Tool '{run.call.name}' was not run: this call ran before a crash, "
-                        "and whether its work still runs elsewhere could not be told now; "
-                        "try again later"
-                    ),
-                    code=ErrorCode.TOOL_UNAVAILABLE,
-                    attempts=0,
-                )
             return None
+        if known is None:
+            calls.restore(record)
+            return make_result(
+                run,
+                "rejected",
+                error=(
+                    f"Tool '{run.call.name}' was not run: this call ran before a crash, "
+                    "and whether its work still runs elsewhere could not be told now; "
+                    "try again later"
+                ),
+                code=ErrorCode.TOOL_UNAVAILABLE,
+                attempts=0,
+            )
         if known:
             run.remote_task = handle  # its tool picks the work up: nothing runs twice
-            return record  # (let go once the new intent holds the handle)
+            return record  # (let go when its attempt starts with the handle)
     if calls.handler is None:
         # Nobody to ask (the record was taken for its remote task alone):
         # it runs again, as a call in doubt does without a handler.
