@@ -335,14 +335,13 @@ class Link:
         later, by `_input_later.send`; or as a 2025-11-25 task; or, for a task
         made before, by fetching it."""
         followed.progress = progress
-        if followed.resume is not None:
-            resume = followed.resume
-            followed.seen = resume  # (its call's intent holds it already, for another crash)
-            return lambda: fetch_task(client, resume)
         given: Seed = (None, None) if answer is None else await seed(answer, self.name)
         modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
         sent: Callable[[], Awaitable[types.CallToolResult]]
-        if not modern and answer is None and as_task(self.tasks, task_support):
+        if (resume := followed.resume) is not None:
+            followed.seen = resume  # (its call's intent holds it already, for another crash)
+            sent = lambda: fetch_task(client, resume)  # noqa: E731
+        elif not modern and answer is None and as_task(self.tasks, task_support):
             sent = lambda: call_as_task(client, tool, arguments)  # noqa: E731
         elif self.asks_later and modern:
             sent = lambda: send(client, tool, arguments, progress, self.name, given)  # noqa: E731
