@@ -252,9 +252,13 @@ def detached(value: Any) -> Any:
     container is copied once: a structure that shares one, or holds itself,
     keeps that shape. Other objects are shared, and so is what lies deeper
     than 200 levels."""
-    t = type(value)
-    if t is dict and all(type(v) in _LEAVES for v in value.values()):
-        return dict(value)  # the usual arguments: flat
+    if type(value) is dict:
+        # A loop, not all(genexpr): this runs for every call's arguments.
+        for v in value.values():
+            if type(v) not in _LEAVES:
+                break
+        else:
+            return dict(value)  # the usual arguments: flat
     if not isinstance(value, dict | list | tuple):
         return value
     return _detached(value, {}, 0)

@@ -193,6 +193,11 @@ def _has_secret(value: Any, is_secret: Callable[[object], bool]) -> bool:
     return False
 
 
+# For the call path, which asks first whether a call's arguments hold a secret at
+# all (they seldom do) without `mask_arguments`'s frame: `has_secret(args, is_secret)`.
+has_secret = _has_secret
+
+
 def _mask(value: Any, hidden: list[str], is_secret: Callable[[object], bool]) -> Any:
     if isinstance(value, _MAPPINGS):
         out: dict[Any, Any] = {}

@@ -414,12 +414,12 @@ def test_stale_deadline_after_retry_report_does_not_end_the_call(monkeypatch: An
             deadline_posted.set()
         post(self, message)
 
-    def busy_on_report(self: Any, msg: Any) -> None:
-        if msg.outcome.kind == "retry":
+    def busy_on_report(self: Any, worker: Any, job: Any, outcome: Any) -> None:
+        if outcome.kind == "retry":
             # Fault injection: the supervisor is busy with the retry report
             # until the attempt's Deadline has been posted behind it.
             deadline_posted.wait(5)
-        on_report(self, msg)
+        on_report(self, worker, job, outcome)
 
     monkeypatch.setattr(_scheduler.Scheduler, "post", noting_post)
     monkeypatch.setattr(_scheduler.Scheduler, "_on_report", busy_on_report)

@@ -76,6 +76,10 @@ class Admission(Completion):
     pools: dict[int, ToolGroup]
     groups: dict[str, Group]
 
+    if TYPE_CHECKING:
+
+        def _dispatch(self, run: Run) -> None: ...
+
     def _on_submit(self, msg: Submit) -> None:
         self.counters["submitted"] += len(msg.runs)
         b = msg.batch
@@ -131,7 +135,20 @@ class Admission(Completion):
             ):
                 # Known tool, a backend, no quota's refusal, no named group: it
                 # may start (the common call, without `unstartable`'s look).
-                self.slots.enqueue(run, front=run.parent is not None)
+                slots = self.slots
+                if (
+                    not slots.ready.size
+                    and run.parent is None
+                    and not slots.listen
+                    and not self.budget.waiting.size
+                    and slots.in_flight - slots.shared < slots.max_parallel
+                    and ((pool := run.ticket.pool).limit is None or pool.in_flight < pool.limit)
+                ):
+                    # Nothing queued, room for it, nobody told it queued: the
+                    # pump would start it first and at once, so it starts here.
+                    self._dispatch(run)
+                    return
+                slots.enqueue(run, front=run.parent is not None)
                 return
             refused = unstartable(run, self.groups)
             if refused is None:

@@ -29,6 +29,10 @@ Where an attempt runs is its backend's business (`toolbus/backends/`): the
 scheduler hands it a `Job` and reads its report. At a deadline it settles the
 attempt, interrupts it and tells the backend to let it go (a stuck thread is
 abandoned, a task cancelled). Threads are a shared budget (`_budget.py`).
+
+It is one piece past 400 lines: the lock's entry points (`post`, `report`,
+`ask`), the dispatch of attempts and the report handler are the path every
+call takes, read together.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from .. import pipeline as _pipeline
 from ..backends import Backend, BackendUnavailable, Host, Job
 from ..bus import _signals as sig
 from ..models import ErrorCode
-from ..pipeline import Run
+from ..pipeline import Outcome, Run
 from ._admission import Admission
 from ._backpressure import Backpressure
 from ._backstop import caller_watches
@@ -183,6 +187,34 @@ class Scheduler(Admission, Delays, Backpressure):
         pending.append(message)
         self._settle()
 
+    def report(self, worker: Any, job: Job, outcome: Outcome) -> None:
+        """`post(Report(worker, job, outcome))`: a backend's report of a job.
+
+        Every call ends with one, so when this thread may handle it at once
+        (as `post` would) it does so without making the message or going
+        through `_handle`'s dispatch."""
+        pending = self._pending
+        if pending or not self.lock.acquire(blocking=False):
+            self.post(Report(worker, job, outcome))
+            return
+        self.owner = threading.get_ident()
+        try:
+            if pending:  # posted between our look and the lock: theirs go first
+                pending.append(Report(worker, job, outcome))
+            else:
+                try:
+                    self._on_report(worker, job, outcome)
+                    self._pump()
+                except BaseException as e:  # as `_handle`'s
+                    _handler_failed(Report, e)
+            if pending:
+                self._drain()
+        finally:
+            self.owner = None
+            self.lock.release()
+        if pending:
+            self._settle()
+
     def _settle(self) -> None:
         """Handle what is queued if nobody holds the lock, until nothing is.
 
@@ -229,10 +261,10 @@ class Scheduler(Admission, Delays, Backpressure):
         try:
             kind = type(message)
             if kind is Report:
-                self._on_report(message)
+                self._on_report(message.worker, message.job, message.outcome)
             elif kind is Reports:
-                for report in message.reports:
-                    self._on_report(report)
+                for r in message.reports:
+                    self._on_report(r.worker, r.job, r.outcome)
             elif kind is Submit:
                 self._on_submit(message)
             elif kind is Deadline:
@@ -262,11 +294,7 @@ class Scheduler(Admission, Delays, Backpressure):
             if pump:
                 self._pump()
         except BaseException as e:  # a bug here must not stop the supervisor
-            log.error(
-                "supervisor error on %s:\n%s",
-                type(message).__name__,
-                "".join(traceback.format_exception(e)),
-            )
+            _handler_failed(type(message), e)
         return answer
 
     def _pump(self) -> None:
@@ -374,11 +402,10 @@ class Scheduler(Admission, Delays, Backpressure):
 
     # -- backends report -------------------------------------------------------------------
 
-    def _on_report(self, msg: Report) -> None:
-        job, outcome = msg.job, msg.outcome
+    def _on_report(self, worker: Any, job: Job, outcome: Outcome) -> None:
         run = job.run
         try:
-            run.backend.release(job, msg.worker)
+            run.backend.release(job, worker)
         except Exception as e:  # a custom backend's bug must not lose calls
             log.error("backend %r failed to release a job: %s", run.backend.name, e)
         if outcome.kind == "late":
@@ -398,3 +425,9 @@ class Scheduler(Admission, Delays, Backpressure):
             self._delayed(run, outcome)
             return
         self._back_off(run, outcome.delay)  # a retry
+
+
+def _handler_failed(kind: type, error: BaseException) -> None:
+    log.error(
+        "supervisor error on %s:\n%s", kind.__name__, "".join(traceback.format_exception(error))
+    )

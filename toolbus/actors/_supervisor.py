@@ -38,7 +38,7 @@ class SupervisorHost:
 
     def report(self, job: Job, outcome: Outcome, worker: Any = None) -> bool:
         assert self.scheduler is not None
-        self.scheduler.post(Report(worker, job, outcome))
+        self.scheduler.report(worker, job, outcome)
         if outcome.late is not None:
             self.services.emitter.emit(sig.LATE_RESULT, outcome.late)
         return True

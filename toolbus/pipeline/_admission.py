@@ -11,7 +11,14 @@ import orjson
 
 from .._json import detached
 from .._json import dumps as json_dumps
-from ..masking import Scrubber, mask_arguments, mask_paths, published_arguments
+from ..masking import (
+    DEFAULT_SECRET_KEYS,
+    Scrubber,
+    has_secret,
+    mask_arguments,
+    mask_paths,
+    published_arguments,
+)
 from ..models import ErrorCode, ToolCall, ToolResult, idempotency_key_problem
 from ..scanning import ContentScanner, Finding, describe
 from ..tools import (
@@ -45,7 +52,9 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
     blocked = None if scanner is None else _blocked(scanner, raw, paths, svc)
     try:
         if svc.plain_admission:  # the default masker, without the hook's frame
-            masked = mask_arguments(raw, svc.secret_keys)[0]
+            keys = svc.secret_keys or DEFAULT_SECRET_KEYS
+            # (most arguments hold no secret: asked without mask_arguments's frame)
+            masked = mask_arguments(raw, keys)[0] if has_secret(raw, keys.is_secret) else raw
         else:
             masked = svc.hooks.mask_arguments(call)
             if awaitable(masked):

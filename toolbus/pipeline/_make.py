@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["awaitable", "log_contained", "make_result"]
 
+_validate_result = ToolResult.__pydantic_validator__.validate_python
 _PLAIN = frozenset({ToolCall, ToolResult, RetryDecision, bool, type(None), dict, list, str})
 
 
@@ -45,19 +46,23 @@ def make_result(
     attachments: tuple[Any, ...] = (),
     metadata: dict[str, Any] | None = None,
 ) -> ToolResult:
-    # The validating constructor: pydantic-core makes it faster than model_construct.
-    return ToolResult(
-        call_id=run.call.id,
-        name=run.call.name,
-        status=status,
-        output=output,
-        error=error,
-        error_code=code,
-        attempts=run.attempt if attempts is None else attempts,
-        duration=time.monotonic() - run.first_start if run.first_start else 0.0,  # elapsed()
-        attachments=attachments,
-        metadata=metadata if metadata is not None else {},
+    # Validated, as `ToolResult(...)` would be, by pydantic-core (faster than
+    # `model_construct`), without `BaseModel.__init__`'s frame.
+    result: ToolResult = _validate_result(
+        {
+            "call_id": run.call.id,
+            "name": run.call.name,
+            "status": status,
+            "output": output,
+            "error": error,
+            "error_code": code,
+            "attempts": run.attempt if attempts is None else attempts,
+            "duration": time.monotonic() - run.first_start if run.first_start else 0.0,
+            "attachments": attachments,
+            "metadata": metadata if metadata is not None else {},
+        }
     )
+    return result
 
 
 def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:

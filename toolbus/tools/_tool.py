@@ -15,7 +15,6 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
@@ -72,6 +71,7 @@ TaskSupport = Literal["forbidden", "optional", "required"]
 # (Setting one raises; a `parameters` dict edited in place is not seen: what
 # is masked was read from it at set-up. Make a new tool instead.)
 _SCHEMA_FIELDS = frozenset({"parameters", "Params", "type"})
+_MODEL_VALIDATE = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
 
 
 class Tool:
@@ -438,9 +438,11 @@ class Tool:
         return self.validate(arguments)
 
     def validate(self, arguments: dict[str, Any]) -> Any:
-        if self.Params is not None:
-            try:
-                return self.Params.model_validate(arguments)
+        if (params := self.Params) is not None:
+            try:  # the validator itself unless the model has its own: a frame less per call
+                if params.model_validate.__func__ is _MODEL_VALIDATE:  # type: ignore[attr-defined]
+                    return params.__pydantic_validator__.validate_python(arguments)
+                return params.model_validate(arguments)
             except ValidationError as e:
                 raise ArgumentError(format_validation_error(self.name, e)) from None
         if self._schema_validator is not None:
@@ -489,7 +491,7 @@ class Tool:
         if isinstance(rejected, ToolResult):
             return rejected
         try:
-            value = self.invoke(rejected.params, ctx)
+            value = self.invoke(rejected[0], ctx)
             if inspect.isawaitable(value):
                 value = _run_to_completion(value, self.name)
             return self._succeeded(call_id, start, value)
@@ -514,9 +516,9 @@ class Tool:
             return rejected
         try:
             if self.is_async:
-                value = await self.invoke(rejected.params, ctx)
+                value = await self.invoke(rejected[0], ctx)
             else:
-                value = await asyncio.to_thread(self.invoke, rejected.params, ctx)
+                value = await asyncio.to_thread(self.invoke, rejected[0], ctx)
             return self._succeeded(call_id, start, value)
         except (KeyboardInterrupt, asyncio.CancelledError):
             raise
@@ -525,9 +527,9 @@ class Tool:
 
     def _parse_or_reject(
         self, arguments: dict[str, Any] | str, call_id: str, start: float
-    ) -> _Parsed | ToolResult:
-        try:
-            return _Parsed(self.parse(arguments))
+    ) -> tuple[Any] | ToolResult:
+        try:  # (the parsed arguments, alone in a tuple)
+            return (self.parse(arguments),)
         except ArgumentError as e:
             return self._failed(call_id, start, e, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
         except Exception as e:  # a subclass's own parse or validate
@@ -573,11 +575,6 @@ class Tool:
     def __repr__(self) -> str:
         kind = "read-only" if self.read_only else "mutating"
         return f"<{type(self).__name__} {self.name!r} {self.type} {kind}>"
-
-
-@dataclass(frozen=True, slots=True)
-class _Parsed:
-    params: Any
 
 
 async def _await(value: Awaitable[Any]) -> Any:
