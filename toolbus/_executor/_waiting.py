@@ -52,9 +52,15 @@ class Waiting:
         # (a look's own `Expired` can start a queued call): such attempts get
         # a timer of their own (`_backstop.caller_watches`).
         waiter.looking = True
+        wait = waiter.latch.wait  # (`waiter.wait`, without its frame)
         try:
-            while not waiter.wait(self._look(runs, noticed)):
-                pass
+            while True:
+                # Tell the supervisor of overdue attempts; wait until the next look.
+                late, wake = overdue(runs, time.monotonic(), noticed)
+                for r, n in late:
+                    self._expired(r, n)
+                if wait(wake):
+                    return
         except BaseException:
             self._cancel(batch, run, "the caller was interrupted")
             raise
@@ -81,13 +87,6 @@ class Waiting:
         except asyncio.CancelledError:
             self._cancel(batch, run, why)
             raise
-
-    def _look(self, runs: Sequence[Run], noticed: set[tuple[Run, int]]) -> float | None:
-        """Tell the supervisor of overdue attempts; return when to look again."""
-        late, wake = overdue(runs, time.monotonic(), noticed)
-        for run, n in late:
-            self._expired(run, n)
-        return wake
 
     def _expired(self, run: Run, attempt: int) -> None:
         self._scheduler.post(BudgetSpent(run) if attempt == SPENT else Expired(run, attempt))

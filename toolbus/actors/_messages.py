@@ -88,9 +88,10 @@ class Report:
 
 @dataclass(frozen=True, slots=True)
 class Reports:
-    """Backend -> supervisor: several jobs are over (reported in bulk)."""
+    """Backend -> supervisor: several jobs are over (reported in bulk), each as
+    `(job, outcome, worker)` as `Host.report_many` has them (not a `Report` each)."""
 
-    reports: tuple[Report, ...]
+    reports: tuple[tuple[Job, Outcome, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)

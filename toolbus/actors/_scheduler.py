@@ -263,8 +263,8 @@ class Scheduler(Admission, Delays, Backpressure):
             if kind is Report:
                 self._on_report(message.worker, message.job, message.outcome)
             elif kind is Reports:
-                for r in message.reports:
-                    self._on_report(r.worker, r.job, r.outcome)
+                for job, outcome, worker in message.reports:
+                    self._on_report(worker, job, outcome)
             elif kind is Submit:
                 self._on_submit(message)
             elif kind is Deadline:

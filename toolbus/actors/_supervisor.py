@@ -18,7 +18,7 @@ from .._sync import simple_inbox
 from ..backends import Job
 from ..bus import _signals as sig
 from ..pipeline import Outcome
-from ._messages import Close, Report, Reports
+from ._messages import Close, Reports
 from ._scheduler import Scheduler
 
 __all__ = ["Supervisor", "SupervisorHost"]
@@ -45,7 +45,7 @@ class SupervisorHost:
 
     def report_many(self, reports: list[tuple[Job, Outcome, Any]]) -> bool:
         assert self.scheduler is not None
-        self.scheduler.post(Reports(tuple([Report(w, j, o) for j, o, w in reports])))
+        self.scheduler.post(Reports(tuple(reports)))  # (a copy: the list is the backend's)
         emitter = self.services.emitter
         for _, outcome, _ in reports:
             if outcome.late is not None:

@@ -25,14 +25,19 @@ _MAX_DELAY = min(threading.TIMEOUT_MAX, 365 * 24 * 3600.0)
 
 
 class TimerHandle:
+    """A timer as armed: made by `TimerService.schedule` (without an
+    `__init__`, whose frame every call's deadline would pay)."""
+
     __slots__ = ("args", "callback", "cancelled", "in_heap", "when")
 
-    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.when = when
-        self.callback = callback
-        self.args = args
-        self.cancelled = False
-        self.in_heap = True
+    when: float
+    callback: Callable[..., Any]
+    args: tuple[Any, ...]
+    cancelled: bool
+    in_heap: bool
+
+
+_new_handle = object.__new__
 
 
 class TimerService:
@@ -54,7 +59,12 @@ class TimerService:
         """Call `callback(*args)` after `delay` seconds; cancel with the returned handle."""
         # Clamped: a wait beyond threading.TIMEOUT_MAX raises in the timer thread.
         delay = 0.0 if math.isnan(delay) else min(max(0.0, delay), _MAX_DELAY)
-        handle = TimerHandle(time.monotonic() + delay, callback, args)
+        handle: TimerHandle = _new_handle(TimerHandle)
+        handle.when = time.monotonic() + delay
+        handle.callback = callback
+        handle.args = args
+        handle.cancelled = False
+        handle.in_heap = True
         with self._lock:
             earliest = self._heap[0][0] if self._heap else None
             heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
