@@ -111,6 +111,9 @@ class Admission(Completion):
                     run.ticket.groups = (pool, *named) if b is None else (b.sv_group, pool, *named)
                 else:  # (the common tool: no named groups to look up)
                     run.ticket.groups = (pool,) if b is None else (b.sv_group, pool)
+                    # No quota's refusal and a backend too: nothing for
+                    # `unstartable` to find (the common call, without its look).
+                    run.ticket.plain = run.refusal is None and run.backend is not None
                 backend = run.backend
                 if backend is not None and id(backend) not in self.backends:
                     try:
@@ -126,15 +129,7 @@ class Admission(Completion):
             if run.decided is not None:
                 self._end_decided(run)
                 return
-            tool = run.tool
-            if (
-                tool is not None
-                and run.refusal is None
-                and run.backend is not None
-                and not (tool.groups or tool.group_limits)
-            ):
-                # Known tool, a backend, no quota's refusal, no named group: it
-                # may start (the common call, without `unstartable`'s look).
+            if run.ticket.plain:  # it may start
                 slots = self.slots
                 if (
                     not slots.ready.size
@@ -165,6 +160,8 @@ class Admission(Completion):
                 if run.decided is not None:
                     self._end_decided(run)
                     continue
+                if run.ticket.plain:
+                    continue  # it may start
                 refused = unstartable(run, self.groups)
                 if refused is not None:
                     self._finish_here(run, refused_status(refused[0]), *refused)

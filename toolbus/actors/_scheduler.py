@@ -204,7 +204,17 @@ class Scheduler(Admission, Delays, Backpressure):
             else:
                 try:
                     self._on_report(worker, job, outcome)
-                    self._pump()
+                    slots = self.slots
+                    if (  # (`_pump`, unless it would find nothing to do: the common case)
+                        slots.ready.size
+                        or slots.refused
+                        or slots.overfull
+                        or slots.fresh
+                        or slots.parked
+                        or self.budget.waiting.size
+                        or self.blocked
+                    ):
+                        self._pump()
                 except BaseException as e:  # as `_handle`'s
                     _handler_failed(Report, e)
             if pending:
@@ -291,7 +301,15 @@ class Scheduler(Admission, Delays, Backpressure):
                 return self._close_and_wake(message)
             elif kind is SubmitIfRoom:
                 answer = self._submit_if_room(message.submit)
-            if pump:
+            if pump and (  # unless `_pump` would find nothing to do (a lone call)
+                (slots := self.slots).ready.size
+                or slots.refused
+                or slots.overfull
+                or slots.fresh
+                or slots.parked
+                or self.budget.waiting.size
+                or self.blocked
+            ):
                 self._pump()
         except BaseException as e:  # a bug here must not stop the supervisor
             _handler_failed(type(message), e)
@@ -300,7 +318,10 @@ class Scheduler(Admission, Delays, Backpressure):
     def _pump(self) -> None:
         """Start every run that may start now; then shed what a bounded queue
         cannot hold, announce the waits that began, and wake the producers
-        blocked for room (`_backpressure.py`)."""
+        blocked for room (`_backpressure.py`). It has nothing to do unless one
+        of `ready`, `refused`, `overfull`, `fresh`, `parked`, the budget's
+        `waiting` or `blocked` holds something: `_handle` and `report` look
+        at them first (a frame less on every call's path)."""
         slots = self.slots
         while True:
             if self.budget.waiting.size:

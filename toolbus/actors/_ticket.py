@@ -51,3 +51,6 @@ class Ticket:
     borrowed = False
     lent = 0
     shared = False  # holds a slot that does not count against max_parallel
+    # Known tool, a backend, no quota's refusal, no named group: it may start
+    # (set at submission, so admission need not ask `unstartable`).
+    plain = False
