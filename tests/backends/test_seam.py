@@ -402,3 +402,23 @@ def test_a_nested_call_from_a_job_run_inside_submit_is_refused_not_hung(
     assert not t.is_alive(), "the executor hangs"
     assert out["r"].output == ["rejected", ErrorCode.TOOL_UNAVAILABLE]
     assert ex.stats().in_flight == 0
+
+
+def test_a_report_many_entry_that_is_not_job_outcome_worker_is_refused_to_the_backend() -> None:
+    # A custom backend's bug: it hears of it where it made it, and the
+    # supervisor is handed nothing (no bulk message half handled).
+    reg = ToolRegistry()
+
+    @reg.tool
+    def t() -> int:
+        return 1
+
+    backend = RecordingBackend()
+    with Executor(reg, backend=backend) as ex:
+        assert ex.execute(ToolCall(name="t")).status == "ok"
+        host = backend.started_with
+        assert host is not None
+        with pytest.raises(ValueError, match="unpack"):
+            host.report_many([("a job", "an outcome")])  # type: ignore[list-item]
+        assert not ex._scheduler._pending
+        assert ex.execute(ToolCall(name="t")).status == "ok"

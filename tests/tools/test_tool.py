@@ -1286,3 +1286,37 @@ def test_coroutine_returned_by_sync_wrapper_is_awaited() -> None:
     with Executor(reg) as ex:
         r = ex.execute(ToolCall(name="fetch", arguments={"i": 21}))
         assert (r.status, r.output) == ("ok", 42)
+
+
+@pytest.mark.parametrize("kind", ["classmethod", "staticmethod"])
+def test_a_params_model_with_its_own_model_validate_is_validated_by_it(kind: str) -> None:
+    # The executor validates through pydantic's validator directly only for a
+    # model that keeps `BaseModel.model_validate`; an override of either kind is called.
+    class Plain(BaseModel):
+        n: int
+
+    def own(obj: Any, *args: Any, **kwargs: Any) -> Plain:
+        return Plain(n=99)
+
+    Params = type(
+        "Params",
+        (Plain,),
+        {"model_validate": classmethod(lambda cls, *a, **k: own(*a, **k))}
+        if kind == "classmethod"
+        else {"model_validate": staticmethod(own)},
+    )
+
+    class Own(Tool):
+        name = "own"
+        Params: Any
+
+        def run(self, params: Any) -> int:
+            return int(params.n)
+
+    Own.Params = Params
+    tool = Own()
+    assert tool.execute({"n": 1}).output == 99
+    reg = ToolRegistry()
+    reg.register(tool)
+    with Executor(reg) as ex:
+        assert ex.execute(ToolCall(name="own", arguments={"n": 1})).output == 99

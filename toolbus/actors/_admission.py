@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import pipeline as _pipeline
 from ..backends import Backend, Host
@@ -76,6 +77,8 @@ class Admission(Completion):
     pools: dict[int, ToolGroup]
     groups: dict[str, Group]
 
+    _pending: deque[Any]
+
     if TYPE_CHECKING:
 
         def _dispatch(self, run: Run) -> None: ...
@@ -133,14 +136,16 @@ class Admission(Completion):
                 slots = self.slots
                 if (
                     not slots.ready.size
+                    and not self._pending
                     and run.parent is None
                     and not slots.listen
                     and not self.budget.waiting.size
                     and slots.in_flight - slots.shared < slots.max_parallel
                     and ((pool := run.ticket.pool).limit is None or pool.in_flight < pool.limit)
                 ):
-                    # Nothing queued, room for it, nobody told it queued: the
-                    # pump would start it first and at once, so it starts here.
+                    # Nothing queued, nothing posted behind it (a higher
+                    # priority, its cancel), room for it, nobody told it queued:
+                    # the pump would start it first and at once, so it starts here.
                     self._dispatch(run)
                     return
                 slots.enqueue(run, front=run.parent is not None)

@@ -45,7 +45,9 @@ class SupervisorHost:
 
     def report_many(self, reports: list[tuple[Job, Outcome, Any]]) -> bool:
         assert self.scheduler is not None
-        self.scheduler.post(Reports(tuple(reports)))  # (a copy: the list is the backend's)
+        # A copy (the list is the backend's), each entry unpacked here: a
+        # malformed one raises in the backend's hands, before anything is posted.
+        self.scheduler.post(Reports(tuple([(j, o, w) for j, o, w in reports])))
         emitter = self.services.emitter
         for _, outcome, _ in reports:
             if outcome.late is not None:

@@ -440,7 +440,7 @@ class Tool:
     def validate(self, arguments: dict[str, Any]) -> Any:
         if (params := self.Params) is not None:
             try:  # the validator itself unless the model has its own: a frame less per call
-                if params.model_validate.__func__ is _MODEL_VALIDATE:  # type: ignore[attr-defined]
+                if getattr(params.model_validate, "__func__", None) is _MODEL_VALIDATE:
                     return params.__pydantic_validator__.validate_python(arguments)
                 return params.model_validate(arguments)
             except ValidationError as e:
