@@ -171,8 +171,31 @@ class Admission(Completion):
                 if refused is not None:
                     self._finish_here(run, refused_status(refused[0]), *refused)
             announce_groups(b, self.emitter)
+            slots = self.slots
+            # As a lone call does: while nothing is queued or posted behind
+            # them, calls that have room start in the batch's order, here;
+            # from the first that has none, they queue (in order) for the pump.
+            # (Dispatching inside the batch's books keeps it open meanwhile.)
+            calm = not (slots.listen or self._pending or self.budget.waiting.size)
             for i in eligible:
-                self.slots.enqueue(b.runs[i])
+                run = b.runs[i]
+                t = run.ticket
+                if (
+                    calm
+                    and t.plain
+                    and not t.closed
+                    and not slots.ready.size
+                    and run.parent is None
+                    and slots.in_flight - slots.shared < slots.max_parallel
+                ):
+                    for g in t.groups:  # (the batch's group and the tool's)
+                        if g.limit is not None and g.in_flight >= g.limit:
+                            break
+                    else:
+                        self._dispatch(run)
+                        calm = not self.budget.waiting.size  # (a sync call parked for a thread)
+                        continue
+                slots.enqueue(run)
         finally:
             self._done_with(b)
 

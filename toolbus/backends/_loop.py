@@ -31,6 +31,7 @@ from ..pipeline import (
     Services,
     Steps,
     WorkerKilled,
+    attempt,
     drive_async,
     end_call,
 )
@@ -166,7 +167,12 @@ class Lane:
         run = job.run
         try:
             if steps is None:
-                steps = job.steps(services, self.invoke)
+                # `job.steps(...)`, without its frame for an attempt (every call's).
+                steps = (
+                    attempt(run, job.attempt, services, self.invoke)
+                    if job.timed_out_in is None
+                    else job.steps(services, self.invoke)
+                )
             outcome = await drive_async(steps, run, pending)
         except asyncio.CancelledError as e:
             # Cancelled while no step held it: by whoever settled the call, or

@@ -195,7 +195,9 @@ class Run:
         self.attempt = 0
         self.settled = True
         self.phase = QUEUED
-        self.cancel_event: Latch | None = None  # one per attempt, made at dispatch
+        # The current attempt's cancel flag, made when first asked for (its
+        # ToolContext, an interrupt): most attempts never need one.
+        self.cancel_event: Latch | None = None
         self.task: Cancellable | None = None
         self.result: ToolResult | None = None
         self.admitted = False
@@ -257,7 +259,7 @@ class Run:
             self.attempt = n
             self.settled = False
             self.phase = QUEUED
-            self.cancel_event = Latch()
+            self.cancel_event = None
             self.task = None
             now = time.monotonic()
             if n == 1:
@@ -385,11 +387,19 @@ class Run:
         kills its worker says (`stop_reason`)."""
         if reason:
             self.stop_reason = reason
-        if self.cancel_event is not None:
-            self.cancel_event.set()
+        self.cancel_latch().set()
         task = self.task
         if task is not None:
             task.cancel()
+
+    def cancel_latch(self) -> Latch:
+        """The current attempt's cancel flag (what its `ToolContext.cancelled`
+        reads; `interrupt` sets it), made when first asked for."""
+        with self._lock:
+            latch = self.cancel_event
+            if latch is None:
+                latch = self.cancel_event = Latch()
+            return latch
 
     def idempotency_key(self, secret: bytes) -> str:
         """The call's idempotency key (see `_keys.py`), made once."""

@@ -205,7 +205,7 @@ def attempt(
             tool=name,
             attempt=n,
             deadline=run.deadline,
-            cancel=run.cancel_event,
+            cancel=run.cancel_latch(),
             sink=progress_sink(svc, run),
             idempotency_key=run.idempotency_key(svc.key_secret),
             answer=answer_for(run, svc.key_secret) if run.approval is not None else None,
