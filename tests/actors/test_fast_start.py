@@ -8,11 +8,13 @@ is the queue's.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus.backends import Job, ThreadBackend
 from toolbus.bus import EXECUTING, FINISHED, Recorder
 
 
@@ -95,3 +97,35 @@ def test_a_call_cancelled_before_its_submission_was_handled_never_starts() -> No
         rec.wait_for(FINISHED, 2, timeout=10)  # the warm-up's and c1's
         assert [n for n, e in rec.events if e.call_id == "c1"] == [FINISHED]
     assert ran == []
+
+
+def test_a_backend_letting_a_base_exception_through_leaves_the_rest_of_its_batch_to_run() -> None:
+    # `_dispatch` contains a backend's Exceptions; a CancelledError (or a
+    # Ctrl-C on the submitting thread) gets through. The batch's later calls,
+    # which start inside its submission when they have room, must still be
+    # queued for the pump, as they were before they could start there.
+    class Flaky(ThreadBackend):
+        raised = False
+
+        def submit(self, job: Job) -> None:
+            if not self.raised:
+                self.raised = True
+                raise asyncio.CancelledError("submit interrupted")
+            super().submit(job)
+
+    reg = ToolRegistry()
+    flaky = Flaky()
+    flaky.name = "flaky"
+
+    @reg.tool(read_only=True, backend="flaky", timeout=0.2)
+    def t(tag: str) -> str:
+        return tag
+
+    with Executor(reg, backends={"flaky": flaky}, max_parallel=4) as ex:
+        results = ex.execute_batch(
+            [ToolCall(id=f"c{i}", name="t", arguments={"tag": f"c{i}"}) for i in range(4)]
+        )
+        # c0's attempt holds its slot until its deadline (its job was never
+        # taken); the others run.
+        assert [r.status for r in results] == ["timeout", "ok", "ok", "ok"]
+        assert ex.stats().in_flight == 0

@@ -177,7 +177,7 @@ class Admission(Completion):
             # from the first that has none, they queue (in order) for the pump.
             # (Dispatching inside the batch's books keeps it open meanwhile.)
             calm = not (slots.listen or self._pending or self.budget.waiting.size)
-            for i in eligible:
+            for k, i in enumerate(eligible):
                 run = b.runs[i]
                 t = run.ticket
                 if (
@@ -192,7 +192,15 @@ class Admission(Completion):
                         if g.limit is not None and g.in_flight >= g.limit:
                             break
                     else:
-                        self._dispatch(run)
+                        try:
+                            self._dispatch(run)
+                        except BaseException:
+                            # What a backend let through (`_dispatch` contains
+                            # its Exceptions): the calls after this one still
+                            # queue for the pump, as they would have before it.
+                            for j in eligible[k + 1 :]:
+                                slots.enqueue(b.runs[j])
+                            raise
                         calm = not self.budget.waiting.size  # (a sync call parked for a thread)
                         continue
                 slots.enqueue(run)
