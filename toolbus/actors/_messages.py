@@ -77,13 +77,13 @@ class HaltRun:
     fresh: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
-    """Backend -> supervisor: `job` is over (run by `worker`); this is what became of it."""
+class Report(tuple[Any, "Job", "Outcome"]):
+    """Backend -> supervisor: `(worker, job, outcome)`: `job` is over (run by
+    `worker`); this is what became of it. A tuple, made as `Report((worker,
+    job, outcome))` by `tuple`'s own constructor: every call ends with one, and
+    a dataclass's `__init__` would be Python code on that path."""
 
-    worker: Any
-    job: Job
-    outcome: Outcome
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

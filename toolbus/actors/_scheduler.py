@@ -30,9 +30,9 @@ scheduler hands it a `Job` and reads its report. At a deadline it settles the
 attempt, interrupts it and tells the backend to let it go (a stuck thread is
 abandoned, a task cancelled). Threads are a shared budget (`_budget.py`).
 
-It is one piece past 400 lines: the lock's entry points (`post`, `report`,
-`ask`), the dispatch of attempts and the report handler are the path every
-call takes, read together.
+It is one piece past 400 lines: the lock's entry points (`post`, `ask`), the
+dispatch of attempts and the report handler are the path every call takes,
+read together.
 """
 
 from __future__ import annotations
@@ -187,44 +187,6 @@ class Scheduler(Admission, Delays, Backpressure):
         pending.append(message)
         self._settle()
 
-    def report(self, worker: Any, job: Job, outcome: Outcome) -> None:
-        """`post(Report(worker, job, outcome))`: a backend's report of a job.
-
-        Every call ends with one, so when this thread may handle it at once
-        (as `post` would) it does so without making the message or going
-        through `_handle`'s dispatch."""
-        pending = self._pending
-        if pending or not self.lock.acquire(blocking=False):
-            self.post(Report(worker, job, outcome))
-            return
-        self.owner = threading.get_ident()
-        try:
-            if pending:  # posted between our look and the lock: theirs go first
-                pending.append(Report(worker, job, outcome))
-            else:
-                try:
-                    self._on_report(worker, job, outcome)
-                    slots = self.slots
-                    if (  # (`_pump`, unless it would find nothing to do: the common case)
-                        slots.ready.size
-                        or slots.refused
-                        or slots.overfull
-                        or slots.fresh
-                        or slots.parked
-                        or self.budget.waiting.size
-                        or self.blocked
-                    ):
-                        self._pump()
-                except BaseException as e:  # as `_handle`'s
-                    _handler_failed(Report, e)
-            if pending:
-                self._drain()
-        finally:
-            self.owner = None
-            self.lock.release()
-        if pending:
-            self._settle()
-
     def _settle(self) -> None:
         """Handle what is queued if nobody holds the lock, until nothing is.
 
@@ -271,7 +233,7 @@ class Scheduler(Admission, Delays, Backpressure):
         try:
             kind = type(message)
             if kind is Report:
-                self._on_report(message.worker, message.job, message.outcome)
+                self._on_report(*message)
             elif kind is Reports:
                 for job, outcome, worker in message.reports:
                     self._on_report(worker, job, outcome)
@@ -301,7 +263,7 @@ class Scheduler(Admission, Delays, Backpressure):
                 return self._close_and_wake(message)
             elif kind is SubmitIfRoom:
                 answer = self._submit_if_room(message.submit)
-            if pump and (  # unless `_pump` would find nothing to do (a lone call)
+            if pump and (  # unless `_pump` would find nothing to do (the common case)
                 (slots := self.slots).ready.size
                 or slots.refused
                 or slots.overfull
@@ -312,7 +274,11 @@ class Scheduler(Admission, Delays, Backpressure):
             ):
                 self._pump()
         except BaseException as e:  # a bug here must not stop the supervisor
-            _handler_failed(type(message), e)
+            log.error(
+                "supervisor error on %s:\n%s",
+                type(message).__name__,
+                "".join(traceback.format_exception(e)),
+            )
         return answer
 
     def _pump(self) -> None:
@@ -320,8 +286,8 @@ class Scheduler(Admission, Delays, Backpressure):
         cannot hold, announce the waits that began, and wake the producers
         blocked for room (`_backpressure.py`). It has nothing to do unless one
         of `ready`, `refused`, `overfull`, `fresh`, `parked`, the budget's
-        `waiting` or `blocked` holds something: `_handle` and `report` look
-        at them first (a frame less on every call's path)."""
+        `waiting` or `blocked` holds something: `_handle` looks at them
+        first (a frame less on every call's path)."""
         slots = self.slots
         while True:
             if self.budget.waiting.size:
@@ -446,9 +412,3 @@ class Scheduler(Admission, Delays, Backpressure):
             self._delayed(run, outcome)
             return
         self._back_off(run, outcome.delay)  # a retry
-
-
-def _handler_failed(kind: type, error: BaseException) -> None:
-    log.error(
-        "supervisor error on %s:\n%s", kind.__name__, "".join(traceback.format_exception(error))
-    )

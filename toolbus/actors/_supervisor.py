@@ -18,7 +18,7 @@ from .._sync import simple_inbox
 from ..backends import Job
 from ..bus import _signals as sig
 from ..pipeline import Outcome
-from ._messages import Close, Reports
+from ._messages import Close, Report, Reports
 from ._scheduler import Scheduler
 
 __all__ = ["Supervisor", "SupervisorHost"]
@@ -38,7 +38,7 @@ class SupervisorHost:
 
     def report(self, job: Job, outcome: Outcome, worker: Any = None) -> bool:
         assert self.scheduler is not None
-        self.scheduler.report(worker, job, outcome)
+        self.scheduler.post(Report((worker, job, outcome)))
         if outcome.late is not None:
             self.services.emitter.emit(sig.LATE_RESULT, outcome.late)
         return True
