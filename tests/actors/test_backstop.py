@@ -8,7 +8,7 @@ import contextvars
 import pytest
 
 from tests.conftest import MakeExecutor
-from toolbus import ToolCall, ToolRegistry
+from toolbus import ToolCall, ToolRegistry, bus
 from toolbus.actors._backstop import POLL, SLACK, SPENT, overdue
 from toolbus.pipeline import Run
 
@@ -179,3 +179,117 @@ def test_an_attempt_started_by_its_callers_look_keeps_its_timer(
         assert batch.results[1].output == 1
     finally:
         release.set()
+
+
+def test_an_attempt_on_its_awaiting_callers_loop_is_timed_by_that_loop(
+    make_executor: MakeExecutor,
+) -> None:
+    """An async tool's attempt that runs as a task on its caller's own loop,
+    dispatched there as it was submitted, gets no timer: the loop's watch arms
+    at its deadline, and a stuck attempt still times out there, alone or in a
+    batch. Run elsewhere (a sync tool on a worker thread), it keeps its timer."""
+    import asyncio
+
+    reg = ToolRegistry()
+
+    @reg.tool(timeout=30, read_only=True)
+    async def timers() -> int:
+        return len(ex._scheduler.timers)
+
+    @reg.tool(timeout=30, read_only=True)
+    def sync_timers() -> int:
+        return len(ex._scheduler.timers)
+
+    @reg.tool(timeout=0.2, read_only=True)
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    ex = make_executor(reg)
+
+    async def main() -> None:
+        assert (await ex.aexecute(ToolCall(name="timers"))).output == 0
+        both = await ex.aexecute_batch([ToolCall(name="timers"), ToolCall(name="timers")])
+        assert [r.output for r in both.results] == [0, 0]
+        alone = await ex.aexecute(ToolCall(name="stuck"))
+        assert (alone.status, alone.error_code) == ("timeout", "EXECUTION_TIMEOUT")
+        batch = await ex.aexecute_batch([ToolCall(name="stuck"), ToolCall(name="timers")])
+        assert [(r.status, r.error_code) for r in batch.results] == [
+            ("timeout", "EXECUTION_TIMEOUT"),
+            ("ok", None),
+        ]
+        # Last: the report of a worker thread's attempt may still hold the
+        # scheduler when its caller resumes, and then dispatch what that
+        # caller submits next on the worker's thread (with a timer).
+        assert (await ex.aexecute(ToolCall(name="sync_timers"))).output == 1
+
+    asyncio.run(main())
+
+
+def test_an_attempt_started_after_its_loop_watches_keeps_its_timer(
+    make_executor: MakeExecutor,
+) -> None:
+    """At max_parallel=1 the second call of an awaited batch starts when the
+    first ends, after the loop began watching the batch: it has a timer of its
+    own, and times out stuck as the first did."""
+    import asyncio
+
+    reg = ToolRegistry()
+
+    @reg.tool(timeout=0.2, read_only=True)
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    @reg.tool(timeout=30, read_only=True)
+    async def timers() -> int:
+        return len(ex._scheduler.timers)
+
+    ex = make_executor(reg, max_parallel=1)
+
+    async def main() -> None:
+        batch = await ex.aexecute_batch(
+            [ToolCall(name="stuck"), ToolCall(name="timers"), ToolCall(name="stuck")]
+        )
+        assert [r.status for r in batch.results] == ["timeout", "ok", "timeout"]
+        assert batch.results[1].output == 1
+
+    asyncio.run(main())
+
+
+def test_a_worker_threads_attempt_times_out_while_its_callers_loop_is_blocked(
+    make_executor: MakeExecutor,
+) -> None:
+    """A sync tool's attempt awaited on a loop is timed by that loop's watch,
+    and by a timer `BLOCKED_LOOP` later: with the loop blocked past both, the
+    call still times out (its worker and slot given back), seen from another
+    thread before the loop is free again."""
+    import asyncio
+    import threading
+
+    reg = ToolRegistry()
+    release = threading.Event()
+
+    @reg.tool(timeout=0.05, read_only=True)
+    def stuck() -> None:
+        release.wait(30)
+
+    ex = make_executor(reg)
+    seen = threading.Event()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(ex.aexecute(ToolCall(name="stuck")))
+        await asyncio.sleep(0)  # (one turn: the call is submitted and dispatched)
+        # The loop blocks here until the timeout is published, from the timer.
+        assert seen.wait(10)
+        r = await task
+        assert (r.status, r.error_code) == ("timeout", "EXECUTION_TIMEOUT")
+
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        rec_thread = threading.Thread(
+            target=lambda: seen.set() if rec.wait_for(bus.FINISHED, timeout=10) else None
+        )
+        rec_thread.start()
+        try:
+            asyncio.run(main())
+        finally:
+            release.set()
+            rec_thread.join(10)

@@ -50,7 +50,7 @@ class Waiting:
         noticed: set[tuple[Run, int]] = set()
         # From here on, a deadline set on this thread may come after a look
         # (a look's own `Expired` can start a queued call): such attempts get
-        # a timer of their own (`_backstop.caller_watches`).
+        # a timer of their own (`_backstop.timer_lag`).
         waiter.looking = True
         wait = waiter.latch.wait  # (`waiter.wait`, without its frame)
         try:

@@ -7,12 +7,15 @@ and for an attempt still running past its deadline tells the supervisor
 `Expired`: the supervisor then times it out exactly as if its timer had fired
 (a stale or repeated notice is ignored there).
 
-A blocking caller's backstop is as sure as a timer, and cheaper: an attempt
-dispatched on its caller's own thread before that caller first looks gets no
-timer at all (`caller_watches`), as the caller's first look wakes at its
-deadline. Every other attempt keeps one: one dispatched on another thread may
-miss a look already made, and a caller that noticed an attempt once does not
-tell of it again (a deadline re-armed for the same attempt).
+A caller's own look is as sure as a timer, and cheaper: an attempt dispatched
+on its blocking caller's thread before that caller first looks, or run on its
+awaiting caller's loop and dispatched there before that loop watches it, gets
+no timer at all (`timer_lag`): the caller's first look wakes at its
+deadline. One dispatched on its awaiting caller's loop but run elsewhere gets
+a timer that fires late, for a loop that is blocked. Every other attempt keeps
+one at its deadline: one dispatched on another thread may miss a look already
+made, and a caller that noticed an attempt once does not tell of it again (a
+deadline re-armed for the same attempt).
 
 Pure: `overdue` reads the runs and a clock reading; the executor does the
 waiting and the telling.
@@ -20,13 +23,14 @@ waiting and the telling.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections.abc import Iterable
 
-from ..pipeline import Run, ThreadWaiter
+from ..pipeline import LoopWaiter, Run, ThreadWaiter
 
-__all__ = ["POLL", "SLACK", "SPENT", "caller_watches", "overdue"]
+__all__ = ["BLOCKED_LOOP", "POLL", "SLACK", "SPENT", "overdue", "timer_lag"]
 
 # After its deadline, the timer gets this long to act before the caller does:
 # none. The caller acts at the deadline itself, and where nothing of the
@@ -40,6 +44,9 @@ SLACK = 0.0
 SPENT = -1
 # How often a caller looks again at calls not yet started (no deadline yet).
 POLL = 0.25
+# How late the timer of an attempt its awaiting caller's loop watches fires
+# (`timer_lag`): it stands in for a loop that is blocked.
+BLOCKED_LOOP = 0.25
 
 
 def overdue(
@@ -87,14 +94,34 @@ def overdue(
     return late, wake
 
 
-def caller_watches(run: Run) -> bool:
-    """True if `run`'s attempt, dispatched now, needs no deadline timer: its
-    caller blocks on it, is this very thread, and has yet to look, so its
-    first look wakes at the deadline (and acts on it)."""
+def timer_lag(run: Run) -> float | None:
+    """How long after its deadline the timer of `run`'s attempt, dispatched
+    now, is to fire: 0.0 (at the deadline), `BLOCKED_LOOP`, or None (it needs
+    none). Its caller is sure to look at the deadline itself when:
+
+    - it blocks, is this very thread and has yet to look: its first look
+      wakes at the deadline (and acts on it). No timer.
+    - it awaits on this thread's loop, which does not watch its calls yet:
+      the loop's watch, registered next, arms at the deadline
+      (`LoopWatch.watch`), and the caller resumes on that loop, so a timer on
+      another thread would free it no sooner (only hops in its way, each a
+      wait for the GIL). For an attempt that runs as a task on that same loop
+      (the loop backend's `on_callers_loop`), no timer: while a tool blocks
+      the loop neither would act, a tool that returns past its deadline times
+      its attempt out itself, and a loop that closes ends the task with it
+      (`Lane.run`). For one that runs elsewhere (a worker thread), a timer
+      `BLOCKED_LOOP` late: should the loop be blocked, the attempt still
+      times out and gives its worker and its slot back."""
     batch = run.batch
     waiter = run.waiter if batch is None else batch.waiter
-    return (
-        type(waiter) is ThreadWaiter
-        and not waiter.looking
-        and waiter.owner == threading.get_ident()
-    )
+    kind = type(waiter)
+    if kind is ThreadWaiter:
+        mine = not waiter.looking and waiter.owner == threading.get_ident()  # type: ignore[union-attr]
+        return None if mine else 0.0
+    if (
+        kind is not LoopWaiter
+        or waiter.unwatch is not None  # type: ignore[union-attr]
+        or asyncio._get_running_loop() is not waiter.loop  # type: ignore[union-attr]
+    ):
+        return 0.0
+    return None if getattr(run.backend, "on_callers_loop", False) is True else BLOCKED_LOOP

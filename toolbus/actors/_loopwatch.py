@@ -7,11 +7,17 @@ single timer for the next time one of them may be overdue (or, while some are
 still queued, `POLL`). One timer per loop, not per call: ten thousand calls in
 flight cost one timer and one scan per wake-up. A call is forgotten when its
 waiter is released (`LoopWaiter.unwatch`), without a callback of its own.
+
+For an attempt dispatched on this loop as it was submitted, the watch acts
+at the deadline: a timer thread's would free the caller, who resumes on this
+loop, no sooner. It is the only timer of one that runs as a task here, and
+the first of one that runs elsewhere (`timer_lag`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -28,7 +34,9 @@ Notify = Callable[[Run, int], None]
 class LoopWatch:
     """The calls awaited on one loop, watched for overdue attempts (loop thread only)."""
 
-    __slots__ = ("__weakref__", "_handle", "_noticed", "_notify", "_polling", "_runs", "loop_ref")
+    __slots__ = (
+        "__weakref__", "_handle", "_noticed", "_notify", "_polling", "_runs", "_when", "loop_ref",
+    )  # fmt: skip
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notify: Notify) -> None:
         self.loop_ref = weakref.ref(loop)  # weak: watches are kept per loop, weakly
@@ -36,6 +44,7 @@ class LoopWatch:
         self._runs: dict[Run, None] = {}  # insertion-ordered set
         self._noticed: set[tuple[Run, int]] = set()
         self._handle: asyncio.TimerHandle | None = None
+        self._when = math.inf  # the loop time `_handle` fires at (inf: none armed)
         # The timer was armed within POLL (it fires at most POLL from then, so
         # sooner than a look armed now would): no clock to read per call.
         self._polling = False
@@ -48,15 +57,22 @@ class LoopWatch:
             return
         self._runs.update(dict.fromkeys(runs))
         waiter.unwatch = partial(self._forget, runs)
-        if self._polling:
-            return
-        # Queued calls have no deadline yet: look again within POLL at most.
-        due = loop.time() + POLL
-        if self._handle is None or self._handle.when() > due:
+        # Attempts dispatched on this loop as they were submitted have no timer
+        # at their deadline (`timer_lag`): the first look is there.
+        when = self._when
+        for run in runs:
+            deadline = run.deadline
+            if deadline is not None and deadline < when:
+                when = deadline
+        if not self._polling:
+            # Queued calls have no deadline yet: look again within POLL at most.
+            when = min(when, loop.time() + POLL)
+            self._polling = True
+        if when < self._when:
             if self._handle is not None:
                 self._handle.cancel()
-            self._handle = loop.call_at(due, self._look)
-        self._polling = True
+            self._handle = loop.call_at(when, self._look)
+            self._when = when
 
     def _forget(self, runs: Sequence[Run]) -> None:
         for run in runs:
@@ -67,10 +83,12 @@ class LoopWatch:
         if not self._runs and self._handle is not None:
             self._handle.cancel()  # nothing to watch: hold no call, no timer
             self._handle = None
+            self._when = math.inf
             self._polling = False
 
     def _look(self) -> None:
         self._handle = None
+        self._when = math.inf
         self._polling = False
         loop = self.loop_ref()
         if loop is None or not self._runs:
@@ -79,5 +97,6 @@ class LoopWatch:
         for run, attempt in late:
             self._notify(run, attempt)
         if wake is not None and self._runs:  # (telling may have ended some)
-            self._handle = loop.call_later(wake, self._look)
+            self._when = loop.time() + wake
+            self._handle = loop.call_at(self._when, self._look)
             self._polling = wake <= POLL

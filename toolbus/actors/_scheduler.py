@@ -53,7 +53,7 @@ from ..models import ErrorCode
 from ..pipeline import Outcome, Run
 from ._admission import Admission
 from ._backpressure import Backpressure
-from ._backstop import caller_watches
+from ._backstop import timer_lag
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
@@ -370,10 +370,11 @@ class Scheduler(Admission, Delays, Backpressure):
         self.slots.take(run)
         deadline = run.deadline  # the earlier of its two clocks (`begin_attempt`)
         if deadline is not None:
-            if caller_watches(run):
+            lag = timer_lag(run)
+            if lag is None:
                 run.ticket.armed = Deadline  # its caller's first look is its timer
             else:
-                self._arm(run, deadline - time.monotonic(), Deadline)
+                self._arm(run, deadline - time.monotonic() + lag, Deadline)
         try:
             backend.submit(Job(run, n))
         except BackendUnavailable as e:

@@ -45,21 +45,20 @@ if TYPE_CHECKING:
 __all__ = ["Lane", "LoopBackend"]
 
 
-class _TaskHandle:
-    """A job's task as the run sees it: cancellable from any thread.
+class _TaskHandle(tuple[asyncio.AbstractEventLoop, "asyncio.Task[Any]"]):
+    """A job's task as the run sees it, `(loop, task)`: cancellable from any
+    thread. A tuple, made by tuple's own constructor: every async call makes
+    one, without an `__init__` frame.
 
     The cancel is always queued on the loop (never direct), so it runs after
     the task's first step: a task is never cancelled before it has started."""
 
-    __slots__ = ("_loop", "_task")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
-        self._loop = loop
-        self._task = task
+    __slots__ = ()
 
     def cancel(self) -> None:
+        loop, task = self
         try:
-            self._loop.call_soon_threadsafe(self._task.cancel)
+            loop.call_soon_threadsafe(task.cancel)
         except RuntimeError:
             pass  # the loop is closed: the task is gone already
 
@@ -157,7 +156,7 @@ class Lane:
         task = loop.create_task(
             self.run(job, steps, pending), context=context or job.run.context.copy()
         )
-        job.run.task = _TaskHandle(loop, task)
+        job.run.task = _TaskHandle((loop, task))
 
     async def run(
         self, job: Job, steps: Steps | None = None, pending: Awaitable[Any] | None = None
@@ -220,6 +219,9 @@ class LoopBackend:
 
     def __init__(self, loop: LoopThread | None = None) -> None:
         self._own_loop = loop
+        # An async caller's jobs run as tasks on its own loop: one submitted
+        # there has its deadline timed by that loop's watch (`timer_lag`).
+        self.on_callers_loop = loop is None
         self._loop: LoopThread | None = loop
         self._host: Host | None = None
         self._busy = 0
