@@ -4,11 +4,12 @@ a caller looks again, and which attempts it reports overdue, once each."""
 from __future__ import annotations
 
 import contextvars
+from typing import Any
 
 import pytest
 
 from tests.conftest import MakeExecutor
-from toolbus import ToolCall, ToolRegistry, bus
+from toolbus import ToolCall, ToolRegistry
 from toolbus.actors._backstop import POLL, SLACK, SPENT, overdue
 from toolbus.pipeline import Run
 
@@ -181,13 +182,33 @@ def test_an_attempt_started_by_its_callers_look_keeps_its_timer(
         release.set()
 
 
-def test_an_attempt_on_its_awaiting_callers_loop_is_timed_by_that_loop(
+def _deadline_timers(ex: Any, push: float = 0.0) -> list[float]:
+    """Record the delay of every deadline timer `ex`'s scheduler arms from now
+    on; `push`: arm each that much later (1000: it never fires in a test)."""
+    from toolbus.actors._messages import Deadline
+
+    timers = ex._scheduler.timers
+    schedule = timers.schedule
+    delays: list[float] = []
+
+    def recording(delay: float, callback: Any, *args: Any) -> Any:
+        if args and args[0] is Deadline:
+            delays.append(delay)
+            delay += push
+        return schedule(delay, callback, *args)
+
+    timers.schedule = recording
+    return delays
+
+
+def test_an_attempt_on_its_awaiting_callers_loop_gets_no_timer_of_its_own(
     make_executor: MakeExecutor,
 ) -> None:
-    """An async tool's attempt that runs as a task on its caller's own loop,
-    dispatched there as it was submitted, gets no timer: the loop's watch arms
-    at its deadline, and a stuck attempt still times out there, alone or in a
-    batch. Run elsewhere (a sync tool on a worker thread), it keeps its timer."""
+    """Dispatched on its awaiting caller's loop as it is submitted, an attempt
+    (an async tool's task there, a sync tool's on a worker thread) has no
+    deadline timer: the loop's watch looks at its deadline, and keeps one
+    timer for all the calls it watches, for a loop that cannot look.
+    Dispatched from another thread, an attempt has its own."""
     import asyncio
 
     reg = ToolRegistry()
@@ -200,37 +221,80 @@ def test_an_attempt_on_its_awaiting_callers_loop_is_timed_by_that_loop(
     def sync_timers() -> int:
         return len(ex._scheduler.timers)
 
-    @reg.tool(timeout=0.2, read_only=True)
-    async def stuck() -> None:
-        await asyncio.Event().wait()
-
     ex = make_executor(reg)
+    delays = _deadline_timers(ex)
 
     async def main() -> None:
-        assert (await ex.aexecute(ToolCall(name="timers"))).output == 0
-        both = await ex.aexecute_batch([ToolCall(name="timers"), ToolCall(name="timers")])
-        assert [r.output for r in both.results] == [0, 0]
-        alone = await ex.aexecute(ToolCall(name="stuck"))
-        assert (alone.status, alone.error_code) == ("timeout", "EXECUTION_TIMEOUT")
-        batch = await ex.aexecute_batch([ToolCall(name="stuck"), ToolCall(name="timers")])
-        assert [(r.status, r.error_code) for r in batch.results] == [
-            ("timeout", "EXECUTION_TIMEOUT"),
-            ("ok", None),
-        ]
+        assert (await ex.aexecute(ToolCall(name="timers"))).output == 1  # the watch's
+        batch = await ex.aexecute_batch([ToolCall(name="timers"), ToolCall(name="timers")])
+        assert [r.output for r in batch.results] == [1, 1]
         # Last: the report of a worker thread's attempt may still hold the
         # scheduler when its caller resumes, and then dispatch what that
-        # caller submits next on the worker's thread (with a timer).
+        # caller submits next on the worker's thread (with timers).
         assert (await ex.aexecute(ToolCall(name="sync_timers"))).output == 1
 
     asyncio.run(main())
+    assert delays == []
+    ex.submit(ToolCall(name="timers")).result(30)  # (from this thread: no loop watches it)
+    assert len(delays) == 1 and 0 < delays[0] <= 30
+
+
+@pytest.mark.parametrize("clock", [0.0, -1000.0, 1000.0])
+def test_the_loops_watch_times_out_attempts_whose_timers_never_fire(
+    make_executor: MakeExecutor, clock: float
+) -> None:
+    """With every deadline timer pushed out of reach, calls awaited on a loop
+    still time out, alone and in a batch, async or sync: the loop's watch
+    acts at their deadlines, also on a loop whose clock (`loop.time()`) is
+    not `time.monotonic()`'s."""
+    import asyncio
+    import threading
+
+    reg = ToolRegistry()
+    release = threading.Event()
+
+    @reg.tool(timeout=0.1, read_only=True)
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    @reg.tool(timeout=0.1, read_only=True)
+    def sync_stuck() -> None:
+        release.wait(30)
+
+    @reg.tool(timeout=30, read_only=True)
+    async def quick() -> int:
+        return 1
+
+    class Clocked(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return super().time() + clock
+
+    ex = make_executor(reg)
+    _deadline_timers(ex, push=1000.0)
+
+    async def main() -> None:
+        for name in ("stuck", "sync_stuck"):
+            r = await ex.aexecute(ToolCall(name=name))
+            assert (r.status, r.error_code) == ("timeout", "EXECUTION_TIMEOUT")
+        batch = await ex.aexecute_batch(
+            [ToolCall(name="stuck"), ToolCall(name="quick"), ToolCall(name="sync_stuck")]
+        )
+        assert [r.status for r in batch.results] == ["timeout", "ok", "timeout"]
+
+    loop = Clocked()
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), 20))
+    finally:
+        release.set()
+        loop.close()
 
 
 def test_an_attempt_started_after_its_loop_watches_keeps_its_timer(
     make_executor: MakeExecutor,
 ) -> None:
-    """At max_parallel=1 the second call of an awaited batch starts when the
-    first ends, after the loop began watching the batch: it has a timer of its
-    own, and times out stuck as the first did."""
+    """At max_parallel=1 the calls of an awaited batch after the first start
+    as the one before ends, after the loop began watching the batch: each
+    has a deadline timer of its own, and times out stuck as the first did."""
     import asyncio
 
     reg = ToolRegistry()
@@ -240,28 +304,31 @@ def test_an_attempt_started_after_its_loop_watches_keeps_its_timer(
         await asyncio.Event().wait()
 
     @reg.tool(timeout=30, read_only=True)
-    async def timers() -> int:
-        return len(ex._scheduler.timers)
+    async def quick() -> int:
+        return 1
 
     ex = make_executor(reg, max_parallel=1)
+    delays = _deadline_timers(ex)
 
     async def main() -> None:
         batch = await ex.aexecute_batch(
-            [ToolCall(name="stuck"), ToolCall(name="timers"), ToolCall(name="stuck")]
+            [ToolCall(name="stuck"), ToolCall(name="quick"), ToolCall(name="stuck")]
         )
         assert [r.status for r in batch.results] == ["timeout", "ok", "timeout"]
-        assert batch.results[1].output == 1
 
     asyncio.run(main())
+    assert len(delays) == 2 and delays[0] > 1 and delays[1] <= 0.2, delays
 
 
-def test_a_worker_threads_attempt_times_out_while_its_callers_loop_is_blocked(
-    make_executor: MakeExecutor,
+@pytest.mark.parametrize("name", ["stuck", "sync_stuck"])
+def test_an_attempt_times_out_while_its_callers_loop_is_blocked(
+    make_executor: MakeExecutor, name: str
 ) -> None:
-    """A sync tool's attempt awaited on a loop is timed by that loop's watch,
-    and by a timer `BLOCKED_LOOP` later: with the loop blocked past both, the
-    call still times out (its worker and slot given back), seen from another
-    thread before the loop is free again."""
+    """An attempt awaited on a loop (a task there, or a sync tool's on a
+    worker thread) is timed by that loop's watch, and by the watch's timer on
+    the timer thread `BLOCKED_LOOP` later: with the loop blocked (by other code),
+    the call still times out (its slot given back: the next call from
+    another thread runs at max_parallel=1), seen before the loop is free."""
     import asyncio
     import threading
 
@@ -269,27 +336,34 @@ def test_a_worker_threads_attempt_times_out_while_its_callers_loop_is_blocked(
     release = threading.Event()
 
     @reg.tool(timeout=0.05, read_only=True)
-    def stuck() -> None:
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    @reg.tool(timeout=0.05, read_only=True)
+    def sync_stuck() -> None:
         release.wait(30)
 
-    ex = make_executor(reg)
-    seen = threading.Event()
+    @reg.tool(timeout=30, read_only=True)
+    def quick() -> int:
+        return 1
+
+    ex = make_executor(reg, max_parallel=1)
+    seen: list[str] = []
 
     async def main() -> None:
-        task = asyncio.ensure_future(ex.aexecute(ToolCall(name="stuck")))
+        task = asyncio.ensure_future(ex.aexecute(ToolCall(name=name)))
         await asyncio.sleep(0)  # (one turn: the call is submitted and dispatched)
-        # The loop blocks here until the timeout is published, from the timer.
-        assert seen.wait(10)
+        # The loop blocks here until a call from another thread got the slot.
+        other = threading.Thread(
+            target=lambda: seen.append(ex.execute(ToolCall(name="quick")).status)
+        )
+        other.start()
+        other.join(10)
+        assert seen == ["ok"]
         r = await task
         assert (r.status, r.error_code) == ("timeout", "EXECUTION_TIMEOUT")
 
-    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
-        rec_thread = threading.Thread(
-            target=lambda: seen.set() if rec.wait_for(bus.FINISHED, timeout=10) else None
-        )
-        rec_thread.start()
-        try:
-            asyncio.run(main())
-        finally:
-            release.set()
-            rec_thread.join(10)
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()

@@ -50,7 +50,7 @@ class Waiting:
         noticed: set[tuple[Run, int]] = set()
         # From here on, a deadline set on this thread may come after a look
         # (a look's own `Expired` can start a queued call): such attempts get
-        # a timer of their own (`_backstop.timer_lag`).
+        # a timer of their own (`_backstop.caller_watches`).
         waiter.looking = True
         wait = waiter.latch.wait  # (`waiter.wait`, without its frame)
         try:
@@ -79,7 +79,7 @@ class Waiting:
         if watch is None or watch.loop_ref() is not loop:
             watch = self._watches.get(loop)
             if watch is None:
-                watch = self._watches[loop] = LoopWatch(loop, self._expired)
+                watch = self._watches[loop] = LoopWatch(loop, self._expired, self._scheduler)
             self._last = weakref.ref(watch)
         watch.watch(runs, waiter)
         try:

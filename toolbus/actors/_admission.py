@@ -90,7 +90,10 @@ class Admission(Completion):
             self.counters["batches"] += 1
             b.runs = list(msg.runs)
             b.remaining = len(b.runs)
-            b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
+            # Its own limit, as a group, only where it can bind: a batch no
+            # larger than its limit never waits for it.
+            if b.limit < b.remaining:
+                b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
         self.runs_open.update(msg.runs)
         if self.services.halts.active or (b is not None and b.halted is not None):
             self._halted_at_submission(msg.runs, b)
@@ -111,9 +114,14 @@ class Admission(Completion):
                     if tool.group_limits:
                         self._learn_groups(tool)
                     named = tuple(self.groups[n] for n in tool.groups if n in self.groups)
-                    run.ticket.groups = (pool, *named) if b is None else (b.sv_group, pool, *named)
+                    run.ticket.groups = (
+                        (pool, *named) if b is None or b.sv_group is None
+                        else (b.sv_group, pool, *named)
+                    )  # fmt: skip
                 else:  # (the common tool: no named groups to look up)
-                    run.ticket.groups = (pool,) if b is None else (b.sv_group, pool)
+                    run.ticket.groups = (
+                        (pool,) if b is None or b.sv_group is None else (b.sv_group, pool)
+                    )
                     # No quota's refusal and a backend too: nothing for
                     # `unstartable` to find (the common call, without its look).
                     run.ticket.plain = run.refusal is None and run.backend is not None

@@ -8,14 +8,13 @@ and for an attempt still running past its deadline tells the supervisor
 (a stale or repeated notice is ignored there).
 
 A caller's own look is as sure as a timer, and cheaper: an attempt dispatched
-on its blocking caller's thread before that caller first looks, or run on its
-awaiting caller's loop and dispatched there before that loop watches it, gets
-no timer at all (`timer_lag`): the caller's first look wakes at its
-deadline. One dispatched on its awaiting caller's loop but run elsewhere gets
-a timer that fires late, for a loop that is blocked. Every other attempt keeps
-one at its deadline: one dispatched on another thread may miss a look already
-made, and a caller that noticed an attempt once does not tell of it again (a
-deadline re-armed for the same attempt).
+on its blocking caller's thread before that caller first looks, or on its
+awaiting caller's loop before that loop watches it, gets no timer at all
+(`caller_watches`): the caller's first look wakes at its deadline (a loop's
+watch keeps one timer for all its calls, for a loop that cannot look). Every
+other attempt keeps one: one dispatched on another thread may miss a look
+already made, and a caller that noticed an attempt once does not tell of it
+again (a deadline re-armed for the same attempt).
 
 Pure: `overdue` reads the runs and a clock reading; the executor does the
 waiting and the telling.
@@ -30,7 +29,7 @@ from collections.abc import Iterable
 
 from ..pipeline import LoopWaiter, Run, ThreadWaiter
 
-__all__ = ["BLOCKED_LOOP", "POLL", "SLACK", "SPENT", "overdue", "timer_lag"]
+__all__ = ["BLOCKED_LOOP", "POLL", "SLACK", "SPENT", "caller_watches", "overdue"]
 
 # After its deadline, the timer gets this long to act before the caller does:
 # none. The caller acts at the deadline itself, and where nothing of the
@@ -44,9 +43,9 @@ SLACK = 0.0
 SPENT = -1
 # How often a caller looks again at calls not yet started (no deadline yet).
 POLL = 0.25
-# How late the timer of an attempt its awaiting caller's loop watches fires
-# (`timer_lag`): it stands in for a loop that is blocked.
-BLOCKED_LOOP = 0.25
+# How late a loop's watch may look before its timer on the timer thread looks
+# for it (a loop blocked by other code, stopped or closed: `LoopWatch`).
+BLOCKED_LOOP = POLL
 
 
 def overdue(
@@ -94,34 +93,26 @@ def overdue(
     return late, wake
 
 
-def timer_lag(run: Run) -> float | None:
-    """How long after its deadline the timer of `run`'s attempt, dispatched
-    now, is to fire: 0.0 (at the deadline), `BLOCKED_LOOP`, or None (it needs
-    none). Its caller is sure to look at the deadline itself when:
+def caller_watches(run: Run) -> bool:
+    """True if `run`'s attempt, dispatched now, needs no deadline timer of
+    its own: its caller looks at the deadline itself, and sooner, because
 
     - it blocks, is this very thread and has yet to look: its first look
-      wakes at the deadline (and acts on it). No timer.
+      wakes at the deadline (and acts on it), as sure as a timer; or
     - it awaits on this thread's loop, which does not watch its calls yet:
-      the loop's watch, registered next, arms at the deadline
-      (`LoopWatch.watch`), and the caller resumes on that loop, so a timer on
-      another thread would free it no sooner (only hops in its way, each a
-      wait for the GIL). For an attempt that runs as a task on that same loop
-      (the loop backend's `on_callers_loop`), no timer: while a tool blocks
-      the loop neither would act, a tool that returns past its deadline times
-      its attempt out itself, and a loop that closes ends the task with it
-      (`Lane.run`). For one that runs elsewhere (a worker thread), a timer
-      `BLOCKED_LOOP` late: should the loop be blocked, the attempt still
-      times out and gives its worker and its slot back."""
+      the loop's watch, registered next, wakes at the deadline
+      (`LoopWatch.watch`), and the caller resumes on that loop, so a timer
+      would free it no sooner: it would only put hops in the way, each a
+      wait for the GIL. For a loop that cannot look (blocked by other code,
+      stopped, closed) the watch keeps one timer of its own, `BLOCKED_LOOP`
+      later, for all the calls it watches."""
     batch = run.batch
     waiter = run.waiter if batch is None else batch.waiter
     kind = type(waiter)
     if kind is ThreadWaiter:
-        mine = not waiter.looking and waiter.owner == threading.get_ident()  # type: ignore[union-attr]
-        return None if mine else 0.0
-    if (
-        kind is not LoopWaiter
-        or waiter.unwatch is not None  # type: ignore[union-attr]
-        or asyncio._get_running_loop() is not waiter.loop  # type: ignore[union-attr]
-    ):
-        return 0.0
-    return None if getattr(run.backend, "on_callers_loop", False) is True else BLOCKED_LOOP
+        return not waiter.looking and waiter.owner == threading.get_ident()  # type: ignore[union-attr]
+    return (
+        kind is LoopWaiter
+        and waiter.unwatch is None  # type: ignore[union-attr]
+        and asyncio._get_running_loop() is waiter.loop  # type: ignore[union-attr]
+    )

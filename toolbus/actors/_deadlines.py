@@ -40,7 +40,8 @@ from ..pipeline import (
     timed_out_here,
 )
 from ..policies._protocol import policy_name
-from ._messages import BudgetSpent, Deadline, Expired, Grace, RetryDue
+from ._backstop import BLOCKED_LOOP, SPENT, overdue
+from ._messages import BudgetSpent, Deadline, Expired, Grace, LoopStalled, RetryDue
 
 if TYPE_CHECKING:
     from ..bus import Emitter
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from ..pipeline import Services
     from ._budget import ThreadBudget
     from ._capacity import Capacity
-    from ._timers import TimerService
+    from ._loopwatch import LoopWatch
+    from ._timers import TimerHandle, TimerService
 
 __all__ = ["Deadlines"]
 
@@ -285,6 +287,39 @@ class Deadlines:
         if run.ticket.closed or run.attempt != msg.attempt or run.ticket.armed is not Deadline:
             return  # settled, retried, or the timer already acted
         self._on_deadline(Deadline(run, msg.attempt, run.ticket.gen))
+
+    # -- a loop that cannot look -------------------------------------------------------
+
+    def arm_loop_backstop(self, delay: float, watch: LoopWatch, gen: int) -> TimerHandle:
+        """Any thread: the timer that looks at `watch`'s calls for its loop,
+        should the loop not look by then (`LoopWatch`; generation `gen`)."""
+        return self.timers.schedule(delay, self._tell, LoopStalled(watch, gen))
+
+    def disarm_loop_backstop(self, handle: TimerHandle) -> None:
+        """Any thread: a timer `arm_loop_backstop` armed is not needed."""
+        self.timers.cancel(handle)
+
+    def _on_loop_stalled(self, msg: LoopStalled) -> None:
+        """The timer a loop's watch keeps for a loop that cannot look (blocked,
+        stopped, closed): act on what it finds late by `BLOCKED_LOOP` and
+        more, as the loop would have, and look again when the next may be,
+        until the watch arms a timer of its own again (a new generation) or
+        nothing is left to watch. A loop that looks leaves it nothing to act on."""
+        watch = msg.watch
+        if msg.gen != watch.backstop_gen:
+            return  # replaced by a timer of the watch's own
+        # Seen as of `BLOCKED_LOOP` ago: what is late by less is the loop's to
+        # act on (so the wake is when the next is late by that much). A fresh
+        # notice set: the loop's own is the loop's, and a notice it had sent
+        # already is ignored here once acted on.
+        late, wake = overdue(watch.watched(), time.monotonic() - BLOCKED_LOOP, set())
+        for run, attempt in late:
+            if attempt == SPENT:
+                self._on_budget(BudgetSpent(run))
+            else:
+                self._on_expired(Expired(run, attempt))
+        if wake is not None and msg.gen == watch.backstop_gen:
+            watch.rearmed(self.timers.schedule(wake, self._tell, msg), time.monotonic() + wake)
 
     def _on_grace(self, msg: Grace) -> None:
         if not self._current(msg):

@@ -8,46 +8,81 @@ still queued, `POLL`). One timer per loop, not per call: ten thousand calls in
 flight cost one timer and one scan per wake-up. A call is forgotten when its
 waiter is released (`LoopWaiter.unwatch`), without a callback of its own.
 
-For an attempt dispatched on this loop as it was submitted, the watch acts
-at the deadline: a timer thread's would free the caller, who resumes on this
-loop, no sooner. It is the only timer of one that runs as a task here, and
-the first of one that runs elsewhere (`timer_lag`).
+An attempt dispatched on this loop as it was submitted has no deadline timer
+of its own (`caller_watches`): the watch looks at its deadline, since a timer
+would free its caller, who resumes on this loop, no sooner. For a loop that
+cannot look (blocked by other code, stopped, closed), the watch keeps one
+timer on the executor's timer thread (`Backstop`), `BLOCKED_LOOP` after each
+look it means to make: if the loop has not looked by then, the scheduler
+looks for it (`LoopStalled`), until the loop does or nothing is left.
+
+Its times are `time.monotonic()`'s, as deadlines are; the loop is only given
+delays, so a loop with a clock of its own (`loop.time()`) is timed right.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any, Protocol
 
 from ..pipeline import LoopWaiter, Run
-from ._backstop import POLL, overdue
+from ._backstop import BLOCKED_LOOP, POLL, overdue
 
-__all__ = ["LoopWatch"]
+__all__ = ["Backstop", "LoopWatch"]
 
 # Tells the supervisor an attempt is overdue.
 Notify = Callable[[Run, int], None]
 
 
+class Backstop(Protocol):
+    """Where a watch keeps its timer for a loop that cannot look (the scheduler)."""
+
+    def arm_loop_backstop(self, delay: float, watch: LoopWatch, gen: int) -> Any: ...
+
+    def disarm_loop_backstop(self, handle: Any) -> None: ...
+
+
 class LoopWatch:
-    """The calls awaited on one loop, watched for overdue attempts (loop thread only)."""
+    """The calls awaited on one loop, watched for overdue attempts (loop thread
+    only, but for `watched` and `backstop_gen`, which the backstop reads)."""
 
     __slots__ = (
-        "__weakref__", "_handle", "_noticed", "_notify", "_polling", "_runs", "_when", "loop_ref",
+        "__weakref__", "_backstop", "_guard", "_guard_at", "_handle", "_noticed", "_notify",
+        "_polling", "_runs", "_when", "backstop_gen", "loop_ref",
     )  # fmt: skip
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, notify: Notify) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, notify: Notify, backstop: Backstop | None = None
+    ) -> None:
         self.loop_ref = weakref.ref(loop)  # weak: watches are kept per loop, weakly
         self._notify = notify
+        self._backstop = backstop
         self._runs: dict[Run, None] = {}  # insertion-ordered set
         self._noticed: set[tuple[Run, int]] = set()
         self._handle: asyncio.TimerHandle | None = None
-        self._when = math.inf  # the loop time `_handle` fires at (inf: none armed)
+        self._when = math.inf  # when `_handle` fires, monotonic (inf: none armed)
         # The timer was armed within POLL (it fires at most POLL from then, so
         # sooner than a look armed now would): no clock to read per call.
         self._polling = False
+        # The backstop's timer, when it fires (monotonic), and its generation:
+        # bumped when it is replaced, so that the one it replaces is stale.
+        self._guard: Any = None
+        self._guard_at = -math.inf
+        self.backstop_gen = 0
+
+    def watched(self) -> list[Run]:
+        """Any thread: the calls watched now (a copy)."""
+        return list(self._runs)
+
+    def rearmed(self, guard: Any, at: float) -> None:
+        """The backstop's thread: its timer looks again at `at` (monotonic),
+        as `guard`, of the same generation (kept by `_arm` if soon enough)."""
+        self._guard, self._guard_at = guard, at
 
     def watch(self, runs: Sequence[Run], waiter: LoopWaiter) -> None:
         """Watch `runs` until `waiter`, theirs, is released (not at all if it
@@ -57,8 +92,8 @@ class LoopWatch:
             return
         self._runs.update(dict.fromkeys(runs))
         waiter.unwatch = partial(self._forget, runs)
-        # Attempts dispatched on this loop as they were submitted have no timer
-        # at their deadline (`timer_lag`): the first look is there.
+        # Attempts dispatched on this loop as they were submitted: the first
+        # look is at their deadline (they have no timer: `caller_watches`).
         when = self._when
         for run in runs:
             deadline = run.deadline
@@ -66,13 +101,46 @@ class LoopWatch:
                 when = deadline
         if not self._polling:
             # Queued calls have no deadline yet: look again within POLL at most.
-            when = min(when, loop.time() + POLL)
+            when = min(when, time.monotonic() + POLL)
             self._polling = True
         if when < self._when:
-            if self._handle is not None:
-                self._handle.cancel()
-            self._handle = loop.call_at(when, self._look)
-            self._when = when
+            self._arm(loop, when)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """Look at `when` (monotonic), and have the backstop look by
+        `BLOCKED_LOOP` later, should this loop not have by then.
+
+        A backstop's timer still to come by then is kept: it looks, finds
+        nothing late of a loop that looks, and looks again when it would be
+        (`Scheduler._on_loop_stalled`). So a burst of calls watched while
+        others are arms it once, not once each."""
+        if self._handle is not None:
+            self._handle.cancel()
+        now = time.monotonic()
+        self._handle = loop.call_later(when - now, self._look)
+        self._when = when
+        backstop = self._backstop
+        due = when + BLOCKED_LOOP
+        if backstop is not None and not (now < self._guard_at <= due):
+            self.backstop_gen += 1
+            if self._guard is not None:
+                backstop.disarm_loop_backstop(self._guard)
+            self._guard = backstop.arm_loop_backstop(due - now, self, self.backstop_gen)
+            self._guard_at = due
+
+    def _disarm(self) -> None:
+        """Nothing to look for: no timer, and no backstop's."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._when = math.inf
+        self._polling = False
+        if self._guard is not None:
+            self.backstop_gen += 1
+            assert self._backstop is not None
+            self._backstop.disarm_loop_backstop(self._guard)
+            self._guard = None
+            self._guard_at = -math.inf
 
     def _forget(self, runs: Sequence[Run]) -> None:
         for run in runs:
@@ -81,22 +149,21 @@ class LoopWatch:
             gone = set(runs)
             self._noticed = {k for k in self._noticed if k[0] not in gone}
         if not self._runs and self._handle is not None:
-            self._handle.cancel()  # nothing to watch: hold no call, no timer
-            self._handle = None
-            self._when = math.inf
-            self._polling = False
+            self._disarm()  # nothing to watch: hold no call, no timer
 
     def _look(self) -> None:
         self._handle = None
-        self._when = math.inf
-        self._polling = False
         loop = self.loop_ref()
         if loop is None or not self._runs:
+            self._disarm()
             return
-        late, wake = overdue(list(self._runs), loop.time(), self._noticed)
+        now = time.monotonic()
+        late, wake = overdue(list(self._runs), now, self._noticed)
         for run, attempt in late:
             self._notify(run, attempt)
         if wake is not None and self._runs:  # (telling may have ended some)
-            self._when = loop.time() + wake
-            self._handle = loop.call_at(self._when, self._look)
+            self._when = math.inf
+            self._arm(loop, now + wake)
             self._polling = wake <= POLL
+        else:
+            self._disarm()

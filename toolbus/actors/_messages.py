@@ -24,6 +24,7 @@ __all__ = [
     "Expired",
     "Grace",
     "HaltRun",
+    "LoopStalled",
     "Report",
     "Reports",
     "RetryDue",
@@ -110,6 +111,16 @@ class Expired:
 
     run: Run
     attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoopStalled:
+    """Timer -> supervisor: the watch of an event loop (`_loopwatch.py`) has
+    not looked `BLOCKED_LOOP` after it was due to (stale unless `gen` is its
+    current one): the calls it watches are looked at from here."""
+
+    watch: Any
+    gen: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ from ..models import ErrorCode
 from ..pipeline import Outcome, Run
 from ._admission import Admission
 from ._backpressure import Backpressure
-from ._backstop import timer_lag
+from ._backstop import caller_watches
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
@@ -66,6 +66,7 @@ from ._messages import (
     Expired,
     Grace,
     HaltRun,
+    LoopStalled,
     Report,
     Reports,
     RetryDue,
@@ -80,6 +81,9 @@ from ._timers import TimerService
 __all__ = ["Scheduler"]
 
 log = logging.getLogger("toolbus.actors")
+
+_new = object.__new__
+_set = object.__setattr__  # (a frozen dataclass's own `__init__` sets its fields so)
 
 
 class Scheduler(Admission, Delays, Backpressure):
@@ -243,6 +247,8 @@ class Scheduler(Admission, Delays, Backpressure):
                 self._on_deadline(message)
             elif kind is Expired:
                 self._on_expired(message)
+            elif kind is LoopStalled:
+                self._on_loop_stalled(message)
             elif kind is BudgetSpent:
                 self._on_budget(message)
             elif kind is RetryDue:
@@ -370,13 +376,18 @@ class Scheduler(Admission, Delays, Backpressure):
         self.slots.take(run)
         deadline = run.deadline  # the earlier of its two clocks (`begin_attempt`)
         if deadline is not None:
-            lag = timer_lag(run)
-            if lag is None:
+            if caller_watches(run):
                 run.ticket.armed = Deadline  # its caller's first look is its timer
             else:
-                self._arm(run, deadline - time.monotonic() + lag, Deadline)
+                self._arm(run, deadline - time.monotonic(), Deadline)
+        # `Job(run, n)`, made as its dataclass `__init__` would make it, without
+        # that frame: every attempt of every call makes one.
+        job: Job = _new(Job)
+        _set(job, "run", run)
+        _set(job, "attempt", n)
+        _set(job, "timed_out_in", None)
         try:
-            backend.submit(Job(run, n))
+            backend.submit(job)
         except BackendUnavailable as e:
             run.try_settle(n)
             self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, str(e))

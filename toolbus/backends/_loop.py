@@ -219,9 +219,6 @@ class LoopBackend:
 
     def __init__(self, loop: LoopThread | None = None) -> None:
         self._own_loop = loop
-        # An async caller's jobs run as tasks on its own loop: one submitted
-        # there has its deadline timed by that loop's watch (`timer_lag`).
-        self.on_callers_loop = loop is None
         self._loop: LoopThread | None = loop
         self._host: Host | None = None
         self._busy = 0
