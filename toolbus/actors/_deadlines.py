@@ -6,7 +6,9 @@ waits out its backoff as a `RetryDue` timer. The timers run on the
 `TimerService` thread and only `tell` the supervisor actor, which hands the
 message to these handlers, under the scheduler's lock. A waiting caller that
 sees an attempt overdue before its timer fired sends `Expired` (`_backstop.py`,
-`_loopwatch.py`), which acts as the timer would have.
+`_loopwatch.py`), which acts as the timer would have; an attempt its caller
+is sure to look at has no timer at all, and for a loop that cannot look, its
+watch's one timer (`LoopStalled`) looks at the loop's calls from here.
 
 Every change of a run's timer bumps its generation, and a timer message counts
 only if it carries the current one: a deadline that fired just as the attempt
