@@ -112,10 +112,16 @@ class TimerService:
         while True:
             with self._cond:
                 while not self._closed:
-                    if not self._heap:
+                    heap = self._heap
+                    # Cancelled at the top: gone now, not each at its own time
+                    # (a wake-up apiece), so the thread sleeps until a live one.
+                    while heap and heap[0][2].cancelled:
+                        heapq.heappop(heap)[2].in_heap = False
+                        self._cancelled -= 1
+                    if not heap:
                         self._cond.wait()
                         continue
-                    delay = self._heap[0][0] - time.monotonic()
+                    delay = heap[0][0] - time.monotonic()
                     if delay <= 0:
                         break
                     self._cond.wait(delay)
