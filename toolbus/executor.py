@@ -563,6 +563,7 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
             return max(0.0, deadline - time.monotonic())
 
         self._scheduler.ask(Close("the executor was closed"))
+        self._waiting.close()
         self._final_stats = self.stats()
         try:
             self._supervisor.stop(timeout=left())

@@ -367,3 +367,37 @@ def test_an_attempt_times_out_while_its_callers_loop_is_blocked(
         asyncio.run(main())
     finally:
         release.set()
+
+
+def test_close_from_another_thread_leaves_no_timer_counted(make_executor: MakeExecutor) -> None:
+    """Closed from a thread other than the loop a call is awaited on, the
+    executor's final stats count no timer: the loop's watch keeps none for a
+    loop that may never look again."""
+    import asyncio
+    import threading
+
+    reg = ToolRegistry()
+    started = threading.Event()
+
+    @reg.tool(timeout=30, read_only=True)
+    async def slow() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    ex = make_executor(reg)
+    results: list[str] = []
+    loop = asyncio.new_event_loop()
+
+    def awaiting() -> None:
+        results.append(loop.run_until_complete(ex.aexecute(ToolCall(name="slow"))).status)
+
+    t = threading.Thread(target=awaiting)
+    t.start()
+    try:
+        assert started.wait(10)
+        ex.close()
+        assert (ex.stats().in_flight, ex.stats().timers) == (0, 0)
+    finally:
+        t.join(10)
+        loop.close()
+    assert results == ["cancelled"]

@@ -65,3 +65,50 @@ def test_a_call_released_after_its_loop_closed_is_let_go() -> None:
     del loop, waiter
     gc.collect()
     assert gone() is None
+
+
+class _Backstop:
+    """The timers a watch keeps for a loop that cannot look, as handed out."""
+
+    def __init__(self) -> None:
+        self.armed: list[tuple[float, int]] = []
+        self.live: set[int] = set()
+
+    def arm_loop_backstop(self, delay: float, watch: LoopWatch, gen: int) -> int:
+        self.armed.append((delay, gen))
+        self.live.add(len(self.armed))
+        return len(self.armed)
+
+    def disarm_loop_backstop(self, handle: int) -> None:
+        self.live.discard(handle)
+
+
+def test_the_backstops_timer_is_kept_through_a_burst_and_dropped_when_idle() -> None:
+    """One backstop timer for a burst of calls watched while others are; none
+    once nothing is watched; and a re-arm from the backstop's own thread for a
+    generation that was dropped (or replaced) meanwhile arms nothing."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        backstop = _Backstop()
+        watch = LoopWatch(loop, lambda run, attempt: None, backstop)
+        waiters = [LoopWaiter(loop) for _ in range(3)]
+        for w in waiters:
+            watch.watch(_runs(2), w)
+        assert len(backstop.armed) == 1 and backstop.live == {1}
+        gen = watch.backstop_gen
+        for w in waiters:
+            w.release("done")
+        assert _watching(watch) == 0 and backstop.live == set()
+        watch.rearm(0.1, gen)  # (its timer fired as the last call was let go)
+        assert len(backstop.armed) == 1 and backstop.live == set()
+        again = LoopWaiter(loop)
+        watch.watch(_runs(1), again)
+        assert len(backstop.armed) == 2 and backstop.live == {2}
+        watch.rearm(0.1, watch.backstop_gen)  # current: it looks again
+        assert len(backstop.armed) == 3
+        watch.drop_backstop()  # (the executor closing)
+        assert 3 not in backstop.live
+        again.release("done")
+
+    asyncio.run(main())

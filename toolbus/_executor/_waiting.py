@@ -88,6 +88,12 @@ class Waiting:
             self._cancel(batch, run, why)
             raise
 
+    def close(self) -> None:
+        """The executor closed (every call has its result): the loops' watches
+        keep no timer for loops that may never look again."""
+        for watch in list(self._watches.values()):
+            watch.drop_backstop()
+
     def _expired(self, run: Run, attempt: int) -> None:
         self._scheduler.post(BudgetSpent(run) if attempt == SPENT else Expired(run, attempt))
 

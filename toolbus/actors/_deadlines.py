@@ -320,8 +320,8 @@ class Deadlines:
                 self._on_budget(BudgetSpent(run))
             else:
                 self._on_expired(Expired(run, attempt))
-        if wake is not None and msg.gen == watch.backstop_gen:
-            watch.rearmed(self.timers.schedule(wake, self._tell, msg), time.monotonic() + wake)
+        if wake is not None:
+            watch.rearm(wake, msg.gen)
 
     def _on_grace(self, msg: Grace) -> None:
         if not self._current(msg):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -52,8 +53,8 @@ class LoopWatch:
     only, but for `watched` and `backstop_gen`, which the backstop reads)."""
 
     __slots__ = (
-        "__weakref__", "_backstop", "_guard", "_guard_at", "_handle", "_noticed", "_notify",
-        "_polling", "_runs", "_when", "backstop_gen", "loop_ref",
+        "__weakref__", "_backstop", "_guard", "_guard_at", "_guard_lock", "_handle", "_noticed",
+        "_notify", "_polling", "_runs", "_when", "backstop_gen", "loop_ref",
     )  # fmt: skip
 
     def __init__(
@@ -70,7 +71,9 @@ class LoopWatch:
         # sooner than a look armed now would): no clock to read per call.
         self._polling = False
         # The backstop's timer, when it fires (monotonic), and its generation:
-        # bumped when it is replaced, so that the one it replaces is stale.
+        # bumped when it is replaced or dropped, so that the one before is
+        # stale. Under `_guard_lock`: the backstop re-arms from its thread.
+        self._guard_lock = threading.Lock()
         self._guard: Any = None
         self._guard_at = -math.inf
         self.backstop_gen = 0
@@ -79,10 +82,25 @@ class LoopWatch:
         """Any thread: the calls watched now (a copy)."""
         return list(self._runs)
 
-    def rearmed(self, guard: Any, at: float) -> None:
-        """The backstop's thread: its timer looks again at `at` (monotonic),
-        as `guard`, of the same generation (kept by `_arm` if soon enough)."""
-        self._guard, self._guard_at = guard, at
+    def rearm(self, delay: float, gen: int) -> None:
+        """The backstop's thread: look again in `delay` seconds, if its timer
+        (generation `gen`) was neither replaced nor dropped meanwhile."""
+        with self._guard_lock:
+            if gen != self.backstop_gen or self._backstop is None:
+                return
+            self._guard = self._backstop.arm_loop_backstop(delay, self, gen)
+            self._guard_at = time.monotonic() + delay
+
+    def drop_backstop(self) -> None:
+        """Any thread: no backstop's timer (nothing to watch, or the executor
+        is closing)."""
+        with self._guard_lock:
+            if self._guard is not None:
+                assert self._backstop is not None
+                self.backstop_gen += 1
+                self._backstop.disarm_loop_backstop(self._guard)
+                self._guard = None
+                self._guard_at = -math.inf
 
     def watch(self, runs: Sequence[Run], waiter: LoopWaiter) -> None:
         """Watch `runs` until `waiter`, theirs, is released (not at all if it
@@ -122,11 +140,12 @@ class LoopWatch:
         backstop = self._backstop
         due = when + BLOCKED_LOOP
         if backstop is not None and not (now < self._guard_at <= due):
-            self.backstop_gen += 1
-            if self._guard is not None:
-                backstop.disarm_loop_backstop(self._guard)
-            self._guard = backstop.arm_loop_backstop(due - now, self, self.backstop_gen)
-            self._guard_at = due
+            with self._guard_lock:
+                self.backstop_gen += 1
+                if self._guard is not None:
+                    backstop.disarm_loop_backstop(self._guard)
+                self._guard = backstop.arm_loop_backstop(due - now, self, self.backstop_gen)
+                self._guard_at = due
 
     def _disarm(self) -> None:
         """Nothing to look for: no timer, and no backstop's."""
@@ -136,11 +155,7 @@ class LoopWatch:
         self._when = math.inf
         self._polling = False
         if self._guard is not None:
-            self.backstop_gen += 1
-            assert self._backstop is not None
-            self._backstop.disarm_loop_backstop(self._guard)
-            self._guard = None
-            self._guard_at = -math.inf
+            self.drop_backstop()
 
     def _forget(self, runs: Sequence[Run]) -> None:
         for run in runs:
