@@ -49,8 +49,9 @@ class Backstop(Protocol):
 
 
 class LoopWatch:
-    """The calls awaited on one loop, watched for overdue attempts (loop thread
-    only, but for `watched` and `backstop_gen`, which the backstop reads)."""
+    """The calls awaited on one loop, watched for overdue attempts: on the loop
+    thread, but for what the backstop uses from its own (`watched`, `rearm`,
+    `backstop_gen`) and `drop_backstop`, any thread's."""
 
     __slots__ = (
         "__weakref__", "_backstop", "_guard", "_guard_at", "_guard_lock", "_handle", "_noticed",
