@@ -100,14 +100,11 @@ def _blocked(scanner: ContentScanner, raw: Any, paths: Any, svc: Services) -> Fi
 
 
 def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
+    """The size of text arguments, or of a mapping as JSON where orjson alone
+    refused it (`admit` asks orjson first: a huge integer, a subclass)."""
     if isinstance(args, str):
         return len(args) if len(args) * 4 <= limit else len(args.encode())
-    if not args:
-        return 2
-    try:  # orjson itself first: `json_dumps`'s frame is paid only for a huge integer
-        return len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS))
-    except orjson.JSONEncodeError:
-        return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS))
+    return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS))
 
 
 def mask_decided(run: Run, svc: Services) -> None:
