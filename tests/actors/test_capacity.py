@@ -212,3 +212,23 @@ def test_a_run_sharing_its_callers_slot_takes_no_room_of_max_parallel() -> None:
     assert _start_all(slots) == []
     slots.release(caller)
     assert _start_all(slots) == [waiting]
+
+
+def test_room_for_a_run_is_room_in_max_parallel_and_in_each_of_its_groups() -> None:
+    """`has_room_for` answers as `next_startable` would for the run it takes."""
+    pool = _tool("a", limit=2)
+    other = _tool("b")
+    slots = Slots(max_parallel=3)
+    a1, a2, a3 = (_run(pool, index=i) for i in range(3))
+    b1 = _run(other)
+    assert slots.has_room_for(a1)
+    slots.take(a1)
+    slots.take(a2)
+    assert not slots.has_room_for(a3)  # its tool's group is full
+    assert slots.has_room_for(b1)
+    slots.take(b1)
+    assert not slots.has_room_for(_run(other, index=1))  # max_parallel is full
+    slots.release(a1)
+    assert slots.has_room_for(a3)
+    slots.enqueue(a3)
+    assert slots.next_startable() is a3

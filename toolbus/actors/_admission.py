@@ -148,8 +148,7 @@ class Admission(Completion):
                     and run.parent is None
                     and not slots.listen
                     and not self.budget.waiting.size
-                    and slots.in_flight - slots.shared < slots.max_parallel
-                    and ((pool := run.ticket.pool).limit is None or pool.in_flight < pool.limit)
+                    and slots.has_room_for(run)
                 ):
                     # Nothing queued, nothing posted behind it (a higher
                     # priority, its cancel), room for it, nobody told it queued:
@@ -194,23 +193,19 @@ class Admission(Completion):
                     and not t.closed
                     and not slots.ready.size
                     and run.parent is None
-                    and slots.in_flight - slots.shared < slots.max_parallel
+                    and slots.has_room_for(run)  # (the batch's group and the tool's)
                 ):
-                    for g in t.groups:  # (the batch's group and the tool's)
-                        if g.limit is not None and g.in_flight >= g.limit:
-                            break
-                    else:
-                        try:
-                            self._dispatch(run)
-                        except BaseException:
-                            # What a backend let through (`_dispatch` contains
-                            # its Exceptions): the calls after this one still
-                            # queue for the pump, as they would have before it.
-                            for j in eligible[k + 1 :]:
-                                slots.enqueue(b.runs[j])
-                            raise
-                        calm = not self.budget.waiting.size  # (a sync call parked for a thread)
-                        continue
+                    try:
+                        self._dispatch(run)
+                    except BaseException:
+                        # What a backend let through (`_dispatch` contains its
+                        # Exceptions): the calls after this one still queue
+                        # for the pump, as they would have before it.
+                        for j in eligible[k + 1 :]:
+                            slots.enqueue(b.runs[j])
+                        raise
+                    calm = not self.budget.waiting.size  # (a sync call parked for a thread)
+                    continue
                 slots.enqueue(run)
         finally:
             self._done_with(b)

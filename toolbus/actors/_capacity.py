@@ -44,6 +44,9 @@ they stand (for `tool:queued`), without looking at the runs that waited
 before: queues of 10k runs cost nothing per pump.
 
 Pure bookkeeping, owned by whoever holds the scheduler's lock; no threads here.
+It is one piece past 400 lines: every decision to start, park, let out or
+shed a run reads the same counts and queues, and split apart, the reasoning
+that room is never left unused would be too.
 """
 
 from __future__ import annotations
@@ -197,6 +200,16 @@ class Capacity:
                 if g is not full and g.has_room:
                     self._unpark_one(g.waiting)
         return None
+
+    def has_room_for(self, run: Run) -> bool:
+        """Room for `run` now, on its own share: in `max_parallel` and each of
+        its groups (what `next_startable` asks of a run it takes)."""
+        if self.in_flight - self.shared >= self.max_parallel:
+            return False
+        for g in run.ticket.groups:  # noqa: SIM110 (a loop: no Python call per group)
+            if g.limit is not None and g.in_flight >= g.limit:
+                return False
+        return True
 
     def _pop_nested(self) -> Run | None:
         """The first nested run whose caller has not lent its share yet."""
