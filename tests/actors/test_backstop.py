@@ -3,7 +3,9 @@ a caller looks again, and which attempts it reports overdue, once each."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import threading
 from typing import Any
 
 import pytest
@@ -182,6 +184,22 @@ def test_an_attempt_started_by_its_callers_look_keeps_its_timer(
         release.set()
 
 
+def _stuck_tools(timeout: float, release: threading.Event) -> ToolRegistry:
+    """A registry with `stuck` (an async tool) and `sync_stuck` (a sync one,
+    freed by `release`), each stuck past its `timeout`."""
+    reg = ToolRegistry()
+
+    @reg.tool(timeout=timeout, read_only=True)
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    @reg.tool(timeout=timeout, read_only=True)
+    def sync_stuck() -> None:
+        release.wait(30)
+
+    return reg
+
+
 def _deadline_timers(ex: Any, push: float = 0.0) -> list[float]:
     """Record the delay of every deadline timer `ex`'s scheduler arms from now
     on; `push`: arm each that much later (1000: it never fires in a test)."""
@@ -250,16 +268,8 @@ def test_the_loops_watch_times_out_attempts_whose_timers_never_fire(
     import asyncio
     import threading
 
-    reg = ToolRegistry()
     release = threading.Event()
-
-    @reg.tool(timeout=0.1, read_only=True)
-    async def stuck() -> None:
-        await asyncio.Event().wait()
-
-    @reg.tool(timeout=0.1, read_only=True)
-    def sync_stuck() -> None:
-        release.wait(30)
+    reg = _stuck_tools(0.1, release)
 
     @reg.tool(timeout=30, read_only=True)
     async def quick() -> int:
@@ -332,16 +342,8 @@ def test_an_attempt_times_out_while_its_callers_loop_is_blocked(
     import asyncio
     import threading
 
-    reg = ToolRegistry()
     release = threading.Event()
-
-    @reg.tool(timeout=0.05, read_only=True)
-    async def stuck() -> None:
-        await asyncio.Event().wait()
-
-    @reg.tool(timeout=0.05, read_only=True)
-    def sync_stuck() -> None:
-        release.wait(30)
+    reg = _stuck_tools(0.05, release)
 
     @reg.tool(timeout=30, read_only=True)
     def quick() -> int:
