@@ -125,6 +125,17 @@ def test_oversize_arguments(make_executor: MakeExecutor, release: threading.Even
     assert raw.error_code is ErrorCode.INVALID_ARGUMENTS
 
 
+def test_text_arguments_that_are_not_utf8_are_rejected_whatever_their_length(
+    make_executor: MakeExecutor, release: threading.Event
+) -> None:
+    """A lone surrogate in raw arguments: rejected as invalid, not an internal
+    error, also where the text is long enough to be sized in bytes."""
+    ex = make_executor(_registry(release), max_argument_bytes=40)
+    for pad in ("", "y" * 20):
+        r = ex.execute(ToolCall(name="add", arguments='{"a": 1, "pad": "\ud800' + pad + '"}'))
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS), r.error
+
+
 def test_unknown_tool(ex: Executor) -> None:
     r = ex.execute(ToolCall(id="u", name="no_such_tool", arguments="{oops"))
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_FOUND)

@@ -103,7 +103,9 @@ def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
     """The size of text arguments, or of a mapping as JSON where orjson alone
     refused it (`admit` asks orjson first: a huge integer, a subclass)."""
     if isinstance(args, str):
-        return len(args) if len(args) * 4 <= limit else len(args.encode())
+        # (`surrogatepass`: a text that is not valid UTF-8 is sized, then
+        # rejected as not JSON, as a short one is)
+        return len(args) if len(args) * 4 <= limit else len(args.encode("utf-8", "surrogatepass"))
     return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS))
 
 
