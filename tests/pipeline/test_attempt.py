@@ -11,21 +11,11 @@ import pytest
 
 from toolbus import ErrorCode, ToolCall, ToolContext
 from toolbus.bus import Emitter, NullPublisher
-from toolbus.hooks import ExecutorHooks
-from toolbus.masking import SecretKeys
 from toolbus.pipeline import Run, Services, attempt, drive_sync
 
+from ._hooks import DefaultHooks
+
 # -- an attempt that returns after its deadline is a timeout ---------------------------------
-
-
-class _Hooks(ExecutorHooks):
-    """The executor's default hooks, without an executor: none of its options set."""
-
-    _pre_call = ()
-    _post_call = ()
-    _authorize = None
-    _masker = None
-    _secret_keys = SecretKeys()
 
 
 class _NoLoop:
@@ -52,7 +42,7 @@ def test_an_attempt_finishing_past_its_deadline_ends_as_timeout(
     )
     services = Services(
         emitter=Emitter(NullPublisher(), None),  # type: ignore[arg-type]
-        hooks=_Hooks(),
+        hooks=DefaultHooks(),
         max_argument_bytes=1000,
     )
     run.begin_attempt(1)

@@ -5,7 +5,8 @@ rejected."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import enum
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -65,23 +66,33 @@ def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
             except orjson.JSONDecodeError:
                 pass
         masked, typed = mask_paths(masked, raw, paths) if paths else (masked, [])
-        if masked is not raw:
-            # Whatever the masker returned (a text, a list, an object), what is
-            # published has every hidden value scrubbed from it.
-            masked, hidden = published_arguments(raw, masked, typed)
-            run.scrubber = run.scrubber.merged(hidden)
-        # A copy: the tool may change its arguments in place before the
-        # events that carry them are built.
-        masked = detached(masked)
+        masked = _published(run, raw, masked, typed)
         run.masked = masked if scanner is None else scanner.value(masked)
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
-        # A broken masker must not leak: publish nothing of the arguments.
-        run.masked = None
-        run.scrubber = run.scrubber.merged(
-            Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
-        )
-        log_contained(f"masker failed for call {call.id}", e, run.scrubber)
+        _unmasked(run, raw, paths, e)
     return blocked
+
+
+def _published(run: Run, raw: Any, masked: Any, typed: list[str]) -> Any:
+    """What is published of arguments `raw` that a masker made `masked`,
+    their values hidden at secret-typed paths `typed`."""
+    if masked is not raw:
+        # Whatever the masker returned (a text, a list, an object), what is
+        # published has every hidden value scrubbed from it.
+        masked, hidden = published_arguments(raw, masked, typed)
+        run.scrubber = run.scrubber.merged(hidden)
+    # A copy: the tool may change its arguments in place before the events
+    # that carry them are built.
+    return detached(masked)
+
+
+def _unmasked(run: Run, raw: Any, paths: Any, error: BaseException) -> None:
+    """A broken masker must not leak: nothing of the arguments is published."""
+    run.masked = None
+    run.scrubber = run.scrubber.merged(
+        Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
+    )
+    log_contained(f"masker failed for call {run.call.id}", error, run.scrubber)
 
 
 def _blocked(scanner: ContentScanner, raw: Any, paths: Any, svc: Services) -> Finding | None:
@@ -128,10 +139,7 @@ def mask_decided(run: Run, svc: Services) -> None:
     try:
         masked = mask_arguments(raw, svc.secret_keys)[0]
         masked, typed = mask_paths(masked, raw, paths) if paths else (masked, [])
-        if masked is not raw:
-            masked, hidden = published_arguments(raw, masked, typed)
-            run.scrubber = run.scrubber.merged(hidden)
-        masked = detached(masked)
+        masked = _published(run, raw, masked, typed)
         scanner = run.scrubber.scanner
         run.masked = masked if scanner is None else scanner.value(masked)
     except Exception as e:  # nothing of them is published
@@ -139,47 +147,54 @@ def mask_decided(run: Run, svc: Services) -> None:
         log_contained(f"masking the decided call {run.call.id} failed", e, run.scrubber)
 
 
+class _Plain(enum.Enum):
+    NOT = "not plain"
+
+
+# What `admit_plain` answers for a call it does not admit: `admit`'s.
+NOT_PLAIN: Final = _Plain.NOT
+
+
+def admit_plain(run: Run, svc: Services) -> ToolResult | Literal[_Plain.NOT] | None:
+    """`admit` with no generator where nothing on the way yields (no hook, no
+    masker and no injected values of the user's), no value is secret by its
+    tool's schema and no content scanner looks: the common call. Else
+    `NOT_PLAIN`, and `admit` admits it."""
+    tool = run.tool
+    if (
+        not svc.plain_admission
+        or tool is None
+        or tool.injected
+        or tool.secret_paths
+        or run.scrubber.scanner is not None
+    ):
+        return NOT_PLAIN
+    run.phase = ADMISSION
+    rejected = _checked(run, svc)
+    if rejected is not None:
+        return rejected
+    call = run.call
+    raw = call.arguments
+    try:  # `_mask`'s, as the default masker does it
+        keys = svc.secret_keys or DEFAULT_SECRET_KEYS
+        if has_secret(raw, keys.is_secret):
+            run.masked = _published(run, raw, mask_arguments(raw, keys)[0], [])
+        else:
+            run.masked = detached(raw)  # (a copy: see `_published`)
+    except Exception as e:
+        _unmasked(run, raw, (), e)
+    return _validated(run, call)
+
+
 def admit(run: Run, svc: Services) -> Steps:
     """Prepare a call for its first attempt; return why it is rejected, or None."""
     run.phase = ADMISSION
     tool = run.tool
     assert tool is not None
+    rejected = _checked(run, svc)
+    if rejected is not None:
+        return rejected
     call = run.call
-    key = run.origin.idempotency_key
-    if key is not None:
-        # A ToolCall checks its key when made; a mapping's (or a model_construct
-        # one's) comes here unchecked, and is answered, not run under another.
-        problem = idempotency_key_problem(key)
-        if problem is not None:
-            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid call: {problem}")
-    args: dict[str, Any] | str = call.arguments
-    limit = svc.max_argument_bytes
-    try:
-        if type(args) is dict and args:
-            try:  # orjson itself: `_argument_size`'s frame only for text and what it refuses
-                size = len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS))
-            except orjson.JSONEncodeError:
-                size = _argument_size(args, limit)
-        else:
-            size = _argument_size(args, limit) if args else 2
-    except TypeError as e:
-        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
-    if size > limit:
-        return _reject(
-            run,
-            ErrorCode.INVALID_ARGUMENTS,
-            f"Arguments for '{call.name}' are {size} bytes; the limit is {limit} bytes",
-        )
-    if tool.type == "function" and isinstance(args, str):
-        try:
-            call = ToolCall.model_construct(
-                id=call.id, name=call.name, arguments=parse_json_arguments(args)
-            )
-        except ArgumentError as e:
-            return _reject(
-                run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}"
-            )
-        run.call = call
     if tool.injected:
         injected = yield from _inject(run, call, svc)
         if isinstance(injected, ToolResult):
@@ -224,8 +239,61 @@ def admit(run: Run, svc: Services) -> Steps:
             return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
         if allowed is not True:
             return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, _refusal(new.name, allowed))
+    return _validated(run, new)
+
+
+def _checked(run: Run, svc: Services) -> ToolResult | None:
+    """Check the call's idempotency key and its arguments' size, and parse
+    text arguments for a function tool (`run.call` then holds the parsed
+    call); return why it is rejected, or None."""
+    tool = run.tool
+    assert tool is not None
+    call = run.call
+    key = run.origin.idempotency_key
+    if key is not None:
+        # A ToolCall checks its key when made; a mapping's (or a model_construct
+        # one's) comes here unchecked, and is answered, not run under another.
+        problem = idempotency_key_problem(key)
+        if problem is not None:
+            return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Invalid call: {problem}")
+    args: dict[str, Any] | str = call.arguments
+    limit = svc.max_argument_bytes
     try:
-        args = new.arguments
+        if type(args) is dict and args:
+            try:  # orjson itself: `_argument_size`'s frame only for text and what it refuses
+                size = len(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS))
+            except orjson.JSONEncodeError:
+                size = _argument_size(args, limit)
+        else:
+            size = _argument_size(args, limit) if args else 2
+    except TypeError as e:
+        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
+    if size > limit:
+        return _reject(
+            run,
+            ErrorCode.INVALID_ARGUMENTS,
+            f"Arguments for '{call.name}' are {size} bytes; the limit is {limit} bytes",
+        )
+    if tool.type == "function" and isinstance(args, str):
+        try:
+            call = ToolCall.model_construct(
+                id=call.id, name=call.name, arguments=parse_json_arguments(args)
+            )
+        except ArgumentError as e:
+            return _reject(
+                run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}"
+            )
+        run.call = call
+    return None
+
+
+def _validated(run: Run, call: ToolCall) -> ToolResult | None:
+    """Validate `call`'s arguments into the tool's parameters (`run.params`),
+    the call now admitted; return why they are rejected, or None."""
+    tool = run.tool
+    assert tool is not None
+    try:
+        args = call.arguments
         run.params = (
             tool.validate(args) if tool.validates_dicts and type(args) is dict else tool.parse(args)
         )
@@ -233,7 +301,9 @@ def admit(run: Run, svc: Services) -> Steps:
         return _reject(run, ErrorCode.INVALID_ARGUMENTS, str(e))
     except Exception as e:
         return _reject(
-            run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{new.name}': {error_text(e)}"
+            run,
+            ErrorCode.INVALID_ARGUMENTS,
+            f"Invalid arguments for '{call.name}': {error_text(e)}",
         )
     run.admitted = True
     return None

@@ -21,9 +21,19 @@ if TYPE_CHECKING:
     from ..masking import Scrubber
     from ._run import Run
 
-__all__ = ["awaitable", "log_contained", "make_result"]
+__all__ = ["awaitable", "log_contained", "make_result", "ok_result"]
 
 _validate_result = ToolResult.__pydantic_validator__.validate_python
+_new = object.__new__
+_set = object.__setattr__
+# The fields `make_result` gives (all but `approval_request`): what a result
+# validated from them counts as set (`model_fields_set`).
+_GIVEN = frozenset(
+    {
+        "call_id", "name", "status", "output", "error", "error_code",
+        "attempts", "duration", "attachments", "metadata",
+    }
+)  # fmt: skip
 _PLAIN = frozenset({ToolCall, ToolResult, RetryDecision, bool, type(None), dict, list, str})
 
 
@@ -62,6 +72,37 @@ def make_result(
             "metadata": metadata if metadata is not None else {},
         }
     )
+    return result
+
+
+def ok_result(run: Run, output: Any, metadata: dict[str, Any]) -> ToolResult:
+    """`make_result(run, "ok", output=output, metadata=metadata)` for a tool's
+    value as `normalize_output` made it JSON-able, with no attachments and a
+    metadata dict of its own: built as `ToolResult.model_construct` builds
+    one, without its frames. Every piece has its field's type already (the id
+    and name from the validated call), so validating them again would find
+    nothing, and cost every call about 0.6 µs."""
+    result: ToolResult = _new(ToolResult)
+    _set(
+        result,
+        "__dict__",
+        {
+            "call_id": run.call.id,
+            "name": run.call.name,
+            "status": "ok",
+            "output": output,
+            "error": None,
+            "error_code": None,
+            "attempts": run.attempt,
+            "duration": time.monotonic() - run.first_start if run.first_start else 0.0,
+            "attachments": (),
+            "metadata": metadata,
+            "approval_request": None,
+        },
+    )
+    _set(result, "__pydantic_fields_set__", set(_GIVEN))  # (a set of its own, as pydantic's)
+    _set(result, "__pydantic_extra__", None)
+    _set(result, "__pydantic_private__", None)
     return result
 
 

@@ -45,14 +45,14 @@ from ..tools import (
     error_text,
     normalize_output,
 )
-from ._admission import admit
+from ._admission import NOT_PLAIN, admit, admit_plain
 from ._clock import ran_out, spent_result
 from ._decisions import spend
 from ._external import external_result
 from ._guardrails import check_outputs
 from ._input import answer_for, deferred_for_input
 from ._journaled import before_journaled
-from ._make import awaitable, log_contained, make_result
+from ._make import awaitable, log_contained, make_result, ok_result
 from ._policies import Deferral, consult
 from ._reports import CallLogs, progress_sink
 from ._results import end_call, finish
@@ -122,7 +122,9 @@ def attempt(
     # the rest undone, and a retry must not skip it. (A policy's decision is
     # off the clock: it never times out an attempt, see `consult`.)
     if not run.admitted:  # (admitted already before a policy's delay)
-        rejection = yield from admit(run, svc)
+        rejection = admit_plain(run, svc)
+        if rejection is NOT_PLAIN:
+            rejection = yield from admit(run, svc)
         if rejection is not None:
             if not run.try_settle(n):
                 return LOST
@@ -294,7 +296,11 @@ def attempt(
     if error is None:
         if em.listening[sig.EXECUTED]:
             em.emit_later(sig.EXECUTED, Executed, (call_id, name, bid, n, duration), pid, run.token)
-        result = make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
+        result = (
+            ok_result(run, output, metadata)
+            if not attachments and type(metadata) is dict  # (a plain value's: most tools')
+            else make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
+        )
         if svc.plain_post and not run.output_checks:  # nothing to run on it: final as made
             return DONE if finish(run, result, svc) else LOST
         return (yield from complete(run, result, svc))

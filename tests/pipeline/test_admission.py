@@ -1,0 +1,151 @@
+"""Admission driven without an executor (`toolbus.pipeline`): the plain
+admission, which admits the common call with no generator, decides and
+publishes exactly what the full one does; and an ok result made without
+validation is the validated one."""
+
+from __future__ import annotations
+
+import contextvars
+import pickle
+from typing import Annotated, Any
+
+import orjson
+import pytest
+from pydantic import SecretStr
+
+from toolbus import Injected, RetryPolicy, ToolCall, tool
+from toolbus.bus import Emitter, NullPublisher
+from toolbus.masking import SecretKeys
+from toolbus.models import ToolResult
+from toolbus.pipeline import Run, Services
+from toolbus.pipeline._admission import NOT_PLAIN, admit, admit_plain
+from toolbus.pipeline._make import make_result, ok_result
+from toolbus.tools import Tool, normalize_output
+
+from ._hooks import DefaultHooks
+
+
+@tool
+def lookup(i: int, api_key: str = "", opts: dict[str, Any] | None = None) -> int:
+    return i
+
+
+def _services(limit: int = 1000) -> Services:
+    return Services(
+        emitter=Emitter(NullPublisher(), None),  # type: ignore[arg-type]
+        hooks=DefaultHooks(),
+        max_argument_bytes=limit,
+        plain_admission=True,
+        secret_keys=SecretKeys(),
+    )
+
+
+def _run(call: ToolCall, t: Tool = lookup) -> Run:
+    run = Run(call, t, context=contextvars.copy_context(), timeout=None, policy=RetryPolicy())
+    run.begin_attempt(1)
+    return run
+
+
+def _admitted_by_steps(run: Run, svc: Services) -> ToolResult | None:
+    steps = admit(run, svc)
+    try:
+        steps.send(None)
+    except StopIteration as stop:
+        result: ToolResult | None = stop.value
+        return result
+    raise AssertionError("plain admission yielded")
+
+
+def _seen(run: Run, outcome: ToolResult | None) -> dict[str, Any]:
+    """What either admission leaves behind, as the rest of the call sees it."""
+    return {
+        "outcome": None
+        if outcome is None
+        else (outcome.status, outcome.error_code, outcome.error, outcome.attempts),
+        "admitted": run.admitted,
+        "params": None if run.params is None else run.params.model_dump(),
+        "call": run.call.model_dump(),
+        "masked": run.masked,
+        "scrubbed": run.scrubber.text("key s3cret-value and p4ss-word here"),
+    }
+
+
+CALLS = {
+    "plain": ToolCall(name="lookup", arguments={"i": 1}),
+    "invalid": ToolCall(name="lookup", arguments={"i": "one"}),
+    "text": ToolCall(name="lookup", arguments='{"i": 2}'),
+    "bad text": ToolCall(name="lookup", arguments='{"i": '),
+    "too large": ToolCall(name="lookup", arguments={"i": 3, "opts": {"pad": "x" * 2000}}),
+    "secret": ToolCall(name="lookup", arguments={"i": 4, "api_key": "s3cret-value"}),
+    "nested secret": ToolCall(
+        name="lookup", arguments={"i": 5, "opts": {"deep": [{"password": "p4ss-word"}]}}
+    ),
+    "secret in text": ToolCall(name="lookup", arguments='{"i": 6, "api_key": "s3cret-value"}'),
+    "not JSON": ToolCall.model_construct(id="c1", name="lookup", arguments={"i": 7, "x": object()}),
+    "bad key": ToolCall.model_construct(
+        id="c2", name="lookup", arguments={"i": 8}, idempotency_key="  "
+    ),
+    "empty": ToolCall(name="lookup", arguments={}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CALLS))
+def test_plain_admission_decides_and_publishes_as_the_full_one(case: str) -> None:
+    call = CALLS[case]
+    svc = _services()
+    plain, full = _run(call), _run(call)
+    outcome = admit_plain(plain, svc)
+    assert outcome is not NOT_PLAIN
+    assert _seen(plain, outcome) == _seen(full, _admitted_by_steps(full, svc))
+    if outcome is None:  # what is published holds no secret, and is a copy
+        text = orjson.dumps(plain.masked).decode()
+        assert "s3cret" not in text and "p4ss" not in text
+        assert plain.masked is not plain.call.arguments
+
+
+def test_plain_admission_is_not_for_calls_that_need_more() -> None:
+    """Hooks, a tool's secret-typed values or injected values: the full admission."""
+
+    @tool
+    def typed(token: SecretStr) -> str:
+        return token.get_secret_value()
+
+    @tool
+    def injected(i: int, user: Annotated[str, Injected]) -> int:
+        return i
+
+    svc = _services()
+    hooked = Services(
+        emitter=svc.emitter, hooks=svc.hooks, max_argument_bytes=1000, plain_admission=False
+    )
+    for run, services in [
+        (_run(ToolCall(name="typed", arguments={"token": "t"}), typed), svc),
+        (_run(ToolCall(name="injected", arguments={"i": 1}), injected), svc),
+        (_run(CALLS["plain"]), hooked),
+    ]:
+        assert admit_plain(run, services) is NOT_PLAIN
+        assert (run.admitted, run.masked, run.phase) == (False, None, "queued")
+
+
+@pytest.mark.parametrize("value", [7, "text", None, True, 2.5, {"a": [1, {"b": None}]}, [1, 2]])
+def test_an_ok_result_made_without_validation_is_the_validated_one(value: Any) -> None:
+    run = _run(CALLS["plain"])
+    output, attachments, metadata = normalize_output(value)
+    assert attachments == ()
+    made = ok_result(run, output, metadata)
+    validated = make_result(run, "ok", output=output, metadata=dict(metadata))
+    assert made.model_dump() == {**validated.model_dump(), "duration": made.duration}
+    assert made.model_fields_set == validated.model_fields_set
+    assert made.model_dump_json(exclude={"duration"}) == validated.model_dump_json(
+        exclude={"duration"}
+    )
+    again = pickle.loads(pickle.dumps(made))
+    assert again == made and isinstance(again, ToolResult)
+    # A copy with changes, as `finish` makes one, leaves the original alone.
+    late = made.model_copy(update={"metadata": {**made.metadata, "completed_late": True}})
+    assert late.metadata == {"completed_late": True} and made.metadata == {}
+    assert "metadata" in late.model_fields_set and made.model_fields_set is not (
+        late.model_fields_set
+    )
+    with pytest.raises(Exception, match="frozen"):
+        made.status = "error"  # type: ignore[misc]
