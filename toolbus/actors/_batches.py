@@ -90,5 +90,9 @@ def finish_batch(b: BatchRun, em: Emitter) -> None:
                 b.batch_id, len(b.runs), ok, len(b.runs) - ok, time.monotonic() - b.started
             ),
         )
-    if b.waiter is not None:
-        b.waiter.release(b)
+    waiter = b.waiter
+    if waiter is not None:
+        # Let go of it first: released with the batch, it holds the batch
+        # (a cycle for the garbage collector to find, every batch).
+        b.waiter = None
+        waiter.release(b)

@@ -184,6 +184,11 @@ class Lane:
             raise
         except BaseException as e:  # SystemExit & co. must not escape into run_forever
             outcome = contain(job, e, services)
+        if run.attempt == job.attempt:
+            # Its task is done: the run lets go of it. (The task's context
+            # holds the run, as `current_run`: kept, the pair would be a
+            # cycle, left for the garbage collector to find.)
+            run.task = None
         self.report(job, outcome)
 
     def report(self, job: Job, outcome: Outcome) -> None:

@@ -79,11 +79,18 @@ class LoopWaiter(Waiter):
         except RuntimeError:
             # The caller's loop is closed: nobody is waiting any more, and
             # nothing runs on it, so its watch may let go of the calls here.
-            if self.unwatch is not None:
-                self.unwatch()
+            self._forgotten()
 
     def _set(self, value: Any) -> None:
-        if self.unwatch is not None:
-            self.unwatch()
+        self._forgotten()
         if not self.future.done():
             self.future.set_result(value)
+
+    def _forgotten(self) -> None:
+        """Its watch forgets the calls, once. (`unwatch` holds them, and they
+        hold this waiter: kept, that would be a cycle for the garbage
+        collector to find.)"""
+        unwatch = self.unwatch
+        if unwatch is not None:
+            self.unwatch = None
+            unwatch()
