@@ -99,9 +99,10 @@ def caller_watches(run: Run) -> bool:
 
     - it blocks, is this very thread and has yet to look: its first look
       wakes at the deadline (and acts on it), as sure as a timer; or
-    - it awaits on this thread's loop, which does not watch its calls yet:
-      the loop's watch, registered next, wakes at the deadline
-      (`LoopWatch.watch`), and the caller resumes on that loop, so a timer
+    - it awaits on this thread's loop, whose watch wakes at the deadline:
+      told so now if it watches the call already (queued when submitted,
+      or a retry: `LoopWatch.expect`), or as it is registered next
+      (`LoopWatch.watch`). The caller resumes on that loop, so a timer
       would free it no sooner: it would only put hops in the way, each a
       wait for the GIL. For a loop that cannot look (blocked by other code,
       stopped, closed) the watch keeps one timer of its own, `BLOCKED_LOOP`
@@ -111,8 +112,12 @@ def caller_watches(run: Run) -> bool:
     kind = type(waiter)
     if kind is ThreadWaiter:
         return not waiter.looking and waiter.owner == threading.get_ident()  # type: ignore[union-attr]
-    return (
-        kind is LoopWaiter
-        and waiter.unwatch is None  # type: ignore[union-attr]
-        and asyncio._get_running_loop() is waiter.loop  # type: ignore[union-attr]
-    )
+    if kind is not LoopWaiter or asyncio._get_running_loop() is not waiter.loop:  # type: ignore[union-attr]
+        return False
+    watch = waiter.watch  # type: ignore[union-attr]
+    if watch is not None:
+        deadline = run.deadline
+        assert deadline is not None
+        return bool(watch.expect(deadline))
+    # Not watched yet; or released already, and then nobody will watch it.
+    return not waiter.future.done()  # type: ignore[union-attr]

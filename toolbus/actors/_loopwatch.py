@@ -8,9 +8,10 @@ still queued, `POLL`). One timer per loop, not per call: ten thousand calls in
 flight cost one timer and one scan per wake-up. A call is forgotten when its
 waiter is released (`LoopWaiter.unwatch`), without a callback of its own.
 
-An attempt dispatched on this loop as it was submitted has no deadline timer
-of its own (`caller_watches`): the watch looks at its deadline, since a timer
-would free its caller, who resumes on this loop, no sooner. For a loop that
+An attempt dispatched on this loop, as it was submitted or later (a queued
+call started when another ended, a retry), has no deadline timer of its own
+(`caller_watches`): the watch looks at its deadline, since a timer would free
+its caller, who resumes on this loop, no sooner. For a loop that
 cannot look (blocked by other code, stopped, closed), the watch keeps one
 timer on the executor's timer thread (`Backstop`), `BLOCKED_LOOP` after each
 look it means to make: if the loop has not looked by then, the scheduler
@@ -111,6 +112,7 @@ class LoopWatch:
             return
         self._runs.update(dict.fromkeys(runs))
         waiter.unwatch = partial(self._forget, runs)
+        waiter.watch = self
         # Attempts dispatched on this loop as they were submitted: the first
         # look is at their deadline (they have no timer: `caller_watches`).
         when = self._when
@@ -124,6 +126,17 @@ class LoopWatch:
             self._polling = True
         if when < self._when:
             self._arm(loop, when)
+
+    def expect(self, deadline: float) -> bool:
+        """On the loop: an attempt of a call watched here was dispatched on
+        this loop, and has no timer of its own: look at its `deadline` (as
+        for one dispatched as it was submitted). False if the loop is gone."""
+        loop = self.loop_ref()
+        if loop is None:
+            return False
+        if deadline < self._when:
+            self._arm(loop, deadline)
+        return True
 
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         """Look at `when` (monotonic), and have the backstop look by

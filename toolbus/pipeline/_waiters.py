@@ -59,7 +59,7 @@ class ThreadWaiter(Waiter):
 class LoopWaiter(Waiter):
     """Resolves an asyncio future from any thread without blocking its loop."""
 
-    __slots__ = ("future", "loop", "unwatch")
+    __slots__ = ("future", "loop", "unwatch", "watch")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -67,6 +67,9 @@ class LoopWaiter(Waiter):
         # Run on the loop once released: its deadline watch forgets the calls
         # (the watch holds them, and through them this loop).
         self.unwatch: Callable[[], object] | None = None
+        # That watch, while it watches them (`actors/_loopwatch.py`): told of
+        # the deadline of an attempt dispatched on this loop afterwards.
+        self.watch: Any = None
 
     def release(self, value: Any) -> None:
         try:
@@ -92,5 +95,5 @@ class LoopWaiter(Waiter):
         collector to find.)"""
         unwatch = self.unwatch
         if unwatch is not None:
-            self.unwatch = None
+            self.unwatch = self.watch = None
             unwatch()
