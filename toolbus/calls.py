@@ -42,7 +42,12 @@ def coerce_call(call: CallLike) -> ToolCall:
     as it is so that the executor refuses the call (`INVALID_ARGUMENTS`).
     """
     if isinstance(call, ToolCall):
-        return call
+        if type(call.id) is str and type(call.name) is str:
+            return call
+        # Made without validation (`model_construct`): read as its mapping
+        # would be, so its result can answer it (an id of another type, a
+        # name that is a `str` subclass, such as an enum's member).
+        call = {k: getattr(call, k, None) for k in ToolCall.model_fields}
     if not isinstance(call, Mapping):
         log.debug("could not read a tool call: a %s is not a mapping", type(call).__name__)
         return ToolCall(name=UNREADABLE_CALL)

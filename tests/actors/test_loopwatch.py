@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import time
 import weakref
 
 from toolbus import ToolCall, tool
@@ -110,5 +111,36 @@ def test_the_backstops_timer_is_kept_through_a_burst_and_dropped_when_idle() -> 
         watch.drop_backstop()  # (the executor closing)
         assert 3 not in backstop.live
         again.release("done")
+
+    asyncio.run(main())
+
+
+def test_an_attempt_started_while_its_watch_looks_is_looked_at_by_its_deadline() -> None:
+    """A look that tells the scheduler of a late call may start a queued one
+    on this loop (its slot set free), which tells the watch its deadline
+    (`expect`): the watch's next look is at that deadline, not at the look it
+    would have made anyway (`POLL` later, for the calls still queued)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        late, queued = _runs(2)
+        late.begin_attempt(1)
+        late.deadline = time.monotonic() - 1.0  # overdue at the next look
+        started: list[float] = []
+
+        def notify(run: Run, attempt: int) -> None:
+            assert run is late
+            queued.begin_attempt(1)  # (the scheduler starting it in the freed slot)
+            deadline = time.monotonic() + 0.01
+            started.append(deadline)
+            assert watch.expect(deadline)
+
+        watch = LoopWatch(loop, notify)
+        waiter = LoopWaiter(loop)
+        watch.watch([late, queued], waiter)
+        watch._look()  # as its timer would
+        assert len(started) == 1
+        assert watch._handle is not None and watch._when == started[0]
+        waiter.release(None)
 
     asyncio.run(main())

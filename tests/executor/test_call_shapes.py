@@ -12,6 +12,7 @@ arguments, and big integers must not turn into floats.
 
 from __future__ import annotations
 
+import enum
 import logging
 from typing import Any
 
@@ -26,6 +27,7 @@ from toolbus import (
     Executor,
     ToolCall,
     ToolRegistry,
+    ToolResult,
     format_result_for_context,
     tool,
 )
@@ -125,6 +127,35 @@ def test_coercion_keeps_every_toolcall_field() -> None:
         "function": {"name": call.name, "arguments": call.arguments},
     }
     assert coerce_call(shaped) == call
+
+
+class _Name(str, enum.Enum):  # noqa: UP042 (its str() is not its value, unlike StrEnum)
+    ECHO = "echo_int"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("call_id", "name", "arguments", "status"),
+    [
+        (5, "echo_int", {"n": 1}, "ok"),
+        (5, "echo_int", {"n": "one"}, "rejected"),
+        ("c7", _Name.ECHO, {"n": 1}, "ok"),
+        (type("Id", (str,), {})("c8"), "echo_int", {"n": 1}, "ok"),
+    ],
+)
+def test_a_toolcall_made_without_validation_is_answered_in_text(
+    ex: Executor, call_id: Any, name: Any, arguments: Any, status: str
+) -> None:
+    """`ToolCall.model_construct` (as frameworks build calls) with an id that
+    is not text, or a `str` subclass for a name (an enum's member): the call
+    is read as its mapping would be, and its result answers it in plain text
+    (an int id hung the caller: no result could be made for it)."""
+    call = ToolCall.model_construct(id=call_id, name=name, arguments=arguments)
+    for result in (ex.execute(call), ex.execute_batch([call]).results[0]):
+        assert result.status == status
+        assert type(result.call_id) is str and result.call_id == str(call_id)
+        assert type(result.name) is str and result.name == "echo_int"
+        assert ToolResult.model_validate(result.model_dump()) == result
 
 
 @pytest.mark.parametrize("call", [None, 42, "delete_files", ["delete_files"]])

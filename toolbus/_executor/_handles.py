@@ -53,13 +53,17 @@ class FutureWaiter(Waiter):
     def __init__(
         self, future: concurrent.futures.Future[Any], convert: Callable[[Any], Any] | None = None
     ) -> None:
-        self.future = future
+        self.future: concurrent.futures.Future[Any] | None = future
         self.convert = convert
 
     def release(self, value: Any) -> None:
+        # Let go of the handle: it holds the call, which holds this waiter (a
+        # cycle for the garbage collector to find, every call).
+        future, self.future = self.future, None
+        if future is None:
+            return  # released once already: the first result stands
         if self.convert is not None:
             value = self.convert(value)
-        future = self.future
         future._resolving = True  # type: ignore[attr-defined]  # (a `_Handle`)
         try:
             future.set_result(value)
@@ -112,8 +116,10 @@ class _Handle(concurrent.futures.Future[Any]):
         loop = asyncio.get_running_loop()
         waiting: asyncio.Future[Any] = loop.create_future()
 
-        def done(_: Any) -> None:
-            loop.call_soon_threadsafe(_settle, waiting, self)
+        # Given the handle, not holding it: a `Future` keeps its callbacks,
+        # and one that held the handle would be a cycle for the garbage collector.
+        def done(handle: Any) -> None:
+            loop.call_soon_threadsafe(_settle, waiting, handle)
 
         concurrent.futures.Future.add_done_callback(self, done)
         return (yield from waiting.__await__())

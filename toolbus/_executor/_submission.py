@@ -3,7 +3,7 @@ and handed to the scheduler, on the caller's thread.
 
 `Submitting` is the part of `Executor` that does it (a mixin, as
 `toolbus.hooks.ExecutorHooks` is: it names what of the executor it reads).
-Every `execute*` submits through it, and so does a composite tool's step
+Every `execute*` submits through it, as does a composite tool's step
 (`_nested.py`). The planning itself is `_plan.py`'s.
 
 Submission hooks (`Executor.on_submit`, kept by `SubmitHooks`) see a
@@ -201,6 +201,8 @@ class Submitting:
         a composite tool (`step_of`), `step_tool` whether registered or not;
         `decided`: its result, known before (see `plan_run`)."""
         c = call if type(call) is ToolCall else coerce_call(call)
+        if not type(c.id) is type(c.name) is str:  # (a call made with `model_construct`)
+            c = coerce_call(c)
         if step_of is None:
             plan = self._plans.plan(
                 c.name,

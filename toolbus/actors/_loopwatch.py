@@ -181,7 +181,11 @@ class LoopWatch:
             self._disarm()  # nothing to watch: hold no call, no timer
 
     def _look(self) -> None:
+        # No timer now: an attempt dispatched here while the scheduler is
+        # told what is late (a queued call started in a slot set free) arms
+        # one at its own deadline (`expect`), which this look keeps if sooner.
         self._handle = None
+        self._when = math.inf
         loop = self.loop_ref()
         if loop is None or not self._runs:
             self._disarm()
@@ -190,9 +194,9 @@ class LoopWatch:
         late, wake = overdue(list(self._runs), now, self._noticed)
         for run, attempt in late:
             self._notify(run, attempt)
-        if wake is not None and self._runs:  # (telling may have ended some)
-            self._when = math.inf
+        if wake is not None and self._runs and now + wake < self._when:
             self._arm(loop, now + wake)
-            self._polling = wake <= POLL
+        if self._runs and self._handle is not None:  # (telling may have ended some)
+            self._polling = self._when - now <= POLL
         else:
             self._disarm()

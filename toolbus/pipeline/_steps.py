@@ -298,7 +298,7 @@ def attempt(
             em.emit_later(sig.EXECUTED, Executed, (call_id, name, bid, n, duration), pid, run.token)
         result = (
             ok_result(run, output, metadata)
-            if not attachments and type(metadata) is dict  # (a plain value's: most tools')
+            if attachments == () and type(metadata) is dict  # (a plain value's: most tools')
             else make_result(run, "ok", output=output, attachments=attachments, metadata=metadata)
         )
         if svc.plain_post and not run.output_checks:  # nothing to run on it: final as made
