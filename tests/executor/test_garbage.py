@@ -95,6 +95,10 @@ def _async(make: Callable[[Executor], Any]) -> Callable[[Executor, asyncio.Abstr
     return lambda ex, loop: loop.run_until_complete(make(ex))
 
 
+async def _awaited(handle: Any) -> Any:
+    return await handle
+
+
 async def _gather(ex: Executor) -> Any:
     return await asyncio.gather(*(ex.aexecute(_call("anoop")) for _ in range(5)))
 
@@ -117,6 +121,11 @@ SHAPES: dict[str, Callable[[Executor, asyncio.AbstractEventLoop], Any]] = {
         lambda ex: ex.aexecute_batch([_call("noop") for _ in range(3)])
     ),
     "a gather of aexecute": _async(_gather),
+    "a handle's result": lambda ex, loop: ex.submit(_call("noop")).result(30),
+    "a handle awaited": _async(lambda ex: _awaited(ex.submit(_call("anoop")))),
+    "a batch handle awaited": _async(
+        lambda ex: _awaited(ex.submit_batch([_call("anoop") for _ in range(3)]))
+    ),
 }
 
 
