@@ -11,7 +11,7 @@ rejects them (`INVALID_ARGUMENTS`) instead of the tool running without them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from . import _json
 from .models import ToolCall
 
-__all__ = ["UNREADABLE_CALL", "CallLike", "coerce_call"]
+__all__ = ["UNREADABLE_CALL", "CallLike", "coerce_call", "coerce_calls"]
 
 log = logging.getLogger("toolbus")
 
@@ -42,7 +42,7 @@ def coerce_call(call: CallLike) -> ToolCall:
     as it is so that the executor refuses the call (`INVALID_ARGUMENTS`).
     """
     if isinstance(call, ToolCall):
-        if type(call.id) is str and type(call.name) is str:
+        if type(getattr(call, "id", None)) is type(getattr(call, "name", None)) is str:
             return call
         # Made without validation (`model_construct`): read as its mapping
         # would be, so its result can answer it (an id of another type, a
@@ -77,6 +77,17 @@ def coerce_call(call: CallLike) -> ToolCall:
             return made.model_copy(update={"idempotency_key": fields["idempotency_key"]})
         return made
     return ToolCall(name=UNREADABLE_CALL)
+
+
+def coerce_calls(calls: Iterable[CallLike]) -> list[ToolCall]:
+    """`coerce_call` of each call, without its frame for a `ToolCall` it would
+    return as it is (the common call: one whose id and name are text, which
+    one made with `model_construct` need not have)."""
+    return [
+        c if type(c) is ToolCall and type(c.id) is type(c.__dict__.get("name")) is str
+        else coerce_call(c)
+        for c in calls
+    ]  # fmt: skip
 
 
 def _fields(call: Mapping[str, Any]) -> dict[str, Any]:

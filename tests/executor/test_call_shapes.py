@@ -141,6 +141,7 @@ class _Name(str, enum.Enum):  # noqa: UP042 (its str() is not its value, unlike 
         (5, "echo_int", {"n": "one"}, "rejected"),
         ("c7", _Name.ECHO, {"n": 1}, "ok"),
         (type("Id", (str,), {})("c8"), "echo_int", {"n": 1}, "ok"),
+        (["l"], "echo_int", {"n": 1}, "ok"),  # (unhashable: a batch looks up its approval)
     ],
 )
 def test_a_toolcall_made_without_validation_is_answered_in_text(
@@ -156,6 +157,14 @@ def test_a_toolcall_made_without_validation_is_answered_in_text(
         assert type(result.call_id) is str and result.call_id == str(call_id)
         assert type(result.name) is str and result.name == "echo_int"
         assert ToolResult.model_validate(result.model_dump()) == result
+
+
+@pytest.mark.timeout(30)
+def test_a_toolcall_made_without_a_name_is_an_unknown_tool(ex: Executor) -> None:
+    call = ToolCall.model_construct(id="c9", arguments={"n": 1})
+    for result in (ex.execute(call), ex.execute_batch([call]).results[0]):
+        assert (result.status, result.error_code) == ("rejected", ErrorCode.TOOL_NOT_FOUND)
+        assert (result.call_id, result.name) == ("c9", toolbus_calls.UNREADABLE_CALL)
 
 
 @pytest.mark.parametrize("call", [None, 42, "delete_files", ["delete_files"]])

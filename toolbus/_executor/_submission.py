@@ -31,7 +31,7 @@ from ..approvals import ApprovalDecision, check_approval, check_approvals
 from ..backends import Backends
 from ..bus._delivery import describe
 from ..bus._failures import FailureLog
-from ..calls import CallLike, coerce_call
+from ..calls import CallLike, coerce_call, coerce_calls
 from ..masking import EMPTY_SCRUBBER, SecretKeys
 from ..models import ToolCall, ToolResult
 from ..pipeline import BatchRun, Run, Services, Waiter
@@ -201,7 +201,7 @@ class Submitting:
         a composite tool (`step_of`), `step_tool` whether registered or not;
         `decided`: its result, known before (see `plan_run`)."""
         c = call if type(call) is ToolCall else coerce_call(call)
-        if not type(c.id) is type(c.name) is str:  # (a call made with `model_construct`)
+        if not type(c.id) is type(c.__dict__.get("name")) is str:  # (`coerce_calls`'s look)
             c = coerce_call(c)
         if step_of is None:
             plan = self._plans.plan(
@@ -345,7 +345,7 @@ class Submitting:
         if clocks != _NO_CLOCKS:
             clocks = check_clocks(clocks, "execute_batch, aexecute_batch or submit_batch")
         decided = check_approvals(approvals)
-        coerced = [c if type(c) is ToolCall else coerce_call(c) for c in calls]
+        coerced = coerce_calls(calls)
         if not coerced:
             return None
         batch = plan_batch(coerced, self.max_parallel, self.parallel_limit, stop_on_error, waiter)
