@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from . import _json
 from .models import ToolCall
 
-__all__ = ["UNREADABLE_CALL", "CallLike", "coerce_call", "coerce_calls"]
+__all__ = ["UNREADABLE_CALL", "CallLike", "coerce_call"]
 
 log = logging.getLogger("toolbus")
 
@@ -82,7 +82,8 @@ def coerce_call(call: CallLike) -> ToolCall:
 def coerce_calls(calls: Iterable[CallLike]) -> list[ToolCall]:
     """`coerce_call` of each call, without its frame for a `ToolCall` it would
     return as it is (the common call: one whose id and name are text, which
-    one made with `model_construct` need not have)."""
+    one made with `model_construct` need not have). The executor's, for a
+    batch: not a stable name (`__all__` leaves it out)."""
     return [
         c if type(c) is ToolCall and type(c.id) is type(c.__dict__.get("name")) is str
         else coerce_call(c)
