@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from typing import Any
 
@@ -25,6 +26,7 @@ class RecordingBackend:
     def __init__(self) -> None:
         self.inner = ThreadBackend()
         self.jobs: list[tuple[str, int, float | None]] = []
+        self.handed: list[Job] = []
         self.started_with: Host | None = None
         self.stopped = False
 
@@ -38,6 +40,7 @@ class RecordingBackend:
 
     def submit(self, job: Job) -> None:
         self.jobs.append((job.run.call.name, job.attempt, job.remaining))
+        self.handed.append(job)
         self.inner.submit(job)
 
     def release(self, job: Job, worker: Any) -> None:
@@ -136,6 +139,24 @@ def test_a_bound_name_routes_a_tool_to_a_custom_backend(make_executor: MakeExecu
     assert custom.started_with is not None
     ex.close()
     assert custom.stopped
+
+
+def test_a_custom_backend_is_handed_a_whole_job(make_executor: MakeExecutor) -> None:
+    """The scheduler makes each `Job` without its dataclass `__init__` (every
+    attempt makes one): it has every field `Job(run, attempt)` would give it,
+    whatever fields `Job` gains."""
+    reg = ToolRegistry()
+
+    @reg.tool(backend="custom")
+    def infer(x: int) -> int:
+        return x * 2
+
+    custom = RecordingBackend()
+    ex = make_executor(reg, backends={"custom": custom})
+    assert ex.execute(ToolCall(name="infer", arguments={"x": 1})).output == 2
+    (job,) = custom.handed
+    assert job == Job(job.run, job.attempt)
+    assert dataclasses.replace(job) == job
 
 
 def test_the_executor_default_applies_where_the_tool_says_nothing(
