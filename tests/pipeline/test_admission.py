@@ -19,7 +19,7 @@ from toolbus.masking import SecretKeys
 from toolbus.models import ToolResult
 from toolbus.pipeline import Run, Services
 from toolbus.pipeline._admission import NOT_PLAIN, admit, admit_plain
-from toolbus.pipeline._make import make_result, ok_result
+from toolbus.pipeline._make import make_result, ok_result, parsed_call
 from toolbus.tools import Tool, normalize_output
 
 from ._hooks import DefaultHooks
@@ -149,3 +149,25 @@ def test_an_ok_result_made_without_validation_is_the_validated_one(value: Any) -
     )
     with pytest.raises(Exception, match="frozen"):
         made.status = "error"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("key", [None, "order-7"])
+def test_a_call_whose_text_is_parsed_is_the_one_model_construct_makes(key: str | None) -> None:
+    call = ToolCall(id="c1", name="lookup", arguments='{"i": 3}', idempotency_key=key)
+    made = parsed_call(call, {"i": 3})
+    built = ToolCall.model_construct(id="c1", name="lookup", arguments={"i": 3})
+    assert made == built and made.model_dump() == built.model_dump()
+    assert made.model_fields_set == built.model_fields_set == {"id", "name", "arguments"}
+    assert made.model_fields_set is not parsed_call(call, {}).model_fields_set
+    assert made.idempotency_key is None  # the run keeps the caller's key
+    assert pickle.loads(pickle.dumps(made)) == made
+    assert made.with_arguments({"i": 4}).arguments == {"i": 4} and made.arguments == {"i": 3}
+    with pytest.raises(Exception, match="frozen"):
+        made.name = "other"  # type: ignore[misc]
+
+
+def test_the_plain_admission_parses_text_arguments_into_the_call() -> None:
+    run = _run(ToolCall(id="c1", name="lookup", arguments='{"i": 3}', idempotency_key="k-1"))
+    assert admit_plain(run, _services()) is None
+    assert run.call == ToolCall.model_construct(id="c1", name="lookup", arguments={"i": 3})
+    assert run.params is not None and run.origin.idempotency_key == "k-1"

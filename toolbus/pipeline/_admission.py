@@ -27,7 +27,7 @@ from ..tools import (
     error_text,
     parse_json_arguments,
 )
-from ._make import awaitable, log_contained, make_result
+from ._make import awaitable, log_contained, make_result, parsed_call
 from ._run import ADMISSION, Run
 from ._services import (
     Services,
@@ -276,9 +276,7 @@ def _checked(run: Run, svc: Services) -> ToolResult | None:
         )
     if tool.type == "function" and isinstance(args, str):
         try:
-            call = ToolCall.model_construct(
-                id=call.id, name=call.name, arguments=parse_json_arguments(args)
-            )
+            call = parsed_call(call, parse_json_arguments(args))
         except ArgumentError as e:
             return _reject(
                 run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {e}"

@@ -186,7 +186,14 @@ def offered(
     """The tools a caller granted `granted` may see and call at `step`
     (None: `current_step()`): scopes first, then `is_enabled`."""
     check_step(step)
-    return [t for t in tools if not missing_scopes(t, granted) and enabled(t, step)]
+    # The common tool (no scopes asked, always enabled) is taken without a
+    # frame: an export offers the registry's tools again for every call.
+    return [
+        t
+        for t in tools
+        if (granted is None or not t.scopes or not missing_scopes(t, granted))
+        and (t.is_enabled is True or (t.is_enabled is not False and enabled(t, step)))
+    ]
 
 
 def not_offered(tool: Tool) -> str | None:
