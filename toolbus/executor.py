@@ -300,15 +300,11 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         returns a `rejected` result (`TOOL_UNAVAILABLE`) at once."""
         waiter = ThreadWaiter()
         refuse = would_block_its_tools(self._loop, self._scheduler, self._services)
+        clocks = (timeout, call_timeout)
+        wait = self._waits_for_room
+        # (In `_submit_one`'s order: positionally, as it is cheaper.)
         run = self._submit_one(
-            call,
-            waiter,
-            refuse=refuse,
-            approval=approval,
-            priority=priority,
-            wait=self._waits_for_room,
-            clocks=(timeout, call_timeout),
-            agent_run=agent_run,
+            call, waiter, refuse, approval, priority, wait, clocks, None, None, agent_run
         )
         if refuse:
             assert run.result is not None  # decided at once, never waited for
@@ -439,13 +435,10 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         Cancelling the awaiting task cancels the call (it ends `cancelled`).
         """
         waiter = LoopWaiter(asyncio.get_running_loop())
+        clocks = (timeout, call_timeout)
+        # (In `_submit_one`'s order: positionally, as it is cheaper.)
         run = self._submit_one(
-            call,
-            waiter,
-            approval=approval,
-            priority=priority,
-            clocks=(timeout, call_timeout),
-            agent_run=agent_run,
+            call, waiter, False, approval, priority, False, clocks, None, None, agent_run
         )
         result: ToolResult = await self._waiting.result(
             waiter, (run,), None, run, "the awaiting task was cancelled"
