@@ -309,7 +309,7 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         if refuse:
             assert run.result is not None  # decided at once, never waited for
             return run.result
-        if not waiter.latch.flag:  # released once counted, which may lag the result
+        if not waiter.flag:  # released once counted, which may lag the result
             self._waiting.block(waiter, (run,), None, run)
         assert run.result is not None
         return run.result

@@ -76,7 +76,7 @@ class Deciding(Minting):
                 )  # fmt: skip
             waiter = ThreadWaiter()
             run = self._submit_one(call, waiter, decided=ended)
-            if not waiter.latch.flag:
+            if not waiter.flag:
                 waiter.wait()
             result = run.result
             assert result is not None

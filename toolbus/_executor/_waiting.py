@@ -52,7 +52,7 @@ class Waiting:
         # (a look's own `Expired` can start a queued call): such attempts get
         # a timer of their own (`_backstop.caller_watches`).
         waiter.looking = True
-        wait = waiter.latch.wait  # (`waiter.wait`, without its frame)
+        wait = waiter.wait
         try:
             while True:
                 # Tell the supervisor of overdue attempts; wait until the next look.

@@ -111,10 +111,13 @@ class IdleInbox(queue.SimpleQueue[Envelope[Any]]):
         self.idle_timeout: float | None = None
 
     def get(self, block: bool = True, timeout: float | None = None) -> Envelope[Any]:
-        try:
-            return super().get(block, self.idle_timeout if timeout is None else timeout)
+        try:  # (`SimpleQueue.get` itself: `super()` would cost every wake a lookup)
+            return _get(self, block, self.idle_timeout if timeout is None else timeout)
         except queue.Empty:
             return _IDLE_ENVELOPE
+
+
+_get = queue.SimpleQueue.get
 
 
 class WorkerHandle:

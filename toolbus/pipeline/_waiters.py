@@ -31,13 +31,16 @@ class Waiter:
         raise NotImplementedError
 
 
-class ThreadWaiter(Waiter):
-    """A blocked thread's waiter: made on the thread that will block on it."""
+class ThreadWaiter(Latch, Waiter):
+    """A blocked thread's waiter: made on the thread that will block on it.
 
-    __slots__ = ("latch", "looking", "owner", "value")
+    It is its own latch (`flag`: released; `wait`), one object a call rather
+    than two: every `execute` makes one."""
+
+    __slots__ = ("looking", "owner", "value")
 
     def __init__(self) -> None:
-        self.latch = Latch()  # `latch.flag`: released
+        Latch.__init__(self)
         self.value: Any = None
         self.owner = threading.get_ident()
         # Set by the waiting thread once it first looks at its calls' deadlines:
@@ -46,14 +49,11 @@ class ThreadWaiter(Waiter):
 
     def release(self, value: Any) -> None:
         self.value = value
-        self.latch.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.latch.wait(timeout)
+        self.set()
 
     @property
     def released(self) -> bool:
-        return self.latch.flag
+        return self.flag
 
 
 class LoopWaiter(Waiter):
