@@ -9,6 +9,7 @@ A lone charge takes positions 1 (its intent) and 2 (its result).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -410,10 +411,12 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
             main = threading.main_thread().ident
             assert main == threading.get_ident()
             # Once the call is queued behind the holder, the workflow's
-            # thread (this one) is interrupted where it waits.
+            # thread (this one) is interrupted where it waits for it (not on
+            # its way back from submitting it, a few steps before).
             poke = threading.Thread(
                 target=lambda: (
                     wait_until(lambda: ex.stats().queued == 1),
+                    wait_until(lambda: _waiting_for_its_call(main)),
                     signal.pthread_kill(main, signal.SIGUSR1),
                 )
             )
@@ -431,6 +434,15 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
         sub.close()
     (ended,) = [r for r in finished if r.call_id == "c"]
     assert ended.status == "cancelled" and asked == []  # stopped where it waited
+
+
+def _waiting_for_its_call(thread_id: int) -> bool:
+    """Whether the thread waits for its call in the intent's step: its
+    innermost frame is the step's function (`mark`, in `_alone.py`), past the
+    submission (a frame below it) and at its wait."""
+    frame = sys._current_frames().get(thread_id)
+    code = frame.f_code if frame is not None else None
+    return code is not None and code.co_name == "mark" and code.co_filename.endswith("_alone.py")
 
 
 def test_a_bad_keyword_value_raises_before_any_step(shop: Shop) -> None:

@@ -239,3 +239,62 @@ def test_a_step_is_checked_when_made_and_when_given() -> None:
     with pytest.raises(TypeError, match="StepContext or None"):
         reg.to_openai("x")  # type: ignore[arg-type]
     assert [t["function"]["name"] for t in reg.to_openai(StepContext(step=2))] == ["one"]
+
+
+def test_the_tools_offered_at_any_step_follow_every_change(make_executor: MakeExecutor) -> None:
+    """Where no tool's `is_enabled` asks the step, what is offered is worked
+    out once and kept: each change that could alter it is seen at once."""
+    from toolbus.tools._offer import granted
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def a() -> str:
+        return "a"
+
+    @reg.tool(read_only=True, scopes=["admin"])
+    def b() -> str:
+        return "b"
+
+    ex: Executor = make_executor(reg)
+    assert names(ex.offered()) == ["a", "b"]
+    token = granted.set(frozenset({"read"}))
+    try:
+        assert names(ex.offered()) == ["a"]  # the grants changed
+        b.scopes = ("read",)
+        assert names(ex.offered()) == ["a", "b"]  # a tool's scopes changed
+    finally:
+        granted.reset(token)
+    a.is_enabled = False
+    assert names(ex.offered()) == ["b"]  # a tool's flag changed
+    a.is_enabled = True
+
+    @reg.tool(read_only=True)
+    def c() -> str:
+        return "c"
+
+    assert names(ex.offered()) == ["a", "b", "c"]  # the registry changed
+    seen: list[StepContext] = []
+    c.is_enabled = lambda step: seen.append(step) or step.step == 3
+    assert names(ex.offered(StepContext(step=3))) == ["a", "b", "c"]  # now it asks the step
+    assert names(ex.offered(StepContext(step=1))) == ["a", "b"] and len(seen) == 2
+    listed = ex.offered()
+    listed.clear()  # the caller's own list
+    assert names(ex.offered(StepContext(step=3))) == ["a", "b", "c"]
+    with pytest.raises(TypeError, match="StepContext"):
+        ex.offered("step 3")  # type: ignore[arg-type]
+    c.is_enabled = True
+    with pytest.raises(TypeError, match="StepContext"):
+        ex.offered("step 3")  # type: ignore[arg-type]
+
+
+def test_a_step_made_for_an_export_is_the_one_its_class_makes() -> None:
+    from toolbus.tools._offer import step_in
+
+    for run in (None, "run-7"):
+        made, built = step_in(run, {"k": 1}), StepContext(agent_run=run, context={"k": 1})
+        assert made == built and repr(made) == repr(built) and type(made) is StepContext
+        assert (made.agent_run, made.step, made.context) == (run, 0, {"k": 1})
+        with pytest.raises(AttributeError):
+            made.step = 2  # type: ignore[misc]
+    assert hash(step_in("r", 5)) == hash(StepContext(agent_run="r", context=5))

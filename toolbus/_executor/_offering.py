@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..tools import StepContext, Tool, ToolRegistry
-from ..tools._offer import Offer, current_step, granted, offered, offering
+from ..tools._offer import Offer, check_step, current_step, granted, offered, offering
 
 __all__ = ["Offering", "Prepare", "check_prepare"]
 
@@ -39,6 +39,9 @@ class Offering:
 
     registry: ToolRegistry
     _prepare: Prepare | None
+    # (the registry's map, the grants, its tools' versions, the tools offered):
+    # what `_unstepped` last found (None: nothing yet).
+    _unstepped_memo: tuple[Any, frozenset[str] | None, list[int], list[Tool]] | None = None
 
     def offered(self, step: StepContext | None = None) -> list[Tool]:
         """The tools offered at `step` (None: the current one, that of an
@@ -48,7 +51,11 @@ class Offering:
         anything but tools offered to it (a `described` copy of one counts),
         fails closed: nothing it did not keep is offered (logged)."""
         at = step if step is not None else current_step()
-        tools = offered(self.registry.list(), granted.get(), at)
+        tools = self._unstepped()
+        if tools is None:
+            tools = offered(self.registry.list(), granted.get(), at)
+        else:
+            check_step(at)
         prepare = self._prepare
         if prepare is None or not tools:
             return tools
@@ -77,6 +84,31 @@ class Offering:
                 len(chosen) - len(good),
             )
         return list({t.name: t for t in good}.values())  # one per name, in its order
+
+    def _unstepped(self) -> list[Tool] | None:
+        """The registry's tools the caller's grants let it see, when no tool's
+        `is_enabled` asks the step (each is True or False): the same at every
+        step, so kept beside the registry's map, the grants and the tools'
+        versions it was worked out from (an export offers the tools again
+        for every call). None: some tool asks the step."""
+        tools_map = self.registry._tools
+        grants = granted.get()
+        memo = self._unstepped_memo
+        if (
+            memo is not None
+            and memo[0] is tools_map
+            and memo[1] == grants
+            and memo[2] == [t._version for t in tools_map.values()]
+        ):
+            return list(memo[3])
+        tools = list(tools_map.values())
+        # (Versions first: a tool changed while this looks is looked at again.)
+        versions = [t._version for t in tools]
+        if any(t.is_enabled is not True and t.is_enabled is not False for t in tools):
+            return None
+        chosen = offered(tools, grants, None)  # (asks no step: no tool's is_enabled does)
+        self._unstepped_memo = (tools_map, grants, versions, chosen)
+        return list(chosen)
 
     @contextmanager
     def offer(self, step: StepContext | None = None) -> Iterator[list[Tool]]:

@@ -54,7 +54,7 @@ from ..providers._common import (
 )
 from ..tools import StepContext, Tool, ToolContext, ToolRegistry, parse_json_arguments
 from ..tools._injected import injected_parameters
-from ..tools._offer import Offer, offering
+from ..tools._offer import Offer, offering, step_in
 from ..tools._tool_options import OPENAI_AGENTS_KEYWORDS, OpenAIAgentsOptions, adopt
 
 __all__ = ["OpenAIAgentsTool", "from_openai_agents", "function_tool_for", "function_tools"]
@@ -152,7 +152,7 @@ def function_tools(
 def _step(ctx: RunContextWrapper[Any]) -> StepContext:
     """A step of the SDK's run as toolbus's `is_enabled` and `prepare` see it:
     its context is the SDK's `RunContextWrapper` (your context in `.context`)."""
-    return StepContext(agent_run=current_agent_run(), context=ctx)
+    return step_in(current_agent_run(), ctx)
 
 
 def _offer(executor: Executor, ctx: RunContextWrapper[Any]) -> Offer:

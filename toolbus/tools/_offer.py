@@ -48,6 +48,7 @@ __all__ = [
     "offered",
     "offering",
     "scope_name",
+    "step_in",
 ]
 
 log = logging.getLogger("toolbus")
@@ -141,6 +142,17 @@ def check_enabled(value: object, owner: str) -> IsEnabled:
     raise TypeError(
         f"{owner}: is_enabled must be True, False or a function of a StepContext, got {value!r}"
     )
+
+
+def step_in(agent_run: str | None, context: Any) -> StepContext:
+    """`StepContext(agent_run=agent_run, context=context)` for the current
+    agent run's id (checked when it was set), made without the frozen
+    dataclass's two frames (0.7 µs): an export makes one for every call."""
+    step: StepContext = object.__new__(StepContext)
+    object.__setattr__(step, "agent_run", agent_run)
+    object.__setattr__(step, "step", 0)
+    object.__setattr__(step, "context", context)
+    return step
 
 
 def current_step() -> StepContext:
