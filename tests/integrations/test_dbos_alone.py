@@ -9,6 +9,7 @@ A lone charge takes positions 1 (its intent) and 2 (its result).
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -376,7 +377,6 @@ class Interrupted(BaseException):
 def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
     shop: Shop,
 ) -> None:
-    import signal
 
     asked: list[str] = []
 
@@ -393,10 +393,9 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
     finished: list[Any] = []
     sub = bus.subscribe(lambda s, event, **_: finished.append(event.result), bus.FINISHED)
 
-    def interrupt(signum: int, frame: Any) -> None:
-        raise Interrupted
+    interrupts = _Interrupts()
 
-    previous = signal.signal(signal.SIGUSR1, interrupt)
+    previous = signal.signal(signal.SIGUSR1, interrupts.handler)
     shop.release.clear()
     try:
         with Executor(reg, max_parallel=1) as ex:
@@ -417,7 +416,7 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
                 target=lambda: (
                     wait_until(lambda: ex.stats().queued == 1),
                     wait_until(lambda: _waiting_for_its_call(main)),
-                    signal.pthread_kill(main, signal.SIGUSR1),
+                    interrupts.poke(main),
                 )
             )
             poke.start()
@@ -434,6 +433,24 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
         sub.close()
     (ended,) = [r for r in finished if r.call_id == "c"]
     assert ended.status == "cancelled" and asked == []  # stopped where it waited
+
+
+class _Interrupts:
+    """SIGUSR1 raises `Interrupted` in the thread it is sent to, once."""
+
+    def __init__(self) -> None:
+        self.fired = threading.Event()
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if not self.fired.is_set():  # (a signal sent again is not a second interrupt)
+            self.fired.set()
+            raise Interrupted
+
+    def poke(self, thread_id: int) -> None:
+        """Interrupt the thread. A signal that comes as it enters a wait,
+        before it sleeps, is seen only when the wait ends: sent again until seen."""
+        while not self.fired.wait(0.01):
+            signal.pthread_kill(thread_id, signal.SIGUSR1)
 
 
 def _waiting_for_its_call(thread_id: int) -> bool:
@@ -509,14 +526,11 @@ def test_a_deferred_call_asked_again_whose_tool_makes_a_step_takes_no_position(
 def test_a_batch_whose_loop_is_interrupted_stops_its_calls_and_leaves_no_task_behind(
     shop: Shop,
 ) -> None:
-    import signal
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise Interrupted
+    interrupts = _Interrupts()
 
     finished: list[Any] = []
     sub = bus.subscribe(lambda s, event, **_: finished.append(event.result), bus.FINISHED)
-    previous = signal.signal(signal.SIGUSR1, interrupt)
+    previous = signal.signal(signal.SIGUSR1, interrupts.handler)
     shop.release.clear()
     try:
         with Executor(shop.registry, max_parallel=1) as ex:
@@ -540,7 +554,7 @@ def test_a_batch_whose_loop_is_interrupted_stops_its_calls_and_leaves_no_task_be
             poke = threading.Thread(
                 target=lambda: (
                     wait_until(shop.started.is_set),
-                    signal.pthread_kill(main, signal.SIGUSR1),
+                    interrupts.poke(main),
                 )
             )
             poke.start()
