@@ -552,3 +552,22 @@ async def test_injected_parameters_of_an_imported_function_are_honoured(
     model = FakeModel([function_call("lookup", {"q": "y"}, call_id="c1")], "done")
     await run(model, [exported])
     assert model.outputs(1) == {"c1": "y for tenant ***"}
+
+
+@pytest.mark.parametrize("given", [None, 5, b'{"a": "x"}', '["a"]', "{not json"])
+async def test_arguments_that_are_not_a_json_object_come_back_as_an_error_text(
+    make_executor: MakeExecutor, given: Any
+) -> None:
+    """Whatever `on_invoke_tool` is handed (the Runner hands JSON text; a caller
+    of the tool itself may hand anything), it answers in text, never raises."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def req(a: str) -> str:
+        return a
+
+    ex = make_executor(reg)
+    (tool,) = function_tools(reg, ex)
+    ctx = AgentsToolContext(None, tool_name="req", tool_call_id="c1", tool_arguments="{}")
+    text = await tool.on_invoke_tool(ctx, given)
+    assert text.startswith("Error: ") and text.endswith("(INVALID_ARGUMENTS)")

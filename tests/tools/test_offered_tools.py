@@ -298,3 +298,49 @@ def test_a_step_made_for_an_export_is_the_one_its_class_makes() -> None:
         with pytest.raises(AttributeError):
             made.step = 2  # type: ignore[misc]
     assert hash(step_in("r", 5)) == hash(StepContext(agent_run="r", context=5))
+
+
+def test_a_tool_whose_flag_is_not_its_own_value_is_asked_every_time(
+    make_executor: MakeExecutor,
+) -> None:
+    """What is offered is kept only for tools whose `is_enabled` and `scopes`
+    change by being set on them: a property, a class's attribute or a list
+    changed in place is read again at every offer."""
+    from toolbus.tools._offer import granted
+
+    class Flagged(Tool):
+        name = "flagged"
+        description = "Flagged."
+        read_only = True
+        on = False
+
+        @property  # type: ignore[override]
+        def is_enabled(self) -> bool:  # type: ignore[override]
+            return type(self).on
+
+        @is_enabled.setter
+        def is_enabled(self, value: object) -> None:
+            pass
+
+        def run(self, args: Any = None) -> str:
+            return "ran"
+
+    reg = ToolRegistry([Flagged()])
+
+    @reg.tool(read_only=True)
+    def other() -> str:
+        """Other."""
+        return "o"
+
+    ex: Executor = make_executor(reg)
+    assert names(ex.offered()) == ["other"]
+    Flagged.on = True
+    assert names(ex.offered()) == ["flagged", "other"]
+    other.scopes = ["s1"]  # type: ignore[assignment]
+    token = granted.set(frozenset({"s1"}))
+    try:
+        assert names(ex.offered()) == ["flagged", "other"]
+        other.scopes.append("s2")  # type: ignore[attr-defined]
+        assert names(ex.offered()) == ["flagged"]
+    finally:
+        granted.reset(token)

@@ -104,7 +104,7 @@ class Offering:
         tools = list(tools_map.values())
         # (Versions first: a tool changed while this looks is looked at again.)
         versions = [t._version for t in tools]
-        if any(t.is_enabled is not True and t.is_enabled is not False for t in tools):
+        if not all(_settled(t) for t in tools):
             return None
         chosen = offered(tools, grants, None)  # (asks no step: no tool's is_enabled does)
         self._unstepped_memo = (tools_map, grants, versions, chosen)
@@ -123,3 +123,18 @@ class Offering:
             yield tools
         finally:
             offering.reset(token)
+
+
+def _settled(tool: Tool) -> bool:
+    """Whether what offers `tool` (its `is_enabled`, True or False, and its
+    `scopes`, a tuple) are values of its own that only an attribute set on it
+    changes, which bumps its version: not a property, a class's attribute or
+    a list that could change under a memo without it."""
+    own = getattr(tool, "__dict__", None)
+    if own is None:
+        return False
+    for name in ("is_enabled", "scopes"):
+        if name not in own or hasattr(type(getattr(type(tool), name, None)), "__set__"):
+            return False
+    flag = own["is_enabled"]
+    return (flag is True or flag is False) and type(own["scopes"]) is tuple
