@@ -201,9 +201,11 @@ class Submitting:
         """A run for `call`, its tool looked up in the registry; for a step of
         a composite tool (`step_of`), `step_tool` whether registered or not;
         `decided`: its result, known before (see `plan_run`)."""
-        c = call if type(call) is ToolCall else coerce_call(call)
-        if not type(c.id) is type(c.__dict__.get("name")) is str:  # (`coerce_calls`'s look)
-            c = coerce_call(c)
+        c = (  # (`coerce_calls`'s look: a ToolCall whose id and name are text, as it is)
+            call
+            if type(call) is ToolCall and type(call.id) is type(call.__dict__.get("name")) is str
+            else coerce_call(call)
+        )
         if step_of is None:
             plan = self._plans.plan(
                 c.name,

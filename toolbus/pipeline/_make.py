@@ -88,10 +88,8 @@ def ok_result(run: Run, output: Any, metadata: dict[str, Any]) -> ToolResult:
     if type(call.id) is not str or type(call.name) is not str:
         # (a call a hook made with `model_construct`: validation makes them text)
         return make_result(run, "ok", output=output, metadata=metadata)
-    result: ToolResult = _new(ToolResult)
-    _set(
-        result,
-        "__dict__",
+    result: ToolResult = _constructed(
+        ToolResult,
         {
             "call_id": call.id,
             "name": call.name,
@@ -105,10 +103,8 @@ def ok_result(run: Run, output: Any, metadata: dict[str, Any]) -> ToolResult:
             "metadata": metadata,
             "approval_request": None,
         },
+        _GIVEN,
     )
-    _set(result, "__pydantic_fields_set__", set(_GIVEN))  # (a set of its own, as pydantic's)
-    _set(result, "__pydantic_extra__", None)
-    _set(result, "__pydantic_private__", None)
     return result
 
 
@@ -117,16 +113,24 @@ def parsed_call(call: ToolCall, arguments: dict[str, Any]) -> ToolCall:
     `ToolCall.model_construct(id=call.id, name=call.name, arguments=arguments)`
     builds (no idempotency key: the run keeps the caller's), without its
     frames, which cost a call of text arguments about 200 bytecodes."""
-    new: ToolCall = _new(ToolCall)
-    _set(
-        new,
-        "__dict__",
+    new: ToolCall = _constructed(
+        ToolCall,
         {"id": call.id, "name": call.name, "arguments": arguments, "idempotency_key": None},
+        _CALL_GIVEN,
     )
-    _set(new, "__pydantic_fields_set__", set(_CALL_GIVEN))
-    _set(new, "__pydantic_extra__", None)
-    _set(new, "__pydantic_private__", None)
     return new
+
+
+def _constructed(cls: type[Any], fields: dict[str, Any], given: frozenset[str]) -> Any:
+    """An instance of the model `cls` with `fields` (every field, each of its
+    type already), `given` of them counted as set: what `cls.model_construct`
+    builds, without its frames."""
+    made = _new(cls)
+    _set(made, "__dict__", fields)
+    _set(made, "__pydantic_fields_set__", set(given))  # (a set of its own, as pydantic's)
+    _set(made, "__pydantic_extra__", None)
+    _set(made, "__pydantic_private__", None)
+    return made
 
 
 def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:
