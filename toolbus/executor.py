@@ -302,15 +302,19 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         refuse = would_block_its_tools(self._loop, self._scheduler, self._services)
         clocks = (timeout, call_timeout)
         wait = self._waits_for_room
-        # (In `_submit_one`'s order: positionally, as it is cheaper.)
-        run = self._submit_one(
-            call, waiter, refuse, approval, priority, wait, clocks, None, None, agent_run
-        )
-        if refuse:
-            assert run.result is not None  # decided at once, never waited for
-            return run.result
-        if not waiter.flag:  # released once counted, which may lag the result
-            self._waiting.block(waiter, (run,), None, run)
+        try:
+            # (In `_submit_one`'s order: positionally, as it is cheaper.)
+            run = self._submit_one(
+                call, waiter, refuse, approval, priority, wait, clocks, None, None, agent_run
+            )
+            if refuse:
+                assert run.result is not None  # decided at once, never waited for
+                return run.result
+            if not waiter.flag:  # released once counted, which may lag the result
+                self._waiting.block(waiter, (run,))
+        except BaseException:  # interrupted in the wait, or before it, once handed on
+            self._waiting.given_up(waiter)
+            raise
         assert run.result is not None
         return run.result
 
@@ -337,22 +341,26 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         """
         waiter = ThreadWaiter()
         refuse = would_block_its_tools(self._loop, self._scheduler, self._services)
-        batch = self._submit_batch(
-            calls,
-            stop_on_error,
-            waiter,
-            refuse=refuse,
-            approvals=approvals,
-            priority=priority,
-            wait=self._waits_for_room,
-            clocks=(timeout, call_timeout),
-            agent_run=agent_run,
-        )
-        if batch is None:
-            return empty_batch()
-        if refuse:
-            return batch_result(batch)
-        self._waiting.block(waiter, batch.runs, batch, None)
+        try:
+            batch = self._submit_batch(
+                calls,
+                stop_on_error,
+                waiter,
+                refuse=refuse,
+                approvals=approvals,
+                priority=priority,
+                wait=self._waits_for_room,
+                clocks=(timeout, call_timeout),
+                agent_run=agent_run,
+            )
+            if batch is None:
+                return empty_batch()
+            if refuse:
+                return batch_result(batch)
+            self._waiting.block(waiter, batch.runs)
+        except BaseException:  # (as `execute`'s)
+            self._waiting.given_up(waiter)
+            raise
         return batch_result(batch)
 
     # -- handles: submit now, wait (or cancel) later --------------------------------

@@ -27,7 +27,7 @@ from tests.integrations import dbos_support
 from tests.integrations.dbos_support import call, steps_of
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, ToolResult, bus
 from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip
-from toolbus.integrations.dbos import durable
+from toolbus.integrations.dbos import _alone, durable
 from toolbus.policies import Admit, BasePolicy, Decision, Reject, requires_approval
 from toolbus.tools import Tool
 
@@ -374,10 +374,9 @@ class Interrupted(BaseException):
     """What the workflow's thread is interrupted with (as Ctrl-C would)."""
 
 
-def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
-    shop: Shop,
-) -> None:
-
+def _held_and_counted(shop: Shop) -> tuple[ToolRegistry, list[str]]:
+    """`hold` (the shop's charge: it waits for `shop.release`) and
+    `counted_charge`, whose policy lists the calls it was asked about."""
     asked: list[str] = []
 
     class Counting(BasePolicy):
@@ -390,12 +389,29 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
     reg = ToolRegistry()
     reg.tool(name="hold")(shop.registry.get("charge").fn)  # type: ignore[union-attr]
     reg.tool(name="counted_charge", policies=[Counting()])(lambda amount: f"charged {amount}")
+    return reg, asked
+
+
+@pytest.mark.parametrize("where", ["waiting", "handed_on"])
+def test_a_lone_call_whose_workflow_is_interrupted_is_cancelled(
+    shop: Shop, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "waiting": where the workflow's thread waits for its call (SIGUSR1);
+    # "handed_on": once the call is handed to the executor, before the
+    # thread holds it (as a signal landing there would).
+    reg, asked = _held_and_counted(shop)
     finished: list[Any] = []
     sub = bus.subscribe(lambda s, event, **_: finished.append(event.result), bus.FINISHED)
-
     interrupts = _Interrupts()
-
     previous = signal.signal(signal.SIGUSR1, interrupts.handler)
+    if where == "handed_on":
+        handed_on = _alone.submit_waited
+
+        def interrupting(*args: Any) -> Any:
+            handed_on(*args)
+            raise Interrupted
+
+        monkeypatch.setattr(_alone, "submit_waited", interrupting)
     shop.release.clear()
     try:
         with Executor(reg, max_parallel=1) as ex:
@@ -403,7 +419,7 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
             holder = ex.submit(call("h", "hold", amount=1))
             wait_until(shop.started.is_set)
 
-            @DBOS.workflow(name="alone_interrupted")
+            @DBOS.workflow(name=f"alone_interrupted_{where}")
             def interrupted() -> str:
                 return tools.execute(call("c", "counted_charge", amount=2)).status
 
@@ -419,10 +435,12 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
                     interrupts.poke(main),
                 )
             )
-            poke.start()
-            with SetWorkflowID("alone-interrupted"), pytest.raises(Interrupted):
+            if where == "waiting":
+                poke.start()
+            with SetWorkflowID(f"alone-interrupted-{where}"), pytest.raises(Interrupted):
                 interrupted()
-            poke.join()
+            if where == "waiting":
+                poke.join()
             wait_until(lambda: any(r.call_id == "c" for r in finished))
             shop.release.set()
             assert holder.result().status == "ok"
@@ -432,7 +450,7 @@ def test_a_lone_call_whose_workflow_is_interrupted_while_it_waits_is_cancelled(
         shop.release.set()
         sub.close()
     (ended,) = [r for r in finished if r.call_id == "c"]
-    assert ended.status == "cancelled" and asked == []  # stopped where it waited
+    assert ended.status == "cancelled" and asked == []  # stopped before it started
 
 
 class _Interrupts:

@@ -19,9 +19,9 @@ from typing import Any
 from ..actors import Scheduler
 from ..actors._backstop import SPENT, overdue
 from ..actors._loopwatch import LoopWatch
-from ..actors._messages import BudgetSpent, Cancel, Expired
+from ..actors._messages import BudgetSpent, Cancel, Expired, WaitGivenUp
 from ..models import ErrorCode
-from ..pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter
+from ..pipeline import BatchRun, LoopWaiter, Run, ThreadWaiter, Waiter
 
 __all__ = ["Waiting"]
 
@@ -43,27 +43,29 @@ class Waiting:
         # gone takes its watch along, as the mapping lets it).
         self._last: weakref.ref[LoopWatch] | None = None
 
-    def block(
-        self, waiter: ThreadWaiter, runs: Sequence[Run], batch: BatchRun | None, run: Run | None
-    ) -> None:
-        """Block until `waiter` is released; interrupted, cancel the calls and raise."""
+    def block(self, waiter: ThreadWaiter, runs: Sequence[Run]) -> None:
+        """Block until `waiter` is released. Interrupted, it raises: the
+        caller then gives the wait up (`given_up`), from wherever the
+        interruption found it, this wait or its calls' submission."""
         noticed: set[tuple[Run, int]] = set()
         # From here on, a deadline set on this thread may come after a look
         # (a look's own `Expired` can start a queued call): such attempts get
         # a timer of their own (`_backstop.caller_watches`).
         waiter.looking = True
         wait = waiter.wait
-        try:
-            while True:
-                # Tell the supervisor of overdue attempts; wait until the next look.
-                late, wake = overdue(runs, time.monotonic(), noticed)
-                for r, n in late:
-                    self._expired(r, n)
-                if wait(wake):
-                    return
-        except BaseException:
-            self._cancel(batch, run, "the caller was interrupted")
-            raise
+        while True:
+            # Tell the supervisor of overdue attempts; wait until the next look.
+            late, wake = overdue(runs, time.monotonic(), noticed)
+            for r, n in late:
+                self._expired(r, n)
+            if wait(wake):
+                return
+
+    def given_up(self, waiter: Waiter, why: str = "the caller was interrupted") -> None:
+        """Nobody waits on `waiter` any more: the calls handed on with it that
+        have no result yet end `cancelled` (`why`); none handed on, nothing
+        happens. Safe from any point of a submission (`WaitGivenUp`)."""
+        self._scheduler.post(WaitGivenUp(waiter, why))
 
     async def result(
         self,

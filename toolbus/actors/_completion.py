@@ -22,7 +22,7 @@ from ..models import ErrorCode, Status, ToolResult
 from ..pipeline import BatchRun, Run
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
-from ._messages import Cancel, CancelWhere, Close, HaltRun
+from ._messages import Cancel, CancelWhere, Close, HaltRun, WaitGivenUp
 from ._ticket import PARKED
 
 if TYPE_CHECKING:
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 __all__ = ["Completion"]
 
 log = logging.getLogger("toolbus.actors")
+
+
+def _submitted(run: Run) -> int:
+    return run.token  # (unique, and rising with each run made)
 
 
 class Completion(Deadlines):
@@ -174,6 +178,18 @@ class Completion(Deadlines):
         for run in matched:
             self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
         return len(matched)
+
+    def _on_wait_given_up(self, msg: WaitGivenUp) -> None:
+        """End the unfinished runs its caller waited for (see `WaitGivenUp`)."""
+        w = msg.waiter
+        waited = [
+            r
+            for r in self.runs_open
+            if r.waiter is w or (r.batch is not None and r.batch.waiter is w)
+        ]
+        waited.sort(key=_submitted)  # in the order they were submitted, as a batch's are
+        for run in waited:
+            self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
 
     def _on_halt(self, msg: HaltRun) -> int:
         """End every unfinished run of the halted agent run or batch but the

@@ -32,6 +32,7 @@ __all__ = [
     "Submit",
     "SubmitIfRoom",
     "UntilDone",
+    "WaitGivenUp",
 ]
 
 
@@ -53,6 +54,22 @@ class Cancel:
     batch: BatchRun | None
     run: Run | None
     code: ErrorCode
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaitGivenUp:
+    """Executor -> supervisor: the caller waiting on `waiter` gave up (its
+    thread was interrupted): end the unfinished runs it waited for (those
+    whose waiter, or whose batch's, it is) `cancelled` with `reason`.
+
+    Found by their waiter, not named: a signal may land after the calls were
+    handed on but before the caller held them (inside `execute`'s own
+    submission), and they must not run on unwatched. Calls never handed on
+    match nothing; one handed on is admitted before this is handled (both go
+    through the same queue, in order)."""
+
+    waiter: Any
     reason: str
 
 

@@ -74,6 +74,7 @@ from ._messages import (
     Submit,
     SubmitIfRoom,
     UntilDone,
+    WaitGivenUp,
 )
 from ._status import status
 from ._timers import TimerService
@@ -261,6 +262,8 @@ class Scheduler(Admission, Delays, Backpressure):
                 self._on_cancel(message)
             elif kind is CancelWhere:
                 answer = self._on_cancel_where(message)
+            elif kind is WaitGivenUp:
+                self._on_wait_given_up(message)
             elif kind is HaltRun:
                 answer = self._on_halt(message)
             elif kind is StatusQuery:

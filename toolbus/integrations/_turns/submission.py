@@ -28,9 +28,9 @@ __all__ = [
     "check_values",
     "check_wrapped",
     "checked",
+    "give_up",
     "no_loop",
     "settle",
-    "stop_run",
     "submit_batch",
     "submit_one",
     "submit_options",
@@ -137,9 +137,10 @@ def submit_waited(
     )
 
 
-def stop_run(executor: Executor, run: Run) -> None:
-    """Stop `run` in whatever state it is (its result then says so)."""
-    executor._stop(None, run)
+def give_up(executor: Executor, waiter: Waiter) -> None:
+    """Nobody waits on `waiter` any more (its thread was interrupted): the
+    calls handed on with it end `cancelled`, in whatever state they are."""
+    executor._waiting.given_up(waiter)
 
 
 def check_values(options: Mapping[str, Any], *, one: bool) -> None:

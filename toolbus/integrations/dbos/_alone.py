@@ -34,7 +34,7 @@ from ...executor import Executor
 from ...models import ToolResult
 from ...pipeline import InPlace, Run, Waiter
 from .._turns.records import intent_record, read_result, result_record, step_name, was_reasked
-from .._turns.submission import settle, stop_run, submit_waited
+from .._turns.submission import give_up, settle, submit_waited
 from ._steps import CallSteps, NotStarted
 
 __all__ = ["run_alone"]
@@ -112,12 +112,13 @@ def run_alone(
         except NotStarted:
             return None
         except BaseException as e:
-            if not runs:
+            interrupted = not isinstance(e, Exception)
+            if not runs and not interrupted:
                 raise  # (nothing submitted: it raises as it is)
+            # The tool does not wait for a record that will not come.
             settle(watch.recorded, RuntimeError(f"the intent was not recorded: {type(e).__name__}"))
-            if not isinstance(e, Exception):  # interrupted: the call is not left behind
-                stop_run(executor, runs[0])
-                raise
+            if interrupted:
+                raise  # (`run_alone` gives the call up, handed on or not)
             failed.append(e)
             return None
         if runs:
@@ -128,13 +129,9 @@ def run_alone(
     def ended() -> ToolResult:
         """The call's result, once it has one."""
         if not results:
-            try:
+            value = watch.events.get()
+            while value is _ASKED:
                 value = watch.events.get()
-                while value is _ASKED:
-                    value = watch.events.get()
-            except BaseException:  # interrupted: the call is not left running
-                stop_run(executor, runs[0])
-                raise
             results.append(value)
         return results[0]
 
@@ -148,22 +145,29 @@ def run_alone(
         return result_record(ended())
 
     try:
-        record = steps.result.run({"name": step_name(call.name)}, step)
-    except _Escaped as e:
-        raise e.error from None
-    if not runs:  # its result was recorded
-        replay = read_result(record)
-        if replay.status != "deferred":
-            submit(replay, gated=False)
-        else:
-            recorded = intent(reasked=True)
-            if not runs:  # its intent recorded
-                # Deferred, asked again after a recovery and let through: its
-                # tool started, its result went unrecorded. In doubt, as any
-                # such call; else asked again (its request was bound to the
-                # process that made it).
-                submit(decide(steps) if was_reasked(recorded) else None, gated=False)
-    result = ended()
+        try:
+            record = steps.result.run({"name": step_name(call.name)}, step)
+        except _Escaped as e:
+            raise e.error from None
+        if not runs:  # its result was recorded
+            replay = read_result(record)
+            if replay.status != "deferred":
+                submit(replay, gated=False)
+            else:
+                recorded = intent(reasked=True)
+                if not runs:  # its intent recorded
+                    # Deferred, asked again after a recovery and let through: its
+                    # tool started, its result went unrecorded. In doubt, as any
+                    # such call; else asked again (its request was bound to the
+                    # process that made it).
+                    submit(decide(steps) if was_reasked(recorded) else None, gated=False)
+        result = ended()
+    except BaseException as e:
+        if not isinstance(e, Exception):
+            # Interrupted, wherever it landed (waiting, or once the call was
+            # handed on but before it was held): the call is not left running.
+            give_up(executor, watch)
+        raise
     if failed:
         raise failed[0]
     return result

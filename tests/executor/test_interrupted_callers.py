@@ -1,0 +1,152 @@
+"""A blocking caller interrupted (a signal's `KeyboardInterrupt`) gives its wait up.
+
+The calls it waited for end `cancelled`, once, wherever the interruption
+landed: in the wait, or after the calls were handed to the scheduler but
+before the wait began (inside `execute`'s own submission), where the caller
+does not hold them yet. The interruption is raised at those points by
+wrapping them, as a signal handler raising there would.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conftest import MakeExecutor
+from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
+from toolbus._executor._waiting import Waiting
+
+INTERRUPTED = "the caller was interrupted"
+
+
+@pytest.fixture
+def started() -> threading.Semaphore:
+    """Released once by each `hold` call as its tool starts."""
+    return threading.Semaphore(0)
+
+
+def _registry(started: threading.Semaphore) -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def hold(i: int, ctx: ToolContext) -> int:
+        started.release()
+        # Until its call is cancelled (a thread tool is told so); the 30 s are a hang guard.
+        ctx.wait_cancelled(30)
+        return i
+
+    @reg.tool()
+    def write(i: int) -> int:
+        return i
+
+    return reg
+
+
+def _interrupting(after: Callable[..., Any]) -> Callable[..., Any]:
+    """`after`, then a KeyboardInterrupt, as a signal landing just after it returned."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        after(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    return wrapped
+
+
+def _ended_cancelled(recorder: bus.Recorder, ids: list[str]) -> None:
+    """Each of `ids` finishes once, `cancelled` for its caller's interruption."""
+    finished = recorder.wait_for(
+        bus.FINISHED, len(ids), timeout=20, where=lambda e: e.call_id in ids
+    )
+    assert sorted(e.call_id for e in finished) == sorted(ids)
+    for e in finished:
+        assert e.result.status == "cancelled"
+        assert e.result.error_code == ErrorCode.CANCELLED
+        assert INTERRUPTED in (e.result.error or "")
+
+
+@pytest.fixture
+def ex(make_executor: MakeExecutor, started: threading.Semaphore) -> Executor:
+    return make_executor(_registry(started))
+
+
+@pytest.fixture
+def interrupt_hand_on(ex: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller is interrupted as soon as its calls are handed on."""
+    monkeypatch.setattr(ex, "_hand_on", _interrupting(ex._hand_on))
+
+
+def test_an_interrupt_once_the_call_is_handed_on_cancels_it(
+    ex: Executor, recorder: bus.Recorder, interrupt_hand_on: None
+) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute(ToolCall(id="a", name="hold", arguments={"i": 1}))
+    _ended_cancelled(recorder, ["a"])
+    assert ex.stats().in_flight == 0
+
+
+def test_an_interrupt_before_the_wait_begins_cancels_the_call(
+    ex: Executor,
+    recorder: bus.Recorder,
+    started: threading.Semaphore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def block(self: Waiting, waiter: Any, runs: Any) -> None:
+        assert started.acquire(timeout=20)  # its tool runs: the call is under way
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Waiting, "block", block)
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute(ToolCall(id="b", name="hold", arguments={"i": 1}))
+    _ended_cancelled(recorder, ["b"])
+
+
+def test_an_interrupted_batch_cancels_every_call_left(
+    ex: Executor, recorder: bus.Recorder, interrupt_hand_on: None
+) -> None:
+    # Two calls that run, a mutating one that waits for them, one after it.
+    calls = [
+        ToolCall(id="r1", name="hold", arguments={"i": 1}),
+        ToolCall(id="r2", name="hold", arguments={"i": 2}),
+        ToolCall(id="w", name="write", arguments={"i": 3}),
+        ToolCall(id="r3", name="hold", arguments={"i": 4}),
+    ]
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute_batch(calls)
+    _ended_cancelled(recorder, ["r1", "r2", "w", "r3"])
+    assert ex.stats().in_flight == 0
+
+
+def test_an_interrupt_spares_other_callers_calls(
+    ex: Executor,
+    recorder: bus.Recorder,
+    started: threading.Semaphore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    other = ex.submit(ToolCall(id="other", name="hold", arguments={"i": 0}))
+    assert started.acquire(timeout=20)
+    monkeypatch.setattr(ex, "_hand_on", _interrupting(ex._hand_on))
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute(ToolCall(id="mine", name="hold", arguments={"i": 1}))
+    _ended_cancelled(recorder, ["mine"])
+    assert not other.done()  # still running: only the interrupted caller's call ended
+    other.cancel()
+    assert other.result(timeout=20).status == "cancelled"
+
+
+def test_an_interrupt_before_anything_is_handed_on_ends_nothing(
+    ex: Executor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def hand_on(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ex, "_hand_on", hand_on)
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute(ToolCall(id="c", name="hold", arguments={"i": 1}))
+    monkeypatch.undo()
+    # The executor goes on: the give-up found nothing of the caller's to end.
+    assert ex.execute(ToolCall(id="d", name="write", arguments={"i": 2})).output == 2
+    recorder.wait_for(bus.FINISHED, where=lambda e: e.call_id == "d")
+    assert [e.call_id for e in recorder.of(bus.FINISHED)] == ["d"]
