@@ -461,6 +461,32 @@ def test_secret_argument_never_published(
         assert secret not in published
 
 
+def test_credentials_in_its_environment_are_never_published(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The application's credentials go to a command through `env` or
+    # `inherit_env` (not argv: any local user reads /proc/<pid>/cmdline).
+    given, inherited = "envSECRET-abcdef-778899", "inheritedSECRET-5544"
+    monkeypatch.setenv("TOOLBUS_TEST_DB_PASSWORD", inherited)
+    script = 'echo "token $API_TOKEN and $TOOLBUS_TEST_DB_PASSWORD rejected in $REGION" >&2'
+    tool = CommandTool(
+        "cmd", ["sh", "-c", script + "; echo $API_TOKEN; exit 3", "{q}"], _schema(q=1),
+        description="prints its credentials", env={"API_TOKEN": given, "REGION": "eu-west"},
+        inherit_env=["TOOLBUS_TEST_DB_PASSWORD"], read_only=True,
+    )  # fmt: skip
+    ex = make_executor(_registry(tool))
+    caplog.set_level(logging.DEBUG, logger="toolbus")
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="cmd", arguments={"q": "x"}))
+        ex.drain_events()
+    assert r.status == "error" and r.metadata["exit_code"] == 3
+    # Scrubbed where they were printed; a variable not named as a secret is not.
+    assert "token *** and *** rejected in eu-west" in r.metadata["stderr"]
+    assert r.metadata["stdout"] == "***\n"
+    for published in (repr(rec.events), r.model_dump_json(), caplog.text):
+        assert given not in published and inherited not in published
+
+
 # -- ToolFailure -------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from .._options import positive_int
 from .._process_group import kill_group, kill_session
 from ..models import ErrorCode
 from ._command_process import Watch, start
-from ._command_secrets import Redactor, field_paths, secret_values
+from ._command_secrets import Redactor, env_secrets, field_paths, secret_values
 from ._command_spec import (
     check_argv,
     check_command_size,
@@ -195,12 +195,18 @@ class CommandTool(Tool):
         return command
 
     def _redactor(
-        self, params: Any, command: list[str], here: tuple[CallHost, RunningCall] | None
+        self,
+        params: Any,
+        command: list[str],
+        env: Mapping[str, str],
+        here: tuple[CallHost, RunningCall] | None,
     ) -> Redactor:
         """What to scrub from this call's output: its secret parameters, the
-        arguments filled in from them, and what the executor's masker hid."""
+        arguments filled in from them, its environment's variables named as
+        secrets are, and what the executor's masker hid."""
         args = command[len(command) - len(self._reads) :] if self._reads else []
         found = secret_values(self._values(params), self._secret_paths, self._reads, args)
+        found.extend(env_secrets(env))
         if here is not None:
             found.extend(here[1].scrubber.values)
         return Redactor(found)
@@ -235,7 +241,7 @@ class CommandTool(Tool):
         command = self._command(params, env)
         # Known before it starts: the output is kept far enough past each cut
         # to scrub a secret that straddles it.
-        redactor = self._redactor(params, command, here)
+        redactor = self._redactor(params, command, env, here)
         try:
             # Started here, not by asyncio: its pid is known from the first
             # instant, so no cancellation can leave a started group unknown.

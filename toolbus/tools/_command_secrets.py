@@ -7,7 +7,8 @@ error text) would otherwise leave a secret's beginning or end in clear. So the
 command tool scrubs first and cuts after, with the values it knows to be secret:
 its parameters typed or marked secret (`SecretStr`/`SecretBytes`, a secret
 path of its schema, an injected parameter), the argv elements filled in from
-them, and what the executor's masker hid for the call.
+them, its environment's variables named as secrets are (the application's
+credentials), and what the executor's masker hid for the call.
 
 Pure functions, no I/O.
 """
@@ -21,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr
 
-from ..masking import MASK, MIN_SCRUB_LENGTH, SecretPath, mask_paths
+from ..masking import DEFAULT_SECRET_KEYS, MASK, MIN_SCRUB_LENGTH, SecretPath, mask_paths
 
-__all__ = ["Redactor", "field_paths", "reveal", "secret_values"]
+__all__ = ["Redactor", "env_secrets", "field_paths", "reveal", "secret_values"]
 
 # A field's attribute (`.name`) or index (`[key]`) after its parameter's name.
 _FIELD_PART = re.compile(r"\.([^.\[]*)|\[([^\]]*)\]")
@@ -73,6 +74,15 @@ def secret_values(
         if any(_overlaps(f, s) for f in fields for s in secret_paths):
             found.append(arg)
     return found
+
+
+def env_secrets(env: Mapping[str, str]) -> list[str]:
+    """The values of the variables of a command's environment whose names
+    look secret (`API_TOKEN`, `PGPASSWORD`, `AWS_SECRET_ACCESS_KEY`: as an
+    argument's key would), the way an application hands a command its
+    credentials."""
+    is_secret = DEFAULT_SECRET_KEYS.is_secret
+    return [value for name, value in env.items() if value and is_secret(name)]
 
 
 def _plain(
