@@ -131,3 +131,81 @@ def test_no_secret_in_events_logs_errors_or_stats(
         assert result.status == "error" and result.error is not None and "***" in result.error
     if mode == "post-fail":
         assert result.status == "error" and capture.texts  # the hook failure was logged
+
+
+def _published(rec: bus.Recorder, capture: _Capture, *results: ToolResult) -> list[str]:
+    return [
+        *(repr(event) for _, event in rec.events),
+        *capture.texts,
+        *(r.model_dump_json() for r in results),
+    ]
+
+
+@pytest.fixture
+def capture() -> Iterator[_Capture]:
+    handler = _Capture()
+    toolbus_log = logging.getLogger("toolbus")
+    old_level = toolbus_log.level
+    toolbus_log.addHandler(handler)
+    toolbus_log.setLevel(logging.DEBUG)
+    yield handler
+    toolbus_log.removeHandler(handler)
+    toolbus_log.setLevel(old_level)
+
+
+@given(secret=secrets, key=st.sampled_from(SECRET_KEYS))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_tool_passing_its_secret_on_to_a_call_of_its_own_publishes_none_of_it(
+    capture: _Capture, secret: str, key: str
+) -> None:
+    # The nested call gets it under a plain name; its events, errors and
+    # result are scrubbed of every secret its caller knew.
+    reg = ToolRegistry()
+    got: list[str] = []
+
+    @reg.tool(read_only=True)
+    def echo(text: str) -> str:
+        got.append(text)
+        raise RuntimeError(f"echo failed: {text}")
+
+    @reg.tool(read_only=True)
+    def outer(creds: dict[str, str]) -> str:
+        nested = ex.execute(ToolCall(id="n", name="echo", arguments={"text": creds[key]}))
+        return f"{nested.status}: {nested.error}"
+
+    with Executor(reg, timeout=5) as ex, bus.Recorder(sender=ex) as rec:
+        result = ex.execute(ToolCall(id="o", name="outer", arguments={"creds": {key: secret}}))
+        ex.drain_events()
+    assert got == [secret] and result.status == "ok"
+    assert [e.call_id for e in rec.of(bus.EXECUTING)] == ["o", "n"]
+    for text in _published(rec, capture, result):
+        assert secret not in text
+
+
+@given(secret=secrets, key=st.sampled_from(SECRET_KEYS))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_pre_call_hook_moving_a_secret_to_a_plain_name_publishes_none_of_it(
+    capture: _Capture, secret: str, key: str
+) -> None:
+    # What the model sent under a secret name stays hidden wherever a hook
+    # puts it, also when the hook changes the arguments in place.
+    reg = ToolRegistry()
+
+    @reg.tool
+    def connect(header: str = "") -> str:
+        raise ConnectionError(f"refused {header}")
+
+    def move(call: ToolCall) -> ToolCall:
+        assert isinstance(call.arguments, dict)
+        return call.with_arguments({"header": call.arguments.pop(key)})
+
+    with Executor(reg, pre_call=[move]) as ex, bus.Recorder(sender=ex) as rec:
+        result = ex.execute(ToolCall(name="connect", arguments={key: secret}))
+        ex.drain_events()
+    assert result.status == "error" and "refused ***" in (result.error or "")
+    for text in _published(rec, capture, result):
+        assert secret not in text

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import threading
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from pydantic import SecretStr
@@ -17,7 +18,7 @@ from toolbus.models import generated_id
 from toolbus.observe import log_json
 from toolbus.policies import requires_approval
 from toolbus.providers import anthropic, openai
-from toolbus.tools import SequenceTool, Tool, sequence, tool
+from toolbus.tools import Injected, SequenceTool, Tool, sequence, tool
 
 
 @tool(read_only=True)
@@ -266,6 +267,41 @@ def test_the_first_steps_secrets_are_masked_in_the_sequences_events(
     shown = {e.call_id: e.arguments for e in recorder.of(bus.EXECUTING)}
     assert shown["s"]["pin"] != "qzxvw" and shown["s.0"]["pin"] != "qzxvw"
     assert "qzxvw" not in repr(recorder.events)
+
+
+def test_a_step_hands_the_next_its_output_as_its_tool_gave_it(
+    make_executor: MakeExecutor, recorder: bus.Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A step's result is scrubbed of every secret it knew (the model may read
+    # it), but the next step is handed its output raw: a tool gets raw values.
+    # Letters: a secret of digits can turn up in an event's timestamp by chance.
+    key, ticket = "kqzxvwyplmbhg", "tgrsnmlkjwvbq"
+    handed: list[str] = []
+
+    @tool(read_only=True)
+    def login(user: str, api_key: str) -> dict[str, Any]:
+        return {"session": f"sess-{api_key}", "user": user}  # the sequence's secret, renamed
+
+    @tool(read_only=True)
+    def connect(session: str, user: str, ticket: Annotated[str, Injected]) -> dict[str, Any]:
+        handed.append(session)
+        return {"conn": f"{session}/{ticket}"}  # and a secret of its own, under a plain name
+
+    @tool(read_only=True)
+    def use(conn: str) -> str:
+        handed.append(conn)
+        return f"used {conn}"
+
+    chain = sequence("chain", [login, connect, use])
+    ex = make_executor(_registry(chain), timeout=10, inject={"ticket": lambda call: ticket})
+    caplog.set_level(logging.DEBUG, logger="toolbus")
+    r = ex.execute(ToolCall(id="s", name="chain", arguments={"user": "bo", "api_key": key}))
+    assert r.status == "ok", r.error
+    assert handed == [f"sess-{key}", f"sess-{key}/{ticket}"]
+    assert r.output == "used sess-***/***"
+    assert ex.drain_events()
+    for published in (repr(recorder.events), r.model_dump_json(), caplog.text):
+        assert key not in published and ticket not in published
 
 
 # -- each step's own timeout and retries ---------------------------------------------------

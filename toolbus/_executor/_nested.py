@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..actors import Scheduler
 from ..actors._messages import Submit
@@ -97,7 +97,7 @@ class NestedGateway:
     def tool(self, name: str) -> Tool | None:
         return self._executor.registry.get(name)
 
-    async def call(self, tool: Tool, call: ToolCall, parent: Run) -> ToolResult:
+    async def call(self, tool: Tool, call: ToolCall, parent: Run) -> tuple[ToolResult, Any]:
         ex = self._executor
         # The executor's version of the step's tool: a step is a call of this
         # executor, so its configuration (Executor.from_config) applies to it
@@ -124,4 +124,10 @@ class NestedGateway:
         ex._hand_on((run,), None)
         why = f"its caller, call {parent.call.id}, was cancelled"
         result: ToolResult = await ex._waiting.result(waiter, (run,), None, run, why)
-        return result
+        if run.scrubber.values:
+            # The secrets it knew (its own, its caller's) are the caller's
+            # from here on: the next step may be handed them, and the
+            # caller's own result may show them.
+            parent.scrubber = parent.scrubber.merged(run.scrubber.known())
+        passed = run.unscrubbed if run.unscrubbed is not None else result
+        return result, passed.output

@@ -237,7 +237,10 @@ class Submitting:
             step_of is not None, priority, approval, *clocks, decided, gate, services.halts,
         )  # fmt: skip
         if services.scrubber is not EMPTY_SCRUBBER:  # the executor's content scanner
-            run.scrubber = services.scrubber
+            run.scrubber = run.scrubber.merged(services.scrubber)
+        if parent is not None and parent.scrubber.values:
+            # Its caller's secrets too: a tool may pass one on under a plain name.
+            run.scrubber = run.scrubber.merged(parent.scrubber.known())
         return run
 
     def _submit_one(

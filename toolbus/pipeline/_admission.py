@@ -14,20 +14,19 @@ from .._json import detached
 from .._json import dumps as json_dumps
 from ..masking import (
     DEFAULT_SECRET_KEYS,
-    Scrubber,
+    EMPTY_SCRUBBER,
     has_secret,
     mask_arguments,
-    mask_paths,
-    published_arguments,
 )
 from ..models import ErrorCode, ToolCall, ToolResult, idempotency_key_problem
-from ..scanning import ContentScanner, Finding, describe
+from ..scanning import describe
 from ..tools import (
     ArgumentError,
     error_text,
     parse_json_arguments,
 )
 from ._make import awaitable, log_contained, make_result, parsed_call
+from ._masked_arguments import mask, published, sent_secrets, unmasked
 from ._run import ADMISSION, Run
 from ._services import (
     Services,
@@ -42,74 +41,6 @@ def _reject(run: Run, code: ErrorCode, message: str) -> ToolResult:
     return make_result(run, "rejected", error=message, code=code, attempts=0)
 
 
-def _mask(run: Run, call: ToolCall, svc: Services) -> Steps:
-    """Set what may be published of the call's arguments (`run.masked`) and
-    what is scrubbed from what is published; return what the content scanner
-    blocks in them, if anything."""
-    raw = call.arguments
-    # Values the tool's schema types as secret are hidden whatever the masker does.
-    paths = run.tool.secret_paths if run.tool is not None else ()
-    scanner = run.scrubber.scanner
-    blocked = None if scanner is None else _blocked(scanner, raw, paths, svc)
-    try:
-        if svc.plain_admission:  # the default masker, without the hook's frame
-            keys = svc.secret_keys or DEFAULT_SECRET_KEYS
-            # (most arguments hold no secret: asked without mask_arguments's frame)
-            masked = mask_arguments(raw, keys)[0] if has_secret(raw, keys.is_secret) else raw
-        else:
-            masked = svc.hooks.mask_arguments(call)
-            if awaitable(masked):
-                masked = yield masked
-        if isinstance(masked, str | bytes) and not isinstance(raw, str):
-            try:
-                masked = orjson.loads(masked)
-            except orjson.JSONDecodeError:
-                pass
-        masked, typed = mask_paths(masked, raw, paths) if paths else (masked, [])
-        masked = _published(run, raw, masked, typed)
-        run.masked = masked if scanner is None else scanner.value(masked)
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
-        _unmasked(run, raw, paths, e)
-    return blocked
-
-
-def _published(run: Run, raw: Any, masked: Any, typed: list[str]) -> Any:
-    """What is published of arguments `raw` that a masker made `masked`,
-    their values hidden at secret-typed paths `typed`."""
-    if masked is not raw:
-        # Whatever the masker returned (a text, a list, an object), what is
-        # published has every hidden value scrubbed from it.
-        masked, hidden = published_arguments(raw, masked, typed)
-        run.scrubber = run.scrubber.merged(hidden)
-    # A copy: the tool may change its arguments in place before the events
-    # that carry them are built.
-    return detached(masked)
-
-
-def _unmasked(run: Run, raw: Any, paths: Any, error: BaseException) -> None:
-    """A broken masker must not leak: nothing of the arguments is published."""
-    run.masked = None
-    run.scrubber = run.scrubber.merged(
-        Scrubber(mask_arguments(raw)[1] + mask_paths(None, raw, paths)[1])
-    )
-    log_contained(f"masker failed for call {run.call.id}", error, run.scrubber)
-
-
-def _blocked(scanner: ContentScanner, raw: Any, paths: Any, svc: Services) -> Finding | None:
-    """What the scanner blocks in the arguments the tool would get, but for
-    the secrets declared as such (under secret-looking keys, at secret-typed
-    paths): decided whatever a masker of the user's does or fails to do, and
-    failing closed should the scanner itself fail."""
-    try:
-        declared = mask_arguments(raw, svc.secret_keys)[0]
-        if paths:
-            declared = mask_paths(declared, raw, paths)[0]
-        return scanner.blocking(declared)
-    except Exception as e:
-        log.warning("content scanner failed on call arguments (%s): blocked", type(e).__name__)
-        return Finding("scanner-failed", "secret", 0, 0, "block")
-
-
 def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
     """The size of text arguments, or of a mapping as JSON where orjson alone
     refused it (`admit` asks orjson first: a huge integer, a subclass)."""
@@ -118,33 +49,6 @@ def _argument_size(args: dict[str, Any] | str, limit: int) -> int:
         # rejected as not JSON, as a short one is)
         return len(args) if len(args) * 4 <= limit else len(args.encode("utf-8", "surrogatepass"))
     return len(json_dumps(args, option=orjson.OPT_NON_STR_KEYS))
-
-
-def mask_decided(run: Run, svc: Services) -> None:
-    """What the events of a call whose result was decided before it was
-    submitted (`Run.decided`) show of its arguments: the default masking and
-    the tool's secret paths, as admission applies them. It runs where the
-    scheduler ends such a call, where no user code may run: with a masker or
-    hooks of the executor's own, or arguments that are not JSON, nothing is
-    published (`run.masked` stays None)."""
-    if not svc.plain_admission:
-        return
-    raw: Any = run.call.arguments
-    if isinstance(raw, str):
-        try:
-            raw = parse_json_arguments(raw)
-        except ArgumentError:
-            return
-    paths = run.tool.secret_paths if run.tool is not None else ()
-    try:
-        masked = mask_arguments(raw, svc.secret_keys)[0]
-        masked, typed = mask_paths(masked, raw, paths) if paths else (masked, [])
-        masked = _published(run, raw, masked, typed)
-        scanner = run.scrubber.scanner
-        run.masked = masked if scanner is None else scanner.value(masked)
-    except Exception as e:  # nothing of them is published
-        run.masked = None
-        log_contained(f"masking the decided call {run.call.id} failed", e, run.scrubber)
 
 
 class _Plain(enum.Enum):
@@ -175,14 +79,18 @@ def admit_plain(run: Run, svc: Services) -> ToolResult | Literal[_Plain.NOT] | N
         return rejected
     call = run.call
     raw = call.arguments
-    try:  # `_mask`'s, as the default masker does it
+    try:  # `mask`'s, as the default masker does it
         keys = svc.secret_keys or DEFAULT_SECRET_KEYS
+        # (a nested call's caller's secrets: see `mask`)
+        known = run.scrubber.known() if run.parent is not None and run.scrubber.values else None
         if has_secret(raw, keys.is_secret):
-            run.masked = _published(run, raw, mask_arguments(raw, keys)[0], [])
+            run.masked = published(run, raw, mask_arguments(raw, keys)[0], [])
         else:
-            run.masked = detached(raw)  # (a copy: see `_published`)
+            run.masked = detached(raw)  # (a copy: see `published`)
+        if known is not None:
+            run.masked = known.value(run.masked)
     except Exception as e:
-        _unmasked(run, raw, (), e)
+        unmasked(run, raw, (), e)
     return _validated(run, call)
 
 
@@ -203,12 +111,18 @@ def admit(run: Run, svc: Services) -> Steps:
     if svc.plain_admission:  # no pre-call hook to run (the common executor)
         new = call
     else:
+        # What the call hides as the model sent it stays hidden, wherever a
+        # hook moves it (`mask` scrubs it from what is shown). Read before
+        # the hooks run: one may change the arguments in place.
+        sent = sent_secrets(call, tool, svc)
+        if sent is not EMPTY_SCRUBBER:
+            run.scrubber = run.scrubber.merged(sent)
         refused = yield from _pre_call(run, call, svc)
         if isinstance(refused, ToolResult):
             return refused
         new = refused
     run.call = new
-    blocked = yield from _mask(run, new, svc)
+    blocked = yield from mask(run, new, svc)
     if blocked is not None:
         return _reject(
             run,
@@ -351,7 +265,7 @@ def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
         except (Exception, asyncio.CancelledError) as e:  # the provider's own, too
             # Refused like a pre-call hook that raises; whatever was supplied
             # so far is masked (and scrubbed from the message) first.
-            yield from _mask(run, call.with_arguments({**args, **values}), svc)
+            yield from mask(run, call.with_arguments({**args, **values}), svc)
             log.info(
                 "injecting '%s' failed for call %s: %s",
                 name,
@@ -379,11 +293,11 @@ def _pre_call(run: Run, call: ToolCall, svc: Services) -> Steps:
     except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
         # Raising is the documented way for a hook to refuse a call: logged
         # without a traceback, it is not a fault.
-        yield from _mask(run, call, svc)
+        yield from mask(run, call, svc)
         log.info("pre-call hook rejected call %s: %s", call.id, run.scrubber.text(error_text(e)))
         return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
     if new.name != call.name:
-        yield from _mask(run, call, svc)
+        yield from mask(run, call, svc)
         return _reject(
             run,
             ErrorCode.TOOL_NOT_ALLOWED,

@@ -15,8 +15,8 @@ from ..bus._events import (
 from ..masking import EMPTY_SCRUBBER, Scrubber, cleaned_result
 from ..models import ErrorCode, Status, ToolResult
 from ..scanning import ContentScanner, Finding, describe
-from ._admission import mask_decided
 from ._make import log_contained, make_result
+from ._masked_arguments import mask_decided
 from ._policies import tell_results
 from ._run import Run
 from ._services import (
@@ -100,6 +100,8 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
     # content scanner that leaves the model's copy alone: `to_model=False`).
     published: ToolResult | None = None
     if scrubber is not EMPTY_SCRUBBER:
+        if run.shares_slot:  # a step: its sequence hands the next step what its tool gave
+            run.unscrubbed = result
         scanner = scrubber.scanner
         if scanner is None:
             result = _scrubbed(scrubber, result)
@@ -123,6 +125,8 @@ def finish(run: Run, result: ToolResult, svc: Services) -> bool:
         )
         if published is not None and told is not result:
             published = _scrubbed(run.scrubber, told)
+        if run.shares_slot and told is not result:
+            run.unscrubbed = told
         result = run.result = _scrubbed(scrubber, told)
     if published is not None:
         result = published  # from here on, `result` is what is published

@@ -128,6 +128,7 @@ class Run:
         "timeout",
         "token",
         "tool",
+        "unscrubbed",
         "waiter",
     )
 
@@ -201,6 +202,9 @@ class Run:
         self.cancel_event: Latch | None = None
         self.task: Cancellable | None = None
         self.result: ToolResult | None = None
+        # A composite tool's step: its result before its secrets were
+        # scrubbed, when they were (what the next step is handed).
+        self.unscrubbed: ToolResult | None = None
         self.admitted = False
         self.params: Any = None
         self.masked: Any = None

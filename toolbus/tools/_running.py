@@ -69,11 +69,12 @@ class NestedCalls(Protocol):
         """The executor's registered tool of that name, if any."""
         ...
 
-    def call(self, tool: Tool, call: ToolCall, parent: Any) -> Awaitable[ToolResult]:
+    def call(self, tool: Tool, call: ToolCall, parent: Any) -> Awaitable[tuple[ToolResult, Any]]:
         """Run `call` with `tool` (registered or not) through the executor's
         pipeline, as a nested call of `parent` (the `RunningCall`) on its share
-        of `max_parallel`; resolves to its result. Awaited on the loop
-        `parent`'s tool runs on."""
+        of `max_parallel`; resolves to its result, as the model would read it
+        (secrets scrubbed), and its output as its tool gave it (what a step
+        hands the next). Awaited on the loop `parent`'s tool runs on."""
         ...
 
 

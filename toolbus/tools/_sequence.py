@@ -43,8 +43,9 @@ from ._tool import Tool
 
 __all__ = ["SequenceTool", "sequence"]
 
-# How a step's call is run: through the executor, or the tool's own aexecute.
-_CallStep = Callable[[Tool, ToolCall], Awaitable[ToolResult]]
+# How a step's call is run: through the executor, or the tool's own aexecute;
+# to its result and the output it hands the next step (its tool's, unscrubbed).
+_CallStep = Callable[[Tool, ToolCall], Awaitable[tuple[ToolResult, Any]]]
 
 
 class SequenceTool(Tool):
@@ -131,7 +132,7 @@ class SequenceTool(Tool):
             return await self._chain(params, ctx.call_id or "direct", _direct, None)
         run = here[1]
 
-        def call_step(tool: Tool, call: ToolCall) -> Awaitable[ToolResult]:
+        def call_step(tool: Tool, call: ToolCall) -> Awaitable[tuple[ToolResult, Any]]:
             return nested.call(tool, call, run)
 
         return await self._chain(params, run.call.id, call_step, nested.tool, run)
@@ -147,17 +148,18 @@ class SequenceTool(Tool):
         key = run.origin.idempotency_key if run is not None else None
         steps: list[dict[str, Any]] = []
         last: ToolResult | None = None
+        passed: Any = None
         for i, step in enumerate(self.steps):
             tool = step if isinstance(step, Tool) else _look_up(self.name, i, step, lookup, steps)
             if last is not None:
-                arguments = self._input(i, tool, last.output, steps)
+                arguments = self._input(i, tool, passed, steps)
             call = ToolCall(
                 id=f"{call_id}.{i}",
                 name=tool.name,
                 arguments=arguments,
                 idempotency_key=_step_key(key, i),
             )
-            result = await call_step(tool, call)
+            result, passed = await call_step(tool, call)
             steps.append(_summary(i, result))
             if not result.ok:
                 code = result.error_code.value if result.error_code else result.status
@@ -305,9 +307,10 @@ def _describe(steps: tuple[Tool | str, ...]) -> str:
     return "Runs " + ", then ".join(names) + ": each step's output is the next one's input."
 
 
-async def _direct(tool: Tool, call: ToolCall) -> ToolResult:
+async def _direct(tool: Tool, call: ToolCall) -> tuple[ToolResult, Any]:
     """A step without an executor: the tool's own template method."""
-    return await tool.aexecute(call.arguments, call_id=call.id)
+    result = await tool.aexecute(call.arguments, call_id=call.id)
+    return result, result.output
 
 
 def _look_up(
