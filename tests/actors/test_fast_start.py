@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry
 from toolbus.backends import Job, ThreadBackend
 from toolbus.bus import EXECUTING, FINISHED, Recorder
 
@@ -100,10 +100,11 @@ def test_a_call_cancelled_before_its_submission_was_handled_never_starts() -> No
 
 
 def test_a_backend_letting_a_base_exception_through_leaves_the_rest_of_its_batch_to_run() -> None:
-    # `_dispatch` contains a backend's Exceptions; a CancelledError (or a
-    # Ctrl-C on the submitting thread) gets through. The batch's later calls,
-    # which start inside its submission when they have room, must still be
-    # queued for the pump, as they were before they could start there.
+    # A backend's CancelledError (a BaseException) as it takes a job ends
+    # that call at once, as an Exception would (its job was never taken: it
+    # would otherwise hold its slot until its deadline, or for ever without
+    # one). The batch's later calls, which start inside its submission when
+    # they have room, still start.
     class Flaky(ThreadBackend):
         raised = False
 
@@ -125,7 +126,7 @@ def test_a_backend_letting_a_base_exception_through_leaves_the_rest_of_its_batch
         results = ex.execute_batch(
             [ToolCall(id=f"c{i}", name="t", arguments={"tag": f"c{i}"}) for i in range(4)]
         )
-        # c0's attempt holds its slot until its deadline (its job was never
-        # taken); the others run.
-        assert [r.status for r in results] == ["timeout", "ok", "ok", "ok"]
+        assert [r.status for r in results] == ["rejected", "ok", "ok", "ok"]
+        assert results[0].error_code == ErrorCode.TOOL_UNAVAILABLE
+        assert "its backend failed (CancelledError)" in (results[0].error or "")
         assert ex.stats().in_flight == 0

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus._executor._waiting import Waiting
+from toolbus.backends import ThreadBackend, _thread
 
 INTERRUPTED = "the caller was interrupted"
 
@@ -150,3 +151,56 @@ def test_an_interrupt_before_anything_is_handed_on_ends_nothing(
     assert ex.execute(ToolCall(id="d", name="write", arguments={"i": 2})).output == 2
     recorder.wait_for(bus.FINISHED, where=lambda e: e.call_id == "d")
     assert [e.call_id for e in recorder.of(bus.FINISHED)] == ["d"]
+
+
+# -- interrupted while acting for the scheduler -------------------------------------------
+# A caller submitting a call admits and dispatches it itself, under the
+# scheduler's lock: an interruption there is its own, raised once it lets go.
+
+
+def test_an_interrupt_as_a_worker_is_started_reaches_the_caller_and_leaves_the_pool_whole(
+    ex: Executor,
+    recorder: bus.Recorder,
+    started: threading.Semaphore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def spawn(*args: Any) -> Any:
+        raise KeyboardInterrupt  # as starting the worker's thread waits
+
+    monkeypatch.setattr(_thread, "_spawn", spawn)
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute(ToolCall(id="a", name="write", arguments={"i": 1}))
+    monkeypatch.undo()
+    _ended(recorder, "a")
+    # The tool's pool serves its next call (no worker counted that never came).
+    assert ex.execute(ToolCall(id="b", name="write", arguments={"i": 2})).output == 2
+    assert ex.stats().in_flight == 0
+
+
+def test_an_interrupt_once_the_backend_took_the_job_ends_the_call_once(
+    ex: Executor,
+    recorder: bus.Recorder,
+    started: threading.Semaphore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    submit = ThreadBackend.submit
+
+    def interrupted(self: ThreadBackend, job: Any) -> None:
+        submit(self, job)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ThreadBackend, "submit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute(ToolCall(id="a", name="write", arguments={"i": 1}))
+    monkeypatch.undo()
+    _ended(recorder, "a")
+    assert ex.execute(ToolCall(id="b", name="write", arguments={"i": 2})).output == 2
+    recorder.wait_for(bus.FINISHED, where=lambda e: e.call_id == "b")
+    assert [e.call_id for e in recorder.of(bus.FINISHED)].count("a") == 1
+    assert ex.stats().in_flight == 0
+
+
+def _ended(recorder: bus.Recorder, call_id: str) -> None:
+    """`call_id` ends `cancelled`, once (it was never started, or is given up)."""
+    (e,) = recorder.wait_for(bus.FINISHED, timeout=20, where=lambda e: e.call_id == call_id)
+    assert e.result.status == "cancelled" and e.result.error_code == ErrorCode.CANCELLED

@@ -83,6 +83,9 @@ __all__ = ["Scheduler"]
 
 log = logging.getLogger("toolbus.actors")
 
+_MAIN = threading.main_thread()  # where a signal's handler runs, and so raises
+# What a signal's handler raises (Ctrl-C; `sys.exit` on SIGTERM).
+_INTERRUPTS = (KeyboardInterrupt, SystemExit)
 _new = object.__new__
 _set = object.__setattr__  # (a frozen dataclass's own `__init__` sets its fields so)
 
@@ -112,6 +115,10 @@ class Scheduler(Admission, Delays, Backpressure):
         # asking "am I inside a handler?".
         self.owner: int | None = None
         self._pending: deque[Any] = deque()
+        # A signal's exception (KeyboardInterrupt) raised on the main thread
+        # while it handled messages: raised again there once it lets go of
+        # the lock (`_let_go`), so the caller is interrupted as it asked.
+        self._interrupt: BaseException | None = None
         self.services = services
         self.emitter = services.emitter
         self.timers = timers
@@ -184,13 +191,22 @@ class Scheduler(Admission, Delays, Backpressure):
                 if pending:
                     self._drain()
             finally:
-                self.owner = None
-                self.lock.release()
+                interrupt = self._let_go()
             if pending:  # posted while we held the lock, by a thread that found it taken
                 self._settle()
+            if interrupt is not None:
+                raise interrupt
             return
         pending.append(message)
         self._settle()
+
+    def _let_go(self) -> BaseException | None:
+        """Release the lock (held by this thread); the interruption it got
+        while holding it, if any, to raise once out."""
+        self.owner = None
+        interrupt, self._interrupt = self._interrupt, None
+        self.lock.release()
+        return interrupt
 
     def _settle(self) -> None:
         """Handle what is queued if nobody holds the lock, until nothing is.
@@ -203,8 +219,9 @@ class Scheduler(Admission, Delays, Backpressure):
             try:
                 self._drain()
             finally:
-                self.owner = None
-                self.lock.release()
+                interrupt = self._let_go()
+            if interrupt is not None:
+                raise interrupt
 
     def held_here(self) -> bool:
         """True on the thread that holds the lock (inside a handler)."""
@@ -215,15 +232,17 @@ class Scheduler(Admission, Delays, Backpressure):
         return the answer (status, close). Waits for the lock."""
         if self.owner == threading.get_ident():
             return self._handle(message)  # asked from inside a handler (a backend)
-        with self.lock:
-            self.owner = threading.get_ident()
-            try:
-                self._drain()
-                answer = self._handle(message)
-                self._drain()
-            finally:
-                self.owner = None
+        self.lock.acquire()
+        self.owner = threading.get_ident()
+        try:
+            self._drain()
+            answer = self._handle(message)
+            self._drain()
+        finally:
+            interrupt = self._let_go()
         self._settle()  # what was posted while we let go, as `post` does
+        if interrupt is not None:
+            raise interrupt
         return answer
 
     def _drain(self) -> None:
@@ -283,6 +302,16 @@ class Scheduler(Admission, Delays, Backpressure):
             ):
                 self._pump()
         except BaseException as e:  # a bug here must not stop the supervisor
+            if isinstance(e, _INTERRUPTS) and threading.current_thread() is _MAIN:
+                # A signal handler's (Ctrl-C) on the thread that was acting for
+                # the supervisor: what it did so far stands (a run half
+                # dispatched ends as its caller's give-up says), and the
+                # thread is interrupted once it lets go of the lock.
+                log.info(
+                    "interrupted (%s) while handling %s", type(e).__name__, type(message).__name__
+                )
+                self._interrupt = e
+                return answer
             log.error(
                 "supervisor error on %s:\n%s",
                 type(message).__name__,
@@ -394,8 +423,17 @@ class Scheduler(Admission, Delays, Backpressure):
         except BackendUnavailable as e:
             run.try_settle(n)
             self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, str(e))
-        except Exception as e:
-            log.error("backend %r failed to take a job: %s", backend.name, e)
+        except _INTERRUPTS:
+            # A signal's, as its backend took it, queued or not: it ends here,
+            # once (anything queued finds its attempt over), and the thread
+            # is interrupted (see `_handle`).
+            self._cancel_run(
+                run, ErrorCode.CANCELLED, "interrupted as it was handed to its backend",
+                only_unstarted=False,
+            )  # fmt: skip
+            raise
+        except BaseException as e:  # (a CancelledError too: it must not hold its slot)
+            log.error("backend %r failed to take a job: %r", backend.name, e)
             run.try_settle(n)
             self._finish_here(
                 run, "rejected", ErrorCode.TOOL_UNAVAILABLE,

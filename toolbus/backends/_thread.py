@@ -154,8 +154,12 @@ class ToolWorker(pykka.ThreadingActor):
 def _spawn(host: Host, pool: ToolPool) -> PoolWorker:
     """Start a worker for `pool` (counted there as searching already)."""
     ref = ToolWorker.start(host)
-    w = PoolWorker(ref, pool, next(_seq))
-    ref.tell(w)
+    try:
+        w = PoolWorker(ref, pool, next(_seq))
+        ref.tell(w)
+    except BaseException:  # (a signal's, say) it never gets its pool: it ends
+        ref.stop(block=False)
+        raise
     return w
 
 

@@ -234,8 +234,11 @@ class ToolPool:
         else:
             try:
                 self.spawn(self)
-            except Exception as e:  # e.g. "can't start new thread"
-                if self._not_started(job, e):
+            except BaseException as e:  # e.g. "can't start new thread"; a signal's too
+                taken_back = self._not_started(job, e)
+                if not isinstance(e, Exception):
+                    raise  # (counted out first: else nobody would ever serve the queue)
+                if taken_back:
                     raise BackendUnavailable(
                         f"Tool '{self.tool.name}' is unavailable: no worker thread could "
                         f"be started ({e})"
@@ -401,10 +404,12 @@ class ToolPool:
         elif spawn:
             try:
                 self.spawn(self)
-            except Exception as e:
+            except BaseException as e:
                 self._not_started(None, e)
+                if not isinstance(e, Exception):
+                    raise
 
-    def _not_started(self, job: Job | None, error: Exception) -> bool:
+    def _not_started(self, job: Job | None, error: BaseException) -> bool:
         """A worker counted as searching could not start: uncount it. True if
         `job` was taken back from the queue because no worker is left to take
         it; else the queued jobs wait for a running worker to come back."""
