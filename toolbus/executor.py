@@ -34,16 +34,17 @@ from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
 from ._executor._deciding import Completions, Deciding
 from ._executor._from_config import executor_from_config
-from ._executor._handles import (
-    BatchHandle,
-    CallHandle,
-    batch_handle,
-    call_handle,
-)
+from ._executor._handles import BatchHandle, CallHandle, batch_handle, call_handle
 from ._executor._names import take_name
 from ._executor._nested import NestedGateway, would_block_its_tools
 from ._executor._offering import Offering, Prepare, check_prepare
-from ._executor._options import GroupsOption, check_options, check_wiring, close_budget
+from ._executor._options import (
+    GroupsOption,
+    check_hooks,
+    check_options,
+    check_wiring,
+    close_budget,
+)
 from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
 from ._executor._stopping import Stopping
@@ -189,11 +190,10 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         self.call_timeout = opts.call_timeout
         self._waits_for_room = opts.on_full == "wait"
         self.retry_policy = retry or RetryPolicy()
-        self._pre_call = tuple(pre_call)
-        self._post_call = tuple(post_call)
-        self._authorize = authorize
-        self._masker = masker
-        self._concurrency = concurrency
+        self._pre_call, self._post_call = check_hooks(
+            pre_call, post_call, authorize, masker, concurrency, publisher
+        )
+        self._authorize, self._masker, self._concurrency = authorize, masker, concurrency
         self.publisher: Publisher = publisher if publisher is not None else BusPublisher(self)
         self._groups, self._group_queues, self._policies, self._inject, self._backends = (
             check_wiring(

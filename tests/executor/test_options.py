@@ -53,6 +53,14 @@ def test_retry_policy_accepts_one_exception_class() -> None:
         *(("max_argument_bytes", v) for v in ["10", True, 0, 1.5, math.nan]),
         *(("max_abandoned_workers", v) for v in ["10", True, -1, 1.5, math.nan]),
         ("retry", 3),
+        # Functions (or lists of them) where functions are asked for: else
+        # every call would fail, a post-call hook's only after its tool ran.
+        *(("authorize", v) for v in [5, "yes"]),
+        *(("masker", v) for v in ["x", 1]),
+        *(("concurrency", v) for v in [5, "8"]),
+        *(("pre_call", v) for v in [[5], 5, "hook", print]),
+        *(("post_call", v) for v in [[None], [print, 3], None]),
+        *(("publisher", v) for v in [5, "bus", object()]),
     ],
 )
 def test_executor_options_are_validated(option: str, bad: Any) -> None:
@@ -63,3 +71,8 @@ def test_executor_options_are_validated(option: str, bad: Any) -> None:
 def test_executor_takes_an_infinite_timeout_as_none(make_executor: MakeExecutor) -> None:
     assert make_executor(ToolRegistry(), timeout=math.inf).timeout is None
     assert make_executor(ToolRegistry(), timeout=None).timeout is None
+
+
+def test_executor_backends_must_be_a_mapping() -> None:
+    with pytest.raises(TypeError, match=r"backends=\.\.\.\) must map backend names"):
+        Executor(ToolRegistry(), backends=5)  # type: ignore[arg-type]

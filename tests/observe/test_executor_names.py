@@ -160,14 +160,17 @@ async def test_on_submit_sees_each_async_tasks_context(make_executor: MakeExecut
     assert seen == {f"{p}{n}": f"task-{n}" for n in range(5) for p in "ab"}
 
 
+@pytest.mark.parametrize(
+    "exc", [RuntimeError, KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit]
+)
 def test_a_failing_hook_is_logged_and_the_calls_go_on(
-    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture, exc: type[BaseException]
 ) -> None:
     ex = make_executor(registry())
     calls: list[str] = []
 
     def broken(submission: Submission) -> None:
-        raise RuntimeError("hook bug")
+        raise exc("hook bug")
 
     ex.on_submit(broken)
     ex.on_submit(lambda s: calls.extend(s.call_ids))

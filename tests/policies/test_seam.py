@@ -899,6 +899,44 @@ def test_a_broken_policy_hook_at_submission_is_a_result_not_an_exception(
     assert ran == []
 
 
+@pytest.mark.parametrize("where", ["applies_to", "timeout", "admit-at-submission"])
+@pytest.mark.parametrize("exc", _BASE_EXCEPTIONS)
+def test_a_policy_hook_raising_a_base_exception_at_submission_is_a_result(
+    make_executor: MakeExecutor, where: str, exc: type[BaseException]
+) -> None:
+    """On the caller's thread too, what a policy raises is its failure (see
+    extending.md: any exception), never an exception out of `execute*`."""
+
+    class Raises(BasePolicy):
+        name = "raising-hook"
+        at_submission = where == "admit-at-submission"
+
+        def applies_to(self, tool: Any) -> bool:
+            if where == "applies_to":
+                raise exc()
+            return True
+
+        def timeout(self, tool: Any, default: float | None) -> float | None:
+            if where == "timeout":
+                raise exc()
+            return default
+
+        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+            if where == "admit-at-submission":
+                raise exc()
+            return Admit()
+
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[Raises()])
+    r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+    assert "raising-hook" in (r.error or "") and exc.__name__ in (r.error or "")
+    batch = ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
+    assert [b.status for b in batch] == ["rejected", "rejected"]
+    assert ex.submit(ToolCall(name="read", arguments={"x": 3})).result(10).status == "rejected"
+    assert ran == []
+
+
 @pytest.mark.parametrize("value", [None, float("inf")])
 def test_a_policy_timeout_of_none_or_inf_means_no_deadline(
     make_executor: MakeExecutor, value: float | None

@@ -119,6 +119,33 @@ def test_tool_max_concurrency_is_validated(bad: Any) -> None:
         tool(name="busy", max_concurrency=bad)(_noop)
 
 
+@pytest.mark.parametrize("flag", ["read_only", "idempotent", "open_world", "external"])
+@pytest.mark.parametrize("bad", ["false", "yes", 1, 0, None])
+def test_tool_flags_are_true_or_false(flag: str, bad: Any) -> None:
+    # A truthy string read from a settings file ("false") would make a
+    # mutating tool run beside others, its barrier gone.
+    with pytest.raises(TypeError, match=f"tool 'flagged': {flag} must be True or False"):
+        tool(name="flagged", **{flag: bad})(_noop)
+
+
+@pytest.mark.parametrize("bad", [5, "", b"name", ["n"]])
+def test_tool_name_is_a_non_empty_string(bad: Any) -> None:
+    with pytest.raises(TypeError, match="name must be a non-empty string"):
+        tool(name=bad)(_noop)
+
+    from toolbus import Tool
+
+    class Named(Tool):
+        name = bad
+
+        def run(self, params: Any) -> None:
+            return None
+
+    # (an empty one: "Named needs a name", as a subclass that sets none)
+    with pytest.raises((TypeError, ValueError), match=r"name must be a non-empty string|needs a"):
+        Named()
+
+
 def test_tool_retry_must_be_a_policy() -> None:
     with pytest.raises(TypeError, match="tool 'flaky': retry must be a RetryPolicy"):
         tool(name="flaky", retry=3)(_noop)  # type: ignore[call-overload]

@@ -133,6 +133,45 @@ def check_options(
     )
 
 
+def check_hooks(
+    pre_call: Any, post_call: Any, authorize: Any, masker: Any, concurrency: Any, publisher: Any
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The hook options checked when the executor is made: a function where a
+    function is asked for (a `None` or a string given for one would otherwise
+    fail every call, and a post-call hook only after its tool ran); the
+    pre-call and post-call hooks as tuples."""
+    hooks: list[tuple[Any, ...]] = []
+    for option, given in (("pre_call", pre_call), ("post_call", post_call)):
+        if callable(given) or isinstance(given, str | bytes):
+            raise TypeError(f"Executor: {option} must be a list of functions, got {given!r}")
+        try:
+            listed = tuple(given)
+        except TypeError:
+            raise TypeError(
+                f"Executor: {option} must be a list of functions, got {type(given).__name__}"
+            ) from None
+        for i, hook in enumerate(listed):
+            if not callable(hook):
+                raise TypeError(
+                    f"Executor: {option}[{i}] must be callable, got {type(hook).__name__}"
+                )
+        hooks.append(listed)
+    for option, given in (
+        ("authorize", authorize), ("masker", masker), ("concurrency", concurrency)
+    ):  # fmt: skip
+        if given is not None and not callable(given):
+            raise TypeError(f"Executor: {option} must be callable, got {type(given).__name__}")
+    if publisher is not None and not (
+        callable(getattr(publisher, "wants", None))
+        and callable(getattr(publisher, "publish", None))
+    ):
+        raise TypeError(
+            "Executor: publisher must have wants(name) and publish(name, event) methods "
+            f"(toolbus.bus.Publisher), got {type(publisher).__name__}"
+        )
+    return hooks[0], hooks[1]
+
+
 # The longest `close()` waits in all, whatever it is given (a day: a wait
 # beyond what the platform's timed waits accept would raise instead).
 _LONGEST_CLOSE = 86_400.0

@@ -113,7 +113,7 @@ class SubmitHooks:
         for hook in self.hooks:
             try:
                 hook(submission)
-            except Exception as e:
+            except BaseException as e:  # (any: the calls go on, see `Executor.on_submit`)
                 if self._failures is None:
                     self._failures = FailureLog()
                 self._failures.failed(describe(hook), "submission", e)

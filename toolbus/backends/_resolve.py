@@ -90,6 +90,11 @@ class Backends:
         self.loop = LoopBackend()
         self._process: ProcessBackend | None = None
         self.named: dict[str, Backend] = {}
+        if named is not None and not isinstance(named, Mapping):
+            raise TypeError(
+                "Executor(backends=...) must map backend names to backends, "
+                f"got {type(named).__name__}"
+            )
         for name, backend in (named or {}).items():
             if not isinstance(name, str) or not _NAME.match(name):
                 raise ValueError(f"Executor(backends=...): {name!r} is not a valid backend name")

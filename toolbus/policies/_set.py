@@ -85,7 +85,7 @@ class PolicySet:
             for p in self.policies:
                 try:
                     applies = _applies(p, tool)
-                except Exception as e:
+                except BaseException as e:  # (any: as a policy's `admit`'s, see extending.md)
                     # Whether it guards the tool is unknown: fail closed, as a
                     # guard that raises in `admit` does. Not kept: asked again
                     # by the next call, in case the failure was passing.
@@ -166,7 +166,7 @@ def timeout_for(guard: Guard, default: float | None) -> float | Refusal | None:
     for policy in guard.timing:
         try:
             given = policy.timeout(guard.tool, timeout)
-        except Exception as e:
+        except BaseException as e:  # (any: as a policy's `admit`'s)
             why = f"its timeout() raised {error_text(e)}"
         else:
             try:
@@ -223,7 +223,7 @@ def _ask_at_submission(
     for policy in guard.at_submission:
         try:
             decision = policy.admit(call, guard.tool, now)
-        except Exception as e:
+        except BaseException as e:  # (any: as when it is asked before the attempt)
             return (
                 ErrorCode.TOOL_UNAVAILABLE,
                 f"Tool '{call.name}' is unavailable: its policy {policy_name(policy)} failed "

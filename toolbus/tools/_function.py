@@ -49,6 +49,8 @@ class FunctionTool(Tool):
         if unknown:
             raise TypeError(f"tool {fn.__name__!r}: unknown option {unknown[0]!r}")
         name = options.pop("name", None)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError(f"tool {fn.__name__!r}: name must be a non-empty string, got {name!r}")
         description = options.pop("description", None)
         self.name = name or fn.__name__
         doc = parse_docstring(inspect.getdoc(fn))

@@ -290,6 +290,8 @@ class Tool:
         return tuple(names)
 
     def _check_options(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"a tool's name must be a non-empty string, got {self.name!r}")
         owner = f"tool {self.name!r}"
         # Normalised onto the instance, so a class attribute is checked too and
         # the executor and supervisor only ever see a number or None.
@@ -328,7 +330,7 @@ class Tool:
                 f"{owner}: task_support must be 'forbidden', 'optional' or 'required', "
                 f"got {self.task_support!r}"
             )
-        for flag in ("idempotent", "open_world", "external"):
+        for flag in ("read_only", "idempotent", "open_world", "external"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(
                     f"{owner}: {flag} must be True or False, got {getattr(self, flag)!r}"
