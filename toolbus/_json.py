@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import enum
 import json
 import math
@@ -169,7 +170,8 @@ def dumps(
         if "Integer exceeds" not in str(e):
             raise
     options = option or 0
-    prepared = _Prepare(default, options).value(value, 0)
+    prep = _Prepare(default, options, {})
+    prepared = prep.value(value, 0)
     indented = bool(options & orjson.OPT_INDENT_2)
     text = json.dumps(
         prepared,
@@ -178,7 +180,14 @@ def dumps(
         indent=2 if indented else None,
         separators=(",", ": ") if indented else (",", ":"),
     )
+    for token, digits in prep.huge.items():
+        text = text.replace(json.dumps(token), digits, 1)
     return text.encode()
+
+
+# Past this many bits an int has more digits than Python writes by default
+# (`sys.get_int_max_str_digits()`, 4300): `str(n)` raises ValueError.
+_STR_BITS = 14_000
 
 
 _MAX_DEPTH = 254  # orjson's own recursion limit
@@ -190,10 +199,17 @@ class _Prepare:
 
     default: Callable[[Any], Any] | None
     options: int
+    # Integers too long for `str()`: a placeholder each, by its exact digits
+    # (a `Decimal`, which writes them without that limit).
+    huge: dict[str, str]
 
     def value(self, v: Any, depth: int) -> Any:
         if depth > _MAX_DEPTH:
             raise orjson.JSONEncodeError("Recursion limit reached")
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > _STR_BITS:
+            token = f"\x00toolbus-int-{id(self)}-{len(self.huge)}\x00"
+            self.huge[token] = format(decimal.Decimal(v), "f")
+            return token
         if v is None or isinstance(v, str | bool | int):
             return v
         if isinstance(v, float):

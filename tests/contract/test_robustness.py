@@ -466,3 +466,24 @@ def test_a_concurrency_hook_raising_a_base_exception_is_contained(
         batch = ex.execute_batch([ToolCall(name="ok", arguments={"key": "hunter2-very-secret"})])
     assert [r.status for r in batch] == ["ok"]
     assert "hunter2-very-secret" not in caplog.text  # 14: no traceback, no message logged
+
+
+@pytest.mark.parametrize("exc", [SystemExit, KeyboardInterrupt, asyncio.CancelledError])
+@pytest.mark.parametrize("hook", ["pre_call", "authorize"])
+def test_a_hook_raising_a_base_exception_refuses_the_call(
+    make_executor: MakeExecutor, exc: type[BaseException], hook: str
+) -> None:
+    # Raising is how a pre-call hook or an authorizer refuses a call: any
+    # exception its code raises (it runs on a worker, where no signal lands).
+    def refuse(call: ToolCall) -> Any:
+        raise exc("not this one")
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def fine() -> str:
+        return "fine"
+
+    ex = make_executor(reg, **{hook: [refuse] if hook == "pre_call" else refuse})
+    r = ex.execute(ToolCall(name="fine"))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED), r.error

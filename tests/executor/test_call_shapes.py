@@ -12,8 +12,10 @@ arguments, and big integers must not turn into floats.
 
 from __future__ import annotations
 
+import decimal
 import enum
 import logging
+import math
 from typing import Any
 
 import orjson
@@ -230,6 +232,22 @@ def test_big_integer_result_formats_and_goes_through_every_provider(
     ]
     for text in texts:
         assert isinstance(text, str) and loads(text) == expected
+
+
+def test_an_integer_longer_than_python_writes_is_written_exactly(ex: Executor) -> None:
+    # Past 4300 digits `str(n)` raises (sys.get_int_max_str_digits): a
+    # result holding one must still format for the model, digit for digit.
+    huge = math.factorial(2000)  # 5736 digits
+    digits = format(decimal.Decimal(huge), "f")
+    assert dumps([huge, {"n": -huge}]) == f'[{digits},{{"n":-{digits}}}]'.encode()
+    assert dumps({"n": huge}, option=orjson.OPT_INDENT_2) == f'{{\n  "n": {digits}\n}}'.encode()
+    r = ToolResult(call_id="h", name="f", status="ok", output={"n": huge})
+    assert digits in format_result_for_context(r, max_length=10_000, include_metadata=False)
+    for text in (  # (cut at their default length)
+        openai.chat_tool_messages([r])[0]["content"],
+        anthropic.tool_result_blocks([r])[0]["content"],
+    ):
+        assert isinstance(text, str) and digits[:3000] in text
 
 
 def test_big_integers_survive_provider_call_helpers() -> None:

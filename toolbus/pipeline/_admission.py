@@ -4,7 +4,6 @@ rejected."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from typing import Any, Final, Literal
 
@@ -29,6 +28,7 @@ from ._make import awaitable, log_contained, make_result, parsed_call
 from ._masked_arguments import mask, published, sent_secrets, unmasked
 from ._run import ADMISSION, Run
 from ._services import (
+    HOOK_FAILURES,
     Services,
     Steps,
     log,
@@ -148,7 +148,7 @@ def admit(run: Run, svc: Services) -> Steps:
             allowed = svc.hooks.is_allowed(new)
             if awaitable(allowed):
                 allowed = yield allowed
-        except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+        except HOOK_FAILURES as e:  # a hook's own, too
             log_contained(f"authorization failed for call {new.id}", e, run.scrubber)
             return _reject(run, ErrorCode.TOOL_NOT_ALLOWED, error_text(e))
         if allowed is not True:
@@ -262,7 +262,7 @@ def _inject(run: Run, call: ToolCall, svc: Services) -> Steps:
             value = fn(call)
             if awaitable(value):
                 value = yield value
-        except (Exception, asyncio.CancelledError) as e:  # the provider's own, too
+        except HOOK_FAILURES as e:  # the provider's own, too
             # Refused like a pre-call hook that raises; whatever was supplied
             # so far is masked (and scrubbed from the message) first.
             yield from mask(run, call.with_arguments({**args, **values}), svc)
@@ -290,7 +290,7 @@ def _pre_call(run: Run, call: ToolCall, svc: Services) -> Steps:
             new = yield new
         if not isinstance(new, ToolCall):
             raise TypeError(f"pre-call hook returned {type(new).__name__}, not a ToolCall")
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+    except HOOK_FAILURES as e:  # a hook's own, too
         # Raising is the documented way for a hook to refuse a call: logged
         # without a traceback, it is not a fault.
         yield from mask(run, call, svc)

@@ -11,7 +11,6 @@ nested call's caller's secrets: the masked copy is scrubbed of those too.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -31,7 +30,7 @@ from ..scanning import ContentScanner, Finding
 from ..tools import ArgumentError, Tool, parse_json_arguments
 from ._make import awaitable, log_contained
 from ._run import Run
-from ._services import Services, Steps, log
+from ._services import HOOK_FAILURES, Services, Steps, log
 
 __all__ = ["mask", "mask_decided", "published", "sent_secrets", "unmasked"]
 
@@ -67,7 +66,7 @@ def mask(run: Run, call: ToolCall, svc: Services) -> Steps:
         if known is not None:
             masked = known.value(masked)
         run.masked = masked if scanner is None else scanner.value(masked)
-    except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+    except HOOK_FAILURES as e:  # a hook's own, too
         unmasked(run, raw, paths, e)
     return blocked
 

@@ -3,6 +3,7 @@ reports, and the context variables that mark a nested call."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import threading
@@ -27,6 +28,12 @@ log = logging.getLogger("toolbus")
 
 # A step: yields awaitables to its driver, gets their values back, returns T.
 Steps = Generator[Awaitable[Any], Any, Any]
+
+# What a hook of the user's (pre-call, authorize, masker, should_retry, an
+# inject provider) raising counts as its own failure: any exception, the
+# BaseExceptions its code may raise too (it runs on a worker or the loop,
+# where no signal lands), but GeneratorExit: the step itself being closed.
+HOOK_FAILURES = (Exception, asyncio.CancelledError, KeyboardInterrupt, SystemExit)
 
 # The call whose steps run in this context (with its executor's services): a
 # call made from inside a tool or hook is recognised as nested by it. The

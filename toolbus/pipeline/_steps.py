@@ -59,6 +59,7 @@ from ._results import end_call, finish
 from ._run import FINISHING, RUNNING, Run
 from ._services import (
     DONE,
+    HOOK_FAILURES,
     LOST,
     Invoke,
     Outcome,
@@ -424,7 +425,7 @@ def after_failure(
             if awaitable(answer):
                 answer = yield answer
             decision = _retry_decision(answer, run)
-        except (Exception, asyncio.CancelledError) as e:  # a hook's own, too
+        except HOOK_FAILURES as e:  # a hook's own, too
             log_contained(
                 f"should_retry failed for call {run.call.id}; not retrying", e, run.scrubber
             )
