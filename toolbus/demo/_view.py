@@ -107,7 +107,7 @@ def describe(signal: str, event: bus.Event, killing: Collection[str] = ()) -> tu
         case bus.CallFinished():
             r = event.result
             detail = r.status.upper()
-            if r.error_code:
+            if r.error_code and r.error_code.value != detail:  # (not "CANCELLED CANCELLED")
                 detail += f" {r.error_code.value}"
             if r.attempts:
                 detail += f" after {_ms(r.duration)}"
