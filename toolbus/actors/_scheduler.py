@@ -190,8 +190,12 @@ class Scheduler(Admission, Delays, Backpressure):
                     self._handle(message)
                 if pending:
                     self._drain()
-            finally:
-                interrupt = self._let_go()
+            finally:  # `_let_go`, inlined: every call posts twice
+                self.owner = None
+                interrupt = self._interrupt
+                if interrupt is not None:
+                    self._interrupt = None
+                self.lock.release()
             if pending:  # posted while we held the lock, by a thread that found it taken
                 self._settle()
             if interrupt is not None:
