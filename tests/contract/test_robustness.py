@@ -487,3 +487,17 @@ def test_a_hook_raising_a_base_exception_refuses_the_call(
     ex = make_executor(reg, **{hook: [refuse] if hook == "pre_call" else refuse})
     r = ex.execute(ToolCall(name="fine"))
     assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_NOT_ALLOWED), r.error
+
+
+def test_a_sync_tool_raising_cancelled_error_is_said_to_have_raised_it(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def gives_up() -> None:
+        raise asyncio.CancelledError  # (a sync wrapper of a coroutine that was cancelled)
+
+    r = make_executor(reg).execute(ToolCall(name="gives_up"))
+    assert (r.status, r.error_code) == ("cancelled", ErrorCode.CANCELLED)
+    assert r.error == "the tool raised asyncio.CancelledError"  # not a loop shutting down

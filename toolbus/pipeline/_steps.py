@@ -292,7 +292,9 @@ def attempt(
             svc,
             "cancelled",
             ErrorCode.CANCELLED,
-            "the tool's task was cancelled (its event loop shutting down?)",
+            "the tool's task was cancelled (its event loop shutting down?)"
+            if tool.is_async
+            else "the tool raised asyncio.CancelledError",  # (a sync tool: its own code)
         )
     if error is None:
         if em.listening[sig.EXECUTED]:
