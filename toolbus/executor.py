@@ -570,10 +570,10 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
             self._supervisor.stop(timeout=left())
         except (pykka.ActorDeadError, pykka.Timeout):
             pass
-        # Every call has its outcome queued now (a `complete` dropped puts its
-        # request back first): mark the session closed, wait for the disk,
-        # let go of the owner lock.
+        # Every call's outcome is queued now (a `complete` dropped puts its request back first):
+        # its decisions on calls in doubt acknowledged, mark the session closed, sync, unlock.
         self._completions.wait(left())
+        jrn.acknowledged(self._services.in_doubt, left())
         jrn.close_journal(self._journal, self._journal_owned, self._journal_session, left())
         self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
         self._submission.flush()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from tests.conftest import wait_until
 from toolbus import ErrorCode, Executor, Journal, ToolCall, ToolContext, ToolRegistry
+from toolbus._executor import _journal
 from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip, never_rerun
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "journal" / "v1.sqlite"
@@ -184,3 +186,41 @@ def test_a_call_that_ends_while_its_handler_decides_leaves_the_record_in_doubt(
         assert second.metadata == {"in_doubt": "skipped"}
         assert ex.in_doubt() == []
     assert asked == ["call_doubt", "call_doubt"] and ran == []
+
+
+def test_close_waits_for_its_decisions_on_calls_in_doubt_to_be_written(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A decision is acknowledged in the journal on a thread of its own: an
+    # executor closing (a process ending) right after must not close the
+    # journal first, or the call it decided is in doubt again at next start.
+    writing, written = threading.Event(), threading.Event()
+    acknowledge = Journal.acknowledge
+
+    def slow(self: Journal, record: Any) -> None:
+        writing.set()
+        assert written.wait(30)  # until close is waiting for it
+        acknowledge(self, record)
+
+    closing = threading.Event()
+    waits = _journal.acknowledged
+
+    def watched(calls: Any, timeout: float) -> None:
+        closing.set()
+        waits(calls, timeout)
+
+    monkeypatch.setattr(Journal, "acknowledge", slow)
+    monkeypatch.setattr(_journal, "acknowledged", watched)
+    reg, ran = registry()
+    ex = Executor(reg, journal=path, on_in_doubt=never_rerun)
+    assert ex.execute(DOUBT).error_code == ErrorCode.IN_DOUBT
+    assert writing.wait(30)
+    closer = threading.Thread(target=ex.close, kwargs={"timeout": 60})
+    closer.start()
+    assert closing.wait(30), "close went on without waiting for the acknowledgement"
+    written.set()
+    closer.join(60)
+    assert not closer.is_alive()
+    with Journal(path) as j:
+        assert j.in_doubt() == []
+    assert ran == []

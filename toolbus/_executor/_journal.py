@@ -27,6 +27,7 @@ from ..masking import MASK
 __all__ = [
     "DEFAULT_JOURNAL_TIMEOUT",
     "CallsInDoubt",
+    "acknowledged",
     "announce_in_doubt",
     "calls_in_doubt",
     "close_journal",
@@ -110,6 +111,16 @@ def close_journal(
         session.close(timeout)
     if owned and journal is not None:
         journal.close(max(0.0, deadline - time.monotonic()))
+
+
+def acknowledged(calls: Any, timeout: float) -> None:
+    """Wait (up to `timeout`) for the calls in doubt decided so far to be
+    acknowledged, before the executor closes its journal: each is written on
+    a daemon thread of its own (`CallsInDoubt.settled`), which a closed
+    journal refuses and a process that ends kills, and the call picked up
+    (its remote task fetched) would be left in doubt for the next start."""
+    if calls is not None:
+        calls.acknowledged(timeout)
 
 
 def announce_in_doubt(journal: Journal, emitter: Emitter, found: list[JournalRecord]) -> None:
