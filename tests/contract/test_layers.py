@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "toolbus._output",
             "toolbus._options",
             "toolbus._sync",
+            "toolbus._interrupts",
             "toolbus._text",
             "toolbus._tokens",
             "toolbus._version",

@@ -193,14 +193,48 @@ def test_an_interrupt_once_the_backend_took_the_job_ends_the_call_once(
     with pytest.raises(KeyboardInterrupt):
         ex.execute(ToolCall(id="a", name="write", arguments={"i": 1}))
     monkeypatch.undo()
-    _ended(recorder, "a")
+    _ended(recorder, "a", or_ran=True)
     assert ex.execute(ToolCall(id="b", name="write", arguments={"i": 2})).output == 2
     recorder.wait_for(bus.FINISHED, where=lambda e: e.call_id == "b")
     assert [e.call_id for e in recorder.of(bus.FINISHED)].count("a") == 1
     assert ex.stats().in_flight == 0
 
 
-def _ended(recorder: bus.Recorder, call_id: str) -> None:
-    """`call_id` ends `cancelled`, once (it was never started, or is given up)."""
+def _ended(recorder: bus.Recorder, call_id: str, *, or_ran: bool = False) -> None:
+    """`call_id` ends `cancelled`, once (it was never started, or is given up);
+    `or_ran`: or `ok`, its job handed to its backend before the interruption
+    (a worker may take it and finish first)."""
     (e,) = recorder.wait_for(bus.FINISHED, timeout=20, where=lambda e: e.call_id == call_id)
+    if or_ran and e.result.status == "ok":
+        return
     assert e.result.status == "cancelled" and e.result.error_code == ErrorCode.CANCELLED
+
+
+def test_an_interrupt_as_the_loop_is_asked_to_start_a_call_leaves_its_mailbox_drained(
+    make_executor: MakeExecutor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    async def ping(i: int) -> int:
+        return i
+
+    ex = make_executor(reg)
+    assert ex.execute(ToolCall(id="warm", name="ping", arguments={"i": 0})).output == 0
+    loop = ex._loop._loop
+    assert loop is not None
+    ask = loop.call_soon_threadsafe
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.undo()  # once
+        raise KeyboardInterrupt  # as the loop is asked to drain its mailbox
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute(ToolCall(id="a", name="ping", arguments={"i": 1}))
+    assert loop.call_soon_threadsafe == ask
+    _ended(recorder, "a", or_ran=True)
+    # The mailbox is drained again: later calls of async tools start.
+    for i in range(2, 5):
+        assert ex.execute(ToolCall(id=f"c{i}", name="ping", arguments={"i": i})).output == i
+    assert ex.stats().in_flight == 0

@@ -29,7 +29,8 @@ from tests.conftest import wait_until, wait_until_async
 from tests.mcp.task_client import Created, Tasks, answer_name, raw, send, task_call
 from tests.mcp_servers.serving import served_in_thread
 from tests.mcp_servers.task_tools import open_gate, registry
-from toolbus import Executor
+from toolbus import Executor, ToolResult
+from toolbus.mcp import _server as server_module
 from toolbus.mcp import build_server
 from toolbus.mcp._serve_http import http_app
 from toolbus.mcp._task_protocol import RELATED_TASK, TASKS_EXTENSION
@@ -455,7 +456,20 @@ async def test_ended_tasks_let_go_are_released() -> None:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-async def test_a_result_no_reply_can_carry_is_an_error_not_a_cancel(mode: str) -> None:
+async def test_a_result_no_reply_can_carry_is_an_error_not_a_cancel(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every result the executor passes as JSON has a reply now (an integer of
+    # more digits than Python prints included): the SDK's refusal of one is
+    # made here, as the server's own failure to build it.
+    made = server_module.call_result
+
+    def refused(result: ToolResult, tool: Any = None) -> Any:
+        if result.name == "huge" and result.ok:
+            raise ValueError("no reply can carry it")
+        return made(result, tool)
+
+    monkeypatch.setattr(server_module, "call_result", refused)
     async with serving("memory") as target:
         if mode == "legacy":
             async with legacy(target) as client:

@@ -81,7 +81,7 @@ def stage(gate: str, ctx: ToolContext) -> str:
 
 @registry.tool(read_only=True, task_support="required")
 def huge() -> int:
-    """A result no reply can carry (an int of more digits than Python prints)."""
+    """An integer of more digits than Python prints (a reply carries it exactly)."""
     return 10**5000
 
 

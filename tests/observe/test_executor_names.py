@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from tests.concurrency_tools import finished, in_thread
 from tests.conftest import MakeExecutor
 from toolbus import Executor, ToolCall, ToolRegistry, bus
 from toolbus.executor import Submission
@@ -174,18 +175,40 @@ def test_a_failing_hook_is_logged_and_the_calls_go_on(
 
     ex.on_submit(broken)
     ex.on_submit(lambda s: calls.extend(s.call_ids))
+
+    def three() -> list[str]:
+        return [
+            ex.execute(ToolCall(id=f"c{i}", name="echo", arguments={"text": "x"})).status
+            for i in range(3)
+        ]
+
+    # Off the main thread (there a KeyboardInterrupt is Ctrl-C's: see below).
     with caplog.at_level(logging.ERROR, logger="toolbus.bus"):
-        for i in range(3):
-            assert (
-                ex.execute(ToolCall(id=f"c{i}", name="echo", arguments={"text": "x"})).status
-                == "ok"
-            )
+        th, out = in_thread(three)
+        assert finished(th, out) and out["r"] == ["ok"] * 3
     assert calls == ["c0", "c1", "c2"]  # the next hook still runs
     logged = [r for r in caplog.records if "broken" in r.getMessage()]
     assert len(logged) == 1  # the first failure; the rest are summed up later
     assert "hook bug" in logged[0].getMessage()
     with pytest.raises(TypeError, match="callable"):
         ex.on_submit("not a function")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_a_hook_on_the_main_thread_reaches_the_caller(
+    make_executor: MakeExecutor, exc: type[BaseException]
+) -> None:
+    # A signal's handler runs on the main thread, inside whatever it runs: a
+    # hook there is interrupted by Ctrl-C, before any call is handed on.
+    ex = make_executor(registry())
+
+    def interrupted(submission: Submission) -> None:
+        raise exc()
+
+    ex.on_submit(interrupted)
+    with pytest.raises(exc):
+        ex.execute(ToolCall(id="c", name="echo", arguments={"text": "x"}))
+    assert ex.stats().submitted == 0
 
 
 def test_importing_toolbus_observe_imports_no_exporter() -> None:

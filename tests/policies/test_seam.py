@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.concurrency_tools import finished, in_thread
 from tests.conftest import MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, ToolResult, bus
 from toolbus.policies import (
@@ -899,42 +900,73 @@ def test_a_broken_policy_hook_at_submission_is_a_result_not_an_exception(
     assert ran == []
 
 
-@pytest.mark.parametrize("where", ["applies_to", "timeout", "admit-at-submission"])
+class _RaisesAt(BasePolicy):
+    """Raises `exc` from `where`: its applies_to, its timeout, or its admit at submission."""
+
+    name = "raising-hook"
+
+    def __init__(self, where: str, exc: type[BaseException]) -> None:
+        self.where, self.exc = where, exc
+        self.at_submission = where == "admit-at-submission"
+
+    def applies_to(self, tool: Any) -> bool:
+        if self.where == "applies_to":
+            raise self.exc()
+        return True
+
+    def timeout(self, tool: Any, default: float | None) -> float | None:
+        if self.where == "timeout":
+            raise self.exc()
+        return default
+
+    def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
+        if self.where == "admit-at-submission":
+            raise self.exc()
+        return Admit()
+
+
+_SUBMISSION_HOOKS = ["applies_to", "timeout", "admit-at-submission"]
+
+
+@pytest.mark.parametrize("where", _SUBMISSION_HOOKS)
 @pytest.mark.parametrize("exc", _BASE_EXCEPTIONS)
 def test_a_policy_hook_raising_a_base_exception_at_submission_is_a_result(
     make_executor: MakeExecutor, where: str, exc: type[BaseException]
 ) -> None:
-    """On the caller's thread too, what a policy raises is its failure (see
-    extending.md: any exception), never an exception out of `execute*`."""
-
-    class Raises(BasePolicy):
-        name = "raising-hook"
-        at_submission = where == "admit-at-submission"
-
-        def applies_to(self, tool: Any) -> bool:
-            if where == "applies_to":
-                raise exc()
-            return True
-
-        def timeout(self, tool: Any, default: float | None) -> float | None:
-            if where == "timeout":
-                raise exc()
-            return default
-
-        def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
-            if where == "admit-at-submission":
-                raise exc()
-            return Admit()
-
+    """What a policy raises as a call is submitted is its failure (see
+    extending.md: any exception), never an exception out of `execute*`; off
+    the main thread, where no signal's handler runs, a KeyboardInterrupt too."""
     ran: list[str] = []
-    ex = make_executor(_registry(ran), policies=[Raises()])
-    r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
-    assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
-    assert "raising-hook" in (r.error or "") and exc.__name__ in (r.error or "")
-    batch = ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
-    assert [b.status for b in batch] == ["rejected", "rejected"]
-    assert ex.submit(ToolCall(name="read", arguments={"x": 3})).result(10).status == "rejected"
+    ex = make_executor(_registry(ran), policies=[_RaisesAt(where, exc)])
+
+    def calls() -> list[ToolResult]:
+        r = ex.execute(ToolCall(name="read", arguments={"x": 1}))
+        batch = ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
+        handle = ex.submit(ToolCall(name="read", arguments={"x": 3})).result(10)
+        return [r, *batch, handle]
+
+    th, out = in_thread(calls)
+    assert finished(th, out)
+    for r in out["r"]:
+        assert (r.status, r.error_code) == ("rejected", ErrorCode.TOOL_UNAVAILABLE)
+        assert "raising-hook" in (r.error or "") and exc.__name__ in (r.error or "")
     assert ran == []
+
+
+@pytest.mark.parametrize("where", _SUBMISSION_HOOKS)
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_a_policy_at_submission_on_the_main_thread_reaches_the_caller(
+    make_executor: MakeExecutor, where: str, exc: type[BaseException]
+) -> None:
+    """There it is Ctrl-C (a signal's handler runs on the main thread, inside
+    whatever it runs): the caller is interrupted, and no call was handed on."""
+    ran: list[str] = []
+    ex = make_executor(_registry(ran), policies=[_RaisesAt(where, exc)])
+    with pytest.raises(exc):
+        ex.execute(ToolCall(name="read", arguments={"x": 1}))
+    with pytest.raises(exc):
+        ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
+    assert ex.stats().submitted == 0 and ran == []
 
 
 @pytest.mark.parametrize("value", [None, float("inf")])

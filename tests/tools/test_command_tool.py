@@ -487,6 +487,22 @@ def test_credentials_in_its_environment_are_never_published(
         assert given not in published and inherited not in published
 
 
+def test_only_credentials_it_is_given_by_name_are_scrubbed(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not a short value (`false` is no credential), nor the whole environment
+    # `inherit_env=True` passes on: each would garble what the model reads.
+    monkeypatch.setenv("TOOLBUS_TEST_TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.setenv("TOOLBUS_TEST_PASSWORD_STORE_DIR", "/home/someone/.store")
+    script = 'echo "$TOOLBUS_TEST_TOKENIZERS_PARALLELISM $TOOLBUS_TEST_PASSWORD_STORE_DIR $PIN"'
+    tool = CommandTool(
+        "cmd", ["sh", "-c", script, "{q}"], _schema(q=1), description="prints its environment",
+        env={"PIN": "1234"}, inherit_env=True, read_only=True,
+    )  # fmt: skip
+    r = make_executor(_registry(tool)).execute(ToolCall(name="cmd", arguments={"q": "x"}))
+    assert r.status == "ok" and r.output["stdout"] == "false /home/someone/.store 1234\n"
+
+
 # -- ToolFailure -------------------------------------------------------------------------
 
 

@@ -269,8 +269,12 @@ def test_the_first_steps_secrets_are_masked_in_the_sequences_events(
     assert "qzxvw" not in repr(recorder.events)
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["flat", "nested"])
 def test_a_step_hands_the_next_its_output_as_its_tool_gave_it(
-    make_executor: MakeExecutor, recorder: bus.Recorder, caplog: pytest.LogCaptureFixture
+    make_executor: MakeExecutor,
+    recorder: bus.Recorder,
+    caplog: pytest.LogCaptureFixture,
+    nested: bool,
 ) -> None:
     # A step's result is scrubbed of every secret it knew (the model may read
     # it), but the next step is handed its output raw: a tool gets raw values.
@@ -292,7 +296,13 @@ def test_a_step_hands_the_next_its_output_as_its_tool_gave_it(
         handed.append(conn)
         return f"used {conn}"
 
-    chain = sequence("chain", [login, connect, use])
+    # Nested: the first steps a sequence of their own, which hands on its
+    # last step's output as that step's tool gave it too.
+    chain = (
+        sequence("chain", [sequence("auth", [login, connect]), use])
+        if nested
+        else sequence("chain", [login, connect, use])
+    )
     ex = make_executor(_registry(chain), timeout=10, inject={"ticket": lambda call: ticket})
     caplog.set_level(logging.DEBUG, logger="toolbus")
     r = ex.execute(ToolCall(id="s", name="chain", arguments={"user": "bo", "api_key": key}))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._interrupts import interrupts_caller
 from .._options import check_priority, own_bound, timeout_seconds
 from ..actors import Scheduler
 from ..actors._messages import Submit
@@ -114,6 +115,8 @@ class SubmitHooks:
             try:
                 hook(submission)
             except BaseException as e:  # (any: the calls go on, see `Executor.on_submit`)
+                if interrupts_caller(e):
+                    raise  # Ctrl-C, on the caller's thread: before any call is handed on
                 if self._failures is None:
                     self._failures = FailureLog()
                 self._failures.failed(describe(hook), "submission", e)
@@ -172,7 +175,9 @@ class Submitting:
         holds (a trace's span) and find it again by call id when the calls'
         events reach it on a delivery thread (`observe.instrument_otel` does).
         It gets call ids, not arguments. Keep it short: the caller waits for
-        it. Whatever it raises is logged (rate-limited) and the calls go on.
+        it. Whatever it raises is logged (rate-limited) and the calls go on;
+        but a KeyboardInterrupt or SystemExit on the main thread, Ctrl-C's,
+        which reaches the caller before any of its calls is handed on.
         """
         return self._submission.add(hook)
 

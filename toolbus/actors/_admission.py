@@ -94,7 +94,6 @@ class Admission(Completion):
             # larger than its limit never waits for it.
             if b.limit < b.remaining:
                 b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
-        self.runs_open.update(msg.runs)
         if self.services.halts.active or (b is not None and b.halted is not None):
             self._halted_at_submission(msg.runs, b)
         for run in msg.runs:
@@ -131,6 +130,9 @@ class Admission(Completion):
                         self._started(backend)
                     except Exception as e:
                         log.error("backend %r could not start: %s", backend.name, e)
+        # Open once each has its ticket: whatever reads the open runs (a
+        # status, a cancel, close) reads their tickets too.
+        self.runs_open.update(msg.runs)
         if self.closed:
             for run in msg.runs:
                 self._finish_here(run, "cancelled", ErrorCode.CANCELLED, "the executor is closed")

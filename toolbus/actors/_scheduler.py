@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import pipeline as _pipeline
+from .._interrupts import INTERRUPTS, interrupts_caller
 from ..backends import Backend, BackendUnavailable, Host, Job
 from ..bus import _signals as sig
 from ..models import ErrorCode
@@ -83,9 +84,6 @@ __all__ = ["Scheduler"]
 
 log = logging.getLogger("toolbus.actors")
 
-_MAIN = threading.main_thread()  # where a signal's handler runs, and so raises
-# What a signal's handler raises (Ctrl-C; `sys.exit` on SIGTERM).
-_INTERRUPTS = (KeyboardInterrupt, SystemExit)
 _new = object.__new__
 _set = object.__setattr__  # (a frozen dataclass's own `__init__` sets its fields so)
 
@@ -117,7 +115,7 @@ class Scheduler(Admission, Delays, Backpressure):
         self._pending: deque[Any] = deque()
         # A signal's exception (KeyboardInterrupt) raised on the main thread
         # while it handled messages: raised again there once it lets go of
-        # the lock (`_let_go`), so the caller is interrupted as it asked.
+        # the lock (`post`), so the caller is interrupted as it asked.
         self._interrupt: BaseException | None = None
         self.services = services
         self.emitter = services.emitter
@@ -180,17 +178,20 @@ class Scheduler(Admission, Delays, Backpressure):
         pending = self._pending
         if not pending and self.lock.acquire(blocking=False):
             # Nobody holds the lock and nothing waits: handle it here at once
-            # (the common case, without a trip through the queue).
-            if pending:  # posted between our look and the lock: theirs goes first
-                pending.append(message)
-                message = None
-            self.owner = threading.get_ident()
+            # (the common case, without a trip through the queue). From here
+            # every step is inside the `try`, and the `finally` calls nothing
+            # before it lets go of the lock: a signal's exception (raised where
+            # a function is called or entered) cannot leave it held.
             try:
+                if pending:  # posted between our look and the lock: theirs goes first
+                    pending.append(message)
+                    message = None
+                self.owner = threading.get_ident()
                 if message is not None:
                     self._handle(message)
                 if pending:
                     self._drain()
-            finally:  # `_let_go`, inlined: every call posts twice
+            finally:
                 self.owner = None
                 interrupt = self._interrupt
                 if interrupt is not None:
@@ -204,14 +205,6 @@ class Scheduler(Admission, Delays, Backpressure):
         pending.append(message)
         self._settle()
 
-    def _let_go(self) -> BaseException | None:
-        """Release the lock (held by this thread); the interruption it got
-        while holding it, if any, to raise once out."""
-        self.owner = None
-        interrupt, self._interrupt = self._interrupt, None
-        self.lock.release()
-        return interrupt
-
     def _settle(self) -> None:
         """Handle what is queued if nobody holds the lock, until nothing is.
 
@@ -219,11 +212,13 @@ class Scheduler(Admission, Delays, Backpressure):
         a thread that found it taken, is ours to handle."""
         pending = self._pending
         while pending and self.lock.acquire(blocking=False):
-            self.owner = threading.get_ident()
             try:
+                self.owner = threading.get_ident()
                 self._drain()
-            finally:
-                interrupt = self._let_go()
+            finally:  # (inline: see `post`'s)
+                self.owner = None
+                interrupt, self._interrupt = self._interrupt, None
+                self.lock.release()
             if interrupt is not None:
                 raise interrupt
 
@@ -236,14 +231,15 @@ class Scheduler(Admission, Delays, Backpressure):
         return the answer (status, close). Waits for the lock."""
         if self.owner == threading.get_ident():
             return self._handle(message)  # asked from inside a handler (a backend)
-        self.lock.acquire()
-        self.owner = threading.get_ident()
-        try:
-            self._drain()
-            answer = self._handle(message)
-            self._drain()
-        finally:
-            interrupt = self._let_go()
+        with self.lock:  # (taken and let go with no step between a signal could stop)
+            try:
+                self.owner = threading.get_ident()
+                self._drain()
+                answer = self._handle(message)
+                self._drain()
+            finally:
+                self.owner = None
+                interrupt, self._interrupt = self._interrupt, None
         self._settle()  # what was posted while we let go, as `post` does
         if interrupt is not None:
             raise interrupt
@@ -306,7 +302,7 @@ class Scheduler(Admission, Delays, Backpressure):
             ):
                 self._pump()
         except BaseException as e:  # a bug here must not stop the supervisor
-            if isinstance(e, _INTERRUPTS) and threading.current_thread() is _MAIN:
+            if interrupts_caller(e):
                 # A signal handler's (Ctrl-C) on the thread that was acting for
                 # the supervisor: what it did so far stands (a run half
                 # dispatched ends as its caller's give-up says), and the
@@ -427,7 +423,7 @@ class Scheduler(Admission, Delays, Backpressure):
         except BackendUnavailable as e:
             run.try_settle(n)
             self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, str(e))
-        except _INTERRUPTS:
+        except INTERRUPTS:
             # A signal's, as its backend took it, queued or not: it ends here,
             # once (anything queued finds its attempt over), and the thread
             # is interrupted (see `_handle`).

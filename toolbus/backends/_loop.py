@@ -15,6 +15,7 @@ are reported to the supervisor in one message per loop turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import weakref
@@ -140,6 +141,14 @@ class Lane:
             with self.lock:
                 self.inbox.clear()  # nothing else can be in it: the loop never drained
             return False
+        except BaseException:
+            # A signal's (Ctrl-C), as it asked the loop to drain: maybe before
+            # it did. Asked again (a drain that finds nothing does nothing),
+            # or the mailbox, never empty again, would never be drained.
+            if loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self.drain)
+            raise
         return True
 
     def drain(self) -> None:

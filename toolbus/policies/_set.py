@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._errors import error_text
+from .._interrupts import interrupts_caller
 from .._options import timeout_seconds
 from ..masking import Scrubber, SecretKeys, mask_arguments, mask_paths
 from ..models import ErrorCode, ToolCall
@@ -86,6 +87,8 @@ class PolicySet:
                 try:
                     applies = _applies(p, tool)
                 except BaseException as e:  # (any: as a policy's `admit`'s, see extending.md)
+                    if interrupts_caller(e):
+                        raise  # Ctrl-C, on the caller's thread: nothing was handed on yet
                     # Whether it guards the tool is unknown: fail closed, as a
                     # guard that raises in `admit` does. Not kept: asked again
                     # by the next call, in case the failure was passing.
@@ -167,6 +170,8 @@ def timeout_for(guard: Guard, default: float | None) -> float | Refusal | None:
         try:
             given = policy.timeout(guard.tool, timeout)
         except BaseException as e:  # (any: as a policy's `admit`'s)
+            if interrupts_caller(e):
+                raise  # (as `applies_to`'s)
             why = f"its timeout() raised {error_text(e)}"
         else:
             try:
@@ -224,6 +229,8 @@ def _ask_at_submission(
         try:
             decision = policy.admit(call, guard.tool, now)
         except BaseException as e:  # (any: as when it is asked before the attempt)
+            if interrupts_caller(e):
+                raise  # (as `applies_to`'s)
             return (
                 ErrorCode.TOOL_UNAVAILABLE,
                 f"Tool '{call.name}' is unavailable: its policy {policy_name(policy)} failed "

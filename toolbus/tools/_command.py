@@ -206,7 +206,8 @@ class CommandTool(Tool):
         secrets are, and what the executor's masker hid."""
         args = command[len(command) - len(self._reads) :] if self._reads else []
         found = secret_values(self._values(params), self._secret_paths, self._reads, args)
-        found.extend(env_secrets(env))
+        named = [*self.env, *(self.inherit_env if isinstance(self.inherit_env, tuple) else ())]
+        found.extend(env_secrets(env, named))
         if here is not None:
             found.extend(here[1].scrubber.values)
         return Redactor(found)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, SecretBytes, SecretStr
 
 from ..masking import DEFAULT_SECRET_KEYS, MASK, MIN_SCRUB_LENGTH, SecretPath, mask_paths
 
-__all__ = ["Redactor", "env_secrets", "field_paths", "reveal", "secret_values"]
+__all__ = ["ENV_SECRET_LENGTH", "Redactor", "env_secrets", "field_paths", "reveal", "secret_values"]
 
 # A field's attribute (`.name`) or index (`[key]`) after its parameter's name.
 _FIELD_PART = re.compile(r"\.([^.\[]*)|\[([^\]]*)\]")
@@ -76,13 +76,23 @@ def secret_values(
     return found
 
 
-def env_secrets(env: Mapping[str, str]) -> list[str]:
-    """The values of the variables of a command's environment whose names
-    look secret (`API_TOKEN`, `PGPASSWORD`, `AWS_SECRET_ACCESS_KEY`: as an
-    argument's key would), the way an application hands a command its
-    credentials."""
+# Shorter values are not taken for credentials (`false`, `1`, `utf-8`).
+ENV_SECRET_LENGTH = 8
+
+
+def env_secrets(env: Mapping[str, str], named: Iterable[str]) -> list[str]:
+    """The values of the variables of a command's environment, among those
+    `named` for it (given in `env`, or by name in `inherit_env`: not the
+    whole environment `inherit_env=True` passes on), whose names look secret
+    as an argument's key would (`API_TOKEN`, `PGPASSWORD`,
+    `AWS_SECRET_ACCESS_KEY`) and that are long enough to be credentials: the
+    way an application hands a command its own."""
     is_secret = DEFAULT_SECRET_KEYS.is_secret
-    return [value for name, value in env.items() if value and is_secret(name)]
+    return [
+        value
+        for name in named
+        if len(value := env.get(name, "")) >= ENV_SECRET_LENGTH and is_secret(name)
+    ]
 
 
 def _plain(

@@ -183,7 +183,10 @@ class SequenceTool(Tool):
             last = result
         assert last is not None  # a sequence has at least one step
         return ToolOutput(
-            content=last.output,
+            # As its last step's tool gave it: the sequence's own result is
+            # scrubbed of every secret its steps knew (theirs are its own
+            # now), and a sequence that is a step hands it on raw.
+            content=passed,
             attachments=last.attachments,
             metadata={**last.metadata, "steps": steps},
         )
