@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import MakeExecutor
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus._executor._waiting import Waiting
+from toolbus.actors import Scheduler, _admission
 from toolbus.backends import ThreadBackend, _thread
 
 INTERRUPTED = "the caller was interrupted"
@@ -238,3 +239,29 @@ def test_an_interrupt_as_the_loop_is_asked_to_start_a_call_leaves_its_mailbox_dr
     for i in range(2, 5):
         assert ex.execute(ToolCall(id=f"c{i}", name="ping", arguments={"i": i})).output == i
     assert ex.stats().in_flight == 0
+
+
+@pytest.mark.parametrize("where", ["lone", "batch"])
+def test_an_interrupt_while_the_caller_admits_its_calls_ends_each_once(
+    ex: Executor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # Cut short part way through admission (every call has its ticket, none
+    # is dispatched yet): the caller gets the interruption, its calls end.
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    if where == "lone":  # (as its tool's capacity group is made, on its first call)
+        monkeypatch.setattr(Scheduler, "_pool", interrupted)
+        ids = ["a"]
+        with pytest.raises(KeyboardInterrupt):
+            ex.execute(ToolCall(id="a", name="write", arguments={"i": 1}))
+    else:
+        monkeypatch.setattr(_admission, "schedule_batch", interrupted)
+        ids = ["b1", "b2", "b3"]
+        with pytest.raises(KeyboardInterrupt):
+            ex.execute_batch([ToolCall(id=i, name="write", arguments={"i": 1}) for i in ids])
+    monkeypatch.undo()
+    for call_id in ids:
+        _ended(recorder, call_id)
+    assert ex.execute(ToolCall(id="next", name="write", arguments={"i": 2})).output == 2
+    assert ex.stats().in_flight == 0 and ex.stats().queued == 0

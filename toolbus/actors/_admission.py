@@ -212,6 +212,23 @@ class Admission(Completion):
         finally:
             self._done_with(b)
 
+    def _submission_interrupted(self, msg: Submit) -> None:
+        """Its submitter was interrupted (Ctrl-C on the main thread) part way
+        through admitting or dispatching `msg`: whatever each run got to, it
+        ends `cancelled` now (the caller gets the interruption, and would
+        otherwise find none of them open to give up)."""
+        for run in msg.runs:
+            if run.ticket is None:
+                run.ticket = Ticket()
+        self.runs_open.update(r for r in msg.runs if not r.ticket.closed)
+        b = msg.batch
+        if b is not None and b.remaining == 0 and not any(r.ticket.closed for r in msg.runs):
+            b.runs, b.remaining = list(msg.runs), len(msg.runs)  # (its books, not begun)
+        for run in msg.runs:
+            self._cancel_run(
+                run, ErrorCode.CANCELLED, "the caller was interrupted", only_unstarted=False
+            )
+
     def _halted_at_submission(self, runs: tuple[Run, ...], b: BatchRun | None) -> None:
         """Refuse the runs of an agent run (or batch) halted since the
         executor planned them (`HALTED`): a halt that came meanwhile saw none

@@ -304,13 +304,15 @@ class Scheduler(Admission, Delays, Backpressure):
         except BaseException as e:  # a bug here must not stop the supervisor
             if interrupts_caller(e):
                 # A signal handler's (Ctrl-C) on the thread that was acting for
-                # the supervisor: what it did so far stands (a run half
-                # dispatched ends as its caller's give-up says), and the
-                # thread is interrupted once it lets go of the lock.
+                # the supervisor: what it did so far stands, the calls of a
+                # submission it cut short end, and the thread is interrupted
+                # once it lets go of the lock.
                 log.info(
                     "interrupted (%s) while handling %s", type(e).__name__, type(message).__name__
                 )
                 self._interrupt = e
+                if type(message) is Submit:  # admitted or dispatched part way
+                    self._submission_interrupted(message)
                 return answer
             log.error(
                 "supervisor error on %s:\n%s",

@@ -128,12 +128,12 @@ class Lane:
             # now, not a loop turn later through the mailbox.
             self._start(loop, entry)
             return True
-        with self.lock:
-            wake = not self.inbox
-            self.inbox.append(entry)
-        if not wake:
-            return True
         try:
+            with self.lock:
+                wake = not self.inbox
+                self.inbox.append(entry)
+            if not wake:
+                return True
             if loop is None:
                 raise RuntimeError("the loop is gone")
             loop.call_soon_threadsafe(self.drain)
@@ -142,9 +142,10 @@ class Lane:
                 self.inbox.clear()  # nothing else can be in it: the loop never drained
             return False
         except BaseException:
-            # A signal's (Ctrl-C), as it asked the loop to drain: maybe before
-            # it did. Asked again (a drain that finds nothing does nothing),
-            # or the mailbox, never empty again, would never be drained.
+            # A signal's (Ctrl-C), anywhere from the job's queueing to asking
+            # the loop to drain: maybe before it asked. Asked again (a drain
+            # that finds nothing does nothing), or the mailbox, never empty
+            # again, would never be drained.
             if loop is not None:
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(self.drain)
