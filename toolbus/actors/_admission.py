@@ -216,7 +216,9 @@ class Admission(Completion):
         """Its submitter was interrupted (Ctrl-C on the main thread) part way
         through admitting or dispatching `msg`: whatever each run got to, it
         ends `cancelled` now (the caller gets the interruption, and would
-        otherwise find none of them open to give up)."""
+        otherwise find none of them open to give up). The thread cut short
+        may have been handling another thread's submission, queued behind
+        its own: those calls end so too, rather than be left half admitted."""
         for run in msg.runs:
             if run.ticket is None:
                 run.ticket = Ticket()
@@ -226,7 +228,7 @@ class Admission(Completion):
             b.runs, b.remaining = list(msg.runs), len(msg.runs)  # (its books, not begun)
         for run in msg.runs:
             self._cancel_run(
-                run, ErrorCode.CANCELLED, "the caller was interrupted", only_unstarted=False
+                run, ErrorCode.CANCELLED, "its submission was interrupted", only_unstarted=False
             )
 
     def _halted_at_submission(self, runs: tuple[Run, ...], b: BatchRun | None) -> None:
