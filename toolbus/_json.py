@@ -18,6 +18,7 @@ import enum
 import json
 import math
 import re
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -185,9 +186,12 @@ def dumps(
     return text.encode()
 
 
-# Past this many bits an int has more digits than Python writes by default
-# (`sys.get_int_max_str_digits()`, 4300): `str(n)` raises ValueError.
-_STR_BITS = 14_000
+def _too_long_for_str(n: int) -> bool:
+    """Whether `str(n)` would raise: more digits than `sys.get_int_max_str_digits()`
+    allows (0: no limit). Asked with a margin (3.3 bits a digit, against
+    log2(10) ≈ 3.32): one just under the limit is written exactly either way."""
+    limit = sys.get_int_max_str_digits()
+    return limit != 0 and n.bit_length() > 3.3 * limit
 
 
 _MAX_DEPTH = 254  # orjson's own recursion limit
@@ -206,7 +210,7 @@ class _Prepare:
     def value(self, v: Any, depth: int) -> Any:
         if depth > _MAX_DEPTH:
             raise orjson.JSONEncodeError("Recursion limit reached")
-        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > _STR_BITS:
+        if isinstance(v, int) and not isinstance(v, bool) and _too_long_for_str(v):
             token = f"\x00toolbus-int-{id(self)}-{len(self.huge)}\x00"
             self.huge[token] = format(decimal.Decimal(v), "f")
             return token

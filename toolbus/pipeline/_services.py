@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 
+from .._interrupts import INTERRUPTS
 from ..bus import _signals as sig
 from ..bus._events import LateResult, WorkerKilled
 from ..bus._publisher import Emitter
@@ -33,7 +34,7 @@ Steps = Generator[Awaitable[Any], Any, Any]
 # inject provider) raising counts as its own failure: any exception, the
 # BaseExceptions its code may raise too (it runs on a worker or the loop,
 # where no signal lands), but GeneratorExit: the step itself being closed.
-HOOK_FAILURES = (Exception, asyncio.CancelledError, KeyboardInterrupt, SystemExit)
+HOOK_FAILURES = (Exception, asyncio.CancelledError, *INTERRUPTS)
 
 # The call whose steps run in this context (with its executor's services): a
 # call made from inside a tool or hook is recognised as nested by it. The
