@@ -22,6 +22,7 @@ from toolbus.policies import (
     Delay,
     Reject,
     Respond,
+    quota,
     requires_approval,
 )
 
@@ -967,6 +968,62 @@ def test_an_interrupt_in_a_policy_at_submission_on_the_main_thread_reaches_the_c
     with pytest.raises(exc):
         ex.execute_batch([ToolCall(name="read", arguments={"x": i}) for i in range(2)])
     assert ex.stats().submitted == 0 and ran == []
+
+
+class _InterruptsOn(BasePolicy):
+    """Asked at submission, after a quota: Ctrl-C lands as it decides on `call_id`."""
+
+    at_submission = True
+    name = "audit"
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+
+    def admit(self, call: ToolCall, tool: Any, now: float) -> Admit:
+        if call.id == self.call_id:
+            self.call_id = ""  # once
+            raise KeyboardInterrupt
+        return Admit()
+
+
+@pytest.mark.parametrize("where", ["a later policy", "a submission hook", "a lone call's hook"])
+def test_a_submission_interrupted_before_its_calls_are_handed_on_gives_their_units_back(
+    make_executor: MakeExecutor, recorder: bus.Recorder, where: str
+) -> None:
+    """Ctrl-C on the caller's thread once a quota counted some of a
+    submission's calls, before they were handed on (in a later policy asked
+    at submission, in a submission hook): the calls never run, the quota gets
+    their units back, and those that were made end `cancelled`, once."""
+    ran: list[str] = []
+    q = quota(2)
+    audit = _InterruptsOn("b" if where == "a later policy" else "")
+    ex = make_executor(_registry(ran), policies=[q, audit])
+    if where != "a later policy":
+        armed = [True]
+
+        def hook(submission: Any) -> None:
+            if armed.pop():
+                raise KeyboardInterrupt
+
+        ex.on_submit(hook)
+    calls = [ToolCall(id=i, name="read", arguments={"x": 1}) for i in ("a", "b")]
+    submit: Any = ex.execute_batch if where != "a lone call's hook" else ex.execute
+    with pytest.raises(KeyboardInterrupt):
+        submit(calls if submit == ex.execute_batch else calls[0])
+    assert q.used("read") == 0 and ran == []
+    # Made before the interruption: "a" (and "b", with everything made).
+    made = ["a"] if where != "a submission hook" else ["a", "b"]
+    for e in recorder.wait_for(bus.FINISHED, len(made), timeout=20):
+        assert (e.result.status, e.result.error_code) == ("cancelled", ErrorCode.CANCELLED)
+        assert "its submission was interrupted" in (e.result.error or "")
+    assert sorted(e.call_id for e in recorder.of(bus.FINISHED)) == made
+    stats = ex.stats()
+    assert (stats.submitted, stats.cancelled, stats.in_flight) == (len(made), len(made), 0)
+    # The quota's two units are there for the next two calls.
+    again = ex.execute_batch(
+        [ToolCall(id=f"n{i}", name="read", arguments={"x": i}) for i in (1, 2)]
+    )
+    assert [r.status for r in again] == ["ok", "ok"]
 
 
 @pytest.mark.parametrize("value", [None, float("inf")])

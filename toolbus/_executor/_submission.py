@@ -12,6 +12,10 @@ contextvars, before the calls are handed on, so an observer can capture what
 the caller's context holds (a trace's span) and find it again by call id
 when the calls' events reach it on a delivery thread. What a hook raises is
 logged, rate-limited, and the calls go on.
+
+One piece, a little over 400 lines: making a submission's runs and handing
+them on share what undoes a submission cut short between the two
+(`_cut_short`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .._interrupts import interrupts_caller
 from .._options import check_priority, own_bound, timeout_seconds
 from ..actors import Scheduler
-from ..actors._messages import Submit
+from ..actors._messages import SubmissionCutShort, Submit
 from ..agent_runs import AGENT_RUN, check_agent_run
 from ..approvals import ApprovalDecision, check_approval, check_approvals
 from ..backends import Backends
@@ -343,29 +347,42 @@ class Submitting:
         batch = plan_batch(coerced, self.max_parallel, self.parallel_limit, stop_on_error, waiter)
         context = contextvars.copy_context()
         made_runs: list[Run] = []  # a loop, not a generator: no Python call per item
-        for i, c in enumerate(coerced):
-            made_runs.append(
-                self._make_run(
-                    c,
-                    # Its context (a durable engine's: each call's tool in one of its own).
-                    contexts[i] if contexts is not None else context,
-                    # Its waiter: a call's own handle, besides the batch's (submit_batch).
-                    waiters[i] if waiters is not None else None,
-                    decided.get(c.id),  # its approval
-                    priority,
-                    clocks,
-                    known.get(i) if known else None,  # its decided result
-                    gates.get(i) if gates else None,  # its gate
-                    i,
-                    batch,
+        try:
+            for i, c in enumerate(coerced):
+                made_runs.append(
+                    self._make_run(
+                        c,
+                        # Its context (a durable engine's: each call's tool in one of its own).
+                        contexts[i] if contexts is not None else context,
+                        # Its waiter: a call's own handle, besides the batch's (submit_batch).
+                        waiters[i] if waiters is not None else None,
+                        decided.get(c.id),  # its approval
+                        priority,
+                        clocks,
+                        known.get(i) if known else None,  # its decided result
+                        gates.get(i) if gates else None,  # its gate
+                        i,
+                        batch,
+                    )
                 )
-            )
-        runs = tuple(made_runs)
-        batch.runs = made_runs
-        if made is not None:  # before the scheduler has them: they may end at once
-            made(batch, runs)
+            runs = tuple(made_runs)
+            batch.runs = made_runs
+            if made is not None:  # before the scheduler has them: they may end at once
+                made(batch, runs)
+        except BaseException:  # interrupted (Ctrl-C) with some of them made
+            self._cut_short(tuple(made_runs), batch)
+            raise
         self._hand_on(runs, batch, refuse, wait)
         return batch
+
+    def _cut_short(self, runs: tuple[Run, ...], batch: BatchRun | None) -> None:
+        """The submission of `runs` was interrupted (the caller's Ctrl-C) once
+        they were made, before they were handed on: they end `cancelled`
+        (they never run), so that a quota that counted one gives its unit
+        back. A call whose making was cut short tells its own policies
+        (`toolbus.policies._set.never_submitted`)."""
+        if runs:
+            self._scheduler.post(SubmissionCutShort(Submit(runs, batch)))
 
     def _hand_on(
         self,
@@ -378,7 +395,11 @@ class Submitting:
         (`refuse`: to end them `rejected` at once, see `refuse_blocking`;
         `wait`: once they fit in their bounded queues, see `submit_when_room`)."""
         if self._submission.hooks:
-            self._submission.tell(runs, batch)
+            try:
+                self._submission.tell(runs, batch)
+            except BaseException:  # the caller's interrupt: a hook's own failure is contained
+                self._cut_short(runs, batch)
+                raise
         if refuse:
             refuse_blocking(self._scheduler, Submit(runs, batch))
         elif wait:

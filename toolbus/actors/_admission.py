@@ -212,6 +212,15 @@ class Admission(Completion):
         finally:
             self._done_with(b)
 
+    def _on_cut_short(self, msg: Submit) -> None:
+        """Its runs were made but never handed on (the submitter's Ctrl-C
+        landed first, `SubmissionCutShort`): counted as submitted, they end
+        as a submission interrupted here does."""
+        self.counters["submitted"] += len(msg.runs)
+        if msg.batch is not None:
+            self.counters["batches"] += 1
+        self._submission_interrupted(msg)
+
     def _submission_interrupted(self, msg: Submit) -> None:
         """Its submitter was interrupted (Ctrl-C on the main thread) part way
         through admitting or dispatching `msg`: whatever each run got to, it

@@ -29,6 +29,7 @@ __all__ = [
     "Reports",
     "RetryDue",
     "StatusQuery",
+    "SubmissionCutShort",
     "Submit",
     "SubmitIfRoom",
     "UntilDone",
@@ -55,6 +56,17 @@ class Cancel:
     run: Run | None
     code: ErrorCode
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionCutShort:
+    """Executor -> supervisor: the submission of `submit`'s runs was cut
+    short (its caller's Ctrl-C) after they were made, before they were handed
+    on: they end `cancelled` as a submission interrupted inside the
+    scheduler's do, so that what they hold (a quota's unit) is given back and
+    the submission hooks that saw them see them end."""
+
+    submit: Submit
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ from ._messages import (
     Reports,
     RetryDue,
     StatusQuery,
+    SubmissionCutShort,
     Submit,
     SubmitIfRoom,
     UntilDone,
@@ -291,6 +292,8 @@ class Scheduler(Admission, Delays, Backpressure):
                 return self._close_and_wake(message)
             elif kind is SubmitIfRoom:
                 answer = self._submit_if_room(message.submit)
+            elif kind is SubmissionCutShort:
+                self._on_cut_short(message.submit)
             if pump and (  # unless `_pump` would find nothing to do (the common case)
                 (slots := self.slots).ready.size
                 or slots.refused

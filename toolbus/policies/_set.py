@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from .._errors import error_text
 from .._interrupts import interrupts_caller
 from .._options import timeout_seconds
 from ..masking import Scrubber, SecretKeys, mask_arguments, mask_paths
-from ..models import ErrorCode, ToolCall
+from ..models import ErrorCode, ToolCall, ToolResult
 from ._keyed import parsed_arguments
 from ._protocol import (
     Admit,
@@ -37,7 +38,7 @@ from ._signals import asking, done_asking
 if TYPE_CHECKING:
     from ..tools import Tool
 
-__all__ = ["Guard", "PolicySet", "Refusal"]
+__all__ = ["Guard", "PolicySet", "Refusal", "never_submitted"]
 
 log = logging.getLogger("toolbus")
 
@@ -212,14 +213,53 @@ def admit_at_submission(
     The arguments are not masked yet: `scrubber` (`submission_scrubber`) is
     what the policies mask a key with (`scrub`), and the refusal is scrubbed
     with it. Nothing is announced at submission."""
+    admitted = admitted if admitted is not None else []
     token = asking(None, batch_id, None, scrubber)
     try:
-        refusal = _ask_at_submission(guard, call, now, admitted if admitted is not None else [])
+        refusal = _ask_at_submission(guard, call, now, admitted)
+    except BaseException:  # the caller's interrupt (a policy's own failure is a refusal)
+        # The call is never handed on: those that admitted it so far hear so.
+        never_submitted(admitted, call, scrubber, batch_id)
+        admitted.clear()
+        raise
     finally:
         done_asking(token)
     if refusal is not None and scrubber:
         return refusal[0], scrubber.text(refusal[1])
     return refusal
+
+
+def never_submitted(
+    admitted: Sequence[Any], call: ToolCall, scrubber: Scrubber, batch_id: str | None = None
+) -> None:
+    """Tell the policies that admitted `call` at submission (innermost first)
+    that it ended `cancelled` before its first attempt: its submission was
+    cut short (the caller's Ctrl-C) before the call was handed on, so it will
+    never run nor end otherwise. A quota gives its unit back."""
+    if not admitted:
+        return
+    result = ToolResult(
+        call_id=call.id,
+        name=call.name,
+        status="cancelled",
+        error="its submission was interrupted",
+        error_code=ErrorCode.CANCELLED,
+        attempts=0,
+    )
+    token = asking(None, batch_id, None, scrubber)
+    try:
+        for policy in reversed(admitted):
+            try:
+                policy.on_result(call, result, time.monotonic())
+            except BaseException as e:  # told while an interrupt unwinds: it goes on
+                log.warning(
+                    "policy %s failed on call %s, whose submission was interrupted: %s",
+                    policy_name(policy),
+                    call.id,
+                    scrubber.text(error_text(e)),
+                )
+    finally:
+        done_asking(token)
 
 
 def _ask_at_submission(
