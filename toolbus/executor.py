@@ -22,16 +22,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
-import pykka
-
 from ._executor import _journal as jrn  # opened, closed, its calls in doubt
 from ._executor import _machinery
 from ._executor._batch_result import batch_result, empty_batch
+from ._executor._closing import Closing
 from ._executor._deciding import Completions, Deciding
 from ._executor._from_config import executor_from_config
 from ._executor._handles import BatchHandle, CallHandle, batch_handle, call_handle
@@ -43,14 +41,13 @@ from ._executor._options import (
     check_hooks,
     check_options,
     check_wiring,
-    close_budget,
 )
 from ._executor._plan import MAX_LISTED_TOOLS, ToolPlans
 from ._executor._stats import ExecutorStats, stats_from
 from ._executor._stopping import Stopping
 from ._executor._submission import Submission, SubmitHooks, Submitting
 from ._executor._waiting import Waiting
-from .actors._messages import Close, StatusQuery
+from .actors._messages import StatusQuery
 from .backends import Backend
 from .bus import Announcer, BusPublisher, Emitter, Publisher, Subscription
 from .calls import CallLike
@@ -67,7 +64,7 @@ from .tools import Tool, ToolRegistry
 __all__ = ["MAX_LISTED_TOOLS", "Executor", "ExecutorStats", "Submission"]
 
 
-class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
+class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding, Closing):
     """Runs tool calls from a registry with timeouts, retries, limits, hooks and events.
 
     Every call submitted gets exactly one terminal result; nothing a tool, hook
@@ -212,7 +209,8 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         self._journal, self._journal_owned, self._journal_session, in_doubt = jrn.open_journal(
             journal, journal_retention, journal_timeout, journal_required, on_in_doubt
         )
-        self._closed = False
+        self._closed = self._closing = False
+        self._close_step = 0
         self._final_stats: ExecutorStats | None = None
         self._close_lock = threading.Lock()
         self._completions = Completions()
@@ -541,44 +539,6 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding):
         Empty without a journal. Clear one with `journal.acknowledge(call_id)`
         (with `on_in_doubt`, the decisions made so far are acknowledged first)."""
         return jrn.in_doubt_now(self._journal, self._services.in_doubt)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Cancel what is unfinished, stop the actors, deliver pending events; all
-        within `timeout` seconds in total.
-
-        Events not delivered by then are counted (`stats().events_dropped`) and
-        logged per receiver. Stuck tool threads are daemons, left behind.
-        """
-        timeout = close_budget(timeout)  # first: a bad one must not half close it
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        deadline = time.monotonic() + timeout
-
-        def left() -> float:
-            return max(0.0, deadline - time.monotonic())
-
-        self._scheduler.ask(Close("the executor was closed"))
-        self._waiting.close()
-        self._final_stats = self.stats()
-        try:
-            self._supervisor.stop(timeout=left())
-        except (pykka.ActorDeadError, pykka.Timeout):
-            pass
-        # Every call's outcome is queued now (a `complete` dropped puts its request back first):
-        # its decisions on calls in doubt acknowledged, mark the session closed, sync, unlock.
-        self._completions.wait(left())
-        jrn.acknowledged(self._services.in_doubt, left())
-        jrn.close_journal(self._journal, self._journal_owned, self._journal_session, left())
-        self._announcer.close(left(), why=f"close(timeout={timeout:g}) ran out of time")
-        self._submission.flush()
-        self._timers.close()
-        self._loop.close()
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

@@ -41,6 +41,7 @@ class Completion(Deadlines):
     """The scheduler's handling of runs that end (a part of `Scheduler`)."""
 
     closed: bool
+    stopped_backends: set[int]
     runs_open: set[Run]
     backends: dict[int, Backend]
     given_up: int
@@ -247,8 +248,9 @@ class Completion(Deadlines):
     # -- shutdown ----------------------------------------------------------------------
 
     def _on_close(self, msg: Close) -> bool:
-        if self.closed:
-            return True
+        # Again and again if need be (the supervisor's stop asks too): nothing
+        # is left to do once it is done, and one cut short (Ctrl-C on the
+        # closing thread) goes on, as `Executor.close` resumes, where it stopped.
         self.closed = True
         for run in list(self.runs_open):
             self._cancel_run(run, ErrorCode.CANCELLED, msg.reason, only_unstarted=False)
@@ -256,9 +258,12 @@ class Completion(Deadlines):
             # A worker holds the outcome but is still in its hooks: do not wait.
             self._detach(run)
             self._finish_here(run, "cancelled", ErrorCode.CANCELLED, msg.reason)
-        for backend in self.backends.values():
+        for key, backend in self.backends.items():
+            if key in self.stopped_backends:
+                continue
             try:
                 backend.stop()
             except Exception as e:
                 log.error("backend %r failed to stop: %s", backend.name, e)
+            self.stopped_backends.add(key)  # (after: one cut short is stopped again)
         return True

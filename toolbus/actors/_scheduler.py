@@ -152,6 +152,7 @@ class Scheduler(Admission, Delays, Backpressure):
         for backend in backends:
             self._started(backend)
         self.closed = False
+        self.stopped_backends: set[int] = set()  # (by id: as `backends`)
         self.counters: dict[str, int] = dict.fromkeys(
             (
                 "submitted", "batches", "ok", "error", "timeout", "cancelled", "rejected",
