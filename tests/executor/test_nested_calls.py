@@ -11,7 +11,7 @@ import pytest
 
 from tests.concurrency_tools import in_thread as _in_thread
 from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
-from toolbus import ErrorCode, Executor, ToolCall, ToolRegistry, bus
+from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 
 
 @pytest.mark.parametrize("limits", [{"max_parallel": 1}, {"max_parallel": 2}])
@@ -359,3 +359,81 @@ def test_a_timed_out_caller_lends_no_share_to_its_late_nested_calls(
     nested_done.wait()  # the three abandoned parents' nested calls have all run
     assert now["peak"] <= 1
     assert ex.stats().peak_in_flight <= 2
+
+
+# A bound on waits that must end (they end as soon as what they wait for happens).
+WAIT = 30.0
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_cancelling_a_sync_tool_ends_the_calls_it_made(
+    make_executor: MakeExecutor, recorder: bus.Recorder, depth: int
+) -> None:
+    """Work started inside a call never outlives it: a sync tool blocked on
+    a nested `execute` is let go when its call is cancelled, and the nested
+    call (and the one it made in turn) ends `cancelled` with it, its tool told."""
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+    bottom_started = threading.Event()
+    told: list[bool] = []
+
+    @reg.tool(read_only=True)
+    def hold(ctx: ToolContext) -> str:
+        bottom_started.set()
+        told.append(ctx.wait_cancelled(WAIT))
+        return "held"
+
+    @reg.tool(read_only=True)
+    def call_down(levels: int) -> str:
+        name, args = ("hold", {}) if levels == 1 else ("call_down", {"levels": levels - 1})
+        r = holder["ex"].execute(ToolCall(id=f"level-{levels - 1}", name=name, arguments=args))
+        return r.status
+
+    ex = holder["ex"] = make_executor(reg, timeout=None)
+    handle = ex.submit(ToolCall(id="top", name="call_down", arguments={"levels": depth}))
+    assert bottom_started.wait(WAIT)
+    handle.cancel()
+    assert handle.result(WAIT).status == "cancelled"
+    below = [f"level-{k}" for k in range(depth)]
+    ended = recorder.wait_for(bus.FINISHED, len(below), where=lambda e: e.call_id in below)
+    for e in ended:
+        assert (e.result.status, e.result.error_code) == ("cancelled", ErrorCode.CANCELLED)
+        assert "was cancelled" in (e.result.error or "") and "its caller, call" in e.result.error
+    wait_until(lambda: told == [True], what="the bottom tool told of its cancellation")
+    wait_until(lambda: ex.stats().in_flight == 0, what="every slot given back")
+
+
+def test_a_call_made_by_a_tool_already_cancelled_ends_at_once(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """A sync tool let go when its call was cancelled goes on, and calls its
+    executor: that call is cancelled too, before its tool runs."""
+    reg = ToolRegistry()
+    holder: dict[str, Executor] = {}
+    started = threading.Event()
+    ran: list[str] = []
+    made: list[Any] = []
+
+    @reg.tool(read_only=True)
+    def inner() -> str:
+        ran.append("inner")
+        return "ran"
+
+    @reg.tool(read_only=True)
+    def outer(ctx: ToolContext) -> str:
+        started.set()
+        ctx.wait_cancelled(WAIT)
+        made.append(holder["ex"].execute(ToolCall(id="late", name="inner", arguments={})))
+        return "done"
+
+    ex = holder["ex"] = make_executor(reg, timeout=None)
+    handle = ex.submit(ToolCall(id="outer", name="outer", arguments={}))
+    assert started.wait(WAIT)
+    handle.cancel()
+    (late,) = recorder.wait_for(bus.FINISHED, where=lambda e: e.call_id == "late")
+    assert (late.result.status, late.result.error) == (
+        "cancelled",
+        "its caller, call outer, was cancelled",
+    )
+    wait_until(lambda: len(made) == 1, what="the let-go tool got its nested call's result")
+    assert made[0].status == "cancelled" and ran == []

@@ -23,7 +23,7 @@ from ..actors import Scheduler
 from ..actors._messages import Submit
 from ..backends import LoopThread
 from ..models import ErrorCode, ToolCall, ToolResult
-from ..pipeline import LoopWaiter, Run, Services, current_run
+from ..pipeline import LoopWaiter, Run, Services, caller_cancelled, current_run
 from ..tools import Tool
 from ._approvals import waive_covered_approvals
 
@@ -122,7 +122,7 @@ class NestedGateway:
         else:
             waive_covered_approvals(run, parent, ex._services.key_secret)
         ex._hand_on((run,), None)
-        why = f"its caller, call {parent.call.id}, was cancelled"
+        why = caller_cancelled(parent)
         result: ToolResult = await ex._waiting.result(waiter, (run,), None, run, why)
         if run.scrubber.values:
             # The secrets it knew (its own, its caller's) are the caller's

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from .. import pipeline as _pipeline
 from ..backends import Backend, Host
 from ..models import ErrorCode, Status
-from ..pipeline import BatchRun, Run
+from ..pipeline import BatchRun, Run, caller_cancelled
 from ._batches import announce_groups, announce_start, schedule_batch
 from ._capacity import Group, ToolGroup
 from ._completion import Completion
 from ._deadlock import would_deadlock
-from ._messages import BudgetSpent, Submit
+from ._messages import BudgetSpent, Cancel, Submit
 from ._ticket import Ticket
 
 if TYPE_CHECKING:
@@ -98,6 +98,8 @@ class Admission(Completion):
             self._halted_at_submission(msg.runs, b)
         for run in msg.runs:
             run.ticket = Ticket()
+            if run.parent is not None:
+                self._nested_in(run.parent, run)
             if run.due is not None and run.refusal is None:
                 # Its whole-call deadline, wherever it is by then.
                 run.ticket.due_timer = self.timers.schedule(
@@ -251,6 +253,26 @@ class Admission(Completion):
                 why = why or halts.reason(run.agent_run)
                 if why is not None:
                     run.refuse(ErrorCode.HALTED, _pipeline.halted_text(why))
+
+    def _nested_in(self, parent: Run, run: Run) -> None:
+        """`run` was made by `parent`'s tool or hooks: it ends when `parent`
+        is cancelled (`Completion._closed_run`), or now if it already was
+        (its tool, let go, made a call of its own)."""
+        pt = parent.ticket
+        if pt is None:
+            return
+        if pt.closed:
+            if parent.result is not None and parent.result.status == "cancelled":
+                # Behind this submission in the queue: handled as soon as it is.
+                self.post(Cancel(None, run, ErrorCode.CANCELLED, caller_cancelled(parent)))
+            return
+        nested = pt.nested
+        if nested is None:
+            pt.nested = [run]
+            return
+        if len(nested) >= 64:  # a long-lived caller: forget those that ended
+            nested[:] = [r for r in nested if not r.ticket.closed]
+        nested.append(run)
 
     def _end_decided(self, run: Run) -> None:
         """End a run whose result was decided before it was submitted

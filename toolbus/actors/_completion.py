@@ -19,7 +19,7 @@ from ..backends import Job
 from ..bus import _signals as sig
 from ..bus._events import RunHalted
 from ..models import ErrorCode, Status, ToolResult
-from ..pipeline import BatchRun, Run
+from ..pipeline import BatchRun, Run, caller_cancelled
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
 from ._messages import Cancel, CancelWhere, Close, HaltRun, WaitGivenUp
@@ -77,6 +77,8 @@ class Completion(Deadlines):
             if run.waiter is not None:
                 # Woken last, after the books: stats() agrees with the result.
                 run.waiter.release(result)
+        if t.nested is not None:
+            self._end_nested(run)
         b = run.batch
         if b is None:
             return
@@ -92,6 +94,20 @@ class Completion(Deadlines):
             b.sv_busy -= 1  # `_done_with`, inlined: this runs for every call of a batch
             if b.remaining == 0 and b.sv_busy == 0:
                 finish_batch(b, self.emitter)
+
+    def _end_nested(self, run: Run) -> None:
+        """`run` ended: if it was cancelled, so are the calls its tool or
+        hooks made that are still open (a sync tool let go, say, still
+        waiting for one). Queued, each is handled once this message is.
+        Another end needs nothing: its deadline bounds them already."""
+        nested, run.ticket.nested = run.ticket.nested, None
+        result = run.result
+        if nested is None or result is None or result.status != "cancelled":
+            return
+        why = caller_cancelled(run)
+        for r in nested:
+            if not r.ticket.closed:
+                self.post(Cancel(None, r, ErrorCode.CANCELLED, why))
 
     def _done_with(self, b: BatchRun) -> None:
         """The supervisor is done with a part of `b`'s books: if that was the

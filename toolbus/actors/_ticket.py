@@ -51,6 +51,10 @@ class Ticket:
     borrowed = False
     lent = 0
     shared = False  # holds a slot that does not count against max_parallel
+    # The calls its tool or hooks made that may still be open (nested), to
+    # end with it if it is cancelled: work started inside a call never
+    # outlives it. None for the common call, which makes none.
+    nested: list[Any] | None = None
     # Known tool, a backend, no quota's refusal, no named group: it may start
     # (set at submission, so admission need not ask `unstartable`).
     plain = False

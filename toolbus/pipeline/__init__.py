@@ -14,7 +14,7 @@ from ._clock import EARLY, SetUpTime, budget_spent, off_clock, ran_out, spent_re
 from ._drive import AsyncRunner, InPlace, Waitable, drive_async, drive_sync
 from ._halts import Halts, halt_reason, halted_text
 from ._keys import canonical_arguments, derive_key
-from ._make import log_contained, make_result
+from ._make import caller_cancelled, log_contained, make_result
 from ._reports import CallLogs, logged, publish_progress
 from ._results import end_call, end_decided, finish
 from ._run import (
@@ -86,6 +86,7 @@ __all__ = [
     "after_timeout",
     "attempt",
     "budget_spent",
+    "caller_cancelled",
     "canonical_arguments",
     "current_run",
     "derive_key",

@@ -21,7 +21,14 @@ if TYPE_CHECKING:
     from ..masking import Scrubber
     from ._run import Run
 
-__all__ = ["awaitable", "log_contained", "make_result", "ok_result", "parsed_call"]
+__all__ = [
+    "awaitable",
+    "caller_cancelled",
+    "log_contained",
+    "make_result",
+    "ok_result",
+    "parsed_call",
+]
 
 _validate_result = ToolResult.__pydantic_validator__.validate_python
 _new = object.__new__
@@ -131,6 +138,12 @@ def _constructed(cls: type[Any], fields: dict[str, Any], given: frozenset[str]) 
     _set(made, "__pydantic_extra__", None)
     _set(made, "__pydantic_private__", None)
     return made
+
+
+def caller_cancelled(caller: Run) -> str:
+    """Why a call made inside `caller` (by its tool or hooks, or a sequence's
+    step) ended when `caller` was cancelled: what the model reads."""
+    return f"its caller, call {caller.call.id}, was cancelled"
 
 
 def log_contained(what: str, error: BaseException, scrubber: Scrubber) -> None:
