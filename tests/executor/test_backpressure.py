@@ -417,6 +417,66 @@ def test_on_full_wait_blocks_a_sync_producer_until_there_is_room(
     assert ex._scheduler.blocked == 0
 
 
+def test_on_full_wait_counts_the_calls_bound_for_a_full_group_still_in_the_ready_queue(
+    make_executor: MakeExecutor,
+) -> None:
+    """A call of a group still waits for `max_parallel` in the ready queue:
+    it reaches the group before a newcomer does. A producer whose call
+    would then be one too many for the group's bounded queue waits for room,
+    rather than get in and be shed `OVERLOADED` there."""
+    gates = {tag: threading.Event() for tag in ("g0", "f1")}
+    started = {tag: threading.Event() for tag in gates}
+
+    def held(tag: str) -> str:
+        if tag in gates:
+            started[tag].set()
+            assert gates[tag].wait(30), "the test never opened the gate"
+        return tag
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=30)
+    def f(tag: str) -> str:
+        return held(tag)
+
+    @reg.tool(read_only=True, groups=["db"], timeout=30)
+    def g(tag: str) -> str:
+        return held(tag)
+
+    ex = make_executor(
+        reg,
+        max_parallel=2,
+        on_full="wait",
+        timeout=None,
+        groups={"db": {"limit": 1, "max_queued": 1}},
+    )
+    g0 = ex.submit(call("g", "g0"))  # holds db's one slot
+    f1 = ex.submit(call("f", "f1"))  # and max_parallel's other
+    assert started["g0"].wait(10) and started["f1"].wait(10)
+    pool = cf.ThreadPoolExecutor(2)
+    try:
+        g1 = pool.submit(ex.execute, call("g", "g1"))  # in, waiting for max_parallel
+        wait_until(lambda: ex.stats().queues.get("max_parallel") == 1, what="g1 queued")
+        g2 = pool.submit(ex.execute, call("g", "g2"))
+        _blocked(ex, 1)  # db's queue is g1's once a slot of max_parallel frees
+        gates["f1"].set()
+        wait_until(lambda: ex.stats().queues.get("db") == 1, what="g1 queued on db")
+        assert not g2.done()
+        gates["g0"].set()
+        results = [h.result(10) for h in (g0, f1)] + [p.result(10) for p in (g1, g2)]
+    finally:
+        for gate in gates.values():
+            gate.set()
+        pool.shutdown(wait=False)
+    assert [(r.status, r.output) for r in results] == [
+        ("ok", "g0"),
+        ("ok", "f1"),
+        ("ok", "g1"),
+        ("ok", "g2"),
+    ]
+    assert ex.stats().rejected == 0
+
+
 def test_on_full_wait_gives_up_after_the_timeout(make_executor: MakeExecutor, scene: Scene) -> None:
     ex = new(make_executor, scene, max_parallel=1, max_queued=1, on_full="wait", timeout=0.3)
     hold(ex, scene)

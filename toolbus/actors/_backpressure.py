@@ -28,7 +28,7 @@ room: the first takes it, the others wait again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..bus import _signals as sig
@@ -55,13 +55,16 @@ def _live(queue: RunQueue) -> int:
     return queue.size - queue.dead
 
 
-def _fits(queue: RunQueue, bound: int, free: int, calls: int, priority: int) -> bool:
+def _fits(
+    queue: RunQueue, bound: int, free: int, calls: int, priority: int, ahead: int = 0
+) -> bool:
     """Would `calls` new runs of `priority` fit in `queue` (bounded by `bound`),
-    `free` of them starting at once? At most `bound` of them may have to wait
-    (more could never fit: then the queue must be empty). A queue holding a
-    run of a lower priority is room too: the newcomers would shed it."""
+    `free` of them starting at once, behind `ahead` runs bound for it too? At
+    most `bound` of them may have to wait (more could never fit: then the
+    queue must be empty). A queue holding a run of a lower priority is room
+    too: the newcomers would shed it."""
     need = min(calls - free, bound)
-    short = need - (bound - _live(queue))
+    short = need - (bound - _live(queue) - ahead)
     if need <= 0 or short <= 0:
         return True
     # As many live runs of a lower priority as it is short of room: each
@@ -190,10 +193,30 @@ class Backpressure(Completion):
                 g = self.groups.get(name)
                 if g is not None and g.max_queued is not None:
                     counts[name] = counts.get(name, 0) + 1
+        if not counts:
+            return True
+        # Calls of those groups still in the ready queue (waiting for a slot
+        # of max_parallel) reach their group before the newcomers: they take
+        # its free slots first, and queue there first.
+        ahead = self._ready_in_groups(counts)
         for name, calls in counts.items():
             g = self.groups[name]
             assert g.max_queued is not None
             free = calls if g.limit is None else max(0, g.limit - g.in_flight)
-            if not _fits(g.waiting, g.max_queued, free, calls, priority):
+            before = ahead.get(name, 0)
+            if g.limit is not None:
+                free, before = max(0, free - before), max(0, before - free)
+            if not _fits(g.waiting, g.max_queued, free, calls, priority, before):
                 return False
         return True
+
+    def _ready_in_groups(self, names: Mapping[str, int]) -> dict[str, int]:
+        """How many live runs of the ready queue need each named group."""
+        found: dict[str, int] = {}
+        for run in self.slots.ready:
+            if run.ticket.closed or run.tool is None:
+                continue
+            for name in run.tool.groups:
+                if name in names:
+                    found[name] = found.get(name, 0) + 1
+        return found
