@@ -199,16 +199,23 @@ def test_an_interrupt_in_a_hook_on_the_main_thread_reaches_the_caller(
     make_executor: MakeExecutor, exc: type[BaseException]
 ) -> None:
     # A signal's handler runs on the main thread, inside whatever it runs: a
-    # hook there is interrupted by Ctrl-C, before any call is handed on.
+    # hook there is interrupted by Ctrl-C, before any call is handed on. The
+    # call never runs; the hooks saw it, so it ends (`cancelled`), once.
     ex = make_executor(registry())
 
     def interrupted(submission: Submission) -> None:
         raise exc()
 
     ex.on_submit(interrupted)
-    with pytest.raises(exc):
-        ex.execute(ToolCall(id="c", name="echo", arguments={"text": "x"}))
-    assert ex.stats().submitted == 0
+    with bus.Recorder(bus.FINISHED, bus.EXECUTING, sender=ex) as rec:
+        with pytest.raises(exc):
+            ex.execute(ToolCall(id="c", name="echo", arguments={"text": "x"}))
+        (ended,) = rec.wait_for(bus.FINISHED)
+    assert (ended.call_id, ended.result.status) == ("c", "cancelled")
+    assert "its submission was interrupted" in (ended.result.error or "")
+    assert rec.of(bus.EXECUTING) == []
+    stats = ex.stats()
+    assert (stats.submitted, stats.cancelled, stats.in_flight) == (1, 1, 0)
 
 
 def test_importing_toolbus_observe_imports_no_exporter() -> None:

@@ -5,6 +5,7 @@ arrive over its channel: `logged`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._json import detached
@@ -24,9 +25,15 @@ __all__ = ["CallLogs", "logged", "progress_sink", "publish_progress"]
 def publish_progress(
     run: Run, svc: Services, message: str, fraction: float | None, data: dict[str, Any]
 ) -> None:
-    """Announce a tool's progress, scrubbed; the progress channel of every backend."""
+    """Announce a tool's progress, scrubbed; the progress channel of every
+    backend. Not once the call has its result: a tool let go at its deadline
+    or cancellation may run on, and its progress would follow the call's
+    `tool:finished`. `fraction` is published within 0..1 (None if it is no
+    number)."""
     em = svc.emitter
-    if em.listening[sig.PROGRESS]:
+    if em.listening[sig.PROGRESS] and run.result is None:
+        if fraction is not None:
+            fraction = _fraction(fraction)
         s = run.scrubber
         em.emit(
             sig.PROGRESS,
@@ -43,6 +50,18 @@ def publish_progress(
                 _run=run.token,
             ),
         )
+
+
+def _fraction(value: Any) -> float | None:
+    """A progress fraction as the event promises it: a number within 0..1
+    (a tool's 1.0000001 or 7 is 1.0), or None (NaN, not a number)."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if math.isnan(f):
+        return None
+    return 0.0 if f < 0.0 else 1.0 if f > 1.0 else f
 
 
 class CallLogs:

@@ -146,7 +146,9 @@ class ToolContext:
                             "could not be recorded")  # fmt: skip
 
     def progress(self, message: str, fraction: float | None = None, **data: Any) -> None:
-        """Publish a `tool:progress` signal (the stage the call is at) for this call."""
+        """Publish a `tool:progress` signal (the stage the call is at) for this
+        call, while it has no result; `fraction` within 0..1 (None if it is
+        no number)."""
         self._sink(self, message, fraction, data)
 
     def log(
@@ -155,7 +157,9 @@ class ToolContext:
         """Log `message` (and `data`) for this call, masked: to Python's logger
         `toolbus.tool.<tool>` and, for a call served over MCP, to the client
         as `notifications/message` (when it asked for that level; `logger`
-        names the source, the tool by default). Never fails the call."""
+        names the source, the tool by default). Never fails the call; a
+        `level` that is not one of `LOG_LEVELS` is the tool's mistake, a
+        `ValueError` where it is called."""
         if level not in LOG_LEVELS:
             raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
         if not isinstance(message, str):  # an exception, a list: its text is scrubbed
