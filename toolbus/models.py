@@ -99,8 +99,12 @@ class ErrorCode(StrEnum):
     """A mutating call refused because the journal could not record it, when the
     journal is required (status `rejected`; `Executor(journal_required=True)`)."""
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
-    """The caller's idempotency key was used before with other arguments
-    (status `rejected`; with a journal)."""
+    """The caller's idempotency key was used before, or is in use, with other
+    arguments (status `rejected`; with a journal)."""
+    IDEMPOTENCY_KEY_IN_USE = "IDEMPOTENCY_KEY_IN_USE"
+    """A call under the caller's idempotency key, with the same arguments, is
+    still running: not run a second time at once (status `rejected`; with a
+    journal)."""
     CONTENT_BLOCKED = "CONTENT_BLOCKED"
     """A content scanner blocked the call for what it carried (status
     `rejected`; reserved: not emitted yet)."""
@@ -165,7 +169,8 @@ class ToolCall(BaseModel):
     idempotency_key: str | None = None
     """The caller's key for this call (1 to 256 printable characters): one key
     names one operation. With a journal, the same key and arguments replay
-    the call that ended ok; other arguments are refused
+    the call that ended ok, and are refused while that call still runs
+    (`IDEMPOTENCY_KEY_IN_USE`); other arguments are refused
     (`IDEMPOTENCY_KEY_REUSED`; see docs/journal.md)."""
 
     @field_validator("idempotency_key")

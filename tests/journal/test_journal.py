@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import sqlite3
 import subprocess
 import sys
@@ -215,6 +216,134 @@ def test_a_key_reused_with_other_arguments_is_refused_naming_the_key_only(
     assert same.metadata.get("replayed") is True and ran == ["order-42"]
     # And the refused call's record says so: it is not in doubt.
     assert ex.in_doubt() == []
+
+
+def _held_registry() -> tuple[ToolRegistry, list[int], threading.Event, threading.Event]:
+    """`charge`, which says it started and then holds until released."""
+    ran: list[int] = []
+    started, release = threading.Event(), threading.Event()
+    reg = ToolRegistry()
+
+    @reg.tool
+    def charge(amount: int) -> str:
+        ran.append(amount)
+        started.set()
+        release.wait(30)
+        return f"charged {amount}"
+
+    return reg, ran, started, release
+
+
+def test_a_key_sent_again_while_its_call_runs_is_refused_not_run_twice(
+    make_executor: MakeExecutor, path: Path
+) -> None:
+    reg, ran, started, release = _held_registry()
+    ex = make_executor(reg, journal=path)
+    first = ex.submit(
+        ToolCall(id="x1", name="charge", arguments={"amount": 5}, idempotency_key="order-1")
+    )
+    assert started.wait(30)
+    same = ex.execute(
+        ToolCall(id="x2", name="charge", arguments={"amount": 5}, idempotency_key="order-1")
+    )
+    assert (same.status, same.error_code, same.attempts) == (
+        "rejected",
+        ErrorCode.IDEMPOTENCY_KEY_IN_USE,
+        0,
+    )
+    assert same.error == (
+        "Tool 'charge' was not run: a call with idempotency key 'order-1' and these "
+        "arguments is still running; send it again once that call has ended (if it "
+        "succeeded, its result is returned)"
+    )
+    other = ex.execute(
+        ToolCall(id="x3", name="charge", arguments={"amount": 999}, idempotency_key="order-1")
+    )
+    assert (other.status, other.error_code) == ("rejected", ErrorCode.IDEMPOTENCY_KEY_REUSED)
+    release.set()
+    assert first.result(30).ok
+    # Once it has ended, the key replays it, and still refuses other arguments.
+    again = ex.execute(
+        ToolCall(id="x4", name="charge", arguments={"amount": 5}, idempotency_key="order-1")
+    )
+    assert again.metadata.get("replayed") is True and again.output == "charged 5"
+    later = ex.execute(
+        ToolCall(id="x5", name="charge", arguments={"amount": 999}, idempotency_key="order-1")
+    )
+    assert later.error_code == ErrorCode.IDEMPOTENCY_KEY_REUSED
+    assert ran == [5]
+    assert ex.in_doubt() == []  # the refused calls' records ended too
+
+
+@pytest.mark.parametrize("executors", [1, 2], ids=["one-executor", "two-executors-one-file"])
+def test_one_key_sent_twice_at_once_runs_once(path: Path, executors: int) -> None:
+    reg, ran, started, release = _held_registry()
+    # Two executors on one path: two journals, two writers, two connections,
+    # as two processes would have.
+    exs = [Executor(reg, journal=path) for _ in range(executors)]
+    together = threading.Barrier(2)  # (cyclic: once per round)
+    results: queue.Queue[Any] = queue.Queue()
+
+    def send(ex: Executor, call: ToolCall) -> None:
+        together.wait(30)
+        results.put(ex.execute(call))
+
+    try:
+        for n in range(10):
+            started.clear()
+            release.clear()
+            call = ToolCall(
+                id=f"r{n}", name="charge", arguments={"amount": n}, idempotency_key=f"order-{n}"
+            )
+            threads = [
+                threading.Thread(target=send, args=(exs[i % executors], call)) for i in range(2)
+            ]
+            for t in threads:
+                t.start()
+            # The call that runs holds its tool until released: the one that
+            # comes back first is the other, refused without running.
+            refused = results.get(timeout=30)
+            assert (refused.status, refused.error_code) == (
+                "rejected",
+                ErrorCode.IDEMPOTENCY_KEY_IN_USE,
+            )
+            assert started.wait(30)
+            release.set()
+            assert results.get(timeout=30).ok
+            for t in threads:
+                t.join(30)
+        assert ran == list(range(10))
+    finally:
+        release.set()
+        for ex in exs:
+            ex.close()
+
+
+def test_calls_without_a_key_of_their_own_may_run_at_once(path: Path) -> None:
+    # Same tool and arguments, ids toolbus made up: one derived key, and they
+    # may be meant to run twice, so neither is taken for the other running.
+    both_in = threading.Barrier(2)
+    reg = ToolRegistry()
+
+    @reg.tool
+    def add_item(item: str) -> str:
+        both_in.wait(30)  # broken (an error) unless both run at the same time
+        return f"added {item}"
+
+    with Executor(reg, journal=path) as ex:
+        handles = [ex.submit(ToolCall(name="add_item", arguments={"item": "milk"})) for _ in "ab"]
+        assert [h.result(30).status for h in handles] == ["ok", "ok"]
+
+
+def test_a_key_whose_call_is_in_doubt_is_not_taken_for_running(
+    make_executor: MakeExecutor, path: Path
+) -> None:
+    reg, ran = _counting_registry()
+    ex = make_executor(reg, journal=path)
+    _fake_in_doubt(path, "c1")  # key 'k', tool 'book', its session closed
+    r = ex.execute(ToolCall(id="c2", name="book", arguments={"item": "a"}, idempotency_key="k"))
+    assert r.ok and "replayed" not in r.metadata
+    assert ran == ["k"]
 
 
 def test_keys_depend_on_tool_arguments_and_model_id_not_on_hooks(path: Path) -> None:

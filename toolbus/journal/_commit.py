@@ -39,11 +39,13 @@ from ._ops import (
     SYNCED,
     WAITED,
     JournalFailed,
+    KeyInUse,
     KeyReused,
     claim,
     resolve,
     what,
 )
+from ._owner import Here, SessionInfo, gone
 
 __all__ = ["Applied", "GroupCommit", "environmental"]
 
@@ -89,6 +91,9 @@ class GroupCommit:
     _prune_due: bool
     _since_prune: int
     _prune_waiters: list[Future[Any]]
+    _me: Here
+    _locks: Path
+    _stale_after: float
 
     if TYPE_CHECKING:
 
@@ -227,7 +232,7 @@ class GroupCommit:
         # A caller that stopped waiting (cancelled, or its wait timed out) runs
         # its call, or not, on its own: it is never recorded as a replay.
         waiting = claim(fut)
-        recorded: ToolResult | KeyReused | None = None
+        recorded: ToolResult | KeyReused | KeyInUse | None = None
         replay_of: int | None = None
         if replayable and waiting:
             row = conn.execute(store.FIND_OK, (key, tool, digest)).fetchone()
@@ -236,7 +241,12 @@ class GroupCommit:
                 # answered with that call's result. (Records of schema
                 # version 1 have no digest: they replay as they always did.)
                 recorded = KeyReused(key)
-            elif row is not None:
+            elif row is None:
+                # Looked for in this transaction, which holds the write lock
+                # until the intent below is in: of two calls of one key, from
+                # any thread or process, the second sees the first's record.
+                recorded = self._running(conn, key, tool, digest)
+            else:
                 try:
                     recorded = result_from_json(row[1])
                     replay_of = row[0]
@@ -249,6 +259,36 @@ class GroupCommit:
         )
         counts["intents"] += 1
         return fut, recorded
+
+    def _running(
+        self, conn: sqlite3.Connection, key: str, tool: str, digest: str | None
+    ) -> KeyInUse | KeyReused | None:
+        """Whether a call of `key` (and `tool`) is running: with the same
+        arguments (`KeyInUse`) or others (`KeyReused`). A record whose owner
+        is gone is in doubt, not running: the in-doubt rule deals with it."""
+        found: KeyInUse | KeyReused | None = None
+        alive: dict[str, bool] = {}
+        now = time.time()
+        for row in conn.execute(store.OPEN_OF_KEY, (key, tool)):
+            recorded, session = row[0], row[1]
+            if session is None:
+                continue  # no owner recorded: it can be nobody's running call
+            if session not in alive:
+                try:
+                    pid, host, machine, ticks, lock, opened, beat, closed = row[2:]
+                    info = SessionInfo(
+                        session, pid, host, machine, ticks, lock, opened, beat, closed
+                    )
+                    alive[session] = not gone(info, self._me, self._locks, self._stale_after, now)
+                except Exception as e:  # a hand-edited row: as `Journal.records` leaves it out
+                    log.warning("journal %s: session %s is unreadable: %s", self._path, session, e)
+                    alive[session] = False
+            if not alive[session]:
+                continue
+            if recorded is None or digest is None or recorded == digest:
+                return KeyInUse(key)  # (schema version 1 records: taken for the same)
+            found = KeyReused(key)
+        return found
 
     def _outcome(self, conn: sqlite3.Connection, op: tuple[Any, ...]) -> None:
         _, session, seq, result, at = op

@@ -228,7 +228,13 @@ class Journal(HeldApprovals):
                 raise writer.failure
             if writer is None:
                 store.check_writable(self.path)
-                writer = Writer(self.path, self.retention, self._max_result_bytes)
+                writer = Writer(
+                    self.path,
+                    self.retention,
+                    self._max_result_bytes,
+                    stale_after=self._stale_after,
+                    me=self._here,
+                )
                 try:
                     writer.start(wait)
                 except sqlite3.DatabaseError as e:

@@ -29,6 +29,7 @@ __all__ = [
     "WAITED",
     "JournalClosed",
     "JournalFailed",
+    "KeyInUse",
     "KeyReused",
     "Unjournaled",
     "claim",
@@ -70,8 +71,18 @@ class JournalFailed(JournalClosed):
 
 @dataclass(frozen=True, slots=True)
 class KeyReused:
-    """What an intent found: its caller's idempotency key ended `ok` before
-    for a call of the same tool with other arguments (nothing is replayed)."""
+    """What an intent found: its caller's idempotency key ended `ok` before,
+    or is still running, for a call of the same tool with other arguments
+    (nothing is replayed)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInUse:
+    """What an intent found: a call of the same tool under its caller's
+    idempotency key, with the same arguments, is still running (its owner
+    session is open): one operation must not run twice at once."""
 
     key: str
 

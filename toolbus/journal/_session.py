@@ -35,6 +35,7 @@ from ._ops import (
     SESSION,
     JournalClosed,
     JournalFailed,
+    KeyInUse,
     KeyReused,
     Unjournaled,
 )
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
 __all__ = ["Intent", "Session"]
 
 # What an intent comes to: an earlier ok call's result to replay, None (run
-# the call), its key reused with other arguments, or not on disk.
-Intent = ToolResult | KeyReused | Unjournaled | None
+# the call), its key reused with other arguments, its key's call still
+# running, or not on disk.
+Intent = ToolResult | KeyReused | KeyInUse | Unjournaled | None
 
 log = logging.getLogger("toolbus.journal")
 
@@ -118,7 +120,9 @@ class Session:
     def begin(self, run: Run, key: str) -> Coroutine[Any, Any, Intent]:
         """Queue the intent; the awaitable resolves when it is on disk, to the
         recorded result of an earlier ok call with the same key (or None), or
-        `KeyReused` when that call had other arguments. It resolves to
+        `KeyReused` when that call (or one still running) had other
+        arguments, or `KeyInUse` when a call of the key with the same
+        arguments is still running. It resolves to
         `Unjournaled` (logged) when the intent could not be written within the
         journal's timeout: the call then runs unrecorded, unless the journal
         is required."""
@@ -162,7 +166,7 @@ class Session:
         # (its disk not answering) is not waited for again by every call.
         wait = 0.0 if writer.stalled_for() >= self._timeout else self._timeout
         try:
-            result: ToolResult | KeyReused | None = await asyncio.wait_for(
+            result: ToolResult | KeyReused | KeyInUse | None = await asyncio.wait_for(
                 asyncio.wrap_future(fut), wait
             )
             return result

@@ -283,6 +283,13 @@ FIND_OK = (
     "AND (args_digest = ? OR args_digest IS NULL) ORDER BY id DESC LIMIT 1"
 )
 ANY_OK = "SELECT 1 FROM calls WHERE key = ? AND tool = ? AND status = 'ok' LIMIT 1"
+# The records of a key (for this tool) with no outcome, not acknowledged: each
+# running, or in doubt once its owner is gone; with its owner's session row.
+OPEN_OF_KEY = (
+    "SELECT c.args_digest, s.id, s.pid, s.host, s.machine, s.start_ticks, s.lock, "
+    "s.opened, s.heartbeat, s.closed FROM calls c LEFT JOIN sessions s ON s.id = c.session "
+    "WHERE c.key = ? AND c.tool = ? AND c.status IS NULL AND c.acknowledged IS NULL"
+)
 INSERT_CALL = (
     "INSERT INTO calls (session, seq, call_id, tool, arguments, key, batch_id, started, "
     "args_digest, replay_of, remote_task) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"

@@ -46,6 +46,7 @@ from ._commit import GroupCommit
 from ._failures import RETRY_FIRST, CommitFailures
 from ._migrations import migrate
 from ._ops import FLUSH, PRUNE, STOP, JournalClosed, JournalFailed, resolve
+from ._owner import Here, here, lock_dir
 from ._retention import Retention
 from ._upkeep import PRUNE_EVERY, Upkeep
 
@@ -98,8 +99,20 @@ _WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()
 class Writer(GroupCommit, CommitFailures, Upkeep):
     """The thread that owns the journal's write connection."""
 
-    def __init__(self, path: Path, retention: Retention, max_result_bytes: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        retention: Retention,
+        max_result_bytes: int,
+        *,
+        stale_after: float = 60.0,
+        me: Here | None = None,
+    ) -> None:
         self._path = path
+        # To tell a call of a key still running from one in doubt (`_commit.py`).
+        self._me = here() if me is None else me
+        self._locks = lock_dir(path)
+        self._stale_after = stale_after
         self._retention = retention
         self._max_result_bytes = max_result_bytes
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()

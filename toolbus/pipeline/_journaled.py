@@ -13,8 +13,9 @@ after the call's policies let it through and before its tool first runs:
   result, or failed `IN_DOUBT`. Its old record is acknowledged;
 - the intent is recorded (synced) before the tool runs; what it finds may end
   the call instead: an earlier `ok` call of the key (replayed), the key used
-  for other arguments (`IDEMPOTENCY_KEY_REUSED`), or, with `journal_required`,
-  an intent not on disk (`JOURNAL_UNAVAILABLE`).
+  for other arguments (`IDEMPOTENCY_KEY_REUSED`), a call of the key still
+  running (`IDEMPOTENCY_KEY_IN_USE`), or, with `journal_required`, an intent
+  not on disk (`JOURNAL_UNAVAILABLE`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..in_doubt import InDoubtCall, Rerun, as_decision, failed_decision, in_doubt_result
 from ..journal._encode import arguments_digest
-from ..journal._ops import KeyReused, Unjournaled
+from ..journal._ops import KeyInUse, KeyReused, Unjournaled
 from ..journal._records import JournalRecord
 from ..models import ErrorCode, generated_id
 from ._make import awaitable, log_contained, make_result
@@ -219,7 +220,8 @@ def _intent(run: Run, svc: Services) -> Steps:
     """Record a mutating call's intent before its tool runs; return the result
     the call ends with instead of running: an earlier call's with the same
     idempotency key that ended ok (replayed), or a refusal (its key was used
-    for other arguments; the journal required and the intent not on disk).
+    for other arguments; a call of its key still runs; the journal required
+    and the intent not on disk).
 
     The wait is off the deadline's clock: the deadline moves on by as long as
     the write took (the supervisor re-arms a deadline that fires meanwhile).
@@ -271,6 +273,18 @@ def _intent(run: Run, svc: Services) -> Steps:
                 "already used for a call with other arguments; use a new key"
             ),
             code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
+            attempts=0,
+        )
+    if kind is KeyInUse:
+        return make_result(
+            run,
+            "rejected",
+            error=(
+                f"Tool '{run.call.name}' was not run: a call with idempotency key "
+                f"{recorded.key!r} and these arguments is still running; send it again "
+                "once that call has ended (if it succeeded, its result is returned)"
+            ),
+            code=ErrorCode.IDEMPOTENCY_KEY_IN_USE,
             attempts=0,
         )
     return make_result(

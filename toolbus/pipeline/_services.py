@@ -106,7 +106,7 @@ class Journal(Protocol):
     def begin(self, run: Run, key: str) -> Awaitable[Any]:
         """Record the intent of a mutating call (synced); resolves to the
         recorded result if a call with this key already ended ok, None, or a
-        `toolbus.journal` `KeyReused` / `Unjournaled`."""
+        `toolbus.journal` `KeyReused` / `KeyInUse` / `Unjournaled`."""
         ...
 
     def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None: ...
