@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import re
 import sqlite3
 import subprocess
 import sys
@@ -1434,6 +1435,94 @@ def test_a_malformed_record_is_left_out_and_logged(
     monkeypatch.setattr(Journal, "in_doubt", broken)
     with pytest.raises(sqlite3.DatabaseError):
         Executor(reg, journal=path)
+    assert _threads() <= before
+    assert list(lock_dir(path).iterdir()) == []
+
+
+PAGE = 4096  # SQLite's default page size, which the journal keeps
+
+
+def _journal_of_many_records(path: Path) -> dict[str, int]:
+    """A closed journal: one call in doubt, then 200 ended calls big enough
+    for a few to a page; their record numbers by call id."""
+    reg, _ = _counting_registry()
+    with Executor(reg, journal=path):
+        pass
+    _fake_in_doubt(path, "doubt-1")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    for n in range(200):
+        conn.execute(
+            "INSERT INTO calls (session, seq, call_id, tool, arguments, key, started, status, "
+            "ended) VALUES ('gone', ?, ?, 'book', ?, ?, 1.0, 'ok', 2.0)",
+            (100 + n, f"bulk-{n:04d}", '{"item": "%s"}' % ("x" * 1000), f"key-{n}"),
+        )
+    conn.execute("COMMIT")
+    numbers = dict(conn.execute("SELECT call_id, id FROM calls"))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return numbers
+
+
+def _damage(path: Path, page: int) -> None:
+    """Overwrite page `page` (numbered from 1, as SQLite does) with garbage."""
+    with open(path, "r+b") as f:
+        f.seek((page - 1) * PAGE)
+        f.write(b"\xab" * PAGE)
+
+
+def test_a_damaged_page_of_records_leaves_out_only_those_records(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    numbers = _journal_of_many_records(path)
+    data = path.read_bytes()
+    # The table's leaf pages (type 0x0D) that hold bulk records: one in the
+    # middle is damaged, and the records written in it are lost.
+    leaves = [
+        n
+        for n in range(2, len(data) // PAGE + 1)
+        if data[(n - 1) * PAGE] == 0x0D and b"bulk-" in data[(n - 1) * PAGE : n * PAGE]
+    ]
+    victim = leaves[len(leaves) // 2]
+    lost = {
+        m.decode() for m in re.findall(rb"bulk-\d{4}", data[(victim - 1) * PAGE : victim * PAGE])
+    }
+    assert lost and "doubt-1" not in lost
+    _damage(path, victim)
+    with Journal(path) as j:
+        assert [r.call_id for r in j.in_doubt()] == ["doubt-1"]
+        listed = {r.call_id for r in j.records()}
+        assert listed == set(numbers) - lost
+    # Each listing warns once, naming the numbers of the records left out.
+    warnings = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(warnings) == 2
+    for warning in warnings:
+        assert str(path) in warning
+        named = warning.split("record(s) ")[1].split(" cannot")[0]
+        assert {int(n) for n in named.split(", ")} == {numbers[c] for c in lost}
+    reg, ran = _counting_registry()
+    with Executor(reg, journal=path) as ex:  # starts all the same
+        assert [r.call_id for r in ex.in_doubt()] == ["doubt-1"]
+        assert ex.execute(ToolCall(id="after", name="book", arguments={"item": "y"})).ok
+    assert len(ran) == 1
+
+
+@pytest.mark.parametrize("table", ["sessions", "meta"])
+def test_a_journal_damaged_where_it_cannot_be_used_is_a_value_error_naming_it(
+    path: Path, table: str
+) -> None:
+    _journal_of_many_records(path)
+    conn = sqlite3.connect(path)
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    conn.close()
+    _damage(path, root)
+    reg, _ = _counting_registry()
+    before = _threads()
+    with pytest.raises(
+        ValueError, match=r"is damaged and cannot be used: .*database disk image is malformed"
+    ) as e:
+        Executor(reg, journal=path)
+    assert str(path) in str(e.value)
     assert _threads() <= before
     assert list(lock_dir(path).iterdir()) == []
 

@@ -29,6 +29,7 @@ from .._json import loads
 from .._options import positive_int, positive_number
 from ..models import ToolResult
 from . import _store as store
+from ._damaged import damaged, read_records
 from ._encode import bindable, result_from_json
 from ._held import HeldApprovals
 from ._migrations import migrate
@@ -281,8 +282,7 @@ class Journal(HeldApprovals):
     ) -> list[JournalRecord]:
         with self._lock:
             self._check_open()
-            rows = store.select_records(self._conn, where, params, limit)
-            attempts = store.attempts_of(self._conn, [r[0] for r in rows])
+            rows, attempts = read_records(self._conn, where, params, limit, self.path)
         locks = lock_dir(self.path)
         now = time.time()
         verdicts: dict[str, bool] = {}  # session -> gone, one look per session
@@ -319,6 +319,9 @@ _OPEN = "c.status IS NULL AND c.acknowledged IS NULL"
 
 def _error(path: Path, e: sqlite3.DatabaseError) -> Exception:
     text = str(e)
+    if damaged(e):
+        # A journal once, most likely: "not a toolbus journal" would mislead.
+        return ValueError(f"journal {str(path)!r} is damaged and cannot be used: {text}")
     if "readonly" in text or "read-only" in text:
         return PermissionError(f"journal {str(path)!r} cannot be written: {text}")
     if isinstance(e, sqlite3.OperationalError):

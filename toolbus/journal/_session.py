@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..models import ToolResult, generated_id
+from ._damaged import damaged
 from ._encode import arguments_digest, arguments_json, bindable
 from ._ops import (
     ATTEMPT,
@@ -110,6 +111,12 @@ class Session:
         except JournalClosed:
             raise
         except Exception as e:  # the commit failed (logged by the writer)
+            if damaged(e):
+                # Not the disk's passing trouble: every start would fail so.
+                raise ValueError(
+                    f"journal {path!r} is damaged and cannot be used: this executor's "
+                    f"session could not be recorded: {e}"
+                ) from None
             raise OSError(
                 f"journal {path!r}: this executor's session could not be recorded: "
                 f"{type(e).__name__}: {e}"

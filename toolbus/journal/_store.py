@@ -39,6 +39,7 @@ __all__ = [
     "key_secret",
     "prepare_path",
     "prune_chunk",
+    "records_query",
     "schema_ready",
     "select_records",
 ]
@@ -261,7 +262,13 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> bytes:
 
 def key_secret(conn: sqlite3.Connection, path: Path) -> bytes:
     """The journal's HMAC secret of idempotency keys. Reads only."""
-    row = conn.execute("SELECT value FROM meta WHERE name = 'key_secret'").fetchone()
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE name = 'key_secret'").fetchone()
+    except sqlite3.DatabaseError:
+        # Its index may be what is damaged: the table itself is a page or two.
+        row = conn.execute(
+            "SELECT value FROM meta NOT INDEXED WHERE name = 'key_secret'"
+        ).fetchone()
     if row is None or not isinstance(row[0], bytes) or len(row[0]) < 16:
         raise ValueError(f"journal {str(path)!r} has no key secret: it is damaged")
     return bytes(row[0])
@@ -375,17 +382,22 @@ def select_records(
     """Records (joined with their sessions), newest first; last, the remote
     task and the arguments' digest (None where the table, which a writer may
     migrate meanwhile, has no such column)."""
+    sql = records_query(conn, where)
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return list(conn.execute(sql, tuple(params)))
+
+
+def records_query(conn: sqlite3.Connection, where: str) -> str:
+    """The statement of `select_records`, without its limit."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
     remote = "c.remote_task" if "remote_task" in columns else "NULL"
     digest = "c.args_digest" if "args_digest" in columns else "NULL"
-    sql = (
+    return (
         f"SELECT {RECORD_COLUMNS}, {remote}, {digest} FROM calls c "
         "LEFT JOIN sessions s ON s.id = c.session "
         f"WHERE {where} ORDER BY c.id DESC"
     )
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
-    return list(conn.execute(sql, tuple(params)))
 
 
 def attempts_of(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, list[tuple[Any, ...]]]:
