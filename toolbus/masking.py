@@ -15,6 +15,7 @@ the values the maskers collect, so they change together.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import json
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .models import ToolResult
+    from .models import Attachment, ToolResult
     from .scanning import ContentScanner
 
 __all__ = [
@@ -525,16 +526,64 @@ def cleaned_result(cleaner: _Cleaner, result: ToolResult) -> ToolResult:
         "output": cleaner.value(result.output),
         "error": cleaner.text(result.error) if result.error else result.error,
         "metadata": cleaner.value(result.metadata),
-        "attachments": tuple(
-            a.model_copy(update=cleaner.value(a.model_dump(exclude={"type"})))
-            for a in result.attachments
-        ),
+        "attachments": tuple(_cleaned_attachment(cleaner, a) for a in result.attachments),
     }
     if all(update[k] is getattr(result, k) for k in ("output", "error", "metadata")) and all(
         a == b for a, b in zip(update["attachments"], result.attachments, strict=True)
     ):
         return result
     return result.model_copy(update=update)
+
+
+def _cleaned_attachment(cleaner: _Cleaner, attachment: Attachment) -> Attachment:
+    # Its type too: a model reads it in the attachment's line, a tool may make it
+    # of anything. Its data, and a base64 `data:` URL's, as the text they encode
+    # (their base64 hides a secret from a search); as they are too, in case a
+    # tool put plain text where base64 belongs.
+    url = attachment.url
+    if url is not None and url[:5].lower() == "data:":
+        head, _, payload = url.partition(",")
+        if head.lower().endswith(";base64"):
+            url = f"{head},{_cleaned_data(cleaner, head[5:-7] or 'text/plain', payload)}"
+    data = attachment.data
+    if data:
+        data = _cleaned_data(cleaner, attachment.type, data)
+    fields = {"type": attachment.type, "url": url, "data": data, "title": attachment.title}
+    return attachment.model_copy(update=cleaner.value(fields))
+
+
+_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml"})
+
+
+def _cleaned_data(cleaner: _Cleaner, media_type: str, data: str) -> str:
+    """Base64 `data` whose bytes, if they are text, are cleaned as text: of a
+    text type (in its charset; UTF-8 by default, a stray byte kept as it is),
+    or of another type when they are UTF-8. Other bytes (an image) stay."""
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:  # not base64 (binascii.Error)
+        return data
+    mime, _, params = media_type.partition(";")
+    mime = mime.strip().lower()
+    declared = mime.startswith("text/") or mime in _TEXT_TYPES or mime.endswith(("+json", "+xml"))
+    charset = "utf-8"
+    for param in params.split(";") if declared else ():
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            charset = value.strip().strip('"')
+    errors = "surrogateescape" if declared else "strict"
+    try:
+        text = raw.decode(charset, errors)
+    except (LookupError, UnicodeDecodeError):  # an unknown charset, bytes that are no text
+        return data
+    cleaned = cleaner.text(text)
+    if cleaned == text:
+        return data
+    try:
+        encoded = cleaned.encode(charset, errors)
+    except UnicodeEncodeError:  # a scanner's replacement the charset cannot write
+        encoded = cleaned.encode(charset, "replace")
+    return base64.b64encode(encoded).decode("ascii")
 
 
 # What stands for a value the content scanner failed on (a structure too deep

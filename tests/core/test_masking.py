@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -10,15 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolbus import Attachment, ToolResult
 from toolbus.masking import (
     MASK,
     MIN_SCRUB_LENGTH,
     SECRET_KEY_WORDS,
     Scrubber,
+    cleaned_result,
     hidden_values,
     is_secret_key,
     mask_arguments,
 )
+from toolbus.scanning import ContentScanner
 
 # -- is_secret_key ---------------------------------------------------------------------
 
@@ -391,6 +395,90 @@ def test_scrubber_from_mask_arguments_round_trip() -> None:
     s = Scrubber(hidden)
     assert s.values == ("sk-live-abcdef",)  # "42" is too short to scrub
     assert s.text("401 Unauthorized for key sk-live-abcdef") == f"401 Unauthorized for key {MASK}"
+
+
+# -- cleaned_result: attachments -------------------------------------------------------
+
+KEY = "sk-live-4f3e2d1c0b"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _cleaned(*attachments: Attachment) -> tuple[Attachment, ...]:
+    result = ToolResult(call_id="c", name="t", status="ok", attachments=attachments)
+    return cleaned_result(Scrubber([KEY]), result).attachments
+
+
+@pytest.mark.parametrize(
+    ("media_type", "encoding"),
+    [
+        ("text/plain", "utf-8"),
+        ("application/json", "utf-8"),
+        ("application/ld+json", "utf-8"),
+        ("text/csv; charset=utf-16", "utf-16"),
+        ('text/plain; charset="latin-1"', "latin-1"),
+        ("application/octet-stream", "utf-8"),  # no text type, but its bytes are UTF-8
+    ],
+)
+def test_a_text_attachments_data_is_scrubbed_as_the_text_it_encodes(
+    media_type: str, encoding: str
+) -> None:
+    text = f"GET /r9?api_key={KEY}\n200 OK, café"
+    (a,) = _cleaned(Attachment(type=media_type, data=_b64(text.encode(encoding))))
+    assert a.data is not None
+    assert base64.b64decode(a.data).decode(encoding) == "GET /r9?api_key=***\n200 OK, café"
+
+
+def test_a_text_attachment_with_a_stray_byte_is_scrubbed_and_keeps_the_byte() -> None:
+    raw = f"key {KEY} then ".encode() + b"\xff\xfe"
+    (a,) = _cleaned(Attachment(type="text/plain", data=_b64(raw)))
+    assert a.data is not None
+    assert base64.b64decode(a.data) == b"key *** then \xff\xfe"
+
+
+def test_binary_data_and_plain_attachments_are_left_as_they_are() -> None:
+    png = b"\x89PNG\r\n\x1a\n" + KEY.encode() + b"\x00\x01"  # no text: no scrubbing
+    image = Attachment(type="image/png", data=_b64(png), title="chart")
+    doc = Attachment(type="text/plain; charset=utf-8", data=_b64(b"nothing secret"))
+    link = Attachment(type="application/vnd.ms-excel", url="https://files.example/r9.xls")
+    assert _cleaned(image, doc, link) == (image, doc, link)
+
+
+def test_an_attachments_type_url_title_and_non_base64_data_are_scrubbed() -> None:
+    (a,) = _cleaned(
+        Attachment(
+            type=f"text/x-{KEY}",
+            url=f"https://files.example/r9?key={KEY}",
+            title=f"log for {KEY}",
+            data=f"plain text, no base64: {KEY}",
+        )
+    )
+    assert a.type == "text/x-***"
+    assert a.url == "https://files.example/r9?key=***"
+    assert a.title == "log for ***"
+    assert a.data == "plain text, no base64: ***"
+
+
+def test_a_base64_data_url_is_scrubbed_as_the_text_it_encodes() -> None:
+    url = f"data:text/plain;base64,{_b64(f'key={KEY}'.encode())}"
+    (a,) = _cleaned(Attachment(type="file", url=url))
+    assert a.url == f"data:text/plain;base64,{_b64(b'key=***')}"
+
+
+def test_a_content_scanner_reads_a_text_attachments_data_as_text() -> None:
+    token = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    data = _b64(f'{{"github": "{token}"}}'.encode())
+    result = ToolResult(
+        call_id="c",
+        name="t",
+        status="ok",
+        attachments=(Attachment(type="application/json", data=data),),
+    )
+    (a,) = cleaned_result(ContentScanner(), result).attachments
+    assert a.data is not None
+    assert base64.b64decode(a.data) == b'{"github": "[REDACTED:secret]"}'
 
 
 # -- property: no secret survives masking or scrubbing ---------------------------------

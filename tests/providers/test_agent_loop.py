@@ -9,6 +9,7 @@ the provider's shape and in the calls' order.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from tests.provider_tools import FIXTURES, SECRET, load, make_registry
 from toolbus import (
     Attachment,
     Executor,
+    ToolCall,
     ToolContext,
     ToolOutput,
     ToolRegistry,
@@ -292,6 +294,43 @@ def test_secrets_in_attachments_never_reach_the_model(
     (result,) = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
     assert result["content"].startswith("exported acme with ***")  # the output is scrubbed
     assert SECRET not in result["content"]  # the attachment's URL is not
+
+
+def test_a_secret_in_a_text_attachments_data_or_type_reaches_neither_model_nor_event(
+    make_executor: MakeExecutor,
+) -> None:
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def fetch_report(report_id: str, api_key: str) -> ToolOutput:
+        """Fetch a report (the upstream echoes the request in its text)."""
+        log = f"GET /reports/{report_id}?api_key={api_key}\n200 OK"
+        return ToolOutput(
+            content=f"report {report_id}",
+            attachments=(
+                Attachment(type="text/plain", data=base64.b64encode(log.encode()).decode()),
+                Attachment(type=f"text/x-{api_key}", title="oddly typed"),
+            ),
+        )
+
+    executor = make_executor(registry)
+    call = ToolCall(id="t1", name="fetch_report", arguments={"report_id": "r9", "api_key": SECRET})
+    with bus.Recorder(sender=executor) as rec:
+        result = executor.execute(call)
+        executor.drain_events()
+    (finished,) = [event for name, event in rec.events if name == bus.FINISHED]
+    anthropic_blocks = tba.tool_results_message([result])["content"][0]["content"]
+    assert anthropic_blocks[1]["source"]["data"] == "GET /reports/r9?api_key=***\n200 OK"
+    file_data = tbo.responses_tool_outputs([result], [])[0]["output"][1]["file_data"]
+    sent = [
+        json.dumps(anthropic_blocks),
+        base64.b64decode(file_data.split(",", 1)[1]).decode(),
+        json.dumps(tbo.chat_tool_messages([result])),
+        repr(finished),
+        *(base64.b64decode(a.data).decode() for a in finished.result.attachments if a.data),
+    ]
+    assert "[attachment: text/x-*** oddly typed]" in sent[2]
+    assert not [text for text in sent if SECRET in text]
 
 
 def test_strict_mode_exports_strict_tools_and_drops_the_nulls(
