@@ -35,6 +35,7 @@ from tests.mcp_servers.scripted import Peer
 from tests.mcp_servers.serving import served
 from toolbus import Executor, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
 from toolbus.mcp import (
+    MCPCallError,
     MCPConnectError,
     MCPConnection,
     MCPServerUnavailable,
@@ -45,6 +46,7 @@ from toolbus.mcp import (
     connect,
     connect_stdio,
 )
+from toolbus.models import ErrorCode
 from toolbus.tools import DuplicateToolError
 
 # The slow tier (tests/README.md): MCP servers started as subprocesses.
@@ -566,3 +568,71 @@ def test_a_bad_max_backoff_is_refused_when_connecting(value: object, error: type
         connect_stdio(sys.executable, ["-c", "pass"], max_backoff=value)  # type: ignore[arg-type]
     with pytest.raises(error, match="max_backoff"):
         asyncio.run(aconnect_stdio(sys.executable, ["-c", "pass"], max_backoff=value))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("reply", "problems"),
+    [
+        (
+            {"content": "not a list", "isError": "maybe"},
+            "field 'content' should be a valid list; field 'isError' should be a valid boolean",
+        ),
+        (
+            {"content": [{"type": "sk-live-4f3e2d1c0b", "text": "sk-live-4f3e2d1c0b"}]},
+            "field 'content[0]' is none of the kinds it may be (TextContent, ImageContent, "
+            "AudioContent, ResourceLink, EmbeddedResource)",
+        ),
+        ({"isError": False}, "field 'content' is missing (required)"),
+    ],
+)
+def test_a_malformed_call_result_is_named_by_its_server_field_and_rule(
+    reply: dict[str, Any], problems: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply that is no CallToolResult ended the call with pydantic's own text,
+    which quotes the server's values and names no server (hunt 5)."""
+    import mcp_types.methods
+
+    checked = mcp_types.methods.serialize_server_result
+
+    def unchecked(method: str, version: Any, result: Any, **options: Any) -> Any:
+        # The SDK's server refuses to send such a reply: this one sends it as it is.
+        return result if method == "tools/call" else checked(method, version, result, **options)
+
+    monkeypatch.setattr(mcp_types.methods, "serialize_server_result", unchecked)
+    peer = Peer()
+    peer.tool("t")
+    peer.results["t"] = reply
+    with connect(peer.server, name="odd") as conn:
+        registry = ToolRegistry()
+        conn.register(registry)
+        with Executor(registry, timeout=10) as executor:
+            result = executor.execute(ToolCall(id="c1", name="t"))
+    assert result.status == "error" and result.error_code == ErrorCode.TOOL_ERROR
+    assert result.error is not None
+    assert result.error.startswith(
+        f"MCP server 'odd' sent a malformed reply to the call: {problems}"
+    )
+    assert "sk-live" not in result.error and "not a list" not in result.error
+    assert "ValidationError" not in result.error
+
+
+def test_a_malformed_reply_names_each_field_once_and_never_its_value() -> None:
+    """The older protocols' replies are checked as a CallToolResult alone (hunt 5)."""
+    import mcp_types as types
+    import pydantic
+
+    from toolbus.mcp._errors import malformed_reply
+
+    secret = "sk-live-4f3e2d1c0b"
+    reply = {"content": [{"type": "text", "text": 5}, 7, [], {}], "isError": secret}
+    with pytest.raises(pydantic.ValidationError) as caught:
+        types.CallToolResult.model_validate(reply, by_name=False)
+    error = malformed_reply(caught.value, server="odd")
+    kinds = "(TextContent, ImageContent, AudioContent, ResourceLink, EmbeddedResource)"
+    assert str(error) == (
+        "MCP server 'odd' sent a malformed reply to the call: "
+        f"field 'content[0]' is none of the kinds it may be {kinds}; "
+        f"field 'content[1]' is none of the kinds it may be {kinds}; "
+        f"field 'content[2]' is none of the kinds it may be {kinds}; and 2 more"
+    )
+    assert isinstance(error, MCPCallError) and secret not in str(error)

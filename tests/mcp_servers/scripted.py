@@ -24,8 +24,8 @@ class Peer:
     async def _list(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=list(self.tools.values()))
 
-    async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         result = self.results.get(params.name)
-        if isinstance(result, types.CallToolResult):
-            return result
+        if isinstance(result, types.CallToolResult | dict):
+            return result  # (a dict: sent as it is, as no well-behaved server would)
         return types.CallToolResult(content=[types.TextContent(text="plain")])

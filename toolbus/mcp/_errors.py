@@ -7,6 +7,8 @@ treats as transient.
 
 from __future__ import annotations
 
+import pydantic
+
 from ..tools import ToolError
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "MCPConnectionLost",
     "MCPOutputError",
     "MCPServerUnavailable",
+    "malformed_reply",
 ]
 
 
@@ -38,9 +41,64 @@ class MCPConnectionLost(ToolError, ConnectionError):
 
 
 class MCPCallError(ToolError):
-    """The server refused the call with a protocol error (unknown tool, bad parameters)."""
+    """The server refused the call with a protocol error (unknown tool, bad
+    parameters), or answered it with a reply that is no result (`malformed_reply`)."""
 
 
 class MCPOutputError(ToolError):
     """The server's structured content does not match the tool's `outputSchema`
     (or is missing although the tool declares one); the message names the field."""
+
+
+def malformed_reply(error: pydantic.ValidationError, *, server: str) -> MCPCallError:
+    """The error for a reply to a call that is no `CallToolResult` (nor a task
+    the call became): its fields and rules, never the values, which pydantic's
+    own text quotes (a server may echo anything, a secret too)."""
+    problems: dict[str, str] = {}
+    kinds: dict[str, list[str]] = {}
+    errors = error.errors(include_url=False)
+    # The reply is tried as each kind of answer a call may get (a result, a
+    # question): what it lacks as a result is what is wrong with it.
+    as_result = [e for e in errors if "CallToolResult" in e["loc"]]
+    for e in as_result or errors:
+        loc = list(e["loc"])
+        if "CallToolResult" in loc:
+            loc = loc[len(loc) - loc[::-1].index("CallToolResult") :]
+        # (pydantic's own steps in the path: a validator, a union's tag)
+        loc = [p for p in loc if not (isinstance(p, str) and "[" in p)]
+        # A union (a content block) is tried as each of its kinds, named in the
+        # path: one line for the place, naming the kinds, not one per try.
+        at = next((i for i, p in enumerate(loc) if isinstance(p, str) and p[:1].isupper()), None)
+        if at is not None:
+            where = _where(loc[:at])
+            problems.setdefault(where, "")  # (its place in the list)
+            tried = kinds.setdefault(where, [])
+            if str(loc[at]) not in tried:
+                tried.append(str(loc[at]))
+            continue
+        msg, value = e["msg"], e.get("input")
+        if msg == "Field required":
+            rule = "is missing (required)"
+        elif msg.startswith("Input should") and not (
+            isinstance(value, str | int | float) and str(value) in msg
+        ):
+            rule = msg.replace("Input should", "should", 1)
+        else:  # a validator's own text, or one that quotes the value
+            rule = f"is not valid ({e['type']})"
+        problems.setdefault(_where(loc), rule)
+    for where, tried in kinds.items():
+        problems[where] = f"is none of the kinds it may be ({', '.join(tried)})"
+    listed = [f"{where} {rule}" for where, rule in problems.items()]
+    more = f"; and {len(listed) - 3} more" if len(listed) > 3 else ""
+    return MCPCallError(
+        f"MCP server '{server}' sent a malformed reply to the call: {'; '.join(listed[:3])}{more}"
+    )
+
+
+def _where(loc: list[int | str]) -> str:
+    if not loc:
+        return "the reply"
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return f"field '{text}'"

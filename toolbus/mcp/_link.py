@@ -38,6 +38,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import pydantic
 from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
@@ -47,7 +48,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ..approvals import InputAnswer
 from ._asking import Asking, while_asking
 from ._client_tasks import TaskMode, Tracked, as_task, call_as_task, fetch_task, tracking
-from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable
+from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable, malformed_reply
 from ._generation import Generation, MakeClient, describe
 from ._http_target import SDK_REFUSED
 from ._input_later import Seed, seed, send
@@ -291,6 +292,8 @@ class Link:
             if output_error is None:
                 raise
             raise output_error from None
+        except pydantic.ValidationError as e:
+            raise malformed_reply(e, server=self.name) from None
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:
                 why = self.refused(str(e))  # (a token revoked meanwhile, say)
