@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+import tenacity
 
 from tests.conftest import HANG_TIMEOUT, MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
@@ -187,6 +188,29 @@ def test_a_retry_whose_backoff_outlasts_the_budget_is_not_started(
     assert ex.drain_events()
     assert recorder.of(bus.RETRY_ATTEMPT) == []
     assert ex.stats().timers == 0  # no backoff left armed
+
+
+def test_an_endless_backoff_is_not_started_and_says_so_in_words(
+    make_executor: MakeExecutor,
+) -> None:
+    reg = ToolRegistry()
+    endless = RetryPolicy(
+        stop=tenacity.stop_after_attempt(3),
+        wait=tenacity.wait_fixed(math.inf),
+        retry=tenacity.retry_if_exception_type(ConnectionError),
+    )
+
+    @reg.tool(read_only=True, retry=endless)
+    def flaky() -> None:
+        raise ConnectionError("down")
+
+    r = make_executor(reg).execute(ToolCall(name="flaky"), call_timeout=5.0)
+    assert (r.status, r.error_code, r.attempts) == ("error", ErrorCode.TOOL_ERROR, 1)
+    # Not "its infs backoff would end after ...".
+    assert r.error == (
+        "ConnectionError: down (not retried: its endless backoff would outlast the whole "
+        "call's deadline)"
+    )
 
 
 def test_retries_that_fit_run_and_each_attempt_gets_what_is_left(

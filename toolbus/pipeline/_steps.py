@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import math
 import time
 from collections.abc import Callable
 from types import CoroutineType
@@ -448,9 +449,11 @@ def after_failure(
             return Outcome("retry", decision.delay)
         # The retry would start after the whole call's deadline: the call
         # ends with this attempt's failure, saying why it was not retried.
+        delay = decision.delay
         text += (
-            f" (not retried: its {decision.delay:g}s backoff would end after the "
-            "whole call's deadline)"
+            f" (not retried: its {delay:g}s backoff would end after the whole call's deadline)"
+            if math.isfinite(delay)
+            else " (not retried: its endless backoff would outlast the whole call's deadline)"
         )
     if timed_out:
         code = ErrorCode.DEADLINE_EXCEEDED if spent else ErrorCode.EXECUTION_TIMEOUT
