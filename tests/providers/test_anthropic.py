@@ -218,6 +218,16 @@ def test_invalid_input_becomes_an_error_result(executor: Executor) -> None:
     )
 
 
+def test_null_input_is_rejected_not_dropped(executor: Executor) -> None:
+    """A tool_use block whose input was null read as a call without arguments:
+    a tool ran with its defaults (bug hunt)."""
+    blocks = [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": None}]
+    (call,) = tb.tool_calls(blocks)
+    result = executor.execute(call)
+    assert (result.status, result.error_code) == ("rejected", "INVALID_ARGUMENTS")
+    assert "must be a JSON object" in (result.error or "")
+
+
 def test_unknown_tool_is_an_error_result(executor: Executor) -> None:
     batch = executor.execute_batch(tb.tool_calls(message("anthropic_unknown_tool")))
     assert tb.tool_result_blocks(batch) == [

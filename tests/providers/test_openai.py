@@ -822,6 +822,52 @@ def test_non_object_arguments_are_rejected_not_dropped() -> None:
             assert result.status == "rejected", result
 
 
+def test_null_arguments_are_rejected_not_dropped() -> None:
+    """Chat and Responses calls whose arguments were null read as calls without
+    arguments: a mutating tool ran with its defaults (bug hunt)."""
+    registry = ToolRegistry()
+    deleted: list[int] = []
+
+    @registry.tool
+    def delete_records(older_than_days: int = 0) -> str:
+        """A mutating tool whose every parameter has a default."""
+        deleted.append(older_than_days)
+        return "deleted"
+
+    chat_calls = tb.chat_tool_calls(
+        [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "delete_records", "arguments": None},
+            }
+        ]
+    )
+    responses_calls = tb.responses_tool_calls(
+        {
+            "output": [
+                {
+                    "type": "function_call",
+                    "call_id": "r1",
+                    "name": "delete_records",
+                    "arguments": None,
+                }
+            ]
+        }
+    )
+    with Executor(registry, timeout=5) as executor:
+        batch = executor.execute_batch([*chat_calls, *responses_calls])
+    assert [(r.call_id, r.error_code) for r in batch] == [
+        ("c1", "INVALID_ARGUMENTS"),
+        ("r1", "INVALID_ARGUMENTS"),
+    ]
+    assert all("must be a JSON object" in (r.error or "") for r in batch)
+    assert deleted == []
+    # A call without the field at all has no arguments, as before.
+    (bare,) = tb.chat_tool_calls([{"id": "c2", "function": {"name": "delete_records"}}])
+    assert bare.arguments == {}
+
+
 def test_chat_refuses_a_legacy_function_call_and_reads_text_parts() -> None:
     """A message of the deprecated `functions` API read as no calls (an agent
     loop would stop); a content given as parts read as their Python repr."""

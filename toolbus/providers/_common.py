@@ -90,11 +90,13 @@ def as_dict(obj: Any, what: str) -> dict[str, Any]:
 # -- results as text --------------------------------------------------------------
 
 
-def call_arguments(raw: Any) -> dict[str, Any] | str | None:
+def call_arguments(raw: Any) -> dict[str, Any] | str:
     """A call's arguments as the executor takes them: a dict or text stays as it
-    is; anything else is handed on as JSON text, so the executor rejects it
-    (`INVALID_ARGUMENTS`) instead of the tool running with no arguments."""
-    if raw is None or isinstance(raw, dict | str):
+    is; anything else, a null among it, is handed on as JSON text, so the
+    executor rejects it (`INVALID_ARGUMENTS`) instead of the tool running with
+    its defaults. A reader calls this only for arguments the model gave: a call
+    without the field has none."""
+    if isinstance(raw, dict | str):
         return raw
     return _json.dumps(raw, default=str).decode()
 

@@ -126,9 +126,8 @@ def tool_calls(message: MessageLike, *, registry: ToolRegistry | None = None) ->
             if set(raw) == {CUSTOM_INPUT} and isinstance(text, str):
                 raw = text
         fields: dict[str, Any] = {"name": name, "id": _block_id(block, index)}
-        arguments = call_arguments(raw)
-        if arguments is not None:
-            fields["arguments"] = arguments
+        if "input" in block:  # (a null too: read as absent, the tool would run with its defaults)
+            fields["arguments"] = call_arguments(raw)
         calls.append(ToolCall(**fields))
     return calls
 

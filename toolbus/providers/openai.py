@@ -155,15 +155,15 @@ def _call_from_chat(item: Any, index: int) -> ToolCall:
     body = data.get(kind)
     if not isinstance(body, Mapping):
         body = {}
-    raw = body.get("input") if kind == "custom" else body.get("arguments")
+    key = "input" if kind == "custom" else "arguments"
+    raw = body.get(key)
     name = str(body.get("name") or data.get("name") or "")
     fields: dict[str, Any] = {
         "name": name,
         "id": str(data["id"]) if data.get("id") else fallback_call_id(index, name, raw),
     }
-    arguments = call_arguments(raw)
-    if arguments is not None:
-        fields["arguments"] = arguments
+    if key in body:  # (a null too: read as absent, the tool would run with its defaults)
+        fields["arguments"] = call_arguments(raw)
     return ToolCall(**fields)
 
 
@@ -343,15 +343,15 @@ def _items(response: Any, use: Use) -> list[dict[str, Any]]:
 
 
 def _call_from_item(item: Mapping[str, Any], index: int) -> ToolCall:
-    raw = item.get("input") if item.get("type") == "custom_tool_call" else item.get("arguments")
+    key = "input" if item.get("type") == "custom_tool_call" else "arguments"
+    raw = item.get(key)
     name = str(item.get("name") or "")
     fields: dict[str, Any] = {
         "name": name,
         "id": str(item["call_id"]) if item.get("call_id") else fallback_call_id(index, name, raw),
     }
-    arguments = call_arguments(raw)
-    if arguments is not None:
-        fields["arguments"] = arguments
+    if key in item:  # (a null too: read as absent, the tool would run with its defaults)
+        fields["arguments"] = call_arguments(raw)
     return ToolCall(**fields)
 
 
