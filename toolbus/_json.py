@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "canonical", "detached", "dumps", "loads"]
+__all__ = ["MAX_DEPTH", "JSONDecodeError", "canonical", "detached", "dumps", "loads"]
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -130,7 +130,7 @@ def _tagged(value: Any) -> bytes:
 
 
 def _tag(v: Any, depth: int) -> Any:
-    if depth > _MAX_DEPTH:
+    if depth > MAX_DEPTH:
         raise ValueError("too deep")
     if v is None or isinstance(v, bool | int):
         return v
@@ -194,7 +194,8 @@ def _too_long_for_str(n: int) -> bool:
     return limit != 0 and n.bit_length() > 3.3 * limit
 
 
-_MAX_DEPTH = 254  # orjson's own recursion limit
+MAX_DEPTH = 254
+"""orjson's own recursion limit: the most levels of objects and arrays it writes."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -208,7 +209,7 @@ class _Prepare:
     huge: dict[str, str]
 
     def value(self, v: Any, depth: int) -> Any:
-        if depth > _MAX_DEPTH:
+        if depth > MAX_DEPTH:
             raise orjson.JSONEncodeError("Recursion limit reached")
         if isinstance(v, int) and not isinstance(v, bool) and _too_long_for_str(v):
             token = f"\x00toolbus-int-{id(self)}-{len(self.huge)}\x00"

@@ -70,6 +70,13 @@ def _seen(run: Run, outcome: ToolResult | None) -> dict[str, Any]:
     }
 
 
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 CALLS = {
     "plain": ToolCall(name="lookup", arguments={"i": 1}),
     "invalid": ToolCall(name="lookup", arguments={"i": "one"}),
@@ -86,6 +93,7 @@ CALLS = {
         id="c2", name="lookup", arguments={"i": 8}, idempotency_key="  "
     ),
     "empty": ToolCall(name="lookup", arguments={}),
+    "too deep": ToolCall(name="lookup", arguments={"i": 9, "opts": _nested(300)}),
 }
 
 
@@ -171,3 +179,21 @@ def test_the_plain_admission_parses_text_arguments_into_the_call() -> None:
     assert admit_plain(run, _services()) is None
     assert run.call == ToolCall.model_construct(id="c1", name="lookup", arguments={"i": 3})
     assert run.params is not None and run.origin.idempotency_key == "k-1"
+
+
+def test_arguments_that_json_cannot_write_are_refused_in_the_usual_form() -> None:
+    """Arguments nested past orjson's limit were refused as "Arguments are not
+    JSON: Recursion limit reached": false (they are JSON), and without the
+    "Invalid arguments for" the other refusals start with (bug hunt)."""
+    for depth in (300, 5000):
+        run = _run(ToolCall(name="lookup", arguments={"i": 1, "opts": _nested(depth)}))
+        outcome = admit_plain(run, _services(limit=10**6))
+        assert isinstance(outcome, ToolResult) and outcome.error_code == "INVALID_ARGUMENTS"
+        assert outcome.error == (
+            "Invalid arguments for 'lookup': Arguments nest too deeply"
+            " (more than 254 levels of objects and arrays)"
+        )
+    run = _run(CALLS["not JSON"])
+    outcome = admit_plain(run, _services())
+    assert isinstance(outcome, ToolResult) and outcome.error is not None
+    assert outcome.error.startswith("Invalid arguments for 'lookup': Arguments are not JSON: ")

@@ -260,6 +260,34 @@ def test_turn_limit_answers_the_last_calls_and_stops(clients: Any, executor: Exe
     assert run.text == "I'll check the current weather in Oslo."
 
 
+def test_deeply_nested_input_is_answered_not_raised(
+    clients: Any, make_executor: MakeExecutor
+) -> None:
+    """A tool_use input nested ~500 deep made run_agent raise RecursionError
+    while echoing the model's turn (bug hunt)."""
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def store(data: object = None) -> str:
+        """Store anything."""
+        return "stored"
+
+    nested: Any = 1
+    for _ in range(600):
+        nested = {"a": nested}
+    server, client = clients("anthropic", "anthropic_single", "anthropic_final")
+    for block in server.bodies[0]["content"]:
+        if block["type"] == "tool_use":
+            block.update(name="store", input={"data": nested})
+    run = run_agent(client, model=MODEL, messages=QUESTION, executor=make_executor(registry))
+    assert run.stop_reason == "done"
+    (result,) = run.batches[0]
+    assert result.error_code == "INVALID_ARGUMENTS"
+    assert result.error is not None and "nest too deeply" in result.error
+    answer = server.requests[1]["messages"][-1]["content"][0]
+    assert answer["is_error"] and "nest too deeply" in answer["content"]
+
+
 def test_failures_reach_the_model_once_each_and_without_secrets(
     clients: Any, executor: Executor
 ) -> None:

@@ -228,6 +228,50 @@ def test_null_input_is_rejected_not_dropped(executor: Executor) -> None:
     assert "must be a JSON object" in (result.error or "")
 
 
+def test_deeply_nested_input_is_rejected_not_raised() -> None:
+    """Input nested past Python's recursion limit made the readers raise
+    RecursionError (two frames a level), with or without the block's id; the
+    executor is what rejects it (bug hunt)."""
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def store(data: object = None) -> str:
+        """Store anything."""
+        return "stored"
+
+    nested: Any = 1
+    for _ in range(3000):
+        nested = {"a": nested}
+    with_id = {"type": "tool_use", "id": "t1", "name": "store", "input": {"data": nested}}
+    without_id = {"type": "tool_use", "name": "store", "input": {"data": [nested]}}
+    sdk = Message.model_validate(
+        {
+            "id": "m1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [with_id, {**without_id, "id": ""}],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+    )
+    for given in ([with_id, without_id], sdk):
+        calls = tb.tool_calls(given)
+        echoed = tb.assistant_message(given)["content"]
+        assert [c.id for c in calls] == [b["id"] for b in echoed]  # type: ignore[index]
+        assert calls[1].id.startswith("call_toolbus_")
+        with Executor(registry, timeout=5) as executor:
+            batch = executor.execute_batch(calls)
+        assert [r.error for r in batch] == [
+            "Invalid arguments for 'store': Arguments nest too deeply"
+            " (more than 254 levels of objects and arrays)"
+        ] * 2
+    cyclic: dict[str, Any] = {}
+    cyclic["a"] = [cyclic]
+    with pytest.raises(ValueError, match="circular"):  # (not a walk without end)
+        tb.tool_calls([{**with_id, "input": cyclic}])
+
+
 def test_unknown_tool_is_an_error_result(executor: Executor) -> None:
     batch = executor.execute_batch(tb.tool_calls(message("anthropic_unknown_tool")))
     assert tb.tool_result_blocks(batch) == [

@@ -791,6 +791,23 @@ def test_chat_call_without_id_is_answered_under_the_same_id() -> None:
     assert echoed["tool_calls"][0]["id"] == call.id  # type: ignore[typeddict-item]
 
 
+def test_call_without_id_whose_arguments_json_cannot_write_is_still_read() -> None:
+    """The id made up for a call without one hashed its arguments as JSON, so
+    text with a lone surrogate (or nesting past orjson's limit) made the reader
+    raise instead of the executor rejecting the call (bug hunt)."""
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"type": "function", "function": {"name": "get", "arguments": '{"city": "\udce9"}'}}
+        ],
+    }
+    (call,) = tb.chat_tool_calls(message)
+    assert call.id.startswith("call_toolbus_") and call.arguments == '{"city": "\udce9"}'
+    echoed = tb.chat_assistant_message(message)
+    assert echoed["tool_calls"][0]["id"] == call.id  # type: ignore[typeddict-item]
+
+
 def test_non_object_arguments_are_rejected_not_dropped() -> None:
     """Non-object arguments (a list) were dropped: a mutating tool ran with none
     (providers and MCP review)."""

@@ -9,7 +9,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from .._json import detached
+from .._json import MAX_DEPTH, detached
 from .._json import dumps as json_dumps
 from ..masking import (
     DEFAULT_SECRET_KEYS,
@@ -181,7 +181,9 @@ def _checked(run: Run, svc: Services) -> ToolResult | None:
         else:
             size = _argument_size(args, limit) if args else 2
     except TypeError as e:
-        return _reject(run, ErrorCode.INVALID_ARGUMENTS, f"Arguments are not JSON: {e}")
+        return _reject(
+            run, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for '{call.name}': {_not_json(e)}"
+        )
     if size > limit:
         return _reject(
             run,
@@ -197,6 +199,14 @@ def _checked(run: Run, svc: Services) -> ToolResult | None:
             )
         run.call = call
     return None
+
+
+def _not_json(e: TypeError) -> str:
+    """Why arguments JSON cannot write are refused, as the model reads it."""
+    if "Recursion limit" in str(e):
+        # orjson's words for nesting past its limit: they are JSON, only too deep.
+        return f"Arguments nest too deeply (more than {MAX_DEPTH} levels of objects and arrays)"
+    return f"Arguments are not JSON: {e}"
 
 
 def _validated(run: Run, call: ToolCall) -> ToolResult | None:

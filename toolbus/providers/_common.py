@@ -52,25 +52,60 @@ def plain(obj: Any) -> Any:
     given, under their wire names, without SDK-only fields (`exclude=True`,
     `__api_exclude__`, such as `parsed_arguments`) at any depth: the form the
     SDK itself sends an object back in. Other values are made JSON-able.
+
+    Walked with a stack of its own, not recursion: a model's arguments may
+    nest deeper than Python's recursion limit allows, and it is the executor
+    that rejects them, not the reader that raises. A container that holds
+    itself raises `ValueError`.
     """
-    if isinstance(obj, Mapping):
-        return {str(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [plain(v) for v in obj]
-    if isinstance(obj, BaseModel):
-        return _model_fields(obj)
-    return to_jsonable_python(obj)
+    root: list[Any] = [None]
+    # (value, where its copy goes, under which key or index); an `_EXIT`
+    # entry marks the end of a container's contents, for spotting cycles, and
+    # holds the container so that its id is not reused before then.
+    todo: list[tuple[Any, Any, Any]] = [(obj, root, 0)]
+    inside: set[int] = set()
+    while todo:
+        value, into, key = todo.pop()
+        if type(value) in _SCALARS:  # (most values: as to_jsonable_python gives them)
+            into[key] = value
+        elif value is _EXIT:
+            inside.discard(key)
+        elif isinstance(value, Mapping | list | tuple | BaseModel):
+            if id(value) in inside:
+                raise ValueError("circular reference: a container holds itself")
+            copied, items = _copy_of(value)
+            into[key] = copied
+            inside.add(id(value))
+            todo.append((_EXIT, value, id(value)))
+            todo.extend((v, copied, k) for k, v in reversed(items))
+        else:
+            into[key] = to_jsonable_python(value)
+    return root[0]
 
 
-def _model_fields(model: BaseModel) -> dict[str, Any]:
+_EXIT = object()
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_of(container: Any) -> tuple[Any, list[tuple[Any, Any]]]:
+    """An empty copy of a container for `plain` to fill, and what goes where in it."""
+    if isinstance(container, list | tuple):
+        return [None] * len(container), list(enumerate(container))
+    if isinstance(container, Mapping):
+        items = [(str(k), v) for k, v in container.items()]
+    else:
+        items = _model_fields(container)
+    return dict.fromkeys(k for k, _ in items), items  # (keys in order; the last of a text wins)
+
+
+def _model_fields(model: BaseModel) -> list[tuple[str, Any]]:
     excluded = getattr(model, "__api_exclude__", None)
     skip = set(excluded) if isinstance(excluded, set | frozenset) else set()
-    out: dict[str, Any] = {}
+    out: list[tuple[str, Any]] = []
     for name, field in type(model).model_fields.items():
         if name in model.model_fields_set and name not in skip and not field.exclude:
-            out[field.serialization_alias or field.alias or name] = plain(getattr(model, name))
-    for name, value in (model.model_extra or {}).items():
-        out[name] = plain(value)
+            out.append((field.serialization_alias or field.alias or name, getattr(model, name)))
+    out.extend((model.model_extra or {}).items())
     return out
 
 
@@ -103,11 +138,33 @@ def call_arguments(raw: Any) -> dict[str, Any] | str:
 
 def fallback_call_id(index: int, name: str, raw: Any) -> str:
     """An id for a call that came without one: the same for every read of the
-    same message (so the answer matches the echoed call), distinct across calls."""
-    digest = hashlib.sha1(
-        _json.dumps([index, name, raw], default=str), usedforsecurity=False
-    ).hexdigest()
+    same message (so the answer matches the echoed call), distinct across calls.
+    `raw` is the call's arguments as `plain` gives them (no cycles)."""
+    try:
+        data = _json.dumps([index, name, raw], default=str)
+    except TypeError:
+        # Arguments JSON cannot hold (nesting past orjson's limit, a lone
+        # surrogate) are the executor's to reject: the reader must not raise.
+        data = _fingerprint([index, name, raw])
+    digest = hashlib.sha1(data, usedforsecurity=False).hexdigest()
     return f"call_toolbus_{digest[:16]}"
+
+
+def _fingerprint(value: Any) -> bytes:
+    """`value`'s content as bytes, walked with a stack of its own (any depth)."""
+    parts: list[bytes] = []
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, Mapping):
+            parts.append(b"{%d:" % len(v))
+            todo.extend(y for pair in reversed(list(v.items())) for y in reversed(pair))
+        elif isinstance(v, list | tuple):
+            parts.append(b"[%d:" % len(v))
+            todo.extend(reversed(v))
+        else:
+            parts.append(repr(v).encode("utf-8", "surrogatepass") + b"\0")
+    return b"".join(parts)
 
 
 def result_text(result: ToolResult, max_length: int = DEFAULT_MAX_LENGTH) -> str:
