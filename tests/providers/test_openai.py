@@ -791,6 +791,34 @@ def test_chat_call_without_id_is_answered_under_the_same_id() -> None:
     assert echoed["tool_calls"][0]["id"] == call.id  # type: ignore[typeddict-item]
 
 
+def test_responses_calls_without_call_id_are_echoed_and_answered_under_one_id(
+    executor: Executor,
+) -> None:
+    """A Responses call without `call_id` was answered under a made-up id its
+    echoed item did not carry, and a custom one with a function_call_output
+    (bug hunt)."""
+    given = {
+        "output": [
+            {"type": "function_call", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+            {"type": "custom_tool_call", "name": "run_sql", "input": "SELECT 1"},
+        ]
+    }
+    calls = tb.responses_tool_calls(given)
+    echoed = tb.responses_output_items(given)
+    outputs = tb.responses_tool_outputs(executor.execute_batch(calls), given)
+    ids = [c.id for c in calls]
+    assert all(i.startswith("call_toolbus_") for i in ids) and len(set(ids)) == 2
+    assert [(i["type"], i.get("call_id")) for i in echoed] == [
+        ("function_call", ids[0]),
+        ("custom_tool_call", ids[1]),
+    ]
+    assert [(o["type"], o.get("call_id")) for o in outputs] == [
+        ("function_call_output", ids[0]),
+        ("custom_tool_call_output", ids[1]),
+    ]
+    assert "call_id" not in given["output"][0]  # (the response itself is not changed)
+
+
 def test_call_without_id_whose_arguments_json_cannot_write_is_still_read() -> None:
     """The id made up for a call without one hashed its arguments as JSON, so
     text with a lone surrogate (or nesting past orjson's limit) made the reader

@@ -342,14 +342,21 @@ def _items(response: Any, use: Use) -> list[dict[str, Any]]:
     return items
 
 
+def _call_key(item: Mapping[str, Any]) -> str:
+    return "input" if item.get("type") == "custom_tool_call" else "arguments"
+
+
+def _call_id(item: Mapping[str, Any], index: int) -> str:
+    """A call item's `call_id`, or the one made up for it (`index`: its place in the output)."""
+    if item.get("call_id"):
+        return str(item["call_id"])
+    return fallback_call_id(index, str(item.get("name") or ""), item.get(_call_key(item)))
+
+
 def _call_from_item(item: Mapping[str, Any], index: int) -> ToolCall:
-    key = "input" if item.get("type") == "custom_tool_call" else "arguments"
+    key = _call_key(item)
     raw = item.get(key)
-    name = str(item.get("name") or "")
-    fields: dict[str, Any] = {
-        "name": name,
-        "id": str(item["call_id"]) if item.get("call_id") else fallback_call_id(index, name, raw),
-    }
+    fields: dict[str, Any] = {"name": str(item.get("name") or ""), "id": _call_id(item, index)}
     if key in item:  # (a null too: read as absent, the tool would run with its defaults)
         fields["arguments"] = call_arguments(raw)
     return ToolCall(**fields)
@@ -376,9 +383,14 @@ def responses_tool_calls(response: ResponseLike) -> list[ToolCall]:
 def responses_output_items(response: ResponseLike) -> list[ResponseInputItemParam]:
     """Every output item of `response`, as dicts to append to the next request's
     `input` (reasoning items included, which reasoning models need back), in
-    the form the SDK itself sends them.
+    the form the SDK itself sends them; a call item without a `call_id` gets
+    the one `responses_tool_calls` made up for it, which its output answers.
     """
-    return cast("list[ResponseInputItemParam]", _items(response, "turn"))
+    items = _items(response, "turn")
+    for index, item in enumerate(items):
+        if item.get("type") in _CALL_TYPES and not item.get("call_id"):
+            item["call_id"] = _call_id(item, index)  # the id its output will answer
+    return cast("list[ResponseInputItemParam]", items)
 
 
 def responses_text(response: ResponseLike) -> str:
@@ -414,9 +426,9 @@ def responses_tool_outputs(
     every attachment as a line of text.
     """
     custom = {
-        str(i.get("call_id"))
-        for i in _items(response, "calls")
-        if i.get("type") == "custom_tool_call"
+        _call_id(item, index)
+        for index, item in enumerate(_items(response, "calls"))
+        if item.get("type") == "custom_tool_call"
     }
     out: list[ResponseInputItemParam] = []
     for r in results:
