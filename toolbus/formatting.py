@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from . import _json
+from ._text import encodable, text_of
 from .models import ToolResult
 
 __all__ = ["DEFAULT_MAX_LENGTH", "NO_OUTPUT", "format_result_for_context", "output_text"]
@@ -37,12 +38,17 @@ _STATUS_TEXT = {
 
 def output_text(output: Any) -> str:
     """A tool's output as text: strings as they are, anything else as indented
-    JSON (integers of any size exact)."""
+    JSON (integers of any size exact; a lone surrogate, which JSON's UTF-8
+    cannot hold, as U+FFFD)."""
     if isinstance(output, str):
         return output
-    return _json.dumps(
-        output, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str
-    ).decode()
+    option = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+    try:
+        return _json.dumps(output, option=option, default=str).decode()
+    except TypeError as e:
+        if "surrogates" not in str(e):
+            raise
+    return _json.dumps(encodable(output, str), option=option, default=str).decode()
 
 
 def format_result_for_context(
@@ -61,6 +67,9 @@ def format_result_for_context(
     `Status:`, `Duration:` (when measured), `Attempts:` (when more than one),
     then `---`. Without it, the body alone: exactly what the provider writers
     send (`toolbus.providers.result_text`).
+
+    A lone surrogate (a file name decoded with `surrogateescape`, in an output
+    or an error) is written as U+FFFD: no UTF-8 request can carry it.
     """
     lines: list[str] = []
     if include_metadata:
@@ -86,7 +95,9 @@ def format_result_for_context(
         if result.error_code:
             text += f" ({result.error_code.value})"
         lines.append(text)
-    return "\n".join(lines)
+    # Here, not where results are made: the executor's path stays free of the
+    # scan, and every text a model reads for a result comes through here.
+    return text_of("\n".join(lines))
 
 
 def _cut(text: str, max_length: int) -> str:

@@ -186,6 +186,25 @@ def test_attachments_listed_after_content() -> None:
     )
 
 
+def test_lone_surrogates_are_written_as_replacement_characters() -> None:
+    """A tool's output or error holding a lone surrogate (a file name decoded
+    with surrogateescape) was handed on as it was: the model's next request
+    could not be encoded, and the agent run raised UnicodeEncodeError (bug hunt)."""
+    name = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+    page = Attachment(type="text/plain", url="https://files.example/x", title=name)
+    ok = _result(name=f"list_{name}", output={name: [name]}, attachments=(page,))
+    failed = _result(status="error", error=f"cannot open {name}", error_code="TOOL_ERROR")
+    for r in (ok, failed):
+        for metadata in (True, False):
+            text = format_result_for_context(r, include_metadata=metadata)
+            assert "report-\ufffd.txt" in text
+            text.encode()  # (raised before)
+    assert format_result_for_context(failed, include_metadata=False) == (
+        "Error: cannot open report-\ufffd.txt (TOOL_ERROR)"
+    )
+    assert format_result_for_context(_result(output="\ud83d\ude00")).endswith("\U0001f600")
+
+
 # -- errors ----------------------------------------------------------------------------
 
 

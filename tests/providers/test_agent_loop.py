@@ -361,6 +361,33 @@ def test_a_secret_in_a_text_attachments_data_or_type_reaches_neither_model_nor_e
     assert not [text for text in sent if SECRET in text]
 
 
+@pytest.mark.parametrize("fails", [False, True])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_lone_surrogates_in_outputs_and_errors_reach_the_model_as_replacement_characters(
+    clients: Any, make_executor: MakeExecutor, kind: Kind, fails: bool
+) -> None:
+    """A tool whose output or error held a lone surrogate (a file name as
+    os.listdir decodes a Latin-1 one) made run_agent raise UnicodeEncodeError
+    sending the next request (bug hunt)."""
+    registry = ToolRegistry()
+    name = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+
+    @registry.tool(read_only=True)
+    def get_weather(city: str) -> str:
+        """Lists a directory, in truth."""
+        if fails:
+            raise FileNotFoundError(f"cannot open {name}")
+        return f"{name}\nnotes.txt"
+
+    names = ("openai_chat_single", "openai_chat_final")
+    if kind == "anthropic":
+        names = ("anthropic_single", "anthropic_final")
+    server, client = clients(kind, *names)
+    run = run_agent(client, model=MODEL, messages=QUESTION, executor=make_executor(registry))
+    assert run.stop_reason == "done" and len(server.requests) == 2
+    assert "report-\ufffd.txt" in json.dumps(server.requests[1]["messages"][-1], ensure_ascii=False)
+
+
 def test_strict_mode_exports_strict_tools_and_drops_the_nulls(
     clients: Any, executor: Executor
 ) -> None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from tests.conftest import MakeExecutor
 from tests.provider_tools import SECRET, chat_call_lists, load, make_registry, wire
-from toolbus import Executor, ToolCall, ToolRegistry, ToolResult
+from toolbus import Attachment, Executor, ToolCall, ToolRegistry, ToolResult
 from toolbus.providers import NO_OUTPUT, StrictSchemaError, result_text, strict_schema
 from toolbus.providers import anthropic as tba
 from toolbus.providers import openai as tb
@@ -766,6 +766,28 @@ def test_result_text() -> None:
     long = result_text(result(status="ok", output="x" * 50), max_length=10)
     assert long == "x" * 10 + "\n... (truncated, 40 characters omitted)"
     assert result_text(result(status="cancelled", error="stopped")) == "Error: stopped"
+
+
+def test_every_format_writes_lone_surrogates_as_replacement_characters() -> None:
+    """A lone surrogate in a result's text, an attachment's title or file name
+    reached the model's request, which UTF-8 cannot encode (bug hunt)."""
+    name = b"report-\xe9".decode("utf-8", "surrogateescape")
+    pdf = Attachment(type="application/pdf", data="JVBERi0=", title=f"{name}.pdf")
+    page = Attachment(type="text/plain", data="aGk=", url=f"https://files.example/{name}.txt")
+    ok = ToolResult(call_id="c1", name="ls", status="ok", output=name, attachments=(pdf, page))
+    failed = ToolResult(
+        call_id="c2", name="ls", status="error", error=f"no {name}", error_code="TOOL_ERROR"
+    )
+    written = [
+        tb.chat_tool_messages([ok, failed]),
+        tb.chat_attachment_message([ok]),
+        tb.responses_tool_outputs([ok, failed], {"output": []}),
+        tba.tool_result_blocks([ok, failed]),
+    ]
+    for value in written:
+        text = json.dumps(value, ensure_ascii=False)
+        text.encode()  # (raised before)
+        assert "report-\ufffd" in text
 
 
 def test_max_length_bounds_error_texts_too() -> None:

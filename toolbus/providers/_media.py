@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+from .._text import text_of as writable
 from ..models import Attachment, ToolResult
 from ._common import result_text
 
@@ -124,7 +125,7 @@ def native_attachments(
 
 def data_url(attachment: Attachment) -> str:
     """The attachment's data as a `data:` URL (what OpenAI takes for images and files)."""
-    return f"data:{media_type(attachment)};base64,{attachment.data}"
+    return writable(f"data:{media_type(attachment)};base64,{attachment.data}")
 
 
 def text_of(attachment: Attachment) -> str | None:
@@ -140,13 +141,14 @@ _EXTENSIONS = {"application/pdf": ".pdf", "text/plain": ".txt", "application/jso
 
 def file_name(attachment: Attachment) -> str:
     """A file name for the attachment: the last part of its URL, else its title,
-    else `attachment` with the type's extension."""
+    else `attachment` with the type's extension; a lone surrogate (a name
+    decoded with `surrogateescape`) as U+FFFD, which UTF-8 can carry."""
     if attachment.url:
         name = posixpath.basename(urlparse(attachment.url).path)
         if name:
-            return name
+            return writable(name)
     if attachment.title:
-        return attachment.title
+        return writable(attachment.title)
     return "attachment" + _EXTENSIONS.get(media_type(attachment), "")
 
 
@@ -176,7 +178,7 @@ def anthropic_content(result: ToolResult, max_length: int) -> list[dict[str, Any
             source = {"type": "text", "media_type": "text/plain", "data": text_of(a)}
         document: dict[str, Any] = {"type": "document", "source": source}
         if a.title:
-            document["title"] = a.title
+            document["title"] = writable(a.title)
         blocks.append(document)
     return blocks
 
@@ -205,7 +207,8 @@ def chat_attachment_parts(results: Iterable[ToolResult], max_length: int) -> lis
         split = native_attachments(r, CHAT_KINDS, max_length)
         if split is None:
             continue
-        parts.append({"type": "text", "text": f"Attachments of tool call {r.call_id} ({r.name}):"})
+        heading = f"Attachments of tool call {r.call_id} ({r.name}):"
+        parts.append({"type": "text", "text": writable(heading)})
         for kind, a in split.attachments:
             if kind == "image":
                 parts.append({"type": "image_url", "image_url": {"url": data_url(a)}})
