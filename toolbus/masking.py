@@ -15,13 +15,14 @@ the values the maskers collect, so they change together.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from ._encoded_text import cleaned_data
 
 if TYPE_CHECKING:
     from .models import Attachment, ToolResult
@@ -544,46 +545,12 @@ def _cleaned_attachment(cleaner: _Cleaner, attachment: Attachment) -> Attachment
     if url is not None and url[:5].lower() == "data:":
         head, _, payload = url.partition(",")
         if head.lower().endswith(";base64"):
-            url = f"{head},{_cleaned_data(cleaner, head[5:-7] or 'text/plain', payload)}"
+            url = f"{head},{cleaned_data(cleaner.text, head[5:-7] or 'text/plain', payload)}"
     data = attachment.data
     if data:
-        data = _cleaned_data(cleaner, attachment.type, data)
+        data = cleaned_data(cleaner.text, attachment.type, data)
     fields = {"type": attachment.type, "url": url, "data": data, "title": attachment.title}
     return attachment.model_copy(update=cleaner.value(fields))
-
-
-_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml"})
-
-
-def _cleaned_data(cleaner: _Cleaner, media_type: str, data: str) -> str:
-    """Base64 `data` whose bytes, if they are text, are cleaned as text: of a
-    text type (in its charset; UTF-8 by default, a stray byte kept as it is),
-    or of another type when they are UTF-8. Other bytes (an image) stay."""
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except ValueError:  # not base64 (binascii.Error)
-        return data
-    mime, _, params = media_type.partition(";")
-    mime = mime.strip().lower()
-    declared = mime.startswith("text/") or mime in _TEXT_TYPES or mime.endswith(("+json", "+xml"))
-    charset = "utf-8"
-    for param in params.split(";") if declared else ():
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "charset":
-            charset = value.strip().strip('"')
-    errors = "surrogateescape" if declared else "strict"
-    try:
-        text = raw.decode(charset, errors)
-    except (LookupError, UnicodeDecodeError):  # an unknown charset, bytes that are no text
-        return data
-    cleaned = cleaner.text(text)
-    if cleaned == text:
-        return data
-    try:
-        encoded = cleaned.encode(charset, errors)
-    except UnicodeEncodeError:  # a scanner's replacement the charset cannot write
-        encoded = cleaned.encode(charset, "replace")
-    return base64.b64encode(encoded).decode("ascii")
 
 
 # What stands for a value the content scanner failed on (a structure too deep

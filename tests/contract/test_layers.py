@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "toolbus._sync",
             "toolbus._interrupts",
             "toolbus._text",
+            "toolbus._encoded_text",
             "toolbus._tokens",
             "toolbus._version",
             "toolbus._seams",

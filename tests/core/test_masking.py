@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbus import Attachment, ToolResult
+from tests.conftest import MakeExecutor
+from toolbus import Attachment, ToolCall, ToolOutput, ToolRegistry, ToolResult
 from toolbus.masking import (
     MASK,
     MIN_SCRUB_LENGTH,
@@ -429,6 +430,54 @@ def test_a_text_attachments_data_is_scrubbed_as_the_text_it_encodes(
     (a,) = _cleaned(Attachment(type=media_type, data=_b64(text.encode(encoding))))
     assert a.data is not None
     assert base64.b64decode(a.data).decode(encoding) == "GET /r9?api_key=***\n200 OK, café"
+
+
+@pytest.mark.parametrize(
+    "media_type",
+    [
+        "text/plain; charset=bogus",
+        "text/plain; charset=utf-16",
+        "text/plain; charset=utf-32",
+        "application/json; charset=cp500",
+        "text/csv; charset=x-user-defined",
+    ],
+)
+def test_utf8_text_under_a_wrong_or_unknown_charset_is_scrubbed_as_utf8(media_type: str) -> None:
+    """The provider writers read a text attachment as UTF-8 whatever its
+    charset says: that reading is scrubbed too."""
+    raw = f"token={KEY}\n".encode()
+    (a,) = _cleaned(Attachment(type=media_type, data=_b64(raw)))
+    assert a.data is not None
+    assert KEY.encode() not in base64.b64decode(a.data)
+    assert KEY not in base64.b64decode(a.data).decode("utf-8", "replace")
+
+
+def test_utf16_text_with_a_stray_byte_is_scrubbed() -> None:
+    raw = f"token={KEY} end".encode("utf-16") + b"\x00"  # an odd byte out
+    (a,) = _cleaned(Attachment(type="text/plain; charset=utf-16", data=_b64(raw)))
+    assert a.data is not None
+    assert KEY not in base64.b64decode(a.data).decode("utf-16", "replace")
+
+
+@pytest.mark.parametrize("charset", ["idna", "punycode", "undefined", "utf\x008", "rot13"])
+def test_a_charset_no_text_codec_can_read_leaves_the_call_ok(
+    make_executor: MakeExecutor, charset: str
+) -> None:
+    """A tool (or an MCP server) names any charset: one Python cannot read
+    text with, or that raises as it reads, is not the call's failure."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def report(api_key: str) -> ToolOutput:
+        data = _b64(b"a report, nothing secret in it")
+        return ToolOutput(value="done", attachments=[
+            Attachment(type=f"text/plain; charset={charset}", data=data)
+        ])  # fmt: skip
+
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(name="report", arguments={"api_key": KEY}))
+    assert r.status == "ok", r.error
+    assert r.attachments[0].data == _b64(b"a report, nothing secret in it")
 
 
 def test_a_text_attachment_with_a_stray_byte_is_scrubbed_and_keeps_the_byte() -> None:
