@@ -417,13 +417,12 @@ def test_on_full_wait_blocks_a_sync_producer_until_there_is_room(
     assert ex._scheduler.blocked == 0
 
 
-def test_on_full_wait_counts_the_calls_bound_for_a_full_group_still_in_the_ready_queue(
+def _db_full(
     make_executor: MakeExecutor,
-) -> None:
-    """A call of a group still waits for `max_parallel` in the ready queue:
-    it reaches the group before a newcomer does. A producer whose call
-    would then be one too many for the group's bounded queue waits for room,
-    rather than get in and be shed `OVERLOADED` there."""
+) -> tuple[Executor, dict[str, threading.Event], cf.Future[ToolResult], cf.Future[ToolResult]]:
+    """An executor (`max_parallel=2`, `on_full="wait"`, group `db` of limit 1
+    and queue 1) whose call g0 holds db's one slot and f1 max_parallel's
+    other, each until its gate opens; with the gates and their handles."""
     gates = {tag: threading.Event() for tag in ("g0", "f1")}
     started = {tag: threading.Event() for tag in gates}
 
@@ -444,15 +443,23 @@ def test_on_full_wait_counts_the_calls_bound_for_a_full_group_still_in_the_ready
         return held(tag)
 
     ex = make_executor(
-        reg,
-        max_parallel=2,
-        on_full="wait",
-        timeout=None,
+        reg, max_parallel=2, on_full="wait", timeout=None,
         groups={"db": {"limit": 1, "max_queued": 1}},
-    )
-    g0 = ex.submit(call("g", "g0"))  # holds db's one slot
-    f1 = ex.submit(call("f", "f1"))  # and max_parallel's other
+    )  # fmt: skip
+    g0 = ex.submit(call("g", "g0"))
+    f1 = ex.submit(call("f", "f1"))
     assert started["g0"].wait(10) and started["f1"].wait(10)
+    return ex, gates, g0, f1
+
+
+def test_on_full_wait_counts_the_calls_bound_for_a_full_group_still_in_the_ready_queue(
+    make_executor: MakeExecutor,
+) -> None:
+    """A call of a group still waits for `max_parallel` in the ready queue:
+    it reaches the group before a newcomer does. A producer whose call
+    would then be one too many for the group's bounded queue waits for room,
+    rather than get in and be shed `OVERLOADED` there."""
+    ex, gates, g0, f1 = _db_full(make_executor)
     pool = cf.ThreadPoolExecutor(2)
     try:
         g1 = pool.submit(ex.execute, call("g", "g1"))  # in, waiting for max_parallel
@@ -475,6 +482,32 @@ def test_on_full_wait_counts_the_calls_bound_for_a_full_group_still_in_the_ready
         ("ok", "g2"),
     ]
     assert ex.stats().rejected == 0
+
+
+def test_a_producer_waiting_behind_a_ready_call_of_its_group_is_woken_when_it_leaves(
+    make_executor: MakeExecutor,
+) -> None:
+    """The call ahead of it in the ready queue is cancelled there: the
+    group's queue has room again, and the producer waiting for it gets in
+    (before any slot of the group frees)."""
+    ex, gates, g0, f1 = _db_full(make_executor)
+    g1 = ex.submit(call("g", "g1"))  # in the ready queue: db's queue is its
+    pool = cf.ThreadPoolExecutor(1)
+    try:
+        g2 = pool.submit(ex.execute, call("g", "g2"))
+        _blocked(ex, 1)
+        g1.cancel()
+        assert g1.result(10).status == "cancelled"
+        gates["f1"].set()
+        assert f1.result(10).status == "ok"
+        _blocked(ex, 0)  # woken, and in: it waits on db behind g0
+        wait_until(lambda: ex.stats().queues.get("db") == 1, what="g2 queued on db")
+        gates["g0"].set()
+        assert (g2.result(10).status, g0.result(10).status) == ("ok", "ok")
+    finally:
+        for gate in gates.values():
+            gate.set()
+        pool.shutdown(wait=False)
 
 
 def test_on_full_wait_gives_up_after_the_timeout(make_executor: MakeExecutor, scene: Scene) -> None:

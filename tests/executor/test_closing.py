@@ -122,3 +122,31 @@ def test_a_close_cut_short_inside_the_scheduler_ends_every_call_on_the_next(
     for th, out in callers:
         assert finished(th, out)
         assert out["r"].status == "cancelled", out["r"]
+
+
+def test_a_close_cut_short_before_its_first_step_is_finished_by_the_next(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C as `close()` reads the clock for its budget (a signal's
+    handler runs as a call returns): the next `close()` does it all."""
+    import time
+
+    ex = make_executor(_registry(threading.Event()))
+    threads = (ex._timers._thread, ex._loop._thread)
+
+    class Clock:
+        def monotonic(self) -> float:
+            monkeypatch.undo()  # once
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_closing, "time", Clock())
+    with pytest.raises(KeyboardInterrupt):
+        ex.close()
+    assert _closing.time is time
+    ex.close()
+    assert ex._close_step == len(_closing._STEPS)
+    assert ex.execute(ToolCall(id="late", name="write", arguments={"x": 2})).status == "cancelled"
+    for thread in threads:
+        if thread is not None:
+            thread.join(5)
+            assert not thread.is_alive(), thread.name

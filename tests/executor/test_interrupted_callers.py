@@ -138,7 +138,7 @@ def test_an_interrupt_spares_other_callers_calls(
     assert other.result(timeout=20).status == "cancelled"
 
 
-def test_an_interrupt_before_anything_is_handed_on_ends_nothing(
+def test_an_interrupt_before_anything_is_handed_on_ends_the_call_made_unrun(
     ex: Executor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def hand_on(*args: Any, **kwargs: Any) -> None:
@@ -148,10 +148,14 @@ def test_an_interrupt_before_anything_is_handed_on_ends_nothing(
     with pytest.raises(KeyboardInterrupt):
         ex.execute(ToolCall(id="c", name="hold", arguments={"i": 1}))
     monkeypatch.undo()
-    # The executor goes on: the give-up found nothing of the caller's to end.
+    # Made, never handed on: it ends `cancelled`, once, never run (a quota
+    # that counted it gets its unit back), and the executor goes on.
+    (made,) = recorder.wait_for(bus.FINISHED, where=lambda e: e.call_id == "c")
+    assert (made.result.status, made.result.attempts) == ("cancelled", 0)
+    assert "its submission was interrupted" in (made.result.error or "")
     assert ex.execute(ToolCall(id="d", name="write", arguments={"i": 2})).output == 2
     recorder.wait_for(bus.FINISHED, where=lambda e: e.call_id == "d")
-    assert [e.call_id for e in recorder.of(bus.FINISHED)] == ["d"]
+    assert [e.call_id for e in recorder.of(bus.FINISHED)] == ["c", "d"]
 
 
 # -- interrupted while acting for the scheduler -------------------------------------------

@@ -66,3 +66,29 @@ def test_no_progress_is_published_once_the_call_has_its_result(
     recorder.wait_for(bus.LATE_RESULT, where=lambda e: e.call_id == "p")  # (after "after")
     # ("before" too, unless the deadline came first on a slow machine.)
     assert "after" not in [e.message for e in recorder.of(bus.PROGRESS)]
+
+
+def test_no_progress_is_numbered_after_the_calls_finished_event_under_a_race(
+    make_executor: MakeExecutor,
+) -> None:
+    """Tools report progress as fast as they can while their deadlines end
+    their calls: no progress event of a call comes after its `tool:finished`."""
+    reg = ToolRegistry()
+    stop = threading.Event()
+
+    @reg.tool(read_only=True, timeout=0.02)
+    def spam(ctx: ToolContext, n: int) -> str:
+        while not stop.is_set() and not ctx.cancelled:
+            ctx.progress("p", fraction=0.5)
+        return "done"
+
+    ex = make_executor(reg, max_parallel=8)
+    with bus.Recorder(bus.FINISHED, bus.PROGRESS, sender=ex) as rec:
+        for i in range(0, 48, 8):
+            batch = [ToolCall(id=f"c{j}", name="spam", arguments={"n": j}) for j in range(i, i + 8)]
+            assert {r.status for r in ex.execute_batch(batch)} == {"timeout"}
+        stop.set()
+        ended = {e.call_id: e.seq for e in rec.wait_for(bus.FINISHED, 48, timeout=30)}
+        assert ex.drain_events(30)
+    late = [e for e in rec.of(bus.PROGRESS) if e.seq > ended[e.call_id]]
+    assert late == []

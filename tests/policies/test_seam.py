@@ -1026,6 +1026,67 @@ def test_a_submission_interrupted_before_its_calls_are_handed_on_gives_their_uni
     assert [r.status for r in again] == ["ok", "ok"]
 
 
+def _interrupt_entering(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+    """Ctrl-C as `owner.name` is next entered (where a signal's handler runs)."""
+    real = getattr(owner, name)
+    armed = [True]
+
+    def entered(*args: Any, **kwargs: Any) -> Any:
+        if armed and threading.current_thread() is threading.main_thread():
+            armed.clear()
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, entered)
+
+
+@pytest.mark.parametrize(
+    ("where", "made"),
+    [
+        ("done_asking", False),  # the policies asked, the run not yet made
+        ("admitted_at_submission", False),
+        ("post", True),  # the run made and shown to the hooks, not yet admitted
+        ("_handle", True),
+    ],
+)
+@pytest.mark.parametrize("how", ["execute", "execute_batch"])
+def test_ctrl_c_anywhere_in_a_submission_gives_a_quotas_units_back(
+    make_executor: MakeExecutor,
+    recorder: bus.Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    made: bool,
+    how: str,
+) -> None:
+    from toolbus.actors._scheduler import Scheduler
+    from toolbus.pipeline._run import Run
+    from toolbus.policies import _set
+
+    ran: list[str] = []
+    q = quota(2)
+    ex = make_executor(_registry(ran), policies=[q])
+    seen: list[str] = []
+    ex.on_submit(lambda submission: seen.extend(submission.call_ids))
+    owner = {"done_asking": _set, "admitted_at_submission": Run}.get(where, Scheduler)
+    _interrupt_entering(monkeypatch, owner, where)
+    calls = [ToolCall(id=i, name="read", arguments={"x": 1}) for i in ("a", "b")]
+    submit: Any = ex.execute_batch if how == "execute_batch" else ex.execute
+    with pytest.raises(KeyboardInterrupt):
+        submit(calls if how == "execute_batch" else calls[0])
+    monkeypatch.undo()
+    assert q.used("read") == 0 and ran == []
+    ended = sorted(seen) if made else []
+    for e in recorder.wait_for(bus.FINISHED, len(ended), timeout=20) if ended else []:
+        assert (e.result.status, e.result.attempts) == ("cancelled", 0)
+    assert sorted(e.call_id for e in recorder.of(bus.FINISHED)) == ended
+    stats = ex.stats()
+    assert (stats.submitted, stats.cancelled, stats.in_flight) == (len(ended), len(ended), 0)
+    again = ex.execute_batch(
+        [ToolCall(id=f"n{i}", name="read", arguments={"x": i}) for i in (1, 2)]
+    )
+    assert [r.status for r in again] == ["ok", "ok"]
+
+
 @pytest.mark.parametrize("value", [None, float("inf")])
 def test_a_policy_timeout_of_none_or_inf_means_no_deadline(
     make_executor: MakeExecutor, value: float | None

@@ -78,21 +78,23 @@ class Closing:
         close cut short (Ctrl-C) is finished by the next `close()`.
         """
         timeout = close_budget(timeout)  # first: a bad one must not half close it
-        with self._close_lock:
-            if self._closing or self._close_step == len(_STEPS):
-                return
-            self._closed = self._closing = True
         deadline = time.monotonic() + timeout
 
         def left() -> float:
             return max(0.0, deadline - time.monotonic())
 
+        mine = False  # this thread closes it (set with `_closing`: no call between)
         try:
+            with self._close_lock:
+                if self._closing or self._close_step == len(_STEPS):
+                    return
+                self._closed = self._closing = mine = True
             while self._close_step < len(_STEPS):
                 _STEPS[self._close_step](self, left, timeout)
                 self._close_step += 1
         finally:
-            self._closing = False
+            if mine:
+                self._closing = False
 
 
 def _end_calls(ex: Closing, left: Left, timeout: float) -> None:

@@ -28,7 +28,13 @@ from ..backends import Backend, Backends
 from ..masking import SecretKeys
 from ..models import ErrorCode, ToolCall, ToolResult
 from ..pipeline import BatchRun, Halts, Run, Waiter, halted_text
-from ..policies._set import PolicySet, admit_at_submission, submission_scrubber, timeout_for
+from ..policies._set import (
+    PolicySet,
+    admit_at_submission,
+    never_submitted,
+    submission_scrubber,
+    timeout_for,
+)
 from ..retry import RetryPolicy
 from ..tools import Tool, ToolRegistry, error_text
 from ..tools._offer import granted, missing_scopes, not_offered, offered, offering
@@ -262,20 +268,26 @@ def plan_run(
         # hides of them is scrubbed from a refusal (it may quote a key).
         scrubber = submission_scrubber(call, guard.tool, secret_keys)
         admitted: list[Any] = []
-        refused = admit_at_submission(
-            guard, call, time.monotonic(), scrubber, run.batch_id, admitted
-        )
-        if refused is not None and refused[0] is ErrorCode.HALTED:
-            # The rest of its batch ends with it (the calls before it in
-            # order too: none has started), and so does its run.
-            run.refuse(ErrorCode.HALTED, halted_text(refused[1]))
-            if batch is not None:
-                batch.halted = refused[1]
-            if halts is not None:
-                halts.halt(run.agent_run, batch, refused[1], run)
-        elif refused is not None:
-            run.refuse(*refused)
-        run.admitted_at_submission(tuple(admitted), scrubber)
+        try:
+            refused = admit_at_submission(
+                guard, call, time.monotonic(), scrubber, run.batch_id, admitted
+            )
+            if refused is not None and refused[0] is ErrorCode.HALTED:
+                # The rest of its batch ends with it (the calls before it in
+                # order too: none has started), and so does its run.
+                run.refuse(ErrorCode.HALTED, halted_text(refused[1]))
+                if batch is not None:
+                    batch.halted = refused[1]
+                if halts is not None:
+                    halts.halt(run.agent_run, batch, refused[1], run)
+            elif refused is not None:
+                run.refuse(*refused)
+            run.admitted_at_submission(tuple(admitted), scrubber)
+        except BaseException:  # interrupted (Ctrl-C): the run never reaches its caller
+            # Nobody else will tell those that admitted it (`admitted` is
+            # empty if `admit_at_submission` told them itself).
+            never_submitted(run.consulted or admitted, call, scrubber, run.batch_id)
+            raise
     return run
 
 

@@ -277,11 +277,16 @@ class Submitting:
             # Set while it is made and handed on: its run, its policies at
             # submission and its tool (through the context) see it.
             token = AGENT_RUN.set(check_agent_run(agent_run, "execute, aexecute or submit"))
+        run = None
         try:
             run = self._make_run(
                 call, contextvars.copy_context(), waiter, approval, priority, clocks, decided, gate
             )
             self._hand_on((run,), None, refuse, wait)
+        except BaseException:  # interrupted (Ctrl-C), as it was handed on or before
+            if run is not None:
+                self._cut_short((run,), None)
+            raise
         finally:
             if token is not None:
                 AGENT_RUN.reset(token)
@@ -369,18 +374,18 @@ class Submitting:
             batch.runs = made_runs
             if made is not None:  # before the scheduler has them: they may end at once
                 made(batch, runs)
+            self._hand_on(runs, batch, refuse, wait)
         except BaseException:  # interrupted (Ctrl-C) with some of them made
             self._cut_short(tuple(made_runs), batch)
             raise
-        self._hand_on(runs, batch, refuse, wait)
         return batch
 
     def _cut_short(self, runs: tuple[Run, ...], batch: BatchRun | None) -> None:
         """The submission of `runs` was interrupted (the caller's Ctrl-C) once
-        they were made, before they were handed on: they end `cancelled`
-        (they never run), so that a quota that counted one gives its unit
-        back. A call whose making was cut short tells its own policies
-        (`toolbus.policies._set.never_submitted`)."""
+        they were made, maybe as they were handed on: those the scheduler
+        never admitted end `cancelled` (they never run), so that a quota that
+        counted one gives its unit back. A call whose making was cut short
+        tells its own policies (`toolbus.policies._set.never_submitted`)."""
         if runs:
             self._scheduler.post(SubmissionCutShort(Submit(runs, batch)))
 
@@ -394,20 +399,20 @@ class Submitting:
         """Show the runs to the submission hooks, then hand them to the scheduler
         (`refuse`: to end them `rejected` at once, see `refuse_blocking`;
         `wait`: once they fit in their bounded queues, see `submit_when_room`)."""
-        if self._submission.hooks:
-            try:
+        try:
+            if self._submission.hooks:
                 self._submission.tell(runs, batch)
-            except BaseException:  # the caller's interrupt: a hook's own failure is contained
-                self._cut_short(runs, batch)
-                raise
-        if refuse:
-            refuse_blocking(self._scheduler, Submit(runs, batch))
-        elif wait:
-            # Within the calls' whole-call budget; without one, the attempt's.
-            dues = [r.due for r in runs if r.due is not None]
-            bound = min(dues) - time.monotonic() if dues else self.timeout
-            submit_when_room(self._scheduler, Submit(runs, batch), bound)
-        else:
-            # Admission and dispatch happen here, on the caller's thread, under the
-            # scheduler's lock; after close the scheduler ends the calls `cancelled`.
-            self._scheduler.post(Submit(runs, batch))
+            if refuse:
+                refuse_blocking(self._scheduler, Submit(runs, batch))
+            elif wait:
+                # Within the calls' whole-call budget; without one, the attempt's.
+                dues = [r.due for r in runs if r.due is not None]
+                bound = min(dues) - time.monotonic() if dues else self.timeout
+                submit_when_room(self._scheduler, Submit(runs, batch), bound)
+            else:
+                # Admission and dispatch happen here, on the caller's thread, under the
+                # scheduler's lock; after close the scheduler ends the calls `cancelled`.
+                self._scheduler.post(Submit(runs, batch))
+        except BaseException:  # the caller's interrupt: a hook's own failure is contained
+            self._cut_short(runs, batch)
+            raise

@@ -84,20 +84,23 @@ class Admission(Completion):
         def _dispatch(self, run: Run) -> None: ...
 
     def _on_submit(self, msg: Submit) -> None:
-        self.counters["submitted"] += len(msg.runs)
         b = msg.batch
         if b is not None:
-            self.counters["batches"] += 1
             b.runs = list(msg.runs)
             b.remaining = len(b.runs)
+            # Counted once its books begin, no call between (a signal lands
+            # where a call returns): see `_submission_interrupted`.
+            self.counters["batches"] += 1
             # Its own limit, as a group, only where it can bind: a batch no
             # larger than its limit never waits for it.
             if b.limit < b.remaining:
                 b.sv_group = Group(f"batch:{b.batch_id}", b.limit)
         if self.services.halts.active or (b is not None and b.halted is not None):
             self._halted_at_submission(msg.runs, b)
+        counters = self.counters
         for run in msg.runs:
             run.ticket = Ticket()
+            counters["submitted"] += 1  # with its ticket, no call between (as above)
             if run.parent is not None:
                 self._nested_in(run.parent, run)
             if run.due is not None and run.refusal is None:
@@ -215,13 +218,13 @@ class Admission(Completion):
             self._done_with(b)
 
     def _on_cut_short(self, msg: Submit) -> None:
-        """Its runs were made but never handed on (the submitter's Ctrl-C
-        landed first, `SubmissionCutShort`): counted as submitted, they end
-        as a submission interrupted here does."""
-        self.counters["submitted"] += len(msg.runs)
-        if msg.batch is not None:
-            self.counters["batches"] += 1
-        self._submission_interrupted(msg)
+        """`SubmissionCutShort`: of its runs, those never admitted here end as
+        a submission interrupted here does. Those admitted are left to their
+        caller's give-up (`WaitGivenUp`), as any call handed on is."""
+        fresh = tuple(r for r in msg.runs if r.ticket is None)
+        if fresh:
+            whole = len(fresh) == len(msg.runs)
+            self._submission_interrupted(msg if whole else Submit(fresh, msg.batch))
 
     def _submission_interrupted(self, msg: Submit) -> None:
         """Its submitter was interrupted (Ctrl-C on the main thread) part way
@@ -230,13 +233,16 @@ class Admission(Completion):
         otherwise find none of them open to give up). The thread cut short
         may have been handling another thread's submission, queued behind
         its own: those calls end so too, rather than be left half admitted."""
+        counters = self.counters
         for run in msg.runs:
-            if run.ticket is None:
+            if run.ticket is None:  # not counted either (see `_on_submit`)
                 run.ticket = Ticket()
+                counters["submitted"] += 1
         self.runs_open.update(r for r in msg.runs if not r.ticket.closed)
         b = msg.batch
         if b is not None and b.remaining == 0 and not any(r.ticket.closed for r in msg.runs):
             b.runs, b.remaining = list(msg.runs), len(msg.runs)  # (its books, not begun)
+            counters["batches"] += 1
         for run in msg.runs:
             self._cancel_run(
                 run, ErrorCode.CANCELLED, "its submission was interrupted", only_unstarted=False

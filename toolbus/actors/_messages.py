@@ -61,10 +61,11 @@ class Cancel:
 @dataclass(frozen=True, slots=True)
 class SubmissionCutShort:
     """Executor -> supervisor: the submission of `submit`'s runs was cut
-    short (its caller's Ctrl-C) after they were made, before they were handed
-    on: they end `cancelled` as a submission interrupted inside the
-    scheduler's do, so that what they hold (a quota's unit) is given back and
-    the submission hooks that saw them see them end."""
+    short (its caller's Ctrl-C) after they were made, maybe before they were
+    handed on: those the scheduler never admitted are counted and end
+    `cancelled` as a submission interrupted inside the scheduler does, so
+    that what they hold (a quota's unit) is given back and the submission
+    hooks that saw them see them end. (Said twice, it ends them once.)"""
 
     submit: Submit
 

@@ -317,6 +317,8 @@ class Scheduler(Admission, Delays, Backpressure):
                 self._interrupt = e
                 if type(message) is Submit:  # admitted or dispatched part way
                     self._submission_interrupted(message)
+                elif type(message) is SubmissionCutShort:  # (a second Ctrl-C)
+                    self._submission_interrupted(message.submit)
                 return answer
             log.error(
                 "supervisor error on %s:\n%s",

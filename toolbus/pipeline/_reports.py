@@ -35,21 +35,19 @@ def publish_progress(
         if fraction is not None:
             fraction = _fraction(fraction)
         s = run.scrubber
-        em.emit(
-            sig.PROGRESS,
-            Progress(
-                run.call.id,
-                run.call.name,
-                run.batch_id,
-                run.attempt,
-                s.text(message),
-                fraction,
-                # A copy: the tool may change `data` before the event is delivered.
-                s.value(detached(data)),
-                parent_call_id=run.parent_call_id,
-                _run=run.token,
-            ),
+        event = Progress(
+            run.call.id,
+            run.call.name,
+            run.batch_id,
+            run.attempt,
+            s.text(message),
+            fraction,
+            # A copy: the tool may change `data` before the event is delivered.
+            s.value(detached(data)),
+            parent_call_id=run.parent_call_id,
+            _run=run.token,
         )
+        run.while_open(lambda: em.emit(sig.PROGRESS, event))
 
 
 def _fraction(value: Any) -> float | None:

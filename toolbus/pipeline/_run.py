@@ -372,6 +372,14 @@ class Run:
             self.result = result
             return True
 
+    def while_open(self, announce: Callable[[], None]) -> None:
+        """Call `announce` unless the call has its result, under the lock that
+        sets the result: what it announces is numbered before the call's
+        `tool:finished` (announced once the result is set), or not at all."""
+        with self._lock:
+            if self.result is None:
+                announce()
+
     def note_policy(self, policy: Any, *, admitted: bool) -> bool:
         """Record that `policy` admitted the call (or delays it); False if the
         call has its result already (then that policy is told it directly)."""

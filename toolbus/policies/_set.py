@@ -214,19 +214,20 @@ def admit_at_submission(
     what the policies mask a key with (`scrub`), and the refusal is scrubbed
     with it. Nothing is announced at submission."""
     admitted = admitted if admitted is not None else []
-    token = asking(None, batch_id, None, scrubber)
     try:
-        refusal = _ask_at_submission(guard, call, now, admitted)
+        token = asking(None, batch_id, None, scrubber)
+        try:
+            refusal = _ask_at_submission(guard, call, now, admitted)
+        finally:
+            done_asking(token)
+        if refusal is not None and scrubber:
+            return refusal[0], scrubber.text(refusal[1])
+        return refusal
     except BaseException:  # the caller's interrupt (a policy's own failure is a refusal)
         # The call is never handed on: those that admitted it so far hear so.
         never_submitted(admitted, call, scrubber, batch_id)
         admitted.clear()
         raise
-    finally:
-        done_asking(token)
-    if refusal is not None and scrubber:
-        return refusal[0], scrubber.text(refusal[1])
-    return refusal
 
 
 def never_submitted(
