@@ -294,6 +294,35 @@ def test_through_an_executor_it_opens_rejects_half_opens_and_closes(
     assert sorted(states) == ["closed", "half-open", "open"]
 
 
+@pytest.mark.parametrize("timeout", [None, float("inf")])
+def test_a_trial_without_a_timeout_is_never_presumed_lost(
+    make_executor: MakeExecutor, timeout: float | None
+) -> None:
+    """No timeout (None, as math.inf) has no end to count `reset_after`
+    from: while the trial runs, however long, the others are rejected."""
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=1, reset_after=30, clock=clock)
+    service = FlakyService()
+    ex = make_executor(registry_with(service), policies=[breaker], timeout=timeout)
+    assert ex.execute(lookup(0)).status == "error"
+    clock.advance(30)
+    service.down = False
+    service.proceed.clear()
+    service.entered.clear()
+    outcome: list[str] = []
+    trial = threading.Thread(target=lambda: outcome.append(ex.execute(lookup(1)).status))
+    trial.start()
+    try:
+        assert service.entered.wait(10)  # the trial is running
+        clock.advance(3600)
+        meanwhile = ex.execute(lookup(2))
+        assert meanwhile.status == "rejected" and meanwhile.error_code is ErrorCode.CIRCUIT_OPEN
+    finally:
+        service.proceed.set()
+        trial.join(timeout=10)
+    assert outcome == ["ok"] and service.calls == 2
+
+
 def test_a_failed_trial_reopens_it_with_an_event(
     make_executor: MakeExecutor, recorder: bus.Recorder
 ) -> None:

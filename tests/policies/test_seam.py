@@ -92,7 +92,17 @@ def test_respond_short_circuits_with_the_calls_identity(make_executor: MakeExecu
 
 
 @pytest.mark.parametrize(
-    "bad", [ValueError("boom"), "not a decision", Delay(float("nan")), Reject("X", "m")]
+    "bad",
+    [
+        ValueError("boom"),
+        GeneratorExit(),  # its own: not the step being thrown away
+        "not a decision",
+        Delay(float("nan")),
+        Delay(10**400),  # (no float can hold it)
+        Delay(True),  # type: ignore[arg-type]
+        Delay("1"),  # type: ignore[arg-type]
+        Reject("X", "m"),
+    ],
 )
 def test_a_broken_policy_fails_closed_naming_itself(make_executor: MakeExecutor, bad: Any) -> None:
     ran: list[str] = []
@@ -101,7 +111,7 @@ def test_a_broken_policy_fails_closed_naming_itself(make_executor: MakeExecutor,
         name = "broken-guard"
 
         def admit(self, call: ToolCall, tool: Any, now: float) -> Decision:
-            if isinstance(bad, Exception):
+            if isinstance(bad, BaseException):
                 raise bad
             return bad  # type: ignore[no-any-return]
 

@@ -201,6 +201,16 @@ def test_a_card_number_as_a_json_number_under_a_card_key(scanner: ContentScanner
     assert scanner.text(body) == '{"card_number": [REDACTED:card], "id": 5555555555554444}'
 
 
+def test_a_password_as_a_json_number_under_a_password_key(scanner: ContentScanner) -> None:
+    """A PIN as JSON text's number: a dict's is hidden by its key, and so is
+    the text's (found by a bug hunt); a number under another key stays."""
+    body = json.dumps({"user": "bob", "password": 48151623, "db_pin": 1234, "port": 5432})
+    assert scanner.text(body) == (
+        '{"user": "bob", "password": [REDACTED:secret], "db_pin": 1234, "port": 5432}'
+    )
+    assert scanner.text('{"db_password_2": -90817}') == '{"db_password_2": [REDACTED:secret]}'
+
+
 def test_a_password_in_a_url_is_a_secret_not_an_address(scanner: ContentScanner) -> None:
     """Masked as an e-mail address it showed the password's first letter (found by review)."""
     masking = ContentScanner(engine=scanner.engine, actions={"email": "mask"})

@@ -85,12 +85,14 @@ def consult(run: Run, svc: Services) -> Steps:
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
+            waiting = False  # at the `yield`: where the driver closes the step
             try:
                 decision = policy.admit(run.call, tool, time.monotonic())
                 if type(decision) not in _DECISIONS and awaitable(decision):
+                    waiting = True
                     decision = yield _asked(decision, svc, run)
             except BaseException as e:
-                if isinstance(e, GeneratorExit) or (
+                if (isinstance(e, GeneratorExit) and waiting) or (
                     isinstance(e, asyncio.CancelledError) and not run.is_live(run.attempt)
                 ):
                     # The step itself is being thrown away (its loop closed),
@@ -239,9 +241,12 @@ def _well_formed(result: ToolResult, tool: str, policy: Any) -> ToolResult | str
 
 
 def _seconds(value: Any) -> float | None:
+    """A delay's seconds, if they are a finite number >= 0 (not text, not a bool)."""
+    if isinstance(value, bool | str | bytes | bytearray):
+        return None
     try:
         seconds = float(value)
-    except (TypeError, ValueError):
+    except Exception:  # (OverflowError for a huge int; whatever a `__float__` raises)
         return None
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 

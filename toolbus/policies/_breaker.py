@@ -23,6 +23,7 @@ running when the circuit opened do not keep it open longer, nor close it.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from ._signals import (
     CIRCUIT_OPEN,
     CircuitChanged,
     announce,
+    asked_by_an_executor,
     call_timeout,
     scrub,
 )
@@ -127,6 +129,10 @@ class CircuitBreaker(BasePolicy):
             return key
         at = self._clock() if self._clock is not None else now
         timeout = call_timeout()
+        if timeout is None and asked_by_an_executor():
+            # A call without a timeout: its trial is never presumed lost (as
+            # with math.inf); it ends, and says so (`on_result`).
+            timeout = math.inf
         with self._lock:
             circuit = self._circuits.get(key)
             if circuit is None:

@@ -34,6 +34,7 @@ __all__ = [
     "CircuitChanged",
     "Throttled",
     "announce",
+    "asked_by_an_executor",
     "asking",
     "call_timeout",
     "scrub",
@@ -103,6 +104,12 @@ def asking(
     have `timeout`, whose secrets `scrubber` hides and whose whole-call
     deadline is `due` (a `time.monotonic()` instant), now (reset the token after)."""
     return _asking.set((emitter, batch_id, timeout, scrubber, due))
+
+
+def asked_by_an_executor() -> bool:
+    """True while an executor asks a policy about a call (`call_timeout` and
+    `time_left` then say what that call has)."""
+    return _asking.get() is not None
 
 
 def call_timeout() -> float | None:

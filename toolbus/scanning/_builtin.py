@@ -249,6 +249,19 @@ def builtin_rules() -> list[Rule]:
             lowercase=True,
         ),
         Rule(
+            "password-json-number",
+            # The JSON number under a key that names a password (a PIN):
+            # `{"password": 48151623}` as JSON text, as `password-quoted-key`
+            # finds a quoted one (and as a dict's number is, by its key).
+            r"[\"'][\w.-]{0,64}?(?:" + _PASSWORD_WORDS + r")(?:[_-]?\d{1,3})?\\?[\"']\s*:\s*"
+            r"(-?\d{4,256})(?![\w.])",
+            kind="secret",
+            group=1,
+            check=_a_password,
+            keywords=_PASSWORD_KEYWORDS,
+            lowercase=True,
+        ),
+        Rule(
             "password-option",
             # A password on a command line: `mysql -pS3cret`, `sshpass -p 'S3cret'`.
             # (The command itself, not a word of a longer name; one command:
