@@ -655,3 +655,25 @@ def test_a_step_needing_approval_surfaces_its_request() -> None:
         r = ex.execute(ToolCall(id="s1", name="seq", arguments={"x": 1}))
     # Today: status "error" (TOOL_ERROR), no approval_request; no decision can run it.
     assert r.status == "deferred" and r.approval_request is not None
+
+
+@pytest.mark.parametrize("timeout", [5.0, None])
+def test_a_sequence_that_names_itself_is_stopped_by_the_nesting_bound(
+    make_executor: MakeExecutor, timeout: float | None
+) -> None:
+    """Steps named by name are found as the sequence runs: one that names
+    its own sequence nests without end. The call `MAX_NESTING` deep is
+    refused; the sequence ends `error` saying so (found by a bug hunt: it
+    grew until memory or its deadline ran out)."""
+    from toolbus._executor._plan import MAX_NESTING
+
+    @tool(read_only=True)
+    def inc(x: int) -> int:
+        return x + 1
+
+    reg = ToolRegistry()
+    reg.register(sequence("loop", [inc, "loop"]))
+    ex = make_executor(reg, timeout=timeout)
+    r = ex.execute(ToolCall(id="L", name="loop", arguments={"x": 1}))
+    assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_ERROR)
+    assert f"calls nest more than {MAX_NESTING} deep" in (r.error or "")

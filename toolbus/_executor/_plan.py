@@ -41,6 +41,7 @@ from ..tools._offer import granted, missing_scopes, not_offered, offered, offeri
 
 __all__ = [
     "MAX_LISTED_TOOLS",
+    "MAX_NESTING",
     "ToolPlan",
     "ToolPlans",
     "plan_batch",
@@ -52,6 +53,11 @@ __all__ = [
 log = logging.getLogger("toolbus")
 
 _batch_ids = itertools.count(1)
+
+# How deep calls may nest (a tool's call of its executor, a sequence's step):
+# deeper is a tool or sequence that calls itself without end, refused rather
+# than left to grow until memory or its deadline runs out.
+MAX_NESTING = 64
 
 
 class ToolPlan:
@@ -228,6 +234,12 @@ def plan_run(
         # A policy's own code (applies_to, timeout) failed for this tool:
         # none of its calls may run, and the caller gets a result, not the error.
         refusal = guard.refusal
+    elif parent is not None and _nested_too_deep(parent):
+        refusal = (
+            ErrorCode.TOOL_UNAVAILABLE,
+            f"Tool '{plan.tool.name}' is unavailable: calls nest more than {MAX_NESTING} deep "
+            "(a tool or a sequence that calls itself without end?)",
+        )
     elif parent is not None and plan.tool.scopes and (missing := _missing(plan.tool)):
         # A call made by a served call (a sequence's step, a tool calling
         # another) is held to the served call's token, as that call was.
@@ -349,6 +361,18 @@ def unknown_tool_message(name: str, known: list[str]) -> str:
     listed = ", ".join(known[:MAX_LISTED_TOOLS])
     more = len(known) - MAX_LISTED_TOOLS
     return text + f" Available tools: {listed}" + (f" (and {more} more)" if more > 0 else "")
+
+
+def _nested_too_deep(parent: Run) -> bool:
+    """A call made inside `parent` would nest more than `MAX_NESTING` deep."""
+    depth = 1
+    caller: Run | None = parent
+    while caller is not None:
+        depth += 1
+        if depth > MAX_NESTING:
+            return True
+        caller = caller.parent
+    return False
 
 
 def _missing(tool: Tool) -> str | None:
