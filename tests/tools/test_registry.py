@@ -250,3 +250,19 @@ def test_register_adds_the_tools_a_policy_brings() -> None:
     with pytest.raises(DuplicateToolError, match="bring a tool named 'fourth'"):
         registry.register(FunctionTool(lambda: 4, name="fourth", policies=[_Brings(namesake)]))
     assert registry.names() == ["first", "helper", "second"]
+
+
+def test_registering_what_is_no_function_or_has_no_name_says_so() -> None:
+    """(A bug hunt's: `register(42)` raised `AttributeError: __name__`.)"""
+    import functools
+
+    reg = ToolRegistry()
+    with pytest.raises(TypeError, match="made of a function, not of int"):
+        reg.register(42)  # type: ignore[arg-type]
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with pytest.raises(TypeError, match="needs name="):
+        reg.register(functools.partial(add, 1))
+    assert reg.tool(name="add_one")(functools.partial(add, 1)).name == "add_one"

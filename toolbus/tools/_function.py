@@ -42,15 +42,21 @@ class FunctionTool(Tool):
     """
 
     def __init__(self, fn: AnyFunction, **options: Unpack[ToolOptions]) -> None:
+        if not callable(fn):
+            raise TypeError(f"a tool is made of a function, not of {type(fn).__name__}")
+        given = options.get("name")
+        if not isinstance(getattr(fn, "__name__", None), str) and not given:
+            # (A callable object, a functools.partial: no name of its own.)
+            raise TypeError(f"a tool of {type(fn).__name__} needs name=: it has no __name__")
         self.fn = fn
         self._output_schema: dict[str, Any] | None = None
         self._output_schema_known = False  # worked out on first read
         unknown = sorted(set(options) - set(ToolOptions.__annotations__))
         if unknown:
-            raise TypeError(f"tool {fn.__name__!r}: unknown option {unknown[0]!r}")
+            raise TypeError(f"tool {_label(fn)!r}: unknown option {unknown[0]!r}")
         name = options.pop("name", None)
         if name is not None and (not isinstance(name, str) or not name):
-            raise TypeError(f"tool {fn.__name__!r}: name must be a non-empty string, got {name!r}")
+            raise TypeError(f"tool {_label(fn)!r}: name must be a non-empty string, got {name!r}")
         description = options.pop("description", None)
         self.name = name or fn.__name__
         doc = parse_docstring(inspect.getdoc(fn))
@@ -231,3 +237,9 @@ def tool(
         return FunctionTool(f, **options)
 
     return make(fn) if fn is not None else make
+
+
+def _label(fn: Any) -> str:
+    """What an error names a tool's function by."""
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
