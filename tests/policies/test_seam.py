@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 import time
 from typing import Any
@@ -1082,7 +1083,9 @@ def test_ctrl_c_anywhere_in_a_submission_gives_a_quotas_units_back(
     calls = [ToolCall(id=i, name="read", arguments={"x": 1}) for i in ("a", "b")]
     submit: Any = ex.execute_batch if how == "execute_batch" else ex.execute
     with pytest.raises(KeyboardInterrupt):
-        submit(calls if how == "execute_batch" else calls[0])
+        # In a context of its own: cut short before `done_asking`, the ask's
+        # context variable stays set in it (as it would where a signal landed).
+        contextvars.copy_context().run(submit, calls if how == "execute_batch" else calls[0])
     monkeypatch.undo()
     assert q.used("read") == 0 and ran == []
     ended = sorted(seen) if made else []
