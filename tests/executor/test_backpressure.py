@@ -484,32 +484,6 @@ def test_on_full_wait_counts_the_calls_bound_for_a_full_group_still_in_the_ready
     assert ex.stats().rejected == 0
 
 
-def test_a_producer_waiting_behind_a_ready_call_of_its_group_is_woken_when_it_leaves(
-    make_executor: MakeExecutor,
-) -> None:
-    """The call ahead of it in the ready queue is cancelled there: the
-    group's queue has room again, and the producer waiting for it gets in
-    (before any slot of the group frees)."""
-    ex, gates, g0, f1 = _db_full(make_executor)
-    g1 = ex.submit(call("g", "g1"))  # in the ready queue: db's queue is its
-    pool = cf.ThreadPoolExecutor(1)
-    try:
-        g2 = pool.submit(ex.execute, call("g", "g2"))
-        _blocked(ex, 1)
-        g1.cancel()
-        assert g1.result(10).status == "cancelled"
-        gates["f1"].set()
-        assert f1.result(10).status == "ok"
-        _blocked(ex, 0)  # woken, and in: it waits on db behind g0
-        wait_until(lambda: ex.stats().queues.get("db") == 1, what="g2 queued on db")
-        gates["g0"].set()
-        assert (g2.result(10).status, g0.result(10).status) == ("ok", "ok")
-    finally:
-        for gate in gates.values():
-            gate.set()
-        pool.shutdown(wait=False)
-
-
 def test_on_full_wait_gives_up_after_the_timeout(make_executor: MakeExecutor, scene: Scene) -> None:
     ex = new(make_executor, scene, max_parallel=1, max_queued=1, on_full="wait", timeout=0.3)
     hold(ex, scene)
@@ -662,3 +636,33 @@ def test_a_group_may_not_take_the_name_of_a_queue_of_its_own(name: str) -> None:
     """A group named so was reported as that queue (review of issue 21)."""
     with pytest.raises(ValueError, match="reserved name"):
         Executor(ToolRegistry(), groups={name: 1})
+
+
+def test_a_waiting_producers_submission_cut_short_by_ctrl_c_ends_its_calls_once(
+    make_executor: MakeExecutor,
+    scene: Scene,
+    recorder: bus.Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while the scheduler admits an `on_full="wait"` producer's calls
+    (on the producer's thread, as it looks for room): they end `cancelled`,
+    once, counted, and the quota that counted them gets its units back (they
+    were left half admitted, never ended)."""
+    from toolbus.actors import _admission
+
+    real = _admission.Admission._pool
+
+    def interrupted(self: Any, run: Any) -> Any:
+        monkeypatch.setattr(_admission.Admission, "_pool", real)  # once
+        raise KeyboardInterrupt
+
+    ex = new(make_executor, scene, max_queued=10, on_full="wait")
+    monkeypatch.setattr(_admission.Admission, "_pool", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ex.execute_batch([call("counted", f"c{i}") for i in range(3)])
+    ended = recorder.wait_for(bus.FINISHED, 3, timeout=20)
+    assert sorted(e.call_id for e in ended) == ["c0", "c1", "c2"]
+    assert {e.result.status for e in ended} == {"cancelled"}
+    stats = ex.stats()
+    assert (stats.submitted, stats.cancelled, stats.in_flight, stats.queued) == (3, 3, 0, 0)
+    assert scene.quota.used("counted") == 0 and scene.started == []

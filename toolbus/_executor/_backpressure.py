@@ -73,7 +73,11 @@ def submit_when_room(scheduler: Scheduler, submit: Submit, timeout: float | None
     except BaseException:
         # Interrupted (Ctrl-C in the producer): its calls were made and shown
         # to the submission hooks, and hold what they took at submission (a
-        # quota's unit): they end `cancelled` through the scheduler, as any.
+        # quota's unit): they end `cancelled` through the scheduler, as any;
+        # unless the interrupt cut its look for room short (the scheduler
+        # ended them then: they have their tickets).
+        if any(r.ticket is not None for r in submit.runs):
+            raise
         scheduler.post(submit)
         why = "the caller was interrupted"
         if submit.batch is not None:

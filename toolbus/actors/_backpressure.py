@@ -152,12 +152,13 @@ class Backpressure(Completion):
         seen: list[int] = []
         if slots.max_queued is not None:
             seen += (_live(slots.ready), slots.in_flight - slots.shared)
-        bounded = {name: 1 for name, g in self.groups.items() if g.max_queued is not None}
-        # And the calls of each in the ready queue, which reach it first (`_has_room`).
-        ahead = self._ready_in_groups(bounded) if bounded else {}
-        for name in bounded:
-            g = self.groups[name]
-            seen += (_live(g.waiting), g.in_flight, ahead.get(name, 0))
+        # (Not the calls of a group still in the ready queue, which `_has_room`
+        # counts: looking for them at every pump would cost a scan of the
+        # ready queue each time. One that leaves it there wakes nobody; the
+        # producer looks again when the group's queue or slots change.)
+        for g in self.groups.values():
+            if g.max_queued is not None:
+                seen += (_live(g.waiting), g.in_flight)
         return tuple(seen)
 
     def _room_changed(self) -> None:

@@ -317,7 +317,7 @@ class Scheduler(Admission, Delays, Backpressure):
                 self._interrupt = e
                 if type(message) is Submit:  # admitted or dispatched part way
                     self._submission_interrupted(message)
-                elif type(message) is SubmissionCutShort:  # (a second Ctrl-C)
+                elif type(message) in (SubmissionCutShort, SubmitIfRoom):  # (the same)
                     self._submission_interrupted(message.submit)
                 return answer
             log.error(
