@@ -3,10 +3,11 @@
 A secret in base64 does not show to a search of the base64, so the bytes
 are read as text, cleaned, and written back. Every reading that anything
 downstream may make of them is cleaned: the charset the data declares, the
-same with its undecodable bytes replaced (a stray byte of UTF-16), and UTF-8,
-which is what the provider writers read whatever the charset says. Bytes of
-a type that does not declare text are read only as strict UTF-8: an image's
-bytes are left as they are.
+same with its undecodable bytes replaced (a stray byte of UTF-16), UTF-8,
+which is what the provider writers read whatever the charset says, and, for
+text holding NUL bytes, UTF-16 of either byte order (without its mark, or
+under another charset's name). Bytes of a type that does not declare text
+are read only as strict UTF-8: an image's bytes are left as they are.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def cleaned_data(clean: Callable[[str], str], media_type: str, data: str) -> str
         readings = dict.fromkeys(
             ((charset, "surrogateescape"), (charset, "replace"), ("utf-8", "surrogateescape"))
         )
+        if b"\x00" in raw:  # UTF-16 without its byte-order mark, or mislabelled
+            readings.update(dict.fromkeys((("utf-16-le", "replace"), ("utf-16-be", "replace"))))
     else:
         readings = dict.fromkeys((("utf-8", "strict"),))
     cleaned = raw

@@ -452,6 +452,21 @@ def test_utf8_text_under_a_wrong_or_unknown_charset_is_scrubbed_as_utf8(media_ty
     assert KEY not in base64.b64decode(a.data).decode("utf-8", "replace")
 
 
+@pytest.mark.parametrize(
+    ("media_type", "encoding"),
+    [("text/plain; charset=utf-16", "utf-16-be"), ("text/plain; charset=utf-8", "utf-16-le")],
+)
+def test_utf16_text_without_its_byte_order_mark_or_mislabelled_is_scrubbed(
+    media_type: str, encoding: str
+) -> None:
+    """(Found by review: Python reads BOM-less UTF-16 as little-endian, and a
+    writer sent the UTF-8 reading, the secret between NULs.)"""
+    raw = f"token={KEY}".encode(encoding)
+    (a,) = _cleaned(Attachment(type=media_type, data=_b64(raw)))
+    assert a.data is not None
+    assert base64.b64decode(a.data).decode(encoding) == "token=***"
+
+
 def test_utf16_text_with_a_stray_byte_is_scrubbed() -> None:
     raw = f"token={KEY} end".encode("utf-16") + b"\x00"  # an odd byte out
     (a,) = _cleaned(Attachment(type="text/plain; charset=utf-16", data=_b64(raw)))
