@@ -7,6 +7,8 @@ treats as transient.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pydantic
 
 from ..tools import ToolError
@@ -17,6 +19,7 @@ __all__ = [
     "MCPConnectionLost",
     "MCPOutputError",
     "MCPServerUnavailable",
+    "field_at",
     "malformed_reply",
 ]
 
@@ -70,7 +73,7 @@ def malformed_reply(error: pydantic.ValidationError, *, server: str) -> MCPCallE
         # path: one line for the place, naming the kinds, not one per try.
         at = next((i for i, p in enumerate(loc) if isinstance(p, str) and p[:1].isupper()), None)
         if at is not None:
-            where = _where(loc[:at])
+            where = field_at(loc[:at], "the reply")
             problems.setdefault(where, "")  # (its place in the list)
             tried = kinds.setdefault(where, [])
             if str(loc[at]) not in tried:
@@ -85,7 +88,7 @@ def malformed_reply(error: pydantic.ValidationError, *, server: str) -> MCPCallE
             rule = msg.replace("Input should", "should", 1)
         else:  # a validator's own text, or one that quotes the value
             rule = f"is not valid ({e['type']})"
-        problems.setdefault(_where(loc), rule)
+        problems.setdefault(field_at(loc, "the reply"), rule)
     for where, tried in kinds.items():
         problems[where] = f"is none of the kinds it may be ({', '.join(tried)})"
     listed = [f"{where} {rule}" for where, rule in problems.items()]
@@ -95,10 +98,12 @@ def malformed_reply(error: pydantic.ValidationError, *, server: str) -> MCPCallE
     )
 
 
-def _where(loc: list[int | str]) -> str:
-    if not loc:
-        return "the reply"
+def field_at(path: Sequence[int | str], whole: str) -> str:
+    """Where in a reply something is wrong: "field 'content[0].text'", or
+    `whole` (what the reply is called) for all of it."""
+    if not path:
+        return whole
     text = ""
-    for part in loc:
+    for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return f"field '{text}'"

@@ -27,7 +27,7 @@ from referencing.exceptions import Unresolvable
 
 from ..models import Attachment, ErrorCode, ToolOutput
 from ..tools import ToolError
-from ._errors import MCPOutputError
+from ._errors import MCPOutputError, field_at
 from ._server_output import (
     ATTACHMENT_MARK,
     ATTACHMENT_TITLE,
@@ -360,12 +360,7 @@ def mismatch(error: ValidationError) -> str:
 
 
 def _field(path: list[str | int]) -> str:
-    if not path:
-        return "the structured content"
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return f"field '{text}'"
+    return field_at(path, "the structured content")
 
 
 def _text(server: str, detail: str) -> str:

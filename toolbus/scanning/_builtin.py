@@ -28,6 +28,10 @@ __all__ = ["builtin_rules"]
 # Words that end a secret's name ("db_password", "SecretAccessKey", "x-api-key",
 # "refresh_token"): a word may be the end of a longer name, so none needs more.
 _PASSWORD_WORDS = r"pass(?:words?|wd|phrase)|pwd"
+# A quoted key that names a password, and its colon (JSON text, a dict's repr).
+_PASSWORD_QUOTED_KEY = (
+    r"[\"'][\w.-]{0,64}?(?:" + _PASSWORD_WORDS + r")(?:[_-]?\d{1,3})?\\?[\"']\s*:\s*"
+)
 _SECRET_WORDS = (
     _PASSWORD_WORDS + r"|secret|(?<!page)(?<!page[_-])(?<!next)(?<!next[_-])"
     r"(?<!continuation)(?<!continuation[_-])(?<!cursor)(?<!cursor[_-])(?<!sync)(?<!sync[_-])"
@@ -240,8 +244,7 @@ def builtin_rules() -> list[Rule]:
             # (`{"password": "hunter2"}`): the key says what the value is, so
             # it need not look like one (`under_key`). (No space: a sentence
             # there is a form's message, "This field is required.")
-            r"[\"'][\w.-]{0,64}?(?:" + _PASSWORD_WORDS + r")(?:[_-]?\d{1,3})?\\?[\"']\s*:\s*"
-            r"\\?[\"']([^\"'\\\s]{4,256})\\?[\"']",
+            _PASSWORD_QUOTED_KEY + r"\\?[\"']([^\"'\\\s]{4,256})\\?[\"']",
             kind="secret",
             group=1,
             check=_a_password,
@@ -253,8 +256,7 @@ def builtin_rules() -> list[Rule]:
             # The JSON number under a key that names a password (a PIN):
             # `{"password": 48151623}` as JSON text, as `password-quoted-key`
             # finds a quoted one (and as a dict's number is, by its key).
-            r"[\"'][\w.-]{0,64}?(?:" + _PASSWORD_WORDS + r")(?:[_-]?\d{1,3})?\\?[\"']\s*:\s*"
-            r"(-?\d{4,256})(?![\w.])",
+            _PASSWORD_QUOTED_KEY + r"(-?\d{4,256})(?![\w.])",
             kind="secret",
             group=1,
             check=_a_password,
