@@ -24,9 +24,11 @@ def lock_held(ex: Executor) -> Iterator[None]:
     handle what was posted meanwhile, as the holder does before it returns."""
     scheduler = ex._scheduler
     scheduler.lock.acquire()
+    scheduler.owner = threading.get_ident()
     try:
         yield
     finally:
+        scheduler.owner = None
         scheduler.lock.release()
         scheduler._settle()
 

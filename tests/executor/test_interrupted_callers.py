@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus._executor._waiting import Waiting
 from toolbus.actors import Scheduler, _admission
+from toolbus.actors._messages import WaitGivenUp
 from toolbus.backends import ThreadBackend, _thread
+from toolbus.pipeline._waiters import ThreadWaiter
 
 INTERRUPTED = "the caller was interrupted"
 
@@ -269,3 +271,153 @@ def test_an_interrupt_while_the_caller_admits_its_calls_ends_each_once(
         _ended(recorder, call_id)
     assert ex.execute(ToolCall(id="next", name="write", arguments={"i": 2})).output == 2
     assert ex.stats().in_flight == 0 and ex.stats().queued == 0
+
+
+# -- interrupted as it takes the scheduler's lock, or between queued messages -------------
+# A signal's exception is raised as a call returns: `acquire` may have taken
+# the lock by then, and a message may be between the queue and its handler.
+
+
+class _SprungLock:
+    """The scheduler's lock, with a signal landing (once, on the main thread)
+    as `acquire` returns, after it took the lock."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.sprung = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken: bool = self.real.acquire(blocking, timeout)
+        if taken and not self.sprung and threading.current_thread() is threading.main_thread():
+            self.sprung = True
+            raise KeyboardInterrupt
+        return taken
+
+    def release(self) -> None:
+        self.real.release()
+
+    def _is_owned(self) -> bool:
+        return bool(self.real._is_owned())
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.mark.parametrize("where", ["post", "settle"])
+def test_an_interrupt_as_the_caller_takes_the_lock_leaves_it_free(
+    ex: Executor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    scheduler = ex._scheduler
+    assert ex.execute(ToolCall(id="warm", name="write", arguments={"i": 0})).output == 0
+    lock = _SprungLock(scheduler.lock)
+    monkeypatch.setattr(scheduler, "lock", lock)
+    if where == "settle":  # the lock is tried again for a message queued meanwhile
+        scheduler.owner = -1  # as if another thread were handling: the message is queued
+        try:
+            scheduler.post(WaitGivenUp(ThreadWaiter(), "nobody"))
+        finally:
+            scheduler.owner = None
+        assert len(scheduler._pending) == 1 and not lock.sprung
+        with pytest.raises(KeyboardInterrupt):
+            scheduler._settle()
+        assert not scheduler._pending
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            ex.execute(ToolCall(id="a", name="write", arguments={"i": 1}))
+        _ended(recorder, "a", or_ran=True)
+    assert lock.sprung
+    # Nobody holds the lock: another thread's call is admitted and ends.
+    results: list[Any] = []
+    other = threading.Thread(
+        target=lambda: results.append(
+            ex.execute(ToolCall(id="b", name="write", arguments={"i": 2}))
+        ),
+        daemon=True,  # (on a hang, the test fails without holding the process)
+    )
+    other.start()
+    other.join(30)
+    assert [r.output for r in results] == [2]
+    assert ex.stats().in_flight == 0
+
+
+def _queued_from_another_thread(ex: Executor, results: list[Any]) -> threading.Thread:
+    """Another thread's call "b", its submission left queued for this thread
+    to handle (held here as a handler would); its result goes to `results`."""
+    scheduler = ex._scheduler
+    scheduler.lock.acquire()
+    scheduler.owner = threading.get_ident()
+    try:
+        worker = threading.Thread(
+            target=lambda: results.append(
+                ex.execute(ToolCall(id="b", name="write", arguments={"i": 2}))
+            ),
+            daemon=True,  # (on a hang, the test fails without holding the process)
+        )
+        worker.start()
+        wait_until(lambda: len(scheduler._pending) == 1, timeout=30)
+    finally:
+        scheduler.owner = None
+        scheduler.lock.release()
+    return worker
+
+
+def test_an_interrupt_as_a_queued_message_is_taken_loses_none(
+    ex: Executor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The main thread handles another thread's queued submission; the signal
+    # lands as its handler is entered: the submission is handled all the same.
+    scheduler = ex._scheduler
+    assert ex.execute(ToolCall(id="warm", name="write", arguments={"i": 0})).output == 0
+    results: list[Any] = []
+    worker = _queued_from_another_thread(ex, results)
+    handle = scheduler._handle
+
+    def entered(message: Any, pump: bool = True) -> Any:
+        if message is not None:
+            monkeypatch.undo()
+            raise KeyboardInterrupt
+        return handle(message, pump=pump)
+
+    monkeypatch.setattr(scheduler, "_handle", entered)
+    with pytest.raises(KeyboardInterrupt):
+        scheduler._settle()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert [r.output for r in results] == [2]
+    assert [e.call_id for e in recorder.of(bus.FINISHED)].count("b") == 1
+    assert ex.stats().in_flight == 0 and not scheduler._pending
+
+
+def test_an_interrupt_out_of_a_handler_part_way_does_not_handle_its_message_twice(
+    ex: Executor, recorder: bus.Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second signal as the handler deals with the first: the message was
+    # handled as far as it got (its call ended), and is not handled again.
+    scheduler = ex._scheduler
+    assert ex.execute(ToolCall(id="warm", name="write", arguments={"i": 0})).output == 0
+    submitted: list[Any] = []
+    ended = Scheduler._submission_interrupted
+    results: list[Any] = []
+
+    def first(self: Scheduler, message: Any) -> None:
+        submitted.append(message)
+        raise KeyboardInterrupt
+
+    def second(self: Scheduler, message: Any) -> None:
+        ended(self, message)
+        raise KeyboardInterrupt
+
+    worker = _queued_from_another_thread(ex, results)
+    monkeypatch.setattr(Scheduler, "_on_submit", first)
+    monkeypatch.setattr(Scheduler, "_submission_interrupted", second)
+    with pytest.raises(KeyboardInterrupt):
+        scheduler._settle()
+    monkeypatch.undo()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert len(submitted) == 1 and not scheduler._pending
+    assert [r.status for r in results] == ["cancelled"]
+    assert [e.call_id for e in recorder.of(bus.FINISHED)].count("b") == 1

@@ -108,8 +108,11 @@ class Scheduler(Admission, Delays, Backpressure):
         group_queues: Mapping[str, int] | None = None,
     ) -> None:
         # Held by whichever thread is acting for the supervisor. Nobody ever
-        # waits for it to post: see `post`.
-        self.lock = threading.Lock()
+        # waits for it to post: see `post`. Reentrant only so that a thread
+        # can tell it took it (`_is_owned`): a signal's exception raised as
+        # `acquire` returns would otherwise leave it held for ever (`_took`);
+        # a handler's own posts never take it again (`owner`).
+        self.lock = threading.RLock()
         # The thread holding the lock (its ident), read without it by anyone
         # asking "am I inside a handler?".
         self.owner: int | None = None
@@ -178,32 +181,39 @@ class Scheduler(Admission, Delays, Backpressure):
         that holds it, and a backend may post from inside `submit`.
         """
         pending = self._pending
-        if not pending and self.lock.acquire(blocking=False):
-            # Nobody holds the lock and nothing waits: handle it here at once
-            # (the common case, without a trip through the queue). From here
-            # every step is inside the `try`, and the `finally` calls nothing
-            # before it lets go of the lock: a signal's exception (raised where
-            # a function is called or entered) cannot leave it held.
+        # (`owner` set: a handler posts, on the thread holding the lock; its
+        # message waits in the queue for that thread, as another thread's would.)
+        if not pending and self.owner is None:
             try:
-                if pending:  # posted between our look and the lock: theirs goes first
-                    pending.append(message)
-                    message = None
-                self.owner = threading.get_ident()
-                if message is not None:
-                    self._handle(message)
-                if pending:
-                    self._drain()
-            finally:
-                self.owner = None
-                interrupt = self._interrupt
+                taken = self.lock.acquire(blocking=False)
+            except BaseException as e:
+                taken = self._took(e)
+            if taken:
+                # Nobody held the lock and nothing waits: handle it here at once
+                # (the common case, without a trip through the queue). From here
+                # every step is inside the `try`, and the `finally` calls nothing
+                # before it lets go of the lock: a signal's exception (raised where
+                # a function is called or entered) cannot leave it held.
+                try:
+                    if pending:  # posted between our look and the lock: theirs goes first
+                        pending.append(message)
+                        message = None
+                    self.owner = threading.get_ident()
+                    if message is not None:
+                        self._handle(message)
+                    if pending:
+                        self._drain()
+                finally:
+                    self.owner = None
+                    interrupt = self._interrupt
+                    if interrupt is not None:
+                        self._interrupt = None
+                    self.lock.release()
+                if pending:  # posted while we held the lock, by a thread that found it taken
+                    self._settle()
                 if interrupt is not None:
-                    self._interrupt = None
-                self.lock.release()
-            if pending:  # posted while we held the lock, by a thread that found it taken
-                self._settle()
-            if interrupt is not None:
-                raise interrupt
-            return
+                    raise interrupt
+                return
         pending.append(message)
         self._settle()
 
@@ -213,7 +223,13 @@ class Scheduler(Admission, Delays, Backpressure):
         Re-checks after letting go: a message posted while we held the lock, by
         a thread that found it taken, is ours to handle."""
         pending = self._pending
-        while pending and self.lock.acquire(blocking=False):
+        while pending and self.owner is None:
+            try:
+                if not self.lock.acquire(blocking=False):
+                    return
+            except BaseException as e:
+                if not self._took(e):
+                    raise
             try:
                 self.owner = threading.get_ident()
                 self._drain()
@@ -223,6 +239,15 @@ class Scheduler(Admission, Delays, Backpressure):
                 self.lock.release()
             if interrupt is not None:
                 raise interrupt
+
+    def _took(self, interrupt: BaseException) -> bool:
+        """A signal's exception was raised as this thread tried the lock: True
+        if it took the lock all the same (it then handles the queue and raises
+        the exception once it lets go, as it does one raised in a handler)."""
+        if not self.lock._is_owned():  # type: ignore[attr-defined]
+            raise interrupt
+        self._interrupt = interrupt
+        return True
 
     def held_here(self) -> bool:
         """True on the thread that holds the lock (inside a handler)."""
@@ -248,11 +273,26 @@ class Scheduler(Admission, Delays, Backpressure):
         return answer
 
     def _drain(self) -> None:
+        """Handle every queued message, then pump. A signal's exception landing
+        between messages is the holder's to raise once it lets go, as one in a
+        handler is, and loses no message: each leaves the queue once handled."""
         pending = self._pending
-        while pending:
-            while pending:
-                self._handle(pending.popleft(), pump=False)
-            self._handle(None)  # one pump for everything just handled
+        while True:
+            pumping = False
+            try:
+                while pending:
+                    while pending:
+                        self._handle(pending[0], pump=False)
+                        pending.popleft()
+                    pumping = True
+                    self._handle(None)  # one pump for everything just handled
+                    pumping = False
+                return
+            except BaseException as e:  # (a signal's: `_handle` keeps the others)
+                self._interrupt = e
+                if not pumping and _began(e):
+                    pending.popleft()  # what its handler did stands, as if raised inside it
+                pending.append(None)  # a message that does nothing: the pump owed
 
     def _handle(self, message: Any, *, pump: bool = True) -> Any:
         answer = None
@@ -473,3 +513,18 @@ class Scheduler(Admission, Delays, Backpressure):
             self._delayed(run, outcome)
             return
         self._back_off(run, outcome.delay)  # a retry
+
+
+def _began(error: BaseException) -> bool:
+    """Whether `error` came out of the handler `_drain` called, after it began.
+
+    A signal's exception is raised where a function is entered, before it does
+    anything: that frame's last instruction is its first (offset 0). A Python
+    signal handler's frame follows the frame it interrupted, and may be the
+    only one below `_drain`'s (a signal landing in `_drain` itself)."""
+    tb = error.__traceback__
+    below = tb.tb_next if tb is not None else None
+    return below is not None and below.tb_frame.f_code is _HANDLE and below.tb_lasti > 0
+
+
+_HANDLE = Scheduler._handle.__code__
