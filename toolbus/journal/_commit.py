@@ -94,6 +94,7 @@ class GroupCommit:
     _me: Here
     _locks: Path
     _stale_after: float
+    let_go: dict[tuple[str, int], str]
 
     if TYPE_CHECKING:
 
@@ -265,7 +266,9 @@ class GroupCommit:
     ) -> KeyInUse | KeyReused | None:
         """Whether a call of `key` (and `tool`) is running: with the same
         arguments (`KeyInUse`) or others (`KeyReused`). A record whose owner
-        is gone is in doubt, not running: the in-doubt rule deals with it."""
+        is gone is in doubt, not running: the in-doubt rule deals with it.
+        One whose call ended while its tool, let go, runs on is held open by
+        its session (`_session.py`), which says so in `let_go`."""
         found: KeyInUse | KeyReused | None = None
         alive: dict[str, bool] = {}
         now = time.time()
@@ -275,7 +278,7 @@ class GroupCommit:
                 continue  # no owner recorded: it can be nobody's running call
             if session not in alive:
                 try:
-                    pid, host, machine, ticks, lock, opened, beat, closed = row[2:]
+                    pid, host, machine, ticks, lock, opened, beat, closed = row[2:10]
                     info = SessionInfo(
                         session, pid, host, machine, ticks, lock, opened, beat, closed
                     )
@@ -286,7 +289,8 @@ class GroupCommit:
             if not alive[session]:
                 continue
             if recorded is None or digest is None or recorded == digest:
-                return KeyInUse(key)  # (schema version 1 records: taken for the same)
+                # (schema version 1 records: taken for the same)
+                return KeyInUse(key, self.let_go.get((session, row[10])))
             found = KeyReused(key)
         return found
 

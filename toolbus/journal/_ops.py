@@ -82,9 +82,12 @@ class KeyReused:
 class KeyInUse:
     """What an intent found: a call of the same tool under its caller's
     idempotency key, with the same arguments, is still running (its owner
-    session is open): one operation must not run twice at once."""
+    session is open): one operation must not run twice at once. `let_go`:
+    how that call ended ("timeout", "cancelled", ...) when it did end but its
+    tool, let go, still runs; known only to the journal whose session it is."""
 
     key: str
+    let_go: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,14 @@ under the scheduler's lock. `begin` hands back an awaitable that resolves once
 the intent is committed and synced; the step awaits it on whichever loop
 drives it (`asyncio.wrap_future` works on any).
 
+A call that ends while its tool still runs (a sync tool let go at its
+timeout or at a cancel: a thread cannot be stopped) keeps its record open
+until that attempt returns, its outcome held back meanwhile (`ended`,
+`attempt_ended`): the intent of another call of its key finds it running,
+here or in another process, and is refused (`IDEMPOTENCY_KEY_IN_USE`), so the
+key's operation never runs twice at once. A killed worker (`can_kill`) is
+not waited for: it runs no more.
+
 Every wait is bounded by the executor's `journal_timeout`: the session's own
 row when it starts (an error then), and each intent. An intent that is not on
 disk in time, or whose commit failed, does not hold its call back: the call
@@ -19,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -81,6 +90,11 @@ class Session:
         # Runs whose intent was queued, until their outcome is: dict operations
         # are atomic, so any thread may add and pop.
         self._open: dict[Run, int] = {}
+        # Under `_tools`: how many attempts of each run are in their tool now,
+        # and the outcomes held back until they have returned (`ended`).
+        self._tools = threading.Lock()
+        self._in_tool: dict[Run, int] = {}
+        self._held: dict[Run, tuple[Any, ...]] = {}
         self._warned_closed = False
         now = time.time()
         row = (
@@ -205,13 +219,41 @@ class Session:
             )
         return Unjournaled(why, timeout)
 
+    def attempt_started(self, run: Run) -> bool:
+        """The run's attempt is about to enter its tool: True (counted until
+        `attempt_ended`), or False when the call has ended already (its
+        outcome queued or held): its tool is not to start then, since its
+        key is no longer held for it."""
+        with self._tools:
+            if run not in self._open:
+                return False
+            self._in_tool[run] = self._in_tool.get(run, 0) + 1
+            return True
+
     def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None:
         """Queue an attempt's end (never raises: an attempt that returns after
-        its call ended, on an abandoned thread, may come after close)."""
-        seq = self._open.get(run)
+        its call ended, on an abandoned thread, may come after close). The
+        last attempt of an ended call to return lets its held outcome go."""
+        with self._tools:
+            left = self._in_tool.pop(run, 0) - 1
+            if left > 0:
+                self._in_tool[run] = left  # (an idempotent tool's retry runs beside it)
+            seq = self._open.get(run)
+            held = self._held.get(run)
+            if held is not None:
+                seq = held[2]
+                if left > 0:
+                    held = None
+                else:
+                    del self._held[run]
         if seq is not None:
             op = (ATTEMPT, self.id, seq, n, status, duration, time.time(), run.call.id)
             self._put(op, run)
+        if held is not None:
+            self._put(held, run)
+            # After the outcome is queued: an intent queued meanwhile still
+            # finds the record open, and is told why.
+            self._writer.let_go.pop((self.id, held[2]), None)
 
     def remote_task(self, run: Run, handle: str) -> None:
         """Queue the handle of the call's work running elsewhere (never raises)."""
@@ -220,10 +262,23 @@ class Session:
             self._put((REMOTE_TASK, self.id, seq, bindable(handle), run.call.id), run)
 
     def ended(self, run: Run, result: ToolResult) -> None:
-        """Queue the call's outcome (once; later calls for the run do nothing)."""
-        seq = self._open.pop(run, None)
-        if seq is not None:
-            self._put((OUTCOME, self.id, seq, result, time.time()), run)
+        """Queue the call's outcome (once; later calls for the run do nothing),
+        or hold it back while one of its attempts is still in its tool and its
+        backend could not stop it (a thread let go: see the module's
+        docstring). An ok outcome is never held: its key replays it, running
+        nothing."""
+        with self._tools:
+            seq = self._open.pop(run, None)
+            if seq is None:
+                return
+            op = (OUTCOME, self.id, seq, result, time.time())
+            if result.status != "ok" and run in self._in_tool and not _kills(run):
+                self._held[run] = op
+                # Before the caller has the result: its next call of the key
+                # is told why it is refused (`_commit.py`).
+                self._writer.let_go[self.id, seq] = result.status
+                return
+        self._put(op, run)
 
     def _put(self, op: tuple[Any, ...], run: Run) -> None:
         try:
@@ -249,6 +304,16 @@ class Session:
         """Mark the session closed and wait until everything it wrote is on
         disk; then let go of the owner lock. False if `timeout` ran out."""
         flushed = True
+        with self._tools:
+            # Written now, whatever still runs: a closed session's open record
+            # would be taken for one in doubt (its tool may run on here, but
+            # nothing is left to tell the journal when it returns).
+            held = list(self._held.items())
+            self._held.clear()
+            self._in_tool.clear()
+        for run, op in held:
+            self._put(op, run)
+            self._writer.let_go.pop((self.id, op[2]), None)
         try:
             self._writer.put((CLOSE, self.id, time.time()))
             flushed = self._writer.flush(timeout)
@@ -259,3 +324,9 @@ class Session:
         self._open.clear()
         self._lock.release()
         return flushed
+
+
+def _kills(run: Run) -> bool:
+    """Whether the run's backend stops an attempt it gives up for real (a
+    process killed), rather than letting it run on (a thread)."""
+    return getattr(run.backend, "can_kill", False) is True

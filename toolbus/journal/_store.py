@@ -294,7 +294,8 @@ ANY_OK = "SELECT 1 FROM calls WHERE key = ? AND tool = ? AND status = 'ok' LIMIT
 # running, or in doubt once its owner is gone; with its owner's session row.
 OPEN_OF_KEY = (
     "SELECT c.args_digest, s.id, s.pid, s.host, s.machine, s.start_ticks, s.lock, "
-    "s.opened, s.heartbeat, s.closed FROM calls c LEFT JOIN sessions s ON s.id = c.session "
+    "s.opened, s.heartbeat, s.closed, c.seq FROM calls c "
+    "LEFT JOIN sessions s ON s.id = c.session "
     "WHERE c.key = ? AND c.tool = ? AND c.status IS NULL AND c.acknowledged IS NULL"
 )
 INSERT_CALL = (

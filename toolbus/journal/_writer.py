@@ -136,6 +136,9 @@ class Writer(GroupCommit, CommitFailures, Upkeep):
         self._backoff = RETRY_FIRST
         self._busy_since: float | None = None  # monotonic start of the commit under way
         self._heartbeats: set[str] = set()  # open sessions without an owner lock
+        # (session, seq) -> how its call ended, for records its session holds
+        # open while their tool, let go, runs on (`_session.py`): any thread.
+        self.let_go: dict[tuple[str, int], str] = {}
         self._prune_due = True  # at start
         self._next_prune = 0.0
         self._since_prune = 0  # intents since the last prune

@@ -14,8 +14,8 @@ after the call's policies let it through and before its tool first runs:
 - the intent is recorded (synced) before the tool runs; what it finds may end
   the call instead: an earlier `ok` call of the key (replayed), the key used
   for other arguments (`IDEMPOTENCY_KEY_REUSED`), a call of the key still
-  running (`IDEMPOTENCY_KEY_IN_USE`), or, with `journal_required`, an intent
-  not on disk (`JOURNAL_UNAVAILABLE`).
+  running, or ended while its tool, let go, still runs (`IDEMPOTENCY_KEY_IN_USE`),
+  or, with `journal_required`, an intent not on disk (`JOURNAL_UNAVAILABLE`).
 """
 
 from __future__ import annotations
@@ -279,11 +279,7 @@ def _intent(run: Run, svc: Services) -> Steps:
         return make_result(
             run,
             "rejected",
-            error=(
-                f"Tool '{run.call.name}' was not run: a call with idempotency key "
-                f"{recorded.key!r} and these arguments is still running; send it again "
-                "once that call has ended (if it succeeded, its result is returned)"
-            ),
+            error=_in_use(run.call.name, recorded.key, recorded.let_go),
             code=ErrorCode.IDEMPOTENCY_KEY_IN_USE,
             attempts=0,
         )
@@ -294,4 +290,22 @@ def _intent(run: Run, svc: Services) -> Steps:
         attachments=recorded.attachments,
         metadata={**recorded.metadata, "replayed": True},
         attempts=0,
+    )
+
+
+def _in_use(tool: str, key: str, let_go: str | None) -> str:
+    """Why a call of a key whose call still runs is not run (`KeyInUse`)."""
+    if let_go is None:
+        return (
+            f"Tool '{tool}' was not run: a call with idempotency key {key!r} and these "
+            "arguments is still running; send it again once that call has ended (if it "
+            "succeeded, its result is returned)"
+        )
+    how = {
+        "timeout": "timed out, but its attempt was let go at its timeout and still runs",
+        "cancelled": "was cancelled, but its attempt was let go then and still runs",
+    }.get(let_go, f"ended ({let_go}), but an attempt of it, let go at its timeout, still runs")
+    return (
+        f"Tool '{tool}' was not run: a call with idempotency key {key!r} and these "
+        f"arguments {how}; send it again once that attempt has returned"
     )

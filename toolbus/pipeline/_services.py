@@ -109,6 +109,11 @@ class Journal(Protocol):
         `toolbus.journal` `KeyReused` / `KeyInUse` / `Unjournaled`."""
         ...
 
+    def attempt_started(self, run: Run) -> bool:
+        """An attempt enters the tool (until `attempt_ended`): False if the
+        call has ended already, and its tool is not to start."""
+        ...
+
     def attempt_ended(self, run: Run, n: int, status: str, duration: float) -> None: ...
 
     def remote_task(self, run: Run, handle: str) -> None:

@@ -220,6 +220,15 @@ def attempt(
         if tool.wants_context
         else _NO_CONTEXT
     )
+    # Ended just now (its deadline, a cancel), its outcome written: its key is
+    # no longer held for it, so its tool must not start. (A call without a
+    # journal pays one flag read, as for `attempt_ended` below.)
+    if (
+        run.journaled
+        and not svc.journal.attempt_started(run)  # type: ignore[union-attr]
+        and run.result is not None
+    ):
+        return LOST
     # Handed to the first attempt after a crash only: a later attempt in this
     # process starts its own work (the one before was cancelled, or ended).
     run.remote_task = None
