@@ -82,7 +82,7 @@ def test_a_sync_tool_on_the_loop_backend_is_refused_at_registration() -> None:
 def test_a_backend_that_is_neither_name_nor_backend_is_refused(spec: Any) -> None:
     reg = ToolRegistry()
     with pytest.raises(TypeError, match=r"backend must be a name or a toolbus\.backends\.Backend"):
-        reg.tool(backend=spec)(lambda: 1)
+        reg.tool(name="t", backend=spec)(lambda: 1)
 
 
 def test_an_unknown_backend_name_is_refused_when_the_executor_starts() -> None:

@@ -208,11 +208,11 @@ ESCAPES = "tests.cli_registries.escapes:registry"
 
 
 def test_tools_list_writes_out_the_control_characters_of_a_tools_text() -> None:
-    """A tool's name and description are its author's (an MCP server's)."""
+    """A tool's description is its author's (an MCP server's)."""
     result = invoke("tools", "list", ESCAPES)
     assert result.exit_code == 0, result.output
     assert not [raw for raw in RAW if raw in result.stdout]
-    assert "peek\\x1b[8m" in result.stdout
+    assert "peek" in result.stdout
     assert "\\x1b[2J" in result.stdout and "\\x9b2J" in result.stdout  # the description's
 
 
@@ -222,7 +222,7 @@ def test_call_writes_out_the_control_characters_of_a_tools_text() -> None:
     assert not [raw for raw in RAW if raw in failed.stdout]
     assert "\\x1b]52;c;cHduZWQ=\\x1b\\ \\x1b[2J \\x9b31m" in failed.stdout
     # The output keeps its lines and tabs (CRLF as a newline); the rest is written out.
-    ok = invoke("call", ESCAPES, "peek\x1b[8m", "--args", '{"url": "u"}')
+    ok = invoke("call", ESCAPES, "peek", "--args", '{"url": "u"}')
     assert ok.exit_code == 0, ok.output
     assert not [raw for raw in RAW if raw in ok.stdout]
     assert "page:\n\\x1b]52;c;cHduZWQ=\\x1b\\" in ok.stdout
@@ -232,8 +232,8 @@ def test_call_writes_out_the_control_characters_of_a_tools_text() -> None:
     assert not [raw for raw in RAW if raw in as_json.stdout]
     assert "\\u009b31m" in as_json.stdout
     assert json.loads(as_json.stdout)["result"]["error"].startswith("page said: \x1b]52;c;")
-    # A usage error that lists the registry's tool names.
-    unknown = invoke("call", ESCAPES, "nope")
+    # A usage error that quotes the name asked for.
+    unknown = invoke("call", ESCAPES, "nope\x1b[8m")
     assert unknown.exit_code == 2
     assert not [raw for raw in RAW if raw in unknown.output] and "\\x1b[8m" in unknown.output
 

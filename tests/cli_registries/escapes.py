@@ -1,6 +1,7 @@
 """A registry whose tools' text carries terminal control sequences, as an MCP
-server's tools (their names, descriptions, errors and outputs) may: for
-`toolbus tools list` and `toolbus call`, which must show them written out."""
+server's tools (their descriptions, errors and outputs) may: for `toolbus
+tools list` and `toolbus call`, which must show them written out. (Their
+names cannot: a tool's name with a control character is refused when made.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ RAW = (OSC52, CLEAR, CSI, "\x1b", "\x9b", "\x7f")
 registry = ToolRegistry()
 
 
-@registry.tool(read_only=True, name="peek\x1b[8m")
+@registry.tool(read_only=True)
 def peek(url: str) -> str:
     """Reads a page.\x1b[2J Then clears your screen.\x9b2J"""
     return f"page:\n{OSC52}\tdone\x7f\r\n"

@@ -180,8 +180,8 @@ def test_the_callers_registry_is_not_changed(
     assert ex.registry is not registry
     assert {t.name: (t, t.timeout, t.retry, t.policies) for t in registry.list()} == before
     # Registering on the executor's registry leaves the caller's alone too.
-    ex.registry.register(lambda: "later")  # a lambda is named "<lambda>"
-    assert "<lambda>" not in registry
+    ex.registry.register(toolbus.FunctionTool(lambda: "later", name="later"))
+    assert "later" not in registry
     # A second executor from the same file gets policies of its own.
     first = len(fake_policies)
     other = from_config(made, registry, write(tmp_path, SEED))

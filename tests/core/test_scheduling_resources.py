@@ -145,7 +145,7 @@ def test_resource_keys_on_every_way_to_make_a_tool() -> None:
     assert read.resource_keys == ("path",)
     assert Put().resource_keys == ("key",)
     assert Loose().resource_keys == ("anything",)
-    assert tool(lambda x: x).resource_keys == ()
+    assert tool(name="echo")(lambda x: x).resource_keys == ()
 
 
 def _fn(path: str, api_key: Annotated[str, Injected] = "") -> None: ...

@@ -152,7 +152,7 @@ def test_an_unknown_group_is_refused() -> None:
     with pytest.raises(ValueError, match="must be"):
         Executor(ToolRegistry(), groups={"db": 0})
     with pytest.raises(TypeError, match="groups must be"):
-        reg.tool(groups=[3])(lambda: 1)  # type: ignore[list-item]
+        reg.tool(name="t", groups=[3])(lambda: 1)  # type: ignore[list-item]
 
 
 def test_a_tool_added_later_with_an_unknown_group_gets_a_result(

@@ -364,13 +364,16 @@ async def test_tools_registered_later_are_listed_at_the_next_step(
     reg = _weather_registry()
     ex = make_executor(reg)
 
+    def ping() -> str:
+        return "pong"
+
     def add_tool(_m: list[ModelMessage]) -> Turn:
-        reg.register(lambda: "pong")  # a plain function: a tool named "<lambda>"
+        reg.register(ping)  # a plain function: a tool named "ping"
         return [call("get_weather", {"city": "Oslo"}, "c1")]
 
     script = Script(add_tool, "done")
     await agent_for(script, ToolbusToolset(reg, ex)).run("go")
-    assert "<lambda>" in [t.name for t in script.infos[1].function_tools]
+    assert "ping" in [t.name for t in script.infos[1].function_tools]
 
 
 async def test_outputs_with_attachments_and_metadata_are_tool_returns(

@@ -32,6 +32,10 @@ class Denied(bus.Event):
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
+def noop() -> None:
+    """A tool that does nothing."""
+
+
 def scrape(registry: CollectorRegistry) -> Samples:
     """Every sample of the text exposition, by name and labels."""
     text = generate_latest(registry).decode()
@@ -266,17 +270,17 @@ def test_killed_workers(make_executor: MakeExecutor) -> None:
 
 def test_policy_events_are_events_of_signals_defined_later(make_executor: MakeExecutor) -> None:
     prom = CollectorRegistry()
-    ex = make_executor(ToolRegistry([lambda: None]), name="policies")
+    ex = make_executor(ToolRegistry([noop]), name="policies")
     handle = instrument_prometheus(ex, prom)
     late_signal = "test-policy:throttled"
     bus.define_signal(late_signal, "A test policy throttled a call (defined after subscribing).")
-    assert ex.emitter.announce(POLICY_SIGNAL, Denied("c1", "<lambda>"))
+    assert ex.emitter.announce(POLICY_SIGNAL, Denied("c1", "noop"))
     assert ex.emitter.announce(POLICY_SIGNAL, Denied("c2", "made_up"))
     assert ex.emitter.announce(late_signal, bus.Event())
     ex.drain_events()
     s = scrape(prom)
     events = "toolbus_policy_events_total"
-    assert value(s, events, executor="policies", tool="<lambda>", signal=POLICY_SIGNAL) == 1
+    assert value(s, events, executor="policies", tool="noop", signal=POLICY_SIGNAL) == 1
     assert value(s, events, executor="policies", tool="<unknown>", signal=POLICY_SIGNAL) == 1
     assert value(s, events, executor="policies", tool="", signal=late_signal) == 1
     # toolbus's own signals are not policy events.
@@ -286,20 +290,20 @@ def test_policy_events_are_events_of_signals_defined_later(make_executor: MakeEx
 
 def test_two_executors_one_registry_and_instrumenting_twice(make_executor: MakeExecutor) -> None:
     prom = CollectorRegistry()
-    registry = ToolRegistry([lambda: None])
+    registry = ToolRegistry([noop])
     a = make_executor(registry, name="left")
     b = make_executor(registry, name="right")
     ha, hb = instrument_prometheus(a, prom), instrument_prometheus(b, prom)
     again = instrument_prometheus(a, prom)  # the same executor again: shares its series
-    a.execute(ToolCall(name="<lambda>"))
+    a.execute(ToolCall(name="noop"))
     for _ in range(2):
-        b.execute(ToolCall(name="<lambda>"))
+        b.execute(ToolCall(name="noop"))
     a.drain_events()
     b.drain_events()
     s = scrape(prom)
     calls = "toolbus_calls_total"
-    assert value(s, calls, executor="left", tool="<lambda>", status="ok", error_code="") == 1
-    assert value(s, calls, executor="right", tool="<lambda>", status="ok", error_code="") == 2
+    assert value(s, calls, executor="left", tool="noop", status="ok", error_code="") == 1
+    assert value(s, calls, executor="right", tool="noop", status="ok", error_code="") == 2
     assert value(s, "toolbus_in_flight", executor="left") == 0
     assert value(s, "toolbus_in_flight", executor="right") == 0
 
@@ -309,16 +313,12 @@ def test_two_executors_one_registry_and_instrumenting_twice(make_executor: MakeE
     # A second registry is independent of the first.
     other = CollectorRegistry()
     hc = instrument_prometheus(a, other)
-    a.execute(ToolCall(name="<lambda>"))
+    a.execute(ToolCall(name="noop"))
     a.drain_events()
     assert (
-        value(scrape(other), calls, executor="left", tool="<lambda>", status="ok", error_code="")
-        == 1
+        value(scrape(other), calls, executor="left", tool="noop", status="ok", error_code="") == 1
     )
-    assert (
-        value(scrape(prom), calls, executor="left", tool="<lambda>", status="ok", error_code="")
-        == 2
-    )
+    assert value(scrape(prom), calls, executor="left", tool="noop", status="ok", error_code="") == 2
     hc.close()
 
     again.close()  # ha still holds the executor's series
@@ -337,10 +337,10 @@ def test_two_executors_one_registry_and_instrumenting_twice(make_executor: MakeE
 def test_the_default_registry_and_a_name_clash_with_other_metrics(
     make_executor: MakeExecutor,
 ) -> None:
-    ex = make_executor(ToolRegistry([lambda: None]), name="default-registry")
+    ex = make_executor(ToolRegistry([noop]), name="default-registry")
     with instrument_prometheus(ex) as handle:
         assert handle.registry is REGISTRY
-        ex.execute(ToolCall(name="<lambda>"))
+        ex.execute(ToolCall(name="noop"))
         ex.drain_events()
         s = scrape(REGISTRY)
         assert (
@@ -348,7 +348,7 @@ def test_the_default_registry_and_a_name_clash_with_other_metrics(
                 s,
                 "toolbus_calls_total",
                 executor="default-registry",
-                tool="<lambda>",
+                tool="noop",
                 status="ok",
                 error_code="",
             )
@@ -364,9 +364,9 @@ def test_the_default_registry_and_a_name_clash_with_other_metrics(
 
 def test_a_closed_executor_still_scrapes(make_executor: MakeExecutor) -> None:
     prom = CollectorRegistry()
-    ex = make_executor(ToolRegistry([lambda: None]), name="closing")
+    ex = make_executor(ToolRegistry([noop]), name="closing")
     handle = instrument_prometheus(ex, prom)
-    ex.execute(ToolCall(name="<lambda>"))
+    ex.execute(ToolCall(name="noop"))
     ex.close()
     s: dict[Any, float] = scrape(prom)
     assert value(s, "toolbus_in_flight", executor="closing") == 0
@@ -375,7 +375,7 @@ def test_a_closed_executor_still_scrapes(make_executor: MakeExecutor) -> None:
             s,
             "toolbus_calls_total",
             executor="closing",
-            tool="<lambda>",
+            tool="noop",
             status="ok",
             error_code="",
         )

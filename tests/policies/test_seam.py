@@ -311,7 +311,7 @@ def test_a_policy_flag_that_is_not_a_bool_is_refused_at_registration(flag: str, 
         Executor(ToolRegistry(), policies=[policy])
     reg = ToolRegistry()
     with pytest.raises(TypeError, match=f"{flag} must be True or False"):
-        reg.tool(policies=[policy])(lambda x: x)
+        reg.tool(name="t", policies=[policy])(lambda x: x)
 
 
 def test_not_a_policy_is_refused_at_registration() -> None:
@@ -319,7 +319,7 @@ def test_not_a_policy_is_refused_at_registration() -> None:
         Executor(ToolRegistry(), policies=[object()])
     reg = ToolRegistry()
     with pytest.raises(TypeError, match="not a policy"):
-        reg.tool(policies=["rate"])(lambda x: x)
+        reg.tool(name="t", policies=["rate"])(lambda x: x)
 
 
 # -- approvals ----------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_pending_after_a_restart_and_completed_there(tmp_path: Path) -> None:
 
 def test_external_is_checked_at_registration() -> None:
     with pytest.raises(TypeError, match="external must be True or False"):
-        ToolRegistry().tool(external="yes")(lambda: 1)  # type: ignore[call-overload]
+        ToolRegistry().tool(name="t", external="yes")(lambda: 1)  # type: ignore[call-overload]
 
 
 # -- found by the second review of issue 28 ----------------------------------------------

@@ -96,7 +96,7 @@ def test_a_broken_is_enabled_fails_closed(caplog: pytest.LogCaptureFixture) -> N
     assert "is_enabled raised ZeroDivisionError" in caplog.text
     assert "is_enabled returned str" in caplog.text
     with pytest.raises(TypeError, match="is_enabled must be True, False or a function"):
-        reg.tool(is_enabled="sometimes")(lambda: 1)
+        reg.tool(name="t", is_enabled="sometimes")(lambda: 1)
 
 
 def test_prepare_drops_and_describes_and_fails_closed(

@@ -27,6 +27,7 @@ from .._keywords import keywords_of, refuse_unknown
 from .._options import positive_int, positive_number, timeout_seconds
 from ..retry import RetryPolicy
 from ..tools import DuplicateToolError, Tool, ToolRegistry
+from ..tools._names import ToolNameError, check_name_prefix, shown_name
 from ..tools._tool_options import ToolLimits
 from ._actor import ListTools, Opened, RootsChanged, SessionActor, Status
 from ._errors import MCPConnectError
@@ -122,7 +123,10 @@ class MCPConnection(ResourcesAndPrompts):
         and every tool is mutating (runs alone, in order). `idempotent_hints`
         (None: the connection's, False unless `connect(idempotent_hints=True)`)
         says whether `idempotentHint`s make tools `idempotent`. A tool whose
-        schema is not valid JSON Schema is left out, with a warning in the log.
+        schema is not valid JSON Schema, or whose name (with `prefix`) breaks
+        the rule for tools' names (MCP's: 1 to 128 ASCII letters, digits, `_`,
+        `-` or `.`), is left out, with a warning in the log naming it; a
+        `prefix` that breaks it is a ValueError.
         """
         refuse_unknown(options, _TOOLS_KEYWORDS, "MCPConnection.tools")
         made_with = self._made_with(options)
@@ -294,8 +298,7 @@ class MCPConnection(ResourcesAndPrompts):
         max_concurrency = options.get("max_concurrency")
         read_only_hints = options.get("read_only_hints", True)
         idempotent_hints = options.get("idempotent_hints")
-        if not isinstance(prefix, str):
-            raise TypeError(f"{owner}: prefix must be a string, got {prefix!r}")
+        prefix = check_name_prefix(prefix, owner)
         timeout = timeout_seconds(timeout, "timeout", owner, "the executor's timeout")
         call_timeout = timeout_seconds(options.get("call_timeout"), "call_timeout", owner)
         if retry is not None and not isinstance(retry, RetryPolicy):
@@ -346,10 +349,12 @@ class MCPConnection(ResourcesAndPrompts):
                 unwrap=self._unwrap_results,
             )
         except Exception as e:
+            what = "name" if isinstance(e, ToolNameError) else "schema"
             log.warning(
-                "MCP server '%s': tool '%s' left out, its schema is not usable: %s",
+                "MCP server '%s': tool %s left out, its %s is not usable: %s",
                 self.name,
-                spec.name,
+                shown_name(spec.name),
+                what,
                 e,
             )
             return None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..models import ToolCall, ToolResult
 from ..tools import StepContext, ToolRegistry
+from ..tools._names import check_provider_name
 from ._common import (
     DEFAULT_MAX_LENGTH,
     ToolSource,
@@ -216,9 +217,12 @@ def tool_definitions(source: ToolSource, *, step: StepContext | None = None) -> 
     `CUSTOM_INPUT`; `tool_calls(..., registry=...)` hands that string to the
     tool as its raw input. A registry's tools are those enabled at `step`
     (None: the current step); other tools are taken as given (`Executor.offered`).
+    ValueError names a tool whose name Anthropic refuses (it takes 1 to 64
+    ASCII letters, digits, `_` or `-`; toolbus also allows `.` and up to 128).
     """
     out: list[ToolParam] = []
     for tool in tools_of(source, step):
+        check_provider_name(tool.name, "Anthropic")
         if tool.type == "custom":
             schema: dict[str, Any] = {
                 "type": "object",

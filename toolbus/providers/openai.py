@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from .. import _json
 from ..models import ToolCall, ToolResult
 from ..tools import StepContext, ToolRegistry
+from ..tools._names import check_provider_name
 from ._common import (
     DEFAULT_MAX_LENGTH,
     StrictSchemaError,
@@ -281,12 +282,15 @@ def chat_tool_definitions(
     parameters}}`; with `strict=True`, their schemas are made strict
     (`strict_schema`) and marked `"strict": true`. Custom tools:
     `{"type": "custom", "custom": {name, description}}` (free-text input).
-    Raises `StrictSchemaError` naming the tool whose schema cannot be strict.
+    Raises `StrictSchemaError` naming the tool whose schema cannot be strict,
+    and ValueError naming one whose name OpenAI refuses (OpenAI takes 1 to 64
+    ASCII letters, digits, `_` or `-`; toolbus also allows `.` and up to 128).
     A registry's tools are those enabled at `step` (`Tool.is_enabled`; None:
     the current step); other tools are taken as given (`Executor.offered`).
     """
     out: list[ChatCompletionToolUnionParam] = []
     for tool in tools_of(source, step):
+        check_provider_name(tool.name, "OpenAI")
         if tool.type == "custom":
             custom: Custom = {"name": tool.name}
             if tool.description:
@@ -458,11 +462,13 @@ def responses_tool_definitions(
     strict}`; `strict` is always sent, because the Responses API decides for
     itself when it is left out. With `strict=True` the schemas are made strict
     (`strict_schema`). Custom tools: `{"type": "custom", name, description}`.
-    Raises `StrictSchemaError` naming the tool whose schema cannot be strict.
-    Which tools: as `chat_tool_definitions` says (`step`).
+    Raises `StrictSchemaError` naming the tool whose schema cannot be strict,
+    and ValueError naming one whose name OpenAI refuses. Which tools: as
+    `chat_tool_definitions` says (`step`).
     """
     out: list[ToolParam] = []
     for tool in tools_of(source, step):
+        check_provider_name(tool.name, "OpenAI")
         if tool.type == "custom":
             if tool.description:
                 out.append({"type": "custom", "name": tool.name, "description": tool.description})

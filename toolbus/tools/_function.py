@@ -21,6 +21,7 @@ from pydantic.fields import FieldInfo
 from ._context import ToolContext
 from ._docstring import parse_docstring
 from ._injected import is_injected_marker
+from ._names import check_tool_name
 from ._returns import namespaces, resolve_hint, return_schema
 from ._tool import STANDARD_INVOKES, Tool, check_output_schema
 from ._tool_options import ToolOptions
@@ -44,6 +45,9 @@ class FunctionTool(Tool):
     def __init__(self, fn: AnyFunction, **options: Unpack[ToolOptions]) -> None:
         if not callable(fn):
             raise TypeError(f"a tool is made of a function, not of {type(fn).__name__}")
+        if isinstance(fn, type) and issubclass(fn, Tool):
+            # Else a tool of its constructor: a call would make a tool, not run one.
+            raise TypeError(f"{fn.__name__} is a Tool class: register an instance, {fn.__name__}()")
         given = options.get("name")
         if not isinstance(getattr(fn, "__name__", None), str) and not given:
             # (A callable object, a functools.partial: no name of its own.)
@@ -58,7 +62,9 @@ class FunctionTool(Tool):
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"tool {_label(fn)!r}: name must be a non-empty string, got {name!r}")
         description = options.pop("description", None)
-        self.name = name or fn.__name__
+        # Checked before the schema is built: pydantic names the model after it.
+        hint = "" if name else " (it is the function's name: pass name=)"
+        self.name = check_tool_name(name or fn.__name__, hint=hint)
         doc = parse_docstring(inspect.getdoc(fn))
         self.description = description if description is not None else doc.summary
         self._param_docs = doc.params

@@ -11,6 +11,7 @@ from typing import Any, Self, Unpack, overload
 from .. import _seams
 from .._keywords import refuse_unknown
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
+from ._names import check_name_prefix
 from ._offer import StepContext, check_step, enabled
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
@@ -74,7 +75,9 @@ class ToolRegistry:
         return problems
 
     def register(self, tool: Tool | AnyFunction) -> Tool:
-        """Add a tool (or a plain function, made a tool); duplicate names are an error."""
+        """Add a tool (or a plain function, made a tool); duplicate names are an
+        error. Its name was checked when it was made (`Tool`: 1 to 128 ASCII
+        letters, digits, '_', '-' or '.'); a `Tool` class is a TypeError."""
         t = tool if isinstance(tool, Tool) else FunctionTool(tool)
         extra = _policy_tools(t)  # the policies' code, run outside the lock
         with self._lock:
@@ -153,13 +156,15 @@ class ToolRegistry:
 
         With `prefix`, each is added under `prefix + name` (a copy of the tool
         so renamed; `other` keeps its own): two sources with the same names
-        stay apart. All or nothing: if any resulting name is taken already,
+        stay apart. The names made must be tools' names too (`Tool`): a prefix
+        of ASCII letters, digits, '_', '-' or '.', short enough (ValueError).
+        All or nothing: if any resulting name is taken already,
         `DuplicateToolError` names every clash and nothing is added. Returns
         the tools added, in `other`'s order. `other` is read once: tools it
         gets later are not added.
         """
-        if prefix is not None and not isinstance(prefix, str):
-            raise TypeError(f"merge: prefix must be a string, got {type(prefix).__name__}")
+        if prefix is not None:
+            check_name_prefix(prefix, "merge")
         given = other.list() if isinstance(other, ToolRegistry) else builtins.list(other)
         for t in given:
             if not isinstance(t, Tool):

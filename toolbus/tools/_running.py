@@ -11,11 +11,14 @@ they are at run time.
 
 A tool run without an executor (`Tool.execute`) finds None, and so does a
 tool run directly by another tool's code: `run.tool is not self` tells.
+`run_to_completion` is how `Tool.execute` runs an async tool there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import inspect
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
     from ..models import ToolCall, ToolResult
     from ._tool import Tool
 
-__all__ = ["CallHost", "NestedCalls", "RunningCall", "current_run"]
+__all__ = ["CallHost", "NestedCalls", "RunningCall", "current_run", "run_to_completion"]
 
 
 class RunningCall(Protocol):
@@ -97,3 +100,21 @@ class CallHost(Protocol):
 current_run: contextvars.ContextVar[tuple[CallHost, RunningCall] | None] = contextvars.ContextVar(
     "toolbus_current_run", default=None
 )
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+def run_to_completion(value: Awaitable[Any], name: str) -> Any:
+    """What the awaitable an async tool `name` returned resolves to, run
+    without an executor; RuntimeError where an event loop already runs."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(value))
+    if inspect.iscoroutine(value):
+        value.close()
+    raise RuntimeError(
+        f"tool {name!r} is async and an event loop is running here: use `await tool.aexecute(...)`"
+    )

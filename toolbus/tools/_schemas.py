@@ -2,8 +2,9 @@
 
 What the `Tool` base class uses to parse the model's JSON arguments and to
 word a validation failure (never quoting the value: an argument may be a
-secret), and to check an `output_schema` when it is set (local `$ref`s
-resolved, so a dangling one fails where it is configured, not at every call).
+secret), and to check a tool's `parameters` when it is made and its
+`output_schema` whenever it is set (local `$ref`s resolved, so a dangling one
+fails where it is configured, not at every call).
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from pydantic import ValidationError
 from .. import _json
 from .._errors import ArgumentError
 
-__all__ = ["check_output_schema", "format_validation_error", "parse_json_arguments"]
+__all__ = [
+    "ToolSchemaError",
+    "check_output_schema",
+    "format_validation_error",
+    "parameters_validator",
+    "parse_json_arguments",
+]
 
 
 def format_validation_error(tool: str, error: ValidationError) -> str:
@@ -54,23 +61,52 @@ def _leaves(value: Any) -> list[str]:
     return []
 
 
+class ToolSchemaError(jsonschema.SchemaError, ValueError):
+    """A tool's `parameters` or `output_schema` that is no usable JSON schema.
+
+    A ValueError, as every bad option of a tool is; and a `jsonschema.SchemaError`,
+    which an invalid `parameters` raised before it named the tool.
+    """
+
+
 def check_output_schema(schema: Any, owner: str) -> None:
     """TypeError or ValueError, naming `owner`, unless `schema` is None or a valid JSON schema."""
-    if schema is None:
-        return
+    if schema is not None:
+        _checked(schema, owner, "output_schema")
+
+
+def parameters_validator(schema: Any, owner: str) -> jsonschema.protocols.Validator:
+    """The validator of a tool's `parameters`; TypeError or ValueError naming
+    `owner` unless it is a valid JSON schema that an object of arguments can
+    meet (toolbus always validates an object; a schema of a string, say, would
+    reject every call)."""
+    cls = _checked(schema, owner, "parameters")
+    kind = schema.get("type", "object")
+    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
+        raise ToolSchemaError(
+            f"{owner}: parameters must describe an object (the arguments are a JSON "
+            f"object), not type {kind!r}"
+        )
+    return cls(schema)
+
+
+def _checked(schema: Any, owner: str, field: str) -> type[jsonschema.protocols.Validator]:
+    """The validator class for `schema`, checked to be a valid JSON schema."""
     if not isinstance(schema, dict):
         raise TypeError(
-            f"{owner}: output_schema must be a JSON schema (a dict), got {type(schema).__name__}"
+            f"{owner}: {field} must be a JSON schema (a dict), got {type(schema).__name__}"
         )
-    cls = jsonschema.validators.validator_for(schema)
+    cls: type[jsonschema.protocols.Validator] = jsonschema.validators.validator_for(schema)
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
-        raise ValueError(
-            f"{owner}: output_schema is not a valid JSON schema: {e.message}"
+        at = "/".join(str(p) for p in e.path)
+        raise ToolSchemaError(
+            f"{owner}: {field} is not a valid JSON schema: {e.message}"
+            + (f" (at /{at})" if at else "")
         ) from None
     # check_schema does not follow "$ref"s: one that points nowhere would fail
-    # every output's check instead. Local ones ("#/...") are resolved here.
+    # every call (or every output's check) instead. Local ones ("#/...") are resolved here.
     from referencing import Registry, Resource
     from referencing.exceptions import Unresolvable
 
@@ -81,7 +117,8 @@ def check_output_schema(schema: Any, owner: str) -> None:
         for ref in _local_refs(schema):
             resolver.lookup(ref)
     except Unresolvable as e:
-        raise ValueError(f"{owner}: output_schema has a $ref that does not resolve: {e}") from None
+        raise ToolSchemaError(f"{owner}: {field} has a $ref that does not resolve: {e}") from None
+    return cls
 
 
 def _specification(uri: Any) -> Any:

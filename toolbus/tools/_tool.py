@@ -37,12 +37,15 @@ from ..policies._protocol import check_policies
 from ..retry import RetryPolicy
 from ._context import ToolContext
 from ._injected import injected_argument_names, injected_fields, without_properties
+from ._names import check_provider_name, check_tool_name
 from ._offer import IsEnabled, check_enabled, check_scopes
+from ._running import run_to_completion
 from ._schemas import (
     _check_utf8,
     _schema_message,
     check_output_schema,
     format_validation_error,
+    parameters_validator,
     parse_json_arguments,
 )
 from ._secrets import secret_paths
@@ -82,17 +85,18 @@ class Tool:
     use without an executor: they return a `ToolResult` for every outcome.
 
     Options are checked when the tool is made, with an error naming the tool
-    and the option: `timeout` is None (the executor's timeout applies), a
+    and the option: `name` (whenever set) is 1 to 128 ASCII letters, digits,
+    `_`, `-` or `.` (`_names.py`); `timeout` is None (the executor's applies), a
     number of seconds > 0, or `math.inf` (no deadline for this tool, whatever
     the executor's); `call_timeout` (the whole call's budget: waiting, every
-    attempt and backoff) is None, a number of seconds > 0 or `math.inf`,
-    and the tightest of the tool's, the executor's and the call's applies;
-    `max_concurrency` is None or an integer >= 1; `retry` is
-    None or a `RetryPolicy`. `bool`, text such as `"1"` and NaN are refused.
+    attempt and backoff) is None, a number of seconds > 0 or `math.inf`, and
+    the tightest of the tool's, the executor's and the call's applies;
+    `max_concurrency` is None or an integer >= 1; `retry` is None or a
+    `RetryPolicy`. `bool`, text such as `"1"` and NaN are refused.
     `idempotent` and `open_world` are True or False; `destructive` is True,
     False or None (None: as mutating as the tool is, `not read_only`), and a
-    read-only tool cannot be destructive. `output_schema` is None or a valid
-    JSON schema.
+    read-only tool cannot be destructive. `parameters` is a valid JSON schema
+    of an object; `output_schema` is None or a valid JSON schema, whenever set.
 
     `secret_paths` lists where the parameters schema marks a value secret
     (`SecretStr`/`SecretBytes`, `writeOnly: true`, `format: password`) and the
@@ -208,9 +212,7 @@ class Tool:
                 # what its secret paths are read from once, here: it must not be
                 # edited in place afterwards (see `_SCHEMA_FIELDS`).
                 full = self.parameters
-                cls = jsonschema.validators.validator_for(full)
-                cls.check_schema(full)
-                self._schema_validator = cls(full)
+                self._schema_validator = parameters_validator(full, f"tool {self.name!r}")
             else:
                 full = {"type": "object", "properties": {}}
         else:
@@ -290,9 +292,7 @@ class Tool:
         return tuple(names)
 
     def _check_options(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"a tool's name must be a non-empty string, got {self.name!r}")
-        owner = f"tool {self.name!r}"
+        owner = f"tool {check_tool_name(self.name)!r}"
         # Normalised onto the instance, so a class attribute is checked too and
         # the executor and supervisor only ever see a number or None.
         self.timeout = timeout_seconds(self.timeout, "timeout", owner, "the executor's timeout")
@@ -362,6 +362,8 @@ class Tool:
         # (A class with its own property for it, FunctionTool's, checks there.)
         if name == "output_schema" and not isinstance(getattr(type(self), name, None), property):
             check_output_schema(value, f"tool '{getattr(self, 'name', type(self).__name__)}'")
+        elif name == "name" and self._derived:  # a copy renamed (`merge(prefix=)`), say
+            check_tool_name(value)
         if name in _SCHEMA_FIELDS and self._derived:
             # What a call is validated and masked by (the validator, the secret
             # paths, the injected names) is derived from these once: changed
@@ -410,7 +412,8 @@ class Tool:
         return clone
 
     def to_openai(self) -> dict[str, Any]:
-        """This tool in OpenAI's Chat Completions tool format."""
+        """This tool in OpenAI's Chat Completions format; ValueError for a name OpenAI refuses."""
+        check_provider_name(self.name, "OpenAI")
         if self.type == "custom":
             return {
                 "type": "custom",
@@ -495,7 +498,7 @@ class Tool:
         try:
             value = self.invoke(rejected[0], ctx)
             if inspect.isawaitable(value):
-                value = _run_to_completion(value, self.name)
+                value = run_to_completion(value, self.name)
             return self._succeeded(call_id, start, value)
         except KeyboardInterrupt:
             raise
@@ -577,22 +580,6 @@ class Tool:
     def __repr__(self) -> str:
         kind = "read-only" if self.read_only else "mutating"
         return f"<{type(self).__name__} {self.name!r} {self.type} {kind}>"
-
-
-async def _await(value: Awaitable[Any]) -> Any:
-    return await value
-
-
-def _run_to_completion(value: Awaitable[Any], name: str) -> Any:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_await(value))
-    if inspect.iscoroutine(value):
-        value.close()
-    raise RuntimeError(
-        f"tool {name!r} is async and an event loop is running here: use `await tool.aexecute(...)`"
-    )
 
 
 # `invoke` methods that pass the context only when `_wants_context` says so.
