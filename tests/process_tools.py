@@ -85,6 +85,13 @@ def unpicklable_result() -> object:
     return lambda: None
 
 
+@registry.tool(backend="process")
+def odd_names(structured: bool) -> object:
+    """A file name decoded with surrogateescape, alone or in a structure."""
+    name = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+    return {"names": [name], name: 1} if structured else name
+
+
 @tool(backend="process", idempotent=True, retry=None)
 def crash_once(marker: str, ctx: ToolContext) -> str:
     """Crash on the first attempt (a marker file says it happened), then succeed."""

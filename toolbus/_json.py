@@ -25,7 +25,16 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "JSONDecodeError", "canonical", "detached", "dumps", "loads"]
+__all__ = [
+    "MAX_DEPTH",
+    "SURROGATES",
+    "JSONDecodeError",
+    "canonical",
+    "detached",
+    "dumps",
+    "loads",
+    "reread",
+]
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -183,7 +192,34 @@ def dumps(
     )
     for token, digits in prep.huge.items():
         text = text.replace(json.dumps(token), digits, 1)
-    return text.encode()
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # A lone surrogate beside the long integer: what orjson raises for
+        # it, so callers that catch TypeError (and read why) see the same.
+        raise orjson.JSONEncodeError(SURROGATES) from None
+
+
+SURROGATES = "str is not valid UTF-8: surrogates not allowed"
+"""What orjson says (in its `JSONEncodeError`) of a lone surrogate it cannot write."""
+
+
+def reread(
+    value: Any, *, default: Callable[[Any], Any] | None = None, option: int | None = None
+) -> Any:
+    """`loads(dumps(value, default=default, option=option))`, but a lone
+    surrogate (in a string or a key), which no UTF-8 JSON can hold, is kept
+    as it is: for a value that holds one, where that round trip raises.
+
+    Its JSON goes through the stdlib, which writes such a character as an
+    escape (`\\ud800`) and reads that back; every other value comes out as
+    the round trip would give it (plain types, integers exact). Raises
+    `TypeError` for what cannot be written."""
+    prep = _Prepare(default, option or 0, {})
+    text = json.dumps(prep.value(value, 0), allow_nan=False)  # (ensure_ascii: escapes)
+    for token, digits in prep.huge.items():
+        text = text.replace(json.dumps(token), digits, 1)
+    return json.loads(text)
 
 
 def _too_long_for_str(n: int) -> bool:

@@ -37,7 +37,16 @@ def _json_value(value: Any) -> Any:
     try:
         return _json.loads(_json.dumps(value, default=_default, option=_OPTS))
     except (TypeError, orjson.JSONEncodeError) as e:
-        raise OutputError(f"tool returned a value that is not JSON-serializable: {e}") from None
+        error: Exception = e
+    if _json.SURROGATES in str(error):
+        # A lone surrogate (a file name decoded with `surrogateescape`): kept,
+        # as in a text output; each surface that writes it out makes it U+FFFD.
+        # Only here, after orjson refused it, so other outputs pay nothing.
+        try:
+            return _json.reread(value, default=_default, option=_OPTS)
+        except (TypeError, ValueError, RecursionError) as e:
+            error = e
+    raise OutputError(f"tool returned a value that is not JSON-serializable: {error}") from None
 
 
 def normalize_output(value: Any) -> tuple[Any, tuple[Attachment, ...], dict[str, Any]]:

@@ -290,6 +290,18 @@ def test_an_unpicklable_result_is_an_error_not_a_hang(ex: Executor) -> None:
     assert "cannot be sent back" in (r.error or "")
 
 
+def test_a_lone_surrogate_in_a_result_comes_back_as_a_replacement_character(
+    ex: Executor,
+) -> None:
+    """The worker's JSON reply cannot carry it: the call ended `error` ("cannot
+    be sent back"), text or structure, though the tool had succeeded (bug hunt)."""
+    text = ex.execute(call("odd_names", structured=False))
+    assert (text.status, text.output) == ("ok", "report-\ufffd.txt")
+    structured = ex.execute(call("odd_names", structured=True))
+    assert structured.status == "ok", structured.error
+    assert structured.output == {"names": ["report-\ufffd.txt"], "report-\ufffd.txt": 1}
+
+
 def test_closing_the_executor_kills_workers_and_zygote(make_executor: MakeExecutor) -> None:
     ex = make_executor(pt.registry, timeout=20)
     worker = ex.execute(call("worker_pid")).output

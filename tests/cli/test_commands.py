@@ -238,6 +238,13 @@ def test_call_writes_out_the_control_characters_of_a_tools_text() -> None:
     assert not [raw for raw in RAW if raw in unknown.output] and "\\x1b[8m" in unknown.output
 
 
+def test_call_json_writes_a_lone_surrogate_as_a_replacement_character() -> None:
+    """`--json` raised UnicodeEncodeError writing such an output (bug hunt)."""
+    result = invoke("call", "tests.cli_registries.escapes:odd_names", "listing", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["result"]["output"] == {"names": ["report-\ufffd.txt"]}
+
+
 def test_call_reads_arguments_from_stdin() -> None:
     result = invoke("call", SPEC, "add", "--args", "-", "--json", stdin='{"a": 40, "b": 2}')
     assert result.exit_code == 0, result.output

@@ -44,3 +44,12 @@ def quoting_registry() -> ToolRegistry:
 
 
 quoting = quoting_registry()  # for `toolbus call tests.cli_registries.escapes:quoting`
+
+
+odd_names = ToolRegistry()  # for `toolbus call tests.cli_registries.escapes:odd_names`
+
+
+@odd_names.tool(read_only=True)
+def listing() -> dict[str, list[str]]:
+    """A file name decoded with surrogateescape, which UTF-8 cannot hold."""
+    return {"names": [b"report-\xe9.txt".decode("utf-8", "surrogateescape")]}

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from toolbus import _json
 from toolbus.formatting import format_result_for_context, output_text
 from toolbus.models import Attachment, ErrorCode, Status, ToolResult
 
@@ -203,6 +204,19 @@ def test_lone_surrogates_are_written_as_replacement_characters() -> None:
         "Error: cannot open report-\ufffd.txt (TOOL_ERROR)"
     )
     assert format_result_for_context(_result(output="\ud83d\ude00")).endswith("\U0001f600")
+
+
+def test_a_lone_surrogate_beside_a_long_integer_is_written_as_a_replacement_character() -> None:
+    """The integer sent `dumps` to its fallback, which raised UnicodeEncodeError
+    for the surrogate (not the TypeError its callers handle): the model's text
+    for such an output raised (bug hunt)."""
+    name = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+    r = _result(output={"size": 2**70, "name": name})
+    assert format_result_for_context(r, include_metadata=False) == (
+        '{\n  "size": 1180591620717411303424,\n  "name": "report-\ufffd.txt"\n}'
+    )
+    with pytest.raises(TypeError, match="surrogates not allowed"):
+        _json.dumps({"size": 2**70, "name": name})
 
 
 # -- errors ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from .. import _json
+from .._text import encodable
 
 __all__ = ["FrameTooLarge", "Frames", "body", "encode", "recv", "reply", "send"]
 
@@ -36,9 +37,18 @@ def body(message: dict[str, Any], default: Any = None) -> bytes:
     """A worker's message as JSON, unframed (a Ray actor's reply is one object
     already); raises TypeError for what JSON cannot hold (unless `default`
     turns it into something it can)."""
-    return _json.dumps(
-        message, default=default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-    )
+    try:
+        return _json.dumps(message, default=default, option=_OPTIONS)
+    except TypeError as e:
+        if _json.SURROGATES not in str(e):
+            raise
+    # A lone surrogate (in a tool's output, a progress message): UTF-8 JSON
+    # cannot carry it, so it arrives as U+FFFD, as on every surface that
+    # writes one out; the rest of the message as it is.
+    return _json.dumps(encodable(message, default), default=default, option=_OPTIONS)
+
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 def reply(message: dict[str, Any], default: Any = None) -> bytes:
