@@ -36,7 +36,15 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from agents.usage import Usage
 
 from tests.conftest import HANG_TIMEOUT, MakeExecutor
-from toolbus import ErrorCode, Injected, RetryPolicy, ToolCall, ToolRegistry, bus
+from toolbus import (
+    ErrorCode,
+    Injected,
+    RetryPolicy,
+    ToolCall,
+    ToolRegistry,
+    bus,
+    format_result_for_context,
+)
 from toolbus.integrations.openai_agents import OpenAIAgentsTool, function_tools
 
 Turn = Sequence[TResponseOutputItem] | str
@@ -195,6 +203,43 @@ async def test_the_runner_calls_the_tools_and_every_failure_comes_back_as_text(
     assert out["c5"] == "3"
     statuses = {e.call_id: e.result.status for e in rec.of("tool:finished")}
     assert statuses == {"c1": "ok", "c2": "timeout", "c3": "rejected", "c4": "error", "c5": "ok"}
+
+
+async def test_what_the_model_reads_is_the_text_every_other_path_gives_it(
+    make_executor: MakeExecutor,
+) -> None:
+    """A text output holding a lone surrogate (a file name decoded with
+    surrogateescape) went to the SDK as it was, which no request can carry;
+    `format_result_for_context` writes U+FFFD (bug hunt). Long outputs were
+    cut already, and stay so."""
+    reg = ToolRegistry()
+    name = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+
+    @reg.tool(read_only=True)
+    def listing(structured: bool) -> Any:
+        return {"names": [name]} if structured else f"found {name}"
+
+    @reg.tool(read_only=True)
+    def page() -> str:
+        return "x" * 500
+
+    ex = make_executor(reg)
+    calls = {
+        "text": ("listing", {"structured": False}),
+        "s": ("listing", {"structured": True}),
+        "long": ("page", {}),
+    }
+    model = FakeModel([function_call(t, a, call_id=i) for i, (t, a) in calls.items()], "done")
+    await run(model, function_tools(reg, ex, max_length=100))
+    out = model.outputs(1)
+    assert out == {
+        "text": "found report-\ufffd.txt",
+        "s": '{\n  "names": [\n    "report-\ufffd.txt"\n  ]\n}',
+        "long": "x" * 100 + "\n... (truncated, 400 characters omitted)",
+    }
+    for call_id, (tool, arguments) in calls.items():
+        result = await ex.aexecute(ToolCall(name=tool, arguments=arguments))
+        assert format_result_for_context(result, 100, include_metadata=False) == out[call_id]
 
 
 async def test_nulls_for_optional_fields_take_the_defaults(make_executor: MakeExecutor) -> None:

@@ -398,6 +398,111 @@ async def test_outputs_with_attachments_and_metadata_are_tool_returns(
     assert result.output == "done"
 
 
+ODD_NAME = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+
+
+def _sized_registry() -> ToolRegistry:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def page(size: int) -> str:
+        return "x" * size
+
+    @reg.tool(read_only=True)
+    def rows(count: int) -> dict[str, Any]:
+        return {"rows": ["y" * 40] * count}
+
+    @reg.tool(read_only=True)
+    def listing(structured: bool) -> Any:
+        return {"names": [ODD_NAME]} if structured else f"found {ODD_NAME}"
+
+    @reg.tool(read_only=True)
+    def chart(title_length: int) -> ToolOutput:
+        return ToolOutput(
+            content="z" * 5000,
+            attachments=(Attachment(type="image/png", title="T" * title_length),),
+            metadata={"rows": 5000},
+        )
+
+    @reg.tool(read_only=True)
+    def total(values: list[int]) -> int:
+        return sum(values)
+
+    return reg
+
+
+async def test_an_output_too_long_for_max_length_reaches_the_model_cut(
+    make_executor: MakeExecutor,
+) -> None:
+    """Outputs went to the model whole, however long (a 10,000-character page,
+    a structure of any size): every other path cuts them after `max_length`
+    characters (4,000 unless set) with a note (bug hunt). Short ones are
+    still values."""
+    reg = _sized_registry()
+    ex = make_executor(reg)
+    calls = [
+        call("page", {"size": 10_000}, "long_text"),
+        call("rows", {"count": 200}, "long_rows"),
+        call("rows", {"count": 1}, "short_rows"),
+        call("chart", {"title_length": 500}, "attached"),
+    ]
+    script = Script(calls, "done")
+    await agent_for(script, ToolbusToolset(reg, ex)).run("go")
+    parts = by_id(script.returned(1))
+    assert parts["long_text"].content == "x" * 4000 + "\n... (truncated, 6000 characters omitted)"
+    rows = model_text(parts["long_rows"])
+    assert rows.startswith('{\n  "rows": [') and rows.endswith(
+        "(truncated, 5618 characters omitted)"
+    )
+    assert parts["short_rows"].content == {"rows": ["y" * 40]}  # a value, as before
+    attached = parts["attached"]
+    assert attached.content == (
+        "z" * 4000 + "\n... (truncated, 1000 characters omitted)\n"
+        "[attachment: image/png " + "T" * 200 + "\n... (truncated, 300 characters omitted)]"
+    )
+    assert attached.metadata == {"rows": 5000}
+    # Its own limit: a value while it fits.
+    script = Script([call("page", {"size": 60}, "fits"), call("page", {"size": 150}, "cut")], "-")
+    await agent_for(script, ToolbusToolset(reg, ex, max_length=100)).run("go")
+    parts = by_id(script.returned(1))
+    assert parts["fits"].content == "x" * 60
+    assert parts["cut"].content == "x" * 100 + "\n... (truncated, 50 characters omitted)"
+
+
+async def test_a_retry_prompt_is_cut_at_max_length(make_executor: MakeExecutor) -> None:
+    """The text of an invalid call went to the model whole (over 20,000
+    characters for 300 bad values); other paths cut it (bug hunt)."""
+    reg = _sized_registry()
+    ex = make_executor(reg)
+    script = Script([call("total", {"values": ["x"] * 300}, "c1")], "done")
+    await agent_for(script, ToolbusToolset(reg, ex)).run("go")
+    part = by_id(script.returned(1))["c1"]
+    assert outcome(part) == "retried"
+    assert part.content.startswith("Invalid arguments for 'total': values.0: Input should be")
+    assert len(part.content) < 4100 and part.content.endswith("characters omitted)")
+
+
+async def test_a_lone_surrogate_in_an_output_reaches_the_model_as_a_replacement_character(
+    make_executor: MakeExecutor,
+) -> None:
+    """It went to pydantic-ai as it was: no request can carry it, and pydantic
+    refused to write a structure holding one (bug hunt)."""
+    reg = _sized_registry()
+    ex = make_executor(reg)
+    script = Script(
+        [
+            call("listing", {"structured": False}, "text"),
+            call("listing", {"structured": True}, "s"),
+        ],
+        "done",
+    )
+    await agent_for(script, ToolbusToolset(reg, ex)).run("go")
+    parts = by_id(script.returned(1))
+    assert parts["text"].content == "found report-\ufffd.txt"
+    assert parts["s"].content == {"names": ["report-\ufffd.txt"]}
+    assert model_text(parts["s"]) == '{"names":["report-\ufffd.txt"]}'
+
+
 def test_the_toolset_refuses_another_registry(make_executor: MakeExecutor) -> None:
     reg = _weather_registry()
     ex = make_executor(reg)
@@ -405,6 +510,8 @@ def test_the_toolset_refuses_another_registry(make_executor: MakeExecutor) -> No
         ToolbusToolset(ToolRegistry(), ex)
     with pytest.raises(ValueError, match="max_retries"):
         ToolbusToolset(reg, ex, max_retries=-1)
+    with pytest.raises(ValueError, match="max_length"):
+        ToolbusToolset(reg, ex, max_length=-1)
     assert ToolbusToolset(reg, ex, id="weather").id == "weather"
 
 

@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from .. import _json
 from .._keywords import refuse_unknown
+from .._text import text_of
 from ..agent_runs import current_agent_run
 from ..executor import Executor
 from ..formatting import output_text
@@ -111,10 +112,12 @@ class _Invoke:
         finally:
             offering.reset(shown)
         if result.status == "ok" and not result.attachments:
+            # `result_text`'s text, built without its lines (the usual result):
+            # the output whole, a lone surrogate as U+FFFD (`text_of`, as there).
             output = result.output
             text = output if isinstance(output, str) else output_text(output)
             if text and len(text) <= self.max_length:
-                return text
+                return text_of(text)
         return result_text(result, self.max_length)
 
 

@@ -15,11 +15,13 @@ How results reach the model (see docs/integrations.md):
 
 - `ok`: the tool's output as the tool's return value (a `ToolReturn` carrying
   the result's metadata, and its attachments listed in the text, when it has
-  any);
+  any); an output longer than `max_length` as JSON text goes as the text
+  every other path gives the model (`format_result_for_context`: cut, with a
+  note), and a lone surrogate in it as U+FFFD;
 - `INVALID_ARGUMENTS` and `TOOL_NOT_FOUND` (the call can be fixed): a
   `ModelRetry`, so pydantic-ai sends its retry prompt and counts the retry
   against the tool's `max_retries` (past it, pydantic-ai ends the run with
-  `UnexpectedModelBehavior`, as for its own tools);
+  `UnexpectedModelBehavior`, as for its own tools); its text cut alike;
 - anything else (`error`, `timeout`, `cancelled`, `rejected` for another
   reason): a `ToolFailed` with the text toolbus gives every model,
   `Error: <what> (<ERROR_CODE>)`, which pydantic-ai hands back as a failed tool
@@ -29,8 +31,9 @@ How results reach the model (see docs/integrations.md):
 Arguments that are not a JSON object never reach toolbus: pydantic-ai asks the
 model to fix them itself (a retry prompt), before any tool is called.
 
-One piece: both directions of the integration, imported (with pydantic-ai)
-only by those who use it; they share pydantic-ai's schema and run context.
+One piece (so past 400 lines): both directions of the integration, imported
+(with pydantic-ai) only by those who use it; they share pydantic-ai's schema
+and run context.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Unpack
 
+import orjson
 from pydantic import ValidationError
 from pydantic_ai import ModelRetry, RunContext
 from pydantic_ai import Tool as PAITool
@@ -51,12 +55,14 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
+from .. import _json
 from .._keywords import refuse_unknown
+from .._text import encodable, text_of
 from ..agent_runs import MAX_LENGTH, current_agent_run
 from ..executor import Executor
-from ..formatting import output_text
+from ..formatting import _cut
 from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult
-from ..providers._common import result_text
+from ..providers._common import DEFAULT_MAX_LENGTH, result_text
 from ..tools import ArgumentError, StepContext, Tool, ToolContext, ToolError, ToolRegistry
 from ..tools._injected import injected_parameters
 from ..tools._offer import Offer, offering
@@ -99,6 +105,11 @@ class ToolbusToolset(AbstractToolset[Any]):
     it runs). `max_retries` is each tool's retry budget for calls the model can
     fix; None takes the agent's. The listing follows the registry: tools
     registered or removed later appear or disappear at the next run step.
+
+    A result reaches pydantic-ai as a value (the output itself) where it fits
+    in `max_length` characters of JSON; one longer, as the text every other
+    path gives the model, cut after `max_length` characters with a note, as
+    are the texts of failures and retry prompts (docs/integrations.md).
     """
 
     def __init__(
@@ -108,6 +119,7 @@ class ToolbusToolset(AbstractToolset[Any]):
         *,
         id: str | None = None,
         max_retries: int | None = None,
+        max_length: int = DEFAULT_MAX_LENGTH,
     ) -> None:
         if executor.registry is not registry:
             raise ValueError(
@@ -120,7 +132,12 @@ class ToolbusToolset(AbstractToolset[Any]):
             raise ValueError(
                 f"ToolbusToolset: max_retries must be an integer >= 0, got {max_retries!r}"
             )
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0:
+            raise ValueError(
+                f"ToolbusToolset: max_length must be an integer >= 0, got {max_length!r}"
+            )
         self.registry = registry
+        self.max_length = max_length
         self.executor = executor
         self.max_retries = max_retries
         self._id = id
@@ -192,11 +209,12 @@ class ToolbusToolset(AbstractToolset[Any]):
             offering.reset(shown)
         if result.status == "ok":
             if not result.attachments and not result.metadata:
-                return result.output
-            return _tool_return(result)
+                return _returned(result, self.max_length)
+            return _tool_return(result, self.max_length)
         if result.error_code in _RETRY_CODES:
-            raise ModelRetry(result.error or "the call cannot be run as given")
-        raise ToolFailed(result_text(result))
+            text = result.error or "the call cannot be run as given"
+            raise ModelRetry(text_of(_cut(text, self.max_length)))
+        raise ToolFailed(result_text(result, self.max_length))
 
 
 # Offers kept for the steps whose calls may still come (the latest ones).
@@ -233,14 +251,44 @@ def tool_definition(tool: Tool) -> ToolDefinition:
     )
 
 
-def _tool_return(result: ToolResult) -> ToolReturn[Any]:
-    value: Any = result.output
-    if result.attachments:
-        lines = [output_text(value)] if value not in (None, "") else []
-        for a in result.attachments:
-            label = a.title or a.url or ""
-            lines.append(f"[attachment: {a.type} {label}]" if label else f"[attachment: {a.type}]")
-        value = "\n".join(lines)
+def _returned(result: ToolResult, max_length: int) -> Any:
+    """What pydantic-ai is handed for an `ok` result: its output, as a value
+    pydantic-ai writes into the model's request itself, where that is at most
+    `max_length` characters of JSON; else the model's text of it, cut as on
+    every other path. A lone surrogate, which no request can carry (pydantic
+    refuses to write it), as U+FFFD."""
+    output = result.output
+    if isinstance(output, str):  # (most tools; a text is its own JSON, near enough)
+        return text_of(output) if len(output) <= max_length else result_text(result, max_length)
+    if output is None or isinstance(output, float):
+        return output  # at most 24 characters
+    if isinstance(output, int) and output.bit_length() <= 64:  # (bools too)
+        return output  # at most 20
+    try:
+        # Bytes, at least as many as the characters: a value under the limit is.
+        size = len(orjson.dumps(output, option=orjson.OPT_NON_STR_KEYS))
+    except TypeError:  # an integer beyond 64 bits, a lone surrogate: rare
+        return _rare(result, max_length)
+    return output if size <= max_length else result_text(result, max_length)
+
+
+def _rare(result: ToolResult, max_length: int) -> Any:
+    """`_returned` for an output orjson alone cannot write."""
+    output = result.output
+    option = orjson.OPT_NON_STR_KEYS
+    try:
+        size = len(_json.dumps(output, default=str, option=option))
+    except TypeError as e:
+        if _json.SURROGATES not in str(e):
+            return result_text(result, max_length)
+        output = encodable(output, str)
+        size = len(_json.dumps(output, default=str, option=option))
+    return output if size <= max_length else result_text(result, max_length)
+
+
+def _tool_return(result: ToolResult, max_length: int) -> ToolReturn[Any]:
+    # With attachments, the model's text of it (they are listed there).
+    value = result_text(result, max_length) if result.attachments else _returned(result, max_length)
     return ToolReturn(return_value=value, metadata=result.metadata or None)
 
 
