@@ -6,6 +6,7 @@ import asyncio
 import threading
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import BaseModel
 
@@ -134,6 +135,25 @@ def test_text_arguments_that_are_not_utf8_are_rejected_whatever_their_length(
     for pad in ("", "y" * 20):
         r = ex.execute(ToolCall(name="add", arguments='{"a": 1, "pad": "\ud800' + pad + '"}'))
         assert (r.status, r.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS), r.error
+
+
+def test_arguments_too_deep_are_refused_alike_as_text_and_as_a_dict(ex: Executor) -> None:
+    """As text they were read up to orjson's 1,024 levels: 300 levels went on
+    to validation, 1,000 ended `error` ("internal error: RecursionError",
+    from masking), where a dict was refused past 254 (bug hunt)."""
+    for levels in (300, 1000):
+        text = '{"a": 1, "b": ' + "[" * (levels - 1) + "]" * (levels - 1) + "}"
+        results = [
+            ex.execute(ToolCall(name="add", arguments=text)),
+            ex.execute(ToolCall(name="add", arguments={"a": 1, "b": orjson.loads(text)["b"]})),
+        ]
+        for r in results:
+            assert (r.status, r.error_code, r.error) == (
+                "rejected",
+                ErrorCode.INVALID_ARGUMENTS,
+                "Invalid arguments for 'add': Arguments nest too deeply"
+                " (more than 254 levels of objects and arrays)",
+            )
 
 
 def test_unknown_tool(ex: Executor) -> None:

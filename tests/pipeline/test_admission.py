@@ -197,3 +197,40 @@ def test_arguments_that_json_cannot_write_are_refused_in_the_usual_form() -> Non
     outcome = admit_plain(run, _services())
     assert isinstance(outcome, ToolResult) and outcome.error is not None
     assert outcome.error.startswith("Invalid arguments for 'lookup': Arguments are not JSON: ")
+
+
+def _nested_text(levels: int, leaf: str = "{}") -> str:
+    """Arguments for `lookup` as JSON text nesting `levels` objects deep in all."""
+    inner = levels - 2
+    return '{"i": 1, "opts": ' + '{"a": ' * inner + leaf + "}" * inner + "}"
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["plain", "full"])
+def test_text_arguments_nest_as_deep_as_a_dict_may_and_no_deeper(full: bool) -> None:
+    """Text was parsed by orjson, which reads 1,024 levels: arguments refused
+    as a dict past 254 levels ran as text, and 1,000 levels deep failed
+    later, in masking, with an internal error (bug hunt)."""
+    too_deep = (
+        "Invalid arguments for 'lookup': Arguments nest too deeply"
+        " (more than 254 levels of objects and arrays)"
+    )
+
+    def outcome(arguments: dict[str, Any] | str) -> tuple[Any, ...] | None:
+        run = _run(ToolCall(name="lookup", arguments=arguments))
+        svc = _services(limit=10**6)
+        result = _admitted_by_steps(run, svc) if full else admit_plain(run, svc)
+        assert result is not NOT_PLAIN
+        return None if result is None else (result.status, result.error_code, result.error)
+
+    for levels, admitted in ((254, True), (255, False)):
+        text = _nested_text(levels)
+        assert outcome(text) == outcome(orjson.loads(text))
+        assert outcome(text) == (None if admitted else ("rejected", "INVALID_ARGUMENTS", too_deep))
+    # Deeper: past where masking's recursion failed, where orjson stops
+    # reading (1,024), and where the stdlib rereads a long integer.
+    for text in (
+        _nested_text(1000),
+        _nested_text(1100),
+        _nested_text(1010, leaf='{"n": 123456789012345678901234567890}'),
+    ):
+        assert outcome(text) == ("rejected", "INVALID_ARGUMENTS", too_deep)

@@ -9,7 +9,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from .._json import MAX_DEPTH, detached
+from .._json import detached
 from .._json import dumps as json_dumps
 from ..masking import (
     DEFAULT_SECRET_KEYS,
@@ -24,6 +24,7 @@ from ..tools import (
     error_text,
     parse_json_arguments,
 )
+from ..tools._schemas import TOO_DEEP
 from ._make import awaitable, log_contained, make_result, parsed_call
 from ._masked_arguments import mask, published, sent_secrets, unmasked
 from ._run import ADMISSION, Run
@@ -204,8 +205,9 @@ def _checked(run: Run, svc: Services) -> ToolResult | None:
 def _not_json(e: TypeError) -> str:
     """Why arguments JSON cannot write are refused, as the model reads it."""
     if "Recursion limit" in str(e):
-        # orjson's words for nesting past its limit: they are JSON, only too deep.
-        return f"Arguments nest too deeply (more than {MAX_DEPTH} levels of objects and arrays)"
+        # orjson's words for nesting past its limit: they are JSON, only too
+        # deep (and refused in the same words when they come as text).
+        return TOO_DEEP
     return f"Arguments are not JSON: {e}"
 
 

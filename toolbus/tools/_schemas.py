@@ -148,17 +148,43 @@ def _local_refs(schema: Any, depth: int = 0) -> list[str]:
     return refs
 
 
+TOO_DEEP = f"Arguments nest too deeply (more than {_json.MAX_DEPTH} levels of objects and arrays)"
+"""Why arguments are refused that nest deeper than JSON is written (`MAX_DEPTH`)."""
+
+# Text shorter than this cannot nest past `MAX_DEPTH`: each level opens and closes.
+_DEEP_ENOUGH = 2 * (_json.MAX_DEPTH + 1)
+
+
 def parse_json_arguments(text: str) -> dict[str, Any]:
-    """The model's raw JSON arguments as a dict; `ArgumentError` when they are not."""
+    """The model's raw JSON arguments as a dict; `ArgumentError` when they are
+    not, or when they nest deeper than `MAX_DEPTH` levels (as arguments given
+    as a dict are refused: orjson reads 1,024 levels, but writes 254)."""
     if not text.strip():
         return {}
     try:
         value = _json.loads(text)
     except _json.JSONDecodeError as e:
+        if e.msg.startswith("depth limit"):  # orjson's, past 1,024 levels
+            raise ArgumentError(TOO_DEEP) from None
         raise ArgumentError(f"Arguments are not valid JSON ({e.msg} at position {e.pos})") from None
+    except RecursionError:  # the stdlib's, rereading long integers ~1,000 levels deep
+        raise ArgumentError(TOO_DEEP) from None
     if not isinstance(value, dict):
         raise ArgumentError(f"Arguments must be a JSON object, got {type(value).__name__}")
+    # Counted only in text long enough to nest that deep, and written (the
+    # limit a dict meets) only where it has that many brackets: usual
+    # arguments pay one comparison.
+    if len(text) >= _DEEP_ENOUGH and text.count("[") + text.count("{") > _json.MAX_DEPTH:
+        _check_depth(value)
     return value
+
+
+def _check_depth(value: dict[str, Any]) -> None:
+    try:
+        _json.dumps(value)
+    except TypeError as e:
+        if "Recursion limit" in str(e):
+            raise ArgumentError(TOO_DEEP) from None
 
 
 def _check_utf8(text: str) -> None:
