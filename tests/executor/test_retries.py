@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import Counter
@@ -487,3 +488,49 @@ def test_no_hook_can_retry_a_mutating_call_that_timed_out(
     finally:
         ex.close()
     assert (r.status, r.attempts, len(runs)) == ("timeout", 1, 1)
+
+
+@pytest.mark.parametrize(
+    "delay", ["0.1", True, None, float("nan"), -1.0], ids=["str", "bool", "none", "nan", "negative"]
+)
+def test_a_should_retry_delay_that_is_not_seconds_means_no_retry(
+    delay: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    reg, calls = _flaky_registry(failures=100)
+    ex = _Answering(reg)
+    ex.answer = RetryDecision(retry=True, delay=delay)
+    try:
+        r = ex.execute(ToolCall(name="flaky", arguments={"x": 1}))
+    finally:
+        ex.close()
+    assert (r.status, r.attempts, len(calls)) == ("error", 1, 1)
+    assert any(
+        "not retrying" in m and repr(delay) in m
+        for m in (rec.getMessage() for rec in caplog.records)
+    )
+
+
+@pytest.mark.parametrize("source", ["hook-inf", "hook-huge", "wait-inf"])
+def test_a_backoff_that_never_ends_is_not_waited_for(source: str) -> None:
+    """Without a deadline, such a retry parked the call for good."""
+    reg = ToolRegistry()
+    calls: list[int] = []
+    retry = RetryPolicy(max_retries=3, wait=tenacity.wait_fixed(math.inf))
+
+    @reg.tool(read_only=True, retry=retry if source == "wait-inf" else None)
+    def flaky(x: int) -> int:
+        calls.append(x)
+        raise ConnectionError("down")
+
+    ex: Executor
+    if source == "wait-inf":
+        ex = Executor(reg)
+    else:
+        ex = _Answering(reg)
+        ex.answer = RetryDecision(retry=True, delay=math.inf if source == "hook-inf" else 1e300)
+    try:
+        r = ex.submit(ToolCall(name="flaky", arguments={"x": 1})).result(timeout=30)
+    finally:
+        ex.close()
+    assert (r.status, r.attempts, len(calls)) == ("error", 1, 1)
+    assert r.error == "ConnectionError: down (not retried: its backoff would never end)"

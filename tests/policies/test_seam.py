@@ -100,6 +100,7 @@ def test_respond_short_circuits_with_the_calls_identity(make_executor: MakeExecu
         "not a decision",
         Delay(float("nan")),
         Delay(10**400),  # (no float can hold it)
+        Delay(1e300),  # (no timer can keep it: the call would be parked for good)
         Delay(True),  # type: ignore[arg-type]
         Delay("1"),  # type: ignore[arg-type]
         Reject("X", "m"),
@@ -155,6 +156,22 @@ def test_a_replacement_result_is_what_the_caller_and_events_get(
         rec.wait_for(bus.FINISHED, 1, timeout=5)
     assert (r.call_id, r.output) == ("c1", "short")
     assert rec.of(bus.FINISHED)[0].result == r
+
+
+def test_a_delay_too_long_for_any_timer_still_waits_for_its_until(
+    make_executor: MakeExecutor,
+) -> None:
+    ran: list[str] = []
+    wake: concurrent.futures.Future[None] = concurrent.futures.Future()
+    gate = Scripted("gate", Delay(1e300, until=wake))
+    ex = make_executor(_registry(ran), policies=[gate])
+    with bus.Recorder(bus.FINISHED, sender=ex) as rec:
+        handle = ex.submit(ToolCall(id="late", name="read", arguments={"x": 1}))
+        assert gate.was_asked.wait(30)
+        wake.set_result(None)  # (asked again, the script is done: it admits)
+        assert handle.result(timeout=30).output == 1
+        rec.wait_for(bus.FINISHED, 1, timeout=10)
+    assert ran == ["read:1"]
 
 
 def test_a_delay_holds_no_slot_and_asks_only_the_delaying_policy_again(

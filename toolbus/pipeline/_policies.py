@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -118,6 +119,10 @@ def consult(run: Run, svc: Services) -> Steps:
                 seconds = _seconds(decision.seconds)
                 if seconds is None:
                     return _refused(run, policy, f"it asked for a delay of {decision.seconds!r}")
+                if seconds > threading.TIMEOUT_MAX and decision.until is None:
+                    # No timer keeps such a wait: the call would be parked for good.
+                    why = f"it asked for a delay of {seconds:g} seconds, one that never ends"
+                    return _refused(run, policy, why)
                 if not run.note_policy(policy, admitted=False):
                     return _ended_meanwhile(run, policy, svc, admitted=False)
                 return Deferral(seconds, decision.until)

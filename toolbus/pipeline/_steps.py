@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import math
+import threading
 import time
 from collections.abc import Callable
 from types import CoroutineType
@@ -451,17 +451,19 @@ def after_failure(
     # says running it twice is safe.
     unsafe = (timed_out or crashed) and not (run.read_only or _idempotent(run))
     if decision.retry and not unsafe and not final and not spent:
-        due = run.due
-        if due is None or time.monotonic() + decision.delay < due:
+        delay, due = decision.delay, run.due
+        if delay <= threading.TIMEOUT_MAX and (due is None or time.monotonic() + delay < due):
             run.last_error = text
-            run.retry_delay = decision.delay
-            return Outcome("retry", decision.delay)
-        # The retry would start after the whole call's deadline: the call
-        # ends with this attempt's failure, saying why it was not retried.
-        delay = decision.delay
+            run.retry_delay = delay
+            return Outcome("retry", delay)
+        # The retry would start after the whole call's deadline, or never (a
+        # wait no timer can keep, which would park the call for good): the
+        # call ends with this attempt's failure, saying why it was not retried.
         text += (
             f" (not retried: its {delay:g}s backoff would end after the whole call's deadline)"
-            if math.isfinite(delay)
+            if delay <= threading.TIMEOUT_MAX
+            else " (not retried: its backoff would never end)"
+            if due is None
             else " (not retried: its endless backoff would outlast the whole call's deadline)"
         )
     if timed_out:
@@ -475,17 +477,27 @@ def after_failure(
 
 def _retry_decision(answer: Any, run: Run) -> RetryDecision:
     """`should_retry`'s answer as a decision, failing closed: a `RetryDecision`
-    whose `retry` is True or False, or a bare True or False; anything else
-    (None, 1, "yes", a decision whose `retry` is not a bool) means no retry."""
+    whose `retry` is True or False (and its `delay` seconds >= 0), or a bare
+    True or False; anything else (None, 1, "yes", a decision whose `retry` is
+    not a bool or whose delay is not a number >= 0) means no retry."""
     if isinstance(answer, RetryDecision) and isinstance(answer.retry, bool):
-        return answer
+        delay = answer.delay
+        if not answer.retry or (
+            type(delay) in (int, float) and delay >= 0  # (NaN is not; a bool is not a delay)
+        ):
+            return answer
     if isinstance(answer, bool):
         return RetryDecision(answer)
     what = type(answer).__name__
     if isinstance(answer, RetryDecision):
-        what = f"RetryDecision(retry={type(answer.retry).__name__})"
+        what = (
+            f"RetryDecision(retry=True, delay={answer.delay!r})"
+            if isinstance(answer.retry, bool)
+            else f"RetryDecision(retry={type(answer.retry).__name__})"
+        )
     log.warning(
-        "should_retry returned %s, not a RetryDecision, for call %s: not retrying",
+        "should_retry returned %s for call %s, not a RetryDecision whose retry is a bool "
+        "and whose delay is a number of seconds >= 0: not retrying",
         what,
         run.call.id,
     )
