@@ -387,6 +387,7 @@ def test_an_interrupt_as_a_queued_message_is_taken_loses_none(
     worker.join(30)
     assert not worker.is_alive()
     assert [r.output for r in results] == [2]
+    recorder.wait_for(bus.FINISHED, timeout=20, where=lambda e: e.call_id == "b")
     assert [e.call_id for e in recorder.of(bus.FINISHED)].count("b") == 1
     assert ex.stats().in_flight == 0 and not scheduler._pending
 
@@ -420,4 +421,5 @@ def test_an_interrupt_out_of_a_handler_part_way_does_not_handle_its_message_twic
     assert not worker.is_alive()
     assert len(submitted) == 1 and not scheduler._pending
     assert [r.status for r in results] == ["cancelled"]
+    recorder.wait_for(bus.FINISHED, timeout=20, where=lambda e: e.call_id == "b")
     assert [e.call_id for e in recorder.of(bus.FINISHED)].count("b") == 1
