@@ -484,6 +484,62 @@ def test_on_full_wait_counts_the_calls_bound_for_a_full_group_still_in_the_ready
     assert ex.stats().rejected == 0
 
 
+def test_on_full_wait_wakes_a_producer_when_a_call_bound_for_the_group_leaves_the_ready_queue(
+    make_executor: MakeExecutor,
+) -> None:
+    """A call of a bounded group, cancelled while it waits for `max_parallel`,
+    leaves room in the group for a producer that waited behind it."""
+    gates = {tag: threading.Event() for tag in ("g0", "f1")}
+    started = {tag: threading.Event() for tag in gates}
+
+    def held(tag: str) -> str:
+        if tag in gates:
+            started[tag].set()
+            assert gates[tag].wait(30), "the test never opened the gate"
+        return tag
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=30)
+    def f(tag: str) -> str:
+        return held(tag)
+
+    @reg.tool(read_only=True, groups=["db"], timeout=30)
+    def g(tag: str) -> str:
+        return held(tag)
+
+    ex = make_executor(
+        reg,
+        max_parallel=2,
+        on_full="wait",
+        timeout=None,
+        groups={"db": {"limit": 1, "max_queued": 1}},
+    )
+    g0 = ex.submit(call("g", "g0"))  # holds db's one slot
+    f1 = ex.submit(call("f", "f1"))  # and max_parallel's other
+    assert started["g0"].wait(10) and started["f1"].wait(10)
+    pool = cf.ThreadPoolExecutor(1)
+    try:
+        g1 = ex.submit(call("g", "g1"))  # waiting for max_parallel, then db
+        wait_until(lambda: ex.stats().queues.get("max_parallel") == 1, what="g1 queued")
+        g2 = pool.submit(ex.execute, call("g", "g2"))
+        _blocked(ex, 1)
+        g1.cancel()
+        assert g1.result(10).status == "cancelled"
+        _blocked(ex, 0)  # woken, and taken: g1's place is g2's
+        wait_until(lambda: ex.stats().queues.get("max_parallel") == 1, what="g2 queued")
+        assert not g2.done()
+        for gate in gates.values():
+            gate.set()
+        results = [h.result(10) for h in (g0, f1)] + [g2.result(10)]
+    finally:
+        for gate in gates.values():
+            gate.set()
+        pool.shutdown(wait=False)
+    assert [(r.status, r.output) for r in results] == [("ok", "g0"), ("ok", "f1"), ("ok", "g2")]
+    assert ex.stats().rejected == 0
+
+
 def test_on_full_wait_gives_up_after_the_timeout(make_executor: MakeExecutor, scene: Scene) -> None:
     ex = new(make_executor, scene, max_parallel=1, max_queued=1, on_full="wait", timeout=0.3)
     hold(ex, scene)

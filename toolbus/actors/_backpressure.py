@@ -154,8 +154,8 @@ class Backpressure(Completion):
             seen += (_live(slots.ready), slots.in_flight - slots.shared)
         # (Not the calls of a group still in the ready queue, which `_has_room`
         # counts: looking for them at every pump would cost a scan of the
-        # ready queue each time. One that leaves it there wakes nobody; the
-        # producer looks again when the group's queue or slots change.)
+        # ready queue each time. One that ends there wakes the producers
+        # itself, `Completion._closed_run`; one that starts moves the slots.)
         for g in self.groups.values():
             if g.max_queued is not None:
                 seen += (_live(g.waiting), g.in_flight)

@@ -45,6 +45,8 @@ class Completion(Deadlines):
     runs_open: set[Run]
     backends: dict[int, Backend]
     given_up: int
+    blocked: int  # (Backpressure's: producers waiting for room)
+    room_seen: tuple[int, ...] | None
 
     def _finish_here(self, run: Run, status: Status, code: ErrorCode, message: str) -> None:
         """Finish a run with a result made by the supervisor itself (no user code)."""
@@ -69,6 +71,11 @@ class Completion(Deadlines):
             self.slots.closed(run)
             if t.queued == PARKED and t.waiting_on is None:
                 self.budget.waiting.dead += 1  # (the thread budget's: out at its next look)
+            elif self.blocked:
+                # Leaving the ready queue, it may make room in a bounded group
+                # it was bound for, which the pump's look does not see (see
+                # `Backpressure._bounded`): the producers look again.
+                self.room_seen = None
         else:
             self.slots.release(run)
         result = run.result
