@@ -194,6 +194,39 @@ def test_a_failing_hook_is_logged_and_the_calls_go_on(
         ex.on_submit("not a function")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("str_error", [RuntimeError("cannot render"), SystemExit("str exits")])
+def test_a_hook_raising_an_exception_that_cannot_be_described_is_logged_and_the_calls_go_on(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture, str_error: BaseException
+) -> None:
+    """A hook's exception whose `__str__` failed made the report of it raise: from the
+    second call on, `execute` raised that error instead of running the call (bug hunt
+    5, the failure log of s7)."""
+
+    class BadStr(Exception):
+        def __str__(self) -> str:
+            raise str_error
+
+    ex = make_executor(registry())
+
+    def broken(submission: Submission) -> None:
+        raise BadStr()
+
+    ex.on_submit(broken)
+
+    def three() -> list[str]:
+        return [
+            ex.execute(ToolCall(id=f"c{i}", name="echo", arguments={"text": "x"})).status
+            for i in range(3)
+        ]
+
+    with caplog.at_level(logging.ERROR, logger="toolbus.bus"):
+        th, out = in_thread(three)
+        assert finished(th, out) and out.get("r") == ["ok"] * 3, out
+        ex.close()
+    (summary,) = [r.getMessage() for r in caplog.records if "more times" in r.getMessage()]
+    assert "broken raised 2 more times" in summary and "<exception str() failed>" in summary
+
+
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_in_a_hook_on_the_main_thread_reaches_the_caller(
     make_executor: MakeExecutor, exc: type[BaseException]

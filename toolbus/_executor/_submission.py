@@ -34,7 +34,6 @@ from ..actors._messages import SubmissionCutShort, Submit
 from ..agent_runs import AGENT_RUN, check_agent_run
 from ..approvals import ApprovalDecision, check_approval, check_approvals
 from ..backends import Backends
-from ..bus._delivery import describe
 from ..bus._failures import FailureLog
 from ..calls import CallLike, coerce_call, coerce_calls
 from ..masking import EMPTY_SCRUBBER, SecretKeys
@@ -123,7 +122,7 @@ class SubmitHooks:
                     raise  # Ctrl-C, on the caller's thread: before any call is handed on
                 if self._failures is None:
                     self._failures = FailureLog()
-                self._failures.failed(describe(hook), "submission", e)
+                self._failures.failed(hook, "submission", e)
 
     def flush(self) -> None:
         """Log the failures not yet reported (the executor closes)."""

@@ -343,13 +343,13 @@ class Announcer:
             else:
                 receiver(self._sender, event=event)
         except BaseException as e:  # SystemExit from a receiver included
-            self.failures.failed(describe(receiver), name, e)
+            self.failures.failed(receiver, name, e)
 
     def _flush(self, q: EventQueue, receiver: Any) -> None:
         try:
             q.flush()  # type: ignore[misc]  # checked by the caller
         except BaseException as e:
-            self.failures.failed(describe(receiver), "flush", e)
+            self.failures.failed(receiver, "flush", e)
 
     def drain(self, timeout: float | None = None, owner: object = None) -> bool:
         """Wait until every event announced so far was delivered or dropped; with

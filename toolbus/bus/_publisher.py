@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._events import CallEvent, Event
+from ._failures import format_error
+from ._queues import describe
 from ._signals import ALL_SIGNALS, namespace, signal
 
 if TYPE_CHECKING:
@@ -67,11 +68,11 @@ class BusPublisher:
             try:
                 receiver(self.sender, event=event)
             except BaseException as e:  # SystemExit from a receiver included
-                log.error(
-                    "receiver %r of %s raised; other receivers and execution go on:\n%s",
-                    receiver,
+                log.error(  # neither may raise: the receiver's repr and error are user code
+                    "receiver %s of %s raised; other receivers and execution go on:\n%s",
+                    describe(receiver),
                     name,
-                    "".join(traceback.format_exception(e)),
+                    format_error(e),
                 )
 
 

@@ -31,16 +31,20 @@ BURST = 4096  # the same for a lingering queue: it wants its events in one go
 
 
 def describe(obj: Any) -> str:
-    """A receiver's qualified name, for logs."""
-    if isinstance(obj, Route):
-        return obj.label
-    if isinstance(obj, pykka.ActorRef):
-        obj = obj.actor_class
-    qualname = getattr(obj, "__qualname__", None)
-    if isinstance(qualname, str):
-        return f"{getattr(obj, '__module__', None) or '?'}.{qualname}"
-    kind = type(obj)
-    return f"{kind.__module__}.{kind.__qualname__}"
+    """A receiver's qualified name, for logs; never raises (its attributes are
+    user code, and this runs where a receiver's failure is reported)."""
+    try:
+        if isinstance(obj, Route):
+            return obj.label
+        if isinstance(obj, pykka.ActorRef):
+            obj = obj.actor_class
+        qualname = getattr(obj, "__qualname__", None)
+        if isinstance(qualname, str):
+            return f"{getattr(obj, '__module__', None) or '?'}.{qualname}"
+        kind = type(obj)
+        return f"{kind.__module__}.{kind.__qualname__}"
+    except BaseException:
+        return f"<receiver at {id(obj):#x}>"
 
 
 class Route:

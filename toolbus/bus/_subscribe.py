@@ -56,7 +56,7 @@ class ObserverActor(pykka.ThreadingActor):
             except BaseException as e:  # pykka would stop every actor on a BaseException
                 if self._failures is None:
                     self._failures = FailureLog()
-                self._failures.failed(describe(type(self)), message.signal, e)
+                self._failures.failed(type(self), message.signal, e)  # never raises
             return None
         return self.on_message(message)
 
