@@ -35,6 +35,42 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+# -- a custom publisher's wants ------------------------------------------------------------------
+
+
+def test_a_publisher_whose_wants_raises_is_logged_and_goes_on_receiving(
+    make_executor: MakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A custom publisher whose `wants()` raised once never received another event;
+    drain_events and close waited out their budget; the log named no publisher
+    (bug hunt 5, s6)."""
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.asked = 0
+            self.got: list[tuple[str, str]] = []
+
+        def wants(self, name: str) -> bool:
+            self.asked += 1
+            if self.asked == 2:  # the first call's tool:executed
+                raise RuntimeError("wants failed once")
+            return True
+
+        def publish(self, name: str, event: Any) -> None:
+            self.got.append((name, event.call_id))
+
+    publisher = Flaky()
+    ex = make_executor(_registry(), publisher=publisher)
+    with caplog.at_level(logging.ERROR, "toolbus.bus"):
+        for i in range(5):
+            ex.execute(_echo(i))
+        assert ex.drain_events(10)
+    assert [c for n, c in publisher.got if n == bus.FINISHED] == [f"c{i}" for i in range(5)]
+    assert len(publisher.got) == 14  # all but the one its wants raised on
+    (line,) = _errors(caplog)
+    assert "Flaky raised on tool:executed (in wants)" in line and "wants failed once" in line
+
+
 # -- exceptions that cannot be described ---------------------------------------------------------
 
 

@@ -42,6 +42,9 @@ No event is lost silently: it is delivered, or counted in `dropped` and logged
 as a WARNING naming its receiver (pending when `close(timeout)` ran out of
 time, or at interpreter exit). Events announced after `close` (late results,
 calls submitted later) are still delivered, by short-lived threads.
+Whatever a receiver (or a custom publisher's `wants`) raises is reported by
+the `FailureLog` and delivery goes on: nothing may leave `_drain` with a
+queue's `busy` held, or that queue is never delivered again.
 
 One piece: the announcer's queues, the line of ready queues and the pool's
 threads share one lock and one set of counts (pending, dropped); split, every
@@ -326,8 +329,13 @@ class Announcer:
                 self._lingering -= 1
 
     def _deliver(self, name: str, receiver: Any, item: Event | Unbuilt) -> None:
-        if self._bus is None and not self.publisher.wants(name):
-            return  # before building: an event nobody wants is never made
+        if self._bus is None:
+            try:
+                if not self.publisher.wants(name):
+                    return  # before building: an event nobody wants is never made
+            except BaseException as e:  # user code, as `publish`: it must not stop the queue
+                self.failures.failed(receiver, f"{name} (in wants)", e)
+                return
         try:
             event = built(item)
         except NotBuilt:
