@@ -75,7 +75,10 @@ class Closing:
 
         Events not delivered by then are counted (`stats().events_dropped`) and
         logged per receiver. Stuck tool threads are daemons, left behind. A
-        close cut short (Ctrl-C) is finished by the next `close()`.
+        close cut short (Ctrl-C) is finished by the next `close()`. Called from
+        a receiver, it does not wait for delivery (the receiver would wait for
+        itself): a thread of its own delivers within the budget, then counts
+        what is left.
         """
         timeout = close_budget(timeout)  # first: a bad one must not half close it
         deadline = time.monotonic() + timeout

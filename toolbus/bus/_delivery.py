@@ -41,7 +41,9 @@ receiver may die without telling anyone).
 No event is lost silently: it is delivered, or counted in `dropped` and logged
 as a WARNING naming its receiver (pending when `close(timeout)` ran out of
 time, or at interpreter exit). Events announced after `close` (late results,
-calls submitted later) are still delivered, by short-lived threads.
+calls submitted later) are still delivered, by short-lived threads. A `close`
+on a delivery thread (a receiver closing its executor) hands its wait to a
+thread of its own: the receiver's queue cannot move until it returns.
 Whatever a receiver (or a custom publisher's `wants`) raises is reported by
 the `FailureLog` and delivery goes on: nothing may leave `_drain` with a
 queue's `busy` held, or that queue is never delivered again.
@@ -389,9 +391,22 @@ class Announcer:
 
         Returns how many events were dropped. Events announced afterwards are
         still delivered, each woken queue by a thread of its own.
+
+        On a delivery thread (a receiver closing its executor) it returns 0 at
+        once, and the same is done by a thread of its own: the receiver cannot
+        wait for delivery (its own queue waits for it to return, and it holds
+        one of the pool's threads), nor drop what nobody had the time to deliver.
         """
         if self._closed:
             return 0
+        if on_delivery_thread():
+            threading.Thread(
+                target=self._close, args=(timeout, why), name="toolbus-bus-close", daemon=True
+            ).start()
+            return 0
+        return self._close(timeout, why)
+
+    def _close(self, timeout: float | None, why: str) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         self.drain(timeout)
         with self._lock:
@@ -452,12 +467,12 @@ def _at_exit() -> None:
     deadline = time.monotonic() + EXIT_BUDGET
     why = "the interpreter exited"
     for announcer in list(_live):
-        left = max(0.0, deadline - time.monotonic())
-        if announcer.closed:
-            announcer.drain(left)
-            announcer.drop_pending(why)
-        else:
-            announcer.close(left, why=why)
+        if not announcer.closed:
+            announcer.close(max(0.0, deadline - time.monotonic()), why=why)
+        # Closed before, or by another thread meanwhile (a receiver's close hands
+        # its wait to a daemon thread, which may not outlive the interpreter).
+        announcer.drain(max(0.0, deadline - time.monotonic()))
+        announcer.drop_pending(why)
 
 
 atexit.register(_at_exit)
