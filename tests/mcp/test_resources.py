@@ -198,3 +198,16 @@ def test_resource_tools_take_the_tools_limits_and_refuse_a_name_taken(
             ("mcp:clash",),
         )
         assert listing.read_only and reading.read_only
+
+
+def test_a_refused_uri_is_scrubbed_before_it_is_cut(make_executor: MakeExecutor) -> None:
+    """The URI quoted in a refusal was cut at 200 characters before the
+    executor scrubbed it: a URI holding a secret showed its first part."""
+    token = "docs://nowhere/" + "T0k3nQ9z" * 30
+    with connect(library_server.server) as conn:
+        registry = ToolRegistry()
+        conn.register(registry, prefix="lib_", resources_as_tools=True)
+        ex = make_executor(registry, secret_keys=["uri"])
+        r = ex.execute(ToolCall(name="lib_read_resource", arguments={"uri": token}))
+    assert (r.error or "").startswith("MCP server 'library' could not read '***'"), r.error
+    assert token[15:23] not in (r.error or "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 
 import pytest
 
@@ -17,6 +18,8 @@ pytest.importorskip("mcp")
 
 import mcp_types as types
 from mcp import Client
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from tests.conftest import MakeExecutor
 from tests.mcp_servers import asking_server
@@ -29,6 +32,17 @@ from toolbus.mcp._server_logs import logging_callback
 pytestmark = pytest.mark.slow
 
 KEY = "sk-live-abcdefgh1234"
+
+logger_server = MCPServer("logger")
+
+
+@logger_server.tool()
+async def login(password: str, pad: int, ctx: Context) -> str:
+    """Logs what it tried, after `pad` characters."""
+    with warnings.catch_warnings():  # (logging is deprecated as of 2026-07-28)
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        await ctx.warning("x" * pad + f" tried password={password}", logger_name="auth")
+    return "in"
 
 
 def chatter_events(peer: str, make_executor: MakeExecutor, **options: object) -> list[bus.Progress]:
@@ -138,3 +152,22 @@ async def test_a_served_tool_in_a_worker_process_logs_to_the_client_masked() -> 
     assert [(p.level, p.logger, p.data) for p in heard] == [
         ("info", "log_mail", "writing to [REDACTED:email]")
     ]
+
+
+def test_a_long_log_line_is_scrubbed_before_it_is_cut(make_executor: MakeExecutor) -> None:
+    """The line of a message published as progress was cut at 500 characters
+    and scrubbed after: the part of a secret before the cut showed."""
+    secret = "Pw-" + "Zq9xVv7K" * 12
+    registry = ToolRegistry()
+    with connect(logger_server, log_level="info") as conn:
+        conn.register(registry)
+        ex = make_executor(registry)
+        with bus.Recorder(bus.PROGRESS, sender=ex) as rec:
+            r = ex.execute(ToolCall(name="login", arguments={"password": secret, "pad": 470}))
+            assert ex.drain_events()
+    assert r.status == "ok", r.error
+    (logged,) = [e for e in rec.of(bus.PROGRESS) if "server_log" in e.data]
+    # The secret began before the cut (character 497 of the line) and ended
+    # after it; masked, it fits.
+    assert logged.message.endswith(" tried password=***")
+    assert secret[:4] not in repr(logged)

@@ -457,3 +457,66 @@ def test_a_key_taken_from_a_secret_argument_is_published_masked(
     (opening,) = recorder.wait_for(CIRCUIT_OPEN)
     assert (opening.key, opening.call_id, opening.tool) == ("***", "f1", "fetch")
     assert breaker.state(secret) == "open"  # the caller's own API takes the key as it is
+
+
+LONG_SECRET = "sk-live-" + "Q7wZ3kP9" * 30  # 248 characters
+
+
+def _pieces(text: str, secret: str, size: int = 8) -> list[str]:
+    """The pieces of `secret` (`size` characters) that `text` shows."""
+    return [
+        secret[i : i + size] for i in range(len(secret) - size + 1) if secret[i : i + size] in text
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [
+        # int() quotes 200 characters of its argument: no whole secret to scrub.
+        (lambda c: int(c.arguments["api_key"]), "ValueError: invalid literal for int()"),
+        # A text longer than the refusal quotes, cut inside the secret.
+        (lambda c: {}[f"{'x' * 150} tenant of {c.arguments['api_key']}"], "KeyError: 'xxx"),
+    ],
+)
+def test_a_failing_key_quotes_no_piece_of_a_long_secret(
+    make_executor: MakeExecutor, recorder: bus.Recorder, key: object, shown: str
+) -> None:
+    """A key function's error text was cut (by toolbus, or by `int()`) before
+    the executor scrubbed it: 159 characters of a 248-character key showed."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[circuit_breaker(failures=3, key=key)])  # type: ignore[arg-type]
+    def fetch(url: str, api_key: str) -> str:
+        """Fetches."""
+        return url
+
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(id="k1", name="fetch", arguments={"url": "u", "api_key": LONG_SECRET}))
+    assert ex.drain_events()
+    assert r.error_code is ErrorCode.TOOL_UNAVAILABLE
+    assert shown in (r.error or "") and "***" in (r.error or "")
+    assert _pieces(r.error or "", LONG_SECRET) == []
+    (rejected,) = recorder.of(bus.REJECTED)
+    (finished,) = recorder.of(bus.FINISHED)
+    assert _pieces(repr([rejected, finished]), LONG_SECRET) == []
+
+
+def test_a_quoted_text_loses_pieces_of_secrets_not_words() -> None:
+    """What `key_of` quotes of a key function's error: a run of 8 characters
+    of a hidden value anywhere, or its beginning at the end (where a cut
+    falls), is masked; a shorter run in the middle is a word of the message."""
+    from toolbus.masking import Scrubber
+    from toolbus.policies._signals import asking, done_asking, scrub_quote
+
+    secret = "Hunter2-passphrase-0042"
+    token = asking(None, None, None, Scrubber([secret]))
+    try:
+        assert scrub_quote(f"no {secret} here", 200) == "no *** here"
+        assert scrub_quote(f"cut: {secret[5:17]}!", 200) == "cut: ***!"
+        assert scrub_quote(f"end: {secret[:5]}", 200) == "end: ***"
+        assert scrub_quote("a passphrase-less key", 200) == "a ***less key"
+        assert scrub_quote("a pass key", 200) == "a pass key"
+        assert scrub_quote("x" * 10 + secret[:15] + "y" * 50, 20) == "x" * 10 + "***..."
+    finally:
+        done_asking(token)
+    assert scrub_quote("x" * 300, 200) == "x" * 200 + "..."  # outside an ask: cut only

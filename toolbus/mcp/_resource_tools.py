@@ -21,6 +21,7 @@ from mcp_types import CONNECTION_CLOSED
 
 from ..models import ToolOutput
 from ..tools import Tool, ToolContext, ToolError
+from ..tools._context import call_scrubber
 from ._actor import SessionPort
 from ._asking import Asking
 from ._errors import MCPConnectionLost
@@ -132,7 +133,9 @@ class ReadResource(_ResourceTool):
         async def read(client: Client) -> types.ReadResourceResult:
             return await client.read_resource(uri)
 
-        result = await self._read(read, f"read {_short(uri)}", ctx)
+        # Scrubbed before it is cut: a URI may hold a secret (a token in its
+        # query), which the executor would not find whole in a cut one.
+        result = await self._read(read, f"read {_short(call_scrubber(ctx).text(uri))}", ctx)
         blocks = [types.EmbeddedResource(type="resource", resource=c) for c in result.contents]
         return tool_output(types.CallToolResult(content=blocks), server=self.server)
 

@@ -27,9 +27,9 @@ from typing import Any
 import mcp_types as types
 
 from .._text import text_of
-from ..masking import mask_arguments
+from ..masking import EMPTY_SCRUBBER, Scrubber, mask_arguments
 from ..tools import LogLevel
-from ..tools._context import pass_on_log
+from ..tools._context import call_scrubber, pass_on_log
 from ..tools._peer import LOG_LEVELS, python_level
 from ._asking import ASKING, Asking, about, publish
 from ._redact import redact_text
@@ -67,7 +67,10 @@ def logging_callback(
                 "logger": params.logger,
                 "data": data,
             }
-            publish(asking, f"MCP server '{server()}' logged: {_line(data)}", server_log=details)
+            # Its line is scrubbed before it is cut: the executor scrubs the
+            # event too, but only of secrets it finds whole.
+            line = _line(data, call_scrubber(asking.ctx))
+            publish(asking, f"MCP server '{server()}' logged: {line}", server_log=details)
             if asking.peer is not None:  # a served call's: its client hears it too
                 pass_on_log(asking.ctx, asking.peer, params.level, data, params.logger or server())
             return
@@ -77,8 +80,12 @@ def logging_callback(
     return callback
 
 
-def _line(data: Any) -> str:
-    """A log message's data on one line, cut to a readable length."""
+def _line(data: Any, scrubber: Scrubber = EMPTY_SCRUBBER) -> str:
+    """A log message's data on one line, with the secrets `scrubber` knows
+    masked, cut to a readable length."""
     text = data if isinstance(data, str) else repr(data)
-    text = redact_text(text_of(text)).replace("\n", " ")
+    text = redact_text(text_of(text))
+    if scrubber:
+        text = scrubber.text(text)
+    text = text.replace("\n", " ")
     return text if len(text) <= 500 else f"{text[:497]}..."

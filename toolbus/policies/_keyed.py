@@ -13,6 +13,7 @@ from collections.abc import Callable
 from .._json import loads
 from ..models import ErrorCode, ToolCall
 from ._protocol import Reject
+from ._signals import scrub_quote
 
 __all__ = ["KeyFunction", "check_key", "key_of", "parsed_arguments", "seconds_text"]
 
@@ -42,7 +43,10 @@ def key_of(
     with `detail`, its text): a guard that cannot tell whose budget a call
     spends fails closed, and the call never crashes the executor. Without
     `detail` (asked at submission, before the arguments are masked) the text,
-    which may quote an argument, is left out.
+    which may quote an argument, is left out; with it, the text is scrubbed
+    before it is cut, and a piece of a secret left in it by a cut (its own,
+    or `int()`'s of its argument) masked: the executor scrubs the refusal
+    again, but only of secrets it finds whole.
     """
     if key is None:
         return call.name
@@ -54,9 +58,7 @@ def key_of(
         value = key(call)
         return value if isinstance(value, str) else str(value)
     except Exception as e:
-        text = str(e) if detail else ""
-        if len(text) > _MAX_ERROR_TEXT:
-            text = text[:_MAX_ERROR_TEXT] + "..."
+        text = scrub_quote(str(e), _MAX_ERROR_TEXT) if detail else ""
         why = f"{type(e).__name__}: {text}" if text else type(e).__name__
         return Reject(
             ErrorCode.TOOL_UNAVAILABLE,

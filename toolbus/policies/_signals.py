@@ -38,6 +38,7 @@ __all__ = [
     "asking",
     "call_timeout",
     "scrub",
+    "scrub_quote",
     "time_left",
 ]
 
@@ -169,6 +170,63 @@ def scrub(text: str) -> str:
     if len(text) >= MIN_SCRUB_LENGTH and any(text in v for v in values):
         return MASK
     return current[3].text(text)
+
+
+# A run of a hidden value this long, anywhere in a text that quotes the
+# arguments, is taken for a piece of it (a shorter one is as likely a word of
+# the message); at the text's end, where a cut falls, a beginning as short as
+# a scrubbed secret is.
+_PIECE = 8
+
+
+def scrub_quote(text: str, limit: int) -> str:
+    """`text`, which may quote the arguments of the call a policy is asked
+    about (the exception of a key function), fit to publish and cut to `limit`
+    characters: scrubbed before it is cut (a cut secret is no longer found
+    whole), then with every piece of a hidden value left in it masked, one
+    that the code quoting it cut (`int()` quotes 200 characters of its
+    argument) or that the cut here left. Only cut outside an executor's ask."""
+    current = _asking.get()
+    scrubber = current[3] if current is not None else EMPTY_SCRUBBER
+    if scrubber:
+        text = scrubber.text(text)
+    cut = len(text) > limit
+    if cut:
+        text = text[:limit]
+    text = _pieces_masked(text, scrubber.values)
+    return text + "..." if cut else text
+
+
+def _pieces_masked(text: str, values: tuple[str, ...]) -> str:
+    """`text` with each run of it that is part of one of `values` masked."""
+    if not values:
+        return text
+    parts, start, i, n = [], 0, 0, len(text)
+    while i <= n - MIN_SCRUB_LENGTH:
+        end = _piece_end(text, i, values)
+        if end - i >= _PIECE or (end == n and end - i >= MIN_SCRUB_LENGTH):
+            parts += [text[start:i], MASK]
+            start = i = end
+        else:
+            i += 1
+    return "".join([*parts, text[start:]]) if parts else text
+
+
+def _piece_end(text: str, i: int, values: tuple[str, ...]) -> int:
+    """The end of the longest run of `text` from `i` that one of `values`
+    holds (`i` when it holds no `MIN_SCRUB_LENGTH` characters of it)."""
+    if not any(text[i : i + MIN_SCRUB_LENGTH] in v for v in values):
+        return i
+    # What a value holds of a run, it holds of its beginning: the longest is
+    # found by halving.
+    low, high = i + MIN_SCRUB_LENGTH, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if any(text[i:mid] in v for v in values):
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 # The call's identity: the same in every event of the call, never masked.

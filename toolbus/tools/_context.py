@@ -24,7 +24,7 @@ from ._peer import (
 )
 from ._running import current_run
 
-__all__ = ["LogSink", "ToolContext", "pass_on_log", "served_peer", "write_log"]
+__all__ = ["LogSink", "ToolContext", "call_scrubber", "pass_on_log", "served_peer", "write_log"]
 
 ProgressSink = Callable[["ToolContext", str, float | None, dict[str, Any]], None]
 
@@ -269,6 +269,13 @@ def served_peer(ctx: ToolContext) -> Peer | None:
             parent = current[1].parent_call_id
             peer = peer_of(parent) if parent is not None else None
     return peer
+
+
+def call_scrubber(ctx: ToolContext) -> Scrubber:
+    """What the call of `ctx` masked, for text made for it elsewhere (an MCP
+    server's log message, on the connection's loop) that is cut before the
+    executor publishes it: scrubbed first, it leaves no piece of a secret at the cut."""
+    return ctx._scrubber()
 
 
 def pass_on_log(ctx: ToolContext, peer: Peer, level: LogLevel, data: Any, logger: str) -> None:
