@@ -11,16 +11,38 @@ uvicorn is imported only when a server is made.
 from __future__ import annotations
 
 import ipaddress
+import numbers
 import socket
 import threading
 import time
 from typing import Any
 
-__all__ = ["ServerThread", "bind", "config", "url_host"]
+__all__ = ["ServerThread", "bind", "check_address", "config", "url_host"]
+
+_MAX_PORT = 65535
+
+
+def check_address(host: object, port: object, owner: str) -> tuple[str, int]:
+    """`host` and `port` if a server can listen there: a non-empty string and
+    an integer 0..65535 (0: any free port); else `TypeError` / `ValueError`
+    naming `owner`. The socket library would take a port of 70000 modulo
+    65536, "http" for 80, and fail on others with errors that name nothing."""
+    if not isinstance(host, str):
+        raise TypeError(f"{owner}: host must be a string, got {type(host).__name__} {host!r}")
+    if not host.strip("[] "):
+        raise ValueError(f"{owner}: host must not be empty (127.0.0.1: this machine only)")
+    wanted = f"{owner}: port must be an integer 0..{_MAX_PORT} (0: any free port)"
+    if isinstance(port, bool) or not isinstance(port, numbers.Integral):
+        raise TypeError(f"{wanted}, got {type(port).__name__} {port!r}")
+    number = int(port)
+    if not 0 <= number <= _MAX_PORT:
+        raise ValueError(f"{wanted}, got {port!r}")
+    return host, number
 
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on `host`:`port` (0: any free port)."""
+    host, port = check_address(host, port, "bind")
     family, kind, proto, _, address = socket.getaddrinfo(
         host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
@@ -67,16 +89,29 @@ def config(app: Any) -> Any:
 
 
 class ServerThread:
-    """`app` served on `sock` by uvicorn, on a daemon thread named `name`."""
+    """`app` served on `sock` by uvicorn, on a daemon thread named `name`.
+
+    The socket is the thread's from then on: it closes it when the server has
+    stopped (closed under a server still shutting down, the server's thread
+    would fail on it), or here if the thread cannot be made."""
 
     def __init__(self, app: Any, sock: socket.socket, name: str) -> None:
-        import uvicorn
+        try:
+            import uvicorn
 
-        self.server = uvicorn.Server(config(app))
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [sock]}, name=name, daemon=True
-        )
-        self.thread.start()
+            self.server = server = uvicorn.Server(config(app))
+
+            def serve() -> None:
+                try:
+                    server.run(sockets=[sock])
+                finally:
+                    sock.close()
+
+            self.thread = threading.Thread(target=serve, name=name, daemon=True)
+            self.thread.start()
+        except BaseException:
+            sock.close()
+            raise
 
     def wait_started(self, timeout: float) -> bool:
         """Whether the server is serving within `timeout` seconds (False: its
@@ -88,7 +123,8 @@ class ServerThread:
             time.sleep(0.005)
         return True
 
-    def stop(self, timeout: float) -> None:
-        """Ask the server to shut down, and wait up to `timeout` seconds for its thread."""
+    def stop(self, timeout: float | None) -> None:
+        """Ask the server to shut down, and wait up to `timeout` seconds (None:
+        no bound) for its thread, which then closes the socket."""
         self.server.should_exit = True
         self.thread.join(timeout)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Collection
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "positive_number",
     "real_number",
     "timeout_seconds",
+    "wait_seconds",
 ]
 
 
@@ -106,6 +108,18 @@ def timeout_seconds(
     if not number > 0:
         raise ValueError(f"{_where(option, owner)} must be > 0 ({hint}), got {value!r}")
     return number
+
+
+def wait_seconds(value: object, option: str, owner: str = "") -> float | None:
+    """How long a caller waits (a `close`, a drain): a number (one <= 0 waits
+    not at all, as a deadline already past), or None or `math.inf` for no
+    bound (returned as None, and so is a number longer than any wait a lock
+    takes: past `threading.TIMEOUT_MAX` it raises `OverflowError`); else
+    `TypeError` / `ValueError` naming `owner` and `option`."""
+    if value is None:
+        return None
+    number = _real(value, option, owner, "a number of seconds (or None: no bound)")
+    return None if number >= threading.TIMEOUT_MAX else max(0.0, number)
 
 
 def positive_int(value: object, option: str, owner: str = "") -> int:

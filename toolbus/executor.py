@@ -47,6 +47,7 @@ from ._executor._stats import ExecutorStats, stats_from
 from ._executor._stopping import Stopping
 from ._executor._submission import Submission, SubmitHooks, Submitting
 from ._executor._waiting import Waiting
+from ._options import wait_seconds
 from .actors._messages import StatusQuery
 from .backends import Backend
 from .bus import Announcer, BusPublisher, Emitter, Publisher, Subscription
@@ -508,7 +509,10 @@ class Executor(ExecutorHooks, Submitting, Stopping, Offering, Deciding, Closing)
 
         Results never wait for observers; call this when you need both. From a
         receiver (a delivery thread) it returns False at once (it would stall the bus).
+        `timeout`: seconds (None or `math.inf`: no bound); anything else is a
+        `TypeError`/`ValueError`, whether or not something is pending.
         """
+        timeout = wait_seconds(timeout, "timeout", "drain_events")
         if subscription is not None and not isinstance(subscription, Subscription):
             # Anything else matches no queue: it would claim delivery at once.
             raise TypeError(

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -479,3 +480,40 @@ def test_live_dashboard_does_not_pass_terminal_escapes_through() -> None:
     assert OSC52 not in screen
     assert CLEAR not in screen
     assert f"call_{RED}x" not in screen
+
+
+def test_top_goes_on_reading_after_a_snapshot_it_cannot_restore() -> None:
+    """`toolbus top`'s reading thread caught a few error types only: a number
+    out of range (an OverflowError) ended it, and the header said "live" for good."""
+    import math
+
+    from toolbus.observe._top import _Top
+
+    status: dict[str, Any] = {
+        "executor": {},
+        "stats": None,
+        "server": {"time": time.time()},
+        "state": {},
+    }
+
+    class Client:
+        streams = 0
+
+        def status(self) -> dict[str, Any]:
+            return {**status, "state": {"seq": math.inf}}  # JSON's 1e400
+
+        def events(self, since: int) -> Iterator[tuple[str, str | None]]:
+            self.streams += 1
+            yield "reset", None  # the server lost the events in between: reload
+
+    client = Client()
+    top = _Top(client, "http://127.0.0.1:1/", status)  # type: ignore[arg-type]
+    stop = threading.Event()
+    reader = threading.Thread(target=top.follow, args=(stop,), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: client.streams >= 2, 20, "the reading thread to reconnect")
+    finally:
+        stop.set()
+        reader.join(10)
+    assert top.connection.startswith("disconnected: "), top.connection

@@ -200,6 +200,25 @@ def test_malformed_records_are_counted_never_raised(feed: Feed) -> None:
     assert state.seq == 0
 
 
+def test_numbers_out_of_range_make_a_record_malformed(feed: Feed) -> None:
+    """A JSON number beyond a float (1e400) is infinite: `int()` of it raised
+    OverflowError out of `apply` (and out of `toolbus top`'s reading thread)."""
+    state = feed.state
+    records = [
+        {"seq": 1e400, "signal": bus.FINISHED, "call_id": "a"},
+        {"seq": 5, "signal": bus.EXECUTING, "call_id": "a", "run": 1e400},
+        {"seq": 6, "signal": bus.EXECUTING, "call_id": "a", "attempt": -math.inf},
+        {
+            "seq": 7,
+            "signal": bus.FINISHED,
+            "call_id": "b",
+            "result": {"status": "ok", "attempts": math.inf},
+        },
+    ]
+    assert [state.apply(r) for r in records] == [False] * 4
+    assert state.snapshot(T0)["malformed"] == 4
+
+
 def test_batches_and_signals_of_your_own(feed: Feed) -> None:
     feed(bus.BATCH_START, 0.0, batch_id="b1", count=2, read_only=2, mutating=0)
     feed("myapp:breaker-open", 0.1, breaker="payments")

@@ -45,7 +45,7 @@ import anyio
 import uvicorn  # a dependency of `mcp` (which imports it already)
 from mcp.server.transport_security import TransportSecuritySettings
 
-from .._asgi import bind, config, url_host
+from .._asgi import bind, check_address, config, url_host
 from .._options import non_negative_number
 from .._tokens import token_problem
 from ..executor import Executor
@@ -277,6 +277,7 @@ async def aserve_http(
     run on `executor`, or on a new `Executor(registry, **executor_options)`
     closed at the end. `poll_after`, `reconnect_after` and `task_after`: see `http_app`.
     """
+    host, port = check_address(host, port, "serve_http")
     loopback = check_exposure(host, token, oauth)
     check_streams(poll_after, reconnect_after, "serve_http", task_after)
     if oauth is not None:

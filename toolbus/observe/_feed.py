@@ -77,7 +77,10 @@ class Feed:
             return
         # `dumps`: a lone surrogate a model sent (a tool name, a call id) is
         # written as U+FFFD, not lost with the whole record.
-        ring = [(seq, dumps(record)) for seq, record in batch] if self._keep else []
+        # Each copied (`bytes(memoryview(...))`; `bytes(b)` is `b` itself): the
+        # text orjson returns keeps about 4 KB allocated however short it is,
+        # which the ring, holding `history` records, would keep for good.
+        ring = [(seq, bytes(memoryview(dumps(r)))) for seq, r in batch] if self._keep else []
         # One lock around both: a state snapshot at seq S means S is in the ring
         # (or evicted), so a client resuming from a snapshot never sees a false gap.
         with self._lock:

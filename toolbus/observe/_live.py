@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from .._options import positive_number
 from ..executor import Executor
 from ._state import LiveState
+from ._subscription import require_bus
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,6 +54,9 @@ def live(
     screen (`transient=True` clears it instead). What the block prints
     appears above the board.
     """
+    # Checked before anything starts: rich would assert on them, naming nothing.
+    require_bus(executor, "live")
+    refresh_per_second = positive_number(refresh_per_second, "refresh_per_second", "live")
     from rich.live import Live  # rich's live machinery loads only when used
 
     from ._config import describe_executor

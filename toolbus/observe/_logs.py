@@ -212,7 +212,7 @@ class JsonLog(Handle):
         backups: int,
         max_field_chars: int,
     ) -> None:
-        super().__init__(executor)
+        super().__init__(executor, "log_json")
         self._bound = _Bound(max_field_chars)
         self._lock = threading.Lock()
         self._done = False
@@ -309,7 +309,7 @@ class JsonLog(Handle):
                 self._stream.write(b"".join(lines).decode())
                 self._stream.flush()
 
-    def _detach(self, timeout: float) -> None:
+    def _detach(self, timeout: float | None) -> None:
         self._subscription.close()
         # Lines of events announced before are written first; a slow neighbour
         # is not waited for.

@@ -38,7 +38,7 @@ from ..bus._events import (
 from ..models import ErrorCode
 from ._content import json_text, text_of
 from ._names import UNKNOWN_TOOL, is_extension
-from ._subscription import Handle, Signals
+from ._subscription import Handle, Signals, check_providers
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -105,7 +105,7 @@ class OtelInstrumentation(Handle):
         *,
         capture_content: bool,
     ) -> None:
-        super().__init__(executor)
+        super().__init__(executor, "instrument_otel")
         with _instrumented_lock:
             if executor in _instrumented:
                 raise ValueError(
@@ -349,7 +349,7 @@ class OtelInstrumentation(Handle):
 
     # -- closing ------------------------------------------------------------------------
 
-    def _detach(self, timeout: float) -> None:
+    def _detach(self, timeout: float | None) -> None:
         self._remove_hook()
         self._subscription.close()
         # What was announced to it before is handled first; not its neighbours.
@@ -388,6 +388,7 @@ def instrument_otel(
         ) from e
     from .._version import __version__
 
+    check_providers(tracer_provider, meter_provider)
     tracer = trace.get_tracer("toolbus", __version__, tracer_provider)
     meter = metrics.get_meter("toolbus", __version__, meter_provider)
     histogram = meter.create_histogram(

@@ -248,7 +248,7 @@ class PrometheusInstrumentation(Handle):
 
         return generate_latest(self.registry)
 
-    def _detach(self, timeout: float) -> None:
+    def _detach(self, timeout: float | None) -> None:
         with _lock:
             collector = _collectors.get(self.registry)
             source = self._source
@@ -283,7 +283,12 @@ def instrument_prometheus(
             "toolbus.observe.instrument_prometheus needs prometheus-client: "
             "pip install 'toolbus[prometheus]'"
         ) from e
-    require_bus(executor)
+    require_bus(executor, "instrument_prometheus")
+    if registry is not None and not isinstance(registry, prometheus_client.CollectorRegistry):
+        raise TypeError(
+            "instrument_prometheus: registry must be a prometheus_client.CollectorRegistry "
+            f"(or None: the default one), got {type(registry).__name__}"
+        )
     target = registry if registry is not None else prometheus_client.REGISTRY
     with _lock:
         collector = _collectors.get(target)

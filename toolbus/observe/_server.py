@@ -21,7 +21,8 @@ import threading
 import time
 from typing import Any
 
-from .._asgi import ServerThread, bind, url_host
+from .._asgi import ServerThread, bind, check_address, url_host
+from .._options import wait_seconds
 from .._tokens import token_problem
 from ..executor import Executor
 
@@ -55,6 +56,7 @@ class StatusServer:
         token: str | None = None,
         history: int = 1000,
     ) -> None:
+        host, port = check_address(host, port, "serve_status")
         if token is not None and (not isinstance(token, str) or not token.strip()):
             raise ValueError("serve_status: token must be a non-empty string (or None)")
         if token is not None and (problem := token_problem(token)) is not None:
@@ -83,7 +85,7 @@ class StatusServer:
         from ._subscription import require_bus
 
         # Checked before the socket is bound: a refused executor leaves no port open.
-        require_bus(executor)
+        require_bus(executor, "serve_status")
         self._executor = executor
         self._closed = False
         self._lock = threading.Lock()
@@ -121,16 +123,23 @@ class StatusServer:
                 registry
             ), prometheus_client.CONTENT_TYPE_LATEST
 
-        app = build_app(
-            feed=feed,
-            broadcast=broadcast,
-            status=status,
-            metrics=metrics,
-            token=token,
-            loopback=loopback,
-        )
         self._socket = sock
-        self._serving = ServerThread(app, sock, f"toolbus-status-{self.port}")
+        try:
+            app = build_app(
+                feed=feed,
+                broadcast=broadcast,
+                status=status,
+                metrics=metrics,
+                token=token,
+                loopback=loopback,
+            )
+            # The socket is the server thread's now: it closes it, even if it cannot start.
+            self._serving = ServerThread(app, sock, f"toolbus-status-{self.port}")
+        except BaseException:
+            self._metrics.close()
+            feed.close()
+            sock.close()
+            raise
         self._thread = self._serving.thread
         if not self._serving.wait_started(_START_TIMEOUT):
             self.close()
@@ -140,15 +149,20 @@ class StatusServer:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop serving: end the event streams, stop uvicorn, unsubscribe. Idempotent."""
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Stop serving: end the event streams, stop uvicorn (waiting up to
+        `timeout` seconds for it; None: no bound), unsubscribe. Idempotent.
+        A bad `timeout` is refused before anything stops.
+
+        The socket is closed by the server's thread once uvicorn is done with
+        it: a short `timeout` returns while it still shuts down."""
+        seconds = wait_seconds(timeout, "timeout", "StatusServer.close")
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._broadcast.close()
-        self._serving.stop(timeout)
-        self._socket.close()
+        self._serving.stop(seconds)
         self._feed.close()
         self._metrics.close()
 

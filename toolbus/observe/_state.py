@@ -203,7 +203,8 @@ class LiveState:
                 if seq and seq <= self._seq:
                     return False
                 self._apply(str(record["signal"]), record)
-            except (KeyError, TypeError, ValueError, AttributeError):
+            # (OverflowError: a JSON number out of range, 1e400, is infinite)
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
                 self._malformed += 1
                 return False
             if seq:

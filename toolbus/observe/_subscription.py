@@ -14,12 +14,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
+from .._options import wait_seconds
 from ..bus import ALL_SIGNALS, BusPublisher, Subscription
 
 if TYPE_CHECKING:
     from ..executor import Executor
 
-__all__ = ["LINGER", "Handle", "Signals", "require_bus"]
+__all__ = ["LINGER", "Handle", "Signals", "check_providers", "require_bus"]
 
 _LIFECYCLE = frozenset(ALL_SIGNALS)
 
@@ -51,14 +52,37 @@ class Signals(Subscription):
             super()._connect(name)
 
 
-def require_bus(executor: Executor) -> None:
-    """ValueError if `executor`'s events do not go to the bus (a custom or null publisher)."""
+def require_bus(executor: Executor, owner: str = "toolbus.observe") -> None:
+    """TypeError if `executor` is not an `Executor`, ValueError if its events
+    do not go to the bus (a custom or null publisher); `owner` names the
+    function it was given to."""
+    from ..executor import Executor  # (the observe layer sits above it)
+
+    if not isinstance(executor, Executor):
+        raise TypeError(
+            f"{owner}: executor must be a toolbus Executor, got {type(executor).__name__}"
+        )
     if type(executor.publisher) is not BusPublisher:
         raise ValueError(
             f"executor {executor.name!r} sends its events to "
             f"{type(executor.publisher).__name__}, not to the bus: toolbus.observe "
             "subscribes to the bus (leave Executor(publisher=...) unset)"
         )
+
+
+def check_providers(tracer_provider: object, meter_provider: object) -> None:
+    """TypeError naming the option unless each of `instrument_otel`'s
+    providers is None or one (OpenTelemetry would fail on another kind with
+    an AttributeError naming nothing)."""
+    for option, given, kind, method in (
+        ("tracer_provider", tracer_provider, "TracerProvider", "get_tracer"),
+        ("meter_provider", meter_provider, "MeterProvider", "get_meter"),
+    ):
+        if given is not None and not callable(getattr(given, method, None)):
+            raise TypeError(
+                f"instrument_otel: {option} must be an OpenTelemetry {kind} (or None: the "
+                f"global one), got {type(given).__name__}"
+            )
 
 
 class Handle:
@@ -68,8 +92,8 @@ class Handle:
     twice does nothing. The executor may be closed before or after.
     """
 
-    def __init__(self, executor: Executor) -> None:
-        require_bus(executor)
+    def __init__(self, executor: Executor, owner: str = "toolbus.observe") -> None:
+        require_bus(executor, owner)
         self.executor = executor
         self._close_lock = threading.Lock()
         self._closed = False
@@ -78,16 +102,19 @@ class Handle:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = 5.0) -> None:
         """Detach: events announced from now on are not taken. Those announced
-        before are handled first, within `timeout` seconds (`drain_events`)."""
+        before are handled first, within `timeout` seconds (`drain_events`;
+        None: no bound). A bad `timeout` is refused before anything is done:
+        the handle stays attached, and open."""
+        seconds = wait_seconds(timeout, "timeout", f"{type(self).__name__}.close")
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
-        self._detach(timeout)
+        self._detach(seconds)
 
-    def _detach(self, timeout: float) -> None:
+    def _detach(self, timeout: float | None) -> None:
         raise NotImplementedError
 
     def __enter__(self) -> Self:
