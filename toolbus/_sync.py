@@ -4,6 +4,13 @@
 in Python: creating an Event costs ~1.9 µs and a Queue put+get ~1.1 µs, several
 times per call. A bare lock used as a latch, and the C `queue.SimpleQueue`,
 do the same jobs for a few hundredths of that.
+
+A lock a caller's thread may take is entered as `with lock:`, never through a
+`threading.Condition` (`with cond:`): the condition's `__enter__` is Python
+code, and a signal's exception (Ctrl-C) raised as its inner `acquire`
+returns would leave the lock held for good; the lock's own `__enter__` is C,
+with no point between taking the lock and the `with` owning it. Wait on the
+condition made over that lock.
 """
 
 from __future__ import annotations

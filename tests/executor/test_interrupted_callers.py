@@ -9,6 +9,7 @@ wrapping them, as a signal handler raising there would.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -423,3 +424,41 @@ def test_an_interrupt_out_of_a_handler_part_way_does_not_handle_its_message_twic
     assert [r.status for r in results] == ["cancelled"]
     recorder.wait_for(bus.FINISHED, timeout=20, where=lambda e: e.call_id == "b")
     assert [e.call_id for e in recorder.of(bus.FINISHED)].count("b") == 1
+
+
+# -- no lock a caller's thread takes is entered through a Condition -----------------------
+# `threading.Condition.__enter__` is Python code: a signal's exception raised
+# as its inner `acquire` returns leaves the lock held for good (every later
+# call, `stats()` and `close()` hung). toolbus enters the bare lock instead.
+
+
+def test_no_lock_a_caller_takes_is_entered_through_a_condition(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered_by: list[str] = []
+    enter = threading.Condition.__enter__
+
+    def watched(self: threading.Condition) -> bool:
+        module = sys._getframe(1).f_globals.get("__name__", "")
+        if module.startswith("toolbus") and threading.current_thread() is threading.main_thread():
+            entered_by.append(module)
+        return enter(self)
+
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, timeout=30)
+    def quick(i: int) -> int:
+        return i
+
+    ex = make_executor(reg, max_parallel=1, max_queued=4, on_full="wait")
+    monkeypatch.setattr(threading.Condition, "__enter__", watched)
+    with bus.Recorder(bus.FINISHED, sender=ex) as recorder:
+        assert ex.execute(ToolCall(id="a", name="quick", arguments={"i": 1})).output == 1
+        batch = [ToolCall(id=f"b{i}", name="quick", arguments={"i": i}) for i in range(3)]
+        assert [r.output for r in ex.execute_batch(batch).results] == [0, 1, 2]
+        ex.submit(ToolCall(id="c", name="quick", arguments={"i": 3})).cancel()
+        recorder.wait_for(bus.FINISHED, 5, timeout=30)
+        assert ex.stats().in_flight == 0
+        ex.drain_events(10)
+    ex.close()
+    assert entered_by == []

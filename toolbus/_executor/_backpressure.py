@@ -49,8 +49,8 @@ def submit_when_room(scheduler: Scheduler, submit: Submit, timeout: float | None
     if scheduler.ask(message):
         return
     deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-    room = scheduler.room
-    with room:
+    room, lock = scheduler.room, scheduler.room_lock  # (the bare lock: see `_sync.py`)
+    with lock:
         if not scheduler.blocked:
             # The first to wait: what the scheduler last saw is stale, so it
             # wakes us at its next look, and compares from there on.
@@ -66,7 +66,7 @@ def submit_when_room(scheduler: Scheduler, submit: Submit, timeout: float | None
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
-            with room:
+            with lock:
                 if scheduler.room_gen == seen:
                     # (A huge timeout would make the wait raise OverflowError.)
                     room.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
@@ -86,6 +86,6 @@ def submit_when_room(scheduler: Scheduler, submit: Submit, timeout: float | None
             scheduler.post(Cancel(None, submit.runs[0], ErrorCode.CANCELLED, why))
         raise
     finally:
-        with room:
+        with lock:
             scheduler.blocked -= 1
     scheduler.post(submit)  # out of time: refused if its queue is still full

@@ -154,27 +154,29 @@ class Deciding(Minting):
 class Completions:
     """The `complete` calls under way on one executor (thread-safe)."""
 
-    __slots__ = ("_count", "_idle")
+    __slots__ = ("_count", "_idle", "_lock")
 
     def __init__(self) -> None:
-        self._idle = threading.Condition()
+        # Entered through the bare lock (see `_sync.py`).
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self._count = 0
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        with self._idle:
+        with self._lock:
             self._count += 1
         try:
             yield
         finally:
-            with self._idle:
+            with self._lock:
                 self._count -= 1
                 if not self._count:
                     self._idle.notify_all()
 
     def wait(self, timeout: float) -> bool:
         """Wait until none is under way, for at most `timeout` seconds."""
-        with self._idle:
+        with self._lock:
             return self._idle.wait_for(lambda: not self._count, timeout)
 
 

@@ -84,6 +84,7 @@ class Backpressure(Completion):
     # queue has a bound (else nobody ever waits).
     bounded: bool
     room: threading.Condition
+    room_lock: threading.Lock  # (`room`'s, entered bare: see `toolbus/_sync.py`)
     blocked: int
     room_gen: int
     # The bounded queues' lengths and slots in use when last looked at for
@@ -172,7 +173,7 @@ class Backpressure(Completion):
 
     def _wake_producers(self) -> None:
         self.room_gen += 1
-        with self.room:
+        with self.room_lock:  # (the bare lock: see `_sync.py`)
             self.room.notify_all()
 
     def _has_room(self, runs: Sequence[Run]) -> bool:

@@ -141,7 +141,8 @@ class Scheduler(Admission, Delays, Backpressure):
         }
         # Producers blocked for room (on_full="wait"): see _backpressure.py.
         self.bounded = max_queued is not None or bool(queues)  # (else none ever waits)
-        self.room = threading.Condition(threading.Lock())
+        self.room_lock = threading.Lock()
+        self.room = threading.Condition(self.room_lock)
         self.blocked = 0
         self.room_gen = 0
         self.room_seen: tuple[int, ...] | None = None

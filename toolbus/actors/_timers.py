@@ -91,13 +91,13 @@ class TimerService:
                 self._cancelled = 0
 
     def __len__(self) -> int:
-        with self._cond:
+        with self._lock:  # (the bare lock, here and below: see `_sync.py`)
             return len(self._heap) - self._cancelled
 
     def close(self) -> None:
         """Drop every timer and end the thread: gone when this returns (but
         called from a timer's own callback, which cannot wait for itself)."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             for _, _, handle in self._heap:
                 handle.in_heap = False

@@ -218,22 +218,24 @@ class Recorder:
     """
 
     def __init__(self, *names: str, sender: Any = ANY) -> None:
-        self._cond = threading.Condition()
+        # Entered through the bare lock (see `toolbus/_sync.py`).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self.events: list[tuple[str, Event]] = []
         self._sub = subscribe(self._record, *names, sender=sender)
 
     def _record(self, sender: Any, *, event: Event, signal: str) -> None:
-        with self._cond:
+        with self._lock:
             self.events.append((signal, event))
             self._cond.notify_all()
 
     def of(self, name: str) -> list[Any]:
         """The events recorded so far for signal `name`."""
-        with self._cond:
+        with self._lock:
             return [e for n, e in self.events if n == name]
 
     def names(self) -> list[str]:
-        with self._cond:
+        with self._lock:
             return [n for n, _ in self.events]
 
     def wait_for(
@@ -249,7 +251,7 @@ class Recorder:
         def matching() -> list[Any]:
             return [e for n, e in self.events if n == name and (where is None or where(e))]
 
-        with self._cond:
+        with self._lock:
             if not self._cond.wait_for(lambda: len(matching()) >= count, timeout):
                 raise TimeoutError(
                     f"expected {count} {name} events within {timeout}s, got {len(matching())}"
@@ -257,7 +259,7 @@ class Recorder:
             return matching()
 
     def clear(self) -> None:
-        with self._cond:
+        with self._lock:
             self.events.clear()
 
     def close(self) -> None:
