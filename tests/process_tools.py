@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Annotated
 
-from toolbus import ToolContext, ToolRegistry, tool
+from toolbus import Injected, ToolContext, ToolRegistry, tool
 
 registry = ToolRegistry()
 tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
@@ -87,9 +88,16 @@ def unpicklable_result() -> object:
 
 @registry.tool(backend="process")
 def odd_names(structured: bool) -> object:
-    """A file name decoded with surrogateescape, alone or in a structure."""
+    """File names decoded with surrogateescape, alone or in a structure."""
     name = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
-    return {"names": [name], name: 1} if structured else name
+    other = b"report-\xe8.txt".decode("utf-8", "surrogateescape")
+    return {"names": [name, "\ud83d\ude00"], name: 1, other: 2} if structured else name
+
+
+@registry.tool(backend="process")
+def echo_injected(api_key: Annotated[str, Injected], structured: bool) -> object:
+    """Echo an injected secret, as a careless tool might."""
+    return {"said": f"key is {api_key}"} if structured else f"key is {api_key}"
 
 
 @tool(backend="process", idempotent=True, retry=None)

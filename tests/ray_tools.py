@@ -8,9 +8,9 @@ import contextvars
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from toolbus import RetryPolicy, ToolContext, ToolRegistry
+from toolbus import Injected, RetryPolicy, ToolContext, ToolRegistry
 from toolbus.backends import Backend
 from toolbus.tools import ToolFailure
 
@@ -174,5 +174,19 @@ def ray_registry(backend: Backend, marker_dir: str = "") -> ToolRegistry:
     @reg.tool(backend=backend, read_only=True)
     async def areport() -> dict[str, str]:
         return {"tenant": tenant.get(), "unshipped": unshipped.get()}
+
+    @reg.tool(backend=backend, read_only=True)
+    def echo_injected(api_key: Annotated[str, Injected]) -> dict[str, str]:
+        # Named here so that they travel with it (by value): its actor reads
+        # its annotations (text, `from __future__ import annotations`).
+        _ = (Annotated, Injected)
+        return {"said": f"key is {api_key}"}  # as a careless tool might
+
+    @reg.tool(backend=backend, read_only=True)
+    def odd_names(ctx: ToolContext) -> dict[str, Any]:
+        # File names decoded with surrogateescape; a context: the streamed reply.
+        ctx.progress("listing")
+        e9, e8 = (b.decode("utf-8", "surrogateescape") for b in (b"f\xe9.txt", b"f\xe8.txt"))
+        return {e9: 1, e8: 2}
 
     return reg

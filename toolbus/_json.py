@@ -7,6 +7,12 @@ module, and only when needed: `loads` when the text has a run of 19 or more
 digits (the shortest integer orjson might get wrong), `dumps` when orjson
 reports an integer out of range. Every other text or value takes the orjson
 path unchanged.
+
+A lone surrogate, which orjson refuses (no UTF-8 holds it), takes the same
+kind of fallback, again only once orjson has refused: `reread` (a tool's
+output kept as it is), `dumps_surrogatepass`/`loads_surrogatepass` (toolbus's
+own wire, exact). One piece, a little over 400 lines: every fallback writes
+what orjson would through the one `_Prepare`.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ __all__ = [
     "canonical",
     "detached",
     "dumps",
+    "dumps_surrogatepass",
     "loads",
+    "loads_surrogatepass",
     "reread",
 ]
 
@@ -179,25 +187,35 @@ def dumps(
     except orjson.JSONEncodeError as e:
         if "Integer exceeds" not in str(e):
             raise
-    options = option or 0
-    prep = _Prepare(default, options, {})
-    prepared = prep.value(value, 0)
-    indented = bool(options & orjson.OPT_INDENT_2)
-    text = json.dumps(
-        prepared,
-        ensure_ascii=False,
-        allow_nan=False,
-        indent=2 if indented else None,
-        separators=(",", ": ") if indented else (",", ":"),
-    )
-    for token, digits in prep.huge.items():
-        text = text.replace(json.dumps(token), digits, 1)
     try:
-        return text.encode()
+        return _stdlib_text(value, default, option or 0).encode()
     except UnicodeEncodeError:
         # A lone surrogate beside the long integer: what orjson raises for
         # it, so callers that catch TypeError (and read why) see the same.
         raise orjson.JSONEncodeError(SURROGATES) from None
+
+
+def _stdlib_text(value: Any, default: Callable[[Any], Any] | None, options: int) -> str:
+    """`value` as orjson would write it, through the stdlib: any integer, and
+    a lone surrogate kept as the character itself (the caller encodes)."""
+    indented = bool(options & orjson.OPT_INDENT_2)
+    layout: dict[str, Any] = {
+        "ensure_ascii": False,
+        "allow_nan": False,
+        "indent": 2 if indented else None,
+        "separators": (",", ": ") if indented else (",", ":"),
+    }
+    try:
+        # Integers as they are (the quicker walk: `_Prepare.items`), unless
+        # one is too long for `str()` (ValueError): then a placeholder each.
+        return json.dumps(_Prepare(default, options, None).value(value, 0), **layout)
+    except ValueError:
+        pass
+    prep = _Prepare(default, options, {})
+    text = json.dumps(prep.value(value, 0), **layout)
+    for token, digits in (prep.huge or {}).items():
+        text = text.replace(json.dumps(token), digits, 1)
+    return text
 
 
 SURROGATES = "str is not valid UTF-8: surrogates not allowed"
@@ -211,15 +229,56 @@ def reread(
     surrogate (in a string or a key), which no UTF-8 JSON can hold, is kept
     as it is: for a value that holds one, where that round trip raises.
 
-    Its JSON goes through the stdlib, which writes such a character as an
-    escape (`\\ud800`) and reads that back; every other value comes out as
-    the round trip would give it (plain types, integers exact). Raises
-    `TypeError` for what cannot be written."""
-    prep = _Prepare(default, option or 0, {})
-    text = json.dumps(prep.value(value, 0), allow_nan=False)  # (ensure_ascii: escapes)
-    for token, digits in prep.huge.items():
-        text = text.replace(json.dumps(token), digits, 1)
-    return json.loads(text)
+    No JSON text is made: the value is rebuilt as the round trip would give
+    it (plain types, integers exact, NaN as None, orjson's depth limit), so
+    every string comes back exactly, two surrogates that would form a pair
+    still two. Raises `TypeError` for what cannot be written."""
+    return _Prepare(default, option or 0, None).value(value, 0)
+
+
+def dumps_surrogatepass(
+    value: Any, *, default: Callable[[Any], Any] | None = None, option: int | None = None
+) -> bytes:
+    """`dumps`, but a lone surrogate is written as it is, in the bytes UTF-8
+    would give it (`surrogatepass`), where `dumps` raises: not JSON any other
+    reader takes, only `loads_surrogatepass` (toolbus's own wire, which must
+    bring every string back exactly: a secret echoed by a tool is masked by
+    equality). A value without one is `dumps`'s bytes."""
+    try:
+        return dumps(value, default=default, option=option)
+    except orjson.JSONEncodeError as e:
+        if SURROGATES not in str(e):
+            raise
+    return _stdlib_text(value, default, option or 0).encode("utf-8", "surrogatepass")
+
+
+def loads_surrogatepass(data: bytes) -> Any:
+    """`loads`, but it also reads what `dumps_surrogatepass` wrote: lone
+    surrogates, each string exactly as written. Raises `ValueError` for
+    anything else that is not JSON (as `loads` does), NaN too."""
+    try:
+        return loads(data)
+    except JSONDecodeError as e:
+        error: ValueError = e
+    try:
+        text = data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        raise error from None
+    if text.isascii() or _SURROGATE.search(text) is None:
+        raise error  # not what dumps_surrogatepass writes: orjson said why
+    try:
+        # Raw characters, never escapes: the stdlib would join an escaped
+        # pair into one character.
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _too_long_for_str(n: int) -> bool:
@@ -241,20 +300,40 @@ class _Prepare:
     default: Callable[[Any], Any] | None
     options: int
     # Integers too long for `str()`: a placeholder each, by its exact digits
-    # (a `Decimal`, which writes them without that limit).
-    huge: dict[str, str]
+    # (a `Decimal`, which writes them without that limit). None: no JSON text
+    # is made (`reread`), so integers stay as they are, and subclasses of
+    # str, int and float become the plain type, as a JSON round trip makes them.
+    huge: dict[str, str] | None
 
     def value(self, v: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise orjson.JSONEncodeError("Recursion limit reached")
-        if isinstance(v, int) and not isinstance(v, bool) and _too_long_for_str(v):
-            token = f"\x00toolbus-int-{id(self)}-{len(self.huge)}\x00"
-            self.huge[token] = format(decimal.Decimal(v), "f")
-            return token
-        if v is None or isinstance(v, str | bool | int):
+        # The exact types first: a large output is mostly these.
+        kind = type(v)
+        if kind is str or v is None or kind is bool:
             return v
-        if isinstance(v, float):
+        if kind is dict:
+            return {self.key(k): self.value(x, depth + 1) for k, x in v.items()}
+        if kind is list or kind is tuple:
+            # (Not for sorted keys: the walk leaves them as they are, as the
+            # stdlib fallback always did, and `canonical`'s bytes must not move.)
+            if self.huge is None and len(v) > _RUN and not self.options & orjson.OPT_SORT_KEYS:
+                return self.items(v, depth)
+            return [self.value(x, depth + 1) for x in v]
+        if kind is float:
             return v if math.isfinite(v) else None
+        if isinstance(v, int) and not isinstance(v, bool):
+            if self.huge is None:
+                return int(v)
+            if _too_long_for_str(v):
+                token = f"\x00toolbus-int-{id(self)}-{len(self.huge)}\x00"
+                self.huge[token] = format(decimal.Decimal(v), "f")
+                return token
+            return v
+        if isinstance(v, str):
+            return v if self.huge is not None else str.__str__(v)
+        if isinstance(v, float):
+            return (float(v) if self.huge is None else v) if math.isfinite(v) else None
         if isinstance(v, dict):
             return {self.key(k): self.value(x, depth + 1) for k, x in v.items()}
         if isinstance(v, list | tuple):
@@ -266,9 +345,38 @@ class _Prepare:
             raise orjson.JSONEncodeError(f"Type is not JSON serializable: {type(v).__name__}")
         return self.value(self.default(v), depth + 1)
 
+    def items(self, v: list[Any] | tuple[Any, ...], depth: int) -> list[Any]:
+        """`reread` of a long list: each run of items orjson writes (a lone
+        surrogate is what it refuses, in one item of many) read back from
+        its JSON, as the round trip would, in one C pass; the rest walked."""
+        out: list[Any] = []
+        spans = [(0, len(v))]
+        while spans:
+            lo, hi = spans.pop()
+            if hi - lo <= _RUN:
+                out.extend(self.value(x, depth + 1) for x in v[lo:hi])
+                continue
+            # Inside as many lists as `v` is deep: orjson's depth limit, for
+            # the run, is then the whole value's.
+            wrapped: Any = v[lo:hi]
+            for _ in range(depth):
+                wrapped = [wrapped]
+            try:
+                back = loads(orjson.dumps(wrapped, default=self.default, option=self.options))
+            except TypeError:
+                mid = (lo + hi) // 2
+                spans += ((mid, hi), (lo, mid))  # (the first half popped first)
+                continue
+            for _ in range(depth):
+                back = back[0]
+            out.extend(back)
+        return out
+
     def key(self, k: Any) -> str:
-        if isinstance(k, str):
+        if type(k) is str:
             return k
+        if isinstance(k, str):
+            return k if self.huge is not None else str.__str__(k)
         if not self.options & orjson.OPT_NON_STR_KEYS:
             raise orjson.JSONEncodeError("Dict key must be str")
         if k is None or isinstance(k, bool):
@@ -282,6 +390,9 @@ class _Prepare:
             return self.key(native)
         raise orjson.JSONEncodeError("Dict key must be a type serializable with OPT_NON_STR_KEYS")
 
+
+# `_Prepare.items`: the shortest run of items tried with orjson as a whole.
+_RUN = 256
 
 _NOT_NATIVE = object()
 

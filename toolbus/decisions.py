@@ -131,7 +131,16 @@ def _json_able(value: Any, name: str, where: str) -> None:
     try:
         _json.dumps(value)
     except (TypeError, ValueError) as e:  # orjson's JSONEncodeError is a TypeError
-        raise TypeError(f"{where}: {name} must be JSON values ({e})") from None
+        why = str(e)
+        if _json.SURROGATES in why:
+            # Unlike a tool's output (or `complete`'s), which is kept as it is:
+            # a decision is a signed record, made to be sent and stored as
+            # JSON, and UTF-8 cannot hold the character.
+            why = (
+                "a string holds a lone surrogate, such as a file name decoded with "
+                "surrogateescape, which a decision, sent and stored as JSON, cannot carry"
+            )
+        raise TypeError(f"{where}: {name} must be JSON values ({why})") from None
 
 
 def must_be_minted(decision: ApprovalDecision) -> bool:

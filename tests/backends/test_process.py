@@ -23,6 +23,7 @@ from toolbus import (
     ToolCall,
     ToolRegistry,
     bus,
+    format_result_for_context,
     tool,
 )
 from toolbus.backends import ProcessBackend
@@ -290,16 +291,39 @@ def test_an_unpicklable_result_is_an_error_not_a_hang(ex: Executor) -> None:
     assert "cannot be sent back" in (r.error or "")
 
 
-def test_a_lone_surrogate_in_a_result_comes_back_as_a_replacement_character(
-    ex: Executor,
-) -> None:
-    """The worker's JSON reply cannot carry it: the call ended `error` ("cannot
-    be sent back"), text or structure, though the tool had succeeded (bug hunt)."""
+def test_a_lone_surrogate_in_a_result_comes_back_exactly(ex: Executor) -> None:
+    """The worker's JSON reply could not carry it: the call ended `error`
+    ("cannot be sent back"), text or structure, though the tool had succeeded
+    (bug hunt); then it came back as U+FFFD, which merged two file names into
+    one key, one of their values lost (review). Now as on the thread backend."""
+    name = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+    other = b"report-\xe8.txt".decode("utf-8", "surrogateescape")
     text = ex.execute(call("odd_names", structured=False))
-    assert (text.status, text.output) == ("ok", "report-\ufffd.txt")
+    assert (text.status, text.output) == ("ok", name)
     structured = ex.execute(call("odd_names", structured=True))
     assert structured.status == "ok", structured.error
-    assert structured.output == {"names": ["report-\ufffd.txt"], "report-\ufffd.txt": 1}
+    assert structured.output == {"names": [name, "\ud83d\ude00"], name: 1, other: 2}
+    assert len(structured.output["names"][1]) == 2  # two lone surrogates, still two
+
+
+def test_an_injected_secret_holding_a_lone_surrogate_is_masked_when_echoed(
+    make_executor: MakeExecutor,
+) -> None:
+    """A secret from `os.environ` (a byte not UTF-8: a lone surrogate) echoed
+    by a process tool reached the output, the model's text and `tool:finished`
+    whole: the reply made the surrogate U+FFFD before masking, which looks for
+    the secret as it was sent (review). On the thread backend it was masked."""
+    secret = b"sk-live-\xe9Q7w9Zr2Lm4Xp8Tn6".decode("utf-8", "surrogateescape")
+    ex = make_executor(pt.registry, timeout=20, inject={"api_key": lambda call: secret})
+    with bus.Recorder() as rec:
+        text = ex.execute(call("echo_injected", structured=False))
+        structured = ex.execute(call("echo_injected", structured=True))
+        ex.drain_events()
+    assert (text.status, text.output) == ("ok", "key is ***")
+    assert (structured.status, structured.output) == ("ok", {"said": "key is ***"})
+    for r in (text, structured):
+        assert "Q7w9Zr2Lm4Xp8Tn6" not in format_result_for_context(r)
+    assert rec.events and not [n for n, e in rec.events if "Q7w9Zr2Lm4Xp8Tn6" in repr(e)]
 
 
 def test_closing_the_executor_kills_workers_and_zygote(make_executor: MakeExecutor) -> None:

@@ -762,3 +762,22 @@ def test_a_handle_cancelled_from_another_thread_kills_its_actor(
     assert handle.result(RAY_WAIT).status == "cancelled"
     [killed] = recorder.wait_for(bus.KILLED, timeout=RAY_WAIT)
     assert (killed.reason, killed.pid) == ("cancelled", int(running.read_text()))
+
+
+def test_lone_surrogates_come_back_exactly_and_an_echoed_secret_holding_one_is_masked(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """The actor's reply made a lone surrogate U+FFFD before masking, which
+    looks for a secret as it was sent: an injected one from `os.environ` (a
+    byte not UTF-8), echoed, reached the output and `tool:finished` whole;
+    two file names became one key, one value lost (review)."""
+    secret = b"sk-live-\xe9Q7w9Zr2Lm4Xp8Tn6".decode("utf-8", "surrogateescape")
+    reg = rt.ray_registry(RayBackend())
+    ex = make_executor(reg, timeout=RAY_WAIT, inject={"api_key": lambda call: secret})
+    echoed = ex.execute(call("echo_injected"))
+    assert (echoed.status, echoed.output) == ("ok", {"said": "key is ***"}), echoed.error
+    listed = ex.execute(call("odd_names"))  # (streamed: it takes a context)
+    e9, e8 = (b.decode("utf-8", "surrogateescape") for b in (b"f\xe9.txt", b"f\xe8.txt"))
+    assert (listed.status, listed.output) == ("ok", {e9: 1, e8: 2}), listed.error
+    ex.drain_events()
+    assert not [n for n, e in recorder.events if "Q7w9Zr2Lm4Xp8Tn6" in repr(e)]

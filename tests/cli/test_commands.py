@@ -245,6 +245,22 @@ def test_call_json_writes_a_lone_surrogate_as_a_replacement_character() -> None:
     assert json.loads(result.stdout)["result"]["output"] == {"names": ["report-\ufffd.txt"]}
 
 
+def test_call_json_keeps_keys_holding_a_lone_surrogate_apart() -> None:
+    """`--json` raised UnicodeEncodeError (a traceback) for such a key in an
+    output; in metadata the keys became U+FFFDs, two file names one key (review).
+    A key's surrogate is written as its escape."""
+    result = invoke("call", "tests.cli_registries.escapes:odd_names", "sizes", "--json")
+    assert result.exit_code == 0, result.output
+    written = json.loads(result.stdout)
+    expected = {"report-\\udce9.txt": 1, "report-\\udce8.txt": 2}
+    assert written["result"]["output"] == expected
+    assert written["result"]["metadata"] == {"report-\\udce9.txt": "a", "report-\\udce8.txt": "b"}
+    [finished] = [e for e in written["events"] if e["signal"] == "tool:finished"]
+    assert finished["result"]["output"] == expected
+    text = invoke("call", "tests.cli_registries.escapes:odd_names", "sizes")
+    assert text.exit_code == 0 and '"report-\\\\udce8.txt": 2' in text.stdout
+
+
 def test_call_reads_arguments_from_stdin() -> None:
     result = invoke("call", SPEC, "add", "--args", "-", "--json", stdin='{"a": 40, "b": 2}')
     assert result.exit_code == 0, result.output

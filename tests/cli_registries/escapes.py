@@ -5,7 +5,7 @@ names cannot: a tool's name with a control character is refused when made.)"""
 
 from __future__ import annotations
 
-from toolbus import ToolError, ToolRegistry
+from toolbus import ToolError, ToolOutput, ToolRegistry
 
 OSC52 = "\x1b]52;c;cHduZWQ=\x1b\\"  # writes the user's clipboard
 CLEAR = "\x1b[2J"  # clears the screen
@@ -53,3 +53,12 @@ odd_names = ToolRegistry()  # for `toolbus call tests.cli_registries.escapes:odd
 def listing() -> dict[str, list[str]]:
     """A file name decoded with surrogateescape, which UTF-8 cannot hold."""
     return {"names": [b"report-\xe9.txt".decode("utf-8", "surrogateescape")]}
+
+
+@odd_names.tool(read_only=True)
+def sizes() -> ToolOutput:
+    """File names decoded with surrogateescape as keys, with metadata too."""
+    e9, e8 = (
+        b.decode("utf-8", "surrogateescape") for b in (b"report-\xe9.txt", b"report-\xe8.txt")
+    )
+    return ToolOutput(content={e9: 1, e8: 2}, metadata={e9: "a", e8: "b"})

@@ -206,6 +206,18 @@ def test_lone_surrogates_are_written_as_replacement_characters() -> None:
     assert format_result_for_context(_result(output="\ud83d\ude00")).endswith("\U0001f600")
 
 
+def test_keys_that_differ_only_in_a_lone_surrogate_stay_two_in_the_models_text() -> None:
+    """Both became `report-\ufffd.txt`: the model read one key, and one of
+    the values was lost (review). A key's surrogate is written as its escape."""
+    e9 = b"report-\xe9.txt".decode("utf-8", "surrogateescape")
+    e8 = b"report-\xe8.txt".decode("utf-8", "surrogateescape")
+    r = _result(output={e9: 1, e8: 2, "name": e9})
+    assert format_result_for_context(r, include_metadata=False) == (
+        '{\n  "report-\\\\udce9.txt": 1,\n  "report-\\\\udce8.txt": 2,\n'
+        '  "name": "report-\ufffd.txt"\n}'
+    )
+
+
 def test_a_lone_surrogate_beside_a_long_integer_is_written_as_a_replacement_character() -> None:
     """The integer sent `dumps` to its fallback, which raised UnicodeEncodeError
     for the surrogate (not the TypeError its callers handle): the model's text

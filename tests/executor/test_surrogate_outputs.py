@@ -122,3 +122,46 @@ def test_the_journal_replays_it_as_it_was(tmp_path: Path) -> None:
     assert first.status == again.status == "ok"
     assert first.output == again.output == {"from": NAME, NAME: 1}
     assert again.metadata.get("replayed") is True and len(runs) == 1
+
+
+def test_an_external_tool_with_an_output_schema_takes_such_an_output() -> None:
+    """`complete` refused it, "does not fit its output schema (it is not
+    JSON)", though the same output from an untyped external tool, or from an
+    ordinary tool, ended ok (review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(external=True)
+    def pick_file(question: str) -> dict[str, str]:
+        """Ask a person to pick a file."""
+        raise AssertionError("external: never run")
+
+    with Executor(reg) as ex:
+        asked = ex.execute(ToolCall(id="c1", name="pick_file", arguments={"question": "which?"}))
+        assert asked.status == "deferred" and asked.approval_request is not None
+        done = ex.complete(asked.approval_request, {"name": NAME, NAME: "x"})
+        assert (done.status, done.error) == ("ok", None)
+        assert done.output == {"name": NAME, NAME: "x"}
+        # What does not fit the schema is still refused, and says where.
+        asked = ex.execute(ToolCall(id="c2", name="pick_file", arguments={"question": "which?"}))
+        assert asked.approval_request is not None
+        wrong = ex.complete(asked.approval_request, {"name": NAME, "size": 1})
+        assert wrong.status == "rejected" and "size should be of type string" in (wrong.error or "")
+
+
+def test_an_answer_holding_one_is_refused_saying_why() -> None:
+    """A decision is signed and sent as JSON: `answer` refuses an output
+    UTF-8 cannot hold, and says it is the lone surrogate."""
+    from toolbus.policies import requires_approval
+
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def move(src: str) -> dict[str, str]:
+        """Move a file."""
+        return {"moved": src}
+
+    with Executor(reg) as ex:
+        asked = ex.execute(ToolCall(id="m1", name="move", arguments={"src": "a"}))
+        assert asked.approval_request is not None
+        with pytest.raises(TypeError, match="lone surrogate"):
+            ex.answer(asked.approval_request, {"moved": NAME})

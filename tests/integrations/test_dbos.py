@@ -309,6 +309,31 @@ def test_no_secret_reaches_the_engines_tables(tools: DurableExecutor, system_db:
                 assert SECRET not in " ".join(dbos_support.readable(cell) for cell in row), table
 
 
+def test_a_record_of_an_output_holding_a_lone_surrogate_replays_it_as_it_was() -> None:
+    """It was recorded as its Python text: a replay gave the model the string
+    "{'report-\\\\udce9.txt': 1}" for the dict it had read; a metadata key's
+    surrogate became three U+FFFD, silently (review)."""
+    from toolbus import ToolResult
+
+    e9, e8 = (
+        b.decode("utf-8", "surrogateescape") for b in (b"report-\xe9.txt", b"report-\xe8.txt")
+    )
+    result = ToolResult(
+        call_id="a",
+        name="t",
+        status="ok",
+        output={e9: 1, e8: [e9, 2**70]},
+        metadata={e9: "v", "f": e8},
+    )
+    record = result_record(result)
+    record.encode()  # (an engine writes it as UTF-8)
+    back = read_result(record)
+    assert back.output == result.output
+    assert back.metadata == {e9: "v", "f": e8, "replayed": True}
+    plain = ToolResult(call_id="b", name="t", status="ok", output={"n": 2**70})
+    assert read_result(result_record(plain)).output == {"n": 2**70}  # (was its text)
+
+
 def test_a_record_reads_back_as_the_result_the_model_read() -> None:
     from toolbus import ToolResult
 
@@ -424,9 +449,11 @@ async def test_sync_methods_in_an_async_workflow_say_what_to_use(tools: DurableE
     assert all("use await a" in s for s in said)
 
 
-def test_an_output_json_cannot_hold_is_recorded_as_its_text(
+def test_an_output_orjson_cannot_hold_is_recorded_exactly(
     tools: DurableExecutor, ledger: Ledger
 ) -> None:
+    # Its text once: a replay gave the workflow "1180591620717411303424" for
+    # the integer its first run had (recorded now as the journal records it).
     @tools.executor.registry.tool(read_only=True, name="huge")
     def huge() -> int:
         ledger.add("huge", None, None)
@@ -438,7 +465,7 @@ def test_an_output_json_cannot_hold_is_recorded_as_its_text(
 
     with SetWorkflowID("huge-1"):
         assert turn_huge() == [2**70]
-    assert DBOS.fork_workflow("huge-1", 3).get_result() == [str(2**70)]
+    assert DBOS.fork_workflow("huge-1", 3).get_result() == [2**70]
     assert ledger.count("huge") == 1
 
 

@@ -503,6 +503,28 @@ async def test_a_lone_surrogate_in_an_output_reaches_the_model_as_a_replacement_
     assert model_text(parts["s"]) == '{"names":["report-\ufffd.txt"]}'
 
 
+async def test_metadata_holding_a_lone_surrogate_leaves_the_history_writable(
+    make_executor: MakeExecutor,
+) -> None:
+    """A result's metadata went to pydantic-ai as it was: the run ended, but
+    its message history could not be written (`all_messages_json` raised),
+    as the output could not before (review)."""
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True)
+    def find(q: str) -> ToolOutput:
+        """Find a file."""
+        return ToolOutput(content="found 1 file", metadata={"path": ODD_NAME, ODD_NAME: 1})
+
+    ex = make_executor(reg)
+    script = Script([call("find", {"q": "x"}, "c1")], "done")
+    run = await agent_for(script, ToolbusToolset(reg, ex)).run("go")
+    part = by_id(script.returned(1))["c1"]
+    assert part.content == "found 1 file"
+    assert part.metadata == {"path": "report-\ufffd.txt", "report-\\udce9.txt": 1}
+    assert b"report-\xef\xbf\xbd.txt" in run.all_messages_json()
+
+
 def test_the_toolset_refuses_another_registry(make_executor: MakeExecutor) -> None:
     reg = _weather_registry()
     ex = make_executor(reg)

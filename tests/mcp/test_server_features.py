@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import json
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -534,6 +535,27 @@ async def test_lone_surrogates_in_descriptions_errors_and_outputs_are_sent_as_re
             failed = await client.call_tool("odd", {"flag": True})
             assert failed.is_error
             assert "\ufffd" in failed.content[0].text  # type: ignore[union-attr]
+
+
+async def test_keys_holding_a_lone_surrogate_stay_apart_in_a_served_result() -> None:
+    """Two file names that differ only in an undecodable byte became one key
+    (U+FFFD) in the structured reply and its text, one value lost (review)."""
+    registry = ToolRegistry()
+    e9, e8 = (
+        b.decode("utf-8", "surrogateescape") for b in (b"report-\xe9.txt", b"report-\xe8.txt")
+    )
+
+    @registry.tool(read_only=True)
+    def sizes() -> dict[str, int]:
+        """Sizes by file name."""
+        return {e9: 1, e8: 2}
+
+    with Executor(registry, timeout=5) as executor:
+        async with Client(build_server(registry, executor)) as client:
+            result = await client.call_tool("sizes", {})
+    expected = {"report-\\udce9.txt": 1, "report-\\udce8.txt": 2}
+    assert result.structured_content == expected
+    assert json.loads(result.content[0].text) == expected  # type: ignore[union-attr]
 
 
 def test_mcp_serve_custom_tool_requires_its_input() -> None:

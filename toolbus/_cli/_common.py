@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from .._text import for_terminal, text_of
+from .._text import encodable, for_terminal, text_of
 from ..tools import ToolRegistry, load_registry
 
 __all__ = [
@@ -71,8 +71,11 @@ def write_json(data: Any) -> None:
 
     JSON escapes C0 controls (ESC among them) itself; DEL and C1 controls are
     escaped too (`\\u009b`), so no string in it acts on a terminal; a lone
-    surrogate (in a tool's output: UTF-8 cannot hold it) is written as U+FFFD."""
-    text = text_of(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    surrogate (in a tool's output: UTF-8 cannot hold it) is written as U+FFFD,
+    in a key as its escape (`encodable`: keys stay apart)."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    if text_of(text) is not text:  # (rare: the walk only then)
+        text = json.dumps(encodable(data, str), indent=2, ensure_ascii=False, default=str)
     sys.stdout.write(_DEL_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 

@@ -16,13 +16,14 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from rich.table import Table
 from rich.text import Text
 
 from .. import bus
 from .._executor._plan import unknown_tool_message as _unknown_tool_message
-from .._text import for_terminal
+from .._text import encodable, for_terminal
 from ..executor import Executor
 from ..formatting import format_result_for_context
 from ..models import ToolCall, ToolResult
@@ -81,7 +82,7 @@ def call(
     if as_json:
         write_json(
             {
-                "result": result.model_dump(mode="json"),
+                "result": _jsonable(result),
                 "events": [{"signal": name, **event_fields(e)} for name, e in events],
             }
         )
@@ -105,10 +106,28 @@ def event_fields(event: bus.Event) -> dict[str, Any]:
     the private ones (`_run`: toolbus's own, not the event's data), which no
     surface shows: the rule of `toolbus.observe`'s records."""
     return {
-        f.name: to_jsonable_python(getattr(event, f.name), fallback=repr)
+        f.name: _jsonable(getattr(event, f.name))
         for f in dataclasses.fields(event)
         if not f.name.startswith("_")
     }
+
+
+def _jsonable(value: Any) -> Any:
+    # A model's Python dump first: its JSON one writes a metadata key holding
+    # a lone surrogate as U+FFFDs, silently (two such keys become one).
+    data = value.model_dump() if isinstance(value, BaseModel) else value
+    try:
+        return to_jsonable_python(data, fallback=repr)
+    except ValueError:  # UnicodeEncodeError: a key holding a lone surrogate
+        # (a tool's output, metadata, progress data): written as its escape
+        # (`encodable`: keys stay apart), the rest as it was.
+        return to_jsonable_python(encodable(data, _data), fallback=repr)
+
+
+def _data(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    raise TypeError  # (encodable leaves it as it is)
 
 
 def _print(result: ToolResult, events: list[tuple[str, bus.Event]]) -> None:

@@ -25,9 +25,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from .. import _json
 from .._process_group import kill_group, kill_process, kill_sessions
-from ._wire import Frames, FrameTooLarge
+from ._wire import Frames, FrameTooLarge, parse
 
 __all__ = ["START_TIMEOUT", "WorkerProcess", "Zygote", "describe_exit", "start_root"]
 
@@ -140,7 +139,7 @@ class WorkerProcess:
             return
         for body in bodies:
             try:
-                message = _json.loads(body)
+                message = parse(body)
                 if not isinstance(message, dict):
                     continue
             except ValueError:

@@ -17,9 +17,9 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _json
 from ..pipeline import SetUpTime, ToolCrashed, WorkerKilled
 from ..tools import ToolError
+from . import _wire
 from ._direct import Direct, runs_plain
 from ._remote import value_of
 from ._remote_base import RemoteBackend
@@ -156,7 +156,7 @@ class ActorCalls(RemoteBackend[_Serving]):
             if tool.wants_context:
                 message = await self._consume(ref, run, services)
             else:
-                message = _json.loads(await ref)
+                message = _wire.parse(await ref)
         except asyncio.CancelledError:
             self._untrack(run, serving)
             if is_async:
@@ -215,7 +215,7 @@ class ActorCalls(RemoteBackend[_Serving]):
         self._untrack(run, serving)
         actor = serving[0]
         try:
-            message = _json.loads(reply.result())
+            message = _wire.parse(reply.result())
         except Exception as e:
             raise self._failed(run, pool, actor, e) from None
         return _value(pool, actor, message)

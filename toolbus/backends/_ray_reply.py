@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ray import exceptions as rx
 
-from .. import _json
 from ..pipeline import ToolCrashed, WorkerKilled, logged, publish_progress
 from ..tools import ToolError
+from . import _wire
 
 if TYPE_CHECKING:
     from ..pipeline import Run, Services
@@ -32,7 +32,7 @@ async def consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
     each log message); the reply."""
     reply: dict[str, Any] | None = None
     async for item in ref:
-        message = _json.loads(await item)
+        message = _wire.parse(await item)
         if message.get("kind") == "progress":
             data = message.get("data")
             fraction = message.get("fraction")

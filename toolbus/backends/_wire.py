@@ -2,8 +2,8 @@
 
 A frame is an 8-byte big-endian length and that many bytes. Toward a worker a
 frame holds a pickle (the agent trusts its own requests); from a worker it
-holds JSON only (`reply`): a worker runs code the agent may not trust, and
-unpickling its bytes would run whatever it chose in the agent. The worker reads
+holds JSON only (`reply`, read with `parse`): a worker runs code the agent
+may not trust, and unpickling its bytes would run whatever it chose in the agent. The worker reads
 with blocking calls (`recv`); the agent feeds whatever bytes arrived to a
 `Frames` buffer, which hands back whole frames, so its event loop never blocks
 on a slow or dead worker.
@@ -19,9 +19,8 @@ from typing import Any
 import orjson
 
 from .. import _json
-from .._text import encodable
 
-__all__ = ["FrameTooLarge", "Frames", "body", "encode", "recv", "reply", "send"]
+__all__ = ["FrameTooLarge", "Frames", "body", "encode", "parse", "recv", "reply", "send"]
 
 _HEADER = struct.Struct(">Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -36,16 +35,16 @@ def encode(message: Any) -> bytes:
 def body(message: dict[str, Any], default: Any = None) -> bytes:
     """A worker's message as JSON, unframed (a Ray actor's reply is one object
     already); raises TypeError for what JSON cannot hold (unless `default`
-    turns it into something it can)."""
-    try:
-        return _json.dumps(message, default=default, option=_OPTIONS)
-    except TypeError as e:
-        if _json.SURROGATES not in str(e):
-            raise
-    # A lone surrogate (in a tool's output, a progress message): UTF-8 JSON
-    # cannot carry it, so it arrives as U+FFFD, as on every surface that
-    # writes one out; the rest of the message as it is.
-    return _json.dumps(encodable(message, default), default=default, option=_OPTIONS)
+    turns it into something it can). Read it with `parse`."""
+    # A lone surrogate (a file name decoded with `surrogateescape`, a secret
+    # from `os.environ` the tool echoes) goes as it is, not as U+FFFD: the
+    # agent masks a call's secrets by equality, and tells keys apart.
+    return _json.dumps_surrogatepass(message, default=default, option=_OPTIONS)
+
+
+def parse(data: bytes) -> Any:
+    """A worker's message (`body`) back; ValueError for bytes that are not one."""
+    return _json.loads_surrogatepass(data)
 
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY

@@ -289,7 +289,20 @@ def _rare(result: ToolResult, max_length: int) -> Any:
 def _tool_return(result: ToolResult, max_length: int) -> ToolReturn[Any]:
     # With attachments, the model's text of it (they are listed there).
     value = result_text(result, max_length) if result.attachments else _returned(result, max_length)
-    return ToolReturn(return_value=value, metadata=result.metadata or None)
+    return ToolReturn(return_value=value, metadata=_metadata(result.metadata) or None)
+
+
+def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """`metadata` as pydantic-ai can write it into the run's messages: a lone
+    surrogate (a path decoded with `surrogateescape`) as the output's is
+    (`encodable`), checked by orjson first so other metadata pays nothing."""
+    try:
+        orjson.dumps(metadata, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError as e:
+        if _json.SURROGATES in str(e):
+            written: dict[str, Any] = encodable(metadata, str)
+            return written
+    return metadata
 
 
 # -- pydantic-ai's tools in a registry ------------------------------------------------

@@ -218,8 +218,15 @@ def output_problem(schema: dict[str, Any] | None, output: Any) -> str | None:
         return None
     try:
         value = orjson.loads(_json.dumps(output))
-    except (TypeError, ValueError):
-        return "it is not JSON"
+    except (TypeError, ValueError) as e:
+        if _json.SURROGATES not in str(e):
+            return "it is not JSON"
+        # A lone surrogate (a file name decoded with `surrogateescape`): JSON
+        # to the schema, as in a tool's own output (`normalize_output`).
+        try:
+            value = _json.reread(output)
+        except (TypeError, ValueError, RecursionError):
+            return "it is not JSON"
     cls = jsonschema.validators.validator_for(schema)
     err = jsonschema.exceptions.best_match(cls(schema).iter_errors(value))
     if err is None:

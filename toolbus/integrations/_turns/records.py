@@ -16,10 +16,14 @@ the same in any process and any later version of toolbus (`VERSION`).
 from __future__ import annotations
 
 import hashlib
+import json
+import sys
 from typing import Any
 
 import orjson
 
+from ... import _json
+from ...journal._encode import result_json
 from ...models import MAX_KEY_LENGTH, ToolResult
 
 __all__ = [
@@ -73,17 +77,25 @@ def was_reasked(record: Any) -> bool:
 
 
 def result_record(result: ToolResult) -> str:
-    """`result` as recorded: JSON text. An output JSON cannot hold (an integer
-    past 64 bits, an object) is recorded as its text, and text JSON cannot
-    hold (a lone surrogate: bytes decoded with `surrogateescape`) with those
-    characters escaped (`\\udcxx`), so the record is always written (a replay
-    then shows that text)."""
+    """`result` as recorded: JSON text. What orjson cannot write (a lone
+    surrogate: bytes decoded with `surrogateescape`; an integer past 64 bits)
+    is written as the journal writes it (`result_json`): the surrogate as an
+    escape (`\\udce9`), which `read_result` reads back as the character, so
+    a replay gives the model the output it read the first time (one caveat:
+    two lone surrogates that together make a UTF-16 pair come back as that
+    one character). An output even that cannot write (a cycle) is recorded
+    as its text: the record is always written."""
+    # Python's dump, not pydantic's JSON one: that writes a metadata key
+    # holding a lone surrogate as three U+FFFD, silently.
     try:
-        return orjson.dumps({"toolbus": VERSION, "result": result.model_dump(mode="json")}).decode()
-    except Exception:  # any serializer's failure: the output's text form
+        return orjson.dumps({"toolbus": VERSION, "result": result.model_dump()}).decode()
+    except Exception:  # any serializer's failure: the journal's writing, rare
+        pass
+    text, _ = result_json(result, sys.maxsize)
+    if not text.startswith("{"):  # (its "<not JSON: ...>")
         shown = result.model_copy(update={"output": _text(result.output)})
-        data = _escaped(shown.model_dump(mode="json"))
-        return orjson.dumps({"toolbus": VERSION, "result": data}).decode()
+        text, _ = result_json(shown, sys.maxsize)
+    return f'{{"toolbus":{VERSION},"result":{text}}}'
 
 
 def _text(value: Any) -> str:
@@ -93,23 +105,17 @@ def _text(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def _escaped(value: Any) -> Any:
-    """`value` with every string JSON can hold: lone surrogates escaped."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_escaped(k): _escaped(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_escaped(v) for v in value]
-    return value
-
-
 def read_result(record: Any) -> ToolResult:
     """The result recorded by `result_record`, marked replayed
     (`metadata["replayed"]`, `attempts` 0: it did not run now)."""
     if not isinstance(record, str):
         raise ValueError(f"not a toolbus record: {type(record).__name__}")
-    data = orjson.loads(record)
+    try:
+        data = _json.loads(record)
+    except orjson.JSONDecodeError:
+        # Written as the journal writes: a lone surrogate's escape, which the
+        # stdlib reads back as the character (orjson refuses it).
+        data = json.loads(record)
     if not isinstance(data, dict) or "result" not in data:
         raise ValueError("not a toolbus call record")
     if data.get("toolbus", 0) > VERSION:
