@@ -306,7 +306,8 @@ class _Prepare:
     huge: dict[str, str] | None
 
     def value(self, v: Any, depth: int) -> Any:
-        if depth > MAX_DEPTH:
+        # orjson counts containers: the 255th (at depth 254) is one too many, empty or not.
+        if depth >= MAX_DEPTH and (depth > MAX_DEPTH or isinstance(v, dict | list)):
             raise orjson.JSONEncodeError("Recursion limit reached")
         # The exact types first: a large output is mostly these.
         kind = type(v)

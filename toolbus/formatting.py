@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from . import _json
+from ._options import positive_int
 from ._text import encodable, text_of
 from .models import ToolResult
 
@@ -34,6 +35,14 @@ _STATUS_TEXT = {
     "cancelled": "Cancelled",
     "rejected": "Rejected",
 }
+
+
+def check_max_length(value: object, owner: str) -> int:
+    """`value` if it can be a `max_length` (an integer >= 1: the characters of
+    a result's content the model reads); else TypeError or ValueError naming
+    `owner`. Checked where it is given, before anything runs: a bad one found
+    while a result is written loses a result whose call already ran."""
+    return positive_int(value, "max_length", owner)
 
 
 def output_text(output: Any) -> str:
@@ -70,7 +79,10 @@ def format_result_for_context(
 
     A lone surrogate (a file name decoded with `surrogateescape`, in an output
     or an error) is written as U+FFFD: no UTF-8 request can carry it.
+    `max_length` must be an integer >= 1 (TypeError or ValueError otherwise).
     """
+    if type(max_length) is not int or max_length < 1:
+        max_length = check_max_length(max_length, "format_result_for_context")
     lines: list[str] = []
     if include_metadata:
         lines.append(f"Tool: {result.name}")
@@ -102,7 +114,6 @@ def format_result_for_context(
 
 def _cut(text: str, max_length: int) -> str:
     """At most `max_length` characters of `text`, and a note saying how many were left out."""
-    max_length = max(0, max_length)
     if len(text) <= max_length:
         return text
     omitted = len(text) - max_length

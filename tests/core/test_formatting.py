@@ -290,3 +290,22 @@ def test_status_text(status: Status, text: str, code: ErrorCode) -> None:
     assert format_result_for_context(r) == (
         f"Tool: get_weather\nStatus: {text}\n---\nError: why ({code.value})"
     )
+
+
+def test_max_length_is_an_integer_of_at_least_one() -> None:
+    """0 and below left the model a note that the text was cut and none of it
+    (a negative was taken as 0); what every integration refuses when it is
+    given, this refuses too."""
+    result = _result(output="abc")
+    bad: list[tuple[Any, type[Exception]]] = [
+        (0, ValueError),
+        (-1, ValueError),
+        (None, TypeError),
+        ("10", TypeError),
+        (1.5, TypeError),
+    ]
+    for value, error in bad:
+        with pytest.raises(error, match=r"^format_result_for_context: max_length must be"):
+            format_result_for_context(result, max_length=value)
+    text = format_result_for_context(result, max_length=1, include_metadata=False)
+    assert text == "a\n... (truncated, 2 characters omitted)"

@@ -45,7 +45,8 @@ from toolbus import (
     bus,
     format_result_for_context,
 )
-from toolbus.integrations.openai_agents import OpenAIAgentsTool, function_tools
+from toolbus import FunctionTool as ToolbusFunctionTool
+from toolbus.integrations.openai_agents import OpenAIAgentsTool, function_tool_for, function_tools
 
 Turn = Sequence[TResponseOutputItem] | str
 
@@ -526,6 +527,70 @@ def test_function_tools_refuses_another_registry(make_executor: MakeExecutor) ->
     ex = make_executor(_registry())
     with pytest.raises(ValueError, match="the executor's registry"):
         function_tools(ToolRegistry(), ex)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (None, TypeError),
+        (1.5, TypeError),
+        ("4000", TypeError),
+        (False, TypeError),
+        (float("nan"), TypeError),
+        (0, ValueError),
+        (-1, ValueError),
+    ],
+)
+async def test_a_bad_max_length_is_refused_when_the_tools_are_made(
+    make_executor: MakeExecutor, bad: Any, error: type[Exception]
+) -> None:
+    """Taken, it let each call run its tool, then raised out of `on_invoke_tool`
+    (which the Runner does not catch) as the result was cut: the result was
+    lost after the tool's effect. Now nothing is made, and nothing runs."""
+    booked: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool
+    def book(what: str) -> str:
+        """Book something (mutating)."""
+        booked.append(what)
+        return f"booked {what}"
+
+    ex = make_executor(reg)
+    with pytest.raises(error, match=r"^function_tools: max_length must be"):
+        function_tools(reg, ex, max_length=bad)
+    with pytest.raises(error, match=r"^function_tool_for: max_length must be"):
+        function_tool_for(reg.get("book"), ex, max_length=bad)  # type: ignore[arg-type]
+    assert booked == []
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("admin.panel", "'.' is not one"), ("x" * 100, "it is 100 characters long")],
+)
+def test_a_name_openai_refuses_is_refused_when_the_tools_are_made(
+    make_executor: MakeExecutor, name: str, problem: str
+) -> None:
+    """Such a name went into the SDK's tool definitions, and failed at the API."""
+    reg = ToolRegistry([ToolbusFunctionTool(lambda: 1, name="fine")])
+    reg.register(ToolbusFunctionTool(lambda: 1, name=name))
+    with pytest.raises(ValueError) as caught:
+        function_tools(reg, make_executor(reg))
+    text = str(caught.value)
+    assert text.startswith(f"tool {name[:39] + '…' if len(name) > 40 else name!r}: OpenAI takes")
+    assert problem in text and "Register it under another name (name=)" in text
+
+
+def test_an_sdk_tool_whose_name_toolbus_refuses_says_to_pass_name() -> None:
+    def search(q: str) -> str:
+        return q
+
+    source = function_tool(search, name_override="web search")
+    with pytest.raises(
+        ValueError, match=r"' ' is not one \(it is the Agents SDK tool's name: pass name=\)"
+    ):
+        ToolRegistry().add_openai_agents(source)
+    assert ToolRegistry().add_openai_agents(source, name="web_search").name == "web_search"
 
 
 def test_a_sync_tool_runs_on_toolbus_worker_threads(

@@ -537,6 +537,32 @@ def test_the_toolset_refuses_another_registry(make_executor: MakeExecutor) -> No
     assert ToolbusToolset(reg, ex, id="weather").id == "weather"
 
 
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(0, ValueError), (None, TypeError), ("4000", TypeError), (1.5, TypeError), (True, TypeError)],
+)
+def test_max_length_is_an_integer_of_at_least_one_as_everywhere(
+    make_executor: MakeExecutor, bad: Any, error: type[Exception]
+) -> None:
+    """0 left the model a note that something was cut, and none of the text:
+    refused, as `function_tools`, `run_agent` and `format_result_for_context` refuse it."""
+    reg = _weather_registry()
+    with pytest.raises(error, match=r"^ToolbusToolset: max_length must be"):
+        ToolbusToolset(reg, make_executor(reg), max_length=bad)
+
+
+def test_a_pydantic_ai_tool_whose_name_toolbus_refuses_says_to_pass_name() -> None:
+    def search(q: str) -> str:
+        return q
+
+    source = Tool(search, name="web search")
+    with pytest.raises(
+        ValueError, match=r"' ' is not one \(it is the pydantic-ai tool's name: pass name=\)"
+    ):
+        ToolRegistry().add_pydantic_ai(source)
+    assert ToolRegistry().add_pydantic_ai(source, name="web_search").name == "web_search"
+
+
 # -- pydantic-ai's tools in a registry ----------------------------------------------------
 
 

@@ -6,6 +6,7 @@ validation is the validated one."""
 from __future__ import annotations
 
 import contextvars
+import json
 import pickle
 from typing import Annotated, Any
 
@@ -234,3 +235,30 @@ def test_text_arguments_nest_as_deep_as_a_dict_may_and_no_deeper(full: bool) -> 
         _nested_text(1010, leaf='{"n": 123456789012345678901234567890}'),
     ):
         assert outcome(text) == ("rejected", "INVALID_ARGUMENTS", too_deep)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["plain", "full"])
+def test_an_integer_wider_than_64_bits_lets_no_level_more_in(full: bool) -> None:
+    """orjson refuses a 255th level, empty or not; the writer standing in for
+    it where an integer is wider than 64 bits counted values, not containers,
+    and took 255 levels whose innermost was empty, as text and as a dict (review)."""
+
+    def text(levels: int) -> str:
+        inner = levels - 2
+        wide = '{"n": 123456789012345678901234567890, "a": '
+        return '{"i": 1, "opts": ' + wide + '{"a": ' * (inner - 1) + "{}" + "}" * inner + "}"
+
+    def outcome(arguments: dict[str, Any] | str) -> tuple[Any, ...] | None:
+        run = _run(ToolCall(name="lookup", arguments=arguments))
+        svc = _services(limit=10**6)
+        result = _admitted_by_steps(run, svc) if full else admit_plain(run, svc)
+        return None if not isinstance(result, ToolResult) else (result.status, result.error)
+
+    for arguments in (text(254), json.loads(text(254))):
+        assert outcome(arguments) is None
+    for arguments in (text(255), json.loads(text(255))):
+        assert outcome(arguments) == (
+            "rejected",
+            "Invalid arguments for 'lookup': Arguments nest too deeply"
+            " (more than 254 levels of objects and arrays)",
+        )

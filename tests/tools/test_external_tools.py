@@ -418,3 +418,34 @@ def test_a_run_halted_while_its_request_is_written_leaves_nothing_listed(
         assert ex.pending() == []
     with Executor(registry(), journal=path) as ex:
         assert ex.pending() == []
+
+
+def test_a_result_too_deep_to_check_against_a_recursive_output_schema_is_refused(
+    make_executor: MakeExecutor,
+) -> None:
+    """jsonschema checks by recursion: a result nesting ~240 levels against an
+    output schema that refers to itself raised RecursionError out of `complete`."""
+    reg = ToolRegistry()
+
+    @reg.tool(external=True)
+    def tree() -> dict[str, Any]:
+        """A tree, built elsewhere."""
+        raise AssertionError("an external tool is never run")
+
+    reg.get("tree").output_schema = {  # type: ignore[union-attr]
+        "$ref": "#/$defs/N",
+        "$defs": {"N": {"type": "object", "properties": {"c": {"$ref": "#/$defs/N"}}}},
+    }
+    ex = make_executor(reg)
+    r = ex.execute(ToolCall(id="t1", name="tree", arguments={}))
+    assert isinstance(r.approval_request, ExternalRequest)
+    value: dict[str, Any] = {}
+    for _ in range(240):
+        value = {"c": value}
+    refused = ex.complete(r.approval_request, value)
+    assert (refused.status, refused.error_code) == ("rejected", ErrorCode.INVALID_ARGUMENTS)
+    assert refused.error == (
+        "Tool 'tree' was not completed: the result does not fit its output schema "
+        "(it nests too deeply to be checked against the schema)"
+    )
+    assert ex.complete(r.approval_request, {"c": {"c": {}}}).status == "ok"

@@ -44,7 +44,7 @@ from .._keywords import refuse_unknown
 from .._text import text_of
 from ..agent_runs import current_agent_run
 from ..executor import Executor
-from ..formatting import output_text
+from ..formatting import check_max_length, output_text
 from ..models import ToolCall
 from ..providers._common import (
     DEFAULT_MAX_LENGTH,
@@ -55,6 +55,7 @@ from ..providers._common import (
 )
 from ..tools import StepContext, Tool, ToolContext, ToolRegistry, parse_json_arguments
 from ..tools._injected import injected_parameters
+from ..tools._names import check_provider_name, check_tool_name
 from ..tools._offer import Offer, offering, step_in
 from ..tools._tool_options import OPENAI_AGENTS_KEYWORDS, OpenAIAgentsOptions, adopt
 
@@ -88,10 +89,9 @@ class _Invoke:
         if self.schema is not None:
             try:
                 parsed = parse_json_arguments(input)
-            except ValueError:
-                pass  # handed on as it is: toolbus rejects it, with the reason
-            else:
                 arguments = without_strict_nulls(parsed, self.schema, self.schema)
+            except (ValueError, RecursionError):
+                pass  # handed on as it is: toolbus rejects it, with the reason
         fields: dict[str, Any] = {"name": self.name, "arguments": arguments}
         call_id = getattr(ctx, "tool_call_id", None)
         if isinstance(call_id, str) and call_id:
@@ -145,12 +145,18 @@ def function_tools(
     toolbus, so defaults apply). A schema strict mode cannot express (free-form
     keys: `dict[str, ...]`, `additionalProperties`) is sent non-strict for that
     tool, and logged.
+
+    Checked here, before any tool runs: `max_length` (an integer >= 1), and
+    each tool's name, which must be one OpenAI takes (1 to 64 ASCII letters,
+    digits, `_` or `-`; toolbus also allows `.` and up to 128): ValueError
+    naming the tool otherwise, as `to_openai` raises.
     """
     if executor.registry is not registry:
         raise ValueError(
             "function_tools: registry must be the executor's registry "
             "(the executor runs the tools of its own registry)"
         )
+    check_max_length(max_length, "function_tools")
     return [
         function_tool_for(t, executor, strict=strict, max_length=max_length)
         for t in registry.list()
@@ -190,7 +196,10 @@ def function_tool_for(
 
     Always enabled when the tool is and the executor has no `prepare`;
     otherwise its `is_enabled` asks the executor at each step whether it
-    offers the tool (`StepContext.context` is the SDK's `RunContextWrapper`)."""
+    offers the tool (`StepContext.context` is the SDK's `RunContextWrapper`).
+    `max_length` and the tool's name are checked as `function_tools` says."""
+    max_length = check_max_length(max_length, "function_tool_for")
+    check_provider_name(tool.name, "OpenAI", hint=_RENAME)
     schema = tool.schema
     if tool.is_enabled is True and executor._prepare is None:
         enabled: Any = True
@@ -220,6 +229,10 @@ def function_tool_for(
         strict_json_schema=False,
         is_enabled=enabled,
     )
+
+
+# What a tool whose name the Agents SDK's models refuse may do instead.
+_RENAME = "Register it under another name (name=)"
 
 
 def _strict(name: str, schema: dict[str, Any]) -> tuple[dict[str, Any], bool] | None:
@@ -297,7 +310,9 @@ class OpenAIAgentsTool(Tool):
             )
         _check_supported(function_tool, context is not _UNSET)
         self.source = function_tool
-        self.name = options.get("name") or function_tool.name
+        self.name = options.get("name") or check_tool_name(
+            function_tool.name, hint=" (it is the Agents SDK tool's name: pass name=)"
+        )
         description = options.get("description")
         self.description = description if description is not None else function_tool.description
         self.parameters = copy.deepcopy(function_tool.params_json_schema)

@@ -60,11 +60,12 @@ from .._keywords import refuse_unknown
 from .._text import encodable, text_of
 from ..agent_runs import MAX_LENGTH, current_agent_run
 from ..executor import Executor
-from ..formatting import _cut
+from ..formatting import _cut, check_max_length
 from ..models import ErrorCode, ToolCall, ToolOutput, ToolResult
 from ..providers._common import DEFAULT_MAX_LENGTH, result_text
 from ..tools import ArgumentError, StepContext, Tool, ToolContext, ToolError, ToolRegistry
 from ..tools._injected import injected_parameters
+from ..tools._names import check_tool_name
 from ..tools._offer import Offer, offering
 from ..tools._tool import STANDARD_INVOKES, format_validation_error
 from ..tools._tool_options import PYDANTIC_AI_KEYWORDS, PydanticAIOptions, adopt
@@ -132,12 +133,8 @@ class ToolbusToolset(AbstractToolset[Any]):
             raise ValueError(
                 f"ToolbusToolset: max_retries must be an integer >= 0, got {max_retries!r}"
             )
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0:
-            raise ValueError(
-                f"ToolbusToolset: max_length must be an integer >= 0, got {max_length!r}"
-            )
         self.registry = registry
-        self.max_length = max_length
+        self.max_length = check_max_length(max_length, "ToolbusToolset")
         self.executor = executor
         self.max_retries = max_retries
         self._id = id
@@ -308,6 +305,10 @@ def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 # -- pydantic-ai's tools in a registry ------------------------------------------------
 
 
+# Where a pydantic-ai tool's own name cannot name a toolbus tool: what to do.
+_PASS_NAME = " (it is the pydantic-ai tool's name: pass name=)"
+
+
 class PydanticAITool(Tool):
     """A pydantic-ai tool run by toolbus.
 
@@ -342,7 +343,7 @@ class PydanticAITool(Tool):
         _check_supported(pa)
         schema = pa.function_schema
         self.source = pa
-        self.name = options.get("name") or pa.name
+        self.name = options.get("name") or check_tool_name(pa.name, hint=_PASS_NAME)
         description = options.get("description")
         self.description = description if description is not None else (pa.description or "")
         self.parameters = copy.deepcopy(schema.json_schema)

@@ -7,16 +7,27 @@ Anthropic Messages), each a thin layer over the readers and writers of
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..models import ToolCall, ToolResult
-from ..tools import ToolRegistry
+from ..tools import Tool, ToolRegistry
+from ..tools._offer import granted, missing_scopes
 from . import anthropic as _anthropic
 from . import openai as _openai
 from ._common import ToolSource
 
-__all__ = ["DEFAULT_MAX_TOKENS", "FORMATS", "Format", "format_for"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "FORMATS",
+    "Format",
+    "check_offerable",
+    "format_for",
+    "offerable",
+]
+
+log = logging.getLogger("toolbus.providers")
 
 DEFAULT_MAX_TOKENS = 4096
 """`max_tokens` sent to Anthropic (which requires it) when the caller gives none."""
@@ -152,3 +163,43 @@ def format_for(client: Any, api: str | None) -> Format:
     if api not in FORMATS:
         raise ValueError(f"unknown api {api!r}; expected 'chat', 'responses' or 'messages'")
     return FORMATS[api]
+
+
+def check_offerable(fmt: Format, registry: ToolRegistry, strict: bool) -> None:
+    """Raise, naming the tool, if a tool any turn of a run could offer is one
+    the provider refuses (its name; with `strict`, its schema): checked before
+    the first request, since found at a later turn it would stop the run after
+    calls had run. A tool never enabled (`is_enabled=False`), or whose scopes
+    the caller lacks, is never offered and not checked."""
+    scopes = granted.get()
+    tools = [t for t in registry.list() if t.is_enabled is not False]
+    try:
+        fmt.definitions([t for t in tools if not missing_scopes(t, scopes)], strict)
+    except ValueError as e:  # (StrictSchemaError too: raised as what it is)
+        raise type(e)(
+            f"{e} (run_agent checks every tool a turn could offer, enabled now or "
+            "not, before its first request)"
+        ) from None
+
+
+def offerable(
+    fmt: Format, tools: Sequence[Tool], strict: bool, turn: int
+) -> tuple[list[Any], list[Tool]]:
+    """`tools`' definitions, and the tools they define: one the provider
+    refuses (registered since the run began: `check_offerable` passed the
+    others) is left out of this turn, with a warning naming it, so the run
+    goes on, and what it already did is kept."""
+    try:
+        return fmt.definitions(tools, strict), list(tools)
+    except ValueError:
+        pass
+    definitions: list[Any] = []
+    kept: list[Tool] = []
+    for tool in tools:
+        try:
+            definitions.extend(fmt.definitions([tool], strict))
+        except ValueError as e:
+            log.warning("run_agent: tool %r is left out of turn %d: %s", tool.name, turn, e)
+        else:
+            kept.append(tool)
+    return definitions, kept

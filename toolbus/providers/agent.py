@@ -31,6 +31,7 @@ from .._options import timeout_seconds
 from ..agent_runs import AGENT_RUN, check_agent_run, current_agent_run
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..executor import Executor
+from ..formatting import check_max_length
 from ..models import BatchResult, ErrorCode
 from ..pipeline._halts import halted_text
 from ..tools import StepContext, ToolRegistry
@@ -47,7 +48,7 @@ from ._approvals import (
     settle,
 )
 from ._common import DEFAULT_MAX_LENGTH
-from ._formats import Format, format_for
+from ._formats import Format, check_offerable, format_for, offerable
 from ._steps import DIRECT, Steps
 
 __all__ = ["AgentResult", "Api", "arun_agent", "run_agent"]
@@ -264,16 +265,18 @@ def _start(
     """Check the arguments, pick the format, and make the turn generator."""
     if max_turns < 1:
         raise ValueError("max_turns must be >= 1")
+    check_max_length(max_length, "run_agent")
     if options.get("stream"):
         raise ValueError("the agent loop does not stream; leave `stream` out")
     fmt = format_for(client, api)
     if tools is None:
+        check_offerable(fmt, executor.registry, strict)
 
         def offer_at(turn: int) -> tuple[list[Any], Offer | None]:
             # What the executor offers at this turn; its calls are held to it.
             step = StepContext(agent_run, turn, context)
-            offered = executor.offered(step)
-            return fmt.definitions(offered, strict), Offer(step, frozenset(t.name for t in offered))
+            definitions, kept = offerable(fmt, executor.offered(step), strict, turn)
+            return definitions, Offer(step, frozenset(t.name for t in kept))
 
     else:
         exported = [dict(t) for t in tools]

@@ -26,8 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .. import _json
+from .._errors import ArgumentError
 from ..models import ToolCall, ToolResult
-from ..tools import StepContext, ToolRegistry
+from ..tools import StepContext, ToolRegistry, parse_json_arguments
 from ..tools._names import check_provider_name
 from ._common import (
     DEFAULT_MAX_LENGTH,
@@ -509,7 +510,9 @@ def drop_strict_nulls(calls: Iterable[ToolCall], registry: ToolRegistry) -> list
     under properties its own schema neither requires nor lets be null are
     removed (`without_strict_nulls`). Calls to unknown or custom tools, calls
     without such nulls and arguments that are not a JSON object are returned
-    unchanged, so malformed JSON still reaches the executor as it came.
+    unchanged, so malformed JSON still reaches the executor as it came; so
+    are arguments the executor refuses (text nesting past 254 levels) and
+    those too deep to walk: this never raises for what a model sent.
     """
     out: list[ToolCall] = []
     for call in calls:
@@ -517,12 +520,16 @@ def drop_strict_nulls(calls: Iterable[ToolCall], registry: ToolRegistry) -> list
         args: Any = call.arguments
         if tool is not None and tool.type == "function" and isinstance(args, str):
             try:
-                args = _json.loads(args)
-            except _json.JSONDecodeError:
+                args = parse_json_arguments(args)
+            except ArgumentError:
                 args = None
         if tool is None or tool.type != "function" or not isinstance(args, dict):
             out.append(call)
             continue
-        cleaned = without_strict_nulls(args, tool.schema, tool.schema)
-        out.append(call if cleaned == args else call.with_arguments(cleaned))
+        try:
+            cleaned = without_strict_nulls(args, tool.schema, tool.schema)
+            same = cleaned == args
+        except RecursionError:  # a dict nesting past Python's stack: the executor refuses it
+            same = True
+        out.append(call if same else call.with_arguments(cleaned))
     return out

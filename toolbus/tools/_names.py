@@ -20,6 +20,7 @@ __all__ = [
     "NAME_RULE",
     "ToolNameError",
     "check_name_prefix",
+    "check_prefixed_name",
     "check_provider_name",
     "check_tool_name",
     "name_problem",
@@ -53,8 +54,14 @@ def name_problem(name: str) -> str | None:
         return "it is empty"
     bad = next((c for c in name if not _CHARACTER.match(c)), None)
     if bad is not None:
-        return f"{bad!r} is not one"
+        return f"{_character(bad)} is not one"
     return f"it is {len(name)} characters long"
+
+
+def _character(c: str) -> str:
+    """`c` quoted, with its code point when it is not ASCII: a Cyrillic a
+    (U+0430) looks like the Latin one it is not."""
+    return repr(c) if c.isascii() else f"{c!r} (U+{ord(c):04X})"
 
 
 def check_tool_name(name: object, *, hint: str = "") -> str:
@@ -84,9 +91,27 @@ def check_name_prefix(prefix: object, owner: str) -> str:
     return prefix
 
 
-def check_provider_name(name: str, provider: str) -> None:
+def check_prefixed_name(prefix: str, name: str, owner: str) -> str:
+    """`prefix + name` if it can name a tool; else `ToolNameError` naming the
+    tool as it was (`name`), the prefix and `owner`: the name made is cut in
+    the message, and would not tell which tool it was."""
+    made = prefix + name
+    problem = name_problem(made)
+    if problem is None:
+        return made
+    raise ToolNameError(
+        f"{owner}: tool {shown_name(name)} would be named {shown_name(made)} with prefix "
+        f"{shown_name(prefix)}: a tool's name must be {NAME_RULE}; {problem}"
+    )
+
+
+def check_provider_name(name: str, provider: str, *, hint: str = "") -> None:
     """ValueError naming the tool unless `name` is one `provider` (OpenAI,
-    Anthropic: `^[a-zA-Z0-9_-]{1,64}$`) takes; toolbus's own rule is looser."""
+    Anthropic: `^[a-zA-Z0-9_-]{1,64}$`) takes; toolbus's own rule is looser.
+    `hint` says how to offer it under another name where the caller can.
+
+    Anthropic's limit is 64 as its Messages API documents it (the `anthropic`
+    SDK's `ToolParam` says no more; 128 is its Managed Agents' limit)."""
     if _PROVIDER_NAME.fullmatch(name):
         return
     if "." in name:
@@ -97,5 +122,6 @@ def check_provider_name(name: str, provider: str) -> None:
         problem = name_problem(name) or "it is not one"
     raise ValueError(
         f"tool {shown_name(name)}: {provider} takes tool names of {_PROVIDER_RULE}; "
-        f"{problem}. Offer it under another name, or leave it out of the tools offered"
+        f"{problem}. {hint or 'Offer it under another name'}, "
+        "or leave it out of the tools offered"
     )

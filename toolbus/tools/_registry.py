@@ -11,7 +11,7 @@ from typing import Any, Self, Unpack, overload
 from .. import _seams
 from .._keywords import refuse_unknown
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
-from ._names import check_name_prefix
+from ._names import check_name_prefix, check_prefixed_name
 from ._offer import StepContext, check_step, enabled
 from ._plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
 from ._tool import Tool, ToolType
@@ -169,7 +169,10 @@ class ToolRegistry:
         for t in given:
             if not isinstance(t, Tool):
                 raise TypeError(f"merge: expected toolbus tools, got {type(t).__name__}")
-        tools = [_renamed(t, prefix + t.name) for t in given] if prefix else given
+        if prefix:
+            tools = [_renamed(t, check_prefixed_name(prefix, t.name, "merge")) for t in given]
+        else:
+            tools = given
         names = [t.name for t in tools]
         repeated = sorted(n for n, count in Counter(names).items() if count > 1)
         if repeated:

@@ -42,7 +42,8 @@ from ._offer import IsEnabled, check_enabled, check_scopes
 from ._running import run_to_completion
 from ._schemas import (
     _check_utf8,
-    _schema_message,
+    arguments_problem,
+    check_nesting,
     check_output_schema,
     format_validation_error,
     parameters_validator,
@@ -187,6 +188,8 @@ class Tool:
     # (resolved timeout, backend, policies) is made for one version.
     _version: int = 0
     validates_dicts: bool = False
+    # How deep arguments may nest, for `parameters` that refer to themselves.
+    _nesting: int | None = None
     # Set once its set-up is done: its schema fields are fixed from then on.
     _derived: bool = False
 
@@ -212,7 +215,8 @@ class Tool:
                 # what its secret paths are read from once, here: it must not be
                 # edited in place afterwards (see `_SCHEMA_FIELDS`).
                 full = self.parameters
-                self._schema_validator = parameters_validator(full, f"tool {self.name!r}")
+                checked = parameters_validator(full, f"tool {self.name!r}")
+                self._schema_validator, self._nesting = checked
             else:
                 full = {"type": "object", "properties": {}}
         else:
@@ -450,14 +454,10 @@ class Tool:
                 return params.model_validate(arguments)
             except ValidationError as e:
                 raise ArgumentError(format_validation_error(self.name, e)) from None
-        if self._schema_validator is not None:
-            errors = sorted(self._schema_validator.iter_errors(arguments), key=str)
-            if errors:
-                parts = []
-                for err in errors[:5]:
-                    loc = ".".join(str(p) for p in err.absolute_path) or "arguments"
-                    parts.append(f"{loc}: {_schema_message(err)}")
-                raise ArgumentError(f"Invalid arguments for '{self.name}': " + "; ".join(parts))
+        if (validator := self._schema_validator) is not None:
+            problem = arguments_problem(validator, arguments, self._nesting)
+            if problem is not None:
+                raise ArgumentError(f"Invalid arguments for '{self.name}': {problem}")
         return arguments
 
     def invoke(self, params: Any, ctx: ToolContext) -> Any:
@@ -534,6 +534,8 @@ class Tool:
         self, arguments: dict[str, Any] | str, call_id: str, start: float
     ) -> tuple[Any] | ToolResult:
         try:  # (the parsed arguments, alone in a tuple)
+            if isinstance(arguments, dict):
+                check_nesting(arguments)  # as an executor refuses them (and text, parsed)
             return (self.parse(arguments),)
         except ArgumentError as e:
             return self._failed(call_id, start, e, ErrorCode.INVALID_ARGUMENTS, "rejected", 0)
