@@ -218,8 +218,9 @@ class Recorder:
     """
 
     def __init__(self, *names: str, sender: Any = ANY) -> None:
-        # Entered through the bare lock (see `toolbus/_sync.py`).
-        self._lock = threading.Lock()
+        # Entered through the bare lock (see `toolbus/_sync.py`); reentrant,
+        # as `Condition()`'s own is (a test may hold it while it reads).
+        self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self.events: list[tuple[str, Event]] = []
         self._sub = subscribe(self._record, *names, sender=sender)
