@@ -1,12 +1,13 @@
 """JSON in and out with orjson's speed and Python's exact integers.
 
 orjson handles integers of at most 64 bits: it reads a longer one as a float
-(silently losing digits) and refuses to write one. A model may send, and a tool
+(silently losing digits), refuses to read one past a double's range (10**400:
+"number is infinity") and refuses to write one. A model may send, and a tool
 may return, any integer, so both directions fall back to the standard `json`
 module, and only when needed: `loads` when the text has a run of 19 or more
-digits (the shortest integer orjson might get wrong), `dumps` when orjson
-reports an integer out of range. Every other text or value takes the orjson
-path unchanged.
+digits (the shortest integer orjson might get wrong) or orjson refused a
+number as infinite, `dumps` when orjson reports an integer out of range. Every
+other text or value takes the orjson path unchanged.
 """
 
 from __future__ import annotations
@@ -48,7 +49,12 @@ def loads(data: str | bytes) -> Any:
     Accepts exactly what orjson accepts (strict JSON, valid UTF-8, no NaN) and
     raises its `JSONDecodeError` otherwise.
     """
-    value = orjson.loads(data)
+    try:
+        value = orjson.loads(data)
+    except JSONDecodeError as e:
+        if not str(e).startswith(_INFINITE):
+            raise
+        return _exact(data, e)
     if len(data) < 19:
         return value
     if isinstance(data, bytes):
@@ -58,6 +64,54 @@ def loads(data: str | bytes) -> Any:
     # orjson has validated the text, so the stdlib parser, which is laxer
     # (NaN, lone surrogates), only ever re-reads valid JSON here.
     return json.loads(data) if long_digits else value
+
+
+# What orjson says of a number past a double's range (an integer such as
+# 10**400, which `dumps` writes, or a float such as 1e400).
+_INFINITE = "number is infinity"
+
+
+def _refuse(text: str) -> Any:
+    raise ValueError(f"not JSON: {text}")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number is infinity when parsed as double")
+    return value
+
+
+def _exact(data: str | bytes, refused: JSONDecodeError) -> Any:
+    """A text orjson refused for a number past a double's range, read by the
+    stdlib: such an integer exact; such a float, NaN and the infinities still
+    refused (`refused` is raised), as is anything else orjson would refuse
+    that the stdlib reads (a lone surrogate's escape: `_has_surrogate`)."""
+    try:
+        value = json.loads(data, parse_float=_finite, parse_constant=_refuse)
+    except (ValueError, RecursionError):
+        raise refused from None
+    if _has_surrogate(value):
+        raise refused
+    return value
+
+
+def _has_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii() and _SURROGATE.search(v) is not None:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def canonical(arguments: Any) -> bytes:
