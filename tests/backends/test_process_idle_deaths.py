@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,35 @@ import pytest
 
 from tests import process_tools as pt
 from tests.conftest import MakeExecutor, wait_until
-from toolbus import ToolCall
+from toolbus import Executor, ToolCall
+from toolbus.backends._direct import Direct
 from toolbus.backends._procs import WorkerProcess
 
 # The slow tier (tests/README.md): worker processes killed.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(params=["direct", "loop"])
+def ex(request: pytest.FixtureRequest, make_executor: MakeExecutor) -> Iterator[Executor]:
+    """An executor whose calls are sent from the dispatching thread (`_direct.py`),
+    or, with a pre-call hook of its own, from its loop: each path checked."""
+    started: list[str] = []
+    original = Direct.start
+
+    def start(self: Direct) -> None:
+        started.append(self.job.run.call.id)
+        original(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Direct, "start", start)
+        hooks: dict[str, Any] = {} if request.param == "direct" else {"pre_call": [_same]}
+        ex = make_executor(pt.registry, timeout=60, **hooks)
+        yield ex
+    assert bool(started) == (request.param == "direct")
+
+
+def _same(call: ToolCall) -> ToolCall:
+    return call
 
 
 def _dead(pid: int) -> bool:
@@ -29,11 +54,10 @@ def _dead(pid: int) -> bool:
 
 
 def test_a_worker_killed_after_the_call_was_sent_unread_is_not_a_crash(
-    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+    ex: Executor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed while idle, just as a call was sent to it (it never read it): the
     call ended TOOL_CRASHED, not retried for a mutating tool (hunt 6)."""
-    ex = make_executor(pt.registry, timeout=60)
     first = ex.execute(ToolCall(name="worker_pid", arguments={})).output
     assert isinstance(first, int)
     sent = threading.Event()
@@ -60,12 +84,12 @@ def test_a_worker_killed_after_the_call_was_sent_unread_is_not_a_crash(
     assert r.output != first
 
 
-def test_a_worker_dead_before_the_call_was_sent_is_not_a_crash(
-    make_executor: MakeExecutor,
-) -> None:
+# Sent from the dispatching thread: the loop path awaits the worker's pool
+# first, and its loop sees the death meanwhile.
+@pytest.mark.parametrize("ex", ["direct"], indirect=True)
+def test_a_worker_dead_before_the_call_was_sent_is_not_a_crash(ex: Executor) -> None:
     """Dead while idle, before the agent's loop had seen it: the send's EPIPE
     was ignored and the call ended TOOL_CRASHED (hunt 6)."""
-    ex = make_executor(pt.registry, timeout=60)
     first = ex.execute(ToolCall(name="worker_pid", arguments={})).output
     assert isinstance(first, int)
     held, hold = threading.Event(), threading.Event()
