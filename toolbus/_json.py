@@ -46,8 +46,9 @@ _LONG_DIGITS_BYTES = re.compile(rb"\d{19,}")
 def loads(data: str | bytes) -> Any:
     """Parse JSON text; integers of any size come back exact.
 
-    Accepts exactly what orjson accepts (strict JSON, valid UTF-8, no NaN) and
-    raises its `JSONDecodeError` otherwise.
+    Accepts what orjson accepts (strict JSON, valid UTF-8, no NaN), and an
+    integer past a double's range, which it refuses; raises its
+    `JSONDecodeError` otherwise.
     """
     try:
         value = orjson.loads(data)
@@ -66,8 +67,7 @@ def loads(data: str | bytes) -> Any:
     return json.loads(data) if long_digits else value
 
 
-# What orjson says of a number past a double's range (an integer such as
-# 10**400, which `dumps` writes, or a float such as 1e400).
+# What orjson says of a number past a double's range (10**400, which `dumps` writes; 1e400).
 _INFINITE = "number is infinity"
 
 

@@ -143,21 +143,26 @@ class WorkerProcess:
         return True
 
     def _readable(self) -> None:
+        self._take(draining=False)
+
+    def _take(self, *, draining: bool) -> bool:
+        """Read what has come and hand its frames on; whether more may be there now."""
         try:
             data = self.sock.recv(1 << 16)  # not 1 MiB: a buffer that size is an mmap per read
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             data = b""
         if not data:
-            self.gone()
-            return
+            if not draining:
+                self.gone()
+            return False
         try:
             bodies = self.frames.feed(data)
         except FrameTooLarge as e:
             self.kill("lost")
             self.gone(f"it sent a reply too large to accept ({e})")
-            return
+            return False
         for body in bodies:
             try:
                 message = _json.loads(body)
@@ -174,11 +179,20 @@ class WorkerProcess:
                 continue  # stale: a thread of an earlier call still talking
             if self.on_message is not None:
                 self.on_message(message)
+        return True
 
     def gone(self, why: str = "") -> None:
         """Its connection ended (it died, or closed it): close, and tell whoever waits."""
         if self.sock.fileno() < 0:
             return
+        if not why:
+            # What it sent before its end was seen still counts (a reply on its
+            # way as its zygote died, and it was killed): read it first.
+            for _ in range(64):
+                if self.sock.fileno() < 0 or not self._take(draining=True):
+                    break
+            if self.sock.fileno() < 0:
+                return
         self.close()
         if not self.ready.done():
             self.ready.set_result(why or "its worker process died before it was ready")
