@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 import subprocess
@@ -256,3 +257,81 @@ def log_odd_data(ctx: ToolContext) -> str:
     cycle.append(cycle)
     ctx.log("odd", cycle=cycle, pairs={(1, 2): "x"})
     return "logged"
+
+
+@registry.tool(backend="process")
+def huge_numbers(ctx: ToolContext) -> dict[str, int]:
+    """Progress, a log message and a result holding integers past a double's range."""
+    ctx.progress("counting", 0.5, count=10**400)
+    ctx.log("counted", count=-(10**400))
+    return {"n": 10**400, "pid": os.getpid()}
+
+
+@registry.tool(backend="process")
+def unreadable(what: str, ctx: ToolContext) -> int:
+    """Send one message of kind `what` ("progress", "log", or "ok": the reply)
+    that cannot be read (its last byte changed), and its worker's pid."""
+    from toolbus.backends import _wire
+
+    original = _wire.reply
+
+    def garbled(message: dict[str, object], default: object = None) -> bytes:
+        frame = original(message, default)
+        if message.get("kind") != what:
+            return frame
+        _wire.reply = original  # once
+        return frame[:-1] + b"!"
+
+    _wire.reply = garbled  # type: ignore[assignment]
+    ctx.progress("half", 0.5)
+    ctx.log("logged")
+    return os.getpid()
+
+
+class _RetryableRaises(Exception):
+    @property
+    def retryable(self) -> bool:
+        raise RuntimeError("no retryable here")
+
+
+class _TextExits(Exception):
+    def __str__(self) -> str:
+        raise SystemExit("its text exits")
+
+
+class _Hostile(Exception):
+    def __getattribute__(self, name: str) -> object:
+        if name in ("__class__", "__traceback__", "__context__", "__cause__",
+                    "__suppress_context__", "with_traceback", "args", "__str__"):  # fmt: skip
+            return object.__getattribute__(self, name)
+        raise RuntimeError(f"no attribute {name}")
+
+
+@registry.tool(backend="process")
+def raises_oddly(how: str) -> int:
+    """Raise an exception that fights being described (`how`), or return the pid."""
+    errors = {"retryable": _RetryableRaises("boom"), "text": _TextExits(), "hostile": _Hostile("h")}
+    if how in errors:
+        raise errors[how]
+    return os.getpid()
+
+
+@registry.tool(backend="process", timeout=20)
+async def leaves_work(marker: str) -> int:
+    """Return at once, leaving a thread asleep and a task that, cancelled,
+    writes `marker` and goes on sleeping; its worker's pid."""
+    loop = asyncio.get_running_loop()
+    loop.run_in_executor(None, time.sleep, 600)
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            Path(marker).write_text("cancelled")
+            await asyncio.sleep(600)
+
+    _leftovers.append(loop.create_task(slow()))
+    return os.getpid()
+
+
+_leftovers: list[asyncio.Task[None]] = []

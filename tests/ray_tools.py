@@ -189,4 +189,43 @@ def ray_registry(backend: Backend, marker_dir: str = "") -> ToolRegistry:
         e9, e8 = (b.decode("utf-8", "surrogateescape") for b in (b"f\xe9.txt", b"f\xe8.txt"))
         return {e9: 1, e8: 2}
 
+    @reg.tool(backend=backend)  # mutating: a crash is never retried
+    def claim() -> int:
+        return os.getpid()
+
+    @reg.tool(backend=backend)
+    async def aclaim() -> int:
+        return os.getpid()
+
+    @reg.tool(backend=backend, read_only=True)
+    def huge(ctx: ToolContext) -> list[int]:
+        """Progress, a log message and a result past a double's range."""
+        ctx.progress("counting", 0.5, count=10**400)
+        ctx.log("counted", count=-(10**400))
+        return [10**400, -(10**400)]
+
+    @reg.tool(backend=backend, read_only=True)
+    async def ahuge() -> int:
+        return 10**400
+
+    @reg.tool(backend=backend, read_only=True)
+    def unreadable(ctx: ToolContext, what: str) -> str:
+        """Send one message of kind `what` ("progress", "log", or "ok": the
+        reply) that cannot be read (its last byte changed)."""
+        from toolbus.backends import _wire
+
+        original = _wire.body
+
+        def garbled(message: dict[str, Any], default: Any = None) -> bytes:
+            data = original(message, default)
+            if message.get("kind") != what:
+                return data
+            _wire.body = original  # once
+            return data[:-1] + b"!"
+
+        _wire.body = garbled
+        ctx.progress("half", 0.5)
+        ctx.log("logged")
+        return "done"
+
     return reg

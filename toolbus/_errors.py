@@ -118,7 +118,7 @@ def error_text(error: BaseException) -> str:
     name = type(error).__name__
     try:
         text = str(error)
-    except Exception:  # a tool's exception whose __str__ fails is still its error
+    except BaseException:  # one whose __str__ fails (SystemExit too) is still the tool's error
         return name
     if isinstance(error, ToolError | ArgumentError):
         return text

@@ -1,17 +1,18 @@
 """JSON in and out with orjson's speed and Python's exact integers.
 
 orjson handles integers of at most 64 bits: it reads a longer one as a float
-(silently losing digits) and refuses to write one. A model may send, and a tool
+(silently losing digits), refuses to read one past a double's range (10**400:
+"number is infinity") and refuses to write one. A model may send, and a tool
 may return, any integer, so both directions fall back to the standard `json`
 module, and only when needed: `loads` when the text has a run of 19 or more
-digits (the shortest integer orjson might get wrong), `dumps` when orjson
-reports an integer out of range. Every other text or value takes the orjson
-path unchanged.
+digits (the shortest integer orjson might get wrong) or orjson refused a
+number as infinite, `dumps` when orjson reports an integer out of range. Every
+other text or value takes the orjson path unchanged.
 
 A lone surrogate, which orjson refuses (no UTF-8 holds it), takes the same
 kind of fallback, again only once orjson has refused: `reread` (a tool's
 output kept as it is), `dumps_surrogatepass`/`loads_surrogatepass` (toolbus's
-own wire, exact). One piece, a little over 400 lines: every fallback writes
+own wire, exact). One piece, about 500 lines: every fallback writes
 what orjson would through the one `_Prepare`.
 """
 
@@ -53,10 +54,16 @@ _LONG_DIGITS_BYTES = re.compile(rb"\d{19,}")
 def loads(data: str | bytes) -> Any:
     """Parse JSON text; integers of any size come back exact.
 
-    Accepts exactly what orjson accepts (strict JSON, valid UTF-8, no NaN) and
-    raises its `JSONDecodeError` otherwise.
+    Accepts what orjson accepts (strict JSON, valid UTF-8, no NaN), and an
+    integer past a double's range, which it refuses; raises its
+    `JSONDecodeError` otherwise.
     """
-    value = orjson.loads(data)
+    try:
+        value = orjson.loads(data)
+    except JSONDecodeError as e:
+        if not str(e).startswith(_INFINITE):
+            raise
+        return _exact(data, e)
     if len(data) < 19:
         return value
     if isinstance(data, bytes):
@@ -66,6 +73,49 @@ def loads(data: str | bytes) -> Any:
     # orjson has validated the text, so the stdlib parser, which is laxer
     # (NaN, lone surrogates), only ever re-reads valid JSON here.
     return json.loads(data) if long_digits else value
+
+
+# What orjson says of a number past a double's range (10**400, which `dumps` writes; 1e400).
+_INFINITE = "number is infinity"
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number is infinity when parsed as double")
+    return value
+
+
+def _exact(data: str | bytes, refused: JSONDecodeError) -> Any:
+    """A text orjson refused for a number past a double's range, read by the
+    stdlib: such an integer exact; such a float, NaN and the infinities still
+    refused (`refused` is raised), as is anything else orjson would refuse
+    that the stdlib reads (a lone surrogate's escape: `_has_surrogate`)."""
+    try:
+        value = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise refused from None
+    if _has_surrogate(value):
+        raise refused
+    return value
+
+
+def _has_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii() and _SURROGATE.search(v) is not None:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def canonical(arguments: Any) -> bytes:
@@ -269,12 +319,9 @@ def loads_surrogatepass(data: bytes) -> Any:
     try:
         # Raw characters, never escapes: the stdlib would join an escaped
         # pair into one character.
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _no_constant(name: str) -> Any:

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import json
 import re
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -224,11 +225,36 @@ def _collect(value: Any, hidden: list[str]) -> None:
             _collect(v, hidden)
     elif value is not None and not isinstance(value, bool):
         if not isinstance(value, str | int | float):
-            # An object (an injected value need not be JSON): its fields too.
+            # An object (an injected value need not be JSON): its fields too,
+            # or a plain object's text attributes (a client's token).
             fields = _fields(value)
             if fields is not None:
                 _collect(fields, hidden)
+            else:
+                hidden.extend(_attributes(value))
         hidden.append(str(value))
+
+
+def _attributes(value: Any) -> list[str]:
+    """A plain object's own text attributes (`__dict__`, `__slots__`) and those
+    of a small mapping among them (headers): where a client keeps its
+    credentials. Not numbers (a port would be scrubbed from every text), nor a cache."""
+    if isinstance(value, type | types.ModuleType):
+        return []  # a namespace, not an object's data
+    try:
+        found = list(getattr(value, "__dict__", {}).values())
+        for cls in type(value).__mro__:
+            slots = cls.__dict__.get("__slots__", ())
+            for name in [slots] if isinstance(slots, str) else slots:
+                if not name.startswith("__") and hasattr(value, name):
+                    found.append(getattr(value, name))
+        texts = [v for v in found if isinstance(v, str)]
+        for v in found:
+            if isinstance(v, _MAPPINGS) and len(v) <= 32:
+                texts.extend(x for x in v.values() if isinstance(x, str))
+    except Exception:  # an object that will not say: its text is still hidden
+        return []
+    return texts[:64]
 
 
 def _fields(value: Any) -> Any:
@@ -427,14 +453,7 @@ def _scrub_any(pattern: re.Pattern[str], scrubber: Scrubber, value: Any) -> Any:
         return value
     if isinstance(value, int | float):
         return MASK if str(value) in scrubber._values else value
-    # An object: published as it is unless its text shows a secret.
-    try:
-        rep, text = repr(value), str(value)
-    except Exception:  # an object that cannot say what it is
-        return MASK
-    if pattern.search(rep) or pattern.search(text):
-        return pattern.sub(MASK, text)
-    return value
+    return _scrubbed_object(pattern, value)
 
 
 class Scrubber:
@@ -508,7 +527,23 @@ class Scrubber:
         if isinstance(value, int | float) and not isinstance(value, bool):
             text = str(value)
             return MASK if text in self._values else value
+        if value is None or isinstance(value, bool):
+            return value
+        return _scrubbed_object(self._pattern, value)
+
+
+def _scrubbed_object(pattern: re.Pattern[str] | None, value: Any) -> Any:
+    """An object (a set, bytes, a tool's own class): as it is unless its text
+    (bytes: also as UTF-8) shows a secret; then that text, scrubbed."""
+    if pattern is None:
         return value
+    try:
+        rep, text = repr(value), str(value)
+        if isinstance(value, bytes | bytearray):
+            text = bytes(value).decode("utf-8", "replace")
+    except Exception:  # an object that cannot say what it is
+        return MASK
+    return pattern.sub(MASK, text) if pattern.search(rep) or pattern.search(text) else value
 
 
 EMPTY_SCRUBBER = Scrubber()

@@ -191,11 +191,12 @@ def test_a_reply_that_lands_before_the_send_returns_resumes_the_steps_once(
         order.append("sent")
         original_sent(self)
 
-    def send_now(self: WorkerProcess, data: bytes) -> None:
-        original_send(self, data)
+    def send_now(self: WorkerProcess, data: bytes) -> bool:
+        sent = original_send(self, data)
         # The dispatching thread holds on, still inside the steps, until the
         # reply has landed on the loop thread.
         assert replied.wait(30), "the reply never came"
+        return sent
 
     monkeypatch.setattr(Direct, "replied", on_replied)
     monkeypatch.setattr(Direct, "_sent", on_sent)

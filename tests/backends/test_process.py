@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import os
 import subprocess
 import sys
@@ -357,6 +358,12 @@ def test_tools_a_worker_cannot_import_are_refused_at_registration() -> None:
     main_fn.__module__ = "__main__"
     with pytest.raises(ValueError, match="__main__"):
         tool(name="m", backend="process")(main_fn)
+    # Each refused with its own reason: a partial was "a lambda", a method
+    # bound to an object "defined in __main__" (hunt 6).
+    with pytest.raises(ValueError, match=r"is a functools\.partial object, not a module-level"):
+        tool(name="p", backend="process")(functools.partial(pt.square.fn, x=2))
+    with pytest.raises(ValueError, match="is a method bound to a str object"):
+        tool(name="b", backend="process")("abc".upper)
 
 
 def test_limits_need_a_process_backend() -> None:

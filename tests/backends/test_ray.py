@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import threading
 from collections import Counter, defaultdict
@@ -37,6 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.usefixture
 # machine (`scripts/run.py test --stress`) an actor takes a minute to start.
 # A bound, never a pause: each wait ends as soon as its event comes.
 RAY_WAIT = 120.0
+
+DEAD = 4  # Ray's ActorTableData.DEAD: what an actor handle's local state says of a dead one
 
 
 @pytest.fixture(scope="session")
@@ -229,6 +232,29 @@ def test_an_actor_that_dies_gives_tool_crashed_and_is_restarted(
     assert ex.execute(call(pid_tool)).status == "ok"  # other tools live on
 
 
+@pytest.mark.parametrize("name", ["claim", "aclaim"])
+def test_an_actor_that_died_while_idle_is_replaced_before_a_call_is_sent_to_it(
+    make_executor: MakeExecutor, name: str
+) -> None:
+    """A call to an idle actor that had died ended TOOL_CRASHED though it never
+    ran ("may have had its effect": a mutating tool's is not retried), and the
+    death counted against max_restarts (hunt 6)."""
+    backend = RayBackend(max_restarts=0)
+    ex = make_executor(rt.ray_registry(backend), timeout=30)
+    first = ex.execute(call(name)).output
+    assert isinstance(first, int)
+    ((_, pool),) = [p for p in backend._pools.values() if p[1].name == name]
+    (actor,) = pool.live
+    os.kill(first, signal.SIGKILL)  # the OOM killer, say, while it is idle
+    # Once Ray itself knows (milliseconds); a death it has not seen yet is
+    # indistinguishable from one mid-call.
+    wait_until(lambda: actor.handle._get_local_state() == DEAD, RAY_WAIT, "Ray saw it die")
+    for _ in range(2):  # and not counted as a crash: max_restarts=0 allows none
+        r = ex.execute(call(name))
+        assert (r.status, r.error, r.attempts) == ("ok", None, 1)
+        assert r.output != first
+
+
 def test_a_crash_is_retried_only_for_read_only_or_idempotent_tools(
     make_executor: MakeExecutor, tmp_path: Path
 ) -> None:
@@ -270,6 +296,38 @@ def test_progress_reaches_the_local_bus_before_the_result(
         ]
         names = [n for n, _ in mine]
         assert names.index(bus.FINISHED) > max(i for i, n in enumerate(names) if n == bus.PROGRESS)
+
+
+def test_integers_past_a_doubles_range_come_back_exact(
+    make_executor: MakeExecutor, recorder: bus.Recorder
+) -> None:
+    """10**400 in a reply or a progress message ended the call TOOL_ERROR
+    "JSONDecodeError: number is infinity" (hunt 6)."""
+    ex = make_executor(rt.ray_registry(RayBackend()), timeout=30)
+    r = ex.execute(call("huge"))
+    assert (r.status, r.output) == ("ok", [10**400, -(10**400)])
+    assert ex.execute(call("ahuge")).output == 10**400
+    ex.drain_events(timeout=RAY_WAIT)
+    (progress,) = recorder.of(bus.PROGRESS)
+    assert progress.data == {"count": 10**400}
+
+
+@pytest.mark.parametrize("what", ["progress", "log"])
+def test_an_unreadable_progress_or_log_message_is_dropped_not_the_call(
+    make_executor: MakeExecutor, what: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One ended the call with the parser's error (hunt 6)."""
+    ex = make_executor(rt.ray_registry(RayBackend()), timeout=30)
+    r = ex.execute(call("unreadable", what=what))
+    assert (r.status, r.output) == ("ok", "done")
+    assert any("could not be read from its Ray actor" in m.getMessage() for m in caplog.records)
+
+
+def test_an_unreadable_reply_is_an_error_that_says_so(make_executor: MakeExecutor) -> None:
+    ex = make_executor(rt.ray_registry(RayBackend()), timeout=30)
+    r = ex.execute(call("unreadable", what="ok"))
+    assert (r.status, r.error_code) == ("error", ErrorCode.TOOL_ERROR)
+    assert "its reply could not be read from its Ray actor" in (r.error or "")
 
 
 def test_a_log_message_is_written_by_the_agent_scrubbed(

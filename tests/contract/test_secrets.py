@@ -209,3 +209,23 @@ def test_a_pre_call_hook_moving_a_secret_to_a_plain_name_publishes_none_of_it(
     assert result.status == "error" and "refused ***" in (result.error or "")
     for text in _published(rec, capture, result):
         assert secret not in text
+
+
+def test_a_secret_in_a_set_or_bytes_of_progress_data_is_scrubbed() -> None:
+    """On threads a set's or bytes' secret reached `tool:progress` as it was
+    (hunt 6); the process backend sends them as their text, scrubbed."""
+    reg = ToolRegistry()
+    key = "sk-live-1234567890"
+
+    @reg.tool
+    def report(ctx: ToolContext, api_key: str) -> str:
+        raw = api_key.encode()
+        ctx.progress("working", 0.5, keys={api_key}, raw=raw, deep=[{"k": frozenset([api_key])}])
+        return "ok"
+
+    with Executor(reg) as ex, bus.Recorder() as rec:
+        assert ex.execute(ToolCall(name="report", arguments={"api_key": key})).status == "ok"
+        ex.drain_events()
+    (progress,) = rec.of(bus.PROGRESS)
+    assert key not in repr(progress.data)
+    assert progress.data["raw"] == "***"

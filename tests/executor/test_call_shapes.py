@@ -66,7 +66,7 @@ def ex(make_executor: MakeExecutor, deletions: list[Any]) -> Executor:
 
     @reg.tool(read_only=True)
     def big_result(shape: str) -> Any:
-        return {"int": 10**30, "nested": {"n": [10**30, -(10**25)]}, "list": [10**30]}[shape]
+        return SHAPES[shape]
 
     return make_executor(reg)
 
@@ -216,13 +216,23 @@ def test_big_integer_argument_reaches_the_tool_exactly(ex: Executor, arguments: 
     assert tool(lambda n: n, name="direct").execute(f'{{"n": {BIG}}}').output == BIG
 
 
-@pytest.mark.parametrize("shape", ["int", "nested", "list"])
+SHAPES: dict[str, Any] = {
+    "int": 10**30,
+    "nested": {"n": [10**30, -(10**25)]},
+    "list": [10**30],
+    # Past a double's range, which orjson refuses to read: a tool returning it
+    # failed with a JSONDecodeError (hunt 6).
+    "huge": {"n": [10**400, -(10**400)]},
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
 def test_big_integer_result_formats_and_goes_through_every_provider(
     ex: Executor, shape: str
 ) -> None:
     r = ex.execute(ToolCall(id="r1", name="big_result", arguments={"shape": shape}))
     assert r.status == "ok", r.error
-    expected = {"int": 10**30, "nested": {"n": [10**30, -(10**25)]}, "list": [10**30]}[shape]
+    expected = SHAPES[shape]
     assert r.output == expected
     texts = [
         format_result_for_context(r, include_metadata=False),
@@ -232,6 +242,25 @@ def test_big_integer_result_formats_and_goes_through_every_provider(
     ]
     for text in texts:
         assert isinstance(text, str) and loads(text) == expected
+
+
+def test_an_integer_past_a_doubles_range_is_read_and_nothing_more_is() -> None:
+    """orjson refuses 10**400 ("number is infinity"), which `dumps` writes: a
+    worker's reply holding one crashed its call (hunt 6)."""
+    huge = 10**400
+    assert loads(f"[{huge}, -{huge}, 1.5]") == [huge, -huge, 1.5]
+    assert loads(f'{{"n": {huge}}}'.encode()) == {"n": huge}
+    # The stdlib reads it; not what orjson refuses besides (its first error is
+    # the number), which the stdlib would read.
+    for text in [
+        "1e400",
+        f"[{huge}, 1e400]",
+        f"[{huge}, NaN]",
+        f'[{huge}, "\\ud800"]',
+        f"[{huge},]",
+    ]:
+        with pytest.raises(ValueError, match="number is infinity"):
+            loads(text)
 
 
 def test_an_integer_longer_than_python_writes_is_written_exactly(ex: Executor) -> None:

@@ -336,23 +336,30 @@ class _BadStr(Exception):
         raise RuntimeError("no text")
 
 
+class _ExitingStr(Exception):
+    def __str__(self) -> str:
+        raise SystemExit("no text")
+
+
+@pytest.mark.parametrize("error", [_BadStr, _ExitingStr])
 @pytest.mark.parametrize("is_async", [False, True])
 def test_an_exception_whose_str_fails_is_a_tool_error_named_by_its_type(
-    make_executor: MakeExecutor, is_async: bool
+    make_executor: MakeExecutor, is_async: bool, error: type[Exception]
 ) -> None:
     # As on Ray (review 11): the call's error, with tool:error, not an internal error.
+    # A __str__ raising SystemExit was "internal error: SystemExit" (hunt 6).
     registry = ToolRegistry()
     if is_async:
 
         @registry.tool
         async def odd() -> str:
-            raise _BadStr
+            raise error
 
     else:
 
         @registry.tool
         def odd() -> str:
-            raise _BadStr
+            raise error
 
     ex = make_executor(registry)
     with bus.Recorder(bus.ERROR, sender=ex) as errors:
@@ -361,7 +368,7 @@ def test_an_exception_whose_str_fails_is_a_tool_error_named_by_its_type(
     assert (result.status, result.error_code, result.error) == (
         "error",
         ErrorCode.TOOL_ERROR,
-        "_BadStr",
+        error.__name__,
     )
 
 

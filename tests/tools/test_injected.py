@@ -14,6 +14,7 @@ import contextvars
 import itertools
 import json
 import sqlite3
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
@@ -415,6 +416,41 @@ def test_injected_values_are_masked_whatever_their_names(make_executor: MakeExec
     assert (
         USER not in everything and "pin-9876" not in everything
     )  # not bare digits: a timestamp may hold them
+
+
+class _Client:
+    """A plain client object: its credentials in attributes, a lock beside them."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.lock = threading.Lock()
+
+
+class _SlotClient:
+    __slots__ = ("secret",)
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+
+
+@pytest.mark.parametrize("make", [_Client, _SlotClient])
+def test_a_plain_objects_attributes_are_scrubbed(
+    make_executor: MakeExecutor, make: Callable[[str], Any]
+) -> None:
+    """Only a dataclass's or a pydantic model's fields were: a plain client's
+    token in an error text reached the result and events (hunt 6)."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    def fetch(q: str, client: Annotated[Any, Injected]) -> str:
+        raise ValueError(f"{q} failed with {getattr(client, 'token', None) or client.secret}")
+
+    ex = make_executor(registry, inject={"client": lambda c: make(SECRET)})
+    with bus.Recorder(sender=ex) as rec:
+        r = ex.execute(ToolCall(name="fetch", arguments={"q": "hi"}))
+        ex.drain_events()
+    assert r.error == "ValueError: hi failed with ***"
+    assert SECRET not in repr([e for name in rec.names() for e in rec.of(name)])
 
 
 def test_a_custom_masker_cannot_show_them(make_executor: MakeExecutor) -> None:

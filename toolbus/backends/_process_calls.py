@@ -17,7 +17,14 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..pipeline import SetUpTime, ToolCrashed, WorkerKilled, logged, publish_progress
+from ..pipeline import (
+    SetUpTime,
+    ToolCrashed,
+    WorkerKilled,
+    log_contained,
+    logged,
+    publish_progress,
+)
 from ..tools import ToolError
 from ._cpuwatch import watch_cpu
 from ._direct import Direct, Pending, runs_plain
@@ -40,6 +47,11 @@ _MISSING = object()
 # How long a worker's exit status is waited for once its connection closed: it
 # comes at once when it died; a worker still alive after this is killed.
 _STATUS_TIMEOUT = 0.5
+# How many workers a call is sent to, each dead before the request reached it,
+# before it ends TOOL_CRASHED (it never ran).
+_SENDS = 3
+# What `_outcome` says of a call whose worker never read its request.
+_UNREAD = object()
 
 
 class WorkerCalls(RemoteBackend[WorkerProcess]):
@@ -60,14 +72,33 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         """Run the tool of `run` in a worker; its value, or raise what it raised."""
         tool = run.tool
         assert tool is not None
-        name = tool.name
         pool = self._pool(tool)
+        cpu = tool.cpu_limit_s or self.cpu_limit_s
+        for _ in range(_SENDS):
+            worker = await self._acquire(run, pool, tool.name)
+            message = await self._round_trip(run, ctx, pool, worker, cpu)
+            if message is None:  # it could not be sent: the worker is dead
+                pool.lost(worker)
+                continue
+            value = self._outcome(worker, pool, tool.name, message, cpu)
+            if value is not _UNREAD:
+                break
+        else:
+            raise ToolCrashed(
+                f"Tool '{tool.name}' did not run: {_SENDS} worker processes in a row died "
+                "before its request reached them"
+            )
+        if type(value) is Pending:
+            return await value.awaitable
+        return value
+
+    async def _acquire(self, run: Run, pool: Pool, name: str) -> WorkerProcess:
         # Starting the zygotes and a worker is off the deadline's clock (the
         # first call of a tool pays for it; a wait for a busy pool's worker is
         # in the scheduler's queue, not here).
         with SetUpTime(run, 2 * START_TIMEOUT):
             try:
-                worker = await pool.acquire()
+                return await pool.acquire()
             except asyncio.CancelledError:
                 raise WorkerKilled() from None
             except ImportError as e:
@@ -76,7 +107,12 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
                 ) from None
             except Exception as e:
                 raise ToolCrashed(f"no worker process could be started for '{name}': {e}") from None
-        cpu = tool.cpu_limit_s or self.cpu_limit_s
+
+    async def _round_trip(
+        self, run: Run, ctx: ToolContext, pool: Pool, worker: WorkerProcess, cpu: float | None
+    ) -> dict[str, Any] | None:
+        """Send the call to `worker`: its last message; None if the request
+        could not be sent (the worker is dead: it never ran)."""
         seq = next(self._seqs)
         try:
             data = self._request(run, ctx, worker, seq, cpu)
@@ -95,12 +131,12 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         try:
             if run.settled:  # stopped while we prepared: the kill found no worker yet
                 raise asyncio.CancelledError
-            try:
-                await worker.send(data)
-                worker.knows.add(id(tool))
-            except OSError:
-                pass  # it died: its EOF says how
-            message = await reply
+            if await worker.send(data):
+                assert run.tool is not None
+                worker.knows.add(id(run.tool))
+                message: dict[str, Any] | None = await reply
+            else:
+                message = None
         except asyncio.CancelledError:
             self._forget(run, worker)
             self._killed(run, worker, run.stop_reason or "cancelled")
@@ -114,10 +150,7 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
             if watch is not None:
                 watch.cancel()
         self._forget(run, worker)
-        value = self._outcome(worker, pool, name, message, cpu)
-        if type(value) is Pending:
-            return await value.awaitable
-        return value
+        return message
 
     # -- a call sent from the dispatching thread (see _direct.py) ---------------------
 
@@ -151,17 +184,27 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         except BaseException:
             pool.give_back(worker)
             raise
-        direct.finish = functools.partial(self._finished, run, worker, pool)
+        direct.finish = functools.partial(self._finished, run, ctx, worker, pool)
         self._serve(run, worker, seq, direct.replied)
-        worker.send_now(data)
+        if not worker.send_now(data):
+            # Dead before the request reached it: the call never ran, and the
+            # loop path sends it to another worker (this one is counted out there).
+            self._forget(run, worker)
+            pool.give_back(worker)
+            return False
         worker.knows.add(id(tool))
         return True
 
-    def _finished(self, run: Run, worker: WorkerProcess, pool: Pool, message: Any) -> Any:
+    def _finished(
+        self, run: Run, ctx: ToolContext, worker: WorkerProcess, pool: Pool, message: Any
+    ) -> Any:
         """The loop thread: what the reply to a call sent directly means."""
         self._forget(run, worker)
         assert run.tool is not None
-        return self._outcome(worker, pool, run.tool.name, message, None)
+        value = self._outcome(worker, pool, run.tool.name, message, None)
+        if value is _UNREAD:
+            return Pending(self._call(run, ctx))
+        return value
 
     # -- both ways --------------------------------------------------------------------
 
@@ -219,6 +262,14 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
                 )
             elif message.get("kind") == "log":
                 logged(run, message)
+            elif message.get("kind") == "garbled" and message.get("of") in ("progress", "log"):
+                # Lost, as a log message that cannot be written is: the call goes on.
+                log_contained(
+                    f"a {message['of']} message of call {run.call.id} could not be read "
+                    "from its worker process; dropped",
+                    message["error"],
+                    run.scrubber,
+                )
             else:
                 deliver(message)
 
@@ -237,15 +288,32 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         self, worker: WorkerProcess, pool: Pool, name: str, message: Any, cpu: float | None
     ) -> Any:
         """What a worker's last message means: the tool's value, or raise its
-        error; a `Pending` when its exit status must be awaited first."""
+        error; a `Pending` when its exit status must be awaited first;
+        `_UNREAD` if the worker never read the request (send it elsewhere)."""
         kind = message.get("kind")
         if kind in ("ok", "raised"):
             pool.release(worker)
             return value_of(message)
+        if kind == "garbled":
+            # It ran, and what it returned is lost: not retried (a mutating call
+            # had its effect), and its worker, whose state is unknown, replaced.
+            worker.kill("lost")
+            pool.lost(worker)
+            raise ToolError(
+                f"Tool '{name}' failed: its reply could not be read from its worker process "
+                f"({message.get('error')})",
+                retryable=False,
+            )
         if kind == "crashed":  # it said why (a limit), or the CPU watch did
             worker.kill("lost")
             pool.lost(worker)
             raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
+        if worker.killed in ("", "lost") and not worker.reached():
+            # It died (or its zygote did) before it read the request: the call
+            # never ran, and goes to another worker. Not one toolbus killed
+            # to end the call (a deadline, a cancellation, closing).
+            pool.lost(worker)
+            return _UNREAD
         if worker.killed:
             pool.lost(worker)
             raise WorkerKilled()

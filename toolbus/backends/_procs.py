@@ -7,6 +7,10 @@ which any thread may call, and `WorkerProcess.send_now`, which the thread that
 dispatches a call sends it from (`_direct.py`). Nothing a worker or zygote
 sends is unpickled here: their messages are JSON (`_wire.reply`). Each tool's
 workers are kept in a pool (`_procpool.py`).
+
+One piece: a zygote's messages settle its workers' state (a fork hands over a
+worker's socket and its count of requests read, an exit its status), and a
+worker's end is read against both, on the same loop.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import mmap
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -80,11 +86,17 @@ class WorkerProcess:
 
     __slots__ = (
         "_kill_lock", "counted_out", "frames", "idle_since", "killed", "knows", "loop",
-        "on_message", "pid", "ready", "seq", "sock", "status", "zygote",
+        "mark", "on_message", "pid", "ready", "requests", "seq", "sock", "status", "unsent",
+        "zygote",
     )  # fmt: skip
 
     def __init__(
-        self, pid: int, sock: socket.socket, loop: asyncio.AbstractEventLoop, zygote: Zygote
+        self,
+        pid: int,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        zygote: Zygote,
+        mark: mmap.mmap | None = None,
     ) -> None:
         self.pid = pid
         self.sock = sock
@@ -96,6 +108,9 @@ class WorkerProcess:
         self.ready: asyncio.Future[str | None] = loop.create_future()
         self.ready.add_done_callback(_retrieved)
         self.killed = ""  # why toolbus killed it, once it has
+        self.unsent = False  # a request to it could not be sent whole (see `send_now`)
+        self.requests = 0  # requests sent to it; and how many it read whole (`reached`)
+        self.mark = mark
         self._kill_lock = threading.Lock()
         self.counted_out = False  # its pool no longer counts it live
         self.idle_since = 0.0  # loop time it last went idle (`_retire.py`)
@@ -109,7 +124,12 @@ class WorkerProcess:
 
     @property
     def alive(self) -> bool:
-        return not self.killed and self.sock.fileno() >= 0 and not self.status.done()
+        return (
+            not self.killed
+            and not self.unsent
+            and self.sock.fileno() >= 0
+            and not self.status.done()
+        )
 
     def kill(self, reason: str) -> bool:
         """SIGKILL its group (its zygote kills the rest of its session), from any
@@ -122,28 +142,33 @@ class WorkerProcess:
         return True
 
     def _readable(self) -> None:
+        self._take(draining=False)
+
+    def _take(self, *, draining: bool) -> bool:
+        """Read what has come and hand its frames on; whether more may be there now."""
         try:
             data = self.sock.recv(1 << 16)  # not 1 MiB: a buffer that size is an mmap per read
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             data = b""
         if not data:
-            self.gone()
-            return
+            if not draining:
+                self.gone()
+            return False
         try:
             bodies = self.frames.feed(data)
         except FrameTooLarge as e:
             self.kill("lost")
             self.gone(f"it sent a reply too large to accept ({e})")
-            return
+            return False
         for body in bodies:
             try:
                 message = parse(body)
                 if not isinstance(message, dict):
                     continue
-            except ValueError:
-                message = {"kind": "garbled", "seq": self.seq}
+            except ValueError as e:
+                message = _garbled(body, e, self.seq)
             if message.get("kind") == "ready" and message.get("seq") == 0:
                 if not self.ready.done():
                     error = message.get("error")
@@ -153,44 +178,87 @@ class WorkerProcess:
                 continue  # stale: a thread of an earlier call still talking
             if self.on_message is not None:
                 self.on_message(message)
+        return True
 
     def gone(self, why: str = "") -> None:
         """Its connection ended (it died, or closed it): close, and tell whoever waits."""
         if self.sock.fileno() < 0:
             return
+        if not why:
+            # What it sent before its end was seen still counts (a reply on its
+            # way as its zygote died, and it was killed): read it first.
+            for _ in range(64):
+                if self.sock.fileno() < 0 or not self._take(draining=True):
+                    break
+            if self.sock.fileno() < 0:
+                return
         self.close()
         if not self.ready.done():
             self.ready.set_result(why or "its worker process died before it was ready")
         if self.on_message is not None:
             self.on_message({"kind": "crashed", "why": why} if why else {"kind": "eof"})
 
-    def send_now(self, data: bytes) -> None:
-        """Any thread: send what the socket takes now; the rest goes from the loop."""
+    # A request the worker did not read whole never ran: it reads a request
+    # whole before it runs it. One that could not be sent whole (the worker is
+    # dead, or its stream cut mid-frame) marks it `unsent`, so it is not
+    # `alive`; one sent as it died unread (killed while idle, just then) shows
+    # in the count it keeps (`reached`). Either way its call goes to another
+    # worker (`_process_calls.py`), not reported as a crash that may have run.
+
+    def reached(self) -> bool:
+        """Whether the worker read every request sent to it (True where it
+        cannot tell: no count shared, `_zygote._mark`)."""
+        if self.unsent:
+            return False
+        if self.mark is None:
+            return True
+        return int.from_bytes(self.mark[:8], sys.byteorder) >= self.requests
+
+    def send_now(self, data: bytes) -> bool:
+        """Any thread: send what the socket takes now; the rest goes from the
+        loop. False if nothing could be sent (it is dead: `unsent`)."""
+        self.requests += 1
         try:
             sent = self.sock.send(data)
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError:
-            return  # it died: its EOF says how
+            self.unsent = True
+            return False
         if sent < len(data):
             rest = data[sent:]
             try:
                 self.loop.call_soon_threadsafe(self._send_rest, rest)
             except RuntimeError:
                 pass  # the loop is closed: so is the backend
+        return True
 
     def _send_rest(self, rest: bytes) -> None:
-        task = self.loop.create_task(self.send(rest))
-        task.add_done_callback(_retrieved)  # an OSError: it died, and its EOF says how
+        task = self.loop.create_task(self._finish_send(rest))
+        task.add_done_callback(_retrieved)
 
-    async def send(self, data: bytes) -> None:
-        # Most requests fit the socket's buffer: no loop turn for those.
+    async def _finish_send(self, rest: bytes) -> None:
+        if not await self._send_all(rest):
+            self.gone()  # its call hears it as an end, and sees `unsent`
+
+    async def send(self, data: bytes) -> bool:
+        """Send a request whole; False if it could not be (`unsent`)."""
+        self.requests += 1
+        return await self._send_all(data)
+
+    async def _send_all(self, data: bytes) -> bool:
         try:
-            sent = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        if sent < len(data):
-            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
+            # Most requests fit the socket's buffer: no loop turn for those.
+            try:
+                sent = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent < len(data):
+                await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
+        except OSError:
+            self.unsent = True
+            return False
+        return True
 
     def close(self) -> None:
         if self.sock.fileno() >= 0:
@@ -259,10 +327,11 @@ class Zygote:
                 future.set_exception(RuntimeError("a zygote forked without a socket"))
             return
         sock = socket.socket(fileno=fds[0])
+        mark = _mapped(fds[1]) if what == "worker" and len(fds) > 1 else None
         for extra in fds[1:]:
             os.close(extra)
         if what == "worker":
-            worker = WorkerProcess(pid, sock, self.loop, self)
+            worker = WorkerProcess(pid, sock, self.loop, self, mark)
             self.workers[pid] = worker
             if future.done():  # nobody waits any more: let it go
                 worker.kill("unused")
@@ -348,6 +417,30 @@ class Zygote:
         if self.pid is not None:
             kill_process(self.pid)
         self.gone("the process backend has stopped")
+
+
+# How every message of a worker starts (`_worker.py` writes "seq" first, then
+# "kind"): enough to tell an unreadable progress or log message, which its
+# call outlives, from an unreadable reply, which ends it.
+_HEAD = re.compile(rb'\{"seq":(\d{1,19}),"kind":"([a-z]{1,16})"')
+
+
+def _garbled(body: bytes, error: ValueError, seq: int) -> dict[str, Any]:
+    """What stands for a message that could not be read: its `seq` and kind
+    ("of") if its start says, the current call's and "" if not."""
+    head = _HEAD.match(body)
+    of = ""
+    if head is not None:
+        seq, of = int(head[1]), head[2].decode()
+    return {"kind": "garbled", "seq": seq, "of": of, "error": error}
+
+
+def _mapped(fd: int) -> mmap.mmap | None:
+    """A worker's count of requests read (`_zygote._mark`), mapped to read."""
+    try:
+        return mmap.mmap(fd, 8, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
 
 
 def _retrieved(f: asyncio.Future[Any]) -> None:

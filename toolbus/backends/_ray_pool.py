@@ -24,12 +24,14 @@ is decided there too.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import ray
+from ray.core.generated import gcs_pb2
 
 from ..pipeline import ToolCrashed
 from ..tools import ToolError
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from ._ray_room import Room
 
 __all__ = ["START_TIMEOUT", "RayActor", "ToolActors", "check_placement", "remote_class"]
+
+_DEAD = gcs_pb2.ActorTableData.DEAD  # type: ignore[attr-defined,unused-ignore]  # generated
 
 # How long starting an actor may take: a new worker process that imports
 # toolbus and loads the tool, or longer while the cluster finds room for it
@@ -88,6 +92,15 @@ class RayActor:
             ray.kill(self.handle, no_restart=True)
         except Exception:
             pass  # gone already
+
+    def died(self) -> bool:
+        """Whether Ray knows it died (while idle: the OOM killer, its node
+        lost). This process's own record of it, kept up to date by Ray (a
+        death shows within milliseconds): no round trip, a fraction of a µs."""
+        try:
+            return bool(self.handle._get_local_state() == _DEAD)
+        except Exception:  # no such record (an older Ray): as before, a call finds out
+            return False
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
@@ -139,16 +152,41 @@ class ToolActors:
     # -- getting an actor -----------------------------------------------------------
 
     def take(self) -> RayActor | None:
-        """Any thread: an actor that can take a call now, if there is one."""
+        """Any thread: an actor that can take a call now, if there is one.
+
+        Not one that died while idle: a call sent to it would end
+        TOOL_CRASHED ("may have had its effect") though it never ran, and its
+        death count against `max_restarts`. It is replaced (`lost`), not
+        counted as a crash: no call of the tool was running."""
         if self.is_async:
             actor = self.shared
             # Not while a cancelled call may still hold it (`acquire` waits).
             ok = actor is not None and not actor.dead and not actor.lingering
+            if ok and actor is not None and actor.died():
+                self._died_idle(actor)
+                return None
             return actor if ok else None
+        while True:
+            try:
+                actor = self.idle.pop()
+            except IndexError:
+                return None
+            if not actor.died():
+                return actor
+            self._died_idle(actor)
+
+    def _died_idle(self, actor: RayActor) -> None:
+        """Any thread: `actor` died while idle: count it out, replace it."""
+        loop = self.loop
+        if loop is not None and asyncio._get_running_loop() is loop:
+            self.lost(actor, crashed=False)
+            return
         try:
-            return self.idle.pop()
-        except IndexError:
-            return None
+            if loop is None:
+                raise RuntimeError("no loop")
+            loop.call_soon_threadsafe(functools.partial(self.lost, actor, crashed=False))
+        except RuntimeError:
+            self._discard(actor)  # closing: nothing to replace it for
 
     def give_back(self, actor: RayActor) -> None:
         """Any thread: `actor`, taken but not sent a call, is free again."""
@@ -165,6 +203,7 @@ class ToolActors:
 
     async def acquire(self) -> RayActor:
         """An actor ready to take a call (starting one if needed)."""
+        self.loop = asyncio.get_running_loop()
         actor = self.take()
         if actor is not None:
             return actor
@@ -176,7 +215,6 @@ class ToolActors:
                 self.waiters.append(waiter)
                 await waiter
             return await asyncio.shield(self._start_shared())
-        self.loop = asyncio.get_running_loop()
         while True:
             actor = self.take()
             if actor is not None:

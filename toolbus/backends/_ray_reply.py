@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import exceptions as rx
 
-from ..pipeline import ToolCrashed, WorkerKilled, logged, publish_progress
+from ..pipeline import ToolCrashed, WorkerKilled, log_contained, logged, publish_progress
 from ..tools import ToolError
 from . import _wire
 
@@ -31,8 +31,20 @@ async def consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
     """A streamed call: publish each progress message as it comes (and write
     each log message); the reply."""
     reply: dict[str, Any] | None = None
+    unread: ValueError | None = None
     async for item in ref:
-        message = _wire.parse(await item)
+        try:
+            message = _wire.parse(await item)
+        except ValueError as e:
+            # Not the reply if more follows (it comes last): a progress or log
+            # message, lost as one that cannot be written is; the call goes on.
+            if unread is not None:
+                _dropped(run, unread)
+            unread = e
+            continue
+        if unread is not None:
+            _dropped(run, unread)
+            unread = None
         if message.get("kind") == "progress":
             data = message.get("data")
             fraction = message.get("fraction")
@@ -49,9 +61,20 @@ async def consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
             logged(run, message)
         else:
             reply = message
+    if unread is not None:  # the last item: the reply
+        raise unread
     if reply is None:
         raise RuntimeError("the Ray actor's stream ended without a reply")
     return reply
+
+
+def _dropped(run: Run, error: ValueError) -> None:
+    log_contained(
+        f"a progress or log message of call {run.call.id} could not be read from its Ray "
+        "actor; dropped",
+        error,
+        run.scrubber,
+    )
 
 
 def failure(pool: ToolActors, actor: RayActor, error: Exception) -> BaseException:
@@ -78,7 +101,12 @@ def failure(pool: ToolActors, actor: RayActor, error: Exception) -> BaseExceptio
             f"Tool '{name}' crashed: its Ray actor ({where}) died: {describe_death(error)}"
         )
     pool.release(actor)
-    return error  # the reply could not be read: a bug, reported as the tool's error
+    if isinstance(error, ValueError):  # it ran; what it returned is lost
+        return ToolError(
+            f"Tool '{name}' failed: its reply could not be read from its Ray actor ({error})",
+            retryable=False,
+        )
+    return error  # a bug, reported as the tool's error
 
 
 def describe_death(error: BaseException) -> str:

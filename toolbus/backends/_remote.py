@@ -28,8 +28,12 @@ class RemoteError(Exception):
         self.text = text
 
     def __str__(self) -> str:
-        # The text already reads "Type: message"; error_text adds the name again.
-        prefix = f"{type(self).__name__}: "
+        # The text already reads "Type: message" (or "Type", for one with no
+        # message, or whose `__str__` failed); error_text adds the name again.
+        name = type(self).__name__
+        if self.text == name:
+            return ""
+        prefix = f"{name}: "
         return self.text[len(prefix) :] if self.text.startswith(prefix) else self.text
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,8 +44,30 @@ def _lookup(module: str, qualname: str) -> Any:
     return obj
 
 
+def _reference(fn: Any, what: str) -> tuple[str, str]:
+    """A function tool's import reference; ValueError saying why it has none."""
+    bound = getattr(fn, "__self__", None)
+    if bound is not None and not isinstance(bound, type | types.ModuleType):
+        raise ValueError(
+            f"{what} is a method bound to a {type(bound).__name__} object: a worker process "
+            "can only import module-level definitions (wrap it in a module-level function)"
+        )
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(qualname, str):
+        kind = type(fn)
+        raise ValueError(
+            f"{what} is a {kind.__module__}.{kind.__qualname__} object, not a module-level "
+            "function: a worker process cannot import it (wrap it in a module-level function)"
+        )
+    return _importable(getattr(fn, "__module__", None), qualname, what)
+
+
 def _importable(module: str | None, qualname: str, what: str) -> tuple[str, str]:
-    if not module or module == "__main__":
+    if not isinstance(module, str) or not module:
+        raise ValueError(
+            f"{what} names no module it is defined in: a worker process cannot import it"
+        )
+    if module == "__main__":
         raise ValueError(
             f"{what} is defined in __main__, which a worker process never imports: "
             "move it to a module"
@@ -66,12 +89,7 @@ def check_shippable(tool: Tool) -> None:
     from ..tools import FunctionTool
 
     if isinstance(tool, FunctionTool):
-        fn = tool.fn
-        _importable(
-            getattr(fn, "__module__", None),
-            getattr(fn, "__qualname__", "<lambda>"),
-            f"the function of tool {tool.name!r}",
-        )
+        _reference(tool.fn, f"the function of tool {tool.name!r}")
     else:
         cls = type(tool)
         _importable(cls.__module__, cls.__qualname__, f"the class of tool {tool.name!r}")
@@ -83,11 +101,7 @@ def ship(tool: Tool) -> Shipped:
 
     if isinstance(tool, FunctionTool):
         fn = tool.fn
-        module, qualname = _importable(
-            getattr(fn, "__module__", None),
-            getattr(fn, "__qualname__", "<lambda>"),
-            f"the function of tool {tool.name!r}",
-        )
+        module, qualname = _reference(fn, f"the function of tool {tool.name!r}")
         try:
             found = _lookup(module, qualname)
         except Exception as e:

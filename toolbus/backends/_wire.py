@@ -14,6 +14,7 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -72,8 +73,9 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def recv(sock: socket.socket) -> Any:
-    """Read one frame (blocking); raises EOFError when the peer has gone."""
+def recv(sock: socket.socket, read: Callable[[], None] | None = None) -> Any:
+    """Read one frame (blocking); raises EOFError when the peer has gone.
+    `read` is called once the frame is read whole, before it is unpickled."""
     header = _read_exactly(sock, _HEADER.size)
     if header is None:
         raise EOFError("the peer closed the connection")
@@ -81,6 +83,8 @@ def recv(sock: socket.socket) -> Any:
     body = _read_exactly(sock, size) if size else b""
     if body is None:
         raise EOFError("the peer closed the connection mid-frame")
+    if read is not None:
+        read()
     return pickle.loads(body)
 
 

@@ -28,17 +28,22 @@ import contextvars
 import importlib
 import inspect
 import math
+import mmap
 import os
 import resource
 import socket
+import struct
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import _wire
 from ._shipping import Shipped, resolve
 
 __all__ = ["EXIT_MEMORY", "CallRequest", "ok_message", "raised_message", "serve"]
+
+T = TypeVar("T")
 
 # The exit code of a worker that went over its memory limit.
 EXIT_MEMORY = 86
@@ -145,7 +150,52 @@ class _Channel:
         return logs
 
 
-def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel) -> Any:
+# How long the tasks an async call left, cancelled after its reply, have to
+# finish (a `finally`) before the worker reads its next request.
+_LEFTOVER_GRACE = 0.1
+
+
+class _Loop:
+    """The worker's event loop for async tools, made at the first and kept
+    across calls (as the agent's loop is for tools on "auto").
+
+    A call's value goes back as soon as its coroutine returns (`asyncio.run`
+    would hold it until every task it left and every `run_in_executor`
+    thread had ended). Once the reply is sent, `tidy` cancels the tasks it
+    left; one still running past `_LEFTOVER_GRACE` runs on whenever the loop
+    does (the next async call), as threads it started run on."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.ran = False  # since the last `tidy`
+
+    def run(self, coroutine: Any) -> Any:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            loop = self.loop = asyncio.new_event_loop()
+        self.ran = True
+        return loop.run_until_complete(coroutine)
+
+    def tidy(self) -> None:
+        """After a reply: cancel the tasks left running, give them a moment."""
+        loop = self.loop
+        if loop is None or not self.ran:
+            return
+        self.ran = False
+        try:
+            left = asyncio.all_tasks(loop)
+            if not left:
+                return
+            for task in left:
+                task.cancel()
+            loop.run_until_complete(asyncio.wait(left, timeout=_LEFTOVER_GRACE))
+        except MemoryError:
+            raise
+        except BaseException:  # a leftover raising SystemExit, say: a fresh loop next time
+            self.loop = None
+
+
+def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel, aio: _Loop) -> Any:
     from ..tools import ToolContext
 
     tool = tools.get(req.tool_id)
@@ -166,7 +216,7 @@ def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel) -> Any
     )
     value = tool.invoke(params, ctx)
     if inspect.iscoroutine(value):
-        value = asyncio.run(value)
+        value = aio.run(value)
     return value
 
 
@@ -188,27 +238,42 @@ def raised_message(error: BaseException) -> dict[str, Any]:
     never the object itself. Encode it with `default=str`."""
     from ..tools import ToolError, ToolFailure, error_text
 
-    try:
-        text = error_text(error)
-    except Exception:
-        text = type(error).__name__
-    bases = [c.__name__ for c in type(error).__mro__ if getattr(builtins, c.__name__, None) is c]
-    retryable = getattr(error, "retryable", None)
+    # Each part read apart: the exception's own code (a property, `__str__`,
+    # `__getattribute__`) may raise anything, SystemExit too, and describing
+    # it must never end the worker.
+    cls = type(error)
+    name = _part(lambda: str(cls.__name__), "Exception")
+    bases = _part(
+        lambda: [c.__name__ for c in cls.__mro__ if getattr(builtins, c.__name__, None) is c],
+        ["Exception"],
+    )
+    retryable = _part(lambda: getattr(error, "retryable", None), None)
     message: dict[str, Any] = {
         "kind": "raised",
-        "type": type(error).__name__,
+        "type": name,
         "bases": bases,
-        "text": text,
-        "tool_error": isinstance(error, ToolError),
+        "text": _part(lambda: error_text(error), name),
+        "tool_error": _part(lambda: isinstance(error, ToolError), False),
         "retryable": retryable if isinstance(retryable, bool) else None,
     }
-    if isinstance(error, ToolFailure):
-        message["failure"] = {
-            "code": str(error.code),
-            "metadata": error.metadata,
-            "retry": error.retry,
-        }
+    if _part(lambda: isinstance(error, ToolFailure), False):
+        tf: Any = error
+        failure = _part(
+            lambda: {"code": str(tf.code), "metadata": tf.metadata, "retry": tf.retry}, None
+        )
+        if failure is not None:
+            message["failure"] = failure
     return message
+
+
+def _part(read: Callable[[], T], otherwise: T) -> T:
+    """A part of an exception's description; `otherwise` if reading it raises."""
+    try:
+        return read()
+    except MemoryError:
+        raise
+    except BaseException:
+        return otherwise
 
 
 def _ok(seq: int, value: Any) -> bytes:
@@ -216,7 +281,14 @@ def _ok(seq: int, value: Any) -> bytes:
 
 
 def _raised(seq: int, error: BaseException) -> bytes:
-    return _wire.reply({"seq": seq, **raised_message(error)}, default=str)
+    try:
+        return _wire.reply({"seq": seq, **raised_message(error)}, default=str)
+    except MemoryError:
+        raise
+    except BaseException:  # what `default=str` met raised: the description without it
+        message = raised_message(error)
+        message.pop("failure", None)
+        return _wire.reply({"seq": seq, **message, "text": message["type"]})
 
 
 def _memory_message(memory_limit_mb: int | None) -> str:
@@ -235,12 +307,40 @@ def _apply_memory_limit(memory_limit_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def serve(sock: socket.socket, memory_limit_mb: int | None, module: str | None) -> None:
+class _Read:
+    """How many requests this worker has read whole, kept where the agent can
+    read it after the worker is gone (`WorkerProcess.reached`, a memfd its
+    zygote made): a worker that died before it read its call's request never
+    ran it, and the call goes to another worker. Only that: the tool itself
+    could write here, but a tool can repeat its own effects anyway."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.count = 0
+        self.page: mmap.mmap | None = None
+        if fd is not None:
+            try:
+                self.page = mmap.mmap(fd, 8)
+            except (OSError, ValueError):
+                pass  # the agent then cannot tell: a death is a crash, as it was
+            finally:
+                os.close(fd)
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.page is not None:
+            struct.pack_into("=Q", self.page, 0, self.count)
+
+
+def serve(
+    sock: socket.socket, memory_limit_mb: int | None, module: str | None, mark: int | None = None
+) -> None:
     """The worker's life: import `module` if its zygote could not (it starts
-    threads), say it is ready, then serve calls until the agent goes away.
-    Never returns."""
+    threads), say it is ready, then serve calls until the agent goes away;
+    each request read whole is counted in `mark` (see `_Read`). Never returns."""
     me = os.getpid()
     code = 0
+    read = _Read(mark)
+    aio = _Loop()
     channel = _Channel(sock)
     tools: dict[int, Any] = {}
     seq = 0
@@ -257,12 +357,12 @@ def serve(sock: socket.socket, memory_limit_mb: int | None, module: str | None) 
         while True:
             frame: bytes | None = None
             try:
-                req: CallRequest = _wire.recv(sock)
+                req: CallRequest = _wire.recv(sock, read)
                 seq = req.seq
                 if req.cpu_limit_s is not None or cpu_limited:
                     _set_cpu_budget(req.cpu_limit_s)
                     cpu_limited = req.cpu_limit_s is not None
-                value = _context(req.context).run(_run_call, req, tools, channel)
+                value = _context(req.context).run(_run_call, req, tools, channel, aio)
                 if os.getpid() != me:
                     os._exit(0)  # a fork the tool made returned here: never reply twice
                 try:
@@ -291,6 +391,7 @@ def serve(sock: socket.socket, memory_limit_mb: int | None, module: str | None) 
             channel.send(frame)
             if code:
                 break
+            aio.tidy()
     except MemoryError:
         code = EXIT_MEMORY
     except BaseException:

@@ -100,6 +100,7 @@ class _Zygote:
 
     def fork_worker(self, memory_limit_mb: int | None, module: str | None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        mark = _mark()
         ready_r, ready_w = os.pipe()
         parent = os.getpid()
         pid = os.fork()
@@ -114,7 +115,7 @@ class _Zygote:
                 os.close(ready_w)
                 from ._worker import serve
 
-                serve(theirs, memory_limit_mb, module)
+                serve(theirs, memory_limit_mb, module, mark)
             finally:
                 os._exit(1)
         theirs.close()
@@ -123,8 +124,11 @@ class _Zygote:
             os.read(ready_r, 1)  # empty if it died first: its exit is reported anyway
         os.close(ready_r)
         self.workers.add(pid)
-        _send(self.ctrl, {"kind": "forked", "pid": pid}, [ours.fileno()])
+        fds = [ours.fileno()] if mark is None else [ours.fileno(), mark]
+        _send(self.ctrl, {"kind": "forked", "pid": pid}, fds)
         ours.close()
+        if mark is not None:
+            os.close(mark)  # the next worker forked must not inherit it
 
     def fork_zygote(self, module: str, path: list[str]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -212,6 +216,22 @@ class _Zygote:
         with contextlib.suppress(ChildProcessError):
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
+
+
+def _mark() -> int | None:
+    """A worker's count of the requests it has read whole, shared with the
+    agent (`_worker.serve`, `WorkerProcess.reached`): 8 bytes of a memfd; None
+    where there is none (not Linux)."""
+    try:
+        fd = os.memfd_create("toolbus-worker", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+    try:
+        os.ftruncate(fd, 8)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _exited_child() -> int:
