@@ -42,14 +42,13 @@ import pydantic
 from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
-from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..approvals import InputAnswer
 from ._asking import Asking, while_asking
 from ._client_tasks import TaskMode, Tracked, as_task, call_as_task, fetch_task, tracking
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable, malformed_reply
-from ._generation import Generation, MakeClient, describe
+from ._generation import Generation, MakeClient, connection_lost, describe
 from ._http_target import SDK_REFUSED
 from ._input_later import Seed, seed, send
 from ._output import sdk_output_error
@@ -181,7 +180,7 @@ class Link:
                 if not cursor:
                     break
         except MCPError as e:
-            if e.code != CONNECTION_CLOSED:
+            if not connection_lost(e, generation.client):
                 raise
             self._drop(generation, "closed the connection while listing tools")
             raise MCPServerUnavailable(self._message("closed the connection")) from None
@@ -295,7 +294,7 @@ class Link:
         except pydantic.ValidationError as e:
             raise malformed_reply(e, server=self.name) from None
         except MCPError as e:
-            if e.code != CONNECTION_CLOSED:
+            if not connection_lost(e, client):
                 why = self.refused(str(e))  # (a token revoked meanwhile, say)
                 raise MCPCallError(f"MCP server '{self.name}' refused the call: {why}") from None
             lost = e
@@ -395,7 +394,7 @@ class Link:
                 fetch = functools.partial(fetch_task, client, task_id)
                 return await while_asking(asking, self.asking, fetch)
             except MCPError as e:
-                if e.code != CONNECTION_CLOSED:
+                if not connection_lost(e, client):
                     # Gone with the connection (a server that restarted): the
                     # call was lost as any call whose connection is, retried
                     # only where that is safe.
