@@ -4,8 +4,10 @@ hand-written JSON-RPC over stdio): a refusal with code -32000, replies no
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,3 +49,74 @@ def test_a_refusal_with_code_32000_keeps_the_connection_and_the_calls_in_flight(
     status = raw.status()
     assert (status.connected, status.generation, status.drops) == (True, 1, 0)
 
+
+SECRET = "sk-live-abcdef0123456789XYZ"
+
+
+class Lines(logging.Handler):
+    """The records of `toolbus.mcp.server`, and an event set when one holds `until`."""
+
+    def __init__(self, until: str) -> None:
+        super().__init__()
+        self.until = until
+        self.lines: list[str] = []
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.until in self.lines[-1]:
+            self.seen.set()
+
+
+@pytest.fixture
+def server_log() -> Iterator[Callable[[str], Lines]]:
+    logger = logging.getLogger("toolbus.mcp.server")
+    added: list[Lines] = []
+
+    def watch(until: str) -> Lines:
+        added.append(Lines(until))
+        logger.addHandler(added[-1])
+        return added[-1]
+
+    yield watch
+    for handler in added:
+        logger.removeHandler(handler)
+
+
+def test_a_log_line_beside_another_call_is_scrubbed_of_every_calls_secrets(
+    raw: MCPConnection, make_executor: MakeExecutor, server_log: Callable[[str], Lines]
+) -> None:
+    """On 2025-11-25 a log line names no call: with two in flight it went to
+    Python's logging with the other call's `api_key` in clear."""
+    lines = server_log("working with")
+    registry = ToolRegistry()
+    raw.register(registry)
+    ex = make_executor(registry, timeout=30)
+    secrets = {"api_key": SECRET, "password": "hunter2hunter2"}
+    # Answered first: it logs while the other is in flight.
+    logging_call = ToolCall(
+        name="bad", arguments={"how": "log", "pair": True, "first": True, **secrets}
+    )
+    other = ToolCall(name="bad", arguments={"text": "x", "pair": True})
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(ex.execute, [logging_call, other], timeout=30))
+    assert all(r.ok for r in results), results
+    assert lines.seen.wait(10)
+    (line,) = [text for text in lines.lines if "working with" in text]
+    assert SECRET not in line and "hunter2hunter2" not in line
+    assert "working with api key ***" in line and '"password": "***"' in line
+
+
+def test_a_log_line_after_the_calls_result_is_scrubbed_of_its_secrets(
+    raw: MCPConnection, make_executor: MakeExecutor, server_log: Callable[[str], Lines]
+) -> None:
+    lines = server_log("end of late_log")
+    registry = ToolRegistry()
+    raw.register(registry)
+    ex = make_executor(registry, timeout=30)
+    arguments = {"how": "late_log", "api_key": SECRET, "password": "hunter2hunter2"}
+    assert ex.execute(ToolCall(name="bad", arguments=arguments)).ok
+    assert lines.seen.wait(10)
+    (line,) = [text for text in lines.lines if "cleanup" in text]
+    assert SECRET not in line and "hunter2hunter2" not in line
+    assert "cleanup after api key ***" in line and '"password": "***"' in line

@@ -45,7 +45,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..approvals import InputAnswer
-from ._asking import Asking, while_asking
+from ._asking import Asking, Calls, while_asking
 from ._client_tasks import TaskMode, Tracked, as_task, call_as_task, fetch_task, tracking
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable, malformed_reply
 from ._generation import Generation, MakeClient, connection_lost, describe
@@ -128,7 +128,7 @@ class Link:
         # When the last listing's ttlMs runs out (loop time), if it set one.
         self._tools_expire: float | None = None
         # The calls in flight that a server's request for input may be about.
-        self.asking: set[Asking] = set()
+        self.asking: set[Asking] = Calls()
         # No elicitation handler: on 2026-07-28 a question ends the call
         # `deferred`, to be answered later (`_input_later.py`).
         self.asks_later = False
