@@ -115,10 +115,13 @@ def parameters_validator(schema: Any, owner: str) -> ParametersCheck:
     reject every call)."""
     cls, recursive = _checked(schema, owner, "parameters")
     kind = schema.get("type", "object")
-    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
+    if kind != "object":
+        # A list of types, ["object", "null"] say, is valid JSON Schema, but no
+        # MCP client or model provider takes it for a tool's parameters (an MCP
+        # inputSchema's type is "object"): the tool could not be served.
         raise ToolSchemaError(
             f"{owner}: parameters must describe an object (the arguments are a JSON "
-            f"object), not type {kind!r}"
+            f'object): its "type" must be "object" or absent, not {kind!r}'
         )
     return ParametersCheck(cls(schema), MAX_RECURSIVE_DEPTH if recursive else None)
 
