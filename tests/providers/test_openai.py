@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from tests.conftest import MakeExecutor
 from tests.provider_tools import SECRET, chat_call_lists, load, make_registry, wire
 from toolbus import Attachment, Executor, ToolCall, ToolRegistry, ToolResult
+from toolbus.models import ErrorCode
 from toolbus.providers import NO_OUTPUT, StrictSchemaError, result_text, strict_schema
 from toolbus.providers import anthropic as tba
 from toolbus.providers import openai as tb
@@ -237,6 +238,31 @@ def test_chat_custom_tool_call_carries_the_raw_input(executor: Executor) -> None
     (result,) = executor.execute_batch([call])
     assert result.status == "ok"
     assert result.output[0]["query"] == call.arguments
+
+
+@pytest.mark.parametrize(
+    ("custom", "problem"),
+    [
+        ({"name": "run_sql", "input": None}, "'input' is null, not text"),
+        ({"name": "run_sql"}, "'input' is missing"),
+        ({"name": "run_sql", "input": {"q": 1}}, "'input' is dict, not text"),
+    ],
+)
+def test_chat_custom_call_without_text_input_is_refused_not_run(
+    executor: Executor, custom: dict[str, Any], problem: str
+) -> None:
+    """The tool ran on "null", or on "{}" for a call without input."""
+    (call,) = tb.chat_tool_calls([{"id": "call_1", "type": "custom", "custom": custom}])
+    (result,) = executor.execute_batch([call])
+    assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+    assert result.error == (
+        "Invalid arguments for 'run_sql': a free-text tool takes its input as text, "
+        f'or as {{"input": <text>}} alone ({problem})'
+    )
+    (item,) = tb.responses_tool_calls(
+        [{"type": "custom_tool_call", "call_id": "c", "name": "run_sql", **custom}]
+    )
+    assert executor.execute(item).error == result.error
 
 
 # -- Chat Completions: writing results ---------------------------------------------------

@@ -24,6 +24,7 @@ from ..formatting import DEFAULT_MAX_LENGTH, NO_OUTPUT, format_result_for_contex
 from ..models import ToolResult
 from ..tools import Tool, ToolRegistry
 from ..tools._offer import StepContext, enabled
+from ..tools._schemas import CUSTOM_INPUT
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
@@ -31,6 +32,7 @@ __all__ = [
     "StrictSchemaError",
     "ToolSource",
     "as_dict",
+    "custom_arguments",
     "plain",
     "result_text",
     "strict_schema",
@@ -134,6 +136,14 @@ def call_arguments(raw: Any) -> dict[str, Any] | str:
     if isinstance(raw, dict | str):
         return raw
     return _json.dumps(raw, default=str).decode()
+
+
+def custom_arguments(raw: Any) -> dict[str, Any] | str:
+    """A free-text tool's input as the model sent it: its text, or anything
+    else (a null among it) under `"input"`, which the executor refuses
+    (`INVALID_ARGUMENTS`, naming what it got) instead of running the tool on
+    text the model never wrote."""
+    return raw if isinstance(raw, str) else {CUSTOM_INPUT: raw}
 
 
 def fallback_call_id(index: int, name: str, raw: Any) -> str:

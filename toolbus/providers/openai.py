@@ -36,6 +36,7 @@ from ._common import (
     ToolSource,
     as_dict,
     call_arguments,
+    custom_arguments,
     fallback_call_id,
     plain,
     result_text,
@@ -165,7 +166,7 @@ def _call_from_chat(item: Any, index: int) -> ToolCall:
         "id": str(data["id"]) if data.get("id") else fallback_call_id(index, name, raw),
     }
     if key in body:  # (a null too: read as absent, the tool would run with its defaults)
-        fields["arguments"] = call_arguments(raw)
+        fields["arguments"] = (custom_arguments if kind == "custom" else call_arguments)(raw)
     return ToolCall(**fields)
 
 
@@ -363,7 +364,7 @@ def _call_from_item(item: Mapping[str, Any], index: int) -> ToolCall:
     raw = item.get(key)
     fields: dict[str, Any] = {"name": str(item.get("name") or ""), "id": _call_id(item, index)}
     if key in item:  # (a null too: read as absent, the tool would run with its defaults)
-        fields["arguments"] = call_arguments(raw)
+        fields["arguments"] = (custom_arguments if key == "input" else call_arguments)(raw)
     return ToolCall(**fields)
 
 
