@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import httpx2
+import jsonschema
 import openai
 import pytest
 from anthropic.types import Message
@@ -23,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from tests.conftest import MakeExecutor
 from tests.provider_tools import SECRET, chat_call_lists, load, make_registry, wire
-from toolbus import Attachment, Executor, ToolCall, ToolRegistry, ToolResult
+from toolbus import Attachment, Executor, Tool, ToolCall, ToolRegistry, ToolResult
 from toolbus.models import ErrorCode
 from toolbus.providers import NO_OUTPUT, StrictSchemaError, result_text, strict_schema
 from toolbus.providers import anthropic as tba
@@ -712,6 +713,48 @@ def test_strict_schema_rewrites_what_strict_mode_refuses() -> None:
     assert owner["required"] == ["name"]  # inlined, and closed
     assert strict["properties"]["wrapped"] == {"$ref": "#/$defs/Person"}
     assert strict["$defs"]["Person"]["additionalProperties"] is False
+
+
+def test_strict_schema_of_a_self_reference_with_a_sibling_ends() -> None:
+    """A $ref to the schema it is in, beside a description, was inlined
+    without end: RecursionError from strict_schema, the definitions, run_agent."""
+    node = {
+        "type": "object",
+        "properties": {
+            "value": {"type": "string"},
+            "next": {"$ref": "#/$defs/Node", "description": "the next node"},
+        },
+        "required": ["value"],
+    }
+    schema = {
+        "type": "object",
+        "$defs": {"Node": node},
+        "properties": {"head": {"$ref": "#/$defs/Node", "title": "Head"}},
+        "required": ["head"],
+    }
+    strict = strict_schema(schema)
+    assert strict["$defs"]["Node"]["properties"]["next"] == {
+        "anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}],
+        "description": "the next node",
+    }
+    head = strict["properties"]["head"]  # inlined once, then a reference again
+    assert head["title"] == "Head" and head["required"] == ["value", "next"]
+    assert head["properties"]["next"] == strict["$defs"]["Node"]["properties"]["next"]
+    validator = jsonschema.Draft202012Validator(strict)
+    validator.check_schema(strict)
+    assert validator.is_valid({"head": {"value": "a", "next": {"value": "b", "next": None}}})
+    assert not validator.is_valid({"head": {"value": "a", "next": {"value": "b"}}})
+
+    class Walk(Tool):
+        name = "walk"
+        description = "Walk a linked list."
+        parameters = schema
+
+        def run(self, params: Any) -> str:
+            return "ok"
+
+    (walk,) = tb.chat_tool_definitions([Walk()], strict=True)
+    assert walk["function"]["parameters"] == strict
 
 
 def test_strict_schema_refuses_free_form_objects(registry: ToolRegistry) -> None:
