@@ -120,3 +120,31 @@ def test_a_log_line_after_the_calls_result_is_scrubbed_of_its_secrets(
     (line,) = [text for text in lines.lines if "cleanup" in text]
     assert SECRET not in line and "hunter2hunter2" not in line
     assert "cleanup after api key ***" in line and '"password": "***"' in line
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("result42", "field 'result' should be an object"),
+        ("resultnull", "field 'result' should be an object"),
+        ("surrogate", "it is not JSON the SDK reads (a lone surrogate's escape, say)"),
+        ("errornomsg", "field 'error.message' is missing (required)"),
+    ],
+)
+def test_a_reply_the_sdk_cannot_read_ends_the_call_without_a_timeout(
+    raw: MCPConnection, make_executor: MakeExecutor, how: str, why: str
+) -> None:
+    """The SDK's reader dropped such a line: the call waited for its timeout,
+    forever with none."""
+    registry = ToolRegistry()
+    raw.register(registry)
+    ex = make_executor(registry, timeout=None)
+    pool = ThreadPoolExecutor(1)  # (bounded here: a hang fails the test, and closing ends it)
+    try:
+        result = pool.submit(ex.execute, ToolCall(name="bad", arguments={"how": how})).result(30)
+    finally:
+        pool.shutdown(wait=False)
+    assert result.error_code == ErrorCode.TOOL_ERROR
+    assert result.error == f"MCP server 'raw' sent a malformed reply to the call: {why}"
+    assert ex.execute(ToolCall(name="echo", arguments={"text": "after"})).output == "echo after"
+    assert raw.status().drops == 0

@@ -53,6 +53,7 @@ from ._http_target import SDK_REFUSED
 from ._input_later import Seed, seed, send
 from ._output import sdk_output_error
 from ._resource_updates import ResourceWatch
+from ._unreadable import end_unreadable, is_unreadable
 
 __all__ = ["ConnectionStatus", "Link", "describe"]
 
@@ -294,6 +295,8 @@ class Link:
         except pydantic.ValidationError as e:
             raise malformed_reply(e, server=self.name) from None
         except MCPError as e:
+            if is_unreadable(e):
+                raise MCPCallError(f"MCP server '{self.name}' {e.message}") from None
             if not connection_lost(e, client):
                 why = self.refused(str(e))  # (a token revoked meanwhile, say)
                 raise MCPCallError(f"MCP server '{self.name}' refused the call: {why}") from None
@@ -496,14 +499,22 @@ class Link:
 
     def _start(self) -> Generation:
         self._count += 1
+        made: list[Generation] = []
+
+        async def heard(message: IncomingMessage) -> None:
+            if isinstance(message, Exception):  # a line the SDK could not read: a reply?
+                end_unreadable(made[0].client if made else None, message, self.name)
+            await self._on_message(message)
+
         generation = Generation(
             self._count,
             self._make_client,
             self._connect_timeout,
             self._attempted,
-            self._on_message,
+            heard,
             self.tools_changed,
         )
+        made.append(generation)
         self._current = generation
         self._generations.add(generation)
         generation.task.add_done_callback(lambda _: self._generations.discard(generation))
