@@ -17,7 +17,7 @@ pytest.importorskip("mcp")
 
 from tests.conftest import MakeExecutor
 from toolbus import ToolCall, ToolRegistry
-from toolbus.mcp import MCPConnection, connect_stdio
+from toolbus.mcp import MCPConnectError, MCPConnection, connect_stdio
 from toolbus.models import ErrorCode
 
 RAW = str(Path(__file__).parents[1] / "mcp_servers" / "raw_server.py")
@@ -148,3 +148,15 @@ def test_a_reply_the_sdk_cannot_read_ends_the_call_without_a_timeout(
     assert result.error == f"MCP server 'raw' sent a malformed reply to the call: {why}"
     assert ex.execute(ToolCall(name="echo", arguments={"text": "after"})).output == "echo after"
     assert raw.status().drops == 0
+
+
+def test_a_listing_the_sdk_refuses_fails_connect_in_one_line() -> None:
+    """One tool whose inputSchema is no object's: the SDK refuses the whole
+    listing; connect failed with pydantic's multi-line dump."""
+    with pytest.raises(MCPConnectError) as caught:
+        connect_stdio(sys.executable, [RAW, "notobj"], protocol="2025-11-25", name="raw")
+    assert str(caught.value) == (
+        "MCP server 'raw' could not connect: ListingRefused: its tool list is one the mcp SDK "
+        "refuses as a whole, so none of its tools can be mounted "
+        "(tool #2: field 'inputSchema.type' should be 'object')"
+    )

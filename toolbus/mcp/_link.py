@@ -51,6 +51,7 @@ from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable, malf
 from ._generation import Generation, MakeClient, connection_lost, describe
 from ._http_target import SDK_REFUSED
 from ._input_later import Seed, seed, send
+from ._listing import refused_listing
 from ._output import sdk_output_error
 from ._resource_updates import ResourceWatch
 from ._unreadable import end_unreadable, is_unreadable
@@ -180,6 +181,8 @@ class Link:
                 cursor = page.next_cursor
                 if not cursor:
                     break
+        except pydantic.ValidationError as e:
+            raise refused_listing(e) from None
         except MCPError as e:
             if not connection_lost(e, generation.client):
                 raise
