@@ -161,6 +161,19 @@ def test_tools_list_a_bad_registry_is_one_line_exit_2(spec: str, message: str) -
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(("format", "provider"), [("openai", "OpenAI"), ("anthropic", "Anthropic")])
+def test_tools_list_a_name_the_provider_refuses_is_one_line_exit_2(
+    format: str, provider: str
+) -> None:
+    """A traceback, exit 1, for a dotted name (which MCP takes)."""
+    result = invoke("tools", "list", NUMBERS, "--format", format)
+    assert result.exit_code == 2
+    line = one_line(result.stderr)
+    assert line.startswith(f"toolbus tools list: --format {format}: tool 'ns.dotted': {provider}")
+    assert result.stdout == ""
+    assert invoke("tools", "list", NUMBERS, "--format", "mcp").exit_code == 0
+
+
 def test_tools_list_an_unknown_format_is_one_line_exit_2() -> None:
     result = invoke("tools", "list", SPEC, "--format", "yaml")
     assert result.exit_code == 2
