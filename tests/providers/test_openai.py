@@ -320,6 +320,32 @@ def test_chat_timeouts_and_errors_are_readable_and_never_carry_the_secret(
     assert SECRET not in timeout + error
 
 
+def test_chat_assistant_message_echoes_arguments_json_cannot_hold(executor: Executor) -> None:
+    """A dict of arguments with a lone surrogate, or nested past orjson's
+    limit, raised a raw TypeError here, where the readers and the executor
+    take them (and reject them)."""
+    deep: Any = "x"
+    for _ in range(600):
+        deep = {"a": deep}
+    for arguments in ({"city": "\ud800"}, deep):
+        calls = [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": arguments},
+            }
+        ]
+        (echoed,) = tb.chat_assistant_message(calls)["tool_calls"]
+        text = echoed["function"]["arguments"]  # type: ignore[typeddict-item]
+        assert text.isascii()
+        json.loads(text)  # JSON any reader takes
+        (result,) = executor.execute_batch(tb.chat_tool_calls(calls))
+        assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+    custom = [{"id": "c2", "type": "custom", "custom": {"name": "run_sql", "input": None}}]
+    (echoed,) = tb.chat_assistant_message(custom)["tool_calls"]
+    assert echoed["custom"]["input"] == "null"  # type: ignore[typeddict-item]
+
+
 def test_chat_assistant_message_echoes_the_calls_as_the_model_made_them() -> None:
     message = tb.chat_assistant_message(chat("openai_chat_custom"))
     assert message == {

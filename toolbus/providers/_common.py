@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -135,7 +136,22 @@ def call_arguments(raw: Any) -> dict[str, Any] | str:
     without the field has none."""
     if isinstance(raw, dict | str):
         return raw
-    return _json.dumps(raw, default=str).decode()
+    return json_text(raw)
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON text (integers of any size exact), never raising: a
+    lone surrogate, which orjson refuses, as its escape; a structure nested
+    past what can be written as a string saying so. For what the model sent,
+    echoed or handed to the executor, which rejects what is off."""
+    try:
+        return _json.dumps(value, default=str).decode()
+    except TypeError:
+        pass
+    try:
+        return json.dumps(value, default=str, ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps("(not written: nested too deep)")
 
 
 def custom_arguments(raw: Any) -> dict[str, Any] | str:
