@@ -7,6 +7,10 @@
   inverse for arguments (`without_strict_nulls`).
 
 Nothing here imports a provider SDK.
+
+Some 450 lines: what every format's readers and writers share (call ids,
+arguments that must never raise, results' text, strict schemas), one
+dependency for each format module rather than several it would all import.
 """
 
 from __future__ import annotations
