@@ -161,6 +161,19 @@ def test_tools_list_a_bad_registry_is_one_line_exit_2(spec: str, message: str) -
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(("format", "provider"), [("openai", "OpenAI"), ("anthropic", "Anthropic")])
+def test_tools_list_a_name_the_provider_refuses_is_one_line_exit_2(
+    format: str, provider: str
+) -> None:
+    """A traceback, exit 1, for a dotted name (which MCP takes)."""
+    result = invoke("tools", "list", NUMBERS, "--format", format)
+    assert result.exit_code == 2
+    line = one_line(result.stderr)
+    assert line.startswith(f"toolbus tools list: --format {format}: tool 'ns.dotted': {provider}")
+    assert result.stdout == ""
+    assert invoke("tools", "list", NUMBERS, "--format", "mcp").exit_code == 0
+
+
 def test_tools_list_an_unknown_format_is_one_line_exit_2() -> None:
     result = invoke("tools", "list", SPEC, "--format", "yaml")
     assert result.exit_code == 2
@@ -332,6 +345,25 @@ def test_call_bad_json_is_one_line_exit_2(args: str, message: str) -> None:
     assert result.exit_code == 2
     assert one_line(result.stderr).startswith(message)
     assert result.stdout == ""
+
+
+NUMBERS = "tests.cli_registries.numbers:registry"
+
+
+@pytest.mark.parametrize("number", ["123456789012345678901234567890", "1" + "0" * 400])
+def test_call_reads_args_as_the_executor_does_integers_of_any_size(number: str) -> None:
+    """orjson read them: a float the tool refused, or "not valid JSON"."""
+    result = invoke("call", NUMBERS, "count", "--args", f'{{"n": {number}}}', "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["result"]["output"] == {"n": int(number), "type": "int"}
+
+
+def test_call_prints_an_event_holding_an_integer_past_64_bits() -> None:
+    """Text mode crashed after the call ran: "Integer exceeds 64-bit range", exit 1."""
+    result = invoke("call", NUMBERS, "big_progress")
+    assert result.exit_code == 0, result.output
+    assert f'data={{"n":{10**30}}}' in result.stdout
+    assert result.stdout.rstrip().endswith("counted")
 
 
 def test_call_unknown_tool_lists_the_available_ones_exit_2() -> None:

@@ -356,6 +356,52 @@ def test_toolbus_top_says_what_is_wrong_in_one_line(
         assert TOKEN not in stderr
 
 
+def test_top_follows_no_redirect_and_sends_its_token_nowhere_else(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """urllib followed a redirect to another host with the Authorization
+    header, and the error then named the first address for the other's answer."""
+    from toolbus.observe._top import main as top_main
+
+    heard: list[str | None] = []
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            heard.append(self.headers.get("Authorization"))
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Redirect(Other):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.2:{other.server_port}/steal?k=v")
+            self.end_headers()
+
+    other = ThreadingHTTPServer(("127.0.0.2", 0), Other)
+    first = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    for server in (other, first):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("TB_TOKEN", TOKEN)
+    try:
+        code = top_main(f"http://127.0.0.1:{first.server_port}/", token_env="TB_TOKEN")
+    finally:
+        for server in (other, first):
+            server.shutdown()
+            server.server_close()
+    err = capsys.readouterr().err
+    assert heard == []
+    assert code == 2
+    assert err.strip() == (
+        f"toolbus top: http://127.0.0.1:{first.server_port}/status redirects (HTTP 302) to "
+        f"http://127.0.0.2:{other.server_port}/steal; toolbus top does not follow redirects "
+        "(its token would go along): watch the address it points to"
+    )
+
+
 def test_top_is_a_command_of_the_cli() -> None:
     from typer.testing import CliRunner
 

@@ -171,6 +171,56 @@ def test_approved_calls_run_and_the_model_reads_their_results(
     assert (s.read_only, s.mutating) == (1, 2)
 
 
+def test_two_calls_sharing_an_id_are_each_asked_about_and_run(
+    clients: Any, executor: Executor, ran: list[str]
+) -> None:
+    """Some servers reuse ids within a turn: decisions were keyed by id alone,
+    so the second call was never asked about and the run stopped for approval."""
+    first = ("call_0", "delete_file", {"path": "/tmp/a"})
+    second = ("call_0", "delete_file", {"path": "/tmp/b"})
+    then = ("call_1", "book_table", {"restaurant": "Maaemo", "people": 2})
+    server, client = serve(clients, "chat", model_turn("chat", (first, second, then)))
+    asked: list[ApprovalRequest] = []
+
+    def approve(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return True
+
+    run = run_agent(client, model=MODEL, messages=QUESTION, executor=executor, approve=approve)
+    assert (run.stop_reason, run.turns, run.pending) == ("done", 2, ())
+    assert [r.arguments_masked for r in asked] == [{"path": "/tmp/a"}, {"path": "/tmp/b"}]
+    assert ran == ["delete_file:/tmp/a", "delete_file:/tmp/b", "book_table:Maaemo"]
+    (batch,) = run.batches
+    assert [(r.call_id, r.status, r.output) for r in batch] == [
+        ("call_0", "ok", "Deleted /tmp/a"),
+        ("call_0", "ok", "Deleted /tmp/b"),
+        ("call_1", "ok", "Booked Maaemo for 2"),
+    ]
+    no_deferral_sent(server)
+
+
+def test_of_two_calls_sharing_an_id_each_gets_its_own_decision(
+    clients: Any, executor: Executor, ran: list[str]
+) -> None:
+    first = ("call_0", "delete_file", {"path": "/tmp/a"})
+    second = ("call_0", "delete_file", {"path": "/tmp/b"})
+    server, client = serve(clients, "chat", model_turn("chat", (first, second)))
+    run = run_agent(
+        client,
+        model=MODEL,
+        messages=QUESTION,
+        executor=executor,
+        approve=lambda r: r.arguments_masked == {"path": "/tmp/b"},
+    )
+    assert run.stop_reason == "done"
+    assert ran == ["delete_file:/tmp/b"]
+    (batch,) = run.batches
+    assert [(r.status, r.error_code) for r in batch] == [
+        ("rejected", ErrorCode.TOOL_NOT_ALLOWED),
+        ("ok", None),
+    ]
+
+
 def test_a_declined_call_is_answered_as_not_approved(
     clients: Any, executor: Executor, ran: list[str]
 ) -> None:

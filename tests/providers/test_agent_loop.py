@@ -429,6 +429,19 @@ def test_wrong_clients_and_options_are_refused(clients: Any, executor: Executor)
         run_agent(sync_client, model=MODEL, messages=QUESTION, executor=executor, stream=True)
     with pytest.raises(ValueError, match="max_turns"):
         run_agent(sync_client, model=MODEL, messages=QUESTION, executor=executor, max_turns=0)
+    # '<' not supported between instances of 'str' and 'int'; "Value after * must be an iterable".
+    for turns in ("3", None, 2.5):
+        with pytest.raises(TypeError, match=r"^run_agent: max_turns must be an integer, got "):
+            run_agent(
+                sync_client, model=MODEL, messages=QUESTION, executor=executor, max_turns=turns
+            )  # type: ignore[arg-type]
+    for messages in (None, 5):
+        with pytest.raises(
+            TypeError,
+            match=r"^run_agent: messages must be the conversation \(a list of messages\) or the "
+            r"user's first message \(a string\), got ",
+        ):
+            run_agent(sync_client, model=MODEL, messages=messages, executor=executor)  # type: ignore[arg-type]
 
 
 async def test_a_sync_client_is_refused_by_the_async_loop(clients: Any, executor: Executor) -> None:

@@ -21,6 +21,7 @@ from openai.types.responses import Response
 from tests.conftest import MakeExecutor
 from tests.provider_tools import SECRET, chat_call_lists, load, make_registry, wire
 from toolbus import Executor, ToolCall, ToolRegistry
+from toolbus.models import ErrorCode
 from toolbus.providers import anthropic as tb
 
 SQL = "SELECT name, population FROM cities WHERE country = 'NO' ORDER BY population DESC LIMIT 2"
@@ -178,6 +179,28 @@ def test_custom_tool_input_is_unwrapped_with_the_registry(
     assert call.arguments == SQL
     (result,) = executor.execute_batch([call])
     assert result.output == f"2 rows for: {SQL}"
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        (None, "'input' is null, not text"),
+        ({"input": 5}, "'input' is int, not text"),
+        ({"input": SQL, "extra": "DROP TABLE cities"}, "unexpected keys 'extra'"),
+        ({"query": SQL}, "'input' is missing"),
+    ],
+)
+def test_custom_tool_input_off_its_schema_is_refused_not_run_as_json(
+    executor: Executor, registry: ToolRegistry, given: object, problem: str
+) -> None:
+    """The tool ran on "null", '{"input":5}' or the whole object as JSON text."""
+    block = {"type": "tool_use", "id": "toolu_1", "name": "run_sql", "input": given}
+    (result,) = executor.execute_batch(tb.tool_calls([block], registry=registry))
+    assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+    assert result.error == (
+        "Invalid arguments for 'run_sql': a free-text tool takes its input as text, "
+        f'or as {{"input": <text>}} alone ({problem})'
+    )
 
 
 # -- writing results ----------------------------------------------------------------------

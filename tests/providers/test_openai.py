@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import httpx2
+import jsonschema
 import openai
 import pytest
 from anthropic.types import Message
@@ -23,7 +24,8 @@ from pydantic import BaseModel, Field
 
 from tests.conftest import MakeExecutor
 from tests.provider_tools import SECRET, chat_call_lists, load, make_registry, wire
-from toolbus import Attachment, Executor, ToolCall, ToolRegistry, ToolResult
+from toolbus import Attachment, Executor, Tool, ToolCall, ToolRegistry, ToolResult
+from toolbus.models import ErrorCode
 from toolbus.providers import NO_OUTPUT, StrictSchemaError, result_text, strict_schema
 from toolbus.providers import anthropic as tba
 from toolbus.providers import openai as tb
@@ -239,6 +241,31 @@ def test_chat_custom_tool_call_carries_the_raw_input(executor: Executor) -> None
     assert result.output[0]["query"] == call.arguments
 
 
+@pytest.mark.parametrize(
+    ("custom", "problem"),
+    [
+        ({"name": "run_sql", "input": None}, "'input' is null, not text"),
+        ({"name": "run_sql"}, "'input' is missing"),
+        ({"name": "run_sql", "input": {"q": 1}}, "'input' is dict, not text"),
+    ],
+)
+def test_chat_custom_call_without_text_input_is_refused_not_run(
+    executor: Executor, custom: dict[str, Any], problem: str
+) -> None:
+    """The tool ran on "null", or on "{}" for a call without input."""
+    (call,) = tb.chat_tool_calls([{"id": "call_1", "type": "custom", "custom": custom}])
+    (result,) = executor.execute_batch([call])
+    assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+    assert result.error == (
+        "Invalid arguments for 'run_sql': a free-text tool takes its input as text, "
+        f'or as {{"input": <text>}} alone ({problem})'
+    )
+    (item,) = tb.responses_tool_calls(
+        [{"type": "custom_tool_call", "call_id": "c", "name": "run_sql", **custom}]
+    )
+    assert executor.execute(item).error == result.error
+
+
 # -- Chat Completions: writing results ---------------------------------------------------
 
 
@@ -291,6 +318,32 @@ def test_chat_timeouts_and_errors_are_readable_and_never_carry_the_secret(
     assert timeout == "Error: Tool 'slow_report' timed out after 0.1s (EXECUTION_TIMEOUT)"
     assert error == "Error: account acme refused key *** (TOOL_ERROR)"
     assert SECRET not in timeout + error
+
+
+def test_chat_assistant_message_echoes_arguments_json_cannot_hold(executor: Executor) -> None:
+    """A dict of arguments with a lone surrogate, or nested past orjson's
+    limit, raised a raw TypeError here, where the readers and the executor
+    take them (and reject them)."""
+    deep: Any = "x"
+    for _ in range(600):
+        deep = {"a": deep}
+    for arguments in ({"city": "\ud800"}, deep):
+        calls = [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": arguments},
+            }
+        ]
+        (echoed,) = tb.chat_assistant_message(calls)["tool_calls"]
+        text = echoed["function"]["arguments"]  # type: ignore[typeddict-item]
+        assert text.isascii()
+        json.loads(text)  # JSON any reader takes
+        (result,) = executor.execute_batch(tb.chat_tool_calls(calls))
+        assert result.error_code == ErrorCode.INVALID_ARGUMENTS
+    custom = [{"id": "c2", "type": "custom", "custom": {"name": "run_sql", "input": None}}]
+    (echoed,) = tb.chat_assistant_message(custom)["tool_calls"]
+    assert echoed["custom"]["input"] == "null"  # type: ignore[typeddict-item]
 
 
 def test_chat_assistant_message_echoes_the_calls_as_the_model_made_them() -> None:
@@ -686,6 +739,48 @@ def test_strict_schema_rewrites_what_strict_mode_refuses() -> None:
     assert owner["required"] == ["name"]  # inlined, and closed
     assert strict["properties"]["wrapped"] == {"$ref": "#/$defs/Person"}
     assert strict["$defs"]["Person"]["additionalProperties"] is False
+
+
+def test_strict_schema_of_a_self_reference_with_a_sibling_ends() -> None:
+    """A $ref to the schema it is in, beside a description, was inlined
+    without end: RecursionError from strict_schema, the definitions, run_agent."""
+    node = {
+        "type": "object",
+        "properties": {
+            "value": {"type": "string"},
+            "next": {"$ref": "#/$defs/Node", "description": "the next node"},
+        },
+        "required": ["value"],
+    }
+    schema = {
+        "type": "object",
+        "$defs": {"Node": node},
+        "properties": {"head": {"$ref": "#/$defs/Node", "title": "Head"}},
+        "required": ["head"],
+    }
+    strict = strict_schema(schema)
+    assert strict["$defs"]["Node"]["properties"]["next"] == {
+        "anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}],
+        "description": "the next node",
+    }
+    head = strict["properties"]["head"]  # inlined once, then a reference again
+    assert head["title"] == "Head" and head["required"] == ["value", "next"]
+    assert head["properties"]["next"] == strict["$defs"]["Node"]["properties"]["next"]
+    validator = jsonschema.Draft202012Validator(strict)
+    validator.check_schema(strict)
+    assert validator.is_valid({"head": {"value": "a", "next": {"value": "b", "next": None}}})
+    assert not validator.is_valid({"head": {"value": "a", "next": {"value": "b"}}})
+
+    class Walk(Tool):
+        name = "walk"
+        description = "Walk a linked list."
+        parameters = schema
+
+        def run(self, params: Any) -> str:
+            return "ok"
+
+    (walk,) = tb.chat_tool_definitions([Walk()], strict=True)
+    assert walk["function"]["parameters"] == strict
 
 
 def test_strict_schema_refuses_free_form_objects(registry: ToolRegistry) -> None:

@@ -682,8 +682,22 @@ def test_custom_function_tool_receives_raw_string() -> None:
     assert run_sql.execute("").output == "ran: "
 
 
-def test_custom_tool_with_dict_arguments_gets_json_text() -> None:
-    assert run_sql.execute({"a": 1}).output == 'ran: {"a":1}'
+def test_custom_tool_takes_a_dict_only_as_its_text_under_input() -> None:
+    """It ran on the dict as JSON text, which the model never wrote."""
+    assert run_sql.execute({"input": "SELECT 1"}).output == "ran: SELECT 1"
+    for given, problem in [
+        ({"a": 1}, "'input' is missing"),
+        ({}, "'input' is missing"),
+        ({"input": None}, "'input' is null, not text"),
+        ({"input": 5}, "'input' is int, not text"),
+        ({"input": "ls", "extra": "rm"}, "unexpected keys 'extra'"),
+    ]:
+        r = run_sql.execute(given)
+        assert r.error_code == ErrorCode.INVALID_ARGUMENTS, given
+        assert r.error == (
+            "Invalid arguments for 'run_sql': a free-text tool takes its input as text, "
+            f'or as {{"input": <text>}} alone ({problem})'
+        )
 
 
 def test_custom_tool_with_context() -> None:

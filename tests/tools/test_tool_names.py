@@ -172,8 +172,13 @@ def _with_parameters(schema: Any) -> type[Tool]:
             {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
             r"parameters has a \$ref '#/\$defs/missing' \(at /properties/a\) that points nowhere",
         ),
-        ({"type": "string"}, "parameters must describe an object .* not type 'string'"),
+        ({"type": "string"}, "parameters must describe an object .* not 'string'"),
         ({"type": ["string", "null"]}, "parameters must describe an object"),
+        (
+            {"type": ["object", "null"], "properties": {"x": {"type": "integer"}}},
+            r'parameters must describe an object .*: its "type" must be "object" or absent, '
+            r"not \['object', 'null'\]",
+        ),
     ],
 )
 def test_a_parameters_schema_that_is_not_one_is_refused_naming_the_tool(
@@ -199,7 +204,6 @@ def test_parameters_that_are_not_a_dict_are_a_type_error(schema: Any) -> None:
     [
         {"type": "object", "properties": {"a": {"type": "string"}}},
         {"properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "integer"}}},
-        {"type": ["object", "null"]},
         {},
     ],
 )

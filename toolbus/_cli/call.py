@@ -14,14 +14,13 @@ import sys
 import time
 from typing import Annotated, Any
 
-import orjson
 import typer
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from rich.table import Table
 from rich.text import Text
 
-from .. import bus
+from .. import _json, bus
 from .._executor._plan import unknown_tool_message as _unknown_tool_message
 from .._text import encodable, for_terminal
 from ..executor import Executor
@@ -93,9 +92,11 @@ def call(
 
 def _arguments(text: str) -> dict[str, Any]:
     try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
+        value = _json.loads(text)  # (as the executor reads a model's: integers of any size)
+    except _json.JSONDecodeError as e:
         usage_error("call", f"--args is not valid JSON ({e.msg} at position {e.pos})")
+    except RecursionError:  # (the stdlib's, rereading long integers nested deep)
+        usage_error("call", "--args nests too deep")
     if not isinstance(value, dict):
         usage_error("call", f"--args must be a JSON object, got {type(value).__name__}")
     return value
@@ -172,6 +173,9 @@ def _detail(event: bus.Event) -> str:
         elif isinstance(value, str):
             text = value
         else:
-            text = orjson.dumps(value, default=str).decode()
+            try:
+                text = _json.dumps(value, default=str).decode()  # (integers of any size)
+            except TypeError:  # (a lone surrogate, a structure nested too deep)
+                text = repr(value)
         parts.append(f"{key}={text if len(text) <= 200 else text[:199] + '…'}")
     return " ".join(parts)

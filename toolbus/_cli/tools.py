@@ -56,10 +56,12 @@ def list_tools(
     tools = load("tools list", registry)
     if format is Format.table:
         _print_table(registry, tools)
-    elif format is Format.openai:
-        write_json(tools.to_openai())
-    elif format is Format.anthropic:
-        write_json(tools.to_anthropic())
+    elif format is Format.openai or format is Format.anthropic:
+        try:  # (a tool name the provider refuses: a dotted one, valid in toolbus and MCP)
+            exported = tools.to_openai() if format is Format.openai else tools.to_anthropic()
+        except ValueError as e:
+            usage_error("tools list", f"--format {format.value}: {e}")
+        write_json(exported)
     elif format is Format.mcp:
         try:
             write_json(tools.to_mcp())

@@ -23,25 +23,30 @@ import asyncio
 import contextvars
 import inspect
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import mcp_types as types
 
+from ..masking import EMPTY_SCRUBBER, Scrubber
 from ..tools import ToolContext
+from ..tools._context import call_scrubber
 from ..tools._peer import Peer
 
 __all__ = [
     "ASKING",
     "NOBODY",
     "Asking",
+    "Calls",
     "HandlerFailed",
     "InFlight",
     "PastDeadline",
     "about",
     "answered",
     "checked_handler",
+    "every_scrubber",
     "failed",
     "publish",
     "refused",
@@ -217,6 +222,39 @@ def publish(asking: Asking | None, message: str, **data: Any) -> None:
         asking.ctx.progress(message, None, **data)
 
 
+ENDED_KEPT = 64
+"""How many of a connection's calls that ended are remembered for their secrets."""
+
+
+class Calls(set[Asking]):
+    """A connection's calls in flight, and what the last `ENDED_KEPT` of
+    them that ended masked: a server's log message sent after a call's
+    result, or beside another call, may still quote its arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: deque[Scrubber] = deque(maxlen=ENDED_KEPT)
+
+    def discard(self, element: object) -> None:
+        if isinstance(element, Asking) and element in self:
+            scrubber = call_scrubber(element.ctx)
+            if scrubber:
+                self.ended.append(scrubber)
+        super().discard(element)
+
+
+def every_scrubber(in_flight: Collection[Asking]) -> Scrubber:
+    """What every call in `in_flight` masked, and the calls of it that ended
+    lately (a `Calls`, or an `InFlight` of one): for a server's message that
+    toolbus cannot tie to one call."""
+    merged = EMPTY_SCRUBBER
+    for asking in list(in_flight):
+        merged = merged.merged(call_scrubber(asking.ctx))
+    for scrubber in list(getattr(in_flight, "ended", ())):
+        merged = merged.merged(scrubber)
+    return merged
+
+
 class InFlight:
     """The calls in flight on a connection: its `Link`'s `asking`, read on
     its loop (the `Link` is made after the client factory that needs this)."""
@@ -232,6 +270,11 @@ class InFlight:
 
     def __contains__(self, item: object) -> bool:
         return item in self._calls()
+
+    @property
+    def ended(self) -> Collection[Scrubber]:
+        """What the calls that ended lately masked (`Calls.ended`)."""
+        return getattr(self._calls(), "ended", ())
 
 
 def refused(asking: Asking | None, why: str) -> types.ErrorData:

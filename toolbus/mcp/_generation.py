@@ -16,14 +16,22 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.session import MessageHandlerFnT
+from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ._output import skip_sdk_output_check
 from ._redact import redact_text
 
-__all__ = ["Generation", "MakeClient", "OnAttempt", "describe", "dispatcher_closed"]
+__all__ = [
+    "Generation",
+    "MakeClient",
+    "OnAttempt",
+    "connection_lost",
+    "describe",
+    "dispatcher_closed",
+]
 
 log = logging.getLogger("toolbus.mcp")
 
@@ -35,8 +43,6 @@ OnAttempt = Callable[["Generation", BaseException | None], None]
 
 def describe(error: BaseException) -> str:
     """One readable line for an error, looking inside exception groups."""
-    from mcp import MCPError
-
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
     # A transport's error may quote the URL, with its credentials: redacted.
@@ -54,6 +60,29 @@ def dispatcher_closed(client: Client) -> bool:
     """
     session = getattr(client, "_session", None)
     return bool(getattr(getattr(session, "_dispatcher", None), "_closed", False))
+
+
+# The texts of the errors the SDK makes itself when it ends a request without
+# an answer (the session's read stream ended, a write found the transport
+# closed, an HTTP response stream ended): its code, CONNECTION_CLOSED, is
+# -32000, JSON-RPC's generic "server error", which servers use for refusals.
+_SDK_CLOSED = "Connection closed"
+_SDK_STREAM_ENDED = "SSE stream "
+
+
+def connection_lost(error: MCPError, client: Client | None) -> bool:
+    """Whether `error` is the SDK's word that the request's connection was
+    lost, not a server's refusal that happens to use code -32000.
+
+    The SDK gives both the same code: a lost connection is told by the
+    session's state (its read stream ended) or by the SDK's own messages.
+    """
+    if error.code != CONNECTION_CLOSED:
+        return False
+    if client is None or dispatcher_closed(client):
+        return True
+    message = error.message
+    return error.data is None and (message == _SDK_CLOSED or message.startswith(_SDK_STREAM_ENDED))
 
 
 class Generation:

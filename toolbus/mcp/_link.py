@@ -42,18 +42,19 @@ import pydantic
 from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
-from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..approvals import InputAnswer
-from ._asking import Asking, while_asking
+from ._asking import Asking, Calls, while_asking
 from ._client_tasks import TaskMode, Tracked, as_task, call_as_task, fetch_task, tracking
 from ._errors import MCPCallError, MCPConnectionLost, MCPServerUnavailable, malformed_reply
-from ._generation import Generation, MakeClient, describe
+from ._generation import Generation, MakeClient, connection_lost, describe
 from ._http_target import SDK_REFUSED
 from ._input_later import Seed, seed, send
+from ._listing import refused_listing
 from ._output import sdk_output_error
 from ._resource_updates import ResourceWatch
+from ._unreadable import end_unreadable, is_unreadable
 
 __all__ = ["ConnectionStatus", "Link", "describe"]
 
@@ -129,7 +130,7 @@ class Link:
         # When the last listing's ttlMs runs out (loop time), if it set one.
         self._tools_expire: float | None = None
         # The calls in flight that a server's request for input may be about.
-        self.asking: set[Asking] = set()
+        self.asking: set[Asking] = Calls()
         # No elicitation handler: on 2026-07-28 a question ends the call
         # `deferred`, to be answered later (`_input_later.py`).
         self.asks_later = False
@@ -180,8 +181,10 @@ class Link:
                 cursor = page.next_cursor
                 if not cursor:
                     break
+        except pydantic.ValidationError as e:
+            raise refused_listing(e) from None
         except MCPError as e:
-            if e.code != CONNECTION_CLOSED:
+            if not connection_lost(e, generation.client):
                 raise
             self._drop(generation, "closed the connection while listing tools")
             raise MCPServerUnavailable(self._message("closed the connection")) from None
@@ -295,7 +298,9 @@ class Link:
         except pydantic.ValidationError as e:
             raise malformed_reply(e, server=self.name) from None
         except MCPError as e:
-            if e.code != CONNECTION_CLOSED:
+            if is_unreadable(e):
+                raise MCPCallError(f"MCP server '{self.name}' {e.message}") from None
+            if not connection_lost(e, client):
                 why = self.refused(str(e))  # (a token revoked meanwhile, say)
                 raise MCPCallError(f"MCP server '{self.name}' refused the call: {why}") from None
             lost = e
@@ -395,7 +400,7 @@ class Link:
                 fetch = functools.partial(fetch_task, client, task_id)
                 return await while_asking(asking, self.asking, fetch)
             except MCPError as e:
-                if e.code != CONNECTION_CLOSED:
+                if not connection_lost(e, client):
                     # Gone with the connection (a server that restarted): the
                     # call was lost as any call whose connection is, retried
                     # only where that is safe.
@@ -497,14 +502,22 @@ class Link:
 
     def _start(self) -> Generation:
         self._count += 1
+        made: list[Generation] = []
+
+        async def heard(message: IncomingMessage) -> None:
+            if isinstance(message, Exception):  # a line the SDK could not read: a reply?
+                end_unreadable(made[0].client if made else None, message, self.name)
+            await self._on_message(message)
+
         generation = Generation(
             self._count,
             self._make_client,
             self._connect_timeout,
             self._attempted,
-            self._on_message,
+            heard,
             self.tools_changed,
         )
+        made.append(generation)
         self._current = generation
         self._generations.add(generation)
         generation.task.add_done_callback(lambda _: self._generations.discard(generation))

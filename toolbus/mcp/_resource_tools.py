@@ -17,7 +17,6 @@ from typing import Any
 
 import mcp_types as types
 from mcp import Client, MCPError
-from mcp_types import CONNECTION_CLOSED
 
 from ..models import ToolOutput
 from ..tools import Tool, ToolContext, ToolError
@@ -25,6 +24,7 @@ from ..tools._context import call_scrubber
 from ._actor import SessionPort
 from ._asking import Asking
 from ._errors import MCPConnectionLost
+from ._generation import connection_lost
 from ._output import tool_output
 from ._registrations import MadeWith
 from ._tool import server_group
@@ -63,7 +63,7 @@ class _ResourceTool(Tool):
             try:
                 return await use(client)
             except MCPError as e:
-                if e.code == CONNECTION_CLOSED:
+                if connection_lost(e, client):
                     raise MCPConnectionLost(
                         f"MCP server '{self.server}' closed the connection while asked to "
                         f"{what}; toolbus reconnects for the next call"

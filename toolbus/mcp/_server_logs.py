@@ -9,7 +9,9 @@ only call in flight) is a `tool:progress` event of that call, with data
 arguments are (a value under a secret key as `***`; the executor's scrubber
 and content scanner apply to it as to any progress). Any other message goes
 to Python's logging, logger `toolbus.mcp.server`, at its level, masked the
-same way.
+same way. A message not tied to one call for sure (2025-11-25: a guess, or
+no call) is scrubbed too of what every call in flight, and the last ones of
+the connection that ended, masked (`Calls`): it may quote any of them.
 
 `log_level` asks the server for that level and above: with `logging/setLevel`
 on 2025-11-25, in each request's `_meta` on 2026-07-28 (where a server sends
@@ -31,7 +33,7 @@ from ..masking import EMPTY_SCRUBBER, Scrubber, mask_arguments
 from ..tools import LogLevel
 from ..tools._context import call_scrubber, pass_on_log
 from ..tools._peer import LOG_LEVELS, python_level
-from ._asking import ASKING, Asking, about, publish
+from ._asking import ASKING, NOBODY, Asking, about, every_scrubber, publish
 from ._redact import redact_text
 
 __all__ = ["check_log_level", "logging_callback"]
@@ -59,8 +61,15 @@ def logging_callback(
         if params.level not in wanted:
             return
         data = mask_arguments(params.data)[0]
-        asking = ASKING.get() or about(in_flight)
-        if asking is not None and not asking.ctx.cancelled:
+        tied = ASKING.get()  # (set where the SDK runs this in the call's own request)
+        asking = tied if tied is not None else about(in_flight)
+        # A message toolbus cannot tie to one call (2025-11-25: a guess, or
+        # no call) may quote any call's arguments, one in flight or one
+        # whose result came already: every one of them scrubs it.
+        others = EMPTY_SCRUBBER if tied not in (None, NOBODY) else every_scrubber(in_flight)
+        if others:
+            data = others.value(data)
+        if asking is not None and asking is not NOBODY and not asking.ctx.cancelled:
             details: dict[str, Any] = {
                 "server": server(),
                 "level": params.level,
@@ -69,13 +78,14 @@ def logging_callback(
             }
             # Its line is scrubbed before it is cut: the executor scrubs the
             # event too, but only of secrets it finds whole.
-            line = _line(data, call_scrubber(asking.ctx))
+            line = _line(data, call_scrubber(asking.ctx).merged(others))
             publish(asking, f"MCP server '{server()}' logged: {line}", server_log=details)
             if asking.peer is not None:  # a served call's: its client hears it too
                 pass_on_log(asking.ctx, asking.peer, params.level, data, params.logger or server())
             return
         source = f" ({params.logger})" if params.logger else ""
-        log.log(python_level(params.level), "MCP server '%s'%s: %s", server(), source, _line(data))
+        line = _line(data, others)
+        log.log(python_level(params.level), "MCP server '%s'%s: %s", server(), source, line)
 
     return callback
 

@@ -34,14 +34,50 @@ __all__ = ["main", "run_top"]
 _READ_TIMEOUT = 20.0  # the server pings every 5 s: silence this long means it is gone
 
 
+class Redirected(OSError):
+    """The status server answered with a redirect, which `top` does not follow:
+    urllib would send the bearer token on to wherever it points."""
+
+    def __init__(self, url: str, code: int, location: str) -> None:
+        self.url, self.code, self.location = url, code, location
+        super().__init__(
+            f"{url} redirects (HTTP {code}) to {location}; toolbus top does not follow "
+            "redirects (its token would go along): watch the address it points to"
+        )
+
+
+class _Refuse(urllib.request.HTTPRedirectHandler):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> None:
+        raise Redirected(req.full_url, code, _shown(newurl))
+
+
+def _shown(url: str) -> str:
+    """`url` without what may be a credential (userinfo, query, fragment)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "an address that is not one"
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
 class _Client:
     def __init__(self, url: str, token: str | None) -> None:
         self.base = url if url.endswith("/") else url + "/"
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._opener = urllib.request.build_opener(_Refuse)
 
     def _open(self, path: str, headers: dict[str, str], timeout: float) -> Any:
         request = urllib.request.Request(self.base + path, headers={**self.headers, **headers})
-        return urllib.request.urlopen(request, timeout=timeout)
+        return self._opener.open(request, timeout=timeout)
 
     def status(self) -> dict[str, Any]:
         with self._open("status", {"Accept": "application/json"}, 10.0) as response:
@@ -188,6 +224,9 @@ def run_top(
             return 2
         errors.print(f"toolbus top: {url} answered HTTP {e.code} for /status", markup=False)
         return 1
+    except Redirected as e:
+        errors.print(f"toolbus top: {e}", markup=False)
+        return 2
     except (OSError, ValueError) as e:
         errors.print(f"toolbus top: cannot reach {url}: {_reason(e)}", markup=False)
         return 1

@@ -171,7 +171,9 @@ def settle(
     stop when nothing new was decided (each request is asked about once), or
     after `_MOST_ROUNDS`. A re-run is held to `offer`, as the batch was.
     """
-    decided = dict(given)
+    # Keyed by the call's place in the turn: two calls may share an id (some
+    # servers reuse them), and each needs its own decision.
+    decided = {i: given[c.id] for i, c in enumerate(calls) if c.id in given}
     fresh = bool(decided)  # decisions the batch has not been run with yet
     rounds = 0
     while True:
@@ -180,27 +182,46 @@ def settle(
             # Each request once: a call's approval, then each question it asks
             # (an answered call may ask the next: a request of its own digest).
             undecided = [
-                r.approval_request
-                for r in batch
-                if r.approval_request is not None and not _decided(decided, r.approval_request)
+                (i, r.approval_request)
+                for i, r in enumerate(batch)
+                if r.approval_request is not None
+                and not _decided(decided.get(i), r.approval_request)
             ]
             if undecided:
-                answers = yield Decide(tuple(undecided))
-                for request, answer in zip(undecided, answers, strict=True):
-                    decided[request.call_id] = decision(request, answer)
+                answers = yield Decide(tuple(request for _, request in undecided))
+                for (i, request), answer in zip(undecided, answers, strict=True):
+                    decided[i] = decision(request, answer)
                 fresh = True
         redo = [i for i, r in enumerate(batch) if unfinished(r)]
         if not fresh or not redo:
             return batch
-        rerun: BatchResult = yield RunCalls([calls[i] for i in redo], decided, offer)
-        batch = merge(batch, redo, rerun)
+        for part in _distinct_ids(redo, calls):
+            approvals = {calls[i].id: decided[i] for i in part if i in decided}
+            rerun: BatchResult = yield RunCalls([calls[i] for i in part], approvals, offer)
+            batch = merge(batch, part, rerun)
+            if any(unfinished(batch.results[i]) for i in part):
+                break  # what comes after waits for it, as in one batch
         fresh = False
 
 
-def _decided(decided: Mapping[str, ApprovalDecision], request: ApprovalRequest) -> bool:
-    """Whether `request` has its decision: one for its call (for a question,
-    of its digest: a call answered once may ask the next)."""
-    given = decided.get(request.call_id)
+def _distinct_ids(at: Sequence[int], calls: Sequence[ToolCall]) -> list[list[int]]:
+    """The positions `at`, in order, cut into runs in which no call id repeats:
+    the executor takes one decision per id in a batch (one run when, as usual,
+    the ids are distinct)."""
+    parts: list[list[int]] = [[]]
+    ids: set[str] = set()
+    for i in at:
+        if calls[i].id in ids:
+            parts.append([])
+            ids.clear()
+        parts[-1].append(i)
+        ids.add(calls[i].id)
+    return parts
+
+
+def _decided(given: ApprovalDecision | None, request: ApprovalRequest) -> bool:
+    """Whether `request` has its decision `given`: one for its call (for a
+    question, of its digest: a call answered once may ask the next)."""
     if given is None:
         return False
     return not isinstance(request, InputRequest) or given.digest == request.digest

@@ -7,12 +7,17 @@
   inverse for arguments (`without_strict_nulls`).
 
 Nothing here imports a provider SDK.
+
+Some 450 lines: what every format's readers and writers share (call ids,
+arguments that must never raise, results' text, strict schemas), one
+dependency for each format module rather than several it would all import.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,6 +29,7 @@ from ..formatting import DEFAULT_MAX_LENGTH, NO_OUTPUT, format_result_for_contex
 from ..models import ToolResult
 from ..tools import Tool, ToolRegistry
 from ..tools._offer import StepContext, enabled
+from ..tools._schemas import CUSTOM_INPUT
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
@@ -31,6 +37,7 @@ __all__ = [
     "StrictSchemaError",
     "ToolSource",
     "as_dict",
+    "custom_arguments",
     "plain",
     "result_text",
     "strict_schema",
@@ -133,7 +140,30 @@ def call_arguments(raw: Any) -> dict[str, Any] | str:
     without the field has none."""
     if isinstance(raw, dict | str):
         return raw
-    return _json.dumps(raw, default=str).decode()
+    return json_text(raw)
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON text (integers of any size exact), never raising: a
+    lone surrogate, which orjson refuses, as its escape; a structure nested
+    past what can be written as a string saying so. For what the model sent,
+    echoed or handed to the executor, which rejects what is off."""
+    try:
+        return _json.dumps(value, default=str).decode()
+    except TypeError:
+        pass
+    try:
+        return json.dumps(value, default=str, ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps("(not written: nested too deep)")
+
+
+def custom_arguments(raw: Any) -> dict[str, Any] | str:
+    """A free-text tool's input as the model sent it: its text, or anything
+    else (a null among it) under `"input"`, which the executor refuses
+    (`INVALID_ARGUMENTS`, naming what it got) instead of running the tool on
+    text the model never wrote."""
+    return raw if isinstance(raw, str) else {CUSTOM_INPUT: raw}
 
 
 def fallback_call_id(index: int, name: str, raw: Any) -> str:
@@ -225,34 +255,54 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return _strict(root, root, "")
 
 
-def _strict(node: Mapping[str, Any], root: Mapping[str, Any], path: str) -> dict[str, Any]:
+def _strict(
+    node: Mapping[str, Any],
+    root: Mapping[str, Any],
+    path: str,
+    inside: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """`node` made strict; `inside`: the `$ref`s whose schema this is part of."""
     out = _without(node, "default", "discriminator")
     all_of = out.get("allOf")
     if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
         out = _without({**all_of[0], **_without(out, "allOf")}, "default", "discriminator")
     ref = out.get("$ref")
     if isinstance(ref, str) and len(out) > 1:
-        target = _without(_resolve(ref, root, path), "default", "discriminator")
-        out = {**target, **_without(out, "$ref")}
+        if ref in inside:
+            # A schema that refers to itself with a sibling (a description):
+            # inlined, it would go on without end; strict mode takes no
+            # sibling beside a $ref, but takes one beside an anyOf.
+            out = {"anyOf": [{"$ref": ref}], **_without(out, "$ref")}
+        else:
+            target = _without(_resolve(ref, root, path), "default", "discriminator")
+            out = {**target, **_without(out, "$ref")}
+            inside |= {ref}
     if "oneOf" in out:
         out["anyOf"] = [*out.get("anyOf", ()), *out.pop("oneOf")]
     for key in ("$defs", "definitions"):
         if isinstance(out.get(key), Mapping):
-            out[key] = {n: _strict(s, root, f"{path}/{key}/{n}") for n, s in out[key].items()}
+            out[key] = {
+                n: _strict(s, root, f"{path}/{key}/{n}", inside | {f"#{path}/{key}/{n}"})
+                for n, s in out[key].items()
+            }
     for key in ("anyOf", "allOf", "prefixItems"):
         if isinstance(out.get(key), list):
-            out[key] = [_strict(s, root, f"{path}/{key}/{i}") for i, s in enumerate(out[key])]
+            out[key] = [
+                _strict(s, root, f"{path}/{key}/{i}", inside) for i, s in enumerate(out[key])
+            ]
     items = out.get("items")
     if isinstance(items, Mapping):
-        out["items"] = _strict(items, root, f"{path}/items")
+        out["items"] = _strict(items, root, f"{path}/items", inside)
     elif isinstance(items, list):
-        out["items"] = [_strict(s, root, f"{path}/items/{i}") for i, s in enumerate(items)]
+        out["items"] = [_strict(s, root, f"{path}/items/{i}", inside) for i, s in enumerate(items)]
     if _is_object(out):
-        _close_object(out, root, path)
+        _close_object(out, root, path, inside)
     return out
 
 
-def _close_object(out: dict[str, Any], root: Mapping[str, Any], path: str) -> None:
+def _close_object(
+    out: dict[str, Any], root: Mapping[str, Any], path: str, inside: frozenset[str]
+) -> None:
     extra = out.get("additionalProperties")
     if (extra is not None and extra is not False) or "patternProperties" in out:
         raise StrictSchemaError(
@@ -263,7 +313,7 @@ def _close_object(out: dict[str, Any], root: Mapping[str, Any], path: str) -> No
     required = set(out.get("required") or ())
     closed: dict[str, Any] = {}
     for name, sub in properties.items():
-        strict = _strict(sub, root, f"{path}/properties/{name}")
+        strict = _strict(sub, root, f"{path}/properties/{name}", inside)
         if name not in required:
             strict = _optional(strict, sub, root)
         closed[name] = strict
@@ -278,6 +328,8 @@ def _optional(strict: dict[str, Any], original: Mapping[str, Any], root: Mapping
         result = strict
     elif isinstance(strict.get("type"), str) and not ({"enum", "const", "$ref"} & strict.keys()):
         result = {**strict, "type": [strict["type"], "null"]}
+    elif isinstance(strict.get("anyOf"), list) and strict.keys() <= {"anyOf", "description"}:
+        result = {**strict, "anyOf": [*strict["anyOf"], _NULL]}  # (a $ref to itself, say)
     else:
         result = {"anyOf": [strict, _NULL]}
         for key in ("title", "description"):

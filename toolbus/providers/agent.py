@@ -27,7 +27,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._options import timeout_seconds
+from .._options import positive_int, timeout_seconds
 from ..agent_runs import AGENT_RUN, check_agent_run, current_agent_run
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..executor import Executor
@@ -263,9 +263,13 @@ def _start(
     context: Any = None,
 ) -> tuple[Format, Generator[_Step, Any, AgentResult]]:
     """Check the arguments, pick the format, and make the turn generator."""
-    if max_turns < 1:
-        raise ValueError("max_turns must be >= 1")
+    positive_int(max_turns, "max_turns", "run_agent")
     check_max_length(max_length, "run_agent")
+    if not isinstance(messages, str | Sequence) or isinstance(messages, bytes | bytearray):
+        raise TypeError(
+            "run_agent: messages must be the conversation (a list of messages) or the user's "
+            f"first message (a string), got {type(messages).__name__}"
+        )
     if options.get("stream"):
         raise ValueError("the agent loop does not stream; leave `stream` out")
     fmt = format_for(client, api)

@@ -31,6 +31,7 @@ from ._common import (
     ToolSource,
     as_dict,
     call_arguments,
+    custom_arguments,
     fallback_call_id,
     plain,
     result_text,
@@ -122,12 +123,18 @@ def tool_calls(message: MessageLike, *, registry: ToolRegistry | None = None) ->
         name = str(block.get("name") or "")
         raw = block.get("input")
         tool = registry.get(name) if registry is not None else None
-        if tool is not None and tool.type == "custom" and isinstance(raw, dict):
-            text = raw.get(CUSTOM_INPUT)
-            if set(raw) == {CUSTOM_INPUT} and isinstance(text, str):
-                raw = text
         fields: dict[str, Any] = {"name": name, "id": _block_id(block, index)}
-        if "input" in block:  # (a null too: read as absent, the tool would run with its defaults)
+        if tool is not None and tool.type == "custom":
+            # Its text, under CUSTOM_INPUT as offered; anything else (a null,
+            # a number, other keys) the executor refuses, naming what it got.
+            if isinstance(raw, dict):
+                text = raw.get(CUSTOM_INPUT)
+                fields["arguments"] = (
+                    text if set(raw) == {CUSTOM_INPUT} and isinstance(text, str) else raw
+                )
+            elif "input" in block:
+                fields["arguments"] = custom_arguments(raw)
+        elif "input" in block:  # (a null too: read as absent, the tool would run with its defaults)
             fields["arguments"] = call_arguments(raw)
         calls.append(ToolCall(**fields))
     return calls

@@ -25,18 +25,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .. import _json
 from .._errors import ArgumentError
 from ..models import ToolCall, ToolResult
 from ..tools import StepContext, ToolRegistry, parse_json_arguments
 from ..tools._names import check_provider_name
+from ..tools._schemas import CUSTOM_INPUT
 from ._common import (
     DEFAULT_MAX_LENGTH,
     StrictSchemaError,
     ToolSource,
     as_dict,
     call_arguments,
+    custom_arguments,
     fallback_call_id,
+    json_text,
     plain,
     result_text,
     strict_schema,
@@ -165,7 +167,7 @@ def _call_from_chat(item: Any, index: int) -> ToolCall:
         "id": str(data["id"]) if data.get("id") else fallback_call_id(index, name, raw),
     }
     if key in body:  # (a null too: read as absent, the tool would run with its defaults)
-        fields["arguments"] = call_arguments(raw)
+        fields["arguments"] = (custom_arguments if kind == "custom" else call_arguments)(raw)
     return ToolCall(**fields)
 
 
@@ -205,8 +207,11 @@ def chat_assistant_message(
     for i, item in enumerate(message.get("tool_calls") or ()):
         call = _call_from_chat(item, i)
         args = call.arguments
-        raw = args if isinstance(args, str) else _json.dumps(args).decode()
-        if _chat_call_kind(item) == "custom":
+        custom = _chat_call_kind(item) == "custom"
+        if isinstance(args, dict) and custom:  # (input not text: echoed as the model sent it)
+            args = json_text(args.get(CUSTOM_INPUT))
+        raw = args if isinstance(args, str) else json_text(args)
+        if custom:
             calls.append(
                 {"id": call.id, "type": "custom", "custom": {"name": call.name, "input": raw}}
             )
@@ -363,7 +368,7 @@ def _call_from_item(item: Mapping[str, Any], index: int) -> ToolCall:
     raw = item.get(key)
     fields: dict[str, Any] = {"name": str(item.get("name") or ""), "id": _call_id(item, index)}
     if key in item:  # (a null too: read as absent, the tool would run with its defaults)
-        fields["arguments"] = call_arguments(raw)
+        fields["arguments"] = (custom_arguments if key == "input" else call_arguments)(raw)
     return ToolCall(**fields)
 
 

@@ -6,7 +6,10 @@ secret), and to check a tool's `parameters` when it is made and its
 `output_schema` whenever it is set: every `$ref` resolved within the schema
 and its depth bounded, so that one pointing nowhere or elsewhere, or a schema
 too deep for jsonschema's recursion, fails where it is configured, naming the
-tool, not at every call.
+tool, not at every call; and a free-text tool's input given as an object.
+
+Some 420 lines: parsing arguments, checking schemas and wording their
+failures share the rules (depth, `$ref`s, what is quoted), kept together.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .. import _json
 from .._errors import ArgumentError
 
 __all__ = [
+    "CUSTOM_INPUT",
     "MAX_RECURSIVE_DEPTH",
     "MAX_SCHEMA_DEPTH",
     "TOO_DEEP",
@@ -30,6 +34,7 @@ __all__ = [
     "check_nesting",
     "check_output_schema",
     "format_validation_error",
+    "free_text_input",
     "nests_deeper",
     "parameters_validator",
     "parse_json_arguments",
@@ -115,10 +120,13 @@ def parameters_validator(schema: Any, owner: str) -> ParametersCheck:
     reject every call)."""
     cls, recursive = _checked(schema, owner, "parameters")
     kind = schema.get("type", "object")
-    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
+    if kind != "object":
+        # A list of types, ["object", "null"] say, is valid JSON Schema, but no
+        # MCP client or model provider takes it for a tool's parameters (an MCP
+        # inputSchema's type is "object"): the tool could not be served.
         raise ToolSchemaError(
             f"{owner}: parameters must describe an object (the arguments are a JSON "
-            f"object), not type {kind!r}"
+            f'object): its "type" must be "object" or absent, not {kind!r}'
         )
     return ParametersCheck(cls(schema), MAX_RECURSIVE_DEPTH if recursive else None)
 
@@ -347,6 +355,32 @@ def arguments_problem(
         loc = ".".join(str(p) for p in err.absolute_path) or "arguments"
         parts.append(f"{loc}: {_schema_message(err)}")
     return "; ".join(parts)
+
+
+CUSTOM_INPUT = "input"
+"""The one key of a free-text tool's input given as an object (as Anthropic
+and MCP clients are offered it): `{"input": <text>}`."""
+
+
+def free_text_input(name: str, arguments: dict[str, Any]) -> str:
+    """The text of a free-text tool's input given as an object: `{"input":
+    <text>}` and nothing else; `ArgumentError` naming what is off (never the
+    text the model did not write: a null, a number, the object as JSON)."""
+    text = arguments.get(CUSTOM_INPUT)
+    others = sorted(str(k) for k in arguments if k != CUSTOM_INPUT)
+    if isinstance(text, str) and not others:
+        return text
+    if CUSTOM_INPUT not in arguments:
+        problem = f"'{CUSTOM_INPUT}' is missing"
+    elif not isinstance(text, str):
+        kind = "null" if text is None else type(text).__name__
+        problem = f"'{CUSTOM_INPUT}' is {kind}, not text"
+    else:
+        problem = f"unexpected keys {', '.join(repr(k) for k in others[:5])}"
+    raise ArgumentError(
+        f"Invalid arguments for '{name}': a free-text tool takes its input as text, "
+        f'or as {{"{CUSTOM_INPUT}": <text>}} alone ({problem})'
+    )
 
 
 def _check_utf8(text: str) -> None:

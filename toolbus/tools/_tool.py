@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
-from .. import _json, _options, _seams
+from .. import _options, _seams
 from .._errors import ArgumentError, ToolFailure, error_text
 from .._options import (
     check_cpu_limit,
@@ -46,6 +46,7 @@ from ._schemas import (
     check_nesting,
     check_output_schema,
     format_validation_error,
+    free_text_input,
     parameters_validator,
     parse_json_arguments,
 )
@@ -437,11 +438,11 @@ class Tool:
     def parse(self, arguments: dict[str, Any] | str) -> Any:
         """Validate `arguments` into what `run` receives; raise `ArgumentError`."""
         if self.type == "custom":
-            if isinstance(arguments, str):
-                if not arguments.isascii():
-                    _check_utf8(arguments)
-                return arguments
-            return _json.dumps(arguments).decode()
+            if not isinstance(arguments, str):
+                arguments = free_text_input(self.name, arguments)
+            if not arguments.isascii():
+                _check_utf8(arguments)
+            return arguments
         if isinstance(arguments, str):
             arguments = parse_json_arguments(arguments)
         return self.validate(arguments)
