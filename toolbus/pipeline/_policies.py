@@ -31,15 +31,17 @@ from ..policies._protocol import (
     Reject,
     RequireApproval,
     Respond,
+    approval_text,
     halt_text,
     policy_name,
     rejection_text,
+    untold_text,
 )
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
 from ._decisions import EDITED, approval, edited
 from ._halts import halted_text
-from ._make import awaitable, log_contained, make_result
+from ._make import awaitable, awaited_own, log_contained, make_result, own_exit
 from ._run import ADMISSION, POLICIES
 
 if TYPE_CHECKING:
@@ -106,6 +108,7 @@ def consult(run: Run, svc: Services) -> Steps:
                 # and KeyboardInterrupt included (it runs on a worker or the
                 # executor's loop, never where a caller's Ctrl-C lands): a
                 # broken guard fails closed, naming itself.
+                e = own_exit(e)
                 what = f"policy {policy_name(policy)} failed for call {run.call.id}"
                 log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
@@ -126,16 +129,20 @@ def consult(run: Run, svc: Services) -> Steps:
                 if not run.note_policy(policy, admitted=False):
                     return _ended_meanwhile(run, policy, svc, admitted=False)
                 return Deferral(seconds, decision.until)
-            if kind is Reject:
-                if not isinstance(decision.code, ErrorCode):
+            if kind is Reject or kind is Halt or kind is RequireApproval:
+                if kind is Reject and not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
-                return make_result(
-                    run,
-                    "rejected",
-                    error=rejection_text(decision.message, run.call.name, policy),
-                    code=decision.code,
-                    attempts=0,
-                )
+                try:
+                    text = _decision_text(decision, run.call.name, policy)
+                except BaseException as e:  # its text's own `__str__`: the policy's failure
+                    log_contained(
+                        f"policy {policy_name(policy)} failed for call {run.call.id}",
+                        e,
+                        run.scrubber,
+                    )
+                    return _refused(run, policy, untold_text(decision, e))
+            if kind is Reject:
+                return make_result(run, "rejected", error=text, code=decision.code, attempts=0)
             if kind is Respond:
                 if not isinstance(decision.result, ToolResult):
                     return _refused(run, policy, "it responded with something not a ToolResult")
@@ -153,7 +160,7 @@ def consult(run: Run, svc: Services) -> Steps:
             if kind is Halt:
                 # Scrubbed here, once: the other calls of the run carry it too,
                 # and their scrubbers do not know this call's secrets.
-                why = run.scrubber.text(halt_text(decision.reason, policy))
+                why = run.scrubber.text(text)
                 halted = make_result(
                     run, "cancelled", error=halted_text(why), code=ErrorCode.HALTED, attempts=0
                 )
@@ -162,7 +169,7 @@ def consult(run: Run, svc: Services) -> Steps:
                 svc.halts.halt(run.agent_run, run.batch, why, run)
                 return halted
             if kind is RequireApproval:
-                answer = approval(run, decision.reason, svc)
+                answer = approval(run, text, svc)
                 if answer is EDITED:  # approved with other arguments: admitted again
                     answer = yield from edited(run, svc)
                     # The policies still to ask publish with the edit's
@@ -183,12 +190,22 @@ def consult(run: Run, svc: Services) -> Steps:
         run.phase = ADMISSION  # (the deadline first: see _journal_intent)
 
 
+def _decision_text(decision: Any, tool: str, policy: Any) -> str:
+    """The text a `Reject`, `Halt` or `RequireApproval` carries; raises what
+    its `__str__` raises."""
+    if type(decision) is Reject:
+        return rejection_text(decision.message, tool, policy)
+    if type(decision) is Halt:
+        return halt_text(decision.reason, policy)
+    return approval_text(decision.reason)
+
+
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
     # An async policy may run on the loop thread (driven from a worker): it
     # announces its events to this executor all the same.
     token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     try:
-        return await decision
+        return await awaited_own(decision)
     finally:
         done_asking(token)
 
