@@ -38,7 +38,7 @@ from ..policies._protocol import (
     untold_text,
 )
 from ..policies._signals import asking, done_asking
-from ..tools import error_text
+from ..tools import error_text, normalize_output
 from ._decisions import EDITED, approval, edited
 from ._halts import halted_text
 from ._make import awaitable, awaited_own, log_contained, make_result, own_exit
@@ -245,7 +245,14 @@ def _well_formed(result: ToolResult, tool: str, policy: Any) -> ToolResult | str
     Whoever reads results relies on a failure having a code and a text, and
     on a `deferred` one carrying what to approve: a code or a text left out is
     filled in (naming the policy); a `deferred` result without an approval
-    request (which no decision could ever run) is refused."""
+    request (which no decision could ever run) is refused. Its output and
+    metadata are made JSON data as a tool's output is (`normalize_output`: a
+    set a list, a model its dump, each a copy of its own), or, when they cannot
+    be (a cycle, an object), it is refused: whoever reads, formats or journals
+    the result relies on that."""
+    result = _normalized(result)
+    if isinstance(result, str):
+        return result
     if result.status == "ok":
         return result
     if result.status == "deferred" and result.approval_request is None:
@@ -260,6 +267,26 @@ def _well_formed(result: ToolResult, tool: str, policy: Any) -> ToolResult | str
             f"Tool '{tool}' ended {result.status}: so said its policy {policy_name(policy)}"
         )
     return result.model_copy(update=update) if update else result
+
+
+def _normalized(result: ToolResult) -> ToolResult | str:
+    """`result` with its output and metadata as JSON data; or why they cannot be."""
+    try:
+        output, attachments, metadata = normalize_output(result.output)
+        if result.metadata:
+            given, _, _ = normalize_output(result.metadata)
+            if not isinstance(given, dict):
+                raise TypeError("its metadata is not a dict")
+            metadata = {**given, **metadata}
+    except Exception as e:  # (OutputError: not JSON, a cycle, ...)
+        return f"a result toolbus cannot send ({error_text(e)})"
+    return result.model_copy(
+        update={
+            "output": output,
+            "attachments": (*result.attachments, *attachments),
+            "metadata": metadata,
+        }
+    )
 
 
 def _seconds(value: Any) -> float | None:
