@@ -250,9 +250,10 @@ def _well_formed(result: ToolResult, tool: str, policy: Any) -> ToolResult | str
     set a list, a model its dump, each a copy of its own), or, when they cannot
     be (a cycle, an object), it is refused: whoever reads, formats or journals
     the result relies on that."""
-    result = _normalized(result)
-    if isinstance(result, str):
-        return result
+    normalized = _normalized(result)
+    if isinstance(normalized, str):
+        return normalized
+    result = normalized
     if result.status == "ok":
         return result
     if result.status == "deferred" and result.approval_request is None:
