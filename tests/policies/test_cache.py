@@ -597,6 +597,34 @@ def test_a_cache_key_must_be_a_function() -> None:
         cache(key="user")  # type: ignore[arg-type]
 
 
+def test_a_caller_editing_its_output_never_changes_the_cache(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[cache(ttl=60)])
+    def orders(q: str) -> list[dict[str, int]]:
+        return [{"id": 1, "total": 10}]
+
+    ex = make_executor(reg)
+    miss = ex.execute(_call("a", name="orders"))
+    miss.output[0]["total"] = 999
+    hit = ex.execute(_call("b", name="orders"))
+    assert hit.metadata["cache"] == "hit" and hit.output == [{"id": 1, "total": 10}]
+    hit.output.append("edited")
+    assert ex.execute(_call("c", name="orders")).output == [{"id": 1, "total": 10}]
+    # The policy itself (asked without an executor) hands out copies too.
+    c = cache(ttl=60)
+    first = _call("d")
+    c.admit(first, lookup, 1.0)
+    stored = c.on_result(first, _ok(first, {"n": [1]}), 1.0)
+    assert stored is not None
+    stored.output["n"].append(2)
+    answer = c.admit(_call("e"), lookup, 2.0)
+    assert isinstance(answer, Respond) and answer.result.output == {"n": [1]}
+    answer.result.output["n"].append(3)
+    again = c.admit(_call("f"), lookup, 3.0)
+    assert isinstance(again, Respond) and again.result.output == {"n": [1]}
+
+
 def test_a_cache_on_a_mutating_tool_is_refused_when_it_is_made() -> None:
     reg = ToolRegistry()
     with pytest.raises(ValueError, match="read-only"):

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._json import detached
 from ..models import ToolCall, ToolResult
 from ._cache_key import cache_key
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Respond
@@ -286,7 +287,11 @@ class Cache(BasePolicy):
 
 
 def _marked(result: ToolResult, how: str) -> ToolResult:
-    return result.model_copy(update={"metadata": {**result.metadata, "cache": how}})
+    """`result` marked, with an output of its own: a caller that edits what it
+    was given never changes what is stored, nor what a later hit gets."""
+    return result.model_copy(
+        update={"output": detached(result.output), "metadata": {**result.metadata, "cache": how}}
+    )
 
 
 def _wake(flight: _Flight) -> None:
