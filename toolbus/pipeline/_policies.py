@@ -84,7 +84,7 @@ def consult(run: Run, svc: Services) -> Steps:
     # sees the phase.
     began = run.asking_since = time.monotonic()
     run.phase = POLICIES
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due, run.policy)
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
@@ -175,7 +175,9 @@ def consult(run: Run, svc: Services) -> Steps:
                     # The policies still to ask publish with the edit's
                     # scrubber, which knows the secrets the edit brought.
                     done_asking(token)
-                    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+                    token = asking(
+                        svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due, run.policy
+                    )
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):
@@ -203,7 +205,7 @@ def _decision_text(decision: Any, tool: str, policy: Any) -> str:
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
     # An async policy may run on the loop thread (driven from a worker): it
     # announces its events to this executor all the same.
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due, run.policy)
     try:
         return await awaited_own(decision)
     finally:
