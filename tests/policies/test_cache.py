@@ -679,3 +679,9 @@ def test_a_hit_takes_its_own_duration(make_executor: MakeExecutor) -> None:
     assert isinstance(c, Cache)
     assert first.duration >= 1.0 and hit.duration < first.duration
     assert hit.call_id == "b" and hit.attempts == 0
+
+
+@pytest.mark.parametrize("option", ["ttl", "wait"])
+def test_an_option_past_a_floats_range_is_a_value_error_naming_it(option: str) -> None:
+    with pytest.raises(ValueError, match=f"cache: {option} must be"):
+        cache(**{option: 10**400})  # type: ignore[arg-type]

@@ -303,7 +303,10 @@ def _wake(flight: _Flight) -> None:
 def _positive(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"cache: {what} must be a number of seconds, got {value!r}")
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past a float's range: 10**400
+        seconds = math.inf
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"cache: {what} must be a finite number of seconds > 0, got {value!r}")
     return seconds
