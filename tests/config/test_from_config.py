@@ -825,3 +825,33 @@ def test_config_errors_are_config_errors(tmp_path: Path, body: str) -> None:
     path.write_text(body)
     with pytest.raises(ConfigError):  # IsADirectoryError / RecursionError today
         Executor.from_config(ToolRegistry(), path).close()
+
+
+def test_files_toolbus_cannot_read_are_config_errors(tmp_path: Path) -> None:
+    latin = tmp_path / "toolbus.toml"
+    latin.write_bytes('name = "agent-m\xfcnchen"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8") as raised:
+        Executor.from_config(ToolRegistry(), latin)
+    assert str(latin) in str(raised.value)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        Executor.from_config(ToolRegistry(), "/dev/null")
+
+
+def test_journal_options_without_a_journal_path_name_the_file_and_key(tmp_path: Path) -> None:
+    from toolbus.journal import Journal
+
+    file = tmp_path / "toolbus.toml"
+    file.write_text("journal_retention = { days = 30 }\n")
+    with pytest.raises(ConfigError, match="journal_retention: needs a journal") as raised:
+        Executor.from_config(ToolRegistry(), file)
+    assert str(file) in str(raised.value)
+    file.write_text("journal_timeout = 5\n")
+    with pytest.raises(ConfigError, match="journal_timeout: needs a journal"):
+        Executor.from_config(ToolRegistry(), file)
+    file.write_text('journal = "j.sqlite"\njournal_retention = { days = 30 }\n')
+    own = Journal(tmp_path / "own.sqlite", create=True)
+    try:
+        with pytest.raises(ConfigError, match="journal_retention: applies to a journal made"):
+            Executor.from_config(ToolRegistry(), file, journal=own)
+    finally:
+        own.close()

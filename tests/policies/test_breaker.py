@@ -323,6 +323,40 @@ def test_a_trial_without_a_timeout_is_never_presumed_lost(
     assert outcome == ["ok"] and service.calls == 2
 
 
+def test_a_trial_still_retrying_is_not_presumed_lost(make_executor: MakeExecutor) -> None:
+    """A trial may go on for all its attempts' timeouts and the backoffs
+    between them: it is not presumed lost `reset_after` after one attempt's
+    timeout, which would let a second trial run beside it."""
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=1, reset_after=30, clock=clock)
+    service = FlakyService()
+    retry = RetryPolicy(max_retries=3, backoff_base=1, max_backoff=1, jitter=0)
+    ex = make_executor(registry_with(service, retry=retry), policies=[breaker], timeout=10)
+    service.down = False
+    service.proceed.clear()
+    first = ex.submit(lookup(0))
+    assert service.entered.wait(10)
+    service.down = True
+    service.proceed.set()
+    assert first.result(timeout=30).status == "error"
+    assert breaker.state("lookup") == "open"
+    clock.advance(30)
+    service.down = False
+    service.proceed.clear()
+    service.entered.clear()
+    trial = ex.submit(lookup(1))
+    try:
+        assert service.entered.wait(10)  # the trial is running (it may retry 3 times)
+        # Past one attempt's timeout and the pause (10 + 30), within its
+        # whole span (4 x 10 + 3 x 1 + 30): still its trial's.
+        clock.advance(60)
+        meanwhile = ex.execute(lookup(2))
+        assert meanwhile.status == "rejected" and meanwhile.error_code is ErrorCode.CIRCUIT_OPEN
+    finally:
+        service.proceed.set()
+    assert trial.result(timeout=30).status == "ok" and service.calls == 2
+
+
 def test_a_failed_trial_reopens_it_with_an_event(
     make_executor: MakeExecutor, recorder: bus.Recorder
 ) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
+import gc
 import threading
 import time
 from typing import Annotated, Any
@@ -515,6 +517,114 @@ def test_injected_values_are_part_of_the_key(make_executor: MakeExecutor) -> Non
     assert outputs[2].metadata["cache"] == "hit"
 
 
+class Session:
+    """A per-request object, as an injected client or session is: not data."""
+
+    def __init__(self, who: str, constant_repr: bool = False) -> None:
+        self.who = who
+        self.constant_repr = constant_repr
+
+    def __repr__(self) -> str:
+        return "Session()" if self.constant_repr else object.__repr__(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Account:
+    who: str
+
+
+@pytest.mark.parametrize("constant_repr", [False, True])
+def test_an_injected_object_is_never_keyed_by_its_repr(
+    make_executor: MakeExecutor, constant_repr: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A default repr holds only the object's address, reused once the object
+    # is freed; a custom one may show nothing of the user. Either would answer
+    # one user's call with another's result: such calls are not cached.
+    c = cache(ttl=60)
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[c])
+    def profile(q: str, session: Annotated[object, Injected]) -> str:
+        return f"{q} #{int(session.who[4:]) + 100}"  # type: ignore[attr-defined]
+
+    ex = make_executor(reg, inject={"session": lambda call: Session(user.get(), constant_repr)})
+    for i in range(20):
+        user.set(f"user{i}")
+        r = ex.execute(ToolCall(name="profile", arguments={"q": "inbox"}))
+        assert r.output == f"inbox #{i + 100}"
+        assert "cache" not in r.metadata
+        gc.collect()  # frees the session: its address may be the next one's
+    assert len(c) == 0
+    assert "not cached" in caplog.text and "cache(key=" in caplog.text
+
+
+def test_a_key_function_or_data_keys_injected_values(make_executor: MakeExecutor) -> None:
+    by_key = cache(ttl=60, key=lambda call: [call.arguments["q"], call.arguments["session"].who])
+    by_data = cache(ttl=60)
+    reg = ToolRegistry()
+    ran: list[str] = []
+
+    @reg.tool(read_only=True, policies=[by_key])
+    def profile(q: str, session: Annotated[object, Injected]) -> str:
+        ran.append(session.who)  # type: ignore[attr-defined]
+        return f"{session.who.upper()}'s {q}"  # type: ignore[attr-defined]
+
+    @reg.tool(read_only=True, policies=[by_data])
+    def account(q: str, acct: Annotated[Account, Injected]) -> str:
+        ran.append(acct.who)
+        return f"{acct.who.upper()}'s {q}"
+
+    ex = make_executor(
+        reg,
+        inject={
+            "session": lambda call: Session(user.get()),
+            "acct": lambda call: Account(user.get()),
+        },
+    )
+    for name in ("profile", "account"):
+        ran.clear()
+        outputs = []
+        for who in ("ann", "bob", "ann", "bob"):
+            user.set(who)
+            outputs.append(ex.execute(ToolCall(name=name, arguments={"q": "notes"})))
+        assert [r.output for r in outputs] == ["ANN's notes", "BOB's notes"] * 2
+        assert [r.metadata["cache"] for r in outputs] == ["miss", "miss", "hit", "hit"]
+        assert ran == ["ann", "bob"]
+
+
+def test_a_cache_key_must_be_a_function() -> None:
+    with pytest.raises(TypeError, match="key must be a function"):
+        cache(key="user")  # type: ignore[arg-type]
+
+
+def test_a_caller_editing_its_output_never_changes_the_cache(make_executor: MakeExecutor) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=True, policies=[cache(ttl=60)])
+    def orders(q: str) -> list[dict[str, int]]:
+        return [{"id": 1, "total": 10}]
+
+    ex = make_executor(reg)
+    miss = ex.execute(_call("a", name="orders"))
+    miss.output[0]["total"] = 999
+    hit = ex.execute(_call("b", name="orders"))
+    assert hit.metadata["cache"] == "hit" and hit.output == [{"id": 1, "total": 10}]
+    hit.output.append("edited")
+    assert ex.execute(_call("c", name="orders")).output == [{"id": 1, "total": 10}]
+    # The policy itself (asked without an executor) hands out copies too.
+    c = cache(ttl=60)
+    first = _call("d")
+    c.admit(first, lookup, 1.0)
+    stored = c.on_result(first, _ok(first, {"n": [1]}), 1.0)
+    assert stored is not None
+    stored.output["n"].append(2)
+    answer = c.admit(_call("e"), lookup, 2.0)
+    assert isinstance(answer, Respond) and answer.result.output == {"n": [1]}
+    answer.result.output["n"].append(3)
+    again = c.admit(_call("f"), lookup, 3.0)
+    assert isinstance(again, Respond) and again.result.output == {"n": [1]}
+
+
 def test_a_cache_on_a_mutating_tool_is_refused_when_it_is_made() -> None:
     reg = ToolRegistry()
     with pytest.raises(ValueError, match="read-only"):
@@ -569,3 +679,9 @@ def test_a_hit_takes_its_own_duration(make_executor: MakeExecutor) -> None:
     assert isinstance(c, Cache)
     assert first.duration >= 1.0 and hit.duration < first.duration
     assert hit.call_id == "b" and hit.attempts == 0
+
+
+@pytest.mark.parametrize("option", ["ttl", "wait"])
+def test_an_option_past_a_floats_range_is_a_value_error_naming_it(option: str) -> None:
+    with pytest.raises(ValueError, match=f"cache: {option} must be"):
+        cache(**{option: 10**400})  # type: ignore[arg-type]

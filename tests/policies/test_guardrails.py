@@ -237,3 +237,53 @@ def test_a_trip_after_an_edit_hides_the_secrets_the_edit_brought(
     [tripped] = recorder.of(GUARDRAIL_TRIPPED)
     published = repr(recorder.events) + repr(ex.halted("r1")) + repr(r)
     assert "saw key" in repr(tripped) and edited_secret not in published
+
+
+class Exiting(BaseException):
+    """Neither an Exception nor one of the interrupts toolbus passes on."""
+
+
+@pytest.mark.parametrize("tool", ["echo", "aecho"])
+@pytest.mark.parametrize("is_async", [False, True])
+@pytest.mark.parametrize(
+    "raised", [asyncio.CancelledError, SystemExit, GeneratorExit, Exiting, KeyboardInterrupt]
+)
+def test_an_output_guardrail_raising_a_base_exception_fails_closed(
+    make_executor: MakeExecutor, raised: type[BaseException], is_async: bool, tool: str
+) -> None:
+    # Not a cancel of the call (nothing cancelled it): the guard's own
+    # failure, which withholds the output naming it, as any exception does;
+    # neither a hang (a CancelledError taken for the call's cancel) nor an
+    # "internal error".
+    def sync_check(call: ToolCall, result: ToolResult) -> Any:
+        raise raised("boom")
+
+    async def async_check(call: ToolCall, result: ToolResult) -> Any:
+        raise raised("boom")
+
+    check = async_check if is_async else sync_check
+    ran: list[str] = []
+    ex = make_executor(
+        registry(ran), policies=[guardrail(check, stage="output", name="shaky")], timeout=None
+    )
+    r = ex.submit(ToolCall(name=tool, arguments={"text": "hi"})).result(timeout=30)
+    assert r.status == "rejected", r
+    assert r.error_code is ErrorCode.CONTENT_BLOCKED
+    assert "shaky" in (r.error or "") and raised.__name__ in (r.error or "")
+    assert ran == ["hi"]
+
+
+@pytest.mark.parametrize("tool", ["echo", "aecho"])
+def test_an_async_input_guardrail_raising_generator_exit_fails_closed(
+    make_executor: MakeExecutor, tool: str
+) -> None:
+    async def check(call: ToolCall) -> Any:
+        raise GeneratorExit("boom")
+
+    ran: list[str] = []
+    ex = make_executor(registry(ran), policies=[guardrail(check, name="shaky")])
+    r = ex.submit(ToolCall(name=tool, arguments={"text": "hi"})).result(timeout=30)
+    assert r.status == "rejected", r
+    assert r.error_code is ErrorCode.TOOL_UNAVAILABLE
+    assert "shaky" in (r.error or "") and "GeneratorExit" in (r.error or "")
+    assert ran == []

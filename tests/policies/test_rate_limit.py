@@ -705,3 +705,10 @@ def test_cancelled_waiting_calls_do_not_hold_back_the_next_call() -> None:
         assert took < 10
     finally:
         ex.close()
+
+
+@pytest.mark.parametrize("rate", ["5 per 0 seconds", "5/0 second", "5 per 0.0 minutes"])
+def test_a_window_of_no_length_is_refused(rate: str) -> None:
+    # The `limits` library reads it as a window of 1: 5 per second.
+    with pytest.raises(ValueError, match="window must be longer than 0"):
+        rate_limit(rate)

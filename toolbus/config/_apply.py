@@ -75,6 +75,7 @@ def open_file_journal(
     open journal (and `journal_retention` goes into it): the executor is to
     own it, closing it when it closes. None when the file sets no journal, or
     the code overrides it."""
+    _check_journal_options(config, options, overrides)
     if "journal" not in options or "journal" in overrides or config.path is None:
         return None
     from .._executor._journal import DEFAULT_JOURNAL_TIMEOUT
@@ -100,6 +101,30 @@ def open_file_journal(
         ) from None
     options["journal"] = journal
     return journal
+
+
+def _check_journal_options(
+    config: Config, options: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> None:
+    """The file's `journal_retention` and `journal_timeout` need a journal the
+    file (or the code) gives as a path: a `ConfigError` naming the file and the
+    key, not the executor's own `ValueError`, when there is none (or, for the
+    retention, when the code gave `journal=` a `Journal` of its own)."""
+    from ..journal import Journal
+
+    journal = options.get("journal")
+    for option in ("journal_retention", "journal_timeout"):
+        if option not in config.options or option in overrides or options.get(option) is None:
+            continue
+        key = config.option_keys.get(option, option)
+        if journal is None:
+            raise config.error(key, "needs a journal: set `journal` (a path) too")
+        if option == "journal_retention" and isinstance(journal, Journal):
+            raise config.error(
+                key,
+                "applies to a journal made from a path, and the code gave journal= a "
+                "Journal of its own (give it Journal(path, retention=...))",
+            )
 
 
 def executor_options(

@@ -67,6 +67,8 @@ def read_config(path: str | os.PathLike[str] | None) -> FileTable | None:
     file = Path(path)
     shown = str(path)
     if not file.is_file():
+        if file.exists():
+            raise ConfigError(shown, None, "is not a regular file (a device or a pipe?)")
         raise ConfigError(shown, None, "no such file")
     data = _parse(file)
     if file.name != PYPROJECT_TOML:
@@ -84,6 +86,10 @@ def _parse(file: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(shown, None, f"not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8 (a Latin-1 editor's file is not)
+        bad = bytes(e.object[e.start : e.start + 1])
+        why = f"not valid TOML: not UTF-8 (byte {e.start}: {bad!r})"
+        raise ConfigError(shown, None, why) from None
     except RecursionError:  # tomllib parses nested arrays and tables recursively
         raise ConfigError(
             shown, None, "not usable TOML: its arrays or tables nest too deeply"

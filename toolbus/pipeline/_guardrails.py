@@ -22,7 +22,7 @@ from ..policies._protocol import policy_name
 from ..policies._signals import asking, done_asking
 from ..tools import error_text, normalize_output
 from ._halts import halted_text
-from ._make import awaitable, log_contained, make_result
+from ._make import awaitable, awaited_own, log_contained, make_result, own_exit
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -36,13 +36,26 @@ def check_outputs(run: Run, result: ToolResult, svc: Services) -> Steps:
     token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     try:
         for guard in run.output_checks:
+            waiting = False  # at the `yield`: where the driver closes the step
             try:
                 verdict: Any = guard.check_output(run.call, result, time.monotonic())
                 if awaitable(verdict):
+                    waiting = True
                     verdict = yield _asked(verdict, svc, run)
-            except asyncio.CancelledError:
-                raise  # the step is being let go (the loop closing): not the guard's failure
-            except Exception as e:
+            except BaseException as e:
+                if (isinstance(e, GeneratorExit) and waiting) or (
+                    isinstance(e, asyncio.CancelledError) and run.completed
+                ):
+                    # The step is being let go (its loop closed), or the call
+                    # ended meanwhile (its `hook_grace` ran out, a cancel) and
+                    # its guard's task was cancelled: not the guard's failure.
+                    # (The attempt is settled already: `is_live` cannot tell.)
+                    raise
+                # Anything else came out of the guard's own code, a
+                # CancelledError or SystemExit it raised included (it runs on
+                # a worker or the executor's loop, never where a caller's
+                # Ctrl-C lands): a broken guard fails closed, naming itself.
+                e = own_exit(e)
                 log_contained(
                     f"guardrail {policy_name(guard)} failed for call {run.call.id}", e, run.scrubber
                 )
@@ -108,6 +121,6 @@ async def _asked(verdict: Any, svc: Services, run: Run) -> Any:
     # its events to this executor all the same.
     token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
     try:
-        return await verdict
+        return await awaited_own(verdict)
     finally:
         done_asking(token)

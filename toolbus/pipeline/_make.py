@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._run import Run
 
 __all__ = [
+    "OwnExit",
     "awaitable",
     "caller_cancelled",
     "log_contained",
@@ -52,6 +53,37 @@ def awaitable(value: Any) -> bool:
     Each step writes `if awaitable(v): v = yield v` where it calls a hook: a
     generator per hook call (`yield from`) would cost more than the hook."""
     return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
+class OwnExit(Exception):
+    """A `GeneratorExit` that user code a step awaited (an async policy's or
+    guardrail's) raised of its own, carried as what it is: the step would
+    otherwise take it for its own closing (its loop closed) and drop the call."""
+
+    def __init__(self, error: GeneratorExit) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def own_exit(error: BaseException) -> BaseException:
+    """`error` as the user code raised it (an `OwnExit`'s unwrapped)."""
+    return error.error if isinstance(error, OwnExit) else error
+
+
+async def awaited_own(aw: Any) -> Any:
+    """`await aw`, a `GeneratorExit` it raised itself as an `OwnExit`.
+
+    One thrown in by this coroutine's closing (`close()`, its loop shutting
+    down) is raised here afresh, at the `await` (PEP 380): its traceback ends
+    in this frame. One raised by the awaited code reaches here through its
+    frames."""
+    try:
+        return await aw
+    except GeneratorExit as e:
+        tb = e.__traceback__
+        if tb is not None and tb.tb_next is not None:
+            raise OwnExit(e) from None
+        raise
 
 
 def make_result(

@@ -31,15 +31,18 @@ from ..policies._protocol import (
     Reject,
     RequireApproval,
     Respond,
+    approval_text,
     halt_text,
     policy_name,
     rejection_text,
+    untold_text,
 )
 from ..policies._signals import asking, done_asking
 from ..tools import error_text
 from ._decisions import EDITED, approval, edited
 from ._halts import halted_text
-from ._make import awaitable, log_contained, make_result
+from ._make import awaitable, awaited_own, log_contained, make_result, own_exit
+from ._policy_results import well_formed
 from ._run import ADMISSION, POLICIES
 
 if TYPE_CHECKING:
@@ -82,7 +85,7 @@ def consult(run: Run, svc: Services) -> Steps:
     # sees the phase.
     began = run.asking_since = time.monotonic()
     run.phase = POLICIES
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due, run.policy)
     try:
         while run.policy_at < len(chain):
             policy = chain[run.policy_at]
@@ -106,6 +109,7 @@ def consult(run: Run, svc: Services) -> Steps:
                 # and KeyboardInterrupt included (it runs on a worker or the
                 # executor's loop, never where a caller's Ctrl-C lands): a
                 # broken guard fails closed, naming itself.
+                e = own_exit(e)
                 what = f"policy {policy_name(policy)} failed for call {run.call.id}"
                 log_contained(what, e, run.scrubber)
                 return _refused(run, policy, f"it raised {error_text(e)}")
@@ -126,20 +130,24 @@ def consult(run: Run, svc: Services) -> Steps:
                 if not run.note_policy(policy, admitted=False):
                     return _ended_meanwhile(run, policy, svc, admitted=False)
                 return Deferral(seconds, decision.until)
-            if kind is Reject:
-                if not isinstance(decision.code, ErrorCode):
+            if kind is Reject or kind is Halt or kind is RequireApproval:
+                if kind is Reject and not isinstance(decision.code, ErrorCode):
                     return _refused(run, policy, f"it rejected with code {decision.code!r}")
-                return make_result(
-                    run,
-                    "rejected",
-                    error=rejection_text(decision.message, run.call.name, policy),
-                    code=decision.code,
-                    attempts=0,
-                )
+                try:
+                    text = _decision_text(decision, run.call.name, policy)
+                except BaseException as e:  # its text's own `__str__`: the policy's failure
+                    log_contained(
+                        f"policy {policy_name(policy)} failed for call {run.call.id}",
+                        e,
+                        run.scrubber,
+                    )
+                    return _refused(run, policy, untold_text(decision, e))
+            if kind is Reject:
+                return make_result(run, "rejected", error=text, code=decision.code, attempts=0)
             if kind is Respond:
                 if not isinstance(decision.result, ToolResult):
                     return _refused(run, policy, "it responded with something not a ToolResult")
-                given = _well_formed(decision.result, run.call.name, policy)
+                given = well_formed(decision.result, run.call.name, policy)
                 if isinstance(given, str):
                     return _refused(run, policy, f"it responded with {given}")
                 return given.model_copy(
@@ -153,7 +161,7 @@ def consult(run: Run, svc: Services) -> Steps:
             if kind is Halt:
                 # Scrubbed here, once: the other calls of the run carry it too,
                 # and their scrubbers do not know this call's secrets.
-                why = run.scrubber.text(halt_text(decision.reason, policy))
+                why = run.scrubber.text(text)
                 halted = make_result(
                     run, "cancelled", error=halted_text(why), code=ErrorCode.HALTED, attempts=0
                 )
@@ -162,13 +170,15 @@ def consult(run: Run, svc: Services) -> Steps:
                 svc.halts.halt(run.agent_run, run.batch, why, run)
                 return halted
             if kind is RequireApproval:
-                answer = approval(run, decision.reason, svc)
+                answer = approval(run, text, svc)
                 if answer is EDITED:  # approved with other arguments: admitted again
                     answer = yield from edited(run, svc)
                     # The policies still to ask publish with the edit's
                     # scrubber, which knows the secrets the edit brought.
                     done_asking(token)
-                    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+                    token = asking(
+                        svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due, run.policy
+                    )
                 if answer is None:  # approved: the next policy's turn
                     run.policy_at += 1
                     if not run.note_policy(policy, admitted=True):
@@ -183,12 +193,22 @@ def consult(run: Run, svc: Services) -> Steps:
         run.phase = ADMISSION  # (the deadline first: see _journal_intent)
 
 
+def _decision_text(decision: Any, tool: str, policy: Any) -> str:
+    """The text a `Reject`, `Halt` or `RequireApproval` carries; raises what
+    its `__str__` raises."""
+    if type(decision) is Reject:
+        return rejection_text(decision.message, tool, policy)
+    if type(decision) is Halt:
+        return halt_text(decision.reason, policy)
+    return approval_text(decision.reason)
+
+
 async def _asked(decision: Awaitable[Any], svc: Services, run: Run) -> Any:
     # An async policy may run on the loop thread (driven from a worker): it
     # announces its events to this executor all the same.
-    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due)
+    token = asking(svc.emitter, run.batch_id, run.timeout, run.scrubber, run.due, run.policy)
     try:
-        return await decision
+        return await awaited_own(decision)
     finally:
         done_asking(token)
 
@@ -208,41 +228,6 @@ def _ended_meanwhile(run: Run, policy: Any, svc: Services, *, admitted: bool) ->
             _tell(policy, run, result, svc)
         else:
             _drop(policy, run, result, svc)
-
-
-# The code a policy's result without one gets: what toolbus itself gives a
-# result of that status when nothing more precise is known.
-_DEFAULT_CODES: dict[str, ErrorCode] = {
-    "error": ErrorCode.TOOL_ERROR,
-    "timeout": ErrorCode.EXECUTION_TIMEOUT,
-    "cancelled": ErrorCode.CANCELLED,
-    "rejected": ErrorCode.TOOL_UNAVAILABLE,
-    "deferred": ErrorCode.APPROVAL_REQUIRED,
-}
-
-
-def _well_formed(result: ToolResult, tool: str, policy: Any) -> ToolResult | str:
-    """A policy's result (`Respond`, an `on_result` replacement) as toolbus would
-    have made it; or what is wrong with it, when it cannot be mended.
-
-    Whoever reads results relies on a failure having a code and a text, and
-    on a `deferred` one carrying what to approve: a code or a text left out is
-    filled in (naming the policy); a `deferred` result without an approval
-    request (which no decision could ever run) is refused."""
-    if result.status == "ok":
-        return result
-    if result.status == "deferred" and result.approval_request is None:
-        return (
-            "a `deferred` result without an approval request (only RequireApproval defers a call)"
-        )
-    update: dict[str, Any] = {}
-    if result.error_code is None:
-        update["error_code"] = _DEFAULT_CODES[result.status]
-    if not result.error:
-        update["error"] = (
-            f"Tool '{tool}' ended {result.status}: so said its policy {policy_name(policy)}"
-        )
-    return result.model_copy(update=update) if update else result
 
 
 def _seconds(value: Any) -> float | None:
@@ -341,7 +326,7 @@ def _tell(policy: Any, run: Run, result: ToolResult, svc: Services) -> ToolResul
             AGENT_RUN.reset(in_run)
         done_asking(token)
     if isinstance(other, ToolResult):
-        checked = _well_formed(other, run.call.name, policy)
+        checked = well_formed(other, run.call.name, policy)
         if isinstance(checked, str):
             log.warning(
                 "policy %s replaced the result of call %s with %s; ignored",

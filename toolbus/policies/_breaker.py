@@ -15,7 +15,8 @@ ended without running (rejected by a later policy, cancelled while it waited,
 deferred for approval, answered from a cache) says nothing about the tool; if
 it was the trial, the next call becomes the trial, so a circuit never stays
 half-open for want of a result. A trial that has not ended `reset_after`
-seconds after its own timeout is presumed lost likewise.
+seconds after its whole call could have ended (its whole-call deadline, or all
+its attempts' timeouts and the backoffs between them) is presumed lost likewise.
 
 A result counts only in the state its call was admitted in: calls that were
 running when the circuit opened do not keep it open longer, nor close it.
@@ -41,7 +42,7 @@ from ._signals import (
     CircuitChanged,
     announce,
     asked_by_an_executor,
-    call_timeout,
+    call_span,
     scrub,
 )
 
@@ -128,7 +129,9 @@ class CircuitBreaker(BasePolicy):
         if isinstance(key, Reject):
             return key
         at = self._clock() if self._clock is not None else now
-        timeout = call_timeout()
+        # How long the call may go on, retries and backoffs included: a trial
+        # still retrying is not presumed lost while it may still end.
+        timeout = call_span()
         if timeout is None and asked_by_an_executor():
             # A call without a timeout: its trial is never presumed lost (as
             # with math.inf); it ends, and says so (`on_result`).

@@ -3,7 +3,9 @@
 A call's key is its tool's name and its arguments as the policy is asked about
 them: after the pre-call hooks and the injected values (a per-user value keeps
 users apart), before masking, in canonical JSON, hashed (the key holds no
-secret in memory). An `ok` result is kept `ttl` seconds (at most `maxsize`
+secret in memory). Only data is keyed (`_cache_key.py`): a call whose
+arguments hold what is not (an injected object) is not cached, unless the
+cache's `key` function makes data of it. An `ok` result is kept `ttl` seconds (at most `maxsize`
 results, least recently used out first); errors are never kept.
 
 Identical calls at once run once. The first is the leader; each later one
@@ -28,14 +30,16 @@ and leads a new flight itself; the others follow it. Nobody waits forever.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
+import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._json import canonical
+from .._json import detached
 from ..models import ToolCall, ToolResult
+from ._cache_key import cache_key
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Respond
 from ._signals import CACHE_HIT, CacheHit, announce, call_timeout
 
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Cache", "cache"]
 
+log = logging.getLogger("toolbus")
+
 # A follower's wait when nothing bounds it better: the longest a flight may go
 # on before it is presumed lost, when its calls have no deadline.
 LONG_WAIT = 600.0
@@ -54,7 +60,13 @@ LONG_WAIT = 600.0
 WAIT_DEADLINES = 4.0
 
 
-def cache(ttl: float = 300.0, maxsize: int = 1024, *, wait: float | None = None) -> Cache:
+def cache(
+    ttl: float = 300.0,
+    maxsize: int = 1024,
+    *,
+    wait: float | None = None,
+    key: Callable[[ToolCall], Any] | None = None,
+) -> Cache:
     """A cache of read-only tools' `ok` results; identical calls at once run once.
 
     - `ttl`: seconds a result is kept (from when it was stored).
@@ -62,10 +74,16 @@ def cache(ttl: float = 300.0, maxsize: int = 1024, *, wait: float | None = None)
     - `wait`: seconds identical calls wait for one in flight before one of
       them presumes it lost and runs itself. None: 4 deadlines of the call's
       attempts, at least 600 s (600 s when it has no deadline).
+    - `key`: `key(call)` -> data (JSON-like: str, numbers, lists, dicts,
+      dataclasses, pydantic models) that identifies the call's answer, keyed
+      in place of its arguments. Without it the arguments are the key, and a
+      call whose arguments hold what is not data (an injected session or
+      client object) is not cached: an object's repr (a memory address, reused)
+      cannot keep users apart.
 
     Given to a tool, a mutating tool is refused (ValueError when it is made);
     given to an executor, it guards only the read-only tools."""
-    return Cache(ttl=ttl, maxsize=maxsize, wait=wait)
+    return Cache(ttl=ttl, maxsize=maxsize, wait=wait, key=key)
 
 
 @dataclass(slots=True)
@@ -95,12 +113,23 @@ class Cache(BasePolicy):
 
     name = "cache"
 
-    def __init__(self, *, ttl: float, maxsize: int, wait: float | None) -> None:
+    def __init__(
+        self,
+        *,
+        ttl: float,
+        maxsize: int,
+        wait: float | None,
+        key: Callable[[ToolCall], Any] | None = None,
+    ) -> None:
         self.ttl = _positive(ttl, "ttl")
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
             raise ValueError(f"cache: maxsize must be an integer >= 1, got {maxsize!r}")
         self.maxsize = maxsize
         self.wait = None if wait is None else _positive(wait, "wait")
+        if key is not None and not callable(key):
+            raise TypeError(f"cache: key must be a function of the call, got {key!r}")
+        self.key = key
+        self._unkeyed: set[str] = set()  # tools whose uncached calls were logged
         self._lock = threading.Lock()
         # The cache's clock is the `now` it is handed (monotonic, or a test's
         # fake): TTLCache reads it through the timer below.
@@ -147,7 +176,10 @@ class Cache(BasePolicy):
             )
 
     def admit(self, call: ToolCall, tool: Tool, now: float) -> Decision:
-        key = _key(call)
+        key = self._key(call)
+        if key is None:
+            self._not_keyed(call.name)
+            return ADMIT
         budget = self._budget()
         woken: list[_Flight] = []
         with self._lock:
@@ -179,7 +211,9 @@ class Cache(BasePolicy):
         return decision
 
     def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
-        key = _key(call)
+        key = self._key(call)
+        if key is None:
+            return None  # not cached (see admit)
         ok = result.status == "ok"
         woken: _Flight | None = None
         with self._lock:
@@ -207,7 +241,9 @@ class Cache(BasePolicy):
     def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
         """A follower ended while it waited (cancelled, its executor closed):
         it no longer counts as waiting, nor is it answered when the flight ends."""
-        key = _key(call)
+        key = self._key(call)
+        if key is None:
+            return
         with self._lock:
             self._tick(now)
             flight = self._flights.get(key)
@@ -216,6 +252,25 @@ class Cache(BasePolicy):
             entry = self._results.get(key)
             if entry is not None:  # woken by its answer, it ended before it asked again
                 entry.shared_with.pop(id(call), None)
+
+    def _key(self, call: ToolCall) -> bytes | None:
+        """`call`'s key; None when what it is keyed by is not data."""
+        return cache_key(call.name, call.arguments if self.key is None else self.key(call))
+
+    def _not_keyed(self, tool: str) -> None:
+        with self._lock:
+            if tool in self._unkeyed:
+                return
+            self._unkeyed.add(tool)
+        how = "its arguments hold" if self.key is None else "cache(key=...) returned"
+        hint = "; give cache(key=...) a function of the call returning data"
+        log.warning(
+            "cache: calls of %r are not cached: %s what is not data (an injected object?), "
+            "which cannot key a result apart from other users'%s",
+            tool,
+            how,
+            hint if self.key is None else "",
+        )
 
     def _lost(self, now: float) -> list[_Flight]:
         """Let go of the flights past their budget at `now` (under the lock)."""
@@ -231,13 +286,12 @@ class Cache(BasePolicy):
         return max(LONG_WAIT, WAIT_DEADLINES * deadline)
 
 
-def _key(call: ToolCall) -> bytes:
-    data = canonical(call.arguments)
-    return hashlib.sha256(call.name.encode("utf-8", "surrogatepass") + b"\0" + data).digest()
-
-
 def _marked(result: ToolResult, how: str) -> ToolResult:
-    return result.model_copy(update={"metadata": {**result.metadata, "cache": how}})
+    """`result` marked, with an output of its own: a caller that edits what it
+    was given never changes what is stored, nor what a later hit gets."""
+    return result.model_copy(
+        update={"output": detached(result.output), "metadata": {**result.metadata, "cache": how}}
+    )
 
 
 def _wake(flight: _Flight) -> None:
@@ -249,7 +303,10 @@ def _wake(flight: _Flight) -> None:
 def _positive(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"cache: {what} must be a number of seconds, got {value!r}")
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past a float's range: 10**400
+        seconds = math.inf
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"cache: {what} must be a finite number of seconds > 0, got {value!r}")
     return seconds

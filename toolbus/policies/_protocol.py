@@ -219,6 +219,25 @@ def halt_text(reason: Any, policy: Any) -> str:
     return reason if isinstance(reason, str) else str(reason)
 
 
+def approval_text(reason: Any) -> str:
+    """A `RequireApproval`'s reason as text ("" for none)."""
+    if reason is None or reason == "":
+        return ""
+    return reason if isinstance(reason, str) else str(reason)
+
+
+def untold_text(decision: Any, error: BaseException) -> str:
+    """Why a decision whose text (a `Reject`'s message, a `Halt`'s or a
+    `RequireApproval`'s reason) could not be made (its `__str__` raised)
+    refuses the call: the policy's failure, naming the exception's type only
+    (its text may be what failed)."""
+    what = "message" if type(decision) is Reject else "reason"
+    return (
+        f"the {what} of its {type(decision).__name__} could not be made text: "
+        f"str() raised {type(error).__name__}"
+    )
+
+
 def check_policies(policies: Any, owner: str) -> tuple[Any, ...]:
     """`policies=` as a tuple of policies, or a TypeError naming `owner`."""
     if policies is None:

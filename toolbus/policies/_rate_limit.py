@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -421,6 +422,10 @@ def rate_limit(
     )
 
 
+# "5 per 0 seconds", "5/0 second": a window of no length.
+_ZERO_WINDOW = re.compile(r"(?:/|\bper\b)\s*0+(?:\.0*)?\s*[a-z]", re.IGNORECASE)
+
+
 def _parse(rate: object) -> RateLimitItem:
     import limits
 
@@ -430,6 +435,10 @@ def _parse(rate: object) -> RateLimitItem:
         items = limits.parse_many(rate)
     except ValueError:
         items = []
+    if _ZERO_WINDOW.search(rate):
+        # (the `limits` library reads a window of 0 as 1: "5 per 0 seconds"
+        # would be 5 per second)
+        raise ValueError(f"rate_limit: a rate's window must be longer than 0, got {rate!r}")
     if len(items) != 1 or items[0].amount < 1:
         raise ValueError(
             f"rate_limit: rate must be one rate like '10/second' or '100 per minute' "

@@ -32,6 +32,7 @@ from ._protocol import (
     halt_text,
     policy_name,
     rejection_text,
+    untold_text,
 )
 from ._signals import asking, done_asking
 
@@ -272,18 +273,20 @@ def _ask_at_submission(
         except BaseException as e:  # (any: as when it is asked before the attempt)
             if interrupts_caller(e):
                 raise  # (as `applies_to`'s)
-            return (
-                ErrorCode.TOOL_UNAVAILABLE,
-                f"Tool '{call.name}' is unavailable: its policy {policy_name(policy)} failed "
-                f"({type(e).__name__})",
-            )
+            return _failed(call.name, policy, type(e).__name__)
         if type(decision) is Admit:
             admitted.append(policy)
             continue
-        if type(decision) is Reject and isinstance(decision.code, ErrorCode):
-            return decision.code, rejection_text(decision.message, call.name, policy)
-        if type(decision) is Halt:
-            return ErrorCode.HALTED, halt_text(decision.reason, policy)
+        kind = type(decision)
+        if (kind is Reject and isinstance(decision.code, ErrorCode)) or kind is Halt:
+            try:
+                if kind is Halt:
+                    return ErrorCode.HALTED, halt_text(decision.reason, policy)
+                return decision.code, rejection_text(decision.message, call.name, policy)
+            except BaseException as e:  # its text's own `__str__` (user code)
+                if interrupts_caller(e):
+                    raise  # (as `applies_to`'s)
+                return _failed(call.name, policy, untold_text(decision, e))
         return (
             ErrorCode.TOOL_UNAVAILABLE,
             f"Tool '{call.name}' is unavailable: its policy {policy_name(policy)}, asked at "

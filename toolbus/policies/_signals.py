@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "announce",
     "asked_by_an_executor",
     "asking",
+    "call_span",
     "call_timeout",
     "scrub",
     "scrub_quote",
@@ -85,10 +87,10 @@ class CircuitChanged(Event):
     call_id: str | None = None
 
 
-# (emitter, batch id, timeout, scrubber, whole-call deadline) of the call a
-# policy is being asked about; no emitter at submission, when nothing is
-# announced yet.
-_Asking: TypeAlias = tuple["Emitter | None", str | None, float | None, Scrubber, float | None]
+# (emitter, batch id, timeout, scrubber, whole-call deadline, retry policy) of
+# the call a policy is being asked about; no emitter at submission, when
+# nothing is announced yet.
+_Asking: TypeAlias = tuple["Emitter | None", str | None, float | None, Scrubber, float | None, Any]
 _asking: contextvars.ContextVar[_Asking | None] = contextvars.ContextVar(
     "toolbus_policy_asking", default=None
 )
@@ -100,11 +102,12 @@ def asking(
     timeout: float | None,
     scrubber: Scrubber = EMPTY_SCRUBBER,
     due: float | None = None,
+    retry: Any = None,
 ) -> contextvars.Token[Any]:
     """The pipeline: a policy is asked about a call of `batch_id`, whose attempts
     have `timeout`, whose secrets `scrubber` hides and whose whole-call
     deadline is `due` (a `time.monotonic()` instant), now (reset the token after)."""
-    return _asking.set((emitter, batch_id, timeout, scrubber, due))
+    return _asking.set((emitter, batch_id, timeout, scrubber, due, retry))
 
 
 def asked_by_an_executor() -> bool:
@@ -131,6 +134,26 @@ def time_left() -> float | None:
     return None if due is None else due - time.monotonic()
 
 
+def call_span() -> float | None:
+    """How long, from now, the whole call a policy is asked about may go on at
+    most: until its whole-call deadline if it has one, else its attempts'
+    timeouts and the longest backoffs between them (its retry policy's
+    `max_retries`). None: no bound (an attempt without a timeout), or not
+    asked by an executor."""
+    current = _asking.get()
+    if current is None:
+        return None
+    timeout, due, retry = current[2], current[4], current[5]
+    if due is not None:
+        return max(0.0, due - time.monotonic())
+    if timeout is None or not math.isfinite(timeout):
+        return None
+    retries = getattr(retry, "max_retries", 0) or 0
+    jitter = getattr(retry, "jitter", 0.0) or 0.0
+    backoff = (getattr(retry, "max_backoff", 0.0) or 0.0) * (1 + jitter)
+    return (retries + 1) * timeout + retries * backoff
+
+
 def done_asking(token: contextvars.Token[Any]) -> None:
     _asking.reset(token)
 
@@ -145,7 +168,7 @@ def announce(name: str, make: Callable[[str | None], Event]) -> bool:
     current = _asking.get()
     if current is None:
         return False
-    emitter, batch_id, _, scrubber, _ = current
+    emitter, batch_id, _, scrubber, _, _ = current
     if emitter is None or not emitter.wants(name):
         return False
     event = make(batch_id)
