@@ -268,6 +268,13 @@ def huge_numbers(ctx: ToolContext) -> dict[str, int]:
 
 
 @registry.tool(backend="process")
+def huge_fraction(ctx: ToolContext, sign: int = 1) -> int:
+    """Report progress at a fraction past a float's range; its worker's pid."""
+    ctx.progress("far", sign * 10**400)
+    return os.getpid()
+
+
+@registry.tool(backend="process")
 def unreadable(what: str, ctx: ToolContext) -> int:
     """Send one message of kind `what` ("progress", "log", or "ok": the reply)
     that cannot be read (its last byte changed), and its worker's pid."""

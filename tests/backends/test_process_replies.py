@@ -59,6 +59,39 @@ def test_an_unreadable_progress_or_log_message_is_dropped_not_the_call(
     )
 
 
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_fraction_past_a_floats_range_is_none_and_the_call_ends(
+    make_executor: MakeExecutor, recorder: bus.Recorder, sign: int
+) -> None:
+    """`float(10**400)` raised in the worker's reader: the reply read with the
+    progress was dropped, and a call with no timeout hung (review 60)."""
+    ex = make_executor(pt.registry, timeout=None)
+    r = ex.execute(call("huge_fraction", sign=sign), timeout=20)
+    assert (r.status, r.error) == ("ok", None)
+    ex.drain_events()
+    assert [p.fraction for p in recorder.of(bus.PROGRESS)] == [None]  # as on threads
+    assert ex.execute(call("huge_fraction"), timeout=20).output == r.output  # same worker
+
+
+def test_a_message_that_fails_to_be_handled_is_dropped_alone(
+    ex: Executor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever handling one progress message raises, the reply read in the
+    same batch still ends the call (review 60)."""
+    from toolbus.backends import _process_calls
+
+    def fails(*_: object) -> None:
+        raise RuntimeError("cannot publish")
+
+    monkeypatch.setattr(_process_calls, "publish_progress", fails)
+    r = ex.execute(call("huge_fraction"), timeout=20)
+    assert (r.status, r.error) == ("ok", None)
+    assert any(
+        f"a progress message of call {r.call_id} could not be handled" in rec.getMessage()
+        for rec in caplog.records
+    )
+
+
 def test_an_unreadable_reply_is_an_error_that_says_so(ex: Executor) -> None:
     """It was a crash, "it was killed", retried for idempotent tools (hunt 6)."""
     r = ex.execute(call("unreadable", what="ok"))
