@@ -342,3 +342,28 @@ async def leaves_work(marker: str) -> int:
 
 
 _leftovers: list[asyncio.Task[None]] = []
+_calls = [0]
+
+
+@registry.tool(backend="process", timeout=20)
+async def leaves_a_task(fights: bool, leave: bool = True) -> int:
+    """Leave a task behind (`leave`): one that, if it `fights`, ignores its
+    cancellation and raises SystemExit once a later call runs on its loop (one
+    that does not ends when cancelled); its worker's pid."""
+    _calls[0] += 1
+    mine = _calls[0]
+
+    async def left() -> None:
+        while _calls[0] == mine:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                if not fights:
+                    raise
+        raise SystemExit(3)
+
+    if leave:
+        _leftovers.append(asyncio.get_running_loop().create_task(left()))
+    for _ in range(5):
+        await asyncio.sleep(0)  # whatever a task left earlier gets its turns
+    return os.getpid()

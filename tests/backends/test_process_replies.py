@@ -129,6 +129,24 @@ def test_an_async_tool_that_returned_is_done_whatever_it_left_running(
     assert (r.status, r.error) == ("ok", None)
     # What it left running is cancelled once the reply is sent.
     wait_until(marker.exists, what="the leftover task cancelled")
-    # It swallowed that and sleeps on: the worker serves the next call anyway.
+    # It swallowed that and sleeps on: the worker retired, the next call runs.
     again = ex.execute(call("leaves_work", marker=str(tmp_path / "again")))
-    assert (again.status, again.output) == ("ok", r.output)
+    assert again.status == "ok"
+    assert again.output != r.output
+
+
+def test_a_task_left_that_ignores_its_cancellation_retires_its_worker(ex: Executor) -> None:
+    """It stayed on the worker's loop and ran inside the next call, which ended
+    TOOL_ERROR "SystemExit: 3", an error it never raised (review 60)."""
+    a = ex.execute(call("leaves_a_task", fights=True))
+    assert (a.status, a.error) == ("ok", None)
+    b = ex.execute(call("leaves_a_task", fights=True, leave=False))
+    assert (b.status, b.error) == ("ok", None)
+    assert b.output != a.output  # a fresh worker
+
+
+def test_a_task_left_that_ends_when_cancelled_spares_its_worker(ex: Executor) -> None:
+    a = ex.execute(call("leaves_a_task", fights=False))
+    b = ex.execute(call("leaves_a_task", fights=False))
+    assert (a.status, b.status) == ("ok", "ok")
+    assert b.output == a.output
