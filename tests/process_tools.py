@@ -275,6 +275,12 @@ def huge_fraction(ctx: ToolContext, sign: int = 1) -> int:
 
 
 @registry.tool(backend="process")
+def giant_with_surrogate(digits: int) -> dict[str, object]:
+    """An integer of `digits` + 1 digits beside a lone surrogate; the worker's pid."""
+    return {"n": 10**digits, "u": "\udce9", "pid": os.getpid()}
+
+
+@registry.tool(backend="process")
 def unreadable(what: str, ctx: ToolContext) -> int:
     """Send one message of kind `what` ("progress", "log", or "ok": the reply)
     that cannot be read (its last byte changed), and its worker's pid."""

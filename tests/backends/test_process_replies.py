@@ -44,6 +44,19 @@ def test_integers_past_a_doubles_range_come_back_exact(
     assert any(rec.getMessage().startswith("counted") for rec in caplog.records)
 
 
+def test_an_integer_longer_than_python_reads_beside_a_surrogate_comes_back(
+    ex: Executor,
+) -> None:
+    """The worker wrote it, the agent could not read it (`int()`'s 4300 digits):
+    TOOL_ERROR, and a healthy worker replaced (review 60)."""
+    r = ex.execute(call("giant_with_surrogate", digits=4400))
+    assert (r.status, r.error) == ("ok", None)
+    assert isinstance(r.output, dict)
+    assert (r.output["n"] == 10**4400, r.output["u"]) == (True, "\udce9")
+    again = ex.execute(call("giant_with_surrogate", digits=1))
+    assert isinstance(again.output, dict) and again.output["pid"] == r.output["pid"]
+
+
 @pytest.mark.parametrize("what", ["progress", "log"])
 def test_an_unreadable_progress_or_log_message_is_dropped_not_the_call(
     ex: Executor, what: str, caplog: pytest.LogCaptureFixture
