@@ -281,6 +281,14 @@ def giant_with_surrogate(digits: int) -> dict[str, object]:
 
 
 @registry.tool(backend="process")
+def reports_bytes(ctx: ToolContext, api_key: Annotated[str, Injected]) -> str:
+    """Report progress holding `api_key`'s bytes (a lone surrogate as the byte
+    `surrogateescape` gives it)."""
+    ctx.progress("working", 0.5, raw=api_key.encode("utf-8", "surrogateescape"))
+    return "ok"
+
+
+@registry.tool(backend="process")
 def unreadable(what: str, ctx: ToolContext) -> int:
     """Send one message of kind `what` ("progress", "log", or "ok": the reply)
     that cannot be read (its last byte changed), and its worker's pid."""
