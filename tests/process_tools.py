@@ -268,6 +268,27 @@ def huge_numbers(ctx: ToolContext) -> dict[str, int]:
 
 
 @registry.tool(backend="process")
+def huge_fraction(ctx: ToolContext, sign: int = 1) -> int:
+    """Report progress at a fraction past a float's range; its worker's pid."""
+    ctx.progress("far", sign * 10**400)
+    return os.getpid()
+
+
+@registry.tool(backend="process")
+def giant_with_surrogate(digits: int) -> dict[str, object]:
+    """An integer of `digits` + 1 digits beside a lone surrogate; the worker's pid."""
+    return {"n": 10**digits, "u": "\udce9", "pid": os.getpid()}
+
+
+@registry.tool(backend="process")
+def reports_bytes(ctx: ToolContext, api_key: Annotated[str, Injected]) -> str:
+    """Report progress holding `api_key`'s bytes (a lone surrogate as the byte
+    `surrogateescape` gives it)."""
+    ctx.progress("working", 0.5, raw=api_key.encode("utf-8", "surrogateescape"))
+    return "ok"
+
+
+@registry.tool(backend="process")
 def unreadable(what: str, ctx: ToolContext) -> int:
     """Send one message of kind `what` ("progress", "log", or "ok": the reply)
     that cannot be read (its last byte changed), and its worker's pid."""
@@ -335,3 +356,28 @@ async def leaves_work(marker: str) -> int:
 
 
 _leftovers: list[asyncio.Task[None]] = []
+_calls = [0]
+
+
+@registry.tool(backend="process", timeout=20)
+async def leaves_a_task(fights: bool, leave: bool = True) -> int:
+    """Leave a task behind (`leave`): one that, if it `fights`, ignores its
+    cancellation and raises SystemExit once a later call runs on its loop (one
+    that does not ends when cancelled); its worker's pid."""
+    _calls[0] += 1
+    mine = _calls[0]
+
+    async def left() -> None:
+        while _calls[0] == mine:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                if not fights:
+                    raise
+        raise SystemExit(3)
+
+    if leave:
+        _leftovers.append(asyncio.get_running_loop().create_task(left()))
+    for _ in range(5):
+        await asyncio.sleep(0)  # whatever a task left earlier gets its turns
+    return os.getpid()

@@ -12,7 +12,7 @@ other text or value takes the orjson path unchanged.
 A lone surrogate, which orjson refuses (no UTF-8 holds it), takes the same
 kind of fallback, again only once orjson has refused: `reread` (a tool's
 output kept as it is), `dumps_surrogatepass`/`loads_surrogatepass` (toolbus's
-own wire, exact). One piece, about 500 lines: every fallback writes
+own wire, exact). One piece, about 550 lines: every fallback writes
 what orjson would through the one `_Prepare`.
 """
 
@@ -58,10 +58,16 @@ def loads(data: str | bytes) -> Any:
     integer past a double's range, which it refuses; raises its
     `JSONDecodeError` otherwise.
     """
+    return _read(data, exact=True)
+
+
+def _read(data: str | bytes, *, exact: bool) -> Any:
+    """`loads`; without `exact`, an integer past a double's range is refused,
+    as orjson refuses it (`canonical`'s keys)."""
     try:
         value = orjson.loads(data)
     except JSONDecodeError as e:
-        if not str(e).startswith(_INFINITE):
+        if not exact or not str(e).startswith(_INFINITE):
             raise
         return _exact(data, e)
     if len(data) < 19:
@@ -86,18 +92,55 @@ def _finite(text: str) -> float:
     return value
 
 
+def _int(text: str) -> int:
+    """An integer's digits as the integer, however many (`int()` refuses more
+    than `sys.get_int_max_str_digits()`; a `Decimal` has no such limit)."""
+    if len(text) <= 4000:
+        return int(text)
+    return int(decimal.Decimal(text))
+
+
+def _stdlib(text: str | bytes) -> Any:
+    """The stdlib's reading of a JSON text, strict as orjson (no NaN, no
+    infinite float), any integer exact."""
+    return json.loads(text, parse_float=_finite, parse_int=_int, parse_constant=_no_constant)
+
+
 def _exact(data: str | bytes, refused: JSONDecodeError) -> Any:
     """A text orjson refused for a number past a double's range, read by the
     stdlib: such an integer exact; such a float, NaN and the infinities still
-    refused (`refused` is raised), as is anything else orjson would refuse
-    that the stdlib reads (a lone surrogate's escape: `_has_surrogate`)."""
+    refused, as is anything else orjson would refuse that the stdlib reads (a
+    lone surrogate's escape: `_has_surrogate`), with orjson's reason."""
     try:
-        value = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+        value = _stdlib(data)
     except (ValueError, RecursionError):
-        raise refused from None
+        raise _reason(data, refused) from None
     if _has_surrogate(value):
-        raise refused
+        raise _reason(data, refused)
     return value
+
+
+# A whole integer token of 19 or more digits (in a string too: harmless, see `_reason`).
+_INT_TOKEN = re.compile(r"(?<![\w.+-])(-?)([0-9]{19,})(?![\w.])")
+_INT_TOKEN_BYTES = re.compile(rb"(?<![\w.+-])(-?)([0-9]{19,})(?![\w.])")
+
+
+def _reason(data: str | bytes, refused: JSONDecodeError) -> JSONDecodeError:
+    """Why orjson refuses `data` but for its long integers: each read as 0
+    padded with spaces to its length (the same positions; in a string, still
+    a string), so a NaN or a bad escape after `10**400` is named, not the
+    integer. `refused` if that reads (the integers were all it refused)."""
+    if isinstance(data, bytes):
+        plain: str | bytes = _INT_TOKEN_BYTES.sub(
+            lambda m: m[1] + b"0" + b" " * (len(m[2]) - 1), data
+        )
+    else:
+        plain = _INT_TOKEN.sub(lambda m: m[1] + "0" + " " * (len(m[2]) - 1), data)
+    try:
+        orjson.loads(plain)
+    except JSONDecodeError as e:
+        return e
+    return refused
 
 
 def _has_surrogate(value: Any) -> bool:
@@ -132,7 +175,9 @@ def canonical(arguments: Any) -> bytes:
     value: Any = arguments
     if isinstance(arguments, str):
         try:
-            value = loads(arguments)
+            # An integer past a double's range refused, as it always was: the
+            # text's bytes are its key (`loads` reads it now, `repr` would move it).
+            value = _read(arguments, exact=False)
         except (ValueError, TypeError):
             return arguments.encode("utf-8", "surrogatepass")
     try:
@@ -319,7 +364,7 @@ def loads_surrogatepass(data: bytes) -> Any:
     try:
         # Raw characters, never escapes: the stdlib would join an escaped
         # pair into one character.
-        return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+        return _stdlib(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 

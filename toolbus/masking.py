@@ -16,17 +16,17 @@ the values the maskers collect, so they change together.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import functools
 import json
 import re
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ._encoded_text import cleaned_data
+from ._cleaned_result import cleaned_result
 
 if TYPE_CHECKING:
-    from .models import Attachment, ToolResult
     from .scanning import ContentScanner
 
 __all__ = [
@@ -380,7 +380,7 @@ def published_arguments(raw: Any, masked: Any, forced: Sequence[str]) -> tuple[A
     from text (1 to 3 characters), nothing is published (`None`).
     """
     if isinstance(masked, bytes | bytearray):
-        masked = bytes(masked).decode("utf-8", "replace")
+        masked = bytes(masked).decode("utf-8", "surrogateescape")
     elif not isinstance(masked, _JSON_LIKE):
         fields = _fields(masked)  # a pydantic model or a dataclass: its data
         masked = fields if fields is not None else _text_of(masked)
@@ -410,12 +410,19 @@ def _text_of(value: Any) -> str:
 
 
 def _escaped(values: Iterable[str]) -> list[str]:
-    """`values` as JSON and Python reprs write them inside a text, where that differs."""
+    """`values` as JSON and Python reprs write them inside a text, where that
+    differs; and as the repr of their bytes does (a process tool's `bytes`
+    come to the agent as that text)."""
     out: list[str] = []
     for v in values:
         if _ESCAPED.search(v) is None:
             continue
-        for form in (json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1], repr(v)[1:-1]):
+        forms = [json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1], repr(v)[1:-1]]
+        try:
+            forms.append(repr(v.encode("utf-8", "surrogateescape"))[2:-1])
+        except UnicodeEncodeError:  # a surrogate no byte stands for
+            pass
+        for form in forms:
             if form != v and form not in out:
                 out.append(form)
     return out
@@ -452,8 +459,17 @@ def _scrub_any(pattern: re.Pattern[str], scrubber: Scrubber, value: Any) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int | float):
-        return MASK if str(value) in scrubber._values else value
+        return MASK if _number_text(value) in scrubber._values else value
     return _scrubbed_object(pattern, value)
+
+
+def _number_text(value: int | float) -> str:
+    """A number's text as a secret would hold it; an integer of more digits
+    than `str()` writes (`sys.get_int_max_str_digits`) too."""
+    try:
+        return str(value)
+    except ValueError:
+        return format(decimal.Decimal(value), "f")
 
 
 class Scrubber:
@@ -525,8 +541,7 @@ class Scrubber:
         if isinstance(value, _SEQUENCES):
             return [self._value(v) for v in value]
         if isinstance(value, int | float) and not isinstance(value, bool):
-            text = str(value)
-            return MASK if text in self._values else value
+            return MASK if _number_text(value) in self._values else value
         if value is None or isinstance(value, bool):
             return value
         return _scrubbed_object(self._pattern, value)
@@ -534,58 +549,21 @@ class Scrubber:
 
 def _scrubbed_object(pattern: re.Pattern[str] | None, value: Any) -> Any:
     """An object (a set, bytes, a tool's own class): as it is unless its text
-    (bytes: also as UTF-8) shows a secret; then that text, scrubbed."""
+    (bytes: also as UTF-8, an undecodable byte as its lone surrogate, as a
+    secret read with `surrogateescape` holds it) shows a secret; then that
+    text, scrubbed."""
     if pattern is None:
         return value
     try:
         rep, text = repr(value), str(value)
         if isinstance(value, bytes | bytearray):
-            text = bytes(value).decode("utf-8", "replace")
+            text = bytes(value).decode("utf-8", "surrogateescape")
     except Exception:  # an object that cannot say what it is
         return MASK
     return pattern.sub(MASK, text) if pattern.search(rep) or pattern.search(text) else value
 
 
 EMPTY_SCRUBBER = Scrubber()
-
-
-class _Cleaner(Protocol):
-    def text(self, text: str) -> str: ...
-    def value(self, value: Any) -> Any: ...
-
-
-def cleaned_result(cleaner: _Cleaner, result: ToolResult) -> ToolResult:
-    """`result` with its output, error, metadata and attachments passed
-    through `cleaner` (a `Scrubber`, a content scanner); `result` itself
-    where nothing changes."""
-    update = {
-        "output": cleaner.value(result.output),
-        "error": cleaner.text(result.error) if result.error else result.error,
-        "metadata": cleaner.value(result.metadata),
-        "attachments": tuple(_cleaned_attachment(cleaner, a) for a in result.attachments),
-    }
-    if all(update[k] is getattr(result, k) for k in ("output", "error", "metadata")) and all(
-        a == b for a, b in zip(update["attachments"], result.attachments, strict=True)
-    ):
-        return result
-    return result.model_copy(update=update)
-
-
-def _cleaned_attachment(cleaner: _Cleaner, attachment: Attachment) -> Attachment:
-    # Its type too: a model reads it in the attachment's line, a tool may make it
-    # of anything. Its data, and a base64 `data:` URL's, as the text they encode
-    # (their base64 hides a secret from a search); as they are too, in case a
-    # tool put plain text where base64 belongs.
-    url = attachment.url
-    if url is not None and url[:5].lower() == "data:":
-        head, _, payload = url.partition(",")
-        if head.lower().endswith(";base64"):
-            url = f"{head},{cleaned_data(cleaner.text, head[5:-7] or 'text/plain', payload)}"
-    data = attachment.data
-    if data:
-        data = cleaned_data(cleaner.text, attachment.type, data)
-    fields = {"type": attachment.type, "url": url, "data": data, "title": attachment.title}
-    return attachment.model_copy(update=cleaner.value(fields))
 
 
 # What stands for a value the content scanner failed on (a structure too deep

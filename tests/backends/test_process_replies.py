@@ -44,6 +44,34 @@ def test_integers_past_a_doubles_range_come_back_exact(
     assert any(rec.getMessage().startswith("counted") for rec in caplog.records)
 
 
+def test_an_integer_longer_than_python_reads_beside_a_surrogate_comes_back(
+    ex: Executor,
+) -> None:
+    """The worker wrote it, the agent could not read it (`int()`'s 4300 digits):
+    TOOL_ERROR, and a healthy worker replaced (review 60)."""
+    r = ex.execute(call("giant_with_surrogate", digits=4400))
+    assert (r.status, r.error) == ("ok", None)
+    assert isinstance(r.output, dict)
+    assert (r.output["n"] == 10**4400, r.output["u"]) == (True, "\udce9")
+    again = ex.execute(call("giant_with_surrogate", digits=1))
+    assert isinstance(again.output, dict) and again.output["pid"] == r.output["pid"]
+
+
+@pytest.mark.parametrize("key", ["sk-live-\udce91234567890", "sk-live-pässwörd-123"])
+def test_a_secret_in_bytes_of_progress_data_is_scrubbed(
+    make_executor: MakeExecutor, recorder: bus.Recorder, key: str
+) -> None:
+    """The bytes cross as their repr (`\\xe9`), which no form of the secret
+    the scrubber knew matched: published as they were (review 60). (A lone
+    surrogate comes from os.environ, say: injected, no JSON argument.)"""
+    ex = make_executor(pt.registry, timeout=60, inject={"api_key": lambda c: key})
+    r = ex.execute(call("reports_bytes"))
+    assert (r.status, r.error) == ("ok", None)
+    ex.drain_events()
+    (progress,) = recorder.of(bus.PROGRESS)
+    assert progress.data == {"raw": "b'***'"}
+
+
 @pytest.mark.parametrize("what", ["progress", "log"])
 def test_an_unreadable_progress_or_log_message_is_dropped_not_the_call(
     ex: Executor, what: str, caplog: pytest.LogCaptureFixture
@@ -55,6 +83,39 @@ def test_an_unreadable_progress_or_log_message_is_dropped_not_the_call(
     assert ex.execute(call("unreadable", what="none")).output == first.output  # same worker
     assert any(
         f"a {what} message of call {first.call_id} could not be read" in rec.getMessage()
+        for rec in caplog.records
+    )
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_fraction_past_a_floats_range_is_none_and_the_call_ends(
+    make_executor: MakeExecutor, recorder: bus.Recorder, sign: int
+) -> None:
+    """`float(10**400)` raised in the worker's reader: the reply read with the
+    progress was dropped, and a call with no timeout hung (review 60)."""
+    ex = make_executor(pt.registry, timeout=None)
+    r = ex.execute(call("huge_fraction", sign=sign), timeout=20)
+    assert (r.status, r.error) == ("ok", None)
+    ex.drain_events()
+    assert [p.fraction for p in recorder.of(bus.PROGRESS)] == [None]  # as on threads
+    assert ex.execute(call("huge_fraction"), timeout=20).output == r.output  # same worker
+
+
+def test_a_message_that_fails_to_be_handled_is_dropped_alone(
+    ex: Executor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever handling one progress message raises, the reply read in the
+    same batch still ends the call (review 60)."""
+    from toolbus.backends import _process_calls
+
+    def fails(*_: object) -> None:
+        raise RuntimeError("cannot publish")
+
+    monkeypatch.setattr(_process_calls, "publish_progress", fails)
+    r = ex.execute(call("huge_fraction"), timeout=20)
+    assert (r.status, r.error) == ("ok", None)
+    assert any(
+        f"a progress message of call {r.call_id} could not be handled" in rec.getMessage()
         for rec in caplog.records
     )
 
@@ -96,6 +157,24 @@ def test_an_async_tool_that_returned_is_done_whatever_it_left_running(
     assert (r.status, r.error) == ("ok", None)
     # What it left running is cancelled once the reply is sent.
     wait_until(marker.exists, what="the leftover task cancelled")
-    # It swallowed that and sleeps on: the worker serves the next call anyway.
+    # It swallowed that and sleeps on: the worker retired, the next call runs.
     again = ex.execute(call("leaves_work", marker=str(tmp_path / "again")))
-    assert (again.status, again.output) == ("ok", r.output)
+    assert again.status == "ok"
+    assert again.output != r.output
+
+
+def test_a_task_left_that_ignores_its_cancellation_retires_its_worker(ex: Executor) -> None:
+    """It stayed on the worker's loop and ran inside the next call, which ended
+    TOOL_ERROR "SystemExit: 3", an error it never raised (review 60)."""
+    a = ex.execute(call("leaves_a_task", fights=True))
+    assert (a.status, a.error) == ("ok", None)
+    b = ex.execute(call("leaves_a_task", fights=True, leave=False))
+    assert (b.status, b.error) == ("ok", None)
+    assert b.output != a.output  # a fresh worker
+
+
+def test_a_task_left_that_ends_when_cancelled_spares_its_worker(ex: Executor) -> None:
+    a = ex.execute(call("leaves_a_task", fights=False))
+    b = ex.execute(call("leaves_a_task", fights=False))
+    assert (a.status, b.status) == ("ok", "ok")
+    assert b.output == a.output

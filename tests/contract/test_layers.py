@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "pure decisions",
         (
             "toolbus.masking",
+            "toolbus._cleaned_result",
             "toolbus.scanning",
             "toolbus.retry",
             "toolbus.formatting",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from tests.secret_strategies import nest as _nest
 from tests.secret_strategies import secrets
-from toolbus import Executor, RetryPolicy, ToolCall, ToolContext, ToolRegistry, ToolResult, bus
+from toolbus import (
+    Executor,
+    Injected,
+    RetryPolicy,
+    ToolCall,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    bus,
+)
 
 session_token: contextvars.ContextVar[str] = contextvars.ContextVar("session_token", default="")
 
@@ -211,20 +220,28 @@ def test_a_pre_call_hook_moving_a_secret_to_a_plain_name_publishes_none_of_it(
         assert secret not in text
 
 
-def test_a_secret_in_a_set_or_bytes_of_progress_data_is_scrubbed() -> None:
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sk-live-1234567890",
+        # Read from os.environ with surrogateescape: its bytes are b"\xe9" there
+        # (review 60: they were decoded with "replace", and published as they were).
+        "sk-live-\udce91234567890",
+    ],
+)
+def test_a_secret_in_a_set_or_bytes_of_progress_data_is_scrubbed(key: str) -> None:
     """On threads a set's or bytes' secret reached `tool:progress` as it was
     (hunt 6); the process backend sends them as their text, scrubbed."""
     reg = ToolRegistry()
-    key = "sk-live-1234567890"
 
     @reg.tool
-    def report(ctx: ToolContext, api_key: str) -> str:
-        raw = api_key.encode()
+    def report(ctx: ToolContext, api_key: Annotated[str, Injected]) -> str:
+        raw = api_key.encode("utf-8", "surrogateescape")
         ctx.progress("working", 0.5, keys={api_key}, raw=raw, deep=[{"k": frozenset([api_key])}])
         return "ok"
 
-    with Executor(reg) as ex, bus.Recorder() as rec:
-        assert ex.execute(ToolCall(name="report", arguments={"api_key": key})).status == "ok"
+    with Executor(reg, inject={"api_key": lambda c: key}) as ex, bus.Recorder() as rec:
+        assert ex.execute(ToolCall(name="report")).status == "ok"
         ex.drain_events()
     (progress,) = rec.of(bus.PROGRESS)
     assert key not in repr(progress.data)

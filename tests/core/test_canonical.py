@@ -49,6 +49,16 @@ def test_an_idempotency_key_of_ordinary_arguments_is_unchanged() -> None:
     )
 
 
+def test_text_holding_integers_past_64_bits_keeps_its_old_key() -> None:
+    """The key of such text moved when `loads` learned to read 10**400: from
+    the text's bytes to its repr, and keys in journals stopped matching
+    (review 60). Both old keys pinned."""
+    within = '{"n": 12345678901234567890123}'  # 19+ digits, within a double's range
+    assert canonical(within) == repr(within).encode()
+    for past in ('{"n": 1' + "0" * 400 + "}", "[-" + "9" * 5000 + "]"):
+        assert canonical(past) == past.encode()
+
+
 def test_json_text_and_its_dict_agree() -> None:
     assert canonical('{"b": [1, {"y": null, "x": 2}], "a": "é"}') == canonical(
         {"a": "é", "b": [1, {"x": 2, "y": None}]}

@@ -22,6 +22,8 @@ from toolbus.masking import (
     hidden_values,
     is_secret_key,
     mask_arguments,
+    published_arguments,
+    scrub_published,
 )
 from toolbus.scanning import ContentScanner
 
@@ -666,3 +668,23 @@ def test_no_secret_survives_masking_or_scrubbing(
     scrubbed_value = orjson.dumps(scrubber.value(args)).decode()
     for secret in present:
         assert secret not in scrubbed_value
+
+
+def test_an_integer_longer_than_str_writes_is_kept_not_unscannable() -> None:
+    """`str()` of an integer past 4300 digits raises: an output holding one
+    was published as "[REDACTED:unscannable]" when the call had a secret
+    (review 60)."""
+    huge = 10**5000
+    s = Scrubber(["sk-live-1234567890"])
+    assert s.value({"n": huge, "k": "sk-live-1234567890"}) == {"n": huge, "k": MASK}
+    assert scrub_published(s, [huge, -huge]) == [huge, -huge]
+
+
+def test_a_surrogate_secret_in_bytes_or_their_repr_is_scrubbed() -> None:
+    """A secret read with surrogateescape is those bytes in `bytes`; a process
+    tool's bytes come to the agent as their repr (review 60)."""
+    for secret in ("sk-live-\udce91234567890", "pässwörd-1234"):
+        raw = secret.encode("utf-8", "surrogateescape")
+        _, s = published_arguments({}, {}, [secret])
+        assert s.value({"b": raw}) == {"b": MASK}
+        assert s.text(repr(raw)) == f"b'{MASK}'"

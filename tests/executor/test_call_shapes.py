@@ -34,7 +34,7 @@ from toolbus import (
     tool,
 )
 from toolbus import calls as toolbus_calls
-from toolbus._json import dumps, loads
+from toolbus._json import dumps, dumps_surrogatepass, loads, loads_surrogatepass
 from toolbus.calls import coerce_call
 from toolbus.providers import anthropic, openai
 
@@ -250,17 +250,40 @@ def test_an_integer_past_a_doubles_range_is_read_and_nothing_more_is() -> None:
     huge = 10**400
     assert loads(f"[{huge}, -{huge}, 1.5]") == [huge, -huge, 1.5]
     assert loads(f'{{"n": {huge}}}'.encode()) == {"n": huge}
-    # The stdlib reads it; not what orjson refuses besides (its first error is
-    # the number), which the stdlib would read.
-    for text in [
-        "1e400",
-        f"[{huge}, 1e400]",
-        f"[{huge}, NaN]",
-        f'[{huge}, "\\ud800"]',
-        f"[{huge},]",
+    # The stdlib reads it; not what orjson refuses besides, which the stdlib
+    # would read: refused for what it is, not "number is infinity" (orjson's
+    # first error, the integer; review 60).
+    for text, reason in [
+        ("1e400", "number is infinity"),
+        (f"[{huge}, 1e400]", "number is infinity"),
+        (f"[{huge}, NaN]", "unexpected character"),
+        (f'[{huge}, "\\ud800"]', "surrogate"),
+        (f'[{huge}, "a\\x"]', "invalid escape"),
+        (f"[-{huge},]", "trailing comma"),
     ]:
-        with pytest.raises(ValueError, match="number is infinity"):
+        with pytest.raises(ValueError, match=reason):
             loads(text)
+
+
+def test_an_integer_longer_than_python_reads_is_read_exactly(make_executor: MakeExecutor) -> None:
+    """Past 4300 digits the stdlib's `int()` refuses the text: such a result
+    failed on every backend ("number is infinity"), and, beside a lone
+    surrogate, a process tool's reply could not be read (review 60)."""
+    huge = 10**5000
+    assert loads(dumps([huge, -huge])) == [huge, -huge]
+    assert loads_surrogatepass(dumps_surrogatepass({"n": huge, "u": "\udce9"})) == {
+        "n": huge,
+        "u": "\udce9",
+    }
+    reg = ToolRegistry()
+
+    @reg.tool
+    def giant() -> dict[str, int]:
+        return {"n": huge}
+
+    r = make_executor(reg).execute(ToolCall(name="giant"))
+    assert (r.status, r.error) == ("ok", None)
+    assert isinstance(r.output, dict) and r.output["n"] == huge
 
 
 def test_an_integer_longer_than_python_writes_is_written_exactly(ex: Executor) -> None:

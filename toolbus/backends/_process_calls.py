@@ -23,6 +23,7 @@ from ..pipeline import (
     WorkerKilled,
     log_contained,
     logged,
+    progress_fraction,
     publish_progress,
 )
 from ..tools import ToolError
@@ -250,19 +251,19 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         assert self._host is not None
         services = self._host.services
 
-        def on_message(message: dict[str, Any]) -> None:
-            if message.get("kind") == "progress":
+        def report(message: dict[str, Any], kind: Any) -> None:
+            if kind == "progress":
                 data = message.get("data")
                 publish_progress(
                     run,
                     services,
                     str(message.get("message", "")),
-                    _fraction(message.get("fraction")),
+                    progress_fraction(message.get("fraction")),
                     data if isinstance(data, dict) else {},
                 )
-            elif message.get("kind") == "log":
+            elif kind == "log":
                 logged(run, message)
-            elif message.get("kind") == "garbled" and message.get("of") in ("progress", "log"):
+            else:
                 # Lost, as a log message that cannot be written is: the call goes on.
                 log_contained(
                     f"a {message['of']} message of call {run.call.id} could not be read "
@@ -270,6 +271,22 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
                     message["error"],
                     run.scrubber,
                 )
+
+        def on_message(message: dict[str, Any]) -> None:
+            kind = message.get("kind")
+            if kind in ("progress", "log") or (
+                kind == "garbled" and message.get("of") in ("progress", "log")
+            ):
+                # One report that cannot be published is dropped alone: never
+                # the frames read with it (the reply), never the call.
+                try:
+                    report(message, kind)
+                except Exception as e:
+                    log_contained(
+                        f"a {kind} message of call {run.call.id} could not be handled; dropped",
+                        e,
+                        run.scrubber,
+                    )
             else:
                 deliver(message)
 
@@ -334,7 +351,3 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         pool.lost(worker)
         # Over a limit it would be over it again: not worth a retry.
         raise ToolCrashed(f"Tool '{name}' crashed: {why}", retry=not limit)
-
-
-def _fraction(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import mmap
 import os
 import pickle
@@ -79,6 +80,9 @@ def describe_exit(
     if code == EXIT_MEMORY:
         return f"it went over its memory limit (memory_limit_mb={memory_limit_mb})", True
     return f"its worker process exited with code {code}", False
+
+
+log = logging.getLogger("toolbus.backends")
 
 
 class WorkerProcess:
@@ -177,7 +181,18 @@ class WorkerProcess:
             if message.get("seq") != self.seq:
                 continue  # stale: a thread of an earlier call still talking
             if self.on_message is not None:
-                self.on_message(message)
+                try:
+                    self.on_message(message)
+                except Exception as e:
+                    # Contained per message: the frames read with it still go
+                    # where they belong. Its text is not logged (it may hold a
+                    # secret, and no scrubber is at hand here).
+                    log.warning(
+                        "a %s message from worker process %d could not be handled (%s); dropped",
+                        message.get("kind"),
+                        self.pid,
+                        type(e).__name__,
+                    )
         return True
 
     def gone(self, why: str = "") -> None:

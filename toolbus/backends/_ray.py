@@ -128,6 +128,7 @@ class RayBackend(ActorCalls):
         self._pools: dict[int, tuple[Tool, ToolActors]] = {}
         self._cancelled: dict[int, tuple[Any, int]] = {}
         self._lingering: Counter[int] = Counter()
+        self._held: set[Run] = set()  # async runs cancelled while being sent
 
     # -- the Backend protocol (the supervisor's thread) ---------------------------
 
@@ -178,6 +179,11 @@ class RayBackend(ActorCalls):
             # Under the lock `_forget` takes: an actor let go of is never killed.
             serving = self._serving.get(run)
             killing = serving is not None and not is_async and serving[0].mark_killed()
+            if is_async and serving is not None and serving[1] is None:
+                # Being sent: counted as lingering on its actor now (no call is
+                # sent there meanwhile), cancelled once it is sent (`_sent`).
+                self._hold(run, serving[0])
+                return False
         if serving is None:
             return True
         actor, ref = serving

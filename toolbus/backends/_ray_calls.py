@@ -66,6 +66,7 @@ class ActorCalls(RemoteBackend[_Serving]):
     # Cancelled async calls not ended yet, by id of their ref: (ref, tool id).
     _cancelled: dict[int, tuple[Any, int]]
     _lingering: Any  # Counter of those, by tool id
+    _held: set[Run]  # async calls cancelled while being sent (`_hold`)
 
     if TYPE_CHECKING:
 
@@ -146,12 +147,14 @@ class ActorCalls(RemoteBackend[_Serving]):
             if is_async:
                 raise asyncio.CancelledError
             raise WorkerKilled()
+        sending = self._serve(run, actor, None)
         try:
             ref = self._remote(run, ctx, actor)
         except BaseException:
+            self._unsent(run, sending)
             pool.release(actor)
             raise
-        serving = self._serve(run, actor, ref)
+        serving = self._sent(run, sending, ref)
         try:
             if tool.wants_context:
                 message = await self._consume(ref, run, services)
@@ -197,14 +200,16 @@ class ActorCalls(RemoteBackend[_Serving]):
         actor = pool.take()
         if actor is None:
             return False
+        sending = self._serve(run, actor, None)
         try:
             if run.settled:  # stopped already: nothing to send
                 raise asyncio.CancelledError() if tool.is_async else WorkerKilled()
             ref = self._remote(run, ctx, actor)
         except BaseException:
+            self._unsent(run, sending)
             pool.give_back(actor)
             raise
-        serving = self._serve(run, actor, ref)
+        serving = self._sent(run, sending, ref)
         direct.finish = functools.partial(self._finished, run, pool, serving)
         ref.future().add_done_callback(direct.replied)
         return True
@@ -221,6 +226,59 @@ class ActorCalls(RemoteBackend[_Serving]):
         return _value(pool, actor, message)
 
     # -- an async call cancelled (any thread), and one that will not stop (the loop) -----
+
+    def _hold(self, run: Run, actor: RayActor) -> None:
+        """Under `_lock`: an async call cancelled while it is being sent counts
+        as lingering on `actor` at once (the caller has its result, and may
+        send its next call at once: not there), until `_sent` cancels it."""
+        assert run.tool is not None
+        if run not in self._held:
+            self._held.add(run)
+            self._lingering[id(run.tool)] += 1
+            actor.lingering += 1
+
+    def _unhold(self, run: Run, actor: RayActor) -> bool:
+        """Under `_lock`: whether `run` was held (its count is then dropped)."""
+        if run not in self._held:
+            return False
+        self._held.discard(run)
+        assert run.tool is not None
+        self._lingering[id(run.tool)] -= 1
+        actor.lingering -= 1
+        return True
+
+    def _sent(self, run: Run, sending: _Serving, ref: Any) -> _Serving:
+        """The call is sent: `kill` finds its ref now; one that came while it
+        was being sent (`_hold`) is carried out."""
+        actor = sending[0]
+        serving = (actor, ref)
+        with self._lock:
+            if self._serving.get(run) is sending:
+                self._serving[run] = serving
+            held = self._unhold(run, actor)
+        if held:
+            self._cancel_async(run, actor, ref)
+            self._calm(actor, run)
+        return serving
+
+    def _unsent(self, run: Run, sending: _Serving) -> None:
+        """The call could not be sent: nothing of it lingers."""
+        self._untrack(run, sending)
+        with self._lock:
+            held = self._unhold(run, sending[0])
+        if held:
+            self._calm(sending[0], run)
+
+    def _calm(self, actor: RayActor, run: Run) -> None:
+        """Any thread: calls waiting for `actor` look again if nothing lingers on it."""
+        lane = self._lane
+        loop = lane.loop if lane is not None else None
+        pool = self._pools.get(id(run.tool))
+        if actor.lingering == 0 and loop is not None and pool is not None:
+            try:
+                loop.call_soon_threadsafe(pool[1].wake)
+            except RuntimeError:
+                pass  # closing
 
     def _cancel_async(self, run: Run, actor: RayActor, ref: Any) -> None:
         """`ray.cancel` an async call; if it has not ended within CANCEL_GRACE,
@@ -271,8 +329,13 @@ class ActorCalls(RemoteBackend[_Serving]):
     def _overdue(self, run: Run, actor: RayActor, ref: Any) -> None:
         """The loop thread: a cancelled call has not ended within CANCEL_GRACE:
         kill its actor (no crash counted) and start another."""
-        if not self._ended(actor, ref) or actor.dead:
-            return
+        with self._lock:
+            if id(ref) not in self._cancelled or actor.dead:
+                return
+            # Killed before it looks calm (`_ended`): `take`, on another
+            # thread, passes a killed actor by.
+            killing = actor.mark_killed()
+        self._ended(actor, ref)
         tool = run.tool
         known = self._pools.get(id(tool))
         where = f"pid {actor.pid} on {actor.node}" if actor.pid else "starting"
@@ -282,7 +345,6 @@ class ActorCalls(RemoteBackend[_Serving]):
             f"{self.cancel_grace:g} s (a tool that ignores its cancellation or blocks its "
             "event loop)"
         )
-        killing = actor.mark_killed()
         if known is not None and known[0] is tool:
             known[1].lost(actor, crashed=False)  # marked dead first: no call is sent to it
         if killing:

@@ -161,7 +161,7 @@ class ToolActors:
         if self.is_async:
             actor = self.shared
             # Not while a cancelled call may still hold it (`acquire` waits).
-            ok = actor is not None and not actor.dead and not actor.lingering
+            ok = actor is not None and not actor.dead and not actor.killed and not actor.lingering
             if ok and actor is not None and actor.died():
                 self._died_idle(actor)
                 return None

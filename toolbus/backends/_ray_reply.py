@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from ray import exceptions as rx
 
-from ..pipeline import ToolCrashed, WorkerKilled, log_contained, logged, publish_progress
+from ..pipeline import (
+    ToolCrashed,
+    WorkerKilled,
+    log_contained,
+    logged,
+    progress_fraction,
+    publish_progress,
+)
 from ..tools import ToolError
 from . import _wire
 
@@ -47,14 +54,11 @@ async def consume(ref: Any, run: Run, services: Services) -> dict[str, Any]:
             unread = None
         if message.get("kind") == "progress":
             data = message.get("data")
-            fraction = message.get("fraction")
-            if not isinstance(fraction, int | float) or isinstance(fraction, bool):
-                fraction = None
             publish_progress(
                 run,
                 services,
                 str(message.get("message", "")),
-                fraction,
+                progress_fraction(message.get("fraction")),
                 data if isinstance(data, dict) else {},
             )
         elif message.get("kind") == "log":

@@ -156,14 +156,12 @@ _LEFTOVER_GRACE = 0.1
 
 
 class _Loop:
-    """The worker's event loop for async tools, made at the first and kept
-    across calls (as the agent's loop is for tools on "auto").
-
-    A call's value goes back as soon as its coroutine returns (`asyncio.run`
-    would hold it until every task it left and every `run_in_executor`
-    thread had ended). Once the reply is sent, `tidy` cancels the tasks it
-    left; one still running past `_LEFTOVER_GRACE` runs on whenever the loop
-    does (the next async call), as threads it started run on."""
+    """The worker's event loop for async tools, kept across calls (as the
+    agent's is for tools on "auto"). A call's value goes back as soon as its
+    coroutine returns (`asyncio.run` would wait for what it left running);
+    then `tidy` cancels the tasks it left. One still running after
+    `_LEFTOVER_GRACE`, or one raising SystemExit, would run inside the next
+    call: the worker retires instead. Threads it started run on."""
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -176,23 +174,25 @@ class _Loop:
         self.ran = True
         return loop.run_until_complete(coroutine)
 
-    def tidy(self) -> None:
-        """After a reply: cancel the tasks left running, give them a moment."""
+    def tidy(self) -> bool:
+        """After a reply: cancel the tasks left running, give them a moment;
+        whether the loop is clean again (False: retire the worker)."""
         loop = self.loop
         if loop is None or not self.ran:
-            return
+            return True
         self.ran = False
         try:
             left = asyncio.all_tasks(loop)
             if not left:
-                return
+                return True
             for task in left:
                 task.cancel()
-            loop.run_until_complete(asyncio.wait(left, timeout=_LEFTOVER_GRACE))
+            _, pending = loop.run_until_complete(asyncio.wait(left, timeout=_LEFTOVER_GRACE))
         except MemoryError:
             raise
-        except BaseException:  # a leftover raising SystemExit, say: a fresh loop next time
-            self.loop = None
+        except BaseException:  # a leftover raising SystemExit, say
+            return False
+        return not pending
 
 
 def _run_call(req: CallRequest, tools: dict[int, Any], channel: _Channel, aio: _Loop) -> Any:
@@ -389,9 +389,8 @@ def serve(
                     os._exit(0)
                 frame = _raised(seq, e)
             channel.send(frame)
-            if code:
-                break
-            aio.tidy()
+            if code or not aio.tidy():
+                break  # a worker whose loop a call left unclean retires (`_Loop`)
     except MemoryError:
         code = EXIT_MEMORY
     except BaseException:

@@ -15,7 +15,7 @@ from ._drive import AsyncRunner, InPlace, Waitable, drive_async, drive_sync
 from ._halts import Halts, halt_reason, halted_text
 from ._keys import canonical_arguments, derive_key
 from ._make import caller_cancelled, log_contained, make_result
-from ._reports import CallLogs, logged, publish_progress
+from ._reports import CallLogs, logged, progress_fraction, publish_progress
 from ._results import end_call, end_decided, finish
 from ._run import (
     ADMISSION,
@@ -102,6 +102,7 @@ __all__ = [
     "make_result",
     "off_clock",
     "plain_after_timeout",
+    "progress_fraction",
     "publish_progress",
     "ran_out",
     "spent_result",

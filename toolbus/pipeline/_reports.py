@@ -19,7 +19,7 @@ from ._make import log_contained
 from ._run import Run
 from ._services import Services
 
-__all__ = ["CallLogs", "logged", "progress_sink", "publish_progress"]
+__all__ = ["CallLogs", "logged", "progress_fraction", "progress_sink", "publish_progress"]
 
 
 def publish_progress(
@@ -33,7 +33,7 @@ def publish_progress(
     em = svc.emitter
     if em.listening[sig.PROGRESS] and run.result is None:
         if fraction is not None:
-            fraction = _fraction(fraction)
+            fraction = progress_fraction(fraction)
         s = run.scrubber
         event = Progress(
             run.call.id,
@@ -50,9 +50,10 @@ def publish_progress(
         run.while_open(lambda: em.emit(sig.PROGRESS, event))
 
 
-def _fraction(value: Any) -> float | None:
+def progress_fraction(value: Any) -> float | None:
     """A progress fraction as the event promises it: a number within 0..1
-    (a tool's 1.0000001 or 7 is 1.0), or None (NaN, not a number)."""
+    (a tool's 1.0000001 or 7 is 1.0), or None (NaN, not a number, an integer
+    past a float's range). Every backend's, whatever process it came from."""
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):
