@@ -9,16 +9,17 @@ import pytest
 
 from tests.conftest import MakeExecutor
 from toolbus import ToolCall, ToolContext, ToolRegistry, bus
-from toolbus.pipeline._reports import _fraction
+from toolbus.pipeline import progress_fraction
 
 
 @pytest.mark.parametrize(
     ("given", "published"),
     [(0.5, 0.5), (0, 0.0), (1, 1.0), (1.0000001, 1.0), (7, 1.0), (-0.2, 0.0),
-     (float("nan"), None), (float("inf"), 1.0), ("half", None), (None, None)],
+     (float("nan"), None), (float("inf"), 1.0), ("half", None), (None, None),
+     (10**400, None), (True, 1.0)],
 )  # fmt: skip
 def test_a_fraction_is_published_within_0_and_1(given: object, published: float | None) -> None:
-    assert _fraction(given) == published
+    assert progress_fraction(given) == published
 
 
 def test_progress_reaches_the_event_within_0_and_1(

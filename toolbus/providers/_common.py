@@ -8,7 +8,7 @@
 
 Nothing here imports a provider SDK.
 
-Some 450 lines: what every format's readers and writers share (call ids,
+One piece, some 450 lines: what every format's readers and writers share (call ids,
 arguments that must never raise, results' text, strict schemas), one
 dependency for each format module rather than several it would all import.
 """

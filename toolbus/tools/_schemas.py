@@ -8,7 +8,7 @@ and its depth bounded, so that one pointing nowhere or elsewhere, or a schema
 too deep for jsonschema's recursion, fails where it is configured, naming the
 tool, not at every call; and a free-text tool's input given as an object.
 
-Some 420 lines: parsing arguments, checking schemas and wording their
+One piece, some 430 lines: parsing arguments, checking schemas and wording their
 failures share the rules (depth, `$ref`s, what is quoted), kept together.
 """
 
