@@ -27,7 +27,7 @@ import httpx2
 import openai
 from dbos import DBOS, SetWorkflowID
 
-from tests.integrations import turn_script
+from tests.integrations import dbos_support, turn_script
 from tests.integrations.turn_script import areply, on_in_doubt, receipt_calls, registry, reply
 from toolbus import Executor
 from toolbus.integrations.dbos import arun_agent, durable, run_agent
@@ -80,14 +80,16 @@ def main(argv: list[str]) -> int:
     mode, url, effects, workflow_id = argv[:4]
     turn_script.effects_path = Path(effects)
     use_async = len(argv) > 4 and argv[4] == "async"
-    DBOS(config={"name": "toolbus-kill-runs", "system_database_url": url, "log_level": "ERROR"})
+    DBOS(config=dbos_support.config("toolbus-kill-runs", url))
+    dbos_support.poll_queue_often()
     DBOS.launch()
     try:
         if mode == "run":
             print("ready", flush=True)
         elif DBOS.get_workflow_status(workflow_id) is not None:
             # DBOS recovers it as it launches; this waits for that run to end.
-            messages = DBOS.retrieve_workflow(workflow_id).get_result()
+            handle = DBOS.retrieve_workflow(workflow_id)
+            messages = handle.get_result(polling_interval_sec=dbos_support.POLL)
         if mode == "run" or DBOS.get_workflow_status(workflow_id) is None:
             # (Killed before the workflow began: it is started, as an agent would.)
             with SetWorkflowID(workflow_id):
