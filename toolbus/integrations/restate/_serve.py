@@ -150,20 +150,23 @@ def _until(app: Any, expired: asyncio.Event) -> Any:
         # never reads the disconnect: left to hypercorn, it would be cancelled
         # with its connection, whose stream then ends on a connection being torn
         # down (hypercorn 0.18 leaks a coroutine there, and `serve` returned
-        # before that stream had ended).
+        # before that stream had ended). So it is cancelled at `grace`. Awaited
+        # as a task, it stays this stream's, as if awaited here: a cancellation
+        # of the stream (hypercorn's, giving up on its connection) reaches it
+        # too, so that a handler that swallowed the first is cancelled again,
+        # and its error is raised here.
         served = asyncio.ensure_future(app(scope, received, send))
         ended = asyncio.ensure_future(expired.wait())
+        ended.add_done_callback(lambda done: done.cancelled() or served.cancel())
         try:
-            await asyncio.wait({served, ended}, return_when=asyncio.FIRST_COMPLETED)
-        finally:  # (also when hypercorn cancels this stream)
+            await served
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if not served.cancelled() or this is None or this.cancelling():
+                raise  # (the stream's own cancellation)
+            # (cancelled at `grace`: the stream ends, as one ended by its app)
+        finally:
             ended.cancel()
-            if not served.done():
-                served.cancel()
-                await asyncio.wait({served})
-            if not served.cancelled():
-                served.exception()  # (retrieved here; raised below)
-        if not served.cancelled():
-            served.result()
 
     return until
 
