@@ -211,12 +211,23 @@ def _beside_lint(quick: bool, names_tests: bool) -> Iterator[None]:
     --quick), and on a fresh clone the bytecode written (`_warm`). Both are
     over before the tests start."""
     npm = None
+    failed: list[BaseException] = []  # (a thread's error is otherwise only printed)
     if not quick:  # the slow tier's MCP tests drive them
-        npm = threading.Thread(target=_npm_peers().ensure_npm_peers, args=(ROOT,), name="npm")
+        peers = _npm_peers()
+
+        def install() -> None:
+            try:
+                peers.ensure_npm_peers(ROOT)
+            except BaseException as e:
+                failed.append(e)
+
+        npm = threading.Thread(target=install, name="npm")
         npm.start()
     warm = None if names_tests else _warm()
+    linted = False
     try:
         yield
+        linted = True
     except BaseException:
         if warm is not None:
             warm.kill()  # (bytecode is written whole or not at all)
@@ -226,6 +237,10 @@ def _beside_lint(quick: bool, names_tests: bool) -> Iterator[None]:
             npm.join()  # (an install cut short would look installed)
         if warm is not None:
             warm.wait()
+        if failed and not linted:  # (the lint's failure goes on)
+            print("installing the npm packages failed too:", repr(failed[0]), file=sys.stderr)
+    if failed:
+        raise failed[0]  # (as when it ran after the lint: before any test)
 
 
 def _warm() -> subprocess.Popen[bytes] | None:
