@@ -5,8 +5,10 @@
 `run` launches DBOS and starts the workflow (printing `ready` first, so the
 test can kill it at a random moment of the run); `recover` launches DBOS,
 which recovers the workflow left pending, and waits for it. Both print the
-run's final conversation as one JSON line, `transcript <json>`, then the
-workflow's steps (`steps <json>`: position, name, when it was recorded).
+run's final conversation as one JSON line, `transcript <json>`, how long
+the run took (`ran <seconds>`: for `run`, from its `ready` to its
+transcript), then the workflow's steps (`steps <json>`: position, name,
+when it was recorded).
 
 The turn is turn_script.py's (a scripted model; tools that write what they
 do to EFFECTS; an in-doubt handler that reads it). Its receipt's two lone
@@ -20,6 +22,7 @@ import asyncio
 import faulthandler
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +87,7 @@ def main(argv: list[str]) -> int:
     dbos_support.poll_queue_often()
     DBOS.launch()
     try:
+        began = time.monotonic()
         if mode == "run":
             print("ready", flush=True)
         elif DBOS.get_workflow_status(workflow_id) is not None:
@@ -98,6 +102,7 @@ def main(argv: list[str]) -> int:
                 else:
                     messages = agent_run("Plan the evening")
         print("transcript " + json.dumps(messages, sort_keys=True), flush=True)
+        print(f"ran {time.monotonic() - began:.3f}", flush=True)
         steps = [
             {
                 "id": step["function_id"],
