@@ -29,6 +29,7 @@ from ._report import Table
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "scanning" / "corpus"
 GOAL_US_PER_KB = 20.0
+SMOKE_OUTPUTS = 30  # of each corpus, in smoke mode (a whole one takes half a second with `re`)
 
 
 def _outputs(name: str) -> list[Any]:
@@ -52,6 +53,8 @@ def _scanning(scan_one: Callable[[Any], object], items: list[Any]) -> Runner:
 
 def run(ctx: Ctx) -> None:
     outputs = {"ordinary": _outputs("ordinary.jsonl"), "planted": _outputs("planted.jsonl")}
+    if ctx.scale.smoke:  # (a slice of each: a smoke run checks the scenario works, not its figures)
+        outputs = {name: values[:SMOKE_OUTPUTS] for name, values in outputs.items()}
     corpora = {name: [_text(v) for v in values] for name, values in outputs.items()}
     kb = {name: sum(len(t.encode()) for t in texts) / 1024 for name, texts in corpora.items()}
     engines: list[Literal["hyperscan", "re"]] = ["hyperscan", "re"]

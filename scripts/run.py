@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import venv
 from collections.abc import Iterator
@@ -185,9 +186,8 @@ def test(args: list[str]) -> None:
         seed = random.randrange(2**32)
         print(f"+ random order, seed {seed} (replay it: --randomly-seed {seed})", flush=True)
         extra.append(f"--randomly-seed={seed}")
-    lint_and_types()
-    if not quick:  # the slow tier's MCP tests drive them
-        _npm_peers().ensure_npm_peers(ROOT)
+    with _beside_lint(quick, given.names_tests):
+        lint_and_types()
     with _stressed() if stress else contextlib.nullcontext():
         if given.names_tests:
             # As given, in one run: with --quick, the fast tier's tests among
@@ -202,6 +202,62 @@ def test(args: list[str]) -> None:
     _print_slowest([REPORTS / f"{tier}.xml" for tier in tiers])
     if failed:
         sys.exit(f"tests failed in the {' and '.join(failed)} tier")
+
+
+@contextlib.contextmanager
+def _beside_lint(quick: bool, names_tests: bool) -> Iterator[None]:
+    """What runs while ruff and mypy do (mypy keeps one core busy, alone):
+    the npm packages the slow tier drives installed where missing (not with
+    --quick), and on a fresh clone the bytecode written (`_warm`). Both are
+    over before the tests start."""
+    npm = None
+    failed: list[BaseException] = []  # (a thread's error is otherwise only printed)
+    if not quick:  # the slow tier's MCP tests drive them
+        peers = _npm_peers()
+
+        def install() -> None:
+            try:
+                peers.ensure_npm_peers(ROOT)
+            except BaseException as e:
+                failed.append(e)
+
+        npm = threading.Thread(target=install, name="npm")
+        npm.start()
+    warm = None if names_tests else _warm()
+    linted = False
+    try:
+        yield
+        linted = True
+    except BaseException:
+        if warm is not None:
+            warm.kill()  # (bytecode is written whole or not at all)
+        raise
+    finally:
+        if npm is not None:
+            npm.join()  # (an install cut short would look installed)
+        if warm is not None:
+            warm.wait()
+        if failed and not linted:  # (the lint's failure goes on)
+            print("installing the npm packages failed too:", repr(failed[0]), file=sys.stderr)
+    if failed:
+        raise failed[0]  # (as when it ran after the lint: before any test)
+
+
+def _warm() -> subprocess.Popen[bytes] | None:
+    """On a fresh clone (no bytecode yet), the whole suite collected once, in
+    the background, for what that writes: the project's bytecode and the
+    test modules' (their asserts rewritten). Otherwise every xdist worker of
+    the fast tier makes them anew, all at once: 20 s of CPU each instead of
+    10 on a 2-core machine, four workers competing for two cores."""
+    if (ROOT / "tests" / "__pycache__").is_dir():
+        return None
+    print("+ collecting the tests in the background (the bytecode a fresh clone lacks)", flush=True)
+    return subprocess.Popen(
+        [str(PY), "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _npm_peers() -> Any:
@@ -232,7 +288,9 @@ def _spread(tier: str, extra: list[str]) -> list[str]:
     cores = os.cpu_count() or 1
     if tier == "fast":
         return ["-n", str(min(4, 2 * cores)), "--dist", "load"]
-    return ["-n", str(min(2, cores)), "--dist", "loadfile"]
+    # (In the order collected, the longest files first: tests/conftest.py's
+    # LONGEST. xdist would otherwise hand out the files with most tests first.)
+    return ["-n", str(min(2, cores)), "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 # pytest options whose value may be the next argument (not a test to run):

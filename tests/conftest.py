@@ -28,6 +28,45 @@ a subprocess or a server); a test of how soon a deadline fires is a benchmark.
 """
 
 
+# The slow tier's longest files, with about how many seconds each takes in
+# all (its tests' durations; measured on a busy 2-core machine, so only their
+# order means much). They run first, the longest first: the slow tier hands
+# whole files to its two workers in the order collected
+# (`--no-loadscope-reorder`, scripts/run.py), and a long file handed out last
+# (xdist's own order puts the files with fewest tests last: the benchmark
+# smoke run, one test of a minute, ran last) is a tail one worker runs alone
+# while the other has nothing left. Only an order: a figure that is off, or a
+# file missing here, makes no test fail.
+LONGEST: dict[str, float] = {
+    "tests/integrations/test_dbos_recovery.py": 250,
+    "tests/mcp/test_conformance.py": 200,
+    "tests/backends/test_ray.py": 110,
+    "tests/mcp/test_elicitation.py": 95,
+    "tests/mcp/test_client_spec.py": 90,
+    "tests/examples/test_examples.py": 90,
+    "tests/benchmarks/test_smoke.py": 70,
+    "tests/backends/test_process.py": 60,
+    "tests/integrations/test_restate_recovery.py": 60,
+    "tests/mcp/test_server_input_wire.py": 50,
+    "tests/mcp/test_sampling.py": 50,
+    "tests/docs/test_samples.py": 48,
+    "tests/mcp/test_client.py": 40,
+    "tests/mcp/test_resources.py": 35,
+    "tests/tools/test_command_tool.py": 32,
+    "tests/cli/test_commands.py": 30,
+}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With xdist's own order of files off (`--no-loadscope-reorder`: the
+    slow tier's), the files of `LONGEST` first, the longest first; the others
+    after them, in the order pytest-randomly gave them (a stable sort: a
+    file's tests stay together, in their order)."""
+    if config.getoption("loadscopereorder", True) is False:
+        items.sort(key=lambda item: -LONGEST.get(item.nodeid.partition("::")[0], 0.0))
+
+
 @pytest.fixture
 def release() -> Iterator[threading.Event]:
     """Set at teardown: tools that hang wait on it, so no test leaves threads blocked forever."""

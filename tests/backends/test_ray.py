@@ -1,7 +1,9 @@
 """The Ray backend: the same contract as local tools, kills, crashes, restarts.
 
 Every test runs on one local Ray instance (`ray.init(num_cpus=2)`), started
-once for the session by the `ray_session` fixture; without Ray they skip.
+once for the module by the `ray_session` fixture (and shut down after it:
+its processes would take a share of the CPUs from the tests run after it);
+without Ray they skip.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ RAY_WAIT = 120.0
 DEAD = 4  # Ray's ActorTableData.DEAD: what an actor handle's local state says of a dead one
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """One local Ray for every test here: toolbus finds it initialised and uses it."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import threading
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -147,3 +148,66 @@ def test_named_tests_run_as_given_with_the_tiers_defaults(
     given = [a for a in args if a != "--quick"]
     assert command[1:] == ["-m", "pytest", *added, *given, f"--randomly-seed={seed[1]}"]
     assert run_py._Args(["-p", "no:randomly"]).seeded and run_py._Args(["--randomly-seed=3"]).seeded
+
+
+class _Collecting:
+    """`_warm`'s background collection, as `_beside_lint` sees it."""
+
+    def __init__(self) -> None:
+        self.done: list[str] = []
+
+    def kill(self) -> None:
+        self.done.append("kill")
+
+    def wait(self) -> int:
+        self.done.append("wait")
+        return 0
+
+
+def test_an_npm_install_that_raises_stops_the_run_before_the_tests(
+    run_py: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The install runs on a thread beside the lint: its error, which a
+    thread only prints, is raised once the lint is over, as it was when the
+    install came after the lint (not a slow tier that skips, later)."""
+
+    def broken(root: Path) -> None:
+        raise OSError("npm broke")
+
+    ran: list[object] = []
+    collecting = _Collecting()
+    monkeypatch.setattr(run_py, "_npm_peers", lambda: SimpleNamespace(ensure_npm_peers=broken))
+    monkeypatch.setattr(run_py, "_warm", lambda: collecting)
+    monkeypatch.setattr(run_py, "lint_and_types", lambda: ran.append("lint"))
+    monkeypatch.setattr(run_py, "_run_tier", lambda *a: ran.append(a) or True)
+    monkeypatch.setattr(run_py, "_sh", lambda *a: ran.append(a))
+    with pytest.raises(OSError, match="npm broke"):
+        run_py.test([])
+    assert ran == ["lint"]  # (no tier ran)
+    assert collecting.done == ["wait"]
+
+
+def test_a_failing_lint_kills_the_collection_and_lets_the_npm_install_finish(
+    run_py: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    linting = threading.Event()
+    installed: list[str] = []
+
+    def install(root: Path) -> None:
+        assert linting.wait(30)  # (still installing while the lint fails)
+        installed.append("installed")
+        raise OSError("npm broke too")
+
+    def lint() -> None:
+        linting.set()
+        raise SystemExit(1)
+
+    collecting = _Collecting()
+    monkeypatch.setattr(run_py, "_npm_peers", lambda: SimpleNamespace(ensure_npm_peers=install))
+    monkeypatch.setattr(run_py, "_warm", lambda: collecting)
+    monkeypatch.setattr(run_py, "lint_and_types", lint)
+    with pytest.raises(SystemExit):
+        run_py.test([])
+    assert installed == ["installed"]  # (joined: an install cut short would look installed)
+    assert collecting.done == ["kill", "wait"]
+    assert "npm broke too" in capsys.readouterr().err  # (shown, the lint's failure raised)

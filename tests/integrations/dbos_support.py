@@ -17,6 +17,38 @@ import httpx2
 
 Turns = list[list[tuple[str, dict[str, Any]]]]
 
+POLL = 0.05
+"""How often DBOS looks, in the tests, for what it polls for (every second by
+default): a forked or recovered workflow in its internal queue, a workflow's
+result asked through a handle (`get_result(polling_interval_sec=POLL)`), and
+its notification listener's flag (which `DBOS.destroy` waits on). How soon
+an awaited state is seen, never whether: each is still waited for."""
+
+
+def config(name: str, url: str) -> dict[str, Any]:
+    """The DBOS config of a test's app `name` on the system database at `url`."""
+    return {
+        "name": name,
+        "system_database_url": url,
+        "log_level": "ERROR",
+        "notification_listener_polling_interval_sec": POLL,
+    }
+
+
+def poll_queue_often() -> None:
+    """DBOS's internal queue (a forked or recovered workflow is run from it)
+    polled every `POLL` seconds, not every second. Its interval is no option
+    of DBOS's: a private attribute, left alone if a DBOS release renames it
+    (the tests are then only slower). Call it after `DBOS(config=...)`."""
+    try:
+        from dbos._dbos import _get_or_create_dbos_registry
+
+        queue = _get_or_create_dbos_registry().get_internal_queue()
+    except (ImportError, AttributeError):
+        return
+    if isinstance(getattr(queue, "_polling_interval_sec", None), float):
+        queue._polling_interval_sec = POLL
+
 
 @contextlib.contextmanager
 def launched(path: Path, name: str) -> Iterator[Path]:
@@ -24,7 +56,8 @@ def launched(path: Path, name: str) -> Iterator[Path]:
     from dbos import DBOS
 
     DBOS.destroy(destroy_registry=True)
-    DBOS(config={"name": name, "system_database_url": f"sqlite:///{path}", "log_level": "ERROR"})
+    DBOS(config=config(name, f"sqlite:///{path}"))
+    poll_queue_often()
     DBOS.launch()
     try:
         yield path

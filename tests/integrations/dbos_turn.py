@@ -5,8 +5,10 @@
 `run` launches DBOS and starts the workflow (printing `ready` first, so the
 test can kill it at a random moment of the run); `recover` launches DBOS,
 which recovers the workflow left pending, and waits for it. Both print the
-run's final conversation as one JSON line, `transcript <json>`, then the
-workflow's steps (`steps <json>`: position, name, when it was recorded).
+run's final conversation as one JSON line, `transcript <json>`, how long
+the run took (`ran <seconds>`: for `run`, from its `ready` to its
+transcript), then the workflow's steps (`steps <json>`: position, name,
+when it was recorded).
 
 The turn is turn_script.py's (a scripted model; tools that write what they
 do to EFFECTS; an in-doubt handler that reads it). Its receipt's two lone
@@ -20,6 +22,7 @@ import asyncio
 import faulthandler
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ import httpx2
 import openai
 from dbos import DBOS, SetWorkflowID
 
-from tests.integrations import turn_script
+from tests.integrations import dbos_support, turn_script
 from tests.integrations.turn_script import areply, on_in_doubt, receipt_calls, registry, reply
 from toolbus import Executor
 from toolbus.integrations.dbos import arun_agent, durable, run_agent
@@ -80,14 +83,17 @@ def main(argv: list[str]) -> int:
     mode, url, effects, workflow_id = argv[:4]
     turn_script.effects_path = Path(effects)
     use_async = len(argv) > 4 and argv[4] == "async"
-    DBOS(config={"name": "toolbus-kill-runs", "system_database_url": url, "log_level": "ERROR"})
+    DBOS(config=dbos_support.config("toolbus-kill-runs", url))
+    dbos_support.poll_queue_often()
     DBOS.launch()
     try:
+        began = time.monotonic()
         if mode == "run":
             print("ready", flush=True)
         elif DBOS.get_workflow_status(workflow_id) is not None:
             # DBOS recovers it as it launches; this waits for that run to end.
-            messages = DBOS.retrieve_workflow(workflow_id).get_result()
+            handle = DBOS.retrieve_workflow(workflow_id)
+            messages = handle.get_result(polling_interval_sec=dbos_support.POLL)
         if mode == "run" or DBOS.get_workflow_status(workflow_id) is None:
             # (Killed before the workflow began: it is started, as an agent would.)
             with SetWorkflowID(workflow_id):
@@ -96,6 +102,7 @@ def main(argv: list[str]) -> int:
                 else:
                     messages = agent_run("Plan the evening")
         print("transcript " + json.dumps(messages, sort_keys=True), flush=True)
+        print(f"ran {time.monotonic() - began:.3f}", flush=True)
         steps = [
             {
                 "id": step["function_id"],

@@ -22,7 +22,7 @@ pytest.importorskip("dbos")
 from dbos import DBOS, SetWorkflowID
 
 from tests.integrations import dbos_support
-from tests.integrations.dbos_support import call, steps_of
+from tests.integrations.dbos_support import POLL, call, steps_of
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.in_doubt import InDoubtCall
 from toolbus.integrations._turns.records import call_key, read_result, result_record
@@ -163,7 +163,7 @@ def test_a_forked_workflow_replays_what_finished_and_runs_the_rest(
             original = turn_fork()
         assert ledger.count("lookup") == 2 and ledger.count("charge") == 2
         # Steps 1-4 are the first batch; from step 5 on, the second runs again.
-        again = DBOS.fork_workflow("fork-1", 5).get_result()
+        again = DBOS.fork_workflow("fork-1", 5).get_result(polling_interval_sec=POLL)
         tools.executor.drain_events()
     finally:
         sub.close()
@@ -202,7 +202,9 @@ def test_a_replayed_failure_stops_the_rest_of_its_batch_again(
         "toolbus:charge",
         "toolbus:lookup",
     ]
-    again = DBOS.fork_workflow("stop-1", max(i for i, _ in steps_of("stop-1"))).get_result()
+    again = DBOS.fork_workflow("stop-1", max(i for i, _ in steps_of("stop-1"))).get_result(
+        polling_interval_sec=POLL
+    )
     assert again == original
     assert ledger.count("charge") == 1  # the failed one ran once; the aborted one never
     assert ledger.count("lookup") == 2  # the last step ran again after the fork
@@ -219,7 +221,9 @@ async def test_async_workflow_runs_its_batch_concurrently_and_replays(
 
     with SetWorkflowID("async-1"):
         assert await turn_async() == [1, 2, 3, 4, 5, "charged 9"]
-    again = await (await DBOS.fork_workflow_async("async-1", 13)).get_result()
+    again = await (await DBOS.fork_workflow_async("async-1", 13)).get_result(
+        polling_interval_sec=POLL
+    )
     assert again == [1, 2, 3, 4, 5, "charged 9"]
     assert ledger.count("alookup") == 5 and ledger.count("charge") == 1
     assert {k for t, _, k in ledger.ran if t == "alookup"} == {
@@ -264,7 +268,7 @@ def test_a_mutating_call_whose_intent_was_recorded_and_no_result_is_in_doubt(
     # Forked at the charge's result step: its intent replays, its result is
     # not there: what a crash while it ran leaves behind.
     fork = DBOS.fork_workflow(wid, 4)
-    again = fork.get_result()
+    again = fork.get_result(polling_interval_sec=POLL)
     assert [(c.call_id, c.tool, c.arguments) for c in asked] == [("b", "charge", {"amount": 5})]
     # A fork is a workflow of its own: its keys are its own (a recovery keeps
     # the workflow's id, and so its keys: test_dbos_recovery.py).
@@ -299,7 +303,7 @@ def test_no_secret_reaches_the_engines_tables(tools: DurableExecutor, system_db:
 
     with SetWorkflowID("secret-1"):
         assert turn_secret() == "welcome ada welcome bob"
-    DBOS.fork_workflow("secret-1", 1).get_result()
+    DBOS.fork_workflow("secret-1", 1).get_result(polling_interval_sec=POLL)
     names = [n for _, n in steps_of("secret-1")]
     assert names == ["toolbus-intent:login", "toolbus:login"] * 2
     with sqlite3.connect(system_db) as db:
@@ -377,7 +381,7 @@ def test_a_workflow_that_asks_for_other_calls_on_replay_fails_loudly(
     # DBOS's own check (its error types are not exported): the step at 1 was
     # `toolbus:lookup`, and the workflow now asks for `toolbus:put` there.
     with pytest.raises(Exception, match=r"toolbus:lookup|toolbus:put"):
-        DBOS.fork_workflow("drift-1", 3).get_result()
+        DBOS.fork_workflow("drift-1", 3).get_result(polling_interval_sec=POLL)
 
 
 def test_the_handler_is_checked_when_the_wrapper_is_made(tools: DurableExecutor) -> None:
@@ -465,7 +469,7 @@ def test_an_output_orjson_cannot_hold_is_recorded_exactly(
 
     with SetWorkflowID("huge-1"):
         assert turn_huge() == [2**70]
-    assert DBOS.fork_workflow("huge-1", 3).get_result() == [2**70]
+    assert DBOS.fork_workflow("huge-1", 3).get_result(polling_interval_sec=POLL) == [2**70]
     assert ledger.count("huge") == 1
 
 
@@ -496,7 +500,7 @@ def test_replayed_arguments_that_are_not_json_are_not_published(
     try:
         with SetWorkflowID("text-1"):
             assert turn_text() == "INVALID_ARGUMENTS"
-        DBOS.fork_workflow("text-1", 3).get_result()
+        DBOS.fork_workflow("text-1", 3).get_result(polling_interval_sec=POLL)
         tools.executor.drain_events()
     finally:
         sub.close()
@@ -538,7 +542,7 @@ def test_a_replay_stands_whatever_the_batch_did_around_it(
 
         with SetWorkflowID("quota-1"):
             first = turn_quota()
-        again = DBOS.fork_workflow("quota-1", 99).get_result()
+        again = DBOS.fork_workflow("quota-1", 99).get_result(polling_interval_sec=POLL)
     assert again == first
     assert ledger.count("pay") <= 1
 
@@ -599,7 +603,7 @@ async def test_an_in_doubt_handler_that_raises_a_base_exception_fails_the_call(
     with SetWorkflowID(wid):
         assert await turn_odd() == [None, None]
     handle = await DBOS.fork_workflow_async(wid, 4)
-    assert await handle.get_result() == [None, "IN_DOUBT"]
+    assert await handle.get_result(polling_interval_sec=POLL) == [None, "IN_DOUBT"]
 
 
 def test_calls_in_a_workflow_take_an_agent_run(tools: DurableExecutor) -> None:

@@ -116,7 +116,9 @@ def test_an_approval_recorded_before_a_crash_holds_after_it(world: World) -> Non
     approve_at = 1 + names.index("toolbus-approve")
     at = [s["function_id"] for s in DBOS.list_workflow_steps("refund-1")][approve_at - 1] + 1
     world.again()  # the process died after the approval was recorded
-    assert DBOS.fork_workflow("refund-1", at).get_result() == ("done", "done")
+    assert DBOS.fork_workflow("refund-1", at).get_result(
+        polling_interval_sec=dbos_support.POLL
+    ) == ("done", "done")
     assert asked == ["call_0_0"]  # the person was not asked again
     assert world.ran == [("refund", 1), ("refund", 1)]  # (the fork ran it again: no journal)
 
@@ -140,7 +142,10 @@ def test_an_answer_to_a_question_is_given_again_after_a_crash(world: World) -> N
     steps = DBOS.list_workflow_steps("pay-1")
     at = next(s["function_id"] for s in steps if s["function_name"] == "toolbus-approve") + 1
     world.again()
-    assert DBOS.fork_workflow("pay-1", at).get_result() == ("done", "done")
+    assert DBOS.fork_workflow("pay-1", at).get_result(polling_interval_sec=dbos_support.POLL) == (
+        "done",
+        "done",
+    )
     assert len(asked) == 1
     assert world.ran == [("pay", {"pin": "1234"}), ("pay", {"pin": "1234"})]
 
@@ -202,7 +207,10 @@ def test_a_decision_on_other_arguments_approves_nothing(world: World) -> None:
 
     with SetWorkflowID("stale-1"):
         assert turn_stale() == "approval"  # as the plain loop: still waiting
-    assert DBOS.fork_workflow("stale-1", 99).get_result() == "approval"
+    assert (
+        DBOS.fork_workflow("stale-1", 99).get_result(polling_interval_sec=dbos_support.POLL)
+        == "approval"
+    )
     assert world.ran == []
 
 
@@ -233,7 +241,10 @@ def test_a_workflows_agent_run_is_its_id(world: World) -> None:
     # Run again (a fork is a workflow of its own, with its own id: a recovery
     # keeps the id, and so the run).
     forked = DBOS.fork_workflow("runs-1", 1)
-    assert forked.get_result() == ("done", f"dbos:{forked.get_workflow_id()}")
+    assert forked.get_result(polling_interval_sec=dbos_support.POLL) == (
+        "done",
+        f"dbos:{forked.get_workflow_id()}",
+    )
 
     @DBOS.workflow()
     def named() -> str:

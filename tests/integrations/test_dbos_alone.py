@@ -24,7 +24,7 @@ from dbos import DBOS, SetWorkflowID
 
 from tests.conftest import wait_until
 from tests.integrations import dbos_support
-from tests.integrations.dbos_support import call, steps_of
+from tests.integrations.dbos_support import POLL, call, steps_of
 from toolbus import ErrorCode, Executor, ToolCall, ToolContext, ToolRegistry, ToolResult, bus
 from toolbus.in_doubt import Fail, InDoubtCall, Rerun, Skip
 from toolbus.integrations.dbos import _alone, durable
@@ -140,7 +140,7 @@ def test_a_lone_call_in_doubt_is_decided_by_its_handler(shop: Shop, decision: st
         # Forked at the result's step: the intent replays, the result is not
         # there, as a crash while the tool ran leaves them.
         fork = DBOS.fork_workflow(wid, 2)
-        again = fork.get_result()
+        again = fork.get_result(polling_interval_sec=POLL)
     key = f"dbos:{fork.get_workflow_id()}:2"
     assert [(c.call_id, c.tool, c.arguments, c.idempotency_key) for c in asked] == [
         ("c", "charge", {"amount": 5}, key)
@@ -180,7 +180,7 @@ def test_a_call_that_never_started_replays_as_it_ended_whatever_its_policy_says_
         sub = bus.subscribe(lambda s, event, **_: finished.append(event), bus.FINISHED)
         try:
             fork = DBOS.fork_workflow("alone-rejected", 3)
-            again = fork.get_result()
+            again = fork.get_result(polling_interval_sec=POLL)
             ex.drain_events()
         finally:
             sub.close()
@@ -530,7 +530,7 @@ def test_a_deferred_call_asked_again_whose_tool_makes_a_step_takes_no_position(
             assert deferred() == ["deferred", "after"]
         limit[0] = 10  # let through when asked again, after a recovery
         fork = DBOS.fork_workflow(wid, 3)  # (its result at 2, "after" at 3)
-        assert fork.get_result() == ["ok", "after"]
+        assert fork.get_result(polling_interval_sec=POLL) == ["ok", "after"]
     # The tool's own step was a plain call: "after" kept its position, and
     # ran once per workflow (the fork's own run of it).
     assert after_ran == ["after", "after"]
@@ -653,7 +653,7 @@ def test_every_submission_of_a_call_leaves_the_workflow_first_run_or_replay(
 
         with SetWorkflowID(wid):
             assert hooked() == ["ok", None]
-        assert DBOS.fork_workflow(wid, 99).get_result() == ["ok", True]
+        assert DBOS.fork_workflow(wid, 99).get_result(polling_interval_sec=POLL) == ["ok", True]
     assert seen == [None, None]
 
 
@@ -791,8 +791,8 @@ def test_a_deferred_call_let_through_after_a_recovery_is_in_doubt_after_the_next
         assert [i for i, _ in steps_of(wid)] == [2]  # no intent: its tool never started
         limit[0] = 10  # asked again after a recovery, it runs
         first = DBOS.fork_workflow(wid, 3)
-        assert first.get_result() == "ok" and ran == [5]
+        assert first.get_result(polling_interval_sec=POLL) == "ok" and ran == [5]
         # Its intent says it was asked again; its result still says deferred:
         # after another crash it is in doubt, and not run again silently.
-        again = DBOS.fork_workflow(first.get_workflow_id(), 3).get_result()
+        again = DBOS.fork_workflow(first.get_workflow_id(), 3).get_result(polling_interval_sec=POLL)
     assert again == "error" and ran == [5]

@@ -577,6 +577,138 @@ async def test_serve_refuses_bad_arguments() -> None:
         await serve(service, grace=-1)
 
 
+# -- `serve`'s streams at stop (`_until`): driven directly, no server --------
+
+
+class _Stream:
+    """One stream as hypercorn hands it to the app: what it receives (fed by
+    the test) and what the app sent; `until` is `_until`'s app around `app`."""
+
+    def __init__(self, app: Any, scope_type: str = "http") -> None:
+        from toolbus.integrations.restate._serve import _until
+
+        self.expired = asyncio.Event()
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+        self.task = asyncio.ensure_future(
+            _until(app, self.expired)({"type": scope_type}, self.inbox.get, self._send)
+        )
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+
+async def test_an_attempt_that_ends_within_grace_is_left_alone() -> None:
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            seen.append((await receive())["type"])
+            await send({"type": "http.response.body", "body": b"done"})
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    stream = _Stream(app)
+    await stream.inbox.put({"type": "http.request"})
+    assert await stream.task is None
+    stream.expired.set()  # (grace runs out afterwards: nothing left to end)
+    await asyncio.sleep(0)
+    assert seen == ["http.request"]
+    assert stream.sent == [{"type": "http.response.body", "body": b"done"}]
+
+
+async def test_an_attempt_still_running_at_grace_is_cancelled_then_not_before() -> None:
+    seen: list[str] = []
+    busy = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((await receive())["type"])
+        busy.set()
+        try:
+            await asyncio.Event().wait()  # (busy with something that is not Restate's)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    stream = _Stream(app)
+    await stream.inbox.put({"type": "http.request"})
+    await busy.wait()  # (it received, and runs on: nothing ends it before grace)
+    assert not stream.task.done()
+    stream.expired.set()
+    assert await stream.task is None  # (the stream ends, as one whose app returned)
+    assert seen == ["http.request", "cancelled"]
+
+
+async def test_a_handler_that_swallows_its_cancellation_is_cancelled_with_its_stream() -> None:
+    seen: list[str] = []
+    busy, cleaning = asyncio.Event(), asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        busy.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled at grace")
+        cleaning.set()
+        try:
+            await asyncio.Event().wait()  # (a clean-up that hangs)
+        except asyncio.CancelledError:
+            seen.append("cancelled with its stream")
+            raise
+
+    stream = _Stream(app)
+    await busy.wait()
+    stream.expired.set()
+    await cleaning.wait()
+    stream.task.cancel()  # hypercorn gives up on the connection
+    await asyncio.wait({stream.task})
+    assert stream.task.cancelled()
+    assert seen == ["cancelled at grace", "cancelled with its stream"]
+    assert asyncio.all_tasks() == {asyncio.current_task()}  # (nothing left running)
+
+
+async def test_an_error_of_the_app_is_the_streams() -> None:
+    async def fails(scope: Any, receive: Any, send: Any) -> None:
+        raise ValueError("broken app")
+
+    with pytest.raises(ValueError, match="broken app"):
+        await _Stream(fails).task
+
+    busy = asyncio.Event()
+
+    async def fails_when_cancelled(scope: Any, receive: Any, send: Any) -> None:
+        busy.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("failed on its way out") from None
+
+    stream = _Stream(fails_when_cancelled)
+    await busy.wait()
+    stream.expired.set()
+    with pytest.raises(RuntimeError, match="on its way out"):
+        await stream.task
+
+
+async def test_streams_read_a_disconnect_once_grace_is_over_and_the_lifespan_is_not_cancelled() -> (
+    None
+):
+    got: list[str] = []
+    waiting = asyncio.Event()
+
+    async def lifespan(scope: Any, receive: Any, send: Any) -> None:
+        waiting.set()
+        got.append((await receive())["type"])  # (not cancelled: it reads the disconnect)
+        got.append((await receive())["type"])  # (at once: grace is over)
+
+    stream = _Stream(lifespan, scope_type="lifespan")
+    await waiting.wait()
+    stream.expired.set()
+    assert await stream.task is None
+    assert got == ["http.disconnect", "http.disconnect"]
+
+
 def test_lone_calls_gathered_in_one_handler_all_end_and_replay(
     restate_server: tuple[Server, Served],
 ) -> None:

@@ -322,9 +322,14 @@ def test_a_task_scenario_toolbus_answers_otherwise_still_fails(
     assert failures(task_checks(task_server, scenario, tmp_path)), TASKS_UNLIKE[scenario]
 
 
-def test_every_server_scenario_is_accounted_for(server_results: Path) -> None:
-    listed = suite("list", timeout=60)
-    server_part = listed.stdout.split("Client scenarios")[0]
+@pytest.fixture(scope="module")
+def listed() -> str:
+    """What the suite lists (once for the module: two tests read it)."""
+    return suite("list", timeout=60).stdout
+
+
+def test_every_server_scenario_is_accounted_for(server_results: Path, listed: str) -> None:
+    server_part = listed.split("Client scenarios", maxsplit=1)[0]
     names = {line.split()[1] for line in server_part.splitlines() if line.strip().startswith("- ")}
     assert names == set(SERVER_SCENARIOS) | set(OUT_OF_SCOPE)
 
@@ -362,8 +367,7 @@ def test_a_stale_scenario_still_fails_for_its_reason(tmp_path: Path, scenario: s
     assert failed and all("Expected Check Missing" in f for f in failed), STALE[scenario]
 
 
-def test_every_client_scenario_is_accounted_for() -> None:
-    listed = suite("list", timeout=60)
-    client_part = listed.stdout.split("Client scenarios")[1]
+def test_every_client_scenario_is_accounted_for(listed: str) -> None:
+    client_part = listed.split("Client scenarios")[1]
     names = {line.split()[1] for line in client_part.splitlines() if line.strip().startswith("- ")}
     assert names == set(CLIENT_SCENARIOS) | set(AUTH_SCENARIOS) | set(STALE)

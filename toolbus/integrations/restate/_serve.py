@@ -11,10 +11,12 @@ and SIGTERM and SIGINT stop it through the SDK's own shutdown hook (and give
 their handlers back when `serve` returns).
 
 Stopping: attempts still running have `grace` seconds to end. Then each
-stream left reads a disconnect (the SDK, its handler done or cancelled,
-waits for the server to close the stream, and swallows a cancellation
-meanwhile), and a moment later `serve` returns whatever hypercorn still
-waits for: a stopped service must stop.
+stream left reads a disconnect and its attempt is cancelled (the SDK, its
+handler done or cancelled, ends the stream once it has read the disconnect),
+so that each connection is idle, and closed, before hypercorn gives up on
+it. A handler that swallows its cancellation is cancelled with its
+connection a moment later, and a moment after that `serve` returns whatever
+hypercorn still waits for: a stopped service must stop.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ async def serve(
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    # Streams left read a disconnect at `grace`, which ends their attempts;
-    # hypercorn cancels what is still running a moment later, and `serve`
-    # returns a moment after that whatever still runs.
+    # Streams left are ended at `grace` (`_until`); hypercorn cancels what is
+    # still running a moment later (a handler that swallows its cancellation),
+    # and `serve` returns a moment after that whatever still runs.
     config.graceful_timeout = grace + 0.5
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()  # a signal, or `stop`
@@ -124,7 +126,9 @@ async def _watch(
 
 
 def _until(app: Any, expired: asyncio.Event) -> Any:
-    """`app`, whose streams read a disconnect once `expired` is set."""
+    """`app`, whose streams are ended once `expired` is set: each reads a
+    disconnect, and the attempt it serves is cancelled (the SDK then ends the
+    stream itself, while its connection is still up)."""
 
     async def until(scope: Any, receive: Any, send: Any) -> None:
         async def received() -> Any:
@@ -139,7 +143,30 @@ def _until(app: Any, expired: asyncio.Event) -> Any:
             got.cancel()
             return {"type": "http.disconnect"}
 
-        await app(scope, received, send)
+        if scope.get("type") != "http":  # (the lifespan: the SDK has none)
+            await app(scope, received, send)
+            return
+        # An attempt whose handler is busy with something that is not Restate's
+        # never reads the disconnect: left to hypercorn, it would be cancelled
+        # with its connection, whose stream then ends on a connection being torn
+        # down (hypercorn 0.18 leaks a coroutine there, and `serve` returned
+        # before that stream had ended). So it is cancelled at `grace`. Awaited
+        # as a task, it stays this stream's, as if awaited here: a cancellation
+        # of the stream (hypercorn's, giving up on its connection) reaches it
+        # too, so that a handler that swallowed the first is cancelled again,
+        # and its error is raised here.
+        served = asyncio.ensure_future(app(scope, received, send))
+        ended = asyncio.ensure_future(expired.wait())
+        ended.add_done_callback(lambda done: done.cancelled() or served.cancel())
+        try:
+            await served
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if not served.cancelled() or this is None or this.cancelling():
+                raise  # (the stream's own cancellation)
+            # (cancelled at `grace`: the stream ends, as one ended by its app)
+        finally:
+            ended.cancel()
 
     return until
 
