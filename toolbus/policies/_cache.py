@@ -2,9 +2,10 @@
 
 A call's key is its tool's name and its arguments as the policy is asked about
 them: after the pre-call hooks and the injected values (a per-user value keeps
-users apart), before masking, in canonical JSON, hashed (the key holds no
-secret in memory). Only data is keyed (`_cache_key.py`): a call whose
-arguments hold what is not (an injected object) is not cached, unless the
+users apart), before masking, each value with its type, hashed (the key holds
+no secret in memory). Only data is keyed (`_cache_key.py`): a call whose
+arguments hold what is not (an injected object, a model holding a SecretStr)
+is not cached, unless the
 cache's `key` function makes data of it. An `ok` result is kept `ttl` seconds (at most `maxsize`
 results, least recently used out first); errors are never kept.
 
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._json import detached
+from .._json import detached, loads
 from ..models import ToolCall, ToolResult
 from ._cache_key import cache_key
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Respond
@@ -74,8 +75,8 @@ def cache(
     - `wait`: seconds identical calls wait for one in flight before one of
       them presumes it lost and runs itself. None: 4 deadlines of the call's
       attempts, at least 600 s (600 s when it has no deadline).
-    - `key`: `key(call)` -> data (JSON-like: str, numbers, lists, dicts,
-      dataclasses, pydantic models) that identifies the call's answer, keyed
+    - `key`: `key(call)` -> data (str, numbers, lists, dicts, dataclasses and
+      pydantic models holding only data) that identifies the call's answer, keyed
       in place of its arguments. Without it the arguments are the key, and a
       call whose arguments hold what is not data (an injected session or
       client object) is not cached: an object's repr (a memory address, reused)
@@ -255,7 +256,17 @@ class Cache(BasePolicy):
 
     def _key(self, call: ToolCall) -> bytes | None:
         """`call`'s key; None when what it is keyed by is not data."""
-        return cache_key(call.name, call.arguments if self.key is None else self.key(call))
+        if self.key is not None:
+            return cache_key(call.name, self.key(call))
+        arguments: Any = call.arguments
+        if isinstance(arguments, str):
+            # The model's raw JSON text: keyed as what it says (spacing and key
+            # order do not matter); text that is not JSON is not cached.
+            try:
+                arguments = loads(arguments)
+            except ValueError:
+                return None
+        return cache_key(call.name, arguments)
 
     def _not_keyed(self, tool: str) -> None:
         with self._lock:
