@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, PrivateAttr, SecretBytes, SecretStr
 
 from tests.conftest import MakeExecutor
 from toolbus import Injected, ToolCall, ToolRegistry, ToolResult, tool
-from toolbus.policies import Admit, Respond, cache
+from toolbus.policies import Admit, Delay, Respond, cache
 from toolbus.policies._cache_key import cache_key
 
 user: contextvars.ContextVar[str] = contextvars.ContextVar("user", default="ann")
@@ -259,3 +259,40 @@ def test_a_secret_never_answers_another_users_call(
     assert len(c) == 0
     assert caplog.text.count("not cached") == 1
     assert "sk-" not in caplog.text
+
+
+def test_a_flight_resolves_though_the_key_function_would_fail_when_told() -> None:
+    # The key function works when a call is asked, then raises (or, read on
+    # another thread, would give another key): the leader's end must still
+    # resolve its flight, or its followers wait out the cache's `wait`.
+    asked: dict[int, int] = {}
+
+    def key(call: ToolCall) -> Any:
+        asked[id(call)] = asked.get(id(call), 0) + 1
+        if asked[id(call)] > 1:
+            raise RuntimeError("asked again")
+        return "k"
+
+    c = cache(ttl=60, wait=600, key=key)
+    leader = ToolCall(id="a", name="lookup", arguments={"q": "x"})
+    follower = ToolCall(id="b", name="lookup", arguments={"q": "x"})
+    assert c.admit(leader, _lookup, 0.0) == Admit()
+    waiting = c.admit(follower, _lookup, 0.0)
+    assert isinstance(waiting, Delay) and waiting.until is not None and c.waiting == 1
+    stored = c.on_result(leader, ToolResult(call_id="a", name="lookup", status="ok"), 1.0)
+    assert stored is not None and stored.metadata == {"cache": "miss"}
+    assert waiting.until.done() and c.waiting == 0 and len(c) == 1
+
+
+def test_a_failed_leader_and_a_dropped_follower_are_told_by_the_key_they_were_asked_with() -> None:
+    calls = iter(range(100))
+    c = cache(ttl=60, wait=600, key=lambda call: "k" if next(calls) < 2 else object())
+    leader = ToolCall(id="a", name="lookup", arguments={"q": "x"})
+    follower = ToolCall(id="b", name="lookup", arguments={"q": "x"})
+    assert c.admit(leader, _lookup, 0.0) == Admit()
+    waiting = c.admit(follower, _lookup, 0.0)
+    assert isinstance(waiting, Delay) and waiting.until is not None
+    c.on_dropped(follower, ToolResult(call_id="b", name="lookup", status="cancelled"), 1.0)
+    assert c.waiting == 0
+    c.on_result(leader, ToolResult(call_id="a", name="lookup", status="error", error="x"), 1.0)
+    assert waiting.until.done()
