@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+import tenacity
 
 from tests.conftest import MakeExecutor
 from tests.policy_clock import FakeClock, call, probe, result
-from toolbus import ErrorCode, RetryPolicy, ToolCall, ToolError, ToolRegistry, bus
+from toolbus import (
+    AttemptFailure,
+    ErrorCode,
+    Executor,
+    RetryDecision,
+    RetryPolicy,
+    ToolCall,
+    ToolError,
+    ToolRegistry,
+    bus,
+)
 from toolbus.models import Status
 from toolbus.policies import (
     CIRCUIT_CLOSED,
@@ -22,6 +34,7 @@ from toolbus.policies import (
     Reject,
     circuit_breaker,
 )
+from toolbus.policies._signals import asking, done_asking
 
 
 def ask(b: CircuitBreaker, c: ToolCall, now: float) -> Admit | Reject:
@@ -30,9 +43,11 @@ def ask(b: CircuitBreaker, c: ToolCall, now: float) -> Admit | Reject:
     return decision
 
 
-def run(b: CircuitBreaker, now: float, status: Status, **kw: object) -> ToolCall:
+def run(
+    b: CircuitBreaker, now: float, status: Status, name: str = "probe", **kw: object
+) -> ToolCall:
     """A call admitted at `now` and ended with `status` at once."""
-    c = call()
+    c = call(name=name)
     assert isinstance(ask(b, c, now), Admit)
     b.on_result(c, result(c, status, **kw), now)  # type: ignore[arg-type]
     return c
@@ -554,3 +569,96 @@ def test_a_quoted_text_loses_pieces_of_secrets_not_words() -> None:
     finally:
         done_asking(token)
     assert scrub_quote("x" * 300, 200) == "x" * 200 + "..."  # outside an ask: cut only
+
+
+class _RetryingLong(Executor):
+    """Retries with a delay of its own (`should_retry`): nothing a breaker can read."""
+
+    def should_retry(self, call: ToolCall, failure: AttemptFailure) -> RetryDecision:
+        return RetryDecision(retry=failure.attempt < 6, delay=100.0)
+
+
+def _opened(breaker: CircuitBreaker, clock: FakeClock) -> None:
+    """`lookup`'s circuit opened, then its pause over: the next call is the trial."""
+    run(breaker, 0.0, "error", name="lookup")
+    assert breaker.state("lookup") == "open"
+    clock.advance(30)
+
+
+@pytest.mark.parametrize("retries", ["tenacity", "hook", "plain"])
+def test_a_trial_lapses_when_it_ends_never_at_a_guessed_span(
+    make_executor: MakeExecutor, retries: str
+) -> None:
+    """Without a whole-call deadline, how long a trial may go on retrying is
+    not guessed (a tenacity strategy, a `should_retry` delay, 6 x 10 s + 5 x
+    100 s here): while it has not ended, however long, no second trial runs."""
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=1, reset_after=30, clock=clock)
+    service = FlakyService()
+    reg = registry_with(service)
+    if retries == "hook":
+        ex: Executor = _RetryingLong(reg, policies=[breaker], timeout=10)
+    else:
+        retry = (
+            RetryPolicy(stop=tenacity.stop_after_attempt(6), wait=tenacity.wait_fixed(100))
+            if retries == "tenacity"
+            else None
+        )
+        ex = make_executor(reg, policies=[breaker], timeout=10, retry=retry)
+    try:
+        _opened(breaker, clock)
+        service.down = False
+        service.proceed.clear()
+        trial = ex.submit(lookup(1))
+        try:
+            assert service.entered.wait(10)  # the trial runs
+            clock.advance(10_000)  # far past one attempt's timeout and the pause
+            meanwhile = ex.execute(lookup(2))
+            assert meanwhile.error_code is ErrorCode.CIRCUIT_OPEN, meanwhile
+        finally:
+            service.proceed.set()
+        assert trial.result(timeout=30).status == "ok" and service.calls == 1
+        assert breaker.state("lookup") == "closed"
+    finally:
+        ex.close()
+
+
+def test_a_trial_cancelled_while_it_runs_lets_the_next_call_be_the_trial(
+    make_executor: MakeExecutor,
+) -> None:
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=1, reset_after=30, clock=clock)
+    service = FlakyService()
+    ex = make_executor(registry_with(service), policies=[breaker], timeout=None)
+    _opened(breaker, clock)
+    service.down = False
+    service.proceed.clear()
+    trial = ex.submit(lookup(1))
+    assert service.entered.wait(10)
+    assert trial.cancel()
+    assert trial.result(timeout=30).status == "cancelled"
+    service.proceed.set()
+    # Told how the trial ended (`on_result`): no evidence, the next call is the trial.
+    nxt = ex.execute(lookup(2))
+    assert nxt.status == "ok", nxt
+    assert breaker.state("lookup") == "closed"
+
+
+@pytest.mark.parametrize("due", [60.0, None])
+def test_a_trial_never_heard_of_lapses_after_its_whole_call_deadline(due: float | None) -> None:
+    """The whole-call deadline is the safety bound: a trial unheard of
+    `reset_after` after it is presumed lost (without one, never)."""
+    clock = FakeClock()
+    breaker = circuit_breaker(failures=1, reset_after=30, clock=clock)
+    _opened(breaker, clock)
+    # As an executor asks: attempts of 10 s, a whole-call budget of 60 s (or none).
+    token = asking(None, None, 10.0, due=None if due is None else time.monotonic() + due)
+    try:
+        assert isinstance(ask(breaker, call(1, name="lookup"), 0.0), Admit)  # never told
+        clock.advance(80)  # within the deadline and the pause
+        assert isinstance(ask(breaker, call(2, name="lookup"), 0.0), Reject)
+        clock.advance(20)  # past them: presumed lost (with a deadline)
+        later = ask(breaker, call(3, name="lookup"), 0.0)
+        assert isinstance(later, Admit if due is not None else Reject), later
+    finally:
+        done_asking(token)

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from .._interrupts import interrupts_caller
 from ..models import ErrorCode
 from ..pipeline import (
     LOST,
@@ -193,6 +194,13 @@ class Lane:
             self.host.report(job, _abandoned(job, services))
             raise
         except BaseException as e:  # SystemExit & co. must not escape into run_forever
+            if interrupts_caller(e):
+                # Ctrl-C, raised in user code run on the caller's loop (on the
+                # main thread: a sync guardrail of an async tool, say). The call
+                # ends now, and the interrupt goes on to whoever runs the loop,
+                # as asyncio lets it (`run_until_complete` raises it).
+                self.host.report(job, _interrupted(job, services, e))
+                raise
             outcome = contain(job, e, services)
         if run.attempt == job.attempt:
             # Its task is done: the run lets go of it. (The task's context
@@ -216,6 +224,12 @@ class Lane:
 def _abandoned(job: Job, services: Services) -> Outcome:
     return end_call(
         job.run, services, "cancelled", ErrorCode.CANCELLED, "the event loop running it was closed"
+    )
+
+
+def _interrupted(job: Job, services: Services, error: BaseException) -> Outcome:
+    return end_call(
+        job.run, services, "cancelled", ErrorCode.CANCELLED, f"interrupted ({type(error).__name__})"
     )
 
 

@@ -16,6 +16,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from .._interrupts import interrupts_caller
 from ..models import ErrorCode, ToolResult
 from ..policies._guardrail import Pass, Refuse, Replace, Trip, failed_text, refused_text
 from ..policies._protocol import policy_name
@@ -51,10 +52,27 @@ def check_outputs(run: Run, result: ToolResult, svc: Services) -> Steps:
                     # its guard's task was cancelled: not the guard's failure.
                     # (The attempt is settled already: `is_live` cannot tell.)
                     raise
+                if isinstance(e, asyncio.CancelledError) and waiting and _task_cancelled():
+                    # The call's own task was cancelled while it awaited the
+                    # guard (the caller's loop shutting down: asyncio.run's
+                    # end): the call is cancelled, as a tool's task would be.
+                    return make_result(
+                        run,
+                        "cancelled",
+                        error=f"the call was cancelled in its output guardrail "
+                        f"{policy_name(guard)} (its event loop shutting down?)",
+                        code=ErrorCode.CANCELLED,
+                        attempts=result.attempts,
+                    )
+                if interrupts_caller(e):
+                    # Ctrl-C: a sync guard runs where the step is driven, the
+                    # caller's own thread when its loop runs an async tool.
+                    raise
                 # Anything else came out of the guard's own code, a
-                # CancelledError or SystemExit it raised included (it runs on
-                # a worker or the executor's loop, never where a caller's
-                # Ctrl-C lands): a broken guard fails closed, naming itself.
+                # CancelledError it raised while its call's task was not
+                # being cancelled, or a SystemExit raised off the main thread
+                # (where no signal's handler runs): a broken guard fails
+                # closed, naming itself.
                 e = own_exit(e)
                 log_contained(
                     f"guardrail {policy_name(guard)} failed for call {run.call.id}", e, run.scrubber
@@ -107,6 +125,17 @@ def check_outputs(run: Run, result: ToolResult, svc: Services) -> Steps:
         return result
     finally:
         done_asking(token)
+
+
+def _task_cancelled() -> bool:
+    """Whether the task driving this step is being cancelled (not the guard's
+    own CancelledError). A worker thread driving it has no task: its guard's
+    task is cancelled only by whoever settled the call (`run.completed`)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: a worker thread
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 def _withheld(run: Run, result: ToolResult, why: str) -> ToolResult:

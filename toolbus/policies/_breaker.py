@@ -14,9 +14,13 @@ failure (`error`, `timeout`, a crash) with at least one attempt. A call that
 ended without running (rejected by a later policy, cancelled while it waited,
 deferred for approval, answered from a cache) says nothing about the tool; if
 it was the trial, the next call becomes the trial, so a circuit never stays
-half-open for want of a result. A trial that has not ended `reset_after`
-seconds after its whole call could have ended (its whole-call deadline, or all
-its attempts' timeouts and the backoffs between them) is presumed lost likewise.
+half-open for want of a result. The trial lapses when it ends (the executor
+tells every policy that admitted a call how it ended, once, however it
+ended); as a safety bound only, one still unheard of `reset_after` seconds
+after its whole-call deadline (`call_timeout`) is presumed lost likewise. A
+trial without a whole-call deadline that never ends (a tool hung without a
+timeout) keeps the circuit half-open: its retries and backoffs are never
+guessed, so two trials never run at once.
 
 A result counts only in the state its call was admitted in: calls that were
 running when the circuit opened do not keep it open longer, nor close it.
@@ -42,8 +46,8 @@ from ._signals import (
     CircuitChanged,
     announce,
     asked_by_an_executor,
-    call_span,
     scrub,
+    time_left,
 )
 
 if TYPE_CHECKING:
@@ -129,13 +133,18 @@ class CircuitBreaker(BasePolicy):
         if isinstance(key, Reject):
             return key
         at = self._clock() if self._clock is not None else now
-        # How long the call may go on, retries and backoffs included: a trial
-        # still retrying is not presumed lost while it may still end.
-        timeout = call_span()
-        if timeout is None and asked_by_an_executor():
-            # A call without a timeout: its trial is never presumed lost (as
-            # with math.inf); it ends, and says so (`on_result`).
-            timeout = math.inf
+        # How long a trial may go on before it is presumed lost. Asked by an
+        # executor, it is told how its call ended (`on_result`, once, however
+        # it ended: cancelled, timed out, its executor closed), so it lapses
+        # then; the whole-call deadline, if it has one, is only a safety
+        # bound. Its retries' number and backoffs (a tenacity strategy, a
+        # `should_retry` hook's delays) are not guessed: none is presumed to
+        # end sooner than it does. Asked directly (a test, no executor to
+        # tell it), `reset_after` alone.
+        timeout: float | None = None
+        if asked_by_an_executor():
+            left = time_left()
+            timeout = math.inf if left is None else max(0.0, left)
         with self._lock:
             circuit = self._circuits.get(key)
             if circuit is None:

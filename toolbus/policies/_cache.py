@@ -2,9 +2,10 @@
 
 A call's key is its tool's name and its arguments as the policy is asked about
 them: after the pre-call hooks and the injected values (a per-user value keeps
-users apart), before masking, in canonical JSON, hashed (the key holds no
-secret in memory). Only data is keyed (`_cache_key.py`): a call whose
-arguments hold what is not (an injected object) is not cached, unless the
+users apart), before masking, each value with its type, hashed (the key holds
+no secret in memory). Only data is keyed (`_cache_key.py`): a call whose
+arguments hold what is not (an injected object, a model holding a SecretStr)
+is not cached, unless the
 cache's `key` function makes data of it. An `ok` result is kept `ttl` seconds (at most `maxsize`
 results, least recently used out first); errors are never kept.
 
@@ -25,6 +26,9 @@ supervisor (a deadline, a cancellation) while a policy is being asked may not
 be told (see the notes in docs/policies.md). So a flight has a budget (`wait`):
 once it has run that long, the next follower asked presumes the leader lost
 and leads a new flight itself; the others follow it. Nobody waits forever.
+A call's key is made once, when it is asked (`admit`), and kept for its
+`on_result`/`on_dropped`: a `key` function is never asked again where it
+might raise, or read another thread's context, and leave a flight unresolved.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._json import detached
+from .._json import detached, loads
 from ..models import ToolCall, ToolResult
 from ._cache_key import cache_key
 from ._protocol import ADMIT, BasePolicy, Decision, Delay, Respond
@@ -74,8 +78,8 @@ def cache(
     - `wait`: seconds identical calls wait for one in flight before one of
       them presumes it lost and runs itself. None: 4 deadlines of the call's
       attempts, at least 600 s (600 s when it has no deadline).
-    - `key`: `key(call)` -> data (JSON-like: str, numbers, lists, dicts,
-      dataclasses, pydantic models) that identifies the call's answer, keyed
+    - `key`: `key(call)` -> data (str, numbers, lists, dicts, dataclasses and
+      pydantic models holding only data) that identifies the call's answer, keyed
       in place of its arguments. Without it the arguments are the key, and a
       call whose arguments hold what is not data (an injected session or
       client object) is not cached: an object's repr (a memory address, reused)
@@ -138,6 +142,11 @@ class Cache(BasePolicy):
 
         self._results: TTLCache[bytes, _Entry] = TTLCache(maxsize, self.ttl, timer=self._clock)
         self._flights: dict[bytes, _Flight] = {}
+        # The key each call in flight (a leader, a follower) was given when
+        # it was asked: `on_result` and `on_dropped` use it, never asking the
+        # `key` function again (it may raise then, or read another thread's
+        # context and key the result elsewhere: a flight never resolved).
+        self._keys: dict[int, tuple[ToolCall, bytes]] = {}  # by id()
 
     def _clock(self) -> float:
         return self._now
@@ -185,6 +194,7 @@ class Cache(BasePolicy):
         with self._lock:
             self._tick(now)
             entry = self._results.get(key)
+            self._keys.pop(id(call), None)  # asked again: keyed anew below
             if entry is not None:
                 shared = entry.shared_with.pop(id(call), None) is not None
                 decision: Decision = Respond(_marked(entry.result, "hit"))
@@ -196,9 +206,11 @@ class Cache(BasePolicy):
                     # followers, woken, follow it. Others lost are let go here.
                     woken = self._lost(now)
                     self._flights[key] = flight = _Flight(call, now + budget)
+                    self._keys[id(call)] = (call, key)
                     decision = ADMIT
                 else:
                     flight.followers[id(call)] = call
+                    self._keys[id(call)] = (call, key)
                     decision = Delay(
                         flight.expires - now,
                         f"an identical call ({flight.leader.id}) is in flight",
@@ -211,7 +223,7 @@ class Cache(BasePolicy):
         return decision
 
     def on_result(self, call: ToolCall, result: ToolResult, now: float) -> ToolResult | None:
-        key = self._key(call)
+        key = self._asked_key(call)
         if key is None:
             return None  # not cached (see admit)
         ok = result.status == "ok"
@@ -241,7 +253,7 @@ class Cache(BasePolicy):
     def on_dropped(self, call: ToolCall, result: ToolResult, now: float) -> None:
         """A follower ended while it waited (cancelled, its executor closed):
         it no longer counts as waiting, nor is it answered when the flight ends."""
-        key = self._key(call)
+        key = self._asked_key(call)
         if key is None:
             return
         with self._lock:
@@ -255,7 +267,30 @@ class Cache(BasePolicy):
 
     def _key(self, call: ToolCall) -> bytes | None:
         """`call`'s key; None when what it is keyed by is not data."""
-        return cache_key(call.name, call.arguments if self.key is None else self.key(call))
+        if self.key is not None:
+            return cache_key(call.name, self.key(call))
+        arguments: Any = call.arguments
+        if isinstance(arguments, str):
+            # The model's raw JSON text: keyed as what it says (spacing and key
+            # order do not matter); text that is not JSON is not cached.
+            try:
+                arguments = loads(arguments)
+            except ValueError:
+                return None
+        return cache_key(call.name, arguments)
+
+    def _asked_key(self, call: ToolCall) -> bytes | None:
+        """The key `call` was given when last asked, let go. One not kept (a
+        leader presumed lost, told after all) is made again (outside the
+        lock: user code); a `key` function that raises now gives none."""
+        with self._lock:
+            held = self._keys.pop(id(call), None)
+        if held is not None and held[0] is call:
+            return held[1]
+        try:
+            return self._key(call)
+        except Exception:
+            return None
 
     def _not_keyed(self, tool: str) -> None:
         with self._lock:
@@ -274,8 +309,13 @@ class Cache(BasePolicy):
 
     def _lost(self, now: float) -> list[_Flight]:
         """Let go of the flights past their budget at `now` (under the lock)."""
-        lost = [k for k, f in self._flights.items() if now >= f.expires]
-        return [self._flights.pop(k) for k in lost]
+        gone = [k for k, f in self._flights.items() if now >= f.expires]
+        lost = [self._flights.pop(k) for k in gone]
+        for flight in lost:  # never told of: their calls' keys let go
+            self._keys.pop(id(flight.leader), None)
+            for follower in flight.followers:
+                self._keys.pop(follower, None)
+        return lost
 
     def _budget(self) -> float:
         if self.wait is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ __all__ = [
     "announce",
     "asked_by_an_executor",
     "asking",
-    "call_span",
     "call_timeout",
     "scrub",
     "scrub_quote",
@@ -132,26 +130,6 @@ def time_left() -> float | None:
     current = _asking.get()
     due = current[4] if current is not None else None
     return None if due is None else due - time.monotonic()
-
-
-def call_span() -> float | None:
-    """How long, from now, the whole call a policy is asked about may go on at
-    most: until its whole-call deadline if it has one, else its attempts'
-    timeouts and the longest backoffs between them (its retry policy's
-    `max_retries`). None: no bound (an attempt without a timeout), or not
-    asked by an executor."""
-    current = _asking.get()
-    if current is None:
-        return None
-    timeout, due, retry = current[2], current[4], current[5]
-    if due is not None:
-        return max(0.0, due - time.monotonic())
-    if timeout is None or not math.isfinite(timeout):
-        return None
-    retries = getattr(retry, "max_retries", 0) or 0
-    jitter = getattr(retry, "jitter", 0.0) or 0.0
-    backoff = (getattr(retry, "max_backoff", 0.0) or 0.0) * (1 + jitter)
-    return (retries + 1) * timeout + retries * backoff
 
 
 def done_asking(token: contextvars.Token[Any]) -> None:
