@@ -52,3 +52,42 @@ def test_a_servers_message_is_published_without_credentials() -> None:
     publish_request(asking, request)
     ((message, _),) = published
     assert "hunter2" not in message and "TOK123" not in message
+
+
+def test_a_message_no_call_is_tied_to_is_scrubbed_with_every_call_s_secrets_built_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Merged one scrubber at a time, the secrets of 300 calls in flight were
+    sorted and compiled 300 times for each server log line (seconds a line on
+    the connection's loop, its calls timing out: found by review). They are
+    built into one scrubber at once, and not again while the same calls are
+    in flight."""
+    from types import SimpleNamespace
+
+    from toolbus.masking import Scrubber
+    from toolbus.mcp import _asking
+
+    calls = _asking.Calls()
+    for i in range(300):
+        logs = SimpleNamespace(scrubber=Scrubber([f"secret-value-{i:04d}"]))
+        calls.add(Asking(ToolContext(call_id=f"c{i}", tool="t", logs=logs), "t"))  # type: ignore[arg-type]
+    ended = next(iter(calls))
+    calls.discard(ended)  # its secrets are still known: a late line may quote them
+    built: list[int] = []
+
+    class Counted(Scrubber):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(_asking, "Scrubber", Counted)
+    text = " ".join(f"secret-value-{i:04d}" for i in range(300))
+    assert "secret-value" not in _asking.every_scrubber(calls).text(text)
+    assert len(built) == 1
+    assert _asking.every_scrubber(calls).text("secret-value-0007") == _asking.every_scrubber(
+        calls
+    ).text("secret-value-0007")
+    assert len(built) == 1  # the same calls: the same scrubber
+    calls.discard(next(iter(calls)))
+    assert "secret-value" not in _asking.every_scrubber(calls).text(text)
+    assert len(built) == 2

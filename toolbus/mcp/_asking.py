@@ -247,12 +247,24 @@ def every_scrubber(in_flight: Collection[Asking]) -> Scrubber:
     """What every call in `in_flight` masked, and the calls of it that ended
     lately (a `Calls`, or an `InFlight` of one): for a server's message that
     toolbus cannot tie to one call."""
-    merged = EMPTY_SCRUBBER
-    for asking in list(in_flight):
-        merged = merged.merged(call_scrubber(asking.ctx))
-    for scrubber in list(getattr(in_flight, "ended", ())):
-        merged = merged.merged(scrubber)
+    global _last_merged
+    scrubbers = tuple(call_scrubber(a.ctx) for a in list(in_flight))
+    scrubbers += tuple(getattr(in_flight, "ended", ()))
+    last = _last_merged
+    if last[0] == scrubbers:  # (compared by identity: the same calls as last time)
+        return last[1]
+    # Built once from every value: merging one by one would sort and compile
+    # again at each step, a cost that grows with the square of the calls.
+    values = [v for s in scrubbers for v in s.values]
+    scanner = next((s.scanner for s in scrubbers if s.scanner is not None), None)
+    merged = Scrubber(values, scanner) if values or scanner is not None else EMPTY_SCRUBBER
+    _last_merged = (scrubbers, merged)  # (one tuple: swapped whole)
     return merged
+
+
+# The last `every_scrubber` answer, by the scrubbers it was made of: a server
+# that logs many lines while the same calls are in flight pays for one build.
+_last_merged: tuple[tuple[Scrubber, ...], Scrubber] = ((), EMPTY_SCRUBBER)
 
 
 class InFlight:

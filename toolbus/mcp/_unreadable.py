@@ -71,7 +71,7 @@ def _message(error: Exception) -> dict[str, Any] | None:
         if problem["type"] == "json_invalid" and isinstance(value, str):
             try:
                 value = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):  # (nested past the recursion limit)
                 return None
         if isinstance(value, dict) and "jsonrpc" in value:
             return value
@@ -84,7 +84,7 @@ def _why(error: Exception, message: dict[str, Any] | None) -> str:
         return type(error).__name__
     problems = error.errors(include_url=False)
     if any(p["type"] == "json_invalid" for p in problems):
-        return "it is not JSON the SDK reads (a lone surrogate's escape, say)"
+        return "it is not JSON the SDK reads (a lone surrogate's escape, or nested too deep)"
     kind = "JSONRPCError" if message is not None and "error" in message else "JSONRPCResponse"
     found = []
     for p in problems:
