@@ -127,7 +127,10 @@ def test_a_log_line_after_the_calls_result_is_scrubbed_of_its_secrets(
     [
         ("result42", "field 'result' should be an object"),
         ("resultnull", "field 'result' should be an object"),
-        ("surrogate", "it is not JSON the SDK reads (a lone surrogate's escape, say)"),
+        (
+            "surrogate",
+            "it is not JSON the SDK reads (a lone surrogate's escape, or nested too deep)",
+        ),
         ("errornomsg", "field 'error.message' is missing (required)"),
     ],
 )
