@@ -32,6 +32,7 @@ from ..pipeline import (
     FINISHING,
     OFF_CLOCK,
     QUEUED,
+    SUPERVISOR,
     Run,
     finish,
     make_result,
@@ -164,7 +165,7 @@ class Deadlines:
         if left is not None and left > EARLY:
             self._arm(run, left, Deadline)  # moved on (by a journal write)
             return
-        if not run.try_settle(n):
+        if not run.try_settle(n, SUPERVISOR):
             # The worker settled the attempt and is in its post-attempt hooks.
             if not run.completed:
                 run.ticket.timed_out_in = ""  # (not an earlier attempt's)
@@ -233,7 +234,7 @@ class Deadlines:
         (its policies deciding, its intent being journaled, its worker
         starting): it ends `DEADLINE_EXCEEDED` without a `tool:timeout` (its
         tool never started), counted as not run, so no breaker counts it."""
-        if not run.try_settle(n):
+        if not run.try_settle(n, SUPERVISOR):
             if not run.completed:
                 self._arm(run, self.hook_grace, Grace)
             return
@@ -263,7 +264,7 @@ class Deadlines:
     def _undecided(self, run: Run, n: int) -> None:
         """A policy took a whole timeout to decide about `run`: the call ends
         `rejected`, naming it (a guard that cannot answer fails closed)."""
-        if not run.try_settle(n):
+        if not run.try_settle(n, SUPERVISOR):
             # It decided just now, and the worker holds the outcome: let it go
             # on, bounded as any attempt is.
             if not run.completed:
