@@ -218,23 +218,28 @@ class Scheduler(Admission, Delays, Backpressure):
                     self.owner = None
                     self.lock.release()
                 if pending:  # posted while we held the lock, by a thread that found it taken
-                    interrupt = self._settle_all(interrupt)
+                    try:
+                        self._settle()
+                    except BaseException as e:  # (a signal's)
+                        interrupt = self._settle_again(e)
                 if interrupt is not None:
                     raise interrupt
                 return
         pending.append(message)
-        interrupt = self._settle_all(None)
-        if interrupt is not None:
-            raise interrupt
+        try:
+            self._settle()
+        except BaseException as e:  # (a signal's: `_settle` raises no other)
+            interrupt = self._settle_again(e)  # (the same, or a later signal's)
+            raise interrupt from None
 
-    def _settle_all(self, interrupt: BaseException | None) -> BaseException | None:
-        """`_settle`, again if a signal's exception cut it short (what is
+    def _settle_again(self, interrupt: BaseException) -> BaseException:
+        """A signal's exception cut `_settle` short: settle again (what is
         queued must not wait for a later post); the exception to raise."""
         for _ in range(3):
             try:
                 self._settle()
-                return interrupt
-            except BaseException as e:  # (a signal's: `_settle` raises no other)
+                break
+            except BaseException as e:
                 interrupt = e
         return interrupt
 
@@ -302,7 +307,10 @@ class Scheduler(Admission, Delays, Backpressure):
                     except BaseException as e:
                         self._interrupt, interrupt = OWED, e
                 self.owner = None
-        interrupt = self._settle_all(interrupt)  # what was posted meanwhile, as `post` does
+        try:
+            self._settle()  # what was posted meanwhile, as `post` does
+        except BaseException as e:  # (a signal's)
+            interrupt = self._settle_again(e)
         if interrupt is not None:
             raise interrupt
         return answer
