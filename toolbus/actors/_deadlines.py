@@ -133,6 +133,9 @@ class Deadlines:
             self._finish_here(run, "cancelled", code, reason)
             return
         self._arm(run, delay, RetryDue)
+        # Parked for its retry: the scheduler's claim (a timeout's) is honoured,
+        # and owes the call no end (`_mend.py`).
+        run.settled = True
 
     def _on_retry_due(self, msg: RetryDue) -> None:
         if self._current(msg):

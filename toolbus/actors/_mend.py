@@ -14,7 +14,10 @@ the thread mends it before it lets go (`mend`):
   looks, the common call pays nothing for this;
 - a run whose attempt the scheduler claimed (`SUPERVISOR`: a cancel, a
   deadline) but did not end ends as it was going to: `cancelled` with the
-  cancel's reason, or `timeout`;
+  cancel's reason, or `timeout`. Only a run the traceback shows a claiming
+  handler (`_CLAIMS`) was working on (its `run`): a run merely seen by an
+  interrupted frame (`stats()` looking at the queue, a retry being queued)
+  is not being ended, whatever its mark says;
 - a run with its result but not closed is closed, its `tool:finished`
   announced first if `finish` was cut before it announced it;
 - a run closed part way (`_closed_run` takes it out of `runs_open` last) has
@@ -51,6 +54,9 @@ __all__ = ["OWED", "Owed", "Torn", "mend", "note_torn"]
 _OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # How a run the scheduler claimed ends, by the handler that claimed it.
 _TIMEOUTS = frozenset({"_on_deadline", "_spent_before_start", "_undecided", "_back_off"})
+# The handlers that claim an attempt (`try_settle(n, SUPERVISOR)`) and then end
+# the call (or park it for its retry), each on its local `run`.
+_CLAIMS = _TIMEOUTS | {"_cancel_run", "_dispatch", "_on_grace"}
 INTERRUPTED = "cancelled: the thread handling it was interrupted"
 # How many rounds of mending (each may be cut short and find more) before the
 # rest is left to the next thread that lets go of the lock.
@@ -84,7 +90,8 @@ class Torn:
     __slots__ = ("announce", "detached", "ending")
 
     def __init__(self) -> None:
-        # How it ends if the scheduler claimed it: (status, code, reason).
+        # How it ends if the scheduler claimed it: (status, code, reason);
+        # None unless a claiming handler was cut short working on it.
         self.ending: tuple[str, ErrorCode, str] | None = None
         self.detached = False  # its job was being let go of (`_detach`)
         # The result `finish` made and was cut short before announcing.
@@ -113,10 +120,18 @@ def note_torn(error: BaseException, torn: dict[Run, Torn]) -> None:
 
 def _note(t: Torn, code: Any, loc: dict[str, Any], tb: Any, run: Run) -> None:
     name = code.co_name
-    if name == "_cancel_run":
-        t.ending = ("cancelled", loc["code"], loc["reason"])
-    elif name in _TIMEOUTS:
-        t.ending = ("timeout", ErrorCode.CANCELLED, "")  # (its code and text: `ran_out`)
+    if name in _CLAIMS:
+        if loc.get("run") is not run:
+            return  # (another run it had at hand: not the one it works on)
+        cancel = run.ticket.cancel
+        if name == "_cancel_run":
+            t.ending = ("cancelled", loc["code"], loc["reason"])
+        elif name in _TIMEOUTS or (name == "_on_grace" and cancel is None):
+            t.ending = ("timeout", ErrorCode.CANCELLED, "")  # (its code and text: `ran_out`)
+        elif cancel is not None:
+            t.ending = ("cancelled", cancel[0], cancel[1])
+        elif t.ending is None:
+            t.ending = ("cancelled", ErrorCode.CANCELLED, INTERRUPTED)
     elif name == _DETACH:
         t.detached = True
     elif code is _FINISH and loc.get("run") is run:
@@ -174,9 +189,16 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
 def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
     t = run.ticket
     if run.result is None:
-        if t.closed or run.settled != SUPERVISOR or t.armed is Grace or t.armed is RetryDue:
+        ending = torn.ending
+        if (
+            ending is None  # no claiming handler was cut short on it
+            or t.closed
+            or run.settled != SUPERVISOR
+            or t.armed is Grace
+            or t.armed is RetryDue
+        ):
             return  # open, and someone (a worker, a timer) will end it; or ended
-        status, code, reason = torn.ending or ("cancelled", ErrorCode.CANCELLED, INTERRUPTED)
+        status, code, reason = ending
         if status == "timeout":
             code, reason = ran_out(run, t.timed_out_in)
         run.interrupt("closed" if sv.closed else "timeout" if status == "timeout" else "cancelled")
