@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import MakeExecutor
 from toolbus import Executor, ToolCall, ToolContext, ToolRegistry, bus
-from toolbus.actors import _scheduler
+from toolbus.actors import _mend, _scheduler
 from toolbus.actors._capacity import Capacity
 from toolbus.actors._messages import Report, Reports
 from toolbus.bus import _signals as sig
@@ -285,6 +285,64 @@ def test_a_batch_whose_books_were_cut_short_starts_its_next_call(
     assert not t.is_alive(), "the batch's second call never started"
     assert [r.status for r in out[0].results] == ["ok", "ok"]
     _finished_once(ex, recorder, ["e1", "e2"])
+    _settled(ex)
+
+
+def test_a_bug_in_mending_is_logged_and_never_raised_nor_left_owed(
+    ex: Executor,
+    recorder: bus.Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+    main_handles_report: Callable[[], None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Mending the call raises an ordinary exception (after doing its work): the
+    # interrupted thread gets its KeyboardInterrupt, the bug is logged, and
+    # later calls on any thread are not handed it.
+    raised = _interrupt_once(monkeypatch, ThreadWaiter, "release")
+    real = _mend._mend_run
+
+    def buggy(sv: Any, run: Run, torn: Any) -> None:
+        real(sv, run, torn)
+        raise RuntimeError("a bug in the mending")
+
+    monkeypatch.setattr(_mend, "_mend_run", buggy)
+    t, out = _in_thread(lambda: ex.execute(ToolCall(id="g", name="gate", arguments={"i": 4})))
+    with pytest.raises(KeyboardInterrupt):
+        main_handles_report()
+    assert raised[0] == 1
+    assert ex._scheduler._interrupt is None
+    assert "supervisor error mending call g" in caplog.text
+    assert "a bug in the mending" in caplog.text
+    t.join(WAIT)
+    assert not t.is_alive() and out[0].status == "ok"
+    t2, out2 = _in_thread(lambda: ex.execute(ToolCall(id="h", name="write", arguments={"i": 5})))
+    t2.join(WAIT)
+    assert not t2.is_alive() and out2[0].status == "ok"
+    assert ex.execute(ToolCall(id="i", name="write", arguments={"i": 6})).status == "ok"
+    _finished_once(ex, recorder, ["g", "h", "i"])
+    _settled(ex)
+
+
+def test_a_second_ctrl_c_as_mending_begins_still_mends_without_a_later_post(
+    ex: Executor,
+    recorder: bus.Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+    main_handles_report: Callable[[], None],
+) -> None:
+    # The first lands as the report's handler wakes the caller, the second as
+    # `mend` is entered: nothing else is posted after, and no timeout backs
+    # the caller's wait up; the interrupted thread mends once it let go.
+    raised = _interrupt_once(monkeypatch, ThreadWaiter, "release")
+    again = _interrupt_once(monkeypatch, _scheduler, "mend")
+    t, out = _in_thread(lambda: ex.execute(ToolCall(id="j", name="gate", arguments={"i": 7})))
+    with pytest.raises(KeyboardInterrupt):
+        main_handles_report()
+    assert (raised[0], again[0]) == (1, 1)
+    assert ex._scheduler._interrupt is None
+    t.join(WAIT)
+    assert not t.is_alive(), "mending was left owed, the caller never woken"
+    assert out[0].status == "ok" and out[0].output == 7
+    _finished_once(ex, recorder, ["j"])
     _settled(ex)
 
 

@@ -28,16 +28,24 @@ the thread mends it before it lets go (`mend`):
 
 Each step looks at the run's state first, so mending twice does nothing more.
 A second interrupt while mending leaves the mending owed (`OWED` in place of
-the interrupt): whichever thread next lets go of the lock mends again.
+the interrupt): the thread settles again once it let go of the lock
+(`Scheduler._settle`), and so does whichever thread next lets go of it.
+
+Any other exception while mending is a bug of toolbus's: logged as the
+scheduler logs its own ("supervisor error"), the run it was mending left as
+it is, and never raised to a caller, nor left owed.
 """
 
 from __future__ import annotations
 
 import dis
+import logging
 import os
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from .. import pipeline as _pipeline
+from .._interrupts import interrupts_caller
 from ..bus import _signals as sig
 from ..bus._events import CallFinished
 from ..models import ErrorCode
@@ -49,6 +57,8 @@ if TYPE_CHECKING:
     from ._scheduler import Scheduler
 
 __all__ = ["OWED", "Owed", "Torn", "mend", "note_torn"]
+
+log = logging.getLogger("toolbus.actors")
 
 # Whose frames are read: toolbus's own.
 _OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -101,6 +111,19 @@ class Torn:
 def note_torn(error: BaseException, torn: dict[Run, Torn]) -> None:
     """Add to `torn` the runs on the frames of toolbus's code that `error`
     (and the interrupts it was raised while handling) came through."""
+    try:
+        _note_all(error, torn)
+    except BaseException as e:  # (a bug: logged; a signal's, raised)
+        if interrupts_caller(e):
+            raise
+        _bug("noting what an interrupt cut short", e)
+
+
+def _bug(doing: str, e: BaseException) -> None:
+    log.error("supervisor error %s:\n%s", doing, "".join(traceback.format_exception(e)))
+
+
+def _note_all(error: BaseException, torn: dict[Run, Torn]) -> None:
     seen: set[int] = set()
     e: BaseException | None = error
     while e is not None and id(e) not in seen:
@@ -159,7 +182,8 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
     """Under the lock, as the holder lets go after an interrupt: make every
     run the interrupted handlers left half done whole, and handle what is
     queued. Returns the interrupt to raise (None when `first` is `OWED`:
-    another thread's, mended here). Leaves `OWED` if it could not finish."""
+    another thread's, mended here). Leaves `OWED` if it could not finish
+    (a signal's exception, again); raises only a signal's."""
     raised = None if first is OWED else first
     sv._interrupt = OWED
     torn = sv._torn
@@ -168,14 +192,23 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
         try:
             while torn:
                 run, t = next(iter(torn.items()))
-                _mend_run(sv, run, t)
+                try:
+                    _mend_run(sv, run, t)
+                except BaseException as e:
+                    if interrupts_caller(e):
+                        raise  # (a signal's: that run is mended again)
+                    _bug(f"mending call {run.call.id}", e)  # (left as it is)
                 torn.pop(run, None)
             sv._handle(None)  # (a pump: what the mending let start, starts)
             if pending:
                 sv._drain()  # (an interrupt there is kept in `_interrupt`, its runs noted)
         except BaseException as e:  # a signal's, again
-            sv._interrupt = e
-            note_torn(e, torn)
+            if interrupts_caller(e):
+                sv._interrupt = e
+                note_torn(e, torn)
+            else:  # (a bug: nothing is left owed for it)
+                _bug("mending", e)
+                torn.clear()
         now = sv._interrupt
         if now is not OWED:
             raised, sv._interrupt = now, OWED

@@ -217,7 +217,9 @@ class Scheduler(Admission, Delays, Backpressure):
                             self._interrupt, interrupt = OWED, e
                     self.owner = None
                     self.lock.release()
-                if pending:  # posted while we held the lock, by a thread that found it taken
+                # Posted while we held the lock, by a thread that found it
+                # taken; or mending still owed (cut short by another signal's).
+                if pending or (interrupt is not None and self._interrupt is OWED):
                     try:
                         self._settle()
                     except BaseException as e:  # (a signal's)
@@ -247,11 +249,17 @@ class Scheduler(Admission, Delays, Backpressure):
         """Handle what is queued if nobody holds the lock, until nothing is.
 
         Re-checks after letting go: a message posted while we held the lock, by
-        a thread that found it taken, is ours to handle. An interrupt is raised
-        once nothing is left."""
+        a thread that found it taken, is ours to handle; so is mending still
+        owed (`OWED`: a signal's exception cut it short), a few times over. An
+        interrupt is raised once nothing is left."""
         pending = self._pending
         raised = None
-        while pending and self.owner is None:
+        owed = 0
+        while self.owner is None:
+            if not pending:
+                if self._interrupt is not OWED or owed == _OWED_TRIES:
+                    break
+                owed += 1
             try:
                 if not self.lock.acquire(blocking=False):
                     break
@@ -558,6 +566,10 @@ class Scheduler(Admission, Delays, Backpressure):
             self._delayed(run, outcome)
             return
         self._back_off(run, outcome.delay)  # a retry
+
+
+# How often `_settle` takes the lock again only to mend what is owed.
+_OWED_TRIES = 4
 
 
 def _began(error: BaseException) -> bool:
