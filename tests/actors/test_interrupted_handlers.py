@@ -346,6 +346,27 @@ def test_a_second_ctrl_c_as_mending_begins_still_mends_without_a_later_post(
     _settled(ex)
 
 
+def test_a_batch_end_cut_short_before_waking_its_caller_still_wakes_it(
+    ex: Executor,
+    recorder: bus.Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+    main_handles_report: Callable[[], None],
+) -> None:
+    # Its last call's close ends the batch (`finish_batch`), cut short as it
+    # wakes the batch's caller.
+    raised = _interrupt_once(monkeypatch, ThreadWaiter, "release")
+    calls = [ToolCall(id="k", name="gate", arguments={"i": 1})]
+    t, out = _in_thread(lambda: ex.execute_batch(calls))
+    with pytest.raises(KeyboardInterrupt):
+        main_handles_report()
+    assert raised[0] == 1
+    t.join(WAIT)
+    assert not t.is_alive(), "the batch ended, its caller never woken"
+    assert [r.status for r in out[0].results] == ["ok"]
+    _finished_once(ex, recorder, ["k"])
+    _settled(ex)
+
+
 def test_mending_finds_nothing_to_do_on_the_common_path(ex: Executor) -> None:
     # Nothing torn is kept once calls end normally.
     assert ex.execute(ToolCall(id="f", name="write", arguments={"i": 1})).status == "ok"
