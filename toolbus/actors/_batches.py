@@ -78,8 +78,15 @@ def announce_groups(b: BatchRun, em: Emitter) -> None:
 
 
 def finish_batch(b: BatchRun, em: Emitter) -> None:
-    """Announce completion and release the batch's caller, exactly once."""
+    """Announce completion and release the batch's caller, exactly once.
+
+    Again on a batch done already, only its caller is released, if a signal's
+    exception cut the first short before it was (`actors/_mend.py`)."""
     if b.done:
+        waiter = b.waiter
+        if waiter is not None:
+            waiter.release(b)
+            b.waiter = None
         return
     b.done = True
     if em.wants(sig.BATCH_COMPLETE):
@@ -92,7 +99,8 @@ def finish_batch(b: BatchRun, em: Emitter) -> None:
         )
     waiter = b.waiter
     if waiter is not None:
-        # Let go of it first: released with the batch, it holds the batch
-        # (a cycle for the garbage collector to find, every batch).
-        b.waiter = None
+        # Let go of it once released (not before: a release cut short is done
+        # again): released with the batch, it holds the batch (a cycle for
+        # the garbage collector to find, every batch).
         waiter.release(b)
+        b.waiter = None

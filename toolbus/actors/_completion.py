@@ -19,7 +19,7 @@ from ..backends import Job
 from ..bus import _signals as sig
 from ..bus._events import RunHalted
 from ..models import ErrorCode, Status, ToolResult
-from ..pipeline import BatchRun, Run, caller_cancelled
+from ..pipeline import SUPERVISOR, BatchRun, Run, caller_cancelled
 from ._batches import announce_groups, finish_batch
 from ._deadlines import Deadlines
 from ._messages import Cancel, CancelWhere, Close, HaltRun, WaitGivenUp
@@ -57,8 +57,17 @@ class Completion(Deadlines):
         t = run.ticket
         if t.closed:
             return
+        # Closed, counted and taken off its batch's count with no call in
+        # between, where a signal's exception could land: what follows may be
+        # done again (`_mend.py`), these may not. It leaves `runs_open` last:
+        # one closed but still there was cut short, and is mended.
         t.closed = True
-        self.runs_open.discard(run)
+        result = run.result
+        if result is not None:
+            self.counters[result.status] += 1
+        b = run.batch
+        if b is not None:
+            b.remaining -= 1
         if t.timer is not None:  # (closed: a timer message still queued is stale)
             self.timers.cancel(t.timer)
             t.timer = None
@@ -78,18 +87,14 @@ class Completion(Deadlines):
                 self.room_seen = None
         else:
             self.slots.release(run)
-        result = run.result
-        if result is not None:
-            self.counters[result.status] += 1
-            if run.waiter is not None:
-                # Woken last, after the books: stats() agrees with the result.
-                run.waiter.release(result)
+        if result is not None and run.waiter is not None:
+            # Woken last, after the books: stats() agrees with the result.
+            run.waiter.release(result)
         if t.nested is not None:
             self._end_nested(run)
-        b = run.batch
         if b is None:
+            self.runs_open.discard(run)
             return
-        b.remaining -= 1
         # Closing this run may close others of the batch (the calls a deferred
         # one holds back, the rest after a stop_on_error): the last of those
         # must not end the batch, and so release its caller, while this frame
@@ -97,10 +102,14 @@ class Completion(Deadlines):
         b.sv_busy += 1
         try:
             self._batch_books(b, run, result)
+        except BaseException:  # (a signal's: mended, see `_mend.py`)
+            t.books_cut = True
+            raise
         finally:
             b.sv_busy -= 1  # `_done_with`, inlined: this runs for every call of a batch
             if b.remaining == 0 and b.sv_busy == 0:
                 finish_batch(b, self.emitter)
+        self.runs_open.discard(run)
 
     def _end_nested(self, run: Run) -> None:
         """`run` ended: if it was cancelled, so are the calls its tool or
@@ -257,7 +266,7 @@ class Completion(Deadlines):
         if run.ticket.slot:  # an attempt, or what follows its timeout, is under way
             if only_unstarted:
                 return
-            if not run.try_settle(run.attempt):
+            if not run.try_settle(run.attempt, SUPERVISOR):
                 # A worker holds the outcome (in its hooks): honour the cancel
                 # when it reports, instead of retrying.
                 run.ticket.cancel = (code, reason)

@@ -32,6 +32,7 @@ from ..pipeline import (
     FINISHING,
     OFF_CLOCK,
     QUEUED,
+    SUPERVISOR,
     Run,
     finish,
     make_result,
@@ -132,6 +133,9 @@ class Deadlines:
             self._finish_here(run, "cancelled", code, reason)
             return
         self._arm(run, delay, RetryDue)
+        # Parked for its retry: the scheduler's claim (a timeout's) is honoured,
+        # and owes the call no end (`_mend.py`).
+        run.settled = True
 
     def _on_retry_due(self, msg: RetryDue) -> None:
         if self._current(msg):
@@ -164,7 +168,7 @@ class Deadlines:
         if left is not None and left > EARLY:
             self._arm(run, left, Deadline)  # moved on (by a journal write)
             return
-        if not run.try_settle(n):
+        if not run.try_settle(n, SUPERVISOR):
             # The worker settled the attempt and is in its post-attempt hooks.
             if not run.completed:
                 run.ticket.timed_out_in = ""  # (not an earlier attempt's)
@@ -233,7 +237,7 @@ class Deadlines:
         (its policies deciding, its intent being journaled, its worker
         starting): it ends `DEADLINE_EXCEEDED` without a `tool:timeout` (its
         tool never started), counted as not run, so no breaker counts it."""
-        if not run.try_settle(n):
+        if not run.try_settle(n, SUPERVISOR):
             if not run.completed:
                 self._arm(run, self.hook_grace, Grace)
             return
@@ -263,7 +267,7 @@ class Deadlines:
     def _undecided(self, run: Run, n: int) -> None:
         """A policy took a whole timeout to decide about `run`: the call ends
         `rejected`, naming it (a guard that cannot answer fails closed)."""
-        if not run.try_settle(n):
+        if not run.try_settle(n, SUPERVISOR):
             # It decided just now, and the worker holds the outcome: let it go
             # on, bounded as any attempt is.
             if not run.completed:

@@ -51,13 +51,14 @@ from .._interrupts import INTERRUPTS, interrupts_caller
 from ..backends import Backend, BackendUnavailable, Host, Job
 from ..bus import _signals as sig
 from ..models import ErrorCode
-from ..pipeline import Outcome, Run
+from ..pipeline import SUPERVISOR, Outcome, Run
 from ._admission import Admission
 from ._backpressure import Backpressure
 from ._backstop import caller_watches
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
+from ._mend import OWED, Torn, mend, note_torn
 from ._messages import (
     BudgetSpent,
     Cancel,
@@ -121,6 +122,9 @@ class Scheduler(Admission, Delays, Backpressure):
         # while it handled messages: raised again there once it lets go of
         # the lock (`post`), so the caller is interrupted as it asked.
         self._interrupt: BaseException | None = None
+        # The runs such an exception left half done, mended before the
+        # thread lets go of the lock (`_mend.py`).
+        self._torn: dict[Run, Torn] = {}
         self.services = services
         self.emitter = services.emitter
         self.timers = timers
@@ -205,29 +209,60 @@ class Scheduler(Admission, Delays, Backpressure):
                     if pending:
                         self._drain()
                 finally:
-                    self.owner = None
                     interrupt = self._interrupt
-                    if interrupt is not None:
-                        self._interrupt = None
+                    if interrupt is not None:  # mended before letting go (`_mend.py`)
+                        try:
+                            interrupt = mend(self, interrupt)
+                        except BaseException as e:  # (a signal's, as it began: still owed)
+                            self._interrupt, interrupt = OWED, e
+                    self.owner = None
                     self.lock.release()
-                if pending:  # posted while we held the lock, by a thread that found it taken
-                    self._settle()
+                # Posted while we held the lock, by a thread that found it
+                # taken; or mending still owed (cut short by another signal's).
+                if pending or (interrupt is not None and self._interrupt is OWED):
+                    try:
+                        self._settle()
+                    except BaseException as e:  # (a signal's)
+                        interrupt = self._settle_again(e)
                 if interrupt is not None:
                     raise interrupt
                 return
         pending.append(message)
-        self._settle()
+        try:
+            self._settle()
+        except BaseException as e:  # (a signal's: `_settle` raises no other)
+            interrupt = self._settle_again(e)  # (the same, or a later signal's)
+            raise interrupt from None
+
+    def _settle_again(self, interrupt: BaseException) -> BaseException:
+        """A signal's exception cut `_settle` short: settle again (what is
+        queued must not wait for a later post); the exception to raise."""
+        for _ in range(3):
+            try:
+                self._settle()
+                break
+            except BaseException as e:
+                interrupt = e
+        return interrupt
 
     def _settle(self) -> None:
         """Handle what is queued if nobody holds the lock, until nothing is.
 
         Re-checks after letting go: a message posted while we held the lock, by
-        a thread that found it taken, is ours to handle."""
+        a thread that found it taken, is ours to handle; so is mending still
+        owed (`OWED`: a signal's exception cut it short), a few times over. An
+        interrupt is raised once nothing is left."""
         pending = self._pending
-        while pending and self.owner is None:
+        raised = None
+        owed = 0
+        while self.owner is None:
+            if not pending:
+                if self._interrupt is not OWED or owed == _OWED_TRIES:
+                    break
+                owed += 1
             try:
                 if not self.lock.acquire(blocking=False):
-                    return
+                    break
             except BaseException as e:
                 if not self._took(e):
                     raise
@@ -235,11 +270,18 @@ class Scheduler(Admission, Delays, Backpressure):
                 self.owner = threading.get_ident()
                 self._drain()
             finally:  # (inline: see `post`'s)
+                interrupt = self._interrupt
+                if interrupt is not None:
+                    try:
+                        interrupt = mend(self, interrupt)
+                    except BaseException as e:
+                        self._interrupt, interrupt = OWED, e
                 self.owner = None
-                interrupt, self._interrupt = self._interrupt, None
                 self.lock.release()
             if interrupt is not None:
-                raise interrupt
+                raised = interrupt
+        if raised is not None:
+            raise raised
 
     def _took(self, interrupt: BaseException) -> bool:
         """A signal's exception was raised as this thread tried the lock: True
@@ -266,9 +308,17 @@ class Scheduler(Admission, Delays, Backpressure):
                 answer = self._handle(message)
                 self._drain()
             finally:
+                interrupt = self._interrupt
+                if interrupt is not None:
+                    try:
+                        interrupt = mend(self, interrupt)
+                    except BaseException as e:
+                        self._interrupt, interrupt = OWED, e
                 self.owner = None
-                interrupt, self._interrupt = self._interrupt, None
-        self._settle()  # what was posted while we let go, as `post` does
+        try:
+            self._settle()  # what was posted meanwhile, as `post` does
+        except BaseException as e:  # (a signal's)
+            interrupt = self._settle_again(e)
         if interrupt is not None:
             raise interrupt
         return answer
@@ -291,6 +341,7 @@ class Scheduler(Admission, Delays, Backpressure):
                 return
             except BaseException as e:  # (a signal's: `_handle` keeps the others)
                 self._interrupt = e
+                note_torn(e, self._torn)
                 if not pumping and _began(e):
                     pending.popleft()  # what its handler did stands, as if raised inside it
                 pending.append(None)  # a message that does nothing: the pump owed
@@ -356,6 +407,7 @@ class Scheduler(Admission, Delays, Backpressure):
                     "interrupted (%s) while handling %s", type(e).__name__, type(message).__name__
                 )
                 self._interrupt = e
+                note_torn(e, self._torn)
                 if type(message) is Submit:  # admitted or dispatched part way
                     self._submission_interrupted(message)
                 elif type(message) in (SubmissionCutShort, SubmitIfRoom):  # (the same)
@@ -470,7 +522,7 @@ class Scheduler(Admission, Delays, Backpressure):
         try:
             backend.submit(job)
         except BackendUnavailable as e:
-            run.try_settle(n)
+            run.try_settle(n, SUPERVISOR)
             self._finish_here(run, "rejected", ErrorCode.TOOL_UNAVAILABLE, str(e))
         except INTERRUPTS:
             # A signal's, as its backend took it, queued or not: it ends here,
@@ -483,7 +535,7 @@ class Scheduler(Admission, Delays, Backpressure):
             raise
         except BaseException as e:  # (a CancelledError too: it must not hold its slot)
             log.error("backend %r failed to take a job: %r", backend.name, e)
-            run.try_settle(n)
+            run.try_settle(n, SUPERVISOR)
             self._finish_here(
                 run, "rejected", ErrorCode.TOOL_UNAVAILABLE,
                 f"Tool '{run.call.name}' is unavailable: its backend failed ({type(e).__name__})",
@@ -514,6 +566,10 @@ class Scheduler(Admission, Delays, Backpressure):
             self._delayed(run, outcome)
             return
         self._back_off(run, outcome.delay)  # a retry
+
+
+# How often `_settle` takes the lock again only to mend what is owed.
+_OWED_TRIES = 4
 
 
 def _began(error: BaseException) -> bool:

@@ -27,6 +27,9 @@ class Ticket:
     """
 
     closed = False  # counted, slot released, batch told
+    # Its batch's books were cut short as it closed (a signal's exception):
+    # mended before the scheduler's lock is let go (`_mend.py`).
+    books_cut = False
     slot = False  # holds a concurrency slot (an attempt or its timeout stage)
     queued = 0  # 0: not queued; READY or PARKED
     # Last queued at the front of its priority class (a retry, a run let out

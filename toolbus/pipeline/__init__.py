@@ -26,6 +26,7 @@ from ._run import (
     QUEUED,
     RUNNING,
     STARTING,
+    SUPERVISOR,
     Run,
 )
 from ._services import (
@@ -61,6 +62,7 @@ __all__ = [
     "QUEUED",
     "RUNNING",
     "STARTING",
+    "SUPERVISOR",
     "AsyncRunner",
     "BatchRun",
     "CallLogs",

@@ -57,6 +57,9 @@ POLICIES = "policies"
 OFF_CLOCK = frozenset({JOURNALING, STARTING, POLICIES})
 RUNNING = "tool"
 FINISHING = "post-call hooks"
+# `Run.settled` when the scheduler claimed the attempt's outcome (a cancel, a
+# deadline): it, not a worker, then ends the call.
+SUPERVISOR = 2
 
 
 class Run:
@@ -195,7 +198,9 @@ class Run:
         self.submitted = time.monotonic()
         self.first_start = 0.0
         self.attempt = 0
-        self.settled = True
+        # Truthy once someone claimed the current attempt's outcome (`try_settle`):
+        # `SUPERVISOR` when the scheduler did, which then owes the call its end.
+        self.settled: int = True
         self.phase = QUEUED
         # The current attempt's cancel flag, made when first asked for (its
         # ToolContext, an interrupt): most attempts never need one.
@@ -356,12 +361,14 @@ class Run:
         """True while attempt `n` is current and nobody has settled it."""
         return self.attempt == n and not self.settled and self.result is None
 
-    def try_settle(self, n: int) -> bool:
-        """Claim the outcome of attempt `n`; False if it was claimed already."""
+    def try_settle(self, n: int, by: int = True) -> bool:
+        """Claim the outcome of attempt `n`; False if it was claimed already.
+        The scheduler claims `by=SUPERVISOR`: a claim it was interrupted
+        before honouring is then told from a worker's (`actors/_mend.py`)."""
         with self._lock:
             if self.attempt != n or self.settled or self.result is not None:
                 return False
-            self.settled = True
+            self.settled = by
             return True
 
     def try_complete(self, result: ToolResult) -> bool:
