@@ -161,10 +161,15 @@ class ActorCalls(RemoteBackend[_Serving]):
             else:
                 message = _wire.parse(await ref)
         except asyncio.CancelledError:
-            self._untrack(run, serving)
             if is_async:
+                # Counted as lingering on its actor before `kill` can no longer
+                # find it: untracked first, `kill` (on the thread that ends the
+                # call) found nothing to cancel, the caller's next call could be
+                # sent to this actor, then killed with it a grace later.
                 self._cancel_async(run, actor, ref)
+                self._untrack(run, serving)
                 raise
+            self._untrack(run, serving)
             self._killed(run, actor, run.stop_reason or "cancelled")
             pool.lost(actor, crashed=False)
             raise WorkerKilled() from None
