@@ -9,22 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.bus.echo import echo_call, echo_registry
 from tests.conftest import MakeExecutor, wait_until
-from toolbus import ToolCall, ToolRegistry, bus
-
-
-def _registry() -> ToolRegistry:
-    reg = ToolRegistry()
-
-    @reg.tool(read_only=True)
-    def echo(text: str) -> str:
-        return text
-
-    return reg
-
-
-def _echo(i: int) -> ToolCall:
-    return ToolCall(id=f"c{i}", name="echo", arguments={"text": str(i)})
+from toolbus import bus
 
 
 class _Closer:
@@ -76,7 +63,7 @@ def test_close_from_a_receiver_delivers_its_own_events_and_the_others(
     """`executor.close()` from a receiver dropped every subscriber's pending events at
     once, its own included, logged as "close(timeout=5) ran out of time" with no time
     spent (bug hunt 5, s5b)."""
-    ex = make_executor(_registry())
+    ex = make_executor(echo_registry())
     gate = threading.Event()
     backlog: list[str] = []
 
@@ -92,7 +79,7 @@ def test_close_from_a_receiver_delivers_its_own_events_and_the_others(
             bus.Recorder(bus.FINISHED, sender=ex) as rec,
         ):
             for i in range(5):
-                ex.execute(_echo(i))
+                ex.execute(echo_call(i))
             rec.wait_for(bus.FINISHED, 5)  # every event is queued now
             closer.go.set()
             assert closer.closed.wait(30)
@@ -113,7 +100,7 @@ def test_close_from_a_receiver_drops_what_is_stuck_only_once_its_budget_is_spent
 ) -> None:
     """The same: what a stuck receiver had not got is still dropped, counted and
     logged, but once close's budget is spent, not at once (bug hunt 5, s5b)."""
-    ex = make_executor(_registry())
+    ex = make_executor(echo_registry())
     gate, entered = threading.Event(), threading.Event()
 
     def stuck(sender: Any, *, event: Any, signal: str) -> None:
@@ -128,7 +115,7 @@ def test_close_from_a_receiver_drops_what_is_stuck_only_once_its_budget_is_spent
             bus.Recorder(bus.FINISHED, sender=ex) as rec,
         ):
             for i in range(5):
-                ex.execute(_echo(i))
+                ex.execute(echo_call(i))
             rec.wait_for(bus.FINISHED, 5)
             assert entered.wait(30)  # the first is in the receiver; four wait behind it
             closer.go.set()

@@ -20,6 +20,7 @@ import pytest
 import tenacity
 
 import toolbus
+from tests.bus.echo import echo_call
 from tests.conftest import MakeExecutor, wait_until
 from toolbus import ToolCall, ToolRegistry, bus, observe
 from toolbus.bus._failures import FailureLog
@@ -52,10 +53,6 @@ def _registry() -> ToolRegistry:
     return reg
 
 
-def _echo(i: int) -> ToolCall:
-    return ToolCall(id=f"c{i}", name="echo", arguments={"text": str(i)})
-
-
 def _unique_signal() -> str:
     return f"test:custom-{uuid.uuid4().hex[:12]}"
 
@@ -78,7 +75,7 @@ def test_slow_receiver_does_not_delay_another(make_executor: MakeExecutor) -> No
     slow = _blocked_receiver(gate, entered, slow_seen)
     try:
         with bus.subscribe(slow, sender=ex), bus.Recorder(sender=ex) as fast:
-            ex.execute_batch([_echo(i) for i in range(12)])
+            ex.execute_batch([echo_call(i) for i in range(12)])
             (done,) = fast.wait_for(bus.BATCH_COMPLETE)
             assert entered.wait(5)
             # `slow` is stuck in its first event; `fast` has every event up to the last.
@@ -101,9 +98,9 @@ def test_each_receiver_gets_events_in_order_with_unique_seq(make_executor: MakeE
     ):
         t0 = time.time()
         with ThreadPoolExecutor(8) as pool:
-            singles = [pool.submit(ex.execute, _echo(i)) for i in range(120)]
+            singles = [pool.submit(ex.execute, echo_call(i)) for i in range(120)]
             batches = [
-                pool.submit(ex.execute_batch, [_echo(1000 + 10 * b + i) for i in range(5)])
+                pool.submit(ex.execute_batch, [echo_call(1000 + 10 * b + i) for i in range(5)])
                 for b in range(8)
             ]
             assert all(f.result().status == "ok" for f in singles)
@@ -126,7 +123,7 @@ def test_subscribe_isolated_is_accepted_and_changes_nothing(make_executor: MakeE
     ex = make_executor(_registry())
     got: list[str] = []
     with bus.subscribe(lambda s, *, event, signal: got.append(signal), sender=ex, isolated=True):
-        ex.execute(_echo(1))
+        ex.execute(echo_call(1))
         assert ex.drain_events()
     assert got == [bus.EXECUTING, bus.EXECUTED, bus.FINISHED]
 
@@ -143,7 +140,7 @@ def test_custom_publisher_runs_only_on_a_delivery_thread(make_executor: MakeExec
             calls.append(("publish", threading.current_thread().name))
 
     ex = make_executor(_registry(), publisher=Threads())
-    ex.execute_batch([_echo(i) for i in range(3)])
+    ex.execute_batch([echo_call(i) for i in range(3)])
     assert ex.drain_events()
     assert [kind for kind, _ in calls].count("publish") == 3
     assert {thread for _, thread in calls} == {"toolbus-bus-1"}
@@ -157,11 +154,11 @@ def test_payloads_carry_the_event_table_fields(make_executor: MakeExecutor) -> N
     with bus.Recorder(sender=ex) as rec:
         out = ex.execute_batch(
             [
-                _echo(1),
+                echo_call(1),
                 ToolCall(id="f", name="fail"),
                 ToolCall(id="k", name="flaky", arguments={"key": "a"}),
                 ToolCall(id="w", name="write", arguments={"text": "x"}),
-                _echo(2),
+                echo_call(2),
             ]
         )
         assert ex.drain_events()
@@ -223,7 +220,7 @@ def test_define_signal_reaches_subscriptions_made_before(make_executor: MakeExec
             assert toolbus.bus.define_signal is bus.define_signal
             assert bus.signal(name) is sig
             assert name in bus.defined_signals()
-            ex.execute(_echo(1))
+            ex.execute(echo_call(1))
             assert ex.emitter.announce(name, Deployed("prod"))
             (event,) = rec.wait_for(name)
             assert ex.drain_events()
@@ -270,7 +267,7 @@ def test_close_keeps_its_budget_and_counts_what_it_drops(
     try:
         with bus.subscribe(stuck, bus.FINISHED, sender=ex), bus.Recorder(sender=ex) as rec:
             for i in range(5):
-                ex.execute(_echo(i))
+                ex.execute(echo_call(i))
             assert entered.wait(5)
             started = time.monotonic()
             with caplog.at_level(logging.WARNING, "toolbus.bus"):
@@ -336,11 +333,11 @@ def test_events_after_close_are_delivered_without_delaying_the_caller(
     stuck = _blocked_receiver(gate, entered, seen)
     try:
         with bus.Recorder(sender=ex) as rec:
-            ex.execute(_echo(1))
+            ex.execute(echo_call(1))
             ex.close()
             with bus.subscribe(stuck, bus.FINISHED, sender=ex):
                 out: list[Any] = []
-                caller = threading.Thread(target=lambda: out.append(ex.execute(_echo(2))))
+                caller = threading.Thread(target=lambda: out.append(ex.execute(echo_call(2))))
                 caller.start()
                 caller.join(10)
                 assert not caller.is_alive(), "a receiver held up a call made after close"
@@ -368,9 +365,9 @@ def test_drain_events_from_a_receiver_returns_false_and_the_bus_goes_on(
         answers.append(ex.drain_events(timeout=None))  # would wait for itself forever
 
     with bus.subscribe(impatient, bus.FINISHED, sender=ex), bus.Recorder(sender=ex) as rec:
-        ex.execute_batch([_echo(i) for i in range(3)])
+        ex.execute_batch([echo_call(i) for i in range(3)])
         assert ex.drain_events(timeout=10)
-        ex.execute(_echo(9))
+        ex.execute(echo_call(9))
         assert ex.drain_events(timeout=10)
     assert answers == [False] * 4
     assert len(rec.of(bus.FINISHED)) == 4
@@ -385,7 +382,7 @@ def test_a_receiver_that_keeps_raising_is_logged_once_then_summarised(
         raise RuntimeError("observer bug")
 
     with caplog.at_level(logging.ERROR, "toolbus.bus"), bus.subscribe(broken, sender=ex):
-        ex.execute_batch([_echo(i) for i in range(10)])
+        ex.execute_batch([echo_call(i) for i in range(10)])
         assert ex.drain_events()
         mine = [r for r in caplog.records if "broken" in r.getMessage()]
         (first,) = mine  # not one per event

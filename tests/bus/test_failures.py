@@ -12,23 +12,10 @@ from typing import Any
 import pykka
 import pytest
 
+from tests.bus.echo import echo_call, echo_registry
 from tests.conftest import MakeExecutor
-from toolbus import ToolCall, ToolRegistry, bus
+from toolbus import bus
 from toolbus.bus._failures import FailureLog
-
-
-def _registry() -> ToolRegistry:
-    reg = ToolRegistry()
-
-    @reg.tool(read_only=True)
-    def echo(text: str) -> str:
-        return text
-
-    return reg
-
-
-def _echo(i: int) -> ToolCall:
-    return ToolCall(id=f"c{i}", name="echo", arguments={"text": str(i)})
 
 
 def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -60,10 +47,10 @@ def test_a_publisher_whose_wants_raises_is_logged_and_goes_on_receiving(
             self.got.append((name, event.call_id))
 
     publisher = Flaky()
-    ex = make_executor(_registry(), publisher=publisher)
+    ex = make_executor(echo_registry(), publisher=publisher)
     with caplog.at_level(logging.ERROR, "toolbus.bus"):
         for i in range(5):
-            ex.execute(_echo(i))
+            ex.execute(echo_call(i))
         assert ex.drain_events(10)
     assert [c for n, c in publisher.got if n == bus.FINISHED] == [f"c{i}" for i in range(5)]
     assert len(publisher.got) == 14  # all but the one its wants raised on
@@ -130,7 +117,7 @@ def test_a_receiver_raising_an_exception_that_cannot_be_described_goes_on_receiv
 ) -> None:
     """A receiver's exception whose `__str__` failed stopped its delivery for good:
     it got 2 of 20 events, drain_events waited out its budget (bug hunt 5, s7)."""
-    ex = make_executor(_registry())
+    ex = make_executor(echo_registry())
     got: list[str] = []
 
     def receiver(sender: Any, *, event: Any, signal: str) -> None:
@@ -140,7 +127,7 @@ def test_a_receiver_raising_an_exception_that_cannot_be_described_goes_on_receiv
     with caplog.at_level(logging.ERROR, "toolbus.bus"):
         with bus.subscribe(receiver, bus.FINISHED, sender=ex):
             for i in range(6):
-                ex.execute(_echo(i))
+                ex.execute(echo_call(i))
             assert ex.drain_events(10)
         ex.close()
     assert got == [f"c{i}" for i in range(6)]
@@ -177,16 +164,16 @@ def test_an_observer_actor_raising_an_exception_that_cannot_be_described_goes_on
         def on_message(self, message: Any) -> Any:
             return list(self.seen)
 
-    ex = make_executor(_registry())
+    ex = make_executor(echo_registry())
     bystander = _Counter.start()
     observer = Failing.start()
     try:
         with caplog.at_level(logging.ERROR, "toolbus.bus"):
             with Failing.attach(observer, bus.FINISHED, sender=ex):
-                results = [ex.execute(_echo(i)) for i in range(4)]
+                results = [ex.execute(echo_call(i)) for i in range(4)]
                 assert ex.drain_events(10)  # in its mailbox, ahead of the ask
                 assert observer.ask("seen", timeout=10) == [f"c{i}" for i in range(4)]
-                results.append(ex.execute(_echo(4)))
+                results.append(ex.execute(echo_call(4)))
                 assert ex.drain_events(10)
             observer.stop(timeout=10)  # logs what the rate limit held back
         assert [r.status for r in results] == ["ok"] * 5
@@ -215,7 +202,7 @@ def test_receivers_sharing_a_name_are_reported_apart(
 ) -> None:
     """Two receivers with one qualified name (closures of one factory) shared one
     failure record: the second one's error appeared in no log line (bug hunt 5, s29)."""
-    ex = make_executor(_registry())
+    ex = make_executor(echo_registry())
     metrics, audit = _make(KeyError("metrics backend down")), _make(PermissionError("refused"))
     with caplog.at_level(logging.ERROR, "toolbus.bus"):
         with (
@@ -223,7 +210,7 @@ def test_receivers_sharing_a_name_are_reported_apart(
             bus.subscribe(audit, bus.FINISHED, sender=ex),
         ):
             for i in range(3):
-                ex.execute(_echo(i))
+                ex.execute(echo_call(i))
             assert ex.drain_events(10)
         ex.close()
     lines = _errors(caplog)
