@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -78,19 +79,39 @@ def contract_registry(backend: Backend | None) -> ToolRegistry:
         return item
 
     @reg.tool(read_only=True, **on)
-    def span(seconds: float) -> list[float]:
-        """When it ran (CLOCK_MONOTONIC: one clock for every process here)."""
+    def span(seconds: float, meet: str = "") -> list[float]:
+        """When it ran (CLOCK_MONOTONIC: one clock for every process here);
+        with `meet`, it runs on until a second call has begun too."""
         began = time.monotonic()
-        time.sleep(seconds)
+        _arrive(meet)
+        while not _met(meet, began):
+            time.sleep(0.005)  # poll interval of the bounded wait (`_met`)
+        time.sleep(seconds)  # tool under test: takes a while (a third call at once would show)
         return [began, time.monotonic()]
 
     @reg.tool(read_only=True, **on)
-    async def aspan(seconds: float) -> list[float]:
+    async def aspan(seconds: float, meet: str = "") -> list[float]:
         began = time.monotonic()
-        await asyncio.sleep(seconds)
+        _arrive(meet)
+        while not _met(meet, began):
+            await asyncio.sleep(0.005)  # poll interval of the bounded wait (`_met`)
+        await asyncio.sleep(seconds)  # tool under test: takes a while
         return [began, time.monotonic()]
 
     return reg
+
+
+def _arrive(folder: str) -> None:
+    """Say in `folder` (if any) that a call has begun."""
+    if folder:
+        Path(folder, uuid.uuid4().hex).touch()
+
+
+def _met(folder: str, began: float) -> bool:
+    """Whether two calls have begun in `folder` (none named: at once), or 20 s
+    have passed since `began`: a bound, under the contract's 30 s timeout, so
+    a call that never met a second one shows as a peak of one."""
+    return not folder or len(os.listdir(folder)) >= 2 or time.monotonic() - began > 20
 
 
 def _mark(path: Path, text: str) -> None:

@@ -359,6 +359,7 @@ def test_an_attempt_times_out_while_its_callers_loop_is_blocked(
     async def main() -> None:
         task = asyncio.ensure_future(ex.aexecute(ToolCall(name=name)))
         await asyncio.sleep(0)  # (one turn: the call is submitted and dispatched)
+        assert ex.stats().in_flight == 1  # it holds the only slot: `quick` must wait for it
         # The loop blocks here until a call from another thread got the slot.
         other = threading.Thread(
             target=lambda: seen.append(ex.execute(ToolCall(name="quick")).status)

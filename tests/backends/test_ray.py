@@ -126,10 +126,14 @@ def _contract(ex: Executor, rec: bus.Recorder, tmp: Path) -> list[tuple[Any, ...
         batch = ex.execute_batch([call(tool_name, path=str(path), item=i) for i in range(6)])
         assert [r.output for r in batch] == list(range(6))
         assert path.read_text().split() == [str(i) for i in range(6)]
-    # max_parallel=2: never more than two running at once, and two do.
+    # max_parallel=2: never more than two running at once, and two do (the
+    # first two wait for each other: they overlap however slowly one starts).
     for tool_name in ("span", "aspan"):
         ex.execute_batch([call(tool_name, seconds=0.05) for _ in range(2)])  # warm
-        spans = [r.output for r in ex.execute_batch([call(tool_name, seconds=0.3)] * 6)]
+        meet = tmp / f"{tool_name}-meet"
+        meet.mkdir()
+        batch = ex.execute_batch([call(tool_name, seconds=0.3, meet=str(meet))] * 6)
+        spans = [r.output for r in batch]
         assert all(spans), spans
         peak = max(sum(1 for b, e in spans if b <= t < e) for t, _ in spans)
         trace.append((tool_name, "peak", peak))

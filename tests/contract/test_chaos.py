@@ -152,6 +152,8 @@ def test_chaos_every_call_gets_exactly_one_result() -> None:
                         calls = make_batch(local.randint(1, 20))
                         task = asyncio.ensure_future(ex.aexecute_batch(calls))
                         if local.random() < 0.15:
+                            # A chosen instant (not a wait): one turn in, its calls
+                            # submitted, some perhaps running, then cancelled.
                             await asyncio.sleep(0)
                             task.cancel()
                         try:

@@ -154,7 +154,7 @@ def test_async_high_priority_batch_overtakes_earlier_low_ones(
             tasks.append(asyncio.create_task(ex.aexecute_batch(calls, priority=priority)))
             await asyncio.sleep(0)  # the task runs up to its first await: submitted
         tasks.append(asyncio.create_task(ex.aexecute(_calls("r:single")[0], priority=1)))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # (the same: submitted, as the count below checks)
         assert ex.stats().queued == 4  # one eligible call per batch, and the single one
         scene.gate.set()
         return await asyncio.wait_for(asyncio.gather(*tasks), 10)

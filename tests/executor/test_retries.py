@@ -14,7 +14,7 @@ import tenacity
 
 from tests.concurrency_tools import finished as _finished
 from tests.concurrency_tools import in_thread as _in_thread
-from tests.conftest import MakeExecutor
+from tests.conftest import MakeExecutor, wait_until
 from toolbus import (
     AttemptFailure,
     ErrorCode,
@@ -332,6 +332,15 @@ def test_stop_after_delay_counts_the_first_attempt(
     assert ex.execute(ToolCall(name="slow_then_fail")).attempts == 1
 
 
+def _timers_passed(ex: Executor) -> None:
+    """Wait until the scheduler's timer thread has run every timer due by now:
+    it runs them one at a time, in order, so a 0 s timer armed now runs after
+    them (and after whatever they posted was handed to the scheduler)."""
+    passed = threading.Event()
+    ex._scheduler.timers.schedule(0.0, passed.set)
+    assert passed.wait(10), "the timer thread did not get to a timer due now"
+
+
 def test_cancel_while_should_retry_runs_is_lost() -> None:
     """A cancel that came while should_retry ran was lost: the tool ran again (concurrency review)."""
     reg = ToolRegistry()
@@ -369,16 +378,23 @@ def test_cancel_while_should_retry_runs_is_lost() -> None:
             assert await asyncio.to_thread(decided.wait, 10)
             # The cancel is honoured when the worker reports: the call ends then.
             await asyncio.to_thread(rec.wait_for, "tool:finished", timeout=10)
-            # Time passing is the claim: a tool run again after its call ended
-            # would show within this (a slow machine may miss it, not fail).
-            await asyncio.sleep(0.6)
             return cancelled_at
 
         try:
             cancelled_at = asyncio.run(main())
+            # Past the point where the tool would run again: the worker's
+            # report was handled (its slot given back only then), and any
+            # timer armed by then (a 0 s backoff) has fired. Nothing is left
+            # that could run it (no attempt in flight or queued, no backoff
+            # timer), and no retry was dispatched.
+            wait_until(lambda: ex.stats().in_flight == 0, 10, "the worker's report handled")
+            _timers_passed(ex)
+            stats = ex.stats()
+            assert (stats.in_flight, stats.queued, stats.timers, stats.retries) == (0, 0, 0, 0)
             ex.drain_events()
             assert [e.result.status for e in rec.of("tool:finished")] == ["cancelled"]
             assert not [t for t in invoked if t > cancelled_at]
+            assert len(invoked) == 1
         finally:
             decide.set()
             ex.close(timeout=1)
