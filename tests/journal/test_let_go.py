@@ -284,6 +284,34 @@ def test_a_process_tools_key_is_held_until_its_killed_worker_is_seen_dead(
     assert (results[-1].status, results[-1].error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
 
 
+def test_a_process_tool_crashed_over_its_cpu_limit_ends_once_its_worker_is_seen_dead(
+    make_executor: MakeExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Killed by toolbus's CPU watch (the tool is deaf to SIGXCPU), not by a
+    # deadline: its call ends with the crash, and only once the worker is seen
+    # dead, its key held until then.
+    held: list[tuple[Zygote, int, int]] = []
+    seen = Zygote._exited
+    monkeypatch.setattr(Zygote, "_exited", lambda z, pid, status: held.append((z, pid, status)))
+    ex = make_executor(pt.registry, journal=tmp_path / "journal.sqlite", timeout=120)
+    spin = ToolCall(id="s1", name="spin_on", arguments={"seconds": 60}, idempotency_key="s")
+    done: list[ToolResult] = []
+    caller = threading.Thread(target=lambda: done.append(ex.execute(spin)))
+    caller.start()
+    wait_until(lambda: len(held) == 1, timeout=90, what="the spinning worker's exit reported")
+    again = ex.execute(
+        ToolCall(id="s2", name="spin_on", arguments={"seconds": 60}, idempotency_key="s")
+    )
+    assert again.error_code == ErrorCode.IDEMPOTENCY_KEY_IN_USE
+    assert not done  # its call has not ended: its worker is not seen dead
+    monkeypatch.setattr(Zygote, "_exited", seen)
+    for z, pid, status in held:
+        z.loop.call_soon_threadsafe(seen, z, pid, status)
+    caller.join(HANG_TIMEOUT * 30)
+    assert (done[0].status, done[0].error_code) == ("error", ErrorCode.TOOL_CRASHED)
+    assert "cpu_limit_s=1" in (done[0].error or "")
+
+
 LET_GO_AGENT = textwrap.dedent(
     """
     import sys

@@ -323,15 +323,21 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
             # had its effect), and its worker, whose state is unknown, replaced.
             worker.kill("lost")
             pool.lost(worker)
-            raise ToolError(
-                f"Tool '{name}' failed: its reply could not be read from its worker process "
-                f"({message.get('error')})",
-                retryable=False,
+            return Pending(
+                _once_dead(
+                    worker,
+                    ToolError(
+                        f"Tool '{name}' failed: its reply could not be read from its worker "
+                        f"process ({message.get('error')})",
+                        retryable=False,
+                    ),
+                )
             )
         if kind == "crashed":  # it said why (a limit), or the CPU watch did
             worker.kill("lost")
             pool.lost(worker)
-            raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
+            crashed = ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
+            return Pending(_once_dead(worker, crashed))
         if worker.killed in ("", "lost") and not worker.reached():
             # It died (or its zygote did) before it read the request: the call
             # never ran, and goes to another worker. Not one toolbus killed
@@ -340,7 +346,7 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
             return _UNREAD
         if worker.killed:
             pool.lost(worker)
-            raise WorkerKilled()
+            return Pending(_once_dead(worker, WorkerKilled()))
         return Pending(self._exited(worker, pool, name, cpu))
 
     async def _exited(self, worker: WorkerProcess, pool: Pool, name: str, cpu: float | None) -> Any:
@@ -359,6 +365,13 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         pool.lost(worker)
         # Over a limit it would be over it again: not worth a retry.
         raise ToolCrashed(f"Tool '{name}' crashed: {why}", retry=not limit)
+
+
+async def _once_dead(worker: WorkerProcess, error: BaseException) -> Any:
+    """Raise `error` once the worker just killed is seen dead (`_seen_dead`):
+    the attempt, and the key a journal holds for it, end no sooner."""
+    await _seen_dead(worker)
+    raise error
 
 
 async def _seen_dead(worker: WorkerProcess) -> None:
