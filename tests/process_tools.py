@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,6 +59,20 @@ def hog(mb: int) -> int:
 @registry.tool(backend="process", cpu_limit_s=1)
 def spin(seconds: float) -> float:
     """Burn `seconds` of CPU."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+    return time.process_time() - start
+
+
+@registry.tool(backend="process", cpu_limit_s=1)
+def spin_on(seconds: float) -> float:
+    """Burn `seconds` of CPU, deaf to SIGXCPU: toolbus's CPU watch kills it."""
+    signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+    return _burn(seconds)
+
+
+def _burn(seconds: float) -> float:
     start = time.process_time()
     while time.process_time() - start < seconds:
         pass

@@ -4,7 +4,8 @@ A sync tool cannot be stopped: at its timeout (or a cancel) its thread is let
 go, and the caller has its result while the tool still runs. Its key must not
 run the tool a second time beside it (docs/journal.md, "Replay"); once the
 let-go attempt has returned, the key runs again as a timed-out call does. A
-process tool's worker is killed instead, so its key is free at once.
+process tool's worker is killed instead: its key is free once the worker is
+seen dead (a SIGKILL takes effect when the kernel delivers it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,8 +33,10 @@ from toolbus import (
     ToolCall,
     ToolContext,
     ToolRegistry,
+    ToolResult,
     bus,
 )
+from toolbus.backends._procs import Zygote
 
 
 @pytest.fixture
@@ -214,28 +216,100 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_a_process_tool_killed_at_its_timeout_frees_its_key_at_once(
+def _hang(n: int, pidfile: Path) -> ToolCall:
+    return ToolCall(
+        id=f"h{n}", name="hang", arguments={"pidfile": str(pidfile)}, idempotency_key="h"
+    )
+
+
+def test_a_process_tool_killed_at_its_timeout_frees_its_key_once_its_worker_is_dead(
     make_executor: MakeExecutor, tmp_path: Path
 ) -> None:
     ex = make_executor(pt.registry, journal=tmp_path / "journal.sqlite")
     assert ex.execute(ToolCall(name="worker_pid")).ok  # a worker started: off the deadline
     pidfile = tmp_path / "pids"
-    hang: dict[str, Any] = {"pidfile": str(pidfile)}
-    first = ex.execute(
-        ToolCall(id="h1", name="hang", arguments=hang, idempotency_key="h"),
-        timeout=2 * HANG_TIMEOUT,
-    )
+    first = ex.execute(_hang(1, pidfile), timeout=2 * HANG_TIMEOUT)
     assert first.status == "timeout"
     worker = int(pidfile.read_text().split()[0])  # it ran, and was killed
     pidfile.unlink()
-    # Sent again at once: it runs (no worker of the first call runs on).
-    second = ex.execute(
-        ToolCall(id="h2", name="hang", arguments=hang, idempotency_key="h"),
-        timeout=2 * HANG_TIMEOUT,
-    )
-    assert (second.status, second.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
-    assert int(pidfile.read_text().split()[0]) != worker
     wait_until(lambda: _gone(worker), what="the first worker reaped")
+    # Sent again once that worker is dead: it runs (in another worker), as soon
+    # as toolbus has seen the death (its zygote says so: a moment after the reaping).
+    results: list[ToolResult] = []
+
+    def ran_again() -> bool:
+        results.append(ex.execute(_hang(2, pidfile), timeout=2 * HANG_TIMEOUT))
+        return results[-1].error_code != ErrorCode.IDEMPOTENCY_KEY_IN_USE
+
+    wait_until(ran_again, what="the key free once its worker's death is seen")
+    assert (results[-1].status, results[-1].error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    assert int(pidfile.read_text().split()[0]) != worker
+
+
+def test_a_process_tools_key_is_held_until_its_killed_worker_is_seen_dead(
+    make_executor: MakeExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The zygote's reports of exits are held back: the killed worker is dead
+    # (reaped), but toolbus has not seen it die, as when a SIGKILL has not yet
+    # taken effect (a process inside a system call that cannot be interrupted).
+    held: list[tuple[Zygote, int, int]] = []
+    seen = Zygote._exited
+    monkeypatch.setattr(Zygote, "_exited", lambda z, pid, status: held.append((z, pid, status)))
+    ex = make_executor(pt.registry, journal=tmp_path / "journal.sqlite")
+    assert ex.execute(ToolCall(name="worker_pid")).ok
+    pidfile = tmp_path / "pids"
+    first = ex.execute(_hang(1, pidfile), timeout=2 * HANG_TIMEOUT)
+    assert first.status == "timeout"  # its caller is not held up by the wait
+    worker = int(pidfile.read_text().split()[0])
+    pidfile.unlink()
+    wait_until(lambda: any(pid == worker for _, pid, _ in held), what="the kill's exit reported")
+    refused = ex.execute(_hang(2, pidfile))
+    assert (refused.status, refused.error_code) == (
+        "rejected",
+        ErrorCode.IDEMPOTENCY_KEY_IN_USE,
+    )
+    assert "killed then, has not exited yet" in (refused.error or "")
+    assert not pidfile.exists()  # its tool never started
+    # Its death seen: the key runs again.
+    monkeypatch.setattr(Zygote, "_exited", seen)
+    for z, pid, status in held:
+        z.loop.call_soon_threadsafe(seen, z, pid, status)
+    results: list[ToolResult] = []
+
+    def ran_again() -> bool:
+        results.append(ex.execute(_hang(3, pidfile), timeout=2 * HANG_TIMEOUT))
+        return results[-1].error_code != ErrorCode.IDEMPOTENCY_KEY_IN_USE
+
+    wait_until(ran_again, what="the key free once the death is seen")
+    assert (results[-1].status, results[-1].error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+
+
+def test_a_process_tool_crashed_over_its_cpu_limit_ends_once_its_worker_is_seen_dead(
+    make_executor: MakeExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Killed by toolbus's CPU watch (the tool is deaf to SIGXCPU), not by a
+    # deadline: its call ends with the crash, and only once the worker is seen
+    # dead, its key held until then.
+    held: list[tuple[Zygote, int, int]] = []
+    seen = Zygote._exited
+    monkeypatch.setattr(Zygote, "_exited", lambda z, pid, status: held.append((z, pid, status)))
+    ex = make_executor(pt.registry, journal=tmp_path / "journal.sqlite", timeout=120)
+    spin = ToolCall(id="s1", name="spin_on", arguments={"seconds": 60}, idempotency_key="s")
+    done: list[ToolResult] = []
+    caller = threading.Thread(target=lambda: done.append(ex.execute(spin)))
+    caller.start()
+    wait_until(lambda: len(held) == 1, timeout=90, what="the spinning worker's exit reported")
+    again = ex.execute(
+        ToolCall(id="s2", name="spin_on", arguments={"seconds": 60}, idempotency_key="s")
+    )
+    assert again.error_code == ErrorCode.IDEMPOTENCY_KEY_IN_USE
+    assert not done  # its call has not ended: its worker is not seen dead
+    monkeypatch.setattr(Zygote, "_exited", seen)
+    for z, pid, status in held:
+        z.loop.call_soon_threadsafe(seen, z, pid, status)
+    caller.join(HANG_TIMEOUT * 30)
+    assert (done[0].status, done[0].error_code) == ("error", ErrorCode.TOOL_CRASHED)
+    assert "cpu_limit_s=1" in (done[0].error or "")
 
 
 LET_GO_AGENT = textwrap.dedent(

@@ -48,6 +48,12 @@ _MISSING = object()
 # How long a worker's exit status is waited for once its connection closed: it
 # comes at once when it died; a worker still alive after this is killed.
 _STATUS_TIMEOUT = 0.5
+# How long a killed worker's death is waited for before its attempt counts as
+# ended (its journal record let go): a SIGKILL takes effect once the kernel
+# delivers it, within milliseconds unless the process is inside a system call
+# that cannot be interrupted (a write to a hung disk); a zygote that never says
+# is not waited for beyond this.
+_DEATH_TIMEOUT = 10.0
 # How many workers a call is sent to, each dead before the request reached it,
 # before it ends TOOL_CRASHED (it never ran).
 _SENDS = 3
@@ -142,6 +148,7 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
             self._forget(run, worker)
             self._killed(run, worker, run.stop_reason or "cancelled")
             pool.lost(worker)
+            await _seen_dead(worker)
             raise WorkerKilled() from None
         except BaseException:
             self._forget(run, worker)
@@ -316,15 +323,21 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
             # had its effect), and its worker, whose state is unknown, replaced.
             worker.kill("lost")
             pool.lost(worker)
-            raise ToolError(
-                f"Tool '{name}' failed: its reply could not be read from its worker process "
-                f"({message.get('error')})",
-                retryable=False,
+            return Pending(
+                _once_dead(
+                    worker,
+                    ToolError(
+                        f"Tool '{name}' failed: its reply could not be read from its worker "
+                        f"process ({message.get('error')})",
+                        retryable=False,
+                    ),
+                )
             )
         if kind == "crashed":  # it said why (a limit), or the CPU watch did
             worker.kill("lost")
             pool.lost(worker)
-            raise ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
+            crashed = ToolCrashed(f"Tool '{name}' crashed: {message.get('why')}", retry=False)
+            return Pending(_once_dead(worker, crashed))
         if worker.killed in ("", "lost") and not worker.reached():
             # It died (or its zygote did) before it read the request: the call
             # never ran, and goes to another worker. Not one toolbus killed
@@ -333,7 +346,7 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
             return _UNREAD
         if worker.killed:
             pool.lost(worker)
-            raise WorkerKilled()
+            return Pending(_once_dead(worker, WorkerKilled()))
         return Pending(self._exited(worker, pool, name, cpu))
 
     async def _exited(self, worker: WorkerProcess, pool: Pool, name: str, cpu: float | None) -> Any:
@@ -346,8 +359,27 @@ class WorkerCalls(RemoteBackend[WorkerProcess]):
         except asyncio.CancelledError:
             worker.kill("lost")
             pool.lost(worker)
+            await _seen_dead(worker)
             raise WorkerKilled() from None
         worker.kill("lost")  # of no more use, whatever it was doing
         pool.lost(worker)
         # Over a limit it would be over it again: not worth a retry.
         raise ToolCrashed(f"Tool '{name}' crashed: {why}", retry=not limit)
+
+
+async def _once_dead(worker: WorkerProcess, error: BaseException) -> Any:
+    """Raise `error` once the worker just killed is seen dead (`_seen_dead`):
+    the attempt, and the key a journal holds for it, end no sooner."""
+    await _seen_dead(worker)
+    raise error
+
+
+async def _seen_dead(worker: WorkerProcess) -> None:
+    """Return once the killed `worker`'s exit is seen (its zygote reaped it), or
+    after `_DEATH_TIMEOUT`: until then its tool may still be running, so its
+    attempt has not ended (a journal holds the call's key until it has). A
+    second cancellation (the executor closing) stops the wait."""
+    try:
+        await asyncio.wait_for(asyncio.shield(worker.status), _DEATH_TIMEOUT)
+    except (TimeoutError, asyncio.CancelledError):
+        pass

@@ -324,15 +324,18 @@ class Zygote:
         elif kind == "forked":
             self._forked(int(message["pid"]), fds)
         elif kind == "exited":
-            pid, status = int(message["pid"]), int(message["status"])
-            worker = self.workers.pop(pid, None)
-            if worker is not None:
-                if not worker.status.done():
-                    worker.status.set_result(status)
-                worker.gone()
-            child = self.children.pop(pid, None)
-            if child is not None:
-                child.gone("its zygote process exited")
+            self._exited(int(message["pid"]), int(message["status"]))
+
+    def _exited(self, pid: int, status: int) -> None:
+        """The zygote reaped `pid`: a worker's or a module zygote's end is seen."""
+        worker = self.workers.pop(pid, None)
+        if worker is not None:
+            if not worker.status.done():
+                worker.status.set_result(status)
+            worker.gone()
+        child = self.children.pop(pid, None)
+        if child is not None:
+            child.gone("its zygote process exited")
 
     def _forked(self, pid: int, fds: list[int]) -> None:
         future, what = self._forks.popleft()

@@ -84,7 +84,8 @@ class KeyInUse:
     idempotency key, with the same arguments, is still running (its owner
     session is open): one operation must not run twice at once. `let_go`:
     how that call ended ("timeout", "cancelled", ...) when it did end but its
-    tool, let go, still runs; known only to the journal whose session it is."""
+    tool, let go, still runs ("timeout killed", ...: its worker process was
+    killed and is not yet seen dead); known only to the journal whose session it is."""
 
     key: str
     let_go: str | None = None

@@ -11,8 +11,10 @@ timeout or at a cancel: a thread cannot be stopped) keeps its record open
 until that attempt returns, its outcome held back meanwhile (`ended`,
 `attempt_ended`): the intent of another call of its key finds it running,
 here or in another process, and is refused (`IDEMPOTENCY_KEY_IN_USE`), so the
-key's operation never runs twice at once. A killed worker (`can_kill`) is
-not waited for: it runs no more.
+key's operation never runs twice at once. So does a call whose worker is
+killed (`can_kill`, a process): a SIGKILL takes effect when the kernel
+delivers it, and the attempt ends once the worker is seen dead, within
+milliseconds (`_process_calls._seen_dead`).
 
 Every wait is bounded by the executor's `journal_timeout`: the session's own
 row when it starts (an error then), and each intent. An intent that is not on
@@ -272,11 +274,13 @@ class Session:
             if seq is None:
                 return
             op = (OUTCOME, self.id, seq, result, time.time())
-            if result.status != "ok" and run in self._in_tool and not _kills(run):
+            if result.status != "ok" and run in self._in_tool:
                 self._held[run] = op
                 # Before the caller has the result: its next call of the key
-                # is told why it is refused (`_commit.py`).
-                self._writer.let_go[self.id, seq] = result.status
+                # is told why it is refused (`_commit.py`, `_journaled._in_use`).
+                self._writer.let_go[self.id, seq] = (
+                    f"{result.status} killed" if _kills(run) else result.status
+                )
                 return
         self._put(op, run)
 

@@ -301,10 +301,22 @@ def _in_use(tool: str, key: str, let_go: str | None) -> str:
             "arguments is still running; send it again once that call has ended (if it "
             "succeeded, its result is returned)"
         )
+    status, _, killed = let_go.partition(" ")
+    if killed:  # (`_session.ended`: its worker killed, not yet seen dead)
+        how = {
+            "timeout": "timed out, and the worker process it ran in, killed then, has not "
+            "exited yet",
+            "cancelled": "was cancelled, and the worker process it ran in, killed then, has "
+            "not exited yet",
+        }.get(status, f"ended ({status}), and the worker process it ran in has not exited yet")
+        return (
+            f"Tool '{tool}' was not run: a call with idempotency key {key!r} and these "
+            f"arguments {how}; send it again in a moment"
+        )
     how = {
         "timeout": "timed out, but its attempt was let go at its timeout and still runs",
         "cancelled": "was cancelled, but its attempt was let go then and still runs",
-    }.get(let_go, f"ended ({let_go}), but an attempt of it, let go at its timeout, still runs")
+    }.get(status, f"ended ({status}), but an attempt of it, let go at its timeout, still runs")
     return (
         f"Tool '{tool}' was not run: a call with idempotency key {key!r} and these "
         f"arguments {how}; send it again once that attempt has returned"
