@@ -855,3 +855,46 @@ def test_journal_options_without_a_journal_path_name_the_file_and_key(tmp_path: 
             Executor.from_config(ToolRegistry(), file, journal=own)
     finally:
         own.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [None, "max_parallel = 3\n", '[tools."search"]\ntimeout = 5\n'],
+    ids=["no-file", "options-only", "tool-table"],
+)
+def test_an_executor_spill_leaves_the_callers_registry_unchanged(
+    tmp_path: Path,
+    registry: ToolRegistry,
+    made: list[Executor],
+    monkeypatch: pytest.MonkeyPatch,
+    body: str | None,
+) -> None:
+    """`from_config(registry, policies=[spill(...)])` registered read_artifact into
+    the caller's registry (docs/config.md: `registry` is never changed): now the
+    executor runs a registry of its own that offers it, and the caller's keeps
+    what it had, in every case (no file, a file without tool tables, one with)."""
+    monkeypatch.chdir(tmp_path)
+    path = None if body is None else write(tmp_path, body)
+    before = registry.names()
+    ex = from_config(made, registry, path, policies=[spill(store=tmp_path / "art", max_chars=1000)])
+    assert registry.names() == before
+    assert ex.registry is not registry and ex.registry.names() == [*before, "read_artifact"]
+    # The executor still offers the tool, and it pages a spilled result back.
+    assert "read_artifact" in {t.name for t in ex.offered()}
+    page = ex.execute(ToolCall(name="read_artifact", arguments={"handle": "0" * 32}))
+    assert page.status == "error" and "no artifact" in (page.error or "")
+    # A second executor from the same registry brings its own spill's tool, no clash.
+    other = from_config(
+        made, registry, path, policies=[spill(store=tmp_path / "b", max_chars=1000)]
+    )
+    assert "read_artifact" in other.registry and registry.names() == before
+
+
+def test_an_executor_policy_bringing_no_new_tool_keeps_the_callers_registry(
+    tmp_path: Path, registry: ToolRegistry, made: list[Executor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a policy that brings a tool the registry lacks needs a registry of
+    the executor's own: without a file, and with policies that bring nothing,
+    the executor runs the caller's registry itself (as `Executor(registry)`)."""
+    monkeypatch.chdir(tmp_path)
+    assert from_config(made, registry, policies=[OWN]).registry is registry
