@@ -8,8 +8,7 @@ inside `from_config`). It is reached through the seam `_seams.config_reader`
 
 The reader (`ConfigReader`) takes `(registry, path, overrides)` and returns what
 `executor_from_config` makes the executor of: the registry the executor runs (the
-given one, or a view of it with the file's tool settings, or for the tools
-the executor's policies bring: the caller's registry is never changed), the executor's keyword
+given one, or a view with the file's tool settings), the executor's keyword
 options (the file's, then `overrides`), and the journal the file named,
 opened (or None), which the executor is to own.
 """

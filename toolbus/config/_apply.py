@@ -7,10 +7,7 @@ of its own, where each configured tool is a copy with the file's values (see
 is neither exported to a model nor callable (`TOOL_NOT_FOUND`). The view maps
 each original it replaced to its copy (or to None, disabled), so a tool held
 by another (a sequence's step, a spill's read_artifact) is run, or left out,
-as the file says, not as the object held. An executor whose own policies
-(`from_config(..., policies=[spill(...)])`) bring a tool the registry lacks
-gets a registry of its own too (a view of the caller's, with or without a
-file), where it registers that tool.
+as the file says, not as the object held.
 """
 
 from __future__ import annotations
@@ -23,9 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._options import positive_number
 from ..backends._resolve import Backends
-from ..policies._protocol import check_policies
 from ..tools import Tool, ToolRegistry, error_text
-from ..tools._brought import brought_tools
 from ..tools._registry import reconfigured, registry_view
 from ._errors import ConfigError
 from ._file import read_config
@@ -59,14 +54,12 @@ def apply_config(
     lacks, a value a tool refuses) are `ConfigError`s here; the executor's own
     checks follow when it is made.
     """
-    if config.path is None:  # no file: Executor(registry, **overrides), on a registry of its own
-        return _own_registry(registry, overrides.get("policies")), dict(overrides)
+    if config.path is None:  # no file: exactly Executor(registry, **overrides)
+        return registry, dict(overrides)
     options = {**config.options, **overrides}
     # What the file decides: the options code did not override.
     from_file = {o for o in config.options if o not in overrides}
     view = _tool_view(config, registry) if config.tools else registry
-    if view is registry:
-        view = _own_registry(registry, options.get("policies"))
     _check_backends(config, view, options, from_file)
     _check_groups(config, view, options, from_file)
     return view, options
@@ -145,21 +138,6 @@ def executor_options(
     # Opened here, so that a path that cannot hold one names the file and the key.
     journal = open_file_journal(config, options, overrides)
     return view, options, journal
-
-
-def _own_registry(registry: ToolRegistry, policies: Any) -> ToolRegistry:
-    """`registry` itself, unless the executor's `policies` bring a tool it
-    lacks (a spill's read_artifact), which the executor registers where it
-    runs: then a view of it (a snapshot, as with tool tables), the caller's
-    registry left as it was. Policies the executor will refuse are left to
-    it: it says what is wrong with them as it would without a file."""
-    try:
-        brought = [t for p in check_policies(policies, "Executor") for t in brought_tools(p, "")]
-    except Exception:  # (the policies' own code, or not policies: the executor's to refuse)
-        return registry
-    if all(registry.get(t.name) is t for t in brought):
-        return registry
-    return registry_view(registry, {})
 
 
 def _tool_view(config: Config, registry: ToolRegistry) -> ToolRegistry:
