@@ -464,6 +464,25 @@ def test_a_call_that_cannot_be_held_ends_overloaded_and_none_is_dropped(
     assert ran == [{"amount": 500, "to": "bob"}]
 
 
+def test_requests_the_journal_could_not_store_are_never_let_go(
+    tmp_path: Path, kept_three: int
+) -> None:
+    """With a journal, copies held in memory past the limit are let go (the
+    journal lists them); a request whose write failed is held here alone,
+    and is never let go, not even the one just asked (review helper-162)."""
+    with Executor(registry([]), journal=tmp_path / "journal.sqlite") as ex:
+        store = ex._services.pending.store
+        assert store is not None
+
+        def unreachable(*_: Any, **__: Any) -> None:
+            raise OSError("journal unreachable")
+
+        store.hold_request = unreachable  # type: ignore[method-assign]
+        ids = [f"c{i}" for i in range(6)]
+        assert [ex.execute(_transfer(i)).status for i in ids] == ["deferred"] * 6
+        assert sorted(p.call_id for p in ex.pending()) == ids
+
+
 def test_calls_racing_for_the_last_room_hold_exactly_the_limit(
     make_executor: MakeExecutor, kept_three: int
 ) -> None:

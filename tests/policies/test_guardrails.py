@@ -370,6 +370,34 @@ def test_checks_that_take_their_arguments_are_made(stage: str, check: Any) -> No
     assert made.stage == stage
 
 
+def test_a_decorated_check_is_read_as_the_wrapper_that_is_called() -> None:
+    """`functools.wraps` points inspect at the wrapped function: the check
+    is the wrapper, which is what the guardrail calls (review helper-162)."""
+
+    def with_denylist(check: Any) -> Any:
+        @functools.wraps(check)
+        def wrapper(call: Any) -> Any:
+            return check(call, ("rm -rf",))
+
+        return wrapper
+
+    @with_denylist
+    def no_danger(call: Any, denied: tuple[str, ...]) -> None:
+        return None
+
+    assert guardrail(no_danger, name="deny").stage == "input"
+
+    def narrowed(check: Any) -> Any:
+        @functools.wraps(check)
+        def wrapper(call: Any) -> Any:
+            return check(call, None)
+
+        return wrapper
+
+    with pytest.raises(TypeError, match="check\\(call, result\\)"):
+        guardrail(stage="output", name="narrow")(narrowed(_two))
+
+
 def test_a_check_whose_signature_cannot_be_read_is_taken_as_before() -> None:
     class Opaque:
         """A callable whose signature inspect cannot read."""

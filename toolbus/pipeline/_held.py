@@ -148,7 +148,7 @@ class PendingRequests:
             if agent_run is not None:
                 self._runs[key] = agent_run
             if self.store is not None and len(self._requests) > KEPT:
-                self._forget_oldest_stored()
+                self._forget_oldest_stored(key)
         if self.store is None:
             return
         since = time.time()
@@ -164,12 +164,13 @@ class PendingRequests:
             # Halted while it was written: the halt's release may have gone first.
             self.drop_run(agent_run, [key])
 
-    def _forget_oldest_stored(self) -> None:
+    def _forget_oldest_stored(self, new: tuple[str, str]) -> None:
         """Let go of the oldest copy the journal holds (under the lock): it is
         still listed, and decided, there. One only held here (its write to
-        the journal failed) is never let go."""
+        the journal failed) is never let go, nor `new`, whose write is still
+        to come (it may fail): with nothing else to let go, all are kept."""
         for oldest in self._requests:
-            if oldest not in self._unstored:
+            if oldest not in self._unstored and oldest != new:
                 del self._requests[oldest]
                 self._runs.pop(oldest, None)
                 return

@@ -206,10 +206,12 @@ def _check_signature(check: Callable[..., Any], name: str, stage: Stage) -> None
     """Refuse (TypeError) a check that cannot be called as its stage calls it:
     `check(call)`, or `check(call, result)`. Read with `inspect.signature`, so
     a bound method, a `functools.partial` and an object's `__call__` count as
-    called; defaults, `*args` and `**kwargs` are fine. A check whose signature
-    cannot be read (some builtins) is taken on trust."""
+    called; defaults, `*args` and `**kwargs` are fine. A decorated check
+    (`functools.wraps`) is read as its wrapper, the function called, not the
+    function it wraps. A check whose signature cannot be read (some builtins)
+    is taken on trust."""
     try:
-        signature = inspect.signature(check)
+        signature = inspect.signature(check, follow_wrapped=False)
     except Exception:  # (ValueError, TypeError; or a __signature__ of its own that raised)
         return
     names = _CALLED_AS[stage]
