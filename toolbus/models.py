@@ -78,7 +78,8 @@ class ErrorCode(StrEnum):
     past its `call_timeout` (status `timeout`)."""
     OVERLOADED = "OVERLOADED"
     """Too many calls wait for capacity: the queue is full, or the call was shed
-    for a higher-priority one (status `rejected`)."""
+    for a higher-priority one; or for a decision: an executor without a journal
+    holds as many requests as it may (status `rejected`)."""
     HALTED = "HALTED"
     """The agent run was stopped by a limit or a guardrail: the call did not run,
     or was stopped (status `cancelled`; reserved: not emitted yet)."""

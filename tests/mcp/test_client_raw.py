@@ -1,6 +1,7 @@
 """A server that says what the SDK reads its own way (tests/mcp_servers/raw_server.py,
-hand-written JSON-RPC over stdio): a refusal with code -32000, replies no
-`CallToolResult` parses from, a listing with one unusable tool."""
+hand-written JSON-RPC over stdio; raw_http.py, over streamable HTTP): a
+refusal with code -32000 (in the SDK's own words for a lost HTTP stream too),
+replies no `CallToolResult` parses from, a listing with one unusable tool."""
 
 from __future__ import annotations
 
@@ -10,14 +11,21 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("mcp")
 
+import mcp_types as types
+from mcp import MCPError
+
 from tests.conftest import MakeExecutor
+from tests.mcp_servers import raw_http
+from tests.mcp_servers.scripted import Peer
+from tests.mcp_servers.serving import served_in_thread
 from toolbus import ToolCall, ToolRegistry
-from toolbus.mcp import MCPConnectError, MCPConnection, connect_stdio
+from toolbus.mcp import MCPConnectError, MCPConnection, connect, connect_http, connect_stdio
 from toolbus.models import ErrorCode
 
 RAW = str(Path(__file__).parents[1] / "mcp_servers" / "raw_server.py")
@@ -48,6 +56,73 @@ def test_a_refusal_with_code_32000_keeps_the_connection_and_the_calls_in_flight(
     assert second.ok and second.output == "echo kept"
     status = raw.status()
     assert (status.connected, status.generation, status.drops) == (True, 1, 0)
+
+
+def test_a_refusal_worded_as_the_sdks_lost_http_stream_is_a_refusal_over_stdio(
+    raw: MCPConnection, make_executor: MakeExecutor
+) -> None:
+    """The SDK words a lost streamable-HTTP response stream "SSE stream ...",
+    code -32000; over stdio it never does, so a server's refusal in those
+    words is the server's: it was taken for a lost connection (the session
+    dropped, the server restarted, the other call in flight lost)."""
+    registry = ToolRegistry()
+    raw.register(registry)
+    ex = make_executor(registry, timeout=30)
+    refused = ToolCall(name="bad", arguments={"how": "error32000sse", "pair": True, "first": True})
+    other = ToolCall(name="bad", arguments={"text": "kept", "pair": True})
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(ex.execute, call) for call in (refused, other)]
+        first, second = (f.result(timeout=30) for f in futures)
+    assert first.error_code == ErrorCode.TOOL_ERROR
+    assert first.error == ("MCP server 'raw' refused the call: SSE stream ended without a response")
+    assert second.ok and second.output == "echo kept"
+    status = raw.status()
+    assert (status.connected, status.generation, status.drops) == (True, 1, 0)
+
+
+def test_an_in_process_servers_refusal_in_those_words_is_a_refusal(
+    make_executor: MakeExecutor,
+) -> None:
+    """An in-process server (no HTTP either) refusing with code -32000 in the
+    words of the SDK's lost HTTP stream: a refusal of the call, the session kept."""
+
+    class Refusing(Peer):
+        async def _call(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+            raise MCPError(code=-32000, message="SSE stream ended without a response")
+
+    peer = Refusing("inproc")
+    peer.tool("bad")
+    with connect(peer.server, protocol="2025-11-25") as conn:
+        registry = ToolRegistry()
+        conn.register(registry)
+        r = make_executor(registry, timeout=30).execute(ToolCall(name="bad"))
+        assert r.error_code == ErrorCode.TOOL_ERROR
+        assert (
+            r.error == "MCP server 'inproc' refused the call: SSE stream ended without a response"
+        )
+        assert conn.status().drops == 0
+
+
+def test_over_http_the_sdks_lost_stream_is_still_a_lost_connection(
+    make_executor: MakeExecutor,
+) -> None:
+    """Over streamable HTTP the SDK's own "SSE stream ended without a
+    response" (a call's response stream that ended unanswered) is a lost
+    connection, as it was: the session is dropped and made again."""
+    with (
+        served_in_thread(raw_http.app) as url,
+        connect_http(url, protocol="2025-11-25", name="rawhttp") as conn,
+    ):
+        registry = ToolRegistry()
+        conn.register(registry)
+        ex = make_executor(registry, timeout=30)
+        r = ex.execute(ToolCall(name="bad", arguments={"how": "dropstream"}))
+        assert r.status == "error", r
+        assert "closed the connection during the call (SSE stream ended without a response)" in (
+            r.error or ""
+        )
+        assert conn.status().drops == 1
+        assert ex.execute(ToolCall(name="bad", arguments={"text": "again"})).output == "echo again"
 
 
 SECRET = "sk-live-abcdef0123456789XYZ"

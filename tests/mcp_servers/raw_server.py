@@ -38,6 +38,9 @@ def answer(mid: Any, args: dict[str, Any]) -> None:
     how = args.get("how")
     if how == "error32000":
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32000, "message": "quota used up"}})
+    elif how == "error32000sse":  # (the words the SDK's HTTP client ends a lost stream with)
+        message = "SSE stream ended without a response"
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32000, "message": message}})
     elif how == "result42":
         send({"jsonrpc": "2.0", "id": mid, "result": 42})
     elif how == "resultnull":

@@ -14,7 +14,12 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import os
+import subprocess
+import sys
+import types
 import uuid
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -296,3 +301,110 @@ def test_a_failed_leader_and_a_dropped_follower_are_told_by_the_key_they_were_as
     assert c.waiting == 0
     c.on_result(leader, ToolResult(call_id="a", name="lookup", status="error", error="x"), 1.0)
     assert waiting.until.done()
+
+
+def _local_classes() -> dict[str, type]:
+    """Classes made in a function: every call makes new ones, of the same
+    `__module__` and `__qualname__` (`_local_classes.<locals>.Point`...)."""
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Model(BaseModel):
+        x: int
+
+    class Kind(enum.Enum):
+        X = 1
+
+    class Text(str):
+        pass
+
+    @dataclasses.dataclass(slots=True)
+    class Slots:
+        x: int
+
+    return {"dataclass": Point, "model": Model, "enum": Kind, "str": Text, "slots": Slots}
+
+
+def _one_of(kind: type) -> Any:
+    if issubclass(kind, enum.Enum):
+        return kind(1)
+    if issubclass(kind, str):
+        return kind("x")
+    return kind(x=1)
+
+
+@pytest.mark.parametrize("which", ["dataclass", "model", "enum", "str", "slots"])
+def test_two_local_classes_of_one_qualname_key_apart(which: str) -> None:
+    """Two classes made by one function share `__module__` and `__qualname__`:
+    they keyed alike, so a call with one's instance was answered with what a
+    call with the other's had returned. Distinct classes never share a key."""
+    first, second = _local_classes()[which], _local_classes()[which]
+    assert first is not second and first.__qualname__ == second.__qualname__
+    a, b = _one_of(first), _one_of(second)
+    assert _key(a) is not None and _key(b) is not None
+    assert _key(a) != _key(b)
+    assert _key(a) == _key(_one_of(first))  # the same class keys alike, as ever
+
+
+def test_a_module_class_shadowed_by_another_of_its_name_keys_apart() -> None:
+    """A class redefined under its name (a module reloaded, a name rebound):
+    the older one is no longer the class its name reaches, and keys apart
+    from then on. (Keys made before the redefinition were made by the name,
+    as the new class's are: a cache entry made then is shared, a documented
+    limit.)"""
+    source = "import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int\n"
+    module = types.ModuleType("cache_key_shadowing")
+    sys.modules[module.__name__] = module
+    try:
+        exec(source, module.__dict__)
+        old = module.P(1)
+        exec(source, module.__dict__)
+        assert type(old) is not module.P
+        assert _key(module.P(1)) != _key(old)
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_a_module_level_class_keys_alike_in_every_process() -> None:
+    """Keys of module-level classes are made of their names, not of anything
+    this process alone has (an address, a counter): another process makes the
+    same ones."""
+    code = (
+        "from tests.policies.test_cache_keys import A, E1, MA, S, Slotted\n"
+        "from toolbus.policies._cache_key import cache_key\n"
+        "print(cache_key('t', [A(1), E1.X, MA(id=2), S('s'), Slotted(3)]).hex())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True
+    )
+    here = _key([A(1), E1.X, MA(id=2), S("s"), Slotted(3)])
+    assert here is not None and out.stdout.strip() == here.hex()
+
+
+def test_classes_a_metaclass_calls_equal_key_apart() -> None:
+    """(Numbered by identity: a metaclass may say two classes are equal.)"""
+
+    class AllEqual(type):
+        def __eq__(cls, other: object) -> bool:
+            return True
+
+        def __hash__(cls) -> int:
+            return 0
+
+    def make() -> type:
+        @dataclasses.dataclass
+        class Same(metaclass=AllEqual):
+            x: int
+
+        return Same
+
+    first, second = make(), make()
+    assert first == second and first is not second
+    assert _key(first(x=1)) != _key(second(x=1))  # type: ignore[call-arg]

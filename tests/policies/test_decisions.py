@@ -419,3 +419,92 @@ def test_a_call_that_halts_its_own_run_leaves_no_request(make_executor: MakeExec
     ex = make_executor(reg)
     r = ex.execute(ToolCall(id="p", name="pay", arguments={"amount": 1}), agent_run="r")
     assert r.status in ("deferred", "cancelled") and ex.pending() == []
+
+
+def _transfer(call_id: str, amount: int = 500) -> ToolCall:
+    return ToolCall(id=call_id, name="transfer", arguments={"amount": amount, "to": "bob"})
+
+
+@pytest.fixture
+def kept_three(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The most requests an executor without a journal holds, made 3 (10 000 as shipped)."""
+    import toolbus.pipeline._held as held
+
+    monkeypatch.setattr(held, "KEPT", 3)
+    return 3
+
+
+def test_a_call_that_cannot_be_held_ends_overloaded_and_none_is_dropped(
+    make_executor: MakeExecutor, kept_three: int
+) -> None:
+    """Without a journal, past the most requests an executor holds, the oldest
+    undecided one was dropped from `pending()` in silence: its call stayed
+    deferred for ever, with nobody shown the question. Now each request stays
+    until decided, and a call that would wait beyond them ends `rejected`,
+    `OVERLOADED`, saying so: every call still ends once, and says how."""
+    ran: list[dict[str, Any]] = []
+    ex = make_executor(registry(ran))
+    requests = [ask(ex, _transfer(i)) for i in ("a", "b", "c")]
+    r = ex.execute(_transfer("d"))
+    assert (r.status, r.error_code, r.approval_request) == ("rejected", ErrorCode.OVERLOADED, None)
+    assert r.error == (
+        "Tool 'transfer' cannot wait for a decision: 3 requests already wait for one on this "
+        "executor, the most it holds without a journal (decide some of executor.pending(), "
+        "or give the executor a journal). It needs one: Tool 'transfer' needs approval "
+        "before it runs"
+    )
+    assert [p.call_id for p in ex.pending()] == ["a", "b", "c"]
+    # Asked again, a call that waits already waits on (it takes no more room).
+    assert ex.execute(_transfer("b")).status == "deferred"
+    assert [p.call_id for p in ex.pending()] == ["a", "c", "b"]
+    # A decision makes room; another call then waits.
+    assert ex.execute(_transfer("a"), approval=requests[0].approve()).ok
+    assert ask(ex, _transfer("d")).call_id == "d"
+    assert [p.call_id for p in ex.pending()] == ["c", "b", "d"]
+    assert ran == [{"amount": 500, "to": "bob"}]
+
+
+def test_requests_the_journal_could_not_store_are_never_let_go(
+    tmp_path: Path, kept_three: int
+) -> None:
+    """With a journal, copies held in memory past the limit are let go (the
+    journal lists them); a request whose write failed is held here alone,
+    and is never let go, not even the one just asked (review helper-162)."""
+    with Executor(registry([]), journal=tmp_path / "journal.sqlite") as ex:
+        store = ex._services.pending.store
+        assert store is not None
+
+        def unreachable(*_: Any, **__: Any) -> None:
+            raise OSError("journal unreachable")
+
+        store.hold_request = unreachable  # type: ignore[method-assign]
+        ids = [f"c{i}" for i in range(6)]
+        assert [ex.execute(_transfer(i)).status for i in ids] == ["deferred"] * 6
+        assert sorted(p.call_id for p in ex.pending()) == ids
+
+
+def test_calls_racing_for_the_last_room_hold_exactly_the_limit(
+    make_executor: MakeExecutor, kept_three: int
+) -> None:
+    ex = make_executor(registry([]), max_parallel=8)
+    ask(ex, _transfer("first"))
+    results = at_once(8, lambda i: ex.execute(_transfer(f"r{i}", amount=i)))
+    deferred = sorted(r.call_id for r in results if r.status == "deferred")
+    refused = [r for r in results if r.status != "deferred"]
+    assert len(deferred) == 2 and len(refused) == 6
+    assert {(r.status, r.error_code) for r in refused} == {("rejected", ErrorCode.OVERLOADED)}
+    assert sorted(p.call_id for p in ex.pending()) == sorted(["first", *deferred])
+
+
+def test_with_a_journal_every_request_is_held_past_the_limit(
+    tmp_path: Path, kept_three: int
+) -> None:
+    """A journal holds them all (the executor's own copies are a cache of the
+    newest): no call is refused for room, and each is listed until decided."""
+    ran: list[dict[str, Any]] = []
+    with Executor(registry(ran), journal=tmp_path / "j.sqlite") as ex:
+        requests = [ask(ex, _transfer(f"j{i}")) for i in range(5)]
+        assert [p.call_id for p in ex.pending()] == [f"j{i}" for i in range(5)]
+        for i, request in enumerate(requests):
+            assert ex.execute(_transfer(f"j{i}"), approval=ex.approve(request)).ok
+        assert ex.pending() == [] and len(ran) == 5

@@ -4,6 +4,7 @@ closed, tripping a wire that halts the run, and what they publish."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -287,3 +288,126 @@ def test_an_async_input_guardrail_raising_generator_exit_fails_closed(
     assert r.error_code is ErrorCode.TOOL_UNAVAILABLE
     assert "shaky" in (r.error or "") and "GeneratorExit" in (r.error or "")
     assert ran == []
+
+
+class _Checks:
+    """Checks as methods, and a callable object: their signatures are read bound."""
+
+    def one(self, call: ToolCall) -> None:
+        return None
+
+    def two(self, call: ToolCall, result: ToolResult) -> None:
+        return None
+
+    def __call__(self, call: ToolCall, result: ToolResult) -> None:
+        return None
+
+
+def _two(call: ToolCall, result: ToolResult) -> None:
+    return None
+
+
+def _three(call: ToolCall, result: ToolResult, extra: int) -> None:
+    return None
+
+
+def _keyword_only(call: ToolCall, *, strict: bool) -> None:
+    return None
+
+
+async def _none() -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("stage", "check", "named", "shown"),
+    [
+        ("input", _two, "_two", "_two(call: 'ToolCall', result: 'ToolResult')"),
+        ("input", _none, "_none", "_none()"),
+        ("input", _keyword_only, "_keyword_only", "_keyword_only(call: 'ToolCall', *,"),
+        ("output", lambda call: None, "<lambda>", "<lambda>(call)"),
+        ("output", _three, "_three", "_three(call"),
+        ("output", _Checks().one, "one", "_Checks.one(call: 'ToolCall')"),
+        ("input", _Checks(), "judge", "_Checks(call: 'ToolCall', result"),
+        ("input", functools.partial(_three, None), "judge", "functools.partial(_three, ...)"),
+    ],
+)
+def test_a_check_that_cannot_take_its_arguments_is_refused_when_made(
+    stage: str, check: Any, named: str, shown: str
+) -> None:
+    """A check with the wrong parameters was taken, and failed (closed) on
+    every call; now the guardrail is not made: a TypeError naming the
+    guardrail, the check and the signature it is called with."""
+    expected = "check(call)" if stage == "input" else "check(call, result)"
+    with pytest.raises(TypeError) as raised:
+        guardrail(stage=stage, name=None if named != "judge" else "judge")(check)  # type: ignore[call-overload]
+    text = str(raised.value)
+    assert text.startswith(
+        f"guardrail {named!r}: an {stage} guardrail's check is called as {expected}"
+    )
+    assert shown in text
+
+
+@pytest.mark.parametrize(
+    ("stage", "check"),
+    [
+        ("input", lambda call: None),
+        ("input", lambda call, extra=1: None),
+        ("input", lambda *args: None),
+        ("input", _Checks().one),
+        ("input", functools.partial(_two, result=None)),
+        ("input", functools.partial(_three, extra=1, result=None)),
+        ("output", _two),
+        ("output", _Checks().two),
+        ("output", _Checks()),
+        ("output", functools.partial(_three, extra=1)),
+        ("output", lambda call, *rest, **options: None),
+        ("input", print),  # (a builtin: its signature is read, and it takes one)
+    ],
+)
+def test_checks_that_take_their_arguments_are_made(stage: str, check: Any) -> None:
+    made = guardrail(stage=stage, name="ok")(check)  # type: ignore[call-overload]
+    assert made.stage == stage
+
+
+def test_a_decorated_check_is_read_as_the_wrapper_that_is_called() -> None:
+    """`functools.wraps` points inspect at the wrapped function: the check
+    is the wrapper, which is what the guardrail calls (review helper-162)."""
+
+    def with_denylist(check: Any) -> Any:
+        @functools.wraps(check)
+        def wrapper(call: Any) -> Any:
+            return check(call, ("rm -rf",))
+
+        return wrapper
+
+    @with_denylist
+    def no_danger(call: Any, denied: tuple[str, ...]) -> None:
+        return None
+
+    assert guardrail(no_danger, name="deny").stage == "input"
+
+    def narrowed(check: Any) -> Any:
+        @functools.wraps(check)
+        def wrapper(call: Any) -> Any:
+            return check(call, None)
+
+        return wrapper
+
+    with pytest.raises(TypeError, match="check\\(call, result\\)"):
+        guardrail(stage="output", name="narrow")(narrowed(_two))
+
+
+def test_a_check_whose_signature_cannot_be_read_is_taken_as_before() -> None:
+    class Opaque:
+        """A callable whose signature inspect cannot read."""
+
+        @property
+        def __signature__(self) -> Any:
+            raise ValueError("no signature")
+
+        def __call__(self, *args: Any) -> None:
+            return None
+
+    assert guardrail(Opaque(), name="opaque").name == "opaque"
+    assert guardrail(stage="output", name="dict")(dict).stage == "output"

@@ -449,3 +449,24 @@ def test_a_result_too_deep_to_check_against_a_recursive_output_schema_is_refused
         "(it nests too deeply to be checked against the schema)"
     )
     assert ex.complete(r.approval_request, {"c": {"c": {}}}).status == "ok"
+
+
+def test_an_external_call_beyond_the_held_requests_ends_overloaded(
+    make_executor: MakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a journal, a request past the most an executor holds was
+    dropped in silence, the oldest first: its completion then ended
+    DECISION_EXPIRED ("completed or answered already"), though nobody had."""
+    import toolbus.pipeline._held as held
+
+    monkeypatch.setattr(held, "KEPT", 1)
+    ex = make_executor(registry())
+    first = ask(ex, "m1")
+    r = ex.execute(ToolCall(id="m2", name="ask_manager", arguments={"question": "more?"}))
+    assert (r.status, r.error_code) == ("rejected", ErrorCode.OVERLOADED)
+    assert (r.error or "").startswith(
+        "Tool 'ask_manager' cannot wait for a decision: 1 requests already wait for one"
+    )
+    assert ex.pending() == [first]
+    assert ex.complete(first, 15).output == 15
+    assert ask(ex, "m2", "more?").call_id == "m2"

@@ -252,6 +252,63 @@ def test_register_adds_the_tools_a_policy_brings() -> None:
     assert registry.names() == ["first", "helper", "second"]
 
 
+class _Gives(toolbus.policies.BasePolicy):
+    """A policy whose `tools()` gives back what it was made with, tools or not."""
+
+    name = "gives"
+
+    def __init__(self, given: Any) -> None:
+        self.given = given
+
+    def tools(self) -> Any:
+        return self.given
+
+
+def _helper() -> str:
+    return "h"
+
+
+_NOT_TOOLS = {
+    "none": (None, "got NoneType"),
+    "a name": ("read_artifact", "got str"),
+    "a number": (42, "got int"),
+    "a mapping": ({"helper": FunctionTool(_helper)}, "got dict"),
+    "a function": ([_helper], r"got function .*make it one"),
+    "a tool class": ([FunctionTool], "got type"),
+    "a name in a list": (["read_artifact"], "got str 'read_artifact'"),
+}
+
+
+@pytest.mark.parametrize("given", list(_NOT_TOOLS), ids=list(_NOT_TOOLS))
+def test_a_policy_whose_tools_are_not_tools_is_refused_where_it_is_bound(given: str) -> None:
+    """A policy's `tools()` was taken on trust: None or a number raised a bare
+    "not iterable", a name an AttributeError, and a plain function was made a
+    tool unasked (by the executor) or held as one (by the registry). Now each
+    is a TypeError naming the policy, where it is bound, and nothing changes."""
+    value, said = _NOT_TOOLS[given]
+    registry = ToolRegistry()
+    registry.register(FunctionTool(lambda: 1, name="first"))
+    guarded = FunctionTool(lambda: 2, name="second", policies=[_Gives(value)])
+    with pytest.raises(TypeError, match=f"tool 'second': policy 'gives': tools\\(\\).*{said}"):
+        registry.register(guarded)
+    assert registry.names() == ["first"]
+    with pytest.raises(TypeError, match=f"Executor: policy 'gives': tools\\(\\).*{said}"):
+        Executor(registry, policies=[_Gives(value)])
+    assert registry.names() == ["first"]
+
+
+def test_a_policy_whose_tools_attribute_is_no_method_is_refused() -> None:
+    policy = _Gives(())
+    policy.tools = ["helper"]  # type: ignore[assignment,method-assign]
+    with pytest.raises(TypeError, match="Executor: policy 'gives': tools must be a method"):
+        Executor(ToolRegistry(), policies=[policy])
+    # Tools given back in any iterable are taken (a generator, a list, a tuple).
+    helper = FunctionTool(_helper, name="helper")
+    registry = ToolRegistry()
+    with Executor(registry, policies=[_Gives(t for t in [helper])]) as ex:
+        assert ex.registry.get("helper") is helper
+
+
 def test_registering_what_is_no_function_or_has_no_name_says_so() -> None:
     """(A bug hunt's: `register(42)` raised `AttributeError: __name__`.)"""
     import functools

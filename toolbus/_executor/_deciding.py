@@ -147,7 +147,9 @@ class Deciding(Minting):
     def pending(self) -> list[ApprovalRequest]:
         """The requests calls ended `deferred` with that wait for a decision,
         oldest first (masked, as published). With a journal, every process's
-        on it, kept across restarts; without, this executor's (the last 10 000)."""
+        on it, kept across restarts; without, this executor's: at most 10 000,
+        none let go undecided (a call that would wait beyond them ends
+        `rejected`, `OVERLOADED`, instead of `deferred`)."""
         return list(self._services.pending.list())
 
 

@@ -30,6 +30,7 @@ from ..policies._set import PolicySet
 from ..retry import RetryPolicy
 from ..scanning import ContentScanner
 from ..tools import Tool, ToolRegistry
+from ..tools._brought import brought_tools
 
 __all__ = [
     "GroupsOption",
@@ -229,8 +230,9 @@ def check_wiring(
 
 
 def add_policy_tools(registry: ToolRegistry, policies: PolicySet) -> None:
-    """Register the tools the executor's policies bring (a spill's read_artifact)."""
-    for t in policies.all_tools():
+    """Register the tools the executor's policies bring (a spill's read_artifact);
+    a policy whose `tools()` gives anything but tools is a TypeError."""
+    for t in (x for p in policies.policies for x in brought_tools(p, "Executor")):
         known = registry.get(t.name)
         if known is t:
             continue

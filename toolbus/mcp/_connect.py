@@ -216,6 +216,11 @@ def _connect(target: MCPTarget, settings: ConnectOptions) -> MCPConnection:
     if isinstance(target, HttpTarget):
         link.explain = target.refusal
         link.auth_failure = target.oauth_failure
+    # Only streamable HTTP has the SDK's "SSE stream ..." errors: over stdio
+    # or in-process, a -32000 error in those words is the server's refusal.
+    link.http_streams = not isinstance(
+        target, _StdioTarget | StdioServerParameters | Server | MCPServer
+    )
     actor = SessionActor.start(link)
     try:
         opened = cast(

@@ -67,22 +67,28 @@ def dispatcher_closed(client: Client) -> bool:
 # closed, an HTTP response stream ended): its code, CONNECTION_CLOSED, is
 # -32000, JSON-RPC's generic "server error", which servers use for refusals.
 _SDK_CLOSED = "Connection closed"
+# (Only its streamable HTTP client says this: over stdio, or to an in-process
+# server, an error in these words is the server's own.)
 _SDK_STREAM_ENDED = "SSE stream "
 
 
-def connection_lost(error: MCPError, client: Client | None) -> bool:
+def connection_lost(error: MCPError, client: Client | None, *, http: bool) -> bool:
     """Whether `error` is the SDK's word that the request's connection was
     lost, not a server's refusal that happens to use code -32000.
 
     The SDK gives both the same code: a lost connection is told by the
-    session's state (its read stream ended) or by the SDK's own messages.
+    session's state (its read stream ended) or by the SDK's own messages,
+    its "SSE stream ..." ones only where the transport may be streamable
+    HTTP (`http`: the `Link`'s `http_streams`).
     """
     if error.code != CONNECTION_CLOSED:
         return False
     if client is None or dispatcher_closed(client):
         return True
     message = error.message
-    return error.data is None and (message == _SDK_CLOSED or message.startswith(_SDK_STREAM_ENDED))
+    if error.data is not None:
+        return False
+    return message == _SDK_CLOSED or (http and message.startswith(_SDK_STREAM_ENDED))
 
 
 class Generation:

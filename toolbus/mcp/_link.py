@@ -124,6 +124,12 @@ class Link:
         self.explain: Callable[[], str | None] | None = None
         # Set for a URL with an OAuth provider (the transport notes its failures).
         self.auth_failure: Callable[[], str | None] | None = None
+        # Whether the transport may be streamable HTTP (a URL, or a transport
+        # the caller makes), whose SDK client ends a request that lost its
+        # response stream with an "SSE stream ..." error of its own. False
+        # over stdio and in-process, where an error in those words is the
+        # server's refusal (set by `connect`).
+        self.http_streams = True
         self._listings = 0
         self._listing = asyncio.Lock()
         self._relist_pending = False
@@ -184,7 +190,7 @@ class Link:
         except pydantic.ValidationError as e:
             raise refused_listing(e) from None
         except MCPError as e:
-            if not connection_lost(e, generation.client):
+            if not self.lost(e, generation.client):
                 raise
             self._drop(generation, "closed the connection while listing tools")
             raise MCPServerUnavailable(self._message("closed the connection")) from None
@@ -195,6 +201,12 @@ class Link:
             else None
         )
         return tools
+
+    def lost(self, error: MCPError, client: Client | None) -> bool:
+        """Whether `error` says the request's connection was lost, as this
+        link's transport can say it (`connection_lost`), not that the server
+        refused the request."""
+        return connection_lost(error, client, http=self.http_streams)
 
     def refused(self, why: str) -> str:
         """`why` (an SDK error's text), or, when the SDK said only that the
@@ -300,7 +312,7 @@ class Link:
         except MCPError as e:
             if is_unreadable(e):
                 raise MCPCallError(f"MCP server '{self.name}' {e.message}") from None
-            if not connection_lost(e, client):
+            if not self.lost(e, client):
                 why = self.refused(str(e))  # (a token revoked meanwhile, say)
                 raise MCPCallError(f"MCP server '{self.name}' refused the call: {why}") from None
             lost = e
@@ -400,7 +412,7 @@ class Link:
                 fetch = functools.partial(fetch_task, client, task_id)
                 return await while_asking(asking, self.asking, fetch)
             except MCPError as e:
-                if not connection_lost(e, client):
+                if not self.lost(e, client):
                     # Gone with the connection (a server that restarted): the
                     # call was lost as any call whose connection is, retried
                     # only where that is safe.

@@ -24,7 +24,6 @@ from ..tools._context import call_scrubber
 from ._actor import SessionPort
 from ._asking import Asking
 from ._errors import MCPConnectionLost
-from ._generation import connection_lost
 from ._output import tool_output
 from ._registrations import MadeWith
 from ._tool import server_group
@@ -63,7 +62,7 @@ class _ResourceTool(Tool):
             try:
                 return await use(client)
             except MCPError as e:
-                if connection_lost(e, client):
+                if self._port.link.lost(e, client):
                     raise MCPConnectionLost(
                         f"MCP server '{self.server}' closed the connection while asked to "
                         f"{what}; toolbus reconnects for the next call"

@@ -8,6 +8,12 @@ them. Single-use decisions are remembered until they expire (one past its
 `expires_at` is refused as expired anyway). With a journal, both are kept
 there too, so another process on the same journal, or this one after a
 restart, lists the same requests and cannot use a decision again.
+
+Without a journal the executor holds at most `KEPT` requests, and never lets
+one go undecided: a call that would wait beyond them is not deferred at all
+(`reserve` says there is no room; `_results.finish` ends it `rejected`,
+`OVERLOADED`, saying why). With one, the journal holds them all, and the
+executor's own copies are only the newest `KEPT` of those it stored.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["PendingRequests", "PendingStore", "UsedDecisions"]
+__all__ = ["PendingRequests", "PendingStore", "UsedDecisions", "held_limit"]
 
 log = logging.getLogger("toolbus")
 
@@ -57,8 +63,14 @@ class UsedDecisions:
             return True
 
 
-# Requests kept in memory (without a journal), the newest.
+# The most requests held in memory: all of them without a journal (a call
+# that would wait beyond them is refused), the newest stored with one.
 KEPT = 10_000
+
+
+def held_limit() -> int:
+    """The most requests an executor without a journal holds (`KEPT`)."""
+    return KEPT
 
 
 class PendingStore(Protocol):
@@ -79,11 +91,12 @@ class PendingRequests:
     """The requests an executor waits on a decision for (thread-safe), by
     digest and call id (two calls with the same arguments wait apart)."""
 
-    __slots__ = ("_lock", "_requests", "_runs", "_unstored", "halted", "store")
+    __slots__ = ("_lock", "_requests", "_reserved", "_runs", "_unstored", "halted", "store")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._requests: dict[tuple[str, str], Any] = {}
+        self._reserved = 0  # room taken for requests about to be held (`reserve`)
         # Held here only, since when: the journal failed to take them (they
         # are claimed here, and listed beside the journal's).
         self._unstored: dict[tuple[str, str], float] = {}
@@ -92,11 +105,38 @@ class PendingRequests:
         # Whether an agent run is halted here: its calls' requests are not held.
         self.halted: Callable[[str], bool] = lambda agent_run: False
 
-    def hold(self, request: Any, agent_run: str | None = None) -> None:
+    def reserve(self, key: tuple[str, str], freed: tuple[str, str] | None = None) -> bool:
+        """Take room to hold a request of `key` (digest, call id), which the
+        caller then holds (`hold(..., reserved=True)`) or gives back
+        (`unreserve`). Always there with a journal (it holds them all);
+        without, False when `KEPT` requests wait (or are about to) already:
+        the call cannot be held, and must not be deferred. A request of `key`
+        itself, or of `freed` (the one a decision on this call settles), is
+        room: held again, or let go, it takes no more."""
+        with self._lock:
+            if (
+                self.store is None
+                and key not in self._requests
+                and (freed is None or freed not in self._requests)
+                and len(self._requests) + self._reserved >= KEPT
+            ):
+                return False
+            self._reserved += 1
+            return True
+
+    def unreserve(self) -> None:
+        """Give back the room `reserve` took, for a request not held after all."""
+        with self._lock:
+            self._reserved -= 1
+
+    def hold(self, request: Any, agent_run: str | None = None, *, reserved: bool = False) -> None:
         """`request`, asked in `agent_run` (if any), waits for a decision
-        (again), unless that run is halted (now, or while it is written)."""
+        (again), unless that run is halted (now, or while it is written).
+        `reserved`: in the room `reserve` took for it."""
         key = (request.digest, request.call_id)
         with self._lock:
+            if reserved:
+                self._reserved -= 1
             # Under the lock: a halt's `drop_run` comes before (it is not
             # held) or after (it drops it).
             if agent_run is not None and self.halted(agent_run):
@@ -107,11 +147,8 @@ class PendingRequests:
             self._runs.pop(key, None)
             if agent_run is not None:
                 self._runs[key] = agent_run
-            if len(self._requests) > KEPT:  # never decided: the oldest go first
-                oldest = next(iter(self._requests))
-                del self._requests[oldest]
-                self._unstored.pop(oldest, None)
-                self._runs.pop(oldest, None)
+            if self.store is not None and len(self._requests) > KEPT:
+                self._forget_oldest_stored(key)
         if self.store is None:
             return
         since = time.time()
@@ -126,6 +163,17 @@ class PendingRequests:
         if agent_run is not None and self.halted(agent_run):
             # Halted while it was written: the halt's release may have gone first.
             self.drop_run(agent_run, [key])
+
+    def _forget_oldest_stored(self, new: tuple[str, str]) -> None:
+        """Let go of the oldest copy the journal holds (under the lock): it is
+        still listed, and decided, there. One only held here (its write to
+        the journal failed) is never let go, nor `new`, whose write is still
+        to come (it may fail): with nothing else to let go, all are kept."""
+        for oldest in self._requests:
+            if oldest not in self._unstored and oldest != new:
+                del self._requests[oldest]
+                self._runs.pop(oldest, None)
+                return
 
     def run_of(self, digest: str, call_id: str) -> str | None:
         """The agent run the request of `digest` for `call_id` was asked in."""

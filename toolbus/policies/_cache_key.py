@@ -27,11 +27,16 @@ Values of different types never share a key: each is encoded with its type,
 so `1`, `1.0`, `True`, `"1"`, an Enum member of value 1, a str or int
 subclass's instance, a tuple and a list, two dataclasses or models of
 different classes with the same fields all key apart. A str, int, float,
-list, tuple or dict of a subclass is tagged with its class (module and
-qualified name) and its own attributes count too; an Enum member, dataclass
-or model is always tagged with its class. The encoding is prefix-free (each
-piece says its length), so distinct data give distinct bytes. Keys live only
-in the cache's memory: they are never stored or shared.
+list, tuple or dict of a subclass is tagged with its class and its own
+attributes count too; an Enum member, dataclass or model is always tagged
+with its class. A class's tag is its module and qualified name where that
+name reaches it (a module-level class: the same tag in every process); two
+classes can share a name (a class made in a function, made again by each
+call; a class redefined under its name), so one its name does not reach is
+tagged with a number of its own in this process too: distinct classes never
+share a tag. The encoding is prefix-free (each piece says its length), so
+distinct data give distinct bytes. Keys live only in the cache's memory:
+they are never stored or shared.
 """
 
 from __future__ import annotations
@@ -40,9 +45,14 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import functools
 import hashlib
+import itertools
+import sys
+import threading
 import types
 import uuid
+import weakref
 import zoneinfo
 from typing import Any
 
@@ -156,11 +166,13 @@ def _attributes(value: Any, out: list[bytes], depth: int, skip: Any, own: Any = 
             raise NotData("an instance __dict__ that is not a dict")
     if own:
         held.update(own)
-    for cls in type(value).__mro__:
+    for at, cls in enumerate(type(value).__mro__):
         for name, member in vars(cls).items():
             if type(member) is types.MemberDescriptorType and name not in skip:
                 try:
-                    held[f"{cls.__qualname__}.{name}"] = member.__get__(value, cls)
+                    # By its place in the MRO: two classes there may share a
+                    # qualified name (and a slot's name), never a place.
+                    held[f"{at}:{cls.__qualname__}.{name}"] = member.__get__(value, cls)
                 except AttributeError:  # a slot never set
                     continue
     for k in held:
@@ -203,7 +215,58 @@ def _count(n: int) -> bytes:
 
 
 def _type(kind: type) -> bytes:
-    return _sized(f"{kind.__module__}.{kind.__qualname__}".encode("utf-8", "surrogatepass"))
+    """A class's tag: its module and qualified name, the same in every process,
+    when that name reaches it; else (a class made in a function, a class its
+    name no longer reaches) that and a number of its own in this process too."""
+    name = _sized(f"{kind.__module__}.{kind.__qualname__}".encode("utf-8", "surrogatepass"))
+    if _reached(kind):
+        return b"n" + name
+    return b"u" + name + _count(_unnamed(kind))
+
+
+def _reached(kind: type) -> bool:
+    """Whether `kind` is what its module's attribute of its qualified name is:
+    a class no other can share its name with (while that holds)."""
+    module = sys.modules.get(kind.__module__)
+    if module is None or "<locals>" in kind.__qualname__:
+        return False
+    found: Any = module
+    for part in kind.__qualname__.split("."):
+        # Read from each one's own __dict__: no module __getattr__ (a lazy
+        # import) or descriptor is run to find it.
+        space = getattr(found, "__dict__", None)
+        if not isinstance(space, dict | types.MappingProxyType):
+            return False
+        found = space.get(part)
+        if found is None:
+            return False
+    return found is kind
+
+
+# The classes no name reaches, each with a number no other class gets in this
+# process (never an address, which a class made after this one is freed may
+# reuse). By identity: a metaclass's `__eq__` may call two classes equal.
+_UNNAMED: dict[int, tuple[weakref.ref[type], int]] = {}
+_NUMBERS = itertools.count(1)
+_UNNAMED_LOCK = threading.Lock()
+
+
+def _unnamed(kind: type) -> int:
+    with _UNNAMED_LOCK:
+        held = _UNNAMED.get(id(kind))
+        if held is not None and held[0]() is kind:
+            return held[1]
+        number = next(_NUMBERS)
+        _UNNAMED[id(kind)] = (weakref.ref(kind, functools.partial(_forget, id(kind))), number)
+        return number
+
+
+def _forget(key: int, ref: weakref.ref[type]) -> None:
+    """A numbered class was freed: its entry goes (unlocked: called by the
+    collector, maybe inside `_unnamed` itself; its id is not reused yet)."""
+    held = _UNNAMED.get(key)
+    if held is not None and held[0] is ref:
+        del _UNNAMED[key]
 
 
 def _is_pydantic(value: Any) -> bool:

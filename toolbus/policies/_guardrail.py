@@ -25,11 +25,14 @@ output (`rejected`, `CONTENT_BLOCKED`), `Replace(output)` replaces it. At
 either stage `Trip(reason)` halts the call's agent run (as `Halt` does: the
 call and every unfinished call of the run end `HALTED`) and announces
 `tool:guardrail-tripped`. A check that raises, or returns anything else,
-fails closed: the call is refused, naming the guardrail.
+fails closed: the call is refused, naming the guardrail. A check that cannot
+be called as its stage calls it (`check(call)`, `check(call, result)`) is
+refused when the guardrail is made.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -119,6 +122,7 @@ class Guardrail(BasePolicy):
         if not isinstance(given, str) or not given:
             raise TypeError(f"guardrail: give it a name (name=...), got {given!r}")
         self.name = given
+        _check_signature(check, given, self.stage)
 
     def __call__(self, *args: Any) -> Any:
         """The check itself (a decorated function stays callable)."""
@@ -192,6 +196,40 @@ class OutputGuardrail(Guardrail):
         if type(verdict) is Trip:
             return Trip(tripped(self, call, verdict, "output"))
         return verdict
+
+
+# How each stage calls its check.
+_CALLED_AS: dict[str, tuple[str, ...]] = {"input": ("call",), "output": ("call", "result")}
+
+
+def _check_signature(check: Callable[..., Any], name: str, stage: Stage) -> None:
+    """Refuse (TypeError) a check that cannot be called as its stage calls it:
+    `check(call)`, or `check(call, result)`. Read with `inspect.signature`, so
+    a bound method, a `functools.partial` and an object's `__call__` count as
+    called; defaults, `*args` and `**kwargs` are fine. A decorated check
+    (`functools.wraps`) is read as its wrapper, the function called, not the
+    function it wraps. A check whose signature cannot be read (some builtins)
+    is taken on trust."""
+    try:
+        signature = inspect.signature(check, follow_wrapped=False)
+    except Exception:  # (ValueError, TypeError; or a __signature__ of its own that raised)
+        return
+    names = _CALLED_AS[stage]
+    try:
+        signature.bind(*names)
+    except TypeError as e:
+        raise TypeError(
+            f"guardrail {name!r}: an {stage} guardrail's check is called as "
+            f"check({', '.join(names)}), which {_shown(check)}{signature} cannot take ({e})"
+        ) from None
+
+
+def _shown(check: Any) -> str:
+    """How an error names a check: its qualified name (a partial's function's)."""
+    if isinstance(check, functools.partial):
+        return f"functools.partial({_shown(check.func)}, ...)"
+    name = getattr(check, "__qualname__", None)
+    return name if isinstance(name, str) else type(check).__qualname__
 
 
 def tripped(guard: Guardrail, call: ToolCall, verdict: Trip, stage: Stage) -> str:

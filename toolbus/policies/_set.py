@@ -125,10 +125,6 @@ class PolicySet:
             self._guards[id(tool)] = found
         return found or None
 
-    def all_tools(self) -> Sequence[Tool]:
-        """Tools the executor's policies bring along (a spill's `read_artifact`)."""
-        return tuple(t for p in self.policies for t in _tools(p))
-
 
 def _sets_timeouts(policy: Any) -> bool:
     """Whether `policy` has a `timeout` of its own (BasePolicy's returns the default)."""
@@ -145,11 +141,6 @@ def _applies(policy: Any, tool: Tool) -> Any:
     """`policy.applies_to(tool)` as it answered (True without the method)."""
     applies = getattr(policy, "applies_to", None)
     return True if applies is None else applies(tool)
-
-
-def _tools(policy: Any) -> Sequence[Tool]:
-    tools = getattr(policy, "tools", None)
-    return tuple(tools()) if callable(tools) else ()
 
 
 def _failed(tool: str, policy: Any, why: str) -> Refusal:

@@ -10,6 +10,7 @@ from typing import Any, Self, Unpack, overload
 
 from .. import _seams
 from .._keywords import refuse_unknown
+from ._brought import brought_tools
 from ._function import AnyFunction, FunctionTool, ToolOptions, tool
 from ._names import check_name_prefix, check_prefixed_name
 from ._offer import StepContext, check_step, enabled
@@ -258,8 +259,9 @@ class ToolRegistry:
 
 
 def _policy_tools(t: Tool) -> builtins.list[Tool]:
-    """The tools `t`'s policies bring along (a spill's read_artifact)."""
-    return [x for p in t.policies for x in (getattr(p, "tools", None) or tuple)()]
+    """The tools `t`'s policies bring along (a spill's read_artifact), each
+    checked a tool (`_brought.py`)."""
+    return [x for p in t.policies for x in brought_tools(p, f"tool {t.name!r}")]
 
 
 def _brought(t: Tool, extra: Iterable[Tool], known: Mapping[str, Tool]) -> dict[str, Tool]:
