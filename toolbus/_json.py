@@ -190,14 +190,58 @@ def canonical(arguments: Any) -> bytes:
                 return _tagged(value)
             except (TypeError, ValueError, RecursionError):
                 pass
-        return repr(arguments).encode("utf-8", "surrogatepass")
+        return _repr(arguments)
     # NaN and the infinities come out as null: only then is a look needed.
     if b"null" in data and _has_non_finite(value):
         try:
             return _tagged(value)
         except (TypeError, ValueError, RecursionError):
-            return repr(arguments).encode("utf-8", "surrogatepass")
+            return _repr(arguments)
     return data
+
+
+def _repr(value: Any) -> bytes:
+    """`repr(value)` in UTF-8 (lone surrogates kept): `canonical`'s bytes for
+    what JSON cannot hold. `repr` refuses an integer past Python's digit limit
+    (`sys.get_int_max_str_digits()`): inside dicts, lists, tuples and sets such
+    an integer is written whole, as `repr` would without the limit (so distinct
+    values still differ, and no key `repr` made moves). Inside another object
+    it is a TypeError, saying so, rather than a key shared by distinct values."""
+    try:
+        text = repr(value)
+    except ValueError:
+        text = _whole(value, 0)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _whole(v: Any, depth: int) -> str:
+    if depth > MAX_DEPTH:
+        raise TypeError("arguments nested too deep to key")
+    kind = type(v)
+    if kind is int and _too_long_for_str(v):
+        return format(decimal.Decimal(v), "f")
+    if kind is dict:
+        inner = ", ".join(f"{_whole(k, depth + 1)}: {_whole(x, depth + 1)}" for k, x in v.items())
+        return "{" + inner + "}"
+    if kind is list:
+        return "[" + ", ".join(_whole(x, depth + 1) for x in v) + "]"
+    if kind is tuple:
+        inner = ", ".join(_whole(x, depth + 1) for x in v)
+        return "(" + inner + ("," if len(v) == 1 else "") + ")"
+    if kind is set or kind is frozenset:
+        # (In `repr`'s order, the set's own: the same as `repr` would give.)
+        inner = ", ".join(_whole(x, depth + 1) for x in v)
+        if kind is frozenset:
+            return "frozenset({" + inner + "})" if v else "frozenset()"
+        return "{" + inner + "}" if v else "set()"
+    try:
+        return repr(v)
+    except ValueError:
+        raise TypeError(
+            f"a {type(v).__name__} among the arguments holds an integer of more than "
+            f"{sys.get_int_max_str_digits()} digits: it cannot be keyed (pass it as JSON "
+            "text, or as a plain int)"
+        ) from None
 
 
 # Starts every tagged encoding: 0xFF is never in UTF-8, so never in JSON text,

@@ -86,3 +86,27 @@ def test_the_tagged_encoding_never_meets_the_plain_one() -> None:
     tagged = canonical({"a": math.nan})
     assert tagged.startswith(b"\xff")  # never in UTF-8: no JSON text or text argument
     assert not canonical('{"a": null}').startswith(b"\xff")
+
+
+def test_arguments_holding_an_integer_past_pythons_digit_limit_are_keyed() -> None:
+    """`repr` refuses an integer of more than `sys.get_int_max_str_digits()`
+    digits: a call from Python holding one ended "internal error: ValueError"
+    when its key was made. Inside plain containers it is written whole (as
+    `repr` would without the limit), so distinct values key apart."""
+    huge = 10**5000
+    one = canonical({"x": {"n": huge}, "t": (1,), "s": {2}})
+    assert one.startswith(b"{'x': {'n': 1000")
+    assert one.endswith(b"}, 't': (1,), 's': {2}}")
+    assert canonical({"x": {"n": huge + 1}, "t": (1,), "s": {2}}) != one
+    assert derive_key(ToolCall(name="t", arguments={"n": huge}), b"s") != derive_key(
+        ToolCall(name="t", arguments={"n": -huge}), b"s"
+    )
+
+
+def test_an_object_holding_such_an_integer_is_refused_by_name() -> None:
+    class Holder:
+        def __repr__(self) -> str:
+            return f"Holder({10**5000})"
+
+    with pytest.raises(TypeError, match="a Holder among the arguments holds an integer of more"):
+        canonical({"h": Holder()})
