@@ -442,6 +442,9 @@ def test_top_never_prints_its_token(
         ("http://", "names no host"),
         ("http://host:port/", "is not a valid address"),
         ("ftp://host/", "is not an http:// or https:// address"),
+        ("http://host/?token=TOKEN-SECRET-PART", "holds a user name, a query or a fragment"),
+        ("http://me:TOKEN-SECRET-PART@host/", "holds a user name, a query or a fragment"),
+        ("http://host/#TOKEN-SECRET-PART", "holds a user name, a query or a fragment"),
     ],
 )
 def test_top_a_bad_address_is_a_usage_error(
@@ -456,6 +459,7 @@ def test_top_a_bad_address_is_a_usage_error(
     assert main(url) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1
+    assert "TOKEN-SECRET-PART" not in err  # a token put in the address is not shown
     assert CliRunner().invoke(app, ["top", url]).exit_code == 2
 
 

@@ -184,6 +184,13 @@ def address_problem(url: str) -> str | None:
         return f"is not a valid address ({e})"
     if not parts.hostname:
         return "names no host"
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        # Where a token would be put by mistake (and the paths toolbus top
+        # adds would land after it): refused, never shown (`_shown`).
+        return (
+            "holds a user name, a query or a fragment: give the status server's own "
+            "address, and its token through --token-env"
+        )
     return None
 
 
@@ -205,7 +212,7 @@ def run_top(
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     problem = address_problem(url)
     if problem is not None:
-        errors.print(f"toolbus top: {url!r} {problem}", markup=False)
+        errors.print(f"toolbus top: {_shown(url)!r} {problem}", markup=False)
         return 2
     if token is not None:
         problem = token_problem(token)
@@ -266,7 +273,7 @@ def main(url: str, *, token_env: str | None = None) -> int:
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     problem = address_problem(url)
     if problem is not None:  # a usage error (2), not a server that cannot be reached (1)
-        errors.print(f"toolbus top: {url!r} {problem}", markup=False)
+        errors.print(f"toolbus top: {_shown(url)!r} {problem}", markup=False)
         return 2
     token = None
     if token_env is not None:
