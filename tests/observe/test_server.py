@@ -438,6 +438,31 @@ def test_a_lone_surrogate_breaks_neither_status_nor_events_nor_metrics() -> None
     assert {e["call_id"] for e in recent} == {"t\ufffd"}
 
 
+def test_an_invented_tool_name_is_unknown_in_the_result_of_events_too() -> None:
+    """The name a model invented goes nowhere on `/events`: not as the event's
+    `tool`, nor as its result's `name`. The result's `name` carried it as the
+    model sent it, with a secret the content scanner finds (and cuts out of
+    the error text) included."""
+    from toolbus.scanning import ContentScanner
+
+    key = "AKIAZ7Q3J2XW5NPLM4RT"  # an AWS access key id, as gitleaks' rule finds it
+    with (
+        Executor(make_registry(), scanner=ContentScanner()) as executor,
+        serve_status(executor) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+        http.stream("GET", "/events") as r,
+    ):
+        lines = r.iter_lines()
+        wait_for_opening(lines)
+        executor.execute(ToolCall(id="made-up", name=f"fetch {key}", arguments={}))
+        events = read_events(lines, finished(["made-up"]))
+    done = next(e.json() for e in events if e.json()["signal"] == bus.FINISHED)
+    assert done["tool"] == "<unknown>"
+    assert done["result"]["name"] == "<unknown>"
+    assert "[REDACTED:secret]" in done["result"]["error"]
+    assert all(key not in e.data for e in events)
+
+
 def test_unknown_tools_are_one_row_whatever_ended_them(executor: Executor) -> None:
     """Whether a tool is known is asked of the registry, not read off the error
     code: on a closed executor an invented name ends `cancelled`, and still

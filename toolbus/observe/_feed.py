@@ -69,6 +69,12 @@ class Feed:
             # `<unknown>`, as in log lines and metrics: asked of the registry,
             # whatever the call's error code (a closed executor cancels it).
             record["tool"] = tool_label(self._executor, getattr(event, "tool", None))
+        result = record.get("result")
+        if type(result) is dict and "name" in result:
+            # The result's name is the call's too: the model's invented text
+            # (the content scanner reads the error's echo of it, not this).
+            name = getattr(getattr(event, "result", None), "name", None)
+            result["name"] = tool_label(self._executor, name)
         self._batch.append((event.seq, record))
 
     def _flush(self) -> None:
