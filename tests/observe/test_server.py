@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
@@ -33,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import toolbus.observe
 from tests.conftest import wait_until
-from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry, bus
+from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry, _json, bus
 from toolbus.observe import StatusServer, log_json, serve_status
 from toolbus.observe._state import LiveState
 
@@ -89,7 +88,7 @@ class SSE:
         self.name, self.id, self.data = name, id, data
 
     def json(self) -> Any:
-        return orjson.loads(self.data)
+        return _json.loads(self.data)  # integers of any size exact
 
 
 def read_events(lines: Iterator[str], until: Any, timeout: float = 10.0) -> list[SSE]:
@@ -461,6 +460,39 @@ def test_an_invented_tool_name_is_unknown_in_the_result_of_events_too() -> None:
     assert done["result"]["name"] == "<unknown>"
     assert "[REDACTED:secret]" in done["result"]["error"]
     assert all(key not in e.data for e in events)
+
+
+def test_an_integer_past_a_floats_range_is_shown_not_lost() -> None:
+    """A model may send, and a tool return, an integer JSON holds exactly but a
+    double cannot (10**400): the call is on `/events` and in `/status` like
+    any other, the integer exact. Its events failed the feed ("number is
+    infinity"), so the page never saw the call start or end."""
+    big = 10**400
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def count(n: int) -> dict[str, int]:
+        """Echoes a number."""
+        return {"n": n, "next": n + 1}
+
+    with (
+        Executor(registry) as executor,
+        serve_status(executor) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+        http.stream("GET", "/events") as r,
+    ):
+        lines = r.iter_lines()
+        wait_for_opening(lines)
+        result = executor.execute(ToolCall(id="huge", name="count", arguments={"n": big}))
+        assert result.status == "ok"
+        events = read_events(lines, finished(["huge"]))
+        state = http.get("/status").json()["state"]
+    records = {e.json()["signal"]: e for e in events if e.json().get("call_id") == "huge"}
+    assert records[bus.EXECUTING].json()["arguments"] == {"n": big}
+    done = records[bus.FINISHED].json()
+    assert done["result"]["status"] == "ok" and done["result"]["output"] == {"n": big, "next": big + 1}
+    assert [e["call_id"] for e in state["recent"]] == ["huge"]
+    assert state["malformed"] == 0
 
 
 def test_unknown_tools_are_one_row_whatever_ended_them(executor: Executor) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from .. import _json
 from ..bus import Event
 from ..models import ToolResult
 from ._content import dumps, text_of
@@ -75,7 +76,9 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
             text = dumps(repr(value))
     if len(text) > max_chars:
         return text[: max_chars - 1].decode("utf-8", "ignore") + "…"
-    return value if native else orjson.loads(text)
+    # Read back with integers exact: orjson reads one past 64 bits as a float,
+    # and refuses one past a double's range (10**400, which a model may send).
+    return value if native else _json.loads(text)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
