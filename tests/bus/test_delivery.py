@@ -128,6 +128,34 @@ def test_subscribe_isolated_is_accepted_and_changes_nothing(make_executor: MakeE
     assert got == [bus.EXECUTING, bus.EXECUTED, bus.FINISHED]
 
 
+def test_a_signal_named_twice_is_delivered_once(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    """Naming a signal twice subscribes to it once: each event was delivered
+    once per mention (an audit log named "tool:finished" twice wrote every
+    line twice)."""
+    ex = make_executor(_registry())
+    got: list[tuple[str, int]] = []
+    audit = observe.log_json(ex, tmp_path / "audit.jsonl", signals=(bus.FINISHED, bus.FINISHED))
+    with (
+        bus.subscribe(
+            lambda s, *, event, signal: got.append((signal, event.seq)),
+            bus.FINISHED,
+            bus.EXECUTING,
+            bus.FINISHED,
+            sender=ex,
+        ) as sub,
+        bus.Recorder(bus.FINISHED, bus.FINISHED, sender=ex) as rec,
+    ):
+        assert sub.names == (bus.FINISHED, bus.EXECUTING)
+        ex.execute(echo_call(1))
+        assert ex.drain_events()
+    audit.close()
+    assert [signal for signal, _ in got] == [bus.EXECUTING, bus.FINISHED]
+    assert len(rec.of(bus.FINISHED)) == 1
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 1
+
+
 def test_custom_publisher_runs_only_on_a_delivery_thread(make_executor: MakeExecutor) -> None:
     calls: list[tuple[str, str]] = []
 

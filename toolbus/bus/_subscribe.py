@@ -153,7 +153,9 @@ class Subscription:
     def _connect(self, name: str) -> None:
         sig = signal(name)
         with self._lock:
-            if self._closed:
+            # A name given twice is connected once: each route is a receiver
+            # of its own, and would have every event delivered once more.
+            if self._closed or any(r.signal == name for r in self._routes):
                 return
             route = Route(self, self._label, name, self._target)
             self._routes.append(route)
