@@ -262,6 +262,29 @@ def test_define_signal_reaches_subscriptions_made_before(make_executor: MakeExec
     assert not sig.receivers  # closed subscriptions left nothing behind
 
 
+def test_an_event_announced_again_has_a_seq_of_each_announcement(
+    make_executor: MakeExecutor,
+) -> None:
+    """One event object announced twice, or on two executors (a deployment
+    every executor should hear of), is each announcement's with its own `seq`:
+    announcing set `seq` on the one object, so a receiver saw the last
+    announcement's number on every one (1, 2 read as 2, 2; another executor's
+    number among its own)."""
+    first, second = make_executor(_registry()), make_executor(_registry())
+    name = _unique_signal()
+    bus.define_signal(name, "A deployment finished.")
+    deployed = Deployed("prod")
+    with bus.Recorder(sender=first) as one, bus.Recorder(sender=second) as two:
+        first.execute(echo_call(1))  # seq 1 to 3 on `first`
+        assert first.emitter.announce(name, deployed)
+        assert first.emitter.announce(name, deployed)
+        assert second.emitter.announce(name, deployed)
+        assert first.drain_events() and second.drain_events()
+    assert [e.seq for _, e in one.events] == [1, 2, 3, 4, 5]
+    assert [e.seq for e in two.of(name)] == [1]
+    assert {e.target for e in [*one.of(name), *two.of(name)]} == {"prod"}
+
+
 def test_define_signal_rejects_bad_names_and_conflicts(make_executor: MakeExecutor) -> None:
     name = _unique_signal()
     sig = bus.define_signal(name, "First doc.")
