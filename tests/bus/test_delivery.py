@@ -156,6 +156,24 @@ def test_a_signal_named_twice_is_delivered_once(
     assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 1
 
 
+def test_subscribe_refuses_what_cannot_be_a_receiver_or_a_signal_name(
+    make_executor: MakeExecutor,
+) -> None:
+    """A receiver that cannot be called, or a signal name that is no string,
+    is refused when subscribing, naming what is wrong; both were taken (the
+    receiver then failed on every event, logged on a delivery thread; a list
+    of names was "unhashable type: 'list'")."""
+    ex = make_executor(_registry())
+    for receiver in (None, 5, "print"):
+        with pytest.raises(TypeError, match="receiver must be callable"):
+            bus.subscribe(receiver, bus.FINISHED, sender=ex)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="signal names are strings"):
+        bus.subscribe(lambda s, *, event, signal: None, [bus.FINISHED], sender=ex)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="signal names are strings"):
+        bus.Recorder(bus.FINISHED, b"tool:error", sender=ex)  # type: ignore[arg-type]
+    assert not list(bus.signal(bus.FINISHED).receivers_for(ex))  # nothing was connected
+
+
 def test_custom_publisher_runs_only_on_a_delivery_thread(make_executor: MakeExecutor) -> None:
     calls: list[tuple[str, str]] = []
 

@@ -254,6 +254,10 @@ def test_bad_options(make_executor: MakeExecutor, tmp_path: Path) -> None:
         log_json(ex, 42)
     with pytest.raises(TypeError, match="tuple of names"):
         log_json(ex, io.StringIO(), signals="tool:finished")
+    # (bytes were read as the numbers of their bytes: "no toolbus signal named 116")
+    for signals in (b"tool:finished", None, 3):
+        with pytest.raises(TypeError, match="tuple of names"):
+            log_json(ex, io.StringIO(), signals=signals)  # type: ignore[arg-type]
     with pytest.raises(KeyError, match="no toolbus signal"):
         log_json(ex, tmp_path / "y", signals=("tool:nope",))
     assert not (tmp_path / "y").exists() or (tmp_path / "y").stat().st_size == 0

@@ -117,6 +117,17 @@ class Subscription:
             raise ValueError(
                 f"linger must be a number of seconds in [0, {MAX_LINGER}], got {linger!r}"
             )
+        if not isinstance(receiver, pykka.ActorRef) and not callable(receiver):
+            raise TypeError(
+                "a receiver must be callable, as receiver(sender, event=..., signal=...), "
+                f"or an ObserverActor's ref; got {type(receiver).__name__} {receiver!r:.80}"
+            )
+        for name in names or ():
+            if not isinstance(name, str):
+                raise TypeError(
+                    "signal names are strings, given one by one (e.g. 'tool:finished'); "
+                    f"got {type(name).__name__} {name!r:.80}"
+                )
         self.linger = float(linger)
         self.flush = flush
         self._sender = sender

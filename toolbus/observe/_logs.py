@@ -369,8 +369,11 @@ def log_json(
     if isinstance(signals, _All):
         names = None
     else:
-        if isinstance(signals, str):
-            raise TypeError('log_json: signals is a tuple of names, e.g. ("tool:finished",)')
+        if isinstance(signals, str | bytes) or not isinstance(signals, Iterable):
+            raise TypeError(
+                'log_json: signals is a tuple of names, e.g. ("tool:finished",), or ALL; '
+                f"got {type(signals).__name__}"
+            )
         names = tuple(signals)
         if not names:
             raise ValueError("log_json: signals is empty (ALL logs every signal)")
