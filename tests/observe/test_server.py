@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -437,6 +438,15 @@ def test_a_lone_surrogate_breaks_neither_status_nor_events_nor_metrics() -> None
     assert {e["call_id"] for e in recent} == {"t\ufffd"}
 
 
+_REPORTED = "test:report-made"
+bus.define_signal(_REPORTED, "A report was made (a signal of one's own, for a test).")
+
+
+@dataclass(frozen=True, slots=True)
+class Reported(bus.Event):
+    result: dict[str, Any]
+
+
 def test_an_invented_tool_name_is_unknown_in_the_result_of_events_too() -> None:
     """The name a model invented goes nowhere on `/events`: not as the event's
     `tool`, nor as its result's `name`. The result's `name` carried it as the
@@ -454,10 +464,13 @@ def test_an_invented_tool_name_is_unknown_in_the_result_of_events_too() -> None:
         lines = r.iter_lines()
         wait_for_opening(lines)
         executor.execute(ToolCall(id="made-up", name=f"fetch {key}", arguments={}))
-        events = read_events(lines, finished(["made-up"]))
+        # An event of one's own whose `result` is no tool's result keeps its name.
+        assert executor.emitter.announce(_REPORTED, Reported({"name": "weekly"}))
+        events = read_events(lines, lambda es: any(e.json()["signal"] == _REPORTED for e in es))
     done = next(e.json() for e in events if e.json()["signal"] == bus.FINISHED)
     assert done["tool"] == "<unknown>"
     assert done["result"]["name"] == "<unknown>"
+    assert events[-1].json()["result"] == {"name": "weekly"}
     assert "[REDACTED:secret]" in done["result"]["error"]
     assert all(key not in e.data for e in events)
 
