@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
@@ -380,6 +381,43 @@ def test_a_feed_knows_what_came_before_its_first_event(executor: Executor) -> No
             assert not feed.since(0)[1]  # a new client: misses nothing
             assert not feed.since(seqs[-1])[1] and not feed.since(seqs[-1])[0]
             assert feed.since(seqs[-1] + 1)[1]  # an id from elsewhere
+
+
+def test_progress_data_no_json_or_repr_can_show_is_shown_not_lost() -> None:
+    """Progress data whose text and repr fail, or nested past the
+    interpreter's recursion limit, is shown as its type's name; the feed
+    raised on it (logged as a receiver's failure), and `/events` never had
+    the event."""
+    from toolbus import ToolContext
+    from toolbus.observe._feed import Feed
+
+    class Unshowable:
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def report(ctx: ToolContext, which: str) -> str:
+        """Reports progress."""
+        ctx.progress("step", 0.5, detail=Unshowable() if which == "object" else deep)
+        return "done"
+
+    with Executor(registry) as executor, Feed(executor, history=100) as feed:
+        for which in ("object", "deep"):
+            executor.execute(ToolCall(id=which, name="report", arguments={"which": which}))
+        assert executor.drain_events(5)
+        records = [orjson.loads(data) for _, data in feed.since(0)[0]]
+    shown = {r["call_id"]: r["data"] for r in records if r["signal"] == bus.PROGRESS}
+    assert shown == {"object": {"detail": "<Unshowable>"}, "deep": "<dict>"}
 
 
 @pytest.mark.parametrize(
