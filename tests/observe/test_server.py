@@ -9,6 +9,7 @@ closing, and that importing toolbus loads none of the web machinery.
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import logging
@@ -383,6 +384,19 @@ def test_a_feed_knows_what_came_before_its_first_event(executor: Executor) -> No
             assert feed.since(seqs[-1] + 1)[1]  # an id from elsewhere
 
 
+class Mode(enum.Enum):
+    SAFE = frozenset({"read"})
+
+
+_MODE_SET = "test:mode-set"
+bus.define_signal(_MODE_SET, "A mode was set (a signal of one's own, for a test).")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeSet(bus.Event):
+    mode: Mode
+
+
 def test_progress_data_no_json_or_repr_can_show_is_shown_not_lost() -> None:
     """Progress data whose text and repr fail, or nested past the
     interpreter's recursion limit, is shown as its type's name; the feed
@@ -414,10 +428,14 @@ def test_progress_data_no_json_or_repr_can_show_is_shown_not_lost() -> None:
     with Executor(registry) as executor, Feed(executor, history=100) as feed:
         for which in ("object", "deep"):
             executor.execute(ToolCall(id=which, name="report", arguments={"which": which}))
+        # An enum member whose value is no JSON either: its record could not be
+        # written, and the whole burst it came in was lost.
+        assert executor.emitter.announce(_MODE_SET, ModeSet(Mode.SAFE))
         assert executor.drain_events(5)
         records = [orjson.loads(data) for _, data in feed.since(0)[0]]
     shown = {r["call_id"]: r["data"] for r in records if r["signal"] == bus.PROGRESS}
     assert shown == {"object": {"detail": "<Unshowable>"}, "deep": "<dict>"}
+    assert records[-1]["signal"] == _MODE_SET and records[-1]["mode"] == "frozenset({'read'})"
 
 
 @pytest.mark.parametrize(

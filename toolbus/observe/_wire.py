@@ -56,7 +56,7 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
                 else text[: max_chars - 1].decode("utf-8", "ignore") + "…"
             )
     if isinstance(value, enum.Enum):
-        return value.value
+        return plain(value.value, max_chars)  # (a member's value may be any object)
     if isinstance(value, str | int | float):  # subclasses
         return plain(str(value) if isinstance(value, str) else float(value), max_chars)
     if isinstance(value, ToolResult):
