@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
 pytest.importorskip("prometheus_client", reason="the web extra is not installed")
@@ -395,6 +396,7 @@ bus.define_signal(_MODE_SET, "A mode was set (a signal of one's own, for a test)
 @dataclass(frozen=True, slots=True)
 class ModeSet(bus.Event):
     mode: Mode
+    by: Any = None
 
 
 def test_progress_data_no_json_or_repr_can_show_is_shown_not_lost() -> None:
@@ -417,25 +419,36 @@ def test_progress_data_no_json_or_repr_can_show_is_shown_not_lost() -> None:
     for _ in range(5000):
         inner.append([])
         inner = inner[0]
+
+    class Holder(BaseModel):  # a model pydantic cannot dump as JSON
+        model_config = ConfigDict(arbitrary_types_allowed=True)
+        held: Unshowable
+
+    details = {"object": Unshowable(), "deep": deep, "model": Holder(held=Unshowable())}
     registry = ToolRegistry()
 
     @registry.tool(read_only=True)
     def report(ctx: ToolContext, which: str) -> str:
         """Reports progress."""
-        ctx.progress("step", 0.5, detail=Unshowable() if which == "object" else deep)
+        ctx.progress("step", 0.5, detail=details[which])
         return "done"
 
     with Executor(registry) as executor, Feed(executor, history=100) as feed:
-        for which in ("object", "deep"):
+        for which in details:
             executor.execute(ToolCall(id=which, name="report", arguments={"which": which}))
         # An enum member whose value is no JSON either: its record could not be
         # written, and the whole burst it came in was lost.
-        assert executor.emitter.announce(_MODE_SET, ModeSet(Mode.SAFE))
+        assert executor.emitter.announce(_MODE_SET, ModeSet(Mode.SAFE, Holder(held=Unshowable())))
         assert executor.drain_events(5)
         records = [orjson.loads(data) for _, data in feed.since(0)[0]]
     shown = {r["call_id"]: r["data"] for r in records if r["signal"] == bus.PROGRESS}
-    assert shown == {"object": {"detail": "<Unshowable>"}, "deep": "<dict>"}
+    assert shown == {
+        "object": {"detail": "<Unshowable>"},
+        "deep": "<dict>",
+        "model": {"detail": "<Holder>"},
+    }
     assert records[-1]["signal"] == _MODE_SET and records[-1]["mode"] == "frozenset({'read'})"
+    assert records[-1]["by"] == "<Holder>"
 
 
 @pytest.mark.parametrize(

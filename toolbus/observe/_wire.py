@@ -62,7 +62,10 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
     if isinstance(value, ToolResult):
         return _result(value, max_chars)
     if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
+        try:
+            value = value.model_dump(mode="json")
+        except Exception:  # a field pydantic cannot write: shown below, as an object
+            pass
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = {name: getattr(value, name) for name in _fields(type(value))}
     try:
