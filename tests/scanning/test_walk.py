@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from tests.conftest import MakeExecutor
 from tests.scanning.generate import Planter
@@ -154,49 +152,6 @@ def test_bytes_are_scanned_as_the_text_they_hold(make_executor: MakeExecutor) ->
         assert ex.execute(ToolCall(name="read_config", arguments={"path": "c"})).status == "ok"
         (progress,) = rec.wait_for(bus.PROGRESS)
     assert progress.data == {"chunk": "[default]\n[REDACTED:secret]\n"}
-
-
-def test_sets_dataclasses_and_models_are_scanned_as_the_values_they_hold(
-    make_executor: MakeExecutor,
-) -> None:
-    """A set, a dataclass or a pydantic model (in progress data) is scanned as
-    what surfaces publish of it, its values, not as its repr, whose escapes
-    glued an "n" onto a key that starts a line (`{'x\\nAKIA...'}`); found,
-    it becomes those values (a list, a dict), scanned. Nothing found, it is
-    itself."""
-    key = "AKIAZ7Q3J2XW5NPLM4RT"
-    text = f"[default]\n{key}"
-    s = ContentScanner(engine="re")
-
-    @dataclass
-    class Loaded:
-        path: str
-        text: str
-
-    class Model(BaseModel):
-        text: str
-
-    assert s.value({text}) == ["[default]\n[REDACTED:secret]"]
-    assert s.value(frozenset({text})) == ["[default]\n[REDACTED:secret]"]
-    assert s.value(Loaded("c", text)) == {"path": "c", "text": "[default]\n[REDACTED:secret]"}
-    assert s.value({"m": Model(text=text)}) == {"m": {"text": "[default]\n[REDACTED:secret]"}}
-    plain = (Loaded("c", "nothing"), Model(text="nothing"), {"a", "b"})
-    for value in plain:
-        assert s.value(value) is value
-
-    registry = ToolRegistry()
-
-    @registry.tool(read_only=True)
-    def read_config(ctx: ToolContext, path: str) -> str:
-        """Reads a file."""
-        ctx.progress("read", 0.5, loaded=Loaded(path, text), lines={text}, model=Model(text=text))
-        return "read"
-
-    ex = make_executor(registry, scanner=ContentScanner())
-    with bus.Recorder(bus.PROGRESS, sender=ex) as rec:
-        assert ex.execute(ToolCall(name="read_config", arguments={"path": "c"})).status == "ok"
-        (progress,) = rec.wait_for(bus.PROGRESS)
-    assert key not in repr(progress)
 
 
 class _Unreadable:

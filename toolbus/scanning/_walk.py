@@ -15,12 +15,9 @@ as itself.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
-
-from pydantic import BaseModel
 
 from ._values import an_id, names_a_card, names_a_pin, secret_key
 
@@ -68,29 +65,7 @@ def walk(value: Any, key: object, on_text: OnText) -> Any:
             return value
         new = on_text(*found)
         return value if new is None else new
-    parts = _parts(value)
-    if parts is not None:
-        scanned = walk(parts, key, on_text)
-        return value if scanned is parts else scanned
     return _object(value, on_text)
-
-
-def _parts(value: object) -> list[Any] | dict[str, Any] | None:
-    """The values a set, a dataclass or a pydantic model holds, as surfaces
-    publish it (a list; its fields; its JSON dump): scanned as such, not as
-    its repr, whose escapes glue letters onto a value (`'x\\nAKIA...'`).
-    None for another object (or a model that cannot be dumped)."""
-    if isinstance(value, set | frozenset):
-        return list(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, BaseModel):
-        try:
-            dumped: dict[str, Any] = value.model_dump(mode="json")
-        except Exception:  # its text, then
-            return None
-        return dumped
-    return None
 
 
 def _mapping(value: Mapping[Any, Any], key: object, on_text: OnText) -> Any:
@@ -168,8 +143,6 @@ def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> 
             if found[1] is not None:
                 keyed[len(texts)] = found[1]
             texts.append(found[0])
-    elif (parts := _parts(value)) is not None:
-        gather(parts, key, texts, keyed)
     else:
         _gather_object(value, texts, keyed)
 
