@@ -126,34 +126,6 @@ def test_keys_that_are_not_strings_show_their_text() -> None:
     assert s.value({"x": _Unreadable()}) == {"x": UNREADABLE}
 
 
-def test_bytes_are_scanned_as_the_text_they_hold(make_executor: MakeExecutor) -> None:
-    """Bytes (a chunk of a file a tool read, in its progress data) are scanned
-    as the text they hold (UTF-8; an undecodable byte as its lone surrogate),
-    not as their repr: there `\\n` put an "n" before a key that starts a line,
-    which no rule then took for a key's start, and `/events` showed it."""
-    key = "AKIAZ7Q3J2XW5NPLM4RT"
-    s = ContentScanner(engine="re")
-    for raw in (f"[default]\n{key}\n".encode(), f"\t{key}".encode(), b"\xff" + key.encode()):
-        for value in (raw, bytearray(raw), [raw], {"chunk": raw}, {raw: 1}):
-            assert key not in repr(s.value(value)), value
-    assert s.value(f"x\n{key}".encode()) == "x\n[REDACTED:secret]"
-    assert s.value(b"nothing \xff here") == b"nothing \xff here"  # nothing found: as it was
-
-    registry = ToolRegistry()
-
-    @registry.tool(read_only=True)
-    def read_config(ctx: ToolContext, path: str) -> str:
-        """Reads a file."""
-        ctx.progress("read a chunk", 0.5, chunk=f"[default]\n{key}\n".encode())
-        return "read"
-
-    ex = make_executor(registry, scanner=ContentScanner())
-    with bus.Recorder(bus.PROGRESS, sender=ex) as rec:
-        assert ex.execute(ToolCall(name="read_config", arguments={"path": "c"})).status == "ok"
-        (progress,) = rec.wait_for(bus.PROGRESS)
-    assert progress.data == {"chunk": "[default]\n[REDACTED:secret]\n"}
-
-
 class _Unreadable:
     def __str__(self) -> str:
         raise RuntimeError("no text")

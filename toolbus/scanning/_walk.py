@@ -94,19 +94,10 @@ def _mapping(value: Mapping[Any, Any], key: object, on_text: OnText) -> Any:
     return value if out is None else out
 
 
-def shown_text(value: object) -> str:
-    """What an object shows: its `str`; for bytes, the text they hold (UTF-8,
-    an undecodable byte as its lone surrogate, as masking reads them), not
-    their repr, whose escapes glue letters onto a value (`\\nAKIA...`)."""
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "surrogateescape")
-    return str(value)
-
-
 def _object(value: object, on_text: OnText) -> Any:
     """An object is published as it is unless its text shows something."""
     try:
-        text = shown_text(value)
+        text = str(value)
     except Exception:
         on_text(UNREADABLE, UNREADABLE_TEXT)
         return UNREADABLE
@@ -149,7 +140,7 @@ def gather(value: Any, key: object, texts: list[str], keyed: dict[int, str]) -> 
 
 def _gather_object(value: object, texts: list[str], keyed: dict[int, str]) -> None:
     try:
-        texts.append(shown_text(value))
+        texts.append(str(value))
     except Exception:
         keyed[len(texts)] = UNREADABLE_TEXT
         texts.append(UNREADABLE)
