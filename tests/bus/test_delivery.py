@@ -128,6 +128,52 @@ def test_subscribe_isolated_is_accepted_and_changes_nothing(make_executor: MakeE
     assert got == [bus.EXECUTING, bus.EXECUTED, bus.FINISHED]
 
 
+def test_a_signal_named_twice_is_delivered_once(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    """Naming a signal twice subscribes to it once: each event was delivered
+    once per mention (an audit log named "tool:finished" twice wrote every
+    line twice)."""
+    ex = make_executor(_registry())
+    got: list[tuple[str, int]] = []
+    audit = observe.log_json(ex, tmp_path / "audit.jsonl", signals=(bus.FINISHED, bus.FINISHED))
+    with (
+        bus.subscribe(
+            lambda s, *, event, signal: got.append((signal, event.seq)),
+            bus.FINISHED,
+            bus.EXECUTING,
+            bus.FINISHED,
+            sender=ex,
+        ) as sub,
+        bus.Recorder(bus.FINISHED, bus.FINISHED, sender=ex) as rec,
+    ):
+        assert sub.names == (bus.FINISHED, bus.EXECUTING)
+        ex.execute(echo_call(1))
+        assert ex.drain_events()
+    audit.close()
+    assert [signal for signal, _ in got] == [bus.EXECUTING, bus.FINISHED]
+    assert len(rec.of(bus.FINISHED)) == 1
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 1
+
+
+def test_subscribe_refuses_what_cannot_be_a_receiver_or_a_signal_name(
+    make_executor: MakeExecutor,
+) -> None:
+    """A receiver that cannot be called, or a signal name that is no string,
+    is refused when subscribing, naming what is wrong; both were taken (the
+    receiver then failed on every event, logged on a delivery thread; a list
+    of names was "unhashable type: 'list'")."""
+    ex = make_executor(_registry())
+    for receiver in (None, 5, "print"):
+        with pytest.raises(TypeError, match="receiver must be callable"):
+            bus.subscribe(receiver, bus.FINISHED, sender=ex)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="signal names are strings"):
+        bus.subscribe(lambda s, *, event, signal: None, [bus.FINISHED], sender=ex)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="signal names are strings"):
+        bus.Recorder(bus.FINISHED, b"tool:error", sender=ex)  # type: ignore[arg-type]
+    assert not list(bus.signal(bus.FINISHED).receivers_for(ex))  # nothing was connected
+
+
 def test_custom_publisher_runs_only_on_a_delivery_thread(make_executor: MakeExecutor) -> None:
     calls: list[tuple[str, str]] = []
 
@@ -232,6 +278,29 @@ def test_define_signal_reaches_subscriptions_made_before(make_executor: MakeExec
     assert event.seq == rec.events[-2][1].seq + 1  # after the call's events
     assert got.count(name) == 2
     assert not sig.receivers  # closed subscriptions left nothing behind
+
+
+def test_an_event_announced_again_has_a_seq_of_each_announcement(
+    make_executor: MakeExecutor,
+) -> None:
+    """One event object announced twice, or on two executors (a deployment
+    every executor should hear of), is each announcement's with its own `seq`:
+    announcing set `seq` on the one object, so a receiver saw the last
+    announcement's number on every one (1, 2 read as 2, 2; another executor's
+    number among its own)."""
+    first, second = make_executor(_registry()), make_executor(_registry())
+    name = _unique_signal()
+    bus.define_signal(name, "A deployment finished.")
+    deployed = Deployed("prod")
+    with bus.Recorder(sender=first) as one, bus.Recorder(sender=second) as two:
+        first.execute(echo_call(1))  # seq 1 to 3 on `first`
+        assert first.emitter.announce(name, deployed)
+        assert first.emitter.announce(name, deployed)
+        assert second.emitter.announce(name, deployed)
+        assert first.drain_events() and second.drain_events()
+    assert [e.seq for _, e in one.events] == [1, 2, 3, 4, 5]
+    assert [e.seq for e in two.of(name)] == [1]
+    assert {e.target for e in [*one.of(name), *two.of(name)]} == {"prod"}
 
 
 def test_define_signal_rejects_bad_names_and_conflicts(make_executor: MakeExecutor) -> None:

@@ -229,6 +229,27 @@ def test_a_rotating_audit_log(make_executor: MakeExecutor, tmp_path: Path) -> No
     assert len(list(tmp_path.iterdir())) == 3
 
 
+def test_a_rotating_log_whose_file_was_removed_goes_on(
+    make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    """A rotating log whose file was removed or moved away (an operator
+    cleaning up, a tool of its own rotating it) starts a new one when it
+    rotates next, as logging's RotatingFileHandler does. Renaming the missing
+    file failed with the file already closed: every line after was lost ("I/O
+    operation on closed file", a receiver's failure)."""
+    path = tmp_path / "audit.jsonl"
+    ex = make_executor(make_registry())
+    with log_json(ex, path, signals=("tool:finished",), max_bytes=600, backups=2):
+        ex.execute(ToolCall(id="before", name="search", arguments={"query": "q"}))
+        assert ex.drain_events()
+        path.unlink()
+        for i in range(6):
+            ex.execute(ToolCall(id=f"after{i}", name="search", arguments={"query": "q"}))
+            assert ex.drain_events()
+    assert path.exists()
+    assert parse(path.read_text())[-1]["call_id"] == "after5"
+
+
 def test_no_backups_truncates(make_executor: MakeExecutor, tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     ex = make_executor(make_registry())
@@ -254,6 +275,10 @@ def test_bad_options(make_executor: MakeExecutor, tmp_path: Path) -> None:
         log_json(ex, 42)
     with pytest.raises(TypeError, match="tuple of names"):
         log_json(ex, io.StringIO(), signals="tool:finished")
+    # (bytes were read as the numbers of their bytes: "no toolbus signal named 116")
+    for signals in (b"tool:finished", None, 3):
+        with pytest.raises(TypeError, match="tuple of names"):
+            log_json(ex, io.StringIO(), signals=signals)  # type: ignore[arg-type]
     with pytest.raises(KeyError, match="no toolbus signal"):
         log_json(ex, tmp_path / "y", signals=("tool:nope",))
     assert not (tmp_path / "y").exists() or (tmp_path / "y").stat().st_size == 0

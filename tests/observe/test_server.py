@@ -9,6 +9,7 @@ closing, and that importing toolbus loads none of the web machinery.
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import logging
@@ -20,11 +21,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
 pytest.importorskip("prometheus_client", reason="the web extra is not installed")
@@ -33,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import toolbus.observe
 from tests.conftest import wait_until
-from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry, bus
+from toolbus import Executor, RetryPolicy, ToolCall, ToolRegistry, _json, bus
 from toolbus.observe import StatusServer, log_json, serve_status
 from toolbus.observe._state import LiveState
 
@@ -89,7 +92,7 @@ class SSE:
         self.name, self.id, self.data = name, id, data
 
     def json(self) -> Any:
-        return orjson.loads(self.data)
+        return _json.loads(self.data)  # integers of any size exact
 
 
 def read_events(lines: Iterator[str], until: Any, timeout: float = 10.0) -> list[SSE]:
@@ -382,6 +385,72 @@ def test_a_feed_knows_what_came_before_its_first_event(executor: Executor) -> No
             assert feed.since(seqs[-1] + 1)[1]  # an id from elsewhere
 
 
+class Mode(enum.Enum):
+    SAFE = frozenset({"read"})
+
+
+_MODE_SET = "test:mode-set"
+bus.define_signal(_MODE_SET, "A mode was set (a signal of one's own, for a test).")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeSet(bus.Event):
+    mode: Mode
+    by: Any = None
+
+
+def test_progress_data_no_json_or_repr_can_show_is_shown_not_lost() -> None:
+    """Progress data whose text and repr fail, or nested past the
+    interpreter's recursion limit, is shown as its type's name; the feed
+    raised on it (logged as a receiver's failure), and `/events` never had
+    the event."""
+    from toolbus import ToolContext
+    from toolbus.observe._feed import Feed
+
+    class Unshowable:
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+
+    class Holder(BaseModel):  # a model pydantic cannot dump as JSON
+        model_config = ConfigDict(arbitrary_types_allowed=True)
+        held: Unshowable
+
+    details = {"object": Unshowable(), "deep": deep, "model": Holder(held=Unshowable())}
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def report(ctx: ToolContext, which: str) -> str:
+        """Reports progress."""
+        ctx.progress("step", 0.5, detail=details[which])
+        return "done"
+
+    with Executor(registry) as executor, Feed(executor, history=100) as feed:
+        for which in details:
+            executor.execute(ToolCall(id=which, name="report", arguments={"which": which}))
+        # An enum member whose value is no JSON either: its record could not be
+        # written, and the whole burst it came in was lost.
+        assert executor.emitter.announce(_MODE_SET, ModeSet(Mode.SAFE, Holder(held=Unshowable())))
+        assert executor.drain_events(5)
+        records = [orjson.loads(data) for _, data in feed.since(0)[0]]
+    shown = {r["call_id"]: r["data"] for r in records if r["signal"] == bus.PROGRESS}
+    assert shown == {
+        "object": {"detail": "<Unshowable>"},
+        "deep": "<dict>",
+        "model": {"detail": "<Holder>"},
+    }
+    assert records[-1]["signal"] == _MODE_SET and records[-1]["mode"] == "frozenset({'read'})"
+    assert records[-1]["by"] == "<Holder>"
+
+
 @pytest.mark.parametrize(
     ("headers", "query"),
     [
@@ -436,6 +505,77 @@ def test_a_lone_surrogate_breaks_neither_status_nor_events_nor_metrics() -> None
     ]
     recent = status.json()["state"]["recent"]
     assert {e["call_id"] for e in recent} == {"t\ufffd"}
+
+
+_REPORTED = "test:report-made"
+bus.define_signal(_REPORTED, "A report was made (a signal of one's own, for a test).")
+
+
+@dataclass(frozen=True, slots=True)
+class Reported(bus.Event):
+    result: dict[str, Any]
+
+
+def test_an_invented_tool_name_is_unknown_in_the_result_of_events_too() -> None:
+    """The name a model invented goes nowhere on `/events`: not as the event's
+    `tool`, nor as its result's `name`. The result's `name` carried it as the
+    model sent it, with a secret the content scanner finds (and cuts out of
+    the error text) included."""
+    from toolbus.scanning import ContentScanner
+
+    key = "AKIAZ7Q3J2XW5NPLM4RT"  # an AWS access key id, as gitleaks' rule finds it
+    with (
+        Executor(make_registry(), scanner=ContentScanner()) as executor,
+        serve_status(executor) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+        http.stream("GET", "/events") as r,
+    ):
+        lines = r.iter_lines()
+        wait_for_opening(lines)
+        executor.execute(ToolCall(id="made-up", name=f"fetch {key}", arguments={}))
+        # An event of one's own whose `result` is no tool's result keeps its name.
+        assert executor.emitter.announce(_REPORTED, Reported({"name": "weekly"}))
+        events = read_events(lines, lambda es: any(e.json()["signal"] == _REPORTED for e in es))
+    done = next(e.json() for e in events if e.json()["signal"] == bus.FINISHED)
+    assert done["tool"] == "<unknown>"
+    assert done["result"]["name"] == "<unknown>"
+    assert events[-1].json()["result"] == {"name": "weekly"}
+    assert "[REDACTED:secret]" in done["result"]["error"]
+    assert all(key not in e.data for e in events)
+
+
+def test_an_integer_past_a_floats_range_is_shown_not_lost() -> None:
+    """A model may send, and a tool return, an integer JSON holds exactly but a
+    double cannot (10**400): the call is on `/events` and in `/status` like
+    any other, the integer exact. Its events failed the feed ("number is
+    infinity"), so the page never saw the call start or end."""
+    big = 10**400
+    registry = ToolRegistry()
+
+    @registry.tool(read_only=True)
+    def count(n: int) -> dict[str, int]:
+        """Echoes a number."""
+        return {"n": n, "next": n + 1}
+
+    with (
+        Executor(registry) as executor,
+        serve_status(executor) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+        http.stream("GET", "/events") as r,
+    ):
+        lines = r.iter_lines()
+        wait_for_opening(lines)
+        result = executor.execute(ToolCall(id="huge", name="count", arguments={"n": big}))
+        assert result.status == "ok"
+        events = read_events(lines, finished(["huge"]))
+        state = http.get("/status").json()["state"]
+    records = {e.json()["signal"]: e for e in events if e.json().get("call_id") == "huge"}
+    assert records[bus.EXECUTING].json()["arguments"] == {"n": big}
+    done = records[bus.FINISHED].json()
+    assert done["result"]["status"] == "ok"
+    assert done["result"]["output"] == {"n": big, "next": big + 1}
+    assert [e["call_id"] for e in state["recent"]] == ["huge"]
+    assert state["malformed"] == 0
 
 
 def test_unknown_tools_are_one_row_whatever_ended_them(executor: Executor) -> None:

@@ -9,6 +9,7 @@ or other observers. Nothing is built or sent for a signal without receivers.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -156,14 +157,19 @@ class Emitter:
 
         Returns False, and delivers nothing, when nobody wants `name`. Sets
         `event.seq` (its place in this executor's announcements); `timestamp`
-        is when the event was built. Raises KeyError for a signal that was never
-        defined and TypeError for an event that is not a `bus.Event`.
+        is when the event was built. An event announced before (again, or on
+        another executor) is announced as a copy, with a `seq` of its own: its
+        receivers may not have read the first one yet. Raises KeyError for a
+        signal that was never defined and TypeError for an event that is not a
+        `bus.Event`.
         """
         if not isinstance(event, Event):
             raise TypeError(f"events must be bus.Event instances, not {type(event).__name__}")
         signal(name)  # KeyError for a name never defined
         if not self.wants(name):
             return False
+        if event.seq:
+            event = copy.copy(event)
         self._announcer.announce(name, event)
         return True
 

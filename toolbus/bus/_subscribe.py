@@ -117,6 +117,17 @@ class Subscription:
             raise ValueError(
                 f"linger must be a number of seconds in [0, {MAX_LINGER}], got {linger!r}"
             )
+        if not isinstance(receiver, pykka.ActorRef) and not callable(receiver):
+            raise TypeError(
+                "a receiver must be callable, as receiver(sender, event=..., signal=...), "
+                f"or an ObserverActor's ref; got {type(receiver).__name__} {receiver!r:.80}"
+            )
+        for name in names or ():
+            if not isinstance(name, str):
+                raise TypeError(
+                    "signal names are strings, given one by one (e.g. 'tool:finished'); "
+                    f"got {type(name).__name__} {name!r:.80}"
+                )
         self.linger = float(linger)
         self.flush = flush
         self._sender = sender
@@ -153,7 +164,9 @@ class Subscription:
     def _connect(self, name: str) -> None:
         sig = signal(name)
         with self._lock:
-            if self._closed:
+            # A name given twice is connected once: each route is a receiver
+            # of its own, and would have every event delivered once more.
+            if self._closed or any(r.signal == name for r in self._routes):
                 return
             route = Route(self, self._label, name, self._target)
             self._routes.append(route)

@@ -25,7 +25,10 @@ def opaque(value: Any) -> Any:
     else only its type's name (never `str()`: it might show what masking hid)."""
     dump = getattr(value, "model_dump", None)
     if callable(dump):
-        return dump(mode="json")
+        try:
+            return dump(mode="json")
+        except Exception:  # a field pydantic cannot write
+            pass
     return f"<{type(value).__name__}>"
 
 

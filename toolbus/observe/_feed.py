@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import bus
 from ..executor import Executor
+from ..models import ToolResult
 from ._content import dumps
 from ._names import tool_label
 from ._state import STATE_SIGNALS, LiveState
@@ -69,6 +70,11 @@ class Feed:
             # `<unknown>`, as in log lines and metrics: asked of the registry,
             # whatever the call's error code (a closed executor cancels it).
             record["tool"] = tool_label(self._executor, getattr(event, "tool", None))
+        result = getattr(event, "result", None)
+        if type(result) is ToolResult and type(record.get("result")) is dict:
+            # The result's name is the call's too: the model's invented text
+            # (the content scanner reads the error's echo of it, not this).
+            record["result"]["name"] = tool_label(self._executor, result.name)
         self._batch.append((event.seq, record))
 
     def _flush(self) -> None:

@@ -130,23 +130,28 @@ class _File:
                 if size and size + len(line) > self.max_bytes:
                     self.file.write(b"".join(lines[start:i]))
                     self._rotate()
-                    start, size = i, 0
+                    start, size = i, self.size
                 size += len(line)
             self.file.write(b"".join(lines[start:]))
             self.size = size
 
     def _rotate(self) -> None:
+        """Shift the backups and start a new file; a file removed or moved away
+        meanwhile is none to shift (as in RotatingFileHandler), and a new one
+        is opened whatever failed (else every later line is lost)."""
         self.file.close()
-        if self.backups > 0:
-            for i in range(self.backups - 1, 0, -1):
-                older = f"{self.path}.{i}"
-                if os.path.exists(older):
-                    os.replace(older, f"{self.path}.{i + 1}")
-            os.replace(self.path, f"{self.path}.1")
-            self.file = open(self.path, "ab", buffering=0)  # noqa: SIM115
-        else:
-            self.file = open(self.path, "wb", buffering=0)  # noqa: SIM115
-        self.size = 0
+        try:
+            if self.backups > 0:
+                for i in range(self.backups - 1, 0, -1):
+                    older = f"{self.path}.{i}"
+                    if os.path.exists(older):
+                        os.replace(older, f"{self.path}.{i + 1}")
+                if os.path.exists(self.path):
+                    os.replace(self.path, f"{self.path}.1")
+        finally:
+            mode = "ab" if self.backups > 0 else "wb"
+            self.file = open(self.path, mode, buffering=0)  # noqa: SIM115
+            self.size = self.file.tell()
 
     def close(self) -> None:
         with self.lock:
@@ -369,8 +374,11 @@ def log_json(
     if isinstance(signals, _All):
         names = None
     else:
-        if isinstance(signals, str):
-            raise TypeError('log_json: signals is a tuple of names, e.g. ("tool:finished",)')
+        if isinstance(signals, str | bytes) or not isinstance(signals, Iterable):
+            raise TypeError(
+                'log_json: signals is a tuple of names, e.g. ("tool:finished",), or ALL; '
+                f"got {type(signals).__name__}"
+            )
         names = tuple(signals)
         if not names:
             raise ValueError("log_json: signals is empty (ALL logs every signal)")

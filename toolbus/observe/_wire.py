@@ -19,9 +19,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from .. import _json
 from ..bus import Event
 from ..models import ToolResult
-from ._content import dumps, text_of
+from ._content import dumps, opaque, text_of
 
 __all__ = ["MAX_FIELD_CHARS", "encode", "plain"]
 
@@ -55,13 +56,16 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
                 else text[: max_chars - 1].decode("utf-8", "ignore") + "…"
             )
     if isinstance(value, enum.Enum):
-        return value.value
+        return plain(value.value, max_chars)  # (a member's value may be any object)
     if isinstance(value, str | int | float):  # subclasses
         return plain(str(value) if isinstance(value, str) else float(value), max_chars)
     if isinstance(value, ToolResult):
         return _result(value, max_chars)
     if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
+        try:
+            value = value.model_dump(mode="json")
+        except Exception:  # a field pydantic cannot write: shown below, as an object
+            pass
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = {name: getattr(value, name) for name in _fields(type(value))}
     try:
@@ -71,11 +75,25 @@ def plain(value: Any, max_chars: int = MAX_FIELD_CHARS) -> Any:
         native = False
         try:  # (a lone surrogate a model sent is written as U+FFFD: `dumps`)
             text = dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
-        except (TypeError, orjson.JSONEncodeError):
-            text = dumps(repr(value))
+        except Exception:  # an object's text fails: it shows its type's name
+            try:
+                text = dumps(value, default=opaque, option=orjson.OPT_NON_STR_KEYS)
+            except Exception:  # not JSON even so (nested too deep)
+                text = dumps(_shown(value))
     if len(text) > max_chars:
         return text[: max_chars - 1].decode("utf-8", "ignore") + "…"
-    return value if native else orjson.loads(text)
+    # Read back with integers exact: orjson reads one past 64 bits as a float,
+    # and refuses one past a double's range (10**400, which a model may send).
+    return value if native else _json.loads(text)
+
+
+def _shown(value: Any) -> str:
+    """`value`'s repr; its type's name where that fails (a repr that raises,
+    a structure nested past the recursion limit)."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
