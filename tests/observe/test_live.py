@@ -41,7 +41,7 @@ from rich.console import Console
 from tests.cli_registries.escapes import CLEAR, OSC52, RED, quoting_registry
 from tests.conftest import wait_until
 from tests.observe_workload import SECRET, make_executor, run_rounds
-from toolbus import Executor, ToolCall
+from toolbus import Executor, ToolCall, bus
 from toolbus.observe import live
 
 # The slow tier (tests/README.md): a real terminal (tmux) driven.
@@ -567,3 +567,50 @@ def test_top_goes_on_reading_after_a_snapshot_it_cannot_restore() -> None:
         stop.set()
         reader.join(10)
     assert top.connection.startswith("disconnected: "), top.connection
+
+
+def test_top_reads_an_event_holding_an_integer_of_any_size() -> None:
+    """A tool's output of 10**5000 on `/events`: the standard library's JSON
+    refuses an integer past 4300 digits, the stream was read again from the
+    same event, and `toolbus top` stayed "disconnected" for good."""
+    from toolbus._json import dumps
+    from toolbus.observe._top import _Top
+
+    status: dict[str, Any] = {
+        "executor": {},
+        "stats": None,
+        "server": {"time": time.time()},
+        "state": {},
+    }
+    record = {
+        "seq": 7,
+        "signal": bus.FINISHED,
+        "call_id": "c1",
+        "tool": "big",
+        "timestamp": time.time(),
+        "status": "ok",
+        "result": {"status": "ok", "output": 10**5000},
+    }
+    text = dumps(record).decode()  # (the feed's own writer: every digit)
+    assert len(text) > 5000
+
+    class Client:
+        streams = 0
+
+        def status(self) -> dict[str, Any]:
+            return status
+
+        def events(self, since: int) -> Iterator[tuple[str, str | None]]:
+            self.streams += 1
+            yield "message", text
+
+    client = Client()
+    top = _Top(client, "http://127.0.0.1:1/", status)  # type: ignore[arg-type]
+    stop = threading.Event()
+    reader = threading.Thread(target=top.follow, args=(stop,), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: top.state.seq == 7, 20, "the event applied")
+    finally:
+        stop.set()
+        reader.join(10)

@@ -14,7 +14,6 @@ longer has the events in between (it answers `reset`), it reloads `/status`.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
+from .._json import loads
 from .._tokens import token_problem
 from ._state import LiveState
 
@@ -81,7 +81,7 @@ class _Client:
 
     def status(self) -> dict[str, Any]:
         with self._open("status", {"Accept": "application/json"}, 10.0) as response:
-            data: dict[str, Any] = json.loads(response.read())
+            data: dict[str, Any] = loads(response.read())
             return data
 
     def events(self, since: int) -> Iterator[tuple[str, str | None]]:
@@ -143,7 +143,10 @@ class _Top:
                     if name == "reset":
                         self._take(self.client.status(), restore=True)
                     elif name == "message" and data is not None:
-                        self.state.apply(json.loads(data))
+                        # (`loads`: an integer of any size, where the standard
+                        # library's refuses one past 4300 digits, and the stream
+                        # would be read again from the same event for ever.)
+                        self.state.apply(loads(data))
                 self.connection = "disconnected: the server ended the stream"
             except Exception as e:
                 # Any: a thread that died on what a server sent (a number out
