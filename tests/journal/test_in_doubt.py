@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -223,4 +224,50 @@ def test_close_waits_for_its_decisions_on_calls_in_doubt_to_be_written(
     assert not closer.is_alive()
     with Journal(path) as j:
         assert j.in_doubt() == []
+    assert ran == []
+
+
+def _left_in_doubt(path: Path, call: ToolCall) -> None:
+    """`call` recorded with its arguments' digest, then left as a crash
+    leaves it: its intent and no outcome, its session gone (closed)."""
+    reg, _ = registry()
+    with Executor(reg, journal=path) as ex:
+        assert ex.execute(call).ok
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        "UPDATE calls SET status = NULL, error_code = NULL, result = NULL, ended = NULL "
+        "WHERE call_id = ?",
+        (call.id,),
+    )
+    conn.close()
+
+
+def test_a_call_with_other_arguments_under_the_key_of_a_call_in_doubt_is_not_decided_as_it(
+    tmp_path: Path,
+) -> None:
+    # The caller's key names one operation: charge(99) under "order-42" is in
+    # doubt. charge(50) under that key is another operation: the handler must
+    # not skip it as if it were the one in doubt (nor let go of that one).
+    path = tmp_path / "journal.sqlite"
+    doubt = ToolCall(id="c1", name="charge", arguments={"amount": 99}, idempotency_key="order-42")
+    _left_in_doubt(path, doubt)
+    reg, ran = registry()
+    asked: list[InDoubtCall] = []
+
+    def handler(call: InDoubtCall) -> Skip:
+        asked.append(call)
+        return Skip("found in the ledger")
+
+    with Executor(reg, journal=path, on_in_doubt=handler) as ex:
+        other = ToolCall(
+            id="c2", name="charge", arguments={"amount": 50}, idempotency_key="order-42"
+        )
+        refused = ex.execute(other)
+        assert refused.status == "rejected", refused
+        assert refused.error_code == ErrorCode.IDEMPOTENCY_KEY_REUSED
+        assert asked == [] and [r.call_id for r in ex.in_doubt()] == ["c1"]
+        # The call in doubt itself is still decided by the handler.
+        assert ex.execute(doubt).metadata == {"in_doubt": "skipped"}
+        assert [c.arguments for c in asked] == [{"amount": 99}]
+        assert ex.in_doubt() == []
     assert ran == []

@@ -29,7 +29,7 @@ from ..in_doubt import InDoubtCall, Rerun, as_decision, failed_decision, in_doub
 from ..journal._encode import arguments_digest
 from ..journal._ops import KeyInUse, KeyReused, Unjournaled
 from ..journal._records import JournalRecord
-from ..models import ErrorCode, generated_id
+from ..models import ErrorCode, ToolResult, generated_id
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, JOURNALING, Run
 from ._services import Services, Steps, log
@@ -114,9 +114,16 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
     record = calls.take(key, run.call.name)
     if record is None:
         return None
+    if not _same_arguments(run, svc, record):
+        # Another operation under the key of the one in doubt: not the call
+        # the rule decides (nor a reason to let go of that one's record).
+        calls.restore(record)
+        if calls.handler is None:
+            return None  # (taken for its remote task alone: runs, as without a handler)
+        return _reused(run, key)
     tool = run.tool
     handle = record.remote_task
-    if handle is not None and tool is not None and _same_arguments(run, svc, record):
+    if handle is not None and tool is not None:
         known = yield from _still_known(run, tool, handle)
         if not run.is_live(1):
             calls.restore(record)  # undecided: in doubt for the next call
@@ -265,16 +272,7 @@ def _intent(run: Run, svc: Services) -> Steps:
             attempts=0,
         )
     if kind is KeyReused:
-        return make_result(
-            run,
-            "rejected",
-            error=(
-                f"Tool '{run.call.name}' was not run: idempotency key {recorded.key!r} was "
-                "already used for a call with other arguments; use a new key"
-            ),
-            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
-            attempts=0,
-        )
+        return _reused(run, recorded.key)
     if kind is KeyInUse:
         return make_result(
             run,
@@ -289,6 +287,20 @@ def _intent(run: Run, svc: Services) -> Steps:
         output=recorded.output,
         attachments=recorded.attachments,
         metadata={**recorded.metadata, "replayed": True},
+        attempts=0,
+    )
+
+
+def _reused(run: Run, key: str) -> ToolResult:
+    """The refusal of a call whose key was used for other arguments."""
+    return make_result(
+        run,
+        "rejected",
+        error=(
+            f"Tool '{run.call.name}' was not run: idempotency key {key!r} was "
+            "already used for a call with other arguments; use a new key"
+        ),
+        code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
         attempts=0,
     )
 
