@@ -768,6 +768,26 @@ def test_text_json_cannot_hold_is_journaled_escaped_and_replayed_as_it_was(
     assert len(world.ran) == 1
 
 
+def test_a_tool_name_holding_a_lone_surrogate_is_journaled_and_replayed(
+    restate_server: tuple[Server, Served],
+) -> None:
+    # A model's JSON "\udc80" decodes to a lone surrogate: a run's name
+    # holding one could not be sent to the server, and the attempt failed.
+    srv, _ = restate_server
+    raw = [
+        {"name": "lookup", "arguments": {"city": "Oslo"}, "fail_once": True},
+        {"name": "no\udc80such", "arguments": {}},
+    ]
+    invocation = srv.send("ToolbusTests/batch", raw)
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    assert [(r["status"], r["code"], r["replayed"]) for r in answer.json()] == [
+        ("ok", None, True),
+        ("rejected", "TOOL_NOT_FOUND", True),
+    ]
+    assert world.ran == [("lookup", f"restate:{invocation}:1")]
+
+
 def test_a_stopped_service_stops_whatever_its_handlers_do(
     restate_server: tuple[Server, Served],
 ) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from ... import _json
-from ...journal._encode import result_json
+from ...journal._encode import bindable, result_json
 from ...models import MAX_KEY_LENGTH, ToolResult
 
 __all__ = [
@@ -41,8 +41,11 @@ VERSION = 1
 
 def step_name(tool: str, *, intent: bool = False) -> str:
     """The step name of a call of `tool` (or of its intent). The engine checks
-    it on replay: a run that asks for other calls than it did fails there."""
-    return f"toolbus-intent:{tool}" if intent else f"toolbus:{tool}"
+    it on replay: a run that asks for other calls than it did fails there.
+    A lone surrogate in the name (a model's JSON `"\\udc80"`), which an
+    engine's UTF-8 cannot hold, is written as its escape (`bindable`)."""
+    name = bindable(tool)
+    return f"toolbus-intent:{name}" if intent else f"toolbus:{name}"
 
 
 def call_key(engine: str, run_id: str, position: int) -> str:
@@ -58,8 +61,14 @@ def call_key(engine: str, run_id: str, position: int) -> str:
 
 def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -> str:
     """A call's intent: its tool is about to run. `reasked`: the call's result
-    step holds a `deferred` result of an earlier run, and it was asked again."""
-    data: dict[str, Any] = {"toolbus": VERSION, "intent": tool, "call_id": call_id, "key": key}
+    step holds a `deferred` result of an earlier run, and it was asked again.
+    Lone surrogates (which JSON's UTF-8 cannot hold) are written escaped."""
+    data: dict[str, Any] = {
+        "toolbus": VERSION,
+        "intent": bindable(tool),
+        "call_id": bindable(call_id),
+        "key": bindable(key),
+    }
     if reasked:
         data["reasked"] = True
     return orjson.dumps(data).decode()
