@@ -256,3 +256,27 @@ def test_a_workflows_agent_run_is_its_id(world: World) -> None:
 
     with SetWorkflowID("runs-2"):
         assert named() == "ticket-9"
+
+
+def test_workflows_whose_long_ids_share_a_start_have_agent_runs_apart(world: World) -> None:
+    """A workflow id past the agent run's 200 characters was cut to fit:
+    two workflows whose ids differ only past that shared one run (its run
+    limits counted for both, a halt of one halted the other)."""
+    client = scripted([[("refund", {"amount": 1})]])
+
+    @DBOS.workflow()
+    def turn_long() -> str:
+        with client() as c:
+            return run_agent(
+                c, model="m", messages="refund", executor=world.executor, approve=lambda r: True
+            ).agent_run
+
+    start = "tenant-7/conversation-" + "x" * 200
+    runs = []
+    for end in ("a", "b"):
+        with SetWorkflowID(start + end):
+            runs.append(turn_long())
+    assert runs[0] != runs[1]
+    assert all(len(r) <= 200 and r.startswith("dbos:") for r in runs)
+    with SetWorkflowID(start + "a"):  # the same workflow: the same run
+        assert turn_long() == runs[0]

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from ... import _json
+from ...agent_runs import MAX_LENGTH as MAX_RUN_LENGTH
 from ...journal._encode import bindable, result_json
 from ...models import MAX_KEY_LENGTH, ToolResult
 
@@ -32,6 +33,7 @@ __all__ = [
     "intent_record",
     "read_result",
     "result_record",
+    "run_name",
     "step_name",
     "was_reasked",
 ]
@@ -57,6 +59,18 @@ def call_key(engine: str, run_id: str, position: int) -> str:
         return key
     digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{engine}:sha256:{digest}:{position}"
+
+
+def run_name(engine: str, run_id: str) -> str:
+    """The agent run of the run `run_id` (a DBOS workflow, a Restate
+    invocation): `<engine>:<run_id>`, the same on every run of it; an id too
+    long for an agent run's name is hashed into it (never cut: two ids that
+    differ only past the cut would share one run, its limits and halts)."""
+    name = f"{engine}:{run_id}"
+    if len(name) <= MAX_RUN_LENGTH:
+        return name
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{engine}:sha256:{digest}"
 
 
 def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -> str:
