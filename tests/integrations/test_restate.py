@@ -821,6 +821,27 @@ def test_a_record_too_large_for_restate_is_cut_and_says_so() -> None:
     assert _bounded(result_record(small), small) == result_record(small)
 
 
+@pytest.mark.parametrize("char", ["\u6f22", "\U0001f600", '"'])
+def test_a_record_is_bounded_as_the_sdk_sends_it(char: str) -> None:
+    """The bound was on the record's characters, but the SDK sends the
+    record as its JSON string (`json.dumps`): a character out of ASCII is
+    `\\uXXXX` there (two of them past the BMP), a quote `\\\"` twice over.
+    A record of 6 million CJK characters went out as 36 MB, over the
+    server's 32 MiB: refused, its attempt never ended."""
+    from toolbus import ToolResult
+    from toolbus.integrations._turns.records import read_result, result_record
+    from toolbus.integrations.restate._calls import MAX_RECORD, _bounded
+
+    big = ToolResult(call_id="a", name="dump", status="ok", output=char * 6_000_000)
+    record = _bounded(result_record(big), big)
+    assert len(json.dumps(record).encode()) <= MAX_RECORD  # as the SDK sends it
+    back = read_result(record)
+    assert back.metadata["journal_cut"] > MAX_RECORD
+    assert back.output.startswith(char * 1000)
+    small = ToolResult(call_id="b", name="t", status="ok", output=char * 1000)
+    assert _bounded(result_record(small), small) == result_record(small)
+
+
 def test_a_sync_in_doubt_handler_leaves_the_service_serving(
     restate_server: tuple[Server, Served],
 ) -> None:
