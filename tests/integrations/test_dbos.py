@@ -643,3 +643,57 @@ def test_calls_in_a_workflow_take_an_agent_run(tools: DurableExecutor) -> None:
         assert turn_runs() == (10, 20)
     with pytest.raises(ValueError, match="agent_run"):
         tools.execute(call("c", "lookup", x=1), agent_run="")
+
+
+@pytest.mark.parametrize("how", ["execute", "execute mutating", "execute_batch"])
+def test_a_recovered_run_counts_its_replayed_calls_against_its_run_limit(
+    system_db: Path, how: str
+) -> None:
+    """A replayed call was not counted by `run_limit` (no policy is asked for
+    a call whose result is known): the process that recovered a workflow
+    started its run from nothing, and the call refused the first time (the
+    run's limit used) ran after the recovery, the run over its limit."""
+    from toolbus.policies import run_limit
+
+    ran: list[int] = []
+    reg = ToolRegistry()
+
+    @reg.tool(read_only=how != "execute mutating")
+    def probe(x: int) -> int:
+        ran.append(x)
+        return x
+
+    box: dict[str, DurableExecutor] = {}
+    run = f"limited-{how}"
+
+    @DBOS.workflow()
+    def turn_limited() -> list[str]:
+        results = []
+        for i in range(3):
+            made = call(f"p{i}", "probe", x=i)
+            tools = box["tools"]
+            if how == "execute_batch":
+                made = tools.execute_batch([made], agent_run=run).results[0]
+            else:
+                made = tools.execute(made, agent_run=run)
+            results.append(f"{made.status} {made.error_code}")
+        return results
+
+    first_executor = Executor(reg, policies=[run_limit(2)])
+    box["tools"] = durable(first_executor)
+    try:
+        with SetWorkflowID(run):
+            first = turn_limited()
+    finally:
+        first_executor.close()
+    assert first == ["ok None", "ok None", "rejected QUOTA_EXCEEDED"]
+    # Recovered by another process (an executor of its own): the first two
+    # calls replayed, the third asked again.
+    again = Executor(reg, policies=[run_limit(2)])
+    box["tools"] = durable(again)
+    try:
+        forked = DBOS.fork_workflow(run, 5).get_result(polling_interval_sec=POLL)
+    finally:
+        again.close()
+    assert forked == first
+    assert ran == [0, 1]
