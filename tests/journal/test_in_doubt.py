@@ -271,3 +271,36 @@ def test_a_call_with_other_arguments_under_the_key_of_a_call_in_doubt_is_not_dec
         assert [c.arguments for c in asked] == [{"amount": 99}]
         assert ex.in_doubt() == []
     assert ran == []
+
+
+@pytest.mark.parametrize("answer", ["skip", "rerun"])
+def test_a_second_call_of_the_key_while_its_call_in_doubt_is_decided_does_not_run(
+    path: Path, answer: str
+) -> None:
+    # The second call found no record to decide (the first had taken it)
+    # and no intent of its key running (the first's is written once
+    # decided): it ran, while the handler found that the first had happened.
+    key = record_key(path)
+    reg, ran = registry()
+    deciding, decide = threading.Event(), threading.Event()
+
+    def handler(call: InDoubtCall) -> Any:
+        deciding.set()
+        assert decide.wait(30)
+        return Skip("charged 99") if answer == "skip" else Rerun()
+
+    with Executor(reg, journal=path, on_in_doubt=handler) as ex:
+        results: list[Any] = []
+        first = threading.Thread(target=lambda: results.append(ex.execute(DOUBT)))
+        first.start()
+        assert deciding.wait(30)
+        second = ex.execute(DOUBT)
+        decide.set()
+        first.join(30)
+        assert second.status == "rejected", second
+        assert second.error_code == ErrorCode.IDEMPOTENCY_KEY_IN_USE
+        assert results[0].ok
+        # Once decided, the key's call is answered as for any call that ended.
+        third = ex.execute(DOUBT)
+        assert third.ok and third.metadata.get("replayed") is True
+    assert ran == ([] if answer == "skip" else [key])

@@ -47,28 +47,39 @@ def before_journaled(run: Run, svc: Services) -> Steps:
             return refused
     calls = svc.in_doubt
     if calls is not None and calls.pending:
-        decided = yield from _in_doubt(run, svc)
-        if isinstance(decided, JournalRecord):
-            # Its remote task picked up: kept with this call's own intent
-            # first, and only then is the old record let go (a crash between
-            # the two must not lose the handle).
-            # The old record is let go when the tool's attempt starts with the
-            # handle (`_steps.py`), and put back if the call ends before
-            # (`_results.py`): a call cancelled meanwhile never picked the work
-            # up, and the next call of the key must.
-            run.remote_record = (calls, decided)
-            recorded = yield from _intent(run, svc)
-            if recorded is not None and (taken := run.take_remote_record()) is not None:
-                taken[0].restore(taken[1])  # (it will not run: nothing picked up)
-            return recorded
-        if decided is not None:
-            if decided.status == "ok":
-                # Skipped: it did happen. Recorded as this call's outcome, so
-                # the key replays it from now on, as for any call that ran.
-                yield from _intent(run, svc)
-            return decided
-        if not run.is_live(1):
-            return None
+        try:
+            return (yield from _decided(run, svc))
+        finally:
+            calls.done(run)  # its intent written (or none): the key is free
+    return (yield from _intent(run, svc))
+
+
+def _decided(run: Run, svc: Services) -> Steps:
+    """`before_journaled` for a call that may be one in doubt."""
+    calls = svc.in_doubt
+    assert calls is not None
+    decided = yield from _in_doubt(run, svc)
+    if isinstance(decided, JournalRecord):
+        # Its remote task picked up: kept with this call's own intent
+        # first, and only then is the old record let go (a crash between
+        # the two must not lose the handle).
+        # The old record is let go when the tool's attempt starts with the
+        # handle (`_steps.py`), and put back if the call ends before
+        # (`_results.py`): a call cancelled meanwhile never picked the work
+        # up, and the next call of the key must.
+        run.remote_record = (calls, decided)
+        recorded = yield from _intent(run, svc)
+        if recorded is not None and (taken := run.take_remote_record()) is not None:
+            taken[0].restore(taken[1])  # (it will not run: nothing picked up)
+        return recorded
+    if decided is not None:
+        if decided.status == "ok":
+            # Skipped: it did happen. Recorded as this call's outcome, so
+            # the key replays it from now on, as for any call that ran.
+            yield from _intent(run, svc)
+        return decided
+    if not run.is_live(1):
+        return None
     return (yield from _intent(run, svc))
 
 
@@ -111,9 +122,22 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
     if origin.idempotency_key is None and generated_id(origin.id):
         return None
     key = run.idempotency_key(svc.key_secret)
-    record = calls.take(key, run.call.name)
+    record = calls.take(key, run.call.name, run)
     if record is None:
-        return None
+        deciding = calls.busy(key, run.call.name)
+        if deciding is None:
+            return None
+        # Another call of the key decides its call in doubt (or runs it
+        # again, its intent not yet written): this one must not run meanwhile.
+        if not _same_arguments(run, svc, deciding):
+            return _reused(run, key) if calls.handler is not None else None
+        return make_result(
+            run,
+            "rejected",
+            error=_in_use(run.call.name, key, None),
+            code=ErrorCode.IDEMPOTENCY_KEY_IN_USE,
+            attempts=0,
+        )
     if not _same_arguments(run, svc, record):
         # Another operation under the key of the one in doubt: not the call
         # the rule decides (nor a reason to let go of that one's record).
