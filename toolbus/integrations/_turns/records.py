@@ -45,8 +45,9 @@ def step_name(tool: str, *, intent: bool = False) -> str:
     """The step name of a call of `tool` (or of its intent). The engine checks
     it on replay: a run that asks for other calls than it did fails there.
     A lone surrogate in the name (a model's JSON `"\\udc80"`), which an
-    engine's UTF-8 cannot hold, is written as its escape (`bindable`)."""
-    name = bindable(tool)
+    engine's UTF-8 cannot hold, is written as its escape (`bindable`), and
+    so is NUL (`"\\u0000"`), which Postgres's text cannot hold (`\\x00`)."""
+    name = bindable(tool).replace("\x00", "\\x00")
     return f"toolbus-intent:{name}" if intent else f"toolbus:{name}"
 
 
