@@ -37,3 +37,23 @@ def test_a_request_whose_call_id_holds_a_lone_surrogate_is_held_and_released(
     with Journal(path) as after:
         assert after.pending() == []
     assert ran == [5]
+
+
+def test_a_request_asked_in_an_agent_run_whose_name_holds_a_lone_surrogate_is_held(
+    tmp_path: Path,
+) -> None:
+    # (A DBOS workflow's id names its agent run: `dbos:<workflow id>`.)
+    path = tmp_path / "journal.sqlite"
+    reg = ToolRegistry()
+
+    @reg.tool(policies=[requires_approval()])
+    def refund(amount: int) -> str:
+        return f"refunded {amount}"
+
+    with Executor(reg, journal=path) as ex:
+        asked = ex.execute(
+            ToolCall(id="c1", name="refund", arguments={"amount": 5}), agent_run="run\udc80-1"
+        )
+        assert asked.status == "deferred"
+        with Journal(path) as elsewhere:
+            assert [r.call_id for r in elsewhere.pending()] == ["c1"]

@@ -152,7 +152,7 @@ class HeldApprovals(Minting):
             (
                 "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held, "
                 "agent_run, claimed) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-                (*_row(request, now), agent_run),
+                (*_row(request, now), None if agent_run is None else bindable(agent_run)),
             ),
         )
 
