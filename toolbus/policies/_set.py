@@ -235,11 +235,7 @@ def admit_at_submission(
 def count_replayed(guard: Guard, agent_run: str | None, result: ToolResult) -> None:
     """A call whose result is known before it is submitted (`decided`: a
     durable engine's record) asks no policy; a run limit counts it all the
-    same, as it counted it when it ran (`RunLimit._count_replayed`). (Only
-    an engine's: replayed, or a call in doubt decided; not a completion.)"""
-    meta = result.metadata
-    if meta.get("replayed") is not True and "in_doubt" not in meta:
-        return
+    same, as it counted it when it ran (`RunLimit._count_replayed`)."""
     for policy in guard.at_submission:
         if isinstance(policy, RunLimit):
             policy._count_replayed(agent_run, guard.tool.name, result)
