@@ -31,7 +31,6 @@ from ..pipeline import BatchRun, Halts, Run, Waiter, halted_text
 from ..policies._set import (
     PolicySet,
     admit_at_submission,
-    count_replayed,
     never_submitted,
     submission_scrubber,
     timeout_for,
@@ -196,8 +195,7 @@ def plan_run(
     given): its attempt's timeout instead of the tool's, and a whole-call
     budget that wins if it is the tightest. `decided`: its result, known
     before it is submitted (a durable engine's record): it ends with that,
-    and no policy is asked for it (a run limit counts it, as it counted it
-    when it ran). `gate`: what its first attempt waits for
+    and no policy is asked for it. `gate`: what its first attempt waits for
     before its tool runs (`Run.gate`). `halts`: the executor's halted agent
     runs: a call of one, or of a batch a halt ended, is refused (`HALTED`),
     and a policy that halts at submission halts its run."""
@@ -276,9 +274,7 @@ def plan_run(
         if why is not None:  # its run (or batch) is halted: no policy counts it
             run.refuse(ErrorCode.HALTED, halted_text(why))
             return run
-    if refusal is None and guard is not None and guard.at_submission and decided is not None:
-        count_replayed(guard, run.agent_run, decided)
-    elif refusal is None and guard is not None and guard.at_submission and decided is None:
+    if refusal is None and guard is not None and guard.at_submission and decided is None:
         # In the batch's order, before it fans out: a quota's first calls run.
         # Before admission masks the arguments: what the default masking
         # hides of them is scrubbed from a refusal (it may quote a key).

@@ -155,24 +155,6 @@ class RunLimit(BasePolicy):
                 counts.total = max(0, counts.total - 1)
                 counts.by_tool[name] = max(0, counts.by_tool.get(name, 0) - 1)
 
-    def _count_replayed(self, agent_run: str | None, tool: str, result: ToolResult) -> None:
-        """A call of `agent_run` whose result is known already (a durable
-        engine's record, replayed after a recovery) counts as the call it
-        was counted as the first time, never refused: the run's count is
-        then the same after a recovery, in a new process, as before."""
-        if agent_run is None or _unanswered(result):
-            return
-        with self._lock:
-            if self._runs is None:
-                from cachetools import LRUCache  # only once a run is counted
-
-                self._runs = LRUCache(self.runs_kept)
-            counts = self._runs.get(agent_run)
-            if counts is None:
-                counts = self._runs[agent_run] = _Counts()
-            counts.total += 1
-            counts.by_tool[tool] = counts.by_tool.get(tool, 0) + 1
-
     def used(self, agent_run: str, tool: str | None = None) -> int:
         """Calls counted against `agent_run` (of `tool`, if given)."""
         with self._lock:

@@ -34,13 +34,12 @@ from ._protocol import (
     rejection_text,
     untold_text,
 )
-from ._run_limit import RunLimit
 from ._signals import asking, done_asking
 
 if TYPE_CHECKING:
     from ..tools import Tool
 
-__all__ = ["Guard", "PolicySet", "Refusal", "count_replayed", "never_submitted"]
+__all__ = ["Guard", "PolicySet", "Refusal", "never_submitted"]
 
 log = logging.getLogger("toolbus")
 
@@ -230,15 +229,6 @@ def admit_at_submission(
         never_submitted(admitted, call, scrubber, batch_id)
         admitted.clear()
         raise
-
-
-def count_replayed(guard: Guard, agent_run: str | None, result: ToolResult) -> None:
-    """A call whose result is known before it is submitted (`decided`: a
-    durable engine's record) asks no policy; a run limit counts it all the
-    same, as it counted it when it ran (`RunLimit._count_replayed`)."""
-    for policy in guard.at_submission:
-        if isinstance(policy, RunLimit):
-            policy._count_replayed(agent_run, guard.tool.name, result)
 
 
 def never_submitted(

@@ -125,7 +125,7 @@ class DurableExecutor:
         replay = read_result(record)
         if replay.status == "deferred":  # asked again (see the module's docstring)
             return tools.run(execute, steps.call, **options)
-        replayed = tools.run(submit_one, self.executor, steps.call, replay, None, options)
+        replayed = tools.run(submit_one, self.executor, steps.call, replay, None, {})
         result: ToolResult = replayed.result()
         return result
 
