@@ -486,6 +486,30 @@ def test_a_workflow_id_with_control_characters_is_hashed_into_the_key(
     assert key is not None and key.startswith("dbos:sha256:") and key.endswith(":2")
 
 
+def test_ids_and_names_holding_lone_surrogates_are_recorded_and_replayed(
+    tools: DurableExecutor, ledger: Ledger
+) -> None:
+    # A model's JSON "\udc80" decodes to a lone surrogate, which UTF-8 cannot
+    # hold: a call id or a tool name holding one failed the workflow (the
+    # intent's record and the step's name could not be written).
+    @DBOS.workflow()
+    def turn_odd() -> list[Any]:
+        batch = tools.execute_batch(
+            [call("odd\udc80id", "charge", amount=3), call("b", "no\udc80such", x=1)]
+        )
+        return [(r.call_id, r.status, r.error_code) for r in batch.results]
+
+    with SetWorkflowID("odd-1"):
+        first = turn_odd()
+    assert first == [
+        ("odd\udc80id", "ok", None),
+        ("b", "rejected", ErrorCode.TOOL_NOT_FOUND),
+    ]
+    again = DBOS.fork_workflow("odd-1", 5).get_result(polling_interval_sec=POLL)
+    assert again == first
+    assert ledger.count("charge") == 1
+
+
 def test_replayed_arguments_that_are_not_json_are_not_published(
     tools: DurableExecutor,
 ) -> None:

@@ -256,3 +256,63 @@ def test_a_workflows_agent_run_is_its_id(world: World) -> None:
 
     with SetWorkflowID("runs-2"):
         assert named() == "ticket-9"
+
+
+def test_workflows_whose_long_ids_share_a_start_have_agent_runs_apart(world: World) -> None:
+    """A workflow id past the agent run's 200 characters was cut to fit:
+    two workflows whose ids differ only past that shared one run (its run
+    limits counted for both, a halt of one halted the other)."""
+    client = scripted([[("refund", {"amount": 1})]])
+
+    @DBOS.workflow()
+    def turn_long() -> str:
+        with client() as c:
+            return run_agent(
+                c, model="m", messages="refund", executor=world.executor, approve=lambda r: True
+            ).agent_run
+
+    start = "tenant-7/conversation-" + "x" * 200
+    runs = []
+    for end in ("a", "b"):
+        with SetWorkflowID(start + end):
+            runs.append(turn_long())
+    assert runs[0] != runs[1]
+    assert all(len(r) <= 200 and r.startswith("dbos:") for r in runs)
+    with SetWorkflowID(start + "a"):  # the same workflow: the same run
+        assert turn_long() == runs[0]
+
+
+def test_a_model_response_holding_a_lone_surrogate_is_recorded_and_read_back(
+    world: World,
+) -> None:
+    """A model's JSON `"\\udce9"` decodes to a lone surrogate, which orjson
+    refuses: the response could not be recorded (`TypeError`), and the
+    workflow failed where the plain loop answered."""
+    import json
+
+    def reply(request: httpx2.Request) -> httpx2.Response:
+        message = {"role": "assistant", "content": "caf\udce9 booked"}
+        body = {
+            "id": "chatcmpl-0",
+            "object": "chat.completion",
+            "created": 1_800_000_000,
+            "model": "scripted",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        }
+        return httpx2.Response(  # (the stdlib's JSON: the surrogate as its escape)
+            200, content=json.dumps(body).encode(), headers={"content-type": "application/json"}
+        )
+
+    def client() -> openai.OpenAI:
+        http = httpx2.Client(transport=httpx2.MockTransport(reply))
+        return openai.OpenAI(api_key="sk-test", base_url="http://m.test/v1", http_client=http)
+
+    @DBOS.workflow()
+    def turn_odd() -> str | None:
+        with client() as c:
+            return run_agent(c, model="m", messages="book", executor=world.executor).text
+
+    with SetWorkflowID("odd-reply-1"):
+        assert turn_odd() == "caf\udce9 booked"
+    again = DBOS.fork_workflow("odd-reply-1", 2)  # the response read back
+    assert again.get_result(polling_interval_sec=dbos_support.POLL) == "caf\udce9 booked"

@@ -10,6 +10,7 @@ registered once per module under names of their own.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -768,6 +769,32 @@ def test_text_json_cannot_hold_is_journaled_escaped_and_replayed_as_it_was(
     assert len(world.ran) == 1
 
 
+def test_a_tool_name_holding_a_lone_surrogate_is_journaled_and_replayed(
+    restate_server: tuple[Server, Served],
+) -> None:
+    # A model's JSON "\udc80" decodes to a lone surrogate: a run's name
+    # holding one could not be sent to the server, and the attempt failed.
+    srv, _ = restate_server
+    raw = [
+        {"name": "lookup", "arguments": {"city": "Oslo"}, "fail_once": True},
+        {"name": "no\udc80such", "arguments": {}},
+    ]
+    sent = srv.http.post(  # (the stdlib's JSON: the surrogate as its escape)
+        f"{srv.ingress}/ToolbusTests/batch/send",
+        content=json.dumps(raw).encode(),
+        headers={"content-type": "application/json"},
+    )
+    assert sent.status_code in (200, 202), sent.text
+    invocation = sent.json()["invocationId"]
+    answer = srv.attach(invocation)
+    assert answer.status_code == 200, answer.text
+    assert [(r["status"], r["code"], r["replayed"]) for r in answer.json()] == [
+        ("ok", None, True),
+        ("rejected", "TOOL_NOT_FOUND", True),
+    ]
+    assert world.ran == [("lookup", f"restate:{invocation}:1")]
+
+
 def test_a_stopped_service_stops_whatever_its_handlers_do(
     restate_server: tuple[Server, Served],
 ) -> None:
@@ -791,6 +818,27 @@ def test_a_record_too_large_for_restate_is_cut_and_says_so() -> None:
     assert back.status == "ok" and back.metadata["journal_cut"] > MAX_RECORD
     assert back.output.endswith("bytes journaled]")
     small = ToolResult(call_id="b", name="t", status="ok", output="fine")
+    assert _bounded(result_record(small), small) == result_record(small)
+
+
+@pytest.mark.parametrize("char", ["\u6f22", "\U0001f600", '"'])
+def test_a_record_is_bounded_as_the_sdk_sends_it(char: str) -> None:
+    """The bound was on the record's characters, but the SDK sends the
+    record as its JSON string (`json.dumps`): a character out of ASCII is
+    `\\uXXXX` there (two of them past the BMP), a quote `\\\"` twice over.
+    A record of 6 million CJK characters went out as 36 MB, over the
+    server's 32 MiB: refused, its attempt never ended."""
+    from toolbus import ToolResult
+    from toolbus.integrations._turns.records import read_result, result_record
+    from toolbus.integrations.restate._calls import MAX_RECORD, _bounded
+
+    big = ToolResult(call_id="a", name="dump", status="ok", output=char * 6_000_000)
+    record = _bounded(result_record(big), big)
+    assert len(json.dumps(record).encode()) <= MAX_RECORD  # as the SDK sends it
+    back = read_result(record)
+    assert back.metadata["journal_cut"] > MAX_RECORD
+    assert back.output.startswith(char * 1000)
+    small = ToolResult(call_id="b", name="t", status="ok", output=char * 1000)
     assert _bounded(result_record(small), small) == result_record(small)
 
 

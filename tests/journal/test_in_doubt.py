@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,82 @@ def test_close_waits_for_its_decisions_on_calls_in_doubt_to_be_written(
     with Journal(path) as j:
         assert j.in_doubt() == []
     assert ran == []
+
+
+def _left_in_doubt(path: Path, call: ToolCall) -> None:
+    """`call` recorded with its arguments' digest, then left as a crash
+    leaves it: its intent and no outcome, its session gone (closed)."""
+    reg, _ = registry()
+    with Executor(reg, journal=path) as ex:
+        assert ex.execute(call).ok
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        "UPDATE calls SET status = NULL, error_code = NULL, result = NULL, ended = NULL "
+        "WHERE call_id = ?",
+        (call.id,),
+    )
+    conn.close()
+
+
+def test_a_call_with_other_arguments_under_the_key_of_a_call_in_doubt_is_not_decided_as_it(
+    tmp_path: Path,
+) -> None:
+    # The caller's key names one operation: charge(99) under "order-42" is in
+    # doubt. charge(50) under that key is another operation: the handler must
+    # not skip it as if it were the one in doubt (nor let go of that one).
+    path = tmp_path / "journal.sqlite"
+    doubt = ToolCall(id="c1", name="charge", arguments={"amount": 99}, idempotency_key="order-42")
+    _left_in_doubt(path, doubt)
+    reg, ran = registry()
+    asked: list[InDoubtCall] = []
+
+    def handler(call: InDoubtCall) -> Skip:
+        asked.append(call)
+        return Skip("found in the ledger")
+
+    with Executor(reg, journal=path, on_in_doubt=handler) as ex:
+        other = ToolCall(
+            id="c2", name="charge", arguments={"amount": 50}, idempotency_key="order-42"
+        )
+        refused = ex.execute(other)
+        assert refused.status == "rejected", refused
+        assert refused.error_code == ErrorCode.IDEMPOTENCY_KEY_REUSED
+        assert asked == [] and [r.call_id for r in ex.in_doubt()] == ["c1"]
+        # The call in doubt itself is still decided by the handler.
+        assert ex.execute(doubt).metadata == {"in_doubt": "skipped"}
+        assert [c.arguments for c in asked] == [{"amount": 99}]
+        assert ex.in_doubt() == []
+    assert ran == []
+
+
+@pytest.mark.parametrize("answer", ["skip", "rerun"])
+def test_a_second_call_of_the_key_while_its_call_in_doubt_is_decided_does_not_run(
+    path: Path, answer: str
+) -> None:
+    # The second call found no record to decide (the first had taken it)
+    # and no intent of its key running (the first's is written once
+    # decided): it ran, while the handler found that the first had happened.
+    key = record_key(path)
+    reg, ran = registry()
+    deciding, decide = threading.Event(), threading.Event()
+
+    def handler(call: InDoubtCall) -> Any:
+        deciding.set()
+        assert decide.wait(30)
+        return Skip("charged 99") if answer == "skip" else Rerun()
+
+    with Executor(reg, journal=path, on_in_doubt=handler) as ex:
+        results: list[Any] = []
+        first = threading.Thread(target=lambda: results.append(ex.execute(DOUBT)))
+        first.start()
+        assert deciding.wait(30)
+        second = ex.execute(DOUBT)
+        decide.set()
+        first.join(30)
+        assert second.status == "rejected", second
+        assert second.error_code == ErrorCode.IDEMPOTENCY_KEY_IN_USE
+        assert results[0].ok
+        # Once decided, the key's call is answered as for any call that ended.
+        third = ex.execute(DOUBT)
+        assert third.ok and third.metadata.get("replayed") is True
+    assert ran == ([] if answer == "skip" else [key])

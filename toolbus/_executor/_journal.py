@@ -161,6 +161,10 @@ class CallsInDoubt:
         self._lock = threading.Lock()
         self._acks: list[threading.Thread] = []
         self._by_key: dict[tuple[str, str], list[JournalRecord]] = {}
+        # (key, tool) -> the call deciding its record, and that record: until
+        # that call's intent is written (or it records none), another call
+        # of the key must not run (`busy`).
+        self._deciding: dict[tuple[str, str], tuple[object, JournalRecord]] = {}
         for record in found:
             # Without a handler, only the calls whose work runs on elsewhere
             # are taken (to pick it up); the others run again as they did.
@@ -169,21 +173,44 @@ class CallsInDoubt:
 
     @property
     def pending(self) -> bool:
-        return bool(self._by_key)
+        return bool(self._by_key or self._deciding)
 
-    def take(self, key: str, tool: str) -> JournalRecord | None:
+    def take(self, key: str, tool: str, by: object) -> JournalRecord | None:
+        """The record in doubt of `key` and `tool` for the call `by` to decide
+        (None: none), the key then `busy` for others until `done(by)`."""
         with self._lock:
+            if (key, tool) in self._deciding:
+                return None
             records = self._by_key.get((key, tool))
             if not records:
                 return None
             record = records.pop(0)
             if not records:
                 del self._by_key[key, tool]
+            self._deciding[key, tool] = (by, record)
             return record
 
-    def restore(self, record: JournalRecord) -> None:
+    def busy(self, key: str, tool: str) -> JournalRecord | None:
+        """The record another call is deciding for `key` and `tool`, if any."""
         with self._lock:
-            self._by_key.setdefault((record.idempotency_key, record.tool), []).insert(0, record)
+            deciding = self._deciding.get((key, tool))
+            return None if deciding is None else deciding[1]
+
+    def done(self, by: object) -> None:
+        """The call `by` decided (its intent written, or none to write)."""
+        with self._lock:
+            for at in [at for at, (who, _) in self._deciding.items() if who is by]:
+                del self._deciding[at]
+
+    def restore(self, record: JournalRecord) -> None:
+        """`record` is in doubt again (its call ended undecided, or before
+        its tool picked its work up): the next call of its key decides it."""
+        at = (record.idempotency_key, record.tool)
+        with self._lock:
+            self._by_key.setdefault(at, []).insert(0, record)
+            deciding = self._deciding.get(at)
+            if deciding is not None and deciding[1] is record:
+                del self._deciding[at]
 
     def settled(self, record: JournalRecord) -> None:
         # On a thread of its own: acknowledging writes the journal (it may wait

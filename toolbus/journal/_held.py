@@ -14,6 +14,7 @@ Written at once, on the caller's thread, each in its own transaction.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..approvals import ApprovalRequest, ExternalRequest, InputRequest
 from ..decisions import Minting
+from ._encode import bindable
 
 __all__ = ["HELD_SCHEMA", "HeldApprovals"]
 
@@ -58,15 +60,33 @@ _KINDS: dict[str, type[ApprovalRequest]] = {
 
 
 def _row(request: ApprovalRequest, held: float) -> tuple[Any, ...]:
-    """A request's columns of `pending`, up to when it was held."""
+    """A request's columns of `pending`, up to when it was held. Text UTF-8
+    cannot hold (a lone surrogate in a call id: a model's JSON `"\\udc80"`)
+    is written escaped, as the journal writes calls (`bindable`)."""
     return (
         request.digest,
-        request.call_id,
+        bindable(request.call_id),
         _kind(request),
-        request.tool,
-        request.model_dump_json(),
+        bindable(request.tool),
+        _request_json(request),
         held,
     )
+
+
+def _request_json(request: ApprovalRequest) -> str:
+    try:
+        return request.model_dump_json()
+    except ValueError:  # a lone surrogate: the stdlib escapes it (ASCII out)
+        return json.dumps(request.model_dump(mode="json"))
+
+
+def _request(cls: type[ApprovalRequest], text: str) -> ApprovalRequest:
+    """A request back from its row; ValueError if it is not one. Escaped lone
+    surrogates (`_request_json`) are read by the stdlib, which takes them back."""
+    try:
+        return cls.model_validate_json(text)
+    except ValueError:
+        return cls.model_validate(json.loads(text))
 
 
 def _kind(request: ApprovalRequest) -> str:
@@ -115,7 +135,7 @@ class HeldApprovals(Minting):
             cls = _KINDS.get(kind)
             if cls is not None:
                 try:
-                    out.append(cls.model_validate_json(text))
+                    out.append(_request(cls, text))
                 except ValueError:
                     continue  # a damaged row: the others still count
         return out
@@ -132,7 +152,7 @@ class HeldApprovals(Minting):
             (
                 "INSERT OR REPLACE INTO pending (digest, call_id, kind, tool, request, held, "
                 "agent_run, claimed) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-                (*_row(request, now), agent_run),
+                (*_row(request, now), None if agent_run is None else bindable(agent_run)),
             ),
         )
 
@@ -142,7 +162,7 @@ class HeldApprovals(Minting):
         told apart: one of them marks it). Kept, marked, for a week: a
         process whose own write of it failed (`claim_unheld`) still finds it
         taken."""
-        return self._write((_CLAIM, (time.time(), digest, call_id)))[-1] == 1
+        return self._write((_CLAIM, (time.time(), digest, bindable(call_id))))[-1] == 1
 
     def claim_unheld(self, request: ApprovalRequest, since: float) -> bool:
         """Claim `request`, which this process holds (asked at `since`) but
@@ -160,7 +180,7 @@ class HeldApprovals(Minting):
                 (
                     "UPDATE pending SET claimed = ? WHERE digest = ? AND call_id = ? "
                     "AND (claimed IS NULL OR claimed < ?)",
-                    (now, request.digest, request.call_id, since),
+                    (now, request.digest, bindable(request.call_id), since),
                 ),
             )[-1]
             == 1
@@ -169,7 +189,7 @@ class HeldApprovals(Minting):
     def release_requests(self, keys: list[tuple[str, str]]) -> None:
         """The requests of `keys` (digest, call id) wait no more (their run was halted)."""
         now = time.time()
-        self._write(*((_CLAIM, (now, digest, call_id)) for digest, call_id in keys))
+        self._write(*((_CLAIM, (now, digest, bindable(call_id))) for digest, call_id in keys))
 
     def use_decision(self, decision_id: str, expires_at: float | None) -> bool:
         """Record the use of a single-use decision: True if it was not used

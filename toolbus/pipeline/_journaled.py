@@ -29,7 +29,7 @@ from ..in_doubt import InDoubtCall, Rerun, as_decision, failed_decision, in_doub
 from ..journal._encode import arguments_digest
 from ..journal._ops import KeyInUse, KeyReused, Unjournaled
 from ..journal._records import JournalRecord
-from ..models import ErrorCode, generated_id
+from ..models import ErrorCode, ToolResult, generated_id
 from ._make import awaitable, log_contained, make_result
 from ._run import ADMISSION, JOURNALING, Run
 from ._services import Services, Steps, log
@@ -47,28 +47,39 @@ def before_journaled(run: Run, svc: Services) -> Steps:
             return refused
     calls = svc.in_doubt
     if calls is not None and calls.pending:
-        decided = yield from _in_doubt(run, svc)
-        if isinstance(decided, JournalRecord):
-            # Its remote task picked up: kept with this call's own intent
-            # first, and only then is the old record let go (a crash between
-            # the two must not lose the handle).
-            # The old record is let go when the tool's attempt starts with the
-            # handle (`_steps.py`), and put back if the call ends before
-            # (`_results.py`): a call cancelled meanwhile never picked the work
-            # up, and the next call of the key must.
-            run.remote_record = (calls, decided)
-            recorded = yield from _intent(run, svc)
-            if recorded is not None and (taken := run.take_remote_record()) is not None:
-                taken[0].restore(taken[1])  # (it will not run: nothing picked up)
-            return recorded
-        if decided is not None:
-            if decided.status == "ok":
-                # Skipped: it did happen. Recorded as this call's outcome, so
-                # the key replays it from now on, as for any call that ran.
-                yield from _intent(run, svc)
-            return decided
-        if not run.is_live(1):
-            return None
+        try:
+            return (yield from _decided(run, svc))
+        finally:
+            calls.done(run)  # its intent written (or none): the key is free
+    return (yield from _intent(run, svc))
+
+
+def _decided(run: Run, svc: Services) -> Steps:
+    """`before_journaled` for a call that may be one in doubt."""
+    calls = svc.in_doubt
+    assert calls is not None
+    decided = yield from _in_doubt(run, svc)
+    if isinstance(decided, JournalRecord):
+        # Its remote task picked up: kept with this call's own intent
+        # first, and only then is the old record let go (a crash between
+        # the two must not lose the handle).
+        # The old record is let go when the tool's attempt starts with the
+        # handle (`_steps.py`), and put back if the call ends before
+        # (`_results.py`): a call cancelled meanwhile never picked the work
+        # up, and the next call of the key must.
+        run.remote_record = (calls, decided)
+        recorded = yield from _intent(run, svc)
+        if recorded is not None and (taken := run.take_remote_record()) is not None:
+            taken[0].restore(taken[1])  # (it will not run: nothing picked up)
+        return recorded
+    if decided is not None:
+        if decided.status == "ok":
+            # Skipped: it did happen. Recorded as this call's outcome, so
+            # the key replays it from now on, as for any call that ran.
+            yield from _intent(run, svc)
+        return decided
+    if not run.is_live(1):
+        return None
     return (yield from _intent(run, svc))
 
 
@@ -111,12 +122,32 @@ def _in_doubt(run: Run, svc: Services) -> Steps:
     if origin.idempotency_key is None and generated_id(origin.id):
         return None
     key = run.idempotency_key(svc.key_secret)
-    record = calls.take(key, run.call.name)
+    record = calls.take(key, run.call.name, run)
     if record is None:
-        return None
+        deciding = calls.busy(key, run.call.name)
+        if deciding is None:
+            return None
+        # Another call of the key decides its call in doubt (or runs it
+        # again, its intent not yet written): this one must not run meanwhile.
+        if not _same_arguments(run, svc, deciding):
+            return _reused(run, key) if calls.handler is not None else None
+        return make_result(
+            run,
+            "rejected",
+            error=_in_use(run.call.name, key, None),
+            code=ErrorCode.IDEMPOTENCY_KEY_IN_USE,
+            attempts=0,
+        )
+    if not _same_arguments(run, svc, record):
+        # Another operation under the key of the one in doubt: not the call
+        # the rule decides (nor a reason to let go of that one's record).
+        calls.restore(record)
+        if calls.handler is None:
+            return None  # (taken for its remote task alone: runs, as without a handler)
+        return _reused(run, key)
     tool = run.tool
     handle = record.remote_task
-    if handle is not None and tool is not None and _same_arguments(run, svc, record):
+    if handle is not None and tool is not None:
         known = yield from _still_known(run, tool, handle)
         if not run.is_live(1):
             calls.restore(record)  # undecided: in doubt for the next call
@@ -265,16 +296,7 @@ def _intent(run: Run, svc: Services) -> Steps:
             attempts=0,
         )
     if kind is KeyReused:
-        return make_result(
-            run,
-            "rejected",
-            error=(
-                f"Tool '{run.call.name}' was not run: idempotency key {recorded.key!r} was "
-                "already used for a call with other arguments; use a new key"
-            ),
-            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
-            attempts=0,
-        )
+        return _reused(run, recorded.key)
     if kind is KeyInUse:
         return make_result(
             run,
@@ -289,6 +311,20 @@ def _intent(run: Run, svc: Services) -> Steps:
         output=recorded.output,
         attachments=recorded.attachments,
         metadata={**recorded.metadata, "replayed": True},
+        attempts=0,
+    )
+
+
+def _reused(run: Run, key: str) -> ToolResult:
+    """The refusal of a call whose key was used for other arguments."""
+    return make_result(
+        run,
+        "rejected",
+        error=(
+            f"Tool '{run.call.name}' was not run: idempotency key {key!r} was "
+            "already used for a call with other arguments; use a new key"
+        ),
+        code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
         attempts=0,
     )
 

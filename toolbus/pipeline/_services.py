@@ -131,11 +131,21 @@ class CallsInDoubt(Protocol):
 
     @property
     def pending(self) -> bool:
-        """Whether any is left to decide."""
+        """Whether any is left to decide, or being decided."""
         ...
 
-    def take(self, key: str, tool: str) -> Any:
-        """The record in doubt of this key and tool (taken: decided once), or None."""
+    def take(self, key: str, tool: str, by: object) -> Any:
+        """The record in doubt of this key and tool for the call `by` to
+        decide (taken: decided once), or None; the key is then `busy` for
+        other calls until `done(by)` (or the record is restored)."""
+        ...
+
+    def busy(self, key: str, tool: str) -> Any:
+        """The record another call is deciding for this key and tool, or None."""
+        ...
+
+    def done(self, by: object) -> None:
+        """The call `by` decided (its intent written, or none to write)."""
         ...
 
     def settled(self, record: Any) -> None:

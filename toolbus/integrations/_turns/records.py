@@ -23,7 +23,8 @@ from typing import Any
 import orjson
 
 from ... import _json
-from ...journal._encode import result_json
+from ...agent_runs import MAX_LENGTH as MAX_RUN_LENGTH
+from ...journal._encode import bindable, result_json
 from ...models import MAX_KEY_LENGTH, ToolResult
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "intent_record",
     "read_result",
     "result_record",
+    "run_name",
     "step_name",
     "was_reasked",
 ]
@@ -41,8 +43,12 @@ VERSION = 1
 
 def step_name(tool: str, *, intent: bool = False) -> str:
     """The step name of a call of `tool` (or of its intent). The engine checks
-    it on replay: a run that asks for other calls than it did fails there."""
-    return f"toolbus-intent:{tool}" if intent else f"toolbus:{tool}"
+    it on replay: a run that asks for other calls than it did fails there.
+    A lone surrogate in the name (a model's JSON `"\\udc80"`), which an
+    engine's UTF-8 cannot hold, is written as its escape (`bindable`), and
+    so is NUL (`"\\u0000"`), which Postgres's text cannot hold (`\\x00`)."""
+    name = bindable(tool).replace("\x00", "\\x00")
+    return f"toolbus-intent:{name}" if intent else f"toolbus:{name}"
 
 
 def call_key(engine: str, run_id: str, position: int) -> str:
@@ -56,10 +62,28 @@ def call_key(engine: str, run_id: str, position: int) -> str:
     return f"{engine}:sha256:{digest}:{position}"
 
 
+def run_name(engine: str, run_id: str) -> str:
+    """The agent run of the run `run_id` (a DBOS workflow, a Restate
+    invocation): `<engine>:<run_id>`, the same on every run of it; an id too
+    long for an agent run's name is hashed into it (never cut: two ids that
+    differ only past the cut would share one run, its limits and halts)."""
+    name = f"{engine}:{run_id}"
+    if len(name) <= MAX_RUN_LENGTH:
+        return name
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{engine}:sha256:{digest}"
+
+
 def intent_record(call_id: str, tool: str, key: str, *, reasked: bool = False) -> str:
     """A call's intent: its tool is about to run. `reasked`: the call's result
-    step holds a `deferred` result of an earlier run, and it was asked again."""
-    data: dict[str, Any] = {"toolbus": VERSION, "intent": tool, "call_id": call_id, "key": key}
+    step holds a `deferred` result of an earlier run, and it was asked again.
+    Lone surrogates (which JSON's UTF-8 cannot hold) are written escaped."""
+    data: dict[str, Any] = {
+        "toolbus": VERSION,
+        "intent": bindable(tool),
+        "call_id": bindable(call_id),
+        "key": bindable(key),
+    }
     if reasked:
         data["reasked"] = True
     return orjson.dumps(data).decode()

@@ -11,6 +11,7 @@ again, and the recorded answer applied to it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,11 +32,26 @@ class ModelCallFailed(Exception):
     `__cause__`, in the process it happened in."""
 
 
+def _dumps(data: Any) -> str:
+    """`data` as JSON text. A lone surrogate (a model's JSON `"\\udce9"`
+    decodes to one), which orjson refuses, is written escaped by the stdlib,
+    and `read_record` takes it back: the loop reads what the plain loop
+    would have read."""
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:
+        try:
+            return json.dumps(data)
+        except ValueError:  # (a cycle: the first error says what)
+            pass
+        raise
+
+
 def reply_record(reply: Any) -> str:
     """The model's response as recorded: what the SDK sends back of it (`plain`:
     its wire names, without SDK-only fields), as JSON."""
     try:
-        return orjson.dumps({"toolbus": VERSION, "reply": plain(reply)}).decode()
+        return _dumps({"toolbus": VERSION, "reply": plain(reply)})
     except TypeError as e:
         raise TypeError(
             f"the model's response ({type(reply).__name__}) cannot be recorded as JSON: {e}"
@@ -64,11 +80,16 @@ def answers_record(requests: Sequence[ApprovalRequest], answers: Sequence[Any]) 
             shown.append({"approved": answer, "reason": None})
         else:  # denied, as the loop denies it (and logs why)
             shown.append({"approved": False, "reason": decision(request, answer).reason})
-    return orjson.dumps({"toolbus": VERSION, "answers": shown}).decode()
+    return _dumps({"toolbus": VERSION, "answers": shown})
 
 
 def read_record(record: Any, key: str) -> Any:
-    data = orjson.loads(record) if isinstance(record, str) else None
+    data = None
+    if isinstance(record, str):
+        try:
+            data = orjson.loads(record)
+        except orjson.JSONDecodeError:
+            data = json.loads(record)  # (a lone surrogate's escape: see `_dumps`)
     if not isinstance(data, dict) or key not in data:
         raise ValueError(f"not a toolbus record of {key}")
     if data.get("toolbus", 0) > VERSION:

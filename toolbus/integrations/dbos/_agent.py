@@ -28,6 +28,7 @@ from ...providers import agent as _agent
 from ...providers._approvals import Approve, Decide, RunCalls
 from ...providers._common import DEFAULT_MAX_LENGTH
 from ...providers._steps import DIRECT
+from .._turns.records import run_name
 from .._turns.replies import (
     ModelCallFailed,
     answers_record,
@@ -97,7 +98,8 @@ class _Recorded:
 
 def _run_id() -> str | None:
     """Inside a workflow, its id: the agent run is the same when DBOS runs it again."""
-    return f"dbos:{DBOS.workflow_id}"[:200] if in_workflow() and DBOS.workflow_id else None
+    workflow_id = DBOS.workflow_id
+    return run_name("dbos", workflow_id) if in_workflow() and workflow_id else None
 
 
 def run_agent(

@@ -26,6 +26,7 @@ from ...providers import agent as _agent
 from ...providers._approvals import Approve, Decide, RunCalls
 from ...providers._common import DEFAULT_MAX_LENGTH
 from ...providers._steps import DIRECT
+from .._turns.records import run_name
 from .._turns.replies import (
     ModelCallFailed,
     answers_record,
@@ -122,7 +123,7 @@ def _sync() -> NoReturn:
 def _run_id() -> str | None:
     """Inside a handler, its invocation's id: the same agent run when Restate retries it."""
     ctx = handler_context()
-    return f"restate:{ctx.request().id}"[:200] if ctx is not None else None
+    return run_name("restate", ctx.request().id) if ctx is not None else None
 
 
 async def arun_agent(

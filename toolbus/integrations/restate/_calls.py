@@ -33,6 +33,7 @@ call in doubt was being decided): a call run then would never be journaled.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -191,21 +192,42 @@ def _issue(
 
 
 def _bounded(record: str, result: ToolResult) -> str:
-    """`record`, or one of `result` cut to fit `MAX_RECORD`: its output's text
-    cut (what the model reads is cut long before), its attachments left out,
-    `metadata["journal_cut"]` the size it had. The call ran: it stays so."""
-    if len(record) <= MAX_RECORD:
+    """`record`, or one of `result` cut to fit `MAX_RECORD` as the SDK sends
+    it (`_sent`): its output's text cut (what the model reads is cut long
+    before), its attachments left out, `metadata["journal_cut"]` the size it
+    had. The call ran: it stays so."""
+    size = _sent(record)
+    if size <= MAX_RECORD:
         return record
     text = result.output if isinstance(result.output, str) else str(result.output)
-    shown = text[: MAX_RECORD // 8] + f"... [cut: the output was {len(record)} bytes journaled]"
-    cut = result.model_copy(
-        update={
+    cut = result
+    # Each character is at most 12 bytes sent (past the BMP: two `\uXXXX`),
+    # so the first cut fits; the rest of the result (its metadata, its
+    # error) is cut too if it alone is past the bound.
+    for keep in (MAX_RECORD // 16, MAX_RECORD // 64):
+        shown = text[:keep] + f"... [cut: the output was {size} bytes journaled]"
+        update: dict[str, Any] = {
             "output": shown,
             "attachments": (),
-            "metadata": {**result.metadata, "journal_cut": len(record)},
+            "metadata": {**result.metadata, "journal_cut": size},
         }
-    )
-    return result_record(cut)
+        if keep != MAX_RECORD // 16:
+            update["metadata"] = {"journal_cut": size}
+            update["error"] = None if result.error is None else result.error[:keep]
+        cut = result.model_copy(update=update)
+        record = result_record(cut)
+        if _sent(record) <= MAX_RECORD:
+            break
+    return record
+
+
+def _sent(record: str) -> int:
+    """The bytes the SDK sends for `record`: its JSON string (`json.dumps`,
+    ASCII: a character past it is `\\uXXXX`, a quote or backslash escaped
+    again). Counted only for a record that may be past the bound."""
+    if len(record) * 12 + 2 <= MAX_RECORD:
+        return len(record)
+    return len(json.dumps(record))
 
 
 async def _while_driven(work: Awaitable[T], driver: asyncio.Future[None]) -> T:
