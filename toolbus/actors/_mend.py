@@ -24,6 +24,9 @@ the thread mends it before it lets go (`mend`):
   the rest done: its slot, its caller woken, its batch's books (the calls its
   end let start are queued, those that waited for a deferred one end, the
   batch ends if it was the last);
+- a run taken off a queue and not started, a message whose handler had not
+  begun, the reports of a grouped `Reports` after the one cut: found again
+  and queued (`_lost.py`);
 - whatever other threads queued meanwhile is handled.
 
 Each step looks at the run's state first, so mending twice does nothing more.
@@ -51,6 +54,7 @@ from ..bus._events import CallFinished
 from ..models import ErrorCode
 from ..pipeline import SUPERVISOR, Run, _results, ran_out
 from ._batches import finish_batch
+from ._lost import TAKING, requeue_lost, requeue_taken
 from ._messages import Grace, RetryDue
 
 if TYPE_CHECKING:
@@ -68,6 +72,7 @@ _TIMEOUTS = frozenset({"_on_deadline", "_spent_before_start", "_undecided", "_ba
 # the call (or park it for its retry), each on its local `run`.
 _CLAIMS = _TIMEOUTS | {"_cancel_run", "_dispatch", "_on_grace"}
 INTERRUPTED = "cancelled: the thread handling it was interrupted"
+HANDING = "interrupted as it was handed to its backend"
 # How many rounds of mending (each may be cut short and find more) before the
 # rest is left to the next thread that lets go of the lock.
 ROUNDS = 8
@@ -92,12 +97,22 @@ _FINISH = _results.finish.__code__
 _FINISH_COMPLETE = _offset(_FINISH, "try_complete")  # its result set from here on
 _FINISH_ANNOUNCE = _offset(_FINISH, "emit_later")  # its tool:finished from here on
 _DETACH = "_detach"
+# Where `_dispatch` hands the job to its backend: a run it took a slot for
+# and was cut short on before there was never handed.
+_SUBMITS: dict[Any, int] = {}
+
+
+def _submit_at(code: Any) -> int:
+    at = _SUBMITS.get(code)
+    if at is None:
+        at = _SUBMITS[code] = _offset(code, "submit")
+    return at
 
 
 class Torn:
     """What the traceback says of one run a handler was cut short on."""
 
-    __slots__ = ("announce", "detached", "ending")
+    __slots__ = ("announce", "detached", "due", "ending", "taking", "unsent")
 
     def __init__(self) -> None:
         # How it ends if the scheduler claimed it: (status, code, reason);
@@ -106,6 +121,9 @@ class Torn:
         self.detached = False  # its job was being let go of (`_detach`)
         # The result `finish` made and was cut short before announcing.
         self.announce: Any = None
+        self.taking = False  # being taken off a queue and started (`_lost.TAKING`)
+        self.due: RetryDue | None = None  # its retry being queued (`_on_retry_due`)
+        self.unsent = False  # given its slot, its job not handed to its backend
 
 
 def note_torn(error: BaseException, torn: dict[Run, Torn]) -> None:
@@ -137,12 +155,23 @@ def _note_all(error: BaseException, torn: dict[Run, Torn]) -> None:
                 for value in list(loc.values()):
                     if isinstance(value, Run) and value.ticket is not None:
                         _note(torn.setdefault(value, Torn()), code, loc, tb, value)
+                msg = loc.get("msg")
+                if (
+                    code.co_name == "_on_retry_due"
+                    and type(msg) is RetryDue
+                    and msg.run.ticket is not None
+                ):
+                    torn.setdefault(msg.run, Torn()).due = msg
             tb = tb.tb_next
         e = e.__context__
 
 
 def _note(t: Torn, code: Any, loc: dict[str, Any], tb: Any, run: Run) -> None:
     name = code.co_name
+    if name in TAKING and loc.get("run") is run:
+        t.taking = True
+        if name == "_dispatch" and run.ticket.slot and tb.tb_lasti < _submit_at(code):
+            t.unsent = True
     if name in _CLAIMS:
         if loc.get("run") is not run:
             return  # (another run it had at hand: not the one it works on)
@@ -190,6 +219,7 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
     pending = sv._pending
     for _ in range(ROUNDS):
         try:
+            requeue_lost(sv)  # (first: its counts are what the rest goes by)
             while torn:
                 run, t = next(iter(torn.items()))
                 try:
@@ -221,6 +251,11 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
 
 def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
     t = run.ticket
+    if torn.unsent and t.slot and not t.closed and run.result is None:
+        # As `_dispatch` does when interrupted as its backend takes the job.
+        sv._cancel_run(run, ErrorCode.CANCELLED, HANDING, only_unstarted=False)
+    elif torn.taking or torn.due is not None:
+        requeue_taken(sv, run, torn.due)
     if run.result is None:
         ending = torn.ending
         if (
@@ -262,7 +297,21 @@ def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
         sv._end_nested(run)
     b = run.batch
     if b is not None:
-        if t.books_cut:
+        schedule = b.schedule
+        if schedule is not None and not schedule.finished(run.index):
+            # Its books never began, or were cut before its schedule heard
+            # of its end: done now (what they did before may be done again;
+            # a failure cut after it was counted in its group counts twice).
+            t.books_cut = False
+            b.sv_busy += 1
+            try:
+                sv._batch_books(b, run, result)
+            except BaseException:
+                t.books_cut = True
+                raise
+            finally:
+                b.sv_busy -= 1
+        elif t.books_cut:
             t.books_cut = False
             _reopen(sv, b)
         if b.remaining == 0 and b.sv_busy == 0:
