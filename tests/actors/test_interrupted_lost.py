@@ -14,15 +14,18 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from toolbus import Executor, ToolCall, bus
+from tests.conftest import MakeExecutor
+from toolbus import Executor, Journal, ToolCall, ToolContext, ToolRegistry, bus
 from toolbus.actors import _scheduler
 from toolbus.actors._capacity import Capacity
 from toolbus.actors._completion import Completion
 from toolbus.actors._supervisor import SupervisorHost
+from toolbus.journal._session import Session
 from toolbus.pipeline import Run
 from toolbus.pipeline._waiters import ThreadWaiter
 
@@ -262,3 +265,43 @@ def test_a_close_cut_before_its_batch_books_still_starts_the_next_call(
     _finished_once(ex, recorder, ["d1", "d2"])
     _settled(ex)
     assert ex._scheduler._interrupt is None
+
+
+# -- the journal ------------------------------------------------------------------------
+
+
+def test_a_cancel_cut_short_before_its_journal_write_still_writes_the_end(
+    make_executor: MakeExecutor,
+    tmp_path: Path,
+    recorder: bus.Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A journaled call cancelled by the main thread, whose `finish` is cut as
+    # the journal's `ended` is entered: the caller is told `cancelled`, and
+    # the journal must not keep the call in doubt.
+    reg = ToolRegistry()
+    started = threading.Event()
+
+    @reg.tool()
+    def pay(i: int, ctx: ToolContext) -> int:
+        started.set()
+        ctx.wait_cancelled(WAIT)  # until cancelled (the wait is a hang guard)
+        return i
+
+    path = tmp_path / "journal.sqlite"
+    ex = make_executor(reg, journal=path)
+    raised = _interrupt_once(monkeypatch, Session, "ended")
+    t, out = _in_thread(lambda: ex.execute(ToolCall(id="j", name="pay", arguments={"i": 1})))
+    assert started.wait(WAIT)
+    with pytest.raises(KeyboardInterrupt):
+        ex.cancel(call_id="j")
+    assert raised[0] == 1
+    t.join(WAIT)
+    assert not t.is_alive()
+    assert out[0].status == "cancelled"
+    _finished_once(ex, recorder, ["j"])
+    _settled(ex)
+    assert ex._scheduler._interrupt is None
+    ex.close()
+    with Journal(path) as journal:
+        assert [r.call_id for r in journal.in_doubt()] == [], "the journal never had its end"

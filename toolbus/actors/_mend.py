@@ -19,7 +19,9 @@ the thread mends it before it lets go (`mend`):
   interrupted frame (`stats()` looking at the queue, a retry being queued)
   is not being ended, whatever its mark says;
 - a run with its result but not closed is closed, its `tool:finished`
-  announced first if `finish` was cut before it announced it;
+  announced first if `finish` was cut before it announced it, and its end
+  written to the journal if `finish` may have been cut before it wrote it
+  (`JournalSession.ended` writes a call's end once: again, it does nothing);
 - a run closed part way (`_closed_run` takes it out of `runs_open` last) has
   the rest done: its slot, its caller woken, its batch's books (the calls its
   end let start are queued, those that waited for a deferred one end, the
@@ -112,7 +114,7 @@ def _submit_at(code: Any) -> int:
 class Torn:
     """What the traceback says of one run a handler was cut short on."""
 
-    __slots__ = ("announce", "detached", "due", "ending", "taking", "unsent")
+    __slots__ = ("announce", "detached", "due", "ending", "journal", "taking", "unsent")
 
     def __init__(self) -> None:
         # How it ends if the scheduler claimed it: (status, code, reason);
@@ -121,6 +123,8 @@ class Torn:
         self.detached = False  # its job was being let go of (`_detach`)
         # The result `finish` made and was cut short before announcing.
         self.announce: Any = None
+        # The result `finish` made and may have been cut short before journaling.
+        self.journal: Any = None
         self.taking = False  # being taken off a queue and started (`_lost.TAKING`)
         self.due: RetryDue | None = None  # its retry being queued (`_on_retry_due`)
         self.unsent = False  # given its slot, its job not handed to its backend
@@ -191,6 +195,9 @@ def _note(t: Torn, code: Any, loc: dict[str, Any], tb: Any, run: Run) -> None:
         result = loc.get("result")
         if lasti < _FINISH_COMPLETE or result is None:
             return
+        if run.journaled and (lasti > _FINISH_COMPLETE or run.result is result):
+            published = loc.get("published")  # (what `finish` journals: see there)
+            t.journal = published if published is not None else result
         if lasti == _FINISH_COMPLETE or lasti < _FINISH_ANNOUNCE:
             if lasti > _FINISH_COMPLETE or run.result is result:
                 t.announce = result
@@ -274,9 +281,12 @@ def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
             torn.detached = True
             sv._detach(run)
         _pipeline.end_call(run, sv.services, status, code, reason)  # type: ignore[arg-type]
-    elif torn.announce is not None:
-        result, torn.announce = torn.announce, None
-        _announce_finished(sv, run, result)
+    else:
+        if torn.journal is not None:
+            _journal_end(sv, run, torn)
+        if torn.announce is not None:
+            result, torn.announce = torn.announce, None
+            _announce_finished(sv, run, result)
     if not t.closed:
         sv._closed_run(run)
         return
@@ -317,6 +327,17 @@ def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
         if b.remaining == 0 and b.sv_busy == 0:
             finish_batch(b, sv.emitter)
     sv.runs_open.discard(run)
+
+
+def _journal_end(sv: Scheduler, run: Run, torn: Torn) -> None:
+    """`finish`'s journal write, which it may have been cut short before."""
+    result, torn.journal = torn.journal, None
+    journal = sv.services.journal
+    if journal is not None:
+        try:
+            journal.ended(run, result)
+        except Exception as e:  # the result stands; the journal's failure is logged
+            _pipeline.log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
 
 
 def _announce_finished(sv: Scheduler, run: Run, result: Any) -> None:
