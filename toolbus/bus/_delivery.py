@@ -57,6 +57,7 @@ measures.
 from __future__ import annotations
 
 import atexit
+import dis
 import logging
 import queue
 import threading
@@ -166,12 +167,12 @@ class Announcer:
                     event.append(self._seq)
                 else:
                     object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
-                for receiver, q, items, acquire in plan.targets:
+                for receiver, q, items, claim in plan.targets:
                     if not items and q.linger:
                         q.since = time.monotonic()
                     items.append((name, receiver, event))
                     q.enqueued += 1
-                    if acquire(False):
+                    if claim(0, event) is event:  # (taken for delivery: see `EventQueue`)
                         if self._closed:
                             late = [*(late or ()), q]
                         else:
@@ -182,6 +183,48 @@ class Announcer:
                 threading.Thread(target=self._drain_late, args=(q,), daemon=True).start()
         except Exception:  # a bug here must never reach the tool or the supervisor
             log.exception("could not announce %s", name)
+        except BaseException as e:  # a signal's (Ctrl-C): raised, once no queue is left wedged
+            self._unwedge(event, e)
+            raise
+
+    def _unwedge(self, event: Event | Unbuilt, error: BaseException) -> None:
+        """`announce` was cut short by `error`, a signal's exception (raised
+        where a function is called or entered). Had it taken a receiver's
+        queue for delivery (as `busy.setdefault` returned) and not put it in
+        line (as `_schedule` was entered), that queue would never be
+        delivered again: every later announcement finds it taken. It is put
+        in line now; one put in line but left without a thread to take the
+        line (`_schedule` cut short after its `put`) gets a thread. A later
+        receiver of the plan has not got the event (the signal's exception
+        is raised to the announcer's caller, as it was). Never raises."""
+        try:
+            tb = error.__traceback__
+            if tb is None or tb.tb_frame.f_code is not _ANNOUNCE:
+                return
+            if not _CLAIM <= tb.tb_lasti < _SCHEDULED:
+                return  # (before it took one, or after: the loop went on, or is over)
+            loc = tb.tb_frame.f_locals
+            q = loc.get("q")
+            if type(q) is not EventQueue or q.busy.get(0) is not event:
+                return  # (not taken by this announcement, or let go since)
+            below = tb.tb_next
+            put = below is not None and below.tb_frame.f_code is _SCHEDULE and below.tb_lasti > 0
+            with self._lock:
+                if put:
+                    if not self._closed:
+                        self._threads += 1
+                        threading.Thread(
+                            target=self._work, name=f"toolbus-bus-{self._threads}", daemon=True
+                        ).start()
+                elif self._closed:
+                    # With those taken before it, each to be drained by a thread of its own.
+                    late = {id(x): x for x in [*(loc.get("late") or ()), q]}
+                    for x in late.values():
+                        threading.Thread(target=self._drain_late, args=(x,), daemon=True).start()
+                else:
+                    self._schedule(q)
+        except BaseException:  # (another signal's, or a bug: the first is what is raised)
+            log.exception("could not put a queue cut short in line")
 
     def _plan(self, name: str) -> Plan:
         """Who receives `name`, and their queues (under the lock); kept unless a
@@ -238,17 +281,17 @@ class Announcer:
 
     def _forget(self, q: EventQueue) -> None:
         """Drop a released queue from the table if it is idle (under the lock)."""
-        if not q.items and self._queues.get(q.key) is q and q.busy.acquire(False):
+        if not q.items and self._queues.get(q.key) is q and q.busy.setdefault(0, self) is self:
             del self._queues[q.key]
-            q.busy.release()
+            q.busy.clear()
 
     def _prune(self) -> None:
         """Forget idle queues, of receivers that may be gone (under the lock)."""
         self._plans.clear()  # they hold queues: asked again, they make new ones as needed
         for key, q in list(self._queues.items()):
-            if not q.items and q.busy.acquire(False):  # nobody drains it, nobody can start to
+            if not q.items and q.busy.setdefault(0, self) is self:  # nobody drains it, nor can
                 del self._queues[key]
-                q.busy.release()
+                q.busy.clear()
 
     def _work(self) -> None:
         _local.delivering = True
@@ -306,13 +349,13 @@ class Announcer:
                         self._ready.put(q)  # back of the line; this thread stays busy
                         return False
                 continue
-            q.busy.release()
+            q.busy.clear()
             if q.released:
                 with self._lock:
                     self._forget(q)
             # An event may have come in between the last pop and the release; its
             # announcer then found `busy` held and left it to this thread.
-            if not items or not q.busy.acquire(False):
+            if not items or q.busy.setdefault(0, items) is not items:
                 return True
 
     def _linger(self, q: EventQueue) -> None:
@@ -476,3 +519,19 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+def _offsets() -> tuple[int, int]:
+    """Where `announce` takes a queue (loads its `claim`), and the first
+    instruction after its call of `_schedule`: a signal's exception raised
+    between, with the queue taken by it, left the queue out of line."""
+    ins = list(dis.get_instructions(_ANNOUNCE))
+    claim = next(i.offset for i in ins if i.opname == "LOAD_FAST" and i.argval == "claim")
+    at = next(k for k, i in enumerate(ins) if i.argval == "_schedule")
+    call = next(k for k in range(at, len(ins)) if ins[k].opname == "CALL")
+    return claim, ins[call + 1].offset
+
+
+_ANNOUNCE = Announcer.announce.__code__
+_SCHEDULE = Announcer._schedule.__code__
+_CLAIM, _SCHEDULED = _offsets()
