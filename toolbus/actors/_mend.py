@@ -26,9 +26,10 @@ the thread mends it before it lets go (`mend`):
   the rest done: its slot, its caller woken, its batch's books (the calls its
   end let start are queued, those that waited for a deferred one end, the
   batch ends if it was the last);
-- a run taken off a queue and not started, a message whose handler had not
-  begun, the reports of a grouped `Reports` after the one cut: found again
-  and queued (`_lost.py`);
+- a run taken off a queue and not started, or left waiting for a timer it
+  never armed, a slot given back to some of its groups only, a message
+  whose handler had not begun, the reports of a grouped `Reports` after the
+  one cut: found again (`_lost.py`);
 - whatever other threads queued meanwhile is handled.
 
 Each step looks at the run's state first, so mending twice does nothing more.
@@ -56,7 +57,15 @@ from ..bus._events import CallFinished
 from ..models import ErrorCode
 from ..pipeline import SUPERVISOR, Run, _results, ran_out
 from ._batches import finish_batch
-from ._lost import TAKING, requeue_lost, requeue_taken
+from ._lost import (
+    finish_release,
+    note_left,
+    rearm,
+    redo_wait,
+    requeue_lost,
+    requeue_taken,
+    unpark_free,
+)
 from ._messages import Grace, RetryDue
 
 if TYPE_CHECKING:
@@ -99,22 +108,15 @@ _FINISH = _results.finish.__code__
 _FINISH_COMPLETE = _offset(_FINISH, "try_complete")  # its result set from here on
 _FINISH_ANNOUNCE = _offset(_FINISH, "emit_later")  # its tool:finished from here on
 _DETACH = "_detach"
-# Where `_dispatch` hands the job to its backend: a run it took a slot for
-# and was cut short on before there was never handed.
-_SUBMITS: dict[Any, int] = {}
-
-
-def _submit_at(code: Any) -> int:
-    at = _SUBMITS.get(code)
-    if at is None:
-        at = _SUBMITS[code] = _offset(code, "submit")
-    return at
 
 
 class Torn:
     """What the traceback says of one run a handler was cut short on."""
 
-    __slots__ = ("announce", "detached", "due", "ending", "journal", "taking", "unsent")
+    __slots__ = (
+        "announce", "arm", "begun", "detached", "due", "ending", "journal", "redo",
+        "released_to", "taking", "unsent",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         # How it ends if the scheduler claimed it: (status, code, reason);
@@ -128,6 +130,10 @@ class Torn:
         self.taking = False  # being taken off a queue and started (`_lost.TAKING`)
         self.due: RetryDue | None = None  # its retry being queued (`_on_retry_due`)
         self.unsent = False  # given its slot, its job not handed to its backend
+        self.begun: int | None = None  # the attempt `_dispatch` counted, not started
+        self.arm: tuple[Any, Any] | None = None  # `_arm`'s (delay, make), its timer not kept
+        self.released_to: Any = None  # the group `Capacity.release` gave back last
+        self.redo: tuple[str, Any] | None = None  # a wait cut before its timer (`_lost._REDO`)
 
 
 def note_torn(error: BaseException, torn: dict[Run, Torn]) -> None:
@@ -172,10 +178,7 @@ def _note_all(error: BaseException, torn: dict[Run, Torn]) -> None:
 
 def _note(t: Torn, code: Any, loc: dict[str, Any], tb: Any, run: Run) -> None:
     name = code.co_name
-    if name in TAKING and loc.get("run") is run:
-        t.taking = True
-        if name == "_dispatch" and run.ticket.slot and tb.tb_lasti < _submit_at(code):
-            t.unsent = True
+    note_left(t, code, loc, tb.tb_lasti, run)
     if name in _CLAIMS:
         if loc.get("run") is not run:
             return  # (another run it had at hand: not the one it works on)
@@ -236,6 +239,7 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
                         raise  # (a signal's: that run is mended again)
                     _bug(f"mending call {run.call.id}", e)  # (left as it is)
                 torn.pop(run, None)
+            unpark_free(sv)
             sv._handle(None)  # (a pump: what the mending let start, starts)
             if pending:
                 sv._drain()  # (an interrupt there is kept in `_interrupt`, its runs noted)
@@ -262,7 +266,16 @@ def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
         # As `_dispatch` does when interrupted as its backend takes the job.
         sv._cancel_run(run, ErrorCode.CANCELLED, HANDING, only_unstarted=False)
     elif torn.taking or torn.due is not None:
-        requeue_taken(sv, run, torn.due)
+        requeue_taken(sv, run, torn.due, torn.begun)
+    if torn.released_to is not None:
+        at, torn.released_to = torn.released_to, None
+        finish_release(sv, run, at)
+    if torn.redo is not None:
+        redo, torn.redo = torn.redo, None
+        redo_wait(sv, run, redo)
+    if torn.arm is not None:
+        arm, torn.arm = torn.arm, None
+        rearm(sv, run, arm)
     if run.result is None:
         ending = torn.ending
         if (
