@@ -143,7 +143,7 @@ class _Popped(deque[Run]):
 
 
 @pytest.mark.parametrize(
-    "where", ["popleft", "dispatch", "take", "taken"], ids=lambda w: f"cut-at-{w}"
+    "where", ["popleft", "dispatch", "begun", "take", "taken"], ids=lambda w: f"cut-at-{w}"
 )
 def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
     ex: Executor,
@@ -155,10 +155,10 @@ def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
 ) -> None:
     # `c1` holds the only slot; `c2` waits for it in the ready queue. The
     # main thread handles `c1`'s report, and its pump takes `c2` off the
-    # queue: cut as `popleft` returns, as `_dispatch` or `take` is entered
-    # (queued again: it runs), or as `take` returned (its slot taken, its
-    # job not handed to its backend: cancelled, as one cut as its backend
-    # takes it is).
+    # queue: cut as `popleft` returns, as `_dispatch` or `take` is entered,
+    # as its attempt was begun (queued again: it runs, its attempt counted
+    # once), or as `take` returned (its slot taken, its job not handed to
+    # its backend: cancelled, as one cut as its backend takes it is).
     sv = ex._scheduler
     sv.slots.max_parallel = 1
     q = sv.slots.ready
@@ -175,9 +175,13 @@ def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
     monkeypatch.setattr(Capacity, "enqueue", enqueue)
     if where != "popleft":
         popped.armed = False
-        owner: Any = _scheduler.Scheduler if where == "dispatch" else Capacity
-        name = "_dispatch" if where == "dispatch" else "take"
-        raised = _interrupt_once(monkeypatch, owner, name, after=where == "taken", when=_is("c2"))
+        owner, name = {
+            "dispatch": (_scheduler.Scheduler, "_dispatch"),
+            "begun": (Run, "begin_attempt"),
+        }.get(where, (Capacity, "take"))
+        when = _is("c2") if owner is not Run else lambda run, n: run.call.id == "c2"
+        after = where in ("taken", "begun")
+        raised = _interrupt_once(monkeypatch, owner, name, after=after, when=when)
     t1, out1 = _in_thread(lambda: ex.execute(ToolCall(id="c1", name="gate", arguments={"i": 1})))
     t2, out2 = _in_thread(lambda: ex.execute(ToolCall(id="c2", name="write", arguments={"i": 2})))
     assert queued.wait(WAIT)
@@ -192,11 +196,12 @@ def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
         assert out2[0].status == "cancelled", out2[0]
         assert "interrupted as it was handed to its backend" in (out2[0].error or "")
     else:
-        assert (out2[0].status, out2[0].output) == ("ok", 2), out2[0]
+        assert (out2[0].status, out2[0].output, out2[0].attempts) == ("ok", 2, 1), out2[0]
     _finished_once(ex, recorder, ["c1", "c2"])
     _settled(ex)
     assert ex._scheduler._interrupt is None
     assert sv.slots.ready.size == 0
+    assert ex.stats().retries == 0
 
 
 def test_a_retry_cut_before_it_is_queued_still_runs(
