@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import MakeExecutor
 from toolbus import Executor, Journal, ToolCall, ToolContext, ToolRegistry, bus
-from toolbus.actors import _scheduler
+from toolbus.actors import _capacity, _scheduler
 from toolbus.actors._capacity import Capacity
 from toolbus.actors._completion import Completion
 from toolbus.actors._supervisor import SupervisorHost
@@ -143,7 +143,9 @@ class _Popped(deque[Run]):
 
 
 @pytest.mark.parametrize(
-    "where", ["popleft", "dispatch", "begun", "take", "taken"], ids=lambda w: f"cut-at-{w}"
+    "where",
+    ["popleft", "dispatch", "begun", "take", "taking", "taken"],
+    ids=lambda w: f"cut-at-{w}",
 )
 def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
     ex: Executor,
@@ -158,7 +160,9 @@ def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
     # queue: cut as `popleft` returns, as `_dispatch` or `take` is entered,
     # as its attempt was begun (queued again: it runs, its attempt counted
     # once), or as `take` returned (its slot taken, its job not handed to
-    # its backend: cancelled, as one cut as its backend takes it is).
+    # its backend: cancelled, as one cut as its backend takes it is; or
+    # cut inside `take`, once it counted the call in flight, before its
+    # groups: cancelled so, and every group's count right after).
     sv = ex._scheduler
     sv.slots.max_parallel = 1
     q = sv.slots.ready
@@ -173,7 +177,18 @@ def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
             queued.set()
 
     monkeypatch.setattr(Capacity, "enqueue", enqueue)
-    if where != "popleft":
+    if where == "taking":
+        popped.armed = False
+        raised = [0]
+
+        def cut_max(a: int, b: int) -> int:
+            if _main() and not raised[0]:
+                raised[0] += 1
+                raise KeyboardInterrupt
+            return a if a > b else b
+
+        monkeypatch.setattr(_capacity, "max", cut_max, raising=False)
+    elif where != "popleft":
         popped.armed = False
         owner, name = {
             "dispatch": (_scheduler.Scheduler, "_dispatch"),
@@ -192,7 +207,7 @@ def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
     t2.join(WAIT)
     assert not t1.is_alive() and not t2.is_alive(), "the call let out never started"
     assert out1[0].status == "ok"
-    if where == "taken":
+    if where in ("taken", "taking"):
         assert out2[0].status == "cancelled", out2[0]
         assert "interrupted as it was handed to its backend" in (out2[0].error or "")
     else:
@@ -202,6 +217,7 @@ def test_a_queued_call_let_out_as_the_main_thread_is_cut_short_still_ends(
     assert ex._scheduler._interrupt is None
     assert sv.slots.ready.size == 0
     assert ex.stats().retries == 0
+    assert [g.in_flight for g in sv.pools.values()] == [0] * len(sv.pools)
 
 
 def test_a_retry_cut_before_it_is_queued_still_runs(

@@ -24,6 +24,8 @@ on. What it could not see there is found here, on an interrupt's path only
 - a run that let go of its timer and was cut before it armed the next (a
   backoff's, a policy's delay, a deadline): `_back_off` or `_delayed` done
   again (`redo_wait`), or `_arm` (`rearm`);
+- a slot taken in some of its groups only (`Capacity.take` cut in its
+  loop): taken in the rest (`finish_take`), as the call is then ended;
 - a slot given back to some of its groups only (`Capacity.release` cut in
   its loop): given back to the rest (`finish_release`), and the room of
   every group with runs waiting for it handed on (`unpark_free`).
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "finish_release",
+    "finish_take",
     "note_left",
     "rearm",
     "redo_wait",
@@ -100,6 +103,7 @@ TAKING = frozenset(
 )  # fmt: skip
 _ENTRIES: dict[CodeType, int] = {}
 _RELEASE = Capacity.release.__code__
+_TAKE = Capacity.take.__code__
 # The handlers that let a run wait for its timer, with what they wait out:
 # done again if cut short before they armed it.
 _REDO = {"_back_off": "delay", "_delayed": "outcome"}
@@ -219,6 +223,21 @@ def note_left(t: Any, code: CodeType, loc: dict[str, Any], lasti: int, run: Run)
         t.arm = (loc["delay"], loc["make"])
     elif name == "release" and code is _RELEASE and loc.get("g") is not None:
         t.released_to = loc["g"]
+    elif name == "take" and code is _TAKE and lasti > _entry(code):
+        t.taken_to = (loc.get("g"),)
+
+
+def finish_take(sv: Scheduler, run: Run, taken_to: tuple[Any]) -> None:
+    """`Capacity.take` was cut short once it counted `run` in flight, before
+    it counted it in all its groups (`taken_to`: the last it did, or None):
+    counted in the rest, so that giving the slot back leaves them right."""
+    if not run.ticket.slot:
+        return
+    groups = run.ticket.groups
+    at = taken_to[0]
+    i = -1 if at is None else next((k for k, g in enumerate(groups) if g is at), len(groups))
+    for g in groups[i + 1 :]:
+        g.in_flight += 1
 
 
 _OFFSETS: dict[tuple[CodeType, str], int] = {}

@@ -59,6 +59,7 @@ from ..pipeline import SUPERVISOR, Run, _results, ran_out
 from ._batches import finish_batch
 from ._lost import (
     finish_release,
+    finish_take,
     note_left,
     rearm,
     redo_wait,
@@ -115,7 +116,7 @@ class Torn:
 
     __slots__ = (
         "announce", "arm", "begun", "detached", "due", "ending", "journal", "redo",
-        "released_to", "taking", "unsent",
+        "released_to", "taken_to", "taking", "unsent",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -133,6 +134,7 @@ class Torn:
         self.begun: int | None = None  # the attempt `_dispatch` counted, not started
         self.arm: tuple[Any, Any] | None = None  # `_arm`'s (delay, make), its timer not kept
         self.released_to: Any = None  # the group `Capacity.release` gave back last
+        self.taken_to: tuple[Any] | None = None  # ... `Capacity.take` took last (or None)
         self.redo: tuple[str, Any] | None = None  # a wait cut before its timer (`_lost._REDO`)
 
 
@@ -262,6 +264,9 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
 
 def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
     t = run.ticket
+    if torn.taken_to is not None:
+        taken_to, torn.taken_to = torn.taken_to, None
+        finish_take(sv, run, taken_to)
     if torn.unsent and t.slot and not t.closed and run.result is None:
         # As `_dispatch` does when interrupted as its backend takes the job.
         sv._cancel_run(run, ErrorCode.CANCELLED, HANDING, only_unstarted=False)
