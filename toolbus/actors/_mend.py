@@ -21,7 +21,7 @@ the thread mends it before it lets go (`mend`):
 - a run with its result but not closed is closed, its `tool:finished`
   announced first if `finish` was cut before it announced it, and its end
   written to the journal if `finish` may have been cut before it wrote it
-  (`JournalSession.ended` writes a call's end once: again, it does nothing);
+  (the journal session's `ended` writes a call's end once: again, nothing);
 - a run closed part way (`_closed_run` takes it out of `runs_open` last) has
   the rest done: its slot, its caller woken, its batch's books (the calls its
   end let start are queued, those that waited for a deferred one end, the
