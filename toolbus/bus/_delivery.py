@@ -388,8 +388,11 @@ class Announcer:
                 with self._lock:
                     self._forget(q)
             # An event may have come in between the last pop and the release; its
-            # announcer then found `busy` held and left it to this thread.
-            if not items or q.busy.setdefault(0, items) is not items:
+            # announcer then found `busy` held and left it to this thread. Taken
+            # back with a token of this turn's own: `items` is every drainer's,
+            # and two threads could each take it as theirs (review helper-163).
+            mine = object()
+            if not items or q.busy.setdefault(0, mine) is not mine:
                 return True
 
     def _linger(self, q: EventQueue) -> None:

@@ -121,9 +121,15 @@ class Plan:
 
     def __init__(self, version: int, pairs: list[tuple[Any, EventQueue]]) -> None:
         self.version = version
-        self.targets: list[tuple[Any, EventQueue, Any, Callable[[int, object], object]]] = [
-            (receiver, q, q.items, q.busy.setdefault) for receiver, q in pairs
-        ]
+        # Each queue once: an announcement claims a queue with its event, and a
+        # queue listed twice would be claimed twice, drained by two threads
+        # at once (review helper-163).
+        self.targets: list[tuple[Any, EventQueue, Any, Callable[[int, object], object]]] = []
+        seen: set[int] = set()
+        for receiver, q in pairs:
+            if id(q) not in seen:
+                seen.add(id(q))
+                self.targets.append((receiver, q, q.items, q.busy.setdefault))
 
 
 # An event announced unbuilt: [class, arguments, parent_call_id, run token,
