@@ -137,6 +137,10 @@ class BarrierSchedule:
             raise RuntimeError("schedule already opened")
         return self._advance()
 
+    def finished(self, index: int) -> bool:
+        """True once `finish(index)` was called."""
+        return self._done[index]
+
     def finish(self, index: int) -> list[int]:
         """Record that call `index` finished; return calls that became eligible."""
         if self._done[index]:
@@ -353,6 +357,10 @@ class DependencySchedule:
             if self._left[i] == 0:
                 (finished if self._done[i] else ready).append(i)
         return self._release(finished, ready)
+
+    def finished(self, index: int) -> bool:
+        """True once `finish(index)` was called."""
+        return self._done[index]
 
     def finish(self, index: int) -> list[int]:
         """Record that call `index` finished; return calls that became eligible."""

@@ -19,11 +19,17 @@ the thread mends it before it lets go (`mend`):
   interrupted frame (`stats()` looking at the queue, a retry being queued)
   is not being ended, whatever its mark says;
 - a run with its result but not closed is closed, its `tool:finished`
-  announced first if `finish` was cut before it announced it;
+  announced first if `finish` was cut before it announced it, and its end
+  written to the journal if `finish` may have been cut before it wrote it
+  (the journal session's `ended` writes a call's end once: again, nothing);
 - a run closed part way (`_closed_run` takes it out of `runs_open` last) has
   the rest done: its slot, its caller woken, its batch's books (the calls its
   end let start are queued, those that waited for a deferred one end, the
   batch ends if it was the last);
+- a run taken off a queue and not started, or left waiting for a timer it
+  never armed, a slot given back to some of its groups only, a message
+  whose handler had not begun, the reports of a grouped `Reports` after the
+  one cut: found again (`_lost.py`);
 - whatever other threads queued meanwhile is handled.
 
 Each step looks at the run's state first, so mending twice does nothing more.
@@ -51,6 +57,16 @@ from ..bus._events import CallFinished
 from ..models import ErrorCode
 from ..pipeline import SUPERVISOR, Run, _results, ran_out
 from ._batches import finish_batch
+from ._lost import (
+    finish_release,
+    finish_take,
+    note_left,
+    rearm,
+    redo_wait,
+    requeue_lost,
+    requeue_taken,
+    unpark_free,
+)
 from ._messages import Grace, RetryDue
 
 if TYPE_CHECKING:
@@ -68,6 +84,7 @@ _TIMEOUTS = frozenset({"_on_deadline", "_spent_before_start", "_undecided", "_ba
 # the call (or park it for its retry), each on its local `run`.
 _CLAIMS = _TIMEOUTS | {"_cancel_run", "_dispatch", "_on_grace"}
 INTERRUPTED = "cancelled: the thread handling it was interrupted"
+HANDING = "interrupted as it was handed to its backend"
 # How many rounds of mending (each may be cut short and find more) before the
 # rest is left to the next thread that lets go of the lock.
 ROUNDS = 8
@@ -97,7 +114,10 @@ _DETACH = "_detach"
 class Torn:
     """What the traceback says of one run a handler was cut short on."""
 
-    __slots__ = ("announce", "detached", "ending")
+    __slots__ = (
+        "announce", "arm", "begun", "detached", "due", "ending", "journal", "redo",
+        "released_to", "taken_to", "taking", "unsent",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         # How it ends if the scheduler claimed it: (status, code, reason);
@@ -106,6 +126,16 @@ class Torn:
         self.detached = False  # its job was being let go of (`_detach`)
         # The result `finish` made and was cut short before announcing.
         self.announce: Any = None
+        # The result `finish` made and may have been cut short before journaling.
+        self.journal: Any = None
+        self.taking = False  # being taken off a queue and started (`_lost.TAKING`)
+        self.due: RetryDue | None = None  # its retry being queued (`_on_retry_due`)
+        self.unsent = False  # given its slot, its job not handed to its backend
+        self.begun: int | None = None  # the attempt `_dispatch` counted, not started
+        self.arm: tuple[Any, Any] | None = None  # `_arm`'s (delay, make), its timer not kept
+        self.released_to: Any = None  # the group `Capacity.release` gave back last
+        self.taken_to: tuple[Any] | None = None  # ... `Capacity.take` took last (or None)
+        self.redo: tuple[str, Any] | None = None  # a wait cut before its timer (`_lost._REDO`)
 
 
 def note_torn(error: BaseException, torn: dict[Run, Torn]) -> None:
@@ -137,12 +167,20 @@ def _note_all(error: BaseException, torn: dict[Run, Torn]) -> None:
                 for value in list(loc.values()):
                     if isinstance(value, Run) and value.ticket is not None:
                         _note(torn.setdefault(value, Torn()), code, loc, tb, value)
+                msg = loc.get("msg")
+                if (
+                    code.co_name == "_on_retry_due"
+                    and type(msg) is RetryDue
+                    and msg.run.ticket is not None
+                ):
+                    torn.setdefault(msg.run, Torn()).due = msg
             tb = tb.tb_next
         e = e.__context__
 
 
 def _note(t: Torn, code: Any, loc: dict[str, Any], tb: Any, run: Run) -> None:
     name = code.co_name
+    note_left(t, code, loc, tb.tb_lasti, run)
     if name in _CLAIMS:
         if loc.get("run") is not run:
             return  # (another run it had at hand: not the one it works on)
@@ -162,6 +200,9 @@ def _note(t: Torn, code: Any, loc: dict[str, Any], tb: Any, run: Run) -> None:
         result = loc.get("result")
         if lasti < _FINISH_COMPLETE or result is None:
             return
+        if run.journaled and (lasti > _FINISH_COMPLETE or run.result is result):
+            published = loc.get("published")  # (what `finish` journals: see there)
+            t.journal = published if published is not None else result
         if lasti == _FINISH_COMPLETE or lasti < _FINISH_ANNOUNCE:
             if lasti > _FINISH_COMPLETE or run.result is result:
                 t.announce = result
@@ -190,6 +231,7 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
     pending = sv._pending
     for _ in range(ROUNDS):
         try:
+            requeue_lost(sv)  # (first: its counts are what the rest goes by)
             while torn:
                 run, t = next(iter(torn.items()))
                 try:
@@ -199,6 +241,7 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
                         raise  # (a signal's: that run is mended again)
                     _bug(f"mending call {run.call.id}", e)  # (left as it is)
                 torn.pop(run, None)
+            unpark_free(sv)
             sv._handle(None)  # (a pump: what the mending let start, starts)
             if pending:
                 sv._drain()  # (an interrupt there is kept in `_interrupt`, its runs noted)
@@ -221,6 +264,23 @@ def mend(sv: Scheduler, first: BaseException) -> BaseException | None:
 
 def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
     t = run.ticket
+    if torn.taken_to is not None:
+        taken_to, torn.taken_to = torn.taken_to, None
+        finish_take(sv, run, taken_to)
+    if torn.unsent and t.slot and not t.closed and run.result is None:
+        # As `_dispatch` does when interrupted as its backend takes the job.
+        sv._cancel_run(run, ErrorCode.CANCELLED, HANDING, only_unstarted=False)
+    elif torn.taking or torn.due is not None:
+        requeue_taken(sv, run, torn.due, torn.begun)
+    if torn.released_to is not None:
+        at, torn.released_to = torn.released_to, None
+        finish_release(sv, run, at)
+    if torn.redo is not None:
+        redo, torn.redo = torn.redo, None
+        redo_wait(sv, run, redo)
+    if torn.arm is not None:
+        arm, torn.arm = torn.arm, None
+        rearm(sv, run, arm)
     if run.result is None:
         ending = torn.ending
         if (
@@ -239,9 +299,12 @@ def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
             torn.detached = True
             sv._detach(run)
         _pipeline.end_call(run, sv.services, status, code, reason)  # type: ignore[arg-type]
-    elif torn.announce is not None:
-        result, torn.announce = torn.announce, None
-        _announce_finished(sv, run, result)
+    else:
+        if torn.journal is not None:
+            _journal_end(sv, run, torn)
+        if torn.announce is not None:
+            result, torn.announce = torn.announce, None
+            _announce_finished(sv, run, result)
     if not t.closed:
         sv._closed_run(run)
         return
@@ -262,12 +325,37 @@ def _mend_run(sv: Scheduler, run: Run, torn: Torn) -> None:
         sv._end_nested(run)
     b = run.batch
     if b is not None:
-        if t.books_cut:
+        schedule = b.schedule
+        if schedule is not None and not schedule.finished(run.index):
+            # Its books never began, or were cut before its schedule heard
+            # of its end: done now (what they did before may be done again;
+            # a failure cut after it was counted in its group counts twice).
+            t.books_cut = False
+            b.sv_busy += 1
+            try:
+                sv._batch_books(b, run, result)
+            except BaseException:
+                t.books_cut = True
+                raise
+            finally:
+                b.sv_busy -= 1
+        elif t.books_cut:
             t.books_cut = False
             _reopen(sv, b)
         if b.remaining == 0 and b.sv_busy == 0:
             finish_batch(b, sv.emitter)
     sv.runs_open.discard(run)
+
+
+def _journal_end(sv: Scheduler, run: Run, torn: Torn) -> None:
+    """`finish`'s journal write, which it may have been cut short before."""
+    result, torn.journal = torn.journal, None
+    journal = sv.services.journal
+    if journal is not None:
+        try:
+            journal.ended(run, result)
+        except Exception as e:  # the result stands; the journal's failure is logged
+            _pipeline.log_contained(f"journal write failed for call {run.call.id}", e, run.scrubber)
 
 
 def _announce_finished(sv: Scheduler, run: Run, result: Any) -> None:

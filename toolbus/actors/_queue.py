@@ -200,6 +200,19 @@ class RunQueue:
             return ahead
         return ahead + (later if front else len(level) - later - 1) + 1
 
+    def recount(self) -> None:
+        """Count again what it holds: `size`, `others` and `dead` from its
+        queues (a signal's exception may land after a `popleft` returned,
+        before its count went down: `_lost.py`). Not on any call's path."""
+        size = others = dead = 0
+        for run in self:
+            size += 1
+            if run.parent is not None or run.priority:
+                others += 1
+            if run.ticket.closed:
+                dead += 1
+        self.size, self.others, self.dead = size, others, dead
+
     def _push_nested(self, run: Run) -> None:
         # Ahead of every nested run of its priority or lower. Nested runs
         # queued at once are few (one chain per caller in flight), and with no

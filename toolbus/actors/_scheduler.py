@@ -58,6 +58,7 @@ from ._backstop import caller_watches
 from ._budget import ThreadBudget
 from ._capacity import Capacity, Group, ToolGroup
 from ._delays import Delays
+from ._lost import requeue
 from ._mend import OWED, Torn, mend, note_torn
 from ._messages import (
     BudgetSpent,
@@ -412,6 +413,8 @@ class Scheduler(Admission, Delays, Backpressure):
                     self._submission_interrupted(message)
                 elif type(message) in (SubmissionCutShort, SubmitIfRoom):  # (the same)
                     self._submission_interrupted(message.submit)
+                else:  # what its handler had not begun is handled again (`_lost.py`)
+                    requeue(self, message, e)
                 return answer
             log.error(
                 "supervisor error on %s:\n%s",

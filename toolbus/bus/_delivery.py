@@ -57,6 +57,7 @@ measures.
 from __future__ import annotations
 
 import atexit
+import dis
 import logging
 import queue
 import threading
@@ -166,12 +167,12 @@ class Announcer:
                     event.append(self._seq)
                 else:
                     object.__setattr__(event, "seq", self._seq)  # frozen: set once, here
-                for receiver, q, items, acquire in plan.targets:
+                for receiver, q, items, claim in plan.targets:
                     if not items and q.linger:
                         q.since = time.monotonic()
                     items.append((name, receiver, event))
                     q.enqueued += 1
-                    if acquire(False):
+                    if claim(0, event) is event:  # (taken for delivery: see `EventQueue`)
                         if self._closed:
                             late = [*(late or ()), q]
                         else:
@@ -182,6 +183,82 @@ class Announcer:
                 threading.Thread(target=self._drain_late, args=(q,), daemon=True).start()
         except Exception:  # a bug here must never reach the tool or the supervisor
             log.exception("could not announce %s", name)
+        except BaseException as e:  # a signal's (Ctrl-C): raised, once no queue is left wedged
+            self._unwedge(name, event, e)
+            raise
+
+    def _unwedge(self, name: str, event: Event | Unbuilt, error: BaseException) -> None:
+        """`announce` was cut short by `error`, a signal's exception (raised
+        where a function is called or entered), once it numbered `event`:
+        what it left undone is done, as it would have done it. Had it taken
+        a receiver's queue for delivery (as `busy.setdefault` returned) and
+        not put it in line (as `_schedule` was entered), that queue would
+        never be delivered again (every later announcement finds it taken):
+        it is put in line; one put in line but left without a thread to take
+        the line (`_schedule` cut short after its `put`) gets a thread; the
+        receivers it had not reached get the event. Never raises."""
+        try:
+            tb = error.__traceback__
+            if tb is None or tb.tb_frame.f_code is not _ANNOUNCE:
+                return
+            lasti = tb.tb_lasti
+            if not _NUMBERED <= lasti < _LOOP_END:
+                return  # (not numbered: never announced; or every receiver has it)
+            loc = tb.tb_frame.f_locals
+            plan = loc.get("plan")
+            if type(plan) is not Plan:
+                return
+            targets = plan.targets
+            q = loc.get("q") if lasti >= _LOOP else None
+            at = next((k for k, x in enumerate(targets) if x[1] is q), None)
+            late: list[EventQueue] = list(loc.get("late") or ())
+            with self._lock:
+                rest = targets
+                if q is not None and at is not None:
+                    rest = targets[at + 1 :]
+                    if lasti < _APPEND:  # (as `since` was read: not queued for it yet)
+                        self._queue_for(name, event, targets[at], late)
+                    elif lasti < _CLAIM:  # (queued for it, not counted)
+                        q.enqueued += 1
+                        if targets[at][3](0, event) is event:
+                            self._put(q, late)
+                    elif lasti < _SCHEDULED and q.busy.get(0) is event:
+                        below = tb.tb_next
+                        if below is None or below.tb_frame.f_code is not _SCHEDULE:
+                            self._put(q, late)
+                        elif below.tb_lasti > 0 and not self._closed:  # (in line: a thread)
+                            self._threads += 1
+                            threading.Thread(
+                                target=self._work, name=f"toolbus-bus-{self._threads}", daemon=True
+                            ).start()
+                        elif below.tb_lasti == 0:
+                            self._put(q, late)
+                for target in rest:
+                    self._queue_for(name, event, target, late)
+            for x in {id(x): x for x in late}.values():
+                threading.Thread(target=self._drain_late, args=(x,), daemon=True).start()
+        except BaseException:  # (another signal's, or a bug: the first is what is raised)
+            log.exception("could not finish announcing %s", name)
+
+    def _queue_for(
+        self, name: str, event: Event | Unbuilt, target: Any, late: list[EventQueue]
+    ) -> None:
+        """`announce`'s loop, for one of its targets (under the lock)."""
+        receiver, q, items, claim = target
+        if not items and q.linger:
+            q.since = time.monotonic()
+        items.append((name, receiver, event))
+        q.enqueued += 1
+        if claim(0, event) is event:
+            self._put(q, late)
+
+    def _put(self, q: EventQueue, late: list[EventQueue]) -> None:
+        """A queue taken for delivery goes in line (after close: to `late`,
+        each drained by a thread of its own)."""
+        if self._closed:
+            late.append(q)
+        else:
+            self._schedule(q)
 
     def _plan(self, name: str) -> Plan:
         """Who receives `name`, and their queues (under the lock); kept unless a
@@ -238,17 +315,17 @@ class Announcer:
 
     def _forget(self, q: EventQueue) -> None:
         """Drop a released queue from the table if it is idle (under the lock)."""
-        if not q.items and self._queues.get(q.key) is q and q.busy.acquire(False):
+        if not q.items and self._queues.get(q.key) is q and q.busy.setdefault(0, self) is self:
             del self._queues[q.key]
-            q.busy.release()
+            q.busy.clear()
 
     def _prune(self) -> None:
         """Forget idle queues, of receivers that may be gone (under the lock)."""
         self._plans.clear()  # they hold queues: asked again, they make new ones as needed
         for key, q in list(self._queues.items()):
-            if not q.items and q.busy.acquire(False):  # nobody drains it, nobody can start to
+            if not q.items and q.busy.setdefault(0, self) is self:  # nobody drains it, nor can
                 del self._queues[key]
-                q.busy.release()
+                q.busy.clear()
 
     def _work(self) -> None:
         _local.delivering = True
@@ -306,13 +383,16 @@ class Announcer:
                         self._ready.put(q)  # back of the line; this thread stays busy
                         return False
                 continue
-            q.busy.release()
+            q.busy.clear()
             if q.released:
                 with self._lock:
                     self._forget(q)
             # An event may have come in between the last pop and the release; its
-            # announcer then found `busy` held and left it to this thread.
-            if not items or not q.busy.acquire(False):
+            # announcer then found `busy` held and left it to this thread. Taken
+            # back with a token of this turn's own: `items` is every drainer's,
+            # and two threads could each take it as theirs (review helper-163).
+            mine = object()
+            if not items or q.busy.setdefault(0, mine) is not mine:
                 return True
 
     def _linger(self, q: EventQueue) -> None:
@@ -476,3 +556,24 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+def _offsets() -> tuple[int, int, int, int, int, int]:
+    """Where in `announce`: the event is numbered (from the load of its
+    `append`: nothing before has a call a signal's exception could land
+    after), the loop over the plan's targets begins, a target's queue gets
+    the event (its `append`), the queue is taken (its `claim` loaded), the
+    first instruction after the call of `_schedule`, and where the loop ends."""
+    ins = list(dis.get_instructions(_ANNOUNCE))
+    appends = [i.offset for i in ins if i.argval == "append" and i.opname.startswith("LOAD_")]
+    loop = next(i for i in ins if i.opname == "FOR_ITER")
+    claim = next(i.offset for i in ins if i.opname == "LOAD_FAST" and i.argval == "claim")
+    at = next(k for k, i in enumerate(ins) if i.argval == "_schedule")
+    call = next(k for k in range(at, len(ins)) if ins[k].opname == "CALL")
+    append = next(a for a in appends if a > loop.offset)
+    return appends[0], loop.offset, append, claim, ins[call + 1].offset, loop.argval
+
+
+_ANNOUNCE = Announcer.announce.__code__
+_SCHEDULE = Announcer._schedule.__code__
+_NUMBERED, _LOOP, _APPEND, _CLAIM, _SCHEDULED, _LOOP_END = _offsets()

@@ -4,7 +4,6 @@ per signal (who receives it, with their queues), and events announced unbuilt.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable
 from types import MethodType
@@ -70,8 +69,12 @@ class EventQueue:
     """One subscription's pending events.
 
     `busy` is held while the queue is in line or being drained, so one thread at
-    a time delivers its events. It is taken with a non-blocking acquire, an
-    atomic test-and-set: announcing threads never wait for a delivery thread.
+    a time delivers its events. It is taken with an atomic test-and-set that
+    never waits (`busy.setdefault(0, token) is token`; let go: `busy.clear()`):
+    announcing threads never wait for a delivery thread. Unlike a lock's
+    `acquire(False)`, it leaves who took it: an announcement cut short by a
+    signal's exception as it took the queue (before it could put it in line)
+    can tell it did, and put it in line (`Announcer._unwedge`).
     """
 
     __slots__ = (
@@ -102,7 +105,7 @@ class EventQueue:
         self.turn = BURST if self.linger else TURN
         self.flush: Callable[[], object] | None = getattr(owner, "flush", None)
         self.since = 0.0  # when its oldest pending event came (monotonic), if it lingers
-        self.busy = threading.Lock()
+        self.busy: dict[int, object] = {}
         self.items: deque[tuple[str, Any, Event | Unbuilt]] = deque()
         self.enqueued = 0  # under the announcer's lock
         self.delivered = 0  # by the one thread draining it
@@ -111,16 +114,22 @@ class EventQueue:
 
 class Plan:
     """Who receives one signal: each receiver with its queue (see the module's doc),
-    and the queue's `items` and `busy.acquire` (announcing is on the call's path:
+    and the queue's `items` and `busy.setdefault` (announcing is on the call's path:
     looked up once here, not per event)."""
 
     __slots__ = ("targets", "version")
 
     def __init__(self, version: int, pairs: list[tuple[Any, EventQueue]]) -> None:
         self.version = version
-        self.targets: list[tuple[Any, EventQueue, Any, Callable[[bool], bool]]] = [
-            (receiver, q, q.items, q.busy.acquire) for receiver, q in pairs
-        ]
+        # Each queue once: an announcement claims a queue with its event, and a
+        # queue listed twice would be claimed twice, drained by two threads
+        # at once (review helper-163).
+        self.targets: list[tuple[Any, EventQueue, Any, Callable[[int, object], object]]] = []
+        seen: set[int] = set()
+        for receiver, q in pairs:
+            if id(q) not in seen:
+                seen.add(id(q))
+                self.targets.append((receiver, q, q.items, q.busy.setdefault))
 
 
 # An event announced unbuilt: [class, arguments, parent_call_id, run token,
