@@ -222,6 +222,40 @@ def _hang(n: int, pidfile: Path) -> ToolCall:
     )
 
 
+def _runs_again(ex: Executor, n: int, pidfile: Path) -> ToolResult:
+    """`hang` under the same key, sent until it is no longer refused
+    IDEMPOTENCY_KEY_IN_USE (its killed worker's death seen): its result."""
+    results: list[ToolResult] = []
+
+    def ran() -> bool:
+        results.append(ex.execute(_hang(n, pidfile), timeout=2 * HANG_TIMEOUT))
+        return results[-1].error_code != ErrorCode.IDEMPOTENCY_KEY_IN_USE
+
+    wait_until(ran, what="the key free once its worker's death is seen")
+    return results[-1]
+
+
+class HeldExits:
+    """The zygote's reports of exits held back (`Zygote._exited`): a killed
+    worker is dead (reaped), but toolbus has not seen it die, as when a
+    SIGKILL has not yet taken effect (a process inside a system call that
+    cannot be interrupted)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.held: list[tuple[Zygote, int, int]] = []
+        self._seen = Zygote._exited
+        self._monkeypatch = monkeypatch
+        monkeypatch.setattr(
+            Zygote, "_exited", lambda z, pid, status: self.held.append((z, pid, status))
+        )
+
+    def release(self) -> None:
+        """Let the exits held so far, and all later ones, be seen."""
+        self._monkeypatch.setattr(Zygote, "_exited", self._seen)
+        for z, pid, status in self.held:
+            z.loop.call_soon_threadsafe(self._seen, z, pid, status)
+
+
 def test_a_process_tool_killed_at_its_timeout_frees_its_key_once_its_worker_is_dead(
     make_executor: MakeExecutor, tmp_path: Path
 ) -> None:
@@ -235,26 +269,15 @@ def test_a_process_tool_killed_at_its_timeout_frees_its_key_once_its_worker_is_d
     wait_until(lambda: _gone(worker), what="the first worker reaped")
     # Sent again once that worker is dead: it runs (in another worker), as soon
     # as toolbus has seen the death (its zygote says so: a moment after the reaping).
-    results: list[ToolResult] = []
-
-    def ran_again() -> bool:
-        results.append(ex.execute(_hang(2, pidfile), timeout=2 * HANG_TIMEOUT))
-        return results[-1].error_code != ErrorCode.IDEMPOTENCY_KEY_IN_USE
-
-    wait_until(ran_again, what="the key free once its worker's death is seen")
-    assert (results[-1].status, results[-1].error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    again = _runs_again(ex, 2, pidfile)
+    assert (again.status, again.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
     assert int(pidfile.read_text().split()[0]) != worker
 
 
 def test_a_process_tools_key_is_held_until_its_killed_worker_is_seen_dead(
     make_executor: MakeExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The zygote's reports of exits are held back: the killed worker is dead
-    # (reaped), but toolbus has not seen it die, as when a SIGKILL has not yet
-    # taken effect (a process inside a system call that cannot be interrupted).
-    held: list[tuple[Zygote, int, int]] = []
-    seen = Zygote._exited
-    monkeypatch.setattr(Zygote, "_exited", lambda z, pid, status: held.append((z, pid, status)))
+    exits = HeldExits(monkeypatch)
     ex = make_executor(pt.registry, journal=tmp_path / "journal.sqlite")
     assert ex.execute(ToolCall(name="worker_pid")).ok
     pidfile = tmp_path / "pids"
@@ -262,7 +285,7 @@ def test_a_process_tools_key_is_held_until_its_killed_worker_is_seen_dead(
     assert first.status == "timeout"  # its caller is not held up by the wait
     worker = int(pidfile.read_text().split()[0])
     pidfile.unlink()
-    wait_until(lambda: any(pid == worker for _, pid, _ in held), what="the kill's exit reported")
+    wait_until(lambda: any(p == worker for _, p, _ in exits.held), what="the kill's exit reported")
     refused = ex.execute(_hang(2, pidfile))
     assert (refused.status, refused.error_code) == (
         "rejected",
@@ -270,18 +293,9 @@ def test_a_process_tools_key_is_held_until_its_killed_worker_is_seen_dead(
     )
     assert "killed then, has not exited yet" in (refused.error or "")
     assert not pidfile.exists()  # its tool never started
-    # Its death seen: the key runs again.
-    monkeypatch.setattr(Zygote, "_exited", seen)
-    for z, pid, status in held:
-        z.loop.call_soon_threadsafe(seen, z, pid, status)
-    results: list[ToolResult] = []
-
-    def ran_again() -> bool:
-        results.append(ex.execute(_hang(3, pidfile), timeout=2 * HANG_TIMEOUT))
-        return results[-1].error_code != ErrorCode.IDEMPOTENCY_KEY_IN_USE
-
-    wait_until(ran_again, what="the key free once the death is seen")
-    assert (results[-1].status, results[-1].error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
+    exits.release()  # its death seen: the key runs again
+    again = _runs_again(ex, 3, pidfile)
+    assert (again.status, again.error_code) == ("timeout", ErrorCode.EXECUTION_TIMEOUT)
 
 
 def test_a_process_tool_crashed_over_its_cpu_limit_ends_once_its_worker_is_seen_dead(
@@ -290,23 +304,19 @@ def test_a_process_tool_crashed_over_its_cpu_limit_ends_once_its_worker_is_seen_
     # Killed by toolbus's CPU watch (the tool is deaf to SIGXCPU), not by a
     # deadline: its call ends with the crash, and only once the worker is seen
     # dead, its key held until then.
-    held: list[tuple[Zygote, int, int]] = []
-    seen = Zygote._exited
-    monkeypatch.setattr(Zygote, "_exited", lambda z, pid, status: held.append((z, pid, status)))
+    exits = HeldExits(monkeypatch)
     ex = make_executor(pt.registry, journal=tmp_path / "journal.sqlite", timeout=120)
     spin = ToolCall(id="s1", name="spin_on", arguments={"seconds": 60}, idempotency_key="s")
     done: list[ToolResult] = []
     caller = threading.Thread(target=lambda: done.append(ex.execute(spin)))
     caller.start()
-    wait_until(lambda: len(held) == 1, timeout=90, what="the spinning worker's exit reported")
+    wait_until(lambda: len(exits.held) == 1, timeout=90, what="the spinning worker's exit reported")
     again = ex.execute(
         ToolCall(id="s2", name="spin_on", arguments={"seconds": 60}, idempotency_key="s")
     )
     assert again.error_code == ErrorCode.IDEMPOTENCY_KEY_IN_USE
     assert not done  # its call has not ended: its worker is not seen dead
-    monkeypatch.setattr(Zygote, "_exited", seen)
-    for z, pid, status in held:
-        z.loop.call_soon_threadsafe(seen, z, pid, status)
+    exits.release()
     caller.join(HANG_TIMEOUT * 30)
     assert (done[0].status, done[0].error_code) == ("error", ErrorCode.TOOL_CRASHED)
     assert "cpu_limit_s=1" in (done[0].error or "")
