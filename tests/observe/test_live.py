@@ -532,6 +532,18 @@ def test_live_dashboard_does_not_pass_terminal_escapes_through() -> None:
     assert f"call_{RED}x" not in screen
 
 
+def _follow_until(top: Any, done: Callable[[], bool], what: str) -> None:
+    """Run `top`'s reading thread (`_Top.follow`) until `done()`, then stop it."""
+    stop = threading.Event()
+    reader = threading.Thread(target=top.follow, args=(stop,), daemon=True)
+    reader.start()
+    try:
+        wait_until(done, 20, what)
+    finally:
+        stop.set()
+        reader.join(10)
+
+
 def test_top_goes_on_reading_after_a_snapshot_it_cannot_restore() -> None:
     """`toolbus top`'s reading thread caught a few error types only: a number
     out of range (an OverflowError) ended it, and the header said "live" for good."""
@@ -558,14 +570,7 @@ def test_top_goes_on_reading_after_a_snapshot_it_cannot_restore() -> None:
 
     client = Client()
     top = _Top(client, "http://127.0.0.1:1/", status)  # type: ignore[arg-type]
-    stop = threading.Event()
-    reader = threading.Thread(target=top.follow, args=(stop,), daemon=True)
-    reader.start()
-    try:
-        wait_until(lambda: client.streams >= 2, 20, "the reading thread to reconnect")
-    finally:
-        stop.set()
-        reader.join(10)
+    _follow_until(top, lambda: client.streams >= 2, "the reading thread to reconnect")
     assert top.connection.startswith("disconnected: "), top.connection
 
 
@@ -595,22 +600,11 @@ def test_top_reads_an_event_holding_an_integer_of_any_size() -> None:
     assert len(text) > 5000
 
     class Client:
-        streams = 0
-
         def status(self) -> dict[str, Any]:
             return status
 
         def events(self, since: int) -> Iterator[tuple[str, str | None]]:
-            self.streams += 1
             yield "message", text
 
-    client = Client()
-    top = _Top(client, "http://127.0.0.1:1/", status)  # type: ignore[arg-type]
-    stop = threading.Event()
-    reader = threading.Thread(target=top.follow, args=(stop,), daemon=True)
-    reader.start()
-    try:
-        wait_until(lambda: top.state.seq == 7, 20, "the event applied")
-    finally:
-        stop.set()
-        reader.join(10)
+    top = _Top(Client(), "http://127.0.0.1:1/", status)  # type: ignore[arg-type]
+    _follow_until(top, lambda: top.state.seq == 7, "the event applied")
