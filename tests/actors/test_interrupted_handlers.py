@@ -273,9 +273,22 @@ def test_a_batch_whose_books_were_cut_short_starts_its_next_call(
     # Two mutating calls, one after the other: the first one's end queues the
     # second, and is cut short as it does.
     raised = _interrupt_once(monkeypatch, Capacity, "enqueue")
+    _two_in_a_row_end(ex, recorder, main_handles_report, raised, "e")
+
+
+def _two_in_a_row_end(
+    ex: Executor,
+    recorder: bus.Recorder,
+    main_handles_report: Callable[[], None],
+    raised: list[int],
+    prefix: str,
+) -> None:
+    """A batch of two mutating calls (`gate`, then `write`), the first one's end
+    cut short once on the main thread (`raised`): the second still starts,
+    both end `ok`, each announced once, nothing left open."""
     calls = [
-        ToolCall(id="e1", name="gate", arguments={"i": 1}),
-        ToolCall(id="e2", name="write", arguments={"i": 2}),
+        ToolCall(id=f"{prefix}1", name="gate", arguments={"i": 1}),
+        ToolCall(id=f"{prefix}2", name="write", arguments={"i": 2}),
     ]
     t, out = _in_thread(lambda: ex.execute_batch(calls))
     with pytest.raises(KeyboardInterrupt):
@@ -284,7 +297,7 @@ def test_a_batch_whose_books_were_cut_short_starts_its_next_call(
     t.join(WAIT)
     assert not t.is_alive(), "the batch's second call never started"
     assert [r.status for r in out[0].results] == ["ok", "ok"]
-    _finished_once(ex, recorder, ["e1", "e2"])
+    _finished_once(ex, recorder, [f"{prefix}1", f"{prefix}2"])
     _settled(ex)
 
 

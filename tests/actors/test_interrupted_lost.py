@@ -38,6 +38,7 @@ from .test_interrupted_handlers import (
     _in_thread,
     _interrupt_once,
     _settled,
+    _two_in_a_row_end,
 )
 
 # Their fixtures, used here too.
@@ -272,19 +273,7 @@ def test_a_close_cut_before_its_batch_books_still_starts_the_next_call(
         raised = _interrupt_once(
             monkeypatch, Completion, "_batch_books", when=lambda s, b, run, r: run.call.id == "d1"
         )
-    calls = [
-        ToolCall(id="d1", name="gate", arguments={"i": 1}),
-        ToolCall(id="d2", name="write", arguments={"i": 2}),
-    ]
-    t, out = _in_thread(lambda: ex.execute_batch(calls))
-    with pytest.raises(KeyboardInterrupt):
-        main_handles_report()
-    assert raised[0] == 1
-    t.join(WAIT)
-    assert not t.is_alive(), "the batch's second call never started"
-    assert [r.status for r in out[0].results] == ["ok", "ok"]
-    _finished_once(ex, recorder, ["d1", "d2"])
-    _settled(ex)
+    _two_in_a_row_end(ex, recorder, main_handles_report, raised, "d")
     assert ex._scheduler._interrupt is None
 
 
