@@ -47,7 +47,10 @@ def _cut(
 
     if where == "claimed":
         plan = announcer._plans[bus.FINISHED]
-        receiver, q, items, claim = plan.targets[0]
+        # The first recorder's (receivers of every sender another test left
+        # are in the plan too).
+        at = next(i for i, t in enumerate(plan.targets) if t[0].owner is recs[0]._sub)
+        receiver, q, items, claim = plan.targets[at]
 
         def claimed(*args: Any) -> Any:
             got = claim(*args)
@@ -55,7 +58,7 @@ def _cut(
                 raise KeyboardInterrupt
             return got
 
-        plan.targets[0] = (receiver, q, items, claimed)
+        plan.targets[at] = (receiver, q, items, claimed)
     else:
         real: Callable[..., None] = Announcer._schedule
 
