@@ -104,29 +104,27 @@ def _interrupt_once(
 
 
 class _Watched(deque[Any]):
-    """The scheduler's queue, telling when a backend's report joins it."""
+    """The scheduler's queue, telling when a message of `kinds` joins it."""
 
-    def __init__(self, reported: threading.Event) -> None:
+    def __init__(self, kinds: tuple[type, ...], came: threading.Event) -> None:
         super().__init__()
-        self.reported = reported
+        self.kinds = kinds
+        self.came = came
 
     def append(self, message: Any) -> None:
         super().append(message)
-        if type(message) in (Report, Reports):
-            self.reported.set()
+        if type(message) in self.kinds:
+            self.came.set()
 
 
-@pytest.fixture
-def main_handles_report(
-    ex: Executor, gates: Gates, monkeypatch: pytest.MonkeyPatch
+def _main_handles(
+    ex: Executor, gates: Gates, monkeypatch: pytest.MonkeyPatch, *kinds: type
 ) -> Callable[[], None]:
-    """Returns `hold`: on the main thread, holds the scheduler's lock (in
-    `stats()`), lets the running `gate` tool return and waits for its report
-    to be queued behind it, then handles it there (and raises what was
-    raised meanwhile)."""
-    sv = ex._scheduler
-    reported = threading.Event()
-    sv._pending = _Watched(reported)
+    """Returns `hold`: once a tool started, the main thread holds the
+    scheduler's lock (in `stats()`), lets the tools return, waits for a
+    message of `kinds` to be queued behind it, and handles it there."""
+    came = threading.Event()
+    ex._scheduler._pending = _Watched(kinds, came)
     real = _scheduler.status
     once = [True]
 
@@ -134,7 +132,7 @@ def main_handles_report(
         if once[0]:
             once[0] = False
             gates.go.set()
-            assert reported.wait(WAIT)
+            assert came.wait(WAIT)
         return real(s)
 
     monkeypatch.setattr(_scheduler, "status", status)
@@ -144,6 +142,14 @@ def main_handles_report(
         ex.stats()
 
     return hold
+
+
+@pytest.fixture
+def main_handles_report(
+    ex: Executor, gates: Gates, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], None]:
+    """`_main_handles` of a backend's report: the running `gate` tool's."""
+    return _main_handles(ex, gates, monkeypatch, Report, Reports)
 
 
 def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -182,11 +188,15 @@ def test_a_cancel_cut_short_after_its_claim_still_ends_the_call(
     with pytest.raises(KeyboardInterrupt):
         ex.cancel(call_id="a")
     assert raised[0] == 1
-    t.join(WAIT)
-    assert not t.is_alive(), "the caller of the cancelled call was never released"
-    assert out[0].status == "cancelled"
-    _finished_once(ex, recorder, ["a"])
-    _settled(ex)
+    _caller_done(
+        ex,
+        recorder,
+        t,
+        ["a"],
+        "the caller of the cancelled call was never released",
+        out=out,
+        status="cancelled",
+    )
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["entering", "returned"])
@@ -207,11 +217,7 @@ def test_a_cancel_cut_short_before_tool_finished_announces_it_once(
     with pytest.raises(KeyboardInterrupt):
         ex.cancel(call_id="b")
     assert raised[0] == 1
-    t.join(WAIT)
-    assert not t.is_alive()
-    assert out[0].status == "cancelled"
-    _finished_once(ex, recorder, ["b"])
-    _settled(ex)
+    _caller_done(ex, recorder, t, ["b"], out=out, status="cancelled")
 
 
 def test_a_finish_cut_short_once_tool_finished_was_queued_does_not_announce_it_again(
@@ -234,11 +240,7 @@ def test_a_finish_cut_short_once_tool_finished_was_queued_does_not_announce_it_a
     with pytest.raises(KeyboardInterrupt):
         ex.cancel(call_id="c")
     assert raised[0] == 1
-    t.join(WAIT)
-    assert not t.is_alive()
-    assert out[0].status == "cancelled"
-    _finished_once(ex, recorder, ["c"])
-    _settled(ex)
+    _caller_done(ex, recorder, t, ["c"], out=out, status="cancelled")
 
 
 # -- another thread's report, handled by the main thread --------------------------------
@@ -257,11 +259,16 @@ def test_a_close_cut_short_before_waking_the_caller_still_wakes_it(
     with pytest.raises(KeyboardInterrupt):
         main_handles_report()
     assert raised[0] == times
-    t.join(WAIT)
-    assert not t.is_alive(), "the call's result was made, its caller never woken"
-    assert out[0].status == "ok" and out[0].output == 4
-    _finished_once(ex, recorder, ["d"])
-    _settled(ex)
+    _caller_done(
+        ex,
+        recorder,
+        t,
+        ["d"],
+        "the call's result was made, its caller never woken",
+        out=out,
+        status="ok",
+        output=4,
+    )
 
 
 def test_a_batch_whose_books_were_cut_short_starts_its_next_call(
@@ -274,6 +281,33 @@ def test_a_batch_whose_books_were_cut_short_starts_its_next_call(
     # second, and is cut short as it does.
     raised = _interrupt_once(monkeypatch, Capacity, "enqueue")
     _two_in_a_row_end(ex, recorder, main_handles_report, raised, "e")
+
+
+_ANY = object()
+
+
+def _caller_done(
+    ex: Executor,
+    recorder: bus.Recorder,
+    t: threading.Thread,
+    ids: list[str],
+    why: str = "",
+    *,
+    out: list[Any] | None = None,
+    status: str = "",
+    output: Any = _ANY,
+) -> None:
+    """The caller's thread `t` returned (`why`, if not); with `out`, its
+    result has `status` (and `output`); each call of `ids` was announced
+    once, and nothing is left open."""
+    t.join(WAIT)
+    assert not t.is_alive(), why
+    if out is not None:
+        assert out[0].status == status
+        if output is not _ANY:
+            assert out[0].output == output
+    _finished_once(ex, recorder, ids)
+    _settled(ex)
 
 
 def _two_in_a_row_end(
@@ -294,11 +328,10 @@ def _two_in_a_row_end(
     with pytest.raises(KeyboardInterrupt):
         main_handles_report()
     assert raised[0] == 1
-    t.join(WAIT)
-    assert not t.is_alive(), "the batch's second call never started"
+    _caller_done(
+        ex, recorder, t, [f"{prefix}1", f"{prefix}2"], "the batch's second call never started"
+    )
     assert [r.status for r in out[0].results] == ["ok", "ok"]
-    _finished_once(ex, recorder, [f"{prefix}1", f"{prefix}2"])
-    _settled(ex)
 
 
 def test_a_bug_in_mending_is_logged_and_never_raised_nor_left_owed(
@@ -352,11 +385,16 @@ def test_a_second_ctrl_c_as_mending_begins_still_mends_without_a_later_post(
         main_handles_report()
     assert (raised[0], again[0]) == (1, 1)
     assert ex._scheduler._interrupt is None
-    t.join(WAIT)
-    assert not t.is_alive(), "mending was left owed, the caller never woken"
-    assert out[0].status == "ok" and out[0].output == 7
-    _finished_once(ex, recorder, ["j"])
-    _settled(ex)
+    _caller_done(
+        ex,
+        recorder,
+        t,
+        ["j"],
+        "mending was left owed, the caller never woken",
+        out=out,
+        status="ok",
+        output=7,
+    )
 
 
 def test_a_batch_end_cut_short_before_waking_its_caller_still_wakes_it(

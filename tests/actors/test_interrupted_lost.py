@@ -34,6 +34,7 @@ from . import test_interrupted_mending as _mending
 from .test_interrupted_handlers import (
     WAIT,
     Gates,
+    _caller_done,
     _finished_once,
     _in_thread,
     _interrupt_once,
@@ -118,11 +119,16 @@ def test_a_report_cut_as_its_handler_is_entered_is_still_handled(
     with pytest.raises(KeyboardInterrupt):
         main_handles_report()
     assert raised[0] == 1
-    t.join(WAIT)
-    assert not t.is_alive(), "the report was lost with its handler's entry"
-    assert out[0].status == "ok" and out[0].output == 3
-    _finished_once(ex, recorder, ["b"])
-    _settled(ex)
+    _caller_done(
+        ex,
+        recorder,
+        t,
+        ["b"],
+        "the report was lost with its handler's entry",
+        out=out,
+        status="ok",
+        output=3,
+    )
     assert ex._scheduler._interrupt is None
 
 
@@ -306,11 +312,7 @@ def test_a_cancel_cut_short_before_its_journal_write_still_writes_the_end(
     with pytest.raises(KeyboardInterrupt):
         ex.cancel(call_id="j")
     assert raised[0] == 1
-    t.join(WAIT)
-    assert not t.is_alive()
-    assert out[0].status == "cancelled"
-    _finished_once(ex, recorder, ["j"])
-    _settled(ex)
+    _caller_done(ex, recorder, t, ["j"], out=out, status="cancelled")
     assert ex._scheduler._interrupt is None
     ex.close()
     with Journal(path) as journal:

@@ -11,22 +11,25 @@ chooses; every wait is bounded, and nothing is synchronized by sleeping.
 from __future__ import annotations
 
 import threading
-from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.conftest import MakeExecutor
 from toolbus import Executor, ToolCall, ToolContext, ToolRegistry, bus
-from toolbus.actors import _scheduler
 from toolbus.actors._capacity import Capacity
 from toolbus.actors._messages import Expired, Report, RetryDue
 from toolbus.actors._timers import TimerService
 from toolbus.pipeline import Run
 from toolbus.retry import RetryPolicy
 
-from .test_interrupted_handlers import WAIT, _finished_once, _in_thread, _interrupt_once, _settled
+from .test_interrupted_handlers import (
+    WAIT,
+    _caller_done,
+    _in_thread,
+    _interrupt_once,
+    _main_handles,
+)
 
 
 def _main() -> bool:
@@ -74,52 +77,8 @@ def ex(make_executor: MakeExecutor, gates: Gates) -> Executor:
     )
 
 
-class _Watched(deque[Any]):
-    """The scheduler's queue, telling when a message of `kinds` joins it."""
-
-    def __init__(self, kinds: tuple[type, ...], came: threading.Event) -> None:
-        super().__init__()
-        self.kinds = kinds
-        self.came = came
-
-    def append(self, message: Any) -> None:
-        super().append(message)
-        if type(message) in self.kinds:
-            self.came.set()
-
-
-def _main_handles(
-    ex: Executor, gates: Gates, monkeypatch: pytest.MonkeyPatch, *kinds: type
-) -> Callable[[], None]:
-    """Returns `hold`: once a tool started, the main thread holds the
-    scheduler's lock (in `stats()`), lets the tools return, waits for a
-    message of `kinds` to be queued behind it, and handles it there."""
-    came = threading.Event()
-    ex._scheduler._pending = _Watched(kinds, came)
-    real = _scheduler.status
-    once = [True]
-
-    def status(s: Any) -> Any:
-        if once[0]:
-            once[0] = False
-            gates.go.set()
-            assert came.wait(WAIT)
-        return real(s)
-
-    monkeypatch.setattr(_scheduler, "status", status)
-
-    def hold() -> None:
-        assert gates.started.acquire(timeout=WAIT)
-        ex.stats()
-
-    return hold
-
-
 def _ended(ex: Executor, recorder: bus.Recorder, t: threading.Thread, ids: list[str]) -> None:
-    t.join(WAIT)
-    assert not t.is_alive(), "the call was left waiting for nothing"
-    _finished_once(ex, recorder, ids)
-    _settled(ex)
+    _caller_done(ex, recorder, t, ids, "the call was left waiting for nothing")
     assert ex._scheduler._interrupt is None
 
 
